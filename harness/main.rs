@@ -1,0 +1,34 @@
+//! `harness`: fak's command-line front end and benchmark driver.
+
+use clap::{Parser, Subcommand};
+
+mod inspect;
+
+#[derive(Parser)]
+#[command(
+    name = "harness",
+    version,
+    about = "fak tools: inspect, synth, devices, benchmarks"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print a GGUF file's metadata, tensors and the bytes a decode step reads.
+    Inspect(inspect::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(args) => inspect::run(args),
+    };
+    if let Err(err) = result {
+        // One clear line (with its causes), no backtrace unless RUST_BACKTRACE asks for one.
+        eprintln!("error: {err:#}");
+        std::process::exit(1);
+    }
+}
