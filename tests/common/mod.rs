@@ -8,3 +8,42 @@ pub fn fixture(rel: &str) -> PathBuf {
         .join("fixtures")
         .join(rel)
 }
+
+/// The llama.cpp version CI builds as the peer engine (the source the `llama-cpp-python` sdist
+/// of this version carries; llama.cpp commit 0c1e57098).
+pub const LLAMA_CPP_PEER_VERSION: &str = "0.3.36";
+
+/// Where `ci/build-llama-cpp.sh` installs the peer's binaries: `$FAK_LLAMA_CPP_BIN` if set,
+/// else `${FAK_CACHE:-~/.cache/fak}/llama.cpp-<version>/bin`.
+pub fn llama_cpp_bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("FAK_LLAMA_CPP_BIN") {
+        return dir.into();
+    }
+    let cache = std::env::var_os("FAK_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/fak")
+        });
+    cache
+        .join(format!("llama.cpp-{LLAMA_CPP_PEER_VERSION}"))
+        .join("bin")
+}
+
+/// A peer binary (`llama-quantize`, `llama-tokenize`, …). Tests that need the peer fail, loudly,
+/// when it is missing: the README's test command (`ci/test.sh`) builds it first.
+pub fn llama_cpp_tool(name: &str) -> PathBuf {
+    let path = llama_cpp_bin_dir().join(name);
+    assert!(
+        path.is_file(),
+        "llama.cpp peer tool {} not found: build it with ci/build-llama-cpp.sh \
+         (or point FAK_LLAMA_CPP_BIN at a directory holding it)",
+        path.display()
+    );
+    path
+}
+
+/// The Python interpreter that has the test oracles installed (`gguf`, later `mlx_lm`):
+/// `$FAK_PYTHON`, else `python3`.
+pub fn python() -> String {
+    std::env::var("FAK_PYTHON").unwrap_or_else(|_| "python3".into())
+}
