@@ -644,4 +644,189 @@ mod tests {
         assert_eq!(GgmlType::F32.row_bytes(3), Some(12));
         assert_eq!(GgmlType::F32.row_bytes(u64::MAX), None);
     }
+
+    /// Every type with CPU codecs.
+    const SUPPORTED: [GgmlType; 11] = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ];
+
+    #[test]
+    fn exactly_the_supported_types_have_codecs() {
+        for ty in GgmlType::ALL {
+            let want = SUPPORTED.contains(&ty);
+            assert_eq!(can_dequantize(ty), want, "{ty}");
+            assert_eq!(can_quantize(ty), want, "{ty}");
+        }
+    }
+
+    #[test]
+    fn zero_rows_quantize_and_dequantize_to_nothing() {
+        for ty in SUPPORTED {
+            assert!(quantize(ty, &[], 256).unwrap().is_empty(), "{ty}");
+            assert!(dequantize(ty, &[], 0).unwrap().is_empty(), "{ty}");
+            fill_random_rows(ty, 256, 0, 1.0, 7, &mut []).unwrap();
+        }
+    }
+
+    #[test]
+    fn all_zero_rows_round_trip_to_exact_zeros() {
+        for ty in SUPPORTED {
+            let bytes = quantize(ty, &[0.0; 512], 256).unwrap();
+            let back = dequantize(ty, &bytes, 512).unwrap();
+            assert!(back.iter().all(|&v| v == 0.0), "{ty}: {back:?}");
+        }
+    }
+
+    #[test]
+    fn constant_rows_round_trip_to_f16_precision() {
+        for ty in SUPPORTED {
+            // A constant lands on a code exactly; what is left is the f16 rounding of the stored
+            // scale (2^-11 relative) plus f32 rounding: 2^-10 covers both. BF16 keeps 8
+            // mantissa bits (2^-9 rounding): 2^-8.
+            let tolerance = if ty == GgmlType::BF16 { 256.0 } else { 1024.0 };
+            // Constants large enough that every scale field is a normal f16 (the K-quants divide
+            // by up to 32·128): subnormal scales are coarser, in ggml as here.
+            for c in [1.0f32, -0.37, 0.5, 1234.5] {
+                let bytes = quantize(ty, &[c; 512], 256).unwrap();
+                for v in dequantize(ty, &bytes, 512).unwrap() {
+                    assert!(
+                        (v - c).abs() <= c.abs() / tolerance,
+                        "{ty}: {c} came back as {v}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn float_formats_carry_nan_and_inf_through() {
+        let src = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1.5];
+        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+            let back = dequantize(ty, &quantize(ty, &src, 4).unwrap(), 4).unwrap();
+            assert!(back[0].is_nan(), "{ty}");
+            assert_eq!(&back[1..], &src[1..], "{ty}");
+        }
+    }
+
+    #[test]
+    fn size_mismatches_are_errors_naming_type_and_sizes() {
+        let mut out = [0.0f32; 256];
+        let msg = dequantize_into(GgmlType::Q4_K, &[0; 143], &mut out)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("Q4_K") && msg.contains("144") && msg.contains("143"),
+            "{msg}"
+        );
+        let msg = dequantize(GgmlType::Q8_0, &[0; 34], 33)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("Q8_0") && msg.contains("33") && msg.contains("32"),
+            "{msg}"
+        );
+        let msg = quantize(GgmlType::Q6_K, &[0.0; 512], 100)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("Q6_K") && msg.contains("100"), "{msg}");
+        let msg = quantize(GgmlType::Q6_K, &[0.0; 300], 256)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("300") && msg.contains("256"), "{msg}");
+        assert!(quantize(GgmlType::F32, &[], 0).is_err());
+        let msg = fill_random_rows(GgmlType::Q5_K, 256, 2, 1.0, 0, &mut [0; 176])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("Q5_K") && msg.contains("352") && msg.contains("176"),
+            "{msg}"
+        );
+        // A hostile element count is refused before anything is allocated.
+        assert!(dequantize(GgmlType::F32, &[0; 4], usize::MAX / 2).is_err());
+    }
+
+    fn mean_and_std(v: &[f32]) -> (f64, f64) {
+        let n = v.len() as f64;
+        let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
+        let var = v
+            .iter()
+            .map(|&x| (f64::from(x) - mean).powi(2))
+            .sum::<f64>()
+            / n;
+        (mean, var.sqrt())
+    }
+
+    fn random_rows(ty: GgmlType, n_rows: usize, std: f32, seed: u64) -> Vec<u8> {
+        let mut out = vec![0u8; ty.row_bytes(1024).unwrap() as usize * n_rows];
+        fill_random_rows(ty, 1024, n_rows, std, seed, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn random_rows_decode_to_the_requested_std_with_zero_mean() {
+        for ty in SUPPORTED {
+            for std in [0.02f32, 1.0] {
+                let values = dequantize(ty, &random_rows(ty, 64, std, 11), 64 * 1024).unwrap();
+                assert!(
+                    values.iter().all(|v| v.is_finite()),
+                    "{ty}: non-finite value"
+                );
+                let (mean, got) = mean_and_std(&values);
+                // 65536 samples: sampling error of the std is ~1% even with per-block scales;
+                // 3% allows that and the f16 rounding of the scales.
+                assert!(
+                    (got / f64::from(std) - 1.0).abs() < 0.03,
+                    "{ty}: std {got}, want {std}"
+                );
+                assert!(mean.abs() < 0.03 * f64::from(std), "{ty}: mean {mean}");
+            }
+        }
+    }
+
+    #[test]
+    fn random_rows_depend_only_on_seed_and_row() {
+        for ty in SUPPORTED {
+            let a = random_rows(ty, 8, 0.1, 5);
+            assert_eq!(a, random_rows(ty, 8, 0.1, 5), "{ty}: not deterministic");
+            assert_ne!(a, random_rows(ty, 8, 0.1, 6), "{ty}: seed ignored");
+            // Rows 3..8 written as a separate chunk equal the same rows of the one-shot fill.
+            let row = a.len() / 8;
+            let mut tail = vec![0u8; 5 * row];
+            fill_random_rows_from(ty, 1024, 3, 5, 0.1, 5, &mut tail).unwrap();
+            assert_eq!(tail, a[3 * row..], "{ty}: chunked fill differs");
+        }
+    }
+
+    #[test]
+    fn random_rows_with_zero_std_decode_to_zeros() {
+        for ty in SUPPORTED {
+            let values = dequantize(ty, &random_rows(ty, 2, 0.0, 1), 2048).unwrap();
+            assert!(values.iter().all(|&v| v == 0.0), "{ty}");
+        }
+    }
+
+    #[test]
+    fn random_rows_refuse_a_std_the_format_cannot_hold() {
+        for ty in SUPPORTED {
+            let mut out = vec![0u8; ty.row_bytes(256).unwrap() as usize];
+            for std in [f32::NAN, -1.0, f32::INFINITY] {
+                let msg = fill_random_rows(ty, 256, 1, std, 0, &mut out)
+                    .unwrap_err()
+                    .to_string();
+                assert!(msg.contains(ty.name()), "{msg}");
+            }
+        }
+        let mut out = vec![0u8; 34];
+        assert!(fill_random_rows(GgmlType::Q8_0, 32, 1, 1e7, 0, &mut out).is_err());
+    }
 }
