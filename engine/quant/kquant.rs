@@ -15,7 +15,9 @@
 //! The sums run in the same order and precision as ggml's C, and nothing is fused into FMAs,
 //! so a build of ggml without FMA contraction produces the same bytes.
 
-use super::float::{f16_bits_to_f32, f32_to_f16_bits, load_f16, round_to_f16, store_f16};
+use super::float::{
+    f16_bits_to_f32, f16_bytes, f32_to_f16_bits, load_f16, round_to_f16, store_f16,
+};
 use super::rms;
 use rand_chacha::ChaCha8Rng;
 
@@ -90,23 +92,36 @@ pub fn dequantize_q5_k(bytes: &[u8], out: &mut [f32]) {
     }
 }
 
-/// The 6-bit code (0..63) of element `e` of a Q6_K block. In half h = e/128, quarter k
-/// (32 elements each), lane l: low 4 bits from `ql[64h + l + 32·(k%2)]` (high nibble for
-/// k ≥ 2), top 2 bits from bits 2k..2k+1 of `qh[32h + l]`.
-fn q6_code(ql: &[u8], qh: &[u8], e: usize) -> u8 {
-    let (h, k, l) = (e / 128, (e % 128) / 32, e % 32);
-    let low = (ql[64 * h + l + 32 * (k % 2)] >> (4 * (k / 2))) & 15;
-    let high = (qh[32 * h + l] >> (2 * k)) & 3;
-    low | (high << 4)
+/// The 6-bit codes (0..63) of a Q6_K block. In half h (128 elements), quarter k (32 each),
+/// lane l: the low 4 bits are a nibble of `ql[64h + 32·(k%2) + l]` (the high one for k ≥ 2),
+/// the top 2 bits are bits 2k..2k+1 of `qh[32h + l]`.
+fn unpack_q6(ql: &[u8], qh: &[u8]) -> [u8; QK_K] {
+    let mut codes = [0u8; QK_K];
+    for (h, half) in codes.chunks_exact_mut(128).enumerate() {
+        let (ql, qh) = (&ql[64 * h..64 * (h + 1)], &qh[32 * h..32 * (h + 1)]);
+        for (k, quarter) in half.chunks_exact_mut(32).enumerate() {
+            let low = &ql[32 * (k % 2)..];
+            for (l, code) in quarter.iter_mut().enumerate() {
+                *code = ((low[l] >> (4 * (k / 2))) & 15) | (((qh[l] >> (2 * k)) & 3) << 4);
+            }
+        }
+    }
+    codes
 }
 
 pub fn dequantize_q6_k(bytes: &[u8], out: &mut [f32]) {
     for (b, y) in bytes.chunks_exact(210).zip(out.chunks_exact_mut(QK_K)) {
-        let (ql, qh, scales) = (&b[..128], &b[128..192], &b[192..208]);
         let d = load_f16(&b[208..]);
-        for (e, y) in y.iter_mut().enumerate() {
-            let scale = d * f32::from(scales[e / 16] as i8);
-            *y = scale * f32::from(q6_code(ql, qh, e) as i8 - 32);
+        let codes = unpack_q6(&b[..128], &b[128..192]);
+        for ((y, codes), &sc) in y
+            .chunks_exact_mut(16)
+            .zip(codes.chunks_exact(16))
+            .zip(&b[192..208])
+        {
+            let scale = d * f32::from(sc as i8);
+            for (y, &q) in y.iter_mut().zip(codes) {
+                *y = scale * f32::from(q as i8 - 32);
+            }
         }
     }
 }
@@ -407,7 +422,7 @@ pub fn quantize_q6_k(src: &[f32], out: &mut [u8]) {
 // random scale bytes into sane 6- or 8-bit scales (and mins that centre the codes), and set
 // the f16 super-block scale to `d`. Codes stay uniformly random.
 
-/// Sub-block scales 32..63 from a random byte: within 2× of each other, as in real blocks.
+/// Sub-block scales 32..63 from the low 5 bits of a random byte: within 2× of each other.
 fn random_scale(byte: u8) -> u8 {
     32 + (byte & 31)
 }
@@ -457,11 +472,17 @@ pub fn q6_k_unit_rms() -> f32 {
 }
 
 fn fill_random_affine(d: f32, nmax: u8, ratio: u8, block_bytes: usize, out: &mut [u8]) {
+    let header = [f16_bytes(d), f16_bytes(d * f32::from(ratio))].concat();
+    // (scale, min) for each value of the 5 random bits `random_scale` uses
+    let pairs: [(u8, u8); 32] = std::array::from_fn(|r| {
+        let sc = random_scale(r as u8);
+        (sc, centring_min(sc, nmax, ratio))
+    });
     for b in out.chunks_exact_mut(block_bytes) {
-        let ls: [u8; 8] = std::array::from_fn(|j| random_scale(b[4 + j]));
-        let lm: [u8; 8] = std::array::from_fn(|j| centring_min(ls[j], nmax, ratio));
-        store_f16(b, d);
-        store_f16(&mut b[2..], d * f32::from(ratio));
+        let pair = |j: usize| pairs[usize::from(b[4 + j] & 31)];
+        let ls: [u8; 8] = std::array::from_fn(|j| pair(j).0);
+        let lm: [u8; 8] = std::array::from_fn(|j| pair(j).1);
+        b[..4].copy_from_slice(&header);
         b[4..16].copy_from_slice(&pack_scale_min(&ls, &lm));
     }
 }
@@ -475,11 +496,12 @@ pub fn fill_random_q5_k(_: &mut ChaCha8Rng, d: f32, out: &mut [u8]) {
 }
 
 pub fn fill_random_q6_k(_: &mut ChaCha8Rng, d: f32, out: &mut [u8]) {
+    let d = f16_bytes(d);
     for b in out.chunks_exact_mut(210) {
         for s in &mut b[192..208] {
             *s = random_q6_scale(*s) as u8;
         }
-        store_f16(&mut b[208..], d);
+        b[208..].copy_from_slice(&d);
     }
 }
 
@@ -522,9 +544,7 @@ mod tests {
         let codes: [u8; QK_K] = std::array::from_fn(|e| ((e * 37 + 11) % 64) as u8);
         let (mut ql, mut qh) = ([0u8; 128], [0u8; 64]);
         pack_q6_codes(&codes, &mut ql, &mut qh);
-        for (e, &c) in codes.iter().enumerate() {
-            assert_eq!(q6_code(&ql, &qh, e), c, "element {e}");
-        }
+        assert_eq!(unpack_q6(&ql, &qh), codes);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! Dequantization evaluates `d·q` and `d·q + m` in f32 as single operations in that order, which
 //! is what makes the result bit-identical to gguf-py and ggml.
 
-use super::float::{load_f16, round_to_f16, store_f16};
+use super::float::{f16_bytes, load_f16, round_to_f16, store_f16};
 use super::rms;
 use rand_chacha::ChaCha8Rng;
 
@@ -224,17 +224,18 @@ pub fn q5_1_unit_rms() -> f32 {
 /// Symmetric formats decode codes that lean half a step negative; a random sign on each
 /// block's scale makes the values zero-mean.
 fn fill_signed_scales(d: f32, block_bytes: usize, out: &mut [u8]) {
+    let (plus, minus) = (f16_bytes(d), f16_bytes(-d));
     for b in out.chunks_exact_mut(block_bytes) {
         let negative = b[1] & 0x80 != 0;
-        store_f16(b, if negative { -d } else { d });
+        b[..2].copy_from_slice(if negative { &minus } else { &plus });
     }
 }
 
 fn fill_centred_scales(d: f32, centre: f32, block_bytes: usize, out: &mut [u8]) {
     let d16 = round_to_f16(d);
+    let header = [f16_bytes(d16), f16_bytes(-centre * d16)].concat();
     for b in out.chunks_exact_mut(block_bytes) {
-        store_f16(b, d16);
-        store_f16(&mut b[2..], -centre * d16);
+        b[..4].copy_from_slice(&header);
     }
 }
 

@@ -523,6 +523,28 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], n_elements: usize) -> Result<Vec<f
     Ok(out)
 }
 
+/// The first non-finite value, as an error naming its row and column. Rows are scanned in
+/// parallel, each as one task (an element-wise parallel search costs more than quantizing).
+fn check_finite(ty: GgmlType, src: &[f32], row_len: usize) -> Result<(), QuantError> {
+    let bad = |v: &f32| !v.is_finite();
+    let Some(row) = src
+        .par_chunks(row_len)
+        .position_first(|r| r.iter().any(bad))
+    else {
+        return Ok(());
+    };
+    let col = src[row * row_len..]
+        .iter()
+        .position(bad)
+        .unwrap_or_default();
+    Err(QuantError::NonFinite {
+        ty,
+        row,
+        col,
+        value: src[row * row_len + col],
+    })
+}
+
 /// Quantizes rows of `row_len` elements (src.len() a multiple of it); rows in parallel.
 ///
 /// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and F16/BF16/F32 are bit-identical to gguf-py's
@@ -543,15 +565,8 @@ pub fn quantize(ty: GgmlType, src: &[f32], row_len: usize) -> Result<Vec<u8>, Qu
             row_len,
         });
     }
-    if codec.needs_finite
-        && let Some(i) = src.par_iter().position_first(|v| !v.is_finite())
-    {
-        return Err(QuantError::NonFinite {
-            ty,
-            row: i / row_len,
-            col: i % row_len,
-            value: src[i],
-        });
+    if codec.needs_finite {
+        check_finite(ty, src, row_len)?;
     }
     let mut out = vec![0u8; src.len() / row_len * row_bytes];
     out.par_chunks_mut(row_bytes)
