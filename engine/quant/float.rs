@@ -6,8 +6,6 @@
 //! quiet NaNs instead, so the NaN cases are done here by hand; every finite value and ±Inf goes
 //! through the ordinary round-to-nearest-even conversion.
 
-use rand_chacha::ChaCha8Rng;
-
 /// An IEEE binary16 bit pattern widened to f32, exactly (NaN payload and sign kept).
 pub fn f16_bits_to_f32(h: u16) -> f32 {
     let sign = u32::from(h & 0x8000) << 16;
@@ -128,14 +126,14 @@ fn uniform_with_std(random: u32, bits: u32, std: f32) -> f32 {
     unit * std * 3f32.sqrt()
 }
 
-pub fn fill_random_f32(_: &mut ChaCha8Rng, std: f32, out: &mut [u8]) {
+pub fn fill_random_f32(std: f32, out: &mut [u8]) {
     for o in out.chunks_exact_mut(4) {
         let random = u32::from_le_bytes([o[0], o[1], o[2], o[3]]) >> 8;
         o.copy_from_slice(&uniform_with_std(random, 24, std).to_le_bytes());
     }
 }
 
-pub fn fill_random_f16(_: &mut ChaCha8Rng, std: f32, out: &mut [u8]) {
+pub fn fill_random_f16(std: f32, out: &mut [u8]) {
     // Converted a chunk at a time: `half`'s slice conversion uses the CPU's vector f16
     // instructions, several times faster than one value at a time (no NaN arises here).
     use half::slice::HalfFloatSliceExt;
@@ -153,7 +151,7 @@ pub fn fill_random_f16(_: &mut ChaCha8Rng, std: f32, out: &mut [u8]) {
     }
 }
 
-pub fn fill_random_bf16(_: &mut ChaCha8Rng, std: f32, out: &mut [u8]) {
+pub fn fill_random_bf16(std: f32, out: &mut [u8]) {
     for o in out.chunks_exact_mut(2) {
         let random = u32::from(u16::from_le_bytes([o[0], o[1]]));
         let bits = f32_to_bf16_bits(uniform_with_std(random, 16, std));

@@ -19,7 +19,6 @@ use super::float::{
     f16_bits_to_f32, f16_bytes, f32_to_f16_bits, load_f16, round_to_f16, store_f16,
 };
 use super::rms;
-use rand_chacha::ChaCha8Rng;
 
 pub const QK_K: usize = 256;
 /// Below this largest magnitude a sub-block counts as all zero (ggml's `GROUP_MAX_EPS`).
@@ -487,15 +486,15 @@ fn fill_random_affine(d: f32, nmax: u8, ratio: u8, block_bytes: usize, out: &mut
     }
 }
 
-pub fn fill_random_q4_k(_: &mut ChaCha8Rng, d: f32, out: &mut [u8]) {
+pub fn fill_random_q4_k(d: f32, out: &mut [u8]) {
     fill_random_affine(d, 15, Q4_K_MIN_RATIO, 144, out);
 }
 
-pub fn fill_random_q5_k(_: &mut ChaCha8Rng, d: f32, out: &mut [u8]) {
+pub fn fill_random_q5_k(d: f32, out: &mut [u8]) {
     fill_random_affine(d, 31, Q5_K_MIN_RATIO, 176, out);
 }
 
-pub fn fill_random_q6_k(_: &mut ChaCha8Rng, d: f32, out: &mut [u8]) {
+pub fn fill_random_q6_k(d: f32, out: &mut [u8]) {
     let d = f16_bytes(d);
     for b in out.chunks_exact_mut(210) {
         for s in &mut b[192..208] {

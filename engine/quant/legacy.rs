@@ -9,7 +9,6 @@
 
 use super::float::{f16_bytes, load_f16, round_to_f16, store_f16};
 use super::rms;
-use rand_chacha::ChaCha8Rng;
 
 pub const QK: usize = 32;
 
@@ -239,23 +238,23 @@ fn fill_centred_scales(d: f32, centre: f32, block_bytes: usize, out: &mut [u8]) 
     }
 }
 
-pub fn fill_random_q4_0(_: &mut ChaCha8Rng, d: f32, out: &mut [u8]) {
+pub fn fill_random_q4_0(d: f32, out: &mut [u8]) {
     fill_signed_scales(d, 18, out);
 }
 
-pub fn fill_random_q5_0(_: &mut ChaCha8Rng, d: f32, out: &mut [u8]) {
+pub fn fill_random_q5_0(d: f32, out: &mut [u8]) {
     fill_signed_scales(d, 22, out);
 }
 
-pub fn fill_random_q8_0(_: &mut ChaCha8Rng, d: f32, out: &mut [u8]) {
+pub fn fill_random_q8_0(d: f32, out: &mut [u8]) {
     fill_signed_scales(d, 34, out);
 }
 
-pub fn fill_random_q4_1(_: &mut ChaCha8Rng, d: f32, out: &mut [u8]) {
+pub fn fill_random_q4_1(d: f32, out: &mut [u8]) {
     fill_centred_scales(d, 7.5, 20, out);
 }
 
-pub fn fill_random_q5_1(_: &mut ChaCha8Rng, d: f32, out: &mut [u8]) {
+pub fn fill_random_q5_1(d: f32, out: &mut [u8]) {
     fill_centred_scales(d, 15.5, 24, out);
 }
 

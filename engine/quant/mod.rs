@@ -295,8 +295,9 @@ struct RandomFill {
     unit_rms: fn() -> f32,
     /// The largest `d` whose derived fields (f16 scales and mins) all stay finite.
     max_scale: f32,
-    /// Overwrites the scale fields of a row of random bytes so the blocks decode with scale `d`.
-    fill: fn(&mut ChaCha8Rng, f32, &mut [u8]),
+    /// Rewrites a row of random bytes in place so it decodes with scale `d`: the scale fields
+    /// become sane values, the codes stay random.
+    fill: fn(f32, &mut [u8]),
 }
 
 /// The three operations on one block format; each works on any run of whole blocks.
@@ -319,7 +320,7 @@ fn codec(ty: GgmlType) -> Option<&'static Codec> {
         dequantize: fn(&[u8], &mut [f32]),
         quantize: fn(&[f32], &mut [u8]),
         max_value: f32,
-        fill: fn(&mut ChaCha8Rng, f32, &mut [u8]),
+        fill: fn(f32, &mut [u8]),
     ) -> Codec {
         Codec {
             dequantize,
@@ -338,7 +339,7 @@ fn codec(ty: GgmlType) -> Option<&'static Codec> {
         quantize: fn(&[f32], &mut [u8]),
         unit_rms: fn() -> f32,
         min_ratio: f32,
-        fill: fn(&mut ChaCha8Rng, f32, &mut [u8]),
+        fill: fn(f32, &mut [u8]),
     ) -> Codec {
         Codec {
             dequantize,
@@ -631,7 +632,7 @@ pub fn fill_random_rows_from(
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             rng.set_stream(first_row.wrapping_add(r as u64));
             rng.fill_bytes(row);
-            (random.fill)(&mut rng, scale, row);
+            (random.fill)(scale, row);
         });
     Ok(())
 }
