@@ -5,4 +5,5 @@
 //! formats, `gpu` owns the wgpu context and one typed wrapper per kernel.
 
 pub mod gguf;
+pub mod gpu;
 pub mod quant;
