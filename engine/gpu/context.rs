@@ -57,10 +57,10 @@ pub struct GpuContext {
     layouts: LayoutCache,
 }
 
-/// A wgpu instance on `WGPU_BACKEND`'s backends, else the primary ones (Vulkan, Metal, DX12):
-/// GL is left out unless asked for, since it has none of the compute features kernels use.
-pub fn instance() -> wgpu::Instance {
-    instance_on(wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY))
+/// The backends fak uses: `WGPU_BACKEND`'s, else the primary ones (Vulkan, Metal, DX12). GL is
+/// left out unless asked for, since it has none of the compute features kernels use.
+pub fn default_backends() -> wgpu::Backends {
+    wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY)
 }
 
 fn instance_on(backends: wgpu::Backends) -> wgpu::Instance {
@@ -101,33 +101,38 @@ fn rank(info: &wgpu::AdapterInfo) -> (u8, u8) {
     (device, backend)
 }
 
-/// The first adapter (in rank order) whose name contains `wanted`, case-insensitively, or the
-/// best one when `wanted` is None.
-pub fn choose_adapter(
-    adapters: Vec<wgpu::Adapter>,
+/// The index in `ranked` (best first) of the adapter fak uses: the first on `backends` whose name
+/// contains `wanted` case-insensitively, or the first on `backends` when `wanted` is None.
+pub fn choose(
+    ranked: &[wgpu::Adapter],
     wanted: Option<&str>,
     backends: wgpu::Backends,
-) -> Result<wgpu::Adapter, GpuError> {
-    if adapters.is_empty() {
+) -> Result<usize, GpuError> {
+    let usable: Vec<usize> = (0..ranked.len())
+        .filter(|&i| backends.contains(ranked[i].get_info().backend.into()))
+        .collect();
+    let Some(&best) = usable.first() else {
         return Err(GpuError::NoAdapter {
             backends: format!("{backends:?}"),
         });
-    }
+    };
     let Some(wanted) = wanted else {
-        return Ok(adapters.into_iter().next().expect("checked non-empty"));
+        return Ok(best);
     };
     let needle = wanted.to_lowercase();
-    let describe = |a: &wgpu::Adapter| {
-        let info = a.get_info();
-        format!("{} ({}, {:?})", info.name, info.backend, info.device_type)
-    };
-    let available = adapters.iter().map(describe).collect();
-    adapters
-        .into_iter()
-        .find(|a| a.get_info().name.to_lowercase().contains(&needle))
-        .ok_or(GpuError::NoMatchingAdapter {
+    usable
+        .iter()
+        .copied()
+        .find(|&i| ranked[i].get_info().name.to_lowercase().contains(&needle))
+        .ok_or_else(|| GpuError::NoMatchingAdapter {
             wanted: wanted.to_string(),
-            available,
+            available: usable
+                .iter()
+                .map(|&i| {
+                    let info = ranked[i].get_info();
+                    format!("{} ({}, {:?})", info.name, info.backend, info.device_type)
+                })
+                .collect(),
         })
 }
 
@@ -139,14 +144,10 @@ impl GpuContext {
     }
 
     pub fn new(options: &ContextOptions) -> Result<Self, GpuError> {
-        let backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY);
-        let instance = instance_on(backends);
-        let adapter = choose_adapter(
-            ranked_adapters(&instance, backends),
-            options.adapter.as_deref(),
-            backends,
-        )?;
-        Self::open(&adapter, options)
+        let backends = default_backends();
+        let adapters = ranked_adapters(&instance_on(backends), backends);
+        let chosen = choose(&adapters, options.adapter.as_deref(), backends)?;
+        Self::open(&adapters[chosen], options)
     }
 
     /// Opens a device on `adapter` with its full limits and every optional feature it has.
