@@ -6,4 +6,7 @@
 
 pub mod gguf;
 pub mod gpu;
+pub mod model;
 pub mod quant;
+pub mod reference;
+pub mod runtime;
