@@ -50,9 +50,9 @@ pub struct DequantBinding {
 }
 
 impl DequantBinding {
-    /// How many dispatches the tensor takes (more than one when it exceeds a binding).
-    pub fn dispatches(&self) -> usize {
-        self.ranges.len()
+    /// The grid of each dispatch, one per row range (several when the tensor exceeds a binding).
+    pub fn grids(&self) -> impl Iterator<Item = Grid> + '_ {
+        self.ranges.iter().map(|(_, grid)| *grid)
     }
 }
 
@@ -133,7 +133,22 @@ impl Dequant {
         src: &wgpu::Buffer,
         dst: &wgpu::Buffer,
     ) -> Result<DequantBinding, GpuError> {
+        self.bind_within(ctx, shape, src, dst, ctx.max_binding_size())
+    }
+
+    /// [`Dequant::bind`] with bindings of at most `max_binding` bytes (at most the device's
+    /// limit): lets a test split tensors the same way on a device with 2 GiB bindings as on one
+    /// with 128 MiB.
+    pub fn bind_within(
+        &self,
+        ctx: &GpuContext,
+        shape: DequantShape,
+        src: &wgpu::Buffer,
+        dst: &wgpu::Buffer,
+        max_binding: u64,
+    ) -> Result<DequantBinding, GpuError> {
         let DequantShape { ty, rows, row_len } = shape;
+        let max_binding = max_binding.min(ctx.max_binding_size());
         if !Self::TYPES.contains(&ty) {
             return Err(GpuError::UnsupportedType {
                 kernel: Self::NAME,
@@ -170,7 +185,7 @@ impl Dequant {
             &format!("a {ty} tensor"),
             rows,
             &[row_bytes, dst_row_bytes],
-            ctx.max_binding_size(),
+            max_binding,
             align,
         )?;
         let max_per_dimension = ctx.device.limits().max_compute_workgroups_per_dimension;
