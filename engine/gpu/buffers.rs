@@ -46,6 +46,31 @@ pub fn upload(ctx: &GpuContext, label: &str, data: &[u8]) -> Result<wgpu::Buffer
     Ok(buffer)
 }
 
+/// Checks that `start..end` is whole words inside `buffer` before wgpu sees it (wgpu would panic).
+fn check_range(
+    op: &'static str,
+    buffer: &wgpu::Buffer,
+    start: u64,
+    end: u64,
+) -> Result<(), GpuError> {
+    let problem = if !start.is_multiple_of(4) || !end.is_multiple_of(4) {
+        "is not whole words"
+    } else if start > end {
+        "is reversed"
+    } else if end > buffer.size() {
+        "runs past the end"
+    } else {
+        return Ok(());
+    };
+    Err(GpuError::BufferRange {
+        op,
+        start,
+        end,
+        buffer_size: buffer.size(),
+        problem,
+    })
+}
+
 /// Writes `data` at byte `offset` (a multiple of 4) in chunks, flushing staging memory as it
 /// goes; a ragged tail is padded with zeros to a whole word, so the buffer must have room for it.
 pub fn write(
@@ -54,7 +79,12 @@ pub fn write(
     offset: u64,
     data: &[u8],
 ) -> Result<(), GpuError> {
-    debug_assert_eq!(offset % 4, 0, "write offsets are whole words");
+    check_range(
+        "write",
+        buffer,
+        offset,
+        offset + round_up(data.len() as u64, 4),
+    )?;
     let whole = data.len() - data.len() % 4;
     let mut staged = 0;
     for (i, chunk) in data[..whole].chunks(UPLOAD_CHUNK).enumerate() {
@@ -83,16 +113,18 @@ fn flush(ctx: &GpuContext) -> Result<(), GpuError> {
     Ok(())
 }
 
-/// A uniform buffer holding one plain-old-data value (kernel parameters).
+/// A uniform buffer holding one plain-old-data value (kernel parameters), zero-padded to the
+/// 16-byte multiple uniform layouts round to.
 pub fn uniform<T: bytemuck::Pod>(ctx: &GpuContext, label: &str, value: &T) -> wgpu::Buffer {
-    let bytes = bytemuck::bytes_of(value);
+    let mut bytes = bytemuck::bytes_of(value).to_vec();
+    bytes.resize(round_up(bytes.len().max(1) as u64, 16) as usize, 0);
     let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some(label),
-        size: round_up(bytes.len() as u64, 16),
+        size: bytes.len() as u64,
         usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
         mapped_at_creation: false,
     });
-    ctx.queue.write_buffer(&buffer, 0, bytes);
+    ctx.queue.write_buffer(&buffer, 0, &bytes);
     buffer
 }
 
@@ -102,20 +134,14 @@ pub fn read_back(
     buffer: &wgpu::Buffer,
     range: Range<u64>,
 ) -> Result<Vec<u8>, GpuError> {
-    let what = || format!("{:?} bytes {range:?}", buffer);
+    check_range("readback", buffer, range.start, range.end)?;
     let len = range.end - range.start;
-    if !range.start.is_multiple_of(4) || !len.is_multiple_of(4) || range.end > buffer.size() {
-        return Err(GpuError::Readback {
-            what: what(),
-            message: format!(
-                "range must be whole words inside the buffer of {} bytes",
-                buffer.size()
-            ),
-        });
+    if len == 0 {
+        return Ok(Vec::new());
     }
     let staging = ctx.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("readback"),
-        size: len.max(4),
+        size: len,
         usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
         mapped_at_creation: false,
     });
@@ -132,18 +158,14 @@ pub fn read_back(
         let _ = sender.send(result);
     });
     ctx.device.poll(wgpu::PollType::wait_indefinitely())?;
-    let mapped = receiver
+    receiver
         .recv()
         .map_err(|e| e.to_string())
-        .and_then(|r| r.map_err(|e| e.to_string()));
-    mapped.map_err(|message| GpuError::Readback {
-        what: what(),
-        message,
-    })?;
-    let view = slice.get_mapped_range().map_err(|e| GpuError::Readback {
-        what: what(),
-        message: e.to_string(),
-    })?;
+        .and_then(|mapped| mapped.map_err(|e| e.to_string()))
+        .map_err(GpuError::Readback)?;
+    let view = slice
+        .get_mapped_range()
+        .map_err(|e| GpuError::Readback(e.to_string()))?;
     let bytes = view.to_vec();
     drop(view);
     staging.unmap();

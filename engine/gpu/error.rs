@@ -46,8 +46,16 @@ pub enum GpuError {
     },
     #[error("kernel {kernel} has no pipeline for type {ty}")]
     UnsupportedType { kernel: &'static str, ty: GgmlType },
-    #[error("reading back {what}: {message}")]
-    Readback { what: String, message: String },
+    #[error("buffer of {buffer_size} bytes: {op} of bytes {start}..{end} {problem}")]
+    BufferRange {
+        op: &'static str,
+        start: u64,
+        end: u64,
+        buffer_size: u64,
+        problem: &'static str,
+    },
+    #[error("mapping a readback buffer: {0}")]
+    Readback(String),
     #[error("waiting for the GPU: {0}")]
     Poll(#[from] wgpu::PollError),
 }

@@ -58,7 +58,9 @@ pub mod kernels;
 pub mod layout;
 pub mod paths;
 
-pub use buffers::{Grid, Window, read_back, read_back_f32, split_rows, storage_buffer, upload};
+pub use buffers::{
+    Grid, Window, read_back, read_back_f32, split_rows, storage_buffer, uniform, upload, write,
+};
 pub use context::{ContextOptions, GpuContext};
 pub use error::GpuError;
 pub use facts::{AdapterFacts, CoopMatrixConfig, KeyLimits};
