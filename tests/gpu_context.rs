@@ -2,7 +2,9 @@
 //! and the buffer helpers.
 
 use fak::gpu::context::{all_adapters, choose, default_backends};
-use fak::gpu::{AdapterFacts, GpuError, KernelPaths, KeyLimits, read_back, upload, write};
+use fak::gpu::{
+    AdapterFacts, GpuError, KernelPaths, KeyLimits, build, read_back, registry, upload, write,
+};
 use fak_tests::gpu;
 
 #[test]
@@ -130,4 +132,20 @@ fn buffer_ranges_outside_whole_words_of_the_buffer_are_errors_not_panics() {
 
 fn range_error<T>(result: Result<T, GpuError>) -> bool {
     matches!(result, Err(GpuError::BufferRange { .. }))
+}
+
+/// The driver-level half of the portability test: on this device, every registered variant whose
+/// features it has compiles to pipelines (what `harness selftest` will also do).
+#[test]
+fn every_registered_variant_the_device_can_run_builds_on_it() {
+    let ctx = gpu();
+    let runnable: Vec<_> = registry()
+        .into_iter()
+        .filter(|v| ctx.missing_features(v.paths).is_empty())
+        .collect();
+    assert!(!runnable.is_empty());
+    for variant in &runnable {
+        let built = build(ctx, variant).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(built.pipelines.len(), variant.source.pipelines.len());
+    }
 }

@@ -5,6 +5,7 @@
 use super::context::GpuContext;
 use super::error::GpuError;
 use super::facts::feature_names;
+use super::layout::Slot;
 use super::paths::{Axes, KernelPaths};
 
 /// One file of `wgsl/`, embedded in the binary.
@@ -102,11 +103,20 @@ pub struct PipelineSpec {
     pub constants: Vec<(&'static str, f64)>,
 }
 
-/// Everything needed to build one kernel variant: its module and its pipelines.
+/// Everything needed to build one kernel variant: its module, its binding signature (group 0,
+/// in binding order) and its pipelines.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelSource {
     pub module: WgslModule,
+    pub slots: &'static [Slot],
     pub pipelines: Vec<PipelineSpec>,
+}
+
+/// A built kernel variant: the shared bind-group layout its bind groups use and one pipeline per
+/// [`PipelineSpec`], in order.
+pub struct BuiltKernel {
+    pub layout: wgpu::BindGroupLayout,
+    pub pipelines: Vec<wgpu::ComputePipeline>,
 }
 
 /// What every kernel wrapper declares, so the registry can enumerate and build every variant.
@@ -165,17 +175,13 @@ impl KernelVariant {
     }
 }
 
-/// Builds the pipelines of `variant` against `layout`, one per [`PipelineSpec`], in order.
+/// Builds the pipelines of `variant` on the device, against the shared layout of its slots.
 ///
 /// The module is created with `create_shader_module_trusted(.., ShaderRuntimeChecks::unchecked())`
 /// and the pipelines with `zero_initialize_workgroup_memory: false`: no bounds clamps, loop
 /// counters or zero-fills are injected (on Metal the checked path clamps every storage index);
 /// correctness comes from the tests. Validation errors come back as [`GpuError::Shader`].
-pub fn build_pipelines(
-    ctx: &GpuContext,
-    variant: &KernelVariant,
-    layout: &wgpu::PipelineLayout,
-) -> Result<Vec<wgpu::ComputePipeline>, GpuError> {
+pub fn build(ctx: &GpuContext, variant: &KernelVariant) -> Result<BuiltKernel, GpuError> {
     let missing = ctx.missing_features(variant.paths);
     if !missing.is_empty() {
         return Err(GpuError::PathUnavailable {
@@ -184,6 +190,7 @@ pub fn build_pipelines(
             missing: feature_names(missing).join(", "),
         });
     }
+    let (layout, pipeline_layout) = ctx.layouts(variant.source.slots);
     let label = format!("{} ({})", variant.kernel, variant.paths);
     let text = variant.source.module.text();
     let internal = ctx.device.push_error_scope(wgpu::ErrorFilter::Internal);
@@ -207,7 +214,7 @@ pub fn build_pipelines(
             ctx.device
                 .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                     label: Some(&spec.label),
-                    layout: Some(layout),
+                    layout: Some(&pipeline_layout),
                     module: &module,
                     entry_point: Some(spec.entry_point),
                     compilation_options: wgpu::PipelineCompilationOptions {
@@ -225,7 +232,7 @@ pub fn build_pipelines(
         .map(|e| e.to_string())
         .collect::<Vec<_>>();
     if errors.is_empty() {
-        Ok(pipelines)
+        Ok(BuiltKernel { layout, pipelines })
     } else {
         Err(GpuError::Shader {
             kernel: variant.kernel,

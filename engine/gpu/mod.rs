@@ -36,11 +36,12 @@
 //!    `enable wgpu_cooperative_matrix;` are added by [`WgslModule::text`] from the variant.
 //! 2. **One wrapper struct** in `gpu/kernels/<op>.rs` owning its pipelines, implementing
 //!    [`Kernel`] (`NAME`, `AXES`, `source(variant)` = the module's files and one [`PipelineSpec`]
-//!    per pipeline). `new(ctx, paths)` selects the variant and calls [`build_pipelines`], which
-//!    creates the module with `create_shader_module_trusted(.., ShaderRuntimeChecks::unchecked())`
-//!    and the pipelines with `zero_initialize_workgroup_memory: false` against a shared layout
-//!    from [`GpuContext::layouts`] (explicit, keyed by the binding signature, so bind groups work
-//!    for every variant). A `bind(..)` method checks shapes and buffer sizes, splits tensors
+//!    per pipeline, and the binding signature as [`Slot`]s). `new(ctx, paths)` selects the
+//!    variant and calls [`build`], which creates the module with
+//!    `create_shader_module_trusted(.., ShaderRuntimeChecks::unchecked())` and the pipelines with
+//!    `zero_initialize_workgroup_memory: false` against the shared layout of its slots
+//!    ([`GpuContext::layouts`]: explicit, keyed by the signature, so a bind group works for
+//!    every variant and every kernel with the same signature). A `bind(..)` method checks shapes and buffer sizes, splits tensors
 //!    larger than one binding into row ranges ([`split_rows`], [`Window`]), and builds the bind
 //!    groups once at load time; `encode(pass, binding)` only records dispatches, on a
 //!    [`Grid`] that wraps into a second dimension past 65535 workgroups.
@@ -65,8 +66,8 @@ pub use context::{ContextOptions, GpuContext};
 pub use error::GpuError;
 pub use facts::{AdapterFacts, CoopMatrixConfig, KeyLimits};
 pub use kernel::{
-    Kernel, KernelSource, KernelVariant, PipelineSpec, Target, WgslFile, WgslModule,
-    build_pipelines, wgsl,
+    BuiltKernel, Kernel, KernelSource, KernelVariant, PipelineSpec, Target, WgslFile, WgslModule,
+    build, wgsl,
 };
 pub use kernels::registry;
 pub use layout::Slot;

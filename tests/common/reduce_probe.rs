@@ -6,14 +6,15 @@ use crate::gpu::poisoned_f32;
 use fak::gpu::buffers::uniform;
 use fak::gpu::{
     Axes, GpuContext, Kernel, KernelPaths, KernelSource, KernelVariant, PipelineSpec, Slot,
-    WgslFile, WgslModule, build_pipelines, read_back_f32, upload, wgsl,
+    WgslFile, WgslModule, build, read_back_f32, upload, wgsl,
 };
 
 const PROBE: WgslFile = WgslFile {
     name: "reduce_probe.wgsl (tests/wgsl)",
     text: include_str!("../wgsl/reduce_probe.wgsl"),
 };
-const SLOTS: [Slot; 4] = [Slot::Read, Slot::ReadWrite, Slot::ReadWrite, Slot::Uniform];
+/// x, sums, seen, params.
+const SLOTS: &[Slot] = &[Slot::Read, Slot::ReadWrite, Slot::ReadWrite, Slot::Uniform];
 
 pub struct ReduceProbe {
     variant: KernelPaths,
@@ -41,6 +42,7 @@ impl Kernel for ReduceProbe {
             module: WgslModule::new(variant)
                 .with(wgsl::reduction(variant))
                 .with(PROBE),
+            slots: SLOTS,
             pipelines: Self::WORKGROUP_SIZES
                 .iter()
                 .map(|&wg| PipelineSpec {
@@ -59,13 +61,11 @@ impl ReduceProbe {
 
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Self {
         let variant = KernelVariant::of::<Self>(Self::AXES.select(paths));
-        let (layout, pipeline_layout) = ctx.layouts(&SLOTS);
-        let pipelines = build_pipelines(ctx, &variant, &pipeline_layout)
-            .unwrap_or_else(|e| panic!("building reduce_probe: {e}"));
+        let built = build(ctx, &variant).unwrap_or_else(|e| panic!("building reduce_probe: {e}"));
         ReduceProbe {
             variant: variant.paths,
-            layout,
-            pipelines,
+            layout: built.layout,
+            pipelines: built.pipelines,
         }
     }
 

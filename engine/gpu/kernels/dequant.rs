@@ -4,7 +4,7 @@ use crate::gpu::buffers::{Grid, Window, split_rows, uniform};
 use crate::gpu::context::GpuContext;
 use crate::gpu::error::GpuError;
 use crate::gpu::kernel::{
-    Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build_pipelines, wgsl,
+    Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build, wgsl,
 };
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
@@ -14,7 +14,8 @@ use crate::quant::GgmlType;
 const WG: u32 = 64;
 /// Elements each invocation writes.
 const PER_INVOCATION: u64 = 4;
-const SLOTS: [Slot; 3] = [Slot::Read, Slot::ReadWrite, Slot::Uniform];
+/// src, dst, params.
+const SLOTS: &[Slot] = &[Slot::Read, Slot::ReadWrite, Slot::Uniform];
 
 /// `Params` of wgsl/dequant.wgsl.
 #[repr(C)]
@@ -86,7 +87,11 @@ impl Kernel for Dequant {
                 }
             })
             .collect();
-        KernelSource { module, pipelines }
+        KernelSource {
+            module,
+            slots: SLOTS,
+            pipelines,
+        }
     }
 }
 
@@ -109,12 +114,11 @@ impl Dequant {
     /// Builds the kernel (it has one variant, so `paths` only has to be valid for the device).
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
         let variant = KernelVariant::of::<Self>(Self::AXES.select(paths));
-        let (layout, pipeline_layout) = ctx.layouts(&SLOTS);
-        let pipelines = build_pipelines(ctx, &variant, &pipeline_layout)?;
+        let built = build(ctx, &variant)?;
         Ok(Dequant {
             variant: variant.paths,
-            layout,
-            pipelines,
+            layout: built.layout,
+            pipelines: built.pipelines,
         })
     }
 
@@ -165,7 +169,9 @@ impl Dequant {
                 ty.block_elems()
             ))
         })?;
-        let dst_row_bytes = row_len * 4;
+        let dst_row_bytes = row_len
+            .checked_mul(4)
+            .ok_or_else(|| shape_error(format!("a row of {row_len} f32 overflows")))?;
         for (name, buffer, need) in [
             ("source", src, rows.checked_mul(row_bytes)),
             ("destination", dst, rows.checked_mul(dst_row_bytes)),
