@@ -41,14 +41,20 @@
 //!    `create_shader_module_trusted(.., ShaderRuntimeChecks::unchecked())` and the pipelines with
 //!    `zero_initialize_workgroup_memory: false` against the shared layout of its slots
 //!    ([`GpuContext::layouts`]: explicit, keyed by the signature, so a bind group works for
-//!    every variant and every kernel with the same signature). A `bind(..)` method checks shapes and buffer sizes, splits tensors
-//!    larger than one binding into row ranges ([`split_rows`], [`Window`]), and builds the bind
-//!    groups once at load time; `encode(pass, binding)` only records dispatches, on a
-//!    [`Grid`] that wraps into a second dimension past 65535 workgroups.
+//!    every variant and every kernel with the same signature). A `bind(..)` method checks shapes
+//!    and buffer sizes, splits tensors larger than one binding into row ranges ([`split_rows`],
+//!    [`Window`]: aligned binding offsets, the remainder passed as a byte/element offset), and
+//!    builds the bind groups once at load time; `encode(pass, binding)` only records dispatches,
+//!    on a [`Grid`] that wraps into a second dimension past 65535 workgroups.
 //! 3. **Register** it in [`registry`]: the portability test translates every variant to SPIR-V,
 //!    MSL and HLSL (where each is meant to run), and `harness selftest` will run them.
-//! 4. **Test** it in `tests/gpu_<op>.rs` against the CPU reference over every runnable path,
-//!    with poisoned outputs (see `tests/common`).
+//! 4. **Test** it in `tests/gpu_<op>.rs` against the CPU reference over every variant the
+//!    device can run (`fak_tests::variants::<K>`), seeded inputs, NaN-poisoned outputs and
+//!    `assert_close` with the tolerance's reason beside it (see `tests/common`).
+//!
+//! An f16 variant is written like a subgroup one (the module gets `enable f16;`). None exists
+//! yet: naga 30 mistranslates `bitcast<vec2<f16>>(u32)`, so GGUF f16 fields are decoded with
+//! `unpack2x16float` on every path (experiments/NOTES.md).
 
 pub mod buffers;
 pub mod context;
