@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod devices;
 mod inspect;
 
 #[derive(Parser)]
@@ -19,12 +20,15 @@ struct Cli {
 enum Command {
     /// Print a GGUF file's metadata, tensors and the bytes a decode step reads.
     Inspect(inspect::Args),
+    /// List the GPU adapters: backend, type, driver, features, limits, subgroup sizes.
+    Devices(devices::Args),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
+        Command::Devices(args) => devices::run(args),
     };
     if let Err(err) = result {
         // One clear line (with its causes), no backtrace unless RUST_BACKTRACE asks for one.

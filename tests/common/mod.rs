@@ -1,5 +1,12 @@
 //! Utilities shared by the integration tests.
 
+pub mod compare;
+pub mod gpu;
+pub mod reduce_probe;
+
+pub use compare::{Tolerance, assert_close};
+pub use gpu::{gpu, poisoned_f32, rng, variants};
+
 use std::path::PathBuf;
 
 /// `tests/fixtures/<rel>`; every fixture says where it came from in `tests/fixtures/README.md`.

@@ -1,0 +1,298 @@
+//! The wgpu context: adapter choice, the device with the adapter's full limits and optional
+//! features, and the kernel paths it can run.
+
+use super::error::GpuError;
+use super::facts::AdapterFacts;
+use super::layout::{LayoutCache, Slot};
+use super::paths::{CoopShape, Forced, KernelPaths};
+
+/// Optional features requested whenever the adapter has them (wgpu-notes.md §0).
+const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
+    .union(wgpu::Features::SUBGROUP)
+    .union(wgpu::Features::IMMEDIATES)
+    .union(wgpu::Features::TIMESTAMP_QUERY)
+    .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES)
+    .union(wgpu::Features::PIPELINE_CACHE);
+
+/// Kernels address bytes inside one binding with u32 arithmetic; 2 GiB leaves headroom for
+/// `offset + 4` and matches wgpu's own Vulkan cap (wgpu-notes.md §2).
+const MAX_ADDRESSABLE_BINDING: u64 = 1 << 31;
+
+/// How to pick and open the device.
+#[derive(Clone, Debug, Default)]
+pub struct ContextOptions {
+    /// A case-insensitive substring of the adapter name (`FAK_ADAPTER`); the best adapter if None.
+    pub adapter: Option<String>,
+    /// Request `EXPERIMENTAL_COOPERATIVE_MATRIX` where the adapter has it (`FAK_COOP_MATRIX=1`).
+    /// Experimental in wgpu 30: a configuration the driver lacks is undefined behaviour.
+    pub cooperative_matrix: bool,
+    /// Fast paths switched off for [`GpuContext::paths`] (`FAK_FORCE`).
+    pub forced: Forced,
+}
+
+impl ContextOptions {
+    /// Options from `FAK_ADAPTER`, `FAK_COOP_MATRIX` and `FAK_FORCE`. (`WGPU_BACKEND` is read
+    /// when the instance is created.)
+    pub fn from_env() -> Result<Self, GpuError> {
+        let forced = match std::env::var("FAK_FORCE") {
+            Ok(list) => Forced::parse(&list).map_err(GpuError::BadForce)?,
+            Err(_) => Forced::default(),
+        };
+        Ok(ContextOptions {
+            adapter: std::env::var("FAK_ADAPTER").ok().filter(|s| !s.is_empty()),
+            cooperative_matrix: std::env::var("FAK_COOP_MATRIX").is_ok_and(|v| v == "1"),
+            forced,
+        })
+    }
+}
+
+/// An open device and what it can run. Kernels are built against it with a [`KernelPaths`].
+pub struct GpuContext {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    facts: AdapterFacts,
+    /// The fastest paths the device supports, before forcing.
+    best: KernelPaths,
+    forced: Forced,
+    layouts: LayoutCache,
+}
+
+/// The backends fak uses: `WGPU_BACKEND`'s, else the primary ones (Vulkan, Metal, DX12). GL is
+/// left out unless asked for, since it has none of the compute features kernels use.
+pub fn default_backends() -> wgpu::Backends {
+    wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY)
+}
+
+fn instance_on(backends: wgpu::Backends) -> wgpu::Instance {
+    wgpu::Instance::new(wgpu::InstanceDescriptor {
+        backends,
+        flags: wgpu::InstanceFlags::from_build_config().with_env(),
+        ..wgpu::InstanceDescriptor::new_without_display_handle()
+    })
+}
+
+/// Every adapter on every backend (`WGPU_BACKEND` still narrows it), best first: what
+/// `harness devices` lists.
+pub fn all_adapters() -> Vec<wgpu::Adapter> {
+    let backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::all());
+    ranked_adapters(&instance_on(backends), backends)
+}
+
+/// The adapters of `instance`, best first: discrete > integrated > virtual > CPU, and within a
+/// type the native backends before GL.
+pub fn ranked_adapters(instance: &wgpu::Instance, backends: wgpu::Backends) -> Vec<wgpu::Adapter> {
+    let mut adapters = pollster::block_on(instance.enumerate_adapters(backends));
+    adapters.sort_by_key(|a| rank(&a.get_info()));
+    adapters
+}
+
+fn rank(info: &wgpu::AdapterInfo) -> (u8, u8) {
+    let device = match info.device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    };
+    let backend = match info.backend {
+        wgpu::Backend::Vulkan | wgpu::Backend::Metal | wgpu::Backend::Dx12 => 0,
+        _ => 1,
+    };
+    (device, backend)
+}
+
+/// The index in `ranked` (best first) of the adapter fak uses: the first on `backends` whose name
+/// contains `wanted` case-insensitively, or the first on `backends` when `wanted` is None.
+pub fn choose(
+    ranked: &[wgpu::Adapter],
+    wanted: Option<&str>,
+    backends: wgpu::Backends,
+) -> Result<usize, GpuError> {
+    let usable: Vec<usize> = (0..ranked.len())
+        .filter(|&i| backends.contains(ranked[i].get_info().backend.into()))
+        .collect();
+    let Some(&best) = usable.first() else {
+        return Err(GpuError::NoAdapter {
+            backends: format!("{backends:?}"),
+        });
+    };
+    let Some(wanted) = wanted else {
+        return Ok(best);
+    };
+    let needle = wanted.to_lowercase();
+    usable
+        .iter()
+        .copied()
+        .find(|&i| ranked[i].get_info().name.to_lowercase().contains(&needle))
+        .ok_or_else(|| GpuError::NoMatchingAdapter {
+            wanted: wanted.to_string(),
+            available: usable
+                .iter()
+                .map(|&i| {
+                    let info = ranked[i].get_info();
+                    format!("{} ({}, {:?})", info.name, info.backend, info.device_type)
+                })
+                .collect(),
+        })
+}
+
+impl GpuContext {
+    /// Opens the device that `FAK_ADAPTER` / `WGPU_BACKEND` / `FAK_COOP_MATRIX` / `FAK_FORCE` ask
+    /// for.
+    pub fn from_env() -> Result<Self, GpuError> {
+        Self::new(&ContextOptions::from_env()?)
+    }
+
+    pub fn new(options: &ContextOptions) -> Result<Self, GpuError> {
+        let backends = default_backends();
+        let adapters = ranked_adapters(&instance_on(backends), backends);
+        let chosen = choose(&adapters, options.adapter.as_deref(), backends)?;
+        Self::open(&adapters[chosen], options)
+    }
+
+    /// Opens a device on `adapter` with its full limits and every optional feature it has.
+    pub fn open(adapter: &wgpu::Adapter, options: &ContextOptions) -> Result<Self, GpuError> {
+        let facts = AdapterFacts::of(adapter);
+        let mut wanted = OPTIONAL_FEATURES;
+        if options.cooperative_matrix {
+            wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        }
+        let features = adapter.features() & wanted;
+        let experimental = if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+            // SAFETY: only cooperative-matrix kernels use the experimental feature, and they run
+            // only with a configuration the adapter reported (`coop_shapes`).
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        };
+        let descriptor = wgpu::DeviceDescriptor {
+            label: Some("fak"),
+            required_features: features,
+            required_limits: adapter.limits(),
+            experimental_features: experimental,
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        };
+        let (device, queue) =
+            pollster::block_on(adapter.request_device(&descriptor)).map_err(|source| {
+                GpuError::RequestDevice {
+                    adapter: facts.name.clone(),
+                    source,
+                }
+            })?;
+        let best = KernelPaths {
+            subgroup: features.contains(wgpu::Features::SUBGROUP),
+            f16: features.contains(wgpu::Features::SHADER_F16),
+            coop_matrix: coop_shapes(&facts, features).last().copied(),
+        };
+        Ok(GpuContext {
+            device,
+            queue,
+            facts,
+            best,
+            forced: options.forced,
+            layouts: LayoutCache::default(),
+        })
+    }
+
+    pub fn facts(&self) -> &AdapterFacts {
+        &self.facts
+    }
+
+    /// The paths kernels should be built with: the fastest the device has, minus forced ones.
+    pub fn paths(&self) -> KernelPaths {
+        self.best.without(self.forced)
+    }
+
+    /// Every combination of paths this device can run, fallback first (forcing ignored): tests
+    /// run each kernel over all of them.
+    pub fn runnable_paths(&self) -> Vec<KernelPaths> {
+        let features = self.device.features();
+        let mut out = Vec::new();
+        for subgroup in [false, true] {
+            for f16 in [false, true] {
+                let base = KernelPaths {
+                    subgroup,
+                    f16,
+                    coop_matrix: None,
+                };
+                if !features.contains(base.required_features()) {
+                    continue;
+                }
+                out.push(base);
+                if f16 {
+                    for shape in coop_shapes(&self.facts, features) {
+                        out.push(KernelPaths {
+                            coop_matrix: Some(shape),
+                            ..base
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The device features `paths` needs that this device lacks (empty when it can run them).
+    pub fn missing_features(&self, paths: KernelPaths) -> wgpu::Features {
+        paths.required_features() - self.device.features()
+    }
+
+    /// The largest storage binding a kernel may address: the device limit, capped at 2 GiB for
+    /// u32 byte offsets, in whole words.
+    pub fn max_binding_size(&self) -> u64 {
+        let limit = self.device.limits().max_storage_buffer_binding_size;
+        limit.min(MAX_ADDRESSABLE_BINDING) & !3
+    }
+
+    /// The alignment of a storage binding's offset (at least 4).
+    pub fn binding_alignment(&self) -> u64 {
+        u64::from(self.device.limits().min_storage_buffer_offset_alignment).max(4)
+    }
+
+    /// The shared bind-group and pipeline layouts for a binding signature.
+    pub fn layouts(&self, slots: &[Slot]) -> (wgpu::BindGroupLayout, wgpu::PipelineLayout) {
+        self.layouts.get(&self.device, slots)
+    }
+
+    /// Records one compute pass with `record`, submits it and waits for it to finish.
+    pub fn run_pass(
+        &self,
+        label: &str,
+        record: impl FnOnce(&mut wgpu::ComputePass),
+    ) -> Result<(), GpuError> {
+        let mut encoder = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(label),
+                timestamp_writes: None,
+            });
+            record(&mut pass);
+        }
+        let index = self.queue.submit([encoder.finish()]);
+        self.device.poll(wgpu::PollType::Wait {
+            submission_index: Some(index),
+            timeout: None,
+        })?;
+        Ok(())
+    }
+}
+
+/// The cooperative-matrix shapes a kernel can use on this device, smallest first: square configs
+/// with f16 inputs and f32 accumulators, the only kind fak's kernels are written for.
+fn coop_shapes(facts: &AdapterFacts, features: wgpu::Features) -> Vec<CoopShape> {
+    if !features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+        return Vec::new();
+    }
+    CoopShape::ALL
+        .into_iter()
+        .filter(|shape| {
+            let n = shape.size();
+            facts.cooperative_matrix.iter().any(|c| {
+                c.m == n && c.n == n && c.k == n && c.ab_type == "f16" && c.cr_type == "f32"
+            })
+        })
+        .collect()
+}

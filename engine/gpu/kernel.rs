@@ -1,0 +1,243 @@
+//! Kernel building blocks: WGSL files embedded at build time, modules composed from them by
+//! concatenation, the [`Kernel`] trait every wrapper implements, and pipeline creation with
+//! runtime checks off.
+
+use super::context::GpuContext;
+use super::error::GpuError;
+use super::facts::feature_names;
+use super::layout::Slot;
+use super::paths::{Axes, KernelPaths};
+
+/// One file of `wgsl/`, embedded in the binary.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct WgslFile {
+    pub name: &'static str,
+    pub text: &'static str,
+}
+
+macro_rules! wgsl_file {
+    ($name:literal) => {
+        WgslFile {
+            name: $name,
+            text: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../wgsl/", $name)),
+        }
+    };
+}
+
+/// The WGSL files. Helpers state what they require and provide in their header.
+pub mod wgsl {
+    use super::WgslFile;
+    use crate::gpu::paths::KernelPaths;
+
+    /// Byte-addressed loads from `array<u32>` (needs the kernel's `fn src_word`).
+    pub const BYTES: WgslFile = wgsl_file!("bytes.wgsl");
+    /// GGUF block decoders (needs BYTES).
+    pub const BLOCKS: WgslFile = wgsl_file!("blocks.wgsl");
+    /// Flat workgroup index on a 2-D grid.
+    pub const GRID: WgslFile = wgsl_file!("grid.wgsl");
+    pub const REDUCE_SUBGROUP: WgslFile = wgsl_file!("reduce_subgroup.wgsl");
+    pub const REDUCE_WORKGROUP: WgslFile = wgsl_file!("reduce_workgroup.wgsl");
+    pub const DEQUANT: WgslFile = wgsl_file!("dequant.wgsl");
+
+    /// The workgroup reduction for a variant: subgroup operations where the variant has them.
+    pub fn reduction(variant: KernelPaths) -> WgslFile {
+        if variant.subgroup {
+            REDUCE_SUBGROUP
+        } else {
+            REDUCE_WORKGROUP
+        }
+    }
+}
+
+/// A shader module's WGSL: the enable directives its variant needs, then its files in order
+/// (helpers first, the kernel last). Nothing is templated: variants differ only in which files
+/// are concatenated and in `override` constants.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WgslModule {
+    pub variant: KernelPaths,
+    pub files: Vec<WgslFile>,
+}
+
+impl WgslModule {
+    pub fn new(variant: KernelPaths) -> Self {
+        WgslModule {
+            variant,
+            files: Vec::new(),
+        }
+    }
+
+    pub fn with(mut self, file: WgslFile) -> Self {
+        self.files.push(file);
+        self
+    }
+
+    /// The module text. Each file is preceded by a `// ---- wgsl/<name>` marker so that naga's
+    /// error locations can be traced back to a file.
+    pub fn text(&self) -> String {
+        let mut text = String::new();
+        if self.variant.f16 {
+            text.push_str("enable f16;\n");
+        }
+        if self.variant.coop_matrix.is_some() {
+            text.push_str("enable wgpu_cooperative_matrix;\n");
+        }
+        for file in &self.files {
+            text.push_str("// ---- wgsl/");
+            text.push_str(file.name);
+            text.push('\n');
+            text.push_str(file.text);
+            if !file.text.ends_with('\n') {
+                text.push('\n');
+            }
+        }
+        text
+    }
+}
+
+/// One pipeline of a module: an entry point specialised by `override` constants.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PipelineSpec {
+    /// A label naming what this pipeline is for (`dequant Q4_K`).
+    pub label: String,
+    pub entry_point: &'static str,
+    pub constants: Vec<(&'static str, f64)>,
+}
+
+/// Everything needed to build one kernel variant: its module, its binding signature (group 0,
+/// in binding order) and its pipelines.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelSource {
+    pub module: WgslModule,
+    pub slots: &'static [Slot],
+    pub pipelines: Vec<PipelineSpec>,
+}
+
+/// A built kernel variant: the shared bind-group layout its bind groups use and one pipeline per
+/// [`PipelineSpec`], in order.
+pub struct BuiltKernel {
+    pub layout: wgpu::BindGroupLayout,
+    pub pipelines: Vec<wgpu::ComputePipeline>,
+}
+
+/// What every kernel wrapper declares, so the registry can enumerate and build every variant.
+pub trait Kernel {
+    /// The op-family name (`dequant`), also the name of its WGSL file.
+    const NAME: &'static str;
+    /// The variant axes the kernel has.
+    const AXES: Axes;
+    /// The source of one variant; `variant` is always one of `AXES.variants()`.
+    fn source(variant: KernelPaths) -> KernelSource;
+}
+
+/// Where a translated kernel is meant to run.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Target {
+    /// Vulkan (naga → SPIR-V).
+    SpirV,
+    /// Metal (naga → MSL).
+    Msl,
+    /// DX12 (naga → HLSL).
+    Hlsl,
+}
+
+/// One variant of one kernel, as the registry lists it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelVariant {
+    pub kernel: &'static str,
+    pub paths: KernelPaths,
+    pub source: KernelSource,
+}
+
+impl KernelVariant {
+    pub fn of<K: Kernel>(variant: KernelPaths) -> KernelVariant {
+        KernelVariant {
+            kernel: K::NAME,
+            paths: variant,
+            source: K::source(variant),
+        }
+    }
+
+    /// Every variant of `K`.
+    pub fn all_of<K: Kernel>() -> Vec<KernelVariant> {
+        K::AXES.variants().into_iter().map(Self::of::<K>).collect()
+    }
+
+    /// Whether this variant is meant to run on `target`: 16×16 cooperative matrices are
+    /// Vulkan-only (Metal has 8×8 only), 8×8 ones are for Metal, and DX12 has none.
+    pub fn meant_for(&self, target: Target) -> bool {
+        use super::paths::CoopShape;
+        matches!(
+            (self.paths.coop_matrix, target),
+            (None, _)
+                | (Some(CoopShape::M16x16), Target::SpirV)
+                | (Some(CoopShape::M8x8), Target::Msl)
+        )
+    }
+}
+
+/// Builds the pipelines of `variant` on the device, against the shared layout of its slots.
+///
+/// The module is created with `create_shader_module_trusted(.., ShaderRuntimeChecks::unchecked())`
+/// and the pipelines with `zero_initialize_workgroup_memory: false`: no bounds clamps, loop
+/// counters or zero-fills are injected (on Metal the checked path clamps every storage index);
+/// correctness comes from the tests. Validation errors come back as [`GpuError::Shader`].
+pub fn build(ctx: &GpuContext, variant: &KernelVariant) -> Result<BuiltKernel, GpuError> {
+    let missing = ctx.missing_features(variant.paths);
+    if !missing.is_empty() {
+        return Err(GpuError::PathUnavailable {
+            kernel: variant.kernel,
+            paths: variant.paths,
+            missing: feature_names(missing).join(", "),
+        });
+    }
+    let (layout, pipeline_layout) = ctx.layouts(variant.source.slots);
+    let label = format!("{} ({})", variant.kernel, variant.paths);
+    let text = variant.source.module.text();
+    let internal = ctx.device.push_error_scope(wgpu::ErrorFilter::Internal);
+    let validation = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
+    // SAFETY: kernels guard every index themselves; the GPU tests and the portability test check
+    // them on every variant.
+    let module = unsafe {
+        ctx.device.create_shader_module_trusted(
+            wgpu::ShaderModuleDescriptor {
+                label: Some(&label),
+                source: wgpu::ShaderSource::Wgsl(text.into()),
+            },
+            wgpu::ShaderRuntimeChecks::unchecked(),
+        )
+    };
+    let pipelines = variant
+        .source
+        .pipelines
+        .iter()
+        .map(|spec| {
+            ctx.device
+                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(&spec.label),
+                    layout: Some(&pipeline_layout),
+                    module: &module,
+                    entry_point: Some(spec.entry_point),
+                    compilation_options: wgpu::PipelineCompilationOptions {
+                        constants: &spec.constants,
+                        zero_initialize_workgroup_memory: false,
+                    },
+                    cache: None,
+                })
+        })
+        .collect();
+    let errors = [validation, internal]
+        .map(|scope| pollster::block_on(scope.pop()))
+        .into_iter()
+        .flatten()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>();
+    if errors.is_empty() {
+        Ok(BuiltKernel { layout, pipelines })
+    } else {
+        Err(GpuError::Shader {
+            kernel: variant.kernel,
+            paths: variant.paths,
+            message: errors.join("; "),
+        })
+    }
+}
