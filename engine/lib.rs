@@ -6,3 +6,4 @@
 
 pub mod gguf;
 pub mod quant;
+pub mod tokenizer;
