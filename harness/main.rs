@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod inspect;
+mod tokenize;
 
 #[derive(Parser)]
 #[command(
@@ -19,12 +20,15 @@ struct Cli {
 enum Command {
     /// Print a GGUF file's metadata, tensors and the bytes a decode step reads.
     Inspect(inspect::Args),
+    /// Print the token ids of texts or files (one line of ids per input).
+    Tokenize(tokenize::Args),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
+        Command::Tokenize(args) => tokenize::run(args),
     };
     if let Err(err) = result {
         // One clear line (with its causes), no backtrace unless RUST_BACKTRACE asks for one.
