@@ -5,5 +5,8 @@
 //! formats, `gpu` owns the wgpu context and one typed wrapper per kernel.
 
 pub mod gguf;
+pub mod model;
 pub mod quant;
+pub mod reference;
+pub mod runtime;
 pub mod tokenizer;
