@@ -46,7 +46,12 @@ impl Hparams {
             let per_layer = m.usize_per_layer(&key, n_layer)?;
             match per_layer.first() {
                 Some(&v) if per_layer.iter().all(|&x| x == v) => Ok(v),
-                Some(_) => Err(m.error(&key, "differs between layers, which dense models here do not support").into()),
+                Some(_) => Err(m
+                    .error(
+                        &key,
+                        "differs between layers, which dense models here do not support",
+                    )
+                    .into()),
                 None => Err(m.error(&k("block_count"), "is 0").into()),
             }
         };
@@ -64,16 +69,31 @@ impl Hparams {
         if let Some(v) = m.opt_usize(&k("attention.value_length"))?
             && v != head_dim
         {
-            return Err(m.error(&k("attention.value_length"), format!("{v} differs from key_length {head_dim}")).into());
+            return Err(m
+                .error(
+                    &k("attention.value_length"),
+                    format!("{v} differs from key_length {head_dim}"),
+                )
+                .into());
         }
         let n_vocab = match m.opt_usize(&k("vocab_size"))? {
             Some(v) => v,
-            None => gguf.require_tensor("token_embd.weight")?.shape.get(1).copied().unwrap_or(0) as usize,
+            None => gguf
+                .require_tensor("token_embd.weight")?
+                .shape
+                .get(1)
+                .copied()
+                .unwrap_or(0) as usize,
         };
         if let Some(kind) = m.opt_str(&k("rope.scaling.type"))?
             && kind != "none"
         {
-            return Err(m.error(&k("rope.scaling.type"), format!("{kind:?} rope scaling is not supported")).into());
+            return Err(m
+                .error(
+                    &k("rope.scaling.type"),
+                    format!("{kind:?} rope scaling is not supported"),
+                )
+                .into());
         }
         let hp = Hparams {
             arch,

@@ -86,9 +86,15 @@ impl Hparams {
         let k = |s: &str| format!("qwen35.{s}");
         let n_blocks = m.usize(&k("block_count"))?;
         let n_mtp = m.opt_usize(&k("nextn_predict_layers"))?.unwrap_or(0);
-        let n_layer = n_blocks.checked_sub(n_mtp).filter(|&n| n > 0).ok_or_else(|| {
-            m.error(&k("nextn_predict_layers"), format!("{n_mtp} leaves no trunk of the {n_blocks} blocks"))
-        })?;
+        let n_layer = n_blocks
+            .checked_sub(n_mtp)
+            .filter(|&n| n > 0)
+            .ok_or_else(|| {
+                m.error(
+                    &k("nextn_predict_layers"),
+                    format!("{n_mtp} leaves no trunk of the {n_blocks} blocks"),
+                )
+            })?;
         let layer_kinds = layer_schedule(gguf, n_blocks, n_layer)?;
         // Per-layer arrays must agree over the layers they describe (head_count_kv may be 0 on
         // GDN layers in some files, so attention keys are checked on attention layers only).
@@ -102,7 +108,9 @@ impl Hparams {
                 .collect();
             match used.first() {
                 Some(&x) if used.iter().all(|&y| y == x) => Ok(x),
-                Some(_) => Err(m.error(&key, "differs between layers, which is not supported").into()),
+                Some(_) => Err(m
+                    .error(&key, "differs between layers, which is not supported")
+                    .into()),
                 None => Err(m.error(&key, "describes no layer of the trunk").into()),
             }
         };
@@ -119,7 +127,12 @@ impl Hparams {
             n_ff: uniform(k("feed_forward_length"), false)?,
             n_vocab: match m.opt_usize(&k("vocab_size"))? {
                 Some(v) => v,
-                None => gguf.require_tensor("token_embd.weight")?.shape.get(1).copied().unwrap_or(0) as usize,
+                None => gguf
+                    .require_tensor("token_embd.weight")?
+                    .shape
+                    .get(1)
+                    .copied()
+                    .unwrap_or(0) as usize,
             },
             n_ctx_train: m.usize(&k("context_length"))?,
             rms_eps: m.f32(&k("attention.layer_norm_rms_epsilon"))?,
@@ -142,7 +155,8 @@ impl Hparams {
 
     fn validate(&self, gguf: &Gguf, inner: usize) -> Result<(), ModelError> {
         let m = gguf.metadata();
-        let bad = |key: &str, why: String| Err(ModelError::from(m.error(&format!("qwen35.{key}"), why)));
+        let bad =
+            |key: &str, why: String| Err(ModelError::from(m.error(&format!("qwen35.{key}"), why)));
         let positive = [
             ("embedding_length", self.n_embd),
             ("feed_forward_length", self.n_ff),
@@ -161,24 +175,57 @@ impl Hparams {
             }
         }
         if self.n_head % self.n_head_kv != 0 {
-            return bad("attention.head_count_kv", format!("{} does not divide head_count {}", self.n_head_kv, self.n_head));
+            return bad(
+                "attention.head_count_kv",
+                format!(
+                    "{} does not divide head_count {}",
+                    self.n_head_kv, self.n_head
+                ),
+            );
         }
         if inner != self.ssm_dv * self.ssm_nv || self.ssm_dv == 0 {
-            return bad("ssm.inner_size", format!("{inner} is not a positive multiple of time_step_rank {}", self.ssm_nv));
+            return bad(
+                "ssm.inner_size",
+                format!(
+                    "{inner} is not a positive multiple of time_step_rank {}",
+                    self.ssm_nv
+                ),
+            );
         }
         if self.ssm_nv % self.ssm_nk != 0 {
-            return bad("ssm.time_step_rank", format!("{} value heads are not a multiple of the {} key heads (ssm.group_count)", self.ssm_nv, self.ssm_nk));
+            return bad(
+                "ssm.time_step_rank",
+                format!(
+                    "{} value heads are not a multiple of the {} key heads (ssm.group_count)",
+                    self.ssm_nv, self.ssm_nk
+                ),
+            );
         }
         if !SUPPORTED_CONV_KERNELS.contains(&self.conv_kernel) {
-            return bad("ssm.conv_kernel", format!("{} taps; the kernels support {SUPPORTED_CONV_KERNELS:?}", self.conv_kernel));
+            return bad(
+                "ssm.conv_kernel",
+                format!(
+                    "{} taps; the kernels support {SUPPORTED_CONV_KERNELS:?}",
+                    self.conv_kernel
+                ),
+            );
         }
         if self.n_rot % 2 != 0 || self.n_rot > self.head_dim {
-            return bad("rope.dimension_count", format!("{} must be even and at most the head size {}", self.n_rot, self.head_dim));
+            return bad(
+                "rope.dimension_count",
+                format!(
+                    "{} must be even and at most the head size {}",
+                    self.n_rot, self.head_dim
+                ),
+            );
         }
         if let Some(v) = m.opt_usize("qwen35.attention.value_length")?
             && v != self.head_dim
         {
-            return bad("attention.value_length", format!("{v} differs from key_length {}", self.head_dim));
+            return bad(
+                "attention.value_length",
+                format!("{v} differs from key_length {}", self.head_dim),
+            );
         }
         Ok(())
     }
@@ -208,17 +255,32 @@ impl Hparams {
 /// Which trunk layers are GDN: the per-block `attention.recurrent_layers` array when present
 /// (it includes MTP blocks), else layer ℓ is attention iff (ℓ+1) is a multiple of
 /// `full_attention_interval` (default 4).
-fn layer_schedule(gguf: &Gguf, n_blocks: usize, n_layer: usize) -> Result<Vec<LayerKind>, ModelError> {
+fn layer_schedule(
+    gguf: &Gguf,
+    n_blocks: usize,
+    n_layer: usize,
+) -> Result<Vec<LayerKind>, ModelError> {
     let m = gguf.metadata();
     let key = "qwen35.attention.recurrent_layers";
     if m.contains(key) {
         let flags = m.bool_array(key)?;
         if flags.len() != n_blocks {
-            return Err(m.error(key, format!("{} entries for {n_blocks} blocks", flags.len())).into());
+            return Err(m
+                .error(
+                    key,
+                    format!("{} entries for {n_blocks} blocks", flags.len()),
+                )
+                .into());
         }
         return Ok(flags[..n_layer]
             .iter()
-            .map(|&r| if r { LayerKind::DeltaNet } else { LayerKind::Attention })
+            .map(|&r| {
+                if r {
+                    LayerKind::DeltaNet
+                } else {
+                    LayerKind::Attention
+                }
+            })
             .collect());
     }
     let key = "qwen35.full_attention_interval";
@@ -289,7 +351,8 @@ impl<'g> Tensors<'g> {
             .iter()
             .enumerate()
             .map(|(i, kind)| {
-                let need = |s: &str, shape: &[u64]| expect_tensor(gguf, &format!("blk.{i}.{s}"), shape);
+                let need =
+                    |s: &str, shape: &[u64]| expect_tensor(gguf, &format!("blk.{i}.{s}"), shape);
                 let mixer = match kind {
                     LayerKind::DeltaNet => Mixer::DeltaNet(DeltaNetTensors {
                         qkv: need("attn_qkv.weight", &[d, u(hp.conv_dim())])?,

@@ -92,7 +92,6 @@ impl<'g> DenseReference<'g> {
             l.values.clear();
         }
     }
-
 }
 
 impl Reference for DenseReference<'_> {
@@ -116,7 +115,13 @@ impl Reference for DenseReference<'_> {
 }
 
 /// q/k/v projections, q/k norm, RoPE, cache append, causal GQA attention over the cache.
-fn attention(hp: &Hparams, l: &mut Layer, h: &[f32], pos: usize, freqs: Option<&[f32]>) -> Vec<f32> {
+fn attention(
+    hp: &Hparams,
+    l: &mut Layer,
+    h: &[f32],
+    pos: usize,
+    freqs: Option<&[f32]>,
+) -> Vec<f32> {
     let (mut q, mut k, mut v) = (l.wq.matvec(h), l.wk.matvec(h), l.wv.matvec(h));
     if let Some([bq, bk, bv]) = &l.bias {
         add_into(&mut q, bq);

@@ -7,7 +7,14 @@
 //! `β ∈ (0,1)` and the log-decay `g ≤ 0`.
 
 /// One recurrent step: `S ← e^g S; u = Sᵀk; S ← S + k (β(v − u))ᵀ; o = Sᵀq`. Returns `o`.
-pub fn gated_delta_step(s: &mut [f32], q: &[f32], k: &[f32], v: &[f32], beta: f32, g: f32) -> Vec<f32> {
+pub fn gated_delta_step(
+    s: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    beta: f32,
+    g: f32,
+) -> Vec<f32> {
     let (dk, dv) = (k.len(), v.len());
     debug_assert_eq!(s.len(), dk * dv);
     let decay = f64::from(g).exp();
@@ -24,7 +31,11 @@ pub fn gated_delta_step(s: &mut [f32], q: &[f32], k: &[f32], v: &[f32], beta: f3
         }
     }
     let out = (0..dv)
-        .map(|j| (0..dk).map(|i| state[i * dv + j] * f64::from(q[i])).sum::<f64>() as f32)
+        .map(|j| {
+            (0..dk)
+                .map(|i| state[i * dv + j] * f64::from(q[i]))
+                .sum::<f64>() as f32
+        })
         .collect();
     for (dst, src) in s.iter_mut().zip(&state) {
         *dst = *src as f32;
@@ -215,7 +226,15 @@ mod tests {
                 })
                 .collect();
             let mut s_chunk = c.s0.clone();
-            let seq = HeadSequence { q: &c.q, k: &c.k, v: &c.v, beta: &c.beta, g: &c.g, dk, dv };
+            let seq = HeadSequence {
+                q: &c.q,
+                k: &c.k,
+                v: &c.v,
+                beta: &c.beta,
+                g: &c.g,
+                dk,
+                dv,
+            };
             let o_chunk = gated_delta_chunked(&mut s_chunk, &seq, chunk);
             // Both run in f64 inside and round to f32 once per token (recurrent) or per
             // sequence (chunked): agreement to a few f32 ulps of O(1) values.

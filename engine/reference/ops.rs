@@ -53,8 +53,10 @@ impl<'g> Matrix<'g> {
 /// A 1-D tensor (norm weight, bias) dequantized whole.
 pub fn vector(gguf: &Gguf, t: &TensorInfo) -> Result<Vec<f32>, ModelError> {
     check_dequantizable(gguf, t)?;
-    Ok(quant::dequantize(t.ty, gguf.tensor_data(t), t.n_elements() as usize)
-        .expect("geometry checked at load"))
+    Ok(
+        quant::dequantize(t.ty, gguf.tensor_data(t), t.n_elements() as usize)
+            .expect("geometry checked at load"),
+    )
 }
 
 fn check_dequantizable(gguf: &Gguf, t: &TensorInfo) -> Result<(), ModelError> {
@@ -71,7 +73,10 @@ fn check_dequantizable(gguf: &Gguf, t: &TensorInfo) -> Result<(), ModelError> {
 }
 
 pub fn dot(a: &[f32], b: &[f32]) -> f64 {
-    a.iter().zip(b).map(|(&x, &y)| f64::from(x) * f64::from(y)).sum()
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| f64::from(x) * f64::from(y))
+        .sum()
 }
 
 /// `w ⊙ x / sqrt(mean(x²) + eps)`; `w = None` for the weightless norm of gated outputs.
@@ -135,7 +140,13 @@ pub fn attend(q: &[f32], keys: &[&[f32]], values: &[&[f32]], scale: f32) -> Vec<
 
 /// Causal GQA attention of every query head against a layer's cache: query head h reads kv
 /// head ⌊h / (n_head / n_head_kv)⌋ (contiguous grouping); scale 1/√head_dim.
-pub fn gqa_attention(q: &[f32], keys: &[Vec<f32>], values: &[Vec<f32>], n_head_kv: usize, head_dim: usize) -> Vec<f32> {
+pub fn gqa_attention(
+    q: &[f32],
+    keys: &[Vec<f32>],
+    values: &[Vec<f32>],
+    n_head_kv: usize,
+    head_dim: usize,
+) -> Vec<f32> {
     let n_head = q.len() / head_dim;
     let group = n_head / n_head_kv;
     let scale = 1.0 / (head_dim as f32).sqrt();

@@ -1,8 +1,8 @@
 //! Qwen3.5 on the CPU, one token at a time (GDN layers in the recurrent form): the oracle for
 //! the GPU hybrid model, its chunked prefill included.
 
-use super::gated_delta::gated_delta_step;
 use super::Reference;
+use super::gated_delta::gated_delta_step;
 use super::ops::{Matrix, add_into, gqa_attention, rms_norm, rope, sigmoid, silu, swiglu, vector};
 use crate::gguf::Gguf;
 use crate::model::qwen35::{Hparams, Mixer, Tensors};
@@ -131,7 +131,6 @@ impl<'g> Qwen35Reference<'g> {
             }
         }
     }
-
 }
 
 impl Reference for Qwen35Reference<'_> {
@@ -176,7 +175,11 @@ pub fn causal_conv_silu(window: &[&[f32]], weights: &[f32]) -> Vec<f32> {
     (0..window[0].len())
         .map(|c| {
             let taps = &weights[c * k..(c + 1) * k];
-            let acc: f64 = window.iter().zip(taps).map(|(w, &t)| f64::from(w[c]) * f64::from(t)).sum();
+            let acc: f64 = window
+                .iter()
+                .zip(taps)
+                .map(|(w, &t)| f64::from(w[c]) * f64::from(t))
+                .sum();
             silu(acc as f32)
         })
         .collect()
@@ -212,7 +215,14 @@ fn delta_net(hp: &Hparams, d: &mut DeltaNet, h: &[f32]) -> Vec<f32> {
         let kh = hp.head_mapping.key_head(hv, nk, nv);
         let beta = sigmoid(b[hv]);
         let g = d.a[hv] * softplus(a[hv] + d.dt_bias[hv]);
-        let o = gated_delta_step(&mut d.state[hv], &q[kh], &k[kh], &v[hv * dv..(hv + 1) * dv], beta, g);
+        let o = gated_delta_step(
+            &mut d.state[hv],
+            &q[kh],
+            &k[kh],
+            &v[hv * dv..(hv + 1) * dv],
+            beta,
+            g,
+        );
         let normed = rms_norm(&o, Some(&d.norm), hp.rms_eps);
         let zh = &z[hv * dv..(hv + 1) * dv];
         y.extend(normed.iter().zip(zh).map(|(&o, &z)| o * silu(z)));
@@ -229,7 +239,14 @@ fn gated_attention(hp: &Hparams, a: &mut Attention, h: &[f32], pos: usize) -> Ve
     let mut gate = Vec::with_capacity(hp.q_dim());
     for head in qg.chunks(2 * hd) {
         let mut qh = rms_norm(&head[..hd], Some(&a.q_norm), hp.rms_eps);
-        rope(&mut qh, pos, hp.n_rot, hp.rope_base, RopePairing::Neox, None);
+        rope(
+            &mut qh,
+            pos,
+            hp.n_rot,
+            hp.rope_base,
+            RopePairing::Neox,
+            None,
+        );
         q.extend(qh);
         gate.extend_from_slice(&head[hd..]);
     }

@@ -144,6 +144,9 @@ mod tests {
         assert_ne!(draws(7), draws(8));
         let ones = draws(7).iter().filter(|&&t| t == 1).count() as f64 / 4000.0;
         // Binomial std at n = 4000, p = 0.75 is 0.007; 0.03 is over four sigma.
-        assert!((ones - 0.75).abs() < 0.03, "frequency of the 3/4 token: {ones}");
+        assert!(
+            (ones - 0.75).abs() < 0.03,
+            "frequency of the 3/4 token: {ones}"
+        );
     }
 }

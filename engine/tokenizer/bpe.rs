@@ -79,22 +79,24 @@ pub(super) struct Bpe {
     n_tokens: u32,
 }
 
-/// Why a merge table entry could not be used.
-#[derive(Debug)]
-pub(super) struct BadMerge {
-    pub index: usize,
-}
-
 impl Bpe {
+    /// Whether `n_tokens` tokens and `n_merges` merges leave every piece id (tokens, merge
+    /// operands and results, the 256 byte characters) inside u32.
+    pub(super) fn fits(n_tokens: usize, n_merges: usize) -> bool {
+        (n_tokens as u64) + 3 * (n_merges as u64) + 256 <= u64::from(u32::MAX)
+    }
+
     /// Builds the table from token texts (index = id) and `"left right"` merge strings
-    /// (index = rank). A merge is split at the first space after its first byte, as llama.cpp
-    /// does; the first occurrence of a pair sets its rank.
+    /// (index = rank); the sizes must pass [`fits`](Self::fits). A merge is split at the first
+    /// space after its first byte, as llama.cpp does; the first occurrence of a pair sets its
+    /// rank.
     pub(super) fn new(
         tokens: &[String],
         by_text: &HashMap<String, u32>,
         merges: &[String],
-    ) -> Result<Self, BadMerge> {
-        let n_tokens = u32::try_from(tokens.len()).map_err(|_| BadMerge { index: 0 })?;
+    ) -> Self {
+        debug_assert!(Self::fits(tokens.len(), merges.len()));
+        let n_tokens = tokens.len() as u32;
         let mut extra: HashMap<String, u32> = HashMap::new();
         let mut intern = |text: &str| -> u32 {
             if let Some(&id) = by_text.get(text) {
@@ -110,7 +112,7 @@ impl Bpe {
                 continue;
             };
             let (left, right) = (&merge[..split], &merge[split + 1..]);
-            let rank = u32::try_from(index).map_err(|_| BadMerge { index })?;
+            let rank = index as u32;
             let pair = (intern(left), intern(right));
             let merged = intern(&format!("{left}{right}"));
             table.entry(pair).or_insert((rank, merged));
@@ -125,12 +127,12 @@ impl Bpe {
                 None
             }
         });
-        Ok(Self {
+        Self {
             merges: table,
             byte_piece,
             ascii_token,
             n_tokens,
-        })
+        }
     }
 
     /// Appends the tokens of one pre-tokenized word (raw UTF-8 bytes, not yet byte-mapped).
@@ -269,7 +271,7 @@ mod tests {
     fn encode(merges: &[&str], word: &str) -> Vec<u32> {
         let (tokens, by_text) = toy();
         let merges: Vec<String> = merges.iter().map(|m| m.to_string()).collect();
-        let bpe = Bpe::new(&tokens, &by_text, &merges).unwrap();
+        let bpe = Bpe::new(&tokens, &by_text, &merges);
         let mut out = Vec::new();
         bpe.encode_word(word.as_bytes(), &mut out);
         out

@@ -6,9 +6,6 @@ use super::vocab::Attr;
 use super::{Tokenizer, TokenizerError};
 use std::fmt::Write;
 
-/// Attributes whose tokens are printed only when special tokens are asked for.
-pub(super) const HIDDEN_UNLESS_SPECIAL: Attr = Attr::CONTROL.union(Attr::UNKNOWN);
-
 /// The bytes a token stands for, as llama.cpp's `token_to_piece` with `special = true` gives
 /// them for a byte-level BPE vocabulary:
 /// - control, unknown and user-defined tokens: their text as it is;
@@ -18,7 +15,7 @@ pub(super) const HIDDEN_UNLESS_SPECIAL: Attr = Attr::CONTROL.union(Attr::UNKNOWN
 /// - byte tokens (`<0xHH>`): that byte;
 /// - unused and undefined tokens: nothing.
 pub(super) fn piece_bytes(text: &str, attr: Attr) -> Vec<u8> {
-    if attr.any(HIDDEN_UNLESS_SPECIAL.union(Attr::USER_DEFINED)) {
+    if attr.any(Attr::SPECIAL) {
         return text.as_bytes().to_vec();
     }
     if attr.any(Attr::NORMAL) {

@@ -63,9 +63,8 @@ pub use pretokenize::PreTokenizer;
 
 use crate::gguf::{Gguf, GgufError, Metadata};
 use bpe::Bpe;
-use decode::HIDDEN_UNLESS_SPECIAL;
 use std::collections::HashMap;
-use vocab::{KEY_MERGES, KEY_MODEL, KEY_PRE, Vocab};
+use vocab::{Attr, KEY_MERGES, KEY_MODEL, KEY_PRE, Vocab};
 
 const KEY_CHAT_TEMPLATE: &str = "tokenizer.chat_template";
 
@@ -128,12 +127,15 @@ impl Tokenizer {
         })?;
         let vocab = Vocab::load(md, pre)?;
         let merges = md.str_array(KEY_MERGES)?;
-        let bpe = Bpe::new(&vocab.texts, &vocab.by_text, merges).map_err(|bad| {
-            md.error(
-                KEY_MERGES,
-                format!("entry {} does not fit a u32 rank", bad.index),
-            )
-        })?;
+        if !Bpe::fits(vocab.texts.len(), merges.len()) {
+            let why = format!(
+                "{} merges for {} tokens is more than fak can index",
+                merges.len(),
+                vocab.texts.len()
+            );
+            return Err(md.error(KEY_MERGES, why).into());
+        }
+        let bpe = Bpe::new(&vocab.texts, &vocab.by_text, merges);
         let pieces = vocab
             .texts
             .iter()
@@ -218,7 +220,7 @@ impl Tokenizer {
             fragments.push(Fragment::Text(0..text.len()));
         }
         for &id in &self.vocab.specials {
-            if !parse_special && self.vocab.attrs[id as usize].any(HIDDEN_UNLESS_SPECIAL) {
+            if !parse_special && self.vocab.attrs[id as usize].any(Attr::SPECIAL_ONLY) {
                 continue;
             }
             let needle = self.vocab.texts[id as usize].as_str();
@@ -262,7 +264,7 @@ impl Tokenizer {
                 id,
                 vocab_size: self.pieces.len(),
             })?;
-        let hidden = !render_special && self.vocab.attrs[id as usize].any(HIDDEN_UNLESS_SPECIAL);
+        let hidden = !render_special && self.vocab.attrs[id as usize].any(Attr::SPECIAL_ONLY);
         Ok(if hidden { &[] } else { piece })
     }
 

@@ -124,6 +124,11 @@ impl PreTokenizer {
     pub(super) fn ignores_merges(self) -> bool {
         self == Self::Llama3
     }
+
+    /// llama.cpp's `add_bos` for the family when the file has no `add_bos_token` key.
+    pub(super) fn adds_bos_by_default(self) -> bool {
+        self == Self::Llama3
+    }
 }
 
 /// One character of the fragment with its class.

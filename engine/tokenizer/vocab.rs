@@ -33,6 +33,11 @@ impl Attr {
     pub const CONTROL: Attr = Attr(1 << 3);
     pub const USER_DEFINED: Attr = Attr(1 << 4);
     pub const BYTE: Attr = Attr(1 << 5);
+    /// Control and unknown tokens: parsed from text only with `parse_special`, printed only
+    /// with `render_special` (llama.cpp's `tokenizer_st_partition` and `token_to_piece`).
+    pub const SPECIAL_ONLY: Attr = Attr::CONTROL.union(Attr::UNKNOWN);
+    /// Those and user-defined tokens: cut out of the text before BPE, decoded as their raw text.
+    pub const SPECIAL: Attr = Attr::SPECIAL_ONLY.union(Attr::USER_DEFINED);
 
     /// From `tokenizer.ggml.token_type` (1 normal, 2 unknown, 3 control, 4 user-defined,
     /// 5 unused, 6 byte; anything else undefined).
@@ -248,9 +253,7 @@ impl Vocab {
         }
 
         let mut specials: Vec<u32> = (0..n as u32)
-            .filter(|&id| {
-                attrs[id as usize].any(Attr::CONTROL.union(Attr::USER_DEFINED).union(Attr::UNKNOWN))
-            })
+            .filter(|&id| attrs[id as usize].any(Attr::SPECIAL))
             .collect();
         specials.sort_by_key(|&id| std::cmp::Reverse(texts[id as usize].len()));
 
@@ -258,7 +261,7 @@ impl Vocab {
         let eos = roles[Role::Eos as usize];
         let add_bos = md
             .opt_bool(KEY_ADD_BOS)?
-            .unwrap_or(pre == PreTokenizer::Llama3);
+            .unwrap_or(pre.adds_bos_by_default());
         let add_eos = md.opt_bool(KEY_ADD_EOS)?.unwrap_or(false);
         if add_bos && bos.is_none() {
             return Err(md.error(KEY_ADD_BOS, "is true, but the file has no BOS token"));
