@@ -1,6 +1,7 @@
 //! `harness tokenize`: token ids of texts, as fak's tokenizer (and llama.cpp's) produce them.
 //!
-//! Each input prints one line of space-separated ids (an empty input an empty line). Special
+//! Each input prints one line of space-separated ids; an empty input prints an empty line (no
+//! BOS either, where `llama-tokenize` would print the BOS alone: there is nothing to begin). Special
 //! tokens written in the text (`<|im_start|>`, …) are parsed by default, as `llama-tokenize`
 //! does; `--no-parse-special` encodes them as plain text. BOS/EOS are added where the file's
 //! `add_bos_token`/`add_eos_token` ask for them, as `llama-tokenize` adds them by default.
@@ -45,7 +46,13 @@ pub fn run(args: Args) -> Result<()> {
 fn render(tokenizer: &Tokenizer, inputs: &[String], parse_special: bool, json: bool) -> String {
     let ids: Vec<Vec<u32>> = inputs
         .iter()
-        .map(|text| tokenizer.encode(text, parse_special))
+        .map(|text| {
+            if text.is_empty() {
+                Vec::new()
+            } else {
+                tokenizer.encode(text, parse_special)
+            }
+        })
         .collect();
     if json {
         let inputs: Vec<_> = ids
@@ -85,12 +92,16 @@ fn read_inputs(args: &Args) -> Result<Vec<String>> {
 mod tests {
     use super::*;
 
-    fn qwen2() -> Tokenizer {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/fixtures/vocab/ggml-vocab-qwen2.gguf"
+    fn fixture_vocab(name: &str) -> Tokenizer {
+        let path = format!(
+            "{}/../tests/fixtures/vocab/ggml-vocab-{name}.gguf",
+            env!("CARGO_MANIFEST_DIR")
         );
         Tokenizer::from_gguf(&fak::gguf::Gguf::open(path).unwrap()).unwrap()
+    }
+
+    fn qwen2() -> Tokenizer {
+        fixture_vocab("qwen2")
     }
 
     #[test]
@@ -113,6 +124,21 @@ mod tests {
             assert_eq!(ids, tok.encode(text, true), "{text:?}");
         }
         assert_eq!(lines[1], "");
+    }
+
+    #[test]
+    fn empty_input_is_an_empty_line_even_where_bos_is_added() {
+        let tok = fixture_vocab("llama-bpe");
+        assert!(tok.adds_bos());
+        let out = render(&tok, &[String::new(), "x".to_string()], true, false);
+        let x = tok.encode("x", true);
+        assert_eq!(
+            x.first().copied(),
+            tok.bos(),
+            "a non-empty input does get BOS"
+        );
+        let x: Vec<String> = x.iter().map(u32::to_string).collect();
+        assert_eq!(out, format!("\n{}\n", x.join(" ")));
     }
 
     #[test]
