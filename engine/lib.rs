@@ -10,3 +10,4 @@ pub mod model;
 pub mod quant;
 pub mod reference;
 pub mod runtime;
+pub mod tokenizer;

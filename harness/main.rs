@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod devices;
 mod inspect;
+mod tokenize;
 
 #[derive(Parser)]
 #[command(
@@ -22,6 +23,8 @@ enum Command {
     Inspect(inspect::Args),
     /// List the GPU adapters: backend, type, driver, features, limits, subgroup sizes.
     Devices(devices::Args),
+    /// Print the token ids of texts or files (one line of ids per input).
+    Tokenize(tokenize::Args),
 }
 
 fn main() {
@@ -29,6 +32,7 @@ fn main() {
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Devices(args) => devices::run(args),
+        Command::Tokenize(args) => tokenize::run(args),
     };
     if let Err(err) = result {
         // One clear line (with its causes), no backtrace unless RUST_BACKTRACE asks for one.

@@ -1,0 +1,153 @@
+//! Chat templates: the GGUF's `tokenizer.chat_template` (Jinja) rendered with minijinja the way
+//! Hugging Face `apply_chat_template` renders it with jinja2.
+//!
+//! Hugging Face uses a sandboxed jinja2 environment with `trim_blocks` and `lstrip_blocks` on,
+//! a `raise_exception(message)` global, and passes `messages`, `add_generation_prompt`, the
+//! special-token strings (`bos_token`, `eos_token`) and extra keyword arguments such as
+//! `enable_thinking`. The environment here is set up the same, with `minijinja-contrib`'s
+//! pycompat layer for the Python string methods the Qwen templates call (`startswith`, `split`,
+//! `lstrip`, `strip('\n')`, …). Loop controls (`{% break %}`), `strftime_now` and tool
+//! definitions are not provided: no template fak renders uses them.
+
+use super::TokenizerError;
+use minijinja::syntax::SyntaxConfig;
+use minijinja::{Environment, Error, ErrorKind, Value, context};
+
+/// One message of a conversation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant` (or `tool`).
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// ChatML, for a file without a template: each message as
+/// `<|im_start|>{role}\n{content}<|im_end|>\n`, then `<|im_start|>assistant\n` when a generation
+/// prompt is asked for (llama.cpp's fallback too).
+pub const CHATML_TEMPLATE: &str = "{%- for message in messages -%}\
+    {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}\
+    {%- endfor -%}\
+    {%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
+
+/// A chat template with the special-token strings it may refer to.
+#[derive(Clone, Debug)]
+pub struct ChatTemplate {
+    source: String,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl ChatTemplate {
+    /// A template from its Jinja source; `bos_token`/`eos_token` are the texts the template
+    /// sees under those names (empty when the vocabulary has none).
+    pub fn new(
+        source: impl Into<String>,
+        bos_token: Option<&str>,
+        eos_token: Option<&str>,
+    ) -> Self {
+        Self {
+            source: source.into(),
+            bos_token: bos_token.unwrap_or_default().into(),
+            eos_token: eos_token.unwrap_or_default().into(),
+        }
+    }
+
+    /// The Jinja source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Renders a conversation. `enable_thinking = false` is what Qwen3's templates read to emit
+    /// an empty `<think>` block after the generation prompt.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        enable_thinking: bool,
+    ) -> Result<String, TokenizerError> {
+        let mut env = Environment::new();
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()
+            .map_err(template_error)?;
+        env.set_syntax(syntax);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        let messages: Vec<Value> = messages
+            .iter()
+            .map(|m| {
+                Value::from_pairs([
+                    ("role", Value::from(m.role.as_str())),
+                    ("content", Value::from(m.content.as_str())),
+                ])
+            })
+            .collect();
+        let template = env
+            .template_from_str(&self.source)
+            .map_err(template_error)?;
+        template
+            .render(context! {
+                messages,
+                add_generation_prompt,
+                enable_thinking,
+                bos_token => self.bos_token.as_str(),
+                eos_token => self.eos_token.as_str(),
+            })
+            .map_err(template_error)
+    }
+}
+
+fn raise_exception(message: String) -> Result<Value, Error> {
+    Err(Error::new(ErrorKind::InvalidOperation, message))
+}
+
+/// minijinja's error with its cause chain and, when it has one, the template line.
+fn template_error(err: Error) -> TokenizerError {
+    let mut why = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(cause) = source {
+        why.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    TokenizerError::ChatTemplate { why }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chatml_fallback_renders_each_message_and_the_prompt() {
+        let t = ChatTemplate::new(CHATML_TEMPLATE, None, None);
+        let msgs = [
+            ChatMessage::new("system", "Be brief."),
+            ChatMessage::new("user", "Hi"),
+        ];
+        assert_eq!(
+            t.render(&msgs, true, true).unwrap(),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n\
+             <|im_start|>assistant\n"
+        );
+        assert_eq!(
+            t.render(&msgs[1..], false, true).unwrap(),
+            "<|im_start|>user\nHi<|im_end|>\n"
+        );
+    }
+
+    #[test]
+    fn raise_exception_becomes_an_error_with_its_message() {
+        let t = ChatTemplate::new("{{ raise_exception('no system role') }}", None, None);
+        let err = t.render(&[], false, true).unwrap_err().to_string();
+        assert!(err.contains("no system role"), "{err}");
+    }
+}
