@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod inspect;
+mod synth;
 
 #[derive(Parser)]
 #[command(
@@ -19,12 +20,15 @@ struct Cli {
 enum Command {
     /// Print a GGUF file's metadata, tensors and the bytes a decode step reads.
     Inspect(inspect::Args),
+    /// Write a synthetic model (seeded random weights, real shapes and tokenizer) as GGUF.
+    Synth(synth::Args),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
+        Command::Synth(args) => synth::run(args),
     };
     if let Err(err) = result {
         // One clear line (with its causes), no backtrace unless RUST_BACKTRACE asks for one.
