@@ -144,7 +144,7 @@ impl GgmlType {
     /// or the size overflows.
     pub fn row_bytes(self, ne0: u64) -> Option<u64> {
         let (elems, bytes) = self.block_geometry();
-        if ne0 % elems != 0 {
+        if !ne0.is_multiple_of(elems) {
             return None;
         }
         (ne0 / elems).checked_mul(bytes)
