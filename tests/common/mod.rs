@@ -1,5 +1,7 @@
 //! Utilities shared by the integration tests.
 
+pub mod harness;
+
 use std::path::PathBuf;
 
 /// `tests/fixtures/<rel>`; every fixture says where it came from in `tests/fixtures/README.md`.
