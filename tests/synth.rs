@@ -462,8 +462,52 @@ fn weights_have_the_planned_scales() {
     assert!((std - 0.1).abs() < 0.01, "norm gain std {std}");
 }
 
+fn rel_rms_error(got: &[f32], want: &[f32]) -> f64 {
+    let sq = |it: &mut dyn Iterator<Item = f64>| it.map(|x| x * x).sum::<f64>();
+    let err = sq(&mut got
+        .iter()
+        .zip(want)
+        .map(|(&g, &w)| f64::from(g) - f64::from(w)));
+    let norm = sq(&mut want.iter().map(|&w| f64::from(w)));
+    (err / norm).sqrt()
+}
+
+#[test]
+fn quantized_files_hold_the_f32_files_weights() {
+    let floats = Gguf::open(tiny("f32")).unwrap();
+    for quant in ["f16", "q8_0", "q4_k_m"] {
+        let g = Gguf::open(tiny(quant)).unwrap();
+        for t in g.tensors() {
+            let want = f32_values(&floats, &t.name);
+            let mut got = vec![f32::NAN; want.len()];
+            fak::quant::dequantize_into(t.ty, g.tensor_data(t), &mut got).unwrap();
+            // Relative RMS error a uniform quantizer of the format's step leaves on Gaussian
+            // rows (step/√12 against σ, step from a block maximum of ≈2.5σ), with margin:
+            // F16 2^-11 relative rounding; Q8_0 amax/127; Q6_K amax/32 per 16; Q5_0 amax/16;
+            // Q4_K (max−min)/15 per 32 with 6-bit scales. NaN fails every comparison.
+            let bound = match t.ty {
+                GgmlType::F32 => 0.0,
+                GgmlType::F16 => 1e-3,
+                GgmlType::Q8_0 => 0.01,
+                GgmlType::Q6_K => 0.03,
+                GgmlType::Q5_0 => 0.06,
+                GgmlType::Q4_K => 0.10,
+                ty => panic!("{quant} {}: unexpected {ty}", t.name),
+            };
+            let err = rel_rms_error(&got, want);
+            assert!(
+                err <= bound,
+                "{quant} {} ({}): relative RMS error {err}",
+                t.name,
+                t.ty
+            );
+        }
+    }
+}
+
 #[test]
 fn a_seed_gives_the_same_file_whatever_the_thread_count() {
+    // Q4_K_M: both the float generation and the quantizer run in parallel.
     let write = |name: &str, seed: &str, threads: &str| {
         let path = scratch(name);
         let out = harness()
@@ -573,6 +617,18 @@ fn fast_random_keeps_the_quantized_layout() {
         if t.ty != GgmlType::F32 {
             let q = quantized.tensor_data(quantized.require_tensor(&t.name).unwrap());
             assert_ne!(random.tensor_data(t), q, "{} is not random blocks", t.name);
+            // Random blocks still decode to the planned N(0, 1/fan_in) scale: ≥ 8192 values
+            // put the sample std within ~2 % of the generator's; 10 % allows for its shape.
+            let mut values = vec![f32::NAN; t.n_elements() as usize];
+            fak::quant::dequantize_into(t.ty, random.tensor_data(t), &mut values).unwrap();
+            let (mean, std) = mean_std(&values);
+            let want = 1.0 / (t.shape[0] as f64).sqrt();
+            assert!(
+                (std / want - 1.0).abs() < 0.1,
+                "{}: std {std}, want {want}",
+                t.name
+            );
+            assert!(mean.abs() < 0.1 * want, "{}: mean {mean}", t.name);
         }
     }
 }

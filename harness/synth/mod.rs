@@ -20,7 +20,6 @@ mod weights;
 use anyhow::{Context, Result};
 use fak::gguf::{GgufWriter, TensorSource, Value};
 use fak::quant::GgmlType;
-use half::f16;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use recipe::Quant;
 use std::io::{self, Write};
@@ -230,25 +229,11 @@ fn write_float_rows(t: &TensorPlan, ty: GgmlType, seed: u64, w: &mut dyn Write) 
         let rows = step.min(n_rows - first);
         let chunk = &mut floats[..(rows * row_len) as usize];
         weights::fill_rows(t.init, seed, &t.name, first, row_len as usize, chunk);
-        w.write_all(
-            &encode(ty, chunk, row_len as usize)
-                .map_err(|e| io::Error::other(format!("encoding rows {first}.. as {ty}: {e}")))?,
-        )?;
+        let bytes = fak::quant::quantize(ty, chunk, row_len as usize)
+            .map_err(|e| io::Error::other(format!("rows {first}..: {e}")))?;
+        w.write_all(&bytes)?;
     }
     Ok(())
-}
-
-/// `values` (whole rows of `row_len`) as GGUF stores them in a `ty` tensor.
-fn encode(ty: GgmlType, values: &[f32], row_len: usize) -> Result<Vec<u8>> {
-    Ok(match ty {
-        // GGUF is little-endian, as is every target fak builds for.
-        GgmlType::F32 => bytemuck::cast_slice(values).to_vec(),
-        GgmlType::F16 => {
-            let halves: Vec<f16> = values.iter().map(|&x| f16::from_f32(x)).collect();
-            bytemuck::cast_slice(&halves).to_vec()
-        }
-        _ => pending_quant::quantize(ty, values, row_len)?,
-    })
 }
 
 /// Writes random `ty` blocks of roughly N(0, std²) values, chunk by chunk.
@@ -265,12 +250,20 @@ fn write_random_blocks(
         .ok_or_else(|| io::Error::other(format!("rows of {row_len} are not whole {ty} blocks")))?;
     let step = (CHUNK_BYTES / row_bytes).clamp(1, n_rows);
     let mut blocks = vec![0u8; (step * row_bytes) as usize];
-    for (chunk, first) in (0..n_rows).step_by(step as usize).enumerate() {
+    let tensor_seed = weights::block_seed(seed, &t.name);
+    for first in (0..n_rows).step_by(step as usize) {
         let rows = step.min(n_rows - first);
         let out = &mut blocks[..(rows * row_bytes) as usize];
-        let chunk_seed = weights::block_chunk_seed(seed, &t.name, chunk as u64);
-        pending_quant::fill_random_rows(ty, row_len as usize, rows as usize, std, chunk_seed, out)
-            .map_err(|e| io::Error::other(format!("random {ty} rows {first}..: {e}")))?;
+        fak::quant::fill_random_rows_from(
+            ty,
+            row_len as usize,
+            first,
+            rows as usize,
+            std,
+            tensor_seed,
+            out,
+        )
+        .map_err(|e| io::Error::other(format!("rows {first}..: {e}")))?;
         w.write_all(out)?;
     }
     Ok(())
@@ -285,25 +278,5 @@ mod tests {
         assert_eq!(size_label(596_049_920), "596M");
         assert_eq!(size_label(8_190_735_360), "8.2B");
         assert_eq!(size_label(19_600_000), "20M");
-    }
-}
-
-/// Stand-ins until `fak::quant::{quantize, fill_random_rows}` land on main (the quant branch).
-mod pending_quant {
-    use fak::quant::GgmlType;
-
-    pub fn quantize(ty: GgmlType, _src: &[f32], _row_len: usize) -> anyhow::Result<Vec<u8>> {
-        anyhow::bail!("quantizing to {ty} needs fak::quant::quantize")
-    }
-
-    pub fn fill_random_rows(
-        ty: GgmlType,
-        _row_len: usize,
-        _n_rows: usize,
-        _std: f32,
-        _seed: u64,
-        _out: &mut [u8],
-    ) -> anyhow::Result<()> {
-        anyhow::bail!("random {ty} blocks need fak::quant::fill_random_rows")
     }
 }

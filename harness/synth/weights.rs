@@ -76,7 +76,7 @@ pub fn fill_rows(
         });
 }
 
-/// The seed `fak::quant::fill_random_rows` gets for chunk `chunk` of `tensor`'s blocks.
-pub fn block_chunk_seed(seed: u64, tensor: &str, chunk: u64) -> u64 {
-    rng(Stream::Blocks, seed, tensor, chunk).random()
+/// The seed `fak::quant::fill_random_rows_from` gets for `tensor`'s random blocks.
+pub fn block_seed(seed: u64, tensor: &str) -> u64 {
+    rng(Stream::Blocks, seed, tensor, 0).random()
 }
