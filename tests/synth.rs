@@ -382,12 +382,9 @@ fn gguf_py_dump(path: &Path) -> Json {
 
 #[test]
 fn gguf_py_reads_every_file_as_fak_does() {
-    let files: Vec<PathBuf> = QUANTS
-        .into_iter()
-        .map(tiny)
-        .chain([fast_random_0_6b()])
-        .collect();
-    for path in files {
+    // gguf-py takes ~10 s to parse a 151 936-token vocabulary, so three files: together they
+    // hold every tensor type synth writes (F32, F16, Q8_0, Q5_0, Q4_K, Q6_K) and a real shape.
+    for path in [tiny("f16"), tiny("q4_k_m"), fast_random_0_6b()] {
         let g = Gguf::open(&path).unwrap();
         let py = gguf_py_dump(&path);
         let py_tensors = py["tensors"].as_array().unwrap();
