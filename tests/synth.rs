@@ -748,7 +748,7 @@ fn bad_arguments_fail_with_one_clear_line() {
     );
     fail(
         &[&tiny[..], &["tiny", "--out", "/nonexistent-dir/x.gguf"]].concat(),
-        "error: writing /nonexistent-dir/x.gguf",
+        "error: writing the GGUF: /nonexistent-dir/x.gguf: No such file",
     );
     assert!(!Path::new(out).exists());
 }

@@ -129,7 +129,7 @@ pub fn run(args: Args) -> Result<()> {
 
     let size = writer
         .write(&args.out, |n| bar.inc(n))
-        .with_context(|| format!("writing {}", args.out.display()))?;
+        .context("writing the GGUF")?;
     if let Some(dir) = &args.hf_dir {
         hf::write(dir, &plan, args.seed, &bar)
             .with_context(|| format!("writing the Hugging Face export {}", dir.display()))?;
