@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 mod devices;
 mod inspect;
 mod tokenize;
+mod synth;
 
 #[derive(Parser)]
 #[command(
@@ -25,6 +26,8 @@ enum Command {
     Devices(devices::Args),
     /// Print the token ids of texts or files (one line of ids per input).
     Tokenize(tokenize::Args),
+    /// Write a synthetic model (seeded random weights, real shapes and tokenizer) as GGUF.
+    Synth(synth::Args),
 }
 
 fn main() {
@@ -33,6 +36,7 @@ fn main() {
         Command::Inspect(args) => inspect::run(args),
         Command::Devices(args) => devices::run(args),
         Command::Tokenize(args) => tokenize::run(args),
+        Command::Synth(args) => synth::run(args),
     };
     if let Err(err) = result {
         // One clear line (with its causes), no backtrace unless RUST_BACKTRACE asks for one.

@@ -6,6 +6,7 @@ pub mod reduce_probe;
 
 pub use compare::{Tolerance, assert_close};
 pub use gpu::{gpu, poisoned_f32, rng, variants};
+pub mod harness;
 
 use std::path::PathBuf;
 

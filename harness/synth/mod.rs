@@ -1,0 +1,282 @@
+//! `harness synth`: models of real shapes with seeded random weights.
+//!
+//! No model can be downloaded where fak is built and tested, so synth writes what a real
+//! pipeline would have produced: the GGUF of llama.cpp's converter (and, for Q4_K_M, of
+//! `llama-quantize` after it) with the same metadata keys, tensor names, per-tensor types and
+//! tensor order, a real tokenizer; and optionally the Hugging Face directory the converter
+//! would have started from, holding the same float weights.
+//!
+//! One module per architecture turns a preset into a [`ModelPlan`]; weights ([`weights`]),
+//! types ([`recipe`]), the GGUF stream and the Hugging Face export ([`hf`]) are shared.
+//! Every tensor streams through the GGUF writer in row chunks, so memory stays at a chunk
+//! (16 MiB of floats) plus the tensor table whatever the model size.
+
+mod hf;
+mod qwen3;
+mod recipe;
+mod vocab;
+mod weights;
+
+use anyhow::{Context, Result};
+use fak::gguf::{GgufWriter, TensorSource, Value};
+use fak::quant::GgmlType;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use recipe::Quant;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use vocab::Tokenizer;
+use weights::Init;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Architecture, as GGUF names it.
+    #[arg(long, value_enum)]
+    pub arch: Arch,
+    /// Model shape: `tiny` (CI-sized) or a real model's (qwen3-0.6b, qwen3-8b).
+    #[arg(long)]
+    pub preset: String,
+    /// Tensor types: the converter's f32/f16/q8_0 output, or llama-quantize's Q4_K_M.
+    #[arg(long, value_enum)]
+    pub quant: Quant,
+    /// Seed of the random weights; the same seed gives the same file.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// The GGUF file to write.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Also write the same float weights as a Hugging Face model directory.
+    #[arg(long)]
+    pub hf_dir: Option<PathBuf>,
+    /// Write random quantized blocks directly (no float weights, no quantization search), so a
+    /// large Q4_K_M model writes as fast as the disk allows. Its weights match no float model.
+    #[arg(long, conflicts_with = "hf_dir")]
+    pub fast_random: bool,
+}
+
+/// The architectures synth can write. (`qwen35` joins with its issue.)
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Arch {
+    Qwen3,
+}
+
+/// A model to write: everything architecture-specific, in the converter's terms.
+pub struct ModelPlan {
+    /// `general.architecture`.
+    pub arch: &'static str,
+    /// `general.name`.
+    pub name: String,
+    /// The `{arch}.*` hyperparameter keys, in the converter's order.
+    pub hparams: Vec<(String, Value)>,
+    pub tokenizer: Tokenizer,
+    pub tensors: Vec<TensorPlan>,
+    /// The Hugging Face `config.json`.
+    pub hf_config: serde_json::Value,
+}
+
+/// One tensor: its names in both worlds, GGUF shape and how its values are drawn.
+#[derive(Clone, Debug)]
+pub struct TensorPlan {
+    /// GGUF name, e.g. `blk.0.attn_q.weight`.
+    pub name: String,
+    /// Hugging Face name, e.g. `model.layers.0.self_attn.q_proj.weight`.
+    pub hf_name: String,
+    /// GGUF shape, `ne[0]` (the contiguous row) first; the Hugging Face shape is its reverse,
+    /// over the same bytes.
+    pub shape: Vec<u64>,
+    pub init: Init,
+}
+
+impl TensorPlan {
+    pub fn new(name: &str, hf_name: &str, shape: &[u64], init: Init) -> Self {
+        Self {
+            name: name.into(),
+            hf_name: hf_name.into(),
+            shape: shape.to_vec(),
+            init,
+        }
+    }
+
+    pub fn row_len(&self) -> u64 {
+        self.shape[0]
+    }
+
+    pub fn n_rows(&self) -> u64 {
+        self.shape[1..].iter().product()
+    }
+
+    pub fn n_elements(&self) -> u64 {
+        self.shape.iter().product()
+    }
+}
+
+impl Arch {
+    fn plan(self, preset: &str) -> Result<ModelPlan> {
+        match self {
+            Arch::Qwen3 => qwen3::plan(preset),
+        }
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let mut plan = args.arch.plan(&args.preset)?;
+    let types = args.quant.arrange(&mut plan.tensors);
+    let writer = gguf_writer(&plan, &types, &args)?;
+    let hf_bytes: u64 = match args.hf_dir {
+        Some(_) => plan.tensors.iter().map(|t| 4 * t.n_elements()).sum(),
+        None => 0,
+    };
+    let bar = progress_bar(writer.data_bytes() + hf_bytes)?;
+
+    let size = writer
+        .write(&args.out, |n| bar.inc(n))
+        .context("writing the GGUF")?;
+    if let Some(dir) = &args.hf_dir {
+        hf::write(dir, &plan, args.seed, &bar)
+            .with_context(|| format!("writing the Hugging Face export {}", dir.display()))?;
+    }
+    bar.finish_and_clear();
+    println!(
+        "{}: {} {} {} seed {}, {} tensors, {:.1} MiB",
+        args.out.display(),
+        plan.arch,
+        args.preset,
+        args.quant.name(),
+        args.seed,
+        plan.tensors.len(),
+        size as f64 / (1u64 << 20) as f64
+    );
+    Ok(())
+}
+
+fn progress_bar(total: u64) -> Result<ProgressBar> {
+    // indicatif draws nothing when stderr is not a terminal (CI logs stay clean).
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    bar.set_style(ProgressStyle::with_template(
+        "{wide_bar} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+    )?);
+    Ok(bar)
+}
+
+/// The GGUF writer with every key and tensor queued (nothing is written yet).
+fn gguf_writer(plan: &ModelPlan, types: &[GgmlType], args: &Args) -> Result<GgufWriter> {
+    let mut w = GgufWriter::new();
+    let n_params = plan.tensors.iter().map(TensorPlan::n_elements).sum();
+    let s = |v: &str| Value::String(v.into());
+    let general = [
+        ("general.architecture", s(plan.arch)),
+        ("general.type", s("model")),
+        (
+            "general.name",
+            s(&format!("{} seed {}", plan.name, args.seed)),
+        ),
+        ("general.size_label", s(&size_label(n_params))),
+    ];
+    for (key, value) in general {
+        w.set(key, value)?;
+    }
+    for (key, value) in &plan.hparams {
+        w.set(key, value.clone())?;
+    }
+    w.set("general.file_type", Value::U32(args.quant.file_type()))?;
+    w.set("general.quantization_version", Value::U32(2))?;
+    for (key, value) in plan.tokenizer.gguf_metadata() {
+        w.set(&key, value)?;
+    }
+
+    for (t, &ty) in plan.tensors.iter().zip(types) {
+        let source = tensor_source(t.clone(), ty, args.seed, args.fast_random);
+        w.add_tensor(&t.name, ty, &t.shape, source)?;
+    }
+    Ok(w)
+}
+
+/// gguf-py's `size_label` for a dense model: the parameter count with a K/M/B/T suffix and at
+/// least two significant digits ("596M", "8.2B").
+fn size_label(n_params: u64) -> String {
+    let n = n_params as f64;
+    let (scaled, suffix) = [(1e12, "T"), (1e9, "B"), (1e6, "M")]
+        .into_iter()
+        .find(|&(scale, _)| n > scale)
+        .map_or((n * 1e-3, "K"), |(scale, suffix)| (n / scale, suffix));
+    let digits = (scaled.round() as u64)
+        .to_string()
+        .trim_start_matches('0')
+        .len();
+    let decimals = 2usize.saturating_sub(digits);
+    format!("{scaled:.decimals$}{suffix}")
+}
+
+/// Floats per chunk of rows generated and encoded at once (16 MiB).
+const CHUNK_ELEMS: u64 = 1 << 22;
+/// Bytes per chunk of random blocks written at once.
+const CHUNK_BYTES: u64 = 16 << 20;
+
+fn tensor_source(t: TensorPlan, ty: GgmlType, seed: u64, fast_random: bool) -> TensorSource {
+    match t.init {
+        Init::Normal { std } if fast_random && ty.block_elems() > 1 => {
+            Box::new(move |w| write_random_blocks(&t, ty, std, seed, w))
+        }
+        _ => Box::new(move |w| write_float_rows(&t, ty, seed, w)),
+    }
+}
+
+/// Generates the tensor's floats chunk by chunk and writes them encoded as `ty`.
+fn write_float_rows(t: &TensorPlan, ty: GgmlType, seed: u64, w: &mut dyn Write) -> io::Result<()> {
+    let (row_len, n_rows) = (t.row_len(), t.n_rows());
+    let step = (CHUNK_ELEMS / row_len).clamp(1, n_rows);
+    let mut floats = vec![0f32; (step * row_len) as usize];
+    for first in (0..n_rows).step_by(step as usize) {
+        let rows = step.min(n_rows - first);
+        let chunk = &mut floats[..(rows * row_len) as usize];
+        weights::fill_rows(t.init, seed, &t.name, first, row_len as usize, chunk);
+        let bytes = fak::quant::quantize(ty, chunk, row_len as usize)
+            .map_err(|e| io::Error::other(format!("rows {first}..: {e}")))?;
+        w.write_all(&bytes)?;
+    }
+    Ok(())
+}
+
+/// Writes random `ty` blocks of roughly N(0, std²) values, chunk by chunk.
+fn write_random_blocks(
+    t: &TensorPlan,
+    ty: GgmlType,
+    std: f32,
+    seed: u64,
+    w: &mut dyn Write,
+) -> io::Result<()> {
+    let (row_len, n_rows) = (t.row_len(), t.n_rows());
+    let row_bytes = ty
+        .row_bytes(row_len)
+        .ok_or_else(|| io::Error::other(format!("rows of {row_len} are not whole {ty} blocks")))?;
+    let step = (CHUNK_BYTES / row_bytes).clamp(1, n_rows);
+    let mut blocks = vec![0u8; (step * row_bytes) as usize];
+    let tensor_seed = weights::block_seed(seed, &t.name);
+    for first in (0..n_rows).step_by(step as usize) {
+        let rows = step.min(n_rows - first);
+        let out = &mut blocks[..(rows * row_bytes) as usize];
+        fak::quant::fill_random_rows_from(
+            ty,
+            row_len as usize,
+            first,
+            rows as usize,
+            std,
+            tensor_seed,
+            out,
+        )
+        .map_err(|e| io::Error::other(format!("rows {first}..: {e}")))?;
+        w.write_all(out)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::size_label;
+
+    #[test]
+    fn size_labels_round_like_gguf_py() {
+        assert_eq!(size_label(596_049_920), "596M");
+        assert_eq!(size_label(8_190_735_360), "8.2B");
+        assert_eq!(size_label(19_600_000), "20M");
+    }
+}

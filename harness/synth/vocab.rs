@@ -1,0 +1,217 @@
+//! The tokenizer a synthetic model carries: a real byte-level BPE vocabulary, embedded in the
+//! binary, with the added tokens, special ids and chat template of the model family.
+//!
+//! The base vocabulary and merges are llama.cpp's `ggml-vocab-qwen2.gguf` test vocabulary
+//! (`tests/fixtures/vocab/`): the 151 643 BPE tokens and 151 387 merges every Qwen2/2.5/3 model
+//! shares. That file predates Qwen3, so its ids from 151 646 up are `[PAD…]` placeholders; a
+//! family's [`AddedToken`] table replaces them with the tokens the real tokenizer adds, and the
+//! ids past the table become `[PAD<id>]` UNUSED entries, exactly as llama.cpp's converter pads a
+//! tokenizer smaller than the embedding matrix.
+
+use anyhow::{Context, Result, bail, ensure};
+use fak::gguf::{Array, Value};
+
+/// `tokenizer.ggml.token_type` values (llama.cpp `llama_token_type`, gguf-py `TokenType`).
+pub const NORMAL: i32 = 1;
+pub const CONTROL: i32 = 3;
+pub const USER_DEFINED: i32 = 4;
+pub const UNUSED: i32 = 5;
+
+static QWEN2_VOCAB_GGUF: &[u8] = include_bytes!("../../tests/fixtures/vocab/ggml-vocab-qwen2.gguf");
+static QWEN3_CHAT_TEMPLATE: &str =
+    include_str!("../../tests/fixtures/templates/Qwen-Qwen3-0.6B.jinja");
+
+/// Hugging Face's pre-tokenizer split for the Qwen2 vocabulary (its `tokenizer.json`); llama.cpp
+/// spells the same pattern out for `tokenizer.ggml.pre = "qwen2"` (model-spec.md §3.2).
+pub const QWEN2_SPLIT_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// A token the Hugging Face tokenizer adds on top of the BPE vocabulary.
+#[derive(Clone, Debug)]
+pub struct AddedToken {
+    pub id: u32,
+    pub content: String,
+    /// Hugging Face's `special` flag. llama.cpp's converter stores an added token as CONTROL
+    /// when it is special *or looks special* (`<|…|>`), otherwise as USER_DEFINED.
+    pub special: bool,
+}
+
+/// Qwen3's added tokens, ids 151 643.. in order, with Hugging Face's `special` flags (its
+/// `tokenizer_config.json`).
+const QWEN3_ADDED: [(&str, bool); 26] = [
+    ("<|endoftext|>", true),
+    ("<|im_start|>", true),
+    ("<|im_end|>", true),
+    ("<|object_ref_start|>", true),
+    ("<|object_ref_end|>", true),
+    ("<|box_start|>", true),
+    ("<|box_end|>", true),
+    ("<|quad_start|>", true),
+    ("<|quad_end|>", true),
+    ("<|vision_start|>", true),
+    ("<|vision_end|>", true),
+    ("<|vision_pad|>", true),
+    ("<|image_pad|>", true),
+    ("<|video_pad|>", true),
+    ("<tool_call>", false),
+    ("</tool_call>", false),
+    ("<|fim_prefix|>", false),
+    ("<|fim_middle|>", false),
+    ("<|fim_suffix|>", false),
+    ("<|fim_pad|>", false),
+    ("<|repo_name|>", false),
+    ("<|file_sep|>", false),
+    ("<tool_response>", false),
+    ("</tool_response>", false),
+    ("<think>", false),
+    ("</think>", false),
+];
+const QWEN_FIRST_ADDED_ID: u32 = 151_643;
+const QWEN_ENDOFTEXT: u32 = 151_643;
+const QWEN_IM_END: u32 = 151_645;
+
+/// Everything `tokenizer.*` in a GGUF and `tokenizer*.json` in a Hugging Face directory say.
+pub struct Tokenizer {
+    /// `tokenizer.ggml.pre`.
+    pub pre: &'static str,
+    /// The Hugging Face pre-tokenizer's split pattern for the same `pre`.
+    pub split_regex: &'static str,
+    /// Token text by id (GPT-2 byte-to-unicode form), the whole embedding-sized table.
+    pub tokens: Vec<String>,
+    pub types: Vec<i32>,
+    pub merges: Vec<String>,
+    pub added: Vec<AddedToken>,
+    pub bos: u32,
+    pub eos: u32,
+    pub pad: u32,
+    pub chat_template: &'static str,
+}
+
+impl Tokenizer {
+    /// The Qwen3 tokenizer: Qwen2's BPE vocabulary, Qwen3's added tokens, `<|im_end|>` as eos
+    /// and `<|endoftext|>` as bos and pad (as Qwen3's GGUF files carry them), 151 936 entries.
+    pub fn qwen3() -> Result<Self> {
+        let added: Vec<AddedToken> = QWEN3_ADDED
+            .iter()
+            .zip(QWEN_FIRST_ADDED_ID..)
+            .map(|(&(content, special), id)| AddedToken {
+                id,
+                content: content.into(),
+                special,
+            })
+            .collect();
+        let (tokens, types, merges) = base_vocab(QWEN2_VOCAB_GGUF, QWEN_FIRST_ADDED_ID, &added)
+            .context("embedded vocabulary ggml-vocab-qwen2.gguf")?;
+        Ok(Self {
+            pre: "qwen2",
+            split_regex: QWEN2_SPLIT_REGEX,
+            tokens,
+            types,
+            merges,
+            added,
+            bos: QWEN_ENDOFTEXT,
+            eos: QWEN_IM_END,
+            pad: QWEN_ENDOFTEXT,
+            chat_template: QWEN3_CHAT_TEMPLATE,
+        })
+    }
+
+    pub fn n_vocab(&self) -> u64 {
+        self.tokens.len() as u64
+    }
+
+    /// The `tokenizer.*` keys in the order llama.cpp's converter writes them.
+    pub fn gguf_metadata(&self) -> Vec<(String, Value)> {
+        let s = |v: &str| Value::String(v.into());
+        vec![
+            ("tokenizer.ggml.model".into(), s("gpt2")),
+            ("tokenizer.ggml.pre".into(), s(self.pre)),
+            (
+                "tokenizer.ggml.tokens".into(),
+                Value::Array(Array::String(self.tokens.clone())),
+            ),
+            (
+                "tokenizer.ggml.token_type".into(),
+                Value::Array(Array::I32(self.types.clone())),
+            ),
+            (
+                "tokenizer.ggml.merges".into(),
+                Value::Array(Array::String(self.merges.clone())),
+            ),
+            ("tokenizer.ggml.eos_token_id".into(), Value::U32(self.eos)),
+            (
+                "tokenizer.ggml.padding_token_id".into(),
+                Value::U32(self.pad),
+            ),
+            ("tokenizer.ggml.bos_token_id".into(), Value::U32(self.bos)),
+            ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
+            ("tokenizer.chat_template".into(), s(self.chat_template)),
+        ]
+    }
+}
+
+/// llama.cpp's converter test for added tokens that are CONTROL although not flagged special.
+fn looks_special(content: &str) -> bool {
+    content.starts_with("<|") && content.ends_with("|>")
+}
+
+/// Reads the BPE vocabulary of `gguf` (keeping ids below `first_added`, which must all be
+/// NORMAL), appends `added` and pads with UNUSED `[PAD<id>]` entries to the file's token count.
+fn base_vocab(
+    gguf: &[u8],
+    first_added: u32,
+    added: &[AddedToken],
+) -> Result<(Vec<String>, Vec<i32>, Vec<String>)> {
+    let parsed = fak::gguf::parse(gguf)?;
+    let get = |key: &str| {
+        parsed
+            .metadata
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v)
+            .with_context(|| format!("key {key} missing"))
+    };
+    let (Value::Array(Array::String(tokens)), Value::Array(Array::I32(types))) = (
+        get("tokenizer.ggml.tokens")?,
+        get("tokenizer.ggml.token_type")?,
+    ) else {
+        bail!("tokenizer.ggml.tokens/token_type: expected string and i32 arrays");
+    };
+    let Value::Array(Array::String(merges)) = get("tokenizer.ggml.merges")? else {
+        bail!("tokenizer.ggml.merges: expected a string array");
+    };
+    let n_vocab = tokens.len();
+    let n_base = first_added as usize;
+    ensure!(
+        n_base + added.len() <= n_vocab && types.len() == n_vocab,
+        "{n_vocab} tokens cannot hold {n_base} base and {} added tokens",
+        added.len()
+    );
+    if let Some(i) = types[..n_base].iter().position(|&t| t != NORMAL) {
+        bail!(
+            "token {i} ({:?}) is type {}, expected NORMAL",
+            tokens[i],
+            types[i]
+        );
+    }
+
+    let mut out_tokens = tokens[..n_base].to_vec();
+    let mut out_types = vec![NORMAL; n_base];
+    for t in added {
+        ensure!(
+            t.id as usize == out_tokens.len(),
+            "added token {} out of order",
+            t.id
+        );
+        out_tokens.push(t.content.clone());
+        out_types.push(if t.special || looks_special(&t.content) {
+            CONTROL
+        } else {
+            USER_DEFINED
+        });
+    }
+    for id in out_tokens.len()..n_vocab {
+        out_tokens.push(format!("[PAD{id}]"));
+        out_types.push(UNUSED);
+    }
+    Ok((out_tokens, out_types, merges.clone()))
+}

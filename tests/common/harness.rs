@@ -1,0 +1,57 @@
+//! Running the `harness` binary from a test: the tests crate cannot depend on a binary crate,
+//! so the binary is built (once per test process) by the same cargo, into the same target
+//! directory and profile as the test itself, and run as a child process.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The `harness` executable, built on first use with the cargo that runs the tests.
+pub fn harness_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(build_harness)
+}
+
+fn build_harness() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // target/<profile>/deps/<test> → the profile this test was built with.
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executable inside target/<profile>/deps");
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => "dev".to_string(),
+        Some(name) => name.to_string(),
+    };
+    let out = Command::new(cargo)
+        .args([
+            "build",
+            "-p",
+            "fak-harness",
+            "--bin",
+            "harness",
+            "--profile",
+            &profile,
+        ])
+        .args(["--message-format", "json-render-diagnostics"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("running cargo build for the harness binary");
+    assert!(
+        out.status.success(),
+        "cargo build -p fak-harness failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|msg| msg["reason"] == "compiler-artifact" && msg["target"]["name"] == "harness")
+        .find_map(|msg| msg["executable"].as_str().map(PathBuf::from))
+        .expect("cargo reported no harness executable")
+}
+
+/// A command running the `harness` binary (add arguments, environment, then run it).
+pub fn harness() -> Command {
+    Command::new(harness_bin())
+}

@@ -1,0 +1,754 @@
+//! `harness synth`: its files are what llama.cpp's converter (and llama-quantize, for Q4_K_M)
+//! would write — keys, tensor names, shapes, types and order — with the real Qwen3 tokenizer and
+//! seeded weights of the planned scales; llama.cpp loads and runs every one; gguf-py reads them;
+//! and the Hugging Face export holds the same weights and a tokenizer that agrees with
+//! llama.cpp's on the GGUF.
+
+use fak::gguf::{Gguf, TensorInfo};
+use fak::quant::GgmlType;
+use fak_tests::harness::harness;
+use fak_tests::{fixture, llama_cpp_tool, python};
+use serde_json::Value as Json;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+const QUANTS: [&str; 4] = ["f32", "f16", "q8_0", "q4_k_m"];
+const SEED: &str = "7";
+const N_VOCAB: u64 = 151_936;
+/// lavapipe's `max_storage_buffer_binding_size`: a tiny tensor must fit one binding.
+const MAX_BINDING: u64 = 128 << 20;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("synth");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn check(out: Output, what: &str) -> Output {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs `harness synth <args> --out <scratch/name>` once per test process and returns the path;
+/// tests asking for the same file share it.
+fn synth(name: &str, args: &[&str]) -> PathBuf {
+    static WRITTEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let path = scratch(name);
+    let mut written = WRITTEN.lock().unwrap_or_else(|e| e.into_inner());
+    if !written.iter().any(|n| n == name) {
+        let out = harness()
+            .arg("synth")
+            .args(args)
+            .arg("--out")
+            .arg(&path)
+            .output()
+            .unwrap();
+        check(out, &format!("harness synth {}", args.join(" ")));
+        written.push(name.into());
+    }
+    path
+}
+
+fn tiny(quant: &str) -> PathBuf {
+    let args = [
+        "--arch", "qwen3", "--preset", "tiny", "--quant", quant, "--seed", SEED,
+    ];
+    synth(&format!("tiny-{quant}.gguf"), &args)
+}
+
+/// The tiny f32 file together with its Hugging Face export (same seed, same floats).
+fn tiny_f32_with_hf() -> (PathBuf, PathBuf) {
+    let hf = scratch("tiny-hf");
+    let hf_arg = hf.to_str().unwrap();
+    let args = [
+        "--arch", "qwen3", "--preset", "tiny", "--quant", "f32", "--seed", SEED, "--hf-dir", hf_arg,
+    ];
+    (synth("tiny-f32-with-hf.gguf", &args), hf)
+}
+
+/// A Qwen3-0.6B-shaped Q4_K_M file of random blocks (cheap to write and to run one token).
+fn fast_random_0_6b() -> PathBuf {
+    let args = [
+        "--arch",
+        "qwen3",
+        "--preset",
+        "qwen3-0.6b",
+        "--quant",
+        "q4_k_m",
+        "--seed",
+        SEED,
+        "--fast-random",
+    ];
+    synth("qwen3-0.6b-q4_k_m-fast.gguf", &args)
+}
+
+/// The qwen3 tensors llama.cpp's loader asks for (`llm_build_qwen3` and its tensor list), with
+/// GGUF shapes, for the tiny preset (d 64, 4 layers, q 4×64, kv 2×64, ffn 256, untied).
+fn tiny_expected_tensors() -> HashMap<String, Vec<u64>> {
+    let mut t = HashMap::from([
+        ("token_embd.weight".to_string(), vec![64, N_VOCAB]),
+        ("output.weight".to_string(), vec![64, N_VOCAB]),
+        ("output_norm.weight".to_string(), vec![64]),
+    ]);
+    for l in 0..4 {
+        for (name, shape) in [
+            ("attn_norm", vec![64]),
+            ("attn_q", vec![64, 256]),
+            ("attn_k", vec![64, 128]),
+            ("attn_v", vec![64, 128]),
+            ("attn_q_norm", vec![64]),
+            ("attn_k_norm", vec![64]),
+            ("attn_output", vec![256, 64]),
+            ("ffn_norm", vec![64]),
+            ("ffn_gate", vec![64, 256]),
+            ("ffn_up", vec![64, 256]),
+            ("ffn_down", vec![256, 64]),
+        ] {
+            t.insert(format!("blk.{l}.{name}.weight"), shape);
+        }
+    }
+    t
+}
+
+/// The keys llama.cpp's converter writes for a Qwen3 checkpoint, in its order.
+const QWEN3_KEYS: [&str; 26] = [
+    "general.architecture",
+    "general.type",
+    "general.name",
+    "general.size_label",
+    "qwen3.block_count",
+    "qwen3.context_length",
+    "qwen3.embedding_length",
+    "qwen3.feed_forward_length",
+    "qwen3.attention.head_count",
+    "qwen3.attention.head_count_kv",
+    "qwen3.rope.freq_base",
+    "qwen3.attention.layer_norm_rms_epsilon",
+    "qwen3.attention.key_length",
+    "qwen3.attention.value_length",
+    "general.file_type",
+    "general.quantization_version",
+    "tokenizer.ggml.model",
+    "tokenizer.ggml.pre",
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.merges",
+    "tokenizer.ggml.eos_token_id",
+    "tokenizer.ggml.padding_token_id",
+    "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.add_bos_token",
+    "tokenizer.chat_template",
+];
+
+#[test]
+fn metadata_has_the_converters_qwen3_keys_and_values() {
+    let vocab = Gguf::open(fixture("vocab/ggml-vocab-qwen2.gguf")).unwrap();
+    let vocab = vocab.metadata();
+    let template = std::fs::read_to_string(fixture("templates/Qwen-Qwen3-0.6B.jinja")).unwrap();
+    for (quant, file_type) in QUANTS.into_iter().zip([0, 1, 7, 15]) {
+        let g = Gguf::open(tiny(quant)).unwrap();
+        let m = g.metadata();
+        let keys: Vec<&str> = m.entries().iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, QWEN3_KEYS, "{quant}");
+
+        assert_eq!(m.str("general.architecture").unwrap(), "qwen3");
+        assert_eq!(m.u32("general.file_type").unwrap(), file_type, "{quant}");
+        assert_eq!(m.u32("general.quantization_version").unwrap(), 2);
+        for (key, value) in [
+            ("block_count", 4),
+            ("context_length", 40_960),
+            ("embedding_length", 64),
+            ("feed_forward_length", 256),
+            ("attention.head_count", 4),
+            ("attention.head_count_kv", 2),
+            ("attention.key_length", 64),
+            ("attention.value_length", 64),
+        ] {
+            assert_eq!(m.u32(&format!("qwen3.{key}")).unwrap(), value, "{key}");
+        }
+        assert_eq!(m.f32("qwen3.rope.freq_base").unwrap(), 1e6);
+        assert_eq!(
+            m.f32("qwen3.attention.layer_norm_rms_epsilon").unwrap(),
+            1e-6
+        );
+
+        assert_eq!(m.str("tokenizer.ggml.model").unwrap(), "gpt2");
+        assert_eq!(m.str("tokenizer.ggml.pre").unwrap(), "qwen2");
+        let tokens = m.str_array("tokenizer.ggml.tokens").unwrap();
+        assert_eq!(tokens.len() as u64, N_VOCAB);
+        assert_eq!(
+            tokens[..151_643],
+            vocab.str_array("tokenizer.ggml.tokens").unwrap()[..151_643],
+            "the BPE tokens are the qwen2 vocabulary's"
+        );
+        assert_eq!(
+            m.str_array("tokenizer.ggml.merges").unwrap(),
+            vocab.str_array("tokenizer.ggml.merges").unwrap()
+        );
+        assert_eq!(m.u32("tokenizer.ggml.bos_token_id").unwrap(), 151_643);
+        assert_eq!(m.u32("tokenizer.ggml.eos_token_id").unwrap(), 151_645);
+        assert_eq!(m.u32("tokenizer.ggml.padding_token_id").unwrap(), 151_643);
+        assert!(!m.bool("tokenizer.ggml.add_bos_token").unwrap());
+        assert_eq!(m.str("tokenizer.chat_template").unwrap(), template);
+    }
+}
+
+#[test]
+fn added_tokens_are_qwen3s_with_the_converters_token_types() {
+    let g = Gguf::open(tiny("f16")).unwrap();
+    let m = g.metadata();
+    let tokens = m.str_array("tokenizer.ggml.tokens").unwrap();
+    let types = m.int_array("tokenizer.ggml.token_type").unwrap();
+    // Ids and texts from Qwen3's tokenizer_config.json. CONTROL (3) for special tokens and for
+    // `<|…|>` ones, USER_DEFINED (4) for the rest, UNUSED (5) for the converter's padding.
+    for (id, text, ty) in [
+        (151_643, "<|endoftext|>", 3),
+        (151_644, "<|im_start|>", 3),
+        (151_645, "<|im_end|>", 3),
+        (151_656, "<|video_pad|>", 3),
+        (151_657, "<tool_call>", 4),
+        (151_659, "<|fim_prefix|>", 3),
+        (151_664, "<|file_sep|>", 3),
+        (151_667, "<think>", 4),
+        (151_668, "</think>", 4),
+        (151_669, "[PAD151669]", 5),
+        (151_935, "[PAD151935]", 5),
+    ] {
+        assert_eq!((tokens[id].as_str(), types[id]), (text, ty), "token {id}");
+    }
+    assert!(
+        types[..151_643].iter().all(|&t| t == 1),
+        "BPE tokens are NORMAL"
+    );
+    assert!(
+        types[151_669..].iter().all(|&t| t == 5),
+        "padding is UNUSED"
+    );
+}
+
+fn tensor_table(g: &Gguf) -> Vec<(String, Vec<u64>, GgmlType)> {
+    g.tensors()
+        .iter()
+        .map(|t| (t.name.clone(), t.shape.clone(), t.ty))
+        .collect()
+}
+
+#[test]
+fn converter_outputs_have_llama_cpp_tensor_names_shapes_and_types() {
+    let expected = tiny_expected_tensors();
+    for (quant, weight_type) in [
+        ("f32", GgmlType::F32),
+        ("f16", GgmlType::F16),
+        ("q8_0", GgmlType::Q8_0),
+    ] {
+        let g = Gguf::open(tiny(quant)).unwrap();
+        assert_eq!(g.tensors().len(), expected.len(), "{quant}");
+        for (name, shape, ty) in tensor_table(&g) {
+            assert_eq!(Some(&shape), expected.get(&name), "{quant} {name}");
+            // The converter keeps 1-D tensors (the norms) F32 whatever the outtype.
+            let want = if shape.len() == 1 {
+                GgmlType::F32
+            } else {
+                weight_type
+            };
+            assert_eq!(ty, want, "{quant} {name}");
+        }
+    }
+}
+
+/// llama-quantize's own choice, in its own order: `--dry-run` prints one line per tensor,
+/// `[ i/ n] name - [ne0, ne1, …], type = <src>, size = … [-> … (<new type>)]`.
+fn llama_quantize_plan(source: &Path) -> Vec<(String, GgmlType)> {
+    let out = Command::new(llama_cpp_tool("llama-quantize"))
+        .args(["--dry-run", "--allow-requantize"])
+        .arg(source)
+        .arg("Q4_K_M")
+        .output()
+        .unwrap();
+    let out = check(out, "llama-quantize --dry-run");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let plan: Vec<(String, GgmlType)> = text
+        .lines()
+        .filter(|l| l.starts_with('[') && l.contains("type ="))
+        .map(|line| {
+            let name = line
+                .split(']')
+                .nth(1)
+                .unwrap()
+                .split_whitespace()
+                .next()
+                .unwrap();
+            let source_type = line
+                .split("type =")
+                .nth(1)
+                .unwrap()
+                .split(',')
+                .next()
+                .unwrap();
+            let ty = match line.rsplit_once('(') {
+                Some((_, new)) if line.contains("->") => new.trim_end_matches(')'),
+                _ => source_type.trim(),
+            };
+            let ty = GgmlType::from_name(ty).unwrap_or_else(|| panic!("type {ty:?} in {line:?}"));
+            (name.to_string(), ty)
+        })
+        .collect();
+    assert!(
+        !plan.is_empty(),
+        "no tensor lines in llama-quantize output:\n{text}"
+    );
+    plan
+}
+
+fn names_and_types(g: &Gguf) -> Vec<(String, GgmlType)> {
+    g.tensors().iter().map(|t| (t.name.clone(), t.ty)).collect()
+}
+
+#[test]
+fn q4_k_m_types_and_order_are_llama_quantizes() {
+    // Tiny: shape fallbacks on every d = 64 row (Q5_0, Q8_0), K-quants on rows of 256.
+    let ours = Gguf::open(tiny("q4_k_m")).unwrap();
+    assert_eq!(names_and_types(&ours), llama_quantize_plan(&tiny("f32")));
+
+    // Qwen3-0.6B shape: tied embedding → Q6_K, use_more_bits over 28 layers.
+    let fast = Gguf::open(fast_random_0_6b()).unwrap();
+    assert_eq!(
+        names_and_types(&fast),
+        llama_quantize_plan(&fast_random_0_6b())
+    );
+}
+
+#[test]
+fn q4_k_m_recipe_picks_the_documented_types_for_tiny() {
+    // model-spec.md §2.1 applied by hand to the tiny shapes: d-row tensors (64 wide) fall back
+    // (Q4_K→Q5_0, Q6_K and the untied output's Q6_K→Q8_0); use_more_bits(i, 4) is true for
+    // layers 2 and 3 (i ≥ 7·4/8), so their attn_v and ffn_down get the Q6_K branch.
+    let g = Gguf::open(tiny("q4_k_m")).unwrap();
+    for (name, _, ty) in tensor_table(&g) {
+        let layer: Option<u32> = name
+            .strip_prefix("blk.")
+            .and_then(|r| r.split('.').next())
+            .and_then(|n| n.parse().ok());
+        let more_bits = layer.is_some_and(|l| l >= 2);
+        let want = match name.as_str() {
+            "token_embd.weight" => GgmlType::Q5_0,
+            "output.weight" => GgmlType::Q8_0,
+            _ if name.ends_with("norm.weight") => GgmlType::F32,
+            _ if name.ends_with("attn_v.weight") && more_bits => GgmlType::Q8_0,
+            _ if name.ends_with("ffn_down.weight") && more_bits => GgmlType::Q6_K,
+            _ if name.ends_with("ffn_down.weight") || name.ends_with("attn_output.weight") => {
+                GgmlType::Q4_K
+            }
+            _ => GgmlType::Q5_0,
+        };
+        assert_eq!(ty, want, "{name}");
+    }
+}
+
+#[test]
+fn every_tiny_tensor_fits_one_lavapipe_binding() {
+    for quant in QUANTS {
+        let g = Gguf::open(tiny(quant)).unwrap();
+        for t in g.tensors() {
+            assert!(
+                t.n_bytes <= MAX_BINDING,
+                "{quant} {}: {} bytes",
+                t.name,
+                t.n_bytes
+            );
+        }
+    }
+}
+
+/// gguf-py's view of a file (tests/scripts/gguf_dump.py).
+fn gguf_py_dump(path: &Path) -> Json {
+    let out = Command::new(python())
+        .arg(fixture("../scripts/gguf_dump.py"))
+        .arg(path)
+        .output()
+        .unwrap();
+    let out = check(out, "gguf-py (pip install gguf)");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn gguf_py_reads_every_file_as_fak_does() {
+    // gguf-py takes ~10 s to parse a 151 936-token vocabulary, so three files: together they
+    // hold every tensor type synth writes (F32, F16, Q8_0, Q5_0, Q4_K, Q6_K) and a real shape.
+    for path in [tiny("f16"), tiny("q4_k_m"), fast_random_0_6b()] {
+        let g = Gguf::open(&path).unwrap();
+        let py = gguf_py_dump(&path);
+        let py_tensors = py["tensors"].as_array().unwrap();
+        assert_eq!(py_tensors.len(), g.tensors().len());
+        for (p, t) in py_tensors.iter().zip(g.tensors()) {
+            let TensorInfo {
+                name,
+                shape,
+                ty,
+                file_offset,
+                n_bytes,
+                ..
+            } = t;
+            assert_eq!(p["name"], name.as_str());
+            assert_eq!(p["shape"], serde_json::json!(shape), "{name}");
+            assert_eq!(p["type"], ty.id(), "{name}");
+            assert_eq!(p["data_offset"], *file_offset, "{name}");
+            assert_eq!(p["n_bytes"], *n_bytes, "{name}");
+        }
+        let keys: Vec<&str> = py["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(keys, QWEN3_KEYS, "{}", path.display());
+    }
+}
+
+fn f32_values<'a>(g: &'a Gguf, name: &str) -> &'a [f32] {
+    let t = g.require_tensor(name).unwrap();
+    assert_eq!(t.ty, GgmlType::F32, "{name}");
+    bytemuck::cast_slice(g.tensor_data(t))
+}
+
+fn mean_std(v: &[f32]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
+    let var = v
+        .iter()
+        .map(|&x| (f64::from(x) - mean).powi(2))
+        .sum::<f64>()
+        / n;
+    (mean, var.sqrt())
+}
+
+#[test]
+fn weights_have_the_planned_scales() {
+    let g = Gguf::open(tiny("f32")).unwrap();
+    let mut norm_gains = Vec::new();
+    for t in g.tensors() {
+        let v = f32_values(&g, &t.name);
+        assert!(v.iter().all(|x| x.is_finite()), "{}", t.name);
+        if t.shape.len() == 1 {
+            norm_gains.extend_from_slice(v);
+            continue;
+        }
+        // Projections N(0, 1/fan_in), fan_in = ne0; embeddings 1/√d too. With ≥ 8192 samples the
+        // sample std is within ~1.5 % (1/√(2n)) of the true one; 5 % leaves margin.
+        let (mean, std) = mean_std(v);
+        let want = 1.0 / (t.shape[0] as f64).sqrt();
+        assert!(
+            (std / want - 1.0).abs() < 0.05,
+            "{}: std {std}, want {want}",
+            t.name
+        );
+        assert!(mean.abs() < 0.05 * want, "{}: mean {mean}", t.name);
+    }
+    // Gains 1 + N(0, 0.1²): 1 088 samples put the sample mean within 0.003 and std within 2 %.
+    let (mean, std) = mean_std(&norm_gains);
+    assert!((mean - 1.0).abs() < 0.02, "norm gain mean {mean}");
+    assert!((std - 0.1).abs() < 0.01, "norm gain std {std}");
+}
+
+fn rel_rms_error(got: &[f32], want: &[f32]) -> f64 {
+    let sq = |it: &mut dyn Iterator<Item = f64>| it.map(|x| x * x).sum::<f64>();
+    let err = sq(&mut got
+        .iter()
+        .zip(want)
+        .map(|(&g, &w)| f64::from(g) - f64::from(w)));
+    let norm = sq(&mut want.iter().map(|&w| f64::from(w)));
+    (err / norm).sqrt()
+}
+
+#[test]
+fn quantized_files_hold_the_f32_files_weights() {
+    let floats = Gguf::open(tiny("f32")).unwrap();
+    for quant in ["f16", "q8_0", "q4_k_m"] {
+        let g = Gguf::open(tiny(quant)).unwrap();
+        for t in g.tensors() {
+            let want = f32_values(&floats, &t.name);
+            let mut got = vec![f32::NAN; want.len()];
+            fak::quant::dequantize_into(t.ty, g.tensor_data(t), &mut got).unwrap();
+            // Relative RMS error a uniform quantizer of the format's step leaves on Gaussian
+            // rows (step/√12 against σ, step from a block maximum of ≈2.5σ), with margin:
+            // F16 2^-11 relative rounding; Q8_0 amax/127; Q6_K amax/32 per 16; Q5_0 amax/16;
+            // Q4_K (max−min)/15 per 32 with 6-bit scales. NaN fails every comparison.
+            let bound = match t.ty {
+                GgmlType::F32 => 0.0,
+                GgmlType::F16 => 1e-3,
+                GgmlType::Q8_0 => 0.01,
+                GgmlType::Q6_K => 0.03,
+                GgmlType::Q5_0 => 0.06,
+                GgmlType::Q4_K => 0.10,
+                ty => panic!("{quant} {}: unexpected {ty}", t.name),
+            };
+            let err = rel_rms_error(&got, want);
+            assert!(
+                err <= bound,
+                "{quant} {} ({}): relative RMS error {err}",
+                t.name,
+                t.ty
+            );
+        }
+    }
+}
+
+#[test]
+fn a_seed_gives_the_same_file_whatever_the_thread_count() {
+    // Q4_K_M: both the float generation and the quantizer run in parallel.
+    let write = |name: &str, seed: &str, threads: &str| {
+        let path = scratch(name);
+        let out = harness()
+            .args([
+                "synth", "--arch", "qwen3", "--preset", "tiny", "--quant", "f16",
+            ])
+            .args(["--seed", seed, "--out"])
+            .arg(&path)
+            .env("RAYON_NUM_THREADS", threads)
+            .output()
+            .unwrap();
+        check(out, "harness synth");
+        path
+    };
+    let one = std::fs::read(write("seed1-threads1.gguf", "1", "1")).unwrap();
+    let two = std::fs::read(write("seed1-threads2.gguf", "1", "2")).unwrap();
+    assert!(
+        one == two,
+        "seed 1 on 1 and 2 threads wrote different files"
+    );
+
+    let other = Gguf::open(write("seed2.gguf", "2", "2")).unwrap();
+    let same = Gguf::open(scratch("seed1-threads2.gguf")).unwrap();
+    for (a, b) in other.tensors().iter().zip(same.tensors()) {
+        assert_eq!((&a.name, a.offset), (&b.name, b.offset));
+        assert_ne!(
+            other.tensor_data(a),
+            same.tensor_data(b),
+            "{} ignores the seed",
+            a.name
+        );
+    }
+}
+
+/// Greedy generation of a few tokens with the peer's `llama-cli` (single turn, chat template).
+fn llama_cli_generates(model: &Path) {
+    let out = Command::new(llama_cpp_tool("llama-cli"))
+        .arg("-m")
+        .arg(model)
+        .args([
+            "-p", "Hello", "-n", "4", "-st", "-c", "256", "--temp", "0", "-t", "2",
+        ])
+        .args(["--no-display-prompt", "--log-colors", "off"])
+        .output()
+        .unwrap();
+    let out = check(out, &format!("llama-cli on {}", model.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let reply = stdout
+        .split_once("> Hello")
+        .and_then(|(_, rest)| rest.split_once("[ Prompt:"))
+        .map(|(reply, _)| reply.trim())
+        .unwrap_or_else(|| panic!("no reply in llama-cli output:\n{stdout}"));
+    assert!(
+        !reply.is_empty(),
+        "llama-cli generated nothing for {}",
+        model.display()
+    );
+    assert!(
+        stdout.contains("Generation:"),
+        "no generation stats:\n{stdout}"
+    );
+}
+
+#[test]
+fn llama_cpp_loads_and_runs_every_file() {
+    for quant in QUANTS {
+        llama_cli_generates(&tiny(quant));
+    }
+    llama_cli_generates(&fast_random_0_6b());
+}
+
+#[test]
+fn fast_random_keeps_the_quantized_layout() {
+    let fast = |seed: &str, name: &str| {
+        let args = [
+            "--arch",
+            "qwen3",
+            "--preset",
+            "tiny",
+            "--quant",
+            "q4_k_m",
+            "--seed",
+            seed,
+            "--fast-random",
+        ];
+        Gguf::open(synth(name, &args)).unwrap()
+    };
+    let quantized = Gguf::open(tiny("q4_k_m")).unwrap();
+    let random = fast(SEED, "tiny-q4_k_m-fast.gguf");
+    assert_eq!(
+        random.metadata().entries(),
+        quantized.metadata().entries(),
+        "same keys and values"
+    );
+    assert_eq!(
+        random.tensors(),
+        quantized.tensors(),
+        "same names, types, shapes, offsets"
+    );
+
+    let again = fast(SEED, "tiny-q4_k_m-fast-again.gguf");
+    for t in random.tensors() {
+        assert_eq!(
+            random.tensor_data(t),
+            again.tensor_data(again.require_tensor(&t.name).unwrap())
+        );
+        if t.ty != GgmlType::F32 {
+            let q = quantized.tensor_data(quantized.require_tensor(&t.name).unwrap());
+            assert_ne!(random.tensor_data(t), q, "{} is not random blocks", t.name);
+            // Random blocks still decode to the planned N(0, 1/fan_in) scale: ≥ 8192 values
+            // put the sample std within ~2 % of the generator's; 10 % allows for its shape.
+            let mut values = vec![f32::NAN; t.n_elements() as usize];
+            fak::quant::dequantize_into(t.ty, random.tensor_data(t), &mut values).unwrap();
+            let (mean, std) = mean_std(&values);
+            let want = 1.0 / (t.shape[0] as f64).sqrt();
+            assert!(
+                (std / want - 1.0).abs() < 0.1,
+                "{}: std {std}, want {want}",
+                t.name
+            );
+            assert!(mean.abs() < 0.1 * want, "{}: mean {mean}", t.name);
+        }
+    }
+}
+
+#[test]
+fn hf_export_loads_in_mlx_lm_with_the_same_weights_and_tokenizer() {
+    let (gguf_path, hf) = tiny_f32_with_hf();
+    let texts = [
+        "Hello world!",
+        "你好，世界 — naïve café, 12345 digits",
+        "<|im_start|>user\nhi <think>x</think><|im_end|>\n",
+        "  leading spaces\tand\ttabs\n\n\nnewlines   ",
+        "fn main() { println!(\"{}\", 1 + 2); } // code's fine",
+    ];
+    let texts_path = scratch("texts.json");
+    std::fs::write(&texts_path, serde_json::to_string(&texts).unwrap()).unwrap();
+    let out = Command::new(python())
+        .arg(fixture("../scripts/hf_export_check.py"))
+        .args([&hf, &gguf_path, &texts_path])
+        .output()
+        .unwrap();
+    let out = check(out, "mlx_lm load (pip install 'mlx[cpu]' mlx-lm)");
+    let r: Json = serde_json::from_slice(&out.stdout).unwrap();
+
+    let c = &r["config"];
+    for (key, value) in [
+        ("hidden_size", 64),
+        ("num_hidden_layers", 4),
+        ("num_attention_heads", 4),
+        ("num_key_value_heads", 2),
+        ("head_dim", 64),
+        ("intermediate_size", 256),
+        ("vocab_size", N_VOCAB),
+    ] {
+        assert_eq!(c[key], value, "{key}");
+    }
+    assert_eq!(c["tie_word_embeddings"], false);
+    assert_eq!(c["rope_theta"].as_f64(), Some(1e6));
+
+    let tensors = r["tensors"].as_array().unwrap();
+    assert_eq!(
+        r["n_params"].as_u64(),
+        Some(tensors.len() as u64),
+        "no extra HF tensors"
+    );
+    for t in tensors {
+        let mut reversed: Vec<Json> = t["gguf_shape"].as_array().unwrap().clone();
+        reversed.reverse();
+        assert_eq!(
+            t["hf_shape"],
+            Json::Array(reversed),
+            "{} → {}",
+            t["gguf"],
+            t["hf"]
+        );
+        // The export holds the very floats the f32 GGUF holds: no tolerance.
+        assert_eq!(t["max_abs_diff"].as_f64(), Some(0.0), "{}", t["gguf"]);
+    }
+    assert_eq!(r["logits_shape"][2], N_VOCAB);
+    assert_eq!(r["logits_finite"], true);
+    assert_eq!(r["eos_token"], "<|im_end|>");
+    assert_eq!(r["pad_token"], "<|endoftext|>");
+
+    for (text, got) in texts.iter().zip(r["texts"].as_array().unwrap()) {
+        let llama = llama_tokenize(&gguf_path, text);
+        assert_eq!(
+            got["ids"],
+            serde_json::json!(llama),
+            "transformers vs llama.cpp on {text:?}"
+        );
+        assert_eq!(
+            got["mlx_ids"], got["ids"],
+            "mlx_lm vs transformers on {text:?}"
+        );
+        assert_eq!(got["decoded"], *text, "decode(encode(text))");
+    }
+}
+
+/// Token ids llama.cpp's tokenizer gives for `text` on the GGUF's vocabulary (special tokens
+/// parsed, no BOS: add_bos_token is false).
+fn llama_tokenize(model: &Path, text: &str) -> Vec<u64> {
+    let out = Command::new(llama_cpp_tool("llama-tokenize"))
+        .arg("-m")
+        .arg(model)
+        .args(["-p", text, "--ids", "--log-disable"])
+        .output()
+        .unwrap();
+    let out = check(out, "llama-tokenize");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let list = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('['))
+        .unwrap_or("[]");
+    serde_json::from_str(list).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+#[test]
+fn bad_arguments_fail_with_one_clear_line() {
+    let fail = |args: &[&str], says: &str| {
+        let out = harness().arg("synth").args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    };
+    let out = scratch("never-written.gguf");
+    let out = out.to_str().unwrap();
+    let tiny = ["--arch", "qwen3", "--quant", "f16", "--preset"];
+    fail(
+        &[&tiny[..], &["huge", "--out", out]].concat(),
+        "unknown qwen3 preset \"huge\"",
+    );
+    fail(
+        &[
+            &tiny[..],
+            &["tiny", "--out", out, "--fast-random", "--hf-dir", out],
+        ]
+        .concat(),
+        "cannot be used with",
+    );
+    fail(
+        &[&tiny[..], &["tiny", "--out", "/nonexistent-dir/x.gguf"]].concat(),
+        "error: writing the GGUF: /nonexistent-dir/x.gguf: No such file",
+    );
+    assert!(!Path::new(out).exists());
+}
