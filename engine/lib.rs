@@ -5,4 +5,7 @@
 //! formats, `gpu` owns the wgpu context and one typed wrapper per kernel.
 
 pub mod gguf;
+pub mod model;
 pub mod quant;
+pub mod reference;
+pub mod runtime;

@@ -117,11 +117,10 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, ParseError> {
         tensors.push(read_tensor_info(&mut c, i)?);
     }
 
-    let data_start = if tensors.is_empty() {
-        c.pos()
-    } else {
-        align_up(c.pos(), alignment).ok_or_else(|| ParseError::Alignment("overflow".into()))?
-    };
+    // Aligned even when there are no tensors (and then possibly past the end of the file), as
+    // llama.cpp and gguf-py place it.
+    let data_start =
+        align_up(c.pos(), alignment).ok_or_else(|| ParseError::Alignment("overflow".into()))?;
     check_tensor_data(&mut tensors, data_start, alignment, bytes.len() as u64)?;
     Ok(Parsed {
         version,
@@ -207,11 +206,7 @@ fn read_tensor_info(c: &mut Cursor, index: u64) -> Result<TensorInfo, ParseError
             ty.block_elems()
         ))
     })?;
-    let n_rows = if row_len == 0 {
-        0
-    } else {
-        n_elements / row_len
-    };
+    let n_rows = n_elements.checked_div(row_len).unwrap_or(0);
     let n_bytes = row_bytes
         .checked_mul(n_rows)
         .ok_or_else(|| fail("byte size overflows".into()))?;

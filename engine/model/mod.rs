@@ -1,0 +1,125 @@
+//! Models: typed hyperparameters from GGUF metadata and the tensors of each architecture, one
+//! file per architecture. `qwen3` covers the dense family (llama and qwen2 differ from it only by
+//! flags: no q/k norm, q/k/v biases, NORM rope pairing); `qwen35` is the hybrid GDN family.
+
+pub mod qwen3;
+pub mod qwen35;
+
+use crate::gguf::{Gguf, GgufError, TensorInfo};
+use crate::quant::GgmlType;
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error("{}: architecture {arch:?} is not supported (supported: {})", path.display(), Arch::SUPPORTED.join(", "))]
+    UnsupportedArch { path: PathBuf, arch: String },
+    #[error("{}: tensor {tensor}: shape {found:?}, expected {expected:?}", path.display())]
+    Shape {
+        path: PathBuf,
+        tensor: String,
+        found: Vec<u64>,
+        expected: Vec<u64>,
+    },
+    #[error("{}: tensor {tensor}: type {ty} is not supported here ({why})", path.display())]
+    TensorType {
+        path: PathBuf,
+        tensor: String,
+        ty: GgmlType,
+        why: String,
+    },
+    #[error("{}: {why}", path.display())]
+    Hparams { path: PathBuf, why: String },
+    /// A request the model cannot serve (token id out of range, empty prompt, …).
+    #[error("{0}")]
+    Input(String),
+}
+
+/// The GGUF `general.architecture` values fak runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    Llama,
+    Qwen2,
+    Qwen3,
+    Qwen35,
+}
+
+impl Arch {
+    pub const SUPPORTED: [&'static str; 4] = ["llama", "qwen2", "qwen3", "qwen35"];
+
+    pub fn of(gguf: &Gguf) -> Result<Self, ModelError> {
+        let name = gguf.metadata().str("general.architecture")?;
+        Ok(match name {
+            "llama" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            "qwen3" => Arch::Qwen3,
+            "qwen35" => Arch::Qwen35,
+            other => {
+                return Err(ModelError::UnsupportedArch {
+                    path: gguf.path().to_owned(),
+                    arch: other.into(),
+                });
+            }
+        })
+    }
+
+    /// The metadata key prefix (`qwen3.block_count`, …).
+    pub fn key_prefix(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Qwen35 => "qwen35",
+        }
+    }
+}
+
+/// How RoPE pairs the dimensions of a head (model-spec.md §4.d).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum RopePairing {
+    /// (v[2i], v[2i+1]): llama, whose converter permutes Q/K rows into this order.
+    Adjacent,
+    /// (v[i], v[i + n_rot/2]): qwen2, qwen3, qwen3.5.
+    Neox,
+}
+
+/// A tensor that must exist with exactly `shape` (ne order: row length first).
+pub(crate) fn expect_tensor<'g>(
+    gguf: &'g Gguf,
+    name: &str,
+    shape: &[u64],
+) -> Result<&'g TensorInfo, ModelError> {
+    let t = gguf.require_tensor(name)?;
+    check_shape(gguf, t, shape)?;
+    Ok(t)
+}
+
+/// Like [`expect_tensor`], for tensors a model may or may not have.
+pub(crate) fn optional_tensor<'g>(
+    gguf: &'g Gguf,
+    name: &str,
+    shape: &[u64],
+) -> Result<Option<&'g TensorInfo>, ModelError> {
+    gguf.tensor(name)
+        .map(|t| check_shape(gguf, t, shape).map(|_| t))
+        .transpose()
+}
+
+fn check_shape(gguf: &Gguf, t: &TensorInfo, shape: &[u64]) -> Result<(), ModelError> {
+    // GGUF writers may or may not keep trailing unit dimensions; compare without them.
+    let trim = |s: &[u64]| {
+        let n = s.iter().rposition(|&d| d != 1).map_or(0, |i| i + 1);
+        s[..n].to_vec()
+    };
+    if trim(&t.shape) != trim(shape) {
+        return Err(ModelError::Shape {
+            path: gguf.path().to_owned(),
+            tensor: t.name.clone(),
+            found: t.shape.clone(),
+            expected: shape.to_vec(),
+        });
+    }
+    Ok(())
+}

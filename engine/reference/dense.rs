@@ -1,0 +1,139 @@
+//! The dense decoder (qwen3, qwen2, llama) on the CPU, one token at a time: the oracle the GPU
+//! model is tested against, prefill included (the GPU's batched prefill must equal this
+//! token-by-token loop).
+
+use super::Reference;
+use super::ops::{Matrix, add_into, gqa_attention, rms_norm, rope, swiglu, vector};
+use crate::gguf::Gguf;
+use crate::model::ModelError;
+use crate::model::qwen3::{Hparams, Tensors};
+
+struct Layer<'g> {
+    attn_norm: Vec<f32>,
+    wq: Matrix<'g>,
+    wk: Matrix<'g>,
+    wv: Matrix<'g>,
+    wo: Matrix<'g>,
+    bias: Option<[Vec<f32>; 3]>,
+    qk_norm: Option<[Vec<f32>; 2]>,
+    ffn_norm: Vec<f32>,
+    gate: Matrix<'g>,
+    up: Matrix<'g>,
+    down: Matrix<'g>,
+    /// Cached keys and values, one `kv_dim` vector per position.
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
+}
+
+pub struct DenseReference<'g> {
+    pub hp: Hparams,
+    embd: Matrix<'g>,
+    output_norm: Vec<f32>,
+    output: Matrix<'g>,
+    rope_freqs: Option<Vec<f32>>,
+    layers: Vec<Layer<'g>>,
+}
+
+impl<'g> DenseReference<'g> {
+    pub fn new(gguf: &'g Gguf) -> Result<Self, ModelError> {
+        let hp = Hparams::from_gguf(gguf)?;
+        let t = Tensors::bind(gguf, &hp)?;
+        let layers = t
+            .layers
+            .iter()
+            .map(|l| {
+                let m = |t| Matrix::new(gguf, t);
+                let bias = match (l.bq, l.bk, l.bv) {
+                    (Some(q), Some(k), Some(v)) => {
+                        Some([vector(gguf, q)?, vector(gguf, k)?, vector(gguf, v)?])
+                    }
+                    _ => None,
+                };
+                let qk_norm = match (l.q_norm, l.k_norm) {
+                    (Some(q), Some(k)) => Some([vector(gguf, q)?, vector(gguf, k)?]),
+                    _ => None,
+                };
+                Ok(Layer {
+                    attn_norm: vector(gguf, l.attn_norm)?,
+                    wq: m(l.wq)?,
+                    wk: m(l.wk)?,
+                    wv: m(l.wv)?,
+                    wo: m(l.wo)?,
+                    bias,
+                    qk_norm,
+                    ffn_norm: vector(gguf, l.ffn_norm)?,
+                    gate: m(l.gate)?,
+                    up: m(l.up)?,
+                    down: m(l.down)?,
+                    keys: Vec::new(),
+                    values: Vec::new(),
+                })
+            })
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        Ok(Self {
+            embd: Matrix::new(gguf, t.embd)?,
+            output_norm: vector(gguf, t.output_norm)?,
+            output: Matrix::new(gguf, t.output)?,
+            rope_freqs: t.rope_freqs.map(|r| vector(gguf, r)).transpose()?,
+            layers,
+            hp,
+        })
+    }
+
+    /// Tokens already in the KV cache (the position of the next token).
+    pub fn position(&self) -> usize {
+        self.layers[0].keys.len()
+    }
+
+    /// Forgets the cache: the next token is at position 0.
+    pub fn reset(&mut self) {
+        for l in &mut self.layers {
+            l.keys.clear();
+            l.values.clear();
+        }
+    }
+
+}
+
+impl Reference for DenseReference<'_> {
+    fn forward(&mut self, token: u32) -> Result<Vec<f32>, ModelError> {
+        let hp = &self.hp;
+        super::check_token(token, hp.n_vocab)?;
+        let mut x = vec![0f32; hp.n_embd];
+        self.embd.row(token as usize, &mut x);
+        let pos = self.position();
+        for l in &mut self.layers {
+            let h = rms_norm(&x, Some(&l.attn_norm), hp.rms_eps);
+            let attn = attention(hp, l, &h, pos, self.rope_freqs.as_deref());
+            add_into(&mut x, &l.wo.matvec(&attn));
+            let h2 = rms_norm(&x, Some(&l.ffn_norm), hp.rms_eps);
+            let act = swiglu(&l.gate.matvec(&h2), &l.up.matvec(&h2));
+            add_into(&mut x, &l.down.matvec(&act));
+        }
+        let h = rms_norm(&x, Some(&self.output_norm), hp.rms_eps);
+        Ok(self.output.matvec(&h))
+    }
+}
+
+/// q/k/v projections, q/k norm, RoPE, cache append, causal GQA attention over the cache.
+fn attention(hp: &Hparams, l: &mut Layer, h: &[f32], pos: usize, freqs: Option<&[f32]>) -> Vec<f32> {
+    let (mut q, mut k, mut v) = (l.wq.matvec(h), l.wk.matvec(h), l.wv.matvec(h));
+    if let Some([bq, bk, bv]) = &l.bias {
+        add_into(&mut q, bq);
+        add_into(&mut k, bk);
+        add_into(&mut v, bv);
+    }
+    let hd = hp.head_dim;
+    for (vec, norm) in [(&mut q, 0), (&mut k, 1)] {
+        for head in vec.chunks_mut(hd) {
+            if let Some(w) = &l.qk_norm {
+                let normed = rms_norm(head, Some(&w[norm]), hp.rms_eps);
+                head.copy_from_slice(&normed);
+            }
+            rope(head, pos, hp.n_rot, hp.rope_base, hp.rope_pairing, freqs);
+        }
+    }
+    l.keys.push(k);
+    l.values.push(v);
+    gqa_attention(&q, &l.keys, &l.values, hp.n_head_kv, hd)
+}

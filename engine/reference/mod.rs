@@ -1,0 +1,52 @@
+//! The CPU reference forward passes (f32 math, f64 accumulation for every sum): the oracle for
+//! every kernel and model test, sharing the GGUF loader and the dequantizers with the engine.
+//! Every model runs one token at a time; prefill is the same loop, so the GPU's batched prefill
+//! is checked against the plain recurrence.
+
+pub mod dense;
+pub mod gated_delta;
+pub mod ops;
+pub mod qwen35;
+
+pub use dense::DenseReference;
+pub use qwen35::Qwen35Reference;
+
+use crate::model::ModelError;
+
+/// A CPU model that runs one token at the next position.
+pub trait Reference {
+    /// Runs `token` and returns its logits.
+    fn forward(&mut self, token: u32) -> Result<Vec<f32>, ModelError>;
+
+    /// Runs `tokens` in order and returns the logits after each (teacher forcing).
+    fn forward_all(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>, ModelError> {
+        tokens.iter().map(|&t| self.forward(t)).collect()
+    }
+
+    /// Greedy continuation: `n` tokens after `prompt` (end-of-sequence not special here).
+    fn greedy(&mut self, prompt: &[u32], n: usize) -> Result<Vec<u32>, ModelError> {
+        let mut logits = self
+            .forward_all(prompt)?
+            .pop()
+            .ok_or_else(|| ModelError::Input("empty prompt".into()))?;
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let next = ops::argmax(&logits);
+            out.push(next);
+            if i + 1 < n {
+                logits = self.forward(next)?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn check_token(token: u32, n_vocab: usize) -> Result<(), ModelError> {
+    if (token as usize) < n_vocab {
+        Ok(())
+    } else {
+        Err(ModelError::Input(format!(
+            "token id {token} is outside the vocabulary of {n_vocab}"
+        )))
+    }
+}

@@ -1,0 +1,3 @@
+//! Sessions: prefill, decode, sampling, streaming.
+
+pub mod sampling;
