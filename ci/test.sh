@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The test command README.md gives and CI (.ci/run) runs: installs what the tests need, builds the
+# llama.cpp peer (cached), forces Mesa lavapipe as the GPU, then runs format, lint and the whole test
+# suite, cheapest first. Safe to rerun: every install step skips what is already there.
+#
+#   ci/test.sh                       everything
+#   FAK_CACHE=/some/dir ci/test.sh   keep the peer build and the Python venv elsewhere
+#                                    (default ~/.cache/fak)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "${here}/.." && pwd)
+cd "${repo}"
+# shellcheck source=ci/lib.sh
+source "${here}/lib.sh"
+
+# Debian packages: lavapipe (software Vulkan) to run every kernel, cmake for the peer build,
+# spirv-tools (spirv-val) for the portability tests.
+readonly APT_PACKAGES=(mesa-vulkan-drivers libvulkan1 cmake spirv-tools)
+
+check_rust() {
+    local tool
+    for tool in cargo rustfmt cargo-clippy; do
+        command -v "${tool}" >/dev/null || die "${tool} not found: install Rust 1.95 with rustup (components rustfmt, clippy)"
+    done
+    cargo --version
+}
+
+install_system_packages() {
+    local missing=() pkg
+    for pkg in "${APT_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "${pkg}" 2>/dev/null | grep -q 'install ok installed' || missing+=("${pkg}")
+    done
+    if [[ ${#missing[@]} -gt 0 ]]; then
+        apt_install "${missing[@]}"
+    else
+        log "system packages present: ${APT_PACKAGES[*]}"
+    fi
+}
+
+# A venv in the cache rather than the system interpreter: Debian's python3 refuses pip installs
+# (PEP 668), and a venv keeps the pinned oracle versions away from whatever else is installed.
+install_python_packages() {
+    local venv="${FAK_CACHE}/venv"
+    if ! "${venv}/bin/python" -c 'import sys' 2>/dev/null; then
+        rm -rf "${venv}"
+        mkdir -p "${FAK_CACHE}"
+        python3 -m venv "${venv}" 2>/dev/null || {
+            apt_install python3-venv
+            python3 -m venv "${venv}"
+        }
+    fi
+    "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check -r ci/requirements.txt
+    "${venv}/bin/python" -c 'import gguf, numpy' || die "the venv ${venv} cannot import gguf and numpy"
+}
+
+# Every GPU test runs on lavapipe, whatever else the machine has: the results must not depend on
+# which driver CI happened to get.
+use_lavapipe() {
+    local icd="/usr/share/vulkan/icd.d/lvp_icd.$(uname -m).json"
+    [[ -f ${icd} ]] || die "${icd} missing: mesa-vulkan-drivers did not install lavapipe"
+    export VK_DRIVER_FILES="${icd}"
+    export WGPU_BACKEND=vulkan
+    log "GPU: lavapipe (${icd})"
+}
+
+main() {
+    local start=${SECONDS}
+    step "rust toolchain" check_rust
+    step "cargo fmt --check" cargo fmt --all --check
+    step "system packages" install_system_packages
+    step "python packages" install_python_packages
+    export FAK_PYTHON="${FAK_CACHE}/venv/bin/python"
+    step "cargo clippy" cargo clippy --locked --workspace --all-targets -- -D warnings
+    step "llama.cpp peer" "${here}/build-llama-cpp.sh"
+    use_lavapipe
+    export RUST_BACKTRACE=1
+    step "build tests" cargo test --locked --workspace --no-run
+    # --no-fail-fast: one CI run reports every failing test binary, not just the first.
+    step "run tests" cargo test --locked --workspace --no-fail-fast
+    print_step_summary
+    log "all checks passed in $(clock $((SECONDS - start))) (m:ss)"
+}
+
+main "$@"
