@@ -4,8 +4,8 @@ use clap::{Parser, Subcommand};
 
 mod devices;
 mod inspect;
-mod tokenize;
 mod synth;
+mod tokenize;
 
 #[derive(Parser)]
 #[command(

@@ -23,13 +23,14 @@ use std::path::{Path, PathBuf};
 /// Everything that can go wrong opening or querying a GGUF file; each variant names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
-    #[error("{}: {source}", path.display())]
+    // The cause is part of the message and deliberately not a `source`: `{:#}` would print it twice.
+    #[error("{}: {error}", path.display())]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("{}: {source}", path.display())]
-    Parse { path: PathBuf, source: ParseError },
+    #[error("{}: {error}", path.display())]
+    Parse { path: PathBuf, error: ParseError },
     #[error("{}: key {key}: {why}", path.display())]
     Key {
         path: PathBuf,
@@ -157,17 +158,17 @@ impl Gguf {
 }
 
 fn open_shard(path: &Path) -> Result<Shard, GgufError> {
-    let io = |source| GgufError::Io {
+    let io = |error| GgufError::Io {
         path: path.to_owned(),
-        source,
+        error,
     };
     let file = std::fs::File::open(path).map_err(io)?;
     // SAFETY: the mapping is read-only; a file truncated by another process while mapped would
     // fault, which no reader of mmapped files can prevent (llama.cpp has the same contract).
     let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-    let parsed = parse(&map).map_err(|source| GgufError::Parse {
+    let parsed = parse(&map).map_err(|error| GgufError::Parse {
         path: path.to_owned(),
-        source,
+        error,
     })?;
     Ok(Shard {
         path: path.to_owned(),

@@ -131,9 +131,9 @@ impl GgufWriter {
     /// Writes the file; `progress` is told each time tensor bytes are written. Returns the file size.
     pub fn write(self, path: &Path, mut progress: impl FnMut(u64)) -> Result<u64, GgufError> {
         let tmp = path.with_extension("gguf.partial");
-        let io = |source| GgufError::Io {
+        let io = |error| GgufError::Io {
             path: path.to_owned(),
-            source,
+            error,
         };
         let mut file = Latched {
             file: File::create(&tmp).map_err(io)?,
@@ -158,9 +158,9 @@ impl GgufWriter {
         path: &Path,
         progress: &mut dyn FnMut(u64),
     ) -> Result<u64, GgufError> {
-        let io = |source| GgufError::Io {
+        let io = |error| GgufError::Io {
             path: path.to_owned(),
-            source,
+            error,
         };
         let header = GGufFileHeader::new(3, self.tensors.len() as u64, self.metadata.len() as u64);
         let mut w = RawWriter::new(&mut *out);

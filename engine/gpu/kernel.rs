@@ -38,6 +38,8 @@ pub mod wgsl {
     pub const REDUCE_SUBGROUP: WgslFile = wgsl_file!("reduce_subgroup.wgsl");
     pub const REDUCE_WORKGROUP: WgslFile = wgsl_file!("reduce_workgroup.wgsl");
     pub const DEQUANT: WgslFile = wgsl_file!("dequant.wgsl");
+    /// The per-step uniform struct (`gpu::step`).
+    pub const STEP: WgslFile = wgsl_file!("step.wgsl");
 
     /// The workgroup reduction for a variant: subgroup operations where the variant has them.
     pub fn reduction(variant: KernelPaths) -> WgslFile {

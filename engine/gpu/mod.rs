@@ -64,6 +64,7 @@ pub mod kernel;
 pub mod kernels;
 pub mod layout;
 pub mod paths;
+pub mod step;
 
 pub use buffers::{
     Grid, Window, read_back, read_back_f32, split_rows, storage_buffer, uniform, upload, write,
@@ -78,3 +79,4 @@ pub use kernel::{
 pub use kernels::registry;
 pub use layout::Slot;
 pub use paths::{Axes, CoopShape, Forced, KernelPaths};
+pub use step::{Step, StepBuffer};
