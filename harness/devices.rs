@@ -59,8 +59,10 @@ fn print_row(row: &Row) {
     );
     println!("    driver {} ({})", f.driver, f.driver_info);
     println!(
-        "    subgroup size {}..{}",
-        f.subgroup_min_size, f.subgroup_max_size
+        "    subgroup size {}..{} · device memory {}",
+        f.subgroup_min_size,
+        f.subgroup_max_size,
+        f.memory_bytes.map_or("unknown".to_string(), bytes)
     );
     println!(
         "    limits: buffer {} · storage binding {} · storage buffers/stage {} · workgroup {} \

@@ -23,6 +23,10 @@ pub struct AdapterFacts {
     pub subgroup_max_size: u32,
     /// Cooperative-matrix configurations the driver reports (empty when none).
     pub cooperative_matrix: Vec<CoopMatrixConfig>,
+    /// Bytes of the largest device-local memory heap, where the backend reports it
+    /// (`gpu::memory`); `None` when unknown.
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
 }
 
 /// The limits that shape kernels and buffers.
@@ -75,6 +79,7 @@ impl AdapterFacts {
                 .iter()
                 .map(CoopMatrixConfig::of)
                 .collect(),
+            memory_bytes: super::memory::device_memory_bytes(adapter),
         }
     }
 

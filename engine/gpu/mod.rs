@@ -63,6 +63,7 @@ pub mod facts;
 pub mod kernel;
 pub mod kernels;
 pub mod layout;
+pub mod memory;
 pub mod paths;
 pub mod step;
 
