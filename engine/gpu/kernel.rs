@@ -33,6 +33,8 @@ pub mod wgsl {
     pub const BYTES: WgslFile = wgsl_file!("bytes.wgsl");
     /// GGUF block decoders (needs BYTES).
     pub const BLOCKS: WgslFile = wgsl_file!("blocks.wgsl");
+    /// The decoder of the ggml type a pipeline is specialised for (needs BLOCKS).
+    pub const DEQUANT_TYPE: WgslFile = wgsl_file!("dequant_type.wgsl");
     /// Flat workgroup index on a 2-D grid.
     pub const GRID: WgslFile = wgsl_file!("grid.wgsl");
     pub const REDUCE_SUBGROUP: WgslFile = wgsl_file!("reduce_subgroup.wgsl");

@@ -6,6 +6,7 @@ use crate::gpu::error::GpuError;
 use crate::gpu::kernel::{
     Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build, wgsl,
 };
+use crate::gpu::kernels::type_constants;
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
 use crate::quant::GgmlType;
@@ -65,25 +66,22 @@ impl Kernel for Dequant {
         let module = WgslModule::new(variant)
             .with(wgsl::BYTES)
             .with(wgsl::BLOCKS)
+            .with(wgsl::DEQUANT_TYPE)
             .with(wgsl::GRID)
             .with(wgsl::DEQUANT);
         let pipelines = Self::TYPES
             .iter()
             .map(|&ty| {
-                let (elems, bytes) = ty.block_geometry();
+                let mut constants = vec![("WG", f64::from(WG))];
+                constants.extend(type_constants(ty));
                 PipelineSpec {
                     label: format!("dequant {ty}"),
-                    entry_point: if elems == 1 {
+                    entry_point: if ty.block_elems() == 1 {
                         "dequant_elements"
                     } else {
                         "dequant_blocks"
                     },
-                    constants: vec![
-                        ("WG", f64::from(WG)),
-                        ("GGML_TYPE", f64::from(ty.id())),
-                        ("BLOCK_ELEMS", elems as f64),
-                        ("BLOCK_BYTES", bytes as f64),
-                    ],
+                    constants,
                 }
             })
             .collect();
