@@ -42,6 +42,14 @@ pub mod wgsl {
     pub const DEQUANT: WgslFile = wgsl_file!("dequant.wgsl");
     /// The per-step uniform struct (`gpu::step`).
     pub const STEP: WgslFile = wgsl_file!("step.wgsl");
+    /// Mat-mul bindings, parameters and tile loaders, shared by every mat-mul variant.
+    pub const MATMUL_LOAD: WgslFile = wgsl_file!("matmul_load.wgsl");
+    /// Register-tiled mat-mul (f32 tiles).
+    pub const MATMUL: WgslFile = wgsl_file!("matmul.wgsl");
+    /// Cooperative-matrix mat-mul (its shape from MATMUL_COOP8 or MATMUL_COOP16).
+    pub const MATMUL_COOP: WgslFile = wgsl_file!("matmul_coop.wgsl");
+    pub const MATMUL_COOP8: WgslFile = wgsl_file!("matmul_coop8.wgsl");
+    pub const MATMUL_COOP16: WgslFile = wgsl_file!("matmul_coop16.wgsl");
 
     /// The workgroup reduction for a variant: subgroup operations where the variant has them.
     pub fn reduction(variant: KernelPaths) -> WgslFile {
@@ -129,8 +137,21 @@ pub trait Kernel {
     const NAME: &'static str;
     /// The variant axes the kernel has.
     const AXES: Axes;
-    /// The source of one variant; `variant` is always one of `AXES.variants()`.
+    /// The source of one variant; `variant` is always one of [`Kernel::variants`].
     fn source(variant: KernelPaths) -> KernelSource;
+
+    /// Every variant the kernel has, fallback first: by default every combination of its axes.
+    /// A kernel leaves one out where it would not pay (the mat-mul has f16 tiles only on
+    /// cooperative matrices, which need f16).
+    fn variants() -> Vec<KernelPaths> {
+        Self::AXES.variants()
+    }
+
+    /// The variant built when `allowed` paths are permitted, one of [`Kernel::variants`]: by
+    /// default the fastest its axes allow ([`Axes::select`]).
+    fn select(allowed: KernelPaths) -> KernelPaths {
+        Self::AXES.select(allowed)
+    }
 }
 
 /// Where a translated kernel is meant to run.
@@ -163,7 +184,7 @@ impl KernelVariant {
 
     /// Every variant of `K`.
     pub fn all_of<K: Kernel>() -> Vec<KernelVariant> {
-        K::AXES.variants().into_iter().map(Self::of::<K>).collect()
+        K::variants().into_iter().map(Self::of::<K>).collect()
     }
 
     /// Whether this variant is meant to run on `target`: 16×16 cooperative matrices are

@@ -52,9 +52,11 @@
 //!    device can run (`fak_tests::variants::<K>`), seeded inputs, NaN-poisoned outputs and
 //!    `assert_close` with the tolerance's reason beside it (see `tests/common`).
 //!
-//! An f16 variant is written like a subgroup one (the module gets `enable f16;`). None exists
-//! yet: naga 30 mistranslates `bitcast<vec2<f16>>(u32)`, so GGUF f16 fields are decoded with
-//! `unpack2x16float` on every path (experiments/NOTES.md).
+//! An f16 variant is written like a subgroup one (the module gets `enable f16;`). naga 30
+//! mistranslates `bitcast<vec2<f16>>(u32)`, so GGUF f16 fields are decoded with
+//! `unpack2x16float` on every path (experiments/NOTES.md); f16 is used where values are stored
+//! as f16, as in the mat-mul's cooperative-matrix tiles. A kernel may leave out a combination
+//! of its axes that would not pay ([`Kernel::variants`], [`Kernel::select`]).
 
 pub mod buffers;
 pub mod context;

@@ -36,7 +36,7 @@ pub fn gpu() -> &'static GpuContext {
 pub fn variants<K: Kernel>(ctx: &GpuContext) -> Vec<KernelPaths> {
     let mut out: Vec<KernelPaths> = Vec::new();
     for paths in ctx.runnable_paths() {
-        let variant = K::AXES.select(paths);
+        let variant = K::select(paths);
         if !out.contains(&variant) {
             out.push(variant);
         }

@@ -1,6 +1,7 @@
 //! One typed wrapper per WGSL kernel (the pattern is described in `gpu/mod.rs`).
 
 pub mod dequant;
+pub mod matmul;
 
 use crate::gpu::kernel::KernelVariant;
 use crate::quant::GgmlType;
@@ -10,6 +11,7 @@ use crate::quant::GgmlType;
 pub fn registry() -> Vec<KernelVariant> {
     let mut all = Vec::new();
     all.extend(KernelVariant::all_of::<dequant::Dequant>());
+    all.extend(KernelVariant::all_of::<matmul::Matmul>());
     all
 }
 

@@ -1,0 +1,432 @@
+//! `matmul`: the prefill mat-mul `Y[t, r] (+)= Σ_k W[r, k] · X[t, k]` for `t < n_tokens`, with W
+//! a GGUF weight of any type the block decoders cover (wgsl/matmul*.wgsl).
+//!
+//! Variants ([`Matmul::variants`]):
+//! - fallback: register-tiled, f32 tiles in workgroup memory (wgsl/matmul.wgsl);
+//! - `f16+coop16` (Vulkan) / `f16+coop8` (Metal): cooperative-matrix tiles, f16 inputs and f32
+//!   accumulators, W dequantized to f16 in workgroup memory (wgsl/matmul_coop.wgsl). Built only
+//!   when the context opted into cooperative matrices (`FAK_COOP_MATRIX=1`) on an adapter that
+//!   reports the shape.
+//!
+//! There is no f16 variant without cooperative matrices: the register-tiled inner loop is bound
+//! by FMAs, so f16 tiles would add conversions and save nothing that limits it
+//! (experiments/matmul-tiles.md).
+//!
+//! Use: `bind` once at load time per weight (it checks shapes and buffer sizes, splits a weight
+//! larger than one binding into row ranges and builds their bind groups); `encode(pass, binding,
+//! n_tokens)` per step records one dispatch per row range, whatever `n_tokens` is: only the grid
+//! grows with the token count. The kernel reads `n_tokens` from the [`StepBuffer`], which the
+//! host sets to the same value before submitting the step.
+
+use crate::gpu::buffers::{Grid, Window, round_up, split_rows, uniform};
+use crate::gpu::context::GpuContext;
+use crate::gpu::error::GpuError;
+use crate::gpu::kernel::{
+    Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build, wgsl,
+};
+use crate::gpu::kernels::dequant::Dequant;
+use crate::gpu::kernels::type_constants;
+use crate::gpu::layout::Slot;
+use crate::gpu::paths::{Axes, CoopShape, KernelPaths};
+use crate::gpu::step::StepBuffer;
+use crate::quant::GgmlType;
+
+/// w, x, y, params, step.
+const SLOTS: &[Slot] = &[
+    Slot::Read,
+    Slot::Read,
+    Slot::ReadWrite,
+    Slot::Uniform,
+    Slot::Uniform,
+];
+
+/// The smallest tile side of any variant: `bind` checks grid limits against it, so a binding
+/// stays valid for every variant (they share the bind-group layout).
+const MIN_TILE: u64 = 32;
+
+/// `Params` of wgsl/matmul_load.wgsl, one per row range.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    rows: u32,
+    cols: u32,
+    w_byte: u32,
+    row_bytes: u32,
+    y_col: u32,
+    y_stride: u32,
+    accumulate: u32,
+    pad: u32,
+}
+
+/// What a mat-mul does with Y.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MatmulOutput {
+    /// `Y = W·X`.
+    Store,
+    /// `Y += W·X` (a residual add fused into the projection).
+    Accumulate,
+}
+
+/// The product a [`MatmulBinding`] computes: W is `rows` rows of `cols` elements of type `ty`
+/// (GGUF layout, `ne[0] = cols`), X is `[n_tokens, cols]` f32 and Y `[n_tokens, rows]` f32,
+/// row-major and contiguous, for any `n_tokens` up to `max_tokens`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct MatmulShape {
+    pub ty: GgmlType,
+    pub rows: u64,
+    pub cols: u64,
+    pub max_tokens: u32,
+    pub output: MatmulOutput,
+}
+
+/// The buffers a mat-mul reads and writes, each bound from offset 0: the weight's bytes as
+/// stored in the GGUF, X and Y sized for `max_tokens`, and the step uniform (`n_tokens`).
+#[derive(Clone, Copy)]
+pub struct MatmulBuffers<'a> {
+    pub weights: &'a wgpu::Buffer,
+    pub x: &'a wgpu::Buffer,
+    pub y: &'a wgpu::Buffer,
+    pub step: &'a StepBuffer,
+}
+
+/// The block of Y one workgroup computes: `tokens` × `rows`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Tile {
+    pub tokens: u32,
+    pub rows: u32,
+}
+
+impl Tile {
+    /// The tile of a variant; the WGSL consts `TILE_T` / `TILE_R` of its module say the same
+    /// (tests/gpu_matmul.rs reads them back through naga).
+    pub fn of(variant: KernelPaths) -> Tile {
+        match variant.coop_matrix {
+            None => Tile {
+                tokens: 64,
+                rows: 64,
+            },
+            Some(CoopShape::M16x16) => Tile {
+                tokens: 32,
+                rows: 64,
+            },
+            Some(CoopShape::M8x8) => Tile {
+                tokens: 32,
+                rows: 32,
+            },
+        }
+    }
+}
+
+/// The mat-mul kernel of one variant: one pipeline per supported type.
+pub struct Matmul {
+    variant: KernelPaths,
+    layout: wgpu::BindGroupLayout,
+    /// Parallel to [`Matmul::TYPES`].
+    pipelines: Vec<wgpu::ComputePipeline>,
+}
+
+/// A weight bound for [`Matmul::encode`]: one bind group per row range that fits a binding.
+pub struct MatmulBinding {
+    ty: GgmlType,
+    max_tokens: u32,
+    /// (bind group, rows in the range), in row order.
+    ranges: Vec<(wgpu::BindGroup, u64)>,
+}
+
+impl MatmulBinding {
+    pub fn max_tokens(&self) -> u32 {
+        self.max_tokens
+    }
+
+    /// How many row ranges (dispatches per encode) the weight was split into.
+    pub fn ranges(&self) -> usize {
+        self.ranges.len()
+    }
+}
+
+impl Kernel for Matmul {
+    const NAME: &'static str = "matmul";
+    const AXES: Axes = Axes {
+        subgroup: false,
+        f16: true,
+        coop_matrix: true,
+    };
+
+    fn source(variant: KernelPaths) -> KernelSource {
+        let module = WgslModule::new(variant)
+            .with(wgsl::BYTES)
+            .with(wgsl::BLOCKS)
+            .with(wgsl::DEQUANT_TYPE)
+            .with(wgsl::STEP);
+        let module = match variant.coop_matrix {
+            None => module.with(wgsl::MATMUL_LOAD).with(wgsl::MATMUL),
+            Some(shape) => module
+                .with(match shape {
+                    CoopShape::M8x8 => wgsl::MATMUL_COOP8,
+                    CoopShape::M16x16 => wgsl::MATMUL_COOP16,
+                })
+                .with(wgsl::MATMUL_LOAD)
+                .with(wgsl::MATMUL_COOP),
+        };
+        let pipelines = Self::TYPES
+            .iter()
+            .map(|&ty| PipelineSpec {
+                label: format!("matmul {ty}"),
+                entry_point: "main",
+                constants: type_constants(ty),
+            })
+            .collect();
+        KernelSource {
+            module,
+            slots: SLOTS,
+            pipelines,
+        }
+    }
+
+    /// The fallback and the cooperative-matrix shapes; f16 only comes with the latter.
+    fn variants() -> Vec<KernelPaths> {
+        Self::AXES
+            .variants()
+            .into_iter()
+            .filter(|v| v.f16 == v.coop_matrix.is_some())
+            .collect()
+    }
+
+    /// A cooperative-matrix shape where `allowed` has one, else the fallback.
+    fn select(allowed: KernelPaths) -> KernelPaths {
+        let fastest = Self::AXES.select(allowed);
+        if fastest.coop_matrix.is_some() {
+            fastest
+        } else {
+            KernelPaths::FALLBACK
+        }
+    }
+}
+
+impl Matmul {
+    /// The weight types this kernel multiplies: every type the block decoders cover.
+    pub const TYPES: [GgmlType; 11] = Dequant::TYPES;
+
+    /// Builds the variant `paths` selects ([`Matmul::select`]).
+    pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
+        let variant = KernelVariant::of::<Self>(Self::select(paths));
+        let built = build(ctx, &variant)?;
+        Ok(Matmul {
+            variant: variant.paths,
+            layout: built.layout,
+            pipelines: built.pipelines,
+        })
+    }
+
+    /// The variant that was built.
+    pub fn variant(&self) -> KernelPaths {
+        self.variant
+    }
+
+    /// The block of Y one workgroup of this variant computes.
+    pub fn tile(&self) -> Tile {
+        Tile::of(self.variant)
+    }
+
+    /// Binds a weight and its activations, splitting the weight's rows so that every binding
+    /// fits the device. Checks the shape and every buffer size first.
+    pub fn bind(
+        &self,
+        ctx: &GpuContext,
+        shape: MatmulShape,
+        buffers: MatmulBuffers<'_>,
+    ) -> Result<MatmulBinding, GpuError> {
+        self.bind_within(ctx, shape, buffers, ctx.max_binding_size())
+    }
+
+    /// [`Matmul::bind`] with weight bindings of at most `max_binding` bytes (at most the
+    /// device's limit), so a test can split small weights the way a large one is split. X and
+    /// Y are always bound whole and must fit the device's binding limit.
+    pub fn bind_within(
+        &self,
+        ctx: &GpuContext,
+        shape: MatmulShape,
+        buffers: MatmulBuffers<'_>,
+        max_binding: u64,
+    ) -> Result<MatmulBinding, GpuError> {
+        let MatmulShape {
+            ty,
+            rows,
+            cols,
+            max_tokens,
+            output,
+        } = shape;
+        if !Self::TYPES.contains(&ty) {
+            return Err(GpuError::UnsupportedType {
+                kernel: Self::NAME,
+                ty,
+            });
+        }
+        let shape_error = |message: String| GpuError::Shape {
+            kernel: Self::NAME,
+            message,
+        };
+        if rows == 0 || cols == 0 || max_tokens == 0 {
+            return Err(shape_error(format!(
+                "an empty product: {rows} rows, {cols} columns, up to {max_tokens} tokens"
+            )));
+        }
+        let row_bytes = ty.row_bytes(cols).ok_or_else(|| {
+            shape_error(format!(
+                "a row of {cols} elements is not a whole number of {ty} blocks of {}",
+                ty.block_elems()
+            ))
+        })?;
+        let tokens = u64::from(max_tokens);
+        let device_binding = ctx.max_binding_size();
+        let x_bytes = check_activation(device_binding, "X", tokens, cols)?;
+        let y_bytes = check_activation(device_binding, "Y", tokens, rows)?;
+        for (name, buffer, need) in [
+            // The last row range's window is padded to whole words.
+            (
+                "weight",
+                buffers.weights,
+                rows.checked_mul(row_bytes).map(|b| round_up(b, 4)),
+            ),
+            ("X", buffers.x, Some(x_bytes)),
+            ("Y", buffers.y, Some(y_bytes)),
+        ] {
+            match need {
+                Some(need) if need <= buffer.size() => {}
+                _ => {
+                    return Err(shape_error(format!(
+                        "{rows} rows × {cols} columns of {ty} for up to {max_tokens} tokens need more \
+                         than the {} bytes of the {name} buffer",
+                        buffer.size()
+                    )));
+                }
+            }
+        }
+        let max_per_dimension = u64::from(ctx.device.limits().max_compute_workgroups_per_dimension);
+        if tokens.div_ceil(MIN_TILE) > max_per_dimension
+            || rows.div_ceil(MIN_TILE) > max_per_dimension
+        {
+            return Err(GpuError::TooLarge {
+                what: format!(
+                    "a mat-mul grid of {max_tokens} tokens × {rows} rows, in tiles of {MIN_TILE}"
+                ),
+                size: tokens.max(rows).div_ceil(MIN_TILE),
+                limit: max_per_dimension,
+                limit_name: "max_compute_workgroups_per_dimension",
+            });
+        }
+        let align = ctx.binding_alignment();
+        let ranges = split_rows(
+            &format!("a {ty} weight"),
+            rows,
+            &[row_bytes],
+            max_binding.min(device_binding),
+            align,
+        )?;
+        let x_window = Window::around(0, x_bytes, align);
+        let y_window = Window::around(0, y_bytes, align);
+        let ranges = ranges
+            .into_iter()
+            .map(|range| {
+                let len = range.end - range.start;
+                let w_window = Window::around(range.start * row_bytes, len * row_bytes, align);
+                // Every value is below the 2 GiB binding cap checked above, so fits a u32.
+                let params = Params {
+                    rows: len as u32,
+                    cols: cols as u32,
+                    w_byte: w_window.skip as u32,
+                    row_bytes: row_bytes as u32,
+                    y_col: range.start as u32,
+                    y_stride: rows as u32,
+                    accumulate: u32::from(output == MatmulOutput::Accumulate),
+                    pad: 0,
+                };
+                let params = uniform(ctx, "matmul params", &params);
+                let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some("matmul"),
+                    layout: &self.layout,
+                    entries: &[
+                        entry(0, w_window.binding(buffers.weights)),
+                        entry(1, x_window.binding(buffers.x)),
+                        entry(2, y_window.binding(buffers.y)),
+                        entry(3, params.as_entire_binding()),
+                        entry(4, buffers.step.buffer.as_entire_binding()),
+                    ],
+                });
+                (group, len)
+            })
+            .collect();
+        Ok(MatmulBinding {
+            ty,
+            max_tokens,
+            ranges,
+        })
+    }
+
+    /// The grids [`Matmul::encode`] dispatches for `n_tokens`, one per row range: their number
+    /// depends only on the binding, their size on the token count.
+    pub fn grids(&self, binding: &MatmulBinding, n_tokens: u32) -> Vec<Grid> {
+        let tile = self.tile();
+        binding
+            .ranges
+            .iter()
+            .map(|&(_, rows)| Grid {
+                x: n_tokens.div_ceil(tile.tokens),
+                // bind() checked the grid against the limit, so this fits.
+                y: rows.div_ceil(u64::from(tile.rows)) as u32,
+            })
+            .collect()
+    }
+
+    /// Records the dispatches of `binding` for `n_tokens` tokens (which the step uniform must
+    /// hold when the pass runs) into `pass`.
+    pub fn encode(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        binding: &MatmulBinding,
+        n_tokens: u32,
+    ) -> Result<(), GpuError> {
+        if n_tokens > binding.max_tokens {
+            return Err(GpuError::Shape {
+                kernel: Self::NAME,
+                message: format!(
+                    "{n_tokens} tokens, but the binding was sized for at most {}",
+                    binding.max_tokens
+                ),
+            });
+        }
+        let index = Self::TYPES
+            .iter()
+            .position(|&t| t == binding.ty)
+            .expect("bind() accepts only TYPES");
+        pass.set_pipeline(&self.pipelines[index]);
+        for ((group, _), grid) in binding.ranges.iter().zip(self.grids(binding, n_tokens)) {
+            pass.set_bind_group(0, group, &[]);
+            grid.dispatch(pass);
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of a `[tokens, width]` f32 activation, which must fit one binding.
+fn check_activation(
+    max_binding: u64,
+    name: &str,
+    tokens: u64,
+    width: u64,
+) -> Result<u64, GpuError> {
+    let bytes = tokens.saturating_mul(width).saturating_mul(4);
+    if bytes > max_binding {
+        return Err(GpuError::TooLarge {
+            what: format!("mat-mul activation {name} of {tokens} × {width} f32 (bytes)"),
+            size: bytes,
+            limit: max_binding,
+            limit_name: "max_storage_buffer_binding_size",
+        });
+    }
+    Ok(bytes)
+}
+
+fn entry(binding: u32, resource: wgpu::BindingResource<'_>) -> wgpu::BindGroupEntry<'_> {
+    wgpu::BindGroupEntry { binding, resource }
+}

@@ -1,0 +1,19 @@
+// matmul_coop16 — the 16×16 cooperative-matrix shape of matmul_coop.wgsl (Vulkan: NVIDIA offers
+// 16×16×16 f16 → f32 and no 8×8; wgpu-notes.md §7)
+//
+// One subgroup computes CT_T × CT_R tiles of 16 × 16: 32 tokens × 64 rows. Eight f32
+// accumulators cost 64 registers per lane on a 32-wide subgroup, which leaves room for four
+// B fragments, one A fragment and the loader at a register count where an H200 SM still holds
+// about 20 such workgroups. More rows than tokens per workgroup: an X element is f32 in memory
+// (4 B) and a Q4_K weight 0.56 B, so reusing X across 64 rows is what keeps the bytes per FMA
+// down; W is still reused across 32 tokens.
+// provides: the aliases CoopA (X tile, tokens × k), CoopB (W tile, k × rows), CoopC (f32 result)
+//           and the consts COOP, CT_T, CT_R.
+
+alias CoopA = coop_mat16x16<f16, A>;
+alias CoopB = coop_mat16x16<f16, B>;
+alias CoopC = coop_mat16x16<f32, C>;
+
+const COOP: u32 = 16u;
+const CT_T: u32 = 2u;
+const CT_R: u32 = 4u;

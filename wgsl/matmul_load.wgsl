@@ -1,0 +1,108 @@
+// matmul_load — what every mat-mul variant shares: bindings, parameters, the loaders that fill
+// a workgroup's W and X tiles for one K step, and the guarded output store
+//
+// Math (per row range of W, see matmul.wgsl): Y[t, y_col + r] (+)= Σ_k W[r, k] · X[t, k]
+// bindings: 0 w (array<u32>, read: GGUF blocks as stored, this range's rows) · 1 x (array<f32>,
+//           read: [n_tokens, cols]) · 2 y (array<f32>, read_write: [n_tokens, y_stride])
+//           · 3 params (uniform Params, per range) · 4 step (uniform Step: n_tokens)
+// Loaders work in quads: four consecutive k of one W row or one X row, which is what
+// `dequant4` returns for every block type (block rows are whole blocks of 32 or 256, so a quad
+// never straddles two). Neighbouring invocations take neighbouring quads of the same row, so the
+// TILE_K elements of a row in one K step are read by TILE_K / 4 adjacent invocations.
+// Everything outside the matrix (rows ≥ rows, tokens ≥ n_tokens, k ≥ cols) loads as zero, so
+// ragged edges need no special case in the inner loops.
+// requires: bytes.wgsl, blocks.wgsl, dequant_type.wgsl, step.wgsl; the kernel's consts WG,
+//           TILE_T, TILE_R, TILE_K (a multiple of 4) and its tile storage:
+//           fn put_w(r, k, v: vec4<f32>) and fn put_x(t, k, v: vec4<f32>) store a quad at
+//           k..k+3 of tile row r (token t).
+// provides: struct Params, the bindings, src_word, load_tiles, store_output.
+
+struct Params {
+    // W rows in this range (this dispatch's outputs per token).
+    rows: u32,
+    // Row length of W and X (the input width).
+    cols: u32,
+    // Byte offset of the range's first row inside the w binding.
+    w_byte: u32,
+    // Bytes per W row.
+    row_bytes: u32,
+    // Y column of the range's first row.
+    y_col: u32,
+    // Y row length: every row of W, all ranges together.
+    y_stride: u32,
+    // 1: Y += W·X (residual fusion); 0: Y = W·X.
+    accumulate: u32,
+    pad: u32,
+}
+
+@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<uniform> params: Params;
+@group(0) @binding(4) var<uniform> step: Step;
+
+const QUADS_K: u32 = TILE_K / 4u;
+
+fn src_word(index: u32) -> u32 {
+    return w[index];
+}
+
+// W[r, k..k+3] of this range, zero outside the matrix.
+fn w_quad(r: u32, k: u32) -> vec4<f32> {
+    if r >= params.rows || k >= params.cols {
+        return vec4<f32>(0.0);
+    }
+    let base = params.w_byte + r * params.row_bytes;
+    if BLOCK_ELEMS == 1u {
+        // F32/F16/BF16 rows may end inside a quad.
+        var v = vec4<f32>(0.0);
+        for (var j = 0u; j < min(4u, params.cols - k); j++) {
+            v[j] = dequant1(base, k + j);
+        }
+        return v;
+    }
+    // Block rows are whole blocks of at least 32 elements: the quad is inside the row.
+    return dequant4(base + (k / BLOCK_ELEMS) * BLOCK_BYTES, k % BLOCK_ELEMS);
+}
+
+// X[t, k..k+3], zero outside the matrix.
+fn x_quad(t: u32, k: u32) -> vec4<f32> {
+    if t >= step.n_tokens || k >= params.cols {
+        return vec4<f32>(0.0);
+    }
+    let at = t * params.cols + k;
+    if k + 4u <= params.cols {
+        return vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
+    }
+    var v = vec4<f32>(0.0);
+    for (var j = 0u; j < params.cols - k; j++) {
+        v[j] = x[at + j];
+    }
+    return v;
+}
+
+// Fills the tiles for the K step at k0: W rows r0..r0+TILE_R, X tokens t0..t0+TILE_T, elements
+// k0..k0+TILE_K. Called by every invocation; the caller barriers before reading the tiles.
+fn load_tiles(lid: u32, r0: u32, t0: u32, k0: u32) {
+    for (var i = lid; i < TILE_R * QUADS_K; i += WG) {
+        let k = (i % QUADS_K) * 4u;
+        put_w(i / QUADS_K, k, w_quad(r0 + i / QUADS_K, k0 + k));
+    }
+    for (var i = lid; i < TILE_T * QUADS_K; i += WG) {
+        let k = (i % QUADS_K) * 4u;
+        put_x(i / QUADS_K, k, x_quad(t0 + i / QUADS_K, k0 + k));
+    }
+}
+
+// Y[t, y_col + r] = value (or += value), for outputs inside the matrix only.
+fn store_output(t: u32, r: u32, value: f32) {
+    if t >= step.n_tokens || r >= params.rows {
+        return;
+    }
+    let at = t * params.y_stride + params.y_col + r;
+    if params.accumulate != 0u {
+        y[at] = y[at] + value;
+    } else {
+        y[at] = value;
+    }
+}
