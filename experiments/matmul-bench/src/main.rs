@@ -1,0 +1,158 @@
+//! Times one mat-mul dispatch of every runnable `Matmul` variant on the adapter `FAK_ADAPTER`
+//! picks (`FAK_COOP_MATRIX=1` adds the cooperative-matrix variants), at the projection shapes of
+//! a Qwen3-8B layer, for Q4_K and Q6_K weights (the Q4_K_M recipe's two types) and several
+//! prompt lengths. Each figure is the median over `REPS` passes of `DISPATCHES` back-to-back
+//! dispatches, timed by pass timestamps, so per-dispatch overhead (~2 µs on an H200) is
+//! included as it is in a forward pass. Prints one tab-separated line per measurement plus a
+//! per-layer total; results and the command go in `experiments/matmul-tiles.md`.
+
+use fak::gpu::kernels::matmul::{Matmul, MatmulBuffers, MatmulOutput, MatmulShape};
+use fak::gpu::{GpuContext, Kernel, Step, StepBuffer, storage_buffer, upload};
+use fak::quant::{GgmlType, fill_random_rows};
+
+/// (name, rows, cols) of the mat-muls of one Qwen3-8B layer (hidden 4096, 32 query heads and 8
+/// key/value heads of 128, FFN 12288).
+const SHAPES: [(&str, u64, u64); 7] = [
+    ("attn_q", 4096, 4096),
+    ("attn_k", 1024, 4096),
+    ("attn_v", 1024, 4096),
+    ("attn_output", 4096, 4096),
+    ("ffn_gate", 12288, 4096),
+    ("ffn_up", 12288, 4096),
+    ("ffn_down", 4096, 12288),
+];
+const QUICK_SHAPES: [(&str, u64, u64); 2] = [("small", 96, 256), ("tall", 320, 512)];
+const LAYERS: f64 = 36.0;
+const REPS: usize = 7;
+const DISPATCHES: u32 = 8;
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let ctx = GpuContext::from_env().expect("opening the GPU");
+    assert!(
+        ctx.device
+            .features()
+            .contains(wgpu::Features::TIMESTAMP_QUERY),
+        "the adapter has no timestamp queries"
+    );
+    let facts = ctx.facts();
+    println!(
+        "# {} ({}, {})",
+        facts.name, facts.backend, facts.driver_info
+    );
+    println!("variant\ttype\tshape\trows\tcols\ttokens\tus_per_dispatch\tgflops\tweight_gbps");
+    let (shapes, token_counts): (&[_], &[u32]) = if quick {
+        (&QUICK_SHAPES, &[5, 70])
+    } else {
+        (&SHAPES, &[128, 512, 2048])
+    };
+    let mut variants: Vec<_> = ctx
+        .runnable_paths()
+        .into_iter()
+        .map(Matmul::select)
+        .collect();
+    variants.dedup();
+    for paths in variants {
+        let kernel = Matmul::new(&ctx, paths).expect("building the mat-mul");
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+            for &n_tokens in token_counts {
+                let mut layer_seconds = 0.0;
+                for &(name, rows, cols) in shapes {
+                    let seconds = time_one(&ctx, &kernel, ty, rows, cols, n_tokens);
+                    layer_seconds += seconds;
+                    let flops = 2.0 * (rows * cols) as f64 * f64::from(n_tokens);
+                    let weight_bytes = (ty.row_bytes(cols).unwrap() * rows) as f64;
+                    println!(
+                        "{}\t{ty}\t{name}\t{rows}\t{cols}\t{n_tokens}\t{:.1}\t{:.1}\t{:.1}",
+                        kernel.variant(),
+                        seconds * 1e6,
+                        flops / seconds / 1e9,
+                        weight_bytes / seconds / 1e9
+                    );
+                }
+                if !quick {
+                    println!(
+                        "{}\t{ty}\tlayer\t-\t-\t{n_tokens}\t{:.1}\t-\t-\t# x{LAYERS} layers: {:.0} prompt tok/s from mat-muls alone",
+                        kernel.variant(),
+                        layer_seconds * 1e6,
+                        f64::from(n_tokens) / (layer_seconds * LAYERS)
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Median seconds per dispatch of `W[rows, cols] · X[n_tokens, cols]`.
+fn time_one(
+    ctx: &GpuContext,
+    kernel: &Matmul,
+    ty: GgmlType,
+    rows: u64,
+    cols: u64,
+    n_tokens: u32,
+) -> f64 {
+    let row_bytes = ty.row_bytes(cols).unwrap();
+    let mut w = vec![0u8; (row_bytes * rows) as usize];
+    fill_random_rows(ty, cols as usize, rows as usize, 0.02, 1, &mut w).unwrap();
+    let w = upload(ctx, "w", &w).unwrap();
+    let x: Vec<f32> = (0..u64::from(n_tokens) * cols)
+        .map(|i| ((i % 97) as f32 - 48.0) / 48.0)
+        .collect();
+    let x = upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap();
+    let y = storage_buffer(ctx, "y", u64::from(n_tokens) * rows * 4).unwrap();
+    let step = StepBuffer::new(ctx);
+    step.set(ctx, Step::new(0, n_tokens, 0));
+    let shape = MatmulShape {
+        ty,
+        rows,
+        cols,
+        max_tokens: n_tokens,
+        output: MatmulOutput::Store,
+    };
+    let buffers = MatmulBuffers {
+        weights: &w,
+        x: &x,
+        y: &y,
+        step: &step,
+    };
+    let binding = kernel.bind(ctx, shape, buffers).unwrap();
+    let queries = ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+        label: Some("matmul timestamps"),
+        ty: wgpu::QueryType::Timestamp,
+        count: 2,
+    });
+    let resolved = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("timestamps"),
+        size: 16,
+        usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    let period = f64::from(ctx.queue.get_timestamp_period()) * 1e-9;
+    let mut samples: Vec<f64> = (0..REPS + 1)
+        .map(|_| {
+            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            {
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("matmul bench"),
+                    timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                        query_set: &queries,
+                        beginning_of_pass_write_index: Some(0),
+                        end_of_pass_write_index: Some(1),
+                    }),
+                });
+                for _ in 0..DISPATCHES {
+                    kernel.encode(&mut pass, &binding, n_tokens).unwrap();
+                }
+            }
+            encoder.resolve_query_set(&queries, 0..2, &resolved, 0);
+            ctx.queue.submit([encoder.finish()]);
+            let ticks: Vec<u64> =
+                bytemuck::pod_collect_to_vec(&fak::gpu::read_back(ctx, &resolved, 0..16).unwrap());
+            (ticks[1] - ticks[0]) as f64 * period / f64::from(DISPATCHES)
+        })
+        .skip(1) // the first pass pays for pipeline warm-up
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
