@@ -430,3 +430,29 @@ fn check_activation(
 fn entry(binding: u32, resource: wgpu::BindingResource<'_>) -> wgpu::BindGroupEntry<'_> {
     wgpu::BindGroupEntry { binding, resource }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_comes_only_with_cooperative_matrices_and_every_selection_is_a_listed_variant() {
+        let listed = Matmul::variants();
+        assert_eq!(listed.len(), 3, "{listed:?}");
+        assert!(listed.iter().all(|v| v.f16 == v.coop_matrix.is_some()));
+        for subgroup in [false, true] {
+            for f16 in [false, true] {
+                for coop_matrix in [None, Some(CoopShape::M8x8), Some(CoopShape::M16x16)] {
+                    let allowed = KernelPaths {
+                        subgroup,
+                        f16,
+                        coop_matrix,
+                    };
+                    let chosen = Matmul::select(allowed);
+                    assert!(listed.contains(&chosen), "{allowed} selects {chosen}");
+                    assert_eq!(chosen.coop_matrix, coop_matrix.filter(|_| f16));
+                }
+            }
+        }
+    }
+}
