@@ -141,27 +141,56 @@ pub struct DevicePlan {
 }
 
 impl DevicePlan {
-    pub fn of(gguf: &Gguf, max_context: Option<usize>, prefill_chunk: u32) -> Result<Self, ModelError> {
+    pub fn of(
+        gguf: &Gguf,
+        max_context: Option<usize>,
+        prefill_chunk: u32,
+    ) -> Result<Self, ModelError> {
         let arch = Arch::of(gguf)?;
         let (n_vocab, n_ctx_train, cache_bytes_per_token, fixed_state, widths) = match arch {
             Arch::Qwen35 => {
                 let hp = qwen35::Hparams::from_gguf(gguf)?;
-                let attn = hp.layer_kinds.iter().filter(|k| **k == qwen35::LayerKind::Attention).count();
+                let attn = hp
+                    .layer_kinds
+                    .iter()
+                    .filter(|k| **k == qwen35::LayerKind::Attention)
+                    .count();
                 let gdn = hp.n_layer - attn;
-                let state = (hp.ssm_nv * hp.ssm_dk * hp.ssm_dv + (hp.conv_kernel - 1) * hp.conv_dim()) * 4;
-                let widths = 3 * hp.n_embd + 2 * hp.q_dim() + 2 * hp.kv_dim() + 2 * hp.conv_dim() + 2 * hp.n_ff;
-                (hp.n_vocab, hp.n_ctx_train, attn * 2 * hp.kv_dim() * 4, gdn * state, widths)
+                let state =
+                    (hp.ssm_nv * hp.ssm_dk * hp.ssm_dv + (hp.conv_kernel - 1) * hp.conv_dim()) * 4;
+                let widths = 3 * hp.n_embd
+                    + 2 * hp.q_dim()
+                    + 2 * hp.kv_dim()
+                    + 2 * hp.conv_dim()
+                    + 2 * hp.n_ff;
+                (
+                    hp.n_vocab,
+                    hp.n_ctx_train,
+                    attn * 2 * hp.kv_dim() * 4,
+                    gdn * state,
+                    widths,
+                )
             }
             _ => {
                 let hp = qwen3::Hparams::from_gguf(gguf)?;
                 let widths = 3 * hp.n_embd + hp.q_dim() + 2 * hp.kv_dim() + 2 * hp.n_ff;
-                (hp.n_vocab, hp.n_ctx_train, hp.n_layer * 2 * hp.kv_dim() * 4, 0, widths)
+                (
+                    hp.n_vocab,
+                    hp.n_ctx_train,
+                    hp.n_layer * 2 * hp.kv_dim() * 4,
+                    0,
+                    widths,
+                )
             }
         };
-        let max_context = max_context.unwrap_or(n_ctx_train.min(4096)).min(n_ctx_train).max(1);
+        let max_context = max_context
+            .unwrap_or(n_ctx_train.min(4096))
+            .min(n_ctx_train)
+            .max(1);
         let max_tokens = prefill_chunk.clamp(1, max_context as u32);
         // Keep the logits of a step inside one 128 MiB binding (lavapipe's limit, the smallest).
-        let logit_rows = ((128u64 << 20) / (n_vocab as u64 * 4)).clamp(1, u64::from(max_tokens)) as u32;
+        let logit_rows =
+            ((128u64 << 20) / (n_vocab as u64 * 4)).clamp(1, u64::from(max_tokens)) as u32;
         Ok(DevicePlan {
             arch,
             n_vocab,
@@ -170,7 +199,9 @@ impl DevicePlan {
             logit_rows,
             weight_bytes: gguf.tensors().iter().map(|t| t.n_bytes).sum(),
             cache_bytes: (max_context * cache_bytes_per_token + fixed_state) as u64,
-            scratch_bytes: (u64::from(max_tokens) * widths as u64 + u64::from(logit_rows) * n_vocab as u64) * 4,
+            scratch_bytes: (u64::from(max_tokens) * widths as u64
+                + u64::from(logit_rows) * n_vocab as u64)
+                * 4,
         })
     }
 

@@ -2,6 +2,7 @@
 
 pub mod compare;
 pub mod gpu;
+pub mod inputs;
 pub mod reduce_probe;
 
 pub use compare::{Tolerance, assert_close};
