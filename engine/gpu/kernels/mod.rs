@@ -1,6 +1,8 @@
 //! One typed wrapper per WGSL kernel (the pattern is described in `gpu/mod.rs`).
 
+pub mod argmax;
 pub mod dequant;
+pub mod elementwise;
 pub mod rms_norm;
 pub mod rope;
 pub mod support;
@@ -14,5 +16,7 @@ pub fn registry() -> Vec<KernelVariant> {
     all.extend(KernelVariant::all_of::<dequant::Dequant>());
     all.extend(KernelVariant::all_of::<rms_norm::RmsNorm>());
     all.extend(KernelVariant::all_of::<rope::Rope>());
+    all.extend(KernelVariant::all_of::<elementwise::Elementwise>());
+    all.extend(KernelVariant::all_of::<argmax::Argmax>());
     all
 }
