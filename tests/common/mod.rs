@@ -3,6 +3,7 @@
 pub mod compare;
 pub mod gpu;
 pub mod inputs;
+pub mod kv;
 pub mod reduce_probe;
 
 pub use compare::{Tolerance, assert_close};

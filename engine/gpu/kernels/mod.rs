@@ -3,6 +3,7 @@
 pub mod argmax;
 pub mod dequant;
 pub mod elementwise;
+pub mod kv_cache;
 pub mod rms_norm;
 pub mod rope;
 pub mod support;
@@ -18,5 +19,6 @@ pub fn registry() -> Vec<KernelVariant> {
     all.extend(KernelVariant::all_of::<rope::Rope>());
     all.extend(KernelVariant::all_of::<elementwise::Elementwise>());
     all.extend(KernelVariant::all_of::<argmax::Argmax>());
+    all.extend(KernelVariant::all_of::<kv_cache::KvWrite>());
     all
 }
