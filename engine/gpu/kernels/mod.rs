@@ -1,6 +1,7 @@
 //! One typed wrapper per WGSL kernel (the pattern is described in `gpu/mod.rs`).
 
 pub mod argmax;
+pub mod attn_decode;
 pub mod dequant;
 pub mod elementwise;
 pub mod kv_cache;
@@ -20,5 +21,6 @@ pub fn registry() -> Vec<KernelVariant> {
     all.extend(KernelVariant::all_of::<elementwise::Elementwise>());
     all.extend(KernelVariant::all_of::<argmax::Argmax>());
     all.extend(KernelVariant::all_of::<kv_cache::KvWrite>());
+    all.extend(KernelVariant::all_of::<attn_decode::AttnDecode>());
     all
 }
