@@ -6,14 +6,12 @@
 //! so reading one fails the test.
 
 use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape, DecodeIo};
-use fak::gpu::kernels::kv_cache::{KvDtype, PageTable};
+use fak::gpu::kernels::kv_cache::PageTable;
 use fak::gpu::kernels::support::{Positions, TokenSlot, View};
 use fak::gpu::{GpuContext, Step, read_back_f32, storage_buffer};
-use fak::reference::ops::attend;
 use fak_tests::inputs::{step_buffer, uniform_f32, upload_f32, upload_u32};
-use fak_tests::kv::{Pages, fill, poisoned_cache, stored};
+use fak_tests::kv::{Pages, Sequences, poisoned_cache};
 use fak_tests::{Tolerance, assert_close, gpu, poisoned_f32, rng, variants};
-use rand_chacha::ChaCha8Rng;
 
 const PAGE: u32 = 16;
 
@@ -26,36 +24,6 @@ const TOL: Tolerance = Tolerance {
     rel: 0.0,
     abs: 3e-5,
 };
-
-/// Random keys and values of the sequences, as the cache stores them (f16-rounded for f16).
-struct Sequences {
-    lens: Vec<u32>,
-    /// Per sequence, per position: n_kv·hd key values, then the same for values.
-    keys: Vec<Vec<Vec<f32>>>,
-    values: Vec<Vec<Vec<f32>>>,
-}
-
-impl Sequences {
-    fn random(rng: &mut ChaCha8Rng, lens: &[u32], kv_dim: u32, dtype: KvDtype) -> Sequences {
-        let mut rows = |len| -> Vec<Vec<f32>> {
-            (0..len)
-                .map(|_| {
-                    uniform_f32(rng, kv_dim as usize, -1.0, 1.0)
-                        .into_iter()
-                        .map(|x| stored(x, dtype))
-                        .collect()
-                })
-                .collect()
-        };
-        let keys = lens.iter().map(|&l| rows(l)).collect();
-        let values = lens.iter().map(|&l| rows(l)).collect();
-        Sequences {
-            lens: lens.to_vec(),
-            keys,
-            values,
-        }
-    }
-}
 
 struct Case {
     shape: AttnShape,
@@ -83,22 +51,7 @@ fn run_case(ctx: &GpuContext, kernel: &AttnDecode, case: &Case, seed: u64) {
     };
     let layout = pages.layout(n_kv, hd, dtype);
     let seqs = Sequences::random(&mut rng, &case.lens, n_kv * hd, dtype);
-    let cache = poisoned_cache(ctx, layout);
-    let mut k_data = vec![f32::NAN; layout.elements() as usize];
-    let mut v_data = k_data.clone();
-    for (row, &len) in seqs.lens.iter().enumerate() {
-        for pos in 0..len {
-            for g in 0..n_kv {
-                let at = pages.index(&layout, row, pos, g);
-                let span = (g * hd) as usize..((g + 1) * hd) as usize;
-                k_data[at..at + hd as usize]
-                    .copy_from_slice(&seqs.keys[row][pos as usize][span.clone()]);
-                v_data[at..at + hd as usize].copy_from_slice(&seqs.values[row][pos as usize][span]);
-            }
-        }
-    }
-    fill(ctx, &cache.k, &k_data, dtype);
-    fill(ctx, &cache.v, &v_data, dtype);
+    let cache = seqs.cache(ctx, &pages, layout);
     let table = PageTable::from_rows(ctx, pages.pages_per_row, &pages.rows).unwrap();
 
     let q_head_stride = if case.gated_q { 2 * hd } else { hd };
@@ -146,21 +99,11 @@ fn run_case(ctx: &GpuContext, kernel: &AttnDecode, case: &Case, seed: u64) {
         .unwrap();
     let got = read_back_f32(ctx, &o_buf, 0..u64::from(4 * n_seqs * n_head * hd)).unwrap();
 
-    let group = n_head / n_kv;
     let mut want = Vec::new();
-    for b in 0..n_seqs as usize {
+    for (b, &len) in case.lens.iter().enumerate() {
         for h in 0..n_head {
-            let g = h / group;
-            let span = (g * hd) as usize..((g + 1) * hd) as usize;
-            let keys: Vec<&[f32]> = seqs.keys[b].iter().map(|k| &k[span.clone()]).collect();
-            let values: Vec<&[f32]> = seqs.values[b].iter().map(|v| &v[span.clone()]).collect();
             let at = (b as u32 * n_head * q_head_stride + h * q_head_stride) as usize;
-            want.extend(attend(
-                &q_data[at..at + hd as usize],
-                &keys,
-                &values,
-                case.shape.scale(),
-            ));
+            want.extend(seqs.attend(b, len - 1, &q_data[at..at + hd as usize], h, n_head, n_kv));
         }
     }
     let what = format!(

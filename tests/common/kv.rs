@@ -113,3 +113,82 @@ pub fn read_cache(ctx: &GpuContext, buffer: &wgpu::Buffer, layout: &KvLayout) ->
             .collect(),
     }
 }
+
+/// Random keys and values of some sequences, as the cache stores them (f16-rounded for f16):
+/// per sequence, per position, n_kv·head_dim values in [-1, 1].
+pub struct Sequences {
+    pub lens: Vec<u32>,
+    pub keys: Vec<Vec<Vec<f32>>>,
+    pub values: Vec<Vec<Vec<f32>>>,
+}
+
+impl Sequences {
+    pub fn random(rng: &mut ChaCha8Rng, lens: &[u32], kv_dim: u32, dtype: KvDtype) -> Sequences {
+        let mut rows = |len| -> Vec<Vec<f32>> {
+            (0..len)
+                .map(|_| {
+                    crate::inputs::uniform_f32(rng, kv_dim as usize, -1.0, 1.0)
+                        .into_iter()
+                        .map(|x| stored(x, dtype))
+                        .collect()
+                })
+                .collect()
+        };
+        let keys = lens.iter().map(|&l| rows(l)).collect();
+        let values = lens.iter().map(|&l| rows(l)).collect();
+        Sequences {
+            lens: lens.to_vec(),
+            keys,
+            values,
+        }
+    }
+
+    /// A cache of `layout` holding sequence i at page-table row i of `pages`; every slot no
+    /// sequence owns is NaN.
+    pub fn cache(&self, ctx: &GpuContext, pages: &Pages, layout: KvLayout) -> KvCache {
+        let cache = KvCache::new(ctx, layout).expect("allocating a cache");
+        let hd = layout.head_dim as usize;
+        let mut k = vec![f32::NAN; layout.elements() as usize];
+        let mut v = k.clone();
+        for (row, &len) in self.lens.iter().enumerate() {
+            for pos in 0..len {
+                for g in 0..layout.n_kv {
+                    let at = pages.index(&layout, row, pos, g);
+                    let span = g as usize * hd..(g as usize + 1) * hd;
+                    k[at..at + hd].copy_from_slice(&self.keys[row][pos as usize][span.clone()]);
+                    v[at..at + hd].copy_from_slice(&self.values[row][pos as usize][span]);
+                }
+            }
+        }
+        fill(ctx, &cache.k, &k, layout.dtype);
+        fill(ctx, &cache.v, &v, layout.dtype);
+        cache
+    }
+
+    /// The reference attention (`fak::reference::ops::attend`, f64) of query head `h` (`q`,
+    /// head_dim values) of sequence `seq` against its positions 0..=pos, GQA group n_head/n_kv.
+    pub fn attend(
+        &self,
+        seq: usize,
+        pos: u32,
+        q: &[f32],
+        h: u32,
+        n_head: u32,
+        n_kv: u32,
+    ) -> Vec<f32> {
+        let hd = q.len();
+        let g = (h / (n_head / n_kv)) as usize;
+        let span = g * hd..(g + 1) * hd;
+        let upto = pos as usize + 1;
+        let keys: Vec<&[f32]> = self.keys[seq][..upto]
+            .iter()
+            .map(|k| &k[span.clone()])
+            .collect();
+        let values: Vec<&[f32]> = self.values[seq][..upto]
+            .iter()
+            .map(|v| &v[span.clone()])
+            .collect();
+        let scale = (1.0 / (hd as f64).sqrt()) as f32;
+        fak::reference::ops::attend(q, &keys, &values, scale)
+    }
+}

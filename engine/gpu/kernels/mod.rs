@@ -2,6 +2,7 @@
 
 pub mod argmax;
 pub mod attn_decode;
+pub mod attn_prefill;
 pub mod dequant;
 pub mod elementwise;
 pub mod kv_cache;
@@ -22,5 +23,6 @@ pub fn registry() -> Vec<KernelVariant> {
     all.extend(KernelVariant::all_of::<argmax::Argmax>());
     all.extend(KernelVariant::all_of::<kv_cache::KvWrite>());
     all.extend(KernelVariant::all_of::<attn_decode::AttnDecode>());
+    all.extend(KernelVariant::all_of::<attn_prefill::AttnPrefill>());
     all
 }
