@@ -213,6 +213,19 @@ fn mismatched_caches_and_missing_scratch_are_refused() {
         )
         .is_err()
     );
+    // A group of 32 heads of 256 needs 32 KiB of query tile: refused exactly where the device
+    // has less workgroup memory than the kernel would use.
+    let wide = AttnShape {
+        n_head: 32,
+        n_kv: 1,
+        head_dim: 256,
+    };
+    let needed = AttnDecode::workgroup_bytes(wide).unwrap();
+    let limit = u64::from(ctx.device.limits().max_compute_workgroup_storage_size);
+    assert_eq!(
+        AttnDecode::new(ctx, ctx.paths(), wide).is_err(),
+        needed > limit
+    );
     let pages = Pages::identity(PAGE, 32);
     let cache = poisoned_cache(ctx, pages.layout(2, 64, kernel.dtype()));
     let wrong = poisoned_cache(ctx, pages.layout(1, 64, kernel.dtype()));

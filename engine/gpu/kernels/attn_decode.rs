@@ -228,8 +228,27 @@ impl AttnDecode {
         })
     }
 
+    /// Bytes of workgroup memory a workgroup of `shape` uses: the query heads of its group, the
+    /// tile's scores, key offsets and per-head scalars, and the reduction helper's scratch.
+    pub fn workgroup_bytes(shape: AttnShape) -> Result<u64, GpuError> {
+        let wg = workgroup_size(shape)?;
+        let group = shape.group();
+        let floats = group * shape.head_dim + group * KEY_TILE + KEY_TILE + MAX_GROUP + wg;
+        Ok(u64::from(floats) * 4)
+    }
+
     /// Builds the variant of `paths` (subgroup scores, f16 cache where allowed) for `shape`.
     pub fn new(ctx: &GpuContext, paths: KernelPaths, shape: AttnShape) -> Result<Self, GpuError> {
+        let bytes = Self::workgroup_bytes(shape)?;
+        let limit = ctx.device.limits().max_compute_workgroup_storage_size;
+        if bytes > u64::from(limit) {
+            return Err(GpuError::TooLarge {
+                what: format!("decode attention for {shape:?} (workgroup memory bytes)"),
+                size: bytes,
+                limit: u64::from(limit),
+                limit_name: "max_compute_workgroup_storage_size",
+            });
+        }
         let variant = Self::AXES.select(paths);
         let built = build(
             ctx,
