@@ -235,3 +235,67 @@ fn a_cache_of_the_wrong_type_or_table_width_is_refused() {
             .is_err()
     );
 }
+
+#[test]
+fn a_token_past_its_row_or_on_a_page_past_the_cache_is_dropped() {
+    let ctx = gpu();
+    for paths in variants::<KvWrite>(ctx) {
+        let kernel = KvWrite::new(ctx, paths).unwrap();
+        let (n_kv, hd) = (1u32, 64u32);
+        // Two rows of two pages over a cache of 3: row 1's second page (7) does not exist.
+        let pages = Pages {
+            page_size: 16,
+            pages_per_row: 2,
+            n_pages: 3,
+            rows: vec![vec![2, 0], vec![1, 7]],
+        };
+        let layout = pages.layout(n_kv, hd, kernel.dtype());
+        let cache = poisoned_cache(ctx, layout);
+        let table = PageTable::from_rows(ctx, pages.pages_per_row, &pages.rows).unwrap();
+        let qkv = Qkv::random(4, 3, 0, n_kv * hd);
+        let qkv_buf = upload_f32(ctx, "qkv", &qkv.data);
+        let k = View::heads(&qkv_buf, n_kv, hd).strided(qkv.width(), hd);
+        let v = k.at(qkv.kv_dim);
+        // Position 32 is past row 0's two pages; position 20 of row 1 is on page 7.
+        let slots = [
+            TokenSlot {
+                pos: 32,
+                page_row: 0,
+            },
+            TokenSlot {
+                pos: 20,
+                page_row: 1,
+            },
+            TokenSlot {
+                pos: 3,
+                page_row: 0,
+            },
+        ];
+        let slot_buf = upload_u32(ctx, "slots", bytemuck::cast_slice(&slots));
+        let step = step_buffer(ctx, Step::new(0, 3, 0));
+        let binding = kernel
+            .bind(
+                ctx,
+                k,
+                v,
+                &cache,
+                &table,
+                Positions::Table(&slot_buf),
+                &step,
+                3,
+            )
+            .unwrap();
+        ctx.run_pass("kv write", |pass| kernel.encode(pass, &binding, 3))
+            .unwrap();
+        let got = read_cache(ctx, &cache.k, &layout);
+        // Only token 2 (row 0, position 3: page 2, slot 3) lands.
+        let at = pages.index(&layout, 0, 3, 0);
+        let written: Vec<usize> = (0..got.len()).filter(|&i| !got[i].is_nan()).collect();
+        assert_eq!(
+            written,
+            (at..at + hd as usize).collect::<Vec<_>>(),
+            "{}",
+            kernel.variant()
+        );
+    }
+}

@@ -21,7 +21,9 @@ struct Params {
     vocab: u32,
     n_chunks: u32,
     history_len: u32,
-    pad: u32,
+    // Rows the logits binding holds (the binding's max_tokens): a Step asking for more reads
+    // no further.
+    max_rows: u32,
 }
 
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
@@ -60,12 +62,12 @@ fn row_of(slot: u32) -> u32 {
     if ALL_ROWS {
         return slot;
     }
-    return step.n_tokens - 1u;
+    return min(step.n_tokens, params.max_rows) - 1u;
 }
 
 fn slots() -> u32 {
     if ALL_ROWS {
-        return step.n_tokens;
+        return min(step.n_tokens, params.max_rows);
     }
     return min(step.n_tokens, 1u);
 }

@@ -28,9 +28,11 @@ struct Params {
     q: View,
     o: View,
     scale: f32,
+    // Tokens the q/o bindings hold (the binding's max_tokens): a Step asking for more reads no
+    // further.
+    max_tokens: u32,
     pad0: u32,
     pad1: u32,
-    pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
@@ -68,8 +70,12 @@ var<workgroup> quarter_max: array<f32, 128>;
 var<workgroup> key_base: array<u32, BN>;
 
 // (token, query head) of tile row ρ; x = 0xffffffff past the last row.
+fn step_tokens() -> u32 {
+    return min(step.n_tokens, params.max_tokens);
+}
+
 fn row_token_head(rho: u32, g: u32) -> vec2<u32> {
-    if rho >= step.n_tokens * GROUP {
+    if rho >= step_tokens() * GROUP {
         return vec2<u32>(0xffffffffu, 0u);
     }
     return vec2<u32>(rho / GROUP, g * GROUP + rho % GROUP);
@@ -110,7 +116,7 @@ fn stage_kv(values: bool, n_keys: u32, c0: u32, local: u32) {
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) local: u32) {
     let row0 = wg.x * BM;
     let g = wg.y;
-    let n_rows = step.n_tokens * GROUP;
+    let n_rows = step_tokens() * GROUP;
     if row0 >= n_rows {
         return;
     }

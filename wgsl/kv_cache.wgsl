@@ -6,7 +6,9 @@
 // (kv_paged.wgsl: pages of 2^page_shift slots, [page][kv head][slot][head_dim]; k and v are read
 // through Views, so they may be slices of a fused QKV projection). A prefill continuing a cache
 // writes positions pos..pos+n_tokens; batched decode writes one token per sequence, each at its
-// own position and page-table row. The f16 variant rounds to f16 on the way in.
+// own position and page-table row. The f16 variant rounds to f16 on the way in. A token whose
+// position is past its row, or whose row names a page past the cache, is not written: a host
+// error must not corrupt memory beyond the cache (the shaders run without bounds checks).
 // bindings: 0 k (read) · 1 v (read) · 2 k_cache (read_write, KvScalar) · 3 v_cache (read_write)
 //           · 4 page_table (read) · 5 token_slots (read) · 6 params (uniform) · 7 step (uniform)
 // dispatch: one invocation per (t, g, d), WG per workgroup, on the 2-D grid of
@@ -20,6 +22,11 @@ struct Params {
     kv: KvGeometry,
     k: View,
     v: View,
+    // Physical pages in the cache.
+    n_pages: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> k: array<f32>;
@@ -46,7 +53,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) count: ve
     let t = item / per_token;
     let g = (item % per_token) / hd;
     let d = item % hd;
-    let at = kv_base(params.kv, token_page_row(t), token_pos(t), g) + d;
+    let pos = token_pos(t);
+    let row = token_page_row(t);
+    if (pos >> params.kv.page_shift) >= params.kv.pages_per_row
+        || page_table[row * params.kv.pages_per_row + (pos >> params.kv.page_shift)] >= params.n_pages {
+        return;
+    }
+    let at = kv_base(params.kv, row, pos, g) + d;
     k_cache[at] = KvScalar(k[view_index(params.k, t, g, d)]);
     v_cache[at] = KvScalar(v[view_index(params.v, t, g, d)]);
 }

@@ -37,7 +37,7 @@ struct Params {
     vocab: u32,
     n_chunks: u32,
     history_len: u32,
-    pad: u32,
+    max_rows: u32,
 }
 
 /// Which rows of the logits get a token.
@@ -188,7 +188,7 @@ impl Argmax {
                 vocab,
                 n_chunks,
                 history_len: history_len as u32,
-                pad: 0,
+                max_rows: max_tokens,
             },
         );
         let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {

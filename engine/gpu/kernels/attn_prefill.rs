@@ -41,7 +41,8 @@ struct Params {
     q: support::ViewParams,
     o: support::ViewParams,
     scale: f32,
-    pad: [u32; 3],
+    max_tokens: u32,
+    pad: [u32; 2],
 }
 
 /// What a prefill binding reads and writes.
@@ -207,7 +208,8 @@ impl AttnPrefill {
                 q: q.params(),
                 o: o.params(),
                 scale: shape.scale(),
-                pad: [0; 3],
+                max_tokens,
+                pad: [0; 2],
             },
         );
         let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {

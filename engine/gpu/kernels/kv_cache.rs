@@ -314,6 +314,8 @@ struct Params {
     kv: KvGeometry,
     k: support::ViewParams,
     v: support::ViewParams,
+    n_pages: u32,
+    pad: [u32; 3],
 }
 
 impl Kernel for KvWrite {
@@ -403,6 +405,8 @@ impl KvWrite {
                 kv: layout.geometry(),
                 k: k.params(),
                 v: v.params(),
+                n_pages: layout.n_pages,
+                pad: [0; 3],
             },
         );
         let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
