@@ -38,6 +38,8 @@ pub mod wgsl {
     pub const REDUCE_SUBGROUP: WgslFile = wgsl_file!("reduce_subgroup.wgsl");
     pub const REDUCE_WORKGROUP: WgslFile = wgsl_file!("reduce_workgroup.wgsl");
     pub const DEQUANT: WgslFile = wgsl_file!("dequant.wgsl");
+    /// `dequant4` / `dequant1` for the pipeline's `GGML_TYPE` (needs BLOCKS).
+    pub const DEQUANT_TYPE: WgslFile = wgsl_file!("dequant_type.wgsl");
     /// The per-step uniform struct (`gpu::step`).
     pub const STEP: WgslFile = wgsl_file!("step.wgsl");
 
