@@ -4,7 +4,7 @@ pub mod compare;
 pub mod gpu;
 pub mod reduce_probe;
 
-pub use compare::{Tolerance, assert_close};
+pub use compare::{Tolerance, assert_close, assert_dequantized, assert_within};
 pub use gpu::{gpu, poisoned_f32, rng, variants};
 pub mod harness;
 

@@ -1,6 +1,9 @@
 //! One typed wrapper per WGSL kernel (the pattern is described in `gpu/mod.rs`).
 
 pub mod dequant;
+pub mod embed;
+pub mod matvec;
+mod tensors;
 
 use crate::gpu::kernel::KernelVariant;
 
@@ -9,5 +12,7 @@ use crate::gpu::kernel::KernelVariant;
 pub fn registry() -> Vec<KernelVariant> {
     let mut all = Vec::new();
     all.extend(KernelVariant::all_of::<dequant::Dequant>());
+    all.extend(KernelVariant::all_of::<matvec::MatVec>());
+    all.extend(KernelVariant::all_of::<embed::Embed>());
     all
 }
