@@ -225,7 +225,9 @@ impl SequenceTable {
     }
 
     /// Queues the batch of the next step: one sequence per entry of `slots` (distinct slots),
-    /// each `len` tokens. Returns the batch to pass to the kernels' `encode`.
+    /// each `len` tokens. Returns the batch to pass to the kernels' `encode`. Like the `Step`
+    /// uniform, the write lands before the next submit, so one submit runs one batch: steps
+    /// with different batches go in separate submits (or use separate tables).
     pub fn write(&self, ctx: &GpuContext, len: u32, slots: &[u32]) -> Result<SeqBatch, GpuError> {
         let count = u32::try_from(slots.len()).unwrap_or(u32::MAX);
         if count == 0 || count > self.max_seqs || len == 0 {
