@@ -1,6 +1,7 @@
 //! Utilities shared by the integration tests.
 
 pub mod compare;
+pub mod gdn;
 pub mod gpu;
 pub mod reduce_probe;
 

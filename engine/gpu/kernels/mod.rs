@@ -1,9 +1,15 @@
 //! One typed wrapper per WGSL kernel (the pattern is described in `gpu/mod.rs`).
 
+pub mod delta_prep;
+pub mod delta_state;
 pub mod dequant;
 pub mod embed;
 pub mod matvec;
 mod tensors;
+pub mod gated_delta;
+pub mod gated_delta_chunk;
+pub mod gated_norm;
+pub mod ssm_conv;
 
 use crate::gpu::kernel::KernelVariant;
 
@@ -14,5 +20,10 @@ pub fn registry() -> Vec<KernelVariant> {
     all.extend(KernelVariant::all_of::<dequant::Dequant>());
     all.extend(KernelVariant::all_of::<matvec::MatVec>());
     all.extend(KernelVariant::all_of::<embed::Embed>());
+    all.extend(KernelVariant::all_of::<ssm_conv::SsmConv>());
+    all.extend(KernelVariant::all_of::<delta_prep::DeltaPrep>());
+    all.extend(KernelVariant::all_of::<gated_delta::GatedDeltaDecode>());
+    all.extend(KernelVariant::all_of::<gated_delta_chunk::GatedDeltaChunked>());
+    all.extend(KernelVariant::all_of::<gated_norm::GatedNorm>());
     all
 }
