@@ -10,7 +10,7 @@
 //           BLOCK_ELEMS and BLOCK_BYTES (its geometry); entry `dequant_blocks` for block types,
 //           `dequant_elements` for F32/F16/BF16 (n need not be a multiple of 4 there).
 // variants: one (no subgroup or f16 use).
-// requires: bytes.wgsl, blocks.wgsl, grid.wgsl.
+// requires: bytes.wgsl, blocks.wgsl, dequant_type.wgsl, grid.wgsl.
 
 struct Params {
     // Elements in this range; a whole number of blocks for block types.
@@ -38,31 +38,6 @@ fn src_word(index: u32) -> u32 {
 // The first of the four elements this invocation writes.
 fn first_element(wg: vec3<u32>, count: vec3<u32>, local: u32) -> u32 {
     return (flat_workgroup(wg, count) * WG + local) * 4u;
-}
-
-// Elements e..e+3 of the block at byte `block` (ggml type ids, model-spec.md §1.3).
-fn dequant4(block: u32, e: u32) -> vec4<f32> {
-    switch GGML_TYPE {
-        case 2u: { return dequant4_q4_0(block, e); }
-        case 3u: { return dequant4_q4_1(block, e); }
-        case 6u: { return dequant4_q5_0(block, e); }
-        case 7u: { return dequant4_q5_1(block, e); }
-        case 8u: { return dequant4_q8_0(block, e); }
-        case 12u: { return dequant4_q4_k(block, e); }
-        case 13u: { return dequant4_q5_k(block, e); }
-        case 14u: { return dequant4_q6_k(block, e); }
-        default: { return vec4<f32>(0.0); }
-    }
-}
-
-// Element i of an unblocked row starting at byte `base`.
-fn dequant1(base: u32, i: u32) -> f32 {
-    switch GGML_TYPE {
-        case 0u: { return dequant1_f32(base, i); }
-        case 1u: { return dequant1_f16(base, i); }
-        case 30u: { return dequant1_bf16(base, i); }
-        default: { return 0.0; }
-    }
 }
 
 // Block types: n is a whole number of blocks of at least 32, so all four elements are in range

@@ -38,6 +38,14 @@ pub mod wgsl {
     pub const REDUCE_SUBGROUP: WgslFile = wgsl_file!("reduce_subgroup.wgsl");
     pub const REDUCE_WORKGROUP: WgslFile = wgsl_file!("reduce_workgroup.wgsl");
     pub const DEQUANT: WgslFile = wgsl_file!("dequant.wgsl");
+    /// `dequant4` / `dequant1` for the pipeline's `GGML_TYPE` (needs BLOCKS).
+    pub const DEQUANT_TYPE: WgslFile = wgsl_file!("dequant_type.wgsl");
+    /// Byte lanes of a u32 as exact floats, without int→float conversions.
+    pub const BYTE_FLOATS: WgslFile = wgsl_file!("byte_floats.wgsl");
+    pub const REDUCE_ROWS_SUBGROUP: WgslFile = wgsl_file!("reduce_rows_subgroup.wgsl");
+    pub const REDUCE_ROWS_WORKGROUP: WgslFile = wgsl_file!("reduce_rows_workgroup.wgsl");
+    pub const MATVEC: WgslFile = wgsl_file!("matvec.wgsl");
+    pub const EMBED: WgslFile = wgsl_file!("embed.wgsl");
     /// The per-step uniform struct (`gpu::step`).
     pub const STEP: WgslFile = wgsl_file!("step.wgsl");
 
@@ -47,6 +55,16 @@ pub mod wgsl {
             REDUCE_SUBGROUP
         } else {
             REDUCE_WORKGROUP
+        }
+    }
+
+    /// The per-output reduction of several partial sums for a variant (`sum_rows`); needs the
+    /// file [`reduction`] gives (its `struct Lanes`).
+    pub fn row_reduction(variant: KernelPaths) -> WgslFile {
+        if variant.subgroup {
+            REDUCE_ROWS_SUBGROUP
+        } else {
+            REDUCE_ROWS_WORKGROUP
         }
     }
 }

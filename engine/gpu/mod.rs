@@ -56,6 +56,7 @@
 //! yet: naga 30 mistranslates `bitcast<vec2<f16>>(u32)`, so GGUF f16 fields are decoded with
 //! `unpack2x16float` on every path (experiments/NOTES.md).
 
+pub mod activations;
 pub mod buffers;
 pub mod context;
 pub mod error;
@@ -67,6 +68,7 @@ pub mod memory;
 pub mod paths;
 pub mod step;
 
+pub use activations::Activations;
 pub use buffers::{
     Grid, Window, read_back, read_back_f32, split_rows, storage_buffer, uniform, upload, write,
 };

@@ -65,6 +65,7 @@ impl Kernel for Dequant {
         let module = WgslModule::new(variant)
             .with(wgsl::BYTES)
             .with(wgsl::BLOCKS)
+            .with(wgsl::DEQUANT_TYPE)
             .with(wgsl::GRID)
             .with(wgsl::DEQUANT);
         let pipelines = Self::TYPES
