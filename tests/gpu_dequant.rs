@@ -5,7 +5,7 @@
 use fak::gpu::kernels::dequant::{Dequant, DequantShape};
 use fak::gpu::{GpuContext, GpuError, KernelPaths, read_back_f32, upload};
 use fak::quant::{GgmlType, dequantize, fill_random_rows};
-use fak_tests::{Tolerance, assert_close, gpu, poisoned_f32, rng, variants};
+use fak_tests::{assert_dequantized, gpu, poisoned_f32, rng, variants};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -110,32 +110,6 @@ fn run(
     read_back_f32(ctx, &dst, 0..4 * n)
 }
 
-/// Checks GPU against CPU. Types whose values are products (d·q, (d·sc)·q) must agree bit for
-/// bit: the GPU evaluates the same products in the same order. Types with an offset (a·q − b,
-/// a·q + b: Q4_1, Q5_1, Q4_K, Q5_K) may be fused into one fma on the GPU, one rounding where the
-/// CPU has two: the difference is at most ulp(a·q)/2, and within a group of 32 sharing (a, b)
-/// with two distinct codes |a·q| ≤ 64·max|x|, so it is below 2^-18 of the group's largest value;
-/// 2^-17 of it is the tolerance (a wrong code or scale moves a value by a whole step, ≥ 1/31 of
-/// the group range).
-fn check(what: &str, ty: GgmlType, got: &[f32], want: &[f32]) {
-    let affine = matches!(
-        ty,
-        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K
-    );
-    if !affine {
-        assert_close(what, got, want, Tolerance::EXACT);
-        return;
-    }
-    for (g, (got, want)) in got.chunks(32).zip(want.chunks(32)).enumerate() {
-        let largest = want.iter().fold(0.0f32, |m, x| m.max(x.abs()));
-        let tol = Tolerance {
-            rel: 0.0,
-            abs: largest * 2f32.powi(-17),
-        };
-        assert_close(&format!("{what}, group {g}"), got, want, tol);
-    }
-}
-
 /// Shapes (rows, row_len) per type: ragged row counts; one block, several and an odd number of
 /// blocks per row; for unblocked types row lengths that are not multiples of 4.
 fn shapes(ty: GgmlType) -> Vec<(u64, u64)> {
@@ -159,7 +133,7 @@ fn check_every_type(ctx: &GpuContext, scales: Scales, seed: u64) {
                 let shape = DequantShape { ty, rows, row_len };
                 let got = run(ctx, &kernel, shape, &bytes, ctx.max_binding_size()).unwrap();
                 let what = format!("{ty} {rows}x{row_len} {scales:?} ({})", kernel.variant());
-                check(&what, ty, &got, &want);
+                assert_dequantized(&what, ty, &got, &want);
             }
         }
     }
@@ -220,7 +194,7 @@ fn a_tensor_larger_than_one_binding_is_split_into_row_ranges() {
     ctx.run_pass("split", |pass| kernel.encode(pass, &binding))
         .unwrap();
     let got = read_back_f32(ctx, &dst, 0..4 * n as u64).unwrap();
-    check(
+    assert_dequantized(
         &format!("{ty} {rows}x{row_len} split {} ways", grids.len()),
         ty,
         &got,

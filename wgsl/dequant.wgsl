@@ -6,7 +6,8 @@
 //           grid of ceil(n / (4·WG)) workgroups (engine `gpu::Grid`). Tensors larger than one
 //           binding are split into row ranges on the host; src_byte / dst_index place a range
 //           inside its aligned binding window.
-// pipelines: one per ggml type, specialised by the override constants of dequant_type.wgsl;
+// pipelines: one per ggml type, specialised by the override constants GGML_TYPE, BLOCK_ELEMS,
+//           BLOCK_BYTES;
 //           entry `dequant_blocks` for block types, `dequant_elements` for F32/F16/BF16 (n need
 //           not be a multiple of 4 there).
 // variants: one (no subgroup or f16 use).
@@ -27,6 +28,10 @@ struct Params {
 @group(0) @binding(2) var<uniform> params: Params;
 
 override WG: u32 = 64u;
+// The ggml type (dequant_type.wgsl) and its block geometry (engine `kernels::type_constants`).
+override GGML_TYPE: u32;
+override BLOCK_ELEMS: u32 = 1u;
+override BLOCK_BYTES: u32;
 
 fn src_word(index: u32) -> u32 {
     return src[index];

@@ -1,19 +1,11 @@
-// dequant_type — the block decoder of the one ggml type a pipeline is specialised for
+// dequant_type — dequantize one element group of the ggml type a pipeline is specialised for
 //
-// A kernel that reads GGUF weights of any type is built once per type: the override constants
-// below pick the decoder (naga folds the switch away when the pipeline is created).
-//   GGML_TYPE    — the ggml type id (model-spec.md §1.3)
-//   BLOCK_ELEMS  — elements per block (1 for F32/F16/BF16)
-//   BLOCK_BYTES  — bytes per block
-// provides: dequant4(block, e) for block types, dequant1(base, i) for F32/F16/BF16, and the
-//           three overrides (engine `gpu::kernels::type_constants` sets them).
-// requires: blocks.wgsl (and so bytes.wgsl and the kernel's `src_word`).
+// Math: dequant4(block, e) = elements e..e+3 (e a multiple of 4) of the block at byte `block`;
+// dequant1(base, i) = element i of an unblocked (F32/F16/BF16) row starting at byte `base`;
+// both as blocks.wgsl's per-type decoders compute them. Types outside each function's set give 0.
+// Shared by the kernels that decode whole rows of any type (dequant, embed).
+// requires: blocks.wgsl, `override GGML_TYPE: u32` (the ggml type id, model-spec.md §1.3).
 
-override GGML_TYPE: u32;
-override BLOCK_ELEMS: u32 = 1u;
-override BLOCK_BYTES: u32;
-
-// Elements e..e+3 (e a multiple of 4) of the block at byte `block`.
 fn dequant4(block: u32, e: u32) -> vec4<f32> {
     switch GGML_TYPE {
         case 2u: { return dequant4_q4_0(block, e); }
@@ -28,7 +20,6 @@ fn dequant4(block: u32, e: u32) -> vec4<f32> {
     }
 }
 
-// Element i of an unblocked row starting at byte `base`.
 fn dequant1(base: u32, i: u32) -> f32 {
     switch GGML_TYPE {
         case 0u: { return dequant1_f32(base, i); }

@@ -5,7 +5,7 @@
 // dispatch: (ceil(n_tokens / TILE_T), ceil(rows / TILE_R), 1) per row range of W; n_tokens
 //           comes from the Step uniform, so only the grid depends on it, never the number of
 //           dispatches. A W larger than one binding is split into row ranges on the host.
-// pipelines: one per ggml type (override constants of dequant_type.wgsl).
+// pipelines: one per ggml type (the type overrides of matmul_load.wgsl).
 // variants: one, f32 throughout: the fallback of matmul_coop.wgsl. No subgroup operations
 //           (nothing is reduced across lanes) and no f16 tiles: at 4 × 4 outputs per invocation
 //           the inner loop is bound by FMAs, not by workgroup-memory traffic, so halving that

@@ -4,7 +4,7 @@
 //
 // bindings: see matmul_load.wgsl (0 w · 1 x · 2 y · 3 params · 4 step), as matmul.wgsl.
 // dispatch: (ceil(n_tokens / TILE_T), ceil(rows / TILE_R), 1) per row range of W, as matmul.wgsl.
-// pipelines: one per ggml type (override constants of dequant_type.wgsl).
+// pipelines: one per ggml type (the type overrides of matmul_load.wgsl).
 // variants: the shape file before it: matmul_coop16.wgsl (Vulkan) | matmul_coop8.wgsl (Metal);
 //           the module gets `enable f16; enable wgpu_cooperative_matrix;` from the variant.
 //

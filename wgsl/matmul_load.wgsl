@@ -15,7 +15,12 @@
 //           TILE_T, TILE_R, TILE_K (a multiple of 4) and its tile storage:
 //           fn put_w(r, k, v: vec4<f32>) and fn put_x(t, k, v: vec4<f32>) store a quad at
 //           k..k+3 of tile row r (token t).
-// provides: struct Params, the bindings, src_word, load_tiles, store_output.
+// provides: the type overrides, struct Params, the bindings, src_word, load_tiles, store_output.
+
+// The ggml type of W (dequant_type.wgsl) and its block geometry (engine `kernels::type_constants`).
+override GGML_TYPE: u32;
+override BLOCK_ELEMS: u32 = 1u;
+override BLOCK_BYTES: u32;
 
 struct Params {
     // W rows in this range (this dispatch's outputs per token).

@@ -40,6 +40,12 @@ pub mod wgsl {
     pub const REDUCE_SUBGROUP: WgslFile = wgsl_file!("reduce_subgroup.wgsl");
     pub const REDUCE_WORKGROUP: WgslFile = wgsl_file!("reduce_workgroup.wgsl");
     pub const DEQUANT: WgslFile = wgsl_file!("dequant.wgsl");
+    /// Byte lanes of a u32 as exact floats, without int→float conversions.
+    pub const BYTE_FLOATS: WgslFile = wgsl_file!("byte_floats.wgsl");
+    pub const REDUCE_ROWS_SUBGROUP: WgslFile = wgsl_file!("reduce_rows_subgroup.wgsl");
+    pub const REDUCE_ROWS_WORKGROUP: WgslFile = wgsl_file!("reduce_rows_workgroup.wgsl");
+    pub const MATVEC: WgslFile = wgsl_file!("matvec.wgsl");
+    pub const EMBED: WgslFile = wgsl_file!("embed.wgsl");
     /// The per-step uniform struct (`gpu::step`).
     pub const STEP: WgslFile = wgsl_file!("step.wgsl");
     /// Mat-mul bindings, parameters and tile loaders, shared by every mat-mul variant.
@@ -57,6 +63,16 @@ pub mod wgsl {
             REDUCE_SUBGROUP
         } else {
             REDUCE_WORKGROUP
+        }
+    }
+
+    /// The per-output reduction of several partial sums for a variant (`sum_rows`); needs the
+    /// file [`reduction`] gives (its `struct Lanes`).
+    pub fn row_reduction(variant: KernelPaths) -> WgslFile {
+        if variant.subgroup {
+            REDUCE_ROWS_SUBGROUP
+        } else {
+            REDUCE_ROWS_WORKGROUP
         }
     }
 }

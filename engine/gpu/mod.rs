@@ -58,6 +58,7 @@
 //! as f16, as in the mat-mul's cooperative-matrix tiles. A kernel may leave out a combination
 //! of its axes that would not pay ([`Kernel::variants`], [`Kernel::select`]).
 
+pub mod activations;
 pub mod buffers;
 pub mod context;
 pub mod error;
@@ -69,6 +70,7 @@ pub mod memory;
 pub mod paths;
 pub mod step;
 
+pub use activations::Activations;
 pub use buffers::{
     Grid, Window, read_back, read_back_f32, split_rows, storage_buffer, uniform, upload, write,
 };

@@ -1,6 +1,8 @@
 //! Comparing kernel outputs with an oracle: relative error with an absolute floor, where NaN never
 //! passes.
 
+use fak::quant::GgmlType;
+
 /// How close `got` must be to `want`: |got − want| ≤ abs + rel·|want|. Every use states why its
 /// numbers are what they are.
 #[derive(Clone, Copy, Debug)]
@@ -27,9 +29,22 @@ impl Tolerance {
 /// Panics, naming `what`, the number of mismatches and the worst ones, unless every element of
 /// `got` is within `tol` of `want` (same length, no NaN on either side).
 pub fn assert_close(what: &str, got: &[f32], want: &[f32], tol: Tolerance) {
+    assert_each_close(what, got, want, |_| tol);
+}
+
+/// [`assert_close`] with an absolute bound per element: `|got[i] − want[i]| ≤ bounds[i]`.
+pub fn assert_within(what: &str, got: &[f32], want: &[f32], bounds: &[f32]) {
+    assert_eq!(bounds.len(), want.len(), "{what}: bounds length");
+    assert_each_close(what, got, want, |i| Tolerance {
+        rel: 0.0,
+        abs: bounds[i],
+    });
+}
+
+fn assert_each_close(what: &str, got: &[f32], want: &[f32], tol: impl Fn(usize) -> Tolerance) {
     assert_eq!(got.len(), want.len(), "{what}: output length");
     let bad: Vec<usize> = (0..got.len())
-        .filter(|&i| !tol.accepts(got[i], want[i]))
+        .filter(|&i| !tol(i).accepts(got[i], want[i]))
         .collect();
     if bad.is_empty() {
         return;
@@ -45,15 +60,42 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32], tol: Tolerance) {
     let shown: Vec<String> = worst
         .iter()
         .take(8)
-        .map(|&i| format!("[{i}] got {:e} want {:e}", got[i], want[i]))
+        .map(|&i| format!("[{i}] got {:e} want {:e} ({:?})", got[i], want[i], tol(i)))
         .collect();
     panic!(
-        "{what}: {} of {} elements outside {tol:?} (first at {}); worst: {}",
+        "{what}: {} of {} elements outside their tolerance (first at {}); worst: {}",
         bad.len(),
         got.len(),
         bad[0],
         shown.join(", ")
     );
+}
+
+/// GPU-dequantized values of `ty` against the CPU dequantizer. Types whose values are products
+/// (d·q, (d·sc)·q) must agree bit for bit: the GPU evaluates the same products in the same order.
+/// Types with an offset (a·q − b, a·q + b: Q4_1, Q5_1, Q4_K, Q5_K) may be fused into one fma on
+/// the GPU, one rounding where the CPU has two: the difference is at most ulp(a·q)/2, and within
+/// a group of 32 sharing (a, b) with two distinct codes |a·q| ≤ 64·max|x|, so it is below 2^-18
+/// of the group's largest value; 2^-17 of it is the tolerance (a wrong code or scale moves a
+/// value by a whole step, ≥ 1/31 of the group range).
+pub fn assert_dequantized(what: &str, ty: GgmlType, got: &[f32], want: &[f32]) {
+    let affine = matches!(
+        ty,
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K
+    );
+    if !affine {
+        assert_close(what, got, want, Tolerance::EXACT);
+        return;
+    }
+    assert_eq!(got.len(), want.len(), "{what}: output length");
+    for (g, (got, want)) in got.chunks(32).zip(want.chunks(32)).enumerate() {
+        let largest = want.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+        let tol = Tolerance {
+            rel: 0.0,
+            abs: largest * 2f32.powi(-17),
+        };
+        assert_close(&format!("{what}, group {g}"), got, want, tol);
+    }
 }
 
 #[cfg(test)]

@@ -1,10 +1,13 @@
 //! Utilities shared by the integration tests.
 
 pub mod compare;
+pub mod gdn;
 pub mod gpu;
+pub mod inputs;
+pub mod kv;
 pub mod reduce_probe;
 
-pub use compare::{Tolerance, assert_close};
+pub use compare::{Tolerance, assert_close, assert_dequantized, assert_within};
 pub use gpu::{gpu, poisoned_f32, rng, variants};
 pub mod harness;
 

@@ -1,7 +1,24 @@
 //! One typed wrapper per WGSL kernel (the pattern is described in `gpu/mod.rs`).
 
+pub mod argmax;
+pub mod attn_decode;
+pub mod attn_prefill;
+pub mod delta_prep;
+pub mod delta_state;
 pub mod dequant;
+pub mod elementwise;
+pub mod embed;
+pub mod gated_delta;
+pub mod gated_delta_chunk;
+pub mod gated_norm;
+pub mod kv_cache;
 pub mod matmul;
+pub mod matvec;
+pub mod rms_norm;
+pub mod rope;
+pub mod ssm_conv;
+pub mod support;
+mod tensors;
 
 use crate::gpu::kernel::KernelVariant;
 use crate::quant::GgmlType;
@@ -12,6 +29,20 @@ pub fn registry() -> Vec<KernelVariant> {
     let mut all = Vec::new();
     all.extend(KernelVariant::all_of::<dequant::Dequant>());
     all.extend(KernelVariant::all_of::<matmul::Matmul>());
+    all.extend(KernelVariant::all_of::<matvec::MatVec>());
+    all.extend(KernelVariant::all_of::<embed::Embed>());
+    all.extend(KernelVariant::all_of::<ssm_conv::SsmConv>());
+    all.extend(KernelVariant::all_of::<delta_prep::DeltaPrep>());
+    all.extend(KernelVariant::all_of::<gated_delta::GatedDeltaDecode>());
+    all.extend(KernelVariant::all_of::<gated_delta_chunk::GatedDeltaChunked>());
+    all.extend(KernelVariant::all_of::<gated_norm::GatedNorm>());
+    all.extend(KernelVariant::all_of::<rms_norm::RmsNorm>());
+    all.extend(KernelVariant::all_of::<rope::Rope>());
+    all.extend(KernelVariant::all_of::<elementwise::Elementwise>());
+    all.extend(KernelVariant::all_of::<argmax::Argmax>());
+    all.extend(KernelVariant::all_of::<kv_cache::KvWrite>());
+    all.extend(KernelVariant::all_of::<attn_decode::AttnDecode>());
+    all.extend(KernelVariant::all_of::<attn_prefill::AttnPrefill>());
     all
 }
 

@@ -1,0 +1,469 @@
+//! `kv_cache`: the paged KV cache of the attention layers — its layout, buffers and page table —
+//! and the kernel that writes a step's k and v rows into it (wgsl/kv_cache.wgsl; addressing in
+//! wgsl/kv_paged.wgsl).
+//!
+//! A layer's K cache and V cache are each `n_pages` physical pages of `page_size` token slots,
+//! laid out `[page][kv head][slot][head_dim]` in f32 or f16. A sequence reaches its tokens through
+//! a row of the [`PageTable`]: logical page `pos / page_size` of row r is physical page
+//! `table[r][pos / page_size]`. One sequence with the identity table is a plain contiguous cache;
+//! the radix prefix cache (issue 7) gives sequences rows that share physical pages. The table is
+//! shared by every layer (all layers place a token in the same page).
+
+use super::support::{
+    self, Positions, View, entry, positions_binding, shape_error, step_wgsl, view_binding, words,
+};
+use crate::gpu::buffers::{storage_buffer, uniform, upload, write};
+use crate::gpu::context::GpuContext;
+use crate::gpu::error::GpuError;
+use crate::gpu::kernel::{
+    Kernel, KernelSource, KernelVariant, PipelineSpec, WgslFile, WgslModule, build, wgsl,
+};
+use crate::gpu::layout::Slot;
+use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::step::StepBuffer;
+
+const KV_CACHE: WgslFile = step_wgsl!("kv_cache.wgsl");
+/// k, v, k_cache, v_cache, page_table, token_slots, params, step.
+const SLOTS: &[Slot] = &[
+    Slot::Read,
+    Slot::Read,
+    Slot::ReadWrite,
+    Slot::ReadWrite,
+    Slot::Read,
+    Slot::Read,
+    Slot::Uniform,
+    Slot::Uniform,
+];
+const WG: u32 = 256;
+
+/// The element type of the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KvDtype {
+    F32,
+    /// Half the memory and bandwidth (llama.cpp's default); needs SHADER_F16.
+    F16,
+}
+
+impl KvDtype {
+    /// The cache type the kernels of `variant` read and write (the f16 path → f16).
+    pub fn of(variant: KernelPaths) -> KvDtype {
+        if variant.f16 {
+            KvDtype::F16
+        } else {
+            KvDtype::F32
+        }
+    }
+
+    pub fn bytes(self) -> u64 {
+        match self {
+            KvDtype::F32 => 4,
+            KvDtype::F16 => 2,
+        }
+    }
+}
+
+/// The shape of one layer's paged cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KvLayout {
+    pub n_kv: u32,
+    pub head_dim: u32,
+    /// Token slots per page, a power of two.
+    pub page_size: u32,
+    /// Physical pages in the cache.
+    pub n_pages: u32,
+    /// Entries per page-table row: the most pages one sequence can use.
+    pub pages_per_row: u32,
+    pub dtype: KvDtype,
+}
+
+/// `struct KvGeometry` of wgsl/kv_paged.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct KvGeometry {
+    n_kv: u32,
+    head_dim: u32,
+    page_shift: u32,
+    pages_per_row: u32,
+}
+
+impl KvLayout {
+    /// A layout for one sequence of up to `max_positions` tokens in pages of `page_size`, with
+    /// exactly the pages it needs (use it with [`PageTable::identity`]).
+    pub fn contiguous(
+        n_kv: u32,
+        head_dim: u32,
+        page_size: u32,
+        max_positions: u32,
+        dtype: KvDtype,
+    ) -> KvLayout {
+        let pages = max_positions.div_ceil(page_size.max(1)).max(1);
+        KvLayout {
+            n_kv,
+            head_dim,
+            page_size,
+            n_pages: pages,
+            pages_per_row: pages,
+            dtype,
+        }
+    }
+
+    /// Checks the layout: positive sizes, a power-of-two page, and a cache every element of
+    /// which a u32 index can reach.
+    pub fn check(&self, kernel: &'static str) -> Result<(), GpuError> {
+        let KvLayout {
+            n_kv,
+            head_dim,
+            page_size,
+            n_pages,
+            pages_per_row,
+            ..
+        } = *self;
+        if n_kv == 0 || head_dim == 0 || n_pages == 0 || pages_per_row == 0 {
+            return Err(shape_error(
+                kernel,
+                format!("KV layout {self:?}: every size must be positive"),
+            ));
+        }
+        if !page_size.is_power_of_two() {
+            return Err(shape_error(
+                kernel,
+                format!("KV page size {page_size} is not a power of two"),
+            ));
+        }
+        if self.elements() > u64::from(u32::MAX) {
+            return Err(shape_error(
+                kernel,
+                format!(
+                    "KV layout {self:?}: {} elements per cache exceed u32 indexing",
+                    self.elements()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Elements of one cache (K or V) of one layer.
+    pub fn elements(&self) -> u64 {
+        u64::from(self.n_pages)
+            * u64::from(self.n_kv)
+            * u64::from(self.page_size)
+            * u64::from(self.head_dim)
+    }
+
+    /// Bytes of one cache (K or V) of one layer.
+    pub fn cache_bytes(&self) -> u64 {
+        self.elements() * self.dtype.bytes()
+    }
+
+    /// The most positions one sequence can hold.
+    pub fn max_positions(&self) -> u64 {
+        u64::from(self.pages_per_row) * u64::from(self.page_size)
+    }
+
+    /// The element index of (physical `page`, kv head `g`, `slot` in the page, dim 0).
+    pub fn element_index(&self, page: u32, g: u32, slot: u32) -> u64 {
+        ((u64::from(page) * u64::from(self.n_kv) + u64::from(g)) * u64::from(self.page_size)
+            + u64::from(slot))
+            * u64::from(self.head_dim)
+    }
+
+    pub(crate) fn geometry(&self) -> KvGeometry {
+        KvGeometry {
+            n_kv: self.n_kv,
+            head_dim: self.head_dim,
+            page_shift: self.page_size.trailing_zeros(),
+            pages_per_row: self.pages_per_row,
+        }
+    }
+}
+
+/// One layer's K and V caches.
+pub struct KvCache {
+    pub layout: KvLayout,
+    pub k: wgpu::Buffer,
+    pub v: wgpu::Buffer,
+}
+
+impl KvCache {
+    /// Allocates both caches (contents undefined until written; wgpu zeroes them on first use).
+    pub fn new(ctx: &GpuContext, layout: KvLayout) -> Result<KvCache, GpuError> {
+        layout.check(KvWrite::NAME)?;
+        let limit = ctx.max_binding_size();
+        if layout.cache_bytes() > limit {
+            return Err(GpuError::TooLarge {
+                what: format!("a KV cache of {layout:?} (bytes)"),
+                size: layout.cache_bytes(),
+                limit,
+                limit_name: "max_storage_buffer_binding_size",
+            });
+        }
+        Ok(KvCache {
+            layout,
+            k: storage_buffer(ctx, "k cache", layout.cache_bytes())?,
+            v: storage_buffer(ctx, "v cache", layout.cache_bytes())?,
+        })
+    }
+}
+
+/// The page table: `rows` rows of `pages_per_row` physical page numbers (u32), one row per
+/// sequence slot.
+pub struct PageTable {
+    pub buffer: wgpu::Buffer,
+    pub rows: u32,
+    pub pages_per_row: u32,
+}
+
+impl PageTable {
+    /// One row mapping logical page i to physical page i: the table of a single sequence.
+    pub fn identity(ctx: &GpuContext, pages_per_row: u32) -> Result<PageTable, GpuError> {
+        let row: Vec<u32> = (0..pages_per_row).collect();
+        Self::from_rows(ctx, pages_per_row, &[row])
+    }
+
+    /// A table holding `rows` (each at most `pages_per_row` pages; the rest of a row is 0).
+    pub fn from_rows(
+        ctx: &GpuContext,
+        pages_per_row: u32,
+        rows: &[Vec<u32>],
+    ) -> Result<PageTable, GpuError> {
+        let mut flat = vec![0u32; rows.len() * pages_per_row as usize];
+        for (r, row) in rows.iter().enumerate() {
+            if row.len() > pages_per_row as usize {
+                return Err(shape_error(
+                    KvWrite::NAME,
+                    format!(
+                        "page-table row {r} has {} pages, more than {pages_per_row}",
+                        row.len()
+                    ),
+                ));
+            }
+            flat[r * pages_per_row as usize..][..row.len()].copy_from_slice(row);
+        }
+        Ok(PageTable {
+            buffer: upload(ctx, "page table", bytemuck::cast_slice(&flat))?,
+            rows: rows.len() as u32,
+            pages_per_row,
+        })
+    }
+
+    /// Queues a rewrite of row `row` from its first page (lands before the next submit).
+    pub fn write_row(&self, ctx: &GpuContext, row: u32, pages: &[u32]) -> Result<(), GpuError> {
+        if row >= self.rows || pages.len() > self.pages_per_row as usize {
+            return Err(shape_error(
+                KvWrite::NAME,
+                format!(
+                    "page-table row {row} of {} pages: the table has {} rows of {}",
+                    pages.len(),
+                    self.rows,
+                    self.pages_per_row
+                ),
+            ));
+        }
+        let offset = u64::from(row) * u64::from(self.pages_per_row) * 4;
+        write(ctx, &self.buffer, offset, bytemuck::cast_slice(pages))
+    }
+
+    /// Checks that the table fits `layout`, and returns its binding.
+    pub(crate) fn binding(
+        &self,
+        ctx: &GpuContext,
+        kernel: &'static str,
+        layout: &KvLayout,
+    ) -> Result<wgpu::BindingResource<'_>, GpuError> {
+        if self.pages_per_row != layout.pages_per_row {
+            return Err(shape_error(
+                kernel,
+                format!(
+                    "the page table has rows of {} pages, the KV layout {}",
+                    self.pages_per_row, layout.pages_per_row
+                ),
+            ));
+        }
+        words(
+            ctx,
+            kernel,
+            "the page table",
+            &self.buffer,
+            u64::from(self.rows) * u64::from(self.pages_per_row),
+        )
+    }
+}
+
+/// The cache-write kernel.
+pub struct KvWrite {
+    variant: KernelPaths,
+    layout: wgpu::BindGroupLayout,
+    /// Index: `TOKEN_TABLE`.
+    pipelines: Vec<wgpu::ComputePipeline>,
+    placeholder: wgpu::Buffer,
+    max_per_dimension: u32,
+}
+
+/// A layer's k/v rows and cache bound for [`KvWrite::encode`].
+pub struct KvWriteBinding {
+    group: wgpu::BindGroup,
+    pipeline: usize,
+    per_token: u64,
+    max_tokens: u32,
+}
+
+/// `Params` of wgsl/kv_cache.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    kv: KvGeometry,
+    k: support::ViewParams,
+    v: support::ViewParams,
+    n_pages: u32,
+    pad: [u32; 3],
+}
+
+impl Kernel for KvWrite {
+    const NAME: &'static str = "kv_cache";
+    const AXES: Axes = Axes {
+        f16: true,
+        ..Axes::NONE
+    };
+
+    fn source(variant: KernelPaths) -> KernelSource {
+        let module = WgslModule::new(variant)
+            .with(support::kv_scalar(variant.f16))
+            .with(support::KV_PAGED)
+            .with(wgsl::GRID)
+            .with(wgsl::STEP)
+            .with(support::VIEW)
+            .with(support::POSITIONS)
+            .with(KV_CACHE);
+        let pipelines = [false, true]
+            .map(|table| PipelineSpec {
+                label: format!("kv_cache write token_table={table}"),
+                entry_point: "main",
+                constants: vec![("WG", f64::from(WG)), ("TOKEN_TABLE", f64::from(table))],
+            })
+            .to_vec();
+        KernelSource {
+            module,
+            slots: SLOTS,
+            pipelines,
+        }
+    }
+}
+
+impl KvWrite {
+    /// Builds the variant of `paths`: an f16 cache where f16 is allowed.
+    pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
+        let variant = KernelVariant::of::<Self>(Self::AXES.select(paths));
+        let built = build(ctx, &variant)?;
+        Ok(KvWrite {
+            variant: variant.paths,
+            layout: built.layout,
+            pipelines: built.pipelines,
+            placeholder: support::placeholder(ctx),
+            max_per_dimension: ctx.device.limits().max_compute_workgroups_per_dimension,
+        })
+    }
+
+    pub fn variant(&self) -> KernelPaths {
+        self.variant
+    }
+
+    /// The cache type this kernel writes.
+    pub fn dtype(&self) -> KvDtype {
+        KvDtype::of(self.variant)
+    }
+
+    /// Binds the step's `k` and `v` rows (n_kv heads of head_dim per token) for writing into
+    /// `cache` through `pages`, at the positions and page-table rows `positions` gives, for up to
+    /// `max_tokens` tokens.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind(
+        &self,
+        ctx: &GpuContext,
+        k: View<'_>,
+        v: View<'_>,
+        cache: &KvCache,
+        pages: &PageTable,
+        positions: Positions<'_>,
+        step: &StepBuffer,
+        max_tokens: u32,
+    ) -> Result<KvWriteBinding, GpuError> {
+        let layout = cache.layout;
+        layout.check(Self::NAME)?;
+        check_dtype(Self::NAME, &layout, self.dtype())?;
+        let (n_kv, hd) = (layout.n_kv, layout.head_dim);
+        let k_binding = view_binding(ctx, Self::NAME, "k", &k, max_tokens, n_kv, hd)?;
+        let v_binding = view_binding(ctx, Self::NAME, "v", &v, max_tokens, n_kv, hd)?;
+        let cache_words = layout.cache_bytes().div_ceil(4);
+        let k_cache = words(ctx, Self::NAME, "the k cache", &cache.k, cache_words)?;
+        let v_cache = words(ctx, Self::NAME, "the v cache", &cache.v, cache_words)?;
+        let table = pages.binding(ctx, Self::NAME, &layout)?;
+        let slots = positions_binding(ctx, Self::NAME, positions, &self.placeholder, max_tokens)?;
+        let params = uniform(
+            ctx,
+            "kv_cache params",
+            &Params {
+                kv: layout.geometry(),
+                k: k.params(),
+                v: v.params(),
+                n_pages: layout.n_pages,
+                pad: [0; 3],
+            },
+        );
+        let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("kv_cache write"),
+            layout: &self.layout,
+            entries: &[
+                entry(0, k_binding),
+                entry(1, v_binding),
+                entry(2, k_cache),
+                entry(3, v_cache),
+                entry(4, table),
+                entry(5, slots),
+                entry(6, params.as_entire_binding()),
+                entry(7, step.buffer.as_entire_binding()),
+            ],
+        });
+        let binding = KvWriteBinding {
+            group,
+            pipeline: usize::from(positions.is_table()),
+            per_token: u64::from(n_kv) * u64::from(hd),
+            max_tokens,
+        };
+        support::grid(
+            self.workgroups(&binding, max_tokens),
+            self.max_per_dimension,
+        )?;
+        Ok(binding)
+    }
+
+    fn workgroups(&self, binding: &KvWriteBinding, n_tokens: u32) -> u64 {
+        (u64::from(n_tokens.min(binding.max_tokens)) * binding.per_token).div_ceil(u64::from(WG))
+    }
+
+    /// Records the dispatch for a step of `n_tokens` tokens (at most the binding's `max_tokens`).
+    pub fn encode(&self, pass: &mut wgpu::ComputePass, binding: &KvWriteBinding, n_tokens: u32) {
+        pass.set_pipeline(&self.pipelines[binding.pipeline]);
+        pass.set_bind_group(0, &binding.group, &[]);
+        support::grid_within_bound(self.workgroups(binding, n_tokens), self.max_per_dimension)
+            .dispatch(pass);
+    }
+}
+
+/// A shape error unless the cache holds the type the kernel variant reads or writes.
+pub(crate) fn check_dtype(
+    kernel: &'static str,
+    layout: &KvLayout,
+    dtype: KvDtype,
+) -> Result<(), GpuError> {
+    if layout.dtype == dtype {
+        Ok(())
+    } else {
+        Err(shape_error(
+            kernel,
+            format!(
+                "the cache holds {:?} but this variant uses {dtype:?}",
+                layout.dtype
+            ),
+        ))
+    }
+}

@@ -1,0 +1,352 @@
+//! `matvec`: `y = W x` or `y += W x` for up to [`MAX_BATCH`] input vectors, reading the GGUF
+//! blocks of W in place (wgsl/matvec.wgsl).
+//!
+//! # Use
+//!
+//! At load time: [`MatVec::new`] once per model, then [`MatVec::bind`] once per weight tensor
+//! and use (it checks every shape and buffer size, splits a tensor larger than one binding into
+//! row ranges and builds their bind groups). Per step: [`MatVec::encode`] records the dispatches.
+//!
+//! # Where the batch size comes from
+//!
+//! The kernel reads B, the number of input vectors, from the shared [`Step`](crate::gpu::Step)
+//! uniform (`n_tokens`), so bind groups never change. `encode`'s `n_tokens` must be the same
+//! number: it picks the pipeline compiled for at most 1, 2, 4 or 8 vectors (the accumulators are
+//! unrolled for that capacity) and leaves the grid alone, which depends on the rows only. A Step
+//! asking for more vectors than the chosen pipeline holds computes only as many as it holds.
+
+use super::tensors::{bind_group, checked_row_bytes};
+use crate::gpu::activations::Activations;
+use crate::gpu::buffers::{Grid, Window, split_rows, uniform};
+use crate::gpu::context::GpuContext;
+use crate::gpu::error::GpuError;
+use crate::gpu::kernel::{
+    Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build, wgsl,
+};
+use crate::gpu::layout::Slot;
+use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::step::StepBuffer;
+use crate::quant::GgmlType;
+
+/// Most input vectors one dispatch multiplies.
+pub const MAX_BATCH: u32 = 8;
+/// The batch capacities pipelines are compiled for; `encode` takes the smallest that holds the
+/// step's vectors.
+pub const BATCH_CAPACITIES: [u32; 4] = [1, 2, 4, 8];
+/// Invocations per workgroup (`override WG`).
+const WG: u32 = 64;
+/// Output rows per workgroup (`const ROWS` of the WGSL).
+const ROWS_PER_WORKGROUP: u64 = 4;
+/// w, x, y, params, step.
+const SLOTS: &[Slot] = &[
+    Slot::Read,
+    Slot::Read,
+    Slot::ReadWrite,
+    Slot::Uniform,
+    Slot::Uniform,
+];
+
+/// `Params` of wgsl/matvec.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    rows: u32,
+    cols: u32,
+    units: u32,
+    row_bytes: u32,
+    w_byte: u32,
+    x_index: u32,
+    x_stride: u32,
+    y_index: u32,
+    y_stride: u32,
+    accumulate: u32,
+    pad: [u32; 2],
+}
+
+/// How a row is cut into units (the part of a block one invocation decodes):
+/// (elements per unit, units per block, elements per block, bytes per block).
+fn unit_geometry(ty: GgmlType) -> (u64, u64, u64, u64) {
+    let (elems, bytes) = ty.block_geometry();
+    match ty {
+        // One unit is 4 consecutive elements, treated as a "block" of 4.
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => (4, 1, 4, 4 * bytes),
+        GgmlType::Q4_K | GgmlType::Q5_K => (32, 8, elems, bytes),
+        GgmlType::Q6_K => (16, 16, elems, bytes),
+        // Q8_0 and the 32-element legacy blocks.
+        _ => (8, 4, elems, bytes),
+    }
+}
+
+/// The weight tensor of a [`MatVecBinding`]: `rows` rows (outputs) of `cols` elements (inputs) of
+/// type `ty`, stored as GGUF stores them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct MatVecShape {
+    pub ty: GgmlType,
+    pub rows: u64,
+    pub cols: u64,
+}
+
+/// What a mat-vec binding reads and writes.
+#[derive(Clone, Copy)]
+pub struct MatVecIo<'a> {
+    /// The buffer holding W, whose first row starts at byte `weights_offset`, a multiple of 4
+    /// (GGUF aligns tensor data to 32): several tensors may share one buffer, and tensors of one
+    /// type and width stored back to back can be bound as one (a fused gate+up projection).
+    pub weights: &'a wgpu::Buffer,
+    pub weights_offset: u64,
+    /// `[B, cols]` inputs; must not be the buffer `y` is in (wgpu rejects a buffer bound
+    /// read-only and read-write in one dispatch).
+    pub x: Activations<'a>,
+    /// `[B, rows]` outputs.
+    pub y: Activations<'a>,
+    /// The model's step uniform; its `n_tokens` is B.
+    pub step: &'a StepBuffer,
+    /// `y += W x` (a residual add fused into the product) instead of `y = W x`.
+    pub accumulate: bool,
+    /// The largest B this binding will be encoded with (≤ [`MAX_BATCH`]): x and y are checked
+    /// for this many rows.
+    pub max_batch: u32,
+}
+
+/// The mat-vec kernel: one pipeline per (type, batch capacity).
+pub struct MatVec {
+    variant: KernelPaths,
+    layout: wgpu::BindGroupLayout,
+    /// `[type index][capacity index]`, flattened: parallel to TYPES × BATCH_CAPACITIES.
+    pipelines: Vec<wgpu::ComputePipeline>,
+}
+
+/// One weight tensor bound for [`MatVec::encode`]: a bind group and grid per row range.
+pub struct MatVecBinding {
+    type_index: usize,
+    max_batch: u32,
+    ranges: Vec<(wgpu::BindGroup, Grid)>,
+}
+
+impl MatVecBinding {
+    /// The grid of each dispatch, one per row range (several when W exceeds a binding).
+    pub fn grids(&self) -> impl Iterator<Item = Grid> + '_ {
+        self.ranges.iter().map(|(_, grid)| *grid)
+    }
+}
+
+impl Kernel for MatVec {
+    const NAME: &'static str = "matvec";
+    const AXES: Axes = Axes {
+        subgroup: true,
+        ..Axes::NONE
+    };
+
+    fn source(variant: KernelPaths) -> KernelSource {
+        let module = WgslModule::new(variant)
+            .with(wgsl::BYTES)
+            .with(wgsl::BLOCKS)
+            .with(wgsl::BYTE_FLOATS)
+            .with(wgsl::GRID)
+            .with(wgsl::STEP)
+            .with(wgsl::reduction(variant))
+            .with(wgsl::row_reduction(variant))
+            .with(wgsl::MATVEC);
+        let mut pipelines = Vec::new();
+        for ty in Self::TYPES {
+            let (_, lanes, block_elems, block_bytes) = unit_geometry(ty);
+            for capacity in BATCH_CAPACITIES {
+                pipelines.push(PipelineSpec {
+                    label: format!("matvec {ty} batch {capacity}"),
+                    entry_point: "matvec",
+                    constants: vec![
+                        ("WG", f64::from(WG)),
+                        ("MAX_B", f64::from(capacity)),
+                        ("GGML_TYPE", f64::from(ty.id())),
+                        ("UNIT_LANES", lanes as f64),
+                        ("BLOCK_ELEMS", block_elems as f64),
+                        ("BLOCK_BYTES", block_bytes as f64),
+                    ],
+                });
+            }
+        }
+        KernelSource {
+            module,
+            slots: SLOTS,
+            pipelines,
+        }
+    }
+}
+
+impl MatVec {
+    /// The weight types the kernel multiplies.
+    pub const TYPES: [GgmlType; 11] = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ];
+
+    /// Builds the variant `paths` selects (subgroup reduction or the workgroup-memory tree).
+    pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
+        let variant = KernelVariant::of::<Self>(Self::AXES.select(paths));
+        let built = build(ctx, &variant)?;
+        Ok(MatVec {
+            variant: variant.paths,
+            layout: built.layout,
+            pipelines: built.pipelines,
+        })
+    }
+
+    /// The variant that was built.
+    pub fn variant(&self) -> KernelPaths {
+        self.variant
+    }
+
+    /// Binds one weight tensor with its inputs and outputs, checking every shape and size first.
+    pub fn bind(
+        &self,
+        ctx: &GpuContext,
+        shape: MatVecShape,
+        io: &MatVecIo<'_>,
+    ) -> Result<MatVecBinding, GpuError> {
+        self.bind_within(ctx, shape, io, ctx.max_binding_size())
+    }
+
+    /// [`MatVec::bind`] with bindings of at most `max_binding` bytes (at most the device's
+    /// limit), so a test splits W into row ranges the same way on every device.
+    pub fn bind_within(
+        &self,
+        ctx: &GpuContext,
+        shape: MatVecShape,
+        io: &MatVecIo<'_>,
+        max_binding: u64,
+    ) -> Result<MatVecBinding, GpuError> {
+        let MatVecShape { ty, rows, cols } = shape;
+        let max_binding = max_binding.min(ctx.max_binding_size());
+        let type_index =
+            Self::TYPES
+                .iter()
+                .position(|&t| t == ty)
+                .ok_or(GpuError::UnsupportedType {
+                    kernel: Self::NAME,
+                    ty,
+                })?;
+        let shape_error = |message: String| GpuError::Shape {
+            kernel: Self::NAME,
+            message,
+        };
+        if io.max_batch == 0 || io.max_batch > MAX_BATCH {
+            return Err(shape_error(format!(
+                "a batch of up to {} vectors (expected 1..={MAX_BATCH})",
+                io.max_batch
+            )));
+        }
+        if rows == 0 {
+            return Err(shape_error("a weight tensor of 0 rows".into()));
+        }
+        if !io.weights_offset.is_multiple_of(4) {
+            return Err(shape_error(format!(
+                "W starts at byte {}, not a multiple of 4",
+                io.weights_offset
+            )));
+        }
+        let row_bytes = checked_row_bytes(
+            Self::NAME,
+            "W",
+            ty,
+            rows,
+            cols,
+            io.weights,
+            io.weights_offset,
+        )?;
+        let align = ctx.binding_alignment();
+        let batch = u64::from(io.max_batch);
+        let x =
+            io.x.bind(Self::NAME, "x", batch, cols, max_binding, align)?;
+        let y =
+            io.y.bind(Self::NAME, "y", batch, rows, max_binding, align)?;
+        let step = io.step.buffer.as_entire_binding();
+        let (unit_elems, ..) = unit_geometry(ty);
+        let units = cols.div_ceil(unit_elems);
+        let max_per_dimension = ctx.device.limits().max_compute_workgroups_per_dimension;
+        let ranges = split_rows("a matvec weight", rows, &[row_bytes], max_binding, align)?
+            .into_iter()
+            .map(|range| {
+                let len = range.end - range.start;
+                let w = Window::around(
+                    io.weights_offset + range.start * row_bytes,
+                    len * row_bytes,
+                    align,
+                );
+                // split_rows keeps each range inside one binding (< 2^31 bytes): these fit u32.
+                let params = Params {
+                    rows: len as u32,
+                    cols: cols as u32,
+                    units: units as u32,
+                    row_bytes: row_bytes as u32,
+                    w_byte: w.skip as u32,
+                    x_index: x.index,
+                    x_stride: x.stride,
+                    y_index: y.index + range.start as u32,
+                    y_stride: y.stride,
+                    accumulate: u32::from(io.accumulate),
+                    pad: [0; 2],
+                };
+                let params = uniform(ctx, "matvec params", &params);
+                let group = bind_group(
+                    ctx,
+                    "matvec",
+                    &self.layout,
+                    vec![
+                        w.binding(io.weights),
+                        x.window.binding(io.x.buffer),
+                        y.window.binding(io.y.buffer),
+                        params.as_entire_binding(),
+                        step.clone(),
+                    ],
+                );
+                let workgroups = len.div_ceil(ROWS_PER_WORKGROUP);
+                Ok((group, Grid::for_workgroups(workgroups, max_per_dimension)?))
+            })
+            .collect::<Result<_, GpuError>>()?;
+        Ok(MatVecBinding {
+            type_index,
+            max_batch: io.max_batch,
+            ranges,
+        })
+    }
+
+    /// Records the dispatches of `binding` for a step of `n_tokens` input vectors (the Step's
+    /// `n_tokens`): the pipeline of the smallest capacity that holds them, one dispatch per row
+    /// range. Refuses more vectors than the binding was checked for.
+    pub fn encode(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        binding: &MatVecBinding,
+        n_tokens: u32,
+    ) -> Result<(), GpuError> {
+        if n_tokens > binding.max_batch {
+            return Err(GpuError::Shape {
+                kernel: Self::NAME,
+                message: format!(
+                    "a step of {n_tokens} vectors on a binding checked for at most {}",
+                    binding.max_batch
+                ),
+            });
+        }
+        let capacity = BATCH_CAPACITIES
+            .iter()
+            .position(|&c| c >= n_tokens)
+            .expect("n_tokens ≤ max_batch ≤ MAX_BATCH");
+        let index = binding.type_index * BATCH_CAPACITIES.len() + capacity;
+        pass.set_pipeline(&self.pipelines[index]);
+        for (group, grid) in &binding.ranges {
+            pass.set_bind_group(0, group, &[]);
+            grid.dispatch(pass);
+        }
+        Ok(())
+    }
+}

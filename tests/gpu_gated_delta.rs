@@ -1,0 +1,474 @@
+//! The Gated DeltaNet kernels against the CPU reference (`fak::reference::gated_delta`,
+//! `fak::reference::qwen35`): the gates and q/k norms, the recurrent form over batches of
+//! sequences, the chunked prefill against the step-by-step recurrence, prefill then decode
+//! against a longer prefill, the whole layer, a fixed dispatch count, and the state utilities
+//! (zeroing, snapshot and restore). Head ratios nk = 2, nv = 6 (and 4) in both head orders make a
+//! wrong key head show; dk/dv 16 and 128 cover both lane-group widths of the decode kernel.
+
+use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState, Dispatch};
+use fak::gpu::kernels::gated_delta::GatedDeltaDecode;
+use fak::gpu::kernels::gated_delta_chunk::GatedDeltaChunked;
+use fak::gpu::{GpuContext, GpuError, Kernel, KernelPaths, storage_buffer};
+use fak::model::qwen35::HeadMapping;
+use fak_tests::gdn::{
+    CpuState, Form, GpuLayer, LayerWeights, Projections, cpu_delta, cpu_layer, cpu_prep, dims,
+    random_prepared, uniform_vec,
+};
+use fak_tests::{Tolerance, assert_close, gpu, rng, variants};
+use rand_chacha::ChaCha8Rng;
+
+/// Shapes with both head orders, both decode lane widths (dk 16 → 4 lanes, dk ≥ 32 → 8) and a
+/// value head narrower than a decode workgroup's rows (dv = 12).
+fn small_shapes() -> Vec<DeltaDims> {
+    vec![
+        dims(2, 6, 16, 16, 4, HeadMapping::Tiled),
+        dims(2, 6, 16, 16, 4, HeadMapping::Grouped),
+        dims(2, 6, 32, 12, 3, HeadMapping::Grouped),
+    ]
+}
+
+/// The family's head size, kept to few heads (lavapipe is slow).
+fn wide_shape() -> DeltaDims {
+    dims(2, 4, 128, 128, 4, HeadMapping::Tiled)
+}
+
+/// The delta rule's outputs o = Sᵀq̂ are sums of dk products of state entries (|S| ≲ 1) and q̂
+/// (‖q̂‖ = 1/√dk); every f32 step rounds dk-term dot products and the rank-1 update, the state
+/// carries those roundings from token to token (damped by e^g < 1), and the chunked form adds
+/// the (I + A)⁻¹ solve. Measured on lavapipe over every shape and length here (T ≤ 130): under
+/// 3e-6 relative to the f64 oracle for outputs and states. 3e-5 relative with a 3e-6 floor
+/// leaves ten times that for other drivers' summation orders, while a wrong key head, gate or
+/// chunk boundary moves outputs by more than 1e-2.
+const DELTA_TOL: Tolerance = Tolerance {
+    rel: 3e-5,
+    abs: 3e-6,
+};
+
+/// Through the whole layer the delta rule starts from conv and prep outputs that already differ
+/// from the CPU's by ~1e-7 relative, over up to 70 tokens, and y carries o's error times
+/// silu(z)·w/RMS(o_h). Measured worst on lavapipe: |Δy| = 4e-6 on a y of 0.04 (a 1e-4 relative
+/// error on an entry ~100 times below the largest), 0.14 of this tolerance.
+const LAYER_TOL: Tolerance = Tolerance {
+    rel: 2e-4,
+    abs: 2e-5,
+};
+
+/// CPU recurrence over `count = slots.len()` sequences of `len` prepared rows.
+fn cpu_recurrence(
+    d: &DeltaDims,
+    state: &mut CpuState,
+    mixed: &[f32],
+    gates: &[f32],
+    slots: &[u32],
+    len: usize,
+) -> Vec<f32> {
+    let (cd, nv) = (d.conv_dim() as usize, d.nv as usize);
+    let mut o = Vec::new();
+    for (s, &slot) in slots.iter().enumerate() {
+        for t in 0..len {
+            let r = s * len + t;
+            let g = &gates[r * 2 * nv..(r + 1) * 2 * nv];
+            o.extend(cpu_delta(
+                d,
+                &mut state.recurrent[slot as usize],
+                &mixed[r * cd..(r + 1) * cd],
+                &g[..nv],
+                &g[nv..],
+            ));
+        }
+    }
+    o
+}
+
+fn assert_states(what: &str, got: &CpuState, want: &CpuState, tol: Tolerance) {
+    for slot in 0..got.recurrent.len() {
+        assert_close(
+            &format!("{what}: state of slot {slot}"),
+            &got.flat(slot),
+            &want.flat(slot),
+            tol,
+        );
+    }
+}
+
+/// Runs the delta rule on random prepared rows from a random state and checks output and
+/// state against the CPU recurrence.
+#[allow(clippy::too_many_arguments)]
+fn check_delta(
+    ctx: &GpuContext,
+    layer: &GpuLayer,
+    rng: &mut ChaCha8Rng,
+    slots: &[u32],
+    len: u32,
+    form: Form,
+    what: &str,
+) {
+    let d = layer.dims;
+    let n_slots = layer.state.slots() as usize;
+    let mut want_state = CpuState::random(&d, n_slots, rng);
+    layer.upload_state(ctx, &want_state);
+    let (mixed, gates) = random_prepared(&d, slots.len() * len as usize, rng);
+    let got = layer.delta_only(ctx, &mixed, &gates, slots, len, form);
+    let want = cpu_recurrence(&d, &mut want_state, &mixed, &gates, slots, len as usize);
+    assert_close(&format!("{what}: o"), &got, &want, DELTA_TOL);
+    assert_states(what, &layer.download_state(ctx), &want_state, DELTA_TOL);
+}
+
+#[test]
+fn prep_normalises_q_and_k_and_computes_the_gates() {
+    let ctx = gpu();
+    let mut rng = rng(0x6d7_0001);
+    for paths in variants::<fak::gpu::kernels::delta_prep::DeltaPrep>(ctx) {
+        for d in small_shapes().into_iter().chain([wide_shape()]) {
+            let weights = LayerWeights::random(&d, &mut rng);
+            let layer = GpuLayer::new(ctx, paths, d, &weights, (5, 1, 1));
+            let (cd, nv) = (d.conv_dim() as usize, d.nv as usize);
+            let mixed = uniform_vec(&mut rng, 5 * cd, -2.0, 2.0);
+            let b = uniform_vec(&mut rng, 5 * nv, -8.0, 8.0);
+            // a + dt_bias spans softplus's linear region (> 20) and its exponential tail.
+            let a = uniform_vec(&mut rng, 5 * nv, -40.0, 40.0);
+            let (got_mixed, got_gates) = layer.prep_only(ctx, &mixed, &b, &a);
+            let mut want_mixed = mixed.clone();
+            let mut want_gates = Vec::new();
+            for (r, row) in want_mixed.chunks_mut(cd).enumerate() {
+                let (beta, g) = cpu_prep(
+                    &d,
+                    row,
+                    &b[r * nv..(r + 1) * nv],
+                    &a[r * nv..(r + 1) * nv],
+                    &weights,
+                );
+                want_gates.extend(beta.iter().chain(&g));
+            }
+            // Σx² over ≤ 128 f32 terms and rsqrt: ≤ 1e-5 relative (worst case 128·2^-24);
+            // sigmoid and softplus (exp, the log1p series) to a few 1e-6 relative, down to the
+            // 1e-7-sized g of softplus's exponential tail. The floor covers q̂ entries near zero.
+            let tol = Tolerance {
+                rel: 1e-5,
+                abs: 1e-8,
+            };
+            let what = format!("{paths} {d:?}");
+            assert_close(&format!("{what}: mixed"), &got_mixed, &want_mixed, tol);
+            assert_close(&format!("{what}: gates"), &got_gates, &want_gates, tol);
+        }
+    }
+}
+
+#[test]
+fn recurrent_form_matches_cpu_for_batches_of_sequences_on_their_slots() {
+    let ctx = gpu();
+    let mut rng = rng(0x6d7_0002);
+    for paths in variants::<GatedDeltaDecode>(ctx) {
+        for d in small_shapes().into_iter().chain([wide_shape()]) {
+            let weights = LayerWeights::random(&d, &mut rng);
+            let layer = GpuLayer::new(ctx, paths, d, &weights, (10, 3, 4));
+            let what = format!("{paths} {d:?}");
+            // Decode: one token for each of three sequences, slot 1 left alone.
+            check_delta(ctx, &layer, &mut rng, &[3, 0, 2], 1, Form::Recurrent, &what);
+            // Several tokens per sequence, run token by token inside the kernel.
+            check_delta(ctx, &layer, &mut rng, &[1, 2], 5, Form::Recurrent, &what);
+        }
+    }
+}
+
+#[test]
+fn chunked_prefill_equals_the_step_by_step_recurrence() {
+    let ctx = gpu();
+    let mut rng = rng(0x6d7_0003);
+    for paths in variants::<GatedDeltaChunked>(ctx) {
+        for d in small_shapes() {
+            let weights = LayerWeights::random(&d, &mut rng);
+            let layer = GpuLayer::new(ctx, paths, d, &weights, (140, 2, 3));
+            for len in [1, 2, 63, 64, 65, 130] {
+                let what = format!("{paths} {d:?} T={len}");
+                check_delta(ctx, &layer, &mut rng, &[1], len, Form::Chunked, &what);
+            }
+            // Two prompts at once, each on its own slot.
+            let what = format!("{paths} {d:?} two sequences of 70");
+            check_delta(ctx, &layer, &mut rng, &[2, 0], 70, Form::Chunked, &what);
+        }
+        let d = wide_shape();
+        let weights = LayerWeights::random(&d, &mut rng);
+        let layer = GpuLayer::new(ctx, paths, d, &weights, (66, 1, 2));
+        for len in [2, 65] {
+            let what = format!("{paths} {d:?} T={len}");
+            check_delta(ctx, &layer, &mut rng, &[1], len, Form::Chunked, &what);
+        }
+    }
+}
+
+#[test]
+fn chunked_and_recurrent_forms_agree_on_the_gpu() {
+    let ctx = gpu();
+    let mut rng = rng(0x6d7_0004);
+    let d = small_shapes()[1];
+    let weights = LayerWeights::random(&d, &mut rng);
+    let layer = GpuLayer::new(ctx, ctx.paths(), d, &weights, (100, 1, 1));
+    let start = CpuState::random(&d, 1, &mut rng);
+    let (mixed, gates) = random_prepared(&d, 100, &mut rng);
+    let mut results = Vec::new();
+    for form in [Form::Recurrent, Form::Chunked] {
+        layer.upload_state(ctx, &start);
+        let o = layer.delta_only(ctx, &mixed, &gates, &[0], 100, form);
+        results.push((o, layer.download_state(ctx)));
+    }
+    assert_close("o", &results[1].0, &results[0].0, DELTA_TOL);
+    assert_states("state", &results[1].1, &results[0].1, DELTA_TOL);
+}
+
+/// The layer's outputs compared with the CPU layer: conv + prep outputs, o and y.
+fn assert_layer(what: &str, got: &fak_tests::gdn::GpuOutputs, want: &fak_tests::gdn::CpuOutputs) {
+    // Conv and prep errors (CONV/prep tolerances, ~1e-5) feed the delta rule; y is o normalised
+    // per head, so it inherits o's relative error.
+    let tol = Tolerance {
+        rel: 1e-5,
+        abs: 1e-5,
+    };
+    assert_close(&format!("{what}: mixed"), &got.mixed, &want.mixed, tol);
+    assert_close(&format!("{what}: gates"), &got.gates, &want.gates, tol);
+    assert_close(&format!("{what}: o"), &got.o, &want.o, LAYER_TOL);
+    assert_close(&format!("{what}: y"), &got.y, &want.y, LAYER_TOL);
+}
+
+#[test]
+fn whole_layer_matches_cpu_through_prefill_and_batched_decode() {
+    let ctx = gpu();
+    let mut rng = rng(0x6d7_0005);
+    for paths in variants::<GatedDeltaDecode>(ctx) {
+        let d = small_shapes()[0];
+        let weights = LayerWeights::random(&d, &mut rng);
+        let layer = GpuLayer::new(ctx, paths, d, &weights, (70, 3, 3));
+        let mut cpu = CpuState::zeros(&d, 3);
+        // A new sequence on slot 2 (the state starts zeroed), prefilled in one step…
+        let prompt = Projections::random(&d, 70, &mut rng);
+        let got = layer.step(ctx, &prompt, &[2], 70, Form::Chunked);
+        let want = cpu_layer(&d, &weights, &mut cpu, &prompt, &[2], 70);
+        assert_layer(&format!("{paths} prefill"), &got, &want);
+        // …then decoded together with a second sequence on slot 0.
+        for step in 0..2 {
+            let tokens = Projections::random(&d, 2, &mut rng);
+            let got = layer.step(ctx, &tokens, &[2, 0], 1, Form::Recurrent);
+            let want = cpu_layer(&d, &weights, &mut cpu, &tokens, &[2, 0], 1);
+            assert_layer(&format!("{paths} decode step {step}"), &got, &want);
+        }
+        assert_states(
+            &format!("{paths} after decode"),
+            &layer.download_state(ctx),
+            &cpu,
+            LAYER_TOL,
+        );
+    }
+}
+
+#[test]
+fn prefill_then_decode_equals_prefill_of_one_more_token() {
+    let ctx = gpu();
+    let mut rng = rng(0x6d7_0006);
+    for d in [small_shapes()[1], wide_shape()] {
+        for n in [5, 64] {
+            let weights = LayerWeights::random(&d, &mut rng);
+            let x = Projections::random(&d, n + 1, &mut rng);
+            let split = GpuLayer::new(ctx, ctx.paths(), d, &weights, (n as u32 + 1, 1, 1));
+            split.step(ctx, &x.rows(&d, 0..n), &[0], n as u32, Form::Chunked);
+            let last = split.step(ctx, &x.rows(&d, n..n + 1), &[0], 1, Form::Recurrent);
+            let whole = GpuLayer::new(ctx, ctx.paths(), d, &weights, (n as u32 + 1, 1, 1));
+            let all = whole.step(ctx, &x, &[0], n as u32 + 1, Form::Chunked);
+            let vd = d.value_dim() as usize;
+            let what = format!("{d:?} n={n}");
+            assert_close(
+                &format!("{what}: y of token n+1"),
+                &last.y,
+                &all.y[n * vd..],
+                LAYER_TOL,
+            );
+            let (a, b) = (split.download_state(ctx), whole.download_state(ctx));
+            // The conv state is raw projection rows either way: bit for bit.
+            assert_eq!(a.conv, b.conv, "{what}: conv state");
+            assert_states(&what, &a, &b, DELTA_TOL);
+        }
+    }
+}
+
+fn entries(plans: &[Vec<Dispatch>]) -> Vec<&'static str> {
+    plans.iter().flatten().map(|d| d.entry).collect()
+}
+
+#[test]
+fn prefill_dispatch_count_does_not_grow_with_the_token_count() {
+    let ctx = gpu();
+    let d = small_shapes()[0];
+    let mut rng = rng(0x6d7_0007);
+    let weights = LayerWeights::random(&d, &mut rng);
+    let layer = GpuLayer::new(ctx, ctx.paths(), d, &weights, (1000, 4, 4));
+    let k = &layer.bindings;
+    let mut scan_grids = Vec::new();
+    for len in [1u32, 2, 64, 65, 999] {
+        let batch = layer.table.write(ctx, len, &[1]).unwrap();
+        let plans = [
+            layer.conv.plan(&k.conv, batch).unwrap(),
+            layer.prep.plan(&k.prep, len).unwrap(),
+            layer.chunked.plan(&k.chunked, batch).unwrap(),
+            layer.norm.plan(&k.norm, len).unwrap(),
+        ];
+        assert_eq!(
+            entries(&plans),
+            [
+                "conv_silu",
+                "prep",
+                "chunk_prepare",
+                "chunk_scan",
+                "gated_norm"
+            ],
+            "T={len}"
+        );
+        // The chunk work is one batched grid over all chunks, not a dispatch per chunk or token.
+        assert_eq!(plans[2][0].workgroups, [len.div_ceil(64), d.nv, 1]);
+        scan_grids.push(plans[2][1].workgroups);
+    }
+    assert!(
+        scan_grids.windows(2).all(|w| w[0] == w[1]),
+        "{scan_grids:?}"
+    );
+    // A decode step is one dispatch per kernel, however many sequences it serves.
+    for count in 1..=4u32 {
+        let slots: Vec<u32> = (0..count).collect();
+        let batch = layer.table.write(ctx, 1, &slots).unwrap();
+        let plans = [
+            layer.conv.plan(&k.conv, batch).unwrap(),
+            layer.prep.plan(&k.prep, count).unwrap(),
+            layer.decode.plan(&k.decode, batch).unwrap(),
+            layer.norm.plan(&k.norm, count).unwrap(),
+        ];
+        assert_eq!(
+            entries(&plans),
+            ["conv_silu", "prep", "decode", "gated_norm"],
+            "{count} sequences"
+        );
+    }
+}
+
+#[test]
+fn a_restored_snapshot_resumes_exactly_like_the_uninterrupted_sequence() {
+    let ctx = gpu();
+    let mut rng = rng(0x6d7_0008);
+    let d = small_shapes()[2];
+    let weights = LayerWeights::random(&d, &mut rng);
+    let prompt = Projections::random(&d, 40, &mut rng);
+    let next = Projections::random(&d, 1, &mut rng);
+    let other = Projections::random(&d, 23, &mut rng);
+
+    // Uninterrupted: prompt then the next token on slot 0.
+    let plain = GpuLayer::new(ctx, ctx.paths(), d, &weights, (40, 1, 3));
+    plain.step(ctx, &prompt, &[0], 40, Form::Chunked);
+    let want = plain.step(ctx, &next, &[0], 1, Form::Recurrent);
+
+    // Snapshot after the prompt (at an offset that is a word but no binding alignment), slot 0
+    // reused by another prompt, the snapshot restored into slot 2, and the next token there.
+    let layer = GpuLayer::new(ctx, ctx.paths(), d, &weights, (40, 1, 3));
+    layer.step(ctx, &prompt, &[0], 40, Form::Chunked);
+    let offset = 12;
+    let snapshot = storage_buffer(ctx, "snapshot", offset + layer.state.snapshot_bytes()).unwrap();
+    record(ctx, |e| layer.state.save_slot(e, 0, &snapshot, offset));
+    layer.step(ctx, &other, &[0], 23, Form::Chunked);
+    record(ctx, |e| layer.state.restore_slot(e, &snapshot, offset, 2));
+    let got = layer.step(ctx, &next, &[2], 1, Form::Recurrent);
+    // The same kernels on the same values: bit for bit.
+    assert_close("y after restore", &got.y, &want.y, Tolerance::EXACT);
+    let (a, b) = (layer.download_state(ctx), plain.download_state(ctx));
+    assert_close("restored slot", &a.flat(2), &b.flat(0), Tolerance::EXACT);
+
+    // Zeroing a slot clears it and nothing else.
+    record(ctx, |e| layer.state.zero_slot(e, 2));
+    let cleared = layer.download_state(ctx);
+    assert!(cleared.flat(2).iter().all(|&x| x == 0.0));
+    assert_eq!(cleared.flat(0), a.flat(0));
+    assert!(cleared.flat(0).iter().any(|&x| x != 0.0));
+
+    // Out-of-range slots and snapshots are errors, not wgpu panics.
+    let mut encoder = ctx.device.create_command_encoder(&Default::default());
+    assert!(layer.state.zero_slot(&mut encoder, 3).is_err());
+    assert!(
+        layer
+            .state
+            .save_slot(&mut encoder, 0, &snapshot, offset + 4)
+            .is_err()
+    );
+    assert!(
+        layer
+            .state
+            .restore_slot(&mut encoder, &snapshot, 2, 0)
+            .is_err()
+    );
+}
+
+/// Records one encoder's copies and waits for them.
+fn record(ctx: &GpuContext, f: impl FnOnce(&mut wgpu::CommandEncoder) -> Result<(), GpuError>) {
+    let mut encoder = ctx.device.create_command_encoder(&Default::default());
+    f(&mut encoder).expect("recording state copies");
+    let index = ctx.queue.submit([encoder.finish()]);
+    ctx.device
+        .poll(wgpu::PollType::Wait {
+            submission_index: Some(index),
+            timeout: None,
+        })
+        .expect("poll");
+}
+
+#[test]
+fn shapes_the_kernels_cannot_run_are_rejected_naming_the_key() {
+    let ctx = gpu();
+    let cases = [
+        (dims(2, 6, 20, 16, 4, HeadMapping::Tiled), "ssm.state_size"),
+        (dims(2, 6, 512, 16, 4, HeadMapping::Tiled), "ssm.state_size"),
+        (
+            dims(2, 5, 16, 16, 4, HeadMapping::Tiled),
+            "ssm.time_step_rank",
+        ),
+        (dims(2, 6, 16, 6, 4, HeadMapping::Tiled), "value head size"),
+        (dims(2, 6, 16, 16, 5, HeadMapping::Tiled), "ssm.conv_kernel"),
+    ];
+    for (d, key) in cases {
+        let errors = [
+            GatedDeltaDecode::new(ctx, KernelPaths::FALLBACK, d).err(),
+            GatedDeltaChunked::new(ctx, KernelPaths::FALLBACK, d).err(),
+            DeltaState::new(ctx, d, 1).err(),
+        ];
+        for e in errors {
+            let message = e.expect("rejected").to_string();
+            assert!(message.contains(key), "{d:?}: {message}");
+        }
+    }
+}
+
+#[test]
+fn tests_cover_the_subgroup_path_and_its_fallback_where_the_adapter_has_subgroups() {
+    let ctx = gpu();
+    let paths = variants::<GatedDeltaDecode>(ctx);
+    assert!(paths.iter().any(|p| !p.subgroup));
+    if ctx.device.features().contains(wgpu::Features::SUBGROUP) {
+        assert!(paths.iter().any(|p| p.subgroup));
+        // The subgroup variant is really built (not silently the fallback) for both widths.
+        for d in [small_shapes()[0], wide_shape()] {
+            let sub = paths.iter().find(|p| p.subgroup).unwrap();
+            let kernel = GatedDeltaDecode::new(ctx, *sub, d).unwrap();
+            assert!(kernel.variant().subgroup, "{d:?}");
+            assert!(kernel.row_lanes() <= ctx.facts().subgroup_min_size);
+        }
+    }
+    assert!(
+        paths
+            .iter()
+            .all(|p| GatedDeltaDecode::AXES.select(*p) == *p)
+    );
+}
+
+#[test]
+fn kernels_build_for_the_largest_supported_head_within_the_workgroup_memory_limit() {
+    let ctx = gpu();
+    // dk = 256 puts 29.5 KB in chunk_scan's workgroup memory and 16 vec4s per decode lane.
+    let d = dims(1, 2, 256, 256, 4, HeadMapping::Tiled);
+    for paths in variants::<GatedDeltaDecode>(ctx) {
+        GatedDeltaDecode::new(ctx, paths, d).expect("decode, dk = 256");
+    }
+    GatedDeltaChunked::new(ctx, KernelPaths::FALLBACK, d).expect("chunked, dk = 256");
+}

@@ -1,0 +1,225 @@
+// attn_prefill — causal attention of a step's tokens against the paged KV cache (flash
+// attention: tiled, online softmax, nothing of size n_tokens × kv_len is ever stored)
+//
+// Token t < step.n_tokens sits at p_t = token_pos(t) (ascending; one sequence, page-table row
+// token_page_row of the tile's first token) and attends to cache positions 0..=p_t, so a prefill
+// that continues a non-empty cache (p_0 > 0) sees the earlier tokens too. Query head
+// h = g·GROUP + r reads kv head g:
+//   s_j = q_h · k_{g,j} / sqrt(head_dim) for j ≤ p_t,  o_h = Σ_j softmax(s)_j v_{g,j}   (f32)
+// Layout: the rows of a tile are BM consecutive (token, query head) pairs of one kv head, row
+// ρ = t·GROUP + r, so a tile's key and value rows serve all GROUP heads of its tokens (GQA read
+// sharing) and the tile's causal limit is its last token's position. Each of the WG = 4·BM
+// invocations owns one row and a quarter of the keys (scores) or of the dims (outputs):
+//   for each key tile of BN keys up to the limit:
+//     S = Q·Kᵀ in head-dim chunks of DC staged in workgroup memory (row strides padded by one
+//         against bank conflicts), 8 scores per invocation in registers;
+//     mask j > p_t; row max from the four quarters; weights exp2(s − m) (scores carry log2 e);
+//     rescale the accumulators; O += P·V in the same chunks, HEAD_DIM/4 accumulators per
+//     invocation in registers.
+// bindings: 0 q (read) · 1 k_cache (read) · 2 v_cache (read) · 3 page_table (read)
+//           · 4 token_slots (read) · 5 o (read_write) · 6 params (uniform) · 7 step (uniform)
+// dispatch: (ceil(n_tokens·GROUP / BM), n_kv) workgroups of WG = 4·BM.
+// pipelines: specialised per model shape by HEAD_DIM (≤ 256) and GROUP; TOKEN_TABLE.
+// variants: f32 | f16 cache (KvScalar).
+// requires: kv_f32|kv_f16.wgsl, kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl.
+
+struct Params {
+    kv: KvGeometry,
+    q: View,
+    o: View,
+    scale: f32,
+    // Tokens the q/o bindings hold (the binding's max_tokens): a Step asking for more reads no
+    // further.
+    max_tokens: u32,
+    pad0: u32,
+    pad1: u32,
+}
+
+@group(0) @binding(0) var<storage, read> q: array<f32>;
+@group(0) @binding(1) var<storage, read> k_cache: array<KvScalar>;
+@group(0) @binding(2) var<storage, read> v_cache: array<KvScalar>;
+@group(0) @binding(3) var<storage, read> page_table: array<u32>;
+@group(0) @binding(4) var<storage, read> token_slots: array<TokenSlot>;
+@group(0) @binding(5) var<storage, read_write> o: array<f32>;
+@group(0) @binding(6) var<uniform> params: Params;
+@group(0) @binding(7) var<uniform> step: Step;
+
+override HEAD_DIM: u32 = 128u;
+override GROUP: u32 = 2u;
+override TOKEN_TABLE: bool = false;
+
+// Rows per tile, keys per tile, head dims per chunk, invocations (4 per row).
+const BM: u32 = 32u;
+const BN: u32 = 32u;
+const DC: u32 = 32u;
+const WG: u32 = 128u;
+// Keys per invocation in the score pass (BN / 4) and output accumulators (HEAD_DIM ≤ 256).
+const KEYS: u32 = 8u;
+const MAX_ACC: u32 = 64u;
+// Padded row strides of the staged tiles.
+const Q_STRIDE: u32 = 33u;
+const KV_STRIDE: u32 = 33u;
+const P_STRIDE: u32 = 33u;
+const NEG: f32 = -3.0e38;
+const LOG2_E: f32 = 1.4426950408889634;
+
+var<workgroup> q_tile: array<f32, 1056>;   // BM × Q_STRIDE
+var<workgroup> kv_tile: array<f32, 1056>;  // BN × KV_STRIDE
+var<workgroup> p_tile: array<f32, 1056>;   // BM × P_STRIDE
+var<workgroup> quarter_max: array<f32, 128>;
+var<workgroup> key_base: array<u32, BN>;
+
+// (token, query head) of tile row ρ; x = 0xffffffff past the last row.
+fn step_tokens() -> u32 {
+    return min(step.n_tokens, params.max_tokens);
+}
+
+fn row_token_head(rho: u32, g: u32) -> vec2<u32> {
+    if rho >= step_tokens() * GROUP {
+        return vec2<u32>(0xffffffffu, 0u);
+    }
+    return vec2<u32>(rho / GROUP, g * GROUP + rho % GROUP);
+}
+
+// Stages dims c0..c0+DC of the tile's query rows (scaled) into q_tile.
+fn stage_q(row0: u32, g: u32, c0: u32, local: u32, qscale: f32) {
+    for (var e = local; e < BM * DC; e += WG) {
+        let i = e / DC;
+        let d = c0 + e % DC;
+        let th = row_token_head(row0 + i, g);
+        var v = 0.0;
+        if th.x != 0xffffffffu && d < HEAD_DIM {
+            v = q[view_index(params.q, th.x, th.y, d)] * qscale;
+        }
+        q_tile[i * Q_STRIDE + e % DC] = v;
+    }
+}
+
+// Stages dims c0..c0+DC of the tile's n_keys key (or value) rows into kv_tile.
+fn stage_kv(values: bool, n_keys: u32, c0: u32, local: u32) {
+    for (var e = local; e < BN * DC; e += WG) {
+        let jj = e / DC;
+        let d = c0 + e % DC;
+        var v = 0.0;
+        if jj < n_keys && d < HEAD_DIM {
+            if values {
+                v = f32(v_cache[key_base[jj] + d]);
+            } else {
+                v = f32(k_cache[key_base[jj] + d]);
+            }
+        }
+        kv_tile[jj * KV_STRIDE + e % DC] = v;
+    }
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) local: u32) {
+    let row0 = wg.x * BM;
+    let g = wg.y;
+    let n_rows = step_tokens() * GROUP;
+    if row0 >= n_rows {
+        return;
+    }
+    let i = local / 4u;
+    let quarter = local % 4u;
+    let me = row_token_head(row0 + i, g);
+    let valid = me.x != 0xffffffffu;
+    var my_pos = 0u;
+    if valid {
+        my_pos = token_pos(me.x);
+    }
+    let last_token = (min(row0 + BM, n_rows) - 1u) / GROUP;
+    let key_limit = token_pos(last_token) + 1u;
+    let page_row = token_page_row(row0 / GROUP);
+    let qscale = params.scale * LOG2_E;
+
+    var m = NEG;
+    var l = 0.0;
+    var acc: array<f32, MAX_ACC>;
+    for (var a = 0u; a < MAX_ACC; a++) {
+        acc[a] = 0.0;
+    }
+
+    for (var k0 = 0u; k0 < key_limit; k0 += BN) {
+        let n_keys = min(BN, key_limit - k0);
+        if local < n_keys {
+            key_base[local] = kv_base(params.kv, page_row, k0 + local, g);
+        }
+        // Scores: 8 keys per invocation, jj = quarter + 4u.
+        var s: array<f32, KEYS>;
+        for (var u = 0u; u < KEYS; u++) {
+            s[u] = 0.0;
+        }
+        for (var c0 = 0u; c0 < HEAD_DIM; c0 += DC) {
+            workgroupBarrier();
+            stage_q(row0, g, c0, local, qscale);
+            stage_kv(false, n_keys, c0, local);
+            workgroupBarrier();
+            for (var dd = 0u; dd < DC; dd++) {
+                let qv = q_tile[i * Q_STRIDE + dd];
+                for (var u = 0u; u < KEYS; u++) {
+                    s[u] += qv * kv_tile[(quarter + 4u * u) * KV_STRIDE + dd];
+                }
+            }
+        }
+        var tile_max = NEG;
+        for (var u = 0u; u < KEYS; u++) {
+            let j = k0 + quarter + 4u * u;
+            if !valid || j > my_pos {
+                s[u] = NEG;
+            }
+            tile_max = max(tile_max, s[u]);
+        }
+        quarter_max[local] = tile_max;
+        workgroupBarrier();
+        let base = i * 4u;
+        let m_new = max(m, max(max(quarter_max[base], quarter_max[base + 1u]),
+                               max(quarter_max[base + 2u], quarter_max[base + 3u])));
+        let alpha = exp2(m - m_new);
+        m = m_new;
+        for (var u = 0u; u < KEYS; u++) {
+            var p = 0.0;
+            if s[u] != NEG {
+                p = exp2(s[u] - m_new);
+            }
+            p_tile[i * P_STRIDE + quarter + 4u * u] = p;
+        }
+        workgroupBarrier();
+        var tile_sum = 0.0;
+        for (var jj = 0u; jj < BN; jj++) {
+            tile_sum += p_tile[i * P_STRIDE + jj];
+        }
+        l = l * alpha + tile_sum;
+        for (var a = 0u; a < MAX_ACC; a++) {
+            acc[a] *= alpha;
+        }
+        // O += P·V, dims d = c0 + quarter + 4w.
+        for (var c0 = 0u; c0 < HEAD_DIM; c0 += DC) {
+            workgroupBarrier();
+            stage_kv(true, n_keys, c0, local);
+            workgroupBarrier();
+            for (var w = 0u; w < DC / 4u; w++) {
+                let dd = quarter + 4u * w;
+                var sum = 0.0;
+                for (var jj = 0u; jj < n_keys; jj++) {
+                    sum += p_tile[i * P_STRIDE + jj] * kv_tile[jj * KV_STRIDE + dd];
+                }
+                acc[c0 / 4u + w] += sum;
+            }
+        }
+        // The next tile rewrites key_base, quarter_max and p_tile.
+        workgroupBarrier();
+    }
+
+    if !valid {
+        return;
+    }
+    for (var c0 = 0u; c0 < HEAD_DIM; c0 += DC) {
+        for (var w = 0u; w < DC / 4u; w++) {
+            let d = c0 + quarter + 4u * w;
+            if d < HEAD_DIM {
+                o[view_index(params.o, me.x, me.y, d)] = acc[c0 / 4u + w] / l;
+            }
+        }
+    }
+}

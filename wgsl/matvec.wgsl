@@ -1,0 +1,436 @@
+// matvec — y[b, r] = Σ_c W[r, c]·x[b, c]  (or y[b, r] += …) for b < B, r < rows: GGUF weights as stored
+//
+// Math: W is `rows` rows of `cols` elements of one ggml type (blocks.wgsl); x is f32 [B, cols] and
+// y f32 [B, rows], each at an element offset with a row stride; B = min(step.n_tokens, MAX_B).
+// accumulate = 1 adds the product to y (residual adds fused into the output projections).
+// Block scales are factored out of the sums, as ggml's own kernels do:
+//   Σ_i ((d·sc)·q_i − dmin·m)·x_i = (d·sc)·Σ_i q_i·x_i − (dmin·m)·Σ_i x_i   per 16- or 32-element group.
+// bindings: 0 w (array<u32>, read: the GGUF blocks) · 1 x (array<f32>, read) · 2 y (array<f32>,
+//           read_write) · 3 params (uniform Params) · 4 step (uniform Step, step.wgsl)
+// dispatch: one workgroup of WG invocations per ROWS = 4 consecutive rows, on the 2-D grid of
+//           ceil(rows / 4) workgroups (engine `gpu::Grid`). Weights larger than one binding are
+//           split into row ranges on the host, one dispatch each.
+// pipelines: one per (ggml type, MAX_B ∈ {1, 2, 4, 8}), specialised by override constants
+//           GGML_TYPE, MAX_B, UNIT_LANES, BLOCK_ELEMS, BLOCK_BYTES (and WG).
+// variants: the reduction only — reduce_rows_subgroup.wgsl (subgroupAdd, one barrier) or
+//           reduce_rows_workgroup.wgsl (a tree in workgroup memory).
+// requires: bytes.wgsl, blocks.wgsl, byte_floats.wgsl, grid.wgsl, step.wgsl,
+//           reduce_{subgroup,workgroup}.wgsl (struct Lanes), reduce_rows_*.wgsl (sum_rows).
+//
+// Layout, and why (the strategy of llama.cpp's Metal kernel_mul_mv_q4_K_f32, made independent of
+// the subgroup size; experiments/matvec-design.md has the numbers):
+// - A row is cut into *units*: the part of a block one invocation decodes. Unit u of every row
+//   belongs to invocation u mod WG, so the whole workgroup streams each row and consecutive
+//   invocations read consecutive bytes. Per unit an invocation loads the unit's code words and
+//   scales for all 4 rows once (registers), then for each input vector b loads its x values once
+//   and dots them against the 4 rows: each weight byte is read once for every b, each x value once
+//   for 4 rows. One reduction per output at the end (sum_rows); no barrier in the main loop.
+// - Units follow the block layout so that every code word is one aligned-or-not u32 load and
+//   every lane decodes with masks: Q4_K/Q5_K 8 lanes per super-block, 32 elements each (two u32
+//   of qs in each 128-element half, plus two u32 of qh for Q5_K; the 6-bit scales of the lane's
+//   four sub-blocks come from three u32 of the header); Q6_K 16 lanes, 16 elements each (one u32
+//   of the low ql, of the high ql and of qh); Q8_0 and the 32-element legacy blocks 4 lanes, 8
+//   elements each; F32/F16/BF16 4 consecutive elements per unit.
+// - Codes become floats through byte_floats (no int→float conversions, see there); sums run in
+//   f32.
+// - Rows past the end are clamped to the last row (valid memory, results discarded), so the inner
+//   loop has no row guards; F32/F16/BF16 rows may end inside a unit and guard their last unit.
+
+struct Params {
+    // Rows in this dispatch's range, their length, units per row and bytes per row.
+    rows: u32,
+    cols: u32,
+    units: u32,
+    row_bytes: u32,
+    // Byte offset of the range's first row inside the w binding.
+    w_byte: u32,
+    // Element index of x[0, 0] inside the x binding, and of x[1, 0] − x[0, 0].
+    x_index: u32,
+    x_stride: u32,
+    // Element index of y[0, the range's first row] inside the y binding; y[1, r] − y[0, r].
+    y_index: u32,
+    y_stride: u32,
+    // 1: y += W x; 0: y = W x.
+    accumulate: u32,
+    pad0: u32,
+    pad1: u32,
+}
+
+@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<uniform> params: Params;
+@group(0) @binding(4) var<uniform> step: Step;
+
+override WG: u32 = 64u;
+// Input vectors this pipeline can take (1, 2, 4 or 8): its accumulators are unrolled for them.
+override MAX_B: u32 = 1u;
+// The partial sums sum_rows keeps (reduce_rows_*.wgsl).
+override ROW_SLOTS: u32 = WG * MAX_B;
+override GGML_TYPE: u32;
+// Units per block, elements per block (4 for F32/F16/BF16: one unit) and bytes per block.
+override UNIT_LANES: u32 = 1u;
+override BLOCK_ELEMS: u32;
+override BLOCK_BYTES: u32;
+
+const ROWS: u32 = 4u;
+
+fn src_word(index: u32) -> u32 {
+    return w[index];
+}
+
+// The word at a 4-aligned byte offset (fields of 20-, 24-, 144- and 176-byte blocks, F32 rows).
+fn word_at(byte: u32) -> u32 {
+    return src_word(byte >> 2u);
+}
+
+// One row's share of a unit, as loaded: code words q (and h: Q5_K's fifth bits), the multiplier
+// f of Σ q·x and g of Σ x for each of up to four element groups.
+struct Unit {
+    q: vec4<u32>,
+    h: vec2<u32>,
+    f: vec4<f32>,
+    g: vec4<f32>,
+}
+
+// One input vector's share of a unit: v[k] the 4 values paired with code byte lanes of group k
+// (see each type's dot), s the sums of x per offset group where the type has offsets.
+struct Xs {
+    v: array<vec4<f32>, 8>,
+    s: vec4<f32>,
+}
+
+fn unit(q: vec4<u32>, f: vec4<f32>) -> Unit {
+    return Unit(q, vec2<u32>(0u), f, vec4<f32>(0.0));
+}
+
+// ---- weights
+
+// F32: elements e..e+3 of the row at byte `at` (the unit's first element), zero past the row.
+fn unit_f32(at: u32, e: u32) -> Unit {
+    var q = vec4<u32>(0u);
+    if e + 4u <= params.cols {
+        q = vec4<u32>(word_at(at), word_at(at + 4u), word_at(at + 8u), word_at(at + 12u));
+    } else {
+        for (var i = 0u; i < 4u; i++) {
+            if e + i < params.cols {
+                q[i] = word_at(at + 4u * i);
+            }
+        }
+    }
+    return unit(q, vec4<f32>(0.0));
+}
+
+// F16, BF16: four 16-bit elements packed in q.xy (rows of an odd length start 2 bytes into a word).
+fn unit_16bit(at: u32, e: u32) -> Unit {
+    var q = vec4<u32>(0u);
+    if e + 4u <= params.cols {
+        q = vec4<u32>(load_u32_at(at), load_u32_at(at + 4u), 0u, 0u);
+    } else {
+        // The row ends inside this unit: element by element, never past its last byte.
+        for (var i = 0u; i < 4u; i++) {
+            if e + i < params.cols {
+                q[i / 2u] |= load_u16_at(at + 2u * i) << (16u * (i % 2u));
+            }
+        }
+    }
+    return unit(q, vec4<f32>(0.0));
+}
+
+// Q8_0 lane p: codes 8p..8p+7.
+fn unit_q8_0(block: u32, p: u32) -> Unit {
+    let at = block + 2u + 8u * p;
+    return unit(vec4<u32>(load_u32_at(at), load_u32_at(at + 4u), 0u, 0u),
+                vec4<f32>(load_f16_at(block), 0.0, 0.0, 0.0));
+}
+
+// Q4_0 lane p: the qs bytes 4p..4p+3, whose nibbles are elements 4p+i (low) and 16+4p+i (high).
+fn unit_q4_0(block: u32, p: u32) -> Unit {
+    return unit(vec4<u32>(load_u32_at(block + 2u + 4u * p), 0u, 0u, 0u),
+                vec4<f32>(load_f16_at(block), 0.0, 0.0, 0.0));
+}
+
+fn unit_q4_1(block: u32, p: u32) -> Unit {
+    let dm = unpack2x16float(word_at(block));
+    return Unit(vec4<u32>(word_at(block + 4u + 4u * p), 0u, 0u, 0u), vec2<u32>(0u),
+                vec4<f32>(dm.x, 0.0, 0.0, 0.0), vec4<f32>(dm.y, 0.0, 0.0, 0.0));
+}
+
+// Q5_0 lane p: as Q4_0, with qh shifted so bits 0..3 / 16..19 are the fifth bits of its elements.
+fn unit_q5_0(block: u32, p: u32) -> Unit {
+    let qh = load_u32_at(block + 2u) >> (4u * p);
+    return unit(vec4<u32>(load_u32_at(block + 6u + 4u * p), qh, 0u, 0u),
+                vec4<f32>(load_f16_at(block), 0.0, 0.0, 0.0));
+}
+
+fn unit_q5_1(block: u32, p: u32) -> Unit {
+    let dm = unpack2x16float(word_at(block));
+    let qh = word_at(block + 4u) >> (4u * p);
+    return Unit(vec4<u32>(word_at(block + 8u + 4u * p), qh, 0u, 0u), vec2<u32>(0u),
+                vec4<f32>(dm.x, 0.0, 0.0, 0.0), vec4<f32>(dm.y, 0.0, 0.0, 0.0));
+}
+
+// Q4_K/Q5_K: the scales of sub-blocks 2iq, 2iq+1, 2iq+4, 2iq+5 (the lane's four groups), decoded
+// from the three header words with masks: the 6-bit values of sub-blocks j < 4 are the low bits
+// of bytes j (scale) and j+4 (min); those of j ≥ 4 take 4 bits from byte j+4 and 2 from the top of
+// bytes j−4 and j (model-spec.md §2).
+fn k_unit(block: u32, iq: u32, q: vec4<u32>, h: vec2<u32>) -> Unit {
+    let dm = unpack2x16float(word_at(block));
+    let shift = 16u * iq;
+    let a = word_at(block + 4u) >> shift;
+    let b = word_at(block + 8u) >> shift;
+    let c = word_at(block + 12u) >> shift;
+    let scales = (a & 0x3f3fu) | (((c & 0x0f0fu) | ((a & 0xc0c0u) >> 2u)) << 16u);
+    let mins = (b & 0x3f3fu) | ((((c >> 4u) & 0x0f0fu) | ((b & 0xc0c0u) >> 2u)) << 16u);
+    return Unit(q, h, dm.x * byte_floats(scales, 0.0), -dm.y * byte_floats(mins, 0.0));
+}
+
+// Q4_K lane l = 4·iq + ir: qs bytes 32iq + 8ir .. +7 (elements 64iq + 8ir + 0..7 low, +32 high)
+// and the same 64 bytes on (elements +128, +160).
+fn unit_q4_k(block: u32, lane: u32) -> Unit {
+    let iq = lane / 4u;
+    let at = block + 16u + 32u * iq + 8u * (lane % 4u);
+    let q = vec4<u32>(word_at(at), word_at(at + 4u), word_at(at + 64u), word_at(at + 68u));
+    return k_unit(block, iq, q, vec2<u32>(0u));
+}
+
+// Q5_K: as Q4_K (qs at byte 48), and the qh bytes 8ir .. +7 shifted so that bits 0, 1, 4, 5 of
+// each byte lane are the fifth bits of the lane's four groups.
+fn unit_q5_k(block: u32, lane: u32) -> Unit {
+    let iq = lane / 4u;
+    let ir = lane % 4u;
+    let at = block + 48u + 32u * iq + 8u * ir;
+    let q = vec4<u32>(word_at(at), word_at(at + 4u), word_at(at + 64u), word_at(at + 68u));
+    let qh = block + 16u + 8u * ir;
+    let h = vec2<u32>(word_at(qh), word_at(qh + 4u)) >> vec2<u32>(2u * iq);
+    return k_unit(block, iq, q, h);
+}
+
+// Q6_K lane l = 8·ip + il: ql bytes 64ip + 4il .. +3 (elements 128ip + 4il + i, +64 in the high
+// nibbles) and 32 bytes on (+32, +96), qh bytes 32ip + 4il .. +3 (2 bits for each of the four),
+// and the i8 scales of the four 16-element groups, bytes is, is+2, is+4, is+6 (is = 8ip + il/4).
+fn unit_q6_k(block: u32, lane: u32) -> Unit {
+    let ip = lane / 8u;
+    let il = lane % 8u;
+    let ql = block + 64u * ip + 4u * il;
+    let q = vec4<u32>(load_u32_at(ql), load_u32_at(ql + 32u),
+                      load_u32_at(block + 128u + 32u * ip + 4u * il), 0u);
+    let is = 8u * ip + il / 4u;
+    let s0 = load_u32_at(block + 192u + is);
+    let s1 = load_u32_at(block + 196u + is);
+    let scales = (s0 & 0xffu) | ((s0 >> 8u) & 0xff00u) | ((s1 & 0xffu) << 16u)
+        | ((s1 << 8u) & 0xff000000u);
+    let d = load_f16_at(block + 208u);
+    return unit(q, d * byte_floats(scales ^ 0x80808080u, 128.0));
+}
+
+// Unit u of the row starting at byte `row`.
+fn load_unit(row: u32, u: u32) -> Unit {
+    let lane = u % UNIT_LANES;
+    let block = row + (u / UNIT_LANES) * BLOCK_BYTES;
+    switch GGML_TYPE {
+        case 0u: { return unit_f32(block, 4u * u); }
+        case 1u, 30u: { return unit_16bit(block, 4u * u); }
+        case 2u: { return unit_q4_0(block, lane); }
+        case 3u: { return unit_q4_1(block, lane); }
+        case 6u: { return unit_q5_0(block, lane); }
+        case 7u: { return unit_q5_1(block, lane); }
+        case 8u: { return unit_q8_0(block, lane); }
+        case 12u: { return unit_q4_k(block, lane); }
+        case 13u: { return unit_q5_k(block, lane); }
+        case 14u: { return unit_q6_k(block, lane); }
+        default: { return unit(vec4<u32>(0u), vec4<f32>(0.0)); }
+    }
+}
+
+// ---- inputs
+
+fn x4(at: u32) -> vec4<f32> {
+    return vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
+}
+
+// Elements e..e+3 of the vector whose element 0 is x[base], zero past cols.
+fn x4_guarded(base: u32, e: u32) -> vec4<f32> {
+    if e + 4u <= params.cols {
+        return x4(base + e);
+    }
+    var v = vec4<f32>(0.0);
+    for (var i = 0u; i < 4u; i++) {
+        if e + i < params.cols {
+            v[i] = x[base + e + i];
+        }
+    }
+    return v;
+}
+
+fn sum4(v: vec4<f32>) -> f32 {
+    return dot(v, vec4<f32>(1.0));
+}
+
+// Unit u's x values of the vector whose element 0 is x[base].
+fn load_xs(base: u32, u: u32) -> Xs {
+    let lane = u % UNIT_LANES;
+    let first = base + (u / UNIT_LANES) * BLOCK_ELEMS;
+    var xs: Xs;
+    switch GGML_TYPE {
+        case 0u, 1u, 30u: {
+            xs.v[0] = x4_guarded(base, 4u * u);
+        }
+        case 8u: {
+            xs.v[0] = x4(first + 8u * lane);
+            xs.v[1] = x4(first + 8u * lane + 4u);
+        }
+        case 2u, 3u, 6u, 7u: {
+            xs.v[0] = x4(first + 4u * lane);
+            xs.v[1] = x4(first + 16u + 4u * lane);
+            xs.s.x = sum4(xs.v[0] + xs.v[1]);
+        }
+        case 12u, 13u: {
+            let at = first + 64u * (lane / 4u) + 8u * (lane % 4u);
+            let group = vec4<u32>(0u, 32u, 128u, 160u);
+            for (var k = 0u; k < 4u; k++) {
+                xs.v[2u * k] = x4(at + group[k]);
+                xs.v[2u * k + 1u] = x4(at + group[k] + 4u);
+                xs.s[k] = sum4(xs.v[2u * k] + xs.v[2u * k + 1u]);
+            }
+        }
+        case 14u: {
+            let at = first + 128u * (lane / 8u) + 4u * (lane % 8u);
+            for (var k = 0u; k < 4u; k++) {
+                xs.v[k] = x4(at + 32u * k);
+            }
+        }
+        default: {}
+    }
+    return xs;
+}
+
+// ---- products
+
+fn low4(word: u32) -> u32 {
+    return word & 0x0f0f0f0fu;
+}
+
+fn high4(word: u32) -> u32 {
+    return (word >> 4u) & 0x0f0f0f0fu;
+}
+
+// Bit `bit` of each byte lane of `h`, moved to bit 4 (a Q5_K fifth bit).
+fn fifth(h: u32, bit: u32) -> u32 {
+    return ((h >> bit) & 0x01010101u) << 4u;
+}
+
+// Q4_K/Q5_K: the four groups' Σ q·x. lo/hi hold the codes of the low/high nibbles of the qs
+// words q.x..q.w; group 0 is (lo.x, lo.y)·(v0, v1), 1 (hi.x, hi.y)·(v2, v3), 2 (lo.z, lo.w)·(v4, v5),
+// 3 (hi.z, hi.w)·(v6, v7).
+fn k_sums(lo: vec4<u32>, hi: vec4<u32>, xs: Xs) -> vec4<f32> {
+    return vec4<f32>(
+        dot(byte_floats(lo.x, 0.0), xs.v[0]) + dot(byte_floats(lo.y, 0.0), xs.v[1]),
+        dot(byte_floats(hi.x, 0.0), xs.v[2]) + dot(byte_floats(hi.y, 0.0), xs.v[3]),
+        dot(byte_floats(lo.z, 0.0), xs.v[4]) + dot(byte_floats(lo.w, 0.0), xs.v[5]),
+        dot(byte_floats(hi.z, 0.0), xs.v[6]) + dot(byte_floats(hi.w, 0.0), xs.v[7]));
+}
+
+// Σ over the unit of weight·x for one row and one input vector.
+fn dot_unit(u: Unit, xs: Xs) -> f32 {
+    let q = u.q;
+    switch GGML_TYPE {
+        case 0u: {
+            return dot(bitcast<vec4<f32>>(q), xs.v[0]);
+        }
+        case 1u: {
+            return dot(vec4<f32>(unpack2x16float(q.x), unpack2x16float(q.y)), xs.v[0]);
+        }
+        case 30u: {
+            let bits = vec4<u32>(q.x << 16u, q.x & 0xffff0000u, q.y << 16u, q.y & 0xffff0000u);
+            return dot(bitcast<vec4<f32>>(bits), xs.v[0]);
+        }
+        case 8u: {
+            return u.f.x * (dot(byte_floats(q.x ^ 0x80808080u, 128.0), xs.v[0])
+                + dot(byte_floats(q.y ^ 0x80808080u, 128.0), xs.v[1]));
+        }
+        case 2u: {
+            return u.f.x * (dot(byte_floats(low4(q.x), 8.0), xs.v[0])
+                + dot(byte_floats(high4(q.x), 8.0), xs.v[1]));
+        }
+        case 3u: {
+            return u.f.x * (dot(byte_floats(low4(q.x), 0.0), xs.v[0])
+                + dot(byte_floats(high4(q.x), 0.0), xs.v[1])) + u.g.x * xs.s.x;
+        }
+        case 6u: {
+            let lo = low4(q.x) | high_bits4(q.y);
+            let hi = high4(q.x) | high_bits4(q.y >> 16u);
+            return u.f.x * (dot(byte_floats(lo, 16.0), xs.v[0])
+                + dot(byte_floats(hi, 16.0), xs.v[1]));
+        }
+        case 7u: {
+            let lo = low4(q.x) | high_bits4(q.y);
+            let hi = high4(q.x) | high_bits4(q.y >> 16u);
+            return u.f.x * (dot(byte_floats(lo, 0.0), xs.v[0])
+                + dot(byte_floats(hi, 0.0), xs.v[1])) + u.g.x * xs.s.x;
+        }
+        case 12u: {
+            let lo = q & vec4<u32>(0x0f0f0f0fu);
+            let hi = (q >> vec4<u32>(4u)) & vec4<u32>(0x0f0f0f0fu);
+            return dot(u.f, k_sums(lo, hi, xs)) + dot(u.g, xs.s);
+        }
+        case 13u: {
+            let h = u.h;
+            let lo = (q & vec4<u32>(0x0f0f0f0fu))
+                | vec4<u32>(fifth(h.x, 0u), fifth(h.y, 0u), fifth(h.x, 4u), fifth(h.y, 4u));
+            let hi = ((q >> vec4<u32>(4u)) & vec4<u32>(0x0f0f0f0fu))
+                | vec4<u32>(fifth(h.x, 1u), fifth(h.y, 1u), fifth(h.x, 5u), fifth(h.y, 5u));
+            return dot(u.f, k_sums(lo, hi, xs)) + dot(u.g, xs.s);
+        }
+        case 14u: {
+            let qh = q.z;
+            let g0 = low4(q.x) | ((qh & 0x03030303u) << 4u);
+            let g1 = low4(q.y) | (((qh >> 2u) & 0x03030303u) << 4u);
+            let g2 = high4(q.x) | (((qh >> 4u) & 0x03030303u) << 4u);
+            let g3 = high4(q.y) | (((qh >> 6u) & 0x03030303u) << 4u);
+            return dot(u.f, vec4<f32>(
+                dot(byte_floats(g0, 32.0), xs.v[0]), dot(byte_floats(g1, 32.0), xs.v[1]),
+                dot(byte_floats(g2, 32.0), xs.v[2]), dot(byte_floats(g3, 32.0), xs.v[3])));
+        }
+        default: {
+            return 0.0;
+        }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) count: vec3<u32>,
+          lanes: Lanes) {
+    let first = flat_workgroup(wg, count) * ROWS;
+    if first >= params.rows {
+        return;
+    }
+    let n = min(step.n_tokens, MAX_B);
+    let rows = min(vec4<u32>(first) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(params.rows - 1u));
+    let starts = vec4<u32>(params.w_byte) + rows * params.row_bytes;
+    var acc: array<vec4<f32>, 8>;
+    for (var u = lanes.index; u < params.units; u += WG) {
+        let w0 = load_unit(starts.x, u);
+        let w1 = load_unit(starts.y, u);
+        let w2 = load_unit(starts.z, u);
+        let w3 = load_unit(starts.w, u);
+        for (var b = 0u; b < MAX_B; b++) {
+            if b < n {
+                let xs = load_xs(params.x_index + b * params.x_stride, u);
+                acc[b] += vec4<f32>(dot_unit(w0, xs), dot_unit(w1, xs), dot_unit(w2, xs),
+                                    dot_unit(w3, xs));
+            }
+        }
+    }
+    let total = sum_rows(&acc, lanes);
+    let b = lanes.index / ROWS;
+    let row = first + lanes.index % ROWS;
+    if b < n && row < params.rows {
+        let at = params.y_index + b * params.y_stride + row;
+        if params.accumulate != 0u {
+            y[at] += total;
+        } else {
+            y[at] = total;
+        }
+    }
+}
