@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod devices;
 mod inspect;
+mod run;
 mod synth;
 mod tokenize;
 
@@ -26,6 +27,8 @@ enum Command {
     Devices(devices::Args),
     /// Print the token ids of texts or files (one line of ids per input).
     Tokenize(tokenize::Args),
+    /// Generate from a prompt on the GPU, streaming text, with load/prefill/decode timings.
+    Run(run::Args),
     /// Write a synthetic model (seeded random weights, real shapes and tokenizer) as GGUF.
     Synth(synth::Args),
 }
@@ -36,6 +39,7 @@ fn main() {
         Command::Inspect(args) => inspect::run(args),
         Command::Devices(args) => devices::run(args),
         Command::Tokenize(args) => tokenize::run(args),
+        Command::Run(args) => run::run(args),
         Command::Synth(args) => synth::run(args),
     };
     if let Err(err) = result {

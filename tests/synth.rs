@@ -6,13 +6,12 @@
 
 use fak::gguf::{Gguf, TensorInfo};
 use fak::quant::GgmlType;
-use fak_tests::harness::harness;
+use fak_tests::harness::{harness, synth_model};
 use fak_tests::{fixture, llama_cpp_tool, python};
 use serde_json::Value as Json;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::Mutex;
 
 const QUANTS: [&str; 4] = ["f32", "f16", "q8_0", "q4_k_m"];
 const SEED: &str = "7";
@@ -37,24 +36,9 @@ fn check(out: Output, what: &str) -> Output {
     out
 }
 
-/// Runs `harness synth <args> --out <scratch/name>` once per test process and returns the path;
-/// tests asking for the same file share it.
+/// `harness synth <args>` into this test's scratch folder, once per name.
 fn synth(name: &str, args: &[&str]) -> PathBuf {
-    static WRITTEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    let path = scratch(name);
-    let mut written = WRITTEN.lock().unwrap_or_else(|e| e.into_inner());
-    if !written.iter().any(|n| n == name) {
-        let out = harness()
-            .arg("synth")
-            .args(args)
-            .arg("--out")
-            .arg(&path)
-            .output()
-            .unwrap();
-        check(out, &format!("harness synth {}", args.join(" ")));
-        written.push(name.into());
-    }
-    path
+    synth_model(&scratch(""), name, args)
 }
 
 fn tiny(quant: &str) -> PathBuf {

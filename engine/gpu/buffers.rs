@@ -104,6 +104,20 @@ pub fn write(
     flush(ctx)
 }
 
+/// Fills the whole of `buffer` with `value` (NaN poisoning: an element a kernel should have
+/// written but did not cannot pass for a right answer).
+pub fn fill_f32(ctx: &GpuContext, buffer: &wgpu::Buffer, value: f32) -> Result<(), GpuError> {
+    let len = buffer.size().min(UPLOAD_CHUNK as u64) as usize;
+    let chunk: Vec<u8> = value.to_le_bytes().into_iter().cycle().take(len).collect();
+    let mut offset = 0;
+    while offset < buffer.size() {
+        let n = (buffer.size() - offset).min(len as u64) as usize;
+        write(ctx, buffer, offset, &chunk[..n])?;
+        offset += n as u64;
+    }
+    Ok(())
+}
+
 fn flush(ctx: &GpuContext) -> Result<(), GpuError> {
     let index = ctx.queue.submit([]);
     ctx.device.poll(wgpu::PollType::Wait {

@@ -72,7 +72,8 @@ pub mod step;
 
 pub use activations::Activations;
 pub use buffers::{
-    Grid, Window, read_back, read_back_f32, split_rows, storage_buffer, uniform, upload, write,
+    Grid, Window, fill_f32, read_back, read_back_f32, split_rows, storage_buffer, uniform, upload,
+    write,
 };
 pub use context::{ContextOptions, GpuContext};
 pub use error::GpuError;

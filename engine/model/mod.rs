@@ -2,17 +2,22 @@
 //! file per architecture. `qwen3` covers the dense family (llama and qwen2 differ from it only by
 //! flags: no q/k norm, q/k/v biases, NORM rope pairing); `qwen35` is the hybrid GDN family.
 
+pub mod device;
 pub mod qwen3;
 pub mod qwen35;
 
 use crate::gguf::{Gguf, GgufError, TensorInfo};
+use crate::gpu::{GpuContext, GpuError};
 use crate::quant::GgmlType;
+use crate::runtime::{DeviceModel, StepIo};
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
     #[error(transparent)]
     Gguf(#[from] GgufError),
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
     #[error("{}: architecture {arch:?} is not supported (supported: {})", path.display(), Arch::SUPPORTED.join(", "))]
     UnsupportedArch { path: PathBuf, arch: String },
     #[error("{}: tensor {tensor}: shape {found:?}, expected {expected:?}", path.display())]
@@ -138,6 +143,9 @@ pub struct DevicePlan {
     pub weight_bytes: u64,
     pub cache_bytes: u64,
     pub scratch_bytes: u64,
+    /// Fill activations, logits and caches with NaN at load, so a value a kernel should have
+    /// written but did not shows (tests; `FAK_POISON=1`).
+    pub poison: bool,
 }
 
 impl DevicePlan {
@@ -147,6 +155,7 @@ impl DevicePlan {
         prefill_chunk: u32,
     ) -> Result<Self, ModelError> {
         let arch = Arch::of(gguf)?;
+        check_weight_types(gguf)?;
         let (n_vocab, n_ctx_train, cache_bytes_per_token, fixed_state, widths) = match arch {
             Arch::Qwen35 => {
                 let hp = qwen35::Hparams::from_gguf(gguf)?;
@@ -202,6 +211,7 @@ impl DevicePlan {
             scratch_bytes: (u64::from(max_tokens) * widths as u64
                 + u64::from(logit_rows) * n_vocab as u64)
                 * 4,
+            poison: false,
         })
     }
 
@@ -218,5 +228,45 @@ impl DevicePlan {
             gib(self.cache_bytes),
             gib(self.scratch_bytes)
         )
+    }
+}
+
+/// Loads the model of `gguf` onto the GPU, per its architecture.
+pub fn load_device_model(
+    ctx: &GpuContext,
+    gguf: &Gguf,
+    io: &StepIo,
+    plan: &DevicePlan,
+) -> Result<Box<dyn DeviceModel>, ModelError> {
+    match plan.arch {
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
+            Ok(Box::new(qwen3::DenseModel::load(ctx, gguf, io, plan)?))
+        }
+        Arch::Qwen35 => Err(ModelError::Hparams {
+            path: gguf.path().to_owned(),
+            why: "the qwen35 GPU model is not built yet (the CPU reference runs it)".into(),
+        }),
+    }
+}
+
+/// Refuses, before any GPU work, a file holding a tensor of a type the GPU kernels cannot read
+/// (the mat-vec, mat-mul and embedding kernels share one list of types).
+fn check_weight_types(gguf: &Gguf) -> Result<(), ModelError> {
+    use crate::gpu::kernels::matvec::MatVec;
+    match gguf
+        .tensors()
+        .iter()
+        .find(|t| !MatVec::TYPES.contains(&t.ty))
+    {
+        Some(t) => Err(ModelError::TensorType {
+            path: gguf.path().to_owned(),
+            tensor: t.name.clone(),
+            ty: t.ty,
+            why: format!(
+                "the GPU kernels read {}",
+                MatVec::TYPES.map(|t| t.to_string()).join(", ")
+            ),
+        }),
+        None => Ok(()),
     }
 }

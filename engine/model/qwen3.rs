@@ -5,8 +5,20 @@
 //! with `h2 = RMSNorm(x)`. Logits `= W_out RMSNorm(x)`, `W_out` tied to the embedding when the
 //! file has no `output.weight`.
 
-use super::{Arch, ModelError, RopePairing, expect_tensor, optional_tensor};
+use super::device::{
+    Attention, AttentionDims, AttentionIo, AttentionKernels, Embedding, Kernels, Linear, Norm,
+    OutputHead, Pointwise, activation, upload_vector, upload_weight,
+};
+use super::{Arch, DevicePlan, ModelError, RopePairing, expect_tensor, optional_tensor};
 use crate::gguf::{Gguf, TensorInfo};
+use crate::gpu::kernels::elementwise::ElementwiseOp;
+use crate::gpu::kernels::matmul::MatmulOutput;
+use crate::gpu::kernels::rms_norm::NormIo;
+use crate::gpu::kernels::rope::RopeTable;
+use crate::gpu::kernels::support::View;
+use crate::gpu::{GpuContext, GpuError, StepBuffer};
+use crate::reference::ops::vector;
+use crate::runtime::{DeviceModel, StepIo};
 
 /// Hyperparameters of a dense decoder, read from `{arch}.*` metadata.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -251,5 +263,326 @@ impl<'g> Tensors<'g> {
             rope_freqs: optional_tensor(gguf, "rope_freqs.weight", &[hp.n_rot as u64 / 2])?,
             layers,
         })
+    }
+}
+
+/// The dense decoder on the GPU: the weights, one bound layer per block, and the activations
+/// every layer shares (a step of `n` tokens uses their first `n` rows).
+pub struct DenseModel {
+    hp: Hparams,
+    max_context: usize,
+    kernels: Kernels,
+    attention: AttentionKernels,
+    embedding: Embedding,
+    layers: Vec<DeviceLayer>,
+    head: OutputHead,
+    /// The residual stream `[max_tokens, n_embd]`.
+    x: wgpu::Buffer,
+}
+
+/// One block's bindings.
+struct DeviceLayer {
+    attn_norm: Norm,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    bias: Vec<Pointwise>,
+    qk_norm: Vec<Norm>,
+    attention: Attention,
+    wo: Linear,
+    ffn_norm: Norm,
+    gate: Linear,
+    up: Linear,
+    swiglu: Pointwise,
+    down: Linear,
+}
+
+/// The activations every layer reads and writes.
+struct Scratch {
+    x: wgpu::Buffer,
+    h: wgpu::Buffer,
+    q: wgpu::Buffer,
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+    o: wgpu::Buffer,
+    gate: wgpu::Buffer,
+    up: wgpu::Buffer,
+    act: wgpu::Buffer,
+}
+
+impl Scratch {
+    fn new(ctx: &GpuContext, hp: &Hparams, plan: &DevicePlan) -> Result<Scratch, GpuError> {
+        let a =
+            |label: &str, width: usize| activation(ctx, plan.poison, label, plan.max_tokens, width);
+        Ok(Scratch {
+            x: a("x", hp.n_embd)?,
+            h: a("h", hp.n_embd)?,
+            q: a("q", hp.q_dim())?,
+            k: a("k", hp.kv_dim())?,
+            v: a("v", hp.kv_dim())?,
+            o: a("attention out", hp.q_dim())?,
+            gate: a("ffn gate", hp.n_ff)?,
+            up: a("ffn up", hp.n_ff)?,
+            act: a("ffn act", hp.n_ff)?,
+        })
+    }
+}
+
+impl DenseModel {
+    pub fn load(
+        ctx: &GpuContext,
+        gguf: &Gguf,
+        io: &StepIo,
+        plan: &DevicePlan,
+    ) -> Result<DenseModel, ModelError> {
+        let hp = Hparams::from_gguf(gguf)?;
+        let t = Tensors::bind(gguf, &hp)?;
+        let kernels = Kernels::new(ctx)?;
+        let dims = AttentionDims {
+            n_head: hp.n_head,
+            n_kv: hp.n_head_kv,
+            head_dim: hp.head_dim,
+            n_rot: hp.n_rot,
+            pairing: hp.rope_pairing,
+            max_context: plan.max_context,
+            max_tokens: plan.max_tokens,
+            poison: plan.poison,
+        };
+        let attention = AttentionKernels::new(ctx, &dims)?;
+        let freqs = t.rope_freqs.map(|r| vector(gguf, r)).transpose()?;
+        let rope = RopeTable::new(ctx, hp.n_rot as u32, hp.rope_base, freqs.as_deref())?;
+        let s = Scratch::new(ctx, &hp, plan)?;
+        let embd = upload_weight(ctx, gguf, t.embd)?;
+        let embedding = Embedding::bind(&kernels, ctx, t.embd, &embd, io, &s.x)?;
+        let layers = t
+            .layers
+            .iter()
+            .map(|l| {
+                let bound = LayerLoader {
+                    k: &kernels,
+                    ctx,
+                    gguf,
+                    hp: &hp,
+                    s: &s,
+                    step: &io.step,
+                    rows: plan.max_tokens,
+                };
+                bound.layer(l, &attention, &dims, &rope)
+            })
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        let output = if t.tied {
+            embd
+        } else {
+            upload_weight(ctx, gguf, t.output)?
+        };
+        let output_norm = upload_vector(ctx, gguf, t.output_norm)?;
+        let head = OutputHead::bind(
+            &kernels,
+            ctx,
+            io,
+            (&output_norm, hp.rms_eps),
+            (t.output, &output),
+            plan.poison,
+        )?;
+        Ok(DenseModel {
+            max_context: plan.max_context,
+            kernels,
+            attention,
+            embedding,
+            layers,
+            head,
+            x: s.x.clone(),
+            hp,
+        })
+    }
+
+    fn encode_layers(&self, pass: &mut wgpu::ComputePass, n: u32) -> Result<usize, GpuError> {
+        let k = &self.kernels;
+        let mut dispatches = self.embedding.encode(k, pass, n)?;
+        for l in &self.layers {
+            dispatches += l.attn_norm.encode(k, pass, n);
+            for proj in [&l.q, &l.k, &l.v] {
+                dispatches += proj.encode(k, pass, n)?;
+            }
+            for op in &l.bias {
+                dispatches += op.encode(k, pass, n);
+            }
+            for norm in &l.qk_norm {
+                dispatches += norm.encode(k, pass, n);
+            }
+            dispatches += l.attention.encode(k, &self.attention, pass, n);
+            dispatches += l.wo.encode(k, pass, n)?;
+            dispatches += l.ffn_norm.encode(k, pass, n);
+            dispatches += l.gate.encode(k, pass, n)?;
+            dispatches += l.up.encode(k, pass, n)?;
+            dispatches += l.swiglu.encode(k, pass, n);
+            dispatches += l.down.encode(k, pass, n)?;
+        }
+        Ok(dispatches)
+    }
+}
+
+/// What binding a layer needs, gathered so each binding reads as one line.
+struct LayerLoader<'a> {
+    k: &'a Kernels,
+    ctx: &'a GpuContext,
+    gguf: &'a Gguf,
+    hp: &'a Hparams,
+    s: &'a Scratch,
+    step: &'a StepBuffer,
+    rows: u32,
+}
+
+impl LayerLoader<'_> {
+    fn layer(
+        &self,
+        l: &Layer<'_>,
+        attention: &AttentionKernels,
+        dims: &AttentionDims,
+        rope: &RopeTable,
+    ) -> Result<DeviceLayer, ModelError> {
+        let (hp, s) = (self.hp, self.s);
+        let (d, hd) = (hp.n_embd, hp.head_dim);
+        let vector = |t: &TensorInfo| upload_vector(self.ctx, self.gguf, t);
+        let attn_norm = self.norm(&s.x, &s.h, d, &vector(l.attn_norm)?)?;
+        let ffn_norm = self.norm(&s.x, &s.h, d, &vector(l.ffn_norm)?)?;
+        let mut bias = Vec::new();
+        for (b, out, width) in [
+            (l.bq, &s.q, hp.q_dim()),
+            (l.bk, &s.k, hp.kv_dim()),
+            (l.bv, &s.v, hp.kv_dim()),
+        ] {
+            if let Some(b) = b {
+                let b = vector(b)?;
+                let op = ElementwiseOp::Add {
+                    x: View::rows(out, width as u32),
+                    y: View::rows(&b, width as u32).strided(0, 0),
+                };
+                bias.push(Pointwise::bind(
+                    self.k, self.ctx, 1, width, op, self.step, self.rows,
+                )?);
+            }
+        }
+        let mut qk_norm = Vec::new();
+        for (w, out, heads) in [(l.q_norm, &s.q, hp.n_head), (l.k_norm, &s.k, hp.n_head_kv)] {
+            if let Some(w) = w {
+                let w = vector(w)?;
+                let io = NormIo::InPlace(View::heads(out, heads as u32, hd as u32));
+                qk_norm.push(Norm::bind(
+                    self.k, self.ctx, io, hd, heads, hp.rms_eps, &w, self.step, self.rows,
+                )?);
+            }
+        }
+        let attention = Attention::bind(
+            self.k,
+            attention,
+            self.ctx,
+            dims,
+            rope,
+            AttentionIo {
+                q: View::heads(&s.q, hp.n_head as u32, hd as u32),
+                k: View::heads(&s.k, hp.n_head_kv as u32, hd as u32),
+                v: View::heads(&s.v, hp.n_head_kv as u32, hd as u32),
+                o: View::heads(&s.o, hp.n_head as u32, hd as u32),
+            },
+            self.step,
+        )?;
+        let swiglu = Pointwise::bind(
+            self.k,
+            self.ctx,
+            1,
+            hp.n_ff,
+            ElementwiseOp::SwiGlu {
+                gate: View::rows(&s.gate, hp.n_ff as u32),
+                up: View::rows(&s.up, hp.n_ff as u32),
+                out: View::rows(&s.act, hp.n_ff as u32),
+            },
+            self.step,
+            self.rows,
+        )?;
+        Ok(DeviceLayer {
+            attn_norm,
+            q: self.linear(l.wq, &s.h, &s.q, MatmulOutput::Store)?,
+            k: self.linear(l.wk, &s.h, &s.k, MatmulOutput::Store)?,
+            v: self.linear(l.wv, &s.h, &s.v, MatmulOutput::Store)?,
+            bias,
+            qk_norm,
+            attention,
+            wo: self.linear(l.wo, &s.o, &s.x, MatmulOutput::Accumulate)?,
+            ffn_norm,
+            gate: self.linear(l.gate, &s.h, &s.gate, MatmulOutput::Store)?,
+            up: self.linear(l.up, &s.h, &s.up, MatmulOutput::Store)?,
+            swiglu,
+            down: self.linear(l.down, &s.act, &s.x, MatmulOutput::Accumulate)?,
+        })
+    }
+
+    fn norm(
+        &self,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        width: usize,
+        w: &wgpu::Buffer,
+    ) -> Result<Norm, ModelError> {
+        let io = NormIo::Out {
+            x: View::rows(x, width as u32),
+            y: View::rows(y, width as u32),
+        };
+        Ok(Norm::bind(
+            self.k,
+            self.ctx,
+            io,
+            width,
+            1,
+            self.hp.rms_eps,
+            w,
+            self.step,
+            self.rows,
+        )?)
+    }
+
+    fn linear(
+        &self,
+        t: &TensorInfo,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        output: MatmulOutput,
+    ) -> Result<Linear, ModelError> {
+        let w = upload_weight(self.ctx, self.gguf, t)?;
+        Ok(Linear::bind(
+            self.k, self.ctx, t, &w, x, y, self.step, self.rows, output,
+        )?)
+    }
+}
+
+impl DeviceModel for DenseModel {
+    fn encode_step(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        n_tokens: u32,
+        all_logits: bool,
+    ) -> Result<usize, GpuError> {
+        let layers = {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("dense layers"),
+                timestamp_writes: None,
+            });
+            self.encode_layers(&mut pass, n_tokens)?
+        };
+        let tail = if all_logits { n_tokens } else { 1 };
+        Ok(layers
+            + self
+                .head
+                .encode(&self.kernels, encoder, &self.x, n_tokens, tail)?)
+    }
+
+    fn encode_reset(&self, _encoder: &mut wgpu::CommandEncoder) {}
+
+    fn max_context(&self) -> usize {
+        self.max_context
+    }
+
+    fn n_vocab(&self) -> usize {
+        self.hp.n_vocab
     }
 }

@@ -8,6 +8,9 @@
 //!   of it back in one readback, however many steps ran ahead.
 //! - `logits`: the last row's logits (or every row's, for the untimed quality path).
 //! - `step`: the per-step uniform (`gpu::Step`).
+//! - `tail_step`: the same positions with `n_tokens` = the rows the output head runs on (1, or
+//!   every row for the quality path). Kernels after the last layer (final norm, LM head, argmax)
+//!   are bound to it, so a prefill step computes logits for its last token only.
 
 use crate::gpu::{GpuContext, GpuError, StepBuffer, storage_buffer};
 
@@ -16,6 +19,7 @@ pub const HISTORY_LEN: u32 = 1024;
 
 pub struct StepIo {
     pub step: StepBuffer,
+    pub tail_step: StepBuffer,
     pub ids: wgpu::Buffer,
     pub history: wgpu::Buffer,
     pub logits: wgpu::Buffer,
@@ -41,6 +45,7 @@ impl StepIo {
         };
         Ok(StepIo {
             step: StepBuffer::new(ctx),
+            tail_step: StepBuffer::new(ctx),
             ids: with("ids", u64::from(max_tokens) * 4)?,
             history: with("history", u64::from(HISTORY_LEN) * 4)?,
             logits: with("logits", u64::from(logit_rows) * u64::from(n_vocab) * 4)?,

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 /// The `harness` executable, built on first use with the cargo that runs the tests.
 pub fn harness_bin() -> &'static Path {
@@ -54,4 +54,32 @@ fn build_harness() -> PathBuf {
 /// A command running the `harness` binary (add arguments, environment, then run it).
 pub fn harness() -> Command {
     Command::new(harness_bin())
+}
+
+/// Runs `harness synth <args> --out <dir>/<name>` once per test process and returns the path;
+/// tests asking for the same name share the file. (`dir` is the test's
+/// `env!("CARGO_TARGET_TMPDIR")`-based scratch folder: only test targets see that variable.)
+pub fn synth_model(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
+    static WRITTEN: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    std::fs::create_dir_all(dir).expect("creating the scratch folder");
+    let path = dir.join(name);
+    let mut written = WRITTEN.lock().unwrap_or_else(|e| e.into_inner());
+    if !written.contains(&path) {
+        let out = harness()
+            .arg("synth")
+            .args(args)
+            .arg("--out")
+            .arg(&path)
+            .output()
+            .expect("running harness synth");
+        assert!(
+            out.status.success(),
+            "harness synth {} failed ({}):\n{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        written.push(path.clone());
+    }
+    path
 }

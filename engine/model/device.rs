@@ -1,0 +1,568 @@
+//! What every model on the GPU shares: the kernels built once per model, weights uploaded as the
+//! GGUF stores them, projections that pick mat-vec or mat-mul by the step's token count, the
+//! causal attention block over a paged KV cache, and the output head.
+//!
+//! Each piece binds everything it touches at load (bind groups built once) and only records
+//! dispatches per step; `encode` returns how many dispatches it recorded, so a model reports the
+//! dispatches of a step from the code that records them (a prefill's count must not grow with
+//! the prompt). Bind groups keep the buffers they bind alive (wgpu reference-counts its
+//! resources), so a model holds only what it records with.
+
+use super::ModelError;
+use crate::gguf::{Gguf, TensorInfo};
+use crate::gpu::kernels::argmax::{Argmax, ArgmaxBinding, ArgmaxRows, ArgmaxShape};
+use crate::gpu::kernels::attn_decode::{AttnDecode, AttnShape, DecodeBinding, DecodeIo};
+use crate::gpu::kernels::attn_prefill::{AttnPrefill, PrefillBinding, PrefillIo};
+use crate::gpu::kernels::elementwise::{
+    Elementwise, ElementwiseBinding, ElementwiseOp, ElementwiseShape,
+};
+use crate::gpu::kernels::embed::{Embed, EmbedBinding, EmbedIo, EmbedShape};
+use crate::gpu::kernels::kv_cache::{
+    KvCache, KvDtype, KvLayout, KvWrite, KvWriteBinding, PageTable,
+};
+use crate::gpu::kernels::matmul::{
+    Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape,
+};
+use crate::gpu::kernels::matvec::{MAX_BATCH, MatVec, MatVecBinding, MatVecIo, MatVecShape};
+use crate::gpu::kernels::rms_norm::{NormIo, RmsNorm, RmsNormBinding, RmsNormShape};
+use crate::gpu::kernels::rope::{Rope, RopeBinding, RopeShape, RopeTable};
+use crate::gpu::kernels::support::{Positions, View};
+use crate::gpu::{Activations, GpuContext, GpuError, StepBuffer, fill_f32, storage_buffer, upload};
+use crate::model::RopePairing;
+use crate::runtime::StepIo;
+
+/// The kernels a model records, each built once for the adapter's paths.
+pub struct Kernels {
+    pub matvec: MatVec,
+    pub matmul: Matmul,
+    pub embed: Embed,
+    pub rms_norm: RmsNorm,
+    pub rope: Rope,
+    pub kv_write: KvWrite,
+    pub elementwise: Elementwise,
+    pub argmax: Argmax,
+}
+
+impl Kernels {
+    pub fn new(ctx: &GpuContext) -> Result<Kernels, GpuError> {
+        let paths = ctx.paths();
+        Ok(Kernels {
+            matvec: MatVec::new(ctx, paths)?,
+            matmul: Matmul::new(ctx, paths)?,
+            embed: Embed::new(ctx, paths)?,
+            rms_norm: RmsNorm::new(ctx, paths)?,
+            rope: Rope::new(ctx, paths)?,
+            kv_write: KvWrite::new(ctx, paths)?,
+            elementwise: Elementwise::new(ctx, paths)?,
+            argmax: Argmax::new(ctx, paths)?,
+        })
+    }
+}
+
+/// A weight tensor's bytes, exactly as the GGUF stores them, in a buffer of its own (labelled
+/// with the tensor's name, so a wgpu error names it).
+pub fn upload_weight(
+    ctx: &GpuContext,
+    gguf: &Gguf,
+    t: &TensorInfo,
+) -> Result<wgpu::Buffer, ModelError> {
+    upload(ctx, &t.name, gguf.tensor_data(t)).map_err(|e| tensor_error(gguf, t, e))
+}
+
+/// A 1-D tensor (norm weight, bias) as f32, whatever type the file stores it in.
+pub fn upload_vector(
+    ctx: &GpuContext,
+    gguf: &Gguf,
+    t: &TensorInfo,
+) -> Result<wgpu::Buffer, ModelError> {
+    let values = crate::reference::ops::vector(gguf, t)?;
+    upload(ctx, &t.name, bytemuck::cast_slice(&values)).map_err(|e| tensor_error(gguf, t, e))
+}
+
+fn tensor_error(gguf: &Gguf, t: &TensorInfo, e: GpuError) -> ModelError {
+    ModelError::Gguf(gguf.tensor_error(t, format!("uploading to the GPU: {e}")))
+}
+
+/// An f32 activation buffer of `rows` rows of `width`, NaN-filled when `poison`.
+pub fn activation(
+    ctx: &GpuContext,
+    poison: bool,
+    label: &str,
+    rows: u32,
+    width: usize,
+) -> Result<wgpu::Buffer, GpuError> {
+    let buffer = storage_buffer(ctx, label, u64::from(rows) * width as u64 * 4)?;
+    if poison {
+        fill_f32(ctx, &buffer, f32::NAN)?;
+    }
+    Ok(buffer)
+}
+
+/// `y (+)= W x` for one weight tensor: mat-vec for steps of up to [`MAX_BATCH`] tokens (decode),
+/// the tiled mat-mul above (prefill). Both are bound at load over the same weight buffer.
+pub struct Linear {
+    matvec: MatVecBinding,
+    matmul: Option<MatmulBinding>,
+}
+
+impl Linear {
+    /// Binds `w` (the bytes of tensor `t`) reading `[n, t.row_len]` rows of `x` and writing
+    /// `[n, t.n_rows]` rows of `y`, both contiguous from offset 0, for steps of up to
+    /// `max_tokens` tokens.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind(
+        k: &Kernels,
+        ctx: &GpuContext,
+        t: &TensorInfo,
+        w: &wgpu::Buffer,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        step: &StepBuffer,
+        max_tokens: u32,
+        output: MatmulOutput,
+    ) -> Result<Linear, GpuError> {
+        let (rows, cols) = (t.n_rows(), t.row_len());
+        let matvec = k.matvec.bind(
+            ctx,
+            MatVecShape {
+                ty: t.ty,
+                rows,
+                cols,
+            },
+            &MatVecIo {
+                weights: w,
+                weights_offset: 0,
+                x: Activations::contiguous(x, cols),
+                y: Activations::contiguous(y, rows),
+                step,
+                accumulate: output == MatmulOutput::Accumulate,
+                max_batch: max_tokens.min(MAX_BATCH),
+            },
+        )?;
+        let matmul = (max_tokens > MAX_BATCH)
+            .then(|| {
+                k.matmul.bind(
+                    ctx,
+                    MatmulShape {
+                        ty: t.ty,
+                        rows,
+                        cols,
+                        max_tokens,
+                        output,
+                    },
+                    MatmulBuffers {
+                        weights: w,
+                        x,
+                        y,
+                        step,
+                    },
+                )
+            })
+            .transpose()?;
+        Ok(Linear { matvec, matmul })
+    }
+
+    pub fn encode(
+        &self,
+        k: &Kernels,
+        pass: &mut wgpu::ComputePass,
+        n: u32,
+    ) -> Result<usize, GpuError> {
+        match &self.matmul {
+            Some(binding) if n > MAX_BATCH => {
+                k.matmul.encode(pass, binding, n)?;
+                Ok(binding.ranges())
+            }
+            _ => {
+                k.matvec.encode(pass, &self.matvec, n)?;
+                Ok(self.matvec.grids().count())
+            }
+        }
+    }
+}
+
+/// The token embedding lookup: `x[t] = table[ids[t]]` from any weight type.
+pub struct Embedding {
+    binding: EmbedBinding,
+}
+
+impl Embedding {
+    pub fn bind(
+        k: &Kernels,
+        ctx: &GpuContext,
+        t: &TensorInfo,
+        table: &wgpu::Buffer,
+        io: &StepIo,
+        x: &wgpu::Buffer,
+    ) -> Result<Embedding, GpuError> {
+        let binding = k.embed.bind(
+            ctx,
+            EmbedShape {
+                ty: t.ty,
+                rows: t.n_rows(),
+                cols: t.row_len(),
+            },
+            &EmbedIo {
+                table,
+                table_offset: 0,
+                ids: &io.ids,
+                ids_offset: 0,
+                out: Activations::contiguous(x, t.row_len()),
+                step: &io.step,
+                max_tokens: io.max_tokens,
+            },
+        )?;
+        Ok(Embedding { binding })
+    }
+
+    pub fn encode(
+        &self,
+        k: &Kernels,
+        pass: &mut wgpu::ComputePass,
+        n: u32,
+    ) -> Result<usize, GpuError> {
+        k.embed.encode(pass, &self.binding, n)?;
+        Ok(self.binding.range_count())
+    }
+}
+
+/// An RMSNorm over `rows_per_token` rows of `width` per token.
+pub struct Norm {
+    binding: RmsNormBinding,
+}
+
+impl Norm {
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind(
+        k: &Kernels,
+        ctx: &GpuContext,
+        io: NormIo<'_>,
+        width: usize,
+        rows_per_token: usize,
+        eps: f32,
+        weight: &wgpu::Buffer,
+        step: &StepBuffer,
+        max_tokens: u32,
+    ) -> Result<Norm, GpuError> {
+        let shape = RmsNormShape {
+            n: width as u32,
+            rows_per_token: rows_per_token as u32,
+            eps,
+            max_tokens,
+        };
+        let binding = k.rms_norm.bind(ctx, shape, io, Some(weight), step)?;
+        Ok(Norm { binding })
+    }
+
+    pub fn encode(&self, k: &Kernels, pass: &mut wgpu::ComputePass, n: u32) -> usize {
+        k.rms_norm.encode(pass, &self.binding, n);
+        1
+    }
+}
+
+/// One elementwise op bound at load.
+pub struct Pointwise {
+    binding: ElementwiseBinding,
+}
+
+impl Pointwise {
+    pub fn bind(
+        k: &Kernels,
+        ctx: &GpuContext,
+        heads: usize,
+        width: usize,
+        op: ElementwiseOp<'_>,
+        step: &StepBuffer,
+        max_tokens: u32,
+    ) -> Result<Pointwise, GpuError> {
+        let shape = ElementwiseShape {
+            heads: heads as u32,
+            width: width as u32,
+            max_tokens,
+        };
+        let binding = k.elementwise.bind(ctx, shape, op, step)?;
+        Ok(Pointwise { binding })
+    }
+
+    pub fn encode(&self, k: &Kernels, pass: &mut wgpu::ComputePass, n: u32) -> usize {
+        k.elementwise.encode(pass, &self.binding, n);
+        1
+    }
+}
+
+/// Shapes of one causal attention block.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionDims {
+    pub n_head: usize,
+    pub n_kv: usize,
+    pub head_dim: usize,
+    pub n_rot: usize,
+    pub pairing: RopePairing,
+    pub max_context: usize,
+    pub max_tokens: u32,
+    /// NaN-fill the caches at load (see `DevicePlan::poison`).
+    pub poison: bool,
+}
+
+/// The attention kernels of one head shape (every attention layer of a model shares them) and
+/// the split-K scratch their decode passes share.
+pub struct AttentionKernels {
+    decode: AttnDecode,
+    prefill: AttnPrefill,
+    scratch: wgpu::Buffer,
+    n_split: u32,
+    page_size: u32,
+}
+
+impl AttentionKernels {
+    pub fn new(ctx: &GpuContext, dims: &AttentionDims) -> Result<AttentionKernels, GpuError> {
+        let shape = AttnShape {
+            n_head: dims.n_head as u32,
+            n_kv: dims.n_kv as u32,
+            head_dim: dims.head_dim as u32,
+        };
+        let decode = AttnDecode::new(ctx, ctx.paths(), shape)?;
+        let n_split = AttnDecode::default_splits(dims.max_context as u32);
+        let scratch = storage_buffer(
+            ctx,
+            "attention split-K scratch",
+            decode.scratch_bytes(1, n_split),
+        )?;
+        Ok(AttentionKernels {
+            prefill: AttnPrefill::new(ctx, ctx.paths(), shape)?,
+            decode,
+            scratch,
+            n_split,
+            page_size: 64,
+        })
+    }
+
+    fn layout(&self, dims: &AttentionDims, dtype: KvDtype) -> KvLayout {
+        KvLayout::contiguous(
+            dims.n_kv as u32,
+            dims.head_dim as u32,
+            self.page_size,
+            dims.max_context as u32,
+            dtype,
+        )
+    }
+}
+
+/// Rotary embedding, cache write and causal attention of one layer, over q, k, v rows already
+/// projected (and normed): `o[t] = softmax(q[t] K^T / sqrt(d)) V` over positions 0..=pos(t).
+pub struct Attention {
+    rope_q: RopeBinding,
+    rope_k: RopeBinding,
+    write: KvWriteBinding,
+    decode: DecodeBinding,
+    prefill: PrefillBinding,
+}
+
+/// Where one layer's attention reads its q, k, v and writes o.
+pub struct AttentionIo<'a> {
+    pub q: View<'a>,
+    pub k: View<'a>,
+    pub v: View<'a>,
+    pub o: View<'a>,
+}
+
+impl Attention {
+    pub fn bind(
+        k: &Kernels,
+        attn: &AttentionKernels,
+        ctx: &GpuContext,
+        dims: &AttentionDims,
+        rope: &RopeTable,
+        io: AttentionIo<'_>,
+        step: &StepBuffer,
+    ) -> Result<Attention, GpuError> {
+        let cache = KvCache::new(ctx, attn.layout(dims, k.kv_write.dtype()))?;
+        if dims.poison {
+            // An f16 cache reads the pair of NaN halves as NaN too.
+            fill_f32(ctx, &cache.k, f32::NAN)?;
+            fill_f32(ctx, &cache.v, f32::NAN)?;
+        }
+        let pages = PageTable::identity(ctx, cache.layout.pages_per_row)?;
+        let rope_shape = |n_heads: usize| RopeShape {
+            n_heads: n_heads as u32,
+            head_dim: dims.head_dim as u32,
+            pairing: dims.pairing,
+            max_tokens: dims.max_tokens,
+        };
+        let rope_q = k.rope.bind(
+            ctx,
+            rope_shape(dims.n_head),
+            io.q,
+            rope,
+            Positions::Step,
+            step,
+        )?;
+        let rope_k = k.rope.bind(
+            ctx,
+            rope_shape(dims.n_kv),
+            io.k,
+            rope,
+            Positions::Step,
+            step,
+        )?;
+        let write = k.kv_write.bind(
+            ctx,
+            io.k,
+            io.v,
+            &cache,
+            &pages,
+            Positions::Step,
+            step,
+            dims.max_tokens,
+        )?;
+        let decode = attn.decode.bind(
+            ctx,
+            DecodeIo {
+                q: io.q,
+                o: io.o,
+                cache: &cache,
+                pages: &pages,
+                positions: Positions::Step,
+                step,
+                n_split: attn.n_split,
+                scratch: (attn.n_split > 1).then_some(&attn.scratch),
+                max_seqs: 1,
+            },
+        )?;
+        let prefill = attn.prefill.bind(
+            ctx,
+            PrefillIo {
+                q: io.q,
+                o: io.o,
+                cache: &cache,
+                pages: &pages,
+                positions: Positions::Step,
+                step,
+                max_tokens: dims.max_tokens,
+            },
+        )?;
+        Ok(Attention {
+            rope_q,
+            rope_k,
+            write,
+            decode,
+            prefill,
+        })
+    }
+
+    /// Rotates q and k, writes k and v into the cache and attends: the split-K decode kernel
+    /// for a single token, the tiled causal kernel for a prefill chunk.
+    pub fn encode(
+        &self,
+        k: &Kernels,
+        attn: &AttentionKernels,
+        pass: &mut wgpu::ComputePass,
+        n: u32,
+    ) -> usize {
+        k.rope.encode(pass, &self.rope_q, n);
+        k.rope.encode(pass, &self.rope_k, n);
+        k.kv_write.encode(pass, &self.write, n);
+        if n == 1 {
+            attn.decode.encode(pass, &self.decode, 1);
+            3 + 1 + usize::from(attn.n_split > 1)
+        } else {
+            attn.prefill.encode(pass, &self.prefill, n);
+            4
+        }
+    }
+}
+
+/// After the last layer: the last row (or every row, for the quality path) of the residual
+/// stream is copied out, normed, projected to logits (`io.logits`), and its argmax written to
+/// `io.ids[0]` (the next decode step's input) and `io.history`. Bound to `io.tail_step`, whose
+/// `n_tokens` is the number of rows kept.
+pub struct OutputHead {
+    tail_x: wgpu::Buffer,
+    norm: Norm,
+    lm_head: Linear,
+    argmax: ArgmaxBinding,
+    row_bytes: u64,
+}
+
+impl OutputHead {
+    pub fn bind(
+        k: &Kernels,
+        ctx: &GpuContext,
+        io: &StepIo,
+        (norm_weight, eps): (&wgpu::Buffer, f32),
+        (output, output_weights): (&TensorInfo, &wgpu::Buffer),
+        poison: bool,
+    ) -> Result<OutputHead, GpuError> {
+        let (d, vocab) = (output.row_len() as usize, output.n_rows() as usize);
+        let rows = io.logit_rows;
+        let tail_x = activation(ctx, poison, "tail x", rows, d)?;
+        let tail_h = activation(ctx, poison, "tail h", rows, d)?;
+        let step = &io.tail_step;
+        let norm = Norm::bind(
+            k,
+            ctx,
+            NormIo::Out {
+                x: View::rows(&tail_x, d as u32),
+                y: View::rows(&tail_h, d as u32),
+            },
+            d,
+            1,
+            eps,
+            norm_weight,
+            step,
+            rows,
+        )?;
+        let lm_head = Linear::bind(
+            k,
+            ctx,
+            output,
+            output_weights,
+            &tail_h,
+            &io.logits,
+            step,
+            rows,
+            MatmulOutput::Store,
+        )?;
+        let argmax = k.argmax.bind(
+            ctx,
+            ArgmaxShape {
+                vocab: vocab as u32,
+                rows: ArgmaxRows::Last,
+                max_tokens: rows,
+            },
+            View::rows(&io.logits, vocab as u32),
+            &io.ids,
+            &io.history,
+            step,
+        )?;
+        Ok(OutputHead {
+            tail_x,
+            norm,
+            lm_head,
+            argmax,
+            row_bytes: d as u64 * 4,
+        })
+    }
+
+    /// Records the head after the layers' pass has ended: `tail` rows are the last of the `n`
+    /// rows of the residual stream `x`.
+    pub fn encode(
+        &self,
+        k: &Kernels,
+        encoder: &mut wgpu::CommandEncoder,
+        x: &wgpu::Buffer,
+        n: u32,
+        tail: u32,
+    ) -> Result<usize, GpuError> {
+        let skip = u64::from(n - tail) * self.row_bytes;
+        encoder.copy_buffer_to_buffer(x, skip, &self.tail_x, 0, u64::from(tail) * self.row_bytes);
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("output head"),
+            timestamp_writes: None,
+        });
+        let mut dispatches = self.norm.encode(k, &mut pass, tail);
+        dispatches += self.lm_head.encode(k, &mut pass, tail)?;
+        k.argmax.encode(&mut pass, &self.argmax, tail);
+        Ok(dispatches + 2)
+    }
+}

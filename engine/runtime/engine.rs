@@ -1,0 +1,419 @@
+//! [`Engine`]: a loaded model and its generation loop.
+//!
+//! Greedy decode is GPU-resident: each step's argmax writes the next token where the next
+//! step's embedding reads it, so the host only writes the 16-byte step uniform and submits.
+//! `lookahead` steps are kept in flight; each token is read back (4 bytes, a persistent
+//! mappable buffer) while the next steps already run, and handed to the caller the moment it is
+//! known. Sampled decode reads the last row's logits back every step and samples on the CPU.
+
+use super::io::{HISTORY_LEN, Staging, StepIo};
+use super::sampling::{Sampler, SamplingParams};
+use super::{DeviceModel, RuntimeError};
+use crate::gguf::Gguf;
+use crate::gpu::{ContextOptions, GpuContext, Step};
+use crate::tokenizer::Tokenizer;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    /// KV-cache length; default min(the model's training context, 4096).
+    pub max_context: Option<usize>,
+    /// Most prompt tokens one prefill step processes (longer prompts take several steps).
+    pub prefill_chunk: u32,
+    /// Decode steps kept in flight ahead of the token being read back.
+    pub lookahead: usize,
+    /// Memory to plan against instead of what the adapter reports (tests use a small one).
+    pub memory_limit: Option<u64>,
+    /// NaN-fill activations, logits and caches at load (`FAK_POISON=1`; tests).
+    pub poison: bool,
+    pub context: ContextOptions,
+}
+
+impl EngineOptions {
+    /// Defaults, with the adapter and kernel-path choice from the environment
+    /// (`FAK_ADAPTER`, `WGPU_BACKEND`, `FAK_FORCE`, `FAK_COOP_MATRIX`).
+    pub fn from_env() -> Result<Self, RuntimeError> {
+        Ok(EngineOptions {
+            max_context: None,
+            prefill_chunk: 256,
+            lookahead: 2,
+            memory_limit: None,
+            poison: std::env::var("FAK_POISON").is_ok_and(|v| v == "1"),
+            context: ContextOptions::from_env()?,
+        })
+    }
+}
+
+/// Why generation stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// `n_out` tokens were produced.
+    Length,
+    /// An end-of-generation token was produced (and not ignored).
+    EndOfGeneration,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GenerationStats {
+    pub prompt_tokens: usize,
+    pub tokens: Vec<u32>,
+    pub stop: StopReason,
+    /// Request start → first token known on the host (prefill, including its readback).
+    pub prefill: Duration,
+    /// First token → last token known on the host.
+    pub decode: Duration,
+    /// Dispatches the (last) prefill step recorded; constant in the prompt length.
+    pub prefill_step_dispatches: usize,
+    /// Dispatches one decode step recorded (0 when no decode step ran).
+    pub decode_step_dispatches: usize,
+}
+
+impl GenerationStats {
+    pub fn prefill_tokens_per_second(&self) -> f64 {
+        self.prompt_tokens as f64 / self.prefill.as_secs_f64()
+    }
+
+    /// (n − 1) / decode, as DESIGN.md defines it: the first token comes from the prefill.
+    pub fn decode_tokens_per_second(&self) -> Option<f64> {
+        (self.tokens.len() > 1 && !self.decode.is_zero())
+            .then(|| (self.tokens.len() - 1) as f64 / self.decode.as_secs_f64())
+    }
+}
+
+pub struct Engine {
+    pub ctx: GpuContext,
+    /// Shared, so a caller can stream-decode while the engine generates.
+    pub tokenizer: Arc<Tokenizer>,
+    gguf: Gguf,
+    model: Box<dyn DeviceModel>,
+    io: StepIo,
+    options: EngineOptions,
+    /// Token readback slots, one per step in flight.
+    token_slots: Vec<Staging>,
+    logits_slot: Staging,
+    /// Tokens in the KV cache.
+    pos: usize,
+    /// Steps submitted since load (indexes the history ring).
+    steps: u32,
+    last_dispatches: usize,
+    pub load_time: Duration,
+}
+
+impl Engine {
+    pub fn load(path: &Path, options: &EngineOptions) -> Result<Engine, RuntimeError> {
+        let start = Instant::now();
+        let gguf = Gguf::open(path)?;
+        let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf)?);
+        let ctx = GpuContext::new(&options.context)?;
+        let mut plan =
+            crate::model::DevicePlan::of(&gguf, options.max_context, options.prefill_chunk)?;
+        plan.poison = options.poison;
+        let available = options.memory_limit.or(ctx.facts().memory_bytes);
+        if let Some(available) = available
+            && plan.total_bytes() > available
+        {
+            return Err(RuntimeError::TooLarge {
+                model: path.display().to_string(),
+                adapter: ctx.facts().name.clone(),
+                what: plan.describe(),
+                needed: plan.total_bytes(),
+                available,
+            });
+        }
+        let io = StepIo::new(&ctx, plan.max_tokens, plan.logit_rows, plan.n_vocab as u32)?;
+        if plan.poison {
+            crate::gpu::fill_f32(&ctx, &io.logits, f32::NAN)?;
+        }
+        let model = crate::model::load_device_model(&ctx, &gguf, &io, &plan)?;
+        let lookahead = options.lookahead.max(1);
+        let token_slots = (0..lookahead + 1)
+            .map(|_| Staging::new(&ctx, "token readback", 4))
+            .collect();
+        let logits_slot = Staging::new(
+            &ctx,
+            "logits readback",
+            u64::from(plan.logit_rows) * plan.n_vocab as u64 * 4,
+        );
+        ctx.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(crate::gpu::GpuError::from)?;
+        Ok(Engine {
+            ctx,
+            tokenizer,
+            gguf,
+            model,
+            io,
+            options: options.clone(),
+            token_slots,
+            logits_slot,
+            pos: 0,
+            steps: 0,
+            last_dispatches: 0,
+            load_time: start.elapsed(),
+        })
+    }
+
+    pub fn gguf(&self) -> &Gguf {
+        &self.gguf
+    }
+
+    pub fn max_context(&self) -> usize {
+        self.model.max_context()
+    }
+
+    /// Dispatches the last submitted forward step recorded (a prefill chunk or a decode step).
+    pub fn last_step_dispatches(&self) -> usize {
+        self.last_dispatches
+    }
+
+    /// Checks a request before any GPU work.
+    fn check_request(&self, prompt: &[u32], n_out: usize) -> Result<(), RuntimeError> {
+        if prompt.is_empty() {
+            return Err(RuntimeError::Request("the prompt is empty".into()));
+        }
+        let n_vocab = self.model.n_vocab();
+        if let Some(bad) = prompt.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(RuntimeError::Request(format!(
+                "token id {bad} is outside the vocabulary of {n_vocab}"
+            )));
+        }
+        let need = prompt.len() + n_out;
+        if need > self.max_context() {
+            return Err(RuntimeError::Request(format!(
+                "prompt of {} tokens plus {n_out} to generate exceeds the context of {} tokens",
+                prompt.len(),
+                self.max_context()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Starts a new sequence.
+    fn reset(&mut self) {
+        let mut encoder = self.encoder("reset");
+        self.model.encode_reset(&mut encoder);
+        self.ctx.queue.submit([encoder.finish()]);
+        self.pos = 0;
+    }
+
+    fn encoder(&self, label: &str) -> wgpu::CommandEncoder {
+        self.ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) })
+    }
+
+    /// Writes the step uniform and records one forward step of `n` tokens.
+    fn begin_step(
+        &mut self,
+        n: u32,
+        all_logits: bool,
+    ) -> Result<(wgpu::CommandEncoder, Step), RuntimeError> {
+        let step = Step::new(self.pos as u32, n, self.steps % HISTORY_LEN);
+        self.io.step.set(&self.ctx, step);
+        let tail = if all_logits { n } else { 1 };
+        self.io.tail_step.set(
+            &self.ctx,
+            Step {
+                n_tokens: tail,
+                ..step
+            },
+        );
+        let mut encoder = self.encoder("forward step");
+        self.last_dispatches = self.model.encode_step(&mut encoder, n, all_logits)?;
+        self.pos += n as usize;
+        self.steps += 1;
+        Ok((encoder, step))
+    }
+
+    /// Submits a step, copying its argmax token into readback slot `token_slot` and the first
+    /// `logit_rows` rows of its logits into the logits slot.
+    fn submit_step(
+        &mut self,
+        mut encoder: wgpu::CommandEncoder,
+        step: Step,
+        token_slot: Option<usize>,
+        logit_rows: u32,
+    ) {
+        if let Some(slot) = token_slot {
+            let offset = u64::from(step.out_index) * 4;
+            self.token_slots[slot].record_copy(&mut encoder, &self.io.history, offset, 4);
+        }
+        let logit_bytes = self.logits_bytes(logit_rows);
+        if logit_rows > 0 {
+            self.logits_slot
+                .record_copy(&mut encoder, &self.io.logits, 0, logit_bytes);
+        }
+        let index = self.ctx.queue.submit([encoder.finish()]);
+        if let Some(slot) = token_slot {
+            self.token_slots[slot].submitted(index.clone(), 4);
+        }
+        if logit_rows > 0 {
+            self.logits_slot.submitted(index, logit_bytes);
+        }
+    }
+
+    fn wait_token(&mut self, slot: usize) -> Result<u32, RuntimeError> {
+        let bytes = self.token_slots[slot].wait(&self.ctx, 4)?;
+        Ok(u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes")))
+    }
+
+    /// Prefills `prompt` (in chunks) from position 0; the last chunk's argmax is submitted into
+    /// readback slot 0, and with `logits` its last row's logits are copied out too.
+    fn prefill(&mut self, prompt: &[u32], logits: bool) -> Result<(), RuntimeError> {
+        let chunk = self.io.max_tokens as usize;
+        let n_chunks = prompt.len().div_ceil(chunk);
+        for (i, part) in prompt.chunks(chunk).enumerate() {
+            self.io.set_ids(&self.ctx, part);
+            let (encoder, step) = self.begin_step(part.len() as u32, false)?;
+            let last = i + 1 == n_chunks;
+            let rows = u32::from(last && logits);
+            self.submit_step(encoder, step, last.then_some(0), rows);
+        }
+        Ok(())
+    }
+
+    fn logits_bytes(&self, rows: u32) -> u64 {
+        u64::from(rows) * u64::from(self.io.n_vocab) * 4
+    }
+
+    fn read_logits(&mut self, rows: u32) -> Result<Vec<f32>, RuntimeError> {
+        let bytes = self.logits_slot.wait(&self.ctx, self.logits_bytes(rows))?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    /// Generates up to `n_out` tokens after `prompt`, calling `on_token` for each as soon as the
+    /// host knows it. Stops early on an end-of-generation token unless `ignore_eos`.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        n_out: usize,
+        sampling: &SamplingParams,
+        ignore_eos: bool,
+        on_token: &mut dyn FnMut(u32),
+    ) -> Result<GenerationStats, RuntimeError> {
+        self.check_request(prompt, n_out)?;
+        let start = Instant::now();
+        self.reset();
+        let mut stats = GenerationStats {
+            prompt_tokens: prompt.len(),
+            tokens: Vec::with_capacity(n_out),
+            stop: StopReason::Length,
+            prefill: Duration::ZERO,
+            decode: Duration::ZERO,
+            prefill_step_dispatches: 0,
+            decode_step_dispatches: 0,
+        };
+        if n_out == 0 {
+            self.prefill(prompt, false)?;
+            stats.prefill_step_dispatches = self.last_dispatches;
+            self.wait_token(0)?;
+            stats.prefill = start.elapsed();
+            return Ok(stats);
+        }
+        let mut accept = |engine: &Engine, stats: &mut GenerationStats, token: u32| -> bool {
+            stats.tokens.push(token);
+            on_token(token);
+            let eog = !ignore_eos && engine.tokenizer.is_eog(token);
+            if eog {
+                stats.stop = StopReason::EndOfGeneration;
+            }
+            !eog && stats.tokens.len() < n_out
+        };
+        let first_known;
+        if sampling.is_greedy() {
+            self.prefill(prompt, false)?;
+            stats.prefill_step_dispatches = self.last_dispatches;
+            first_known = self.greedy_loop(n_out, start, &mut stats, &mut accept)?;
+        } else {
+            let mut sampler = Sampler::new(sampling.clone());
+            self.prefill(prompt, true)?;
+            stats.prefill_step_dispatches = self.last_dispatches;
+            self.wait_token(0)?;
+            let mut logits = self.read_logits(1)?;
+            first_known = Instant::now();
+            stats.prefill = first_known - start;
+            loop {
+                let token = sampler.sample(&logits);
+                if !accept(self, &mut stats, token) {
+                    break;
+                }
+                logits = self.step_logits(token)?;
+            }
+        }
+        stats.decode = first_known.elapsed();
+        if stats.tokens.len() > 1 {
+            stats.decode_step_dispatches = self.last_dispatches;
+        }
+        Ok(stats)
+    }
+
+    /// Greedy decode with `lookahead` steps in flight; returns when the first token was known.
+    fn greedy_loop(
+        &mut self,
+        n_out: usize,
+        start: Instant,
+        stats: &mut GenerationStats,
+        accept: &mut dyn FnMut(&Engine, &mut GenerationStats, u32) -> bool,
+    ) -> Result<Instant, RuntimeError> {
+        let slots = self.token_slots.len();
+        let mut submitted = 1; // the prefill's token sits in slot 0
+        let mut first_known = None;
+        for produced in 0..n_out {
+            // Keep the GPU fed: steps up to `lookahead` ahead of the token being read.
+            while submitted < n_out && submitted < produced + slots {
+                let (encoder, step) = self.begin_step(1, false)?;
+                self.submit_step(encoder, step, Some(submitted % slots), 0);
+                submitted += 1;
+            }
+            let token = self.wait_token(produced % slots)?;
+            if first_known.is_none() {
+                let now = Instant::now();
+                stats.prefill = now - start;
+                first_known = Some(now);
+            }
+            if !accept(self, stats, token) {
+                // Drain steps already in flight so their readback slots are free again.
+                for k in produced + 1..submitted {
+                    self.wait_token(k % slots)?;
+                }
+                // Tokens past the stop were computed but are not part of the sequence.
+                self.pos -= submitted - produced - 1;
+                break;
+            }
+        }
+        Ok(first_known.expect("n_out > 0"))
+    }
+
+    /// One decode step on `token`, returning its logits (the sampled and quality paths).
+    fn step_logits(&mut self, token: u32) -> Result<Vec<f32>, RuntimeError> {
+        self.io.set_ids(&self.ctx, &[token]);
+        let (encoder, step) = self.begin_step(1, false)?;
+        self.submit_step(encoder, step, None, 1);
+        self.read_logits(1)
+    }
+
+    /// The untimed quality path: logits after each of `ids` (teacher forcing), prefilled in
+    /// chunks that keep every row's logits.
+    pub fn teacher_forced_logits(&mut self, ids: &[u32]) -> Result<Vec<Vec<f32>>, RuntimeError> {
+        self.check_request(ids, 0)?;
+        self.reset();
+        let n_vocab = self.io.n_vocab as usize;
+        let mut out = Vec::with_capacity(ids.len());
+        for part in ids.chunks(self.io.logit_rows as usize) {
+            self.io.set_ids(&self.ctx, part);
+            let rows = part.len() as u32;
+            let (encoder, step) = self.begin_step(rows, true)?;
+            self.submit_step(encoder, step, None, rows);
+            let flat = self.read_logits(rows)?;
+            out.extend(flat.chunks(n_vocab).map(<[f32]>::to_vec));
+        }
+        Ok(out)
+    }
+
+    pub fn options(&self) -> &EngineOptions {
+        &self.options
+    }
+}

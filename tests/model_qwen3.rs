@@ -1,0 +1,507 @@
+//! The dense model (qwen3) on the GPU, end to end through `fak::runtime::Engine`, against three
+//! oracles: fak's CPU reference (every step, every kernel path, every step shape), `mlx_lm` on
+//! the Hugging Face export of the same float weights, and the llama.cpp peer's greedy tokens on
+//! the same GGUF. Activations, logits and caches are NaN-poisoned at load (`poison`), so a value
+//! a kernel should have written but did not cannot pass.
+
+use fak::gguf::Gguf;
+use fak::gpu::Forced;
+use fak::reference::{DenseReference, Reference};
+use fak::runtime::{Engine, EngineOptions, RuntimeError, SamplingParams};
+use fak_tests::harness::{harness, synth_model};
+use fak_tests::{llama_cpp_tool, python, rng};
+use rand::Rng;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn scratch() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("model_qwen3")
+}
+
+fn tiny(quant: &str, seed: u64) -> PathBuf {
+    let seed = seed.to_string();
+    let args = [
+        "--arch", "qwen3", "--preset", "tiny", "--quant", quant, "--seed", &seed,
+    ];
+    synth_model(&scratch(), &format!("tiny-{quant}-{seed}.gguf"), &args)
+}
+
+fn options(prefill_chunk: u32, forced: Forced) -> EngineOptions {
+    let mut o = EngineOptions::from_env().expect("engine options");
+    o.prefill_chunk = prefill_chunk;
+    o.max_context = Some(256);
+    o.poison = true;
+    o.context.forced = forced;
+    o
+}
+
+fn engine(path: &Path, prefill_chunk: u32, forced: Forced) -> Engine {
+    Engine::load(path, &options(prefill_chunk, forced))
+        .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+}
+
+/// Every combination of fast paths switched off: on an adapter with subgroups and f16 (lavapipe,
+/// NVIDIA, Apple) each kernel's fallback runs too.
+fn every_path() -> Vec<Forced> {
+    let mut out = Vec::new();
+    for no_subgroup in [false, true] {
+        for no_f16 in [false, true] {
+            out.push(Forced {
+                no_subgroup,
+                no_f16,
+                ..Forced::default()
+            });
+        }
+    }
+    out
+}
+
+fn random_ids(seed: u64, n: usize, n_vocab: usize) -> Vec<u32> {
+    let mut r = rng(seed);
+    (0..n).map(|_| r.random_range(0..n_vocab as u32)).collect()
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len(), "logit rows of different lengths");
+    let (mut ab, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(x), f64::from(y));
+        ab += x * y;
+        aa += x * x;
+        bb += y * y;
+    }
+    // NaN anywhere makes the cosine NaN, which fails every `>=` below.
+    ab / (aa.sqrt() * bb.sqrt())
+}
+
+/// The gap between the largest and second-largest logit.
+fn top2_margin(logits: &[f32]) -> f32 {
+    let mut sorted = logits.to_vec();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    sorted[0] - sorted[1]
+}
+
+fn assert_rows_close(what: &str, got: &[Vec<f32>], want: &[Vec<f32>], min_cosine: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: rows");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let c = cosine(g, w);
+        assert!(
+            c >= min_cosine,
+            "{what}: position {i}: cosine {c} < {min_cosine}"
+        );
+    }
+}
+
+fn reference_logits(path: &Path, ids: &[u32]) -> Vec<Vec<f32>> {
+    let gguf = Gguf::open(path).unwrap();
+    DenseReference::new(&gguf)
+        .unwrap()
+        .forward_all(ids)
+        .unwrap()
+}
+
+/// f32 weights: logits after every position equal the CPU reference's (cosine ≥ 0.99999: the
+/// GPU sums in f32 in a different order, and the f16 path keeps the KV cache in f16, which
+/// moves a logit by ~1e-3 relative at most) on every kernel path, for prefill steps of 1 token
+/// (the decode kernels), 5 (batched mat-vec, tiled attention) and 16 (mat-mul; 40 tokens make
+/// chunks of 16, 16 and 8, so later chunks attend to a cache earlier ones wrote).
+#[test]
+fn f32_logits_match_the_cpu_reference_on_every_path_and_step_shape() {
+    let path = tiny("f32", 11);
+    let ids = random_ids(1, 40, 151_936);
+    let want = reference_logits(&path, &ids);
+    for forced in every_path() {
+        for chunk in [1, 5, 16] {
+            let mut e = engine(&path, chunk, forced);
+            // The quality path runs steps of at most `logit_rows`; keep it at the chunk.
+            let got = e.teacher_forced_logits(&ids).unwrap();
+            assert_rows_close(
+                &format!("{forced:?}, steps of {chunk}"),
+                &got,
+                &want,
+                0.99999,
+            );
+        }
+    }
+}
+
+/// Greedy generation on the GPU (argmax on the GPU feeding the next step, tokens read back
+/// while later steps run) gives the CPU reference's tokens, 64 steps, five weight seeds, on the
+/// Q4_K_M recipe (Q4_K, Q6_K and the fallbacks): both read the same blocks, so only summation
+/// order differs, far below the logit gaps of these models.
+#[test]
+fn q4_k_m_greedy_equals_the_cpu_reference_for_64_steps_on_five_seeds() {
+    for seed in 1..=5u64 {
+        let path = tiny("q4_k_m", seed);
+        let prompt = random_ids(100 + seed, 12, 151_936);
+        let gguf = Gguf::open(&path).unwrap();
+        let want = DenseReference::new(&gguf)
+            .unwrap()
+            .greedy(&prompt, 64)
+            .unwrap();
+        let mut e = engine(&path, 256, Forced::default());
+        let mut streamed = Vec::new();
+        let stats = e
+            .generate(&prompt, 64, &SamplingParams::greedy(), true, &mut |t| {
+                streamed.push(t)
+            })
+            .unwrap();
+        assert_eq!(
+            stats.tokens, streamed,
+            "streamed tokens are the returned ones"
+        );
+        assert_eq!(
+            stats.tokens, want,
+            "seed {seed}: GPU greedy vs CPU reference"
+        );
+    }
+}
+
+/// A prefill is batched work: the dispatches of a prefill step are the same for 9, 33 and 200
+/// prompt tokens (one step each, the grids grow instead), and a decode step's are fixed too.
+#[test]
+fn prefill_dispatches_do_not_grow_with_the_prompt() {
+    let path = tiny("q8_0", 2);
+    let mut e = engine(&path, 256, Forced::default());
+    let mut counts = Vec::new();
+    for n in [9, 33, 200] {
+        let prompt = random_ids(n as u64, n, 151_936);
+        let stats = e
+            .generate(&prompt, 3, &SamplingParams::greedy(), true, &mut |_| {})
+            .unwrap();
+        counts.push((stats.prefill_step_dispatches, stats.decode_step_dispatches));
+    }
+    eprintln!("(prefill, decode) dispatches per step: {counts:?}");
+    assert!(counts.iter().all(|&c| c == counts[0]), "{counts:?}");
+    // 4 layers: the per-layer work is a fixed number of dispatches, not one per token.
+    assert!(counts[0].0 < 200, "{counts:?}");
+}
+
+/// Sampling: a seed reproduces its tokens; top-k 1 is greedy whatever the temperature; a new
+/// sequence after a longer one starts clean (the cache positions are overwritten).
+#[test]
+fn sampled_generation_is_seeded_and_top_k_1_is_greedy() {
+    let path = tiny("q8_0", 3);
+    let mut e = engine(&path, 256, Forced::default());
+    let prompt = random_ids(7, 10, 151_936);
+    let run = |e: &mut Engine, p: &SamplingParams| {
+        e.generate(&prompt, 12, p, true, &mut |_| {})
+            .unwrap()
+            .tokens
+    };
+    let greedy = run(&mut e, &SamplingParams::greedy());
+    let sampled = SamplingParams {
+        temperature: 1.5,
+        top_k: 50,
+        top_p: 0.9,
+        seed: 42,
+    };
+    let a = run(&mut e, &sampled);
+    let b = run(&mut e, &sampled);
+    assert_eq!(a, b, "same seed, same tokens");
+    let other = run(
+        &mut e,
+        &SamplingParams {
+            seed: 43,
+            ..sampled.clone()
+        },
+    );
+    assert_ne!(
+        a, other,
+        "another seed at temperature 1.5 samples another sequence"
+    );
+    let top1 = SamplingParams {
+        temperature: 2.0,
+        top_k: 1,
+        top_p: 1.0,
+        seed: 5,
+    };
+    assert_eq!(run(&mut e, &top1), greedy, "top-k 1 is greedy");
+    assert_eq!(
+        run(&mut e, &SamplingParams::greedy()),
+        greedy,
+        "a new sequence starts clean"
+    );
+}
+
+/// A model whose token table is larger than one binding (Qwen3-0.6B's Q8_0 table is 165 MB;
+/// lavapipe binds 128 MiB): the embedding and the tied LM head are split into row ranges and
+/// the logits still equal the CPU reference's.
+#[test]
+fn a_model_larger_than_one_binding_is_split_and_still_correct() {
+    let args = [
+        "--arch",
+        "qwen3",
+        "--preset",
+        "qwen3-0.6b",
+        "--quant",
+        "q8_0",
+        "--seed",
+        "4",
+        "--fast-random",
+    ];
+    let path = synth_model(&scratch(), "qwen3-0.6b-q8_0-fast.gguf", &args);
+    let gguf = Gguf::open(&path).unwrap();
+    let table = gguf.tensor("token_embd.weight").unwrap();
+    assert!(
+        table.n_bytes > 128 << 20,
+        "the table must exceed one binding"
+    );
+    let ids = random_ids(9, 4, 151_936);
+    let want = reference_logits(&path, &ids);
+    let mut e = engine(&path, 256, Forced::default());
+    let got = e.teacher_forced_logits(&ids).unwrap();
+    assert_rows_close("qwen3-0.6b q8_0", &got, &want, 0.99999);
+}
+
+/// mlx_lm (an independent implementation) loads the Hugging Face export of the same f32
+/// weights and, teacher-forced on the same ids, gives the same logits (cosine ≥ 0.9999: mlx on
+/// CPU computes in f32 with its own kernels).
+#[test]
+fn mlx_lm_on_the_hf_export_agrees_with_the_gpu_logits() {
+    let hf = scratch().join("tiny-hf");
+    let hf_arg = hf.to_str().unwrap();
+    let args = [
+        "--arch", "qwen3", "--preset", "tiny", "--quant", "f32", "--seed", "21", "--hf-dir", hf_arg,
+    ];
+    let path = synth_model(&scratch(), "tiny-f32-21-hf.gguf", &args);
+    let ids = random_ids(22, 24, 151_936);
+    let ids_file = scratch().join("mlx-ids.json");
+    std::fs::write(&ids_file, serde_json::to_vec(&ids).unwrap()).unwrap();
+    let out_file = scratch().join("mlx-logits.f32");
+    let out = Command::new(python())
+        .arg(fak_tests::fixture("../scripts/mlx_logits.py"))
+        .args([&hf, &ids_file, &out_file])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mlx_logits.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let flat: Vec<f32> = std::fs::read(&out_file)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let mlx: Vec<Vec<f32>> = flat.chunks(151_936).map(<[f32]>::to_vec).collect();
+    let got = engine(&path, 256, Forced::default())
+        .teacher_forced_logits(&ids)
+        .unwrap();
+    assert_rows_close("fak GPU vs mlx_lm", &got, &mlx, 0.9999);
+}
+
+/// The llama.cpp peer, given the same token ids on the same Q8_0 file, generates the same greedy
+/// tokens. Where the two part, the reference's top-2 margin at that position must be below
+/// 1e-3 (a near-tie either engine may break either way); the test prints it.
+#[test]
+fn llama_cpp_greedy_tokens_match_on_the_same_q8_0_file() {
+    let path = tiny("q8_0", 31);
+    let prompt = random_ids(32, 16, 151_936);
+    let n = 32;
+    let ids_file = scratch().join("llama-ids.json");
+    std::fs::write(&ids_file, serde_json::to_vec(&prompt).unwrap()).unwrap();
+    let out = Command::new(python())
+        .arg(fak_tests::fixture("../scripts/llama_server_greedy.py"))
+        .arg(llama_cpp_tool("llama-server"))
+        .args([&path, &ids_file])
+        .arg(n.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "llama_server_greedy.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let peer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let peer: Vec<u32> = serde_json::from_value(peer["tokens"].clone()).unwrap();
+    let ours = engine(&path, 256, Forced::default())
+        .generate(&prompt, n, &SamplingParams::greedy(), true, &mut |_| {})
+        .unwrap()
+        .tokens;
+    assert_eq!(peer.len(), n, "the peer generated {} tokens", peer.len());
+    match ours.iter().zip(&peer).position(|(a, b)| a != b) {
+        None => eprintln!("llama.cpp and fak agree on all {n} greedy tokens"),
+        Some(i) => {
+            let mut context = prompt.clone();
+            context.extend(&ours[..i]);
+            let logits = reference_logits(&path, &context);
+            let margin = top2_margin(logits.last().unwrap());
+            eprintln!("llama.cpp and fak part at output {i}: reference top-2 margin {margin}");
+            assert!(
+                margin < 1e-3,
+                "fak {:?} vs llama.cpp {:?} part at output {i} with a top-2 margin of {margin}",
+                ours,
+                peer
+            );
+        }
+    }
+}
+
+/// `harness run`: --json reports the tokens the engine generates, the timings and dispatches;
+/// --logits-out writes one row per prompt and generated token (raw f32 + JSON sidecar) equal
+/// to the CPU reference's; --chat renders the template; text streams without --json.
+#[test]
+fn harness_run_reports_tokens_timings_and_writes_logits() {
+    let path = tiny("f32", 11);
+    let logits = scratch().join("run-logits.f32");
+    let out = harness()
+        .args(["run", "--model"])
+        .arg(&path)
+        .args([
+            "--tokens",
+            "1,2,3,4,5",
+            "-n",
+            "6",
+            "--ignore-eos",
+            "--json",
+            "--logits-out",
+        ])
+        .arg(&logits)
+        .env("FAK_POISON", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tokens: Vec<u32> = serde_json::from_value(report["tokens"].clone()).unwrap();
+    let gguf = Gguf::open(&path).unwrap();
+    let want = DenseReference::new(&gguf)
+        .unwrap()
+        .greedy(&[1, 2, 3, 4, 5], 6)
+        .unwrap();
+    assert_eq!(tokens, want);
+    for key in ["load_s", "prefill_tokens_per_s", "decode_tokens_per_s"] {
+        assert!(
+            report[key].as_f64().is_some_and(|v| v > 0.0),
+            "{key}: {report}"
+        );
+    }
+    let sidecar: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(logits.with_extension("f32.json")).unwrap()).unwrap();
+    assert_eq!(sidecar["rows"], 11);
+    let ids: Vec<u32> = serde_json::from_value(sidecar["token_ids"].clone()).unwrap();
+    let flat: Vec<f32> = std::fs::read(&logits)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let rows: Vec<Vec<f32>> = flat.chunks(151_936).map(<[f32]>::to_vec).collect();
+    assert_rows_close(
+        "--logits-out",
+        &rows,
+        &reference_logits(&path, &ids),
+        0.99999,
+    );
+
+    let chat = harness()
+        .args(["run", "--model"])
+        .arg(&path)
+        .args([
+            "--prompt",
+            "Hello there",
+            "--chat",
+            "-n",
+            "4",
+            "--ignore-eos",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        chat.status.success(),
+        "{}",
+        String::from_utf8_lossy(&chat.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&chat.stderr);
+    assert!(
+        stderr.contains("prefill") && stderr.contains("decode"),
+        "{stderr}"
+    );
+}
+
+fn load_error(path: &Path, options: &EngineOptions) -> String {
+    match Engine::load(path, options) {
+        Ok(_) => panic!("{} loaded", path.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Bytes of `path` with the first occurrence of `from` replaced by `to` (same length).
+fn patched(path: &Path, name: &str, from: &[u8], to: &[u8]) -> PathBuf {
+    let mut bytes = std::fs::read(path).unwrap();
+    let at = bytes
+        .windows(from.len())
+        .position(|w| w == from)
+        .expect("pattern in the file");
+    bytes[at..at + to.len()].copy_from_slice(to);
+    let out = scratch().join(name);
+    std::fs::write(&out, bytes).unwrap();
+    out
+}
+
+/// Bad input fails with a clear error before any GPU work: an unsupported architecture, a
+/// tensor type the kernels cannot read, a model bigger than the adapter's memory, an empty
+/// prompt, a prompt past the context, a token outside the vocabulary.
+#[test]
+fn bad_models_and_requests_get_clear_errors() {
+    let path = tiny("f32", 11);
+    let o = options(256, Forced::default());
+
+    let arch = patched(
+        &path,
+        "arch-mamba.gguf",
+        b"\x05\0\0\0\0\0\0\0qwen3",
+        b"\x05\0\0\0\0\0\0\0mamba",
+    );
+    let e = load_error(&arch, &o);
+    assert!(e.contains("mamba") && e.contains("not supported"), "{e}");
+
+    // blk.0.ffn_down.weight: name, then n_dims (2), two dims, then the type: F32 (0) → IQ2_XXS (16).
+    let name = b"blk.0.ffn_down.weight";
+    let mut from = name.to_vec();
+    from.extend(2u32.to_le_bytes());
+    from.extend(256u64.to_le_bytes());
+    from.extend(64u64.to_le_bytes());
+    let mut to = from.clone();
+    from.extend(0u32.to_le_bytes());
+    to.extend(16u32.to_le_bytes());
+    let quant = patched(&path, "iq2.gguf", &from, &to);
+    let e = load_error(&quant, &o);
+    assert!(
+        e.contains("blk.0.ffn_down.weight") && e.contains("IQ2_XXS"),
+        "{e}"
+    );
+
+    let mut small = o.clone();
+    small.memory_limit = Some(16 << 20);
+    let e = load_error(&path, &small);
+    assert!(e.contains("needs") && e.contains("GiB"), "{e}");
+
+    let mut e = engine(&path, 256, Forced::default());
+    let greedy = SamplingParams::greedy();
+    let request = |e: &mut Engine, prompt: &[u32], n: usize| match e.generate(
+        prompt,
+        n,
+        &greedy,
+        true,
+        &mut |_| {},
+    ) {
+        Err(RuntimeError::Request(why)) => why,
+        other => panic!("expected a request error, got {other:?}"),
+    };
+    assert!(request(&mut e, &[], 4).contains("empty"));
+    let long = vec![1u32; 250];
+    assert!(request(&mut e, &long, 10).contains("exceeds the context of 256"));
+    assert!(request(&mut e, &[1, 151_936], 1).contains("outside the vocabulary"));
+    // The engine still works after refusing.
+    assert_eq!(
+        e.generate(&[1, 2], 2, &greedy, true, &mut |_| {})
+            .unwrap()
+            .tokens
+            .len(),
+        2
+    );
+}
