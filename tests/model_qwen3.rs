@@ -505,3 +505,51 @@ fn bad_models_and_requests_get_clear_errors() {
         2
     );
 }
+
+/// Generation stops on an end-of-generation token unless told to ignore it: the file's
+/// `tokenizer.ggml.eos_token_id` is rewritten to the token greedy decoding produces fourth, so
+/// the run must stop right after emitting it (with later steps already in flight on the GPU).
+#[test]
+fn generation_stops_at_end_of_generation_unless_ignored() {
+    let path = tiny("q8_0", 41);
+    let prompt = random_ids(42, 8, 151_936);
+    let greedy = SamplingParams::greedy();
+    let free = engine(&path, 256, Forced::default())
+        .generate(&prompt, 12, &greedy, true, &mut |_| {})
+        .unwrap()
+        .tokens;
+    let stop_at = (1..free.len())
+        .find(|&i| !free[..i].contains(&free[i]))
+        .expect("a token not seen before");
+    let key = b"tokenizer.ggml.eos_token_id";
+    let gguf = Gguf::open(&path).unwrap();
+    let old = gguf.metadata().u32("tokenizer.ggml.eos_token_id").unwrap();
+    let encode = |id: u32| -> Vec<u8> {
+        let mut v = key.to_vec();
+        v.extend(4u32.to_le_bytes()); // GGUF value type u32
+        v.extend(id.to_le_bytes());
+        v
+    };
+    let eos = patched(
+        &path,
+        "eos-patched.gguf",
+        &encode(old),
+        &encode(free[stop_at]),
+    );
+    let mut e = engine(&eos, 256, Forced::default());
+    let stats = e
+        .generate(&prompt, 12, &greedy, false, &mut |_| {})
+        .unwrap();
+    assert_eq!(
+        stats.tokens,
+        free[..=stop_at],
+        "stops after the end-of-generation token"
+    );
+    assert_eq!(stats.stop, fak::runtime::StopReason::EndOfGeneration);
+    let ignored = e.generate(&prompt, 12, &greedy, true, &mut |_| {}).unwrap();
+    assert_eq!(
+        ignored.tokens, free,
+        "--ignore-eos runs on, from a clean sequence"
+    );
+    assert_eq!(ignored.stop, fak::runtime::StopReason::Length);
+}
