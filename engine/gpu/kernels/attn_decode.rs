@@ -287,10 +287,13 @@ impl AttnDecode {
             * 4
     }
 
-    /// A split count for sequences of up to `max_positions` tokens: about one split per 512
-    /// keys, at most 32, so a long context spreads over the GPU and a short one stays one pass.
+    /// A split count for sequences of up to `max_positions` tokens: one split per 128 keys (four
+    /// key tiles), at most 64. A workgroup owns one (kv head, split), so with 8 kv heads, 512
+    /// keys per split gave an H200 (132 SMs) only 64 workgroups per layer at depth 2048 and
+    /// decode ran at half the speed it had at depth 128 (experiments/NOTES.md, "H200 runs");
+    /// splits past the current length hold no tiles and cost only their share of the combine.
     pub fn default_splits(max_positions: u32) -> u32 {
-        max_positions.div_ceil(512).clamp(1, 32)
+        max_positions.div_ceil(128).clamp(1, 64)
     }
 
     /// Binds one layer's decode attention (see [`DecodeIo`]).
