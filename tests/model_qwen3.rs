@@ -9,8 +9,8 @@ use fak::gpu::Forced;
 use fak::reference::{DenseReference, Reference};
 use fak::runtime::{Engine, EngineOptions, RuntimeError, SamplingParams};
 use fak_tests::harness::{harness, synth_model};
-use fak_tests::{llama_cpp_tool, python, rng};
-use rand::Rng;
+use fak_tests::model::{assert_rows_close, every_path, random_ids, top2_margin};
+use fak_tests::{llama_cpp_tool, python};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -38,58 +38,6 @@ fn options(prefill_chunk: u32, forced: Forced) -> EngineOptions {
 fn engine(path: &Path, prefill_chunk: u32, forced: Forced) -> Engine {
     Engine::load(path, &options(prefill_chunk, forced))
         .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
-}
-
-/// Every combination of fast paths switched off: on an adapter with subgroups and f16 (lavapipe,
-/// NVIDIA, Apple) each kernel's fallback runs too.
-fn every_path() -> Vec<Forced> {
-    let mut out = Vec::new();
-    for no_subgroup in [false, true] {
-        for no_f16 in [false, true] {
-            out.push(Forced {
-                no_subgroup,
-                no_f16,
-                ..Forced::default()
-            });
-        }
-    }
-    out
-}
-
-fn random_ids(seed: u64, n: usize, n_vocab: usize) -> Vec<u32> {
-    let mut r = rng(seed);
-    (0..n).map(|_| r.random_range(0..n_vocab as u32)).collect()
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len(), "logit rows of different lengths");
-    let (mut ab, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
-    for (&x, &y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(x), f64::from(y));
-        ab += x * y;
-        aa += x * x;
-        bb += y * y;
-    }
-    // NaN anywhere makes the cosine NaN, which fails every `>=` below.
-    ab / (aa.sqrt() * bb.sqrt())
-}
-
-/// The gap between the largest and second-largest logit.
-fn top2_margin(logits: &[f32]) -> f32 {
-    let mut sorted = logits.to_vec();
-    sorted.sort_by(|a, b| b.total_cmp(a));
-    sorted[0] - sorted[1]
-}
-
-fn assert_rows_close(what: &str, got: &[Vec<f32>], want: &[Vec<f32>], min_cosine: f64) {
-    assert_eq!(got.len(), want.len(), "{what}: rows");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let c = cosine(g, w);
-        assert!(
-            c >= min_cosine,
-            "{what}: position {i}: cosine {c} < {min_cosine}"
-        );
-    }
 }
 
 fn reference_logits(path: &Path, ids: &[u32]) -> Vec<Vec<f32>> {

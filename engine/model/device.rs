@@ -290,6 +290,146 @@ impl Pointwise {
     }
 }
 
+/// What binding a layer's pieces needs, gathered so each binding reads as one line: the
+/// kernels, the file the weights come from, the step uniform and the rows (tokens) a step may
+/// bring.
+pub struct Binder<'a> {
+    pub k: &'a Kernels,
+    pub ctx: &'a GpuContext,
+    pub gguf: &'a Gguf,
+    pub step: &'a StepBuffer,
+    pub rows: u32,
+    /// The model's RMSNorm eps.
+    pub eps: f32,
+}
+
+impl Binder<'_> {
+    /// A 1-D tensor uploaded as f32.
+    pub fn vector(&self, t: &TensorInfo) -> Result<wgpu::Buffer, ModelError> {
+        upload_vector(self.ctx, self.gguf, t)
+    }
+
+    /// `y = RMSNorm(x; w)` over rows of `width`.
+    pub fn norm(
+        &self,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        width: usize,
+        w: &TensorInfo,
+    ) -> Result<Norm, ModelError> {
+        let io = NormIo::Out {
+            x: View::rows(x, width as u32),
+            y: View::rows(y, width as u32),
+        };
+        let w = self.vector(w)?;
+        let norm = Norm::bind(
+            self.k, self.ctx, io, width, 1, self.eps, &w, self.step, self.rows,
+        )?;
+        Ok(norm)
+    }
+
+    /// RMSNorm in place over each of `heads` heads of `view` (per-head q/k norm).
+    pub fn head_norm(
+        &self,
+        view: View<'_>,
+        heads: usize,
+        width: usize,
+        w: &TensorInfo,
+    ) -> Result<Norm, ModelError> {
+        let w = self.vector(w)?;
+        let io = NormIo::InPlace(view);
+        let norm = Norm::bind(
+            self.k, self.ctx, io, width, heads, self.eps, &w, self.step, self.rows,
+        )?;
+        Ok(norm)
+    }
+
+    /// `y (+)= W x` for weight tensor `t`, uploaded here.
+    pub fn linear(
+        &self,
+        t: &TensorInfo,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        output: MatmulOutput,
+    ) -> Result<Linear, ModelError> {
+        let w = upload_weight(self.ctx, self.gguf, t)?;
+        let linear = Linear::bind(self.k, self.ctx, t, &w, x, y, self.step, self.rows, output)?;
+        Ok(linear)
+    }
+
+    pub fn pointwise(
+        &self,
+        heads: usize,
+        width: usize,
+        op: ElementwiseOp<'_>,
+    ) -> Result<Pointwise, ModelError> {
+        let op = Pointwise::bind(self.k, self.ctx, heads, width, op, self.step, self.rows)?;
+        Ok(op)
+    }
+}
+
+/// The tensors of a dense SwiGLU MLP with its pre-norm.
+pub struct MlpTensors<'g> {
+    pub norm: &'g TensorInfo,
+    pub gate: &'g TensorInfo,
+    pub up: &'g TensorInfo,
+    pub down: &'g TensorInfo,
+}
+
+/// The activations an MLP reads and writes: the residual stream `x` (`[n, d]`), the normed
+/// input `h`, and `[n, n_ff]` rows for gate, up and their product.
+pub struct MlpBuffers<'a> {
+    pub x: &'a wgpu::Buffer,
+    pub h: &'a wgpu::Buffer,
+    pub gate: &'a wgpu::Buffer,
+    pub up: &'a wgpu::Buffer,
+    pub act: &'a wgpu::Buffer,
+}
+
+/// `x += W_down(silu(W_gate h) ⊙ W_up h)` with `h = RMSNorm(x)`: the MLP half of a decoder
+/// block (model-spec.md §4.g, §5.8).
+pub struct Mlp {
+    norm: Norm,
+    gate: Linear,
+    up: Linear,
+    swiglu: Pointwise,
+    down: Linear,
+}
+
+impl Mlp {
+    pub fn bind(b: &Binder, t: &MlpTensors, s: &MlpBuffers) -> Result<Mlp, ModelError> {
+        let d = t.norm.n_elements() as usize;
+        let n_ff = t.gate.n_rows() as usize;
+        let rows = |buffer| View::rows(buffer, n_ff as u32);
+        let swiglu = ElementwiseOp::SwiGlu {
+            gate: rows(s.gate),
+            up: rows(s.up),
+            out: rows(s.act),
+        };
+        Ok(Mlp {
+            norm: b.norm(s.x, s.h, d, t.norm)?,
+            gate: b.linear(t.gate, s.h, s.gate, MatmulOutput::Store)?,
+            up: b.linear(t.up, s.h, s.up, MatmulOutput::Store)?,
+            swiglu: b.pointwise(1, n_ff, swiglu)?,
+            down: b.linear(t.down, s.act, s.x, MatmulOutput::Accumulate)?,
+        })
+    }
+
+    pub fn encode(
+        &self,
+        k: &Kernels,
+        pass: &mut wgpu::ComputePass,
+        n: u32,
+    ) -> Result<usize, GpuError> {
+        let mut dispatches = self.norm.encode(k, pass, n);
+        dispatches += self.gate.encode(k, pass, n)?;
+        dispatches += self.up.encode(k, pass, n)?;
+        dispatches += self.swiglu.encode(k, pass, n);
+        dispatches += self.down.encode(k, pass, n)?;
+        Ok(dispatches)
+    }
+}
+
 /// Shapes of one causal attention block.
 #[derive(Clone, Copy, Debug)]
 pub struct AttentionDims {

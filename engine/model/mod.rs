@@ -156,47 +156,38 @@ impl DevicePlan {
     ) -> Result<Self, ModelError> {
         let arch = Arch::of(gguf)?;
         check_weight_types(gguf)?;
-        let (n_vocab, n_ctx_train, cache_bytes_per_token, fixed_state, widths) = match arch {
-            Arch::Qwen35 => {
-                let hp = qwen35::Hparams::from_gguf(gguf)?;
-                let attn = hp
-                    .layer_kinds
-                    .iter()
-                    .filter(|k| **k == qwen35::LayerKind::Attention)
-                    .count();
-                let gdn = hp.n_layer - attn;
-                let state =
-                    (hp.ssm_nv * hp.ssm_dk * hp.ssm_dv + (hp.conv_kernel - 1) * hp.conv_dim()) * 4;
-                let widths = 3 * hp.n_embd
-                    + 2 * hp.q_dim()
-                    + 2 * hp.kv_dim()
-                    + 2 * hp.conv_dim()
-                    + 2 * hp.n_ff;
-                (
-                    hp.n_vocab,
-                    hp.n_ctx_train,
-                    attn * 2 * hp.kv_dim() * 4,
-                    gdn * state,
-                    widths,
-                )
-            }
-            _ => {
-                let hp = qwen3::Hparams::from_gguf(gguf)?;
-                let widths = 3 * hp.n_embd + hp.q_dim() + 2 * hp.kv_dim() + 2 * hp.n_ff;
-                (
-                    hp.n_vocab,
-                    hp.n_ctx_train,
-                    hp.n_layer * 2 * hp.kv_dim() * 4,
-                    0,
-                    widths,
-                )
-            }
-        };
-        let max_context = max_context
-            .unwrap_or(n_ctx_train.min(4096))
-            .min(n_ctx_train)
-            .max(1);
-        let max_tokens = prefill_chunk.clamp(1, max_context as u32);
+        let (n_vocab, n_ctx_train, cache_bytes_per_token, fixed_state, widths, fixed_scratch) =
+            match arch {
+                Arch::Qwen35 => {
+                    let hp = qwen35::Hparams::from_gguf(gguf)?;
+                    // Every tensor and the kernels' limits are checked here, before any GPU work.
+                    qwen35::Tensors::bind(gguf, &hp)?;
+                    let (_, max_tokens) =
+                        context_and_tokens(hp.n_ctx_train, max_context, prefill_chunk);
+                    let memory = hp.memory(max_tokens)?;
+                    (
+                        hp.n_vocab,
+                        hp.n_ctx_train,
+                        memory.kv_bytes_per_token,
+                        memory.state_bytes,
+                        hp.activation_width(),
+                        memory.scratch_bytes,
+                    )
+                }
+                _ => {
+                    let hp = qwen3::Hparams::from_gguf(gguf)?;
+                    let widths = 3 * hp.n_embd + hp.q_dim() + 2 * hp.kv_dim() + 2 * hp.n_ff;
+                    (
+                        hp.n_vocab,
+                        hp.n_ctx_train,
+                        hp.n_layer * 2 * hp.kv_dim() * 4,
+                        0,
+                        widths,
+                        0,
+                    )
+                }
+            };
+        let (max_context, max_tokens) = context_and_tokens(n_ctx_train, max_context, prefill_chunk);
         // Keep the logits of a step inside one 128 MiB binding (lavapipe's limit, the smallest).
         let logit_rows =
             ((128u64 << 20) / (n_vocab as u64 * 4)).clamp(1, u64::from(max_tokens)) as u32;
@@ -210,7 +201,8 @@ impl DevicePlan {
             cache_bytes: (max_context * cache_bytes_per_token + fixed_state) as u64,
             scratch_bytes: (u64::from(max_tokens) * widths as u64
                 + u64::from(logit_rows) * n_vocab as u64)
-                * 4,
+                * 4
+                + fixed_scratch,
             poison: false,
         })
     }
@@ -231,6 +223,20 @@ impl DevicePlan {
     }
 }
 
+/// The KV-cache length (default min(training context, 4096)) and the most tokens one step
+/// processes (the prefill chunk, within the context).
+fn context_and_tokens(
+    n_ctx_train: usize,
+    max_context: Option<usize>,
+    prefill_chunk: u32,
+) -> (usize, u32) {
+    let max_context = max_context
+        .unwrap_or(n_ctx_train.min(4096))
+        .min(n_ctx_train)
+        .max(1);
+    (max_context, prefill_chunk.clamp(1, max_context as u32))
+}
+
 /// Loads the model of `gguf` onto the GPU, per its architecture.
 pub fn load_device_model(
     ctx: &GpuContext,
@@ -242,10 +248,7 @@ pub fn load_device_model(
         Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
             Ok(Box::new(qwen3::DenseModel::load(ctx, gguf, io, plan)?))
         }
-        Arch::Qwen35 => Err(ModelError::Hparams {
-            path: gguf.path().to_owned(),
-            why: "the qwen35 GPU model is not built yet (the CPU reference runs it)".into(),
-        }),
+        Arch::Qwen35 => Ok(Box::new(qwen35::HybridModel::load(ctx, gguf, io, plan)?)),
     }
 }
 

@@ -6,17 +6,17 @@
 //! file has no `output.weight`.
 
 use super::device::{
-    Attention, AttentionDims, AttentionIo, AttentionKernels, Embedding, Kernels, Linear, Norm,
-    OutputHead, Pointwise, activation, upload_vector, upload_weight,
+    Attention, AttentionDims, AttentionIo, AttentionKernels, Binder, Embedding, Kernels, Linear,
+    Mlp, MlpBuffers, MlpTensors, Norm, OutputHead, Pointwise, activation, upload_vector,
+    upload_weight,
 };
 use super::{Arch, DevicePlan, ModelError, RopePairing, expect_tensor, optional_tensor};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::gpu::kernels::elementwise::ElementwiseOp;
 use crate::gpu::kernels::matmul::MatmulOutput;
-use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::rope::RopeTable;
 use crate::gpu::kernels::support::View;
-use crate::gpu::{GpuContext, GpuError, StepBuffer};
+use crate::gpu::{GpuContext, GpuError};
 use crate::reference::ops::vector;
 use crate::runtime::{DeviceModel, StepIo};
 
@@ -290,11 +290,7 @@ struct DeviceLayer {
     qk_norm: Vec<Norm>,
     attention: Attention,
     wo: Linear,
-    ffn_norm: Norm,
-    gate: Linear,
-    up: Linear,
-    swiglu: Pointwise,
-    down: Linear,
+    mlp: Mlp,
 }
 
 /// The activations every layer reads and writes.
@@ -325,6 +321,16 @@ impl Scratch {
             up: a("ffn up", hp.n_ff)?,
             act: a("ffn act", hp.n_ff)?,
         })
+    }
+
+    fn mlp(&self) -> MlpBuffers<'_> {
+        MlpBuffers {
+            x: &self.x,
+            h: &self.h,
+            gate: &self.gate,
+            up: &self.up,
+            act: &self.act,
+        }
     }
 }
 
@@ -359,13 +365,16 @@ impl DenseModel {
             .iter()
             .map(|l| {
                 let bound = LayerLoader {
-                    k: &kernels,
-                    ctx,
-                    gguf,
+                    b: Binder {
+                        k: &kernels,
+                        ctx,
+                        gguf,
+                        step: &io.step,
+                        rows: plan.max_tokens,
+                        eps: hp.rms_eps,
+                    },
                     hp: &hp,
                     s: &s,
-                    step: &io.step,
-                    rows: plan.max_tokens,
                 };
                 bound.layer(l, &attention, &dims, &rope)
             })
@@ -412,25 +421,17 @@ impl DenseModel {
             }
             dispatches += l.attention.encode(k, &self.attention, pass, n);
             dispatches += l.wo.encode(k, pass, n)?;
-            dispatches += l.ffn_norm.encode(k, pass, n);
-            dispatches += l.gate.encode(k, pass, n)?;
-            dispatches += l.up.encode(k, pass, n)?;
-            dispatches += l.swiglu.encode(k, pass, n);
-            dispatches += l.down.encode(k, pass, n)?;
+            dispatches += l.mlp.encode(k, pass, n)?;
         }
         Ok(dispatches)
     }
 }
 
-/// What binding a layer needs, gathered so each binding reads as one line.
+/// Binds one layer over the shared activations.
 struct LayerLoader<'a> {
-    k: &'a Kernels,
-    ctx: &'a GpuContext,
-    gguf: &'a Gguf,
+    b: Binder<'a>,
     hp: &'a Hparams,
     s: &'a Scratch,
-    step: &'a StepBuffer,
-    rows: u32,
 }
 
 impl LayerLoader<'_> {
@@ -441,42 +442,34 @@ impl LayerLoader<'_> {
         dims: &AttentionDims,
         rope: &RopeTable,
     ) -> Result<DeviceLayer, ModelError> {
-        let (hp, s) = (self.hp, self.s);
-        let (d, hd) = (hp.n_embd, hp.head_dim);
-        let vector = |t: &TensorInfo| upload_vector(self.ctx, self.gguf, t);
-        let attn_norm = self.norm(&s.x, &s.h, d, &vector(l.attn_norm)?)?;
-        let ffn_norm = self.norm(&s.x, &s.h, d, &vector(l.ffn_norm)?)?;
+        let (b, hp, s) = (&self.b, self.hp, self.s);
+        let hd = hp.head_dim;
         let mut bias = Vec::new();
-        for (b, out, width) in [
+        for (t, out, width) in [
             (l.bq, &s.q, hp.q_dim()),
             (l.bk, &s.k, hp.kv_dim()),
             (l.bv, &s.v, hp.kv_dim()),
         ] {
-            if let Some(b) = b {
-                let b = vector(b)?;
+            if let Some(t) = t {
+                let y = b.vector(t)?;
                 let op = ElementwiseOp::Add {
                     x: View::rows(out, width as u32),
-                    y: View::rows(&b, width as u32).strided(0, 0),
+                    y: View::rows(&y, width as u32).strided(0, 0),
                 };
-                bias.push(Pointwise::bind(
-                    self.k, self.ctx, 1, width, op, self.step, self.rows,
-                )?);
+                bias.push(b.pointwise(1, width, op)?);
             }
         }
         let mut qk_norm = Vec::new();
         for (w, out, heads) in [(l.q_norm, &s.q, hp.n_head), (l.k_norm, &s.k, hp.n_head_kv)] {
             if let Some(w) = w {
-                let w = vector(w)?;
-                let io = NormIo::InPlace(View::heads(out, heads as u32, hd as u32));
-                qk_norm.push(Norm::bind(
-                    self.k, self.ctx, io, hd, heads, hp.rms_eps, &w, self.step, self.rows,
-                )?);
+                let view = View::heads(out, heads as u32, hd as u32);
+                qk_norm.push(b.head_norm(view, heads, hd, w)?);
             }
         }
         let attention = Attention::bind(
-            self.k,
+            b.k,
             attention,
-            self.ctx,
+            b.ctx,
             dims,
             rope,
             AttentionIo {
@@ -485,73 +478,25 @@ impl LayerLoader<'_> {
                 v: View::heads(&s.v, hp.n_head_kv as u32, hd as u32),
                 o: View::heads(&s.o, hp.n_head as u32, hd as u32),
             },
-            self.step,
+            b.step,
         )?;
-        let swiglu = Pointwise::bind(
-            self.k,
-            self.ctx,
-            1,
-            hp.n_ff,
-            ElementwiseOp::SwiGlu {
-                gate: View::rows(&s.gate, hp.n_ff as u32),
-                up: View::rows(&s.up, hp.n_ff as u32),
-                out: View::rows(&s.act, hp.n_ff as u32),
-            },
-            self.step,
-            self.rows,
-        )?;
+        let mlp = MlpTensors {
+            norm: l.ffn_norm,
+            gate: l.gate,
+            up: l.up,
+            down: l.down,
+        };
         Ok(DeviceLayer {
-            attn_norm,
-            q: self.linear(l.wq, &s.h, &s.q, MatmulOutput::Store)?,
-            k: self.linear(l.wk, &s.h, &s.k, MatmulOutput::Store)?,
-            v: self.linear(l.wv, &s.h, &s.v, MatmulOutput::Store)?,
+            attn_norm: b.norm(&s.x, &s.h, hp.n_embd, l.attn_norm)?,
+            q: b.linear(l.wq, &s.h, &s.q, MatmulOutput::Store)?,
+            k: b.linear(l.wk, &s.h, &s.k, MatmulOutput::Store)?,
+            v: b.linear(l.wv, &s.h, &s.v, MatmulOutput::Store)?,
             bias,
             qk_norm,
             attention,
-            wo: self.linear(l.wo, &s.o, &s.x, MatmulOutput::Accumulate)?,
-            ffn_norm,
-            gate: self.linear(l.gate, &s.h, &s.gate, MatmulOutput::Store)?,
-            up: self.linear(l.up, &s.h, &s.up, MatmulOutput::Store)?,
-            swiglu,
-            down: self.linear(l.down, &s.act, &s.x, MatmulOutput::Accumulate)?,
+            wo: b.linear(l.wo, &s.o, &s.x, MatmulOutput::Accumulate)?,
+            mlp: Mlp::bind(b, &mlp, &s.mlp())?,
         })
-    }
-
-    fn norm(
-        &self,
-        x: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        width: usize,
-        w: &wgpu::Buffer,
-    ) -> Result<Norm, ModelError> {
-        let io = NormIo::Out {
-            x: View::rows(x, width as u32),
-            y: View::rows(y, width as u32),
-        };
-        Ok(Norm::bind(
-            self.k,
-            self.ctx,
-            io,
-            width,
-            1,
-            self.hp.rms_eps,
-            w,
-            self.step,
-            self.rows,
-        )?)
-    }
-
-    fn linear(
-        &self,
-        t: &TensorInfo,
-        x: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        output: MatmulOutput,
-    ) -> Result<Linear, ModelError> {
-        let w = upload_weight(self.ctx, self.gguf, t)?;
-        Ok(Linear::bind(
-            self.k, self.ctx, t, &w, x, y, self.step, self.rows, output,
-        )?)
     }
 }
 

@@ -9,13 +9,39 @@
 //! - Gated attention: `W_q h` holds per head [q | gate] (hd each); q/k per-head RMSNorm; NeoX RoPE
 //!   on the first n_rot dims; causal GQA; `o ⊙ σ(gate)`; `W_o`.
 //!
+//! On the GPU ([`HybridModel`]) each layer is a short list of kernel calls over activations
+//! shared by all layers; the GDN layers keep their conv and recurrent state (one sequence)
+//! beside the attention layers' KV caches. A step of one token runs the recurrent delta rule, a
+//! prefill step the chunked form (two dispatches whatever its length); both continue the same
+//! state, so a prefill may be split over steps and decode picks up where it ended.
+//!
 //! Traps this file handles: GGUF norm weights already include the +1 (`ssm_norm` never had
 //! one); `ssm_a` is already −exp(A_log); V heads are stored tiled (v-head p reads k-head
 //! p mod nk) unless the file says `ssm.v_head_reordered = false`; MTP/NextN blocks after the trunk
 //! are skipped.
 
-use super::{Arch, ModelError, expect_tensor};
+use super::device::{
+    Attention, AttentionDims, AttentionIo, AttentionKernels, Binder, Embedding, Kernels, Linear,
+    Mlp, MlpBuffers, MlpTensors, Norm, OutputHead, Pointwise, activation, upload_vector,
+    upload_weight,
+};
+use super::{Arch, DevicePlan, ModelError, RopePairing, expect_tensor};
 use crate::gguf::{Gguf, TensorInfo};
+use crate::gpu::kernels::delta_prep::{DeltaPrep, PrepBinding, PrepIo};
+use crate::gpu::kernels::delta_state::{DeltaDims, DeltaState, OneSequence, SeqBatch, TensorRef};
+use crate::gpu::kernels::elementwise::ElementwiseOp;
+use crate::gpu::kernels::gated_delta::{DecodeBinding, DecodeIo as RecurrentIo, GatedDeltaDecode};
+use crate::gpu::kernels::gated_delta_chunk::{
+    ChunkBinding, ChunkIo, ChunkScratch, GatedDeltaChunked,
+};
+use crate::gpu::kernels::gated_norm::{GatedNorm, NormBinding, NormIo as GatedNormIo};
+use crate::gpu::kernels::matmul::MatmulOutput;
+use crate::gpu::kernels::rope::RopeTable;
+use crate::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
+use crate::gpu::kernels::support::View;
+use crate::gpu::{GpuContext, GpuError, fill_f32};
+use crate::quant::GgmlType;
+use crate::runtime::{DeviceModel, StepIo};
 
 /// Conv kernel sizes the kernels support (the family uses 4).
 pub const SUPPORTED_CONV_KERNELS: [usize; 3] = [2, 3, 4];
@@ -391,5 +417,555 @@ impl<'g> Tensors<'g> {
             tied: output.is_none(),
             layers,
         })
+    }
+}
+
+/// What the model keeps on the device besides weights and the per-token activations.
+pub struct Memory {
+    /// KV cache of the attention layers, per token of context (f32, the larger cache type).
+    pub kv_bytes_per_token: usize,
+    /// Conv and recurrent state of the GDN layers (one sequence), whatever the context.
+    pub state_bytes: usize,
+    /// The chunked prefill's per-chunk intermediates, shared by every layer.
+    pub scratch_bytes: u64,
+}
+
+impl Hparams {
+    fn count(&self, kind: LayerKind) -> usize {
+        self.layer_kinds.iter().filter(|&&k| k == kind).count()
+    }
+
+    /// The model's fixed and per-token device memory for steps of up to `max_tokens` tokens;
+    /// fails, naming the key, on shapes the GDN kernels do not support.
+    pub fn memory(&self, max_tokens: u32) -> Result<Memory, ModelError> {
+        let dims = DeltaDims::of(self)?;
+        let per_slot = dims.conv_state_floats() + dims.recurrent_state_floats();
+        Ok(Memory {
+            kv_bytes_per_token: self.count(LayerKind::Attention) * 2 * self.kv_dim() * 4,
+            state_bytes: self.count(LayerKind::DeltaNet) * per_slot as usize * 4,
+            scratch_bytes: match max_tokens > 1 {
+                true => ChunkScratch::bytes(&dims, max_tokens, 1)?,
+                false => 0,
+            },
+        })
+    }
+
+    /// f32 values per token of the activations [`Scratch`] allocates (same order).
+    pub fn activation_width(&self) -> usize {
+        2 * self.n_embd
+            + 2 * self.q_dim()
+            + 2 * self.kv_dim()
+            + self.q_dim()
+            + 2 * self.conv_dim()
+            + self.value_dim()
+            + 4 * self.ssm_nv
+            + 2 * self.value_dim()
+            + 3 * self.n_ff
+    }
+}
+
+/// The hybrid model on the GPU: the weights, one bound layer per trunk block, the GDN state of
+/// one sequence beside the attention layers' KV caches, and the activations every layer shares
+/// (a step of `n` tokens uses their first `n` rows).
+pub struct HybridModel {
+    n_vocab: usize,
+    max_context: usize,
+    kernels: Kernels,
+    attention: AttentionKernels,
+    delta: DeltaNetKernels,
+    embedding: Embedding,
+    layers: Vec<DeviceLayer>,
+    head: OutputHead,
+    /// The residual stream `[max_tokens, n_embd]`.
+    x: wgpu::Buffer,
+}
+
+struct DeviceLayer {
+    attn_norm: Norm,
+    mixer: DeviceMixer,
+    mlp: Mlp,
+}
+
+enum DeviceMixer {
+    DeltaNet(Box<DeltaNetLayer>),
+    Attention(Box<GatedAttention>),
+}
+
+/// The activations every layer reads and writes.
+struct Scratch {
+    x: wgpu::Buffer,
+    h: wgpu::Buffer,
+    /// Gated attention: `W_q h`, per head [q | gate].
+    qg: wgpu::Buffer,
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+    o: wgpu::Buffer,
+    /// GDN: the raw qkv projection and the conv output (q̂, k̂ normalised in place).
+    m: wgpu::Buffer,
+    mixed: wgpu::Buffer,
+    z: wgpu::Buffer,
+    b: wgpu::Buffer,
+    a: wgpu::Buffer,
+    gates: wgpu::Buffer,
+    delta_o: wgpu::Buffer,
+    y: wgpu::Buffer,
+    gate: wgpu::Buffer,
+    up: wgpu::Buffer,
+    act: wgpu::Buffer,
+}
+
+impl Scratch {
+    fn new(ctx: &GpuContext, hp: &Hparams, plan: &DevicePlan) -> Result<Scratch, GpuError> {
+        let a =
+            |label: &str, width: usize| activation(ctx, plan.poison, label, plan.max_tokens, width);
+        Ok(Scratch {
+            x: a("x", hp.n_embd)?,
+            h: a("h", hp.n_embd)?,
+            qg: a("q and gate", 2 * hp.q_dim())?,
+            k: a("k", hp.kv_dim())?,
+            v: a("v", hp.kv_dim())?,
+            o: a("attention out", hp.q_dim())?,
+            m: a("qkv projection", hp.conv_dim())?,
+            mixed: a("conv out", hp.conv_dim())?,
+            z: a("z", hp.value_dim())?,
+            b: a("beta logits", hp.ssm_nv)?,
+            a: a("alpha", hp.ssm_nv)?,
+            gates: a("gates", 2 * hp.ssm_nv)?,
+            delta_o: a("delta rule out", hp.value_dim())?,
+            y: a("gated norm out", hp.value_dim())?,
+            gate: a("ffn gate", hp.n_ff)?,
+            up: a("ffn up", hp.n_ff)?,
+            act: a("ffn act", hp.n_ff)?,
+        })
+    }
+
+    fn mlp(&self) -> MlpBuffers<'_> {
+        MlpBuffers {
+            x: &self.x,
+            h: &self.h,
+            gate: &self.gate,
+            up: &self.up,
+            act: &self.act,
+        }
+    }
+}
+
+impl HybridModel {
+    pub fn load(
+        ctx: &GpuContext,
+        gguf: &Gguf,
+        io: &StepIo,
+        plan: &DevicePlan,
+    ) -> Result<HybridModel, ModelError> {
+        let hp = Hparams::from_gguf(gguf)?;
+        let t = Tensors::bind(gguf, &hp)?;
+        let kernels = Kernels::new(ctx)?;
+        let dims = AttentionDims {
+            n_head: hp.n_head,
+            n_kv: hp.n_head_kv,
+            head_dim: hp.head_dim,
+            n_rot: hp.n_rot,
+            pairing: RopePairing::Neox,
+            max_context: plan.max_context,
+            max_tokens: plan.max_tokens,
+            poison: plan.poison,
+        };
+        let attention = AttentionKernels::new(ctx, &dims)?;
+        // Text positions make IMROPE's three streams equal: plain NeoX on the first n_rot dims.
+        let rope = RopeTable::new(ctx, hp.n_rot as u32, hp.rope_base, None)?;
+        let delta = DeltaNetKernels::new(ctx, DeltaDims::of(&hp)?, plan.max_tokens)?;
+        let s = Scratch::new(ctx, &hp, plan)?;
+        let embd = upload_weight(ctx, gguf, t.embd)?;
+        let embedding = Embedding::bind(&kernels, ctx, t.embd, &embd, io, &s.x)?;
+        let b = Binder {
+            k: &kernels,
+            ctx,
+            gguf,
+            step: &io.step,
+            rows: plan.max_tokens,
+            eps: hp.rms_eps,
+        };
+        let layers =
+            t.layers
+                .iter()
+                .map(|l| {
+                    let mixer =
+                        match &l.mixer {
+                            Mixer::DeltaNet(m) => DeviceMixer::DeltaNet(Box::new(
+                                DeltaNetLayer::bind(&b, &delta, m, &s, plan.poison)?,
+                            )),
+                            Mixer::Attention(m) => DeviceMixer::Attention(Box::new(
+                                GatedAttention::bind(&b, &hp, m, &s, &attention, &dims, &rope)?,
+                            )),
+                        };
+                    let mlp = MlpTensors {
+                        norm: l.post_norm,
+                        gate: l.gate,
+                        up: l.up,
+                        down: l.down,
+                    };
+                    Ok(DeviceLayer {
+                        attn_norm: b.norm(&s.x, &s.h, hp.n_embd, l.attn_norm)?,
+                        mixer,
+                        mlp: Mlp::bind(&b, &mlp, &s.mlp())?,
+                    })
+                })
+                .collect::<Result<Vec<_>, ModelError>>()?;
+        let output = if t.tied {
+            embd
+        } else {
+            upload_weight(ctx, gguf, t.output)?
+        };
+        let output_norm = upload_vector(ctx, gguf, t.output_norm)?;
+        let head = OutputHead::bind(
+            &kernels,
+            ctx,
+            io,
+            (&output_norm, hp.rms_eps),
+            (t.output, &output),
+            plan.poison,
+        )?;
+        Ok(HybridModel {
+            n_vocab: hp.n_vocab,
+            max_context: plan.max_context,
+            kernels,
+            attention,
+            delta,
+            embedding,
+            layers,
+            head,
+            x: s.x.clone(),
+        })
+    }
+
+    fn encode_layers(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        batch: SeqBatch,
+    ) -> Result<usize, GpuError> {
+        let (k, n) = (&self.kernels, batch.len);
+        let mut dispatches = self.embedding.encode(k, pass, n)?;
+        for l in &self.layers {
+            dispatches += l.attn_norm.encode(k, pass, n);
+            dispatches += match &l.mixer {
+                DeviceMixer::DeltaNet(m) => m.encode(k, &self.delta, pass, batch)?,
+                DeviceMixer::Attention(m) => m.encode(k, &self.attention, pass, n)?,
+            };
+            dispatches += l.mlp.encode(k, pass, n)?;
+        }
+        Ok(dispatches)
+    }
+}
+
+/// Gated full attention (model-spec.md §5.3): `W_q h` holds per head [q | gate]; q and k are
+/// RMS-normed per head and rotated (NeoX, first n_rot dims) where they sit; causal GQA over the
+/// layer's KV cache; `o ⊙= σ(gate)`; `x += W_o o`.
+struct GatedAttention {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    q_norm: Norm,
+    k_norm: Norm,
+    attention: Attention,
+    gate: Pointwise,
+    wo: Linear,
+}
+
+impl GatedAttention {
+    fn bind(
+        b: &Binder,
+        hp: &Hparams,
+        t: &AttentionTensors,
+        s: &Scratch,
+        kernels: &AttentionKernels,
+        dims: &AttentionDims,
+        rope: &RopeTable,
+    ) -> Result<GatedAttention, ModelError> {
+        let (n_head, n_kv, hd) = (hp.n_head as u32, hp.n_head_kv as u32, hp.head_dim as u32);
+        // Head h's q is values [2h·hd, (2h+1)·hd) of the row, its gate the next hd.
+        let q = View::heads(&s.qg, n_head, hd).strided(2 * n_head * hd, 2 * hd);
+        let gate = q.at(hd);
+        let k = View::heads(&s.k, n_kv, hd);
+        let o = View::heads(&s.o, n_head, hd);
+        let attention = Attention::bind(
+            b.k,
+            kernels,
+            b.ctx,
+            dims,
+            rope,
+            AttentionIo {
+                q,
+                k,
+                v: View::heads(&s.v, n_kv, hd),
+                o,
+            },
+            b.step,
+        )?;
+        let (n_head, n_kv, hd) = (hp.n_head, hp.n_head_kv, hp.head_dim);
+        Ok(GatedAttention {
+            q: b.linear(t.wq, &s.h, &s.qg, MatmulOutput::Store)?,
+            k: b.linear(t.wk, &s.h, &s.k, MatmulOutput::Store)?,
+            v: b.linear(t.wv, &s.h, &s.v, MatmulOutput::Store)?,
+            q_norm: b.head_norm(q, n_head, hd, t.q_norm)?,
+            k_norm: b.head_norm(k, n_kv, hd, t.k_norm)?,
+            attention,
+            gate: b.pointwise(n_head, hd, ElementwiseOp::SigmoidGate { o, gate })?,
+            wo: b.linear(t.wo, &s.o, &s.x, MatmulOutput::Accumulate)?,
+        })
+    }
+
+    fn encode(
+        &self,
+        k: &Kernels,
+        attn: &AttentionKernels,
+        pass: &mut wgpu::ComputePass,
+        n: u32,
+    ) -> Result<usize, GpuError> {
+        let mut dispatches = 0;
+        for proj in [&self.q, &self.k, &self.v] {
+            dispatches += proj.encode(k, pass, n)?;
+        }
+        dispatches += self.q_norm.encode(k, pass, n);
+        dispatches += self.k_norm.encode(k, pass, n);
+        dispatches += self.attention.encode(k, attn, pass, n);
+        dispatches += self.gate.encode(k, pass, n);
+        dispatches += self.wo.encode(k, pass, n)?;
+        Ok(dispatches)
+    }
+}
+
+/// The Gated DeltaNet kernels of the model's one layer shape, the batch table their steps read
+/// (one sequence, slot 0) and the chunked prefill's scratch every layer shares.
+struct DeltaNetKernels {
+    dims: DeltaDims,
+    conv: SsmConv,
+    prep: DeltaPrep,
+    recurrent: GatedDeltaDecode,
+    chunked: GatedDeltaChunked,
+    norm: GatedNorm,
+    sequence: OneSequence,
+    /// None when every step is one token (the recurrent kernel serves them all).
+    scratch: Option<ChunkScratch>,
+}
+
+impl DeltaNetKernels {
+    fn new(ctx: &GpuContext, dims: DeltaDims, max_tokens: u32) -> Result<Self, GpuError> {
+        let paths = ctx.paths();
+        Ok(DeltaNetKernels {
+            dims,
+            conv: SsmConv::new(ctx, paths, dims)?,
+            prep: DeltaPrep::new(ctx, paths, dims)?,
+            recurrent: GatedDeltaDecode::new(ctx, paths, dims)?,
+            chunked: GatedDeltaChunked::new(ctx, paths, dims)?,
+            norm: GatedNorm::new(ctx, paths, dims)?,
+            sequence: OneSequence::new(ctx, max_tokens)?,
+            scratch: (max_tokens > 1)
+                .then(|| ChunkScratch::new(ctx, dims, max_tokens, 1))
+                .transpose()?,
+        })
+    }
+}
+
+/// One Gated DeltaNet layer (model-spec.md §5.4–5.5): the four projections of `h`, causal conv
+/// + SiLU rolling the conv state, q/k L2 norms and gates, the delta rule (recurrent for one
+/// token, chunked for a prefill), the gated RMSNorm, and `x += W_out y`; with its state.
+struct DeltaNetLayer {
+    qkv: Linear,
+    z: Linear,
+    beta: Linear,
+    alpha: Linear,
+    conv: ConvBinding,
+    prep: PrepBinding,
+    recurrent: DecodeBinding,
+    chunked: Option<ChunkBinding>,
+    norm: NormBinding,
+    out: Linear,
+    state: DeltaState,
+}
+
+impl DeltaNetLayer {
+    fn bind(
+        b: &Binder,
+        d: &DeltaNetKernels,
+        t: &DeltaNetTensors,
+        s: &Scratch,
+        poison: bool,
+    ) -> Result<DeltaNetLayer, ModelError> {
+        let (ctx, rows) = (b.ctx, b.rows);
+        let state = DeltaState::new(ctx, d.dims, 1)?;
+        if poison {
+            // Only a reset makes the state usable: a missed one shows as NaN.
+            fill_f32(ctx, &state.conv, f32::NAN)?;
+            fill_f32(ctx, &state.recurrent, f32::NAN)?;
+        }
+        // The small tensors go up as f32 whatever the file stores (the converter keeps them F32).
+        let (conv_w, ssm_a, dt_bias, norm_w) = (
+            b.vector(t.conv)?,
+            b.vector(t.a)?,
+            b.vector(t.dt_bias)?,
+            b.vector(t.norm)?,
+        );
+        let table = &d.sequence.table;
+        let conv = d.conv.bind(
+            ctx,
+            ConvIo {
+                m: &s.m,
+                weight: f32_tensor(t.conv, &conv_w),
+                table,
+                state: &state,
+                y: &s.mixed,
+                max_tokens: rows,
+            },
+        )?;
+        let prep = d.prep.bind(
+            ctx,
+            PrepIo {
+                mixed: &s.mixed,
+                b: &s.b,
+                a: &s.a,
+                ssm_a: f32_tensor(t.a, &ssm_a),
+                dt_bias: f32_tensor(t.dt_bias, &dt_bias),
+                gates: &s.gates,
+                max_tokens: rows,
+            },
+        )?;
+        let recurrent = d.recurrent.bind(
+            ctx,
+            RecurrentIo {
+                mixed: &s.mixed,
+                gates: &s.gates,
+                table,
+                state: &state,
+                o: &s.delta_o,
+                max_tokens: rows,
+            },
+        )?;
+        let chunked = d
+            .scratch
+            .as_ref()
+            .map(|scratch| {
+                d.chunked.bind(
+                    ctx,
+                    ChunkIo {
+                        mixed: &s.mixed,
+                        gates: &s.gates,
+                        table,
+                        state: &state,
+                        scratch,
+                        o: &s.delta_o,
+                        max_tokens: rows,
+                    },
+                )
+            })
+            .transpose()?;
+        let norm = d.norm.bind(
+            ctx,
+            GatedNormIo {
+                o: &s.delta_o,
+                z: &s.z,
+                weight: f32_tensor(t.norm, &norm_w),
+                y: &s.y,
+                max_tokens: rows,
+            },
+        )?;
+        Ok(DeltaNetLayer {
+            qkv: b.linear(t.qkv, &s.h, &s.m, MatmulOutput::Store)?,
+            z: b.linear(t.gate, &s.h, &s.z, MatmulOutput::Store)?,
+            beta: b.linear(t.beta, &s.h, &s.b, MatmulOutput::Store)?,
+            alpha: b.linear(t.alpha, &s.h, &s.a, MatmulOutput::Store)?,
+            conv,
+            prep,
+            recurrent,
+            chunked,
+            norm,
+            out: b.linear(t.out, &s.y, &s.x, MatmulOutput::Accumulate)?,
+            state,
+        })
+    }
+
+    /// Records the layer for `batch` (one sequence of `batch.len` tokens).
+    fn encode(
+        &self,
+        k: &Kernels,
+        d: &DeltaNetKernels,
+        pass: &mut wgpu::ComputePass,
+        batch: SeqBatch,
+    ) -> Result<usize, GpuError> {
+        let n = batch.len;
+        let mut dispatches = 0;
+        for proj in [&self.qkv, &self.z, &self.beta, &self.alpha] {
+            dispatches += proj.encode(k, pass, n)?;
+        }
+        d.conv.encode(pass, &self.conv, batch)?;
+        d.prep.encode(pass, &self.prep, n)?;
+        dispatches += d.conv.plan(&self.conv, batch)?.len() + d.prep.plan(&self.prep, n)?.len();
+        match &self.chunked {
+            Some(chunked) if n > 1 => {
+                d.chunked.encode(pass, chunked, batch)?;
+                dispatches += d.chunked.plan(chunked, batch)?.len();
+            }
+            _ => {
+                d.recurrent.encode(pass, &self.recurrent, batch)?;
+                dispatches += d.recurrent.plan(&self.recurrent, batch)?.len();
+            }
+        }
+        d.norm.encode(pass, &self.norm, n)?;
+        dispatches += d.norm.plan(&self.norm, n)?.len();
+        dispatches += self.out.encode(k, pass, n)?;
+        Ok(dispatches)
+    }
+
+    /// Records zeroing the layer's state (the model's one sequence slot: the whole buffers).
+    fn encode_reset(&self, encoder: &mut wgpu::CommandEncoder) {
+        encoder.clear_buffer(&self.state.conv, 0, None);
+        encoder.clear_buffer(&self.state.recurrent, 0, None);
+    }
+}
+
+/// A tensor uploaded as f32 (by [`Binder::vector`]), named for the kernels' errors.
+fn f32_tensor<'a>(t: &'a TensorInfo, buffer: &'a wgpu::Buffer) -> TensorRef<'a> {
+    TensorRef {
+        name: &t.name,
+        ty: GgmlType::F32,
+        buffer,
+    }
+}
+
+impl DeviceModel for HybridModel {
+    fn encode_step(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        n_tokens: u32,
+        all_logits: bool,
+    ) -> Result<usize, GpuError> {
+        let batch = self.delta.sequence.record(encoder, n_tokens)?;
+        let layers = {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("hybrid layers"),
+                timestamp_writes: None,
+            });
+            self.encode_layers(&mut pass, batch)?
+        };
+        let tail = if all_logits { n_tokens } else { 1 };
+        Ok(layers
+            + self
+                .head
+                .encode(&self.kernels, encoder, &self.x, n_tokens, tail)?)
+    }
+
+    fn encode_reset(&self, encoder: &mut wgpu::CommandEncoder) {
+        for l in &self.layers {
+            if let DeviceMixer::DeltaNet(m) = &l.mixer {
+                m.encode_reset(encoder);
+            }
+        }
+    }
+
+    fn max_context(&self) -> usize {
+        self.max_context
+    }
+
+    fn n_vocab(&self) -> usize {
+        self.n_vocab
     }
 }

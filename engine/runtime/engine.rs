@@ -107,10 +107,11 @@ impl Engine {
         let start = Instant::now();
         let gguf = Gguf::open(path)?;
         let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf)?);
-        let ctx = GpuContext::new(&options.context)?;
+        // The plan checks the model's metadata and tensors: a bad file fails before any GPU work.
         let mut plan =
             crate::model::DevicePlan::of(&gguf, options.max_context, options.prefill_chunk)?;
         plan.poison = options.poison;
+        let ctx = GpuContext::new(&options.context)?;
         let available = options.memory_limit.or(ctx.facts().memory_bytes);
         if let Some(available) = available
             && plan.total_bytes() > available

@@ -5,6 +5,7 @@ pub mod gdn;
 pub mod gpu;
 pub mod inputs;
 pub mod kv;
+pub mod model;
 pub mod reduce_probe;
 
 pub use compare::{Tolerance, assert_close, assert_dequantized, assert_within};

@@ -70,18 +70,27 @@ impl ChunkScratch {
         max_seqs: u32,
     ) -> Result<Self, GpuError> {
         dims.validate()?;
-        // count·⌈len/C⌉ ≤ (count·len + (C−1)·count) / C.
-        let chunks = (u64::from(max_tokens) + u64::from(CHUNK - 1) * u64::from(max_seqs))
-            .div_ceil(u64::from(CHUNK));
-        let chunks = u32::try_from(chunks).map_err(|_| GpuError::Shape {
-            kernel: GatedDeltaChunked::NAME,
-            message: format!("{chunks} chunks of scratch do not fit in u32"),
-        })?;
+        let chunks = Self::chunks(max_tokens, max_seqs)?;
         let bytes = 4 * Self::regions(&dims, chunks).end;
         Ok(ChunkScratch {
             buffer: storage_buffer(ctx, "gated_delta_chunk scratch", bytes)?,
             dims,
             chunks,
+        })
+    }
+
+    /// Bytes [`ChunkScratch::new`] allocates for these arguments (the memory plan counts them).
+    pub fn bytes(dims: &DeltaDims, max_tokens: u32, max_seqs: u32) -> Result<u64, GpuError> {
+        Ok(4 * Self::regions(dims, Self::chunks(max_tokens, max_seqs)?).end)
+    }
+
+    /// count·⌈len/C⌉ ≤ (count·len + (C−1)·count) / C.
+    fn chunks(max_tokens: u32, max_seqs: u32) -> Result<u32, GpuError> {
+        let chunks = (u64::from(max_tokens) + u64::from(CHUNK - 1) * u64::from(max_seqs))
+            .div_ceil(u64::from(CHUNK));
+        u32::try_from(chunks).map_err(|_| GpuError::Shape {
+            kernel: GatedDeltaChunked::NAME,
+            message: format!("{chunks} chunks of scratch do not fit in u32"),
         })
     }
 

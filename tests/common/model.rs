@@ -1,0 +1,121 @@
+//! What the end-to-end model tests share: the kernel paths to force, random prompts, logit
+//! comparisons, and rewriting a GGUF with edited metadata or tensors (bad-input tests).
+
+use fak::gguf::{Gguf, GgufWriter, Value};
+use fak::gpu::Forced;
+use rand::Rng;
+use std::path::Path;
+
+/// Every combination of fast paths switched off: on an adapter with subgroups and f16 (lavapipe,
+/// NVIDIA, Apple) each kernel's fallback runs too.
+pub fn every_path() -> Vec<Forced> {
+    let mut out = Vec::new();
+    for no_subgroup in [false, true] {
+        for no_f16 in [false, true] {
+            out.push(Forced {
+                no_subgroup,
+                no_f16,
+                ..Forced::default()
+            });
+        }
+    }
+    out
+}
+
+pub fn random_ids(seed: u64, n: usize, n_vocab: usize) -> Vec<u32> {
+    let mut r = crate::rng(seed);
+    (0..n).map(|_| r.random_range(0..n_vocab as u32)).collect()
+}
+
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len(), "logit rows of different lengths");
+    let (mut ab, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(x), f64::from(y));
+        ab += x * y;
+        aa += x * x;
+        bb += y * y;
+    }
+    // NaN anywhere makes the cosine NaN, which fails every `>=` below.
+    ab / (aa.sqrt() * bb.sqrt())
+}
+
+/// The gap between the largest and second-largest logit.
+pub fn top2_margin(logits: &[f32]) -> f32 {
+    let mut sorted = logits.to_vec();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    sorted[0] - sorted[1]
+}
+
+/// The worst cosine over rows and the largest |got − want| relative to the row's largest
+/// |want|, for reports.
+#[derive(Clone, Copy, Debug)]
+pub struct RowsError {
+    pub min_cosine: f64,
+    pub max_rel: f64,
+}
+
+pub fn rows_error(got: &[Vec<f32>], want: &[Vec<f32>]) -> RowsError {
+    let mut e = RowsError {
+        min_cosine: f64::INFINITY,
+        max_rel: 0.0,
+    };
+    for (g, w) in got.iter().zip(want) {
+        let c = cosine(g, w);
+        // A NaN cosine must show as the minimum.
+        e.min_cosine = if c.is_nan() { c } else { e.min_cosine.min(c) };
+        let scale = w.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = g
+            .iter()
+            .zip(w)
+            .map(|(a, b)| f64::from((a - b).abs()))
+            .fold(0f64, |m, d| if d.is_nan() { d } else { m.max(d) });
+        e.max_rel = e.max_rel.max(worst / f64::from(scale));
+    }
+    e
+}
+
+pub fn assert_rows_close(what: &str, got: &[Vec<f32>], want: &[Vec<f32>], min_cosine: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: rows");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let c = cosine(g, w);
+        assert!(
+            c >= min_cosine,
+            "{what}: position {i}: cosine {c} < {min_cosine}"
+        );
+    }
+}
+
+/// Writes `src` to `dst` with its metadata passed through `edit` (change, add or remove keys)
+/// and without the tensors named in `drop`; everything else as it was.
+pub fn rewrite_gguf(
+    src: &Path,
+    dst: &Path,
+    edit: impl FnOnce(&mut Vec<(String, Value)>),
+    drop: &[&str],
+) {
+    let gguf = Gguf::open(src).unwrap();
+    let mut entries = gguf.metadata().entries().to_vec();
+    edit(&mut entries);
+    let mut w = GgufWriter::new();
+    for (key, value) in entries {
+        w.set(&key, value).unwrap();
+    }
+    for t in gguf.tensors() {
+        if drop.contains(&t.name.as_str()) {
+            continue;
+        }
+        let bytes = gguf.tensor_data(t).to_vec();
+        let source = Box::new(move |out: &mut dyn std::io::Write| out.write_all(&bytes));
+        w.add_tensor(&t.name, t.ty, &t.shape, source).unwrap();
+    }
+    w.write(dst, |_| {}).unwrap();
+}
+
+/// Sets `key` to `value` in metadata entries (adding it when absent).
+pub fn set_key(entries: &mut Vec<(String, Value)>, key: &str, value: Value) {
+    match entries.iter_mut().find(|(k, _)| k == key) {
+        Some(entry) => entry.1 = value,
+        None => entries.push((key.into(), value)),
+    }
+}

@@ -1,0 +1,308 @@
+//! The hybrid model (qwen35: Gated DeltaNet + gated attention) on the GPU, end to end through
+//! `fak::runtime::Engine`, against fak's CPU reference (one token at a time, GDN in the
+//! recurrent form, f64 sums): every step, every kernel path, every step shape (decode, a prefill
+//! inside one 64-token GDN chunk, a prefill across chunks). Activations, logits, KV caches and
+//! the GDN states are NaN-poisoned at load (`poison`), so a value a kernel should have written,
+//! or a state a reset should have zeroed, cannot pass.
+
+use fak::gguf::{Gguf, Value};
+use fak::gpu::Forced;
+use fak::model::DevicePlan;
+use fak::model::qwen35::Hparams;
+use fak::reference::{Qwen35Reference, Reference};
+use fak::runtime::{Engine, EngineOptions, SamplingParams};
+use fak_tests::harness::{harness, synth_model};
+use fak_tests::model::{
+    assert_rows_close, cosine, every_path, random_ids, rewrite_gguf, rows_error, set_key,
+};
+use std::path::{Path, PathBuf};
+
+fn scratch() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("model_qwen35")
+}
+
+fn tiny(quant: &str, seed: u64) -> PathBuf {
+    let seed = seed.to_string();
+    let args = [
+        "--arch", "qwen35", "--preset", "tiny", "--quant", quant, "--seed", &seed,
+    ];
+    synth_model(&scratch(), &format!("tiny-{quant}-{seed}.gguf"), &args)
+}
+
+fn hparams(path: &Path) -> Hparams {
+    Hparams::from_gguf(&Gguf::open(path).unwrap()).unwrap()
+}
+
+fn options(prefill_chunk: u32, forced: Forced) -> EngineOptions {
+    let mut o = EngineOptions::from_env().expect("engine options");
+    o.prefill_chunk = prefill_chunk;
+    o.max_context = Some(256);
+    o.poison = true;
+    o.context.forced = forced;
+    o
+}
+
+fn engine(path: &Path, prefill_chunk: u32, forced: Forced) -> Engine {
+    Engine::load(path, &options(prefill_chunk, forced))
+        .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+}
+
+fn reference_logits(path: &Path, ids: &[u32]) -> Vec<Vec<f32>> {
+    let gguf = Gguf::open(path).unwrap();
+    Qwen35Reference::new(&gguf)
+        .unwrap()
+        .forward_all(ids)
+        .unwrap()
+}
+
+fn reference_greedy(path: &Path, prompt: &[u32], n: usize) -> Vec<u32> {
+    let gguf = Gguf::open(path).unwrap();
+    Qwen35Reference::new(&gguf)
+        .unwrap()
+        .greedy(prompt, n)
+        .unwrap()
+}
+
+fn greedy(e: &mut Engine, prompt: &[u32], n: usize) -> Vec<u32> {
+    e.generate(prompt, n, &SamplingParams::greedy(), true, &mut |_| {})
+        .unwrap()
+        .tokens
+}
+
+/// f32 weights: logits after every position equal the CPU reference's (cosine ≥ 0.99999: the
+/// GPU sums in f32 in another order, the chunked delta rule reassociates the recurrence, and
+/// the f16 path keeps the KV cache in f16) on every kernel path, for steps of 1 token (the
+/// recurrent delta rule and decode attention), 6 (batched mat-vec, the chunked delta rule on a
+/// partial chunk) and 70 (mat-mul, the chunked delta rule across a 64-token chunk boundary).
+/// Each step continues the conv, recurrent and KV state the previous one left.
+#[test]
+fn f32_logits_match_the_cpu_reference_on_every_path_and_step_shape() {
+    let path = tiny("f32", 11);
+    let hp = hparams(&path);
+    let ids = random_ids(1, 70, hp.n_vocab);
+    let want = reference_logits(&path, &ids);
+    for forced in every_path() {
+        for chunk in [1, 6, 70] {
+            let mut e = engine(&path, chunk, forced);
+            let got = e.teacher_forced_logits(&ids).unwrap();
+            let what = format!("{forced:?}, steps of {chunk}");
+            let err = rows_error(&got, &want);
+            eprintln!(
+                "{what}: min cosine {:.9}, max |error| / max |logit| {:.3e}",
+                err.min_cosine, err.max_rel
+            );
+            assert_rows_close(&what, &got, &want, 0.99999);
+        }
+    }
+}
+
+/// Greedy generation on the GPU (argmax on the GPU feeding the next step, tokens read back
+/// while later steps run) gives the CPU reference's tokens for 64 steps on the Q4_K_M recipe,
+/// three weight seeds: both read the same blocks, so only summation order differs.
+#[test]
+fn q4_k_m_greedy_equals_the_cpu_reference_for_64_steps() {
+    for seed in 1..=3u64 {
+        let path = tiny("q4_k_m", seed);
+        let prompt = random_ids(100 + seed, 12, hparams(&path).n_vocab);
+        let want = reference_greedy(&path, &prompt, 64);
+        let mut e = engine(&path, 256, Forced::default());
+        let mut streamed = Vec::new();
+        let stats = e
+            .generate(&prompt, 64, &SamplingParams::greedy(), true, &mut |t| {
+                streamed.push(t)
+            })
+            .unwrap();
+        assert_eq!(
+            stats.tokens, streamed,
+            "streamed tokens are the returned ones"
+        );
+        assert_eq!(
+            stats.tokens, want,
+            "seed {seed}: GPU greedy vs CPU reference"
+        );
+    }
+}
+
+/// State continuity: a prefill of n tokens followed by one decode step gives, at every
+/// position, the logits of a single prefill of n + 1 tokens (and of the CPU reference), for n
+/// inside the first GDN chunk, exactly one chunk, and past it. The decode step reads the conv
+/// state (the last K−1 raw rows) and the recurrent state the chunked prefill wrote.
+#[test]
+fn prefill_then_decode_continues_the_state_of_a_longer_prefill() {
+    let path = tiny("f32", 12);
+    let hp = hparams(&path);
+    for n in [5usize, 64, 70] {
+        let ids = random_ids(n as u64, n + 1, hp.n_vocab);
+        let want = reference_logits(&path, &ids);
+        let split = engine(&path, n as u32, Forced::default())
+            .teacher_forced_logits(&ids)
+            .unwrap();
+        let whole = engine(&path, n as u32 + 1, Forced::default())
+            .teacher_forced_logits(&ids)
+            .unwrap();
+        let c = cosine(&split[n], &whole[n]);
+        eprintln!("n = {n}: decode after prefill vs one prefill, cosine {c:.9}");
+        assert!(c >= 0.99999, "n = {n}: cosine {c}");
+        assert_rows_close(&format!("prefill {n} + decode"), &split, &want, 0.99999);
+        assert_rows_close(&format!("prefill {}", n + 1), &whole, &want, 0.99999);
+    }
+}
+
+/// A prompt longer than the prefill chunk runs as several prefill steps, each continuing the
+/// state of the one before: greedy tokens and the prompt's logits equal those of one prefill.
+#[test]
+fn a_prefill_split_over_several_steps_equals_one_prefill() {
+    let path = tiny("f32", 13);
+    let hp = hparams(&path);
+    let prompt = random_ids(5, 90, hp.n_vocab);
+    let mut one = engine(&path, 256, Forced::default());
+    let mut split = engine(&path, 20, Forced::default());
+    assert_eq!(
+        greedy(&mut split, &prompt, 16),
+        greedy(&mut one, &prompt, 16)
+    );
+    let err = rows_error(
+        &split.teacher_forced_logits(&prompt).unwrap(),
+        &one.teacher_forced_logits(&prompt).unwrap(),
+    );
+    eprintln!("steps of 20 vs one step of 90: {err:?}");
+    assert!(err.min_cosine >= 0.99999, "{err:?}");
+}
+
+/// A prefill is batched work: the dispatches of a prefill step are the same for 9, 33 and 200
+/// prompt tokens (one step each: the chunked delta rule is two dispatches whatever the
+/// length, the grids grow instead), and a decode step's are fixed too.
+#[test]
+fn prefill_dispatches_do_not_grow_with_the_prompt() {
+    let path = tiny("q8_0", 2);
+    let n_vocab = hparams(&path).n_vocab;
+    let mut e = engine(&path, 256, Forced::default());
+    let mut counts = Vec::new();
+    for n in [9, 33, 200] {
+        let prompt = random_ids(n as u64, n, n_vocab);
+        let stats = e
+            .generate(&prompt, 3, &SamplingParams::greedy(), true, &mut |_| {})
+            .unwrap();
+        counts.push((stats.prefill_step_dispatches, stats.decode_step_dispatches));
+    }
+    eprintln!("(prefill, decode) dispatches per step: {counts:?}");
+    assert!(counts.iter().all(|&c| c == counts[0]), "{counts:?}");
+    assert!(counts[0].0 < 200, "{counts:?}");
+}
+
+/// A file that says its value heads are grouped (Ollama's `ssm.v_head_reordered = false`):
+/// value head h then reads key head ⌊h / (nv/nk)⌋. The GPU follows the file, as the CPU
+/// reference does, and the logits differ from the tiled reading of the same weights (so the
+/// key is not ignored).
+#[test]
+fn a_file_with_grouped_value_heads_is_read_as_it_says() {
+    let tiled = tiny("f32", 14);
+    let hp = hparams(&tiled);
+    assert!(hp.ssm_nv > hp.ssm_nk, "the tiny preset must have nv > nk");
+    let grouped = scratch().join("tiny-f32-14-grouped.gguf");
+    rewrite_gguf(
+        &tiled,
+        &grouped,
+        |m| set_key(m, "qwen35.ssm.v_head_reordered", Value::Bool(false)),
+        &[],
+    );
+    let ids = random_ids(15, 20, hp.n_vocab);
+    let want = reference_logits(&grouped, &ids);
+    for chunk in [1, 20] {
+        let got = engine(&grouped, chunk, Forced::default())
+            .teacher_forced_logits(&ids)
+            .unwrap();
+        assert_rows_close(&format!("grouped, steps of {chunk}"), &got, &want, 0.99999);
+    }
+    let other = reference_logits(&tiled, &ids);
+    let c = cosine(want.last().unwrap(), other.last().unwrap());
+    assert!(c < 0.999, "grouped and tiled readings agree (cosine {c})");
+}
+
+/// `harness run` on a qwen35 file: the tokens it reports are the CPU reference's greedy ones.
+#[test]
+fn harness_run_generates_the_reference_tokens() {
+    let path = tiny("q8_0", 16);
+    let out = harness()
+        .args(["run", "--model"])
+        .arg(&path)
+        .args(["--tokens", "1,2,3,4,5", "-n", "8", "--ignore-eos", "--json"])
+        .env("FAK_POISON", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tokens: Vec<u32> = serde_json::from_value(report["tokens"].clone()).unwrap();
+    assert_eq!(tokens, reference_greedy(&path, &[1, 2, 3, 4, 5], 8));
+}
+
+/// The error a bad file gets from the memory plan, which runs before any GPU work.
+fn plan_error(path: &Path) -> String {
+    let gguf = Gguf::open(path).unwrap();
+    match DevicePlan::of(&gguf, Some(256), 256) {
+        Ok(_) => panic!("{} was accepted", path.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Bad files fail in the memory plan (before any GPU work) with an error naming the key or
+/// tensor: head counts that do not fit together, a missing GDN tensor, a conv kernel size the
+/// kernels do not have; `Engine::load` reports the same.
+#[test]
+fn bad_files_get_errors_naming_the_key_or_tensor() {
+    let path = tiny("f32", 11);
+    let hp = hparams(&path);
+    let edited = |name: &str, key: &str, value: u32| {
+        let out = scratch().join(name);
+        rewrite_gguf(&path, &out, |m| set_key(m, key, Value::U32(value)), &[]);
+        out
+    };
+    let cases = [
+        (
+            edited(
+                "bad-group-count.gguf",
+                "qwen35.ssm.group_count",
+                hp.ssm_nv as u32 + 1,
+            ),
+            "ssm.group_count",
+        ),
+        (
+            edited(
+                "bad-head-count-kv.gguf",
+                "qwen35.attention.head_count_kv",
+                hp.n_head as u32 + 1,
+            ),
+            "head_count_kv",
+        ),
+        (
+            edited("bad-conv-kernel.gguf", "qwen35.ssm.conv_kernel", 5),
+            "ssm.conv_kernel",
+        ),
+    ];
+    let missing = scratch().join("missing-ssm-a.gguf");
+    let first_gdn = hp
+        .layer_kinds
+        .iter()
+        .position(|k| *k == fak::model::qwen35::LayerKind::DeltaNet)
+        .unwrap();
+    let tensor = format!("blk.{first_gdn}.ssm_a");
+    rewrite_gguf(&path, &missing, |_| {}, &[&tensor]);
+    for (file, names) in cases
+        .iter()
+        .map(|(f, n)| (f, *n))
+        .chain([(&missing, tensor.as_str())])
+    {
+        let e = plan_error(file);
+        eprintln!("{}: {e}", file.display());
+        assert!(e.contains(names), "{e}");
+        let loaded = match Engine::load(file, &options(256, Forced::default())) {
+            Ok(_) => panic!("{} loaded", file.display()),
+            Err(e) => e.to_string(),
+        };
+        assert_eq!(loaded, e);
+    }
+}
