@@ -34,7 +34,7 @@ pub struct Args {
     #[arg(long, value_enum)]
     pub arch: Arch,
     /// Model shape: `tiny` (CI-sized) or a real model's (qwen3: qwen3-0.6b, qwen3-8b; qwen35:
-    /// qwen35-9b, qwen35-27b).
+    /// qwen35-9b, qwen35-27b, and `mid`, the 27B's heads at d = 1024 over 8 layers).
     #[arg(long)]
     pub preset: String,
     /// Tensor types: the converter's f32/f16/q8_0 output, or llama-quantize's Q4_K_M.

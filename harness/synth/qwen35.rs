@@ -50,7 +50,7 @@ const CONTEXT_LENGTH: u64 = 262_144;
 /// d = 64 because the 248 320-token table dominates (64 wide: 61 MiB f32, under lavapipe's
 /// 128 MiB binding); q = 4·64 = 256, d_ff = 256 and ssm_out's 192 give llama-quantize rows of
 /// 256 (Q4_K, Q6_K) and not (the Q5_0/Q8_0 fallbacks).
-const PRESETS: [(&str, Shape); 3] = [
+const PRESETS: [(&str, Shape); 4] = [
     (
         "tiny",
         Shape {
@@ -65,6 +65,28 @@ const PRESETS: [(&str, Shape); 3] = [
             n_k_heads: 2,
             n_v_heads: 6,
             ssm_head_dim: 32,
+            conv_kernel: 4,
+            tied_embeddings: false,
+        },
+    ),
+    // The 27B's mixers at d = 1024 over 8 layers (~0.7B parameters, most in the vocabulary):
+    // real head sizes and counts (24 query heads of 256 with their gates, 4 KV heads, 64 rotary
+    // dims, sections [11, 11, 10]; 16 key and 48 value heads of 128) in a model small enough
+    // for f32 oracles (`transformers`, the CPU reference) on one machine.
+    (
+        "mid",
+        Shape {
+            d_model: 1024,
+            n_layer: 8,
+            full_attention_interval: 4,
+            d_ff: 3072,
+            n_head: 24,
+            n_kv_head: 4,
+            head_dim: 256,
+            mrope_section: [11, 11, 10],
+            n_k_heads: 16,
+            n_v_heads: 48,
+            ssm_head_dim: 128,
             conv_kernel: 4,
             tied_embeddings: false,
         },
