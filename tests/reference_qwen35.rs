@@ -191,3 +191,31 @@ fn an_unsupported_conv_kernel_is_named() {
     let f = with_key("qwen35.ssm.conv_kernel", 4, 3);
     assert_error_names(&f, &["blk.0.ssm_conv1d.weight", "shape"]);
 }
+
+/// `harness reference` writes the reference's logits in `harness run --logits-out`'s format:
+/// the prompt's rows then one per greedy token, ids in the sidecar, values the reference's.
+#[test]
+fn harness_reference_writes_the_reference_logits_and_greedy_tokens() {
+    let path = tiny("f32", 11);
+    let out = scratch().join("reference-logits.f32");
+    let run = fak_tests::harness::harness()
+        .args(["reference", "--model"])
+        .arg(&path)
+        .args(["--tokens", "1,2,248046,3", "-n", "3", "--logits-out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    fak_tests::peer::check(run, "harness reference");
+    let sidecar: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.with_extension("f32.json")).unwrap()).unwrap();
+    let ids: Vec<u32> = serde_json::from_value(sidecar["token_ids"].clone()).unwrap();
+    assert_eq!((sidecar["rows"].as_u64(), ids.len()), (Some(7), 7));
+    let gguf = Gguf::open(&path).unwrap();
+    let greedy = Qwen35Reference::new(&gguf)
+        .unwrap()
+        .greedy(&[1, 2, 248_046, 3], 3)
+        .unwrap();
+    assert_eq!(ids[4..], greedy);
+    let rows = fak_tests::peer::read_f32_rows(&out, N_VOCAB);
+    assert_eq!(rows, reference_logits(&path, &ids), "bit for bit");
+}
