@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod devices;
 mod inspect;
+mod reference;
 mod run;
 mod synth;
 mod tokenize;
@@ -29,6 +30,8 @@ enum Command {
     Tokenize(tokenize::Args),
     /// Generate from a prompt on the GPU, streaming text, with load/prefill/decode timings.
     Run(run::Args),
+    /// Run fak's CPU reference on token ids and write its logits (harness run's format).
+    Reference(reference::Args),
     /// Write a synthetic model (seeded random weights, real shapes and tokenizer) as GGUF.
     Synth(synth::Args),
 }
@@ -41,6 +44,7 @@ fn main() {
         Command::Tokenize(args) => tokenize::run(args),
         Command::Run(args) => run::run(args),
         Command::Synth(args) => synth::run(args),
+        Command::Reference(args) => reference::run(args),
     };
     if let Err(err) = result {
         // One clear line (with its causes), no backtrace unless RUST_BACKTRACE asks for one.

@@ -150,14 +150,7 @@ pub fn run(args: Args) -> Result<()> {
 
 fn prompt_ids(args: &Args, engine: &Engine) -> Result<Vec<u32>> {
     if let Some(list) = &args.tokens {
-        return list
-            .split(|c: char| c == ',' || c.is_whitespace())
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                s.parse::<u32>()
-                    .with_context(|| format!("--tokens: {s:?} is not a token id"))
-            })
-            .collect();
+        return parse_token_ids(list);
     }
     let text = args.prompt.as_deref().unwrap_or_default();
     let text = if args.chat {
@@ -175,13 +168,29 @@ fn prompt_ids(args: &Args, engine: &Engine) -> Result<Vec<u32>> {
     Ok(ids)
 }
 
+/// `--tokens`: ids separated by commas or whitespace.
+pub fn parse_token_ids(list: &str) -> Result<Vec<u32>> {
+    list.split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<u32>()
+                .with_context(|| format!("--tokens: {s:?} is not a token id"))
+        })
+        .collect()
+}
+
 fn write_logits(engine: &mut Engine, ids: &[u32], path: &PathBuf) -> Result<()> {
     let logits = engine.teacher_forced_logits(ids)?;
+    write_logits_file(&logits, ids, path)
+}
+
+/// Writes `logits` (row i: after `ids[i]`) as raw f32 with the JSON sidecar `<file>.json`.
+pub fn write_logits_file(logits: &[Vec<f32>], ids: &[u32], path: &PathBuf) -> Result<()> {
     let n_vocab = logits.first().map_or(0, Vec::len);
     let mut file = std::io::BufWriter::new(
         std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
     );
-    for row in &logits {
+    for row in logits {
         for v in row {
             file.write_all(&v.to_le_bytes())?;
         }

@@ -9,10 +9,9 @@ use fak::gpu::Forced;
 use fak::reference::{DenseReference, Reference};
 use fak::runtime::{Engine, EngineOptions, RuntimeError, SamplingParams};
 use fak_tests::harness::{harness, synth_model};
-use fak_tests::model::{assert_rows_close, every_path, random_ids, top2_margin};
-use fak_tests::{llama_cpp_tool, python};
+use fak_tests::model::{every_path, random_ids};
+use fak_tests::peer::{assert_rows_close, assert_same_greedy, llama_server_greedy, mlx_logits};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn scratch() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("model_qwen3")
@@ -214,25 +213,7 @@ fn mlx_lm_on_the_hf_export_agrees_with_the_gpu_logits() {
     ];
     let path = synth_model(&scratch(), "tiny-f32-21-hf.gguf", &args);
     let ids = random_ids(22, 24, 151_936);
-    let ids_file = scratch().join("mlx-ids.json");
-    std::fs::write(&ids_file, serde_json::to_vec(&ids).unwrap()).unwrap();
-    let out_file = scratch().join("mlx-logits.f32");
-    let out = Command::new(python())
-        .arg(fak_tests::fixture("../scripts/mlx_logits.py"))
-        .args([&hf, &ids_file, &out_file])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "mlx_logits.py failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let flat: Vec<f32> = std::fs::read(&out_file)
-        .unwrap()
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-        .collect();
-    let mlx: Vec<Vec<f32>> = flat.chunks(151_936).map(<[f32]>::to_vec).collect();
+    let mlx = mlx_logits(&hf, &ids, 151_936, &scratch());
     let got = engine(&path, 256, Forced::default())
         .teacher_forced_logits(&ids)
         .unwrap();
@@ -247,43 +228,14 @@ fn llama_cpp_greedy_tokens_match_on_the_same_q8_0_file() {
     let path = tiny("q8_0", 31);
     let prompt = random_ids(32, 16, 151_936);
     let n = 32;
-    let ids_file = scratch().join("llama-ids.json");
-    std::fs::write(&ids_file, serde_json::to_vec(&prompt).unwrap()).unwrap();
-    let out = Command::new(python())
-        .arg(fak_tests::fixture("../scripts/llama_server_greedy.py"))
-        .arg(llama_cpp_tool("llama-server"))
-        .args([&path, &ids_file])
-        .arg(n.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "llama_server_greedy.py failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let peer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let peer: Vec<u32> = serde_json::from_value(peer["tokens"].clone()).unwrap();
+    let peer = llama_server_greedy(&path, &prompt, n, &scratch());
     let ours = engine(&path, 256, Forced::default())
         .generate(&prompt, n, &SamplingParams::greedy(), true, &mut |_| {})
         .unwrap()
         .tokens;
-    assert_eq!(peer.len(), n, "the peer generated {} tokens", peer.len());
-    match ours.iter().zip(&peer).position(|(a, b)| a != b) {
-        None => eprintln!("llama.cpp and fak agree on all {n} greedy tokens"),
-        Some(i) => {
-            let mut context = prompt.clone();
-            context.extend(&ours[..i]);
-            let logits = reference_logits(&path, &context);
-            let margin = top2_margin(logits.last().unwrap());
-            eprintln!("llama.cpp and fak part at output {i}: reference top-2 margin {margin}");
-            assert!(
-                margin < 1e-3,
-                "fak {:?} vs llama.cpp {:?} part at output {i} with a top-2 margin of {margin}",
-                ours,
-                peer
-            );
-        }
-    }
+    assert_same_greedy(&prompt, &ours, &peer, |context| {
+        reference_logits(&path, context).pop().unwrap()
+    });
 }
 
 /// `harness run`: --json reports the tokens the engine generates, the timings and dispatches;

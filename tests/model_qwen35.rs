@@ -12,9 +12,8 @@ use fak::model::qwen35::Hparams;
 use fak::reference::{Qwen35Reference, Reference};
 use fak::runtime::{Engine, EngineOptions, SamplingParams};
 use fak_tests::harness::{harness, synth_model};
-use fak_tests::model::{
-    assert_rows_close, cosine, every_path, random_ids, rewrite_gguf, rows_error, set_key,
-};
+use fak_tests::model::{every_path, random_ids, rewrite_gguf, rows_error, set_key};
+use fak_tests::peer::{assert_rows_close, cosine};
 use std::path::{Path, PathBuf};
 
 fn scratch() -> PathBuf {

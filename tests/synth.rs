@@ -7,11 +7,14 @@
 use fak::gguf::{Gguf, TensorInfo};
 use fak::quant::GgmlType;
 use fak_tests::harness::{harness, synth_model};
-use fak_tests::{fixture, llama_cpp_tool, python};
+use fak_tests::peer::{
+    check, llama_cli_generates, llama_quantize_plan, llama_tokenize, names_and_types, tensor_table,
+};
+use fak_tests::{fixture, python};
 use serde_json::Value as Json;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 const QUANTS: [&str; 4] = ["f32", "f16", "q8_0", "q4_k_m"];
 const SEED: &str = "7";
@@ -23,17 +26,6 @@ fn scratch(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("synth");
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
-}
-
-fn check(out: Output, what: &str) -> Output {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 /// `harness synth <args>` into this test's scratch folder, once per name.
@@ -218,13 +210,6 @@ fn added_tokens_are_qwen3s_with_the_converters_token_types() {
     );
 }
 
-fn tensor_table(g: &Gguf) -> Vec<(String, Vec<u64>, GgmlType)> {
-    g.tensors()
-        .iter()
-        .map(|t| (t.name.clone(), t.shape.clone(), t.ty))
-        .collect()
-}
-
 #[test]
 fn converter_outputs_have_llama_cpp_tensor_names_shapes_and_types() {
     let expected = tiny_expected_tensors();
@@ -246,55 +231,6 @@ fn converter_outputs_have_llama_cpp_tensor_names_shapes_and_types() {
             assert_eq!(ty, want, "{quant} {name}");
         }
     }
-}
-
-/// llama-quantize's own choice, in its own order: `--dry-run` prints one line per tensor,
-/// `[ i/ n] name - [ne0, ne1, …], type = <src>, size = … [-> … (<new type>)]`.
-fn llama_quantize_plan(source: &Path) -> Vec<(String, GgmlType)> {
-    let out = Command::new(llama_cpp_tool("llama-quantize"))
-        .args(["--dry-run", "--allow-requantize"])
-        .arg(source)
-        .arg("Q4_K_M")
-        .output()
-        .unwrap();
-    let out = check(out, "llama-quantize --dry-run");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    let plan: Vec<(String, GgmlType)> = text
-        .lines()
-        .filter(|l| l.starts_with('[') && l.contains("type ="))
-        .map(|line| {
-            let name = line
-                .split(']')
-                .nth(1)
-                .unwrap()
-                .split_whitespace()
-                .next()
-                .unwrap();
-            let source_type = line
-                .split("type =")
-                .nth(1)
-                .unwrap()
-                .split(',')
-                .next()
-                .unwrap();
-            let ty = match line.rsplit_once('(') {
-                Some((_, new)) if line.contains("->") => new.trim_end_matches(')'),
-                _ => source_type.trim(),
-            };
-            let ty = GgmlType::from_name(ty).unwrap_or_else(|| panic!("type {ty:?} in {line:?}"));
-            (name.to_string(), ty)
-        })
-        .collect();
-    assert!(
-        !plan.is_empty(),
-        "no tensor lines in llama-quantize output:\n{text}"
-    );
-    plan
-}
-
-fn names_and_types(g: &Gguf) -> Vec<(String, GgmlType)> {
-    g.tensors().iter().map(|t| (t.name.clone(), t.ty)).collect()
 }
 
 #[test]
@@ -523,35 +459,6 @@ fn a_seed_gives_the_same_file_whatever_the_thread_count() {
     }
 }
 
-/// Greedy generation of a few tokens with the peer's `llama-cli` (single turn, chat template).
-fn llama_cli_generates(model: &Path) {
-    let out = Command::new(llama_cpp_tool("llama-cli"))
-        .arg("-m")
-        .arg(model)
-        .args([
-            "-p", "Hello", "-n", "4", "-st", "-c", "256", "--temp", "0", "-t", "2",
-        ])
-        .args(["--no-display-prompt", "--log-colors", "off"])
-        .output()
-        .unwrap();
-    let out = check(out, &format!("llama-cli on {}", model.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let reply = stdout
-        .split_once("> Hello")
-        .and_then(|(_, rest)| rest.split_once("[ Prompt:"))
-        .map(|(reply, _)| reply.trim())
-        .unwrap_or_else(|| panic!("no reply in llama-cli output:\n{stdout}"));
-    assert!(
-        !reply.is_empty(),
-        "llama-cli generated nothing for {}",
-        model.display()
-    );
-    assert!(
-        stdout.contains("Generation:"),
-        "no generation stats:\n{stdout}"
-    );
-}
-
 #[test]
 fn llama_cpp_loads_and_runs_every_file() {
     for quant in QUANTS {
@@ -686,25 +593,6 @@ fn hf_export_loads_in_mlx_lm_with_the_same_weights_and_tokenizer() {
         );
         assert_eq!(got["decoded"], *text, "decode(encode(text))");
     }
-}
-
-/// Token ids llama.cpp's tokenizer gives for `text` on the GGUF's vocabulary (special tokens
-/// parsed, no BOS: add_bos_token is false).
-fn llama_tokenize(model: &Path, text: &str) -> Vec<u64> {
-    let out = Command::new(llama_cpp_tool("llama-tokenize"))
-        .arg("-m")
-        .arg(model)
-        .args(["-p", text, "--ids", "--log-disable"])
-        .output()
-        .unwrap();
-    let out = check(out, "llama-tokenize");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let list = stdout
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('['))
-        .unwrap_or("[]");
-    serde_json::from_str(list).unwrap_or_else(|e| panic!("{e}: {stdout}"))
 }
 
 #[test]

@@ -129,7 +129,24 @@ impl GgufWriter {
     }
 
     /// Writes the file; `progress` is told each time tensor bytes are written. Returns the file size.
-    pub fn write(self, path: &Path, mut progress: impl FnMut(u64)) -> Result<u64, GgufError> {
+    pub fn write(self, path: &Path, progress: impl FnMut(u64)) -> Result<u64, GgufError> {
+        self.write_file(path, Data::Stream, progress)
+    }
+
+    /// Writes the header, metadata and tensor table and leaves the tensor data a hole: the file
+    /// has its full size but is sparse (the data reads as zeros and takes no disk), so the layout
+    /// of a model of any size is written at once, for tools that read no weights. The tensor
+    /// sources are not called. Returns the file size.
+    pub fn write_layout(self, path: &Path) -> Result<u64, GgufError> {
+        self.write_file(path, Data::Hole, |_| {})
+    }
+
+    fn write_file(
+        self,
+        path: &Path,
+        data: Data,
+        mut progress: impl FnMut(u64),
+    ) -> Result<u64, GgufError> {
         let tmp = path.with_extension("gguf.partial");
         let io = |error| GgufError::Io {
             path: path.to_owned(),
@@ -139,7 +156,7 @@ impl GgufWriter {
             file: File::create(&tmp).map_err(io)?,
             error: None,
         };
-        let size = self.write_to(&mut file, path, &mut progress);
+        let size = self.write_to(&mut file, path, data, &mut progress);
         match size {
             Ok(size) => {
                 std::fs::rename(&tmp, path).map_err(io)?;
@@ -156,6 +173,7 @@ impl GgufWriter {
         self,
         out: &mut Latched,
         path: &Path,
+        data: Data,
         progress: &mut dyn FnMut(u64),
     ) -> Result<u64, GgufError> {
         let io = |error| GgufError::Io {
@@ -172,7 +190,7 @@ impl GgufWriter {
             table.extend_from_slice(&(value.value_type() as u32).to_le_bytes());
             value.encode(&mut table);
         }
-        let mut offset = 0u64;
+        let (mut offset, mut data_end) = (0u64, 0u64);
         for t in &self.tensors {
             encode_str(&mut table, &t.name);
             table.extend_from_slice(&(t.shape.len() as u32).to_le_bytes());
@@ -181,12 +199,23 @@ impl GgufWriter {
             }
             table.extend_from_slice(&t.ty.id().to_le_bytes());
             table.extend_from_slice(&offset.to_le_bytes());
+            data_end = offset + t.n_bytes;
             offset =
                 align_up(offset + t.n_bytes, self.alignment).expect("sizes checked in add_tensor");
         }
         w.write_data(&table).map_err(io)?;
 
         let alignment = self.alignment as usize;
+        if let Data::Hole = data {
+            w.write_padding(alignment).map_err(io)?;
+            let size = w.written_bytes() as u64 + data_end;
+            drop(w);
+            if let Some(e) = out.error.take() {
+                return Err(io(e));
+            }
+            out.file.set_len(size).map_err(io)?;
+            return Ok(size);
+        }
         for t in self.tensors {
             w.write_padding(alignment).map_err(io)?;
             let mut sink = Sink {
@@ -221,6 +250,14 @@ impl GgufWriter {
 
 /// The output file, remembering a write error: ggus's writer buffers internally and flushes on
 /// drop, where an error (a full disk) would otherwise be lost.
+/// What follows the tensor table.
+enum Data {
+    /// Every tensor's bytes, from its source.
+    Stream,
+    /// Nothing: the file is extended to its size, leaving a hole.
+    Hole,
+}
+
 struct Latched {
     file: File,
     error: Option<io::Error>,

@@ -2,8 +2,12 @@
 //! weights before any quantization, F32), `tokenizer.json` (byte-level BPE built from the same
 //! vocabulary the GGUF carries) and `tokenizer_config.json` — what `transformers` and `mlx_lm`
 //! load, and what llama.cpp's converter would turn back into the GGUF.
+//!
+//! Where the converter transforms a tensor (qwen35: zero-centred norm gains get +1, `A_log`
+//! becomes −exp(A_log), value heads go from grouped to tiled order; model-spec.md §1.7), the
+//! export holds the inverse of that transform applied to the GGUF's values.
 
-use super::vocab::{NORMAL, Tokenizer};
+use super::vocab::Tokenizer;
 use super::{ModelPlan, TensorPlan, weights};
 use anyhow::{Context, Result};
 use indicatif::ProgressBar;
@@ -20,7 +24,9 @@ pub fn write(dir: &Path, plan: &ModelPlan, seed: u64, bar: &ProgressBar) -> Resu
         &dir.join("tokenizer.json"),
         &tokenizer_json(&plan.tokenizer),
     )?;
-    let max_len = &plan.hf_config["max_position_embeddings"];
+    // A composite config (qwen3_5) keeps the text model's keys under `text_config`.
+    let text_config = plan.hf_config.get("text_config").unwrap_or(&plan.hf_config);
+    let max_len = &text_config["max_position_embeddings"];
     write_json(
         &dir.join("tokenizer_config.json"),
         &tokenizer_config(&plan.tokenizer, max_len),
@@ -31,7 +37,7 @@ pub fn write(dir: &Path, plan: &ModelPlan, seed: u64, bar: &ProgressBar) -> Resu
         let view = LazyTensor {
             plan: t,
             seed,
-            shape: t.shape.iter().rev().map(|&d| d as usize).collect(),
+            shape: t.hf_shape.iter().map(|&d| d as usize).collect(),
             bar,
         };
         (t.hf_name.clone(), view)
@@ -73,17 +79,15 @@ impl View for LazyTensor<'_> {
     fn data(&self) -> Cow<'_, [u8]> {
         let t = self.plan;
         let row_len = t.row_len() as usize;
-        let mut bytes = Vec::with_capacity(self.data_len());
+        let mut floats = vec![0f32; t.n_elements() as usize];
         let rows_per_chunk = (1usize << 20).div_ceil(row_len);
-        let mut floats = vec![0f32; rows_per_chunk * row_len];
-        for first in (0..t.n_rows()).step_by(rows_per_chunk) {
-            let rows = (rows_per_chunk as u64).min(t.n_rows() - first) as usize;
-            let chunk = &mut floats[..rows * row_len];
+        for (i, chunk) in floats.chunks_mut(rows_per_chunk * row_len).enumerate() {
+            let first = (i * rows_per_chunk) as u64;
             weights::fill_rows(t.init, self.seed, &t.name, first, row_len, chunk);
-            bytes.extend_from_slice(bytemuck::cast_slice(chunk));
             self.bar.inc(4 * chunk.len() as u64);
         }
-        Cow::Owned(bytes)
+        let floats = to_hf_values(t, floats);
+        Cow::Owned(bytemuck::cast_slice(&floats).to_vec())
     }
 
     fn data_len(&self) -> usize {
@@ -91,16 +95,123 @@ impl View for LazyTensor<'_> {
     }
 }
 
-/// `tokenizer.json`: the BPE model over the NORMAL tokens, the added tokens beside it, and
-/// the pre-tokenizer/decoder of a byte-level BPE (split regex, then GPT-2's byte map).
+/// How the converter computes a GGUF value from the checkpoint's, element by element; the
+/// export applies the inverse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToHf {
+    /// Stored as is.
+    Same,
+    /// A zero-centred RMSNorm gain: the checkpoint stores w, the GGUF 1 + w.
+    NormOffset,
+    /// The GDN decay rate: the checkpoint stores A_log, the GGUF `ssm_a` = −exp(A_log).
+    NegExpALog,
+}
+
+impl ToHf {
+    fn apply(self, gguf: f32) -> f32 {
+        match self {
+            ToHf::Same => gguf,
+            ToHf::NormOffset => gguf - 1.0,
+            ToHf::NegExpALog => (-gguf).ln(),
+        }
+    }
+}
+
+/// A value-head axis the qwen35 converter reordered from grouped (v-head h belongs to k-head
+/// ⌊h/r⌋) to tiled (GGUF head p = i·nk + j is checkpoint head j·r + i), so that in the GGUF
+/// v-head p reads k-head p mod nk (model-spec.md §1.7.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VHeads {
+    /// Key heads (nk).
+    pub n_k_heads: u64,
+    /// Value heads per key head (r = nv / nk).
+    pub per_k_head: u64,
+    /// Consecutive elements one head spans along the axis (dv, or 1).
+    pub head_len: u64,
+    pub axis: HeadAxis,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadAxis {
+    /// The heads are GGUF rows (checkpoint output features) from this row on.
+    Rows { first: u64 },
+    /// The heads are the elements of every GGUF row (checkpoint input features; a 1-D
+    /// tensor is one row).
+    Columns,
+}
+
+impl VHeads {
+    /// The GGUF (tiled) head holding checkpoint (grouped) head `h`.
+    fn gguf_head(&self, h: u64) -> u64 {
+        (h % self.per_k_head) * self.n_k_heads + h / self.per_k_head
+    }
+
+    /// Reorders `gguf` (a whole tensor in GGUF order, rows of `row_len`) into grouped order.
+    fn to_grouped(&self, gguf: &[f32], row_len: usize) -> Vec<f32> {
+        let mut out = gguf.to_vec();
+        let n_heads = self.n_k_heads * self.per_k_head;
+        let span = self.head_len as usize;
+        let move_heads = |dst: &mut [f32], src: &[f32]| {
+            for h in 0..n_heads {
+                let from = self.gguf_head(h) as usize * span;
+                let to = h as usize * span;
+                dst[to..to + span].copy_from_slice(&src[from..from + span]);
+            }
+        };
+        match self.axis {
+            HeadAxis::Rows { first } => {
+                let start = first as usize * row_len;
+                let len = (n_heads * self.head_len) as usize * row_len;
+                // A head of `head_len` rows is `head_len · row_len` contiguous values.
+                let rows = VHeads {
+                    head_len: self.head_len * row_len as u64,
+                    axis: HeadAxis::Columns,
+                    ..*self
+                };
+                let region = rows.to_grouped(&gguf[start..start + len], len);
+                out[start..start + len].copy_from_slice(&region);
+            }
+            HeadAxis::Columns => {
+                assert_eq!(n_heads as usize * span, row_len, "heads fill the row");
+                for (dst, src) in out.chunks_mut(row_len).zip(gguf.chunks(row_len)) {
+                    move_heads(dst, src);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The checkpoint values of tensor `t` from its GGUF values (a whole tensor, GGUF order).
+fn to_hf_values(t: &TensorPlan, gguf: Vec<f32>) -> Vec<f32> {
+    let mut values = match &t.v_heads {
+        Some(v) => v.to_grouped(&gguf, t.row_len() as usize),
+        None => gguf,
+    };
+    if t.to_hf != ToHf::Same {
+        values.iter_mut().for_each(|x| *x = t.to_hf.apply(*x));
+    }
+    values
+}
+
+/// `tokenizer.json`: the BPE model over the tokens below the first added one, the added tokens
+/// beside it, and the pre-tokenizer/decoder of a byte-level BPE (split regex, then GPT-2's
+/// byte map).
+///
+/// Tokenizer classes of `transformers` rebuild the added tokens right after the BPE vocabulary
+/// whatever ids the file gives them, so the vocabulary must reach the first added id: where the
+/// GGUF pads a hole below it (Qwen3.5's added tokens start at 248 044, the embedded BPE
+/// vocabulary ends at 151 643) the `[PAD<id>]` placeholders join the vocabulary. No merge
+/// produces them, so no text encodes to them.
 fn tokenizer_json(tok: &Tokenizer) -> Value {
-    let vocab: Map<String, Value> = tok
-        .tokens
+    let first_added = tok
+        .added
+        .first()
+        .map_or(tok.tokens.len(), |t| t.id as usize);
+    let vocab: Map<String, Value> = tok.tokens[..first_added]
         .iter()
-        .zip(&tok.types)
         .enumerate()
-        .filter(|&(_, (_, &ty))| ty == NORMAL)
-        .map(|(id, (token, _))| (token.clone(), json!(id)))
+        .map(|(id, token)| (token.clone(), json!(id)))
         .collect();
     let added: Vec<Value> = tok
         .added

@@ -13,6 +13,7 @@
 
 mod hf;
 mod qwen3;
+mod qwen35;
 mod recipe;
 mod vocab;
 mod weights;
@@ -32,7 +33,8 @@ pub struct Args {
     /// Architecture, as GGUF names it.
     #[arg(long, value_enum)]
     pub arch: Arch,
-    /// Model shape: `tiny` (CI-sized) or a real model's (qwen3-0.6b, qwen3-8b).
+    /// Model shape: `tiny` (CI-sized) or a real model's (qwen3: qwen3-0.6b, qwen3-8b; qwen35:
+    /// qwen35-9b, qwen35-27b, and `mid`, the 27B's heads at d = 1024 over 8 layers).
     #[arg(long)]
     pub preset: String,
     /// Tensor types: the converter's f32/f16/q8_0 output, or llama-quantize's Q4_K_M.
@@ -51,12 +53,18 @@ pub struct Args {
     /// large Q4_K_M model writes as fast as the disk allows. Its weights match no float model.
     #[arg(long, conflicts_with = "hf_dir")]
     pub fast_random: bool,
+    /// Write only the metadata and tensor table and leave the tensor data a hole (a sparse
+    /// file of the full size whose weights read as zeros): a real-size model's layout at once,
+    /// for tools that read no weights (`llama-quantize --dry-run`, loaders).
+    #[arg(long, conflicts_with_all = ["hf_dir", "fast_random"])]
+    pub layout_only: bool,
 }
 
-/// The architectures synth can write. (`qwen35` joins with its issue.)
+/// The architectures synth can write.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Arch {
     Qwen3,
+    Qwen35,
 }
 
 /// A model to write: everything architecture-specific, in the converter's terms.
@@ -67,6 +75,9 @@ pub struct ModelPlan {
     pub name: String,
     /// The `{arch}.*` hyperparameter keys, in the converter's order.
     pub hparams: Vec<(String, Value)>,
+    /// How many of `hparams` the converter writes before `general.file_type` (it writes the
+    /// file type at the end of the generic text-model keys, before an architecture's own).
+    pub file_type_at: usize,
     pub tokenizer: Tokenizer,
     pub tensors: Vec<TensorPlan>,
     /// The Hugging Face `config.json`.
@@ -74,16 +85,25 @@ pub struct ModelPlan {
 }
 
 /// One tensor: its names in both worlds, GGUF shape and how its values are drawn.
+///
+/// The values drawn are the GGUF's (what the converter wrote); the Hugging Face checkpoint
+/// holds them with the converter's transform undone ([`hf::ToHf`], [`hf::VHeads`]).
 #[derive(Clone, Debug)]
 pub struct TensorPlan {
     /// GGUF name, e.g. `blk.0.attn_q.weight`.
     pub name: String,
     /// Hugging Face name, e.g. `model.layers.0.self_attn.q_proj.weight`.
     pub hf_name: String,
-    /// GGUF shape, `ne[0]` (the contiguous row) first; the Hugging Face shape is its reverse,
-    /// over the same bytes.
+    /// GGUF shape, `ne[0]` (the contiguous row) first.
     pub shape: Vec<u64>,
+    /// The Hugging Face shape over the same number of values: the GGUF shape reversed unless
+    /// the converter squeezed a dimension (conv1d's [C, 1, K]).
+    pub hf_shape: Vec<u64>,
     pub init: Init,
+    /// How the Hugging Face value of an element follows from the GGUF one.
+    pub to_hf: hf::ToHf,
+    /// The value-head axis the converter reordered (qwen35), if any.
+    pub v_heads: Option<hf::VHeads>,
 }
 
 impl TensorPlan {
@@ -92,8 +112,32 @@ impl TensorPlan {
             name: name.into(),
             hf_name: hf_name.into(),
             shape: shape.to_vec(),
+            hf_shape: shape.iter().rev().copied().collect(),
             init,
+            to_hf: hf::ToHf::Same,
+            v_heads: None,
         }
+    }
+
+    pub fn with_to_hf(mut self, to_hf: hf::ToHf) -> Self {
+        self.to_hf = to_hf;
+        self
+    }
+
+    pub fn with_v_heads(mut self, v_heads: hf::VHeads) -> Self {
+        self.v_heads = Some(v_heads);
+        self
+    }
+
+    pub fn with_hf_shape(mut self, hf_shape: &[u64]) -> Self {
+        assert_eq!(
+            hf_shape.iter().product::<u64>(),
+            self.n_elements(),
+            "{}: Hugging Face shape {hf_shape:?} holds another number of values",
+            self.name
+        );
+        self.hf_shape = hf_shape.to_vec();
+        self
     }
 
     pub fn row_len(&self) -> u64 {
@@ -113,6 +157,7 @@ impl Arch {
     fn plan(self, preset: &str) -> Result<ModelPlan> {
         match self {
             Arch::Qwen3 => qwen3::plan(preset),
+            Arch::Qwen35 => qwen35::plan(preset),
         }
     }
 }
@@ -127,9 +172,12 @@ pub fn run(args: Args) -> Result<()> {
     };
     let bar = progress_bar(writer.data_bytes() + hf_bytes)?;
 
-    let size = writer
-        .write(&args.out, |n| bar.inc(n))
-        .context("writing the GGUF")?;
+    let size = if args.layout_only {
+        writer.write_layout(&args.out)
+    } else {
+        writer.write(&args.out, |n| bar.inc(n))
+    }
+    .context("writing the GGUF")?;
     if let Some(dir) = &args.hf_dir {
         hf::write(dir, &plan, args.seed, &bar)
             .with_context(|| format!("writing the Hugging Face export {}", dir.display()))?;
@@ -174,10 +222,14 @@ fn gguf_writer(plan: &ModelPlan, types: &[GgmlType], args: &Args) -> Result<Gguf
     for (key, value) in general {
         w.set(key, value)?;
     }
-    for (key, value) in &plan.hparams {
+    let (generic, own) = plan.hparams.split_at(plan.file_type_at);
+    for (key, value) in generic {
         w.set(key, value.clone())?;
     }
     w.set("general.file_type", Value::U32(args.quant.file_type()))?;
+    for (key, value) in own {
+        w.set(key, value.clone())?;
+    }
     w.set("general.quantization_version", Value::U32(2))?;
     for (key, value) in plan.tokenizer.gguf_metadata() {
         w.set(&key, value)?;

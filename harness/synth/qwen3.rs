@@ -90,10 +90,12 @@ pub fn plan(preset: &str) -> Result<ModelPlan> {
         );
     };
     let tokenizer = Tokenizer::qwen3()?;
+    let hparams = hparams(shape);
     Ok(ModelPlan {
         arch: "qwen3",
         name: format!("fak synthetic qwen3 {preset}"),
-        hparams: hparams(shape),
+        file_type_at: hparams.len(),
+        hparams,
         tensors: tensors(shape, tokenizer.n_vocab()),
         hf_config: hf_config(shape, &tokenizer),
         tokenizer,

@@ -20,10 +20,13 @@ pub const UNUSED: i32 = 5;
 static QWEN2_VOCAB_GGUF: &[u8] = include_bytes!("../../tests/fixtures/vocab/ggml-vocab-qwen2.gguf");
 static QWEN3_CHAT_TEMPLATE: &str =
     include_str!("../../tests/fixtures/templates/Qwen-Qwen3-0.6B.jinja");
+static QWEN35_CHAT_TEMPLATE: &str = include_str!("../../tests/fixtures/templates/Qwen3.5-4B.jinja");
 
 /// Hugging Face's pre-tokenizer split for the Qwen2 vocabulary (its `tokenizer.json`); llama.cpp
 /// spells the same pattern out for `tokenizer.ggml.pre = "qwen2"` (model-spec.md §3.2).
 pub const QWEN2_SPLIT_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// The same split for `tokenizer.ggml.pre = "qwen35"`: letter runs absorb combining marks.
+pub const QWEN35_SPLIT_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// A token the Hugging Face tokenizer adds on top of the BPE vocabulary.
 #[derive(Clone, Debug)]
@@ -35,9 +38,9 @@ pub struct AddedToken {
     pub special: bool,
 }
 
-/// Qwen3's added tokens, ids 151 643.. in order, with Hugging Face's `special` flags (its
-/// `tokenizer_config.json`).
-const QWEN3_ADDED: [(&str, bool); 26] = [
+/// The added tokens of Qwen3 (ids 151 643..) and Qwen3.5 (ids 248 044..), in order, with
+/// Hugging Face's `special` flags (their `tokenizer_config.json`).
+const QWEN_ADDED: [(&str, bool); 26] = [
     ("<|endoftext|>", true),
     ("<|im_start|>", true),
     ("<|im_end|>", true),
@@ -65,9 +68,15 @@ const QWEN3_ADDED: [(&str, bool); 26] = [
     ("<think>", false),
     ("</think>", false),
 ];
-const QWEN_FIRST_ADDED_ID: u32 = 151_643;
-const QWEN_ENDOFTEXT: u32 = 151_643;
-const QWEN_IM_END: u32 = 151_645;
+/// Qwen2's BPE tokens: ids below this are NORMAL in the embedded vocabulary.
+const QWEN2_N_BPE: usize = 151_643;
+const QWEN3_FIRST_ADDED_ID: u32 = 151_643;
+const QWEN3_N_VOCAB: usize = 151_936;
+const QWEN35_FIRST_ADDED_ID: u32 = 248_044;
+const QWEN35_N_VOCAB: usize = 248_320;
+/// Offsets of `<|endoftext|>` and `<|im_end|>` in [`QWEN_ADDED`].
+const QWEN_ENDOFTEXT: u32 = 0;
+const QWEN_IM_END: u32 = 2;
 
 /// Everything `tokenizer.*` in a GGUF and `tokenizer*.json` in a Hugging Face directory say.
 pub struct Tokenizer {
@@ -90,28 +99,62 @@ impl Tokenizer {
     /// The Qwen3 tokenizer: Qwen2's BPE vocabulary, Qwen3's added tokens, `<|im_end|>` as eos
     /// and `<|endoftext|>` as bos and pad (as Qwen3's GGUF files carry them), 151 936 entries.
     pub fn qwen3() -> Result<Self> {
-        let added: Vec<AddedToken> = QWEN3_ADDED
+        Self::qwen(
+            "qwen2",
+            QWEN2_SPLIT_REGEX,
+            QWEN3_FIRST_ADDED_ID,
+            QWEN3_N_VOCAB,
+            QWEN3_CHAT_TEMPLATE,
+        )
+    }
+
+    /// The Qwen3.5 tokenizer as far as a synthetic model can carry it: the real one has a
+    /// larger BPE vocabulary (≈248k tokens) that no fixture holds, so this keeps Qwen2's BPE
+    /// tokens and merges with Qwen3.5's pre-tokenizer (`qwen35`), puts the added tokens at
+    /// Qwen3.5's ids (`<|endoftext|>` 248 044, `<|im_end|>` 248 046, `<think>` 248 068) and pads
+    /// the ids between as the converter pads a vocabulary smaller than the embedding matrix,
+    /// 248 320 entries in all. Ids, table size, special tokens and chat template are Qwen3.5's.
+    pub fn qwen35() -> Result<Self> {
+        Self::qwen(
+            "qwen35",
+            QWEN35_SPLIT_REGEX,
+            QWEN35_FIRST_ADDED_ID,
+            QWEN35_N_VOCAB,
+            QWEN35_CHAT_TEMPLATE,
+        )
+    }
+
+    /// Qwen2's BPE vocabulary, the Qwen added tokens from `first_added` on, `<|im_end|>` as eos
+    /// and `<|endoftext|>` as bos and pad, `n_vocab` entries.
+    fn qwen(
+        pre: &'static str,
+        split_regex: &'static str,
+        first_added: u32,
+        n_vocab: usize,
+        chat_template: &'static str,
+    ) -> Result<Self> {
+        let added: Vec<AddedToken> = QWEN_ADDED
             .iter()
-            .zip(QWEN_FIRST_ADDED_ID..)
+            .zip(first_added..)
             .map(|(&(content, special), id)| AddedToken {
                 id,
                 content: content.into(),
                 special,
             })
             .collect();
-        let (tokens, types, merges) = base_vocab(QWEN2_VOCAB_GGUF, QWEN_FIRST_ADDED_ID, &added)
+        let (tokens, types, merges) = base_vocab(QWEN2_VOCAB_GGUF, QWEN2_N_BPE, &added, n_vocab)
             .context("embedded vocabulary ggml-vocab-qwen2.gguf")?;
         Ok(Self {
-            pre: "qwen2",
-            split_regex: QWEN2_SPLIT_REGEX,
+            pre,
+            split_regex,
             tokens,
             types,
             merges,
             added,
-            bos: QWEN_ENDOFTEXT,
-            eos: QWEN_IM_END,
-            pad: QWEN_ENDOFTEXT,
-            chat_template: QWEN3_CHAT_TEMPLATE,
+            bos: first_added + QWEN_ENDOFTEXT,
+            eos: first_added + QWEN_IM_END,
+            pad: first_added + QWEN_ENDOFTEXT,
+            chat_template,
         })
     }
 
@@ -154,12 +197,14 @@ fn looks_special(content: &str) -> bool {
     content.starts_with("<|") && content.ends_with("|>")
 }
 
-/// Reads the BPE vocabulary of `gguf` (keeping ids below `first_added`, which must all be
-/// NORMAL), appends `added` and pads with UNUSED `[PAD<id>]` entries to the file's token count.
+/// Reads the BPE vocabulary of `gguf` (its first `n_base` tokens, which must all be NORMAL),
+/// places `added` at their ids and pads every other id below `n_vocab` with an UNUSED
+/// `[PAD<id>]` entry, as llama.cpp's converter does.
 fn base_vocab(
     gguf: &[u8],
-    first_added: u32,
+    n_base: usize,
     added: &[AddedToken],
+    n_vocab: usize,
 ) -> Result<(Vec<String>, Vec<i32>, Vec<String>)> {
     let parsed = fak::gguf::parse(gguf)?;
     let get = |key: &str| {
@@ -179,12 +224,10 @@ fn base_vocab(
     let Value::Array(Array::String(merges)) = get("tokenizer.ggml.merges")? else {
         bail!("tokenizer.ggml.merges: expected a string array");
     };
-    let n_vocab = tokens.len();
-    let n_base = first_added as usize;
     ensure!(
-        n_base + added.len() <= n_vocab && types.len() == n_vocab,
-        "{n_vocab} tokens cannot hold {n_base} base and {} added tokens",
-        added.len()
+        n_base <= tokens.len() && types.len() == tokens.len(),
+        "{} tokens hold no {n_base} base tokens",
+        tokens.len()
     );
     if let Some(i) = types[..n_base].iter().position(|&t| t != NORMAL) {
         bail!(
@@ -196,12 +239,19 @@ fn base_vocab(
 
     let mut out_tokens = tokens[..n_base].to_vec();
     let mut out_types = vec![NORMAL; n_base];
+    let pad_to = |tokens: &mut Vec<String>, types: &mut Vec<i32>, end: usize| {
+        for id in tokens.len()..end {
+            tokens.push(format!("[PAD{id}]"));
+            types.push(UNUSED);
+        }
+    };
     for t in added {
         ensure!(
-            t.id as usize == out_tokens.len(),
-            "added token {} out of order",
+            t.id as usize >= out_tokens.len() && (t.id as usize) < n_vocab,
+            "added token {} out of order or past {n_vocab}",
             t.id
         );
+        pad_to(&mut out_tokens, &mut out_types, t.id as usize);
         out_tokens.push(t.content.clone());
         out_types.push(if t.special || looks_special(&t.content) {
             CONTROL
@@ -209,9 +259,6 @@ fn base_vocab(
             USER_DEFINED
         });
     }
-    for id in out_tokens.len()..n_vocab {
-        out_tokens.push(format!("[PAD{id}]"));
-        out_types.push(UNUSED);
-    }
+    pad_to(&mut out_tokens, &mut out_types, n_vocab);
     Ok((out_tokens, out_types, merges.clone()))
 }

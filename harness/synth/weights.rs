@@ -18,7 +18,16 @@ pub enum Init {
     NormGain,
     /// N(0, std²): projections use std = 1/√fan_in (unit-variance outputs for unit inputs).
     Normal { std: f32 },
+    /// A Gated DeltaNet decay rate as the GGUF stores it, `ssm_a` = −exp(A_log), with
+    /// A_log ~ N(DECAY_LOG_MEAN, DECAY_LOG_STD²).
+    NegExp,
 }
+
+/// A_log's distribution: rates exp(A_log) from about 0.03 to 2 (±2σ), so that with
+/// softplus(α + dt_bias) ≈ 1 some heads forget within a token and others remember for dozens —
+/// both the decay and the carried state are exercised.
+pub const DECAY_LOG_MEAN: f32 = -1.5;
+pub const DECAY_LOG_STD: f32 = 1.0;
 
 impl Init {
     /// The projection scale for a linear map reading `fan_in` inputs.
@@ -69,9 +78,13 @@ pub fn fill_rows(
             let (mean, std) = match init {
                 Init::NormGain => (1.0, NORM_GAIN_NOISE),
                 Init::Normal { std } => (0.0, std),
+                Init::NegExp => (DECAY_LOG_MEAN, DECAY_LOG_STD),
             };
             for x in row {
                 *x = mean + std * rng.sample::<f32, _>(StandardNormal);
+                if init == Init::NegExp {
+                    *x = -x.exp();
+                }
             }
         });
 }

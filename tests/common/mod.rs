@@ -11,6 +11,7 @@ pub mod reduce_probe;
 pub use compare::{Tolerance, assert_close, assert_dequantized, assert_within};
 pub use gpu::{gpu, poisoned_f32, rng, variants};
 pub mod harness;
+pub mod peer;
 
 use std::path::PathBuf;
 

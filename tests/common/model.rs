@@ -1,5 +1,6 @@
-//! What the end-to-end model tests share: the kernel paths to force, random prompts, logit
-//! comparisons, and rewriting a GGUF with edited metadata or tensors (bad-input tests).
+//! What the end-to-end model tests share besides the oracles (`peer`): the kernel paths to
+//! force, random prompts, an error summary of logit rows, and rewriting a GGUF with edited
+//! metadata or tensors (bad-input tests).
 
 use fak::gguf::{Gguf, GgufWriter, Value};
 use fak::gpu::Forced;
@@ -27,26 +28,6 @@ pub fn random_ids(seed: u64, n: usize, n_vocab: usize) -> Vec<u32> {
     (0..n).map(|_| r.random_range(0..n_vocab as u32)).collect()
 }
 
-pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len(), "logit rows of different lengths");
-    let (mut ab, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
-    for (&x, &y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(x), f64::from(y));
-        ab += x * y;
-        aa += x * x;
-        bb += y * y;
-    }
-    // NaN anywhere makes the cosine NaN, which fails every `>=` below.
-    ab / (aa.sqrt() * bb.sqrt())
-}
-
-/// The gap between the largest and second-largest logit.
-pub fn top2_margin(logits: &[f32]) -> f32 {
-    let mut sorted = logits.to_vec();
-    sorted.sort_by(|a, b| b.total_cmp(a));
-    sorted[0] - sorted[1]
-}
-
 /// The worst cosine over rows and the largest |got − want| relative to the row's largest
 /// |want|, for reports.
 #[derive(Clone, Copy, Debug)]
@@ -61,7 +42,7 @@ pub fn rows_error(got: &[Vec<f32>], want: &[Vec<f32>]) -> RowsError {
         max_rel: 0.0,
     };
     for (g, w) in got.iter().zip(want) {
-        let c = cosine(g, w);
+        let c = crate::peer::cosine(g, w);
         // A NaN cosine must show as the minimum.
         e.min_cosine = if c.is_nan() { c } else { e.min_cosine.min(c) };
         let scale = w.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -73,17 +54,6 @@ pub fn rows_error(got: &[Vec<f32>], want: &[Vec<f32>]) -> RowsError {
         e.max_rel = e.max_rel.max(worst / f64::from(scale));
     }
     e
-}
-
-pub fn assert_rows_close(what: &str, got: &[Vec<f32>], want: &[Vec<f32>], min_cosine: f64) {
-    assert_eq!(got.len(), want.len(), "{what}: rows");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let c = cosine(g, w);
-        assert!(
-            c >= min_cosine,
-            "{what}: position {i}: cosine {c} < {min_cosine}"
-        );
-    }
 }
 
 /// Writes `src` to `dst` with its metadata passed through `edit` (change, add or remove keys)

@@ -1,0 +1,59 @@
+//! `harness reference`: fak's CPU reference forward pass (f32, one token at a time) on a GGUF,
+//! writing logits in `harness run --logits-out`'s format, so every oracle that checks the GPU
+//! engine's logits can check the reference's too (e.g. experiments/qwen35-oracle against
+//! Hugging Face `transformers`).
+
+use crate::run::{parse_token_ids, write_logits_file};
+use anyhow::{Context, Result};
+use fak::gguf::Gguf;
+use fak::model::Arch;
+use fak::reference::ops::argmax;
+use fak::reference::{DenseReference, Qwen35Reference, Reference};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The GGUF model.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Prompt as token ids, comma- or space-separated.
+    #[arg(long)]
+    pub tokens: String,
+    /// Greedy tokens to generate after the prompt (their logits are written too).
+    #[arg(short = 'n', long = "n-out", default_value_t = 0)]
+    pub n_out: usize,
+    /// Where to write every position's logits: raw little-endian f32 [rows, n_vocab] and the
+    /// sidecar `<file>.json` (`{"n_vocab", "rows", "token_ids"}`).
+    #[arg(long)]
+    pub logits_out: PathBuf,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let prompt = parse_token_ids(&args.tokens)?;
+    anyhow::ensure!(!prompt.is_empty(), "--tokens: no token ids");
+    let gguf = Gguf::open(&args.model)?;
+    let mut model: Box<dyn Reference> = match Arch::of(&gguf)? {
+        Arch::Qwen35 => Box::new(Qwen35Reference::new(&gguf)?),
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => Box::new(DenseReference::new(&gguf)?),
+    };
+    // Row i holds the logits after ids[i]; each greedy token continues the same sequence, so
+    // the rows are the teacher-forced logits of prompt + generated.
+    let mut ids = prompt.clone();
+    let mut logits = model.forward_all(&prompt)?;
+    for _ in 0..args.n_out {
+        let next = argmax(logits.last().expect("a non-empty prompt"));
+        ids.push(next);
+        logits.push(model.forward(next)?);
+    }
+    write_logits_file(&logits, &ids, &args.logits_out)
+        .with_context(|| format!("writing {}", args.logits_out.display()))?;
+    println!(
+        "{}: {} rows of {} logits after {} prompt and {} generated tokens",
+        args.logits_out.display(),
+        logits.len(),
+        logits.first().map_or(0, Vec::len),
+        prompt.len(),
+        args.n_out
+    );
+    Ok(())
+}
