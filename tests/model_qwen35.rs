@@ -5,7 +5,7 @@
 //! the GDN states are NaN-poisoned at load (`poison`), so a value a kernel should have written,
 //! or a state a reset should have zeroed, cannot pass.
 
-use fak::gguf::{Gguf, Value};
+use fak::gguf::{Gguf, TensorInfo, Value};
 use fak::gpu::Forced;
 use fak::model::DevicePlan;
 use fak::model::qwen35::Hparams;
@@ -203,7 +203,7 @@ fn a_file_with_grouped_value_heads_is_read_as_it_says() {
         &tiled,
         &grouped,
         |m| set_key(m, "qwen35.ssm.v_head_reordered", Value::Bool(false)),
-        &[],
+        |_| {},
     );
     let ids = random_ids(15, 20, hp.n_vocab);
     let want = reference_logits(&grouped, &ids);
@@ -216,6 +216,51 @@ fn a_file_with_grouped_value_heads_is_read_as_it_says() {
     let other = reference_logits(&tiled, &ids);
     let c = cosine(want.last().unwrap(), other.last().unwrap());
     assert!(c < 0.999, "grouped and tiled readings agree (cosine {c})");
+}
+
+/// A file with a multi-token-prediction block after the trunk (`nextn_predict_layers` = 1,
+/// `block_count` counting it, as recent converters write it): the block is not part of plain
+/// decoding, so the logits are those of the file without it.
+#[test]
+fn mtp_blocks_after_the_trunk_are_skipped() {
+    let path = tiny("f32", 17);
+    let hp = hparams(&path);
+    let last = hp.n_layer - 1;
+    let with_mtp = scratch().join("tiny-f32-17-mtp.gguf");
+    rewrite_gguf(
+        &path,
+        &with_mtp,
+        |m| {
+            let blocks = hp.n_layer as u32 + 1;
+            set_key(m, "qwen35.block_count", Value::U32(blocks));
+            set_key(m, "qwen35.nextn_predict_layers", Value::U32(1));
+        },
+        |tensors| {
+            // The MTP block: a full-attention block (the last trunk block's tensors) plus its
+            // own projection and norms, none of which plain decoding may read.
+            let prefix = format!("blk.{last}.");
+            let mut block: Vec<(String, &TensorInfo)> = tensors
+                .iter()
+                .filter_map(|(name, t)| {
+                    let rest = name.strip_prefix(&prefix)?;
+                    Some((format!("blk.{}.{rest}", hp.n_layer), *t))
+                })
+                .collect();
+            let norm = block[0].1;
+            for extra in ["nextn.enorm.weight", "nextn.hnorm.weight"] {
+                block.push((format!("blk.{}.{extra}", hp.n_layer), norm));
+            }
+            tensors.extend(block);
+        },
+    );
+    let ids = random_ids(18, 24, hp.n_vocab);
+    let want = reference_logits(&path, &ids);
+    for file in [&path, &with_mtp] {
+        let got = engine(file, 8, Forced::default())
+            .teacher_forced_logits(&ids)
+            .unwrap();
+        assert_rows_close(&file.display().to_string(), &got, &want, 0.99999);
+    }
 }
 
 /// `harness run` on a qwen35 file: the tokens it reports are the CPU reference's greedy ones.
@@ -257,7 +302,7 @@ fn bad_files_get_errors_naming_the_key_or_tensor() {
     let hp = hparams(&path);
     let edited = |name: &str, key: &str, value: u32| {
         let out = scratch().join(name);
-        rewrite_gguf(&path, &out, |m| set_key(m, key, Value::U32(value)), &[]);
+        rewrite_gguf(&path, &out, |m| set_key(m, key, Value::U32(value)), |_| {});
         out
     };
     let cases = [
@@ -289,7 +334,12 @@ fn bad_files_get_errors_naming_the_key_or_tensor() {
         .position(|k| *k == fak::model::qwen35::LayerKind::DeltaNet)
         .unwrap();
     let tensor = format!("blk.{first_gdn}.ssm_a");
-    rewrite_gguf(&path, &missing, |_| {}, &[&tensor]);
+    rewrite_gguf(
+        &path,
+        &missing,
+        |_| {},
+        |t| t.retain(|(name, _)| *name != tensor),
+    );
     for (file, names) in cases
         .iter()
         .map(|(f, n)| (f, *n))

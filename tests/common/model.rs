@@ -2,7 +2,7 @@
 //! force, random prompts, an error summary of logit rows, and rewriting a GGUF with edited
 //! metadata or tensors (bad-input tests).
 
-use fak::gguf::{Gguf, GgufWriter, Value};
+use fak::gguf::{Gguf, GgufWriter, TensorInfo, Value};
 use fak::gpu::Forced;
 use rand::Rng;
 use std::path::Path;
@@ -56,28 +56,29 @@ pub fn rows_error(got: &[Vec<f32>], want: &[Vec<f32>]) -> RowsError {
     e
 }
 
-/// Writes `src` to `dst` with its metadata passed through `edit` (change, add or remove keys)
-/// and without the tensors named in `drop`; everything else as it was.
+/// Writes `src` to `dst` with its metadata passed through `edit_keys` (change, add or remove
+/// keys) and its tensor table through `edit_tensors`: a list of (name to write, tensor of `src`
+/// whose type, shape and bytes it gets), so a test can drop, rename or duplicate tensors.
 pub fn rewrite_gguf(
     src: &Path,
     dst: &Path,
-    edit: impl FnOnce(&mut Vec<(String, Value)>),
-    drop: &[&str],
+    edit_keys: impl FnOnce(&mut Vec<(String, Value)>),
+    edit_tensors: impl FnOnce(&mut Vec<(String, &TensorInfo)>),
 ) {
     let gguf = Gguf::open(src).unwrap();
     let mut entries = gguf.metadata().entries().to_vec();
-    edit(&mut entries);
+    edit_keys(&mut entries);
+    let mut tensors: Vec<(String, &TensorInfo)> =
+        gguf.tensors().iter().map(|t| (t.name.clone(), t)).collect();
+    edit_tensors(&mut tensors);
     let mut w = GgufWriter::new();
     for (key, value) in entries {
         w.set(&key, value).unwrap();
     }
-    for t in gguf.tensors() {
-        if drop.contains(&t.name.as_str()) {
-            continue;
-        }
+    for (name, t) in tensors {
         let bytes = gguf.tensor_data(t).to_vec();
         let source = Box::new(move |out: &mut dyn std::io::Write| out.write_all(&bytes));
-        w.add_tensor(&t.name, t.ty, &t.shape, source).unwrap();
+        w.add_tensor(&name, t.ty, &t.shape, source).unwrap();
     }
     w.write(dst, |_| {}).unwrap();
 }
