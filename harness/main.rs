@@ -1,9 +1,10 @@
 //! `harness`: fak's command-line front end and benchmark driver.
 
 use clap::{Parser, Subcommand};
+use fak_harness::packet::validate;
+use fak_harness::{inspect, report};
 
 mod devices;
-mod inspect;
 mod reference;
 mod run;
 mod synth;
@@ -34,6 +35,13 @@ enum Command {
     Reference(reference::Args),
     /// Write a synthetic model (seeded random weights, real shapes and tokenizer) as GGUF.
     Synth(synth::Args),
+    /// Check a comparison packet: its JSON Schema, then every figure recomputed from the raw files
+    /// (exit 0 valid, 1 not valid, 2 unreadable).
+    Validate(validate::Args),
+    /// Write a packet's report: markdown tables, roofline, reproduction, SVG plots.
+    Report(report::Args),
+    /// What moved between two packets (p50s outside each other's bootstrap intervals).
+    Compare(report::compare::Args),
 }
 
 fn main() {
@@ -45,6 +53,9 @@ fn main() {
         Command::Run(args) => run::run(args),
         Command::Synth(args) => synth::run(args),
         Command::Reference(args) => reference::run(args),
+        Command::Validate(args) => std::process::exit(validate::run(&args)),
+        Command::Report(args) => report::run(&args),
+        Command::Compare(args) => report::compare::run(&args),
     };
     if let Err(err) = result {
         // One clear line (with its causes), no backtrace unless RUST_BACKTRACE asks for one.
