@@ -2,17 +2,21 @@
 
 use clap::{Parser, Subcommand};
 
+mod arms;
 mod devices;
 mod inspect;
 mod run;
+mod selftest;
+mod serve_arm;
 mod synth;
+mod threeway;
 mod tokenize;
 
 #[derive(Parser)]
 #[command(
     name = "harness",
     version,
-    about = "fak tools: inspect, synth, devices, benchmarks"
+    about = "fak tools: inspect, synth, devices, selftest, threeway benchmarks"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -31,6 +35,13 @@ enum Command {
     Run(run::Args),
     /// Write a synthetic model (seeded random weights, real shapes and tokenizer) as GGUF.
     Synth(synth::Args),
+    /// Run the matched envelope on fak-native, llama.cpp and MLX and write a comparison packet.
+    Threeway(threeway::Args),
+    /// Check every kernel path this adapter runs against the CPU reference; measure bandwidth.
+    Selftest(selftest::Args),
+    /// The fak-native arm's engine process (JSON lines on stdin/stdout; used by threeway).
+    #[command(hide = true)]
+    ServeArm(serve_arm::Args),
 }
 
 fn main() {
@@ -41,6 +52,9 @@ fn main() {
         Command::Tokenize(args) => tokenize::run(args),
         Command::Run(args) => run::run(args),
         Command::Synth(args) => synth::run(args),
+        Command::Threeway(args) => threeway::run(args),
+        Command::Selftest(args) => selftest::run(args),
+        Command::ServeArm(args) => serve_arm::run(args),
     };
     if let Err(err) = result {
         // One clear line (with its causes), no backtrace unless RUST_BACKTRACE asks for one.
