@@ -278,6 +278,8 @@ impl Arm for LlamaCpp {
             }
             let mut body = Self::greedy_body(&ids[..end], 1);
             body["n_probs"] = json!(self.n_probs);
+            // Log-softmax of the raw logits, not of the sampler chain's candidates.
+            body["post_sampling_probs"] = json!(false);
             let r = http::request(
                 self.port,
                 "POST",

@@ -60,28 +60,30 @@ impl Models {
         })
     }
 
-    /// The tiny synthetic model, written into the cache on first use. A `complete` marker is
-    /// written last, so an interrupted write is redone rather than trusted.
+    /// The tiny synthetic model, written into the cache on first use: into a folder of this
+    /// process's own, renamed into place when complete, so runs racing to write it never see
+    /// (or leave) half a model.
     pub fn synthetic() -> Result<Models> {
         let dir = cache_dir().join("threeway").join(format!(
             "qwen3-{TINY_PRESET}-seed{TINY_SEED}-v{}",
             env!("CARGO_PKG_VERSION")
         ));
-        let models = Models {
+        let at = |dir: &Path| Models {
             gguf: dir.join("model-q4_k_m.gguf"),
             reference: Some(dir.join("reference-f32.gguf")),
             mlx: Some(dir.join("mlx-4bit")),
             origin: format!("synthetic qwen3 {TINY_PRESET} seed {TINY_SEED}"),
         };
-        let marker = dir.join("complete");
-        if marker.is_file() {
-            return Ok(models);
+        if dir.is_dir() {
+            return Ok(at(&dir));
         }
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let tmp = dir.with_extension(format!("partial-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         eprintln!(
             "threeway: writing the tiny synthetic model into {}",
             dir.display()
         );
+        let partial = at(&tmp);
         let synth = |quant, out: &Path, mlx: Option<PathBuf>| {
             synth::run(synth::Args {
                 arch: synth::Arch::Qwen3,
@@ -94,14 +96,18 @@ impl Models {
                 mlx_4bit: mlx,
             })
         };
-        synth(synth::Quant::Q4KM, &models.gguf, models.mlx.clone())?;
+        synth(synth::Quant::Q4KM, &partial.gguf, partial.mlx.clone())?;
         synth(
             synth::Quant::F32,
-            models.reference.as_deref().expect("set above"),
+            partial.reference.as_deref().expect("set above"),
             None,
         )?;
-        std::fs::write(&marker, "").with_context(|| format!("writing {}", marker.display()))?;
-        Ok(models)
+        if std::fs::rename(&tmp, &dir).is_err() {
+            // Another run finished first; its model is the same (same seed), keep it.
+            let _ = std::fs::remove_dir_all(&tmp);
+            anyhow::ensure!(dir.is_dir(), "could not move {} into place", tmp.display());
+        }
+        Ok(at(&dir))
     }
 }
 
