@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# The README's main job on its embedded default: write the tiny synthetic Qwen3 model (Q4_K_M,
-# seed 1) and inspect it. Needs only Rust; no GPU, no download.
+# The README's main job: `harness threeway` on its embedded default — the tiny synthetic Qwen3
+# (written once into ${FAK_CACHE:-~/.cache/fak}/threeway), run on fak-native and on every other arm
+# installed here (llama-server on PATH or the peer build in the cache; MLX where $FAK_PYTHON or
+# python3 imports mlx_lm; an arm that is missing is recorded as skipped) — then `harness validate`
+# and `harness report` on the packet. No GPU and no download needed (fak runs on lavapipe).
 #
-#   ci/main-job.sh [out.gguf]      default ${FAK_CACHE:-~/.cache/fak}/main-job/qwen3-tiny-q4_k_m.gguf
+#   ci/main-job.sh [threeway options…]     e.g. --prompts 3 --n-out 16
+#   HARNESS=path/to/harness ci/main-job.sh  use a harness already built (default: cargo --release)
+#   FAK_RUN_OUT=dir ci/main-job.sh          the run's folder (default experiments/benchmark/runs/
+#                                           by-machine/<host>/<UTC stamp>-threeway)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -10,9 +16,14 @@ cd "${here}/.."
 # shellcheck source=ci/lib.sh
 source "${here}/lib.sh"
 
-out=${1:-${FAK_CACHE}/main-job/qwen3-tiny-q4_k_m.gguf}
-mkdir -p "$(dirname "${out}")"
-harness=(cargo run --locked --quiet --release -p fak-harness --bin harness --)
+if [[ -n ${HARNESS:-} ]]; then
+    harness=("${HARNESS}")
+else
+    harness=(cargo run --locked --quiet --release -p fak-harness --bin harness --)
+fi
+out=${FAK_RUN_OUT:-experiments/benchmark/runs/by-machine/$(hostname)/$(date -u +%Y%m%dT%H%M%SZ)-threeway}
 
-"${harness[@]}" synth --arch qwen3 --preset tiny --quant q4_k_m --seed 1 --out "${out}"
-"${harness[@]}" inspect "${out}"
+"${harness[@]}" threeway --out "${out}" "$@"
+"${harness[@]}" validate "${out}/packet.json"
+"${harness[@]}" report "${out}/packet.json" --out "${out}/report"
+log "packet, raw files and report in ${out}"

@@ -64,6 +64,25 @@ use_lavapipe() {
     log "GPU: lavapipe (${icd})"
 }
 
+# The main job as CI runs it: all three arms for real on the tiny model (fak-native on lavapipe,
+# llama.cpp from the peer build, MLX on CPU), small enough for a couple of minutes, then validate
+# and report; fails unless every arm ran.
+run_threeway() {
+    cargo build --locked -p fak-harness --bin harness
+    local out="${FAK_CACHE}/ci-threeway"
+    rm -rf "${out}"
+    HARNESS="${CARGO_TARGET_DIR:-target}/debug/harness" FAK_RUN_OUT="${out}" \
+        "${here}/main-job.sh" --prompts 3 --n-out 16 --quality-prompts 2
+    "${FAK_PYTHON}" - "${out}" <<'PY'
+import json, sys
+out = sys.argv[1]
+for arm in ["fak-native", "llama.cpp", "mlx"]:
+    status = json.load(open(f"{out}/{arm}-raw.json"))["status"]
+    assert status == "ran", f"{arm}: {status}"
+print("threeway: every arm ran")
+PY
+}
+
 main() {
     local start=${SECONDS}
     step "rust toolchain" check_rust
@@ -78,6 +97,7 @@ main() {
     step "build tests" cargo test --locked --workspace --no-run
     # --no-fail-fast: one CI run reports every failing test binary, not just the first.
     step "run tests" cargo test --locked --workspace --no-fail-fast
+    step "threeway, all arms" run_threeway
     print_step_summary
     log "all checks passed in $(clock $((SECONDS - start))) (m:ss)"
 }

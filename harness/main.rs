@@ -4,17 +4,21 @@ use clap::{Parser, Subcommand};
 use fak_harness::packet::validate;
 use fak_harness::{inspect, report};
 
+mod arms;
 mod devices;
 mod reference;
 mod run;
+mod selftest;
+mod serve_arm;
 mod synth;
+mod threeway;
 mod tokenize;
 
 #[derive(Parser)]
 #[command(
     name = "harness",
     version,
-    about = "fak tools: inspect, synth, devices, benchmarks"
+    about = "fak tools: inspect, synth, devices, selftest, threeway benchmarks"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -42,6 +46,13 @@ enum Command {
     Report(report::Args),
     /// What moved between two packets (p50s outside each other's bootstrap intervals).
     Compare(report::compare::Args),
+    /// Run the matched envelope on fak-native, llama.cpp and MLX and write a comparison packet.
+    Threeway(threeway::Args),
+    /// Check every kernel path this adapter runs against the CPU reference; measure bandwidth.
+    Selftest(selftest::Args),
+    /// The fak-native arm's engine process (JSON lines on stdin/stdout; used by threeway).
+    #[command(hide = true)]
+    ServeArm(serve_arm::Args),
 }
 
 fn main() {
@@ -56,6 +67,9 @@ fn main() {
         Command::Validate(args) => std::process::exit(validate::run(&args)),
         Command::Report(args) => report::run(&args),
         Command::Compare(args) => report::compare::run(&args),
+        Command::Threeway(args) => threeway::run(args),
+        Command::Selftest(args) => selftest::run(args),
+        Command::ServeArm(args) => serve_arm::run(args),
     };
     if let Err(err) = result {
         // One clear line (with its causes), no backtrace unless RUST_BACKTRACE asks for one.

@@ -18,20 +18,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 pub fn write(dir: &Path, plan: &ModelPlan, seed: u64, bar: &ProgressBar) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    write_json(&dir.join("config.json"), &plan.hf_config)?;
-    write_json(
-        &dir.join("tokenizer.json"),
-        &tokenizer_json(&plan.tokenizer),
-    )?;
-    // A composite config (qwen3_5) keeps the text model's keys under `text_config`.
-    let text_config = plan.hf_config.get("text_config").unwrap_or(&plan.hf_config);
-    let max_len = &text_config["max_position_embeddings"];
-    write_json(
-        &dir.join("tokenizer_config.json"),
-        &tokenizer_config(&plan.tokenizer, max_len),
-    )?;
-
+    write_metadata(dir, plan, &plan.hf_config)?;
     let path = dir.join("model.safetensors");
     let views = plan.tensors.iter().map(|t| {
         let view = LazyTensor {
@@ -46,10 +33,32 @@ pub fn write(dir: &Path, plan: &ModelPlan, seed: u64, bar: &ProgressBar) -> Resu
     let info = HashMap::from([("format".to_string(), "pt".to_string())]);
     safetensors::serialize_to_file(views, Some(info), &path)
         .with_context(|| format!("writing {}", path.display()))?;
-    // The safetensors crate writes through a private temporary file (mode 0600); give the
-    // model the permissions of the files beside it.
+    match_permissions(dir, &path)
+}
+
+/// `config.json` (as given), `tokenizer.json` and `tokenizer_config.json` in `dir`: what every
+/// Hugging Face-style directory of this model holds beside its weights.
+pub fn write_metadata(dir: &Path, plan: &ModelPlan, config: &Value) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    write_json(&dir.join("config.json"), config)?;
+    write_json(
+        &dir.join("tokenizer.json"),
+        &tokenizer_json(&plan.tokenizer),
+    )?;
+    // A composite config (qwen3_5) keeps the text model's keys under `text_config`.
+    let text_config = plan.hf_config.get("text_config").unwrap_or(&plan.hf_config);
+    let max_len = &text_config["max_position_embeddings"];
+    write_json(
+        &dir.join("tokenizer_config.json"),
+        &tokenizer_config(&plan.tokenizer, max_len),
+    )
+}
+
+/// The safetensors crate writes through a private temporary file (mode 0600); give the weights
+/// the permissions of the files beside them.
+pub fn match_permissions(dir: &Path, path: &Path) -> Result<()> {
     let permissions = std::fs::metadata(dir.join("config.json"))?.permissions();
-    std::fs::set_permissions(&path, permissions)
+    std::fs::set_permissions(path, permissions)
         .with_context(|| format!("setting permissions of {}", path.display()))
 }
 

@@ -12,6 +12,7 @@
 //! (16 MiB of floats) plus the tensor table whatever the model size.
 
 mod hf;
+pub mod mlx;
 mod qwen3;
 mod qwen35;
 mod recipe;
@@ -22,7 +23,7 @@ use anyhow::{Context, Result};
 use fak::gguf::{GgufWriter, TensorSource, Value};
 use fak::quant::GgmlType;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use recipe::Quant;
+pub use recipe::Quant;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use vocab::Tokenizer;
@@ -51,13 +52,17 @@ pub struct Args {
     pub hf_dir: Option<PathBuf>,
     /// Write random quantized blocks directly (no float weights, no quantization search), so a
     /// large Q4_K_M model writes as fast as the disk allows. Its weights match no float model.
-    #[arg(long, conflicts_with = "hf_dir")]
+    #[arg(long, conflicts_with_all = ["hf_dir", "mlx_4bit"])]
     pub fast_random: bool,
     /// Write only the metadata and tensor table and leave the tensor data a hole (a sparse
     /// file of the full size whose weights read as zeros): a real-size model's layout at once,
     /// for tools that read no weights (`llama-quantize --dry-run`, loaders).
     #[arg(long, conflicts_with_all = ["hf_dir", "fast_random"])]
     pub layout_only: bool,
+    /// Also write the same float weights as MLX's own affine 4-bit (group 64) model directory,
+    /// what `mlx_lm.convert -q` would make of the Hugging Face export.
+    #[arg(long)]
+    pub mlx_4bit: Option<PathBuf>,
 }
 
 /// The architectures synth can write.
@@ -166,11 +171,9 @@ pub fn run(args: Args) -> Result<()> {
     let mut plan = args.arch.plan(&args.preset)?;
     let types = args.quant.arrange(&mut plan.tensors);
     let writer = gguf_writer(&plan, &types, &args)?;
-    let hf_bytes: u64 = match args.hf_dir {
-        Some(_) => plan.tensors.iter().map(|t| 4 * t.n_elements()).sum(),
-        None => 0,
-    };
-    let bar = progress_bar(writer.data_bytes() + hf_bytes)?;
+    let float_bytes: u64 = plan.tensors.iter().map(|t| 4 * t.n_elements()).sum();
+    let exports = u64::from(args.hf_dir.is_some()) + u64::from(args.mlx_4bit.is_some());
+    let bar = progress_bar(writer.data_bytes() + exports * float_bytes)?;
 
     let size = if args.layout_only {
         writer.write_layout(&args.out)
@@ -181,6 +184,10 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(dir) = &args.hf_dir {
         hf::write(dir, &plan, args.seed, &bar)
             .with_context(|| format!("writing the Hugging Face export {}", dir.display()))?;
+    }
+    if let Some(dir) = &args.mlx_4bit {
+        mlx::write(dir, &plan, args.seed, &bar)
+            .with_context(|| format!("writing the MLX 4-bit model {}", dir.display()))?;
     }
     bar.finish_and_clear();
     println!(

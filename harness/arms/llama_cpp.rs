@@ -1,0 +1,331 @@
+//! The llama.cpp arm: `llama-server` on 127.0.0.1 (a free port), every layer on the GPU
+//! (`-ngl 999`), one slot, the context sized to the envelope, flash attention as the user gave
+//! it. Timed requests stream (`/completion`, `stream: true`) token ids in and out with the prompt
+//! cache off (`cache_prompt: false`, the cold envelope); the quality pass asks for `n_probs`
+//! top log-probabilities one position at a time, since the server exposes no full logits.
+
+use super::http::{self, Event};
+use super::process::{EngineProcess, ExitInfo, Interrupted, interrupted};
+use super::{Arm, ArmFacts, Buckets, Logits, NotInstalled, Timed};
+use anyhow::{Context, Result, anyhow, bail};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// How long the server may take to load the model.
+const LOAD_TIMEOUT: Duration = Duration::from_secs(900);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(900);
+
+pub struct LlamaCpp {
+    pub server: PathBuf,
+    pub model: PathBuf,
+    pub context: usize,
+    /// `on`, `off` or `auto`, passed as `-fa`.
+    pub flash_attn: String,
+    /// Top log-probabilities asked for per position in the quality pass.
+    pub n_probs: usize,
+    pub scratch: PathBuf,
+    process: Option<EngineProcess>,
+    port: u16,
+}
+
+impl LlamaCpp {
+    pub fn new(
+        server: PathBuf,
+        model: PathBuf,
+        context: usize,
+        flash_attn: String,
+        n_probs: usize,
+        scratch: PathBuf,
+    ) -> Self {
+        LlamaCpp {
+            server,
+            model,
+            context,
+            flash_attn,
+            n_probs,
+            scratch,
+            process: None,
+            port: 0,
+        }
+    }
+
+    fn args(&self) -> Vec<String> {
+        let mut args: Vec<String> = vec!["-m".into(), self.model.display().to_string()];
+        for (flag, value) in [
+            ("--host", "127.0.0.1".to_string()),
+            ("--port", self.port.to_string()),
+            ("-ngl", "999".into()),
+            ("-c", self.context.to_string()),
+            ("-np", "1".into()),
+            ("-fa", self.flash_attn.clone()),
+        ] {
+            args.push(flag.into());
+            args.push(value);
+        }
+        args
+    }
+
+    fn process(&mut self) -> Result<&mut EngineProcess> {
+        self.process.as_mut().context("llama.cpp: not started")
+    }
+
+    /// Greedy sampling, fixed length, no penalties, prompt cache off.
+    fn greedy_body(prompt: &[u32], n_predict: usize) -> Value {
+        json!({
+            "prompt": prompt, "n_predict": n_predict, "ignore_eos": true, "cache_prompt": false,
+            "temperature": 0.0, "top_k": 1, "samplers": ["top_k"], "repeat_penalty": 1.0,
+            "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0,
+            "return_tokens": true,
+        })
+    }
+
+    fn wait_ready(&mut self) -> Result<()> {
+        let port = self.port;
+        let start = Instant::now();
+        loop {
+            if interrupted() {
+                return Err(Interrupted.into());
+            }
+            let process = self.process()?;
+            if process.exited() {
+                return Err(process.died("exited while loading the model"));
+            }
+            match http::request(port, "GET", "/health", None, Duration::from_secs(5)) {
+                Ok(r) if r.status == 200 => return Ok(()),
+                _ if start.elapsed() > LOAD_TIMEOUT => {
+                    let secs = LOAD_TIMEOUT.as_secs();
+                    return Err(self.process()?.died(&format!("not ready after {secs} s")));
+                }
+                _ => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+}
+
+/// llama-server: `path` if given, else on PATH, else the CI peer build under
+/// `${FAK_CACHE:-~/.cache/fak}/llama.cpp-*/bin`.
+pub fn find_server(path: Option<&Path>) -> Result<PathBuf, NotInstalled> {
+    if let Some(path) = path {
+        return Ok(path.to_path_buf());
+    }
+    if let Some(found) = std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join("llama-server"))
+        .find(|p| p.is_file())
+    {
+        return Ok(found);
+    }
+    let cache = std::env::var_os("FAK_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/fak")));
+    let peer = cache
+        .as_deref()
+        .and_then(|dir| std::fs::read_dir(dir).ok())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("llama.cpp-"))
+        .map(|e| e.path().join("bin/llama-server"))
+        .filter(|p| p.is_file())
+        .max();
+    peer.ok_or_else(|| {
+        NotInstalled(
+            "llama-server not found (not on PATH, no --llama-server, no peer build under \
+             ~/.cache/fak/llama.cpp-*/bin: ci/build-llama-cpp.sh makes one)"
+                .into(),
+        )
+    })
+}
+
+impl Arm for LlamaCpp {
+    fn name(&self) -> &'static str {
+        "llama.cpp"
+    }
+
+    fn runtime(&self) -> &'static str {
+        "reference"
+    }
+
+    fn flags(&self) -> Value {
+        json!({
+            "server": self.server, "args": self.args(), "flash_attn": self.flash_attn,
+            "cache_prompt": false, "stream": true, "n_probs_quality": self.n_probs,
+        })
+    }
+
+    fn bucket_methods(&self) -> Buckets<&'static str> {
+        Buckets {
+            queue: "request sent → the server began the prompt: the client's time to the first streamed token minus the server's timings.prompt_ms (slot wait, HTTP, loopback)",
+            setup: "none distinct: ids need no tokenization, slot launch falls in queue (0)",
+            prefill: "the server's timings.prompt_ms (slot start → first token sampled)",
+            decode: "arrival of the first streamed token → arrival of the last (client clock)",
+            verification: "none: no speculative decoding, nothing to verify (0)",
+            recovery: "server restarts after a crash, charged to the request that was lost (0 otherwise)",
+            other: "last token's arrival → the stream's end (final chunk with timings)",
+        }
+    }
+
+    fn start(&mut self) -> Result<ArmFacts> {
+        if !self.server.is_file() {
+            bail!("llama-server {} does not exist", self.server.display());
+        }
+        self.port = http::free_port()?;
+        let mut command = Command::new(&self.server);
+        command.args(self.args());
+        let log = self.scratch.join("llama.cpp.log");
+        self.process = Some(EngineProcess::spawn("llama-server", command, &log, false)?);
+        self.wait_ready()?;
+        let props = http::request(self.port, "GET", "/props", None, Duration::from_secs(30))?;
+        http::check_status("GET /props", &props)?;
+        let props = props.json()?;
+        Ok(json!({
+            "engine": "llama.cpp",
+            "build_info": props["build_info"],
+            "props": props,
+        }))
+    }
+
+    fn generate(&mut self, prompt: &[u32], n_out: usize) -> Result<Timed> {
+        let mut body = Self::greedy_body(prompt, n_out);
+        body["stream"] = json!(true);
+        let (sent_ns, events) =
+            http::post_streaming(self.port, "/completion", &body, REQUEST_TIMEOUT)?;
+        let mut tokens = Vec::with_capacity(n_out);
+        let mut token_ns = Vec::with_capacity(n_out);
+        let mut timings = Value::Null;
+        let mut status = 0;
+        let done_ns = loop {
+            if interrupted() {
+                return Err(Interrupted.into());
+            }
+            let event = match events.recv_timeout(Duration::from_millis(100)) {
+                Ok(event) => event,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    let process = self.process()?;
+                    if process.exited() {
+                        return Err(process.died("exited during a request"));
+                    }
+                    continue;
+                }
+                Err(_) => bail!("llama.cpp: the stream reader stopped"),
+            };
+            match event {
+                Event::Status(s) => status = s,
+                Event::Line(line, at) => {
+                    let Some(data) = line.strip_prefix("data: ") else {
+                        continue;
+                    };
+                    let chunk: Value = serde_json::from_str(data).with_context(|| {
+                        format!("llama.cpp: a stream chunk is not JSON: {data:.200}")
+                    })?;
+                    if let Some(err) = chunk.get("error") {
+                        bail!("llama.cpp: HTTP {status}: {err}");
+                    }
+                    for id in chunk["tokens"].as_array().into_iter().flatten() {
+                        let id = id
+                            .as_u64()
+                            .context("llama.cpp: a token id is not a number")?;
+                        tokens.push(id as u32);
+                        token_ns.push(at);
+                    }
+                    if chunk["stop"] == json!(true) {
+                        timings = chunk["timings"].clone();
+                    }
+                }
+                Event::End(Ok(())) => break super::process::now_ns(),
+                Event::End(Err(e)) => {
+                    let process = self.process()?;
+                    return Err(process.died(&format!("the stream broke: {e:#}")));
+                }
+            }
+        };
+        if !(200..300).contains(&status) {
+            bail!("llama.cpp: /completion answered HTTP {status}");
+        }
+        let (Some(&first), Some(&last)) = (token_ns.first(), token_ns.last()) else {
+            bail!("llama.cpp: the stream held no tokens");
+        };
+        let prompt_ms = timings["prompt_ms"]
+            .as_f64()
+            .ok_or_else(|| anyhow!("llama.cpp: no timings.prompt_ms in the final chunk"))?;
+        let prefill = ((prompt_ms * 1e6) as u64).min(first - sent_ns);
+        Ok(Timed {
+            tokens,
+            token_ns,
+            sent_ns,
+            done_ns,
+            buckets: Buckets {
+                queue: first - sent_ns - prefill,
+                setup: 0,
+                prefill,
+                decode: last - first,
+                verification: 0,
+                recovery: 0,
+                other: done_ns - last,
+            },
+            engine: json!({"timings": timings}),
+        })
+    }
+
+    fn logits(&mut self, ids: &[u32]) -> Result<Logits> {
+        let mut rows = Vec::with_capacity(ids.len());
+        for end in 1..=ids.len() {
+            if interrupted() {
+                return Err(Interrupted.into());
+            }
+            let mut body = Self::greedy_body(&ids[..end], 1);
+            body["n_probs"] = json!(self.n_probs);
+            // Log-softmax of the raw logits, not of the sampler chain's candidates.
+            body["post_sampling_probs"] = json!(false);
+            let r = http::request(
+                self.port,
+                "POST",
+                "/completion",
+                Some(&body),
+                REQUEST_TIMEOUT,
+            )
+            .map_err(|e| match self.process.as_mut() {
+                Some(p) => {
+                    if p.exited() {
+                        p.died(&format!("{e:#}"))
+                    } else {
+                        e
+                    }
+                }
+                None => e,
+            })?;
+            http::check_status("llama.cpp: POST /completion (n_probs)", &r)?;
+            let answer = r.json()?;
+            let top = answer["completion_probabilities"][0]["top_logprobs"]
+                .as_array()
+                .with_context(|| {
+                    format!("llama.cpp: no completion_probabilities in {answer:.300}")
+                })?;
+            let row = top
+                .iter()
+                .map(|p| {
+                    let id = p["id"].as_u64().context("top_logprobs: no id")?;
+                    let lp = p["logprob"].as_f64().context("top_logprobs: no logprob")?;
+                    Ok((id as u32, lp as f32))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            rows.push(row);
+        }
+        Ok(Logits::TopK(rows))
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(EngineProcess::pid)
+    }
+
+    fn stop(&mut self) -> ExitInfo {
+        match self.process.take() {
+            // llama-server ignores stdin; it stops on SIGTERM after the grace period.
+            Some(mut p) => p.stop(Duration::from_millis(200)),
+            None => ExitInfo::default(),
+        }
+    }
+}

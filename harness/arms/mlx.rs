@@ -1,0 +1,111 @@
+//! The MLX arm: `mlx_driver.py` (embedded here, written next to the run's scratch files) on
+//! `mlx_lm`, run by the Python that imports it, over the JSON-lines protocol of [`super::jsonl`].
+//! Its weights are MLX's own affine 4-bit (group 64) conversion of the same float weights,
+//! never the GGUF: the packet labels it as different weights, so it is never called parity.
+
+use super::jsonl::{BUCKET_METHODS, JsonlEngine};
+use super::process::{EngineProcess, ExitInfo};
+use super::{Arm, ArmFacts, Buckets, Logits, NotInstalled, Timed};
+use anyhow::{Context, Result};
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+pub const DRIVER: &str = include_str!("mlx_driver.py");
+
+pub struct Mlx {
+    pub python: String,
+    pub model_dir: PathBuf,
+    pub scratch: PathBuf,
+    engine: Option<JsonlEngine>,
+}
+
+impl Mlx {
+    pub fn new(python: String, model_dir: PathBuf, scratch: PathBuf) -> Self {
+        Mlx {
+            python,
+            model_dir,
+            scratch,
+            engine: None,
+        }
+    }
+
+    fn engine(&mut self) -> Result<&mut JsonlEngine> {
+        self.engine.as_mut().context("mlx: not started")
+    }
+}
+
+/// The Python to run the driver with: `python` if given, else `$FAK_PYTHON`, else `python3`;
+/// it must import `mlx.core` and `mlx_lm`.
+pub fn find_python(python: Option<&str>) -> Result<String, NotInstalled> {
+    let python = python
+        .map(str::to_string)
+        .or_else(|| std::env::var("FAK_PYTHON").ok())
+        .unwrap_or_else(|| "python3".into());
+    let out = Command::new(&python)
+        .args(["-c", "import mlx.core, mlx_lm"])
+        .output()
+        .map_err(|e| NotInstalled(format!("{python}: {e}")))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err.lines().last().unwrap_or("").trim();
+        return Err(NotInstalled(format!(
+            "{python} cannot import mlx_lm ({last}); pip install 'mlx[cpu]' mlx-lm, or pass --python"
+        )));
+    }
+    Ok(python)
+}
+
+impl Arm for Mlx {
+    fn name(&self) -> &'static str {
+        "mlx"
+    }
+
+    fn runtime(&self) -> &'static str {
+        "reference"
+    }
+
+    fn flags(&self) -> serde_json::Value {
+        json!({
+            "python": self.python, "model_dir": self.model_dir,
+            "generation_loop": "mlx_lm.generate.generate_step (greedy; EOS never stops it)",
+            "weights": "MLX affine 4-bit, group 64, of the same float weights",
+        })
+    }
+
+    fn bucket_methods(&self) -> Buckets<&'static str> {
+        BUCKET_METHODS
+    }
+
+    fn start(&mut self) -> Result<ArmFacts> {
+        let driver = self.scratch.join("mlx_driver.py");
+        std::fs::write(&driver, DRIVER).with_context(|| format!("writing {}", driver.display()))?;
+        let mut command = Command::new(&self.python);
+        command.arg(&driver).arg(&self.model_dir);
+        let log = self.scratch.join("mlx.log");
+        let process = EngineProcess::spawn("mlx", command, &log, true)?;
+        let (engine, facts) = JsonlEngine::start(process, &self.scratch)?;
+        self.engine = Some(engine);
+        Ok(facts)
+    }
+
+    fn generate(&mut self, prompt: &[u32], n_out: usize) -> Result<Timed> {
+        self.engine()?.generate(prompt, n_out)
+    }
+
+    fn logits(&mut self, ids: &[u32]) -> Result<Logits> {
+        self.engine()?.logits(ids)
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.engine.as_ref().map(|e| e.process.pid())
+    }
+
+    fn stop(&mut self) -> ExitInfo {
+        match self.engine.take() {
+            Some(mut e) => e.process.stop(Duration::from_secs(10)),
+            None => ExitInfo::default(),
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! The engines `harness threeway` compares, one module per engine behind [`Arm`]: each runs in
+//! its own process, started fresh and stopped before the next arm starts.
+//!
+//! - [`fak_native`]: `harness serve-arm`, a child speaking JSON lines ([`jsonl`]) over stdin and
+//!   stdout, on `fak::runtime::Engine`;
+//! - [`llama_cpp`]: `llama-server` on loopback, token ids in, streamed tokens out ([`http`]);
+//! - [`mlx`]: `mlx_driver.py` on `mlx_lm`, the same JSON-lines protocol as fak's child.
+//!
+//! A timed request reads back nothing but tokens; logits come from a separate untimed call.
+
+pub mod fak_native;
+pub mod http;
+pub mod jsonl;
+pub mod llama_cpp;
+pub mod mlx;
+pub mod process;
+
+use anyhow::Result;
+use serde::Serialize;
+
+pub use process::ExitInfo;
+
+/// One timed request: what came back and when, on the shared monotonic clock (ns).
+#[derive(Clone, Debug, Serialize)]
+pub struct Timed {
+    pub tokens: Vec<u32>,
+    /// When each token was known to the harness side of the measurement (for fak and MLX the
+    /// engine process's own timestamp, for llama-server the arrival of its streamed chunk).
+    pub token_ns: Vec<u64>,
+    /// The harness wrote the request.
+    pub sent_ns: u64,
+    /// The harness had the whole answer.
+    pub done_ns: u64,
+    pub buckets: Buckets<u64>,
+    /// What the engine itself reported (llama-server's `timings`, the children's timestamps).
+    pub engine: serde_json::Value,
+}
+
+/// The per-request time buckets (DESIGN.md "The harness"): each one measured, their sum the
+/// request's wall clock.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Buckets<T> {
+    pub queue: T,
+    pub setup: T,
+    pub prefill: T,
+    pub decode: T,
+    pub verification: T,
+    pub recovery: T,
+    pub other: T,
+}
+
+impl Buckets<u64> {
+    pub fn total(&self) -> u64 {
+        self.queue
+            + self.setup
+            + self.prefill
+            + self.decode
+            + self.verification
+            + self.recovery
+            + self.other
+    }
+}
+
+/// Logits of a teacher-forced sequence: one row after each id.
+pub enum Logits {
+    /// Every vocabulary entry (fak, MLX).
+    Full(Vec<Vec<f32>>),
+    /// Only the top entries, as (id, log-probability) best first (llama-server's `n_probs`).
+    TopK(Vec<Vec<(u32, f32)>>),
+}
+
+/// What an arm says about itself once started: versions, build, device.
+pub type ArmFacts = serde_json::Value;
+
+pub trait Arm {
+    /// `fak-native`, `llama.cpp`, `mlx`.
+    fn name(&self) -> &'static str;
+    /// `native` for fak, `reference` for the engines it is compared with.
+    fn runtime(&self) -> &'static str;
+    /// The flags the engine runs with (recorded in the packet).
+    fn flags(&self) -> serde_json::Value;
+    /// How each bucket is measured for this engine.
+    fn bucket_methods(&self) -> Buckets<&'static str>;
+    /// Starts the engine process and waits until it is ready.
+    fn start(&mut self) -> Result<ArmFacts>;
+    /// One greedy request of exactly `n_out` tokens, end-of-sequence ignored.
+    fn generate(&mut self, prompt: &[u32], n_out: usize) -> Result<Timed>;
+    /// Teacher-forced logits after every id of `ids` (untimed).
+    fn logits(&mut self, ids: &[u32]) -> Result<Logits>;
+    /// The engine process, while it runs.
+    fn pid(&self) -> Option<u32>;
+    /// Stops the engine and reaps it.
+    fn stop(&mut self) -> ExitInfo;
+}
+
+/// Why an arm cannot run on this machine (recorded as skipped, never estimated).
+#[derive(Debug)]
+pub struct NotInstalled(pub String);

@@ -1,0 +1,66 @@
+//! The matched envelope's prompts: built once, as token ids, and given unchanged to every arm.
+//!
+//! The corpus (`corpus.txt`, self-written prose shipped with the harness) is tokenized once with
+//! the model's own tokenizer; each prompt is `n_ctx` consecutive ids of that stream starting at
+//! an offset drawn from a seeded ChaCha stream (the stream wraps around, so any `n_ctx` works).
+//! Where the model's tokenizer adds BOS, the prompt is BOS followed by `n_ctx − 1` corpus ids:
+//! engines given ids add nothing themselves (llama-server adds BOS only to text prompts).
+
+use anyhow::{Result, bail};
+use fak::tokenizer::Tokenizer;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use sha2::{Digest, Sha256};
+
+pub const CORPUS: &str = include_str!("corpus.txt");
+
+/// The prompts of one run: one warm-up prompt (never timed) and `n` timed ones.
+pub struct Prompts {
+    pub warmup: Vec<u32>,
+    pub timed: Vec<Vec<u32>>,
+    pub seed: u64,
+}
+
+impl Prompts {
+    pub fn build(tokenizer: &Tokenizer, n_ctx: usize, n: usize, seed: u64) -> Result<Prompts> {
+        if n_ctx == 0 || n == 0 {
+            bail!("the envelope needs n_ctx ≥ 1 and at least one prompt (got {n_ctx} and {n})");
+        }
+        let stream = tokenizer.encode_plain(CORPUS, false);
+        if stream.is_empty() {
+            bail!("the tokenizer turned the corpus into no tokens");
+        }
+        let bos = tokenizer.adds_bos().then(|| tokenizer.bos()).flatten();
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut draw = || {
+            let start = rng.random_range(0..stream.len());
+            let body = n_ctx - usize::from(bos.is_some());
+            let mut ids: Vec<u32> = bos.into_iter().collect();
+            ids.extend((0..body).map(|i| stream[(start + i) % stream.len()]));
+            ids
+        };
+        let warmup = draw();
+        let timed = (0..n).map(|_| draw()).collect();
+        Ok(Prompts {
+            warmup,
+            timed,
+            seed,
+        })
+    }
+
+    /// sha256 over every timed prompt's ids (little-endian u32, prompts in order): equal
+    /// digests mean the arms were given the same ids.
+    pub fn digest(&self) -> String {
+        let mut hash = Sha256::new();
+        for ids in &self.timed {
+            for id in ids {
+                hash.update(id.to_le_bytes());
+            }
+        }
+        hex(&hash.finalize())
+    }
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

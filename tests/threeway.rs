@@ -1,0 +1,440 @@
+//! `harness threeway`, `harness selftest` and `harness synth --mlx-4bit` end to end: every arm
+//! for real (fak-native on the present adapter, llama-server from the peer build, mlx_lm on
+//! CPU), and the runs that go wrong — a model that does not exist, a llama-server that exits at
+//! start, an MLX without the model's architecture, engines killed mid-run, Ctrl-C — must fail
+//! clearly and keep everything already measured.
+
+use fak_tests::harness::harness;
+use fak_tests::{llama_cpp_tool, python};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("threeway")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The synthetic models live in one cache for the whole test binary (written once).
+fn cache() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("threeway-cache")
+}
+
+/// `harness threeway` with the test cache and the oracle Python.
+fn threeway(out: &Path) -> Command {
+    let mut c = harness();
+    c.arg("threeway")
+        .arg("--out")
+        .arg(out)
+        .args(["--python", &python()])
+        .env("FAK_CACHE", cache());
+    c
+}
+
+fn raw(out: &Path, arm: &str) -> Value {
+    let path = out.join(format!("{arm}-raw.json"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Every arm runs the envelope: each request has exactly n_out tokens, its buckets sum to its
+/// wall clock, token timestamps rise; the warm-up is kept apart; each arm's quality rows cover
+/// every prompt position plus the tail; fak-native and llama.cpp (same GGUF) get a parity
+/// verdict; each engine's peak memory is recorded.
+#[test]
+fn every_arm_runs_the_matched_envelope() {
+    let out = scratch("all-arms");
+    let run = threeway(&out)
+        .arg("--llama-server")
+        .arg(llama_cpp_tool("llama-server"))
+        .args(["--prompts", "2", "--n-ctx", "32", "--n-out", "6"])
+        .args([
+            "--quality-prompts",
+            "1",
+            "--quality-tail",
+            "4",
+            "--no-selftest",
+        ])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", stderr_of(&run));
+    for arm in ["fak-native", "llama.cpp", "mlx"] {
+        let r = raw(&out, arm);
+        assert_eq!(r["status"], "ran", "{arm}: {r}");
+        assert!(
+            r["warmup"].is_object(),
+            "{arm}: the warm-up is recorded apart"
+        );
+        let samples = r["samples"].as_array().unwrap();
+        assert_eq!(samples.len(), 2, "{arm}");
+        for s in samples {
+            assert_eq!(s["tokens"].as_array().unwrap().len(), 6, "{arm}: {s}");
+            let b = &s["buckets"];
+            let sum: u64 = [
+                "queue",
+                "setup",
+                "prefill",
+                "decode",
+                "verification",
+                "recovery",
+                "other",
+            ]
+            .iter()
+            .map(|k| b[k].as_u64().unwrap())
+            .sum();
+            assert_eq!(
+                sum,
+                s["wall_ns"].as_u64().unwrap(),
+                "{arm}: buckets vs wall"
+            );
+            assert!(b["prefill"].as_u64().unwrap() > 0 && b["decode"].as_u64().unwrap() > 0);
+            let times: Vec<u64> = serde_json::from_value(s["token_ns"].clone()).unwrap();
+            assert!(times.windows(2).all(|w| w[0] <= w[1]), "{arm}: {times:?}");
+        }
+        assert!(
+            r["peak_rss_bytes"].as_u64().unwrap() > 1 << 20,
+            "{arm}: {r}"
+        );
+        let quality: Value = serde_json::from_slice(
+            &std::fs::read(out.join(format!("{arm}-quality.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(quality["summary"]["rows"], 32 + 4, "{arm}");
+    }
+    let packet: Value =
+        serde_json::from_slice(&std::fs::read(out.join("packet.json")).unwrap()).unwrap();
+    assert_eq!(packet["schema"], "fak.macbench.comparison.v1");
+    assert!(
+        packet["parity"]["pass"].is_boolean(),
+        "{}",
+        packet["parity"]
+    );
+    assert_eq!(packet["quality_reference"]["kind"], "cpu-reference");
+}
+
+/// The MLX directory synth writes is bit for bit what `mx.quantize(w, 64, 4)` makes of the
+/// Hugging Face export's weights, and mlx_lm loads it as the model its own `nn.quantize` gives.
+#[test]
+fn mlx_4bit_export_is_what_mlx_quantize_makes() {
+    let dir = scratch("mlx-4bit");
+    let out = harness()
+        .args([
+            "synth", "--arch", "qwen3", "--preset", "tiny", "--quant", "f32", "--seed", "3",
+        ])
+        .arg("--out")
+        .arg(dir.join("tiny.gguf"))
+        .arg("--hf-dir")
+        .arg(dir.join("hf"))
+        .arg("--mlx-4bit")
+        .arg(dir.join("mlx"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let check = Command::new(python())
+        .arg(fak_tests::fixture("../scripts/mlx_4bit_check.py"))
+        .arg(dir.join("hf"))
+        .arg(dir.join("mlx"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&check.stdout);
+    assert!(check.status.success(), "{report}\n{}", stderr_of(&check));
+    let report: Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(
+        report["quantized"], 30,
+        "4 layers × 7 projections + embedding + head"
+    );
+}
+
+/// selftest passes on this adapter for every path it runs and measures a positive bandwidth.
+#[test]
+fn selftest_checks_every_path_and_measures_bandwidth() {
+    let out = harness()
+        .args(["selftest", "--json"])
+        .env("FAK_CACHE", cache())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["pass"], true);
+    let paths = result["paths"].as_array().unwrap().len();
+    assert!(paths >= 1);
+    // Two models × two checks per path.
+    assert_eq!(result["checks"].as_array().unwrap().len(), paths * 4);
+    assert!(result["bandwidth"]["best_bytes_per_s"].as_f64().unwrap() > 1e6);
+}
+
+#[test]
+fn a_model_that_does_not_exist_is_a_clear_error() {
+    let out = scratch("no-model");
+    let run = threeway(&out)
+        .args(["--model", "/nonexistent/model.gguf", "--no-selftest"])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1));
+    let err = stderr_of(&run);
+    assert!(
+        err.contains("/nonexistent/model.gguf") && err.contains("does not exist"),
+        "{err}"
+    );
+}
+
+/// A llama-server that exits at start fails its arm with its exit status and its last words;
+/// the arm after it still runs and the run ends non-zero naming the failed arm.
+#[test]
+fn a_llama_server_that_exits_at_start_fails_its_arm_only() {
+    let out = scratch("server-exits");
+    let script = out.join("llama-server-exits.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\necho 'cannot start: no GPU for you' >&2\nexit 1\n",
+    )
+    .unwrap();
+    set_executable(&script);
+    let run = harness()
+        .arg("threeway")
+        .arg("--out")
+        .arg(&out)
+        .arg("--llama-server")
+        .arg(&script)
+        .args([
+            "--python",
+            &python(),
+            "--arms",
+            "llama.cpp,mlx",
+            "--prompts",
+            "2",
+        ])
+        .args([
+            "--n-ctx",
+            "16",
+            "--n-out",
+            "4",
+            "--quality-prompts",
+            "1",
+            "--no-selftest",
+        ])
+        .env("FAK_CACHE", cache())
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1), "{}", stderr_of(&run));
+    let err = stderr_of(&run);
+    assert!(err.contains("llama.cpp") && err.contains("failed"), "{err}");
+    let llama = raw(&out, "llama.cpp");
+    assert_eq!(llama["status"], "failed");
+    let reason = llama["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("exit 1") && reason.contains("no GPU for you"),
+        "{reason}"
+    );
+    let mlx = raw(&out, "mlx");
+    assert_eq!(mlx["status"], "ran");
+    assert_eq!(mlx["samples"].as_array().unwrap().len(), 2);
+}
+
+/// An MLX whose mlx_lm lacks the model's architecture fails the MLX arm with mlx_lm's reason.
+#[test]
+fn an_mlx_without_the_architecture_fails_clearly() {
+    let out = scratch("mlx-arch");
+    let model = out.join("tiny.gguf");
+    let mlx_dir = out.join("mlx");
+    let synth = harness()
+        .args([
+            "synth", "--arch", "qwen3", "--preset", "tiny", "--quant", "q8_0", "--seed", "5",
+        ])
+        .arg("--out")
+        .arg(&model)
+        .arg("--mlx-4bit")
+        .arg(&mlx_dir)
+        .output()
+        .unwrap();
+    assert!(synth.status.success(), "{}", stderr_of(&synth));
+    let config_path = mlx_dir.join("config.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
+    config["model_type"] = "fakearch".into();
+    std::fs::write(&config_path, serde_json::to_vec(&config).unwrap()).unwrap();
+    let run = threeway(&out)
+        .arg("--model")
+        .arg(&model)
+        .arg("--mlx-model")
+        .arg(&mlx_dir)
+        .args([
+            "--arms",
+            "mlx",
+            "--prompts",
+            "1",
+            "--n-ctx",
+            "8",
+            "--n-out",
+            "2",
+            "--no-selftest",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1), "{}", stderr_of(&run));
+    let mlx = raw(&out, "mlx");
+    assert_eq!(mlx["status"], "failed");
+    let reason = mlx["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("fakearch") && reason.contains("not supported"),
+        "{reason}"
+    );
+}
+
+/// A running threeway, its stderr read line by line as it comes.
+struct Running {
+    child: Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStderr>>,
+    seen: Vec<String>,
+}
+
+impl Running {
+    fn start(mut command: Command) -> Running {
+        let mut child = command.stderr(Stdio::piped()).spawn().unwrap();
+        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        Running {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads lines until one contains `text`; returns it.
+    fn wait_for(&mut self, text: &str) -> String {
+        for line in self.lines.by_ref() {
+            let line = line.unwrap();
+            self.seen.push(line.clone());
+            if line.contains(text) {
+                return line;
+            }
+        }
+        panic!("no line with {text:?} in:\n{}", self.seen.join("\n"));
+    }
+
+    fn finish(mut self) -> (Option<i32>, String) {
+        for line in self.lines.by_ref() {
+            self.seen.push(line.unwrap());
+        }
+        (self.child.wait().unwrap().code(), self.seen.join("\n"))
+    }
+}
+
+/// The pid in "threeway: <arm> started (pid N)".
+fn pid_in(line: &str) -> i32 {
+    line.rsplit("pid ")
+        .next()
+        .and_then(|s| s.trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {line:?}"))
+}
+
+fn kill(pid: i32, signal: &str) {
+    let ok = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {signal} {pid}");
+}
+
+fn alive(pid: i32) -> bool {
+    Command::new("kill")
+        .args(["-0", &pid.to_string()])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+fn mlx_run(out: &Path, prompts: &str) -> Command {
+    let mut c = threeway(out);
+    c.args([
+        "--arms",
+        "mlx",
+        "--prompts",
+        prompts,
+        "--n-ctx",
+        "16",
+        "--n-out",
+        "8",
+    ])
+    .args(["--quality-prompts", "1", "--no-selftest"]);
+    c
+}
+
+/// An engine killed mid-run is restarted once: the samples before the kill stay, the lost
+/// request is sent again with the restart in its recovery bucket, the run completes.
+#[test]
+fn an_engine_killed_mid_run_is_restarted_once_and_the_run_completes() {
+    let out = scratch("killed-once");
+    let mut run = Running::start(mlx_run(&out, "8"));
+    let pid = pid_in(&run.wait_for("mlx started"));
+    run.wait_for("mlx request 2/8");
+    kill(pid, "-KILL");
+    let (code, log) = run.finish();
+    assert_eq!(code, Some(0), "{log}");
+    let r = raw(&out, "mlx");
+    assert_eq!(r["status"], "ran");
+    assert_eq!(r["restarts"], 1);
+    assert_eq!(r["faults"].as_array().unwrap().len(), 1, "{}", r["faults"]);
+    let samples = r["samples"].as_array().unwrap();
+    assert_eq!(samples.len(), 8);
+    let recovered: Vec<u64> = samples
+        .iter()
+        .map(|s| s["buckets"]["recovery"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        recovered.iter().filter(|&&ns| ns > 0).count(),
+        1,
+        "{recovered:?}"
+    );
+}
+
+/// Killed again after its one restart, the arm fails but keeps every sample it measured.
+#[test]
+fn an_engine_killed_twice_fails_and_keeps_its_samples() {
+    let out = scratch("killed-twice");
+    let mut run = Running::start(mlx_run(&out, "20"));
+    let first = pid_in(&run.wait_for("mlx started"));
+    run.wait_for("mlx request 2/20");
+    kill(first, "-KILL");
+    let second = pid_in(&run.wait_for("mlx started"));
+    run.wait_for("mlx request 4/20");
+    kill(second, "-KILL");
+    let (code, log) = run.finish();
+    assert_eq!(code, Some(1), "{log}");
+    let r = raw(&out, "mlx");
+    assert_eq!(r["status"], "failed");
+    assert!(r["samples"].as_array().unwrap().len() >= 4, "{r}");
+    assert!(!alive(second));
+}
+
+/// Ctrl-C stops the engine (no orphan), keeps the samples so far, marks the arm interrupted
+/// and exits 130.
+#[test]
+fn ctrl_c_stops_the_engine_and_keeps_the_samples() {
+    let out = scratch("ctrl-c");
+    let mut run = Running::start(mlx_run(&out, "20"));
+    let pid = pid_in(&run.wait_for("mlx started"));
+    run.wait_for("mlx request 3/20");
+    kill(run.child.id() as i32, "-INT");
+    let (code, log) = run.finish();
+    assert_eq!(code, Some(130), "{log}");
+    let r = raw(&out, "mlx");
+    assert_eq!(r["status"], "interrupted");
+    assert!(r["samples"].as_array().unwrap().len() >= 3, "{r}");
+    assert!(!alive(pid), "the engine outlived the harness");
+}
+
+fn set_executable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
