@@ -125,6 +125,10 @@ fn a_cache_hit_gives_the_cold_logits_and_greedy_tokens() {
         assert_eq!(hit.cached_tokens, 96, "{what}: the preamble's whole pages");
         let logits = hit.logits.clone().unwrap();
         let c = cosine(&logits, &cold_logits);
+        eprintln!(
+            "{what}: hit vs cold first-token logits cosine {c:.8}, cold top-2 margin {}",
+            top2_margin(&cold_logits)
+        );
         assert!(c >= 0.9999, "{what}: first-token logits cosine {c}");
         let mut tokens = vec![hit.first];
         for _ in 1..12 {

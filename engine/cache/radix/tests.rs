@@ -374,7 +374,7 @@ fn random_workload_never_hands_out_a_page_of_other_tokens() {
             let len = rng.random_range(1..30);
             let tokens: Vec<u32> = (0..len).map(|_| rng.random_range(0..2)).collect();
             let m = c.lookup(&tokens, len - 1, false);
-            assert!(m.tokens < len && m.tokens % PAGE == 0);
+            assert!(m.tokens < len && m.tokens.is_multiple_of(PAGE));
             for (i, &p) in m.pages.iter().enumerate() {
                 let end = (i + 1) * PAGE;
                 assert_eq!(
