@@ -169,8 +169,7 @@ impl Engine {
             page_bytes: plan.kv_page_bytes(),
             n_pages: plan.kv_pages,
             budget: options.cache_mem,
-        })
-        .map_err(|e| RuntimeError::Request(e.to_string()))?;
+        })?;
         if plan.poison {
             crate::gpu::fill_f32(&ctx, &io.logits, f32::NAN)?;
         }

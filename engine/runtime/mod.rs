@@ -9,6 +9,7 @@ pub use engine::{Engine, EngineOptions, GenerationStats, SeqId, Started, StopRea
 pub use io::StepIo;
 pub use sampling::{Sampler, SamplingParams};
 
+use crate::cache::CacheError;
 use crate::gguf::GgufError;
 use crate::gpu::GpuError;
 use crate::model::ModelError;
@@ -24,6 +25,9 @@ pub enum RuntimeError {
     Gpu(#[from] GpuError),
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    /// The prefix cache refused (no free KV pages while sequences hold them, misuse).
+    #[error(transparent)]
+    Cache(#[from] CacheError),
     #[error(
         "{model}: needs {} of GPU memory ({what}); the adapter {adapter} has {}",
         gib(*needed), gib(*available)

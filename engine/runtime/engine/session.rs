@@ -104,8 +104,8 @@ impl Engine {
         let own = match self.cache.alloc_pages(need) {
             Ok(own) => own,
             Err(e) => {
-                self.cache.release(found.node).map_err(cache_error)?;
-                return Err(cache_error(e));
+                self.cache.release(found.node)?;
+                return Err(e.into());
             }
         };
         let pages = [found.pages.as_slice(), &own].concat();
@@ -197,8 +197,7 @@ impl Engine {
         let full = computed / page;
         let inserted = self
             .cache
-            .insert(&s.tokens[..full * page], &s.pages[..full])
-            .map_err(cache_error)?;
+            .insert(&s.tokens[..full * page], &s.pages[..full])?;
         s.locks.push(inserted.node);
         for (owned, page) in s.owned[..full].iter_mut().zip(&s.pages) {
             *owned &= inserted.unused_pages.contains(page);
@@ -207,8 +206,7 @@ impl Engine {
         for (at, state) in snapshots {
             let prefix = &s.tokens[..at];
             self.cache
-                .attach_snapshot(prefix, Snapshot { state, bytes })
-                .map_err(cache_error)?;
+                .attach_snapshot(prefix, Snapshot { state, bytes })?;
         }
         Ok(())
     }
@@ -232,11 +230,9 @@ impl Engine {
             .zip(&s.owned)
             .filter_map(|(&p, &owned)| owned.then_some(p))
             .collect();
-        self.cache
-            .free_pages_of_sequence(&own)
-            .map_err(cache_error)?;
+        self.cache.free_pages_of_sequence(&own)?;
         for node in s.locks {
-            self.cache.release(node).map_err(cache_error)?;
+            self.cache.release(node)?;
         }
         Ok(())
     }
@@ -340,8 +336,4 @@ impl Engine {
 
 fn unknown(id: SeqId) -> RuntimeError {
     RuntimeError::Request(format!("{id:?} is not a sequence in flight"))
-}
-
-fn cache_error(e: crate::cache::CacheError) -> RuntimeError {
-    RuntimeError::Request(e.to_string())
 }
