@@ -4,6 +4,7 @@
 //! layout of `docs/DESIGN.md`: `gguf` reads and writes the container, `quant` holds the block
 //! formats, `gpu` owns the wgpu context and one typed wrapper per kernel.
 
+pub mod cache;
 pub mod gguf;
 pub mod gpu;
 pub mod model;

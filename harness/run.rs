@@ -44,6 +44,10 @@ pub struct Args {
     /// KV-cache length (default: min(training context, 4096)).
     #[arg(long)]
     pub max_context: Option<usize>,
+    /// GPU memory for the prefix cache's KV pages and state snapshots (bytes, or with a K, M
+    /// or G suffix: 512M, 2G); 0 turns the cache off.
+    #[arg(long, default_value = "0", value_parser = parse_bytes)]
+    pub cache_mem: u64,
     /// Print one JSON object (tokens, text, timings) instead of streaming text.
     #[arg(long)]
     pub json: bool,
@@ -57,6 +61,8 @@ struct Report {
     model: String,
     adapter: String,
     prompt_tokens: Vec<u32>,
+    /// Prompt tokens whose KV came from the prefix cache.
+    cached_tokens: usize,
     tokens: Vec<u32>,
     text: String,
     stop: fak::runtime::StopReason,
@@ -72,6 +78,7 @@ struct Report {
 pub fn run(args: Args) -> Result<()> {
     let mut options = EngineOptions::from_env()?;
     options.max_context = args.max_context;
+    options.cache_mem = args.cache_mem;
     let mut engine = Engine::load(&args.model, &options)?;
     let prompt = prompt_ids(&args, &engine)?;
     let sampling = SamplingParams {
@@ -114,6 +121,7 @@ pub fn run(args: Args) -> Result<()> {
         model: args.model.display().to_string(),
         adapter: engine.ctx.facts().name.clone(),
         prompt_tokens: prompt.clone(),
+        cached_tokens: stats.cached_tokens,
         tokens: stats.tokens.clone(),
         text,
         stop: stats.stop,
@@ -205,4 +213,42 @@ pub fn write_logits_file(logits: &[Vec<f32>], ids: &[u32], path: &PathBuf) -> Re
     std::fs::write(&meta, serde_json::to_vec_pretty(&sidecar)?)
         .with_context(|| format!("writing {}", meta.display()))?;
     Ok(())
+}
+
+/// A byte count: digits with an optional K, M or G (×1024ⁿ; `KiB`, `MB` and the like read the
+/// same) suffix.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(digits);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a byte count (e.g. 1073741824, 512M, 2G)"))?;
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        _ => return Err(format!("{text:?}: unknown unit {unit:?} (use K, M or G)")),
+    };
+    number
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{text:?} overflows 64 bits"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn byte_counts_take_binary_suffixes() {
+        assert_eq!(parse_bytes("0"), Ok(0));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
+        assert_eq!(parse_bytes("2g"), Ok(2 << 30));
+        assert_eq!(parse_bytes("3 KiB"), Ok(3 << 10));
+        assert!(parse_bytes("1.5G").is_err());
+        assert!(parse_bytes("12X").is_err());
+        assert!(parse_bytes("99999999999G").is_err());
+    }
 }

@@ -17,9 +17,7 @@ use crate::gpu::kernels::elementwise::{
     Elementwise, ElementwiseBinding, ElementwiseOp, ElementwiseShape,
 };
 use crate::gpu::kernels::embed::{Embed, EmbedBinding, EmbedIo, EmbedShape};
-use crate::gpu::kernels::kv_cache::{
-    KvCache, KvDtype, KvLayout, KvWrite, KvWriteBinding, PageTable,
-};
+use crate::gpu::kernels::kv_cache::{KvCache, KvDtype, KvLayout, KvWrite, KvWriteBinding};
 use crate::gpu::kernels::matmul::{
     Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape,
 };
@@ -29,7 +27,7 @@ use crate::gpu::kernels::rope::{Rope, RopeBinding, RopeShape, RopeTable};
 use crate::gpu::kernels::support::{Positions, View};
 use crate::gpu::{Activations, GpuContext, GpuError, StepBuffer, fill_f32, storage_buffer, upload};
 use crate::model::RopePairing;
-use crate::runtime::StepIo;
+use crate::runtime::{StepIo, StepKind};
 
 /// The kernels a model records, each built once for the adapter's paths.
 pub struct Kernels {
@@ -440,6 +438,11 @@ pub struct AttentionDims {
     pub pairing: RopePairing,
     pub max_context: usize,
     pub max_tokens: u32,
+    /// Token slots per KV page, and physical pages in the pool every sequence draws from.
+    pub page_size: u32,
+    pub kv_pages: u32,
+    /// Most sequences one decode step serves.
+    pub max_seqs: u32,
     /// NaN-fill the caches at load (see `DevicePlan::poison`).
     pub poison: bool,
 }
@@ -451,7 +454,6 @@ pub struct AttentionKernels {
     prefill: AttnPrefill,
     scratch: wgpu::Buffer,
     n_split: u32,
-    page_size: u32,
 }
 
 impl AttentionKernels {
@@ -466,30 +468,34 @@ impl AttentionKernels {
         let scratch = storage_buffer(
             ctx,
             "attention split-K scratch",
-            decode.scratch_bytes(1, n_split),
+            decode.scratch_bytes(dims.max_seqs, n_split),
         )?;
         Ok(AttentionKernels {
             prefill: AttnPrefill::new(ctx, ctx.paths(), shape)?,
             decode,
             scratch,
             n_split,
-            page_size: 64,
         })
     }
 
+    /// The shared pool: `kv_pages` pages, rows long enough for `max_context` tokens.
     fn layout(&self, dims: &AttentionDims, dtype: KvDtype) -> KvLayout {
-        KvLayout::contiguous(
-            dims.n_kv as u32,
-            dims.head_dim as u32,
-            self.page_size,
-            dims.max_context as u32,
+        KvLayout {
+            n_kv: dims.n_kv as u32,
+            head_dim: dims.head_dim as u32,
+            page_size: dims.page_size,
+            n_pages: dims.kv_pages,
+            pages_per_row: (dims.max_context as u32).div_ceil(dims.page_size),
             dtype,
-        )
+        }
     }
 }
 
 /// Rotary embedding, cache write and causal attention of one layer, over q, k, v rows already
 /// projected (and normed): `o[t] = softmax(q[t] K^T / sqrt(d)) V` over positions 0..=pos(t).
+/// Every kernel reads each token's position and page-table row from `io.tokens` (the runtime
+/// writes it per step), so one binding serves a prefill chunk of one sequence and a decode step
+/// of several, each sequence on its own pages of the shared pool.
 pub struct Attention {
     rope_q: RopeBinding,
     rope_k: RopeBinding,
@@ -514,44 +520,36 @@ impl Attention {
         dims: &AttentionDims,
         rope: &RopeTable,
         io: AttentionIo<'_>,
-        step: &StepBuffer,
+        step_io: &StepIo,
     ) -> Result<Attention, GpuError> {
+        let step = &step_io.step;
+        let pages = &step_io.pages;
+        let positions = Positions::Table(&step_io.tokens);
         let cache = KvCache::new(ctx, attn.layout(dims, k.kv_write.dtype()))?;
         if dims.poison {
             // An f16 cache reads the pair of NaN halves as NaN too.
             fill_f32(ctx, &cache.k, f32::NAN)?;
             fill_f32(ctx, &cache.v, f32::NAN)?;
         }
-        let pages = PageTable::identity(ctx, cache.layout.pages_per_row)?;
         let rope_shape = |n_heads: usize| RopeShape {
             n_heads: n_heads as u32,
             head_dim: dims.head_dim as u32,
             pairing: dims.pairing,
             max_tokens: dims.max_tokens,
         };
-        let rope_q = k.rope.bind(
-            ctx,
-            rope_shape(dims.n_head),
-            io.q,
-            rope,
-            Positions::Step,
-            step,
-        )?;
-        let rope_k = k.rope.bind(
-            ctx,
-            rope_shape(dims.n_kv),
-            io.k,
-            rope,
-            Positions::Step,
-            step,
-        )?;
+        let rope_q = k
+            .rope
+            .bind(ctx, rope_shape(dims.n_head), io.q, rope, positions, step)?;
+        let rope_k = k
+            .rope
+            .bind(ctx, rope_shape(dims.n_kv), io.k, rope, positions, step)?;
         let write = k.kv_write.bind(
             ctx,
             io.k,
             io.v,
             &cache,
-            &pages,
-            Positions::Step,
+            pages,
+            positions,
             step,
             dims.max_tokens,
         )?;
@@ -561,12 +559,12 @@ impl Attention {
                 q: io.q,
                 o: io.o,
                 cache: &cache,
-                pages: &pages,
-                positions: Positions::Step,
+                pages,
+                positions,
                 step,
                 n_split: attn.n_split,
                 scratch: (attn.n_split > 1).then_some(&attn.scratch),
-                max_seqs: 1,
+                max_seqs: dims.max_seqs,
             },
         )?;
         let prefill = attn.prefill.bind(
@@ -575,8 +573,8 @@ impl Attention {
                 q: io.q,
                 o: io.o,
                 cache: &cache,
-                pages: &pages,
-                positions: Positions::Step,
+                pages,
+                positions,
                 step,
                 max_tokens: dims.max_tokens,
             },
@@ -591,19 +589,21 @@ impl Attention {
     }
 
     /// Rotates q and k, writes k and v into the cache and attends: the split-K decode kernel
-    /// for a single token, the tiled causal kernel for a prefill chunk.
+    /// for one token of each of `n` sequences (or a single token), the tiled causal kernel for a
+    /// prefill chunk.
     pub fn encode(
         &self,
         k: &Kernels,
         attn: &AttentionKernels,
         pass: &mut wgpu::ComputePass,
         n: u32,
+        kind: StepKind,
     ) -> usize {
         k.rope.encode(pass, &self.rope_q, n);
         k.rope.encode(pass, &self.rope_k, n);
         k.kv_write.encode(pass, &self.write, n);
-        if n == 1 {
-            attn.decode.encode(pass, &self.decode, 1);
+        if n == 1 || kind == StepKind::Batch {
+            attn.decode.encode(pass, &self.decode, n);
             3 + 1 + usize::from(attn.n_split > 1)
         } else {
             attn.prefill.encode(pass, &self.prefill, n);
@@ -612,15 +612,17 @@ impl Attention {
     }
 }
 
-/// After the last layer: the last row (or every row, for the quality path) of the residual
-/// stream is copied out, normed, projected to logits (`io.logits`), and its argmax written to
-/// `io.ids[0]` (the next decode step's input) and `io.history`. Bound to `io.tail_step`, whose
-/// `n_tokens` is the number of rows kept.
+/// After the last layer: the last row (or every row, for the quality path and batched decode)
+/// of the residual stream is copied out, normed, projected to logits (`io.logits`), and the
+/// argmax of its last row written to `io.ids[0]` (the next decode step's input) and
+/// `io.history` — or, for a batched decode step, the argmax of every row r to `io.ids[r]`.
+/// Bound to `io.tail_step`, whose `n_tokens` is the number of rows kept.
 pub struct OutputHead {
     tail_x: wgpu::Buffer,
     norm: Norm,
     lm_head: Linear,
     argmax: ArgmaxBinding,
+    argmax_rows: ArgmaxBinding,
     row_bytes: u64,
 }
 
@@ -663,29 +665,32 @@ impl OutputHead {
             rows,
             MatmulOutput::Store,
         )?;
-        let argmax = k.argmax.bind(
-            ctx,
-            ArgmaxShape {
-                vocab: vocab as u32,
-                rows: ArgmaxRows::Last,
-                max_tokens: rows,
-            },
-            View::rows(&io.logits, vocab as u32),
-            &io.ids,
-            &io.history,
-            step,
-        )?;
+        let argmax = |rows_mode: ArgmaxRows| {
+            k.argmax.bind(
+                ctx,
+                ArgmaxShape {
+                    vocab: vocab as u32,
+                    rows: rows_mode,
+                    max_tokens: rows,
+                },
+                View::rows(&io.logits, vocab as u32),
+                &io.ids,
+                &io.history,
+                step,
+            )
+        };
         Ok(OutputHead {
             tail_x,
             norm,
             lm_head,
-            argmax,
+            argmax: argmax(ArgmaxRows::Last)?,
+            argmax_rows: argmax(ArgmaxRows::All)?,
             row_bytes: d as u64 * 4,
         })
     }
 
     /// Records the head after the layers' pass has ended: `tail` rows are the last of the `n`
-    /// rows of the residual stream `x`.
+    /// rows of the residual stream `x` (a batch keeps all `n`, one per sequence).
     pub fn encode(
         &self,
         k: &Kernels,
@@ -693,6 +698,7 @@ impl OutputHead {
         x: &wgpu::Buffer,
         n: u32,
         tail: u32,
+        kind: StepKind,
     ) -> Result<usize, GpuError> {
         let skip = u64::from(n - tail) * self.row_bytes;
         encoder.copy_buffer_to_buffer(x, skip, &self.tail_x, 0, u64::from(tail) * self.row_bytes);
@@ -702,7 +708,11 @@ impl OutputHead {
         });
         let mut dispatches = self.norm.encode(k, &mut pass, tail);
         dispatches += self.lm_head.encode(k, &mut pass, tail)?;
-        k.argmax.encode(&mut pass, &self.argmax, tail);
+        let argmax = match kind {
+            StepKind::Sequence => &self.argmax,
+            StepKind::Batch => &self.argmax_rows,
+        };
+        k.argmax.encode(&mut pass, argmax, tail);
         Ok(dispatches + 2)
     }
 }

@@ -140,6 +140,17 @@ pub struct DevicePlan {
     pub max_tokens: u32,
     /// Rows of logits one step can keep (the quality path's chunk), within one binding.
     pub logit_rows: u32,
+    /// Token slots per KV page.
+    pub page_size: u32,
+    /// Physical pages of the KV pool all sequences and cached prefixes share.
+    pub kv_pages: u32,
+    /// Sequences in flight at once (page-table rows, rows of a batched decode step).
+    pub max_seqs: u32,
+    /// K and V elements of one token over every attention layer, and their size in bytes.
+    pub kv_elems_per_token: u64,
+    pub kv_elem_bytes: u64,
+    /// Recurrent (DeltaNet + conv) state of one sequence (0 for dense models).
+    pub state_bytes: u64,
     pub weight_bytes: u64,
     pub cache_bytes: u64,
     pub scratch_bytes: u64,
@@ -156,7 +167,7 @@ impl DevicePlan {
     ) -> Result<Self, ModelError> {
         let arch = Arch::of(gguf)?;
         check_weight_types(gguf)?;
-        let (n_vocab, n_ctx_train, cache_bytes_per_token, fixed_state, widths, fixed_scratch) =
+        let (n_vocab, n_ctx_train, kv_elems_per_token, state_bytes, widths, fixed_scratch) =
             match arch {
                 Arch::Qwen35 => {
                     let hp = qwen35::Hparams::from_gguf(gguf)?;
@@ -168,7 +179,7 @@ impl DevicePlan {
                     (
                         hp.n_vocab,
                         hp.n_ctx_train,
-                        memory.kv_bytes_per_token,
+                        memory.kv_elems_per_token,
                         memory.state_bytes,
                         hp.activation_width(),
                         memory.scratch_bytes,
@@ -180,7 +191,7 @@ impl DevicePlan {
                     (
                         hp.n_vocab,
                         hp.n_ctx_train,
-                        hp.n_layer * 2 * hp.kv_dim() * 4,
+                        hp.n_layer * 2 * hp.kv_dim(),
                         0,
                         widths,
                         0,
@@ -191,20 +202,61 @@ impl DevicePlan {
         // Keep the logits of a step inside one 128 MiB binding (lavapipe's limit, the smallest).
         let logit_rows =
             ((128u64 << 20) / (n_vocab as u64 * 4)).clamp(1, u64::from(max_tokens)) as u32;
-        Ok(DevicePlan {
+        let mut plan = DevicePlan {
             arch,
             n_vocab,
             max_context,
             max_tokens,
             logit_rows,
+            page_size: 1,
+            kv_pages: 0,
+            max_seqs: 1,
+            kv_elems_per_token: kv_elems_per_token as u64,
+            kv_elem_bytes: 4,
+            state_bytes: state_bytes as u64,
             weight_bytes: gguf.tensors().iter().map(|t| t.n_bytes).sum(),
-            cache_bytes: (max_context * cache_bytes_per_token + fixed_state) as u64,
+            cache_bytes: 0,
             scratch_bytes: (u64::from(max_tokens) * widths as u64
                 + u64::from(logit_rows) * n_vocab as u64)
                 * 4
                 + fixed_scratch,
             poison: false,
-        })
+        };
+        plan.size_kv_pool(Self::PAGE_SIZE, 1, 0, 4);
+        Ok(plan)
+    }
+
+    /// Token slots per KV page by default: whole pages are what the prefix cache shares.
+    pub const PAGE_SIZE: u32 = 64;
+
+    /// Sizes the KV pool: pages of `page_size` tokens (of `kv_elem_bytes`-byte elements) for
+    /// `max_seqs` sequences of up to `max_context` tokens each, plus `cache_mem` bytes of cached
+    /// prefixes; and the recurrent state of `max_seqs` sequences.
+    pub fn size_kv_pool(
+        &mut self,
+        page_size: u32,
+        max_seqs: u32,
+        cache_mem: u64,
+        kv_elem_bytes: u64,
+    ) {
+        self.page_size = page_size.max(1);
+        self.max_seqs = max_seqs.max(1);
+        self.kv_elem_bytes = kv_elem_bytes;
+        let cached = cache_mem / self.kv_page_bytes().max(1);
+        let pages = u64::from(self.max_seqs) * u64::from(self.pages_per_row()) + cached;
+        self.kv_pages = pages.min(u64::from(u32::MAX)) as u32;
+        self.cache_bytes = u64::from(self.kv_pages) * self.kv_page_bytes()
+            + u64::from(self.max_seqs) * self.state_bytes;
+    }
+
+    /// Pages one sequence of `max_context` tokens spans.
+    pub fn pages_per_row(&self) -> u32 {
+        (self.max_context as u32).div_ceil(self.page_size)
+    }
+
+    /// Bytes of one page over every attention layer's K and V.
+    pub fn kv_page_bytes(&self) -> u64 {
+        self.kv_elems_per_token * u64::from(self.page_size) * self.kv_elem_bytes
     }
 
     pub fn total_bytes(&self) -> u64 {
@@ -214,9 +266,12 @@ impl DevicePlan {
     pub fn describe(&self) -> String {
         let gib = |b: u64| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64);
         format!(
-            "weights {}, KV cache and state for {} tokens {}, activations {}",
+            "weights {}, KV pool of {} pages of {} tokens and state for {} sequences {}, \
+             activations {}",
             gib(self.weight_bytes),
-            self.max_context,
+            self.kv_pages,
+            self.page_size,
+            self.max_seqs,
             gib(self.cache_bytes),
             gib(self.scratch_bytes)
         )

@@ -18,7 +18,7 @@ use crate::gpu::kernels::rope::RopeTable;
 use crate::gpu::kernels::support::View;
 use crate::gpu::{GpuContext, GpuError};
 use crate::reference::ops::vector;
-use crate::runtime::{DeviceModel, StepIo};
+use crate::runtime::{DeviceModel, StepIo, StepKind};
 
 /// Hyperparameters of a dense decoder, read from `{arch}.*` metadata.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -352,6 +352,9 @@ impl DenseModel {
             pairing: hp.rope_pairing,
             max_context: plan.max_context,
             max_tokens: plan.max_tokens,
+            page_size: plan.page_size,
+            kv_pages: plan.kv_pages,
+            max_seqs: plan.max_seqs,
             poison: plan.poison,
         };
         let attention = AttentionKernels::new(ctx, &dims)?;
@@ -375,6 +378,7 @@ impl DenseModel {
                     },
                     hp: &hp,
                     s: &s,
+                    io,
                 };
                 bound.layer(l, &attention, &dims, &rope)
             })
@@ -405,7 +409,12 @@ impl DenseModel {
         })
     }
 
-    fn encode_layers(&self, pass: &mut wgpu::ComputePass, n: u32) -> Result<usize, GpuError> {
+    fn encode_layers(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        n: u32,
+        kind: StepKind,
+    ) -> Result<usize, GpuError> {
         let k = &self.kernels;
         let mut dispatches = self.embedding.encode(k, pass, n)?;
         for l in &self.layers {
@@ -419,7 +428,7 @@ impl DenseModel {
             for norm in &l.qk_norm {
                 dispatches += norm.encode(k, pass, n);
             }
-            dispatches += l.attention.encode(k, &self.attention, pass, n);
+            dispatches += l.attention.encode(k, &self.attention, pass, n, kind);
             dispatches += l.wo.encode(k, pass, n)?;
             dispatches += l.mlp.encode(k, pass, n)?;
         }
@@ -432,6 +441,7 @@ struct LayerLoader<'a> {
     b: Binder<'a>,
     hp: &'a Hparams,
     s: &'a Scratch,
+    io: &'a StepIo,
 }
 
 impl LayerLoader<'_> {
@@ -478,7 +488,7 @@ impl LayerLoader<'_> {
                 v: View::heads(&s.v, hp.n_head_kv as u32, hd as u32),
                 o: View::heads(&s.o, hp.n_head as u32, hd as u32),
             },
-            b.step,
+            self.io,
         )?;
         let mlp = MlpTensors {
             norm: l.ffn_norm,
@@ -500,6 +510,29 @@ impl LayerLoader<'_> {
     }
 }
 
+impl DenseModel {
+    /// The layers, then the head on `tail` of the `n` rows.
+    fn encode(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        n: u32,
+        kind: StepKind,
+        tail: u32,
+    ) -> Result<usize, GpuError> {
+        let layers = {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("dense layers"),
+                timestamp_writes: None,
+            });
+            self.encode_layers(&mut pass, n, kind)?
+        };
+        Ok(layers
+            + self
+                .head
+                .encode(&self.kernels, encoder, &self.x, n, tail, kind)?)
+    }
+}
+
 impl DeviceModel for DenseModel {
     fn encode_step(
         &self,
@@ -507,18 +540,16 @@ impl DeviceModel for DenseModel {
         n_tokens: u32,
         all_logits: bool,
     ) -> Result<usize, GpuError> {
-        let layers = {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("dense layers"),
-                timestamp_writes: None,
-            });
-            self.encode_layers(&mut pass, n_tokens)?
-        };
         let tail = if all_logits { n_tokens } else { 1 };
-        Ok(layers
-            + self
-                .head
-                .encode(&self.kernels, encoder, &self.x, n_tokens, tail)?)
+        self.encode(encoder, n_tokens, StepKind::Sequence, tail)
+    }
+
+    fn encode_batch(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        n_seqs: u32,
+    ) -> Result<usize, GpuError> {
+        self.encode(encoder, n_seqs, StepKind::Batch, n_seqs)
     }
 
     fn encode_reset(&self, _encoder: &mut wgpu::CommandEncoder) {}

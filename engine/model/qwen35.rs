@@ -41,7 +41,7 @@ use crate::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
 use crate::gpu::kernels::support::View;
 use crate::gpu::{GpuContext, GpuError, fill_f32};
 use crate::quant::GgmlType;
-use crate::runtime::{DeviceModel, StepIo};
+use crate::runtime::{DeviceModel, StepIo, StepKind};
 
 /// Conv kernel sizes the kernels support (the family uses 4).
 pub const SUPPORTED_CONV_KERNELS: [usize; 3] = [2, 3, 4];
@@ -422,8 +422,9 @@ impl<'g> Tensors<'g> {
 
 /// What the model keeps on the device besides weights and the per-token activations.
 pub struct Memory {
-    /// KV cache of the attention layers, per token of context (f32, the larger cache type).
-    pub kv_bytes_per_token: usize,
+    /// K and V elements of the attention layers per token of context (the cache's element type
+    /// is the adapter's: see `DevicePlan::size_kv_pool`).
+    pub kv_elems_per_token: usize,
     /// Conv and recurrent state of the GDN layers (one sequence), whatever the context.
     pub state_bytes: usize,
     /// The chunked prefill's per-chunk intermediates, shared by every layer.
@@ -441,7 +442,7 @@ impl Hparams {
         let dims = DeltaDims::of(self)?;
         let per_slot = dims.conv_state_floats() + dims.recurrent_state_floats();
         Ok(Memory {
-            kv_bytes_per_token: self.count(LayerKind::Attention) * 2 * self.kv_dim() * 4,
+            kv_elems_per_token: self.count(LayerKind::Attention) * 2 * self.kv_dim(),
             state_bytes: self.count(LayerKind::DeltaNet) * per_slot as usize * 4,
             scratch_bytes: match max_tokens > 1 {
                 true => ChunkScratch::bytes(&dims, max_tokens, 1)?,
@@ -568,6 +569,9 @@ impl HybridModel {
             pairing: RopePairing::Neox,
             max_context: plan.max_context,
             max_tokens: plan.max_tokens,
+            page_size: plan.page_size,
+            kv_pages: plan.kv_pages,
+            max_seqs: plan.max_seqs,
             poison: plan.poison,
         };
         let attention = AttentionKernels::new(ctx, &dims)?;
@@ -595,7 +599,7 @@ impl HybridModel {
                                 DeltaNetLayer::bind(&b, &delta, m, &s, plan.poison)?,
                             )),
                             Mixer::Attention(m) => DeviceMixer::Attention(Box::new(
-                                GatedAttention::bind(&b, &hp, m, &s, &attention, &dims, &rope)?,
+                                GatedAttention::bind(&b, io, &hp, m, &s, &attention, &dims, &rope)?,
                             )),
                         };
                     let mlp = MlpTensors {
@@ -638,6 +642,14 @@ impl HybridModel {
         })
     }
 
+    /// The GDN layers' states (one sequence slot each), in layer order.
+    fn states(&self) -> impl Iterator<Item = &DeltaState> {
+        self.layers.iter().filter_map(|l| match &l.mixer {
+            DeviceMixer::DeltaNet(m) => Some(&m.state),
+            DeviceMixer::Attention(_) => None,
+        })
+    }
+
     fn encode_layers(
         &self,
         pass: &mut wgpu::ComputePass,
@@ -672,8 +684,10 @@ struct GatedAttention {
 }
 
 impl GatedAttention {
+    #[allow(clippy::too_many_arguments)]
     fn bind(
         b: &Binder,
+        io: &StepIo,
         hp: &Hparams,
         t: &AttentionTensors,
         s: &Scratch,
@@ -699,7 +713,7 @@ impl GatedAttention {
                 v: View::heads(&s.v, n_kv, hd),
                 o,
             },
-            b.step,
+            io,
         )?;
         let (n_head, n_kv, hd) = (hp.n_head, hp.n_head_kv, hp.head_dim);
         Ok(GatedAttention {
@@ -727,7 +741,7 @@ impl GatedAttention {
         }
         dispatches += self.q_norm.encode(k, pass, n);
         dispatches += self.k_norm.encode(k, pass, n);
-        dispatches += self.attention.encode(k, attn, pass, n);
+        dispatches += self.attention.encode(k, attn, pass, n, StepKind::Sequence);
         dispatches += self.gate.encode(k, pass, n);
         dispatches += self.wo.encode(k, pass, n)?;
         Ok(dispatches)
@@ -914,12 +928,6 @@ impl DeltaNetLayer {
         dispatches += self.out.encode(k, pass, n)?;
         Ok(dispatches)
     }
-
-    /// Records zeroing the layer's state (the model's one sequence slot: the whole buffers).
-    fn encode_reset(&self, encoder: &mut wgpu::CommandEncoder) {
-        encoder.clear_buffer(&self.state.conv, 0, None);
-        encoder.clear_buffer(&self.state.recurrent, 0, None);
-    }
 }
 
 /// A tensor uploaded as f32 (by [`Binder::vector`]), named for the kernels' errors.
@@ -948,17 +956,52 @@ impl DeviceModel for HybridModel {
         };
         let tail = if all_logits { n_tokens } else { 1 };
         Ok(layers
-            + self
-                .head
-                .encode(&self.kernels, encoder, &self.x, n_tokens, tail)?)
+            + self.head.encode(
+                &self.kernels,
+                encoder,
+                &self.x,
+                n_tokens,
+                tail,
+                StepKind::Sequence,
+            )?)
     }
 
     fn encode_reset(&self, encoder: &mut wgpu::CommandEncoder) {
-        for l in &self.layers {
-            if let DeviceMixer::DeltaNet(m) = &l.mixer {
-                m.encode_reset(encoder);
-            }
+        for state in self.states() {
+            encoder.clear_buffer(&state.conv, 0, None);
+            encoder.clear_buffer(&state.recurrent, 0, None);
         }
+    }
+
+    fn state_bytes(&self) -> u64 {
+        self.states().map(DeltaState::snapshot_bytes).sum()
+    }
+
+    /// The snapshot is every GDN layer's slot snapshot (conv then recurrent), in layer order.
+    fn encode_save_state(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        dst: &wgpu::Buffer,
+    ) -> Result<(), GpuError> {
+        let mut offset = 0;
+        for state in self.states() {
+            state.save_slot(encoder, 0, dst, offset)?;
+            offset += state.snapshot_bytes();
+        }
+        Ok(())
+    }
+
+    fn encode_restore_state(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        src: &wgpu::Buffer,
+    ) -> Result<(), GpuError> {
+        let mut offset = 0;
+        for state in self.states() {
+            state.restore_slot(encoder, src, offset, 0)?;
+            offset += state.snapshot_bytes();
+        }
+        Ok(())
     }
 
     fn max_context(&self) -> usize {

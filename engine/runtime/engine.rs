@@ -6,12 +6,22 @@
 //! mappable buffer) while the next steps already run, and handed to the caller the moment it is
 //! known. Sampled decode reads the last row's logits back every step and samples on the CPU.
 
+mod session;
+
+pub use session::{SeqId, Started};
+
 use super::io::{HISTORY_LEN, Staging, StepIo};
 use super::sampling::{Sampler, SamplingParams};
 use super::{DeviceModel, RuntimeError};
+use crate::cache::{CacheConfig, CacheStats, PrefixCache};
 use crate::gguf::Gguf;
+use crate::gpu::kernels::kv_cache::KvDtype;
+use crate::gpu::kernels::matvec::MAX_BATCH;
+use crate::gpu::kernels::support::TokenSlot;
 use crate::gpu::{ContextOptions, GpuContext, Step};
+use crate::model::DevicePlan;
 use crate::tokenizer::Tokenizer;
+use session::Sequence;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,6 +38,14 @@ pub struct EngineOptions {
     pub memory_limit: Option<u64>,
     /// NaN-fill activations, logits and caches at load (`FAK_POISON=1`; tests).
     pub poison: bool,
+    /// GPU memory the prefix cache keeps finished prompts' KV pages (and, for hybrid models,
+    /// recurrent-state snapshots) in, on top of what sequences in flight use; 0 turns it off.
+    pub cache_mem: u64,
+    /// Sequences in flight at once (one batched decode step serves them all), at most
+    /// [`MAX_BATCH`].
+    pub max_seqs: usize,
+    /// Token slots per KV page, a power of two: the prefix cache shares whole pages.
+    pub page_size: u32,
     pub context: ContextOptions,
 }
 
@@ -41,6 +59,9 @@ impl EngineOptions {
             lookahead: 2,
             memory_limit: None,
             poison: std::env::var("FAK_POISON").is_ok_and(|v| v == "1"),
+            cache_mem: 0,
+            max_seqs: 1,
+            page_size: DevicePlan::PAGE_SIZE,
             context: ContextOptions::from_env()?,
         })
     }
@@ -59,6 +80,8 @@ pub enum StopReason {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct GenerationStats {
     pub prompt_tokens: usize,
+    /// Prompt tokens whose KV came from the prefix cache (not computed by this request).
+    pub cached_tokens: usize,
     pub tokens: Vec<u32>,
     pub stop: StopReason,
     /// Request start → first token known on the host (prefill, including its readback).
@@ -94,8 +117,12 @@ pub struct Engine {
     /// Token readback slots, one per step in flight.
     token_slots: Vec<Staging>,
     logits_slot: Staging,
-    /// Tokens in the KV cache.
-    pos: usize,
+    /// The batched decode step's tokens (one per sequence).
+    batch_slot: Staging,
+    /// Which prompts' KV pages are kept, and the page pool.
+    cache: PrefixCache<wgpu::Buffer>,
+    /// Sequences in flight, by page-table row.
+    seqs: Vec<Option<Sequence>>,
     /// Steps submitted since load (indexes the history ring).
     steps: u32,
     last_dispatches: usize,
@@ -108,10 +135,17 @@ impl Engine {
         let gguf = Gguf::open(path)?;
         let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf)?);
         // The plan checks the model's metadata and tensors: a bad file fails before any GPU work.
-        let mut plan =
-            crate::model::DevicePlan::of(&gguf, options.max_context, options.prefill_chunk)?;
+        let mut plan = DevicePlan::of(&gguf, options.max_context, options.prefill_chunk)?;
         plan.poison = options.poison;
+        check_pool_options(options, &plan)?;
         let ctx = GpuContext::new(&options.context)?;
+        let kv_elem_bytes = KvDtype::of(ctx.paths()).bytes();
+        plan.size_kv_pool(
+            options.page_size,
+            options.max_seqs as u32,
+            options.cache_mem,
+            kv_elem_bytes,
+        );
         let available = options.memory_limit.or(ctx.facts().memory_bytes);
         if let Some(available) = available
             && plan.total_bytes() > available
@@ -124,7 +158,19 @@ impl Engine {
                 available,
             });
         }
-        let io = StepIo::new(&ctx, plan.max_tokens, plan.logit_rows, plan.n_vocab as u32)?;
+        let io = StepIo::new(
+            &ctx,
+            plan.max_tokens,
+            plan.logit_rows,
+            plan.n_vocab as u32,
+            (plan.max_seqs, plan.pages_per_row()),
+        )?;
+        let cache = PrefixCache::new(CacheConfig {
+            page_size: plan.page_size as usize,
+            page_bytes: plan.kv_page_bytes(),
+            n_pages: plan.kv_pages,
+            budget: options.cache_mem,
+        })?;
         if plan.poison {
             crate::gpu::fill_f32(&ctx, &io.logits, f32::NAN)?;
         }
@@ -138,6 +184,7 @@ impl Engine {
             "logits readback",
             u64::from(plan.logit_rows) * plan.n_vocab as u64 * 4,
         );
+        let batch_slot = Staging::new(&ctx, "batch readback", u64::from(plan.max_seqs) * 4);
         ctx.device
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(crate::gpu::GpuError::from)?;
@@ -150,7 +197,9 @@ impl Engine {
             options: options.clone(),
             token_slots,
             logits_slot,
-            pos: 0,
+            batch_slot,
+            cache,
+            seqs: (0..plan.max_seqs).map(|_| None).collect(),
             steps: 0,
             last_dispatches: 0,
             load_time: start.elapsed(),
@@ -192,27 +241,32 @@ impl Engine {
         Ok(())
     }
 
-    /// Starts a new sequence.
-    fn reset(&mut self) {
-        let mut encoder = self.encoder("reset");
-        self.model.encode_reset(&mut encoder);
-        self.ctx.queue.submit([encoder.finish()]);
-        self.pos = 0;
-    }
-
     fn encoder(&self, label: &str) -> wgpu::CommandEncoder {
         self.ctx
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) })
     }
 
-    /// Writes the step uniform and records one forward step of `n` tokens.
+    /// Writes the step uniform and the token table and records one forward step of `n`
+    /// consecutive tokens of `seq` from its current position.
     fn begin_step(
         &mut self,
+        seq: SeqId,
         n: u32,
         all_logits: bool,
     ) -> Result<(wgpu::CommandEncoder, Step), RuntimeError> {
-        let step = Step::new(self.pos as u32, n, self.steps % HISTORY_LEN);
+        let (pos, row) = {
+            let s = self.seq(seq)?;
+            (s.pos as u32, seq.row())
+        };
+        let slots: Vec<TokenSlot> = (0..n)
+            .map(|t| TokenSlot {
+                pos: pos + t,
+                page_row: row,
+            })
+            .collect();
+        self.io.set_tokens(&self.ctx, &slots);
+        let step = Step::new(pos, n, self.steps % HISTORY_LEN);
         self.io.step.set(&self.ctx, step);
         let tail = if all_logits { n } else { 1 };
         self.io.tail_step.set(
@@ -224,7 +278,7 @@ impl Engine {
         );
         let mut encoder = self.encoder("forward step");
         self.last_dispatches = self.model.encode_step(&mut encoder, n, all_logits)?;
-        self.pos += n as usize;
+        self.seq_mut(seq)?.pos += n as usize;
         self.steps += 1;
         Ok((encoder, step))
     }
@@ -261,21 +315,6 @@ impl Engine {
         Ok(u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes")))
     }
 
-    /// Prefills `prompt` (in chunks) from position 0; the last chunk's argmax is submitted into
-    /// readback slot 0, and with `logits` its last row's logits are copied out too.
-    fn prefill(&mut self, prompt: &[u32], logits: bool) -> Result<(), RuntimeError> {
-        let chunk = self.io.max_tokens as usize;
-        let n_chunks = prompt.len().div_ceil(chunk);
-        for (i, part) in prompt.chunks(chunk).enumerate() {
-            self.io.set_ids(&self.ctx, part);
-            let (encoder, step) = self.begin_step(part.len() as u32, false)?;
-            let last = i + 1 == n_chunks;
-            let rows = u32::from(last && logits);
-            self.submit_step(encoder, step, last.then_some(0), rows);
-        }
-        Ok(())
-    }
-
     fn logits_bytes(&self, rows: u32) -> u64 {
         u64::from(rows) * u64::from(self.io.n_vocab) * 4
     }
@@ -297,9 +336,29 @@ impl Engine {
     ) -> Result<GenerationStats, RuntimeError> {
         self.check_request(prompt, n_out)?;
         let start = Instant::now();
-        self.reset();
+        let seq = self.open(prompt, n_out, true)?;
+        let result = self.generate_in(seq, start, n_out, sampling, ignore_eos, on_token);
+        match &result {
+            Ok(stats) => self.seq_mut(seq)?.tokens.extend(&stats.tokens),
+            Err(_) => self.seq_mut(seq)?.tokens.truncate(prompt.len()),
+        }
+        self.close(seq, result.is_ok())?;
+        result
+    }
+
+    fn generate_in(
+        &mut self,
+        seq: SeqId,
+        start: Instant,
+        n_out: usize,
+        sampling: &SamplingParams,
+        ignore_eos: bool,
+        on_token: &mut dyn FnMut(u32),
+    ) -> Result<GenerationStats, RuntimeError> {
+        let prompt_tokens = self.seq(seq)?.prompt_len;
         let mut stats = GenerationStats {
-            prompt_tokens: prompt.len(),
+            prompt_tokens,
+            cached_tokens: self.seq(seq)?.cached_tokens,
             tokens: Vec::with_capacity(n_out),
             stop: StopReason::Length,
             prefill: Duration::ZERO,
@@ -308,7 +367,7 @@ impl Engine {
             decode_step_dispatches: 0,
         };
         if n_out == 0 {
-            self.prefill(prompt, false)?;
+            self.prefill(seq, false)?;
             stats.prefill_step_dispatches = self.last_dispatches;
             self.wait_token(0)?;
             stats.prefill = start.elapsed();
@@ -325,12 +384,12 @@ impl Engine {
         };
         let first_known;
         if sampling.is_greedy() {
-            self.prefill(prompt, false)?;
+            self.prefill(seq, false)?;
             stats.prefill_step_dispatches = self.last_dispatches;
-            first_known = self.greedy_loop(n_out, start, &mut stats, &mut accept)?;
+            first_known = self.greedy_loop(seq, n_out, start, &mut stats, &mut accept)?;
         } else {
             let mut sampler = Sampler::new(sampling.clone());
-            self.prefill(prompt, true)?;
+            self.prefill(seq, true)?;
             stats.prefill_step_dispatches = self.last_dispatches;
             self.wait_token(0)?;
             let mut logits = self.read_logits(1)?;
@@ -341,7 +400,7 @@ impl Engine {
                 if !accept(self, &mut stats, token) {
                     break;
                 }
-                logits = self.step_logits(token)?;
+                logits = self.step_logits(seq, token)?;
             }
         }
         stats.decode = first_known.elapsed();
@@ -354,6 +413,7 @@ impl Engine {
     /// Greedy decode with `lookahead` steps in flight; returns when the first token was known.
     fn greedy_loop(
         &mut self,
+        seq: SeqId,
         n_out: usize,
         start: Instant,
         stats: &mut GenerationStats,
@@ -365,7 +425,7 @@ impl Engine {
         for produced in 0..n_out {
             // Keep the GPU fed: steps up to `lookahead` ahead of the token being read.
             while submitted < n_out && submitted < produced + slots {
-                let (encoder, step) = self.begin_step(1, false)?;
+                let (encoder, step) = self.begin_step(seq, 1, false)?;
                 self.submit_step(encoder, step, Some(submitted % slots), 0);
                 submitted += 1;
             }
@@ -381,7 +441,7 @@ impl Engine {
                     self.wait_token(k % slots)?;
                 }
                 // Tokens past the stop were computed but are not part of the sequence.
-                self.pos -= submitted - produced - 1;
+                self.seq_mut(seq)?.pos -= submitted - produced - 1;
                 break;
             }
         }
@@ -389,24 +449,35 @@ impl Engine {
     }
 
     /// One decode step on `token`, returning its logits (the sampled and quality paths).
-    fn step_logits(&mut self, token: u32) -> Result<Vec<f32>, RuntimeError> {
+    fn step_logits(&mut self, seq: SeqId, token: u32) -> Result<Vec<f32>, RuntimeError> {
         self.io.set_ids(&self.ctx, &[token]);
-        let (encoder, step) = self.begin_step(1, false)?;
+        let (encoder, step) = self.begin_step(seq, 1, false)?;
         self.submit_step(encoder, step, None, 1);
         self.read_logits(1)
     }
 
     /// The untimed quality path: logits after each of `ids` (teacher forcing), prefilled in
     /// chunks that keep every row's logits.
+    /// It never uses the prefix cache: every position is computed.
     pub fn teacher_forced_logits(&mut self, ids: &[u32]) -> Result<Vec<Vec<f32>>, RuntimeError> {
         self.check_request(ids, 0)?;
-        self.reset();
+        let seq = self.open(ids, 0, false)?;
+        let result = self.teacher_forced_in(seq, ids);
+        self.close(seq, false)?;
+        result
+    }
+
+    fn teacher_forced_in(
+        &mut self,
+        seq: SeqId,
+        ids: &[u32],
+    ) -> Result<Vec<Vec<f32>>, RuntimeError> {
         let n_vocab = self.io.n_vocab as usize;
         let mut out = Vec::with_capacity(ids.len());
         for part in ids.chunks(self.io.logit_rows as usize) {
             self.io.set_ids(&self.ctx, part);
             let rows = part.len() as u32;
-            let (encoder, step) = self.begin_step(rows, true)?;
+            let (encoder, step) = self.begin_step(seq, rows, true)?;
             self.submit_step(encoder, step, None, rows);
             let flat = self.read_logits(rows)?;
             out.extend(flat.chunks(n_vocab).map(<[f32]>::to_vec));
@@ -414,7 +485,51 @@ impl Engine {
         Ok(out)
     }
 
+    /// What the prefix cache has done since load.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// Bytes the prefix cache holds now (pages and snapshots).
+    pub fn cached_bytes(&self) -> u64 {
+        self.cache.cached_bytes()
+    }
+
+    /// The prefix cache's page size, page bytes, pool and budget.
+    pub fn cache_config(&self) -> CacheConfig {
+        self.cache.config()
+    }
+
     pub fn options(&self) -> &EngineOptions {
         &self.options
     }
+}
+
+/// Refuses pool options the kernels cannot serve, before anything is allocated.
+fn check_pool_options(options: &EngineOptions, plan: &DevicePlan) -> Result<(), RuntimeError> {
+    let bad = |why: String| Err(RuntimeError::Request(why));
+    if !options.page_size.is_power_of_two() {
+        return bad(format!(
+            "KV page size {} is not a power of two",
+            options.page_size
+        ));
+    }
+    let most = (MAX_BATCH as usize)
+        .min(plan.max_tokens as usize)
+        .min(plan.logit_rows as usize);
+    if options.max_seqs == 0 || options.max_seqs > most {
+        return bad(format!(
+            "{} sequences at once: this engine decodes 1..={most} per step (mat-vec batch {}, \
+             prefill chunk {}, logit rows {})",
+            options.max_seqs, MAX_BATCH, plan.max_tokens, plan.logit_rows
+        ));
+    }
+    if plan.state_bytes > 0 && options.max_seqs > 1 {
+        return bad(format!(
+            "{} sequences at once: a hybrid ({:?}) model serves one sequence at a time (its \
+             recurrent state has one slot)",
+            options.max_seqs, plan.arch
+        ));
+    }
+    Ok(())
 }

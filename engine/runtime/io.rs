@@ -9,9 +9,17 @@
 //! - `logits`: the last row's logits (or every row's, for the untimed quality path).
 //! - `step`: the per-step uniform (`gpu::Step`).
 //! - `tail_step`: the same positions with `n_tokens` = the rows the output head runs on (1, or
-//!   every row for the quality path). Kernels after the last layer (final norm, LM head, argmax)
-//!   are bound to it, so a prefill step computes logits for its last token only.
+//!   every row for the quality path and batched decode). Kernels after the last layer (final
+//!   norm, LM head, argmax) are bound to it, so a prefill step computes logits for its last token
+//!   only.
+//! - `tokens`: each token's position and page-table row (`TokenSlot`), written every step: the
+//!   consecutive positions of a prefill chunk, or one slot per sequence of a batched decode.
+//! - `pages`: the page table, one row per sequence slot, mapping a sequence's logical pages to
+//!   physical pages of the shared KV pool (shared prefix pages from the prefix cache, then its
+//!   own).
 
+use crate::gpu::kernels::kv_cache::PageTable;
+use crate::gpu::kernels::support::TokenSlot;
 use crate::gpu::{GpuContext, GpuError, StepBuffer, storage_buffer};
 
 /// Slots of the token-history ring (a power of two; any run-ahead shorter than it is safe).
@@ -23,6 +31,8 @@ pub struct StepIo {
     pub ids: wgpu::Buffer,
     pub history: wgpu::Buffer,
     pub logits: wgpu::Buffer,
+    pub tokens: wgpu::Buffer,
+    pub pages: PageTable,
     /// Most tokens one step processes (the prefill chunk).
     pub max_tokens: u32,
     /// Rows `logits` holds (`max_tokens` when every row's logits can be kept, else 1).
@@ -31,11 +41,14 @@ pub struct StepIo {
 }
 
 impl StepIo {
+    /// Buffers for steps of up to `max_tokens` tokens, `logit_rows` rows of logits, and a page
+    /// table of `page_rows` rows of `pages_per_row` pages.
     pub fn new(
         ctx: &GpuContext,
         max_tokens: u32,
         logit_rows: u32,
         n_vocab: u32,
+        (page_rows, pages_per_row): (u32, u32),
     ) -> Result<StepIo, GpuError> {
         let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
         let with = |label: &str, bytes: u64| -> Result<wgpu::Buffer, GpuError> {
@@ -49,6 +62,11 @@ impl StepIo {
             ids: with("ids", u64::from(max_tokens) * 4)?,
             history: with("history", u64::from(HISTORY_LEN) * 4)?,
             logits: with("logits", u64::from(logit_rows) * u64::from(n_vocab) * 4)?,
+            tokens: with(
+                "token slots",
+                u64::from(max_tokens) * std::mem::size_of::<TokenSlot>() as u64,
+            )?,
+            pages: PageTable::from_rows(ctx, pages_per_row, &vec![Vec::new(); page_rows as usize])?,
             max_tokens,
             logit_rows,
             n_vocab,
@@ -59,6 +77,12 @@ impl StepIo {
     pub fn set_ids(&self, ctx: &GpuContext, ids: &[u32]) {
         ctx.queue
             .write_buffer(&self.ids, 0, bytemuck::cast_slice(ids));
+    }
+
+    /// Queues each token's position and page-table row for the next step.
+    pub fn set_tokens(&self, ctx: &GpuContext, slots: &[TokenSlot]) {
+        ctx.queue
+            .write_buffer(&self.tokens, 0, bytemuck::cast_slice(slots));
     }
 }
 

@@ -5,10 +5,11 @@ pub mod engine;
 pub mod io;
 pub mod sampling;
 
-pub use engine::{Engine, EngineOptions, GenerationStats, StopReason};
+pub use engine::{Engine, EngineOptions, GenerationStats, SeqId, Started, StopReason};
 pub use io::StepIo;
 pub use sampling::{Sampler, SamplingParams};
 
+use crate::cache::CacheError;
 use crate::gguf::GgufError;
 use crate::gpu::GpuError;
 use crate::model::ModelError;
@@ -24,6 +25,9 @@ pub enum RuntimeError {
     Gpu(#[from] GpuError),
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    /// The prefix cache refused (no free KV pages while sequences hold them, misuse).
+    #[error(transparent)]
+    Cache(#[from] CacheError),
     #[error(
         "{model}: needs {} of GPU memory ({what}); the adapter {adapter} has {}",
         gib(*needed), gib(*available)
@@ -58,12 +62,68 @@ pub trait DeviceModel {
         all_logits: bool,
     ) -> Result<usize, GpuError>;
 
+    /// Records one decode step over one token of each of `n_seqs` sequences (ids in `io.ids`,
+    /// position and page-table row of each in `io.tokens`): logits for every row, the argmax of
+    /// row r into `io.ids[r]`. Every weight is read once for the whole batch. Returns the number
+    /// of dispatches it recorded.
+    fn encode_batch(
+        &self,
+        _encoder: &mut wgpu::CommandEncoder,
+        n_seqs: u32,
+    ) -> Result<usize, GpuError> {
+        Err(GpuError::Shape {
+            kernel: "batched decode",
+            message: format!("this model decodes one sequence per step, not {n_seqs}"),
+        })
+    }
+
     /// Records whatever a new sequence needs beyond position 0 (hybrid models zero their
     /// recurrent and conv states; attention caches need nothing, positions overwrite them).
     fn encode_reset(&self, encoder: &mut wgpu::CommandEncoder);
+
+    /// Bytes of one sequence's recurrent (DeltaNet + conv) state; 0 for attention-only models,
+    /// whose cached prefixes need no snapshot.
+    fn state_bytes(&self) -> u64 {
+        0
+    }
+
+    /// Records copying the sequence's recurrent state into `dst` from offset 0
+    /// ([`DeviceModel::state_bytes`] bytes): a prefix-cache snapshot.
+    fn encode_save_state(
+        &self,
+        _encoder: &mut wgpu::CommandEncoder,
+        _dst: &wgpu::Buffer,
+    ) -> Result<(), GpuError> {
+        Err(no_state())
+    }
+
+    /// Records replacing the sequence's recurrent state by a snapshot saved in `src`.
+    fn encode_restore_state(
+        &self,
+        _encoder: &mut wgpu::CommandEncoder,
+        _src: &wgpu::Buffer,
+    ) -> Result<(), GpuError> {
+        Err(no_state())
+    }
 
     /// The longest sequence the KV cache holds.
     fn max_context(&self) -> usize;
 
     fn n_vocab(&self) -> usize;
+}
+
+fn no_state() -> GpuError {
+    GpuError::Shape {
+        kernel: "state snapshot",
+        message: "this model keeps no recurrent state".into(),
+    }
+}
+
+/// What a forward step's tokens are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    /// Consecutive tokens of one sequence: a prefill chunk, or one decode token.
+    Sequence,
+    /// One token of each of several sequences: batched decode.
+    Batch,
 }

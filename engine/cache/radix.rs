@@ -1,0 +1,539 @@
+//! [`PrefixCache`]: a radix tree over token ids whose nodes own KV pages (SGLang's RadixAttention
+//! at page granularity, as vLLM caches only full blocks).
+//!
+//! - A node holds a run of whole pages: `tokens` (a multiple of the page size) and the physical
+//!   `pages` their K and V live in. The path from the root to a node spells a prefix; the node's
+//!   pages hold that prefix's last tokens. Children are keyed by their first page of tokens, so
+//!   siblings differ in their first page and nodes split only at page boundaries.
+//! - A node may carry a [`Snapshot`] of the recurrent (DeltaNet + conv) state after its last
+//!   token. Hybrid models resume only at such a boundary (or at the root, from zero state): the
+//!   state cannot be rebuilt from a shorter prefix.
+//! - `refs` counts the sequences in flight whose prefix runs through the node (a lock counts on
+//!   the node and every ancestor). Only unreferenced leaves are evicted, least recently used
+//!   first, so a page a sequence reads is never handed to another.
+//! - The budget bounds the bytes the tree keeps: its pages times `page_bytes` plus its snapshots.
+//!   Inserting and attaching may exceed it while sequences hold what they inserted; releasing
+//!   evicts back under it. A budget of 0 turns the cache off: lookups reuse nothing and inserts
+//!   keep nothing.
+
+use super::CacheError;
+use super::pages::PageAllocator;
+use std::collections::HashMap;
+
+/// A node of the tree (stable while the node lives, also across splits: a split node keeps its
+/// end, its children and its snapshot; a new node takes its head).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NodeId(usize);
+
+const ROOT: NodeId = NodeId(0);
+
+/// Recurrent state after a node's last token: whatever the engine stores it in, and its size.
+pub struct Snapshot<S> {
+    pub state: S,
+    pub bytes: u64,
+}
+
+/// The sizes the cache accounts with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// Token slots per page.
+    pub page_size: usize,
+    /// Bytes of one page over every attention layer's K and V.
+    pub page_bytes: u64,
+    /// Physical pages in the pool (cached and in-flight together).
+    pub n_pages: u32,
+    /// Most bytes the tree keeps once no sequence holds them (0: cache off).
+    pub budget: u64,
+}
+
+/// What a cache has done since it was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CacheStats {
+    pub lookups: u64,
+    /// Lookups that reused at least one token.
+    pub hits: u64,
+    /// Tokens of the prompts looked up.
+    pub tokens_looked_up: u64,
+    pub tokens_reused: u64,
+    /// Tokens inserted that the tree did not hold yet.
+    pub tokens_inserted: u64,
+    /// Nodes evicted, and the tokens and snapshots they held.
+    pub evictions: u64,
+    pub tokens_evicted: u64,
+    pub snapshots_kept: u64,
+    pub snapshots_evicted: u64,
+}
+
+/// The longest usable cached prefix of a prompt, locked until [`PrefixCache::release`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrefixMatch {
+    /// The locked node ending at `tokens` (the root when nothing is reused).
+    pub node: NodeId,
+    /// Tokens to reuse: a multiple of the page size.
+    pub tokens: usize,
+    /// The pages holding them, in order.
+    pub pages: Vec<u32>,
+    /// Page-aligned prompt tokens the tree holds (≥ `tokens`). Larger only when resuming needs a
+    /// snapshot and none sits at the end of the match: a branch point, where a snapshot taken
+    /// while prefilling lets the next prompt resume.
+    pub matched: usize,
+}
+
+/// What [`PrefixCache::insert`] did with a sequence's pages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inserted {
+    /// The locked node ending at the inserted tokens (the root when the cache is off).
+    pub node: NodeId,
+    /// Pages the tree did not take because it already held their tokens (another sequence
+    /// computed them, or the cache is off): still the caller's, to free when it stops reading them.
+    pub unused_pages: Vec<u32>,
+}
+
+struct Node<S> {
+    parent: Option<NodeId>,
+    tokens: Vec<u32>,
+    pages: Vec<u32>,
+    children: HashMap<Box<[u32]>, NodeId>,
+    refs: u32,
+    last_use: u64,
+    snapshot: Option<Snapshot<S>>,
+}
+
+impl<S> Node<S> {
+    fn new(parent: Option<NodeId>, tokens: Vec<u32>, pages: Vec<u32>, last_use: u64) -> Self {
+        Node {
+            parent,
+            tokens,
+            pages,
+            children: HashMap::new(),
+            refs: 0,
+            last_use,
+            snapshot: None,
+        }
+    }
+}
+
+pub struct PrefixCache<S> {
+    config: CacheConfig,
+    pages: PageAllocator,
+    /// Arena of nodes; `None` marks a free slot (listed in `free_ids`).
+    nodes: Vec<Option<Node<S>>>,
+    free_ids: Vec<usize>,
+    /// Advances on every lookup and insert: the LRU clock.
+    clock: u64,
+    /// Pages the tree owns times `page_bytes`, plus its snapshots' bytes.
+    cached_bytes: u64,
+    stats: CacheStats,
+}
+
+impl<S> PrefixCache<S> {
+    pub fn new(config: CacheConfig) -> Result<Self, CacheError> {
+        if config.page_size == 0 || config.page_bytes == 0 {
+            return Err(CacheError::Config(format!(
+                "pages of {} tokens and {} bytes: both must be positive",
+                config.page_size, config.page_bytes
+            )));
+        }
+        Ok(PrefixCache {
+            config,
+            pages: PageAllocator::new(config.n_pages),
+            nodes: vec![Some(Node::new(None, Vec::new(), Vec::new(), 0))],
+            free_ids: Vec::new(),
+            clock: 0,
+            cached_bytes: 0,
+            stats: CacheStats::default(),
+        })
+    }
+
+    pub fn config(&self) -> CacheConfig {
+        self.config
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.config.budget > 0
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        self.stats
+    }
+
+    /// Bytes the tree holds (pages and snapshots).
+    pub fn cached_bytes(&self) -> u64 {
+        self.cached_bytes
+    }
+
+    /// Tokens the tree holds.
+    pub fn cached_tokens(&self) -> usize {
+        self.live().map(|(_, n)| n.tokens.len()).sum()
+    }
+
+    /// Nodes besides the root.
+    pub fn node_count(&self) -> usize {
+        self.live().count() - 1
+    }
+
+    pub fn free_pages(&self) -> usize {
+        self.pages.free_count()
+    }
+
+    /// How many sequences hold `node` (directly or through a descendant).
+    pub fn refs(&self, node: NodeId) -> Option<u32> {
+        self.get(node).map(|n| n.refs)
+    }
+
+    /// The snapshot at the end of `node`, if it has one.
+    pub fn snapshot(&self, node: NodeId) -> Option<&S> {
+        self.get(node)?.snapshot.as_ref().map(|s| &s.state)
+    }
+
+    /// The longest cached prefix of `tokens` that a sequence may reuse, locked: whole pages, at
+    /// most `limit` tokens (a request keeps at least its last prompt token to compute, so its
+    /// first output comes from logits of its own), ending at a snapshot when `need_snapshot`.
+    pub fn lookup(&mut self, tokens: &[u32], limit: usize, need_snapshot: bool) -> PrefixMatch {
+        let page = self.config.page_size;
+        self.clock += 1;
+        self.stats.lookups += 1;
+        self.stats.tokens_looked_up += tokens.len() as u64;
+        let cap = match self.enabled() {
+            true => limit.min(tokens.len()) / page * page,
+            false => 0,
+        };
+        let (mut node, mut at) = (ROOT, 0);
+        let mut usable = (ROOT, 0);
+        let mut matched = 0;
+        while at < cap {
+            let Some(child) = self.child(node, &tokens[at..at + page]) else {
+                break;
+            };
+            let len = self.node(child).pages.len();
+            let k = self.common_pages(child, &tokens[at..cap]);
+            matched = at + k * page;
+            if k < len {
+                // The match ends inside `child`: a dense model reuses up to there, so the node
+                // is split to give the lock a boundary; a hybrid model has no state there.
+                if !need_snapshot {
+                    usable = (self.split(child, k), matched);
+                }
+                break;
+            }
+            (node, at) = (child, matched);
+            if !need_snapshot || self.node(child).snapshot.is_some() {
+                usable = (child, at);
+            }
+        }
+        let (node, reused) = usable;
+        self.lock(node);
+        if reused > 0 {
+            self.stats.hits += 1;
+            self.stats.tokens_reused += reused as u64;
+        }
+        PrefixMatch {
+            node,
+            tokens: reused,
+            pages: self.path_pages(node),
+            matched,
+        }
+    }
+
+    /// A match of nothing, for a sequence that computes its whole prompt (the quality path):
+    /// the root, locked like any match, and no statistics.
+    pub fn cold(&mut self) -> PrefixMatch {
+        self.lock(ROOT);
+        PrefixMatch {
+            node: ROOT,
+            tokens: 0,
+            pages: Vec::new(),
+            matched: 0,
+        }
+    }
+
+    /// Adds a sequence's computed prefix to the tree: `tokens` (whole pages) whose K and V sit in
+    /// `pages`. Pages of tokens the tree already holds stay the caller's (`unused_pages`); the
+    /// rest the tree takes. The node ending at `tokens` comes back locked (release it, and the
+    /// lock of the sequence's lookup, when the sequence is done).
+    pub fn insert(&mut self, tokens: &[u32], pages: &[u32]) -> Result<Inserted, CacheError> {
+        let page = self.config.page_size;
+        if tokens.len() != pages.len() * page {
+            return Err(CacheError::Misaligned {
+                tokens: tokens.len(),
+                pages: pages.len(),
+                page_size: page,
+            });
+        }
+        if !self.enabled() {
+            self.lock(ROOT);
+            return Ok(Inserted {
+                node: ROOT,
+                unused_pages: pages.to_vec(),
+            });
+        }
+        self.clock += 1;
+        let (mut node, mut i) = (ROOT, 0);
+        let mut unused_pages = Vec::new();
+        while i < pages.len() {
+            let at = i * page;
+            match self.child(node, &tokens[at..at + page]) {
+                Some(child) => {
+                    let k = self.common_pages(child, &tokens[at..]);
+                    let held = &self.node(child).pages[..k];
+                    for (&held, &ours) in held.iter().zip(&pages[i..i + k]) {
+                        if held != ours {
+                            unused_pages.push(ours);
+                        }
+                    }
+                    node = match k < self.node(child).pages.len() {
+                        true => self.split(child, k),
+                        false => child,
+                    };
+                    i += k;
+                }
+                None => {
+                    node = self.add_leaf(node, tokens[at..].to_vec(), pages[i..].to_vec());
+                    self.stats.tokens_inserted += (tokens.len() - at) as u64;
+                    i = pages.len();
+                }
+            }
+        }
+        self.lock(node);
+        Ok(Inserted { node, unused_pages })
+    }
+
+    /// Keeps `snapshot` as the state after `prefix` (whole pages, held by the tree: the caller
+    /// holds a lock on it or below). Makes room by evicting other leaves; returns false, keeping
+    /// nothing, when it would not fit the budget or the boundary already has one.
+    pub fn attach_snapshot(
+        &mut self,
+        prefix: &[u32],
+        snapshot: Snapshot<S>,
+    ) -> Result<bool, CacheError> {
+        if !self.enabled() || prefix.is_empty() {
+            return Ok(false);
+        }
+        let node = self.boundary(prefix)?;
+        if self.node(node).snapshot.is_some() {
+            return Ok(false);
+        }
+        let budget = self.config.budget;
+        self.lock(node);
+        self.evict_while(|c| c.cached_bytes + snapshot.bytes > budget);
+        let fits = self.cached_bytes + snapshot.bytes <= budget;
+        if fits {
+            self.cached_bytes += snapshot.bytes;
+            self.stats.snapshots_kept += 1;
+            self.node_mut(node).snapshot = Some(snapshot);
+        }
+        self.unlock(node)?;
+        Ok(fits)
+    }
+
+    /// Drops a sequence's lock on `node`, then evicts down to the budget.
+    pub fn release(&mut self, node: NodeId) -> Result<(), CacheError> {
+        self.unlock(node)?;
+        let budget = self.config.budget;
+        self.evict_while(|c| c.cached_bytes > budget);
+        Ok(())
+    }
+
+    /// `n` free pages for a sequence, evicting unreferenced leaves (least recently used first)
+    /// while the pool is short, whatever the budget.
+    pub fn alloc_pages(&mut self, n: usize) -> Result<Vec<u32>, CacheError> {
+        self.evict_while(|c| c.pages.free_count() < n);
+        self.pages.alloc(n).ok_or_else(|| CacheError::OutOfPages {
+            needed: n,
+            free: self.pages.free_count(),
+            n_pages: self.pages.n_pages(),
+            cached: self.cached_tokens() / self.config.page_size,
+        })
+    }
+
+    /// Returns a sequence's own pages (never ones the tree took) to the pool.
+    pub fn free_pages_of_sequence(&mut self, pages: &[u32]) -> Result<(), CacheError> {
+        if let Some(&p) = pages.iter().find(|&&p| self.tree_owns(p)) {
+            return Err(CacheError::PageInTree { page: p });
+        }
+        self.pages.free(pages)
+    }
+
+    fn tree_owns(&self, page: u32) -> bool {
+        self.live().any(|(_, n)| n.pages.contains(&page))
+    }
+
+    /// The node ending exactly after `prefix`, splitting one if the boundary falls inside it.
+    fn boundary(&mut self, prefix: &[u32]) -> Result<NodeId, CacheError> {
+        let page = self.config.page_size;
+        let missing = || CacheError::NotCached {
+            tokens: prefix.len(),
+        };
+        if !prefix.len().is_multiple_of(page) {
+            return Err(missing());
+        }
+        let (mut node, mut at) = (ROOT, 0);
+        while at < prefix.len() {
+            let child = self
+                .child(node, &prefix[at..at + page])
+                .ok_or_else(missing)?;
+            let k = self.common_pages(child, &prefix[at..]);
+            let end = at + k * page;
+            if k < self.node(child).pages.len() {
+                // The prefix ends inside `child` (a boundary to make) or leaves it (not cached).
+                return match end == prefix.len() {
+                    true => Ok(self.split(child, k)),
+                    false => Err(missing()),
+                };
+            }
+            (node, at) = (child, end);
+        }
+        Ok(node)
+    }
+
+    /// Whole pages that `child`'s tokens share with the start of `tokens` (its first page is
+    /// known to match).
+    fn common_pages(&self, child: NodeId, tokens: &[u32]) -> usize {
+        let page = self.config.page_size;
+        self.node(child)
+            .tokens
+            .chunks(page)
+            .zip(tokens.chunks_exact(page))
+            .take_while(|(a, b)| a == b)
+            .count()
+    }
+
+    /// Cuts `id` after `k` pages: a new node takes the head (and the place under the parent),
+    /// `id` keeps the tail, its children and its snapshot. Returns the head.
+    fn split(&mut self, id: NodeId, k: usize) -> NodeId {
+        let page = self.config.page_size;
+        let node = self.node_mut(id);
+        let tail_tokens = node.tokens.split_off(k * page);
+        let tail_pages = node.pages.split_off(k);
+        let head_tokens = std::mem::replace(&mut node.tokens, tail_tokens);
+        let head_pages = std::mem::replace(&mut node.pages, tail_pages);
+        let (parent, refs, last_use) = (node.parent, node.refs, node.last_use);
+        let tail_key: Box<[u32]> = node.tokens[..page].into();
+        let mut head = Node::new(parent, head_tokens, head_pages, last_use);
+        head.refs = refs;
+        head.children.insert(tail_key, id);
+        let head_key: Box<[u32]> = head.tokens[..page].into();
+        let head_id = self.alloc_node(head);
+        self.node_mut(id).parent = Some(head_id);
+        let parent = parent.expect("the root is never split");
+        self.node_mut(parent).children.insert(head_key, head_id);
+        head_id
+    }
+
+    fn add_leaf(&mut self, parent: NodeId, tokens: Vec<u32>, pages: Vec<u32>) -> NodeId {
+        let key: Box<[u32]> = tokens[..self.config.page_size].into();
+        self.cached_bytes += pages.len() as u64 * self.config.page_bytes;
+        let id = self.alloc_node(Node::new(Some(parent), tokens, pages, self.clock));
+        self.node_mut(parent).children.insert(key, id);
+        id
+    }
+
+    fn alloc_node(&mut self, node: Node<S>) -> NodeId {
+        match self.free_ids.pop() {
+            Some(i) => {
+                self.nodes[i] = Some(node);
+                NodeId(i)
+            }
+            None => {
+                self.nodes.push(Some(node));
+                NodeId(self.nodes.len() - 1)
+            }
+        }
+    }
+
+    /// Counts a lock on `id` and its ancestors, and marks the path used now.
+    fn lock(&mut self, id: NodeId) {
+        let clock = self.clock;
+        let mut at = Some(id);
+        while let Some(n) = at {
+            let node = self.node_mut(n);
+            node.refs += 1;
+            node.last_use = clock;
+            at = node.parent;
+        }
+    }
+
+    fn unlock(&mut self, id: NodeId) -> Result<(), CacheError> {
+        if self.get(id).is_none_or(|n| n.refs == 0) {
+            return Err(CacheError::NotLocked);
+        }
+        let mut at = Some(id);
+        while let Some(n) = at {
+            let node = self.node_mut(n);
+            node.refs -= 1;
+            at = node.parent;
+        }
+        Ok(())
+    }
+
+    /// Evicts least-recently-used unreferenced leaves while `more` holds and there are any.
+    fn evict_while(&mut self, more: impl Fn(&Self) -> bool) {
+        while more(self) {
+            let victim = self
+                .live()
+                .filter(|(id, n)| *id != ROOT && n.refs == 0 && n.children.is_empty())
+                .min_by_key(|(id, n)| (n.last_use, id.0))
+                .map(|(id, _)| id);
+            let Some(victim) = victim else {
+                return;
+            };
+            self.evict(victim);
+        }
+    }
+
+    fn evict(&mut self, id: NodeId) {
+        let node = self.nodes[id.0].take().expect("a live node");
+        self.free_ids.push(id.0);
+        let parent = node.parent.expect("the root is never evicted");
+        let key = &node.tokens[..self.config.page_size];
+        self.node_mut(parent).children.remove(key);
+        self.pages
+            .free(&node.pages)
+            .expect("the tree owns its pages exactly once");
+        self.cached_bytes -= node.pages.len() as u64 * self.config.page_bytes;
+        self.stats.evictions += 1;
+        self.stats.tokens_evicted += node.tokens.len() as u64;
+        if let Some(s) = node.snapshot {
+            self.cached_bytes -= s.bytes;
+            self.stats.snapshots_evicted += 1;
+        }
+    }
+
+    /// The pages from the root to the end of `id`.
+    fn path_pages(&self, id: NodeId) -> Vec<u32> {
+        let mut runs = Vec::new();
+        let mut at = Some(id);
+        while let Some(n) = at {
+            let node = self.node(n);
+            runs.push(&node.pages);
+            at = node.parent;
+        }
+        runs.into_iter().rev().flatten().copied().collect()
+    }
+
+    fn child(&self, id: NodeId, first_page: &[u32]) -> Option<NodeId> {
+        self.node(id).children.get(first_page).copied()
+    }
+
+    fn live(&self) -> impl Iterator<Item = (NodeId, &Node<S>)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.as_ref().map(|n| (NodeId(i), n)))
+    }
+
+    fn get(&self, id: NodeId) -> Option<&Node<S>> {
+        self.nodes.get(id.0).and_then(Option::as_ref)
+    }
+
+    fn node(&self, id: NodeId) -> &Node<S> {
+        self.get(id).expect("a live node")
+    }
+
+    fn node_mut(&mut self, id: NodeId) -> &mut Node<S> {
+        self.nodes[id.0].as_mut().expect("a live node")
+    }
+}
+
+#[cfg(test)]
+mod tests;

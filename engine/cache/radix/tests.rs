@@ -1,0 +1,442 @@
+use super::*;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const PAGE: usize = 4;
+const PAGE_BYTES: u64 = 100;
+
+fn cache(n_pages: u32, budget_pages: u64) -> PrefixCache<u32> {
+    PrefixCache::new(CacheConfig {
+        page_size: PAGE,
+        page_bytes: PAGE_BYTES,
+        n_pages,
+        budget: budget_pages * PAGE_BYTES,
+    })
+    .unwrap()
+}
+
+/// `n` tokens: `base`, base+1, … (distinct runs for distinct bases).
+fn run(base: u32, n: usize) -> Vec<u32> {
+    (base..base + n as u32).collect()
+}
+
+fn cat(a: &[u32], b: &[u32]) -> Vec<u32> {
+    [a, b].concat()
+}
+
+/// What a sequence does with the cache: reuse the longest prefix, take pages for the rest of
+/// `tokens`, insert its whole pages, and hold both locks. Returns (lookup, insert, own pages).
+fn serve(c: &mut PrefixCache<u32>, tokens: &[u32]) -> (PrefixMatch, Inserted) {
+    let m = c.lookup(tokens, tokens.len() - 1, false);
+    let full = tokens.len() / PAGE;
+    let own = c.alloc_pages(full - m.pages.len()).unwrap();
+    let pages = cat(&m.pages, &own);
+    let ins = c.insert(&tokens[..full * PAGE], &pages).unwrap();
+    (m, ins)
+}
+
+fn finish(c: &mut PrefixCache<u32>, m: PrefixMatch, ins: Inserted) {
+    c.free_pages_of_sequence(&ins.unused_pages).unwrap();
+    c.release(ins.node).unwrap();
+    c.release(m.node).unwrap();
+    check_invariants(c);
+}
+
+/// The bookkeeping agrees with itself: bytes recomputed from the nodes, every tree page in use
+/// and owned once, parent/child links both ways, refs of a node ≥ those of each child.
+fn check_invariants<S>(c: &PrefixCache<S>) {
+    let mut bytes = 0;
+    let mut pages = Vec::new();
+    for (id, n) in c.live() {
+        bytes += n.pages.len() as u64 * c.config.page_bytes;
+        bytes += n.snapshot.as_ref().map_or(0, |s| s.bytes);
+        assert_eq!(n.tokens.len(), n.pages.len() * c.config.page_size);
+        pages.extend_from_slice(&n.pages);
+        for (key, &child) in &n.children {
+            let ch = c.node(child);
+            assert_eq!(ch.parent, Some(id));
+            assert_eq!(&ch.tokens[..c.config.page_size], &key[..]);
+            assert!(
+                ch.refs <= n.refs || id == ROOT,
+                "refs grow towards the root"
+            );
+        }
+        if id != ROOT {
+            assert!(!n.pages.is_empty(), "no empty nodes");
+        }
+    }
+    assert_eq!(bytes, c.cached_bytes, "cached bytes");
+    let n = pages.len();
+    pages.sort_unstable();
+    pages.dedup();
+    assert_eq!(pages.len(), n, "a page owned twice by the tree");
+    for p in pages {
+        assert!(c.pages.in_use(p), "tree page {p} is marked free");
+    }
+}
+
+#[test]
+fn lookup_finds_the_longest_whole_page_prefix_and_splits_there() {
+    let mut c = cache(16, 16);
+    let a = run(0, 12);
+    let (m, ins) = serve(&mut c, &a);
+    assert_eq!((m.tokens, m.pages.clone()), (0, vec![]), "cold");
+    finish(&mut c, m, ins);
+    assert_eq!((c.node_count(), c.cached_tokens()), (1, 12));
+
+    // Shares 10 tokens: two whole pages are reused, the node splits after them.
+    let b = cat(&a[..10], &run(100, 6));
+    let m = c.lookup(&b, b.len() - 1, false);
+    assert_eq!((m.tokens, m.pages.clone(), m.matched), (8, vec![0, 1], 8));
+    assert_eq!(c.node_count(), 2, "split after page 2");
+    assert_eq!(c.refs(m.node), Some(1));
+    c.release(m.node).unwrap();
+
+    // The same prompt again: at most len − 1 tokens are reused, so 8 of 12 (the last page is
+    // recomputed, and the first output comes from this request's own logits).
+    let m = c.lookup(&a, a.len() - 1, false);
+    assert_eq!((m.tokens, m.pages.clone()), (8, vec![0, 1]));
+    c.release(m.node).unwrap();
+    let m = c.lookup(&cat(&a, &[7]), 12, false);
+    assert_eq!((m.tokens, m.pages.clone()), (12, vec![0, 1, 2]));
+    c.release(m.node).unwrap();
+    check_invariants(&c);
+}
+
+#[test]
+fn insert_branches_share_the_common_pages_and_return_duplicates() {
+    let mut c = cache(16, 16);
+    let a = run(0, 12);
+    let pages = c.alloc_pages(3).unwrap();
+    let ins = c.insert(&a, &pages).unwrap();
+    c.release(ins.node).unwrap();
+    // b shares the first page, then diverges; it computed all three of its pages itself.
+    let b = cat(&a[..4], &run(50, 8));
+    let own = c.alloc_pages(3).unwrap();
+    assert_eq!(own, vec![3, 4, 5]);
+    let ins = c.insert(&b, &own).unwrap();
+    assert_eq!(
+        ins.unused_pages,
+        vec![3],
+        "page 0 already held b's first page"
+    );
+    assert_eq!((c.node_count(), c.cached_tokens()), (3, 20));
+    c.free_pages_of_sequence(&ins.unused_pages).unwrap();
+    c.release(ins.node).unwrap();
+    for (prompt, pages) in [(&a, vec![0, 1, 2]), (&b, vec![0, 4, 5])] {
+        let m = c.lookup(&cat(prompt, &[1]), 12, false);
+        assert_eq!(m.pages, pages);
+        c.release(m.node).unwrap();
+    }
+    assert_eq!(c.stats().tokens_inserted, 20);
+    check_invariants(&c);
+}
+
+#[test]
+fn locked_prefixes_survive_page_pressure_and_go_once_released() {
+    let mut c = cache(6, 6);
+    let a = run(0, 16);
+    let (m, ins) = serve(&mut c, &a);
+    assert_eq!(c.free_pages(), 2);
+    // Two pages are free; a third would need the tree's pages, which the sequence still reads.
+    let err = c.alloc_pages(3).unwrap_err();
+    assert_eq!(
+        err,
+        CacheError::OutOfPages {
+            needed: 3,
+            free: 2,
+            n_pages: 6,
+            cached: 4
+        }
+    );
+    // The pages a second sequence may reuse are the ones the first still reads.
+    let m2 = c.lookup(&cat(&a, &[1]), 16, false);
+    assert_eq!(m2.pages, vec![0, 1, 2, 3]);
+    assert_eq!(c.refs(m2.node), Some(2), "two sequences hold the prefix");
+    finish(&mut c, m, ins);
+    assert!(
+        c.alloc_pages(3).is_err(),
+        "still held by the second sequence"
+    );
+    c.release(m2.node).unwrap();
+    let pages = c.alloc_pages(3).unwrap();
+    assert_eq!(pages.len(), 3);
+    assert_eq!(c.stats().evictions, 1, "the whole unreferenced leaf went");
+    assert_eq!(c.cached_tokens(), 0);
+    check_invariants(&c);
+}
+
+#[test]
+fn eviction_takes_the_least_recently_used_leaf_first_and_never_an_inner_node() {
+    let mut c = cache(32, 6);
+    let (a, b, d) = (run(0, 8), run(100, 8), run(200, 8));
+    for p in [&a, &b, &d] {
+        let (m, ins) = serve(&mut c, p);
+        finish(&mut c, m, ins);
+    }
+    assert_eq!(c.cached_tokens(), 24, "6 pages: exactly the budget");
+    // Touch a: now b is the least recently used.
+    let m = c.lookup(&cat(&a, &[0]), 8, false);
+    c.release(m.node).unwrap();
+    let e = run(300, 4);
+    let (m, ins) = serve(&mut c, &cat(&e, &[0]));
+    finish(&mut c, m, ins);
+    let held = |c: &mut PrefixCache<u32>, p: &[u32]| {
+        let m = c.lookup(&cat(p, &[0]), p.len(), false);
+        c.release(m.node).unwrap();
+        m.tokens
+    };
+    assert_eq!(held(&mut c, &b), 0, "b was least recently used");
+    assert_eq!(held(&mut c, &a), 8);
+    assert_eq!(held(&mut c, &d), 8);
+    assert_eq!(c.stats().evictions, 1);
+
+    // An inner node (a's first page, shared with a branch) outlives its leaves.
+    let mut c = cache(32, 3);
+    let (m, ins) = serve(&mut c, &a);
+    finish(&mut c, m, ins);
+    let branch = cat(&a[..4], &run(400, 4));
+    let (m, ins) = serve(&mut c, &branch);
+    finish(&mut c, m, ins);
+    assert_eq!(c.node_count(), 3);
+    // Budget 3 pages; a fourth distinct page evicts the LRU leaf, a's tail, not the inner page.
+    let (m, ins) = serve(&mut c, &run(500, 4));
+    finish(&mut c, m, ins);
+    assert_eq!(
+        held(&mut c, &branch),
+        8,
+        "the inner page and the newer leaf stay"
+    );
+    assert_eq!(held(&mut c, &a), 4, "a's own tail page went");
+    check_invariants(&c);
+}
+
+#[test]
+fn snapshots_count_in_the_budget_and_mark_where_hybrid_models_resume() {
+    let mut c = cache(32, 12);
+    let preamble = run(0, 8);
+    let a = cat(&preamble, &run(100, 8));
+    let (m, ins) = serve(&mut c, &a);
+    let kept = c.attach_snapshot(
+        &a,
+        Snapshot {
+            state: 1,
+            bytes: 250,
+        },
+    );
+    assert_eq!(kept, Ok(true));
+    assert_eq!(c.cached_bytes(), 4 * PAGE_BYTES + 250);
+    finish(&mut c, m, ins);
+
+    // A hybrid lookup of a prompt that branches after the preamble: the tree holds 8 tokens of
+    // it but has no state there, so nothing is reused; `matched` names the branch point.
+    let b = cat(&preamble, &run(200, 8));
+    let m = c.lookup(&b, b.len() - 1, true);
+    assert_eq!((m.tokens, m.matched), (0, 8));
+    assert_eq!(
+        c.node_count(),
+        1,
+        "no split without a snapshot to resume from"
+    );
+    let own = c.alloc_pages(4).unwrap();
+    let ins = c.insert(&b, &own).unwrap();
+    // The sequence snapshotted at the branch point while prefilling.
+    let kept = c.attach_snapshot(
+        &preamble,
+        Snapshot {
+            state: 2,
+            bytes: 250,
+        },
+    );
+    assert_eq!(kept, Ok(true));
+    assert_eq!(c.cached_bytes(), 6 * PAGE_BYTES + 500);
+    finish(&mut c, m, ins);
+    let m = c.lookup(&cat(&preamble, &run(300, 4)), 11, true);
+    assert_eq!((m.tokens, c.snapshot(m.node)), (8, Some(&2)));
+    c.release(m.node).unwrap();
+    let m = c.lookup(&cat(&a, &[0]), 16, true);
+    assert_eq!((m.tokens, c.snapshot(m.node)), (16, Some(&1)));
+    c.release(m.node).unwrap();
+
+    // A third snapshot, at b's end (held), needs room under the 1200-byte budget: a's tail
+    // (unreferenced, least recently used) goes, with its snapshot.
+    let m = c.lookup(&cat(&b, &[0]), 16, false);
+    let kept = c.attach_snapshot(
+        &b,
+        Snapshot {
+            state: 3,
+            bytes: 250,
+        },
+    );
+    assert_eq!(kept, Ok(true));
+    let s = c.stats();
+    assert_eq!(
+        (s.snapshots_kept, s.snapshots_evicted, s.evictions),
+        (3, 1, 1)
+    );
+    assert_eq!(c.cached_bytes(), 4 * PAGE_BYTES + 500);
+    // Nothing else can go now (the preamble is b's ancestor): a snapshot over budget is refused.
+    let kept = c.attach_snapshot(
+        &b[..12],
+        Snapshot {
+            state: 4,
+            bytes: 301,
+        },
+    );
+    assert_eq!(kept, Ok(false));
+    assert_eq!(c.cached_bytes(), 4 * PAGE_BYTES + 500);
+    c.release(m.node).unwrap();
+    check_invariants(&c);
+}
+
+#[test]
+fn statistics_count_lookups_hits_reuse_and_evictions() {
+    let mut c = cache(8, 4);
+    let a = run(0, 13);
+    for _ in 0..3 {
+        let (m, ins) = serve(&mut c, &a);
+        finish(&mut c, m, ins);
+    }
+    let s = c.stats();
+    assert_eq!((s.lookups, s.hits, s.tokens_looked_up), (3, 2, 39));
+    assert_eq!((s.tokens_reused, s.tokens_inserted), (24, 12));
+    let (m, ins) = serve(&mut c, &run(100, 9));
+    finish(&mut c, m, ins);
+    let s = c.stats();
+    assert_eq!((s.evictions, s.tokens_evicted), (1, 12));
+    assert_eq!(c.cached_tokens(), 8);
+}
+
+#[test]
+fn a_zero_budget_turns_the_cache_off() {
+    let mut c = cache(8, 0);
+    let a = run(0, 12);
+    for _ in 0..2 {
+        let (m, ins) = serve(&mut c, &a);
+        assert_eq!(m.tokens, 0);
+        assert_eq!(ins.unused_pages.len(), 3, "the tree keeps nothing");
+        finish(&mut c, m, ins);
+    }
+    assert_eq!((c.cached_tokens(), c.free_pages()), (0, 8));
+    assert_eq!(c.stats().hits, 0);
+}
+
+#[test]
+fn misuse_is_an_error_not_a_corruption() {
+    let mut c = cache(8, 8);
+    assert!(matches!(
+        c.insert(&run(0, 5), &[0]),
+        Err(CacheError::Misaligned { .. })
+    ));
+    let pages = c.alloc_pages(1).unwrap();
+    let ins = c.insert(&run(0, 4), &pages).unwrap();
+    assert_eq!(
+        c.free_pages_of_sequence(&[0]),
+        Err(CacheError::PageInTree { page: 0 })
+    );
+    c.release(ins.node).unwrap();
+    assert_eq!(c.release(ins.node), Err(CacheError::NotLocked));
+    assert_eq!(
+        c.attach_snapshot(&run(50, 4), Snapshot { state: 0, bytes: 1 }),
+        Err(CacheError::NotCached { tokens: 4 })
+    );
+    assert!(
+        PrefixCache::<u32>::new(CacheConfig {
+            page_size: 0,
+            page_bytes: 1,
+            n_pages: 1,
+            budget: 1
+        })
+        .is_err()
+    );
+}
+
+/// Random sequences over a small alphabet (many shared prefixes) start and finish in random
+/// order under a tight pool and budget. Each page records the prefix it was computed for; every
+/// page a lookup hands out must hold exactly the prompt's tokens up to its end, even after
+/// splits and evictions, and the pool never loses or duplicates a page.
+#[test]
+fn random_workload_never_hands_out_a_page_of_other_tokens() {
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let n_pages = 40u32;
+    let mut c = cache(n_pages, 16);
+    // What each page holds: the tokens from position 0 through its last slot.
+    let mut content: Vec<Option<Vec<u32>>> = vec![None; n_pages as usize];
+    struct Live {
+        tokens: Vec<u32>,
+        m: PrefixMatch,
+        own: Vec<u32>,
+        ins: Option<Inserted>,
+    }
+    let mut live: Vec<Live> = Vec::new();
+    for step in 0..2000 {
+        if live.len() < 4 && rng.random_bool(0.6) {
+            let len = rng.random_range(1..30);
+            let tokens: Vec<u32> = (0..len).map(|_| rng.random_range(0..2)).collect();
+            let m = c.lookup(&tokens, len - 1, false);
+            assert!(m.tokens < len && m.tokens.is_multiple_of(PAGE));
+            for (i, &p) in m.pages.iter().enumerate() {
+                let end = (i + 1) * PAGE;
+                assert_eq!(
+                    content[p as usize].as_deref(),
+                    Some(&tokens[..end]),
+                    "step {step}: page {p} handed out for the wrong tokens"
+                );
+            }
+            let want = len.div_ceil(PAGE) - m.pages.len();
+            match c.alloc_pages(want) {
+                Ok(own) => {
+                    for (i, &p) in own.iter().enumerate() {
+                        let end = ((m.pages.len() + i + 1) * PAGE).min(len);
+                        content[p as usize] = Some(tokens[..end].to_vec());
+                    }
+                    live.push(Live {
+                        tokens,
+                        m,
+                        own,
+                        ins: None,
+                    });
+                }
+                Err(CacheError::OutOfPages { .. }) => c.release(m.node).unwrap(),
+                Err(e) => panic!("{e}"),
+            }
+        } else if !live.is_empty() {
+            let i = rng.random_range(0..live.len());
+            let s = &mut live[i];
+            match s.ins.take() {
+                None => {
+                    // Insert the whole pages (keeps running: pages stay in its row).
+                    let full = s.tokens.len() / PAGE;
+                    let pages = cat(&s.m.pages, &s.own);
+                    let ins = c.insert(&s.tokens[..full * PAGE], &pages[..full]).unwrap();
+                    s.ins = Some(ins);
+                }
+                Some(ins) => {
+                    let s = live.swap_remove(i);
+                    let taken: Vec<u32> = s
+                        .own
+                        .iter()
+                        .copied()
+                        .filter(|p| {
+                            let full = s.tokens.len() / PAGE;
+                            let idx = s.m.pages.len() + s.own.iter().position(|q| q == p).unwrap();
+                            idx < full && !ins.unused_pages.contains(p)
+                        })
+                        .collect();
+                    let mine: Vec<u32> = s.own.into_iter().filter(|p| !taken.contains(p)).collect();
+                    c.free_pages_of_sequence(&mine).unwrap();
+                    c.release(ins.node).unwrap();
+                    c.release(s.m.node).unwrap();
+                }
+            }
+        }
+        check_invariants(&c);
+        let held: usize = live.iter().map(|s| s.own.len()).sum();
+        assert!(c.pages.used_count() <= c.cached_tokens() / PAGE + held);
+    }
+    assert!(
+        c.stats().hits > 100 && c.stats().evictions > 10,
+        "{:?}",
+        c.stats()
+    );
+}

@@ -1,0 +1,339 @@
+//! Sequences in flight: each owns a page-table row whose pages are a cached prefix (shared,
+//! locked in the prefix cache) followed by pages of its own; it prefills only what the cache
+//! did not hold, and its computed pages go to the cache when it ends.
+//!
+//! Two ways to drive them: [`Engine::generate`] runs one request start to end (GPU-resident
+//! greedy loop with steps in flight), and [`Engine::start`] / [`Engine::step`] /
+//! [`Engine::finish`] serve several at once, one batched decode step per call, sequences joining
+//! and leaving between steps.
+
+use super::{Engine, RuntimeError};
+use crate::cache::{NodeId, Snapshot};
+use crate::gpu::kernels::support::TokenSlot;
+use crate::gpu::{Step, storage_buffer};
+use crate::runtime::io::HISTORY_LEN;
+
+/// A sequence in flight: its page-table row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SeqId(u32);
+
+impl SeqId {
+    pub(super) fn row(self) -> u32 {
+        self.0
+    }
+}
+
+/// A started sequence and its first token.
+#[derive(Clone, Debug)]
+pub struct Started {
+    pub seq: SeqId,
+    /// The greedy first token, from logits this request computed.
+    pub first: u32,
+    /// Prompt tokens whose KV came from the prefix cache.
+    pub cached_tokens: usize,
+    /// The logits the first token came from, when asked for.
+    pub logits: Option<Vec<f32>>,
+}
+
+pub(super) struct Sequence {
+    /// The prompt, then every output token known on the host.
+    pub(super) tokens: Vec<u32>,
+    pub(super) prompt_len: usize,
+    /// Prompt tokens reused from the prefix cache.
+    pub(super) cached_tokens: usize,
+    /// Positions whose K and V are written (or submitted): the next token goes here.
+    pub(super) pos: usize,
+    /// Positions it may write: the prompt and `n_out − 1` fed outputs (its pages cover them).
+    capacity: usize,
+    /// The row's pages; `owned[i]` when page i is the sequence's own, not the tree's.
+    pages: Vec<u32>,
+    owned: Vec<bool>,
+    /// Prefix-cache nodes this sequence holds.
+    locks: Vec<NodeId>,
+    /// Where the prompt's prefill stops to snapshot recurrent state (hybrid models): the branch
+    /// point the tree knows and the prompt's last page boundary.
+    snapshot_at: Vec<usize>,
+    /// Whether its pages may be shared through the prefix cache.
+    cached: bool,
+}
+
+impl Engine {
+    pub(super) fn seq(&self, id: SeqId) -> Result<&Sequence, RuntimeError> {
+        self.seqs
+            .get(id.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| unknown(id))
+    }
+
+    pub(super) fn seq_mut(&mut self, id: SeqId) -> Result<&mut Sequence, RuntimeError> {
+        self.seqs
+            .get_mut(id.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or_else(|| unknown(id))
+    }
+
+    /// Takes a free row for `prompt` (already checked), reuses the longest cached prefix when
+    /// `use_cache`, gives the row pages for the rest and for `n_out` more tokens, and sets the
+    /// recurrent state (restored from the prefix's snapshot, or zero). Nothing is computed yet.
+    pub(super) fn open(
+        &mut self,
+        prompt: &[u32],
+        n_out: usize,
+        use_cache: bool,
+    ) -> Result<SeqId, RuntimeError> {
+        let row = self.seqs.iter().position(Option::is_none).ok_or_else(|| {
+            RuntimeError::Request(format!(
+                "{} sequences are in flight, the most this engine was loaded for",
+                self.seqs.len()
+            ))
+        })?;
+        let hybrid = self.model.state_bytes() > 0;
+        if hybrid && self.seqs.iter().any(Option::is_some) {
+            return Err(RuntimeError::Request(
+                "a hybrid model runs one sequence at a time (its recurrent state has one slot)"
+                    .into(),
+            ));
+        }
+        let found = match use_cache {
+            true => self.cache.lookup(prompt, prompt.len() - 1, hybrid),
+            false => self.cache.cold(),
+        };
+        let page = self.cache.config().page_size;
+        let capacity = prompt.len() + n_out.saturating_sub(1);
+        let need = capacity.div_ceil(page) - found.pages.len();
+        let own = match self.cache.alloc_pages(need) {
+            Ok(own) => own,
+            Err(e) => {
+                self.cache.release(found.node)?;
+                return Err(e.into());
+            }
+        };
+        let pages = [found.pages.as_slice(), &own].concat();
+        self.io.pages.write_row(&self.ctx, row as u32, &pages)?;
+        let mut encoder = self.encoder("sequence state");
+        match self.cache.snapshot(found.node) {
+            Some(state) if hybrid && found.tokens > 0 => {
+                self.model.encode_restore_state(&mut encoder, state)?
+            }
+            _ => self.model.encode_reset(&mut encoder),
+        }
+        self.ctx.queue.submit([encoder.finish()]);
+        let mut snapshot_at = Vec::new();
+        if hybrid && use_cache && self.cache.enabled() {
+            let last_boundary = prompt.len() / page * page;
+            snapshot_at = [found.matched, last_boundary]
+                .into_iter()
+                .filter(|&b| b > found.tokens)
+                .collect();
+            snapshot_at.dedup();
+        }
+        self.seqs[row] = Some(Sequence {
+            tokens: prompt.to_vec(),
+            prompt_len: prompt.len(),
+            cached_tokens: found.tokens,
+            pos: found.tokens,
+            capacity,
+            owned: (0..pages.len()).map(|i| i >= found.pages.len()).collect(),
+            pages,
+            locks: vec![found.node],
+            snapshot_at,
+            cached: use_cache,
+        });
+        Ok(SeqId(row as u32))
+    }
+
+    /// Prefills the prompt from the sequence's position in chunks (stopping where a snapshot is
+    /// due); the last chunk's argmax goes to readback slot 0, with its logits when `logits`.
+    /// Then the prompt's whole pages (and snapshots) go to the prefix cache.
+    pub(super) fn prefill(&mut self, seq: SeqId, logits: bool) -> Result<(), RuntimeError> {
+        let chunk = self.io.max_tokens as usize;
+        let (prompt, stops) = {
+            let s = self.seq(seq)?;
+            (s.tokens[..s.prompt_len].to_vec(), s.snapshot_at.clone())
+        };
+        let mut snapshots = Vec::new();
+        loop {
+            let pos = self.seq(seq)?.pos;
+            let stop = stops.iter().copied().find(|&b| b > pos);
+            let end = stop.unwrap_or(prompt.len()).min(pos + chunk);
+            self.io.set_ids(&self.ctx, &prompt[pos..end]);
+            let (encoder, step) = self.begin_step(seq, (end - pos) as u32, false)?;
+            let last = end == prompt.len();
+            self.submit_step(encoder, step, last.then_some(0), u32::from(last && logits));
+            if stops.contains(&end) {
+                snapshots.push((end, self.save_state()?));
+            }
+            if last {
+                break;
+            }
+        }
+        self.cache_prefix(seq, prompt.len(), snapshots)
+    }
+
+    /// A snapshot of the (single) sequence's recurrent state, in a buffer of its own.
+    fn save_state(&mut self) -> Result<wgpu::Buffer, RuntimeError> {
+        let buffer = storage_buffer(&self.ctx, "state snapshot", self.model.state_bytes())?;
+        let mut encoder = self.encoder("state snapshot");
+        self.model.encode_save_state(&mut encoder, &buffer)?;
+        self.ctx.queue.submit([encoder.finish()]);
+        Ok(buffer)
+    }
+
+    /// Inserts the whole pages of the first `computed` tokens into the prefix cache (the
+    /// sequence holds the node they end at) and attaches `snapshots` (position, state).
+    fn cache_prefix(
+        &mut self,
+        seq: SeqId,
+        computed: usize,
+        snapshots: Vec<(usize, wgpu::Buffer)>,
+    ) -> Result<(), RuntimeError> {
+        let page = self.cache.config().page_size;
+        let s = self.seqs[seq.0 as usize]
+            .as_mut()
+            .ok_or_else(|| unknown(seq))?;
+        if !s.cached || !self.cache.enabled() {
+            return Ok(());
+        }
+        let full = computed / page;
+        let inserted = self
+            .cache
+            .insert(&s.tokens[..full * page], &s.pages[..full])?;
+        s.locks.push(inserted.node);
+        for (owned, page) in s.owned[..full].iter_mut().zip(&s.pages) {
+            *owned &= inserted.unused_pages.contains(page);
+        }
+        let bytes = self.model.state_bytes();
+        for (at, state) in snapshots {
+            let prefix = &s.tokens[..at];
+            self.cache
+                .attach_snapshot(prefix, Snapshot { state, bytes })?;
+        }
+        Ok(())
+    }
+
+    /// Ends a sequence: with `keep`, its computed whole pages go to the prefix cache; its own
+    /// pages go back to the pool and its locks are dropped (evicting down to the budget).
+    pub(super) fn close(&mut self, seq: SeqId, keep: bool) -> Result<(), RuntimeError> {
+        if keep {
+            let computed = {
+                let s = self.seq(seq)?;
+                s.pos.min(s.tokens.len())
+            };
+            self.cache_prefix(seq, computed, Vec::new())?;
+        }
+        let s = self.seqs[seq.0 as usize]
+            .take()
+            .ok_or_else(|| unknown(seq))?;
+        let own: Vec<u32> = s
+            .pages
+            .iter()
+            .zip(&s.owned)
+            .filter_map(|(&p, &owned)| owned.then_some(p))
+            .collect();
+        self.cache.free_pages_of_sequence(&own)?;
+        for node in s.locks {
+            self.cache.release(node)?;
+        }
+        Ok(())
+    }
+
+    /// Starts a sequence that will decode in batches: reuses the longest cached prefix of
+    /// `prompt`, prefills the rest, and returns the greedy first token (from logits computed
+    /// here; with `logits`, those too). Pages are reserved for up to `max_new` output tokens.
+    pub fn start(
+        &mut self,
+        prompt: &[u32],
+        max_new: usize,
+        logits: bool,
+    ) -> Result<Started, RuntimeError> {
+        self.check_request(prompt, max_new.max(1))?;
+        let seq = self.open(prompt, max_new.max(1), true)?;
+        let first = self.prefill(seq, logits).and_then(|()| {
+            let token = self.wait_token(0)?;
+            let row = logits.then(|| self.read_logits(1)).transpose()?;
+            Ok((token, row))
+        });
+        let (first, logits) = match first {
+            Ok(first) => first,
+            Err(e) => {
+                self.close(seq, false)?;
+                return Err(e);
+            }
+        };
+        let s = self.seq_mut(seq)?;
+        s.tokens.push(first);
+        Ok(Started {
+            seq,
+            first,
+            cached_tokens: s.cached_tokens,
+            logits,
+        })
+    }
+
+    /// One decode step serving every sequence of `seqs` (distinct, started, with room left): each
+    /// is fed its last token at its own position on its own pages, and its greedy next token
+    /// comes back, in order. The weights are read once for the whole batch.
+    pub fn step(&mut self, seqs: &[SeqId]) -> Result<Vec<u32>, RuntimeError> {
+        let n = seqs.len();
+        if n == 0 || n > self.seqs.len() {
+            return Err(RuntimeError::Request(format!(
+                "a decode step of {n} sequences: this engine serves 1..={}",
+                self.seqs.len()
+            )));
+        }
+        let mut ids = Vec::with_capacity(n);
+        let mut slots = Vec::with_capacity(n);
+        for (i, &id) in seqs.iter().enumerate() {
+            let s = self.seq(id)?;
+            if seqs[..i].contains(&id) {
+                return Err(RuntimeError::Request(format!(
+                    "{id:?} appears twice in a step"
+                )));
+            }
+            if s.pos >= s.capacity || s.tokens.len() <= s.prompt_len {
+                return Err(RuntimeError::Request(format!(
+                    "{id:?} has no room for another token (or was not started)"
+                )));
+            }
+            ids.push(*s.tokens.last().expect("a started sequence has tokens"));
+            slots.push(TokenSlot {
+                pos: s.pos as u32,
+                page_row: id.row(),
+            });
+        }
+        self.io.set_ids(&self.ctx, &ids);
+        self.io.set_tokens(&self.ctx, &slots);
+        let step = Step::new(0, n as u32, self.steps % HISTORY_LEN);
+        self.io.step.set(&self.ctx, step);
+        self.io.tail_step.set(&self.ctx, step);
+        let mut encoder = self.encoder("batched decode step");
+        self.last_dispatches = self.model.encode_batch(&mut encoder, n as u32)?;
+        self.steps += 1;
+        let bytes = 4 * n as u64;
+        self.batch_slot
+            .record_copy(&mut encoder, &self.io.ids, 0, bytes);
+        let index = self.ctx.queue.submit([encoder.finish()]);
+        self.batch_slot.submitted(index, bytes);
+        let out: Vec<u32> = bytemuck::pod_collect_to_vec(&self.batch_slot.wait(&self.ctx, bytes)?);
+        for (&id, &token) in seqs.iter().zip(&out) {
+            let s = self.seq_mut(id)?;
+            s.pos += 1;
+            s.tokens.push(token);
+        }
+        Ok(out)
+    }
+
+    /// Ends a sequence started with [`Engine::start`]: its computed pages go to the prefix cache.
+    pub fn finish(&mut self, seq: SeqId) -> Result<(), RuntimeError> {
+        self.close(seq, true)
+    }
+
+    /// The tokens of a sequence in flight: its prompt, then its outputs so far.
+    pub fn tokens(&self, seq: SeqId) -> Result<&[u32], RuntimeError> {
+        Ok(&self.seq(seq)?.tokens)
+    }
+}
+
+fn unknown(id: SeqId) -> RuntimeError {
+    RuntimeError::Request(format!("{id:?} is not a sequence in flight"))
+}

@@ -1,0 +1,303 @@
+//! The prefix cache and batched decode on the GPU, through `fak::runtime::Engine`, on the tiny
+//! synthetic qwen3: a prompt whose prefix is cached reuses those KV pages and prefills only the
+//! rest, and gives the logits and greedy tokens a cold prefill gives; eviction under a small
+//! budget; sequences in flight sharing pages; one decode step serving several sequences with
+//! the weights read once. Caches and activations are NaN-poisoned at load, so a page the engine
+//! should have written (or kept) but did not cannot pass.
+
+use fak::gpu::Forced;
+use fak::runtime::{Engine, EngineOptions, SamplingParams, SeqId};
+use fak_tests::harness::synth_model;
+use fak_tests::rng;
+use rand::Rng;
+use std::path::PathBuf;
+
+const VOCAB: usize = 151_936;
+const PAGE: usize = 16;
+
+fn tiny() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("prefix_cache");
+    let args = [
+        "--arch", "qwen3", "--preset", "tiny", "--quant", "q8_0", "--seed", "5",
+    ];
+    synth_model(&dir, "tiny-q8_0-5.gguf", &args)
+}
+
+fn engine(cache_mem: u64, max_seqs: usize, forced: Forced) -> Engine {
+    let mut o = EngineOptions::from_env().expect("engine options");
+    o.max_context = Some(256);
+    o.prefill_chunk = 64;
+    o.poison = true;
+    o.page_size = PAGE as u32;
+    o.cache_mem = cache_mem;
+    o.max_seqs = max_seqs;
+    o.context.forced = forced;
+    Engine::load(&tiny(), &o).unwrap_or_else(|e| panic!("loading the tiny model: {e}"))
+}
+
+fn random_ids(seed: u64, n: usize) -> Vec<u32> {
+    let mut r = rng(seed);
+    (0..n).map(|_| r.random_range(0..VOCAB as u32)).collect()
+}
+
+fn cat(a: &[u32], b: &[u32]) -> Vec<u32> {
+    [a, b].concat()
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let (mut ab, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(x), f64::from(y));
+        ab += x * y;
+        aa += x * x;
+        bb += y * y;
+    }
+    // NaN anywhere makes the cosine NaN, which fails every `>=` below.
+    ab / (aa.sqrt() * bb.sqrt())
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// The gap between the largest and second-largest logit.
+fn top2_margin(row: &[f32]) -> f32 {
+    let mut sorted = row.to_vec();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    sorted[0] - sorted[1]
+}
+
+fn greedy(e: &mut Engine, prompt: &[u32], n: usize) -> Vec<u32> {
+    e.generate(prompt, n, &SamplingParams::greedy(), true, &mut |_| {})
+        .unwrap()
+        .tokens
+}
+
+/// Greedy tokens with a cache hit must equal the cold ones; where they differ, the cold
+/// logits at the first difference say whether it is a near-tie (reported in the failure).
+fn assert_same_greedy(e: &mut Engine, what: &str, prompt: &[u32], got: &[u32], cold: &[u32]) {
+    if got == cold {
+        return;
+    }
+    let i = got.iter().zip(cold).position(|(a, b)| a != b).unwrap_or(0);
+    let rows = e.teacher_forced_logits(&cat(prompt, &cold[..i])).unwrap();
+    let margin = top2_margin(rows.last().unwrap());
+    panic!(
+        "{what}: greedy tokens differ at output {i} (cold top-2 margin {margin}): {got:?} vs {cold:?}"
+    );
+}
+
+/// A prompt sharing a 100-token preamble with one served before reuses its 6 whole pages (96
+/// tokens), prefills the other 24, and its first-token logits equal the cold prefill's
+/// (cosine ≥ 0.9999: only the prefill's chunking differs; the f16 path keeps the cache in f16
+/// either way) with the same greedy tokens for 12 steps; the quality path stays cold.
+#[test]
+fn a_cache_hit_gives_the_cold_logits_and_greedy_tokens() {
+    let preamble = random_ids(1, 100);
+    let (p1, p2) = (
+        cat(&preamble, &random_ids(2, 20)),
+        cat(&preamble, &random_ids(3, 20)),
+    );
+    // The fast paths, and every fallback at once (subgroup-free kernels, f32 cache): paging is
+    // the same code on every path, the cache's element type and page bytes are not.
+    for fallback in [false, true] {
+        let forced = Forced {
+            no_subgroup: fallback,
+            no_f16: fallback,
+            ..Forced::default()
+        };
+        let what = format!("{forced:?}");
+        let mut e = engine(1 << 22, 1, forced);
+        let first = e
+            .generate(&p1, 4, &SamplingParams::greedy(), true, &mut |_| {})
+            .unwrap();
+        assert_eq!(first.cached_tokens, 0, "{what}: a cold engine");
+        let cold_logits = e.teacher_forced_logits(&p2).unwrap().pop().unwrap();
+        let cold = greedy(&mut engine(0, 1, forced), &p2, 12);
+
+        let hit = e.start(&p2, 12, true).unwrap();
+        assert_eq!(hit.cached_tokens, 96, "{what}: the preamble's whole pages");
+        let logits = hit.logits.clone().unwrap();
+        let c = cosine(&logits, &cold_logits);
+        eprintln!(
+            "{what}: hit vs cold first-token logits cosine {c:.8}, cold top-2 margin {}",
+            top2_margin(&cold_logits)
+        );
+        assert!(c >= 0.9999, "{what}: first-token logits cosine {c}");
+        let mut tokens = vec![hit.first];
+        for _ in 1..12 {
+            tokens.extend(e.step(&[hit.seq]).unwrap());
+        }
+        e.finish(hit.seq).unwrap();
+        assert_eq!(
+            hit.first,
+            argmax(&logits),
+            "{what}: GPU argmax of its own logits"
+        );
+        assert_same_greedy(&mut e, &what, &p2, &tokens, &cold);
+
+        // Through generate() too, now that p2's prompt and outputs are cached.
+        let again = e
+            .generate(&p2, 12, &SamplingParams::greedy(), true, &mut |_| {})
+            .unwrap();
+        assert_eq!(
+            again.cached_tokens, 112,
+            "{what}: p2's 7 whole prompt pages"
+        );
+        assert_same_greedy(&mut e, &what, &p2, &again.tokens, &cold);
+        let s = e.cache_stats();
+        assert_eq!((s.lookups, s.hits), (3, 2), "{what}: {s:?}");
+        assert_eq!(s.tokens_reused, 96 + 112, "{what}: {s:?}");
+    }
+}
+
+/// Under a budget of 8 pages, three 65-token prompts (4 whole pages each) cannot all stay: the
+/// least recently used goes, a later request for it computes everything again (and still gets
+/// the cold tokens), and the budget holds after every request.
+#[test]
+fn eviction_under_memory_pressure_keeps_the_budget_and_the_tokens() {
+    let forced = Forced::default();
+    let probe = engine(1, 1, forced);
+    let page_bytes = probe.cache_config().page_bytes;
+    drop(probe);
+    let budget = 8 * page_bytes;
+    let mut e = engine(budget, 1, forced);
+    let prompts: Vec<Vec<u32>> = (0..3).map(|i| random_ids(10 + i, 65)).collect();
+    let mut cold = Vec::new();
+    for p in &prompts {
+        let stats = e
+            .generate(p, 1, &SamplingParams::greedy(), true, &mut |_| {})
+            .unwrap();
+        assert_eq!(stats.cached_tokens, 0);
+        assert!(
+            e.cached_bytes() <= budget,
+            "{} > {budget}",
+            e.cached_bytes()
+        );
+        cold.push(stats.tokens);
+    }
+    let s = e.cache_stats();
+    assert_eq!((s.evictions, s.tokens_evicted), (1, 64), "{s:?}");
+    // prompts[0] was evicted (least recently used), prompts[2] is cached.
+    for (i, want_cached) in [(2, 64), (0, 0)] {
+        let stats = e
+            .generate(&prompts[i], 1, &SamplingParams::greedy(), true, &mut |_| {})
+            .unwrap();
+        assert_eq!(stats.cached_tokens, want_cached, "prompt {i}");
+        assert_eq!(stats.tokens, cold[i], "prompt {i}");
+        assert!(e.cached_bytes() <= budget);
+    }
+}
+
+/// Two sequences in flight share the preamble's pages: the second starts while the first is
+/// still decoding and reuses the pages the first prefilled. Then one batched decode step at a
+/// time serves both (each at its own position, on its own row of pages), a third joins midway
+/// and the first leaves early; every sequence's tokens equal its greedy tokens run alone and
+/// cold.
+#[test]
+fn sequences_in_flight_share_pages_and_decode_together() {
+    let forced = Forced::default();
+    let preamble = random_ids(20, 70);
+    let prompts = [
+        cat(&preamble, &random_ids(21, 9)),
+        cat(&preamble, &random_ids(22, 30)),
+        random_ids(23, 17),
+    ];
+    let n = 10;
+    let mut solo = engine(0, 1, forced);
+    let cold: Vec<Vec<u32>> = prompts.iter().map(|p| greedy(&mut solo, p, n)).collect();
+    drop(solo);
+
+    let mut e = engine(1 << 22, 3, forced);
+    let a = e.start(&prompts[0], n, false).unwrap();
+    let b = e.start(&prompts[1], n, false).unwrap();
+    assert_eq!(a.cached_tokens, 0);
+    assert_eq!(
+        b.cached_tokens, 64,
+        "b reuses the 4 preamble pages a is still reading"
+    );
+    let mut out: Vec<Vec<u32>> = vec![vec![a.first], vec![b.first], Vec::new()];
+    let mut live: Vec<(usize, SeqId)> = vec![(0, a.seq), (1, b.seq)];
+    for step in 1.. {
+        if step == 3 {
+            let c = e.start(&prompts[2], n, false).unwrap();
+            out[2].push(c.first);
+            live.push((2, c.seq));
+        }
+        let ids: Vec<SeqId> = live.iter().map(|&(_, s)| s).collect();
+        let tokens = e.step(&ids).unwrap();
+        for (&(i, _), t) in live.iter().zip(tokens) {
+            out[i].push(t);
+        }
+        let (done, running): (Vec<_>, Vec<_>) = live
+            .into_iter()
+            .partition(|&(i, _)| out[i].len() == n || (i == 0 && out[i].len() == 6));
+        for (_, seq) in done {
+            e.finish(seq).unwrap();
+        }
+        live = running;
+        if live.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(out[0], cold[0][..6], "a (left after 6 tokens)");
+    assert_eq!(out[1], cold[1], "b (shared a's pages)");
+    assert_eq!(out[2], cold[2], "c (joined midway)");
+}
+
+/// A decode step over 3 sequences records exactly the dispatches of a step over 1 (and of the
+/// single-sequence greedy loop's step): each projection is one mat-vec dispatch multiplying all
+/// the sequences' vectors, so every weight is read once per step, not once per sequence.
+#[test]
+fn a_batched_decode_step_reads_the_weights_once() {
+    let mut e = engine(0, 3, Forced::default());
+    let prompts: Vec<Vec<u32>> = (0..3)
+        .map(|i| random_ids(30 + i, 12 + i as usize))
+        .collect();
+    let single = e
+        .generate(&prompts[0], 3, &SamplingParams::greedy(), true, &mut |_| {})
+        .unwrap()
+        .decode_step_dispatches;
+    let seqs: Vec<SeqId> = prompts
+        .iter()
+        .map(|p| e.start(p, 4, false).unwrap().seq)
+        .collect();
+    e.step(&seqs[..1]).unwrap();
+    let one = e.last_step_dispatches();
+    e.step(&seqs).unwrap();
+    let three = e.last_step_dispatches();
+    for s in seqs {
+        e.finish(s).unwrap();
+    }
+    assert_eq!((one, three), (single, single), "dispatches per decode step");
+}
+
+/// Bad use of the sequence API is an error naming the problem, not a panic or a corruption.
+#[test]
+fn the_sequence_api_refuses_bad_use() {
+    let mut e = engine(1 << 20, 2, Forced::default());
+    let p = random_ids(40, 10);
+    let a = e.start(&p, 2, false).unwrap();
+    let err = e.step(&[a.seq, a.seq]).unwrap_err().to_string();
+    assert!(err.contains("twice"), "{err}");
+    e.step(&[a.seq]).unwrap();
+    let err = e.step(&[a.seq]).unwrap_err().to_string();
+    assert!(err.contains("no room"), "{err}");
+    let b = e.start(&p, 1, false).unwrap();
+    let err = e.start(&p, 1, false).unwrap_err().to_string();
+    assert!(err.contains("in flight"), "{err}");
+    e.finish(a.seq).unwrap();
+    e.finish(b.seq).unwrap();
+    let err = e.finish(b.seq).unwrap_err().to_string();
+    assert!(err.contains("not a sequence in flight"), "{err}");
+    let mut o = EngineOptions::from_env().unwrap();
+    o.max_seqs = 9;
+    let err = Engine::load(&tiny(), &o).err().unwrap().to_string();
+    assert!(err.contains("9 sequences at once"), "{err}");
+}
