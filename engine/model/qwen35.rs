@@ -577,40 +577,28 @@ impl HybridModel {
         let s = Scratch::new(ctx, &hp, plan)?;
         let embd = upload_weight(ctx, gguf, t.embd)?;
         let embedding = Embedding::bind(&kernels, ctx, t.embd, &embd, io, &s.x)?;
-        let b = Binder {
-            k: &kernels,
-            ctx,
-            gguf,
-            step: &io.step,
-            rows: plan.max_tokens,
-            eps: hp.rms_eps,
+        let loader = LayerLoader {
+            b: Binder {
+                k: &kernels,
+                ctx,
+                gguf,
+                step: &io.step,
+                rows: plan.max_tokens,
+                eps: hp.rms_eps,
+            },
+            hp: &hp,
+            s: &s,
+            delta: &delta,
+            attention: &attention,
+            dims: &dims,
+            rope: &rope,
+            poison: plan.poison,
         };
-        let layers =
-            t.layers
-                .iter()
-                .map(|l| {
-                    let mixer =
-                        match &l.mixer {
-                            Mixer::DeltaNet(m) => DeviceMixer::DeltaNet(Box::new(
-                                DeltaNetLayer::bind(&b, &delta, m, &s, plan.poison)?,
-                            )),
-                            Mixer::Attention(m) => DeviceMixer::Attention(Box::new(
-                                GatedAttention::bind(&b, &hp, m, &s, &attention, &dims, &rope)?,
-                            )),
-                        };
-                    let mlp = MlpTensors {
-                        norm: l.post_norm,
-                        gate: l.gate,
-                        up: l.up,
-                        down: l.down,
-                    };
-                    Ok(DeviceLayer {
-                        attn_norm: b.norm(&s.x, &s.h, hp.n_embd, l.attn_norm)?,
-                        mixer,
-                        mlp: Mlp::bind(&b, &mlp, &s.mlp())?,
-                    })
-                })
-                .collect::<Result<Vec<_>, ModelError>>()?;
+        let layers = t
+            .layers
+            .iter()
+            .map(|l| loader.layer(l))
+            .collect::<Result<Vec<_>, ModelError>>()?;
         let output = if t.tied {
             embd
         } else {
@@ -654,6 +642,53 @@ impl HybridModel {
             dispatches += l.mlp.encode(k, pass, n)?;
         }
         Ok(dispatches)
+    }
+}
+
+/// Binds one block over the shared activations and kernels.
+struct LayerLoader<'a> {
+    b: Binder<'a>,
+    hp: &'a Hparams,
+    s: &'a Scratch,
+    delta: &'a DeltaNetKernels,
+    attention: &'a AttentionKernels,
+    dims: &'a AttentionDims,
+    rope: &'a RopeTable,
+    poison: bool,
+}
+
+impl LayerLoader<'_> {
+    fn layer(&self, l: &Layer<'_>) -> Result<DeviceLayer, ModelError> {
+        let (b, s) = (&self.b, self.s);
+        let mixer = match &l.mixer {
+            Mixer::DeltaNet(t) => DeviceMixer::DeltaNet(Box::new(DeltaNetLayer::bind(
+                b,
+                self.delta,
+                t,
+                s,
+                self.poison,
+            )?)),
+            Mixer::Attention(t) => DeviceMixer::Attention(Box::new(GatedAttention::bind(
+                b,
+                self.hp,
+                t,
+                s,
+                self.attention,
+                self.dims,
+                self.rope,
+            )?)),
+        };
+        let mlp = MlpTensors {
+            norm: l.post_norm,
+            gate: l.gate,
+            up: l.up,
+            down: l.down,
+        };
+        Ok(DeviceLayer {
+            attn_norm: b.norm(&s.x, &s.h, self.hp.n_embd, l.attn_norm)?,
+            mixer,
+            mlp: Mlp::bind(b, &mlp, &s.mlp())?,
+        })
     }
 }
 
@@ -766,9 +801,9 @@ impl DeltaNetKernels {
     }
 }
 
-/// One Gated DeltaNet layer (model-spec.md §5.4–5.5): the four projections of `h`, causal conv
-/// + SiLU rolling the conv state, q/k L2 norms and gates, the delta rule (recurrent for one
-/// token, chunked for a prefill), the gated RMSNorm, and `x += W_out y`; with its state.
+/// One Gated DeltaNet layer (model-spec.md §5.4–5.5): the four projections of `h`, the causal
+/// conv and SiLU rolling the conv state, q/k L2 norms and gates, the delta rule (recurrent for
+/// one token, chunked for a prefill), the gated RMSNorm, and `x += W_out y`; with its state.
 struct DeltaNetLayer {
     qkv: Linear,
     z: Linear,
