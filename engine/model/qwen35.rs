@@ -581,40 +581,29 @@ impl HybridModel {
         let s = Scratch::new(ctx, &hp, plan)?;
         let embd = upload_weight(ctx, gguf, t.embd)?;
         let embedding = Embedding::bind(&kernels, ctx, t.embd, &embd, io, &s.x)?;
-        let b = Binder {
-            k: &kernels,
-            ctx,
-            gguf,
-            step: &io.step,
-            rows: plan.max_tokens,
-            eps: hp.rms_eps,
+        let loader = LayerLoader {
+            b: Binder {
+                k: &kernels,
+                ctx,
+                gguf,
+                step: &io.step,
+                rows: plan.max_tokens,
+                eps: hp.rms_eps,
+            },
+            io,
+            hp: &hp,
+            s: &s,
+            delta: &delta,
+            attention: &attention,
+            dims: &dims,
+            rope: &rope,
+            poison: plan.poison,
         };
-        let layers =
-            t.layers
-                .iter()
-                .map(|l| {
-                    let mixer =
-                        match &l.mixer {
-                            Mixer::DeltaNet(m) => DeviceMixer::DeltaNet(Box::new(
-                                DeltaNetLayer::bind(&b, &delta, m, &s, plan.poison)?,
-                            )),
-                            Mixer::Attention(m) => DeviceMixer::Attention(Box::new(
-                                GatedAttention::bind(&b, io, &hp, m, &s, &attention, &dims, &rope)?,
-                            )),
-                        };
-                    let mlp = MlpTensors {
-                        norm: l.post_norm,
-                        gate: l.gate,
-                        up: l.up,
-                        down: l.down,
-                    };
-                    Ok(DeviceLayer {
-                        attn_norm: b.norm(&s.x, &s.h, hp.n_embd, l.attn_norm)?,
-                        mixer,
-                        mlp: Mlp::bind(&b, &mlp, &s.mlp())?,
-                    })
-                })
-                .collect::<Result<Vec<_>, ModelError>>()?;
+        let layers = t
+            .layers
+            .iter()
+            .map(|l| loader.layer(l))
+            .collect::<Result<Vec<_>, ModelError>>()?;
         let output = if t.tied {
             embd
         } else {
@@ -669,6 +658,46 @@ impl HybridModel {
     }
 }
 
+/// Binds one block over the shared activations and kernels.
+struct LayerLoader<'a> {
+    b: Binder<'a>,
+    io: &'a StepIo,
+    hp: &'a Hparams,
+    s: &'a Scratch,
+    delta: &'a DeltaNetKernels,
+    attention: &'a AttentionKernels,
+    dims: &'a AttentionDims,
+    rope: &'a RopeTable,
+    poison: bool,
+}
+
+impl LayerLoader<'_> {
+    fn layer(&self, l: &Layer<'_>) -> Result<DeviceLayer, ModelError> {
+        let (b, s) = (&self.b, self.s);
+        let mixer = match &l.mixer {
+            Mixer::DeltaNet(t) => DeviceMixer::DeltaNet(Box::new(DeltaNetLayer::bind(
+                b,
+                self.delta,
+                t,
+                s,
+                self.poison,
+            )?)),
+            Mixer::Attention(t) => DeviceMixer::Attention(Box::new(GatedAttention::bind(self, t)?)),
+        };
+        let mlp = MlpTensors {
+            norm: l.post_norm,
+            gate: l.gate,
+            up: l.up,
+            down: l.down,
+        };
+        Ok(DeviceLayer {
+            attn_norm: b.norm(&s.x, &s.h, self.hp.n_embd, l.attn_norm)?,
+            mixer,
+            mlp: Mlp::bind(b, &mlp, &s.mlp())?,
+        })
+    }
+}
+
 /// Gated full attention (model-spec.md §5.3): `W_q h` holds per head [q | gate]; q and k are
 /// RMS-normed per head and rotated (NeoX, first n_rot dims) where they sit; causal GQA over the
 /// layer's KV cache; `o ⊙= σ(gate)`; `x += W_o o`.
@@ -684,17 +713,9 @@ struct GatedAttention {
 }
 
 impl GatedAttention {
-    #[allow(clippy::too_many_arguments)]
-    fn bind(
-        b: &Binder,
-        io: &StepIo,
-        hp: &Hparams,
-        t: &AttentionTensors,
-        s: &Scratch,
-        kernels: &AttentionKernels,
-        dims: &AttentionDims,
-        rope: &RopeTable,
-    ) -> Result<GatedAttention, ModelError> {
+    /// Binds the layer's attention on the shared pool's page-table rows (`io.tokens`, `io.pages`).
+    fn bind(l: &LayerLoader, t: &AttentionTensors) -> Result<GatedAttention, ModelError> {
+        let (b, hp, s) = (&l.b, l.hp, l.s);
         let (n_head, n_kv, hd) = (hp.n_head as u32, hp.n_head_kv as u32, hp.head_dim as u32);
         // Head h's q is values [2h·hd, (2h+1)·hd) of the row, its gate the next hd.
         let q = View::heads(&s.qg, n_head, hd).strided(2 * n_head * hd, 2 * hd);
@@ -703,17 +724,17 @@ impl GatedAttention {
         let o = View::heads(&s.o, n_head, hd);
         let attention = Attention::bind(
             b.k,
-            kernels,
+            l.attention,
             b.ctx,
-            dims,
-            rope,
+            l.dims,
+            l.rope,
             AttentionIo {
                 q,
                 k,
                 v: View::heads(&s.v, n_kv, hd),
                 o,
             },
-            io,
+            l.io,
         )?;
         let (n_head, n_kv, hd) = (hp.n_head, hp.n_head_kv, hp.head_dim);
         Ok(GatedAttention {
@@ -780,9 +801,9 @@ impl DeltaNetKernels {
     }
 }
 
-/// One Gated DeltaNet layer (model-spec.md §5.4–5.5): the four projections of `h`, causal conv
-/// + SiLU rolling the conv state, q/k L2 norms and gates, the delta rule (recurrent for one
-/// token, chunked for a prefill), the gated RMSNorm, and `x += W_out y`; with its state.
+/// One Gated DeltaNet layer (model-spec.md §5.4–5.5): the four projections of `h`, the causal
+/// conv and SiLU rolling the conv state, q/k L2 norms and gates, the delta rule (recurrent for
+/// one token, chunked for a prefill), the gated RMSNorm, and `x += W_out y`; with its state.
 struct DeltaNetLayer {
     qkv: Linear,
     z: Linear,

@@ -26,6 +26,7 @@ pub(crate) mod testkit;
 pub use comparison::*;
 pub use quality::*;
 pub use raw::*;
+pub use summary::PacketMeta;
 pub use writer::{ArmRecorder, PacketWriter, WriteError};
 
 use serde::{Deserialize, Serialize};

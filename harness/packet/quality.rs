@@ -23,7 +23,8 @@ pub enum Against {
     /// A reference run on the unquantized source weights.
     Reference {
         engine: ReferenceEngine,
-        /// The reference's weights: `f32`, `f16`, or `q8_0` where disk forbids more.
+        /// The reference's weights, lowercase: `f32`, `f16`, `bf16`, or `q8_0` where disk
+        /// forbids more (the schema allows only these).
         weights: String,
         /// sha256 of those weights.
         weights_sha256: String,
@@ -158,6 +159,7 @@ pub enum QualityStatus {
 /// `<arm>-quality.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ArmQuality {
+    /// [`super::QUALITY_SCHEMA`]; [`ArmQuality::new`] and the writer fill it in.
     pub schema: String,
     pub arm: String,
     pub status: QualityStatus,
@@ -165,6 +167,25 @@ pub struct ArmQuality {
     pub prompt_indices: Vec<usize>,
     pub output_positions: usize,
     pub comparisons: Vec<QualityComparison>,
+}
+
+impl ArmQuality {
+    pub fn new(
+        arm: &str,
+        status: QualityStatus,
+        prompt_indices: Vec<usize>,
+        output_positions: usize,
+        comparisons: Vec<QualityComparison>,
+    ) -> Self {
+        ArmQuality {
+            schema: super::QUALITY_SCHEMA.to_owned(),
+            arm: arm.to_owned(),
+            status,
+            prompt_indices,
+            output_positions,
+            comparisons,
+        }
+    }
 }
 
 /// The summary of receipts under a rule. An empty receipt list summarises to zero positions and

@@ -235,13 +235,12 @@ fn receipts(cosine: f64, flip_margin: Option<f64>) -> Vec<PositionReceipt> {
 /// fak-native against the CPU reference (quantization cost) and against llama.cpp (parity,
 /// one near-tie flip).
 pub fn fak_quality() -> ArmQuality {
-    ArmQuality {
-        schema: String::new(),
-        arm: NATIVE_ARM.into(),
-        status: QualityStatus::Ran,
-        prompt_indices: vec![0],
-        output_positions: 4,
-        comparisons: vec![
+    ArmQuality::new(
+        NATIVE_ARM,
+        QualityStatus::Ran,
+        vec![0],
+        4,
+        vec![
             QualityComparison::new(
                 Against::Reference {
                     engine: ReferenceEngine::CpuReference,
@@ -261,7 +260,7 @@ pub fn fak_quality() -> ArmQuality {
                 receipts(0.99995, Some(0.05)),
             ),
         ],
-    }
+    )
 }
 
 /// A complete run of three arms in `dir`: fak-native, llama.cpp (the reference arm) and mlx

@@ -490,3 +490,45 @@ fn the_command_exits_0_valid_1_invalid_2_unreadable() {
     std::fs::remove_file(s.path().join(raw_file_name(NATIVE_ARM))).unwrap();
     assert_eq!(super::run(&args(false)), 2);
 }
+
+#[test]
+fn a_skipped_reference_and_a_faulted_arm_still_make_a_valid_packet() {
+    use crate::packet::{Fault, PacketWriter};
+    let s = Scratch::new("skipped-faulted");
+    let mut writer = PacketWriter::create(s.path()).unwrap();
+    {
+        // fak-native dies after its third counted request, is restarted, and runs one more.
+        let mut arm = writer.begin_arm(testkit::header(NATIVE_ARM)).unwrap();
+        let samples = testkit::samples(4000.0, 0.01, 1);
+        for sample in &samples[..4] {
+            arm.record(sample.clone()).unwrap();
+        }
+        arm.fault(Fault {
+            request_index: Some(4),
+            what: "exit status 134".into(),
+            stderr_tail: Some("abort".into()),
+        })
+        .unwrap();
+        arm.restarted().unwrap();
+        arm.record(samples[4].clone()).unwrap();
+        arm.finish().unwrap();
+    }
+    writer
+        .skip_arm(
+            testkit::header("llama.cpp"),
+            "llama-server not found on PATH",
+        )
+        .unwrap();
+    let packet = writer.finish(testkit::meta()).unwrap();
+    let v = validate(&packet_path(&s));
+    assert!(v.valid, "{:#?}", v.errors);
+    assert_eq!(packet.arms[0].summary.as_ref().unwrap().requests, 4);
+    assert!(packet.arms[1].summary.is_none());
+    assert!(packet.ratios.by_arm.is_empty());
+    assert!(packet.ratios.note.as_deref().unwrap().contains("llama.cpp"));
+    // A skipped arm that still holds requests is not.
+    tamper_raw(&s, "llama.cpp", |raw| {
+        raw.requests = testkit::samples(3000.0, 0.01, 2);
+    });
+    expect(&s, 1, "arm llama.cpp: skipped but holds 7 requests");
+}

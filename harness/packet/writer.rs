@@ -47,6 +47,8 @@ pub enum WriteError {
 /// Writes one run folder: raw files as samples arrive, then the packet and manifest.
 pub struct PacketWriter {
     dir: PathBuf,
+    /// Arms begun, finished or not (a finished arm is also in `arms`).
+    begun: Vec<String>,
     arms: Vec<(ArmRaw, FileDigest)>,
     quality: Vec<(ArmQuality, FileDigest)>,
 }
@@ -60,6 +62,7 @@ impl PacketWriter {
         })?;
         Ok(PacketWriter {
             dir: dir.to_owned(),
+            begun: Vec::new(),
             arms: Vec::new(),
             quality: Vec::new(),
         })
@@ -72,6 +75,7 @@ impl PacketWriter {
     /// Starts an arm: writes its raw file with no samples and state `running`.
     pub fn begin_arm(&mut self, header: ArmHeader) -> Result<ArmRecorder<'_>, WriteError> {
         self.check_new_arm(&header)?;
+        self.begun.push(header.arm.clone());
         let raw = ArmRaw {
             schema: RAW_SCHEMA.to_owned(),
             header,
@@ -90,6 +94,7 @@ impl PacketWriter {
     /// Records an arm that could not run (engine not installed, …) with the reason.
     pub fn skip_arm(&mut self, header: ArmHeader, reason: &str) -> Result<(), WriteError> {
         self.check_new_arm(&header)?;
+        self.begun.push(header.arm.clone());
         let raw = ArmRaw {
             schema: RAW_SCHEMA.to_owned(),
             header,
@@ -104,7 +109,7 @@ impl PacketWriter {
         Ok(())
     }
 
-    /// Writes `<arm>-quality.json` (schema filled in) for an arm already recorded.
+    /// Writes `<arm>-quality.json` (schema filled in) for an arm already finished or skipped.
     pub fn write_quality(&mut self, mut quality: ArmQuality) -> Result<(), WriteError> {
         if !self
             .arms
@@ -125,8 +130,20 @@ impl PacketWriter {
         Ok(())
     }
 
-    /// Builds and writes `packet.json` from everything recorded, then `manifest.json`.
+    /// Builds and writes `packet.json` from everything recorded, then `manifest.json`. Every
+    /// begun arm must have been finished (after a fault too: [`ArmRecorder::finish`] records it
+    /// as `faulted`).
     pub fn finish(self, meta: PacketMeta) -> Result<Packet, WriteError> {
+        if let Some(open) = self
+            .begun
+            .iter()
+            .find(|name| !self.arms.iter().any(|(raw, _)| &raw.header.arm == *name))
+        {
+            return Err(arm_error(
+                open,
+                "begun but never finished: call ArmRecorder::finish (a fault included)",
+            ));
+        }
         let expected = meta.envelope.arm_envelope();
         for (raw, _) in &self.arms {
             if raw.header.envelope != expected {
@@ -416,6 +433,18 @@ mod tests {
         let mut q = testkit::fak_quality();
         q.arm = "nobody".into();
         assert!(writer.write_quality(q).is_err());
+    }
+
+    #[test]
+    fn finish_refuses_an_arm_left_unfinished() {
+        let scratch = Scratch::new("unfinished");
+        let mut writer = PacketWriter::create(scratch.path()).unwrap();
+        drop(writer.begin_arm(testkit::header("llama.cpp")).unwrap());
+        let err = writer.finish(testkit::meta()).unwrap_err();
+        assert!(
+            err.to_string().contains("begun but never finished"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -63,20 +63,34 @@ fn read(path: &Path) -> Result<Packet> {
         .with_context(|| format!("{} is not a comparison packet", path.display()))
 }
 
-/// The p50s an arm's summary offers, with their intervals.
+/// The p50s an arm's summary offers, with their intervals: times in seconds, rates in tok/s.
 fn metrics(s: &ArmSummary) -> Vec<(&'static str, f64, [f64; 2])> {
     let mut m = vec![
-        ("TTFT s", s.ttft_s.p50, s.ttft_s.p50_ci),
+        ("TTFT", s.ttft_s.p50, s.ttft_s.p50_ci),
         ("prefill tok/s", s.prefill_tok_s.p50, s.prefill_tok_s.p50_ci),
-        ("total s", s.total_s.p50, s.total_s.p50_ci),
+        ("total", s.total_s.p50, s.total_s.p50_ci),
     ];
     if let Some(d) = &s.decode_tok_s {
         m.push(("decode tok/s", d.p50, d.p50_ci));
     }
     if let Some(d) = &s.itl_s {
-        m.push(("ITL s", d.p50, d.p50_ci));
+        m.push(("ITL", d.p50, d.p50_ci));
     }
     m
+}
+
+/// A p50 and its interval as the table shows it: rates in tok/s, times in ms.
+fn cell(metric: &str, p50: f64, ci: [f64; 2]) -> String {
+    if metric.ends_with("tok/s") {
+        format!("{p50:.1} [{:.1}–{:.1}] tok/s", ci[0], ci[1])
+    } else {
+        format!(
+            "{:.2} [{:.2}–{:.2}] ms",
+            p50 * 1e3,
+            ci[0] * 1e3,
+            ci[1] * 1e3
+        )
+    }
 }
 
 pub fn compare(a: &Packet, b: &Packet) -> Comparison {
@@ -195,7 +209,7 @@ pub fn markdown(c: &Comparison, a: &Path, b: &Path) -> String {
     let mut md = format!("# {} → {}\n\n", a.display(), b.display());
     md.push_str("## Setup\n\n");
     if c.setup_changes.is_empty() {
-        md.push_str("Same machine, model, envelope and engine builds.\n\n");
+        md.push_str("Same machine, model, envelope and engine builds.\n");
     }
     for s in &c.setup_changes {
         let _ = writeln!(md, "- {s}");
@@ -205,15 +219,11 @@ pub fn markdown(c: &Comparison, a: &Path, b: &Path) -> String {
     for ch in &c.changes {
         let _ = writeln!(
             md,
-            "| {} | {} | {:.6} [{:.6}–{:.6}] | {:.6} [{:.6}–{:.6}] | {:+.1} % | {} |",
+            "| {} | {} | {} | {} | {:+.1} % | {} |",
             ch.arm,
             ch.metric,
-            ch.a_p50,
-            ch.a_ci[0],
-            ch.a_ci[1],
-            ch.b_p50,
-            ch.b_ci[0],
-            ch.b_ci[1],
+            cell(ch.metric, ch.a_p50, ch.a_ci),
+            cell(ch.metric, ch.b_p50, ch.b_ci),
             ch.relative_change * 100.0,
             if ch.moved {
                 "**moved**"
@@ -285,11 +295,23 @@ mod tests {
         assert_eq!((decode.a_p50, decode.b_p50), (a.p50, b.p50));
         assert!((decode.relative_change - (b.p50 - a.p50) / a.p50).abs() < 1e-12);
         assert!(decode.moved, "halving ITL is far outside the intervals");
-        assert!(find("fak-native", "ITL s").moved);
+        assert!(find("fak-native", "ITL").moved);
         // The other arms did not change.
         assert!(!find("llama.cpp", "decode tok/s").moved);
         let md = markdown(&c, Path::new("a.json"), Path::new("b.json"));
-        assert!(md.contains("| fak-native | decode tok/s |") && md.contains("**moved**"));
+        let row = md
+            .lines()
+            .find(|l| l.starts_with("| fak-native | decode tok/s |"))
+            .unwrap();
+        assert!(
+            row.contains(&cell("decode tok/s", a.p50, a.p50_ci)),
+            "{row}"
+        );
+        assert!(row.ends_with("| **moved** |"), "{row}");
+        assert_eq!(
+            cell("ITL", 0.0101, [0.0099, 0.0105]),
+            "10.10 [9.90–10.50] ms"
+        );
     }
 
     #[test]

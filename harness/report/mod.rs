@@ -100,9 +100,10 @@ pub fn build(
         if validation.valid {
             "valid".to_owned()
         } else {
+            let n = validation.errors.len();
             format!(
-                "NOT VALID ({} errors; the figures below are the packet's claims)",
-                validation.errors.len()
+                "NOT VALID ({n} error{}; the figures below are the packet's claims)",
+                if n == 1 { "" } else { "s" }
             )
         }
     );

@@ -189,7 +189,7 @@ fn an_invalid_packet_is_reported_as_such() {
     assert!(raws[2].is_none());
     let r = build(&path, &packet, &raws, &validate(&path));
     assert!(
-        r.markdown.contains("NOT VALID (1 errors"),
+        r.markdown.contains("NOT VALID (1 error;"),
         "{}",
         &r.markdown[..400]
     );

@@ -151,12 +151,12 @@ pub enum HeadAxis {
 
 impl VHeads {
     /// The GGUF (tiled) head holding checkpoint (grouped) head `h`.
-    fn gguf_head(&self, h: u64) -> u64 {
+    fn gguf_head(self, h: u64) -> u64 {
         (h % self.per_k_head) * self.n_k_heads + h / self.per_k_head
     }
 
     /// Reorders `gguf` (a whole tensor in GGUF order, rows of `row_len`) into grouped order.
-    fn to_grouped(&self, gguf: &[f32], row_len: usize) -> Vec<f32> {
+    fn to_grouped(self, gguf: &[f32], row_len: usize) -> Vec<f32> {
         let mut out = gguf.to_vec();
         let n_heads = self.n_k_heads * self.per_k_head;
         let span = self.head_len as usize;
@@ -175,7 +175,7 @@ impl VHeads {
                 let rows = VHeads {
                     head_len: self.head_len * row_len as u64,
                     axis: HeadAxis::Columns,
-                    ..*self
+                    ..self
                 };
                 let region = rows.to_grouped(&gguf[start..start + len], len);
                 out[start..start + len].copy_from_slice(&region);
