@@ -2,28 +2,47 @@
 //! synthetic qwen3: a prompt whose prefix is cached reuses those KV pages and prefills only the
 //! rest, and gives the logits and greedy tokens a cold prefill gives; eviction under a small
 //! budget; sequences in flight sharing pages; one decode step serving several sequences with
-//! the weights read once. Caches and activations are NaN-poisoned at load, so a page the engine
-//! should have written (or kept) but did not cannot pass.
+//! the weights read once. On the tiny synthetic qwen35 (hybrid), a hit also restores the Gated
+//! DeltaNet state snapshotted at the prefix's end. Caches, states and activations are
+//! NaN-poisoned at load, so a page the engine should have written (or kept) but did not cannot
+//! pass.
 
+use fak::gguf::Gguf;
 use fak::gpu::Forced;
-use fak::runtime::{Engine, EngineOptions, SamplingParams, SeqId};
+use fak::model::qwen35::Hparams;
+use fak::runtime::{Engine, EngineOptions, RuntimeError, SamplingParams, SeqId};
 use fak_tests::harness::synth_model;
 use fak_tests::rng;
 use rand::Rng;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 const VOCAB: usize = 151_936;
 const PAGE: usize = 16;
 
-fn tiny() -> PathBuf {
+fn tiny_of(arch: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("prefix_cache");
     let args = [
-        "--arch", "qwen3", "--preset", "tiny", "--quant", "q8_0", "--seed", "5",
+        "--arch", arch, "--preset", "tiny", "--quant", "q8_0", "--seed", "5",
     ];
-    synth_model(&dir, "tiny-q8_0-5.gguf", &args)
+    synth_model(&dir, &format!("tiny-{arch}-q8_0-5.gguf"), &args)
+}
+
+fn tiny() -> PathBuf {
+    tiny_of("qwen3")
 }
 
 fn engine(cache_mem: u64, max_seqs: usize, forced: Forced) -> Engine {
+    let path = tiny();
+    load(&path, cache_mem, max_seqs, forced)
+        .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+}
+
+fn load(
+    path: &Path,
+    cache_mem: u64,
+    max_seqs: usize,
+    forced: Forced,
+) -> Result<Engine, RuntimeError> {
     let mut o = EngineOptions::from_env().expect("engine options");
     o.max_context = Some(256);
     o.prefill_chunk = 64;
@@ -32,12 +51,16 @@ fn engine(cache_mem: u64, max_seqs: usize, forced: Forced) -> Engine {
     o.cache_mem = cache_mem;
     o.max_seqs = max_seqs;
     o.context.forced = forced;
-    Engine::load(&tiny(), &o).unwrap_or_else(|e| panic!("loading the tiny model: {e}"))
+    Engine::load(path, &o)
 }
 
 fn random_ids(seed: u64, n: usize) -> Vec<u32> {
+    random_ids_in(seed, n, VOCAB)
+}
+
+fn random_ids_in(seed: u64, n: usize, n_vocab: usize) -> Vec<u32> {
     let mut r = rng(seed);
-    (0..n).map(|_| r.random_range(0..VOCAB as u32)).collect()
+    (0..n).map(|_| r.random_range(0..n_vocab as u32)).collect()
 }
 
 fn cat(a: &[u32], b: &[u32]) -> Vec<u32> {
@@ -300,4 +323,92 @@ fn the_sequence_api_refuses_bad_use() {
     o.max_seqs = 9;
     let err = Engine::load(&tiny(), &o).err().unwrap().to_string();
     assert!(err.contains("9 sequences at once"), "{err}");
+}
+
+/// The hybrid model: a cached prefix is its KV pages *and* the GDN conv and recurrent state
+/// snapshotted where it ends, so a hit restores that state and prefills only the rest. p1 leaves
+/// its 7 whole pages with a snapshot at 112; p2 branches from it at 96, where no state was kept,
+/// so it runs cold and leaves one there; p3 (same preamble) then resumes from 96, and its
+/// first-token logits equal the cold prefill's (cosine ≥ 0.9999) with the same greedy tokens for
+/// 12 steps; p1 again resumes from 112. On the fast paths and every fallback at once.
+#[test]
+fn a_hybrid_cache_hit_resumes_from_the_state_snapshot_as_a_cold_prefill_does() {
+    let path = tiny_of("qwen35");
+    let n_vocab = Hparams::from_gguf(&Gguf::open(&path).unwrap())
+        .unwrap()
+        .n_vocab;
+    let ids = |seed, n| random_ids_in(seed, n, n_vocab);
+    let preamble = ids(1, 100);
+    let [p1, p2, p3] = [2, 3, 4].map(|seed| cat(&preamble, &ids(seed, 20)));
+    for fallback in [false, true] {
+        let forced = Forced {
+            no_subgroup: fallback,
+            no_f16: fallback,
+            ..Forced::default()
+        };
+        let what = format!("qwen35 {forced:?}");
+        let cold_engine = || load(&path, 0, 1, forced).unwrap();
+        let mut e = load(&path, 1 << 22, 1, forced).unwrap();
+        for p in [&p1, &p2] {
+            let stats = e
+                .generate(p, 4, &SamplingParams::greedy(), true, &mut |_| {})
+                .unwrap();
+            assert_eq!(
+                stats.cached_tokens, 0,
+                "{what}: no snapshot to resume from yet"
+            );
+        }
+        let cold_logits = e.teacher_forced_logits(&p3).unwrap().pop().unwrap();
+        let cold = greedy(&mut cold_engine(), &p3, 12);
+
+        let hit = e.start(&p3, 12, true).unwrap();
+        assert_eq!(
+            hit.cached_tokens, 96,
+            "{what}: resumed at p2's branch point"
+        );
+        let logits = hit.logits.clone().unwrap();
+        let c = cosine(&logits, &cold_logits);
+        eprintln!(
+            "{what}: hit vs cold first-token logits cosine {c:.8}, cold top-2 margin {}",
+            top2_margin(&cold_logits)
+        );
+        assert!(c >= 0.9999, "{what}: first-token logits cosine {c}");
+        let mut tokens = vec![hit.first];
+        for _ in 1..12 {
+            tokens.extend(e.step(&[hit.seq]).unwrap());
+        }
+        e.finish(hit.seq).unwrap();
+        assert_same_greedy(&mut e, &what, &p3, &tokens, &cold);
+
+        let again = e
+            .generate(&p1, 12, &SamplingParams::greedy(), true, &mut |_| {})
+            .unwrap();
+        assert_eq!(
+            again.cached_tokens, 112,
+            "{what}: p1's snapshot at its last page"
+        );
+        let cold = greedy(&mut cold_engine(), &p1, 12);
+        assert_same_greedy(&mut e, &what, &p1, &again.tokens, &cold);
+    }
+}
+
+/// A hybrid model keeps one GDN state slot: the engine refuses to load it for several
+/// sequences at once, and refuses a second sequence while one is in flight.
+#[test]
+fn a_hybrid_model_serves_one_sequence_at_a_time() {
+    let path = tiny_of("qwen35");
+    let err = load(&path, 0, 2, Forced::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("2 sequences at once") && err.contains("one sequence at a time"),
+        "{err}"
+    );
+    let mut e = load(&path, 0, 1, Forced::default()).unwrap();
+    let p = random_ids_in(50, 10, 1000);
+    let a = e.start(&p, 2, false).unwrap();
+    let err = e.start(&p, 2, false).err().unwrap().to_string();
+    assert!(err.contains("in flight"), "{err}");
+    e.finish(a.seq).unwrap();
 }
