@@ -56,10 +56,10 @@ struct TypeTotal {
 /// row is read. With tied embeddings (no `output.weight`) the table is also the LM head and is
 /// read whole. KV-cache and recurrent-state reads depend on depth and are not included here.
 #[derive(Serialize)]
-struct DecodeBytes {
-    bytes: u64,
-    embedding_row_bytes: u64,
-    tied_lm_head: bool,
+pub struct DecodeBytes {
+    pub bytes: u64,
+    pub embedding_row_bytes: u64,
+    pub tied_lm_head: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -129,7 +129,7 @@ fn tensor_entry(t: &TensorInfo) -> TensorEntry {
     }
 }
 
-fn decode_step_bytes(tensors: &[TensorInfo]) -> DecodeBytes {
+pub fn decode_step_bytes(tensors: &[TensorInfo]) -> DecodeBytes {
     let embd = tensors.iter().find(|t| t.name == "token_embd.weight");
     let tied = embd.is_some() && !tensors.iter().any(|t| t.name == "output.weight");
     let others: u64 = tensors

@@ -1,10 +1,11 @@
 //! `harness`: fak's command-line front end and benchmark driver.
 
 use clap::{Parser, Subcommand};
+use fak_harness::packet::validate;
+use fak_harness::{inspect, report};
 
 mod arms;
 mod devices;
-mod inspect;
 mod run;
 mod selftest;
 mod serve_arm;
@@ -42,6 +43,13 @@ enum Command {
     /// The fak-native arm's engine process (JSON lines on stdin/stdout; used by threeway).
     #[command(hide = true)]
     ServeArm(serve_arm::Args),
+    /// Check a comparison packet: its JSON Schema, then every figure recomputed from the raw files
+    /// (exit 0 valid, 1 not valid, 2 unreadable).
+    Validate(validate::Args),
+    /// Write a packet's report: markdown tables, roofline, reproduction, SVG plots.
+    Report(report::Args),
+    /// What moved between two packets (p50s outside each other's bootstrap intervals).
+    Compare(report::compare::Args),
 }
 
 fn main() {
@@ -55,6 +63,9 @@ fn main() {
         Command::Threeway(args) => threeway::run(args),
         Command::Selftest(args) => selftest::run(args),
         Command::ServeArm(args) => serve_arm::run(args),
+        Command::Validate(args) => std::process::exit(validate::run(&args)),
+        Command::Report(args) => report::run(&args),
+        Command::Compare(args) => report::compare::run(&args),
     };
     if let Err(err) = result {
         // One clear line (with its causes), no backtrace unless RUST_BACKTRACE asks for one.

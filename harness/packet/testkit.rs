@@ -1,0 +1,289 @@
+//! Synthetic runs for the packet's tests: raw samples made from a seeded generator with the
+//! timing structure of a real run (no GPU, no engine), written through [`PacketWriter`].
+
+use super::comparison::*;
+use super::metrics::SplitMix64;
+use super::quality::*;
+use super::raw::*;
+use super::summary::PacketMeta;
+use super::{PacketWriter, prompt_set_sha256, prompt_sha256, sha256_hex};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A scratch folder under the system temp dir, removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "fak-packet-{}-{}-{name}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("creating a scratch folder");
+        Scratch(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub const N_CTX: usize = 16;
+pub const N_OUT: usize = 8;
+pub const N_PROMPTS: usize = 6;
+
+pub fn model_sha() -> String {
+    sha256_hex(b"synthetic gguf")
+}
+
+pub fn prompts() -> Vec<Vec<u32>> {
+    (0..N_PROMPTS)
+        .map(|p| (0..N_CTX as u32).map(|i| 1 + p as u32 * 100 + i).collect())
+        .collect()
+}
+
+pub fn envelope() -> Envelope {
+    let digests: Vec<String> = prompts().iter().map(|p| prompt_sha256(p)).collect();
+    Envelope {
+        model_path: "/models/tiny-q4_k_m.gguf".into(),
+        model_sha256: model_sha(),
+        model_bytes: 1_000_000,
+        decode_step_bytes: Some(900_000),
+        n_ctx: N_CTX,
+        n_out: N_OUT,
+        n_prompts: N_PROMPTS,
+        prompt_source: "synthetic test prompts".into(),
+        prompt_set_sha256: prompt_set_sha256(&digests),
+        prompt_sha256: digests,
+        greedy: true,
+        ignore_eos: true,
+        warmup_requests: 1,
+    }
+}
+
+pub fn header(arm: &str) -> ArmHeader {
+    let same = arm != "mlx";
+    ArmHeader {
+        arm: arm.into(),
+        runtime: Runtime::for_arm(arm),
+        engine: EngineInfo {
+            name: arm.into(),
+            version: "test 1.0".into(),
+            flags: vec!["--greedy".into()],
+            build: None,
+        },
+        weights: Weights {
+            path: if same {
+                "/models/tiny-q4_k_m.gguf".into()
+            } else {
+                "/models/tiny-mlx-4bit".into()
+            },
+            sha256: if same {
+                model_sha()
+            } else {
+                sha256_hex(b"mlx dir")
+            },
+            format: if same {
+                "gguf Q4_K_M".into()
+            } else {
+                "mlx 4-bit group 64".into()
+            },
+            same_as_envelope: same,
+        },
+        envelope: envelope().arm_envelope(),
+        bucket_methods: BucketMethods {
+            queue: "send to engine start".into(),
+            setup: "engine setup".into(),
+            prefill: "to first token".into(),
+            decode: "first to last token".into(),
+            verification: "id checks".into(),
+            recovery: "restart time".into(),
+            other: "transport".into(),
+        },
+    }
+}
+
+/// A request whose buckets, timestamps and wall clock agree: prefill at `prefill_tok_s`, gaps
+/// around `itl_s` (±20 %, seeded), the wall clock 0.1 ms over the bucket sum.
+pub fn sample(
+    index: usize,
+    prompt_index: usize,
+    warmup: bool,
+    prefill_tok_s: f64,
+    itl_s: f64,
+    rng: &mut SplitMix64,
+) -> RequestSample {
+    let mut jitter = || 0.8 + 0.4 * (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    let prefill_s = N_CTX as f64 / prefill_tok_s * jitter();
+    let queue_s = 0.0005 * jitter();
+    let setup_s = 0.001 * jitter();
+    let mut t = queue_s + setup_s + prefill_s;
+    let mut token_times_s = vec![t];
+    for _ in 1..N_OUT {
+        t += itl_s * jitter();
+        token_times_s.push(t);
+    }
+    let buckets = Buckets {
+        queue_s,
+        setup_s,
+        prefill_s,
+        decode_s: token_times_s[N_OUT - 1] - token_times_s[0],
+        verification_s: 0.0001,
+        recovery_s: 0.0,
+        other_s: 0.0003,
+    };
+    RequestSample {
+        index,
+        prompt_index,
+        warmup,
+        prompt_sha256: prompt_sha256(&prompts()[prompt_index]),
+        wall_s: buckets.total() + 0.0001,
+        buckets,
+        token_times_s,
+        token_ids: (0..N_OUT as u32).map(|i| 1000 + i).collect(),
+        engine_timings: None,
+    }
+}
+
+/// One warm-up on prompt 0, then every prompt once.
+pub fn samples(prefill_tok_s: f64, itl_s: f64, seed: u64) -> Vec<RequestSample> {
+    let mut rng = SplitMix64::new(seed);
+    let mut out = vec![sample(0, 0, true, prefill_tok_s, itl_s, &mut rng)];
+    for p in 0..N_PROMPTS {
+        out.push(sample(p + 1, p, false, prefill_tok_s, itl_s, &mut rng));
+    }
+    out
+}
+
+pub fn meta() -> PacketMeta {
+    PacketMeta {
+        created_utc: "2026-12-03T08:00:00Z".into(),
+        harness: HarnessInfo {
+            version: "0.1.0".into(),
+            commit: None,
+            command: vec!["harness".into(), "threeway".into()],
+        },
+        hardware: Hardware {
+            host: "testhost".into(),
+            cpu_model: "Test CPU".into(),
+            cores: Cores {
+                logical: 8,
+                physical: Some(8),
+                performance: Some(6),
+                efficiency: Some(2),
+            },
+            memory_bytes: 1 << 34,
+            os: "TestOS 1".into(),
+            gpu: Gpu {
+                adapter: "Test GPU".into(),
+                backend: "vulkan".into(),
+                driver: "test".into(),
+                driver_info: "1.0".into(),
+                device_type: "integrated".into(),
+                cores: Some(18),
+            },
+            bandwidth: Some(Bandwidth {
+                bytes_per_s: 150e9,
+                how: "test probe".into(),
+            }),
+        },
+        toolchain: BTreeMap::from([("rustc".to_string(), "1.95.0".to_string())]),
+        envelope: envelope(),
+        method: Method::v1("llama.cpp"),
+        selftest: Selftest {
+            status: SelftestStatus::Passed,
+            reason: None,
+            adapter: "Test GPU".into(),
+            checks_run: 42,
+            checks_failed: 0,
+            failures: vec![],
+        },
+    }
+}
+
+fn receipts(cosine: f64, flip_margin: Option<f64>) -> Vec<PositionReceipt> {
+    (0..N_CTX + 4)
+        .map(|position| PositionReceipt {
+            prompt_index: 0,
+            position,
+            cosine: cosine + position as f64 * 1e-7,
+            greedy_reference: 10,
+            greedy_arm: if position == 3 && flip_margin.is_some() {
+                11
+            } else {
+                10
+            },
+            reference_top2_margin: if position == 3 {
+                flip_margin.unwrap_or(2.0)
+            } else {
+                2.0
+            },
+        })
+        .collect()
+}
+
+/// fak-native against the CPU reference (quantization cost) and against llama.cpp (parity,
+/// one near-tie flip).
+pub fn fak_quality() -> ArmQuality {
+    ArmQuality {
+        schema: String::new(),
+        arm: NATIVE_ARM.into(),
+        status: QualityStatus::Ran,
+        prompt_indices: vec![0],
+        output_positions: 4,
+        comparisons: vec![
+            QualityComparison::new(
+                Against::Reference {
+                    engine: ReferenceEngine::CpuReference,
+                    weights: "f32".into(),
+                    weights_sha256: sha256_hex(b"f32 weights"),
+                },
+                QualityRule::QuantizationCost,
+                None,
+                receipts(0.995, Some(1.5)),
+            ),
+            QualityComparison::new(
+                Against::Arm {
+                    arm: "llama.cpp".into(),
+                },
+                QualityRule::parity_v1(),
+                Some(20),
+                receipts(0.99995, Some(0.05)),
+            ),
+        ],
+    }
+}
+
+/// A complete run of three arms in `dir`: fak-native, llama.cpp (the reference arm) and mlx
+/// (other weights), fak's quality file; returns the packet written.
+pub fn write_run(dir: &Path) -> Packet {
+    write_run_with(dir, 4000.0, 0.010)
+}
+
+/// [`write_run`] with fak-native's prefill rate and ITL given.
+pub fn write_run_with(dir: &Path, fak_prefill_tok_s: f64, fak_itl_s: f64) -> Packet {
+    let mut writer = PacketWriter::create(dir).unwrap();
+    for (arm, prefill, itl, seed) in [
+        (NATIVE_ARM, fak_prefill_tok_s, fak_itl_s, 1),
+        ("llama.cpp", 3000.0, 0.012, 2),
+        ("mlx", 3500.0, 0.011, 3),
+    ] {
+        let mut rec = writer.begin_arm(header(arm)).unwrap();
+        for s in samples(prefill, itl, seed) {
+            rec.record(s).unwrap();
+        }
+        rec.finish().unwrap();
+    }
+    writer.write_quality(fak_quality()).unwrap();
+    writer.finish(meta()).unwrap()
+}

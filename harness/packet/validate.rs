@@ -1,0 +1,664 @@
+//! `harness validate`: checks a packet against its JSON Schema, then recomputes everything it can
+//! from the raw files beside it and reports every disagreement.
+//!
+//! Unreadable (exit 2): packet, manifest, raw or quality file missing, not JSON, or not of its
+//! type. Invalid (exit 1): anything else that does not hold — schema, digests, the matched
+//! envelope, each request's clocks, every figure of the packet recomputed, the quality claims
+//! under their rules, a schema newer than this harness.
+
+use super::comparison::{
+    MIN_BOOTSTRAP_RESAMPLES, PERCENTILE_METHOD, Packet, SelftestStatus, TOLERANCE_V1, Tolerance,
+};
+use super::metrics::close;
+use super::quality::{Against, ArmQuality, QualityRule, summarize};
+use super::raw::{ArmRaw, ArmStatus, RequestSample, Runtime};
+use super::summary::{PacketMeta, build_packet};
+use super::{
+    FileDigest, MANIFEST_FILE, Manifest, PACKET_FILE, PACKET_JSON_SCHEMA, PACKET_SCHEMA,
+    QUALITY_SCHEMA, RAW_SCHEMA, VALIDATION_SCHEMA, prompt_set_sha256, sha256_hex,
+};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// `harness validate`'s answer.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Validation {
+    pub schema: String,
+    pub valid: bool,
+    /// sha256 of packet.json's bytes; null when it could not be read.
+    pub packet_sha256: Option<String>,
+    pub errors: Vec<String>,
+    /// A file was missing or corrupt (exit 2 rather than 1).
+    #[serde(skip)]
+    pub unreadable: bool,
+}
+
+impl Validation {
+    /// 0 valid, 1 not valid, 2 unreadable.
+    pub fn exit_code(&self) -> i32 {
+        match (self.valid, self.unreadable) {
+            (true, _) => 0,
+            (false, false) => 1,
+            (false, true) => 2,
+        }
+    }
+}
+
+/// A file that could not be read or parsed: the validation stops there (exit 2).
+struct Unreadable(String);
+
+/// Validates `packet.json` at `path` and the files beside it.
+pub fn validate(path: &Path) -> Validation {
+    let mut v = Validation {
+        schema: VALIDATION_SCHEMA.to_owned(),
+        valid: false,
+        packet_sha256: None,
+        errors: Vec::new(),
+        unreadable: false,
+    };
+    let mut errors = Vec::new();
+    match check(path, &mut v.packet_sha256, &mut errors) {
+        Ok(()) => {}
+        Err(Unreadable(e)) => {
+            errors.push(e);
+            v.unreadable = true;
+        }
+    }
+    v.valid = errors.is_empty();
+    v.errors = errors;
+    v
+}
+
+fn check(
+    path: &Path,
+    packet_sha256: &mut Option<String>,
+    errors: &mut Vec<String>,
+) -> Result<(), Unreadable> {
+    let bytes = read(path)?;
+    *packet_sha256 = Some(sha256_hex(&bytes));
+    let value: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| Unreadable(format!("{}: not JSON: {e}", path.display())))?;
+    if let Err(e) = check_schema_version(&value) {
+        errors.push(e);
+        return Ok(());
+    }
+    let schema_errors = json_schema_errors(&value);
+    if !schema_errors.is_empty() {
+        errors.extend(schema_errors);
+        return Ok(());
+    }
+    let packet: Packet = match serde_json::from_value(value.clone()) {
+        Ok(p) => p,
+        Err(e) => {
+            errors.push(format!("packet.json does not match its types: {e}"));
+            return Ok(());
+        }
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    check_manifest(dir, &packet, &bytes, errors)?;
+    let raws = read_raw_files(dir, &packet, errors)?;
+    let qualities = read_quality_files(dir, &packet, errors)?;
+    check_method(&packet, errors);
+    check_envelope(&packet, &raws, errors);
+    for (raw, _) in &raws {
+        check_arm(&packet, raw, errors);
+    }
+    check_quality(&packet, &qualities, errors);
+    check_selftest(&packet, errors);
+    // Every figure of the packet, rebuilt from the raw files with the same arithmetic.
+    let rebuilt = build_packet(PacketMeta::of(&packet), &raws, &qualities);
+    let rebuilt = serde_json::to_value(&rebuilt).expect("a packet always serialises");
+    diff_json("", &value, &rebuilt, errors);
+    Ok(())
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, Unreadable> {
+    std::fs::read(path).map_err(|e| Unreadable(format!("cannot read {}: {e}", path.display())))
+}
+
+/// The packet's `schema` names a version this harness knows.
+fn check_schema_version(value: &Value) -> Result<(), String> {
+    let schema = value
+        .get("schema")
+        .and_then(Value::as_str)
+        .ok_or("packet.json has no \"schema\" string")?;
+    let (family, supported) = PACKET_SCHEMA.rsplit_once(".v").expect("vN suffix");
+    let supported: u32 = supported.parse().expect("numeric version");
+    let version = schema
+        .strip_prefix(family)
+        .and_then(|s| s.strip_prefix(".v"))
+        .and_then(|v| v.parse::<u32>().ok())
+        .ok_or_else(|| format!("schema {schema:?} is not a {family}.vN packet"))?;
+    if version > supported {
+        return Err(format!(
+            "schema {schema} is newer than this harness supports ({PACKET_SCHEMA}): update the harness"
+        ));
+    }
+    if version < supported {
+        return Err(format!(
+            "schema {schema} is older than {PACKET_SCHEMA} and no longer read"
+        ));
+    }
+    Ok(())
+}
+
+/// The packet against `schema.json`, one error per violation with its JSON pointer.
+pub fn json_schema_errors(value: &Value) -> Vec<String> {
+    let schema: Value = serde_json::from_str(PACKET_JSON_SCHEMA).expect("schema.json is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("schema.json is a valid schema");
+    validator
+        .iter_errors(value)
+        .map(|e| format!("schema: at {:?}: {e}", e.instance_path().to_string()))
+        .collect()
+}
+
+fn check_manifest(
+    dir: &Path,
+    packet: &Packet,
+    packet_bytes: &[u8],
+    errors: &mut Vec<String>,
+) -> Result<(), Unreadable> {
+    let path = dir.join(MANIFEST_FILE);
+    let manifest: Manifest = parse(&path, &read(&path)?)?;
+    let listed: BTreeSet<&str> = manifest.files.iter().map(|f| f.name.as_str()).collect();
+    let mut needed = vec![PACKET_FILE.to_owned()];
+    needed.extend(packet.arms.iter().map(|a| a.raw_file.name.clone()));
+    needed.extend(packet.quality.iter().map(|q| q.file.name.clone()));
+    for name in needed {
+        if !listed.contains(name.as_str()) {
+            errors.push(format!("manifest.json does not list {name}"));
+        }
+    }
+    for file in &manifest.files {
+        let bytes = if file.name == PACKET_FILE {
+            packet_bytes.to_vec()
+        } else {
+            read(&file_path(dir, &file.name)?)?
+        };
+        check_digest("manifest.json", file, &bytes, errors);
+    }
+    Ok(())
+}
+
+/// A file named by the packet, which must sit in the packet's folder.
+fn file_path(dir: &Path, name: &str) -> Result<PathBuf, Unreadable> {
+    if name.contains(['/', '\\']) || name == ".." || name.is_empty() {
+        return Err(Unreadable(format!(
+            "file name {name:?} does not name a file beside the packet"
+        )));
+    }
+    Ok(dir.join(name))
+}
+
+fn check_digest(who: &str, claimed: &FileDigest, bytes: &[u8], errors: &mut Vec<String>) {
+    let actual = FileDigest::of(&claimed.name, bytes);
+    if actual.sha256 != claimed.sha256 || actual.bytes != claimed.bytes {
+        errors.push(format!(
+            "{who}: {} has sha256 {} ({} bytes), listed as {} ({} bytes)",
+            claimed.name, actual.sha256, actual.bytes, claimed.sha256, claimed.bytes
+        ));
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T, Unreadable> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| Unreadable(format!("{}: corrupt: {e}", path.display())))
+}
+
+fn read_raw_files(
+    dir: &Path,
+    packet: &Packet,
+    errors: &mut Vec<String>,
+) -> Result<Vec<(ArmRaw, FileDigest)>, Unreadable> {
+    let mut out = Vec::new();
+    for arm in &packet.arms {
+        let path = file_path(dir, &arm.raw_file.name)?;
+        let bytes = read(&path)?;
+        check_digest(&format!("arm {}", arm.arm), &arm.raw_file, &bytes, errors);
+        let raw: ArmRaw = parse(&path, &bytes)?;
+        if raw.schema != RAW_SCHEMA {
+            errors.push(format!(
+                "{}: schema {:?}, expected {RAW_SCHEMA}",
+                arm.raw_file.name, raw.schema
+            ));
+        }
+        out.push((raw, arm.raw_file.clone()));
+    }
+    Ok(out)
+}
+
+fn read_quality_files(
+    dir: &Path,
+    packet: &Packet,
+    errors: &mut Vec<String>,
+) -> Result<Vec<(ArmQuality, FileDigest)>, Unreadable> {
+    let mut out = Vec::new();
+    for entry in &packet.quality {
+        let path = file_path(dir, &entry.file.name)?;
+        let bytes = read(&path)?;
+        check_digest(
+            &format!("quality of {}", entry.arm),
+            &entry.file,
+            &bytes,
+            errors,
+        );
+        let q: ArmQuality = parse(&path, &bytes)?;
+        if q.schema != QUALITY_SCHEMA {
+            errors.push(format!(
+                "{}: schema {:?}, expected {QUALITY_SCHEMA}",
+                entry.file.name, q.schema
+            ));
+        }
+        out.push((q, entry.file.clone()));
+    }
+    Ok(out)
+}
+
+fn check_method(packet: &Packet, errors: &mut Vec<String>) {
+    let m = &packet.method;
+    if m.percentiles != PERCENTILE_METHOD {
+        errors.push(format!(
+            "method.percentiles is {:?}; v1 computes {PERCENTILE_METHOD:?}",
+            m.percentiles
+        ));
+    }
+    if m.tolerance != TOLERANCE_V1 {
+        errors.push(format!(
+            "method.tolerance is {:?}; v1 holds requests to {TOLERANCE_V1:?}",
+            m.tolerance
+        ));
+    }
+    if m.bootstrap.resamples < MIN_BOOTSTRAP_RESAMPLES {
+        errors.push(format!(
+            "method.bootstrap.resamples is {}; at least {MIN_BOOTSTRAP_RESAMPLES} are needed",
+            m.bootstrap.resamples
+        ));
+    }
+    if !packet.arms.iter().any(|a| a.arm == m.reference_arm) {
+        errors.push(format!(
+            "method.reference_arm {} is not an arm of the packet",
+            m.reference_arm
+        ));
+    }
+}
+
+/// The envelope is self-consistent and every arm ran exactly it.
+fn check_envelope(packet: &Packet, raws: &[(ArmRaw, FileDigest)], errors: &mut Vec<String>) {
+    let env = &packet.envelope;
+    if env.prompt_sha256.len() != env.n_prompts {
+        errors.push(format!(
+            "envelope lists {} prompt digests for n_prompts {}",
+            env.prompt_sha256.len(),
+            env.n_prompts
+        ));
+    }
+    let set = prompt_set_sha256(&env.prompt_sha256);
+    if set != env.prompt_set_sha256 {
+        errors.push(format!(
+            "envelope.prompt_set_sha256 is {}, its prompt digests give {set}",
+            env.prompt_set_sha256
+        ));
+    }
+    let expected = env.arm_envelope();
+    let mut names = BTreeSet::new();
+    for (raw, _) in raws {
+        let h = &raw.header;
+        if !names.insert(h.arm.as_str()) {
+            errors.push(format!("arm {} appears twice", h.arm));
+        }
+        let e = &h.envelope;
+        let fields = [
+            ("n_ctx", e.n_ctx, expected.n_ctx),
+            ("n_out", e.n_out, expected.n_out),
+            ("N (n_prompts)", e.n_prompts, expected.n_prompts),
+            (
+                "warm-up requests",
+                e.warmup_requests,
+                expected.warmup_requests,
+            ),
+        ];
+        for (what, ran, want) in fields {
+            if ran != want {
+                errors.push(format!(
+                    "arm {}: ran {what} {ran}, the envelope says {want}",
+                    h.arm
+                ));
+            }
+        }
+        if e.prompt_set_sha256 != expected.prompt_set_sha256 {
+            errors.push(format!(
+                "arm {}: ran prompt set {}, the envelope's is {}",
+                h.arm, e.prompt_set_sha256, expected.prompt_set_sha256
+            ));
+        }
+        if h.weights.same_as_envelope && h.weights.sha256 != env.model_sha256 {
+            errors.push(format!(
+                "arm {}: claims the envelope's weights but ran sha256 {}, the model is {}",
+                h.arm, h.weights.sha256, env.model_sha256
+            ));
+        }
+        let runtime = Runtime::for_arm(&h.arm);
+        if h.runtime != runtime {
+            errors.push(format!(
+                "arm {}: runtime label {}, must be {}",
+                h.arm,
+                h.runtime.label(),
+                runtime.label()
+            ));
+        }
+    }
+}
+
+/// One arm's status and requests: sequence, prompts, lengths, clocks.
+fn check_arm(packet: &Packet, raw: &ArmRaw, errors: &mut Vec<String>) {
+    let env = &packet.envelope;
+    let arm = &raw.header.arm;
+    let counted: Vec<&RequestSample> = raw.counted().collect();
+    match &raw.status {
+        ArmStatus::Running { .. } => errors.push(format!(
+            "arm {arm}: raw file still says running (the run never finished this arm)"
+        )),
+        ArmStatus::Skipped { .. } if !raw.requests.is_empty() => errors.push(format!(
+            "arm {arm}: skipped but holds {} requests",
+            raw.requests.len()
+        )),
+        ArmStatus::Ran => {
+            if counted.len() != env.n_prompts {
+                errors.push(format!(
+                    "arm {arm}: ran {} counted requests, the envelope has N = {}",
+                    counted.len(),
+                    env.n_prompts
+                ));
+            }
+            let warmups = raw.requests.len() - counted.len();
+            if warmups != env.warmup_requests {
+                errors.push(format!(
+                    "arm {arm}: {warmups} warm-up requests, the envelope says {}",
+                    env.warmup_requests
+                ));
+            }
+            let prompts: BTreeSet<usize> = counted.iter().map(|r| r.prompt_index).collect();
+            if prompts.len() != counted.len() {
+                errors.push(format!("arm {arm}: a prompt was counted twice"));
+            }
+        }
+        _ => {}
+    }
+    if counted.len() > env.n_prompts {
+        errors.push(format!(
+            "arm {arm}: {} counted requests, more than N = {}",
+            counted.len(),
+            env.n_prompts
+        ));
+    }
+    let mut seen_counted = false;
+    for (i, r) in raw.requests.iter().enumerate() {
+        if r.index != i {
+            errors.push(format!(
+                "arm {arm}: request at position {i} has index {}",
+                r.index
+            ));
+        }
+        if r.warmup && seen_counted {
+            errors.push(format!(
+                "arm {arm}: warm-up request {i} after a counted one"
+            ));
+        }
+        seen_counted |= !r.warmup;
+        for e in check_request(packet, r) {
+            errors.push(format!("arm {arm}, request {i}: {e}"));
+        }
+    }
+}
+
+/// One request against the envelope and its own clocks.
+fn check_request(packet: &Packet, r: &RequestSample) -> Vec<String> {
+    let env = &packet.envelope;
+    let tol = &packet.method.tolerance;
+    let mut errs = Vec::new();
+    match env.prompt_sha256.get(r.prompt_index) {
+        None => errs.push(format!(
+            "prompt index {} outside the envelope's {} prompts",
+            r.prompt_index, env.n_prompts
+        )),
+        Some(d) if *d != r.prompt_sha256 => errs.push(format!(
+            "sent prompt {} but the envelope's prompt {} is {d}",
+            r.prompt_sha256, r.prompt_index
+        )),
+        _ => {}
+    }
+    if r.token_ids.len() != env.n_out || r.token_times_s.len() != env.n_out {
+        errs.push(format!(
+            "{} token ids and {} timestamps, the envelope says n_out {}",
+            r.token_ids.len(),
+            r.token_times_s.len(),
+            env.n_out
+        ));
+    }
+    let b = &r.buckets;
+    for (name, v) in super::raw::Buckets::NAMES.iter().zip(b.values()) {
+        if !v.is_finite() || v < 0.0 {
+            errs.push(format!("bucket {name} is {v}"));
+        }
+    }
+    if !(r.wall_s.is_finite() && r.wall_s > 0.0) {
+        errs.push(format!("wall clock {}", r.wall_s));
+    }
+    if b.prefill_s <= 0.0 {
+        errs.push("prefill bucket is not positive".into());
+    }
+    if env.n_out >= 2 && b.decode_s <= 0.0 {
+        errs.push("decode bucket is not positive".into());
+    }
+    if let Err(e) = super::metrics::check_total(b, r.wall_s, tol) {
+        errs.push(e);
+    }
+    errs.extend(check_token_times(r, tol));
+    errs
+}
+
+/// Timestamps are finite, ordered, inside the request, and agree with TTFT and decode.
+fn check_token_times(r: &RequestSample, tol: &Tolerance) -> Vec<String> {
+    let t = &r.token_times_s;
+    let mut errs = Vec::new();
+    let (Some(&first), Some(&last)) = (t.first(), t.last()) else {
+        return errs;
+    };
+    if t.iter().any(|x| !x.is_finite() || *x < 0.0) {
+        errs.push("a token timestamp is negative or not finite".into());
+    }
+    if t.windows(2).any(|w| w[1] < w[0]) {
+        errs.push("token timestamps go backwards".into());
+    }
+    if last > r.wall_s + tol.abs_s + tol.rel * r.wall_s {
+        errs.push(format!(
+            "last token at {last:.6} s, after the request ended at {:.6} s",
+            r.wall_s
+        ));
+    }
+    let ttft = r.buckets.ttft();
+    if !tol.allows(ttft, first) {
+        errs.push(format!(
+            "TTFT (queue + setup + prefill) {ttft:.6} s, first token at {first:.6} s"
+        ));
+    }
+    let span = last - first;
+    if !tol.allows(r.buckets.decode_s, span) {
+        errs.push(format!(
+            "decode bucket {:.6} s, first to last token {span:.6} s",
+            r.buckets.decode_s
+        ));
+    }
+    errs
+}
+
+/// Quality files: claims recomputed under their rules, rules at their versioned thresholds,
+/// parity only between arms on the very same weights.
+fn check_quality(
+    packet: &Packet,
+    qualities: &[(ArmQuality, FileDigest)],
+    errors: &mut Vec<String>,
+) {
+    let same_weights = |arm: &str| {
+        packet
+            .arms
+            .iter()
+            .find(|a| a.arm == arm)
+            .map(|a| a.weights.same_as_envelope)
+    };
+    for (q, _) in qualities {
+        let who = format!("quality of {}", q.arm);
+        if same_weights(&q.arm).is_none() {
+            errors.push(format!("{who}: no such arm in the packet"));
+        }
+        for (i, c) in q.comparisons.iter().enumerate() {
+            let who = format!("{who}, comparison {i}");
+            let recomputed = summarize(&c.rule, &c.receipts);
+            let (claimed, recomputed) = (
+                serde_json::to_value(&c.summary).expect("serialises"),
+                serde_json::to_value(&recomputed).expect("serialises"),
+            );
+            diff_json(&format!("{who}: summary"), &claimed, &recomputed, errors);
+            if let QualityRule::StrictTokenParityV1 { .. } = c.rule {
+                if c.rule != QualityRule::parity_v1() {
+                    errors.push(format!(
+                        "{who}: strict-token-parity-v1 with thresholds {:?}, v1's are {:?}",
+                        c.rule,
+                        QualityRule::parity_v1()
+                    ));
+                }
+                match &c.against {
+                    Against::Arm { arm } => {
+                        if same_weights(arm) != Some(true) || same_weights(&q.arm) != Some(true) {
+                            errors.push(format!(
+                                "{who}: token parity claimed against {arm}, but the two arms did not both run the envelope's weights"
+                            ));
+                        }
+                    }
+                    Against::Reference { .. } => errors.push(format!(
+                        "{who}: token parity claimed against the unquantized reference; that comparison is quantization-cost"
+                    )),
+                }
+            }
+            for r in &c.receipts {
+                if r.prompt_index >= packet.envelope.n_prompts || !r.cosine.is_finite() {
+                    errors.push(format!(
+                        "{who}: receipt at prompt {} position {} is out of the envelope or not finite",
+                        r.prompt_index, r.position
+                    ));
+                }
+            }
+        }
+    }
+}
+
+fn check_selftest(packet: &Packet, errors: &mut Vec<String>) {
+    let s = &packet.selftest;
+    let consistent = match s.status {
+        SelftestStatus::Passed => s.checks_run > 0 && s.checks_failed == 0 && s.failures.is_empty(),
+        SelftestStatus::Failed => s.checks_failed > 0 && !s.failures.is_empty(),
+        SelftestStatus::Skipped => s.reason.is_some(),
+    };
+    if !consistent {
+        errors.push(format!(
+            "selftest says {:?} with {} checks run, {} failed, failures {:?}, reason {:?}",
+            s.status, s.checks_run, s.checks_failed, s.failures, s.reason
+        ));
+    }
+    if s.checks_failed > s.checks_run {
+        errors.push("selftest: more checks failed than ran".into());
+    }
+}
+
+/// Reports every place where `claimed` and `recomputed` differ (numbers within [`close`]).
+fn diff_json(path: &str, claimed: &Value, recomputed: &Value, errors: &mut Vec<String>) {
+    match (claimed, recomputed) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for k in keys {
+                let p = format!("{path}.{k}");
+                match (a.get(k), b.get(k)) {
+                    (Some(x), Some(y)) => diff_json(&p, x, y, errors),
+                    (Some(_), None) => errors.push(format!(
+                        "{p}: in the packet, not derivable from the raw files"
+                    )),
+                    (None, Some(_)) => errors.push(format!("{p}: missing from the packet")),
+                    (None, None) => unreachable!("key from one side"),
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                diff_json(&format!("{path}[{i}]"), x, y, errors);
+            }
+        }
+        (Value::Number(a), Value::Number(b)) => {
+            let (x, y) = (
+                a.as_f64().unwrap_or(f64::NAN),
+                b.as_f64().unwrap_or(f64::NAN),
+            );
+            if !close(x, y) {
+                errors.push(format!("{path}: packet says {a}, the raw files give {b}"));
+            }
+        }
+        _ if claimed == recomputed => {}
+        _ => errors.push(format!(
+            "{path}: packet says {}, the raw files give {}",
+            short(claimed),
+            short(recomputed)
+        )),
+    }
+}
+
+fn short(v: &Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 120 {
+        format!("{}…", s.chars().take(120).collect::<String>())
+    } else {
+        s
+    }
+}
+
+/// `harness validate <packet.json> [--json]`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The packet (its raw files and manifest sit beside it).
+    pub packet: PathBuf,
+    /// Print the validation object as JSON (the default prints one line per error).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs the command; returns the process exit code.
+pub fn run(args: &Args) -> i32 {
+    let v = validate(&args.packet);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).expect("validation serialises")
+        );
+    } else if v.valid {
+        println!("{}: valid", args.packet.display());
+    } else {
+        for e in &v.errors {
+            eprintln!("{}: {e}", args.packet.display());
+        }
+        eprintln!(
+            "{}: {} ({} errors)",
+            args.packet.display(),
+            if v.unreadable {
+                "unreadable"
+            } else {
+                "not valid"
+            },
+            v.errors.len()
+        );
+    }
+    v.exit_code()
+}
+
+#[cfg(test)]
+#[path = "validate_tests.rs"]
+mod tests;

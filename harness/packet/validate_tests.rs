@@ -1,0 +1,492 @@
+//! One test per invariant: a valid synthetic run, then the same run tampered to break exactly
+//! that invariant (digests refreshed where the test is about something else).
+
+use super::*;
+use crate::packet::testkit::{self, Scratch};
+use crate::packet::{NATIVE_ARM, quality_file_name, raw_file_name};
+use serde_json::json;
+
+/// A freshly written valid run.
+fn run(name: &str) -> Scratch {
+    let scratch = Scratch::new(name);
+    testkit::write_run(scratch.path());
+    scratch
+}
+
+fn packet_path(s: &Scratch) -> PathBuf {
+    s.path().join(PACKET_FILE)
+}
+
+fn load(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn store(path: &Path, v: &Value) {
+    std::fs::write(path, serde_json::to_vec_pretty(v).unwrap()).unwrap();
+}
+
+/// Recomputes every digest (raw and quality files into the packet, all files into the
+/// manifest), so only the tampered invariant is broken.
+fn refresh_digests(s: &Scratch) {
+    let dir = s.path();
+    let digest = |name: &str| {
+        serde_json::to_value(FileDigest::of(
+            name,
+            &std::fs::read(dir.join(name)).unwrap(),
+        ))
+        .unwrap()
+    };
+    let mut packet = load(&packet_path(s));
+    for arm in packet["arms"].as_array_mut().unwrap() {
+        let name = arm["raw_file"]["name"].as_str().unwrap().to_owned();
+        arm["raw_file"] = digest(&name);
+    }
+    for q in packet["quality"].as_array_mut().unwrap() {
+        let name = q["file"]["name"].as_str().unwrap().to_owned();
+        q["file"] = digest(&name);
+    }
+    store(&packet_path(s), &packet);
+    let mut manifest = load(&dir.join(MANIFEST_FILE));
+    for f in manifest["files"].as_array_mut().unwrap() {
+        let name = f["name"].as_str().unwrap().to_owned();
+        *f = digest(&name);
+    }
+    store(&dir.join(MANIFEST_FILE), &manifest);
+}
+
+fn tamper_packet(s: &Scratch, f: impl FnOnce(&mut Value)) {
+    let mut v = load(&packet_path(s));
+    f(&mut v);
+    store(&packet_path(s), &v);
+    refresh_digests(s);
+}
+
+fn tamper_raw(s: &Scratch, arm: &str, f: impl FnOnce(&mut ArmRaw)) {
+    let path = s.path().join(raw_file_name(arm));
+    let mut raw: ArmRaw = serde_json::from_value(load(&path)).unwrap();
+    f(&mut raw);
+    store(&path, &serde_json::to_value(&raw).unwrap());
+    refresh_digests(s);
+}
+
+fn tamper_quality(s: &Scratch, arm: &str, f: impl FnOnce(&mut ArmQuality)) {
+    let path = s.path().join(quality_file_name(arm));
+    let mut q: ArmQuality = serde_json::from_value(load(&path)).unwrap();
+    f(&mut q);
+    store(&path, &serde_json::to_value(&q).unwrap());
+    refresh_digests(s);
+}
+
+/// Validates and asserts the outcome: the exit code and an error containing `needle`.
+fn expect(s: &Scratch, code: i32, needle: &str) -> Validation {
+    let v = validate(&packet_path(s));
+    assert_eq!(v.exit_code(), code, "errors: {:#?}", v.errors);
+    assert!(
+        v.errors.iter().any(|e| e.contains(needle)),
+        "no error mentions {needle:?}: {:#?}",
+        v.errors
+    );
+    v
+}
+
+#[test]
+fn a_written_run_is_valid() {
+    let s = run("valid");
+    let v = validate(&packet_path(&s));
+    assert!(v.valid, "{:#?}", v.errors);
+    assert_eq!(v.exit_code(), 0);
+    let bytes = std::fs::read(packet_path(&s)).unwrap();
+    assert_eq!(
+        v.packet_sha256.as_deref(),
+        Some(sha256_hex(&bytes).as_str())
+    );
+    let out = serde_json::to_value(&v).unwrap();
+    assert_eq!(out["schema"], VALIDATION_SCHEMA);
+    assert_eq!(out["valid"], true);
+    assert_eq!(out["errors"], json!([]));
+}
+
+#[test]
+fn the_writer_output_satisfies_the_json_schema() {
+    let s = run("schema-ok");
+    assert_eq!(
+        json_schema_errors(&load(&packet_path(&s))),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn a_missing_required_field_breaks_the_schema() {
+    let s = run("schema-missing");
+    tamper_packet(&s, |p| {
+        p["hardware"].as_object_mut().unwrap().remove("host");
+    });
+    expect(&s, 1, "schema: at \"/hardware\"");
+}
+
+#[test]
+fn a_wrongly_typed_field_breaks_the_schema() {
+    let s = run("schema-type");
+    tamper_packet(&s, |p| p["envelope"]["n_ctx"] = json!("128"));
+    expect(&s, 1, "/envelope/n_ctx");
+}
+
+#[test]
+fn a_newer_schema_is_refused() {
+    let s = run("newer");
+    tamper_packet(&s, |p| p["schema"] = json!("fak.macbench.comparison.v2"));
+    expect(&s, 1, "newer than this harness supports");
+}
+
+#[test]
+fn a_missing_packet_is_unreadable() {
+    let s = Scratch::new("no-packet");
+    let v = expect(&s, 2, "cannot read");
+    assert_eq!(v.packet_sha256, None);
+}
+
+#[test]
+fn a_corrupt_packet_is_unreadable() {
+    let s = run("corrupt-packet");
+    std::fs::write(packet_path(&s), b"{\"schema\": ").unwrap();
+    expect(&s, 2, "not JSON");
+}
+
+#[test]
+fn a_missing_raw_file_is_unreadable() {
+    let s = run("missing-raw");
+    std::fs::remove_file(s.path().join(raw_file_name("mlx"))).unwrap();
+    expect(&s, 2, "mlx-raw.json");
+}
+
+#[test]
+fn a_corrupt_raw_file_is_unreadable() {
+    let s = run("corrupt-raw");
+    let path = s.path().join(raw_file_name("llama.cpp"));
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    expect(&s, 2, "corrupt");
+}
+
+#[test]
+fn a_missing_manifest_is_unreadable() {
+    let s = run("missing-manifest");
+    std::fs::remove_file(s.path().join(MANIFEST_FILE)).unwrap();
+    expect(&s, 2, "manifest.json");
+}
+
+#[test]
+fn an_edited_raw_file_breaks_its_digest() {
+    let s = run("raw-digest");
+    let path = s.path().join(raw_file_name("llama.cpp"));
+    let mut raw = load(&path);
+    raw["engine"]["version"] = json!("b9999");
+    store(&path, &raw);
+    expect(&s, 1, "llama.cpp-raw.json has sha256");
+}
+
+#[test]
+fn an_edited_packet_breaks_the_manifest() {
+    let s = run("packet-digest");
+    let mut p = load(&packet_path(&s));
+    p["hardware"]["host"] = json!("elsewhere");
+    store(&packet_path(&s), &p);
+    expect(&s, 1, "manifest.json: packet.json has sha256");
+}
+
+#[test]
+fn an_edited_quality_file_breaks_its_digest() {
+    let s = run("quality-digest");
+    let path = s.path().join(quality_file_name(NATIVE_ARM));
+    let mut q = load(&path);
+    q["output_positions"] = json!(5);
+    store(&path, &q);
+    expect(&s, 1, "fak-native-quality.json has sha256");
+}
+
+#[test]
+fn bucket_sum_must_match_the_wall_clock() {
+    let s = run("sum");
+    // Half a second of the request went unmeasured.
+    tamper_raw(&s, "llama.cpp", |raw| raw.requests[2].wall_s += 0.5);
+    let v = expect(&s, 1, "arm llama.cpp, request 2: bucket sum");
+    assert!(
+        v.errors
+            .iter()
+            .any(|e| e.contains("arms[1].requests[2].wall_s"))
+    );
+}
+
+#[test]
+fn a_bucket_may_not_be_negative() {
+    let s = run("negative");
+    tamper_raw(&s, "mlx", |raw| {
+        raw.requests[1].buckets.other_s = -0.0003;
+        raw.requests[1].wall_s -= 0.0006;
+    });
+    expect(&s, 1, "bucket other is -0.0003");
+}
+
+#[test]
+fn ttft_must_be_the_sum_of_its_buckets() {
+    let s = run("ttft");
+    tamper_packet(&s, |p| {
+        let v = p["arms"][0]["requests"][3]["ttft_s"].as_f64().unwrap();
+        p["arms"][0]["requests"][3]["ttft_s"] = json!(v * 0.9);
+    });
+    expect(&s, 1, "arms[0].requests[3].ttft_s: packet says");
+}
+
+#[test]
+fn ttft_must_match_the_first_token_time() {
+    let s = run("ttft-clock");
+    tamper_raw(&s, NATIVE_ARM, |raw| {
+        // Prefill claimed 5 ms shorter than the first token's arrival says.
+        raw.requests[4].buckets.prefill_s -= 0.005;
+        raw.requests[4].buckets.other_s += 0.005;
+    });
+    expect(&s, 1, "TTFT (queue + setup + prefill)");
+}
+
+#[test]
+fn decode_must_span_first_to_last_token() {
+    let s = run("decode-span");
+    tamper_raw(&s, NATIVE_ARM, |raw| {
+        raw.requests[2].buckets.decode_s -= 0.01;
+        raw.requests[2].buckets.other_s += 0.01;
+    });
+    expect(&s, 1, "decode bucket");
+}
+
+#[test]
+fn token_timestamps_must_not_go_backwards() {
+    let s = run("backwards");
+    tamper_raw(&s, "mlx", |raw| raw.requests[3].token_times_s.swap(2, 3));
+    expect(&s, 1, "token timestamps go backwards");
+}
+
+#[test]
+fn every_percentile_is_recomputed() {
+    let s = run("p95");
+    tamper_packet(&s, |p| {
+        p["arms"][1]["summary"]["ttft_s"]["p95"] = json!(0.001)
+    });
+    expect(&s, 1, "arms[1].summary.ttft_s.p95: packet says 0.001");
+}
+
+#[test]
+fn every_rate_is_recomputed() {
+    let s = run("rate");
+    tamper_packet(&s, |p| {
+        let r = &mut p["arms"][0]["summary"]["decode_tok_s"]["p50"];
+        *r = json!(r.as_f64().unwrap() * 1.1);
+    });
+    expect(&s, 1, "arms[0].summary.decode_tok_s.p50");
+}
+
+#[test]
+fn itl_is_recomputed_from_the_timestamps() {
+    let s = run("itl");
+    tamper_packet(&s, |p| {
+        let r = &mut p["arms"][2]["summary"]["itl_s"]["p50"];
+        *r = json!(r.as_f64().unwrap() * 0.5);
+    });
+    expect(&s, 1, "arms[2].summary.itl_s.p50");
+}
+
+#[test]
+fn every_bootstrap_interval_is_recomputed() {
+    let s = run("ci");
+    tamper_packet(&s, |p| {
+        p["arms"][0]["summary"]["prefill_tok_s"]["p50_ci"][0] = json!(1.0);
+    });
+    expect(&s, 1, "arms[0].summary.prefill_tok_s.p50_ci[0]");
+}
+
+#[test]
+fn every_ratio_is_recomputed() {
+    let s = run("ratio");
+    tamper_packet(&s, |p| {
+        p["ratios"]["by_arm"]["fak-native"]["decode_tok_s_p50"] = json!(3.0)
+    });
+    expect(
+        &s,
+        1,
+        "ratios.by_arm.fak-native.decode_tok_s_p50: packet says 3.0",
+    );
+}
+
+#[test]
+fn the_reference_arm_must_exist() {
+    let s = run("reference-arm");
+    tamper_packet(&s, |p| p["method"]["reference_arm"] = json!("vllm"));
+    expect(&s, 1, "reference_arm vllm is not an arm");
+}
+
+#[test]
+fn arms_must_run_the_same_n_ctx() {
+    let s = run("n-ctx");
+    tamper_raw(&s, "mlx", |raw| raw.header.envelope.n_ctx = 32);
+    expect(&s, 1, "arm mlx: ran n_ctx 32, the envelope says 16");
+}
+
+#[test]
+fn arms_must_produce_n_out_tokens() {
+    let s = run("n-out");
+    tamper_raw(&s, "llama.cpp", |raw| {
+        raw.requests[1].token_ids.pop();
+    });
+    expect(
+        &s,
+        1,
+        "7 token ids and 8 timestamps, the envelope says n_out 8",
+    );
+}
+
+#[test]
+fn arms_must_run_all_n_prompts() {
+    let s = run("n-prompts");
+    tamper_raw(&s, "llama.cpp", |raw| {
+        raw.requests.pop();
+    });
+    expect(&s, 1, "ran 5 counted requests, the envelope has N = 6");
+}
+
+#[test]
+fn arms_must_send_the_envelope_prompts() {
+    let s = run("prompt-digest");
+    tamper_raw(&s, NATIVE_ARM, |raw| {
+        raw.requests[1].prompt_sha256 = crate::packet::prompt_sha256(&[1, 2, 3]);
+    });
+    expect(&s, 1, "but the envelope's prompt 0 is");
+}
+
+#[test]
+fn arms_must_run_the_same_prompt_set() {
+    let s = run("prompt-set");
+    tamper_raw(&s, "llama.cpp", |raw| {
+        raw.header.envelope.prompt_set_sha256 = sha256_hex(b"other prompts");
+    });
+    expect(&s, 1, "arm llama.cpp: ran prompt set");
+}
+
+#[test]
+fn the_prompt_set_digest_must_match_its_prompts() {
+    let s = run("prompt-set-self");
+    tamper_packet(&s, |p| {
+        p["envelope"]["prompt_sha256"][0] = json!(sha256_hex(b"x"))
+    });
+    expect(&s, 1, "envelope.prompt_set_sha256 is");
+}
+
+#[test]
+fn same_weights_claims_must_carry_the_model_digest() {
+    let s = run("weights");
+    tamper_raw(&s, "llama.cpp", |raw| {
+        raw.header.weights.sha256 = sha256_hex(b"another gguf");
+    });
+    expect(&s, 1, "arm llama.cpp: claims the envelope's weights");
+}
+
+#[test]
+fn only_fak_is_native() {
+    let s = run("runtime");
+    tamper_raw(&s, "mlx", |raw| raw.header.runtime = Runtime::Native);
+    expect(&s, 1, "arm mlx: runtime label native, must be reference");
+}
+
+#[test]
+fn an_unfinished_arm_is_invalid() {
+    let s = run("running");
+    tamper_raw(&s, "mlx", |raw| {
+        raw.status = ArmStatus::Running {
+            faults: vec![],
+            restarts: 0,
+        }
+    });
+    expect(&s, 1, "arm mlx: raw file still says running");
+}
+
+#[test]
+fn quality_claims_are_recomputed_from_the_receipts() {
+    let s = run("quality-claim");
+    tamper_quality(&s, NATIVE_ARM, |q| {
+        // A real mismatch (margin 2.0) hidden behind a claimed pass.
+        q.comparisons[1].receipts[7].greedy_arm = 99;
+    });
+    let v = expect(&s, 1, "comparison 1: summary.mismatches");
+    assert!(v.errors.iter().any(|e| e.contains("summary.passed")));
+}
+
+#[test]
+fn parity_thresholds_are_those_of_v1() {
+    let s = run("quality-thresholds");
+    tamper_quality(&s, NATIVE_ARM, |q| {
+        let c = &mut q.comparisons[1];
+        c.rule = QualityRule::StrictTokenParityV1 {
+            min_cosine: 0.999,
+            near_tie_margin: 0.1,
+        };
+        c.summary = summarize(&c.rule, &c.receipts);
+    });
+    expect(&s, 1, "strict-token-parity-v1 with thresholds");
+}
+
+#[test]
+fn parity_is_never_claimed_across_different_weights() {
+    let s = run("quality-weights");
+    tamper_quality(&s, NATIVE_ARM, |q| {
+        q.comparisons[1].against = Against::Arm { arm: "mlx".into() };
+    });
+    expect(&s, 1, "did not both run the envelope's weights");
+}
+
+#[test]
+fn the_packet_quality_summary_is_the_files() {
+    let s = run("quality-packet");
+    tamper_packet(&s, |p| {
+        p["quality"][0]["comparisons"][0]["summary"]["min_cosine"] = json!(0.9999);
+    });
+    expect(&s, 1, "quality[0].comparisons[0].summary.min_cosine");
+}
+
+#[test]
+fn selftest_status_must_match_its_counts() {
+    let s = run("selftest");
+    tamper_packet(&s, |p| {
+        p["selftest"]["checks_failed"] = json!(2);
+        p["selftest"]["failures"] = json!(["matvec_q4k subgroup"]);
+    });
+    expect(&s, 1, "selftest says Passed");
+}
+
+#[test]
+fn the_tolerance_is_fixed_by_the_schema_version() {
+    let s = run("tolerance");
+    tamper_packet(&s, |p| p["method"]["tolerance"]["rel"] = json!(0.5));
+    expect(&s, 1, "method.tolerance");
+}
+
+#[test]
+fn a_short_bootstrap_is_refused() {
+    let s = run("resamples");
+    tamper_packet(&s, |p| p["method"]["bootstrap"]["resamples"] = json!(10));
+    let v = expect(&s, 1, "method.bootstrap.resamples is 10");
+    // The intervals were computed with 2000 resamples, so they no longer recompute either.
+    assert!(v.errors.iter().any(|e| e.contains("p50_ci")));
+}
+
+#[test]
+fn the_command_exits_0_valid_1_invalid_2_unreadable() {
+    let s = run("exit-codes");
+    let args = |json| Args {
+        packet: packet_path(&s),
+        json,
+    };
+    assert_eq!(super::run(&args(true)), 0);
+    assert_eq!(super::run(&args(false)), 0);
+    tamper_packet(&s, |p| p["envelope"]["n_out"] = json!(9));
+    assert_eq!(super::run(&args(true)), 1);
+    std::fs::remove_file(s.path().join(raw_file_name(NATIVE_ARM))).unwrap();
+    assert_eq!(super::run(&args(false)), 2);
+}
