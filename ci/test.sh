@@ -78,7 +78,7 @@ import json, sys
 out = sys.argv[1]
 for arm in ["fak-native", "llama.cpp", "mlx"]:
     status = json.load(open(f"{out}/{arm}-raw.json"))["status"]
-    assert status == "ran", f"{arm}: {status}"
+    assert status["state"] == "ran", f"{arm}: {status}"
 print("threeway: every arm ran")
 PY
 }

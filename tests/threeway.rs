@@ -70,56 +70,64 @@ fn every_arm_runs_the_matched_envelope() {
     assert!(run.status.success(), "{}", stderr_of(&run));
     for arm in ["fak-native", "llama.cpp", "mlx"] {
         let r = raw(&out, arm);
-        assert_eq!(r["status"], "ran", "{arm}: {r}");
-        assert!(
-            r["warmup"].is_object(),
-            "{arm}: the warm-up is recorded apart"
-        );
-        let samples = r["samples"].as_array().unwrap();
-        assert_eq!(samples.len(), 2, "{arm}");
-        for s in samples {
-            assert_eq!(s["tokens"].as_array().unwrap().len(), 6, "{arm}: {s}");
-            let b = &s["buckets"];
-            let sum: u64 = [
-                "queue",
-                "setup",
-                "prefill",
-                "decode",
-                "verification",
-                "recovery",
-                "other",
+        assert_eq!(r["status"]["state"], "ran", "{arm}: {}", r["status"]);
+        let requests = r["requests"].as_array().unwrap();
+        assert_eq!(requests.len(), 3, "{arm}: one warm-up and two timed");
+        assert_eq!(requests[0]["warmup"], true);
+        for q in requests {
+            assert_eq!(q["token_ids"].as_array().unwrap().len(), 6, "{arm}: {q}");
+            let b = &q["buckets"];
+            let sum: f64 = [
+                "queue_s",
+                "setup_s",
+                "prefill_s",
+                "decode_s",
+                "verification_s",
+                "recovery_s",
+                "other_s",
             ]
             .iter()
-            .map(|k| b[k].as_u64().unwrap())
+            .map(|k| b[k].as_f64().unwrap())
             .sum();
-            assert_eq!(
-                sum,
-                s["wall_ns"].as_u64().unwrap(),
-                "{arm}: buckets vs wall"
+            let wall = q["wall_s"].as_f64().unwrap();
+            assert!(
+                (sum - wall).abs() < 1e-6,
+                "{arm}: buckets {sum} vs wall {wall}"
             );
-            assert!(b["prefill"].as_u64().unwrap() > 0 && b["decode"].as_u64().unwrap() > 0);
-            let times: Vec<u64> = serde_json::from_value(s["token_ns"].clone()).unwrap();
+            assert!(
+                b["prefill_s"].as_f64().unwrap() > 0.0 && b["decode_s"].as_f64().unwrap() > 0.0
+            );
+            let times: Vec<f64> = serde_json::from_value(q["token_times_s"].clone()).unwrap();
             assert!(times.windows(2).all(|w| w[0] <= w[1]), "{arm}: {times:?}");
         }
         assert!(
-            r["peak_rss_bytes"].as_u64().unwrap() > 1 << 20,
+            r["memory"]["resident_bytes"].as_u64().unwrap() > 1 << 20,
             "{arm}: {r}"
         );
         let quality: Value = serde_json::from_slice(
             &std::fs::read(out.join(format!("{arm}-quality.json"))).unwrap(),
         )
         .unwrap();
-        assert_eq!(quality["summary"]["rows"], 32 + 4, "{arm}");
+        let vs_reference = &quality["comparisons"][0];
+        assert_eq!(vs_reference["summary"]["positions"], 32 + 4, "{arm}");
     }
-    let packet: Value =
-        serde_json::from_slice(&std::fs::read(out.join("packet.json")).unwrap()).unwrap();
-    assert_eq!(packet["schema"], "fak.macbench.comparison.v1");
-    assert!(
-        packet["parity"]["pass"].is_boolean(),
-        "{}",
-        packet["parity"]
+    let llama: Value =
+        serde_json::from_slice(&std::fs::read(out.join("llama.cpp-quality.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        llama["comparisons"][1]["rule"]["name"],
+        "strict-token-parity-v1"
     );
-    assert_eq!(packet["quality_reference"]["kind"], "cpu-reference");
+    let validate = harness()
+        .arg("validate")
+        .arg(out.join("packet.json"))
+        .output()
+        .unwrap();
+    assert!(
+        validate.status.success(),
+        "{}",
+        String::from_utf8_lossy(&validate.stdout)
+    );
 }
 
 /// The MLX directory synth writes is bit for bit what `mx.quantize(w, 64, 4)` makes of the
@@ -230,15 +238,15 @@ fn a_llama_server_that_exits_at_start_fails_its_arm_only() {
     let err = stderr_of(&run);
     assert!(err.contains("llama.cpp") && err.contains("failed"), "{err}");
     let llama = raw(&out, "llama.cpp");
-    assert_eq!(llama["status"], "failed");
-    let reason = llama["reason"].as_str().unwrap();
+    assert_eq!(llama["status"]["state"], "faulted");
+    let fault = llama["status"]["faults"][0].to_string();
     assert!(
-        reason.contains("exit 1") && reason.contains("no GPU for you"),
-        "{reason}"
+        fault.contains("exit 1") && fault.contains("no GPU for you"),
+        "{fault}"
     );
     let mlx = raw(&out, "mlx");
-    assert_eq!(mlx["status"], "ran");
-    assert_eq!(mlx["samples"].as_array().unwrap().len(), 2);
+    assert_eq!(mlx["status"]["state"], "ran");
+    assert_eq!(mlx["requests"].as_array().unwrap().len(), 3);
 }
 
 /// An MLX whose mlx_lm lacks the model's architecture fails the MLX arm with mlx_lm's reason.
@@ -282,11 +290,11 @@ fn an_mlx_without_the_architecture_fails_clearly() {
         .unwrap();
     assert_eq!(run.status.code(), Some(1), "{}", stderr_of(&run));
     let mlx = raw(&out, "mlx");
-    assert_eq!(mlx["status"], "failed");
-    let reason = mlx["reason"].as_str().unwrap();
+    assert_eq!(mlx["status"]["state"], "faulted");
+    let fault = mlx["status"]["faults"][0].to_string();
     assert!(
-        reason.contains("fakearch") && reason.contains("not supported"),
-        "{reason}"
+        fault.contains("fakearch") && fault.contains("not supported"),
+        "{fault}"
     );
 }
 
@@ -382,17 +390,22 @@ fn an_engine_killed_mid_run_is_restarted_once_and_the_run_completes() {
     let (code, log) = run.finish();
     assert_eq!(code, Some(0), "{log}");
     let r = raw(&out, "mlx");
-    assert_eq!(r["status"], "ran");
-    assert_eq!(r["restarts"], 1);
-    assert_eq!(r["faults"].as_array().unwrap().len(), 1, "{}", r["faults"]);
-    let samples = r["samples"].as_array().unwrap();
-    assert_eq!(samples.len(), 8);
-    let recovered: Vec<u64> = samples
+    assert_eq!(r["status"]["state"], "faulted", "the fault is recorded");
+    assert_eq!(r["status"]["restarts"], 1);
+    assert_eq!(
+        r["status"]["faults"].as_array().unwrap().len(),
+        1,
+        "{}",
+        r["status"]
+    );
+    let requests = r["requests"].as_array().unwrap();
+    assert_eq!(requests.len(), 9, "warm-up and every timed request");
+    let recovered: Vec<f64> = requests
         .iter()
-        .map(|s| s["buckets"]["recovery"].as_u64().unwrap())
+        .map(|s| s["buckets"]["recovery_s"].as_f64().unwrap())
         .collect();
     assert_eq!(
-        recovered.iter().filter(|&&ns| ns > 0).count(),
+        recovered.iter().filter(|&&s| s > 0.0).count(),
         1,
         "{recovered:?}"
     );
@@ -412,8 +425,8 @@ fn an_engine_killed_twice_fails_and_keeps_its_samples() {
     let (code, log) = run.finish();
     assert_eq!(code, Some(1), "{log}");
     let r = raw(&out, "mlx");
-    assert_eq!(r["status"], "failed");
-    assert!(r["samples"].as_array().unwrap().len() >= 4, "{r}");
+    assert_eq!(r["status"]["state"], "faulted");
+    assert!(r["requests"].as_array().unwrap().len() >= 4, "{r}");
     assert!(!alive(second));
 }
 
@@ -429,8 +442,13 @@ fn ctrl_c_stops_the_engine_and_keeps_the_samples() {
     let (code, log) = run.finish();
     assert_eq!(code, Some(130), "{log}");
     let r = raw(&out, "mlx");
-    assert_eq!(r["status"], "interrupted");
-    assert!(r["samples"].as_array().unwrap().len() >= 3, "{r}");
+    assert_eq!(r["status"]["state"], "faulted");
+    assert!(
+        r["status"]["faults"].to_string().contains("interrupted"),
+        "{}",
+        r["status"]
+    );
+    assert!(r["requests"].as_array().unwrap().len() >= 3, "{r}");
     assert!(!alive(pid), "the engine outlived the harness");
 }
 

@@ -43,10 +43,6 @@ impl Arm for FakNative {
         self.label
     }
 
-    fn runtime(&self) -> &'static str {
-        "native"
-    }
-
     fn flags(&self) -> serde_json::Value {
         let env = |k: &str| std::env::var(k).ok();
         json!({

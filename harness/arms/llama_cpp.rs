@@ -145,10 +145,6 @@ impl Arm for LlamaCpp {
         "llama.cpp"
     }
 
-    fn runtime(&self) -> &'static str {
-        "reference"
-    }
-
     fn flags(&self) -> Value {
         json!({
             "server": self.server, "args": self.args(), "flash_attn": self.flash_attn,

@@ -62,10 +62,6 @@ impl Arm for Mlx {
         "mlx"
     }
 
-    fn runtime(&self) -> &'static str {
-        "reference"
-    }
-
     fn flags(&self) -> serde_json::Value {
         json!({
             "python": self.python, "model_dir": self.model_dir,

@@ -49,18 +49,6 @@ pub struct Buckets<T> {
     pub other: T,
 }
 
-impl Buckets<u64> {
-    pub fn total(&self) -> u64 {
-        self.queue
-            + self.setup
-            + self.prefill
-            + self.decode
-            + self.verification
-            + self.recovery
-            + self.other
-    }
-}
-
 /// Logits of a teacher-forced sequence: one row after each id.
 pub enum Logits {
     /// Every vocabulary entry (fak, MLX).
@@ -75,8 +63,6 @@ pub type ArmFacts = serde_json::Value;
 pub trait Arm {
     /// `fak-native`, `llama.cpp`, `mlx`.
     fn name(&self) -> &'static str;
-    /// `native` for fak, `reference` for the engines it is compared with.
-    fn runtime(&self) -> &'static str;
     /// The flags the engine runs with (recorded in the packet).
     fn flags(&self) -> serde_json::Value;
     /// How each bucket is measured for this engine.

@@ -10,13 +10,11 @@ use anyhow::{Result, bail};
 use fak::tokenizer::Tokenizer;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use sha2::{Digest, Sha256};
 
 pub const CORPUS: &str = include_str!("corpus.txt");
 
-/// The prompts of one run: one warm-up prompt (never timed) and `n` timed ones.
+/// The prompts of one run (the first one also serves as each arm's uncounted warm-up).
 pub struct Prompts {
-    pub warmup: Vec<u32>,
     pub timed: Vec<Vec<u32>>,
     pub seed: u64,
 }
@@ -39,25 +37,8 @@ impl Prompts {
             ids.extend((0..body).map(|i| stream[(start + i) % stream.len()]));
             ids
         };
-        let warmup = draw();
         let timed = (0..n).map(|_| draw()).collect();
-        Ok(Prompts {
-            warmup,
-            timed,
-            seed,
-        })
-    }
-
-    /// sha256 over every timed prompt's ids (little-endian u32, prompts in order): equal
-    /// digests mean the arms were given the same ids.
-    pub fn digest(&self) -> String {
-        let mut hash = Sha256::new();
-        for ids in &self.timed {
-            for id in ids {
-                hash.update(id.to_le_bytes());
-            }
-        }
-        hex(&hash.finalize())
+        Ok(Prompts { timed, seed })
     }
 }
 

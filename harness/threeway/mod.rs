@@ -4,6 +4,7 @@
 //! unquantized weights; raw samples, quality receipts and the packet go into one folder.
 
 mod envelope;
+mod meta;
 pub mod models;
 pub mod quality;
 mod runner;
@@ -15,9 +16,14 @@ use crate::arms::process::{EngineProcess, install_interrupt_handler, interrupted
 use crate::arms::{Arm, NotInstalled};
 use anyhow::{Context, Result, bail};
 use envelope::Prompts;
+use fak_harness::packet::summary::PacketMeta;
+use fak_harness::packet::{
+    self, Against, ArmHeader, ArmQuality, BucketMethods, EngineInfo, Envelope, HarnessInfo, Method,
+    PacketWriter, QualityComparison, QualityRule, QualityStatus, ReferenceEngine, Runtime, Weights,
+};
 use models::{Models, sha256_of};
 use quality::{ReferenceInfo, ReferenceRows};
-use runner::{ArmRecord, Plan, RawFile, Status};
+use runner::{Outcome, Plan};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -78,9 +84,6 @@ pub struct Args {
     /// Output positions teacher-forced after each quality prompt.
     #[arg(long, default_value_t = 16)]
     pub quality_tail: usize,
-    /// Reference top-2 logit margin under which a token difference counts as a near-tie.
-    #[arg(long, default_value_t = 0.01)]
-    pub tie_margin: f32,
     /// Do not run `harness selftest` first (the packet then says it was skipped).
     #[arg(long)]
     pub no_selftest: bool,
@@ -128,6 +131,7 @@ pub fn run(args: Args) -> Result<()> {
     let tokenizer = fak::tokenizer::Tokenizer::from_gguf(&gguf)?;
     let prompts = Prompts::build(&tokenizer, args.n_ctx, args.prompts, args.seed)?;
     let n_params: u64 = gguf.tensors().iter().map(|t| t.n_elements()).sum();
+    let decode_step_bytes = fak_harness::inspect::decode_step_bytes(gguf.tensors()).bytes;
     drop(gguf);
     let context = args.n_ctx + args.n_out.max(args.quality_tail) + 1;
 
@@ -140,48 +144,88 @@ pub fn run(args: Args) -> Result<()> {
     let (reference_info, reference) =
         reference(&args, &models, quality_prompts, n_params, context, &scratch)?;
 
-    let mut records = Vec::new();
+    let digests: Vec<String> = prompts
+        .timed
+        .iter()
+        .map(|p| packet::prompt_sha256(p))
+        .collect();
+    let envelope = Envelope {
+        model_path: models.gguf.display().to_string(),
+        model_sha256: sha256_of(&models.gguf)?,
+        model_bytes: std::fs::metadata(&models.gguf)?.len(),
+        decode_step_bytes: Some(decode_step_bytes),
+        n_ctx: args.n_ctx,
+        n_out: args.n_out,
+        n_prompts: args.prompts,
+        prompt_source: format!(
+            "{} consecutive ids of harness/threeway/corpus.txt (tokenized by the model) from ChaCha8 offsets, seed {}",
+            args.n_ctx, prompts.seed
+        ),
+        prompt_set_sha256: packet::prompt_set_sha256(&digests),
+        prompt_sha256: digests,
+        greedy: true,
+        ignore_eos: true,
+        warmup_requests: 1,
+    };
+    let mut writer = PacketWriter::create(&out)?;
+    let mut runs = Vec::new();
+    let mut adapter = selftest["adapter"].clone();
     for name in &args.arms {
         if interrupted() {
             break;
         }
-        let record = run_one(
-            name,
-            &args,
-            &models,
-            &prompts,
-            reference.as_deref(),
+        let ctx = ArmContext {
+            args: &args,
+            models: &models,
+            envelope: &envelope,
+            prompts: &prompts,
+            reference: reference.as_deref(),
             context,
-            &scratch,
-            &out,
-        )?;
-        records.push(record);
+            scratch: &scratch,
+        };
+        let run = run_one(name, &ctx, &mut writer)?;
+        if name == "fak-native" && adapter.is_null() {
+            adapter = run.facts["adapter"].clone();
+        }
+        runs.push(run);
     }
 
-    let parity = parity(&records, args.tie_margin);
-    let packet = packet::assemble(
-        &args,
-        &models,
-        &prompts,
+    write_quality(
+        &mut writer,
+        &runs,
         &reference_info,
-        &records,
-        &parity,
-        &selftest,
-        &out,
+        quality_prompts.len(),
+        args.quality_tail,
     )?;
-    let interrupted_run = records.iter().any(|r| r.status == Status::Interrupted) || interrupted();
-    eprintln!("threeway: packet {}", packet.display());
-    if interrupted_run {
+    let meta = PacketMeta {
+        created_utc: models::utc_now(),
+        harness: HarnessInfo {
+            version: env!("CARGO_PKG_VERSION").into(),
+            commit: std::env::var("FAK_COMMIT").ok(),
+            command: std::env::args().collect(),
+        },
+        hardware: meta::hardware(&adapter, &selftest["bandwidth"]),
+        toolchain: meta::toolchain(),
+        envelope,
+        method: Method::v1(&args.reference_arm),
+        selftest: meta::selftest(&selftest),
+    };
+    writer.finish(meta)?;
+    eprintln!(
+        "threeway: packet {}",
+        out.join(packet::PACKET_FILE).display()
+    );
+    if runs.iter().any(|r| r.outcome.interrupted) || interrupted() {
         eprintln!(
             "threeway: interrupted; what was measured is in {}",
             out.display()
         );
         std::process::exit(130);
     }
-    let failed: Vec<&str> = records
+    let failed: Vec<&str> = runs
         .iter()
-        .filter(|r| r.status == Status::Failed)
-        .map(|r| r.arm.as_str())
+        .filter(|r| r.outcome.failed.is_some())
+        .map(|r| r.name.as_str())
         .collect();
     if !failed.is_empty() {
         bail!(
@@ -193,74 +237,251 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_one(
-    name: &str,
-    args: &Args,
-    models: &Models,
-    prompts: &Prompts,
-    reference: Option<&[ReferenceRows]>,
+/// What every arm's run shares.
+struct ArmContext<'a> {
+    args: &'a Args,
+    models: &'a Models,
+    envelope: &'a Envelope,
+    prompts: &'a Prompts,
+    reference: Option<&'a [ReferenceRows]>,
     context: usize,
-    scratch: &Path,
-    out: &Path,
-) -> Result<ArmRecord> {
-    let raw = RawFile {
-        path: out.join(format!("{name}-raw.json")),
-    };
-    let arm: Result<Box<dyn Arm>, NotInstalled> = match name {
+    scratch: &'a Path,
+}
+
+/// One arm's run as the rest of the command needs it.
+struct ArmRun {
+    name: String,
+    facts: Value,
+    outcome: Outcome,
+}
+
+fn make_arm(name: &str, ctx: &ArmContext) -> Result<Box<dyn Arm>, NotInstalled> {
+    let (args, models, scratch) = (ctx.args, ctx.models, ctx.scratch.to_path_buf());
+    match name {
         "fak-native" => Ok(Box::new(FakNative::new(
             "fak-native",
             models.gguf.clone(),
-            context,
-            scratch.to_path_buf(),
+            ctx.context,
+            scratch,
         ))),
-        "llama.cpp" => llama_cpp::find_server(args.llama_server.as_deref()).map(|server| {
-            Box::new(LlamaCpp::new(
+        "llama.cpp" => {
+            let server = llama_cpp::find_server(args.llama_server.as_deref())?;
+            Ok(Box::new(LlamaCpp::new(
                 server,
                 models.gguf.clone(),
-                context,
+                ctx.context,
                 args.flash_attn.clone(),
                 quality::N_PROBS,
-                scratch.to_path_buf(),
-            )) as Box<dyn Arm>
-        }),
-        _ => match &models.mlx {
-            None => Err(NotInstalled(
-                "no MLX model directory: pass --mlx-model (e.g. from mlx_lm.convert -q)".into(),
-            )),
-            Some(dir) => mlx::find_python(args.python.as_deref()).map(|python| {
-                Box::new(Mlx::new(python, dir.clone(), scratch.to_path_buf())) as Box<dyn Arm>
-            }),
-        },
-    };
-    let runtime = if name == "fak-native" {
-        "native"
-    } else {
-        "reference"
-    };
-    let mut arm = match arm {
+                scratch,
+            )))
+        }
+        _ => {
+            let Some(dir) = &models.mlx else {
+                return Err(NotInstalled(
+                    "no MLX model directory: pass --mlx-model (e.g. from mlx_lm.convert -q)".into(),
+                ));
+            };
+            let python = mlx::find_python(args.python.as_deref())?;
+            Ok(Box::new(Mlx::new(python, dir.clone(), scratch)))
+        }
+    }
+}
+
+fn run_one(name: &str, ctx: &ArmContext, writer: &mut PacketWriter) -> Result<ArmRun> {
+    let mut arm = match make_arm(name, ctx) {
         Ok(arm) => arm,
         Err(NotInstalled(reason)) => {
             eprintln!("threeway: {name} skipped: {reason}");
-            let record = ArmRecord::skipped(name, runtime, reason, args.n_ctx, args.n_out);
-            raw.write(&record)?;
-            return Ok(record);
+            writer.skip_arm(header(name, None, &Value::Null, ctx)?, &reason)?;
+            let outcome = Outcome::default();
+            return Ok(ArmRun {
+                name: name.into(),
+                facts: Value::Null,
+                outcome,
+            });
         }
     };
-    let mut record = ArmRecord::new(arm.as_ref(), args.n_ctx, args.n_out);
-    let plan = Plan {
-        warmup: &prompts.warmup,
-        prompts: &prompts.timed,
-        n_out: args.n_out,
-        reference,
+    let started = arm.start();
+    let facts = started.as_ref().ok().cloned().unwrap_or(Value::Null);
+    let mut rec = writer.begin_arm(header(name, Some(arm.as_ref()), &facts, ctx)?)?;
+    let outcome = match started {
+        Ok(_) => {
+            eprintln!("threeway: {name} started (pid {})", arm.pid().unwrap_or(0));
+            let plan = Plan {
+                prompts: &ctx.prompts.timed,
+                n_out: ctx.args.n_out,
+                reference: ctx.reference,
+            };
+            runner::run_arm(arm.as_mut(), &plan, &mut rec)?
+        }
+        Err(e) => {
+            arm.stop();
+            let interrupted = e
+                .downcast_ref::<crate::arms::process::Interrupted>()
+                .is_some();
+            let text = format!("{e:#}");
+            eprintln!("threeway: {name} failed to start: {text}");
+            rec.fault(runner::fault_record(None, &text))?;
+            Outcome {
+                failed: (!interrupted).then_some(text),
+                interrupted,
+                quality: None,
+            }
+        }
     };
-    runner::run_arm(arm.as_mut(), &plan, &mut record, &raw)?;
-    if let Some(q) = &record.quality {
-        let path = out.join(format!("{name}-quality.json"));
-        std::fs::write(&path, serde_json::to_vec_pretty(q)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+    rec.finish()?;
+    Ok(ArmRun {
+        name: name.into(),
+        facts,
+        outcome,
+    })
+}
+
+/// The raw file's header: the engine as it reported itself, its weights, the envelope.
+fn header(name: &str, arm: Option<&dyn Arm>, facts: &Value, ctx: &ArmContext) -> Result<ArmHeader> {
+    let version = match name {
+        "fak-native" => facts["version"].as_str().map(|v| format!("fak {v}")),
+        "llama.cpp" => facts["build_info"].as_str().map(str::to_string),
+        _ => facts["mlx_lm"].as_str().map(|v| {
+            let text = |k: &str| facts[k].as_str().unwrap_or("?").to_string();
+            format!("mlx {} mlx-lm {v} ({})", text("mlx"), text("device"))
+        }),
     }
-    Ok(record)
+    .unwrap_or_else(|| "unknown (the engine did not report)".into());
+    let weights = match (name, &ctx.models.mlx) {
+        ("mlx", Some(dir)) => Weights {
+            path: dir.display().to_string(),
+            sha256: sha256_of(dir)?,
+            format: "mlx affine 4-bit group 64, its own conversion of the same float weights (sha256 over the folder's files)".into(),
+            same_as_envelope: false,
+        },
+        ("mlx", None) => Weights {
+            path: "none".into(),
+            sha256: "none".into(),
+            format: "none: no MLX model directory".into(),
+            same_as_envelope: false,
+        },
+        _ => Weights {
+            path: ctx.envelope.model_path.clone(),
+            sha256: ctx.envelope.model_sha256.clone(),
+            format: "gguf (the envelope's file)".into(),
+            same_as_envelope: true,
+        },
+    };
+    const NONE: &str = "not measured: the arm did not run";
+    let methods = arm.map_or(
+        crate::arms::Buckets {
+            queue: NONE,
+            setup: NONE,
+            prefill: NONE,
+            decode: NONE,
+            verification: NONE,
+            recovery: NONE,
+            other: NONE,
+        },
+        |a| a.bucket_methods(),
+    );
+    let flags = arm.map(|a| a.flags()).unwrap_or(Value::Null);
+    Ok(ArmHeader {
+        arm: name.into(),
+        runtime: Runtime::for_arm(name),
+        engine: EngineInfo {
+            name: name.into(),
+            version,
+            flags: flags_list(&flags),
+            build: (!facts.is_null()).then(|| facts.clone()),
+        },
+        weights,
+        envelope: ctx.envelope.arm_envelope(),
+        bucket_methods: BucketMethods {
+            queue: methods.queue.into(),
+            setup: methods.setup.into(),
+            prefill: methods.prefill.into(),
+            decode: methods.decode.into(),
+            verification: methods.verification.into(),
+            recovery: methods.recovery.into(),
+            other: methods.other.into(),
+        },
+    })
+}
+
+/// Flags as `key=value` words.
+fn flags_list(flags: &Value) -> Vec<String> {
+    match flags {
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => format!("{k}={s}"),
+                other => format!("{k}={other}"),
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `<arm>-quality.json` for every arm that started: each against the reference (what its
+/// weights cost), and llama.cpp against fak-native under strict-token-parity v1 (same GGUF).
+fn write_quality(
+    writer: &mut PacketWriter,
+    runs: &[ArmRun],
+    reference: &ReferenceInfo,
+    n_prompts: usize,
+    tail: usize,
+) -> Result<()> {
+    let rows = |name: &str| {
+        runs.iter()
+            .find(|r| r.name == name)
+            .and_then(|r| r.outcome.quality.as_ref())
+            .and_then(|q| q.as_ref().ok())
+    };
+    for run in runs {
+        let status = match &run.outcome.quality {
+            Some(Ok(_)) => QualityStatus::Ran,
+            Some(Err(why)) => QualityStatus::Skipped {
+                reason: why.clone(),
+            },
+            None if run.facts.is_null()
+                || run.outcome.failed.is_some()
+                || run.outcome.interrupted =>
+            {
+                continue;
+            }
+            None => QualityStatus::Skipped {
+                reason: reference.why.clone(),
+            },
+        };
+        let mut comparisons = Vec::new();
+        if let Some(Ok(arm_rows)) = &run.outcome.quality {
+            let top_k = arm_rows.top_k.then_some(quality::TOP_K as u32);
+            comparisons.push(QualityComparison::new(
+                reference.against.clone(),
+                QualityRule::QuantizationCost,
+                top_k,
+                quality::reference_receipts(arm_rows),
+            ));
+            if run.name == "llama.cpp"
+                && let Some(fak) = rows("fak-native")
+            {
+                comparisons.push(QualityComparison::new(
+                    Against::Arm {
+                        arm: "fak-native".into(),
+                    },
+                    QualityRule::parity_v1(),
+                    Some(quality::TOP_K as u32),
+                    quality::parity_receipts(fak, arm_rows),
+                ));
+            }
+        }
+        writer.write_quality(ArmQuality {
+            schema: String::new(),
+            arm: run.name.clone(),
+            status,
+            prompt_indices: (0..n_prompts).collect(),
+            output_positions: tail,
+            comparisons,
+        })?;
+    }
+    Ok(())
 }
 
 /// The reference rows for the quality pass: the CPU reference where it finishes in minutes,
@@ -275,9 +496,11 @@ fn reference(
 ) -> Result<(ReferenceInfo, Option<Vec<ReferenceRows>>)> {
     let Some(weights) = &models.reference else {
         let info = ReferenceInfo {
-            kind: "none".into(),
-            weights: String::new(),
-            weights_sha256: String::new(),
+            against: Against::Reference {
+                engine: ReferenceEngine::CpuReference,
+                weights: "none".into(),
+                weights_sha256: String::new(),
+            },
             why: "no unquantized weights (--reference-model): the comparison against the reference is skipped".into(),
         };
         return Ok((info, None));
@@ -312,9 +535,15 @@ fn reference(
         rows?
     };
     let info = ReferenceInfo {
-        kind: if cpu { "cpu-reference" } else { "fak-f32-gpu" }.into(),
-        weights: weights.display().to_string(),
-        weights_sha256: sha256_of(weights)?,
+        against: Against::Reference {
+            engine: if cpu {
+                ReferenceEngine::CpuReference
+            } else {
+                ReferenceEngine::FakF32Gpu
+            },
+            weights: reference_weights_type(weights)?,
+            weights_sha256: sha256_of(weights)?,
+        },
         why: format!(
             "{:.2e} multiply-accumulates ({} parameters × {rows_total} rows) {} the CPU budget of {:.0e}",
             macs,
@@ -324,21 +553,6 @@ fn reference(
         ),
     };
     Ok((info, Some(rows)))
-}
-
-fn parity(records: &[ArmRecord], tie_margin: f32) -> Option<quality::Parity> {
-    let find = |name: &str| {
-        records
-            .iter()
-            .find(|r| r.arm == name)
-            .and_then(|r| r.quality.as_ref())
-    };
-    let (a, b) = (find("fak-native")?, find("llama.cpp")?);
-    Some(quality::parity(
-        ("fak-native", a),
-        ("llama.cpp", b),
-        tie_margin,
-    ))
 }
 
 /// `harness selftest --json` in a child process (the harness itself never holds the GPU).
@@ -376,4 +590,18 @@ fn run_selftest(scratch: &Path) -> Result<Value> {
     Ok(result)
 }
 
-mod packet;
+/// `f32`, `f16` or `q8_0`: the reference file's `general.file_type`.
+fn reference_weights_type(path: &Path) -> Result<String> {
+    let gguf = fak::gguf::Gguf::open(path)?;
+    let file_type = gguf.metadata().u32("general.file_type").unwrap_or(u32::MAX);
+    Ok(match file_type {
+        0 => "f32",
+        1 => "f16",
+        7 => "q8_0",
+        _ => bail!(
+            "--reference-model {}: general.file_type {file_type} is neither unquantized (f32, f16) nor q8_0",
+            path.display()
+        ),
+    }
+    .into())
+}

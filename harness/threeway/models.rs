@@ -19,8 +19,6 @@ pub struct Models {
     pub reference: Option<PathBuf>,
     /// MLX's own model directory, when there is one.
     pub mlx: Option<PathBuf>,
-    /// `synthetic qwen3 tiny seed 1` or `user`.
-    pub origin: String,
 }
 
 /// `${FAK_CACHE:-~/.cache/fak}`.
@@ -56,7 +54,6 @@ impl Models {
                 .map(|p| check("--reference-model", p, false))
                 .transpose()?,
             mlx: mlx.map(|p| check("--mlx-model", p, true)).transpose()?,
-            origin: "user".into(),
         })
     }
 
@@ -72,7 +69,6 @@ impl Models {
             gguf: dir.join("model-q4_k_m.gguf"),
             reference: Some(dir.join("reference-f32.gguf")),
             mlx: Some(dir.join("mlx-4bit")),
-            origin: format!("synthetic qwen3 {TINY_PRESET} seed {TINY_SEED}"),
         };
         if dir.is_dir() {
             return Ok(at(&dir));
@@ -154,8 +150,13 @@ pub fn host_name() -> String {
     }
 }
 
-/// UTC now as `YYYYMMDDTHHMMSSZ` (days from the civil calendar algorithm, no time crate).
+/// UTC now as `YYYYMMDDTHHMMSSZ` (folder names).
 pub fn utc_stamp() -> String {
+    utc_now().replace(['-', ':'], "")
+}
+
+/// UTC now as ISO 8601 `YYYY-MM-DDTHH:MM:SSZ` (days from the civil calendar algorithm).
+pub fn utc_now() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -170,7 +171,7 @@ pub fn utc_stamp() -> String {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     format!(
-        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
         rem / 3600,
         rem % 3600 / 60,
         rem % 60

@@ -9,7 +9,7 @@ use crate::arms::{Arm, Logits};
 use anyhow::{Context, Result, bail};
 use fak::gguf::Gguf;
 use fak::reference::{DenseReference, Reference as _, ops::argmax};
-use serde::Serialize;
+use fak_harness::packet::{Against, PositionReceipt};
 use std::path::Path;
 
 /// Entries of the reference's top-k over which top-k-only engines are compared.
@@ -18,9 +18,6 @@ pub const TOP_K: usize = 16;
 /// always lies inside it.
 pub const N_PROBS: usize = 64;
 
-/// `strict-token-parity v1` thresholds.
-pub const PARITY_MIN_COSINE: f64 = 0.9999;
-
 /// The reference's rows for one quality prompt.
 pub struct ReferenceRows {
     /// The prompt plus the reference's greedy continuation.
@@ -28,14 +25,9 @@ pub struct ReferenceRows {
     pub logits: Vec<Vec<f32>>,
 }
 
-/// Which reference ran, on which weights.
-#[derive(Clone, Debug, Serialize)]
+/// Which reference ran, on which weights, and why that one.
 pub struct ReferenceInfo {
-    /// `cpu-reference` (fak::reference, f32 math, f64 sums) or `fak-f32-gpu` (fak's engine on the
-    /// unquantized file, itself checked against the CPU reference by selftest).
-    pub kind: String,
-    pub weights: String,
-    pub weights_sha256: String,
+    pub against: Against,
     pub why: String,
 }
 
@@ -81,7 +73,6 @@ pub fn arm_reference(
 }
 
 /// One compared row.
-#[derive(Clone, Debug, Serialize)]
 pub struct Row {
     /// Index of the id after which these logits come (0-based; `n_ctx − 1` predicts output 1).
     pub position: usize,
@@ -92,34 +83,18 @@ pub struct Row {
     pub reference_margin: f32,
     /// Cosine of the full logit vectors (None for top-k-only engines).
     pub cosine: Option<f64>,
-    /// Cosine over the reference's top-k ids, both sides mean-centred (shift-invariant, so
-    /// log-probabilities and logits compare alike); None when the arm lacks one of those ids.
-    pub topk_cosine: Option<f64>,
-    /// Reference top-k ids missing from the arm's answer (top-k-only engines).
-    pub topk_missing: usize,
+    /// Cosine over the reference's top-k ids the arm returned, both sides mean-centred
+    /// (shift-invariant, so log-probabilities and logits compare alike).
+    pub topk_cosine: f64,
     /// The arm's values at the reference's top-k ids (NaN where missing), kept for parity.
-    #[serde(skip)]
     pub topk_values: Vec<f32>,
 }
 
 /// An arm's rows against the reference, per quality prompt.
-#[derive(Clone, Debug, Serialize)]
-pub struct ArmQuality {
-    /// `full-logits` or `top-k` (the engine exposes only top-k log-probabilities).
-    pub compared_over: String,
+pub struct ArmRows {
+    /// The engine exposed only top-k log-probabilities (compared over the reference's top-k).
+    pub top_k: bool,
     pub prompts: Vec<Vec<Row>>,
-    pub summary: Summary,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Summary {
-    pub rows: usize,
-    pub greedy_agreement: f64,
-    pub cosine_min: Option<f64>,
-    pub cosine_mean: Option<f64>,
-    pub topk_cosine_min: Option<f64>,
-    pub topk_cosine_mean: Option<f64>,
-    pub topk_rows_missing_ids: usize,
 }
 
 /// Compares an arm's logits for one prompt with the reference's.
@@ -168,123 +143,56 @@ pub fn compare(reference: &ReferenceRows, arm: &Logits) -> Result<Vec<Row>> {
                     (token, None, values)
                 }
             };
-            let topk_missing = values.iter().filter(|v: &&f32| v.is_nan()).count();
-            let topk_cosine = (topk_missing == 0).then(|| centred_cosine(&values, &want_top));
             Ok(Row {
                 position: i,
                 token,
                 reference_token: argmax(want),
                 reference_margin: margin(want),
                 cosine,
-                topk_cosine,
-                topk_missing,
+                topk_cosine: centred_cosine_present(&values, &want_top),
                 topk_values: values,
             })
         })
         .collect()
 }
 
-pub fn summarize(compared_over: &str, prompts: Vec<Vec<Row>>) -> ArmQuality {
-    let rows: Vec<&Row> = prompts.iter().flatten().collect();
-    let agree = rows.iter().filter(|r| r.token == r.reference_token).count();
-    let stats = |values: Vec<f64>| {
-        let min = values.iter().copied().reduce(f64::min);
-        let mean = (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64);
-        (min, mean)
-    };
-    let (cosine_min, cosine_mean) = stats(rows.iter().filter_map(|r| r.cosine).collect());
-    let (topk_cosine_min, topk_cosine_mean) =
-        stats(rows.iter().filter_map(|r| r.topk_cosine).collect());
-    let summary = Summary {
-        rows: rows.len(),
-        greedy_agreement: agree as f64 / rows.len().max(1) as f64,
-        cosine_min,
-        cosine_mean,
-        topk_cosine_min,
-        topk_cosine_mean,
-        topk_rows_missing_ids: rows.iter().filter(|r| r.topk_missing > 0).count(),
-    };
-    ArmQuality {
-        compared_over: compared_over.into(),
-        prompts,
-        summary,
-    }
-}
-
-/// One row of strict-token-parity v1 between two arms on the same weights.
-#[derive(Clone, Debug, Serialize)]
-pub struct ParityRow {
-    pub prompt: usize,
-    pub position: usize,
-    pub token_a: u32,
-    pub token_b: u32,
-    pub reference_margin: f32,
-    pub topk_cosine: Option<f64>,
-    /// The tokens differ but the reference's top-2 margin is below the tie threshold.
-    pub near_tie: bool,
-    pub pass: bool,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Parity {
-    pub rule: &'static str,
-    pub arms: [String; 2],
-    pub min_cosine: f64,
-    pub tie_margin: f32,
-    pub compared_over: String,
-    pub rows: usize,
-    pub pass: bool,
-    /// Every row that differs in token, misses the cosine, or is a near-tie.
-    pub exceptions: Vec<ParityRow>,
-    pub cosine_min: Option<f64>,
-}
-
-pub const PARITY_RULE: &str = "strict-token-parity v1: on every compared row, the cosine of the two arms' values over the reference's top-16 ids (mean-centred) is at least 0.9999, and the greedy tokens are identical except where the reference's top-2 logit margin is below the tie threshold (those rows are listed as near-ties)";
-
-/// strict-token-parity v1 between two arms' rows (both compared to the same reference).
-pub fn parity(a: (&str, &ArmQuality), b: (&str, &ArmQuality), tie_margin: f32) -> Parity {
-    let mut exceptions = Vec::new();
-    let mut cosines = Vec::new();
-    let mut rows = 0;
-    for (p, (ra, rb)) in a.1.prompts.iter().zip(&b.1.prompts).enumerate() {
-        for (x, y) in ra.iter().zip(rb) {
-            rows += 1;
-            let complete = !x
-                .topk_values
-                .iter()
-                .chain(&y.topk_values)
-                .any(|v| v.is_nan());
-            let cos = complete.then(|| centred_cosine(&x.topk_values, &y.topk_values));
-            cosines.extend(cos);
-            let same = x.token == y.token;
-            let near_tie = !same && x.reference_margin < tie_margin;
-            let cos_ok = cos.is_some_and(|c| c >= PARITY_MIN_COSINE);
-            let pass = cos_ok && (same || near_tie);
-            if !pass || near_tie {
-                exceptions.push(ParityRow {
-                    prompt: p,
-                    position: x.position,
-                    token_a: x.token,
-                    token_b: y.token,
-                    reference_margin: x.reference_margin,
-                    topk_cosine: cos,
-                    near_tie,
-                    pass,
-                });
-            }
+/// The receipts of an arm against the reference: full-logit cosines, or (top-k engines) the
+/// centred cosine over the reference's top-k.
+pub fn reference_receipts(arm: &ArmRows) -> Vec<PositionReceipt> {
+    let mut out = Vec::new();
+    for (p, rows) in arm.prompts.iter().enumerate() {
+        for r in rows {
+            out.push(PositionReceipt {
+                prompt_index: p,
+                position: r.position,
+                cosine: r.cosine.unwrap_or(r.topk_cosine),
+                greedy_reference: r.reference_token,
+                greedy_arm: r.token,
+                reference_top2_margin: f64::from(r.reference_margin),
+            });
         }
     }
-    Parity {
-        rule: PARITY_RULE,
-        arms: [a.0.to_string(), b.0.to_string()],
-        min_cosine: PARITY_MIN_COSINE,
-        tie_margin,
-        compared_over: format!("the reference's top-{TOP_K} ids, mean-centred"),
-        rows,
-        pass: rows > 0 && exceptions.iter().all(|e| e.pass),
-        exceptions,
-        cosine_min: cosines.into_iter().reduce(f64::min),
+    out
+}
+
+/// strict-token-parity receipts of arm `b` against arm `a` (same weights): the centred cosine of
+/// their values over the reference's top-k ids, `a`'s greedy token in the reference column, the
+/// reference's top-2 margin.
+pub fn parity_receipts(a: &ArmRows, b: &ArmRows) -> Vec<PositionReceipt> {
+    let mut out = Vec::new();
+    for (p, (ra, rb)) in a.prompts.iter().zip(&b.prompts).enumerate() {
+        for (x, y) in ra.iter().zip(rb) {
+            out.push(PositionReceipt {
+                prompt_index: p,
+                position: x.position,
+                cosine: centred_cosine_present(&x.topk_values, &y.topk_values),
+                greedy_reference: x.token,
+                greedy_arm: y.token,
+                reference_top2_margin: f64::from(x.reference_margin),
+            });
+        }
     }
+    out
 }
 
 fn top_k(logits: &[f32], k: usize) -> Vec<u32> {
@@ -318,6 +226,21 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
     ab / (aa.sqrt() * bb.sqrt())
 }
 
+/// The centred cosine over the entries both sides have (NaN marks a missing one); 0 when fewer
+/// than two remain, which fails any threshold.
+fn centred_cosine_present(a: &[f32], b: &[f32]) -> f64 {
+    let (a, b): (Vec<f32>, Vec<f32>) = a
+        .iter()
+        .zip(b)
+        .filter(|(x, y)| !x.is_nan() && !y.is_nan())
+        .map(|(&x, &y)| (x, y))
+        .unzip();
+    if a.len() < 2 {
+        return 0.0;
+    }
+    centred_cosine(&a, &b)
+}
+
 fn centred_cosine(a: &[f32], b: &[f32]) -> f64 {
     let centre = |v: &[f32]| {
         let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / v.len().max(1) as f64;
@@ -343,45 +266,36 @@ mod tests {
         };
         let top = top_k(&logits, N_PROBS);
         let logprobs = |shift: f32, bump: f32| {
-            Logits::TopK(vec![
-                top.iter()
-                    .enumerate()
-                    .map(|(i, &id)| {
-                        (
-                            id,
-                            logits[id as usize] - shift + if i == 3 { bump } else { 0.0 },
-                        )
-                    })
-                    .collect(),
-            ])
+            let row = top
+                .iter()
+                .enumerate()
+                .map(|(i, &id)| {
+                    let extra = if i == 3 { bump } else { 0.0 };
+                    (id, logits[id as usize] - shift + extra)
+                })
+                .collect();
+            Logits::TopK(vec![row])
         };
         let same = compare(&reference, &logprobs(7.5, 0.0)).unwrap();
-        assert!(same[0].topk_cosine.unwrap() > 1.0 - 1e-12);
+        assert!(same[0].topk_cosine > 1.0 - 1e-12);
         assert_eq!(same[0].token, same[0].reference_token);
         let changed = compare(&reference, &logprobs(7.5, 0.5)).unwrap();
-        assert!(changed[0].topk_cosine.unwrap() < PARITY_MIN_COSINE);
+        assert!(changed[0].topk_cosine < 0.9999);
     }
 
-    /// A token flip passes parity only where the reference margin is below the tie threshold,
-    /// and is listed either way.
+    /// A reference top-k id the engine did not return is counted and left out of the cosine.
     #[test]
-    fn parity_excuses_only_recorded_near_ties() {
-        let row = |token: u32, margin: f32| Row {
-            position: 0,
-            token,
-            reference_token: 1,
-            reference_margin: margin,
-            cosine: None,
-            topk_cosine: None,
-            topk_missing: 0,
-            topk_values: vec![1.0, 0.5, 0.25],
+    fn missing_topk_ids_are_counted_not_invented() {
+        let logits: Vec<f32> = (0..40).map(|i| i as f32 * 0.25).collect();
+        let reference = ReferenceRows {
+            ids: vec![0],
+            logits: vec![logits.clone()],
         };
-        let arm = |token, margin| summarize("top-k", vec![vec![row(token, margin)]]);
-        let tie = parity(("a", &arm(1, 0.001)), ("b", &arm(2, 0.001)), 0.01);
-        assert!(tie.pass && tie.exceptions.len() == 1 && tie.exceptions[0].near_tie);
-        let flip = parity(("a", &arm(1, 0.5)), ("b", &arm(2, 0.5)), 0.01);
-        assert!(!flip.pass);
-        let same = parity(("a", &arm(1, 0.5)), ("b", &arm(1, 0.5)), 0.01);
-        assert!(same.pass && same.exceptions.is_empty());
+        let top = top_k(&logits, 10);
+        let row = top.iter().map(|&id| (id, logits[id as usize])).collect();
+        let rows = compare(&reference, &Logits::TopK(vec![row])).unwrap();
+        let missing = rows[0].topk_values.iter().filter(|v| v.is_nan()).count();
+        assert_eq!(missing, TOP_K - 10);
+        assert!(rows[0].topk_cosine > 1.0 - 1e-12);
     }
 }

@@ -1,325 +1,229 @@
-//! One arm's run: start, one uncounted warm-up, the timed requests (each sample written to the
-//! raw file the moment it arrives), the untimed quality pass, stop. An engine that dies is
-//! restarted once — the restart is charged to the lost request's `recovery` bucket — and the
-//! request is sent again; a second death ends the arm with what it has measured.
+//! One arm's run: start, one uncounted warm-up (the first envelope prompt), the timed requests
+//! (each sample written to `<arm>-raw.json` by the packet writer the moment it arrives), the
+//! untimed quality pass, stop. An engine that dies is restarted once — the restart is charged
+//! to the lost request's `recovery` bucket — and the request is sent again; a second death ends
+//! the arm with what it has measured.
 
-use super::quality::{self, ArmQuality, ReferenceRows};
+use super::quality::{self, ArmRows, ReferenceRows};
 use crate::arms::process::{Interrupted, gpu_memory_bytes, now_ns};
-use crate::arms::{Arm, Buckets, ExitInfo, Timed};
+use crate::arms::{Arm, ExitInfo, Timed};
 use anyhow::Result;
-use serde::Serialize;
-use std::path::PathBuf;
-
-/// What happened to an arm.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    /// Every timed request measured.
-    Ran,
-    /// Not installed here, with the reason; nothing measured or estimated.
-    Skipped,
-    /// The engine failed (at start, or twice during the run): what was measured is kept.
-    Failed,
-    /// Ctrl-C or SIGTERM stopped the run: what was measured is kept.
-    Interrupted,
-}
-
-/// One timed request as the raw file records it.
-#[derive(Clone, Debug, Serialize)]
-pub struct Sample {
-    /// Index of the prompt in the envelope.
-    pub prompt: usize,
-    #[serde(flatten)]
-    pub timed: Timed,
-    /// The request's wall clock: done − sent (ns); the buckets sum to it.
-    pub wall_ns: u64,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Fault {
-    /// `start`, `warmup`, `request 3`, `quality`.
-    pub during: String,
-    pub error: String,
-    pub at_ns: u64,
-}
-
-/// Everything one arm produced; written as `<arm>-raw.json` after every change.
-#[derive(Clone, Debug, Serialize)]
-pub struct ArmRecord {
-    pub arm: String,
-    pub runtime: String,
-    pub status: Status,
-    pub reason: Option<String>,
-    pub flags: serde_json::Value,
-    pub facts: serde_json::Value,
-    pub bucket_methods: Buckets<String>,
-    pub n_ctx: usize,
-    pub n_out: usize,
-    pub warmup: Option<Sample>,
-    pub samples: Vec<Sample>,
-    pub faults: Vec<Fault>,
-    pub restarts: usize,
-    /// Peak resident memory of each engine process this arm started (getrusage via wait4).
-    pub exits: Vec<ExitInfo>,
-    pub peak_rss_bytes: Option<u64>,
-    /// Largest GPU memory the OS reported for the engine process (None: not reported).
-    pub peak_gpu_bytes: Option<u64>,
-    pub gpu_memory_source: String,
-    #[serde(skip)]
-    pub quality: Option<ArmQuality>,
-}
-
-impl ArmRecord {
-    pub fn new(arm: &dyn Arm, n_ctx: usize, n_out: usize) -> ArmRecord {
-        let m = arm.bucket_methods();
-        let s = |v: &str| v.to_string();
-        ArmRecord {
-            arm: arm.name().into(),
-            runtime: arm.runtime().into(),
-            status: Status::Ran,
-            reason: None,
-            flags: arm.flags(),
-            facts: serde_json::Value::Null,
-            bucket_methods: Buckets {
-                queue: s(m.queue),
-                setup: s(m.setup),
-                prefill: s(m.prefill),
-                decode: s(m.decode),
-                verification: s(m.verification),
-                recovery: s(m.recovery),
-                other: s(m.other),
-            },
-            n_ctx,
-            n_out,
-            warmup: None,
-            samples: Vec::new(),
-            faults: Vec::new(),
-            restarts: 0,
-            exits: Vec::new(),
-            peak_rss_bytes: None,
-            peak_gpu_bytes: None,
-            gpu_memory_source: "nvidia-smi per-process accounting; not reported elsewhere".into(),
-            quality: None,
-        }
-    }
-
-    pub fn skipped(name: &str, runtime: &str, reason: String, n_ctx: usize, n_out: usize) -> Self {
-        ArmRecord {
-            arm: name.into(),
-            runtime: runtime.into(),
-            status: Status::Skipped,
-            reason: Some(reason),
-            flags: serde_json::Value::Null,
-            facts: serde_json::Value::Null,
-            bucket_methods: Buckets::default(),
-            n_ctx,
-            n_out,
-            warmup: None,
-            samples: Vec::new(),
-            faults: Vec::new(),
-            restarts: 0,
-            exits: Vec::new(),
-            peak_rss_bytes: None,
-            peak_gpu_bytes: None,
-            gpu_memory_source: String::new(),
-            quality: None,
-        }
-    }
-}
-
-/// Where the raw file goes and how it is written (whole, through a temporary file, so a reader
-/// never sees half a file and a crash leaves the last complete version).
-pub struct RawFile {
-    pub path: PathBuf,
-}
-
-impl RawFile {
-    pub fn write(&self, record: &ArmRecord) -> Result<()> {
-        let tmp = self.path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(record)?)?;
-        std::fs::rename(&tmp, &self.path)?;
-        Ok(())
-    }
-}
+use fak_harness::packet::{self, ArmRecorder, Fault, MemoryPeak, RequestSample};
 
 pub struct Plan<'a> {
-    pub warmup: &'a [u32],
     pub prompts: &'a [Vec<u32>],
     pub n_out: usize,
     /// Reference rows for the quality prompts (the first `reference.len()` prompts).
     pub reference: Option<&'a [ReferenceRows]>,
 }
 
-/// Runs one arm to the end (or to its second death, or Ctrl-C).
-pub fn run_arm(
-    arm: &mut dyn Arm,
-    plan: &Plan,
-    record: &mut ArmRecord,
-    raw: &RawFile,
-) -> Result<()> {
-    let name = arm.name();
-    let result = drive(arm, plan, record, raw);
-    let exit = arm.stop();
-    record.peak_rss_bytes = record.peak_rss_bytes.max(exit.peak_rss_bytes);
-    if exit.status.is_empty() {
-        // Never started: nothing to record.
-    } else {
-        record.exits.push(exit);
-    }
-    if let Err(e) = result {
-        if e.downcast_ref::<Interrupted>().is_some() {
-            record.status = Status::Interrupted;
-            record.reason = Some("interrupted (Ctrl-C or SIGTERM)".into());
-        } else {
-            record.status = Status::Failed;
-            record.reason = Some(format!("{e:#}"));
-            eprintln!("threeway: {name} failed: {e:#}");
-        }
-    }
-    raw.write(record)?;
-    Ok(())
+/// How an arm ended, beyond what its raw file says.
+#[derive(Default)]
+pub struct Outcome {
+    /// Why the arm stopped early (None: every request measured).
+    pub failed: Option<String>,
+    pub interrupted: bool,
+    /// The quality rows, or why there are none.
+    pub quality: Option<Result<ArmRows, String>>,
 }
 
-fn drive(arm: &mut dyn Arm, plan: &Plan, record: &mut ArmRecord, raw: &RawFile) -> Result<()> {
-    let name = arm.name();
-    start(arm, record, "start")?;
-    let warm = arm.generate(plan.warmup, plan.n_out);
-    match warm {
-        Ok(t) => record.warmup = Some(sample(usize::MAX, t)),
-        Err(e) => {
-            fault(record, "warmup", &e)?;
-            restart(arm, record, plan)?;
+/// Runs one started arm to the end (or to its second death, or Ctrl-C), recording into `rec`.
+pub fn run_arm(arm: &mut dyn Arm, plan: &Plan, rec: &mut ArmRecorder) -> Result<Outcome> {
+    let mut state = State {
+        restarts: 0,
+        peak_rss: None,
+        peak_gpu: None,
+    };
+    let mut outcome = Outcome::default();
+    let result = drive(arm, plan, rec, &mut state, &mut outcome);
+    let exit = arm.stop();
+    state.exited(&exit);
+    rec.set_memory(MemoryPeak {
+        resident_bytes: state.peak_rss,
+        gpu_bytes: state.peak_gpu,
+        how: "resident: ru_maxrss of each engine process (wait4); GPU: nvidia-smi per-process accounting where present, else not reported".into(),
+    })?;
+    if let Err(e) = result {
+        if e.downcast_ref::<Interrupted>().is_some() {
+            outcome.interrupted = true;
+            rec.fault(Fault {
+                request_index: None,
+                what: "interrupted (Ctrl-C or SIGTERM): the run stopped here".into(),
+                stderr_tail: None,
+            })?;
+        } else {
+            eprintln!("threeway: {} failed: {e:#}", arm.name());
+            outcome.failed = Some(format!("{e:#}"));
         }
     }
-    sample_gpu_memory(arm, record);
-    raw.write(record)?;
-    for (i, prompt) in plan.prompts.iter().enumerate() {
+    Ok(outcome)
+}
+
+struct State {
+    restarts: usize,
+    peak_rss: Option<u64>,
+    peak_gpu: Option<u64>,
+}
+
+impl State {
+    fn exited(&mut self, exit: &ExitInfo) {
+        self.peak_rss = self.peak_rss.max(exit.peak_rss_bytes);
+    }
+}
+
+fn drive(
+    arm: &mut dyn Arm,
+    plan: &Plan,
+    rec: &mut ArmRecorder,
+    state: &mut State,
+    outcome: &mut Outcome,
+) -> Result<()> {
+    let name = arm.name();
+    // The warm-up is the first envelope prompt, recorded but not counted.
+    let requests = std::iter::once((0, true)).chain((0..plan.prompts.len()).map(|p| (p, false)));
+    for (prompt_index, warmup) in requests {
+        let prompt = &plan.prompts[prompt_index];
+        let index = rec.next_index();
         let first_sent = now_ns();
         let mut crashed = false;
-        let mut timed = loop {
+        let timed = loop {
             match arm.generate(prompt, plan.n_out) {
                 Ok(t) => break t,
                 Err(e) => {
-                    fault(record, &format!("request {i}"), &e)?;
-                    raw.write(record)?;
-                    restart(arm, record, plan)?;
+                    fault(rec, Some(index), &e)?;
+                    restart(arm, rec, state, plan)?;
                     crashed = true;
                 }
             }
         };
-        if crashed {
-            // Time lost to the crash and the restart (with its warm-up) belongs to this request.
-            timed.buckets.recovery = timed.sent_ns - first_sent;
-            timed.sent_ns = first_sent;
-        }
         if timed.tokens.len() != plan.n_out {
             let e = anyhow::anyhow!("returned {} tokens, not {}", timed.tokens.len(), plan.n_out);
-            fault(record, &format!("request {i}"), &e)?;
+            fault(rec, Some(index), &e)?;
         }
-        let s = sample(i, timed);
-        if s.timed.buckets.total() != s.wall_ns {
-            let e = anyhow::anyhow!(
-                "buckets sum to {} ns, the wall clock says {} ns",
-                s.timed.buckets.total(),
-                s.wall_ns
-            );
-            fault(record, &format!("request {i}"), &e)?;
-        }
+        // Time lost to the crash and the restart (with its warm-up) belongs to this request.
+        let recovery = if crashed {
+            timed.sent_ns - first_sent
+        } else {
+            0
+        };
+        let sample = sample(index, prompt_index, warmup, prompt, &timed, recovery);
         eprintln!(
-            "threeway: {name} request {}/{}: {} tokens, TTFT {:.2} ms, decode {:.2} ms",
-            i + 1,
+            "threeway: {name} {} {}/{}: {} tokens, TTFT {:.2} ms, decode {:.2} ms",
+            if warmup { "warm-up" } else { "request" },
+            if warmup { 0 } else { prompt_index + 1 },
             plan.prompts.len(),
-            s.timed.tokens.len(),
-            (s.timed.buckets.queue + s.timed.buckets.setup + s.timed.buckets.prefill) as f64 / 1e6,
-            s.timed.buckets.decode as f64 / 1e6
+            timed.tokens.len(),
+            sample.buckets.ttft() * 1e3,
+            sample.buckets.decode_s * 1e3
         );
-        record.samples.push(s);
-        raw.write(record)?;
-    }
-    sample_gpu_memory(arm, record);
-    if let Some(reference) = plan.reference {
-        match quality_pass(arm, reference) {
-            Ok(q) => record.quality = Some(q),
-            Err(e) => {
-                fault(record, "quality", &e)?;
-            }
+        rec.record(sample)?;
+        if warmup {
+            sample_gpu_memory(arm, state);
         }
+    }
+    sample_gpu_memory(arm, state);
+    if let Some(reference) = plan.reference {
+        outcome.quality = Some(match quality_pass(arm, reference) {
+            Ok(rows) => Ok(rows),
+            Err(e) if e.downcast_ref::<Interrupted>().is_some() => return Err(e),
+            Err(e) => {
+                fault(rec, None, &e)?;
+                Err(format!("the quality pass failed: {e:#}"))
+            }
+        });
     }
     Ok(())
 }
 
-fn quality_pass(arm: &mut dyn Arm, reference: &[ReferenceRows]) -> Result<ArmQuality> {
+fn quality_pass(arm: &mut dyn Arm, reference: &[ReferenceRows]) -> Result<ArmRows> {
     let mut prompts = Vec::with_capacity(reference.len());
-    let mut over = "full-logits";
+    let mut top_k = false;
     for rows in reference {
         let logits = arm.logits(&rows.ids)?;
-        if matches!(logits, crate::arms::Logits::TopK(_)) {
-            over = "top-k";
-        }
+        top_k |= matches!(logits, crate::arms::Logits::TopK(_));
         prompts.push(quality::compare(rows, &logits)?);
     }
-    Ok(quality::summarize(over, prompts))
+    Ok(ArmRows { top_k, prompts })
 }
 
-fn sample(prompt: usize, timed: Timed) -> Sample {
-    Sample {
-        prompt,
-        wall_ns: timed.done_ns - timed.sent_ns,
-        timed,
-    }
-}
-
-fn start(arm: &mut dyn Arm, record: &mut ArmRecord, during: &str) -> Result<()> {
-    match arm.start() {
-        Ok(facts) => {
-            eprintln!(
-                "threeway: {} started (pid {})",
-                arm.name(),
-                arm.pid().unwrap_or(0)
-            );
-            record.facts = facts;
-            Ok(())
-        }
-        Err(e) => {
-            fault(record, during, &e)?;
-            Err(e)
-        }
+/// The raw file's form of a request: seconds; token times from the (last) send.
+fn sample(
+    index: usize,
+    prompt_index: usize,
+    warmup: bool,
+    prompt: &[u32],
+    t: &Timed,
+    recovery_ns: u64,
+) -> RequestSample {
+    let s = |ns: u64| ns as f64 * 1e-9;
+    let b = &t.buckets;
+    RequestSample {
+        index,
+        prompt_index,
+        warmup,
+        prompt_sha256: packet::prompt_sha256(prompt),
+        buckets: packet::Buckets {
+            queue_s: s(b.queue),
+            setup_s: s(b.setup),
+            prefill_s: s(b.prefill),
+            decode_s: s(b.decode),
+            verification_s: s(b.verification),
+            recovery_s: s(recovery_ns),
+            other_s: s(b.other),
+        },
+        wall_s: s(t.done_ns - t.sent_ns + recovery_ns),
+        token_times_s: t.token_ns.iter().map(|&ns| s(ns - t.sent_ns)).collect(),
+        token_ids: t.tokens.clone(),
+        engine_timings: (!t.engine.is_null()).then(|| t.engine.clone()),
     }
 }
 
 /// Records a fault; an interruption is not a fault of the engine and propagates as is.
-fn fault(record: &mut ArmRecord, during: &str, e: &anyhow::Error) -> Result<()> {
+fn fault(rec: &mut ArmRecorder, request: Option<usize>, e: &anyhow::Error) -> Result<()> {
     if e.downcast_ref::<Interrupted>().is_some() {
         return Err(Interrupted.into());
     }
-    eprintln!("threeway: {} fault during {during}: {e:#}", record.arm);
-    record.faults.push(Fault {
-        during: during.into(),
-        error: format!("{e:#}"),
-        at_ns: now_ns(),
-    });
+    let text = format!("{e:#}");
+    eprintln!("threeway: fault: {text}");
+    rec.fault(fault_record(request, &text))?;
     Ok(())
+}
+
+/// A fault as the raw file keeps it; the engine's last log lines, which `EngineProcess::died`
+/// appends to its message, go to `stderr_tail`.
+pub fn fault_record(request: Option<usize>, text: &str) -> Fault {
+    let (what, tail) = match text.split_once("; last lines of ") {
+        Some((what, tail)) => (what.to_string(), Some(tail.to_string())),
+        None => (text.to_string(), None),
+    };
+    Fault {
+        request_index: request,
+        what,
+        stderr_tail: tail,
+    }
 }
 
 /// The one restart an arm gets: stop what is left, start fresh, warm up again.
-fn restart(arm: &mut dyn Arm, record: &mut ArmRecord, plan: &Plan) -> Result<()> {
+fn restart(arm: &mut dyn Arm, rec: &mut ArmRecorder, state: &mut State, plan: &Plan) -> Result<()> {
     let exit = arm.stop();
-    record.peak_rss_bytes = record.peak_rss_bytes.max(exit.peak_rss_bytes);
-    record.exits.push(exit);
-    if record.restarts > 0 {
+    state.exited(&exit);
+    if state.restarts > 0 {
         anyhow::bail!("{} died again after its one restart", arm.name());
     }
-    record.restarts += 1;
-    start(arm, record, "restart")?;
-    if let Err(e) = arm.generate(plan.warmup, plan.n_out) {
-        fault(record, "restart warm-up", &e)?;
-        return Err(e);
-    }
+    state.restarts += 1;
+    arm.start()?;
+    eprintln!(
+        "threeway: {} started (pid {})",
+        arm.name(),
+        arm.pid().unwrap_or(0)
+    );
+    rec.restarted()?;
+    arm.generate(&plan.prompts[0], plan.n_out)?;
     Ok(())
 }
 
-fn sample_gpu_memory(arm: &dyn Arm, record: &mut ArmRecord) {
+fn sample_gpu_memory(arm: &dyn Arm, state: &mut State) {
     if let Some(bytes) = arm.pid().and_then(gpu_memory_bytes) {
-        record.peak_gpu_bytes = record.peak_gpu_bytes.max(Some(bytes));
+        state.peak_gpu = state.peak_gpu.max(Some(bytes));
     }
 }
