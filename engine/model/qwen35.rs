@@ -631,6 +631,28 @@ impl HybridModel {
         })
     }
 
+    /// The layers over `n` tokens of the one sequence, then the head on the last `tail` rows.
+    fn encode(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        n: u32,
+        kind: StepKind,
+        tail: u32,
+    ) -> Result<usize, GpuError> {
+        let batch = self.delta.sequence.record(encoder, n)?;
+        let layers = {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("hybrid layers"),
+                timestamp_writes: None,
+            });
+            self.encode_layers(&mut pass, batch)?
+        };
+        Ok(layers
+            + self
+                .head
+                .encode(&self.kernels, encoder, &self.x, n, tail, kind)?)
+    }
+
     /// The GDN layers' states (one sequence slot each), in layer order.
     fn states(&self) -> impl Iterator<Item = &DeltaState> {
         self.layers.iter().filter_map(|l| match &l.mixer {
@@ -967,24 +989,26 @@ impl DeviceModel for HybridModel {
         n_tokens: u32,
         all_logits: bool,
     ) -> Result<usize, GpuError> {
-        let batch = self.delta.sequence.record(encoder, n_tokens)?;
-        let layers = {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("hybrid layers"),
-                timestamp_writes: None,
-            });
-            self.encode_layers(&mut pass, batch)?
-        };
         let tail = if all_logits { n_tokens } else { 1 };
-        Ok(layers
-            + self.head.encode(
-                &self.kernels,
-                encoder,
-                &self.x,
-                n_tokens,
-                tail,
-                StepKind::Sequence,
-            )?)
+        self.encode(encoder, n_tokens, StepKind::Sequence, tail)
+    }
+
+    /// One sequence only: the GDN state has one slot (the engine refuses more at load).
+    fn encode_batch(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        n_seqs: u32,
+    ) -> Result<usize, GpuError> {
+        if n_seqs != 1 {
+            return Err(GpuError::Shape {
+                kernel: "batched decode",
+                message: format!(
+                    "the hybrid model decodes one sequence per step (one GDN state slot), not \
+                     {n_seqs}"
+                ),
+            });
+        }
+        self.encode(encoder, 1, StepKind::Batch, 1)
     }
 
     fn encode_reset(&self, encoder: &mut wgpu::CommandEncoder) {
