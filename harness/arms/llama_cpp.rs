@@ -71,6 +71,44 @@ impl LlamaCpp {
         self.process.as_mut().context("llama.cpp: not started")
     }
 
+    /// The server's answer carrying the first generated token's top-k log-probabilities.
+    /// llama-server holds a token's probabilities back while its text is an incomplete UTF-8
+    /// sequence, so a one-token request whose token is such a fragment comes back without any;
+    /// greedy continuations of the same prompt give the first position the same top-k, so ask for
+    /// up to four tokens until the character completes.
+    fn first_token_probs(&mut self, ids: &[u32]) -> Result<Value> {
+        let mut answer = Value::Null;
+        for n_predict in 1..=4 {
+            let mut body = Self::greedy_body(ids, n_predict);
+            body["n_probs"] = json!(self.n_probs);
+            // Log-softmax of the raw logits, not of the sampler chain's candidates.
+            body["post_sampling_probs"] = json!(false);
+            let r = http::request(
+                self.port,
+                "POST",
+                "/completion",
+                Some(&body),
+                REQUEST_TIMEOUT,
+            )
+            .map_err(|e| match self.process.as_mut() {
+                Some(p) => {
+                    if p.exited() {
+                        p.died(&format!("{e:#}"))
+                    } else {
+                        e
+                    }
+                }
+                None => e,
+            })?;
+            http::check_status("llama.cpp: POST /completion (n_probs)", &r)?;
+            answer = r.json()?;
+            if answer["completion_probabilities"][0]["top_logprobs"].is_array() {
+                break;
+            }
+        }
+        Ok(answer)
+    }
+
     /// Greedy sampling, fixed length, no penalties, prompt cache off.
     fn greedy_body(prompt: &[u32], n_predict: usize) -> Value {
         json!({
@@ -272,29 +310,7 @@ impl Arm for LlamaCpp {
             if interrupted() {
                 return Err(Interrupted.into());
             }
-            let mut body = Self::greedy_body(&ids[..end], 1);
-            body["n_probs"] = json!(self.n_probs);
-            // Log-softmax of the raw logits, not of the sampler chain's candidates.
-            body["post_sampling_probs"] = json!(false);
-            let r = http::request(
-                self.port,
-                "POST",
-                "/completion",
-                Some(&body),
-                REQUEST_TIMEOUT,
-            )
-            .map_err(|e| match self.process.as_mut() {
-                Some(p) => {
-                    if p.exited() {
-                        p.died(&format!("{e:#}"))
-                    } else {
-                        e
-                    }
-                }
-                None => e,
-            })?;
-            http::check_status("llama.cpp: POST /completion (n_probs)", &r)?;
-            let answer = r.json()?;
+            let answer = self.first_token_probs(&ids[..end])?;
             let top = answer["completion_probabilities"][0]["top_logprobs"]
                 .as_array()
                 .with_context(|| {
