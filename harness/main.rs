@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod devices;
 mod inspect;
 mod run;
@@ -31,6 +32,8 @@ enum Command {
     Run(run::Args),
     /// Write a synthetic model (seeded random weights, real shapes and tokenizer) as GGUF.
     Synth(synth::Args),
+    /// Decode speed op by op at several cache depths: GPU time, bytes, GB/s, % of the roofline.
+    Bench(bench::Args),
 }
 
 fn main() {
@@ -41,6 +44,7 @@ fn main() {
         Command::Tokenize(args) => tokenize::run(args),
         Command::Run(args) => run::run(args),
         Command::Synth(args) => synth::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     if let Err(err) = result {
         // One clear line (with its causes), no backtrace unless RUST_BACKTRACE asks for one.

@@ -16,6 +16,7 @@ use crate::gpu::kernels::matmul::MatmulOutput;
 use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::rope::RopeTable;
 use crate::gpu::kernels::support::View;
+use crate::gpu::profile::StepMarks;
 use crate::gpu::{GpuContext, GpuError, StepBuffer};
 use crate::reference::ops::vector;
 use crate::runtime::{DeviceModel, StepIo};
@@ -396,29 +397,35 @@ impl DenseModel {
         })
     }
 
-    fn encode_layers(&self, pass: &mut wgpu::ComputePass, n: u32) -> Result<usize, GpuError> {
+    fn record_layers(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        n: u32,
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
         let k = &self.kernels;
-        let mut dispatches = self.embedding.encode(k, pass, n)?;
+        marks.begin(pass);
+        self.embedding.record(k, pass, n, marks)?;
         for l in &self.layers {
-            dispatches += l.attn_norm.encode(k, pass, n);
-            for proj in [&l.q, &l.k, &l.v] {
-                dispatches += proj.encode(k, pass, n)?;
-            }
+            l.attn_norm.record(k, pass, n, marks, "attn_norm");
+            l.q.record(k, pass, n, marks, "attn_q")?;
+            l.k.record(k, pass, n, marks, "attn_k")?;
+            l.v.record(k, pass, n, marks, "attn_v")?;
             for op in &l.bias {
-                dispatches += op.encode(k, pass, n);
+                op.record(k, pass, n, marks, "qkv_bias");
             }
             for norm in &l.qk_norm {
-                dispatches += norm.encode(k, pass, n);
+                norm.record(k, pass, n, marks, "qk_norm");
             }
-            dispatches += l.attention.encode(k, &self.attention, pass, n);
-            dispatches += l.wo.encode(k, pass, n)?;
-            dispatches += l.ffn_norm.encode(k, pass, n);
-            dispatches += l.gate.encode(k, pass, n)?;
-            dispatches += l.up.encode(k, pass, n)?;
-            dispatches += l.swiglu.encode(k, pass, n);
-            dispatches += l.down.encode(k, pass, n)?;
+            l.attention.record(k, &self.attention, pass, n, marks);
+            l.wo.record(k, pass, n, marks, "attn_output")?;
+            l.ffn_norm.record(k, pass, n, marks, "ffn_norm");
+            l.gate.record(k, pass, n, marks, "ffn_gate")?;
+            l.up.record(k, pass, n, marks, "ffn_up")?;
+            l.swiglu.record(k, pass, n, marks, "swiglu");
+            l.down.record(k, pass, n, marks, "ffn_down")?;
         }
-        Ok(dispatches)
+        Ok(())
     }
 }
 
@@ -561,19 +568,18 @@ impl DeviceModel for DenseModel {
         encoder: &mut wgpu::CommandEncoder,
         n_tokens: u32,
         all_logits: bool,
-    ) -> Result<usize, GpuError> {
-        let layers = {
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
+        {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("dense layers"),
                 timestamp_writes: None,
             });
-            self.encode_layers(&mut pass, n_tokens)?
-        };
+            self.record_layers(&mut pass, n_tokens, marks)?;
+        }
         let tail = if all_logits { n_tokens } else { 1 };
-        Ok(layers
-            + self
-                .head
-                .encode(&self.kernels, encoder, &self.x, n_tokens, tail)?)
+        self.head
+            .record(&self.kernels, encoder, &self.x, n_tokens, tail, marks)
     }
 
     fn encode_reset(&self, _encoder: &mut wgpu::CommandEncoder) {}
