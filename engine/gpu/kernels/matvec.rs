@@ -287,11 +287,11 @@ impl MatVec {
             io.y.bind(Self::NAME, "y", batch, rows, max_binding, align)?;
         let step = io.step.buffer.as_entire_binding();
         // x16: the x window again, whole 16-byte words, when every row starts on one.
-        let x_wide = (x.window.offset % 16 == 0
-            && x.index % 4 == 0
-            && (io.max_batch == 1 || x.stride % 4 == 0))
-            .then(|| wide_window(x.window, io.x.buffer, max_binding))
-            .flatten();
+        let x_wide = (x.window.offset.is_multiple_of(16)
+            && x.index.is_multiple_of(4)
+            && (io.max_batch == 1 || x.stride.is_multiple_of(4)))
+        .then(|| wide_window(x.window, io.x.buffer, max_binding))
+        .flatten();
         let (unit_elems, ..) = unit_geometry(ty);
         let units = cols.div_ceil(unit_elems);
         let max_per_dimension = ctx.device.limits().max_compute_workgroups_per_dimension;
@@ -306,11 +306,11 @@ impl MatVec {
                 );
                 // w16: only Q4_K reads it, and only when every block starts on 16 bytes.
                 let w_wide = (ty == GgmlType::Q4_K
-                    && w.offset % 16 == 0
-                    && w.skip % 16 == 0
-                    && row_bytes % 16 == 0)
-                    .then(|| wide_window(w, io.weights, max_binding))
-                    .flatten();
+                    && w.offset.is_multiple_of(16)
+                    && w.skip.is_multiple_of(16)
+                    && row_bytes.is_multiple_of(16))
+                .then(|| wide_window(w, io.weights, max_binding))
+                .flatten();
                 let wide =
                     u32::from(x_wide.is_some()) * WIDE_X + u32::from(w_wide.is_some()) * WIDE_W;
                 let placeholder = self.placeholder.as_entire_binding();
