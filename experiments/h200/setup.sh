@@ -9,6 +9,9 @@ BIN=/tmp/fak/bin
 export FAK_HARNESS_BIN=$BIN/harness
 OUT=${OUT:-/tmp/fak-out}
 mkdir -p "$OUT"
-# The test binaries name their fixtures by the path they were built at.
+# The test binaries name their fixtures by the path they were built at. Run from a copy of
+# experiments/ and target/h200 alone (a checkout's ignored target/<dir>), the fixtures are the
+# checkout's, two levels up.
+[ -d tests ] || ln -s ../../tests tests
 [ -e /work/wt/speed ] || { mkdir -p /work/wt && ln -s "$PWD" /work/wt/speed; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv > "$OUT/gpu.csv" 2>&1

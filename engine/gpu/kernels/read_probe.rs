@@ -22,6 +22,10 @@ const WG: u32 = 256;
 /// (2048 × 256 = 512 Ki invocations, ~4 per hardware thread slot of an H200), few enough that
 /// each walks a long stretch of the buffer.
 const WORKGROUPS: u32 = 2048;
+/// Untimed passes first: the first touch of the buffer, and a GPU that idled between a model's
+/// load and the probe ramps its clocks up (one H200 run measured 1.83 TB/s after a single
+/// warm-up pass where another had measured 4.41 TB/s: experiments/NOTES.md).
+const WARM_UP_PASSES: usize = 3;
 /// The fold of a zero-filled buffer is 0; the sink is written only when it equals this.
 const NEVER: u32 = 1;
 /// src, sink, params.
@@ -52,7 +56,8 @@ pub struct ReadBandwidth {
     pub bytes: u64,
     /// Seconds of each timed pass, in the order they ran.
     pub pass_seconds: Vec<f64>,
-    /// bytes / the median pass, in GB/s (10^9 bytes per second).
+    /// bytes / the fastest pass, in GB/s (10^9 bytes per second): the ceiling is what the
+    /// device can do, not what it did on average.
     pub gb_per_s: f64,
     pub timing: ProbeTiming,
 }
@@ -90,7 +95,7 @@ impl ReadProbe {
     }
 
     /// Streams a zero-filled buffer of `bytes` (rounded down to 16-byte words, at most one
-    /// binding and 2^32 − 1 words) `passes` times after one untimed warm-up pass.
+    /// binding and 2^32 − 1 words) `passes` times after [`WARM_UP_PASSES`] untimed ones.
     pub fn measure(
         &self,
         ctx: &GpuContext,
@@ -139,7 +144,7 @@ impl ReadProbe {
         let resolved = storage_query_buffer(ctx);
         let period_s = f64::from(ctx.queue.get_timestamp_period()) * 1e-9;
         let mut pass_seconds = Vec::with_capacity(passes);
-        for i in 0..=passes {
+        for i in 0..WARM_UP_PASSES + passes {
             let mut encoder = ctx
                 .device
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor {
@@ -172,8 +177,8 @@ impl ReadProbe {
                 timeout: None,
             })?;
             let wall = started.elapsed().as_secs_f64();
-            if i == 0 {
-                continue; // warm-up: first touch of the buffer, pipeline caches
+            if i < WARM_UP_PASSES {
+                continue;
             }
             let seconds = match &queries {
                 Some(_) => {
@@ -185,12 +190,10 @@ impl ReadProbe {
             };
             pass_seconds.push(seconds);
         }
-        let mut sorted = pass_seconds.clone();
-        sorted.sort_by(f64::total_cmp);
-        let median = sorted[sorted.len() / 2];
+        let fastest = pass_seconds.iter().copied().fold(f64::INFINITY, f64::min);
         Ok(ReadBandwidth {
             bytes,
-            gb_per_s: bytes as f64 / median / 1e9,
+            gb_per_s: bytes as f64 / fastest / 1e9,
             pass_seconds,
             timing: if has_timestamps {
                 ProbeTiming::PassTimestamps
