@@ -5,12 +5,13 @@ pub mod engine;
 pub mod io;
 pub mod sampling;
 
-pub use engine::{Engine, EngineOptions, GenerationStats, StopReason};
+pub use engine::{Engine, EngineOptions, GenerationStats, StepProfile, StopReason};
 pub use io::StepIo;
 pub use sampling::{Sampler, SamplingParams};
 
 use crate::gguf::GgufError;
 use crate::gpu::GpuError;
+use crate::gpu::profile::StepMarks;
 use crate::model::ModelError;
 use crate::tokenizer::TokenizerError;
 
@@ -50,13 +51,16 @@ pub trait DeviceModel {
     /// Records one forward step over `n_tokens` tokens (ids in `io.ids`, positions from
     /// `io.step`): embed, every layer, final norm, LM head into `io.logits` for the last row (or
     /// for every row with `all_logits`), and the argmax of the last row into `io.ids[0]` and
-    /// `io.history[step.out_index]`. Returns the number of dispatches it recorded.
+    /// `io.history[step.out_index]`. Every op it records is noted in `marks` (name, kernel,
+    /// bytes, dispatches; a timestamp after each when `marks` is timed), so the step's dispatch
+    /// count and profile come from the code that records them.
     fn encode_step(
         &self,
         encoder: &mut wgpu::CommandEncoder,
         n_tokens: u32,
         all_logits: bool,
-    ) -> Result<usize, GpuError>;
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError>;
 
     /// Records whatever a new sequence needs beyond position 0 (hybrid models zero their
     /// recurrent and conv states; attention caches need nothing, positions overwrite them).

@@ -93,6 +93,7 @@ impl Models {
                 out: out.to_path_buf(),
                 hf_dir: None,
                 fast_random: false,
+                layout_only: false,
                 mlx_4bit: mlx,
             })
         };
