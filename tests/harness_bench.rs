@@ -1,8 +1,9 @@
-//! `harness bench` on a tiny qwen3 on whatever adapter is present: the report's structure and
-//! its internal consistency (bytes against the model file, sums, rates against times). Speed
-//! numbers themselves are never asserted.
+//! `harness bench` on a tiny qwen3 and a tiny qwen35 on whatever adapter is present: the
+//! report's structure and its internal consistency (bytes against the model file and its
+//! recurrent state, sums, rates against times). Speed numbers themselves are never asserted.
 
 use fak::gguf::Gguf;
+use fak::model::qwen35::{Hparams, LayerKind};
 use fak_tests::harness::{harness, synth_model};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -32,18 +33,30 @@ fn assert_rel(what: &str, a: f64, b: f64) {
     );
 }
 
-#[test]
-fn bench_reports_a_consistent_per_op_profile_against_the_model_bytes() {
+const DEPTH: u64 = 5;
+const N_OUT: u64 = 3;
+
+/// A tiny synthetic model of `arch` (Q4_K_M, seed 5).
+fn tiny(arch: &str) -> PathBuf {
     let args = [
-        "--arch", "qwen3", "--preset", "tiny", "--quant", "q4_k_m", "--seed", "5",
+        "--arch", arch, "--preset", "tiny", "--quant", "q4_k_m", "--seed", "5",
     ];
-    let path = synth_model(&scratch(), "tiny-q4_k_m-5.gguf", &args);
-    let (depth, n_out) = (5u64, 3u64);
+    synth_model(&scratch(), &format!("tiny-{arch}-q4_k_m-5.gguf"), &args)
+}
+
+/// `harness bench --json` at one depth, checked for what holds whatever the model: the probe,
+/// the step's sums, rates against times. Returns the report and its one depth.
+fn bench(path: &PathBuf) -> (Value, Value) {
     let out = harness()
         .args(["bench", "--model"])
-        .arg(&path)
-        .args(["--depths", "5", "--n-out", "3", "--profile-steps", "2"])
-        .args(["--probe-mib", "8", "--json"])
+        .arg(path)
+        .args([
+            "--depths",
+            &DEPTH.to_string(),
+            "--n-out",
+            &N_OUT.to_string(),
+        ])
+        .args(["--profile-steps", "2", "--probe-mib", "8", "--json"])
         .output()
         .expect("running harness bench");
     assert!(
@@ -61,60 +74,34 @@ fn bench_reports_a_consistent_per_op_profile_against_the_model_bytes() {
 
     let depths = report["depths"].as_array().expect("depths");
     assert_eq!(depths.len(), 1);
-    let d = &depths[0];
-    assert_eq!(u(d, "depth"), depth);
-    assert_eq!(u(d, "profiled_kv_len"), depth + n_out);
-    assert!(f(d, "decode_tokens_per_s") > 0.0);
+    let d = depths[0].clone();
+    assert_eq!(u(&d, "depth"), DEPTH);
+    assert_eq!(u(&d, "profiled_kv_len"), DEPTH + N_OUT);
+    assert!(f(&d, "decode_tokens_per_s") > 0.0);
     assert_rel(
         "µs per token",
-        f(d, "decode_us_per_token"),
-        1e6 / f(d, "decode_tokens_per_s"),
+        f(&d, "decode_us_per_token"),
+        1e6 / f(&d, "decode_tokens_per_s"),
     );
     // Greedy decode is GPU-resident: one submit per step, whatever the adapter.
-    assert_rel("submits per token", f(d, "submits_per_token"), 1.0);
-    assert!(f(d, "encode_us_per_token") > 0.0);
+    assert_rel("submits per token", f(&d, "submits_per_token"), 1.0);
+    assert!(f(&d, "encode_us_per_token") > 0.0);
 
-    let ops = d["ops"].as_array().expect("ops");
+    let ops = ops(&d);
     let sum = |key: &str| ops.iter().map(|o| u(o, key)).sum::<u64>();
-    assert_eq!(sum("dispatches"), u(d, "dispatches_per_step"));
-    assert_eq!(sum("count"), u(d, "ops_per_step"));
-    assert_eq!(sum("weight_bytes"), u(d, "step_weight_bytes"));
-    assert_eq!(sum("activation_bytes"), u(d, "step_activation_bytes"));
+    assert_eq!(sum("dispatches"), u(&d, "dispatches_per_step"));
+    assert_eq!(sum("count"), u(&d, "ops_per_step"));
+    assert_eq!(sum("weight_bytes"), u(&d, "step_weight_bytes"));
+    assert_eq!(sum("activation_bytes"), u(&d, "step_activation_bytes"));
     assert_rel(
         "roofline µs",
-        f(d, "roofline_us"),
-        u(d, "step_weight_bytes") as f64 / gb_per_s / 1e3,
+        f(&d, "roofline_us"),
+        u(&d, "step_weight_bytes") as f64 / gb_per_s / 1e3,
     );
-
-    // The roofline bytes are the model's: every tensor once, the embedding table one row, plus
-    // k and v of every cached position in every layer.
-    let gguf = Gguf::open(&path).unwrap();
-    let tensor_bytes = |t: &fak::gguf::TensorInfo| t.n_rows() * t.row_bytes();
-    let all: u64 = gguf.tensors().iter().map(tensor_bytes).sum();
-    let embd = gguf.require_tensor("token_embd.weight").unwrap();
-    let tied = gguf.require_tensor("output.weight").is_err();
-    let weights =
-        all - tensor_bytes(embd) + embd.row_bytes() + if tied { tensor_bytes(embd) } else { 0 };
-    let attention = ops
-        .iter()
-        .find(|o| o["name"] == "attention")
-        .expect("an attention op");
-    let n_layer = u(attention, "count");
-    let kv_per_layer = u(attention, "weight_bytes") / n_layer;
-    let k = gguf.require_tensor("blk.0.attn_k.weight").unwrap();
-    let kv_width = k.n_rows();
-    let per_element = kv_per_layer / (2 * (depth + n_out) * kv_width);
-    assert!(
-        [2, 4].contains(&per_element)
-            && kv_per_layer == 2 * (depth + n_out) * kv_width * per_element,
-        "attention reads {kv_per_layer} B per layer at kv {} × width {kv_width}",
-        depth + n_out
-    );
-    assert_eq!(u(d, "step_weight_bytes"), weights + n_layer * kv_per_layer);
 
     // With timestamps inside passes every op has a GPU time, and the rows agree with it.
     if report["op_timing"] == "gpu_timestamps" {
-        let gpu_us = f(d, "gpu_us");
+        let gpu_us = f(&d, "gpu_us");
         assert_rel(
             "Σ op µs",
             ops.iter().map(|o| f(o, "gpu_us")).sum::<f64>(),
@@ -139,15 +126,128 @@ fn bench_reports_a_consistent_per_op_profile_against_the_model_bytes() {
         assert_eq!(report["op_timing"], "host_wall_per_step");
         assert!(ops.iter().all(|o| o["gpu_us"].is_null()));
     }
-    let names: Vec<&str> = ops.iter().filter_map(|o| o["name"].as_str()).collect();
-    for want in [
-        "embed",
-        "attn_q",
-        "attention",
-        "ffn_down",
-        "output",
-        "argmax",
-    ] {
-        assert!(names.contains(&want), "{want} missing from {names:?}");
+    (report, d)
+}
+
+fn ops(d: &Value) -> &Vec<Value> {
+    d["ops"].as_array().expect("ops")
+}
+
+fn op<'a>(d: &'a Value, name: &str) -> &'a Value {
+    ops(d)
+        .iter()
+        .find(|o| o["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} op in {d}"))
+}
+
+fn assert_names(d: &Value, want: &[&str]) {
+    let names: Vec<&str> = ops(d).iter().filter_map(|o| o["name"].as_str()).collect();
+    for w in want {
+        assert!(names.contains(w), "{w} missing from {names:?}");
     }
+}
+
+/// Bytes of every weight a step reads once: every tensor, the embedding table one row (and
+/// once more whole when the output head is tied to it).
+fn weight_bytes(gguf: &Gguf) -> u64 {
+    let tensor_bytes = |t: &fak::gguf::TensorInfo| t.n_rows() * t.row_bytes();
+    let all: u64 = gguf.tensors().iter().map(tensor_bytes).sum();
+    let embd = gguf.require_tensor("token_embd.weight").unwrap();
+    let tied = gguf.require_tensor("output.weight").is_err();
+    all - tensor_bytes(embd) + embd.row_bytes() + if tied { tensor_bytes(embd) } else { 0 }
+}
+
+/// KV-cache bytes one attention layer reads (k and v of every cached position), checked to be
+/// that many positions of `kv_width` at 2 or 4 bytes; returns (layers, bytes per layer).
+fn kv_reads(d: &Value, kv_width: u64) -> (u64, u64) {
+    let attention = op(d, "attention");
+    let n_layer = u(attention, "count");
+    let kv_per_layer = u(attention, "weight_bytes") / n_layer;
+    let positions = DEPTH + N_OUT;
+    let per_element = kv_per_layer / (2 * positions * kv_width);
+    assert!(
+        [2, 4].contains(&per_element) && kv_per_layer == 2 * positions * kv_width * per_element,
+        "attention reads {kv_per_layer} B per layer at kv {positions} × width {kv_width}",
+    );
+    (n_layer, kv_per_layer)
+}
+
+#[test]
+fn bench_reports_a_consistent_per_op_profile_against_the_model_bytes() {
+    let path = tiny("qwen3");
+    let (_, d) = bench(&path);
+    // The roofline bytes are the model's weights plus k and v of every cached position in
+    // every layer.
+    let gguf = Gguf::open(&path).unwrap();
+    let kv_width = gguf.require_tensor("blk.0.attn_k.weight").unwrap().n_rows();
+    let (n_layer, kv_per_layer) = kv_reads(&d, kv_width);
+    assert_eq!(
+        u(&d, "step_weight_bytes"),
+        weight_bytes(&gguf) + n_layer * kv_per_layer
+    );
+    assert_names(
+        &d,
+        &[
+            "embed",
+            "attn_q",
+            "attention",
+            "ffn_down",
+            "output",
+            "argmax",
+        ],
+    );
+}
+
+/// The hybrid model profiles op by op too: its Gated DeltaNet ops are rows of their own, and
+/// the roofline bytes are the weights, the attention layers' KV reads and every GDN layer's
+/// recurrent state (f32 conv and delta-rule state, read once per step).
+#[test]
+fn bench_profiles_the_hybrid_model_with_its_recurrent_state() {
+    let path = tiny("qwen35");
+    let (_, d) = bench(&path);
+    let gguf = Gguf::open(&path).unwrap();
+    let hp = Hparams::from_gguf(&gguf).unwrap();
+    let n_gdn = hp
+        .layer_kinds
+        .iter()
+        .filter(|k| **k == LayerKind::DeltaNet)
+        .count() as u64;
+    assert!(
+        n_gdn > 0 && n_gdn < hp.n_layer as u64,
+        "{:?}",
+        hp.layer_kinds
+    );
+    let (n_attn, kv_per_layer) = kv_reads(&d, (hp.n_head_kv * hp.head_dim) as u64);
+    assert_eq!(n_attn + n_gdn, hp.n_layer as u64);
+    let conv_dim = (2 * hp.ssm_nk * hp.ssm_dk + hp.ssm_nv * hp.ssm_dv) as u64;
+    let conv_state = 4 * (hp.conv_kernel as u64 - 1) * conv_dim;
+    let delta_state = 4 * (hp.ssm_nv * hp.ssm_dv * hp.ssm_dk) as u64;
+    assert_eq!(
+        u(op(&d, "gated_delta"), "weight_bytes"),
+        n_gdn * delta_state
+    );
+    assert_eq!(u(op(&d, "ssm_conv"), "count"), n_gdn);
+    assert_eq!(
+        u(&d, "step_weight_bytes"),
+        weight_bytes(&gguf) + n_attn * kv_per_layer + n_gdn * (conv_state + delta_state)
+    );
+    assert_names(
+        &d,
+        &[
+            "embed",
+            "attn_norm",
+            "gdn_qkv",
+            "ssm_conv",
+            "delta_prep",
+            "gated_delta",
+            "gated_norm",
+            "gdn_out",
+            "attn_q",
+            "attention",
+            "attn_gate",
+            "ffn_down",
+            "output",
+            "argmax",
+        ],
+    );
 }
