@@ -768,8 +768,8 @@ impl DeltaNetKernels {
     }
 }
 
-/// One Gated DeltaNet layer (model-spec.md §5.4–5.5): the four projections of `h`, causal conv
-/// + SiLU rolling the conv state, q/k L2 norms and gates, the delta rule (recurrent for one
+/// One Gated DeltaNet layer (model-spec.md §5.4–5.5): the four projections of `h`, causal
+/// conv and SiLU rolling the conv state, q/k L2 norms and gates, the delta rule (recurrent for one
 /// token, chunked for a prefill), the gated RMSNorm, and `x += W_out y`; with its state.
 struct DeltaNetLayer {
     qkv: Linear,
