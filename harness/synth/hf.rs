@@ -156,7 +156,7 @@ impl VHeads {
     }
 
     /// Reorders `gguf` (a whole tensor in GGUF order, rows of `row_len`) into grouped order.
-    fn to_grouped(&self, gguf: &[f32], row_len: usize) -> Vec<f32> {
+    fn to_grouped(self, gguf: &[f32], row_len: usize) -> Vec<f32> {
         let mut out = gguf.to_vec();
         let n_heads = self.n_k_heads * self.per_k_head;
         let span = self.head_len as usize;
@@ -175,7 +175,7 @@ impl VHeads {
                 let rows = VHeads {
                     head_len: self.head_len * row_len as u64,
                     axis: HeadAxis::Columns,
-                    ..*self
+                    ..self
                 };
                 let region = rows.to_grouped(&gguf[start..start + len], len);
                 out[start..start + len].copy_from_slice(&region);

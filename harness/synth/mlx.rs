@@ -52,7 +52,7 @@ pub fn write(dir: &Path, plan: &ModelPlan, seed: u64, bar: &ProgressBar) -> Resu
 
 /// MLX's default predicate: a matrix (Linear or Embedding weight) whose rows are whole groups.
 fn quantized(t: &TensorPlan) -> bool {
-    t.shape.len() == 2 && t.row_len() as usize % GROUP == 0
+    t.shape.len() == 2 && (t.row_len() as usize).is_multiple_of(GROUP)
 }
 
 #[derive(Clone, Copy, PartialEq)]
