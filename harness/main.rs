@@ -5,6 +5,7 @@ use fak_harness::packet::validate;
 use fak_harness::{inspect, report};
 
 mod arms;
+mod bench;
 mod devices;
 mod reference;
 mod run;
@@ -53,6 +54,8 @@ enum Command {
     /// The fak-native arm's engine process (JSON lines on stdin/stdout; used by threeway).
     #[command(hide = true)]
     ServeArm(serve_arm::Args),
+    /// Decode speed op by op at several cache depths: GPU time, bytes, GB/s, % of the roofline.
+    Bench(bench::Args),
 }
 
 fn main() {
@@ -70,6 +73,7 @@ fn main() {
         Command::Threeway(args) => threeway::run(args),
         Command::Selftest(args) => selftest::run(args),
         Command::ServeArm(args) => serve_arm::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     if let Err(err) = result {
         // One clear line (with its causes), no backtrace unless RUST_BACKTRACE asks for one.

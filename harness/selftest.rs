@@ -12,7 +12,7 @@
 
 use crate::threeway::models::Models;
 use anyhow::{Context, Result};
-use fak::gpu::kernels::read_bandwidth::ReadBandwidth;
+use fak::gpu::kernels::read_probe::{ProbeTiming, ReadProbe};
 use fak::gpu::{ContextOptions, Forced, GpuContext, KernelPaths};
 use fak::reference::{DenseReference, Reference};
 use fak::runtime::{Engine, EngineOptions, SamplingParams};
@@ -37,6 +37,8 @@ pub struct Args {
 const MIN_COSINE: f64 = 0.99999;
 const PROMPT_TOKENS: usize = 16;
 const GREEDY_TOKENS: usize = 4;
+/// Timed passes of the read-bandwidth probe (after its own warm-ups).
+const BANDWIDTH_PASSES: usize = 7;
 
 #[derive(Serialize)]
 struct Check {
@@ -52,9 +54,9 @@ struct Check {
 #[derive(Serialize)]
 struct Bandwidth {
     method: &'static str,
-    bytes_per_dispatch: u64,
-    dispatches_per_sample: u32,
-    samples: usize,
+    bytes_per_pass: u64,
+    /// Timed passes with a positive duration.
+    passes: usize,
     best_bytes_per_s: f64,
     median_bytes_per_s: f64,
 }
@@ -215,90 +217,30 @@ fn check_model(
     vec![logits, tokens]
 }
 
-/// Times the streaming-read kernel over the largest buffer one binding allows (at most 1 GiB
-/// and a quarter of the adapter's memory): 3 warm-up samples, then 7 timed, each sample a pass
-/// of several dispatches so short passes on fast GPUs still measure bandwidth, not launch cost.
+/// Times the engine's read probe over the largest buffer one binding allows (at most 1 GiB and
+/// a quarter of the adapter's memory): its warm-up passes, then [`BANDWIDTH_PASSES`] timed.
 fn measure_bandwidth(ctx: &GpuContext) -> Result<Bandwidth> {
     let cap = ctx.facts().memory_bytes.map_or(u64::MAX, |m| m / 4);
-    let size = ctx.max_binding_size().min(1 << 30).min(cap) & !15;
-    let src = fak::gpu::storage_buffer(ctx, "bandwidth source", size)?;
-    fak::gpu::fill_f32(ctx, &src, 1.0)?;
-    let kernel = ReadBandwidth::new(ctx)?;
-    let binding = kernel.bind(ctx, &src)?;
-    let timestamps = ctx
-        .device
-        .features()
-        .contains(wgpu::Features::TIMESTAMP_QUERY);
-    let dispatches = 4u32;
-    let query = timestamps.then(|| {
-        ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
-            label: Some("bandwidth timestamps"),
-            ty: wgpu::QueryType::Timestamp,
-            count: 2,
-        })
-    });
-    let resolve = ctx.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("bandwidth timestamps"),
-        size: 16,
-        usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-        mapped_at_creation: false,
-    });
-    let mut rates = Vec::new();
-    for sample in 0..10 {
-        let mut encoder = ctx.device.create_command_encoder(&Default::default());
-        {
-            let writes = query.as_ref().map(|q| wgpu::ComputePassTimestampWrites {
-                query_set: q,
-                beginning_of_pass_write_index: Some(0),
-                end_of_pass_write_index: Some(1),
-            });
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("bandwidth"),
-                timestamp_writes: writes,
-            });
-            for _ in 0..dispatches {
-                kernel.encode(&mut pass, &binding);
-            }
-        }
-        if let Some(q) = &query {
-            encoder.resolve_query_set(q, 0..2, &resolve, 0);
-        }
-        let started = Instant::now();
-        let index = ctx.queue.submit([encoder.finish()]);
-        ctx.device
-            .poll(wgpu::PollType::Wait {
-                submission_index: Some(index),
-                timeout: None,
-            })
-            .map_err(fak::gpu::GpuError::from)?;
-        let wall = started.elapsed().as_secs_f64();
-        let seconds = if query.is_some() {
-            let ticks: Vec<u64> =
-                bytemuck::pod_collect_to_vec(&fak::gpu::read_back(ctx, &resolve, 0..16)?);
-            ticks[1].saturating_sub(ticks[0]) as f64
-                * f64::from(ctx.queue.get_timestamp_period())
-                * 1e-9
-        } else {
-            wall
-        };
-        if sample >= 3 && seconds > 0.0 {
-            rates.push(binding.bytes as f64 * f64::from(dispatches) / seconds);
-        }
-    }
+    let size = ctx.max_binding_size().min(1 << 30).min(cap);
+    let probe = ReadProbe::new(ctx)?.measure(ctx, size, BANDWIDTH_PASSES)?;
+    let mut rates: Vec<f64> = probe
+        .pass_seconds
+        .iter()
+        .filter(|&&s| s > 0.0)
+        .map(|s| probe.bytes as f64 / s)
+        .collect();
     rates.sort_by(f64::total_cmp);
     anyhow::ensure!(
         !rates.is_empty(),
-        "no bandwidth sample had a positive duration"
+        "no bandwidth pass had a positive duration"
     );
     Ok(Bandwidth {
-        method: if timestamps {
-            "timestamp queries"
-        } else {
-            "wall clock (no timestamp queries)"
+        method: match probe.timing {
+            ProbeTiming::PassTimestamps => "timestamp queries",
+            ProbeTiming::HostWall => "wall clock (no timestamp queries)",
         },
-        bytes_per_dispatch: binding.bytes,
-        dispatches_per_sample: dispatches,
-        samples: rates.len(),
+        bytes_per_pass: probe.bytes,
+        passes: rates.len(),
         best_bytes_per_s: *rates.last().expect("non-empty"),
         median_bytes_per_s: rates[rates.len() / 2],
     })

@@ -126,7 +126,11 @@ fn steps(ctx: &GpuContext) -> Vec<StepBuffer> {
 }
 
 fn weights_buffer(ctx: &GpuContext, bytes: &[u8]) -> wgpu::Buffer {
-    let mut padded = vec![0u8; WEIGHTS_OFFSET as usize];
+    weights_buffer_at(ctx, bytes, WEIGHTS_OFFSET)
+}
+
+fn weights_buffer_at(ctx: &GpuContext, bytes: &[u8], offset: u64) -> wgpu::Buffer {
+    let mut padded = vec![0u8; offset as usize];
     padded.extend_from_slice(bytes);
     upload(ctx, "matvec W", &padded).unwrap()
 }
@@ -136,12 +140,14 @@ fn weights_buffer(ctx: &GpuContext, bytes: &[u8]) -> wgpu::Buffer {
 /// follows each row). Overwriting runs read contiguous x; accumulating runs read x at an offset
 /// with a padded stride and add to random y0. Everything a run must not write (rows past its
 /// batch, the gaps, the space between regions) is checked to keep its initial bits.
+#[allow(clippy::too_many_arguments)]
 fn check_tensor(
     ctx: &GpuContext,
     kernel: &MatVec,
     ty: GgmlType,
     (rows, cols): (u64, u64),
     bytes: &[u8],
+    weights_offset: u64,
     max_binding: u64,
     seed: u64,
 ) {
@@ -149,7 +155,7 @@ fn check_tensor(
     let batch = u64::from(MAX_BATCH);
     let x = random_f32(&mut rng, batch * cols);
     let oracle = expected(ty, bytes, rows, cols, &x, MAX_BATCH);
-    let w = weights_buffer(ctx, bytes);
+    let w = weights_buffer_at(ctx, bytes, weights_offset);
 
     let x_contiguous = upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap();
     let (x_offset, x_stride) = (3, cols + 5);
@@ -197,7 +203,7 @@ fn check_tensor(
             };
             let io = MatVecIo {
                 weights: &w,
-                weights_offset: WEIGHTS_OFFSET,
+                weights_offset,
                 x,
                 y: Activations {
                     buffer: &y,
@@ -237,7 +243,7 @@ fn check_tensor(
             }
         }
         let what = format!(
-            "{ty} {rows}x{cols} batch {n} accumulate {accumulate} ({})",
+            "{ty} {rows}x{cols} W at byte {weights_offset} batch {n} accumulate {accumulate} ({})",
             kernel.variant()
         );
         assert_within(&what, &got_run, &want, &bounds);
@@ -267,16 +273,25 @@ fn every_type_batch_and_ragged_shape_matches_a_dequantized_f64_product() {
             for cols in col_counts(ty) {
                 seed += 1;
                 let bytes = random_weights(ty, rows, cols, seed);
+                // Q4_K reads 16-byte words where its blocks start on 16 bytes: W at byte 36
+                // takes the 4-byte loads instead.
+                let offsets: &[u64] = match ty {
+                    GgmlType::Q4_K => &[WEIGHTS_OFFSET, WEIGHTS_OFFSET + 4],
+                    _ => &[WEIGHTS_OFFSET],
+                };
                 for kernel in &kernels {
-                    check_tensor(
-                        ctx,
-                        kernel,
-                        ty,
-                        (rows, cols),
-                        &bytes,
-                        ctx.max_binding_size(),
-                        seed,
-                    );
+                    for &offset in offsets {
+                        check_tensor(
+                            ctx,
+                            kernel,
+                            ty,
+                            (rows, cols),
+                            &bytes,
+                            offset,
+                            ctx.max_binding_size(),
+                            seed,
+                        );
+                    }
                 }
             }
         }
@@ -298,6 +313,7 @@ fn rows_split_across_small_bindings_start_at_any_byte_offset() {
             ty,
             (rows, cols),
             &bytes,
+            WEIGHTS_OFFSET,
             64 << 10,
             0x3a7e_1002,
         );

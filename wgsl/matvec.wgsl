@@ -7,6 +7,9 @@
 //   Σ_i ((d·sc)·q_i − dmin·m)·x_i = (d·sc)·Σ_i q_i·x_i − (dmin·m)·Σ_i x_i   per 16- or 32-element group.
 // bindings: 0 w (array<u32>, read: the GGUF blocks) · 1 x (array<f32>, read) · 2 y (array<f32>,
 //           read_write) · 3 params (uniform Params) · 4 step (uniform Step, step.wgsl)
+//           · 5 w16 (array<vec4<u32>>, read) · 6 x16 (array<vec4<f32>>, read): the same bytes as
+//           w and x, read 16 at a time where params.wide says they are 16-byte aligned (else a
+//           placeholder the kernel does not read)
 // dispatch: one workgroup of WG invocations per ROWS = 4 consecutive rows, on the 2-D grid of
 //           ceil(rows / 4) workgroups (engine `gpu::Grid`). Weights larger than one binding are
 //           split into row ranges on the host, one dispatch each.
@@ -26,11 +29,14 @@
 //   and dots them against the 4 rows: each weight byte is read once for every b, each x value once
 //   for 4 rows. One reduction per output at the end (sum_rows); no barrier in the main loop.
 // - Units follow the block layout so that every code word is one aligned-or-not u32 load and
-//   every lane decodes with masks: Q4_K/Q5_K 8 lanes per super-block, 32 elements each (two u32
-//   of qs in each 128-element half, plus two u32 of qh for Q5_K; the 6-bit scales of the lane's
-//   four sub-blocks come from three u32 of the header); Q6_K 16 lanes, 16 elements each (one u32
+//   every lane decodes with masks: Q4_K/Q5_K 8 lanes per super-block, 32 elements each (Q4_K:
+//   16 contiguous qs bytes, two sub-blocks; Q5_K: two u32 of qs in each 128-element half plus
+//   two u32 of qh, four sub-blocks; the 6-bit scales come from the header words); Q6_K 16 lanes, 16 elements each (one u32
 //   of the low ql, of the high ql and of qh); Q8_0 and the 32-element legacy blocks 4 lanes, 8
 //   elements each; F32/F16/BF16 4 consecutive elements per unit.
+// - Loads are as wide as the data's alignment allows (params.wide, uniform across a dispatch):
+//   x four floats per load, and Q4_K's 16-byte block header and each lane's 16 bytes of codes one
+//   vec4<u32> each. Narrow loads read the same values, so both paths compute the same sums.
 // - Codes become floats through byte_floats (no int→float conversions, see there); sums run in
 //   f32.
 // - Rows past the end are clamped to the last row (valid memory, results discarded), so the inner
@@ -52,15 +58,22 @@ struct Params {
     y_stride: u32,
     // 1: y += W x; 0: y = W x.
     accumulate: u32,
-    pad0: u32,
+    // Bit 0 (WIDE_X): every x row starts on a 16-byte boundary of x16; bit 1 (WIDE_W): every row
+    // of W and w_byte do, in w16 (Q4_K).
+    wide: u32,
     pad1: u32,
 }
+
+const WIDE_X: u32 = 1u;
+const WIDE_W: u32 = 2u;
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 @group(0) @binding(3) var<uniform> params: Params;
 @group(0) @binding(4) var<uniform> step: Step;
+@group(0) @binding(5) var<storage, read> w16: array<vec4<u32>>;
+@group(0) @binding(6) var<storage, read> x16: array<vec4<f32>>;
 
 override WG: u32 = 64u;
 // Input vectors this pipeline can take (1, 2, 4 or 8): its accumulators are unrolled for them.
@@ -175,26 +188,49 @@ fn unit_q5_1(block: u32, p: u32) -> Unit {
 // of bytes j (scale) and j+4 (min); those of j ≥ 4 take 4 bits from byte j+4 and 2 from the top of
 // bytes j−4 and j (model-spec.md §2).
 fn k_unit(block: u32, iq: u32, q: vec4<u32>, h: vec2<u32>) -> Unit {
-    let dm = unpack2x16float(word_at(block));
+    let head = vec4<u32>(word_at(block), word_at(block + 4u), word_at(block + 8u),
+                         word_at(block + 12u));
+    return k_unit_of(head, iq, q, h);
+}
+
+// k_unit from the block's first 16 bytes (d, dmin and the 12 scale bytes) as loaded.
+fn k_unit_of(head: vec4<u32>, iq: u32, q: vec4<u32>, h: vec2<u32>) -> Unit {
+    let dm = unpack2x16float(head.x);
     let shift = 16u * iq;
-    let a = word_at(block + 4u) >> shift;
-    let b = word_at(block + 8u) >> shift;
-    let c = word_at(block + 12u) >> shift;
+    let a = head.y >> shift;
+    let b = head.z >> shift;
+    let c = head.w >> shift;
     let scales = (a & 0x3f3fu) | (((c & 0x0f0fu) | ((a & 0xc0c0u) >> 2u)) << 16u);
     let mins = (b & 0x3f3fu) | ((((c >> 4u) & 0x0f0fu) | ((b & 0xc0c0u) >> 2u)) << 16u);
     return Unit(q, h, dm.x * byte_floats(scales, 0.0), -dm.y * byte_floats(mins, 0.0));
 }
 
-// Q4_K lane l = 4·iq + ir: qs bytes 32iq + 8ir .. +7 (elements 64iq + 8ir + 0..7 low, +32 high)
-// and the same 64 bytes on (elements +128, +160).
+// Q4_K lane l (8 per block): the 16 qs bytes at 16l, i.e. half l%2 of the 32-byte chunk c = l/2,
+// whose low nibbles are elements 64c + 16(l%2) + 0..15 (sub-block 2c) and high nibbles the same
+// + 32 (sub-block 2c + 1). k_unit_of decodes the scales of sub-blocks 2iq, 2iq+1, 2iq+4, 2iq+5
+// with iq = c%2: this lane's pair is the first two for c < 2, the last two otherwise.
 fn unit_q4_k(block: u32, lane: u32) -> Unit {
-    let iq = lane / 4u;
-    let at = block + 16u + 32u * iq + 8u * (lane % 4u);
-    let q = vec4<u32>(word_at(at), word_at(at + 4u), word_at(at + 64u), word_at(at + 68u));
-    return k_unit(block, iq, q, vec2<u32>(0u));
+    var head: vec4<u32>;
+    var q: vec4<u32>;
+    if (params.wide & WIDE_W) != 0u {
+        head = w16[block >> 4u];
+        q = w16[(block >> 4u) + 1u + lane];
+    } else {
+        let at = block + 16u + 16u * lane;
+        head = vec4<u32>(word_at(block), word_at(block + 4u), word_at(block + 8u),
+                         word_at(block + 12u));
+        q = vec4<u32>(word_at(at), word_at(at + 4u), word_at(at + 8u), word_at(at + 12u));
+    }
+    let chunk = lane / 2u;
+    let u = k_unit_of(head, chunk % 2u, q, vec2<u32>(0u));
+    if chunk < 2u {
+        return Unit(q, u.h, vec4<f32>(u.f.xy, 0.0, 0.0), vec4<f32>(u.g.xy, 0.0, 0.0));
+    }
+    return Unit(q, u.h, vec4<f32>(u.f.zw, 0.0, 0.0), vec4<f32>(u.g.zw, 0.0, 0.0));
 }
 
-// Q5_K: as Q4_K (qs at byte 48), and the qh bytes 8ir .. +7 shifted so that bits 0, 1, 4, 5 of
+// Q5_K lane l = 4·iq + ir: qs bytes 32iq + 8ir .. +7 from byte 48 (elements 64iq + 8ir + 0..7
+// low, +32 high) and the same 64 bytes on (elements +128, +160); and the qh bytes 8ir .. +7 shifted so that bits 0, 1, 4, 5 of
 // each byte lane are the fifth bits of the lane's four groups.
 fn unit_q5_k(block: u32, lane: u32) -> Unit {
     let iq = lane / 4u;
@@ -245,7 +281,12 @@ fn load_unit(row: u32, u: u32) -> Unit {
 
 // ---- inputs
 
+// x[at..at+4]; `at` is a multiple of 4 whenever WIDE_X is set (rows start on 16 bytes and every
+// unit's x values start on a multiple of 4 elements).
 fn x4(at: u32) -> vec4<f32> {
+    if (params.wide & WIDE_X) != 0u {
+        return x16[at >> 2u];
+    }
     return vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
 }
 
@@ -285,7 +326,16 @@ fn load_xs(base: u32, u: u32) -> Xs {
             xs.v[1] = x4(first + 16u + 4u * lane);
             xs.s.x = sum4(xs.v[0] + xs.v[1]);
         }
-        case 12u, 13u: {
+        case 12u: {
+            let at = first + 64u * (lane / 2u) + 16u * (lane % 2u);
+            for (var k = 0u; k < 4u; k++) {
+                xs.v[k] = x4(at + 4u * k);
+                xs.v[k + 4u] = x4(at + 32u + 4u * k);
+            }
+            xs.s.x = sum4(xs.v[0] + xs.v[1] + xs.v[2] + xs.v[3]);
+            xs.s.y = sum4(xs.v[4] + xs.v[5] + xs.v[6] + xs.v[7]);
+        }
+        case 13u: {
             let at = first + 64u * (lane / 4u) + 8u * (lane % 4u);
             let group = vec4<u32>(0u, 32u, 128u, 160u);
             for (var k = 0u; k < 4u; k++) {
@@ -320,7 +370,7 @@ fn fifth(h: u32, bit: u32) -> u32 {
     return ((h >> bit) & 0x01010101u) << 4u;
 }
 
-// Q4_K/Q5_K: the four groups' Σ q·x. lo/hi hold the codes of the low/high nibbles of the qs
+// Q5_K: the four groups' Σ q·x. lo/hi hold the codes of the low/high nibbles of the qs
 // words q.x..q.w; group 0 is (lo.x, lo.y)·(v0, v1), 1 (hi.x, hi.y)·(v2, v3), 2 (lo.z, lo.w)·(v4, v5),
 // 3 (hi.z, hi.w)·(v6, v7).
 fn k_sums(lo: vec4<u32>, hi: vec4<u32>, xs: Xs) -> vec4<f32> {
@@ -372,7 +422,11 @@ fn dot_unit(u: Unit, xs: Xs) -> f32 {
         case 12u: {
             let lo = q & vec4<u32>(0x0f0f0f0fu);
             let hi = (q >> vec4<u32>(4u)) & vec4<u32>(0x0f0f0f0fu);
-            return dot(u.f, k_sums(lo, hi, xs)) + dot(u.g, xs.s);
+            let low = dot(byte_floats(lo.x, 0.0), xs.v[0]) + dot(byte_floats(lo.y, 0.0), xs.v[1])
+                + dot(byte_floats(lo.z, 0.0), xs.v[2]) + dot(byte_floats(lo.w, 0.0), xs.v[3]);
+            let high = dot(byte_floats(hi.x, 0.0), xs.v[4]) + dot(byte_floats(hi.y, 0.0), xs.v[5])
+                + dot(byte_floats(hi.z, 0.0), xs.v[6]) + dot(byte_floats(hi.w, 0.0), xs.v[7]);
+            return u.f.x * low + u.f.y * high + dot(u.g.xy, xs.s.xy);
         }
         case 13u: {
             let h = u.h;

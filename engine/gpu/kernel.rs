@@ -56,6 +56,8 @@ pub mod wgsl {
     pub const MATMUL_COOP: WgslFile = wgsl_file!("matmul_coop.wgsl");
     pub const MATMUL_COOP8: WgslFile = wgsl_file!("matmul_coop8.wgsl");
     pub const MATMUL_COOP16: WgslFile = wgsl_file!("matmul_coop16.wgsl");
+    /// Streaming read (the bandwidth probe).
+    pub const READ_PROBE: WgslFile = wgsl_file!("read_probe.wgsl");
 
     /// The workgroup reduction for a variant: subgroup operations where the variant has them.
     pub fn reduction(variant: KernelPaths) -> WgslFile {

@@ -68,6 +68,7 @@ pub mod kernels;
 pub mod layout;
 pub mod memory;
 pub mod paths;
+pub mod profile;
 pub mod step;
 
 pub use activations::Activations;

@@ -3,9 +3,9 @@
 //! causal attention block over a paged KV cache, and the output head.
 //!
 //! Each piece binds everything it touches at load (bind groups built once) and only records
-//! dispatches per step; `encode` returns how many dispatches it recorded, so a model reports the
-//! dispatches of a step from the code that records them (a prefill's count must not grow with
-//! the prompt). Bind groups keep the buffers they bind alive (wgpu reference-counts its
+//! dispatches per step; `record` notes each op it recorded (name, dispatches, bytes moved) in
+//! the step's `StepMarks`, so a model reports the dispatches and bytes of a step from the code
+//! that records them (a prefill's count must not grow with the prompt). Bind groups keep the buffers they bind alive (wgpu reference-counts its
 //! resources), so a model holds only what it records with.
 
 use super::ModelError;
@@ -25,6 +25,7 @@ use crate::gpu::kernels::matvec::{MAX_BATCH, MatVec, MatVecBinding, MatVecIo, Ma
 use crate::gpu::kernels::rms_norm::{NormIo, RmsNorm, RmsNormBinding, RmsNormShape};
 use crate::gpu::kernels::rope::{Rope, RopeBinding, RopeShape, RopeTable};
 use crate::gpu::kernels::support::{Positions, View};
+use crate::gpu::profile::{OpBytes, StepMarks};
 use crate::gpu::{Activations, GpuContext, GpuError, StepBuffer, fill_f32, storage_buffer, upload};
 use crate::model::RopePairing;
 use crate::runtime::{StepIo, StepKind};
@@ -101,6 +102,10 @@ pub fn activation(
 pub struct Linear {
     matvec: MatVecBinding,
     matmul: Option<MatmulBinding>,
+    rows: u64,
+    cols: u64,
+    weight_bytes: u64,
+    accumulate: bool,
 }
 
 impl Linear {
@@ -157,31 +162,50 @@ impl Linear {
                 )
             })
             .transpose()?;
-        Ok(Linear { matvec, matmul })
+        Ok(Linear {
+            matvec,
+            matmul,
+            rows,
+            cols,
+            weight_bytes: t.n_rows() * t.row_bytes(),
+            accumulate: output == MatmulOutput::Accumulate,
+        })
     }
 
-    pub fn encode(
+    /// Records the product for `n` tokens as op `name`: the whole weight tensor is read once,
+    /// x once, y once (twice when accumulating).
+    pub fn record(
         &self,
         k: &Kernels,
         pass: &mut wgpu::ComputePass,
         n: u32,
-    ) -> Result<usize, GpuError> {
-        match &self.matmul {
+        marks: &mut StepMarks,
+        name: &'static str,
+    ) -> Result<(), GpuError> {
+        let (kernel, dispatches) = match &self.matmul {
             Some(binding) if n > MAX_BATCH => {
                 k.matmul.encode(pass, binding, n)?;
-                Ok(binding.ranges())
+                ("matmul", binding.ranges())
             }
             _ => {
                 k.matvec.encode(pass, &self.matvec, n)?;
-                Ok(self.matvec.grids().count())
+                ("matvec", self.matvec.grids().count())
             }
-        }
+        };
+        let y_passes = if self.accumulate { 2 } else { 1 };
+        let activations = 4 * u64::from(n) * (self.cols + y_passes * self.rows);
+        let bytes = OpBytes::new(self.weight_bytes, activations);
+        marks.op(pass, name, kernel, bytes, dispatches);
+        Ok(())
     }
 }
 
 /// The token embedding lookup: `x[t] = table[ids[t]]` from any weight type.
 pub struct Embedding {
     binding: EmbedBinding,
+    /// Bytes of one table row, and f32 bytes of one output row.
+    row_bytes: u64,
+    out_bytes: u64,
 }
 
 impl Embedding {
@@ -210,23 +234,35 @@ impl Embedding {
                 max_tokens: io.max_tokens,
             },
         )?;
-        Ok(Embedding { binding })
+        Ok(Embedding {
+            binding,
+            row_bytes: t.row_bytes(),
+            out_bytes: t.row_len() * 4,
+        })
     }
 
-    pub fn encode(
+    /// Records the lookup of `n` tokens (one table row each).
+    pub fn record(
         &self,
         k: &Kernels,
         pass: &mut wgpu::ComputePass,
         n: u32,
-    ) -> Result<usize, GpuError> {
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
         k.embed.encode(pass, &self.binding, n)?;
-        Ok(self.binding.range_count())
+        let n = u64::from(n);
+        let bytes = OpBytes::new(n * self.row_bytes, n * (self.out_bytes + 4));
+        marks.op(pass, "embed", "embed", bytes, self.binding.range_count());
+        Ok(())
     }
 }
 
 /// An RMSNorm over `rows_per_token` rows of `width` per token.
 pub struct Norm {
     binding: RmsNormBinding,
+    /// Elements normed per token.
+    width: u64,
+    weight_width: u64,
 }
 
 impl Norm {
@@ -249,18 +285,33 @@ impl Norm {
             max_tokens,
         };
         let binding = k.rms_norm.bind(ctx, shape, io, Some(weight), step)?;
-        Ok(Norm { binding })
+        Ok(Norm {
+            binding,
+            width: (width * rows_per_token) as u64,
+            weight_width: width as u64,
+        })
     }
 
-    pub fn encode(&self, k: &Kernels, pass: &mut wgpu::ComputePass, n: u32) -> usize {
+    /// Records the norm of `n` tokens' rows as op `name` (each read once, written once).
+    pub fn record(
+        &self,
+        k: &Kernels,
+        pass: &mut wgpu::ComputePass,
+        n: u32,
+        marks: &mut StepMarks,
+        name: &'static str,
+    ) {
         k.rms_norm.encode(pass, &self.binding, n);
-        1
+        let bytes = OpBytes::new(4 * self.weight_width, 8 * u64::from(n) * self.width);
+        marks.op(pass, name, "rms_norm", bytes, 1);
     }
 }
 
 /// One elementwise op bound at load.
 pub struct Pointwise {
     binding: ElementwiseBinding,
+    /// Elements written per token.
+    width: u64,
 }
 
 impl Pointwise {
@@ -279,12 +330,24 @@ impl Pointwise {
             max_tokens,
         };
         let binding = k.elementwise.bind(ctx, shape, op, step)?;
-        Ok(Pointwise { binding })
+        Ok(Pointwise {
+            binding,
+            width: (heads * width) as u64,
+        })
     }
 
-    pub fn encode(&self, k: &Kernels, pass: &mut wgpu::ComputePass, n: u32) -> usize {
+    /// Records the op over `n` tokens as `name` (two operands read, one written per element).
+    pub fn record(
+        &self,
+        k: &Kernels,
+        pass: &mut wgpu::ComputePass,
+        n: u32,
+        marks: &mut StepMarks,
+        name: &'static str,
+    ) {
         k.elementwise.encode(pass, &self.binding, n);
-        1
+        let bytes = OpBytes::new(0, 12 * u64::from(n) * self.width);
+        marks.op(pass, name, "elementwise", bytes, 1);
     }
 }
 
@@ -413,18 +476,19 @@ impl Mlp {
         })
     }
 
-    pub fn encode(
+    /// Records the block's ops (`ffn_norm`, `ffn_gate`, `ffn_up`, `swiglu`, `ffn_down`).
+    pub fn record(
         &self,
         k: &Kernels,
         pass: &mut wgpu::ComputePass,
         n: u32,
-    ) -> Result<usize, GpuError> {
-        let mut dispatches = self.norm.encode(k, pass, n);
-        dispatches += self.gate.encode(k, pass, n)?;
-        dispatches += self.up.encode(k, pass, n)?;
-        dispatches += self.swiglu.encode(k, pass, n);
-        dispatches += self.down.encode(k, pass, n)?;
-        Ok(dispatches)
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
+        self.norm.record(k, pass, n, marks, "ffn_norm");
+        self.gate.record(k, pass, n, marks, "ffn_gate")?;
+        self.up.record(k, pass, n, marks, "ffn_up")?;
+        self.swiglu.record(k, pass, n, marks, "swiglu");
+        self.down.record(k, pass, n, marks, "ffn_down")
     }
 }
 
@@ -502,6 +566,11 @@ pub struct Attention {
     write: KvWriteBinding,
     decode: DecodeBinding,
     prefill: PrefillBinding,
+    /// f32 bytes of one token's q (and o), and of its k (and v).
+    q_bytes: u64,
+    kv_bytes: u64,
+    /// Bytes of one position's k (and v) in the cache.
+    cached_bytes: u64,
 }
 
 /// Where one layer's attention reads its q, k, v and writes o.
@@ -579,35 +648,73 @@ impl Attention {
                 max_tokens: dims.max_tokens,
             },
         )?;
+        let kv_width = (dims.n_kv * dims.head_dim) as u64;
         Ok(Attention {
             rope_q,
             rope_k,
             write,
             decode,
             prefill,
+            q_bytes: (dims.n_head * dims.head_dim) as u64 * 4,
+            kv_bytes: kv_width * 4,
+            cached_bytes: kv_width * k.kv_write.dtype().bytes(),
         })
     }
 
     /// Rotates q and k, writes k and v into the cache and attends: the split-K decode kernel
     /// for one token of each of `n` sequences (or a single token), the tiled causal kernel for a
-    /// prefill chunk.
-    pub fn encode(
+    /// prefill chunk. The attention op reads k and v of every cached position once
+    /// (`marks.kv_len` of them, summed over a batch's sequences).
+    pub fn record(
         &self,
         k: &Kernels,
         attn: &AttentionKernels,
         pass: &mut wgpu::ComputePass,
         n: u32,
         kind: StepKind,
-    ) -> usize {
+        marks: &mut StepMarks,
+    ) {
+        let tokens = u64::from(n);
         k.rope.encode(pass, &self.rope_q, n);
+        marks.op(
+            pass,
+            "rope_q",
+            "rope",
+            OpBytes::new(0, 2 * tokens * self.q_bytes),
+            1,
+        );
         k.rope.encode(pass, &self.rope_k, n);
+        marks.op(
+            pass,
+            "rope_k",
+            "rope",
+            OpBytes::new(0, 2 * tokens * self.kv_bytes),
+            1,
+        );
         k.kv_write.encode(pass, &self.write, n);
+        let written = 2 * tokens * (self.kv_bytes + self.cached_bytes);
+        marks.op(pass, "kv_write", "kv_write", OpBytes::new(0, written), 1);
+        let cache = 2 * u64::from(marks.kv_len) * self.cached_bytes;
+        let io = 2 * tokens * self.q_bytes;
         if n == 1 || kind == StepKind::Batch {
             attn.decode.encode(pass, &self.decode, n);
-            3 + 1 + usize::from(attn.n_split > 1)
+            let dispatches = 1 + usize::from(attn.n_split > 1);
+            marks.op(
+                pass,
+                "attention",
+                "attn_decode",
+                OpBytes::new(cache, io),
+                dispatches,
+            );
         } else {
             attn.prefill.encode(pass, &self.prefill, n);
-            4
+            marks.op(
+                pass,
+                "attention",
+                "attn_prefill",
+                OpBytes::new(cache, io),
+                1,
+            );
         }
     }
 }
@@ -624,6 +731,7 @@ pub struct OutputHead {
     argmax: ArgmaxBinding,
     argmax_rows: ArgmaxBinding,
     row_bytes: u64,
+    vocab: u64,
 }
 
 impl OutputHead {
@@ -686,12 +794,13 @@ impl OutputHead {
             argmax: argmax(ArgmaxRows::Last)?,
             argmax_rows: argmax(ArgmaxRows::All)?,
             row_bytes: d as u64 * 4,
+            vocab: vocab as u64,
         })
     }
 
     /// Records the head after the layers' pass has ended: `tail` rows are the last of the `n`
     /// rows of the residual stream `x` (a batch keeps all `n`, one per sequence).
-    pub fn encode(
+    pub fn record(
         &self,
         k: &Kernels,
         encoder: &mut wgpu::CommandEncoder,
@@ -699,20 +808,25 @@ impl OutputHead {
         n: u32,
         tail: u32,
         kind: StepKind,
-    ) -> Result<usize, GpuError> {
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
         let skip = u64::from(n - tail) * self.row_bytes;
         encoder.copy_buffer_to_buffer(x, skip, &self.tail_x, 0, u64::from(tail) * self.row_bytes);
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("output head"),
             timestamp_writes: None,
         });
-        let mut dispatches = self.norm.encode(k, &mut pass, tail);
-        dispatches += self.lm_head.encode(k, &mut pass, tail)?;
+        marks.begin(&mut pass);
+        self.norm.record(k, &mut pass, tail, marks, "output_norm");
+        self.lm_head.record(k, &mut pass, tail, marks, "output")?;
         let argmax = match kind {
             StepKind::Sequence => &self.argmax,
             StepKind::Batch => &self.argmax_rows,
         };
         k.argmax.encode(&mut pass, argmax, tail);
-        Ok(dispatches + 2)
+        // argmax is two dispatches (per-chunk maxima, then the winner).
+        let logits = OpBytes::new(0, 4 * u64::from(tail) * self.vocab);
+        marks.op(&mut pass, "argmax", "argmax", logits, 2);
+        Ok(())
     }
 }

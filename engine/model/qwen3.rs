@@ -16,6 +16,7 @@ use crate::gpu::kernels::elementwise::ElementwiseOp;
 use crate::gpu::kernels::matmul::MatmulOutput;
 use crate::gpu::kernels::rope::RopeTable;
 use crate::gpu::kernels::support::View;
+use crate::gpu::profile::StepMarks;
 use crate::gpu::{GpuContext, GpuError};
 use crate::reference::ops::vector;
 use crate::runtime::{DeviceModel, StepIo, StepKind};
@@ -409,30 +410,32 @@ impl DenseModel {
         })
     }
 
-    fn encode_layers(
+    fn record_layers(
         &self,
         pass: &mut wgpu::ComputePass,
         n: u32,
         kind: StepKind,
-    ) -> Result<usize, GpuError> {
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
         let k = &self.kernels;
-        let mut dispatches = self.embedding.encode(k, pass, n)?;
+        marks.begin(pass);
+        self.embedding.record(k, pass, n, marks)?;
         for l in &self.layers {
-            dispatches += l.attn_norm.encode(k, pass, n);
-            for proj in [&l.q, &l.k, &l.v] {
-                dispatches += proj.encode(k, pass, n)?;
-            }
+            l.attn_norm.record(k, pass, n, marks, "attn_norm");
+            l.q.record(k, pass, n, marks, "attn_q")?;
+            l.k.record(k, pass, n, marks, "attn_k")?;
+            l.v.record(k, pass, n, marks, "attn_v")?;
             for op in &l.bias {
-                dispatches += op.encode(k, pass, n);
+                op.record(k, pass, n, marks, "qkv_bias");
             }
             for norm in &l.qk_norm {
-                dispatches += norm.encode(k, pass, n);
+                norm.record(k, pass, n, marks, "qk_norm");
             }
-            dispatches += l.attention.encode(k, &self.attention, pass, n, kind);
-            dispatches += l.wo.encode(k, pass, n)?;
-            dispatches += l.mlp.encode(k, pass, n)?;
+            l.attention.record(k, &self.attention, pass, n, kind, marks);
+            l.wo.record(k, pass, n, marks, "attn_output")?;
+            l.mlp.record(k, pass, n, marks)?;
         }
-        Ok(dispatches)
+        Ok(())
     }
 }
 
@@ -512,24 +515,23 @@ impl LayerLoader<'_> {
 
 impl DenseModel {
     /// The layers, then the head on `tail` of the `n` rows.
-    fn encode(
+    fn record(
         &self,
         encoder: &mut wgpu::CommandEncoder,
         n: u32,
         kind: StepKind,
         tail: u32,
-    ) -> Result<usize, GpuError> {
-        let layers = {
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
+        {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("dense layers"),
                 timestamp_writes: None,
             });
-            self.encode_layers(&mut pass, n, kind)?
-        };
-        Ok(layers
-            + self
-                .head
-                .encode(&self.kernels, encoder, &self.x, n, tail, kind)?)
+            self.record_layers(&mut pass, n, kind, marks)?;
+        }
+        self.head
+            .record(&self.kernels, encoder, &self.x, n, tail, kind, marks)
     }
 }
 
@@ -539,17 +541,19 @@ impl DeviceModel for DenseModel {
         encoder: &mut wgpu::CommandEncoder,
         n_tokens: u32,
         all_logits: bool,
-    ) -> Result<usize, GpuError> {
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
         let tail = if all_logits { n_tokens } else { 1 };
-        self.encode(encoder, n_tokens, StepKind::Sequence, tail)
+        self.record(encoder, n_tokens, StepKind::Sequence, tail, marks)
     }
 
     fn encode_batch(
         &self,
         encoder: &mut wgpu::CommandEncoder,
         n_seqs: u32,
-    ) -> Result<usize, GpuError> {
-        self.encode(encoder, n_seqs, StepKind::Batch, n_seqs)
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
+        self.record(encoder, n_seqs, StepKind::Batch, n_seqs, marks)
     }
 
     fn encode_reset(&self, _encoder: &mut wgpu::CommandEncoder) {}

@@ -39,6 +39,7 @@ use crate::gpu::kernels::matmul::MatmulOutput;
 use crate::gpu::kernels::rope::RopeTable;
 use crate::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
 use crate::gpu::kernels::support::View;
+use crate::gpu::profile::{OpBytes, StepMarks};
 use crate::gpu::{GpuContext, GpuError, fill_f32};
 use crate::quant::GgmlType;
 use crate::runtime::{DeviceModel, StepIo, StepKind};
@@ -632,25 +633,24 @@ impl HybridModel {
     }
 
     /// The layers over `n` tokens of the one sequence, then the head on the last `tail` rows.
-    fn encode(
+    fn record(
         &self,
         encoder: &mut wgpu::CommandEncoder,
         n: u32,
         kind: StepKind,
         tail: u32,
-    ) -> Result<usize, GpuError> {
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
         let batch = self.delta.sequence.record(encoder, n)?;
-        let layers = {
+        {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("hybrid layers"),
                 timestamp_writes: None,
             });
-            self.encode_layers(&mut pass, batch)?
-        };
-        Ok(layers
-            + self
-                .head
-                .encode(&self.kernels, encoder, &self.x, n, tail, kind)?)
+            self.record_layers(&mut pass, batch, marks)?;
+        }
+        self.head
+            .record(&self.kernels, encoder, &self.x, n, tail, kind, marks)
     }
 
     /// The GDN layers' states (one sequence slot each), in layer order.
@@ -661,22 +661,24 @@ impl HybridModel {
         })
     }
 
-    fn encode_layers(
+    fn record_layers(
         &self,
         pass: &mut wgpu::ComputePass,
         batch: SeqBatch,
-    ) -> Result<usize, GpuError> {
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
         let (k, n) = (&self.kernels, batch.len);
-        let mut dispatches = self.embedding.encode(k, pass, n)?;
+        marks.begin(pass);
+        self.embedding.record(k, pass, n, marks)?;
         for l in &self.layers {
-            dispatches += l.attn_norm.encode(k, pass, n);
-            dispatches += match &l.mixer {
-                DeviceMixer::DeltaNet(m) => m.encode(k, &self.delta, pass, batch)?,
-                DeviceMixer::Attention(m) => m.encode(k, &self.attention, pass, n)?,
-            };
-            dispatches += l.mlp.encode(k, pass, n)?;
+            l.attn_norm.record(k, pass, n, marks, "attn_norm");
+            match &l.mixer {
+                DeviceMixer::DeltaNet(m) => m.record(k, &self.delta, pass, batch, marks)?,
+                DeviceMixer::Attention(m) => m.record(k, &self.attention, pass, n, marks)?,
+            }
+            l.mlp.record(k, pass, n, marks)?;
         }
-        Ok(dispatches)
+        Ok(())
     }
 }
 
@@ -771,23 +773,23 @@ impl GatedAttention {
         })
     }
 
-    fn encode(
+    fn record(
         &self,
         k: &Kernels,
         attn: &AttentionKernels,
         pass: &mut wgpu::ComputePass,
         n: u32,
-    ) -> Result<usize, GpuError> {
-        let mut dispatches = 0;
-        for proj in [&self.q, &self.k, &self.v] {
-            dispatches += proj.encode(k, pass, n)?;
-        }
-        dispatches += self.q_norm.encode(k, pass, n);
-        dispatches += self.k_norm.encode(k, pass, n);
-        dispatches += self.attention.encode(k, attn, pass, n, StepKind::Sequence);
-        dispatches += self.gate.encode(k, pass, n);
-        dispatches += self.wo.encode(k, pass, n)?;
-        Ok(dispatches)
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
+        self.q.record(k, pass, n, marks, "attn_q")?;
+        self.k.record(k, pass, n, marks, "attn_k")?;
+        self.v.record(k, pass, n, marks, "attn_v")?;
+        self.q_norm.record(k, pass, n, marks, "qk_norm");
+        self.k_norm.record(k, pass, n, marks, "qk_norm");
+        self.attention
+            .record(k, attn, pass, n, StepKind::Sequence, marks);
+        self.gate.record(k, pass, n, marks, "attn_gate");
+        self.wo.record(k, pass, n, marks, "attn_output")
     }
 }
 
@@ -940,36 +942,82 @@ impl DeltaNetLayer {
         })
     }
 
-    /// Records the layer for `batch` (one sequence of `batch.len` tokens).
-    fn encode(
+    /// Records the layer for `batch` (one sequence of `batch.len` tokens). The roofline bytes
+    /// of the GDN ops are their small weights and the recurrent state they read (conv state,
+    /// delta-rule state), read once per step whatever its length.
+    fn record(
         &self,
         k: &Kernels,
         d: &DeltaNetKernels,
         pass: &mut wgpu::ComputePass,
         batch: SeqBatch,
-    ) -> Result<usize, GpuError> {
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
         let n = batch.len;
-        let mut dispatches = 0;
-        for proj in [&self.qkv, &self.z, &self.beta, &self.alpha] {
-            dispatches += proj.encode(k, pass, n)?;
-        }
+        let bytes = GdnBytes::new(d.dims, u64::from(n));
+        self.qkv.record(k, pass, n, marks, "gdn_qkv")?;
+        self.z.record(k, pass, n, marks, "gdn_z")?;
+        self.beta.record(k, pass, n, marks, "gdn_beta")?;
+        self.alpha.record(k, pass, n, marks, "gdn_alpha")?;
         d.conv.encode(pass, &self.conv, batch)?;
+        let dispatches = d.conv.plan(&self.conv, batch)?.len();
+        marks.op(pass, "ssm_conv", "ssm_conv", bytes.conv, dispatches);
         d.prep.encode(pass, &self.prep, n)?;
-        dispatches += d.conv.plan(&self.conv, batch)?.len() + d.prep.plan(&self.prep, n)?.len();
+        let dispatches = d.prep.plan(&self.prep, n)?.len();
+        marks.op(pass, "delta_prep", "delta_prep", bytes.prep, dispatches);
         match &self.chunked {
             Some(chunked) if n > 1 => {
                 d.chunked.encode(pass, chunked, batch)?;
-                dispatches += d.chunked.plan(chunked, batch)?.len();
+                let dispatches = d.chunked.plan(chunked, batch)?.len();
+                let kernel = "gated_delta_chunk";
+                marks.op(pass, "gated_delta", kernel, bytes.delta, dispatches);
             }
             _ => {
                 d.recurrent.encode(pass, &self.recurrent, batch)?;
-                dispatches += d.recurrent.plan(&self.recurrent, batch)?.len();
+                let dispatches = d.recurrent.plan(&self.recurrent, batch)?.len();
+                marks.op(pass, "gated_delta", "gated_delta", bytes.delta, dispatches);
             }
         }
         d.norm.encode(pass, &self.norm, n)?;
-        dispatches += d.norm.plan(&self.norm, n)?.len();
-        dispatches += self.out.encode(k, pass, n)?;
-        Ok(dispatches)
+        let dispatches = d.norm.plan(&self.norm, n)?.len();
+        marks.op(pass, "gated_norm", "gated_norm", bytes.norm, dispatches);
+        self.out.record(k, pass, n, marks, "gdn_out")
+    }
+}
+
+/// What each Gated DeltaNet kernel of a step of `n` tokens moves: f32 weights and state in
+/// `weights` (the roofline's bytes), f32 activations read and written in `activations`; state
+/// writes count as activations.
+struct GdnBytes {
+    conv: OpBytes,
+    prep: OpBytes,
+    delta: OpBytes,
+    norm: OpBytes,
+}
+
+impl GdnBytes {
+    fn new(dims: DeltaDims, n: u64) -> GdnBytes {
+        let f32s = |floats: u64| 4 * floats;
+        let (conv_dim, key_dim) = (u64::from(dims.conv_dim()), u64::from(dims.key_dim()));
+        let (value_dim, nv) = (u64::from(dims.value_dim()), u64::from(dims.nv));
+        let conv_state = f32s(dims.conv_state_floats());
+        let recurrent_state = f32s(dims.recurrent_state_floats());
+        GdnBytes {
+            // Taps and the K−1 raw rows before the step in; the raw rows in, y out, the state out.
+            conv: OpBytes::new(
+                f32s(conv_dim * u64::from(dims.conv_kernel)) + conv_state,
+                f32s(2 * n * conv_dim) + conv_state,
+            ),
+            // ssm_a and dt_bias; q and k normalised in place, β and α logits in, gates out.
+            prep: OpBytes::new(f32s(2 * nv), f32s(n * (4 * key_dim + 4 * nv))),
+            // The delta-rule state in (and out); q̂, k̂, v and the gates in, o out.
+            delta: OpBytes::new(
+                recurrent_state,
+                f32s(n * (conv_dim + 2 * nv + value_dim)) + recurrent_state,
+            ),
+            // ssm_norm; o and z in, y out.
+            norm: OpBytes::new(f32s(u64::from(dims.dv)), f32s(3 * n * value_dim)),
+        }
     }
 }
 
@@ -988,9 +1036,10 @@ impl DeviceModel for HybridModel {
         encoder: &mut wgpu::CommandEncoder,
         n_tokens: u32,
         all_logits: bool,
-    ) -> Result<usize, GpuError> {
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
         let tail = if all_logits { n_tokens } else { 1 };
-        self.encode(encoder, n_tokens, StepKind::Sequence, tail)
+        self.record(encoder, n_tokens, StepKind::Sequence, tail, marks)
     }
 
     /// One sequence only: the GDN state has one slot (the engine refuses more at load).
@@ -998,7 +1047,8 @@ impl DeviceModel for HybridModel {
         &self,
         encoder: &mut wgpu::CommandEncoder,
         n_seqs: u32,
-    ) -> Result<usize, GpuError> {
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
         if n_seqs != 1 {
             return Err(GpuError::Shape {
                 kernel: "batched decode",
@@ -1008,7 +1058,7 @@ impl DeviceModel for HybridModel {
                 ),
             });
         }
-        self.encode(encoder, 1, StepKind::Batch, 1)
+        self.record(encoder, 1, StepKind::Batch, 1, marks)
     }
 
     fn encode_reset(&self, encoder: &mut wgpu::CommandEncoder) {

@@ -18,6 +18,7 @@ use crate::gguf::Gguf;
 use crate::gpu::kernels::kv_cache::KvDtype;
 use crate::gpu::kernels::matvec::MAX_BATCH;
 use crate::gpu::kernels::support::TokenSlot;
+use crate::gpu::profile::{OpRecord, Profiler, StepMarks};
 use crate::gpu::{ContextOptions, GpuContext, Step};
 use crate::model::DevicePlan;
 use crate::tokenizer::Tokenizer;
@@ -92,6 +93,12 @@ pub struct GenerationStats {
     pub prefill_step_dispatches: usize,
     /// Dispatches one decode step recorded (0 when no decode step ran).
     pub decode_step_dispatches: usize,
+    /// Host time spent recording and finishing the decode steps' command buffers (what a
+    /// step costs the CPU; it overlaps the GPU's work on the steps in flight).
+    pub decode_encode: Duration,
+    /// Decode steps run and queue submits they took.
+    pub decode_steps: usize,
+    pub decode_submits: usize,
 }
 
 impl GenerationStats {
@@ -126,7 +133,28 @@ pub struct Engine {
     /// Steps submitted since load (indexes the history ring).
     steps: u32,
     last_dispatches: usize,
+    /// Host time recording and finishing forward steps, and submits made, since load.
+    encode_time: Duration,
+    submits: usize,
+    /// Timestamps inside passes, where the device has them (`profile_step`).
+    profiler: Option<Profiler>,
     pub load_time: Duration,
+}
+
+/// One forward step timed op by op (`Engine::profile_step`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StepProfile {
+    /// Positions the step attended over.
+    pub kv_len: u32,
+    /// Every op the model recorded, in order.
+    pub ops: Vec<OpRecord>,
+    /// GPU nanoseconds of each op (parallel to `ops`); None without in-pass timestamps.
+    pub op_ns: Vec<Option<f64>>,
+    /// Host time recording and finishing the step's command buffer.
+    pub encode: Duration,
+    /// Host time from submit until the device reported the step done.
+    pub wall: Duration,
+    pub submits: usize,
 }
 
 impl Engine {
@@ -188,6 +216,7 @@ impl Engine {
         ctx.device
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(crate::gpu::GpuError::from)?;
+        let profiler = Profiler::new(&ctx);
         Ok(Engine {
             ctx,
             tokenizer,
@@ -202,6 +231,9 @@ impl Engine {
             seqs: (0..plan.max_seqs).map(|_| None).collect(),
             steps: 0,
             last_dispatches: 0,
+            encode_time: Duration::ZERO,
+            submits: 0,
+            profiler,
             load_time: start.elapsed(),
         })
     }
@@ -212,6 +244,11 @@ impl Engine {
 
     pub fn max_context(&self) -> usize {
         self.model.max_context()
+    }
+
+    /// Rows of the model's output head: token ids must be below it.
+    pub fn n_vocab(&self) -> usize {
+        self.model.n_vocab()
     }
 
     /// Dispatches the last submitted forward step recorded (a prefill chunk or a decode step).
@@ -255,6 +292,18 @@ impl Engine {
         n: u32,
         all_logits: bool,
     ) -> Result<(wgpu::CommandEncoder, Step), RuntimeError> {
+        let kv_len = (self.seq(seq)?.pos + n as usize) as u32;
+        self.begin_marked_step(seq, n, all_logits, &mut StepMarks::counting(kv_len))
+    }
+
+    /// [`Engine::begin_step`], noting the step's ops in `marks`.
+    fn begin_marked_step(
+        &mut self,
+        seq: SeqId,
+        n: u32,
+        all_logits: bool,
+        marks: &mut StepMarks,
+    ) -> Result<(wgpu::CommandEncoder, Step), RuntimeError> {
         let (pos, row) = {
             let s = self.seq(seq)?;
             (s.pos as u32, seq.row())
@@ -276,8 +325,11 @@ impl Engine {
                 ..step
             },
         );
+        let started = Instant::now();
         let mut encoder = self.encoder("forward step");
-        self.last_dispatches = self.model.encode_step(&mut encoder, n, all_logits)?;
+        self.model.encode_step(&mut encoder, n, all_logits, marks)?;
+        self.encode_time += started.elapsed();
+        self.last_dispatches = marks.dispatches();
         self.seq_mut(seq)?.pos += n as usize;
         self.steps += 1;
         Ok((encoder, step))
@@ -301,7 +353,11 @@ impl Engine {
             self.logits_slot
                 .record_copy(&mut encoder, &self.io.logits, 0, logit_bytes);
         }
-        let index = self.ctx.queue.submit([encoder.finish()]);
+        let started = Instant::now();
+        let commands = encoder.finish();
+        self.encode_time += started.elapsed();
+        let index = self.ctx.queue.submit([commands]);
+        self.submits += 1;
         if let Some(slot) = token_slot {
             self.token_slots[slot].submitted(index.clone(), 4);
         }
@@ -365,6 +421,9 @@ impl Engine {
             decode: Duration::ZERO,
             prefill_step_dispatches: 0,
             decode_step_dispatches: 0,
+            decode_encode: Duration::ZERO,
+            decode_steps: 0,
+            decode_submits: 0,
         };
         if n_out == 0 {
             self.prefill(seq, false)?;
@@ -383,14 +442,19 @@ impl Engine {
             !eog && stats.tokens.len() < n_out
         };
         let first_known;
+        let (encode_before, submits_before, steps_before);
         if sampling.is_greedy() {
             self.prefill(seq, false)?;
             stats.prefill_step_dispatches = self.last_dispatches;
+            (encode_before, submits_before, steps_before) =
+                (self.encode_time, self.submits, self.steps);
             first_known = self.greedy_loop(seq, n_out, start, &mut stats, &mut accept)?;
         } else {
             let mut sampler = Sampler::new(sampling.clone());
             self.prefill(seq, true)?;
             stats.prefill_step_dispatches = self.last_dispatches;
+            (encode_before, submits_before, steps_before) =
+                (self.encode_time, self.submits, self.steps);
             self.wait_token(0)?;
             let mut logits = self.read_logits(1)?;
             first_known = Instant::now();
@@ -404,6 +468,9 @@ impl Engine {
             }
         }
         stats.decode = first_known.elapsed();
+        stats.decode_encode = self.encode_time - encode_before;
+        stats.decode_submits = self.submits - submits_before;
+        stats.decode_steps = (self.steps - steps_before) as usize;
         if stats.tokens.len() > 1 {
             stats.decode_step_dispatches = self.last_dispatches;
         }
@@ -498,6 +565,57 @@ impl Engine {
     /// The prefix cache's page size, page bytes, pool and budget.
     pub fn cache_config(&self) -> CacheConfig {
         self.cache.config()
+    }
+
+    /// Runs one decode step of `seq` (started with [`Engine::start`], with room for one more
+    /// token) on its last token, with a timestamp after every op where the device can write them
+    /// inside a pass, and waits for it. The sequence is left where it was (the step's cache row
+    /// is rewritten by the next step), so repeated calls measure the same depth.
+    pub fn profile_step(&mut self, seq: SeqId) -> Result<StepProfile, RuntimeError> {
+        let (pos, last) = self.next_input(seq)?;
+        self.io.set_ids(&self.ctx, &[last]);
+        let kv_len = pos as u32 + 1;
+        let profiler = self.profiler.take();
+        let mut marks = match &profiler {
+            Some(p) => StepMarks::timed(&p.queries, kv_len),
+            None => StepMarks::counting(kv_len),
+        };
+        let (encode_before, submits_before) = (self.encode_time, self.submits);
+        let result = self.begin_marked_step(seq, 1, false, &mut marks);
+        let marks_written = marks.marks();
+        let ops = std::mem::take(&mut marks.ops);
+        drop(marks);
+        self.profiler = profiler;
+        let (mut encoder, step) = result?;
+        self.seq_mut(seq)?.pos = pos;
+        if let Some(p) = &self.profiler {
+            p.resolve(&mut encoder, marks_written);
+        }
+        let submitted = Instant::now();
+        self.submit_step(encoder, step, None, 0);
+        self.ctx
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(crate::gpu::GpuError::from)?;
+        let wall = submitted.elapsed();
+        let op_ns = match &self.profiler {
+            Some(p) => p.op_times(&self.ctx, marks_written, &ops)?,
+            None => vec![None; ops.len()],
+        };
+        Ok(StepProfile {
+            kv_len,
+            ops,
+            op_ns,
+            encode: self.encode_time - encode_before,
+            wall,
+            submits: self.submits - submits_before,
+        })
+    }
+
+    /// Whether [`Engine::profile_step`] times each op on the GPU (else only whole steps on the
+    /// host).
+    pub fn times_ops(&self) -> bool {
+        self.profiler.is_some()
     }
 
     pub fn options(&self) -> &EngineOptions {

@@ -5,13 +5,14 @@ pub mod engine;
 pub mod io;
 pub mod sampling;
 
-pub use engine::{Engine, EngineOptions, GenerationStats, SeqId, Started, StopReason};
+pub use engine::{Engine, EngineOptions, GenerationStats, SeqId, Started, StepProfile, StopReason};
 pub use io::StepIo;
 pub use sampling::{Sampler, SamplingParams};
 
 use crate::cache::CacheError;
 use crate::gguf::GgufError;
 use crate::gpu::GpuError;
+use crate::gpu::profile::StepMarks;
 use crate::model::ModelError;
 use crate::tokenizer::TokenizerError;
 
@@ -54,23 +55,27 @@ pub trait DeviceModel {
     /// Records one forward step over `n_tokens` tokens (ids in `io.ids`, positions from
     /// `io.step`): embed, every layer, final norm, LM head into `io.logits` for the last row (or
     /// for every row with `all_logits`), and the argmax of the last row into `io.ids[0]` and
-    /// `io.history[step.out_index]`. Returns the number of dispatches it recorded.
+    /// `io.history[step.out_index]`. Every op it records is noted in `marks` (name, kernel,
+    /// bytes, dispatches; a timestamp after each when `marks` is timed), so the step's dispatch
+    /// count and profile come from the code that records them.
     fn encode_step(
         &self,
         encoder: &mut wgpu::CommandEncoder,
         n_tokens: u32,
         all_logits: bool,
-    ) -> Result<usize, GpuError>;
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError>;
 
     /// Records one decode step over one token of each of `n_seqs` sequences (ids in `io.ids`,
     /// position and page-table row of each in `io.tokens`): logits for every row, the argmax of
-    /// row r into `io.ids[r]`. Every weight is read once for the whole batch. Returns the number
-    /// of dispatches it recorded.
+    /// row r into `io.ids[r]`. Every weight is read once for the whole batch. Its ops (and
+    /// dispatches) are noted in `marks`.
     fn encode_batch(
         &self,
         _encoder: &mut wgpu::CommandEncoder,
         n_seqs: u32,
-    ) -> Result<usize, GpuError> {
+        _marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
         Err(GpuError::Shape {
             kernel: "batched decode",
             message: format!("this model decodes one sequence per step, not {n_seqs}"),

@@ -17,7 +17,7 @@
 
 use super::tensors::{bind_group, checked_row_bytes};
 use crate::gpu::activations::Activations;
-use crate::gpu::buffers::{Grid, Window, split_rows, uniform};
+use crate::gpu::buffers::{Grid, Window, split_rows, storage_buffer, uniform};
 use crate::gpu::context::GpuContext;
 use crate::gpu::error::GpuError;
 use crate::gpu::kernel::{
@@ -37,14 +37,19 @@ pub const BATCH_CAPACITIES: [u32; 4] = [1, 2, 4, 8];
 const WG: u32 = 64;
 /// Output rows per workgroup (`const ROWS` of the WGSL).
 const ROWS_PER_WORKGROUP: u64 = 4;
-/// w, x, y, params, step.
+/// w, x, y, params, step, and w and x again as 16-byte words (`w16`, `x16`).
 const SLOTS: &[Slot] = &[
     Slot::Read,
     Slot::Read,
     Slot::ReadWrite,
     Slot::Uniform,
     Slot::Uniform,
+    Slot::Read,
+    Slot::Read,
 ];
+/// `Params::wide` bits (WIDE_X, WIDE_W of the WGSL).
+const WIDE_X: u32 = 1;
+const WIDE_W: u32 = 2;
 
 /// `Params` of wgsl/matvec.wgsl.
 #[repr(C)]
@@ -60,7 +65,8 @@ struct Params {
     y_index: u32,
     y_stride: u32,
     accumulate: u32,
-    pad: [u32; 2],
+    wide: u32,
+    pad: u32,
 }
 
 /// How a row is cut into units (the part of a block one invocation decodes):
@@ -75,6 +81,14 @@ fn unit_geometry(ty: GgmlType) -> (u64, u64, u64, u64) {
         // Q8_0 and the 32-element legacy blocks.
         _ => (8, 4, elems, bytes),
     }
+}
+
+/// `window` grown to whole 16-byte words, for a `array<vec4<_>>` view of the same bytes; None when
+/// the buffer or the binding limit has no room for the growth.
+fn wide_window(window: Window, buffer: &wgpu::Buffer, max_binding: u64) -> Option<Window> {
+    let size = window.size.next_multiple_of(16);
+    (window.offset + size <= buffer.size() && size <= max_binding)
+        .then_some(Window { size, ..window })
 }
 
 /// The weight tensor of a [`MatVecBinding`]: `rows` rows (outputs) of `cols` elements (inputs) of
@@ -112,6 +126,8 @@ pub struct MatVecIo<'a> {
 pub struct MatVec {
     variant: KernelPaths,
     layout: wgpu::BindGroupLayout,
+    /// Bound as `w16`/`x16` where the data is not 16-byte aligned (the kernel then reads w, x).
+    placeholder: wgpu::Buffer,
     /// `[type index][capacity index]`, flattened: parallel to TYPES × BATCH_CAPACITIES.
     pipelines: Vec<wgpu::ComputePipeline>,
 }
@@ -196,6 +212,7 @@ impl MatVec {
         Ok(MatVec {
             variant: variant.paths,
             layout: built.layout,
+            placeholder: storage_buffer(ctx, "matvec wide placeholder", 16)?,
             pipelines: built.pipelines,
         })
     }
@@ -269,6 +286,12 @@ impl MatVec {
         let y =
             io.y.bind(Self::NAME, "y", batch, rows, max_binding, align)?;
         let step = io.step.buffer.as_entire_binding();
+        // x16: the x window again, whole 16-byte words, when every row starts on one.
+        let x_wide = (x.window.offset.is_multiple_of(16)
+            && x.index.is_multiple_of(4)
+            && (io.max_batch == 1 || x.stride.is_multiple_of(4)))
+        .then(|| wide_window(x.window, io.x.buffer, max_binding))
+        .flatten();
         let (unit_elems, ..) = unit_geometry(ty);
         let units = cols.div_ceil(unit_elems);
         let max_per_dimension = ctx.device.limits().max_compute_workgroups_per_dimension;
@@ -281,6 +304,16 @@ impl MatVec {
                     len * row_bytes,
                     align,
                 );
+                // w16: only Q4_K reads it, and only when every block starts on 16 bytes.
+                let w_wide = (ty == GgmlType::Q4_K
+                    && w.offset.is_multiple_of(16)
+                    && w.skip.is_multiple_of(16)
+                    && row_bytes.is_multiple_of(16))
+                .then(|| wide_window(w, io.weights, max_binding))
+                .flatten();
+                let wide =
+                    u32::from(x_wide.is_some()) * WIDE_X + u32::from(w_wide.is_some()) * WIDE_W;
+                let placeholder = self.placeholder.as_entire_binding();
                 // split_rows keeps each range inside one binding (< 2^31 bytes): these fit u32.
                 let params = Params {
                     rows: len as u32,
@@ -293,7 +326,8 @@ impl MatVec {
                     y_index: y.index + range.start as u32,
                     y_stride: y.stride,
                     accumulate: u32::from(io.accumulate),
-                    pad: [0; 2],
+                    wide,
+                    pad: 0,
                 };
                 let params = uniform(ctx, "matvec params", &params);
                 let group = bind_group(
@@ -306,6 +340,8 @@ impl MatVec {
                         y.window.binding(io.y.buffer),
                         params.as_entire_binding(),
                         step.clone(),
+                        w_wide.map_or(placeholder.clone(), |w| w.binding(io.weights)),
+                        x_wide.map_or(placeholder, |x| x.binding(io.x.buffer)),
                     ],
                 );
                 let workgroups = len.div_ceil(ROWS_PER_WORKGROUP);

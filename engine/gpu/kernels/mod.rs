@@ -14,7 +14,7 @@ pub mod gated_norm;
 pub mod kv_cache;
 pub mod matmul;
 pub mod matvec;
-pub mod read_bandwidth;
+pub mod read_probe;
 pub mod rms_norm;
 pub mod rope;
 pub mod ssm_conv;
@@ -44,7 +44,7 @@ pub fn registry() -> Vec<KernelVariant> {
     all.extend(KernelVariant::all_of::<kv_cache::KvWrite>());
     all.extend(KernelVariant::all_of::<attn_decode::AttnDecode>());
     all.extend(KernelVariant::all_of::<attn_prefill::AttnPrefill>());
-    all.extend(KernelVariant::all_of::<read_bandwidth::ReadBandwidth>());
+    all.extend(KernelVariant::all_of::<read_probe::ReadProbe>());
     all
 }
 

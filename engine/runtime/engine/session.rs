@@ -10,8 +10,10 @@
 use super::{Engine, RuntimeError};
 use crate::cache::{NodeId, Snapshot};
 use crate::gpu::kernels::support::TokenSlot;
+use crate::gpu::profile::StepMarks;
 use crate::gpu::{Step, storage_buffer};
 use crate::runtime::io::HISTORY_LEN;
+use std::time::Instant;
 
 /// A sequence in flight: its page-table row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -284,20 +286,15 @@ impl Engine {
         let mut ids = Vec::with_capacity(n);
         let mut slots = Vec::with_capacity(n);
         for (i, &id) in seqs.iter().enumerate() {
-            let s = self.seq(id)?;
             if seqs[..i].contains(&id) {
                 return Err(RuntimeError::Request(format!(
                     "{id:?} appears twice in a step"
                 )));
             }
-            if s.pos >= s.capacity || s.tokens.len() <= s.prompt_len {
-                return Err(RuntimeError::Request(format!(
-                    "{id:?} has no room for another token (or was not started)"
-                )));
-            }
-            ids.push(*s.tokens.last().expect("a started sequence has tokens"));
+            let (pos, last) = self.next_input(id)?;
+            ids.push(last);
             slots.push(TokenSlot {
-                pos: s.pos as u32,
+                pos: pos as u32,
                 page_row: id.row(),
             });
         }
@@ -306,13 +303,23 @@ impl Engine {
         let step = Step::new(0, n as u32, self.steps % HISTORY_LEN);
         self.io.step.set(&self.ctx, step);
         self.io.tail_step.set(&self.ctx, step);
+        let kv_len: usize = slots.iter().map(|t| t.pos as usize + 1).sum();
+        let mut marks = StepMarks::counting(kv_len as u32);
+        let started = Instant::now();
         let mut encoder = self.encoder("batched decode step");
-        self.last_dispatches = self.model.encode_batch(&mut encoder, n as u32)?;
+        self.model
+            .encode_batch(&mut encoder, n as u32, &mut marks)?;
+        self.encode_time += started.elapsed();
+        self.last_dispatches = marks.dispatches();
         self.steps += 1;
         let bytes = 4 * n as u64;
         self.batch_slot
             .record_copy(&mut encoder, &self.io.ids, 0, bytes);
-        let index = self.ctx.queue.submit([encoder.finish()]);
+        let started = Instant::now();
+        let commands = encoder.finish();
+        self.encode_time += started.elapsed();
+        let index = self.ctx.queue.submit([commands]);
+        self.submits += 1;
         self.batch_slot.submitted(index, bytes);
         let out: Vec<u32> = bytemuck::pod_collect_to_vec(&self.batch_slot.wait(&self.ctx, bytes)?);
         for (&id, &token) in seqs.iter().zip(&out) {
@@ -321,6 +328,21 @@ impl Engine {
             s.tokens.push(token);
         }
         Ok(out)
+    }
+
+    /// The position and last token of a started sequence with room for one more token: the
+    /// next decode step's input.
+    pub(super) fn next_input(&self, id: SeqId) -> Result<(usize, u32), RuntimeError> {
+        let s = self.seq(id)?;
+        if s.pos >= s.capacity || s.tokens.len() <= s.prompt_len {
+            return Err(RuntimeError::Request(format!(
+                "{id:?} has no room for another token (or was not started)"
+            )));
+        }
+        Ok((
+            s.pos,
+            *s.tokens.last().expect("a started sequence has tokens"),
+        ))
     }
 
     /// Ends a sequence started with [`Engine::start`]: its computed pages go to the prefix cache.

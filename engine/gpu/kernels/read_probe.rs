@@ -1,0 +1,215 @@
+//! `read_probe`: how fast this device streams memory into its shader cores (wgsl/read_probe.wgsl).
+//! A decode step reads every weight once, so its time can be no less than the step's bytes over
+//! this bandwidth: `harness bench` divides by it for the roofline, and `harness selftest` records
+//! it beside the kernel suite.
+//!
+//! The probe reads one buffer of `bytes` (at most one binding), a few times in a row; each pass is
+//! timed with pass timestamps where the device has `TIMESTAMP_QUERY`, else on the host (submit to
+//! completion, which also counts the submit's overhead: [`ReadBandwidth::timing`] says which).
+
+use super::tensors::bind_group;
+use crate::gpu::buffers::{read_back, storage_buffer, uniform};
+use crate::gpu::context::GpuContext;
+use crate::gpu::error::GpuError;
+use crate::gpu::kernel::{Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build};
+use crate::gpu::layout::Slot;
+use crate::gpu::paths::{Axes, KernelPaths};
+use std::time::Instant;
+
+/// Invocations per workgroup (`override WG`).
+const WG: u32 = 256;
+/// Workgroups per dispatch: enough invocations in flight to cover DRAM latency on a large GPU
+/// (2048 × 256 = 512 Ki invocations, ~4 per hardware thread slot of an H200), few enough that
+/// each walks a long stretch of the buffer.
+const WORKGROUPS: u32 = 2048;
+/// Untimed passes first: the first touch of the buffer, and a GPU that idled between a model's
+/// load and the probe ramps its clocks up (one H200 run measured 1.83 TB/s after a single
+/// warm-up pass where another had measured 4.41 TB/s: experiments/NOTES.md).
+const WARM_UP_PASSES: usize = 3;
+/// The fold of a zero-filled buffer is 0; the sink is written only when it equals this.
+const NEVER: u32 = 1;
+/// src, sink, params.
+const SLOTS: &[Slot] = &[Slot::Read, Slot::ReadWrite, Slot::Uniform];
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    words: u32,
+    never: u32,
+    pad: [u32; 2],
+}
+
+/// How the probe's passes were timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeTiming {
+    /// Timestamps at the pass's start and end (GPU time only).
+    PassTimestamps,
+    /// Host time from submit to completion (includes the submit's own overhead).
+    HostWall,
+}
+
+/// A measured read bandwidth.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ReadBandwidth {
+    /// Bytes one pass read.
+    pub bytes: u64,
+    /// Seconds of each timed pass, in the order they ran.
+    pub pass_seconds: Vec<f64>,
+    /// bytes / the fastest pass, in GB/s (10^9 bytes per second): the ceiling is what the
+    /// device can do, not what it did on average.
+    pub gb_per_s: f64,
+    pub timing: ProbeTiming,
+}
+
+pub struct ReadProbe {
+    layout: wgpu::BindGroupLayout,
+    pipeline: wgpu::ComputePipeline,
+}
+
+impl Kernel for ReadProbe {
+    const NAME: &'static str = "read_probe";
+    const AXES: Axes = Axes::NONE;
+
+    fn source(variant: KernelPaths) -> KernelSource {
+        KernelSource {
+            module: WgslModule::new(variant).with(crate::gpu::kernel::wgsl::READ_PROBE),
+            slots: SLOTS,
+            pipelines: vec![PipelineSpec {
+                label: "read_probe".into(),
+                entry_point: "read_probe",
+                constants: vec![("WG", f64::from(WG))],
+            }],
+        }
+    }
+}
+
+impl ReadProbe {
+    pub fn new(ctx: &GpuContext) -> Result<Self, GpuError> {
+        let variant = KernelVariant::of::<Self>(KernelPaths::FALLBACK);
+        let mut built = build(ctx, &variant)?;
+        Ok(ReadProbe {
+            layout: built.layout,
+            pipeline: built.pipelines.remove(0),
+        })
+    }
+
+    /// Streams a zero-filled buffer of `bytes` (rounded down to 16-byte words, at most one
+    /// binding and 2^32 − 1 words) `passes` times after [`WARM_UP_PASSES`] untimed ones.
+    pub fn measure(
+        &self,
+        ctx: &GpuContext,
+        bytes: u64,
+        passes: usize,
+    ) -> Result<ReadBandwidth, GpuError> {
+        let bytes = bytes.min(ctx.max_binding_size()) & !15;
+        if bytes == 0 || passes == 0 {
+            return Err(GpuError::Shape {
+                kernel: Self::NAME,
+                message: format!("a probe of {bytes} bytes and {passes} passes"),
+            });
+        }
+        let src = storage_buffer(ctx, "read probe source", bytes)?;
+        let sink = storage_buffer(ctx, "read probe sink", 4 * u64::from(WG))?;
+        let params = uniform(
+            ctx,
+            "read probe params",
+            &Params {
+                words: (bytes / 16) as u32,
+                never: NEVER,
+                pad: [0; 2],
+            },
+        );
+        let group = bind_group(
+            ctx,
+            "read probe",
+            &self.layout,
+            vec![
+                src.as_entire_binding(),
+                sink.as_entire_binding(),
+                params.as_entire_binding(),
+            ],
+        );
+        let has_timestamps = ctx
+            .device
+            .features()
+            .contains(wgpu::Features::TIMESTAMP_QUERY);
+        let queries = has_timestamps.then(|| {
+            ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("read probe timestamps"),
+                ty: wgpu::QueryType::Timestamp,
+                count: 2,
+            })
+        });
+        let resolved = storage_query_buffer(ctx);
+        let period_s = f64::from(ctx.queue.get_timestamp_period()) * 1e-9;
+        let mut pass_seconds = Vec::with_capacity(passes);
+        for i in 0..WARM_UP_PASSES + passes {
+            let mut encoder = ctx
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("read probe"),
+                });
+            {
+                let timestamp_writes =
+                    queries
+                        .as_ref()
+                        .map(|query_set| wgpu::ComputePassTimestampWrites {
+                            query_set,
+                            beginning_of_pass_write_index: Some(0),
+                            end_of_pass_write_index: Some(1),
+                        });
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("read probe"),
+                    timestamp_writes,
+                });
+                pass.set_pipeline(&self.pipeline);
+                pass.set_bind_group(0, &group, &[]);
+                pass.dispatch_workgroups(WORKGROUPS, 1, 1);
+            }
+            if let Some(query_set) = &queries {
+                encoder.resolve_query_set(query_set, 0..2, &resolved, 0);
+            }
+            let started = Instant::now();
+            let index = ctx.queue.submit([encoder.finish()]);
+            ctx.device.poll(wgpu::PollType::Wait {
+                submission_index: Some(index),
+                timeout: None,
+            })?;
+            let wall = started.elapsed().as_secs_f64();
+            if i < WARM_UP_PASSES {
+                continue;
+            }
+            let seconds = match &queries {
+                Some(_) => {
+                    let ticks: Vec<u64> =
+                        bytemuck::pod_collect_to_vec(&read_back(ctx, &resolved, 0..16)?);
+                    ticks[1].saturating_sub(ticks[0]) as f64 * period_s
+                }
+                None => wall,
+            };
+            pass_seconds.push(seconds);
+        }
+        let fastest = pass_seconds.iter().copied().fold(f64::INFINITY, f64::min);
+        Ok(ReadBandwidth {
+            bytes,
+            gb_per_s: bytes as f64 / fastest / 1e9,
+            pass_seconds,
+            timing: if has_timestamps {
+                ProbeTiming::PassTimestamps
+            } else {
+                ProbeTiming::HostWall
+            },
+        })
+    }
+}
+
+/// Where two resolved timestamps land before being read back.
+fn storage_query_buffer(ctx: &GpuContext) -> wgpu::Buffer {
+    ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("read probe resolved timestamps"),
+        size: 16,
+        usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    })
+}

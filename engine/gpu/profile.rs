@@ -1,0 +1,200 @@
+//! Per-op GPU timing of a forward step: the model names each op it records (with the bytes it
+//! moves), and, when profiling, a timestamp is written inside the compute pass after each op.
+//!
+//! The GPU time of op i is `t[i] − t[i−1]`: it includes the barrier wgpu inserts before the op's
+//! dependent dispatches, which is what the op costs a step. Timestamps inside a pass need
+//! `TIMESTAMP_QUERY_INSIDE_PASSES` (Vulkan, DX12; not Apple GPUs); without it [`StepMarks`] only
+//! names and counts the ops, and a caller times whole steps on the host instead
+//! ([`StepMarks::timed`] says which).
+
+use super::context::GpuContext;
+use super::error::GpuError;
+
+/// The most timestamps one step may write (wgpu's query-set limit is 4096).
+pub const MAX_MARKS: u32 = 4096;
+
+/// One op of a step as the model recorded it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct OpRecord {
+    /// What the op is (`attn_q`, `ffn_norm`, `attn_decode`): ops of the same name are one row of
+    /// a profile.
+    pub name: &'static str,
+    /// The kernel family that ran it (`matvec`, `rms_norm`).
+    pub kernel: &'static str,
+    /// Weight, KV-cache and recurrent-state bytes the op reads: the roofline's bytes.
+    pub weight_bytes: u64,
+    /// Activation bytes it reads and writes (inputs, outputs, scratch).
+    pub activation_bytes: u64,
+    pub dispatches: usize,
+    /// Index of the timestamp written after the op, when profiling with timestamps.
+    pub mark: Option<u32>,
+    /// Index of the timestamp the op's time starts from.
+    pub since: Option<u32>,
+}
+
+/// What an op moves, as its recorder states it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpBytes {
+    pub weights: u64,
+    pub activations: u64,
+}
+
+impl OpBytes {
+    pub fn new(weights: u64, activations: u64) -> Self {
+        OpBytes {
+            weights,
+            activations,
+        }
+    }
+}
+
+/// The ops of one step, and the timestamps between them when profiling.
+pub struct StepMarks<'q> {
+    queries: Option<&'q wgpu::QuerySet>,
+    next: u32,
+    last: Option<u32>,
+    /// KV positions the step attends over (its first token's position + its tokens): what an
+    /// attention op reads.
+    pub kv_len: u32,
+    pub ops: Vec<OpRecord>,
+}
+
+impl<'q> StepMarks<'q> {
+    /// Records names and counts only.
+    pub fn counting(kv_len: u32) -> Self {
+        StepMarks {
+            queries: None,
+            next: 0,
+            last: None,
+            kv_len,
+            ops: Vec::new(),
+        }
+    }
+
+    /// Records a timestamp after every op into `queries` (made by [`Profiler`]).
+    pub fn timed(queries: &'q wgpu::QuerySet, kv_len: u32) -> Self {
+        StepMarks {
+            queries: Some(queries),
+            ..Self::counting(kv_len)
+        }
+    }
+
+    /// Whether timestamps are being written.
+    pub fn is_timed(&self) -> bool {
+        self.queries.is_some()
+    }
+
+    fn stamp(&mut self, pass: &mut wgpu::ComputePass) -> Option<u32> {
+        let queries = self.queries?;
+        let index = self.next;
+        if index >= MAX_MARKS {
+            return None;
+        }
+        pass.write_timestamp(queries, index);
+        self.next += 1;
+        Some(index)
+    }
+
+    /// Starts timing in a new pass (the time before it — copies, pass changes — is not
+    /// attributed to any op).
+    pub fn begin(&mut self, pass: &mut wgpu::ComputePass) {
+        self.last = self.stamp(pass);
+    }
+
+    /// Notes an op the caller has just recorded into `pass` with `dispatches` dispatches.
+    pub fn op(
+        &mut self,
+        pass: &mut wgpu::ComputePass,
+        name: &'static str,
+        kernel: &'static str,
+        bytes: OpBytes,
+        dispatches: usize,
+    ) {
+        let since = self.last;
+        let mark = since.and_then(|_| self.stamp(pass));
+        self.last = mark;
+        self.ops.push(OpRecord {
+            name,
+            kernel,
+            weight_bytes: bytes.weights,
+            activation_bytes: bytes.activations,
+            dispatches,
+            mark,
+            since,
+        });
+    }
+
+    /// Dispatches recorded so far.
+    pub fn dispatches(&self) -> usize {
+        self.ops.iter().map(|op| op.dispatches).sum()
+    }
+
+    /// Timestamps written so far.
+    pub fn marks(&self) -> u32 {
+        self.next
+    }
+}
+
+/// The query set and readback of a profiled step.
+pub struct Profiler {
+    pub queries: wgpu::QuerySet,
+    resolved: wgpu::Buffer,
+    /// Nanoseconds per timestamp tick.
+    period_ns: f64,
+}
+
+impl Profiler {
+    /// `None` when the device cannot write timestamps inside a pass.
+    pub fn new(ctx: &GpuContext) -> Option<Profiler> {
+        let needed =
+            wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+        if !ctx.device.features().contains(needed) {
+            return None;
+        }
+        let queries = ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("step profile"),
+            ty: wgpu::QueryType::Timestamp,
+            count: MAX_MARKS,
+        });
+        let resolved = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("step profile timestamps"),
+            size: u64::from(MAX_MARKS) * 8,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        Some(Profiler {
+            queries,
+            resolved,
+            period_ns: f64::from(ctx.queue.get_timestamp_period()),
+        })
+    }
+
+    /// Records the resolve of the first `marks` timestamps; call after the step's passes.
+    pub fn resolve(&self, encoder: &mut wgpu::CommandEncoder, marks: u32) {
+        if marks > 0 {
+            encoder.resolve_query_set(&self.queries, 0..marks, &self.resolved, 0);
+        }
+    }
+
+    /// Each op's GPU time in nanoseconds (None for ops recorded without a timestamp), once the
+    /// resolving submit has been made.
+    pub fn op_times(
+        &self,
+        ctx: &GpuContext,
+        marks: u32,
+        ops: &[OpRecord],
+    ) -> Result<Vec<Option<f64>>, GpuError> {
+        let raw = super::read_back(ctx, &self.resolved, 0..u64::from(marks) * 8)?;
+        let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&raw);
+        Ok(ops
+            .iter()
+            .map(|op| match (op.since, op.mark) {
+                (Some(a), Some(b)) => {
+                    let (a, b) = (ticks[a as usize], ticks[b as usize]);
+                    Some(b.saturating_sub(a) as f64 * self.period_ns)
+                }
+                _ => None,
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Run here (not on the device) before a device call: builds stripped release binaries of harness
+# and the GPU test suites, packs them into target/h200/bin.tgz, fetches the Vulkan loader debs
+# into target/h200/gl and trims llama.cpp's source (from the llama-cpp-python sdist the CI peer
+# build downloads) into target/h200/llama-src.tgz. target/ is git-ignored: the device call names
+# `target/h200` in `carry` (64 MiB in all; this comes to ~35 MiB).
+#
+#   experiments/h200/prepare.sh [test suites...]   (default: the GPU suites and model_qwen3)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+H=target/h200
+mkdir -p "$H/gl"
+suites=("$@")
+[ ${#suites[@]} -gt 0 ] || suites=(gpu_matvec gpu_matmul gpu_attn_decode gpu_rms_norm gpu_embed model_qwen3)
+
+if ! ls "$H"/gl/libvulkan1_*.deb >/dev/null 2>&1; then
+    o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
+    mkdir -p /tmp/amd64/partial
+    apt-get $o update >/dev/null
+    (cd "$H/gl" && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
+fi
+
+export CARGO_TARGET_DIR=${RELEASE_TARGET_DIR:-/work/targets/speed-release}
+export CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=true
+tests=()
+for t in "${suites[@]}"; do tests+=(--test "$t"); done
+nice cargo test --release -p fak-tests --no-run "${tests[@]}"
+nice cargo build --release -p fak-harness
+rm -rf "$H/bin" && mkdir -p "$H/bin"
+cp "$CARGO_TARGET_DIR/release/harness" "$H/bin/"
+for t in "${suites[@]}"; do
+    cp "$(ls -t "$CARGO_TARGET_DIR"/release/deps/"$t"-* | grep -v '\.d$' | head -1)" "$H/bin/$t"
+done
+tar czf "$H/bin.tgz" -C "$H" bin && rm -r "$H/bin"
+
+if [ ! -f "$H/llama-src.tgz" ]; then
+    sdist=${FAK_CACHE:-$HOME/.cache/fak}/downloads/llama_cpp_python-0.3.36.tar.gz
+    [ -f "$sdist" ] || ci/build-llama-cpp.sh   # downloads it (and builds the CPU peer)
+    work=$(mktemp -d)
+    tar xzf "$sdist" -C "$work" llama_cpp_python-0.3.36/vendor/llama.cpp
+    src=$work/llama_cpp_python-0.3.36/vendor
+    (cd "$src/llama.cpp" && rm -rf models docs tests benches examples tools/ui tools/server/tests &&
+        cd ggml/src && rm -rf ggml-cann ggml-et ggml-hexagon ggml-hip ggml-metal ggml-musa ggml-opencl \
+            ggml-openvino ggml-sycl ggml-virtgpu ggml-vulkan ggml-webgpu ggml-zdnn ggml-zendnn ggml-blas)
+    tar czf "$H/llama-src.tgz" -C "$src" llama.cpp
+    rm -rf "$work"
+fi
+du -sh "$H"

@@ -1,0 +1,17 @@
+# Sourced by every experiments/h200 script at the start of a device call: the Vulkan loader
+# (the bare machine has the NVIDIA driver's ICD but no libvulkan), the carried release binaries
+# unpacked into $BIN, $OUT for results, and the machine's GPU recorded.
+for f in target/h200/gl/*.deb; do dpkg -x "$f" /; done
+ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan
+mkdir -p /tmp/fak && tar xzf target/h200/bin.tgz -C /tmp/fak
+BIN=/tmp/fak/bin
+export FAK_HARNESS_BIN=$BIN/harness
+OUT=${OUT:-/tmp/fak-out}
+mkdir -p "$OUT"
+# The test binaries name their fixtures by the path they were built at. Run from a copy of
+# experiments/ and target/h200 alone (a checkout's ignored target/<dir>), the fixtures are the
+# checkout's, two levels up.
+[ -d tests ] || ln -s ../../tests tests
+[ -e /work/wt/speed ] || { mkdir -p /work/wt && ln -s "$PWD" /work/wt/speed; }
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv > "$OUT/gpu.csv" 2>&1

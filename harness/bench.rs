@@ -1,0 +1,323 @@
+//! `harness bench`: where a decode step's time goes, op by op, against the memory roofline.
+//!
+//! For each cache depth: a prompt of `depth` seeded random token ids is prefilled, `n_out` tokens
+//! are decoded greedily the way `harness run` does (GPU-resident, steps in flight) for the decode
+//! rate, the host's encode time and the submits per token; then `--profile-steps` single decode
+//! steps are run one at a time with a GPU timestamp after every op, and the median of each op's
+//! time is reported with the bytes it moves.
+//!
+//! Roofline: a step must read every weight tensor it uses (the embedding table: one row) and the
+//! KV cache at its depth; those bytes over the read bandwidth this device's own probe measured
+//! (`read_probe`, run first) is the fastest the step can be. Each op's `roofline_fraction` is its
+//! bytes' time at that bandwidth over its measured time.
+//!
+//! Without timestamps inside passes (Apple GPUs) there is no per-op time: the report says so and
+//! gives whole-step host times instead.
+
+use anyhow::{Context, Result, bail};
+use fak::gpu::kernels::read_probe::{ReadBandwidth, ReadProbe};
+use fak::runtime::{Engine, EngineOptions, SamplingParams, StepProfile};
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The GGUF model.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Cache depths (prompt tokens) to measure at, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "128,2048,8192")]
+    pub depths: Vec<usize>,
+    /// Tokens decoded at each depth for the decode rate.
+    #[arg(long = "n-out", default_value_t = 64)]
+    pub n_out: usize,
+    /// Decode steps profiled op by op at each depth (each op's median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub profile_steps: usize,
+    /// MiB the bandwidth probe streams (at most one binding of the device).
+    #[arg(long, default_value_t = 1024)]
+    pub probe_mib: u64,
+    /// Seed of the prompt token ids.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Print the report as JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the JSON report to this file.
+    #[arg(long)]
+    pub json_out: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    model: String,
+    adapter: String,
+    backend: String,
+    /// `gpu_timestamps` (per op, inside the pass) or `host_wall_per_step`.
+    op_timing: &'static str,
+    bandwidth: ReadBandwidth,
+    depths: Vec<DepthReport>,
+}
+
+#[derive(Serialize)]
+struct DepthReport {
+    depth: usize,
+    n_out: usize,
+    /// The prompt's prefill (all of it, host-timed as `harness run` does).
+    prefill_tokens_per_s: f64,
+    decode_tokens_per_s: f64,
+    /// Host time recording + finishing one decode step's commands, and submits per token.
+    encode_us_per_token: f64,
+    submits_per_token: f64,
+    dispatches_per_step: usize,
+    /// Ops recorded per step (each a dependent stage of the step).
+    ops_per_step: usize,
+    /// The profiled steps' cache length (depth + n_out: they run after the decode).
+    profiled_kv_len: u32,
+    /// Roofline bytes of one step: weights (one embedding row) + KV cache at the profiled depth.
+    step_weight_bytes: u64,
+    step_activation_bytes: u64,
+    /// step_weight_bytes at the probe's bandwidth.
+    roofline_us: f64,
+    /// Σ of the ops' median GPU times (None without timestamps).
+    gpu_us: Option<f64>,
+    /// Median host time of a profiled step from submit to completion.
+    step_wall_us: f64,
+    /// 1 / decode rate, in µs.
+    decode_us_per_token: f64,
+    /// roofline_us / decode_us_per_token.
+    decode_roofline_fraction: f64,
+    ops: Vec<OpRow>,
+}
+
+/// All ops of one name in a step (`attn_q` of every layer), summed.
+#[derive(Serialize)]
+struct OpRow {
+    name: &'static str,
+    kernel: &'static str,
+    /// Ops of this name per step, and their dispatches.
+    count: usize,
+    dispatches: usize,
+    weight_bytes: u64,
+    activation_bytes: u64,
+    gpu_us: Option<f64>,
+    /// (weight + activation bytes) / gpu time, GB/s.
+    gb_per_s: Option<f64>,
+    /// weight bytes at the probe's bandwidth / gpu time.
+    roofline_fraction: Option<f64>,
+    /// Share of the step's GPU time.
+    share: Option<f64>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if args.depths.is_empty() || args.depths.contains(&0) {
+        bail!("--depths: give positive prompt lengths");
+    }
+    if args.n_out < 2 || args.profile_steps == 0 {
+        bail!("--n-out must be at least 2 and --profile-steps at least 1");
+    }
+    let deepest = *args.depths.iter().max().expect("non-empty");
+    let mut options = EngineOptions::from_env()?;
+    options.max_context = Some(deepest + args.n_out + 1);
+    let mut engine = Engine::load(&args.model, &options)
+        .with_context(|| format!("loading {}", args.model.display()))?;
+    let bandwidth = ReadProbe::new(&engine.ctx)?
+        .measure(&engine.ctx, args.probe_mib << 20, 5)
+        .context("the read-bandwidth probe")?;
+    let n_vocab = engine.n_vocab() as u32;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.seed);
+    let mut depths = Vec::new();
+    for &depth in &args.depths {
+        let prompt: Vec<u32> = (0..depth).map(|_| rng.random_range(0..n_vocab)).collect();
+        depths.push(measure_depth(
+            &mut engine,
+            &args,
+            &prompt,
+            bandwidth.gb_per_s,
+        )?);
+    }
+    let facts = engine.ctx.facts();
+    let report = Report {
+        model: args.model.display().to_string(),
+        adapter: facts.name.clone(),
+        backend: facts.backend.clone(),
+        op_timing: if engine.times_ops() {
+            "gpu_timestamps"
+        } else {
+            "host_wall_per_step"
+        },
+        bandwidth,
+        depths,
+    };
+    let json = serde_json::to_string_pretty(&report)?;
+    if let Some(path) = &args.json_out {
+        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        println!("{json}");
+    } else {
+        print_tables(&report);
+    }
+    Ok(())
+}
+
+fn measure_depth(
+    engine: &mut Engine,
+    args: &Args,
+    prompt: &[u32],
+    gb_per_s: f64,
+) -> Result<DepthReport> {
+    let stats = engine.generate(
+        prompt,
+        args.n_out,
+        &SamplingParams::greedy(),
+        true,
+        &mut |_| {},
+    )?;
+    let decode_rate = stats
+        .decode_tokens_per_second()
+        .context("the decode produced fewer than two tokens")?;
+    let steps = stats.decode_steps.max(1) as f64;
+    // The profiled steps decode after the same prompt (a prefix-cache hit: only its last page
+    // is prefilled again), at the depth the timed decode started from.
+    let started = engine.start(prompt, 2, false)?;
+    let profiles = (0..args.profile_steps)
+        .map(|_| engine.profile_step(started.seq))
+        .collect::<Result<Vec<StepProfile>, _>>();
+    engine.finish(started.seq)?;
+    let profiles = profiles?;
+    let first = &profiles[0];
+    let op_ns: Vec<Option<f64>> = (0..first.ops.len())
+        .map(|i| median(profiles.iter().filter_map(|p| p.op_ns[i])))
+        .collect();
+    let ops = op_rows(first, &op_ns, gb_per_s);
+    let gpu_us = ops.iter().map(|r| r.gpu_us).sum::<Option<f64>>();
+    let ops = ops
+        .into_iter()
+        .map(|r| OpRow {
+            share: r.gpu_us.zip(gpu_us).map(|(a, b)| a / b),
+            ..r
+        })
+        .collect();
+    let step_weight_bytes = first.ops.iter().map(|o| o.weight_bytes).sum::<u64>();
+    let roofline_us = step_weight_bytes as f64 / gb_per_s / 1e3;
+    let decode_us = 1e6 / decode_rate;
+    Ok(DepthReport {
+        depth: prompt.len(),
+        n_out: args.n_out,
+        prefill_tokens_per_s: stats.prefill_tokens_per_second(),
+        decode_tokens_per_s: decode_rate,
+        encode_us_per_token: stats.decode_encode.as_secs_f64() * 1e6 / steps,
+        submits_per_token: stats.decode_submits as f64 / steps,
+        dispatches_per_step: first.ops.iter().map(|o| o.dispatches).sum(),
+        ops_per_step: first.ops.len(),
+        profiled_kv_len: first.kv_len,
+        step_weight_bytes,
+        step_activation_bytes: first.ops.iter().map(|o| o.activation_bytes).sum(),
+        roofline_us,
+        gpu_us,
+        step_wall_us: median(profiles.iter().map(|p| p.wall.as_secs_f64() * 1e6))
+            .expect("at least one profiled step"),
+        decode_us_per_token: decode_us,
+        decode_roofline_fraction: roofline_us / decode_us,
+        ops,
+    })
+}
+
+/// The ops of one step grouped by name, in order of first appearance.
+fn op_rows(profile: &StepProfile, op_ns: &[Option<f64>], gb_per_s: f64) -> Vec<OpRow> {
+    let mut rows: Vec<OpRow> = Vec::new();
+    for (op, ns) in profile.ops.iter().zip(op_ns) {
+        let us = ns.map(|ns| ns / 1e3);
+        match rows.iter_mut().find(|r| r.name == op.name) {
+            Some(row) => {
+                row.count += 1;
+                row.dispatches += op.dispatches;
+                row.weight_bytes += op.weight_bytes;
+                row.activation_bytes += op.activation_bytes;
+                row.gpu_us = row.gpu_us.zip(us).map(|(a, b)| a + b);
+            }
+            None => rows.push(OpRow {
+                name: op.name,
+                kernel: op.kernel,
+                count: 1,
+                dispatches: op.dispatches,
+                weight_bytes: op.weight_bytes,
+                activation_bytes: op.activation_bytes,
+                gpu_us: us,
+                gb_per_s: None,
+                roofline_fraction: None,
+                share: None,
+            }),
+        }
+    }
+    for row in &mut rows {
+        let bytes = (row.weight_bytes + row.activation_bytes) as f64;
+        row.gb_per_s = row.gpu_us.map(|us| bytes / us / 1e3);
+        row.roofline_fraction = row
+            .gpu_us
+            .map(|us| row.weight_bytes as f64 / gb_per_s / 1e3 / us);
+    }
+    rows
+}
+
+/// The median of the values (the upper one of an even count); None when there are none.
+fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
+fn print_tables(r: &Report) {
+    println!("{} · {} ({})", r.model, r.adapter, r.backend);
+    println!(
+        "read bandwidth: {:.1} GB/s ({} MiB, {:?}); op times: {}",
+        r.bandwidth.gb_per_s,
+        r.bandwidth.bytes >> 20,
+        r.bandwidth.timing,
+        r.op_timing
+    );
+    for d in &r.depths {
+        println!();
+        println!(
+            "depth {}: prefill {:.0} tok/s · decode {:.1} tok/s ({:.0} µs/token, {:.1} % of the {:.0} µs roofline) · \
+             {} dispatches, {} ops, {:.2} submits per token · encode {:.0} µs/token · \
+             profiled at kv {}: GPU {} µs, wall {:.0} µs",
+            d.depth,
+            d.prefill_tokens_per_s,
+            d.decode_tokens_per_s,
+            d.decode_us_per_token,
+            100.0 * d.decode_roofline_fraction,
+            d.roofline_us,
+            d.dispatches_per_step,
+            d.ops_per_step,
+            d.submits_per_token,
+            d.encode_us_per_token,
+            d.profiled_kv_len,
+            d.gpu_us.map_or("n/a".into(), |us| format!("{us:.0}")),
+            d.step_wall_us,
+        );
+        println!(
+            "  {:<12} {:<12} {:>5} {:>6} {:>12} {:>10} {:>9} {:>9} {:>7}",
+            "op", "kernel", "count", "disp", "weight MB", "act MB", "µs", "GB/s", "roof %"
+        );
+        for o in &d.ops {
+            let opt = |v: Option<f64>, scale: f64| {
+                v.map_or("n/a".into(), |v| format!("{:.1}", v * scale))
+            };
+            println!(
+                "  {:<12} {:<12} {:>5} {:>6} {:>12.2} {:>10.3} {:>9} {:>9} {:>7}",
+                o.name,
+                o.kernel,
+                o.count,
+                o.dispatches,
+                o.weight_bytes as f64 / 1e6,
+                o.activation_bytes as f64 / 1e6,
+                opt(o.gpu_us, 1.0),
+                opt(o.gb_per_s, 1.0),
+                opt(o.roofline_fraction, 100.0),
+            );
+        }
+    }
+}
