@@ -719,6 +719,15 @@ impl Attention {
     }
 }
 
+/// Which rows of a step the output head turns into logits and tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadRows {
+    /// The last `tail` rows of one sequence's step; the argmax of the last goes to the history.
+    Tail(u32),
+    /// Every row of a batched decode step, one per sequence; row r's argmax to `io.ids[r]`.
+    Batch,
+}
+
 /// After the last layer: the last row (or every row, for the quality path and batched decode)
 /// of the residual stream is copied out, normed, projected to logits (`io.logits`), and the
 /// argmax of its last row written to `io.ids[0]` (the next decode step's input) and
@@ -798,18 +807,21 @@ impl OutputHead {
         })
     }
 
-    /// Records the head after the layers' pass has ended: `tail` rows are the last of the `n`
-    /// rows of the residual stream `x` (a batch keeps all `n`, one per sequence).
+    /// Records the head after the layers' pass has ended, over the `rows` of the `n` rows of
+    /// the residual stream `x`.
     pub fn record(
         &self,
         k: &Kernels,
         encoder: &mut wgpu::CommandEncoder,
         x: &wgpu::Buffer,
         n: u32,
-        tail: u32,
-        kind: StepKind,
+        rows: HeadRows,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
+        let (tail, argmax) = match rows {
+            HeadRows::Tail(tail) => (tail, &self.argmax),
+            HeadRows::Batch => (n, &self.argmax_rows),
+        };
         let skip = u64::from(n - tail) * self.row_bytes;
         encoder.copy_buffer_to_buffer(x, skip, &self.tail_x, 0, u64::from(tail) * self.row_bytes);
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
@@ -819,10 +831,6 @@ impl OutputHead {
         marks.begin(&mut pass);
         self.norm.record(k, &mut pass, tail, marks, "output_norm");
         self.lm_head.record(k, &mut pass, tail, marks, "output")?;
-        let argmax = match kind {
-            StepKind::Sequence => &self.argmax,
-            StepKind::Batch => &self.argmax_rows,
-        };
         k.argmax.encode(&mut pass, argmax, tail);
         // argmax is two dispatches (per-chunk maxima, then the winner).
         let logits = OpBytes::new(0, 4 * u64::from(tail) * self.vocab);

@@ -6,8 +6,8 @@
 //! file has no `output.weight`.
 
 use super::device::{
-    Attention, AttentionDims, AttentionIo, AttentionKernels, Binder, Embedding, Kernels, Linear,
-    Mlp, MlpBuffers, MlpTensors, Norm, OutputHead, Pointwise, activation, upload_vector,
+    Attention, AttentionDims, AttentionIo, AttentionKernels, Binder, Embedding, HeadRows, Kernels,
+    Linear, Mlp, MlpBuffers, MlpTensors, Norm, OutputHead, Pointwise, activation, upload_vector,
     upload_weight,
 };
 use super::{Arch, DevicePlan, ModelError, RopePairing, expect_tensor, optional_tensor};
@@ -514,15 +514,19 @@ impl LayerLoader<'_> {
 }
 
 impl DenseModel {
-    /// The layers, then the head on `tail` of the `n` rows.
+    /// The layers over `n` rows (one sequence's tokens, or one token of each sequence of a
+    /// batch), then the head on `rows` of them.
     fn record(
         &self,
         encoder: &mut wgpu::CommandEncoder,
         n: u32,
-        kind: StepKind,
-        tail: u32,
+        rows: HeadRows,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
+        let kind = match rows {
+            HeadRows::Tail(_) => StepKind::Sequence,
+            HeadRows::Batch => StepKind::Batch,
+        };
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("dense layers"),
@@ -531,7 +535,7 @@ impl DenseModel {
             self.record_layers(&mut pass, n, kind, marks)?;
         }
         self.head
-            .record(&self.kernels, encoder, &self.x, n, tail, kind, marks)
+            .record(&self.kernels, encoder, &self.x, n, rows, marks)
     }
 }
 
@@ -544,7 +548,7 @@ impl DeviceModel for DenseModel {
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let tail = if all_logits { n_tokens } else { 1 };
-        self.record(encoder, n_tokens, StepKind::Sequence, tail, marks)
+        self.record(encoder, n_tokens, HeadRows::Tail(tail), marks)
     }
 
     fn encode_batch(
@@ -553,7 +557,7 @@ impl DeviceModel for DenseModel {
         n_seqs: u32,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        self.record(encoder, n_seqs, StepKind::Batch, n_seqs, marks)
+        self.record(encoder, n_seqs, HeadRows::Batch, marks)
     }
 
     fn encode_reset(&self, _encoder: &mut wgpu::CommandEncoder) {}

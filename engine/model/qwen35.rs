@@ -21,8 +21,8 @@
 //! are skipped.
 
 use super::device::{
-    Attention, AttentionDims, AttentionIo, AttentionKernels, Binder, Embedding, Kernels, Linear,
-    Mlp, MlpBuffers, MlpTensors, Norm, OutputHead, Pointwise, activation, upload_vector,
+    Attention, AttentionDims, AttentionIo, AttentionKernels, Binder, Embedding, HeadRows, Kernels,
+    Linear, Mlp, MlpBuffers, MlpTensors, Norm, OutputHead, Pointwise, activation, upload_vector,
     upload_weight,
 };
 use super::{Arch, DevicePlan, ModelError, RopePairing, expect_tensor};
@@ -632,13 +632,12 @@ impl HybridModel {
         })
     }
 
-    /// The layers over `n` tokens of the one sequence, then the head on the last `tail` rows.
+    /// The layers over `n` tokens of the one sequence, then the head on `rows` of them.
     fn record(
         &self,
         encoder: &mut wgpu::CommandEncoder,
         n: u32,
-        kind: StepKind,
-        tail: u32,
+        rows: HeadRows,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let batch = self.delta.sequence.record(encoder, n)?;
@@ -650,7 +649,7 @@ impl HybridModel {
             self.record_layers(&mut pass, batch, marks)?;
         }
         self.head
-            .record(&self.kernels, encoder, &self.x, n, tail, kind, marks)
+            .record(&self.kernels, encoder, &self.x, n, rows, marks)
     }
 
     /// The GDN layers' states (one sequence slot each), in layer order.
@@ -1039,7 +1038,7 @@ impl DeviceModel for HybridModel {
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let tail = if all_logits { n_tokens } else { 1 };
-        self.record(encoder, n_tokens, StepKind::Sequence, tail, marks)
+        self.record(encoder, n_tokens, HeadRows::Tail(tail), marks)
     }
 
     /// One sequence only: the GDN state has one slot (the engine refuses more at load).
@@ -1058,7 +1057,7 @@ impl DeviceModel for HybridModel {
                 ),
             });
         }
-        self.record(encoder, 1, StepKind::Batch, 1, marks)
+        self.record(encoder, 1, HeadRows::Batch, marks)
     }
 
     fn encode_reset(&self, encoder: &mut wgpu::CommandEncoder) {
