@@ -73,7 +73,7 @@ struct DepthReport {
     dispatches_per_step: usize,
     /// Ops recorded per step (each a dependent stage of the step).
     ops_per_step: usize,
-    /// The profiled steps' cache length (depth + n_out: they run after the decode).
+    /// The profiled steps' cache length (depth + 1: the first decode step after the prompt).
     profiled_kv_len: u32,
     /// Roofline bytes of one step: weights (one embedding row) + KV cache at the profiled depth.
     step_weight_bytes: u64,

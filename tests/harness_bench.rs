@@ -76,7 +76,7 @@ fn bench(path: &PathBuf) -> (Value, Value) {
     assert_eq!(depths.len(), 1);
     let d = depths[0].clone();
     assert_eq!(u(&d, "depth"), DEPTH);
-    assert_eq!(u(&d, "profiled_kv_len"), DEPTH + N_OUT);
+    assert_eq!(u(&d, "profiled_kv_len"), DEPTH + 1);
     assert!(f(&d, "decode_tokens_per_s") > 0.0);
     assert_rel(
         "µs per token",
@@ -163,7 +163,7 @@ fn kv_reads(d: &Value, kv_width: u64) -> (u64, u64) {
     let attention = op(d, "attention");
     let n_layer = u(attention, "count");
     let kv_per_layer = u(attention, "weight_bytes") / n_layer;
-    let positions = DEPTH + N_OUT;
+    let positions = DEPTH + 1;
     let per_element = kv_per_layer / (2 * positions * kv_width);
     assert!(
         [2, 4].contains(&per_element) && kv_per_layer == 2 * positions * kv_width * per_element,

@@ -43,6 +43,10 @@ fn load(
     max_seqs: usize,
     forced: Forced,
 ) -> Result<Engine, RuntimeError> {
+    Engine::load(path, &options(cache_mem, max_seqs, forced))
+}
+
+fn options(cache_mem: u64, max_seqs: usize, forced: Forced) -> EngineOptions {
     let mut o = EngineOptions::from_env().expect("engine options");
     o.max_context = Some(256);
     o.prefill_chunk = 64;
@@ -51,7 +55,7 @@ fn load(
     o.cache_mem = cache_mem;
     o.max_seqs = max_seqs;
     o.context.forced = forced;
-    Engine::load(path, &o)
+    o
 }
 
 fn random_ids(seed: u64, n: usize) -> Vec<u32> {
@@ -390,6 +394,39 @@ fn a_hybrid_cache_hit_resumes_from_the_state_snapshot_as_a_cold_prefill_does() {
         let cold = greedy(&mut cold_engine(), &p1, 12);
         assert_same_greedy(&mut e, &what, &p1, &again.tokens, &cold);
     }
+}
+
+/// A hybrid prompt branching off a cached one where no branch was known yet resumes from the
+/// nearest periodic snapshot instead of running cold (the second agent sharing a preamble): p1
+/// leaves snapshots every 32 tokens as it prefills, so p2, sharing its 100-token preamble,
+/// resumes at 96 with the cold prefill's first-token logits and greedy tokens.
+#[test]
+fn a_hybrid_branch_resumes_from_the_nearest_periodic_snapshot() {
+    let path = tiny_of("qwen35");
+    let n_vocab = Hparams::from_gguf(&Gguf::open(&path).unwrap())
+        .unwrap()
+        .n_vocab;
+    let ids = |seed, n| random_ids_in(seed, n, n_vocab);
+    let preamble = ids(1, 100);
+    let [p1, p2] = [2, 3].map(|seed| cat(&preamble, &ids(seed, 20)));
+    let mut o = options(1 << 22, 1, Forced::default());
+    o.snapshot_every = 2 * PAGE;
+    let mut e = Engine::load(&path, &o).unwrap();
+    e.generate(&p1, 2, &SamplingParams::greedy(), true, &mut |_| {})
+        .unwrap();
+    assert_eq!(e.cache_stats().snapshots_kept, 4, "at 32, 64, 96 and 112");
+    let cold_logits = e.teacher_forced_logits(&p2).unwrap().pop().unwrap();
+    let cold = greedy(&mut load(&path, 0, 1, Forced::default()).unwrap(), &p2, 6);
+    let hit = e.start(&p2, 6, true).unwrap();
+    assert_eq!(hit.cached_tokens, 96, "the last snapshot inside the preamble");
+    let c = cosine(hit.logits.as_ref().unwrap(), &cold_logits);
+    assert!(c >= 0.9999, "first-token logits cosine {c}");
+    let mut tokens = vec![hit.first];
+    for _ in 1..6 {
+        tokens.extend(e.step(&[hit.seq]).unwrap());
+    }
+    e.finish(hit.seq).unwrap();
+    assert_same_greedy(&mut e, "qwen35 periodic snapshot", &p2, &tokens, &cold);
 }
 
 /// A hybrid model keeps one GDN state slot: the engine refuses to load it for several

@@ -47,6 +47,11 @@ pub struct EngineOptions {
     pub max_seqs: usize,
     /// Token slots per KV page, a power of two: the prefix cache shares whole pages.
     pub page_size: u32,
+    /// Hybrid models: besides the end of each cached prompt and known branch points, snapshot
+    /// the recurrent state every this many prompt tokens (rounded down to whole pages; 0: never)
+    /// while prefilling, so a prompt that branches off a cached one later, where no branch was
+    /// known yet, still resumes close to the branch (the second agent sharing a preamble).
+    pub snapshot_every: usize,
     pub context: ContextOptions,
 }
 
@@ -63,6 +68,7 @@ impl EngineOptions {
             cache_mem: 0,
             max_seqs: 1,
             page_size: DevicePlan::PAGE_SIZE,
+            snapshot_every: 1024,
             context: ContextOptions::from_env()?,
         })
     }

@@ -52,8 +52,9 @@ pub(super) struct Sequence {
     owned: Vec<bool>,
     /// Prefix-cache nodes this sequence holds.
     locks: Vec<NodeId>,
-    /// Where the prompt's prefill stops to snapshot recurrent state (hybrid models): the branch
-    /// point the tree knows and the prompt's last page boundary.
+    /// Where the prompt's prefill stops to snapshot recurrent state (hybrid models), ascending:
+    /// the branch point the tree knows, every `snapshot_every` tokens, and the prompt's last
+    /// page boundary.
     snapshot_at: Vec<usize>,
     /// Whether its pages may be shared through the prefix cache.
     cached: bool,
@@ -123,10 +124,17 @@ impl Engine {
         let mut snapshot_at = Vec::new();
         if hybrid && use_cache && self.cache.enabled() {
             let last_boundary = prompt.len() / page * page;
+            let every = self.options.snapshot_every / page * page;
+            let checkpoints = (every > 0)
+                .then(|| (every..last_boundary).step_by(every))
+                .into_iter()
+                .flatten();
             snapshot_at = [found.matched, last_boundary]
                 .into_iter()
+                .chain(checkpoints)
                 .filter(|&b| b > found.tokens)
                 .collect();
+            snapshot_at.sort_unstable();
             snapshot_at.dedup();
         }
         self.seqs[row] = Some(Sequence {
