@@ -223,3 +223,43 @@ fn staggered_agents_start_no_sooner_than_their_slot() {
     assert!(sent(2) - sent(1) >= 0.3, "{} vs {}", sent(1), sent(2));
     validate_and_report(&out);
 }
+
+/// A hybrid (Qwen3.5) model's engine holds one sequence at a time: requests that arrive
+/// together queue, the packet says so, and the prefix cache still serves the second agent's
+/// preamble (resumed from the recurrent-state snapshot at its page boundary).
+#[test]
+fn a_hybrid_model_queues_concurrent_agents_and_says_so() {
+    let out = scratch("hybrid");
+    let model = fak_tests::harness::synth_model(
+        &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("multi-agent-models"),
+        "qwen35-tiny-q8_0.gguf",
+        &[
+            "--arch", "qwen35", "--preset", "tiny", "--quant", "q8_0", "--seed", "1",
+        ],
+    );
+    run(scenario(&out)
+        .arg("--model")
+        .arg(&model)
+        .args(["--arms", "fak-native"]));
+    let p = packet(&out);
+    for name in ["fak-native-cache", "fak-native-nocache"] {
+        let serving = &arm(&p, name)["serving"];
+        assert_eq!(serving["concurrent"], 1, "{name}: {serving}");
+        assert!(
+            serving["how"]
+                .as_str()
+                .unwrap()
+                .contains("one sequence at a time"),
+            "{name}: {serving}"
+        );
+    }
+    let mut turn1_reused: Vec<u64> = turns(&p, "fak-native-cache")
+        .iter()
+        .filter(|t| t.1 == 1)
+        .map(|t| t.4)
+        .collect();
+    turn1_reused.sort();
+    assert_eq!(turn1_reused, [0, (PREAMBLE / PAGE * PAGE) as u64]);
+    assert!(computed(&p, "fak-native-cache", true) < computed(&p, "fak-native-nocache", true));
+    validate_and_report(&out);
+}
