@@ -40,8 +40,11 @@ pub struct LlamaCpp {
     process: Option<EngineProcess>,
     port: u16,
     /// Answers of submitted requests, from their stream threads.
-    done: (Sender<(u64, Result<Timed>)>, Receiver<(u64, Result<Timed>)>),
+    done: (Sender<Answer>, Receiver<Answer>),
 }
+
+/// A submitted request's id and how its stream ended.
+type Answer = (u64, Result<Timed>);
 
 impl LlamaCpp {
     pub fn new(
