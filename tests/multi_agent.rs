@@ -177,6 +177,18 @@ fn agents_sharing_a_preamble_reuse_it_through_the_prefix_caches() {
             );
         }
     }
+    // The agents' requests were in flight together: one batched decode step served both.
+    let raw: Value = serde_json::from_slice(
+        &std::fs::read(out.join("multi-agent-fak-native-cache-raw.json")).unwrap(),
+    )
+    .unwrap();
+    let largest = raw["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["engine_report"]["engine"]["largest_step"].as_u64())
+        .max();
+    assert_eq!(largest, Some(2), "{}", raw["turns"]);
     assert!(total("llama.cpp-cache") < total("llama.cpp-nocache"));
     assert!(total("mlx-cache") < total("mlx-nocache"));
     assert_eq!(arm(&p, "llama.cpp-cache")["serving"]["concurrent"], 2);
