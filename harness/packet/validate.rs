@@ -11,7 +11,7 @@ use super::comparison::{
 };
 use super::metrics::close;
 use super::quality::{Against, ArmQuality, QualityRule, summarize};
-use super::raw::{ArmRaw, ArmStatus, RequestSample, Runtime};
+use super::raw::{ArmRaw, ArmStatus, RequestSample, Runtime, Weights};
 use super::scenario::{Scenario, ScenarioRaw, build_scenario, check_raw, scenario_raw_file_name};
 use super::summary::{PacketMeta, build_packet};
 use super::{
@@ -332,6 +332,9 @@ fn check_scenario(
                 scenario_raw_file_name(arm)
             ));
         }
+        if let Some(e) = weights_without_digest(arm, &raw.header.weights, &raw.status) {
+            errors.push(e);
+        }
         if raw.header.weights.same_as_envelope && raw.header.weights.sha256 != env.model_sha256 {
             errors.push(format!(
                 "scenario arm {arm}: claims the envelope's weights but ran sha256 {}",
@@ -423,6 +426,9 @@ fn check_envelope(packet: &Packet, raws: &[(ArmRaw, FileDigest)], errors: &mut V
                 h.arm, e.prompt_set_sha256, expected.prompt_set_sha256
             ));
         }
+        if let Some(e) = weights_without_digest(&h.arm, &h.weights, &raw.status) {
+            errors.push(e);
+        }
         if h.weights.same_as_envelope && h.weights.sha256 != env.model_sha256 {
             errors.push(format!(
                 "arm {}: claims the envelope's weights but ran sha256 {}, the model is {}",
@@ -439,6 +445,14 @@ fn check_envelope(packet: &Packet, raws: &[(ArmRaw, FileDigest)], errors: &mut V
             ));
         }
     }
+}
+
+/// Weights without a digest (`"none"`) are only for an arm skipped for want of them.
+fn weights_without_digest(arm: &str, weights: &Weights, status: &ArmStatus) -> Option<String> {
+    let skipped = matches!(status, ArmStatus::Skipped { .. });
+    (weights.sha256 == "none" && !skipped).then(|| {
+        format!("arm {arm}: ran weights without a digest (sha256 \"none\"); only a skipped arm may")
+    })
 }
 
 /// One arm's status and requests: sequence, prompts, lengths, clocks.

@@ -734,3 +734,28 @@ fn a_packet_with_neither_arms_nor_scenario_is_invalid() {
     });
     expect(&s, 1, "no arms and no scenario");
 }
+
+#[test]
+fn weights_without_a_digest_are_only_for_a_skipped_arm() {
+    let s = scenario_run("scenario-no-weights");
+    tamper_scenario_raw(&s, "mlx-cache", |r| {
+        r.header.weights.sha256 = "none".into();
+        r.header.weights.same_as_envelope = false;
+    });
+    tamper_packet(&s, |p| {
+        p["scenario"]["arms"][2]["weights"]["sha256"] = json!("none");
+        p["scenario"]["arms"][2]["weights"]["same_as_envelope"] = json!(false);
+    });
+    let v = validate(&packet_path(&s));
+    assert!(v.valid, "a skipped arm without weights: {:#?}", v.errors);
+    let s = scenario_run("scenario-ran-no-weights");
+    tamper_scenario_raw(&s, "fak-native-nocache", |r| {
+        r.header.weights.sha256 = "none".into();
+        r.header.weights.same_as_envelope = false;
+    });
+    tamper_packet(&s, |p| {
+        p["scenario"]["arms"][1]["weights"]["sha256"] = json!("none");
+        p["scenario"]["arms"][1]["weights"]["same_as_envelope"] = json!(false);
+    });
+    expect(&s, 1, "ran weights without a digest");
+}
