@@ -66,11 +66,11 @@ use_lavapipe() {
 
 # The main job as CI runs it: all three arms for real on the tiny model (fak-native on lavapipe,
 # llama.cpp from the peer build, MLX on CPU), small enough for a couple of minutes, then validate
-# and report; fails unless every arm ran.
+# and report, and the small multi-agent scenario (about 40 s more); fails unless every arm ran.
 run_threeway() {
     cargo build --locked -p fak-harness --bin harness
     local out="${FAK_CACHE}/ci-threeway"
-    rm -rf "${out}"
+    rm -rf "${out}" "${out}-multi-agent"
     HARNESS="${CARGO_TARGET_DIR:-target}/debug/harness" FAK_RUN_OUT="${out}" \
         "${here}/main-job.sh" --prompts 3 --n-out 16 --quality-prompts 2
     "${FAK_PYTHON}" - "${out}" <<'PY'
@@ -79,7 +79,12 @@ out = sys.argv[1]
 for arm in ["fak-native", "llama.cpp", "mlx"]:
     status = json.load(open(f"{out}/{arm}-raw.json"))["status"]
     assert status["state"] == "ran", f"{arm}: {status}"
-print("threeway: every arm ran")
+scenario = f"{out}-multi-agent"
+for engine in ["fak-native", "llama.cpp", "mlx"]:
+    for cache in ["cache", "nocache"]:
+        raw = json.load(open(f"{scenario}/multi-agent-{engine}-{cache}-raw.json"))
+        assert raw["status"]["state"] == "ran", f"{engine}-{cache}: {raw['status']}"
+print("threeway: every arm ran, the multi-agent scenario's too")
 PY
 }
 

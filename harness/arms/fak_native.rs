@@ -3,7 +3,7 @@
 
 use super::jsonl::{BUCKET_METHODS, JsonlEngine};
 use super::process::{EngineProcess, ExitInfo};
-use super::{Arm, ArmFacts, Buckets, Logits, Timed};
+use super::{Arm, ArmFacts, Buckets, Done, Logits, Timed};
 use anyhow::{Context, Result};
 use serde_json::json;
 use std::path::PathBuf;
@@ -15,9 +15,32 @@ pub struct FakNative {
     /// KV-cache length the child allocates (n_ctx + n_out, or more for the quality pass).
     pub max_context: usize,
     pub scratch: PathBuf,
-    /// `fak-native`, or `fak-reference` when it runs the unquantized reference weights.
+    /// `fak-native`, or `fak-reference` when it runs the unquantized reference weights (a
+    /// scenario arm's name, e.g. `fak-native-cache`, in a scenario).
     pub label: &'static str,
+    pub serve: ServeOptions,
     engine: Option<JsonlEngine>,
+}
+
+/// How the child serves concurrent requests (the multi-agent scenario); the defaults are the
+/// matched envelope's: no prefix cache, one sequence, the engine's page size.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// Prefix-cache budget in bytes; 0 turns the cache off.
+    pub cache_mem: u64,
+    /// Sequences one batched decode step serves.
+    pub max_seqs: usize,
+    pub page_size: Option<u32>,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            cache_mem: 0,
+            max_seqs: 1,
+            page_size: None,
+        }
+    }
 }
 
 impl FakNative {
@@ -27,6 +50,7 @@ impl FakNative {
             max_context,
             scratch,
             label,
+            serve: ServeOptions::default(),
             engine: None,
         }
     }
@@ -47,6 +71,9 @@ impl Arm for FakNative {
         let env = |k: &str| std::env::var(k).ok();
         json!({
             "max_context": self.max_context,
+            "cache_mem": self.serve.cache_mem,
+            "max_seqs": self.serve.max_seqs,
+            "page_size": self.serve.page_size,
             "FAK_ADAPTER": env("FAK_ADAPTER"),
             "WGPU_BACKEND": env("WGPU_BACKEND"),
             "FAK_FORCE": env("FAK_FORCE"),
@@ -65,7 +92,12 @@ impl Arm for FakNative {
             .arg("serve-arm")
             .arg("--model")
             .arg(&self.model)
-            .args(["--max-context", &self.max_context.to_string()]);
+            .args(["--max-context", &self.max_context.to_string()])
+            .args(["--cache-mem", &self.serve.cache_mem.to_string()])
+            .args(["--max-seqs", &self.serve.max_seqs.to_string()]);
+        if let Some(page) = self.serve.page_size {
+            command.args(["--page-size", &page.to_string()]);
+        }
         let log = self.scratch.join(format!("{}.log", self.label));
         let process = EngineProcess::spawn(self.label, command, &log, true)?;
         let (engine, facts) = JsonlEngine::start(process, &self.scratch)?;
@@ -79,6 +111,14 @@ impl Arm for FakNative {
 
     fn logits(&mut self, ids: &[u32]) -> Result<Logits> {
         self.engine()?.logits(ids)
+    }
+
+    fn submit(&mut self, id: u64, prompt: &[u32], n_out: usize) -> Result<()> {
+        self.engine()?.submit(id, prompt, n_out)
+    }
+
+    fn next_done(&mut self, timeout: Duration) -> Result<Option<Done>> {
+        self.engine()?.next_done(timeout)
     }
 
     fn pid(&self) -> Option<u32> {

@@ -9,13 +9,19 @@
 //!   generation loop, when each token was known, and when it began writing the answer;
 //! - `{"op": "logits", "ids": [ids], "out": path}` → `{"ok": true, "rows", "n_vocab"}` with
 //!   the logits after each id written to `path` as little-endian f32 `[rows, n_vocab]`;
-//! - any failure → `{"ok": false, "error": "..."}`. EOF on stdin stops the child.
+//! - `{"op": "submit", "id": k, "prompt": [ids], "n_out": n}` (the multi-agent scenario):
+//!   several may be in flight; each is answered, in whatever order they finish, like
+//!   `generate` plus `"id": k` and the prompt tokens the engine computed and reused
+//!   (`"prompt_tokens"`, `"computed_tokens"`, `"cached_tokens"`);
+//! - any failure → `{"ok": false, "error": "..."}` (with the `id` of a submitted request). EOF
+//!   on stdin stops the child.
 
 use super::process::{EngineProcess, now_ns};
-use super::{ArmFacts, Buckets, Logits, Timed};
+use super::{ArmFacts, Buckets, Done, Logits, Timed};
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -40,6 +46,8 @@ pub struct JsonlEngine {
     pub process: EngineProcess,
     /// Where logits files go (one at a time, deleted after reading).
     scratch: PathBuf,
+    /// Submitted requests in flight: id → when the harness wrote it.
+    in_flight: BTreeMap<u64, u64>,
 }
 
 #[derive(Deserialize)]
@@ -48,7 +56,15 @@ struct Generated {
     recv_ns: u64,
     start_ns: u64,
     token_ns: Vec<u64>,
-    reply_ns: u64,
+}
+
+/// What a `submit` answer adds to `generate`'s.
+#[derive(Deserialize)]
+struct Counted {
+    id: u64,
+    prompt_tokens: usize,
+    computed_tokens: usize,
+    cached_tokens: usize,
 }
 
 #[derive(Deserialize)]
@@ -77,6 +93,7 @@ impl JsonlEngine {
         let engine = JsonlEngine {
             process,
             scratch: scratch.to_path_buf(),
+            in_flight: BTreeMap::new(),
         };
         Ok((engine, msg["facts"].clone()))
     }
@@ -97,17 +114,66 @@ impl JsonlEngine {
     pub fn generate(&mut self, prompt: &[u32], n_out: usize) -> Result<Timed> {
         let request = json!({"op": "generate", "prompt": prompt, "n_out": n_out});
         let (msg, sent_ns, done_ns) = self.call(&request)?;
+        self.timed(msg, sent_ns, done_ns)
+    }
+
+    /// Writes a `submit` request and returns; its answer comes from [`Self::next_done`].
+    pub fn submit(&mut self, id: u64, prompt: &[u32], n_out: usize) -> Result<()> {
+        let request = json!({"op": "submit", "id": id, "prompt": prompt, "n_out": n_out});
+        let sent_ns = now_ns();
+        self.process.send_line(&request.to_string())?;
+        self.in_flight.insert(id, sent_ns);
+        Ok(())
+    }
+
+    /// The next answered `submit` request, or None when none finished within `timeout`.
+    pub fn next_done(&mut self, timeout: Duration) -> Result<Option<Done>> {
+        let Some(line) = self.process.try_recv_line(timeout)? else {
+            return Ok(None);
+        };
+        let done_ns = now_ns();
+        let msg: Value = parse(&mut self.process, &line)?;
+        let name = &self.process.name;
+        if msg["ok"] != json!(true) {
+            let why = msg["error"].as_str().unwrap_or("no reason given");
+            bail!("{name}: request {}: {why}", msg["id"]);
+        }
+        let counted: Counted = serde_json::from_value(msg.clone())
+            .with_context(|| format!("{name}: malformed answer {msg:.300}"))?;
+        let Some(sent_ns) = self.in_flight.remove(&counted.id) else {
+            bail!(
+                "{name}: answered request {}, which is not in flight",
+                counted.id
+            );
+        };
+        Ok(Some(Done {
+            id: counted.id,
+            prompt_tokens: counted.prompt_tokens,
+            computed_tokens: counted.computed_tokens,
+            cached_tokens: counted.cached_tokens,
+            timed: self.timed(msg, sent_ns, done_ns)?,
+        }))
+    }
+
+    /// A generation answer as a [`Timed`]: the child's clock readings in order, one per token.
+    fn timed(&self, msg: Value, sent_ns: u64, done_ns: u64) -> Result<Timed> {
+        let name = &self.process.name;
         let g: Generated = serde_json::from_value(msg.clone())
-            .with_context(|| format!("{}: malformed answer {msg}", self.process.name))?;
+            .with_context(|| format!("{name}: malformed answer {msg:.300}"))?;
         let (Some(&first), Some(&last)) = (g.token_ns.first(), g.token_ns.last()) else {
-            bail!("{}: the answer holds no tokens", self.process.name);
+            bail!("{name}: the answer holds no tokens");
         };
         let ordered = [sent_ns, g.recv_ns, g.start_ns, first, last, done_ns];
         if ordered.windows(2).any(|w| w[0] > w[1]) || g.token_ns.len() != g.tokens.len() {
             bail!(
-                "{}: timestamps out of order or uneven (sent, received, started, first, last, done = {ordered:?})",
-                self.process.name
+                "{name}: timestamps out of order or uneven (sent, received, started, first, last, done = {ordered:?})"
             );
+        }
+        let mut engine = msg;
+        if let Some(fields) = engine.as_object_mut() {
+            for bulky in ["ok", "tokens", "token_ns"] {
+                fields.remove(bulky);
+            }
         }
         Ok(Timed {
             tokens: g.tokens,
@@ -123,7 +189,7 @@ impl JsonlEngine {
                 recovery: 0,
                 other: done_ns - last,
             },
-            engine: json!({"recv_ns": g.recv_ns, "start_ns": g.start_ns, "reply_ns": g.reply_ns}),
+            engine,
         })
     }
 

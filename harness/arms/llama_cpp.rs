@@ -3,14 +3,19 @@
 //! it. Timed requests stream (`/completion`, `stream: true`) token ids in and out with the prompt
 //! cache off (`cache_prompt: false`, the cold envelope); the quality pass asks for `n_probs`
 //! top log-probabilities one position at a time, since the server exposes no full logits.
+//!
+//! The multi-agent scenario runs it with `--parallel` slots (one per agent) and its prompt cache
+//! on or off per request; each submitted request streams on a thread of its own, and the
+//! prompt tokens it computed and reused are the final chunk's `timings.prompt_n` and `cache_n`.
 
 use super::http::{self, Event};
 use super::process::{EngineProcess, ExitInfo, Interrupted, interrupted};
-use super::{Arm, ArmFacts, Buckets, Logits, NotInstalled, Timed};
+use super::{Arm, ArmFacts, Buckets, Done, Logits, NotInstalled, Timed};
 use anyhow::{Context, Result, anyhow, bail};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant};
 
 /// How long the server may take to load the model.
@@ -26,9 +31,20 @@ pub struct LlamaCpp {
     /// Top log-probabilities asked for per position in the quality pass.
     pub n_probs: usize,
     pub scratch: PathBuf,
+    /// Server slots (`-np`): 1 for the envelope, one per agent in the scenario.
+    pub parallel: usize,
+    /// `cache_prompt` of submitted (scenario) requests; the envelope's are always cold.
+    pub cache_prompt: bool,
+    /// The log file's name (`<log_name>.log`).
+    pub log_name: &'static str,
     process: Option<EngineProcess>,
     port: u16,
+    /// Answers of submitted requests, from their stream threads.
+    done: (Sender<Answer>, Receiver<Answer>),
 }
+
+/// A submitted request's id and how its stream ended.
+type Answer = (u64, Result<Timed>);
 
 impl LlamaCpp {
     pub fn new(
@@ -46,8 +62,12 @@ impl LlamaCpp {
             flash_attn,
             n_probs,
             scratch,
+            parallel: 1,
+            cache_prompt: false,
+            log_name: "llama.cpp",
             process: None,
             port: 0,
+            done: channel(),
         }
     }
 
@@ -58,7 +78,7 @@ impl LlamaCpp {
             ("--port", self.port.to_string()),
             ("-ngl", "999".into()),
             ("-c", self.context.to_string()),
-            ("-np", "1".into()),
+            ("-np", self.parallel.to_string()),
             ("-fa", self.flash_attn.clone()),
         ] {
             args.push(flag.into());
@@ -79,7 +99,7 @@ impl LlamaCpp {
     fn first_token_probs(&mut self, ids: &[u32]) -> Result<Value> {
         let mut answer = Value::Null;
         for n_predict in 1..=4 {
-            let mut body = Self::greedy_body(ids, n_predict);
+            let mut body = Self::greedy_body(ids, n_predict, false);
             body["n_probs"] = json!(self.n_probs);
             // Log-softmax of the raw logits, not of the sampler chain's candidates.
             body["post_sampling_probs"] = json!(false);
@@ -109,10 +129,11 @@ impl LlamaCpp {
         Ok(answer)
     }
 
-    /// Greedy sampling, fixed length, no penalties, prompt cache off.
-    fn greedy_body(prompt: &[u32], n_predict: usize) -> Value {
+    /// Greedy sampling, fixed length, no penalties, prompt cache as given.
+    fn greedy_body(prompt: &[u32], n_predict: usize, cache_prompt: bool) -> Value {
         json!({
-            "prompt": prompt, "n_predict": n_predict, "ignore_eos": true, "cache_prompt": false,
+            "prompt": prompt, "n_predict": n_predict, "ignore_eos": true,
+            "cache_prompt": cache_prompt,
             "temperature": 0.0, "top_k": 1, "samplers": ["top_k"], "repeat_penalty": 1.0,
             "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0,
             "return_tokens": true,
@@ -140,6 +161,88 @@ impl LlamaCpp {
             }
         }
     }
+}
+
+/// Reads one streamed `/completion` answer to its end: token ids as they arrive, the final
+/// chunk's `timings` (whose `prompt_ms` is the prefill bucket). `alive` is asked every 100 ms
+/// while nothing arrives (a dead server is an error).
+fn read_stream(
+    events: &Receiver<Event>,
+    sent_ns: u64,
+    alive: &mut dyn FnMut() -> Result<()>,
+) -> Result<Timed> {
+    let mut tokens = Vec::new();
+    let mut token_ns = Vec::new();
+    let mut timings = Value::Null;
+    let mut status = 0;
+    let done_ns = loop {
+        if interrupted() {
+            return Err(Interrupted.into());
+        }
+        let event = match events.recv_timeout(Duration::from_millis(100)) {
+            Ok(event) => event,
+            Err(RecvTimeoutError::Timeout) => {
+                alive()?;
+                continue;
+            }
+            Err(_) => bail!("llama.cpp: the stream reader stopped"),
+        };
+        match event {
+            Event::Status(s) => status = s,
+            Event::Line(line, at) => {
+                let Some(data) = line.strip_prefix("data: ") else {
+                    continue;
+                };
+                let chunk: Value = serde_json::from_str(data).with_context(|| {
+                    format!("llama.cpp: a stream chunk is not JSON: {data:.200}")
+                })?;
+                if let Some(err) = chunk.get("error") {
+                    bail!("llama.cpp: HTTP {status}: {err}");
+                }
+                for id in chunk["tokens"].as_array().into_iter().flatten() {
+                    let id = id
+                        .as_u64()
+                        .context("llama.cpp: a token id is not a number")?;
+                    tokens.push(id as u32);
+                    token_ns.push(at);
+                }
+                if chunk["stop"] == json!(true) {
+                    timings = chunk["timings"].clone();
+                }
+            }
+            Event::End(Ok(())) => break super::process::now_ns(),
+            Event::End(Err(e)) => {
+                alive()?;
+                bail!("llama.cpp: the stream broke: {e:#}");
+            }
+        }
+    };
+    if !(200..300).contains(&status) {
+        bail!("llama.cpp: /completion answered HTTP {status}");
+    }
+    let (Some(&first), Some(&last)) = (token_ns.first(), token_ns.last()) else {
+        bail!("llama.cpp: the stream held no tokens");
+    };
+    let prompt_ms = timings["prompt_ms"]
+        .as_f64()
+        .ok_or_else(|| anyhow!("llama.cpp: no timings.prompt_ms in the final chunk"))?;
+    let prefill = ((prompt_ms * 1e6) as u64).min(first - sent_ns);
+    Ok(Timed {
+        tokens,
+        token_ns,
+        sent_ns,
+        done_ns,
+        buckets: Buckets {
+            queue: first - sent_ns - prefill,
+            setup: 0,
+            prefill,
+            decode: last - first,
+            verification: 0,
+            recovery: 0,
+            other: done_ns - last,
+        },
+        engine: json!({"timings": timings}),
+    })
 }
 
 /// llama-server: `path` if given, else on PATH, else the CI peer build under
@@ -187,6 +290,7 @@ impl Arm for LlamaCpp {
         json!({
             "server": self.server, "args": self.args(), "flash_attn": self.flash_attn,
             "cache_prompt": false, "stream": true, "n_probs_quality": self.n_probs,
+            "parallel_slots": self.parallel, "cache_prompt_submitted": self.cache_prompt,
         })
     }
 
@@ -209,7 +313,7 @@ impl Arm for LlamaCpp {
         self.port = http::free_port()?;
         let mut command = Command::new(&self.server);
         command.args(self.args());
-        let log = self.scratch.join("llama.cpp.log");
+        let log = self.scratch.join(format!("{}.log", self.log_name));
         self.process = Some(EngineProcess::spawn("llama-server", command, &log, false)?);
         self.wait_ready()?;
         let props = http::request(self.port, "GET", "/props", None, Duration::from_secs(30))?;
@@ -223,85 +327,72 @@ impl Arm for LlamaCpp {
     }
 
     fn generate(&mut self, prompt: &[u32], n_out: usize) -> Result<Timed> {
-        let mut body = Self::greedy_body(prompt, n_out);
+        let mut body = Self::greedy_body(prompt, n_out, false);
         body["stream"] = json!(true);
         let (sent_ns, events) =
             http::post_streaming(self.port, "/completion", &body, REQUEST_TIMEOUT)?;
-        let mut tokens = Vec::with_capacity(n_out);
-        let mut token_ns = Vec::with_capacity(n_out);
-        let mut timings = Value::Null;
-        let mut status = 0;
-        let done_ns = loop {
+        let process = self.process.as_mut().context("llama.cpp: not started")?;
+        let mut alive = || {
+            if process.exited() {
+                Err(process.died("exited during a request"))
+            } else {
+                Ok(())
+            }
+        };
+        read_stream(&events, sent_ns, &mut alive)
+    }
+
+    fn submit(&mut self, id: u64, prompt: &[u32], n_out: usize) -> Result<()> {
+        let mut body = Self::greedy_body(prompt, n_out, self.cache_prompt);
+        body["stream"] = json!(true);
+        let (sent_ns, events) =
+            http::post_streaming(self.port, "/completion", &body, REQUEST_TIMEOUT)?;
+        let done = self.done.0.clone();
+        std::thread::spawn(move || {
+            let timed = read_stream(&events, sent_ns, &mut || Ok(()));
+            let _ = done.send((id, timed));
+        });
+        Ok(())
+    }
+
+    fn next_done(&mut self, timeout: Duration) -> Result<Option<Done>> {
+        let deadline = Instant::now() + timeout;
+        let (id, timed) = loop {
             if interrupted() {
                 return Err(Interrupted.into());
             }
-            let event = match events.recv_timeout(Duration::from_millis(100)) {
-                Ok(event) => event,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            let wait = deadline
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(100));
+            match self.done.1.recv_timeout(wait) {
+                Ok(answer) => break answer,
+                Err(RecvTimeoutError::Timeout) => {
                     let process = self.process()?;
                     if process.exited() {
                         return Err(process.died("exited during a request"));
                     }
-                    continue;
-                }
-                Err(_) => bail!("llama.cpp: the stream reader stopped"),
-            };
-            match event {
-                Event::Status(s) => status = s,
-                Event::Line(line, at) => {
-                    let Some(data) = line.strip_prefix("data: ") else {
-                        continue;
-                    };
-                    let chunk: Value = serde_json::from_str(data).with_context(|| {
-                        format!("llama.cpp: a stream chunk is not JSON: {data:.200}")
-                    })?;
-                    if let Some(err) = chunk.get("error") {
-                        bail!("llama.cpp: HTTP {status}: {err}");
-                    }
-                    for id in chunk["tokens"].as_array().into_iter().flatten() {
-                        let id = id
-                            .as_u64()
-                            .context("llama.cpp: a token id is not a number")?;
-                        tokens.push(id as u32);
-                        token_ns.push(at);
-                    }
-                    if chunk["stop"] == json!(true) {
-                        timings = chunk["timings"].clone();
+                    if Instant::now() >= deadline {
+                        return Ok(None);
                     }
                 }
-                Event::End(Ok(())) => break super::process::now_ns(),
-                Event::End(Err(e)) => {
-                    let process = self.process()?;
-                    return Err(process.died(&format!("the stream broke: {e:#}")));
-                }
+                Err(RecvTimeoutError::Disconnected) => bail!("llama.cpp: no stream threads"),
             }
         };
-        if !(200..300).contains(&status) {
-            bail!("llama.cpp: /completion answered HTTP {status}");
-        }
-        let (Some(&first), Some(&last)) = (token_ns.first(), token_ns.last()) else {
-            bail!("llama.cpp: the stream held no tokens");
+        let timed = timed.with_context(|| format!("llama.cpp: request {id}"))?;
+        let count = |key: &str| {
+            timed.engine["timings"][key]
+                .as_u64()
+                .map(|n| n as usize)
+                .with_context(|| format!("llama.cpp: request {id}: no timings.{key}"))
         };
-        let prompt_ms = timings["prompt_ms"]
-            .as_f64()
-            .ok_or_else(|| anyhow!("llama.cpp: no timings.prompt_ms in the final chunk"))?;
-        let prefill = ((prompt_ms * 1e6) as u64).min(first - sent_ns);
-        Ok(Timed {
-            tokens,
-            token_ns,
-            sent_ns,
-            done_ns,
-            buckets: Buckets {
-                queue: first - sent_ns - prefill,
-                setup: 0,
-                prefill,
-                decode: last - first,
-                verification: 0,
-                recovery: 0,
-                other: done_ns - last,
-            },
-            engine: json!({"timings": timings}),
-        })
+        let (computed, cached) = (count("prompt_n")?, count("cache_n")?);
+        Ok(Some(Done {
+            id,
+            prompt_tokens: computed + cached,
+            computed_tokens: computed,
+            cached_tokens: cached,
+            timed,
+        }))
     }
 
     fn logits(&mut self, ids: &[u32]) -> Result<Logits> {

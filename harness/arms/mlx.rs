@@ -5,7 +5,7 @@
 
 use super::jsonl::{BUCKET_METHODS, JsonlEngine};
 use super::process::{EngineProcess, ExitInfo};
-use super::{Arm, ArmFacts, Buckets, Logits, NotInstalled, Timed};
+use super::{Arm, ArmFacts, Buckets, Done, Logits, NotInstalled, Timed};
 use anyhow::{Context, Result};
 use serde_json::json;
 use std::path::PathBuf;
@@ -18,6 +18,11 @@ pub struct Mlx {
     pub python: String,
     pub model_dir: PathBuf,
     pub scratch: PathBuf,
+    /// mlx_lm's `LRUPromptCache` with this many entries serves `submit` requests (the
+    /// multi-agent scenario's cache arm); None: every request starts from an empty cache.
+    pub prompt_cache: Option<usize>,
+    /// The log file's name (`<log_name>.log`).
+    pub log_name: &'static str,
     engine: Option<JsonlEngine>,
 }
 
@@ -27,6 +32,8 @@ impl Mlx {
             python,
             model_dir,
             scratch,
+            prompt_cache: None,
+            log_name: "mlx",
             engine: None,
         }
     }
@@ -67,6 +74,11 @@ impl Arm for Mlx {
             "python": self.python, "model_dir": self.model_dir,
             "generation_loop": "mlx_lm.generate.generate_step (greedy; EOS never stops it)",
             "weights": "MLX affine 4-bit, group 64, of the same float weights",
+            "prompt_cache": self.prompt_cache.map_or(
+                "none: each request prefills its whole prompt".to_string(),
+                |n| format!("mlx_lm.models.cache.LRUPromptCache(max_size={n})"),
+            ),
+            "serving": "one request at a time, in arrival order (the driver is one loop)",
         })
     }
 
@@ -79,7 +91,10 @@ impl Arm for Mlx {
         std::fs::write(&driver, DRIVER).with_context(|| format!("writing {}", driver.display()))?;
         let mut command = Command::new(&self.python);
         command.arg(&driver).arg(&self.model_dir);
-        let log = self.scratch.join("mlx.log");
+        if let Some(n) = self.prompt_cache {
+            command.args(["--prompt-cache", &n.to_string()]);
+        }
+        let log = self.scratch.join(format!("{}.log", self.log_name));
         let process = EngineProcess::spawn("mlx", command, &log, true)?;
         let (engine, facts) = JsonlEngine::start(process, &self.scratch)?;
         self.engine = Some(engine);
@@ -92,6 +107,14 @@ impl Arm for Mlx {
 
     fn logits(&mut self, ids: &[u32]) -> Result<Logits> {
         self.engine()?.logits(ids)
+    }
+
+    fn submit(&mut self, id: u64, prompt: &[u32], n_out: usize) -> Result<()> {
+        self.engine()?.submit(id, prompt, n_out)
+    }
+
+    fn next_done(&mut self, timeout: Duration) -> Result<Option<Done>> {
+        self.engine()?.next_done(timeout)
     }
 
     fn pid(&self) -> Option<u32> {

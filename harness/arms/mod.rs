@@ -49,6 +49,19 @@ pub struct Buckets<T> {
     pub other: T,
 }
 
+/// A request of a concurrent scenario, answered: what came back and the prompt tokens the
+/// engine computed for it and those it reused from its cache.
+#[derive(Clone, Debug)]
+pub struct Done {
+    /// The id it was submitted with.
+    pub id: u64,
+    pub timed: Timed,
+    /// The prompt as the engine counted it.
+    pub prompt_tokens: usize,
+    pub computed_tokens: usize,
+    pub cached_tokens: usize,
+}
+
 /// Logits of a teacher-forced sequence: one row after each id.
 pub enum Logits {
     /// Every vocabulary entry (fak, MLX).
@@ -73,6 +86,11 @@ pub trait Arm {
     fn generate(&mut self, prompt: &[u32], n_out: usize) -> Result<Timed>;
     /// Teacher-forced logits after every id of `ids` (untimed).
     fn logits(&mut self, ids: &[u32]) -> Result<Logits>;
+    /// Sends one greedy request of exactly `n_out` tokens (end-of-sequence ignored) without
+    /// waiting for it: several may be in flight. Its answer comes from [`Arm::next_done`].
+    fn submit(&mut self, id: u64, prompt: &[u32], n_out: usize) -> Result<()>;
+    /// The next submitted request answered, or None when none finished within `timeout`.
+    fn next_done(&mut self, timeout: std::time::Duration) -> Result<Option<Done>>;
     /// The engine process, while it runs.
     fn pid(&self) -> Option<u32>;
     /// Stops the engine and reaps it.

@@ -138,18 +138,28 @@ impl EngineProcess {
     /// The next stdout line, waiting at most `timeout`; a dead process, a timeout and Ctrl-C
     /// are errors (Ctrl-C as [`Interrupted`]).
     pub fn recv_line(&mut self, timeout: Duration) -> Result<String> {
+        match self.try_recv_line(timeout)? {
+            Some(line) => Ok(line),
+            None => bail!("{}: no answer within {} s", self.name, timeout.as_secs()),
+        }
+    }
+
+    /// The next stdout line, or None when none came within `timeout`; a dead process and
+    /// Ctrl-C are errors (Ctrl-C as [`Interrupted`]).
+    pub fn try_recv_line(&mut self, timeout: Duration) -> Result<Option<String>> {
         let deadline = Instant::now() + timeout;
         loop {
             if interrupted() {
                 return Err(Interrupted.into());
             }
             let lines = self.lines.as_ref().expect("a JSON-lines process");
-            match lines.recv_timeout(Duration::from_millis(100)) {
-                Ok(line) => return Ok(line),
+            let wait = deadline
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(100));
+            match lines.recv_timeout(wait) {
+                Ok(line) => return Ok(Some(line)),
                 Err(RecvTimeoutError::Disconnected) => return Err(self.died("its output ended")),
-                Err(RecvTimeoutError::Timeout) if Instant::now() > deadline => {
-                    bail!("{}: no answer within {} s", self.name, timeout.as_secs())
-                }
+                Err(RecvTimeoutError::Timeout) if Instant::now() >= deadline => return Ok(None),
                 Err(RecvTimeoutError::Timeout) => {}
             }
         }

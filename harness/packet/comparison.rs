@@ -27,6 +27,10 @@ pub struct Packet {
     pub arms: Vec<ArmEntry>,
     pub ratios: Ratios,
     pub quality: Vec<QualityEntry>,
+    /// A scenario measured beside the envelope (`harness threeway --scenario`); its arms
+    /// instead of the envelope's when `arms` is empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<super::scenario::Scenario>,
 }
 
 /// The harness that wrote the packet and how it was invoked.

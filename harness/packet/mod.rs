@@ -16,6 +16,7 @@ pub mod comparison;
 pub mod metrics;
 pub mod quality;
 pub mod raw;
+pub mod scenario;
 pub mod summary;
 pub mod validate;
 pub mod writer;
@@ -27,7 +28,7 @@ pub use comparison::*;
 pub use quality::*;
 pub use raw::*;
 pub use summary::PacketMeta;
-pub use writer::{ArmRecorder, PacketWriter, WriteError};
+pub use writer::{ArmRecorder, PacketWriter, ScenarioRecorder, WriteError};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

@@ -65,6 +65,7 @@ pub fn build_packet(
         arms: entries,
         ratios,
         quality: quality.iter().map(|(q, d)| quality_entry(q, d)).collect(),
+        scenario: None,
     }
 }
 

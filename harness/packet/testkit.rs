@@ -5,6 +5,7 @@ use super::comparison::*;
 use super::metrics::SplitMix64;
 use super::quality::*;
 use super::raw::*;
+use super::scenario::*;
 use super::summary::PacketMeta;
 use super::{PacketWriter, prompt_set_sha256, prompt_sha256, sha256_hex};
 use std::collections::BTreeMap;
@@ -285,4 +286,115 @@ pub fn write_run_with(dir: &Path, fak_prefill_tok_s: f64, fak_itl_s: f64) -> Pac
     }
     writer.write_quality(fak_quality()).unwrap();
     writer.finish(meta()).unwrap()
+}
+
+/// The synthetic multi-agent scenario: 2 agents, preamble 16, suffix 4, 2 turns, n_out 8 (the
+/// envelope's, so turn 1's prompt is 20 tokens).
+pub fn scenario_spec() -> ScenarioSpec {
+    ScenarioSpec {
+        kind: MULTI_AGENT.into(),
+        agents: 2,
+        preamble_tokens: 16,
+        suffix_tokens: 4,
+        turns: 2,
+        n_out: N_OUT,
+        arrival: Arrival::Together,
+        preamble_sha256: sha256_hex(b"preamble"),
+        prompt_source: "synthetic".into(),
+    }
+}
+
+/// Turn t's prompt of agent a: a shared preamble, then ids that tell the agents apart.
+pub fn scenario_prompt(agent: usize, turn: usize) -> Vec<u32> {
+    let len = scenario_spec().prompt_tokens(turn);
+    (0..len as u32)
+        .map(|i| {
+            if i < 16 {
+                1 + i
+            } else {
+                100 * agent as u32 + i
+            }
+        })
+        .collect()
+}
+
+fn scenario_header(arm: &str, cache: bool) -> ScenarioArmHeader {
+    let base = header(NATIVE_ARM);
+    ScenarioArmHeader {
+        arm: arm.into(),
+        engine: base.engine,
+        weights: base.weights,
+        prefix_cache: cache,
+        cache_how: if cache { "radix tree" } else { "off" }.into(),
+        serving: Serving {
+            concurrent: 2,
+            how: "batched decode of up to 2 sequences".into(),
+        },
+        prefill_counted_by: "the engine's cached_tokens".into(),
+    }
+}
+
+/// Agent a's turn t: sent when its previous turn ended, first token after `ttft_s`; the cache
+/// arm reuses all but the last `computed` tokens from turn 2 on.
+fn turn_sample(agent: usize, turn: usize, sent_s: f64, ttft_s: f64, cache: bool) -> TurnSample {
+    let prompt = scenario_prompt(agent, turn);
+    let computed = if cache && turn > 1 { 6 } else { prompt.len() };
+    let token_times_s: Vec<f64> = (0..N_OUT).map(|i| ttft_s + 0.01 * i as f64).collect();
+    TurnSample {
+        agent,
+        turn,
+        prompt_tokens: prompt.len(),
+        prompt_sha256: prompt_sha256(&prompt),
+        sent_s,
+        ttft_s,
+        wall_s: token_times_s[N_OUT - 1] + 0.001,
+        token_times_s,
+        token_ids: (0..N_OUT as u32).map(|i| 500 + i).collect(),
+        prefill_computed: computed,
+        cached_tokens: prompt.len() - computed,
+        engine_report: None,
+    }
+}
+
+/// A scenario run in `dir`: `fak-native-cache` (later turns mostly reused),
+/// `fak-native-nocache`, and a skipped `mlx-cache`; the envelope's prompts are the turn-1
+/// prompts. Returns the packet written.
+pub fn write_scenario_run(dir: &Path) -> Packet {
+    let spec = scenario_spec();
+    let mut writer = PacketWriter::create(dir).unwrap();
+    writer.set_scenario(spec.clone());
+    for (arm, cache, later_ttft) in [
+        ("fak-native-cache", true, 0.01),
+        ("fak-native-nocache", false, 0.05),
+    ] {
+        let mut rec = writer
+            .begin_scenario_arm(scenario_header(arm, cache))
+            .unwrap();
+        for agent in 1..=spec.agents {
+            let first = turn_sample(agent, 1, 0.0, 0.04 + 0.01 * agent as f64, cache);
+            let next_sent = first.sent_s + first.wall_s + 0.0005;
+            rec.record(first).unwrap();
+            rec.record(turn_sample(agent, 2, next_sent, later_ttft, cache))
+                .unwrap();
+        }
+        rec.finish().unwrap();
+    }
+    writer
+        .skip_scenario_arm(scenario_header("mlx-cache", true), "no mlx_lm here")
+        .unwrap();
+    let digests: Vec<String> = (1..=spec.agents)
+        .map(|a| prompt_sha256(&scenario_prompt(a, 1)))
+        .collect();
+    let mut meta = meta();
+    meta.envelope.n_ctx = spec.prompt_tokens(1);
+    meta.envelope.n_prompts = spec.agents;
+    meta.envelope.prompt_set_sha256 = prompt_set_sha256(&digests);
+    meta.envelope.prompt_sha256 = digests;
+    meta.method = Method::v1("fak-native-nocache");
+    writer.finish(meta).unwrap()
+}
+
+/// A turn as a skipped arm should never hold.
+pub fn write_scenario_turn() -> TurnSample {
+    turn_sample(1, 1, 0.0, 0.05, false)
 }

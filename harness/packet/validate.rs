@@ -11,7 +11,8 @@ use super::comparison::{
 };
 use super::metrics::close;
 use super::quality::{Against, ArmQuality, QualityRule, summarize};
-use super::raw::{ArmRaw, ArmStatus, RequestSample, Runtime};
+use super::raw::{ArmRaw, ArmStatus, RequestSample, Runtime, Weights};
+use super::scenario::{Scenario, ScenarioRaw, build_scenario, check_raw, scenario_raw_file_name};
 use super::summary::{PacketMeta, build_packet};
 use super::{
     FileDigest, MANIFEST_FILE, Manifest, PACKET_FILE, PACKET_JSON_SCHEMA, PACKET_SCHEMA,
@@ -107,8 +108,20 @@ fn check(
     }
     check_quality(&packet, &qualities, errors);
     check_selftest(&packet, errors);
+    let scenario_raws = match &packet.scenario {
+        Some(scenario) => {
+            let raws = read_scenario_files(dir, scenario, errors)?;
+            check_scenario(&packet, scenario, &raws, errors);
+            raws
+        }
+        None => Vec::new(),
+    };
     // Every figure of the packet, rebuilt from the raw files with the same arithmetic.
-    let rebuilt = build_packet(PacketMeta::of(&packet), &raws, &qualities);
+    let mut rebuilt = build_packet(PacketMeta::of(&packet), &raws, &qualities);
+    rebuilt.scenario = packet
+        .scenario
+        .as_ref()
+        .map(|s| build_scenario(s.spec.clone(), &scenario_raws));
     let rebuilt = serde_json::to_value(&rebuilt).expect("a packet always serialises");
     diff_json("", &value, &rebuilt, errors);
     Ok(())
@@ -166,6 +179,9 @@ fn check_manifest(
     let mut needed = vec![PACKET_FILE.to_owned()];
     needed.extend(packet.arms.iter().map(|a| a.raw_file.name.clone()));
     needed.extend(packet.quality.iter().map(|q| q.file.name.clone()));
+    if let Some(scenario) = &packet.scenario {
+        needed.extend(scenario.arms.iter().map(|a| a.raw_file.name.clone()));
+    }
     for name in needed {
         if !listed.contains(name.as_str()) {
             errors.push(format!("manifest.json does not list {name}"));
@@ -256,6 +272,79 @@ fn read_quality_files(
     Ok(out)
 }
 
+fn read_scenario_files(
+    dir: &Path,
+    scenario: &Scenario,
+    errors: &mut Vec<String>,
+) -> Result<Vec<(ScenarioRaw, FileDigest)>, Unreadable> {
+    let mut out = Vec::new();
+    for arm in &scenario.arms {
+        let path = file_path(dir, &arm.raw_file.name)?;
+        let bytes = read(&path)?;
+        check_digest(
+            &format!("scenario arm {}", arm.arm),
+            &arm.raw_file,
+            &bytes,
+            errors,
+        );
+        out.push((parse(&path, &bytes)?, arm.raw_file.clone()));
+    }
+    Ok(out)
+}
+
+/// The scenario against the envelope (its turn-1 prompts are the envelope's, one per agent),
+/// and every arm's raw file against the scenario.
+fn check_scenario(
+    packet: &Packet,
+    scenario: &Scenario,
+    raws: &[(ScenarioRaw, FileDigest)],
+    errors: &mut Vec<String>,
+) {
+    let (env, spec) = (&packet.envelope, &scenario.spec);
+    let fields = [
+        ("n_prompts (agents)", env.n_prompts, spec.agents),
+        ("n_ctx (turn-1 prompt)", env.n_ctx, spec.prompt_tokens(1)),
+        ("n_out", env.n_out, spec.n_out),
+    ];
+    for (what, envelope, scenario) in fields {
+        if envelope != scenario {
+            errors.push(format!(
+                "envelope {what} is {envelope}, the scenario's is {scenario}"
+            ));
+        }
+    }
+    if spec.agents == 0 || spec.turns == 0 || spec.preamble_tokens == 0 || spec.n_out == 0 {
+        errors.push(format!(
+            "scenario of {} agents, {} turns, preamble {}, n_out {}: each must be at least 1",
+            spec.agents, spec.turns, spec.preamble_tokens, spec.n_out
+        ));
+    }
+    let mut names = BTreeSet::new();
+    for (raw, digest) in raws {
+        let arm = &raw.header.arm;
+        if !names.insert(arm.as_str()) || packet.arms.iter().any(|a| &a.arm == arm) {
+            errors.push(format!("scenario arm {arm} appears twice"));
+        }
+        if digest.name != scenario_raw_file_name(arm) {
+            errors.push(format!(
+                "scenario arm {arm}: raw file {}, expected {}",
+                digest.name,
+                scenario_raw_file_name(arm)
+            ));
+        }
+        if let Some(e) = weights_without_digest(arm, &raw.header.weights, &raw.status) {
+            errors.push(e);
+        }
+        if raw.header.weights.same_as_envelope && raw.header.weights.sha256 != env.model_sha256 {
+            errors.push(format!(
+                "scenario arm {arm}: claims the envelope's weights but ran sha256 {}",
+                raw.header.weights.sha256
+            ));
+        }
+        errors.extend(check_raw(spec, &env.prompt_sha256, raw));
+    }
+}
+
 fn check_method(packet: &Packet, errors: &mut Vec<String>) {
     let m = &packet.method;
     if m.percentiles != PERCENTILE_METHOD {
@@ -276,7 +365,11 @@ fn check_method(packet: &Packet, errors: &mut Vec<String>) {
             m.bootstrap.resamples
         ));
     }
-    if !packet.arms.iter().any(|a| a.arm == m.reference_arm) {
+    if packet.arms.is_empty() {
+        if packet.scenario.is_none() {
+            errors.push("the packet has no arms and no scenario".into());
+        }
+    } else if !packet.arms.iter().any(|a| a.arm == m.reference_arm) {
         errors.push(format!(
             "method.reference_arm {} is not an arm of the packet",
             m.reference_arm
@@ -333,6 +426,9 @@ fn check_envelope(packet: &Packet, raws: &[(ArmRaw, FileDigest)], errors: &mut V
                 h.arm, e.prompt_set_sha256, expected.prompt_set_sha256
             ));
         }
+        if let Some(e) = weights_without_digest(&h.arm, &h.weights, &raw.status) {
+            errors.push(e);
+        }
         if h.weights.same_as_envelope && h.weights.sha256 != env.model_sha256 {
             errors.push(format!(
                 "arm {}: claims the envelope's weights but ran sha256 {}, the model is {}",
@@ -349,6 +445,14 @@ fn check_envelope(packet: &Packet, raws: &[(ArmRaw, FileDigest)], errors: &mut V
             ));
         }
     }
+}
+
+/// Weights without a digest (`"none"`) are only for an arm skipped for want of them.
+fn weights_without_digest(arm: &str, weights: &Weights, status: &ArmStatus) -> Option<String> {
+    let skipped = matches!(status, ArmStatus::Skipped { .. });
+    (weights.sha256 == "none" && !skipped).then(|| {
+        format!("arm {arm}: ran weights without a digest (sha256 \"none\"); only a skipped arm may")
+    })
 }
 
 /// One arm's status and requests: sequence, prompts, lengths, clocks.

@@ -2,6 +2,7 @@
 //! that invariant (digests refreshed where the test is about something else).
 
 use super::*;
+use crate::packet::scenario::{ScenarioRaw, scenario_raw_file_name};
 use crate::packet::testkit::{self, Scratch};
 use crate::packet::{NATIVE_ARM, quality_file_name, raw_file_name};
 use serde_json::json;
@@ -44,6 +45,15 @@ fn refresh_digests(s: &Scratch) {
     for q in packet["quality"].as_array_mut().unwrap() {
         let name = q["file"]["name"].as_str().unwrap().to_owned();
         q["file"] = digest(&name);
+    }
+    if let Some(arms) = packet
+        .get_mut("scenario")
+        .and_then(|s| s["arms"].as_array_mut())
+    {
+        for arm in arms {
+            let name = arm["raw_file"]["name"].as_str().unwrap().to_owned();
+            arm["raw_file"] = digest(&name);
+        }
     }
     store(&packet_path(s), &packet);
     let mut manifest = load(&dir.join(MANIFEST_FILE));
@@ -531,4 +541,221 @@ fn a_skipped_reference_and_a_faulted_arm_still_make_a_valid_packet() {
         raw.requests = testkit::samples(3000.0, 0.01, 2);
     });
     expect(&s, 1, "arm llama.cpp: skipped but holds 7 requests");
+}
+
+/// A freshly written valid scenario run (multi-agent, two arms ran, one skipped).
+fn scenario_run(name: &str) -> Scratch {
+    let scratch = Scratch::new(name);
+    testkit::write_scenario_run(scratch.path());
+    scratch
+}
+
+fn tamper_scenario_raw(s: &Scratch, arm: &str, f: impl FnOnce(&mut ScenarioRaw)) {
+    let path = s.path().join(scenario_raw_file_name(arm));
+    let mut raw: ScenarioRaw = serde_json::from_value(load(&path)).unwrap();
+    f(&mut raw);
+    store(&path, &serde_json::to_value(&raw).unwrap());
+    refresh_digests(s);
+}
+
+/// The turn of `agent` and `turn` in a scenario raw file.
+fn turn_of(
+    raw: &mut ScenarioRaw,
+    agent: usize,
+    turn: usize,
+) -> &mut crate::packet::scenario::TurnSample {
+    raw.turns
+        .iter_mut()
+        .find(|t| t.agent == agent && t.turn == turn)
+        .unwrap()
+}
+
+#[test]
+fn a_written_scenario_run_is_valid_and_satisfies_the_schema() {
+    let s = scenario_run("scenario-valid");
+    let v = validate(&packet_path(&s));
+    assert!(v.valid, "{:#?}", v.errors);
+    assert_eq!(
+        json_schema_errors(&load(&packet_path(&s))),
+        Vec::<String>::new()
+    );
+    let packet = load(&packet_path(&s));
+    let effect = &packet["scenario"]["cache_effect"][0];
+    assert_eq!(effect["cache_arm"], "fak-native-cache");
+    // Later turns: 0.05 s without the cache, 0.01 s with it.
+    assert!((effect["later_ttft_ratio"].as_f64().unwrap() - 5.0).abs() < 1e-9);
+}
+
+#[test]
+fn a_scenario_arm_that_computed_more_than_its_prompt_is_invalid() {
+    let s = scenario_run("scenario-computed");
+    tamper_scenario_raw(&s, "fak-native-cache", |r| {
+        let t = turn_of(r, 1, 2);
+        t.prefill_computed = t.prompt_tokens + 1;
+    });
+    expect(&s, 1, "more than the prompt's");
+}
+
+#[test]
+fn computed_plus_reused_must_be_the_prompt() {
+    let s = scenario_run("scenario-reused");
+    tamper_scenario_raw(&s, "fak-native-cache", |r| {
+        turn_of(r, 2, 2).cached_tokens += 3
+    });
+    expect(&s, 1, "reused ≠ the prompt's");
+}
+
+#[test]
+fn a_turn_with_nothing_computed_is_invalid() {
+    let s = scenario_run("scenario-cached-reply");
+    tamper_scenario_raw(&s, "fak-native-cache", |r| {
+        let t = turn_of(r, 1, 2);
+        t.cached_tokens = t.prompt_tokens;
+        t.prefill_computed = 0;
+    });
+    expect(&s, 1, "the first token must come from this request");
+}
+
+#[test]
+fn a_ran_scenario_arm_missing_a_turn_is_invalid() {
+    let s = scenario_run("scenario-missing");
+    tamper_scenario_raw(&s, "fak-native-nocache", |r| {
+        r.turns.retain(|t| !(t.agent == 2 && t.turn == 2));
+    });
+    expect(&s, 1, "agent 2 turn 2 is missing");
+}
+
+#[test]
+fn a_skipped_scenario_arm_needs_a_reason_and_no_turns() {
+    let s = scenario_run("scenario-skipped");
+    tamper_packet(&s, |p| {
+        p["scenario"]["arms"][2]["status"] = json!({"state": "skipped", "reason": ""});
+    });
+    expect(&s, 1, "schema: at \"/scenario/arms/2/status\"");
+    let s = scenario_run("scenario-skipped-turns");
+    tamper_scenario_raw(&s, "mlx-cache", |r| {
+        r.turns.push(testkit::write_scenario_turn());
+    });
+    expect(&s, 1, "skipped but holds 1 turns");
+}
+
+#[test]
+fn a_zero_ttft_is_invalid() {
+    let s = scenario_run("scenario-ttft");
+    tamper_scenario_raw(&s, "fak-native-cache", |r| {
+        let t = turn_of(r, 1, 1);
+        t.ttft_s = 0.0;
+        t.token_times_s[0] = 0.0;
+    });
+    expect(&s, 1, "TTFT 0 is not positive");
+}
+
+#[test]
+fn a_ttft_that_is_not_the_first_token_time_is_invalid() {
+    let s = scenario_run("scenario-ttft-first");
+    tamper_scenario_raw(&s, "fak-native-cache", |r| turn_of(r, 2, 1).ttft_s *= 0.5);
+    expect(&s, 1, "but the first token arrived at");
+}
+
+#[test]
+fn a_turn_sent_before_the_previous_answer_ended_is_invalid() {
+    let s = scenario_run("scenario-order");
+    tamper_scenario_raw(&s, "fak-native-nocache", |r| {
+        turn_of(r, 1, 2).sent_s = 0.001
+    });
+    expect(&s, 1, "before turn 1 ended");
+}
+
+#[test]
+fn a_wrong_prompt_length_or_turn_1_prompt_is_invalid() {
+    let s = scenario_run("scenario-prompt");
+    tamper_scenario_raw(&s, "fak-native-cache", |r| {
+        let t = turn_of(r, 2, 2);
+        t.prompt_tokens += 1;
+        t.prefill_computed += 1;
+    });
+    expect(&s, 1, "turn 2 of P 16 + S 4");
+    let s = scenario_run("scenario-prompt-digest");
+    tamper_scenario_raw(&s, "fak-native-cache", |r| {
+        turn_of(r, 1, 1).prompt_sha256 = sha256_hex(b"another prompt");
+    });
+    expect(&s, 1, "is not the envelope's prompt for agent 1");
+}
+
+#[test]
+fn scenario_ratios_and_sums_are_recomputed_from_the_samples() {
+    let s = scenario_run("scenario-ratio");
+    tamper_packet(&s, |p| {
+        p["scenario"]["arms"][0]["summary"]["ttft_turn1_over_later"] = json!(40.0);
+    });
+    expect(
+        &s,
+        1,
+        "scenario.arms[0].summary.ttft_turn1_over_later: packet says 40",
+    );
+    let s = scenario_run("scenario-effect");
+    tamper_packet(&s, |p| {
+        p["scenario"]["cache_effect"][0]["prefill_computed_ratio"] = json!(9.0);
+    });
+    expect(&s, 1, "scenario.cache_effect[0].prefill_computed_ratio");
+    let s = scenario_run("scenario-sum");
+    tamper_packet(&s, |p| {
+        p["scenario"]["arms"][1]["summary"]["later"]["prefill_computed"] = json!(1);
+    });
+    expect(&s, 1, "scenario.arms[1].summary.later.prefill_computed");
+}
+
+#[test]
+fn a_scenario_raw_file_that_ran_another_scenario_is_invalid() {
+    let s = scenario_run("scenario-spec");
+    tamper_scenario_raw(&s, "fak-native-nocache", |r| r.spec.turns = 3);
+    expect(&s, 1, "the packet's scenario is");
+}
+
+#[test]
+fn a_tampered_scenario_raw_file_fails_its_digest() {
+    let s = scenario_run("scenario-digest");
+    let path = s.path().join(scenario_raw_file_name("fak-native-cache"));
+    let mut raw = load(&path);
+    raw["turns"][0]["ttft_s"] = json!(0.5);
+    store(&path, &raw);
+    expect(
+        &s,
+        1,
+        "scenario arm fak-native-cache: multi-agent-fak-native-cache-raw.json has sha256",
+    );
+}
+
+#[test]
+fn a_packet_with_neither_arms_nor_scenario_is_invalid() {
+    let s = scenario_run("scenario-none");
+    tamper_packet(&s, |p| {
+        p.as_object_mut().unwrap().remove("scenario");
+    });
+    expect(&s, 1, "no arms and no scenario");
+}
+
+#[test]
+fn weights_without_a_digest_are_only_for_a_skipped_arm() {
+    let s = scenario_run("scenario-no-weights");
+    tamper_scenario_raw(&s, "mlx-cache", |r| {
+        r.header.weights.sha256 = "none".into();
+        r.header.weights.same_as_envelope = false;
+    });
+    tamper_packet(&s, |p| {
+        p["scenario"]["arms"][2]["weights"]["sha256"] = json!("none");
+        p["scenario"]["arms"][2]["weights"]["same_as_envelope"] = json!(false);
+    });
+    let v = validate(&packet_path(&s));
+    assert!(v.valid, "a skipped arm without weights: {:#?}", v.errors);
+    let s = scenario_run("scenario-ran-no-weights");
+    tamper_scenario_raw(&s, "fak-native-nocache", |r| {
+        r.header.weights.sha256 = "none".into();
+        r.header.weights.same_as_envelope = false;
+    });
+    tamper_packet(&s, |p| {
+        p["scenario"]["arms"][1]["weights"]["sha256"] = json!("none");
+        p["scenario"]["arms"][1]["weights"]["same_as_envelope"] = json!(false);
+    });
+    expect(&s, 1, "ran weights without a digest");
 }

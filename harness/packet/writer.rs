@@ -19,6 +19,10 @@
 
 use super::quality::ArmQuality;
 use super::raw::{ArmHeader, ArmRaw, ArmStatus, Fault, MemoryPeak, RequestSample, Runtime};
+use super::scenario::{
+    SCENARIO_RAW_SCHEMA, ScenarioArmHeader, ScenarioRaw, ScenarioSpec, TurnSample, build_scenario,
+    scenario_raw_file_name,
+};
 use super::summary::{PacketMeta, build_packet};
 use super::{
     FileDigest, MANIFEST_FILE, MANIFEST_SCHEMA, Manifest, PACKET_FILE, Packet, QUALITY_SCHEMA,
@@ -51,6 +55,9 @@ pub struct PacketWriter {
     begun: Vec<String>,
     arms: Vec<(ArmRaw, FileDigest)>,
     quality: Vec<(ArmQuality, FileDigest)>,
+    /// The scenario the run measures beside (or instead of) the envelope, and its arms.
+    scenario: Option<ScenarioSpec>,
+    scenario_arms: Vec<(ScenarioRaw, FileDigest)>,
 }
 
 impl PacketWriter {
@@ -65,6 +72,8 @@ impl PacketWriter {
             begun: Vec::new(),
             arms: Vec::new(),
             quality: Vec::new(),
+            scenario: None,
+            scenario_arms: Vec::new(),
         })
     }
 
@@ -134,11 +143,14 @@ impl PacketWriter {
     /// begun arm must have been finished (after a fault too: [`ArmRecorder::finish`] records it
     /// as `faulted`).
     pub fn finish(self, meta: PacketMeta) -> Result<Packet, WriteError> {
-        if let Some(open) = self
-            .begun
-            .iter()
-            .find(|name| !self.arms.iter().any(|(raw, _)| &raw.header.arm == *name))
-        {
+        let finished = |name: &String| {
+            self.arms.iter().any(|(raw, _)| &raw.header.arm == name)
+                || self
+                    .scenario_arms
+                    .iter()
+                    .any(|(raw, _)| &raw.header.arm == name)
+        };
+        if let Some(open) = self.begun.iter().find(|name| !finished(name)) {
             return Err(arm_error(
                 open,
                 "begun but never finished: call ArmRecorder::finish (a fault included)",
@@ -156,10 +168,15 @@ impl PacketWriter {
                 ));
             }
         }
-        let packet = build_packet(meta, &self.arms, &self.quality);
+        let mut packet = build_packet(meta, &self.arms, &self.quality);
+        packet.scenario = self
+            .scenario
+            .clone()
+            .map(|spec| build_scenario(spec, &self.scenario_arms));
         let packet_digest = self.write_json(PACKET_FILE, &packet)?;
         let mut files: Vec<FileDigest> = self.arms.iter().map(|(_, d)| d.clone()).collect();
         files.extend(self.quality.iter().map(|(_, d)| d.clone()));
+        files.extend(self.scenario_arms.iter().map(|(_, d)| d.clone()));
         files.push(packet_digest);
         let manifest = Manifest {
             schema: MANIFEST_SCHEMA.to_owned(),
@@ -167,6 +184,69 @@ impl PacketWriter {
         };
         self.write_json(MANIFEST_FILE, &manifest)?;
         Ok(packet)
+    }
+
+    /// Declares the scenario this run measures; its arms follow with
+    /// [`PacketWriter::begin_scenario_arm`] and the packet gets its `scenario` section.
+    pub fn set_scenario(&mut self, spec: ScenarioSpec) {
+        self.scenario = Some(spec);
+    }
+
+    /// Starts a scenario arm: writes `multi-agent-<arm>-raw.json` with no turns, `running`.
+    pub fn begin_scenario_arm(
+        &mut self,
+        header: ScenarioArmHeader,
+    ) -> Result<ScenarioRecorder<'_>, WriteError> {
+        let raw = self.new_scenario_raw(
+            header,
+            ArmStatus::Running {
+                faults: Vec::new(),
+                restarts: 0,
+            },
+        )?;
+        let mut recorder = ScenarioRecorder { writer: self, raw };
+        recorder.save()?;
+        Ok(recorder)
+    }
+
+    /// Records a scenario arm that could not run, with the reason.
+    pub fn skip_scenario_arm(
+        &mut self,
+        header: ScenarioArmHeader,
+        reason: &str,
+    ) -> Result<(), WriteError> {
+        let raw = self.new_scenario_raw(
+            header,
+            ArmStatus::Skipped {
+                reason: reason.to_owned(),
+            },
+        )?;
+        let digest = self.write_json(&scenario_raw_file_name(&raw.header.arm), &raw)?;
+        self.scenario_arms.push((raw, digest));
+        Ok(())
+    }
+
+    fn new_scenario_raw(
+        &mut self,
+        header: ScenarioArmHeader,
+        status: ArmStatus,
+    ) -> Result<ScenarioRaw, WriteError> {
+        let Some(spec) = self.scenario.clone() else {
+            return Err(arm_error(&header.arm, "a scenario arm before set_scenario"));
+        };
+        if self.begun.contains(&header.arm) {
+            return Err(arm_error(&header.arm, "recorded twice"));
+        }
+        self.begun.push(header.arm.clone());
+        Ok(ScenarioRaw {
+            schema: SCENARIO_RAW_SCHEMA.to_owned(),
+            header,
+            spec,
+            status,
+            memory: None,
+            warmup: None,
+            turns: Vec::new(),
+        })
     }
 
     fn check_new_arm(&self, header: &ArmHeader) -> Result<(), WriteError> {
@@ -269,6 +349,55 @@ impl ArmRecorder<'_> {
     fn save(&mut self) -> Result<FileDigest, WriteError> {
         self.writer
             .write_json(&raw_file_name(&self.raw.header.arm), &self.raw)
+    }
+}
+
+/// One scenario arm in progress; every call rewrites its raw file.
+pub struct ScenarioRecorder<'w> {
+    writer: &'w mut PacketWriter,
+    raw: ScenarioRaw,
+}
+
+impl ScenarioRecorder<'_> {
+    pub fn record_warmup(&mut self, sample: TurnSample) -> Result<(), WriteError> {
+        self.raw.warmup = Some(sample);
+        self.save().map(drop)
+    }
+
+    /// Adds one agent's turn, in the order answers arrive.
+    pub fn record(&mut self, sample: TurnSample) -> Result<(), WriteError> {
+        self.raw.turns.push(sample);
+        self.save().map(drop)
+    }
+
+    pub fn fault(&mut self, fault: Fault) -> Result<(), WriteError> {
+        if let ArmStatus::Running { faults, .. } = &mut self.raw.status {
+            faults.push(fault);
+        }
+        self.save().map(drop)
+    }
+
+    pub fn set_memory(&mut self, memory: MemoryPeak) -> Result<(), WriteError> {
+        self.raw.memory = Some(memory);
+        self.save().map(drop)
+    }
+
+    /// Closes the arm: `ran` without faults, else `faulted` with them.
+    pub fn finish(mut self) -> Result<(), WriteError> {
+        let status = std::mem::replace(&mut self.raw.status, ArmStatus::Ran);
+        if let ArmStatus::Running { faults, restarts } = status
+            && !faults.is_empty()
+        {
+            self.raw.status = ArmStatus::Faulted { faults, restarts };
+        }
+        let digest = self.save()?;
+        self.writer.scenario_arms.push((self.raw, digest));
+        Ok(())
+    }
+
+    fn save(&mut self) -> Result<FileDigest, WriteError> {
+        self.writer
+            .write_json(&scenario_raw_file_name(&self.raw.header.arm), &self.raw)
     }
 }
 

@@ -5,6 +5,7 @@
 //! figures at face value.
 
 pub mod compare;
+mod scenario;
 pub mod svg;
 
 use crate::inspect;
@@ -107,6 +108,18 @@ pub fn build(
             )
         }
     );
+    if packet.arms.is_empty() {
+        // A scenario-only run: its section, the machine, how to reproduce it.
+        if let Some(s) = &packet.scenario {
+            scenario::section(&mut md, s);
+        }
+        machine(&mut md, packet);
+        reproduction(&mut md, path, packet);
+        return Report {
+            markdown: md,
+            plots: Vec::new(),
+        };
+    }
     takeaways(&mut md, packet);
     machine(&mut md, packet);
     envelope(&mut md, packet);
@@ -115,6 +128,9 @@ pub fn build(
     decomposition(&mut md, packet);
     quality(&mut md, packet);
     roofline(&mut md, packet);
+    if let Some(s) = &packet.scenario {
+        scenario::section(&mut md, s);
+    }
     reproduction(&mut md, path, packet);
     md.push_str("## Plots\n\n![TTFT per request](ttft.svg)\n\n![Inter-token latency](itl.svg)\n\n![Mean buckets per request](decomposition.svg)\n");
     Report {

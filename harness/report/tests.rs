@@ -219,3 +219,49 @@ fn run_writes_the_report_beside_the_packet_or_into_out() {
     .unwrap_err();
     assert!(format!("{err:#}").contains("nope.json"));
 }
+
+#[test]
+fn a_scenario_packet_reports_the_shared_ttft_table() {
+    let s = Scratch::new("report-scenario");
+    let packet = testkit::write_scenario_run(s.path());
+    let path = s.path().join(PACKET_FILE);
+    let (_, raws) = load(&path).unwrap();
+    let r = build(&path, &packet, &raws, &validate(&path));
+    let md = &r.markdown;
+    assert!(md.contains("**valid**"), "{md}");
+    let title = "## Multi-agent shared preamble";
+    let cache = row(md, title, "fak-native-cache");
+    let scenario = packet.scenario.as_ref().unwrap();
+    let sum = scenario.arms[0].summary.as_ref().unwrap();
+    let later = sum.later.as_ref().unwrap();
+    // TTFTs in ms, the ratio and the computed counts, as the packet has them.
+    assert!(
+        cache.contains(&format!("| {} |", ms(sum.turn1.ttft_p50_s))),
+        "{cache}"
+    );
+    assert!(
+        cache.contains(&format!("| {} |", ms(later.ttft_p50_s))),
+        "{cache}"
+    );
+    assert!(
+        cache.contains(&ratio_cell(sum.ttft_turn1_over_later)),
+        "{cache}"
+    );
+    assert!(
+        cache.contains(&format!(
+            "{} of {}",
+            later.prefill_computed, later.prompt_tokens
+        )),
+        "{cache}"
+    );
+    assert!(row(md, title, "mlx-cache").contains("skipped: no mlx_lm here"));
+    let effect = &scenario.cache_effect[0];
+    assert!(section(md, title).contains(&format!(
+        "| fak-native | {} | {} |",
+        ratio_cell(Some(effect.turn1_ttft_ratio)),
+        ratio_cell(effect.later_ttft_ratio)
+    )));
+    // A scenario-only packet has no envelope tables and no plots.
+    assert!(!md.contains("## Prefill"));
+    assert!(r.plots.is_empty());
+}

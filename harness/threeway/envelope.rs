@@ -24,22 +24,37 @@ impl Prompts {
         if n_ctx == 0 || n == 0 {
             bail!("the envelope needs n_ctx ≥ 1 and at least one prompt (got {n_ctx} and {n})");
         }
-        let stream = tokenizer.encode_plain(CORPUS, false);
-        if stream.is_empty() {
-            bail!("the tokenizer turned the corpus into no tokens");
-        }
         let bos = tokenizer.adds_bos().then(|| tokenizer.bos()).flatten();
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let mut draw = || {
-            let start = rng.random_range(0..stream.len());
-            let body = n_ctx - usize::from(bos.is_some());
-            let mut ids: Vec<u32> = bos.into_iter().collect();
-            ids.extend((0..body).map(|i| stream[(start + i) % stream.len()]));
-            ids
-        };
-        let timed = (0..n).map(|_| draw()).collect();
+        let body = n_ctx - usize::from(bos.is_some());
+        let timed = corpus_runs(tokenizer, body, n, seed)?
+            .into_iter()
+            .map(|run| bos.into_iter().chain(run).collect())
+            .collect();
         Ok(Prompts { timed, seed })
     }
+}
+
+/// `n` runs of `len` consecutive corpus ids (no BOS), each from an offset drawn from a ChaCha
+/// stream seeded with `seed`; the corpus wraps around.
+pub fn corpus_runs(
+    tokenizer: &Tokenizer,
+    len: usize,
+    n: usize,
+    seed: u64,
+) -> Result<Vec<Vec<u32>>> {
+    let stream = tokenizer.encode_plain(CORPUS, false);
+    if stream.is_empty() {
+        bail!("the tokenizer turned the corpus into no tokens");
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    Ok((0..n)
+        .map(|_| {
+            let start = rng.random_range(0..stream.len());
+            (0..len)
+                .map(|i| stream[(start + i) % stream.len()])
+                .collect()
+        })
+        .collect())
 }
 
 pub fn hex(bytes: &[u8]) -> String {

@@ -6,6 +6,7 @@
 mod envelope;
 mod meta;
 pub mod models;
+pub mod multi_agent;
 pub mod quality;
 mod runner;
 
@@ -87,6 +88,36 @@ pub struct Args {
     /// Do not run `harness selftest` first (the packet then says it was skipped).
     #[arg(long)]
     pub no_selftest: bool,
+    /// Run a scenario instead of the matched envelope: `multi-agent` (agents sharing a
+    /// preamble, each engine with its prefix cache on and off; see docs/METHOD.md).
+    #[arg(long, value_enum)]
+    pub scenario: Option<multi_agent::ScenarioKind>,
+    /// Multi-agent: agents running concurrently.
+    #[arg(long, default_value_t = 4)]
+    pub agents: usize,
+    /// Multi-agent: tokens of the preamble every agent's conversation starts with.
+    #[arg(long, default_value_t = 512)]
+    pub preamble: usize,
+    /// Multi-agent: new tokens each turn appends.
+    #[arg(long, default_value_t = 32)]
+    pub suffix: usize,
+    /// Multi-agent: turns per agent.
+    #[arg(long, default_value_t = 3)]
+    pub turns: usize,
+    /// Multi-agent: every turn 1 sent at once, or staggered by --stagger-ms.
+    #[arg(long, value_enum, default_value = "together")]
+    pub arrival: multi_agent::ArrivalMode,
+    /// Multi-agent: milliseconds between agents' first turns with --arrival staggered.
+    #[arg(long, default_value_t = 100)]
+    pub stagger_ms: u64,
+    /// Multi-agent: fak's KV page size in tokens (default the engine's, 64); the prefix cache
+    /// shares whole pages.
+    #[arg(long)]
+    pub page_size: Option<u32>,
+    /// Multi-agent: fak's prefix-cache budget (bytes, or K/M/G); default enough for every
+    /// agent's whole conversation.
+    #[arg(long, value_parser = crate::run::parse_bytes)]
+    pub cache_mem: Option<u64>,
 }
 
 /// Multiply-accumulates the CPU reference may spend on the quality pass before fak's f32 GPU
@@ -126,6 +157,9 @@ pub fn run(args: Args) -> Result<()> {
     let scratch = out.join("logs");
     std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
     eprintln!("threeway: writing into {}", out.display());
+    if args.scenario.is_some() {
+        return multi_agent::run(&args, &models, &out);
+    }
 
     let gguf = fak::gguf::Gguf::open(&models.gguf)?;
     let tokenizer = fak::tokenizer::Tokenizer::from_gguf(&gguf)?;
@@ -135,11 +169,7 @@ pub fn run(args: Args) -> Result<()> {
     drop(gguf);
     let context = args.n_ctx + args.n_out.max(args.quality_tail) + 1;
 
-    let selftest = if args.no_selftest {
-        json!({"skipped": "--no-selftest"})
-    } else {
-        run_selftest(&scratch)?
-    };
+    let selftest = selftest_or_skip(&args, &scratch)?;
     let quality_prompts = &prompts.timed[..args.quality_prompts.min(prompts.timed.len())];
     let (reference_info, reference) =
         reference(&args, &models, quality_prompts, n_params, context, &scratch)?;
@@ -339,35 +369,6 @@ fn run_one(name: &str, ctx: &ArmContext, writer: &mut PacketWriter) -> Result<Ar
 
 /// The raw file's header: the engine as it reported itself, its weights, the envelope.
 fn header(name: &str, arm: Option<&dyn Arm>, facts: &Value, ctx: &ArmContext) -> Result<ArmHeader> {
-    let version = match name {
-        "fak-native" => facts["version"].as_str().map(|v| format!("fak {v}")),
-        "llama.cpp" => facts["build_info"].as_str().map(str::to_string),
-        _ => facts["mlx_lm"].as_str().map(|v| {
-            let text = |k: &str| facts[k].as_str().unwrap_or("?").to_string();
-            format!("mlx {} mlx-lm {v} ({})", text("mlx"), text("device"))
-        }),
-    }
-    .unwrap_or_else(|| "unknown (the engine did not report)".into());
-    let weights = match (name, &ctx.models.mlx) {
-        ("mlx", Some(dir)) => Weights {
-            path: dir.display().to_string(),
-            sha256: sha256_of(dir)?,
-            format: "mlx affine 4-bit group 64, its own conversion of the same float weights (sha256 over the folder's files)".into(),
-            same_as_envelope: false,
-        },
-        ("mlx", None) => Weights {
-            path: "none".into(),
-            sha256: "none".into(),
-            format: "none: no MLX model directory".into(),
-            same_as_envelope: false,
-        },
-        _ => Weights {
-            path: ctx.envelope.model_path.clone(),
-            sha256: ctx.envelope.model_sha256.clone(),
-            format: "gguf (the envelope's file)".into(),
-            same_as_envelope: true,
-        },
-    };
     const NONE: &str = "not measured: the arm did not run";
     let methods = arm.map_or(
         crate::arms::Buckets {
@@ -381,17 +382,11 @@ fn header(name: &str, arm: Option<&dyn Arm>, facts: &Value, ctx: &ArmContext) ->
         },
         |a| a.bucket_methods(),
     );
-    let flags = arm.map(|a| a.flags()).unwrap_or(Value::Null);
     Ok(ArmHeader {
         arm: name.into(),
         runtime: Runtime::for_arm(name),
-        engine: EngineInfo {
-            name: name.into(),
-            version,
-            flags: flags_list(&flags),
-            build: (!facts.is_null()).then(|| facts.clone()),
-        },
-        weights,
+        engine: engine_info(name, arm, facts),
+        weights: weights(name, ctx.models, ctx.envelope)?,
         envelope: ctx.envelope.arm_envelope(),
         bucket_methods: BucketMethods {
             queue: methods.queue.into(),
@@ -401,6 +396,50 @@ fn header(name: &str, arm: Option<&dyn Arm>, facts: &Value, ctx: &ArmContext) ->
             verification: methods.verification.into(),
             recovery: methods.recovery.into(),
             other: methods.other.into(),
+        },
+    })
+}
+
+/// The engine `name` (`fak-native`, `llama.cpp`, `mlx`) as it reported itself and its flags.
+fn engine_info(name: &str, arm: Option<&dyn Arm>, facts: &Value) -> EngineInfo {
+    let version = match name {
+        "fak-native" => facts["version"].as_str().map(|v| format!("fak {v}")),
+        "llama.cpp" => facts["build_info"].as_str().map(str::to_string),
+        _ => facts["mlx_lm"].as_str().map(|v| {
+            let text = |k: &str| facts[k].as_str().unwrap_or("?").to_string();
+            format!("mlx {} mlx-lm {v} ({})", text("mlx"), text("device"))
+        }),
+    }
+    .unwrap_or_else(|| "unknown (the engine did not report)".into());
+    let flags = arm.map(|a| a.flags()).unwrap_or(Value::Null);
+    EngineInfo {
+        name: name.into(),
+        version,
+        flags: flags_list(&flags),
+        build: (!facts.is_null()).then(|| facts.clone()),
+    }
+}
+
+/// The weights engine `name` runs: MLX its own folder, the others the envelope's GGUF.
+fn weights(name: &str, models: &Models, envelope: &Envelope) -> Result<Weights> {
+    Ok(match (name, &models.mlx) {
+        ("mlx", Some(dir)) => Weights {
+            path: dir.display().to_string(),
+            sha256: sha256_of(dir)?,
+            format: "mlx affine 4-bit group 64, its own conversion of the same float weights (sha256 over the folder's files)".into(),
+            same_as_envelope: false,
+        },
+        ("mlx", None) => Weights {
+            path: "none".into(),
+            sha256: "none".into(),
+            format: "none: no MLX model directory".into(),
+            same_as_envelope: false,
+        },
+        _ => Weights {
+            path: envelope.model_path.clone(),
+            sha256: envelope.model_sha256.clone(),
+            format: "gguf (the envelope's file)".into(),
+            same_as_envelope: true,
         },
     })
 }
@@ -553,6 +592,15 @@ fn reference(
         ),
     };
     Ok((info, Some(rows)))
+}
+
+/// The selftest's result, or why it was skipped.
+fn selftest_or_skip(args: &Args, scratch: &Path) -> Result<Value> {
+    if args.no_selftest {
+        Ok(json!({"skipped": "--no-selftest"}))
+    } else {
+        run_selftest(scratch)
+    }
 }
 
 /// `harness selftest --json` in a child process (the harness itself never holds the GPU).

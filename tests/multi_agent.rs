@@ -1,0 +1,277 @@
+//! `harness threeway --scenario multi-agent` end to end on the tiny synthetic Qwen3: two agents
+//! sharing a 64-token preamble, two turns each, every engine for real (fak on the present
+//! adapter, llama-server from the peer build, mlx_lm on CPU), each with its prefix cache on and
+//! off. The packet must validate, the report must show the shared-TTFT table, and the counts the
+//! engines report must show what their caches did.
+
+use fak_tests::harness::harness;
+use fak_tests::{llama_cpp_tool, python};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const PREAMBLE: usize = 64;
+const SUFFIX: usize = 8;
+const N_OUT: usize = 4;
+/// fak's KV page in these runs: the prefix cache shares whole pages.
+const PAGE: usize = 16;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("multi-agent")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Two agents, two turns, the synthetic model from the threeway tests' cache (written once).
+fn scenario(out: &Path) -> Command {
+    let mut c = harness();
+    c.args(["threeway", "--scenario", "multi-agent", "--no-selftest"])
+        .args(["--agents", "2", "--turns", "2"])
+        .args(["--preamble", &PREAMBLE.to_string()])
+        .args(["--suffix", &SUFFIX.to_string()])
+        .args(["--n-out", &N_OUT.to_string()])
+        .args(["--page-size", &PAGE.to_string()])
+        .args(["--python", &python()])
+        .arg("--llama-server")
+        .arg(llama_cpp_tool("llama-server"))
+        .arg("--out")
+        .arg(out)
+        .env(
+            "FAK_CACHE",
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("threeway-cache"),
+        );
+    c
+}
+
+fn run(c: &mut Command) {
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn packet(out: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(out.join("packet.json")).unwrap()).unwrap()
+}
+
+fn arm<'a>(packet: &'a Value, name: &str) -> &'a Value {
+    packet["scenario"]["arms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["arm"] == name)
+        .unwrap_or_else(|| panic!("no scenario arm {name}"))
+}
+
+/// Every turn of an arm as (agent, turn, prompt tokens, computed, reused).
+fn turns(packet: &Value, name: &str) -> Vec<(u64, u64, u64, u64, u64)> {
+    arm(packet, name)["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let n = |k: &str| t[k].as_u64().unwrap();
+            (
+                n("agent"),
+                n("turn"),
+                n("prompt_tokens"),
+                n("prefill_computed"),
+                n("cached_tokens"),
+            )
+        })
+        .collect()
+}
+
+/// Prompt tokens an arm computed over its turn-1 or its later requests.
+fn computed(packet: &Value, name: &str, later: bool) -> u64 {
+    turns(packet, name)
+        .iter()
+        .filter(|t| (t.1 > 1) == later)
+        .map(|t| t.3)
+        .sum()
+}
+
+fn validate_and_report(out: &Path) -> String {
+    let validate = harness()
+        .arg("validate")
+        .arg(out.join("packet.json"))
+        .output()
+        .unwrap();
+    assert!(
+        validate.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&validate.stdout),
+        String::from_utf8_lossy(&validate.stderr)
+    );
+    run(harness().arg("report").arg(out.join("packet.json")));
+    std::fs::read_to_string(out.join("report.md")).unwrap()
+}
+
+/// All six arms run every turn of every agent. fak's cache shares the preamble across agents
+/// (one agent's turn 1 reuses its 4 whole pages) and each agent's own conversation across
+/// turns, so it computes fewer prompt tokens than without it on later turns and fewer than
+/// llama.cpp's per-slot cache over the whole run; on a later turn it computes no more than
+/// llama.cpp plus the partial page it does not share. MLX's prompt cache saves tokens too.
+#[test]
+fn agents_sharing_a_preamble_reuse_it_through_the_prefix_caches() {
+    let out = scratch("together");
+    run(&mut scenario(&out));
+    let p = packet(&out);
+    let names = [
+        "fak-native-cache",
+        "fak-native-nocache",
+        "llama.cpp-cache",
+        "llama.cpp-nocache",
+        "mlx-cache",
+        "mlx-nocache",
+    ];
+    for name in names {
+        let a = arm(&p, name);
+        assert_eq!(a["status"]["state"], "ran", "{name}: {}", a["status"]);
+        let mut seen: Vec<(u64, u64)> = turns(&p, name).iter().map(|t| (t.0, t.1)).collect();
+        seen.sort();
+        assert_eq!(seen, [(1, 1), (1, 2), (2, 1), (2, 2)], "{name}");
+        for t in turns(&p, name) {
+            let want = (PREAMBLE + t.1 as usize * SUFFIX + (t.1 as usize - 1) * N_OUT) as u64;
+            assert_eq!((t.2, t.3 + t.4), (want, want), "{name}: {t:?}");
+            assert!(
+                t.3 >= 1,
+                "{name}: every request computes its last token: {t:?}"
+            );
+        }
+        let uncached = !name.ends_with("-cache");
+        if uncached {
+            assert!(turns(&p, name).iter().all(|t| t.4 == 0), "{name}");
+        }
+    }
+    // Turn 1 arrives together: one agent prefills the preamble, the other reuses its pages.
+    let mut turn1_reused: Vec<u64> = turns(&p, "fak-native-cache")
+        .iter()
+        .filter(|t| t.1 == 1)
+        .map(|t| t.4)
+        .collect();
+    turn1_reused.sort();
+    assert_eq!(turn1_reused, [0, (PREAMBLE / PAGE * PAGE) as u64]);
+    assert!(
+        computed(&p, "fak-native-cache", true) < computed(&p, "fak-native-nocache", true),
+        "{}",
+        p["scenario"]
+    );
+    let total = |name| computed(&p, name, false) + computed(&p, name, true);
+    assert!(total("fak-native-cache") < total("llama.cpp-cache"));
+    for (agent, turn, _, fak, _) in turns(&p, "fak-native-cache") {
+        if turn > 1 {
+            let llama = turns(&p, "llama.cpp-cache")
+                .iter()
+                .find(|t| (t.0, t.1) == (agent, turn))
+                .unwrap()
+                .3;
+            assert!(
+                fak < llama + PAGE as u64,
+                "agent {agent} turn {turn}: fak computed {fak}, llama.cpp {llama}"
+            );
+        }
+    }
+    // The agents' requests were in flight together: one batched decode step served both.
+    let raw: Value = serde_json::from_slice(
+        &std::fs::read(out.join("multi-agent-fak-native-cache-raw.json")).unwrap(),
+    )
+    .unwrap();
+    let largest = raw["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["engine_report"]["engine"]["largest_step"].as_u64())
+        .max();
+    assert_eq!(largest, Some(2), "{}", raw["turns"]);
+    assert!(total("llama.cpp-cache") < total("llama.cpp-nocache"));
+    assert!(total("mlx-cache") < total("mlx-nocache"));
+    assert_eq!(arm(&p, "llama.cpp-cache")["serving"]["concurrent"], 2);
+    assert_eq!(arm(&p, "mlx-cache")["serving"]["concurrent"], 1);
+    let report = validate_and_report(&out);
+    assert!(
+        report.contains("## Multi-agent shared preamble"),
+        "{report}"
+    );
+    for name in names {
+        assert!(report.contains(&format!("| {name} |")), "{name}: {report}");
+    }
+}
+
+/// Staggered arrival: agent 2's first turn goes out no sooner than its slot, and the packet
+/// records the interval; fak alone, so the run stays short.
+#[test]
+fn staggered_agents_start_no_sooner_than_their_slot() {
+    let out = scratch("staggered");
+    run(scenario(&out).args([
+        "--arms",
+        "fak-native",
+        "--arrival",
+        "staggered",
+        "--stagger-ms",
+        "300",
+    ]));
+    let p = packet(&out);
+    assert_eq!(
+        p["scenario"]["arrival"],
+        serde_json::json!({"mode": "staggered", "interval_s": 0.3})
+    );
+    let a = arm(&p, "fak-native-cache");
+    let sent = |agent: u64| {
+        a["turns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["agent"] == agent && t["turn"] == 1)
+            .unwrap()["sent_s"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(sent(2) - sent(1) >= 0.3, "{} vs {}", sent(1), sent(2));
+    validate_and_report(&out);
+}
+
+/// A hybrid (Qwen3.5) model's engine holds one sequence at a time: requests that arrive
+/// together queue, the packet says so, and the prefix cache still serves the second agent's
+/// preamble (resumed from the recurrent-state snapshot at its page boundary).
+#[test]
+fn a_hybrid_model_queues_concurrent_agents_and_says_so() {
+    let out = scratch("hybrid");
+    let model = fak_tests::harness::synth_model(
+        &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("multi-agent-models"),
+        "qwen35-tiny-q8_0.gguf",
+        &[
+            "--arch", "qwen35", "--preset", "tiny", "--quant", "q8_0", "--seed", "1",
+        ],
+    );
+    run(scenario(&out)
+        .arg("--model")
+        .arg(&model)
+        .args(["--arms", "fak-native"]));
+    let p = packet(&out);
+    for name in ["fak-native-cache", "fak-native-nocache"] {
+        let serving = &arm(&p, name)["serving"];
+        assert_eq!(serving["concurrent"], 1, "{name}: {serving}");
+        assert!(
+            serving["how"]
+                .as_str()
+                .unwrap()
+                .contains("one sequence at a time"),
+            "{name}: {serving}"
+        );
+    }
+    let mut turn1_reused: Vec<u64> = turns(&p, "fak-native-cache")
+        .iter()
+        .filter(|t| t.1 == 1)
+        .map(|t| t.4)
+        .collect();
+    turn1_reused.sort();
+    assert_eq!(turn1_reused, [0, (PREAMBLE / PAGE * PAGE) as u64]);
+    assert!(computed(&p, "fak-native-cache", true) < computed(&p, "fak-native-nocache", true));
+    validate_and_report(&out);
+}
