@@ -167,7 +167,15 @@ impl Arch {
     }
 }
 
+/// `harness synth`: writes the model and prints one line saying what was written.
 pub fn run(args: Args) -> Result<()> {
+    println!("{}", write(args)?);
+    Ok(())
+}
+
+/// Writes the model (and the exports asked for) and returns the one-line summary, printing
+/// nothing: callers such as `selftest --json` keep stdout for their own output.
+pub fn write(args: Args) -> Result<String> {
     let mut plan = args.arch.plan(&args.preset)?;
     let types = args.quant.arrange(&mut plan.tensors);
     let writer = gguf_writer(&plan, &types, &args)?;
@@ -190,7 +198,7 @@ pub fn run(args: Args) -> Result<()> {
             .with_context(|| format!("writing the MLX 4-bit model {}", dir.display()))?;
     }
     bar.finish_and_clear();
-    println!(
+    Ok(format!(
         "{}: {} {} {} seed {}, {} tensors, {:.1} MiB",
         args.out.display(),
         plan.arch,
@@ -199,8 +207,7 @@ pub fn run(args: Args) -> Result<()> {
         args.seed,
         plan.tensors.len(),
         size as f64 / (1u64 << 20) as f64
-    );
-    Ok(())
+    ))
 }
 
 fn progress_bar(total: u64) -> Result<ProgressBar> {

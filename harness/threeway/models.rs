@@ -85,7 +85,7 @@ impl Models {
         );
         let partial = at(&tmp);
         let synth = |quant, out: &Path, mlx: Option<PathBuf>| {
-            synth::run(synth::Args {
+            synth::write(synth::Args {
                 arch: synth::Arch::Qwen3,
                 preset: TINY_PRESET.into(),
                 quant,
