@@ -4,11 +4,12 @@ pub mod compare;
 pub mod gdn;
 pub mod gpu;
 pub mod inputs;
+pub mod kernel_checks;
 pub mod kv;
 pub mod model;
 pub mod reduce_probe;
 
-pub use compare::{Tolerance, assert_close, assert_dequantized, assert_within};
+pub use compare::{Measured, Tolerance, assert_close, assert_dequantized, assert_within, measure};
 pub use gpu::{gpu, poisoned_f32, rng, variants};
 pub mod harness;
 pub mod peer;
