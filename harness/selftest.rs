@@ -235,6 +235,9 @@ struct FastPath {
     checks_run: usize,
 }
 
+/// A fast path's name, its `FAK_FORCE` word, and whether a variant takes it.
+type FastPathAxis = (&'static str, &'static str, fn(&KernelPaths) -> bool);
+
 /// A verdict per fast path from every model check (by the paths its engine took) and kernel check
 /// (by the variant the kernel ran).
 fn fast_path_verdicts(
@@ -242,7 +245,7 @@ fn fast_path_verdicts(
     checks: &[Check],
     kernels: &[KernelCheck],
 ) -> Vec<FastPath> {
-    let axes: [(&str, &str, fn(&KernelPaths) -> bool); 3] = [
+    let axes: [FastPathAxis; 3] = [
         ("subgroup", "no-subgroup", |p| p.subgroup),
         ("f16", "no-f16", |p| p.f16),
         ("coop_matrix", "no-coop-matrix", |p| p.coop_matrix.is_some()),
