@@ -2,9 +2,10 @@
 //! CPU reference computes, plus the adapter's measured read bandwidth.
 //!
 //! Kernel by kernel: the Gated DeltaNet kernels (ssm_conv, delta_prep, gated_delta,
-//! gated_delta_chunk, gated_norm) on every variant the adapter can run, on seeded random inputs
-//! with NaN-poisoned outputs, measured against the CPU layer under the GPU tests' tolerances
-//! (`fak_tests::kernel_checks`, shared with tests/gpu_gated_delta.rs).
+//! gated_delta_chunk, gated_norm), decode attention and RMSNorm on every variant the adapter can
+//! run, on seeded random inputs with NaN-poisoned outputs, measured against the CPU reference
+//! under the GPU tests' tolerances (`fak_tests::kernel_checks`, built from the cases the GPU
+//! tests assert).
 //!
 //! Model by model: for every combination of kernel paths the adapter can run
 //! (`GpuContext::runnable_paths`: subgroup or not, f16 or not, cooperative matrices where
@@ -117,7 +118,7 @@ pub fn run(args: Args) -> Result<()> {
         "pass": pass,
         "adapter": facts,
         "paths": paths.iter().map(|f| f.1.name()).collect::<Vec<_>>(),
-        "coverage": "kernel by kernel: the Gated DeltaNet kernels (ssm_conv, delta_prep, gated_delta, gated_delta_chunk, gated_norm) on every variant; model by model: every kernel the dense Qwen3 and the hybrid Qwen3.5 run (weight types F32, Q8_0, Q5_0, Q4_K, Q6_K), on every path the adapter can run. The dense kernels (mat-vec, mat-mul, attention, norms, RoPE, argmax, embedding, KV cache) are checked only through the models here; kernel by kernel they are in the GPU test suite",
+        "coverage": "kernel by kernel on every variant: the Gated DeltaNet kernels (ssm_conv, delta_prep, gated_delta, gated_delta_chunk, gated_norm), decode attention, RMSNorm; model by model on every path the adapter can run: every kernel the dense Qwen3 and the hybrid Qwen3.5 run (weight types F32, Q8_0, Q5_0, Q4_K, Q6_K). Mat-vec, mat-mul, prefill attention, the KV-cache write, RoPE, the element-wise ops, argmax and the embedding are checked here only through the models (kernel by kernel in the GPU test suite)",
         "threshold_min_cosine": MIN_COSINE,
         "kernels": kernels,
         "checks": checks,

@@ -156,7 +156,8 @@ fn mlx_4bit_export_is_what_mlx_quantize_makes() {
 }
 
 /// selftest passes on this adapter for every path it runs, says per kernel and variant what ran
-/// and how close it came (the Gated DeltaNet kernels of both head sizes, prefill and decode),
+/// and how close it came (the Gated DeltaNet kernels of both head sizes, prefill and decode;
+/// decode attention at both models' head shapes; RMSNorm per token and per head in place),
 /// holds the tiny qwen3 and qwen35 models (f32 and Q4_K_M) to the CPU reference on every path,
 /// trusts every fast path it tested, and measures a positive bandwidth.
 #[test]
@@ -180,6 +181,8 @@ fn selftest_checks_every_kernel_and_model_on_every_path_and_measures_bandwidth()
         "gated_delta",
         "gated_delta_chunk",
         "gated_norm",
+        "attn_decode",
+        "rms_norm",
     ] {
         let runs: Vec<&Value> = kernels.iter().filter(|k| k["kernel"] == name).collect();
         // Two shapes, on at least the fallback variant.

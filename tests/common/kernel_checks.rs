@@ -3,16 +3,21 @@
 //! outputs poisoned (NaN) before the run, measured against the CPU reference under the tolerance
 //! the GPU tests hold it to (the same helpers and constants: `gdn`, `compare`).
 
+use crate::attn_decode;
 use crate::compare::{Measured, Tolerance, measure};
 use crate::gdn::{
     CpuOutputs, CpuState, Form, GpuLayer, GpuOutputs, LAYER_TOL, LayerWeights, Projections,
     STEP_TOL, cpu_layer, dims,
 };
+use crate::rms_norm;
+use crate::variants;
+use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape};
 use fak::gpu::kernels::delta_prep::DeltaPrep;
 use fak::gpu::kernels::delta_state::DeltaDims;
 use fak::gpu::kernels::gated_delta::GatedDeltaDecode;
 use fak::gpu::kernels::gated_delta_chunk::GatedDeltaChunked;
 use fak::gpu::kernels::gated_norm::GatedNorm;
+use fak::gpu::kernels::rms_norm::RmsNorm;
 use fak::gpu::kernels::ssm_conv::SsmConv;
 use fak::gpu::{GpuContext, Kernel, KernelPaths};
 use fak::model::qwen35::HeadMapping;
@@ -27,7 +32,8 @@ pub struct KernelCheck {
     pub variant: String,
     #[serde(skip)]
     pub variant_paths: KernelPaths,
-    /// The adapter path the check was built for.
+    /// The adapter path the check was built for (the variant itself where the check runs each
+    /// variant once).
     pub path: String,
     pub case: String,
     pub tolerance: Tolerance,
@@ -37,9 +43,142 @@ pub struct KernelCheck {
     pub error: Option<String>,
 }
 
-/// Every family checked here, in order: the Gated DeltaNet kernels of a qwen35 layer.
+/// Every family checked here, in order: the Gated DeltaNet kernels of a qwen35 layer, decode
+/// attention, RMSNorm.
 pub fn run_all(ctx: &GpuContext) -> Vec<KernelCheck> {
-    gated_deltanet(ctx)
+    let mut out = gated_deltanet(ctx);
+    out.extend(attention_decode(ctx));
+    out.extend(rms_norms(ctx));
+    out
+}
+
+/// RMSNorm on every variant: per-token rows of a hidden size (5 of 6 tokens, weighted, into a
+/// poisoned output that must stay poisoned outside the rows) and qwen35's per-head q norm in
+/// place at the [q | gate] stride (the gates must come back unchanged).
+pub fn rms_norms(ctx: &GpuContext) -> Vec<KernelCheck> {
+    let cases = [
+        rms_norm::Case {
+            layout: rms_norm::Layout::rows(1024),
+            max_tokens: 6,
+            n_tokens: 5,
+            weighted: true,
+            in_place: false,
+        },
+        rms_norm::Case {
+            layout: rms_norm::Layout {
+                n: 256,
+                heads: 4,
+                offset: 0,
+                token_stride: 2 * 256 * 4,
+                head_stride: 2 * 256,
+            },
+            max_tokens: 4,
+            n_tokens: 3,
+            weighted: true,
+            in_place: true,
+        },
+    ];
+    let mut out = Vec::new();
+    for variant in variants::<RmsNorm>(ctx) {
+        for (seed, case) in cases.iter().enumerate() {
+            let what = format!(
+                "n {} heads {} tokens {}/{}{}",
+                case.layout.n,
+                case.layout.heads,
+                case.n_tokens,
+                case.max_tokens,
+                if case.in_place { " in place" } else { "" }
+            );
+            out.push(check_one("rms_norm", variant, what, rms_norm::TOL, || {
+                let kernel =
+                    RmsNorm::new(ctx, variant).unwrap_or_else(|e| panic!("building rms_norm: {e}"));
+                let run = rms_norm::run_case(ctx, &kernel, case, seed as u64);
+                assert!(!run.wrote_outside, "{}: wrote outside its rows", run.what);
+                (run.got, run.want)
+            }));
+        }
+    }
+    out
+}
+
+/// Decode attention at both models' head shapes on every variant: qwen3's (GQA 2, head 128;
+/// three sequences on shuffled pages, split in 4) and qwen35's gated attention (head 256, queries
+/// inside [q | gate] rows; one sequence, split in 3), under the GPU test's tolerance.
+pub fn attention_decode(ctx: &GpuContext) -> Vec<KernelCheck> {
+    let cases = || {
+        let shape = |head_dim| AttnShape {
+            n_head: 4,
+            n_kv: 2,
+            head_dim,
+        };
+        [
+            attn_decode::Case {
+                shape: shape(128),
+                lens: vec![5, 70, 33],
+                n_split: 4,
+                table: true,
+                gated_q: false,
+            },
+            attn_decode::Case {
+                shape: shape(256),
+                lens: vec![37],
+                n_split: 3,
+                table: false,
+                gated_q: true,
+            },
+        ]
+    };
+    let mut out = Vec::new();
+    for variant in variants::<AttnDecode>(ctx) {
+        for (seed, case) in cases().into_iter().enumerate() {
+            let what = format!(
+                "head {} lens {:?} splits {}{}",
+                case.shape.head_dim,
+                case.lens,
+                case.n_split,
+                if case.gated_q { " gated q" } else { "" }
+            );
+            out.push(check_one(
+                "attn_decode",
+                variant,
+                what,
+                attn_decode::TOL,
+                || {
+                    let kernel = AttnDecode::new(ctx, variant, case.shape)
+                        .unwrap_or_else(|e| panic!("building attn_decode: {e}"));
+                    let (_, got, want) = attn_decode::run_case(ctx, &kernel, &case, seed as u64);
+                    (got, want)
+                },
+            ));
+        }
+    }
+    out
+}
+
+/// One kernel variant on one case: `run` gives the kernel's output and the reference's; a panic
+/// (the kernel failed to build, bind or run) is recorded as the check's error.
+fn check_one(
+    kernel: &'static str,
+    variant: KernelPaths,
+    case: String,
+    tolerance: Tolerance,
+    run: impl FnOnce() -> (Vec<f32>, Vec<f32>),
+) -> KernelCheck {
+    let (measured, error) = match catch_unwind(AssertUnwindSafe(run)) {
+        Ok((got, want)) => (Some(measure(&got, &want, tolerance)), None),
+        Err(panic) => (None, Some(panic_message(panic))),
+    };
+    KernelCheck {
+        kernel,
+        variant: variant.name(),
+        variant_paths: variant,
+        path: variant.name(),
+        case,
+        tolerance,
+        pass: measured.is_some_and(|m| m.pass()),
+        measured,
+        error,
+    }
 }
 
 /// The GDN kernels' names and their variants on `path`.
