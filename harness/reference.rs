@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use fak::gguf::Gguf;
 use fak::model::Arch;
 use fak::reference::ops::argmax;
-use fak::reference::{DenseReference, Qwen35Reference, Reference};
+use fak::reference::{Activations, DenseReference, Qwen35Reference, Reference};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -26,6 +26,16 @@ pub struct Args {
     /// sidecar `<file>.json` (`{"n_vocab", "rows", "token_ids"}`).
     #[arg(long)]
     pub logits_out: PathBuf,
+    /// How each mat-vec's input is rounded: `f32` (fak's numerics) or `ggml-cpu` (to the weight
+    /// type's `vec_dot_type` as ggml's CPU backend does: Q8_0 blocks for Q8_0 weights, Q8_K for
+    /// the k-quants, f16 for F16), to tell that rounding apart from other llama.cpp differences.
+    #[arg(long, default_value = "f32", value_parser = parse_activations)]
+    pub activations: Activations,
+}
+
+fn parse_activations(name: &str) -> Result<Activations, String> {
+    Activations::from_name(name)
+        .ok_or_else(|| format!("expected one of {}", Activations::NAMES.join(", ")))
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -33,8 +43,10 @@ pub fn run(args: Args) -> Result<()> {
     anyhow::ensure!(!prompt.is_empty(), "--tokens: no token ids");
     let gguf = Gguf::open(&args.model)?;
     let mut model: Box<dyn Reference> = match Arch::of(&gguf)? {
-        Arch::Qwen35 => Box::new(Qwen35Reference::new(&gguf)?),
-        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => Box::new(DenseReference::new(&gguf)?),
+        Arch::Qwen35 => Box::new(Qwen35Reference::with_activations(&gguf, args.activations)?),
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
+            Box::new(DenseReference::with_activations(&gguf, args.activations)?)
+        }
     };
     // Row i holds the logits after ids[i]; each greedy token continues the same sequence, so
     // the rows are the teacher-forced logits of prompt + generated.

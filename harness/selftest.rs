@@ -1,21 +1,35 @@
 //! `harness selftest`: proof, on this machine's own adapter, that fak's kernels compute what the
 //! CPU reference computes, plus the adapter's measured read bandwidth.
 //!
-//! For every combination of kernel paths the adapter can run (`GpuContext::runnable_paths`:
-//! subgroup or not, f16 or not, cooperative matrices where enabled) the engine loads the tiny
-//! synthetic Qwen3 — f32 and the Q4_K_M recipe, which between them use every weight type and
-//! every kernel of the dense model — with activations, logits and caches NaN-poisoned, and is
-//! held to `fak::reference`: teacher-forced logits (prefill steps of 16 rows: the mat-mul and
-//! tiled attention) at cosine ≥ 0.99999 on every row, and 4 greedy tokens (decode: mat-vec,
-//! decode attention, GPU argmax) identical. Then a streaming-read kernel is timed with timestamp
+//! Kernel by kernel: the Gated DeltaNet kernels (ssm_conv, delta_prep, gated_delta,
+//! gated_delta_chunk, gated_norm), decode attention and RMSNorm on every variant the adapter can
+//! run, on seeded random inputs with NaN-poisoned outputs, measured against the CPU reference
+//! under the GPU tests' tolerances (`fak_tests::kernel_checks`, built from the cases the GPU
+//! tests assert).
+//!
+//! Model by model: for every combination of kernel paths the adapter can run
+//! (`GpuContext::runnable_paths`: subgroup or not, f16 or not, cooperative matrices where
+//! enabled) the engine loads the tiny synthetic Qwen3 and Qwen3.5 — each f32 and in the Q4_K_M
+//! recipe, which between them use every weight type and every kernel of both models — with
+//! activations, logits and caches NaN-poisoned, and is held to `fak::reference`: teacher-forced
+//! logits (prefill steps of 16 rows: the mat-mul, tiled attention, the chunked delta rule) at
+//! cosine ≥ 0.99999 on every row, and 4 greedy tokens (decode: mat-vec, decode attention, the
+//! recurrent delta rule, GPU argmax) identical.
+//!
+//! A fast path (subgroups, f16, cooperative matrices) is trusted only if every check that ran
+//! with it passed; `force` is the `FAK_FORCE` value that switches off the others, and the
+//! `threeway` fak-native arm runs with it. Then a streaming-read kernel is timed with timestamp
 //! queries where the adapter has them (else the wall clock around a blocking submit).
 
-use crate::threeway::models::Models;
+use crate::synth;
+use crate::threeway::models::{Models, cache_dir};
 use anyhow::{Context, Result};
 use fak::gpu::kernels::read_probe::{ProbeTiming, ReadProbe};
 use fak::gpu::{ContextOptions, Forced, GpuContext, KernelPaths};
-use fak::reference::{DenseReference, Reference};
+use fak::model::Arch;
+use fak::reference::{DenseReference, Qwen35Reference, Reference};
 use fak::runtime::{Engine, EngineOptions, SamplingParams};
+use fak_tests::kernel_checks::{self, KernelCheck};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use serde_json::json;
@@ -63,20 +77,22 @@ struct Bandwidth {
 
 pub fn run(args: Args) -> Result<()> {
     let start = Instant::now();
-    let models = Models::synthetic()?;
+    let qwen3 = Models::synthetic()?;
+    let qwen35 = tiny_qwen35()?;
     let options = ContextOptions::from_env()?;
     let ctx = GpuContext::new(&options)?;
     let facts = ctx.facts().clone();
     let paths = every_path(&ctx);
+    let kernels = kernel_checks::run_all(&ctx);
     let bandwidth = measure_bandwidth(&ctx).context("measuring the read bandwidth")?;
     drop(ctx);
 
     let mut checks = Vec::new();
-    let reference = models
+    let reference = qwen3
         .reference
         .as_deref()
         .expect("the synthetic model has one");
-    for model in [reference, models.gguf.as_path()] {
+    for model in [reference, qwen3.gguf.as_path(), &qwen35[0], &qwen35[1]] {
         let ids = random_ids(7, PROMPT_TOKENS);
         let (want_logits, want_tokens) = cpu_oracle(model, &ids)?;
         for &forced in &paths {
@@ -90,15 +106,24 @@ pub fn run(args: Args) -> Result<()> {
             ));
         }
     }
-    let pass = checks.iter().all(|c| c.pass);
+    let fast_paths = fast_path_verdicts(&paths, &checks, &kernels);
+    let force: Vec<&str> = fast_paths
+        .iter()
+        .filter(|v| v.verdict == "failed")
+        .map(|v| v.force)
+        .collect();
+    let pass = checks.iter().all(|c| c.pass) && kernels.iter().all(|k| k.pass);
     let result = json!({
         "schema": "fak.selftest.v1",
         "pass": pass,
         "adapter": facts,
         "paths": paths.iter().map(|f| f.1.name()).collect::<Vec<_>>(),
-        "coverage": "every kernel the dense Qwen3 model runs (all its weight types: F32, Q8_0, Q5_0, Q4_K, Q6_K), on every path the adapter can run; the Qwen3.5 Gated DeltaNet kernels are not covered (no synthetic qwen35 model yet)",
+        "coverage": "kernel by kernel on every variant: the Gated DeltaNet kernels (ssm_conv, delta_prep, gated_delta, gated_delta_chunk, gated_norm), decode attention, RMSNorm; model by model on every path the adapter can run: every kernel the dense Qwen3 and the hybrid Qwen3.5 run (weight types F32, Q8_0, Q5_0, Q4_K, Q6_K). Mat-vec, mat-mul, prefill attention, the KV-cache write, RoPE, the element-wise ops, argmax and the embedding are checked here only through the models (kernel by kernel in the GPU test suite)",
         "threshold_min_cosine": MIN_COSINE,
+        "kernels": kernels,
         "checks": checks,
+        "fast_paths": fast_paths,
+        "force": force.join(","),
         "bandwidth": bandwidth,
         "seconds": start.elapsed().as_secs_f64(),
     });
@@ -139,13 +164,124 @@ fn random_ids(seed: u64, n: usize) -> Vec<u32> {
     (0..n).map(|_| rng.random_range(0..151_936)).collect()
 }
 
+/// The CPU reference's teacher-forced logits and greedy tokens after `ids` (each from a fresh
+/// sequence).
 fn cpu_oracle(model: &Path, ids: &[u32]) -> Result<(Vec<Vec<f32>>, Vec<u32>)> {
     let gguf = fak::gguf::Gguf::open(model)?;
-    let mut reference = DenseReference::new(&gguf)?;
-    let logits = reference.forward_all(ids)?;
-    reference.reset();
-    let tokens = reference.greedy(ids, GREEDY_TOKENS)?;
+    let fresh = || -> Result<Box<dyn Reference + '_>> {
+        Ok(match Arch::of(&gguf)? {
+            Arch::Qwen35 => Box::new(Qwen35Reference::new(&gguf)?),
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => Box::new(DenseReference::new(&gguf)?),
+        })
+    };
+    let logits = fresh()?.forward_all(ids)?;
+    let tokens = fresh()?.greedy(ids, GREEDY_TOKENS)?;
     Ok((logits, tokens))
+}
+
+/// The tiny synthetic Qwen3.5 (f32, Q4_K_M), written into the cache on first use the way
+/// [`Models::synthetic`] writes the Qwen3: into a folder of this process's own, renamed into
+/// place when complete.
+fn tiny_qwen35() -> Result<[PathBuf; 2]> {
+    let dir = cache_dir()
+        .join("selftest")
+        .join(format!("qwen35-tiny-seed1-v{}", env!("CARGO_PKG_VERSION")));
+    let files = |dir: &Path| {
+        [
+            dir.join("qwen35-tiny-f32.gguf"),
+            dir.join("qwen35-tiny-q4_k_m.gguf"),
+        ]
+    };
+    if dir.is_dir() {
+        return Ok(files(&dir));
+    }
+    let tmp = dir.with_extension(format!("partial-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    eprintln!(
+        "selftest: writing the tiny synthetic Qwen3.5 into {}",
+        dir.display()
+    );
+    for (quant, out) in [synth::Quant::F32, synth::Quant::Q4KM]
+        .into_iter()
+        .zip(files(&tmp))
+    {
+        synth::write(synth::Args {
+            arch: synth::Arch::Qwen35,
+            preset: "tiny".into(),
+            quant,
+            seed: 1,
+            out,
+            hf_dir: None,
+            fast_random: false,
+            layout_only: false,
+            mlx_4bit: None,
+        })?;
+    }
+    if std::fs::rename(&tmp, &dir).is_err() {
+        // Another run finished first; its model is the same (same seed), keep it.
+        let _ = std::fs::remove_dir_all(&tmp);
+        anyhow::ensure!(dir.is_dir(), "could not move {} into place", tmp.display());
+    }
+    Ok(files(&dir))
+}
+
+/// Whether one fast path may switch itself on here.
+#[derive(Serialize)]
+struct FastPath {
+    path: &'static str,
+    /// `passed` (every check that ran with it passed), `failed`, or `not available`.
+    verdict: &'static str,
+    /// The `FAK_FORCE` word that switches it off.
+    force: &'static str,
+    checks_run: usize,
+}
+
+/// A fast path's name, its `FAK_FORCE` word, and whether a variant takes it.
+type FastPathAxis = (&'static str, &'static str, fn(&KernelPaths) -> bool);
+
+/// A verdict per fast path from every model check (by the paths its engine took) and kernel check
+/// (by the variant the kernel ran).
+fn fast_path_verdicts(
+    paths: &[(Forced, KernelPaths)],
+    checks: &[Check],
+    kernels: &[KernelCheck],
+) -> Vec<FastPath> {
+    let axes: [FastPathAxis; 3] = [
+        ("subgroup", "no-subgroup", |p| p.subgroup),
+        ("f16", "no-f16", |p| p.f16),
+        ("coop_matrix", "no-coop-matrix", |p| p.coop_matrix.is_some()),
+    ];
+    axes.into_iter()
+        .map(|(path, force, uses)| {
+            let by_name = |name: &str| {
+                paths
+                    .iter()
+                    .find(|(_, p)| p.name() == name)
+                    .map(|(_, p)| *p)
+            };
+            let model = checks
+                .iter()
+                .filter(|c| by_name(&c.paths).is_some_and(|p| uses(&p)));
+            let kernel = kernels.iter().filter(|k| uses(&k.variant_paths));
+            let results: Vec<bool> = model
+                .map(|c| c.pass)
+                .chain(kernel.map(|k| k.pass))
+                .collect();
+            let verdict = if results.is_empty() {
+                "not available"
+            } else if results.iter().all(|&p| p) {
+                "passed"
+            } else {
+                "failed"
+            };
+            FastPath {
+                path,
+                verdict,
+                force,
+                checks_run: results.len(),
+            }
+        })
+        .collect()
 }
 
 fn check_model(
@@ -257,6 +393,24 @@ fn print_table(result: &serde_json::Value) {
             "FAIL"
         }
     );
+    for k in result["kernels"].as_array().into_iter().flatten() {
+        println!(
+            "  {:<6} {:<18} {:<14} {:<40} {}",
+            if k["pass"] == json!(true) {
+                "ok"
+            } else {
+                "FAIL"
+            },
+            k["kernel"].as_str().unwrap_or(""),
+            k["variant"].as_str().unwrap_or(""),
+            k["case"].as_str().unwrap_or(""),
+            k["measured"]["worst_of_tolerance"]
+                .as_f64()
+                .map_or(k["error"].as_str().unwrap_or("").to_string(), |v| format!(
+                    "{v:.3} of tolerance"
+                ))
+        );
+    }
     for c in result["checks"].as_array().into_iter().flatten() {
         println!(
             "  {:<6} {:<22} {:<18} {:<22} {}",
@@ -275,6 +429,13 @@ fn print_table(result: &serde_json::Value) {
                 ))
         );
     }
+    for f in result["fast_paths"].as_array().into_iter().flatten() {
+        println!(
+            "  fast path {:<12} {}",
+            f["path"].as_str().unwrap_or(""),
+            f["verdict"].as_str().unwrap_or("")
+        );
+    }
     let bw = &result["bandwidth"];
     println!(
         "  read bandwidth: {:.1} GB/s best, {:.1} GB/s median ({})",
@@ -282,4 +443,54 @@ fn print_table(result: &serde_json::Value) {
         bw["median_bytes_per_s"].as_f64().unwrap_or(0.0) / 1e9,
         bw["method"].as_str().unwrap_or("")
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model_check(paths: &str, pass: bool) -> Check {
+        Check {
+            model: "m.gguf".into(),
+            paths: paths.into(),
+            check: "greedy tokens",
+            min_cosine: None,
+            tokens_equal: Some(pass),
+            pass,
+            error: None,
+        }
+    }
+
+    /// One failed check on a path with subgroups condemns subgroups (and only them); f16 passed
+    /// where every f16 check passed; a path the adapter lacks is not available.
+    #[test]
+    fn a_fast_path_is_trusted_only_where_every_check_with_it_passed() {
+        let path = |subgroup, f16| KernelPaths {
+            subgroup,
+            f16,
+            coop_matrix: None,
+        };
+        let forced = |p: KernelPaths| (Forced::default(), p);
+        let paths = [
+            forced(path(false, false)),
+            forced(path(true, false)),
+            forced(path(false, true)),
+        ];
+        let checks = [
+            model_check("fallback", true),
+            model_check("subgroup", false),
+            model_check("f16", true),
+        ];
+        let verdicts = fast_path_verdicts(&paths, &checks, &[]);
+        let verdict = |name: &str| {
+            verdicts
+                .iter()
+                .find(|v| v.path == name)
+                .map(|v| (v.verdict, v.checks_run))
+                .unwrap()
+        };
+        assert_eq!(verdict("subgroup"), ("failed", 1));
+        assert_eq!(verdict("f16"), ("passed", 1));
+        assert_eq!(verdict("coop_matrix"), ("not available", 0));
+    }
 }

@@ -11,8 +11,8 @@ use fak::gpu::kernels::gated_delta_chunk::GatedDeltaChunked;
 use fak::gpu::{GpuContext, GpuError, Kernel, KernelPaths, storage_buffer};
 use fak::model::qwen35::HeadMapping;
 use fak_tests::gdn::{
-    CpuState, Form, GpuLayer, LayerWeights, Projections, cpu_delta, cpu_layer, cpu_prep, dims,
-    random_prepared, uniform_vec,
+    CpuState, DELTA_TOL, Form, GpuLayer, LAYER_TOL, LayerWeights, Projections, STEP_TOL, cpu_delta,
+    cpu_layer, cpu_prep, dims, random_prepared, uniform_vec,
 };
 use fak_tests::{Tolerance, assert_close, gpu, rng, variants};
 use rand_chacha::ChaCha8Rng;
@@ -31,27 +31,6 @@ fn small_shapes() -> Vec<DeltaDims> {
 fn wide_shape() -> DeltaDims {
     dims(2, 4, 128, 128, 4, HeadMapping::Tiled)
 }
-
-/// The delta rule's outputs o = Sᵀq̂ are sums of dk products of state entries (|S| ≲ 1) and q̂
-/// (‖q̂‖ = 1/√dk); every f32 step rounds dk-term dot products and the rank-1 update, the state
-/// carries those roundings from token to token (damped by e^g < 1), and the chunked form adds
-/// the (I + A)⁻¹ solve. Measured on lavapipe over every shape and length here (T ≤ 130): under
-/// 3e-6 relative to the f64 oracle for outputs and states. 3e-5 relative with a 3e-6 floor
-/// leaves ten times that for other drivers' summation orders, while a wrong key head, gate or
-/// chunk boundary moves outputs by more than 1e-2.
-const DELTA_TOL: Tolerance = Tolerance {
-    rel: 3e-5,
-    abs: 3e-6,
-};
-
-/// Through the whole layer the delta rule starts from conv and prep outputs that already differ
-/// from the CPU's by ~1e-7 relative, over up to 70 tokens, and y carries o's error times
-/// silu(z)·w/RMS(o_h). Measured worst on lavapipe: |Δy| = 4e-6 on a y of 0.04 (a 1e-4 relative
-/// error on an entry ~100 times below the largest), 0.14 of this tolerance.
-const LAYER_TOL: Tolerance = Tolerance {
-    rel: 2e-4,
-    abs: 2e-5,
-};
 
 /// CPU recurrence over `count = slots.len()` sequences of `len` prepared rows.
 fn cpu_recurrence(
@@ -218,14 +197,8 @@ fn chunked_and_recurrent_forms_agree_on_the_gpu() {
 
 /// The layer's outputs compared with the CPU layer: conv + prep outputs, o and y.
 fn assert_layer(what: &str, got: &fak_tests::gdn::GpuOutputs, want: &fak_tests::gdn::CpuOutputs) {
-    // Conv and prep errors (CONV/prep tolerances, ~1e-5) feed the delta rule; y is o normalised
-    // per head, so it inherits o's relative error.
-    let tol = Tolerance {
-        rel: 1e-5,
-        abs: 1e-5,
-    };
-    assert_close(&format!("{what}: mixed"), &got.mixed, &want.mixed, tol);
-    assert_close(&format!("{what}: gates"), &got.gates, &want.gates, tol);
+    assert_close(&format!("{what}: mixed"), &got.mixed, &want.mixed, STEP_TOL);
+    assert_close(&format!("{what}: gates"), &got.gates, &want.gates, STEP_TOL);
     assert_close(&format!("{what}: o"), &got.o, &want.o, LAYER_TOL);
     assert_close(&format!("{what}: y"), &got.y, &want.y, LAYER_TOL);
 }

@@ -163,9 +163,13 @@ fn mlx_4bit_export_is_what_mlx_quantize_makes() {
     );
 }
 
-/// selftest passes on this adapter for every path it runs and measures a positive bandwidth.
+/// selftest passes on this adapter for every path it runs, says per kernel and variant what ran
+/// and how close it came (the Gated DeltaNet kernels of both head sizes, prefill and decode;
+/// decode attention at both models' head shapes; RMSNorm per token and per head in place),
+/// holds the tiny qwen3 and qwen35 models (f32 and Q4_K_M) to the CPU reference on every path,
+/// trusts every fast path it tested, and measures a positive bandwidth.
 #[test]
-fn selftest_checks_every_path_and_measures_bandwidth() {
+fn selftest_checks_every_kernel_and_model_on_every_path_and_measures_bandwidth() {
     let out = harness()
         .args(["selftest", "--json"])
         .env("FAK_CACHE", cache())
@@ -176,8 +180,33 @@ fn selftest_checks_every_path_and_measures_bandwidth() {
     assert_eq!(result["pass"], true);
     let paths = result["paths"].as_array().unwrap().len();
     assert!(paths >= 1);
-    // Two models × two checks per path.
-    assert_eq!(result["checks"].as_array().unwrap().len(), paths * 4);
+    // Four models (qwen3, qwen35; f32 and Q4_K_M) × two checks per path.
+    assert_eq!(result["checks"].as_array().unwrap().len(), paths * 8);
+    let kernels = result["kernels"].as_array().unwrap();
+    for name in [
+        "ssm_conv",
+        "delta_prep",
+        "gated_delta",
+        "gated_delta_chunk",
+        "gated_norm",
+        "attn_decode",
+        "rms_norm",
+    ] {
+        let runs: Vec<&Value> = kernels.iter().filter(|k| k["kernel"] == name).collect();
+        // Two shapes, on at least the fallback variant.
+        assert!(runs.len() >= 2, "{name}: {runs:?}");
+        for k in runs {
+            assert_eq!(k["pass"], true, "{k}");
+            let m = &k["measured"];
+            assert!(m["elements"].as_u64().unwrap() > 0, "{k}");
+            assert_eq!(m["outside"], 0, "{k}");
+            assert!(m["worst_of_tolerance"].as_f64().unwrap() <= 1.0, "{k}");
+        }
+    }
+    for f in result["fast_paths"].as_array().unwrap() {
+        assert_ne!(f["verdict"], "failed", "{f}");
+    }
+    assert_eq!(result["force"], "");
     assert!(result["bandwidth"]["best_bytes_per_s"].as_f64().unwrap() > 1e6);
 }
 

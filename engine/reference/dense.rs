@@ -2,8 +2,8 @@
 //! model is tested against, prefill included (the GPU's batched prefill must equal this
 //! token-by-token loop).
 
-use super::Reference;
 use super::ops::{Matrix, add_into, gqa_attention, rms_norm, rope, swiglu, vector};
+use super::{Activations, Reference};
 use crate::gguf::Gguf;
 use crate::model::ModelError;
 use crate::model::qwen3::{Hparams, Tensors};
@@ -36,13 +36,19 @@ pub struct DenseReference<'g> {
 
 impl<'g> DenseReference<'g> {
     pub fn new(gguf: &'g Gguf) -> Result<Self, ModelError> {
+        Self::with_activations(gguf, Activations::F32)
+    }
+
+    /// The reference with every projection's input rounded as `activations` says (the token
+    /// embedding is a row lookup and stays exact).
+    pub fn with_activations(gguf: &'g Gguf, activations: Activations) -> Result<Self, ModelError> {
         let hp = Hparams::from_gguf(gguf)?;
         let t = Tensors::bind(gguf, &hp)?;
+        let m = |t| Matrix::with_activations(gguf, t, activations);
         let layers = t
             .layers
             .iter()
             .map(|l| {
-                let m = |t| Matrix::new(gguf, t);
                 let bias = match (l.bq, l.bk, l.bv) {
                     (Some(q), Some(k), Some(v)) => {
                         Some([vector(gguf, q)?, vector(gguf, k)?, vector(gguf, v)?])
@@ -73,7 +79,7 @@ impl<'g> DenseReference<'g> {
         Ok(Self {
             embd: Matrix::new(gguf, t.embd)?,
             output_norm: vector(gguf, t.output_norm)?,
-            output: Matrix::new(gguf, t.output)?,
+            output: m(t.output)?,
             rope_freqs: t.rope_freqs.map(|r| vector(gguf, r)).transpose()?,
             layers,
             hp,

@@ -3,11 +3,13 @@
 //! Every model runs one token at a time; prefill is the same loop, so the GPU's batched prefill
 //! is checked against the plain recurrence.
 
+pub mod activations;
 pub mod dense;
 pub mod gated_delta;
 pub mod ops;
 pub mod qwen35;
 
+pub use activations::Activations;
 pub use dense::DenseReference;
 pub use qwen35::Qwen35Reference;
 

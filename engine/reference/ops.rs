@@ -1,6 +1,7 @@
 //! The CPU reference's building blocks: f32 values, f64 accumulation for every sum.
 //! Written for clarity, not speed; the only parallelism is over matrix rows.
 
+use super::activations::Activations;
 use crate::gguf::{Gguf, TensorInfo};
 use crate::model::{ModelError, RopePairing};
 use crate::quant::{self, GgmlType};
@@ -15,17 +16,38 @@ pub struct Matrix<'g> {
     pub rows: usize,
     bytes: &'g [u8],
     row_bytes: usize,
+    /// How [`Matrix::matvec`] rounds its input first.
+    activations: Activations,
 }
 
 impl<'g> Matrix<'g> {
+    /// A matrix whose mat-vecs take their input as computed (f32).
     pub fn new(gguf: &'g Gguf, t: &TensorInfo) -> Result<Self, ModelError> {
+        Self::with_activations(gguf, t, Activations::F32)
+    }
+
+    /// A matrix whose mat-vecs round their input as `activations` says.
+    pub fn with_activations(
+        gguf: &'g Gguf,
+        t: &TensorInfo,
+        activations: Activations,
+    ) -> Result<Self, ModelError> {
         check_dequantizable(gguf, t)?;
+        activations
+            .check(t.ty)
+            .map_err(|why| ModelError::TensorType {
+                path: gguf.path().to_owned(),
+                tensor: t.name.clone(),
+                ty: t.ty,
+                why,
+            })?;
         Ok(Self {
             ty: t.ty,
             cols: t.row_len() as usize,
             rows: t.n_rows() as usize,
             bytes: gguf.tensor_data(t),
             row_bytes: t.row_bytes() as usize,
+            activations,
         })
     }
 
@@ -34,9 +56,12 @@ impl<'g> Matrix<'g> {
         quant::dequantize_into(self.ty, bytes, out).expect("row geometry checked at load");
     }
 
-    /// `y = W x`, each dot product accumulated in f64.
+    /// `y = W x`, each dot product accumulated in f64 (`x` rounded first where the matrix's
+    /// [`Activations`] say so).
     pub fn matvec(&self, x: &[f32]) -> Vec<f32> {
         assert_eq!(x.len(), self.cols, "matvec input width");
+        let x = self.activations.round(self.ty, x);
+        let x = x.as_ref();
         (0..self.rows)
             .into_par_iter()
             .map_init(

@@ -1,9 +1,9 @@
 //! Qwen3.5 on the CPU, one token at a time (GDN layers in the recurrent form): the oracle for
 //! the GPU hybrid model, its chunked prefill included.
 
-use super::Reference;
 use super::gated_delta::gated_delta_step;
 use super::ops::{Matrix, add_into, gqa_attention, rms_norm, rope, sigmoid, silu, swiglu, vector};
+use super::{Activations, Reference};
 use crate::gguf::Gguf;
 use crate::model::qwen35::{Hparams, Mixer, Tensors};
 use crate::model::{ModelError, RopePairing};
@@ -61,9 +61,15 @@ pub struct Qwen35Reference<'g> {
 
 impl<'g> Qwen35Reference<'g> {
     pub fn new(gguf: &'g Gguf) -> Result<Self, ModelError> {
+        Self::with_activations(gguf, Activations::F32)
+    }
+
+    /// The reference with every projection's input rounded as `activations` says (the token
+    /// embedding is a row lookup and stays exact).
+    pub fn with_activations(gguf: &'g Gguf, activations: Activations) -> Result<Self, ModelError> {
         let hp = Hparams::from_gguf(gguf)?;
         let t = Tensors::bind(gguf, &hp)?;
-        let m = |t| Matrix::new(gguf, t);
+        let m = |t| Matrix::with_activations(gguf, t, activations);
         let v = |t| vector(gguf, t);
         let mut layers = Vec::new();
         for l in &t.layers {
@@ -102,7 +108,7 @@ impl<'g> Qwen35Reference<'g> {
             });
         }
         Ok(Self {
-            embd: m(t.embd)?,
+            embd: Matrix::new(gguf, t.embd)?,
             output_norm: v(t.output_norm)?,
             output: m(t.output)?,
             layers,

@@ -170,6 +170,7 @@ pub fn run(args: Args) -> Result<()> {
     let context = args.n_ctx + args.n_out.max(args.quality_tail) + 1;
 
     let selftest = selftest_or_skip(&args, &scratch)?;
+    force_off_failed_fast_paths(&selftest);
     let quality_prompts = &prompts.timed[..args.quality_prompts.min(prompts.timed.len())];
     let (reference_info, reference) =
         reference(&args, &models, quality_prompts, n_params, context, &scratch)?;
@@ -601,6 +602,23 @@ fn selftest_or_skip(args: &Args, scratch: &Path) -> Result<Value> {
     } else {
         run_selftest(scratch)
     }
+}
+
+/// Switches off, for every fak process this run starts (they inherit `FAK_FORCE`), each fast
+/// path selftest failed on this adapter (its `force`), so fak runs only paths proven here.
+fn force_off_failed_fast_paths(selftest: &Value) {
+    let force = selftest["force"].as_str().unwrap_or("");
+    if force.is_empty() {
+        return;
+    }
+    let merged = match std::env::var("FAK_FORCE") {
+        Ok(given) if !given.is_empty() => format!("{given},{force}"),
+        _ => force.to_string(),
+    };
+    eprintln!("threeway: selftest failed a fast path here; fak runs with FAK_FORCE={merged}");
+    // SAFETY: no other thread reads or writes the environment here: the selftest child has
+    // exited, no arm has started, and the only other threads are rayon's idle workers.
+    unsafe { std::env::set_var("FAK_FORCE", &merged) };
 }
 
 /// `harness selftest --json` in a child process (the harness itself never holds the GPU).

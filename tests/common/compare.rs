@@ -5,7 +5,7 @@ use fak::quant::GgmlType;
 
 /// How close `got` must be to `want`: |got − want| ≤ abs + rel·|want|. Every use states why its
 /// numbers are what they are.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize)]
 pub struct Tolerance {
     pub rel: f32,
     pub abs: f32,
@@ -24,6 +24,68 @@ impl Tolerance {
         }
         (got - want).abs() <= self.abs + self.rel * want.abs()
     }
+}
+
+/// How far `got` is from `want` under `tol`, for a report rather than a panic.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Measured {
+    pub elements: usize,
+    /// Elements outside the tolerance (NaN on either side, or a length mismatch, counts).
+    pub outside: usize,
+    pub max_abs_error: f64,
+    /// max |got − want| / |want| over elements with want ≠ 0.
+    pub max_rel_error: f64,
+    /// max |got − want| / (abs + rel·|want|): at most 1 where everything passes.
+    pub worst_of_tolerance: f64,
+}
+
+impl Measured {
+    pub fn pass(&self) -> bool {
+        self.outside == 0 && self.elements > 0
+    }
+}
+
+/// Measures `got` against `want` under `tol` (NaN never passes; a length mismatch fails every
+/// element).
+pub fn measure(got: &[f32], want: &[f32], tol: Tolerance) -> Measured {
+    if got.len() != want.len() {
+        return Measured {
+            elements: want.len(),
+            outside: want.len().max(1),
+            max_abs_error: f64::NAN,
+            max_rel_error: f64::NAN,
+            worst_of_tolerance: f64::NAN,
+        };
+    }
+    let mut m = Measured {
+        elements: got.len(),
+        outside: 0,
+        max_abs_error: 0.0,
+        max_rel_error: 0.0,
+        worst_of_tolerance: 0.0,
+    };
+    // f64::max ignores NaN, so NaN is carried explicitly.
+    let worse = |a: f64, b: f64| {
+        if a.is_nan() || b.is_nan() {
+            f64::NAN
+        } else {
+            a.max(b)
+        }
+    };
+    for (&g, &w) in got.iter().zip(want) {
+        if !tol.accepts(g, w) {
+            m.outside += 1;
+        }
+        let err = (f64::from(g) - f64::from(w)).abs();
+        m.max_abs_error = worse(m.max_abs_error, err);
+        if w != 0.0 {
+            m.max_rel_error = worse(m.max_rel_error, err / f64::from(w).abs());
+        }
+        let bound = f64::from(tol.abs) + f64::from(tol.rel) * f64::from(w).abs();
+        let share = if err == 0.0 { 0.0 } else { err / bound };
+        m.worst_of_tolerance = worse(m.worst_of_tolerance, share);
+    }
+    m
 }
 
 /// Panics, naming `what`, the number of mismatches and the worst ones, unless every element of
@@ -113,6 +175,9 @@ mod tests {
         assert!(!loose.accepts(f32::NAN, f32::NAN));
         assert!(!loose.accepts(f32::INFINITY, 1.0));
         assert!(Tolerance::EXACT.accepts(f32::NEG_INFINITY, f32::NEG_INFINITY));
+        let m = measure(&[1.0, f32::NAN], &[1.0, 2.0], loose);
+        assert!(!m.pass() && m.outside == 1 && m.max_abs_error.is_nan());
+        assert!(measure(&[1.5], &[1.0], Tolerance { rel: 0.5, abs: 0.0 }).pass());
         assert!(
             Tolerance {
                 rel: 1e-3,

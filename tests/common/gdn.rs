@@ -2,6 +2,7 @@
 //! one GDN layer after its projections (the steps of `fak::reference::qwen35`'s `delta_net`,
 //! built from the same public functions), and conversions between the CPU and GPU state layouts.
 
+use crate::Tolerance;
 use fak::gpu::KernelPaths;
 use fak::gpu::kernels::delta_prep::{DeltaPrep, PrepBinding, PrepIo};
 use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState, SeqBatch, SequenceTable, TensorRef};
@@ -19,6 +20,34 @@ use fak::reference::ops::{rms_norm, sigmoid, silu};
 use fak::reference::qwen35::{causal_conv_silu, l2_norm, softplus};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
+
+/// The delta rule's outputs o = Sᵀq̂ are sums of dk products of state entries (|S| ≲ 1) and q̂
+/// (‖q̂‖ = 1/√dk); every f32 step rounds dk-term dot products and the rank-1 update, the state
+/// carries those roundings from token to token (damped by e^g < 1), and the chunked form adds
+/// the (I + A)⁻¹ solve. Measured on lavapipe over every shape and length here (T ≤ 130): under
+/// 3e-6 relative to the f64 oracle for outputs and states. 3e-5 relative with a 3e-6 floor
+/// leaves ten times that for other drivers' summation orders, while a wrong key head, gate or
+/// chunk boundary moves outputs by more than 1e-2.
+pub const DELTA_TOL: Tolerance = Tolerance {
+    rel: 3e-5,
+    abs: 3e-6,
+};
+
+/// Through the whole layer the delta rule starts from conv and prep outputs that already differ
+/// from the CPU's by ~1e-7 relative, over up to 70 tokens, and y carries o's error times
+/// silu(z)·w/RMS(o_h). Measured worst on lavapipe: |Δy| = 4e-6 on a y of 0.04 (a 1e-4 relative
+/// error on an entry ~100 times below the largest), 0.14 of this tolerance.
+pub const LAYER_TOL: Tolerance = Tolerance {
+    rel: 2e-4,
+    abs: 2e-5,
+};
+
+/// The conv and prep outputs of a layer step (sums of K taps, one l2 norm, softplus and sigmoid
+/// in f32 against the f64 oracle): 1e-5 relative with a 1e-5 floor.
+pub const STEP_TOL: Tolerance = Tolerance {
+    rel: 1e-5,
+    abs: 1e-5,
+};
 
 /// A layer shape with the family's eps.
 pub fn dims(nk: u32, nv: u32, dk: u32, dv: u32, conv_kernel: u32, map: HeadMapping) -> DeltaDims {

@@ -1,14 +1,17 @@
 //! Utilities shared by the integration tests.
 
+pub mod attn_decode;
 pub mod compare;
 pub mod gdn;
 pub mod gpu;
 pub mod inputs;
+pub mod kernel_checks;
 pub mod kv;
 pub mod model;
 pub mod reduce_probe;
+pub mod rms_norm;
 
-pub use compare::{Tolerance, assert_close, assert_dequantized, assert_within};
+pub use compare::{Measured, Tolerance, assert_close, assert_dequantized, assert_within, measure};
 pub use gpu::{gpu, poisoned_f32, rng, variants};
 pub mod harness;
 pub mod peer;

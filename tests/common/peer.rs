@@ -241,3 +241,33 @@ pub fn assert_same_greedy(
         }
     }
 }
+
+/// The reference teacher-forced on the peer's own greedy continuation: at every output
+/// position the reference's argmax (`rows[i]`, the logits before `peer[i]`) is the peer's token,
+/// or the reference's top-2 margin there is below `noise` (a choice last-bit differences can
+/// flip). Returns the positions that differ, each with its margin, for the caller to print;
+/// panics naming every difference above `noise`.
+pub fn assert_teacher_forced_greedy(
+    what: &str,
+    peer: &[u32],
+    rows: &[Vec<f32>],
+    noise: f32,
+) -> Vec<(usize, f32)> {
+    assert_eq!(rows.len(), peer.len(), "{what}: one row per peer token");
+    let differ: Vec<(usize, f32)> = peer
+        .iter()
+        .zip(rows)
+        .enumerate()
+        .filter(|(_, (token, row))| fak::reference::ops::argmax(row) != **token)
+        .map(|(i, (_, row))| (i, top2_margin(row)))
+        .collect();
+    let real: Vec<_> = differ
+        .iter()
+        .filter(|(_, m)| m.is_nan() || *m >= noise)
+        .collect();
+    assert!(
+        real.is_empty(),
+        "{what}: the reference's argmax differs from the peer's token at (output, margin) {real:?} with margins ≥ {noise}; all differences {differ:?}"
+    );
+    differ
+}

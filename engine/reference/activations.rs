@@ -1,0 +1,184 @@
+//! How a mat-vec's input vector is rounded before its dot products.
+//!
+//! fak's reference multiplies dequantized weights by f32 activations. ggml's CPU backend (what
+//! the llama.cpp peer runs) does not: before a mat-mul it converts the activations to the
+//! weight type's `vec_dot_type` (ggml-cpu.c `type_traits_cpu`) and takes integer or f16 dot
+//! products against that. [`Activations::GgmlCpu`] rounds the input the same way, so the
+//! reference can say whether a difference from llama.cpp is this rounding or something else:
+//!
+//! - F32 weights: the input as is.
+//! - F16 weights: the input rounded to f16.
+//! - Q4_0, Q5_0, Q8_0 weights: Q8_0 blocks of 32 as x86's `quantize_row_q8_0` (AVX2) writes
+//!   them: `d = amax / 127` stored as f16, codes `round_ties_even(x · (127 / amax))`.
+//! - Q2_K … Q6_K weights: Q8_K blocks of 256 as `quantize_row_q8_K_ref` writes them (x86 calls
+//!   it directly): `iscale = −127 / max` where `max` is the signed element of largest
+//!   magnitude, codes `min(127, round_ties_even(iscale · x))`, `d = 1 / iscale` kept in f32.
+//!
+//! The dot product itself stays an f64 sum of `w · (code · d)`: ggml sums the integer products
+//! exactly and scales them once per block, which differs from this only in the last bits.
+
+use crate::quant::GgmlType;
+use half::f16;
+use std::borrow::Cow;
+
+/// Elements per Q8_0 block.
+const Q8_0_BLOCK: usize = 32;
+/// Elements per Q8_K block.
+const Q8_K_BLOCK: usize = 256;
+
+/// How the reference's mat-vecs see their input.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Activations {
+    /// f32 as computed: fak's own numerics (the GPU engine's too).
+    #[default]
+    F32,
+    /// Rounded to the weight type's `vec_dot_type` as ggml's CPU backend does (module docs).
+    GgmlCpu,
+}
+
+/// What ggml's CPU backend turns a mat-mul input into for weights of one type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DotInput {
+    F32,
+    F16,
+    Q8_0,
+    Q8K,
+}
+
+impl Activations {
+    /// The names the harness accepts, in the order of the variants.
+    pub const NAMES: [&'static str; 2] = ["f32", "ggml-cpu"];
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "f32" => Some(Self::F32),
+            "ggml-cpu" => Some(Self::GgmlCpu),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => Self::NAMES[0],
+            Self::GgmlCpu => Self::NAMES[1],
+        }
+    }
+
+    /// Whether inputs to weights of type `ty` can be rounded this way (`Err` says why not).
+    pub fn check(self, ty: GgmlType) -> Result<(), String> {
+        self.dot_input(ty).map(|_| ())
+    }
+
+    /// `x` as the dot products against weights of type `ty` see it. `ty` was [`check`]ed at load.
+    ///
+    /// [`check`]: Activations::check
+    pub fn round<'x>(self, ty: GgmlType, x: &'x [f32]) -> Cow<'x, [f32]> {
+        match self.dot_input(ty).expect("weight type checked at load") {
+            DotInput::F32 => Cow::Borrowed(x),
+            DotInput::F16 => Cow::Owned(x.iter().map(|&v| f16::from_f32(v).to_f32()).collect()),
+            DotInput::Q8_0 => Cow::Owned(x.chunks(Q8_0_BLOCK).flat_map(q8_0_block).collect()),
+            DotInput::Q8K => Cow::Owned(x.chunks(Q8_K_BLOCK).flat_map(q8_k_block).collect()),
+        }
+    }
+
+    fn dot_input(self, ty: GgmlType) -> Result<DotInput, String> {
+        use GgmlType as T;
+        match (self, ty) {
+            (Self::F32, _) | (Self::GgmlCpu, T::F32) => Ok(DotInput::F32),
+            (Self::GgmlCpu, T::F16) => Ok(DotInput::F16),
+            (Self::GgmlCpu, T::Q4_0 | T::Q5_0 | T::Q8_0) => Ok(DotInput::Q8_0),
+            (Self::GgmlCpu, T::Q2_K | T::Q3_K | T::Q4_K | T::Q5_K | T::Q6_K) => Ok(DotInput::Q8K),
+            (Self::GgmlCpu, _) => Err(format!(
+                "ggml's CPU input rounding for {ty} weights is not emulated"
+            )),
+        }
+    }
+}
+
+/// One Q8_0 block as x86 `quantize_row_q8_0` (AVX2) writes it, decoded again.
+fn q8_0_block(block: &[f32]) -> Vec<f32> {
+    let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = f16::from_f32(amax / 127.0).to_f32();
+    let inverse = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    block
+        .iter()
+        .map(|&v| (v * inverse).round_ties_even() * d)
+        .collect()
+}
+
+/// One Q8_K block as `quantize_row_q8_K_ref` writes it, decoded again.
+fn q8_k_block(block: &[f32]) -> Vec<f32> {
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &v in block {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax == 0.0 {
+        return vec![0.0; block.len()];
+    }
+    let iscale = -127.0 / max;
+    let d = 1.0 / iscale;
+    block
+        .iter()
+        .map(|&v| (iscale * v).round_ties_even().min(127.0) * d)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn q8_0_codes_span_127_steps_of_the_f16_scale() {
+        let x: Vec<f32> = (0..64).map(|i| (i as f32 - 20.5) * 0.37).collect();
+        let y = Activations::GgmlCpu.round(GgmlType::Q8_0, &x);
+        for (xb, yb) in x.chunks(32).zip(y.chunks(32)) {
+            let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = f16::from_f32(amax / 127.0).to_f32();
+            for (&a, &b) in xb.iter().zip(yb) {
+                let code = b / d;
+                assert_eq!(code, code.round(), "{b} is a whole number of steps {d}");
+                assert!(code.abs() <= 127.0);
+                assert!((a - b).abs() <= 0.5 * d * 1.01, "{a} → {b}, step {d}");
+            }
+        }
+    }
+
+    #[test]
+    fn q8_k_gives_the_largest_magnitude_127_codes() {
+        let mut x: Vec<f32> = (0..256)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.01)
+            .collect();
+        x[17] = -3.0;
+        let y = Activations::GgmlCpu.round(GgmlType::Q4_K, &x);
+        let d = 1.0 / (-127.0f32 / -3.0);
+        assert_eq!(y[17], -127.0 * d, "the largest magnitude is code −127");
+        for (&a, &b) in x.iter().zip(y.iter()) {
+            assert!((a - b).abs() <= 0.5 * d.abs() * 1.01, "{a} → {b}");
+        }
+        assert_eq!(
+            Activations::GgmlCpu
+                .round(GgmlType::Q6_K, &[0.0; 256])
+                .as_ref(),
+            &[0.0; 256]
+        );
+    }
+
+    #[test]
+    fn f32_weights_and_f32_activations_leave_the_input_alone() {
+        let x = [1.0f32 / 3.0; 32];
+        assert!(matches!(
+            Activations::GgmlCpu.round(GgmlType::F32, &x),
+            Cow::Borrowed(_)
+        ));
+        assert!(matches!(
+            Activations::F32.round(GgmlType::Q8_0, &x),
+            Cow::Borrowed(_)
+        ));
+        let h = Activations::GgmlCpu.round(GgmlType::F16, &x);
+        assert_eq!(h[0], f16::from_f32(1.0 / 3.0).to_f32());
+        assert!(Activations::GgmlCpu.check(GgmlType::Q4_1).is_err());
+    }
+}

@@ -1,0 +1,332 @@
+//! Kernel checks as a report instead of a panic, for `harness selftest` on the machine's own
+//! adapter: a kernel family on seeded random inputs, on every variant the adapter can run, its
+//! outputs poisoned (NaN) before the run, measured against the CPU reference under the tolerance
+//! the GPU tests hold it to (the same helpers and constants: `gdn`, `compare`).
+
+use crate::attn_decode;
+use crate::compare::{Measured, Tolerance, measure};
+use crate::gdn::{
+    CpuOutputs, CpuState, Form, GpuLayer, GpuOutputs, LAYER_TOL, LayerWeights, Projections,
+    STEP_TOL, cpu_layer, dims,
+};
+use crate::rms_norm;
+use crate::variants;
+use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape};
+use fak::gpu::kernels::delta_prep::DeltaPrep;
+use fak::gpu::kernels::delta_state::DeltaDims;
+use fak::gpu::kernels::gated_delta::GatedDeltaDecode;
+use fak::gpu::kernels::gated_delta_chunk::GatedDeltaChunked;
+use fak::gpu::kernels::gated_norm::GatedNorm;
+use fak::gpu::kernels::rms_norm::RmsNorm;
+use fak::gpu::kernels::ssm_conv::SsmConv;
+use fak::gpu::{GpuContext, Kernel, KernelPaths};
+use fak::model::qwen35::HeadMapping;
+use serde::Serialize;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// One kernel on one variant, on one case.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelCheck {
+    pub kernel: &'static str,
+    /// The variant the kernel ran: its own axes of the adapter path (`KernelPaths::name`).
+    pub variant: String,
+    #[serde(skip)]
+    pub variant_paths: KernelPaths,
+    /// The adapter path the check was built for (the variant itself where the check runs each
+    /// variant once).
+    pub path: String,
+    pub case: String,
+    pub tolerance: Tolerance,
+    pub measured: Option<Measured>,
+    pub pass: bool,
+    /// Why the check could not run (the kernel failed to build or run).
+    pub error: Option<String>,
+}
+
+/// Every family checked here, in order: the Gated DeltaNet kernels of a qwen35 layer, decode
+/// attention, RMSNorm.
+pub fn run_all(ctx: &GpuContext) -> Vec<KernelCheck> {
+    let mut out = gated_deltanet(ctx);
+    out.extend(attention_decode(ctx));
+    out.extend(rms_norms(ctx));
+    out
+}
+
+/// RMSNorm on every variant: per-token rows of a hidden size (5 of 6 tokens, weighted, into a
+/// poisoned output that must stay poisoned outside the rows) and qwen35's per-head q norm in
+/// place at the [q | gate] stride (the gates must come back unchanged).
+pub fn rms_norms(ctx: &GpuContext) -> Vec<KernelCheck> {
+    let cases = [
+        rms_norm::Case {
+            layout: rms_norm::Layout::rows(1024),
+            max_tokens: 6,
+            n_tokens: 5,
+            weighted: true,
+            in_place: false,
+        },
+        rms_norm::Case {
+            layout: rms_norm::Layout {
+                n: 256,
+                heads: 4,
+                offset: 0,
+                token_stride: 2 * 256 * 4,
+                head_stride: 2 * 256,
+            },
+            max_tokens: 4,
+            n_tokens: 3,
+            weighted: true,
+            in_place: true,
+        },
+    ];
+    let mut out = Vec::new();
+    for variant in variants::<RmsNorm>(ctx) {
+        for (seed, case) in cases.iter().enumerate() {
+            let what = format!(
+                "n {} heads {} tokens {}/{}{}",
+                case.layout.n,
+                case.layout.heads,
+                case.n_tokens,
+                case.max_tokens,
+                if case.in_place { " in place" } else { "" }
+            );
+            out.push(check_one("rms_norm", variant, what, rms_norm::TOL, || {
+                let kernel =
+                    RmsNorm::new(ctx, variant).unwrap_or_else(|e| panic!("building rms_norm: {e}"));
+                let run = rms_norm::run_case(ctx, &kernel, case, seed as u64);
+                assert!(!run.wrote_outside, "{}: wrote outside its rows", run.what);
+                (run.got, run.want)
+            }));
+        }
+    }
+    out
+}
+
+/// Decode attention at both models' head shapes on every variant: qwen3's (GQA 2, head 128;
+/// three sequences on shuffled pages, split in 4) and qwen35's gated attention (head 256, queries
+/// inside [q | gate] rows; one sequence, split in 3), under the GPU test's tolerance.
+pub fn attention_decode(ctx: &GpuContext) -> Vec<KernelCheck> {
+    let cases = || {
+        let shape = |head_dim| AttnShape {
+            n_head: 4,
+            n_kv: 2,
+            head_dim,
+        };
+        [
+            attn_decode::Case {
+                shape: shape(128),
+                lens: vec![5, 70, 33],
+                n_split: 4,
+                table: true,
+                gated_q: false,
+            },
+            attn_decode::Case {
+                shape: shape(256),
+                lens: vec![37],
+                n_split: 3,
+                table: false,
+                gated_q: true,
+            },
+        ]
+    };
+    let mut out = Vec::new();
+    for variant in variants::<AttnDecode>(ctx) {
+        for (seed, case) in cases().into_iter().enumerate() {
+            let what = format!(
+                "head {} lens {:?} splits {}{}",
+                case.shape.head_dim,
+                case.lens,
+                case.n_split,
+                if case.gated_q { " gated q" } else { "" }
+            );
+            out.push(check_one(
+                "attn_decode",
+                variant,
+                what,
+                attn_decode::TOL,
+                || {
+                    let kernel = AttnDecode::new(ctx, variant, case.shape)
+                        .unwrap_or_else(|e| panic!("building attn_decode: {e}"));
+                    let (_, got, want) = attn_decode::run_case(ctx, &kernel, &case, seed as u64);
+                    (got, want)
+                },
+            ));
+        }
+    }
+    out
+}
+
+/// One kernel variant on one case: `run` gives the kernel's output and the reference's; a panic
+/// (the kernel failed to build, bind or run) is recorded as the check's error.
+fn check_one(
+    kernel: &'static str,
+    variant: KernelPaths,
+    case: String,
+    tolerance: Tolerance,
+    run: impl FnOnce() -> (Vec<f32>, Vec<f32>),
+) -> KernelCheck {
+    let (measured, error) = match catch_unwind(AssertUnwindSafe(run)) {
+        Ok((got, want)) => (Some(measure(&got, &want, tolerance)), None),
+        Err(panic) => (None, Some(panic_message(panic))),
+    };
+    KernelCheck {
+        kernel,
+        variant: variant.name(),
+        variant_paths: variant,
+        path: variant.name(),
+        case,
+        tolerance,
+        pass: measured.is_some_and(|m| m.pass()),
+        measured,
+        error,
+    }
+}
+
+/// The GDN kernels' names and their variants on `path`.
+fn gdn_variants(path: KernelPaths) -> [(&'static str, KernelPaths); 5] {
+    [
+        ("ssm_conv", SsmConv::select(path)),
+        ("delta_prep", DeltaPrep::select(path)),
+        ("gated_delta_chunk", GatedDeltaChunked::select(path)),
+        ("gated_delta", GatedDeltaDecode::select(path)),
+        ("gated_norm", GatedNorm::select(path)),
+    ]
+}
+
+/// Both decode lane widths (dk 16 and 128, the family's real head size) and both head orders.
+fn gdn_shapes() -> [(DeltaDims, u32); 2] {
+    [
+        (dims(2, 6, 16, 16, 4, HeadMapping::Tiled), 70),
+        (dims(2, 4, 128, 128, 4, HeadMapping::Grouped), 66),
+    ]
+}
+
+/// The GDN kernels as one layer runs them, on every distinct set of variants the adapter has: a
+/// prefill of a new sequence past a chunk boundary (ssm_conv over the prompt, delta_prep,
+/// gated_delta_chunk, gated_norm), then two decode steps of two sequences (ssm_conv's rolling
+/// state, delta_prep, gated_delta and the state it leaves, gated_norm), against the CPU layer.
+pub fn gated_deltanet(ctx: &GpuContext) -> Vec<KernelCheck> {
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    for path in ctx.runnable_paths() {
+        let variants = gdn_variants(path);
+        if seen.contains(&variants) {
+            continue;
+        }
+        seen.push(variants);
+        for (seed, (d, prompt)) in gdn_shapes().into_iter().enumerate() {
+            let case = format!("nk {} nv {} dk {} dv {}", d.nk, d.nv, d.dk, d.dv);
+            let run = catch_unwind(AssertUnwindSafe(|| gdn_layer(ctx, path, d, prompt, seed)));
+            let entry = |(kernel, variant): (&'static str, KernelPaths), stage: &str| KernelCheck {
+                kernel,
+                variant: variant.name(),
+                variant_paths: variant,
+                path: path.name(),
+                case: format!("{case}, {stage}"),
+                tolerance: STEP_TOL,
+                measured: None,
+                pass: false,
+                error: None,
+            };
+            match run {
+                Ok(measured) => {
+                    for (i, (stage, m, tol)) in measured.into_iter().enumerate() {
+                        let mut c = entry(variants[GDN_STAGE_KERNEL[i]], stage);
+                        c.pass = m.pass();
+                        c.measured = Some(m);
+                        c.tolerance = tol;
+                        out.push(c);
+                    }
+                }
+                Err(panic) => {
+                    let why = panic_message(panic);
+                    out.extend(variants.iter().map(|&v| KernelCheck {
+                        error: Some(why.clone()),
+                        ..entry(v, "did not run")
+                    }));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Which kernel of [`gdn_variants`] produced each measurement [`gdn_layer`] returns.
+const GDN_STAGE_KERNEL: [usize; 8] = [0, 1, 2, 4, 0, 1, 3, 4];
+
+type Stage = (&'static str, Measured, Tolerance);
+
+/// One layer through a `prompt`-token prefill and two decode steps; the measurements in
+/// [`GDN_STAGE_KERNEL`]'s order.
+fn gdn_layer(
+    ctx: &GpuContext,
+    path: KernelPaths,
+    d: DeltaDims,
+    prompt: u32,
+    seed: usize,
+) -> [Stage; 8] {
+    let mut rng = crate::rng(0x5e1f_7e57 + seed as u64);
+    let weights = LayerWeights::random(&d, &mut rng);
+    let layer = GpuLayer::new(ctx, path, d, &weights, (prompt, 2, 3));
+    let mut cpu = CpuState::zeros(&d, 3);
+    let x = Projections::random(&d, prompt as usize, &mut rng);
+    let got = layer.step(ctx, &x, &[2], prompt, Form::Chunked);
+    let want = cpu_layer(&d, &weights, &mut cpu, &x, &[2], prompt as usize);
+    let [conv, prep, o, y] = stages(&got, &want);
+    let mut decoded = (Vec::new(), Vec::new());
+    for _ in 0..2 {
+        let x = Projections::random(&d, 2, &mut rng);
+        let got = layer.step(ctx, &x, &[2, 0], 1, Form::Recurrent);
+        let want = cpu_layer(&d, &weights, &mut cpu, &x, &[2, 0], 1);
+        decoded.0.push(got);
+        decoded.1.push(want);
+    }
+    let joined = |f: &dyn Fn(&GpuOutputs) -> &Vec<f32>, g: &dyn Fn(&CpuOutputs) -> &Vec<f32>| {
+        (
+            decoded.0.iter().flat_map(f).copied().collect::<Vec<f32>>(),
+            decoded.1.iter().flat_map(g).copied().collect::<Vec<f32>>(),
+        )
+    };
+    let (mixed, want_mixed) = joined(&|o| &o.mixed, &|o| &o.mixed);
+    let (gates, want_gates) = joined(&|o| &o.gates, &|o| &o.gates);
+    let (mut o2, mut want_o2) = joined(&|o| &o.o, &|o| &o.o);
+    let (y2, want_y2) = joined(&|o| &o.y, &|o| &o.y);
+    // The state the decode steps leave belongs to gated_delta's result too.
+    let state = layer.download_state(ctx);
+    for slot in 0..3 {
+        o2.extend(state.flat(slot));
+        want_o2.extend(cpu.flat(slot));
+    }
+    [
+        ("prefill", conv.0, conv.1),
+        ("prefill", prep.0, prep.1),
+        ("prefill", o.0, o.1),
+        ("prefill", y.0, y.1),
+        ("decode", measure(&mixed, &want_mixed, STEP_TOL), STEP_TOL),
+        ("decode", measure(&gates, &want_gates, STEP_TOL), STEP_TOL),
+        (
+            "decode + state",
+            measure(&o2, &want_o2, LAYER_TOL),
+            LAYER_TOL,
+        ),
+        ("decode", measure(&y2, &want_y2, LAYER_TOL), LAYER_TOL),
+    ]
+}
+
+/// conv, prep, delta rule and norm outputs of one step, each under the layer tests' tolerance.
+fn stages(got: &GpuOutputs, want: &CpuOutputs) -> [(Measured, Tolerance); 4] {
+    [
+        (measure(&got.mixed, &want.mixed, STEP_TOL), STEP_TOL),
+        (measure(&got.gates, &want.gates, STEP_TOL), STEP_TOL),
+        (measure(&got.o, &want.o, LAYER_TOL), LAYER_TOL),
+        (measure(&got.y, &want.y, LAYER_TOL), LAYER_TOL),
+    ]
+}
+
+/// The text of a caught panic.
+fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "panicked".into())
+}
