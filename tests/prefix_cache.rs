@@ -418,7 +418,10 @@ fn a_hybrid_branch_resumes_from_the_nearest_periodic_snapshot() {
     let cold_logits = e.teacher_forced_logits(&p2).unwrap().pop().unwrap();
     let cold = greedy(&mut load(&path, 0, 1, Forced::default()).unwrap(), &p2, 6);
     let hit = e.start(&p2, 6, true).unwrap();
-    assert_eq!(hit.cached_tokens, 96, "the last snapshot inside the preamble");
+    assert_eq!(
+        hit.cached_tokens, 96,
+        "the last snapshot inside the preamble"
+    );
     let c = cosine(hit.logits.as_ref().unwrap(), &cold_logits);
     assert!(c >= 0.9999, "first-token logits cosine {c}");
     let mut tokens = vec![hit.first];

@@ -54,10 +54,19 @@ pub fn selftest(result: &Value) -> Selftest {
         };
     }
     let checks = result["checks"].as_array().cloned().unwrap_or_default();
+    let kernels = result["kernels"].as_array().cloned().unwrap_or_default();
+    let failed = |c: &&Value| c["pass"] != Value::Bool(true);
     let failures: Vec<String> = checks
         .iter()
-        .filter(|c| c["pass"] != Value::Bool(true))
-        .map(|c| format!("{} {} {}", c["model"], c["paths"], c["check"]).replace('"', ""))
+        .filter(failed)
+        .map(|c| format!("{} {} {}", c["model"], c["paths"], c["check"]))
+        .chain(
+            kernels
+                .iter()
+                .filter(failed)
+                .map(|k| format!("kernel {} {} {}", k["kernel"], k["variant"], k["case"])),
+        )
+        .map(|f| f.replace('"', ""))
         .collect();
     let passed = result["pass"] == Value::Bool(true) && !checks.is_empty();
     Selftest {
@@ -76,7 +85,7 @@ pub fn selftest(result: &Value) -> Selftest {
             .as_str()
             .unwrap_or("unknown")
             .into(),
-        checks_run: checks.len() as u64,
+        checks_run: (checks.len() + kernels.len()) as u64,
         checks_failed: failures.len() as u64,
         failures,
     }

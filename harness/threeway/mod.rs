@@ -170,7 +170,6 @@ pub fn run(args: Args) -> Result<()> {
     let context = args.n_ctx + args.n_out.max(args.quality_tail) + 1;
 
     let selftest = selftest_or_skip(&args, &scratch)?;
-    force_off_failed_fast_paths(&selftest);
     let quality_prompts = &prompts.timed[..args.quality_prompts.min(prompts.timed.len())];
     let (reference_info, reference) =
         reference(&args, &models, quality_prompts, n_params, context, &scratch)?;
@@ -595,13 +594,15 @@ fn reference(
     Ok((info, Some(rows)))
 }
 
-/// The selftest's result, or why it was skipped.
+/// The selftest's result, or why it was skipped; fast paths it failed are switched off for the
+/// fak processes the run starts.
 fn selftest_or_skip(args: &Args, scratch: &Path) -> Result<Value> {
     if args.no_selftest {
-        Ok(json!({"skipped": "--no-selftest"}))
-    } else {
-        run_selftest(scratch)
+        return Ok(json!({"skipped": "--no-selftest"}));
     }
+    let selftest = run_selftest(scratch)?;
+    force_off_failed_fast_paths(&selftest);
+    Ok(selftest)
 }
 
 /// Switches off, for every fak process this run starts (they inherit `FAK_FORCE`), each fast
