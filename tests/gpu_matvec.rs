@@ -3,7 +3,9 @@
 //! every batch capacity, ragged row and column counts, accumulate on and off, strided inputs and
 //! outputs, weights at an offset in their buffer and split into row ranges; bad shapes refused.
 
-use fak::gpu::kernels::matvec::{MAX_BATCH, MatVec, MatVecIo, MatVecShape};
+use fak::gpu::kernels::matvec::{
+    InputNorm, MAX_BATCH, MatVec, MatVecFusion, MatVecIo, MatVecShape,
+};
 use fak::gpu::{
     Activations, GpuContext, GpuError, KernelPaths, Step, StepBuffer, read_back_f32,
     storage_buffer, upload, write,
@@ -434,4 +436,264 @@ fn bad_shapes_batches_and_offsets_are_refused_before_any_gpu_work() {
         refused,
         "encode accepted more vectors than the binding was checked for"
     );
+}
+
+/// Row lengths for the fused tests: a few blocks, a multiple of 4 (the folded norm reads its
+/// weight four at a time), more units than one pass of a workgroup for the 32-element types.
+fn fused_cols(ty: GgmlType) -> u64 {
+    match ty {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 260,
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => 768,
+        _ => 544,
+    }
+}
+
+/// RMSNorm in f64, as the CPU reference defines it: x / sqrt(mean x² + eps) · w.
+fn normed(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+    let mean = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / x.len() as f64;
+    let scale = 1.0 / (mean + f64::from(eps)).sqrt();
+    x.iter()
+        .zip(w)
+        .map(|(&v, &w)| (f64::from(v) * scale * f64::from(w)) as f32)
+        .collect()
+}
+
+/// One fused binding against the f64 oracle: `rows` outputs for every batch of [`BATCHES`], x
+/// the raw vectors (each at its own scale, so every vector's norm differs), W `rows` rows or
+/// (`swiglu`) `2·rows` gate-then-up rows, y poisoned. Rows past a step's batch must stay NaN.
+#[allow(clippy::too_many_arguments)]
+fn check_fused(
+    ctx: &GpuContext,
+    kernel: &MatVec,
+    ty: GgmlType,
+    rows: u64,
+    norm: bool,
+    swiglu: bool,
+    strided_x: bool,
+    seed: u64,
+) {
+    let cols = fused_cols(ty);
+    let mut rng = rng(seed);
+    let w_rows = if swiglu { 2 * rows } else { rows };
+    let bytes = random_weights(ty, w_rows, cols, seed);
+    let batch = u64::from(MAX_BATCH);
+    let x: Vec<f32> = (0..batch)
+        .flat_map(|b| {
+            let scale = 0.1 + b as f32;
+            random_f32(&mut rng, cols)
+                .into_iter()
+                .map(move |v| v * scale)
+        })
+        .collect();
+    let nw: Vec<f32> = (0..cols).map(|_| rng.random_range(-1.5..1.5)).collect();
+    let eps = 1e-6;
+    // What the plain product sees: the normed vectors (rounded to f32, as an unfused norm
+    // would store them; the bound below covers the difference).
+    let h: Vec<f32> = match norm {
+        true => x
+            .chunks(cols as usize)
+            .flat_map(|v| normed(v, &nw, eps))
+            .collect(),
+        false => x.clone(),
+    };
+    let oracle = expected(ty, &bytes, w_rows, cols, &h, MAX_BATCH);
+    let w = weights_buffer(ctx, &bytes);
+    let (x_offset, x_stride) = if strided_x { (3, cols + 5) } else { (0, cols) };
+    let mut x_host = vec![f32::NAN; (x_offset + (batch - 1) * x_stride + cols) as usize];
+    for b in 0..batch {
+        let at = (x_offset + b * x_stride) as usize;
+        x_host[at..at + cols as usize]
+            .copy_from_slice(&x[(b * cols) as usize..((b + 1) * cols) as usize]);
+    }
+    let xb = upload(ctx, "x", bytemuck::cast_slice(&x_host)).unwrap();
+    let nwb = upload(ctx, "norm weight", bytemuck::cast_slice(&nw)).unwrap();
+    let steps = steps(ctx);
+    let ys: Vec<_> = BATCHES
+        .iter()
+        .map(|_| poisoned_f32(ctx, "y", batch * rows))
+        .collect();
+    let fusion = MatVecFusion {
+        norm: norm.then_some(InputNorm { weight: &nwb, eps }),
+        swiglu,
+    };
+    let bindings: Vec<_> = steps
+        .iter()
+        .zip(&ys)
+        .map(|(step, y)| {
+            let io = MatVecIo {
+                weights: &w,
+                weights_offset: WEIGHTS_OFFSET,
+                x: Activations {
+                    buffer: &xb,
+                    offset: x_offset,
+                    stride: x_stride,
+                },
+                y: Activations::contiguous(y, rows),
+                step,
+                accumulate: false,
+                max_batch: MAX_BATCH,
+            };
+            kernel
+                .bind_fused(ctx, MatVecShape { ty, rows, cols }, &io, fusion)
+                .unwrap()
+        })
+        .collect();
+    ctx.run_pass("matvec fused", |pass| {
+        for (binding, &n) in bindings.iter().zip(&BATCHES) {
+            kernel.encode(pass, binding, n).unwrap();
+        }
+    })
+    .unwrap();
+    let what = |n| {
+        format!(
+            "{ty} {rows}x{cols} norm {norm} swiglu {swiglu} strided x {strided_x} batch {n} ({})",
+            kernel.variant()
+        )
+    };
+    // The norm adds a few roundings per term (x·w, the scale, its product with the sum) beside
+    // the mat-vec's own: 8 more ulps of Σ|terms| covers them.
+    let product_bound =
+        |o: usize| bound(cols, oracle.scales[o]) + 8.0 * f32::EPSILON * oracle.scales[o] as f32;
+    for (y, &n) in ys.iter().zip(&BATCHES) {
+        let got = read_back_f32(ctx, y, 0..4 * batch * rows).unwrap();
+        let mut want = Vec::new();
+        let mut bounds = Vec::new();
+        for b in 0..u64::from(n) {
+            for r in 0..rows {
+                if swiglu {
+                    let (g, u) = ((b * w_rows + r) as usize, (b * w_rows + rows + r) as usize);
+                    let (gv, uv) = (oracle.dots[g], oracle.dots[u]);
+                    let silu = gv / (1.0 + (-gv).exp());
+                    want.push((silu * uv) as f32);
+                    // silu' ≤ 1.1 in magnitude: the product's error from each factor's, plus
+                    // the rounding of the exp and the two products.
+                    let e = 1.1 * uv.abs() * f64::from(product_bound(g))
+                        + silu.abs() * f64::from(product_bound(u))
+                        + 8.0 * f64::from(f32::EPSILON) * (silu * uv).abs();
+                    bounds.push(e as f32);
+                } else {
+                    let o = (b * rows + r) as usize;
+                    want.push(oracle.dots[o] as f32);
+                    bounds.push(product_bound(o));
+                }
+            }
+        }
+        let split = (u64::from(n) * rows) as usize;
+        assert_within(&what(n), &got[..split], &want, &bounds);
+        assert!(
+            got[split..].iter().all(|v| v.is_nan()),
+            "{}: rows past the batch were written",
+            what(n)
+        );
+    }
+}
+
+#[test]
+fn a_folded_norm_and_a_gate_up_pairing_match_the_unfused_math_on_every_x_layout() {
+    let ctx = gpu();
+    let kernels: Vec<MatVec> = variants::<MatVec>(ctx)
+        .into_iter()
+        .map(|paths| MatVec::new(ctx, paths).unwrap())
+        .collect();
+    let mut seed = 0x3a7e_5000;
+    // One type per way load_xs pairs x with codes (the only code the fusions touch besides the
+    // prologue and the epilogue, which no type changes): each NORM type costs four pipeline
+    // builds, seconds each on lavapipe.
+    for ty in [
+        GgmlType::F16,
+        GgmlType::Q8_0,
+        GgmlType::Q5_1,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ] {
+        for kernel in &kernels {
+            // (norm, swiglu, strided x): the model's two uses (QKV, the MLP), the pairing
+            // alone, and an x the kernel must read four bytes at a time.
+            for (norm, swiglu, strided) in [
+                (true, false, false),
+                (true, true, true),
+                (false, true, false),
+            ] {
+                seed += 1;
+                // 7 rows: a ragged last workgroup of 4; 5 paired outputs: of 2.
+                let rows = if swiglu { 5 } else { 7 };
+                check_fused(ctx, kernel, ty, rows, norm, swiglu, strided, seed);
+            }
+        }
+    }
+}
+
+#[test]
+fn fusions_the_kernel_cannot_do_are_refused() {
+    let ctx = gpu();
+    let kernel = MatVec::new(ctx, KernelPaths::FALLBACK).unwrap();
+    let w = upload(ctx, "W", &[0u8; 8192]).unwrap();
+    let x = poisoned_f32(ctx, "x", 512);
+    let y = poisoned_f32(ctx, "y", 64);
+    let nw = poisoned_f32(ctx, "norm weight", 64);
+    let step = StepBuffer::new(ctx);
+    let io = |accumulate| MatVecIo {
+        weights: &w,
+        weights_offset: 0,
+        x: Activations::contiguous(&x, 256),
+        y: Activations::contiguous(&y, 8),
+        step: &step,
+        accumulate,
+        max_batch: 1,
+    };
+    let shape = |ty, cols| MatVecShape { ty, rows: 8, cols };
+    let shape_error = |r: Result<_, GpuError>| matches!(r, Err(GpuError::Shape { .. }));
+    let pairing = MatVecFusion {
+        norm: None,
+        swiglu: true,
+    };
+    // A pairing writes silu(g)·u: it cannot add to y.
+    assert!(shape_error(kernel.bind_fused(
+        ctx,
+        shape(GgmlType::Q8_0, 256),
+        &io(true),
+        pairing
+    )));
+    // 16 rows of 256 Q8_0 (gate + up) are 4352 bytes; 64 of 256 F32 are not in 8 KiB.
+    assert!(
+        kernel
+            .bind_fused(ctx, shape(GgmlType::Q8_0, 256), &io(false), pairing)
+            .is_ok()
+    );
+    assert!(shape_error(kernel.bind_fused(
+        ctx,
+        MatVecShape {
+            ty: GgmlType::F32,
+            rows: 32,
+            cols: 64
+        },
+        &io(false),
+        pairing
+    )));
+    // The norm weight holds 64 values: too few for rows of 256; rows of 6 are not whole vec4s.
+    let norm = MatVecFusion {
+        norm: Some(InputNorm {
+            weight: &nw,
+            eps: 1e-6,
+        }),
+        swiglu: false,
+    };
+    assert!(shape_error(kernel.bind_fused(
+        ctx,
+        shape(GgmlType::Q8_0, 256),
+        &io(false),
+        norm
+    )));
+    assert!(shape_error(kernel.bind_fused(
+        ctx,
+        shape(GgmlType::F32, 6),
+        &io(false),
+        norm
+    )));
+    // A pairing too large for one binding is refused, not split.
+    assert!(matches!(
+        kernel.bind_fused_within(ctx, shape(GgmlType::Q8_0, 256), &io(false), pairing, 4096),
+        Err(GpuError::TooLarge { .. })
+    ));
 }

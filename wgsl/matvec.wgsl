@@ -5,20 +5,31 @@
 // accumulate = 1 adds the product to y (residual adds fused into the output projections).
 // Block scales are factored out of the sums, as ggml's own kernels do:
 //   Σ_i ((d·sc)·q_i − dmin·m)·x_i = (d·sc)·Σ_i q_i·x_i − (dmin·m)·Σ_i x_i   per 16- or 32-element group.
+// Two fusions save the dispatches around a decode step's projections (experiments/NOTES.md):
+// - NORM (override): x is the un-normed residual stream and the product is taken with
+//   RMSNorm(x)·nw instead:  y[b, r] = s_b · Σ_c W[r, c]·(nw[c]·x[b, c]),
+//   s_b = 1 / sqrt(Σ_c x[b, c]² / cols + eps). Every workgroup recomputes s_b (a pass over x,
+//   which stays in cache) rather than waiting for a norm dispatch.
+// - pairing (params.pair_byte ≠ 0): W holds gate rows followed by up rows (pair_byte bytes
+//   later) and y[b, r] = silu(g)·u with g, u the products of gate row r and up row r,
+//   silu(z) = z / (1 + e^−z): gate + up + SwiGLU in one dispatch.
 // bindings: 0 w (array<u32>, read: the GGUF blocks) · 1 x (array<f32>, read) · 2 y (array<f32>,
 //           read_write) · 3 params (uniform Params) · 4 step (uniform Step, step.wgsl)
 //           · 5 w16 (array<vec4<u32>>, read) · 6 x16 (array<vec4<f32>>, read): the same bytes as
 //           w and x, read 16 at a time where params.wide says they are 16-byte aligned (else a
-//           placeholder the kernel does not read)
-// dispatch: one workgroup of WG invocations per ROWS = 4 consecutive rows, on the 2-D grid of
-//           ceil(rows / 4) workgroups (engine `gpu::Grid`). Weights larger than one binding are
-//           split into row ranges on the host, one dispatch each.
-// pipelines: one per (ggml type, MAX_B ∈ {1, 2, 4, 8}), specialised by override constants
-//           GGML_TYPE, MAX_B, UNIT_LANES, BLOCK_ELEMS, BLOCK_BYTES (and WG).
+//           placeholder the kernel does not read) · 7 nw (array<vec4<f32>>, read: the norm
+//           weight of NORM pipelines, cols a multiple of 4; else a placeholder)
+// dispatch: one workgroup of WG invocations per ROWS = 4 consecutive rows (per 2 output rows when
+//           paired: their gate and up rows), on the 2-D grid of ceil(rows / 4) (ceil(rows / 2))
+//           workgroups (engine `gpu::Grid`). Weights larger than one binding are split into
+//           row ranges on the host, one dispatch each (never paired).
+// pipelines: one per (ggml type, MAX_B ∈ {1, 2, 4, 8}, NORM), specialised by override constants
+//           GGML_TYPE, MAX_B, NORM, UNIT_LANES, BLOCK_ELEMS, BLOCK_BYTES (and WG).
 // variants: the reduction only — reduce_rows_subgroup.wgsl (subgroupAdd, one barrier) or
 //           reduce_rows_workgroup.wgsl (a tree in workgroup memory).
 // requires: bytes.wgsl, blocks.wgsl, byte_floats.wgsl, grid.wgsl, step.wgsl,
-//           reduce_{subgroup,workgroup}.wgsl (struct Lanes), reduce_rows_*.wgsl (sum_rows).
+//           reduce_{subgroup,workgroup}.wgsl (struct Lanes, workgroup_sum), reduce_rows_*.wgsl
+//           (sum_rows).
 //
 // Layout, and why (the strategy of llama.cpp's Metal kernel_mul_mv_q4_K_f32, made independent of
 // the subgroup size; experiments/matvec-design.md has the numbers):
@@ -61,7 +72,13 @@ struct Params {
     // Bit 0 (WIDE_X): every x row starts on a 16-byte boundary of x16; bit 1 (WIDE_W): every row
     // of W and w_byte do, in w16 (Q4_K).
     wide: u32,
+    // NORM: the eps of s_b.
+    eps: f32,
+    // Pairing: bytes from a gate row to its up row inside w (0: not paired).
+    pair_byte: u32,
+    pad0: u32,
     pad1: u32,
+    pad2: u32,
 }
 
 const WIDE_X: u32 = 1u;
@@ -74,6 +91,7 @@ const WIDE_W: u32 = 2u;
 @group(0) @binding(4) var<uniform> step: Step;
 @group(0) @binding(5) var<storage, read> w16: array<vec4<u32>>;
 @group(0) @binding(6) var<storage, read> x16: array<vec4<f32>>;
+@group(0) @binding(7) var<storage, read> nw: array<vec4<f32>>;
 
 override WG: u32 = 64u;
 // Input vectors this pipeline can take (1, 2, 4 or 8): its accumulators are unrolled for them.
@@ -85,6 +103,8 @@ override GGML_TYPE: u32;
 override UNIT_LANES: u32 = 1u;
 override BLOCK_ELEMS: u32;
 override BLOCK_BYTES: u32;
+// x is the residual stream: multiply by RMSNorm(x)·nw (see the header).
+override NORM: bool = false;
 
 const ROWS: u32 = 4u;
 
@@ -290,10 +310,19 @@ fn x4(at: u32) -> vec4<f32> {
     return vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
 }
 
-// Elements e..e+3 of the vector whose element 0 is x[base], zero past cols.
+// Elements e..e+3 (e a multiple of 4) of the vector whose element 0 is x[base], times the norm
+// weight under NORM.
+fn xv(base: u32, e: u32) -> vec4<f32> {
+    if NORM {
+        return x4(base + e) * nw[e >> 2u];
+    }
+    return x4(base + e);
+}
+
+// xv, zero past cols (NORM rows are whole vec4s: the tail loop only runs without it).
 fn x4_guarded(base: u32, e: u32) -> vec4<f32> {
     if e + 4u <= params.cols {
-        return x4(base + e);
+        return xv(base, e);
     }
     var v = vec4<f32>(0.0);
     for (var i = 0u; i < 4u; i++) {
@@ -311,26 +340,26 @@ fn sum4(v: vec4<f32>) -> f32 {
 // Unit u's x values of the vector whose element 0 is x[base].
 fn load_xs(base: u32, u: u32) -> Xs {
     let lane = u % UNIT_LANES;
-    let first = base + (u / UNIT_LANES) * BLOCK_ELEMS;
+    let first = (u / UNIT_LANES) * BLOCK_ELEMS;
     var xs: Xs;
     switch GGML_TYPE {
         case 0u, 1u, 30u: {
             xs.v[0] = x4_guarded(base, 4u * u);
         }
         case 8u: {
-            xs.v[0] = x4(first + 8u * lane);
-            xs.v[1] = x4(first + 8u * lane + 4u);
+            xs.v[0] = xv(base, first + 8u * lane);
+            xs.v[1] = xv(base, first + 8u * lane + 4u);
         }
         case 2u, 3u, 6u, 7u: {
-            xs.v[0] = x4(first + 4u * lane);
-            xs.v[1] = x4(first + 16u + 4u * lane);
+            xs.v[0] = xv(base, first + 4u * lane);
+            xs.v[1] = xv(base, first + 16u + 4u * lane);
             xs.s.x = sum4(xs.v[0] + xs.v[1]);
         }
         case 12u: {
             let at = first + 64u * (lane / 2u) + 16u * (lane % 2u);
             for (var k = 0u; k < 4u; k++) {
-                xs.v[k] = x4(at + 4u * k);
-                xs.v[k + 4u] = x4(at + 32u + 4u * k);
+                xs.v[k] = xv(base, at + 4u * k);
+                xs.v[k + 4u] = xv(base, at + 32u + 4u * k);
             }
             xs.s.x = sum4(xs.v[0] + xs.v[1] + xs.v[2] + xs.v[3]);
             xs.s.y = sum4(xs.v[4] + xs.v[5] + xs.v[6] + xs.v[7]);
@@ -339,15 +368,15 @@ fn load_xs(base: u32, u: u32) -> Xs {
             let at = first + 64u * (lane / 4u) + 8u * (lane % 4u);
             let group = vec4<u32>(0u, 32u, 128u, 160u);
             for (var k = 0u; k < 4u; k++) {
-                xs.v[2u * k] = x4(at + group[k]);
-                xs.v[2u * k + 1u] = x4(at + group[k] + 4u);
+                xs.v[2u * k] = xv(base, at + group[k]);
+                xs.v[2u * k + 1u] = xv(base, at + group[k] + 4u);
                 xs.s[k] = sum4(xs.v[2u * k] + xs.v[2u * k + 1u]);
             }
         }
         case 14u: {
             let at = first + 128u * (lane / 8u) + 4u * (lane % 8u);
             for (var k = 0u; k < 4u; k++) {
-                xs.v[k] = x4(at + 32u * k);
+                xs.v[k] = xv(base, at + 32u * k);
             }
         }
         default: {}
@@ -452,16 +481,52 @@ fn dot_unit(u: Unit, xs: Xs) -> f32 {
     }
 }
 
+// NORM: s_b of each input vector (see the header), written before the main loop.
+var<workgroup> norm_scales: array<f32, 8>;
+// Pairing: each output's total, so the gate row's invocation can read its up row's.
+var<workgroup> pair_totals: array<f32, 32>;
+
+// NORM: s_b for every b < n into norm_scales (uniform control flow: n is).
+fn norm_scales_of(n: u32, lanes: Lanes) {
+    for (var b = 0u; b < MAX_B; b++) {
+        if b < n {
+            let base = params.x_index + b * params.x_stride;
+            var squares = 0.0;
+            for (var c = 4u * lanes.index; c < params.cols; c += 4u * WG) {
+                let v = x4(base + c);
+                squares += dot(v, v);
+            }
+            let total = workgroup_sum(squares, lanes);
+            if lanes.index == 0u {
+                norm_scales[b] = 1.0 / sqrt(total / f32(params.cols) + params.eps);
+            }
+        }
+    }
+}
+
 @compute @workgroup_size(WG)
 fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) count: vec3<u32>,
           lanes: Lanes) {
-    let first = flat_workgroup(wg, count) * ROWS;
+    let paired = params.pair_byte != 0u;
+    // Output rows per workgroup: 4, or 2 when each takes a gate row and its up row.
+    let outputs = select(ROWS, ROWS / 2u, paired);
+    let first = flat_workgroup(wg, count) * outputs;
     if first >= params.rows {
         return;
     }
     let n = min(step.n_tokens, MAX_B);
-    let rows = min(vec4<u32>(first) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(params.rows - 1u));
-    let starts = vec4<u32>(params.w_byte) + rows * params.row_bytes;
+    if NORM {
+        norm_scales_of(n, lanes);
+    }
+    var starts: vec4<u32>;
+    if paired {
+        let r = min(vec2<u32>(first) + vec2<u32>(0u, 1u), vec2<u32>(params.rows - 1u));
+        let gate = vec2<u32>(params.w_byte) + r * params.row_bytes;
+        starts = vec4<u32>(gate, gate + vec2<u32>(params.pair_byte));
+    } else {
+        let rows = min(vec4<u32>(first) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(params.rows - 1u));
+        starts = vec4<u32>(params.w_byte) + rows * params.row_bytes;
+    }
     var acc: array<vec4<f32>, 8>;
     for (var u = lanes.index; u < params.units; u += WG) {
         let w0 = load_unit(starts.x, u);
@@ -476,9 +541,25 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) count: 
             }
         }
     }
-    let total = sum_rows(&acc, lanes);
+    var total = sum_rows(&acc, lanes);
     let b = lanes.index / ROWS;
-    let row = first + lanes.index % ROWS;
+    let slot = lanes.index % ROWS;
+    if NORM && b < n {
+        total *= norm_scales[b];
+    }
+    if paired {
+        if lanes.index < ROWS * MAX_B {
+            pair_totals[lanes.index] = total;
+        }
+        workgroupBarrier();
+        let row = first + slot;
+        if b < n && slot < 2u && row < params.rows {
+            let up = pair_totals[lanes.index + 2u];
+            y[params.y_index + b * params.y_stride + row] = total / (1.0 + exp(-total)) * up;
+        }
+        return;
+    }
+    let row = first + slot;
     if b < n && row < params.rows {
         let at = params.y_index + b * params.y_stride + row;
         if params.accumulate != 0u {

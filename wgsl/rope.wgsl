@@ -8,22 +8,14 @@
 // Heads are addressed through a View (view.wgsl), so q heads inside qwen35's [q | gate] rows
 // rotate where they sit.
 //
-// Accuracy: θ computed in f32 (p · inv_freq) is off by up to ulp(θ)/2, 0.016 rad at p = 2^18, so
-// the angle is kept in turns and reduced exactly instead. The host tabulates, per frequency,
-// f = inv_freq_i / 2π (in f64, the factor folded in) split as f_hi + f_mid + f_lo, f_hi and f_mid
-// of 12 significant bits each. With p = p_hi·2^12 + p_lo (p < 2^24), every product of a 12-bit
-// half of p with f_hi or f_mid is an exact f32, so its fractional part is exact; p·f_lo is below
-// 2^-24·p·f turns, so its rounding is negligible. The fractions are added one at a time and
-// wrapped back below 1, each addition rounding by at most 2^-24 turn: the phase is within about
-// 5e-7 turn (3e-6 rad) of the f64 one at any position, and sin/cos see an angle in [−π, π],
-// where every backend's sin/cos is accurate.
+// The angle comes from rope_angle.wgsl (exact phase reduction, see there).
 // bindings: 0 x (read_write) · 1 table (read: vec4<f32> (f_hi, f_mid, f_lo, 0) per frequency)
 //           · 2 token_slots (read) · 3 params (uniform) · 4 step (uniform)
 // dispatch: one invocation per (t, h, i), WG per workgroup, on the 2-D grid of
 //           ceil(n_tokens·n_heads·n_rot/2 / WG) workgroups.
 // pipelines: TOKEN_TABLE false | true (positions.wgsl).
 // variants: one.
-// requires: grid.wgsl, step.wgsl, view.wgsl, positions.wgsl.
+// requires: grid.wgsl, step.wgsl, view.wgsl, positions.wgsl, rope_angle.wgsl.
 
 struct Params {
     x: View,
@@ -41,20 +33,6 @@ struct Params {
 
 override WG: u32 = 64u;
 override TOKEN_TABLE: bool = false;
-
-const TWO_PI: f32 = 6.283185307179586;
-
-// The angle p·2π·f, reduced to [−π, π], for f tabulated as (f_hi, f_mid, f_lo) as above.
-fn angle(p: u32, f: vec4<f32>) -> f32 {
-    let p_hi = f32(p >> 12u) * 4096.0;
-    let p_lo = f32(p & 4095u);
-    var turns = fract(p_hi * f.x);
-    turns = fract(turns + fract(p_lo * f.x));
-    turns = fract(turns + fract(p_hi * f.y));
-    turns = fract(turns + fract(p_lo * f.y));
-    turns = turns + f32(p) * f.z;
-    return (turns - round(turns)) * TWO_PI;
-}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) count: vec3<u32>,

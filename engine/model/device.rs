@@ -17,13 +17,16 @@ use crate::gpu::kernels::elementwise::{
     Elementwise, ElementwiseBinding, ElementwiseOp, ElementwiseShape,
 };
 use crate::gpu::kernels::embed::{Embed, EmbedBinding, EmbedIo, EmbedShape};
-use crate::gpu::kernels::kv_cache::{KvCache, KvDtype, KvLayout, KvWrite, KvWriteBinding};
+use crate::gpu::kernels::kv_cache::{KvCache, KvDtype, KvLayout};
 use crate::gpu::kernels::matmul::{
     Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape,
 };
-use crate::gpu::kernels::matvec::{MAX_BATCH, MatVec, MatVecBinding, MatVecIo, MatVecShape};
+use crate::gpu::kernels::matvec::{
+    InputNorm, MAX_BATCH, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecShape,
+};
 use crate::gpu::kernels::rms_norm::{NormIo, RmsNorm, RmsNormBinding, RmsNormShape};
-use crate::gpu::kernels::rope::{Rope, RopeBinding, RopeShape, RopeTable};
+use crate::gpu::kernels::rope::RopeTable;
+use crate::gpu::kernels::rope_kv::{HeadNorms, RopeKv, RopeKvBinding, RopeKvIo};
 use crate::gpu::kernels::support::{Positions, View};
 use crate::gpu::profile::{OpBytes, StepMarks};
 use crate::gpu::{Activations, GpuContext, GpuError, StepBuffer, fill_f32, storage_buffer, upload};
@@ -36,8 +39,7 @@ pub struct Kernels {
     pub matmul: Matmul,
     pub embed: Embed,
     pub rms_norm: RmsNorm,
-    pub rope: Rope,
-    pub kv_write: KvWrite,
+    pub rope_kv: RopeKv,
     pub elementwise: Elementwise,
     pub argmax: Argmax,
 }
@@ -50,8 +52,7 @@ impl Kernels {
             matmul: Matmul::new(ctx, paths)?,
             embed: Embed::new(ctx, paths)?,
             rms_norm: RmsNorm::new(ctx, paths)?,
-            rope: Rope::new(ctx, paths)?,
-            kv_write: KvWrite::new(ctx, paths)?,
+            rope_kv: RopeKv::new(ctx, paths)?,
             elementwise: Elementwise::new(ctx, paths)?,
             argmax: Argmax::new(ctx, paths)?,
         })
@@ -66,6 +67,35 @@ pub fn upload_weight(
     t: &TensorInfo,
 ) -> Result<wgpu::Buffer, ModelError> {
     upload(ctx, &t.name, gguf.tensor_data(t)).map_err(|e| tensor_error(gguf, t, e))
+}
+
+/// Weight tensors of one type and row length, back to back in one buffer, so one mat-vec
+/// multiplies them all (QKV, gate + up): the rows of `ts[0]`, then those of `ts[1]`, ….
+pub fn upload_weights(
+    ctx: &GpuContext,
+    gguf: &Gguf,
+    ts: &[&TensorInfo],
+) -> Result<wgpu::Buffer, ModelError> {
+    if let [t] = ts {
+        return upload_weight(ctx, gguf, t);
+    }
+    let bytes: Vec<u8> = ts
+        .iter()
+        .flat_map(|t| gguf.tensor_data(t))
+        .copied()
+        .collect();
+    let label = ts
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect::<Vec<_>>()
+        .join("+");
+    upload(ctx, &label, &bytes).map_err(|e| tensor_error(gguf, ts[0], e))
+}
+
+/// Whether tensors can be stored back to back and multiplied as one: one type, one row length.
+pub fn stackable(ts: &[&TensorInfo]) -> bool {
+    ts.windows(2)
+        .all(|p| p[0].ty == p[1].ty && p[0].row_len() == p[1].row_len())
 }
 
 /// A 1-D tensor (norm weight, bias) as f32, whatever type the file stores it in.
@@ -124,14 +154,31 @@ impl Linear {
         max_tokens: u32,
         output: MatmulOutput,
     ) -> Result<Linear, GpuError> {
-        let (rows, cols) = (t.n_rows(), t.row_len());
+        let shape = MatVecShape {
+            ty: t.ty,
+            rows: t.n_rows(),
+            cols: t.row_len(),
+        };
+        Self::bind_shape(k, ctx, shape, w, x, y, step, max_tokens, output)
+    }
+
+    /// [`Linear::bind`] for a weight of `shape` (several tensors stored back to back).
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_shape(
+        k: &Kernels,
+        ctx: &GpuContext,
+        shape: MatVecShape,
+        w: &wgpu::Buffer,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        step: &StepBuffer,
+        max_tokens: u32,
+        output: MatmulOutput,
+    ) -> Result<Linear, GpuError> {
+        let MatVecShape { ty, rows, cols } = shape;
         let matvec = k.matvec.bind(
             ctx,
-            MatVecShape {
-                ty: t.ty,
-                rows,
-                cols,
-            },
+            shape,
             &MatVecIo {
                 weights: w,
                 weights_offset: 0,
@@ -147,7 +194,7 @@ impl Linear {
                 k.matmul.bind(
                     ctx,
                     MatmulShape {
-                        ty: t.ty,
+                        ty,
                         rows,
                         cols,
                         max_tokens,
@@ -167,9 +214,17 @@ impl Linear {
             matmul,
             rows,
             cols,
-            weight_bytes: t.n_rows() * t.row_bytes(),
+            weight_bytes: rows * ty.row_bytes(cols).unwrap_or(0),
             accumulate: output == MatmulOutput::Accumulate,
         })
+    }
+
+    /// What the product of `n` tokens moves: the whole weight once, x once, y once (twice when
+    /// accumulating).
+    fn bytes(&self, n: u32) -> OpBytes {
+        let y_passes = if self.accumulate { 2 } else { 1 };
+        let activations = 4 * u64::from(n) * (self.cols + y_passes * self.rows);
+        OpBytes::new(self.weight_bytes, activations)
     }
 
     /// Records the product for `n` tokens as op `name`: the whole weight tensor is read once,
@@ -192,10 +247,108 @@ impl Linear {
                 ("matvec", self.matvec.grids().count())
             }
         };
-        let y_passes = if self.accumulate { 2 } else { 1 };
-        let activations = 4 * u64::from(n) * (self.cols + y_passes * self.rows);
-        let bytes = OpBytes::new(self.weight_bytes, activations);
-        marks.op(pass, name, kernel, bytes, dispatches);
+        marks.op(pass, name, kernel, self.bytes(n), dispatches);
+        Ok(())
+    }
+}
+
+/// `y_i = W_i RMSNorm(x)` for weights that read the same normed input (q, k, v). A decode step
+/// folds the norm into each mat-vec (no norm dispatch; [`MatVecFusion`]); a prefill chunk norms x
+/// into `h` once and runs the mat-muls. Tensors that can be stored back to back are bound as one
+/// weight by the caller, so each part here is one dispatch.
+pub struct NormedLinears {
+    norm: Norm,
+    /// Each part's product over h, and (decode) over x with the norm folded in; the latter is
+    /// None when the norm cannot fold (rows not a multiple of 4).
+    parts: Vec<(Linear, Option<MatVecBinding>)>,
+}
+
+/// One weight of [`NormedLinears`]: its shape, bytes, and where its outputs go.
+pub struct NormedPart<'a> {
+    pub shape: MatVecShape,
+    pub weights: &'a wgpu::Buffer,
+    pub y: &'a wgpu::Buffer,
+}
+
+impl NormedLinears {
+    /// Binds `parts` over the residual stream `x` (normed by `norm_weight` into `h` for the
+    /// mat-muls).
+    pub fn bind(
+        b: &Binder,
+        x: &wgpu::Buffer,
+        h: &wgpu::Buffer,
+        norm_weight: &TensorInfo,
+        parts: &[NormedPart<'_>],
+    ) -> Result<NormedLinears, ModelError> {
+        let width = norm_weight.n_elements() as usize;
+        let weight = b.vector(norm_weight)?;
+        let io = NormIo::Out {
+            x: View::rows(x, width as u32),
+            y: View::rows(h, width as u32),
+        };
+        let norm = Norm::bind(b.k, b.ctx, io, width, 1, b.eps, &weight, b.step, b.rows)?;
+        let parts = parts
+            .iter()
+            .map(|p| {
+                let linear = Linear::bind_shape(
+                    b.k,
+                    b.ctx,
+                    p.shape,
+                    p.weights,
+                    h,
+                    p.y,
+                    b.step,
+                    b.rows,
+                    MatmulOutput::Store,
+                )?;
+                let fusion = MatVecFusion {
+                    norm: Some(InputNorm {
+                        weight: &weight,
+                        eps: b.eps,
+                    }),
+                    swiglu: false,
+                };
+                let folded = b.fold(p.shape, p.weights, x, p.y, fusion)?;
+                Ok((linear, folded))
+            })
+            .collect::<Result<Vec<_>, GpuError>>()?;
+        Ok(NormedLinears { norm, parts })
+    }
+
+    /// Records the products for `n` tokens, part i as op `names[i]`: mat-vecs with the norm
+    /// folded in when every part has one and the step fits a mat-vec, else the norm
+    /// (`norm_name`) and then each product.
+    pub fn record(
+        &self,
+        k: &Kernels,
+        pass: &mut wgpu::ComputePass,
+        n: u32,
+        marks: &mut StepMarks,
+        (norm_name, names): (&'static str, &[&'static str]),
+    ) -> Result<(), GpuError> {
+        let folded: Option<Vec<&MatVecBinding>> = match n <= MAX_BATCH {
+            true => self.parts.iter().map(|(_, f)| f.as_ref()).collect(),
+            false => None,
+        };
+        match folded {
+            Some(bindings) => {
+                for (i, ((linear, _), binding)) in self.parts.iter().zip(bindings).enumerate() {
+                    k.matvec.encode(pass, binding, n)?;
+                    // The norm's weight is read with the first part (the roofline counts it once).
+                    let mut bytes = linear.bytes(n);
+                    if i == 0 {
+                        bytes.weights += self.norm.weight_bytes();
+                    }
+                    marks.op(pass, names[i], "matvec", bytes, binding.grids().count());
+                }
+            }
+            None => {
+                self.norm.record(k, pass, n, marks, norm_name);
+                for ((linear, _), name) in self.parts.iter().zip(names) {
+                    linear.record(k, pass, n, marks, name)?;
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -290,6 +443,11 @@ impl Norm {
             width: (width * rows_per_token) as u64,
             weight_width: width as u64,
         })
+    }
+
+    /// Bytes of the norm's weight (read once per step).
+    pub fn weight_bytes(&self) -> u64 {
+        4 * self.weight_width
     }
 
     /// Records the norm of `n` tokens' rows as op `name` (each read once, written once).
@@ -389,22 +547,6 @@ impl Binder<'_> {
         Ok(norm)
     }
 
-    /// RMSNorm in place over each of `heads` heads of `view` (per-head q/k norm).
-    pub fn head_norm(
-        &self,
-        view: View<'_>,
-        heads: usize,
-        width: usize,
-        w: &TensorInfo,
-    ) -> Result<Norm, ModelError> {
-        let w = self.vector(w)?;
-        let io = NormIo::InPlace(view);
-        let norm = Norm::bind(
-            self.k, self.ctx, io, width, heads, self.eps, &w, self.step, self.rows,
-        )?;
-        Ok(norm)
-    }
-
     /// `y (+)= W x` for weight tensor `t`, uploaded here.
     pub fn linear(
         &self,
@@ -416,6 +558,33 @@ impl Binder<'_> {
         let w = upload_weight(self.ctx, self.gguf, t)?;
         let linear = Linear::bind(self.k, self.ctx, t, &w, x, y, self.step, self.rows, output)?;
         Ok(linear)
+    }
+
+    /// A decode mat-vec with `fusion` folded in, reading the residual stream `x`; None where
+    /// the kernel refuses the fusion for its shape (rows not whole vec4s, a pairing larger than
+    /// one binding): the caller keeps its unfused path for those. Other errors are errors.
+    pub fn fold(
+        &self,
+        shape: MatVecShape,
+        w: &wgpu::Buffer,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        fusion: MatVecFusion<'_>,
+    ) -> Result<Option<MatVecBinding>, GpuError> {
+        let io = MatVecIo {
+            weights: w,
+            weights_offset: 0,
+            x: Activations::contiguous(x, shape.cols),
+            y: Activations::contiguous(y, shape.rows),
+            step: self.step,
+            accumulate: false,
+            max_batch: self.rows.min(MAX_BATCH),
+        };
+        match self.k.matvec.bind_fused(self.ctx, shape, &io, fusion) {
+            Ok(binding) => Ok(Some(binding)),
+            Err(GpuError::Shape { .. } | GpuError::TooLarge { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     pub fn pointwise(
@@ -438,22 +607,26 @@ pub struct MlpTensors<'g> {
 }
 
 /// The activations an MLP reads and writes: the residual stream `x` (`[n, d]`), the normed
-/// input `h`, and `[n, n_ff]` rows for gate, up and their product.
+/// input `h`, `[n, 2·n_ff]` rows of gate then up values (a prefill's mat-mul output) and `[n,
+/// n_ff]` rows of their SwiGLU.
 pub struct MlpBuffers<'a> {
     pub x: &'a wgpu::Buffer,
     pub h: &'a wgpu::Buffer,
-    pub gate: &'a wgpu::Buffer,
-    pub up: &'a wgpu::Buffer,
+    pub gate_up: &'a wgpu::Buffer,
     pub act: &'a wgpu::Buffer,
 }
 
 /// `x += W_down(silu(W_gate h) ⊙ W_up h)` with `h = RMSNorm(x)`: the MLP half of a decoder
-/// block (model-spec.md §4.g, §5.8).
+/// block (model-spec.md §4.g, §5.8). W_gate and W_up are stored back to back as one weight. A
+/// decode step is two dispatches: the norm, both products and the SwiGLU in one mat-vec
+/// ([`MatVecFusion`]), then `W_down` accumulating into x; a prefill chunk runs the norm, one
+/// mat-mul over the gate and up rows, the SwiGLU and `W_down`.
 pub struct Mlp {
     norm: Norm,
-    gate: Linear,
-    up: Linear,
+    gate_up: Linear,
     swiglu: Pointwise,
+    /// None where the fusion does not apply to the shape (the prefill path serves decode too).
+    folded: Option<MatVecBinding>,
     down: Linear,
 }
 
@@ -461,22 +634,74 @@ impl Mlp {
     pub fn bind(b: &Binder, t: &MlpTensors, s: &MlpBuffers) -> Result<Mlp, ModelError> {
         let d = t.norm.n_elements() as usize;
         let n_ff = t.gate.n_rows() as usize;
-        let rows = |buffer| View::rows(buffer, n_ff as u32);
+        if !stackable(&[t.gate, t.up]) {
+            return Err(ModelError::Gguf(b.gguf.tensor_error(
+                t.up,
+                format!(
+                    "is {} with rows of {}, {} is {} with rows of {}: the MLP multiplies them as \
+                     one weight and needs them alike",
+                    t.up.ty,
+                    t.up.row_len(),
+                    t.gate.name,
+                    t.gate.ty,
+                    t.gate.row_len()
+                ),
+            )));
+        }
+        let w = upload_weights(b.ctx, b.gguf, &[t.gate, t.up])?;
+        let stacked = MatVecShape {
+            ty: t.gate.ty,
+            rows: 2 * n_ff as u64,
+            cols: d as u64,
+        };
+        let gate_up = Linear::bind_shape(
+            b.k,
+            b.ctx,
+            stacked,
+            &w,
+            s.h,
+            s.gate_up,
+            b.step,
+            b.rows,
+            MatmulOutput::Store,
+        )?;
+        let half = |offset| {
+            View::rows(s.gate_up, n_ff as u32)
+                .strided(2 * n_ff as u32, 0)
+                .at(offset)
+        };
         let swiglu = ElementwiseOp::SwiGlu {
-            gate: rows(s.gate),
-            up: rows(s.up),
-            out: rows(s.act),
+            gate: half(0),
+            up: half(n_ff as u32),
+            out: View::rows(s.act, n_ff as u32),
+        };
+        let norm_weight = b.vector(t.norm)?;
+        let fusion = MatVecFusion {
+            norm: Some(InputNorm {
+                weight: &norm_weight,
+                eps: b.eps,
+            }),
+            swiglu: true,
+        };
+        let paired = MatVecShape {
+            rows: n_ff as u64,
+            ..stacked
+        };
+        let io = NormIo::Out {
+            x: View::rows(s.x, d as u32),
+            y: View::rows(s.h, d as u32),
         };
         Ok(Mlp {
-            norm: b.norm(s.x, s.h, d, t.norm)?,
-            gate: b.linear(t.gate, s.h, s.gate, MatmulOutput::Store)?,
-            up: b.linear(t.up, s.h, s.up, MatmulOutput::Store)?,
+            norm: Norm::bind(b.k, b.ctx, io, d, 1, b.eps, &norm_weight, b.step, b.rows)?,
+            gate_up,
             swiglu: b.pointwise(1, n_ff, swiglu)?,
+            folded: b.fold(paired, &w, s.x, s.act, fusion)?,
             down: b.linear(t.down, s.act, s.x, MatmulOutput::Accumulate)?,
         })
     }
 
-    /// Records the block's ops (`ffn_norm`, `ffn_gate`, `ffn_up`, `swiglu`, `ffn_down`).
+    /// Records the block's ops: `ffn_gate_up` (norm, gate, up and SwiGLU folded) and
+    /// `ffn_down` for a decode step; `ffn_norm`, `ffn_gate_up`, `swiglu`, `ffn_down` otherwise.
     pub fn record(
         &self,
         k: &Kernels,
@@ -484,10 +709,28 @@ impl Mlp {
         n: u32,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        self.norm.record(k, pass, n, marks, "ffn_norm");
-        self.gate.record(k, pass, n, marks, "ffn_gate")?;
-        self.up.record(k, pass, n, marks, "ffn_up")?;
-        self.swiglu.record(k, pass, n, marks, "swiglu");
+        match &self.folded {
+            Some(binding) if n <= MAX_BATCH => {
+                k.matvec.encode(pass, binding, n)?;
+                // x read, the norm and both weights read once, the SwiGLU written.
+                let bytes = OpBytes::new(
+                    self.gate_up.weight_bytes + self.norm.weight_bytes(),
+                    4 * u64::from(n) * (self.gate_up.cols + self.gate_up.rows / 2),
+                );
+                marks.op(
+                    pass,
+                    "ffn_gate_up",
+                    "matvec",
+                    bytes,
+                    binding.grids().count(),
+                );
+            }
+            _ => {
+                self.norm.record(k, pass, n, marks, "ffn_norm");
+                self.gate_up.record(k, pass, n, marks, "ffn_gate_up")?;
+                self.swiglu.record(k, pass, n, marks, "swiglu");
+            }
+        }
         self.down.record(k, pass, n, marks, "ffn_down")
     }
 }
@@ -555,30 +798,33 @@ impl AttentionKernels {
     }
 }
 
-/// Rotary embedding, cache write and causal attention of one layer, over q, k, v rows already
-/// projected (and normed): `o[t] = softmax(q[t] K^T / sqrt(d)) V` over positions 0..=pos(t).
+/// Per-head q/k norm, rotary embedding, cache write and causal attention of one layer, over q,
+/// k, v rows already projected: `o[t] = softmax(q[t] K^T / sqrt(d)) V` over positions 0..=pos(t).
 /// Every kernel reads each token's position and page-table row from `io.tokens` (the runtime
 /// writes it per step), so one binding serves a prefill chunk of one sequence and a decode step
 /// of several, each sequence on its own pages of the shared pool.
 pub struct Attention {
-    rope_q: RopeBinding,
-    rope_k: RopeBinding,
-    write: KvWriteBinding,
+    prepare: RopeKvBinding,
     decode: DecodeBinding,
     prefill: PrefillBinding,
     /// f32 bytes of one token's q (and o), and of its k (and v).
     q_bytes: u64,
     kv_bytes: u64,
-    /// Bytes of one position's k (and v) in the cache.
+    /// Bytes of one position's k (and v) in the cache, and of the q and k norm weights.
     cached_bytes: u64,
+    norm_bytes: u64,
 }
 
-/// Where one layer's attention reads its q, k, v and writes o.
+/// Where one layer's attention reads its q, k, v (read-only: they may share a buffer), puts the
+/// normed and rotated q (`q_out`, another buffer) and writes o.
 pub struct AttentionIo<'a> {
     pub q: View<'a>,
     pub k: View<'a>,
     pub v: View<'a>,
+    pub q_out: View<'a>,
     pub o: View<'a>,
+    /// The per-head q and k norms (qwen3, qwen35), or none.
+    pub norms: Option<HeadNorms<'a>>,
 }
 
 impl Attention {
@@ -594,38 +840,34 @@ impl Attention {
         let step = &step_io.step;
         let pages = &step_io.pages;
         let positions = Positions::Table(&step_io.tokens);
-        let cache = KvCache::new(ctx, attn.layout(dims, k.kv_write.dtype()))?;
+        let cache = KvCache::new(ctx, attn.layout(dims, k.rope_kv.dtype()))?;
         if dims.poison {
             // An f16 cache reads the pair of NaN halves as NaN too.
             fill_f32(ctx, &cache.k, f32::NAN)?;
             fill_f32(ctx, &cache.v, f32::NAN)?;
         }
-        let rope_shape = |n_heads: usize| RopeShape {
-            n_heads: n_heads as u32,
-            head_dim: dims.head_dim as u32,
-            pairing: dims.pairing,
-            max_tokens: dims.max_tokens,
-        };
-        let rope_q = k
-            .rope
-            .bind(ctx, rope_shape(dims.n_head), io.q, rope, positions, step)?;
-        let rope_k = k
-            .rope
-            .bind(ctx, rope_shape(dims.n_kv), io.k, rope, positions, step)?;
-        let write = k.kv_write.bind(
+        let prepare = k.rope_kv.bind(
             ctx,
-            io.k,
-            io.v,
-            &cache,
-            pages,
-            positions,
-            step,
-            dims.max_tokens,
+            &RopeKvIo {
+                q: io.q,
+                k: io.k,
+                v: io.v,
+                q_out: io.q_out,
+                n_head: dims.n_head as u32,
+                norms: io.norms,
+                pairing: dims.pairing,
+                table: rope,
+                cache: &cache,
+                pages,
+                positions,
+                step,
+                max_tokens: dims.max_tokens,
+            },
         )?;
         let decode = attn.decode.bind(
             ctx,
             DecodeIo {
-                q: io.q,
+                q: io.q_out,
                 o: io.o,
                 cache: &cache,
                 pages,
@@ -639,7 +881,7 @@ impl Attention {
         let prefill = attn.prefill.bind(
             ctx,
             PrefillIo {
-                q: io.q,
+                q: io.q_out,
                 o: io.o,
                 cache: &cache,
                 pages,
@@ -650,21 +892,20 @@ impl Attention {
         )?;
         let kv_width = (dims.n_kv * dims.head_dim) as u64;
         Ok(Attention {
-            rope_q,
-            rope_k,
-            write,
+            prepare,
             decode,
             prefill,
             q_bytes: (dims.n_head * dims.head_dim) as u64 * 4,
             kv_bytes: kv_width * 4,
-            cached_bytes: kv_width * k.kv_write.dtype().bytes(),
+            cached_bytes: kv_width * k.rope_kv.dtype().bytes(),
+            norm_bytes: io.norms.map_or(0, |_| 2 * 4 * dims.head_dim as u64),
         })
     }
 
-    /// Rotates q and k, writes k and v into the cache and attends: the split-K decode kernel
-    /// for one token of each of `n` sequences (or a single token), the tiled causal kernel for a
-    /// prefill chunk. The attention op reads k and v of every cached position once
-    /// (`marks.kv_len` of them, summed over a batch's sequences).
+    /// Norms and rotates q and k, writes k and v into the cache (one `rope_kv` dispatch) and
+    /// attends: the split-K decode kernel for one token of each of `n` sequences (or a single
+    /// token), the tiled causal kernel for a prefill chunk. The attention op reads k and v of
+    /// every cached position once (`marks.kv_len` of them, summed over a batch's sequences).
     pub fn record(
         &self,
         k: &Kernels,
@@ -675,25 +916,16 @@ impl Attention {
         marks: &mut StepMarks,
     ) {
         let tokens = u64::from(n);
-        k.rope.encode(pass, &self.rope_q, n);
+        k.rope_kv.encode(pass, &self.prepare, n);
+        // q read and written; k and v read, then written to the cache.
+        let moved = tokens * (2 * self.q_bytes + 2 * (self.kv_bytes + self.cached_bytes));
         marks.op(
             pass,
-            "rope_q",
-            "rope",
-            OpBytes::new(0, 2 * tokens * self.q_bytes),
+            "rope_kv",
+            "rope_kv",
+            OpBytes::new(self.norm_bytes, moved),
             1,
         );
-        k.rope.encode(pass, &self.rope_k, n);
-        marks.op(
-            pass,
-            "rope_k",
-            "rope",
-            OpBytes::new(0, 2 * tokens * self.kv_bytes),
-            1,
-        );
-        k.kv_write.encode(pass, &self.write, n);
-        let written = 2 * tokens * (self.kv_bytes + self.cached_bytes);
-        marks.op(pass, "kv_write", "kv_write", OpBytes::new(0, written), 1);
         let cache = 2 * u64::from(marks.kv_len) * self.cached_bytes;
         let io = 2 * tokens * self.q_bytes;
         if n == 1 || kind == StepKind::Batch {

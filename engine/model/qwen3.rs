@@ -7,14 +7,16 @@
 
 use super::device::{
     Attention, AttentionDims, AttentionIo, AttentionKernels, Binder, Embedding, HeadRows, Kernels,
-    Linear, Mlp, MlpBuffers, MlpTensors, Norm, OutputHead, Pointwise, activation, upload_vector,
-    upload_weight,
+    Linear, Mlp, MlpBuffers, MlpTensors, NormedLinears, NormedPart, OutputHead, Pointwise,
+    activation, stackable, upload_vector, upload_weight, upload_weights,
 };
 use super::{Arch, DevicePlan, ModelError, RopePairing, expect_tensor, optional_tensor};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::gpu::kernels::elementwise::ElementwiseOp;
 use crate::gpu::kernels::matmul::MatmulOutput;
+use crate::gpu::kernels::matvec::MatVecShape;
 use crate::gpu::kernels::rope::RopeTable;
+use crate::gpu::kernels::rope_kv::HeadNorms;
 use crate::gpu::kernels::support::View;
 use crate::gpu::profile::StepMarks;
 use crate::gpu::{GpuContext, GpuError};
@@ -283,12 +285,11 @@ pub struct DenseModel {
 
 /// One block's bindings.
 struct DeviceLayer {
-    attn_norm: Norm,
-    q: Linear,
-    k: Linear,
-    v: Linear,
+    /// attn_norm folded into the q, k, v products: one weight when the three share a type
+    /// (op `attn_qkv`), else three (`attn_q`, `attn_k`, `attn_v`).
+    qkv: NormedLinears,
+    qkv_names: &'static [&'static str],
     bias: Vec<Pointwise>,
-    qk_norm: Vec<Norm>,
     attention: Attention,
     wo: Linear,
     mlp: Mlp,
@@ -298,12 +299,16 @@ struct DeviceLayer {
 struct Scratch {
     x: wgpu::Buffer,
     h: wgpu::Buffer,
+    /// q, k, v side by side per token, from a layer whose three weights share a type ...
+    qkv: wgpu::Buffer,
+    /// ... or each on its own from one whose weights do not.
     q: wgpu::Buffer,
     k: wgpu::Buffer,
     v: wgpu::Buffer,
+    /// q normed and rotated, as attention reads it.
+    q_rot: wgpu::Buffer,
     o: wgpu::Buffer,
-    gate: wgpu::Buffer,
-    up: wgpu::Buffer,
+    gate_up: wgpu::Buffer,
     act: wgpu::Buffer,
 }
 
@@ -314,12 +319,13 @@ impl Scratch {
         Ok(Scratch {
             x: a("x", hp.n_embd)?,
             h: a("h", hp.n_embd)?,
+            qkv: a("qkv", hp.q_dim() + 2 * hp.kv_dim())?,
             q: a("q", hp.q_dim())?,
             k: a("k", hp.kv_dim())?,
             v: a("v", hp.kv_dim())?,
+            q_rot: a("q rotated", hp.q_dim())?,
             o: a("attention out", hp.q_dim())?,
-            gate: a("ffn gate", hp.n_ff)?,
-            up: a("ffn up", hp.n_ff)?,
+            gate_up: a("ffn gate and up", 2 * hp.n_ff)?,
             act: a("ffn act", hp.n_ff)?,
         })
     }
@@ -328,8 +334,7 @@ impl Scratch {
         MlpBuffers {
             x: &self.x,
             h: &self.h,
-            gate: &self.gate,
-            up: &self.up,
+            gate_up: &self.gate_up,
             act: &self.act,
         }
     }
@@ -421,15 +426,10 @@ impl DenseModel {
         marks.begin(pass);
         self.embedding.record(k, pass, n, marks)?;
         for l in &self.layers {
-            l.attn_norm.record(k, pass, n, marks, "attn_norm");
-            l.q.record(k, pass, n, marks, "attn_q")?;
-            l.k.record(k, pass, n, marks, "attn_k")?;
-            l.v.record(k, pass, n, marks, "attn_v")?;
+            l.qkv
+                .record(k, pass, n, marks, ("attn_norm", l.qkv_names))?;
             for op in &l.bias {
                 op.record(k, pass, n, marks, "qkv_bias");
-            }
-            for norm in &l.qk_norm {
-                norm.record(k, pass, n, marks, "qk_norm");
             }
             l.attention.record(k, &self.attention, pass, n, kind, marks);
             l.wo.record(k, pass, n, marks, "attn_output")?;
@@ -456,29 +456,80 @@ impl LayerLoader<'_> {
         rope: &RopeTable,
     ) -> Result<DeviceLayer, ModelError> {
         let (b, hp, s) = (&self.b, self.hp, self.s);
-        let hd = hp.head_dim;
+        let (hd, n_head, n_kv) = (hp.head_dim as u32, hp.n_head as u32, hp.n_head_kv as u32);
+        let (q_dim, kv_dim) = (n_head * hd, n_kv * hd);
+        let d = hp.n_embd as u64;
+        // Where each projection lands: (buffer, first element, elements per token).
+        let (qkv, qkv_names, outputs) = if stackable(&[l.wq, l.wk, l.wv]) {
+            let width = q_dim + 2 * kv_dim;
+            let w = upload_weights(b.ctx, b.gguf, &[l.wq, l.wk, l.wv])?;
+            let part = NormedPart {
+                shape: MatVecShape {
+                    ty: l.wq.ty,
+                    rows: u64::from(width),
+                    cols: d,
+                },
+                weights: &w,
+                y: &s.qkv,
+            };
+            let qkv = NormedLinears::bind(b, &s.x, &s.h, l.attn_norm, &[part])?;
+            let at = |first| (&s.qkv, first, width);
+            let outputs = [at(0), at(q_dim), at(q_dim + kv_dim)];
+            (qkv, &["attn_qkv"][..], outputs)
+        } else {
+            let ws = [l.wq, l.wk, l.wv]
+                .map(|t| upload_weight(b.ctx, b.gguf, t))
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()?;
+            let ys = [&s.q, &s.k, &s.v];
+            let parts: Vec<NormedPart> = [l.wq, l.wk, l.wv]
+                .iter()
+                .zip(&ws)
+                .zip(ys)
+                .map(|((t, w), y)| NormedPart {
+                    shape: MatVecShape {
+                        ty: t.ty,
+                        rows: t.n_rows(),
+                        cols: d,
+                    },
+                    weights: w,
+                    y,
+                })
+                .collect();
+            let qkv = NormedLinears::bind(b, &s.x, &s.h, l.attn_norm, &parts)?;
+            let outputs = [(&s.q, 0, q_dim), (&s.k, 0, kv_dim), (&s.v, 0, kv_dim)];
+            (qkv, &["attn_q", "attn_k", "attn_v"][..], outputs)
+        };
+        fn heads<'b>(
+            (buffer, first, stride): (&'b wgpu::Buffer, u32, u32),
+            n: u32,
+            hd: u32,
+        ) -> View<'b> {
+            View::heads(buffer, n, hd).strided(stride, hd).at(first)
+        }
+        let q = heads(outputs[0], n_head, hd);
+        let k = heads(outputs[1], n_kv, hd);
+        let v = heads(outputs[2], n_kv, hd);
         let mut bias = Vec::new();
         for (t, out, width) in [
-            (l.bq, &s.q, hp.q_dim()),
-            (l.bk, &s.k, hp.kv_dim()),
-            (l.bv, &s.v, hp.kv_dim()),
+            (l.bq, outputs[0], q_dim),
+            (l.bk, outputs[1], kv_dim),
+            (l.bv, outputs[2], kv_dim),
         ] {
             if let Some(t) = t {
                 let y = b.vector(t)?;
+                let (buffer, first, stride) = out;
                 let op = ElementwiseOp::Add {
-                    x: View::rows(out, width as u32),
-                    y: View::rows(&y, width as u32).strided(0, 0),
+                    x: View::rows(buffer, width).strided(stride, 0).at(first),
+                    y: View::rows(&y, width).strided(0, 0),
                 };
-                bias.push(b.pointwise(1, width, op)?);
+                bias.push(b.pointwise(1, width as usize, op)?);
             }
         }
-        let mut qk_norm = Vec::new();
-        for (w, out, heads) in [(l.q_norm, &s.q, hp.n_head), (l.k_norm, &s.k, hp.n_head_kv)] {
-            if let Some(w) = w {
-                let view = View::heads(out, heads as u32, hd as u32);
-                qk_norm.push(b.head_norm(view, heads, hd, w)?);
-            }
-        }
+        let norms = match (l.q_norm, l.k_norm) {
+            (Some(qn), Some(kn)) => Some((b.vector(qn)?, b.vector(kn)?)),
+            _ => None,
+        };
         let attention = Attention::bind(
             b.k,
             attention,
@@ -486,10 +537,16 @@ impl LayerLoader<'_> {
             dims,
             rope,
             AttentionIo {
-                q: View::heads(&s.q, hp.n_head as u32, hd as u32),
-                k: View::heads(&s.k, hp.n_head_kv as u32, hd as u32),
-                v: View::heads(&s.v, hp.n_head_kv as u32, hd as u32),
-                o: View::heads(&s.o, hp.n_head as u32, hd as u32),
+                q,
+                k,
+                v,
+                q_out: View::heads(&s.q_rot, n_head, hd),
+                o: View::heads(&s.o, n_head, hd),
+                norms: norms.as_ref().map(|(q, k)| HeadNorms {
+                    q,
+                    k,
+                    eps: hp.rms_eps,
+                }),
             },
             self.io,
         )?;
@@ -500,12 +557,9 @@ impl LayerLoader<'_> {
             down: l.down,
         };
         Ok(DeviceLayer {
-            attn_norm: b.norm(&s.x, &s.h, hp.n_embd, l.attn_norm)?,
-            q: b.linear(l.wq, &s.h, &s.q, MatmulOutput::Store)?,
-            k: b.linear(l.wk, &s.h, &s.k, MatmulOutput::Store)?,
-            v: b.linear(l.wv, &s.h, &s.v, MatmulOutput::Store)?,
+            qkv,
+            qkv_names,
             bias,
-            qk_norm,
             attention,
             wo: b.linear(l.wo, &s.o, &s.x, MatmulOutput::Accumulate)?,
             mlp: Mlp::bind(b, &mlp, &s.mlp())?,

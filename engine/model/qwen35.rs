@@ -37,6 +37,7 @@ use crate::gpu::kernels::gated_delta_chunk::{
 use crate::gpu::kernels::gated_norm::{GatedNorm, NormBinding, NormIo as GatedNormIo};
 use crate::gpu::kernels::matmul::MatmulOutput;
 use crate::gpu::kernels::rope::RopeTable;
+use crate::gpu::kernels::rope_kv::HeadNorms;
 use crate::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
 use crate::gpu::kernels::support::View;
 use crate::gpu::profile::{OpBytes, StepMarks};
@@ -511,8 +512,9 @@ struct Scratch {
     gates: wgpu::Buffer,
     delta_o: wgpu::Buffer,
     y: wgpu::Buffer,
-    gate: wgpu::Buffer,
-    up: wgpu::Buffer,
+    /// Gated attention: q normed and rotated, as attention reads it.
+    q_rot: wgpu::Buffer,
+    gate_up: wgpu::Buffer,
     act: wgpu::Buffer,
 }
 
@@ -535,8 +537,8 @@ impl Scratch {
             gates: a("gates", 2 * hp.ssm_nv)?,
             delta_o: a("delta rule out", hp.value_dim())?,
             y: a("gated norm out", hp.value_dim())?,
-            gate: a("ffn gate", hp.n_ff)?,
-            up: a("ffn up", hp.n_ff)?,
+            q_rot: a("q rotated", hp.q_dim())?,
+            gate_up: a("ffn gate and up", 2 * hp.n_ff)?,
             act: a("ffn act", hp.n_ff)?,
         })
     }
@@ -545,8 +547,7 @@ impl Scratch {
         MlpBuffers {
             x: &self.x,
             h: &self.h,
-            gate: &self.gate,
-            up: &self.up,
+            gate_up: &self.gate_up,
             act: &self.act,
         }
     }
@@ -728,8 +729,6 @@ struct GatedAttention {
     q: Linear,
     k: Linear,
     v: Linear,
-    q_norm: Norm,
-    k_norm: Norm,
     attention: Attention,
     gate: Pointwise,
     wo: Linear,
@@ -745,6 +744,7 @@ impl GatedAttention {
         let gate = q.at(hd);
         let k = View::heads(&s.k, n_kv, hd);
         let o = View::heads(&s.o, n_head, hd);
+        let (q_norm, k_norm) = (b.vector(t.q_norm)?, b.vector(t.k_norm)?);
         let attention = Attention::bind(
             b.k,
             l.attention,
@@ -755,17 +755,21 @@ impl GatedAttention {
                 q,
                 k,
                 v: View::heads(&s.v, n_kv, hd),
+                q_out: View::heads(&s.q_rot, n_head, hd),
                 o,
+                norms: Some(HeadNorms {
+                    q: &q_norm,
+                    k: &k_norm,
+                    eps: hp.rms_eps,
+                }),
             },
             l.io,
         )?;
-        let (n_head, n_kv, hd) = (hp.n_head, hp.n_head_kv, hp.head_dim);
+        let (n_head, hd) = (hp.n_head, hp.head_dim);
         Ok(GatedAttention {
             q: b.linear(t.wq, &s.h, &s.qg, MatmulOutput::Store)?,
             k: b.linear(t.wk, &s.h, &s.k, MatmulOutput::Store)?,
             v: b.linear(t.wv, &s.h, &s.v, MatmulOutput::Store)?,
-            q_norm: b.head_norm(q, n_head, hd, t.q_norm)?,
-            k_norm: b.head_norm(k, n_kv, hd, t.k_norm)?,
             attention,
             gate: b.pointwise(n_head, hd, ElementwiseOp::SigmoidGate { o, gate })?,
             wo: b.linear(t.wo, &s.o, &s.x, MatmulOutput::Accumulate)?,
@@ -783,8 +787,6 @@ impl GatedAttention {
         self.q.record(k, pass, n, marks, "attn_q")?;
         self.k.record(k, pass, n, marks, "attn_k")?;
         self.v.record(k, pass, n, marks, "attn_v")?;
-        self.q_norm.record(k, pass, n, marks, "qk_norm");
-        self.k_norm.record(k, pass, n, marks, "qk_norm");
         self.attention
             .record(k, attn, pass, n, StepKind::Sequence, marks);
         self.gate.record(k, pass, n, marks, "attn_gate");

@@ -10,12 +10,13 @@
 # Carried (experiments/h200/prepare.sh): target/h200/gl (Vulkan loader debs), target/h200/bin.tgz
 # (release harness [+ harness-base] + GPU test binaries), target/h200/llama-src.tgz
 # (vendor/llama.cpp of the llama-cpp-python 0.3.36 sdist, trimmed to what a CUDA build needs).
-# DEPTHS overrides the depths; extra arguments go to `harness bench`.
+# DEPTHS overrides the depths; LLAMA=0 skips llama.cpp (its build takes ~3 of a call's minutes:
+# compare with a run that has it); extra arguments go to `harness bench`.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh
 
-(
+[ "${LLAMA:-1}" = 1 ] && (
     mkdir -p /tmp/llama && tar xzf target/h200/llama-src.tgz -C /tmp/llama && cd /tmp/llama/llama.cpp &&
     cmake -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
@@ -30,7 +31,7 @@ MODEL=/dev/shm/qwen3-8b-q4_k_m.gguf
 SYNTH=$!
 
 {
-    for t in "$BIN"/gpu_* "$BIN"/model_qwen3; do
+    for t in "$BIN"/gpu_* "$BIN"/model_*; do
         [ -x "$t" ] || continue
         echo "== $(basename "$t")"
         timeout 150 "$t" --skip llama_cpp --skip mlx_lm 2>&1 | grep -E "^test |test result|panicked" | head -30
@@ -50,7 +51,9 @@ done
 
 { time wait $LLAMA_BUILD; } 2>> "$OUT/llama-build.log"
 LB=/tmp/llama/llama.cpp/build/bin/llama-bench
-if [ -x "$LB" ]; then
+if [ "${LLAMA:-1}" != 1 ]; then
+    echo "llama.cpp skipped (LLAMA=0)" > "$OUT/llama-bench.md"
+elif [ -x "$LB" ]; then
     {
         echo "== llama-bench prefill (flash attention on)"
         timeout 100 "$LB" -m "$MODEL" -ngl 99 -fa 1 -p 128,2048 -n 0 -r 3 -o md

@@ -6,6 +6,8 @@
 # `target/h200` in `carry` (64 MiB in all; this comes to ~35 MiB).
 #
 #   experiments/h200/prepare.sh [test suites...]   (default: the GPU suites and model_qwen3)
+#   RELEASE_TARGET_DIR: the cargo target dir (default /work/targets/speed-release);
+#   BASE_HARNESS: a previous build's harness binary, carried as harness-base.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 H=target/h200
@@ -28,10 +30,13 @@ nice cargo test --release -p fak-tests --no-run "${tests[@]}"
 nice cargo build --release -p fak-harness
 rm -rf "$H/bin" && mkdir -p "$H/bin"
 cp "$CARGO_TARGET_DIR/release/harness" "$H/bin/"
+# A previous build's harness, for bench-decode.sh's before/after in one call.
+[ -z "${BASE_HARNESS:-}" ] || cp "$BASE_HARNESS" "$H/bin/harness-base"
 for t in "${suites[@]}"; do
     cp "$(ls -t "$CARGO_TARGET_DIR"/release/deps/"$t"-* | grep -v '\.d$' | head -1)" "$H/bin/$t"
 done
 tar czf "$H/bin.tgz" -C "$H" bin && rm -r "$H/bin"
+pwd > "$H/built-at"
 
 if [ ! -f "$H/llama-src.tgz" ]; then
     sdist=${FAK_CACHE:-$HOME/.cache/fak}/downloads/llama_cpp_python-0.3.36.tar.gz

@@ -13,5 +13,7 @@ mkdir -p "$OUT"
 # experiments/ and target/h200 alone (a checkout's ignored target/<dir>), the fixtures are the
 # checkout's, two levels up.
 [ -d tests ] || ln -s ../../tests tests
-[ -e /work/wt/speed ] || { mkdir -p /work/wt && ln -s "$PWD" /work/wt/speed; }
+# prepare.sh records the checkout the binaries were built in (target/h200/built-at).
+BUILT_AT=$(cat target/h200/built-at 2>/dev/null || echo /work/wt/speed)
+[ -e "$BUILT_AT" ] || { mkdir -p "$(dirname "$BUILT_AT")" && ln -s "$PWD" "$BUILT_AT"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv > "$OUT/gpu.csv" 2>&1

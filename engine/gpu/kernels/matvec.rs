@@ -14,6 +14,13 @@
 //! number: it picks the pipeline compiled for at most 1, 2, 4 or 8 vectors (the accumulators are
 //! unrolled for that capacity) and leaves the grid alone, which depends on the rows only. A Step
 //! asking for more vectors than the chosen pipeline holds computes only as many as it holds.
+//!
+//! # Fusions
+//!
+//! [`MatVec::bind_fused`] takes a [`MatVecFusion`]: an RMSNorm of x folded into the product (the
+//! pre-norm of QKV and of the MLP: x is then the residual stream) and the gate/up pairing that
+//! writes `silu(gate)·up` (W holds the gate rows followed by the up rows). Each saves the
+//! dependent dispatches of the ops it folds in; the math is in wgsl/matvec.wgsl.
 
 use super::tensors::{bind_group, checked_row_bytes};
 use crate::gpu::activations::Activations;
@@ -27,6 +34,7 @@ use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
 use crate::gpu::step::StepBuffer;
 use crate::quant::GgmlType;
+use std::sync::OnceLock;
 
 /// Most input vectors one dispatch multiplies.
 pub const MAX_BATCH: u32 = 8;
@@ -37,13 +45,14 @@ pub const BATCH_CAPACITIES: [u32; 4] = [1, 2, 4, 8];
 const WG: u32 = 64;
 /// Output rows per workgroup (`const ROWS` of the WGSL).
 const ROWS_PER_WORKGROUP: u64 = 4;
-/// w, x, y, params, step, and w and x again as 16-byte words (`w16`, `x16`).
+/// w, x, y, params, step, w and x again as 16-byte words (`w16`, `x16`), the norm weight (`nw`).
 const SLOTS: &[Slot] = &[
     Slot::Read,
     Slot::Read,
     Slot::ReadWrite,
     Slot::Uniform,
     Slot::Uniform,
+    Slot::Read,
     Slot::Read,
     Slot::Read,
 ];
@@ -66,7 +75,9 @@ struct Params {
     y_stride: u32,
     accumulate: u32,
     wide: u32,
-    pad: u32,
+    eps: f32,
+    pair_byte: u32,
+    pad: [u32; 3],
 }
 
 /// How a row is cut into units (the part of a block one invocation decodes):
@@ -122,7 +133,26 @@ pub struct MatVecIo<'a> {
     pub max_batch: u32,
 }
 
-/// The mat-vec kernel: one pipeline per (type, batch capacity).
+/// An RMSNorm folded into a mat-vec: x is normed (`x / sqrt(mean x² + eps) · weight`) inside
+/// the product.
+#[derive(Clone, Copy)]
+pub struct InputNorm<'a> {
+    /// `cols` f32 values.
+    pub weight: &'a wgpu::Buffer,
+    pub eps: f32,
+}
+
+/// What [`MatVec::bind_fused`] folds into the product.
+#[derive(Clone, Copy, Default)]
+pub struct MatVecFusion<'a> {
+    /// Norm x first (`cols` must be a multiple of 4).
+    pub norm: Option<InputNorm<'a>>,
+    /// W holds `2·rows` rows, the gate rows then the up rows, and `y = silu(W_gate x) ⊙ W_up x`
+    /// (`rows` outputs). Refused with `accumulate`, or when W does not fit one binding.
+    pub swiglu: bool,
+}
+
+/// The mat-vec kernel: one pipeline per (type, batch capacity, folded norm).
 pub struct MatVec {
     variant: KernelPaths,
     layout: wgpu::BindGroupLayout,
@@ -130,11 +160,14 @@ pub struct MatVec {
     placeholder: wgpu::Buffer,
     /// `[type index][capacity index]`, flattened: parallel to TYPES × BATCH_CAPACITIES.
     pipelines: Vec<wgpu::ComputePipeline>,
+    /// Per type, the NORM pipelines by capacity, once a binding has asked for them.
+    norm_pipelines: Vec<OnceLock<Vec<wgpu::ComputePipeline>>>,
 }
 
 /// One weight tensor bound for [`MatVec::encode`]: a bind group and grid per row range.
 pub struct MatVecBinding {
     type_index: usize,
+    norm: bool,
     max_batch: u32,
     ranges: Vec<(wgpu::BindGroup, Grid)>,
 }
@@ -144,6 +177,27 @@ impl MatVecBinding {
     pub fn grids(&self) -> impl Iterator<Item = Grid> + '_ {
         self.ranges.iter().map(|(_, grid)| *grid)
     }
+}
+
+/// The pipelines of one type and norm setting, one per batch capacity.
+fn specs(ty: GgmlType, norm: bool) -> Vec<PipelineSpec> {
+    let (_, lanes, block_elems, block_bytes) = unit_geometry(ty);
+    BATCH_CAPACITIES
+        .into_iter()
+        .map(|capacity| PipelineSpec {
+            label: format!("matvec {ty} batch {capacity} norm {norm}"),
+            entry_point: "matvec",
+            constants: vec![
+                ("WG", f64::from(WG)),
+                ("MAX_B", f64::from(capacity)),
+                ("NORM", f64::from(u8::from(norm))),
+                ("GGML_TYPE", f64::from(ty.id())),
+                ("UNIT_LANES", lanes as f64),
+                ("BLOCK_ELEMS", block_elems as f64),
+                ("BLOCK_BYTES", block_bytes as f64),
+            ],
+        })
+        .collect()
 }
 
 impl Kernel for MatVec {
@@ -163,24 +217,12 @@ impl Kernel for MatVec {
             .with(wgsl::reduction(variant))
             .with(wgsl::row_reduction(variant))
             .with(wgsl::MATVEC);
-        let mut pipelines = Vec::new();
-        for ty in Self::TYPES {
-            let (_, lanes, block_elems, block_bytes) = unit_geometry(ty);
-            for capacity in BATCH_CAPACITIES {
-                pipelines.push(PipelineSpec {
-                    label: format!("matvec {ty} batch {capacity}"),
-                    entry_point: "matvec",
-                    constants: vec![
-                        ("WG", f64::from(WG)),
-                        ("MAX_B", f64::from(capacity)),
-                        ("GGML_TYPE", f64::from(ty.id())),
-                        ("UNIT_LANES", lanes as f64),
-                        ("BLOCK_ELEMS", block_elems as f64),
-                        ("BLOCK_BYTES", block_bytes as f64),
-                    ],
-                });
-            }
-        }
+        // Every pipeline, for translation; `new` builds the plain ones and `bind_fused` each
+        // type's NORM ones when a model first asks for them.
+        let pipelines = [false, true]
+            .into_iter()
+            .flat_map(|norm| Self::TYPES.into_iter().flat_map(move |ty| specs(ty, norm)))
+            .collect();
         KernelSource {
             module,
             slots: SLOTS,
@@ -207,14 +249,36 @@ impl MatVec {
 
     /// Builds the variant `paths` selects (subgroup reduction or the workgroup-memory tree).
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
-        let variant = KernelVariant::of::<Self>(Self::AXES.select(paths));
+        let mut variant = KernelVariant::of::<Self>(Self::AXES.select(paths));
+        variant.source.pipelines = Self::TYPES
+            .into_iter()
+            .flat_map(|ty| specs(ty, false))
+            .collect();
         let built = build(ctx, &variant)?;
         Ok(MatVec {
             variant: variant.paths,
             layout: built.layout,
             placeholder: storage_buffer(ctx, "matvec wide placeholder", 16)?,
             pipelines: built.pipelines,
+            norm_pipelines: Self::TYPES.map(|_| OnceLock::new()).to_vec(),
         })
+    }
+
+    /// The NORM pipelines of the type at `type_index`, built on first use (a model needs them
+    /// for one or two types, and every pipeline costs build time: seconds on lavapipe).
+    fn norm_pipelines(
+        &self,
+        ctx: &GpuContext,
+        type_index: usize,
+    ) -> Result<&[wgpu::ComputePipeline], GpuError> {
+        let slot = &self.norm_pipelines[type_index];
+        if slot.get().is_none() {
+            let mut variant = KernelVariant::of::<Self>(self.variant);
+            variant.source.pipelines = specs(Self::TYPES[type_index], true);
+            // Two threads racing here build the same pipelines; either result serves.
+            let _ = slot.set(build(ctx, &variant)?.pipelines);
+        }
+        Ok(slot.get().expect("set above"))
     }
 
     /// The variant that was built.
@@ -239,6 +303,29 @@ impl MatVec {
         ctx: &GpuContext,
         shape: MatVecShape,
         io: &MatVecIo<'_>,
+        max_binding: u64,
+    ) -> Result<MatVecBinding, GpuError> {
+        self.bind_fused_within(ctx, shape, io, MatVecFusion::default(), max_binding)
+    }
+
+    /// [`MatVec::bind`] with the ops `fusion` folds into the product.
+    pub fn bind_fused(
+        &self,
+        ctx: &GpuContext,
+        shape: MatVecShape,
+        io: &MatVecIo<'_>,
+        fusion: MatVecFusion<'_>,
+    ) -> Result<MatVecBinding, GpuError> {
+        self.bind_fused_within(ctx, shape, io, fusion, ctx.max_binding_size())
+    }
+
+    /// [`MatVec::bind_fused`] with bindings of at most `max_binding` bytes.
+    pub fn bind_fused_within(
+        &self,
+        ctx: &GpuContext,
+        shape: MatVecShape,
+        io: &MatVecIo<'_>,
+        fusion: MatVecFusion<'_>,
         max_binding: u64,
     ) -> Result<MatVecBinding, GpuError> {
         let MatVecShape { ty, rows, cols } = shape;
@@ -270,15 +357,49 @@ impl MatVec {
                 io.weights_offset
             )));
         }
+        if fusion.swiglu && io.accumulate {
+            return Err(shape_error(
+                "a gate/up pairing cannot accumulate into y".into(),
+            ));
+        }
+        let w_rows = if fusion.swiglu { 2 * rows } else { rows };
         let row_bytes = checked_row_bytes(
             Self::NAME,
             "W",
             ty,
-            rows,
+            w_rows,
             cols,
             io.weights,
             io.weights_offset,
         )?;
+        if fusion.norm.is_some() {
+            self.norm_pipelines(ctx, type_index)?;
+        }
+        let norm = fusion
+            .norm
+            .map(|norm| {
+                if !cols.is_multiple_of(4) {
+                    return Err(shape_error(format!(
+                        "a folded norm needs rows of a multiple of 4 elements, not {cols}"
+                    )));
+                }
+                let bytes = 4 * cols;
+                if norm.weight.size() < bytes || bytes > max_binding {
+                    return Err(shape_error(format!(
+                        "the norm weight needs {bytes} bytes in one binding; its buffer has {}",
+                        norm.weight.size()
+                    )));
+                }
+                Ok((
+                    norm,
+                    Window {
+                        offset: 0,
+                        size: bytes,
+                        skip: 0,
+                    },
+                ))
+            })
+            .transpose()?;
         let align = ctx.binding_alignment();
         let batch = u64::from(io.max_batch);
         let x =
@@ -295,13 +416,31 @@ impl MatVec {
         let (unit_elems, ..) = unit_geometry(ty);
         let units = cols.div_ceil(unit_elems);
         let max_per_dimension = ctx.device.limits().max_compute_workgroups_per_dimension;
-        let ranges = split_rows("a matvec weight", rows, &[row_bytes], max_binding, align)?
+        let ranges = split_rows("a matvec weight", w_rows, &[row_bytes], max_binding, align)?;
+        if fusion.swiglu && ranges.len() > 1 {
+            return Err(GpuError::TooLarge {
+                what: "a gate/up pairing's weights (bytes)".into(),
+                size: w_rows * row_bytes,
+                limit: max_binding,
+                limit_name: "max_storage_buffer_binding_size",
+            });
+        }
+        // A pairing's single range holds the gate and the up rows; it writes `rows` outputs.
+        let (pair_byte, outputs_per_workgroup) = match fusion.swiglu {
+            true => (rows * row_bytes, ROWS_PER_WORKGROUP / 2),
+            false => (0, ROWS_PER_WORKGROUP),
+        };
+        let ranges = ranges
             .into_iter()
             .map(|range| {
+                let range = match fusion.swiglu {
+                    true => 0..rows,
+                    false => range,
+                };
                 let len = range.end - range.start;
                 let w = Window::around(
                     io.weights_offset + range.start * row_bytes,
-                    len * row_bytes,
+                    pair_byte + len * row_bytes,
                     align,
                 );
                 // w16: only Q4_K reads it, and only when every block starts on 16 bytes.
@@ -327,7 +466,9 @@ impl MatVec {
                     y_stride: y.stride,
                     accumulate: u32::from(io.accumulate),
                     wide,
-                    pad: 0,
+                    eps: norm.map_or(0.0, |(n, _)| n.eps),
+                    pair_byte: pair_byte as u32,
+                    pad: [0; 3],
                 };
                 let params = uniform(ctx, "matvec params", &params);
                 let group = bind_group(
@@ -341,15 +482,17 @@ impl MatVec {
                         params.as_entire_binding(),
                         step.clone(),
                         w_wide.map_or(placeholder.clone(), |w| w.binding(io.weights)),
-                        x_wide.map_or(placeholder, |x| x.binding(io.x.buffer)),
+                        x_wide.map_or(placeholder.clone(), |x| x.binding(io.x.buffer)),
+                        norm.map_or(placeholder, |(n, window)| window.binding(n.weight)),
                     ],
                 );
-                let workgroups = len.div_ceil(ROWS_PER_WORKGROUP);
+                let workgroups = len.div_ceil(outputs_per_workgroup);
                 Ok((group, Grid::for_workgroups(workgroups, max_per_dimension)?))
             })
             .collect::<Result<_, GpuError>>()?;
         Ok(MatVecBinding {
             type_index,
+            norm: norm.is_some(),
             max_batch: io.max_batch,
             ranges,
         })
@@ -377,8 +520,13 @@ impl MatVec {
             .iter()
             .position(|&c| c >= n_tokens)
             .expect("n_tokens ≤ max_batch ≤ MAX_BATCH");
-        let index = binding.type_index * BATCH_CAPACITIES.len() + capacity;
-        pass.set_pipeline(&self.pipelines[index]);
+        let pipeline = match binding.norm {
+            true => &self.norm_pipelines[binding.type_index]
+                .get()
+                .expect("bind_fused built the NORM pipelines")[capacity],
+            false => &self.pipelines[binding.type_index * BATCH_CAPACITIES.len() + capacity],
+        };
+        pass.set_pipeline(pipeline);
         for (group, grid) in &binding.ranges {
             pass.set_bind_group(0, group, &[]);
             grid.dispatch(pass);

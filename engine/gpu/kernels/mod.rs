@@ -17,6 +17,7 @@ pub mod matvec;
 pub mod read_probe;
 pub mod rms_norm;
 pub mod rope;
+pub mod rope_kv;
 pub mod ssm_conv;
 pub mod support;
 mod tensors;
@@ -42,6 +43,7 @@ pub fn registry() -> Vec<KernelVariant> {
     all.extend(KernelVariant::all_of::<elementwise::Elementwise>());
     all.extend(KernelVariant::all_of::<argmax::Argmax>());
     all.extend(KernelVariant::all_of::<kv_cache::KvWrite>());
+    all.extend(KernelVariant::all_of::<rope_kv::RopeKv>());
     all.extend(KernelVariant::all_of::<attn_decode::AttnDecode>());
     all.extend(KernelVariant::all_of::<attn_prefill::AttnPrefill>());
     all.extend(KernelVariant::all_of::<read_probe::ReadProbe>());

@@ -16,6 +16,8 @@ use crate::gpu::step::StepBuffer;
 use crate::model::RopePairing;
 
 const ROPE: WgslFile = step_wgsl!("rope.wgsl");
+/// The exactly reduced rotary angle (`angle`), shared with the fused rope_kv kernel.
+pub(crate) const ROPE_ANGLE: WgslFile = step_wgsl!("rope_angle.wgsl");
 /// x, table, token_slots, params, step.
 const SLOTS: &[Slot] = &[
     Slot::ReadWrite,
@@ -113,6 +115,21 @@ impl RopeTable {
     pub fn n_rot(&self) -> u32 {
         self.n_rot
     }
+
+    /// The binding of the table's n_rot/2 entries.
+    pub(crate) fn binding(
+        &self,
+        ctx: &GpuContext,
+        kernel: &'static str,
+    ) -> Result<wgpu::BindingResource<'_>, GpuError> {
+        words(
+            ctx,
+            kernel,
+            "the rope table",
+            &self.buffer,
+            2 * u64::from(self.n_rot),
+        )
+    }
 }
 
 /// The heads a rope binding rotates: `n_heads` heads of `head_dim` per token (the first `n_rot`
@@ -152,6 +169,7 @@ impl Kernel for Rope {
             .with(wgsl::STEP)
             .with(support::VIEW)
             .with(support::POSITIONS)
+            .with(ROPE_ANGLE)
             .with(ROPE);
         let pipelines = [false, true]
             .map(|table| PipelineSpec {
@@ -208,13 +226,7 @@ impl Rope {
             ));
         }
         let x_binding = view_binding(ctx, Self::NAME, "x", &x, max_tokens, n_heads, head_dim)?;
-        let table_binding = words(
-            ctx,
-            Self::NAME,
-            "the table",
-            &table.buffer,
-            2 * u64::from(n_rot),
-        )?;
+        let table_binding = table.binding(ctx, Self::NAME)?;
         let slots = positions_binding(ctx, Self::NAME, positions, &self.placeholder, max_tokens)?;
         let params = uniform(
             ctx,
