@@ -163,6 +163,24 @@ impl LlamaCpp {
     }
 }
 
+/// The top log-probabilities of the answer's first generated token, when the server reported
+/// them. It withholds a token's while its text is an incomplete UTF-8 sequence, and then the
+/// first entry it does report belongs to a later token: each entry is checked against the
+/// generated token ids, never taken by position alone.
+fn first_position_probs(answer: &Value) -> Result<Option<&Vec<Value>>> {
+    let generated = answer["tokens"][0]
+        .as_u64()
+        .with_context(|| format!("llama.cpp: no generated token ids in {answer:.300}"))?;
+    let first = &answer["completion_probabilities"][0];
+    if first["id"].as_u64() != Some(generated) {
+        return Ok(None);
+    }
+    let top = first["top_logprobs"]
+        .as_array()
+        .with_context(|| format!("llama.cpp: no top_logprobs in {answer:.300}"))?;
+    Ok(Some(top))
+}
+
 /// Reads one streamed `/completion` answer to its end: token ids as they arrive, the final
 /// chunk's `timings` (whose `prompt_ms` is the prefill bucket). `alive` is asked every 100 ms
 /// while nothing arrives (a dead server is an error).
@@ -402,11 +420,14 @@ impl Arm for LlamaCpp {
                 return Err(Interrupted.into());
             }
             let answer = self.first_token_probs(&ids[..end])?;
-            let top = answer["completion_probabilities"][0]["top_logprobs"]
-                .as_array()
-                .with_context(|| {
-                    format!("llama.cpp: no completion_probabilities in {answer:.300}")
-                })?;
+            let Some(top) = first_position_probs(&answer)? else {
+                eprintln!(
+                    "llama.cpp: the probabilities after {end} ids were withheld (an incomplete \
+                     UTF-8 token): that position has no quality receipt"
+                );
+                rows.push(Vec::new());
+                continue;
+            };
             let row = top
                 .iter()
                 .map(|p| {
@@ -430,5 +451,36 @@ impl Arm for LlamaCpp {
             Some(mut p) => p.stop(Duration::from_millis(200)),
             None => ExitInfo::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(tokens: &[u64], probs: &[u64]) -> Value {
+        let entries: Vec<Value> = probs
+            .iter()
+            .map(|&id| json!({"id": id, "top_logprobs": [{"id": id, "logprob": -0.5}]}))
+            .collect();
+        json!({"tokens": tokens, "completion_probabilities": entries})
+    }
+
+    /// The first entry is taken only when it belongs to the first generated token; a withheld
+    /// fragment (its entry missing, a later token's first) gives no row, and an answer without
+    /// token ids is an error rather than a silent gap.
+    #[test]
+    fn probabilities_are_matched_to_the_generated_token() {
+        let both = answer(&[7, 9], &[7, 9]);
+        let top = first_position_probs(&both).unwrap();
+        assert_eq!(top.unwrap()[0]["id"], 7);
+        assert!(
+            first_position_probs(&answer(&[7, 9], &[9]))
+                .unwrap()
+                .is_none()
+        );
+        assert!(first_position_probs(&answer(&[7], &[])).unwrap().is_none());
+        let err = first_position_probs(&json!({"completion_probabilities": []})).unwrap_err();
+        assert!(err.to_string().contains("no generated token ids"), "{err}");
     }
 }

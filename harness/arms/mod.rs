@@ -66,7 +66,8 @@ pub struct Done {
 pub enum Logits {
     /// Every vocabulary entry (fak, MLX).
     Full(Vec<Vec<f32>>),
-    /// Only the top entries, as (id, log-probability) best first (llama-server's `n_probs`).
+    /// Only the top entries, as (id, log-probability) best first (llama-server's `n_probs`);
+    /// an empty row is a position the engine withheld.
     TopK(Vec<Vec<(u32, f32)>>),
 }
 

@@ -320,4 +320,11 @@ pub struct QualityEntryComparison {
     pub rule: QualityRule,
     pub top_k: Option<u32>,
     pub summary: QualitySummary,
+    /// Positions the engine withheld (the quality file lists them; they have no receipt).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub withheld_positions: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }

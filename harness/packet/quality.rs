@@ -79,6 +79,14 @@ impl QualityRule {
     }
 }
 
+/// A teacher-forced position the engine gave no probabilities for (llama-server withholds a
+/// token's while its text is an incomplete UTF-8 sequence): it has no receipt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WithheldPosition {
+    pub prompt_index: usize,
+    pub position: usize,
+}
+
 /// One teacher-forced position.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PositionReceipt {
@@ -126,6 +134,9 @@ pub struct QualityComparison {
     /// the reference's top-k ids only.
     pub top_k: Option<u32>,
     pub receipts: Vec<PositionReceipt>,
+    /// Positions the engine withheld (no receipt, not in the summary).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub withheld: Vec<WithheldPosition>,
     pub summary: QualitySummary,
 }
 
@@ -143,8 +154,14 @@ impl QualityComparison {
             rule,
             top_k,
             receipts,
+            withheld: Vec::new(),
             summary,
         }
+    }
+
+    /// The same, noting positions the engine withheld.
+    pub fn with_withheld(self, withheld: Vec<WithheldPosition>) -> Self {
+        QualityComparison { withheld, ..self }
     }
 }
 

@@ -211,6 +211,7 @@ pub fn quality_entry(q: &ArmQuality, digest: &FileDigest) -> QualityEntry {
                 rule: c.rule.clone(),
                 top_k: c.top_k,
                 summary: c.summary.clone(),
+                withheld_positions: c.withheld.len(),
             })
             .collect(),
     }

@@ -646,6 +646,18 @@ fn check_quality(
                     )),
                 }
             }
+            for w in &c.withheld {
+                let receipted = c
+                    .receipts
+                    .iter()
+                    .any(|r| (r.prompt_index, r.position) == (w.prompt_index, w.position));
+                if w.prompt_index >= packet.envelope.n_prompts || receipted {
+                    errors.push(format!(
+                        "{who}: withheld position {} of prompt {} is out of the envelope or has a receipt",
+                        w.position, w.prompt_index
+                    ));
+                }
+            }
             for r in &c.receipts {
                 if r.prompt_index >= packet.envelope.n_prompts || !r.cosine.is_finite() {
                     errors.push(format!(

@@ -4,7 +4,7 @@
 use super::*;
 use crate::packet::scenario::{ScenarioRaw, scenario_raw_file_name};
 use crate::packet::testkit::{self, Scratch};
-use crate::packet::{NATIVE_ARM, quality_file_name, raw_file_name};
+use crate::packet::{NATIVE_ARM, WithheldPosition, quality_file_name, raw_file_name};
 use serde_json::json;
 
 /// A freshly written valid run.
@@ -758,4 +758,23 @@ fn weights_without_a_digest_are_only_for_a_skipped_arm() {
         p["scenario"]["arms"][1]["weights"]["same_as_envelope"] = json!(false);
     });
     expect(&s, 1, "ran weights without a digest");
+}
+
+#[test]
+fn a_withheld_position_has_no_receipt_and_the_packet_counts_it() {
+    let s = run("quality-withheld");
+    tamper_quality(&s, NATIVE_ARM, |q| {
+        let c = &mut q.comparisons[1];
+        let r = &c.receipts[3];
+        c.withheld.push(WithheldPosition {
+            prompt_index: r.prompt_index,
+            position: r.position,
+        });
+    });
+    let v = expect(&s, 1, "has a receipt");
+    assert!(
+        v.errors.iter().any(|e| e.contains("withheld_positions")),
+        "the packet's count no longer matches the file: {:#?}",
+        v.errors
+    );
 }

@@ -492,23 +492,31 @@ fn write_quality(
         let mut comparisons = Vec::new();
         if let Some(Ok(arm_rows)) = &run.outcome.quality {
             let top_k = arm_rows.top_k.then_some(quality::TOP_K as u32);
-            comparisons.push(QualityComparison::new(
-                reference.against.clone(),
-                QualityRule::QuantizationCost,
-                top_k,
-                quality::reference_receipts(arm_rows),
-            ));
+            let r = quality::reference_receipts(arm_rows);
+            comparisons.push(
+                QualityComparison::new(
+                    reference.against.clone(),
+                    QualityRule::QuantizationCost,
+                    top_k,
+                    r.receipts,
+                )
+                .with_withheld(r.withheld),
+            );
             if run.name == "llama.cpp"
                 && let Some(fak) = rows("fak-native")
             {
-                comparisons.push(QualityComparison::new(
-                    Against::Arm {
-                        arm: "fak-native".into(),
-                    },
-                    QualityRule::parity_v1(),
-                    Some(quality::TOP_K as u32),
-                    quality::parity_receipts(fak, arm_rows),
-                ));
+                let r = quality::parity_receipts(fak, arm_rows);
+                comparisons.push(
+                    QualityComparison::new(
+                        Against::Arm {
+                            arm: "fak-native".into(),
+                        },
+                        QualityRule::parity_v1(),
+                        Some(quality::TOP_K as u32),
+                        r.receipts,
+                    )
+                    .with_withheld(r.withheld),
+                );
             }
         }
         writer.write_quality(ArmQuality {

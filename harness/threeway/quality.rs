@@ -9,7 +9,7 @@ use crate::arms::{Arm, Logits};
 use anyhow::{Context, Result, bail};
 use fak::gguf::Gguf;
 use fak::reference::{DenseReference, Reference as _, ops::argmax};
-use fak_harness::packet::{Against, PositionReceipt};
+use fak_harness::packet::{Against, PositionReceipt, WithheldPosition};
 use std::path::Path;
 
 /// Entries of the reference's top-k over which top-k-only engines are compared.
@@ -88,6 +88,14 @@ pub struct Row {
     pub topk_cosine: f64,
     /// The arm's values at the reference's top-k ids (NaN where missing), kept for parity.
     pub topk_values: Vec<f32>,
+    /// False where the engine withheld the position (an empty top-k row): no receipt.
+    pub reported: bool,
+}
+
+/// Receipts of a comparison, and the positions without one because an engine withheld them.
+pub struct Receipts {
+    pub receipts: Vec<PositionReceipt>,
+    pub withheld: Vec<WithheldPosition>,
 }
 
 /// An arm's rows against the reference, per quality prompt.
@@ -112,6 +120,7 @@ pub fn compare(reference: &ReferenceRows, arm: &Logits) -> Result<Vec<Row>> {
             let want = &reference.logits[i];
             let top = top_k(want, TOP_K);
             let want_top: Vec<f32> = top.iter().map(|&id| want[id as usize]).collect();
+            let reported = !matches!(arm, Logits::TopK(rows) if rows[i].is_empty());
             let (token, cosine, values) = match arm {
                 Logits::Full(rows) => {
                     let got = &rows[i];
@@ -151,6 +160,7 @@ pub fn compare(reference: &ReferenceRows, arm: &Logits) -> Result<Vec<Row>> {
                 cosine,
                 topk_cosine: centred_cosine_present(&values, &want_top),
                 topk_values: values,
+                reported,
             })
         })
         .collect()
@@ -158,38 +168,62 @@ pub fn compare(reference: &ReferenceRows, arm: &Logits) -> Result<Vec<Row>> {
 
 /// The receipts of an arm against the reference: full-logit cosines, or (top-k engines) the
 /// centred cosine over the reference's top-k.
-pub fn reference_receipts(arm: &ArmRows) -> Vec<PositionReceipt> {
-    let mut out = Vec::new();
-    for (p, rows) in arm.prompts.iter().enumerate() {
-        for r in rows {
-            out.push(PositionReceipt {
-                prompt_index: p,
-                position: r.position,
-                cosine: r.cosine.unwrap_or(r.topk_cosine),
-                greedy_reference: r.reference_token,
-                greedy_arm: r.token,
-                reference_top2_margin: f64::from(r.reference_margin),
-            });
-        }
-    }
-    out
+pub fn reference_receipts(arm: &ArmRows) -> Receipts {
+    receipts(
+        arm.prompts.iter().map(|rows| rows.iter().map(|r| (r, r))),
+        |r, _| PositionReceipt {
+            prompt_index: 0,
+            position: r.position,
+            cosine: r.cosine.unwrap_or(r.topk_cosine),
+            greedy_reference: r.reference_token,
+            greedy_arm: r.token,
+            reference_top2_margin: f64::from(r.reference_margin),
+        },
+    )
 }
 
 /// strict-token-parity receipts of arm `b` against arm `a` (same weights): the centred cosine of
 /// their values over the reference's top-k ids, `a`'s greedy token in the reference column, the
 /// reference's top-2 margin.
-pub fn parity_receipts(a: &ArmRows, b: &ArmRows) -> Vec<PositionReceipt> {
-    let mut out = Vec::new();
-    for (p, (ra, rb)) in a.prompts.iter().zip(&b.prompts).enumerate() {
-        for (x, y) in ra.iter().zip(rb) {
-            out.push(PositionReceipt {
-                prompt_index: p,
-                position: x.position,
-                cosine: centred_cosine_present(&x.topk_values, &y.topk_values),
-                greedy_reference: x.token,
-                greedy_arm: y.token,
-                reference_top2_margin: f64::from(x.reference_margin),
-            });
+pub fn parity_receipts(a: &ArmRows, b: &ArmRows) -> Receipts {
+    let pairs = a
+        .prompts
+        .iter()
+        .zip(&b.prompts)
+        .map(|(ra, rb)| ra.iter().zip(rb));
+    receipts(pairs, |x, y| PositionReceipt {
+        prompt_index: 0,
+        position: x.position,
+        cosine: centred_cosine_present(&x.topk_values, &y.topk_values),
+        greedy_reference: x.token,
+        greedy_arm: y.token,
+        reference_top2_margin: f64::from(x.reference_margin),
+    })
+}
+
+/// One receipt per position both rows report (prompt index filled in), the rest withheld.
+fn receipts<'r, P, R>(prompts: P, receipt: impl Fn(&Row, &Row) -> PositionReceipt) -> Receipts
+where
+    P: Iterator<Item = R>,
+    R: Iterator<Item = (&'r Row, &'r Row)>,
+{
+    let mut out = Receipts {
+        receipts: Vec::new(),
+        withheld: Vec::new(),
+    };
+    for (p, rows) in prompts.enumerate() {
+        for (x, y) in rows {
+            if x.reported && y.reported {
+                out.receipts.push(PositionReceipt {
+                    prompt_index: p,
+                    ..receipt(x, y)
+                });
+            } else {
+                out.withheld.push(WithheldPosition {
+                    prompt_index: p,
+                    position: x.position,
+                });
+            }
         }
     }
     out
