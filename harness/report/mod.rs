@@ -492,7 +492,10 @@ fn quality(md: &mut String, p: &Packet) {
                 c.top_k.map_or("full vocabulary".into(), |k| format!(
                     "reference top-{k} only"
                 )),
-                s.positions,
+                match c.withheld_positions {
+                    0 => s.positions.to_string(),
+                    w => format!("{} (+{w} withheld by the engine)", s.positions),
+                },
                 s.min_cosine,
                 s.mean_cosine,
                 s.greedy_agreement * 100.0,
