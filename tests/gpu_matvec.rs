@@ -597,10 +597,12 @@ fn a_folded_norm_and_a_gate_up_pairing_match_the_unfused_math_on_every_x_layout(
         .collect();
     let mut seed = 0x3a7e_5000;
     // One type per way load_xs pairs x with codes (the only code the fusions touch besides the
-    // prologue and the epilogue, which no type changes): each NORM type costs four pipeline
-    // builds, seconds each on lavapipe.
+    // prologue and the epilogue, which no type changes), and each unquantized type (its own
+    // unit loads): each NORM type costs four pipeline builds, seconds each on lavapipe.
     for ty in [
+        GgmlType::F32,
         GgmlType::F16,
+        GgmlType::BF16,
         GgmlType::Q8_0,
         GgmlType::Q5_1,
         GgmlType::Q4_K,

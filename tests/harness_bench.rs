@@ -187,10 +187,16 @@ fn bench_reports_a_consistent_per_op_profile_against_the_model_bytes() {
     );
     assert_names(
         &d,
+        // Q4_K_M: q, k, v stacked where v is Q4_K, q and k where it is Q6_K; the norms, RoPE,
+        // cache write and SwiGLU folded into the ops around them.
         &[
             "embed",
-            "attn_q",
+            "attn_qkv",
+            "attn_qk",
+            "attn_v",
+            "rope_kv",
             "attention",
+            "ffn_gate_up",
             "ffn_down",
             "output",
             "argmax",

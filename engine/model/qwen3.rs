@@ -285,10 +285,10 @@ pub struct DenseModel {
 
 /// One block's bindings.
 struct DeviceLayer {
-    /// attn_norm folded into the q, k, v products: one weight when the three share a type
-    /// (op `attn_qkv`), else three (`attn_q`, `attn_k`, `attn_v`).
+    /// attn_norm folded into the q, k, v products, stacked into as few weights as their types
+    /// allow (ops `attn_qkv`, or `attn_qk` + `attn_v`, …).
     qkv: NormedLinears,
-    qkv_names: &'static [&'static str],
+    qkv_names: Vec<&'static str>,
     bias: Vec<Pointwise>,
     attention: Attention,
     wo: Linear,
@@ -299,10 +299,9 @@ struct DeviceLayer {
 struct Scratch {
     x: wgpu::Buffer,
     h: wgpu::Buffer,
-    /// q, k, v side by side per token, from a layer whose three weights share a type ...
+    /// The q, k, v projections: a run of stacked weights writes its outputs side by side per
+    /// token into the buffer of its first tensor (q: up to q+k+v wide, k: up to k+v, v).
     qkv: wgpu::Buffer,
-    /// ... or each on its own from one whose weights do not.
-    q: wgpu::Buffer,
     k: wgpu::Buffer,
     v: wgpu::Buffer,
     /// q normed and rotated, as attention reads it.
@@ -320,8 +319,7 @@ impl Scratch {
             x: a("x", hp.n_embd)?,
             h: a("h", hp.n_embd)?,
             qkv: a("qkv", hp.q_dim() + 2 * hp.kv_dim())?,
-            q: a("q", hp.q_dim())?,
-            k: a("k", hp.kv_dim())?,
+            k: a("k", 2 * hp.kv_dim())?,
             v: a("v", hp.kv_dim())?,
             q_rot: a("q rotated", hp.q_dim())?,
             o: a("attention out", hp.q_dim())?,
@@ -427,7 +425,7 @@ impl DenseModel {
         self.embedding.record(k, pass, n, marks)?;
         for l in &self.layers {
             l.qkv
-                .record(k, pass, n, marks, ("attn_norm", l.qkv_names))?;
+                .record(k, pass, n, marks, ("attn_norm", &l.qkv_names))?;
             for op in &l.bias {
                 op.record(k, pass, n, marks, "qkv_bias");
             }
@@ -459,47 +457,53 @@ impl LayerLoader<'_> {
         let (hd, n_head, n_kv) = (hp.head_dim as u32, hp.n_head as u32, hp.n_head_kv as u32);
         let (q_dim, kv_dim) = (n_head * hd, n_kv * hd);
         let d = hp.n_embd as u64;
-        // Where each projection lands: (buffer, first element, elements per token).
-        let (qkv, qkv_names, outputs) = if stackable(&[l.wq, l.wk, l.wv]) {
-            let width = q_dim + 2 * kv_dim;
-            let w = upload_weights(b.ctx, b.gguf, &[l.wq, l.wk, l.wv])?;
-            let part = NormedPart {
+        // q, k, v in runs of weights that can be stored back to back (one mat-vec each): all
+        // three when they share a type, q+k when only v differs (Q4_K_M's Q6_K v layers), ….
+        let ts = [l.wq, l.wk, l.wv];
+        let widths = [q_dim, kv_dim, kv_dim];
+        let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+        for i in 0..3 {
+            match runs.last_mut() {
+                Some(run) if stackable(&[ts[run.start], ts[i]]) => run.end = i + 1,
+                _ => runs.push(i..i + 1),
+            }
+        }
+        // A run's outputs go to the buffer of its first tensor, side by side per token.
+        let buffers = [&s.qkv, &s.k, &s.v];
+        let ws = runs
+            .iter()
+            .map(|run| upload_weights(b.ctx, b.gguf, &ts[run.clone()]))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut outputs = [(&s.qkv, 0, 0); 3];
+        let mut parts = Vec::new();
+        let mut names = Vec::new();
+        for (run, w) in runs.iter().zip(&ws) {
+            let width: u32 = widths[run.clone()].iter().sum();
+            let y = buffers[run.start];
+            let mut first = 0;
+            for i in run.clone() {
+                outputs[i] = (y, first, width);
+                first += widths[i];
+            }
+            parts.push(NormedPart {
                 shape: MatVecShape {
-                    ty: l.wq.ty,
+                    ty: ts[run.start].ty,
                     rows: u64::from(width),
                     cols: d,
                 },
-                weights: &w,
-                y: &s.qkv,
-            };
-            let qkv = NormedLinears::bind(b, &s.x, &s.h, l.attn_norm, &[part])?;
-            let at = |first| (&s.qkv, first, width);
-            let outputs = [at(0), at(q_dim), at(q_dim + kv_dim)];
-            (qkv, &["attn_qkv"][..], outputs)
-        } else {
-            let ws = [l.wq, l.wk, l.wv]
-                .map(|t| upload_weight(b.ctx, b.gguf, t))
-                .into_iter()
-                .collect::<Result<Vec<_>, _>>()?;
-            let ys = [&s.q, &s.k, &s.v];
-            let parts: Vec<NormedPart> = [l.wq, l.wk, l.wv]
-                .iter()
-                .zip(&ws)
-                .zip(ys)
-                .map(|((t, w), y)| NormedPart {
-                    shape: MatVecShape {
-                        ty: t.ty,
-                        rows: t.n_rows(),
-                        cols: d,
-                    },
-                    weights: w,
-                    y,
-                })
-                .collect();
-            let qkv = NormedLinears::bind(b, &s.x, &s.h, l.attn_norm, &parts)?;
-            let outputs = [(&s.q, 0, q_dim), (&s.k, 0, kv_dim), (&s.v, 0, kv_dim)];
-            (qkv, &["attn_q", "attn_k", "attn_v"][..], outputs)
-        };
+                weights: w,
+                y,
+            });
+            names.push(match (run.start, run.len()) {
+                (0, 3) => "attn_qkv",
+                (0, 2) => "attn_qk",
+                (0, _) => "attn_q",
+                (1, 2) => "attn_kv",
+                (1, _) => "attn_k",
+                _ => "attn_v",
+            });
+        }
+        let qkv = NormedLinears::bind(b, &s.x, &s.h, l.attn_norm, &parts)?;
         fn heads<'b>(
             (buffer, first, stride): (&'b wgpu::Buffer, u32, u32),
             n: u32,
@@ -558,7 +562,7 @@ impl LayerLoader<'_> {
         };
         Ok(DeviceLayer {
             qkv,
-            qkv_names,
+            qkv_names: names,
             bias,
             attention,
             wo: b.linear(l.wo, &s.o, &s.x, MatmulOutput::Accumulate)?,
