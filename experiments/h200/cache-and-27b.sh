@@ -33,6 +33,8 @@ timeout 300 "$BIN/harness" threeway --scenario multi-agent --model "$MODEL" --ar
     --out "$OUT/multi-agent-27b" > "$OUT/multi-agent.log" 2>&1
 "$BIN/harness" validate "$OUT/multi-agent-27b/packet.json" >> "$OUT/multi-agent.log" 2>&1
 "$BIN/harness" report "$OUT/multi-agent-27b/packet.json" >> "$OUT/multi-agent.log" 2>&1
+# The run tool returns only a few files per call: the run's folder travels as one archive.
+tar czf "$OUT/multi-agent-27b.tgz" -C "$OUT" multi-agent-27b && rm -r "$OUT/multi-agent-27b"
 
 timeout 200 "$BIN/harness" bench --model "$MODEL" --depths 128,2048 --n-out 32 \
     --json-out "$OUT/bench-27b.json" > "$OUT/bench.log" 2>&1
