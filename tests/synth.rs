@@ -6,9 +6,13 @@
 
 use fak::gguf::{Gguf, TensorInfo};
 use fak::quant::GgmlType;
-use fak_tests::harness::{harness, synth_model};
+use fak_tests::harness::harness;
 use fak_tests::peer::{
     check, llama_cli_generates, llama_quantize_plan, llama_tokenize, names_and_types, tensor_table,
+};
+use fak_tests::synth_files::{
+    QUANTS, SEED, SynthFiles, Tokenizer, assert_converter_tensors,
+    assert_tiny_tensors_fit_one_binding, for_each_tiny_metadata,
 };
 use fak_tests::{fixture, python};
 use serde_json::Value as Json;
@@ -16,54 +20,22 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const QUANTS: [&str; 4] = ["f32", "f16", "q8_0", "q4_k_m"];
-const SEED: &str = "7";
 const N_VOCAB: u64 = 151_936;
-/// lavapipe's `max_storage_buffer_binding_size`: a tiny tensor must fit one binding.
-const MAX_BINDING: u64 = 128 << 20;
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("synth");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
-
-/// `harness synth <args>` into this test's scratch folder, once per name.
-fn synth(name: &str, args: &[&str]) -> PathBuf {
-    synth_model(&scratch(""), name, args)
+fn files() -> SynthFiles {
+    SynthFiles::new(
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("synth"),
+        "qwen3",
+    )
 }
 
 fn tiny(quant: &str) -> PathBuf {
-    let args = [
-        "--arch", "qwen3", "--preset", "tiny", "--quant", quant, "--seed", SEED,
-    ];
-    synth(&format!("tiny-{quant}.gguf"), &args)
+    files().tiny(quant)
 }
 
-/// The tiny f32 file together with its Hugging Face export (same seed, same floats).
-fn tiny_f32_with_hf() -> (PathBuf, PathBuf) {
-    let hf = scratch("tiny-hf");
-    let hf_arg = hf.to_str().unwrap();
-    let args = [
-        "--arch", "qwen3", "--preset", "tiny", "--quant", "f32", "--seed", SEED, "--hf-dir", hf_arg,
-    ];
-    (synth("tiny-f32-with-hf.gguf", &args), hf)
-}
-
-/// A Qwen3-0.6B-shaped Q4_K_M file of random blocks (cheap to write and to run one token).
+/// A Qwen3-0.6B-shaped Q4_K_M file of random blocks.
 fn fast_random_0_6b() -> PathBuf {
-    let args = [
-        "--arch",
-        "qwen3",
-        "--preset",
-        "qwen3-0.6b",
-        "--quant",
-        "q4_k_m",
-        "--seed",
-        SEED,
-        "--fast-random",
-    ];
-    synth("qwen3-0.6b-q4_k_m-fast.gguf", &args)
+    files().fast_random("qwen3-0.6b")
 }
 
 /// The qwen3 tensors llama.cpp's loader asks for (`llm_build_qwen3` and its tensor list), with
@@ -126,17 +98,15 @@ const QWEN3_KEYS: [&str; 26] = [
 
 #[test]
 fn metadata_has_the_converters_qwen3_keys_and_values() {
-    let vocab = Gguf::open(fixture("vocab/ggml-vocab-qwen2.gguf")).unwrap();
-    let vocab = vocab.metadata();
-    let template = std::fs::read_to_string(fixture("templates/Qwen-Qwen3-0.6B.jinja")).unwrap();
-    for (quant, file_type) in QUANTS.into_iter().zip([0, 1, 7, 15]) {
-        let g = Gguf::open(tiny(quant)).unwrap();
-        let m = g.metadata();
-        let keys: Vec<&str> = m.entries().iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(keys, QWEN3_KEYS, "{quant}");
-
-        assert_eq!(m.str("general.architecture").unwrap(), "qwen3");
-        assert_eq!(m.u32("general.file_type").unwrap(), file_type, "{quant}");
+    let tokenizer = Tokenizer {
+        vocab: "vocab/ggml-vocab-qwen2.gguf",
+        template: "templates/Qwen-Qwen3-0.6B.jinja",
+        n_vocab: N_VOCAB,
+        bos: 151_643,
+        eos: 151_645,
+        padding: 151_643,
+    };
+    for_each_tiny_metadata(&files(), &QWEN3_KEYS, |_, m| {
         assert_eq!(m.u32("general.quantization_version").unwrap(), 2);
         for (key, value) in [
             ("block_count", 4),
@@ -155,26 +125,11 @@ fn metadata_has_the_converters_qwen3_keys_and_values() {
             m.f32("qwen3.attention.layer_norm_rms_epsilon").unwrap(),
             1e-6
         );
-
         assert_eq!(m.str("tokenizer.ggml.model").unwrap(), "gpt2");
         assert_eq!(m.str("tokenizer.ggml.pre").unwrap(), "qwen2");
-        let tokens = m.str_array("tokenizer.ggml.tokens").unwrap();
-        assert_eq!(tokens.len() as u64, N_VOCAB);
-        assert_eq!(
-            tokens[..151_643],
-            vocab.str_array("tokenizer.ggml.tokens").unwrap()[..151_643],
-            "the BPE tokens are the qwen2 vocabulary's"
-        );
-        assert_eq!(
-            m.str_array("tokenizer.ggml.merges").unwrap(),
-            vocab.str_array("tokenizer.ggml.merges").unwrap()
-        );
-        assert_eq!(m.u32("tokenizer.ggml.bos_token_id").unwrap(), 151_643);
-        assert_eq!(m.u32("tokenizer.ggml.eos_token_id").unwrap(), 151_645);
-        assert_eq!(m.u32("tokenizer.ggml.padding_token_id").unwrap(), 151_643);
         assert!(!m.bool("tokenizer.ggml.add_bos_token").unwrap());
-        assert_eq!(m.str("tokenizer.chat_template").unwrap(), template);
-    }
+        tokenizer.assert_in(m);
+    });
 }
 
 #[test]
@@ -201,10 +156,6 @@ fn added_tokens_are_qwen3s_with_the_converters_token_types() {
         assert_eq!((tokens[id].as_str(), types[id]), (text, ty), "token {id}");
     }
     assert!(
-        types[..151_643].iter().all(|&t| t == 1),
-        "BPE tokens are NORMAL"
-    );
-    assert!(
         types[151_669..].iter().all(|&t| t == 5),
         "padding is UNUSED"
     );
@@ -212,25 +163,10 @@ fn added_tokens_are_qwen3s_with_the_converters_token_types() {
 
 #[test]
 fn converter_outputs_have_llama_cpp_tensor_names_shapes_and_types() {
-    let expected = tiny_expected_tensors();
-    for (quant, weight_type) in [
-        ("f32", GgmlType::F32),
-        ("f16", GgmlType::F16),
-        ("q8_0", GgmlType::Q8_0),
-    ] {
-        let g = Gguf::open(tiny(quant)).unwrap();
-        assert_eq!(g.tensors().len(), expected.len(), "{quant}");
-        for (name, shape, ty) in tensor_table(&g) {
-            assert_eq!(Some(&shape), expected.get(&name), "{quant} {name}");
-            // The converter keeps 1-D tensors (the norms) F32 whatever the outtype.
-            let want = if shape.len() == 1 {
-                GgmlType::F32
-            } else {
-                weight_type
-            };
-            assert_eq!(ty, want, "{quant} {name}");
-        }
-    }
+    // The converter keeps 1-D tensors (the norms) F32 whatever the outtype.
+    assert_converter_tensors(&files(), &tiny_expected_tensors(), |_, shape| {
+        shape.len() == 1
+    });
 }
 
 #[test]
@@ -276,17 +212,7 @@ fn q4_k_m_recipe_picks_the_documented_types_for_tiny() {
 
 #[test]
 fn every_tiny_tensor_fits_one_lavapipe_binding() {
-    for quant in QUANTS {
-        let g = Gguf::open(tiny(quant)).unwrap();
-        for t in g.tensors() {
-            assert!(
-                t.n_bytes <= MAX_BINDING,
-                "{quant} {}: {} bytes",
-                t.name,
-                t.n_bytes
-            );
-        }
-    }
+    assert_tiny_tensors_fit_one_binding(&files());
 }
 
 /// gguf-py's view of a file (tests/scripts/gguf_dump.py).
@@ -426,7 +352,7 @@ fn quantized_files_hold_the_f32_files_weights() {
 fn a_seed_gives_the_same_file_whatever_the_thread_count() {
     // Q4_K_M: both the float generation and the quantizer run in parallel.
     let write = |name: &str, seed: &str, threads: &str| {
-        let path = scratch(name);
+        let path = files().scratch(name);
         let out = harness()
             .args([
                 "synth", "--arch", "qwen3", "--preset", "tiny", "--quant", "f16",
@@ -447,7 +373,7 @@ fn a_seed_gives_the_same_file_whatever_the_thread_count() {
     );
 
     let other = Gguf::open(write("seed2.gguf", "2", "2")).unwrap();
-    let same = Gguf::open(scratch("seed1-threads2.gguf")).unwrap();
+    let same = Gguf::open(files().scratch("seed1-threads2.gguf")).unwrap();
     for (a, b) in other.tensors().iter().zip(same.tensors()) {
         assert_eq!((&a.name, a.offset), (&b.name, b.offset));
         assert_ne!(
@@ -461,7 +387,7 @@ fn a_seed_gives_the_same_file_whatever_the_thread_count() {
 
 #[test]
 fn llama_cpp_loads_and_runs_every_file() {
-    for quant in QUANTS {
+    for (quant, _) in QUANTS {
         llama_cli_generates(&tiny(quant));
     }
     llama_cli_generates(&fast_random_0_6b());
@@ -471,8 +397,6 @@ fn llama_cpp_loads_and_runs_every_file() {
 fn fast_random_keeps_the_quantized_layout() {
     let fast = |seed: &str, name: &str| {
         let args = [
-            "--arch",
-            "qwen3",
             "--preset",
             "tiny",
             "--quant",
@@ -481,7 +405,7 @@ fn fast_random_keeps_the_quantized_layout() {
             seed,
             "--fast-random",
         ];
-        Gguf::open(synth(name, &args)).unwrap()
+        Gguf::open(files().synth(name, &args)).unwrap()
     };
     let quantized = Gguf::open(tiny("q4_k_m")).unwrap();
     let random = fast(SEED, "tiny-q4_k_m-fast.gguf");
@@ -523,7 +447,7 @@ fn fast_random_keeps_the_quantized_layout() {
 
 #[test]
 fn hf_export_loads_in_mlx_lm_with_the_same_weights_and_tokenizer() {
-    let (gguf_path, hf) = tiny_f32_with_hf();
+    let (gguf_path, hf) = files().tiny_f32_with_hf();
     let texts = [
         "Hello world!",
         "你好，世界 — naïve café, 12345 digits",
@@ -531,7 +455,7 @@ fn hf_export_loads_in_mlx_lm_with_the_same_weights_and_tokenizer() {
         "  leading spaces\tand\ttabs\n\n\nnewlines   ",
         "fn main() { println!(\"{}\", 1 + 2); } // code's fine",
     ];
-    let texts_path = scratch("texts.json");
+    let texts_path = files().scratch("texts.json");
     std::fs::write(&texts_path, serde_json::to_string(&texts).unwrap()).unwrap();
     let out = Command::new(python())
         .arg(fixture("../scripts/hf_export_check.py"))
@@ -603,7 +527,7 @@ fn bad_arguments_fail_with_one_clear_line() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     };
-    let out = scratch("never-written.gguf");
+    let out = files().scratch("never-written.gguf");
     let out = out.to_str().unwrap();
     let tiny = ["--arch", "qwen3", "--quant", "f16", "--preset"];
     fail(

@@ -7,9 +7,13 @@
 
 use fak::gguf::Gguf;
 use fak::quant::GgmlType;
-use fak_tests::harness::{harness, synth_model};
+use fak_tests::harness::harness;
 use fak_tests::peer::{
     check, llama_cli_generates, llama_quantize_plan, llama_tokenize, names_and_types, tensor_table,
+};
+use fak_tests::synth_files::{
+    QUANTS, SynthFiles, Tokenizer, assert_converter_tensors, assert_tiny_tensors_fit_one_binding,
+    for_each_tiny_metadata,
 };
 use fak_tests::{fixture, python};
 use serde_json::Value as Json;
@@ -17,41 +21,23 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-const QUANTS: [&str; 4] = ["f32", "f16", "q8_0", "q4_k_m"];
-const SEED: &str = "7";
 const N_VOCAB: u64 = 248_320;
-/// lavapipe's `max_storage_buffer_binding_size`: a tiny tensor must fit one binding.
-const MAX_BINDING: u64 = 128 << 20;
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("synth_qwen35");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
-
-fn synth(name: &str, args: &[&str]) -> PathBuf {
-    synth_model(&scratch(""), name, args)
+fn files() -> SynthFiles {
+    SynthFiles::new(
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("synth_qwen35"),
+        "qwen35",
+    )
 }
 
 fn tiny(quant: &str) -> PathBuf {
-    let args = [
-        "--arch", "qwen35", "--preset", "tiny", "--quant", quant, "--seed", SEED,
-    ];
-    synth(&format!("tiny-{quant}.gguf"), &args)
+    files().tiny(quant)
 }
 
 /// A preset's Q4_K_M layout: metadata and tensor table, the data a sparse hole.
 fn layout(preset: &str) -> PathBuf {
-    let args = [
-        "--arch",
-        "qwen35",
-        "--preset",
-        preset,
-        "--quant",
-        "q4_k_m",
-        "--layout-only",
-    ];
-    synth(&format!("{preset}-q4_k_m-layout.gguf"), &args)
+    let args = ["--preset", preset, "--quant", "q4_k_m", "--layout-only"];
+    files().synth(&format!("{preset}-q4_k_m-layout.gguf"), &args)
 }
 
 /// A preset's dimensions, stated here independently of synth (the real ones from the
@@ -222,16 +208,15 @@ const QWEN35_KEYS: [&str; 34] = [
 
 #[test]
 fn metadata_has_the_converters_qwen35_keys_and_values() {
-    let template = std::fs::read_to_string(fixture("templates/Qwen3.5-4B.jinja")).unwrap();
-    let vocab = Gguf::open(fixture("vocab/ggml-vocab-qwen35.gguf")).unwrap();
-    let vocab = vocab.metadata();
-    for (quant, file_type) in QUANTS.into_iter().zip([0, 1, 7, 15]) {
-        let g = Gguf::open(tiny(quant)).unwrap();
-        let m = g.metadata();
-        let keys: Vec<&str> = m.entries().iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(keys, QWEN35_KEYS, "{quant}");
-        assert_eq!(m.str("general.architecture").unwrap(), "qwen35");
-        assert_eq!(m.u32("general.file_type").unwrap(), file_type, "{quant}");
+    let tokenizer = Tokenizer {
+        vocab: "vocab/ggml-vocab-qwen35.gguf",
+        template: "templates/Qwen3.5-4B.jinja",
+        n_vocab: N_VOCAB,
+        bos: 248_044,
+        eos: 248_046,
+        padding: 248_044,
+    };
+    for_each_tiny_metadata(&files(), &QWEN35_KEYS, |_, m| {
         for (key, value) in [
             ("block_count", TINY.layers),
             ("context_length", 262_144),
@@ -267,20 +252,10 @@ fn metadata_has_the_converters_qwen35_keys_and_values() {
             1e-6
         );
         assert_eq!(m.str("tokenizer.ggml.pre").unwrap(), "qwen35");
+        tokenizer.assert_in(m);
+        // Qwen3.5's ids for its added tokens; the hole below them is the converter's padding.
         let tokens = m.str_array("tokenizer.ggml.tokens").unwrap();
         let types = m.int_array("tokenizer.ggml.token_type").unwrap();
-        assert_eq!(tokens.len() as u64, N_VOCAB);
-        assert_eq!(
-            tokens[..151_643],
-            vocab.str_array("tokenizer.ggml.tokens").unwrap()[..151_643],
-            "the BPE tokens are the qwen2/qwen35 test vocabulary's"
-        );
-        assert!(types[..151_643].iter().all(|&t| t == 1), "NORMAL");
-        assert_eq!(
-            m.str_array("tokenizer.ggml.merges").unwrap(),
-            vocab.str_array("tokenizer.ggml.merges").unwrap()
-        );
-        // Qwen3.5's ids for its added tokens; the hole below them is the converter's padding.
         for (id, text, ty) in [
             (151_643, "[PAD151643]", 5),
             (248_043, "[PAD248043]", 5),
@@ -293,34 +268,15 @@ fn metadata_has_the_converters_qwen35_keys_and_values() {
         ] {
             assert_eq!((tokens[id].as_str(), types[id]), (text, ty), "token {id}");
         }
-        assert_eq!(m.u32("tokenizer.ggml.bos_token_id").unwrap(), 248_044);
-        assert_eq!(m.u32("tokenizer.ggml.eos_token_id").unwrap(), 248_046);
-        assert_eq!(m.u32("tokenizer.ggml.padding_token_id").unwrap(), 248_044);
-        assert_eq!(m.str("tokenizer.chat_template").unwrap(), template);
-    }
+    });
 }
 
 #[test]
 fn converter_outputs_have_llama_cpp_tensor_names_shapes_and_types() {
-    let expected = expected_tensors(&TINY);
-    for (quant, weight_type) in [
-        ("f32", GgmlType::F32),
-        ("f16", GgmlType::F16),
-        ("q8_0", GgmlType::Q8_0),
-    ] {
-        let g = Gguf::open(tiny(quant)).unwrap();
-        assert_eq!(g.tensors().len(), expected.len(), "{quant}");
-        for (name, shape, ty) in tensor_table(&g) {
-            assert_eq!(Some(&shape), expected.get(&name), "{quant} {name}");
-            // The converter keeps 1-D tensors (norms, ssm_a, ssm_dt.bias) and the conv F32.
-            let want = if shape.len() == 1 || name.contains("ssm_conv1d") {
-                GgmlType::F32
-            } else {
-                weight_type
-            };
-            assert_eq!(ty, want, "{quant} {name}");
-        }
-    }
+    // The converter keeps 1-D tensors (norms, ssm_a, ssm_dt.bias) and the conv F32.
+    assert_converter_tensors(&files(), &expected_tensors(&TINY), |name, shape| {
+        shape.len() == 1 || name.contains("ssm_conv1d")
+    });
 }
 
 #[test]
@@ -411,33 +367,12 @@ fn q4_k_m_keeps_the_ssm_tensors_that_llama_quantize_keeps() {
 
 #[test]
 fn every_tiny_tensor_fits_one_lavapipe_binding() {
-    for quant in QUANTS {
-        let g = Gguf::open(tiny(quant)).unwrap();
-        for t in g.tensors() {
-            assert!(
-                t.n_bytes <= MAX_BINDING,
-                "{quant} {}: {} bytes",
-                t.name,
-                t.n_bytes
-            );
-        }
-    }
+    assert_tiny_tensors_fit_one_binding(&files());
 }
 
 /// A Q4_K_M file of random blocks with the 27B's heads (d 1024, 8 layers).
 fn fast_random_mid() -> PathBuf {
-    let args = [
-        "--arch",
-        "qwen35",
-        "--preset",
-        "mid",
-        "--quant",
-        "q4_k_m",
-        "--seed",
-        SEED,
-        "--fast-random",
-    ];
-    synth("mid-q4_k_m-fast.gguf", &args)
+    files().fast_random("mid")
 }
 
 /// llama.cpp loads (metadata, every tensor's name and shape) and generates with every tiny
@@ -446,7 +381,7 @@ fn fast_random_mid() -> PathBuf {
 /// layouts are checked against the loader's shapes and llama-quantize's plan above.
 #[test]
 fn llama_cpp_loads_and_runs_tiny_and_mid() {
-    for quant in QUANTS {
+    for (quant, _) in QUANTS {
         llama_cli_generates(&tiny(quant));
     }
     llama_cli_generates(&fast_random_mid());
@@ -458,20 +393,14 @@ fn llama_cpp_loads_and_runs_tiny_and_mid() {
 /// mlx_lm loads it; its tokenizer agrees with llama.cpp's on the GGUF.
 #[test]
 fn hf_export_is_the_checkpoint_the_converter_started_from() {
-    let hf = scratch("tiny-hf");
-    let hf_arg = hf.to_str().unwrap();
-    let args = [
-        "--arch", "qwen35", "--preset", "tiny", "--quant", "f32", "--seed", SEED, "--hf-dir",
-        hf_arg,
-    ];
-    let gguf_path = synth("tiny-f32-with-hf.gguf", &args);
+    let (gguf_path, hf) = files().tiny_f32_with_hf();
     let texts = [
         "Hello world!",
         "नमस्ते दुनिया — naïve café, 12345 digits",
         "<|im_start|>user\nhi <think>x</think><|im_end|>\n",
         "  leading spaces\tand\ttabs\n\n\nnewlines   ",
     ];
-    let texts_path = scratch("texts.json");
+    let texts_path = files().scratch("texts.json");
     std::fs::write(&texts_path, serde_json::to_string(&texts).unwrap()).unwrap();
     let out = Command::new(python())
         .arg(fixture("../scripts/hf_export_check.py"))
@@ -559,7 +488,7 @@ fn an_unknown_qwen35_preset_fails_with_one_clear_line() {
             "synth", "--arch", "qwen35", "--quant", "f16", "--preset", "huge",
         ])
         .arg("--out")
-        .arg(scratch("never-written.gguf"))
+        .arg(files().scratch("never-written.gguf"))
         .output()
         .unwrap();
     assert!(!out.status.success());

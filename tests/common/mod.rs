@@ -10,6 +10,7 @@ pub mod kv;
 pub mod model;
 pub mod reduce_probe;
 pub mod rms_norm;
+pub mod synth_files;
 
 pub use compare::{Measured, Tolerance, assert_close, assert_dequantized, assert_within, measure};
 pub use gpu::{gpu, poisoned_f32, rng, variants};
