@@ -191,7 +191,11 @@ fn agents_sharing_a_preamble_reuse_it_through_the_prefix_caches() {
             );
         }
     }
-    assert_eq!(largest_step(&out), Some(2), "both agents in one decode step");
+    assert_eq!(
+        largest_step(&out),
+        Some(2),
+        "both agents in one decode step"
+    );
     assert!(total("llama.cpp-cache") < total("llama.cpp-nocache"));
     assert!(total("mlx-cache") < total("mlx-nocache"));
     assert_eq!(arm(&p, "llama.cpp-cache")["serving"]["concurrent"], 2);
@@ -268,7 +272,11 @@ fn a_hybrid_model_decodes_concurrent_agents_together() {
             "{name}: {serving}"
         );
     }
-    assert_eq!(largest_step(&out), Some(2), "both agents in one decode step");
+    assert_eq!(
+        largest_step(&out),
+        Some(2),
+        "both agents in one decode step"
+    );
     for (agent, turn, _, computed, _) in turns(&p, "fak-native-cache") {
         if turn > 1 {
             assert_eq!(

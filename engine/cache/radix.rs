@@ -236,7 +236,11 @@ impl<S> PrefixCache<S> {
             Some(p) if p.tail => {
                 let tokens = &prompt[m.tokens - p.tokens..m.tokens];
                 let node = self.get(m.node)?;
-                node.tails.iter().find(|t| t.tokens == tokens)?.snapshot.as_ref()
+                node.tails
+                    .iter()
+                    .find(|t| t.tokens == tokens)?
+                    .snapshot
+                    .as_ref()
             }
             Some(_) => None,
             None => self.get(m.node)?.snapshot.as_ref(),
@@ -321,12 +325,16 @@ impl<S> PrefixCache<S> {
             let whole = k == t.tokens.len() && t.snapshot.is_some();
             (!need_snapshot || whole).then_some((k, Some(i), t.page))
         });
-        let children = n
-            .children
-            .values()
-            .filter(|_| !need_snapshot)
-            .map(|&c| (common(&self.node(c).tokens[..page]), None, self.node(c).pages[0]));
-        let (tokens, tail, src) = tails.chain(children).max_by_key(|&(k, tail, src)| (k, tail.is_some(), src))?;
+        let children = n.children.values().filter(|_| !need_snapshot).map(|&c| {
+            (
+                common(&self.node(c).tokens[..page]),
+                None,
+                self.node(c).pages[0],
+            )
+        });
+        let (tokens, tail, src) = tails
+            .chain(children)
+            .max_by_key(|&(k, tail, src)| (k, tail.is_some(), src))?;
         if tokens == 0 {
             return None;
         }
@@ -424,8 +432,7 @@ impl<S> PrefixCache<S> {
     fn add_tail(&mut self, node: NodeId, tokens: &[u32], page: u32) -> bool {
         let n = self.node(node);
         let held = n.tails.iter().any(|t| t.tokens.starts_with(tokens))
-            || n
-                .children
+            || n.children
                 .keys()
                 .any(|first_page| first_page.starts_with(tokens));
         if held {
@@ -658,10 +665,8 @@ impl<S> PrefixCache<S> {
             let victim = self
                 .live()
                 .flat_map(|(id, n)| {
-                    let leaf = id != ROOT
-                        && n.refs == 0
-                        && n.children.is_empty()
-                        && n.tails.is_empty();
+                    let leaf =
+                        id != ROOT && n.refs == 0 && n.children.is_empty() && n.tails.is_empty();
                     let node = leaf.then_some((n.last_use, id.0, 0, Victim::Node(id)));
                     let tails = n
                         .tails

@@ -618,7 +618,11 @@ impl DeviceModel for DenseModel {
         self.record(encoder, n_seqs, HeadRows::Batch, marks)
     }
 
-    fn encode_reset(&self, _encoder: &mut wgpu::CommandEncoder, _slot: u32) -> Result<(), GpuError> {
+    fn encode_reset(
+        &self,
+        _encoder: &mut wgpu::CommandEncoder,
+        _slot: u32,
+    ) -> Result<(), GpuError> {
         Ok(())
     }
 
@@ -629,8 +633,7 @@ impl DeviceModel for DenseModel {
         dst: u32,
     ) -> Result<(), GpuError> {
         for l in &self.layers {
-            l.attention
-                .copy_page(&self.attention, encoder, src, dst)?;
+            l.attention.copy_page(&self.attention, encoder, src, dst)?;
         }
         Ok(())
     }

@@ -32,9 +32,7 @@ use super::device::{
 use super::{Arch, DevicePlan, ModelError, RopePairing, expect_tensor};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::gpu::kernels::delta_prep::{DeltaPrep, PrepBinding, PrepIo};
-use crate::gpu::kernels::delta_state::{
-    DeltaDims, DeltaState, SeqBatch, SequenceTable, TensorRef,
-};
+use crate::gpu::kernels::delta_state::{DeltaDims, DeltaState, SeqBatch, SequenceTable, TensorRef};
 use crate::gpu::kernels::elementwise::ElementwiseOp;
 use crate::gpu::kernels::gated_delta::{DecodeBinding, DecodeIo as RecurrentIo, GatedDeltaDecode};
 use crate::gpu::kernels::gated_delta_chunk::{
@@ -1075,7 +1073,8 @@ impl DeviceModel for HybridModel {
     }
 
     fn encode_reset(&self, encoder: &mut wgpu::CommandEncoder, slot: u32) -> Result<(), GpuError> {
-        self.states().try_for_each(|state| state.zero_slot(encoder, slot))
+        self.states()
+            .try_for_each(|state| state.zero_slot(encoder, slot))
     }
 
     fn state_bytes(&self) -> u64 {
@@ -1119,8 +1118,7 @@ impl DeviceModel for HybridModel {
     ) -> Result<(), GpuError> {
         for l in &self.layers {
             if let DeviceMixer::Attention(m) = &l.mixer {
-                m.attention
-                    .copy_page(&self.attention, encoder, src, dst)?;
+                m.attention.copy_page(&self.attention, encoder, src, dst)?;
             }
         }
         Ok(())

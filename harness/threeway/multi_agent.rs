@@ -228,8 +228,7 @@ fn default_cache_mem(
     let turns = spec.turns as u64;
     let tokens = ((context as u64).div_ceil(page) + turns) * page;
     let agents = spec.agents as u64;
-    agents * tokens * plan.kv_elems_per_token * 4
-        + agents * turns * 3 * plan.state_bytes
+    agents * tokens * plan.kv_elems_per_token * 4 + agents * turns * 3 * plan.state_bytes
 }
 
 /// `<engine>-cache` or `<engine>-nocache`.

@@ -58,7 +58,10 @@ fn check_invariants<S>(c: &PrefixCache<S>) {
             pages.push(t.page);
             assert!((1..c.config.page_size).contains(&t.tokens.len()));
             for (j, u) in n.tails.iter().enumerate() {
-                assert!(i == j || !u.tokens.starts_with(&t.tokens), "a tail is dominated");
+                assert!(
+                    i == j || !u.tokens.starts_with(&t.tokens),
+                    "a tail is dominated"
+                );
             }
         }
         for (key, &child) in &n.children {
@@ -115,7 +118,10 @@ fn lookup_finds_the_longest_whole_page_prefix_and_splits_there() {
     assert_eq!(m.partial.map(|p| (p.page, p.tokens)), Some((2, 3)));
     c.release(m.node).unwrap();
     let m = c.lookup(&cat(&a, &[7]), 12, false);
-    assert_eq!((m.tokens, m.pages.clone(), m.partial), (12, vec![0, 1, 2], None));
+    assert_eq!(
+        (m.tokens, m.pages.clone(), m.partial),
+        (12, vec![0, 1, 2], None)
+    );
     c.release(m.node).unwrap();
     // A hybrid lookup never copies part of a child's page: the state is not kept there.
     let m = c.lookup(&b, b.len() - 1, true);
@@ -134,7 +140,11 @@ fn a_partly_filled_last_page_is_kept_as_a_tail_and_reused_by_copy() {
     let a = run(0, 10);
     let pages = c.alloc_pages(3).unwrap();
     let ins = c.insert(&a, &pages).unwrap();
-    assert_eq!(ins.unused_pages, Vec::<u32>::new(), "the tree took the tail's page");
+    assert_eq!(
+        ins.unused_pages,
+        Vec::<u32>::new(),
+        "the tree took the tail's page"
+    );
     c.release(ins.node).unwrap();
     assert_eq!((c.node_count(), c.cached_tokens()), (1, 10));
     assert_eq!(c.cached_bytes(), 3 * PAGE_BYTES);
@@ -172,7 +182,13 @@ fn a_partly_filled_last_page_is_kept_as_a_tail_and_reused_by_copy() {
     let m = c.lookup(&longer, longer.len() - 1, true);
     assert_eq!((m.tokens, m.partial), (0, None));
     c.release(m.node).unwrap();
-    let kept = c.attach_snapshot(&next[..13], Snapshot { state: 7, bytes: 50 });
+    let kept = c.attach_snapshot(
+        &next[..13],
+        Snapshot {
+            state: 7,
+            bytes: 50,
+        },
+    );
     assert_eq!(kept, Ok(true));
     let m = c.lookup(&longer, longer.len() - 1, true);
     assert_eq!((m.tokens, m.partial.map(|p| p.page)), (13, Some(4)));
@@ -190,7 +206,13 @@ fn a_partly_filled_last_page_is_kept_as_a_tail_and_reused_by_copy() {
     let got = c.alloc_pages(c.free_pages() + 1).unwrap();
     let s = c.stats();
     assert_eq!(s.evictions - before.evictions, 1);
-    assert_eq!((s.tokens_evicted - before.tokens_evicted, s.snapshots_evicted), (1, 1));
+    assert_eq!(
+        (
+            s.tokens_evicted - before.tokens_evicted,
+            s.snapshots_evicted
+        ),
+        (1, 1)
+    );
     assert!(got.contains(&4));
     assert_eq!(c.cached_tokens(), 12);
     check_invariants(&c);
@@ -478,7 +500,9 @@ fn random_workload_never_hands_out_a_page_of_other_tokens() {
                 );
             }
             if let Some(partial) = m.partial {
-                let held = content[partial.page as usize].as_deref().unwrap_or_default();
+                let held = content[partial.page as usize]
+                    .as_deref()
+                    .unwrap_or_default();
                 assert_eq!(
                     held.get(..m.tokens),
                     Some(&tokens[..m.tokens]),
