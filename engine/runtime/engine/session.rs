@@ -101,6 +101,17 @@ impl Engine {
             true => self.cache.lookup(prompt, prompt.len() - 1, hybrid),
             false => self.cache.cold(),
         };
+        // The row's state slot: restored from the prefix's snapshot, or zeroed. Recorded before
+        // the allocation below, which may evict the tail a hybrid match resumes on, snapshot
+        // and all (the recorded copy keeps the snapshot's buffer alive until it has run).
+        let mut encoder = self.encoder("sequence state");
+        match self.cache.resume_state(&found, prompt) {
+            Some(state) if hybrid && found.tokens > 0 => {
+                self.model
+                    .encode_restore_state(&mut encoder, state, row as u32)?
+            }
+            _ => self.model.encode_reset(&mut encoder, row as u32)?,
+        }
         let page = self.cache.config().page_size;
         let capacity = prompt.len() + n_out.saturating_sub(1);
         let need = capacity.div_ceil(page) - found.pages.len();
@@ -113,7 +124,6 @@ impl Engine {
         };
         let pages = [found.pages.as_slice(), &own].concat();
         self.io.pages.write_row(&self.ctx, row as u32, &pages)?;
-        let mut encoder = self.encoder("sequence state");
         if let Some(partial) = found.partial
             && partial.page != own[0]
         {
@@ -122,14 +132,6 @@ impl Engine {
             // allocation evicted it: its contents are already there.)
             self.model
                 .encode_copy_page(&mut encoder, partial.page, own[0])?;
-        }
-        // The row's state slot: restored from the prefix's snapshot, or zeroed.
-        match self.cache.resume_state(&found, prompt) {
-            Some(state) if hybrid && found.tokens > 0 => {
-                self.model
-                    .encode_restore_state(&mut encoder, state, row as u32)?
-            }
-            _ => self.model.encode_reset(&mut encoder, row as u32)?,
         }
         self.ctx.queue.submit([encoder.finish()]);
         let mut snapshot_at = Vec::new();
