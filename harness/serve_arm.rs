@@ -6,8 +6,8 @@
 //! scenario) may be in flight together: stdin is read on its own thread, so requests that
 //! arrive while others decode join between decode steps ([`Engine::start`]: the prefix cache,
 //! then a prefill of what it did not hold), and one batched step ([`Engine::step`]) serves every
-//! sequence in flight, up to `--max-seqs`; the rest wait in arrival order. A hybrid model's
-//! engine holds one sequence at a time, so there they queue.
+//! sequence in flight, up to `--max-seqs`; the rest wait in arrival order. Dense and hybrid
+//! models alike: a hybrid model's engine keeps a recurrent-state slot per sequence.
 
 use crate::arms::process::now_ns;
 use anyhow::{Context, Result, bail};
@@ -28,7 +28,7 @@ pub struct Args {
     /// GPU memory for the prefix cache (bytes, or with a K, M or G suffix); 0 turns it off.
     #[arg(long, default_value = "0", value_parser = crate::run::parse_bytes)]
     pub cache_mem: u64,
-    /// Sequences one batched decode step serves (`submit` requests); a hybrid model gets 1.
+    /// Sequences one batched decode step serves (`submit` requests).
     #[arg(long, default_value_t = 1)]
     pub max_seqs: usize,
     /// Token slots per KV page (the prefix cache shares whole pages); default the engine's.
@@ -88,8 +88,8 @@ pub fn run(args: Args) -> Result<()> {
     .serve(read_lines())
 }
 
-/// The engine with `max_seqs` as the model allows, and how it serves requests that arrive
-/// together, in words.
+/// The engine with `max_seqs` sequences (within the mat-vec batch), and how it serves requests
+/// that arrive together, in words.
 fn load(args: &Args) -> Result<(Engine, String)> {
     let mut options = EngineOptions::from_env()?;
     options.max_context = args.max_context;
@@ -97,25 +97,13 @@ fn load(args: &Args) -> Result<(Engine, String)> {
     if let Some(page) = args.page_size {
         options.page_size = page;
     }
-    let gguf = fak::gguf::Gguf::open(&args.model)?;
-    let plan = fak::model::DevicePlan::of(&gguf, args.max_context, options.prefill_chunk)?;
-    drop(gguf);
     let most = fak::gpu::kernels::matvec::MAX_BATCH as usize;
-    let serving = if plan.state_bytes > 0 {
-        options.max_seqs = 1;
-        format!(
-            "one sequence at a time: a hybrid ({:?}) model's engine keeps one recurrent-state \
-             slot, so requests that arrive together queue",
-            plan.arch
-        )
-    } else {
-        options.max_seqs = args.max_seqs.clamp(1, most);
-        format!(
-            "batched decode: one step serves up to {} sequences (at most {most} per step), each \
-             joining between steps after its own prefill; more queue",
-            options.max_seqs
-        )
-    };
+    options.max_seqs = args.max_seqs.clamp(1, most);
+    let serving = format!(
+        "batched decode: one step serves up to {} sequences (at most {most} per step), each \
+         joining between steps after its own prefill; more queue",
+        options.max_seqs
+    );
     Ok((Engine::load(&args.model, &options)?, serving))
 }
 

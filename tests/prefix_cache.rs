@@ -1,11 +1,12 @@
 //! The prefix cache and batched decode on the GPU, through `fak::runtime::Engine`, on the tiny
-//! synthetic qwen3: a prompt whose prefix is cached reuses those KV pages and prefills only the
-//! rest, and gives the logits and greedy tokens a cold prefill gives; eviction under a small
-//! budget; sequences in flight sharing pages; one decode step serving several sequences with
-//! the weights read once. On the tiny synthetic qwen35 (hybrid), a hit also restores the Gated
-//! DeltaNet state snapshotted at the prefix's end. Caches, states and activations are
-//! NaN-poisoned at load, so a page the engine should have written (or kept) but did not cannot
-//! pass.
+//! synthetic qwen3: a prompt whose prefix is cached reuses those KV pages (and the cached tokens
+//! of a partly matching page, copied) and prefills only the rest, and gives the logits and
+//! greedy tokens a cold prefill gives; eviction under a small budget; sequences in flight
+//! sharing pages; one decode step serving several sequences with the weights read once. On the
+//! tiny synthetic qwen35 (hybrid), a hit also restores the Gated DeltaNet state snapshotted at
+//! the prefix's end, into the state slot of the sequence's row, and a batched step serves
+//! several sequences, each on its own slot. Caches, states and activations are NaN-poisoned at
+//! load, so a page or slot the engine should have written (or kept) but did not cannot pass.
 
 use fak::gguf::Gguf;
 use fak::gpu::Forced;
@@ -121,9 +122,10 @@ fn assert_same_greedy(e: &mut Engine, what: &str, prompt: &[u32], got: &[u32], c
 }
 
 /// A prompt sharing a 100-token preamble with one served before reuses its 6 whole pages (96
-/// tokens), prefills the other 24, and its first-token logits equal the cold prefill's
-/// (cosine ≥ 0.9999: only the prefill's chunking differs; the f16 path keeps the cache in f16
-/// either way) with the same greedy tokens for 12 steps; the quality path stays cold.
+/// tokens) and the preamble's last 4 tokens from a copy of the 7th page, prefills exactly its
+/// own 20, and its first-token logits equal the cold prefill's (cosine ≥ 0.9999: only the
+/// prefill's chunking differs; the f16 path keeps the cache in f16 either way) with the same
+/// greedy tokens for 12 steps; the quality path stays cold.
 #[test]
 fn a_cache_hit_gives_the_cold_logits_and_greedy_tokens() {
     let preamble = random_ids(1, 100);
@@ -149,7 +151,11 @@ fn a_cache_hit_gives_the_cold_logits_and_greedy_tokens() {
         let cold = greedy(&mut engine(0, 1, forced), &p2, 12);
 
         let hit = e.start(&p2, 12, true).unwrap();
-        assert_eq!(hit.cached_tokens, 96, "{what}: the preamble's whole pages");
+        assert_eq!(
+            p2.len() - hit.cached_tokens,
+            20,
+            "{what}: only p2's own suffix is computed"
+        );
         let logits = hit.logits.clone().unwrap();
         let c = cosine(&logits, &cold_logits);
         eprintln!(
@@ -174,26 +180,27 @@ fn a_cache_hit_gives_the_cold_logits_and_greedy_tokens() {
             .generate(&p2, 12, &SamplingParams::greedy(), true, &mut |_| {})
             .unwrap();
         assert_eq!(
-            again.cached_tokens, 112,
-            "{what}: p2's 7 whole prompt pages"
+            again.cached_tokens, 119,
+            "{what}: all of p2 but its last token (7 pages, 7 tokens copied from the 8th)"
         );
         assert_same_greedy(&mut e, &what, &p2, &again.tokens, &cold);
         let s = e.cache_stats();
         assert_eq!((s.lookups, s.hits), (3, 2), "{what}: {s:?}");
-        assert_eq!(s.tokens_reused, 96 + 112, "{what}: {s:?}");
+        assert_eq!(s.tokens_reused, 100 + 119, "{what}: {s:?}");
     }
 }
 
-/// Under a budget of 8 pages, three 65-token prompts (4 whole pages each) cannot all stay: the
-/// least recently used goes, a later request for it computes everything again (and still gets
-/// the cold tokens), and the budget holds after every request.
+/// Under a budget of 10 pages, three 65-token prompts (4 whole pages and a 1-token tail page
+/// each) cannot all stay: the least recently used goes (its tail first, then its pages), a later
+/// request for it computes everything again (and still gets the cold tokens), and the budget
+/// holds after every request.
 #[test]
 fn eviction_under_memory_pressure_keeps_the_budget_and_the_tokens() {
     let forced = Forced::default();
     let probe = engine(1, 1, forced);
     let page_bytes = probe.cache_config().page_bytes;
     drop(probe);
-    let budget = 8 * page_bytes;
+    let budget = 10 * page_bytes;
     let mut e = engine(budget, 1, forced);
     let prompts: Vec<Vec<u32>> = (0..3).map(|i| random_ids(10 + i, 65)).collect();
     let mut cold = Vec::new();
@@ -210,7 +217,7 @@ fn eviction_under_memory_pressure_keeps_the_budget_and_the_tokens() {
         cold.push(stats.tokens);
     }
     let s = e.cache_stats();
-    assert_eq!((s.evictions, s.tokens_evicted), (1, 64), "{s:?}");
+    assert_eq!((s.evictions, s.tokens_evicted), (2, 65), "{s:?}");
     // prompts[0] was evicted (least recently used), prompts[2] is cached.
     for (i, want_cached) in [(2, 64), (0, 0)] {
         let stats = e
@@ -414,7 +421,11 @@ fn a_hybrid_branch_resumes_from_the_nearest_periodic_snapshot() {
     let mut e = Engine::load(&path, &o).unwrap();
     e.generate(&p1, 2, &SamplingParams::greedy(), true, &mut |_| {})
         .unwrap();
-    assert_eq!(e.cache_stats().snapshots_kept, 4, "at 32, 64, 96 and 112");
+    assert_eq!(
+        e.cache_stats().snapshots_kept,
+        5,
+        "at 32, 64, 96, 112 and p1's end (121)"
+    );
     let cold_logits = e.teacher_forced_logits(&p2).unwrap().pop().unwrap();
     let cold = greedy(&mut load(&path, 0, 1, Forced::default()).unwrap(), &p2, 6);
     let hit = e.start(&p2, 6, true).unwrap();
@@ -432,23 +443,109 @@ fn a_hybrid_branch_resumes_from_the_nearest_periodic_snapshot() {
     assert_same_greedy(&mut e, "qwen35 periodic snapshot", &p2, &tokens, &cold);
 }
 
-/// A hybrid model keeps one GDN state slot: the engine refuses to load it for several
-/// sequences at once, and refuses a second sequence while one is in flight.
+/// Greedy tokens and the logits each came from, for `prompt` decoded alone on `e`.
+fn alone(e: &mut Engine, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<Vec<f32>>) {
+    let s = e.start(prompt, n, true).unwrap();
+    let (mut tokens, mut logits) = (vec![s.first], vec![s.logits.unwrap()]);
+    for _ in 1..n {
+        let (t, l) = e.step_with_logits(&[s.seq]).unwrap();
+        tokens.extend(t);
+        logits.extend(l);
+    }
+    e.finish(s.seq).unwrap();
+    (tokens, logits)
+}
+
+/// The hybrid model decodes several sequences in one step, each on the GDN state slot of its
+/// row: a and b (b resuming at 32 from a's snapshot, restored into slot 1) decode together, c
+/// joins, a leaves, and d takes a's freed row with a prompt extending a's whole conversation,
+/// so it resumes at a's end (the snapshot taken when a finished, and a's partly filled last
+/// page copied) and computes only a's last token and its own 6. Every sequence's logits equal
+/// its logits decoded alone on a cold engine (cosine ≥ 0.9999) with the same greedy tokens, and
+/// every step records the dispatches of a one-sequence step: each weight is read once per step.
 #[test]
-fn a_hybrid_model_serves_one_sequence_at_a_time() {
+fn hybrid_sequences_decode_together_on_their_own_state_slots() {
     let path = tiny_of("qwen35");
-    let err = load(&path, 0, 2, Forced::default())
-        .err()
+    let n_vocab = Hparams::from_gguf(&Gguf::open(&path).unwrap())
         .unwrap()
-        .to_string();
-    assert!(
-        err.contains("2 sequences at once") && err.contains("one sequence at a time"),
-        "{err}"
+        .n_vocab;
+    let ids = |seed, n| random_ids_in(seed, n, n_vocab);
+    let preamble = ids(1, 40);
+    let mut prompts = vec![
+        cat(&preamble, &ids(2, 9)),
+        cat(&preamble, &ids(3, 5)),
+        ids(4, 13),
+    ];
+    let n = 5;
+    let mut o = options(1 << 22, 3, Forced::default());
+    o.snapshot_every = PAGE;
+    let mut e = Engine::load(&path, &o).unwrap();
+    let a = e.start(&prompts[0], n, true).unwrap();
+    let b = e.start(&prompts[1], n, true).unwrap();
+    assert_eq!(
+        (a.cached_tokens, b.cached_tokens),
+        (0, 32),
+        "b resumes at a's snapshot at 32"
     );
-    let mut e = load(&path, 0, 1, Forced::default()).unwrap();
-    let p = random_ids_in(50, 10, 1000);
-    let a = e.start(&p, 2, false).unwrap();
-    let err = e.start(&p, 2, false).err().unwrap().to_string();
-    assert!(err.contains("in flight"), "{err}");
-    e.finish(a.seq).unwrap();
+    let mut out: Vec<(Vec<u32>, Vec<Vec<f32>>)> = [a.clone(), b.clone()]
+        .into_iter()
+        .map(|s| (vec![s.first], vec![s.logits.unwrap()]))
+        .collect();
+    let mut live = vec![(0, a.seq), (1, b.seq)];
+    let mut dispatches = Vec::new();
+    while !live.is_empty() {
+        let seqs: Vec<SeqId> = live.iter().map(|&(_, s)| s).collect();
+        let (tokens, logits) = e.step_with_logits(&seqs).unwrap();
+        dispatches.push((seqs.len(), e.last_step_dispatches()));
+        for ((&(i, _), t), l) in live.iter().zip(tokens).zip(logits) {
+            out[i].0.push(t);
+            out[i].1.push(l);
+        }
+        // a leaves after 4 tokens, the others after n.
+        let (done, running): (Vec<_>, Vec<_>) = live
+            .into_iter()
+            .partition(|&(i, _)| out[i].0.len() == if i == 0 { 4 } else { n });
+        live = running;
+        for (i, seq) in done {
+            if i == 0 {
+                let conversation = e.tokens(seq).unwrap().to_vec();
+                e.finish(seq).unwrap();
+                prompts.push(cat(&conversation, &ids(5, 6)));
+                let d = e.start(&prompts[3], n, true).unwrap();
+                assert_eq!(d.seq, a.seq, "d takes a's freed row (state slot 0)");
+                assert_eq!(
+                    prompts[3].len() - d.cached_tokens,
+                    7,
+                    "d computes a's last token and its own 6"
+                );
+                out.push((vec![d.first], vec![d.logits.unwrap()]));
+                live.push((3, d.seq));
+            } else {
+                e.finish(seq).unwrap();
+            }
+        }
+        if out.len() == 2 && out[0].0.len() == 3 {
+            let c = e.start(&prompts[2], n, true).unwrap();
+            out.push((vec![c.first], vec![c.logits.unwrap()]));
+            live.push((2, c.seq));
+        }
+    }
+    let mut solo = load(&path, 0, 1, Forced::default()).unwrap();
+    let mut worst = f64::INFINITY;
+    for (i, (tokens, logits)) in out.iter().enumerate() {
+        let (want, want_logits) = alone(&mut solo, &prompts[i], tokens.len());
+        for (t, (got, want)) in logits.iter().zip(&want_logits).enumerate() {
+            let c = cosine(got, want);
+            assert!(c >= 0.9999, "sequence {i} token {t}: logits cosine {c}");
+            worst = worst.min(c);
+        }
+        assert_eq!(tokens, &want, "sequence {i}: greedy tokens");
+    }
+    eprintln!("qwen35 batched vs alone: worst logits cosine {worst:.9}");
+    let single = solo.last_step_dispatches();
+    let sizes: Vec<usize> = dispatches.iter().map(|&(n, _)| n).collect();
+    assert!(sizes.contains(&1) && sizes.contains(&3), "{sizes:?}");
+    for (n, d) in dispatches {
+        assert_eq!(d, single, "a step of {n} sequences: dispatches");
+    }
 }

@@ -8,7 +8,9 @@ pub mod pages;
 pub mod radix;
 
 pub use pages::PageAllocator;
-pub use radix::{CacheConfig, CacheStats, Inserted, NodeId, PrefixCache, PrefixMatch, Snapshot};
+pub use radix::{
+    CacheConfig, CacheStats, Inserted, NodeId, PartialPage, PrefixCache, PrefixMatch, Snapshot,
+};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CacheError {

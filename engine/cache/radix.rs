@@ -8,6 +8,12 @@
 //! - A node may carry a [`Snapshot`] of the recurrent (DeltaNet + conv) state after its last
 //!   token. Hybrid models resume only at such a boundary (or at the root, from zero state): the
 //!   state cannot be rebuilt from a shorter prefix.
+//! - A node may also keep *tails*: a partly filled page after its end (fewer than a page of
+//!   tokens, the last page of a sequence that ended there), never shared in place. A lookup whose
+//!   prompt runs on into a tail, or part-way into a child's first page, reuses those tokens by
+//!   copy-on-write: the engine copies the page into one the new sequence owns
+//!   ([`PrefixMatch::partial`]), so a later turn computes only what is new. A tail may carry the
+//!   snapshot after its last token, which is where a hybrid model resumes on a tail.
 //! - `refs` counts the sequences in flight whose prefix runs through the node (a lock counts on
 //!   the node and every ancestor). Only unreferenced leaves are evicted, least recently used
 //!   first, so a page a sequence reads is never handed to another.
@@ -67,16 +73,32 @@ pub struct CacheStats {
 /// The longest usable cached prefix of a prompt, locked until [`PrefixCache::release`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PrefixMatch {
-    /// The locked node ending at `tokens` (the root when nothing is reused).
+    /// The locked node ending at the whole pages reused (the root when there are none).
     pub node: NodeId,
-    /// Tokens to reuse: a multiple of the page size.
+    /// Tokens to reuse: the whole pages', then those of `partial`.
     pub tokens: usize,
-    /// The pages holding them, in order.
+    /// The whole pages holding them, in order (shared in place).
     pub pages: Vec<u32>,
+    /// The tokens past the whole pages that a cached page holds (a tail, or the start of a
+    /// child's first page): the sequence copies that page into a page of its own, which it then
+    /// fills on. The source page is the tree's until the sequence's own allocation evicts it;
+    /// no GPU work runs in between, so its contents are intact for the copy (and when the
+    /// evicted page comes back as the copy's destination, they are already in place).
+    pub partial: Option<PartialPage>,
     /// Page-aligned prompt tokens the tree holds (≥ `tokens`). Larger only when resuming needs a
     /// snapshot and none sits at the end of the match: a branch point, where a snapshot taken
     /// while prefilling lets the next prompt resume.
     pub matched: usize,
+}
+
+/// A cached page whose first `tokens` slots a prompt reuses by copy-on-write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartialPage {
+    /// The physical page to copy from.
+    pub page: u32,
+    pub tokens: usize,
+    /// Whether it is a tail (else a child node's first page).
+    pub tail: bool,
 }
 
 /// What [`PrefixCache::insert`] did with a sequence's pages.
@@ -94,9 +116,27 @@ struct Node<S> {
     tokens: Vec<u32>,
     pages: Vec<u32>,
     children: HashMap<Box<[u32]>, NodeId>,
+    /// Partly filled pages after the node's end, none a prefix of another.
+    tails: Vec<Tail<S>>,
     refs: u32,
     last_use: u64,
     snapshot: Option<Snapshot<S>>,
+}
+
+/// 1..page tokens after a node whose K and V fill the first slots of `page`; only ever copied,
+/// so evictable whenever the budget or the pool asks (least recently used first).
+struct Tail<S> {
+    tokens: Vec<u32>,
+    page: u32,
+    last_use: u64,
+    snapshot: Option<Snapshot<S>>,
+}
+
+/// What eviction may take: an unreferenced leaf node without tails, or any tail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Victim {
+    Node(NodeId),
+    Tail(NodeId, usize),
 }
 
 impl<S> Node<S> {
@@ -106,6 +146,7 @@ impl<S> Node<S> {
             tokens,
             pages,
             children: HashMap::new(),
+            tails: Vec::new(),
             refs: 0,
             last_use,
             snapshot: None,
@@ -162,9 +203,11 @@ impl<S> PrefixCache<S> {
         self.cached_bytes
     }
 
-    /// Tokens the tree holds.
+    /// Tokens the tree holds (tails included).
     pub fn cached_tokens(&self) -> usize {
-        self.live().map(|(_, n)| n.tokens.len()).sum()
+        self.live()
+            .map(|(_, n)| n.tokens.len() + n.tails.iter().map(|t| t.tokens.len()).sum::<usize>())
+            .sum()
     }
 
     /// Nodes besides the root.
@@ -186,9 +229,30 @@ impl<S> PrefixCache<S> {
         self.get(node)?.snapshot.as_ref().map(|s| &s.state)
     }
 
-    /// The longest cached prefix of `tokens` that a sequence may reuse, locked: whole pages, at
-    /// most `limit` tokens (a request keeps at least its last prompt token to compute, so its
-    /// first output comes from logits of its own), ending at a snapshot when `need_snapshot`.
+    /// The snapshot a sequence resumes from after `m`, a match of `prompt` (the state after its
+    /// `m.tokens` tokens): its tail's, when it ends in one, else its node's.
+    pub fn resume_state(&self, m: &PrefixMatch, prompt: &[u32]) -> Option<&S> {
+        let snapshot = match m.partial {
+            Some(p) if p.tail => {
+                let tokens = &prompt[m.tokens - p.tokens..m.tokens];
+                let node = self.get(m.node)?;
+                node.tails
+                    .iter()
+                    .find(|t| t.tokens == tokens)?
+                    .snapshot
+                    .as_ref()
+            }
+            Some(_) => None,
+            None => self.get(m.node)?.snapshot.as_ref(),
+        };
+        snapshot.map(|s| &s.state)
+    }
+
+    /// The longest cached prefix of `tokens` that a sequence may reuse, locked: whole pages, then
+    /// the first tokens of a cached page to copy ([`PrefixMatch::partial`]), at most `limit`
+    /// tokens (a request keeps at least its last prompt token to compute, so its first output
+    /// comes from logits of its own), ending at a snapshot when `need_snapshot` (a partial page
+    /// then only as a whole tail that has one).
     pub fn lookup(&mut self, tokens: &[u32], limit: usize, need_snapshot: bool) -> PrefixMatch {
         let page = self.config.page_size;
         self.clock += 1;
@@ -221,7 +285,15 @@ impl<S> PrefixCache<S> {
                 usable = (child, at);
             }
         }
-        let (node, reused) = usable;
+        // A hybrid model resumes on a tail only from the deepest node walked, where tails hang.
+        let base = if need_snapshot { (node, at) } else { usable };
+        let limit = limit.min(tokens.len());
+        let partial = match self.enabled() && base.1 < limit {
+            true => self.partial_page(base.0, &tokens[base.1..limit], need_snapshot),
+            false => None,
+        };
+        let (node, whole) = if partial.is_some() { base } else { usable };
+        let reused = whole + partial.map_or(0, |p| p.tokens);
         self.lock(node);
         if reused > 0 {
             self.stats.hits += 1;
@@ -232,7 +304,49 @@ impl<S> PrefixCache<S> {
             tokens: reused,
             pages: self.path_pages(node),
             matched,
+            partial,
         }
+    }
+
+    /// The cached page after `node` sharing the most leading tokens with `rest` (at least one):
+    /// one of its tails, or (unless `need_snapshot`) the first page of one of its children. With
+    /// `need_snapshot`, only a tail all of whose tokens match and that has a snapshot.
+    fn partial_page(
+        &mut self,
+        node: NodeId,
+        rest: &[u32],
+        need_snapshot: bool,
+    ) -> Option<PartialPage> {
+        let page = self.config.page_size;
+        let common = |a: &[u32]| a.iter().zip(rest).take_while(|(x, y)| x == y).count();
+        let n = self.node(node);
+        let tails = n.tails.iter().enumerate().filter_map(|(i, t)| {
+            let k = common(&t.tokens);
+            let whole = k == t.tokens.len() && t.snapshot.is_some();
+            (!need_snapshot || whole).then_some((k, Some(i), t.page))
+        });
+        let children = n.children.values().filter(|_| !need_snapshot).map(|&c| {
+            (
+                common(&self.node(c).tokens[..page]),
+                None,
+                self.node(c).pages[0],
+            )
+        });
+        let (tokens, tail, src) = tails
+            .chain(children)
+            .max_by_key(|&(k, tail, src)| (k, tail.is_some(), src))?;
+        if tokens == 0 {
+            return None;
+        }
+        if let Some(i) = tail {
+            let clock = self.clock;
+            self.node_mut(node).tails[i].last_use = clock;
+        }
+        Some(PartialPage {
+            page: src,
+            tokens,
+            tail: tail.is_some(),
+        })
     }
 
     /// A match of nothing, for a sequence that computes its whole prompt (the quality path):
@@ -244,16 +358,20 @@ impl<S> PrefixCache<S> {
             tokens: 0,
             pages: Vec::new(),
             matched: 0,
+            partial: None,
         }
     }
 
-    /// Adds a sequence's computed prefix to the tree: `tokens` (whole pages) whose K and V sit in
-    /// `pages`. Pages of tokens the tree already holds stay the caller's (`unused_pages`); the
-    /// rest the tree takes. The node ending at `tokens` comes back locked (release it, and the
-    /// lock of the sequence's lookup, when the sequence is done).
+    /// Adds a sequence's computed prefix to the tree: `tokens` whose K and V sit in `pages`, the
+    /// last page possibly partly filled (kept as a tail: only a sequence that writes no more into
+    /// it may insert one). Pages of tokens the tree already holds stay the caller's
+    /// (`unused_pages`); the rest the tree takes. The node ending at the whole pages comes back
+    /// locked (release it, and the lock of the sequence's lookup, when the sequence is done).
     pub fn insert(&mut self, tokens: &[u32], pages: &[u32]) -> Result<Inserted, CacheError> {
         let page = self.config.page_size;
-        if tokens.len() != pages.len() * page {
+        let full = tokens.len() / page;
+        let rem = tokens.len() % page;
+        if pages.len() != full + usize::from(rem > 0) {
             return Err(CacheError::Misaligned {
                 tokens: tokens.len(),
                 pages: pages.len(),
@@ -270,6 +388,11 @@ impl<S> PrefixCache<S> {
         self.clock += 1;
         let (mut node, mut i) = (ROOT, 0);
         let mut unused_pages = Vec::new();
+        let (tail, pages) = match rem > 0 {
+            true => (Some((&tokens[full * page..], pages[full])), &pages[..full]),
+            false => (None, pages),
+        };
+        let tokens = &tokens[..full * page];
         while i < pages.len() {
             let at = i * page;
             match self.child(node, &tokens[at..at + page]) {
@@ -294,13 +417,51 @@ impl<S> PrefixCache<S> {
                 }
             }
         }
+        if let Some((tail, page)) = tail
+            && !self.add_tail(node, tail, page)
+        {
+            unused_pages.push(page);
+        }
         self.lock(node);
         Ok(Inserted { node, unused_pages })
     }
 
+    /// Keeps `tokens` (less than a page) in `page` as a tail of `node`, unless a tail or child
+    /// of it already holds them; a tail they extend goes (its page back to the pool). Returns
+    /// whether the tree took `page`.
+    fn add_tail(&mut self, node: NodeId, tokens: &[u32], page: u32) -> bool {
+        let n = self.node(node);
+        let held = n.tails.iter().any(|t| t.tokens.starts_with(tokens))
+            || n.children
+                .keys()
+                .any(|first_page| first_page.starts_with(tokens));
+        if held {
+            return false;
+        }
+        while let Some(i) = self
+            .node(node)
+            .tails
+            .iter()
+            .position(|t| tokens.starts_with(&t.tokens))
+        {
+            self.evict_tail(node, i);
+        }
+        let last_use = self.clock;
+        self.node_mut(node).tails.push(Tail {
+            tokens: tokens.to_vec(),
+            page,
+            last_use,
+            snapshot: None,
+        });
+        self.cached_bytes += self.config.page_bytes;
+        self.stats.tokens_inserted += tokens.len() as u64;
+        true
+    }
+
     /// Keeps `snapshot` as the state after `prefix` (whole pages, held by the tree: the caller
-    /// holds a lock on it or below). Makes room by evicting other leaves; returns false, keeping
-    /// nothing, when it would not fit the budget or the boundary already has one.
+    /// holds a lock on it or below; or whole pages and one of their node's tails). Makes room by
+    /// evicting other leaves; returns false, keeping nothing, when it would not fit the budget,
+    /// the boundary already has one, or the tail is not one the tree keeps.
     pub fn attach_snapshot(
         &mut self,
         prefix: &[u32],
@@ -309,21 +470,42 @@ impl<S> PrefixCache<S> {
         if !self.enabled() || prefix.is_empty() {
             return Ok(false);
         }
-        let node = self.boundary(prefix)?;
-        if self.node(node).snapshot.is_some() {
+        let page = self.config.page_size;
+        let whole = prefix.len() / page * page;
+        let node = self.boundary(&prefix[..whole])?;
+        let tail = &prefix[whole..];
+        let find_tail = |c: &Self| c.node(node).tails.iter().position(|t| t.tokens == tail);
+        // A tail the tree did not keep as its own (a longer tail or a child holds its tokens)
+        // has no place for a snapshot.
+        let taken = match tail.is_empty() {
+            true => self.node(node).snapshot.is_some(),
+            false => find_tail(self).is_none_or(|i| self.node(node).tails[i].snapshot.is_some()),
+        };
+        if taken {
             return Ok(false);
         }
-        let budget = self.config.budget;
+        let (budget, snapshot_bytes) = (self.config.budget, snapshot.bytes);
         self.lock(node);
-        self.evict_while(|c| c.cached_bytes + snapshot.bytes > budget);
-        let fits = self.cached_bytes + snapshot.bytes <= budget;
-        if fits {
-            self.cached_bytes += snapshot.bytes;
+        // The tail itself may go to make room (it is evictable whatever the locks).
+        self.evict_while(|c| c.cached_bytes + snapshot_bytes > budget);
+        let fits = self.cached_bytes + snapshot_bytes <= budget;
+        let slot = match tail.is_empty() {
+            true => Some(&mut self.node_mut(node).snapshot),
+            false => find_tail(self).map(|i| &mut self.node_mut(node).tails[i].snapshot),
+        };
+        let kept = match slot {
+            Some(slot) if fits => {
+                *slot = Some(snapshot);
+                true
+            }
+            _ => false,
+        };
+        if kept {
+            self.cached_bytes += snapshot_bytes;
             self.stats.snapshots_kept += 1;
-            self.node_mut(node).snapshot = Some(snapshot);
         }
         self.unlock(node)?;
-        Ok(fits)
+        Ok(kept)
     }
 
     /// Drops a sequence's lock on `node`, then evicts down to the budget.
@@ -355,7 +537,8 @@ impl<S> PrefixCache<S> {
     }
 
     fn tree_owns(&self, page: u32) -> bool {
-        self.live().any(|(_, n)| n.pages.contains(&page))
+        self.live()
+            .any(|(_, n)| n.pages.contains(&page) || n.tails.iter().any(|t| t.page == page))
     }
 
     /// The node ending exactly after `prefix`, splitting one if the boundary falls inside it.
@@ -420,8 +603,17 @@ impl<S> PrefixCache<S> {
         head_id
     }
 
+    /// Adds a node of whole pages under `parent`; tails of `parent` its first page holds go.
     fn add_leaf(&mut self, parent: NodeId, tokens: Vec<u32>, pages: Vec<u32>) -> NodeId {
         let key: Box<[u32]> = tokens[..self.config.page_size].into();
+        while let Some(i) = self
+            .node(parent)
+            .tails
+            .iter()
+            .position(|t| key.starts_with(&t.tokens))
+        {
+            self.evict_tail(parent, i);
+        }
         self.cached_bytes += pages.len() as u64 * self.config.page_bytes;
         let id = self.alloc_node(Node::new(Some(parent), tokens, pages, self.clock));
         self.node_mut(parent).children.insert(key, id);
@@ -466,18 +658,44 @@ impl<S> PrefixCache<S> {
         Ok(())
     }
 
-    /// Evicts least-recently-used unreferenced leaves while `more` holds and there are any.
+    /// Evicts least-recently-used tails and unreferenced leaves (a node once its tails are
+    /// gone) while `more` holds and there are any.
     fn evict_while(&mut self, more: impl Fn(&Self) -> bool) {
         while more(self) {
             let victim = self
                 .live()
-                .filter(|(id, n)| *id != ROOT && n.refs == 0 && n.children.is_empty())
-                .min_by_key(|(id, n)| (n.last_use, id.0))
-                .map(|(id, _)| id);
-            let Some(victim) = victim else {
-                return;
-            };
-            self.evict(victim);
+                .flat_map(|(id, n)| {
+                    let leaf =
+                        id != ROOT && n.refs == 0 && n.children.is_empty() && n.tails.is_empty();
+                    let node = leaf.then_some((n.last_use, id.0, 0, Victim::Node(id)));
+                    let tails = n
+                        .tails
+                        .iter()
+                        .enumerate()
+                        .map(move |(i, t)| (t.last_use, id.0, i + 1, Victim::Tail(id, i)));
+                    node.into_iter().chain(tails)
+                })
+                .min_by_key(|&(last_use, id, i, _)| (last_use, id, i))
+                .map(|(.., victim)| victim);
+            match victim {
+                Some(Victim::Node(id)) => self.evict(id),
+                Some(Victim::Tail(id, i)) => self.evict_tail(id, i),
+                None => return,
+            }
+        }
+    }
+
+    fn evict_tail(&mut self, id: NodeId, i: usize) {
+        let tail = self.node_mut(id).tails.swap_remove(i);
+        self.pages
+            .free(&[tail.page])
+            .expect("the tree owns its pages exactly once");
+        self.cached_bytes -= self.config.page_bytes;
+        self.stats.evictions += 1;
+        self.stats.tokens_evicted += tail.tokens.len() as u64;
+        if let Some(s) = tail.snapshot {
+            self.cached_bytes -= s.bytes;
+            self.stats.snapshots_evicted += 1;
         }
     }
 

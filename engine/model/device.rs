@@ -754,13 +754,14 @@ pub struct AttentionDims {
     pub poison: bool,
 }
 
-/// The attention kernels of one head shape (every attention layer of a model shares them) and
-/// the split-K scratch their decode passes share.
+/// The attention kernels of one head shape (every attention layer of a model shares them), the
+/// split-K scratch their decode passes share, and the buffer a KV page copy goes through.
 pub struct AttentionKernels {
     decode: AttnDecode,
     prefill: AttnPrefill,
     scratch: wgpu::Buffer,
     n_split: u32,
+    page_bounce: wgpu::Buffer,
 }
 
 impl AttentionKernels {
@@ -777,11 +778,18 @@ impl AttentionKernels {
             "attention split-K scratch",
             decode.scratch_bytes(dims.max_seqs, n_split),
         )?;
+        // One page of one layer's K (or V), at the larger (f32) element size.
+        let page_bounce = storage_buffer(
+            ctx,
+            "kv page bounce",
+            4 * (dims.n_kv * dims.head_dim) as u64 * u64::from(dims.page_size),
+        )?;
         Ok(AttentionKernels {
             prefill: AttnPrefill::new(ctx, ctx.paths(), shape)?,
             decode,
             scratch,
             n_split,
+            page_bounce,
         })
     }
 
@@ -804,6 +812,7 @@ impl AttentionKernels {
 /// writes it per step), so one binding serves a prefill chunk of one sequence and a decode step
 /// of several, each sequence on its own pages of the shared pool.
 pub struct Attention {
+    cache: KvCache,
     prepare: RopeKvBinding,
     decode: DecodeBinding,
     prefill: PrefillBinding,
@@ -892,6 +901,7 @@ impl Attention {
         )?;
         let kv_width = (dims.n_kv * dims.head_dim) as u64;
         Ok(Attention {
+            cache,
             prepare,
             decode,
             prefill,
@@ -900,6 +910,17 @@ impl Attention {
             cached_bytes: kv_width * k.rope_kv.dtype().bytes(),
             norm_bytes: io.norms.map_or(0, |_| 2 * 4 * dims.head_dim as u64),
         })
+    }
+
+    /// Records copying physical page `src` of this layer's K and V into page `dst`.
+    pub fn copy_page(
+        &self,
+        attn: &AttentionKernels,
+        encoder: &mut wgpu::CommandEncoder,
+        src: u32,
+        dst: u32,
+    ) -> Result<(), GpuError> {
+        self.cache.copy_page(encoder, src, dst, &attn.page_bounce)
     }
 
     /// Norms and rotates q and k, writes k and v into the cache (one `rope_kv` dispatch) and

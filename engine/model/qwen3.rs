@@ -618,7 +618,25 @@ impl DeviceModel for DenseModel {
         self.record(encoder, n_seqs, HeadRows::Batch, marks)
     }
 
-    fn encode_reset(&self, _encoder: &mut wgpu::CommandEncoder) {}
+    fn encode_reset(
+        &self,
+        _encoder: &mut wgpu::CommandEncoder,
+        _slot: u32,
+    ) -> Result<(), GpuError> {
+        Ok(())
+    }
+
+    fn encode_copy_page(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        src: u32,
+        dst: u32,
+    ) -> Result<(), GpuError> {
+        for l in &self.layers {
+            l.attention.copy_page(&self.attention, encoder, src, dst)?;
+        }
+        Ok(())
+    }
 
     fn max_context(&self) -> usize {
         self.max_context

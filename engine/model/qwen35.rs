@@ -10,10 +10,14 @@
 //!   on the first n_rot dims; causal GQA; `o ⊙ σ(gate)`; `W_o`.
 //!
 //! On the GPU ([`HybridModel`]) each layer is a short list of kernel calls over activations
-//! shared by all layers; the GDN layers keep their conv and recurrent state (one sequence)
-//! beside the attention layers' KV caches. A step of one token runs the recurrent delta rule, a
-//! prefill step the chunked form (two dispatches whatever its length); both continue the same
-//! state, so a prefill may be split over steps and decode picks up where it ended.
+//! shared by all layers; the GDN layers keep their conv and recurrent state, one slot per
+//! sequence in flight (its page-table row), beside the attention layers' paged KV caches. A step
+//! of one token runs the recurrent delta rule, a prefill step the chunked form (two dispatches
+//! whatever its length); both continue the same state, so a prefill may be split over steps and
+//! decode picks up where it ended. A batched decode step serves one token of each of several
+//! sequences: the projections multiply all their rows in one mat-vec (each weight read once),
+//! the GDN kernels run each sequence on its own state slot (`io.seqs`), attention on its own
+//! pages and position (`io.tokens`).
 //!
 //! Traps this file handles: GGUF norm weights already include the +1 (`ssm_norm` never had
 //! one); `ssm_a` is already −exp(A_log); V heads are stored tiled (v-head p reads k-head
@@ -28,7 +32,7 @@ use super::device::{
 use super::{Arch, DevicePlan, ModelError, RopePairing, expect_tensor};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::gpu::kernels::delta_prep::{DeltaPrep, PrepBinding, PrepIo};
-use crate::gpu::kernels::delta_state::{DeltaDims, DeltaState, OneSequence, SeqBatch, TensorRef};
+use crate::gpu::kernels::delta_state::{DeltaDims, DeltaState, SeqBatch, SequenceTable, TensorRef};
 use crate::gpu::kernels::elementwise::ElementwiseOp;
 use crate::gpu::kernels::gated_delta::{DecodeBinding, DecodeIo as RecurrentIo, GatedDeltaDecode};
 use crate::gpu::kernels::gated_delta_chunk::{
@@ -468,8 +472,8 @@ impl Hparams {
 }
 
 /// The hybrid model on the GPU: the weights, one bound layer per trunk block, the GDN state of
-/// one sequence beside the attention layers' KV caches, and the activations every layer shares
-/// (a step of `n` tokens uses their first `n` rows).
+/// every sequence slot beside the attention layers' KV caches, and the activations every layer
+/// shares (a step of `n` tokens uses their first `n` rows).
 pub struct HybridModel {
     n_vocab: usize,
     max_context: usize,
@@ -633,27 +637,32 @@ impl HybridModel {
         })
     }
 
-    /// The layers over `n` tokens of the one sequence, then the head on `rows` of them.
+    /// The layers over `batch` (one sequence's tokens, or one token of each sequence of a
+    /// batched decode step), then the head on `rows` of them.
     fn record(
         &self,
         encoder: &mut wgpu::CommandEncoder,
-        n: u32,
+        batch: SeqBatch,
         rows: HeadRows,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        let batch = self.delta.sequence.record(encoder, n)?;
+        let kind = match rows {
+            HeadRows::Tail(_) => StepKind::Sequence,
+            HeadRows::Batch => StepKind::Batch,
+        };
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("hybrid layers"),
                 timestamp_writes: None,
             });
-            self.record_layers(&mut pass, batch, marks)?;
+            self.record_layers(&mut pass, batch, kind, marks)?;
         }
+        let n = batch.count * batch.len;
         self.head
             .record(&self.kernels, encoder, &self.x, n, rows, marks)
     }
 
-    /// The GDN layers' states (one sequence slot each), in layer order.
+    /// The GDN layers' states (a slot per sequence each), in layer order.
     fn states(&self) -> impl Iterator<Item = &DeltaState> {
         self.layers.iter().filter_map(|l| match &l.mixer {
             DeviceMixer::DeltaNet(m) => Some(&m.state),
@@ -665,16 +674,17 @@ impl HybridModel {
         &self,
         pass: &mut wgpu::ComputePass,
         batch: SeqBatch,
+        kind: StepKind,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        let (k, n) = (&self.kernels, batch.len);
+        let (k, n) = (&self.kernels, batch.count * batch.len);
         marks.begin(pass);
         self.embedding.record(k, pass, n, marks)?;
         for l in &self.layers {
             l.attn_norm.record(k, pass, n, marks, "attn_norm");
             match &l.mixer {
                 DeviceMixer::DeltaNet(m) => m.record(k, &self.delta, pass, batch, marks)?,
-                DeviceMixer::Attention(m) => m.record(k, &self.attention, pass, n, marks)?,
+                DeviceMixer::Attention(m) => m.record(k, &self.attention, pass, n, kind, marks)?,
             }
             l.mlp.record(k, pass, n, marks)?;
         }
@@ -704,6 +714,7 @@ impl LayerLoader<'_> {
                 self.delta,
                 t,
                 s,
+                &self.io.seqs,
                 self.poison,
             )?)),
             Mixer::Attention(t) => DeviceMixer::Attention(Box::new(GatedAttention::bind(self, t)?)),
@@ -782,20 +793,20 @@ impl GatedAttention {
         attn: &AttentionKernels,
         pass: &mut wgpu::ComputePass,
         n: u32,
+        kind: StepKind,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         self.q.record(k, pass, n, marks, "attn_q")?;
         self.k.record(k, pass, n, marks, "attn_k")?;
         self.v.record(k, pass, n, marks, "attn_v")?;
-        self.attention
-            .record(k, attn, pass, n, StepKind::Sequence, marks);
+        self.attention.record(k, attn, pass, n, kind, marks);
         self.gate.record(k, pass, n, marks, "attn_gate");
         self.wo.record(k, pass, n, marks, "attn_output")
     }
 }
 
-/// The Gated DeltaNet kernels of the model's one layer shape, the batch table their steps read
-/// (one sequence, slot 0) and the chunked prefill's scratch every layer shares.
+/// The Gated DeltaNet kernels of the model's one layer shape and the chunked prefill's scratch
+/// every layer shares (a prefill is one sequence).
 struct DeltaNetKernels {
     dims: DeltaDims,
     conv: SsmConv,
@@ -803,7 +814,6 @@ struct DeltaNetKernels {
     recurrent: GatedDeltaDecode,
     chunked: GatedDeltaChunked,
     norm: GatedNorm,
-    sequence: OneSequence,
     /// None when every step is one token (the recurrent kernel serves them all).
     scratch: Option<ChunkScratch>,
 }
@@ -818,7 +828,6 @@ impl DeltaNetKernels {
             recurrent: GatedDeltaDecode::new(ctx, paths, dims)?,
             chunked: GatedDeltaChunked::new(ctx, paths, dims)?,
             norm: GatedNorm::new(ctx, paths, dims)?,
-            sequence: OneSequence::new(ctx, max_tokens)?,
             scratch: (max_tokens > 1)
                 .then(|| ChunkScratch::new(ctx, dims, max_tokens, 1))
                 .transpose()?,
@@ -828,7 +837,8 @@ impl DeltaNetKernels {
 
 /// One Gated DeltaNet layer (model-spec.md §5.4–5.5): the four projections of `h`, the causal
 /// conv and SiLU rolling the conv state, q/k L2 norms and gates, the delta rule (recurrent for
-/// one token, chunked for a prefill), the gated RMSNorm, and `x += W_out y`; with its state.
+/// one token, chunked for a prefill), the gated RMSNorm, and `x += W_out y`; with its state
+/// (one slot per sequence slot of the step table).
 struct DeltaNetLayer {
     qkv: Linear,
     z: Linear,
@@ -849,10 +859,11 @@ impl DeltaNetLayer {
         d: &DeltaNetKernels,
         t: &DeltaNetTensors,
         s: &Scratch,
+        table: &SequenceTable,
         poison: bool,
     ) -> Result<DeltaNetLayer, ModelError> {
         let (ctx, rows) = (b.ctx, b.rows);
-        let state = DeltaState::new(ctx, d.dims, 1)?;
+        let state = DeltaState::new(ctx, d.dims, table.n_slots())?;
         if poison {
             // Only a reset makes the state usable: a missed one shows as NaN.
             fill_f32(ctx, &state.conv, f32::NAN)?;
@@ -865,7 +876,6 @@ impl DeltaNetLayer {
             b.vector(t.dt_bias)?,
             b.vector(t.norm)?,
         );
-        let table = &d.sequence.table;
         let conv = d.conv.bind(
             ctx,
             ConvIo {
@@ -943,9 +953,10 @@ impl DeltaNetLayer {
         })
     }
 
-    /// Records the layer for `batch` (one sequence of `batch.len` tokens). The roofline bytes
-    /// of the GDN ops are their small weights and the recurrent state they read (conv state,
-    /// delta-rule state), read once per step whatever its length.
+    /// Records the layer for `batch`: one sequence of `batch.len` tokens, or one token of each
+    /// of `batch.count` sequences. The roofline bytes of the GDN ops are their small weights and
+    /// the recurrent state they read (conv state, delta-rule state), read once per sequence
+    /// whatever its length.
     fn record(
         &self,
         k: &Kernels,
@@ -954,8 +965,8 @@ impl DeltaNetLayer {
         batch: SeqBatch,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        let n = batch.len;
-        let bytes = GdnBytes::new(d.dims, u64::from(n));
+        let n = batch.count * batch.len;
+        let bytes = GdnBytes::new(d.dims, batch);
         self.qkv.record(k, pass, n, marks, "gdn_qkv")?;
         self.z.record(k, pass, n, marks, "gdn_z")?;
         self.beta.record(k, pass, n, marks, "gdn_beta")?;
@@ -967,7 +978,7 @@ impl DeltaNetLayer {
         let dispatches = d.prep.plan(&self.prep, n)?.len();
         marks.op(pass, "delta_prep", "delta_prep", bytes.prep, dispatches);
         match &self.chunked {
-            Some(chunked) if n > 1 => {
+            Some(chunked) if batch.len > 1 => {
                 d.chunked.encode(pass, chunked, batch)?;
                 let dispatches = d.chunked.plan(chunked, batch)?.len();
                 let kernel = "gated_delta_chunk";
@@ -986,9 +997,9 @@ impl DeltaNetLayer {
     }
 }
 
-/// What each Gated DeltaNet kernel of a step of `n` tokens moves: f32 weights and state in
-/// `weights` (the roofline's bytes), f32 activations read and written in `activations`; state
-/// writes count as activations.
+/// What each Gated DeltaNet kernel of a step over `batch` moves: f32 weights and each sequence's
+/// state in `weights` (the roofline's bytes), f32 activations read and written in `activations`;
+/// state writes count as activations.
 struct GdnBytes {
     conv: OpBytes,
     prep: OpBytes,
@@ -997,12 +1008,13 @@ struct GdnBytes {
 }
 
 impl GdnBytes {
-    fn new(dims: DeltaDims, n: u64) -> GdnBytes {
+    fn new(dims: DeltaDims, batch: SeqBatch) -> GdnBytes {
         let f32s = |floats: u64| 4 * floats;
+        let (n, seqs) = (batch.tokens(), u64::from(batch.count));
         let (conv_dim, key_dim) = (u64::from(dims.conv_dim()), u64::from(dims.key_dim()));
         let (value_dim, nv) = (u64::from(dims.value_dim()), u64::from(dims.nv));
-        let conv_state = f32s(dims.conv_state_floats());
-        let recurrent_state = f32s(dims.recurrent_state_floats());
+        let conv_state = seqs * f32s(dims.conv_state_floats());
+        let recurrent_state = seqs * f32s(dims.recurrent_state_floats());
         GdnBytes {
             // Taps and the K−1 raw rows before the step in; the raw rows in, y out, the state out.
             conv: OpBytes::new(
@@ -1040,33 +1052,29 @@ impl DeviceModel for HybridModel {
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let tail = if all_logits { n_tokens } else { 1 };
-        self.record(encoder, n_tokens, HeadRows::Tail(tail), marks)
+        let batch = SeqBatch {
+            count: 1,
+            len: n_tokens,
+        };
+        self.record(encoder, batch, HeadRows::Tail(tail), marks)
     }
 
-    /// One sequence only: the GDN state has one slot (the engine refuses more at load).
     fn encode_batch(
         &self,
         encoder: &mut wgpu::CommandEncoder,
         n_seqs: u32,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        if n_seqs != 1 {
-            return Err(GpuError::Shape {
-                kernel: "batched decode",
-                message: format!(
-                    "the hybrid model decodes one sequence per step (one GDN state slot), not \
-                     {n_seqs}"
-                ),
-            });
-        }
-        self.record(encoder, 1, HeadRows::Batch, marks)
+        let batch = SeqBatch {
+            count: n_seqs,
+            len: 1,
+        };
+        self.record(encoder, batch, HeadRows::Batch, marks)
     }
 
-    fn encode_reset(&self, encoder: &mut wgpu::CommandEncoder) {
-        for state in self.states() {
-            encoder.clear_buffer(&state.conv, 0, None);
-            encoder.clear_buffer(&state.recurrent, 0, None);
-        }
+    fn encode_reset(&self, encoder: &mut wgpu::CommandEncoder, slot: u32) -> Result<(), GpuError> {
+        self.states()
+            .try_for_each(|state| state.zero_slot(encoder, slot))
     }
 
     fn state_bytes(&self) -> u64 {
@@ -1077,11 +1085,12 @@ impl DeviceModel for HybridModel {
     fn encode_save_state(
         &self,
         encoder: &mut wgpu::CommandEncoder,
+        slot: u32,
         dst: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
         let mut offset = 0;
         for state in self.states() {
-            state.save_slot(encoder, 0, dst, offset)?;
+            state.save_slot(encoder, slot, dst, offset)?;
             offset += state.snapshot_bytes();
         }
         Ok(())
@@ -1091,11 +1100,26 @@ impl DeviceModel for HybridModel {
         &self,
         encoder: &mut wgpu::CommandEncoder,
         src: &wgpu::Buffer,
+        slot: u32,
     ) -> Result<(), GpuError> {
         let mut offset = 0;
         for state in self.states() {
-            state.restore_slot(encoder, src, offset, 0)?;
+            state.restore_slot(encoder, src, offset, slot)?;
             offset += state.snapshot_bytes();
+        }
+        Ok(())
+    }
+
+    fn encode_copy_page(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        src: u32,
+        dst: u32,
+    ) -> Result<(), GpuError> {
+        for l in &self.layers {
+            if let DeviceMixer::Attention(m) = &l.mixer {
+                m.attention.copy_page(&self.attention, encoder, src, dst)?;
+            }
         }
         Ok(())
     }

@@ -321,6 +321,7 @@ impl Engine {
             })
             .collect();
         self.io.set_tokens(&self.ctx, &slots);
+        self.io.seqs.write(&self.ctx, n, &[row])?;
         let step = Step::new(pos, n, self.steps % HISTORY_LEN);
         self.io.step.set(&self.ctx, step);
         let tail = if all_logits { n } else { 1 };
@@ -336,7 +337,9 @@ impl Engine {
         self.model.encode_step(&mut encoder, n, all_logits, marks)?;
         self.encode_time += started.elapsed();
         self.last_dispatches = marks.dispatches();
-        self.seq_mut(seq)?.pos += n as usize;
+        let s = self.seq_mut(seq)?;
+        s.pos += n as usize;
+        s.state_pos += n as usize;
         self.steps += 1;
         Ok((encoder, step))
     }
@@ -646,13 +649,6 @@ fn check_pool_options(options: &EngineOptions, plan: &DevicePlan) -> Result<(), 
             "{} sequences at once: this engine decodes 1..={most} per step (mat-vec batch {}, \
              prefill chunk {}, logit rows {})",
             options.max_seqs, MAX_BATCH, plan.max_tokens, plan.logit_rows
-        ));
-    }
-    if plan.state_bytes > 0 && options.max_seqs > 1 {
-        return bad(format!(
-            "{} sequences at once: a hybrid ({:?}) model serves one sequence at a time (its \
-             recurrent state has one slot)",
-            options.max_seqs, plan.arch
         ));
     }
     Ok(())

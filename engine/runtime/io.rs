@@ -17,7 +17,11 @@
 //! - `pages`: the page table, one row per sequence slot, mapping a sequence's logical pages to
 //!   physical pages of the shared KV pool (shared prefix pages from the prefix cache, then its
 //!   own).
+//! - `seqs`: the sequences of a step for models with recurrent state (`SequenceTable`): one
+//!   prompt of `n` tokens, or one token of each sequence of a batched decode, each reading and
+//!   writing the state slot of its page-table row. Written every step, like `tokens`.
 
+use crate::gpu::kernels::delta_state::SequenceTable;
 use crate::gpu::kernels::kv_cache::PageTable;
 use crate::gpu::kernels::support::TokenSlot;
 use crate::gpu::{GpuContext, GpuError, StepBuffer, storage_buffer};
@@ -33,6 +37,7 @@ pub struct StepIo {
     pub logits: wgpu::Buffer,
     pub tokens: wgpu::Buffer,
     pub pages: PageTable,
+    pub seqs: SequenceTable,
     /// Most tokens one step processes (the prefill chunk).
     pub max_tokens: u32,
     /// Rows `logits` holds (`max_tokens` when every row's logits can be kept, else 1).
@@ -42,7 +47,7 @@ pub struct StepIo {
 
 impl StepIo {
     /// Buffers for steps of up to `max_tokens` tokens, `logit_rows` rows of logits, and a page
-    /// table of `page_rows` rows of `pages_per_row` pages.
+    /// table of `page_rows` rows of `pages_per_row` pages (a row and a state slot per sequence).
     pub fn new(
         ctx: &GpuContext,
         max_tokens: u32,
@@ -67,6 +72,7 @@ impl StepIo {
                 u64::from(max_tokens) * std::mem::size_of::<TokenSlot>() as u64,
             )?,
             pages: PageTable::from_rows(ctx, pages_per_row, &vec![Vec::new(); page_rows as usize])?,
+            seqs: SequenceTable::new(ctx, page_rows, page_rows)?,
             max_tokens,
             logit_rows,
             n_vocab,

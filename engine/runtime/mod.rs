@@ -52,9 +52,10 @@ fn gib(bytes: u64) -> String {
 /// A model resident on the GPU, driven one forward step at a time through the shared
 /// [`StepIo`] buffers (the runtime writes `io.step` and `io.ids` before each step).
 pub trait DeviceModel {
-    /// Records one forward step over `n_tokens` tokens (ids in `io.ids`, positions from
-    /// `io.step`): embed, every layer, final norm, LM head into `io.logits` for the last row (or
-    /// for every row with `all_logits`), and the argmax of the last row into `io.ids[0]` and
+    /// Records one forward step over `n_tokens` tokens of one sequence (ids in `io.ids`,
+    /// positions and page-table row in `io.tokens`, its state slot in `io.seqs`): embed, every
+    /// layer, final norm, LM head into `io.logits` for the last row (or for every row with
+    /// `all_logits`), and the argmax of the last row into `io.ids[0]` and
     /// `io.history[step.out_index]`. Every op it records is noted in `marks` (name, kernel,
     /// bytes, dispatches; a timestamp after each when `marks` is timed), so the step's dispatch
     /// count and profile come from the code that records them.
@@ -67,24 +68,20 @@ pub trait DeviceModel {
     ) -> Result<(), GpuError>;
 
     /// Records one decode step over one token of each of `n_seqs` sequences (ids in `io.ids`,
-    /// position and page-table row of each in `io.tokens`): logits for every row, the argmax of
-    /// row r into `io.ids[r]`. Every weight is read once for the whole batch. Its ops (and
-    /// dispatches) are noted in `marks`.
+    /// position and page-table row of each in `io.tokens`, state slots in `io.seqs`): logits for
+    /// every row, the argmax of row r into `io.ids[r]`. Every weight is read once for the whole
+    /// batch. Its ops (and dispatches) are noted in `marks`.
     fn encode_batch(
         &self,
-        _encoder: &mut wgpu::CommandEncoder,
+        encoder: &mut wgpu::CommandEncoder,
         n_seqs: u32,
-        _marks: &mut StepMarks,
-    ) -> Result<(), GpuError> {
-        Err(GpuError::Shape {
-            kernel: "batched decode",
-            message: format!("this model decodes one sequence per step, not {n_seqs}"),
-        })
-    }
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError>;
 
-    /// Records whatever a new sequence needs beyond position 0 (hybrid models zero their
-    /// recurrent and conv states; attention caches need nothing, positions overwrite them).
-    fn encode_reset(&self, encoder: &mut wgpu::CommandEncoder);
+    /// Records whatever a new sequence on state slot `slot` (its page-table row) needs beyond
+    /// position 0 (hybrid models zero the slot's recurrent and conv states; attention caches
+    /// need nothing, positions overwrite them).
+    fn encode_reset(&self, encoder: &mut wgpu::CommandEncoder, slot: u32) -> Result<(), GpuError>;
 
     /// Bytes of one sequence's recurrent (DeltaNet + conv) state; 0 for attention-only models,
     /// whose cached prefixes need no snapshot.
@@ -92,24 +89,35 @@ pub trait DeviceModel {
         0
     }
 
-    /// Records copying the sequence's recurrent state into `dst` from offset 0
+    /// Records copying the recurrent state of slot `slot` into `dst` from offset 0
     /// ([`DeviceModel::state_bytes`] bytes): a prefix-cache snapshot.
     fn encode_save_state(
         &self,
         _encoder: &mut wgpu::CommandEncoder,
+        _slot: u32,
         _dst: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
         Err(no_state())
     }
 
-    /// Records replacing the sequence's recurrent state by a snapshot saved in `src`.
+    /// Records replacing the recurrent state of slot `slot` by a snapshot saved in `src`.
     fn encode_restore_state(
         &self,
         _encoder: &mut wgpu::CommandEncoder,
         _src: &wgpu::Buffer,
+        _slot: u32,
     ) -> Result<(), GpuError> {
         Err(no_state())
     }
+
+    /// Records copying physical KV page `src` of every attention layer into page `dst`
+    /// (copy-on-write of a cached page a sequence extends; `src` ≠ `dst`).
+    fn encode_copy_page(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        src: u32,
+        dst: u32,
+    ) -> Result<(), GpuError>;
 
     /// The longest sequence the KV cache holds.
     fn max_context(&self) -> usize;

@@ -215,8 +215,9 @@ pub fn run(args: &Args, models: &Models, out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Enough for every agent's whole conversation: its KV pages (f32, the larger element) and,
-/// for a hybrid model, a recurrent-state snapshot at two points of every turn.
+/// Enough for every agent's whole conversation: its KV pages (f32, the larger element), the
+/// partly filled last page each turn leaves, and, for a hybrid model, a recurrent-state snapshot
+/// at three points of every turn (its branch point, its prompt's last page boundary, its end).
 fn default_cache_mem(
     plan: &fak::model::DevicePlan,
     page_size: Option<u32>,
@@ -224,10 +225,10 @@ fn default_cache_mem(
     context: usize,
 ) -> u64 {
     let page = u64::from(page_size.unwrap_or(fak::model::DevicePlan::PAGE_SIZE));
-    let tokens = (context as u64).div_ceil(page) * page;
+    let turns = spec.turns as u64;
+    let tokens = ((context as u64).div_ceil(page) + turns) * page;
     let agents = spec.agents as u64;
-    agents * tokens * plan.kv_elems_per_token * 4
-        + agents * spec.turns as u64 * 2 * plan.state_bytes
+    agents * tokens * plan.kv_elems_per_token * 4 + agents * turns * 3 * plan.state_bytes
 }
 
 /// `<engine>-cache` or `<engine>-nocache`.

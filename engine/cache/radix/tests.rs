@@ -42,8 +42,9 @@ fn finish(c: &mut PrefixCache<u32>, m: PrefixMatch, ins: Inserted) {
     check_invariants(c);
 }
 
-/// The bookkeeping agrees with itself: bytes recomputed from the nodes, every tree page in use
-/// and owned once, parent/child links both ways, refs of a node ≥ those of each child.
+/// The bookkeeping agrees with itself: bytes recomputed from the nodes and tails, every tree
+/// page in use and owned once, parent/child links both ways, refs of a node ≥ those of each
+/// child, tails shorter than a page and none a prefix of another.
 fn check_invariants<S>(c: &PrefixCache<S>) {
     let mut bytes = 0;
     let mut pages = Vec::new();
@@ -52,6 +53,17 @@ fn check_invariants<S>(c: &PrefixCache<S>) {
         bytes += n.snapshot.as_ref().map_or(0, |s| s.bytes);
         assert_eq!(n.tokens.len(), n.pages.len() * c.config.page_size);
         pages.extend_from_slice(&n.pages);
+        for (i, t) in n.tails.iter().enumerate() {
+            bytes += c.config.page_bytes + t.snapshot.as_ref().map_or(0, |s| s.bytes);
+            pages.push(t.page);
+            assert!((1..c.config.page_size).contains(&t.tokens.len()));
+            for (j, u) in n.tails.iter().enumerate() {
+                assert!(
+                    i == j || !u.tokens.starts_with(&t.tokens),
+                    "a tail is dominated"
+                );
+            }
+        }
         for (key, &child) in &n.children {
             let ch = c.node(child);
             assert_eq!(ch.parent, Some(id));
@@ -84,22 +96,125 @@ fn lookup_finds_the_longest_whole_page_prefix_and_splits_there() {
     finish(&mut c, m, ins);
     assert_eq!((c.node_count(), c.cached_tokens()), (1, 12));
 
-    // Shares 10 tokens: two whole pages are reused, the node splits after them.
+    // Shares 10 tokens: two whole pages are shared, the node splits after them, and the first
+    // two tokens of the third page are reused by copying it.
     let b = cat(&a[..10], &run(100, 6));
     let m = c.lookup(&b, b.len() - 1, false);
-    assert_eq!((m.tokens, m.pages.clone(), m.matched), (8, vec![0, 1], 8));
+    assert_eq!((m.tokens, m.pages.clone(), m.matched), (10, vec![0, 1], 8));
+    let copy = PartialPage {
+        page: 2,
+        tokens: 2,
+        tail: false,
+    };
+    assert_eq!(m.partial, Some(copy));
     assert_eq!(c.node_count(), 2, "split after page 2");
     assert_eq!(c.refs(m.node), Some(1));
     c.release(m.node).unwrap();
 
-    // The same prompt again: at most len − 1 tokens are reused, so 8 of 12 (the last page is
-    // recomputed, and the first output comes from this request's own logits).
+    // The same prompt again: at most len − 1 tokens are reused, so 11 of 12 (the first output
+    // comes from this request's own logits), 3 of them copied from the last page.
     let m = c.lookup(&a, a.len() - 1, false);
-    assert_eq!((m.tokens, m.pages.clone()), (8, vec![0, 1]));
+    assert_eq!((m.tokens, m.pages.clone()), (11, vec![0, 1]));
+    assert_eq!(m.partial.map(|p| (p.page, p.tokens)), Some((2, 3)));
     c.release(m.node).unwrap();
     let m = c.lookup(&cat(&a, &[7]), 12, false);
-    assert_eq!((m.tokens, m.pages.clone()), (12, vec![0, 1, 2]));
+    assert_eq!(
+        (m.tokens, m.pages.clone(), m.partial),
+        (12, vec![0, 1, 2], None)
+    );
     c.release(m.node).unwrap();
+    // A hybrid lookup never copies part of a child's page: the state is not kept there.
+    let m = c.lookup(&b, b.len() - 1, true);
+    assert_eq!((m.tokens, m.partial), (0, None));
+    c.release(m.node).unwrap();
+    check_invariants(&c);
+}
+
+/// A sequence that ends part-way into a page leaves that page as a tail: a later prompt
+/// extending its tokens reuses all of them (copying the page), a longer tail replaces a shorter
+/// one, a tail with a snapshot is where a hybrid model resumes, and tails go first under
+/// pressure.
+#[test]
+fn a_partly_filled_last_page_is_kept_as_a_tail_and_reused_by_copy() {
+    let mut c = cache(16, 16);
+    let a = run(0, 10);
+    let pages = c.alloc_pages(3).unwrap();
+    let ins = c.insert(&a, &pages).unwrap();
+    assert_eq!(
+        ins.unused_pages,
+        Vec::<u32>::new(),
+        "the tree took the tail's page"
+    );
+    c.release(ins.node).unwrap();
+    assert_eq!((c.node_count(), c.cached_tokens()), (1, 10));
+    assert_eq!(c.cached_bytes(), 3 * PAGE_BYTES);
+
+    // The next turn: a's 10 tokens and 5 new ones; 8 shared in place, 2 copied from page 2.
+    let next = cat(&a, &run(50, 5));
+    let m = c.lookup(&next, next.len() - 1, false);
+    assert_eq!((m.tokens, m.pages.clone()), (10, vec![0, 1]));
+    let tail = PartialPage {
+        page: 2,
+        tokens: 2,
+        tail: true,
+    };
+    assert_eq!(m.partial, Some(tail));
+    // It copied the tail into its own page 3 and ends at 13 tokens: page 3 holds a's tail's
+    // tokens and more, so a's tail goes.
+    let own = c.alloc_pages(2).unwrap();
+    assert_eq!(own, vec![3, 4]);
+    let ins = c.insert(&next[..13], &cat(&m.pages, &own[..2])).unwrap();
+    assert_eq!(ins.unused_pages, Vec::<u32>::new());
+    assert_eq!(c.free_pages(), 12, "a's tail page went back to the pool");
+    c.release(ins.node).unwrap();
+    c.release(m.node).unwrap();
+    assert_eq!(c.stats().tokens_reused, 10);
+    // A shorter tail that a cached page already holds stays the caller's.
+    let pages = c.alloc_pages(3).unwrap();
+    let ins = c.insert(&next[..9], &[0, 1, pages[0]]).unwrap();
+    assert_eq!(ins.unused_pages, vec![pages[0]]);
+    c.free_pages_of_sequence(&pages).unwrap();
+    c.release(ins.node).unwrap();
+    check_invariants(&c);
+
+    // A hybrid lookup resumes on the tail only once it has a snapshot, and then on all of it.
+    let longer = cat(&next[..13], &[9, 9]);
+    let m = c.lookup(&longer, longer.len() - 1, true);
+    assert_eq!((m.tokens, m.partial), (0, None));
+    c.release(m.node).unwrap();
+    let kept = c.attach_snapshot(
+        &next[..13],
+        Snapshot {
+            state: 7,
+            bytes: 50,
+        },
+    );
+    assert_eq!(kept, Ok(true));
+    let m = c.lookup(&longer, longer.len() - 1, true);
+    assert_eq!((m.tokens, m.partial.map(|p| p.page)), (13, Some(4)));
+    assert_eq!(c.resume_state(&m, &longer), Some(&7));
+    c.release(m.node).unwrap();
+    // A prompt that leaves the tail early does not resume on it (no state there).
+    let early = cat(&next[..12], &[8, 8]);
+    let m = c.lookup(&early, early.len() - 1, true);
+    assert_eq!((m.tokens, m.partial), (0, None));
+    c.release(m.node).unwrap();
+    check_invariants(&c);
+
+    // Under page pressure the tail (and its snapshot) goes before the whole pages.
+    let before = c.stats();
+    let got = c.alloc_pages(c.free_pages() + 1).unwrap();
+    let s = c.stats();
+    assert_eq!(s.evictions - before.evictions, 1);
+    assert_eq!(
+        (
+            s.tokens_evicted - before.tokens_evicted,
+            s.snapshots_evicted
+        ),
+        (1, 1)
+    );
+    assert!(got.contains(&4));
+    assert_eq!(c.cached_tokens(), 12);
     check_invariants(&c);
 }
 
@@ -374,7 +489,8 @@ fn random_workload_never_hands_out_a_page_of_other_tokens() {
             let len = rng.random_range(1..30);
             let tokens: Vec<u32> = (0..len).map(|_| rng.random_range(0..2)).collect();
             let m = c.lookup(&tokens, len - 1, false);
-            assert!(m.tokens < len && m.tokens.is_multiple_of(PAGE));
+            let whole = m.pages.len() * PAGE;
+            assert!(m.tokens < len && m.tokens >= whole && m.tokens < whole + PAGE);
             for (i, &p) in m.pages.iter().enumerate() {
                 let end = (i + 1) * PAGE;
                 assert_eq!(
@@ -382,6 +498,19 @@ fn random_workload_never_hands_out_a_page_of_other_tokens() {
                     Some(&tokens[..end]),
                     "step {step}: page {p} handed out for the wrong tokens"
                 );
+            }
+            if let Some(partial) = m.partial {
+                let held = content[partial.page as usize]
+                    .as_deref()
+                    .unwrap_or_default();
+                assert_eq!(
+                    held.get(..m.tokens),
+                    Some(&tokens[..m.tokens]),
+                    "step {step}: page {} copied for the wrong tokens",
+                    partial.page
+                );
+            } else {
+                assert_eq!(m.tokens, whole);
             }
             let want = len.div_ceil(PAGE) - m.pages.len();
             match c.alloc_pages(want) {

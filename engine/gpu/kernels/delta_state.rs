@@ -20,7 +20,7 @@
 //! with one entry per sequence in flight; prefill is one prompt (`count = 1`). Its own table,
 //! not the shared `Step` uniform, because a batch needs one slot per sequence.
 
-use crate::gpu::buffers::{round_up, storage_buffer, upload};
+use crate::gpu::buffers::{round_up, storage_buffer};
 use crate::gpu::context::GpuContext;
 use crate::gpu::error::GpuError;
 use crate::model::qwen35::{HeadMapping, Hparams, SUPPORTED_CONV_KERNELS};
@@ -255,53 +255,6 @@ impl SequenceTable {
         ctx.queue
             .write_buffer(&self.buffer, 0, bytemuck::cast_slice(&words));
         Ok(SeqBatch { count, len })
-    }
-}
-
-/// The batch of a model that runs one sequence on slot 0, chosen inside each step's own
-/// encoder: the table holds (count 1, slot 0) from load, and a step records a 4-byte copy of its
-/// length from `lengths` (1..=max_len) into the table, so a step's batch travels with its
-/// commands and the model writes nothing through the queue itself.
-pub struct OneSequence {
-    pub table: SequenceTable,
-    lengths: wgpu::Buffer,
-    max_len: u32,
-}
-
-impl OneSequence {
-    pub fn new(ctx: &GpuContext, max_len: u32) -> Result<Self, GpuError> {
-        let table = SequenceTable::new(ctx, 1, 1)?;
-        table.write(ctx, 1, &[0])?;
-        let lengths: Vec<u32> = (1..=max_len).collect();
-        let lengths = upload(ctx, "sequence lengths", bytemuck::cast_slice(&lengths))?;
-        Ok(OneSequence {
-            table,
-            lengths,
-            max_len,
-        })
-    }
-
-    /// Records (outside any pass) selecting a batch of one sequence of `len` tokens.
-    pub fn record(
-        &self,
-        encoder: &mut wgpu::CommandEncoder,
-        len: u32,
-    ) -> Result<SeqBatch, GpuError> {
-        if len == 0 || len > self.max_len {
-            return Err(table_error(format!(
-                "a sequence of {len} tokens: the table was made for 1..={}",
-                self.max_len
-            )));
-        }
-        // The `len` word of `struct Sequences` sits at byte 4.
-        encoder.copy_buffer_to_buffer(
-            &self.lengths,
-            4 * u64::from(len - 1),
-            &self.table.buffer,
-            4,
-            4,
-        );
-        Ok(SeqBatch { count: 1, len })
     }
 }
 

@@ -203,6 +203,48 @@ impl KvCache {
             v: storage_buffer(ctx, "v cache", layout.cache_bytes())?,
         })
     }
+
+    /// Bytes of one physical page of one cache (K or V): every kv head's slots.
+    pub fn page_bytes(&self) -> u64 {
+        let l = &self.layout;
+        u64::from(l.n_kv) * u64::from(l.page_size) * u64::from(l.head_dim) * l.dtype.bytes()
+    }
+
+    /// Records copying physical page `src` of both caches into page `dst` (copy-on-write of a
+    /// shared page). A page is one contiguous run of the layout; wgpu never copies within one
+    /// buffer, so each run goes through `bounce` (at least [`KvCache::page_bytes`], COPY_SRC
+    /// and COPY_DST), in order on the encoder.
+    pub fn copy_page(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        src: u32,
+        dst: u32,
+        bounce: &wgpu::Buffer,
+    ) -> Result<(), GpuError> {
+        let bytes = self.page_bytes();
+        let n_pages = self.layout.n_pages;
+        let problem = if src >= n_pages || dst >= n_pages {
+            Some(format!("pages {src} → {dst} of a cache of {n_pages}"))
+        } else if src == dst {
+            Some(format!("page {src} onto itself"))
+        } else if !bytes.is_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT) || bounce.size() < bytes {
+            Some(format!(
+                "pages of {bytes} bytes through a bounce buffer of {} (whole words needed)",
+                bounce.size()
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(shape_error("kv page copy", problem));
+        }
+        let at = |page: u32| self.layout.element_index(page, 0, 0) * self.layout.dtype.bytes();
+        for cache in [&self.k, &self.v] {
+            encoder.copy_buffer_to_buffer(cache, at(src), bounce, 0, bytes);
+            encoder.copy_buffer_to_buffer(bounce, 0, cache, at(dst), bytes);
+        }
+        Ok(())
+    }
 }
 
 /// The page table: `rows` rows of `pages_per_row` physical page numbers (u32), one row per

@@ -1,11 +1,14 @@
 //! Sequences in flight: each owns a page-table row whose pages are a cached prefix (shared,
-//! locked in the prefix cache) followed by pages of its own; it prefills only what the cache
-//! did not hold, and its computed pages go to the cache when it ends.
+//! locked in the prefix cache) followed by pages of its own — the first of them a copy of a
+//! cached partly used page when the prompt reuses some of its tokens (copy-on-write); it
+//! prefills only what the cache did not hold, and its computed pages (the last one partly
+//! filled, as a tail) go to the cache when it ends.
 //!
 //! Two ways to drive them: [`Engine::generate`] runs one request start to end (GPU-resident
 //! greedy loop with steps in flight), and [`Engine::start`] / [`Engine::step`] /
 //! [`Engine::finish`] serve several at once, one batched decode step per call, sequences joining
-//! and leaving between steps.
+//! and leaving between steps. A hybrid model's recurrent state has a slot per row: a sequence's
+//! slot is zeroed, or restored from its cached prefix's snapshot, when it takes the row.
 
 use super::{Engine, RuntimeError};
 use crate::cache::{NodeId, Snapshot};
@@ -45,6 +48,9 @@ pub(super) struct Sequence {
     pub(super) cached_tokens: usize,
     /// Positions whose K and V are written (or submitted): the next token goes here.
     pub(super) pos: usize,
+    /// Tokens the recurrent state (hybrid models) has taken in; past `pos` when steps ran
+    /// beyond a stop, and then no snapshot is taken at the end.
+    pub(super) state_pos: usize,
     /// Positions it may write: the prompt and `n_out − 1` fed outputs (its pages cover them).
     capacity: usize,
     /// The row's pages; `owned[i]` when page i is the sequence's own, not the tree's.
@@ -91,16 +97,21 @@ impl Engine {
             ))
         })?;
         let hybrid = self.model.state_bytes() > 0;
-        if hybrid && self.seqs.iter().any(Option::is_some) {
-            return Err(RuntimeError::Request(
-                "a hybrid model runs one sequence at a time (its recurrent state has one slot)"
-                    .into(),
-            ));
-        }
         let found = match use_cache {
             true => self.cache.lookup(prompt, prompt.len() - 1, hybrid),
             false => self.cache.cold(),
         };
+        // The row's state slot: restored from the prefix's snapshot, or zeroed. Recorded before
+        // the allocation below, which may evict the tail a hybrid match resumes on, snapshot
+        // and all (the recorded copy keeps the snapshot's buffer alive until it has run).
+        let mut encoder = self.encoder("sequence state");
+        match self.cache.resume_state(&found, prompt) {
+            Some(state) if hybrid && found.tokens > 0 => {
+                self.model
+                    .encode_restore_state(&mut encoder, state, row as u32)?
+            }
+            _ => self.model.encode_reset(&mut encoder, row as u32)?,
+        }
         let page = self.cache.config().page_size;
         let capacity = prompt.len() + n_out.saturating_sub(1);
         let need = capacity.div_ceil(page) - found.pages.len();
@@ -113,12 +124,14 @@ impl Engine {
         };
         let pages = [found.pages.as_slice(), &own].concat();
         self.io.pages.write_row(&self.ctx, row as u32, &pages)?;
-        let mut encoder = self.encoder("sequence state");
-        match self.cache.snapshot(found.node) {
-            Some(state) if hybrid && found.tokens > 0 => {
-                self.model.encode_restore_state(&mut encoder, state)?
-            }
-            _ => self.model.encode_reset(&mut encoder),
+        if let Some(partial) = found.partial
+            && partial.page != own[0]
+        {
+            // Copy-on-write: the cached page's first tokens become the start of the sequence's
+            // own next page, which its prefill then fills on. (The same page when this
+            // allocation evicted it: its contents are already there.)
+            self.model
+                .encode_copy_page(&mut encoder, partial.page, own[0])?;
         }
         self.ctx.queue.submit([encoder.finish()]);
         let mut snapshot_at = Vec::new();
@@ -142,6 +155,7 @@ impl Engine {
             prompt_len: prompt.len(),
             cached_tokens: found.tokens,
             pos: found.tokens,
+            state_pos: found.tokens,
             capacity,
             owned: (0..pages.len()).map(|i| i >= found.pages.len()).collect(),
             pages,
@@ -171,26 +185,30 @@ impl Engine {
             let last = end == prompt.len();
             self.submit_step(encoder, step, last.then_some(0), u32::from(last && logits));
             if stops.contains(&end) {
-                snapshots.push((end, self.save_state()?));
+                snapshots.push((end, self.save_state(seq)?));
             }
             if last {
                 break;
             }
         }
-        self.cache_prefix(seq, prompt.len(), snapshots)
+        // Whole pages only: the sequence writes on into its last page.
+        let page = self.cache.config().page_size;
+        self.cache_prefix(seq, prompt.len() / page * page, snapshots)
     }
 
-    /// A snapshot of the (single) sequence's recurrent state, in a buffer of its own.
-    fn save_state(&mut self) -> Result<wgpu::Buffer, RuntimeError> {
+    /// A snapshot of the sequence's recurrent state (its row's slot), in a buffer of its own.
+    fn save_state(&mut self, seq: SeqId) -> Result<wgpu::Buffer, RuntimeError> {
         let buffer = storage_buffer(&self.ctx, "state snapshot", self.model.state_bytes())?;
         let mut encoder = self.encoder("state snapshot");
-        self.model.encode_save_state(&mut encoder, &buffer)?;
+        self.model
+            .encode_save_state(&mut encoder, seq.row(), &buffer)?;
         self.ctx.queue.submit([encoder.finish()]);
         Ok(buffer)
     }
 
-    /// Inserts the whole pages of the first `computed` tokens into the prefix cache (the
-    /// sequence holds the node they end at) and attaches `snapshots` (position, state).
+    /// Inserts the first `computed` tokens into the prefix cache, their last page as a tail
+    /// when partly filled (the sequence holds the node their whole pages end at), and attaches
+    /// `snapshots` (position, state).
     fn cache_prefix(
         &mut self,
         seq: SeqId,
@@ -204,12 +222,12 @@ impl Engine {
         if !s.cached || !self.cache.enabled() {
             return Ok(());
         }
-        let full = computed / page;
+        let n_pages = computed.div_ceil(page);
         let inserted = self
             .cache
-            .insert(&s.tokens[..full * page], &s.pages[..full])?;
+            .insert(&s.tokens[..computed], &s.pages[..n_pages])?;
         s.locks.push(inserted.node);
-        for (owned, page) in s.owned[..full].iter_mut().zip(&s.pages) {
+        for (owned, page) in s.owned[..n_pages].iter_mut().zip(&s.pages) {
             *owned &= inserted.unused_pages.contains(page);
         }
         let bytes = self.model.state_bytes();
@@ -221,15 +239,24 @@ impl Engine {
         Ok(())
     }
 
-    /// Ends a sequence: with `keep`, its computed whole pages go to the prefix cache; its own
-    /// pages go back to the pool and its locks are dropped (evicting down to the budget).
+    /// Ends a sequence: with `keep`, its computed tokens go to the prefix cache (a partly filled
+    /// last page as a tail) and, for a hybrid model whose state stopped exactly there, a
+    /// snapshot of it, so a later prompt extending them resumes at their end; its own pages go
+    /// back to the pool and its locks are dropped (evicting down to the budget).
     pub(super) fn close(&mut self, seq: SeqId, keep: bool) -> Result<(), RuntimeError> {
         if keep {
-            let computed = {
+            let (computed, snapshot_due) = {
                 let s = self.seq(seq)?;
-                s.pos.min(s.tokens.len())
+                let computed = s.pos.min(s.tokens.len());
+                let hybrid = self.model.state_bytes() > 0;
+                let due = hybrid && s.cached && self.cache.enabled() && s.state_pos == computed;
+                (computed, due && computed > 0)
             };
-            self.cache_prefix(seq, computed, Vec::new())?;
+            let snapshots = match snapshot_due {
+                true => vec![(computed, self.save_state(seq)?)],
+                false => Vec::new(),
+            };
+            self.cache_prefix(seq, computed, snapshots)?;
         }
         let s = self.seqs[seq.0 as usize]
             .take()
@@ -281,9 +308,26 @@ impl Engine {
     }
 
     /// One decode step serving every sequence of `seqs` (distinct, started, with room left): each
-    /// is fed its last token at its own position on its own pages, and its greedy next token
-    /// comes back, in order. The weights are read once for the whole batch.
+    /// is fed its last token at its own position on its own pages (and, for hybrid models, its
+    /// own recurrent-state slot), and its greedy next token comes back, in order. The weights
+    /// are read once for the whole batch.
     pub fn step(&mut self, seqs: &[SeqId]) -> Result<Vec<u32>, RuntimeError> {
+        Ok(self.batch_step(seqs, false)?.0)
+    }
+
+    /// [`Engine::step`], with the logits each sequence's token came from (in order).
+    pub fn step_with_logits(
+        &mut self,
+        seqs: &[SeqId],
+    ) -> Result<(Vec<u32>, Vec<Vec<f32>>), RuntimeError> {
+        self.batch_step(seqs, true)
+    }
+
+    fn batch_step(
+        &mut self,
+        seqs: &[SeqId],
+        logits: bool,
+    ) -> Result<(Vec<u32>, Vec<Vec<f32>>), RuntimeError> {
         let n = seqs.len();
         if n == 0 || n > self.seqs.len() {
             return Err(RuntimeError::Request(format!(
@@ -293,6 +337,7 @@ impl Engine {
         }
         let mut ids = Vec::with_capacity(n);
         let mut slots = Vec::with_capacity(n);
+        let rows: Vec<u32> = seqs.iter().map(|s| s.row()).collect();
         for (i, &id) in seqs.iter().enumerate() {
             if seqs[..i].contains(&id) {
                 return Err(RuntimeError::Request(format!(
@@ -308,6 +353,7 @@ impl Engine {
         }
         self.io.set_ids(&self.ctx, &ids);
         self.io.set_tokens(&self.ctx, &slots);
+        self.io.seqs.write(&self.ctx, 1, &rows)?;
         let step = Step::new(0, n as u32, self.steps % HISTORY_LEN);
         self.io.step.set(&self.ctx, step);
         self.io.tail_step.set(&self.ctx, step);
@@ -323,19 +369,36 @@ impl Engine {
         let bytes = 4 * n as u64;
         self.batch_slot
             .record_copy(&mut encoder, &self.io.ids, 0, bytes);
+        let logit_bytes = self.logits_bytes(n as u32);
+        if logits {
+            self.logits_slot
+                .record_copy(&mut encoder, &self.io.logits, 0, logit_bytes);
+        }
         let started = Instant::now();
         let commands = encoder.finish();
         self.encode_time += started.elapsed();
         let index = self.ctx.queue.submit([commands]);
         self.submits += 1;
+        if logits {
+            self.logits_slot.submitted(index.clone(), logit_bytes);
+        }
         self.batch_slot.submitted(index, bytes);
         let out: Vec<u32> = bytemuck::pod_collect_to_vec(&self.batch_slot.wait(&self.ctx, bytes)?);
+        let rows = match logits {
+            true => self
+                .read_logits(n as u32)?
+                .chunks(self.io.n_vocab as usize)
+                .map(<[f32]>::to_vec)
+                .collect(),
+            false => Vec::new(),
+        };
         for (&id, &token) in seqs.iter().zip(&out) {
             let s = self.seq_mut(id)?;
             s.pos += 1;
+            s.state_pos += 1;
             s.tokens.push(token);
         }
-        Ok(out)
+        Ok((out, rows))
     }
 
     /// The position and last token of a started sequence with room for one more token: the
