@@ -93,7 +93,7 @@ fn batched_decode_tokens_land_in_their_own_rows_and_tokens_without_a_page_write_
     for paths in variants::<RopeKv>(ctx) {
         let kernel = RopeKv::new(ctx, paths).unwrap();
         for (i, case) in cases().iter().enumerate() {
-            let (pages, steps) = batched_decode(&mut rng(0x40be_1000 + i as u64));
+            let (pages, steps) = batched_decode(0x40be_1000 + i as u64);
             run(ctx, &kernel, case, &pages, &steps, 0x40be_2000 + i as u64);
         }
     }

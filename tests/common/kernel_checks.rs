@@ -8,7 +8,9 @@ use crate::gdn::{
     CpuOutputs, CpuState, Form, GpuLayer, GpuOutputs, LAYER_TOL, LayerWeights, Projections,
     STEP_TOL, cpu_layer, dims,
 };
+use crate::kv::Pages;
 use crate::rms_norm;
+use crate::rope_kv::StepTokens;
 use crate::variants;
 use crate::{argmax, attn_decode, attn_prefill, dequant, elementwise, embed, rope_kv};
 use fak::gpu::kernels::argmax::{Argmax, ArgmaxRows};
@@ -219,30 +221,26 @@ pub fn attention_prefill(ctx: &GpuContext) -> Vec<KernelCheck> {
 /// on a page past the cache; the rotated q, and the k and v caches (every other slot must stay
 /// poisoned), each a check.
 pub fn rope_kv(ctx: &GpuContext) -> Vec<KernelCheck> {
+    type Layout = fn() -> (Pages, Vec<StepTokens>);
+    let cases: [(&str, rope_kv::Case, Layout); 2] = [
+        (
+            "qwen3 prefill 13..18",
+            rope_kv::Case::QWEN3,
+            rope_kv::prefill_across_pages,
+        ),
+        ("qwen35 batched decode", rope_kv::Case::QWEN35, || {
+            rope_kv::batched_decode(0x5e1f_40be)
+        }),
+    ];
     let mut out = Vec::new();
     for variant in variants::<RopeKv>(ctx) {
-        let cases = [
-            ("qwen3 prefill 13..18", rope_kv::Case::QWEN3),
-            ("qwen35 batched decode", rope_kv::Case::QWEN35),
-        ];
-        for (seed, (what, case)) in cases.into_iter().enumerate() {
+        for (seed, &(what, case, layout)) in cases.iter().enumerate() {
             out.extend(check_outputs("rope_kv", variant, what.into(), || {
                 let kernel =
                     RopeKv::new(ctx, variant).unwrap_or_else(|e| panic!("building rope_kv: {e}"));
-                let (pages, steps) = if seed == 0 {
-                    rope_kv::prefill_across_pages()
-                } else {
-                    rope_kv::batched_decode(&mut crate::rng(0x5e1f_40be))
-                };
-                rope_kv::run(
-                    ctx,
-                    &kernel,
-                    &case,
-                    &pages,
-                    &steps,
-                    0x5e1f_40be + seed as u64,
-                )
-                .into()
+                let (pages, steps) = layout();
+                let seed = 0x5e1f_40be + seed as u64;
+                rope_kv::run(ctx, &kernel, &case, &pages, &steps, seed).into()
             }));
         }
     }

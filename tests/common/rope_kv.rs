@@ -337,8 +337,9 @@ pub fn prefill_across_pages() -> (Pages, Vec<StepTokens>) {
 /// One decode token for each of three sequences on shuffled pages of 8 (positions from a token
 /// table), one of them past its row (row 1 holds 2 pages, 16 slots: position 40 is past it), and
 /// a fourth sequence whose row names a page past the cache: only the first and third write k, v.
-pub fn batched_decode(rng: &mut rand_chacha::ChaCha8Rng) -> (Pages, Vec<StepTokens>) {
-    let mut pages = Pages::shuffled(rng, 8, &[30, 9, 17], 2);
+/// The pages are shuffled by `seed`.
+pub fn batched_decode(seed: u64) -> (Pages, Vec<StepTokens>) {
+    let mut pages = Pages::shuffled(&mut rng(seed), 8, &[30, 9, 17], 2);
     pages.rows.push(vec![pages.n_pages + 4]);
     let steps = vec![StepTokens {
         tokens: vec![(29, 0), (40, 1), (16, 2), (3, 3)],
