@@ -2,10 +2,11 @@
 //! CPU reference computes, plus the adapter's measured read bandwidth.
 //!
 //! Kernel by kernel: the Gated DeltaNet kernels (ssm_conv, delta_prep, gated_delta,
-//! gated_delta_chunk, gated_norm), decode attention and RMSNorm on every variant the adapter can
-//! run, on seeded random inputs with NaN-poisoned outputs, measured against the CPU reference
-//! under the GPU tests' tolerances (`fak_tests::kernel_checks`, built from the cases the GPU
-//! tests assert).
+//! gated_delta_chunk, gated_norm), decode and prefill attention, RMSNorm, the fused norm + RoPE +
+//! KV write (rope_kv), the embedding, the elementwise ops, argmax and dequantization on every
+//! variant the adapter can run (every table type where the kernel has a pipeline per type), on
+//! seeded random inputs with NaN-poisoned outputs, measured against the CPU reference under the
+//! GPU tests' tolerances (`fak_tests::kernel_checks`, built from the cases the GPU tests assert).
 //!
 //! Model by model: for every combination of kernel paths the adapter can run
 //! (`GpuContext::runnable_paths`: subgroup or not, f16 or not, cooperative matrices where
@@ -118,7 +119,7 @@ pub fn run(args: Args) -> Result<()> {
         "pass": pass,
         "adapter": facts,
         "paths": paths.iter().map(|f| f.1.name()).collect::<Vec<_>>(),
-        "coverage": "kernel by kernel on every variant: the Gated DeltaNet kernels (ssm_conv, delta_prep, gated_delta, gated_delta_chunk, gated_norm), decode attention, RMSNorm; model by model on every path the adapter can run: every kernel the dense Qwen3 and the hybrid Qwen3.5 run (weight types F32, Q8_0, Q5_0, Q4_K, Q6_K). Mat-vec, mat-mul, prefill attention, the KV-cache write, RoPE, the element-wise ops, argmax and the embedding are checked here only through the models (kernel by kernel in the GPU test suite)",
+        "coverage": "kernel by kernel on every variant: the Gated DeltaNet kernels (ssm_conv, delta_prep, gated_delta, gated_delta_chunk, gated_norm), decode and prefill attention, RMSNorm, the fused norm + RoPE + KV write (rope_kv), the embedding and dequantization (every table type), the element-wise ops (SwiGLU, residual add, sigmoid gate), argmax; model by model on every path the adapter can run: every kernel the dense Qwen3 and the hybrid Qwen3.5 run (weight types F32, Q8_0, Q5_0, Q4_K, Q6_K). Mat-vec and mat-mul are checked here only through the models (kernel by kernel in the GPU test suite)",
         "threshold_min_cosine": MIN_COSINE,
         "kernels": kernels,
         "checks": checks,
@@ -491,6 +492,58 @@ mod tests {
         };
         assert_eq!(verdict("subgroup"), ("failed", 1));
         assert_eq!(verdict("f16"), ("passed", 1));
+        assert_eq!(verdict("coop_matrix"), ("not available", 0));
+    }
+
+    fn kernel_check(kernel: &'static str, variant: KernelPaths, pass: bool) -> KernelCheck {
+        KernelCheck {
+            kernel,
+            variant: variant.name(),
+            variant_paths: variant,
+            path: variant.name(),
+            case: "case".into(),
+            tolerance: fak_tests::Tolerance::EXACT,
+            measured: None,
+            pass,
+            error: None,
+        }
+    }
+
+    /// Kernel checks count by the variant the kernel ran: a failed f16 rope_kv condemns f16 even
+    /// where every model passed, a failed fallback variant condemns no fast path, and a kernel
+    /// whose variant ignores a fast path (embed) does not count for it.
+    #[test]
+    fn a_failed_kernel_variant_condemns_the_fast_paths_it_took() {
+        let path = |subgroup, f16| KernelPaths {
+            subgroup,
+            f16,
+            coop_matrix: None,
+        };
+        let paths = [
+            (Forced::default(), path(false, false)),
+            (Forced::default(), path(true, true)),
+        ];
+        let checks = [
+            model_check("fallback", true),
+            model_check("subgroup+f16", true),
+        ];
+        let kernels = [
+            kernel_check("rope_kv", path(false, true), false),
+            kernel_check("rope_kv", path(true, false), true),
+            kernel_check("argmax", path(false, false), false),
+            kernel_check("embed", path(false, false), true),
+        ];
+        assert_eq!(paths[1].1.name(), "subgroup+f16");
+        let verdicts = fast_path_verdicts(&paths, &checks, &kernels);
+        let verdict = |name: &str| {
+            verdicts
+                .iter()
+                .find(|v| v.path == name)
+                .map(|v| (v.verdict, v.checks_run))
+                .unwrap()
+        };
+        assert_eq!(verdict("f16"), ("failed", 2));
+        assert_eq!(verdict("subgroup"), ("passed", 2));
         assert_eq!(verdict("coop_matrix"), ("not available", 0));
     }
 }

@@ -165,7 +165,9 @@ fn mlx_4bit_export_is_what_mlx_quantize_makes() {
 
 /// selftest passes on this adapter for every path it runs, says per kernel and variant what ran
 /// and how close it came (the Gated DeltaNet kernels of both head sizes, prefill and decode;
-/// decode attention at both models' head shapes; RMSNorm per token and per head in place),
+/// decode and prefill attention at both models' head shapes; RMSNorm per token and per head in
+/// place; rope_kv on prefill and batched decode; the embedding and dequantization of every type;
+/// SwiGLU, residual add and sigmoid gate; argmax of the last row and of every row),
 /// holds the tiny qwen3 and qwen35 models (f32 and Q4_K_M) to the CPU reference on every path,
 /// trusts every fast path it tested, and measures a positive bandwidth.
 #[test]
@@ -190,10 +192,16 @@ fn selftest_checks_every_kernel_and_model_on_every_path_and_measures_bandwidth()
         "gated_delta_chunk",
         "gated_norm",
         "attn_decode",
+        "attn_prefill",
         "rms_norm",
+        "rope_kv",
+        "embed",
+        "elementwise",
+        "argmax",
+        "dequant",
     ] {
         let runs: Vec<&Value> = kernels.iter().filter(|k| k["kernel"] == name).collect();
-        // Two shapes, on at least the fallback variant.
+        // Two cases or more, on at least the fallback variant.
         assert!(runs.len() >= 2, "{name}: {runs:?}");
         for k in runs {
             assert_eq!(k["pass"], true, "{k}");

@@ -10,7 +10,7 @@
 // 5e-7 turn (3e-6 rad) of the f64 one at any position, and sin/cos see an angle in [−π, π],
 // where every backend's sin/cos is accurate.
 // provides: angle(p, f) -> f32 in [−π, π], for f = table[i] = (f_hi, f_mid, f_lo, 0)
-//           (engine `RopeTable`). Shared by rope.wgsl and rope_kv.wgsl.
+//           (engine `RopeTable`). Used by rope_kv.wgsl.
 
 const TWO_PI: f32 = 6.283185307179586;
 

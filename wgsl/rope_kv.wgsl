@@ -6,13 +6,19 @@
 //   kv head g < n_kv:   k_cache[kv_base(r, p, g) + ·] = rope_p(norm(k[t, g]; k_norm))
 //                       v_cache[kv_base(r, p, g) + ·] = v[t, g]
 // with norm(x; w) = (x / sqrt(mean x² + eps))·w over the head (has_norm = 0: the identity), and
-// rope_p as rope.wgsl: pairs (i, i + n_rot/2) (NeoX) or (2i, 2i + 1) (adjacent) of the first
-// n_rot dims turned by angle(p, table[i]) (rope_angle.wgsl); dims n_rot..head_dim pass through.
-// The same ops as rms_norm → rope → kv_cache, rounded the same way (the norm as rms_norm.wgsl,
-// (x·scale)·w, summed over the same WG lanes), in one dispatch instead of five. A token whose
-// position is past its row, or whose row names a page past the cache, writes no k, v (as
-// kv_cache.wgsl). q, k, v are read through Views, so they may be slices of one fused QKV
-// projection (they are read-only; q_out must be another buffer).
+// rope_p turning pair i < n_rot/2 of the first n_rot dims by θ = p · base^(−2i/n_rot) / factor_i
+// (angle(p, table[i]), rope_angle.wgsl):
+//   (a, b) = (x[i], x[i + n_rot/2])   NeoX pairing (qwen2, qwen3, qwen35)
+//          | (x[2i], x[2i + 1])       adjacent pairing (llama)
+//   (a, b) → (a·cosθ − b·sinθ, a·sinθ + b·cosθ);   dims n_rot..head_dim pass through.
+// The norm is rounded as rms_norm.wgsl rounds it ((x·scale)·w, summed over the same WG lanes).
+// The cache is paged (kv_paged.wgsl: [page][kv head][slot][head_dim]); a prefill continuing a
+// cache writes positions pos..pos+n_tokens, batched decode one token per sequence at its own
+// position and row; the f16 variant rounds k and v to f16 on the way in. A token whose position
+// is past its row, or whose row names a page past the cache, writes no k, v: a host error must
+// not corrupt memory beyond the cache (the shaders run without bounds checks); its q is still
+// rotated. q, k, v are read through Views, so they may be slices of one fused QKV projection or
+// q heads inside qwen35's [q | gate] rows (they are read-only; q_out must be another buffer).
 // bindings: 0 q (read) · 1 k (read) · 2 v (read) · 3 q_norm (read) · 4 k_norm (read; both
 //           placeholders without a norm) · 5 table (read) · 6 q_out (read_write) · 7 k_cache
 //           (read_write, KvScalar) · 8 v_cache (read_write) · 9 page_table (read)

@@ -43,6 +43,26 @@ impl Measured {
     pub fn pass(&self) -> bool {
         self.outside == 0 && self.elements > 0
     }
+
+    /// The measurement of `self`'s elements and `other`'s together.
+    pub fn merge(self, other: Measured) -> Measured {
+        Measured {
+            elements: self.elements + other.elements,
+            outside: self.outside + other.outside,
+            max_abs_error: worse(self.max_abs_error, other.max_abs_error),
+            max_rel_error: worse(self.max_rel_error, other.max_rel_error),
+            worst_of_tolerance: worse(self.worst_of_tolerance, other.worst_of_tolerance),
+        }
+    }
+}
+
+/// The larger of two errors, NaN if either is (f64::max would drop it).
+fn worse(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
 }
 
 /// Measures `got` against `want` under `tol` (NaN never passes; a length mismatch fails every
@@ -63,14 +83,6 @@ pub fn measure(got: &[f32], want: &[f32], tol: Tolerance) -> Measured {
         max_abs_error: 0.0,
         max_rel_error: 0.0,
         worst_of_tolerance: 0.0,
-    };
-    // f64::max ignores NaN, so NaN is carried explicitly.
-    let worse = |a: f64, b: f64| {
-        if a.is_nan() || b.is_nan() {
-            f64::NAN
-        } else {
-            a.max(b)
-        }
     };
     for (&g, &w) in got.iter().zip(want) {
         if !tol.accepts(g, w) {
@@ -133,31 +145,103 @@ fn assert_each_close(what: &str, got: &[f32], want: &[f32], tol: impl Fn(usize) 
     );
 }
 
-/// GPU-dequantized values of `ty` against the CPU dequantizer. Types whose values are products
-/// (d·q, (d·sc)·q) must agree bit for bit: the GPU evaluates the same products in the same order.
-/// Types with an offset (a·q − b, a·q + b: Q4_1, Q5_1, Q4_K, Q5_K) may be fused into one fma on
-/// the GPU, one rounding where the CPU has two: the difference is at most ulp(a·q)/2, and within
-/// a group of 32 sharing (a, b) with two distinct codes |a·q| ≤ 64·max|x|, so it is below 2^-18
-/// of the group's largest value; 2^-17 of it is the tolerance (a wrong code or scale moves a
-/// value by a whole step, ≥ 1/31 of the group range).
-pub fn assert_dequantized(what: &str, ty: GgmlType, got: &[f32], want: &[f32]) {
+/// The bound an [`Output`] is held to.
+#[derive(Clone, Copy, Debug)]
+pub enum Bound {
+    /// The same tolerance for every element.
+    Within(Tolerance),
+    /// Values the CPU dequantizer gives for type `ty` ([`dequant_tolerance`] per group of 32).
+    Dequantized(GgmlType),
+}
+
+/// One output of a kernel case against the reference: the GPU tests assert it, `harness
+/// selftest` measures it (`kernel_checks`).
+pub struct Output {
+    /// Which output of the case (`"q"`, `"k cache"`; empty where the case has one).
+    pub part: &'static str,
+    /// The case in full, for a failure message.
+    pub what: String,
+    pub got: Vec<f32>,
+    pub want: Vec<f32>,
+    pub bound: Bound,
+    /// The kernel wrote where it must not (outside the output's rows, past the step's tokens,
+    /// cache slots no token owns): those elements are not in `got`.
+    pub wrote_outside: bool,
+}
+
+impl Output {
+    /// Panics unless every element is within the bound and nothing was written outside.
+    pub fn assert(&self) {
+        match self.bound {
+            Bound::Within(tol) => assert_close(&self.what, &self.got, &self.want, tol),
+            Bound::Dequantized(ty) => assert_dequantized(&self.what, ty, &self.got, &self.want),
+        }
+        assert!(
+            !self.wrote_outside,
+            "{}: wrote outside its output",
+            self.what
+        );
+    }
+
+    /// How far `got` is from `want`, and the tolerance that says so (for dequantized values,
+    /// the loosest of their groups').
+    pub fn measure(&self) -> (Measured, Tolerance) {
+        match self.bound {
+            Bound::Within(tol) => (measure(&self.got, &self.want, tol), tol),
+            Bound::Dequantized(ty) => measure_dequantized(ty, &self.got, &self.want),
+        }
+    }
+}
+
+/// The tolerance of a group of 32 GPU-dequantized values of `ty` (`want` the CPU dequantizer's).
+/// Types whose values are products (d·q, (d·sc)·q) must agree bit for bit: the GPU evaluates the
+/// same products in the same order. Types with an offset (a·q − b, a·q + b: Q4_1, Q5_1, Q4_K,
+/// Q5_K) may be fused into one fma on the GPU, one rounding where the CPU has two: the difference
+/// is at most ulp(a·q)/2, and within a group of 32 sharing (a, b) with two distinct codes
+/// |a·q| ≤ 64·max|x|, so it is below 2^-18 of the group's largest value; 2^-17 of it is the
+/// tolerance (a wrong code or scale moves a value by a whole step, ≥ 1/31 of the group range).
+pub fn dequant_tolerance(ty: GgmlType, want: &[f32]) -> Tolerance {
     let affine = matches!(
         ty,
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K
     );
     if !affine {
-        assert_close(what, got, want, Tolerance::EXACT);
-        return;
+        return Tolerance::EXACT;
     }
+    let largest = want.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    Tolerance {
+        rel: 0.0,
+        abs: largest * 2f32.powi(-17),
+    }
+}
+
+/// GPU-dequantized values of `ty` against the CPU dequantizer's, each group of 32 under its
+/// [`dequant_tolerance`].
+pub fn assert_dequantized(what: &str, ty: GgmlType, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{what}: output length");
     for (g, (got, want)) in got.chunks(32).zip(want.chunks(32)).enumerate() {
-        let largest = want.iter().fold(0.0f32, |m, x| m.max(x.abs()));
-        let tol = Tolerance {
-            rel: 0.0,
-            abs: largest * 2f32.powi(-17),
-        };
+        let tol = dequant_tolerance(ty, want);
         assert_close(&format!("{what}, group {g}"), got, want, tol);
     }
+}
+
+/// [`assert_dequantized`] as a measurement: every group under its own tolerance, and the
+/// loosest of those tolerances.
+pub fn measure_dequantized(ty: GgmlType, got: &[f32], want: &[f32]) -> (Measured, Tolerance) {
+    let loosest = want
+        .chunks(32)
+        .map(|w| dequant_tolerance(ty, w))
+        .fold(Tolerance::EXACT, |a, b| if b.abs > a.abs { b } else { a });
+    if got.len() != want.len() {
+        return (measure(got, want, loosest), loosest);
+    }
+    let measured = got
+        .chunks(32)
+        .zip(want.chunks(32))
+        .map(|(g, w)| measure(g, w, dequant_tolerance(ty, w)))
+        .reduce(Measured::merge)
+        .unwrap_or_else(|| measure(got, want, loosest));
+    (measured, loosest)
 }
 
 #[cfg(test)]

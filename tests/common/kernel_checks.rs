@@ -3,21 +3,29 @@
 //! outputs poisoned (NaN) before the run, measured against the CPU reference under the tolerance
 //! the GPU tests hold it to (the same helpers and constants: `gdn`, `compare`).
 
-use crate::attn_decode;
-use crate::compare::{Measured, Tolerance, measure};
+use crate::compare::{Measured, Output, Tolerance, measure};
 use crate::gdn::{
     CpuOutputs, CpuState, Form, GpuLayer, GpuOutputs, LAYER_TOL, LayerWeights, Projections,
     STEP_TOL, cpu_layer, dims,
 };
+use crate::kv::Pages;
 use crate::rms_norm;
+use crate::rope_kv::StepTokens;
 use crate::variants;
+use crate::{argmax, attn_decode, attn_prefill, dequant, elementwise, embed, rope_kv};
+use fak::gpu::kernels::argmax::{Argmax, ArgmaxRows};
 use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape};
+use fak::gpu::kernels::attn_prefill::AttnPrefill;
 use fak::gpu::kernels::delta_prep::DeltaPrep;
 use fak::gpu::kernels::delta_state::DeltaDims;
+use fak::gpu::kernels::dequant::{Dequant, DequantShape};
+use fak::gpu::kernels::elementwise::Elementwise;
+use fak::gpu::kernels::embed::{Embed, EmbedShape};
 use fak::gpu::kernels::gated_delta::GatedDeltaDecode;
 use fak::gpu::kernels::gated_delta_chunk::GatedDeltaChunked;
 use fak::gpu::kernels::gated_norm::GatedNorm;
 use fak::gpu::kernels::rms_norm::RmsNorm;
+use fak::gpu::kernels::rope_kv::RopeKv;
 use fak::gpu::kernels::ssm_conv::SsmConv;
 use fak::gpu::{GpuContext, Kernel, KernelPaths};
 use fak::model::qwen35::HeadMapping;
@@ -36,6 +44,8 @@ pub struct KernelCheck {
     /// variant once).
     pub path: String,
     pub case: String,
+    /// The tolerance the output was held to (for dequantized values the loosest of their groups';
+    /// `EXACT` where the check did not run).
     pub tolerance: Tolerance,
     pub measured: Option<Measured>,
     pub pass: bool,
@@ -43,12 +53,19 @@ pub struct KernelCheck {
     pub error: Option<String>,
 }
 
-/// Every family checked here, in order: the Gated DeltaNet kernels of a qwen35 layer, decode
-/// attention, RMSNorm.
+/// Every family checked here, in order: the Gated DeltaNet kernels of a qwen35 layer, decode and
+/// prefill attention, RMSNorm, the fused norm + RoPE + KV write, the embedding, the elementwise
+/// ops, argmax, dequantization.
 pub fn run_all(ctx: &GpuContext) -> Vec<KernelCheck> {
     let mut out = gated_deltanet(ctx);
     out.extend(attention_decode(ctx));
+    out.extend(attention_prefill(ctx));
     out.extend(rms_norms(ctx));
+    out.extend(rope_kv(ctx));
+    out.extend(embed(ctx));
+    out.extend(elementwise(ctx));
+    out.extend(argmax(ctx));
+    out.extend(dequant(ctx));
     out
 }
 
@@ -153,6 +170,245 @@ pub fn attention_decode(ctx: &GpuContext) -> Vec<KernelCheck> {
         }
     }
     out
+}
+
+/// Prefill attention on every variant at both models' head shapes: qwen3's (GQA 2, head 128) on
+/// a fresh prompt of 21 tokens, positions from the Step, and qwen35's (head 256) continuing a
+/// cache of 30 tokens by 13 on a shuffled page-table row, positions from a token table.
+pub fn attention_prefill(ctx: &GpuContext) -> Vec<KernelCheck> {
+    let shape = |head_dim| AttnShape {
+        n_head: 4,
+        n_kv: 2,
+        head_dim,
+    };
+    let cases = [
+        attn_prefill::Case {
+            shape: shape(128),
+            start: 0,
+            n_tokens: 21,
+            table: false,
+        },
+        attn_prefill::Case {
+            shape: shape(256),
+            start: 30,
+            n_tokens: 13,
+            table: true,
+        },
+    ];
+    let mut out = Vec::new();
+    for variant in variants::<AttnPrefill>(ctx) {
+        for (seed, case) in cases.iter().enumerate() {
+            let what = format!(
+                "head {} tokens {}..{}{}",
+                case.shape.head_dim,
+                case.start,
+                case.start + case.n_tokens,
+                if case.table { " table" } else { "" }
+            );
+            out.extend(check_outputs("attn_prefill", variant, what, || {
+                let kernel = AttnPrefill::new(ctx, variant, case.shape)
+                    .unwrap_or_else(|e| panic!("building attn_prefill: {e}"));
+                vec![attn_prefill::run_case(ctx, &kernel, case, seed as u64)]
+            }));
+        }
+    }
+    out
+}
+
+/// The fused per-head norm + RoPE + KV write on every variant (subgroup or not, f32 or f16
+/// cache): qwen3's shape on a prefill across a page boundary, and qwen35's (q inside [q | gate]
+/// rows, partial rotary) on batched decode tokens of shuffled page rows, one past its row and one
+/// on a page past the cache; the rotated q, and the k and v caches (every other slot must stay
+/// poisoned), each a check.
+pub fn rope_kv(ctx: &GpuContext) -> Vec<KernelCheck> {
+    type Layout = fn() -> (Pages, Vec<StepTokens>);
+    let cases: [(&str, rope_kv::Case, Layout); 2] = [
+        (
+            "qwen3 prefill 13..18",
+            rope_kv::Case::QWEN3,
+            rope_kv::prefill_across_pages,
+        ),
+        ("qwen35 batched decode", rope_kv::Case::QWEN35, || {
+            rope_kv::batched_decode(0x5e1f_40be)
+        }),
+    ];
+    let mut out = Vec::new();
+    for variant in variants::<RopeKv>(ctx) {
+        for (seed, &(what, case, layout)) in cases.iter().enumerate() {
+            out.extend(check_outputs("rope_kv", variant, what.into(), || {
+                let kernel =
+                    RopeKv::new(ctx, variant).unwrap_or_else(|e| panic!("building rope_kv: {e}"));
+                let (pages, steps) = layout();
+                let seed = 0x5e1f_40be + seed as u64;
+                rope_kv::run(ctx, &kernel, &case, &pages, &steps, seed).into()
+            }));
+        }
+    }
+    out
+}
+
+/// The embedding lookup of every table type: 5 tokens from a table of 40 rows of two blocks (37
+/// elements for the unblocked types), with a repeated id, the first and last rows and two ids
+/// past the table (zero rows), into strided rows of a poisoned output.
+pub fn embed(ctx: &GpuContext) -> Vec<KernelCheck> {
+    let mut out = Vec::new();
+    for variant in variants::<Embed>(ctx) {
+        for (seed, ty) in Embed::TYPES.into_iter().enumerate() {
+            let block = ty.block_elems();
+            let shape = EmbedShape {
+                ty,
+                rows: 40,
+                cols: if block == 1 { 37 } else { 2 * block },
+            };
+            let what = format!("{ty} {}x{}, 5 tokens", shape.rows, shape.cols);
+            out.extend(check_outputs("embed", variant, what, || {
+                let kernel =
+                    Embed::new(ctx, variant).unwrap_or_else(|e| panic!("building embed: {e}"));
+                let seed = 0x5e1f_e4b0 + seed as u64;
+                let bytes = embed::random_table(ty, shape.rows, shape.cols, seed);
+                let ids = embed::random_ids(&mut crate::rng(seed), shape.rows, 5);
+                let max = ctx.max_binding_size();
+                vec![embed::look_up(ctx, &kernel, shape, &bytes, &ids, max).output]
+            }));
+        }
+    }
+    out
+}
+
+/// The elementwise ops on every variant: SwiGLU of a fused [gate | up] projection (the last
+/// token's output must stay poisoned), the residual add (exact), and qwen35's sigmoid gate read
+/// at the [q | gate] stride.
+pub fn elementwise(ctx: &GpuContext) -> Vec<KernelCheck> {
+    type Op = fn(&GpuContext, &Elementwise, u64) -> Output;
+    let ops: [(&str, Op); 3] = [
+        ("swiglu n 1000", |ctx, k, seed| {
+            elementwise::swiglu(ctx, k, 1000, seed)
+        }),
+        ("add n 37", |ctx, k, seed| {
+            elementwise::add(ctx, k, 37, seed)
+        }),
+        ("sigmoid gate 3x256", |ctx, k, seed| {
+            elementwise::sigmoid_gate(ctx, k, 3, 256, seed)
+        }),
+    ];
+    let mut out = Vec::new();
+    for variant in variants::<Elementwise>(ctx) {
+        for (seed, (what, op)) in ops.iter().enumerate() {
+            out.extend(check_outputs(
+                "elementwise",
+                variant,
+                (*what).into(),
+                || {
+                    let kernel = Elementwise::new(ctx, variant)
+                        .unwrap_or_else(|e| panic!("building elementwise: {e}"));
+                    vec![op(ctx, &kernel, 0x5e1f_e1e0 + seed as u64)]
+                },
+            ));
+        }
+    }
+    out
+}
+
+/// Greedy argmax on every variant: the last of 3 rows at Qwen's vocabulary of 151 936 with the
+/// maximum tied 4 times (the lowest index wins), and every row of a batched decode (plain,
+/// NaN-strewn, ±0) wrapping the history ring; next_token and the ring compared exactly.
+pub fn argmax(ctx: &GpuContext) -> Vec<KernelCheck> {
+    let cases: [(ArgmaxRows, u32, &[usize], u32); 2] = [
+        (ArgmaxRows::Last, 151_936, &[1], 5),
+        (ArgmaxRows::All, 9000, &[0, 2, 3], argmax::HISTORY - 1),
+    ];
+    let mut out = Vec::new();
+    for variant in variants::<Argmax>(ctx) {
+        for (seed, &(rows, vocab, styles, out_index)) in cases.iter().enumerate() {
+            let what = format!("{rows:?} rows vocab {vocab}");
+            out.extend(check_outputs("argmax", variant, what, || {
+                let kernel =
+                    Argmax::new(ctx, variant).unwrap_or_else(|e| panic!("building argmax: {e}"));
+                let mut rng = crate::rng(0x5e1f_a700 + seed as u64);
+                vec![argmax::run_case(
+                    ctx, &kernel, &mut rng, vocab, rows, styles, out_index,
+                )]
+            }));
+        }
+    }
+    out
+}
+
+/// Dequantization of every type on every variant: 3 rows of two blocks (5 × 37 elements for the
+/// unblocked types) of random codes and finite f16 scales, into a poisoned output.
+pub fn dequant(ctx: &GpuContext) -> Vec<KernelCheck> {
+    let mut out = Vec::new();
+    for variant in variants::<Dequant>(ctx) {
+        for (seed, ty) in Dequant::TYPES.into_iter().enumerate() {
+            let block = ty.block_elems();
+            let (rows, row_len) = if block == 1 { (5, 37) } else { (3, 2 * block) };
+            let shape = DequantShape { ty, rows, row_len };
+            let what = format!("{ty} {rows}x{row_len}");
+            out.extend(check_outputs("dequant", variant, what, || {
+                let kernel =
+                    Dequant::new(ctx, variant).unwrap_or_else(|e| panic!("building dequant: {e}"));
+                let mut rng = crate::rng(0x5e1f_dec0 + seed as u64);
+                vec![dequant::run_case(
+                    ctx,
+                    &kernel,
+                    shape,
+                    dequant::Scales::AnyFinite,
+                    &mut rng,
+                )]
+            }));
+        }
+    }
+    out
+}
+
+/// Every output of one kernel variant on one case, a check each (named `case, part` where the
+/// case has several); a panic (the kernel failed to build, bind or run) is one check with the
+/// error. An output written outside its place fails, whatever its values.
+fn check_outputs(
+    kernel: &'static str,
+    variant: KernelPaths,
+    case: String,
+    run: impl FnOnce() -> Vec<Output>,
+) -> Vec<KernelCheck> {
+    let entry = |case: String| KernelCheck {
+        kernel,
+        variant: variant.name(),
+        variant_paths: variant,
+        path: variant.name(),
+        case,
+        tolerance: Tolerance::EXACT,
+        measured: None,
+        pass: false,
+        error: None,
+    };
+    let outputs = match catch_unwind(AssertUnwindSafe(run)) {
+        Ok(outputs) => outputs,
+        Err(panic) => {
+            return vec![KernelCheck {
+                error: Some(panic_message(panic)),
+                ..entry(case)
+            }];
+        }
+    };
+    outputs
+        .into_iter()
+        .map(|output| {
+            let (measured, tolerance) = output.measure();
+            let name = match output.part {
+                "" => case.clone(),
+                part => format!("{case}, {part}"),
+            };
+            KernelCheck {
+                tolerance,
+                measured: Some(measured),
+                pass: measured.pass() && !output.wrote_outside,
+                error: output
+                    .wrote_outside
+                    .then(|| "wrote outside its output".to_string()),
+                ..entry(name)
+            }
+        })
+        .collect()
 }
 
 /// One kernel variant on one case: `run` gives the kernel's output and the reference's; a panic

@@ -59,9 +59,21 @@ impl Pages {
         }
     }
 
-    /// The element index of (row, position, kv head g, d = 0).
+    /// The physical page holding position `pos` of row `row` (entries a row leaves out are page
+    /// 0, as `PageTable::from_rows` fills them), or None where the kernels write nothing: a
+    /// position past the row, or a page past the cache.
+    pub fn page(&self, row: usize, pos: u32) -> Option<u32> {
+        let logical = pos / self.page_size;
+        if logical >= self.pages_per_row {
+            return None;
+        }
+        let page = self.rows[row].get(logical as usize).copied().unwrap_or(0);
+        (page < self.n_pages).then_some(page)
+    }
+
+    /// The element index of (row, position, kv head g, d = 0); the position must have a page.
     pub fn index(&self, layout: &KvLayout, row: usize, pos: u32, g: u32) -> usize {
-        let page = self.rows[row][(pos / self.page_size) as usize] as usize;
+        let page = self.page(row, pos).expect("a position with a page") as usize;
         let slot = (pos % self.page_size) as usize;
         ((page * layout.n_kv as usize + g as usize) * self.page_size as usize + slot)
             * layout.head_dim as usize

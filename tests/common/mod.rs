@@ -1,7 +1,12 @@
 //! Utilities shared by the integration tests.
 
+pub mod argmax;
 pub mod attn_decode;
+pub mod attn_prefill;
 pub mod compare;
+pub mod dequant;
+pub mod elementwise;
+pub mod embed;
 pub mod gdn;
 pub mod gpu;
 pub mod inputs;
@@ -10,9 +15,12 @@ pub mod kv;
 pub mod model;
 pub mod reduce_probe;
 pub mod rms_norm;
+pub mod rope_kv;
 pub mod synth_files;
 
-pub use compare::{Measured, Tolerance, assert_close, assert_dequantized, assert_within, measure};
+pub use compare::{
+    Bound, Measured, Output, Tolerance, assert_close, assert_dequantized, assert_within, measure,
+};
 pub use gpu::{gpu, poisoned_f32, rng, variants};
 pub mod harness;
 pub mod peer;

@@ -52,7 +52,7 @@ pub struct PrefillIo<'a> {
     pub q: View<'a>,
     /// The output, n_head heads of head_dim per token.
     pub o: View<'a>,
-    /// The cache, already holding this step's k and v (written by `kv_cache` before).
+    /// The cache, already holding this step's k and v (written by `rope_kv` before).
     pub cache: &'a KvCache,
     pub pages: &'a PageTable,
     /// The tokens' positions (ascending, one sequence) and page-table row.

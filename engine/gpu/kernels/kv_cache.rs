@@ -1,6 +1,6 @@
-//! `kv_cache`: the paged KV cache of the attention layers — its layout, buffers and page table —
-//! and the kernel that writes a step's k and v rows into it (wgsl/kv_cache.wgsl; addressing in
-//! wgsl/kv_paged.wgsl).
+//! `kv_cache`: the paged KV cache of the attention layers — its layout, buffers and page table.
+//! `rope_kv` writes a step's k and v rows into it, `attn_prefill` and `attn_decode` read them
+//! (addressing in wgsl/kv_paged.wgsl).
 //!
 //! A layer's K cache and V cache are each `n_pages` physical pages of `page_size` token slots,
 //! laid out `[page][kv head][slot][head_dim]` in f32 or f16. A sequence reaches its tokens through
@@ -9,32 +9,14 @@
 //! the radix prefix cache (issue 7) gives sequences rows that share physical pages. The table is
 //! shared by every layer (all layers place a token in the same page).
 
-use super::support::{
-    self, Positions, View, entry, positions_binding, shape_error, step_wgsl, view_binding, words,
-};
-use crate::gpu::buffers::{storage_buffer, uniform, upload, write};
+use super::support::{shape_error, words};
+use crate::gpu::buffers::{storage_buffer, upload, write};
 use crate::gpu::context::GpuContext;
 use crate::gpu::error::GpuError;
-use crate::gpu::kernel::{
-    Kernel, KernelSource, KernelVariant, PipelineSpec, WgslFile, WgslModule, build, wgsl,
-};
-use crate::gpu::layout::Slot;
-use crate::gpu::paths::{Axes, KernelPaths};
-use crate::gpu::step::StepBuffer;
+use crate::gpu::paths::KernelPaths;
 
-const KV_CACHE: WgslFile = step_wgsl!("kv_cache.wgsl");
-/// k, v, k_cache, v_cache, page_table, token_slots, params, step.
-const SLOTS: &[Slot] = &[
-    Slot::Read,
-    Slot::Read,
-    Slot::ReadWrite,
-    Slot::ReadWrite,
-    Slot::Read,
-    Slot::Read,
-    Slot::Uniform,
-    Slot::Uniform,
-];
-const WG: u32 = 256;
+/// The name the cache's own errors carry.
+const NAME: &str = "kv_cache";
 
 /// The element type of the cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -187,7 +169,7 @@ pub struct KvCache {
 impl KvCache {
     /// Allocates both caches (contents undefined until written; wgpu zeroes them on first use).
     pub fn new(ctx: &GpuContext, layout: KvLayout) -> Result<KvCache, GpuError> {
-        layout.check(KvWrite::NAME)?;
+        layout.check(NAME)?;
         let limit = ctx.max_binding_size();
         if layout.cache_bytes() > limit {
             return Err(GpuError::TooLarge {
@@ -272,7 +254,7 @@ impl PageTable {
         for (r, row) in rows.iter().enumerate() {
             if row.len() > pages_per_row as usize {
                 return Err(shape_error(
-                    KvWrite::NAME,
+                    NAME,
                     format!(
                         "page-table row {r} has {} pages, more than {pages_per_row}",
                         row.len()
@@ -292,7 +274,7 @@ impl PageTable {
     pub fn write_row(&self, ctx: &GpuContext, row: u32, pages: &[u32]) -> Result<(), GpuError> {
         if row >= self.rows || pages.len() > self.pages_per_row as usize {
             return Err(shape_error(
-                KvWrite::NAME,
+                NAME,
                 format!(
                     "page-table row {row} of {} pages: the table has {} rows of {}",
                     pages.len(),
@@ -328,166 +310,6 @@ impl PageTable {
             &self.buffer,
             u64::from(self.rows) * u64::from(self.pages_per_row),
         )
-    }
-}
-
-/// The cache-write kernel.
-pub struct KvWrite {
-    variant: KernelPaths,
-    layout: wgpu::BindGroupLayout,
-    /// Index: `TOKEN_TABLE`.
-    pipelines: Vec<wgpu::ComputePipeline>,
-    placeholder: wgpu::Buffer,
-    max_per_dimension: u32,
-}
-
-/// A layer's k/v rows and cache bound for [`KvWrite::encode`].
-pub struct KvWriteBinding {
-    group: wgpu::BindGroup,
-    pipeline: usize,
-    per_token: u64,
-    max_tokens: u32,
-}
-
-/// `Params` of wgsl/kv_cache.wgsl.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    kv: KvGeometry,
-    k: support::ViewParams,
-    v: support::ViewParams,
-    n_pages: u32,
-    pad: [u32; 3],
-}
-
-impl Kernel for KvWrite {
-    const NAME: &'static str = "kv_cache";
-    const AXES: Axes = Axes {
-        f16: true,
-        ..Axes::NONE
-    };
-
-    fn source(variant: KernelPaths) -> KernelSource {
-        let module = WgslModule::new(variant)
-            .with(support::kv_scalar(variant.f16))
-            .with(support::KV_PAGED)
-            .with(wgsl::GRID)
-            .with(wgsl::STEP)
-            .with(support::VIEW)
-            .with(support::POSITIONS)
-            .with(KV_CACHE);
-        let pipelines = [false, true]
-            .map(|table| PipelineSpec {
-                label: format!("kv_cache write token_table={table}"),
-                entry_point: "main",
-                constants: vec![("WG", f64::from(WG)), ("TOKEN_TABLE", f64::from(table))],
-            })
-            .to_vec();
-        KernelSource {
-            module,
-            slots: SLOTS,
-            pipelines,
-        }
-    }
-}
-
-impl KvWrite {
-    /// Builds the variant of `paths`: an f16 cache where f16 is allowed.
-    pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
-        let variant = KernelVariant::of::<Self>(Self::AXES.select(paths));
-        let built = build(ctx, &variant)?;
-        Ok(KvWrite {
-            variant: variant.paths,
-            layout: built.layout,
-            pipelines: built.pipelines,
-            placeholder: support::placeholder(ctx),
-            max_per_dimension: ctx.device.limits().max_compute_workgroups_per_dimension,
-        })
-    }
-
-    pub fn variant(&self) -> KernelPaths {
-        self.variant
-    }
-
-    /// The cache type this kernel writes.
-    pub fn dtype(&self) -> KvDtype {
-        KvDtype::of(self.variant)
-    }
-
-    /// Binds the step's `k` and `v` rows (n_kv heads of head_dim per token) for writing into
-    /// `cache` through `pages`, at the positions and page-table rows `positions` gives, for up to
-    /// `max_tokens` tokens.
-    #[allow(clippy::too_many_arguments)]
-    pub fn bind(
-        &self,
-        ctx: &GpuContext,
-        k: View<'_>,
-        v: View<'_>,
-        cache: &KvCache,
-        pages: &PageTable,
-        positions: Positions<'_>,
-        step: &StepBuffer,
-        max_tokens: u32,
-    ) -> Result<KvWriteBinding, GpuError> {
-        let layout = cache.layout;
-        layout.check(Self::NAME)?;
-        check_dtype(Self::NAME, &layout, self.dtype())?;
-        let (n_kv, hd) = (layout.n_kv, layout.head_dim);
-        let k_binding = view_binding(ctx, Self::NAME, "k", &k, max_tokens, n_kv, hd)?;
-        let v_binding = view_binding(ctx, Self::NAME, "v", &v, max_tokens, n_kv, hd)?;
-        let cache_words = layout.cache_bytes().div_ceil(4);
-        let k_cache = words(ctx, Self::NAME, "the k cache", &cache.k, cache_words)?;
-        let v_cache = words(ctx, Self::NAME, "the v cache", &cache.v, cache_words)?;
-        let table = pages.binding(ctx, Self::NAME, &layout)?;
-        let slots = positions_binding(ctx, Self::NAME, positions, &self.placeholder, max_tokens)?;
-        let params = uniform(
-            ctx,
-            "kv_cache params",
-            &Params {
-                kv: layout.geometry(),
-                k: k.params(),
-                v: v.params(),
-                n_pages: layout.n_pages,
-                pad: [0; 3],
-            },
-        );
-        let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("kv_cache write"),
-            layout: &self.layout,
-            entries: &[
-                entry(0, k_binding),
-                entry(1, v_binding),
-                entry(2, k_cache),
-                entry(3, v_cache),
-                entry(4, table),
-                entry(5, slots),
-                entry(6, params.as_entire_binding()),
-                entry(7, step.buffer.as_entire_binding()),
-            ],
-        });
-        let binding = KvWriteBinding {
-            group,
-            pipeline: usize::from(positions.is_table()),
-            per_token: u64::from(n_kv) * u64::from(hd),
-            max_tokens,
-        };
-        support::grid(
-            self.workgroups(&binding, max_tokens),
-            self.max_per_dimension,
-        )?;
-        Ok(binding)
-    }
-
-    fn workgroups(&self, binding: &KvWriteBinding, n_tokens: u32) -> u64 {
-        (u64::from(n_tokens.min(binding.max_tokens)) * binding.per_token).div_ceil(u64::from(WG))
-    }
-
-    /// Records the dispatch for a step of `n_tokens` tokens (at most the binding's `max_tokens`).
-    pub fn encode(&self, pass: &mut wgpu::ComputePass, binding: &KvWriteBinding, n_tokens: u32) {
-        pass.set_pipeline(&self.pipelines[binding.pipeline]);
-        pass.set_bind_group(0, &binding.group, &[]);
-        support::grid_within_bound(self.workgroups(binding, n_tokens), self.max_per_dimension)
-            .dispatch(pass);
     }
 }
 

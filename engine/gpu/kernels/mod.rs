@@ -39,10 +39,8 @@ pub fn registry() -> Vec<KernelVariant> {
     all.extend(KernelVariant::all_of::<gated_delta_chunk::GatedDeltaChunked>());
     all.extend(KernelVariant::all_of::<gated_norm::GatedNorm>());
     all.extend(KernelVariant::all_of::<rms_norm::RmsNorm>());
-    all.extend(KernelVariant::all_of::<rope::Rope>());
     all.extend(KernelVariant::all_of::<elementwise::Elementwise>());
     all.extend(KernelVariant::all_of::<argmax::Argmax>());
-    all.extend(KernelVariant::all_of::<kv_cache::KvWrite>());
     all.extend(KernelVariant::all_of::<rope_kv::RopeKv>());
     all.extend(KernelVariant::all_of::<attn_decode::AttnDecode>());
     all.extend(KernelVariant::all_of::<attn_prefill::AttnPrefill>());

@@ -1,6 +1,6 @@
 //! `rope_kv`: one step's q and k normed per head (optional), rotated, q written where attention
-//! reads it and k, v written into the paged KV cache: the five dispatches of qk_norm ×2, rope ×2
-//! and kv_cache in one (wgsl/rope_kv.wgsl).
+//! reads it and k, v written into the paged KV cache, in one dispatch (wgsl/rope_kv.wgsl): the
+//! only writer of the cache.
 
 use super::kv_cache::{KvCache, KvDtype, PageTable, check_dtype};
 use super::rope::{ROPE_ANGLE, RopeTable};

@@ -1,4 +1,4 @@
-//! What the kernels of a forward step (rms_norm, rope, kv_cache, attention, elementwise, argmax)
+//! What the kernels of a forward step (rms_norm, rope_kv, attention, elementwise, argmax)
 //! share: their WGSL helper files, strided activation views, where token positions come from, and
 //! the checks and bind-group entries every `bind()` makes.
 
