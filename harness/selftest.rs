@@ -119,7 +119,7 @@ pub fn run(args: Args) -> Result<()> {
         "pass": pass,
         "adapter": facts,
         "paths": paths.iter().map(|f| f.1.name()).collect::<Vec<_>>(),
-        "coverage": "kernel by kernel on every variant: the Gated DeltaNet kernels (ssm_conv, delta_prep, gated_delta, gated_delta_chunk, gated_norm), decode and prefill attention, RMSNorm, the fused norm + RoPE + KV write (rope_kv), the embedding and dequantization (every table type), the element-wise ops (SwiGLU, residual add, sigmoid gate), argmax; model by model on every path the adapter can run: every kernel the dense Qwen3 and the hybrid Qwen3.5 run (weight types F32, Q8_0, Q5_0, Q4_K, Q6_K). Mat-vec and mat-mul are checked here only through the models (kernel by kernel in the GPU test suite)",
+        "coverage": "kernel by kernel on every variant: the Gated DeltaNet kernels (ssm_conv, delta_prep, gated_delta, gated_delta_chunk, gated_norm), decode and prefill attention, RMSNorm, the fused norm + RoPE + KV write (rope_kv), the embedding and dequantization (every table type), the element-wise ops (SwiGLU, residual add, sigmoid gate), argmax, the prefill mat-mul (every weight type); model by model on every path the adapter can run: every kernel the dense Qwen3 and the hybrid Qwen3.5 run (weight types F32, Q8_0, Q5_0, Q4_K, Q6_K). The mat-vec is checked here only through the models (kernel by kernel in the GPU test suite)",
         "threshold_min_cosine": MIN_COSINE,
         "kernels": kernels,
         "checks": checks,

@@ -199,6 +199,7 @@ fn selftest_checks_every_kernel_and_model_on_every_path_and_measures_bandwidth()
         "elementwise",
         "argmax",
         "dequant",
+        "matmul",
     ] {
         let runs: Vec<&Value> = kernels.iter().filter(|k| k["kernel"] == name).collect();
         // Two cases or more, on at least the fallback variant.

@@ -9,6 +9,7 @@ use crate::gdn::{
     STEP_TOL, cpu_layer, dims,
 };
 use crate::kv::Pages;
+use crate::matmul::{Problem, Product};
 use crate::rms_norm;
 use crate::rope_kv::StepTokens;
 use crate::variants;
@@ -24,6 +25,7 @@ use fak::gpu::kernels::embed::{Embed, EmbedShape};
 use fak::gpu::kernels::gated_delta::GatedDeltaDecode;
 use fak::gpu::kernels::gated_delta_chunk::GatedDeltaChunked;
 use fak::gpu::kernels::gated_norm::GatedNorm;
+use fak::gpu::kernels::matmul::{Matmul, MatmulOutput};
 use fak::gpu::kernels::rms_norm::RmsNorm;
 use fak::gpu::kernels::rope_kv::RopeKv;
 use fak::gpu::kernels::ssm_conv::SsmConv;
@@ -55,7 +57,7 @@ pub struct KernelCheck {
 
 /// Every family checked here, in order: the Gated DeltaNet kernels of a qwen35 layer, decode and
 /// prefill attention, RMSNorm, the fused norm + RoPE + KV write, the embedding, the elementwise
-/// ops, argmax, dequantization.
+/// ops, argmax, dequantization, the prefill mat-mul.
 pub fn run_all(ctx: &GpuContext) -> Vec<KernelCheck> {
     let mut out = gated_deltanet(ctx);
     out.extend(attention_decode(ctx));
@@ -66,6 +68,7 @@ pub fn run_all(ctx: &GpuContext) -> Vec<KernelCheck> {
     out.extend(elementwise(ctx));
     out.extend(argmax(ctx));
     out.extend(dequant(ctx));
+    out.extend(matmul(ctx));
     out
 }
 
@@ -355,6 +358,44 @@ pub fn dequant(ctx: &GpuContext) -> Vec<KernelCheck> {
                     dequant::Scales::AnyFinite,
                     &mut rng,
                 )]
+            }));
+        }
+    }
+    out
+}
+
+/// The prefill mat-mul on every variant (the cooperative-matrix ones where the adapter has them
+/// and `FAK_COOP_MATRIX=1`): per type, 70 rows × a few blocks (a row tile and a ragged one),
+/// stored for 17 tokens (part of a token tile) and accumulated for 70 (more than one tile).
+pub fn matmul(ctx: &GpuContext) -> Vec<KernelCheck> {
+    let mut out = Vec::new();
+    for variant in variants::<Matmul>(ctx) {
+        for (seed, ty) in Matmul::TYPES.into_iter().enumerate() {
+            let cols = match ty.block_elems() {
+                1 => 77,
+                32 => 96,
+                _ => 256,
+            };
+            let what = format!("{ty} 70x{cols}");
+            out.extend(check_outputs("matmul", variant, what.clone(), || {
+                let kernel =
+                    Matmul::new(ctx, variant).unwrap_or_else(|e| panic!("building matmul: {e}"));
+                let mut rng = crate::rng(0x5e1f_3a70 + seed as u64);
+                let problem = Problem::random(ty, 70, cols, &mut rng);
+                [
+                    (MatmulOutput::Store, 17, "stored, 17 tokens"),
+                    (MatmulOutput::Accumulate, 70, "accumulated, 70 tokens"),
+                ]
+                .into_iter()
+                .map(|(output, n_tokens, part)| {
+                    let product = Product::new(ctx, &kernel, &problem, output, u64::MAX)
+                        .unwrap_or_else(|e| panic!("binding matmul: {e}"));
+                    Output {
+                        part,
+                        ..product.run(ctx, &kernel, n_tokens, &what)
+                    }
+                })
+                .collect()
             }));
         }
     }
