@@ -6,7 +6,7 @@
 
 use fak::gguf::Gguf;
 use fak::gpu::Forced;
-use fak::reference::{DenseReference, Reference};
+use fak::reference::{Activations, DenseReference, Reference};
 use fak::runtime::{Engine, EngineOptions, RuntimeError, SamplingParams};
 use fak_tests::harness::{harness, synth_model};
 use fak_tests::model::{every_path, random_ids};
@@ -452,4 +452,38 @@ fn generation_stops_at_end_of_generation_unless_ignored() {
         "--ignore-eos runs on, from a clean sequence"
     );
     assert_eq!(ignored.stop, fak::runtime::StopReason::Length);
+}
+
+/// The integer mat-vec path (`FAK_INT_DOT=1`, both reductions): with one token per step every
+/// projection is a mat-vec, and those over Q8_0, Q4_K and Q6_K weights take inputs quantized to
+/// 8-bit blocks, which `Activations::Q8Blocks` rounds the same way in the reference. Against
+/// that reference the logits agree to cosine ≥ 0.9999 (see the assertion); against the f32
+/// reference they moved by what the rounding moves them (printed, held to 0.999).
+#[test]
+fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
+    let path = tiny("q4_k_m", 1);
+    let ids = random_ids(3, 24, 151_936);
+    let gguf = Gguf::open(&path).unwrap();
+    let want = DenseReference::with_activations(&gguf, Activations::Q8Blocks)
+        .unwrap()
+        .forward_all(&ids)
+        .unwrap();
+    let want_f32 = reference_logits(&path, &ids);
+    for no_subgroup in [false, true] {
+        let forced = Forced {
+            no_subgroup,
+            ..Forced::default()
+        };
+        let mut o = options(1, forced);
+        o.context.int_dot = true;
+        let mut e = Engine::load(&path, &o).unwrap();
+        let got = e.teacher_forced_logits(&ids).unwrap();
+        let what = format!("int-dot, {forced:?}");
+        // Why 0.9999: the GPU quantizes its own f32 norm and activations, the reference its
+        // f64-summed ones; where the two differ across a rounding boundary of x/d a code moves
+        // by one step d (1/127 of its block's largest value), a change the f32 path never sees.
+        let q8 = assert_rows_close(&what, &got, &want, 0.9999);
+        let f32 = assert_rows_close(&format!("{what} against f32"), &got, &want_f32, 0.999);
+        eprintln!("{what}: min cosine {q8} against the q8-input reference, {f32} against f32");
+    }
 }

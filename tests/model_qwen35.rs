@@ -9,7 +9,7 @@ use fak::gguf::{Gguf, TensorInfo, Value};
 use fak::gpu::Forced;
 use fak::model::DevicePlan;
 use fak::model::qwen35::Hparams;
-use fak::reference::{Qwen35Reference, Reference};
+use fak::reference::{Activations, Qwen35Reference, Reference};
 use fak::runtime::{Engine, EngineOptions, SamplingParams};
 use fak_tests::harness::{harness, synth_model};
 use fak_tests::model::{every_path, random_ids, rewrite_gguf, rows_error, set_key};
@@ -353,5 +353,35 @@ fn bad_files_get_errors_naming_the_key_or_tensor() {
             Err(e) => e.to_string(),
         };
         assert_eq!(loaded, e);
+    }
+}
+
+/// The integer mat-vec path (`FAK_INT_DOT=1`, both reductions), one token per step: the
+/// projections over Q8_0, Q4_K and Q6_K weights (attention, the GDN's, the MLP's) take inputs
+/// quantized to 8-bit blocks, as `Activations::Q8Blocks` rounds the reference's. Tolerances as
+/// in model_qwen3's test of the path.
+#[test]
+fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
+    let path = tiny("q4_k_m", 1);
+    let ids = random_ids(3, 24, hparams(&path).n_vocab);
+    let gguf = Gguf::open(&path).unwrap();
+    let want = Qwen35Reference::with_activations(&gguf, Activations::Q8Blocks)
+        .unwrap()
+        .forward_all(&ids)
+        .unwrap();
+    let want_f32 = reference_logits(&path, &ids);
+    for no_subgroup in [false, true] {
+        let forced = Forced {
+            no_subgroup,
+            ..Forced::default()
+        };
+        let mut o = options(1, forced);
+        o.context.int_dot = true;
+        let mut e = Engine::load(&path, &o).unwrap();
+        let got = e.teacher_forced_logits(&ids).unwrap();
+        let what = format!("int-dot, {forced:?}");
+        let q8 = assert_rows_close(&what, &got, &want, 0.9999);
+        let f32 = assert_rows_close(&format!("{what} against f32"), &got, &want_f32, 0.999);
+        eprintln!("{what}: min cosine {q8} against the q8-input reference, {f32} against f32");
     }
 }

@@ -9,6 +9,7 @@ use crate::gdn::{
     CpuOutputs, CpuState, Form, GpuLayer, GpuOutputs, LAYER_TOL, LayerWeights, Projections,
     STEP_TOL, cpu_layer, dims,
 };
+use crate::matvec::{self, Outputs, Path};
 use crate::rms_norm;
 use crate::variants;
 use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape};
@@ -17,10 +18,13 @@ use fak::gpu::kernels::delta_state::DeltaDims;
 use fak::gpu::kernels::gated_delta::GatedDeltaDecode;
 use fak::gpu::kernels::gated_delta_chunk::GatedDeltaChunked;
 use fak::gpu::kernels::gated_norm::GatedNorm;
+use fak::gpu::kernels::matvec::MatVec;
+use fak::gpu::kernels::quantize_q8::QuantizeQ8;
 use fak::gpu::kernels::rms_norm::RmsNorm;
 use fak::gpu::kernels::ssm_conv::SsmConv;
 use fak::gpu::{GpuContext, Kernel, KernelPaths};
 use fak::model::qwen35::HeadMapping;
+use fak::quant::GgmlType;
 use serde::Serialize;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -49,7 +53,101 @@ pub fn run_all(ctx: &GpuContext) -> Vec<KernelCheck> {
     let mut out = gated_deltanet(ctx);
     out.extend(attention_decode(ctx));
     out.extend(rms_norms(ctx));
+    out.extend(matvecs(ctx));
     out
+}
+
+/// The mat-vec on every variant, at small shapes (7 rows, every batch capacity, accumulate on
+/// and off, strided x): the f32 path on the Q4_K_M types and F32, and its folded norm + gate/up
+/// pairing; on int-dot variants the integer path instead — quantize_q8 (plain and with the
+/// norm) and the integer product of every type it takes, against W·x̂ (tight) and W·x (loose),
+/// and its pairing. Errors are measured as shares of each output's own bound (tests/common/
+/// matvec.rs), so the tolerance is 1.
+pub fn matvecs(ctx: &GpuContext) -> Vec<KernelCheck> {
+    let mut out = Vec::new();
+    for variant in variants::<MatVec>(ctx) {
+        let types: &[GgmlType] = match variant.int_dot {
+            true => &MatVec::Q8_TYPES,
+            false => &[GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K],
+        };
+        for (seed, &ty) in types.iter().enumerate() {
+            let seed = 0x5e1f_3a7e + seed as u64;
+            let cols = matvec::col_counts(ty)[1];
+            let what = format!("{ty} 7x{cols}, batches 1-8, accumulate, strided x");
+            out.extend(matvec_check(ctx, variant, what, |kernel, quantizer| {
+                let path = quantizer.map_or(Path::F32, Path::Q8);
+                let bytes = matvec::random_weights(ty, 7, cols, seed);
+                let offset = matvec::WEIGHTS_OFFSET;
+                let binding = ctx.max_binding_size();
+                matvec::check_tensor(ctx, kernel, path, ty, (7, cols), &bytes, offset, binding, seed)
+            }));
+            // The folded norm with the gate/up pairing, as the MLP runs it.
+            if matches!(ty, GgmlType::Q4_K | GgmlType::Q8_0) {
+                let what = format!("{ty} 5 paired outputs, norm, strided x");
+                out.extend(matvec_check(ctx, variant, what, |kernel, quantizer| {
+                    let path = quantizer.map_or(Path::F32, Path::Q8);
+                    let fusion = matvec::FUSIONS[1];
+                    matvec::check_fused(ctx, kernel, path, ty, 5, fusion, seed)
+                }));
+            }
+        }
+    }
+    out
+}
+
+/// One mat-vec case on `variant` (with its quantizer where the variant is int-dot), one check
+/// per kernel it exercises: quantize_q8's outputs, then the product's.
+fn matvec_check(
+    ctx: &GpuContext,
+    variant: KernelPaths,
+    case: String,
+    run: impl FnOnce(&MatVec, Option<&QuantizeQ8>) -> Vec<Outputs>,
+) -> Vec<KernelCheck> {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let kernel =
+            MatVec::new(ctx, variant).unwrap_or_else(|e| panic!("building matvec: {e}"));
+        let quantizer = variant.int_dot.then(|| {
+            QuantizeQ8::new(ctx, variant).unwrap_or_else(|e| panic!("building quantize_q8: {e}"))
+        });
+        run(&kernel, quantizer.as_ref())
+    }));
+    let outputs = match outcome {
+        Ok(outputs) => outputs,
+        Err(panic) => {
+            return vec![KernelCheck {
+                error: Some(panic_message(panic)),
+                ..check_one("matvec", variant, case, matvec::SHARE, || {
+                    (Vec::new(), vec![0.0])
+                })
+            }];
+        }
+    };
+    let (quantized, products): (Vec<&Outputs>, Vec<&Outputs>) = outputs
+        .iter()
+        .partition(|o| o.what.starts_with("quantize_q8"));
+    let joined = |parts: &[&Outputs]| {
+        parts.iter().fold((Vec::new(), Vec::new()), |(mut g, mut w), o| {
+            let (shares, zeros) = o.shares();
+            g.extend(shares);
+            w.extend(zeros);
+            (g, w)
+        })
+    };
+    let mut checks = Vec::new();
+    if !quantized.is_empty() {
+        // Recorded on the mat-vec's variant: the quantization is part of its integer path.
+        let (got, want) = joined(&quantized);
+        checks.push(check_one("quantize_q8", variant, case.clone(), matvec::SHARE, || {
+            (got, want)
+        }));
+    }
+    let kernel = match variant.int_dot {
+        true => "matvec_q8",
+        false => "matvec",
+    };
+    let (got, want) = joined(&products);
+    checks.push(check_one(kernel, variant, case, matvec::SHARE, || (got, want)));
+    checks
 }
 
 /// RMSNorm on every variant: per-token rows of a hidden size (5 of 6 tokens, weighted, into a

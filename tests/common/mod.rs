@@ -7,6 +7,7 @@ pub mod gpu;
 pub mod inputs;
 pub mod kernel_checks;
 pub mod kv;
+pub mod matvec;
 pub mod model;
 pub mod reduce_probe;
 pub mod rms_norm;

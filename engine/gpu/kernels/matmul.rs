@@ -447,6 +447,7 @@ mod tests {
                         subgroup,
                         f16,
                         coop_matrix,
+                        int_dot: false,
                     };
                     let chosen = Matmul::select(allowed);
                     assert!(listed.contains(&chosen), "{allowed} selects {chosen}");
