@@ -326,8 +326,8 @@ fn fusions_the_kernel_cannot_do_are_refused() {
     let shape = |ty, cols| MatVecShape { ty, rows: 8, cols };
     let shape_error = |r: Result<_, GpuError>| matches!(r, Err(GpuError::Shape { .. }));
     let pairing = MatVecFusion {
-        norm: None,
         swiglu: true,
+        ..MatVecFusion::default()
     };
     // A pairing writes silu(g)·u: it cannot add to y.
     assert!(shape_error(kernel.bind_fused(
@@ -358,7 +358,7 @@ fn fusions_the_kernel_cannot_do_are_refused() {
             weight: &nw,
             eps: 1e-6,
         }),
-        swiglu: false,
+        ..MatVecFusion::default()
     };
     assert!(shape_error(kernel.bind_fused(
         ctx,
@@ -434,6 +434,7 @@ fn integer_inputs_the_kernel_cannot_take_are_refused() {
     assert!(Q8Vectors::new(ctx, "x", 100, 1).is_err());
     let quantizer = QuantizeQ8::new(ctx, KernelPaths::FALLBACK).unwrap();
     let x = Activations::contiguous(&x, 256);
-    assert!(shape_error(quantizer.bind(ctx, x, 288, None, &q8, &step, 1)));
-    assert!(shape_error(quantizer.bind(ctx, x, 256, None, &q8, &step, 2)));
+    let refused = |r: Result<_, GpuError>| matches!(r, Err(GpuError::Shape { .. }));
+    assert!(refused(quantizer.bind(ctx, x, 288, None, &q8, &step, 1)));
+    assert!(refused(quantizer.bind(ctx, x, 256, None, &q8, &step, 2)));
 }

@@ -143,10 +143,10 @@ fn dot_unit_q8(u: Unit, v: Xq) -> f32 {
                               low4(q.y) | (((qh >> 2u) & 0x03030303u) << 4u),
                               high4(q.x) | (((qh >> 4u) & 0x03030303u) << 4u),
                               high4(q.y) | (((qh >> 6u) & 0x03030303u) << 4u));
-            let signed = (g + vec4<u32>(0x60606060u)) ^ vec4<u32>(0x80808080u);
+            let centred = (g + vec4<u32>(0x60606060u)) ^ vec4<u32>(0x80808080u);
             let sums = vec4<f32>(vec4<i32>(
-                dot4I8Packed(signed.x, v.a.x), dot4I8Packed(signed.y, v.a.y),
-                dot4I8Packed(signed.z, v.a.z), dot4I8Packed(signed.w, v.a.w)));
+                dot4I8Packed(centred.x, v.a.x), dot4I8Packed(centred.y, v.a.y),
+                dot4I8Packed(centred.z, v.a.z), dot4I8Packed(centred.w, v.a.w)));
             return dot(u.f * v.d, sums);
         }
         default: {

@@ -280,8 +280,9 @@ fn quantization_outputs(what: String, v: &[f32], x_hat: &[f32], d: &[f32], v_rel
             out.what += &format!(" (block {block}: d {step} for max |v| {amax})");
         }
         for (&v, &x_hat) in v.iter().zip(x_hat) {
+            // x̂ = q·d rounded to f32: |q| ≤ 127 exactly when |x̂/d| < 127.5.
             let code = f64::from(x_hat) / step;
-            let in_range = step == 0.0 || code.abs() <= 127.0;
+            let in_range = step == 0.0 || code.abs() < 127.5;
             let got = if in_range { x_hat } else { f32::NAN };
             out.push(
                 got,
