@@ -50,11 +50,12 @@ pub struct Args {
 /// keeps the KV cache in f16 (≈1e-3 relative on a logit at most); a wrong kernel lands far below.
 const MIN_COSINE: f64 = 0.99999;
 /// The integer mat-vec path (int-dot) against a reference that rounds its inputs alike
-/// (`Activations::Q8Blocks`): the GPU quantizes its own f32 activations, the reference its f64-
-/// summed ones, and a code that lands on the other side of a rounding boundary moves its input
-/// by a whole step (1/127 of the block's largest value), so the bound is looser than the f32
-/// path's (tests/model_qwen3.rs holds the path to the same number).
-const INT_DOT_MIN_COSINE: f64 = 0.9999;
+/// (`Activations::Q8Blocks`): with the f16 KV cache, attention's output carries ~5e-4 relative
+/// error into the next quantization, where about one code in 127·5e-4 ≈ 6 % lands on the other
+/// side of a rounding boundary and moves its input by a whole step (1/127 of its block's
+/// largest value): measured 0.99979 on the tiny qwen3 (tests/model_qwen3.rs holds the f16 path
+/// to the same number, the f32 one to 0.99999). A wrong kernel lands far below.
+const INT_DOT_MIN_COSINE: f64 = 0.999;
 const PROMPT_TOKENS: usize = 16;
 const GREEDY_TOKENS: usize = 4;
 /// Timed passes of the read-bandwidth probe (after its own warm-ups).

@@ -406,16 +406,29 @@ fn integer_inputs_the_kernel_cannot_take_are_refused() {
         accumulate: false,
         max_batch: 1,
     };
-    let shape = |ty| MatVecShape { ty, rows: 8, cols: 256 };
+    let shape = |ty| MatVecShape {
+        ty,
+        rows: 8,
+        cols: 256,
+    };
     let q8_input = MatVecFusion {
         q8: Some(&q8),
         ..MatVecFusion::default()
     };
     let shape_error = |r: Result<_, GpuError>| matches!(r, Err(GpuError::Shape { .. }));
-    assert!(int_dot.bind_fused(ctx, shape(GgmlType::Q4_K), &io, q8_input).is_ok());
+    assert!(
+        int_dot
+            .bind_fused(ctx, shape(GgmlType::Q4_K), &io, q8_input)
+            .is_ok()
+    );
     // Not on an f32-only variant; not for a type the integer path lacks; not with a norm (it
     // belongs in the quantization); not for more vectors than the q8 buffers hold.
-    assert!(shape_error(f32_only.bind_fused(ctx, shape(GgmlType::Q4_K), &io, q8_input)));
+    assert!(shape_error(f32_only.bind_fused(
+        ctx,
+        shape(GgmlType::Q4_K),
+        &io,
+        q8_input
+    )));
     assert!(matches!(
         int_dot.bind_fused(ctx, shape(GgmlType::Q4_0), &io, q8_input),
         Err(GpuError::UnsupportedType { .. })
@@ -427,9 +440,19 @@ fn integer_inputs_the_kernel_cannot_take_are_refused() {
         }),
         ..q8_input
     };
-    assert!(shape_error(int_dot.bind_fused(ctx, shape(GgmlType::Q4_K), &io, with_norm)));
+    assert!(shape_error(int_dot.bind_fused(
+        ctx,
+        shape(GgmlType::Q4_K),
+        &io,
+        with_norm
+    )));
     let two = MatVecIo { max_batch: 2, ..io };
-    assert!(shape_error(int_dot.bind_fused(ctx, shape(GgmlType::Q4_K), &two, q8_input)));
+    assert!(shape_error(int_dot.bind_fused(
+        ctx,
+        shape(GgmlType::Q4_K),
+        &two,
+        q8_input
+    )));
     // The quantizer takes whole blocks of 32 only.
     assert!(Q8Vectors::new(ctx, "x", 100, 1).is_err());
     let quantizer = QuantizeQ8::new(ctx, KernelPaths::FALLBACK).unwrap();

@@ -457,8 +457,9 @@ fn generation_stops_at_end_of_generation_unless_ignored() {
 /// The integer mat-vec path (`FAK_INT_DOT=1`, both reductions): with one token per step every
 /// projection is a mat-vec, and those over Q8_0, Q4_K and Q6_K weights take inputs quantized to
 /// 8-bit blocks, which `Activations::Q8Blocks` rounds the same way in the reference. Against
-/// that reference the logits agree to cosine ≥ 0.9999 (see the assertion); against the f32
-/// reference they moved by what the rounding moves them (printed, held to 0.999).
+/// that reference the logits agree to cosine ≥ 0.99999 with an f32 KV cache, 0.999 with the f16
+/// one (see the loop); against the f32 reference they move by what the rounding moves them
+/// (printed, held to 0.999).
 #[test]
 fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
     let path = tiny("q4_k_m", 1);
@@ -469,9 +470,21 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
         .forward_all(&ids)
         .unwrap();
     let want_f32 = reference_logits(&path, &ids);
-    for no_subgroup in [false, true] {
+    // (no_subgroup, no_f16, min cosine against the q8-input reference). With an f32 KV cache
+    // the GPU's f32 activations and the reference's f64-summed ones round to the same codes
+    // almost everywhere (measured on lavapipe: 1 − 1e-13), so the f32 path's 0.99999 holds; a
+    // code on the other side of a rounding boundary would move its input by a whole step (1/127
+    // of its block's largest value). The f16 cache gives attention's output ~5e-4 relative
+    // error, enough to flip about one attn_output input code in 127·5e-4 ≈ 6 %: 0.999 there
+    // (measured: 0.99979 on qwen3).
+    for (no_subgroup, no_f16, min_cosine) in [
+        (false, true, 0.99999),
+        (true, true, 0.99999),
+        (false, false, 0.999),
+    ] {
         let forced = Forced {
             no_subgroup,
+            no_f16,
             ..Forced::default()
         };
         let mut o = options(1, forced);
@@ -479,10 +492,7 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
         let mut e = Engine::load(&path, &o).unwrap();
         let got = e.teacher_forced_logits(&ids).unwrap();
         let what = format!("int-dot, {forced:?}");
-        // Why 0.9999: the GPU quantizes its own f32 norm and activations, the reference its
-        // f64-summed ones; where the two differ across a rounding boundary of x/d a code moves
-        // by one step d (1/127 of its block's largest value), a change the f32 path never sees.
-        let q8 = assert_rows_close(&what, &got, &want, 0.9999);
+        let q8 = assert_rows_close(&what, &got, &want, min_cosine);
         let f32 = assert_rows_close(&format!("{what} against f32"), &got, &want_f32, 0.999);
         eprintln!("{what}: min cosine {q8} against the q8-input reference, {f32} against f32");
     }

@@ -236,10 +236,7 @@ impl GpuContext {
                 }
             }
         }
-        let int_dot = out.iter().map(|&p| KernelPaths {
-            int_dot: true,
-            ..p
-        });
+        let int_dot = out.iter().map(|&p| KernelPaths { int_dot: true, ..p });
         out.extend(int_dot.collect::<Vec<_>>());
         out
     }

@@ -335,7 +335,13 @@ impl Linear {
                 };
                 k.matvec.encode(pass, &self.matvec, n)?;
                 let kernel = if quantized > 0 { "matvec_q8" } else { "matvec" };
-                marks.op(pass, name, kernel, bytes, quantized + self.matvec.grids().count());
+                marks.op(
+                    pass,
+                    name,
+                    kernel,
+                    bytes,
+                    quantized + self.matvec.grids().count(),
+                );
                 return Ok(());
             }
         };
@@ -441,7 +447,11 @@ impl NormedLinears {
                     Some(q) => Some(q.record(k, pass, n)?),
                     None => None,
                 };
-                let kernel = if quantized.is_some() { "matvec_q8" } else { "matvec" };
+                let kernel = if quantized.is_some() {
+                    "matvec_q8"
+                } else {
+                    "matvec"
+                };
                 for (i, ((linear, _), binding)) in self.parts.iter().zip(bindings).enumerate() {
                     k.matvec.encode(pass, binding, n)?;
                     // The norm's weight is read with the first part (the roofline counts it once).
@@ -857,7 +867,11 @@ impl Mlp {
                     4 * u64::from(n) * (self.gate_up.cols + self.gate_up.rows / 2)
                         + quantized.unwrap_or(0),
                 );
-                let kernel = if quantized.is_some() { "matvec_q8" } else { "matvec" };
+                let kernel = if quantized.is_some() {
+                    "matvec_q8"
+                } else {
+                    "matvec"
+                };
                 let dispatches = binding.grids().count() + usize::from(quantized.is_some());
                 marks.op(pass, "ffn_gate_up", kernel, bytes, dispatches);
             }

@@ -356,9 +356,9 @@ pub fn check_tensor(
             Some((plain.0, strided.0, hat, plain.2))
         }
     };
-    let loose = quantized.as_ref().map(|(.., d)| {
-        expected(ty, bytes, (rows, cols), &x, Some(d), MAX_BATCH).rounding
-    });
+    let loose = quantized
+        .as_ref()
+        .map(|(.., d)| expected(ty, bytes, (rows, cols), &x, Some(d), MAX_BATCH).rounding);
 
     let y_stride = rows + 1;
     let region = batch * y_stride + 2;
@@ -399,10 +399,12 @@ pub fn check_tensor(
                 max_batch: MAX_BATCH,
             };
             let fusion = MatVecFusion {
-                q8: quantized.as_ref().map(|(plain, strided, ..)| match accumulate {
-                    true => strided,
-                    false => plain,
-                }),
+                q8: quantized
+                    .as_ref()
+                    .map(|(plain, strided, ..)| match accumulate {
+                        true => strided,
+                        false => plain,
+                    }),
                 ..MatVecFusion::default()
             };
             kernel
@@ -439,9 +441,8 @@ pub fn check_tensor(
                         let hat_bound = bound(cols, hat.scales[o] + y0.abs());
                         exact.push(got[at], y0 + hat.dots[o], f64::from(hat_bound));
                         // The q8 rounding, plus both products' own roundings.
-                        let loose = rounding[o] * (1.0 + 2f64.powi(-10))
-                            + f32_bound
-                            + f64::from(hat_bound);
+                        let loose =
+                            rounding[o] * (1.0 + 2f64.powi(-10)) + f32_bound + f64::from(hat_bound);
                         against_x.push(got[at], y0 + oracle.dots[o], loose);
                     }
                     _ => exact.push(got[at], y0 + oracle.dots[o], f32_bound),
@@ -464,8 +465,11 @@ pub fn check_tensor(
 
 /// The kernel fused cases: the model's two uses (the norm before QKV; the norm, gate/up pairing
 /// and SwiGLU of the MLP, x strided) and the pairing alone; (norm, swiglu, strided x).
-pub const FUSIONS: [(bool, bool, bool); 3] =
-    [(true, false, false), (true, true, true), (false, true, false)];
+pub const FUSIONS: [(bool, bool, bool); 3] = [
+    (true, false, false),
+    (true, true, true),
+    (false, true, false),
+];
 
 /// Row lengths for the fused tests: a few blocks, a multiple of 4 (the folded norm reads its
 /// weight four at a time) and of 32 (q8 blocks), more units than one pass of a workgroup for the

@@ -30,6 +30,7 @@
 //! for the types of [`MatVec::Q8_TYPES`]. Same grid, rows, pairing and accumulation as the f32
 //! path; the result is W·x̂ with x̂ the quantized x.
 
+use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::tensors::{bind_group, checked_row_bytes};
 use crate::gpu::activations::Activations;
 use crate::gpu::buffers::{Grid, Window, split_rows, storage_buffer, uniform};
@@ -41,7 +42,6 @@ use crate::gpu::kernel::{
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
 use crate::gpu::step::StepBuffer;
-use super::quantize_q8::{Q8Vectors, Q8_BLOCK};
 use crate::quant::GgmlType;
 use std::sync::OnceLock;
 
@@ -544,8 +544,7 @@ impl MatVec {
                 let (xq, xd) = match fusion.q8 {
                     Some(q8) => (
                         Window::around(0, batch * cols, align).binding(&q8.codes),
-                        Window::around(0, 4 * batch * cols / Q8_BLOCK, align)
-                            .binding(&q8.scales),
+                        Window::around(0, 4 * batch * cols / Q8_BLOCK, align).binding(&q8.scales),
                     ),
                     None => (placeholder.clone(), placeholder.clone()),
                 };

@@ -14,7 +14,9 @@ use crate::gpu::activations::Activations;
 use crate::gpu::buffers::{read_back, storage_buffer, uniform};
 use crate::gpu::context::GpuContext;
 use crate::gpu::error::GpuError;
-use crate::gpu::kernel::{Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build, wgsl};
+use crate::gpu::kernel::{
+    Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build, wgsl,
+};
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
 use crate::gpu::step::StepBuffer;
