@@ -9,7 +9,7 @@ use fak::gpu::Forced;
 use fak::reference::{Activations, DenseReference, Reference};
 use fak::runtime::{Engine, EngineOptions, RuntimeError, SamplingParams};
 use fak_tests::harness::{harness, synth_model};
-use fak_tests::model::{every_path, random_ids};
+use fak_tests::model::{every_path, random_ids, rows_error};
 use fak_tests::peer::{assert_rows_close, assert_same_greedy, llama_server_greedy, mlx_logits};
 use std::path::{Path, PathBuf};
 
@@ -458,8 +458,9 @@ fn generation_stops_at_end_of_generation_unless_ignored() {
 /// projection is a mat-vec, and those over Q8_0, Q4_K and Q6_K weights take inputs quantized to
 /// 8-bit blocks, which `Activations::Q8Blocks` rounds the same way in the reference. Against
 /// that reference the logits agree to cosine ≥ 0.99999 with an f32 KV cache, 0.999 with the f16
-/// one (see the loop); against the f32 reference they move by what the rounding moves them
-/// (printed, held to 0.999).
+/// one (see the loop). Against the f32 reference they move by what the rounding moves them
+/// (each input by up to 1/254 of its block's largest value, compounded over the layers of a
+/// random model): min cosine 0.99971 here, 0.963 on qwen35 (printed, not asserted).
 #[test]
 fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
     let path = tiny("q4_k_m", 1);
@@ -493,7 +494,9 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
         let got = e.teacher_forced_logits(&ids).unwrap();
         let what = format!("int-dot, {forced:?}");
         let q8 = assert_rows_close(&what, &got, &want, min_cosine);
-        let f32 = assert_rows_close(&format!("{what} against f32"), &got, &want_f32, 0.999);
+        // Not asserted: what the rounding itself does to a random model's logits
+        // (tests/gpu_matvec.rs bounds it per product).
+        let f32 = rows_error(&got, &want_f32).min_cosine;
         eprintln!("{what}: min cosine {q8} against the q8-input reference, {f32} against f32");
     }
 }

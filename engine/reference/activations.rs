@@ -209,6 +209,32 @@ mod tests {
     }
 
     #[test]
+    fn q8_blocks_round_each_block_to_steps_of_its_largest_magnitude_over_127() {
+        let mut x: Vec<f32> = (0..64).map(|i| (i as f32 - 20.5) * 0.37).collect();
+        x[32..].fill(0.0);
+        let (codes, scales) = q8_blocks(&x);
+        assert_eq!(scales[0], 20.5 * 0.37 / 127.0);
+        assert_eq!(codes[0], -127, "the largest magnitude is code ±127");
+        for (i, (&v, &q)) in x.iter().zip(&codes).enumerate() {
+            let d = scales[i / 32];
+            assert!(
+                (v - f32::from(q) * d).abs() <= 0.5 * d * 1.0001,
+                "{v} → {q}·{d}"
+            );
+        }
+        // A block of zeros has scale 0 and codes 0; the rounding applies to the four K-quant
+        // types and Q8_0 only.
+        assert_eq!(scales[1], 0.0);
+        assert!(codes[32..].iter().all(|&q| q == 0));
+        let y = Activations::Q8Blocks.round(GgmlType::Q6_K, &x);
+        assert_eq!(y[1], f32::from(codes[1]) * scales[0]);
+        assert!(matches!(
+            Activations::Q8Blocks.round(GgmlType::Q5_0, &x),
+            Cow::Borrowed(_)
+        ));
+    }
+
+    #[test]
     fn f32_weights_and_f32_activations_leave_the_input_alone() {
         let x = [1.0f32 / 3.0; 32];
         assert!(matches!(
