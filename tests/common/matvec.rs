@@ -275,7 +275,9 @@ fn quantization_outputs(what: String, v: &[f32], x_hat: &[f32], d: &[f32], v_rel
         let step = f64::from(d[0]);
         // d = amax/127 within the division's and the norm's rounding.
         let d_error = (step - amax / 127.0).abs();
-        if !(d_error <= (v_rel + 2f64.powi(-21)) * amax / 127.0) {
+        // (A NaN scale fails too.)
+        let d_ok = d_error <= (v_rel + 2f64.powi(-21)) * amax / 127.0;
+        if !d_ok {
             out.push(f32::NAN, amax / 127.0, 0.0);
             out.what += &format!(" (block {block}: d {step} for max |v| {amax})");
         }

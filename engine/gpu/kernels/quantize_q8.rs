@@ -45,6 +45,9 @@ struct Params {
     eps: f32,
 }
 
+/// One vector's codes and block scales, as read back.
+pub type CodesAndScales = (Vec<i8>, Vec<f32>);
+
 /// Up to `max_batch` vectors of up to `cols` elements as 8-bit blocks: vector b of c columns has
 /// its codes (4 per u32, i8 each) at word b·c/4 of `codes` and its block scales at b·c/32 of
 /// `scales` (wgsl/quantize_q8.wgsl).
@@ -98,7 +101,7 @@ impl Q8Vectors {
         ctx: &GpuContext,
         cols: u64,
         n: u32,
-    ) -> Result<Vec<(Vec<i8>, Vec<f32>)>, GpuError> {
+    ) -> Result<Vec<CodesAndScales>, GpuError> {
         self.check(QuantizeQ8::NAME, cols, n)?;
         let n = u64::from(n);
         let codes = read_back(ctx, &self.codes, 0..n * cols)?;
@@ -180,6 +183,7 @@ impl QuantizeQ8 {
 
     /// Binds the quantization of up to `max_batch` vectors of `cols` columns of `x` (RMS-normed
     /// by `norm` first) into `out`, the token count read from `step`.
+    #[allow(clippy::too_many_arguments)]
     pub fn bind(
         &self,
         ctx: &GpuContext,
