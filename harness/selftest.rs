@@ -3,7 +3,8 @@
 //!
 //! Kernel by kernel: the Gated DeltaNet kernels (ssm_conv, delta_prep, gated_delta,
 //! gated_delta_chunk, gated_norm), decode and prefill attention, RMSNorm, the fused norm + RoPE +
-//! KV write (rope_kv), the embedding, the elementwise ops, argmax and dequantization on every
+//! KV write (rope_kv), the embedding, the elementwise ops, argmax, dequantization, the prefill
+//! mat-mul and the decode mat-vec (its integer path too: quantize_q8 and matvec_q8) on every
 //! variant the adapter can run (every table type where the kernel has a pipeline per type), on
 //! seeded random inputs with NaN-poisoned outputs, measured against the CPU reference under the
 //! GPU tests' tolerances (`fak_tests::kernel_checks`, built from the cases the GPU tests assert).
@@ -17,7 +18,7 @@
 //! cosine ≥ 0.99999 on every row, and 4 greedy tokens (decode: mat-vec, decode attention, the
 //! recurrent delta rule, GPU argmax) identical.
 //!
-//! A fast path (subgroups, f16, cooperative matrices) is trusted only if every check that ran
+//! A fast path (subgroups, f16, cooperative matrices, integer dot products) is trusted only if every check that ran
 //! with it passed; `force` is the `FAK_FORCE` value that switches off the others, and the
 //! `threeway` fak-native arm runs with it. Then a streaming-read kernel is timed with timestamp
 //! queries where the adapter has them (else the wall clock around a blocking submit).
@@ -28,7 +29,7 @@ use anyhow::{Context, Result};
 use fak::gpu::kernels::read_probe::{ProbeTiming, ReadProbe};
 use fak::gpu::{ContextOptions, Forced, GpuContext, KernelPaths};
 use fak::model::Arch;
-use fak::reference::{DenseReference, Qwen35Reference, Reference};
+use fak::reference::{Activations, DenseReference, Qwen35Reference, Reference};
 use fak::runtime::{Engine, EngineOptions, SamplingParams};
 use fak_tests::kernel_checks::{self, KernelCheck};
 use rand::{Rng, SeedableRng};
@@ -50,6 +51,13 @@ pub struct Args {
 /// Why 0.99999: the GPU sums in f32 in another order than the reference's f64, and the f16 path
 /// keeps the KV cache in f16 (≈1e-3 relative on a logit at most); a wrong kernel lands far below.
 const MIN_COSINE: f64 = 0.99999;
+/// The integer mat-vec path (int-dot) against a reference that rounds its inputs alike
+/// (`Activations::Q8Blocks`): with the f16 KV cache, attention's output carries ~5e-4 relative
+/// error into the next quantization, where about one code in 127·5e-4 ≈ 6 % lands on the other
+/// side of a rounding boundary and moves its input by a whole step (1/127 of its block's
+/// largest value): measured 0.99979 on the tiny qwen3 (tests/model_qwen3.rs holds the f16 path
+/// to the same number, the f32 one to 0.99999). A wrong kernel lands far below.
+const INT_DOT_MIN_COSINE: f64 = 0.999;
 const PROMPT_TOKENS: usize = 16;
 const GREEDY_TOKENS: usize = 4;
 /// Timed passes of the read-bandwidth probe (after its own warm-ups).
@@ -95,16 +103,19 @@ pub fn run(args: Args) -> Result<()> {
         .expect("the synthetic model has one");
     for model in [reference, qwen3.gguf.as_path(), &qwen35[0], &qwen35[1]] {
         let ids = random_ids(7, PROMPT_TOKENS);
-        let (want_logits, want_tokens) = cpu_oracle(model, &ids)?;
+        let f32_oracle = cpu_oracle(model, &ids, Activations::F32)?;
+        // Only where the integer path was opted into (FAK_INT_DOT=1): its own oracle, every
+        // step a decode step so that every projection takes the path.
+        let int_dot_oracle = match paths.iter().any(|(_, p)| p.int_dot) {
+            true => Some(cpu_oracle(model, &ids, Activations::Q8Blocks)?),
+            false => None,
+        };
         for &forced in &paths {
-            checks.extend(check_model(
-                model,
-                &options,
-                forced,
-                &ids,
-                &want_logits,
-                &want_tokens,
-            ));
+            let oracle = match (forced.1.int_dot, &int_dot_oracle) {
+                (true, Some(o)) => o,
+                _ => &f32_oracle,
+            };
+            checks.extend(check_model(model, &options, forced, &ids, oracle));
         }
     }
     let fast_paths = fast_path_verdicts(&paths, &checks, &kernels);
@@ -119,7 +130,7 @@ pub fn run(args: Args) -> Result<()> {
         "pass": pass,
         "adapter": facts,
         "paths": paths.iter().map(|f| f.1.name()).collect::<Vec<_>>(),
-        "coverage": "kernel by kernel on every variant: the Gated DeltaNet kernels (ssm_conv, delta_prep, gated_delta, gated_delta_chunk, gated_norm), decode and prefill attention, RMSNorm, the fused norm + RoPE + KV write (rope_kv), the embedding and dequantization (every table type), the element-wise ops (SwiGLU, residual add, sigmoid gate), argmax, the prefill mat-mul (every weight type); model by model on every path the adapter can run: every kernel the dense Qwen3 and the hybrid Qwen3.5 run (weight types F32, Q8_0, Q5_0, Q4_K, Q6_K). The mat-vec is checked here only through the models (kernel by kernel in the GPU test suite)",
+        "coverage": "kernel by kernel on every variant: the Gated DeltaNet kernels (ssm_conv, delta_prep, gated_delta, gated_delta_chunk, gated_norm), decode and prefill attention, RMSNorm, the fused norm + RoPE + KV write (rope_kv), the embedding and dequantization (every table type), the element-wise ops (SwiGLU, residual add, sigmoid gate), argmax, the prefill mat-mul (every weight type), the decode mat-vec (f32 path with its folded norm and gate/up pairing; on int-dot variants quantize_q8 and the integer product); model by model on every path the adapter can run: every kernel the dense Qwen3 and the hybrid Qwen3.5 run (weight types F32, Q8_0, Q5_0, Q4_K, Q6_K)",
         "threshold_min_cosine": MIN_COSINE,
         "kernels": kernels,
         "checks": checks,
@@ -151,6 +162,7 @@ fn every_path(ctx: &GpuContext) -> Vec<(Forced, KernelPaths)> {
             no_subgroup: !p.subgroup,
             no_f16: !p.f16,
             no_coop_matrix: p.coop_matrix.is_none(),
+            no_int_dot: !p.int_dot,
         };
         let taken = ctx.paths().without(forced);
         if !out.iter().any(|(_, q)| *q == taken) {
@@ -165,19 +177,40 @@ fn random_ids(seed: u64, n: usize) -> Vec<u32> {
     (0..n).map(|_| rng.random_range(0..151_936)).collect()
 }
 
-/// The CPU reference's teacher-forced logits and greedy tokens after `ids` (each from a fresh
-/// sequence).
-fn cpu_oracle(model: &Path, ids: &[u32]) -> Result<(Vec<Vec<f32>>, Vec<u32>)> {
+/// What a model check holds the engine to: the CPU reference's teacher-forced logits and
+/// greedy tokens, the cosine the logits must reach and the prefill chunk the engine runs.
+struct Oracle {
+    logits: Vec<Vec<f32>>,
+    tokens: Vec<u32>,
+    min_cosine: f64,
+    prefill_chunk: u32,
+}
+
+/// The CPU reference (its mat-vec inputs rounded as `activations` says) after `ids`: logits and
+/// greedy tokens, each from a fresh sequence.
+fn cpu_oracle(model: &Path, ids: &[u32], activations: Activations) -> Result<Oracle> {
     let gguf = fak::gguf::Gguf::open(model)?;
     let fresh = || -> Result<Box<dyn Reference + '_>> {
         Ok(match Arch::of(&gguf)? {
-            Arch::Qwen35 => Box::new(Qwen35Reference::new(&gguf)?),
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => Box::new(DenseReference::new(&gguf)?),
+            Arch::Qwen35 => Box::new(Qwen35Reference::with_activations(&gguf, activations)?),
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
+                Box::new(DenseReference::with_activations(&gguf, activations)?)
+            }
         })
     };
     let logits = fresh()?.forward_all(ids)?;
     let tokens = fresh()?.greedy(ids, GREEDY_TOKENS)?;
-    Ok((logits, tokens))
+    let (min_cosine, prefill_chunk) = match activations {
+        Activations::F32 => (MIN_COSINE, PROMPT_TOKENS as u32),
+        // One token per step: every projection a mat-vec, as the rounding assumes.
+        _ => (INT_DOT_MIN_COSINE, 1),
+    };
+    Ok(Oracle {
+        logits,
+        tokens,
+        min_cosine,
+        prefill_chunk,
+    })
 }
 
 /// The tiny synthetic Qwen3.5 (f32, Q4_K_M), written into the cache on first use the way
@@ -247,10 +280,11 @@ fn fast_path_verdicts(
     checks: &[Check],
     kernels: &[KernelCheck],
 ) -> Vec<FastPath> {
-    let axes: [FastPathAxis; 3] = [
+    let axes: [FastPathAxis; 4] = [
         ("subgroup", "no-subgroup", |p| p.subgroup),
         ("f16", "no-f16", |p| p.f16),
         ("coop_matrix", "no-coop-matrix", |p| p.coop_matrix.is_some()),
+        ("int_dot", "no-int-dot", |p| p.int_dot),
     ];
     axes.into_iter()
         .map(|(path, force, uses)| {
@@ -290,9 +324,9 @@ fn check_model(
     options: &ContextOptions,
     (forced, paths): (Forced, KernelPaths),
     ids: &[u32],
-    want_logits: &[Vec<f32>],
-    want_tokens: &[u32],
+    oracle: &Oracle,
 ) -> Vec<Check> {
+    let (want_logits, want_tokens) = (&oracle.logits, &oracle.tokens);
     let name = model
         .file_name()
         .unwrap_or_default()
@@ -316,7 +350,7 @@ fn check_model(
         ..options.clone()
     };
     engine_options.max_context = Some(PROMPT_TOKENS + GREEDY_TOKENS + 8);
-    engine_options.prefill_chunk = 16;
+    engine_options.prefill_chunk = oracle.prefill_chunk;
     engine_options.poison = true;
     let mut engine = match Engine::load(model, &engine_options) {
         Ok(e) => e,
@@ -332,7 +366,7 @@ fn check_model(
                     f64::INFINITY,
                     |a, b| if b.is_nan() { f64::NAN } else { a.min(b) },
                 );
-            let ok = got.len() == want_logits.len() && min >= MIN_COSINE;
+            let ok = got.len() == want_logits.len() && min >= oracle.min_cosine;
             check("teacher-forced logits", Some(min), None, ok, None)
         }
         Err(e) => check(
@@ -346,7 +380,7 @@ fn check_model(
     let greedy = SamplingParams::greedy();
     let tokens = match engine.generate(ids, GREEDY_TOKENS, &greedy, true, &mut |_| {}) {
         Ok(stats) => {
-            let equal = stats.tokens == want_tokens;
+            let equal = &stats.tokens == want_tokens;
             check("greedy tokens", None, Some(equal), equal, None)
         }
         Err(e) => check("greedy tokens", None, None, false, Some(e.to_string())),
@@ -469,7 +503,7 @@ mod tests {
         let path = |subgroup, f16| KernelPaths {
             subgroup,
             f16,
-            coop_matrix: None,
+            ..KernelPaths::FALLBACK
         };
         let forced = |p: KernelPaths| (Forced::default(), p);
         let paths = [

@@ -200,6 +200,9 @@ fn selftest_checks_every_kernel_and_model_on_every_path_and_measures_bandwidth()
         "argmax",
         "dequant",
         "matmul",
+        "matvec",
+        "matvec_q8",
+        "quantize_q8",
     ] {
         let runs: Vec<&Value> = kernels.iter().filter(|k| k["kernel"] == name).collect();
         // Two cases or more, on at least the fallback variant.

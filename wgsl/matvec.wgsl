@@ -18,15 +18,18 @@
 //           · 5 w16 (array<vec4<u32>>, read) · 6 x16 (array<vec4<f32>>, read): the same bytes as
 //           w and x, read 16 at a time where params.wide says they are 16-byte aligned (else a
 //           placeholder the kernel does not read) · 7 nw (array<vec4<f32>>, read: the norm
-//           weight of NORM pipelines, cols a multiple of 4; else a placeholder)
+//           weight of NORM pipelines, cols a multiple of 4; else a placeholder) · 8, 9: the q8
+//           input of matvec_q8.wgsl (placeholders here)
 // dispatch: one workgroup of WG invocations per ROWS = 4 consecutive rows (per 2 output rows when
 //           paired: their gate and up rows), on the 2-D grid of ceil(rows / 4) (ceil(rows / 2))
 //           workgroups (engine `gpu::Grid`). Weights larger than one binding are split into
 //           row ranges on the host, one dispatch each (never paired).
 // pipelines: one per (ggml type, MAX_B ∈ {1, 2, 4, 8}, NORM), specialised by override constants
 //           GGML_TYPE, MAX_B, NORM, UNIT_LANES, BLOCK_ELEMS, BLOCK_BYTES (and WG).
-// variants: the reduction only — reduce_rows_subgroup.wgsl (subgroupAdd, one barrier) or
-//           reduce_rows_workgroup.wgsl (a tree in workgroup memory).
+// variants: the reduction — reduce_rows_subgroup.wgsl (subgroupAdd, one barrier) or
+//           reduce_rows_workgroup.wgsl (a tree in workgroup memory); and the integer path
+//           (int-dot variants append matvec_q8.wgsl: entry point matvec_q8, which reads x as 8-bit
+//           blocks from bindings 8 and 9 and shares this file's weight loads and epilogue).
 // requires: bytes.wgsl, blocks.wgsl, byte_floats.wgsl, grid.wgsl, step.wgsl,
 //           reduce_{subgroup,workgroup}.wgsl (struct Lanes, workgroup_sum), reduce_rows_*.wgsl
 //           (sum_rows).
@@ -504,49 +507,28 @@ fn norm_scales_of(n: u32, lanes: Lanes) {
     }
 }
 
-@compute @workgroup_size(WG)
-fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) count: vec3<u32>,
-          lanes: Lanes) {
-    let paired = params.pair_byte != 0u;
-    // Output rows per workgroup: 4, or 2 when each takes a gate row and its up row.
-    let outputs = select(ROWS, ROWS / 2u, paired);
-    let first = flat_workgroup(wg, count) * outputs;
-    if first >= params.rows {
-        return;
-    }
-    let n = min(step.n_tokens, MAX_B);
-    if NORM {
-        norm_scales_of(n, lanes);
-    }
-    var starts: vec4<u32>;
+// The byte offsets of the 4 weight rows a workgroup streams: rows first..first+3, or (paired)
+// gate rows first, first+1 and their up rows. Rows past the end are clamped to the last one.
+fn row_starts(first: u32, paired: bool) -> vec4<u32> {
     if paired {
         let r = min(vec2<u32>(first) + vec2<u32>(0u, 1u), vec2<u32>(params.rows - 1u));
         let gate = vec2<u32>(params.w_byte) + r * params.row_bytes;
-        starts = vec4<u32>(gate, gate + vec2<u32>(params.pair_byte));
-    } else {
-        let rows = min(vec4<u32>(first) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(params.rows - 1u));
-        starts = vec4<u32>(params.w_byte) + rows * params.row_bytes;
+        return vec4<u32>(gate, gate + vec2<u32>(params.pair_byte));
     }
-    var acc: array<vec4<f32>, 8>;
-    for (var u = lanes.index; u < params.units; u += WG) {
-        let w0 = load_unit(starts.x, u);
-        let w1 = load_unit(starts.y, u);
-        let w2 = load_unit(starts.z, u);
-        let w3 = load_unit(starts.w, u);
-        for (var b = 0u; b < MAX_B; b++) {
-            if b < n {
-                let xs = load_xs(params.x_index + b * params.x_stride, u);
-                acc[b] += vec4<f32>(dot_unit(w0, xs), dot_unit(w1, xs), dot_unit(w2, xs),
-                                    dot_unit(w3, xs));
-            }
-        }
-    }
-    var total = sum_rows(&acc, lanes);
+    let rows = min(vec4<u32>(first) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(params.rows - 1u));
+    return vec4<u32>(params.w_byte) + rows * params.row_bytes;
+}
+
+// Output rows per workgroup: 4, or 2 when each takes a gate row and its up row.
+fn outputs_per_workgroup(paired: bool) -> u32 {
+    return select(ROWS, ROWS / 2u, paired);
+}
+
+// Writes invocation lanes.index's total (output slot index % 4 of vector index / 4, sum_rows's
+// mapping): y = total, y += total, or (paired) silu(gate total)·(up total). Uniform control flow.
+fn store_output(total: f32, first: u32, n: u32, lanes: Lanes, paired: bool) {
     let b = lanes.index / ROWS;
     let slot = lanes.index % ROWS;
-    if NORM && b < n {
-        total *= norm_scales[b];
-    }
     if paired {
         if lanes.index < ROWS * MAX_B {
             pair_totals[lanes.index] = total;
@@ -568,4 +550,39 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) count: 
             y[at] = total;
         }
     }
+}
+
+@compute @workgroup_size(WG)
+fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) count: vec3<u32>,
+          lanes: Lanes) {
+    let paired = params.pair_byte != 0u;
+    let first = flat_workgroup(wg, count) * outputs_per_workgroup(paired);
+    if first >= params.rows {
+        return;
+    }
+    let n = min(step.n_tokens, MAX_B);
+    if NORM {
+        norm_scales_of(n, lanes);
+    }
+    let starts = row_starts(first, paired);
+    var acc: array<vec4<f32>, 8>;
+    for (var u = lanes.index; u < params.units; u += WG) {
+        let w0 = load_unit(starts.x, u);
+        let w1 = load_unit(starts.y, u);
+        let w2 = load_unit(starts.z, u);
+        let w3 = load_unit(starts.w, u);
+        for (var b = 0u; b < MAX_B; b++) {
+            if b < n {
+                let xs = load_xs(params.x_index + b * params.x_stride, u);
+                acc[b] += vec4<f32>(dot_unit(w0, xs), dot_unit(w1, xs), dot_unit(w2, xs),
+                                    dot_unit(w3, xs));
+            }
+        }
+    }
+    var total = sum_rows(&acc, lanes);
+    let b = lanes.index / ROWS;
+    if NORM && b < n {
+        total *= norm_scales[b];
+    }
+    store_output(total, first, n, lanes, paired);
 }

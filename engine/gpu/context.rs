@@ -28,10 +28,14 @@ pub struct ContextOptions {
     pub cooperative_matrix: bool,
     /// Fast paths switched off for [`GpuContext::paths`] (`FAK_FORCE`).
     pub forced: Forced,
+    /// Take the integer mat-vec path (`FAK_INT_DOT=1`): decode inputs quantized to 8 bits,
+    /// integer dot products ([`KernelPaths::int_dot`]). Off by default: it changes numerics, and
+    /// whether it pays is still to be measured on the H200 (experiments/NOTES.md).
+    pub int_dot: bool,
 }
 
 impl ContextOptions {
-    /// Options from `FAK_ADAPTER`, `FAK_COOP_MATRIX` and `FAK_FORCE`. (`WGPU_BACKEND` is read
+    /// Options from `FAK_ADAPTER`, `FAK_COOP_MATRIX`, `FAK_INT_DOT` and `FAK_FORCE`. (`WGPU_BACKEND` is read
     /// when the instance is created.)
     pub fn from_env() -> Result<Self, GpuError> {
         let forced = match std::env::var("FAK_FORCE") {
@@ -42,6 +46,7 @@ impl ContextOptions {
             adapter: std::env::var("FAK_ADAPTER").ok().filter(|s| !s.is_empty()),
             cooperative_matrix: std::env::var("FAK_COOP_MATRIX").is_ok_and(|v| v == "1"),
             forced,
+            int_dot: std::env::var("FAK_INT_DOT").is_ok_and(|v| v == "1"),
         })
     }
 }
@@ -184,6 +189,7 @@ impl GpuContext {
             subgroup: features.contains(wgpu::Features::SUBGROUP),
             f16: features.contains(wgpu::Features::SHADER_F16),
             coop_matrix: coop_shapes(&facts, features).last().copied(),
+            int_dot: options.int_dot,
         };
         Ok(GpuContext {
             device,
@@ -204,8 +210,8 @@ impl GpuContext {
         self.best.without(self.forced)
     }
 
-    /// Every combination of paths this device can run, fallback first (forcing ignored): tests
-    /// run each kernel over all of them.
+    /// Every combination of paths this device can run, fallback first (forcing and opting in
+    /// ignored: the integer path runs everywhere): tests run each kernel over all of them.
     pub fn runnable_paths(&self) -> Vec<KernelPaths> {
         let features = self.device.features();
         let mut out = Vec::new();
@@ -214,7 +220,7 @@ impl GpuContext {
                 let base = KernelPaths {
                     subgroup,
                     f16,
-                    coop_matrix: None,
+                    ..KernelPaths::FALLBACK
                 };
                 if !features.contains(base.required_features()) {
                     continue;
@@ -230,6 +236,8 @@ impl GpuContext {
                 }
             }
         }
+        let int_dot = out.iter().map(|&p| KernelPaths { int_dot: true, ..p });
+        out.extend(int_dot.collect::<Vec<_>>());
         out
     }
 

@@ -45,6 +45,10 @@ pub mod wgsl {
     pub const REDUCE_ROWS_SUBGROUP: WgslFile = wgsl_file!("reduce_rows_subgroup.wgsl");
     pub const REDUCE_ROWS_WORKGROUP: WgslFile = wgsl_file!("reduce_rows_workgroup.wgsl");
     pub const MATVEC: WgslFile = wgsl_file!("matvec.wgsl");
+    /// The integer mat-vec over 8-bit inputs (appended to MATVEC in its int-dot variants).
+    pub const MATVEC_Q8: WgslFile = wgsl_file!("matvec_q8.wgsl");
+    /// f32 vectors (optionally RMS-normed) to the 8-bit blocks MATVEC_Q8 reads.
+    pub const QUANTIZE_Q8: WgslFile = wgsl_file!("quantize_q8.wgsl");
     pub const EMBED: WgslFile = wgsl_file!("embed.wgsl");
     /// The per-step uniform struct (`gpu::step`).
     pub const STEP: WgslFile = wgsl_file!("step.wgsl");

@@ -3,9 +3,14 @@
 //! Every kernel that uses subgroups, f16 or cooperative matrices also has a variant without them.
 //! [`KernelPaths`] says which of those fast paths are allowed; each kernel keeps only the axes it
 //! actually has ([`Axes::select`]), so the same `KernelPaths` value drives every kernel. Paths can
-//! be forced off (environment `FAK_FORCE=no-subgroup,no-f16,no-coop-matrix`, or
+//! be forced off (environment `FAK_FORCE=no-subgroup,no-f16,no-coop-matrix,no-int-dot`, or
 //! [`KernelPaths::without`] in tests) so that every fallback runs on an adapter that has the fast
 //! path too.
+//!
+//! One path is not a hardware feature but a change of numerics: `int_dot` quantizes the decode
+//! mat-vec's input to 8-bit blocks and multiplies with integer dot products (`dot4I8Packed`, core
+//! WGSL: every adapter runs it, natively or through naga's polyfill). It is opt-in
+//! (`FAK_INT_DOT=1`, [`crate::gpu::ContextOptions::int_dot`]) until an H200 shows it pays.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -40,6 +45,9 @@ pub struct KernelPaths {
     pub f16: bool,
     /// Cooperative-matrix tiles of this shape (`enable wgpu_cooperative_matrix;`, f16 inputs).
     pub coop_matrix: Option<CoopShape>,
+    /// Decode mat-vecs on 8-bit quantized inputs with integer dot products (wgsl/quantize_q8.wgsl,
+    /// wgsl/matvec_q8.wgsl): llama.cpp's activation rounding, not the f32 reference's.
+    pub int_dot: bool,
 }
 
 /// Fast paths a caller can switch off (see [`KernelPaths::without`]).
@@ -48,11 +56,12 @@ pub struct Forced {
     pub no_subgroup: bool,
     pub no_f16: bool,
     pub no_coop_matrix: bool,
+    pub no_int_dot: bool,
 }
 
 impl Forced {
-    /// Parses `FAK_FORCE`: a comma-separated list of `no-subgroup`, `no-f16`, `no-coop-matrix`
-    /// (or `fallback` for all three). Unknown words are an error, so a typo cannot silently test
+    /// Parses `FAK_FORCE`: a comma-separated list of `no-subgroup`, `no-f16`, `no-coop-matrix`,
+    /// `no-int-dot` (or `fallback` for all four). Unknown words are an error, so a typo cannot silently test
     /// the fast path.
     pub fn parse(list: &str) -> Result<Self, String> {
         let mut forced = Forced::default();
@@ -61,16 +70,19 @@ impl Forced {
                 "no-subgroup" => forced.no_subgroup = true,
                 "no-f16" => forced.no_f16 = true,
                 "no-coop-matrix" => forced.no_coop_matrix = true,
+                "no-int-dot" => forced.no_int_dot = true,
                 "fallback" => {
                     forced = Forced {
                         no_subgroup: true,
                         no_f16: true,
                         no_coop_matrix: true,
+                        no_int_dot: true,
                     }
                 }
                 other => {
                     return Err(format!(
-                        "unknown path `{other}` (expected no-subgroup, no-f16, no-coop-matrix or fallback)"
+                        "unknown path `{other}` (expected no-subgroup, no-f16, no-coop-matrix, \
+                         no-int-dot or fallback)"
                     ));
                 }
             }
@@ -85,6 +97,7 @@ impl KernelPaths {
         subgroup: false,
         f16: false,
         coop_matrix: None,
+        int_dot: false,
     };
 
     /// These paths with the forced ones switched off.
@@ -93,6 +106,7 @@ impl KernelPaths {
             subgroup: self.subgroup && !forced.no_subgroup,
             f16: self.f16 && !forced.no_f16,
             coop_matrix: self.coop_matrix.filter(|_| !forced.no_coop_matrix),
+            int_dot: self.int_dot && !forced.no_int_dot,
         }
     }
 
@@ -124,6 +138,9 @@ impl KernelPaths {
             let n = shape.size();
             parts.push(format!("coop{n}x{n}"));
         }
+        if self.int_dot {
+            parts.push("int-dot".to_string());
+        }
         if parts.is_empty() {
             "fallback".to_string()
         } else {
@@ -145,6 +162,7 @@ pub struct Axes {
     pub subgroup: bool,
     pub f16: bool,
     pub coop_matrix: bool,
+    pub int_dot: bool,
 }
 
 impl Axes {
@@ -152,6 +170,7 @@ impl Axes {
         subgroup: false,
         f16: false,
         coop_matrix: false,
+        int_dot: false,
     };
 
     /// The variant of a kernel with these axes that `allowed` selects: the fastest it permits.
@@ -161,6 +180,7 @@ impl Axes {
             subgroup: self.subgroup && allowed.subgroup,
             f16,
             coop_matrix: allowed.coop_matrix.filter(|_| self.coop_matrix && f16),
+            int_dot: self.int_dot && allowed.int_dot,
         }
     }
 
@@ -172,21 +192,29 @@ impl Axes {
             &[false]
         };
         let f16s: &[bool] = if self.f16 { &[false, true] } else { &[false] };
+        let int_dots: &[bool] = if self.int_dot {
+            &[false, true]
+        } else {
+            &[false]
+        };
         let mut out = Vec::new();
-        for &subgroup in subgroups {
-            for &f16 in f16s {
-                out.push(KernelPaths {
-                    subgroup,
-                    f16,
-                    coop_matrix: None,
-                });
-                if self.coop_matrix && f16 {
-                    for shape in CoopShape::ALL {
-                        out.push(KernelPaths {
-                            subgroup,
-                            f16,
-                            coop_matrix: Some(shape),
-                        });
+        for &int_dot in int_dots {
+            for &subgroup in subgroups {
+                for &f16 in f16s {
+                    let base = KernelPaths {
+                        subgroup,
+                        f16,
+                        coop_matrix: None,
+                        int_dot,
+                    };
+                    out.push(base);
+                    if self.coop_matrix && f16 {
+                        for shape in CoopShape::ALL {
+                            out.push(KernelPaths {
+                                coop_matrix: Some(shape),
+                                ..base
+                            });
+                        }
                     }
                 }
             }
@@ -203,6 +231,7 @@ mod tests {
         subgroup: true,
         f16: true,
         coop_matrix: Some(CoopShape::M16x16),
+        int_dot: true,
     };
 
     #[test]
@@ -224,9 +253,9 @@ mod tests {
     #[test]
     fn cooperative_matrix_needs_the_f16_path() {
         let coop = Axes {
-            subgroup: false,
             f16: true,
             coop_matrix: true,
+            ..Axes::NONE
         };
         let no_f16 = ALL.without(Forced {
             no_f16: true,
@@ -252,6 +281,7 @@ mod tests {
             ALL.without(Forced::parse("fallback").unwrap()),
             KernelPaths::FALLBACK
         );
+        assert!(!ALL.without(Forced::parse("no-int-dot").unwrap()).int_dot);
         assert!(Forced::parse("no-subgroups").is_err());
     }
 }

@@ -24,6 +24,7 @@ use crate::gpu::kernels::matmul::{
 use crate::gpu::kernels::matvec::{
     InputNorm, MAX_BATCH, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecShape,
 };
+use crate::gpu::kernels::quantize_q8::{Q8_BLOCK, Q8Vectors, QuantizeQ8, QuantizeQ8Binding};
 use crate::gpu::kernels::rms_norm::{NormIo, RmsNorm, RmsNormBinding, RmsNormShape};
 use crate::gpu::kernels::rope::RopeTable;
 use crate::gpu::kernels::rope_kv::{HeadNorms, RopeKv, RopeKvBinding, RopeKvIo};
@@ -31,11 +32,14 @@ use crate::gpu::kernels::support::{Positions, View};
 use crate::gpu::profile::{OpBytes, StepMarks};
 use crate::gpu::{Activations, GpuContext, GpuError, StepBuffer, fill_f32, storage_buffer, upload};
 use crate::model::RopePairing;
+use crate::quant::GgmlType;
 use crate::runtime::{StepIo, StepKind};
 
 /// The kernels a model records, each built once for the adapter's paths.
 pub struct Kernels {
     pub matvec: MatVec,
+    /// The quantizer of the integer mat-vec path, where the paths take it (`int_dot`).
+    pub quantize: Option<QuantizeQ8>,
     pub matmul: Matmul,
     pub embed: Embed,
     pub rms_norm: RmsNorm,
@@ -49,6 +53,10 @@ impl Kernels {
         let paths = ctx.paths();
         Ok(Kernels {
             matvec: MatVec::new(ctx, paths)?,
+            quantize: match paths.int_dot {
+                true => Some(QuantizeQ8::new(ctx, paths)?),
+                false => None,
+            },
             matmul: Matmul::new(ctx, paths)?,
             embed: Embed::new(ctx, paths)?,
             rms_norm: RmsNorm::new(ctx, paths)?,
@@ -127,10 +135,79 @@ pub fn activation(
     Ok(buffer)
 }
 
+/// A decode step's input quantized to 8-bit blocks (RMS-normed first where asked) for the
+/// integer mat-vecs that read it: the vectors and the dispatch that writes them. Exists only on
+/// the int-dot path, for weights of [`MatVec::Q8_TYPES`].
+pub struct QuantizedInput {
+    vectors: Q8Vectors,
+    binding: QuantizeQ8Binding,
+    /// f32 bytes of one input vector.
+    x_bytes: u64,
+}
+
+impl QuantizedInput {
+    /// The quantization of up to `max_tokens` (capped at [`MAX_BATCH`]) rows of `cols` of `x`
+    /// for mat-vecs of weight types `types`; None unless the int-dot path is on, `cols` is whole
+    /// q8 blocks and some type takes q8 inputs ([`QuantizedInput::takes`] says which).
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind(
+        k: &Kernels,
+        ctx: &GpuContext,
+        x: &wgpu::Buffer,
+        cols: u64,
+        norm: Option<InputNorm<'_>>,
+        types: &[GgmlType],
+        step: &StepBuffer,
+        max_tokens: u32,
+    ) -> Result<Option<QuantizedInput>, GpuError> {
+        let Some(quantize) = &k.quantize else {
+            return Ok(None);
+        };
+        if !cols.is_multiple_of(Q8_BLOCK) || !types.iter().any(|&t| Self::takes(t)) {
+            return Ok(None);
+        }
+        let max_batch = max_tokens.min(MAX_BATCH);
+        let vectors = Q8Vectors::new(ctx, "decode input", cols, max_batch)?;
+        let x = Activations::contiguous(x, cols);
+        let binding = quantize.bind(ctx, x, cols, norm, &vectors, step, max_batch)?;
+        Ok(Some(QuantizedInput {
+            vectors,
+            binding,
+            x_bytes: 4 * cols,
+        }))
+    }
+
+    /// Whether mat-vecs of weight type `ty` read quantized inputs on the int-dot path (the
+    /// others keep f32 inputs, as the reference's `Activations::Q8Blocks` rounds only theirs).
+    pub fn takes(ty: GgmlType) -> bool {
+        MatVec::Q8_TYPES.contains(&ty)
+    }
+
+    /// The fusion that makes a mat-vec read these vectors.
+    pub fn fusion(&self, swiglu: bool) -> MatVecFusion<'_> {
+        MatVecFusion {
+            swiglu,
+            q8: Some(&self.vectors),
+            ..MatVecFusion::default()
+        }
+    }
+
+    /// Records the quantization of `n` vectors; returns what it moved (x read, codes and scales
+    /// written), for the op that records it.
+    fn record(&self, k: &Kernels, pass: &mut wgpu::ComputePass, n: u32) -> Result<u64, GpuError> {
+        let quantize = k.quantize.as_ref().expect("bound on the int-dot path");
+        quantize.encode(pass, &self.binding, n)?;
+        let cols = self.x_bytes / 4;
+        Ok(u64::from(n) * (self.x_bytes + cols + 4 * cols / Q8_BLOCK))
+    }
+}
+
 /// `y (+)= W x` for one weight tensor: mat-vec for steps of up to [`MAX_BATCH`] tokens (decode),
 /// the tiled mat-mul above (prefill). Both are bound at load over the same weight buffer.
 pub struct Linear {
     matvec: MatVecBinding,
+    /// On the int-dot path, x quantized for `matvec`.
+    quantized: Option<QuantizedInput>,
     matmul: Option<MatmulBinding>,
     rows: u64,
     cols: u64,
@@ -176,7 +253,8 @@ impl Linear {
         output: MatmulOutput,
     ) -> Result<Linear, GpuError> {
         let MatVecShape { ty, rows, cols } = shape;
-        let matvec = k.matvec.bind(
+        let quantized = QuantizedInput::bind(k, ctx, x, cols, None, &[ty], step, max_tokens)?;
+        let matvec = k.matvec.bind_fused(
             ctx,
             shape,
             &MatVecIo {
@@ -188,6 +266,9 @@ impl Linear {
                 accumulate: output == MatmulOutput::Accumulate,
                 max_batch: max_tokens.min(MAX_BATCH),
             },
+            quantized
+                .as_ref()
+                .map_or_else(MatVecFusion::default, |q| q.fusion(false)),
         )?;
         let matmul = (max_tokens > MAX_BATCH)
             .then(|| {
@@ -211,6 +292,7 @@ impl Linear {
             .transpose()?;
         Ok(Linear {
             matvec,
+            quantized,
             matmul,
             rows,
             cols,
@@ -243,8 +325,24 @@ impl Linear {
                 ("matmul", binding.ranges())
             }
             _ => {
+                let mut bytes = self.bytes(n);
+                let quantized = match &self.quantized {
+                    Some(q) => {
+                        bytes.activations += q.record(k, pass, n)?;
+                        1
+                    }
+                    None => 0,
+                };
                 k.matvec.encode(pass, &self.matvec, n)?;
-                ("matvec", self.matvec.grids().count())
+                let kernel = if quantized > 0 { "matvec_q8" } else { "matvec" };
+                marks.op(
+                    pass,
+                    name,
+                    kernel,
+                    bytes,
+                    quantized + self.matvec.grids().count(),
+                );
+                return Ok(());
             }
         };
         marks.op(pass, name, kernel, self.bytes(n), dispatches);
@@ -258,6 +356,8 @@ impl Linear {
 /// weight by the caller, so each part here is one dispatch.
 pub struct NormedLinears {
     norm: Norm,
+    /// On the int-dot path: RMSNorm(x) quantized once for every folded part.
+    quantized: Option<QuantizedInput>,
     /// Each part's product over h, and (decode) over x with the norm folded in; the latter is
     /// None when the norm cannot fold (rows not a multiple of 4).
     parts: Vec<(Linear, Option<MatVecBinding>)>,
@@ -287,6 +387,12 @@ impl NormedLinears {
             y: View::rows(h, width as u32),
         };
         let norm = Norm::bind(b.k, b.ctx, io, width, 1, b.eps, &weight, b.step, b.rows)?;
+        let input_norm = InputNorm {
+            weight: &weight,
+            eps: b.eps,
+        };
+        let types: Vec<GgmlType> = parts.iter().map(|p| p.shape.ty).collect();
+        let quantized = b.quantized(x, width as u64, Some(input_norm), &types)?;
         let parts = parts
             .iter()
             .map(|p| {
@@ -301,18 +407,22 @@ impl NormedLinears {
                     b.rows,
                     MatmulOutput::Store,
                 )?;
-                let fusion = MatVecFusion {
-                    norm: Some(InputNorm {
-                        weight: &weight,
-                        eps: b.eps,
-                    }),
-                    swiglu: false,
+                let fusion = match &quantized {
+                    Some(q) if QuantizedInput::takes(p.shape.ty) => q.fusion(false),
+                    _ => MatVecFusion {
+                        norm: Some(input_norm),
+                        ..MatVecFusion::default()
+                    },
                 };
                 let folded = b.fold(p.shape, p.weights, x, p.y, fusion)?;
                 Ok((linear, folded))
             })
             .collect::<Result<Vec<_>, GpuError>>()?;
-        Ok(NormedLinears { norm, parts })
+        Ok(NormedLinears {
+            norm,
+            quantized,
+            parts,
+        })
     }
 
     /// Records the products for `n` tokens, part i as op `names[i]`: mat-vecs with the norm
@@ -332,14 +442,27 @@ impl NormedLinears {
         };
         match folded {
             Some(bindings) => {
+                // The quantization (the norm folded in) is recorded with the first part.
+                let quantized = match &self.quantized {
+                    Some(q) => Some(q.record(k, pass, n)?),
+                    None => None,
+                };
+                let kernel = if quantized.is_some() {
+                    "matvec_q8"
+                } else {
+                    "matvec"
+                };
                 for (i, ((linear, _), binding)) in self.parts.iter().zip(bindings).enumerate() {
                     k.matvec.encode(pass, binding, n)?;
                     // The norm's weight is read with the first part (the roofline counts it once).
                     let mut bytes = linear.bytes(n);
+                    let mut dispatches = binding.grids().count();
                     if i == 0 {
                         bytes.weights += self.norm.weight_bytes();
+                        bytes.activations += quantized.unwrap_or(0);
+                        dispatches += usize::from(quantized.is_some());
                     }
-                    marks.op(pass, names[i], "matvec", bytes, binding.grids().count());
+                    marks.op(pass, names[i], kernel, bytes, dispatches);
                 }
             }
             None => {
@@ -560,6 +683,18 @@ impl Binder<'_> {
         Ok(linear)
     }
 
+    /// `x` (RMS-normed by `norm`) quantized for integer mat-vecs of weight types `types`, where
+    /// the int-dot path takes them ([`QuantizedInput::bind`]).
+    pub fn quantized(
+        &self,
+        x: &wgpu::Buffer,
+        cols: u64,
+        norm: Option<InputNorm<'_>>,
+        types: &[GgmlType],
+    ) -> Result<Option<QuantizedInput>, GpuError> {
+        QuantizedInput::bind(self.k, self.ctx, x, cols, norm, types, self.step, self.rows)
+    }
+
     /// A decode mat-vec with `fusion` folded in, reading the residual stream `x`; None where
     /// the kernel refuses the fusion for its shape (rows not whole vec4s, a pairing larger than
     /// one binding): the caller keeps its unfused path for those. Other errors are errors.
@@ -627,6 +762,8 @@ pub struct Mlp {
     swiglu: Pointwise,
     /// None where the fusion does not apply to the shape (the prefill path serves decode too).
     folded: Option<MatVecBinding>,
+    /// On the int-dot path: RMSNorm(x) quantized for `folded`.
+    quantized: Option<QuantizedInput>,
     down: Linear,
 }
 
@@ -676,12 +813,18 @@ impl Mlp {
             out: View::rows(s.act, n_ff as u32),
         };
         let norm_weight = b.vector(t.norm)?;
-        let fusion = MatVecFusion {
-            norm: Some(InputNorm {
-                weight: &norm_weight,
-                eps: b.eps,
-            }),
-            swiglu: true,
+        let input_norm = InputNorm {
+            weight: &norm_weight,
+            eps: b.eps,
+        };
+        let quantized = b.quantized(s.x, d as u64, Some(input_norm), &[t.gate.ty])?;
+        let fusion = match &quantized {
+            Some(q) => q.fusion(true),
+            None => MatVecFusion {
+                norm: Some(input_norm),
+                swiglu: true,
+                ..MatVecFusion::default()
+            },
         };
         let paired = MatVecShape {
             rows: n_ff as u64,
@@ -696,6 +839,7 @@ impl Mlp {
             gate_up,
             swiglu: b.pointwise(1, n_ff, swiglu)?,
             folded: b.fold(paired, &w, s.x, s.act, fusion)?,
+            quantized,
             down: b.linear(t.down, s.act, s.x, MatmulOutput::Accumulate)?,
         })
     }
@@ -711,19 +855,25 @@ impl Mlp {
     ) -> Result<(), GpuError> {
         match &self.folded {
             Some(binding) if n <= MAX_BATCH => {
+                let quantized = match &self.quantized {
+                    Some(q) => Some(q.record(k, pass, n)?),
+                    None => None,
+                };
                 k.matvec.encode(pass, binding, n)?;
-                // x read, the norm and both weights read once, the SwiGLU written.
+                // x read, the norm and both weights read once, the SwiGLU written (and the
+                // quantization's traffic on the integer path).
                 let bytes = OpBytes::new(
                     self.gate_up.weight_bytes + self.norm.weight_bytes(),
-                    4 * u64::from(n) * (self.gate_up.cols + self.gate_up.rows / 2),
+                    4 * u64::from(n) * (self.gate_up.cols + self.gate_up.rows / 2)
+                        + quantized.unwrap_or(0),
                 );
-                marks.op(
-                    pass,
-                    "ffn_gate_up",
-                    "matvec",
-                    bytes,
-                    binding.grids().count(),
-                );
+                let kernel = if quantized.is_some() {
+                    "matvec_q8"
+                } else {
+                    "matvec"
+                };
+                let dispatches = binding.grids().count() + usize::from(quantized.is_some());
+                marks.op(pass, "ffn_gate_up", kernel, bytes, dispatches);
             }
             _ => {
                 self.norm.record(k, pass, n, marks, "ffn_norm");

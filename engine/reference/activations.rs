@@ -14,6 +14,11 @@
 //!   it directly): `iscale = −127 / max` where `max` is the signed element of largest
 //!   magnitude, codes `min(127, round_ties_even(iscale · x))`, `d = 1 / iscale` kept in f32.
 //!
+//! [`Activations::Q8Blocks`] rounds the input as fak's own integer mat-vec path does
+//! (`KernelPaths::int_dot`, wgsl/quantize_q8.wgsl; llama.cpp's CUDA `quantize_q8_1` rounds the
+//! same way): for Q8_0, Q4_K, Q5_K and Q6_K weights, blocks of 32 with `d = amax / 127` in f32 and
+//! codes `round_ties_even(x / d)` ([`q8_blocks`]); other types' inputs stay f32.
+//!
 //! The dot product itself stays an f64 sum of `w · (code · d)`: ggml sums the integer products
 //! exactly and scales them once per block, which differs from this only in the last bits.
 
@@ -34,6 +39,8 @@ pub enum Activations {
     F32,
     /// Rounded to the weight type's `vec_dot_type` as ggml's CPU backend does (module docs).
     GgmlCpu,
+    /// Rounded to 8-bit blocks of 32 as fak's integer mat-vec path does (module docs).
+    Q8Blocks,
 }
 
 /// What ggml's CPU backend turns a mat-mul input into for weights of one type.
@@ -43,16 +50,18 @@ enum DotInput {
     F16,
     Q8_0,
     Q8K,
+    Q8Blocks,
 }
 
 impl Activations {
     /// The names the harness accepts, in the order of the variants.
-    pub const NAMES: [&'static str; 2] = ["f32", "ggml-cpu"];
+    pub const NAMES: [&'static str; 3] = ["f32", "ggml-cpu", "q8-blocks"];
 
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "f32" => Some(Self::F32),
             "ggml-cpu" => Some(Self::GgmlCpu),
+            "q8-blocks" => Some(Self::Q8Blocks),
             _ => None,
         }
     }
@@ -61,6 +70,7 @@ impl Activations {
         match self {
             Self::F32 => Self::NAMES[0],
             Self::GgmlCpu => Self::NAMES[1],
+            Self::Q8Blocks => Self::NAMES[2],
         }
     }
 
@@ -78,6 +88,16 @@ impl Activations {
             DotInput::F16 => Cow::Owned(x.iter().map(|&v| f16::from_f32(v).to_f32()).collect()),
             DotInput::Q8_0 => Cow::Owned(x.chunks(Q8_0_BLOCK).flat_map(q8_0_block).collect()),
             DotInput::Q8K => Cow::Owned(x.chunks(Q8_K_BLOCK).flat_map(q8_k_block).collect()),
+            DotInput::Q8Blocks => {
+                let (codes, scales) = q8_blocks(x);
+                Cow::Owned(
+                    codes
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &q)| f32::from(q) * scales[i / Q8_0_BLOCK])
+                        .collect(),
+                )
+            }
         }
     }
 
@@ -91,8 +111,30 @@ impl Activations {
             (Self::GgmlCpu, _) => Err(format!(
                 "ggml's CPU input rounding for {ty} weights is not emulated"
             )),
+            (Self::Q8Blocks, T::Q8_0 | T::Q4_K | T::Q5_K | T::Q6_K) => Ok(DotInput::Q8Blocks),
+            (Self::Q8Blocks, _) => Ok(DotInput::F32),
         }
     }
+}
+
+/// `x` (a whole number of blocks of 32) as fak's integer path quantizes it: per block,
+/// `d = amax / 127` (f32) and codes `clamp(round_ties_even(x / d), −127, 127)`, all 0 where
+/// `amax = 0`. Returns the codes and one scale per block. (The GPU's `x / d` may differ from
+/// this correctly rounded division in the last bit, so a code can differ by one where `x / d`
+/// lies within an ulp of a half.)
+pub fn q8_blocks(x: &[f32]) -> (Vec<i8>, Vec<f32>) {
+    let mut codes = Vec::with_capacity(x.len());
+    let mut scales = Vec::with_capacity(x.len() / Q8_0_BLOCK);
+    for block in x.chunks(Q8_0_BLOCK) {
+        let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        scales.push(d);
+        codes.extend(block.iter().map(|&v| match d > 0.0 {
+            true => (v / d).round_ties_even().clamp(-127.0, 127.0) as i8,
+            false => 0,
+        }));
+    }
+    (codes, scales)
 }
 
 /// One Q8_0 block as x86 `quantize_row_q8_0` (AVX2) writes it, decoded again.
@@ -164,6 +206,32 @@ mod tests {
                 .as_ref(),
             &[0.0; 256]
         );
+    }
+
+    #[test]
+    fn q8_blocks_round_each_block_to_steps_of_its_largest_magnitude_over_127() {
+        let mut x: Vec<f32> = (0..64).map(|i| (i as f32 - 20.5) * 0.37).collect();
+        x[32..].fill(0.0);
+        let (codes, scales) = q8_blocks(&x);
+        assert_eq!(scales[0], 20.5 * 0.37 / 127.0);
+        assert_eq!(codes[0], -127, "the largest magnitude is code ±127");
+        for (i, (&v, &q)) in x.iter().zip(&codes).enumerate() {
+            let d = scales[i / 32];
+            assert!(
+                (v - f32::from(q) * d).abs() <= 0.5 * d * 1.0001,
+                "{v} → {q}·{d}"
+            );
+        }
+        // A block of zeros has scale 0 and codes 0; the rounding applies to the four K-quant
+        // types and Q8_0 only.
+        assert_eq!(scales[1], 0.0);
+        assert!(codes[32..].iter().all(|&q| q == 0));
+        let y = Activations::Q8Blocks.round(GgmlType::Q6_K, &x);
+        assert_eq!(y[1], f32::from(codes[1]) * scales[0]);
+        assert!(matches!(
+            Activations::Q8Blocks.round(GgmlType::Q5_0, &x),
+            Cow::Borrowed(_)
+        ));
     }
 
     #[test]

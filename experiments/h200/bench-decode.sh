@@ -11,7 +11,8 @@
 # (release harness [+ harness-base] + GPU test binaries), target/h200/llama-src.tgz
 # (vendor/llama.cpp of the llama-cpp-python 0.3.36 sdist, trimmed to what a CUDA build needs).
 # DEPTHS overrides the depths; LLAMA=0 skips llama.cpp (its build takes ~3 of a call's minutes:
-# compare with a run that has it); extra arguments go to `harness bench`.
+# compare with a run that has it); INT_DOT=0 skips the integer mat-vec pass (FAK_INT_DOT=1 at
+# 128 / 2048); extra arguments go to `harness bench`.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh
@@ -48,6 +49,13 @@ for harness in harness harness-base; do
     timeout 200 "$BIN/$harness" bench --model "$MODEL" --depths "$depths" --n-out 64 \
         --json-out "$OUT/bench-$harness.json" "$@" >> "$OUT/bench.log" 2>&1
 done
+# The integer mat-vec path (opt-in, FAK_INT_DOT=1) in the same process state as the run above:
+# per-op times to set against it (experiments/NOTES.md, int-matvec). INT_DOT=0 skips it.
+if [ "${INT_DOT:-1}" = 1 ]; then
+    echo "== FAK_INT_DOT=1 harness bench --depths 128,2048" >> "$OUT/bench.log"
+    FAK_INT_DOT=1 timeout 200 "$BIN/harness" bench --model "$MODEL" --depths 128,2048 --n-out 64 \
+        --json-out "$OUT/bench-harness-int-dot.json" "$@" >> "$OUT/bench.log" 2>&1
+fi
 
 { time wait $LLAMA_BUILD; } 2>> "$OUT/llama-build.log"
 LB=/tmp/llama/llama.cpp/build/bin/llama-bench

@@ -78,6 +78,7 @@ impl Arm for FakNative {
             "WGPU_BACKEND": env("WGPU_BACKEND"),
             "FAK_FORCE": env("FAK_FORCE"),
             "FAK_COOP_MATRIX": env("FAK_COOP_MATRIX"),
+            "FAK_INT_DOT": env("FAK_INT_DOT"),
         })
     }
 

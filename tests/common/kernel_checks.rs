@@ -10,6 +10,7 @@ use crate::gdn::{
 };
 use crate::kv::Pages;
 use crate::matmul::{Problem, Product};
+use crate::matvec::{self, Outputs, Path};
 use crate::rms_norm;
 use crate::rope_kv::StepTokens;
 use crate::variants;
@@ -26,11 +27,14 @@ use fak::gpu::kernels::gated_delta::GatedDeltaDecode;
 use fak::gpu::kernels::gated_delta_chunk::GatedDeltaChunked;
 use fak::gpu::kernels::gated_norm::GatedNorm;
 use fak::gpu::kernels::matmul::{Matmul, MatmulOutput};
+use fak::gpu::kernels::matvec::MatVec;
+use fak::gpu::kernels::quantize_q8::QuantizeQ8;
 use fak::gpu::kernels::rms_norm::RmsNorm;
 use fak::gpu::kernels::rope_kv::RopeKv;
 use fak::gpu::kernels::ssm_conv::SsmConv;
 use fak::gpu::{GpuContext, Kernel, KernelPaths};
 use fak::model::qwen35::HeadMapping;
+use fak::quant::GgmlType;
 use serde::Serialize;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -69,7 +73,130 @@ pub fn run_all(ctx: &GpuContext) -> Vec<KernelCheck> {
     out.extend(argmax(ctx));
     out.extend(dequant(ctx));
     out.extend(matmul(ctx));
+    out.extend(matvecs(ctx));
     out
+}
+
+/// The mat-vec on every variant, at small shapes (7 rows, every batch capacity, accumulate on
+/// and off, strided x): the f32 path on the Q4_K_M types and F32, and its folded norm + gate/up
+/// pairing; on int-dot variants the integer path instead — quantize_q8 (plain and with the
+/// norm) and the integer product of every type it takes, against W·x̂ (tight) and W·x (loose),
+/// and its pairing. Errors are measured as shares of each output's own bound (tests/common/
+/// matvec.rs), so the tolerance is 1.
+pub fn matvecs(ctx: &GpuContext) -> Vec<KernelCheck> {
+    let mut out = Vec::new();
+    for variant in variants::<MatVec>(ctx) {
+        // Built once per variant (44 pipelines: seconds on lavapipe), then every case.
+        let built = catch_unwind(AssertUnwindSafe(|| {
+            let kernel =
+                MatVec::new(ctx, variant).unwrap_or_else(|e| panic!("building matvec: {e}"));
+            let quantizer = variant.int_dot.then(|| {
+                QuantizeQ8::new(ctx, variant)
+                    .unwrap_or_else(|e| panic!("building quantize_q8: {e}"))
+            });
+            (kernel, quantizer)
+        }));
+        let (kernel, quantizer) = match built {
+            Ok(built) => built,
+            Err(panic) => {
+                out.push(failed("matvec", variant, "build", panic));
+                continue;
+            }
+        };
+        let path = quantizer.as_ref().map_or(Path::F32, Path::Q8);
+        let types: &[GgmlType] = match variant.int_dot {
+            true => &MatVec::Q8_TYPES,
+            false => &[
+                GgmlType::F32,
+                GgmlType::Q8_0,
+                GgmlType::Q4_K,
+                GgmlType::Q6_K,
+            ],
+        };
+        for (seed, &ty) in types.iter().enumerate() {
+            let seed = 0x5e1f_3a7e + seed as u64;
+            let cols = matvec::col_counts(ty)[1];
+            let what = format!("{ty} 7x{cols}, batches 1-8, accumulate, strided x");
+            out.extend(matvec_check(variant, what, || {
+                let bytes = matvec::random_weights(ty, 7, cols, seed);
+                let (offset, binding) = (matvec::WEIGHTS_OFFSET, ctx.max_binding_size());
+                let shape = (7, cols);
+                matvec::check_tensor(ctx, &kernel, path, ty, shape, &bytes, offset, binding, seed)
+            }));
+            // The folded norm with the gate/up pairing, as the MLP runs it.
+            if matches!(ty, GgmlType::Q4_K | GgmlType::Q8_0) {
+                let what = format!("{ty} 5 paired outputs, norm, strided x");
+                out.extend(matvec_check(variant, what, || {
+                    matvec::check_fused(ctx, &kernel, path, ty, 5, matvec::FUSIONS[1], seed)
+                }));
+            }
+        }
+    }
+    out
+}
+
+/// A check that could not run: `panic` says why.
+fn failed(
+    kernel: &'static str,
+    variant: KernelPaths,
+    case: &str,
+    panic: Box<dyn std::any::Any + Send>,
+) -> KernelCheck {
+    KernelCheck {
+        kernel,
+        variant: variant.name(),
+        variant_paths: variant,
+        path: variant.name(),
+        case: case.to_string(),
+        tolerance: matvec::SHARE,
+        measured: None,
+        pass: false,
+        error: Some(panic_message(panic)),
+    }
+}
+
+/// One mat-vec case on `variant`, one check per kernel it exercises: quantize_q8's outputs
+/// (int-dot variants: recorded on the mat-vec's variant, as part of its integer path), then
+/// the product's (`matvec` or `matvec_q8`), each as shares of the outputs' own bounds.
+fn matvec_check(
+    variant: KernelPaths,
+    case: String,
+    run: impl FnOnce() -> Vec<Outputs>,
+) -> Vec<KernelCheck> {
+    let product = match variant.int_dot {
+        true => "matvec_q8",
+        false => "matvec",
+    };
+    let outputs = match catch_unwind(AssertUnwindSafe(run)) {
+        Ok(outputs) => outputs,
+        Err(panic) => return vec![failed(product, variant, &case, panic)],
+    };
+    let (quantized, products): (Vec<&Outputs>, Vec<&Outputs>) = outputs
+        .iter()
+        .partition(|o| o.what.starts_with("quantize_q8"));
+    let joined = |parts: &[&Outputs]| {
+        parts
+            .iter()
+            .fold((Vec::new(), Vec::new()), |(mut g, mut w), o| {
+                let (shares, zeros) = o.shares();
+                g.extend(shares);
+                w.extend(zeros);
+                (g, w)
+            })
+    };
+    let mut checks = Vec::new();
+    if !quantized.is_empty() {
+        let (got, want) = joined(&quantized);
+        let check = check_one("quantize_q8", variant, case.clone(), matvec::SHARE, || {
+            (got, want)
+        });
+        checks.push(check);
+    }
+    let (got, want) = joined(&products);
+    checks.push(check_one(product, variant, case, matvec::SHARE, || {
+        (got, want)
+    }));
+    checks
 }
 
 /// RMSNorm on every variant: per-token rows of a hidden size (5 of 6 tokens, weighted, into a

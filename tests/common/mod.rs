@@ -13,6 +13,7 @@ pub mod inputs;
 pub mod kernel_checks;
 pub mod kv;
 pub mod matmul;
+pub mod matvec;
 pub mod model;
 pub mod reduce_probe;
 pub mod rms_norm;

@@ -165,7 +165,7 @@ impl Kernel for AttnDecode {
     const AXES: Axes = Axes {
         subgroup: true,
         f16: true,
-        coop_matrix: false,
+        ..Axes::NONE
     };
 
     fn source(variant: KernelPaths) -> KernelSource {

@@ -147,9 +147,9 @@ impl MatmulBinding {
 impl Kernel for Matmul {
     const NAME: &'static str = "matmul";
     const AXES: Axes = Axes {
-        subgroup: false,
         f16: true,
         coop_matrix: true,
+        ..Axes::NONE
     };
 
     fn source(variant: KernelPaths) -> KernelSource {
@@ -447,6 +447,7 @@ mod tests {
                         subgroup,
                         f16,
                         coop_matrix,
+                        int_dot: false,
                     };
                     let chosen = Matmul::select(allowed);
                     assert!(listed.contains(&chosen), "{allowed} selects {chosen}");

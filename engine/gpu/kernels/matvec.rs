@@ -21,7 +21,16 @@
 //! pre-norm of QKV and of the MLP: x is then the residual stream) and the gate/up pairing that
 //! writes `silu(gate)·up` (W holds the gate rows followed by the up rows). Each saves the
 //! dependent dispatches of the ops it folds in; the math is in wgsl/matvec.wgsl.
+//!
+//! # The integer path
+//!
+//! On int-dot variants ([`KernelPaths::int_dot`]), [`MatVecFusion::q8`] makes a binding read x
+//! as the 8-bit blocks [`QuantizeQ8`](super::quantize_q8::QuantizeQ8) wrote (the norm, if any,
+//! folded into that quantization) and multiply with integer dot products (wgsl/matvec_q8.wgsl),
+//! for the types of [`MatVec::Q8_TYPES`]. Same grid, rows, pairing and accumulation as the f32
+//! path; the result is W·x̂ with x̂ the quantized x.
 
+use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::tensors::{bind_group, checked_row_bytes};
 use crate::gpu::activations::Activations;
 use crate::gpu::buffers::{Grid, Window, split_rows, storage_buffer, uniform};
@@ -45,13 +54,16 @@ pub const BATCH_CAPACITIES: [u32; 4] = [1, 2, 4, 8];
 const WG: u32 = 64;
 /// Output rows per workgroup (`const ROWS` of the WGSL).
 const ROWS_PER_WORKGROUP: u64 = 4;
-/// w, x, y, params, step, w and x again as 16-byte words (`w16`, `x16`), the norm weight (`nw`).
+/// w, x, y, params, step, w and x again as 16-byte words (`w16`, `x16`), the norm weight (`nw`),
+/// the q8 codes and scales of the integer path (`xq`, `xd`).
 const SLOTS: &[Slot] = &[
     Slot::Read,
     Slot::Read,
     Slot::ReadWrite,
     Slot::Uniform,
     Slot::Uniform,
+    Slot::Read,
+    Slot::Read,
     Slot::Read,
     Slot::Read,
     Slot::Read,
@@ -150,6 +162,11 @@ pub struct MatVecFusion<'a> {
     /// W holds `2·rows` rows, the gate rows then the up rows, and `y = silu(W_gate x) ⊙ W_up x`
     /// (`rows` outputs). Refused with `accumulate`, or when W does not fit one binding.
     pub swiglu: bool,
+    /// Multiply the 8-bit quantization of x held here (written by `QuantizeQ8` before the
+    /// mat-vec runs; the vectors of `cols` columns) instead of x: the integer path. Needs an
+    /// int-dot variant, a type of [`MatVec::Q8_TYPES`] and no `norm` (fold it into the
+    /// quantization). `MatVecIo::x` is still checked but not read.
+    pub q8: Option<&'a Q8Vectors>,
 }
 
 /// The mat-vec kernel: one pipeline per (type, batch capacity, folded norm).
@@ -162,12 +179,24 @@ pub struct MatVec {
     pipelines: Vec<wgpu::ComputePipeline>,
     /// Per type, the NORM pipelines by capacity, once a binding has asked for them.
     norm_pipelines: Vec<OnceLock<Vec<wgpu::ComputePipeline>>>,
+    /// Per type of Q8_TYPES, the integer pipelines by capacity, once a binding has asked.
+    q8_pipelines: Vec<OnceLock<Vec<wgpu::ComputePipeline>>>,
+}
+
+/// Which pipeline family a binding runs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Input {
+    F32,
+    /// x RMS-normed inside the product.
+    Normed,
+    /// x as q8 blocks; the index in `MatVec::Q8_TYPES`.
+    Q8(usize),
 }
 
 /// One weight tensor bound for [`MatVec::encode`]: a bind group and grid per row range.
 pub struct MatVecBinding {
     type_index: usize,
-    norm: bool,
+    input: Input,
     max_batch: u32,
     ranges: Vec<(wgpu::BindGroup, Grid)>,
 }
@@ -179,14 +208,20 @@ impl MatVecBinding {
     }
 }
 
-/// The pipelines of one type and norm setting, one per batch capacity.
-fn specs(ty: GgmlType, norm: bool) -> Vec<PipelineSpec> {
+/// The pipelines of one type and input (f32, normed f32 or q8), one per batch capacity.
+fn specs(ty: GgmlType, input: Input) -> Vec<PipelineSpec> {
     let (_, lanes, block_elems, block_bytes) = unit_geometry(ty);
+    let norm = input == Input::Normed;
+    let (entry_point, what) = match input {
+        Input::Q8(_) => ("matvec_q8", "q8"),
+        Input::Normed => ("matvec", "normed f32"),
+        Input::F32 => ("matvec", "f32"),
+    };
     BATCH_CAPACITIES
         .into_iter()
         .map(|capacity| PipelineSpec {
-            label: format!("matvec {ty} batch {capacity} norm {norm}"),
-            entry_point: "matvec",
+            label: format!("matvec {ty} batch {capacity} x {what}"),
+            entry_point,
             constants: vec![
                 ("WG", f64::from(WG)),
                 ("MAX_B", f64::from(capacity)),
@@ -204,11 +239,12 @@ impl Kernel for MatVec {
     const NAME: &'static str = "matvec";
     const AXES: Axes = Axes {
         subgroup: true,
+        int_dot: true,
         ..Axes::NONE
     };
 
     fn source(variant: KernelPaths) -> KernelSource {
-        let module = WgslModule::new(variant)
+        let mut module = WgslModule::new(variant)
             .with(wgsl::BYTES)
             .with(wgsl::BLOCKS)
             .with(wgsl::BYTE_FLOATS)
@@ -217,12 +253,21 @@ impl Kernel for MatVec {
             .with(wgsl::reduction(variant))
             .with(wgsl::row_reduction(variant))
             .with(wgsl::MATVEC);
-        // Every pipeline, for translation; `new` builds the plain ones and `bind_fused` each
-        // type's NORM ones when a model first asks for them.
-        let pipelines = [false, true]
+        // Every pipeline, for translation; `new` builds the plain ones, `bind_fused` each type's
+        // NORM and q8 ones when a model first asks for them.
+        let mut pipelines: Vec<PipelineSpec> = [Input::F32, Input::Normed]
             .into_iter()
-            .flat_map(|norm| Self::TYPES.into_iter().flat_map(move |ty| specs(ty, norm)))
+            .flat_map(|input| Self::TYPES.into_iter().flat_map(move |ty| specs(ty, input)))
             .collect();
+        if variant.int_dot {
+            module = module.with(wgsl::MATVEC_Q8);
+            pipelines.extend(
+                Self::Q8_TYPES
+                    .into_iter()
+                    .enumerate()
+                    .flat_map(|(i, ty)| specs(ty, Input::Q8(i))),
+            );
+        }
         KernelSource {
             module,
             slots: SLOTS,
@@ -247,12 +292,22 @@ impl MatVec {
         GgmlType::Q6_K,
     ];
 
-    /// Builds the variant `paths` selects (subgroup reduction or the workgroup-memory tree).
+    /// The weight types the integer path multiplies (their blocks split into groups of 32, 16
+    /// or 8 elements inside one 32-element block of x).
+    pub const Q8_TYPES: [GgmlType; 4] = [
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ];
+
+    /// Builds the variant `paths` selects (subgroup reduction or the workgroup-memory tree; with
+    /// the integer path or without).
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
         let mut variant = KernelVariant::of::<Self>(Self::AXES.select(paths));
         variant.source.pipelines = Self::TYPES
             .into_iter()
-            .flat_map(|ty| specs(ty, false))
+            .flat_map(|ty| specs(ty, Input::F32))
             .collect();
         let built = build(ctx, &variant)?;
         Ok(MatVec {
@@ -261,20 +316,26 @@ impl MatVec {
             placeholder: storage_buffer(ctx, "matvec wide placeholder", 16)?,
             pipelines: built.pipelines,
             norm_pipelines: Self::TYPES.map(|_| OnceLock::new()).to_vec(),
+            q8_pipelines: Self::Q8_TYPES.map(|_| OnceLock::new()).to_vec(),
         })
     }
 
-    /// The NORM pipelines of the type at `type_index`, built on first use (a model needs them
-    /// for one or two types, and every pipeline costs build time: seconds on lavapipe).
-    fn norm_pipelines(
+    /// The pipelines of a NORM or q8 binding of the type at `type_index`, built on first use (a
+    /// model needs them for a few types, and every pipeline costs build time: seconds on
+    /// lavapipe).
+    fn lazy_pipelines(
         &self,
         ctx: &GpuContext,
         type_index: usize,
+        input: Input,
     ) -> Result<&[wgpu::ComputePipeline], GpuError> {
-        let slot = &self.norm_pipelines[type_index];
+        let (slot, ty) = match input {
+            Input::Q8(i) => (&self.q8_pipelines[i], Self::Q8_TYPES[i]),
+            _ => (&self.norm_pipelines[type_index], Self::TYPES[type_index]),
+        };
         if slot.get().is_none() {
             let mut variant = KernelVariant::of::<Self>(self.variant);
-            variant.source.pipelines = specs(Self::TYPES[type_index], true);
+            variant.source.pipelines = specs(ty, input);
             // Two threads racing here build the same pipelines; either result serves.
             let _ = slot.set(build(ctx, &variant)?.pipelines);
         }
@@ -372,8 +433,33 @@ impl MatVec {
             io.weights,
             io.weights_offset,
         )?;
-        if fusion.norm.is_some() {
-            self.norm_pipelines(ctx, type_index)?;
+        let input = match (fusion.norm, fusion.q8) {
+            (None, None) => Input::F32,
+            (Some(_), None) => Input::Normed,
+            (None, Some(q8)) => {
+                if !self.variant.int_dot {
+                    return Err(shape_error(format!(
+                        "q8 inputs need an int-dot variant, not {}",
+                        self.variant
+                    )));
+                }
+                let index = Self::Q8_TYPES.iter().position(|&t| t == ty).ok_or(
+                    GpuError::UnsupportedType {
+                        kernel: "matvec_q8",
+                        ty,
+                    },
+                )?;
+                q8.check(Self::NAME, cols, io.max_batch)?;
+                Input::Q8(index)
+            }
+            (Some(_), Some(_)) => {
+                return Err(shape_error(
+                    "a norm is folded into the quantization of q8 inputs, not the product".into(),
+                ));
+            }
+        };
+        if input != Input::F32 {
+            self.lazy_pipelines(ctx, type_index, input)?;
         }
         let norm = fusion
             .norm
@@ -453,6 +539,15 @@ impl MatVec {
                 let wide =
                     u32::from(x_wide.is_some()) * WIDE_X + u32::from(w_wide.is_some()) * WIDE_W;
                 let placeholder = self.placeholder.as_entire_binding();
+                // xq, xd: the whole q8 vectors of a q8 binding (vector b at b·cols/4, b·cols/32).
+                let batch = u64::from(io.max_batch);
+                let (xq, xd) = match fusion.q8 {
+                    Some(q8) => (
+                        Window::around(0, batch * cols, align).binding(&q8.codes),
+                        Window::around(0, 4 * batch * cols / Q8_BLOCK, align).binding(&q8.scales),
+                    ),
+                    None => (placeholder.clone(), placeholder.clone()),
+                };
                 // split_rows keeps each range inside one binding (< 2^31 bytes): these fit u32.
                 let params = Params {
                     rows: len as u32,
@@ -484,6 +579,8 @@ impl MatVec {
                         w_wide.map_or(placeholder.clone(), |w| w.binding(io.weights)),
                         x_wide.map_or(placeholder.clone(), |x| x.binding(io.x.buffer)),
                         norm.map_or(placeholder, |(n, window)| window.binding(n.weight)),
+                        xq,
+                        xd,
                     ],
                 );
                 let workgroups = len.div_ceil(outputs_per_workgroup);
@@ -492,7 +589,7 @@ impl MatVec {
             .collect::<Result<_, GpuError>>()?;
         Ok(MatVecBinding {
             type_index,
-            norm: norm.is_some(),
+            input,
             max_batch: io.max_batch,
             ranges,
         })
@@ -520,11 +617,14 @@ impl MatVec {
             .iter()
             .position(|&c| c >= n_tokens)
             .expect("n_tokens ≤ max_batch ≤ MAX_BATCH");
-        let pipeline = match binding.norm {
-            true => &self.norm_pipelines[binding.type_index]
+        let pipeline = match binding.input {
+            Input::F32 => &self.pipelines[binding.type_index * BATCH_CAPACITIES.len() + capacity],
+            Input::Normed => &self.norm_pipelines[binding.type_index]
                 .get()
                 .expect("bind_fused built the NORM pipelines")[capacity],
-            false => &self.pipelines[binding.type_index * BATCH_CAPACITIES.len() + capacity],
+            Input::Q8(i) => &self.q8_pipelines[i]
+                .get()
+                .expect("bind_fused built the q8 pipelines")[capacity],
         };
         pass.set_pipeline(pipeline);
         for (group, grid) in &binding.ranges {

@@ -14,6 +14,7 @@ pub mod gated_norm;
 pub mod kv_cache;
 pub mod matmul;
 pub mod matvec;
+pub mod quantize_q8;
 pub mod read_probe;
 pub mod rms_norm;
 pub mod rope;
@@ -32,6 +33,7 @@ pub fn registry() -> Vec<KernelVariant> {
     all.extend(KernelVariant::all_of::<dequant::Dequant>());
     all.extend(KernelVariant::all_of::<matmul::Matmul>());
     all.extend(KernelVariant::all_of::<matvec::MatVec>());
+    all.extend(KernelVariant::all_of::<quantize_q8::QuantizeQ8>());
     all.extend(KernelVariant::all_of::<embed::Embed>());
     all.extend(KernelVariant::all_of::<ssm_conv::SsmConv>());
     all.extend(KernelVariant::all_of::<delta_prep::DeltaPrep>());
