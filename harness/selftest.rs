@@ -552,6 +552,7 @@ mod tests {
             subgroup,
             f16,
             coop_matrix: None,
+            int_dot: false,
         };
         let paths = [
             (Forced::default(), path(false, false)),
