@@ -9,7 +9,7 @@ use fak::gpu::Forced;
 use fak::reference::{Activations, DenseReference, Reference};
 use fak::runtime::{Engine, EngineOptions, RuntimeError, SamplingParams};
 use fak_tests::harness::{harness, synth_model};
-use fak_tests::model::{every_path, random_ids, rows_error};
+use fak_tests::model::{assert_int_dot_logits, engine, every_path, options, random_ids};
 use fak_tests::peer::{assert_rows_close, assert_same_greedy, llama_server_greedy, mlx_logits};
 use std::path::{Path, PathBuf};
 
@@ -23,20 +23,6 @@ fn tiny(quant: &str, seed: u64) -> PathBuf {
         "--arch", "qwen3", "--preset", "tiny", "--quant", quant, "--seed", &seed,
     ];
     synth_model(&scratch(), &format!("tiny-{quant}-{seed}.gguf"), &args)
-}
-
-fn options(prefill_chunk: u32, forced: Forced) -> EngineOptions {
-    let mut o = EngineOptions::from_env().expect("engine options");
-    o.prefill_chunk = prefill_chunk;
-    o.max_context = Some(256);
-    o.poison = true;
-    o.context.forced = forced;
-    o
-}
-
-fn engine(path: &Path, prefill_chunk: u32, forced: Forced) -> Engine {
-    Engine::load(path, &options(prefill_chunk, forced))
-        .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
 }
 
 fn reference_logits(path: &Path, ids: &[u32]) -> Vec<Vec<f32>> {
@@ -478,25 +464,15 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
     // of its block's largest value). The f16 cache gives attention's output ~5e-4 relative
     // error, enough to flip about one attn_output input code in 127·5e-4 ≈ 6 %: 0.999 there
     // (measured: 0.99979 on qwen3).
-    for (no_subgroup, no_f16, min_cosine) in [
-        (false, true, 0.99999),
-        (true, true, 0.99999),
-        (false, false, 0.999),
-    ] {
-        let forced = Forced {
-            no_subgroup,
-            no_f16,
-            ..Forced::default()
-        };
-        let mut o = options(1, forced);
-        o.context.int_dot = true;
-        let mut e = Engine::load(&path, &o).unwrap();
-        let got = e.teacher_forced_logits(&ids).unwrap();
-        let what = format!("int-dot, {forced:?}");
-        let q8 = assert_rows_close(&what, &got, &want, min_cosine);
-        // Not asserted: what the rounding itself does to a random model's logits
-        // (tests/gpu_matvec.rs bounds it per product).
-        let f32 = rows_error(&got, &want_f32).min_cosine;
-        eprintln!("{what}: min cosine {q8} against the q8-input reference, {f32} against f32");
-    }
+    assert_int_dot_logits(
+        &path,
+        &ids,
+        &want,
+        &want_f32,
+        [
+            (false, true, 0.99999),
+            (true, true, 0.99999),
+            (false, false, 0.999),
+        ],
+    );
 }

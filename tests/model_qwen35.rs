@@ -12,7 +12,10 @@ use fak::model::qwen35::Hparams;
 use fak::reference::{Activations, Qwen35Reference, Reference};
 use fak::runtime::{Engine, EngineOptions, SamplingParams};
 use fak_tests::harness::{harness, synth_model};
-use fak_tests::model::{every_path, random_ids, rewrite_gguf, rows_error, set_key};
+use fak_tests::model::{
+    assert_int_dot_logits, engine, every_path, options, random_ids, rewrite_gguf, rows_error,
+    set_key,
+};
 use fak_tests::peer::{assert_rows_close, cosine};
 use std::path::{Path, PathBuf};
 
@@ -30,20 +33,6 @@ fn tiny(quant: &str, seed: u64) -> PathBuf {
 
 fn hparams(path: &Path) -> Hparams {
     Hparams::from_gguf(&Gguf::open(path).unwrap()).unwrap()
-}
-
-fn options(prefill_chunk: u32, forced: Forced) -> EngineOptions {
-    let mut o = EngineOptions::from_env().expect("engine options");
-    o.prefill_chunk = prefill_chunk;
-    o.max_context = Some(256);
-    o.poison = true;
-    o.context.forced = forced;
-    o
-}
-
-fn engine(path: &Path, prefill_chunk: u32, forced: Forced) -> Engine {
-    Engine::load(path, &options(prefill_chunk, forced))
-        .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
 }
 
 fn reference_logits(path: &Path, ids: &[u32]) -> Vec<Vec<f32>> {
@@ -375,25 +364,15 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
     // rounding boundary (a whole step, 1/127 of its block's largest value) into every later
     // position: measured 0.99994 with the f32 cache (qwen3: 1 − 1e-13) and 0.99990 with the
     // f16 one on lavapipe; 0.9995 and 0.999 leave ~10× room.
-    for (no_subgroup, no_f16, min_cosine) in [
-        (false, true, 0.9995),
-        (true, true, 0.9995),
-        (false, false, 0.999),
-    ] {
-        let forced = Forced {
-            no_subgroup,
-            no_f16,
-            ..Forced::default()
-        };
-        let mut o = options(1, forced);
-        o.context.int_dot = true;
-        let mut e = Engine::load(&path, &o).unwrap();
-        let got = e.teacher_forced_logits(&ids).unwrap();
-        let what = format!("int-dot, {forced:?}");
-        let q8 = assert_rows_close(&what, &got, &want, min_cosine);
-        // Not asserted: what the rounding itself does to a random model's logits
-        // (tests/gpu_matvec.rs bounds it per product).
-        let f32 = rows_error(&got, &want_f32).min_cosine;
-        eprintln!("{what}: min cosine {q8} against the q8-input reference, {f32} against f32");
-    }
+    assert_int_dot_logits(
+        &path,
+        &ids,
+        &want,
+        &want_f32,
+        [
+            (false, true, 0.9995),
+            (true, true, 0.9995),
+            (false, false, 0.999),
+        ],
+    );
 }

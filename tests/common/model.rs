@@ -1,11 +1,59 @@
-//! What the end-to-end model tests share besides the oracles (`peer`): the kernel paths to
-//! force, random prompts, an error summary of logit rows, and rewriting a GGUF with edited
-//! metadata or tensors (bad-input tests).
+//! What the end-to-end model tests share besides the oracles (`peer`): the engine options they
+//! load with, the kernel paths to force, random prompts, an error summary of logit rows, the
+//! integer mat-vec path's check, and rewriting a GGUF with edited metadata or tensors (bad-input
+//! tests).
 
+use crate::peer::assert_rows_close;
 use fak::gguf::{Gguf, GgufWriter, TensorInfo, Value};
 use fak::gpu::Forced;
+use fak::runtime::{Engine, EngineOptions};
 use rand::Rng;
 use std::path::Path;
+
+/// The environment's adapter, a 256-token context, NaN-poisoned activations and caches, and
+/// `forced` fast paths off.
+pub fn options(prefill_chunk: u32, forced: Forced) -> EngineOptions {
+    let mut o = EngineOptions::from_env().expect("engine options");
+    o.prefill_chunk = prefill_chunk;
+    o.max_context = Some(256);
+    o.poison = true;
+    o.context.forced = forced;
+    o
+}
+
+pub fn engine(path: &Path, prefill_chunk: u32, forced: Forced) -> Engine {
+    Engine::load(path, &options(prefill_chunk, forced))
+        .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+}
+
+/// The integer mat-vec path (`FAK_INT_DOT=1`) teacher-forced over `ids` one token per step (so
+/// every projection is a mat-vec), for each `(no_subgroup, no_f16, min cosine)`: every row held
+/// to `want_q8` (the reference rounding its mat-vec inputs as the path does,
+/// `Activations::Q8Blocks`); the distance to the f32 reference `want_f32` is printed, not
+/// asserted (what the rounding itself does to a random model).
+pub fn assert_int_dot_logits(
+    path: &Path,
+    ids: &[u32],
+    want_q8: &[Vec<f32>],
+    want_f32: &[Vec<f32>],
+    cases: [(bool, bool, f64); 3],
+) {
+    for (no_subgroup, no_f16, min_cosine) in cases {
+        let forced = Forced {
+            no_subgroup,
+            no_f16,
+            ..Forced::default()
+        };
+        let mut o = options(1, forced);
+        o.context.int_dot = true;
+        let mut e = Engine::load(path, &o).unwrap();
+        let got = e.teacher_forced_logits(ids).unwrap();
+        let what = format!("int-dot, {forced:?}");
+        let q8 = assert_rows_close(&what, &got, want_q8, min_cosine);
+        let f32 = rows_error(&got, want_f32).min_cosine;
+        eprintln!("{what}: min cosine {q8} against the q8-input reference, {f32} against f32");
+    }
+}
 
 /// Every combination of fast paths switched off: on an adapter with subgroups and f16 (lavapipe,
 /// NVIDIA, Apple) each kernel's fallback runs too.
