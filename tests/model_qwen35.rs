@@ -10,7 +10,7 @@ use fak::gpu::Forced;
 use fak::model::DevicePlan;
 use fak::model::qwen35::Hparams;
 use fak::reference::{Activations, Qwen35Reference, Reference};
-use fak::runtime::{Engine, EngineOptions, SamplingParams};
+use fak::runtime::{Engine, SamplingParams};
 use fak_tests::harness::{harness, synth_model};
 use fak_tests::model::{
     assert_int_dot_logits, engine, every_path, options, random_ids, rewrite_gguf, rows_error,
