@@ -8,11 +8,11 @@
 //! f32 would be off by 0.03 rad) in any order; every variant (subgroup or not, f32 or f16 cache);
 //! bad tables and bindings refused.
 
+use fak::gpu::Step;
 use fak::gpu::kernels::kv_cache::{KvDtype, PageTable};
 use fak::gpu::kernels::rope::RopeTable;
 use fak::gpu::kernels::rope_kv::{RopeKv, RopeKvIo};
 use fak::gpu::kernels::support::{Positions, View};
-use fak::gpu::{GpuContext, Step};
 use fak::model::RopePairing;
 use fak_tests::inputs::{step_buffer, upload_f32, upload_u32};
 use fak_tests::kv::{Pages, poisoned_cache};
@@ -41,93 +41,73 @@ fn cases() -> [Case; 4] {
     ]
 }
 
-/// Runs `steps` on `pages` and asserts all three outputs.
-fn run(
-    ctx: &GpuContext,
-    kernel: &RopeKv,
-    case: &Case,
-    pages: &Pages,
-    steps: &[StepTokens],
+/// Every case on every variant the adapter has, on the pages and steps `layout` gives for case
+/// `i`, seeded `seed + i`: all three outputs asserted.
+fn assert_every_variant_and_case(
     seed: u64,
+    mut layout: impl FnMut(usize) -> (Pages, Vec<StepTokens>),
 ) {
-    for output in rope_kv::run(ctx, kernel, case, pages, steps, seed) {
-        output.assert();
+    let ctx = gpu();
+    for paths in variants::<RopeKv>(ctx) {
+        let kernel = RopeKv::new(ctx, paths).unwrap();
+        for (i, case) in cases().iter().enumerate() {
+            let (pages, steps) = layout(i);
+            for output in rope_kv::run(ctx, &kernel, case, &pages, &steps, seed + i as u64) {
+                output.assert();
+            }
+        }
     }
 }
 
 #[test]
 fn a_prefill_across_pages_matches_norm_then_rope_then_cache_write() {
-    let ctx = gpu();
-    for paths in variants::<RopeKv>(ctx) {
-        let kernel = RopeKv::new(ctx, paths).unwrap();
-        for (i, case) in cases().iter().enumerate() {
-            let (pages, steps) = prefill_across_pages();
-            run(ctx, &kernel, case, &pages, &steps, 0x40be_0000 + i as u64);
-        }
-    }
+    assert_every_variant_and_case(0x40be_0000, |_| prefill_across_pages());
 }
 
 #[test]
 fn a_prefill_continued_by_a_second_step_fills_consecutive_positions_across_pages() {
-    let ctx = gpu();
-    for paths in variants::<RopeKv>(ctx) {
-        let kernel = RopeKv::new(ctx, paths).unwrap();
-        for (i, case) in cases().iter().enumerate() {
-            // 11 tokens from position 0, then 16 more from 11 (both from the Step): pages 0..3 of
-            // 8, the last partly filled, the fifth untouched; the second step must leave the
-            // first's slots as they were.
-            let pages = Pages::identity(8, 40);
-            let step = |from: u32, n: u32| StepTokens {
-                tokens: (from..from + n).map(|p| (p, 0)).collect(),
-                table: false,
-            };
-            let steps = [step(0, 11), step(11, 16)];
-            run(ctx, &kernel, case, &pages, &steps, 0x40be_0100 + i as u64);
-        }
-    }
+    // 11 tokens from position 0, then 16 more from 11 (both from the Step): pages 0..3 of 8, the
+    // last partly filled, the fifth untouched; the second step must leave the first's slots as
+    // they were.
+    let step = |from: u32, n: u32| StepTokens {
+        tokens: (from..from + n).map(|p| (p, 0)).collect(),
+        table: false,
+    };
+    assert_every_variant_and_case(0x40be_0100, |_| {
+        (Pages::identity(8, 40), vec![step(0, 11), step(11, 16)])
+    });
 }
 
 #[test]
 fn batched_decode_tokens_land_in_their_own_rows_and_tokens_without_a_page_write_no_kv() {
-    let ctx = gpu();
-    for paths in variants::<RopeKv>(ctx) {
-        let kernel = RopeKv::new(ctx, paths).unwrap();
-        for (i, case) in cases().iter().enumerate() {
-            let (pages, steps) = batched_decode(0x40be_1000 + i as u64);
-            run(ctx, &kernel, case, &pages, &steps, 0x40be_2000 + i as u64);
-        }
-    }
+    assert_every_variant_and_case(0x40be_2000, |i| batched_decode(0x40be_1000 + i as u64));
 }
 
 #[test]
 fn positions_from_a_token_table_reach_a_million_and_match_the_reference() {
-    let ctx = gpu();
     let mut r = rng(99);
-    for paths in variants::<RopeKv>(ctx) {
-        let kernel = RopeKv::new(ctx, paths).unwrap();
-        for (i, case) in cases().iter().enumerate() {
-            // Batched decode: each token its own sequence, positions in any order, 2^12 and 2^20
-            // (where the angle's split of p into 12-bit halves turns over) among them.
-            let mut positions: Vec<u32> = vec![0, 1, 4095, 4096, 65_537, 262_143, 1 << 20, 999_999];
-            positions.extend((0..5).map(|_| r.random_range(0..(1 << 20))));
-            positions.shuffle(&mut r);
-            // Pages of 128; every logical page of row t is physical page t, so each token has a
-            // page of its own however far its position.
-            let n = positions.len() as u32;
-            let per_row = (1 << 20) / 128 + 1;
-            let pages = Pages {
-                page_size: 128,
-                pages_per_row: per_row,
-                n_pages: n,
-                rows: (0..n).map(|t| vec![t; per_row as usize]).collect(),
-            };
-            let steps = [StepTokens {
-                tokens: positions.iter().zip(0..).map(|(&p, t)| (p, t)).collect(),
-                table: true,
-            }];
-            run(ctx, &kernel, case, &pages, &steps, 50 + i as u64);
-        }
-    }
+    assert_every_variant_and_case(50, |_| {
+        // Batched decode: each token its own sequence, positions in any order, 2^12 and 2^20
+        // (where the angle's split of p into 12-bit halves turns over) among them.
+        let mut positions: Vec<u32> = vec![0, 1, 4095, 4096, 65_537, 262_143, 1 << 20, 999_999];
+        positions.extend((0..5).map(|_| r.random_range(0..(1 << 20))));
+        positions.shuffle(&mut r);
+        // Pages of 128; every logical page of row t is physical page t, so each token has a page
+        // of its own however far its position.
+        let n = positions.len() as u32;
+        let per_row = (1 << 20) / 128 + 1;
+        let pages = Pages {
+            page_size: 128,
+            pages_per_row: per_row,
+            n_pages: n,
+            rows: (0..n).map(|t| vec![t; per_row as usize]).collect(),
+        };
+        let steps = vec![StepTokens {
+            tokens: positions.iter().zip(0..).map(|(&p, t)| (p, t)).collect(),
+            table: true,
+        }];
+        (pages, steps)
+    });
 }
 
 #[test]
