@@ -517,16 +517,19 @@ mod tests {
             model_check("f16", true),
         ];
         let verdicts = fast_path_verdicts(&paths, &checks, &[]);
-        let verdict = |name: &str| {
-            verdicts
-                .iter()
-                .find(|v| v.path == name)
-                .map(|v| (v.verdict, v.checks_run))
-                .unwrap()
-        };
+        let verdict = |name: &str| verdict_of(&verdicts, name);
         assert_eq!(verdict("subgroup"), ("failed", 1));
         assert_eq!(verdict("f16"), ("passed", 1));
         assert_eq!(verdict("coop_matrix"), ("not available", 0));
+    }
+
+    /// The verdict on fast path `name` and how many checks it rests on.
+    fn verdict_of(verdicts: &[FastPath], name: &str) -> (&'static str, usize) {
+        verdicts
+            .iter()
+            .find(|v| v.path == name)
+            .map(|v| (v.verdict, v.checks_run))
+            .unwrap()
     }
 
     fn kernel_check(kernel: &'static str, variant: KernelPaths, pass: bool) -> KernelCheck {
@@ -570,13 +573,7 @@ mod tests {
         ];
         assert_eq!(paths[1].1.name(), "subgroup+f16");
         let verdicts = fast_path_verdicts(&paths, &checks, &kernels);
-        let verdict = |name: &str| {
-            verdicts
-                .iter()
-                .find(|v| v.path == name)
-                .map(|v| (v.verdict, v.checks_run))
-                .unwrap()
-        };
+        let verdict = |name: &str| verdict_of(&verdicts, name);
         assert_eq!(verdict("f16"), ("failed", 2));
         assert_eq!(verdict("subgroup"), ("passed", 2));
         assert_eq!(verdict("coop_matrix"), ("not available", 0));
