@@ -3,10 +3,8 @@
 //
 // One subgroup computes CT_T × CT_R tiles of 16 × 16: 32 tokens × 64 rows. Eight f32
 // accumulators cost 64 registers per lane on a 32-wide subgroup, which leaves room for four
-// B fragments, one A fragment and the loader at a register count where an H200 SM still holds
-// about 20 such workgroups. More rows than tokens per workgroup: an X element is f32 in memory
-// (4 B) and a Q4_K weight 0.56 B, so reusing X across 64 rows is what keeps the bytes per FMA
-// down; W is still reused across 32 tokens.
+// B fragments, one A fragment and the loader; the workgroup's tiling (matmul_coop.wgsl) sets how
+// many such blocks share one dequantized W tile.
 // provides: the aliases CoopA (X tile, tokens × k), CoopB (W tile, k × rows), CoopC (f32 result)
 //           and the consts COOP, CT_T, CT_R.
 

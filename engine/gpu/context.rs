@@ -289,9 +289,13 @@ impl GpuContext {
 }
 
 /// The cooperative-matrix shapes a kernel can use on this device, smallest first: square configs
-/// with f16 inputs and f32 accumulators, the only kind fak's kernels are written for.
+/// with f16 inputs and f32 accumulators, the only kind fak's kernels are written for, on an
+/// adapter whose subgroups are exactly 32 wide (the kernels split a workgroup into 32-lane
+/// subgroups by `subgroup_id`; wgsl/matmul_coop.wgsl).
 fn coop_shapes(facts: &AdapterFacts, features: wgpu::Features) -> Vec<CoopShape> {
-    if !features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+    if !features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+        || (facts.subgroup_min_size, facts.subgroup_max_size) != (32, 32)
+    {
         return Vec::new();
     }
     CoopShape::ALL

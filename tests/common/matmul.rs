@@ -11,9 +11,9 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 
-/// What every binding is sized for: more than one token tile of every variant, not a multiple of
-/// any.
-pub const MAX_TOKENS: u32 = 70;
+/// What every binding is sized for: more than one token tile of every tile of every variant
+/// (the largest is 128), not a multiple of any.
+pub const MAX_TOKENS: u32 = 150;
 
 /// One product to check: W (GGUF bytes and their CPU dequantization), X for MAX_TOKENS tokens,
 /// and the Y an accumulating mat-mul starts from.

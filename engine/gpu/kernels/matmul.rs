@@ -96,20 +96,52 @@ pub struct Tile {
     pub rows: u32,
 }
 
+impl std::fmt::Display for Tile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.tokens, self.rows)
+    }
+}
+
+/// The cooperative-matrix workgroups' subgroup grids (tokens × rows), largest tile first and,
+/// among equal areas, more tokens first (more reuse of each dequantized W element).
+const SUBGROUP_GRIDS: [(u32, u32); 6] = [(4, 2), (4, 1), (2, 2), (2, 1), (1, 2), (1, 1)];
+
+/// Workgroups a mat-mul should have to keep a large GPU busy (an H200 has 132 SMs): the tile
+/// picked for a product is the largest that still gives this many ([`Matmul::tile_for`]).
+const FILL_WORKGROUPS: u64 = 264;
+
 impl Tile {
-    /// The tile of a variant; the WGSL consts `TILE_T` / `TILE_R` of its module say the same
+    /// The tiles a variant's pipelines cover, largest first; the WGSL consts (`TILE_T` /
+    /// `TILE_R` of the fallback, `WARP_T` / `WARP_R` of the subgroup block) say the same
     /// (tests/gpu_matmul.rs reads them back through naga).
-    pub fn of(variant: KernelPaths) -> Tile {
+    pub fn all_of(variant: KernelPaths) -> Vec<Tile> {
         match variant.coop_matrix {
-            None => Tile {
+            None => vec![Tile {
                 tokens: 64,
                 rows: 64,
-            },
-            Some(CoopShape::M16x16) => Tile {
+            }],
+            Some(shape) => {
+                let warp = Tile::warp(shape);
+                SUBGROUP_GRIDS
+                    .iter()
+                    .map(|&(t, r)| Tile {
+                        tokens: t * warp.tokens,
+                        rows: r * warp.rows,
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// The block one subgroup of a cooperative-matrix variant computes (`CT_T`·`COOP` ×
+    /// `CT_R`·`COOP` of its shape file).
+    pub fn warp(shape: CoopShape) -> Tile {
+        match shape {
+            CoopShape::M16x16 => Tile {
                 tokens: 32,
                 rows: 64,
             },
-            Some(CoopShape::M8x8) => Tile {
+            CoopShape::M8x8 => Tile {
                 tokens: 32,
                 rows: 32,
             },
@@ -117,11 +149,13 @@ impl Tile {
     }
 }
 
-/// The mat-mul kernel of one variant: one pipeline per supported type.
+/// The mat-mul kernel of one variant: one pipeline per supported type and tile.
 pub struct Matmul {
     variant: KernelPaths,
     layout: wgpu::BindGroupLayout,
-    /// Parallel to [`Matmul::TYPES`].
+    /// The tiles built, largest first.
+    tiles: Vec<Tile>,
+    /// `pipelines[tile * TYPES.len() + type]`, parallel to `tiles` × [`Matmul::TYPES`].
     pipelines: Vec<wgpu::ComputePipeline>,
 }
 
@@ -129,6 +163,8 @@ pub struct Matmul {
 pub struct MatmulBinding {
     ty: GgmlType,
     max_tokens: u32,
+    /// Rows of W, all ranges together.
+    rows: u64,
     /// (bind group, rows in the range), in row order.
     ranges: Vec<(wgpu::BindGroup, u64)>,
 }
@@ -142,17 +178,92 @@ impl MatmulBinding {
     pub fn ranges(&self) -> usize {
         self.ranges.len()
     }
+
+    /// The rows of each range, in row order.
+    pub fn range_rows(&self) -> Vec<u64> {
+        self.ranges.iter().map(|&(_, rows)| rows).collect()
+    }
 }
 
 impl Kernel for Matmul {
     const NAME: &'static str = "matmul";
     const AXES: Axes = Axes {
+        subgroup: true,
         f16: true,
         coop_matrix: true,
         ..Axes::NONE
     };
 
     fn source(variant: KernelPaths) -> KernelSource {
+        Self::source_for(variant, &Tile::all_of(variant))
+    }
+
+    /// The fallback and the cooperative-matrix shapes; f16 and subgroups only come with the
+    /// latter (its workgroups split into subgroups by `subgroup_id`).
+    fn variants() -> Vec<KernelPaths> {
+        Self::AXES
+            .variants()
+            .into_iter()
+            .filter(|v| v.f16 == v.coop_matrix.is_some() && v.subgroup == v.coop_matrix.is_some())
+            .collect()
+    }
+
+    /// A cooperative-matrix shape where `allowed` has one with subgroups, else the fallback.
+    fn select(allowed: KernelPaths) -> KernelPaths {
+        let fastest = Self::AXES.select(allowed);
+        if fastest.coop_matrix.is_some() && fastest.subgroup {
+            fastest
+        } else {
+            KernelPaths::FALLBACK
+        }
+    }
+}
+
+impl Matmul {
+    /// The weight types this kernel multiplies: every type the block decoders cover.
+    pub const TYPES: [GgmlType; 11] = Dequant::TYPES;
+
+    /// Builds the variant `paths` selects ([`Matmul::select`]) with every tile it has.
+    pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
+        let variant = Self::select(paths);
+        Self::with_tiles(ctx, variant, &Tile::all_of(variant))
+    }
+
+    /// Builds the variant `paths` selects with only `tiles` (some of [`Tile::all_of`] it, in
+    /// that order), so a test or benchmark can run one tiling whatever the token count.
+    pub fn with_tiles(
+        ctx: &GpuContext,
+        paths: KernelPaths,
+        tiles: &[Tile],
+    ) -> Result<Self, GpuError> {
+        let paths = Self::select(paths);
+        let offered = Tile::all_of(paths);
+        let mut tiles = tiles.to_vec();
+        tiles.sort_by_key(|t| offered.iter().position(|o| o == t));
+        if tiles.is_empty() || tiles.iter().any(|t| !offered.contains(t)) {
+            return Err(GpuError::Shape {
+                kernel: Self::NAME,
+                message: format!(
+                    "tiles {tiles:?} are not a non-empty subset of the {paths} variant's {offered:?}"
+                ),
+            });
+        }
+        let variant = KernelVariant {
+            kernel: Self::NAME,
+            paths,
+            source: Self::source_for(paths, &tiles),
+        };
+        let built = build(ctx, &variant)?;
+        Ok(Matmul {
+            variant: paths,
+            layout: built.layout,
+            tiles,
+            pipelines: built.pipelines,
+        })
+    }
+
+    /// The module of `variant` with one pipeline per tile and type, tile-major.
+    fn source_for(variant: KernelPaths, tiles: &[Tile]) -> KernelSource {
         let module = WgslModule::new(variant)
             .with(wgsl::BYTES)
             .with(wgsl::BLOCKS)
@@ -168,12 +279,22 @@ impl Kernel for Matmul {
                 .with(wgsl::MATMUL_LOAD)
                 .with(wgsl::MATMUL_COOP),
         };
-        let pipelines = Self::TYPES
+        let pipelines = tiles
             .iter()
-            .map(|&ty| PipelineSpec {
-                label: format!("matmul {ty}"),
-                entry_point: "main",
-                constants: type_constants(ty),
+            .flat_map(|&tile| {
+                Self::TYPES.iter().map(move |&ty| {
+                    let mut constants = type_constants(ty);
+                    if let Some(shape) = variant.coop_matrix {
+                        let warp = Tile::warp(shape);
+                        constants.push(("SG_T", f64::from(tile.tokens / warp.tokens)));
+                        constants.push(("SG_R", f64::from(tile.rows / warp.rows)));
+                    }
+                    PipelineSpec {
+                        label: format!("matmul {ty} {tile}"),
+                        entry_point: "main",
+                        constants,
+                    }
+                })
             })
             .collect();
         KernelSource {
@@ -183,49 +304,21 @@ impl Kernel for Matmul {
         }
     }
 
-    /// The fallback and the cooperative-matrix shapes; f16 only comes with the latter.
-    fn variants() -> Vec<KernelPaths> {
-        Self::AXES
-            .variants()
-            .into_iter()
-            .filter(|v| v.f16 == v.coop_matrix.is_some())
-            .collect()
-    }
-
-    /// A cooperative-matrix shape where `allowed` has one, else the fallback.
-    fn select(allowed: KernelPaths) -> KernelPaths {
-        let fastest = Self::AXES.select(allowed);
-        if fastest.coop_matrix.is_some() {
-            fastest
-        } else {
-            KernelPaths::FALLBACK
-        }
-    }
-}
-
-impl Matmul {
-    /// The weight types this kernel multiplies: every type the block decoders cover.
-    pub const TYPES: [GgmlType; 11] = Dequant::TYPES;
-
-    /// Builds the variant `paths` selects ([`Matmul::select`]).
-    pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
-        let variant = KernelVariant::of::<Self>(Self::select(paths));
-        let built = build(ctx, &variant)?;
-        Ok(Matmul {
-            variant: variant.paths,
-            layout: built.layout,
-            pipelines: built.pipelines,
-        })
-    }
-
     /// The variant that was built.
     pub fn variant(&self) -> KernelPaths {
         self.variant
     }
 
-    /// The block of Y one workgroup of this variant computes.
-    pub fn tile(&self) -> Tile {
-        Tile::of(self.variant)
+    /// The tiles built, largest first.
+    pub fn tiles(&self) -> &[Tile] {
+        &self.tiles
+    }
+
+    /// The tile a product of `rows` rows over `n_tokens` tokens runs with: the largest that
+    /// still makes [`FILL_WORKGROUPS`] workgroups (larger tiles reuse each loaded element
+    /// more), else the smallest (short prompts: as many workgroups as there can be).
+    pub fn tile_for(&self, n_tokens: u32, rows: u64) -> Tile {
+        pick_tile(&self.tiles, n_tokens, rows)
     }
 
     /// Binds a weight and its activations, splitting the weight's rows so that every binding
@@ -359,6 +452,7 @@ impl Matmul {
         Ok(MatmulBinding {
             ty,
             max_tokens,
+            rows,
             ranges,
         })
     }
@@ -366,7 +460,7 @@ impl Matmul {
     /// The grids [`Matmul::encode`] dispatches for `n_tokens`, one per row range: their number
     /// depends only on the binding, their size on the token count.
     pub fn grids(&self, binding: &MatmulBinding, n_tokens: u32) -> Vec<Grid> {
-        let tile = self.tile();
+        let tile = self.tile_for(n_tokens, binding.rows);
         binding
             .ranges
             .iter()
@@ -395,17 +489,35 @@ impl Matmul {
                 ),
             });
         }
-        let index = Self::TYPES
+        let ty = Self::TYPES
             .iter()
             .position(|&t| t == binding.ty)
             .expect("bind() accepts only TYPES");
-        pass.set_pipeline(&self.pipelines[index]);
+        let tile = self.tile_for(n_tokens, binding.rows);
+        let tile = self
+            .tiles
+            .iter()
+            .position(|&t| t == tile)
+            .expect("tile_for() picks a built tile");
+        pass.set_pipeline(&self.pipelines[tile * Self::TYPES.len() + ty]);
         for ((group, _), grid) in binding.ranges.iter().zip(self.grids(binding, n_tokens)) {
             pass.set_bind_group(0, group, &[]);
             grid.dispatch(pass);
         }
         Ok(())
     }
+}
+
+/// [`Matmul::tile_for`] over `tiles` (non-empty, largest first).
+fn pick_tile(tiles: &[Tile], n_tokens: u32, rows: u64) -> Tile {
+    let workgroups =
+        |t: &Tile| u64::from(n_tokens.div_ceil(t.tokens)) * rows.div_ceil(u64::from(t.rows));
+    let smallest = *tiles.last().expect("with_tiles() refuses an empty list");
+    tiles
+        .iter()
+        .copied()
+        .find(|t| workgroups(t) >= FILL_WORKGROUPS)
+        .unwrap_or(smallest)
 }
 
 /// The bytes of a `[tokens, width]` f32 activation, which must fit one binding.
@@ -439,7 +551,11 @@ mod tests {
     fn f16_comes_only_with_cooperative_matrices_and_every_selection_is_a_listed_variant() {
         let listed = Matmul::variants();
         assert_eq!(listed.len(), 3, "{listed:?}");
-        assert!(listed.iter().all(|v| v.f16 == v.coop_matrix.is_some()));
+        assert!(
+            listed
+                .iter()
+                .all(|v| v.f16 == v.coop_matrix.is_some() && v.subgroup == v.f16)
+        );
         for subgroup in [false, true] {
             for f16 in [false, true] {
                 for coop_matrix in [None, Some(CoopShape::M8x8), Some(CoopShape::M16x16)] {
@@ -451,9 +567,37 @@ mod tests {
                     };
                     let chosen = Matmul::select(allowed);
                     assert!(listed.contains(&chosen), "{allowed} selects {chosen}");
-                    assert_eq!(chosen.coop_matrix, coop_matrix.filter(|_| f16));
+                    assert_eq!(chosen.coop_matrix, coop_matrix.filter(|_| f16 && subgroup));
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_largest_tile_that_fills_the_gpu_is_picked_else_the_smallest() {
+        let tiles = Tile::all_of(KernelPaths {
+            subgroup: true,
+            f16: true,
+            coop_matrix: Some(CoopShape::M16x16),
+            int_dot: false,
+        });
+        let area = |t: &Tile| t.tokens * t.rows;
+        assert!(tiles.windows(2).all(|w| area(&w[0]) >= area(&w[1])));
+        let (largest, smallest) = (tiles[0], *tiles.last().unwrap());
+        // 2048 tokens × 4096 rows: 16 × 32 = 512 workgroups of the largest tile.
+        assert_eq!(pick_tile(&tiles, 2048, 4096), largest);
+        // One token: nothing fills the GPU; the smallest tile makes the most workgroups.
+        assert_eq!(pick_tile(&tiles, 1, 4096), smallest);
+        // In between, a middle tile: the first (largest) with enough workgroups.
+        let middle = pick_tile(&tiles, 256, 4096);
+        let workgroups =
+            |t: Tile| u64::from(256u32.div_ceil(t.tokens)) * 4096u64.div_ceil(u64::from(t.rows));
+        assert!(workgroups(middle) >= FILL_WORKGROUPS);
+        for &t in tiles.iter().take_while(|&&t| t != middle) {
+            assert!(
+                workgroups(t) < FILL_WORKGROUPS,
+                "{t} fills but {middle} was picked"
+            );
         }
     }
 }
