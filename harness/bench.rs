@@ -406,8 +406,8 @@ fn print_tables(r: &Report) {
         let p = &d.prefill;
         let largest = p.chunks.iter().map(|c| c.tokens).max().unwrap_or(0);
         println!(
-            "depth {} prefill: {:.0} tok/s timed · profiled in {} chunks of ≤ {} tokens: \
-             {} dispatches, {} ops, {:.1} TFLOP of products · GPU {} µs ({} tok/s), wall {:.0} µs",
+            "depth {} prefill: {:.0} tok/s timed · profiled chunks: {} of ≤ {} tokens, \
+             {} dispatches, {} ops, {:.3} TFLOP of products · GPU {} µs ({} tok/s), wall {:.0} µs",
             d.depth,
             d.prefill_tokens_per_s,
             p.chunks.len(),
