@@ -1,10 +1,15 @@
-//! `harness bench`: where a decode step's time goes, op by op, against the memory roofline.
+//! `harness bench`: where a prefill's and a decode step's time go, op by op, against the memory
+//! roofline.
 //!
 //! For each cache depth: a prompt of `depth` seeded random token ids is prefilled, `n_out` tokens
 //! are decoded greedily the way `harness run` does (GPU-resident, steps in flight) for the decode
-//! rate, the host's encode time and the submits per token; then `--profile-steps` single decode
-//! steps are run one at a time with a GPU timestamp after every op, and the median of each op's
-//! time is reported with the bytes it moves.
+//! rate, the host's encode time and the submits per token; then the prompt is prefilled once
+//! more, chunk by chunk as that prefill ran, with a GPU timestamp after every op (each chunk one
+//! step, waited for), and its ops' times are summed over the chunks; then `--profile-steps`
+//! single decode steps after the prompt are run the same way, and the median of each op's time
+//! is reported. Each op comes with the bytes it moves and, for weight products, its FLOPs
+//! (2 · rows · cols · tokens), hence GB/s and TFLOP/s. Ops are grouped by name and kernel: a
+//! prefill whose last chunk is short enough for mat-vecs shows both kernels of a product.
 //!
 //! Roofline: a step must read every weight tensor it uses (the embedding table: one row) and the
 //! KV cache at its depth; those bytes over the read bandwidth this device's own probe measured
@@ -16,6 +21,7 @@
 
 use anyhow::{Context, Result, bail};
 use fak::gpu::kernels::read_probe::{ReadBandwidth, ReadProbe};
+use fak::gpu::profile::OpRecord;
 use fak::runtime::{Engine, EngineOptions, SamplingParams, StepProfile};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -35,6 +41,9 @@ pub struct Args {
     /// Decode steps profiled op by op at each depth (each op's median is reported).
     #[arg(long, default_value_t = 5)]
     pub profile_steps: usize,
+    /// Most prompt tokens one prefill step runs (the engine's default when not given).
+    #[arg(long)]
+    pub prefill_chunk: Option<u32>,
     /// MiB the bandwidth probe streams (at most one binding of the device).
     #[arg(long, default_value_t = 1024)]
     pub probe_mib: u64,
@@ -66,6 +75,10 @@ struct DepthReport {
     n_out: usize,
     /// The prompt's prefill (all of it, host-timed as `harness run` does).
     prefill_tokens_per_s: f64,
+    /// Dispatches the timed prefill's last chunk recorded.
+    prefill_step_dispatches: usize,
+    /// The prompt's prefill again, op by op.
+    prefill: PrefillReport,
     decode_tokens_per_s: f64,
     /// Host time recording + finishing one decode step's commands, and submits per token.
     encode_us_per_token: f64,
@@ -91,22 +104,58 @@ struct DepthReport {
     ops: Vec<OpRow>,
 }
 
-/// All ops of one name in a step (`attn_q` of every layer), summed.
+/// One profiled prefill of the prompt: every chunk a step timed op by op (one run, not a
+/// median), the ops summed over the chunks.
+#[derive(Serialize)]
+struct PrefillReport {
+    tokens: usize,
+    chunks: Vec<ChunkRow>,
+    /// Over all chunks: dispatches, ops recorded, their bytes and FLOPs.
+    dispatches: usize,
+    op_count: usize,
+    weight_bytes: u64,
+    activation_bytes: u64,
+    flops: u64,
+    /// Σ of the ops' GPU times (None without timestamps).
+    gpu_us: Option<f64>,
+    /// Σ of the chunks' host times from submit to completion.
+    wall_us: f64,
+    /// tokens / gpu time: the rate of the prefill's ops alone, one after another.
+    gpu_tokens_per_s: Option<f64>,
+    ops: Vec<OpRow>,
+}
+
+/// One profiled prefill chunk.
+#[derive(Serialize)]
+struct ChunkRow {
+    tokens: u32,
+    /// Positions its attention covers (the cache before it + its tokens).
+    kv_len: u32,
+    dispatches: usize,
+    gpu_us: Option<f64>,
+    wall_us: f64,
+}
+
+/// All ops of one name and kernel in a step or prefill (`attn_q` of every layer), summed.
 #[derive(Serialize)]
 struct OpRow {
     name: &'static str,
     kernel: &'static str,
-    /// Ops of this name per step, and their dispatches.
+    /// Ops of this name and kernel, and their dispatches.
     count: usize,
     dispatches: usize,
     weight_bytes: u64,
     activation_bytes: u64,
+    /// FLOPs of weight products (2 · rows · cols · tokens); 0 for other ops.
+    flops: u64,
     gpu_us: Option<f64>,
     /// (weight + activation bytes) / gpu time, GB/s.
     gb_per_s: Option<f64>,
+    /// flops / gpu time, TFLOP/s (None for ops without FLOPs).
+    tflop_per_s: Option<f64>,
     /// weight bytes at the probe's bandwidth / gpu time.
     roofline_fraction: Option<f64>,
-    /// Share of the step's GPU time.
+    /// Share of the step's (or prefill's) GPU time.
     share: Option<f64>,
 }
 
@@ -120,6 +169,9 @@ pub fn run(args: Args) -> Result<()> {
     let deepest = *args.depths.iter().max().expect("non-empty");
     let mut options = EngineOptions::from_env()?;
     options.max_context = Some(deepest + args.n_out + 1);
+    if let Some(chunk) = args.prefill_chunk {
+        options.prefill_chunk = chunk;
+    }
     let mut engine = Engine::load(&args.model, &options)
         .with_context(|| format!("loading {}", args.model.display()))?;
     let bandwidth = ReadProbe::new(&engine.ctx)?
@@ -179,6 +231,7 @@ fn measure_depth(
         .decode_tokens_per_second()
         .context("the decode produced fewer than two tokens")?;
     let steps = stats.decode_steps.max(1) as f64;
+    let prefill = prefill_report(&engine.profile_prefill(prompt)?, gb_per_s);
     // The profiled steps decode after the same prompt (a prefix-cache hit: only its last page
     // is prefilled again), at the depth the timed decode started from.
     let started = engine.start(prompt, 2, false)?;
@@ -188,18 +241,9 @@ fn measure_depth(
     engine.finish(started.seq)?;
     let profiles = profiles?;
     let first = &profiles[0];
-    let op_ns: Vec<Option<f64>> = (0..first.ops.len())
-        .map(|i| median(profiles.iter().filter_map(|p| p.op_ns[i])))
-        .collect();
-    let ops = op_rows(first, &op_ns, gb_per_s);
-    let gpu_us = ops.iter().map(|r| r.gpu_us).sum::<Option<f64>>();
-    let ops = ops
-        .into_iter()
-        .map(|r| OpRow {
-            share: r.gpu_us.zip(gpu_us).map(|(a, b)| a / b),
-            ..r
-        })
-        .collect();
+    let op_ns = (0..first.ops.len()).map(|i| median(profiles.iter().filter_map(|p| p.op_ns[i])));
+    let ops = op_rows(first.ops.iter().zip(op_ns), gb_per_s);
+    let gpu_us = total_us(&ops);
     let step_weight_bytes = first.ops.iter().map(|o| o.weight_bytes).sum::<u64>();
     let roofline_us = step_weight_bytes as f64 / gb_per_s / 1e3;
     let decode_us = 1e6 / decode_rate;
@@ -207,6 +251,8 @@ fn measure_depth(
         depth: prompt.len(),
         n_out: args.n_out,
         prefill_tokens_per_s: stats.prefill_tokens_per_second(),
+        prefill_step_dispatches: stats.prefill_step_dispatches,
+        prefill,
         decode_tokens_per_s: decode_rate,
         encode_us_per_token: stats.decode_encode.as_secs_f64() * 1e6 / steps,
         submits_per_token: stats.decode_submits as f64 / steps,
@@ -225,17 +271,62 @@ fn measure_depth(
     })
 }
 
-/// The ops of one step grouped by name, in order of first appearance.
-fn op_rows(profile: &StepProfile, op_ns: &[Option<f64>], gb_per_s: f64) -> Vec<OpRow> {
+/// A prefill profiled chunk by chunk, its ops summed over the chunks.
+fn prefill_report(chunks: &[StepProfile], gb_per_s: f64) -> PrefillReport {
+    let all_ops = || chunks.iter().flat_map(|c| &c.ops);
+    let sum = |bytes: fn(&OpRecord) -> u64| all_ops().map(bytes).sum::<u64>();
+    let op_ns = chunks.iter().flat_map(|c| c.op_ns.iter().copied());
+    let ops = op_rows(all_ops().zip(op_ns), gb_per_s);
+    let gpu_us = total_us(&ops);
+    let tokens = chunks.iter().map(|c| c.tokens as usize).sum::<usize>();
+    PrefillReport {
+        tokens,
+        chunks: chunks
+            .iter()
+            .map(|c| ChunkRow {
+                tokens: c.tokens,
+                kv_len: c.kv_len,
+                dispatches: c.ops.iter().map(|o| o.dispatches).sum(),
+                gpu_us: c
+                    .op_ns
+                    .iter()
+                    .copied()
+                    .sum::<Option<f64>>()
+                    .map(|ns| ns / 1e3),
+                wall_us: c.wall.as_secs_f64() * 1e6,
+            })
+            .collect(),
+        dispatches: all_ops().map(|o| o.dispatches).sum(),
+        op_count: all_ops().count(),
+        weight_bytes: sum(|o| o.weight_bytes),
+        activation_bytes: sum(|o| o.activation_bytes),
+        flops: sum(|o| o.flops),
+        gpu_us,
+        wall_us: chunks.iter().map(|c| c.wall.as_secs_f64() * 1e6).sum(),
+        gpu_tokens_per_s: gpu_us.map(|us| tokens as f64 / us * 1e6),
+        ops,
+    }
+}
+
+/// Ops with their GPU nanoseconds (None without timestamps) grouped by name and kernel, in
+/// order of first appearance, with rates and each row's share of the whole.
+fn op_rows<'a>(
+    ops: impl Iterator<Item = (&'a OpRecord, Option<f64>)>,
+    gb_per_s: f64,
+) -> Vec<OpRow> {
     let mut rows: Vec<OpRow> = Vec::new();
-    for (op, ns) in profile.ops.iter().zip(op_ns) {
+    for (op, ns) in ops {
         let us = ns.map(|ns| ns / 1e3);
-        match rows.iter_mut().find(|r| r.name == op.name) {
+        match rows
+            .iter_mut()
+            .find(|r| r.name == op.name && r.kernel == op.kernel)
+        {
             Some(row) => {
                 row.count += 1;
                 row.dispatches += op.dispatches;
                 row.weight_bytes += op.weight_bytes;
                 row.activation_bytes += op.activation_bytes;
+                row.flops += op.flops;
                 row.gpu_us = row.gpu_us.zip(us).map(|(a, b)| a + b);
             }
             None => rows.push(OpRow {
@@ -245,21 +336,34 @@ fn op_rows(profile: &StepProfile, op_ns: &[Option<f64>], gb_per_s: f64) -> Vec<O
                 dispatches: op.dispatches,
                 weight_bytes: op.weight_bytes,
                 activation_bytes: op.activation_bytes,
+                flops: op.flops,
                 gpu_us: us,
                 gb_per_s: None,
+                tflop_per_s: None,
                 roofline_fraction: None,
                 share: None,
             }),
         }
     }
+    let total = total_us(&rows);
     for row in &mut rows {
         let bytes = (row.weight_bytes + row.activation_bytes) as f64;
         row.gb_per_s = row.gpu_us.map(|us| bytes / us / 1e3);
+        row.tflop_per_s = row
+            .gpu_us
+            .filter(|_| row.flops > 0)
+            .map(|us| row.flops as f64 / us / 1e6);
         row.roofline_fraction = row
             .gpu_us
             .map(|us| row.weight_bytes as f64 / gb_per_s / 1e3 / us);
+        row.share = row.gpu_us.zip(total).map(|(a, b)| a / b);
     }
     rows
+}
+
+/// Σ of the rows' GPU times; None when any row has none.
+fn total_us(rows: &[OpRow]) -> Option<f64> {
+    rows.iter().map(|r| r.gpu_us).sum()
 }
 
 /// The median of the values (the upper one of an even count); None when there are none.
@@ -278,14 +382,14 @@ fn print_tables(r: &Report) {
         r.bandwidth.timing,
         r.op_timing
     );
+    let us = |v: Option<f64>| v.map_or("n/a".into(), |us| format!("{us:.0}"));
     for d in &r.depths {
         println!();
         println!(
-            "depth {}: prefill {:.0} tok/s · decode {:.1} tok/s ({:.0} µs/token, {:.1} % of the {:.0} µs roofline) · \
+            "depth {}: decode {:.1} tok/s ({:.0} µs/token, {:.1} % of the {:.0} µs roofline) · \
              {} dispatches, {} ops, {:.2} submits per token · encode {:.0} µs/token · \
              profiled at kv {}: GPU {} µs, wall {:.0} µs",
             d.depth,
-            d.prefill_tokens_per_s,
             d.decode_tokens_per_s,
             d.decode_us_per_token,
             100.0 * d.decode_roofline_fraction,
@@ -295,29 +399,67 @@ fn print_tables(r: &Report) {
             d.submits_per_token,
             d.encode_us_per_token,
             d.profiled_kv_len,
-            d.gpu_us.map_or("n/a".into(), |us| format!("{us:.0}")),
+            us(d.gpu_us),
             d.step_wall_us,
         );
+        print_ops(&d.ops);
+        let p = &d.prefill;
+        let largest = p.chunks.iter().map(|c| c.tokens).max().unwrap_or(0);
         println!(
-            "  {:<12} {:<12} {:>5} {:>6} {:>12} {:>10} {:>9} {:>9} {:>7}",
-            "op", "kernel", "count", "disp", "weight MB", "act MB", "µs", "GB/s", "roof %"
+            "depth {} prefill: {:.0} tok/s timed · profiled chunks: {} of ≤ {} tokens, \
+             {} dispatches, {} ops, {:.3} TFLOP of products · GPU {} µs ({} tok/s), wall {:.0} µs",
+            d.depth,
+            d.prefill_tokens_per_s,
+            p.chunks.len(),
+            largest,
+            p.dispatches,
+            p.op_count,
+            p.flops as f64 / 1e12,
+            us(p.gpu_us),
+            us(p.gpu_tokens_per_s),
+            p.wall_us,
         );
-        for o in &d.ops {
-            let opt = |v: Option<f64>, scale: f64| {
-                v.map_or("n/a".into(), |v| format!("{:.1}", v * scale))
-            };
-            println!(
-                "  {:<12} {:<12} {:>5} {:>6} {:>12.2} {:>10.3} {:>9} {:>9} {:>7}",
-                o.name,
-                o.kernel,
-                o.count,
-                o.dispatches,
-                o.weight_bytes as f64 / 1e6,
-                o.activation_bytes as f64 / 1e6,
-                opt(o.gpu_us, 1.0),
-                opt(o.gb_per_s, 1.0),
-                opt(o.roofline_fraction, 100.0),
-            );
-        }
+        print_ops(&p.ops);
+    }
+}
+
+/// One profile's rows as a table.
+fn print_ops(rows: &[OpRow]) {
+    println!(
+        "  {:<12} {:<18} {:>5} {:>6} {:>12} {:>10} {:>10} {:>7} {:>9} {:>8} {:>7}",
+        "op",
+        "kernel",
+        "count",
+        "disp",
+        "weight MB",
+        "act MB",
+        "µs",
+        "share %",
+        "GB/s",
+        "TFLOP/s",
+        "roof %"
+    );
+    let opt = |v: Option<f64>, scale: f64, digits: usize| {
+        v.map_or("n/a".into(), |v| format!("{:.digits$}", v * scale))
+    };
+    for o in rows {
+        let tflop = match o.flops {
+            0 => "-".into(),
+            _ => opt(o.tflop_per_s, 1.0, 2),
+        };
+        println!(
+            "  {:<12} {:<18} {:>5} {:>6} {:>12.2} {:>10.3} {:>10} {:>7} {:>9} {:>8} {:>7}",
+            o.name,
+            o.kernel,
+            o.count,
+            o.dispatches,
+            o.weight_bytes as f64 / 1e6,
+            o.activation_bytes as f64 / 1e6,
+            opt(o.gpu_us, 1.0, 1),
+            opt(o.share, 100.0, 1),
+            opt(o.gb_per_s, 1.0, 1),
+            tflop,
+            opt(o.roofline_fraction, 100.0, 1),
+        );
     }
 }

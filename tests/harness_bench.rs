@@ -1,10 +1,14 @@
 //! `harness bench` on a tiny qwen3 and a tiny qwen35 on whatever adapter is present: the
-//! report's structure and its internal consistency (bytes against the model file and its
-//! recurrent state, sums, rates against times). Speed numbers themselves are never asserted.
+//! report's structure and its internal consistency (bytes and FLOPs against the model file and
+//! its recurrent state, sums, dispatches against the timed run's, rates against times), for the
+//! decode step and the prefill profiles; and profiling leaving the profiled sequence as it was.
+//! Speed numbers themselves are never asserted.
 
 use fak::gguf::Gguf;
 use fak::model::qwen35::{Hparams, LayerKind};
+use fak::runtime::{Engine, EngineOptions};
 use fak_tests::harness::{harness, synth_model};
+use fak_tests::model::random_ids;
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -33,7 +37,10 @@ fn assert_rel(what: &str, a: f64, b: f64) {
     );
 }
 
-const DEPTH: u64 = 5;
+/// A prompt of two prefill chunks: a full one (mat-muls, since it is over the mat-vec batch)
+/// and a short one (mat-vecs), both with prefill attention.
+const DEPTH: u64 = 20;
+const PREFILL_CHUNK: u64 = 16;
 const N_OUT: u64 = 3;
 
 /// A tiny synthetic model of `arch` (Q4_K_M, seed 5).
@@ -55,6 +62,8 @@ fn bench(path: &PathBuf) -> (Value, Value) {
             &DEPTH.to_string(),
             "--n-out",
             &N_OUT.to_string(),
+            "--prefill-chunk",
+            &PREFILL_CHUNK.to_string(),
         ])
         .args(["--profile-steps", "2", "--probe-mib", "8", "--json"])
         .output()
@@ -87,8 +96,8 @@ fn bench(path: &PathBuf) -> (Value, Value) {
     assert_rel("submits per token", f(&d, "submits_per_token"), 1.0);
     assert!(f(&d, "encode_us_per_token") > 0.0);
 
-    let ops = ops(&d);
-    let sum = |key: &str| ops.iter().map(|o| u(o, key)).sum::<u64>();
+    let rows = ops(&d);
+    let sum = |key: &str| rows.iter().map(|o| u(o, key)).sum::<u64>();
     assert_eq!(sum("dispatches"), u(&d, "dispatches_per_step"));
     assert_eq!(sum("count"), u(&d, "ops_per_step"));
     assert_eq!(sum("weight_bytes"), u(&d, "step_weight_bytes"));
@@ -98,35 +107,68 @@ fn bench(path: &PathBuf) -> (Value, Value) {
         f(&d, "roofline_us"),
         u(&d, "step_weight_bytes") as f64 / gb_per_s / 1e3,
     );
+    check_rows(&report, &d, gb_per_s);
 
-    // With timestamps inside passes every op has a GPU time, and the rows agree with it.
+    let p = &d["prefill"];
+    assert_eq!(u(p, "tokens"), DEPTH);
+    let chunks = p["chunks"].as_array().expect("prefill chunks");
+    let shape: Vec<(u64, u64)> = chunks
+        .iter()
+        .map(|c| (u(c, "tokens"), u(c, "kv_len")))
+        .collect();
+    let rest = DEPTH - PREFILL_CHUNK;
+    assert_eq!(shape, [(PREFILL_CHUNK, PREFILL_CHUNK), (rest, DEPTH)]);
+    // The profiled chunks record what the timed prefill recorded (its last chunk's dispatches
+    // come from the request's own run), and the rows sum to the chunks.
+    let chunk_dispatches: Vec<u64> = chunks.iter().map(|c| u(c, "dispatches")).collect();
+    assert_eq!(chunk_dispatches[1], u(&d, "prefill_step_dispatches"));
+    let rows = ops(p);
+    let sum = |key: &str| rows.iter().map(|o| u(o, key)).sum::<u64>();
+    assert_eq!(sum("dispatches"), chunk_dispatches.iter().sum::<u64>());
+    assert_eq!(sum("dispatches"), u(p, "dispatches"));
+    assert_eq!(sum("count"), u(p, "op_count"));
+    for key in ["weight_bytes", "activation_bytes", "flops"] {
+        assert_eq!(sum(key), u(p, key), "{key}");
+    }
+    check_rows(&report, p, gb_per_s);
     if report["op_timing"] == "gpu_timestamps" {
-        let gpu_us = f(&d, "gpu_us");
-        assert_rel(
-            "Σ op µs",
-            ops.iter().map(|o| f(o, "gpu_us")).sum::<f64>(),
-            gpu_us,
-        );
-        assert_rel(
-            "Σ shares",
-            ops.iter().map(|o| f(o, "share")).sum::<f64>(),
-            1.0,
-        );
-        for o in ops {
-            let us = f(o, "gpu_us");
-            assert!(us >= 0.0, "{o}");
-            if us > 0.0 {
-                let bytes = (u(o, "weight_bytes") + u(o, "activation_bytes")) as f64;
-                assert_rel("GB/s", f(o, "gb_per_s"), bytes / us / 1e3);
-                let roof = u(o, "weight_bytes") as f64 / gb_per_s / 1e3 / us;
-                assert_rel("roofline fraction", f(o, "roofline_fraction"), roof);
-            }
-        }
-    } else {
-        assert_eq!(report["op_timing"], "host_wall_per_step");
-        assert!(ops.iter().all(|o| o["gpu_us"].is_null()));
+        let chunk_us = chunks.iter().map(|c| f(c, "gpu_us")).sum::<f64>();
+        assert_rel("Σ chunk µs", chunk_us, f(p, "gpu_us"));
+        let rate = DEPTH as f64 / f(p, "gpu_us") * 1e6;
+        assert_rel("GPU tok/s", f(p, "gpu_tokens_per_s"), rate);
     }
     (report, d)
+}
+
+/// The rows of one profile (`d`: a decode step or a prefill) against the profile's own sums:
+/// with timestamps inside passes every op has a GPU time and the rows' rates agree with it;
+/// without, none has.
+fn check_rows(report: &Value, d: &Value, gb_per_s: f64) {
+    let rows = ops(d);
+    if report["op_timing"] != "gpu_timestamps" {
+        assert_eq!(report["op_timing"], "host_wall_per_step");
+        assert!(rows.iter().all(|o| o["gpu_us"].is_null()));
+        assert!(d["gpu_us"].is_null());
+        return;
+    }
+    let gpu_us = f(d, "gpu_us");
+    let sum = |key: &str| rows.iter().map(|o| f(o, key)).sum::<f64>();
+    assert_rel("Σ op µs", sum("gpu_us"), gpu_us);
+    assert_rel("Σ shares", sum("share"), 1.0);
+    for o in rows {
+        let us = f(o, "gpu_us");
+        assert!(us >= 0.0, "{o}");
+        if us > 0.0 {
+            let bytes = (u(o, "weight_bytes") + u(o, "activation_bytes")) as f64;
+            assert_rel("GB/s", f(o, "gb_per_s"), bytes / us / 1e3);
+            let roof = u(o, "weight_bytes") as f64 / gb_per_s / 1e3 / us;
+            assert_rel("roofline fraction", f(o, "roofline_fraction"), roof);
+            match u(o, "flops") {
+                0 => assert!(o["tflop_per_s"].is_null(), "{o}"),
+                flops => assert_rel("TFLOP/s", f(o, "tflop_per_s"), flops as f64 / us / 1e6),
+            }
+        }
+    }
 }
 
 fn ops(d: &Value) -> &Vec<Value> {
@@ -144,6 +186,49 @@ fn assert_names(d: &Value, want: &[&str]) {
     let names: Vec<&str> = ops(d).iter().filter_map(|o| o["name"].as_str()).collect();
     for w in want {
         assert!(names.contains(w), "{w} missing from {names:?}");
+    }
+}
+
+/// Every `(op, kernel)` of `want` is a row of `d`.
+fn assert_kernels(d: &Value, want: &[(&str, &str)]) {
+    let rows: Vec<(&str, &str)> = ops(d)
+        .iter()
+        .filter_map(|o| Some((o["name"].as_str()?, o["kernel"].as_str()?)))
+        .collect();
+    for w in want {
+        assert!(rows.contains(w), "{w:?} missing from {rows:?}");
+    }
+}
+
+/// The FLOPs of the weight products, from the file's shapes: 2 · rows · cols of every layer's
+/// product weights for each token of each chunk, and of the output head for each chunk's last
+/// token (the only row a step turns into logits). Checked for the decode step (one token) and
+/// the prefill (its chunks); and only products have FLOPs.
+fn assert_flops(gguf: &Gguf, d: &Value) {
+    let is_product = |t: &&fak::gguf::TensorInfo| {
+        t.name.starts_with("blk.") && t.n_rows() > 1 && !t.name.ends_with("ssm_conv1d.weight")
+    };
+    let layers: u64 = gguf
+        .tensors()
+        .iter()
+        .filter(is_product)
+        .map(|t| t.n_elements())
+        .sum();
+    let head = gguf
+        .require_tensor("output.weight")
+        .or_else(|_| gguf.require_tensor("token_embd.weight"))
+        .unwrap()
+        .n_elements();
+    let flops = |tokens: u64| 2 * (tokens * layers + head);
+    let sum = |d: &Value| ops(d).iter().map(|o| u(o, "flops")).sum::<u64>();
+    assert_eq!(sum(d), flops(1), "decode step FLOPs");
+    let p = &d["prefill"];
+    let chunks = p["chunks"].as_array().unwrap();
+    let want: u64 = chunks.iter().map(|c| flops(u(c, "tokens"))).sum();
+    assert_eq!(sum(p), want, "prefill FLOPs");
+    for o in ops(d).iter().chain(ops(p)) {
+        let product = ["matvec", "matvec_q8", "matmul"].contains(&o["kernel"].as_str().unwrap());
+        assert_eq!(u(o, "flops") > 0, product, "{o}");
     }
 }
 
@@ -202,6 +287,28 @@ fn bench_reports_a_consistent_per_op_profile_against_the_model_bytes() {
             "argmax",
         ],
     );
+    assert_flops(&gguf, &d);
+    // The prefill: mat-muls for the full chunk, mat-vecs for the short one, prefill attention
+    // for both.
+    assert_kernels(
+        &d["prefill"],
+        &[
+            ("embed", "embed"),
+            ("attn_norm", "rms_norm"),
+            ("attn_v", "matmul"),
+            ("attn_v", "matvec"),
+            ("rope_kv", "rope_kv"),
+            ("attention", "attn_prefill"),
+            ("ffn_norm", "rms_norm"),
+            ("ffn_gate_up", "matmul"),
+            ("swiglu", "elementwise"),
+            ("ffn_down", "matmul"),
+            ("ffn_down", "matvec"),
+            ("output", "matvec"),
+            ("argmax", "argmax"),
+        ],
+    );
+    assert_eq!(u(op(&d["prefill"], "attention"), "count"), 2 * n_layer);
 }
 
 /// The hybrid model profiles op by op too: its Gated DeltaNet ops are rows of their own, and
@@ -256,4 +363,61 @@ fn bench_profiles_the_hybrid_model_with_its_recurrent_state() {
             "argmax",
         ],
     );
+    assert_flops(&gguf, &d);
+    // The prefill: its GDN layers run the chunked delta rule on both chunks, its products
+    // mat-muls on the full chunk and mat-vecs on the short one.
+    let p = &d["prefill"];
+    assert_kernels(
+        p,
+        &[
+            ("gdn_qkv", "matmul"),
+            ("gdn_qkv", "matvec"),
+            ("ssm_conv", "ssm_conv"),
+            ("delta_prep", "delta_prep"),
+            ("gated_delta", "gated_delta_chunk"),
+            ("gated_norm", "gated_norm"),
+            ("gdn_out", "matmul"),
+            ("attn_q", "matmul"),
+            ("attention", "attn_prefill"),
+            ("attn_gate", "elementwise"),
+            ("ffn_gate_up", "matmul"),
+            ("output", "matvec"),
+        ],
+    );
+    assert_eq!(u(op(p, "gated_delta"), "count"), 2 * n_gdn);
+    assert_eq!(u(op(p, "attention"), "count"), 2 * n_attn);
+}
+
+/// Profiling leaves the sequence as it was: on the hybrid model, whose recurrent state every
+/// step advances, the decode step after two profiled decode steps and a profiled prefill (on
+/// a sequence of its own) gives the logits and tokens of the same step without them, bit for
+/// bit (the same kernels on the same inputs and state).
+#[test]
+fn profiling_leaves_the_sequence_as_it_was() {
+    let path = tiny("qwen35");
+    let mut options = EngineOptions::from_env().unwrap();
+    options.max_context = Some(64);
+    options.prefill_chunk = PREFILL_CHUNK as u32;
+    options.max_seqs = 2; // a free sequence for the profiled prefill
+    let mut engine = Engine::load(&path, &options).unwrap();
+    let n_vocab = engine.n_vocab();
+    let prompt = random_ids(3, DEPTH as usize, n_vocab);
+    let other = random_ids(4, DEPTH as usize, n_vocab);
+    let mut decode = |profile: bool| {
+        let seq = engine.start(&prompt, 2, false).unwrap().seq;
+        if profile {
+            for _ in 0..2 {
+                engine.profile_step(seq).unwrap();
+            }
+            assert_eq!(engine.profile_prefill(&other).unwrap().len(), 2);
+        }
+        let (tokens, logits) = engine.step_with_logits(&[seq]).unwrap();
+        let sequence = engine.tokens(seq).unwrap().to_vec();
+        engine.finish(seq).unwrap();
+        (tokens, logits, sequence)
+    };
+    let plain = decode(false);
+    let profiled = decode(true);
+    assert!(plain.1[0].iter().all(|x| x.is_finite()));
+    assert!(plain == profiled, "profiling changed the decode after it");
 }

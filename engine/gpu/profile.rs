@@ -25,6 +25,9 @@ pub struct OpRecord {
     pub weight_bytes: u64,
     /// Activation bytes it reads and writes (inputs, outputs, scratch).
     pub activation_bytes: u64,
+    /// Floating-point operations of a weight product (2 · rows · cols · tokens); 0 for other
+    /// ops, whose work is not counted.
+    pub flops: u64,
     pub dispatches: usize,
     /// Index of the timestamp written after the op, when profiling with timestamps.
     pub mark: Option<u32>,
@@ -32,11 +35,12 @@ pub struct OpRecord {
     pub since: Option<u32>,
 }
 
-/// What an op moves, as its recorder states it.
+/// What an op moves, as its recorder states it (and, for a weight product, its FLOPs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OpBytes {
     pub weights: u64,
     pub activations: u64,
+    pub flops: u64,
 }
 
 impl OpBytes {
@@ -44,6 +48,16 @@ impl OpBytes {
         OpBytes {
             weights,
             activations,
+            flops: 0,
+        }
+    }
+
+    /// The same bytes for a product of `tokens` vectors with a `rows × cols` weight: one
+    /// multiply and one add per weight and token.
+    pub fn product(self, rows: u64, cols: u64, tokens: u32) -> Self {
+        OpBytes {
+            flops: 2 * rows * cols * u64::from(tokens),
+            ..self
         }
     }
 }
@@ -118,6 +132,7 @@ impl<'q> StepMarks<'q> {
             kernel,
             weight_bytes: bytes.weights,
             activation_bytes: bytes.activations,
+            flops: bytes.flops,
             dispatches,
             mark,
             since,

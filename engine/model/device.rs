@@ -302,11 +302,11 @@ impl Linear {
     }
 
     /// What the product of `n` tokens moves: the whole weight once, x once, y once (twice when
-    /// accumulating).
+    /// accumulating); and its FLOPs.
     fn bytes(&self, n: u32) -> OpBytes {
         let y_passes = if self.accumulate { 2 } else { 1 };
         let activations = 4 * u64::from(n) * (self.cols + y_passes * self.rows);
-        OpBytes::new(self.weight_bytes, activations)
+        OpBytes::new(self.weight_bytes, activations).product(self.rows, self.cols, n)
     }
 
     /// Records the product for `n` tokens as op `name`: the whole weight tensor is read once,
@@ -866,7 +866,8 @@ impl Mlp {
                     self.gate_up.weight_bytes + self.norm.weight_bytes(),
                     4 * u64::from(n) * (self.gate_up.cols + self.gate_up.rows / 2)
                         + quantized.unwrap_or(0),
-                );
+                )
+                .product(self.gate_up.rows, self.gate_up.cols, n);
                 let kernel = if quantized.is_some() {
                     "matvec_q8"
                 } else {

@@ -142,14 +142,16 @@ pub struct Engine {
     /// Host time recording and finishing forward steps, and submits made, since load.
     encode_time: Duration,
     submits: usize,
-    /// Timestamps inside passes, where the device has them (`profile_step`).
+    /// Timestamps inside passes, where the device has them (`profile_step`, `profile_prefill`).
     profiler: Option<Profiler>,
     pub load_time: Duration,
 }
 
-/// One forward step timed op by op (`Engine::profile_step`).
+/// One forward step timed op by op (`Engine::profile_step`, `Engine::profile_prefill`).
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct StepProfile {
+    /// Tokens the step ran: 1 for a decode step, a chunk's length for a prefill step.
+    pub tokens: u32,
     /// Positions the step attended over.
     pub kv_len: u32,
     /// Every op the model recorded, in order.
@@ -578,25 +580,50 @@ impl Engine {
 
     /// Runs one decode step of `seq` (started with [`Engine::start`], with room for one more
     /// token) on its last token, with a timestamp after every op where the device can write them
-    /// inside a pass, and waits for it. The sequence is left where it was (the step's cache row
-    /// is rewritten by the next step), so repeated calls measure the same depth.
+    /// inside a pass, and waits for it. The sequence is left as it was: its position, and for a
+    /// hybrid model its recurrent state, are put back (the step's cache row is rewritten by the
+    /// next step), so repeated calls measure the same depth and decoding on is unchanged.
     pub fn profile_step(&mut self, seq: SeqId) -> Result<StepProfile, RuntimeError> {
-        let (pos, last) = self.next_input(seq)?;
-        self.io.set_ids(&self.ctx, &[last]);
-        let kv_len = pos as u32 + 1;
+        let (_, last) = self.next_input(seq)?;
+        let checkpoint = self.checkpoint(seq)?;
+        let profile = self.run_profiled(seq, &[last]);
+        self.rewind(seq, checkpoint)?;
+        profile
+    }
+
+    /// Prefills `prompt` in chunks as a request without the prefix cache does, each chunk one
+    /// step timed op by op like [`Engine::profile_step`], on a sequence of its own that is
+    /// closed after: no sequence in flight and nothing cached changes. Needs a free sequence.
+    pub fn profile_prefill(&mut self, prompt: &[u32]) -> Result<Vec<StepProfile>, RuntimeError> {
+        self.check_request(prompt, 0)?;
+        let seq = self.open(prompt, 0, false)?;
+        let chunk = self.io.max_tokens as usize;
+        let profiles = prompt
+            .chunks(chunk)
+            .map(|part| self.run_profiled(seq, part))
+            .collect();
+        self.close(seq, false)?;
+        profiles
+    }
+
+    /// Runs one forward step of `seq` over `ids` from its position (advancing it, as any step
+    /// does), with a timestamp after every op where the device has them, and waits for it.
+    fn run_profiled(&mut self, seq: SeqId, ids: &[u32]) -> Result<StepProfile, RuntimeError> {
+        self.io.set_ids(&self.ctx, ids);
+        let tokens = ids.len() as u32;
+        let kv_len = self.seq(seq)?.pos as u32 + tokens;
         let profiler = self.profiler.take();
         let mut marks = match &profiler {
             Some(p) => StepMarks::timed(&p.queries, kv_len),
             None => StepMarks::counting(kv_len),
         };
         let (encode_before, submits_before) = (self.encode_time, self.submits);
-        let result = self.begin_marked_step(seq, 1, false, &mut marks);
+        let result = self.begin_marked_step(seq, tokens, false, &mut marks);
         let marks_written = marks.marks();
         let ops = std::mem::take(&mut marks.ops);
         drop(marks);
         self.profiler = profiler;
         let (mut encoder, step) = result?;
-        self.seq_mut(seq)?.pos = pos;
         if let Some(p) = &self.profiler {
             p.resolve(&mut encoder, marks_written);
         }
@@ -612,6 +639,7 @@ impl Engine {
             None => vec![None; ops.len()],
         };
         Ok(StepProfile {
+            tokens,
             kv_len,
             ops,
             op_ns,
@@ -621,7 +649,7 @@ impl Engine {
         })
     }
 
-    /// Whether [`Engine::profile_step`] times each op on the GPU (else only whole steps on the
+    /// Whether [`Engine::profile_step`] and [`Engine::profile_prefill`] time each op on the GPU (else only whole steps on the
     /// host).
     pub fn times_ops(&self) -> bool {
         self.profiler.is_some()

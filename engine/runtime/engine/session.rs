@@ -66,6 +66,13 @@ pub(super) struct Sequence {
     cached: bool,
 }
 
+/// A sequence's position and recurrent state at one moment ([`Engine::checkpoint`]).
+pub(super) struct Checkpoint {
+    pos: usize,
+    state_pos: usize,
+    state: Option<wgpu::Buffer>,
+}
+
 impl Engine {
     pub(super) fn seq(&self, id: SeqId) -> Result<&Sequence, RuntimeError> {
         self.seqs
@@ -204,6 +211,43 @@ impl Engine {
             .encode_save_state(&mut encoder, seq.row(), &buffer)?;
         self.ctx.queue.submit([encoder.finish()]);
         Ok(buffer)
+    }
+
+    /// Where `seq` stands now (position, and for a hybrid model a copy of its recurrent state),
+    /// for [`Engine::rewind`] to put it back after steps that must leave no trace (profiling).
+    pub(super) fn checkpoint(&mut self, seq: SeqId) -> Result<Checkpoint, RuntimeError> {
+        let (pos, state_pos) = {
+            let s = self.seq(seq)?;
+            (s.pos, s.state_pos)
+        };
+        let state = match self.model.state_bytes() > 0 {
+            true => Some(self.save_state(seq)?),
+            false => None,
+        };
+        Ok(Checkpoint {
+            pos,
+            state_pos,
+            state,
+        })
+    }
+
+    /// Puts `seq` back where `checkpoint` found it. The KV rows written since need nothing: they
+    /// lie at or past its position, where its next step writes before anything attends to them.
+    pub(super) fn rewind(
+        &mut self,
+        seq: SeqId,
+        checkpoint: Checkpoint,
+    ) -> Result<(), RuntimeError> {
+        if let Some(state) = &checkpoint.state {
+            let mut encoder = self.encoder("state rewind");
+            self.model
+                .encode_restore_state(&mut encoder, state, seq.row())?;
+            self.ctx.queue.submit([encoder.finish()]);
+        }
+        let s = self.seq_mut(seq)?;
+        s.pos = checkpoint.pos;
+        s.state_pos = checkpoint.state_pos;
+        Ok(())
     }
 
     /// Inserts the first `computed` tokens into the prefix cache, their last page as a tail
