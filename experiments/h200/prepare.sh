@@ -7,7 +7,8 @@
 #
 #   experiments/h200/prepare.sh [test suites...]   (default: the GPU suites and model_qwen3)
 #   RELEASE_TARGET_DIR: the cargo target dir (default /work/targets/speed-release);
-#   BASE_HARNESS: a previous build's harness binary, carried as harness-base.
+#   BASE_HARNESS: a previous build's harness binary, carried as harness-base;
+#   MATMUL_BENCH=1: also build experiments/matmul-bench and carry it (matmul.sh runs it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 H=target/h200
@@ -30,6 +31,10 @@ nice cargo test --release -p fak-tests --no-run "${tests[@]}"
 nice cargo build --release -p fak-harness
 rm -rf "$H/bin" && mkdir -p "$H/bin"
 cp "$CARGO_TARGET_DIR/release/harness" "$H/bin/"
+if [ "${MATMUL_BENCH:-0}" = 1 ]; then
+    nice cargo build --release --manifest-path experiments/matmul-bench/Cargo.toml
+    cp "$CARGO_TARGET_DIR/release/matmul-bench" "$H/bin/"
+fi
 # A previous build's harness, for bench-decode.sh's before/after in one call.
 [ -z "${BASE_HARNESS:-}" ] || cp "$BASE_HARNESS" "$H/bin/harness-base"
 for t in "${suites[@]}"; do
