@@ -26,7 +26,7 @@
 //
 // Why several subgroups share one tile: every W element a workgroup dequantizes is reused for
 // TILE_T tokens and every X element for TILE_R rows, so the loader's work per MMA falls as the
-// tile grows, while each subgroup's registers stay at CT_T × CT_R accumulators. The
+// tile grows, while each subgroup's registers stay at 2 × 4 accumulators. The
 // one-subgroup-per-workgroup version of this kernel (32 × 64 tiles) dequantized 3× more per MMA
 // and ran slower than the f32 register-tiled kernel on the H200 (experiments/NOTES.md). Large
 // tiles leave too few workgroups for short prompts, so the host keeps several tilings and picks
@@ -47,9 +47,9 @@ override SG_T: u32 = 1u;
 override SG_R: u32 = 1u;
 
 const SUBGROUP_WIDTH: u32 = 32u;
-// One subgroup's block of Y.
-const WARP_T: u32 = CT_T * COOP;
-const WARP_R: u32 = CT_R * COOP;
+// One subgroup's block of Y: 2 × 4 tiles of COOP × COOP (written out by hand in main).
+const WARP_T: u32 = 2u * COOP;
+const WARP_R: u32 = 4u * COOP;
 override WG: u32 = SG_T * SG_R * SUBGROUP_WIDTH;
 override TILE_T: u32 = SG_T * WARP_T;
 override TILE_R: u32 = SG_R * WARP_R;
@@ -85,6 +85,18 @@ fn put_x(t: u32, k: u32, v: vec4<f32>) {
     x_tile[at + 3u] = f16(v.w);
 }
 
+// One accumulator tile out to Y: (i, j) is its place in the subgroup's CT_T × CT_R grid.
+fn store_tile(acc: CoopC, i: u32, j: u32, t0: u32, r0: u32, stage: u32, lane: u32) {
+    let stride = COOP;
+    coopStoreT(acc, &c_stage[stage], stride);
+    workgroupBarrier();
+    for (var e = lane; e < STAGE; e += SUBGROUP_WIDTH) {
+        store_output(t0 + i * COOP + e / COOP, r0 + j * COOP + e % COOP, c_stage[stage + e]);
+    }
+    // The next tile overwrites the stage only after it has been copied out.
+    workgroupBarrier();
+}
+
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wg: vec3<u32>,
@@ -97,45 +109,56 @@ fn main(
     // This subgroup's block inside the tiles.
     let st = (subgroup / SG_R) * WARP_T;
     let sr = (subgroup % SG_R) * WARP_R;
-    // acc[i * CT_R + j]: tokens t0 + st + COOP·i.., rows r0 + sr + COOP·j..
-    var acc: array<CoopC, CT_T * CT_R>;
-    for (var i = 0u; i < CT_T * CT_R; i++) {
-        acc[i] = CoopC();
-    }
+    // accIJ: tokens t0 + st + COOP·I.., rows r0 + sr + COOP·J.. Named, not an array: the
+    // subgroup's 2 × 4 tiles are written out by hand so every accumulator and fragment is a
+    // plain SSA value the driver keeps in registers (an array of cooperative matrices indexed
+    // in loops is what the first version of this kernel had; see experiments/NOTES.md).
+    var acc00 = CoopC();
+    var acc01 = CoopC();
+    var acc02 = CoopC();
+    var acc03 = CoopC();
+    var acc10 = CoopC();
+    var acc11 = CoopC();
+    var acc12 = CoopC();
+    var acc13 = CoopC();
+    let stride = STRIDE;
     for (var k0 = 0u; k0 < params.cols; k0 += TILE_K) {
         load_tiles(lid, r0, t0, k0);
         workgroupBarrier();
         for (var kk = 0u; kk < TILE_K; kk += COOP) {
-            var b: array<CoopB, CT_R>;
-            for (var j = 0u; j < CT_R; j++) {
-                let at = (sr + j * COOP) * STRIDE + kk;
-                let stride = STRIDE;
-                b[j] = coopLoad<CoopB>(&w_tile[at], stride);
-            }
-            for (var i = 0u; i < CT_T; i++) {
-                let at = (st + i * COOP) * STRIDE + kk;
-                let stride = STRIDE;
-                let a = coopLoadT<CoopA>(&x_tile[at], stride);
-                for (var j = 0u; j < CT_R; j++) {
-                    acc[i * CT_R + j] = coopMultiplyAdd(a, b[j], acc[i * CT_R + j]);
-                }
-            }
+            let w_at = sr * STRIDE + kk;
+            let b0 = coopLoad<CoopB>(&w_tile[w_at], stride);
+            let w_at1 = w_at + COOP * STRIDE;
+            let b1 = coopLoad<CoopB>(&w_tile[w_at1], stride);
+            let w_at2 = w_at + 2u * COOP * STRIDE;
+            let b2 = coopLoad<CoopB>(&w_tile[w_at2], stride);
+            let w_at3 = w_at + 3u * COOP * STRIDE;
+            let b3 = coopLoad<CoopB>(&w_tile[w_at3], stride);
+            let x_at = st * STRIDE + kk;
+            let a0 = coopLoadT<CoopA>(&x_tile[x_at], stride);
+            let x_at1 = x_at + COOP * STRIDE;
+            let a1 = coopLoadT<CoopA>(&x_tile[x_at1], stride);
+            acc00 = coopMultiplyAdd(a0, b0, acc00);
+            acc01 = coopMultiplyAdd(a0, b1, acc01);
+            acc02 = coopMultiplyAdd(a0, b2, acc02);
+            acc03 = coopMultiplyAdd(a0, b3, acc03);
+            acc10 = coopMultiplyAdd(a1, b0, acc10);
+            acc11 = coopMultiplyAdd(a1, b1, acc11);
+            acc12 = coopMultiplyAdd(a1, b2, acc12);
+            acc13 = coopMultiplyAdd(a1, b3, acc13);
         }
         // The next K step overwrites the tiles only after every fragment has been loaded.
         workgroupBarrier();
     }
     let stage = subgroup * STAGE;
-    for (var i = 0u; i < CT_T; i++) {
-        for (var j = 0u; j < CT_R; j++) {
-            let stride = COOP;
-            coopStoreT(acc[i * CT_R + j], &c_stage[stage], stride);
-            workgroupBarrier();
-            for (var e = lane; e < STAGE; e += SUBGROUP_WIDTH) {
-                let t = t0 + st + i * COOP + e / COOP;
-                store_output(t, r0 + sr + j * COOP + e % COOP, c_stage[stage + e]);
-            }
-            // The next tile overwrites the stage only after it has been copied out.
-            workgroupBarrier();
-        }
-    }
+    let t_sub = t0 + st;
+    let r_sub = r0 + sr;
+    store_tile(acc00, 0u, 0u, t_sub, r_sub, stage, lane);
+    store_tile(acc01, 0u, 1u, t_sub, r_sub, stage, lane);
+    store_tile(acc02, 0u, 2u, t_sub, r_sub, stage, lane);
+    store_tile(acc03, 0u, 3u, t_sub, r_sub, stage, lane);
+    store_tile(acc10, 1u, 0u, t_sub, r_sub, stage, lane);
+    store_tile(acc11, 1u, 1u, t_sub, r_sub, stage, lane);
+    store_tile(acc12, 1u, 2u, t_sub, r_sub, stage, lane);
+    store_tile(acc13, 1u, 3u, t_sub, r_sub, stage, lane);
 }

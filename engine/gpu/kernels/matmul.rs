@@ -42,7 +42,7 @@ const SLOTS: &[Slot] = &[
 
 /// The smallest tile side of any variant: `bind` checks grid limits against it, so a binding
 /// stays valid for every variant (they share the bind-group layout).
-const MIN_TILE: u64 = 32;
+const MIN_TILE: u64 = 16;
 
 /// `Params` of wgsl/matmul_load.wgsl, one per row range.
 #[repr(C)]
@@ -133,18 +133,13 @@ impl Tile {
         }
     }
 
-    /// The block one subgroup of a cooperative-matrix variant computes (`CT_T`·`COOP` ×
-    /// `CT_R`·`COOP` of its shape file).
+    /// The block one subgroup of a cooperative-matrix variant computes: 2 × 4 tiles of its
+    /// shape (`WARP_T` × `WARP_R` of wgsl/matmul_coop.wgsl).
     pub fn warp(shape: CoopShape) -> Tile {
-        match shape {
-            CoopShape::M16x16 => Tile {
-                tokens: 32,
-                rows: 64,
-            },
-            CoopShape::M8x8 => Tile {
-                tokens: 32,
-                rows: 32,
-            },
+        let n = shape.size();
+        Tile {
+            tokens: 2 * n,
+            rows: 4 * n,
         }
     }
 }
