@@ -133,12 +133,19 @@ fn the_host_tile_geometry_matches_each_variants_wgsl() {
         let (block, names) = match variant.paths.coop_matrix {
             None => {
                 assert_eq!(tiles.len(), 1, "the fallback has one tile");
+                assert_eq!(constant("TILE_K"), tiles[0].k_step);
                 (tiles[0], ("TILE_T", "TILE_R"))
             }
             Some(shape) => {
                 let warp = Tile::warp(shape);
                 for tile in &tiles {
-                    assert_eq!((tile.tokens % warp.tokens, tile.rows % warp.rows), (0, 0));
+                    let whole = |a: u32, b: u32| a.is_multiple_of(b);
+                    assert!(whole(tile.tokens, warp.tokens) && whole(tile.rows, warp.rows));
+                    // The kernel's K loop steps by COOP inside a K step; the loaders by quads.
+                    assert!(
+                        whole(tile.k_step, warp.k_step) && whole(tile.k_step, 4),
+                        "{tile}"
+                    );
                 }
                 (warp, ("WARP_T", "WARP_R"))
             }

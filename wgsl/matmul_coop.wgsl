@@ -6,7 +6,7 @@
 // dispatch: (ceil(n_tokens / TILE_T), ceil(rows / TILE_R), 1) per row range of W, as matmul.wgsl,
 //           with the tile of the pipeline the host picked for this token count.
 // pipelines: one per ggml type (the type overrides of matmul_load.wgsl) × workgroup tiling
-//            (SG_T × SG_R subgroups: the host's `Tile`s for the variant).
+//            (SG_T × SG_R subgroups and the K step TILE_K: the host's `Tile`s for the variant).
 // variants: the shape file before it: matmul_coop16.wgsl (Vulkan) | matmul_coop8.wgsl (Metal);
 //           the module gets `enable f16; enable wgpu_cooperative_matrix;` from the variant, and
 //           the variant requires SUBGROUP (for subgroup_id).
@@ -53,9 +53,11 @@ const WARP_R: u32 = 4u * COOP;
 override WG: u32 = SG_T * SG_R * SUBGROUP_WIDTH;
 override TILE_T: u32 = SG_T * WARP_T;
 override TILE_R: u32 = SG_R * WARP_R;
-const TILE_K: u32 = 32u;
-// Row stride of the f16 tiles, in halves (see above).
-const STRIDE: u32 = TILE_K + 8u;
+// The K step (a pipeline constant: a multiple of 2·COOP).
+override TILE_K: u32 = 32u;
+// Row stride of the f16 tiles, in halves (see above): TILE_K + 8 keeps the rows of a fragment
+// load in distinct bank groups for TILE_K = 32 and 64 alike.
+override STRIDE: u32 = TILE_K + 8u;
 const STAGE: u32 = COOP * COOP;
 // The workgroup arrays' lengths. Each is a named override: naga 30 turns an override
 // expression written inside `array<…, N>` into an unnamed override, which its

@@ -89,22 +89,27 @@ pub struct MatmulBuffers<'a> {
     pub step: &'a StepBuffer,
 }
 
-/// The block of Y one workgroup computes: `tokens` × `rows`.
+/// The block of Y one workgroup computes, `tokens` × `rows`, over K steps of `k_step`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Tile {
     pub tokens: u32,
     pub rows: u32,
+    pub k_step: u32,
 }
 
 impl std::fmt::Display for Tile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}x{}", self.tokens, self.rows)
+        write!(f, "{}x{}k{}", self.tokens, self.rows, self.k_step)
     }
 }
 
 /// The cooperative-matrix workgroups' subgroup grids (tokens × rows), largest tile first and,
 /// among equal areas, more tokens first (more reuse of each dequantized W element).
 const SUBGROUP_GRIDS: [(u32, u32); 6] = [(4, 2), (4, 1), (2, 2), (2, 1), (1, 2), (1, 1)];
+
+/// The cooperative-matrix K steps, the longer first (fewer barriers per FLOP, more loads in
+/// flight per K step).
+const COOP_K_STEPS: [u32; 2] = [64, 32];
 
 /// Workgroups a mat-mul should have to keep a large GPU busy (an H200 has 132 SMs): the tile
 /// picked for a product is the largest that still gives this many ([`Matmul::tile_for`]).
@@ -119,14 +124,18 @@ impl Tile {
             None => vec![Tile {
                 tokens: 64,
                 rows: 64,
+                k_step: 32,
             }],
             Some(shape) => {
                 let warp = Tile::warp(shape);
                 SUBGROUP_GRIDS
                     .iter()
-                    .map(|&(t, r)| Tile {
-                        tokens: t * warp.tokens,
-                        rows: r * warp.rows,
+                    .flat_map(|&(t, r)| {
+                        COOP_K_STEPS.iter().map(move |&k_step| Tile {
+                            tokens: t * warp.tokens,
+                            rows: r * warp.rows,
+                            k_step,
+                        })
                     })
                     .collect()
             }
@@ -134,12 +143,13 @@ impl Tile {
     }
 
     /// The block one subgroup of a cooperative-matrix variant computes: 2 × 4 tiles of its
-    /// shape (`WARP_T` × `WARP_R` of wgsl/matmul_coop.wgsl).
+    /// shape (`WARP_T` × `WARP_R` of wgsl/matmul_coop.wgsl), per K step of one tile side.
     pub fn warp(shape: CoopShape) -> Tile {
         let n = shape.size();
         Tile {
             tokens: 2 * n,
             rows: 4 * n,
+            k_step: n,
         }
     }
 }
@@ -283,6 +293,7 @@ impl Matmul {
                         let warp = Tile::warp(shape);
                         constants.push(("SG_T", f64::from(tile.tokens / warp.tokens)));
                         constants.push(("SG_R", f64::from(tile.rows / warp.rows)));
+                        constants.push(("TILE_K", f64::from(tile.k_step)));
                     }
                     PipelineSpec {
                         label: format!("matmul {ty} {tile}"),
