@@ -1,9 +1,8 @@
 //! The prefill mat-mul (wgsl/matmul*.wgsl) against dequantize-then-f64 on the CPU: every type ×
-//! every variant the device runs (cooperative-matrix ones too, where the adapter has them and
-//! `FAK_COOP_MATRIX=1`, each of their workgroup tilings) × n_tokens ∈ {1, 5, 17, 64, 70, 150}
-//! × ragged rows and columns, with Y stored and accumulated; weights split across bindings; the
-//! dispatch count of one mat-mul; the tile geometry the host assumes against the WGSL; bad
-//! shapes.
+//! every variant the device runs (cooperative-matrix ones too, where the adapter has them) ×
+//! n_tokens ∈ {1, 5, 17, 64, 70, 150} × ragged rows and columns, with Y
+//! stored and accumulated; weights split across bindings; the dispatch count of one mat-mul;
+//! the tile geometry the host assumes against the WGSL; bad shapes.
 
 use fak::gpu::kernels::matmul::{
     Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape, Tile,
@@ -15,9 +14,9 @@ use fak_tests::{gpu, rng, variants};
 
 const TOKEN_COUNTS: [u32; 6] = [1, 5, 17, 64, 70, 150];
 
-/// (rows, cols) per type: rows below one tile and past one of every tile (the largest has 128
-/// rows); columns not a multiple of any tile (F32/F16/BF16 rows end inside a K step and inside
-/// a quad), whole blocks otherwise.
+/// (rows, cols) per type: rows below one tile and past one of every variant (the largest has
+/// 128 rows); columns not a multiple of any tile (F32/F16/BF16 rows end inside a K step and
+/// inside a quad), whole blocks otherwise.
 fn shapes(ty: GgmlType) -> [(usize, usize); 2] {
     match ty.block_elems() {
         1 => [(37, 77), (140, 302)],
@@ -31,18 +30,15 @@ fn every_type_and_variant_matches_the_cpu_on_ragged_shapes_and_token_counts() {
     let ctx = gpu();
     let mut rng = rng(0x3a7_0001);
     for paths in variants::<Matmul>(ctx) {
-        for tile in Tile::all_of(paths) {
-            let kernel = Matmul::with_tiles(ctx, paths, &[tile]).unwrap();
-            for ty in Matmul::TYPES {
-                for (rows, cols) in shapes(ty) {
-                    let problem = Problem::random(ty, rows, cols, &mut rng);
-                    for output in [MatmulOutput::Store, MatmulOutput::Accumulate] {
-                        let product =
-                            Product::new(ctx, &kernel, &problem, output, u64::MAX).unwrap();
-                        for n_tokens in TOKEN_COUNTS {
-                            let what = format!("{ty} {rows}x{cols} ({paths}, tile {tile})");
-                            product.run(ctx, &kernel, n_tokens, &what).assert();
-                        }
+        let kernel = Matmul::new(ctx, paths).unwrap();
+        for ty in Matmul::TYPES {
+            for (rows, cols) in shapes(ty) {
+                let problem = Problem::random(ty, rows, cols, &mut rng);
+                for output in [MatmulOutput::Store, MatmulOutput::Accumulate] {
+                    let product = Product::new(ctx, &kernel, &problem, output, u64::MAX).unwrap();
+                    for n_tokens in TOKEN_COUNTS {
+                        let what = format!("{ty} {rows}x{cols} ({})", kernel.variant());
+                        product.run(ctx, &kernel, n_tokens, &what).assert();
                     }
                 }
             }
@@ -84,33 +80,31 @@ fn one_matmul_dispatches_once_per_row_range_whatever_the_token_count() {
     let problem = Problem::random(GgmlType::Q6_K, 100, 256, &mut rng(0x3a7_0003));
     for paths in variants::<Matmul>(ctx) {
         let kernel = Matmul::new(ctx, paths).unwrap();
+        let tile = kernel.tile();
         for max_binding in [u64::MAX, SPLIT_BINDING] {
             let product =
                 Product::new(ctx, &kernel, &problem, MatmulOutput::Store, max_binding).unwrap();
             let ranges = product.binding.ranges();
-            let range_rows = product.binding.range_rows();
+            let rows_grid: Vec<u32> = kernel
+                .grids(&product.binding, 1)
+                .iter()
+                .map(|g| g.y)
+                .collect();
             for n_tokens in 0..=MAX_TOKENS {
-                let tile = kernel.tile_for(n_tokens, 100);
                 let grids = kernel.grids(&product.binding, n_tokens);
                 assert_eq!(grids.len(), ranges, "{n_tokens} tokens ({paths})");
-                for (grid, &rows) in grids.iter().zip(&range_rows) {
+                for (grid, &rows) in grids.iter().zip(&rows_grid) {
                     assert_eq!(grid.x, n_tokens.div_ceil(tile.tokens), "{n_tokens} tokens");
-                    let rows_grid = rows.div_ceil(u64::from(tile.rows));
-                    assert_eq!(
-                        u64::from(grid.y),
-                        rows_grid,
-                        "{n_tokens} tokens, tile {tile}"
-                    );
+                    assert_eq!(grid.y, rows, "{n_tokens} tokens: the row grid moved");
                 }
             }
         }
     }
 }
 
-/// The host computes grids from [`Tile::all_of`]; the fallback's workgroups cover `TILE_T ×
-/// TILE_R` and a cooperative-matrix subgroup `WARP_T × WARP_R`, as their WGSL consts say (the
-/// cooperative-matrix tiles are whole subgroup grids of that block). Read back through naga for
-/// every variant, so the cooperative-matrix ones are checked on adapters that cannot run them.
+/// The host computes grids from [`Tile::of`]; the kernels' workgroups cover `TILE_T × TILE_R`
+/// as their WGSL consts say. Read back through naga for every variant, so the
+/// cooperative-matrix ones are checked on adapters that cannot run them.
 #[test]
 fn the_host_tile_geometry_matches_each_variants_wgsl() {
     for variant in KernelVariant::all_of::<Matmul>() {
@@ -129,30 +123,10 @@ fn the_host_tile_geometry_matches_each_variants_wgsl() {
                 ref other => panic!("{name} is {other:?}, not a u32 literal"),
             }
         };
-        let tiles = Tile::all_of(variant.paths);
-        let (block, names) = match variant.paths.coop_matrix {
-            None => {
-                assert_eq!(tiles.len(), 1, "the fallback has one tile");
-                assert_eq!(constant("TILE_K"), tiles[0].k_step);
-                (tiles[0], ("TILE_T", "TILE_R"))
-            }
-            Some(shape) => {
-                let warp = Tile::warp(shape);
-                for tile in &tiles {
-                    let whole = |a: u32, b: u32| a.is_multiple_of(b);
-                    assert!(whole(tile.tokens, warp.tokens) && whole(tile.rows, warp.rows));
-                    // The kernel's K loop steps by COOP inside a K step; the loaders by quads.
-                    assert!(
-                        whole(tile.k_step, warp.k_step) && whole(tile.k_step, 4),
-                        "{tile}"
-                    );
-                }
-                (warp, ("WARP_T", "WARP_R"))
-            }
-        };
+        let tile = Tile::of(variant.paths);
         assert_eq!(
-            (constant(names.0), constant(names.1)),
-            (block.tokens, block.rows),
+            (constant("TILE_T"), constant("TILE_R")),
+            (tile.tokens, tile.rows),
             "matmul ({})",
             variant.paths
         );

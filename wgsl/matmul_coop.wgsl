@@ -3,10 +3,8 @@
 //   f16 inputs, f32 accumulation
 //
 // bindings: see matmul_load.wgsl (0 w · 1 x · 2 y · 3 params · 4 step), as matmul.wgsl.
-// dispatch: (ceil(n_tokens / TILE_T), ceil(rows / TILE_R), 1) per row range of W, as matmul.wgsl,
-//           with the tile of the pipeline the host picked for this token count.
-// pipelines: one per ggml type (the type overrides of matmul_load.wgsl) × workgroup tiling
-//            (SG_T × SG_R subgroups and the K step TILE_K: the host's `Tile`s for the variant).
+// dispatch: (ceil(n_tokens / TILE_T), ceil(rows / TILE_R), 1) per row range of W, as matmul.wgsl.
+// pipelines: one per ggml type (the type overrides of matmul_load.wgsl).
 // variants: the shape file before it: matmul_coop16.wgsl (Vulkan) | matmul_coop8.wgsl (Metal);
 //           the module gets `enable f16; enable wgpu_cooperative_matrix;` from the variant, and
 //           the variant requires SUBGROUP (for subgroup_id).
@@ -26,11 +24,11 @@
 //
 // Why several subgroups share one tile: every W element a workgroup dequantizes is reused for
 // TILE_T tokens and every X element for TILE_R rows, so the loader's work per MMA falls as the
-// tile grows, while each subgroup's registers stay at 2 × 4 accumulators. The
-// one-subgroup-per-workgroup version of this kernel (32 × 64 tiles) dequantized 3× more per MMA
-// and ran slower than the f32 register-tiled kernel on the H200 (experiments/NOTES.md). Large
-// tiles leave too few workgroups for short prompts, so the host keeps several tilings and picks
-// one per token count (`Matmul::tile_for`).
+// tile grows, while each subgroup's registers stay at 2 × 4 accumulators. Measured on the H200
+// (experiments/NOTES.md, session #4 calls 2–4; Qwen3-8B shapes, 128 to 2048 tokens): 4 × 2
+// subgroups (128 × 128 for 16×16) won at every token count against 4 × 1, 2 × 2, 2 × 1, 1 × 2
+// and 1 × 1 (the old one-subgroup kernel, 3.8× slower at 2048 tokens), and K steps of 32 beat
+// 64 (equal for this tiling, up to 2× slower for the others).
 //
 // Subgroups are assumed 32 wide (every adapter that offers square f16 → f32 cooperative
 // matrices: NVIDIA, Apple): the host offers the variant only where the adapter's subgroup size
@@ -42,34 +40,26 @@
 // requires: bytes.wgsl, blocks.wgsl, dequant_type.wgsl, step.wgsl, a shape file, then
 //           matmul_load.wgsl.
 
-// The workgroup's subgroup grid (pipeline constants).
-override SG_T: u32 = 1u;
-override SG_R: u32 = 1u;
+// The workgroup's subgroup grid.
+const SG_T: u32 = 4u;
+const SG_R: u32 = 2u;
 
 const SUBGROUP_WIDTH: u32 = 32u;
 // One subgroup's block of Y: 2 × 4 tiles of COOP × COOP (written out by hand in main).
 const WARP_T: u32 = 2u * COOP;
 const WARP_R: u32 = 4u * COOP;
-override WG: u32 = SG_T * SG_R * SUBGROUP_WIDTH;
-override TILE_T: u32 = SG_T * WARP_T;
-override TILE_R: u32 = SG_R * WARP_R;
-// The K step (a pipeline constant: a multiple of 2·COOP).
-override TILE_K: u32 = 32u;
-// Row stride of the f16 tiles, in halves (see above): TILE_K + 8 keeps the rows of a fragment
-// load in distinct bank groups for TILE_K = 32 and 64 alike.
-override STRIDE: u32 = TILE_K + 8u;
+const WG: u32 = SG_T * SG_R * SUBGROUP_WIDTH;
+const TILE_T: u32 = SG_T * WARP_T;
+const TILE_R: u32 = SG_R * WARP_R;
+const TILE_K: u32 = 32u;
+// Row stride of the f16 tiles, in halves (see above).
+const STRIDE: u32 = TILE_K + 8u;
 const STAGE: u32 = COOP * COOP;
-// The workgroup arrays' lengths. Each is a named override: naga 30 turns an override
-// expression written inside `array<…, N>` into an unnamed override, which its
-// pipeline-constant pass cannot key and panics on ("entered unreachable code").
-override W_TILE_LEN: u32 = TILE_R * STRIDE;
-override X_TILE_LEN: u32 = TILE_T * STRIDE;
-override STAGE_LEN: u32 = SG_T * SG_R * STAGE;
 
-var<workgroup> w_tile: array<f16, W_TILE_LEN>;
-var<workgroup> x_tile: array<f16, X_TILE_LEN>;
+var<workgroup> w_tile: array<f16, TILE_R * STRIDE>;
+var<workgroup> x_tile: array<f16, TILE_T * STRIDE>;
 // One COOP × COOP result tile per subgroup, row-major (token-major), on its way to Y.
-var<workgroup> c_stage: array<f32, STAGE_LEN>;
+var<workgroup> c_stage: array<f32, SG_T * SG_R * STAGE>;
 
 fn put_w(r: u32, k: u32, v: vec4<f32>) {
     let at = r * STRIDE + k;

@@ -46,8 +46,7 @@ struct Params {
 @group(0) @binding(3) var<uniform> params: Params;
 @group(0) @binding(4) var<uniform> step: Step;
 
-// An override, as the cooperative-matrix kernel's TILE_K is one.
-override QUADS_K: u32 = TILE_K / 4u;
+const QUADS_K: u32 = TILE_K / 4u;
 
 fn src_word(index: u32) -> u32 {
     return w[index];

@@ -23,9 +23,13 @@ const MAX_ADDRESSABLE_BINDING: u64 = 1 << 31;
 pub struct ContextOptions {
     /// A case-insensitive substring of the adapter name (`FAK_ADAPTER`); the best adapter if None.
     pub adapter: Option<String>,
-    /// Request `EXPERIMENTAL_COOPERATIVE_MATRIX` where the adapter has it (`FAK_COOP_MATRIX=1`).
-    /// Experimental in wgpu 30: a configuration the driver lacks is undefined behaviour.
-    pub cooperative_matrix: bool,
+    /// Cooperative matrices (`EXPERIMENTAL_COOPERATIVE_MATRIX`, experimental in wgpu 30: a
+    /// configuration the driver lacks is undefined behaviour, so only reported ones are used).
+    /// `None` (the default, `FAK_COOP_MATRIX` unset): the 16×16 shape where the adapter has it,
+    /// the one measured to win (the prefill mat-mul on the H200, experiments/NOTES.md); the 8×8
+    /// (Metal) kernel has not run on hardware yet. `Some(true)` (`FAK_COOP_MATRIX=1`): every
+    /// shape the adapter has; `Some(false)` (`=0`): none.
+    pub cooperative_matrix: Option<bool>,
     /// Fast paths switched off for [`GpuContext::paths`] (`FAK_FORCE`).
     pub forced: Forced,
     /// Take the integer mat-vec path (`FAK_INT_DOT=1`): decode inputs quantized to 8 bits,
@@ -44,7 +48,11 @@ impl ContextOptions {
         };
         Ok(ContextOptions {
             adapter: std::env::var("FAK_ADAPTER").ok().filter(|s| !s.is_empty()),
-            cooperative_matrix: std::env::var("FAK_COOP_MATRIX").is_ok_and(|v| v == "1"),
+            cooperative_matrix: match std::env::var("FAK_COOP_MATRIX").as_deref() {
+                Ok("1") => Some(true),
+                Ok("0") => Some(false),
+                _ => None,
+            },
             forced,
             int_dot: std::env::var("FAK_INT_DOT").is_ok_and(|v| v == "1"),
         })
@@ -159,7 +167,7 @@ impl GpuContext {
     pub fn open(adapter: &wgpu::Adapter, options: &ContextOptions) -> Result<Self, GpuError> {
         let facts = AdapterFacts::of(adapter);
         let mut wanted = OPTIONAL_FEATURES;
-        if options.cooperative_matrix {
+        if options.cooperative_matrix != Some(false) {
             wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
         }
         let features = adapter.features() & wanted;
@@ -188,7 +196,12 @@ impl GpuContext {
         let best = KernelPaths {
             subgroup: features.contains(wgpu::Features::SUBGROUP),
             f16: features.contains(wgpu::Features::SHADER_F16),
-            coop_matrix: coop_shapes(&facts, features).last().copied(),
+            coop_matrix: coop_shapes(&facts, features)
+                .into_iter()
+                .filter(|&shape| {
+                    options.cooperative_matrix == Some(true) || shape == CoopShape::M16x16
+                })
+                .next_back(),
             int_dot: options.int_dot,
         };
         Ok(GpuContext {

@@ -5,8 +5,9 @@
 //! [`GpuContext::from_env`] picks the best adapter (discrete > integrated > virtual > CPU;
 //! `FAK_ADAPTER=<name substring>` and `WGPU_BACKEND=vulkan|metal|dx12|gl` override) and opens a
 //! device with the adapter's full limits and every optional feature it has (SHADER_F16, SUBGROUP,
-//! IMMEDIATES, TIMESTAMP_QUERY(+INSIDE_PASSES), PIPELINE_CACHE; EXPERIMENTAL_COOPERATIVE_MATRIX only
-//! with `FAK_COOP_MATRIX=1`). [`AdapterFacts`] is the serialisable description of the adapter.
+//! IMMEDIATES, TIMESTAMP_QUERY(+INSIDE_PASSES), PIPELINE_CACHE, EXPERIMENTAL_COOPERATIVE_MATRIX
+//! unless `FAK_COOP_MATRIX=0`; see [`ContextOptions::cooperative_matrix`] for which shapes).
+//! [`AdapterFacts`] is the serialisable description of the adapter.
 //!
 //! # Paths and variants
 //!

@@ -32,6 +32,9 @@ pub struct EngineOptions {
     /// KV-cache length; default min(the model's training context, 4096).
     pub max_context: Option<usize>,
     /// Most prompt tokens one prefill step processes (longer prompts take several steps).
+    /// Default 512: the prefill mat-mul's 128 × 128 cooperative-matrix tiles fill an H200 from
+    /// about 512 tokens (its best rate there, experiments/NOTES.md session #4), and each chunk's
+    /// activations stay small beside the weights.
     pub prefill_chunk: u32,
     /// Decode steps kept in flight ahead of the token being read back.
     pub lookahead: usize,
@@ -61,7 +64,7 @@ impl EngineOptions {
     pub fn from_env() -> Result<Self, RuntimeError> {
         Ok(EngineOptions {
             max_context: None,
-            prefill_chunk: 256,
+            prefill_chunk: 512,
             lookahead: 2,
             memory_limit: None,
             poison: std::env::var("FAK_POISON").is_ok_and(|v| v == "1"),

@@ -9,10 +9,10 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh
 {
-    echo "== gpu_matmul, FAK_COOP_MATRIX=1"
-    FAK_COOP_MATRIX=1 timeout 200 "$BIN/gpu_matmul" 2>&1 | grep -E "^test |test result|panicked|FAIL" | head -40
+    echo "== gpu_matmul (cooperative matrices on by default)"
+    timeout 200 "$BIN/gpu_matmul" 2>&1 | grep -E "^test |test result|panicked|FAIL" | head -40
 } > "$OUT/matmul-parity.log" 2>&1
-FAK_COOP_MATRIX=1 timeout 300 "$BIN/matmul-bench" > "$OUT/matmul-bench.tsv" 2> "$OUT/matmul-bench.err"
+timeout 300 "$BIN/matmul-bench" > "$OUT/matmul-bench.tsv" 2> "$OUT/matmul-bench.err"
 cat "$OUT/matmul-parity.log"
 grep -E "^#|layer" "$OUT/matmul-bench.tsv"
 tail -5 "$OUT/matmul-bench.err"

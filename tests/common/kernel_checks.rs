@@ -26,7 +26,7 @@ use fak::gpu::kernels::embed::{Embed, EmbedShape};
 use fak::gpu::kernels::gated_delta::GatedDeltaDecode;
 use fak::gpu::kernels::gated_delta_chunk::GatedDeltaChunked;
 use fak::gpu::kernels::gated_norm::GatedNorm;
-use fak::gpu::kernels::matmul::{Matmul, MatmulOutput, Tile};
+use fak::gpu::kernels::matmul::{Matmul, MatmulOutput};
 use fak::gpu::kernels::matvec::MatVec;
 use fak::gpu::kernels::quantize_q8::QuantizeQ8;
 use fak::gpu::kernels::rms_norm::RmsNorm;
@@ -492,44 +492,38 @@ pub fn dequant(ctx: &GpuContext) -> Vec<KernelCheck> {
 }
 
 /// The prefill mat-mul on every variant (the cooperative-matrix ones where the adapter has them
-/// and `FAK_COOP_MATRIX=1`, each workgroup tiling of theirs): per type, 70 rows × a few blocks (a
-/// row tile and a ragged one), stored for 17 tokens (part of a token tile) and accumulated for 70
-/// (more than one tile of the fallback).
+/// and `FAK_COOP_MATRIX` allows them): per type, 70 rows × a few blocks (a row tile and a ragged one),
+/// stored for 17 tokens (part of a token tile) and accumulated for 70 (more than one tile).
 pub fn matmul(ctx: &GpuContext) -> Vec<KernelCheck> {
     let mut out = Vec::new();
     for variant in variants::<Matmul>(ctx) {
-        for tile in Tile::all_of(variant) {
-            for (seed, ty) in Matmul::TYPES.into_iter().enumerate() {
-                let cols = match ty.block_elems() {
-                    1 => 77,
-                    32 => 96,
-                    _ => 256,
-                };
-                let what = match variant.coop_matrix {
-                    None => format!("{ty} 70x{cols}"),
-                    Some(_) => format!("{ty} 70x{cols} tile {tile}"),
-                };
-                out.extend(check_outputs("matmul", variant, what.clone(), || {
-                    let kernel = Matmul::with_tiles(ctx, variant, &[tile])
-                        .unwrap_or_else(|e| panic!("building matmul: {e}"));
-                    let mut rng = crate::rng(0x5e1f_3a70 + seed as u64);
-                    let problem = Problem::random(ty, 70, cols, &mut rng);
-                    [
-                        (MatmulOutput::Store, 17, "stored, 17 tokens"),
-                        (MatmulOutput::Accumulate, 70, "accumulated, 70 tokens"),
-                    ]
-                    .into_iter()
-                    .map(|(output, n_tokens, part)| {
-                        let product = Product::new(ctx, &kernel, &problem, output, u64::MAX)
-                            .unwrap_or_else(|e| panic!("binding matmul: {e}"));
-                        Output {
-                            part,
-                            ..product.run(ctx, &kernel, n_tokens, &what)
-                        }
-                    })
-                    .collect()
-                }));
-            }
+        for (seed, ty) in Matmul::TYPES.into_iter().enumerate() {
+            let cols = match ty.block_elems() {
+                1 => 77,
+                32 => 96,
+                _ => 256,
+            };
+            let what = format!("{ty} 70x{cols}");
+            out.extend(check_outputs("matmul", variant, what.clone(), || {
+                let kernel =
+                    Matmul::new(ctx, variant).unwrap_or_else(|e| panic!("building matmul: {e}"));
+                let mut rng = crate::rng(0x5e1f_3a70 + seed as u64);
+                let problem = Problem::random(ty, 70, cols, &mut rng);
+                [
+                    (MatmulOutput::Store, 17, "stored, 17 tokens"),
+                    (MatmulOutput::Accumulate, 70, "accumulated, 70 tokens"),
+                ]
+                .into_iter()
+                .map(|(output, n_tokens, part)| {
+                    let product = Product::new(ctx, &kernel, &problem, output, u64::MAX)
+                        .unwrap_or_else(|e| panic!("binding matmul: {e}"));
+                    Output {
+                        part,
+                        ..product.run(ctx, &kernel, n_tokens, &what)
+                    }
+                })
+                .collect()
+            }));
         }
     }
     out

@@ -3,10 +3,10 @@
 //!
 //! Variants ([`Matmul::variants`]):
 //! - fallback: register-tiled, f32 tiles in workgroup memory (wgsl/matmul.wgsl);
-//! - `f16+coop16` (Vulkan) / `f16+coop8` (Metal): cooperative-matrix tiles, f16 inputs and f32
-//!   accumulators, W dequantized to f16 in workgroup memory (wgsl/matmul_coop.wgsl). Built only
-//!   when the context opted into cooperative matrices (`FAK_COOP_MATRIX=1`) on an adapter that
-//!   reports the shape.
+//! - `subgroup+f16+coop16` (Vulkan) / `subgroup+f16+coop8` (Metal): cooperative-matrix tiles,
+//!   f16 inputs and f32 accumulators, W dequantized to f16 in workgroup memory by all the
+//!   workgroup's subgroups together (wgsl/matmul_coop.wgsl). Built where the context has the
+//!   shape (`GpuContext::paths`: 16×16 by default, 8×8 with `FAK_COOP_MATRIX=1`).
 //!
 //! There is no f16 variant without cooperative matrices: the register-tiled inner loop is bound
 //! by FMAs, so f16 tiles would add conversions and save nothing that limits it
@@ -42,7 +42,7 @@ const SLOTS: &[Slot] = &[
 
 /// The smallest tile side of any variant: `bind` checks grid limits against it, so a binding
 /// stays valid for every variant (they share the bind-group layout).
-const MIN_TILE: u64 = 16;
+const MIN_TILE: u64 = 64;
 
 /// `Params` of wgsl/matmul_load.wgsl, one per row range.
 #[repr(C)]
@@ -89,78 +89,36 @@ pub struct MatmulBuffers<'a> {
     pub step: &'a StepBuffer,
 }
 
-/// The block of Y one workgroup computes, `tokens` × `rows`, over K steps of `k_step`.
+/// The block of Y one workgroup computes: `tokens` × `rows`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Tile {
     pub tokens: u32,
     pub rows: u32,
-    pub k_step: u32,
 }
-
-impl std::fmt::Display for Tile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}x{}k{}", self.tokens, self.rows, self.k_step)
-    }
-}
-
-/// The cooperative-matrix workgroups' subgroup grids (tokens × rows), largest tile first and,
-/// among equal areas, more tokens first (more reuse of each dequantized W element).
-const SUBGROUP_GRIDS: [(u32, u32); 6] = [(4, 2), (4, 1), (2, 2), (2, 1), (1, 2), (1, 1)];
-
-/// The cooperative-matrix K steps, the longer first (fewer barriers per FLOP, more loads in
-/// flight per K step).
-const COOP_K_STEPS: [u32; 2] = [64, 32];
-
-/// Workgroups a mat-mul should have to keep a large GPU busy (an H200 has 132 SMs): the tile
-/// picked for a product is the largest that still gives this many ([`Matmul::tile_for`]).
-const FILL_WORKGROUPS: u64 = 264;
 
 impl Tile {
-    /// The tiles a variant's pipelines cover, largest first; the WGSL consts (`TILE_T` /
-    /// `TILE_R` of the fallback, `WARP_T` / `WARP_R` of the subgroup block) say the same
-    /// (tests/gpu_matmul.rs reads them back through naga).
-    pub fn all_of(variant: KernelPaths) -> Vec<Tile> {
+    /// The tile of a variant; the WGSL consts `TILE_T` / `TILE_R` of its module say the same
+    /// (tests/gpu_matmul.rs reads them back through naga). A cooperative-matrix workgroup is
+    /// 4 × 2 subgroups of 2 × 4 shape tiles each (wgsl/matmul_coop.wgsl says why this tiling).
+    pub fn of(variant: KernelPaths) -> Tile {
         match variant.coop_matrix {
-            None => vec![Tile {
+            None => Tile {
                 tokens: 64,
                 rows: 64,
-                k_step: 32,
-            }],
-            Some(shape) => {
-                let warp = Tile::warp(shape);
-                SUBGROUP_GRIDS
-                    .iter()
-                    .flat_map(|&(t, r)| {
-                        COOP_K_STEPS.iter().map(move |&k_step| Tile {
-                            tokens: t * warp.tokens,
-                            rows: r * warp.rows,
-                            k_step,
-                        })
-                    })
-                    .collect()
-            }
-        }
-    }
-
-    /// The block one subgroup of a cooperative-matrix variant computes: 2 × 4 tiles of its
-    /// shape (`WARP_T` × `WARP_R` of wgsl/matmul_coop.wgsl), per K step of one tile side.
-    pub fn warp(shape: CoopShape) -> Tile {
-        let n = shape.size();
-        Tile {
-            tokens: 2 * n,
-            rows: 4 * n,
-            k_step: n,
+            },
+            Some(shape) => Tile {
+                tokens: 4 * 2 * shape.size(),
+                rows: 2 * 4 * shape.size(),
+            },
         }
     }
 }
 
-/// The mat-mul kernel of one variant: one pipeline per supported type and tile.
+/// The mat-mul kernel of one variant: one pipeline per supported type.
 pub struct Matmul {
     variant: KernelPaths,
     layout: wgpu::BindGroupLayout,
-    /// The tiles built, largest first.
-    tiles: Vec<Tile>,
-    /// `pipelines[tile * TYPES.len() + type]`, parallel to `tiles` × [`Matmul::TYPES`].
+    /// Parallel to [`Matmul::TYPES`].
     pipelines: Vec<wgpu::ComputePipeline>,
 }
 
@@ -168,8 +126,6 @@ pub struct Matmul {
 pub struct MatmulBinding {
     ty: GgmlType,
     max_tokens: u32,
-    /// Rows of W, all ranges together.
-    rows: u64,
     /// (bind group, rows in the range), in row order.
     ranges: Vec<(wgpu::BindGroup, u64)>,
 }
@@ -183,11 +139,6 @@ impl MatmulBinding {
     pub fn ranges(&self) -> usize {
         self.ranges.len()
     }
-
-    /// The rows of each range, in row order.
-    pub fn range_rows(&self) -> Vec<u64> {
-        self.ranges.iter().map(|&(_, rows)| rows).collect()
-    }
 }
 
 impl Kernel for Matmul {
@@ -200,7 +151,34 @@ impl Kernel for Matmul {
     };
 
     fn source(variant: KernelPaths) -> KernelSource {
-        Self::source_for(variant, &Tile::all_of(variant))
+        let module = WgslModule::new(variant)
+            .with(wgsl::BYTES)
+            .with(wgsl::BLOCKS)
+            .with(wgsl::DEQUANT_TYPE)
+            .with(wgsl::STEP);
+        let module = match variant.coop_matrix {
+            None => module.with(wgsl::MATMUL_LOAD).with(wgsl::MATMUL),
+            Some(shape) => module
+                .with(match shape {
+                    CoopShape::M8x8 => wgsl::MATMUL_COOP8,
+                    CoopShape::M16x16 => wgsl::MATMUL_COOP16,
+                })
+                .with(wgsl::MATMUL_LOAD)
+                .with(wgsl::MATMUL_COOP),
+        };
+        let pipelines = Self::TYPES
+            .iter()
+            .map(|&ty| PipelineSpec {
+                label: format!("matmul {ty}"),
+                entry_point: "main",
+                constants: type_constants(ty),
+            })
+            .collect();
+        KernelSource {
+            module,
+            slots: SLOTS,
+            pipelines,
+        }
     }
 
     /// The fallback and the cooperative-matrix shapes; f16 and subgroups only come with the
@@ -209,7 +187,7 @@ impl Kernel for Matmul {
         Self::AXES
             .variants()
             .into_iter()
-            .filter(|v| v.f16 == v.coop_matrix.is_some() && v.subgroup == v.coop_matrix.is_some())
+            .filter(|v| v.f16 == v.coop_matrix.is_some() && v.subgroup == v.f16)
             .collect()
     }
 
@@ -228,86 +206,15 @@ impl Matmul {
     /// The weight types this kernel multiplies: every type the block decoders cover.
     pub const TYPES: [GgmlType; 11] = Dequant::TYPES;
 
-    /// Builds the variant `paths` selects ([`Matmul::select`]) with every tile it has.
+    /// Builds the variant `paths` selects ([`Matmul::select`]).
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
-        let variant = Self::select(paths);
-        Self::with_tiles(ctx, variant, &Tile::all_of(variant))
-    }
-
-    /// Builds the variant `paths` selects with only `tiles` (some of [`Tile::all_of`] it, in
-    /// that order), so a test or benchmark can run one tiling whatever the token count.
-    pub fn with_tiles(
-        ctx: &GpuContext,
-        paths: KernelPaths,
-        tiles: &[Tile],
-    ) -> Result<Self, GpuError> {
-        let paths = Self::select(paths);
-        let offered = Tile::all_of(paths);
-        let mut tiles = tiles.to_vec();
-        tiles.sort_by_key(|t| offered.iter().position(|o| o == t));
-        if tiles.is_empty() || tiles.iter().any(|t| !offered.contains(t)) {
-            return Err(GpuError::Shape {
-                kernel: Self::NAME,
-                message: format!(
-                    "tiles {tiles:?} are not a non-empty subset of the {paths} variant's {offered:?}"
-                ),
-            });
-        }
-        let variant = KernelVariant {
-            kernel: Self::NAME,
-            paths,
-            source: Self::source_for(paths, &tiles),
-        };
+        let variant = KernelVariant::of::<Self>(Self::select(paths));
         let built = build(ctx, &variant)?;
         Ok(Matmul {
-            variant: paths,
+            variant: variant.paths,
             layout: built.layout,
-            tiles,
             pipelines: built.pipelines,
         })
-    }
-
-    /// The module of `variant` with one pipeline per tile and type, tile-major.
-    fn source_for(variant: KernelPaths, tiles: &[Tile]) -> KernelSource {
-        let module = WgslModule::new(variant)
-            .with(wgsl::BYTES)
-            .with(wgsl::BLOCKS)
-            .with(wgsl::DEQUANT_TYPE)
-            .with(wgsl::STEP);
-        let module = match variant.coop_matrix {
-            None => module.with(wgsl::MATMUL_LOAD).with(wgsl::MATMUL),
-            Some(shape) => module
-                .with(match shape {
-                    CoopShape::M8x8 => wgsl::MATMUL_COOP8,
-                    CoopShape::M16x16 => wgsl::MATMUL_COOP16,
-                })
-                .with(wgsl::MATMUL_LOAD)
-                .with(wgsl::MATMUL_COOP),
-        };
-        let pipelines = tiles
-            .iter()
-            .flat_map(|&tile| {
-                Self::TYPES.iter().map(move |&ty| {
-                    let mut constants = type_constants(ty);
-                    if let Some(shape) = variant.coop_matrix {
-                        let warp = Tile::warp(shape);
-                        constants.push(("SG_T", f64::from(tile.tokens / warp.tokens)));
-                        constants.push(("SG_R", f64::from(tile.rows / warp.rows)));
-                        constants.push(("TILE_K", f64::from(tile.k_step)));
-                    }
-                    PipelineSpec {
-                        label: format!("matmul {ty} {tile}"),
-                        entry_point: "main",
-                        constants,
-                    }
-                })
-            })
-            .collect();
-        KernelSource {
-            module,
-            slots: SLOTS,
-            pipelines,
-        }
     }
 
     /// The variant that was built.
@@ -315,16 +222,9 @@ impl Matmul {
         self.variant
     }
 
-    /// The tiles built, largest first.
-    pub fn tiles(&self) -> &[Tile] {
-        &self.tiles
-    }
-
-    /// The tile a product of `rows` rows over `n_tokens` tokens runs with: the largest that
-    /// still makes [`FILL_WORKGROUPS`] workgroups (larger tiles reuse each loaded element
-    /// more), else the smallest (short prompts: as many workgroups as there can be).
-    pub fn tile_for(&self, n_tokens: u32, rows: u64) -> Tile {
-        pick_tile(&self.tiles, n_tokens, rows)
+    /// The block of Y one workgroup of this variant computes.
+    pub fn tile(&self) -> Tile {
+        Tile::of(self.variant)
     }
 
     /// Binds a weight and its activations, splitting the weight's rows so that every binding
@@ -458,7 +358,6 @@ impl Matmul {
         Ok(MatmulBinding {
             ty,
             max_tokens,
-            rows,
             ranges,
         })
     }
@@ -466,7 +365,7 @@ impl Matmul {
     /// The grids [`Matmul::encode`] dispatches for `n_tokens`, one per row range: their number
     /// depends only on the binding, their size on the token count.
     pub fn grids(&self, binding: &MatmulBinding, n_tokens: u32) -> Vec<Grid> {
-        let tile = self.tile_for(n_tokens, binding.rows);
+        let tile = self.tile();
         binding
             .ranges
             .iter()
@@ -495,35 +394,17 @@ impl Matmul {
                 ),
             });
         }
-        let ty = Self::TYPES
+        let index = Self::TYPES
             .iter()
             .position(|&t| t == binding.ty)
             .expect("bind() accepts only TYPES");
-        let tile = self.tile_for(n_tokens, binding.rows);
-        let tile = self
-            .tiles
-            .iter()
-            .position(|&t| t == tile)
-            .expect("tile_for() picks a built tile");
-        pass.set_pipeline(&self.pipelines[tile * Self::TYPES.len() + ty]);
+        pass.set_pipeline(&self.pipelines[index]);
         for ((group, _), grid) in binding.ranges.iter().zip(self.grids(binding, n_tokens)) {
             pass.set_bind_group(0, group, &[]);
             grid.dispatch(pass);
         }
         Ok(())
     }
-}
-
-/// [`Matmul::tile_for`] over `tiles` (non-empty, largest first).
-fn pick_tile(tiles: &[Tile], n_tokens: u32, rows: u64) -> Tile {
-    let workgroups =
-        |t: &Tile| u64::from(n_tokens.div_ceil(t.tokens)) * rows.div_ceil(u64::from(t.rows));
-    let smallest = *tiles.last().expect("with_tiles() refuses an empty list");
-    tiles
-        .iter()
-        .copied()
-        .find(|t| workgroups(t) >= FILL_WORKGROUPS)
-        .unwrap_or(smallest)
 }
 
 /// The bytes of a `[tokens, width]` f32 activation, which must fit one binding.
@@ -576,34 +457,6 @@ mod tests {
                     assert_eq!(chosen.coop_matrix, coop_matrix.filter(|_| f16 && subgroup));
                 }
             }
-        }
-    }
-
-    #[test]
-    fn the_largest_tile_that_fills_the_gpu_is_picked_else_the_smallest() {
-        let tiles = Tile::all_of(KernelPaths {
-            subgroup: true,
-            f16: true,
-            coop_matrix: Some(CoopShape::M16x16),
-            int_dot: false,
-        });
-        let area = |t: &Tile| t.tokens * t.rows;
-        assert!(tiles.windows(2).all(|w| area(&w[0]) >= area(&w[1])));
-        let (largest, smallest) = (tiles[0], *tiles.last().unwrap());
-        // 2048 tokens × 4096 rows: 16 × 32 = 512 workgroups of the largest tile.
-        assert_eq!(pick_tile(&tiles, 2048, 4096), largest);
-        // One token: nothing fills the GPU; the smallest tile makes the most workgroups.
-        assert_eq!(pick_tile(&tiles, 1, 4096), smallest);
-        // In between, a middle tile: the first (largest) with enough workgroups.
-        let middle = pick_tile(&tiles, 256, 4096);
-        let workgroups =
-            |t: Tile| u64::from(256u32.div_ceil(t.tokens)) * 4096u64.div_ceil(u64::from(t.rows));
-        assert!(workgroups(middle) >= FILL_WORKGROUPS);
-        for &t in tiles.iter().take_while(|&&t| t != middle) {
-            assert!(
-                workgroups(t) < FILL_WORKGROUPS,
-                "{t} fills but {middle} was picked"
-            );
         }
     }
 }

@@ -1,13 +1,12 @@
 //! Times one mat-mul dispatch of every runnable `Matmul` variant on the adapter `FAK_ADAPTER`
-//! picks (`FAK_COOP_MATRIX=1` adds the cooperative-matrix variants), each workgroup tile of the
-//! variant alone and then the tile the engine picks per product (`auto`), at the projection
-//! shapes of a Qwen3-8B layer, for Q4_K and Q6_K weights (the Q4_K_M recipe's two types) and
-//! several prompt lengths. Each figure is the median over `REPS` passes of `DISPATCHES` back-to-back
+//! picks (the cooperative-matrix ones where it has them; `FAK_COOP_MATRIX=1` adds 8×8), at the projection shapes of
+//! a Qwen3-8B layer, for Q4_K and Q6_K weights (the Q4_K_M recipe's two types) and several
+//! prompt lengths. Each figure is the median over `REPS` passes of `DISPATCHES` back-to-back
 //! dispatches, timed by pass timestamps, so per-dispatch overhead (~2 µs on an H200) is
 //! included as it is in a forward pass. Prints one tab-separated line per measurement plus a
 //! per-layer total; results and the command go in `experiments/matmul-tiles.md`.
 
-use fak::gpu::kernels::matmul::{Matmul, MatmulBuffers, MatmulOutput, MatmulShape, Tile};
+use fak::gpu::kernels::matmul::{Matmul, MatmulBuffers, MatmulOutput, MatmulShape};
 use fak::gpu::{GpuContext, Kernel, Step, StepBuffer, storage_buffer, upload};
 use fak::quant::{GgmlType, fill_random_rows};
 
@@ -39,9 +38,7 @@ fn main() {
         "# {} ({}, {})",
         facts.name, facts.backend, facts.driver_info
     );
-    println!(
-        "variant\ttile\ttype\tshape\trows\tcols\ttokens\tus_per_dispatch\tgflops\tweight_gbps"
-    );
+    println!("variant\ttype\tshape\trows\tcols\ttokens\tus_per_dispatch\tgflops\tweight_gbps");
     let (shapes, token_counts): (&[_], &[u32]) = if quick {
         (&QUICK_SHAPES, &[5, 70])
     } else {
@@ -55,44 +52,30 @@ fn main() {
         }
     }
     for paths in variants {
-        let tiles = Tile::all_of(paths);
-        let mut kernels: Vec<(String, Matmul)> = tiles
-            .iter()
-            .map(|&tile| {
-                let kernel = Matmul::with_tiles(&ctx, paths, &[tile]).expect("building the mat-mul");
-                (tile.to_string(), kernel)
-            })
-            .collect();
-        if tiles.len() > 1 {
-            let kernel = Matmul::new(&ctx, paths).expect("building the mat-mul");
-            kernels.push(("auto".to_string(), kernel));
-        }
-        for (tile, kernel) in &kernels {
-            for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
-                for &n_tokens in token_counts {
-                    let mut layer_seconds = 0.0;
-                    for &(name, rows, cols) in shapes {
-                        let seconds = time_one(&ctx, kernel, ty, rows, cols, n_tokens);
-                        layer_seconds += seconds;
-                        let flops = 2.0 * (rows * cols) as f64 * f64::from(n_tokens);
-                        let weight_bytes = (ty.row_bytes(cols).unwrap() * rows) as f64;
-                        let used = kernel.tile_for(n_tokens, rows);
-                        println!(
-                            "{}\t{tile}({used})\t{ty}\t{name}\t{rows}\t{cols}\t{n_tokens}\t{:.1}\t{:.1}\t{:.1}",
-                            kernel.variant(),
-                            seconds * 1e6,
-                            flops / seconds / 1e9,
-                            weight_bytes / seconds / 1e9
-                        );
-                    }
-                    if !quick {
-                        println!(
-                            "{}\t{tile}\t{ty}\tlayer\t-\t-\t{n_tokens}\t{:.1}\t-\t-\t# x{LAYERS} layers: {:.0} prompt tok/s from mat-muls alone",
-                            kernel.variant(),
-                            layer_seconds * 1e6,
-                            f64::from(n_tokens) / (layer_seconds * LAYERS)
-                        );
-                    }
+        let kernel = Matmul::new(&ctx, paths).expect("building the mat-mul");
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+            for &n_tokens in token_counts {
+                let mut layer_seconds = 0.0;
+                for &(name, rows, cols) in shapes {
+                    let seconds = time_one(&ctx, &kernel, ty, rows, cols, n_tokens);
+                    layer_seconds += seconds;
+                    let flops = 2.0 * (rows * cols) as f64 * f64::from(n_tokens);
+                    let weight_bytes = (ty.row_bytes(cols).unwrap() * rows) as f64;
+                    println!(
+                        "{}\t{ty}\t{name}\t{rows}\t{cols}\t{n_tokens}\t{:.1}\t{:.1}\t{:.1}",
+                        kernel.variant(),
+                        seconds * 1e6,
+                        flops / seconds / 1e9,
+                        weight_bytes / seconds / 1e9
+                    );
+                }
+                if !quick {
+                    println!(
+                        "{}\t{ty}\tlayer\t-\t-\t{n_tokens}\t{:.1}\t-\t-\t# x{LAYERS} layers: {:.0} prompt tok/s from mat-muls alone",
+                        kernel.variant(),
+                        layer_seconds * 1e6,
+                        f64::from(n_tokens) / (layer_seconds * LAYERS)
+                    );
                 }
             }
         }
