@@ -196,12 +196,9 @@ impl GpuContext {
         let best = KernelPaths {
             subgroup: features.contains(wgpu::Features::SUBGROUP),
             f16: features.contains(wgpu::Features::SHADER_F16),
-            coop_matrix: coop_shapes(&facts, features)
-                .into_iter()
-                .filter(|&shape| {
-                    options.cooperative_matrix == Some(true) || shape == CoopShape::M16x16
-                })
-                .next_back(),
+            coop_matrix: coop_shapes(&facts, features).into_iter().rfind(|&shape| {
+                options.cooperative_matrix == Some(true) || shape == CoopShape::M16x16
+            }),
             int_dot: options.int_dot,
         };
         Ok(GpuContext {
