@@ -26,8 +26,8 @@
 
 use super::device::{
     Attention, AttentionDims, AttentionIo, AttentionKernels, Binder, Embedding, HeadRows, Kernels,
-    Linear, Mlp, MlpBuffers, MlpTensors, Norm, OutputHead, Pointwise, activation, upload_vector,
-    upload_weight,
+    Linear, Linears, Mlp, MlpBuffers, MlpTensors, Norm, OutputHead, Pointwise, activation,
+    upload_vector, upload_weight,
 };
 use super::{Arch, DevicePlan, ModelError, RopePairing, expect_tensor};
 use crate::gguf::{Gguf, TensorInfo};
@@ -737,9 +737,8 @@ impl LayerLoader<'_> {
 /// RMS-normed per head and rotated (NeoX, first n_rot dims) where they sit; causal GQA over the
 /// layer's KV cache; `o ⊙= σ(gate)`; `x += W_o o`.
 struct GatedAttention {
-    q: Linear,
-    k: Linear,
-    v: Linear,
+    /// The q (with its gate), k and v projections of h.
+    qkv: Linears,
     attention: Attention,
     gate: Pointwise,
     wo: Linear,
@@ -777,10 +776,9 @@ impl GatedAttention {
             l.io,
         )?;
         let (n_head, hd) = (hp.n_head, hp.head_dim);
+        let qkv = [(t.wq, &s.qg), (t.wk, &s.k), (t.wv, &s.v)];
         Ok(GatedAttention {
-            q: b.linear(t.wq, &s.h, &s.qg, MatmulOutput::Store)?,
-            k: b.linear(t.wk, &s.h, &s.k, MatmulOutput::Store)?,
-            v: b.linear(t.wv, &s.h, &s.v, MatmulOutput::Store)?,
+            qkv: Linears::bind(b, &s.h, &qkv)?,
             attention,
             gate: b.pointwise(n_head, hd, ElementwiseOp::SigmoidGate { o, gate })?,
             wo: b.linear(t.wo, &s.o, &s.x, MatmulOutput::Accumulate)?,
@@ -796,9 +794,8 @@ impl GatedAttention {
         kind: StepKind,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        self.q.record(k, pass, n, marks, "attn_q")?;
-        self.k.record(k, pass, n, marks, "attn_k")?;
-        self.v.record(k, pass, n, marks, "attn_v")?;
+        let names = ["attn_q", "attn_k", "attn_v"];
+        self.qkv.record(k, pass, n, marks, &names)?;
         self.attention.record(k, attn, pass, n, kind, marks);
         self.gate.record(k, pass, n, marks, "attn_gate");
         self.wo.record(k, pass, n, marks, "attn_output")
@@ -840,10 +837,8 @@ impl DeltaNetKernels {
 /// one token, chunked for a prefill), the gated RMSNorm, and `x += W_out y`; with its state
 /// (one slot per sequence slot of the step table).
 struct DeltaNetLayer {
-    qkv: Linear,
-    z: Linear,
-    beta: Linear,
-    alpha: Linear,
+    /// The qkv, z, β and α projections of h.
+    projections: Linears,
     conv: ConvBinding,
     prep: PrepBinding,
     recurrent: DecodeBinding,
@@ -938,11 +933,14 @@ impl DeltaNetLayer {
                 max_tokens: rows,
             },
         )?;
+        let projections = [
+            (t.qkv, &s.m),
+            (t.gate, &s.z),
+            (t.beta, &s.b),
+            (t.alpha, &s.a),
+        ];
         Ok(DeltaNetLayer {
-            qkv: b.linear(t.qkv, &s.h, &s.m, MatmulOutput::Store)?,
-            z: b.linear(t.gate, &s.h, &s.z, MatmulOutput::Store)?,
-            beta: b.linear(t.beta, &s.h, &s.b, MatmulOutput::Store)?,
-            alpha: b.linear(t.alpha, &s.h, &s.a, MatmulOutput::Store)?,
+            projections: Linears::bind(b, &s.h, &projections)?,
             conv,
             prep,
             recurrent,
@@ -967,10 +965,8 @@ impl DeltaNetLayer {
     ) -> Result<(), GpuError> {
         let n = batch.count * batch.len;
         let bytes = GdnBytes::new(d.dims, batch);
-        self.qkv.record(k, pass, n, marks, "gdn_qkv")?;
-        self.z.record(k, pass, n, marks, "gdn_z")?;
-        self.beta.record(k, pass, n, marks, "gdn_beta")?;
-        self.alpha.record(k, pass, n, marks, "gdn_alpha")?;
+        let names = ["gdn_qkv", "gdn_z", "gdn_beta", "gdn_alpha"];
+        self.projections.record(k, pass, n, marks, &names)?;
         d.conv.encode(pass, &self.conv, batch)?;
         let dispatches = d.conv.plan(&self.conv, batch)?.len();
         marks.op(pass, "ssm_conv", "ssm_conv", bytes.conv, dispatches);
