@@ -8,7 +8,7 @@
 //! that records them (a prefill's count must not grow with the prompt). Bind groups keep the buffers they bind alive (wgpu reference-counts its
 //! resources), so a model holds only what it records with.
 
-use super::ModelError;
+use super::{DevicePlan, ModelError};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::gpu::kernels::argmax::{Argmax, ArgmaxBinding, ArgmaxRows, ArgmaxShape};
 use crate::gpu::kernels::attn_decode::{AttnDecode, AttnShape, DecodeBinding, DecodeIo};
@@ -761,7 +761,27 @@ pub struct Binder<'a> {
     pub eps: f32,
 }
 
-impl Binder<'_> {
+impl<'a> Binder<'a> {
+    /// The binder of a model loaded for `plan` (steps of up to `plan.max_tokens` tokens on
+    /// `io.step`), its norms' eps `eps`.
+    pub fn new(
+        k: &'a Kernels,
+        ctx: &'a GpuContext,
+        gguf: &'a Gguf,
+        io: &'a StepIo,
+        plan: &DevicePlan,
+        eps: f32,
+    ) -> Binder<'a> {
+        Binder {
+            k,
+            ctx,
+            gguf,
+            step: &io.step,
+            rows: plan.max_tokens,
+            eps,
+        }
+    }
+
     /// A 1-D tensor uploaded as f32.
     pub fn vector(&self, t: &TensorInfo) -> Result<wgpu::Buffer, ModelError> {
         upload_vector(self.ctx, self.gguf, t)
@@ -1020,6 +1040,31 @@ pub struct AttentionDims {
     pub poison: bool,
 }
 
+impl AttentionDims {
+    /// The attention layers of a model of `n_head` query and `n_kv` KV heads of `head_dim`, the
+    /// first `n_rot` dims of each rotated by `pairing`, loaded for `plan`.
+    pub fn new(
+        (n_head, n_kv, head_dim): (usize, usize, usize),
+        n_rot: usize,
+        pairing: RopePairing,
+        plan: &DevicePlan,
+    ) -> AttentionDims {
+        AttentionDims {
+            n_head,
+            n_kv,
+            head_dim,
+            n_rot,
+            pairing,
+            max_context: plan.max_context,
+            max_tokens: plan.max_tokens,
+            page_size: plan.page_size,
+            kv_pages: plan.kv_pages,
+            max_seqs: plan.max_seqs,
+            poison: plan.poison,
+        }
+    }
+}
+
 /// The attention kernels of one head shape (every attention layer of a model shares them), the
 /// split-K scratch their decode passes share, and the buffer a KV page copy goes through.
 pub struct AttentionKernels {
@@ -1235,6 +1280,77 @@ impl Attention {
                 1,
             );
         }
+    }
+}
+
+/// What every model puts its layers between: the token embedding writing the residual stream
+/// `x`, and the output head reading it.
+pub struct Ends {
+    embedding: Embedding,
+    head: OutputHead,
+    x: wgpu::Buffer,
+}
+
+impl Ends {
+    /// Binds the embedding `embd` into `x`, and the head over it: the final norm, then
+    /// `output` (the embedding table where `tied`: its buffer is uploaded once).
+    pub fn bind(
+        b: &Binder,
+        io: &StepIo,
+        (embd, output_norm): (&TensorInfo, &TensorInfo),
+        (output, tied): (&TensorInfo, bool),
+        x: &wgpu::Buffer,
+        poison: bool,
+    ) -> Result<Ends, ModelError> {
+        let table = upload_weight(b.ctx, b.gguf, embd)?;
+        let embedding = Embedding::bind(b.k, b.ctx, embd, &table, io, x)?;
+        let output_weights = match tied {
+            true => table,
+            false => upload_weight(b.ctx, b.gguf, output)?,
+        };
+        let norm = b.vector(output_norm)?;
+        let head = OutputHead::bind(
+            b.k,
+            b.ctx,
+            io,
+            (&norm, b.eps),
+            (output, &output_weights),
+            poison,
+        )?;
+        Ok(Ends {
+            embedding,
+            head,
+            x: x.clone(),
+        })
+    }
+
+    /// Records a step over `n` rows: the embedding, then `layers` (given the step's kind), in
+    /// one compute pass named `label`; then the head on `rows` of them.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record(
+        &self,
+        k: &Kernels,
+        encoder: &mut wgpu::CommandEncoder,
+        label: &str,
+        n: u32,
+        rows: HeadRows,
+        marks: &mut StepMarks,
+        layers: impl FnOnce(&mut wgpu::ComputePass, StepKind, &mut StepMarks) -> Result<(), GpuError>,
+    ) -> Result<(), GpuError> {
+        let kind = match rows {
+            HeadRows::Tail(_) => StepKind::Sequence,
+            HeadRows::Batch => StepKind::Batch,
+        };
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(label),
+                timestamp_writes: None,
+            });
+            marks.begin(&mut pass);
+            self.embedding.record(k, &mut pass, n, marks)?;
+            layers(&mut pass, kind, marks)?;
+        }
+        self.head.record(k, encoder, &self.x, n, rows, marks)
     }
 }
 
