@@ -14,13 +14,14 @@ use fak::gpu::{
     Activations, GpuContext, GpuError, KernelPaths, Step, StepBuffer, read_back_f32, upload,
 };
 use fak::quant::GgmlType;
+use fak_tests::compare::Output;
 use fak_tests::matvec::{
-    FUSIONS, Outputs, Path, ROWS, WEIGHTS_OFFSET, bound, check_fused, check_tensor, col_counts,
-    expected, random_f32, random_weights, weights_buffer_at,
+    FUSIONS, Path, ROWS, WEIGHTS_OFFSET, bound, check_fused, check_tensor, col_counts, expected,
+    random_f32, random_weights, weights_buffer_at,
 };
 use fak_tests::{assert_within, gpu, poisoned_f32, rng, variants};
 
-fn assert_all(outputs: Vec<Outputs>) {
+fn assert_all(outputs: Vec<Output>) {
     for o in &outputs {
         o.assert();
     }

@@ -7,8 +7,9 @@
 
 use fak::gguf::{Gguf, TensorInfo, Value};
 use fak::gpu::Forced;
+use fak::gpu::kernels::matvec::MatVec;
 use fak::model::DevicePlan;
-use fak::model::qwen35::Hparams;
+use fak::model::qwen35::{Hparams, Mixer, Tensors};
 use fak::reference::{Activations, Qwen35Reference, Reference};
 use fak::runtime::{Engine, SamplingParams};
 use fak_tests::harness::{harness, synth_model};
@@ -375,4 +376,54 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
             (false, false, 0.999),
         ],
     );
+}
+
+/// The integer path quantizes each mat-vec input once per step, however many projections read
+/// it (a GDN layer's four projections of h, attention's three): with every weight Q8_0, one
+/// token per step records the f32 path's dispatches plus one per distinct input, and the logits
+/// still match the reference rounding its inputs alike.
+#[test]
+fn int_dot_quantizes_each_input_once_per_step() {
+    let path = tiny("q8_0", 2);
+    let gguf = Gguf::open(&path).unwrap();
+    let hp = hparams(&path);
+    let t = Tensors::bind(&gguf, &hp).unwrap();
+    // Per layer: h (the mixer's projections), the mixer's output, the MLP's normed input, the
+    // SwiGLU; then the head's normed input.
+    let mut inputs: Vec<Vec<&TensorInfo>> = Vec::new();
+    for l in &t.layers {
+        inputs.push(match &l.mixer {
+            Mixer::DeltaNet(m) => vec![m.qkv, m.gate, m.beta, m.alpha],
+            Mixer::Attention(m) => vec![m.wq, m.wk, m.wv],
+        });
+        inputs.push(vec![match &l.mixer {
+            Mixer::DeltaNet(m) => m.out,
+            Mixer::Attention(m) => m.wo,
+        }]);
+        inputs.push(vec![l.gate, l.up]);
+        inputs.push(vec![l.down]);
+    }
+    inputs.push(vec![t.output]);
+    let quantized = inputs
+        .iter()
+        .filter(|ws| ws.iter().any(|w| MatVec::Q8_TYPES.contains(&w.ty)))
+        .count();
+    let ids = random_ids(4, 6, hp.n_vocab);
+    let run = |int_dot: bool| {
+        let mut o = options(1, Forced::default());
+        o.context.int_dot = int_dot;
+        let mut e = Engine::load(&path, &o).unwrap();
+        let logits = e.teacher_forced_logits(&ids).unwrap();
+        (logits, e.last_step_dispatches())
+    };
+    let (_, f32_path) = run(false);
+    let (logits, int_path) = run(true);
+    eprintln!("dispatches per step: f32 {f32_path}, int-dot {int_path}, {quantized} inputs");
+    assert_eq!(int_path, f32_path + quantized);
+    let want = Qwen35Reference::with_activations(&gguf, Activations::Q8Blocks)
+        .unwrap()
+        .forward_all(&ids)
+        .unwrap();
+    let cosine = assert_rows_close("int-dot, q8_0", &logits, &want, 0.999);
+    eprintln!("min cosine {cosine} against the q8-input reference");
 }

@@ -8,7 +8,7 @@
 //! that records them (a prefill's count must not grow with the prompt). Bind groups keep the buffers they bind alive (wgpu reference-counts its
 //! resources), so a model holds only what it records with.
 
-use super::ModelError;
+use super::{DevicePlan, ModelError};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::gpu::kernels::argmax::{Argmax, ArgmaxBinding, ArgmaxRows, ArgmaxShape};
 use crate::gpu::kernels::attn_decode::{AttnDecode, AttnShape, DecodeBinding, DecodeIo};
@@ -206,7 +206,10 @@ impl QuantizedInput {
 /// the tiled mat-mul above (prefill). Both are bound at load over the same weight buffer.
 pub struct Linear {
     matvec: MatVecBinding,
-    /// On the int-dot path, x quantized for `matvec`.
+    /// Whether `matvec` reads x quantized (the int-dot path, a type that takes q8 inputs).
+    reads_q8: bool,
+    /// x quantized for `matvec`, where this product alone reads it (else [`Linears`] records
+    /// the quantization it shares).
     quantized: Option<QuantizedInput>,
     matmul: Option<MatmulBinding>,
     rows: u64,
@@ -252,8 +255,42 @@ impl Linear {
         max_tokens: u32,
         output: MatmulOutput,
     ) -> Result<Linear, GpuError> {
+        let quantized =
+            QuantizedInput::bind(k, ctx, x, shape.cols, None, &[shape.ty], step, max_tokens)?;
+        let io = LinearIo {
+            w,
+            x,
+            y,
+            step,
+            max_tokens,
+            output,
+        };
+        let linear = Self::bind_reading(k, ctx, shape, &io, quantized.as_ref())?;
+        Ok(Linear {
+            quantized,
+            ..linear
+        })
+    }
+
+    /// [`Linear::bind_shape`] reading `quantized` (on the int-dot path, where the weight's type
+    /// takes it): x quantized by whoever records it.
+    fn bind_reading(
+        k: &Kernels,
+        ctx: &GpuContext,
+        shape: MatVecShape,
+        io: &LinearIo<'_>,
+        quantized: Option<&QuantizedInput>,
+    ) -> Result<Linear, GpuError> {
         let MatVecShape { ty, rows, cols } = shape;
-        let quantized = QuantizedInput::bind(k, ctx, x, cols, None, &[ty], step, max_tokens)?;
+        let LinearIo {
+            w,
+            x,
+            y,
+            step,
+            max_tokens,
+            output,
+        } = *io;
+        let quantized = quantized.filter(|_| QuantizedInput::takes(ty));
         let matvec = k.matvec.bind_fused(
             ctx,
             shape,
@@ -266,9 +303,7 @@ impl Linear {
                 accumulate: output == MatmulOutput::Accumulate,
                 max_batch: max_tokens.min(MAX_BATCH),
             },
-            quantized
-                .as_ref()
-                .map_or_else(MatVecFusion::default, |q| q.fusion(false)),
+            quantized.map_or_else(MatVecFusion::default, |q| q.fusion(false)),
         )?;
         let matmul = (max_tokens > MAX_BATCH)
             .then(|| {
@@ -292,7 +327,8 @@ impl Linear {
             .transpose()?;
         Ok(Linear {
             matvec,
-            quantized,
+            reads_q8: quantized.is_some(),
+            quantized: None,
             matmul,
             rows,
             cols,
@@ -319,33 +355,113 @@ impl Linear {
         marks: &mut StepMarks,
         name: &'static str,
     ) -> Result<(), GpuError> {
-        let (kernel, dispatches) = match &self.matmul {
-            Some(binding) if n > MAX_BATCH => {
-                k.matmul.encode(pass, binding, n)?;
-                ("matmul", binding.ranges())
-            }
-            _ => {
-                let mut bytes = self.bytes(n);
-                let quantized = match &self.quantized {
-                    Some(q) => {
-                        bytes.activations += q.record(k, pass, n)?;
-                        1
-                    }
-                    None => 0,
+        self.record_after(k, pass, n, marks, name, self.quantized.as_ref())
+    }
+
+    /// [`Linear::record`], a mat-vec first recording `quantize` (x's quantization, counted in
+    /// this op).
+    fn record_after(
+        &self,
+        k: &Kernels,
+        pass: &mut wgpu::ComputePass,
+        n: u32,
+        marks: &mut StepMarks,
+        name: &'static str,
+        quantize: Option<&QuantizedInput>,
+    ) -> Result<(), GpuError> {
+        if let Some(binding) = &self.matmul
+            && n > MAX_BATCH
+        {
+            k.matmul.encode(pass, binding, n)?;
+            marks.op(pass, name, "matmul", self.bytes(n), binding.ranges());
+            return Ok(());
+        }
+        let mut bytes = self.bytes(n);
+        let mut dispatches = self.matvec.grids().count();
+        if let Some(q) = quantize {
+            bytes.activations += q.record(k, pass, n)?;
+            dispatches += 1;
+        }
+        k.matvec.encode(pass, &self.matvec, n)?;
+        let kernel = if self.reads_q8 { "matvec_q8" } else { "matvec" };
+        marks.op(pass, name, kernel, bytes, dispatches);
+        Ok(())
+    }
+}
+
+/// Where a [`Linear`] reads and writes: weights `w`, x and y contiguous from offset 0, steps of
+/// up to `max_tokens` tokens.
+#[derive(Clone, Copy)]
+struct LinearIo<'a> {
+    w: &'a wgpu::Buffer,
+    x: &'a wgpu::Buffer,
+    y: &'a wgpu::Buffer,
+    step: &'a StepBuffer,
+    max_tokens: u32,
+    output: MatmulOutput,
+}
+
+/// `y_i = W_i x` for weights that read the same input x (gated attention's q, k and v; a GDN
+/// layer's four projections of h): on the int-dot path x is quantized once per step for all of
+/// them, recorded with the first product that reads it.
+pub struct Linears {
+    quantized: Option<QuantizedInput>,
+    parts: Vec<Linear>,
+}
+
+impl Linears {
+    /// Binds each of `parts` (a weight tensor, uploaded here, and where its outputs go) over `x`;
+    /// every weight's rows have the same length.
+    pub fn bind(
+        b: &Binder,
+        x: &wgpu::Buffer,
+        parts: &[(&TensorInfo, &wgpu::Buffer)],
+    ) -> Result<Linears, ModelError> {
+        let cols = parts.first().map_or(0, |(t, _)| t.row_len());
+        let types: Vec<GgmlType> = parts.iter().map(|(t, _)| t.ty).collect();
+        let quantized = b.quantized(x, cols, None, &types)?;
+        let parts = parts
+            .iter()
+            .map(|&(t, y)| {
+                let w = upload_weight(b.ctx, b.gguf, t)?;
+                let shape = MatVecShape {
+                    ty: t.ty,
+                    rows: t.n_rows(),
+                    cols: t.row_len(),
                 };
-                k.matvec.encode(pass, &self.matvec, n)?;
-                let kernel = if quantized > 0 { "matvec_q8" } else { "matvec" };
-                marks.op(
-                    pass,
-                    name,
-                    kernel,
-                    bytes,
-                    quantized + self.matvec.grids().count(),
-                );
-                return Ok(());
-            }
-        };
-        marks.op(pass, name, kernel, self.bytes(n), dispatches);
+                let io = LinearIo {
+                    w: &w,
+                    x,
+                    y,
+                    step: b.step,
+                    max_tokens: b.rows,
+                    output: MatmulOutput::Store,
+                };
+                let linear = Linear::bind_reading(b.k, b.ctx, shape, &io, quantized.as_ref())?;
+                Ok(linear)
+            })
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        Ok(Linears { quantized, parts })
+    }
+
+    /// Records the products for `n` tokens, part i as op `names[i]`.
+    pub fn record(
+        &self,
+        k: &Kernels,
+        pass: &mut wgpu::ComputePass,
+        n: u32,
+        marks: &mut StepMarks,
+        names: &[&'static str],
+    ) -> Result<(), GpuError> {
+        let mut quantize = self.quantized.as_ref();
+        for (linear, &name) in self.parts.iter().zip(names) {
+            let q = if linear.reads_q8 {
+                quantize.take()
+            } else {
+                None
+            };
+            linear.record_after(k, pass, n, marks, name, q)?;
+        }
         Ok(())
     }
 }
@@ -645,7 +761,27 @@ pub struct Binder<'a> {
     pub eps: f32,
 }
 
-impl Binder<'_> {
+impl<'a> Binder<'a> {
+    /// The binder of a model loaded for `plan` (steps of up to `plan.max_tokens` tokens on
+    /// `io.step`), its norms' eps `eps`.
+    pub fn new(
+        k: &'a Kernels,
+        ctx: &'a GpuContext,
+        gguf: &'a Gguf,
+        io: &'a StepIo,
+        plan: &DevicePlan,
+        eps: f32,
+    ) -> Binder<'a> {
+        Binder {
+            k,
+            ctx,
+            gguf,
+            step: &io.step,
+            rows: plan.max_tokens,
+            eps,
+        }
+    }
+
     /// A 1-D tensor uploaded as f32.
     pub fn vector(&self, t: &TensorInfo) -> Result<wgpu::Buffer, ModelError> {
         upload_vector(self.ctx, self.gguf, t)
@@ -905,6 +1041,31 @@ pub struct AttentionDims {
     pub poison: bool,
 }
 
+impl AttentionDims {
+    /// The attention layers of a model of `n_head` query and `n_kv` KV heads of `head_dim`, the
+    /// first `n_rot` dims of each rotated by `pairing`, loaded for `plan`.
+    pub fn new(
+        (n_head, n_kv, head_dim): (usize, usize, usize),
+        n_rot: usize,
+        pairing: RopePairing,
+        plan: &DevicePlan,
+    ) -> AttentionDims {
+        AttentionDims {
+            n_head,
+            n_kv,
+            head_dim,
+            n_rot,
+            pairing,
+            max_context: plan.max_context,
+            max_tokens: plan.max_tokens,
+            page_size: plan.page_size,
+            kv_pages: plan.kv_pages,
+            max_seqs: plan.max_seqs,
+            poison: plan.poison,
+        }
+    }
+}
+
 /// The attention kernels of one head shape (every attention layer of a model shares them), the
 /// split-K scratch their decode passes share, and the buffer a KV page copy goes through.
 pub struct AttentionKernels {
@@ -1120,6 +1281,77 @@ impl Attention {
                 1,
             );
         }
+    }
+}
+
+/// What every model puts its layers between: the token embedding writing the residual stream
+/// `x`, and the output head reading it.
+pub struct Ends {
+    embedding: Embedding,
+    head: OutputHead,
+    x: wgpu::Buffer,
+}
+
+impl Ends {
+    /// Binds the embedding `embd` into `x`, and the head over it: the final norm, then
+    /// `output` (the embedding table where `tied`: its buffer is uploaded once).
+    pub fn bind(
+        b: &Binder,
+        io: &StepIo,
+        (embd, output_norm): (&TensorInfo, &TensorInfo),
+        (output, tied): (&TensorInfo, bool),
+        x: &wgpu::Buffer,
+        poison: bool,
+    ) -> Result<Ends, ModelError> {
+        let table = upload_weight(b.ctx, b.gguf, embd)?;
+        let embedding = Embedding::bind(b.k, b.ctx, embd, &table, io, x)?;
+        let output_weights = match tied {
+            true => table,
+            false => upload_weight(b.ctx, b.gguf, output)?,
+        };
+        let norm = b.vector(output_norm)?;
+        let head = OutputHead::bind(
+            b.k,
+            b.ctx,
+            io,
+            (&norm, b.eps),
+            (output, &output_weights),
+            poison,
+        )?;
+        Ok(Ends {
+            embedding,
+            head,
+            x: x.clone(),
+        })
+    }
+
+    /// Records a step over `n` rows: the embedding, then `layers` (given the step's kind), in
+    /// one compute pass named `label`; then the head on `rows` of them.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record(
+        &self,
+        k: &Kernels,
+        encoder: &mut wgpu::CommandEncoder,
+        label: &str,
+        n: u32,
+        rows: HeadRows,
+        marks: &mut StepMarks,
+        layers: impl FnOnce(&mut wgpu::ComputePass, StepKind, &mut StepMarks) -> Result<(), GpuError>,
+    ) -> Result<(), GpuError> {
+        let kind = match rows {
+            HeadRows::Tail(_) => StepKind::Sequence,
+            HeadRows::Batch => StepKind::Batch,
+        };
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(label),
+                timestamp_writes: None,
+            });
+            marks.begin(&mut pass);
+            self.embedding.record(k, &mut pass, n, marks)?;
+            layers(&mut pass, kind, marks)?;
+        }
+        self.head.record(k, encoder, &self.x, n, rows, marks)
     }
 }
 

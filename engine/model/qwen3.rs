@@ -6,9 +6,9 @@
 //! file has no `output.weight`.
 
 use super::device::{
-    Attention, AttentionDims, AttentionIo, AttentionKernels, Binder, Embedding, HeadRows, Kernels,
-    Linear, Mlp, MlpBuffers, MlpTensors, NormedLinears, NormedPart, OutputHead, Pointwise,
-    activation, stackable, upload_vector, upload_weight, upload_weights,
+    Attention, AttentionDims, AttentionIo, AttentionKernels, Binder, Ends, HeadRows, Kernels,
+    Linear, Mlp, MlpBuffers, MlpTensors, NormedLinears, NormedPart, Pointwise, activation,
+    stackable, upload_weights,
 };
 use super::{Arch, DevicePlan, ModelError, RopePairing, expect_tensor, optional_tensor};
 use crate::gguf::{Gguf, TensorInfo};
@@ -276,11 +276,9 @@ pub struct DenseModel {
     max_context: usize,
     kernels: Kernels,
     attention: AttentionKernels,
-    embedding: Embedding,
+    /// The embedding and the output head around the layers.
+    ends: Ends,
     layers: Vec<DeviceLayer>,
-    head: OutputHead,
-    /// The residual stream `[max_tokens, n_embd]`.
-    x: wgpu::Buffer,
 }
 
 /// One block's bindings.
@@ -348,67 +346,31 @@ impl DenseModel {
         let hp = Hparams::from_gguf(gguf)?;
         let t = Tensors::bind(gguf, &hp)?;
         let kernels = Kernels::new(ctx)?;
-        let dims = AttentionDims {
-            n_head: hp.n_head,
-            n_kv: hp.n_head_kv,
-            head_dim: hp.head_dim,
-            n_rot: hp.n_rot,
-            pairing: hp.rope_pairing,
-            max_context: plan.max_context,
-            max_tokens: plan.max_tokens,
-            page_size: plan.page_size,
-            kv_pages: plan.kv_pages,
-            max_seqs: plan.max_seqs,
-            poison: plan.poison,
-        };
+        let heads = (hp.n_head, hp.n_head_kv, hp.head_dim);
+        let dims = AttentionDims::new(heads, hp.n_rot, hp.rope_pairing, plan);
         let attention = AttentionKernels::new(ctx, &dims)?;
         let freqs = t.rope_freqs.map(|r| vector(gguf, r)).transpose()?;
         let rope = RopeTable::new(ctx, hp.n_rot as u32, hp.rope_base, freqs.as_deref())?;
         let s = Scratch::new(ctx, &hp, plan)?;
-        let embd = upload_weight(ctx, gguf, t.embd)?;
-        let embedding = Embedding::bind(&kernels, ctx, t.embd, &embd, io, &s.x)?;
+        let loader = LayerLoader {
+            b: Binder::new(&kernels, ctx, gguf, io, plan, hp.rms_eps),
+            hp: &hp,
+            s: &s,
+            io,
+        };
+        let ends = (t.embd, t.output_norm);
+        let ends = Ends::bind(&loader.b, io, ends, (t.output, t.tied), &s.x, plan.poison)?;
         let layers = t
             .layers
             .iter()
-            .map(|l| {
-                let bound = LayerLoader {
-                    b: Binder {
-                        k: &kernels,
-                        ctx,
-                        gguf,
-                        step: &io.step,
-                        rows: plan.max_tokens,
-                        eps: hp.rms_eps,
-                    },
-                    hp: &hp,
-                    s: &s,
-                    io,
-                };
-                bound.layer(l, &attention, &dims, &rope)
-            })
+            .map(|l| loader.layer(l, &attention, &dims, &rope))
             .collect::<Result<Vec<_>, ModelError>>()?;
-        let output = if t.tied {
-            embd
-        } else {
-            upload_weight(ctx, gguf, t.output)?
-        };
-        let output_norm = upload_vector(ctx, gguf, t.output_norm)?;
-        let head = OutputHead::bind(
-            &kernels,
-            ctx,
-            io,
-            (&output_norm, hp.rms_eps),
-            (t.output, &output),
-            plan.poison,
-        )?;
         Ok(DenseModel {
             max_context: plan.max_context,
             kernels,
             attention,
-            embedding,
+            ends,
             layers,
-            head,
-            x: s.x.clone(),
             hp,
         })
     }
@@ -421,8 +383,6 @@ impl DenseModel {
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let k = &self.kernels;
-        marks.begin(pass);
-        self.embedding.record(k, pass, n, marks)?;
         for l in &self.layers {
             l.qkv
                 .record(k, pass, n, marks, ("attn_norm", &l.qkv_names))?;
@@ -581,19 +541,18 @@ impl DenseModel {
         rows: HeadRows,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        let kind = match rows {
-            HeadRows::Tail(_) => StepKind::Sequence,
-            HeadRows::Batch => StepKind::Batch,
+        let layers = |pass: &mut wgpu::ComputePass, kind, marks: &mut StepMarks| {
+            self.record_layers(pass, n, kind, marks)
         };
-        {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("dense layers"),
-                timestamp_writes: None,
-            });
-            self.record_layers(&mut pass, n, kind, marks)?;
-        }
-        self.head
-            .record(&self.kernels, encoder, &self.x, n, rows, marks)
+        self.ends.record(
+            &self.kernels,
+            encoder,
+            "dense layers",
+            n,
+            rows,
+            marks,
+            layers,
+        )
     }
 }
 

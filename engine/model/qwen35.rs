@@ -25,9 +25,8 @@
 //! are skipped.
 
 use super::device::{
-    Attention, AttentionDims, AttentionIo, AttentionKernels, Binder, Embedding, HeadRows, Kernels,
-    Linear, Mlp, MlpBuffers, MlpTensors, Norm, OutputHead, Pointwise, activation, upload_vector,
-    upload_weight,
+    Attention, AttentionDims, AttentionIo, AttentionKernels, Binder, Ends, HeadRows, Kernels,
+    Linear, Linears, Mlp, MlpBuffers, MlpTensors, Norm, Pointwise, activation,
 };
 use super::{Arch, DevicePlan, ModelError, RopePairing, expect_tensor};
 use crate::gguf::{Gguf, TensorInfo};
@@ -480,11 +479,9 @@ pub struct HybridModel {
     kernels: Kernels,
     attention: AttentionKernels,
     delta: DeltaNetKernels,
-    embedding: Embedding,
+    /// The embedding and the output head around the layers.
+    ends: Ends,
     layers: Vec<DeviceLayer>,
-    head: OutputHead,
-    /// The residual stream `[max_tokens, n_embd]`.
-    x: wgpu::Buffer,
 }
 
 struct DeviceLayer {
@@ -567,35 +564,15 @@ impl HybridModel {
         let hp = Hparams::from_gguf(gguf)?;
         let t = Tensors::bind(gguf, &hp)?;
         let kernels = Kernels::new(ctx)?;
-        let dims = AttentionDims {
-            n_head: hp.n_head,
-            n_kv: hp.n_head_kv,
-            head_dim: hp.head_dim,
-            n_rot: hp.n_rot,
-            pairing: RopePairing::Neox,
-            max_context: plan.max_context,
-            max_tokens: plan.max_tokens,
-            page_size: plan.page_size,
-            kv_pages: plan.kv_pages,
-            max_seqs: plan.max_seqs,
-            poison: plan.poison,
-        };
+        let heads = (hp.n_head, hp.n_head_kv, hp.head_dim);
+        let dims = AttentionDims::new(heads, hp.n_rot, RopePairing::Neox, plan);
         let attention = AttentionKernels::new(ctx, &dims)?;
         // Text positions make IMROPE's three streams equal: plain NeoX on the first n_rot dims.
         let rope = RopeTable::new(ctx, hp.n_rot as u32, hp.rope_base, None)?;
         let delta = DeltaNetKernels::new(ctx, DeltaDims::of(&hp)?, plan.max_tokens)?;
         let s = Scratch::new(ctx, &hp, plan)?;
-        let embd = upload_weight(ctx, gguf, t.embd)?;
-        let embedding = Embedding::bind(&kernels, ctx, t.embd, &embd, io, &s.x)?;
         let loader = LayerLoader {
-            b: Binder {
-                k: &kernels,
-                ctx,
-                gguf,
-                step: &io.step,
-                rows: plan.max_tokens,
-                eps: hp.rms_eps,
-            },
+            b: Binder::new(&kernels, ctx, gguf, io, plan, hp.rms_eps),
             io,
             hp: &hp,
             s: &s,
@@ -605,35 +582,21 @@ impl HybridModel {
             rope: &rope,
             poison: plan.poison,
         };
+        let ends = (t.embd, t.output_norm);
+        let ends = Ends::bind(&loader.b, io, ends, (t.output, t.tied), &s.x, plan.poison)?;
         let layers = t
             .layers
             .iter()
             .map(|l| loader.layer(l))
             .collect::<Result<Vec<_>, ModelError>>()?;
-        let output = if t.tied {
-            embd
-        } else {
-            upload_weight(ctx, gguf, t.output)?
-        };
-        let output_norm = upload_vector(ctx, gguf, t.output_norm)?;
-        let head = OutputHead::bind(
-            &kernels,
-            ctx,
-            io,
-            (&output_norm, hp.rms_eps),
-            (t.output, &output),
-            plan.poison,
-        )?;
         Ok(HybridModel {
             n_vocab: hp.n_vocab,
             max_context: plan.max_context,
             kernels,
             attention,
             delta,
-            embedding,
+            ends,
             layers,
-            head,
-            x: s.x.clone(),
         })
     }
 
@@ -646,20 +609,12 @@ impl HybridModel {
         rows: HeadRows,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        let kind = match rows {
-            HeadRows::Tail(_) => StepKind::Sequence,
-            HeadRows::Batch => StepKind::Batch,
+        let (k, n) = (&self.kernels, batch.count * batch.len);
+        let layers = |pass: &mut wgpu::ComputePass, kind, marks: &mut StepMarks| {
+            self.record_layers(pass, batch, kind, marks)
         };
-        {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("hybrid layers"),
-                timestamp_writes: None,
-            });
-            self.record_layers(&mut pass, batch, kind, marks)?;
-        }
-        let n = batch.count * batch.len;
-        self.head
-            .record(&self.kernels, encoder, &self.x, n, rows, marks)
+        self.ends
+            .record(k, encoder, "hybrid layers", n, rows, marks, layers)
     }
 
     /// The GDN layers' states (a slot per sequence each), in layer order.
@@ -678,8 +633,6 @@ impl HybridModel {
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let (k, n) = (&self.kernels, batch.count * batch.len);
-        marks.begin(pass);
-        self.embedding.record(k, pass, n, marks)?;
         for l in &self.layers {
             l.attn_norm.record(k, pass, n, marks, "attn_norm");
             match &l.mixer {
@@ -737,9 +690,8 @@ impl LayerLoader<'_> {
 /// RMS-normed per head and rotated (NeoX, first n_rot dims) where they sit; causal GQA over the
 /// layer's KV cache; `o ⊙= σ(gate)`; `x += W_o o`.
 struct GatedAttention {
-    q: Linear,
-    k: Linear,
-    v: Linear,
+    /// The q (with its gate), k and v projections of h.
+    qkv: Linears,
     attention: Attention,
     gate: Pointwise,
     wo: Linear,
@@ -777,10 +729,9 @@ impl GatedAttention {
             l.io,
         )?;
         let (n_head, hd) = (hp.n_head, hp.head_dim);
+        let qkv = [(t.wq, &s.qg), (t.wk, &s.k), (t.wv, &s.v)];
         Ok(GatedAttention {
-            q: b.linear(t.wq, &s.h, &s.qg, MatmulOutput::Store)?,
-            k: b.linear(t.wk, &s.h, &s.k, MatmulOutput::Store)?,
-            v: b.linear(t.wv, &s.h, &s.v, MatmulOutput::Store)?,
+            qkv: Linears::bind(b, &s.h, &qkv)?,
             attention,
             gate: b.pointwise(n_head, hd, ElementwiseOp::SigmoidGate { o, gate })?,
             wo: b.linear(t.wo, &s.o, &s.x, MatmulOutput::Accumulate)?,
@@ -796,9 +747,8 @@ impl GatedAttention {
         kind: StepKind,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        self.q.record(k, pass, n, marks, "attn_q")?;
-        self.k.record(k, pass, n, marks, "attn_k")?;
-        self.v.record(k, pass, n, marks, "attn_v")?;
+        let names = ["attn_q", "attn_k", "attn_v"];
+        self.qkv.record(k, pass, n, marks, &names)?;
         self.attention.record(k, attn, pass, n, kind, marks);
         self.gate.record(k, pass, n, marks, "attn_gate");
         self.wo.record(k, pass, n, marks, "attn_output")
@@ -840,10 +790,8 @@ impl DeltaNetKernels {
 /// one token, chunked for a prefill), the gated RMSNorm, and `x += W_out y`; with its state
 /// (one slot per sequence slot of the step table).
 struct DeltaNetLayer {
-    qkv: Linear,
-    z: Linear,
-    beta: Linear,
-    alpha: Linear,
+    /// The qkv, z, β and α projections of h.
+    projections: Linears,
     conv: ConvBinding,
     prep: PrepBinding,
     recurrent: DecodeBinding,
@@ -938,11 +886,14 @@ impl DeltaNetLayer {
                 max_tokens: rows,
             },
         )?;
+        let projections = [
+            (t.qkv, &s.m),
+            (t.gate, &s.z),
+            (t.beta, &s.b),
+            (t.alpha, &s.a),
+        ];
         Ok(DeltaNetLayer {
-            qkv: b.linear(t.qkv, &s.h, &s.m, MatmulOutput::Store)?,
-            z: b.linear(t.gate, &s.h, &s.z, MatmulOutput::Store)?,
-            beta: b.linear(t.beta, &s.h, &s.b, MatmulOutput::Store)?,
-            alpha: b.linear(t.alpha, &s.h, &s.a, MatmulOutput::Store)?,
+            projections: Linears::bind(b, &s.h, &projections)?,
             conv,
             prep,
             recurrent,
@@ -967,10 +918,8 @@ impl DeltaNetLayer {
     ) -> Result<(), GpuError> {
         let n = batch.count * batch.len;
         let bytes = GdnBytes::new(d.dims, batch);
-        self.qkv.record(k, pass, n, marks, "gdn_qkv")?;
-        self.z.record(k, pass, n, marks, "gdn_z")?;
-        self.beta.record(k, pass, n, marks, "gdn_beta")?;
-        self.alpha.record(k, pass, n, marks, "gdn_alpha")?;
+        let names = ["gdn_qkv", "gdn_z", "gdn_beta", "gdn_alpha"];
+        self.projections.record(k, pass, n, marks, &names)?;
         d.conv.encode(pass, &self.conv, batch)?;
         let dispatches = d.conv.plan(&self.conv, batch)?.len();
         marks.op(pass, "ssm_conv", "ssm_conv", bytes.conv, dispatches);

@@ -146,12 +146,14 @@ fn assert_each_close(what: &str, got: &[f32], want: &[f32], tol: impl Fn(usize) 
 }
 
 /// The bound an [`Output`] is held to.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub enum Bound {
     /// The same tolerance for every element.
     Within(Tolerance),
     /// Values the CPU dequantizer gives for type `ty` ([`dequant_tolerance`] per group of 32).
     Dequantized(GgmlType),
+    /// Each element its own largest distance: `|got[i] − want[i]| ≤ bounds[i]`.
+    Each(Vec<f32>),
 }
 
 /// One output of a kernel case against the reference: the GPU tests assert it, `harness
@@ -170,11 +172,34 @@ pub struct Output {
 }
 
 impl Output {
+    /// An empty output of `what`, each element held to its own bound ([`Output::push`]).
+    pub fn each(what: String) -> Output {
+        Output {
+            part: "",
+            what,
+            got: Vec::new(),
+            want: Vec::new(),
+            bound: Bound::Each(Vec::new()),
+            wrote_outside: false,
+        }
+    }
+
+    /// Appends an element and its bound to an output of [`Output::each`].
+    pub fn push(&mut self, got: f32, want: f64, bound: f64) {
+        let Bound::Each(bounds) = &mut self.bound else {
+            panic!("{}: bounds are not per element", self.what);
+        };
+        self.got.push(got);
+        self.want.push(want as f32);
+        bounds.push(bound as f32);
+    }
+
     /// Panics unless every element is within the bound and nothing was written outside.
     pub fn assert(&self) {
-        match self.bound {
-            Bound::Within(tol) => assert_close(&self.what, &self.got, &self.want, tol),
-            Bound::Dequantized(ty) => assert_dequantized(&self.what, ty, &self.got, &self.want),
+        match &self.bound {
+            &Bound::Within(tol) => assert_close(&self.what, &self.got, &self.want, tol),
+            &Bound::Dequantized(ty) => assert_dequantized(&self.what, ty, &self.got, &self.want),
+            Bound::Each(bounds) => assert_within(&self.what, &self.got, &self.want, bounds),
         }
         assert!(
             !self.wrote_outside,
@@ -184,13 +209,32 @@ impl Output {
     }
 
     /// How far `got` is from `want`, and the tolerance that says so (for dequantized values,
-    /// the loosest of their groups').
+    /// the loosest of their groups'; for bounds per element, the largest).
     pub fn measure(&self) -> (Measured, Tolerance) {
-        match self.bound {
-            Bound::Within(tol) => (measure(&self.got, &self.want, tol), tol),
-            Bound::Dequantized(ty) => measure_dequantized(ty, &self.got, &self.want),
+        match &self.bound {
+            &Bound::Within(tol) => (measure(&self.got, &self.want, tol), tol),
+            &Bound::Dequantized(ty) => measure_dequantized(ty, &self.got, &self.want),
+            Bound::Each(bounds) => measure_within(&self.got, &self.want, bounds),
         }
     }
+}
+
+/// [`assert_within`] as a measurement: each element under its own bound, and the largest bound.
+pub fn measure_within(got: &[f32], want: &[f32], bounds: &[f32]) -> (Measured, Tolerance) {
+    let within = |abs| Tolerance { rel: 0.0, abs };
+    let largest = within(bounds.iter().fold(0.0, |m: f32, &b| m.max(b)));
+    if bounds.len() != want.len() {
+        // The case's own mistake: fails every element.
+        return (measure(&[], want, largest), largest);
+    }
+    if got.len() != want.len() {
+        return (measure(got, want, largest), largest);
+    }
+    let measured = (0..got.len())
+        .map(|i| measure(&got[i..=i], &want[i..=i], within(bounds[i])))
+        .reduce(Measured::merge)
+        .unwrap_or_else(|| measure(got, want, largest));
+    (measured, largest)
 }
 
 /// The tolerance of a group of 32 GPU-dequantized values of `ty` (`want` the CPU dequantizer's).
@@ -262,6 +306,16 @@ mod tests {
         let m = measure(&[1.0, f32::NAN], &[1.0, 2.0], loose);
         assert!(!m.pass() && m.outside == 1 && m.max_abs_error.is_nan());
         assert!(measure(&[1.5], &[1.0], Tolerance { rel: 0.5, abs: 0.0 }).pass());
+        // Bounds per element: each its own, NaN never within one, a missing bound fails.
+        let (m, largest) = measure_within(&[1.5, 2.0], &[1.0, 2.5], &[0.5, 0.5]);
+        assert!(m.pass() && m.worst_of_tolerance == 1.0 && largest.abs == 0.5);
+        assert!(
+            !measure_within(&[1.5, 2.0], &[1.0, 2.5], &[0.5, 0.25])
+                .0
+                .pass()
+        );
+        assert!(!measure_within(&[f32::NAN], &[1.0], &[1e30]).0.pass());
+        assert!(!measure_within(&[1.0, 2.0], &[1.0, 2.0], &[1.0]).0.pass());
         assert!(
             Tolerance {
                 rel: 1e-3,

@@ -10,7 +10,7 @@ use crate::gdn::{
 };
 use crate::kv::Pages;
 use crate::matmul::{Problem, Product};
-use crate::matvec::{self, Outputs, Path};
+use crate::matvec::{self, Path};
 use crate::rms_norm;
 use crate::rope_kv::StepTokens;
 use crate::variants;
@@ -81,8 +81,7 @@ pub fn run_all(ctx: &GpuContext) -> Vec<KernelCheck> {
 /// and off, strided x): the f32 path on the Q4_K_M types and F32, and its folded norm + gate/up
 /// pairing; on int-dot variants the integer path instead — quantize_q8 (plain and with the
 /// norm) and the integer product of every type it takes, against W·x̂ (tight) and W·x (loose),
-/// and its pairing. Errors are measured as shares of each output's own bound (tests/common/
-/// matvec.rs), so the tolerance is 1.
+/// and its pairing; each output under its own bound (tests/common/matvec.rs).
 pub fn matvecs(ctx: &GpuContext) -> Vec<KernelCheck> {
     let mut out = Vec::new();
     for variant in variants::<MatVec>(ctx) {
@@ -99,7 +98,7 @@ pub fn matvecs(ctx: &GpuContext) -> Vec<KernelCheck> {
         let (kernel, quantizer) = match built {
             Ok(built) => built,
             Err(panic) => {
-                out.push(failed("matvec", variant, "build", panic));
+                out.push(failed("matvec", variant, "build".into(), panic));
                 continue;
             }
         };
@@ -135,33 +134,13 @@ pub fn matvecs(ctx: &GpuContext) -> Vec<KernelCheck> {
     out
 }
 
-/// A check that could not run: `panic` says why.
-fn failed(
-    kernel: &'static str,
-    variant: KernelPaths,
-    case: &str,
-    panic: Box<dyn std::any::Any + Send>,
-) -> KernelCheck {
-    KernelCheck {
-        kernel,
-        variant: variant.name(),
-        variant_paths: variant,
-        path: variant.name(),
-        case: case.to_string(),
-        tolerance: matvec::SHARE,
-        measured: None,
-        pass: false,
-        error: Some(panic_message(panic)),
-    }
-}
-
-/// One mat-vec case on `variant`, one check per kernel it exercises: quantize_q8's outputs
+/// One mat-vec case on `variant`, the checks of each kernel it exercises: quantize_q8's outputs
 /// (int-dot variants: recorded on the mat-vec's variant, as part of its integer path), then
-/// the product's (`matvec` or `matvec_q8`), each as shares of the outputs' own bounds.
+/// the product's (`matvec` or `matvec_q8`), each output under its own bound.
 fn matvec_check(
     variant: KernelPaths,
     case: String,
-    run: impl FnOnce() -> Vec<Outputs>,
+    run: impl FnOnce() -> Vec<Output>,
 ) -> Vec<KernelCheck> {
     let product = match variant.int_dot {
         true => "matvec_q8",
@@ -169,33 +148,13 @@ fn matvec_check(
     };
     let outputs = match catch_unwind(AssertUnwindSafe(run)) {
         Ok(outputs) => outputs,
-        Err(panic) => return vec![failed(product, variant, &case, panic)],
+        Err(panic) => return vec![failed(product, variant, case, panic)],
     };
-    let (quantized, products): (Vec<&Outputs>, Vec<&Outputs>) = outputs
-        .iter()
+    let (quantized, products): (Vec<Output>, Vec<Output>) = outputs
+        .into_iter()
         .partition(|o| o.what.starts_with("quantize_q8"));
-    let joined = |parts: &[&Outputs]| {
-        parts
-            .iter()
-            .fold((Vec::new(), Vec::new()), |(mut g, mut w), o| {
-                let (shares, zeros) = o.shares();
-                g.extend(shares);
-                w.extend(zeros);
-                (g, w)
-            })
-    };
-    let mut checks = Vec::new();
-    if !quantized.is_empty() {
-        let (got, want) = joined(&quantized);
-        let check = check_one("quantize_q8", variant, case.clone(), matvec::SHARE, || {
-            (got, want)
-        });
-        checks.push(check);
-    }
-    let (got, want) = joined(&products);
-    checks.push(check_one(product, variant, case, matvec::SHARE, || {
-        (got, want)
-    }));
+    let mut checks = report("quantize_q8", variant, &case, &quantized);
+    checks.extend(report(product, variant, &case, &products));
     checks
 }
 
@@ -530,15 +489,77 @@ pub fn matmul(ctx: &GpuContext) -> Vec<KernelCheck> {
 }
 
 /// Every output of one kernel variant on one case, a check each (named `case, part` where the
-/// case has several); a panic (the kernel failed to build, bind or run) is one check with the
-/// error. An output written outside its place fails, whatever its values.
+/// case has several; outputs of one part measured together); a panic (the kernel failed to
+/// build, bind or run) is one check with the error. An output written outside its place fails,
+/// whatever its values.
 fn check_outputs(
     kernel: &'static str,
     variant: KernelPaths,
     case: String,
     run: impl FnOnce() -> Vec<Output>,
 ) -> Vec<KernelCheck> {
-    let entry = |case: String| KernelCheck {
+    match catch_unwind(AssertUnwindSafe(run)) {
+        Ok(outputs) => report(kernel, variant, &case, &outputs),
+        Err(panic) => vec![failed(kernel, variant, case, panic)],
+    }
+}
+
+/// The checks of [`check_outputs`] from outputs it has.
+fn report(
+    kernel: &'static str,
+    variant: KernelPaths,
+    case: &str,
+    outputs: &[Output],
+) -> Vec<KernelCheck> {
+    let mut parts: Vec<(&'static str, Measured, Tolerance, bool)> = Vec::new();
+    for output in outputs {
+        let (measured, tolerance) = output.measure();
+        match parts.iter_mut().find(|p| p.0 == output.part) {
+            Some((_, m, tol, outside)) => {
+                *m = m.merge(measured);
+                *tol = Tolerance {
+                    rel: tol.rel.max(tolerance.rel),
+                    abs: tol.abs.max(tolerance.abs),
+                };
+                *outside |= output.wrote_outside;
+            }
+            None => parts.push((output.part, measured, tolerance, output.wrote_outside)),
+        }
+    }
+    parts
+        .into_iter()
+        .map(|(part, measured, tolerance, wrote_outside)| {
+            let name = match part {
+                "" => case.to_string(),
+                part => format!("{case}, {part}"),
+            };
+            KernelCheck {
+                tolerance,
+                measured: Some(measured),
+                pass: measured.pass() && !wrote_outside,
+                error: wrote_outside.then(|| "wrote outside its output".to_string()),
+                ..unmeasured(kernel, variant, name)
+            }
+        })
+        .collect()
+}
+
+/// A check that could not run: `panic` says why.
+fn failed(
+    kernel: &'static str,
+    variant: KernelPaths,
+    case: String,
+    panic: Box<dyn std::any::Any + Send>,
+) -> KernelCheck {
+    KernelCheck {
+        error: Some(panic_message(panic)),
+        ..unmeasured(kernel, variant, case)
+    }
+}
+
+/// A check of `kernel` on `variant` before it has measured anything: failing.
+fn unmeasured(kernel: &'static str, variant: KernelPaths, case: String) -> KernelCheck {
+    KernelCheck {
         kernel,
         variant: variant.name(),
         variant_paths: variant,
@@ -548,35 +569,7 @@ fn check_outputs(
         measured: None,
         pass: false,
         error: None,
-    };
-    let outputs = match catch_unwind(AssertUnwindSafe(run)) {
-        Ok(outputs) => outputs,
-        Err(panic) => {
-            return vec![KernelCheck {
-                error: Some(panic_message(panic)),
-                ..entry(case)
-            }];
-        }
-    };
-    outputs
-        .into_iter()
-        .map(|output| {
-            let (measured, tolerance) = output.measure();
-            let name = match output.part {
-                "" => case.clone(),
-                part => format!("{case}, {part}"),
-            };
-            KernelCheck {
-                tolerance,
-                measured: Some(measured),
-                pass: measured.pass() && !output.wrote_outside,
-                error: output
-                    .wrote_outside
-                    .then(|| "wrote outside its output".to_string()),
-                ..entry(name)
-            }
-        })
-        .collect()
+    }
 }
 
 /// One kernel variant on one case: `run` gives the kernel's output and the reference's; a panic
@@ -593,15 +586,11 @@ fn check_one(
         Err(panic) => (None, Some(panic_message(panic))),
     };
     KernelCheck {
-        kernel,
-        variant: variant.name(),
-        variant_paths: variant,
-        path: variant.name(),
-        case,
         tolerance,
         pass: measured.is_some_and(|m| m.pass()),
         measured,
         error,
+        ..unmeasured(kernel, variant, case)
     }
 }
 

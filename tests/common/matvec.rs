@@ -10,7 +10,7 @@
 //! the product (d_i the scale of x_i's block). The quantization itself is checked against its
 //! definition: |q·d − v| ≤ d/2, |q| ≤ 127, d = max |v| / 127 per block.
 
-use crate::compare::assert_within;
+use crate::compare::Output;
 use crate::{poisoned_f32, rng};
 use fak::gpu::kernels::matvec::{
     InputNorm, MAX_BATCH, MatVec, MatVecFusion, MatVecIo, MatVecShape,
@@ -156,63 +156,6 @@ pub fn weights_buffer_at(ctx: &GpuContext, bytes: &[u8], offset: u64) -> wgpu::B
     upload(ctx, "matvec W", &padded).unwrap()
 }
 
-/// What one run produced: per output, the kernel's value, the oracle's and the largest distance
-/// allowed; and how many elements outside the outputs it changed.
-pub struct Outputs {
-    pub what: String,
-    pub got: Vec<f32>,
-    pub want: Vec<f32>,
-    pub bounds: Vec<f32>,
-    pub stray: usize,
-}
-
-impl Outputs {
-    fn new(what: String) -> Outputs {
-        Outputs {
-            what,
-            got: Vec::new(),
-            want: Vec::new(),
-            bounds: Vec::new(),
-            stray: 0,
-        }
-    }
-
-    fn push(&mut self, got: f32, want: f64, bound: f64) {
-        self.got.push(got);
-        self.want.push(want as f32);
-        self.bounds.push(bound as f32);
-    }
-
-    /// Panics unless every output is within its bound (NaN never is) and nothing else changed.
-    pub fn assert(&self) {
-        assert_within(&self.what, &self.got, &self.want, &self.bounds);
-        assert_eq!(
-            self.stray, 0,
-            "{}: elements outside the outputs were written",
-            self.what
-        );
-    }
-
-    /// Each output's error as a share of its bound, beside zeros: measured under [`SHARE`], a
-    /// share above 1 (or NaN) fails. A stray write adds a NaN.
-    pub fn shares(&self) -> (Vec<f32>, Vec<f32>) {
-        let mut shares: Vec<f32> = (0..self.got.len())
-            .map(|i| {
-                let e = (self.got[i] - self.want[i]).abs();
-                if e == 0.0 { 0.0 } else { e / self.bounds[i] }
-            })
-            .collect();
-        if self.stray > 0 {
-            shares.push(f32::NAN);
-        }
-        let zeros = vec![0.0; shares.len()];
-        (shares, zeros)
-    }
-}
-
-/// The tolerance on [`Outputs::shares`]: each output within its own bound.
-pub const SHARE: crate::compare::Tolerance = crate::compare::Tolerance { rel: 0.0, abs: 1.0 };
-
 /// How a case feeds x to the product.
 #[derive(Clone, Copy)]
 pub enum Path<'a> {
@@ -263,8 +206,8 @@ fn quantize(
 /// The quantization against its definition (module docs): `v` the vectors it quantized (the
 /// CPU's normed ones under a norm, within `v_rel` relative of the GPU's own), x̂ and d as read
 /// back.
-fn quantization_outputs(what: String, v: &[f32], x_hat: &[f32], d: &[f32], v_rel: f64) -> Outputs {
-    let mut out = Outputs::new(format!("quantize_q8 {what}"));
+fn quantization_outputs(what: String, v: &[f32], x_hat: &[f32], d: &[f32], v_rel: f64) -> Output {
+    let mut out = Output::each(format!("quantize_q8 {what}"));
     for (block, ((v, x_hat), d)) in v
         .chunks(32)
         .zip(x_hat.chunks(32))
@@ -301,7 +244,7 @@ fn quantization_outputs(what: String, v: &[f32], x_hat: &[f32], d: &[f32], v_rel
 /// follows each row). Overwriting runs read contiguous x; accumulating runs read x at an offset
 /// with a padded stride and add to random y0. Everything a run must not write (rows past its
 /// batch, the gaps, the space between regions) is checked to keep its initial bits. The integer
-/// path quantizes both x layouts first (one [`Outputs`] each) and gives two per run: against
+/// path quantizes both x layouts first (one [`Output`] each) and gives two per run: against
 /// W·x̂, then against W·x.
 #[allow(clippy::too_many_arguments)]
 pub fn check_tensor(
@@ -314,7 +257,7 @@ pub fn check_tensor(
     weights_offset: u64,
     max_binding: u64,
     seed: u64,
-) -> Vec<Outputs> {
+) -> Vec<Output> {
     let mut rng = rng(seed);
     let batch = u64::from(MAX_BATCH);
     let x = random_f32(&mut rng, batch * cols);
@@ -429,8 +372,8 @@ pub fn check_tensor(
             "{ty} {rows}x{cols} W at byte {weights_offset} batch {n} accumulate {accumulate} ({})",
             kernel.variant()
         );
-        let mut exact = Outputs::new(what.clone());
-        let mut against_x = Outputs::new(format!("{what} against W·x"));
+        let mut exact = Output::each(what.clone());
+        let mut against_x = Output::each(format!("{what} against W·x"));
         for b in 0..n {
             for r in 0..rows {
                 let at = (k as u64 * region + 1 + b * y_stride + r) as usize;
@@ -456,11 +399,9 @@ pub fn check_tensor(
             out.push(against_x);
         }
     }
-    let stray = (0..got.len())
-        .filter(|&i| untouched[i] && got[i].to_bits() != initial[i].to_bits())
-        .count();
+    let stray = (0..got.len()).any(|i| untouched[i] && got[i].to_bits() != initial[i].to_bits());
     if let Some(last) = out.last_mut() {
-        last.stray = stray;
+        last.wrote_outside = stray;
     }
     out
 }
@@ -497,7 +438,7 @@ fn normed(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
 /// One fused binding against the f64 oracle: `rows` outputs for every batch of [`BATCHES`], x
 /// the raw vectors (each at its own scale, so every vector's norm differs), W `rows` rows or
 /// (`swiglu`) `2·rows` gate-then-up rows, y poisoned. Rows past a step's batch must stay NaN.
-/// On the integer path the norm is folded into the quantization (one [`Outputs`] for it) and
+/// On the integer path the norm is folded into the quantization (one [`Output`] for it) and
 /// the products are held to W·x̂ (and, for the unpaired product, to W·x, loosely).
 #[allow(clippy::too_many_arguments)]
 pub fn check_fused(
@@ -508,7 +449,7 @@ pub fn check_fused(
     rows: u64,
     (norm, swiglu, strided_x): (bool, bool, bool),
     seed: u64,
-) -> Vec<Outputs> {
+) -> Vec<Output> {
     let cols = fused_cols(ty);
     let mut rng = rng(seed);
     let w_rows = if swiglu { 2 * rows } else { rows };
@@ -617,8 +558,8 @@ pub fn check_fused(
     };
     for (y, &n) in ys.iter().zip(&BATCHES) {
         let got = read_back_f32(ctx, y, 0..4 * batch * rows).unwrap();
-        let mut exact = Outputs::new(what(n));
-        let mut against_x = Outputs::new(format!("{} against W·x", what(n)));
+        let mut exact = Output::each(what(n));
+        let mut against_x = Output::each(format!("{} against W·x", what(n)));
         for b in 0..u64::from(n) {
             for r in 0..rows {
                 let at = (b * rows + r) as usize;
@@ -647,7 +588,7 @@ pub fn check_fused(
             }
         }
         let split = (u64::from(n) * rows) as usize;
-        exact.stray = got[split..].iter().filter(|v| !v.is_nan()).count();
+        exact.wrote_outside = got[split..].iter().any(|v| !v.is_nan());
         out.push(exact);
         if !against_x.got.is_empty() {
             out.push(against_x);
