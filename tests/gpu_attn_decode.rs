@@ -160,4 +160,3 @@ fn mismatched_caches_and_missing_scratch_are_refused() {
     let big = storage_buffer(ctx, "scratch", kernel.scratch_bytes(1, splits)).unwrap();
     assert!(kernel.bind(ctx, io(&cache, splits, Some(&big))).is_err());
 }
-

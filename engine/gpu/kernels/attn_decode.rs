@@ -403,9 +403,7 @@ impl AttnDecode {
         let limit = ctx.device.limits().max_compute_workgroups_per_dimension;
         if max_seqs > limit {
             return Err(GpuError::TooLarge {
-                what: format!(
-                    "decode attention over {max_seqs} sequences (workgroups)"
-                ),
+                what: format!("decode attention over {max_seqs} sequences (workgroups)"),
                 size: u64::from(max_seqs),
                 limit: u64::from(limit),
                 limit_name: "max_compute_workgroups_per_dimension",
