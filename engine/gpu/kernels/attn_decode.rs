@@ -179,8 +179,9 @@ pub struct DecodeIo<'a> {
     /// Each sequence's position (it attends to positions 0..=pos) and page-table row.
     pub positions: Positions<'a>,
     pub step: &'a StepBuffer,
-    /// Workgroups per (sequence, kv head) along the keys; 1 writes `o` directly, more need a
-    /// `scratch` of [`AttnDecode::scratch_bytes`].
+    /// Workgroups per (sequence, kv head) along the keys, at most [`MAX_SPLITS`]: the most
+    /// splits a step may cut a sequence into (see [`AttnDecode::default_splits`]). 1 always
+    /// writes `o` directly; more need a `scratch` of [`AttnDecode::scratch_bytes`].
     pub n_split: u32,
     pub scratch: Option<&'a wgpu::Buffer>,
     /// The most sequences (query rows) one step has.
