@@ -133,13 +133,14 @@ impl LaneLayout {
         TEAMS * self.row_lanes
     }
 
-    /// Bytes of workgroup memory of the larger entry point: the decode's per-team maxima, sums
-    /// and one head's accumulators, plus the fallback row sums' scratch (one float per
-    /// invocation), or the combine's two floats per split.
+    /// Bytes of workgroup memory the module declares (a bound for either entry point): the
+    /// per-team maxima and sums, one head's accumulators of every team (the combine's partial
+    /// sums reuse them), the fallback row sums' scratch (one float per invocation) and the
+    /// combine's two floats per split.
     fn workgroup_bytes(&self, shape: AttnShape) -> u64 {
         let wg = self.workgroup_size();
-        let decode = 2 * TEAMS * shape.group() + 4 * wg * self.lane_vecs + wg;
-        u64::from(decode.max(2 * MAX_SPLITS)) * 4
+        let floats = 2 * TEAMS * shape.group() + 4 * wg * self.lane_vecs + wg + 2 * MAX_SPLITS;
+        u64::from(floats) * 4
     }
 }
 
