@@ -1,11 +1,12 @@
 //! Decode attention (wgsl/attn_decode.wgsl) against `fak::reference::ops::attend` (f64): GQA
 //! groups 1, 2 and 6, head_dim 64, 256 and 40, cache lengths that are not multiples of the page
-//! or the key tile, one split and several (with the combining pass), one sequence reading its
-//! positions from the Step, and three sequences of different lengths on shuffled page tables
-//! reading theirs from a token table; f32 and f16 caches. Cache slots no sequence owns hold NaN,
+//! or of a step of the teams, one split and several (with the combining pass; 8 splits of 37 keys
+//! leave some splits empty, 1 key leaves one split that writes the output itself), one sequence
+//! reading its positions from the Step, and three sequences of different lengths on shuffled page
+//! tables reading theirs from a token table; f32 and f16 caches. Cache slots no sequence owns hold NaN,
 //! so reading one fails the test.
 
-use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape, DecodeIo};
+use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape, DecodeIo, MAX_SPLITS};
 use fak::gpu::kernels::kv_cache::PageTable;
 use fak::gpu::kernels::support::{Positions, View};
 use fak::gpu::{GpuContext, Step, storage_buffer};
@@ -66,7 +67,10 @@ fn one_sequence_matches_the_reference_for_every_group_and_head_width() {
 #[test]
 fn three_sequences_on_shuffled_pages_each_attend_to_their_own_cache() {
     let ctx = gpu();
-    for (i, shape) in shapes().into_iter().enumerate() {
+    // The narrow heads only: positions and page rows do not depend on the head width, and a
+    // head of 256 costs lavapipe seconds per pipeline (32 floats per lane of its 8-wide
+    // subgroups, per query head).
+    for (i, shape) in shapes().into_iter().enumerate().step_by(2) {
         for kernel in kernels(ctx, shape) {
             for n_split in [1u32, 4] {
                 let case = Case {
@@ -74,7 +78,7 @@ fn three_sequences_on_shuffled_pages_each_attend_to_their_own_cache() {
                     lens: vec![5, 70, 33],
                     n_split,
                     table: true,
-                    gated_q: i == 1,
+                    gated_q: i == 2,
                 };
                 run_case(ctx, &kernel, &case, 40 + i as u64);
             }
@@ -115,18 +119,19 @@ fn mismatched_caches_and_missing_scratch_are_refused() {
         )
         .is_err()
     );
-    // A group of 32 heads of 256 needs 32 KiB of query tile: refused exactly where the device
-    // has less workgroup memory than the kernel would use.
-    let wide = AttnShape {
-        n_head: 32,
-        n_kv: 1,
-        head_dim: 256,
-    };
-    let needed = AttnDecode::workgroup_bytes(wide).unwrap();
-    let limit = u64::from(ctx.device.limits().max_compute_workgroup_storage_size);
-    assert_eq!(
-        AttnDecode::new(ctx, ctx.paths(), wide).is_err(),
-        needed > limit
+    // A group of 32 heads of 256 over at most 32 lanes per key row is ≥ 256 accumulators per
+    // lane, above the kernel's bound on every adapter.
+    assert!(
+        AttnDecode::new(
+            ctx,
+            ctx.paths(),
+            AttnShape {
+                n_head: 32,
+                n_kv: 1,
+                head_dim: 256
+            }
+        )
+        .is_err()
     );
     let pages = Pages::identity(PAGE, 32);
     let cache = poisoned_cache(ctx, pages.layout(2, 64, kernel.dtype()));
@@ -151,4 +156,7 @@ fn mismatched_caches_and_missing_scratch_are_refused() {
     assert!(kernel.bind(ctx, io(&cache, 2, None)).is_err());
     let small = storage_buffer(ctx, "scratch", kernel.scratch_bytes(1, 2) - 4).unwrap();
     assert!(kernel.bind(ctx, io(&cache, 2, Some(&small))).is_err());
+    let splits = MAX_SPLITS + 1;
+    let big = storage_buffer(ctx, "scratch", kernel.scratch_bytes(1, splits)).unwrap();
+    assert!(kernel.bind(ctx, io(&cache, splits, Some(&big))).is_err());
 }

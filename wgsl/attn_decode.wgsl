@@ -1,33 +1,44 @@
 // attn_decode — attention of one query token per sequence against its paged KV cache
 //
-// Query row b < step.n_tokens (one per sequence; token_pos(b) = p, page-table row r =
-// token_page_row(b)) attends to the p + 1 cached positions 0..=p of its sequence. Query head
-// h = g·GROUP + r' reads kv head g (GQA, contiguous grouping):
-//   s_j = q_h · k_{g,j} / sqrt(head_dim),  o_h = Σ_j softmax(s)_j v_{g,j}     (f32, online softmax)
-// Layout choices (flash-decoding): a workgroup owns one (sequence, kv head, key split), so each
-// key and value row is read once for all GROUP query heads that share it; the keys of a sequence
-// are split across n_split workgroups (contiguous chunks, whole key tiles) so a single long
-// sequence still fills the GPU, and a second pass combines the splits' partial (max, sum, Σ p·v).
-// Within a workgroup, keys go in tiles of KEY_TILE: (1) scores of the tile (attn_scores_*.wgsl:
-// one subgroup per key with lanes over d, or one invocation per key), (2) one invocation per
-// query head updates its running max and sum and turns scores into weights, (3) every
-// invocation owns dims d = i, i + WG, … of every query head and accumulates Σ p·v in registers,
-// reading value rows with consecutive invocations on consecutive elements. Scores carry
-// log2(e) so weights are exp2(s − m).
+// Query row b < step.n_tokens (one per sequence; token_pos(b) = p, page-table row
+// token_page_row(b)) attends to the kv_len = p + 1 cached positions 0..=p of its sequence. Query
+// head h = g·GROUP + r reads kv head g (GQA, contiguous grouping):
+//   s_j = q_h · k_{g,j} / sqrt(HEAD_DIM),  o_h = Σ_j softmax(s)_j v_{g,j}     (f32, online softmax)
+// Scores carry log2(e) (folded into q) so weights are exp2(s − m).
+//
+// Layout (flash-decoding, "vector" form as in llama.cpp's fattn-vec and MLX's sdpa_vector):
+// - a workgroup owns one (sequence, kv head g, key split), so each key and value row is read once
+//   for the GROUP query heads that share it. The keys of a sequence are cut at run time into
+//   splits of max(⌈kv_len / n_split⌉, TEAMS) keys, rounded up to whole steps of TEAMS keys
+//   (split_chunks): a short context runs few splits of one step, and workgroups past the last
+//   split return at once; a long one gets every split.
+// - a workgroup is TEAMS teams of ROW_LANES lanes. Team t walks keys start + t, start + t + TEAMS,
+//   … of its split with no barrier of its own (on the SUBGROUP path): lane l holds vec4s
+//   e = i·ROW_LANES + l (i < LANE_VECS; dims 4e..4e+3, so a row is read with 16-byte loads,
+//   consecutive lanes on consecutive vec4s) of the GROUP query heads' q and of their output
+//   accumulators, in arrays whose sizes and loop bounds are module constants (the driver can keep
+//   them in registers). Each lane adds its partial dot products, row_sum gives every head's score
+//   to the whole team, and the team keeps its own running max m and sum l per head (online
+//   softmax). The rows of a team's next key are loaded while it scores the current one.
+// - at the end the teams merge (m, l, Σ p·v) through workgroup memory, one head at a time, and the
+//   split writes its partial, or o directly when the sequence has a single split.
+//
+// Specialisation (the host prepends `const`s): HEAD_DIM (a multiple of 4), GROUP, ROW_LANES
+// (lanes per key row, a power of two: ≤ the adapter's smallest subgroup on the SUBGROUP path).
+// Override: TOKEN_TABLE. The caches are bound as vec4 rows (kv_base / 4).
 // bindings: 0 q (read) · 1 k_cache (read) · 2 v_cache (read) · 3 page_table (read)
 //           · 4 token_slots (read) · 5 partials (read_write) · 6 o (read_write)
 //           · 7 params (uniform) · 8 step (uniform)
 // entry points / dispatch:
-//   decode  — (n_split, n_kv, n_tokens) workgroups of WG. With n_split = 1 it writes o directly;
-//             otherwise partials[((b·n_head + h)·n_split + s)·(HEAD_DIM + 2) + …] =
+//   decode  — (n_split, n_kv, n_tokens) workgroups of WG. A sequence with one split writes o;
+//             otherwise split s writes partials[((b·n_head + h)·n_split + s)·(HEAD_DIM + 2) + …] =
 //             (Σ p·v [HEAD_DIM], m, l), m in log2 units.
-//   combine — (n_head, n_tokens) workgroups (only when n_split > 1): o = Σ_s e^(m_s − M) acc_s /
-//             Σ_s e^(m_s − M) l_s.
-// pipelines: specialised per model shape by HEAD_DIM, GROUP, WG (GROUP·ceil(HEAD_DIM/WG) ≤
-//            MAX_ACC accumulators per invocation), Q_LEN = GROUP·HEAD_DIM, S_LEN =
-//            GROUP·KEY_TILE; TOKEN_TABLE.
-// variants: subgroup | fallback (the score pass) × f32 | f16 cache (KvScalar).
-// requires: reduce_*.wgsl (Lanes), attn_scores_*.wgsl, kv_f32|kv_f16.wgsl, kv_paged.wgsl,
+//   combine — (n_head, n_tokens) workgroups of WG: for a sequence of several splits,
+//             o = Σ_s e^(m_s − M) acc_s / Σ_s e^(m_s − M) l_s (one weight per split, computed
+//             once; SPLIT_LANES invocations per vec4 of o share the splits); nothing for one split.
+// variants: SUBGROUP (row_sum_subgroup: shuffles) | fallback (row_sum_workgroup: workgroup memory,
+//           hence every loop around row_sum is workgroup-uniform) × f32 | f16 cache (KvScalar).
+// requires: row_sum_subgroup.wgsl or row_sum_workgroup.wgsl, kv_f32|kv_f16.wgsl, kv_paged.wgsl,
 //           step.wgsl, view.wgsl, positions.wgsl.
 
 struct Params {
@@ -42,8 +53,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> k_cache: array<KvScalar>;
-@group(0) @binding(2) var<storage, read> v_cache: array<KvScalar>;
+@group(0) @binding(1) var<storage, read> k_cache: array<vec4<KvScalar>>;
+@group(0) @binding(2) var<storage, read> v_cache: array<vec4<KvScalar>>;
 @group(0) @binding(3) var<storage, read> page_table: array<u32>;
 @group(0) @binding(4) var<storage, read> token_slots: array<TokenSlot>;
 @group(0) @binding(5) var<storage, read_write> partials: array<f32>;
@@ -51,39 +62,75 @@ struct Params {
 @group(0) @binding(7) var<uniform> params: Params;
 @group(0) @binding(8) var<uniform> step: Step;
 
-override WG: u32 = 64u;
-override HEAD_DIM: u32 = 128u;
-override GROUP: u32 = 2u;
-override Q_LEN: u32 = 256u;
-override S_LEN: u32 = 64u;
-override KEY_TILE: u32 = 32u;
 override TOKEN_TABLE: bool = false;
 
-// Bounds of the per-invocation arrays (the host checks GROUP ≤ MAX_GROUP and
-// GROUP·ceil(HEAD_DIM/WG) ≤ MAX_ACC).
-const MAX_GROUP: u32 = 32u;
-const MAX_ACC: u32 = 64u;
+// Teams per workgroup; a split covers whole steps of TEAMS keys, one per team.
+const TEAMS: u32 = 8u;
+const WG: u32 = TEAMS * ROW_LANES;
+// A row is HEAD_VECS groups of 4 dims; a lane holds LANE_VECS of them, the last ones of a lane
+// possibly past the row when 4·ROW_LANES does not divide HEAD_DIM.
+const HEAD_VECS: u32 = HEAD_DIM / 4u;
+const LANE_VECS: u32 = (HEAD_VECS + ROW_LANES - 1u) / ROW_LANES;
+// Bound of the combine's per-split arrays (the host refuses more splits), and the combine's
+// invocations per vec4 of a row (team_acc holds their sums: WG·LANE_VECS ≥ SPLIT_LANES·HEAD_VECS).
+const MAX_SPLITS: u32 = 64u;
+const SPLIT_LANES: u32 = max(WG / HEAD_VECS, 1u);
 // Finite stand-in for −∞: exp2(NEG − m) is 0 for any real m, and NEG − NEG is no NaN.
 const NEG: f32 = -3.0e38;
 const LOG2_E: f32 = 1.4426950408889634;
 
-var<workgroup> q_tile: array<f32, Q_LEN>;
-// Scores, then weights, of the current key tile: [GROUP][KEY_TILE].
-var<workgroup> scores: array<f32, S_LEN>;
-var<workgroup> key_base: array<u32, KEY_TILE>;
-// Per query head: the rescale factor of the tile, then the final sum.
-var<workgroup> head_scalar: array<f32, MAX_GROUP>;
+// Each team's running max and sum per query head: [TEAMS][GROUP].
+var<workgroup> team_m: array<f32, TEAMS * GROUP>;
+var<workgroup> team_l: array<f32, TEAMS * GROUP>;
+// decode: one query head's rescaled accumulators of every team, [TEAMS][ROW_LANES·LANE_VECS] by
+// vec4 index within the row; combine: the split-lane sums, [SPLIT_LANES][HEAD_VECS].
+var<workgroup> team_acc: array<vec4<f32>, WG * LANE_VECS>;
+// combine: each split's max m_s; its sum l_s, then its weight e^(m_s − M) / Σ_s e^(m_s − M) l_s.
+var<workgroup> split_m: array<f32, MAX_SPLITS>;
+var<workgroup> split_weight: array<f32, MAX_SPLITS>;
 
-fn dims_per_invocation() -> u32 {
-    return (HEAD_DIM + WG - 1u) / WG;
+// How a sequence of kv_len keys is cut: `size` keys per split (at least one step, whole steps),
+// `count` splits holding keys (≤ n_split); the decode and combine passes agree on it.
+struct Chunks {
+    size: u32,
+    count: u32,
+}
+
+fn split_chunks(kv_len: u32) -> Chunks {
+    let per_split = (kv_len + params.n_split - 1u) / params.n_split;
+    let size = max((per_split + TEAMS - 1u) / TEAMS, 1u) * TEAMS;
+    return Chunks(size, (kv_len + size - 1u) / size);
 }
 
 fn partial_index(b: u32, h: u32, s: u32) -> u32 {
     return ((b * params.n_head + h) * params.n_split + s) * (HEAD_DIM + 2u);
 }
 
+// Vec4 i of a lane within its row, clamped into the row: a lane's vec4s past the row read a real
+// one of the same row (finite) against a zero query, and their accumulators are never written out.
+fn lane_vec(i: u32, lane: u32) -> u32 {
+    return min(i * ROW_LANES + lane, HEAD_VECS - 1u);
+}
+
+// This lane's vec4s of key `pos`'s key and value rows (kv head g).
+fn load_rows(
+    page_row: u32,
+    g: u32,
+    pos: u32,
+    lane: u32,
+    k_lane: ptr<function, array<vec4<f32>, LANE_VECS>>,
+    v_lane: ptr<function, array<vec4<f32>, LANE_VECS>>,
+) {
+    let row = kv_base(params.kv, page_row, pos, g) / 4u;
+    for (var i = 0u; i < LANE_VECS; i++) {
+        let at = row + lane_vec(i, lane);
+        (*k_lane)[i] = vec4<f32>(k_cache[at]);
+        (*v_lane)[i] = vec4<f32>(v_cache[at]);
+    }
+}
+
 @compute @workgroup_size(WG)
-fn decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: Lanes) {
+fn decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
     let s = wg.x;
     let g = wg.y;
     let b = wg.z;
@@ -91,119 +138,170 @@ fn decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: Lanes) {
         return;
     }
     let kv_len = token_pos(b) + 1u;
-    let page_row = token_page_row(b);
-    let per_split = (kv_len + params.n_split - 1u) / params.n_split;
-    let chunk = (per_split + KEY_TILE - 1u) / KEY_TILE * KEY_TILE;
-    let start = min(s * chunk, kv_len);
-    let end = min(start + chunk, kv_len);
-
-    let qscale = params.scale * LOG2_E;
-    for (var i = lanes.index; i < Q_LEN; i += WG) {
-        let r = i / HEAD_DIM;
-        q_tile[i] = q[view_index(params.q, b, g * GROUP + r, i % HEAD_DIM)] * qscale;
-    }
-    // The running max and sum of query head `lanes.index` (invocations < GROUP).
-    var m = NEG;
-    var l = 0.0;
-    var acc: array<f32, MAX_ACC>;
-    for (var i = 0u; i < MAX_ACC; i++) {
-        acc[i] = 0.0;
-    }
-    let dpi = dims_per_invocation();
-    workgroupBarrier();
-
-    for (var k0 = start; k0 < end; k0 += KEY_TILE) {
-        let n_valid = min(KEY_TILE, end - k0);
-        tile_scores(page_row, g, k0, n_valid, lanes);
-        workgroupBarrier();
-        if lanes.index < GROUP {
-            let row = lanes.index * KEY_TILE;
-            var m_new = m;
-            for (var jj = 0u; jj < n_valid; jj++) {
-                m_new = max(m_new, scores[row + jj]);
-            }
-            let alpha = exp2(m - m_new);
-            var sum = 0.0;
-            for (var jj = 0u; jj < n_valid; jj++) {
-                let p = exp2(scores[row + jj] - m_new);
-                scores[row + jj] = p;
-                sum += p;
-            }
-            l = l * alpha + sum;
-            m = m_new;
-            head_scalar[lanes.index] = alpha;
-        }
-        workgroupBarrier();
-        for (var k = 0u; k < dpi; k++) {
-            let d = lanes.index + k * WG;
-            if d < HEAD_DIM {
-                for (var r = 0u; r < GROUP; r++) {
-                    acc[r * dpi + k] *= head_scalar[r];
-                }
-                for (var jj = 0u; jj < n_valid; jj++) {
-                    let vd = f32(v_cache[key_base[jj] + d]);
-                    for (var r = 0u; r < GROUP; r++) {
-                        acc[r * dpi + k] += scores[r * KEY_TILE + jj] * vd;
-                    }
-                }
-            }
-        }
-        // The next tile overwrites scores, key_base and head_scalar.
-        workgroupBarrier();
-    }
-
-    if params.n_split == 1u {
-        if lanes.index < GROUP {
-            head_scalar[lanes.index] = l;
-        }
-        workgroupBarrier();
-        for (var k = 0u; k < dpi; k++) {
-            let d = lanes.index + k * WG;
-            if d < HEAD_DIM {
-                for (var r = 0u; r < GROUP; r++) {
-                    o[view_index(params.o, b, g * GROUP + r, d)] = acc[r * dpi + k] / head_scalar[r];
-                }
-            }
-        }
+    let chunks = split_chunks(kv_len);
+    if s >= chunks.count {
         return;
     }
-    for (var k = 0u; k < dpi; k++) {
-        let d = lanes.index + k * WG;
-        if d < HEAD_DIM {
-            for (var r = 0u; r < GROUP; r++) {
-                partials[partial_index(b, g * GROUP + r, s) + d] = acc[r * dpi + k];
+    let page_row = token_page_row(b);
+    let start = s * chunks.size;
+    let end = min(start + chunks.size, kv_len);
+    let position = lane_position(lanes);
+    let team = position / ROW_LANES;
+    let lane = position % ROW_LANES;
+
+    // This lane's vec4s of the GROUP query heads, pre-scaled into log2 units: [GROUP][LANE_VECS].
+    let qscale = params.scale * LOG2_E;
+    var q_lane: array<array<vec4<f32>, LANE_VECS>, GROUP>;
+    for (var r = 0u; r < GROUP; r++) {
+        for (var i = 0u; i < LANE_VECS; i++) {
+            let e = i * ROW_LANES + lane;
+            var x = vec4(0.0);
+            if e < HEAD_VECS {
+                let at = view_index(params.q, b, g * GROUP + r, 4u * e);
+                x = vec4(q[at], q[at + 1u], q[at + 2u], q[at + 3u]) * qscale;
+            }
+            q_lane[r][i] = x;
+        }
+    }
+    var m: array<f32, GROUP>;
+    var l: array<f32, GROUP>;
+    var acc: array<array<vec4<f32>, LANE_VECS>, GROUP>;
+    for (var r = 0u; r < GROUP; r++) {
+        m[r] = NEG;
+        l[r] = 0.0;
+        for (var i = 0u; i < LANE_VECS; i++) {
+            acc[r][i] = vec4(0.0);
+        }
+    }
+
+    // Team t takes keys start + t, start + t + TEAMS, …; the rows of its next key are loaded
+    // while it scores the current one. A key past `end` reads the last key instead and is
+    // skipped (the fallback's row_sum needs every team in every step).
+    var k_next: array<vec4<f32>, LANE_VECS>;
+    var v_next: array<vec4<f32>, LANE_VECS>;
+    load_rows(page_row, g, min(start + team, end - 1u), lane, &k_next, &v_next);
+    for (var j0 = start; j0 < end; j0 += TEAMS) {
+        let k_lane = k_next;
+        let v_lane = v_next;
+        load_rows(page_row, g, min(j0 + TEAMS + team, end - 1u), lane, &k_next, &v_next);
+        let live = j0 + team < end;
+        for (var r = 0u; r < GROUP; r++) {
+            var part = 0.0;
+            for (var i = 0u; i < LANE_VECS; i++) {
+                part += dot(q_lane[r][i], k_lane[i]);
+            }
+            // Branch-free: a key past `end` leaves m (alpha = 1) and adds p = 0.
+            let score = row_sum(part, lanes);
+            let m_new = select(m[r], max(m[r], score), live);
+            let alpha = exp2(m[r] - m_new);
+            let p = select(0.0, exp2(score - m_new), live);
+            l[r] = l[r] * alpha + p;
+            m[r] = m_new;
+            for (var i = 0u; i < LANE_VECS; i++) {
+                acc[r][i] = acc[r][i] * alpha + p * v_lane[i];
             }
         }
     }
-    if lanes.index < GROUP {
-        let at = partial_index(b, g * GROUP + lanes.index, s) + HEAD_DIM;
-        partials[at] = m;
-        partials[at + 1u] = l;
+
+    if lane == 0u {
+        for (var r = 0u; r < GROUP; r++) {
+            team_m[team * GROUP + r] = m[r];
+            team_l[team * GROUP + r] = l[r];
+        }
+    }
+    workgroupBarrier();
+    let single = chunks.count == 1u;
+    let team_row = team * ROW_LANES * LANE_VECS;
+    for (var r = 0u; r < GROUP; r++) {
+        // Every invocation derives the split's max and sum of head r; a team without keys has
+        // m = NEG, l = 0 and weighs 0.
+        var big_m = NEG;
+        for (var t = 0u; t < TEAMS; t++) {
+            big_m = max(big_m, team_m[t * GROUP + r]);
+        }
+        var total = 0.0;
+        for (var t = 0u; t < TEAMS; t++) {
+            total += team_l[t * GROUP + r] * exp2(team_m[t * GROUP + r] - big_m);
+        }
+        let own = exp2(m[r] - big_m);
+        for (var i = 0u; i < LANE_VECS; i++) {
+            team_acc[team_row + i * ROW_LANES + lane] = acc[r][i] * own;
+        }
+        workgroupBarrier();
+        let h = g * GROUP + r;
+        for (var d = position; d < HEAD_DIM; d += WG) {
+            var sum = 0.0;
+            for (var t = 0u; t < TEAMS; t++) {
+                sum += team_acc[t * ROW_LANES * LANE_VECS + d / 4u][d % 4u];
+            }
+            if single {
+                o[view_index(params.o, b, h, d)] = sum / total;
+            } else {
+                partials[partial_index(b, h, s) + d] = sum;
+            }
+        }
+        if !single && position == 0u {
+            let at = partial_index(b, h, s) + HEAD_DIM;
+            partials[at] = big_m;
+            partials[at + 1u] = total;
+        }
+        // The next head overwrites team_acc.
+        workgroupBarrier();
     }
 }
 
 @compute @workgroup_size(WG)
-fn combine(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) local: u32) {
+fn combine(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
     let h = wg.x;
     let b = wg.y;
     if b >= step.n_tokens {
         return;
     }
+    let n = split_chunks(token_pos(b) + 1u).count;
+    if n == 1u {
+        return;
+    }
+    let position = lane_position(lanes);
+    for (var s = position; s < n; s += WG) {
+        let at = partial_index(b, h, s) + HEAD_DIM;
+        split_m[s] = partials[at];
+        split_weight[s] = partials[at + 1u];
+    }
+    workgroupBarrier();
     var big_m = NEG;
-    for (var s = 0u; s < params.n_split; s++) {
-        big_m = max(big_m, partials[partial_index(b, h, s) + HEAD_DIM]);
+    for (var s = 0u; s < n; s++) {
+        big_m = max(big_m, split_m[s]);
     }
     var total = 0.0;
-    for (var s = 0u; s < params.n_split; s++) {
-        let at = partial_index(b, h, s) + HEAD_DIM;
-        total += partials[at + 1u] * exp2(partials[at] - big_m);
+    for (var s = 0u; s < n; s++) {
+        total += split_weight[s] * exp2(split_m[s] - big_m);
     }
-    for (var d = local; d < HEAD_DIM; d += WG) {
-        var sum = 0.0;
-        for (var s = 0u; s < params.n_split; s++) {
-            let at = partial_index(b, h, s);
-            sum += partials[at + d] * exp2(partials[at + HEAD_DIM] - big_m);
+    // Everyone has read the sums before they turn into weights.
+    workgroupBarrier();
+    for (var s = position; s < n; s += WG) {
+        split_weight[s] = exp2(split_m[s] - big_m) / total;
+    }
+    workgroupBarrier();
+    // SPLIT_LANES invocations per vec4 of the row each add every SPLIT_LANES-th split (short
+    // chains of independent loads), then one invocation per vec4 adds their sums.
+    for (var x = position; x < SPLIT_LANES * HEAD_VECS; x += WG) {
+        let e = x % HEAD_VECS;
+        var sum = vec4(0.0);
+        for (var s = x / HEAD_VECS; s < n; s += SPLIT_LANES) {
+            let at = partial_index(b, h, s) + 4u * e;
+            let part = vec4(partials[at], partials[at + 1u], partials[at + 2u], partials[at + 3u]);
+            sum += part * split_weight[s];
         }
-        o[view_index(params.o, b, h, d)] = sum / total;
+        team_acc[x] = sum;
+    }
+    workgroupBarrier();
+    for (var e = position; e < HEAD_VECS; e += WG) {
+        var sum = vec4(0.0);
+        for (var lane_set = 0u; lane_set < SPLIT_LANES; lane_set++) {
+            sum += team_acc[lane_set * HEAD_VECS + e];
+        }
+        for (var c = 0u; c < 4u; c++) {
+            o[view_index(params.o, b, h, 4u * e + c)] = sum[c];
+        }
     }
 }

@@ -10,7 +10,7 @@
 //   struct RowLanes — take it as an entry-point argument;
 //   lane_position(l) -> u32 — this invocation's position, in [0, WG);
 //   row_sum(v, l) -> f32 — call from workgroup-uniform control flow, by every invocation.
-// requires: `override WG: u32`, `override ROW_LANES: u32` (ROW_LANES divides WG).
+// requires: `WG: u32`, `ROW_LANES: u32` (override or const; ROW_LANES divides WG).
 
 struct RowLanes {
     @builtin(local_invocation_index) index: u32,

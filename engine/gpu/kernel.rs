@@ -83,12 +83,14 @@ pub mod wgsl {
     }
 }
 
-/// A shader module's WGSL: the enable directives its variant needs, then its files in order
-/// (helpers first, the kernel last). Nothing is templated: variants differ only in which files
-/// are concatenated and in `override` constants.
+/// A shader module's WGSL: the enable directives its variant needs, the `u32` constants it is
+/// specialised with, then its files in order (helpers first, the kernel last). Nothing else is
+/// templated: variants differ in which files are concatenated, in these constants (where a value
+/// sizes a function-local array, which an `override` cannot) and in `override` constants.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WgslModule {
     pub variant: KernelPaths,
+    pub consts: Vec<(&'static str, u32)>,
     pub files: Vec<WgslFile>,
 }
 
@@ -96,12 +98,19 @@ impl WgslModule {
     pub fn new(variant: KernelPaths) -> Self {
         WgslModule {
             variant,
+            consts: Vec::new(),
             files: Vec::new(),
         }
     }
 
     pub fn with(mut self, file: WgslFile) -> Self {
         self.files.push(file);
+        self
+    }
+
+    /// Declares `const name: u32 = value;` at the top of the module.
+    pub fn with_const(mut self, name: &'static str, value: u32) -> Self {
+        self.consts.push((name, value));
         self
     }
 
@@ -114,6 +123,12 @@ impl WgslModule {
         }
         if self.variant.coop_matrix.is_some() {
             text.push_str("enable wgpu_cooperative_matrix;\n");
+        }
+        if !self.consts.is_empty() {
+            text.push_str("// ---- specialisation\n");
+        }
+        for (name, value) in &self.consts {
+            text.push_str(&format!("const {name}: u32 = {value}u;\n"));
         }
         for file in &self.files {
             text.push_str("// ---- wgsl/");

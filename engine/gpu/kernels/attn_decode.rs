@@ -1,6 +1,7 @@
 //! `attn_decode`: one query token per sequence against its paged KV cache, GQA, split across
 //! workgroups along the keys with a combining pass (wgsl/attn_decode.wgsl).
 
+use super::delta_state::wgsl::{ROW_SUM_SUBGROUP, ROW_SUM_WORKGROUP};
 use super::kv_cache::{KvCache, KvDtype, PageTable, check_dtype};
 use super::support::{
     self, Positions, View, entry, positions_binding, shape_error, step_wgsl, view_binding, words,
@@ -16,8 +17,6 @@ use crate::gpu::paths::{Axes, KernelPaths};
 use crate::gpu::step::StepBuffer;
 
 const ATTN_DECODE: WgslFile = step_wgsl!("attn_decode.wgsl");
-const SCORES_SUBGROUP: WgslFile = step_wgsl!("attn_scores_subgroup.wgsl");
-const SCORES_WORKGROUP: WgslFile = step_wgsl!("attn_scores_workgroup.wgsl");
 /// q, k_cache, v_cache, page_table, token_slots, partials, o, params, step.
 const SLOTS: &[Slot] = &[
     Slot::Read,
@@ -30,11 +29,20 @@ const SLOTS: &[Slot] = &[
     Slot::Uniform,
     Slot::Uniform,
 ];
-/// Keys per tile (`KEY_TILE`); splits cover whole tiles.
-pub const KEY_TILE: u32 = 32;
-/// Bounds of the kernel's per-invocation arrays (`MAX_GROUP`, `MAX_ACC`).
+/// Teams of `row_lanes` lanes per workgroup, each walking its own keys (`TEAMS` of the WGSL).
+const TEAMS: u32 = 8;
+/// Lanes per key row on the SUBGROUP path: the adapter's smallest subgroup, at most 32 (a head of
+/// 128 then sits at 4 dims per lane; wider rows would leave lanes with one or two).
+const MAX_ROW_LANES: u32 = 32;
+/// Lanes per key row on the fallback path, whose row sums go through workgroup memory.
+const FALLBACK_ROW_LANES: u32 = 16;
+/// Most accumulators a lane holds (GROUP query heads × its dims; its query slice is as large):
+/// past this the registers spill whatever the driver does.
+const MAX_LANE_ACC: u32 = 192;
 const MAX_GROUP: u32 = 32;
-const MAX_ACC: u32 = 64;
+/// Most splits a binding may have (`MAX_SPLITS`: the combine pass keeps one weight per split in
+/// workgroup memory).
+pub const MAX_SPLITS: u32 = 64;
 
 /// The attention shape of a model: query heads, kv heads and their width. Kernels are
 /// specialised for it (loop bounds and workgroup arrays become constants).
@@ -81,29 +89,70 @@ impl AttnShape {
     }
 }
 
-/// The workgroup size for a shape: the smallest whose invocations each hold at most MAX_ACC
-/// accumulators (GROUP query heads × their share of the head dims).
-fn workgroup_size(shape: AttnShape) -> Result<u32, GpuError> {
-    shape.check(AttnDecode::NAME)?;
-    let group = shape.group();
-    if group > MAX_GROUP {
-        return Err(shape_error(
-            AttnDecode::NAME,
-            format!("{shape:?}: {group} query heads per kv head, at most {MAX_GROUP} supported"),
-        ));
-    }
-    [64, 128, 256]
-        .into_iter()
-        .find(|&wg| group * shape.head_dim.div_ceil(wg) <= MAX_ACC)
-        .ok_or_else(|| {
-            shape_error(
+/// How a module of the kernel is laid out: lanes per key row and the vec4s each lane holds.
+#[derive(Clone, Copy, Debug)]
+struct LaneLayout {
+    row_lanes: u32,
+    /// Vec4s of a row per lane (`LANE_VECS`).
+    lane_vecs: u32,
+}
+
+impl LaneLayout {
+    /// Checks that `shape` fits `row_lanes` lanes per key row.
+    fn new(shape: AttnShape, row_lanes: u32) -> Result<LaneLayout, GpuError> {
+        shape.check(AttnDecode::NAME)?;
+        let group = shape.group();
+        if group > MAX_GROUP || !shape.head_dim.is_multiple_of(4) {
+            return Err(shape_error(
                 AttnDecode::NAME,
                 format!(
-                    "{shape:?}: {group}·{} accumulators per invocation even at 256 invocations",
-                    shape.head_dim.div_ceil(256)
+                    "{shape:?}: at most {MAX_GROUP} query heads per kv head and head_dim a \
+                     multiple of 4 supported"
                 ),
-            )
+            ));
+        }
+        let lane_vecs = (shape.head_dim / 4).div_ceil(row_lanes);
+        if 4 * group * lane_vecs > MAX_LANE_ACC {
+            return Err(shape_error(
+                AttnDecode::NAME,
+                format!(
+                    "{shape:?}: {group}·{} accumulators per lane at {row_lanes} lanes per key, at \
+                     most {MAX_LANE_ACC}",
+                    4 * lane_vecs
+                ),
+            ));
+        }
+        Ok(LaneLayout {
+            row_lanes,
+            lane_vecs,
         })
+    }
+
+    /// Invocations per workgroup (`WG`).
+    fn workgroup_size(&self) -> u32 {
+        TEAMS * self.row_lanes
+    }
+
+    /// Bytes of workgroup memory the module declares (a bound for either entry point): the
+    /// per-team maxima and sums, one head's accumulators of every team (the combine's partial
+    /// sums reuse them), the fallback row sums' scratch (one float per invocation) and the
+    /// combine's two floats per split.
+    fn workgroup_bytes(&self, shape: AttnShape) -> u64 {
+        let wg = self.workgroup_size();
+        let floats = 2 * TEAMS * shape.group() + 4 * wg * self.lane_vecs + wg + 2 * MAX_SPLITS;
+        u64::from(floats) * 4
+    }
+}
+
+/// Lanes per key row of `variant` on an adapter whose subgroups are `min`..=`max` lanes: the
+/// smallest subgroup (≤ 32) on the SUBGROUP path, where a team must fit in one subgroup and a
+/// workgroup hold whole subgroups; None where the adapter rules that out.
+fn row_lanes(variant: KernelPaths, min: u32, max: u32) -> Option<u32> {
+    if !variant.subgroup {
+        return Some(FALLBACK_ROW_LANES);
+    }
+    let lanes = min.min(MAX_ROW_LANES);
+    (lanes >= 4 && lanes.is_power_of_two() && max <= TEAMS * lanes).then_some(lanes)
 }
 
 /// `Params` of wgsl/attn_decode.wgsl.
@@ -131,8 +180,9 @@ pub struct DecodeIo<'a> {
     /// Each sequence's position (it attends to positions 0..=pos) and page-table row.
     pub positions: Positions<'a>,
     pub step: &'a StepBuffer,
-    /// Workgroups per (sequence, kv head) along the keys; 1 writes `o` directly, more need a
-    /// `scratch` of [`AttnDecode::scratch_bytes`].
+    /// Workgroups per (sequence, kv head) along the keys, at most [`MAX_SPLITS`]: the most
+    /// splits a step may cut a sequence into (see [`AttnDecode::default_splits`]). 1 always
+    /// writes `o` directly; more need a `scratch` of [`AttnDecode::scratch_bytes`].
     pub n_split: u32,
     pub scratch: Option<&'a wgpu::Buffer>,
     /// The most sequences (query rows) one step has.
@@ -144,7 +194,7 @@ pub struct AttnDecode {
     variant: KernelPaths,
     shape: AttnShape,
     layout: wgpu::BindGroupLayout,
-    /// decode (Step positions), decode (token table), combine.
+    /// decode and combine, each with Step positions then with the token table.
     pipelines: Vec<wgpu::ComputePipeline>,
     /// Stands in for the token table (read-only) and, separately, the scratch (read-write) when
     /// a binding has none: one buffer cannot be bound both ways in a dispatch.
@@ -169,77 +219,67 @@ impl Kernel for AttnDecode {
     };
 
     fn source(variant: KernelPaths) -> KernelSource {
-        Self::source_for(variant, AttnShape::EXAMPLE).expect("the example shape is supported")
+        let lanes = row_lanes(variant, MAX_ROW_LANES, MAX_ROW_LANES).expect("32-lane subgroups");
+        Self::source_for(variant, AttnShape::EXAMPLE, lanes).expect("the example shape fits")
     }
 }
 
 impl AttnDecode {
-    /// The module and pipelines of `variant` specialised for `shape`.
-    pub fn source_for(variant: KernelPaths, shape: AttnShape) -> Result<KernelSource, GpuError> {
-        let wg = workgroup_size(shape)?;
-        let scores = if variant.subgroup {
-            SCORES_SUBGROUP
+    /// The module and pipelines of `variant` specialised for `shape` at `row_lanes` lanes per
+    /// key row (see [`AttnDecode::new`]).
+    pub fn source_for(
+        variant: KernelPaths,
+        shape: AttnShape,
+        row_lanes: u32,
+    ) -> Result<KernelSource, GpuError> {
+        LaneLayout::new(shape, row_lanes)?;
+        let row_sum = if variant.subgroup {
+            ROW_SUM_SUBGROUP
         } else {
-            SCORES_WORKGROUP
+            ROW_SUM_WORKGROUP
         };
         let module = WgslModule::new(variant)
-            .with(wgsl::reduction(variant))
+            .with_const("HEAD_DIM", shape.head_dim)
+            .with_const("GROUP", shape.group())
+            .with_const("ROW_LANES", row_lanes)
+            .with(row_sum)
             .with(support::kv_scalar(variant.f16))
             .with(support::KV_PAGED)
             .with(wgsl::STEP)
             .with(support::VIEW)
             .with(support::POSITIONS)
-            .with(scores)
             .with(ATTN_DECODE);
-        let group = shape.group();
-        let constants = |table: bool| {
-            vec![
-                ("WG", f64::from(wg)),
-                ("HEAD_DIM", f64::from(shape.head_dim)),
-                ("GROUP", f64::from(group)),
-                ("Q_LEN", f64::from(group * shape.head_dim)),
-                ("S_LEN", f64::from(group * KEY_TILE)),
-                ("KEY_TILE", f64::from(KEY_TILE)),
-                ("TOKEN_TABLE", f64::from(table)),
-            ]
+        let label = |what: &str| format!("attn_decode {what} {shape:?} row_lanes={row_lanes}");
+        let spec = |what: &str, entry_point, table: bool| PipelineSpec {
+            label: label(what),
+            entry_point,
+            constants: vec![("TOKEN_TABLE", f64::from(table))],
         };
-        let label = |what: &str| format!("attn_decode {what} {shape:?}");
-        let pipelines = vec![
-            PipelineSpec {
-                label: label("decode"),
-                entry_point: "decode",
-                constants: constants(false),
-            },
-            PipelineSpec {
-                label: label("decode token_table"),
-                entry_point: "decode",
-                constants: constants(true),
-            },
-            PipelineSpec {
-                label: label("combine"),
-                entry_point: "combine",
-                constants: constants(false),
-            },
-        ];
         Ok(KernelSource {
             module,
             slots: SLOTS,
-            pipelines,
+            pipelines: vec![
+                spec("decode", "decode", false),
+                spec("decode token_table", "decode", true),
+                spec("combine", "combine", false),
+                spec("combine token_table", "combine", true),
+            ],
         })
     }
 
-    /// Bytes of workgroup memory a workgroup of `shape` uses: the query heads of its group, the
-    /// tile's scores, key offsets and per-head scalars, and the reduction helper's scratch.
-    pub fn workgroup_bytes(shape: AttnShape) -> Result<u64, GpuError> {
-        let wg = workgroup_size(shape)?;
-        let group = shape.group();
-        let floats = group * shape.head_dim + group * KEY_TILE + KEY_TILE + MAX_GROUP + wg;
-        Ok(u64::from(floats) * 4)
-    }
-
-    /// Builds the variant of `paths` (subgroup scores, f16 cache where allowed) for `shape`.
+    /// Builds the variant of `paths` (subgroup row sums, f16 cache where allowed) for `shape`.
+    /// The SUBGROUP path needs key rows of ≥ 4 lanes inside the adapter's smallest subgroup and
+    /// workgroups of whole subgroups; where the adapter's sizes rule that out, the fallback is
+    /// built.
     pub fn new(ctx: &GpuContext, paths: KernelPaths, shape: AttnShape) -> Result<Self, GpuError> {
-        let bytes = Self::workgroup_bytes(shape)?;
+        let mut variant = Self::AXES.select(paths);
+        let facts = ctx.facts();
+        let lanes = row_lanes(variant, facts.subgroup_min_size, facts.subgroup_max_size)
+            .unwrap_or_else(|| {
+                variant.subgroup = false;
+                FALLBACK_ROW_LANES
+            });
+        let bytes = LaneLayout::new(shape, lanes)?.workgroup_bytes(shape);
         let limit = ctx.device.limits().max_compute_workgroup_storage_size;
         if bytes > u64::from(limit) {
             return Err(GpuError::TooLarge {
@@ -249,13 +289,12 @@ impl AttnDecode {
                 limit_name: "max_compute_workgroup_storage_size",
             });
         }
-        let variant = Self::AXES.select(paths);
         let built = build(
             ctx,
             &KernelVariant {
                 kernel: Self::NAME,
                 paths: variant,
-                source: Self::source_for(variant, shape)?,
+                source: Self::source_for(variant, shape, lanes)?,
             },
         )?;
         Ok(AttnDecode {
@@ -287,13 +326,15 @@ impl AttnDecode {
             * 4
     }
 
-    /// A split count for sequences of up to `max_positions` tokens: one split per 128 keys (four
-    /// key tiles), at most 64. A workgroup owns one (kv head, split), so with 8 kv heads, 512
-    /// keys per split gave an H200 (132 SMs) only 64 workgroups per layer at depth 2048 and
-    /// decode ran at half the speed it had at depth 128 (experiments/NOTES.md, "H200 runs");
-    /// splits past the current length hold no tiles and cost only their share of the combine.
+    /// A split count for sequences of up to `max_positions` tokens: one split per 64 keys, at
+    /// most [`MAX_SPLITS`]. It is a bound, not the count a step uses: the kernel cuts a sequence
+    /// of kv_len keys into splits of max(⌈kv_len / n_split⌉, 16) keys (whole steps of 16:
+    /// TEAMS·KEYS of the WGSL), so a short context runs few splits of one step each and splits past the
+    /// last return at once; a long one fills the GPU with n_split × n_kv workgroups. (At depth
+    /// 2048, 64 workgroups per layer had run decode at half its depth-128 speed on an H200:
+    /// experiments/NOTES.md, "H200 runs".)
     pub fn default_splits(max_positions: u32) -> u32 {
-        max_positions.div_ceil(128).clamp(1, 64)
+        max_positions.div_ceil(64).clamp(1, MAX_SPLITS)
     }
 
     /// Binds one layer's decode attention (see [`DecodeIo`]).
@@ -355,13 +396,17 @@ impl AttnDecode {
                 ));
             }
         };
+        if n_split > MAX_SPLITS {
+            return Err(shape_error(
+                Self::NAME,
+                format!("{n_split} splits, at most {MAX_SPLITS}"),
+            ));
+        }
         let limit = ctx.device.limits().max_compute_workgroups_per_dimension;
-        if n_split > limit || max_seqs > limit {
+        if max_seqs > limit {
             return Err(GpuError::TooLarge {
-                what: format!(
-                    "decode attention over {max_seqs} sequences in {n_split} splits (workgroups)"
-                ),
-                size: u64::from(n_split.max(max_seqs)),
+                what: format!("decode attention over {max_seqs} sequences (workgroups)"),
+                size: u64::from(max_seqs),
                 limit: u64::from(limit),
                 limit_name: "max_compute_workgroups_per_dimension",
             });
@@ -403,14 +448,15 @@ impl AttnDecode {
     }
 
     /// Records the dispatches for a step of `n_seqs` sequences (at most the binding's
-    /// `max_seqs`): the split pass, and the combining pass when there are several splits.
+    /// `max_seqs`): the split pass, and the combining pass when the binding has several splits
+    /// (it does nothing for a sequence the split pass gave a single split).
     pub fn encode(&self, pass: &mut wgpu::ComputePass, binding: &DecodeBinding, n_seqs: u32) {
         let n = n_seqs.min(binding.max_seqs);
         pass.set_bind_group(0, &binding.group, &[]);
         pass.set_pipeline(&self.pipelines[usize::from(binding.table)]);
         pass.dispatch_workgroups(binding.n_split, self.shape.n_kv, n);
         if binding.n_split > 1 {
-            pass.set_pipeline(&self.pipelines[2]);
+            pass.set_pipeline(&self.pipelines[2 + usize::from(binding.table)]);
             pass.dispatch_workgroups(self.shape.n_head, n, 1);
         }
     }
