@@ -12,10 +12,11 @@
 // As matrices: Y_tile (tokens × rows) = X_tile (tokens × k) · W_tileᵀ (k × rows), so X is the
 // A operand and W the B operand. A workgroup is a grid of SG_T × SG_R subgroups; subgroup s owns
 // the WARP_T × WARP_R block at ((s / SG_R)·WARP_T, (s % SG_R)·WARP_R) of the workgroup's
-// TILE_T × TILE_R block and keeps its CT_T × CT_R accumulators in registers. Each K step of 32,
+// TILE_T × TILE_R block and keeps its 2 × 4 accumulators in registers. Each K step of 32,
 // all invocations together dequantize the W tile and convert the X tile to f16 in workgroup
 // memory (the shared loaders of matmul_load.wgsl, so every GGUF type works here exactly as in
-// the register-tiled kernel), then each subgroup multiplies its block from there: tiles are
+// the register-tiled kernel; the next step's quads are fetched into registers before this
+// step's MMAs and stored after them, so their loads overlap the MMAs), then each subgroup multiplies its block from there: tiles are
 // row-per-row with k contiguous, W rows read column-major as B (coopLoad) and X rows row-major
 // as A (coopLoadT), with a row stride of TILE_K + 8 halves so the 16-byte row segments of one
 // fragment load fall in different banks. The f32 results go through a per-subgroup staging
@@ -55,6 +56,12 @@ const TILE_K: u32 = 32u;
 // Row stride of the f16 tiles, in halves (see above).
 const STRIDE: u32 = TILE_K + 8u;
 const STAGE: u32 = COOP * COOP;
+// Quads of the W and X tiles each invocation loads per K step (the tiles are whole multiples of
+// the workgroup: 4 and 4 for 16×16, 2 and 2 for 8×8).
+const W_QUADS: u32 = TILE_R * (TILE_K / 4u) / WG;
+const X_QUADS: u32 = TILE_T * (TILE_K / 4u) / WG;
+const_assert TILE_R * (TILE_K / 4u) % WG == 0u;
+const_assert TILE_T * (TILE_K / 4u) % WG == 0u;
 
 var<workgroup> w_tile: array<f16, TILE_R * STRIDE>;
 var<workgroup> x_tile: array<f16, TILE_T * STRIDE>;
@@ -114,9 +121,21 @@ fn main(
     var acc12 = CoopC();
     var acc13 = CoopC();
     let stride = STRIDE;
+    load_tiles(lid, r0, t0, 0u);
+    workgroupBarrier();
+    // This invocation's quads of the next K step, fetched before the current step's MMAs so the
+    // global loads are in flight while the matrix units work (register double buffering); they
+    // go into the tiles once every subgroup is done reading them. Past the last K step they
+    // are zeros (the loaders' bounds), stored but never read.
+    var w_next: array<vec4<f32>, W_QUADS>;
+    var x_next: array<vec4<f32>, X_QUADS>;
     for (var k0 = 0u; k0 < params.cols; k0 += TILE_K) {
-        load_tiles(lid, r0, t0, k0);
-        workgroupBarrier();
+        for (var q = 0u; q < W_QUADS; q++) {
+            w_next[q] = w_tile_quad(lid + q * WG, r0, k0 + TILE_K);
+        }
+        for (var q = 0u; q < X_QUADS; q++) {
+            x_next[q] = x_tile_quad(lid + q * WG, t0, k0 + TILE_K);
+        }
         for (var kk = 0u; kk < TILE_K; kk += COOP) {
             let w_at = sr * STRIDE + kk;
             let b0 = coopLoad<CoopB>(&w_tile[w_at], stride);
@@ -140,6 +159,13 @@ fn main(
             acc13 = coopMultiplyAdd(a1, b3, acc13);
         }
         // The next K step overwrites the tiles only after every fragment has been loaded.
+        workgroupBarrier();
+        for (var q = 0u; q < W_QUADS; q++) {
+            put_w_quad(lid + q * WG, w_next[q]);
+        }
+        for (var q = 0u; q < X_QUADS; q++) {
+            put_x_quad(lid + q * WG, x_next[q]);
+        }
         workgroupBarrier();
     }
     let stage = subgroup * STAGE;

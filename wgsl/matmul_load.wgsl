@@ -15,7 +15,8 @@
 //           TILE_T, TILE_R, TILE_K (a multiple of 4) and its tile storage:
 //           fn put_w(r, k, v: vec4<f32>) and fn put_x(t, k, v: vec4<f32>) store a quad at
 //           k..k+3 of tile row r (token t).
-// provides: the type overrides, struct Params, the bindings, src_word, load_tiles, store_output.
+// provides: the type overrides, struct Params, the bindings, src_word, load_tiles (and its parts
+//           w_tile_quad / put_w_quad / x_tile_quad / put_x_quad), store_output.
 
 // The ggml type of W (dequant_type.wgsl) and its block geometry (engine `kernels::type_constants`).
 override GGML_TYPE: u32;
@@ -86,16 +87,33 @@ fn x_quad(t: u32, k: u32) -> vec4<f32> {
     return v;
 }
 
+// Quad i (0 ≤ i < TILE_R · QUADS_K) of the W tile for the K step at k0, and where it goes: row
+// i / QUADS_K, k = (i % QUADS_K) · 4. Consecutive i are consecutive quads of one row.
+fn w_tile_quad(i: u32, r0: u32, k0: u32) -> vec4<f32> {
+    return w_quad(r0 + i / QUADS_K, k0 + (i % QUADS_K) * 4u);
+}
+
+fn put_w_quad(i: u32, v: vec4<f32>) {
+    put_w(i / QUADS_K, (i % QUADS_K) * 4u, v);
+}
+
+// The same for the X tile (tokens instead of rows).
+fn x_tile_quad(i: u32, t0: u32, k0: u32) -> vec4<f32> {
+    return x_quad(t0 + i / QUADS_K, k0 + (i % QUADS_K) * 4u);
+}
+
+fn put_x_quad(i: u32, v: vec4<f32>) {
+    put_x(i / QUADS_K, (i % QUADS_K) * 4u, v);
+}
+
 // Fills the tiles for the K step at k0: W rows r0..r0+TILE_R, X tokens t0..t0+TILE_T, elements
 // k0..k0+TILE_K. Called by every invocation; the caller barriers before reading the tiles.
 fn load_tiles(lid: u32, r0: u32, t0: u32, k0: u32) {
     for (var i = lid; i < TILE_R * QUADS_K; i += WG) {
-        let k = (i % QUADS_K) * 4u;
-        put_w(i / QUADS_K, k, w_quad(r0 + i / QUADS_K, k0 + k));
+        put_w_quad(i, w_tile_quad(i, r0, k0));
     }
     for (var i = lid; i < TILE_T * QUADS_K; i += WG) {
-        let k = (i % QUADS_K) * 4u;
-        put_x(i / QUADS_K, k, x_quad(t0 + i / QUADS_K, k0 + k));
+        put_x_quad(i, x_tile_quad(i, t0, k0));
     }
 }
 
