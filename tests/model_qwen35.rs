@@ -14,8 +14,8 @@ use fak::reference::{Activations, Qwen35Reference, Reference};
 use fak::runtime::{Engine, SamplingParams};
 use fak_tests::harness::{harness, synth_model};
 use fak_tests::model::{
-    assert_int_dot_logits, engine, every_path, options, random_ids, rewrite_gguf, rows_error,
-    set_key,
+    assert_int_dot_logits, engine, engine_min_cosine, every_path, options, random_ids,
+    rewrite_gguf, rows_error, set_key,
 };
 use fak_tests::peer::{assert_rows_close, cosine};
 use std::path::{Path, PathBuf};
@@ -60,7 +60,8 @@ fn greedy(e: &mut Engine, prompt: &[u32], n: usize) -> Vec<u32> {
 
 /// f32 weights: logits after every position equal the CPU reference's (cosine ≥ 0.99999: the
 /// GPU sums in f32 in another order, the chunked delta rule reassociates the recurrence, and
-/// the f16 path keeps the KV cache in f16) on every kernel path, for steps of 1 token (the
+/// the f16 path keeps the KV cache in f16; 0.9999 where the prefill mat-mul runs on
+/// cooperative matrices, `fak_tests::model::COOP_MIN_COSINE`) on every kernel path, for steps of 1 token (the
 /// recurrent delta rule and decode attention), 6 (batched mat-vec, the chunked delta rule on a
 /// partial chunk) and 70 (mat-mul, the chunked delta rule across a 64-token chunk boundary).
 /// Each step continues the conv, recurrent and KV state the previous one left.
@@ -80,7 +81,7 @@ fn f32_logits_match_the_cpu_reference_on_every_path_and_step_shape() {
                 "{what}: min cosine {:.9}, max |error| / max |logit| {:.3e}",
                 err.min_cosine, err.max_rel
             );
-            assert_rows_close(&what, &got, &want, 0.99999);
+            assert_rows_close(&what, &got, &want, engine_min_cosine(&e));
         }
     }
 }
@@ -123,17 +124,17 @@ fn prefill_then_decode_continues_the_state_of_a_longer_prefill() {
     for n in [5usize, 64, 70] {
         let ids = random_ids(n as u64, n + 1, hp.n_vocab);
         let want = reference_logits(&path, &ids);
-        let split = engine(&path, n as u32, Forced::default())
-            .teacher_forced_logits(&ids)
-            .unwrap();
+        let mut split_engine = engine(&path, n as u32, Forced::default());
+        let floor = engine_min_cosine(&split_engine);
+        let split = split_engine.teacher_forced_logits(&ids).unwrap();
         let whole = engine(&path, n as u32 + 1, Forced::default())
             .teacher_forced_logits(&ids)
             .unwrap();
         let c = cosine(&split[n], &whole[n]);
         eprintln!("n = {n}: decode after prefill vs one prefill, cosine {c:.9}");
-        assert!(c >= 0.99999, "n = {n}: cosine {c}");
-        assert_rows_close(&format!("prefill {n} + decode"), &split, &want, 0.99999);
-        assert_rows_close(&format!("prefill {}", n + 1), &whole, &want, 0.99999);
+        assert!(c >= floor, "n = {n}: cosine {c}");
+        assert_rows_close(&format!("prefill {n} + decode"), &split, &want, floor);
+        assert_rows_close(&format!("prefill {}", n + 1), &whole, &want, floor);
     }
 }
 
@@ -198,10 +199,10 @@ fn a_file_with_grouped_value_heads_is_read_as_it_says() {
     let ids = random_ids(15, 20, hp.n_vocab);
     let want = reference_logits(&grouped, &ids);
     for chunk in [1, 20] {
-        let got = engine(&grouped, chunk, Forced::default())
-            .teacher_forced_logits(&ids)
-            .unwrap();
-        assert_rows_close(&format!("grouped, steps of {chunk}"), &got, &want, 0.99999);
+        let mut e = engine(&grouped, chunk, Forced::default());
+        let got = e.teacher_forced_logits(&ids).unwrap();
+        let floor = engine_min_cosine(&e);
+        assert_rows_close(&format!("grouped, steps of {chunk}"), &got, &want, floor);
     }
     let other = reference_logits(&tiled, &ids);
     let c = cosine(want.last().unwrap(), other.last().unwrap());

@@ -5,7 +5,7 @@
 
 use crate::peer::assert_rows_close;
 use fak::gguf::{Gguf, GgufWriter, TensorInfo, Value};
-use fak::gpu::Forced;
+use fak::gpu::{Forced, KernelPaths};
 use fak::runtime::{Engine, EngineOptions};
 use rand::Rng;
 use std::path::Path;
@@ -19,6 +19,28 @@ pub fn options(prefill_chunk: u32, forced: Forced) -> EngineOptions {
     o.poison = true;
     o.context.forced = forced;
     o
+}
+
+/// The cosine f32-weight logits must reach against the CPU reference on `paths`: 0.99999 (the
+/// GPU sums in f32 in another order, the f16 path keeps the KV cache in f16), or
+/// [`COOP_MIN_COSINE`] where the prefill mat-mul runs on cooperative matrices.
+pub fn min_cosine(paths: KernelPaths) -> f64 {
+    if paths.coop_matrix.is_some() {
+        COOP_MIN_COSINE
+    } else {
+        0.99999
+    }
+}
+
+/// The cooperative-matrix prefill mat-mul multiplies X and W rounded to f16 (≈ 5e-4 relative per
+/// element, as llama.cpp's and MLX's GPU prefills do or coarser): measured on an H200, the tiny
+/// Qwen3 reaches 0.9999986 and the tiny Qwen3.5 0.99995 (its gates and decays go through
+/// exponentials, which stretch the rounding). A wrong kernel lands far below either.
+pub const COOP_MIN_COSINE: f64 = 0.9999;
+
+/// [`min_cosine`] on the paths `e` runs.
+pub fn engine_min_cosine(e: &Engine) -> f64 {
+    min_cosine(e.ctx.paths())
 }
 
 pub fn engine(path: &Path, prefill_chunk: u32, forced: Forced) -> Engine {
