@@ -16,9 +16,9 @@
 // all invocations together dequantize the W tile and convert the X tile to f16 in workgroup
 // memory (the shared loaders of matmul_load.wgsl, so every GGUF type works here exactly as in
 // the register-tiled kernel; the next step's quads are fetched into registers before this
-// step's MMAs and stored after them, so their loads overlap the MMAs), then each subgroup multiplies its block from there: tiles are
-// row-per-row with k contiguous, W rows read column-major as B (coopLoad) and X rows row-major
-// as A (coopLoadT), with a row stride of TILE_K + 8 halves so the 16-byte row segments of one
+// step's MMAs and stored after them, so their loads overlap the MMAs), then each subgroup
+// multiplies its block from there: tiles are row-per-row with k contiguous, W rows read
+// column-major as B (coopLoad) and X rows row-major as A (coopLoadT), with a row stride of TILE_K + 8 halves so the 16-byte row segments of one
 // fragment load fall in different banks. The f32 results go through a per-subgroup staging
 // tile so ragged edges and the accumulate mode are handled by a guarded copy (coopStore itself
 // cannot skip elements outside the matrix).
@@ -58,10 +58,10 @@ const STRIDE: u32 = TILE_K + 8u;
 const STAGE: u32 = COOP * COOP;
 // Quads of the W and X tiles each invocation loads per K step (the tiles are whole multiples of
 // the workgroup: 4 and 4 for 16×16, 2 and 2 for 8×8).
-const W_QUADS: u32 = TILE_R * (TILE_K / 4u) / WG;
-const X_QUADS: u32 = TILE_T * (TILE_K / 4u) / WG;
-const_assert TILE_R * (TILE_K / 4u) % WG == 0u;
-const_assert TILE_T * (TILE_K / 4u) % WG == 0u;
+const W_QUADS: u32 = TILE_R * QUADS_K / WG;
+const X_QUADS: u32 = TILE_T * QUADS_K / WG;
+const_assert TILE_R * QUADS_K % WG == 0u;
+const_assert TILE_T * QUADS_K % WG == 0u;
 
 var<workgroup> w_tile: array<f16, TILE_R * STRIDE>;
 var<workgroup> x_tile: array<f16, TILE_T * STRIDE>;
