@@ -1,11 +1,14 @@
 # Sourced by every experiments/h200 script at the start of a device call: the Vulkan loader
 # (the bare machine has the NVIDIA driver's ICD but no libvulkan), the carried release binaries
 # unpacked into $BIN, $OUT for results, and the machine's GPU recorded.
-for f in target/h200/gl/*.deb; do dpkg -x "$f" /; done
-ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan
-mkdir -p /tmp/fak && tar xzf target/h200/bin.tgz -C /tmp/fak
+# Once per call: a script that runs another (prefill.sh runs matmul.sh) sources this twice.
 BIN=/tmp/fak/bin
+if [ ! -d "$BIN" ]; then
+    for f in target/h200/gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+    mkdir -p /tmp/fak && tar xzf target/h200/bin.tgz -C /tmp/fak
+fi
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan
 export FAK_HARNESS_BIN=$BIN/harness
 OUT=${OUT:-/tmp/fak-out}
 mkdir -p "$OUT"
