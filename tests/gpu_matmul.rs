@@ -1,11 +1,12 @@
 //! The prefill mat-mul (wgsl/matmul*.wgsl) against dequantize-then-f64 on the CPU: every type ×
 //! every variant the device runs (cooperative-matrix ones too, where the adapter has them) ×
 //! n_tokens ∈ {1, 5, 17, 64, 70, 150} × ragged rows and columns, with Y
-//! stored and accumulated; weights split across bindings; the dispatch count of one mat-mul;
-//! the tile geometry the host assumes against the WGSL; bad shapes.
+//! stored and accumulated, K whole and split into slices of one K step (ragged and empty last
+//! slices included); weights split across bindings; the dispatches of one mat-mul; the tile
+//! geometry the host assumes against the WGSL; bad shapes.
 
 use fak::gpu::kernels::matmul::{
-    Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape, Tile,
+    Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape, SplitK, Tile,
 };
 use fak::gpu::{GpuError, KernelPaths, KernelVariant, StepBuffer, storage_buffer, upload};
 use fak::quant::GgmlType;
@@ -13,6 +14,14 @@ use fak_tests::matmul::{MAX_TOKENS, Problem, Product};
 use fak_tests::{gpu, rng, variants};
 
 const TOKEN_COUNTS: [u32; 6] = [1, 5, 17, 64, 70, 150];
+
+/// Slices of one K step for every product of fewer than 64 workgroups: on the small shapes
+/// here, 2 to 16 slices, the last ones ragged (K not a multiple of 32) or empty (the K steps do
+/// not divide evenly), so the split path and its reduction run on every type and variant.
+const SHORT_SLICES: SplitK = SplitK {
+    target_workgroups: 64,
+    min_slice_steps: 1,
+};
 
 /// (rows, cols) per type: rows below one tile and past one of every variant (the largest has
 /// 128 rows); columns not a multiple of any tile (F32/F16/BF16 rows end inside a K step and
@@ -30,15 +39,22 @@ fn every_type_and_variant_matches_the_cpu_on_ragged_shapes_and_token_counts() {
     let ctx = gpu();
     let mut rng = rng(0x3a7_0001);
     for paths in variants::<Matmul>(ctx) {
-        let kernel = Matmul::new(ctx, paths).unwrap();
-        for ty in Matmul::TYPES {
-            for (rows, cols) in shapes(ty) {
-                let problem = Problem::random(ty, rows, cols, &mut rng);
-                for output in [MatmulOutput::Store, MatmulOutput::Accumulate] {
-                    let product = Product::new(ctx, &kernel, &problem, output, u64::MAX).unwrap();
-                    for n_tokens in TOKEN_COUNTS {
-                        let what = format!("{ty} {rows}x{cols} ({})", kernel.variant());
-                        product.run(ctx, &kernel, n_tokens, &what).assert();
+        for split in [SplitK::NEVER, SHORT_SLICES] {
+            let kernel = Matmul::new(ctx, paths).unwrap().with_split(split);
+            for ty in Matmul::TYPES {
+                for (rows, cols) in shapes(ty) {
+                    let problem = Problem::random(ty, rows, cols, &mut rng);
+                    for output in [MatmulOutput::Store, MatmulOutput::Accumulate] {
+                        let product =
+                            Product::new(ctx, &kernel, &problem, output, u64::MAX).unwrap();
+                        for n_tokens in TOKEN_COUNTS {
+                            let splits = kernel.grids(&product.binding, n_tokens)[0].splits;
+                            let what = format!(
+                                "{ty} {rows}x{cols} ({}, K in {splits} slices)",
+                                kernel.variant()
+                            );
+                            product.run(ctx, &kernel, n_tokens, &what).assert();
+                        }
                     }
                 }
             }
@@ -56,7 +72,7 @@ fn a_weight_larger_than_one_binding_is_split_into_row_ranges() {
     let ctx = gpu();
     let mut rng = rng(0x3a7_0002);
     for paths in variants::<Matmul>(ctx) {
-        let kernel = Matmul::new(ctx, paths).unwrap();
+        let kernel = Matmul::new(ctx, paths).unwrap().with_split(SHORT_SLICES);
         for (ty, cols) in [(GgmlType::Q6_K, 256), (GgmlType::F16, 77)] {
             let problem = Problem::random(ty, 100, cols, &mut rng);
             let output = MatmulOutput::Accumulate;
@@ -79,7 +95,7 @@ fn one_matmul_dispatches_once_per_row_range_whatever_the_token_count() {
     let ctx = gpu();
     let problem = Problem::random(GgmlType::Q6_K, 100, 256, &mut rng(0x3a7_0003));
     for paths in variants::<Matmul>(ctx) {
-        let kernel = Matmul::new(ctx, paths).unwrap();
+        let kernel = Matmul::new(ctx, paths).unwrap().with_split(SplitK::NEVER);
         let tile = kernel.tile();
         for max_binding in [u64::MAX, SPLIT_BINDING] {
             let product =
@@ -88,14 +104,20 @@ fn one_matmul_dispatches_once_per_row_range_whatever_the_token_count() {
             let rows_grid: Vec<u32> = kernel
                 .grids(&product.binding, 1)
                 .iter()
-                .map(|g| g.y)
+                .map(|g| g.tiles.y)
                 .collect();
             for n_tokens in 0..=MAX_TOKENS {
                 let grids = kernel.grids(&product.binding, n_tokens);
                 assert_eq!(grids.len(), ranges, "{n_tokens} tokens ({paths})");
                 for (grid, &rows) in grids.iter().zip(&rows_grid) {
-                    assert_eq!(grid.x, n_tokens.div_ceil(tile.tokens), "{n_tokens} tokens");
-                    assert_eq!(grid.y, rows, "{n_tokens} tokens: the row grid moved");
+                    let x = n_tokens.div_ceil(tile.tokens);
+                    assert_eq!(grid.tiles.x, x, "{n_tokens} tokens");
+                    assert_eq!(grid.tiles.y, rows, "{n_tokens} tokens: the row grid moved");
+                    assert_eq!(
+                        (grid.splits, grid.dispatches()),
+                        (1, 1),
+                        "{n_tokens} tokens"
+                    );
                 }
             }
         }

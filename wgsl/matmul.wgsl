@@ -2,7 +2,8 @@
 //   (W a GGUF weight [rows, cols] of any decoded type, X f32 [n_tokens, cols], Y f32 [n_tokens, rows])
 //
 // bindings: see matmul_load.wgsl (0 w · 1 x · 2 y · 3 params · 4 step).
-// dispatch: (ceil(n_tokens / TILE_T), ceil(rows / TILE_R), 1) per row range of W; n_tokens
+// dispatch: (ceil(n_tokens / TILE_T), ceil(rows / TILE_R), S) per row range of W, S slices of K
+//           (matmul_split.wgsl; S = 1 writes Y directly); n_tokens
 //           comes from the Step uniform, so only the grid depends on it, never the number of
 //           dispatches. A W larger than one binding is split into row ranges on the host.
 // pipelines: one per ggml type (the type overrides of matmul_load.wgsl).
@@ -22,7 +23,8 @@
 // component r % 4 of w_tile[k · TILE_R/4 + r/4] — so those reads are single vec4 loads;
 // 2 × 32 × 64 × 4 B = 16 KiB of the 32 KiB Metal and lavapipe allow. Lanes next to each other
 // take neighbouring rows, so the final stores of a token's outputs coalesce.
-// requires: bytes.wgsl, blocks.wgsl, dequant_type.wgsl, step.wgsl, then matmul_load.wgsl.
+// requires: bytes.wgsl, blocks.wgsl, dequant_type.wgsl, step.wgsl, then matmul_load.wgsl and
+//           matmul_split.wgsl.
 
 const WG: u32 = 256u;
 const TILE_T: u32 = 64u;
@@ -48,14 +50,19 @@ fn put_x(t: u32, k: u32, v: vec4<f32>) {
 }
 
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let slice = k_slice(wg.z, groups.z);
     let t0 = wg.x * TILE_T;
     let r0 = wg.y * TILE_R;
     let rq = lid % LANES_R;
     let tq = lid / LANES_R;
     // acc[j][i]: token t0 + 4·tq + j, row r0 + 4·rq + i.
     var acc: array<vec4<f32>, 4>;
-    for (var k0 = 0u; k0 < params.cols; k0 += TILE_K) {
+    for (var k0 = slice.begin; k0 < slice.end; k0 += TILE_K) {
         load_tiles(lid, r0, t0, k0);
         workgroupBarrier();
         for (var k = 0u; k < TILE_K; k++) {
@@ -71,7 +78,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     for (var j = 0u; j < 4u; j++) {
         for (var i = 0u; i < 4u; i++) {
-            store_output(t0 + 4u * tq + j, r0 + 4u * rq + i, acc[j][i]);
+            store_result(slice, t0 + 4u * tq + j, r0 + 4u * rq + i, acc[j][i]);
         }
     }
 }

@@ -3,7 +3,8 @@
 //   f16 inputs, f32 accumulation
 //
 // bindings: see matmul_load.wgsl (0 w · 1 x · 2 y · 3 params · 4 step), as matmul.wgsl.
-// dispatch: (ceil(n_tokens / TILE_T), ceil(rows / TILE_R), 1) per row range of W, as matmul.wgsl.
+// dispatch: (ceil(n_tokens / TILE_T), ceil(rows / TILE_R), S) per row range of W, S slices of K,
+//           as matmul.wgsl (matmul_split.wgsl).
 // pipelines: one per ggml type (the type overrides of matmul_load.wgsl).
 // variants: the shape file before it: matmul_coop16.wgsl (Vulkan) | matmul_coop8.wgsl (Metal);
 //           the module gets `enable f16; enable wgpu_cooperative_matrix;` from the variant, and
@@ -39,7 +40,7 @@
 // SPIR-V writer ("Expression [N] is not cached"), so both are bound to `let`s first
 // (wgpu-notes.md §7); loads get the same treatment for symmetry.
 // requires: bytes.wgsl, blocks.wgsl, dequant_type.wgsl, step.wgsl, a shape file, then
-//           matmul_load.wgsl.
+//           matmul_load.wgsl and matmul_split.wgsl.
 
 // The workgroup's subgroup grid.
 const SG_T: u32 = 4u;
@@ -85,12 +86,12 @@ fn put_x(t: u32, k: u32, v: vec4<f32>) {
 }
 
 // One accumulator tile out to Y: (i, j) is its place in the subgroup's CT_T × CT_R grid.
-fn store_tile(acc: CoopC, i: u32, j: u32, t0: u32, r0: u32, stage: u32, lane: u32) {
+fn store_tile(acc: CoopC, slice: KSlice, i: u32, j: u32, t0: u32, r0: u32, stage: u32, lane: u32) {
     let stride = COOP;
     coopStoreT(acc, &c_stage[stage], stride);
     workgroupBarrier();
     for (var e = lane; e < STAGE; e += SUBGROUP_WIDTH) {
-        store_output(t0 + i * COOP + e / COOP, r0 + j * COOP + e % COOP, c_stage[stage + e]);
+        store_result(slice, t0 + i * COOP + e / COOP, r0 + j * COOP + e % COOP, c_stage[stage + e]);
     }
     // The next tile overwrites the stage only after it has been copied out.
     workgroupBarrier();
@@ -99,10 +100,12 @@ fn store_tile(acc: CoopC, i: u32, j: u32, t0: u32, r0: u32, stage: u32, lane: u3
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
     @builtin(subgroup_id) subgroup: u32,
     @builtin(subgroup_invocation_id) lane: u32,
 ) {
+    let slice = k_slice(wg.z, groups.z);
     let t0 = wg.x * TILE_T;
     let r0 = wg.y * TILE_R;
     // This subgroup's block inside the tiles.
@@ -121,7 +124,7 @@ fn main(
     var acc12 = CoopC();
     var acc13 = CoopC();
     let stride = STRIDE;
-    load_tiles(lid, r0, t0, 0u);
+    load_tiles(lid, r0, t0, slice.begin);
     workgroupBarrier();
     // This invocation's quads of the next K step, fetched before the current step's MMAs so the
     // global loads are in flight while the matrix units work (register double buffering); they
@@ -129,7 +132,7 @@ fn main(
     // are zeros (the loaders' bounds), stored but never read.
     var w_next: array<vec4<f32>, W_QUADS>;
     var x_next: array<vec4<f32>, X_QUADS>;
-    for (var k0 = 0u; k0 < params.cols; k0 += TILE_K) {
+    for (var k0 = slice.begin; k0 < slice.end; k0 += TILE_K) {
         for (var q = 0u; q < W_QUADS; q++) {
             w_next[q] = w_tile_quad(lid + q * WG, r0, k0 + TILE_K);
         }
@@ -171,12 +174,12 @@ fn main(
     let stage = subgroup * STAGE;
     let t_sub = t0 + st;
     let r_sub = r0 + sr;
-    store_tile(acc00, 0u, 0u, t_sub, r_sub, stage, lane);
-    store_tile(acc01, 0u, 1u, t_sub, r_sub, stage, lane);
-    store_tile(acc02, 0u, 2u, t_sub, r_sub, stage, lane);
-    store_tile(acc03, 0u, 3u, t_sub, r_sub, stage, lane);
-    store_tile(acc10, 1u, 0u, t_sub, r_sub, stage, lane);
-    store_tile(acc11, 1u, 1u, t_sub, r_sub, stage, lane);
-    store_tile(acc12, 1u, 2u, t_sub, r_sub, stage, lane);
-    store_tile(acc13, 1u, 3u, t_sub, r_sub, stage, lane);
+    store_tile(acc00, slice, 0u, 0u, t_sub, r_sub, stage, lane);
+    store_tile(acc01, slice, 0u, 1u, t_sub, r_sub, stage, lane);
+    store_tile(acc02, slice, 0u, 2u, t_sub, r_sub, stage, lane);
+    store_tile(acc03, slice, 0u, 3u, t_sub, r_sub, stage, lane);
+    store_tile(acc10, slice, 1u, 0u, t_sub, r_sub, stage, lane);
+    store_tile(acc11, slice, 1u, 1u, t_sub, r_sub, stage, lane);
+    store_tile(acc12, slice, 1u, 2u, t_sub, r_sub, stage, lane);
+    store_tile(acc13, slice, 1u, 3u, t_sub, r_sub, stage, lane);
 }

@@ -54,6 +54,8 @@ pub mod wgsl {
     pub const STEP: WgslFile = wgsl_file!("step.wgsl");
     /// Mat-mul bindings, parameters and tile loaders, shared by every mat-mul variant.
     pub const MATMUL_LOAD: WgslFile = wgsl_file!("matmul_load.wgsl");
+    /// Split-K for every mat-mul variant: K slices, partial sums and their reduction.
+    pub const MATMUL_SPLIT: WgslFile = wgsl_file!("matmul_split.wgsl");
     /// Register-tiled mat-mul (f32 tiles).
     pub const MATMUL: WgslFile = wgsl_file!("matmul.wgsl");
     /// Cooperative-matrix mat-mul (its shape from MATMUL_COOP8 or MATMUL_COOP16).

@@ -372,8 +372,8 @@ impl Linear {
         if let Some(binding) = &self.matmul
             && n > MAX_BATCH
         {
-            k.matmul.encode(pass, binding, n)?;
-            marks.op(pass, name, "matmul", self.bytes(n), binding.ranges());
+            let dispatches = k.matmul.encode(pass, binding, n)?;
+            marks.op(pass, name, "matmul", self.bytes(n), dispatches);
             return Ok(());
         }
         let mut bytes = self.bytes(n);

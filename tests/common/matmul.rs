@@ -189,7 +189,7 @@ impl<'p> Product<'p> {
         write(ctx, &self.y, 0, bytemuck::cast_slice(&initial)).unwrap();
         self.step.set(ctx, Step::new(0, n_tokens, 0));
         ctx.run_pass("matmul", |pass| {
-            kernel.encode(pass, &self.binding, n_tokens).unwrap()
+            kernel.encode(pass, &self.binding, n_tokens).unwrap();
         })
         .unwrap();
         let got = read_back_f32(ctx, &self.y, 0..4 * initial.len() as u64).unwrap();

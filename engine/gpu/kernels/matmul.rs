@@ -12,13 +12,18 @@
 //! by FMAs, so f16 tiles would add conversions and save nothing that limits it
 //! (experiments/matmul-tiles.md).
 //!
+//! Split-K (wgsl/matmul_split.wgsl): a product whose tiles would give fewer than
+//! [`SplitK::target_workgroups`] workgroups is cut along K into slices, each summed by workgroups of
+//! its own into the kernel's scratch of partial sums, then added into Y by `reduce_partials`. Both
+//! variants split the same way, so the fallback's tests on lavapipe check the split path too.
+//!
 //! Use: `bind` once at load time per weight (it checks shapes and buffer sizes, splits a weight
 //! larger than one binding into row ranges and builds their bind groups); `encode(pass, binding,
-//! n_tokens)` per step records one dispatch per row range, whatever `n_tokens` is: only the grid
-//! grows with the token count. The kernel reads `n_tokens` from the [`StepBuffer`], which the
-//! host sets to the same value before submitting the step.
+//! n_tokens)` per step records, per row range, the product (and its reduction where K is split
+//! for that token count). The kernel reads `n_tokens` from the [`StepBuffer`], which the host sets
+//! to the same value before submitting the step.
 
-use crate::gpu::buffers::{Grid, Window, round_up, split_rows, uniform};
+use crate::gpu::buffers::{Grid, Window, round_up, split_rows, storage_buffer, uniform};
 use crate::gpu::context::GpuContext;
 use crate::gpu::error::GpuError;
 use crate::gpu::kernel::{
@@ -31,14 +36,61 @@ use crate::gpu::paths::{Axes, CoopShape, KernelPaths};
 use crate::gpu::step::StepBuffer;
 use crate::quant::GgmlType;
 
-/// w, x, y, params, step.
+/// w, x, y, params, step, partials.
 const SLOTS: &[Slot] = &[
     Slot::Read,
     Slot::Read,
     Slot::ReadWrite,
     Slot::Uniform,
     Slot::Uniform,
+    Slot::ReadWrite,
 ];
+
+/// When a product's K is split ([`Matmul::with_split`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct SplitK {
+    /// Products whose tiles give fewer workgroups than this are split along K (0: never).
+    pub target_workgroups: u32,
+    /// The fewest K steps (of 32) a slice keeps, so the partial sums stay a small share of the
+    /// work.
+    pub min_slice_steps: u32,
+}
+
+impl SplitK {
+    /// Enough workgroups to give each SM of a large discrete GPU two (an H200 has 132; about two
+    /// of the cooperative-matrix kernel's workgroups fit one), slices of at least 256 of K.
+    pub const DEFAULT: SplitK = SplitK {
+        target_workgroups: 256,
+        min_slice_steps: 8,
+    };
+    /// K whole in every workgroup.
+    pub const NEVER: SplitK = SplitK {
+        target_workgroups: 0,
+        min_slice_steps: 1,
+    };
+
+    /// How many slices of K a product of `workgroups` tiles over `cols` with `outputs` outputs
+    /// runs in: enough to reach the target, each slice at least `min_slice_steps` K steps long,
+    /// all partial sums inside the scratch.
+    pub fn slices(&self, workgroups: u64, cols: u64, outputs: u64) -> u32 {
+        let target = u64::from(self.target_workgroups);
+        if workgroups == 0 || workgroups >= target {
+            return 1;
+        }
+        let by_target = target.div_ceil(workgroups);
+        let by_length = cols.div_ceil(u64::from(self.min_slice_steps.max(1)) * TILE_K);
+        let by_scratch = PARTIALS_BYTES / 4 / outputs.max(1);
+        by_target.min(by_length).min(by_scratch).max(1) as u32
+    }
+}
+
+/// The K step of every variant (TILE_K of matmul.wgsl and matmul_coop.wgsl).
+const TILE_K: u64 = 32;
+/// The scratch of partial sums every binding of one [`Matmul`] shares (one product runs at a
+/// time): it caps S × n_tokens × rows.
+const PARTIALS_BYTES: u64 = 32 << 20;
+/// Invocations per workgroup of `reduce_partials` (its RW).
+const REDUCE_WG: u64 = 256;
 
 /// The smallest tile side of any variant: `bind` checks grid limits against it, so a binding
 /// stays valid for every variant (they share the bind-group layout).
@@ -114,17 +166,39 @@ impl Tile {
     }
 }
 
-/// The mat-mul kernel of one variant: one pipeline per supported type.
+/// The mat-mul kernel of one variant: one pipeline per supported type, the split-K reduction and
+/// its scratch.
 pub struct Matmul {
     variant: KernelPaths,
     layout: wgpu::BindGroupLayout,
     /// Parallel to [`Matmul::TYPES`].
     pipelines: Vec<wgpu::ComputePipeline>,
+    reduce: wgpu::ComputePipeline,
+    partials: wgpu::Buffer,
+    split: SplitK,
+}
+
+/// The dispatches of one row range for one token count: the product's grid, cut into `splits`
+/// slices of K (its z extent), and the reduction's grid when `splits > 1`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct MatmulGrid {
+    pub tiles: Grid,
+    pub splits: u32,
+    pub reduce: Option<Grid>,
+}
+
+impl MatmulGrid {
+    /// The dispatches it records.
+    pub fn dispatches(&self) -> usize {
+        1 + usize::from(self.reduce.is_some())
+    }
 }
 
 /// A weight bound for [`Matmul::encode`]: one bind group per row range that fits a binding.
 pub struct MatmulBinding {
     ty: GgmlType,
+    /// The input width (K).
+    cols: u64,
     max_tokens: u32,
     /// (bind group, rows in the range), in row order.
     ranges: Vec<(wgpu::BindGroup, u64)>,
@@ -166,7 +240,8 @@ impl Kernel for Matmul {
                 .with(wgsl::MATMUL_LOAD)
                 .with(wgsl::MATMUL_COOP),
         };
-        let pipelines = Self::TYPES
+        let module = module.with(wgsl::MATMUL_SPLIT);
+        let mut pipelines: Vec<_> = Self::TYPES
             .iter()
             .map(|&ty| PipelineSpec {
                 label: format!("matmul {ty}"),
@@ -174,6 +249,12 @@ impl Kernel for Matmul {
                 constants: type_constants(ty),
             })
             .collect();
+        // The reduction reads no weight: any type's constants do.
+        pipelines.push(PipelineSpec {
+            label: "matmul reduce_partials".into(),
+            entry_point: "reduce_partials",
+            constants: type_constants(GgmlType::F32),
+        });
         KernelSource {
             module,
             slots: SLOTS,
@@ -209,12 +290,26 @@ impl Matmul {
     /// Builds the variant `paths` selects ([`Matmul::select`]).
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
         let variant = KernelVariant::of::<Self>(Self::select(paths));
-        let built = build(ctx, &variant)?;
+        let mut built = build(ctx, &variant)?;
+        let reduce = built
+            .pipelines
+            .pop()
+            .expect("source() ends with reduce_partials");
         Ok(Matmul {
             variant: variant.paths,
             layout: built.layout,
             pipelines: built.pipelines,
+            reduce,
+            partials: storage_buffer(ctx, "matmul partials", PARTIALS_BYTES)?,
+            split: SplitK::DEFAULT,
         })
+    }
+
+    /// The same kernel splitting K by another rule, so tests can run the whole-K path and short
+    /// slices on small shapes.
+    pub fn with_split(mut self, split: SplitK) -> Self {
+        self.split = split;
+        self
     }
 
     /// The variant that was built.
@@ -350,6 +445,7 @@ impl Matmul {
                         entry(2, y_window.binding(buffers.y)),
                         entry(3, params.as_entire_binding()),
                         entry(4, buffers.step.buffer.as_entire_binding()),
+                        entry(5, self.partials.as_entire_binding()),
                     ],
                 });
                 (group, len)
@@ -357,34 +453,50 @@ impl Matmul {
             .collect();
         Ok(MatmulBinding {
             ty,
+            cols,
             max_tokens,
             ranges,
         })
     }
 
-    /// The grids [`Matmul::encode`] dispatches for `n_tokens`, one per row range: their number
-    /// depends only on the binding, their size on the token count.
-    pub fn grids(&self, binding: &MatmulBinding, n_tokens: u32) -> Vec<Grid> {
+    /// What [`Matmul::encode`] dispatches for `n_tokens`, one entry per row range: their number
+    /// depends only on the binding; their size, and whether K is split, on the token count.
+    pub fn grids(&self, binding: &MatmulBinding, n_tokens: u32) -> Vec<MatmulGrid> {
         let tile = self.tile();
         binding
             .ranges
             .iter()
-            .map(|&(_, rows)| Grid {
-                x: n_tokens.div_ceil(tile.tokens),
-                // bind() checked the grid against the limit, so this fits.
-                y: rows.div_ceil(u64::from(tile.rows)) as u32,
+            .map(|&(_, rows)| {
+                let tiles = Grid {
+                    x: n_tokens.div_ceil(tile.tokens),
+                    // bind() checked the grid against the limit, so this fits.
+                    y: rows.div_ceil(u64::from(tile.rows)) as u32,
+                };
+                let workgroups = u64::from(tiles.x) * u64::from(tiles.y);
+                let outputs = u64::from(n_tokens) * rows;
+                let splits = self.split.slices(workgroups, binding.cols, outputs);
+                let reduce = (splits > 1).then(|| Grid {
+                    // At most PARTIALS_BYTES / 4 / REDUCE_WG workgroups: fits any limit.
+                    x: outputs.div_ceil(REDUCE_WG * u64::from(splits)) as u32,
+                    y: 1,
+                });
+                MatmulGrid {
+                    tiles,
+                    splits,
+                    reduce,
+                }
             })
             .collect()
     }
 
     /// Records the dispatches of `binding` for `n_tokens` tokens (which the step uniform must
-    /// hold when the pass runs) into `pass`.
+    /// hold when the pass runs) into `pass`; returns how many it recorded.
     pub fn encode(
         &self,
         pass: &mut wgpu::ComputePass,
         binding: &MatmulBinding,
         n_tokens: u32,
-    ) -> Result<(), GpuError> {
+    ) -> Result<usize, GpuError> {
         if n_tokens > binding.max_tokens {
             return Err(GpuError::Shape {
                 kernel: Self::NAME,
@@ -398,12 +510,18 @@ impl Matmul {
             .iter()
             .position(|&t| t == binding.ty)
             .expect("bind() accepts only TYPES");
-        pass.set_pipeline(&self.pipelines[index]);
+        let mut dispatches = 0;
         for ((group, _), grid) in binding.ranges.iter().zip(self.grids(binding, n_tokens)) {
+            pass.set_pipeline(&self.pipelines[index]);
             pass.set_bind_group(0, group, &[]);
-            grid.dispatch(pass);
+            pass.dispatch_workgroups(grid.tiles.x, grid.tiles.y, grid.splits);
+            if let Some(reduce) = grid.reduce {
+                pass.set_pipeline(&self.reduce);
+                pass.dispatch_workgroups(reduce.x, reduce.y, grid.splits);
+            }
+            dispatches += grid.dispatches();
         }
-        Ok(())
+        Ok(dispatches)
     }
 }
 
@@ -458,5 +576,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The default rule on the shapes that need it (Qwen3.5-27B: hidden 5120, FFN 17408, 48
+    /// β rows): ffn_down at 128 tokens has 40 tiles of 128 × 128 and is cut until it has about
+    /// 256 workgroups; β is one tile, cut into slices of 256 of K; a product with enough tiles,
+    /// or K too short to cut, stays whole; the scratch caps the slices of a wide product.
+    #[test]
+    fn few_tile_products_are_split_along_k_until_the_target() {
+        let split = SplitK::DEFAULT;
+        assert_eq!(split.slices(40, 17408, 128 * 5120), 7);
+        assert_eq!(split.slices(1, 5120, 128 * 48), 20);
+        assert_eq!(split.slices(1, 5120, 5 * 48), 20);
+        assert_eq!(split.slices(16 * 40, 4096, 2048 * 5120), 1);
+        assert_eq!(split.slices(1, 224, 128 * 48), 1);
+        assert_eq!(split.slices(2, 65536, 128 * 32768), 2);
+        assert_eq!(split.slices(0, 4096, 0), 1);
+        assert_eq!(SplitK::NEVER.slices(1, 5120, 48), 1);
     }
 }

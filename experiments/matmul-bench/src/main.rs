@@ -1,12 +1,14 @@
-//! Times one mat-mul dispatch of every runnable `Matmul` variant on the adapter `FAK_ADAPTER`
-//! picks (the cooperative-matrix ones where it has them; `FAK_COOP_MATRIX=1` adds 8×8), at the projection shapes of
-//! a Qwen3-8B layer, for Q4_K and Q6_K weights (the Q4_K_M recipe's two types) and several
-//! prompt lengths. Each figure is the median over `REPS` passes of `DISPATCHES` back-to-back
-//! dispatches, timed by pass timestamps, so per-dispatch overhead (~2 µs on an H200) is
-//! included as it is in a forward pass. Prints one tab-separated line per measurement plus a
+//! Times one mat-mul of every runnable `Matmul` variant on the adapter `FAK_ADAPTER` picks (the
+//! cooperative-matrix ones where it has them; `FAK_COOP_MATRIX=1` adds 8×8), with K split by
+//! the default rule and whole, at the projection shapes of a Qwen3-8B layer (Q4_K and Q6_K
+//! weights, the Q4_K_M recipe's two types) and of a Qwen3.5-27B layer of each kind (Q4_K), for
+//! several prompt lengths. Each figure is the median over `REPS` passes of `DISPATCHES` back-to-back
+//! products (a split one is two dispatches: the slices, then their sum), timed by pass
+//! timestamps, so per-dispatch overhead (~2 µs on an H200) is included as it is in a forward
+//! pass. Prints one tab-separated line per measurement plus a
 //! per-layer total; results and the command go in `experiments/matmul-tiles.md`.
 
-use fak::gpu::kernels::matmul::{Matmul, MatmulBuffers, MatmulOutput, MatmulShape};
+use fak::gpu::kernels::matmul::{Matmul, MatmulBuffers, MatmulOutput, MatmulShape, SplitK};
 use fak::gpu::{GpuContext, Kernel, Step, StepBuffer, storage_buffer, upload};
 use fak::quant::{GgmlType, fill_random_rows};
 
@@ -18,6 +20,21 @@ const SHAPES: [(&str, u64, u64); 4] = [
     ("attn_output", 4096, 4096),
     ("ffn_gate_up", 24576, 4096),
     ("ffn_down", 4096, 12288),
+];
+/// The Qwen3.5-27B shape's products (hidden 5120, FFN 17408; Gated DeltaNet: q/k 16 heads and
+/// v 48 heads of 128, β and α one row per v head; gated attention: 24 query heads of 256 with
+/// their gates, 4 key/value heads), one layer of each kind: 48 GDN layers and 16 attention
+/// layers share the FFN.
+const SHAPES_27B: [(&str, u64, u64); 9] = [
+    ("gdn_qkv", 10240, 5120),
+    ("gdn_z", 6144, 5120),
+    ("gdn_beta", 48, 5120),
+    ("gdn_out", 5120, 6144),
+    ("attn_q_gate", 12288, 5120),
+    ("attn_kv", 1024, 5120),
+    ("attn_output", 5120, 6144),
+    ("ffn_gate_up", 34816, 5120),
+    ("ffn_down", 5120, 17408),
 ];
 const QUICK_SHAPES: [(&str, u64, u64); 2] = [("small", 96, 256), ("tall", 320, 512)];
 const LAYERS: f64 = 36.0;
@@ -52,37 +69,59 @@ fn main() {
         }
     }
     for paths in variants {
-        let kernel = Matmul::new(&ctx, paths).expect("building the mat-mul");
-        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
-            for &n_tokens in token_counts {
-                let mut layer_seconds = 0.0;
-                for &(name, rows, cols) in shapes {
-                    let seconds = time_one(&ctx, &kernel, ty, rows, cols, n_tokens);
-                    layer_seconds += seconds;
-                    let flops = 2.0 * (rows * cols) as f64 * f64::from(n_tokens);
-                    let weight_bytes = (ty.row_bytes(cols).unwrap() * rows) as f64;
-                    println!(
-                        "{}\t{ty}\t{name}\t{rows}\t{cols}\t{n_tokens}\t{:.1}\t{:.1}\t{:.1}",
-                        kernel.variant(),
-                        seconds * 1e6,
-                        flops / seconds / 1e9,
-                        weight_bytes / seconds / 1e9
-                    );
+        for (split, split_name) in [(SplitK::DEFAULT, "split"), (SplitK::NEVER, "whole")] {
+            let kernel = Matmul::new(&ctx, paths)
+                .expect("building the mat-mul")
+                .with_split(split);
+            let label = format!("{}/{split_name}", kernel.variant());
+            for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+                for &n_tokens in token_counts {
+                    let seconds = time_shapes(&ctx, &kernel, &label, ty, shapes, n_tokens);
+                    if !quick {
+                        println!(
+                            "{label}\t{ty}\tlayer\t-\t-\t{n_tokens}\t{:.1}\t-\t-\t# x{LAYERS} layers: {:.0} prompt tok/s from mat-muls alone",
+                            seconds * 1e6,
+                            f64::from(n_tokens) / (seconds * LAYERS)
+                        );
+                    }
                 }
-                if !quick {
-                    println!(
-                        "{}\t{ty}\tlayer\t-\t-\t{n_tokens}\t{:.1}\t-\t-\t# x{LAYERS} layers: {:.0} prompt tok/s from mat-muls alone",
-                        kernel.variant(),
-                        layer_seconds * 1e6,
-                        f64::from(n_tokens) / (layer_seconds * LAYERS)
-                    );
+            }
+            if !quick {
+                for n_tokens in [128, 512] {
+                    let ty = GgmlType::Q4_K;
+                    time_shapes(&ctx, &kernel, &label, ty, &SHAPES_27B, n_tokens);
                 }
             }
         }
     }
 }
 
-/// Median seconds per dispatch of `W[rows, cols] · X[n_tokens, cols]`.
+/// Times and prints each of `shapes` at `n_tokens`; returns their summed seconds.
+fn time_shapes(
+    ctx: &GpuContext,
+    kernel: &Matmul,
+    label: &str,
+    ty: GgmlType,
+    shapes: &[(&str, u64, u64)],
+    n_tokens: u32,
+) -> f64 {
+    let mut total = 0.0;
+    for &(name, rows, cols) in shapes {
+        let seconds = time_one(ctx, kernel, ty, rows, cols, n_tokens);
+        total += seconds;
+        let flops = 2.0 * (rows * cols) as f64 * f64::from(n_tokens);
+        let weight_bytes = (ty.row_bytes(cols).unwrap() * rows) as f64;
+        println!(
+            "{label}\t{ty}\t{name}\t{rows}\t{cols}\t{n_tokens}\t{:.1}\t{:.1}\t{:.1}",
+            seconds * 1e6,
+            flops / seconds / 1e9,
+            weight_bytes / seconds / 1e9
+        );
+    }
+    total
+}
+
+/// Median seconds per product (its split-K reduction included) of `W[rows, cols] · X[n_tokens, cols]`.
 fn time_one(
     ctx: &GpuContext,
     kernel: &Matmul,
