@@ -5,7 +5,7 @@
 //! (zeroing, snapshot and restore). Head ratios nk = 2, nv = 6 (and 4) in both head orders make a
 //! wrong key head show; dk/dv 16 and 128 cover both lane-group widths of the decode kernel.
 
-use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState, Dispatch};
+use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState, Dispatch, MidSave};
 use fak::gpu::kernels::gated_delta::GatedDeltaDecode;
 use fak::gpu::kernels::gated_delta_chunk::GatedDeltaChunked;
 use fak::gpu::{GpuContext, GpuError, Kernel, KernelPaths, storage_buffer};
@@ -295,7 +295,8 @@ fn prefill_dispatch_count_does_not_grow_with_the_token_count() {
             "T={len}"
         );
         // The chunk work is one batched grid over all chunks, not a dispatch per chunk or token.
-        assert_eq!(plans[2][0].workgroups, [len.div_ceil(64), d.nv, 1]);
+        // (With room for the lead rows a mid-step snapshot may ask for.)
+        assert_eq!(plans[2][0].workgroups, [(len + 63).div_ceil(64), d.nv, 1]);
         scan_grids.push(plans[2][1].workgroups);
     }
     assert!(
@@ -372,6 +373,54 @@ fn a_restored_snapshot_resumes_exactly_like_the_uninterrupted_sequence() {
             .restore_slot(&mut encoder, &snapshot, 2, 0)
             .is_err()
     );
+}
+
+/// A snapshot written partway through a prefill step (where the prefix cache keeps a branch
+/// point) is the state the rows before it leave (conv and recurrent, against those rows run as
+/// a step of their own), and the step's outputs and final state are those of the same step
+/// without it: at the first row, inside a chunk, on a chunk boundary, and at the last row but
+/// one, for a conv kernel of 4 and 3. (The lead rows move the chunk boundaries, so sums run in
+/// another order: y, past the gated RMSNorm, is held to the layer tolerance.)
+#[test]
+fn a_mid_step_snapshot_is_the_state_the_rows_before_it_leave() {
+    let ctx = gpu();
+    let mut rng = rng(0x6d7_0009);
+    for d in [small_shapes()[0], small_shapes()[2]] {
+        let weights = LayerWeights::random(&d, &mut rng);
+        let prompt = Projections::random(&d, 150, &mut rng);
+        let whole = GpuLayer::new(ctx, ctx.paths(), d, &weights, (150, 1, 3));
+        let want = whole.step(ctx, &prompt, &[0], 150, Form::Chunked);
+        let want_state = whole.download_state(ctx);
+        for rows in [1u32, 37, 64, 100, 149] {
+            let what = format!("{d:?}, snapshot after {rows} of 150 rows");
+            let head = GpuLayer::new(ctx, ctx.paths(), d, &weights, (150, 1, 3));
+            head.step(
+                ctx,
+                &prompt.rows(&d, 0..rows as usize),
+                &[1],
+                rows,
+                Form::Chunked,
+            );
+            let layer = GpuLayer::new(ctx, ctx.paths(), d, &weights, (150, 1, 3));
+            let save = MidSave { rows, slot: 2 };
+            let got = layer.prefill_saving(ctx, &prompt, 0, 150, save);
+            let state = layer.download_state(ctx);
+            let head_state = head.download_state(ctx);
+            assert_close(
+                &format!("{what}: saved"),
+                &state.flat(2),
+                &head_state.flat(1),
+                DELTA_TOL,
+            );
+            assert_close(&format!("{what}: y"), &got.y, &want.y, LAYER_TOL);
+            assert_close(
+                &format!("{what}: final"),
+                &state.flat(0),
+                &want_state.flat(0),
+                DELTA_TOL,
+            );
+        }
+    }
 }
 
 /// Records one encoder's copies and waits for them.

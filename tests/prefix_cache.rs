@@ -339,7 +339,7 @@ fn the_sequence_api_refuses_bad_use() {
 /// The hybrid model: a cached prefix is its KV pages *and* the GDN conv and recurrent state
 /// snapshotted where it ends, so a hit restores that state and prefills only the rest. p1 leaves
 /// its 7 whole pages with a snapshot at 112; p2 branches from it at 96, where no state was kept,
-/// so it runs cold and leaves one there; p3 (same preamble) then resumes from 96, and its
+/// so it runs cold and leaves one there (written partway through a prefill step); p3 (same preamble) then resumes from 96, and its
 /// first-token logits equal the cold prefill's (cosine ≥ 0.9999) with the same greedy tokens for
 /// 12 steps; p1 again resumes from 112. On the fast paths and every fallback at once.
 #[test]
@@ -360,13 +360,22 @@ fn a_hybrid_cache_hit_resumes_from_the_state_snapshot_as_a_cold_prefill_does() {
         let what = format!("qwen35 {forced:?}");
         let cold_engine = || load(&path, 0, 1, forced).unwrap();
         let mut e = load(&path, 1 << 22, 1, forced).unwrap();
-        for p in [&p1, &p2] {
+        // Forward steps, chunks of 64 and 3 decode steps: p1 saves its last page boundary (112)
+        // inside the step 64..120 (0..64, 64..120); p2 saves its branch point (96) inside the
+        // step 64..112, not by a step of its own (0..64, 64..112, 112..120).
+        for (p, want_steps) in [(&p1, 2 + 3), (&p2, 3 + 3)] {
+            let steps = e.forward_steps();
             let stats = e
                 .generate(p, 4, &SamplingParams::greedy(), true, &mut |_| {})
                 .unwrap();
             assert_eq!(
                 stats.cached_tokens, 0,
                 "{what}: no snapshot to resume from yet"
+            );
+            assert_eq!(
+                e.forward_steps() - steps,
+                want_steps,
+                "{what}: forward steps"
             );
         }
         let cold_logits = e.teacher_forced_logits(&p3).unwrap().pop().unwrap();

@@ -2,8 +2,10 @@
 //
 // Math (model-spec.md §5.6), per sequence s (slot σ), value head h reading key head
 // κ(h) = (h / group_div) mod nk, over chunks of C rows t of the sequence (the last chunk padded
-// with q = k = v = 0, β = g = 0, which changes neither outputs nor state), S the state at the
-// chunk's start (dk×dv, stored as dv rows of dk floats as gated_delta.wgsl keeps it):
+// with q = k = v = 0, β = g = 0, which changes neither outputs nor state; so is the first when
+// the table asks for `lead` zero rows before row 0, which puts a chunk boundary where a
+// mid-step snapshot is taken: sequences.wgsl), S the state at the chunk's start (dk×dv, stored
+// as dv rows of dk floats as gated_delta.wgsl keeps it):
 //   γ_t = Σ_{r≤t} g_r;  Γ_ts = e^{γ_t − γ_s} for s ≤ t, else 0 (masked before exp: no overflow)
 //   A_ts = β_t (k_t·k_s) Γ_ts for s < t;  T = (I + A)⁻¹ (unit lower triangular)
 //   W = T diag(β e^γ) K,  U = T diag(β) V,  P = (Q Kᵀ) ⊙ Γ  (diagonal included)
@@ -19,7 +21,8 @@
 //   state columns evolve independently given W, K, γ (V'_{:,j} = U_{:,j} − W S_{:,j}), so one
 //   workgroup of 128 owns ROWS = 16 state rows of one head in workgroup memory and walks the
 //   chunks: V' and Q S over dk tiles (8 outputs per invocation), O from P V', then the state
-//   update; it writes O and, at the end, the state.
+//   update; it writes O and, at the end, the state (and, after the chunk that ends at the
+//   table's save_rows, that state into the snapshot slot).
 // The dispatch count is fixed; only the chunk_prepare grid grows with the token count.
 //
 // bindings: 0 mixed (array<f32>, read: [n_tokens][conv_dim] after delta_prep: q̂, k̂, v heads)
@@ -28,7 +31,9 @@
 //           u_at, P [blocks][C][C] at p_at, γ [blocks][C] at gamma_at; block = (s·n_chunks + c)·nv
 //           + h) · 4 state (array<f32>, read_write: [slots][nv][dv][dk]) · 5 o (array<f32>,
 //           read_write: [n_tokens][nv·dv]) · 6 params (uniform Params)
-// dispatch: chunk_prepare (n_chunks, nv, count) × 256; chunk_scan (ceil(dv / 16), nv, count) × 128.
+// dispatch: chunk_prepare (n_chunks, nv, count) × 256, n_chunks counted with room for C − 1 lead
+//           rows when count = 1 (chunks past the table's return at once); chunk_scan
+//           (ceil(dv / 16), nv, count) × 128.
 // workgroup memory: prepare 25.8 KB; scan 4·(16·(dk + 1) + 64·16 + 2·64·17 + 64) bytes (21.3 KB
 //           at dk = 128, 29.5 KB at dk = 256): within the 32 KB of Metal and lavapipe.
 // variants: one (no subgroup use). overrides: DK (multiple of 16).
@@ -81,9 +86,11 @@ var<workgroup> delta_sh: array<f32, 1024>; // C × ROWS: V' of the chunk
 
 // Where one chunk of one head sits: its activation rows and its scratch block.
 struct Chunk {
-    // Activation row of chunk row 0.
+    // Activation row of chunk row 0 (wrapping u32 arithmetic: for the first chunk with lead
+    // rows it may lie before the sequence; only rows from `first` on are read).
     row0: u32,
-    // Valid rows (the rest is padding).
+    // Valid rows are first ≤ t < n (the rest is padding).
+    first: u32,
     n: u32,
     block: u32,
     // Column of the key head's q̂ and k̂ in a mixed row.
@@ -91,12 +98,21 @@ struct Chunk {
     k_col: u32,
 }
 
+fn chunks() -> u32 {
+    return (seqs.len + seqs.lead + C - 1u) / C;
+}
+
 fn chunk_of(c: u32, h: u32, s: u32) -> Chunk {
     let len = seqs.len;
-    let n_chunks = (len + C - 1u) / C;
+    let lead = seqs.lead;
     let kh = (h / params.group_div) % params.nk;
-    return Chunk(s * len + c * C, min(C, len - c * C), (s * n_chunks + c) * params.nv + h,
-                 kh * DK, (params.nk + kh) * DK);
+    return Chunk(s * len + c * C - lead, select(0u, lead, c == 0u), min(C, len + lead - c * C),
+                 (s * chunks() + c) * params.nv + h, kh * DK, (params.nk + kh) * DK);
+}
+
+// Whether chunk row t is a row of the sequence (not padding).
+fn live(ch: Chunk, t: u32) -> bool {
+    return ch.first <= t && t < ch.n;
 }
 
 fn gate(row: u32, h: u32, which: u32) -> f32 {
@@ -109,7 +125,7 @@ fn load_gates(ch: Chunk, h: u32, tid: u32) {
     if tid < C {
         var beta = 0.0;
         var g = 0.0;
-        if tid < ch.n {
+        if live(ch, tid) {
             beta = gate(ch.row0 + tid, h, 0u);
             g = gate(ch.row0 + tid, h, 1u);
         }
@@ -130,6 +146,10 @@ fn load_gates(ch: Chunk, h: u32, tid: u32) {
 @compute @workgroup_size(256)
 fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
                  @builtin(local_invocation_index) tid: u32) {
+    // The host leaves room for lead rows in every one-sequence step (gated_delta_chunk.rs).
+    if wg.x >= chunks() {
+        return;
+    }
     let h = wg.y;
     let ch = chunk_of(wg.x, h, wg.z);
     load_gates(ch, h, tid);
@@ -148,7 +168,7 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
             let ii = e % TI;
             var kv = 0.0;
             var qv = 0.0;
-            if t < ch.n {
+            if live(ch, t) {
                 let at = (ch.row0 + t) * params.conv_dim + i0 + ii;
                 kv = mixed[at + ch.k_col];
                 qv = mixed[at + ch.q_col];
@@ -227,7 +247,7 @@ fn stage_scaled(ch: Chunk, tid: u32, col: u32, width: u32, decayed: bool) {
         let t = e / TI;
         let ii = e % TI;
         var x = 0.0;
-        if t < ch.n && ii < width {
+        if live(ch, t) && ii < width {
             var scale = beta_sh[t];
             if decayed {
                 scale *= exp(gamma_sh[t]);
@@ -272,7 +292,9 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
     let jr = tid % ROWS;
     let tq = tid / ROWS;
     let j = wg.x * ROWS + jr;
-    let n_chunks = (seqs.len + C - 1u) / C;
+    let n_chunks = chunks();
+    // The chunk after which the state is also the mid-step snapshot's (none: past the end).
+    let save_after = select(n_chunks, (seqs.lead + seqs.save_rows) / C - 1u, seqs.save_rows > 0u);
     for (var c = 0u; c < n_chunks; c++) {
         let ch = chunk_of(c, h, s);
         if tid < C {
@@ -287,7 +309,7 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
                 let ii = e % TI;
                 tile_x[t * TP + ii] = scratch[params.w_at + (ch.block * C + t) * DK + i0 + ii];
                 var qv = 0.0;
-                if t < ch.n {
+                if live(ch, t) {
                     qv = mixed[(ch.row0 + t) * params.conv_dim + ch.q_col + i0 + ii];
                 }
                 tile_y[t * TP + ii] = qv;
@@ -315,7 +337,7 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
         // O = e^γ Q S + P V'.
         for (var m = 0u; m < 8u; m++) {
             let t = tq + 8u * m;
-            if t < ch.n && j < params.dv {
+            if live(ch, t) && j < params.dv {
                 var acc = exp(gamma_sh[t]) * qs[m];
                 let p_row = params.p_at + (ch.block * C + t) * C;
                 for (var r = 0u; r <= t; r++) {
@@ -332,7 +354,7 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
                 let t = e / TI;
                 let ii = e % TI;
                 var kv = 0.0;
-                if t < ch.n {
+                if live(ch, t) {
                     kv = exp(gamma_last - gamma_sh[t])
                         * mixed[(ch.row0 + t) * params.conv_dim + ch.k_col + i0 + ii];
                 }
@@ -349,11 +371,20 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
             }
             workgroupBarrier();
         }
+        if c == save_after {
+            store_state((seqs.save_slot * params.nv + h) * params.dv * DK, wg.x, tid);
+        }
     }
+    store_state(state_at, wg.x, tid);
+}
+
+// This workgroup's ROWS state rows from workgroup memory to the slot at `at`.
+fn store_state(at: u32, rows_tile: u32, tid: u32) {
+    let sp = DK + 1u;
     for (var e = tid; e < ROWS * DK; e += SCAN_WG) {
-        let j = wg.x * ROWS + e / DK;
+        let j = rows_tile * ROWS + e / DK;
         if j < params.dv {
-            state[state_at + j * DK + e % DK] = state_sh[(e / DK) * sp + e % DK];
+            state[at + j * DK + e % DK] = state_sh[(e / DK) * sp + e % DK];
         }
     }
 }

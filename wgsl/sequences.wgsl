@@ -7,10 +7,20 @@
 // engine: `gpu::kernels::delta_state::SequenceTable`.
 // provides: struct Sequences. A kernel binds it as `var<storage, read> seqs: Sequences`.
 
+//
+// A prefill (count = 1) may also take a snapshot of the state partway through the step, where
+// the prefix cache keeps one (a branch point inside the step): the state after the first
+// `save_rows` rows (0: none) is written to slot `save_slot` too, and the chunked delta rule puts
+// `lead` zero rows before row 0 so that one of its chunk boundaries falls there
+// (lead + save_rows is a multiple of the chunk; zero rows change neither outputs nor state).
 struct Sequences {
     count: u32,
     len: u32,
+    lead: u32,
+    save_rows: u32,
+    save_slot: u32,
     pad0: u32,
     pad1: u32,
+    pad2: u32,
     slot: array<u32>,
 }

@@ -6,6 +6,8 @@
 //   x(τ) = m[s·len + τ][c] for τ ≥ 0, else state[σ][K − 1 + τ][c]  (the K−1 raw rows before the
 //          sequence, oldest first; zeros at a sequence start, where the host zeroed the slot)
 // and afterwards state[σ][i][c] = x(len − K + 1 + i) for i < K−1: the last K−1 raw rows.
+// With a mid-step snapshot (sequences.wgsl: save_rows > 0, prefill only) also
+//   state[save_slot][i][c] = x(save_rows − K + 1 + i): the conv state after save_rows rows.
 //
 // bindings: 0 m (array<f32>, read: raw qkv projection [n_tokens][conv_dim])
 //           · 1 w (array<f32>, read: GGUF ssm_conv1d, F32, ne = [K, conv_dim])
@@ -18,7 +20,7 @@
 // state: only tile 0 of a sequence reads the old state (TILE ≥ K − 1), and the same invocation
 //        writes the new state after its reads, so prefill and decode are one dispatch with no
 //        race between invocations. The rows are rewritten in ascending order: new row i reads
-//        old row len + i > i, which is not yet overwritten.
+//        old row len + i > i, which is not yet overwritten. The snapshot slot is written before them.
 // variants: one (no reduction). K ∈ 2..=4 (override), TILE ≥ K − 1.
 // requires: sequences.wgsl.
 
@@ -86,6 +88,14 @@ fn conv_silu(@builtin(global_invocation_id) id: vec3<u32>) {
         }
     }
     if id.y == 0u {
+        // The mid-step snapshot first: it may read the old state, which the next loop replaces.
+        if seqs.save_rows > 0u {
+            let save_base = seqs.save_slot * (K - 1u) * params.conv_dim + c;
+            for (var i = 0u; i + 1u < K; i++) {
+                state[save_base + i * params.conv_dim] =
+                    raw(row0, i32(seqs.save_rows) - i32(K) + 1 + i32(i), c, state_base);
+            }
+        }
         for (var i = 0u; i + 1u < K; i++) {
             state[state_base + i * params.conv_dim] =
                 raw(row0, i32(len) - i32(K) + 1 + i32(i), c, state_base);

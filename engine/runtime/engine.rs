@@ -15,6 +15,7 @@ use super::sampling::{Sampler, SamplingParams};
 use super::{DeviceModel, RuntimeError};
 use crate::cache::{CacheConfig, CacheStats, PrefixCache};
 use crate::gguf::Gguf;
+use crate::gpu::kernels::delta_state::MidSave;
 use crate::gpu::kernels::kv_cache::KvDtype;
 use crate::gpu::kernels::matvec::MAX_BATCH;
 use crate::gpu::kernels::support::TokenSlot;
@@ -267,6 +268,11 @@ impl Engine {
         self.last_dispatches
     }
 
+    /// Forward steps (prefill chunks and decode steps) submitted since load.
+    pub fn forward_steps(&self) -> u32 {
+        self.steps
+    }
+
     /// Checks a request before any GPU work.
     fn check_request(&self, prompt: &[u32], n_out: usize) -> Result<(), RuntimeError> {
         if prompt.is_empty() {
@@ -303,16 +309,30 @@ impl Engine {
         n: u32,
         all_logits: bool,
     ) -> Result<(wgpu::CommandEncoder, Step), RuntimeError> {
-        let kv_len = (self.seq(seq)?.pos + n as usize) as u32;
-        self.begin_marked_step(seq, n, all_logits, &mut StepMarks::counting(kv_len))
+        self.begin_saving_step(seq, n, all_logits, None)
     }
 
-    /// [`Engine::begin_step`], noting the step's ops in `marks`.
+    /// [`Engine::begin_step`] that also writes the recurrent state after `save.rows` of the
+    /// step's tokens to slot `save.slot` (hybrid models; a branch point inside a prefill step).
+    fn begin_saving_step(
+        &mut self,
+        seq: SeqId,
+        n: u32,
+        all_logits: bool,
+        save: Option<MidSave>,
+    ) -> Result<(wgpu::CommandEncoder, Step), RuntimeError> {
+        let kv_len = (self.seq(seq)?.pos + n as usize) as u32;
+        let mut marks = StepMarks::counting(kv_len);
+        self.begin_marked_step(seq, n, all_logits, save, &mut marks)
+    }
+
+    /// [`Engine::begin_saving_step`], noting the step's ops in `marks`.
     fn begin_marked_step(
         &mut self,
         seq: SeqId,
         n: u32,
         all_logits: bool,
+        save: Option<MidSave>,
         marks: &mut StepMarks,
     ) -> Result<(wgpu::CommandEncoder, Step), RuntimeError> {
         let (pos, row) = {
@@ -326,7 +346,7 @@ impl Engine {
             })
             .collect();
         self.io.set_tokens(&self.ctx, &slots);
-        self.io.seqs.write(&self.ctx, n, &[row])?;
+        self.io.seqs.write_prefill(&self.ctx, n, row, save)?;
         let step = Step::new(pos, n, self.steps % HISTORY_LEN);
         self.io.step.set(&self.ctx, step);
         let tail = if all_logits { n } else { 1 };
@@ -621,7 +641,7 @@ impl Engine {
             None => StepMarks::counting(kv_len),
         };
         let (encode_before, submits_before) = (self.encode_time, self.submits);
-        let result = self.begin_marked_step(seq, tokens, false, &mut marks);
+        let result = self.begin_marked_step(seq, tokens, false, None, &mut marks);
         let marks_written = marks.marks();
         let ops = std::mem::take(&mut marks.ops);
         drop(marks);

@@ -19,7 +19,9 @@
 //!   own).
 //! - `seqs`: the sequences of a step for models with recurrent state (`SequenceTable`): one
 //!   prompt of `n` tokens, or one token of each sequence of a batched decode, each reading and
-//!   writing the state slot of its page-table row. Written every step, like `tokens`.
+//!   writing the state slot of its page-table row. Written every step, like `tokens`. One more
+//!   slot than rows: the spare ([`StepIo::spare_slot`]) a prefill step writes the state of a
+//!   branch point inside it to, for the prefix cache to copy out.
 
 use crate::gpu::kernels::delta_state::SequenceTable;
 use crate::gpu::kernels::kv_cache::PageTable;
@@ -46,6 +48,11 @@ pub struct StepIo {
 }
 
 impl StepIo {
+    /// The state slot no sequence uses: where a mid-step snapshot is written.
+    pub fn spare_slot(&self) -> u32 {
+        self.seqs.n_slots() - 1
+    }
+
     /// Buffers for steps of up to `max_tokens` tokens, `logit_rows` rows of logits, and a page
     /// table of `page_rows` rows of `pages_per_row` pages (a row and a state slot per sequence).
     pub fn new(
@@ -72,7 +79,8 @@ impl StepIo {
                 u64::from(max_tokens) * std::mem::size_of::<TokenSlot>() as u64,
             )?,
             pages: PageTable::from_rows(ctx, pages_per_row, &vec![Vec::new(); page_rows as usize])?,
-            seqs: SequenceTable::new(ctx, page_rows, page_rows)?,
+            // One slot per page-table row, and the spare a mid-step snapshot goes to.
+            seqs: SequenceTable::new(ctx, page_rows, page_rows + 1)?,
             max_tokens,
             logit_rows,
             n_vocab,

@@ -5,14 +5,16 @@
 use crate::Tolerance;
 use fak::gpu::KernelPaths;
 use fak::gpu::kernels::delta_prep::{DeltaPrep, PrepBinding, PrepIo};
-use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState, SeqBatch, SequenceTable, TensorRef};
+use fak::gpu::kernels::delta_state::{
+    DeltaDims, DeltaState, MidSave, SeqBatch, SequenceTable, TensorRef,
+};
 use fak::gpu::kernels::gated_delta::{DecodeBinding, DecodeIo, GatedDeltaDecode};
 use fak::gpu::kernels::gated_delta_chunk::{
     ChunkBinding, ChunkIo, ChunkScratch, GatedDeltaChunked,
 };
 use fak::gpu::kernels::gated_norm::{GatedNorm, NormBinding, NormIo};
 use fak::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
-use fak::gpu::{GpuContext, read_back_f32, upload, write};
+use fak::gpu::{GpuContext, GpuError, read_back_f32, upload, write};
 use fak::model::qwen35::HeadMapping;
 use fak::quant::GgmlType;
 use fak::reference::gated_delta::gated_delta_step;
@@ -545,6 +547,31 @@ impl GpuLayer {
         len: u32,
         form: Form,
     ) -> GpuOutputs {
+        self.run(ctx, x, form, |table| table.write(ctx, len, slots))
+    }
+
+    /// A chunked prefill of `len` tokens on `slot` that also writes the state after `save.rows`
+    /// of them to `save.slot` (a mid-step snapshot).
+    pub fn prefill_saving(
+        &self,
+        ctx: &GpuContext,
+        x: &Projections,
+        slot: u32,
+        len: u32,
+        save: MidSave,
+    ) -> GpuOutputs {
+        self.run(ctx, x, Form::Chunked, |table| {
+            table.write_prefill(ctx, len, slot, Some(save))
+        })
+    }
+
+    fn run(
+        &self,
+        ctx: &GpuContext,
+        x: &Projections,
+        form: Form,
+        write_table: impl FnOnce(&SequenceTable) -> Result<SeqBatch, GpuError>,
+    ) -> GpuOutputs {
         let d = self.dims;
         let b = &self.buffers;
         for buffer in [&b.mixed, &b.gates, &b.o, &b.y] {
@@ -554,7 +581,7 @@ impl GpuLayer {
         write(ctx, &b.b, 0, bytemuck::cast_slice(&x.b)).expect("b");
         write(ctx, &b.a, 0, bytemuck::cast_slice(&x.a)).expect("a");
         write(ctx, &b.z, 0, bytemuck::cast_slice(&x.z)).expect("z");
-        let batch = self.table.write(ctx, len, slots).expect("sequence table");
+        let batch = write_table(&self.table).expect("sequence table");
         self.record_step(ctx, batch, form);
         let n = batch.tokens() as usize;
         GpuOutputs {

@@ -23,6 +23,7 @@
 use crate::gpu::buffers::{round_up, storage_buffer};
 use crate::gpu::context::GpuContext;
 use crate::gpu::error::GpuError;
+use crate::gpu::kernels::gated_delta_chunk::CHUNK;
 use crate::model::qwen35::{HeadMapping, Hparams, SUPPORTED_CONV_KERNELS};
 use crate::quant::GgmlType;
 use std::ops::Range;
@@ -192,8 +193,18 @@ impl SeqBatch {
     }
 }
 
-/// The GPU buffer `struct Sequences` of wgsl/sequences.wgsl lives in: a 16-byte header
-/// (count, len) and one state slot per sequence.
+/// A snapshot taken partway through a one-sequence prefill step (wgsl/sequences.wgsl): the
+/// state after the step's first `rows` rows is also written to slot `slot`, so the prefix cache
+/// gets the state at a branch point inside the step without the step stopping there (which
+/// would cost another pass over every weight).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct MidSave {
+    pub rows: u32,
+    pub slot: u32,
+}
+
+/// The GPU buffer `struct Sequences` of wgsl/sequences.wgsl lives in: a 32-byte header
+/// (count, len, the mid-step snapshot's lead, rows and slot) and one state slot per sequence.
 pub struct SequenceTable {
     pub buffer: wgpu::Buffer,
     max_seqs: u32,
@@ -208,7 +219,11 @@ impl SequenceTable {
                 "a table needs at least one sequence and one slot (got {max_seqs} and {n_slots})"
             )));
         }
-        let buffer = storage_buffer(ctx, "sequences", 16 + 4 * u64::from(max_seqs))?;
+        let buffer = storage_buffer(
+            ctx,
+            "sequences",
+            4 * (HEADER_WORDS as u64 + u64::from(max_seqs)),
+        )?;
         Ok(SequenceTable {
             buffer,
             max_seqs,
@@ -250,13 +265,58 @@ impl SequenceTable {
                 )));
             }
         }
-        let mut words = vec![count, len, 0, 0];
+        self.put(ctx, [count, len, 0, 0, 0, 0, 0, 0], slots);
+        Ok(SeqBatch { count, len })
+    }
+
+    /// [`SequenceTable::write`] for one sequence of `len` tokens on `slot`, with the state after
+    /// `save.rows` of them also written to `save.slot` (a slot no sequence uses: the host's
+    /// spare). The chunked prefill then runs `lead` zero rows first so that a chunk boundary
+    /// falls on `save.rows`; its plan leaves room for that in every one-sequence step.
+    pub fn write_prefill(
+        &self,
+        ctx: &GpuContext,
+        len: u32,
+        slot: u32,
+        save: Option<MidSave>,
+    ) -> Result<SeqBatch, GpuError> {
+        let Some(save) = save else {
+            return self.write(ctx, len, &[slot]);
+        };
+        if save.rows == 0 || save.rows >= len {
+            return Err(table_error(format!(
+                "a snapshot after {} of a step's {len} rows: it must fall inside the step",
+                save.rows
+            )));
+        }
+        if save.slot >= self.n_slots || save.slot == slot {
+            return Err(table_error(format!(
+                "a snapshot into slot {} for a sequence on slot {slot}: need another of the {} \
+                 slots",
+                save.slot, self.n_slots
+            )));
+        }
+        if slot >= self.n_slots {
+            return Err(table_error(format!(
+                "sequence 0 uses slot {slot}, past the {} slots",
+                self.n_slots
+            )));
+        }
+        let lead = (CHUNK - save.rows % CHUNK) % CHUNK;
+        self.put(ctx, [1, len, lead, save.rows, save.slot, 0, 0, 0], &[slot]);
+        Ok(SeqBatch { count: 1, len })
+    }
+
+    fn put(&self, ctx: &GpuContext, header: [u32; HEADER_WORDS], slots: &[u32]) {
+        let mut words = header.to_vec();
         words.extend_from_slice(slots);
         ctx.queue
             .write_buffer(&self.buffer, 0, bytemuck::cast_slice(&words));
-        Ok(SeqBatch { count, len })
     }
 }
+
+/// Words of `struct Sequences` before its slots.
+const HEADER_WORDS: usize = 8;
 
 fn table_error(message: String) -> GpuError {
     GpuError::Shape {

@@ -257,10 +257,14 @@ impl GatedDeltaChunked {
     }
 
     /// The two dispatches of a prefill, whatever its length: chunk_prepare over (chunks, value
-    /// heads, sequences), then chunk_scan over (state-row blocks, value heads, sequences).
+    /// heads, sequences), then chunk_scan over (state-row blocks, value heads, sequences). A
+    /// one-sequence step gets room for the lead rows of a mid-step snapshot
+    /// ([`super::delta_state::MidSave`]): its chunks are counted over len + CHUNK − 1 rows, and
+    /// the workgroups of a chunk past the table's last return at once.
     pub fn plan(&self, binding: &ChunkBinding, batch: SeqBatch) -> Result<Vec<Dispatch>, GpuError> {
         check_batch(Self::NAME, batch, binding.max_tokens, binding.max_seqs)?;
-        let chunks = batch.len.div_ceil(CHUNK);
+        let lead_room = if batch.count == 1 { CHUNK - 1 } else { 0 };
+        let chunks = (batch.len + lead_room).div_ceil(CHUNK);
         if u64::from(chunks) * u64::from(batch.count) > u64::from(binding.chunks) {
             return Err(GpuError::Shape {
                 kernel: Self::NAME,

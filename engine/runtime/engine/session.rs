@@ -12,6 +12,7 @@
 
 use super::{Engine, RuntimeError};
 use crate::cache::{NodeId, Snapshot};
+use crate::gpu::kernels::delta_state::MidSave;
 use crate::gpu::kernels::support::TokenSlot;
 use crate::gpu::profile::StepMarks;
 use crate::gpu::{Step, storage_buffer};
@@ -173,9 +174,12 @@ impl Engine {
         Ok(SeqId(row as u32))
     }
 
-    /// Prefills the prompt from the sequence's position in chunks (stopping where a snapshot is
-    /// due); the last chunk's argmax goes to readback slot 0, with its logits when `logits`.
-    /// Then the prompt's whole pages (and snapshots) go to the prefix cache.
+    /// Prefills the prompt from the sequence's position in chunks; the last chunk's argmax goes
+    /// to readback slot 0, with its logits when `logits`. Where a snapshot is due (hybrid
+    /// models) a step ends there, or, for the first due inside a step, the step writes that
+    /// state to the spare slot as it passes (one pass over the weights instead of two: a
+    /// cached prompt resuming at a periodic snapshot before its branch point computes both in
+    /// one step). Then the prompt's whole pages (and snapshots) go to the prefix cache.
     pub(super) fn prefill(&mut self, seq: SeqId, logits: bool) -> Result<(), RuntimeError> {
         let chunk = self.io.max_tokens as usize;
         let (prompt, stops) = {
@@ -185,14 +189,25 @@ impl Engine {
         let mut snapshots = Vec::new();
         loop {
             let pos = self.seq(seq)?.pos;
-            let stop = stops.iter().copied().find(|&b| b > pos);
-            let end = stop.unwrap_or(prompt.len()).min(pos + chunk);
+            let limit = prompt.len().min(pos + chunk);
+            let mut due = stops.iter().copied().filter(|&b| b > pos && b <= limit);
+            let (mid, end) = match due.next() {
+                Some(b) if b < limit => (Some(b), due.next().unwrap_or(limit)),
+                _ => (None, limit),
+            };
+            let save = mid.map(|b| MidSave {
+                rows: (b - pos) as u32,
+                slot: self.io.spare_slot(),
+            });
             self.io.set_ids(&self.ctx, &prompt[pos..end]);
-            let (encoder, step) = self.begin_step(seq, (end - pos) as u32, false)?;
+            let (encoder, step) = self.begin_saving_step(seq, (end - pos) as u32, false, save)?;
             let last = end == prompt.len();
             self.submit_step(encoder, step, last.then_some(0), u32::from(last && logits));
+            if let Some(b) = mid {
+                snapshots.push((b, self.save_slot_state(self.io.spare_slot())?));
+            }
             if stops.contains(&end) {
-                snapshots.push((end, self.save_state(seq)?));
+                snapshots.push((end, self.save_slot_state(seq.row())?));
             }
             if last {
                 break;
@@ -203,12 +218,12 @@ impl Engine {
         self.cache_prefix(seq, prompt.len() / page * page, snapshots)
     }
 
-    /// A snapshot of the sequence's recurrent state (its row's slot), in a buffer of its own.
-    fn save_state(&mut self, seq: SeqId) -> Result<wgpu::Buffer, RuntimeError> {
+    /// A snapshot of the recurrent state in `slot` (a sequence's row, or the spare a mid-step
+    /// snapshot went to), in a buffer of its own.
+    fn save_slot_state(&mut self, slot: u32) -> Result<wgpu::Buffer, RuntimeError> {
         let buffer = storage_buffer(&self.ctx, "state snapshot", self.model.state_bytes())?;
         let mut encoder = self.encoder("state snapshot");
-        self.model
-            .encode_save_state(&mut encoder, seq.row(), &buffer)?;
+        self.model.encode_save_state(&mut encoder, slot, &buffer)?;
         self.ctx.queue.submit([encoder.finish()]);
         Ok(buffer)
     }
@@ -221,7 +236,7 @@ impl Engine {
             (s.pos, s.state_pos)
         };
         let state = match self.model.state_bytes() > 0 {
-            true => Some(self.save_state(seq)?),
+            true => Some(self.save_slot_state(seq.row())?),
             false => None,
         };
         Ok(Checkpoint {
@@ -297,7 +312,7 @@ impl Engine {
                 (computed, due && computed > 0)
             };
             let snapshots = match snapshot_due {
-                true => vec![(computed, self.save_state(seq)?)],
+                true => vec![(computed, self.save_slot_state(seq.row())?)],
                 false => Vec::new(),
             };
             self.cache_prefix(seq, computed, snapshots)?;
