@@ -4,6 +4,7 @@
 
 use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState, SequenceTable};
 use fak::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
+use fak::gpu::kernels::support::View;
 use fak::gpu::{GpuContext, GpuError, KernelPaths};
 use fak::model::qwen35::HeadMapping;
 use fak::quant::GgmlType;
@@ -42,7 +43,7 @@ impl Conv {
             .bind(
                 ctx,
                 ConvIo {
-                    m: &m,
+                    m: View::rows(&m, d.conv_dim()),
                     weight: f32_tensor("blk.0.ssm_conv1d.weight", &w),
                     table: &table,
                     state: &state,
@@ -187,7 +188,7 @@ fn conv_rejects_unsupported_kernel_sizes_and_inconsistent_input() {
     let m = poisoned_f32(ctx, "m", 4 * u64::from(d.conv_dim()));
     let w = poisoned_f32(ctx, "w", 4 * u64::from(d.conv_dim()));
     let io = |ty, m_rows: u32| ConvIo {
-        m: &m,
+        m: View::rows(&m, d.conv_dim()),
         weight: fak::gpu::kernels::delta_state::TensorRef {
             name: "blk.3.ssm_conv1d.weight",
             ty,

@@ -7,9 +7,11 @@
 
 use fak::gguf::{Gguf, TensorInfo, Value};
 use fak::gpu::Forced;
+use fak::gpu::kernels::attn_decode::AttnDecode;
 use fak::gpu::kernels::matvec::MatVec;
 use fak::model::DevicePlan;
 use fak::model::qwen35::{Hparams, Mixer, Tensors};
+use fak::quant::GgmlType;
 use fak::reference::{Activations, Qwen35Reference, Reference};
 use fak::runtime::{Engine, SamplingParams};
 use fak_tests::harness::{harness, synth_model};
@@ -178,6 +180,57 @@ fn prefill_dispatches_do_not_grow_with_the_prompt() {
     eprintln!("(prefill, decode) dispatches per step: {counts:?}");
     assert!(counts.iter().all(|&c| c == counts[0]), "{counts:?}");
     assert!(counts[0].0 < 200, "{counts:?}");
+}
+
+/// Projections of one input whose weights stack into one mat-vec: consecutive weights of one
+/// type (every row here is n_embd long).
+fn stacked_runs(types: &[GgmlType]) -> usize {
+    1 + types.windows(2).filter(|p| p[0] != p[1]).count()
+}
+
+/// Decode fusion: a one-token step records, per GDN layer, one mat-vec per run of its qkv, z, β,
+/// α weights of one type with attn_norm folded in (no norm dispatch), ssm_conv, delta_prep, the
+/// recurrent delta rule, the gated norm and W_out (the residual add folded in), then the MLP's
+/// two mat-vecs (ffn_norm + gate + up + SwiGLU, then down); per attention layer the runs of its
+/// q(+gate), k, v weights, rope_kv (head norms, RoPE, KV write), decode attention (two
+/// dispatches where it splits the keys), the sigmoid gate, W_o and the MLP; around them the
+/// embedding and the head (norm, product, two argmax passes). Q4_K_M's tiny file has both
+/// shapes of run: a Q6_K qkv (or v) beside Q4_K weights in some layers, one weight in others.
+#[test]
+fn a_decode_step_records_the_fused_dispatches() {
+    let path = tiny("q4_k_m", 1);
+    let gguf = Gguf::open(&path).unwrap();
+    let hp = hparams(&path);
+    let t = Tensors::bind(&gguf, &hp).unwrap();
+    let mut e = engine(&path, 256, Forced::default());
+    let attention = 1 + usize::from(AttnDecode::default_splits(e.max_context() as u32) > 1);
+    let mut want = 1 + 4;
+    let mut runs = Vec::new();
+    for l in &t.layers {
+        let per_layer = match &l.mixer {
+            Mixer::DeltaNet(m) => {
+                let r = stacked_runs(&[m.qkv.ty, m.gate.ty, m.beta.ty, m.alpha.ty]);
+                runs.push(r);
+                r + 4 + 1
+            }
+            Mixer::Attention(m) => {
+                let r = stacked_runs(&[m.wq.ty, m.wk.ty, m.wv.ty]);
+                runs.push(r);
+                r + 1 + attention + 1 + 1
+            }
+        };
+        want += per_layer + 2;
+    }
+    assert!(runs.contains(&1) && runs.contains(&2), "{runs:?}");
+    let prompt = random_ids(9, 5, hp.n_vocab);
+    let stats = e
+        .generate(&prompt, 3, &SamplingParams::greedy(), true, &mut |_| {})
+        .unwrap();
+    eprintln!(
+        "decode step: {} dispatches (runs per layer {runs:?})",
+        stats.decode_step_dispatches
+    );
+    assert_eq!(stats.decode_step_dispatches, want);
 }
 
 /// A file that says its value heads are grouped (Ollama's `ssm.v_head_reordered = false`):

@@ -6,16 +6,19 @@
 // q and k are the first 2·nk·dk channels of the conv output: head p (q for p < nk, k after) is
 // channels [p·dk, (p+1)·dk) of the row, normalised in place.
 //
+// b and a are read through views (view.wgsl: value h of token t at offset + t·token_stride + h),
+// so they may sit in wider rows (qwen35 stacks the z, β and α projections).
+//
 // bindings: 0 mixed (array<f32>, read_write: conv output [n_tokens][conv_dim])
-//           · 1 b (array<f32>, read: β logits [n_tokens][nv]) · 2 a (array<f32>, read: α
-//           [n_tokens][nv]) · 3 ssm_a (array<f32>, read: F32 [nv], already −exp(A_log))
+//           · 1 b (array<f32>, read: β logits, n_tokens rows of nv through params.b) · 2 a
+//           (array<f32>, read: α, n_tokens rows of nv through params.a) · 3 ssm_a (array<f32>, read: F32 [nv], already −exp(A_log))
 //           · 4 dt_bias (array<f32>, read: F32 [nv]) · 5 gates (array<f32>, read_write:
 //           [n_tokens][2·nv], β then g) · 6 params (uniform Params)
 // dispatch: (2·nk, n_tokens) workgroups of WG: one per (head, token) norm; the workgroups of
 //           head 0 also compute the token's nv gates (a handful of exp/log, cheaper than a
 //           dispatch of their own).
 // variants: SUBGROUP (subgroupAdd reduction) | fallback (workgroup-memory tree); any subgroup size.
-// requires: reduce_subgroup.wgsl or reduce_workgroup.wgsl.
+// requires: reduce_subgroup.wgsl or reduce_workgroup.wgsl, view.wgsl.
 
 struct Params {
     conv_dim: u32,
@@ -27,6 +30,8 @@ struct Params {
     q_scale: f32,
     pad0: u32,
     pad1: u32,
+    b: View,
+    a: View,
 }
 
 @group(0) @binding(0) var<storage, read_write> mixed: array<f32>;
@@ -76,10 +81,11 @@ fn prep(@builtin(workgroup_id) wg: vec3<u32>, lanes: Lanes) {
         mixed[base + i] *= scale;
     }
     if p == 0u {
-        let row = t * params.nv;
+        let row = 2u * t * params.nv;
         for (var h = lanes.index; h < params.nv; h += WG) {
-            gates[2u * row + h] = 1.0 / (1.0 + exp(-b[row + h]));
-            gates[2u * row + params.nv + h] = ssm_a[h] * softplus(a[row + h] + dt_bias[h]);
+            gates[row + h] = 1.0 / (1.0 + exp(-b[view_index(params.b, t, 0u, h)]));
+            let alpha = a[view_index(params.a, t, 0u, h)];
+            gates[row + params.nv + h] = ssm_a[h] * softplus(alpha + dt_bias[h]);
         }
     }
 }

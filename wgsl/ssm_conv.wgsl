@@ -9,7 +9,10 @@
 // With a mid-step snapshot (sequences.wgsl: save_rows > 0, prefill only) also
 //   state[save_slot][i][c] = x(save_rows − K + 1 + i): the conv state after save_rows rows.
 //
-// bindings: 0 m (array<f32>, read: raw qkv projection [n_tokens][conv_dim])
+// m is read through a view (view.wgsl): row r is at params.m.offset + r·params.m.token_stride, so
+// the projection may sit in a wider row (qwen35 stacks the qkv, z, β and α projections).
+//
+// bindings: 0 m (array<f32>, read: raw qkv projection, n_tokens rows of conv_dim through a view)
 //           · 1 w (array<f32>, read: GGUF ssm_conv1d, F32, ne = [K, conv_dim])
 //           · 2 seqs (Sequences, read) · 3 state (array<f32>, read_write: [slots][K−1][conv_dim])
 //           · 4 y (array<f32>, read_write: [n_tokens][conv_dim]) · 5 params (uniform Params)
@@ -22,13 +25,14 @@
 //        race between invocations. The rows are rewritten in ascending order: new row i reads
 //        old row len + i > i, which is not yet overwritten. The snapshot slot is written before them.
 // variants: one (no reduction). K ∈ 2..=4 (override), TILE ≥ K − 1.
-// requires: sequences.wgsl.
+// requires: sequences.wgsl, view.wgsl.
 
 struct Params {
     conv_dim: u32,
     pad0: u32,
     pad1: u32,
     pad2: u32,
+    m: View,
 }
 
 @group(0) @binding(0) var<storage, read> m: array<f32>;
@@ -46,7 +50,7 @@ const MAX_K: u32 = 4u;
 // Raw input τ of the sequence whose rows start at `row0` (τ < 0: the conv state).
 fn raw(row0: u32, tau: i32, c: u32, state_base: u32) -> f32 {
     if tau >= 0 {
-        return m[(row0 + u32(tau)) * params.conv_dim + c];
+        return m[view_index(params.m, row0 + u32(tau), 0u, c)];
     }
     return state[state_base + u32(i32(K) - 1 + tau) * params.conv_dim];
 }
@@ -77,7 +81,7 @@ fn conv_silu(@builtin(global_invocation_id) id: vec3<u32>) {
     }
     let t_end = min(t0 + TILE, len);
     for (var t = t0; t < t_end; t++) {
-        window[K - 1u] = m[(row0 + t) * params.conv_dim + c];
+        window[K - 1u] = m[view_index(params.m, row0 + t, 0u, c)];
         var acc = 0.0;
         for (var j = 0u; j < K; j++) {
             acc = fma(taps[j], window[j], acc);

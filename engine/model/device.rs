@@ -206,10 +206,8 @@ impl QuantizedInput {
 /// the tiled mat-mul above (prefill). Both are bound at load over the same weight buffer.
 pub struct Linear {
     matvec: MatVecBinding,
-    /// Whether `matvec` reads x quantized (the int-dot path, a type that takes q8 inputs).
-    reads_q8: bool,
-    /// x quantized for `matvec`, where this product alone reads it (else [`Linears`] records
-    /// the quantization it shares).
+    /// x quantized for `matvec`, recorded before it (the int-dot path, a type that takes q8
+    /// inputs).
     quantized: Option<QuantizedInput>,
     matmul: Option<MatmulBinding>,
     rows: u64,
@@ -255,42 +253,8 @@ impl Linear {
         max_tokens: u32,
         output: MatmulOutput,
     ) -> Result<Linear, GpuError> {
-        let quantized =
-            QuantizedInput::bind(k, ctx, x, shape.cols, None, &[shape.ty], step, max_tokens)?;
-        let io = LinearIo {
-            w,
-            x,
-            y,
-            step,
-            max_tokens,
-            output,
-        };
-        let linear = Self::bind_reading(k, ctx, shape, &io, quantized.as_ref())?;
-        Ok(Linear {
-            quantized,
-            ..linear
-        })
-    }
-
-    /// [`Linear::bind_shape`] reading `quantized` (on the int-dot path, where the weight's type
-    /// takes it): x quantized by whoever records it.
-    fn bind_reading(
-        k: &Kernels,
-        ctx: &GpuContext,
-        shape: MatVecShape,
-        io: &LinearIo<'_>,
-        quantized: Option<&QuantizedInput>,
-    ) -> Result<Linear, GpuError> {
         let MatVecShape { ty, rows, cols } = shape;
-        let LinearIo {
-            w,
-            x,
-            y,
-            step,
-            max_tokens,
-            output,
-        } = *io;
-        let quantized = quantized.filter(|_| QuantizedInput::takes(ty));
+        let quantized = QuantizedInput::bind(k, ctx, x, cols, None, &[ty], step, max_tokens)?;
         let matvec = k.matvec.bind_fused(
             ctx,
             shape,
@@ -303,7 +267,9 @@ impl Linear {
                 accumulate: output == MatmulOutput::Accumulate,
                 max_batch: max_tokens.min(MAX_BATCH),
             },
-            quantized.map_or_else(MatVecFusion::default, |q| q.fusion(false)),
+            quantized
+                .as_ref()
+                .map_or_else(MatVecFusion::default, |q| q.fusion(false)),
         )?;
         let matmul = (max_tokens > MAX_BATCH)
             .then(|| {
@@ -327,8 +293,7 @@ impl Linear {
             .transpose()?;
         Ok(Linear {
             matvec,
-            reads_q8: quantized.is_some(),
-            quantized: None,
+            quantized,
             matmul,
             rows,
             cols,
@@ -355,20 +320,6 @@ impl Linear {
         marks: &mut StepMarks,
         name: &'static str,
     ) -> Result<(), GpuError> {
-        self.record_after(k, pass, n, marks, name, self.quantized.as_ref())
-    }
-
-    /// [`Linear::record`], a mat-vec first recording `quantize` (x's quantization, counted in
-    /// this op).
-    fn record_after(
-        &self,
-        k: &Kernels,
-        pass: &mut wgpu::ComputePass,
-        n: u32,
-        marks: &mut StepMarks,
-        name: &'static str,
-        quantize: Option<&QuantizedInput>,
-    ) -> Result<(), GpuError> {
         if let Some(binding) = &self.matmul
             && n > MAX_BATCH
         {
@@ -378,90 +329,16 @@ impl Linear {
         }
         let mut bytes = self.bytes(n);
         let mut dispatches = self.matvec.grids().count();
-        if let Some(q) = quantize {
+        if let Some(q) = &self.quantized {
             bytes.activations += q.record(k, pass, n)?;
             dispatches += 1;
         }
         k.matvec.encode(pass, &self.matvec, n)?;
-        let kernel = if self.reads_q8 { "matvec_q8" } else { "matvec" };
+        let kernel = match self.quantized {
+            Some(_) => "matvec_q8",
+            None => "matvec",
+        };
         marks.op(pass, name, kernel, bytes, dispatches);
-        Ok(())
-    }
-}
-
-/// Where a [`Linear`] reads and writes: weights `w`, x and y contiguous from offset 0, steps of
-/// up to `max_tokens` tokens.
-#[derive(Clone, Copy)]
-struct LinearIo<'a> {
-    w: &'a wgpu::Buffer,
-    x: &'a wgpu::Buffer,
-    y: &'a wgpu::Buffer,
-    step: &'a StepBuffer,
-    max_tokens: u32,
-    output: MatmulOutput,
-}
-
-/// `y_i = W_i x` for weights that read the same input x (gated attention's q, k and v; a GDN
-/// layer's four projections of h): on the int-dot path x is quantized once per step for all of
-/// them, recorded with the first product that reads it.
-pub struct Linears {
-    quantized: Option<QuantizedInput>,
-    parts: Vec<Linear>,
-}
-
-impl Linears {
-    /// Binds each of `parts` (a weight tensor, uploaded here, and where its outputs go) over `x`;
-    /// every weight's rows have the same length.
-    pub fn bind(
-        b: &Binder,
-        x: &wgpu::Buffer,
-        parts: &[(&TensorInfo, &wgpu::Buffer)],
-    ) -> Result<Linears, ModelError> {
-        let cols = parts.first().map_or(0, |(t, _)| t.row_len());
-        let types: Vec<GgmlType> = parts.iter().map(|(t, _)| t.ty).collect();
-        let quantized = b.quantized(x, cols, None, &types)?;
-        let parts = parts
-            .iter()
-            .map(|&(t, y)| {
-                let w = upload_weight(b.ctx, b.gguf, t)?;
-                let shape = MatVecShape {
-                    ty: t.ty,
-                    rows: t.n_rows(),
-                    cols: t.row_len(),
-                };
-                let io = LinearIo {
-                    w: &w,
-                    x,
-                    y,
-                    step: b.step,
-                    max_tokens: b.rows,
-                    output: MatmulOutput::Store,
-                };
-                let linear = Linear::bind_reading(b.k, b.ctx, shape, &io, quantized.as_ref())?;
-                Ok(linear)
-            })
-            .collect::<Result<Vec<_>, ModelError>>()?;
-        Ok(Linears { quantized, parts })
-    }
-
-    /// Records the products for `n` tokens, part i as op `names[i]`.
-    pub fn record(
-        &self,
-        k: &Kernels,
-        pass: &mut wgpu::ComputePass,
-        n: u32,
-        marks: &mut StepMarks,
-        names: &[&'static str],
-    ) -> Result<(), GpuError> {
-        let mut quantize = self.quantized.as_ref();
-        for (linear, &name) in self.parts.iter().zip(names) {
-            let q = if linear.reads_q8 {
-                quantize.take()
-            } else {
-                None
-            };
-            linear.record_after(k, pass, n, marks, name, q)?;
-        }
         Ok(())
     }
 }
@@ -470,7 +347,7 @@ impl Linears {
 /// folds the norm into each mat-vec (no norm dispatch; [`MatVecFusion`]); a prefill chunk norms x
 /// into `h` once and runs the mat-muls. Tensors that can be stored back to back are bound as one
 /// weight by the caller, so each part here is one dispatch.
-pub struct NormedLinears {
+struct NormedLinears {
     norm: Norm,
     /// On the int-dot path: RMSNorm(x) quantized once for every folded part.
     quantized: Option<QuantizedInput>,
@@ -480,16 +357,16 @@ pub struct NormedLinears {
 }
 
 /// One weight of [`NormedLinears`]: its shape, bytes, and where its outputs go.
-pub struct NormedPart<'a> {
-    pub shape: MatVecShape,
-    pub weights: &'a wgpu::Buffer,
-    pub y: &'a wgpu::Buffer,
+struct NormedPart<'a> {
+    shape: MatVecShape,
+    weights: &'a wgpu::Buffer,
+    y: &'a wgpu::Buffer,
 }
 
 impl NormedLinears {
     /// Binds `parts` over the residual stream `x` (normed by `norm_weight` into `h` for the
     /// mat-muls).
-    pub fn bind(
+    fn bind(
         b: &Binder,
         x: &wgpu::Buffer,
         h: &wgpu::Buffer,
@@ -544,7 +421,7 @@ impl NormedLinears {
     /// Records the products for `n` tokens, part i as op `names[i]`: mat-vecs with the norm
     /// folded in when every part has one and the step fits a mat-vec, else the norm
     /// (`norm_name`) and then each product.
-    pub fn record(
+    fn record(
         &self,
         k: &Kernels,
         pass: &mut wgpu::ComputePass,
@@ -589,6 +466,128 @@ impl NormedLinears {
             }
         }
         Ok(())
+    }
+}
+
+/// One projection of a [`StackedProjections`]: its weight tensor, and the buffer its run writes
+/// when it leads one (sized for the widths of it and every projection after it).
+pub struct Projection<'t, 'b> {
+    pub tensor: &'t TensorInfo,
+    pub y: &'b wgpu::Buffer,
+}
+
+/// Where a projection of a [`StackedProjections`] put its outputs: values `[first, first +
+/// width)` of each token's row of `stride` values in `buffer` (the row holds its whole run).
+#[derive(Clone, Copy, Debug)]
+pub struct Placed<'b> {
+    pub buffer: &'b wgpu::Buffer,
+    pub first: u32,
+    pub stride: u32,
+}
+
+impl<'b> Placed<'b> {
+    /// The outputs as `n_heads` heads of `head_dim` per token, `head_stride` apart.
+    pub fn heads(self, n_heads: u32, head_dim: u32, head_stride: u32) -> View<'b> {
+        View::heads(self.buffer, n_heads, head_dim)
+            .strided(self.stride, head_stride)
+            .at(self.first)
+    }
+
+    /// The outputs as one row per token.
+    pub fn rows(self) -> View<'b> {
+        View::rows(self.buffer, self.stride).at(self.first)
+    }
+}
+
+/// The op name of a run of an attention layer's q, k, v projections (`run` indexes [q, k, v]).
+pub fn qkv_op_name(run: std::ops::Range<usize>) -> &'static str {
+    match (run.start, run.len()) {
+        (0, 3) => "attn_qkv",
+        (0, 2) => "attn_qk",
+        (0, _) => "attn_q",
+        (1, 2) => "attn_kv",
+        (1, _) => "attn_k",
+        _ => "attn_v",
+    }
+}
+
+/// `y_i = W_i RMSNorm(x)` for projections of one normed input (q, k, v; a GDN layer's qkv, z, β,
+/// α), consecutive weights of one type and row length stored back to back as one weight, so a
+/// decode step is one mat-vec per run with the norm folded in ([`NormedLinears`]). A run writes
+/// its projections side by side per token into the buffer of its first one.
+pub struct StackedProjections {
+    linears: NormedLinears,
+    /// The op name of each run.
+    names: Vec<&'static str>,
+}
+
+impl StackedProjections {
+    /// Binds `parts` (in order) over the residual stream `x`, normed by `norm` (into `h` for a
+    /// prefill's mat-muls); `name` names the op of a run of parts. Returns where each part's
+    /// outputs sit.
+    pub fn bind<'b>(
+        b: &Binder,
+        (x, h): (&wgpu::Buffer, &wgpu::Buffer),
+        norm: &TensorInfo,
+        parts: &[Projection<'_, 'b>],
+        name: impl Fn(std::ops::Range<usize>) -> &'static str,
+    ) -> Result<(StackedProjections, Vec<Placed<'b>>), ModelError> {
+        let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+        for (i, part) in parts.iter().enumerate() {
+            match runs.last_mut() {
+                Some(run) if stackable(&[parts[run.start].tensor, part.tensor]) => run.end = i + 1,
+                _ => runs.push(i..i + 1),
+            }
+        }
+        let width = |i: usize| parts[i].tensor.n_rows() as u32;
+        let weights = runs
+            .iter()
+            .map(|run| {
+                let ts: Vec<&TensorInfo> = parts[run.clone()].iter().map(|p| p.tensor).collect();
+                upload_weights(b.ctx, b.gguf, &ts)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut placed = Vec::with_capacity(parts.len());
+        let mut stacked = Vec::with_capacity(runs.len());
+        for (run, w) in runs.iter().zip(&weights) {
+            let stride: u32 = run.clone().map(width).sum();
+            let y = parts[run.start].y;
+            let mut first = 0;
+            for i in run.clone() {
+                placed.push(Placed {
+                    buffer: y,
+                    first,
+                    stride,
+                });
+                first += width(i);
+            }
+            let t = parts[run.start].tensor;
+            stacked.push(NormedPart {
+                shape: MatVecShape {
+                    ty: t.ty,
+                    rows: u64::from(stride),
+                    cols: t.row_len(),
+                },
+                weights: w,
+                y,
+            });
+        }
+        let linears = NormedLinears::bind(b, x, h, norm, &stacked)?;
+        let names = runs.into_iter().map(name).collect();
+        Ok((StackedProjections { linears, names }, placed))
+    }
+
+    /// Records the projections of `n` tokens (the norm as op `norm_name` where it does not fold).
+    pub fn record(
+        &self,
+        k: &Kernels,
+        pass: &mut wgpu::ComputePass,
+        n: u32,
+        marks: &mut StepMarks,
+        norm_name: &'static str,
+    ) -> Result<(), GpuError> {
+        self.linears
+            .record(k, pass, n, marks, (norm_name, &self.names))
     }
 }
 
@@ -785,25 +784,6 @@ impl<'a> Binder<'a> {
     /// A 1-D tensor uploaded as f32.
     pub fn vector(&self, t: &TensorInfo) -> Result<wgpu::Buffer, ModelError> {
         upload_vector(self.ctx, self.gguf, t)
-    }
-
-    /// `y = RMSNorm(x; w)` over rows of `width`.
-    pub fn norm(
-        &self,
-        x: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        width: usize,
-        w: &TensorInfo,
-    ) -> Result<Norm, ModelError> {
-        let io = NormIo::Out {
-            x: View::rows(x, width as u32),
-            y: View::rows(y, width as u32),
-        };
-        let w = self.vector(w)?;
-        let norm = Norm::bind(
-            self.k, self.ctx, io, width, 1, self.eps, &w, self.step, self.rows,
-        )?;
-        Ok(norm)
     }
 
     /// `y (+)= W x` for weight tensor `t`, uploaded here.

@@ -7,14 +7,13 @@
 
 use super::device::{
     Attention, AttentionDims, AttentionIo, AttentionKernels, Binder, Ends, HeadRows, Kernels,
-    Linear, Mlp, MlpBuffers, MlpTensors, NormedLinears, NormedPart, Pointwise, activation,
-    stackable, upload_weights,
+    Linear, Mlp, MlpBuffers, MlpTensors, Pointwise, Projection, StackedProjections, activation,
+    qkv_op_name,
 };
 use super::{Arch, DevicePlan, ModelError, RopePairing, expect_tensor, optional_tensor};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::gpu::kernels::elementwise::ElementwiseOp;
 use crate::gpu::kernels::matmul::MatmulOutput;
-use crate::gpu::kernels::matvec::MatVecShape;
 use crate::gpu::kernels::rope::RopeTable;
 use crate::gpu::kernels::rope_kv::HeadNorms;
 use crate::gpu::kernels::support::View;
@@ -285,8 +284,7 @@ pub struct DenseModel {
 struct DeviceLayer {
     /// attn_norm folded into the q, k, v products, stacked into as few weights as their types
     /// allow (ops `attn_qkv`, or `attn_qk` + `attn_v`, …).
-    qkv: NormedLinears,
-    qkv_names: Vec<&'static str>,
+    qkv: StackedProjections,
     bias: Vec<Pointwise>,
     attention: Attention,
     wo: Linear,
@@ -384,8 +382,7 @@ impl DenseModel {
     ) -> Result<(), GpuError> {
         let k = &self.kernels;
         for l in &self.layers {
-            l.qkv
-                .record(k, pass, n, marks, ("attn_norm", &l.qkv_names))?;
+            l.qkv.record(k, pass, n, marks, "attn_norm")?;
             for op in &l.bias {
                 op.record(k, pass, n, marks, "qkv_bias");
             }
@@ -416,64 +413,16 @@ impl LayerLoader<'_> {
         let (b, hp, s) = (&self.b, self.hp, self.s);
         let (hd, n_head, n_kv) = (hp.head_dim as u32, hp.n_head as u32, hp.n_head_kv as u32);
         let (q_dim, kv_dim) = (n_head * hd, n_kv * hd);
-        let d = hp.n_embd as u64;
         // q, k, v in runs of weights that can be stored back to back (one mat-vec each): all
         // three when they share a type, q+k when only v differs (Q4_K_M's Q6_K v layers), ….
-        let ts = [l.wq, l.wk, l.wv];
-        let widths = [q_dim, kv_dim, kv_dim];
-        let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
-        for i in 0..3 {
-            match runs.last_mut() {
-                Some(run) if stackable(&[ts[run.start], ts[i]]) => run.end = i + 1,
-                _ => runs.push(i..i + 1),
-            }
-        }
         // A run's outputs go to the buffer of its first tensor, side by side per token.
-        let buffers = [&s.qkv, &s.k, &s.v];
-        let ws = runs
-            .iter()
-            .map(|run| upload_weights(b.ctx, b.gguf, &ts[run.clone()]))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut outputs = [(&s.qkv, 0, 0); 3];
-        let mut parts = Vec::new();
-        let mut names = Vec::new();
-        for (run, w) in runs.iter().zip(&ws) {
-            let width: u32 = widths[run.clone()].iter().sum();
-            let y = buffers[run.start];
-            let mut first = 0;
-            for i in run.clone() {
-                outputs[i] = (y, first, width);
-                first += widths[i];
-            }
-            parts.push(NormedPart {
-                shape: MatVecShape {
-                    ty: ts[run.start].ty,
-                    rows: u64::from(width),
-                    cols: d,
-                },
-                weights: w,
-                y,
-            });
-            names.push(match (run.start, run.len()) {
-                (0, 3) => "attn_qkv",
-                (0, 2) => "attn_qk",
-                (0, _) => "attn_q",
-                (1, 2) => "attn_kv",
-                (1, _) => "attn_k",
-                _ => "attn_v",
-            });
-        }
-        let qkv = NormedLinears::bind(b, &s.x, &s.h, l.attn_norm, &parts)?;
-        fn heads<'b>(
-            (buffer, first, stride): (&'b wgpu::Buffer, u32, u32),
-            n: u32,
-            hd: u32,
-        ) -> View<'b> {
-            View::heads(buffer, n, hd).strided(stride, hd).at(first)
-        }
-        let q = heads(outputs[0], n_head, hd);
-        let k = heads(outputs[1], n_kv, hd);
-        let v = heads(outputs[2], n_kv, hd);
+        let parts = [(l.wq, &s.qkv), (l.wk, &s.k), (l.wv, &s.v)]
+            .map(|(tensor, y)| Projection { tensor, y });
+        let (qkv, outputs) =
+            StackedProjections::bind(b, (&s.x, &s.h), l.attn_norm, &parts, qkv_op_name)?;
+        let q = outputs[0].heads(n_head, hd, hd);
+        let k = outputs[1].heads(n_kv, hd, hd);
+        let v = outputs[2].heads(n_kv, hd, hd);
         let mut bias = Vec::new();
         for (t, out, width) in [
             (l.bq, outputs[0], q_dim),
@@ -482,9 +431,8 @@ impl LayerLoader<'_> {
         ] {
             if let Some(t) = t {
                 let y = b.vector(t)?;
-                let (buffer, first, stride) = out;
                 let op = ElementwiseOp::Add {
-                    x: View::rows(buffer, width).strided(stride, 0).at(first),
+                    x: out.rows(),
                     y: View::rows(&y, width).strided(0, 0),
                 };
                 bias.push(b.pointwise(1, width as usize, op)?);
@@ -522,7 +470,6 @@ impl LayerLoader<'_> {
         };
         Ok(DeviceLayer {
             qkv,
-            qkv_names: names,
             bias,
             attention,
             wo: b.linear(l.wo, &s.o, &s.x, MatmulOutput::Accumulate)?,

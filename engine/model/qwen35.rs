@@ -26,7 +26,8 @@
 
 use super::device::{
     Attention, AttentionDims, AttentionIo, AttentionKernels, Binder, Ends, HeadRows, Kernels,
-    Linear, Linears, Mlp, MlpBuffers, MlpTensors, Norm, Pointwise, activation,
+    Linear, Mlp, MlpBuffers, MlpTensors, Pointwise, Projection, StackedProjections, activation,
+    qkv_op_name,
 };
 use super::{Arch, DevicePlan, ModelError, RopePairing, expect_tensor};
 use crate::gguf::{Gguf, TensorInfo};
@@ -458,15 +459,28 @@ impl Hparams {
 
     /// f32 values per token of the activations [`Scratch`] allocates (same order).
     pub fn activation_width(&self) -> usize {
-        2 * self.n_embd
-            + 2 * self.q_dim()
-            + 2 * self.kv_dim()
-            + self.q_dim()
-            + 2 * self.conv_dim()
-            + self.value_dim()
-            + 4 * self.ssm_nv
-            + 2 * self.value_dim()
-            + 3 * self.n_ff
+        let (d, q, kv, ff) = (self.n_embd, self.q_dim(), self.kv_dim(), self.n_ff);
+        let (conv, vd, nv) = (self.conv_dim(), self.value_dim(), self.ssm_nv);
+        [
+            2 * d,
+            2 * q + 2 * kv,
+            2 * kv,
+            kv,
+            q,
+            conv + vd + 2 * nv,
+            conv,
+            vd + 2 * nv,
+            2 * nv,
+            nv,
+            2 * nv,
+            vd,
+            vd,
+            q,
+            2 * ff,
+            ff,
+        ]
+        .iter()
+        .sum()
     }
 }
 
@@ -485,7 +499,6 @@ pub struct HybridModel {
 }
 
 struct DeviceLayer {
-    attn_norm: Norm,
     mixer: DeviceMixer,
     mlp: Mlp,
 }
@@ -495,16 +508,20 @@ enum DeviceMixer {
     Attention(Box<GatedAttention>),
 }
 
-/// The activations every layer reads and writes.
+/// The activations every layer reads and writes. The projections of h are stacked in runs of
+/// one weight type ([`StackedProjections`]): a run writes its outputs side by side per token
+/// into the buffer of its first projection, so each of these is as wide as its projection and
+/// every one after it.
 struct Scratch {
     x: wgpu::Buffer,
     h: wgpu::Buffer,
-    /// Gated attention: `W_q h`, per head [q | gate].
-    qg: wgpu::Buffer,
+    /// Gated attention: `W_q h` (per head [q | gate]), then k and v.
+    qkv: wgpu::Buffer,
     k: wgpu::Buffer,
     v: wgpu::Buffer,
     o: wgpu::Buffer,
-    /// GDN: the raw qkv projection and the conv output (q̂, k̂ normalised in place).
+    /// GDN: the raw qkv projection (then z, β, α), and the conv output (q̂, k̂ normalised in
+    /// place).
     m: wgpu::Buffer,
     mixed: wgpu::Buffer,
     z: wgpu::Buffer,
@@ -523,18 +540,22 @@ impl Scratch {
     fn new(ctx: &GpuContext, hp: &Hparams, plan: &DevicePlan) -> Result<Scratch, GpuError> {
         let a =
             |label: &str, width: usize| activation(ctx, plan.poison, label, plan.max_tokens, width);
+        let (q, kv, nv) = (hp.q_dim(), hp.kv_dim(), hp.ssm_nv);
         Ok(Scratch {
             x: a("x", hp.n_embd)?,
             h: a("h", hp.n_embd)?,
-            qg: a("q and gate", 2 * hp.q_dim())?,
-            k: a("k", hp.kv_dim())?,
-            v: a("v", hp.kv_dim())?,
-            o: a("attention out", hp.q_dim())?,
-            m: a("qkv projection", hp.conv_dim())?,
+            qkv: a("q and gate, k, v", 2 * q + 2 * kv)?,
+            k: a("k, v", 2 * kv)?,
+            v: a("v", kv)?,
+            o: a("attention out", q)?,
+            m: a(
+                "qkv, z, beta, alpha projections",
+                hp.conv_dim() + hp.value_dim() + 2 * nv,
+            )?,
             mixed: a("conv out", hp.conv_dim())?,
-            z: a("z", hp.value_dim())?,
-            b: a("beta logits", hp.ssm_nv)?,
-            a: a("alpha", hp.ssm_nv)?,
+            z: a("z, beta, alpha", hp.value_dim() + 2 * nv)?,
+            b: a("beta logits, alpha", 2 * nv)?,
+            a: a("alpha", nv)?,
             gates: a("gates", 2 * hp.ssm_nv)?,
             delta_o: a("delta rule out", hp.value_dim())?,
             y: a("gated norm out", hp.value_dim())?,
@@ -634,7 +655,6 @@ impl HybridModel {
     ) -> Result<(), GpuError> {
         let (k, n) = (&self.kernels, batch.count * batch.len);
         for l in &self.layers {
-            l.attn_norm.record(k, pass, n, marks, "attn_norm");
             match &l.mixer {
                 DeviceMixer::DeltaNet(m) => m.record(k, &self.delta, pass, batch, marks)?,
                 DeviceMixer::Attention(m) => m.record(k, &self.attention, pass, n, kind, marks)?,
@@ -665,12 +685,14 @@ impl LayerLoader<'_> {
             Mixer::DeltaNet(t) => DeviceMixer::DeltaNet(Box::new(DeltaNetLayer::bind(
                 b,
                 self.delta,
-                t,
+                (l.attn_norm, t),
                 s,
                 &self.io.seqs,
                 self.poison,
             )?)),
-            Mixer::Attention(t) => DeviceMixer::Attention(Box::new(GatedAttention::bind(self, t)?)),
+            Mixer::Attention(t) => {
+                DeviceMixer::Attention(Box::new(GatedAttention::bind(self, l.attn_norm, t)?))
+            }
         };
         let mlp = MlpTensors {
             norm: l.post_norm,
@@ -679,7 +701,6 @@ impl LayerLoader<'_> {
             down: l.down,
         };
         Ok(DeviceLayer {
-            attn_norm: b.norm(&s.x, &s.h, self.hp.n_embd, l.attn_norm)?,
             mixer,
             mlp: Mlp::bind(b, &mlp, &s.mlp())?,
         })
@@ -690,8 +711,9 @@ impl LayerLoader<'_> {
 /// RMS-normed per head and rotated (NeoX, first n_rot dims) where they sit; causal GQA over the
 /// layer's KV cache; `o ⊙= σ(gate)`; `x += W_o o`.
 struct GatedAttention {
-    /// The q (with its gate), k and v projections of h.
-    qkv: Linears,
+    /// attn_norm and the q (with its gate), k and v projections of its h, stacked where their
+    /// types agree.
+    qkv: StackedProjections,
     attention: Attention,
     gate: Pointwise,
     wo: Linear,
@@ -699,13 +721,21 @@ struct GatedAttention {
 
 impl GatedAttention {
     /// Binds the layer's attention on the shared pool's page-table rows (`io.tokens`, `io.pages`).
-    fn bind(l: &LayerLoader, t: &AttentionTensors) -> Result<GatedAttention, ModelError> {
+    fn bind(
+        l: &LayerLoader,
+        attn_norm: &TensorInfo,
+        t: &AttentionTensors,
+    ) -> Result<GatedAttention, ModelError> {
         let (b, hp, s) = (&l.b, l.hp, l.s);
         let (n_head, n_kv, hd) = (hp.n_head as u32, hp.n_head_kv as u32, hp.head_dim as u32);
-        // Head h's q is values [2h·hd, (2h+1)·hd) of the row, its gate the next hd.
-        let q = View::heads(&s.qg, n_head, hd).strided(2 * n_head * hd, 2 * hd);
-        let gate = q.at(hd);
-        let k = View::heads(&s.k, n_kv, hd);
+        let parts = [(t.wq, &s.qkv), (t.wk, &s.k), (t.wv, &s.v)]
+            .map(|(tensor, y)| Projection { tensor, y });
+        let (qkv, outputs) =
+            StackedProjections::bind(b, (&s.x, &s.h), attn_norm, &parts, qkv_op_name)?;
+        // Head h's q is values [2h·hd, (2h+1)·hd) of W_q's output, its gate the next hd.
+        let q = outputs[0].heads(n_head, hd, 2 * hd);
+        let gate = q.at(q.offset + hd);
+        let k = outputs[1].heads(n_kv, hd, hd);
         let o = View::heads(&s.o, n_head, hd);
         let (q_norm, k_norm) = (b.vector(t.q_norm)?, b.vector(t.k_norm)?);
         let attention = Attention::bind(
@@ -717,7 +747,7 @@ impl GatedAttention {
             AttentionIo {
                 q,
                 k,
-                v: View::heads(&s.v, n_kv, hd),
+                v: outputs[2].heads(n_kv, hd, hd),
                 q_out: View::heads(&s.q_rot, n_head, hd),
                 o,
                 norms: Some(HeadNorms {
@@ -729,9 +759,8 @@ impl GatedAttention {
             l.io,
         )?;
         let (n_head, hd) = (hp.n_head, hp.head_dim);
-        let qkv = [(t.wq, &s.qg), (t.wk, &s.k), (t.wv, &s.v)];
         Ok(GatedAttention {
-            qkv: Linears::bind(b, &s.h, &qkv)?,
+            qkv,
             attention,
             gate: b.pointwise(n_head, hd, ElementwiseOp::SigmoidGate { o, gate })?,
             wo: b.linear(t.wo, &s.o, &s.x, MatmulOutput::Accumulate)?,
@@ -747,8 +776,7 @@ impl GatedAttention {
         kind: StepKind,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        let names = ["attn_q", "attn_k", "attn_v"];
-        self.qkv.record(k, pass, n, marks, &names)?;
+        self.qkv.record(k, pass, n, marks, "attn_norm")?;
         self.attention.record(k, attn, pass, n, kind, marks);
         self.gate.record(k, pass, n, marks, "attn_gate");
         self.wo.record(k, pass, n, marks, "attn_output")
@@ -790,8 +818,8 @@ impl DeltaNetKernels {
 /// one token, chunked for a prefill), the gated RMSNorm, and `x += W_out y`; with its state
 /// (one slot per sequence slot of the step table).
 struct DeltaNetLayer {
-    /// The qkv, z, β and α projections of h.
-    projections: Linears,
+    /// attn_norm and the qkv, z, β and α projections of its h, stacked where their types agree.
+    projections: StackedProjections,
     conv: ConvBinding,
     prep: PrepBinding,
     recurrent: DecodeBinding,
@@ -805,12 +833,22 @@ impl DeltaNetLayer {
     fn bind(
         b: &Binder,
         d: &DeltaNetKernels,
-        t: &DeltaNetTensors,
+        (attn_norm, t): (&TensorInfo, &DeltaNetTensors),
         s: &Scratch,
         table: &SequenceTable,
         poison: bool,
     ) -> Result<DeltaNetLayer, ModelError> {
         let (ctx, rows) = (b.ctx, b.rows);
+        let parts = [
+            (t.qkv, &s.m),
+            (t.gate, &s.z),
+            (t.beta, &s.b),
+            (t.alpha, &s.a),
+        ]
+        .map(|(tensor, y)| Projection { tensor, y });
+        let (projections, placed) =
+            StackedProjections::bind(b, (&s.x, &s.h), attn_norm, &parts, gdn_op_name)?;
+        let [m, z, beta, alpha] = [placed[0], placed[1], placed[2], placed[3]];
         let state = DeltaState::new(ctx, d.dims, table.n_slots())?;
         if poison {
             // Only a reset makes the state usable: a missed one shows as NaN.
@@ -827,7 +865,7 @@ impl DeltaNetLayer {
         let conv = d.conv.bind(
             ctx,
             ConvIo {
-                m: &s.m,
+                m: m.rows(),
                 weight: f32_tensor(t.conv, &conv_w),
                 table,
                 state: &state,
@@ -839,8 +877,8 @@ impl DeltaNetLayer {
             ctx,
             PrepIo {
                 mixed: &s.mixed,
-                b: &s.b,
-                a: &s.a,
+                b: beta.rows(),
+                a: alpha.rows(),
                 ssm_a: f32_tensor(t.a, &ssm_a),
                 dt_bias: f32_tensor(t.dt_bias, &dt_bias),
                 gates: &s.gates,
@@ -880,20 +918,14 @@ impl DeltaNetLayer {
             ctx,
             GatedNormIo {
                 o: &s.delta_o,
-                z: &s.z,
+                z: z.heads(d.dims.nv, d.dims.dv, d.dims.dv),
                 weight: f32_tensor(t.norm, &norm_w),
                 y: &s.y,
                 max_tokens: rows,
             },
         )?;
-        let projections = [
-            (t.qkv, &s.m),
-            (t.gate, &s.z),
-            (t.beta, &s.b),
-            (t.alpha, &s.a),
-        ];
         Ok(DeltaNetLayer {
-            projections: Linears::bind(b, &s.h, &projections)?,
+            projections,
             conv,
             prep,
             recurrent,
@@ -918,8 +950,7 @@ impl DeltaNetLayer {
     ) -> Result<(), GpuError> {
         let n = batch.count * batch.len;
         let bytes = GdnBytes::new(d.dims, batch);
-        let names = ["gdn_qkv", "gdn_z", "gdn_beta", "gdn_alpha"];
-        self.projections.record(k, pass, n, marks, &names)?;
+        self.projections.record(k, pass, n, marks, "attn_norm")?;
         d.conv.encode(pass, &self.conv, batch)?;
         let dispatches = d.conv.plan(&self.conv, batch)?.len();
         marks.op(pass, "ssm_conv", "ssm_conv", bytes.conv, dispatches);
@@ -944,6 +975,18 @@ impl DeltaNetLayer {
         marks.op(pass, "gated_norm", "gated_norm", bytes.norm, dispatches);
         self.out.record(k, pass, n, marks, "gdn_out")
     }
+}
+
+/// The op name of a run of a GDN layer's projections (`run` indexes [qkv, z, β, α]): `gdn_`
+/// and the letters of the projections it stacks (qkv, z, b for β, a for α).
+fn gdn_op_name(run: std::ops::Range<usize>) -> &'static str {
+    const NAMES: [[&str; 4]; 4] = [
+        ["gdn_qkv", "gdn_qkvz", "gdn_qkvzb", "gdn_qkvzba"],
+        ["gdn_z", "gdn_zb", "gdn_zba", ""],
+        ["gdn_b", "gdn_ba", "", ""],
+        ["gdn_a", "", "", ""],
+    ];
+    NAMES[run.start][run.len() - 1]
 }
 
 /// What each Gated DeltaNet kernel of a step over `batch` moves: f32 weights and each sequence's

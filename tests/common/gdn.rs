@@ -14,6 +14,7 @@ use fak::gpu::kernels::gated_delta_chunk::{
 };
 use fak::gpu::kernels::gated_norm::{GatedNorm, NormBinding, NormIo};
 use fak::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
+use fak::gpu::kernels::support::View;
 use fak::gpu::{GpuContext, GpuError, read_back_f32, upload, write};
 use fak::model::qwen35::HeadMapping;
 use fak::quant::GgmlType;
@@ -400,10 +401,9 @@ pub struct LayerBindings {
 }
 
 struct LayerBuffers {
-    m: wgpu::Buffer,
-    b: wgpu::Buffer,
-    a: wgpu::Buffer,
-    z: wgpu::Buffer,
+    /// The projections as the model stacks them: per token [m | z | b | a], so the kernels
+    /// read m, z, b and a through strided views.
+    proj: wgpu::Buffer,
     mixed: wgpu::Buffer,
     gates: wgpu::Buffer,
     o: wgpu::Buffer,
@@ -433,10 +433,7 @@ impl GpuLayer {
         let rows = |w: u32| u64::from(max_tokens) * u64::from(w);
         let poisoned = |label: &str, w: u32| crate::gpu::poisoned_f32(ctx, label, rows(w));
         let buffers = LayerBuffers {
-            m: poisoned("m", d.conv_dim()),
-            b: poisoned("b", d.nv),
-            a: poisoned("a", d.nv),
-            z: poisoned("z", d.value_dim()),
+            proj: poisoned("projections", proj_width(&d)),
             mixed: poisoned("mixed", d.conv_dim()),
             gates: poisoned("gates", 2 * d.nv),
             o: poisoned("o", d.value_dim()),
@@ -455,12 +452,13 @@ impl GpuLayer {
         let chunked = GatedDeltaChunked::new(ctx, paths, d).expect("gated_delta_chunk");
         let norm = GatedNorm::new(ctx, paths, d).expect("gated_norm");
         let b = &buffers;
+        let proj = View::rows(&b.proj, proj_width(&d));
         let bindings = LayerBindings {
             conv: conv
                 .bind(
                     ctx,
                     ConvIo {
-                        m: &b.m,
+                        m: proj,
                         weight: f32_tensor("blk.0.ssm_conv1d.weight", &conv_w),
                         table: &table,
                         state: &state,
@@ -474,8 +472,8 @@ impl GpuLayer {
                     ctx,
                     PrepIo {
                         mixed: &b.mixed,
-                        b: &b.b,
-                        a: &b.a,
+                        b: proj.at(d.conv_dim() + d.value_dim()),
+                        a: proj.at(d.conv_dim() + d.value_dim() + d.nv),
                         ssm_a: f32_tensor("blk.0.ssm_a", &ssm_a),
                         dt_bias: f32_tensor("blk.0.ssm_dt.bias", &dt_bias),
                         gates: &b.gates,
@@ -515,7 +513,7 @@ impl GpuLayer {
                     ctx,
                     NormIo {
                         o: &b.o,
-                        z: &b.z,
+                        z: proj.strided(proj_width(&d), d.dv).at(d.conv_dim()),
                         weight: f32_tensor("blk.0.ssm_norm.weight", &norm_w),
                         y: &b.y,
                         max_tokens,
@@ -577,10 +575,7 @@ impl GpuLayer {
         for buffer in [&b.mixed, &b.gates, &b.o, &b.y] {
             poison(ctx, buffer);
         }
-        write(ctx, &b.m, 0, bytemuck::cast_slice(&x.m)).expect("m");
-        write(ctx, &b.b, 0, bytemuck::cast_slice(&x.b)).expect("b");
-        write(ctx, &b.a, 0, bytemuck::cast_slice(&x.a)).expect("a");
-        write(ctx, &b.z, 0, bytemuck::cast_slice(&x.z)).expect("z");
+        self.write_proj(ctx, [Some(&x.m), Some(&x.z), Some(&x.b), Some(&x.a)]);
         let batch = write_table(&self.table).expect("sequence table");
         self.record_step(ctx, batch, form);
         let n = batch.tokens() as usize;
@@ -619,8 +614,7 @@ impl GpuLayer {
         let (bufs, d) = (&self.buffers, &self.dims);
         poison(ctx, &bufs.gates);
         write(ctx, &bufs.mixed, 0, bytemuck::cast_slice(mixed)).expect("mixed");
-        write(ctx, &bufs.b, 0, bytemuck::cast_slice(b)).expect("b");
-        write(ctx, &bufs.a, 0, bytemuck::cast_slice(a)).expect("a");
+        self.write_proj(ctx, [None, None, Some(b), Some(a)]);
         let n = (mixed.len() / d.conv_dim() as usize) as u32;
         ctx.run_pass("prep", |pass| {
             self.prep
@@ -670,7 +664,7 @@ impl GpuLayer {
         let bufs = &self.buffers;
         poison(ctx, &bufs.y);
         write(ctx, &bufs.o, 0, bytemuck::cast_slice(o)).expect("o");
-        write(ctx, &bufs.z, 0, bytemuck::cast_slice(z)).expect("z");
+        self.write_proj(ctx, [None, Some(z), None, None]);
         let n = (o.len() / self.dims.value_dim() as usize) as u32;
         ctx.run_pass("gated norm", |pass| {
             self.norm
@@ -679,6 +673,30 @@ impl GpuLayer {
         })
         .expect("norm");
         read(ctx, &bufs.y, o.len())
+    }
+
+    /// Writes the projections' rows (m, z, b, a: each row-major per token, or None to leave
+    /// NaN) into their places of the stacked projection rows.
+    fn write_proj(&self, ctx: &GpuContext, parts: [Option<&[f32]>; 4]) {
+        let d = &self.dims;
+        let widths = [d.conv_dim(), d.value_dim(), d.nv, d.nv].map(|w| w as usize);
+        let tokens = parts
+            .iter()
+            .zip(widths)
+            .find_map(|(p, w)| p.map(|p| p.len() / w))
+            .expect("some projection");
+        let stride = proj_width(d) as usize;
+        let mut rows = vec![f32::NAN; tokens * stride];
+        let mut first = 0;
+        for (part, width) in parts.iter().zip(widths) {
+            if let Some(part) = part {
+                for (t, row) in part.chunks(width).enumerate() {
+                    rows[t * stride + first..][..width].copy_from_slice(row);
+                }
+            }
+            first += width;
+        }
+        write(ctx, &self.buffers.proj, 0, bytemuck::cast_slice(&rows)).expect("projections");
     }
 
     pub fn max_tokens(&self) -> u32 {
@@ -692,6 +710,11 @@ impl GpuLayer {
     pub fn download_state(&self, ctx: &GpuContext) -> CpuState {
         CpuState::download(ctx, &self.dims, &self.state)
     }
+}
+
+/// Values per token of the stacked projections [m | z | b | a].
+fn proj_width(d: &DeltaDims) -> u32 {
+    d.conv_dim() + d.value_dim() + 2 * d.nv
 }
 
 /// Refills `buffer` with NaN.

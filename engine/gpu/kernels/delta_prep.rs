@@ -5,6 +5,7 @@ use super::delta_state::{
     DeltaDims, Dispatch, Resource, TensorRef, bind_group, by_entry, check_f32_weight, check_grid,
     check_tokens, f32_rows, record, wgsl,
 };
+use super::support::{self, View, ViewParams};
 use crate::gpu::buffers::uniform;
 use crate::gpu::context::GpuContext;
 use crate::gpu::error::GpuError;
@@ -37,6 +38,8 @@ struct Params {
     eps: f32,
     q_scale: f32,
     pad: [u32; 2],
+    b: ViewParams,
+    a: ViewParams,
 }
 
 pub struct DeltaPrep {
@@ -50,10 +53,10 @@ pub struct DeltaPrep {
 pub struct PrepIo<'a> {
     /// The conv output `[max_tokens][conv_dim]`; its q and k channels are normalised in place.
     pub mixed: &'a wgpu::Buffer,
-    /// β logits `W_β h`, `[max_tokens][nv]`.
-    pub b: &'a wgpu::Buffer,
-    /// α `W_α h`, `[max_tokens][nv]`.
-    pub a: &'a wgpu::Buffer,
+    /// β logits `W_β h`: `max_tokens` rows of `nv` (one head), possibly inside wider rows.
+    pub b: View<'a>,
+    /// α `W_α h`, likewise.
+    pub a: View<'a>,
     /// `blk.N.ssm_a` (F32 `[nv]`, already −exp(A_log)).
     pub ssm_a: TensorRef<'a>,
     /// `blk.N.ssm_dt.bias` (F32 `[nv]`).
@@ -80,6 +83,7 @@ impl Kernel for DeltaPrep {
         KernelSource {
             module: WgslModule::new(variant)
                 .with(shared::reduction(variant))
+                .with(support::VIEW)
                 .with(wgsl::DELTA_PREP),
             slots: SLOTS,
             pipelines: vec![PipelineSpec {
@@ -108,7 +112,7 @@ impl DeltaPrep {
         self.variant
     }
 
-    pub fn bind(&self, ctx: &GpuContext, io: PrepIo) -> Result<PrepBinding, GpuError> {
+    pub fn bind<'a>(&self, ctx: &GpuContext, io: PrepIo<'a>) -> Result<PrepBinding, GpuError> {
         let d = self.dims;
         for w in [&io.ssm_a, &io.dt_bias] {
             check_f32_weight(Self::NAME, w, u64::from(d.nv))?;
@@ -121,9 +125,14 @@ impl DeltaPrep {
             eps: d.eps,
             q_scale: 1.0 / (d.dk as f32).sqrt(),
             pad: [0; 2],
+            b: io.b.params(),
+            a: io.a.params(),
         };
         let params = uniform(ctx, "delta_prep params", &params);
         let per_head = f32_rows(io.max_tokens, d.nv);
+        let view = |what, view: &View<'a>| {
+            support::view_binding(ctx, Self::NAME, what, view, io.max_tokens, 1, d.nv)
+        };
         let group = bind_group(
             ctx,
             Self::NAME,
@@ -134,16 +143,8 @@ impl DeltaPrep {
                     buffer: io.mixed,
                     bytes: f32_rows(io.max_tokens, d.conv_dim()),
                 },
-                Resource::Storage {
-                    name: "b (beta logits)",
-                    buffer: io.b,
-                    bytes: per_head,
-                },
-                Resource::Storage {
-                    name: "a (alpha)",
-                    buffer: io.a,
-                    bytes: per_head,
-                },
+                Resource::Checked(view("b (beta logits)", &io.b)?),
+                Resource::Checked(view("a (alpha)", &io.a)?),
                 Resource::Storage {
                     name: io.ssm_a.name,
                     buffer: io.ssm_a.buffer,

@@ -512,14 +512,16 @@ pub struct Dispatch {
     pub workgroups: [u32; 3],
 }
 
-/// What a bind group entry holds: a storage range of `bytes` from offset 0 of a buffer, or a
-/// whole uniform buffer.
+/// What a bind group entry holds: a storage range of `bytes` from offset 0 of a buffer, a
+/// binding already checked (an activation view: `support::view_binding`), or a whole uniform
+/// buffer.
 pub(crate) enum Resource<'a> {
     Storage {
         name: &'a str,
         buffer: &'a wgpu::Buffer,
         bytes: u64,
     },
+    Checked(wgpu::BindingResource<'a>),
     Uniform(&'a wgpu::Buffer),
 }
 
@@ -533,8 +535,8 @@ pub(crate) fn bind_group(
 ) -> Result<wgpu::BindGroup, GpuError> {
     let mut entries = Vec::with_capacity(resources.len());
     for (i, resource) in resources.iter().enumerate() {
-        let binding = match *resource {
-            Resource::Storage {
+        let binding = match resource {
+            &Resource::Storage {
                 name,
                 buffer,
                 bytes,
@@ -563,6 +565,7 @@ pub(crate) fn bind_group(
                     size: std::num::NonZeroU64::new(size),
                 })
             }
+            Resource::Checked(binding) => binding.clone(),
             Resource::Uniform(buffer) => buffer.as_entire_binding(),
         };
         entries.push(wgpu::BindGroupEntry {

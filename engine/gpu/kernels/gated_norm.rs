@@ -5,6 +5,7 @@ use super::delta_state::{
     DeltaDims, Dispatch, Resource, TensorRef, bind_group, by_entry, check_f32_weight, check_grid,
     check_tokens, f32_rows, record, wgsl,
 };
+use super::support::{self, View, ViewParams};
 use crate::gpu::buffers::uniform;
 use crate::gpu::context::GpuContext;
 use crate::gpu::error::GpuError;
@@ -31,6 +32,7 @@ struct Params {
     dv: u32,
     eps: f32,
     pad: u32,
+    z: ViewParams,
 }
 
 pub struct GatedNorm {
@@ -40,13 +42,13 @@ pub struct GatedNorm {
     pipelines: Vec<(&'static str, wgpu::ComputePipeline)>,
 }
 
-/// The buffers of one GDN layer's output norm, for [`GatedNorm::bind`]; all activations are
+/// The buffers of one GDN layer's output norm, for [`GatedNorm::bind`]; o and y are
 /// `[max_tokens][nv·dv]`.
 pub struct NormIo<'a> {
     /// The delta rule's output.
     pub o: &'a wgpu::Buffer,
-    /// The gate projection `W_gate h`.
-    pub z: &'a wgpu::Buffer,
+    /// The gate projection `W_gate h`: `max_tokens` × nv heads of dv, possibly inside wider rows.
+    pub z: View<'a>,
     /// `blk.N.ssm_norm.weight` (F32 `[dv]`).
     pub weight: TensorRef<'a>,
     pub y: &'a wgpu::Buffer,
@@ -70,6 +72,7 @@ impl Kernel for GatedNorm {
         KernelSource {
             module: WgslModule::new(variant)
                 .with(shared::reduction(variant))
+                .with(support::VIEW)
                 .with(wgsl::GATED_NORM),
             slots: SLOTS,
             pipelines: vec![PipelineSpec {
@@ -106,6 +109,7 @@ impl GatedNorm {
             dv: d.dv,
             eps: d.eps,
             pad: 0,
+            z: io.z.params(),
         };
         let params = uniform(ctx, "gated_norm params", &params);
         let rows = f32_rows(io.max_tokens, d.value_dim());
@@ -119,11 +123,15 @@ impl GatedNorm {
                     buffer: io.o,
                     bytes: rows,
                 },
-                Resource::Storage {
-                    name: "z (gate projection)",
-                    buffer: io.z,
-                    bytes: rows,
-                },
+                Resource::Checked(support::view_binding(
+                    ctx,
+                    Self::NAME,
+                    "z (gate projection)",
+                    &io.z,
+                    io.max_tokens,
+                    d.nv,
+                    d.dv,
+                )?),
                 Resource::Storage {
                     name: io.weight.name,
                     buffer: io.weight.buffer,

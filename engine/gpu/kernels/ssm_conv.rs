@@ -5,6 +5,7 @@ use super::delta_state::{
     DeltaDims, DeltaState, Dispatch, Resource, SeqBatch, SequenceTable, TensorRef, bind_group,
     by_entry, check_batch, check_f32_weight, check_grid, check_state, f32_rows, record, wgsl,
 };
+use super::support::{self, View, ViewParams};
 use crate::gpu::buffers::uniform;
 use crate::gpu::context::GpuContext;
 use crate::gpu::error::GpuError;
@@ -31,6 +32,7 @@ const SLOTS: &[Slot] = &[
 struct Params {
     conv_dim: u32,
     pad: [u32; 3],
+    m: ViewParams,
 }
 
 pub struct SsmConv {
@@ -42,8 +44,9 @@ pub struct SsmConv {
 
 /// The buffers of one GDN layer's conv, for [`SsmConv::bind`].
 pub struct ConvIo<'a> {
-    /// Raw qkv projection, `[max_tokens][conv_dim]`.
-    pub m: &'a wgpu::Buffer,
+    /// Raw qkv projection: `max_tokens` rows of `conv_dim` (one head), possibly inside wider
+    /// rows.
+    pub m: View<'a>,
     /// `blk.N.ssm_conv1d.weight`: F32, `ne = [K, conv_dim]`.
     pub weight: TensorRef<'a>,
     pub table: &'a SequenceTable,
@@ -75,6 +78,7 @@ impl SsmConv {
         KernelSource {
             module: WgslModule::new(variant)
                 .with(wgsl::SEQUENCES)
+                .with(support::VIEW)
                 .with(wgsl::SSM_CONV),
             slots: SLOTS,
             pipelines: vec![PipelineSpec {
@@ -123,19 +127,25 @@ impl SsmConv {
             &Params {
                 conv_dim,
                 pad: [0; 3],
+                m: io.m.params(),
             },
         );
         let rows = f32_rows(io.max_tokens, conv_dim);
+        let m = support::view_binding(
+            ctx,
+            Self::NAME,
+            "m (qkv projection)",
+            &io.m,
+            io.max_tokens,
+            1,
+            conv_dim,
+        )?;
         let group = bind_group(
             ctx,
             Self::NAME,
             &self.layout,
             &[
-                Resource::Storage {
-                    name: "m (qkv projection)",
-                    buffer: io.m,
-                    bytes: rows,
-                },
+                Resource::Checked(m),
                 Resource::Storage {
                     name: io.weight.name,
                     buffer: io.weight.buffer,
