@@ -7,7 +7,7 @@
 //! code is shared with `harness selftest` (tests/common/matvec.rs).
 
 use fak::gpu::kernels::matvec::{
-    InputNorm, MAX_BATCH, MatVec, MatVecFusion, MatVecIo, MatVecShape,
+    InputNorm, MAX_BATCH, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape,
 };
 use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
 use fak::gpu::{
@@ -112,6 +112,73 @@ fn the_integer_path_matches_the_product_of_its_quantized_input_on_every_type_and
                 }
             }
         }
+    }
+}
+
+/// Every candidate layout besides the default (teams of 4 rows, wider workgroups, two units in
+/// flight) on every variant, f32 and integer path: the decode's weight types (and F16, whose last
+/// unit is guarded) at every batch, accumulate on and off, strided x, and the MLP's fusion (norm,
+/// gate/up pairing, strided x). 37 rows leave the last workgroup's teams past the end; the longest
+/// rows of `col_counts` take several passes of a team, the last one ragged.
+#[test]
+fn every_layout_matches_on_the_decode_types_batches_and_fusions() {
+    let ctx = gpu();
+    let mut seed = 0x3a7e_8000;
+    let rows = 37;
+    for layout in MatVecLayout::CANDIDATES {
+        if layout == MatVecLayout::DEFAULT {
+            continue;
+        }
+        for paths in variants::<MatVec>(ctx) {
+            let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
+            let quantizer = paths.int_dot.then(|| quantizer(ctx, &kernel));
+            let (path, types): (Path, &[GgmlType]) = match &quantizer {
+                Some(q) => (Path::Q8(q), &[GgmlType::Q4_K, GgmlType::Q6_K]),
+                None => (Path::F32, &[GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16]),
+            };
+            for &ty in types {
+                seed += 1;
+                let cols = col_counts(ty)[2];
+                let bytes = random_weights(ty, rows, cols, seed);
+                assert_all(check_tensor(
+                    ctx,
+                    &kernel,
+                    path,
+                    ty,
+                    (rows, cols),
+                    &bytes,
+                    WEIGHTS_OFFSET,
+                    ctx.max_binding_size(),
+                    seed,
+                ));
+            }
+            seed += 1;
+            let mlp = FUSIONS[1];
+            assert_all(check_fused(
+                ctx,
+                &kernel,
+                path,
+                GgmlType::Q4_K,
+                rows,
+                mlp,
+                seed,
+            ));
+        }
+    }
+}
+
+#[test]
+fn layouts_the_kernel_was_not_written_for_are_refused() {
+    for bad in [
+        "64/1/3", "48/1/1", "512/1/1", "64/32/1", "64/3/1", "64/1", "x",
+    ] {
+        assert!(
+            MatVecLayout::parse(bad).is_err(),
+            "FAK_MATVEC_LAYOUT={bad} was accepted"
+        );
+    }
+    for layout in MatVecLayout::CANDIDATES {
+        assert_eq!(MatVecLayout::parse(&layout.to_string()).unwrap(), layout);
     }
 }
 
