@@ -316,6 +316,20 @@ fn summarize(
             *step_default.entry(path).or_default() += f64::from(p.per_step) * default;
         }
     }
+    // One layout for every product (what FAK_MATVEC_LAYOUT sets), per path.
+    for path in ["f32", "q8"] {
+        let mut per_layout = std::collections::BTreeMap::<String, f64>::new();
+        for r in results.iter().filter(|r| r.1 == path) {
+            *per_layout.entry(r.2.to_string()).or_default() +=
+                f64::from(products[r.0].per_step) * r.3;
+        }
+        if let Some((layout, seconds)) = per_layout.iter().min_by(|a, b| a.1.total_cmp(b.1)) {
+            println!(
+                "# best single layout {path}: {layout} ({:.0} us per token of 8B products)",
+                seconds * 1e6
+            );
+        }
+    }
     for (path, seconds) in &step_best {
         println!(
             "# per token (8B products × their count per step): {path} best layouts {:.0} us, \
