@@ -50,7 +50,11 @@
 //   more teams amortise the folded norm's prologue over more rows and give narrow products
 //   (4096 outputs) fewer, fuller workgroups. With UNROLL = 2 an invocation loads the units u and
 //   u + TEAM of its 4 rows before multiplying either (a clamped unit past the end is loaded and
-//   its products dropped), doubling the weight bytes it has in flight. Per unit an invocation loads the unit's code words and
+//   its products dropped), doubling the weight bytes it has in flight. Teams reduce on their own:
+//   a halving tree in workgroup memory (log2(TEAM) steps, the same barriers whatever TEAMS is: an
+//   earlier form ran sum_rows once per team, and lavapipe's LLVM took minutes per pipeline to
+//   split 16 teams' barriers into coroutines) leaves each team's totals in its first invocation,
+//   which writes them. Per unit an invocation loads the unit's code words and
 //   scales for all 4 rows once (registers), then for each input vector b loads its x values once
 //   and dots them against the 4 rows: each weight byte is read once for every b, each x value once
 //   for 4 rows. One reduction per output at the end (sum_rows); no barrier in the main loop.
@@ -120,8 +124,13 @@ override TEAMS: u32 = 1u;
 override TEAM: u32 = WG / TEAMS;
 // Units an invocation loads before it multiplies (1 or 2): more bytes in flight per invocation.
 override UNROLL: u32 = 1u;
-// The partial sums sum_rows keeps (reduce_rows_*.wgsl).
-override ROW_SLOTS: u32 = WG * MAX_B;
+// 1 with teams, else 0 (override expressions below are plain arithmetic: naga 30 is fragile
+// with them, experiments/NOTES.md).
+override HAS_TEAMS: u32 = (TEAMS + WG - 2u) / WG;
+// The partial sums sum_rows keeps (reduce_rows_*.wgsl; one slot when teams reduce on their own).
+override ROW_SLOTS: u32 = 1u + (1u - HAS_TEAMS) * (WG * MAX_B - 1u);
+// The teams' reduction tree: half of each team parks its partials per step (one slot without).
+override TEAM_SLOTS: u32 = 1u + HAS_TEAMS * (WG / 2u * MAX_B - 1u);
 override GGML_TYPE: u32;
 // Units per block, elements per block (4 for F32/F16/BF16: one unit) and bytes per block.
 override UNIT_LANES: u32 = 1u;
@@ -511,6 +520,8 @@ var<workgroup> norm_scales: array<f32, 8>;
 var<workgroup> pair_totals: array<f32, 32>;
 // quantize_out: the workgroup's block of 32 outputs of each vector.
 var<workgroup> block_values: array<f32, 256>;
+// TEAMS > 1: the partials half a team hands to the other half at each step of team_tree.
+var<workgroup> team_scratch: array<vec4<f32>, TEAM_SLOTS>;
 
 // NORM: s_b for every b < n into norm_scales (uniform control flow: n is).
 fn norm_scales_of(n: u32, lanes: Lanes) {
@@ -574,9 +585,14 @@ fn second_unit(u: u32) -> u32 {
     return min(u + TEAM, params.units - 1u);
 }
 
-// Writes invocation lanes.index's total (output slot index % 4 of vector index / 4 of the team
-// whose first output is `first`, sum_rows's mapping): y = total, y += total, or (paired)
-// silu(gate total)·(up total). Uniform control flow.
+// silu(gate)·up, the pairing's output.
+fn swiglu(gate: f32, up: f32) -> f32 {
+    return gate / (1.0 + exp(-gate)) * up;
+}
+
+// One team: writes invocation lanes.index's total (output slot index % 4 of vector index / 4,
+// sum_rows's mapping): y = total, y += total, or (paired) silu(gate total)·(up total). Uniform
+// control flow.
 fn store_output(total: f32, first: u32, n: u32, lanes: Lanes, paired: bool) {
     let b = lanes.index / ROWS;
     let slot = lanes.index % ROWS;
@@ -588,11 +604,7 @@ fn store_output(total: f32, first: u32, n: u32, lanes: Lanes, paired: bool) {
         let row = first + slot;
         if b < n && slot < 2u && row < params.rows {
             let up = pair_totals[lanes.index + 2u];
-            let value = total / (1.0 + exp(-total)) * up;
-            y[params.y_index + b * params.y_stride + row] = value;
-            if params.quantize_out != 0u {
-                block_values[32u * b + row % 32u] = value;
-            }
+            y[params.y_index + b * params.y_stride + row] = swiglu(total, up);
         }
         return;
     }
@@ -607,30 +619,86 @@ fn store_output(total: f32, first: u32, n: u32, lanes: Lanes, paired: bool) {
     }
 }
 
-// Reduces and stores every team's outputs, one team at a time (each reduction is sum_rows's
-// MAX_B vec4 partials, the other teams contributing zeros), scaled by s_b under NORM. Uniform
-// control flow; the barrier after each team lets the next reuse the reduction's and the
-// pairing's workgroup memory.
+// The workgroup's outputs: with one team, sum_rows over the workgroup and one output per
+// invocation (store_output); with several, each team's partials summed by team_tree into its first
+// invocation, which writes the team's outputs (store_team). Then, under quantize_out, each vector's
+// block is rounded. Uniform control flow.
 fn finish(acc: ptr<function, array<vec4<f32>, 8>>, at: Place, n: u32, lanes: Lanes,
           paired: bool) {
-    for (var t = 0u; t < TEAMS; t++) {
-        var mine: array<vec4<f32>, 8>;
-        for (var b = 0u; b < MAX_B; b++) {
-            mine[b] = select(vec4<f32>(0.0), (*acc)[b], t == at.team);
-        }
-        var total = sum_rows(&mine, lanes);
+    if TEAMS == 1u {
+        var total = sum_rows(acc, lanes);
         let b = lanes.index / ROWS;
         if NORM && b < n {
             total *= norm_scales[b];
         }
-        store_output(total, at.first + t * outputs_per_team(paired), n, lanes, paired);
-        if TEAMS > 1u {
-            workgroupBarrier();
+        store_output(total, at.first, n, lanes, paired);
+    } else {
+        team_tree(acc, at);
+        if at.lane == 0u {
+            store_team(acc, at.team_first, n, paired);
         }
     }
-    // After the last team's barrier every output of the block is in block_values.
-    if params.quantize_out != 0u && lanes.index < n {
-        quantize_block(lanes.index, at.first);
+    if params.quantize_out != 0u {
+        workgroupBarrier();
+        if lanes.index < n {
+            quantize_block(lanes.index, at.first);
+        }
+    }
+}
+
+// Sums each team's partials into its invocation 0 by halving: at each step the upper half of the
+// active invocations park theirs in team_scratch (each team its own WG / TEAMS / 2 slots per
+// vector) and the lower half add them. log2(TEAM) steps of two barriers, whatever TEAMS is.
+fn team_tree(acc: ptr<function, array<vec4<f32>, 8>>, at: Place) {
+    let region = at.team * (TEAM / 2u);
+    for (var stride = TEAM / 2u; stride > 0u; stride = stride / 2u) {
+        if at.lane >= stride && at.lane < 2u * stride {
+            let slot = (region + at.lane - stride) * MAX_B;
+            for (var b = 0u; b < MAX_B; b++) {
+                team_scratch[slot + b] = (*acc)[b];
+            }
+        }
+        workgroupBarrier();
+        if at.lane < stride {
+            let slot = (region + at.lane) * MAX_B;
+            for (var b = 0u; b < MAX_B; b++) {
+                (*acc)[b] += team_scratch[slot + b];
+            }
+        }
+        workgroupBarrier();
+    }
+}
+
+// A team's outputs from its totals (rows `first`.., vector b's in acc[b]): y = total, y += total,
+// or (paired: totals of gate rows 0, 1 and their up rows 2, 3) silu(gate)·up, scaled by s_b
+// under NORM; under quantize_out the paired values also go to block_values.
+fn store_team(acc: ptr<function, array<vec4<f32>, 8>>, first: u32, n: u32, paired: bool) {
+    for (var b = 0u; b < MAX_B; b++) {
+        if b < n {
+            var totals = (*acc)[b];
+            if NORM {
+                totals *= norm_scales[b];
+            }
+            let base = params.y_index + b * params.y_stride;
+            for (var slot = 0u; slot < ROWS; slot++) {
+                let row = first + slot;
+                if paired {
+                    if slot < 2u && row < params.rows {
+                        let value = swiglu(totals[slot], totals[slot + 2u]);
+                        y[base + row] = value;
+                        if params.quantize_out != 0u {
+                            block_values[32u * b + row % 32u] = value;
+                        }
+                    }
+                } else if row < params.rows {
+                    if params.accumulate != 0u {
+                        y[base + row] += totals[slot];
+                    } else {
+                        y[base + row] = totals[slot];
+                    }
+                }
+            }
+        }
     }
 }
 
