@@ -36,8 +36,9 @@
 //! each stream 4 rows, and how many units an invocation loads before multiplying. Every layout
 //! computes the same sums up to how a row is split between invocations;
 //! [`MatVecLayout::CANDIDATES`] are the ones experiments/matvec-bench times and
-//! tests/gpu_matvec.rs checks. A binding takes [`MatVecFusion::layout`], else the kernel's own:
-//! [`MatVecLayout::DEFAULT`], or the one `FAK_MATVEC_LAYOUT` names (`MatVecLayout::from_env`).
+//! tests/gpu_matvec.rs checks. A binding takes [`MatVecFusion::layout`], else the one
+//! `FAK_MATVEC_LAYOUT` names (`MatVecLayout::from_env`), else its input's:
+//! [`MatVecLayout::DEFAULT`] (f32) or [`MatVecLayout::INTEGER`] (q8).
 
 use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::tensors::{bind_group, checked_row_bytes};
@@ -76,37 +77,22 @@ pub struct MatVecLayout {
 }
 
 impl MatVecLayout {
-    /// 64 invocations on 4 rows, one unit at a time (the layout of experiments/matvec-design.md).
+    /// 64 invocations on 4 rows, one unit at a time (the layout of experiments/matvec-design.md):
+    /// the f32 path's, fastest there for every decode product on the H200.
     pub const DEFAULT: MatVecLayout = MatVecLayout::new(64, 1, 1);
+    /// The integer path's: 4 teams of 64 on 16 rows (on the H200 2.2–3× faster than the default
+    /// layout for its Q4_K/Q6_K products).
+    pub const INTEGER: MatVecLayout = MatVecLayout::new(256, 4, 1);
     /// Teams a layout needs for [`MatVecFusion::quantize_output`]: 16 teams of 2 paired outputs
     /// write one q8 block.
     pub const QUANTIZING_TEAMS: u32 = 16;
     /// The layout a gate/up pairing that quantizes its output takes unless told otherwise.
-    pub const QUANTIZING: MatVecLayout = MatVecLayout::new(128, 16, 1);
+    pub const QUANTIZING: MatVecLayout = MatVecLayout::new(256, 16, 1);
 
-    /// The layouts experiments/matvec-bench compares: more invocations per row (narrow
-    /// products), a team per 32 or 64 invocations (one subgroup's rows on NVIDIA: more rows per
-    /// workgroup), two units in flight.
-    pub const CANDIDATES: [MatVecLayout; 18] = [
-        Self::DEFAULT,
-        MatVecLayout::new(64, 1, 2),
-        MatVecLayout::new(128, 1, 1),
-        MatVecLayout::new(128, 1, 2),
-        MatVecLayout::new(256, 1, 1),
-        MatVecLayout::new(64, 2, 1),
-        MatVecLayout::new(64, 2, 2),
-        MatVecLayout::new(128, 2, 1),
-        MatVecLayout::new(128, 4, 1),
-        MatVecLayout::new(128, 4, 2),
-        MatVecLayout::new(256, 4, 1),
-        MatVecLayout::new(256, 8, 1),
-        MatVecLayout::new(256, 8, 2),
-        MatVecLayout::new(128, 8, 1),
-        Self::QUANTIZING,
-        MatVecLayout::new(128, 16, 2),
-        MatVecLayout::new(256, 16, 1),
-        MatVecLayout::new(256, 16, 2),
-    ];
+    /// The layouts kept after the H200 (experiments/NOTES.md, decode-matvec): the f32 path's
+    /// default, the integer path's, and the quantizing gate/up pairing's. experiments/matvec-bench
+    /// times them (`--layouts` any others) and tests/gpu_matvec.rs checks them.
+    pub const CANDIDATES: [MatVecLayout; 3] = [Self::DEFAULT, Self::INTEGER, Self::QUANTIZING];
 
     pub const fn new(invocations: u32, teams: u32, unroll: u32) -> MatVecLayout {
         MatVecLayout {
@@ -146,11 +132,12 @@ impl MatVecLayout {
         }
     }
 
-    /// `FAK_MATVEC_LAYOUT` (`invocations/teams/unroll`, e.g. `128/4/2`), else [`Self::DEFAULT`].
-    pub fn from_env() -> Result<MatVecLayout, GpuError> {
+    /// `FAK_MATVEC_LAYOUT` (`invocations/teams/unroll`, e.g. `256/4/1`): one layout for every
+    /// binding that names none; None when unset or empty.
+    pub fn from_env() -> Result<Option<MatVecLayout>, GpuError> {
         match std::env::var("FAK_MATVEC_LAYOUT") {
-            Ok(text) if !text.is_empty() => Self::parse(&text),
-            _ => Ok(Self::DEFAULT),
+            Ok(text) if !text.is_empty() => Self::parse(&text).map(Some),
+            _ => Ok(None),
         }
     }
 
@@ -309,7 +296,9 @@ pub struct MatVecFusion<'a> {
 /// build time: seconds on lavapipe).
 pub struct MatVec {
     variant: KernelPaths,
-    rows: MatVecLayout,
+    /// The layout of every binding that names none; None: [`MatVecLayout::DEFAULT`] for f32
+    /// inputs, [`MatVecLayout::INTEGER`] for q8 ones.
+    rows: Option<MatVecLayout>,
     layout: wgpu::BindGroupLayout,
     /// Bound as `w16`/`x16` where the data is not 16-byte aligned (the kernel then reads w, x).
     placeholder: wgpu::Buffer,
@@ -381,10 +370,6 @@ fn specs(ty: GgmlType, input: Input, rows: MatVecLayout) -> Vec<PipelineSpec> {
         .collect()
 }
 
-/// A layout besides the default whose pipelines are translated too (teams and two units in
-/// flight: the code the default's constants switch off).
-const TRANSLATED_LAYOUT: MatVecLayout = MatVecLayout::new(128, 4, 2);
-
 impl Kernel for MatVec {
     const NAME: &'static str = "matvec";
     const AXES: Axes = Axes {
@@ -404,7 +389,8 @@ impl Kernel for MatVec {
             .with(wgsl::reduction(variant))
             .with(wgsl::row_reduction(variant))
             .with(wgsl::MATVEC);
-        // Every pipeline of the default layout, and one type's of another, for translation;
+        // Every pipeline of the default layout, and one type's in the other kept layouts, for
+        // translation;
         // bindings build the ones they need.
         let rows = MatVecLayout::DEFAULT;
         let mut pipelines: Vec<PipelineSpec> = [Input::F32, Input::Normed]
@@ -415,7 +401,11 @@ impl Kernel for MatVec {
                     .flat_map(move |ty| specs(ty, input, rows))
             })
             .collect();
-        pipelines.extend(specs(GgmlType::Q4_K, Input::Normed, TRANSLATED_LAYOUT));
+        pipelines.extend(specs(
+            GgmlType::Q4_K,
+            Input::Normed,
+            MatVecLayout::QUANTIZING,
+        ));
         if variant.int_dot {
             module = module.with(wgsl::MATVEC_Q8);
             pipelines.extend(
@@ -424,7 +414,9 @@ impl Kernel for MatVec {
                     .enumerate()
                     .flat_map(|(i, ty)| specs(ty, Input::Q8(i), rows)),
             );
-            pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), TRANSLATED_LAYOUT));
+            for rows in [MatVecLayout::INTEGER, MatVecLayout::QUANTIZING] {
+                pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), rows));
+            }
         }
         KernelSource {
             module,
@@ -460,18 +452,26 @@ impl MatVec {
     ];
 
     /// Builds the variant `paths` selects (subgroup reduction or the workgroup-memory tree; with
-    /// the integer path or without) in the layout `FAK_MATVEC_LAYOUT` names, else the default.
+    /// the integer path or without) in the layout `FAK_MATVEC_LAYOUT` names, else each input's
+    /// default ([`MatVecLayout::DEFAULT`] for f32, [`MatVecLayout::INTEGER`] for q8).
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
-        Self::with_layout(ctx, paths, MatVecLayout::from_env()?)
+        Self::build_in(ctx, paths, MatVecLayout::from_env()?)
     }
 
-    /// [`MatVec::new`] in layout `rows`.
+    /// [`MatVec::new`] with every binding that names no layout in `rows`.
     pub fn with_layout(
         ctx: &GpuContext,
         paths: KernelPaths,
         rows: MatVecLayout,
     ) -> Result<Self, GpuError> {
-        let rows = rows.check()?;
+        Self::build_in(ctx, paths, Some(rows.check()?))
+    }
+
+    fn build_in(
+        ctx: &GpuContext,
+        paths: KernelPaths,
+        rows: Option<MatVecLayout>,
+    ) -> Result<Self, GpuError> {
         let mut variant = KernelVariant::of::<Self>(Self::AXES.select(paths));
         // The layout only: pipelines come with the bindings that need them.
         variant.source.pipelines = Vec::new();
@@ -521,11 +521,6 @@ impl MatVec {
     /// The variant that was built.
     pub fn variant(&self) -> KernelPaths {
         self.variant
-    }
-
-    /// The layout its pipelines were built in.
-    pub fn rows_layout(&self) -> MatVecLayout {
-        self.rows
     }
 
     /// Binds one weight tensor with its inputs and outputs, checking every shape and size first.
@@ -637,7 +632,11 @@ impl MatVec {
                 ));
             }
         };
-        let rows_layout = fusion.layout.unwrap_or(self.rows).check()?;
+        let by_input = match fusion.q8 {
+            Some(_) => MatVecLayout::INTEGER,
+            None => MatVecLayout::DEFAULT,
+        };
+        let rows_layout = fusion.layout.or(self.rows).unwrap_or(by_input).check()?;
         if let Some(q8) = fusion.quantize_output {
             if !fusion.swiglu || rows_layout.teams != MatVecLayout::QUANTIZING_TEAMS {
                 return Err(shape_error(format!(
