@@ -4,9 +4,8 @@
 #    the Qwen3-8B Q4_K_M decode products (and Qwen3.5-27B's MLP);
 # 2. gpu_matvec on the H200's paths (every layout candidate, f32 and integer path, the quantized
 #    gate/up output) against the CPU;
-# 3. harness bench at depth 128 on the 8B shape: the default, the best single f32 layout the bench
-#    found (FAK_MATVEC_LAYOUT), the integer path (FAK_INT_DOT=1: its gate/up now writes ffn_down's
-#    q8 input), and the integer path in its best single layout — one process state for all.
+# 3. harness bench at depth 128 on the 8B shape: the default and the integer path (FAK_INT_DOT=1:
+#    its gate/up writes ffn_down's q8 input), each twice, alternating.
 # Carried: target/h200 from `MATVEC_BENCH=1 experiments/h200/prepare.sh gpu_matvec model_qwen3`.
 # MODEL: the 8B file (default /dev/shm/qwen3-8b-q4_k_m.gguf, synthesized here when missing).
 set -uo pipefail
@@ -30,16 +29,16 @@ timeout 300 "$BIN/matvec-bench" > "$OUT/matvec-bench.tsv" 2> "$OUT/matvec-bench.
 cat "$OUT/matvec-parity.log"
 grep "^#" "$OUT/matvec-bench.tsv"
 tail -3 "$OUT/matvec-bench.err"
-best_f32=$(sed -n 's/^# best single layout f32: \([0-9/]*\) .*/\1/p' "$OUT/matvec-bench.tsv")
-best_q8=$(sed -n 's/^# best single layout q8: \([0-9/]*\) .*/\1/p' "$OUT/matvec-bench.tsv")
 wait $SYNTH
 run() {
     echo "== $*" >> "$OUT/matvec-decode.log"
     env "$@" timeout 150 "$BIN/harness" bench --model "$MODEL" --depths 128 --n-out 32 \
         >> "$OUT/matvec-decode.log" 2>&1
 }
+# Each input path in its own layouts (f32 64/1/1; q8 256/4/1, the quantizing gate/up 256/16/1),
+# twice alternating, since the process state moves the rate by up to 1.4× between processes.
 run FAK_MATVEC_LAYOUT=
-[ -n "$best_f32" ] && run FAK_MATVEC_LAYOUT="$best_f32"
 run FAK_INT_DOT=1
-[ -n "$best_q8" ] && run FAK_INT_DOT=1 FAK_MATVEC_LAYOUT="$best_q8"
+run FAK_MATVEC_LAYOUT=
+run FAK_INT_DOT=1
 grep -E "^==|tok/s|decode|ffn_|attn_|output|probe" "$OUT/matvec-decode.log" | head -120
