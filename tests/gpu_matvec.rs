@@ -7,17 +7,18 @@
 //! code is shared with `harness selftest` (tests/common/matvec.rs).
 
 use fak::gpu::kernels::matvec::{
-    InputNorm, MAX_BATCH, MatVec, MatVecFusion, MatVecIo, MatVecShape,
+    InputNorm, MAX_BATCH, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape,
 };
 use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
 use fak::gpu::{
-    Activations, GpuContext, GpuError, KernelPaths, Step, StepBuffer, read_back_f32, upload,
+    Activations, GpuContext, GpuError, KernelPaths, Step, StepBuffer, read_back, read_back_f32,
+    upload,
 };
 use fak::quant::GgmlType;
 use fak_tests::compare::Output;
 use fak_tests::matvec::{
-    FUSIONS, Path, ROWS, WEIGHTS_OFFSET, bound, check_fused, check_tensor, col_counts, expected,
-    random_f32, random_weights, weights_buffer_at,
+    BATCHES, FUSIONS, Path, ROWS, WEIGHTS_OFFSET, bound, check_fused, check_tensor, col_counts,
+    expected, poisoned_q8, random_f32, random_weights, weights_buffer_at,
 };
 use fak_tests::{assert_within, gpu, poisoned_f32, rng, variants};
 
@@ -112,6 +113,164 @@ fn the_integer_path_matches_the_product_of_its_quantized_input_on_every_type_and
                 }
             }
         }
+    }
+}
+
+/// Every candidate layout besides the default (teams of 4 rows, wider workgroups, two units in
+/// flight) on every variant, f32 and integer path: the decode's weight types (and F16, whose last
+/// unit is guarded) at every batch, accumulate on and off, strided x, and the MLP's fusion (norm,
+/// gate/up pairing, strided x). 37 rows leave the last workgroup's teams past the end; the longest
+/// rows of `col_counts` take several passes of a team, the last one ragged.
+#[test]
+fn every_layout_matches_on_the_decode_types_batches_and_fusions() {
+    let ctx = gpu();
+    let mut seed = 0x3a7e_8000;
+    let rows = 37;
+    for layout in MatVecLayout::CANDIDATES {
+        if layout == MatVecLayout::DEFAULT {
+            continue;
+        }
+        for paths in variants::<MatVec>(ctx) {
+            let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
+            let quantizer = paths.int_dot.then(|| quantizer(ctx, &kernel));
+            let (path, types): (Path, &[GgmlType]) = match &quantizer {
+                Some(q) => (Path::Q8(q), &[GgmlType::Q4_K, GgmlType::Q6_K]),
+                None => (Path::F32, &[GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16]),
+            };
+            for &ty in types {
+                seed += 1;
+                let cols = col_counts(ty)[2];
+                let bytes = random_weights(ty, rows, cols, seed);
+                assert_all(check_tensor(
+                    ctx,
+                    &kernel,
+                    path,
+                    ty,
+                    (rows, cols),
+                    &bytes,
+                    WEIGHTS_OFFSET,
+                    ctx.max_binding_size(),
+                    seed,
+                ));
+            }
+            seed += 1;
+            let mlp = FUSIONS[1];
+            assert_all(check_fused(
+                ctx,
+                &kernel,
+                path,
+                GgmlType::Q4_K,
+                rows,
+                mlp,
+                seed,
+            ));
+        }
+    }
+}
+
+/// A gate/up pairing that also writes its outputs as q8 blocks (the integer ffn_down's input,
+/// which then needs no quantize dispatch), in every candidate layout of 16 teams, on every
+/// variant, from f32 and from q8 inputs, for every batch: its codes and scales are what
+/// quantize_q8 makes of the f32 outputs it wrote, bit for bit; vectors past the step's batch keep
+/// their poison. (The f32 outputs themselves are held to the oracle by the layout test above.)
+#[test]
+fn a_gate_up_pairing_quantizes_its_outputs_as_quantize_q8_does() {
+    let ctx = gpu();
+    // Two workgroups of 32 outputs.
+    let (rows, cols) = (64, 768);
+    let batch = u64::from(MAX_BATCH);
+    let mut rng = rng(0x3a7e_9000);
+    let bytes = random_weights(GgmlType::Q4_K, 2 * rows, cols, 0x3a7e_9001);
+    let w = weights_buffer_at(ctx, &bytes, WEIGHTS_OFFSET);
+    let x = random_f32(&mut rng, batch * cols);
+    let x = upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap();
+    let x = Activations::contiguous(&x, cols);
+    let shape = MatVecShape {
+        ty: GgmlType::Q4_K,
+        rows,
+        cols,
+    };
+    let quantizing = MatVecLayout::CANDIDATES
+        .into_iter()
+        .filter(|l| l.teams == MatVecLayout::QUANTIZING_TEAMS);
+    for layout in quantizing {
+        for paths in variants::<MatVec>(ctx) {
+            let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
+            let quantizer = quantizer(ctx, &kernel);
+            let x_q8 = Q8Vectors::new(ctx, "x", cols, MAX_BATCH).unwrap();
+            for n in BATCHES {
+                let step = StepBuffer::new(ctx);
+                step.set(ctx, Step::new(0, n, 0));
+                let y = poisoned_f32(ctx, "y", batch * rows);
+                let (out, again) = (
+                    poisoned_q8(ctx, rows, MAX_BATCH),
+                    poisoned_q8(ctx, rows, MAX_BATCH),
+                );
+                let quantize_x = quantizer
+                    .bind(ctx, x, cols, None, &x_q8, &step, MAX_BATCH)
+                    .unwrap();
+                let io = MatVecIo {
+                    weights: &w,
+                    weights_offset: WEIGHTS_OFFSET,
+                    x,
+                    y: Activations::contiguous(&y, rows),
+                    step: &step,
+                    accumulate: false,
+                    max_batch: MAX_BATCH,
+                };
+                let fusion = MatVecFusion {
+                    swiglu: true,
+                    q8: paths.int_dot.then_some(&x_q8),
+                    quantize_output: Some(&out),
+                    ..MatVecFusion::default()
+                };
+                let binding = kernel.bind_fused(ctx, shape, &io, fusion).unwrap();
+                let y_act = Activations::contiguous(&y, rows);
+                let requantize = quantizer
+                    .bind(ctx, y_act, rows, None, &again, &step, MAX_BATCH)
+                    .unwrap();
+                ctx.run_pass("quantized gate/up output", |pass| {
+                    if paths.int_dot {
+                        quantizer.encode(pass, &quantize_x, n).unwrap();
+                    }
+                    kernel.encode(pass, &binding, n).unwrap();
+                    quantizer.encode(pass, &requantize, n).unwrap();
+                })
+                .unwrap();
+                let what = format!("{layout} {paths} batch {n}");
+                assert_eq!(
+                    out.read_back(ctx, rows, n).unwrap(),
+                    again.read_back(ctx, rows, n).unwrap(),
+                    "{what}: the quantized output differs from quantize_q8 of y"
+                );
+                let n = u64::from(n);
+                let codes = read_back(ctx, &out.codes, n * rows..batch * rows).unwrap();
+                let scales =
+                    read_back(ctx, &out.scales, 4 * n * rows / 32..4 * batch * rows / 32).unwrap();
+                assert!(
+                    codes.iter().all(|&c| c == 0x7f)
+                        && bytemuck::pod_collect_to_vec::<u8, f32>(&scales)
+                            .iter()
+                            .all(|s| s.is_nan()),
+                    "{what}: wrote q8 vectors past the step's batch"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn layouts_the_kernel_was_not_written_for_are_refused() {
+    for bad in [
+        "64/1/3", "48/1/1", "512/1/1", "64/32/1", "64/3/1", "64/1", "x",
+    ] {
+        assert!(
+            MatVecLayout::parse(bad).is_err(),
+            "FAK_MATVEC_LAYOUT={bad} was accepted"
+        );
+    }
+    for layout in MatVecLayout::CANDIDATES {
+        assert_eq!(MatVecLayout::parse(&layout.to_string()).unwrap(), layout);
     }
 }
 

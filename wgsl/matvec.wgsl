@@ -13,32 +13,48 @@
 // - pairing (params.pair_byte ≠ 0): W holds gate rows followed by up rows (pair_byte bytes
 //   later) and y[b, r] = silu(g)·u with g, u the products of gate row r and up row r,
 //   silu(z) = z / (1 + e^−z): gate + up + SwiGLU in one dispatch.
+//   With params.quantize_out, the paired outputs are also written as 8-bit blocks (q8_block.wgsl:
+//   the next product's integer-path input, so it needs no quantize dispatch): vector b's codes at
+//   yq[b·rows/4 ..], its scales at yd[b·rows/32 ..]. A workgroup then owns whole blocks (2·TEAMS
+//   a multiple of 32 outputs: TEAMS = 16), gathers its outputs in workgroup memory and one
+//   invocation per vector rounds its block, the same way quantize_q8.wgsl would round y.
 // bindings: 0 w (array<u32>, read: the GGUF blocks) · 1 x (array<f32>, read) · 2 y (array<f32>,
 //           read_write) · 3 params (uniform Params) · 4 step (uniform Step, step.wgsl)
 //           · 5 w16 (array<vec4<u32>>, read) · 6 x16 (array<vec4<f32>>, read): the same bytes as
 //           w and x, read 16 at a time where params.wide says they are 16-byte aligned (else a
 //           placeholder the kernel does not read) · 7 nw (array<vec4<f32>>, read: the norm
 //           weight of NORM pipelines, cols a multiple of 4; else a placeholder) · 8, 9: the q8
-//           input of matvec_q8.wgsl (placeholders here)
-// dispatch: one workgroup of WG invocations per ROWS = 4 consecutive rows (per 2 output rows when
-//           paired: their gate and up rows), on the 2-D grid of ceil(rows / 4) (ceil(rows / 2))
-//           workgroups (engine `gpu::Grid`). Weights larger than one binding are split into
+//           input of matvec_q8.wgsl (placeholders here) · 10 yq (array<u32>, read_write), 11 yd
+//           (array<f32>, read_write): the quantized output (placeholders unless quantize_out)
+// dispatch: one workgroup of WG invocations per 4·TEAMS consecutive rows (per 2·TEAMS output rows
+//           when paired: their gate and up rows), on the 2-D grid of ceil(rows / (4·TEAMS))
+//           (ceil(rows / (2·TEAMS))) workgroups (engine `gpu::Grid`). Weights larger than one binding are split into
 //           row ranges on the host, one dispatch each (never paired).
 // pipelines: one per (ggml type, MAX_B ∈ {1, 2, 4, 8}, NORM), specialised by override constants
-//           GGML_TYPE, MAX_B, NORM, UNIT_LANES, BLOCK_ELEMS, BLOCK_BYTES (and WG).
+//           GGML_TYPE, MAX_B, NORM, UNIT_LANES, BLOCK_ELEMS, BLOCK_BYTES and the layout WG, TEAMS,
+//           UNROLL (engine `MatVecLayout`).
 // variants: the reduction — reduce_rows_subgroup.wgsl (subgroupAdd, one barrier) or
 //           reduce_rows_workgroup.wgsl (a tree in workgroup memory); and the integer path
 //           (int-dot variants append matvec_q8.wgsl: entry point matvec_q8, which reads x as 8-bit
 //           blocks from bindings 8 and 9 and shares this file's weight loads and epilogue).
-// requires: bytes.wgsl, blocks.wgsl, byte_floats.wgsl, grid.wgsl, step.wgsl,
+// requires: bytes.wgsl, blocks.wgsl, byte_floats.wgsl, grid.wgsl, step.wgsl, q8_block.wgsl,
 //           reduce_{subgroup,workgroup}.wgsl (struct Lanes, workgroup_sum), reduce_rows_*.wgsl
 //           (sum_rows).
 //
 // Layout, and why (the strategy of llama.cpp's Metal kernel_mul_mv_q4_K_f32, made independent of
 // the subgroup size; experiments/matvec-design.md has the numbers):
-// - A row is cut into *units*: the part of a block one invocation decodes. Unit u of every row
-//   belongs to invocation u mod WG, so the whole workgroup streams each row and consecutive
-//   invocations read consecutive bytes. Per unit an invocation loads the unit's code words and
+// - A row is cut into *units*: the part of a block one invocation decodes. The workgroup's
+//   TEAMS teams of TEAM = WG / TEAMS invocations each stream 4 rows (2 gate rows and their up rows
+//   when paired): unit u of a team's rows belongs to its invocation u mod TEAM, so consecutive
+//   invocations read consecutive bytes. One team (the default) is the whole workgroup on 4 rows;
+//   more teams amortise the folded norm's prologue over more rows and give narrow products
+//   (4096 outputs) fewer, fuller workgroups. With UNROLL = 2 an invocation loads the units u and
+//   u + TEAM of its 4 rows before multiplying either (a clamped unit past the end is loaded and
+//   its products dropped), doubling the weight bytes it has in flight. Teams reduce on their own:
+//   a halving tree in workgroup memory (log2(TEAM) steps, the same barriers whatever TEAMS is: an
+//   earlier form ran sum_rows once per team, and lavapipe's LLVM took minutes per pipeline to
+//   split 16 teams' barriers into coroutines) leaves each team's totals in its first invocation,
+//   which writes them. Per unit an invocation loads the unit's code words and
 //   scales for all 4 rows once (registers), then for each input vector b loads its x values once
 //   and dots them against the 4 rows: each weight byte is read once for every b, each x value once
 //   for 4 rows. One reduction per output at the end (sum_rows); no barrier in the main loop.
@@ -79,7 +95,8 @@ struct Params {
     eps: f32,
     // Pairing: bytes from a gate row to its up row inside w (0: not paired).
     pair_byte: u32,
-    pad0: u32,
+    // 1: also write the (paired) outputs as q8 blocks into yq, yd (see the header).
+    quantize_out: u32,
     pad1: u32,
     pad2: u32,
 }
@@ -95,12 +112,25 @@ const WIDE_W: u32 = 2u;
 @group(0) @binding(5) var<storage, read> w16: array<vec4<u32>>;
 @group(0) @binding(6) var<storage, read> x16: array<vec4<f32>>;
 @group(0) @binding(7) var<storage, read> nw: array<vec4<f32>>;
+@group(0) @binding(10) var<storage, read_write> yq: array<u32>;
+@group(0) @binding(11) var<storage, read_write> yd: array<f32>;
 
 override WG: u32 = 64u;
 // Input vectors this pipeline can take (1, 2, 4 or 8): its accumulators are unrolled for them.
 override MAX_B: u32 = 1u;
-// The partial sums sum_rows keeps (reduce_rows_*.wgsl).
-override ROW_SLOTS: u32 = WG * MAX_B;
+// Teams per workgroup (a power of two ≤ WG): team t of TEAM = WG / TEAMS invocations streams its
+// own 4 rows, so a workgroup takes 4·TEAMS rows (see the layout notes above).
+override TEAMS: u32 = 1u;
+override TEAM: u32 = WG / TEAMS;
+// Units an invocation loads before it multiplies (1 or 2): more bytes in flight per invocation.
+override UNROLL: u32 = 1u;
+// 1 with teams, else 0 (override expressions below are plain arithmetic: naga 30 is fragile
+// with them, experiments/NOTES.md).
+override HAS_TEAMS: u32 = (TEAMS + WG - 2u) / WG;
+// The partial sums sum_rows keeps (reduce_rows_*.wgsl; one slot when teams reduce on their own).
+override ROW_SLOTS: u32 = 1u + (1u - HAS_TEAMS) * (WG * MAX_B - 1u);
+// The teams' reduction tree: half of each team parks its partials per step (one slot without).
+override TEAM_SLOTS: u32 = 1u + HAS_TEAMS * (WG / 2u * MAX_B - 1u);
 override GGML_TYPE: u32;
 // Units per block, elements per block (4 for F32/F16/BF16: one unit) and bytes per block.
 override UNIT_LANES: u32 = 1u;
@@ -488,6 +518,10 @@ fn dot_unit(u: Unit, xs: Xs) -> f32 {
 var<workgroup> norm_scales: array<f32, 8>;
 // Pairing: each output's total, so the gate row's invocation can read its up row's.
 var<workgroup> pair_totals: array<f32, 32>;
+// quantize_out: the workgroup's block of 32 outputs of each vector.
+var<workgroup> block_values: array<f32, 256>;
+// TEAMS > 1: the partials half a team hands to the other half at each step of team_tree.
+var<workgroup> team_scratch: array<vec4<f32>, TEAM_SLOTS>;
 
 // NORM: s_b for every b < n into norm_scales (uniform control flow: n is).
 fn norm_scales_of(n: u32, lanes: Lanes) {
@@ -507,8 +541,8 @@ fn norm_scales_of(n: u32, lanes: Lanes) {
     }
 }
 
-// The byte offsets of the 4 weight rows a workgroup streams: rows first..first+3, or (paired)
-// gate rows first, first+1 and their up rows. Rows past the end are clamped to the last one.
+// The byte offsets of the 4 weight rows a team streams: rows first..first+3, or (paired) gate
+// rows first, first+1 and their up rows. Rows past the end are clamped to the last one.
 fn row_starts(first: u32, paired: bool) -> vec4<u32> {
     if paired {
         let r = min(vec2<u32>(first) + vec2<u32>(0u, 1u), vec2<u32>(params.rows - 1u));
@@ -519,13 +553,46 @@ fn row_starts(first: u32, paired: bool) -> vec4<u32> {
     return vec4<u32>(params.w_byte) + rows * params.row_bytes;
 }
 
-// Output rows per workgroup: 4, or 2 when each takes a gate row and its up row.
-fn outputs_per_workgroup(paired: bool) -> u32 {
+// Output rows per team: 4, or 2 when each takes a gate row and its up row.
+fn outputs_per_team(paired: bool) -> u32 {
     return select(ROWS, ROWS / 2u, paired);
 }
 
-// Writes invocation lanes.index's total (output slot index % 4 of vector index / 4, sum_rows's
-// mapping): y = total, y += total, or (paired) silu(gate total)·(up total). Uniform control flow.
+// Where a workgroup's invocation works: its workgroup's first output row, its team's first
+// output row and its index inside the team.
+struct Place {
+    first: u32,
+    team_first: u32,
+    team: u32,
+    lane: u32,
+}
+
+fn place_of(wg: vec3<u32>, count: vec3<u32>, lanes: Lanes, paired: bool) -> Place {
+    let first = flat_workgroup(wg, count) * TEAMS * outputs_per_team(paired);
+    let team = lanes.index / TEAM;
+    return Place(first, first + team * outputs_per_team(paired), team, lanes.index % TEAM);
+}
+
+// The units of the 4 rows starting at `starts`, unit index u.
+fn load_rows(starts: vec4<u32>, u: u32) -> array<Unit, 4> {
+    return array<Unit, 4>(load_unit(starts.x, u), load_unit(starts.y, u), load_unit(starts.z, u),
+                          load_unit(starts.w, u));
+}
+
+// The unit the second load of an UNROLL = 2 step reads: u + TEAM, clamped to the row's last unit
+// (always valid memory; its products are dropped when u + TEAM is past the end).
+fn second_unit(u: u32) -> u32 {
+    return min(u + TEAM, params.units - 1u);
+}
+
+// silu(gate)·up, the pairing's output.
+fn swiglu(gate: f32, up: f32) -> f32 {
+    return gate / (1.0 + exp(-gate)) * up;
+}
+
+// One team: writes invocation lanes.index's total (output slot index % 4 of vector index / 4,
+// sum_rows's mapping): y = total, y += total, or (paired) silu(gate total)·(up total). Uniform
+// control flow.
 fn store_output(total: f32, first: u32, n: u32, lanes: Lanes, paired: bool) {
     let b = lanes.index / ROWS;
     let slot = lanes.index % ROWS;
@@ -537,7 +604,7 @@ fn store_output(total: f32, first: u32, n: u32, lanes: Lanes, paired: bool) {
         let row = first + slot;
         if b < n && slot < 2u && row < params.rows {
             let up = pair_totals[lanes.index + 2u];
-            y[params.y_index + b * params.y_stride + row] = total / (1.0 + exp(-total)) * up;
+            y[params.y_index + b * params.y_stride + row] = swiglu(total, up);
         }
         return;
     }
@@ -552,37 +619,142 @@ fn store_output(total: f32, first: u32, n: u32, lanes: Lanes, paired: bool) {
     }
 }
 
+// The workgroup's outputs: with one team, sum_rows over the workgroup and one output per
+// invocation (store_output); with several, each team's partials summed by team_tree into its first
+// invocation, which writes the team's outputs (store_team). Then, under quantize_out, each vector's
+// block is rounded. Uniform control flow.
+fn finish(acc: ptr<function, array<vec4<f32>, 8>>, at: Place, n: u32, lanes: Lanes,
+          paired: bool) {
+    if TEAMS == 1u {
+        var total = sum_rows(acc, lanes);
+        let b = lanes.index / ROWS;
+        if NORM && b < n {
+            total *= norm_scales[b];
+        }
+        store_output(total, at.first, n, lanes, paired);
+    } else {
+        team_tree(acc, at);
+        if at.lane == 0u {
+            store_team(acc, at.team_first, n, paired);
+        }
+    }
+    if params.quantize_out != 0u {
+        workgroupBarrier();
+        if lanes.index < n {
+            quantize_block(lanes.index, at.first);
+        }
+    }
+}
+
+// Sums each team's partials into its invocation 0 by halving: at each step the upper half of the
+// active invocations park theirs in team_scratch (each team its own WG / TEAMS / 2 slots per
+// vector) and the lower half add them. log2(TEAM) steps of two barriers, whatever TEAMS is.
+fn team_tree(acc: ptr<function, array<vec4<f32>, 8>>, at: Place) {
+    let region = at.team * (TEAM / 2u);
+    for (var stride = TEAM / 2u; stride > 0u; stride = stride / 2u) {
+        if at.lane >= stride && at.lane < 2u * stride {
+            let slot = (region + at.lane - stride) * MAX_B;
+            for (var b = 0u; b < MAX_B; b++) {
+                team_scratch[slot + b] = (*acc)[b];
+            }
+        }
+        workgroupBarrier();
+        if at.lane < stride {
+            let slot = (region + at.lane) * MAX_B;
+            for (var b = 0u; b < MAX_B; b++) {
+                (*acc)[b] += team_scratch[slot + b];
+            }
+        }
+        workgroupBarrier();
+    }
+}
+
+// A team's outputs from its totals (rows `first`.., vector b's in acc[b]): y = total, y += total,
+// or (paired: totals of gate rows 0, 1 and their up rows 2, 3) silu(gate)·up, scaled by s_b
+// under NORM; under quantize_out the paired values also go to block_values.
+fn store_team(acc: ptr<function, array<vec4<f32>, 8>>, first: u32, n: u32, paired: bool) {
+    for (var b = 0u; b < MAX_B; b++) {
+        if b < n {
+            var totals = (*acc)[b];
+            if NORM {
+                totals *= norm_scales[b];
+            }
+            let base = params.y_index + b * params.y_stride;
+            for (var slot = 0u; slot < ROWS; slot++) {
+                let row = first + slot;
+                if paired {
+                    if slot < 2u && row < params.rows {
+                        let value = swiglu(totals[slot], totals[slot + 2u]);
+                        y[base + row] = value;
+                        if params.quantize_out != 0u {
+                            block_values[32u * b + row % 32u] = value;
+                        }
+                    }
+                } else if row < params.rows {
+                    if params.accumulate != 0u {
+                        y[base + row] += totals[slot];
+                    } else {
+                        y[base + row] = totals[slot];
+                    }
+                }
+            }
+        }
+    }
+}
+
+// quantize_out: vector b's block of the 32 outputs from `first` (a multiple of 32) as q8.
+fn quantize_block(b: u32, first: u32) {
+    var amax = 0.0;
+    for (var i = 0u; i < 32u; i++) {
+        amax = max(amax, abs(block_values[32u * b + i]));
+    }
+    let d = q8_scale(amax);
+    let codes = b * (params.rows / 4u) + first / 4u;
+    for (var j = 0u; j < 8u; j++) {
+        let at = 32u * b + 4u * j;
+        let v = vec4<f32>(block_values[at], block_values[at + 1u], block_values[at + 2u],
+                          block_values[at + 3u]);
+        yq[codes + j] = q8_pack(v, d);
+    }
+    yd[b * (params.rows / 32u) + first / 32u] = d;
+}
+
+// Adds unit u's products of the 4 rows `w` with every input vector b < n to acc[b].
+fn add_products(acc: ptr<function, array<vec4<f32>, 8>>, w: array<Unit, 4>, u: u32, n: u32) {
+    for (var b = 0u; b < MAX_B; b++) {
+        if b < n {
+            let xs = load_xs(params.x_index + b * params.x_stride, u);
+            (*acc)[b] += vec4<f32>(dot_unit(w[0], xs), dot_unit(w[1], xs), dot_unit(w[2], xs),
+                                   dot_unit(w[3], xs));
+        }
+    }
+}
+
 @compute @workgroup_size(WG)
 fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) count: vec3<u32>,
           lanes: Lanes) {
     let paired = params.pair_byte != 0u;
-    let first = flat_workgroup(wg, count) * outputs_per_workgroup(paired);
-    if first >= params.rows {
+    let at = place_of(wg, count, lanes, paired);
+    if at.first >= params.rows {
         return;
     }
     let n = min(step.n_tokens, MAX_B);
     if NORM {
         norm_scales_of(n, lanes);
     }
-    let starts = row_starts(first, paired);
+    let starts = row_starts(at.team_first, paired);
     var acc: array<vec4<f32>, 8>;
-    for (var u = lanes.index; u < params.units; u += WG) {
-        let w0 = load_unit(starts.x, u);
-        let w1 = load_unit(starts.y, u);
-        let w2 = load_unit(starts.z, u);
-        let w3 = load_unit(starts.w, u);
-        for (var b = 0u; b < MAX_B; b++) {
-            if b < n {
-                let xs = load_xs(params.x_index + b * params.x_stride, u);
-                acc[b] += vec4<f32>(dot_unit(w0, xs), dot_unit(w1, xs), dot_unit(w2, xs),
-                                    dot_unit(w3, xs));
+    for (var u = at.lane; u < params.units; u += TEAM * UNROLL) {
+        let w = load_rows(starts, u);
+        if UNROLL == 2u {
+            let next = load_rows(starts, second_unit(u));
+            add_products(&acc, w, u, n);
+            if u + TEAM < params.units {
+                add_products(&acc, next, u + TEAM, n);
             }
+        } else {
+            add_products(&acc, w, u, n);
         }
     }
-    var total = sum_rows(&acc, lanes);
-    let b = lanes.index / ROWS;
-    if NORM && b < n {
-        total *= norm_scales[b];
-    }
-    store_output(total, first, n, lanes, paired);
+    finish(&acc, at, n, lanes, paired);
 }

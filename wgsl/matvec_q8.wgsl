@@ -155,29 +155,39 @@ fn dot_unit_q8(u: Unit, v: Xq) -> f32 {
     }
 }
 
+// matvec.wgsl's add_products on the integer path.
+fn add_products_q8(acc: ptr<function, array<vec4<f32>, 8>>, w: array<Unit, 4>, u: u32, n: u32) {
+    for (var b = 0u; b < MAX_B; b++) {
+        if b < n {
+            let v = load_xq(b, u);
+            (*acc)[b] += vec4<f32>(dot_unit_q8(w[0], v), dot_unit_q8(w[1], v), dot_unit_q8(w[2], v),
+                                   dot_unit_q8(w[3], v));
+        }
+    }
+}
+
 @compute @workgroup_size(WG)
 fn matvec_q8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) count: vec3<u32>,
              lanes: Lanes) {
     let paired = params.pair_byte != 0u;
-    let first = flat_workgroup(wg, count) * outputs_per_workgroup(paired);
-    if first >= params.rows {
+    let at = place_of(wg, count, lanes, paired);
+    if at.first >= params.rows {
         return;
     }
     let n = min(step.n_tokens, MAX_B);
-    let starts = row_starts(first, paired);
+    let starts = row_starts(at.team_first, paired);
     var acc: array<vec4<f32>, 8>;
-    for (var u = lanes.index; u < params.units; u += WG) {
-        let w0 = load_unit(starts.x, u);
-        let w1 = load_unit(starts.y, u);
-        let w2 = load_unit(starts.z, u);
-        let w3 = load_unit(starts.w, u);
-        for (var b = 0u; b < MAX_B; b++) {
-            if b < n {
-                let v = load_xq(b, u);
-                acc[b] += vec4<f32>(dot_unit_q8(w0, v), dot_unit_q8(w1, v), dot_unit_q8(w2, v),
-                                    dot_unit_q8(w3, v));
+    for (var u = at.lane; u < params.units; u += TEAM * UNROLL) {
+        let w = load_rows(starts, u);
+        if UNROLL == 2u {
+            let next = load_rows(starts, second_unit(u));
+            add_products_q8(&acc, w, u, n);
+            if u + TEAM < params.units {
+                add_products_q8(&acc, next, u + TEAM, n);
             }
+        } else {
+            add_products_q8(&acc, w, u, n);
         }
     }
-    store_output(sum_rows(&acc, lanes), first, n, lanes, paired);
+    finish(&acc, at, n, lanes, paired);
 }

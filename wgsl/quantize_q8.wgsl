@@ -2,7 +2,7 @@
 //
 // Math: for block k (elements 32k .. 32k+31) of vector b < step.n_tokens,
 //   d = max_i |v_i| / 127,   q_i = clamp(round(v_i / d), −127, 127)   (all 0 when d = 0),
-// so v_i ≈ d·q_i with |v_i − d·q_i| ≤ d/2 (round: ties to even). v is x, or under NORM the RMSNorm
+// so v_i ≈ d·q_i with |v_i − d·q_i| ≤ d/2 (round: ties to even; q8_block.wgsl). v is x, or under NORM the RMSNorm
 // of x: v = (x·s)·nw with s = 1 / sqrt(Σ_c x_c² / cols + eps), rounded in the CPU reference's
 // order. This is llama.cpp's q8_1 activation rounding (CUDA quantize_q8_1: d in
 // f32, q = round(v / d)); matvec_q8.wgsl multiplies the codes with integer dot products. No block
@@ -28,7 +28,7 @@
 // pipelines: NORM ∈ {false, true} (and WG).
 // variants: subgroup (reduce_subgroup.wgsl) | fallback (reduce_workgroup.wgsl): the NORM sum of
 //           squares only.
-// requires: reduce_*.wgsl (struct Lanes, workgroup_sum), step.wgsl.
+// requires: reduce_*.wgsl (struct Lanes, workgroup_sum), step.wgsl, q8_block.wgsl.
 
 struct Params {
     cols: u32,
@@ -58,12 +58,6 @@ fn inverse_rms(base: u32, lanes: Lanes) -> f32 {
     }
     let total = workgroup_sum(squares, lanes);
     return 1.0 / sqrt(total / f32(params.cols) + params.eps);
-}
-
-// Four codes packed as i8 bytes.
-fn pack_codes(q: vec4<f32>) -> u32 {
-    let b = bitcast<vec4<u32>>(vec4<i32>(q)) & vec4<u32>(0xffu);
-    return b.x | (b.y << 8u) | (b.z << 16u) | (b.w << 24u);
 }
 
 @compute @workgroup_size(WG)
@@ -97,14 +91,10 @@ fn quantize_q8(@builtin(workgroup_id) wg: vec3<u32>, lanes: Lanes) {
         let a = abs(w);
         amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
     }
-    let d = amax / 127.0;
+    let d = q8_scale(amax);
     let out = b * (params.cols / 4u) + 8u * block;
     for (var j = 0u; j < 8u; j++) {
-        var q = vec4<f32>(0.0);
-        if d > 0.0 {
-            q = clamp(round(v[j] / d), vec4<f32>(-127.0), vec4<f32>(127.0));
-        }
-        codes[out + j] = pack_codes(q);
+        codes[out + j] = q8_pack(v[j], d);
     }
     scales[b * blocks + block] = d;
 }

@@ -22,7 +22,7 @@ use crate::gpu::kernels::matmul::{
     Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape,
 };
 use crate::gpu::kernels::matvec::{
-    InputNorm, MAX_BATCH, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecShape,
+    InputNorm, MAX_BATCH, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape,
 };
 use crate::gpu::kernels::quantize_q8::{Q8_BLOCK, Q8Vectors, QuantizeQ8, QuantizeQ8Binding};
 use crate::gpu::kernels::rms_norm::{NormIo, RmsNorm, RmsNormBinding, RmsNormShape};
@@ -178,9 +178,21 @@ impl QuantizedInput {
     }
 
     /// Whether mat-vecs of weight type `ty` read quantized inputs on the int-dot path (the
-    /// others keep f32 inputs, as the reference's `Activations::Q8Blocks` rounds only theirs).
+    /// others keep f32 inputs, as the reference's `Activations::Q8Blocks` rounds only theirs):
+    /// the types of [`MatVec::Q8_TYPES`] that `FAK_INT_DOT_TYPES` names (comma-separated ggml
+    /// names, e.g. `q4_k,q6_k`: for measuring where the integer kernel wins per type; the
+    /// reference then rounds more inputs than the GPU), all of them when it is unset.
     pub fn takes(ty: GgmlType) -> bool {
-        MatVec::Q8_TYPES.contains(&ty)
+        static CHOSEN: std::sync::OnceLock<Vec<GgmlType>> = std::sync::OnceLock::new();
+        let chosen = CHOSEN.get_or_init(|| match std::env::var("FAK_INT_DOT_TYPES") {
+            Ok(names) => names
+                .split(',')
+                .map(str::trim)
+                .filter_map(GgmlType::from_name)
+                .collect(),
+            Err(_) => MatVec::Q8_TYPES.to_vec(),
+        });
+        MatVec::Q8_TYPES.contains(&ty) && chosen.contains(&ty)
     }
 
     /// The fusion that makes a mat-vec read these vectors.
@@ -881,6 +893,10 @@ pub struct Mlp {
     /// On the int-dot path: RMSNorm(x) quantized for `folded`.
     quantized: Option<QuantizedInput>,
     down: Linear,
+    /// On the int-dot path, where W_down takes q8 inputs: `folded` also writes its SwiGLU as q8
+    /// blocks (`MatVecFusion::quantize_output`) and this decode mat-vec of W_down reads them, so
+    /// the down product needs no quantize dispatch of its own.
+    down_q8: Option<(Q8Vectors, MatVecBinding)>,
 }
 
 impl Mlp {
@@ -950,14 +966,77 @@ impl Mlp {
             x: View::rows(s.x, d as u32),
             y: View::rows(s.h, d as u32),
         };
+        let down_w = upload_weight(b.ctx, b.gguf, t.down)?;
+        let down = Linear::bind(
+            b.k,
+            b.ctx,
+            t.down,
+            &down_w,
+            s.act,
+            s.x,
+            b.step,
+            b.rows,
+            MatmulOutput::Accumulate,
+        )?;
+        // The integer down product reading the pairing's quantized SwiGLU, where both fold.
+        let act_q8 = (b.k.quantize.is_some()
+            && QuantizedInput::takes(t.down.ty)
+            && (n_ff as u64).is_multiple_of(Q8_BLOCK))
+        .then(|| Q8Vectors::new(b.ctx, "ffn_down input", n_ff as u64, b.rows.min(MAX_BATCH)))
+        .transpose()?;
+        let quantizing = act_q8.as_ref().and_then(|q8| {
+            let fusion = MatVecFusion {
+                quantize_output: Some(q8),
+                layout: Some(MatVecLayout::QUANTIZING),
+                ..fusion
+            };
+            b.fold(paired, &w, s.x, s.act, fusion).transpose()
+        });
+        let (folded, down_q8) = match (quantizing.transpose()?, act_q8) {
+            (Some(folded), Some(q8)) => {
+                let down_q8 = Self::bind_down_q8(b, t.down, &down_w, s, &q8)?;
+                (Some(folded), Some((q8, down_q8)))
+            }
+            _ => (b.fold(paired, &w, s.x, s.act, fusion)?, None),
+        };
         Ok(Mlp {
             norm: Norm::bind(b.k, b.ctx, io, d, 1, b.eps, &norm_weight, b.step, b.rows)?,
             gate_up,
             swiglu: b.pointwise(1, n_ff, swiglu)?,
-            folded: b.fold(paired, &w, s.x, s.act, fusion)?,
+            folded,
             quantized,
-            down: b.linear(t.down, s.act, s.x, MatmulOutput::Accumulate)?,
+            down,
+            down_q8,
         })
+    }
+
+    /// The decode mat-vec `x += W_down act` reading act as the q8 vectors `q8`.
+    fn bind_down_q8(
+        b: &Binder,
+        down: &TensorInfo,
+        w: &wgpu::Buffer,
+        s: &MlpBuffers,
+        q8: &Q8Vectors,
+    ) -> Result<MatVecBinding, GpuError> {
+        let shape = MatVecShape {
+            ty: down.ty,
+            rows: down.n_rows(),
+            cols: down.row_len(),
+        };
+        let io = MatVecIo {
+            weights: w,
+            weights_offset: 0,
+            x: Activations::contiguous(s.act, shape.cols),
+            y: Activations::contiguous(s.x, shape.rows),
+            step: b.step,
+            accumulate: true,
+            max_batch: b.rows.min(MAX_BATCH),
+        };
+        let fusion = MatVecFusion {
+            q8: Some(q8),
+            ..MatVecFusion::default()
+        };
+        b.k.matvec.bind_fused(b.ctx, shape, &io, fusion)
     }
 
     /// Records the block's ops: `ffn_gate_up` (norm, gate, up and SwiGLU folded) and
@@ -991,6 +1070,16 @@ impl Mlp {
                 };
                 let dispatches = binding.grids().count() + usize::from(quantized.is_some());
                 marks.op(pass, "ffn_gate_up", kernel, bytes, dispatches);
+                if let Some((_, down)) = &self.down_q8 {
+                    k.matvec.encode(pass, down, n)?;
+                    // x read as q8 codes and scales instead of f32.
+                    let mut bytes = self.down.bytes(n);
+                    let cols = self.down.cols;
+                    bytes.activations -= 4 * u64::from(n) * cols;
+                    bytes.activations += u64::from(n) * (cols + 4 * cols / Q8_BLOCK);
+                    marks.op(pass, "ffn_down", "matvec_q8", bytes, down.grids().count());
+                    return Ok(());
+                }
             }
             _ => {
                 self.norm.record(k, pass, n, marks, "ffn_norm");

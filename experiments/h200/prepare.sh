@@ -8,7 +8,8 @@
 #   experiments/h200/prepare.sh [test suites...]   (default: the GPU suites and model_qwen3)
 #   RELEASE_TARGET_DIR: the cargo target dir (default /work/targets/speed-release);
 #   BASE_HARNESS: a previous build's harness binary, carried as harness-base;
-#   MATMUL_BENCH=1: also build experiments/matmul-bench and carry it (matmul.sh runs it).
+#   MATMUL_BENCH=1: also build experiments/matmul-bench and carry it (matmul.sh runs it);
+#   MATVEC_BENCH=1: the same for experiments/matvec-bench (matvec.sh runs it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 H=target/h200
@@ -34,6 +35,10 @@ cp "$CARGO_TARGET_DIR/release/harness" "$H/bin/"
 if [ "${MATMUL_BENCH:-0}" = 1 ]; then
     nice cargo build --release --manifest-path experiments/matmul-bench/Cargo.toml
     cp "$CARGO_TARGET_DIR/release/matmul-bench" "$H/bin/"
+fi
+if [ "${MATVEC_BENCH:-0}" = 1 ]; then
+    nice cargo build --release --manifest-path experiments/matvec-bench/Cargo.toml
+    cp "$CARGO_TARGET_DIR/release/matvec-bench" "$H/bin/"
 fi
 # A previous build's harness, for bench-decode.sh's before/after in one call.
 [ -z "${BASE_HARNESS:-}" ] || cp "$BASE_HARNESS" "$H/bin/harness-base"

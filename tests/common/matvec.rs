@@ -165,6 +165,21 @@ pub enum Path<'a> {
     Q8(&'a QuantizeQ8),
 }
 
+/// Room for `n` q8 vectors of `cols` columns, poisoned: an unwritten scale reads NaN, an
+/// unwritten code 0x7f.
+pub fn poisoned_q8(ctx: &GpuContext, cols: u64, n: u32) -> Q8Vectors {
+    let q8 = Q8Vectors::new(ctx, "matvec test", cols, n).unwrap();
+    write(ctx, &q8.codes, 0, &vec![0x7f; q8.codes.size() as usize]).unwrap();
+    write(
+        ctx,
+        &q8.scales,
+        0,
+        bytemuck::cast_slice(&vec![f32::NAN; q8.scales.size() as usize / 4]),
+    )
+    .unwrap();
+    q8
+}
+
 /// `n` vectors of `x` (RMS-normed by `norm` first) quantized on the GPU, and what came out: per
 /// vector, x̂ = q·d and each element's step d.
 fn quantize(
@@ -175,16 +190,7 @@ fn quantize(
     norm: Option<InputNorm<'_>>,
     n: u32,
 ) -> (Q8Vectors, Vec<f32>, Vec<f32>) {
-    let q8 = Q8Vectors::new(ctx, "matvec test", cols, n).unwrap();
-    // Poison: an unwritten scale reads NaN, an unwritten code 0x7f.
-    write(ctx, &q8.codes, 0, &vec![0x7f; q8.codes.size() as usize]).unwrap();
-    write(
-        ctx,
-        &q8.scales,
-        0,
-        bytemuck::cast_slice(&vec![f32::NAN; q8.scales.size() as usize / 4]),
-    )
-    .unwrap();
+    let q8 = poisoned_q8(ctx, cols, n);
     let step = step_of(ctx, n);
     let binding = quantizer.bind(ctx, x, cols, norm, &q8, &step, n).unwrap();
     ctx.run_pass("quantize_q8", |pass| {
@@ -518,6 +524,7 @@ pub fn check_fused(
         norm: input_norm.filter(|_| quantized.is_none()),
         swiglu,
         q8: quantized.as_ref().map(|(q8, ..)| q8),
+        ..MatVecFusion::default()
     };
     let bindings: Vec<_> = steps
         .iter()

@@ -29,6 +29,16 @@
 //! folded into that quantization) and multiply with integer dot products (wgsl/matvec_q8.wgsl),
 //! for the types of [`MatVec::Q8_TYPES`]. Same grid, rows, pairing and accumulation as the f32
 //! path; the result is W·x̂ with x̂ the quantized x.
+//!
+//! # Layouts
+//!
+//! A [`MatVecLayout`] says how a workgroup covers rows: its invocations, how many teams of them
+//! each stream 4 rows, and how many units an invocation loads before multiplying. Every layout
+//! computes the same sums up to how a row is split between invocations;
+//! [`MatVecLayout::CANDIDATES`] are the ones experiments/matvec-bench times and
+//! tests/gpu_matvec.rs checks. A binding takes [`MatVecFusion::layout`], else the one
+//! `FAK_MATVEC_LAYOUT` names (`MatVecLayout::from_env`), else its input's:
+//! [`MatVecLayout::DEFAULT`] (f32) or [`MatVecLayout::INTEGER`] (q8).
 
 use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::tensors::{bind_group, checked_row_bytes};
@@ -43,19 +53,121 @@ use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
 use crate::gpu::step::StepBuffer;
 use crate::quant::GgmlType;
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 /// Most input vectors one dispatch multiplies.
 pub const MAX_BATCH: u32 = 8;
 /// The batch capacities pipelines are compiled for; `encode` takes the smallest that holds the
 /// step's vectors.
 pub const BATCH_CAPACITIES: [u32; 4] = [1, 2, 4, 8];
-/// Invocations per workgroup (`override WG`).
-const WG: u32 = 64;
-/// Output rows per workgroup (`const ROWS` of the WGSL).
-const ROWS_PER_WORKGROUP: u64 = 4;
+/// Output rows per team (`const ROWS` of the WGSL).
+const ROWS_PER_TEAM: u64 = 4;
+
+/// How a workgroup covers rows (the `WG`, `TEAMS` and `UNROLL` overrides of wgsl/matvec.wgsl).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct MatVecLayout {
+    /// Invocations per workgroup: a power of two, 32..=256.
+    pub invocations: u32,
+    /// Teams of `invocations / teams` invocations, each streaming 4 rows: a power of two, at
+    /// most `invocations / 4`.
+    pub teams: u32,
+    /// Units an invocation loads before it multiplies them: 1 or 2.
+    pub unroll: u32,
+}
+
+impl MatVecLayout {
+    /// 64 invocations on 4 rows, one unit at a time (the layout of experiments/matvec-design.md):
+    /// the f32 path's, fastest there for every decode product on the H200.
+    pub const DEFAULT: MatVecLayout = MatVecLayout::new(64, 1, 1);
+    /// The integer path's: 4 teams of 64 on 16 rows (on the H200 2.2–3× faster than the default
+    /// layout for its Q4_K/Q6_K products).
+    pub const INTEGER: MatVecLayout = MatVecLayout::new(256, 4, 1);
+    /// Teams a layout needs for [`MatVecFusion::quantize_output`]: 16 teams of 2 paired outputs
+    /// write one q8 block.
+    pub const QUANTIZING_TEAMS: u32 = 16;
+    /// The layout a gate/up pairing that quantizes its output takes unless told otherwise.
+    pub const QUANTIZING: MatVecLayout = MatVecLayout::new(256, 16, 1);
+
+    /// The layouts kept after the H200 (experiments/NOTES.md, decode-matvec): the f32 path's
+    /// default, the integer path's, and the quantizing gate/up pairing's. experiments/matvec-bench
+    /// times them (`--layouts` any others) and tests/gpu_matvec.rs checks them.
+    pub const CANDIDATES: [MatVecLayout; 3] = [Self::DEFAULT, Self::INTEGER, Self::QUANTIZING];
+
+    pub const fn new(invocations: u32, teams: u32, unroll: u32) -> MatVecLayout {
+        MatVecLayout {
+            invocations,
+            teams,
+            unroll,
+        }
+    }
+
+    /// Output rows one workgroup takes (half as many when paired).
+    fn rows_per_workgroup(self) -> u64 {
+        ROWS_PER_TEAM * u64::from(self.teams)
+    }
+
+    /// Refuses layouts the kernel was not written for.
+    pub fn check(self) -> Result<MatVecLayout, GpuError> {
+        let MatVecLayout {
+            invocations,
+            teams,
+            unroll,
+        } = self;
+        let ok = invocations.is_power_of_two()
+            && (32..=256).contains(&invocations)
+            && teams.is_power_of_two()
+            && teams <= invocations / 4
+            && (1..=2).contains(&unroll);
+        match ok {
+            true => Ok(self),
+            false => Err(GpuError::Shape {
+                kernel: MatVec::NAME,
+                message: format!(
+                    "a layout of {invocations} invocations, {teams} teams, {unroll} units in \
+                     flight (expected a power of two in 32..=256, teams a power of two ≤ \
+                     invocations / 4, 1 or 2 units)"
+                ),
+            }),
+        }
+    }
+
+    /// `FAK_MATVEC_LAYOUT` (`invocations/teams/unroll`, e.g. `256/4/1`): one layout for every
+    /// binding that names none; None when unset or empty.
+    pub fn from_env() -> Result<Option<MatVecLayout>, GpuError> {
+        match std::env::var("FAK_MATVEC_LAYOUT") {
+            Ok(text) if !text.is_empty() => Self::parse(&text).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// `invocations/teams/unroll`, as [`Display`](std::fmt::Display) writes it.
+    pub fn parse(text: &str) -> Result<MatVecLayout, GpuError> {
+        let numbers: Vec<u32> = text
+            .split('/')
+            .map(|part| part.trim().parse::<u32>())
+            .collect::<Result<_, _>>()
+            .unwrap_or_default();
+        match numbers[..] {
+            [invocations, teams, unroll] => Self::new(invocations, teams, unroll).check(),
+            _ => Err(GpuError::Shape {
+                kernel: MatVec::NAME,
+                message: format!(
+                    "FAK_MATVEC_LAYOUT={text:?} (expected invocations/teams/unroll, e.g. 128/4/2)"
+                ),
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for MatVecLayout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/{}", self.invocations, self.teams, self.unroll)
+    }
+}
 /// w, x, y, params, step, w and x again as 16-byte words (`w16`, `x16`), the norm weight (`nw`),
-/// the q8 codes and scales of the integer path (`xq`, `xd`).
+/// the q8 codes and scales of the integer path (`xq`, `xd`), the quantized output's codes and
+/// scales (`yq`, `yd`).
 const SLOTS: &[Slot] = &[
     Slot::Read,
     Slot::Read,
@@ -67,6 +179,8 @@ const SLOTS: &[Slot] = &[
     Slot::Read,
     Slot::Read,
     Slot::Read,
+    Slot::ReadWrite,
+    Slot::ReadWrite,
 ];
 /// `Params::wide` bits (WIDE_X, WIDE_W of the WGSL).
 const WIDE_X: u32 = 1;
@@ -89,7 +203,8 @@ struct Params {
     wide: u32,
     eps: f32,
     pair_byte: u32,
-    pad: [u32; 3],
+    quantize_out: u32,
+    pad: [u32; 2],
 }
 
 /// How a row is cut into units (the part of a block one invocation decodes):
@@ -167,24 +282,37 @@ pub struct MatVecFusion<'a> {
     /// int-dot variant, a type of [`MatVec::Q8_TYPES`] and no `norm` (fold it into the
     /// quantization). `MatVecIo::x` is still checked but not read.
     pub q8: Option<&'a Q8Vectors>,
+    /// The layout of this binding's pipelines; None: the kernel's.
+    pub layout: Option<MatVecLayout>,
+    /// Also write the paired outputs (`swiglu`) as 8-bit blocks here, the vectors of `rows`
+    /// columns: the next product's integer-path input, rounded as `QuantizeQ8` would round y.
+    /// Needs `rows` a multiple of 32 and a layout of [`MatVecLayout::QUANTIZING_TEAMS`] teams
+    /// (a workgroup's outputs are then one block).
+    pub quantize_output: Option<&'a Q8Vectors>,
 }
 
-/// The mat-vec kernel: one pipeline per (type, batch capacity, folded norm).
+/// The mat-vec kernel: one pipeline per (type, batch capacity, input: f32, normed or q8, layout),
+/// each built when a binding first needs it (a model needs few of them, and every pipeline costs
+/// build time: seconds on lavapipe).
 pub struct MatVec {
     variant: KernelPaths,
+    /// The layout of every binding that names none; None: [`MatVecLayout::DEFAULT`] for f32
+    /// inputs, [`MatVecLayout::INTEGER`] for q8 ones.
+    rows: Option<MatVecLayout>,
     layout: wgpu::BindGroupLayout,
     /// Bound as `w16`/`x16` where the data is not 16-byte aligned (the kernel then reads w, x).
     placeholder: wgpu::Buffer,
-    /// `[type index][capacity index]`, flattened: parallel to TYPES × BATCH_CAPACITIES.
-    pipelines: Vec<wgpu::ComputePipeline>,
-    /// Per type, the NORM pipelines by capacity, once a binding has asked for them.
-    norm_pipelines: Vec<OnceLock<Vec<wgpu::ComputePipeline>>>,
-    /// Per type of Q8_TYPES, the integer pipelines by capacity, once a binding has asked.
-    q8_pipelines: Vec<OnceLock<Vec<wgpu::ComputePipeline>>>,
+    /// Bound as `yq`/`yd` where the output is not quantized.
+    placeholder_out: wgpu::Buffer,
+    /// The pipelines built so far.
+    pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
 }
 
+/// What a pipeline is specialised for: type, input, batch capacity, layout.
+type PipelineKey = (GgmlType, Input, u32, MatVecLayout);
+
 /// Which pipeline family a binding runs.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 enum Input {
     F32,
     /// x RMS-normed inside the product.
@@ -193,10 +321,10 @@ enum Input {
     Q8(usize),
 }
 
-/// One weight tensor bound for [`MatVec::encode`]: a bind group and grid per row range.
+/// One weight tensor bound for [`MatVec::encode`]: its pipelines (by batch capacity, up to the
+/// one its `max_batch` needs), a bind group and grid per row range.
 pub struct MatVecBinding {
-    type_index: usize,
-    input: Input,
+    pipelines: Vec<wgpu::ComputePipeline>,
     max_batch: u32,
     ranges: Vec<(wgpu::BindGroup, Grid)>,
 }
@@ -208,8 +336,8 @@ impl MatVecBinding {
     }
 }
 
-/// The pipelines of one type and input (f32, normed f32 or q8), one per batch capacity.
-fn specs(ty: GgmlType, input: Input) -> Vec<PipelineSpec> {
+/// The pipeline of one type, input (f32, normed f32 or q8), batch capacity and layout.
+fn spec(ty: GgmlType, input: Input, capacity: u32, rows: MatVecLayout) -> PipelineSpec {
     let (_, lanes, block_elems, block_bytes) = unit_geometry(ty);
     let norm = input == Input::Normed;
     let (entry_point, what) = match input {
@@ -217,21 +345,28 @@ fn specs(ty: GgmlType, input: Input) -> Vec<PipelineSpec> {
         Input::Normed => ("matvec", "normed f32"),
         Input::F32 => ("matvec", "f32"),
     };
+    PipelineSpec {
+        label: format!("matvec {ty} batch {capacity} x {what} layout {rows}"),
+        entry_point,
+        constants: vec![
+            ("WG", f64::from(rows.invocations)),
+            ("TEAMS", f64::from(rows.teams)),
+            ("UNROLL", f64::from(rows.unroll)),
+            ("MAX_B", f64::from(capacity)),
+            ("NORM", f64::from(u8::from(norm))),
+            ("GGML_TYPE", f64::from(ty.id())),
+            ("UNIT_LANES", lanes as f64),
+            ("BLOCK_ELEMS", block_elems as f64),
+            ("BLOCK_BYTES", block_bytes as f64),
+        ],
+    }
+}
+
+/// The pipelines of one type and input, one per batch capacity.
+fn specs(ty: GgmlType, input: Input, rows: MatVecLayout) -> Vec<PipelineSpec> {
     BATCH_CAPACITIES
         .into_iter()
-        .map(|capacity| PipelineSpec {
-            label: format!("matvec {ty} batch {capacity} x {what}"),
-            entry_point,
-            constants: vec![
-                ("WG", f64::from(WG)),
-                ("MAX_B", f64::from(capacity)),
-                ("NORM", f64::from(u8::from(norm))),
-                ("GGML_TYPE", f64::from(ty.id())),
-                ("UNIT_LANES", lanes as f64),
-                ("BLOCK_ELEMS", block_elems as f64),
-                ("BLOCK_BYTES", block_bytes as f64),
-            ],
-        })
+        .map(|capacity| spec(ty, input, capacity, rows))
         .collect()
 }
 
@@ -250,23 +385,38 @@ impl Kernel for MatVec {
             .with(wgsl::BYTE_FLOATS)
             .with(wgsl::GRID)
             .with(wgsl::STEP)
+            .with(wgsl::Q8_BLOCK)
             .with(wgsl::reduction(variant))
             .with(wgsl::row_reduction(variant))
             .with(wgsl::MATVEC);
-        // Every pipeline, for translation; `new` builds the plain ones, `bind_fused` each type's
-        // NORM and q8 ones when a model first asks for them.
+        // Every pipeline of the default layout, and one type's in the other kept layouts, for
+        // translation;
+        // bindings build the ones they need.
+        let rows = MatVecLayout::DEFAULT;
         let mut pipelines: Vec<PipelineSpec> = [Input::F32, Input::Normed]
             .into_iter()
-            .flat_map(|input| Self::TYPES.into_iter().flat_map(move |ty| specs(ty, input)))
+            .flat_map(|input| {
+                Self::TYPES
+                    .into_iter()
+                    .flat_map(move |ty| specs(ty, input, rows))
+            })
             .collect();
+        pipelines.extend(specs(
+            GgmlType::Q4_K,
+            Input::Normed,
+            MatVecLayout::QUANTIZING,
+        ));
         if variant.int_dot {
             module = module.with(wgsl::MATVEC_Q8);
             pipelines.extend(
                 Self::Q8_TYPES
                     .into_iter()
                     .enumerate()
-                    .flat_map(|(i, ty)| specs(ty, Input::Q8(i))),
+                    .flat_map(|(i, ty)| specs(ty, Input::Q8(i), rows)),
             );
+            for rows in [MatVecLayout::INTEGER, MatVecLayout::QUANTIZING] {
+                pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), rows));
+            }
         }
         KernelSource {
             module,
@@ -302,44 +452,70 @@ impl MatVec {
     ];
 
     /// Builds the variant `paths` selects (subgroup reduction or the workgroup-memory tree; with
-    /// the integer path or without).
+    /// the integer path or without) in the layout `FAK_MATVEC_LAYOUT` names, else each input's
+    /// default ([`MatVecLayout::DEFAULT`] for f32, [`MatVecLayout::INTEGER`] for q8).
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
+        Self::build_in(ctx, paths, MatVecLayout::from_env()?)
+    }
+
+    /// [`MatVec::new`] with every binding that names no layout in `rows`.
+    pub fn with_layout(
+        ctx: &GpuContext,
+        paths: KernelPaths,
+        rows: MatVecLayout,
+    ) -> Result<Self, GpuError> {
+        Self::build_in(ctx, paths, Some(rows.check()?))
+    }
+
+    fn build_in(
+        ctx: &GpuContext,
+        paths: KernelPaths,
+        rows: Option<MatVecLayout>,
+    ) -> Result<Self, GpuError> {
         let mut variant = KernelVariant::of::<Self>(Self::AXES.select(paths));
-        variant.source.pipelines = Self::TYPES
-            .into_iter()
-            .flat_map(|ty| specs(ty, Input::F32))
-            .collect();
+        // The layout only: pipelines come with the bindings that need them.
+        variant.source.pipelines = Vec::new();
         let built = build(ctx, &variant)?;
         Ok(MatVec {
             variant: variant.paths,
+            rows,
             layout: built.layout,
             placeholder: storage_buffer(ctx, "matvec wide placeholder", 16)?,
-            pipelines: built.pipelines,
-            norm_pipelines: Self::TYPES.map(|_| OnceLock::new()).to_vec(),
-            q8_pipelines: Self::Q8_TYPES.map(|_| OnceLock::new()).to_vec(),
+            placeholder_out: storage_buffer(ctx, "matvec output placeholder", 16)?,
+            pipelines: Mutex::new(HashMap::new()),
         })
     }
 
-    /// The pipelines of a NORM or q8 binding of the type at `type_index`, built on first use (a
-    /// model needs them for a few types, and every pipeline costs build time: seconds on
-    /// lavapipe).
-    fn lazy_pipelines(
+    /// The pipelines of `ty`, `input` and `rows` for steps of up to `max_batch` vectors, by
+    /// capacity; those not built yet are built here.
+    fn pipelines_for(
         &self,
         ctx: &GpuContext,
-        type_index: usize,
+        ty: GgmlType,
         input: Input,
-    ) -> Result<&[wgpu::ComputePipeline], GpuError> {
-        let (slot, ty) = match input {
-            Input::Q8(i) => (&self.q8_pipelines[i], Self::Q8_TYPES[i]),
-            _ => (&self.norm_pipelines[type_index], Self::TYPES[type_index]),
-        };
-        if slot.get().is_none() {
+        rows: MatVecLayout,
+        max_batch: u32,
+    ) -> Result<Vec<wgpu::ComputePipeline>, GpuError> {
+        let keys: Vec<PipelineKey> = BATCH_CAPACITIES
+            .into_iter()
+            .filter(|&c| c <= max_batch.next_power_of_two())
+            .map(|c| (ty, input, c, rows))
+            .collect();
+        let mut built = self.pipelines.lock().expect("no panic while holding it");
+        let missing: Vec<PipelineKey> = keys
+            .iter()
+            .filter(|k| !built.contains_key(k))
+            .copied()
+            .collect();
+        if !missing.is_empty() {
             let mut variant = KernelVariant::of::<Self>(self.variant);
-            variant.source.pipelines = specs(ty, input);
-            // Two threads racing here build the same pipelines; either result serves.
-            let _ = slot.set(build(ctx, &variant)?.pipelines);
+            variant.source.pipelines = missing
+                .iter()
+                .map(|&(ty, input, c, rows)| spec(ty, input, c, rows))
+                .collect();
+            built.extend(missing.into_iter().zip(build(ctx, &variant)?.pipelines));
         }
-        Ok(slot.get().expect("set above"))
+        Ok(keys.iter().map(|k| built[k].clone()).collect())
     }
 
     /// The variant that was built.
@@ -391,14 +567,12 @@ impl MatVec {
     ) -> Result<MatVecBinding, GpuError> {
         let MatVecShape { ty, rows, cols } = shape;
         let max_binding = max_binding.min(ctx.max_binding_size());
-        let type_index =
-            Self::TYPES
-                .iter()
-                .position(|&t| t == ty)
-                .ok_or(GpuError::UnsupportedType {
-                    kernel: Self::NAME,
-                    ty,
-                })?;
+        if !Self::TYPES.contains(&ty) {
+            return Err(GpuError::UnsupportedType {
+                kernel: Self::NAME,
+                ty,
+            });
+        }
         let shape_error = |message: String| GpuError::Shape {
             kernel: Self::NAME,
             message,
@@ -458,9 +632,28 @@ impl MatVec {
                 ));
             }
         };
-        if input != Input::F32 {
-            self.lazy_pipelines(ctx, type_index, input)?;
+        let by_input = match fusion.q8 {
+            Some(_) => MatVecLayout::INTEGER,
+            None => MatVecLayout::DEFAULT,
+        };
+        let rows_layout = fusion.layout.or(self.rows).unwrap_or(by_input).check()?;
+        if let Some(q8) = fusion.quantize_output {
+            if !fusion.swiglu || rows_layout.teams != MatVecLayout::QUANTIZING_TEAMS {
+                return Err(shape_error(format!(
+                    "a quantized output needs the gate/up pairing and a layout of {} teams, not \
+                     {rows_layout}",
+                    MatVecLayout::QUANTIZING_TEAMS
+                )));
+            }
+            q8.check(Self::NAME, rows, io.max_batch)?;
+            if q8.cols != rows {
+                return Err(shape_error(format!(
+                    "a quantized output of {rows} columns into q8 vectors of {}",
+                    q8.cols
+                )));
+            }
         }
+        let pipelines = self.pipelines_for(ctx, ty, input, rows_layout, io.max_batch)?;
         let norm = fusion
             .norm
             .map(|norm| {
@@ -513,8 +706,8 @@ impl MatVec {
         }
         // A pairing's single range holds the gate and the up rows; it writes `rows` outputs.
         let (pair_byte, outputs_per_workgroup) = match fusion.swiglu {
-            true => (rows * row_bytes, ROWS_PER_WORKGROUP / 2),
-            false => (0, ROWS_PER_WORKGROUP),
+            true => (rows * row_bytes, rows_layout.rows_per_workgroup() / 2),
+            false => (0, rows_layout.rows_per_workgroup()),
         };
         let ranges = ranges
             .into_iter()
@@ -548,6 +741,15 @@ impl MatVec {
                     ),
                     None => (placeholder.clone(), placeholder.clone()),
                 };
+                // yq, yd: the quantized output's whole vectors (vector b at b·rows/4, b·rows/32).
+                let out = self.placeholder_out.as_entire_binding();
+                let (yq, yd) = match fusion.quantize_output {
+                    Some(q8) => (
+                        Window::around(0, batch * rows, align).binding(&q8.codes),
+                        Window::around(0, 4 * batch * rows / Q8_BLOCK, align).binding(&q8.scales),
+                    ),
+                    None => (out.clone(), out),
+                };
                 // split_rows keeps each range inside one binding (< 2^31 bytes): these fit u32.
                 let params = Params {
                     rows: len as u32,
@@ -563,7 +765,8 @@ impl MatVec {
                     wide,
                     eps: norm.map_or(0.0, |(n, _)| n.eps),
                     pair_byte: pair_byte as u32,
-                    pad: [0; 3],
+                    quantize_out: u32::from(fusion.quantize_output.is_some()),
+                    pad: [0; 2],
                 };
                 let params = uniform(ctx, "matvec params", &params);
                 let group = bind_group(
@@ -581,6 +784,8 @@ impl MatVec {
                         norm.map_or(placeholder, |(n, window)| window.binding(n.weight)),
                         xq,
                         xd,
+                        yq,
+                        yd,
                     ],
                 );
                 let workgroups = len.div_ceil(outputs_per_workgroup);
@@ -588,8 +793,7 @@ impl MatVec {
             })
             .collect::<Result<_, GpuError>>()?;
         Ok(MatVecBinding {
-            type_index,
-            input,
+            pipelines,
             max_batch: io.max_batch,
             ranges,
         })
@@ -617,16 +821,7 @@ impl MatVec {
             .iter()
             .position(|&c| c >= n_tokens)
             .expect("n_tokens ≤ max_batch ≤ MAX_BATCH");
-        let pipeline = match binding.input {
-            Input::F32 => &self.pipelines[binding.type_index * BATCH_CAPACITIES.len() + capacity],
-            Input::Normed => &self.norm_pipelines[binding.type_index]
-                .get()
-                .expect("bind_fused built the NORM pipelines")[capacity],
-            Input::Q8(i) => &self.q8_pipelines[i]
-                .get()
-                .expect("bind_fused built the q8 pipelines")[capacity],
-        };
-        pass.set_pipeline(pipeline);
+        pass.set_pipeline(&binding.pipelines[capacity]);
         for (group, grid) in &binding.ranges {
             pass.set_bind_group(0, group, &[]);
             grid.dispatch(pass);

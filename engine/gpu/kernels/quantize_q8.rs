@@ -148,6 +148,7 @@ impl Kernel for QuantizeQ8 {
         let module = WgslModule::new(variant)
             .with(wgsl::reduction(variant))
             .with(wgsl::STEP)
+            .with(wgsl::Q8_BLOCK)
             .with(wgsl::QUANTIZE_Q8);
         let pipelines = [false, true]
             .map(|norm| PipelineSpec {

@@ -1,0 +1,508 @@
+//! Times the decode mat-vec (wgsl/matvec.wgsl, wgsl/matvec_q8.wgsl) in every candidate layout
+//! (`MatVecLayout::CANDIDATES`: invocations per workgroup, teams of 4 rows, units in flight) on
+//! both input paths, f32 and integer (x quantized to 8-bit blocks), at the products of one
+//! Qwen3-8B Q4_K_M decode step as the engine binds them (norms folded, gate+up+SwiGLU paired,
+//! residual adds accumulated) and Qwen3.5-27B's MLP, on the adapter `FAK_ADAPTER` picks with its
+//! best paths (subgroups where it has them).
+//!
+//! Each figure is the median over `REPS` passes of back-to-back dispatches over distinct copies
+//! of the weights (enough copies to stream ≥ 256 MB per pass, so the 50 MB L2 of an H200 never
+//! holds the next dispatch's weights, as in a decode step where every layer's are new), timed by
+//! pass timestamps: per-dispatch overhead (~2 µs on an H200) is included, as in a forward pass.
+//! The integer path is timed alone (`q8`) and with the quantize dispatch before every product
+//! (`q8+quantize`, what the engine records where the quantization is not shared); the gate/up
+//! pairing in a layout of 16 teams also writing its output as q8 blocks (`…+q8out`: the
+//! ffn_down input of the integer path, which then needs no quantize). GB/s counts the
+//! weight bytes only; `%probe` is that against the read probe's bandwidth measured in the same
+//! process. One tab-separated line per measurement, then the best layout per product and path.
+//!
+//!   matvec-bench [--quick] [--layouts 64/1/1,128/4/2] [--paths f32,q8]
+
+use fak::gpu::kernels::matvec::{
+    InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape,
+};
+use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8, QuantizeQ8Binding};
+use fak::gpu::kernels::read_probe::ReadProbe;
+use fak::gpu::{Activations, GpuContext, KernelPaths, Step, StepBuffer, storage_buffer, upload};
+use fak::quant::{GgmlType, fill_random_rows};
+
+/// How the engine binds a product.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fusion {
+    /// y = W x.
+    Plain,
+    /// y = W·RMSNorm(x) (q/k/v: the attention norm folded in).
+    Normed,
+    /// y = silu(W_gate h)·(W_up h), h = RMSNorm(x): `rows` outputs from 2·rows weight rows.
+    GateUp,
+    /// y += W x (attn_output, ffn_down: the residual add).
+    Accumulate,
+}
+
+/// One decode product: (name, type, outputs, columns, fusion, per step in the model).
+struct Product {
+    name: &'static str,
+    ty: GgmlType,
+    rows: u64,
+    cols: u64,
+    fusion: Fusion,
+    /// How many of it one decode step runs (36 layers; half of them for the Q4_K_M recipe's
+    /// Q6_K/Q4_K alternatives), for the per-token estimate.
+    per_step: u32,
+}
+
+const fn product(
+    name: &'static str,
+    ty: GgmlType,
+    rows: u64,
+    cols: u64,
+    fusion: Fusion,
+    per_step: u32,
+) -> Product {
+    Product {
+        name,
+        ty,
+        rows,
+        cols,
+        fusion,
+        per_step,
+    }
+}
+
+/// Qwen3-8B (hidden 4096, 32 q heads and 8 kv heads of 128, FFN 12288, vocab 151936), Q4_K_M:
+/// 18 layers stack q, k and v (all Q4_K), 18 stack q and k and keep a Q6_K v; ffn_down is Q6_K
+/// in 18 layers; the output head is Q6_K. Then Qwen3.5-27B's MLP (hidden 5120, FFN 17408).
+const PRODUCTS: [Product; 11] = [
+    product("attn_qkv", GgmlType::Q4_K, 6144, 4096, Fusion::Normed, 18),
+    product("attn_qk", GgmlType::Q4_K, 5120, 4096, Fusion::Normed, 18),
+    product("attn_v", GgmlType::Q6_K, 1024, 4096, Fusion::Normed, 18),
+    product(
+        "attn_output",
+        GgmlType::Q4_K,
+        4096,
+        4096,
+        Fusion::Accumulate,
+        36,
+    ),
+    product(
+        "ffn_gate_up",
+        GgmlType::Q4_K,
+        12288,
+        4096,
+        Fusion::GateUp,
+        36,
+    ),
+    product(
+        "ffn_down",
+        GgmlType::Q4_K,
+        4096,
+        12288,
+        Fusion::Accumulate,
+        18,
+    ),
+    product(
+        "ffn_down",
+        GgmlType::Q6_K,
+        4096,
+        12288,
+        Fusion::Accumulate,
+        18,
+    ),
+    product("output", GgmlType::Q6_K, 151936, 4096, Fusion::Plain, 1),
+    product(
+        "27b_ffn_gate_up",
+        GgmlType::Q4_K,
+        17408,
+        5120,
+        Fusion::GateUp,
+        0,
+    ),
+    product(
+        "27b_ffn_down",
+        GgmlType::Q4_K,
+        5120,
+        17408,
+        Fusion::Accumulate,
+        0,
+    ),
+    product(
+        "27b_ffn_down",
+        GgmlType::Q6_K,
+        5120,
+        17408,
+        Fusion::Accumulate,
+        0,
+    ),
+];
+const QUICK_PRODUCTS: [Product; 4] = [
+    product("small_normed", GgmlType::Q4_K, 40, 512, Fusion::Normed, 1),
+    product("small_gate_up", GgmlType::Q4_K, 32, 512, Fusion::GateUp, 1),
+    product("small_down", GgmlType::Q6_K, 36, 768, Fusion::Accumulate, 1),
+    product("small_head", GgmlType::Q6_K, 100, 256, Fusion::Plain, 1),
+];
+const REPS: usize = 7;
+/// Bytes of weights one timed pass streams at least (several copies of a small weight).
+const PASS_BYTES: u64 = 256 << 20;
+const MAX_COPIES: u64 = 64;
+const EPS: f32 = 1e-6;
+
+/// The input paths: f32 x, or x quantized to 8-bit blocks (timed without and with the quantize).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum InputPath {
+    F32,
+    Q8,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let option = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let layouts: Vec<MatVecLayout> = match option("--layouts") {
+        Some(list) => list
+            .split(',')
+            .map(|l| MatVecLayout::parse(l).expect("--layouts"))
+            .collect(),
+        None => MatVecLayout::CANDIDATES.to_vec(),
+    };
+    let input_paths: Vec<InputPath> = match option("--paths").as_deref() {
+        Some("f32") => vec![InputPath::F32],
+        Some("q8") => vec![InputPath::Q8],
+        _ => vec![InputPath::F32, InputPath::Q8],
+    };
+    let ctx = GpuContext::from_env().expect("opening the GPU");
+    assert!(
+        ctx.device
+            .features()
+            .contains(wgpu::Features::TIMESTAMP_QUERY),
+        "the adapter has no timestamp queries"
+    );
+    let facts = ctx.facts();
+    println!(
+        "# {} ({}, {})",
+        facts.name, facts.backend, facts.driver_info
+    );
+    let probe_bytes = if quick { 64 << 20 } else { 1 << 30 };
+    let probe = ReadProbe::new(&ctx)
+        .and_then(|p| p.measure(&ctx, probe_bytes, 5))
+        .expect("the read probe");
+    println!(
+        "# read probe: {:.0} GB/s ({} MiB, fastest of 5 passes)",
+        probe.gb_per_s,
+        probe.bytes >> 20
+    );
+    let best = ctx.paths();
+    println!("# paths: {best}");
+    println!(
+        "product\ttype\trows\tcols\tlayout\tpath\tus_per_dispatch\tweight_gbps\tpct_probe\tcopies"
+    );
+    let products: &[Product] = if quick { &QUICK_PRODUCTS } else { &PRODUCTS };
+    let step = StepBuffer::new(&ctx);
+    step.set(&ctx, Step::new(0, 1, 0));
+    // (product index, path name) → (layout, µs), for the summary.
+    let mut results: Vec<(usize, &'static str, MatVecLayout, f64)> = Vec::new();
+    let copies = if quick { 2 } else { MAX_COPIES };
+    let benches: Vec<Bench> = products
+        .iter()
+        .map(|p| Bench::new(&ctx, p, &step, copies))
+        .collect();
+    for &input in &input_paths {
+        let paths = KernelPaths {
+            int_dot: input == InputPath::Q8,
+            ..best
+        };
+        let quantizer = (input == InputPath::Q8)
+            .then(|| QuantizeQ8::new(&ctx, paths).expect("building quantize_q8"));
+        let quantize: Vec<Option<QuantizeQ8Binding>> = benches
+            .iter()
+            .map(|bench| quantizer.as_ref().map(|q| bench.quantize_binding(&ctx, q)))
+            .collect();
+        for &layout in &layouts {
+            // One kernel per layout: its pipelines are shared by the products of one type.
+            let kernel = MatVec::with_layout(&ctx, paths, layout).expect("building matvec");
+            for (index, (p, bench)) in products.iter().zip(&benches).enumerate() {
+                let bindings = bench.bind(&ctx, &kernel, false);
+                let mut timed = vec![(
+                    if input == InputPath::Q8 { "q8" } else { "f32" },
+                    bench.time(&ctx, |pass, copy| {
+                        kernel.encode(pass, &bindings[copy], 1).unwrap()
+                    }),
+                )];
+                if p.fusion == Fusion::GateUp
+                    && p.rows.is_multiple_of(32)
+                    && layout.teams == MatVecLayout::QUANTIZING_TEAMS
+                {
+                    let quantizing = bench.bind(&ctx, &kernel, true);
+                    let path = if input == InputPath::Q8 {
+                        "q8+q8out"
+                    } else {
+                        "f32+q8out"
+                    };
+                    timed.push((
+                        path,
+                        bench.time(&ctx, |pass, copy| {
+                            kernel.encode(pass, &quantizing[copy], 1).unwrap()
+                        }),
+                    ));
+                }
+                if let (Some(q), Some(qb)) = (&quantizer, &quantize[index]) {
+                    timed.push((
+                        "q8+quantize",
+                        bench.time(&ctx, |pass, copy| {
+                            q.encode(pass, qb, 1).unwrap();
+                            kernel.encode(pass, &bindings[copy], 1).unwrap();
+                        }),
+                    ));
+                }
+                for (path, seconds) in timed {
+                    let gbps = bench.weight_bytes as f64 / seconds / 1e9;
+                    println!(
+                        "{}\t{}\t{}\t{}\t{layout}\t{path}\t{:.1}\t{gbps:.0}\t{:.1}\t{}",
+                        p.name,
+                        p.ty,
+                        p.rows,
+                        p.cols,
+                        seconds * 1e6,
+                        100.0 * gbps / probe.gb_per_s,
+                        bench.copies
+                    );
+                    results.push((index, path, layout, seconds));
+                }
+            }
+        }
+    }
+    summarize(products, &results, &probe.gb_per_s);
+}
+
+/// The fastest layout per product and path, and a decode step's mat-vec time from the 8B rows.
+fn summarize(
+    products: &[Product],
+    results: &[(usize, &'static str, MatVecLayout, f64)],
+    probe_gbps: &f64,
+) {
+    println!("# best layout per product and path (µs, % of the probe), default layout beside it");
+    let mut step_best = std::collections::BTreeMap::<&str, f64>::new();
+    let mut step_default = std::collections::BTreeMap::<&str, f64>::new();
+    for (index, p) in products.iter().enumerate() {
+        for path in ["f32", "q8", "q8+quantize", "f32+q8out", "q8+q8out"] {
+            let mine: Vec<_> = results
+                .iter()
+                .filter(|r| r.0 == index && r.1 == path)
+                .collect();
+            let Some(best) = mine.iter().min_by(|a, b| a.3.total_cmp(&b.3)) else {
+                continue;
+            };
+            let default = mine
+                .iter()
+                .find(|r| r.2 == MatVecLayout::DEFAULT)
+                .map_or(f64::NAN, |r| r.3);
+            let bytes = p.ty.row_bytes(p.cols).unwrap() as f64
+                * (p.rows * if p.fusion == Fusion::GateUp { 2 } else { 1 }) as f64;
+            let pct = |s: f64| 100.0 * bytes / s / 1e9 / probe_gbps;
+            println!(
+                "# best\t{}\t{}\t{path}\t{}\t{:.1} us\t{:.1} %\tdefault {:.1} us\t{:.1} %",
+                p.name,
+                p.ty,
+                best.2,
+                best.3 * 1e6,
+                pct(best.3),
+                default * 1e6,
+                pct(default)
+            );
+            *step_best.entry(path).or_default() += f64::from(p.per_step) * best.3;
+            *step_default.entry(path).or_default() += f64::from(p.per_step) * default;
+        }
+    }
+    // One layout for every product (what FAK_MATVEC_LAYOUT sets), per path.
+    for path in ["f32", "q8"] {
+        let mut per_layout = std::collections::BTreeMap::<String, f64>::new();
+        for r in results.iter().filter(|r| r.1 == path) {
+            *per_layout.entry(r.2.to_string()).or_default() +=
+                f64::from(products[r.0].per_step) * r.3;
+        }
+        if let Some((layout, seconds)) = per_layout.iter().min_by(|a, b| a.1.total_cmp(b.1)) {
+            println!(
+                "# best single layout {path}: {layout} ({:.0} us per token of 8B products)",
+                seconds * 1e6
+            );
+        }
+    }
+    for (path, seconds) in &step_best {
+        println!(
+            "# per token (8B products × their count per step): {path} best layouts {:.0} us, \
+             default layout {:.0} us",
+            seconds * 1e6,
+            step_default[path] * 1e6
+        );
+    }
+}
+
+/// One product's buffers: `copies` copies of the weights (each bound on its own), x, y, the
+/// norm weight and the q8 vectors.
+struct Bench<'a> {
+    product: &'a Product,
+    weights: Vec<wgpu::Buffer>,
+    x: wgpu::Buffer,
+    y: wgpu::Buffer,
+    norm: wgpu::Buffer,
+    q8: Q8Vectors,
+    /// The quantized output of a gate/up pairing (the next product's q8 input).
+    y_q8: Q8Vectors,
+    step: &'a StepBuffer,
+    weight_bytes: u64,
+    copies: usize,
+    queries: wgpu::QuerySet,
+    resolved: wgpu::Buffer,
+}
+
+impl<'a> Bench<'a> {
+    fn new(
+        ctx: &GpuContext,
+        product: &'a Product,
+        step: &'a StepBuffer,
+        max_copies: u64,
+    ) -> Bench<'a> {
+        let p = product;
+        let w_rows = if p.fusion == Fusion::GateUp {
+            2 * p.rows
+        } else {
+            p.rows
+        };
+        let weight_bytes = p.ty.row_bytes(p.cols).unwrap() * w_rows;
+        let mut bytes = vec![0u8; weight_bytes as usize];
+        fill_random_rows(p.ty, p.cols as usize, w_rows as usize, 0.02, 7, &mut bytes).unwrap();
+        let copies = PASS_BYTES.div_ceil(weight_bytes).clamp(2, max_copies) as usize;
+        let first = upload(ctx, "w", &bytes).unwrap();
+        let mut weights = vec![first];
+        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        for _ in 1..copies {
+            let copy = storage_buffer(ctx, "w copy", weight_bytes).unwrap();
+            encoder.copy_buffer_to_buffer(&weights[0], 0, &copy, 0, weight_bytes);
+            weights.push(copy);
+        }
+        ctx.queue.submit([encoder.finish()]);
+        let x: Vec<f32> = (0..p.cols)
+            .map(|i| ((i % 97) as f32 - 48.0) / 48.0)
+            .collect();
+        let norm: Vec<f32> = (0..p.cols).map(|i| 1.0 + (i % 7) as f32 / 7.0).collect();
+        let queries = ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("matvec timestamps"),
+            ty: wgpu::QueryType::Timestamp,
+            count: 2,
+        });
+        let resolved = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("timestamps"),
+            size: 16,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        Bench {
+            product,
+            weights,
+            x: upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap(),
+            y: storage_buffer(ctx, "y", 4 * p.rows).unwrap(),
+            norm: upload(ctx, "norm", bytemuck::cast_slice(&norm)).unwrap(),
+            q8: Q8Vectors::new(ctx, "x q8", p.cols, 1).unwrap(),
+            y_q8: Q8Vectors::new(ctx, "y q8", p.rows.next_multiple_of(32), 1).unwrap(),
+            step,
+            weight_bytes,
+            copies,
+            queries,
+            resolved,
+        }
+    }
+
+    fn input_norm(&self) -> Option<InputNorm<'_>> {
+        matches!(self.product.fusion, Fusion::Normed | Fusion::GateUp).then_some(InputNorm {
+            weight: &self.norm,
+            eps: EPS,
+        })
+    }
+
+    /// The quantization of x (normed where the product's norm is folded), as the engine
+    /// records it before an integer product.
+    fn quantize_binding(&self, ctx: &GpuContext, q: &QuantizeQ8) -> QuantizeQ8Binding {
+        let x = Activations::contiguous(&self.x, self.product.cols);
+        q.bind(
+            ctx,
+            x,
+            self.product.cols,
+            self.input_norm(),
+            &self.q8,
+            self.step,
+            1,
+        )
+        .expect("binding quantize_q8")
+    }
+
+    /// One binding per weight copy; `quantize_output`: a gate/up pairing also writes y as q8.
+    fn bind(&self, ctx: &GpuContext, kernel: &MatVec, quantize_output: bool) -> Vec<MatVecBinding> {
+        let p = self.product;
+        let q8 = kernel.variant().int_dot;
+        let fusion = MatVecFusion {
+            norm: self.input_norm().filter(|_| !q8),
+            swiglu: p.fusion == Fusion::GateUp,
+            q8: q8.then_some(&self.q8),
+            layout: None,
+            quantize_output: quantize_output.then_some(&self.y_q8),
+        };
+        self.weights
+            .iter()
+            .map(|w| {
+                let io = MatVecIo {
+                    weights: w,
+                    weights_offset: 0,
+                    x: Activations::contiguous(&self.x, p.cols),
+                    y: Activations::contiguous(&self.y, p.rows),
+                    step: self.step,
+                    accumulate: p.fusion == Fusion::Accumulate,
+                    max_batch: 1,
+                };
+                let shape = MatVecShape {
+                    ty: p.ty,
+                    rows: p.rows,
+                    cols: p.cols,
+                };
+                kernel
+                    .bind_fused(ctx, shape, &io, fusion)
+                    .expect("binding matvec")
+            })
+            .collect()
+    }
+
+    /// Median seconds per dispatch (or per `encode`'s group of dispatches) over REPS passes, each
+    /// encoding once per weight copy.
+    fn time(&self, ctx: &GpuContext, encode: impl Fn(&mut wgpu::ComputePass, usize)) -> f64 {
+        let period = f64::from(ctx.queue.get_timestamp_period()) * 1e-9;
+        let mut samples: Vec<f64> = (0..REPS + 1)
+            .map(|_| {
+                let mut encoder = ctx.device.create_command_encoder(&Default::default());
+                {
+                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some("matvec bench"),
+                        timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                            query_set: &self.queries,
+                            beginning_of_pass_write_index: Some(0),
+                            end_of_pass_write_index: Some(1),
+                        }),
+                    });
+                    for copy in 0..self.copies {
+                        encode(&mut pass, copy);
+                    }
+                }
+                encoder.resolve_query_set(&self.queries, 0..2, &self.resolved, 0);
+                ctx.queue.submit([encoder.finish()]);
+                let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(
+                    &fak::gpu::read_back(ctx, &self.resolved, 0..16).unwrap(),
+                );
+                (ticks[1] - ticks[0]) as f64 * period / self.copies as f64
+            })
+            .skip(1) // the first pass pays for pipeline warm-up
+            .collect();
+        samples.sort_by(f64::total_cmp);
+        samples[samples.len() / 2]
+    }
+}
