@@ -2,10 +2,11 @@
 //! causal: GQA groups 1, 2 and 6, head_dim 64, 256 and 40, prompts that are not multiples of the
 //! row or key tile, a prefill continuing a cache that already holds earlier tokens, a one-token
 //! prefill, and a sequence on a shuffled page-table row read through a token table; f32 and f16
-//! caches. Cache slots past the step's last token hold NaN, so a causal leak fails the test.
+//! caches; the cooperative-matrix variant (where the adapter has one) with every workgroup tile
+//! that fits. Cache slots past the step's last token hold NaN, so a causal leak fails the test.
 
 use fak::gpu::kernels::attn_decode::AttnShape;
-use fak::gpu::kernels::attn_prefill::{AttnPrefill, PrefillIo};
+use fak::gpu::kernels::attn_prefill::{AttnPrefill, COOP_ROW_BLOCKS, CoopTile, PrefillIo};
 use fak::gpu::kernels::kv_cache::PageTable;
 use fak::gpu::kernels::support::{Positions, View};
 use fak::gpu::{GpuContext, Step};
@@ -33,11 +34,25 @@ fn shapes() -> [AttnShape; 4] {
     ]
 }
 
+/// Every variant the adapter runs; the cooperative-matrix one once per row-block count whose
+/// workgroup memory fits (the bench compares them, `new` picks one).
 fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
-    variants::<AttnPrefill>(ctx)
-        .into_iter()
-        .map(|paths| AttnPrefill::new(ctx, paths, shape).unwrap())
-        .collect()
+    let limit = ctx.device.limits().max_compute_workgroup_storage_size;
+    let mut out = Vec::new();
+    for paths in variants::<AttnPrefill>(ctx) {
+        match paths.coop_matrix {
+            None => out.push(AttnPrefill::new(ctx, paths, shape).unwrap()),
+            Some(coop) => {
+                for blocks in COOP_ROW_BLOCKS {
+                    let tile = CoopTile::new(coop, blocks, shape.head_dim);
+                    if tile.workgroup_bytes() <= limit {
+                        out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(tile)).unwrap());
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 #[test]
