@@ -6,10 +6,10 @@
 //! that fits. Cache slots past the step's last token hold NaN, so a causal leak fails the test.
 
 use fak::gpu::kernels::attn_decode::AttnShape;
-use fak::gpu::kernels::attn_prefill::{AttnPrefill, COOP_ROW_BLOCKS, CoopTile, PrefillIo};
+use fak::gpu::kernels::attn_prefill::{AttnPrefill, COOP_TILES, CoopTile, PrefillIo};
 use fak::gpu::kernels::kv_cache::PageTable;
 use fak::gpu::kernels::support::{Positions, View};
-use fak::gpu::{GpuContext, Step};
+use fak::gpu::{CoopShape, GpuContext, KernelPaths, Step};
 use fak_tests::attn_prefill::{self, Case, PAGE};
 use fak_tests::inputs::{step_buffer, upload_f32};
 use fak_tests::kv::{Pages, poisoned_cache};
@@ -34,7 +34,7 @@ fn shapes() -> [AttnShape; 4] {
     ]
 }
 
-/// Every variant the adapter runs; the cooperative-matrix one once per row-block count whose
+/// Every variant the adapter runs; the cooperative-matrix one once per tile of `COOP_TILES` whose
 /// workgroup memory fits (the bench compares them, `new` picks one).
 fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let limit = ctx.device.limits().max_compute_workgroup_storage_size;
@@ -43,8 +43,8 @@ fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
         match paths.coop_matrix {
             None => out.push(AttnPrefill::new(ctx, paths, shape).unwrap()),
             Some(coop) => {
-                for blocks in COOP_ROW_BLOCKS {
-                    let tile = CoopTile::new(coop, blocks, shape.head_dim);
+                for tile in COOP_TILES {
+                    let tile = CoopTile::new(coop, tile, shape.head_dim);
                     if tile.workgroup_bytes() <= limit {
                         out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(tile)).unwrap());
                     }
@@ -156,4 +156,49 @@ fn unsupported_shapes_and_mismatched_caches_are_refused() {
         max_tokens: 1,
     };
     assert!(kernel.bind(ctx, io).is_err());
+}
+
+/// The host picks a cooperative-matrix tile by [`CoopTile::workgroup_bytes`] and grids by its
+/// rows: both must be what the kernel's WGSL declares (its workgroup arrays, through naga's
+/// layouter; its `BM`), for every shape and tile, on adapters that cannot run it too.
+#[test]
+fn the_host_coop_tile_geometry_matches_the_wgsl() {
+    for coop in CoopShape::ALL {
+        let paths = KernelPaths {
+            subgroup: true,
+            f16: true,
+            coop_matrix: Some(coop),
+            int_dot: false,
+        };
+        for shape in shapes() {
+            for tile in COOP_TILES {
+                let tile = CoopTile::new(coop, tile, shape.head_dim);
+                let source = AttnPrefill::source_for(paths, shape, Some(tile)).unwrap();
+                let text = source.module.text();
+                let module = naga::front::wgsl::parse_str(&text)
+                    .map_err(|e| e.emit_to_string(&text))
+                    .unwrap();
+                let mut layouter = naga::proc::Layouter::default();
+                layouter.update(module.to_ctx()).unwrap();
+                let bytes: u32 = module
+                    .global_variables
+                    .iter()
+                    .filter(|(_, var)| var.space == naga::AddressSpace::WorkGroup)
+                    .map(|(_, var)| layouter[var.ty].size)
+                    .sum();
+                assert_eq!(bytes, tile.workgroup_bytes(), "{tile:?}");
+                let (_, bm) = module
+                    .constants
+                    .iter()
+                    .find(|(_, c)| c.name.as_deref() == Some("BM"))
+                    .expect("BM");
+                match module.global_expressions[bm.init] {
+                    naga::Expression::Literal(naga::Literal::U32(bm)) => {
+                        assert_eq!(bm, tile.rows(), "{tile:?}")
+                    }
+                    ref other => panic!("BM is {other:?}, not a u32 literal"),
+                }
+            }
+        }
+    }
 }

@@ -22,20 +22,22 @@
 //      accumulators, two MMAs each) and adds each tile through its slot of the stage into
 //      registers: lane λ keeps elements λ + 32k (k < COOP²/32) of each of its dim tiles, scaled
 //      by α of their row first. O lives in f32 registers, not in accumulators, because a
-//      cooperative matrix cannot be scaled per row in WGSL.
+//      cooperative matrix cannot be scaled per row in WGSL. With PV_SLOTS = 2 a subgroup
+//      alternates between two slots, so one barrier per tile orders a slot's write after the
+//      reads of its previous use (one more barrier per tile with one slot).
 // Every coop value is a single named value per loop iteration (no arrays of cooperative
 // matrices: experiments/NOTES.md, H200 call 3), and indices and strides go through `let`s
 // (naga 30's coopStore panic, wgpu-notes.md §7).
 // bindings: see attn_prefill_rows.wgsl (as attn_prefill.wgsl; one bind-group layout for both).
 // dispatch: (ceil(n_tokens·GROUP / BM), n_kv) workgroups of WG = ROW_BLOCKS·KEY_BLOCKS·32.
 // pipelines: HEAD_DIM, GROUP, TOKEN_TABLE overrides as attn_prefill.wgsl; the module consts
-//            ROW_BLOCKS and HEAD_TILES (= ceil(head_dim / COOP)) from the host, which also
-//            checks the workgroup memory below against the device.
+//            ROW_BLOCKS, HEAD_TILES (= ceil(head_dim / COOP)) and PV_SLOTS (1 or 2) from the host,
+//            which also checks the workgroup memory below against the device.
 // variants: the shape file before it: matmul_coop16.wgsl (Vulkan) | matmul_coop8.wgsl (Metal);
 //           `enable f16; enable wgpu_cooperative_matrix;` from the variant, which requires
 //           SUBGROUP (subgroup_id) and, on the host, subgroups exactly 32 wide.
 // requires: kv_f32|kv_f16.wgsl, kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl,
-//           attn_prefill_rows.wgsl, a shape file; the consts ROW_BLOCKS, HEAD_TILES.
+//           attn_prefill_rows.wgsl, a shape file; the consts ROW_BLOCKS, HEAD_TILES, PV_SLOTS.
 
 const SUBGROUP_WIDTH: u32 = 32u;
 const KEY_BLOCKS: u32 = 2u;
@@ -58,17 +60,19 @@ const OWN_TILES: u32 = (HEAD_TILES + KEY_BLOCKS - 1u) / KEY_BLOCKS;
 const LANE_ELEMS: u32 = TILE / SUBGROUP_WIDTH;
 const ACC: u32 = OWN_TILES * LANE_ELEMS;
 const_assert BM * BN == SUBGROUPS * TILE;
+const_assert PV_SLOTS == 1u || PV_SLOTS == 2u;
 
 var<workgroup> q_tile: array<f16, BM * Q_STRIDE>;
 var<workgroup> kv_tile: array<f16, BN * KV_STRIDE>;
 var<workgroup> p_tile: array<f16, BM * P_STRIDE>;
-// The S tile (BM × BN, row-major) in steps 2–3; one COOP × COOP slot per subgroup in step 4.
-var<workgroup> stage: array<f32, BM * BN>;
+// The S tile (BM × BN, row-major) in steps 2–3; PV_SLOTS COOP × COOP slots per subgroup in
+// step 4.
+var<workgroup> stage: array<f32, PV_SLOTS * BM * BN>;
 var<workgroup> key_base: array<u32, BN>;
 var<workgroup> lane_max: array<f32, WG>;
 var<workgroup> lane_sum: array<f32, WG>;
-var<workgroup> row_alpha: array<f32, BM>;
-var<workgroup> row_sum: array<f32, BM>;
+// α of each row in step 4; l of each row after the last step.
+var<workgroup> row_scalar: array<f32, BM>;
 
 // Stages the step's n_keys key (or value) rows as f16, zeros past n_keys and head_dim.
 fn stage_kv(values: bool, n_keys: u32, local: u32) {
@@ -141,7 +145,6 @@ fn main(
     let p_stride = P_STRIDE;
     let kv_stride = KV_STRIDE;
     let tile_stride = COOP;
-    let slot = subgroup * TILE;
 
     for (var k0 = 0u; k0 < key_limit; k0 += BN) {
         let n_keys = min(BN, key_limit - k0);
@@ -185,7 +188,7 @@ fn main(
         }
         lane_sum[local] = part_sum;
         if part == 0u {
-            row_alpha[i] = alpha;
+            row_scalar[i] = alpha;
         }
         workgroupBarrier();
         var tile_sum = 0.0;
@@ -209,22 +212,28 @@ fn main(
             let v1 = coopLoadT<CoopB>(&kv_tile[v_at1], kv_stride);
             var pv = coopMultiplyAdd(p0, v0, CoopC());
             pv = coopMultiplyAdd(p1, v1, pv);
+            let slot = (subgroup * PV_SLOTS + t % PV_SLOTS) * TILE;
             coopStoreT(pv, &stage[slot], tile_stride);
             workgroupBarrier();
             if ni + KEY_BLOCKS * t < HEAD_TILES {
                 for (var k = 0u; k < LANE_ELEMS; k++) {
                     let e = lane + SUBGROUP_WIDTH * k;
                     let at = t * LANE_ELEMS + k;
-                    acc[at] = acc[at] * row_alpha[mi * COOP + e / COOP] + stage[slot + e];
+                    acc[at] = acc[at] * row_scalar[mi * COOP + e / COOP] + stage[slot + e];
                 }
             }
-            // The next tile (or the next step's scores) overwrites the slot after this read.
-            workgroupBarrier();
+            // With one slot, the next tile overwrites it only after this read; with two, the
+            // next tile's barrier orders this read before the slot's reuse.
+            if PV_SLOTS == 1u {
+                workgroupBarrier();
+            }
         }
     }
 
+    // Every α has been read (and, with two slots, every slot) before l replaces it.
+    workgroupBarrier();
     if part == 0u {
-        row_sum[i] = l;
+        row_scalar[i] = l;
     }
     workgroupBarrier();
     for (var t = 0u; t < OWN_TILES; t++) {
@@ -234,7 +243,7 @@ fn main(
             let d = (ni + KEY_BLOCKS * t) * COOP + e % COOP;
             let th = row_token_head(row0 + row, g);
             if th.x != 0xffffffffu && d < HEAD_DIM {
-                o[view_index(params.o, th.x, th.y, d)] = acc[t * LANE_ELEMS + k] / row_sum[row];
+                o[view_index(params.o, th.x, th.y, d)] = acc[t * LANE_ELEMS + k] / row_scalar[row];
             }
         }
     }

@@ -116,9 +116,9 @@ pub fn run_case(ctx: &GpuContext, kernel: &AttnPrefill, case: &Case, seed: u64) 
     Output {
         part: "",
         what: format!(
-            "{} ({} rows per tile) {:?} tokens {}..{} table {}",
+            "{} ({:?}) {:?} tokens {}..{} table {}",
             kernel.variant(),
-            kernel.rows_per_tile(),
+            kernel.tile(),
             case.shape,
             case.start,
             end,

@@ -45,9 +45,9 @@ const SCALAR_ROWS: u32 = 32;
 /// The widest head the kernels' accumulators hold (the f32-tile kernel: 4 invocations per row,
 /// 64 each).
 pub const MAX_HEAD_DIM: u32 = 256;
-/// Row blocks (`ROW_BLOCKS`: subgroup rows of the workgroup) the cooperative-matrix kernel may
-/// take, most first: [`AttnPrefill::new`] builds the first whose workgroup memory fits.
-pub const COOP_ROW_BLOCKS: [u32; 3] = [4, 2, 1];
+/// The workgroups the cooperative-matrix kernel may take, as (row blocks, P·V slots), in order
+/// of preference: [`AttnPrefill::new`] builds the first whose workgroup memory fits.
+pub const COOP_TILES: [(u32, u32); 6] = [(4, 2), (4, 1), (2, 2), (2, 1), (1, 2), (1, 1)];
 
 /// The workgroup geometry of the cooperative-matrix kernel (the consts of
 /// wgsl/attn_prefill_coop.wgsl): `row_blocks` × 2 subgroups of 32, `row_blocks`·COOP rows.
@@ -55,15 +55,19 @@ pub const COOP_ROW_BLOCKS: [u32; 3] = [4, 2, 1];
 pub struct CoopTile {
     pub coop: CoopShape,
     pub row_blocks: u32,
+    /// Staging slots per subgroup for its P·V tiles (1 or 2: two save a barrier per tile).
+    pub pv_slots: u32,
     /// Dim tiles of COOP covering the head (the head padded with zeros).
     pub head_tiles: u32,
 }
 
 impl CoopTile {
-    pub fn new(coop: CoopShape, row_blocks: u32, head_dim: u32) -> Self {
+    /// `(row_blocks, pv_slots)`: one of [`COOP_TILES`].
+    pub fn new(coop: CoopShape, (row_blocks, pv_slots): (u32, u32), head_dim: u32) -> Self {
         CoopTile {
             coop,
             row_blocks,
+            pv_slots,
             head_tiles: head_dim.div_ceil(coop.size()),
         }
     }
@@ -79,7 +83,7 @@ impl CoopTile {
         let stride = self.head_tiles * n + 8;
         let invocations = self.row_blocks * 2 * 32;
         let halves = rows * stride + keys * stride + rows * (keys + 8);
-        let words = rows * keys + keys + 2 * invocations + 2 * rows;
+        let words = self.pv_slots * rows * keys + keys + 2 * invocations + rows;
         2 * halves + 4 * words
     }
 }
@@ -117,7 +121,7 @@ pub struct PrefillIo<'a> {
 pub struct AttnPrefill {
     variant: KernelPaths,
     shape: AttnShape,
-    rows_per_tile: u32,
+    tile: Option<CoopTile>,
     layout: wgpu::BindGroupLayout,
     /// Index: `TOKEN_TABLE`.
     pipelines: Vec<wgpu::ComputePipeline>,
@@ -144,7 +148,7 @@ impl Kernel for AttnPrefill {
         let shape = AttnShape::EXAMPLE;
         let tile = variant
             .coop_matrix
-            .map(|coop| CoopTile::new(coop, COOP_ROW_BLOCKS[0], shape.head_dim));
+            .map(|coop| CoopTile::new(coop, COOP_TILES[0], shape.head_dim));
         Self::source_for(variant, shape, tile).expect("the example shape is supported")
     }
 
@@ -201,6 +205,7 @@ impl AttnPrefill {
             (Some(coop), Some(tile)) if tile.coop == coop => module
                 .with_const("ROW_BLOCKS", tile.row_blocks)
                 .with_const("HEAD_TILES", tile.head_tiles)
+                .with_const("PV_SLOTS", tile.pv_slots)
                 .with(match coop {
                     CoopShape::M8x8 => wgsl::MATMUL_COOP8,
                     CoopShape::M16x16 => wgsl::MATMUL_COOP16,
@@ -232,17 +237,17 @@ impl AttnPrefill {
     }
 
     /// Builds the variant `paths` selects ([`AttnPrefill::select`]) for `shape`; a
-    /// cooperative-matrix one with the most row blocks of [`COOP_ROW_BLOCKS`] whose workgroup
-    /// memory fits the device.
+    /// cooperative-matrix one with the first tile of [`COOP_TILES`] whose workgroup memory fits
+    /// the device.
     pub fn new(ctx: &GpuContext, paths: KernelPaths, shape: AttnShape) -> Result<Self, GpuError> {
         let variant = Self::select(paths);
         let tile = match variant.coop_matrix {
             None => None,
             Some(coop) => {
                 let limit = ctx.device.limits().max_compute_workgroup_storage_size;
-                let fits = COOP_ROW_BLOCKS
+                let fits = COOP_TILES
                     .into_iter()
-                    .map(|blocks| CoopTile::new(coop, blocks, shape.head_dim))
+                    .map(|tile| CoopTile::new(coop, tile, shape.head_dim))
                     .find(|tile| tile.workgroup_bytes() <= limit);
                 Some(fits.ok_or_else(|| {
                     shape_error(
@@ -283,7 +288,7 @@ impl AttnPrefill {
         Ok(AttnPrefill {
             variant,
             shape,
-            rows_per_tile: tile.map_or(SCALAR_ROWS, CoopTile::rows),
+            tile,
             layout: built.layout,
             pipelines: built.pipelines,
             placeholder: support::placeholder(ctx),
@@ -294,9 +299,14 @@ impl AttnPrefill {
         self.variant
     }
 
+    /// The cooperative-matrix workgroup (None for the f32-tile kernel).
+    pub fn tile(&self) -> Option<CoopTile> {
+        self.tile
+    }
+
     /// (token, query head) rows per workgroup.
     pub fn rows_per_tile(&self) -> u32 {
-        self.rows_per_tile
+        self.tile.map_or(SCALAR_ROWS, CoopTile::rows)
     }
 
     /// The cache type this kernel reads.
@@ -385,7 +395,7 @@ impl AttnPrefill {
     /// Row tiles (workgroups per kv head) for `n_tokens` tokens.
     fn tiles(&self, n_tokens: u32) -> u64 {
         (u64::from(n_tokens) * u64::from(self.shape.group()))
-            .div_ceil(u64::from(self.rows_per_tile))
+            .div_ceil(u64::from(self.rows_per_tile()))
     }
 
     /// Records the dispatch for a step of `n_tokens` tokens (at most the binding's `max_tokens`).

@@ -8,7 +8,7 @@
 
 use crate::median_seconds;
 use fak::gpu::kernels::attn_decode::AttnShape;
-use fak::gpu::kernels::attn_prefill::{AttnPrefill, COOP_ROW_BLOCKS, CoopTile, PrefillIo};
+use fak::gpu::kernels::attn_prefill::{AttnPrefill, COOP_TILES, CoopTile, PrefillIo};
 use fak::gpu::kernels::kv_cache::{KvCache, KvDtype, KvLayout, PageTable};
 use fak::gpu::kernels::support::{Positions, View};
 use fak::gpu::{GpuContext, Kernel, Step, StepBuffer, storage_buffer, upload};
@@ -58,7 +58,9 @@ const PAGE: u32 = 64;
 const DISPATCHES: u32 = 4;
 
 pub fn run(ctx: &GpuContext, quick: bool) {
-    println!("variant\trows_per_tile\tcase\tn_head\tn_kv\thead_dim\ttokens\tcached\tus_per_dispatch\ttflops");
+    println!(
+        "variant\trows_per_tile\tpv_slots\tcase\tn_head\tn_kv\thead_dim\ttokens\tcached\tus_per_dispatch\ttflops"
+    );
     let cases: &[Case] = if quick { &QUICK_CASES } else { &CASES };
     for &(name, shape, n_tokens, cached) in cases {
         for kernel in kernels(ctx, shape) {
@@ -69,9 +71,12 @@ pub fn run(ctx: &GpuContext, quick: bool) {
                 * u64::from(shape.n_head);
             let flops = 4.0 * pairs as f64 * f64::from(shape.head_dim);
             println!(
-                "{}\t{}\t{name}\t{}\t{}\t{}\t{n_tokens}\t{cached}\t{:.1}\t{:.2}",
+                "{}\t{}\t{}\t{name}\t{}\t{}\t{}\t{n_tokens}\t{cached}\t{:.1}\t{:.2}",
                 kernel.variant(),
                 kernel.rows_per_tile(),
+                kernel
+                    .tile()
+                    .map_or("-".to_string(), |t| t.pv_slots.to_string()),
                 shape.n_head,
                 shape.n_kv,
                 shape.head_dim,
@@ -82,7 +87,7 @@ pub fn run(ctx: &GpuContext, quick: bool) {
     }
 }
 
-/// Every variant the adapter runs; the cooperative-matrix one per row-block count that fits.
+/// Every variant the adapter runs; the cooperative-matrix one per tile that fits.
 fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let limit = ctx.device.limits().max_compute_workgroup_storage_size;
     let mut variants = Vec::new();
@@ -96,8 +101,8 @@ fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
         match paths.coop_matrix {
             None => out.push(AttnPrefill::new(ctx, paths, shape).expect("building attn_prefill")),
             Some(coop) => {
-                for blocks in COOP_ROW_BLOCKS {
-                    let tile = CoopTile::new(coop, blocks, shape.head_dim);
+                for tile in COOP_TILES {
+                    let tile = CoopTile::new(coop, tile, shape.head_dim);
                     if tile.workgroup_bytes() <= limit {
                         out.push(
                             AttnPrefill::with_tile(ctx, paths, shape, Some(tile))
@@ -133,7 +138,9 @@ fn time_one(
     }
     let pages = PageTable::identity(ctx, layout.pages_per_row).expect("the page table");
     let width = u64::from(n_tokens * shape.n_head * shape.head_dim);
-    let q: Vec<f32> = (0..width).map(|i| ((i % 89) as f32 - 44.0) / 44.0).collect();
+    let q: Vec<f32> = (0..width)
+        .map(|i| ((i % 89) as f32 - 44.0) / 44.0)
+        .collect();
     let q = upload(ctx, "q", bytemuck::cast_slice(&q)).unwrap();
     let o = storage_buffer(ctx, "o", width * 4).unwrap();
     let step = StepBuffer::new(ctx);
