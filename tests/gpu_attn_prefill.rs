@@ -160,7 +160,8 @@ fn unsupported_shapes_and_mismatched_caches_are_refused() {
 
 /// The host picks a cooperative-matrix tile by [`CoopTile::workgroup_bytes`] and grids by its
 /// rows: both must be what the kernel's WGSL declares (its workgroup arrays, through naga's
-/// layouter; its `BM`), for every shape and tile, on adapters that cannot run it too.
+/// layouter; its `BM`), for every shape and tile, on adapters that cannot run it too; and every
+/// tile's module must validate (the translation test builds only the first tile).
 #[test]
 fn the_host_coop_tile_geometry_matches_the_wgsl() {
     for coop in CoopShape::ALL {
@@ -178,6 +179,14 @@ fn the_host_coop_tile_geometry_matches_the_wgsl() {
                 let module = naga::front::wgsl::parse_str(&text)
                     .map_err(|e| e.emit_to_string(&text))
                     .unwrap();
+                // Each tile's module validates (uniformity included: PV_SLOTS decides a barrier).
+                naga::valid::Validator::new(
+                    naga::valid::ValidationFlags::all(),
+                    naga::valid::Capabilities::all(),
+                )
+                .validate(&module)
+                .map_err(|e| e.emit_to_string(&text))
+                .unwrap();
                 let mut layouter = naga::proc::Layouter::default();
                 layouter.update(module.to_ctx()).unwrap();
                 let bytes: u32 = module
