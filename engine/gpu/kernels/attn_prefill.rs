@@ -45,9 +45,20 @@ const SCALAR_ROWS: u32 = 32;
 /// The widest head the kernels' accumulators hold (the f32-tile kernel: 4 invocations per row,
 /// 64 each).
 pub const MAX_HEAD_DIM: u32 = 256;
-/// The workgroups the cooperative-matrix kernel may take, as (row blocks, P·V slots), in order
-/// of preference: [`AttnPrefill::new`] builds the first whose workgroup memory fits.
-pub const COOP_TILES: [(u32, u32); 6] = [(4, 2), (4, 1), (2, 2), (2, 1), (1, 2), (1, 1)];
+/// The workgroups the cooperative-matrix kernel may take, as (row blocks, P·V slots; 0: O in
+/// workgroup memory), in order of preference: [`AttnPrefill::new`] builds the first whose
+/// workgroup memory fits.
+pub const COOP_TILES: [(u32, u32); 9] = [
+    (4, 2),
+    (4, 1),
+    (4, 0),
+    (2, 2),
+    (2, 1),
+    (2, 0),
+    (1, 2),
+    (1, 1),
+    (1, 0),
+];
 
 /// The workgroup geometry of the cooperative-matrix kernel (the consts of
 /// wgsl/attn_prefill_coop.wgsl): `row_blocks` × 2 subgroups of 32, `row_blocks`·COOP rows.
@@ -55,9 +66,11 @@ pub const COOP_TILES: [(u32, u32); 6] = [(4, 2), (4, 1), (2, 2), (2, 1), (1, 2),
 pub struct CoopTile {
     pub coop: CoopShape,
     pub row_blocks: u32,
-    /// Staging slots per subgroup for its P·V tiles (1 or 2: two save a barrier per tile).
+    /// Staging slots per subgroup for its P·V tiles (1 or 2: two save a barrier per tile), or 0:
+    /// O accumulates in workgroup memory.
     pub pv_slots: u32,
-    /// Dim tiles of COOP covering the head (the head padded with zeros).
+    /// Dim tiles of COOP covering the head (the head padded with zeros), an even number (the
+    /// workgroup's two subgroup columns split them).
     pub head_tiles: u32,
 }
 
@@ -68,7 +81,7 @@ impl CoopTile {
             coop,
             row_blocks,
             pv_slots,
-            head_tiles: head_dim.div_ceil(coop.size()),
+            head_tiles: 2 * head_dim.div_ceil(2 * coop.size()),
         }
     }
 
@@ -80,10 +93,16 @@ impl CoopTile {
     pub fn workgroup_bytes(self) -> u32 {
         let n = self.coop.size();
         let (rows, keys) = (self.rows(), 2 * n);
-        let stride = self.head_tiles * n + 8;
+        let dims = self.head_tiles * n;
         let invocations = self.row_blocks * 2 * 32;
-        let halves = rows * stride + keys * stride + rows * (keys + 8);
-        let words = self.pv_slots * rows * keys + keys + 2 * invocations + rows;
+        let halves = (rows + keys) * (dims + 8) + rows * (keys + 8);
+        let o_tile = if self.pv_slots == 0 {
+            rows * (dims + 4)
+        } else {
+            1
+        };
+        let stage = self.pv_slots.max(1) * rows * keys;
+        let words = stage + o_tile + keys + 2 * invocations + rows;
         2 * halves + 4 * words
     }
 }
