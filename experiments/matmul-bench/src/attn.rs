@@ -4,7 +4,9 @@
 //! runs: Qwen3-8B (32 query heads, 8 kv heads of 128) 512-token chunks after 0, 1536 and 7680
 //! cached tokens (the first chunk, and the last of 2048- and 8192-token prompts), and Qwen3.5-27B's
 //! attention layers (24 query heads, 4 kv heads of 256) 128 tokens after 2048. FLOPs count the
-//! causal part only: 4 · head_dim per (query row, key) pair a row attends to.
+//! causal part only: 4 · head_dim per (query row, key) pair a row attends to. Each variant's
+//! output is compared with the f32-tile kernel's on the same f16 cache (`max_diff_vs_f16`), a
+//! check at full size of what the GPU tests check on tiny shapes.
 
 use crate::median_seconds;
 use fak::gpu::kernels::attn_decode::AttnShape;
@@ -59,19 +61,32 @@ const DISPATCHES: u32 = 4;
 
 pub fn run(ctx: &GpuContext, quick: bool) {
     println!(
-        "variant\trows_per_tile\tpv_slots\tcase\tn_head\tn_kv\thead_dim\ttokens\tcached\tus_per_dispatch\ttflops"
+        "variant\trows_per_tile\tpv_slots\tcase\tn_head\tn_kv\thead_dim\ttokens\tcached\tus_per_dispatch\ttflops\tmax_diff_vs_f16"
     );
     let cases: &[Case] = if quick { &QUICK_CASES } else { &CASES };
     for &(name, shape, n_tokens, cached) in cases {
+        let mut f16_output: Option<Vec<f32>> = None;
         for kernel in kernels(ctx, shape) {
-            let seconds = time_one(ctx, &kernel, shape, n_tokens, cached);
+            let (seconds, output) = time_one(ctx, &kernel, shape, n_tokens, cached);
+            if kernel.variant().f16 && kernel.tile().is_none() {
+                f16_output = Some(output.clone());
+            }
+            // The f32-cache fallback comes first and reads other values: no comparison.
+            let diff =
+                f16_output.as_ref().map_or("-".to_string(), |want| {
+                    let max = want.iter().zip(&output).map(|(a, b)| (a - b).abs()).fold(
+                        0.0,
+                        |m: f32, d| if d.is_nan() { f32::NAN } else { m.max(d) },
+                    );
+                    format!("{max:.2e}")
+                });
             let pairs: u64 = (0..u64::from(n_tokens))
                 .map(|t| u64::from(cached) + t + 1)
                 .sum::<u64>()
                 * u64::from(shape.n_head);
             let flops = 4.0 * pairs as f64 * f64::from(shape.head_dim);
             println!(
-                "{}\t{}\t{}\t{name}\t{}\t{}\t{}\t{n_tokens}\t{cached}\t{:.1}\t{:.2}",
+                "{}\t{}\t{}\t{name}\t{}\t{}\t{}\t{n_tokens}\t{cached}\t{:.1}\t{:.2}\t{diff}",
                 kernel.variant(),
                 kernel.rows_per_tile(),
                 kernel
@@ -116,14 +131,14 @@ fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     out
 }
 
-/// Median seconds per dispatch of one chunk of `n_tokens` after `cached` tokens.
+/// Median seconds per dispatch of one chunk of `n_tokens` after `cached` tokens, and its output.
 fn time_one(
     ctx: &GpuContext,
     kernel: &AttnPrefill,
     shape: AttnShape,
     n_tokens: u32,
     cached: u32,
-) -> f64 {
+) -> (f64, Vec<f32>) {
     let dtype = kernel.dtype();
     let layout = KvLayout::contiguous(shape.n_kv, shape.head_dim, PAGE, cached + n_tokens, dtype);
     let cache = KvCache::new(ctx, layout).expect("the cache");
@@ -155,9 +170,11 @@ fn time_one(
         max_tokens: n_tokens,
     };
     let binding = kernel.bind(ctx, io).expect("binding attn_prefill");
-    median_seconds(ctx, DISPATCHES, |pass| {
+    let seconds = median_seconds(ctx, DISPATCHES, |pass| {
         kernel.encode(pass, &binding, n_tokens)
-    })
+    });
+    let output = fak::gpu::read_back_f32(ctx, &o, 0..width * 4).expect("reading o back");
+    (seconds, output)
 }
 
 /// The f16 bit pattern of `x` (|x| ≤ 1, truncated: the bench needs plausible values, not exact
