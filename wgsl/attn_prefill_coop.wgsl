@@ -18,29 +18,25 @@
 //      MMAs and stores it (f32) to the stage;
 //   3. all invocations stage V over K, and WG / BM lanes per row mask, take the row max through
 //      workgroup memory, and write P (f16), α and the rounded weights' sum;
-//   4. subgroup (mi, ni) multiplies P's row block mi by V's dim tiles ni, ni + 2, … (two MMAs
-//      each). A cooperative matrix cannot be scaled per row in WGSL, so O is kept either
-//      - in f32 registers (PV_SLOTS 1 or 2): each product starts from zero and goes through a
-//        slot of the stage; lane λ keeps elements λ + 32k (k < COOP²/32) of each of its dim
-//        tiles, scaled by α of their row first. With two slots a subgroup alternates between
-//        them, so one barrier per tile orders a slot's write after the reads of its previous
-//        use (one more per tile with one slot); or
-//      - in workgroup memory (PV_SLOTS 0): o_tile (f32, BM × O_STRIDE) is scaled by α in step 3
-//        by the row's lanes and is the accumulator the MMAs load and store back: no barrier
-//        inside step 4, but BM·D_PAD more f32 of workgroup memory.
+//   4. subgroup (mi, ni) adds P's row block mi times V's dim tiles ni, ni + 2, … (two MMAs each)
+//      to O. A cooperative matrix cannot be scaled per row in WGSL, so O lives in workgroup
+//      memory: o_tile (f32, BM × O_STRIDE) is scaled by α in step 3 by the row's lanes and is
+//      the accumulator the MMAs load and store back (no barrier inside step 4). O in registers
+//      fed through staging slots was measured too and gave wrong results on the H200
+//      (experiments/NOTES.md, attn-prefill-coop).
 // Every coop value is a single named value per loop iteration (no arrays of cooperative
 // matrices: experiments/NOTES.md, H200 call 3), and indices and strides go through `let`s
 // (naga 30's coopStore panic, wgpu-notes.md §7).
 // bindings: see attn_prefill_rows.wgsl (as attn_prefill.wgsl; one bind-group layout for both).
 // dispatch: (ceil(n_tokens·GROUP / BM), n_kv) workgroups of WG = ROW_BLOCKS·KEY_BLOCKS·32.
 // pipelines: HEAD_DIM, GROUP, TOKEN_TABLE overrides as attn_prefill.wgsl; the module consts
-//            ROW_BLOCKS, HEAD_TILES (= 2·ceil(head_dim / 2·COOP)) and PV_SLOTS (0, 1 or 2) from
-//            the host, which also checks the workgroup memory below against the device.
+//            ROW_BLOCKS and HEAD_TILES (= 2·ceil(head_dim / 2·COOP)) from the host, which also
+//            checks the workgroup memory below against the device.
 // variants: the shape file before it: matmul_coop16.wgsl (Vulkan) | matmul_coop8.wgsl (Metal);
 //           `enable f16; enable wgpu_cooperative_matrix;` from the variant, which requires
 //           SUBGROUP (subgroup_id) and, on the host, subgroups exactly 32 wide.
 // requires: kv_f32|kv_f16.wgsl, kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl,
-//           attn_prefill_rows.wgsl, a shape file; the consts ROW_BLOCKS, HEAD_TILES, PV_SLOTS.
+//           attn_prefill_rows.wgsl, a shape file; the consts ROW_BLOCKS, HEAD_TILES.
 
 const SUBGROUP_WIDTH: u32 = 32u;
 const KEY_BLOCKS: u32 = 2u;
@@ -55,35 +51,24 @@ const Q_STRIDE: u32 = D_PAD + 8u;
 const KV_STRIDE: u32 = D_PAD + 8u;
 const P_STRIDE: u32 = BN + 8u;
 const O_STRIDE: u32 = D_PAD + 4u;
-const TILE: u32 = COOP * COOP;
 // Softmax lanes per row, and the keys each of them scores.
 const ROW_LANES: u32 = WG / BM;
 const LANE_KEYS: u32 = BN / ROW_LANES;
-// Dim tiles per subgroup in step 4, elements per lane of one tile.
+// Dim tiles per subgroup in step 4.
 const OWN_TILES: u32 = HEAD_TILES / KEY_BLOCKS;
-const LANE_ELEMS: u32 = TILE / SUBGROUP_WIDTH;
-// 1 where O accumulates in workgroup memory (PV_SLOTS 0); the arrays the other mode does not use
-// shrink to one element.
-const O_SHARED: u32 = 1u - min(PV_SLOTS, 1u);
-const O_LEN: u32 = O_SHARED * BM * O_STRIDE + 1u - O_SHARED;
-const ACC: u32 = (1u - O_SHARED) * OWN_TILES * LANE_ELEMS + O_SHARED;
-const STAGE_SLOTS: u32 = max(PV_SLOTS, 1u);
-const_assert BM * BN == SUBGROUPS * TILE;
-const_assert PV_SLOTS <= 2u;
 const_assert HEAD_TILES % KEY_BLOCKS == 0u;
 
 var<workgroup> q_tile: array<f16, BM * Q_STRIDE>;
 var<workgroup> kv_tile: array<f16, BN * KV_STRIDE>;
 var<workgroup> p_tile: array<f16, BM * P_STRIDE>;
-// The S tile (BM × BN, row-major) in steps 2–3; PV_SLOTS COOP × COOP slots per subgroup in
-// step 4.
-var<workgroup> stage: array<f32, STAGE_SLOTS * BM * BN>;
-var<workgroup> o_tile: array<f32, O_LEN>;
+// The S tile (BM × BN, row-major).
+var<workgroup> stage: array<f32, BM * BN>;
+var<workgroup> o_tile: array<f32, BM * O_STRIDE>;
 var<workgroup> key_base: array<u32, BN>;
 var<workgroup> lane_max: array<f32, WG>;
 var<workgroup> lane_sum: array<f32, WG>;
-// α of each row in step 4; l of each row after the last step.
-var<workgroup> row_scalar: array<f32, BM>;
+// l of each row after the last step.
+var<workgroup> row_sum: array<f32, BM>;
 
 // Stages the step's n_keys key (or value) rows as f16, zeros past n_keys and head_dim.
 fn stage_kv(values: bool, n_keys: u32, local: u32) {
@@ -115,8 +100,8 @@ fn score_tile(mi: u32, ni: u32) {
     coopStoreT(s, &stage[s_at], s_stride);
 }
 
-// Step 4 with O in workgroup memory: o_tile's tile (mi, dt) += P · V.
-fn accumulate_shared(p0: CoopA, p1: CoopA, mi: u32, dt: u32) {
+// Step 4: o_tile's tile (mi, dt) += P · V.
+fn accumulate(p0: CoopA, p1: CoopA, mi: u32, dt: u32) {
     let kv_stride = KV_STRIDE;
     let o_stride = O_STRIDE;
     let v_at = dt * COOP;
@@ -130,25 +115,11 @@ fn accumulate_shared(p0: CoopA, p1: CoopA, mi: u32, dt: u32) {
     coopStoreT(o_acc, &o_tile[o_at], o_stride);
 }
 
-// Step 4 with O in registers: P · V of dim tile dt into this subgroup's slot of the stage.
-fn product_to_slot(p0: CoopA, p1: CoopA, dt: u32, slot: u32) {
-    let kv_stride = KV_STRIDE;
-    let tile_stride = COOP;
-    let v_at = dt * COOP;
-    let v0 = coopLoadT<CoopB>(&kv_tile[v_at], kv_stride);
-    let v_at1 = v_at + COOP * KV_STRIDE;
-    let v1 = coopLoadT<CoopB>(&kv_tile[v_at1], kv_stride);
-    var pv = coopMultiplyAdd(p0, v0, CoopC());
-    pv = coopMultiplyAdd(p1, v1, pv);
-    coopStoreT(pv, &stage[slot], tile_stride);
-}
-
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wg: vec3<u32>,
     @builtin(local_invocation_index) local: u32,
     @builtin(subgroup_id) subgroup: u32,
-    @builtin(subgroup_invocation_id) lane: u32,
 ) {
     let row0 = wg.x * BM;
     let g = wg.y;
@@ -175,15 +146,11 @@ fn main(
         q_tile[(e / D_PAD) * Q_STRIDE + e % D_PAD] =
             f16(query_element(row0 + e / D_PAD, g, e % D_PAD, qscale));
     }
-    for (var e = local; e < O_LEN; e += WG) {
+    for (var e = local; e < BM * O_STRIDE; e += WG) {
         o_tile[e] = 0.0;
     }
     var m = NEG;
     var l = 0.0;
-    var acc: array<f32, ACC>;
-    for (var a = 0u; a < ACC; a++) {
-        acc[a] = 0.0;
-    }
     let p_stride = P_STRIDE;
 
     for (var k0 = 0u; k0 < key_limit; k0 += BN) {
@@ -227,13 +194,8 @@ fn main(
             part_sum += f32(p);
         }
         lane_sum[local] = part_sum;
-        if part == 0u {
-            row_scalar[i] = alpha;
-        }
-        if O_SHARED == 1u {
-            for (var d = part; d < D_PAD; d += ROW_LANES) {
-                o_tile[i * O_STRIDE + d] *= alpha;
-            }
+        for (var d = part; d < D_PAD; d += ROW_LANES) {
+            o_tile[i * O_STRIDE + d] *= alpha;
         }
         workgroupBarrier();
         var tile_sum = 0.0;
@@ -242,60 +204,29 @@ fn main(
         }
         l = l * alpha + tile_sum;
 
-        // Step 4: O = α·O + P·V, dim tile by dim tile.
+        // Step 4: O += P·V (O scaled by α above); the next step's first barrier orders these
+        // stores before its scaling.
         let p_at = mi * COOP * P_STRIDE;
         let p0 = coopLoadT<CoopA>(&p_tile[p_at], p_stride);
         let p_at1 = p_at + COOP;
         let p1 = coopLoadT<CoopA>(&p_tile[p_at1], p_stride);
         for (var t = 0u; t < OWN_TILES; t++) {
-            let dt = ni + KEY_BLOCKS * t;
-            if O_SHARED == 1u {
-                // The next step's first barrier orders these stores before its scaling.
-                accumulate_shared(p0, p1, mi, dt);
-                continue;
-            }
-            let slot = (subgroup * STAGE_SLOTS + t % STAGE_SLOTS) * TILE;
-            product_to_slot(p0, p1, dt, slot);
-            workgroupBarrier();
-            for (var k = 0u; k < LANE_ELEMS; k++) {
-                let e = lane + SUBGROUP_WIDTH * k;
-                let at = t * LANE_ELEMS + k;
-                acc[at] = acc[at] * row_scalar[mi * COOP + e / COOP] + stage[slot + e];
-            }
-            // With one slot, the next tile overwrites it only after this read; with two, the
-            // next tile's barrier orders this read before the slot's reuse.
-            if STAGE_SLOTS == 1u {
-                workgroupBarrier();
-            }
+            accumulate(p0, p1, mi, ni + KEY_BLOCKS * t);
         }
     }
 
-    // Every α has been read (and every slot and o_tile tile written) before l replaces α.
+    // Every o_tile tile has been written before it is read.
     workgroupBarrier();
     if part == 0u {
-        row_scalar[i] = l;
+        row_sum[i] = l;
     }
     workgroupBarrier();
-    if O_SHARED == 1u {
-        for (var e = local; e < BM * D_PAD; e += WG) {
-            write_output(row0, g, e / D_PAD, e % D_PAD, o_tile[(e / D_PAD) * O_STRIDE + e % D_PAD]);
+    for (var e = local; e < BM * D_PAD; e += WG) {
+        let row = e / D_PAD;
+        let d = e % D_PAD;
+        let th = row_token_head(row0 + row, g);
+        if th.x != 0xffffffffu && d < HEAD_DIM {
+            o[view_index(params.o, th.x, th.y, d)] = o_tile[row * O_STRIDE + d] / row_sum[row];
         }
-        return;
-    }
-    for (var t = 0u; t < OWN_TILES; t++) {
-        for (var k = 0u; k < LANE_ELEMS; k++) {
-            let e = lane + SUBGROUP_WIDTH * k;
-            let d = (ni + KEY_BLOCKS * t) * COOP + e % COOP;
-            write_output(row0, g, mi * COOP + e / COOP, d, acc[t * LANE_ELEMS + k]);
-        }
-    }
-}
-
-// o of tile row `row`, dim d: the weighted sum over l (row_scalar after the last step); rows
-// past the step and the head's padding are not written.
-fn write_output(row0: u32, g: u32, row: u32, d: u32, weighted: f32) {
-    let th = row_token_head(row0 + row, g);
-    if th.x != 0xffffffffu && d < HEAD_DIM {
-        o[view_index(params.o, th.x, th.y, d)] = weighted / row_scalar[row];
     }
 }

@@ -5,8 +5,10 @@
 //! - fallback (f32 cache) and `f16` (f16 cache): f32 tiles in workgroup memory, f32 FMAs
 //!   (wgsl/attn_prefill.wgsl);
 //! - `subgroup+f16+coop16x16` (Vulkan) / `subgroup+f16+coop8x8` (Metal): S = Q·Kᵀ and P·V on
-//!   cooperative matrices, f16 inputs and f32 accumulation (wgsl/attn_prefill_coop.wgsl), built
-//!   where the context allows the shape (the mat-mul's rule: `GpuContext::paths`).
+//!   cooperative matrices, f16 inputs and f32 accumulation (wgsl/attn_prefill_coop.wgsl). Not
+//!   selected yet ([`AttnPrefill::select`]): on the H200 it is correct but no faster than the
+//!   f32-tile kernel (experiments/NOTES.md, attn-prefill-coop); built by
+//!   [`AttnPrefill::with_tile`] for its tests and the bench.
 //!
 //! Both share the bindings and row addressing (wgsl/attn_prefill_rows.wgsl), so a binding is the
 //! same for every variant; only the rows per workgroup differ ([`AttnPrefill::rows_per_tile`]).
@@ -45,20 +47,9 @@ const SCALAR_ROWS: u32 = 32;
 /// The widest head the kernels' accumulators hold (the f32-tile kernel: 4 invocations per row,
 /// 64 each).
 pub const MAX_HEAD_DIM: u32 = 256;
-/// The workgroups the cooperative-matrix kernel may take, as (row blocks, P·V slots; 0: O in
-/// workgroup memory), in order of preference: [`AttnPrefill::new`] builds the first whose
-/// workgroup memory fits.
-pub const COOP_TILES: [(u32, u32); 9] = [
-    (4, 2),
-    (4, 1),
-    (4, 0),
-    (2, 2),
-    (2, 1),
-    (2, 0),
-    (1, 2),
-    (1, 1),
-    (1, 0),
-];
+/// Row blocks (`ROW_BLOCKS`, 16 rows each on Vulkan) the cooperative-matrix kernel may take,
+/// most first; [`CoopTile::fitting`] takes the first whose workgroup memory fits.
+pub const COOP_ROW_BLOCKS: [u32; 3] = [4, 2, 1];
 
 /// The workgroup geometry of the cooperative-matrix kernel (the consts of
 /// wgsl/attn_prefill_coop.wgsl): `row_blocks` × 2 subgroups of 32, `row_blocks`·COOP rows.
@@ -66,23 +57,26 @@ pub const COOP_TILES: [(u32, u32); 9] = [
 pub struct CoopTile {
     pub coop: CoopShape,
     pub row_blocks: u32,
-    /// Staging slots per subgroup for its P·V tiles (1 or 2: two save a barrier per tile), or 0:
-    /// O accumulates in workgroup memory.
-    pub pv_slots: u32,
     /// Dim tiles of COOP covering the head (the head padded with zeros), an even number (the
     /// workgroup's two subgroup columns split them).
     pub head_tiles: u32,
 }
 
 impl CoopTile {
-    /// `(row_blocks, pv_slots)`: one of [`COOP_TILES`].
-    pub fn new(coop: CoopShape, (row_blocks, pv_slots): (u32, u32), head_dim: u32) -> Self {
+    pub fn new(coop: CoopShape, row_blocks: u32, head_dim: u32) -> Self {
         CoopTile {
             coop,
             row_blocks,
-            pv_slots,
             head_tiles: 2 * head_dim.div_ceil(2 * coop.size()),
         }
+    }
+
+    /// The tile with the most row blocks whose workgroup memory fits `limit` bytes.
+    pub fn fitting(coop: CoopShape, head_dim: u32, limit: u32) -> Option<CoopTile> {
+        COOP_ROW_BLOCKS
+            .into_iter()
+            .map(|blocks| CoopTile::new(coop, blocks, head_dim))
+            .find(|tile| tile.workgroup_bytes() <= limit)
     }
 
     pub fn rows(self) -> u32 {
@@ -96,13 +90,7 @@ impl CoopTile {
         let dims = self.head_tiles * n;
         let invocations = self.row_blocks * 2 * 32;
         let halves = (rows + keys) * (dims + 8) + rows * (keys + 8);
-        let o_tile = if self.pv_slots == 0 {
-            rows * (dims + 4)
-        } else {
-            1
-        };
-        let stage = self.pv_slots.max(1) * rows * keys;
-        let words = stage + o_tile + keys + 2 * invocations + rows;
+        let words = rows * keys + rows * (dims + 4) + keys + 2 * invocations + rows;
         2 * halves + 4 * words
     }
 }
@@ -167,7 +155,7 @@ impl Kernel for AttnPrefill {
         let shape = AttnShape::EXAMPLE;
         let tile = variant
             .coop_matrix
-            .map(|coop| CoopTile::new(coop, COOP_TILES[0], shape.head_dim));
+            .map(|coop| CoopTile::new(coop, COOP_ROW_BLOCKS[1], shape.head_dim));
         Self::source_for(variant, shape, tile).expect("the example shape is supported")
     }
 
@@ -181,18 +169,15 @@ impl Kernel for AttnPrefill {
             .collect()
     }
 
-    /// A cooperative-matrix shape where `allowed` has one with subgroups, else the f32-tile
-    /// kernel on the cache type `allowed` gives.
+    /// The f32-tile kernel on the cache type `allowed` gives, also where cooperative matrices
+    /// are allowed: the H200 measured the coop kernel at the f32-tile kernel's speed
+    /// (experiments/NOTES.md, attn-prefill-coop), so it is built only on request
+    /// ([`AttnPrefill::with_tile`]).
     fn select(allowed: KernelPaths) -> KernelPaths {
-        let fastest = Self::AXES.select(allowed);
-        if fastest.coop_matrix.is_some() && fastest.subgroup {
-            fastest
-        } else {
-            KernelPaths {
-                subgroup: false,
-                coop_matrix: None,
-                ..fastest
-            }
+        KernelPaths {
+            subgroup: false,
+            coop_matrix: None,
+            ..Self::AXES.select(allowed)
         }
     }
 }
@@ -224,7 +209,6 @@ impl AttnPrefill {
             (Some(coop), Some(tile)) if tile.coop == coop => module
                 .with_const("ROW_BLOCKS", tile.row_blocks)
                 .with_const("HEAD_TILES", tile.head_tiles)
-                .with_const("PV_SLOTS", tile.pv_slots)
                 .with(match coop {
                     CoopShape::M8x8 => wgsl::MATMUL_COOP8,
                     CoopShape::M16x16 => wgsl::MATMUL_COOP16,
@@ -239,7 +223,7 @@ impl AttnPrefill {
         };
         let pipelines = [false, true]
             .map(|table| PipelineSpec {
-                label: format!("attn_prefill {shape:?} token_table={table}"),
+                label: format!("attn_prefill {shape:?} {tile:?} token_table={table}"),
                 entry_point: "main",
                 constants: vec![
                     ("HEAD_DIM", f64::from(shape.head_dim)),
@@ -255,32 +239,13 @@ impl AttnPrefill {
         })
     }
 
-    /// Builds the variant `paths` selects ([`AttnPrefill::select`]) for `shape`; a
-    /// cooperative-matrix one with the first tile of [`COOP_TILES`] whose workgroup memory fits
-    /// the device.
+    /// Builds the variant `paths` selects ([`AttnPrefill::select`]) for `shape`.
     pub fn new(ctx: &GpuContext, paths: KernelPaths, shape: AttnShape) -> Result<Self, GpuError> {
-        let variant = Self::select(paths);
-        let tile = match variant.coop_matrix {
-            None => None,
-            Some(coop) => {
-                let limit = ctx.device.limits().max_compute_workgroup_storage_size;
-                let fits = COOP_TILES
-                    .into_iter()
-                    .map(|tile| CoopTile::new(coop, tile, shape.head_dim))
-                    .find(|tile| tile.workgroup_bytes() <= limit);
-                Some(fits.ok_or_else(|| {
-                    shape_error(
-                        Self::NAME,
-                        format!("{shape:?}: no tile fits {limit} bytes of workgroup memory"),
-                    )
-                })?)
-            }
-        };
-        Self::with_tile(ctx, variant, shape, tile)
+        Self::with_tile(ctx, Self::select(paths), shape, None)
     }
 
     /// Builds `variant` (one of [`AttnPrefill::variants`]) with the cooperative-matrix workgroup
-    /// `tile` (None for the other variants): `new` picks it; a bench compares them.
+    /// `tile` (None for the other variants).
     pub fn with_tile(
         ctx: &GpuContext,
         variant: KernelPaths,

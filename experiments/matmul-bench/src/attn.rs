@@ -10,10 +10,10 @@
 
 use crate::median_seconds;
 use fak::gpu::kernels::attn_decode::AttnShape;
-use fak::gpu::kernels::attn_prefill::{AttnPrefill, COOP_TILES, CoopTile, PrefillIo};
+use fak::gpu::kernels::attn_prefill::{AttnPrefill, COOP_ROW_BLOCKS, CoopTile, PrefillIo};
 use fak::gpu::kernels::kv_cache::{KvCache, KvDtype, KvLayout, PageTable};
 use fak::gpu::kernels::support::{Positions, View};
-use fak::gpu::{GpuContext, Kernel, Step, StepBuffer, storage_buffer, upload};
+use fak::gpu::{GpuContext, Kernel, KernelPaths, Step, StepBuffer, storage_buffer, upload};
 
 /// (case, shape, chunk tokens, cached tokens before the chunk).
 type Case = (&'static str, AttnShape, u32, u32);
@@ -61,7 +61,7 @@ const DISPATCHES: u32 = 4;
 
 pub fn run(ctx: &GpuContext, quick: bool) {
     println!(
-        "variant\trows_per_tile\tpv_slots\tcase\tn_head\tn_kv\thead_dim\ttokens\tcached\tus_per_dispatch\ttflops\tmax_diff_vs_f16"
+        "variant\trows_per_tile\tcase\tn_head\tn_kv\thead_dim\ttokens\tcached\tus_per_dispatch\ttflops\tmax_diff_vs_f16"
     );
     let cases: &[Case] = if quick { &QUICK_CASES } else { &CASES };
     for &(name, shape, n_tokens, cached) in cases {
@@ -86,12 +86,9 @@ pub fn run(ctx: &GpuContext, quick: bool) {
                 * u64::from(shape.n_head);
             let flops = 4.0 * pairs as f64 * f64::from(shape.head_dim);
             println!(
-                "{}\t{}\t{}\t{name}\t{}\t{}\t{}\t{n_tokens}\t{cached}\t{:.1}\t{:.2}\t{diff}",
+                "{}\t{}\t{name}\t{}\t{}\t{}\t{n_tokens}\t{cached}\t{:.1}\t{:.2}\t{diff}",
                 kernel.variant(),
                 kernel.rows_per_tile(),
-                kernel
-                    .tile()
-                    .map_or("-".to_string(), |t| t.pv_slots.to_string()),
                 shape.n_head,
                 shape.n_kv,
                 shape.head_dim,
@@ -102,29 +99,41 @@ pub fn run(ctx: &GpuContext, quick: bool) {
     }
 }
 
-/// Every variant the adapter runs; the cooperative-matrix one per tile that fits.
+/// Every variant the engine selects on this adapter, then the cooperative-matrix kernel (not
+/// selected yet) in each shape the adapter has, once per row-block count that fits.
 fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let limit = ctx.device.limits().max_compute_workgroup_storage_size;
-    let mut variants = Vec::new();
-    for paths in ctx.runnable_paths().into_iter().map(AttnPrefill::select) {
-        if !variants.contains(&paths) {
-            variants.push(paths);
+    let mut selected = Vec::new();
+    let mut coop = Vec::new();
+    for paths in ctx.runnable_paths() {
+        let paths = KernelPaths {
+            int_dot: false,
+            ..paths
+        };
+        let variant = AttnPrefill::select(paths);
+        if !selected.contains(&variant) {
+            selected.push(variant);
+        }
+        if paths.coop_matrix.is_some()
+            && AttnPrefill::variants().contains(&paths)
+            && !coop.contains(&paths)
+        {
+            coop.push(paths);
         }
     }
-    let mut out = Vec::new();
-    for paths in variants {
-        match paths.coop_matrix {
-            None => out.push(AttnPrefill::new(ctx, paths, shape).expect("building attn_prefill")),
-            Some(coop) => {
-                for tile in COOP_TILES {
-                    let tile = CoopTile::new(coop, tile, shape.head_dim);
-                    if tile.workgroup_bytes() <= limit {
-                        out.push(
-                            AttnPrefill::with_tile(ctx, paths, shape, Some(tile))
-                                .expect("building attn_prefill"),
-                        );
-                    }
-                }
+    let mut out: Vec<AttnPrefill> = selected
+        .into_iter()
+        .map(|paths| AttnPrefill::new(ctx, paths, shape).expect("building attn_prefill"))
+        .collect();
+    for paths in coop {
+        let shape_of = paths.coop_matrix.expect("a coop path");
+        for blocks in COOP_ROW_BLOCKS {
+            let tile = CoopTile::new(shape_of, blocks, shape.head_dim);
+            if tile.workgroup_bytes() <= limit {
+                out.push(
+                    AttnPrefill::with_tile(ctx, paths, shape, Some(tile))
+                        .expect("building attn_prefill"),
+                );
             }
         }
     }
