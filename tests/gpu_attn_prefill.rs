@@ -2,13 +2,14 @@
 //! causal: GQA groups 1, 2 and 6, head_dim 64, 256 and 40, prompts that are not multiples of the
 //! row or key tile, a prefill continuing a cache that already holds earlier tokens, a one-token
 //! prefill, and a sequence on a shuffled page-table row read through a token table; f32 and f16
-//! caches. Cache slots past the step's last token hold NaN, so a causal leak fails the test.
+//! caches; the cooperative-matrix kernel (where the adapter has one; the engine does not select
+//! it yet) with every workgroup tile that fits. Cache slots past the step's last token hold NaN, so a causal leak fails the test.
 
 use fak::gpu::kernels::attn_decode::AttnShape;
-use fak::gpu::kernels::attn_prefill::{AttnPrefill, PrefillIo};
+use fak::gpu::kernels::attn_prefill::{AttnPrefill, COOP_ROW_BLOCKS, CoopTile, PrefillIo};
 use fak::gpu::kernels::kv_cache::PageTable;
 use fak::gpu::kernels::support::{Positions, View};
-use fak::gpu::{GpuContext, Step};
+use fak::gpu::{CoopShape, GpuContext, Kernel, KernelPaths, Step};
 use fak_tests::attn_prefill::{self, Case, PAGE};
 use fak_tests::inputs::{step_buffer, upload_f32};
 use fak_tests::kv::{Pages, poisoned_cache};
@@ -33,11 +34,42 @@ fn shapes() -> [AttnShape; 4] {
     ]
 }
 
+/// Every variant the engine selects on this adapter, and the cooperative-matrix kernel (which it
+/// does not select yet) in every shape the adapter has, once per row-block count that fits.
 fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
-    variants::<AttnPrefill>(ctx)
+    let mut out: Vec<AttnPrefill> = variants::<AttnPrefill>(ctx)
         .into_iter()
         .map(|paths| AttnPrefill::new(ctx, paths, shape).unwrap())
-        .collect()
+        .collect();
+    let limit = ctx.device.limits().max_compute_workgroup_storage_size;
+    for paths in coop_paths(ctx) {
+        let coop = paths.coop_matrix.expect("a coop path");
+        for blocks in COOP_ROW_BLOCKS {
+            let tile = CoopTile::new(coop, blocks, shape.head_dim);
+            if tile.workgroup_bytes() <= limit {
+                out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(tile)).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// The cooperative-matrix variants of the prefill attention this adapter can run.
+fn coop_paths(ctx: &GpuContext) -> Vec<KernelPaths> {
+    let mut out = Vec::new();
+    for paths in ctx.runnable_paths() {
+        let variant = KernelPaths {
+            int_dot: false,
+            ..paths
+        };
+        if variant.coop_matrix.is_some()
+            && AttnPrefill::variants().contains(&variant)
+            && !out.contains(&variant)
+        {
+            out.push(variant);
+        }
+    }
+    out
 }
 
 #[test]
@@ -141,4 +173,58 @@ fn unsupported_shapes_and_mismatched_caches_are_refused() {
         max_tokens: 1,
     };
     assert!(kernel.bind(ctx, io).is_err());
+}
+
+/// The host picks a cooperative-matrix tile by [`CoopTile::workgroup_bytes`] and grids by its
+/// rows: both must be what the kernel's WGSL declares (its workgroup arrays, through naga's
+/// layouter; its `BM`), for every shape and tile, on adapters that cannot run it too; and every
+/// tile's module must validate (the translation test builds only the first tile).
+#[test]
+fn the_host_coop_tile_geometry_matches_the_wgsl() {
+    for coop in CoopShape::ALL {
+        let paths = KernelPaths {
+            subgroup: true,
+            f16: true,
+            coop_matrix: Some(coop),
+            int_dot: false,
+        };
+        for shape in shapes() {
+            for blocks in COOP_ROW_BLOCKS {
+                let tile = CoopTile::new(coop, blocks, shape.head_dim);
+                let source = AttnPrefill::source_for(paths, shape, Some(tile)).unwrap();
+                let text = source.module.text();
+                let module = naga::front::wgsl::parse_str(&text)
+                    .map_err(|e| e.emit_to_string(&text))
+                    .unwrap();
+                // Each tile's module validates.
+                naga::valid::Validator::new(
+                    naga::valid::ValidationFlags::all(),
+                    naga::valid::Capabilities::all(),
+                )
+                .validate(&module)
+                .map_err(|e| e.emit_to_string(&text))
+                .unwrap();
+                let mut layouter = naga::proc::Layouter::default();
+                layouter.update(module.to_ctx()).unwrap();
+                let bytes: u32 = module
+                    .global_variables
+                    .iter()
+                    .filter(|(_, var)| var.space == naga::AddressSpace::WorkGroup)
+                    .map(|(_, var)| layouter[var.ty].size)
+                    .sum();
+                assert_eq!(bytes, tile.workgroup_bytes(), "{tile:?}");
+                let (_, bm) = module
+                    .constants
+                    .iter()
+                    .find(|(_, c)| c.name.as_deref() == Some("BM"))
+                    .expect("BM");
+                match module.global_expressions[bm.init] {
+                    naga::Expression::Literal(naga::Literal::U32(bm)) => {
+                        assert_eq!(bm, tile.rows(), "{tile:?}")
+                    }
+                    ref other => panic!("BM is {other:?}, not a u32 literal"),
+                }
+            }
+        }
+    }
 }

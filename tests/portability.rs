@@ -3,7 +3,9 @@
 //! `spirv-val --target-env vulkan1.3`), MSL 3.1 for the Metal variants and HLSL (SM 6.2) where its
 //! features exist there. The recipe is wgpu-notes.md §5.
 
-use fak::gpu::{KernelVariant, PipelineSpec, Target, registry};
+use fak::gpu::kernels::attn_decode::AttnShape;
+use fak::gpu::kernels::attn_prefill::{AttnPrefill, COOP_ROW_BLOCKS, CoopTile};
+use fak::gpu::{Kernel, KernelVariant, PipelineSpec, Target, registry};
 use fak_tests::reduce_probe::ReduceProbe;
 use naga::back::{hlsl, msl, spv};
 use naga::valid::{Capabilities, ModuleInfo, ValidationFlags, Validator};
@@ -15,6 +17,27 @@ fn all_variants() -> Vec<KernelVariant> {
     let mut all = registry();
     all.extend(KernelVariant::all_of::<ReduceProbe>());
     all
+}
+
+/// The cooperative-matrix prefill attention with each other workgroup tile than the registry's
+/// (the tests and the bench build every one).
+fn coop_attention_tiles() -> Vec<KernelVariant> {
+    let mut out = Vec::new();
+    for variant in KernelVariant::all_of::<AttnPrefill>() {
+        let Some(coop) = variant.paths.coop_matrix else {
+            continue;
+        };
+        for blocks in [COOP_ROW_BLOCKS[0], COOP_ROW_BLOCKS[2]] {
+            let shape = AttnShape::EXAMPLE;
+            let tile = CoopTile::new(coop, blocks, shape.head_dim);
+            out.push(KernelVariant {
+                kernel: AttnPrefill::NAME,
+                paths: variant.paths,
+                source: AttnPrefill::source_for(variant.paths, shape, Some(tile)).unwrap(),
+            });
+        }
+    }
+    out
 }
 
 /// The naga capabilities wgpu validates with on a device that has exactly these features (and,
@@ -208,7 +231,7 @@ fn translate(
 fn every_kernel_variant_translates_for_the_backends_it_is_meant_for() {
     let mut failures = Vec::new();
     let mut translated = Vec::new();
-    for variant in all_variants() {
+    for variant in all_variants().into_iter().chain(coop_attention_tiles()) {
         let name = format!("{} ({})", variant.kernel, variant.paths);
         let caps = capabilities(variant.paths.required_features());
         let checked = parse(&variant).and_then(|m| validate(&variant, &m, caps).map(|i| (m, i)));

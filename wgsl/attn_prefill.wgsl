@@ -16,37 +16,13 @@
 //     mask j > p_t; row max from the four quarters; weights exp2(s − m) (scores carry log2 e);
 //     rescale the accumulators; O += P·V in the same chunks, HEAD_DIM/4 accumulators per
 //     invocation in registers.
-// bindings: 0 q (read) · 1 k_cache (read) · 2 v_cache (read) · 3 page_table (read)
-//           · 4 token_slots (read) · 5 o (read_write) · 6 params (uniform) · 7 step (uniform)
+// bindings: see attn_prefill_rows.wgsl (0 q · 1 k_cache · 2 v_cache · 3 page_table
+//           · 4 token_slots · 5 o · 6 params · 7 step).
 // dispatch: (ceil(n_tokens·GROUP / BM), n_kv) workgroups of WG = 4·BM.
 // pipelines: specialised per model shape by HEAD_DIM (≤ 256) and GROUP; TOKEN_TABLE.
 // variants: f32 | f16 cache (KvScalar).
-// requires: kv_f32|kv_f16.wgsl, kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl.
-
-struct Params {
-    kv: KvGeometry,
-    q: View,
-    o: View,
-    scale: f32,
-    // Tokens the q/o bindings hold (the binding's max_tokens): a Step asking for more reads no
-    // further.
-    max_tokens: u32,
-    pad0: u32,
-    pad1: u32,
-}
-
-@group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> k_cache: array<KvScalar>;
-@group(0) @binding(2) var<storage, read> v_cache: array<KvScalar>;
-@group(0) @binding(3) var<storage, read> page_table: array<u32>;
-@group(0) @binding(4) var<storage, read> token_slots: array<TokenSlot>;
-@group(0) @binding(5) var<storage, read_write> o: array<f32>;
-@group(0) @binding(6) var<uniform> params: Params;
-@group(0) @binding(7) var<uniform> step: Step;
-
-override HEAD_DIM: u32 = 128u;
-override GROUP: u32 = 2u;
-override TOKEN_TABLE: bool = false;
+// requires: kv_f32|kv_f16.wgsl, kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl,
+//           attn_prefill_rows.wgsl.
 
 // Rows per tile, keys per tile, head dims per chunk, invocations (4 per row).
 const BM: u32 = 32u;
@@ -60,8 +36,6 @@ const MAX_ACC: u32 = 64u;
 const Q_STRIDE: u32 = 33u;
 const KV_STRIDE: u32 = 33u;
 const P_STRIDE: u32 = 33u;
-const NEG: f32 = -3.0e38;
-const LOG2_E: f32 = 1.4426950408889634;
 
 var<workgroup> q_tile: array<f32, 1056>;   // BM × Q_STRIDE
 var<workgroup> kv_tile: array<f32, 1056>;  // BN × KV_STRIDE
@@ -69,29 +43,11 @@ var<workgroup> p_tile: array<f32, 1056>;   // BM × P_STRIDE
 var<workgroup> quarter_max: array<f32, 128>;
 var<workgroup> key_base: array<u32, BN>;
 
-// (token, query head) of tile row ρ; x = 0xffffffff past the last row.
-fn step_tokens() -> u32 {
-    return min(step.n_tokens, params.max_tokens);
-}
-
-fn row_token_head(rho: u32, g: u32) -> vec2<u32> {
-    if rho >= step_tokens() * GROUP {
-        return vec2<u32>(0xffffffffu, 0u);
-    }
-    return vec2<u32>(rho / GROUP, g * GROUP + rho % GROUP);
-}
-
 // Stages dims c0..c0+DC of the tile's query rows (scaled) into q_tile.
 fn stage_q(row0: u32, g: u32, c0: u32, local: u32, qscale: f32) {
     for (var e = local; e < BM * DC; e += WG) {
         let i = e / DC;
-        let d = c0 + e % DC;
-        let th = row_token_head(row0 + i, g);
-        var v = 0.0;
-        if th.x != 0xffffffffu && d < HEAD_DIM {
-            v = q[view_index(params.q, th.x, th.y, d)] * qscale;
-        }
-        q_tile[i * Q_STRIDE + e % DC] = v;
+        q_tile[i * Q_STRIDE + e % DC] = query_element(row0 + i, g, c0 + e % DC, qscale);
     }
 }
 
@@ -102,11 +58,7 @@ fn stage_kv(values: bool, n_keys: u32, c0: u32, local: u32) {
         let d = c0 + e % DC;
         var v = 0.0;
         if jj < n_keys && d < HEAD_DIM {
-            if values {
-                v = f32(v_cache[key_base[jj] + d]);
-            } else {
-                v = f32(k_cache[key_base[jj] + d]);
-            }
+            v = cache_element(values, key_base[jj], d);
         }
         kv_tile[jj * KV_STRIDE + e % DC] = v;
     }
@@ -128,8 +80,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     if valid {
         my_pos = token_pos(me.x);
     }
-    let last_token = (min(row0 + BM, n_rows) - 1u) / GROUP;
-    let key_limit = token_pos(last_token) + 1u;
+    let key_limit = tile_key_limit(row0, BM);
     let page_row = token_page_row(row0 / GROUP);
     let qscale = params.scale * LOG2_E;
 

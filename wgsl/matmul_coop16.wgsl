@@ -1,5 +1,5 @@
-// matmul_coop16 — the 16×16 cooperative-matrix shape of matmul_coop.wgsl (Vulkan: NVIDIA offers
-// 16×16×16 f16 → f32 and no 8×8; wgpu-notes.md §7)
+// matmul_coop16 — the 16×16 cooperative-matrix shape of matmul_coop.wgsl and
+// attn_prefill_coop.wgsl (Vulkan: NVIDIA offers 16×16×16 f16 → f32 and no 8×8; wgpu-notes.md §7)
 //
 // One subgroup computes 2 × 4 tiles of 16 × 16: 32 tokens × 64 rows. Eight f32 accumulators
 // cost 64 registers per lane on a 32-wide subgroup, which leaves room for four B fragments, two

@@ -1,5 +1,17 @@
 //! `attn_prefill`: causal flash attention of a step's tokens against the paged KV cache, GQA,
-//! continuing whatever the cache already holds (wgsl/attn_prefill.wgsl).
+//! continuing whatever the cache already holds.
+//!
+//! Variants ([`AttnPrefill::variants`]):
+//! - fallback (f32 cache) and `f16` (f16 cache): f32 tiles in workgroup memory, f32 FMAs
+//!   (wgsl/attn_prefill.wgsl);
+//! - `subgroup+f16+coop16x16` (Vulkan) / `subgroup+f16+coop8x8` (Metal): S = Q·Kᵀ and P·V on
+//!   cooperative matrices, f16 inputs and f32 accumulation (wgsl/attn_prefill_coop.wgsl). Not
+//!   selected yet ([`AttnPrefill::select`]): on the H200 it is correct but no faster than the
+//!   f32-tile kernel (experiments/NOTES.md, attn-prefill-coop); built by
+//!   [`AttnPrefill::with_tile`] for its tests and the bench.
+//!
+//! Both share the bindings and row addressing (wgsl/attn_prefill_rows.wgsl), so a binding is the
+//! same for every variant; only the rows per workgroup differ ([`AttnPrefill::rows_per_tile`]).
 
 use super::attn_decode::AttnShape;
 use super::kv_cache::{KvCache, KvDtype, PageTable, check_dtype};
@@ -13,10 +25,12 @@ use crate::gpu::kernel::{
     Kernel, KernelSource, KernelVariant, PipelineSpec, WgslFile, WgslModule, build, wgsl,
 };
 use crate::gpu::layout::Slot;
-use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::paths::{Axes, CoopShape, KernelPaths};
 use crate::gpu::step::StepBuffer;
 
+const ATTN_PREFILL_ROWS: WgslFile = step_wgsl!("attn_prefill_rows.wgsl");
 const ATTN_PREFILL: WgslFile = step_wgsl!("attn_prefill.wgsl");
+const ATTN_PREFILL_COOP: WgslFile = step_wgsl!("attn_prefill_coop.wgsl");
 /// q, k_cache, v_cache, page_table, token_slots, o, params, step.
 const SLOTS: &[Slot] = &[
     Slot::Read,
@@ -28,10 +42,58 @@ const SLOTS: &[Slot] = &[
     Slot::Uniform,
     Slot::Uniform,
 ];
-/// (token, query head) rows per workgroup (`BM`).
-pub const ROWS_PER_TILE: u32 = 32;
-/// The widest head the kernel's accumulators hold (4 invocations per row, 64 each).
+/// (token, query head) rows per workgroup of the f32-tile kernel (`BM`).
+const SCALAR_ROWS: u32 = 32;
+/// The widest head the kernels' accumulators hold (the f32-tile kernel: 4 invocations per row,
+/// 64 each).
 pub const MAX_HEAD_DIM: u32 = 256;
+/// Row blocks (`ROW_BLOCKS`, 16 rows each on Vulkan) the cooperative-matrix kernel may take,
+/// most first; [`CoopTile::fitting`] takes the first whose workgroup memory fits.
+pub const COOP_ROW_BLOCKS: [u32; 3] = [4, 2, 1];
+
+/// The workgroup geometry of the cooperative-matrix kernel (the consts of
+/// wgsl/attn_prefill_coop.wgsl): `row_blocks` × 2 subgroups of 32, `row_blocks`·COOP rows.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct CoopTile {
+    pub coop: CoopShape,
+    pub row_blocks: u32,
+    /// Dim tiles of COOP covering the head (the head padded with zeros), an even number (the
+    /// workgroup's two subgroup columns split them).
+    pub head_tiles: u32,
+}
+
+impl CoopTile {
+    pub fn new(coop: CoopShape, row_blocks: u32, head_dim: u32) -> Self {
+        CoopTile {
+            coop,
+            row_blocks,
+            head_tiles: 2 * head_dim.div_ceil(2 * coop.size()),
+        }
+    }
+
+    /// The tile with the most row blocks whose workgroup memory fits `limit` bytes.
+    pub fn fitting(coop: CoopShape, head_dim: u32, limit: u32) -> Option<CoopTile> {
+        COOP_ROW_BLOCKS
+            .into_iter()
+            .map(|blocks| CoopTile::new(coop, blocks, head_dim))
+            .find(|tile| tile.workgroup_bytes() <= limit)
+    }
+
+    pub fn rows(self) -> u32 {
+        self.row_blocks * self.coop.size()
+    }
+
+    /// Bytes of workgroup memory the kernel declares (its `var<workgroup>` arrays).
+    pub fn workgroup_bytes(self) -> u32 {
+        let n = self.coop.size();
+        let (rows, keys) = (self.rows(), 2 * n);
+        let dims = self.head_tiles * n;
+        let invocations = self.row_blocks * 2 * 32;
+        let halves = (rows + keys) * (dims + 8) + rows * (keys + 8);
+        let words = rows * keys + rows * (dims + 4) + keys + 2 * invocations + rows;
+        2 * halves + 4 * words
+    }
+}
 
 /// `Params` of wgsl/attn_prefill.wgsl.
 #[repr(C)]
@@ -66,6 +128,7 @@ pub struct PrefillIo<'a> {
 pub struct AttnPrefill {
     variant: KernelPaths,
     shape: AttnShape,
+    tile: Option<CoopTile>,
     layout: wgpu::BindGroupLayout,
     /// Index: `TOKEN_TABLE`.
     pipelines: Vec<wgpu::ComputePipeline>,
@@ -82,18 +145,51 @@ pub struct PrefillBinding {
 impl Kernel for AttnPrefill {
     const NAME: &'static str = "attn_prefill";
     const AXES: Axes = Axes {
+        subgroup: true,
         f16: true,
+        coop_matrix: true,
         ..Axes::NONE
     };
 
     fn source(variant: KernelPaths) -> KernelSource {
-        Self::source_for(variant, AttnShape::EXAMPLE).expect("the example shape is supported")
+        let shape = AttnShape::EXAMPLE;
+        let tile = variant
+            .coop_matrix
+            .map(|coop| CoopTile::new(coop, COOP_ROW_BLOCKS[1], shape.head_dim));
+        Self::source_for(variant, shape, tile).expect("the example shape is supported")
+    }
+
+    /// Fallback, f16 cache, and the cooperative-matrix shapes (which alone use subgroups: their
+    /// workgroups split into subgroups by `subgroup_id`).
+    fn variants() -> Vec<KernelPaths> {
+        Self::AXES
+            .variants()
+            .into_iter()
+            .filter(|v| v.subgroup == v.coop_matrix.is_some())
+            .collect()
+    }
+
+    /// The f32-tile kernel on the cache type `allowed` gives, also where cooperative matrices
+    /// are allowed: the H200 measured the coop kernel at the f32-tile kernel's speed
+    /// (experiments/NOTES.md, attn-prefill-coop), so it is built only on request
+    /// ([`AttnPrefill::with_tile`]).
+    fn select(allowed: KernelPaths) -> KernelPaths {
+        KernelPaths {
+            subgroup: false,
+            coop_matrix: None,
+            ..Self::AXES.select(allowed)
+        }
     }
 }
 
 impl AttnPrefill {
-    /// The module and pipelines of `variant` specialised for `shape`.
-    pub fn source_for(variant: KernelPaths, shape: AttnShape) -> Result<KernelSource, GpuError> {
+    /// The module and pipelines of `variant` specialised for `shape`; `tile` is the workgroup of
+    /// a cooperative-matrix variant (None for the others).
+    pub fn source_for(
+        variant: KernelPaths,
+        shape: AttnShape,
+        tile: Option<CoopTile>,
+    ) -> Result<KernelSource, GpuError> {
         shape.check(Self::NAME)?;
         if shape.head_dim > MAX_HEAD_DIM {
             return Err(shape_error(
@@ -107,10 +203,27 @@ impl AttnPrefill {
             .with(wgsl::STEP)
             .with(support::VIEW)
             .with(support::POSITIONS)
-            .with(ATTN_PREFILL);
+            .with(ATTN_PREFILL_ROWS);
+        let module = match (variant.coop_matrix, tile) {
+            (None, None) => module.with(ATTN_PREFILL),
+            (Some(coop), Some(tile)) if tile.coop == coop => module
+                .with_const("ROW_BLOCKS", tile.row_blocks)
+                .with_const("HEAD_TILES", tile.head_tiles)
+                .with(match coop {
+                    CoopShape::M8x8 => wgsl::MATMUL_COOP8,
+                    CoopShape::M16x16 => wgsl::MATMUL_COOP16,
+                })
+                .with(ATTN_PREFILL_COOP),
+            _ => {
+                return Err(shape_error(
+                    Self::NAME,
+                    format!("variant {variant} with tile {tile:?}"),
+                ));
+            }
+        };
         let pipelines = [false, true]
             .map(|table| PipelineSpec {
-                label: format!("attn_prefill {shape:?} token_table={table}"),
+                label: format!("attn_prefill {shape:?} {tile:?} token_table={table}"),
                 entry_point: "main",
                 constants: vec![
                     ("HEAD_DIM", f64::from(shape.head_dim)),
@@ -126,20 +239,40 @@ impl AttnPrefill {
         })
     }
 
-    /// Builds the variant of `paths` (f16 cache where allowed) for `shape`.
+    /// Builds the variant `paths` selects ([`AttnPrefill::select`]) for `shape`.
     pub fn new(ctx: &GpuContext, paths: KernelPaths, shape: AttnShape) -> Result<Self, GpuError> {
-        let variant = Self::AXES.select(paths);
+        Self::with_tile(ctx, Self::select(paths), shape, None)
+    }
+
+    /// Builds `variant` (one of [`AttnPrefill::variants`]) with the cooperative-matrix workgroup
+    /// `tile` (None for the other variants).
+    pub fn with_tile(
+        ctx: &GpuContext,
+        variant: KernelPaths,
+        shape: AttnShape,
+        tile: Option<CoopTile>,
+    ) -> Result<Self, GpuError> {
+        if let Some(tile) = tile {
+            let limit = ctx.device.limits().max_compute_workgroup_storage_size;
+            if tile.workgroup_bytes() > limit {
+                return Err(shape_error(
+                    Self::NAME,
+                    format!("{tile:?} needs more than {limit} bytes of workgroup memory"),
+                ));
+            }
+        }
         let built = build(
             ctx,
             &KernelVariant {
                 kernel: Self::NAME,
                 paths: variant,
-                source: Self::source_for(variant, shape)?,
+                source: Self::source_for(variant, shape, tile)?,
             },
         )?;
         Ok(AttnPrefill {
             variant,
             shape,
+            tile,
             layout: built.layout,
             pipelines: built.pipelines,
             placeholder: support::placeholder(ctx),
@@ -148,6 +281,16 @@ impl AttnPrefill {
 
     pub fn variant(&self) -> KernelPaths {
         self.variant
+    }
+
+    /// The cooperative-matrix workgroup (None for the f32-tile kernel).
+    pub fn tile(&self) -> Option<CoopTile> {
+        self.tile
+    }
+
+    /// (token, query head) rows per workgroup.
+    pub fn rows_per_tile(&self) -> u32 {
+        self.tile.map_or(SCALAR_ROWS, CoopTile::rows)
     }
 
     /// The cache type this kernel reads.
@@ -235,7 +378,8 @@ impl AttnPrefill {
 
     /// Row tiles (workgroups per kv head) for `n_tokens` tokens.
     fn tiles(&self, n_tokens: u32) -> u64 {
-        (u64::from(n_tokens) * u64::from(self.shape.group())).div_ceil(u64::from(ROWS_PER_TILE))
+        (u64::from(n_tokens) * u64::from(self.shape.group()))
+            .div_ceil(u64::from(self.rows_per_tile()))
     }
 
     /// Records the dispatch for a step of `n_tokens` tokens (at most the binding's `max_tokens`).

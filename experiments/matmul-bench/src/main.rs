@@ -7,6 +7,9 @@
 //! timestamps, so per-dispatch overhead (~2 µs on an H200) is included as it is in a forward
 //! pass. Prints one tab-separated line per measurement plus a
 //! per-layer total; results and the command go in `experiments/matmul-tiles.md`.
+//! `--attn` times the prefill attention instead (src/attn.rs).
+
+mod attn;
 
 use fak::gpu::kernels::matmul::{Matmul, MatmulBuffers, MatmulOutput, MatmulShape, SplitK};
 use fak::gpu::{GpuContext, Kernel, Step, StepBuffer, storage_buffer, upload};
@@ -55,6 +58,10 @@ fn main() {
         "# {} ({}, {})",
         facts.name, facts.backend, facts.driver_info
     );
+    if std::env::args().any(|a| a == "--attn") {
+        attn::run(&ctx, quick);
+        return;
+    }
     println!("variant\ttype\tshape\trows\tcols\ttokens\tus_per_dispatch\tgflops\tweight_gbps");
     let (shapes, token_counts): (&[_], &[u32]) = if quick {
         (&QUICK_SHAPES, &[5, 70])
@@ -155,8 +162,21 @@ fn time_one(
         step: &step,
     };
     let binding = kernel.bind(ctx, shape, buffers).unwrap();
+    median_seconds(ctx, DISPATCHES, |pass| {
+        kernel.encode(pass, &binding, n_tokens).unwrap()
+    })
+}
+
+/// Median seconds per dispatch over `REPS` passes of `dispatches` dispatches each recorded by
+/// `encode`, timed by pass timestamps (the first pass, which pays for pipeline warm-up, is
+/// dropped).
+fn median_seconds(
+    ctx: &GpuContext,
+    dispatches: u32,
+    encode: impl Fn(&mut wgpu::ComputePass),
+) -> f64 {
     let queries = ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
-        label: Some("matmul timestamps"),
+        label: Some("bench timestamps"),
         ty: wgpu::QueryType::Timestamp,
         count: 2,
     });
@@ -172,24 +192,24 @@ fn time_one(
             let mut encoder = ctx.device.create_command_encoder(&Default::default());
             {
                 let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some("matmul bench"),
+                    label: Some("bench"),
                     timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
                         query_set: &queries,
                         beginning_of_pass_write_index: Some(0),
                         end_of_pass_write_index: Some(1),
                     }),
                 });
-                for _ in 0..DISPATCHES {
-                    kernel.encode(&mut pass, &binding, n_tokens).unwrap();
+                for _ in 0..dispatches {
+                    encode(&mut pass);
                 }
             }
             encoder.resolve_query_set(&queries, 0..2, &resolved, 0);
             ctx.queue.submit([encoder.finish()]);
             let ticks: Vec<u64> =
                 bytemuck::pod_collect_to_vec(&fak::gpu::read_back(ctx, &resolved, 0..16).unwrap());
-            (ticks[1] - ticks[0]) as f64 * period / f64::from(DISPATCHES)
+            (ticks[1] - ticks[0]) as f64 * period / f64::from(dispatches)
         })
-        .skip(1) // the first pass pays for pipeline warm-up
+        .skip(1)
         .collect();
     samples.sort_by(f64::total_cmp);
     samples[samples.len() / 2]

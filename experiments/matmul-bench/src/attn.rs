@@ -1,0 +1,199 @@
+//! `matmul-bench --attn`: GPU time of the prefill attention (engine gpu::kernels::attn_prefill),
+//! every variant the adapter runs — the f32-tile kernel on its f32 and f16 caches and the
+//! cooperative-matrix kernel once per workgroup tile that fits — at the prompt chunks the engine
+//! runs: Qwen3-8B (32 query heads, 8 kv heads of 128) 512-token chunks after 0, 1536 and 7680
+//! cached tokens (the first chunk, and the last of 2048- and 8192-token prompts), and Qwen3.5-27B's
+//! attention layers (24 query heads, 4 kv heads of 256) 128 tokens after 2048. FLOPs count the
+//! causal part only: 4 · head_dim per (query row, key) pair a row attends to. Each variant's
+//! output is compared with the f32-tile kernel's on the same f16 cache (`max_diff_vs_f16`), a
+//! check at full size of what the GPU tests check on tiny shapes.
+
+use crate::median_seconds;
+use fak::gpu::kernels::attn_decode::AttnShape;
+use fak::gpu::kernels::attn_prefill::{AttnPrefill, COOP_ROW_BLOCKS, CoopTile, PrefillIo};
+use fak::gpu::kernels::kv_cache::{KvCache, KvDtype, KvLayout, PageTable};
+use fak::gpu::kernels::support::{Positions, View};
+use fak::gpu::{GpuContext, Kernel, KernelPaths, Step, StepBuffer, storage_buffer, upload};
+
+/// (case, shape, chunk tokens, cached tokens before the chunk).
+type Case = (&'static str, AttnShape, u32, u32);
+
+const QWEN3_8B: AttnShape = AttnShape {
+    n_head: 32,
+    n_kv: 8,
+    head_dim: 128,
+};
+const QWEN35_27B: AttnShape = AttnShape {
+    n_head: 24,
+    n_kv: 4,
+    head_dim: 256,
+};
+const CASES: [Case; 4] = [
+    ("qwen3-8b", QWEN3_8B, 512, 0),
+    ("qwen3-8b", QWEN3_8B, 512, 1536),
+    ("qwen3-8b", QWEN3_8B, 512, 7680),
+    ("qwen35-27b", QWEN35_27B, 128, 2048),
+];
+const QUICK_CASES: [Case; 2] = [
+    (
+        "small",
+        AttnShape {
+            n_head: 4,
+            n_kv: 2,
+            head_dim: 64,
+        },
+        20,
+        30,
+    ),
+    (
+        "wide",
+        AttnShape {
+            n_head: 6,
+            n_kv: 1,
+            head_dim: 256,
+        },
+        9,
+        5,
+    ),
+];
+const PAGE: u32 = 64;
+const DISPATCHES: u32 = 4;
+
+pub fn run(ctx: &GpuContext, quick: bool) {
+    println!(
+        "variant\trows_per_tile\tcase\tn_head\tn_kv\thead_dim\ttokens\tcached\tus_per_dispatch\ttflops\tmax_diff_vs_f16"
+    );
+    let cases: &[Case] = if quick { &QUICK_CASES } else { &CASES };
+    for &(name, shape, n_tokens, cached) in cases {
+        let mut f16_output: Option<Vec<f32>> = None;
+        for kernel in kernels(ctx, shape) {
+            let (seconds, output) = time_one(ctx, &kernel, shape, n_tokens, cached);
+            if kernel.variant().f16 && kernel.tile().is_none() {
+                f16_output = Some(output.clone());
+            }
+            // The f32-cache fallback comes first and reads other values: no comparison.
+            let diff =
+                f16_output.as_ref().map_or("-".to_string(), |want| {
+                    let max = want.iter().zip(&output).map(|(a, b)| (a - b).abs()).fold(
+                        0.0,
+                        |m: f32, d| if d.is_nan() { f32::NAN } else { m.max(d) },
+                    );
+                    format!("{max:.2e}")
+                });
+            let pairs: u64 = (0..u64::from(n_tokens))
+                .map(|t| u64::from(cached) + t + 1)
+                .sum::<u64>()
+                * u64::from(shape.n_head);
+            let flops = 4.0 * pairs as f64 * f64::from(shape.head_dim);
+            println!(
+                "{}\t{}\t{name}\t{}\t{}\t{}\t{n_tokens}\t{cached}\t{:.1}\t{:.2}\t{diff}",
+                kernel.variant(),
+                kernel.rows_per_tile(),
+                shape.n_head,
+                shape.n_kv,
+                shape.head_dim,
+                seconds * 1e6,
+                flops / seconds / 1e12
+            );
+        }
+    }
+}
+
+/// Every variant the engine selects on this adapter, then the cooperative-matrix kernel (not
+/// selected yet) in each shape the adapter has, once per row-block count that fits.
+fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
+    let limit = ctx.device.limits().max_compute_workgroup_storage_size;
+    let mut selected = Vec::new();
+    let mut coop = Vec::new();
+    for paths in ctx.runnable_paths() {
+        let paths = KernelPaths {
+            int_dot: false,
+            ..paths
+        };
+        let variant = AttnPrefill::select(paths);
+        if !selected.contains(&variant) {
+            selected.push(variant);
+        }
+        if paths.coop_matrix.is_some()
+            && AttnPrefill::variants().contains(&paths)
+            && !coop.contains(&paths)
+        {
+            coop.push(paths);
+        }
+    }
+    let mut out: Vec<AttnPrefill> = selected
+        .into_iter()
+        .map(|paths| AttnPrefill::new(ctx, paths, shape).expect("building attn_prefill"))
+        .collect();
+    for paths in coop {
+        let shape_of = paths.coop_matrix.expect("a coop path");
+        for blocks in COOP_ROW_BLOCKS {
+            let tile = CoopTile::new(shape_of, blocks, shape.head_dim);
+            if tile.workgroup_bytes() <= limit {
+                out.push(
+                    AttnPrefill::with_tile(ctx, paths, shape, Some(tile))
+                        .expect("building attn_prefill"),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Median seconds per dispatch of one chunk of `n_tokens` after `cached` tokens, and its output.
+fn time_one(
+    ctx: &GpuContext,
+    kernel: &AttnPrefill,
+    shape: AttnShape,
+    n_tokens: u32,
+    cached: u32,
+) -> (f64, Vec<f32>) {
+    let dtype = kernel.dtype();
+    let layout = KvLayout::contiguous(shape.n_kv, shape.head_dim, PAGE, cached + n_tokens, dtype);
+    let cache = KvCache::new(ctx, layout).expect("the cache");
+    let elements = layout.elements() as usize;
+    for (buffer, salt) in [(&cache.k, 0), (&cache.v, 7)] {
+        let values = (0..elements).map(|i| ((i * 31 + salt) % 61) as f32 / 30.0 - 1.0);
+        let bytes: Vec<u8> = match dtype {
+            KvDtype::F32 => values.flat_map(f32::to_le_bytes).collect(),
+            KvDtype::F16 => values.flat_map(|x| f16_bits(x).to_le_bytes()).collect(),
+        };
+        fak::gpu::write(ctx, buffer, 0, &bytes).expect("filling the cache");
+    }
+    let pages = PageTable::identity(ctx, layout.pages_per_row).expect("the page table");
+    let width = u64::from(n_tokens * shape.n_head * shape.head_dim);
+    let q: Vec<f32> = (0..width)
+        .map(|i| ((i % 89) as f32 - 44.0) / 44.0)
+        .collect();
+    let q = upload(ctx, "q", bytemuck::cast_slice(&q)).unwrap();
+    let o = storage_buffer(ctx, "o", width * 4).unwrap();
+    let step = StepBuffer::new(ctx);
+    step.set(ctx, Step::new(cached, n_tokens, 0));
+    let io = PrefillIo {
+        q: View::heads(&q, shape.n_head, shape.head_dim),
+        o: View::heads(&o, shape.n_head, shape.head_dim),
+        cache: &cache,
+        pages: &pages,
+        positions: Positions::Step,
+        step: &step,
+        max_tokens: n_tokens,
+    };
+    let binding = kernel.bind(ctx, io).expect("binding attn_prefill");
+    let seconds = median_seconds(ctx, DISPATCHES, |pass| {
+        kernel.encode(pass, &binding, n_tokens)
+    });
+    let output = fak::gpu::read_back_f32(ctx, &o, 0..width * 4).expect("reading o back");
+    (seconds, output)
+}
+
+/// The f16 bit pattern of `x` (|x| ≤ 1, truncated: the bench needs plausible values, not exact
+/// ones; below f16's normal range it is zero).
+fn f16_bits(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let exp = ((bits >> 23) & 0xff) as i32 - 127 + 15;
+    if exp <= 0 {
+        return sign;
+    }
+    sign | ((exp as u16) << 10) | ((bits >> 13) & 0x3ff) as u16
+}
