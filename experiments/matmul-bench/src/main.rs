@@ -163,7 +163,7 @@ fn time_one(
     };
     let binding = kernel.bind(ctx, shape, buffers).unwrap();
     median_seconds(ctx, DISPATCHES, |pass| {
-        kernel.encode(pass, &binding, n_tokens).unwrap()
+        kernel.encode(pass, &binding, n_tokens).unwrap();
     })
 }
 
