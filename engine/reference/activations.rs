@@ -19,6 +19,11 @@
 //! same way): for Q8_0, Q4_K, Q5_K and Q6_K weights, blocks of 32 with `d = amax / 127` in f32 and
 //! codes `round_ties_even(x / d)` ([`q8_blocks`]); other types' inputs stay f32.
 //!
+//! [`Activations::F16Tiles`] rounds as the cooperative-matrix prefill mat-mul does
+//! (wgsl/matmul_coop.wgsl): the input and the dequantized weight row both to f16 (round to
+//! nearest even), products summed in more precision. It is the only mode that rounds the
+//! weights too ([`Activations::rounds_weights`]).
+//!
 //! The dot product itself stays an f64 sum of `w · (code · d)`: ggml sums the integer products
 //! exactly and scales them once per block, which differs from this only in the last bits.
 
@@ -41,6 +46,8 @@ pub enum Activations {
     GgmlCpu,
     /// Rounded to 8-bit blocks of 32 as fak's integer mat-vec path does (module docs).
     Q8Blocks,
+    /// Input and weights rounded to f16 as the cooperative-matrix mat-mul does (module docs).
+    F16Tiles,
 }
 
 /// What ggml's CPU backend turns a mat-mul input into for weights of one type.
@@ -55,13 +62,14 @@ enum DotInput {
 
 impl Activations {
     /// The names the harness accepts, in the order of the variants.
-    pub const NAMES: [&'static str; 3] = ["f32", "ggml-cpu", "q8-blocks"];
+    pub const NAMES: [&'static str; 4] = ["f32", "ggml-cpu", "q8-blocks", "f16-tiles"];
 
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "f32" => Some(Self::F32),
             "ggml-cpu" => Some(Self::GgmlCpu),
             "q8-blocks" => Some(Self::Q8Blocks),
+            "f16-tiles" => Some(Self::F16Tiles),
             _ => None,
         }
     }
@@ -71,7 +79,13 @@ impl Activations {
             Self::F32 => Self::NAMES[0],
             Self::GgmlCpu => Self::NAMES[1],
             Self::Q8Blocks => Self::NAMES[2],
+            Self::F16Tiles => Self::NAMES[3],
         }
+    }
+
+    /// Whether the weights are rounded too (to f16, after dequantization).
+    pub fn rounds_weights(self) -> bool {
+        self == Self::F16Tiles
     }
 
     /// Whether inputs to weights of type `ty` can be rounded this way (`Err` says why not).
@@ -113,6 +127,7 @@ impl Activations {
             )),
             (Self::Q8Blocks, T::Q8_0 | T::Q4_K | T::Q5_K | T::Q6_K) => Ok(DotInput::Q8Blocks),
             (Self::Q8Blocks, _) => Ok(DotInput::F32),
+            (Self::F16Tiles, _) => Ok(DotInput::F16),
         }
     }
 }
@@ -171,6 +186,25 @@ fn q8_k_block(block: &[f32]) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn f16_tiles_round_every_types_input_to_nearest_f16_and_the_weights_too() {
+        // 1 + 2^-12 is a quarter of an f16 step above 1, 0.1 is not an f16, 2^-20 is subnormal.
+        let x = [1.0 + 1.0 / 4096.0, 0.1, -0.000_000_953_674_3, 1000.5];
+        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q4_K, GgmlType::Q8_0] {
+            let y = Activations::F16Tiles.round(ty, &x);
+            for (&a, &b) in x.iter().zip(y.iter()) {
+                assert_eq!(b, f16::from_f32(a).to_f32(), "{ty}: {a}");
+            }
+            assert_eq!(y[0], 1.0, "{ty}: rounded to nearest");
+        }
+        assert!(Activations::F16Tiles.rounds_weights());
+        assert!(!Activations::Q8Blocks.rounds_weights() && !Activations::F32.rounds_weights());
+        assert_eq!(
+            Activations::from_name("f16-tiles"),
+            Some(Activations::F16Tiles)
+        );
+    }
 
     #[test]
     fn q8_0_codes_span_127_steps_of_the_f16_scale() {

@@ -5,6 +5,7 @@ use super::activations::Activations;
 use crate::gguf::{Gguf, TensorInfo};
 use crate::model::{ModelError, RopePairing};
 use crate::quant::{self, GgmlType};
+use half::f16;
 use rayon::prelude::*;
 
 /// A weight matrix in its GGUF block layout, dequantized one row at a time on use, so the
@@ -51,13 +52,21 @@ impl<'g> Matrix<'g> {
         })
     }
 
+    /// Rounds later mat-vecs' inputs as `activations` says (`Err` names why this matrix's type
+    /// cannot be).
+    pub fn set_activations(&mut self, activations: Activations) -> Result<(), String> {
+        activations.check(self.ty)?;
+        self.activations = activations;
+        Ok(())
+    }
+
     pub fn row(&self, r: usize, out: &mut [f32]) {
         let bytes = &self.bytes[r * self.row_bytes..(r + 1) * self.row_bytes];
         quant::dequantize_into(self.ty, bytes, out).expect("row geometry checked at load");
     }
 
-    /// `y = W x`, each dot product accumulated in f64 (`x` rounded first where the matrix's
-    /// [`Activations`] say so).
+    /// `y = W x`, each dot product accumulated in f64 (`x`, and each row of W, rounded first
+    /// where the matrix's [`Activations`] say so).
     pub fn matvec(&self, x: &[f32]) -> Vec<f32> {
         assert_eq!(x.len(), self.cols, "matvec input width");
         let x = self.activations.round(self.ty, x);
@@ -68,6 +77,9 @@ impl<'g> Matrix<'g> {
                 || vec![0f32; self.cols],
                 |row, r| {
                     self.row(r, row);
+                    if self.activations.rounds_weights() {
+                        row.iter_mut().for_each(|w| *w = f16::from_f32(*w).to_f32());
+                    }
                     dot(row, x) as f32
                 },
             )

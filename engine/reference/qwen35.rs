@@ -117,6 +117,33 @@ impl<'g> Qwen35Reference<'g> {
         })
     }
 
+    /// Rounds every projection's input (and weights, for [`Activations::F16Tiles`]) as
+    /// `activations` says from the next token on, so a test can mirror a GPU path that rounds in
+    /// some steps and not in others (the cooperative-matrix mat-mul of a prefill step, the f32
+    /// mat-vecs of a decode step). The token embedding stays an exact row lookup.
+    pub fn set_activations(&mut self, activations: Activations) -> Result<(), ModelError> {
+        let mut matrices = vec![&mut self.output];
+        for l in &mut self.layers {
+            match &mut l.mixer {
+                MixerState::DeltaNet(d) => matrices.extend([
+                    &mut d.qkv,
+                    &mut d.gate,
+                    &mut d.beta,
+                    &mut d.alpha,
+                    &mut d.out,
+                ]),
+                MixerState::Attention(a) => {
+                    matrices.extend([&mut a.wq, &mut a.wk, &mut a.wv, &mut a.wo])
+                }
+            }
+            matrices.extend([&mut l.gate, &mut l.up, &mut l.down]);
+        }
+        for m in matrices {
+            m.set_activations(activations).map_err(ModelError::Input)?;
+        }
+        Ok(())
+    }
+
     pub fn position(&self) -> usize {
         self.pos
     }

@@ -287,6 +287,12 @@ impl Matmul {
     /// The weight types this kernel multiplies: every type the block decoders cover.
     pub const TYPES: [GgmlType; 11] = Dequant::TYPES;
 
+    /// Whether the variant `allowed` selects multiplies on cooperative matrices (X and W rounded
+    /// to f16, as the CPU reference's `Activations::F16Tiles` rounds them).
+    pub fn runs_on_matrix_units(allowed: KernelPaths) -> bool {
+        Self::select(allowed).coop_matrix.is_some()
+    }
+
     /// Builds the variant `paths` selects ([`Matmul::select`]).
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
         let variant = KernelVariant::of::<Self>(Self::select(paths));
