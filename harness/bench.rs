@@ -1,13 +1,17 @@
 //! `harness bench`: where a prefill's and a decode step's time go, op by op, against the memory
 //! roofline.
 //!
-//! For each cache depth: a prompt of `depth` seeded random token ids is prefilled, `n_out` tokens
+//! First one untimed request of the first depth's length (pipelines built on first use, first
+//! allocations). Then for each cache depth: a prompt of `depth` seeded random token ids is prefilled, `n_out` tokens
 //! are decoded greedily the way `harness run` does (GPU-resident, steps in flight) for the decode
 //! rate, the host's encode time and the submits per token; then the prompt is prefilled once
 //! more, chunk by chunk as that prefill ran, with a GPU timestamp after every op (each chunk one
 //! step, waited for), and its ops' times are summed over the chunks; then `--profile-steps`
 //! single decode steps after the prompt are run the same way, and the median of each op's time
-//! is reported. Each op comes with the bytes it moves and, for weight products, its FLOPs
+//! is reported; and `--suffix` more tokens are prefilled after the prompt the same way, op by
+//! op, as the steps a prefix-cache hit on the prompt computes (the restore of its cached
+//! state and the cache's bookkeeping are not in it: the multi-agent scenario's TTFT has them).
+//! Each op comes with the bytes it moves and, for weight products, its FLOPs
 //! (2 · rows · cols · tokens), hence GB/s and TFLOP/s. Ops are grouped by name and kernel: a
 //! prefill whose last chunk is short enough for mat-vecs shows both kernels of a product.
 //!
@@ -47,6 +51,10 @@ pub struct Args {
     /// MiB the bandwidth probe streams (at most one binding of the device).
     #[arg(long, default_value_t = 1024)]
     pub probe_mib: u64,
+    /// Tokens after each depth's prompt prefilled as a prefix-cache hit computes them (resumed
+    /// at the depth, attending to it), profiled op by op; 0 skips it.
+    #[arg(long, default_value_t = 128)]
+    pub suffix: usize,
     /// Seed of the prompt token ids.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -79,6 +87,9 @@ struct DepthReport {
     prefill_step_dispatches: usize,
     /// The prompt's prefill again, op by op.
     prefill: PrefillReport,
+    /// `--suffix` more tokens prefilled after the prompt, op by op: the steps a request
+    /// extending this prompt runs after a prefix-cache hit (None with `--suffix 0`).
+    resumed: Option<PrefillReport>,
     decode_tokens_per_s: f64,
     /// Host time recording + finishing one decode step's commands, and submits per token.
     encode_us_per_token: f64,
@@ -168,7 +179,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let deepest = *args.depths.iter().max().expect("non-empty");
     let mut options = EngineOptions::from_env()?;
-    options.max_context = Some(deepest + args.n_out + 1);
+    options.max_context = Some(deepest + (args.n_out + 1).max(args.suffix));
     if let Some(chunk) = args.prefill_chunk {
         options.prefill_chunk = chunk;
     }
@@ -179,9 +190,15 @@ pub fn run(args: Args) -> Result<()> {
         .context("the read-bandwidth probe")?;
     let n_vocab = engine.n_vocab() as u32;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.seed);
+    let mut random_ids =
+        |n: usize| -> Vec<u32> { (0..n).map(|_| rng.random_range(0..n_vocab)).collect() };
+    // A request of the first depth's shape first, untimed: the pipelines built on first use
+    // (and the first allocations) are not the first depth's prefill time.
+    let warmup = random_ids(args.depths[0]);
+    engine.generate(&warmup, 2, &SamplingParams::greedy(), true, &mut |_| {})?;
     let mut depths = Vec::new();
     for &depth in &args.depths {
-        let prompt: Vec<u32> = (0..depth).map(|_| rng.random_range(0..n_vocab)).collect();
+        let prompt = random_ids(depth + args.suffix);
         depths.push(measure_depth(
             &mut engine,
             &args,
@@ -214,12 +231,14 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// One depth: `request` is the depth's prompt followed by the `--suffix` tokens.
 fn measure_depth(
     engine: &mut Engine,
     args: &Args,
-    prompt: &[u32],
+    request: &[u32],
     gb_per_s: f64,
 ) -> Result<DepthReport> {
+    let (prompt, suffix) = request.split_at(request.len() - args.suffix);
     let stats = engine.generate(
         prompt,
         args.n_out,
@@ -231,7 +250,14 @@ fn measure_depth(
         .decode_tokens_per_second()
         .context("the decode produced fewer than two tokens")?;
     let steps = stats.decode_steps.max(1) as f64;
-    let prefill = prefill_report(&engine.profile_prefill(prompt)?, gb_per_s);
+    let prefill = prefill_report(&engine.profile_prefill(prompt, 0)?, gb_per_s);
+    let resumed = match suffix.is_empty() {
+        true => None,
+        false => Some(prefill_report(
+            &engine.profile_prefill(request, prompt.len())?,
+            gb_per_s,
+        )),
+    };
     // The profiled steps decode after the same prompt (a prefix-cache hit: only its last page
     // is prefilled again), at the depth the timed decode started from.
     let started = engine.start(prompt, 2, false)?;
@@ -253,6 +279,7 @@ fn measure_depth(
         prefill_tokens_per_s: stats.prefill_tokens_per_second(),
         prefill_step_dispatches: stats.prefill_step_dispatches,
         prefill,
+        resumed,
         decode_tokens_per_s: decode_rate,
         encode_us_per_token: stats.decode_encode.as_secs_f64() * 1e6 / steps,
         submits_per_token: stats.decode_submits as f64 / steps,
@@ -420,6 +447,20 @@ fn print_tables(r: &Report) {
             p.wall_us,
         );
         print_ops(&p.ops);
+        if let Some(r) = &d.resumed {
+            println!(
+                "depth {} + {} resumed (a prefix-cache hit's steps): {} chunks, {} dispatches · \
+                 GPU {} µs ({} tok/s), wall {:.0} µs",
+                d.depth,
+                r.tokens,
+                r.chunks.len(),
+                r.dispatches,
+                us(r.gpu_us),
+                us(r.gpu_tokens_per_s),
+                r.wall_us,
+            );
+            print_ops(&r.ops);
+        }
     }
 }
 

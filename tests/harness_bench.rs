@@ -42,6 +42,9 @@ fn assert_rel(what: &str, a: f64, b: f64) {
 const DEPTH: u64 = 20;
 const PREFILL_CHUNK: u64 = 16;
 const N_OUT: u64 = 3;
+/// Tokens after the prompt profiled as a prefix-cache hit computes them: a full chunk and a
+/// short one again, now attending to the prompt too.
+const SUFFIX: u64 = 20;
 
 /// A tiny synthetic model of `arch` (Q4_K_M, seed 5).
 fn tiny(arch: &str) -> PathBuf {
@@ -64,6 +67,8 @@ fn bench(path: &PathBuf) -> (Value, Value) {
             &N_OUT.to_string(),
             "--prefill-chunk",
             &PREFILL_CHUNK.to_string(),
+            "--suffix",
+            &SUFFIX.to_string(),
         ])
         .args(["--profile-steps", "2", "--probe-mib", "8", "--json"])
         .output()
@@ -109,19 +114,42 @@ fn bench(path: &PathBuf) -> (Value, Value) {
     );
     check_rows(&report, &d, gb_per_s);
 
-    let p = &d["prefill"];
-    assert_eq!(u(p, "tokens"), DEPTH);
+    let rest = DEPTH - PREFILL_CHUNK;
+    let chunk_dispatches = check_prefill(
+        &report,
+        &d["prefill"],
+        &[(PREFILL_CHUNK, PREFILL_CHUNK), (rest, DEPTH)],
+        gb_per_s,
+    );
+    // The profiled chunks record what the timed prefill recorded (its last chunk's dispatches
+    // come from the request's own run).
+    assert_eq!(chunk_dispatches[1], u(&d, "prefill_step_dispatches"));
+    // The suffix resumed at the depth: the same step shapes, each attending to the prompt.
+    let resumed = check_prefill(
+        &report,
+        &d["resumed"],
+        &[
+            (PREFILL_CHUNK, DEPTH + PREFILL_CHUNK),
+            (SUFFIX - PREFILL_CHUNK, DEPTH + SUFFIX),
+        ],
+        gb_per_s,
+    );
+    assert_eq!(resumed, chunk_dispatches, "the same steps' dispatches");
+    (report, d)
+}
+
+/// One prefill profile `p` of chunks `(tokens, kv_len)` = `shape`: its rows sum to its chunks and
+/// totals, and its rates agree with its times. Returns the chunks' dispatches.
+fn check_prefill(report: &Value, p: &Value, shape: &[(u64, u64)], gb_per_s: f64) -> Vec<u64> {
+    let tokens: u64 = shape.iter().map(|c| c.0).sum();
+    assert_eq!(u(p, "tokens"), tokens);
     let chunks = p["chunks"].as_array().expect("prefill chunks");
-    let shape: Vec<(u64, u64)> = chunks
+    let got: Vec<(u64, u64)> = chunks
         .iter()
         .map(|c| (u(c, "tokens"), u(c, "kv_len")))
         .collect();
-    let rest = DEPTH - PREFILL_CHUNK;
-    assert_eq!(shape, [(PREFILL_CHUNK, PREFILL_CHUNK), (rest, DEPTH)]);
-    // The profiled chunks record what the timed prefill recorded (its last chunk's dispatches
-    // come from the request's own run), and the rows sum to the chunks.
+    assert_eq!(got, shape);
     let chunk_dispatches: Vec<u64> = chunks.iter().map(|c| u(c, "dispatches")).collect();
-    assert_eq!(chunk_dispatches[1], u(&d, "prefill_step_dispatches"));
     let rows = ops(p);
     let sum = |key: &str| rows.iter().map(|o| u(o, key)).sum::<u64>();
     assert_eq!(sum("dispatches"), chunk_dispatches.iter().sum::<u64>());
@@ -130,14 +158,14 @@ fn bench(path: &PathBuf) -> (Value, Value) {
     for key in ["weight_bytes", "activation_bytes", "flops"] {
         assert_eq!(sum(key), u(p, key), "{key}");
     }
-    check_rows(&report, p, gb_per_s);
+    check_rows(report, p, gb_per_s);
     if report["op_timing"] == "gpu_timestamps" {
         let chunk_us = chunks.iter().map(|c| f(c, "gpu_us")).sum::<f64>();
         assert_rel("Σ chunk µs", chunk_us, f(p, "gpu_us"));
-        let rate = DEPTH as f64 / f(p, "gpu_us") * 1e6;
+        let rate = tokens as f64 / f(p, "gpu_us") * 1e6;
         assert_rel("GPU tok/s", f(p, "gpu_tokens_per_s"), rate);
     }
-    (report, d)
+    chunk_dispatches
 }
 
 /// The rows of one profile (`d`: a decode step or a prefill) against the profile's own sums:
@@ -414,7 +442,14 @@ fn profiling_leaves_the_sequence_as_it_was() {
             for _ in 0..2 {
                 engine.profile_step(seq).unwrap();
             }
-            assert_eq!(engine.profile_prefill(&other).unwrap().len(), 2);
+            assert_eq!(engine.profile_prefill(&other, 0).unwrap().len(), 2);
+            // From inside the prompt: only the steps from there, attending to all before.
+            let rest = engine
+                .profile_prefill(&other, PREFILL_CHUNK as usize)
+                .unwrap();
+            let shape: Vec<(u32, u32)> = rest.iter().map(|c| (c.tokens, c.kv_len)).collect();
+            assert_eq!(shape, [((DEPTH - PREFILL_CHUNK) as u32, DEPTH as u32)]);
+            assert!(engine.profile_prefill(&other, DEPTH as usize).is_err());
         }
         let (tokens, logits) = engine.step_with_logits(&[seq]).unwrap();
         let sequence = engine.tokens(seq).unwrap().to_vec();
