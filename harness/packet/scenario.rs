@@ -168,6 +168,11 @@ pub struct TurnRow {
     pub prefill_computed: usize,
     pub cached_tokens: usize,
     pub sent_s: f64,
+    /// Seconds before this request was sent with no other request of the arm in flight
+    /// (counted from the scenario's start, when the warm-up had answered; 0 when one was). A
+    /// GPU left idle can answer its next request later (experiments/NOTES.md, 2026-12-04:
+    /// ~180 ms more after ≥ 3 s on an H200), which the TTFTs carry.
+    pub idle_before_s: f64,
     pub ttft_s: f64,
     pub wall_s: f64,
 }
@@ -239,18 +244,39 @@ fn arm_entry(raw: &ScenarioRaw, digest: &FileDigest) -> ScenarioArmEntry {
         turns: raw
             .turns
             .iter()
-            .map(|t| TurnRow {
+            .enumerate()
+            .map(|(i, t)| TurnRow {
                 agent: t.agent,
                 turn: t.turn,
                 prompt_tokens: t.prompt_tokens,
                 prefill_computed: t.prefill_computed,
                 cached_tokens: t.cached_tokens,
                 sent_s: t.sent_s,
+                idle_before_s: idle_before(&raw.turns, i),
                 ttft_s: t.ttft_s,
                 wall_s: t.wall_s,
             })
             .collect(),
     }
+}
+
+/// [`TurnRow::idle_before_s`] of `turns[i]`: from the end of the last request answered before
+/// it was sent (or the scenario's start) to its sending; 0 when one sent earlier was still in
+/// flight (requests sent at the same instant do not count for each other).
+fn idle_before(turns: &[TurnSample], i: usize) -> f64 {
+    let sent = turns[i].sent_s;
+    let mut idle_since = 0f64;
+    for (j, other) in turns.iter().enumerate() {
+        if j == i || other.sent_s >= sent {
+            continue;
+        }
+        let answered = other.sent_s + other.wall_s;
+        if answered > sent {
+            return 0.0;
+        }
+        idle_since = idle_since.max(answered);
+    }
+    sent - idle_since
 }
 
 fn summary(turns: &[TurnSample]) -> Option<ScenarioSummary> {
@@ -506,4 +532,28 @@ fn check_order(spec: &ScenarioSpec, raw: &ScenarioRaw) -> Vec<String> {
         }
     }
     errs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_before_counts_from_the_last_answer_and_is_zero_with_one_in_flight() {
+        let turn = |sent_s: f64, wall_s: f64| TurnSample {
+            sent_s,
+            wall_s,
+            ..crate::packet::testkit::write_scenario_turn()
+        };
+        // Sent at 0.25 into an idle scenario; sent while the first is in flight; sent 1.5 s
+        // after both had answered (at 1.25 and 1.5); sent at the same instant as that one.
+        let turns = [
+            turn(0.25, 1.0),
+            turn(0.5, 1.0),
+            turn(3.0, 0.5),
+            turn(3.0, 0.5),
+        ];
+        let idle: Vec<f64> = (0..turns.len()).map(|i| idle_before(&turns, i)).collect();
+        assert_eq!(idle, [0.25, 0.0, 1.5, 1.5]);
+    }
 }

@@ -49,6 +49,7 @@ pub fn section(md: &mut String, s: &Scenario) {
         }
         md.push('\n');
     }
+    requests(md, s);
     md.push_str(
         "How each arm serves concurrent requests, its cache, and where its counts come from:\n\n",
     );
@@ -63,6 +64,37 @@ pub fn section(md: &mut String, s: &Scenario) {
             a.cache_how,
             a.prefill_counted_by
         );
+    }
+    md.push('\n');
+}
+
+/// Every measured request in the order answered, with the idle time before it: a GPU left
+/// idle can answer later, so a TTFT is read with the gap that preceded it.
+fn requests(md: &mut String, s: &Scenario) {
+    if s.arms.iter().all(|a| a.turns.is_empty()) {
+        return;
+    }
+    md.push_str(
+        "Every request, as answered (idle before: seconds the arm had no request in flight \
+         before this one was sent):\n\n| arm | agent | turn | sent (s) | idle before (s) | TTFT \
+         (ms) | prompt tokens | computed | cached |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for a in &s.arms {
+        for t in &a.turns {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:.3} | {:.3} | {} | {} | {} | {} |",
+                a.arm,
+                t.agent,
+                t.turn,
+                t.sent_s,
+                t.idle_before_s,
+                ms(t.ttft_s),
+                t.prompt_tokens,
+                t.prefill_computed,
+                t.cached_tokens
+            );
+        }
     }
     md.push('\n');
 }

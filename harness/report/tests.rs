@@ -261,6 +261,19 @@ fn a_scenario_packet_reports_the_shared_ttft_table() {
         ratio_cell(Some(effect.turn1_ttft_ratio)),
         ratio_cell(effect.later_ttft_ratio)
     )));
+    // Every request with the idle time before it, as the packet has them.
+    let last = scenario.arms[0].turns.last().unwrap();
+    assert!(
+        section(md, title).contains(&format!(
+            "| fak-native-cache | {} | {} | {:.3} | {:.3} | {} |",
+            last.agent,
+            last.turn,
+            last.sent_s,
+            last.idle_before_s,
+            ms(last.ttft_s)
+        )),
+        "{md}"
+    );
     // A scenario-only packet has no envelope tables and no plots.
     assert!(!md.contains("## Prefill"));
     assert!(r.plots.is_empty());
