@@ -8,8 +8,8 @@
 //! more, chunk by chunk as that prefill ran, with a GPU timestamp after every op (each chunk one
 //! step, waited for), and its ops' times are summed over the chunks; then `--profile-steps`
 //! single decode steps after the prompt are run the same way, and the median of each op's time
-//! is reported; and `--suffix` more tokens are prefilled after the prompt the same way, op by
-//! op, as the steps a prefix-cache hit on the prompt computes (the restore of its cached
+//! is reported; and `--suffix` more tokens, profiled in that same prefill right after the
+//! prompt's chunks, are reported apart as the steps a prefix-cache hit on the prompt computes (the restore of its cached
 //! state and the cache's bookkeeping are not in it: the multi-agent scenario's TTFT has them).
 //! Each op comes with the bytes it moves and, for weight products, its FLOPs
 //! (2 · rows · cols · tokens), hence GB/s and TFLOP/s. Ops are grouped by name and kernel: a
@@ -250,14 +250,18 @@ fn measure_depth(
         .decode_tokens_per_second()
         .context("the decode produced fewer than two tokens")?;
     let steps = stats.decode_steps.max(1) as f64;
-    let prefill = prefill_report(&engine.profile_prefill(prompt, 0)?, gb_per_s);
-    let resumed = match suffix.is_empty() {
-        true => None,
-        false => Some(prefill_report(
-            &engine.profile_prefill(request, prompt.len())?,
-            gb_per_s,
-        )),
+    // One prefill of the request: the prompt's chunks, then the suffix's.
+    let (prefill, resumed) = match suffix.is_empty() {
+        true => (engine.profile_prefill(prompt, 0)?.1, None),
+        false => {
+            let (prompt_chunks, suffix_chunks) = engine.profile_prefill(request, prompt.len())?;
+            (
+                prompt_chunks,
+                Some(prefill_report(&suffix_chunks, gb_per_s)),
+            )
+        }
     };
+    let prefill = prefill_report(&prefill, gb_per_s);
     // The profiled steps decode after the same prompt (a prefix-cache hit: only its last page
     // is prefilled again), at the depth the timed decode started from.
     let started = engine.start(prompt, 2, false)?;

@@ -442,9 +442,9 @@ fn profiling_leaves_the_sequence_as_it_was() {
             for _ in 0..2 {
                 engine.profile_step(seq).unwrap();
             }
-            assert_eq!(engine.profile_prefill(&other, 0).unwrap().len(), 2);
+            assert_eq!(engine.profile_prefill(&other, 0).unwrap().1.len(), 2);
             // From inside the prompt: only the steps from there, attending to all before.
-            let rest = engine
+            let (_, rest) = engine
                 .profile_prefill(&other, PREFILL_CHUNK as usize)
                 .unwrap();
             let shape: Vec<(u32, u32)> = rest.iter().map(|c| (c.tokens, c.kv_len)).collect();

@@ -617,14 +617,15 @@ impl Engine {
     /// Prefills `prompt` in chunks as a request without the prefix cache does, each chunk one
     /// step timed op by op like [`Engine::profile_step`], on a sequence of its own that is
     /// closed after: no sequence in flight and nothing cached changes. Needs a free sequence.
-    /// Only the chunks from position `from` on are returned: those before it run the same way
-    /// and are dropped, so `from` = a cached prefix's length profiles what a prefix-cache hit
-    /// computes (its steps from there, attending to the whole prefix).
+    /// The chunks are cut at position `from` and returned as those before it and those from it
+    /// on, so one prefill of a prompt and a suffix profiles both the prompt and what a
+    /// prefix-cache hit on the prompt computes (the suffix's steps, attending to the whole
+    /// prefix).
     pub fn profile_prefill(
         &mut self,
         prompt: &[u32],
         from: usize,
-    ) -> Result<Vec<StepProfile>, RuntimeError> {
+    ) -> Result<(Vec<StepProfile>, Vec<StepProfile>), RuntimeError> {
         self.check_request(prompt, 0)?;
         if from >= prompt.len() {
             return Err(RuntimeError::Request(format!(
@@ -635,15 +636,12 @@ impl Engine {
         let seq = self.open(prompt, 0, false)?;
         let chunk = self.io.max_tokens as usize;
         let (before, after) = prompt.split_at(from);
-        let profiles = before
-            .chunks(chunk)
-            .try_for_each(|part| self.run_profiled(seq, part).map(drop))
-            .and_then(|()| {
-                after
-                    .chunks(chunk)
-                    .map(|part| self.run_profiled(seq, part))
-                    .collect()
-            });
+        let mut profile = |part: &[u32]| -> Result<Vec<StepProfile>, RuntimeError> {
+            part.chunks(chunk)
+                .map(|ids| self.run_profiled(seq, ids))
+                .collect()
+        };
+        let profiles = profile(before).and_then(|b| Ok((b, profile(after)?)));
         self.close(seq, false)?;
         profiles
     }
