@@ -63,6 +63,10 @@ fn main() {
         return;
     }
     println!("variant\ttype\tshape\trows\tcols\ttokens\tus_per_dispatch\tgflops\tweight_gbps");
+    if std::env::args().any(|a| a == "--types") {
+        by_type(&ctx);
+        return;
+    }
     let (shapes, token_counts): (&[_], &[u32]) = if quick {
         (&QUICK_SHAPES, &[5, 70])
     } else {
@@ -99,6 +103,28 @@ fn main() {
                     time_shapes(&ctx, &kernel, &label, ty, &SHAPES_27B, n_tokens);
                 }
             }
+        }
+    }
+}
+
+/// `--types`: the two biggest products (8B and 27B ffn_gate_up) at 2048 tokens, whole, in every
+/// variant, with F16, Q8_0 and Q4_K weights: how much of a tile's time is the weight decoding
+/// (F16 needs none, Q8_0 one scale per 32, Q4_K the 6-bit scales and nibbles).
+fn by_type(ctx: &GpuContext) {
+    let shapes = [SHAPES[2], SHAPES_27B[7]];
+    let mut variants = Vec::new();
+    for paths in ctx.runnable_paths().into_iter().map(Matmul::select) {
+        if !variants.contains(&paths) {
+            variants.push(paths);
+        }
+    }
+    for paths in variants {
+        let kernel = Matmul::new(ctx, paths)
+            .expect("building the mat-mul")
+            .with_split(SplitK::NEVER);
+        let label = format!("{}/whole", kernel.variant());
+        for ty in [GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K] {
+            time_shapes(ctx, &kernel, &label, ty, &shapes, 2048);
         }
     }
 }
