@@ -71,6 +71,9 @@ struct Report {
     model: String,
     adapter: String,
     backend: String,
+    /// The kernel paths the engine took (`KernelPaths::name`: subgroup, f16, cooperative
+    /// matrices, the integer mat-vec), so a figure says which kernels made it.
+    paths: String,
     /// `gpu_timestamps` (per op, inside the pass) or `host_wall_per_step`.
     op_timing: &'static str,
     bandwidth: ReadBandwidth,
@@ -211,6 +214,7 @@ pub fn run(args: Args) -> Result<()> {
         model: args.model.display().to_string(),
         adapter: facts.name.clone(),
         backend: facts.backend.clone(),
+        paths: engine.ctx.paths().name(),
         op_timing: if engine.times_ops() {
             "gpu_timestamps"
         } else {
@@ -405,7 +409,10 @@ fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
 }
 
 fn print_tables(r: &Report) {
-    println!("{} · {} ({})", r.model, r.adapter, r.backend);
+    println!(
+        "{} · {} ({}) · paths {}",
+        r.model, r.adapter, r.backend, r.paths
+    );
     println!(
         "read bandwidth: {:.1} GB/s ({} MiB, {:?}); op times: {}",
         r.bandwidth.gb_per_s,

@@ -106,8 +106,8 @@ pub fn run(args: Args) -> Result<()> {
     for model in [reference, qwen3.gguf.as_path(), &qwen35[0], &qwen35[1]] {
         let ids = random_ids(7, PROMPT_TOKENS);
         let f32_oracle = cpu_oracle(model, &ids, Activations::F32)?;
-        // Only where the integer path was opted into (FAK_INT_DOT=1): its own oracle, every
-        // step a decode step so that every projection takes the path.
+        // Only where the integer path is taken (the adapter's default, or FAK_INT_DOT=1): its
+        // own oracle, every step a decode step so that every projection takes the path.
         let int_dot_oracle = match paths.iter().any(|(_, p)| p.int_dot) {
             true => Some(cpu_oracle(model, &ids, Activations::Q8Blocks)?),
             false => None,

@@ -149,3 +149,34 @@ fn every_registered_variant_the_device_can_run_builds_on_it() {
         assert_eq!(built.pipelines.len(), variant.source.pipelines.len());
     }
 }
+
+/// The integer mat-vec path is the default on Vulkan and DX12 GPUs only (`int_dot_pays`), and the
+/// context takes it exactly where that says, unless `FAK_INT_DOT` forces it.
+#[test]
+fn the_integer_path_is_the_default_on_vulkan_and_dx12_gpus_only() {
+    let ctx = gpu();
+    let on = |backend: &str, device_type: &str| {
+        let mut facts = ctx.facts().clone();
+        facts.backend = backend.into();
+        facts.device_type = device_type.into();
+        fak::gpu::int_dot_pays(&facts)
+    };
+    assert!(on("vulkan", "discrete"));
+    assert!(on("vulkan", "integrated"));
+    assert!(on("dx12", "discrete"));
+    assert!(
+        !on("vulkan", "cpu"),
+        "lavapipe runs dot4I8Packed through a polyfill"
+    );
+    assert!(!on("metal", "integrated"), "Apple GPUs have no 4×8-bit dot");
+    assert!(!on("gl", "discrete"));
+    let want = match std::env::var("FAK_INT_DOT").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => fak::gpu::int_dot_pays(ctx.facts()),
+    };
+    let forced_off = std::env::var("FAK_FORCE")
+        .map(|list| fak::gpu::Forced::parse(&list).unwrap().no_int_dot)
+        .unwrap_or(false);
+    assert_eq!(ctx.paths().int_dot, want && !forced_off);
+}

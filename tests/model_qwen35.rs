@@ -535,7 +535,7 @@ fn int_dot_quantizes_each_input_once_per_step() {
     let ids = random_ids(4, 6, hp.n_vocab);
     let run = |int_dot: bool| {
         let mut o = options(1, Forced::default());
-        o.context.int_dot = int_dot;
+        o.context.int_dot = Some(int_dot);
         let mut e = Engine::load(&path, &o).unwrap();
         let logits = e.teacher_forced_logits(&ids).unwrap();
         (logits, e.last_step_dispatches())

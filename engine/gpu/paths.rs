@@ -9,8 +9,9 @@
 //!
 //! One path is not a hardware feature but a change of numerics: `int_dot` quantizes the decode
 //! mat-vec's input to 8-bit blocks and multiplies with integer dot products (`dot4I8Packed`, core
-//! WGSL: every adapter runs it, natively or through naga's polyfill). It is opt-in
-//! (`FAK_INT_DOT=1`, [`crate::gpu::ContextOptions::int_dot`]) until an H200 shows it pays.
+//! WGSL: every adapter runs it, natively or through naga's polyfill). It is the default where
+//! [`crate::gpu::int_dot_pays`] says so (Vulkan and DX12 GPUs) and `FAK_INT_DOT=1` / `=0`
+//! ([`crate::gpu::ContextOptions::int_dot`]) forces it either way.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

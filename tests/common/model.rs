@@ -18,6 +18,9 @@ pub fn options(prefill_chunk: u32, forced: Forced) -> EngineOptions {
     o.max_context = Some(256);
     o.poison = true;
     o.context.forced = forced;
+    // The f32 mat-vec path, whichever the adapter defaults to: these options' tests hold the
+    // engine to the f32 reference; the integer path has its own (`assert_int_dot_logits`).
+    o.context.int_dot = Some(false);
     o
 }
 
@@ -69,7 +72,7 @@ pub fn assert_int_dot_logits(
             ..Forced::default()
         };
         let mut o = options(1, forced);
-        o.context.int_dot = true;
+        o.context.int_dot = Some(true);
         let mut e = Engine::load(path, &o).unwrap();
         let got = e.teacher_forced_logits(ids).unwrap();
         let what = format!("int-dot, {forced:?}");
