@@ -120,13 +120,16 @@ fn the_integer_path_matches_the_product_of_its_quantized_input_on_every_type_and
 /// flight) on every variant, f32 and integer path: the decode's weight types (and F16, whose last
 /// unit is guarded) at every batch, accumulate on and off, strided x, and the MLP's fusion (norm,
 /// gate/up pairing, strided x). 37 rows leave the last workgroup's teams past the end; the longest
-/// rows of `col_counts` take several passes of a team, the last one ragged.
+/// rows of `col_counts` take several passes of a team, the last one ragged. Besides the
+/// candidates, one layout with two units in flight (`FAK_MATVEC_LAYOUT` can ask for any): the
+/// second load of a step clamped past the row's end and its products dropped.
 #[test]
 fn every_layout_matches_on_the_decode_types_batches_and_fusions() {
     let ctx = gpu();
     let mut seed = 0x3a7e_8000;
     let rows = 37;
-    for layout in MatVecLayout::CANDIDATES {
+    let unrolled = MatVecLayout::new(64, 2, 2);
+    for layout in MatVecLayout::CANDIDATES.into_iter().chain([unrolled]) {
         if layout == MatVecLayout::DEFAULT {
             continue;
         }

@@ -579,10 +579,25 @@ fn load_rows(starts: vec4<u32>, u: u32) -> array<Unit, 4> {
                           load_unit(starts.w, u));
 }
 
-// The unit the second load of an UNROLL = 2 step reads: u + TEAM, clamped to the row's last unit
-// (always valid memory; its products are dropped when u + TEAM is past the end).
-fn second_unit(u: u32) -> u32 {
-    return min(u + TEAM, params.units - 1u);
+// What one step of an invocation's unit loop loads before it multiplies anything: unit u of the
+// 4 rows and, with UNROLL = 2, unit u + TEAM (both kernels' loops, matvec and matvec_q8).
+struct UnitStep {
+    first: array<Unit, 4>,
+    second: array<Unit, 4>,
+    // u + TEAM is inside the row: its products count.
+    has_second: bool,
+}
+
+// The loads of the step at unit u. The second unit is clamped to the row's last unit (always
+// valid memory; its products are dropped when u + TEAM is past the end).
+fn load_step(starts: vec4<u32>, u: u32) -> UnitStep {
+    var loads: UnitStep;
+    loads.first = load_rows(starts, u);
+    if UNROLL == 2u {
+        loads.second = load_rows(starts, min(u + TEAM, params.units - 1u));
+        loads.has_second = u + TEAM < params.units;
+    }
+    return loads;
 }
 
 // silu(gate)·up, the pairing's output.
@@ -745,15 +760,10 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) count: 
     let starts = row_starts(at.team_first, paired);
     var acc: array<vec4<f32>, 8>;
     for (var u = at.lane; u < params.units; u += TEAM * UNROLL) {
-        let w = load_rows(starts, u);
-        if UNROLL == 2u {
-            let next = load_rows(starts, second_unit(u));
-            add_products(&acc, w, u, n);
-            if u + TEAM < params.units {
-                add_products(&acc, next, u + TEAM, n);
-            }
-        } else {
-            add_products(&acc, w, u, n);
+        let loaded = load_step(starts, u);
+        add_products(&acc, loaded.first, u, n);
+        if loaded.has_second {
+            add_products(&acc, loaded.second, u + TEAM, n);
         }
     }
     finish(&acc, at, n, lanes, paired);

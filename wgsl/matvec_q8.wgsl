@@ -178,15 +178,10 @@ fn matvec_q8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) coun
     let starts = row_starts(at.team_first, paired);
     var acc: array<vec4<f32>, 8>;
     for (var u = at.lane; u < params.units; u += TEAM * UNROLL) {
-        let w = load_rows(starts, u);
-        if UNROLL == 2u {
-            let next = load_rows(starts, second_unit(u));
-            add_products_q8(&acc, w, u, n);
-            if u + TEAM < params.units {
-                add_products_q8(&acc, next, u + TEAM, n);
-            }
-        } else {
-            add_products_q8(&acc, w, u, n);
+        let loaded = load_step(starts, u);
+        add_products_q8(&acc, loaded.first, u, n);
+        if loaded.has_second {
+            add_products_q8(&acc, loaded.second, u + TEAM, n);
         }
     }
     finish(&acc, at, n, lanes, paired);
