@@ -14,7 +14,7 @@ use crate::gpu::error::GpuError;
 use crate::gpu::kernel::{Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build};
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Invocations per workgroup (`override WG`).
 const WG: u32 = 256;
@@ -22,10 +22,14 @@ const WG: u32 = 256;
 /// (2048 × 256 = 512 Ki invocations, ~4 per hardware thread slot of an H200), few enough that
 /// each walks a long stretch of the buffer.
 const WORKGROUPS: u32 = 2048;
-/// Untimed passes first: the first touch of the buffer, and a GPU that idled between a model's
-/// load and the probe ramps its clocks up (one H200 run measured 1.83 TB/s after a single
-/// warm-up pass where another had measured 4.41 TB/s: experiments/NOTES.md).
-const WARM_UP_PASSES: usize = 3;
+/// Untimed work first, for at least this long: the first touch of the buffer, and the clocks. An
+/// idle H200 sits at 345 MHz and needs ~100–200 ms of sustained load to reach 1980 (nvidia-smi,
+/// experiments/NOTES.md, session 2026-12-04 #2); three single-dispatch warm-up passes with a wait
+/// after each never got it there (1.83 TB/s measured against 4.4–4.5 TB/s with the clock up).
+const WARM_UP: Duration = Duration::from_millis(400);
+/// Dispatches one warm-up submission may grow to, doubling while a submission takes < 20 ms (so
+/// the GPU is busy back to back, not waiting on the host between tiny passes).
+const WARM_UP_MAX_DISPATCHES: u32 = 256;
 /// The fold of a zero-filled buffer is 0; the sink is written only when it equals this.
 const NEVER: u32 = 1;
 /// src, sink, params.
@@ -95,7 +99,7 @@ impl ReadProbe {
     }
 
     /// Streams a zero-filled buffer of `bytes` (rounded down to 16-byte words, at most one
-    /// binding and 2^32 − 1 words) `passes` times after [`WARM_UP_PASSES`] untimed ones.
+    /// binding and 2^32 − 1 words) `passes` times after [`WARM_UP`] of untimed streaming.
     pub fn measure(
         &self,
         ctx: &GpuContext,
@@ -143,8 +147,9 @@ impl ReadProbe {
         });
         let resolved = storage_query_buffer(ctx);
         let period_s = f64::from(ctx.queue.get_timestamp_period()) * 1e-9;
+        self.warm_up(ctx, &group)?;
         let mut pass_seconds = Vec::with_capacity(passes);
-        for i in 0..WARM_UP_PASSES + passes {
+        for _ in 0..passes {
             let mut encoder = ctx
                 .device
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor {
@@ -177,9 +182,6 @@ impl ReadProbe {
                 timeout: None,
             })?;
             let wall = started.elapsed().as_secs_f64();
-            if i < WARM_UP_PASSES {
-                continue;
-            }
             let seconds = match &queries {
                 Some(_) => {
                     let ticks: Vec<u64> =
@@ -201,6 +203,34 @@ impl ReadProbe {
                 ProbeTiming::HostWall
             },
         })
+    }
+
+    /// Keeps the GPU streaming the buffer for [`WARM_UP`]: submissions of back-to-back
+    /// dispatches, twice as many each time one finishes in under 20 ms.
+    fn warm_up(&self, ctx: &GpuContext, group: &wgpu::BindGroup) -> Result<(), GpuError> {
+        let started = Instant::now();
+        let mut dispatches = 1;
+        while started.elapsed() < WARM_UP {
+            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            {
+                let mut pass = encoder.begin_compute_pass(&Default::default());
+                pass.set_pipeline(&self.pipeline);
+                pass.set_bind_group(0, group, &[]);
+                for _ in 0..dispatches {
+                    pass.dispatch_workgroups(WORKGROUPS, 1, 1);
+                }
+            }
+            let submitted = Instant::now();
+            let index = ctx.queue.submit([encoder.finish()]);
+            ctx.device.poll(wgpu::PollType::Wait {
+                submission_index: Some(index),
+                timeout: None,
+            })?;
+            if submitted.elapsed() < Duration::from_millis(20) {
+                dispatches = (dispatches * 2).min(WARM_UP_MAX_DISPATCHES);
+            }
+        }
+        Ok(())
     }
 }
 
