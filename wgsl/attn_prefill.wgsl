@@ -157,18 +157,27 @@ fn main(
         for (var a = 0u; a < MAX_ACC; a++) {
             acc[a] *= alpha;
         }
-        // O += P·V, dims d = c0 + quarter + 4w.
+        // O += P·V, dims d = c0 + quarter + 4w: each weight is read once per chunk and used for
+        // the invocation's DC / 4 dims (one shared-memory read per FMA, not two). All BN keys:
+        // past n_keys the weights are 0 and the staged rows zeros, and a constant trip count
+        // lets the loop unroll.
         for (var c0 = 0u; c0 < HEAD_DIM; c0 += DC) {
             workgroupBarrier();
             stage_kv(true, n_keys, c0, local);
             workgroupBarrier();
+            var sums: array<f32, DC / 4u>;
             for (var w = 0u; w < DC / 4u; w++) {
-                let dd = quarter + 4u * w;
-                var sum = 0.0;
-                for (var jj = 0u; jj < n_keys; jj++) {
-                    sum += p_tile[i * P_STRIDE + jj] * kv_tile[jj * KV_STRIDE + dd];
+                sums[w] = 0.0;
+            }
+            for (var jj = 0u; jj < BN; jj++) {
+                let p = p_tile[i * P_STRIDE + jj];
+                let v_row = jj * KV_STRIDE + quarter;
+                for (var w = 0u; w < DC / 4u; w++) {
+                    sums[w] += p * kv_tile[v_row + 4u * w];
                 }
-                acc[c0 / 4u + w] += sum;
+            }
+            for (var w = 0u; w < DC / 4u; w++) {
+                acc[c0 / 4u + w] += sums[w];
             }
         }
         // The next tile rewrites key_base, quarter_max and p_tile.
