@@ -121,11 +121,12 @@ impl SplitKeys {
     /// (registers), so 512 workgroups fill it. Splits of at least 256 keys (8 key tiles) keep
     /// the partials' write and the combine (HEAD_DIM + 2 floats per row and split) small next
     /// to a split's work. Qwen3.5-27B's cached step (128 tokens, GROUP 6, 4 kv heads: 96 tiles)
-    /// runs in 6 splits; Qwen3-8B's 512-token chunks (512 tiles) are not split.
+    /// runs in 6 splits; Qwen3-8B's 512-token chunks (64 tiles × 8 kv heads) are not split.
     pub const DEFAULT: SplitKeys = SplitKeys::Fill {
         target_workgroups: 512,
         min_keys: 256,
     };
+    /// Every tile's keys in one workgroup (the kernel before splits).
     pub const NEVER: SplitKeys = SplitKeys::Fixed(1);
 
     /// The splits of a grid of `workgroups` row tiles × kv heads over `keys` keys (the step's
