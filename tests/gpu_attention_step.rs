@@ -164,9 +164,10 @@ fn run(ctx: &GpuContext, paths: KernelPaths) {
             positions: Positions::Step,
             step: &s.step,
             max_tokens: PROMPT,
+            scratch: None,
         };
         let binding = prefill.bind(ctx, io).unwrap();
-        prefill.encode(pass, &binding, PROMPT);
+        prefill.encode(pass, &binding, PROMPT, PROMPT);
     });
     let got = read_back_f32(ctx, &o, 0..4 * u64::from(PROMPT * o_width)).unwrap();
     let want = s.reference(&q_out, 0..PROMPT);

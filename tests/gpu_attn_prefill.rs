@@ -3,10 +3,14 @@
 //! row or key tile, a prefill continuing a cache that already holds earlier tokens, a one-token
 //! prefill, and a sequence on a shuffled page-table row read through a token table; f32 and f16
 //! caches; the cooperative-matrix kernel (where the adapter has one; the engine does not select
-//! it yet) with every workgroup tile that fits. Cache slots past the step's last token hold NaN, so a causal leak fails the test.
+//! it yet) with every workgroup tile that fits; keys split across workgroups and combined, at
+//! forced split counts. Cache slots past the step's last token hold NaN, so a causal leak fails
+//! the test; the split partials start as NaN too, so a combine reading one no split wrote fails.
 
 use fak::gpu::kernels::attn_decode::AttnShape;
-use fak::gpu::kernels::attn_prefill::{AttnPrefill, COOP_ROW_BLOCKS, CoopTile, PrefillIo};
+use fak::gpu::kernels::attn_prefill::{
+    AttnPrefill, COOP_ROW_BLOCKS, CoopTile, PrefillIo, SplitKeys,
+};
 use fak::gpu::kernels::kv_cache::PageTable;
 use fak::gpu::kernels::support::{Positions, View};
 use fak::gpu::{CoopShape, GpuContext, Kernel, KernelPaths, Step};
@@ -124,6 +128,43 @@ fn a_sequence_on_a_shuffled_page_row_reads_its_positions_from_the_token_table() 
     }
 }
 
+/// Split counts forced on the kernel: 1 (each tile writes o itself), 2 and 3, and 64 — more than
+/// any case's runs of 32 keys (at most 11), so most splits hold no keys and return.
+const FORCED_SPLITS: [u32; 4] = [1, 2, 3, 64];
+
+/// (start, n_tokens, table): a fresh prompt whose second row tile spans two runs of keys; a
+/// prefill continuing a cache (the prefix-cache case) whose tile crosses position 64, so its
+/// rows before it have no keys in the last split (a partial of l = 0 that must weigh nothing); a
+/// single token; 40 tokens after 300 (11 runs: real splits at every count); the token table.
+const SPLIT_CASES: [(u32, u32, bool); 5] = [
+    (0, 37, false),
+    (45, 20, false),
+    (70, 1, false),
+    (300, 40, false),
+    (30, 13, true),
+];
+
+#[test]
+fn keys_split_across_workgroups_combine_to_the_reference() {
+    let ctx = gpu();
+    for (i, shape) in shapes().into_iter().enumerate() {
+        for mut kernel in kernels(ctx, shape) {
+            for splits in FORCED_SPLITS {
+                kernel = kernel.with_split(SplitKeys::Fixed(splits));
+                for (start, n_tokens, table) in SPLIT_CASES {
+                    let case = Case {
+                        shape,
+                        start,
+                        n_tokens,
+                        table,
+                    };
+                    run_case(ctx, &kernel, &case, u64::from(start + splits) + i as u64);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn unsupported_shapes_and_mismatched_caches_are_refused() {
     let ctx = gpu();
@@ -171,6 +212,7 @@ fn unsupported_shapes_and_mismatched_caches_are_refused() {
         positions: Positions::Step,
         step: &step,
         max_tokens: 1,
+        scratch: None,
     };
     assert!(kernel.bind(ctx, io).is_err());
 }
@@ -197,7 +239,7 @@ fn the_host_coop_tile_geometry_matches_the_wgsl() {
                     .map_err(|e| e.emit_to_string(&text))
                     .unwrap();
                 // Each tile's module validates.
-                naga::valid::Validator::new(
+                let info = naga::valid::Validator::new(
                     naga::valid::ValidationFlags::all(),
                     naga::valid::Capabilities::all(),
                 )
@@ -206,10 +248,19 @@ fn the_host_coop_tile_geometry_matches_the_wgsl() {
                 .unwrap();
                 let mut layouter = naga::proc::Layouter::default();
                 layouter.update(module.to_ctx()).unwrap();
+                // main's arrays (the combine entry point's are its own).
+                let main = module
+                    .entry_points
+                    .iter()
+                    .position(|e| e.name == "main")
+                    .expect("main");
+                let used = info.get_entry_point(main);
                 let bytes: u32 = module
                     .global_variables
                     .iter()
-                    .filter(|(_, var)| var.space == naga::AddressSpace::WorkGroup)
+                    .filter(|&(handle, var)| {
+                        var.space == naga::AddressSpace::WorkGroup && !used[handle].is_empty()
+                    })
                     .map(|(_, var)| layouter[var.ty].size)
                     .sum();
                 assert_eq!(bytes, tile.workgroup_bytes(), "{tile:?}");

@@ -31,15 +31,15 @@
 //           · 7 params (uniform) · 8 step (uniform)
 // entry points / dispatch:
 //   decode  — (n_split, n_kv, n_tokens) workgroups of WG. A sequence with one split writes o;
-//             otherwise split s writes partials[((b·n_head + h)·n_split + s)·(HEAD_DIM + 2) + …] =
+//             otherwise split s writes its partial of row (b, h) at partial_base (attn_combine.wgsl):
 //             (Σ p·v [HEAD_DIM], m, l), m in log2 units.
 //   combine — (n_head, n_tokens) workgroups of WG: for a sequence of several splits,
-//             o = Σ_s e^(m_s − M) acc_s / Σ_s e^(m_s − M) l_s (one weight per split, computed
-//             once; SPLIT_LANES invocations per vec4 of o share the splits); nothing for one split.
+//             o = Σ_s e^(m_s − M) acc_s / Σ_s e^(m_s − M) l_s (attn_combine.wgsl's
+//             combine_splits); nothing for one split.
 // variants: SUBGROUP (row_sum_subgroup: shuffles) | fallback (row_sum_workgroup: workgroup memory,
 //           hence every loop around row_sum is workgroup-uniform) × f32 | f16 cache (KvScalar).
 // requires: row_sum_subgroup.wgsl or row_sum_workgroup.wgsl, kv_f32|kv_f16.wgsl, kv_paged.wgsl,
-//           step.wgsl, view.wgsl, positions.wgsl.
+//           step.wgsl, view.wgsl, positions.wgsl, attn_combine.wgsl.
 
 struct Params {
     kv: KvGeometry,
@@ -71,10 +71,7 @@ const WG: u32 = TEAMS * ROW_LANES;
 // possibly past the row when 4·ROW_LANES does not divide HEAD_DIM.
 const HEAD_VECS: u32 = HEAD_DIM / 4u;
 const LANE_VECS: u32 = (HEAD_VECS + ROW_LANES - 1u) / ROW_LANES;
-// Bound of the combine's per-split arrays (the host refuses more splits), and the combine's
-// invocations per vec4 of a row (team_acc holds their sums: WG·LANE_VECS ≥ SPLIT_LANES·HEAD_VECS).
-const MAX_SPLITS: u32 = 64u;
-const SPLIT_LANES: u32 = max(WG / HEAD_VECS, 1u);
+const COMBINE_WG: u32 = WG;
 // Finite stand-in for −∞: exp2(NEG − m) is 0 for any real m, and NEG − NEG is no NaN.
 const NEG: f32 = -3.0e38;
 const LOG2_E: f32 = 1.4426950408889634;
@@ -82,12 +79,9 @@ const LOG2_E: f32 = 1.4426950408889634;
 // Each team's running max and sum per query head: [TEAMS][GROUP].
 var<workgroup> team_m: array<f32, TEAMS * GROUP>;
 var<workgroup> team_l: array<f32, TEAMS * GROUP>;
-// decode: one query head's rescaled accumulators of every team, [TEAMS][ROW_LANES·LANE_VECS] by
-// vec4 index within the row; combine: the split-lane sums, [SPLIT_LANES][HEAD_VECS].
+// One query head's rescaled accumulators of every team, [TEAMS][ROW_LANES·LANE_VECS] by vec4
+// index within the row.
 var<workgroup> team_acc: array<vec4<f32>, WG * LANE_VECS>;
-// combine: each split's max m_s; its sum l_s, then its weight e^(m_s − M) / Σ_s e^(m_s − M) l_s.
-var<workgroup> split_m: array<f32, MAX_SPLITS>;
-var<workgroup> split_weight: array<f32, MAX_SPLITS>;
 
 // How a sequence of kv_len keys is cut: `size` keys per split (at least one step, whole steps),
 // `count` splits holding keys (≤ n_split); the decode and combine passes agree on it.
@@ -100,10 +94,6 @@ fn split_chunks(kv_len: u32) -> Chunks {
     let per_split = (kv_len + params.n_split - 1u) / params.n_split;
     let size = max((per_split + TEAMS - 1u) / TEAMS, 1u) * TEAMS;
     return Chunks(size, (kv_len + size - 1u) / size);
-}
-
-fn partial_index(b: u32, h: u32, s: u32) -> u32 {
-    return ((b * params.n_head + h) * params.n_split + s) * (HEAD_DIM + 2u);
 }
 
 // Vec4 i of a lane within its row, clamped into the row: a lane's vec4s past the row read a real
@@ -237,11 +227,11 @@ fn decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
             if single {
                 o[view_index(params.o, b, h, d)] = sum / total;
             } else {
-                partials[partial_index(b, h, s) + d] = sum;
+                partials[partial_base(b * params.n_head + h, params.n_split, s) + d] = sum;
             }
         }
         if !single && position == 0u {
-            let at = partial_index(b, h, s) + HEAD_DIM;
+            let at = partial_base(b * params.n_head + h, params.n_split, s) + HEAD_DIM;
             partials[at] = big_m;
             partials[at + 1u] = total;
         }
@@ -261,47 +251,5 @@ fn combine(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
     if n == 1u {
         return;
     }
-    let position = lane_position(lanes);
-    for (var s = position; s < n; s += WG) {
-        let at = partial_index(b, h, s) + HEAD_DIM;
-        split_m[s] = partials[at];
-        split_weight[s] = partials[at + 1u];
-    }
-    workgroupBarrier();
-    var big_m = NEG;
-    for (var s = 0u; s < n; s++) {
-        big_m = max(big_m, split_m[s]);
-    }
-    var total = 0.0;
-    for (var s = 0u; s < n; s++) {
-        total += split_weight[s] * exp2(split_m[s] - big_m);
-    }
-    // Everyone has read the sums before they turn into weights.
-    workgroupBarrier();
-    for (var s = position; s < n; s += WG) {
-        split_weight[s] = exp2(split_m[s] - big_m) / total;
-    }
-    workgroupBarrier();
-    // SPLIT_LANES invocations per vec4 of the row each add every SPLIT_LANES-th split (short
-    // chains of independent loads), then one invocation per vec4 adds their sums.
-    for (var x = position; x < SPLIT_LANES * HEAD_VECS; x += WG) {
-        let e = x % HEAD_VECS;
-        var sum = vec4(0.0);
-        for (var s = x / HEAD_VECS; s < n; s += SPLIT_LANES) {
-            let at = partial_index(b, h, s) + 4u * e;
-            let part = vec4(partials[at], partials[at + 1u], partials[at + 2u], partials[at + 3u]);
-            sum += part * split_weight[s];
-        }
-        team_acc[x] = sum;
-    }
-    workgroupBarrier();
-    for (var e = position; e < HEAD_VECS; e += WG) {
-        var sum = vec4(0.0);
-        for (var lane_set = 0u; lane_set < SPLIT_LANES; lane_set++) {
-            sum += team_acc[lane_set * HEAD_VECS + e];
-        }
-        for (var c = 0u; c < 4u; c++) {
-            o[view_index(params.o, b, h, 4u * e + c)] = sum[c];
-        }
-    }
+    combine_splits(b, h, params.n_head, params.n_split, n, lane_position(lanes));
 }

@@ -8,21 +8,25 @@
 //   s_j = q_h · k_{g,j} / sqrt(head_dim) for j ≤ p_t,  o_h = Σ_j softmax(s)_j v_{g,j}   (f32)
 // Layout: the rows of a tile are BM consecutive (token, query head) pairs of one kv head, row
 // ρ = t·GROUP + r, so a tile's key and value rows serve all GROUP heads of its tokens (GQA read
-// sharing) and the tile's causal limit is its last token's position. Each of the WG = 4·BM
+// sharing) and the tile's causal limit is its last token's position. A workgroup walks one key
+// split of its tile (attn_prefill_rows.wgsl: all the keys when S = 1). Each of the WG = 4·BM
 // invocations owns one row and a quarter of the keys (scores) or of the dims (outputs):
-//   for each key tile of BN keys up to the limit:
+//   for each key tile of BN keys of the split:
 //     S = Q·Kᵀ in head-dim chunks of DC staged in workgroup memory (row strides padded by one
 //         against bank conflicts), 8 scores per invocation in registers;
 //     mask j > p_t; row max from the four quarters; weights exp2(s − m) (scores carry log2 e);
 //     rescale the accumulators; O += P·V in the same chunks, HEAD_DIM/4 accumulators per
 //     invocation in registers.
 // bindings: see attn_prefill_rows.wgsl (0 q · 1 k_cache · 2 v_cache · 3 page_table
-//           · 4 token_slots · 5 o · 6 params · 7 step).
-// dispatch: (ceil(n_tokens·GROUP / BM), n_kv) workgroups of WG = 4·BM.
-// pipelines: specialised per model shape by HEAD_DIM (≤ 256) and GROUP; TOKEN_TABLE.
+//           · 4 token_slots · 5 o · 6 params · 7 step
+//           · 8 partials).
+// dispatch: (ceil(n_tokens·GROUP / BM), n_kv, S) workgroups of WG = 4·BM; with S > 1, combine
+//           after it (attn_prefill_rows.wgsl).
+// pipelines: specialised per model shape by the module consts HEAD_DIM (≤ 256, a multiple of 4)
+//            and GROUP; the override TOKEN_TABLE.
 // variants: f32 | f16 cache (KvScalar).
 // requires: kv_f32|kv_f16.wgsl, kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl,
-//           attn_prefill_rows.wgsl.
+//           attn_combine.wgsl, attn_prefill_rows.wgsl.
 
 // Rows per tile, keys per tile, head dims per chunk, invocations (4 per row).
 const BM: u32 = 32u;
@@ -36,6 +40,8 @@ const MAX_ACC: u32 = 64u;
 const Q_STRIDE: u32 = 33u;
 const KV_STRIDE: u32 = 33u;
 const P_STRIDE: u32 = 33u;
+// Splits hold whole key tiles, so keys past a split's end are past the causal limit too.
+const_assert SPLIT_KEYS % BN == 0u;
 
 var<workgroup> q_tile: array<f32, 1056>;   // BM × Q_STRIDE
 var<workgroup> kv_tile: array<f32, 1056>;  // BN × KV_STRIDE
@@ -65,7 +71,11 @@ fn stage_kv(values: bool, n_keys: u32, c0: u32, local: u32) {
 }
 
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) local: u32) {
+fn main(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) local: u32,
+) {
     let row0 = wg.x * BM;
     let g = wg.y;
     let n_rows = step_tokens() * GROUP;
@@ -80,7 +90,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     if valid {
         my_pos = token_pos(me.x);
     }
-    let key_limit = tile_key_limit(row0, BM);
+    let split = key_split(tile_key_limit(row0, BM), wg.z, groups.z);
+    if split.index >= split.count {
+        return;
+    }
     let page_row = token_page_row(row0 / GROUP);
     let qscale = params.scale * LOG2_E;
 
@@ -91,8 +104,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         acc[a] = 0.0;
     }
 
-    for (var k0 = 0u; k0 < key_limit; k0 += BN) {
-        let n_keys = min(BN, key_limit - k0);
+    for (var k0 = split.begin; k0 < split.end; k0 += BN) {
+        let n_keys = min(BN, split.end - k0);
         if local < n_keys {
             key_base[local] = kv_base(params.kv, page_row, k0 + local, g);
         }
@@ -144,18 +157,27 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         for (var a = 0u; a < MAX_ACC; a++) {
             acc[a] *= alpha;
         }
-        // O += P·V, dims d = c0 + quarter + 4w.
+        // O += P·V, dims d = c0 + quarter + 4w: each weight is read once per chunk and used for
+        // the invocation's DC / 4 dims (one shared-memory read per FMA, not two). All BN keys:
+        // past n_keys the weights are 0 and the staged rows zeros, and a constant trip count
+        // lets the loop unroll.
         for (var c0 = 0u; c0 < HEAD_DIM; c0 += DC) {
             workgroupBarrier();
             stage_kv(true, n_keys, c0, local);
             workgroupBarrier();
+            var sums: array<f32, DC / 4u>;
             for (var w = 0u; w < DC / 4u; w++) {
-                let dd = quarter + 4u * w;
-                var sum = 0.0;
-                for (var jj = 0u; jj < n_keys; jj++) {
-                    sum += p_tile[i * P_STRIDE + jj] * kv_tile[jj * KV_STRIDE + dd];
+                sums[w] = 0.0;
+            }
+            for (var jj = 0u; jj < BN; jj++) {
+                let p = p_tile[i * P_STRIDE + jj];
+                let v_row = jj * KV_STRIDE + quarter;
+                for (var w = 0u; w < DC / 4u; w++) {
+                    sums[w] += p * kv_tile[v_row + 4u * w];
                 }
-                acc[c0 / 4u + w] += sum;
+            }
+            for (var w = 0u; w < DC / 4u; w++) {
+                acc[c0 / 4u + w] += sums[w];
             }
         }
         // The next tile rewrites key_base, quarter_max and p_tile.
@@ -169,8 +191,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         for (var w = 0u; w < DC / 4u; w++) {
             let d = c0 + quarter + 4u * w;
             if d < HEAD_DIM {
-                o[view_index(params.o, me.x, me.y, d)] = acc[c0 / 4u + w] / l;
+                store_output(split, me, d, acc[c0 / 4u + w], l);
             }
         }
+    }
+    if quarter == 0u {
+        store_stats(split, me, m, l);
     }
 }

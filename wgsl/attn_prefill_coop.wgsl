@@ -28,15 +28,18 @@
 // matrices: experiments/NOTES.md, H200 call 3), and indices and strides go through `let`s
 // (naga 30's coopStore panic, wgpu-notes.md §7).
 // bindings: see attn_prefill_rows.wgsl (as attn_prefill.wgsl; one bind-group layout for both).
-// dispatch: (ceil(n_tokens·GROUP / BM), n_kv) workgroups of WG = ROW_BLOCKS·KEY_BLOCKS·32.
-// pipelines: HEAD_DIM, GROUP, TOKEN_TABLE overrides as attn_prefill.wgsl; the module consts
-//            ROW_BLOCKS and HEAD_TILES (= 2·ceil(head_dim / 2·COOP)) from the host, which also
-//            checks the workgroup memory below against the device.
+// dispatch: (ceil(n_tokens·GROUP / BM), n_kv, S) workgroups of WG = ROW_BLOCKS·KEY_BLOCKS·32,
+//           each over one key split of its tile (attn_prefill_rows.wgsl; combine after it when
+//           S > 1).
+// pipelines: module consts HEAD_DIM, GROUP and the override TOKEN_TABLE as attn_prefill.wgsl;
+//            the module consts ROW_BLOCKS and HEAD_TILES (= 2·ceil(head_dim / 2·COOP)) from the
+//            host, which also checks the workgroup memory of main below against the device.
 // variants: the shape file before it: matmul_coop16.wgsl (Vulkan) | matmul_coop8.wgsl (Metal);
 //           `enable f16; enable wgpu_cooperative_matrix;` from the variant, which requires
 //           SUBGROUP (subgroup_id) and, on the host, subgroups exactly 32 wide.
 // requires: kv_f32|kv_f16.wgsl, kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl,
-//           attn_prefill_rows.wgsl, a shape file; the consts ROW_BLOCKS, HEAD_TILES.
+//           attn_combine.wgsl, attn_prefill_rows.wgsl, a shape file; the consts ROW_BLOCKS,
+//           HEAD_TILES.
 
 const SUBGROUP_WIDTH: u32 = 32u;
 const KEY_BLOCKS: u32 = 2u;
@@ -57,6 +60,8 @@ const LANE_KEYS: u32 = BN / ROW_LANES;
 // Dim tiles per subgroup in step 4.
 const OWN_TILES: u32 = HEAD_TILES / KEY_BLOCKS;
 const_assert HEAD_TILES % KEY_BLOCKS == 0u;
+// Splits hold whole key steps, so keys past a split's end are past the causal limit too.
+const_assert SPLIT_KEYS % BN == 0u;
 
 var<workgroup> q_tile: array<f16, BM * Q_STRIDE>;
 var<workgroup> kv_tile: array<f16, BN * KV_STRIDE>;
@@ -118,6 +123,7 @@ fn accumulate(p0: CoopA, p1: CoopA, mi: u32, dt: u32) {
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) local: u32,
     @builtin(subgroup_id) subgroup: u32,
 ) {
@@ -126,7 +132,9 @@ fn main(
     if row0 >= step_tokens() * GROUP {
         return;
     }
-    let key_limit = tile_key_limit(row0, BM);
+    // A split without keys runs no key step and stores nothing (no early return: the limit comes
+    // from storage, which the cooperative-matrix operations' uniformity rules out).
+    let split = key_split(tile_key_limit(row0, BM), wg.z, groups.z);
     let page_row = token_page_row(row0 / GROUP);
     let qscale = params.scale * LOG2_E;
     // This subgroup's row block and key block (step 2) / first dim tile (step 4).
@@ -153,8 +161,8 @@ fn main(
     var l = 0.0;
     let p_stride = P_STRIDE;
 
-    for (var k0 = 0u; k0 < key_limit; k0 += BN) {
-        let n_keys = min(BN, key_limit - k0);
+    for (var k0 = split.begin; k0 < split.end; k0 += BN) {
+        let n_keys = min(BN, split.end - k0);
         if local < n_keys {
             key_base[local] = kv_base(params.kv, page_row, k0 + local, g);
         }
@@ -219,6 +227,9 @@ fn main(
     workgroupBarrier();
     if part == 0u {
         row_sum[i] = l;
+        if valid {
+            store_stats(split, me, m, l);
+        }
     }
     workgroupBarrier();
     for (var e = local; e < BM * D_PAD; e += WG) {
@@ -226,7 +237,7 @@ fn main(
         let d = e % D_PAD;
         let th = row_token_head(row0 + row, g);
         if th.x != 0xffffffffu && d < HEAD_DIM {
-            o[view_index(params.o, th.x, th.y, d)] = o_tile[row * O_STRIDE + d] / row_sum[row];
+            store_output(split, th, d, o_tile[row * O_STRIDE + d], row_sum[row]);
         }
     }
 }

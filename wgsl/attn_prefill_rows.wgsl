@@ -1,14 +1,27 @@
-// attn_prefill_rows — bindings, parameters and row addressing shared by the two prefill-attention
-// kernels (attn_prefill.wgsl: f32 tiles; attn_prefill_coop.wgsl: cooperative matrices)
+// attn_prefill_rows — bindings, parameters, row addressing, key splits and the combine pass
+// shared by the two prefill-attention kernels (attn_prefill.wgsl: f32 tiles;
+// attn_prefill_coop.wgsl: cooperative matrices)
 //
 // A tile's rows are consecutive (token, query head) pairs of one kv head g, row ρ = t·GROUP + r
 // for query head h = g·GROUP + r, so the tile's key and value rows serve all GROUP heads of its
 // tokens (GQA read sharing) and its causal limit is its last token's position.
+// Key splits (flash-decoding for prefill): a kernel's dispatch has z = S splits (S from the host,
+// read back as num_workgroups.z, so no uniform changes between steps). Workgroup (x, g, s) walks
+// split s of its tile's keys 0..limit, cut into whole runs of SPLIT_KEYS (key_split): a tile with
+// keys for one split only writes o itself; otherwise each split that holds keys writes every row's
+// partial (Σ 2^(s_j − m) v_j, m, l) over its keys — a row none of whose keys fall in the split
+// writes (0, NEG, 0) — and splits without keys return at once. The combine entry point merges
+// them (attn_combine.wgsl).
 // bindings: 0 q (read) · 1 k_cache (read) · 2 v_cache (read) · 3 page_table (read)
 //           · 4 token_slots (read) · 5 o (read_write) · 6 params (uniform) · 7 step (uniform)
-// requires: kv_f32|kv_f16.wgsl, kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl.
-// provides: the bindings, overrides HEAD_DIM, GROUP, TOKEN_TABLE; NEG, LOG2_E; step_tokens,
-//           row_token_head, query_element, cache_element, tile_key_limit.
+//           · 8 partials (read_write: n_tokens·n_head·S partials of HEAD_DIM + 2 floats)
+// entry point combine: (ceil(n_tokens / S), n_head, S) workgroups of COMBINE_WG; workgroup
+//   (x, h, z) merges row (token x·S + z, head h) when its tile has keys for several splits.
+// requires: consts HEAD_DIM (a multiple of 4), GROUP and the kernel's BM; kv_f32|kv_f16.wgsl,
+//           kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl, attn_combine.wgsl.
+// provides: the bindings, override TOKEN_TABLE; NEG, LOG2_E, SPLIT_KEYS; step_tokens,
+//           row_token_head, query_element, cache_element, tile_key_limit, KeySplit, key_split,
+//           store_output, store_stats; the entry point combine.
 
 struct Params {
     kv: KvGeometry,
@@ -30,14 +43,16 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> o: array<f32>;
 @group(0) @binding(6) var<uniform> params: Params;
 @group(0) @binding(7) var<uniform> step: Step;
+@group(0) @binding(8) var<storage, read_write> partials: array<f32>;
 
-override HEAD_DIM: u32 = 128u;
-override GROUP: u32 = 2u;
 override TOKEN_TABLE: bool = false;
 
 // The masked score (scores are finite, so any exp2 of NEG minus a score is 0).
 const NEG: f32 = -3.0e38;
 const LOG2_E: f32 = 1.4426950408889634;
+// Splits cut a tile's keys into runs of whole SPLIT_KEYS (a multiple of every kernel's key step).
+const SPLIT_KEYS: u32 = 32u;
+const COMBINE_WG: u32 = 128u;
 
 fn step_tokens() -> u32 {
     return min(step.n_tokens, params.max_tokens);
@@ -74,4 +89,67 @@ fn cache_element(values: bool, base: u32, d: u32) -> f32 {
         return f32(v_cache[base + d]);
     }
     return f32(k_cache[base + d]);
+}
+
+// Split `index` of `n` of a tile's keys 0..key_limit: begin..end (empty for index ≥ count), and
+// `count` ≤ n, the splits that hold keys (each ⌈steps / n⌉ runs of SPLIT_KEYS; split 0 always
+// holds key 0).
+struct KeySplit {
+    begin: u32,
+    end: u32,
+    index: u32,
+    count: u32,
+    n: u32,
+}
+
+fn key_split(key_limit: u32, index: u32, n: u32) -> KeySplit {
+    let steps = (key_limit + SPLIT_KEYS - 1u) / SPLIT_KEYS;
+    let per = (steps + n - 1u) / n * SPLIT_KEYS;
+    let begin = min(index * per, key_limit);
+    return KeySplit(begin, min(begin + per, key_limit), index, (key_limit + per - 1u) / per, n);
+}
+
+// Element d of row th = (token, query head): o = acc / l where the tile has one split with keys,
+// else the split's partial acc; nothing from a split without keys.
+fn store_output(split: KeySplit, th: vec2<u32>, d: u32, acc: f32, l: f32) {
+    if split.index >= split.count {
+        return;
+    }
+    if split.count == 1u {
+        o[view_index(params.o, th.x, th.y, d)] = acc / l;
+    } else {
+        let row = th.x * params.kv.n_kv * GROUP + th.y;
+        partials[partial_base(row, split.n, split.index) + d] = acc;
+    }
+}
+
+// The split's row max m and sum l of row th (nothing where the tile has one split with keys, or
+// from a split without keys).
+fn store_stats(split: KeySplit, th: vec2<u32>, m: f32, l: f32) {
+    if split.count > 1u && split.index < split.count {
+        let row = th.x * params.kv.n_kv * GROUP + th.y;
+        let at = partial_base(row, split.n, split.index) + HEAD_DIM;
+        partials[at] = m;
+        partials[at + 1u] = l;
+    }
+}
+
+@compute @workgroup_size(COMBINE_WG)
+fn combine(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) local: u32,
+) {
+    let t = wg.x * groups.z + wg.z;
+    let h = wg.y;
+    if t >= step_tokens() {
+        return;
+    }
+    // The row's tile (of kv head h / GROUP) and how many of its splits hold keys.
+    let row0 = (t * GROUP + h % GROUP) / BM * BM;
+    let count = key_split(tile_key_limit(row0, BM), 0u, groups.z).count;
+    if count == 1u {
+        return;
+    }
+    combine_splits(t, h, params.kv.n_kv * GROUP, groups.z, count, local);
 }

@@ -1136,7 +1136,8 @@ impl AttentionDims {
 }
 
 /// The attention kernels of one head shape (every attention layer of a model shares them), the
-/// split-K scratch their decode passes share, and the buffer a KV page copy goes through.
+/// split-K scratch their decode and split prefill passes share (a step runs one layer's
+/// attention after another), and the buffer a KV page copy goes through.
 pub struct AttentionKernels {
     decode: AttnDecode,
     prefill: AttnPrefill,
@@ -1153,11 +1154,18 @@ impl AttentionKernels {
             head_dim: dims.head_dim as u32,
         };
         let decode = AttnDecode::new(ctx, ctx.paths(), shape)?;
+        let prefill = AttnPrefill::new(ctx, ctx.paths(), shape)?;
         let n_split = AttnDecode::default_splits(dims.max_context as u32);
+        // Prefill steps split only as far as one binding of it reaches.
+        let prefill_bytes = prefill
+            .scratch_bytes(dims.max_tokens, dims.max_context as u32)
+            .min(ctx.max_binding_size());
         let scratch = storage_buffer(
             ctx,
             "attention split-K scratch",
-            decode.scratch_bytes(dims.max_seqs, n_split),
+            decode
+                .scratch_bytes(dims.max_seqs, n_split)
+                .max(prefill_bytes),
         )?;
         // One page of one layer's K (or V), at the larger (f32) element size.
         let page_bounce = storage_buffer(
@@ -1166,7 +1174,7 @@ impl AttentionKernels {
             4 * (dims.n_kv * dims.head_dim) as u64 * u64::from(dims.page_size),
         )?;
         Ok(AttentionKernels {
-            prefill: AttnPrefill::new(ctx, ctx.paths(), shape)?,
+            prefill,
             decode,
             scratch,
             n_split,
@@ -1278,6 +1286,7 @@ impl Attention {
                 positions,
                 step,
                 max_tokens: dims.max_tokens,
+                scratch: Some(&attn.scratch),
             },
         )?;
         let kv_width = (dims.n_kv * dims.head_dim) as u64;
@@ -1341,13 +1350,14 @@ impl Attention {
                 dispatches,
             );
         } else {
-            attn.prefill.encode(pass, &self.prefill, n);
+            // A prefill step is one sequence: its last token sees marks.kv_len keys.
+            let dispatches = attn.prefill.encode(pass, &self.prefill, n, marks.kv_len);
             marks.op(
                 pass,
                 "attention",
                 "attn_prefill",
                 OpBytes::new(cache, io),
-                1,
+                dispatches,
             );
         }
     }

@@ -3,14 +3,15 @@
 # (wgsl/attn_prefill_coop.wgsl; branch attn-prefill-coop). First its GPU tests (every variant the
 # H200 has — the f32-tile kernel on f32 and f16 caches and the 16×16 cooperative-matrix kernel
 # with every workgroup tile that fits — against the f64 CPU reference; the coop kernel runs
-# nowhere else), then `matmul-bench --attn`: µs per dispatch and TFLOP/s of every variant × tile
-# at the Qwen3-8B shape (512-token chunks after 0 / 1536 / 7680 cached tokens) and the
+# nowhere else) and the decode attention's (its combine is shared, wgsl/attn_combine.wgsl), then
+# `matmul-bench --attn`: µs per dispatch and TFLOP/s of every variant × tile × key-split count
+# at the Qwen3-8B shape (512-token chunks after 0 / 512 / 1024 / 1536 / 7680 cached tokens) and the
 # Qwen3.5-27B attention shape (128 tokens after 2048).
-# Carried: target/h200 from `MATMUL_BENCH=1 prepare.sh gpu_attn_prefill gpu_attention_step …`.
+# Carried: target/h200 from `MATMUL_BENCH=1 prepare.sh gpu_attn_prefill gpu_attention_step gpu_attn_decode`.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh
-for t in gpu_attn_prefill gpu_attention_step; do
+for t in gpu_attn_prefill gpu_attention_step gpu_attn_decode; do
     echo "== $t"
     timeout 150 "$BIN/$t" > "$OUT/$t.log" 2>&1
     echo "exit $?"

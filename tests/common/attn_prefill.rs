@@ -82,6 +82,9 @@ pub fn run_case(ctx: &GpuContext, kernel: &AttnPrefill, case: &Case, seed: u64) 
         Positions::Step
     };
     let step = step_buffer(ctx, Step::new(case.start, case.n_tokens, 0));
+    // Poisoned too: a combine reading a partial no split wrote gives NaN.
+    let scratch_bytes = kernel.scratch_bytes(max_tokens, end);
+    let scratch = (scratch_bytes > 0).then(|| poisoned_f32(ctx, "partials", scratch_bytes / 4));
     let io = PrefillIo {
         q: View::heads(&q_buf, n_head, hd),
         o: View::heads(&o_buf, n_head, hd),
@@ -90,10 +93,12 @@ pub fn run_case(ctx: &GpuContext, kernel: &AttnPrefill, case: &Case, seed: u64) 
         positions,
         step: &step,
         max_tokens,
+        scratch: scratch.as_ref(),
     };
     let binding = kernel.bind(ctx, io).unwrap();
+    let splits = kernel.splits(&binding, case.n_tokens, end);
     ctx.run_pass("attn_prefill", |pass| {
-        kernel.encode(pass, &binding, case.n_tokens)
+        kernel.encode(pass, &binding, case.n_tokens, end);
     })
     .unwrap();
     let mut got = read_back_f32(ctx, &o_buf, 0..4 * u64::from(o_len)).unwrap();
@@ -116,13 +121,14 @@ pub fn run_case(ctx: &GpuContext, kernel: &AttnPrefill, case: &Case, seed: u64) 
     Output {
         part: "",
         what: format!(
-            "{} ({:?}) {:?} tokens {}..{} table {}",
+            "{} ({:?}) {:?} tokens {}..{} table {} splits {splits} ({:?})",
             kernel.variant(),
             kernel.tile(),
             case.shape,
             case.start,
             end,
-            case.table
+            case.table,
+            kernel.split(),
         ),
         got,
         want,

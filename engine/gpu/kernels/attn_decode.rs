@@ -17,6 +17,8 @@ use crate::gpu::paths::{Axes, KernelPaths};
 use crate::gpu::step::StepBuffer;
 
 const ATTN_DECODE: WgslFile = step_wgsl!("attn_decode.wgsl");
+/// The combine of split-K attention, shared with the prefill attention.
+pub(super) const ATTN_COMBINE: WgslFile = step_wgsl!("attn_combine.wgsl");
 /// q, k_cache, v_cache, page_table, token_slots, partials, o, params, step.
 const SLOTS: &[Slot] = &[
     Slot::Read,
@@ -40,8 +42,8 @@ const FALLBACK_ROW_LANES: u32 = 16;
 /// past this the registers spill whatever the driver does.
 const MAX_LANE_ACC: u32 = 192;
 const MAX_GROUP: u32 = 32;
-/// Most splits a binding may have (`MAX_SPLITS`: the combine pass keeps one weight per split in
-/// workgroup memory).
+/// Most splits a binding may have (`MAX_SPLITS` of wgsl/attn_combine.wgsl: the combine pass
+/// keeps one weight per split in workgroup memory).
 pub const MAX_SPLITS: u32 = 64;
 
 /// The attention shape of a model: query heads, kv heads and their width. Kernels are
@@ -139,9 +141,17 @@ impl LaneLayout {
     /// combine's two floats per split.
     fn workgroup_bytes(&self, shape: AttnShape) -> u64 {
         let wg = self.workgroup_size();
-        let floats = 2 * TEAMS * shape.group() + 4 * wg * self.lane_vecs + wg + 2 * MAX_SPLITS;
-        u64::from(floats) * 4
+        let floats = 2 * TEAMS * shape.group() + 4 * wg * self.lane_vecs + wg;
+        u64::from(floats) * 4 + combine_bytes(shape.head_dim, wg)
     }
+}
+
+/// Bytes of the workgroup arrays of wgsl/attn_combine.wgsl in a workgroup of `wg` invocations:
+/// two floats per split and the split-lane sums (`COMBINE_LANES` vec4s per vec4 of the row).
+fn combine_bytes(head_dim: u32, wg: u32) -> u64 {
+    let vecs = head_dim / 4;
+    let lanes = (wg / vecs).max(1);
+    u64::from(2 * MAX_SPLITS + 4 * lanes * vecs) * 4
 }
 
 /// Lanes per key row of `variant` on an adapter whose subgroups are `min`..=`max` lanes: the
@@ -248,6 +258,7 @@ impl AttnDecode {
             .with(wgsl::STEP)
             .with(support::VIEW)
             .with(support::POSITIONS)
+            .with(ATTN_COMBINE)
             .with(ATTN_DECODE);
         let label = |what: &str| format!("attn_decode {what} {shape:?} row_lanes={row_lanes}");
         let spec = |what: &str, entry_point, table: bool| PipelineSpec {

@@ -12,8 +12,13 @@
 //!
 //! Both share the bindings and row addressing (wgsl/attn_prefill_rows.wgsl), so a binding is the
 //! same for every variant; only the rows per workgroup differ ([`AttnPrefill::rows_per_tile`]).
+//!
+//! Key splits (flash-decoding for prefill): a step whose row tiles are too few for the GPU (few
+//! tokens against many cached keys: a prefix-cache hit) runs each tile's keys in several
+//! workgroups, and a combining pass merges their partials (wgsl/attn_combine.wgsl, shared with
+//! the decode attention). [`SplitKeys`] picks the count per step on the host.
 
-use super::attn_decode::AttnShape;
+use super::attn_decode::{ATTN_COMBINE, AttnShape, MAX_SPLITS};
 use super::kv_cache::{KvCache, KvDtype, PageTable, check_dtype};
 use super::support::{
     self, Positions, View, entry, positions_binding, shape_error, step_wgsl, view_binding, words,
@@ -31,7 +36,7 @@ use crate::gpu::step::StepBuffer;
 const ATTN_PREFILL_ROWS: WgslFile = step_wgsl!("attn_prefill_rows.wgsl");
 const ATTN_PREFILL: WgslFile = step_wgsl!("attn_prefill.wgsl");
 const ATTN_PREFILL_COOP: WgslFile = step_wgsl!("attn_prefill_coop.wgsl");
-/// q, k_cache, v_cache, page_table, token_slots, o, params, step.
+/// q, k_cache, v_cache, page_table, token_slots, o, params, step, partials.
 const SLOTS: &[Slot] = &[
     Slot::Read,
     Slot::Read,
@@ -41,6 +46,7 @@ const SLOTS: &[Slot] = &[
     Slot::ReadWrite,
     Slot::Uniform,
     Slot::Uniform,
+    Slot::ReadWrite,
 ];
 /// (token, query head) rows per workgroup of the f32-tile kernel (`BM`).
 const SCALAR_ROWS: u32 = 32;
@@ -95,6 +101,56 @@ impl CoopTile {
     }
 }
 
+/// How many workgroups share each row tile's keys in a step ([`AttnPrefill::with_split`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum SplitKeys {
+    /// Split while the row tiles (× kv heads) give fewer than `target_workgroups` workgroups,
+    /// each split keeping at least `min_keys` of the step's keys.
+    Fill {
+        target_workgroups: u32,
+        min_keys: u32,
+    },
+    /// `n` splits whatever the grid (tests and the bench; 1: never split).
+    Fixed(u32),
+}
+
+impl SplitKeys {
+    /// No adapter fact gives the number of multiprocessors, so, as the mat-mul's split-K
+    /// (`SplitK::DEFAULT`), the target is sized for the largest GPU measured: an H200 has 132
+    /// SMs and holds about four of the f32-tile kernel's 128-invocation workgroups on each
+    /// (registers), so 512 workgroups fill it. Splits of at least 256 keys (8 key tiles) keep
+    /// the partials' write and the combine (HEAD_DIM + 2 floats per row and split) small next
+    /// to a split's work. Qwen3.5-27B's cached step (128 tokens, GROUP 6, 4 kv heads: 96 tiles)
+    /// runs in 6 splits; Qwen3-8B's 512-token chunks (64 tiles × 8 kv heads) are not split.
+    pub const DEFAULT: SplitKeys = SplitKeys::Fill {
+        target_workgroups: 512,
+        min_keys: 256,
+    };
+    /// Every tile's keys in one workgroup (the kernel before splits).
+    pub const NEVER: SplitKeys = SplitKeys::Fixed(1);
+
+    /// The splits of a grid of `workgroups` row tiles × kv heads over `keys` keys (the step's
+    /// last position + 1), at most [`MAX_SPLITS`] (the combine keeps a weight per split).
+    pub fn splits(self, workgroups: u64, keys: u32) -> u32 {
+        let n = match self {
+            SplitKeys::Fill {
+                target_workgroups,
+                min_keys,
+            } => {
+                let target = u64::from(target_workgroups);
+                if workgroups == 0 || workgroups >= target {
+                    1
+                } else {
+                    let by_keys = u64::from(keys.div_ceil(min_keys.max(1)));
+                    target.div_ceil(workgroups).min(by_keys)
+                }
+            }
+            SplitKeys::Fixed(n) => u64::from(n),
+        };
+        n.clamp(1, u64::from(MAX_SPLITS)) as u32
+    }
+}
+
 /// `Params` of wgsl/attn_prefill.wgsl.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -122,6 +178,10 @@ pub struct PrefillIo<'a> {
     pub step: &'a StepBuffer,
     /// The most tokens one step has.
     pub max_tokens: u32,
+    /// Where split steps keep their partials (one buffer can serve every layer: their passes
+    /// run one after another); [`AttnPrefill::scratch_bytes`] says how much the binding's steps
+    /// can use. A step splits only as far as its partials fit (None: never).
+    pub scratch: Option<&'a wgpu::Buffer>,
 }
 
 /// The prefill-attention kernel, specialised for one [`AttnShape`].
@@ -129,10 +189,14 @@ pub struct AttnPrefill {
     variant: KernelPaths,
     shape: AttnShape,
     tile: Option<CoopTile>,
+    split: SplitKeys,
     layout: wgpu::BindGroupLayout,
-    /// Index: `TOKEN_TABLE`.
+    /// main, then combine, each with Step positions then with the token table.
     pipelines: Vec<wgpu::ComputePipeline>,
+    /// Stand in for the token table (read-only) and, separately, the scratch (read-write) when
+    /// a binding has none: one buffer cannot be bound both ways in a dispatch.
     placeholder: wgpu::Buffer,
+    scratch_placeholder: wgpu::Buffer,
 }
 
 /// A layer's queries and cache bound for [`AttnPrefill::encode`].
@@ -140,6 +204,8 @@ pub struct PrefillBinding {
     group: wgpu::BindGroup,
     table: bool,
     max_tokens: u32,
+    /// Partials (one row and split each) the bound scratch holds.
+    scratch_partials: u64,
 }
 
 impl Kernel for AttnPrefill {
@@ -197,12 +263,21 @@ impl AttnPrefill {
                 format!("{shape:?}: head_dim above {MAX_HEAD_DIM} is not supported"),
             ));
         }
+        if !shape.head_dim.is_multiple_of(4) {
+            return Err(shape_error(
+                Self::NAME,
+                format!("{shape:?}: head_dim must be a multiple of 4 (the combine reads vec4s)"),
+            ));
+        }
         let module = WgslModule::new(variant)
+            .with_const("HEAD_DIM", shape.head_dim)
+            .with_const("GROUP", shape.group())
             .with(support::kv_scalar(variant.f16))
             .with(support::KV_PAGED)
             .with(wgsl::STEP)
             .with(support::VIEW)
             .with(support::POSITIONS)
+            .with(ATTN_COMBINE)
             .with(ATTN_PREFILL_ROWS);
         let module = match (variant.coop_matrix, tile) {
             (None, None) => module.with(ATTN_PREFILL),
@@ -221,17 +296,17 @@ impl AttnPrefill {
                 ));
             }
         };
-        let pipelines = [false, true]
-            .map(|table| PipelineSpec {
-                label: format!("attn_prefill {shape:?} {tile:?} token_table={table}"),
-                entry_point: "main",
-                constants: vec![
-                    ("HEAD_DIM", f64::from(shape.head_dim)),
-                    ("GROUP", f64::from(shape.group())),
-                    ("TOKEN_TABLE", f64::from(table)),
-                ],
-            })
-            .to_vec();
+        let spec = |entry_point, table: bool| PipelineSpec {
+            label: format!("attn_prefill {entry_point} {shape:?} {tile:?} token_table={table}"),
+            entry_point,
+            constants: vec![("TOKEN_TABLE", f64::from(table))],
+        };
+        let pipelines = vec![
+            spec("main", false),
+            spec("main", true),
+            spec("combine", false),
+            spec("combine", true),
+        ];
         Ok(KernelSource {
             module,
             slots: SLOTS,
@@ -273,10 +348,53 @@ impl AttnPrefill {
             variant,
             shape,
             tile,
+            split: SplitKeys::DEFAULT,
             layout: built.layout,
             pipelines: built.pipelines,
             placeholder: support::placeholder(ctx),
+            scratch_placeholder: support::placeholder(ctx),
         })
+    }
+
+    /// The same kernel splitting keys by another rule (tests force splits; the bench compares).
+    pub fn with_split(mut self, split: SplitKeys) -> Self {
+        self.split = split;
+        self
+    }
+
+    pub fn split(&self) -> SplitKeys {
+        self.split
+    }
+
+    /// Bytes of one row's partial for one split: HEAD_DIM sums, m and l.
+    fn partial_bytes(&self) -> u64 {
+        4 * u64::from(self.shape.head_dim + 2)
+    }
+
+    /// Bytes of scratch that let every step of up to `max_tokens` tokens over up to `max_keys`
+    /// keys split as the rule asks (0 when it never splits them).
+    pub fn scratch_bytes(&self, max_tokens: u32, max_keys: u32) -> u64 {
+        (1..=max_tokens)
+            .map(|n| {
+                let splits = self.split.splits(self.workgroups(n), max_keys);
+                if splits == 1 {
+                    return 0;
+                }
+                u64::from(n) * u64::from(self.shape.n_head) * u64::from(splits)
+            })
+            .max()
+            .unwrap_or(0)
+            * self.partial_bytes()
+    }
+
+    /// The splits a step of `n_tokens` tokens over `keys` keys runs in: the rule's count, as far
+    /// as the binding's scratch holds the partials.
+    pub fn splits(&self, binding: &PrefillBinding, n_tokens: u32, keys: u32) -> u32 {
+        let n = n_tokens.min(binding.max_tokens);
+        let rows = u64::from(n) * u64::from(self.shape.n_head);
+        let fit = binding.scratch_partials / rows.max(1);
+        let splits = self.split.splits(self.workgroups(n), keys);
+        u64::from(splits).min(fit).max(1) as u32
     }
 
     pub fn variant(&self) -> KernelPaths {
@@ -308,6 +426,7 @@ impl AttnPrefill {
             positions,
             step,
             max_tokens,
+            scratch,
         } = io;
         let shape = self.shape;
         let layout = cache.layout;
@@ -333,6 +452,20 @@ impl AttnPrefill {
         let v_cache = words(ctx, Self::NAME, "the v cache", &cache.v, cache_words)?;
         let table = pages.binding(ctx, Self::NAME, &layout)?;
         let slots = positions_binding(ctx, Self::NAME, positions, &self.placeholder, max_tokens)?;
+        // The scratch's whole partials, as far as one binding reaches.
+        let scratch_partials = scratch.map_or(0, |buffer| {
+            buffer.size().min(ctx.max_binding_size()) / self.partial_bytes()
+        });
+        let partials = match scratch {
+            Some(buffer) if scratch_partials > 0 => words(
+                ctx,
+                Self::NAME,
+                "the split partials",
+                buffer,
+                scratch_partials * self.partial_bytes() / 4,
+            )?,
+            _ => self.scratch_placeholder.as_entire_binding(),
+        };
         let tiles = self.tiles(max_tokens);
         let limit = ctx.device.limits().max_compute_workgroups_per_dimension;
         if tiles > u64::from(limit) {
@@ -367,12 +500,14 @@ impl AttnPrefill {
                 entry(5, o_binding),
                 entry(6, params.as_entire_binding()),
                 entry(7, step.buffer.as_entire_binding()),
+                entry(8, partials),
             ],
         });
         Ok(PrefillBinding {
             group,
             table: positions.is_table(),
             max_tokens,
+            scratch_partials,
         })
     }
 
@@ -382,12 +517,56 @@ impl AttnPrefill {
             .div_ceil(u64::from(self.rows_per_tile()))
     }
 
-    /// Records the dispatch for a step of `n_tokens` tokens (at most the binding's `max_tokens`).
-    pub fn encode(&self, pass: &mut wgpu::ComputePass, binding: &PrefillBinding, n_tokens: u32) {
-        let tiles = self.tiles(n_tokens.min(binding.max_tokens));
-        pass.set_pipeline(&self.pipelines[usize::from(binding.table)]);
+    /// Row tiles × kv heads for `n_tokens` tokens: the workgroups of an unsplit step.
+    fn workgroups(&self, n_tokens: u32) -> u64 {
+        self.tiles(n_tokens) * u64::from(self.shape.n_kv)
+    }
+
+    /// Records the dispatches for a step of `n_tokens` tokens (at most the binding's
+    /// `max_tokens`) whose last token sits at position `keys - 1`: the attention, split as
+    /// [`AttnPrefill::splits`] says, and the combine when it splits. `keys` only steers the
+    /// split count; the kernel finds each tile's keys itself. Returns the dispatch count.
+    pub fn encode(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        binding: &PrefillBinding,
+        n_tokens: u32,
+        keys: u32,
+    ) -> usize {
+        let n = n_tokens.min(binding.max_tokens);
+        let splits = self.splits(binding, n, keys);
+        let table = usize::from(binding.table);
         pass.set_bind_group(0, &binding.group, &[]);
+        pass.set_pipeline(&self.pipelines[table]);
         // bind() checked the tiles of max_tokens against the per-dimension limit.
-        pass.dispatch_workgroups(tiles as u32, self.shape.n_kv, 1);
+        pass.dispatch_workgroups(self.tiles(n) as u32, self.shape.n_kv, splits);
+        if splits == 1 {
+            return 1;
+        }
+        pass.set_pipeline(&self.pipelines[2 + table]);
+        pass.dispatch_workgroups(n.div_ceil(splits), self.shape.n_head, splits);
+        2
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SplitKeys;
+
+    /// The default rule splits a few tiles over many keys (Qwen3.5-27B's cached step), not a long
+    /// prompt's many tiles or a short context, and a split count fits the combine.
+    #[test]
+    fn the_default_rule_splits_few_tiles_over_many_keys() {
+        let split = SplitKeys::DEFAULT;
+        // 27B: 128 tokens · GROUP 6 / 32 rows = 24 tiles × 4 kv heads, after 2048 cached tokens.
+        assert_eq!(split.splits(96, 2176), 6);
+        // The same step with a short context: one split per 256 keys.
+        assert_eq!(split.splits(96, 600), 3);
+        assert_eq!(split.splits(96, 200), 1);
+        // 8B: 512-token chunks (64 tiles × 8 kv heads) are not split.
+        assert_eq!(split.splits(512, 8192), 1);
+        assert_eq!(split.splits(1, 1 << 20), 64);
+        assert_eq!(SplitKeys::Fixed(1000).splits(1, 10), 64);
+        assert_eq!(SplitKeys::NEVER.splits(1, 1 << 20), 1);
     }
 }

@@ -1,16 +1,20 @@
 //! `matmul-bench --attn`: GPU time of the prefill attention (engine gpu::kernels::attn_prefill),
 //! every variant the adapter runs — the f32-tile kernel on its f32 and f16 caches and the
 //! cooperative-matrix kernel once per workgroup tile that fits — at the prompt chunks the engine
-//! runs: Qwen3-8B (32 query heads, 8 kv heads of 128) 512-token chunks after 0, 1536 and 7680
-//! cached tokens (the first chunk, and the last of 2048- and 8192-token prompts), and Qwen3.5-27B's
-//! attention layers (24 query heads, 4 kv heads of 256) 128 tokens after 2048. FLOPs count the
-//! causal part only: 4 · head_dim per (query row, key) pair a row attends to. Each variant's
-//! output is compared with the f32-tile kernel's on the same f16 cache (`max_diff_vs_f16`), a
-//! check at full size of what the GPU tests check on tiny shapes.
+//! runs: Qwen3-8B (32 query heads, 8 kv heads of 128) 512-token chunks after 0, 512, 1024, 1536
+//! and 7680 cached tokens (the four chunks of a 2048-token prompt, and the last of an 8192-token
+//! one), and Qwen3.5-27B's attention layers (24 query heads, 4 kv heads of 256) 128 tokens after
+//! 2048 (a prefix-cache hit). Each variant runs unsplit (`split=1`), with the engine's key-split
+//! rule (`split=auto:N`, when it splits) and with 4, 8 and 16 splits forced (`split=N`), each
+//! count once. FLOPs count the causal part only: 4 · head_dim per (query row, key) pair a row
+//! attends to. Each output is compared with the unsplit f32-tile kernel's on the same f16 cache
+//! (`max_diff_vs_f16`), a check at full size of what the GPU tests check on tiny shapes.
 
 use crate::median_seconds;
 use fak::gpu::kernels::attn_decode::AttnShape;
-use fak::gpu::kernels::attn_prefill::{AttnPrefill, COOP_ROW_BLOCKS, CoopTile, PrefillIo};
+use fak::gpu::kernels::attn_prefill::{
+    AttnPrefill, COOP_ROW_BLOCKS, CoopTile, PrefillBinding, PrefillIo, SplitKeys,
+};
 use fak::gpu::kernels::kv_cache::{KvCache, KvDtype, KvLayout, PageTable};
 use fak::gpu::kernels::support::{Positions, View};
 use fak::gpu::{GpuContext, Kernel, KernelPaths, Step, StepBuffer, storage_buffer, upload};
@@ -28,8 +32,10 @@ const QWEN35_27B: AttnShape = AttnShape {
     n_kv: 4,
     head_dim: 256,
 };
-const CASES: [Case; 4] = [
+const CASES: [Case; 6] = [
     ("qwen3-8b", QWEN3_8B, 512, 0),
+    ("qwen3-8b", QWEN3_8B, 512, 512),
+    ("qwen3-8b", QWEN3_8B, 512, 1024),
     ("qwen3-8b", QWEN3_8B, 512, 1536),
     ("qwen3-8b", QWEN3_8B, 512, 7680),
     ("qwen35-27b", QWEN35_27B, 128, 2048),
@@ -58,6 +64,13 @@ const QUICK_CASES: [Case; 2] = [
 ];
 const PAGE: u32 = 64;
 const DISPATCHES: u32 = 4;
+/// The key-split rules each variant runs with, after the unsplit one.
+const SPLITS: [SplitKeys; 4] = [
+    SplitKeys::DEFAULT,
+    SplitKeys::Fixed(4),
+    SplitKeys::Fixed(8),
+    SplitKeys::Fixed(16),
+];
 
 pub fn run(ctx: &GpuContext, quick: bool) {
     println!(
@@ -66,37 +79,66 @@ pub fn run(ctx: &GpuContext, quick: bool) {
     let cases: &[Case] = if quick { &QUICK_CASES } else { &CASES };
     for &(name, shape, n_tokens, cached) in cases {
         let mut f16_output: Option<Vec<f32>> = None;
-        for kernel in kernels(ctx, shape) {
-            let (seconds, output) = time_one(ctx, &kernel, shape, n_tokens, cached);
-            if kernel.variant().f16 && kernel.tile().is_none() {
-                f16_output = Some(output.clone());
+        for mut kernel in kernels(ctx, shape) {
+            let chunk = Chunk::new(ctx, &kernel, shape, n_tokens, cached);
+            let mut counts = Vec::new();
+            for split in [SplitKeys::NEVER].into_iter().chain(SPLITS) {
+                kernel = kernel.with_split(split);
+                let Some(bound) = chunk.bind(ctx, &kernel, &mut counts) else {
+                    continue;
+                };
+                let (seconds, output) = chunk.time(ctx, &kernel, &bound);
+                if kernel.variant().f16 && kernel.tile().is_none() && bound.splits == 1 {
+                    f16_output = Some(output.clone());
+                }
+                let case = (name, shape, n_tokens, cached);
+                print_row(&kernel, case, bound.splits, seconds, &output, &f16_output);
             }
-            // The f32-cache fallback comes first and reads other values: no comparison.
-            let diff =
-                f16_output.as_ref().map_or("-".to_string(), |want| {
-                    let max = want.iter().zip(&output).map(|(a, b)| (a - b).abs()).fold(
-                        0.0,
-                        |m: f32, d| if d.is_nan() { f32::NAN } else { m.max(d) },
-                    );
-                    format!("{max:.2e}")
-                });
-            let pairs: u64 = (0..u64::from(n_tokens))
-                .map(|t| u64::from(cached) + t + 1)
-                .sum::<u64>()
-                * u64::from(shape.n_head);
-            let flops = 4.0 * pairs as f64 * f64::from(shape.head_dim);
-            println!(
-                "{}\t{}\t{name}\t{}\t{}\t{}\t{n_tokens}\t{cached}\t{:.1}\t{:.2}\t{diff}",
-                kernel.variant(),
-                kernel.rows_per_tile(),
-                shape.n_head,
-                shape.n_kv,
-                shape.head_dim,
-                seconds * 1e6,
-                flops / seconds / 1e12
-            );
         }
     }
+}
+
+/// One TSV row: `splits` is the count the kernel's rule gave the chunk.
+fn print_row(
+    kernel: &AttnPrefill,
+    case: Case,
+    splits: u32,
+    seconds: f64,
+    output: &[f32],
+    f16_output: &Option<Vec<f32>>,
+) {
+    let (name, shape, n_tokens, cached) = case;
+    // The f32-cache fallback comes first and reads other values: no comparison.
+    let diff = f16_output.as_ref().map_or("-".to_string(), |want| {
+        let max = want
+            .iter()
+            .zip(output)
+            .map(|(a, b)| (a - b).abs())
+            .fold(
+                0.0,
+                |m: f32, d| if d.is_nan() { f32::NAN } else { m.max(d) },
+            );
+        format!("{max:.2e}")
+    });
+    let pairs: u64 = (0..u64::from(n_tokens))
+        .map(|t| u64::from(cached) + t + 1)
+        .sum::<u64>()
+        * u64::from(shape.n_head);
+    let flops = 4.0 * pairs as f64 * f64::from(shape.head_dim);
+    let split = match kernel.split() {
+        SplitKeys::Fixed(_) => format!("{splits}"),
+        SplitKeys::Fill { .. } => format!("auto:{splits}"),
+    };
+    println!(
+        "{} split={split}\t{}\t{name}\t{}\t{}\t{}\t{n_tokens}\t{cached}\t{:.1}\t{:.2}\t{diff}",
+        kernel.variant(),
+        kernel.rows_per_tile(),
+        shape.n_head,
+        shape.n_kv,
+        shape.head_dim,
+        seconds * 1e6,
+        flops / seconds / 1e12
+    );
 }
 
 /// Every variant the engine selects on this adapter, then the cooperative-matrix kernel (not
@@ -140,50 +182,107 @@ fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     out
 }
 
-/// Median seconds per dispatch of one chunk of `n_tokens` after `cached` tokens, and its output.
-fn time_one(
-    ctx: &GpuContext,
-    kernel: &AttnPrefill,
+/// One chunk of `n_tokens` after `cached` tokens on one variant's cache type: its buffers.
+struct Chunk {
     shape: AttnShape,
     n_tokens: u32,
     cached: u32,
-) -> (f64, Vec<f32>) {
-    let dtype = kernel.dtype();
-    let layout = KvLayout::contiguous(shape.n_kv, shape.head_dim, PAGE, cached + n_tokens, dtype);
-    let cache = KvCache::new(ctx, layout).expect("the cache");
-    let elements = layout.elements() as usize;
-    for (buffer, salt) in [(&cache.k, 0), (&cache.v, 7)] {
-        let values = (0..elements).map(|i| ((i * 31 + salt) % 61) as f32 / 30.0 - 1.0);
-        let bytes: Vec<u8> = match dtype {
-            KvDtype::F32 => values.flat_map(f32::to_le_bytes).collect(),
-            KvDtype::F16 => values.flat_map(|x| f16_bits(x).to_le_bytes()).collect(),
-        };
-        fak::gpu::write(ctx, buffer, 0, &bytes).expect("filling the cache");
+    cache: KvCache,
+    pages: PageTable,
+    q: wgpu::Buffer,
+    o: wgpu::Buffer,
+    step: StepBuffer,
+}
+
+/// A chunk bound for one split rule: the split count it runs in, and its scratch.
+struct Bound {
+    splits: u32,
+    binding: PrefillBinding,
+    _scratch: Option<wgpu::Buffer>,
+}
+
+impl Chunk {
+    fn new(
+        ctx: &GpuContext,
+        kernel: &AttnPrefill,
+        shape: AttnShape,
+        n_tokens: u32,
+        cached: u32,
+    ) -> Chunk {
+        let dtype = kernel.dtype();
+        let layout =
+            KvLayout::contiguous(shape.n_kv, shape.head_dim, PAGE, cached + n_tokens, dtype);
+        let cache = KvCache::new(ctx, layout).expect("the cache");
+        let elements = layout.elements() as usize;
+        for (buffer, salt) in [(&cache.k, 0), (&cache.v, 7)] {
+            let values = (0..elements).map(|i| ((i * 31 + salt) % 61) as f32 / 30.0 - 1.0);
+            let bytes: Vec<u8> = match dtype {
+                KvDtype::F32 => values.flat_map(f32::to_le_bytes).collect(),
+                KvDtype::F16 => values.flat_map(|x| f16_bits(x).to_le_bytes()).collect(),
+            };
+            fak::gpu::write(ctx, buffer, 0, &bytes).expect("filling the cache");
+        }
+        let pages = PageTable::identity(ctx, layout.pages_per_row).expect("the page table");
+        let width = u64::from(n_tokens * shape.n_head * shape.head_dim);
+        let q: Vec<f32> = (0..width)
+            .map(|i| ((i % 89) as f32 - 44.0) / 44.0)
+            .collect();
+        let q = upload(ctx, "q", bytemuck::cast_slice(&q)).unwrap();
+        let o = storage_buffer(ctx, "o", width * 4).unwrap();
+        let step = StepBuffer::new(ctx);
+        step.set(ctx, Step::new(cached, n_tokens, 0));
+        Chunk {
+            shape,
+            n_tokens,
+            cached,
+            cache,
+            pages,
+            q,
+            o,
+            step,
+        }
     }
-    let pages = PageTable::identity(ctx, layout.pages_per_row).expect("the page table");
-    let width = u64::from(n_tokens * shape.n_head * shape.head_dim);
-    let q: Vec<f32> = (0..width)
-        .map(|i| ((i % 89) as f32 - 44.0) / 44.0)
-        .collect();
-    let q = upload(ctx, "q", bytemuck::cast_slice(&q)).unwrap();
-    let o = storage_buffer(ctx, "o", width * 4).unwrap();
-    let step = StepBuffer::new(ctx);
-    step.set(ctx, Step::new(cached, n_tokens, 0));
-    let io = PrefillIo {
-        q: View::heads(&q, shape.n_head, shape.head_dim),
-        o: View::heads(&o, shape.n_head, shape.head_dim),
-        cache: &cache,
-        pages: &pages,
-        positions: Positions::Step,
-        step: &step,
-        max_tokens: n_tokens,
-    };
-    let binding = kernel.bind(ctx, io).expect("binding attn_prefill");
-    let seconds = median_seconds(ctx, DISPATCHES, |pass| {
-        kernel.encode(pass, &binding, n_tokens)
-    });
-    let output = fak::gpu::read_back_f32(ctx, &o, 0..width * 4).expect("reading o back");
-    (seconds, output)
+
+    /// Binds the chunk for `kernel`'s split rule; None when its split count is in `counts`
+    /// already (then timed), else adds it.
+    fn bind(&self, ctx: &GpuContext, kernel: &AttnPrefill, counts: &mut Vec<u32>) -> Option<Bound> {
+        let keys = self.cached + self.n_tokens;
+        let bytes = kernel.scratch_bytes(self.n_tokens, keys);
+        let scratch = (bytes > 0).then(|| storage_buffer(ctx, "partials", bytes).unwrap());
+        let (n_head, head_dim) = (self.shape.n_head, self.shape.head_dim);
+        let io = PrefillIo {
+            q: View::heads(&self.q, n_head, head_dim),
+            o: View::heads(&self.o, n_head, head_dim),
+            cache: &self.cache,
+            pages: &self.pages,
+            positions: Positions::Step,
+            step: &self.step,
+            max_tokens: self.n_tokens,
+            scratch: scratch.as_ref(),
+        };
+        let binding = kernel.bind(ctx, io).expect("binding attn_prefill");
+        let splits = kernel.splits(&binding, self.n_tokens, keys);
+        if counts.contains(&splits) {
+            return None;
+        }
+        counts.push(splits);
+        Some(Bound {
+            splits,
+            binding,
+            _scratch: scratch,
+        })
+    }
+
+    /// Median seconds per dispatch (with its combine) of the chunk, and its output.
+    fn time(&self, ctx: &GpuContext, kernel: &AttnPrefill, bound: &Bound) -> (f64, Vec<f32>) {
+        let keys = self.cached + self.n_tokens;
+        let seconds = median_seconds(ctx, DISPATCHES, |pass| {
+            kernel.encode(pass, &bound.binding, self.n_tokens, keys);
+        });
+        let output =
+            fak::gpu::read_back_f32(ctx, &self.o, 0..self.o.size()).expect("reading o back");
+        (seconds, output)
+    }
 }
 
 /// The f16 bit pattern of `x` (|x| ≤ 1, truncated: the bench needs plausible values, not exact

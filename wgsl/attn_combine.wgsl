@@ -1,0 +1,81 @@
+// attn_combine — the second pass of split-K attention (flash-decoding): merging the key splits of
+// one attention row (token b, query head h), shared by attn_decode.wgsl and the prefill kernels
+// (attn_prefill_rows.wgsl)
+//
+// Split s of a row wrote its partial (acc_s [HEAD_DIM], m_s, l_s): acc_s = Σ_{j in s} 2^(s_j − m_s)
+// v_j, m_s its largest score (log2 units), l_s = Σ_{j in s} 2^(s_j − m_s). With M = max_s m_s:
+//   o = Σ_s 2^(m_s − M) acc_s / Σ_s 2^(m_s − M) l_s
+// A split holding none of the row's keys has acc_s = 0, m_s = NEG, l_s = 0 and weighs 0 (the
+// callers guarantee that one split has a key, so M is finite and the sum positive).
+// Partials: row (b, h) of n_head, split s of n_split at partial_base(b·n_head + h, n_split, s):
+// HEAD_DIM floats of acc_s, then m_s, l_s.
+// Work: one workgroup of COMBINE_WG per row. The weights 2^(m_s − M) / Σ are computed once per
+// split; COMBINE_LANES invocations per vec4 of o each add every COMBINE_LANES-th split (short
+// chains of independent loads rather than one chain of n), then one invocation per vec4 adds
+// their sums.
+// requires: consts HEAD_DIM (a multiple of 4), COMBINE_WG; `partials: array<f32>` (read_write),
+//           `o: array<f32>` (read_write), `params.o: View` (view.wgsl); NEG.
+// provides: MAX_SPLITS, partial_base, combine_splits (call it from workgroup-uniform control
+//           flow: it has barriers).
+
+// The most splits a row may have (one weight each in workgroup memory; the host refuses more).
+const MAX_SPLITS: u32 = 64u;
+const COMBINE_VECS: u32 = HEAD_DIM / 4u;
+const COMBINE_LANES: u32 = max(COMBINE_WG / COMBINE_VECS, 1u);
+
+// Each split's max m_s; its sum l_s, then its weight 2^(m_s − M) / Σ_s 2^(m_s − M) l_s.
+var<workgroup> split_m: array<f32, MAX_SPLITS>;
+var<workgroup> split_weight: array<f32, MAX_SPLITS>;
+// The split-lane sums, [COMBINE_LANES][COMBINE_VECS].
+var<workgroup> combine_sums: array<vec4<f32>, COMBINE_LANES * COMBINE_VECS>;
+
+// Index of split s's partial of attention row `row` (= token · n_head + head).
+fn partial_base(row: u32, n_split: u32, s: u32) -> u32 {
+    return (row * n_split + s) * (HEAD_DIM + 2u);
+}
+
+// Writes o of row (b, h) from the first n splits (of n_split) of its partials; `position` is the
+// invocation's index in the workgroup.
+fn combine_splits(b: u32, h: u32, n_head: u32, n_split: u32, n: u32, position: u32) {
+    let row = b * n_head + h;
+    for (var s = position; s < n; s += COMBINE_WG) {
+        let at = partial_base(row, n_split, s) + HEAD_DIM;
+        split_m[s] = partials[at];
+        split_weight[s] = partials[at + 1u];
+    }
+    workgroupBarrier();
+    var big_m = NEG;
+    for (var s = 0u; s < n; s++) {
+        big_m = max(big_m, split_m[s]);
+    }
+    var total = 0.0;
+    for (var s = 0u; s < n; s++) {
+        total += split_weight[s] * exp2(split_m[s] - big_m);
+    }
+    // Everyone has read the sums before they turn into weights.
+    workgroupBarrier();
+    for (var s = position; s < n; s += COMBINE_WG) {
+        split_weight[s] = exp2(split_m[s] - big_m) / total;
+    }
+    workgroupBarrier();
+    for (var x = position; x < COMBINE_LANES * COMBINE_VECS; x += COMBINE_WG) {
+        let e = x % COMBINE_VECS;
+        var sum = vec4(0.0);
+        for (var s = x / COMBINE_VECS; s < n; s += COMBINE_LANES) {
+            let at = partial_base(row, n_split, s) + 4u * e;
+            let part = vec4(partials[at], partials[at + 1u], partials[at + 2u], partials[at + 3u]);
+            sum += part * split_weight[s];
+        }
+        combine_sums[x] = sum;
+    }
+    workgroupBarrier();
+    for (var e = position; e < COMBINE_VECS; e += COMBINE_WG) {
+        var sum = vec4(0.0);
+        for (var lane_set = 0u; lane_set < COMBINE_LANES; lane_set++) {
+            sum += combine_sums[lane_set * COMBINE_VECS + e];
+        }
+        for (var c = 0u; c < 4u; c++) {
+            o[view_index(params.o, b, h, 4u * e + c)] = sum[c];
+        }
+    }
+}
