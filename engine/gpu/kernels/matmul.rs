@@ -7,9 +7,9 @@
 //!   f16 inputs and f32 accumulators, W dequantized to f16 in workgroup memory by all the
 //!   workgroup's subgroups together (wgsl/matmul_coop.wgsl). Built where the context has the
 //!   shape (`GpuContext::paths`: 16×16 by default, 8×8 with `FAK_COOP_MATRIX=1`). Its K loop
-//!   (K step, register prefetch, ping-pong tiles) is a [`CoopTiling`]: [`Matmul::new`] builds
-//!   [`CoopTiling::DEFAULT`], [`Matmul::with_tiling`] any of [`CoopTiling::SWEEP`]
-//!   (experiments/matmul-bench `--sweep` times them).
+//!   (K step, register prefetch, ping-pong tiles, tiles per subgroup) is a [`CoopTiling`]:
+//!   [`Matmul::new`] builds [`CoopTiling::DEFAULT`], [`Matmul::with_tiling`] any of
+//!   [`CoopTiling::SWEEP`] (experiments/matmul-bench `--sweep` times them).
 //!
 //! There is no f16 variant without cooperative matrices: the register-tiled inner loop is bound
 //! by FMAs, so f16 tiles would add conversions and save nothing that limits it
@@ -193,9 +193,8 @@ pub struct CoopTiling {
 
 impl CoopTiling {
     /// The engine's: `SWEEP[0]` (K steps of 32, register prefetch, one pair of tiles, 2 × 4
-    /// tiles per subgroup) is the
-    /// H200's best so far (experiments/NOTES.md, session #4 call 4 and call 5's register double
-    /// buffering); after a sweep, the winner's index goes here.
+    /// tiles per subgroup) is the H200's best so far (experiments/NOTES.md, session #4 call 4
+    /// and call 5's register double buffering); after a sweep, the winner's index goes here.
     pub const DEFAULT: CoopTiling = Self::SWEEP[0];
 
     /// What matmul-bench `--sweep` times and tests/gpu_matmul.rs checks; every one fits 48 KiB
