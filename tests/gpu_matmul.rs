@@ -3,12 +3,16 @@
 //! n_tokens ∈ {1, 5, 17, 64, 70, 150} × ragged rows and columns, with Y
 //! stored and accumulated, K whole and split into slices of one K step (ragged and empty last
 //! slices included); weights split across bindings; the dispatches of one mat-mul; the tile
-//! geometry the host assumes against the WGSL; bad shapes.
+//! geometry the host assumes against the WGSL; every cooperative-matrix K loop of the sweep
+//! (`CoopTiling::SWEEP`, where the adapter runs them) and the workgroup memory each declares;
+//! bad shapes.
 
 use fak::gpu::kernels::matmul::{
-    Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape, SplitK, Tile,
+    CoopTiling, Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape, SplitK, Tile,
 };
-use fak::gpu::{GpuError, KernelPaths, KernelVariant, StepBuffer, storage_buffer, upload};
+use fak::gpu::{
+    CoopShape, GpuError, KernelPaths, KernelVariant, StepBuffer, storage_buffer, upload,
+};
 use fak::quant::GgmlType;
 use fak_tests::matmul::{MAX_TOKENS, Problem, Product};
 use fak_tests::{gpu, rng, variants};
@@ -58,6 +62,106 @@ fn every_type_and_variant_matches_the_cpu_on_ragged_shapes_and_token_counts() {
                     }
                 }
             }
+        }
+    }
+}
+
+/// The value of the module's u32 const `name` (naga evaluates const expressions at parse time).
+fn u32_const(module: &naga::Module, name: &str) -> u32 {
+    let (_, c) = module
+        .constants
+        .iter()
+        .find(|(_, c)| c.name.as_deref() == Some(name))
+        .unwrap_or_else(|| panic!("{name} in matmul"));
+    match module.global_expressions[c.init] {
+        naga::Expression::Literal(naga::Literal::U32(v)) => v,
+        ref other => panic!("{name} is {other:?}, not a u32 literal"),
+    }
+}
+
+/// F16 (rows ending inside a quad), a block type and two super-block types.
+const TILING_TYPES: [GgmlType; 4] = [
+    GgmlType::F16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q6_K,
+];
+
+/// Every K loop of the sweep on the cooperative-matrix variants the adapter runs (none on
+/// lavapipe: the H200 runs this before matmul-bench --sweep trusts a timing), on TILING_TYPES, K
+/// whole and in one-step slices, one tile and more than one tile of tokens.
+#[test]
+fn every_coop_tiling_matches_the_cpu() {
+    let ctx = gpu();
+    let mut rng = rng(0x3a7_0006);
+    let coop = variants::<Matmul>(ctx)
+        .into_iter()
+        .filter(|p| p.coop_matrix.is_some());
+    for paths in coop {
+        for tiling in CoopTiling::SWEEP {
+            for split in [SplitK::NEVER, SHORT_SLICES] {
+                let kernel = Matmul::with_tiling(ctx, paths, tiling)
+                    .unwrap()
+                    .with_split(split);
+                for ty in TILING_TYPES {
+                    for (rows, cols) in shapes(ty) {
+                        let problem = Problem::random(ty, rows, cols, &mut rng);
+                        for output in [MatmulOutput::Store, MatmulOutput::Accumulate] {
+                            let product =
+                                Product::new(ctx, &kernel, &problem, output, u64::MAX).unwrap();
+                            for n_tokens in [5, 150] {
+                                let what = format!("{ty} {rows}x{cols} ({paths}, {tiling})");
+                                product.run(ctx, &kernel, n_tokens, &what).assert();
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The host refuses a tiling by [`CoopTiling::workgroup_bytes`] and grids by [`Tile::of`]: both
+/// must be what the WGSL declares (naga's layouter; TILE_T, TILE_R and the workgroup size WG),
+/// for every shape and tiling, and every tiling's module validates (tests/portability.rs
+/// translates each one).
+#[test]
+fn each_coop_tiling_declares_the_workgroup_memory_the_host_counts() {
+    for coop in CoopShape::ALL {
+        let paths = KernelPaths {
+            subgroup: true,
+            f16: true,
+            coop_matrix: Some(coop),
+            int_dot: false,
+        };
+        for tiling in CoopTiling::SWEEP {
+            let text = Matmul::source_for(paths, tiling).module.text();
+            let module = naga::front::wgsl::parse_str(&text)
+                .map_err(|e| e.emit_to_string(&text))
+                .unwrap();
+            naga::valid::Validator::new(
+                naga::valid::ValidationFlags::all(),
+                naga::valid::Capabilities::all(),
+            )
+            .validate(&module)
+            .map_err(|e| e.emit_to_string(&text))
+            .unwrap();
+            let mut layouter = naga::proc::Layouter::default();
+            layouter.update(module.to_ctx()).unwrap();
+            let bytes: u32 = module
+                .global_variables
+                .iter()
+                .filter(|(_, var)| var.space == naga::AddressSpace::WorkGroup)
+                .map(|(_, var)| layouter[var.ty].size)
+                .sum();
+            assert_eq!(bytes, tiling.workgroup_bytes(coop), "{coop:?} {tiling}");
+            assert!(bytes <= 48 << 10, "{coop:?} {tiling}: {bytes} bytes");
+            let tile = Tile::of(paths);
+            assert_eq!(
+                ["TILE_T", "TILE_R", "WG"].map(|name| u32_const(&module, name)),
+                [tile.tokens, tile.rows, 32 * tiling.subgroups()],
+                "{coop:?} {tiling}"
+            );
         }
     }
 }
@@ -134,20 +238,9 @@ fn the_host_tile_geometry_matches_each_variants_wgsl() {
         let module = naga::front::wgsl::parse_str(&text)
             .map_err(|e| e.emit_to_string(&text))
             .unwrap();
-        let constant = |name: &str| -> u32 {
-            let (_, c) = module
-                .constants
-                .iter()
-                .find(|(_, c)| c.name.as_deref() == Some(name))
-                .unwrap_or_else(|| panic!("{name} in matmul ({})", variant.paths));
-            match module.global_expressions[c.init] {
-                naga::Expression::Literal(naga::Literal::U32(v)) => v,
-                ref other => panic!("{name} is {other:?}, not a u32 literal"),
-            }
-        };
         let tile = Tile::of(variant.paths);
         assert_eq!(
-            (constant("TILE_T"), constant("TILE_R")),
+            (u32_const(&module, "TILE_T"), u32_const(&module, "TILE_R")),
             (tile.tokens, tile.rows),
             "matmul ({})",
             variant.paths

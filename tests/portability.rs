@@ -5,6 +5,7 @@
 
 use fak::gpu::kernels::attn_decode::AttnShape;
 use fak::gpu::kernels::attn_prefill::{AttnPrefill, COOP_ROW_BLOCKS, CoopTile};
+use fak::gpu::kernels::matmul::{CoopTiling, Matmul};
 use fak::gpu::{Kernel, KernelVariant, PipelineSpec, Target, registry};
 use fak_tests::reduce_probe::ReduceProbe;
 use naga::back::{hlsl, msl, spv};
@@ -35,6 +36,27 @@ fn coop_attention_tiles() -> Vec<KernelVariant> {
                 paths: variant.paths,
                 source: AttnPrefill::source_for(variant.paths, shape, Some(tile)).unwrap(),
             });
+        }
+    }
+    out
+}
+
+/// The cooperative-matrix mat-mul with each K loop of the sweep but the default (the registry's),
+/// so a tiling that matmul-bench --sweep builds fails here rather than on the device.
+fn coop_matmul_tilings() -> Vec<KernelVariant> {
+    let mut out = Vec::new();
+    for variant in KernelVariant::all_of::<Matmul>() {
+        if variant.paths.coop_matrix.is_none() {
+            continue;
+        }
+        for tiling in CoopTiling::SWEEP {
+            if tiling != CoopTiling::DEFAULT {
+                out.push(KernelVariant {
+                    kernel: Matmul::NAME,
+                    paths: variant.paths,
+                    source: Matmul::source_for(variant.paths, tiling),
+                });
+            }
         }
     }
     out
@@ -231,7 +253,10 @@ fn translate(
 fn every_kernel_variant_translates_for_the_backends_it_is_meant_for() {
     let mut failures = Vec::new();
     let mut translated = Vec::new();
-    for variant in all_variants().into_iter().chain(coop_attention_tiles()) {
+    let extra = coop_attention_tiles()
+        .into_iter()
+        .chain(coop_matmul_tilings());
+    for variant in all_variants().into_iter().chain(extra) {
         let name = format!("{} ({})", variant.kernel, variant.paths);
         let caps = capabilities(variant.paths.required_features());
         let checked = parse(&variant).and_then(|m| validate(&variant, &m, caps).map(|i| (m, i)));

@@ -6,7 +6,10 @@
 //! - `subgroup+f16+coop16` (Vulkan) / `subgroup+f16+coop8` (Metal): cooperative-matrix tiles,
 //!   f16 inputs and f32 accumulators, W dequantized to f16 in workgroup memory by all the
 //!   workgroup's subgroups together (wgsl/matmul_coop.wgsl). Built where the context has the
-//!   shape (`GpuContext::paths`: 16×16 by default, 8×8 with `FAK_COOP_MATRIX=1`).
+//!   shape (`GpuContext::paths`: 16×16 by default, 8×8 with `FAK_COOP_MATRIX=1`). Its K loop
+//!   (K step, register prefetch, ping-pong tiles, tiles per subgroup) is a [`CoopTiling`]:
+//!   [`Matmul::new`] builds [`CoopTiling::DEFAULT`], [`Matmul::with_tiling`] any of
+//!   [`CoopTiling::SWEEP`] (experiments/matmul-bench `--sweep` times them).
 //!
 //! There is no f16 variant without cooperative matrices: the register-tiled inner loop is bound
 //! by FMAs, so f16 tiles would add conversions and save nothing that limits it
@@ -84,7 +87,8 @@ impl SplitK {
     }
 }
 
-/// The K step of every variant (TILE_K of matmul.wgsl and matmul_coop.wgsl).
+/// The K step split-K counts slices in (TILE_K of matmul.wgsl and of the default
+/// [`CoopTiling`]; a tiling with K steps of 64 cuts the same slices into half as many steps).
 const TILE_K: u64 = 32;
 /// The scratch of partial sums every binding of one [`Matmul`] shares (one product runs at a
 /// time): it caps S × n_tokens × rows.
@@ -151,18 +155,101 @@ pub struct Tile {
 impl Tile {
     /// The tile of a variant; the WGSL consts `TILE_T` / `TILE_R` of its module say the same
     /// (tests/gpu_matmul.rs reads them back through naga). A cooperative-matrix workgroup is
-    /// 4 × 2 subgroups of 2 × 4 shape tiles each (wgsl/matmul_coop.wgsl says why this tiling).
+    /// 8 × 8 shape tiles, in 4 × 2 subgroups of 2 × 4 tiles each by default or 2 × 2 subgroups of
+    /// 4 × 4 ([`CoopTiling`]; wgsl/matmul_coop.wgsl says why this tiling).
     pub fn of(variant: KernelPaths) -> Tile {
         match variant.coop_matrix {
             None => Tile {
                 tokens: 64,
                 rows: 64,
             },
-            Some(shape) => Tile {
-                tokens: 4 * 2 * shape.size(),
-                rows: 2 * 4 * shape.size(),
-            },
+            Some(shape) => Self::of_coop(shape),
         }
+    }
+
+    fn of_coop(shape: CoopShape) -> Tile {
+        Tile {
+            tokens: 4 * 2 * shape.size(),
+            rows: 2 * 4 * shape.size(),
+        }
+    }
+}
+
+/// The K loop of the cooperative-matrix kernel and its subgroups' blocks: the specialisation
+/// consts of wgsl/matmul_coop.wgsl (its header says what each does). The workgroup tile stays
+/// 128 × 128 (16×16) either way.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct CoopTiling {
+    /// Elements of K per step (TILE_K): 32 or 64.
+    pub k_step: u32,
+    /// The next step's quads go through registers while this step's MMAs run (PREFETCH).
+    pub prefetch: bool,
+    /// Pairs of tiles in workgroup memory (BUFFERS): 1, or 2 for one barrier per K step.
+    pub buffers: u32,
+    /// Token tiles in one subgroup's block of WARP_TILES_T × 4 tiles (WARP_TILES_T): 2 (4 × 2
+    /// subgroups) or 4 (2 × 2 subgroups, twice the MMAs per B fragment loaded).
+    pub warp_tiles_t: u32,
+}
+
+impl CoopTiling {
+    /// The engine's: `SWEEP[0]` (K steps of 32, register prefetch, one pair of tiles, 2 × 4
+    /// tiles per subgroup) is the H200's best so far (experiments/NOTES.md, session #4 call 4
+    /// and call 5's register double buffering); after a sweep, the winner's index goes here.
+    pub const DEFAULT: CoopTiling = Self::SWEEP[0];
+
+    /// What matmul-bench `--sweep` times and tests/gpu_matmul.rs checks; every one fits 48 KiB
+    /// of workgroup memory (NVIDIA's Vulkan limit), so ping-pong tiles come with K steps of 32.
+    pub const SWEEP: [CoopTiling; 10] = [
+        Self::new(32, true, 1, 2),
+        Self::new(32, false, 1, 2),
+        Self::new(32, true, 2, 2),
+        Self::new(32, false, 2, 2),
+        Self::new(64, true, 1, 2),
+        Self::new(64, false, 1, 2),
+        Self::new(32, true, 1, 4),
+        Self::new(32, false, 1, 4),
+        Self::new(32, true, 2, 4),
+        Self::new(32, false, 2, 4),
+    ];
+
+    const fn new(k_step: u32, prefetch: bool, buffers: u32, warp_tiles_t: u32) -> Self {
+        CoopTiling {
+            k_step,
+            prefetch,
+            buffers,
+            warp_tiles_t,
+        }
+    }
+
+    /// Bytes of workgroup memory the kernel declares with this tiling for `shape`: the f16 W and
+    /// X tiles (rows of `k_step + 8` halves, per buffer) and one f32 staging tile per subgroup.
+    pub fn workgroup_bytes(self, shape: CoopShape) -> u32 {
+        let tile = Tile::of_coop(shape);
+        let halves = self.buffers * (tile.rows + tile.tokens) * (self.k_step + 8);
+        2 * halves + 4 * self.subgroups() * shape.size() * shape.size()
+    }
+
+    /// Subgroups per workgroup: the 8 × 8 tiles of the workgroup in blocks of WARP_TILES_T × 4.
+    pub fn subgroups(self) -> u32 {
+        64 / (self.warp_tiles_t * 4)
+    }
+
+    /// The WGSL consts it sets.
+    fn consts(self) -> [(&'static str, u32); 4] {
+        [
+            ("TILE_K", self.k_step),
+            ("PREFETCH", u32::from(self.prefetch)),
+            ("BUFFERS", self.buffers),
+            ("WARP_TILES_T", self.warp_tiles_t),
+        ]
+    }
+}
+
+impl std::fmt::Display for CoopTiling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let prefetch = if self.prefetch { "prefetch" } else { "direct" };
+        let (k, buffers, warp) = (self.k_step, self.buffers, self.warp_tiles_t);
+        write!(f, "k{k}-{prefetch}-{buffers}buf-{warp}x4")
     }
 }
 
@@ -170,6 +257,8 @@ impl Tile {
 /// its scratch.
 pub struct Matmul {
     variant: KernelPaths,
+    /// The cooperative-matrix variant's K loop (None for the fallback).
+    tiling: Option<CoopTiling>,
     layout: wgpu::BindGroupLayout,
     /// Parallel to [`Matmul::TYPES`].
     pipelines: Vec<wgpu::ComputePipeline>,
@@ -225,41 +314,7 @@ impl Kernel for Matmul {
     };
 
     fn source(variant: KernelPaths) -> KernelSource {
-        let module = WgslModule::new(variant)
-            .with(wgsl::BYTES)
-            .with(wgsl::BLOCKS)
-            .with(wgsl::DEQUANT_TYPE)
-            .with(wgsl::STEP);
-        let module = match variant.coop_matrix {
-            None => module.with(wgsl::MATMUL_LOAD).with(wgsl::MATMUL),
-            Some(shape) => module
-                .with(match shape {
-                    CoopShape::M8x8 => wgsl::MATMUL_COOP8,
-                    CoopShape::M16x16 => wgsl::MATMUL_COOP16,
-                })
-                .with(wgsl::MATMUL_LOAD)
-                .with(wgsl::MATMUL_COOP),
-        };
-        let module = module.with(wgsl::MATMUL_SPLIT);
-        let mut pipelines: Vec<_> = Self::TYPES
-            .iter()
-            .map(|&ty| PipelineSpec {
-                label: format!("matmul {ty}"),
-                entry_point: "main",
-                constants: type_constants(ty),
-            })
-            .collect();
-        // The reduction reads no weight: any type's constants do.
-        pipelines.push(PipelineSpec {
-            label: "matmul reduce_partials".into(),
-            entry_point: "reduce_partials",
-            constants: type_constants(GgmlType::F32),
-        });
-        KernelSource {
-            module,
-            slots: SLOTS,
-            pipelines,
-        }
+        Self::source_for(variant, CoopTiling::DEFAULT)
     }
 
     /// The fallback and the cooperative-matrix shapes; f16 and subgroups only come with the
@@ -287,6 +342,55 @@ impl Matmul {
     /// The weight types this kernel multiplies: every type the block decoders cover.
     pub const TYPES: [GgmlType; 11] = Dequant::TYPES;
 
+    /// The module and pipelines of `variant`, its cooperative-matrix K loop specialised as
+    /// `tiling` says (the fallback ignores it).
+    pub fn source_for(variant: KernelPaths, tiling: CoopTiling) -> KernelSource {
+        let mut module = WgslModule::new(variant);
+        if variant.coop_matrix.is_some() {
+            for (name, value) in tiling.consts() {
+                module = module.with_const(name, value);
+            }
+        }
+        let module = module
+            .with(wgsl::BYTES)
+            .with(wgsl::BLOCKS)
+            .with(wgsl::DEQUANT_TYPE)
+            .with(wgsl::STEP);
+        let module = match variant.coop_matrix {
+            None => module.with(wgsl::MATMUL_LOAD).with(wgsl::MATMUL),
+            Some(shape) => module
+                .with(match shape {
+                    CoopShape::M8x8 => wgsl::MATMUL_COOP8,
+                    CoopShape::M16x16 => wgsl::MATMUL_COOP16,
+                })
+                .with(wgsl::MATMUL_LOAD)
+                .with(wgsl::MATMUL_COOP),
+        };
+        let module = module.with(wgsl::MATMUL_SPLIT);
+        let mut pipelines: Vec<_> = Self::TYPES
+            .iter()
+            .map(|&ty| PipelineSpec {
+                label: match variant.coop_matrix {
+                    None => format!("matmul {ty}"),
+                    Some(_) => format!("matmul {ty} {tiling}"),
+                },
+                entry_point: "main",
+                constants: type_constants(ty),
+            })
+            .collect();
+        // The reduction reads no weight: any type's constants do.
+        pipelines.push(PipelineSpec {
+            label: "matmul reduce_partials".into(),
+            entry_point: "reduce_partials",
+            constants: type_constants(GgmlType::F32),
+        });
+        KernelSource {
+            module,
+            slots: SLOTS,
+            pipelines,
+        }
+    }
+
     /// Whether the variant `allowed` selects multiplies on cooperative matrices (X and W rounded
     /// to f16, as the CPU reference's `Activations::F16Tiles` rounds them).
     pub fn runs_on_matrix_units(allowed: KernelPaths) -> bool {
@@ -295,7 +399,31 @@ impl Matmul {
 
     /// Builds the variant `paths` selects ([`Matmul::select`]).
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
-        let variant = KernelVariant::of::<Self>(Self::select(paths));
+        Self::with_tiling(ctx, paths, CoopTiling::DEFAULT)
+    }
+
+    /// [`Matmul::new`] with the cooperative-matrix K loop `tiling` (the fallback ignores it);
+    /// refused where its workgroup memory exceeds the device's.
+    pub fn with_tiling(
+        ctx: &GpuContext,
+        paths: KernelPaths,
+        tiling: CoopTiling,
+    ) -> Result<Self, GpuError> {
+        let paths = Self::select(paths);
+        if let Some(shape) = paths.coop_matrix {
+            let limit = ctx.device.limits().max_compute_workgroup_storage_size;
+            if tiling.workgroup_bytes(shape) > limit {
+                return Err(GpuError::Shape {
+                    kernel: Self::NAME,
+                    message: format!("{tiling} needs more than {limit} bytes of workgroup memory"),
+                });
+            }
+        }
+        let variant = KernelVariant {
+            kernel: Self::NAME,
+            paths,
+            source: Self::source_for(paths, tiling),
+        };
         let mut built = build(ctx, &variant)?;
         let reduce = built
             .pipelines
@@ -303,6 +431,7 @@ impl Matmul {
             .expect("source() ends with reduce_partials");
         Ok(Matmul {
             variant: variant.paths,
+            tiling: paths.coop_matrix.map(|_| tiling),
             layout: built.layout,
             pipelines: built.pipelines,
             reduce,
@@ -321,6 +450,11 @@ impl Matmul {
     /// The variant that was built.
     pub fn variant(&self) -> KernelPaths {
         self.variant
+    }
+
+    /// The cooperative-matrix K loop that was built (None for the fallback).
+    pub fn tiling(&self) -> Option<CoopTiling> {
+        self.tiling
     }
 
     /// The block of Y one workgroup of this variant computes.

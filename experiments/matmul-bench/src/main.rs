@@ -7,9 +7,11 @@
 //! timestamps, so per-dispatch overhead (~2 µs on an H200) is included as it is in a forward
 //! pass. Prints one tab-separated line per measurement plus a
 //! per-layer total; results and the command go in `experiments/matmul-tiles.md`.
-//! `--attn` times the prefill attention instead (src/attn.rs).
+//! `--attn` times the prefill attention instead (src/attn.rs); `--sweep` checks, then times, every
+//! cooperative-matrix K loop (src/sweep.rs).
 
 mod attn;
+mod sweep;
 
 use fak::gpu::kernels::matmul::{Matmul, MatmulBuffers, MatmulOutput, MatmulShape, SplitK};
 use fak::gpu::{GpuContext, Kernel, Step, StepBuffer, storage_buffer, upload};
@@ -60,6 +62,10 @@ fn main() {
     );
     if std::env::args().any(|a| a == "--attn") {
         attn::run(&ctx, quick);
+        return;
+    }
+    if std::env::args().any(|a| a == "--sweep") {
+        sweep::run(&ctx, quick);
         return;
     }
     println!("variant\ttype\tshape\trows\tcols\ttokens\tus_per_dispatch\tgflops\tweight_gbps");
@@ -163,34 +169,58 @@ fn time_one(
     cols: u64,
     n_tokens: u32,
 ) -> f64 {
-    let row_bytes = ty.row_bytes(cols).unwrap();
-    let mut w = vec![0u8; (row_bytes * rows) as usize];
-    fill_random_rows(ty, cols as usize, rows as usize, 0.02, 1, &mut w).unwrap();
-    let w = upload(ctx, "w", &w).unwrap();
-    let x: Vec<f32> = (0..u64::from(n_tokens) * cols)
-        .map(|i| ((i % 97) as f32 - 48.0) / 48.0)
-        .collect();
-    let x = upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap();
-    let y = storage_buffer(ctx, "y", u64::from(n_tokens) * rows * 4).unwrap();
-    let step = StepBuffer::new(ctx);
-    step.set(ctx, Step::new(0, n_tokens, 0));
-    let shape = MatmulShape {
-        ty,
-        rows,
-        cols,
-        max_tokens: n_tokens,
-        output: MatmulOutput::Store,
-    };
-    let buffers = MatmulBuffers {
-        weights: &w,
-        x: &x,
-        y: &y,
-        step: &step,
-    };
-    let binding = kernel.bind(ctx, shape, buffers).unwrap();
-    median_seconds(ctx, DISPATCHES, |pass| {
-        kernel.encode(pass, &binding, n_tokens).unwrap();
-    })
+    Weight::random(ctx, ty, rows, cols).seconds(ctx, kernel, n_tokens)
+}
+
+/// A random weight on the GPU, kept for several kernels and token counts.
+pub struct Weight {
+    ty: GgmlType,
+    rows: u64,
+    cols: u64,
+    buffer: wgpu::Buffer,
+}
+
+impl Weight {
+    pub fn random(ctx: &GpuContext, ty: GgmlType, rows: u64, cols: u64) -> Weight {
+        let row_bytes = ty.row_bytes(cols).unwrap();
+        let mut w = vec![0u8; (row_bytes * rows) as usize];
+        fill_random_rows(ty, cols as usize, rows as usize, 0.02, 1, &mut w).unwrap();
+        Weight {
+            ty,
+            rows,
+            cols,
+            buffer: upload(ctx, "w", &w).unwrap(),
+        }
+    }
+
+    /// Median seconds per product of this weight with `n_tokens` tokens on `kernel`.
+    pub fn seconds(&self, ctx: &GpuContext, kernel: &Matmul, n_tokens: u32) -> f64 {
+        let (rows, cols) = (self.rows, self.cols);
+        let x: Vec<f32> = (0..u64::from(n_tokens) * cols)
+            .map(|i| ((i % 97) as f32 - 48.0) / 48.0)
+            .collect();
+        let x = upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap();
+        let y = storage_buffer(ctx, "y", u64::from(n_tokens) * rows * 4).unwrap();
+        let step = StepBuffer::new(ctx);
+        step.set(ctx, Step::new(0, n_tokens, 0));
+        let shape = MatmulShape {
+            ty: self.ty,
+            rows,
+            cols,
+            max_tokens: n_tokens,
+            output: MatmulOutput::Store,
+        };
+        let buffers = MatmulBuffers {
+            weights: &self.buffer,
+            x: &x,
+            y: &y,
+            step: &step,
+        };
+        let binding = kernel.bind(ctx, shape, buffers).unwrap();
+        median_seconds(ctx, DISPATCHES, |pass| {
+            kernel.encode(pass, &binding, n_tokens).unwrap();
+        })
+    }
 }
 
 /// Median seconds per dispatch over `REPS` passes of `dispatches` dispatches each recorded by
