@@ -10,7 +10,11 @@
 //! single decode steps after the prompt are run the same way, and the median of each op's time
 //! is reported; and `--suffix` more tokens, profiled in that same prefill right after the
 //! prompt's chunks, are reported apart as the steps a prefix-cache hit on the prompt computes (the restore of its cached
-//! state and the cache's bookkeeping are not in it: the multi-agent scenario's TTFT has them).
+//! state and the cache's bookkeeping are not in it). With `--cache-mem`, the prompt's timed
+//! request fills the prefix cache and the prompt + suffix then runs as a request right after it:
+//! a cache hit timed as `harness run` times a request (TTFT), with the host time of its phases
+//! (open, steps, snapshots, insert, wait: `fak::runtime::PrefillPhases`) — the whole request
+//! path beside the resumed steps' GPU time, back to back, with no idle gap before it.
 //! Each op comes with the bytes it moves and, for weight products, its FLOPs
 //! (2 · rows · cols · tokens), hence GB/s and TFLOP/s. Ops are grouped by name and kernel: a
 //! prefill whose last chunk is short enough for mat-vecs shows both kernels of a product.
@@ -26,10 +30,11 @@
 use anyhow::{Context, Result, bail};
 use fak::gpu::kernels::read_probe::{ReadBandwidth, ReadProbe};
 use fak::gpu::profile::OpRecord;
-use fak::runtime::{Engine, EngineOptions, SamplingParams, StepProfile};
+use fak::runtime::{Engine, EngineOptions, GenerationStats, SamplingParams, StepProfile};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -55,6 +60,13 @@ pub struct Args {
     /// at the depth, attending to it), profiled op by op; 0 skips it.
     #[arg(long, default_value_t = 128)]
     pub suffix: usize,
+    /// GPU memory for the prefix cache (bytes, or with a K, M or G suffix); above 0, each
+    /// depth's prompt + suffix also runs as a timed prefix-cache hit.
+    #[arg(long, default_value = "0", value_parser = crate::run::parse_bytes)]
+    pub cache_mem: u64,
+    /// Token slots per KV page (the prefix cache reuses whole pages); the engine's by default.
+    #[arg(long)]
+    pub page_size: Option<u32>,
     /// Seed of the prompt token ids.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -93,6 +105,8 @@ struct DepthReport {
     /// `--suffix` more tokens prefilled after the prompt, op by op: the steps a request
     /// extending this prompt runs after a prefix-cache hit (None with `--suffix 0`).
     resumed: Option<PrefillReport>,
+    /// The prompt + suffix as a timed request right after the prompt's (with `--cache-mem`).
+    cache_hit: Option<CacheHitReport>,
     decode_tokens_per_s: f64,
     /// Host time recording + finishing one decode step's commands, and submits per token.
     encode_us_per_token: f64,
@@ -173,6 +187,38 @@ struct OpRow {
     share: Option<f64>,
 }
 
+/// A request served from the prefix cache, timed on the host: TTFT and where it went.
+#[derive(Serialize)]
+struct CacheHitReport {
+    cached_tokens: usize,
+    computed_tokens: usize,
+    /// Request start → first token known (the prefill bucket of `harness run`).
+    ttft_us: f64,
+    /// Host time of each phase (`fak::runtime::PrefillPhases`); they add up to about the TTFT.
+    open_us: f64,
+    steps_us: f64,
+    snapshots_us: f64,
+    insert_us: f64,
+    wait_us: f64,
+}
+
+impl CacheHitReport {
+    fn of(stats: &GenerationStats) -> CacheHitReport {
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        let p = &stats.prefill_phases;
+        CacheHitReport {
+            cached_tokens: stats.cached_tokens,
+            computed_tokens: stats.prompt_tokens - stats.cached_tokens,
+            ttft_us: us(stats.prefill),
+            open_us: us(p.open),
+            steps_us: us(p.steps),
+            snapshots_us: us(p.snapshots),
+            insert_us: us(p.insert),
+            wait_us: us(p.wait),
+        }
+    }
+}
+
 pub fn run(args: Args) -> Result<()> {
     if args.depths.is_empty() || args.depths.contains(&0) {
         bail!("--depths: give positive prompt lengths");
@@ -182,10 +228,15 @@ pub fn run(args: Args) -> Result<()> {
     }
     let deepest = *args.depths.iter().max().expect("non-empty");
     let mut options = EngineOptions::from_env()?;
-    options.max_context = Some(deepest + (args.n_out + 1).max(args.suffix));
+    // Room for the decode after the prompt, and for the cache hit's one token after the suffix.
+    options.max_context = Some(deepest + (args.n_out + 1).max(args.suffix + 1));
     if let Some(chunk) = args.prefill_chunk {
         options.prefill_chunk = chunk;
     }
+    if let Some(page) = args.page_size {
+        options.page_size = page;
+    }
+    options.cache_mem = args.cache_mem;
     let mut engine = Engine::load(&args.model, &options)
         .with_context(|| format!("loading {}", args.model.display()))?;
     let bandwidth = ReadProbe::new(&engine.ctx)?
@@ -254,6 +305,14 @@ fn measure_depth(
         .decode_tokens_per_second()
         .context("the decode produced fewer than two tokens")?;
     let steps = stats.decode_steps.max(1) as f64;
+    // The prompt's request above filled the cache: the whole request resumes from it.
+    let cache_hit = match args.cache_mem > 0 && !suffix.is_empty() {
+        true => {
+            let hit = engine.generate(request, 1, &SamplingParams::greedy(), true, &mut |_| {})?;
+            Some(CacheHitReport::of(&hit))
+        }
+        false => None,
+    };
     // One prefill of the request: the prompt's chunks, then the suffix's.
     let (prefill, resumed) = match suffix.is_empty() {
         true => (engine.profile_prefill(prompt, 0)?.1, None),
@@ -288,6 +347,7 @@ fn measure_depth(
         prefill_step_dispatches: stats.prefill_step_dispatches,
         prefill,
         resumed,
+        cache_hit,
         decode_tokens_per_s: decode_rate,
         encode_us_per_token: stats.decode_encode.as_secs_f64() * 1e6 / steps,
         submits_per_token: stats.decode_submits as f64 / steps,
@@ -471,6 +531,22 @@ fn print_tables(r: &Report) {
                 r.wall_us,
             );
             print_ops(&r.ops);
+        }
+        if let Some(h) = &d.cache_hit {
+            println!(
+                "depth {} + suffix as a prefix-cache hit: {} tokens reused, {} computed · TTFT \
+                 {:.0} µs (host phases: open {:.0}, steps {:.0}, snapshots {:.0}, insert {:.0}, \
+                 wait {:.0})",
+                d.depth,
+                h.cached_tokens,
+                h.computed_tokens,
+                h.ttft_us,
+                h.open_us,
+                h.steps_us,
+                h.snapshots_us,
+                h.insert_us,
+                h.wait_us,
+            );
         }
     }
 }

@@ -11,7 +11,7 @@
 
 use crate::arms::process::now_ns;
 use anyhow::{Context, Result, bail};
-use fak::runtime::{Engine, EngineOptions, SamplingParams, SeqId};
+use fak::runtime::{Engine, EngineOptions, PrefillPhases, SamplingParams, SeqId};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
@@ -144,6 +144,7 @@ struct Active {
     largest_step: usize,
     tokens: Vec<u32>,
     token_ns: Vec<u64>,
+    phases: PrefillPhases,
 }
 
 struct Server<'e, W: Write> {
@@ -235,6 +236,7 @@ impl<W: Write> Server<'_, W> {
                         largest_step: 0,
                         tokens: vec![s.first],
                         token_ns: vec![first_ns],
+                        phases: s.phases,
                     };
                     self.active.push(active);
                 }
@@ -277,6 +279,7 @@ impl<W: Write> Server<'_, W> {
         for a in done {
             let finished = self.engine.finish(a.seq);
             let stats = self.engine.cache_stats();
+            let snapshots = self.engine.snapshot_stats();
             let answer = match finished {
                 Ok(()) => json!({
                     "ok": true, "id": a.id, "tokens": a.tokens, "recv_ns": a.recv_ns,
@@ -284,7 +287,8 @@ impl<W: Write> Server<'_, W> {
                     "prompt_tokens": a.prompt_tokens, "cached_tokens": a.cached_tokens,
                     "computed_tokens": a.prompt_tokens - a.cached_tokens,
                     "in_flight_at_start": a.in_flight_at_start, "largest_step": a.largest_step,
-                    "cache_stats": stats,
+                    "cache_stats": stats, "snapshot_stats": snapshots,
+                    "prefill_phases_ns": phases_ns(&a.phases),
                 }),
                 Err(e) => json!({"ok": false, "id": a.id, "error": e.to_string()}),
             };
@@ -307,6 +311,7 @@ fn serve_one(engine: &mut Engine, request: Request, recv_ns: u64) -> Result<Valu
             Ok(json!({
                 "ok": true, "tokens": stats.tokens, "recv_ns": recv_ns, "start_ns": start_ns,
                 "token_ns": token_ns, "reply_ns": reply_ns,
+                "prefill_phases_ns": phases_ns(&stats.prefill_phases),
             }))
         }
         Request::Logits { ids, out } => {
@@ -327,4 +332,13 @@ fn serve_one(engine: &mut Engine, request: Request, recv_ns: u64) -> Result<Valu
         }
         Request::Submit { .. } => bail!("submit requests queue; they are not served alone"),
     }
+}
+
+/// A request's prefill phases in nanoseconds (host timestamps, `fak::runtime::PrefillPhases`).
+fn phases_ns(p: &PrefillPhases) -> Value {
+    let ns = |d: std::time::Duration| d.as_nanos() as u64;
+    json!({
+        "open": ns(p.open), "steps": ns(p.steps), "snapshots": ns(p.snapshots),
+        "insert": ns(p.insert), "wait": ns(p.wait),
+    })
 }

@@ -45,6 +45,8 @@ const N_OUT: u64 = 3;
 /// Tokens after the prompt profiled as a prefix-cache hit computes them: a full chunk and a
 /// short one again, now attending to the prompt too.
 const SUFFIX: u64 = 20;
+/// KV page of the bench's prefix cache: one whole page of the prompt is reusable.
+const PAGE: u64 = 16;
 
 /// A tiny synthetic model of `arch` (Q4_K_M, seed 5).
 fn tiny(arch: &str) -> PathBuf {
@@ -69,6 +71,10 @@ fn bench(path: &PathBuf) -> (Value, Value) {
             &PREFILL_CHUNK.to_string(),
             "--suffix",
             &SUFFIX.to_string(),
+            "--cache-mem",
+            "64M",
+            "--page-size",
+            &PAGE.to_string(),
         ])
         .args(["--profile-steps", "2", "--probe-mib", "8", "--json"])
         .output()
@@ -135,7 +141,32 @@ fn bench(path: &PathBuf) -> (Value, Value) {
         gb_per_s,
     );
     assert_eq!(resumed, chunk_dispatches, "the same steps' dispatches");
+    check_cache_hit(&d["cache_hit"]);
     (report, d)
+}
+
+/// The prompt + suffix served as a prefix-cache hit: every token reused or computed, at least
+/// the prompt's whole page reused, and the host phases within the TTFT they divide.
+fn check_cache_hit(h: &Value) {
+    assert_eq!(
+        u(h, "cached_tokens") + u(h, "computed_tokens"),
+        DEPTH + SUFFIX
+    );
+    assert!(u(h, "cached_tokens") >= DEPTH / PAGE * PAGE, "{h}");
+    let phases: f64 = [
+        "open_us",
+        "steps_us",
+        "snapshots_us",
+        "insert_us",
+        "wait_us",
+    ]
+    .iter()
+    .map(|k| f(h, k))
+    .sum();
+    assert!(
+        phases > 0.0 && phases <= f(h, "ttft_us"),
+        "phases {phases} µs against the TTFT: {h}"
+    );
 }
 
 /// One prefill profile `p` of chunks `(tokens, kv_len)` = `shape`: its rows sum to its chunks and
@@ -289,6 +320,11 @@ fn kv_reads(d: &Value, kv_width: u64) -> (u64, u64) {
 fn bench_reports_a_consistent_per_op_profile_against_the_model_bytes() {
     let path = tiny("qwen3");
     let (_, d) = bench(&path);
+    assert_eq!(
+        u(&d["cache_hit"], "cached_tokens"),
+        DEPTH,
+        "the prompt's whole page, and its last 4 tokens by copy-on-write"
+    );
     // The roofline bytes are the model's weights plus k and v of every cached position in
     // every layer.
     let gguf = Gguf::open(&path).unwrap();
@@ -346,6 +382,11 @@ fn bench_reports_a_consistent_per_op_profile_against_the_model_bytes() {
 fn bench_profiles_the_hybrid_model_with_its_recurrent_state() {
     let path = tiny("qwen35");
     let (_, d) = bench(&path);
+    assert_eq!(
+        u(&d["cache_hit"], "cached_tokens"),
+        PAGE,
+        "resumed from the snapshot at the prompt's last page boundary"
+    );
     let gguf = Gguf::open(&path).unwrap();
     let hp = Hparams::from_gguf(&gguf).unwrap();
     let n_gdn = hp

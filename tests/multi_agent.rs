@@ -110,6 +110,32 @@ fn largest_step(out: &Path) -> Option<u64> {
         .max()
 }
 
+/// Every turn of fak's cache arm says where its host time until the first token went: five
+/// phases (ns) that add up to no more than its TTFT; and how many snapshot buffers were created.
+fn assert_phases_within_ttft(out: &Path) {
+    let raw: Value = serde_json::from_slice(
+        &std::fs::read(out.join("multi-agent-fak-native-cache-raw.json")).unwrap(),
+    )
+    .unwrap();
+    for t in raw["turns"].as_array().unwrap() {
+        let engine = &t["engine_report"]["engine"];
+        let phases = engine["prefill_phases_ns"]
+            .as_object()
+            .expect("prefill_phases_ns");
+        assert_eq!(phases.len(), 5, "{phases:?}");
+        let sum_s = phases.values().map(|v| v.as_u64().unwrap()).sum::<u64>() as f64 * 1e-9;
+        let ttft_s = t["ttft_s"].as_f64().unwrap();
+        assert!(
+            sum_s > 0.0 && sum_s <= ttft_s,
+            "phases {sum_s} s, TTFT {ttft_s} s"
+        );
+        assert!(
+            engine["snapshot_stats"]["created"].as_u64().unwrap() > 0,
+            "{engine}"
+        );
+    }
+}
+
 fn validate_and_report(out: &Path) -> String {
     let validate = harness()
         .arg("validate")
@@ -294,5 +320,6 @@ fn a_hybrid_model_decodes_concurrent_agents_together() {
     turn1_reused.sort();
     assert_eq!(turn1_reused, [0, (PREAMBLE / PAGE * PAGE) as u64]);
     assert!(computed(&p, "fak-native-cache", true) < computed(&p, "fak-native-nocache", true));
+    assert_phases_within_ttft(&out);
     validate_and_report(&out);
 }

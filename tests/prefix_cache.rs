@@ -558,3 +558,61 @@ fn hybrid_sequences_decode_together_on_their_own_state_slots() {
         assert_eq!(d, single, "a step of {n} sequences: dispatches");
     }
 }
+
+/// Snapshot buffers the prefix cache lets go are written to again instead of allocated anew. The
+/// budget holds one 40-token prompt (3 pages and 2 snapshots: its last page boundary, saved
+/// inside its step, and its end), so each new prompt evicts the previous one: its mid-step
+/// snapshot needs a new buffer (nothing is evicted until it is attached), its end snapshot takes
+/// an evicted one (NaN-filled as it went idle). The tree's bytes and the idle buffers stay within
+/// the budget. A prompt extending the last one resumes at its end, from the state in a reused
+/// buffer, with the cold prefill's first-token logits; its phases add up to no more than the
+/// host time it took.
+#[test]
+fn snapshot_buffers_are_reused_within_the_budget() {
+    let path = tiny_of("qwen35");
+    let hparams = Hparams::from_gguf(&Gguf::open(&path).unwrap()).unwrap();
+    let state_bytes = hparams.memory(64).unwrap().state_bytes as u64;
+    let ids = |seed, n| random_ids_in(seed, n, hparams.n_vocab);
+    let mut cold = load(&path, 0, 1, Forced::default()).unwrap();
+    let budget = 3 * cold.cache_config().page_bytes + 2 * state_bytes;
+    let mut e = load(&path, budget, 1, Forced::default()).unwrap();
+    let n_prompts = 4;
+    let mut last = Vec::new();
+    for seed in 1..=n_prompts {
+        let prompt = ids(seed, 40);
+        let before = e.snapshot_stats();
+        let stats = e
+            .generate(&prompt, 2, &SamplingParams::greedy(), true, &mut |_| {})
+            .unwrap();
+        let after = e.snapshot_stats();
+        let made = (after.created - before.created, after.reused - before.reused);
+        let want = if seed == 1 { (2, 0) } else { (1, 1) };
+        assert_eq!(
+            made, want,
+            "prompt {seed}: snapshot buffers (created, reused)"
+        );
+        assert!(
+            e.cached_bytes() + after.idle_bytes <= budget,
+            "prompt {seed}: {} cached + {} idle bytes over the {budget}-byte budget",
+            e.cached_bytes(),
+            after.idle_bytes
+        );
+        last = cat(&prompt, &stats.tokens[..1]);
+    }
+    let q = cat(&last, &ids(99, 10));
+    let cold_logits = cold.teacher_forced_logits(&q).unwrap().pop().unwrap();
+    let started = std::time::Instant::now();
+    let hit = e.start(&q, 1, true).unwrap();
+    let took = started.elapsed();
+    assert_eq!(hit.cached_tokens, 41, "resumed at the last prompt's end");
+    let c = cosine(hit.logits.as_ref().unwrap(), &cold_logits);
+    eprintln!("qwen35 resumed from a reused snapshot buffer: logits cosine {c:.8}");
+    assert!(c >= 0.9999, "first-token logits cosine {c}");
+    let p = hit.phases;
+    let sum = p.open + p.steps + p.snapshots + p.insert + p.wait;
+    assert!(
+        sum <= took && !p.wait.is_zero(),
+        "{p:?} sum to {sum:?} against {took:?}"
+    );
+    e.finish(hit.seq).unwrap();
+}

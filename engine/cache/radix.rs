@@ -21,6 +21,9 @@
 //!   Inserting and attaching may exceed it while sequences hold what they inserted; releasing
 //!   evicts back under it. A budget of 0 turns the cache off: lookups reuse nothing and inserts
 //!   keep nothing.
+//! - Snapshot states the tree lets go (evicted with their node or tail, or refused by
+//!   [`PrefixCache::attach_snapshot`]) wait in [`PrefixCache::take_released`] for the owner to
+//!   reuse or drop: a state is a large device buffer that the next snapshot can be written to.
 
 use super::CacheError;
 use super::pages::PageAllocator;
@@ -164,6 +167,8 @@ pub struct PrefixCache<S> {
     clock: u64,
     /// Pages the tree owns times `page_bytes`, plus its snapshots' bytes.
     cached_bytes: u64,
+    /// Snapshot states the tree no longer holds, not yet taken back by the owner.
+    released: Vec<S>,
     stats: CacheStats,
 }
 
@@ -182,6 +187,7 @@ impl<S> PrefixCache<S> {
             free_ids: Vec::new(),
             clock: 0,
             cached_bytes: 0,
+            released: Vec::new(),
             stats: CacheStats::default(),
         })
     }
@@ -201,6 +207,13 @@ impl<S> PrefixCache<S> {
     /// Bytes the tree holds (pages and snapshots).
     pub fn cached_bytes(&self) -> u64 {
         self.cached_bytes
+    }
+
+    /// The snapshot states the tree let go since the last call (evicted or refused), for the
+    /// owner to reuse. Work already submitted may still read or write them; whatever the owner
+    /// submits later runs after it, in queue order.
+    pub fn take_released(&mut self) -> Vec<S> {
+        std::mem::take(&mut self.released)
     }
 
     /// Tokens the tree holds (tails included).
@@ -461,14 +474,27 @@ impl<S> PrefixCache<S> {
     /// Keeps `snapshot` as the state after `prefix` (whole pages, held by the tree: the caller
     /// holds a lock on it or below; or whole pages and one of their node's tails). Makes room by
     /// evicting other leaves; returns false, keeping nothing, when it would not fit the budget,
-    /// the boundary already has one, or the tail is not one the tree keeps.
+    /// the boundary already has one, or the tail is not one the tree keeps. A refused state goes
+    /// to [`PrefixCache::take_released`] (on an error it is dropped).
     pub fn attach_snapshot(
         &mut self,
         prefix: &[u32],
         snapshot: Snapshot<S>,
     ) -> Result<bool, CacheError> {
+        let refused = self.place_snapshot(prefix, snapshot)?;
+        let kept = refused.is_none();
+        self.released.extend(refused.map(|s| s.state));
+        Ok(kept)
+    }
+
+    /// [`PrefixCache::attach_snapshot`], handing a refused snapshot back.
+    fn place_snapshot(
+        &mut self,
+        prefix: &[u32],
+        snapshot: Snapshot<S>,
+    ) -> Result<Option<Snapshot<S>>, CacheError> {
         if !self.enabled() || prefix.is_empty() {
-            return Ok(false);
+            return Ok(Some(snapshot));
         }
         let page = self.config.page_size;
         let whole = prefix.len() / page * page;
@@ -482,7 +508,7 @@ impl<S> PrefixCache<S> {
             false => find_tail(self).is_none_or(|i| self.node(node).tails[i].snapshot.is_some()),
         };
         if taken {
-            return Ok(false);
+            return Ok(Some(snapshot));
         }
         let (budget, snapshot_bytes) = (self.config.budget, snapshot.bytes);
         self.lock(node);
@@ -493,19 +519,19 @@ impl<S> PrefixCache<S> {
             true => Some(&mut self.node_mut(node).snapshot),
             false => find_tail(self).map(|i| &mut self.node_mut(node).tails[i].snapshot),
         };
-        let kept = match slot {
+        let refused = match slot {
             Some(slot) if fits => {
                 *slot = Some(snapshot);
-                true
+                None
             }
-            _ => false,
+            _ => Some(snapshot),
         };
-        if kept {
+        if refused.is_none() {
             self.cached_bytes += snapshot_bytes;
             self.stats.snapshots_kept += 1;
         }
         self.unlock(node)?;
-        Ok(kept)
+        Ok(refused)
     }
 
     /// Drops a sequence's lock on `node`, then evicts down to the budget.
@@ -696,6 +722,7 @@ impl<S> PrefixCache<S> {
         if let Some(s) = tail.snapshot {
             self.cached_bytes -= s.bytes;
             self.stats.snapshots_evicted += 1;
+            self.released.push(s.state);
         }
     }
 
@@ -714,6 +741,7 @@ impl<S> PrefixCache<S> {
         if let Some(s) = node.snapshot {
             self.cached_bytes -= s.bytes;
             self.stats.snapshots_evicted += 1;
+            self.released.push(s.state);
         }
     }
 

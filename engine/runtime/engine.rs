@@ -7,8 +7,10 @@
 //! known. Sampled decode reads the last row's logits back every step and samples on the CPU.
 
 mod session;
+mod snapshots;
 
 pub use session::{SeqId, Started};
+pub use snapshots::SnapshotStats;
 
 use super::io::{HISTORY_LEN, Staging, StepIo};
 use super::sampling::{Sampler, SamplingParams};
@@ -24,6 +26,7 @@ use crate::gpu::{ContextOptions, GpuContext, Step};
 use crate::model::DevicePlan;
 use crate::tokenizer::Tokenizer;
 use session::Sequence;
+use snapshots::SnapshotPool;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -88,6 +91,35 @@ pub enum StopReason {
     EndOfGeneration,
 }
 
+/// Host time of a request's phases up to its first token, from host timestamps only (nothing is
+/// waited for to take them): what the request path costs beside the forward pass. The GPU runs
+/// what the first four phases submit while the host goes on; `wait` is the host then waiting
+/// for the first token.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct PrefillPhases {
+    /// Prefix-cache lookup; recording and submitting the recurrent-state restore (or reset) and
+    /// the copy-on-write page copy; page allocation and the page-table row.
+    pub open: Duration,
+    /// Recording and submitting the prefill steps.
+    pub steps: Duration,
+    /// Taking snapshot buffers (from the pool, or new) and recording and submitting the state
+    /// copies into them (hybrid models with the prefix cache on).
+    pub snapshots: Duration,
+    /// Inserting the prompt's pages and snapshots into the prefix cache.
+    pub insert: Duration,
+    /// The phases above done → the first token known on the host: the GPU's work still
+    /// running, and for `generate` its first decode steps recorded meanwhile.
+    pub wait: Duration,
+}
+
+/// Runs `f`, adding the host time it took to `total`.
+fn timed<T>(total: &mut Duration, f: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let out = f();
+    *total += started.elapsed();
+    out
+}
+
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct GenerationStats {
     pub prompt_tokens: usize,
@@ -97,6 +129,8 @@ pub struct GenerationStats {
     pub stop: StopReason,
     /// Request start → first token known on the host (prefill, including its readback).
     pub prefill: Duration,
+    /// Where the host time of `prefill` went.
+    pub prefill_phases: PrefillPhases,
     /// First token → last token known on the host.
     pub decode: Duration,
     /// Dispatches the (last) prefill step recorded; constant in the prompt length.
@@ -138,6 +172,8 @@ pub struct Engine {
     batch_slot: Staging,
     /// Which prompts' KV pages are kept, and the page pool.
     cache: PrefixCache<wgpu::Buffer>,
+    /// Buffers for recurrent-state snapshots (hybrid models), reused.
+    snapshots: SnapshotPool,
     /// Sequences in flight, by page-table row.
     seqs: Vec<Option<Sequence>>,
     /// Steps submitted since load (indexes the history ring).
@@ -215,6 +251,7 @@ impl Engine {
             crate::gpu::fill_f32(&ctx, &io.logits, f32::NAN)?;
         }
         let model = crate::model::load_device_model(&ctx, &gguf, &io, &plan)?;
+        let snapshots = SnapshotPool::new(model.state_bytes(), plan.poison);
         let lookahead = options.lookahead.max(1);
         let token_slots = (0..lookahead + 1)
             .map(|_| Staging::new(&ctx, "token readback", 4))
@@ -240,6 +277,7 @@ impl Engine {
             logits_slot,
             batch_slot,
             cache,
+            snapshots,
             seqs: (0..plan.max_seqs).map(|_| None).collect(),
             steps: 0,
             last_dispatches: 0,
@@ -452,6 +490,7 @@ impl Engine {
             tokens: Vec::with_capacity(n_out),
             stop: StopReason::Length,
             prefill: Duration::ZERO,
+            prefill_phases: PrefillPhases::default(),
             decode: Duration::ZERO,
             prefill_step_dispatches: 0,
             decode_step_dispatches: 0,
@@ -461,9 +500,12 @@ impl Engine {
         };
         if n_out == 0 {
             self.prefill(seq, false)?;
+            let prefilled = Instant::now();
             stats.prefill_step_dispatches = self.last_dispatches;
             self.wait_token(0)?;
-            stats.prefill = start.elapsed();
+            let known = Instant::now();
+            stats.prefill = known - start;
+            stats.prefill_phases = self.waited_phases(seq, prefilled, known)?;
             return Ok(stats);
         }
         let mut accept = |engine: &Engine, stats: &mut GenerationStats, token: u32| -> bool {
@@ -475,10 +517,11 @@ impl Engine {
             }
             !eog && stats.tokens.len() < n_out
         };
-        let first_known;
+        let (first_known, prefilled);
         let (encode_before, submits_before, steps_before);
         if sampling.is_greedy() {
             self.prefill(seq, false)?;
+            prefilled = Instant::now();
             stats.prefill_step_dispatches = self.last_dispatches;
             (encode_before, submits_before, steps_before) =
                 (self.encode_time, self.submits, self.steps);
@@ -486,6 +529,7 @@ impl Engine {
         } else {
             let mut sampler = Sampler::new(sampling.clone());
             self.prefill(seq, true)?;
+            prefilled = Instant::now();
             stats.prefill_step_dispatches = self.last_dispatches;
             (encode_before, submits_before, steps_before) =
                 (self.encode_time, self.submits, self.steps);
@@ -501,6 +545,7 @@ impl Engine {
                 logits = self.step_logits(seq, token)?;
             }
         }
+        stats.prefill_phases = self.waited_phases(seq, prefilled, first_known)?;
         stats.decode = first_known.elapsed();
         stats.decode_encode = self.encode_time - encode_before;
         stats.decode_submits = self.submits - submits_before;
@@ -594,6 +639,11 @@ impl Engine {
     /// Bytes the prefix cache holds now (pages and snapshots).
     pub fn cached_bytes(&self) -> u64 {
         self.cache.cached_bytes()
+    }
+
+    /// What the snapshot buffer pool has done since load (hybrid models).
+    pub fn snapshot_stats(&self) -> SnapshotStats {
+        self.snapshots.stats()
     }
 
     /// The prefix cache's page size, page bytes, pool and budget.

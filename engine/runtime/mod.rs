@@ -5,7 +5,10 @@ pub mod engine;
 pub mod io;
 pub mod sampling;
 
-pub use engine::{Engine, EngineOptions, GenerationStats, SeqId, Started, StepProfile, StopReason};
+pub use engine::{
+    Engine, EngineOptions, GenerationStats, PrefillPhases, SeqId, SnapshotStats, Started,
+    StepProfile, StopReason,
+};
 pub use io::StepIo;
 pub use sampling::{Sampler, SamplingParams};
 

@@ -13,6 +13,10 @@
 //!   several may be in flight; each is answered, in whatever order they finish, like
 //!   `generate` plus `"id": k` and the prompt tokens the engine computed and reused
 //!   (`"prompt_tokens"`, `"computed_tokens"`, `"cached_tokens"`);
+//! - fak's answers also say where the host time until the first token went
+//!   (`"prefill_phases_ns"`: open, steps, snapshots, insert, wait) and, for `submit`, what its
+//!   prefix cache and snapshot pool have done (`"cache_stats"`, `"snapshot_stats"`); like every
+//!   field besides the tokens, they land in the raw file's engine report;
 //! - any failure → `{"ok": false, "error": "..."}` (with the `id` of a submitted request). EOF
 //!   on stdin stops the child.
 

@@ -404,6 +404,35 @@ fn snapshots_count_in_the_budget_and_mark_where_hybrid_models_resume() {
     check_invariants(&c);
 }
 
+/// A snapshot state the tree lets go comes back once through `take_released`, for the engine to
+/// write a later snapshot to: refused because its boundary has one, refused for want of room
+/// (the only node is held), or evicted with its node when the pool runs short; kept ones stay.
+#[test]
+fn snapshot_states_the_tree_lets_go_come_back_once() {
+    let snapshot = |state, bytes| Snapshot { state, bytes };
+    let mut c = cache(4, 6);
+    let a = run(0, 8);
+    let (m, ins) = serve(&mut c, &a);
+    assert_eq!(c.attach_snapshot(&a, snapshot(1, 250)), Ok(true));
+    assert_eq!(
+        c.attach_snapshot(&a, snapshot(2, 250)),
+        Ok(false),
+        "the boundary has one"
+    );
+    assert_eq!(
+        c.attach_snapshot(&a[..PAGE], snapshot(3, 200)),
+        Ok(false),
+        "650 bytes over a 600-byte budget, nothing evictable"
+    );
+    assert_eq!(c.take_released(), vec![2, 3]);
+    assert_eq!(c.take_released(), Vec::<u32>::new(), "handed back once");
+    finish(&mut c, m, ins);
+    assert_eq!(c.take_released(), Vec::<u32>::new(), "a fits: kept");
+    let (m, ins) = serve(&mut c, &run(100, 16));
+    assert_eq!(c.take_released(), vec![1], "evicted with a for b's 4 pages");
+    finish(&mut c, m, ins);
+}
+
 #[test]
 fn statistics_count_lookups_hits_reuse_and_evictions() {
     let mut c = cache(8, 4);

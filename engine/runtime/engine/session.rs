@@ -10,12 +10,12 @@
 //! and leaving between steps. A hybrid model's recurrent state has a slot per row: a sequence's
 //! slot is zeroed, or restored from its cached prefix's snapshot, when it takes the row.
 
-use super::{Engine, RuntimeError};
+use super::{Engine, PrefillPhases, RuntimeError, timed};
 use crate::cache::{NodeId, Snapshot};
+use crate::gpu::Step;
 use crate::gpu::kernels::delta_state::MidSave;
 use crate::gpu::kernels::support::TokenSlot;
 use crate::gpu::profile::StepMarks;
-use crate::gpu::{Step, storage_buffer};
 use crate::runtime::io::HISTORY_LEN;
 use std::time::Instant;
 
@@ -39,6 +39,8 @@ pub struct Started {
     pub cached_tokens: usize,
     /// The logits the first token came from, when asked for.
     pub logits: Option<Vec<f32>>,
+    /// Where the host time until the first token went.
+    pub phases: PrefillPhases,
 }
 
 pub(super) struct Sequence {
@@ -65,6 +67,8 @@ pub(super) struct Sequence {
     snapshot_at: Vec<usize>,
     /// Whether its pages may be shared through the prefix cache.
     cached: bool,
+    /// Host time of its request's phases so far (`wait` is set by whoever waits).
+    phases: PrefillPhases,
 }
 
 /// A sequence's position and recurrent state at one moment ([`Engine::checkpoint`]).
@@ -98,6 +102,7 @@ impl Engine {
         n_out: usize,
         use_cache: bool,
     ) -> Result<SeqId, RuntimeError> {
+        let started = Instant::now();
         let row = self.seqs.iter().position(Option::is_none).ok_or_else(|| {
             RuntimeError::Request(format!(
                 "{} sequences are in flight, the most this engine was loaded for",
@@ -142,6 +147,7 @@ impl Engine {
                 .encode_copy_page(&mut encoder, partial.page, own[0])?;
         }
         self.ctx.queue.submit([encoder.finish()]);
+        self.reclaim_snapshots(None)?;
         let mut snapshot_at = Vec::new();
         if hybrid && use_cache && self.cache.enabled() {
             let last_boundary = prompt.len() / page * page;
@@ -170,6 +176,10 @@ impl Engine {
             locks: vec![found.node],
             snapshot_at,
             cached: use_cache,
+            phases: PrefillPhases {
+                open: started.elapsed(),
+                ..PrefillPhases::default()
+            },
         });
         Ok(SeqId(row as u32))
     }
@@ -187,6 +197,7 @@ impl Engine {
             (s.tokens[..s.prompt_len].to_vec(), s.snapshot_at.clone())
         };
         let mut snapshots = Vec::new();
+        let mut phases = self.seq(seq)?.phases;
         loop {
             let pos = self.seq(seq)?.pos;
             let limit = prompt.len().min(pos + chunk);
@@ -199,33 +210,74 @@ impl Engine {
                 rows: (b - pos) as u32,
                 slot: self.io.spare_slot(),
             });
-            self.io.set_ids(&self.ctx, &prompt[pos..end]);
-            let (encoder, step) = self.begin_saving_step(seq, (end - pos) as u32, false, save)?;
             let last = end == prompt.len();
-            self.submit_step(encoder, step, last.then_some(0), u32::from(last && logits));
-            if let Some(b) = mid {
-                snapshots.push((b, self.save_slot_state(self.io.spare_slot())?));
-            }
-            if stops.contains(&end) {
-                snapshots.push((end, self.save_slot_state(seq.row())?));
-            }
+            timed(&mut phases.steps, || {
+                self.io.set_ids(&self.ctx, &prompt[pos..end]);
+                let (encoder, step) =
+                    self.begin_saving_step(seq, (end - pos) as u32, false, save)?;
+                self.submit_step(encoder, step, last.then_some(0), u32::from(last && logits));
+                Ok::<_, RuntimeError>(())
+            })?;
+            timed(&mut phases.snapshots, || {
+                if let Some(b) = mid {
+                    snapshots.push((b, self.save_slot_state(self.io.spare_slot())?));
+                }
+                if stops.contains(&end) {
+                    snapshots.push((end, self.save_slot_state(seq.row())?));
+                }
+                Ok::<_, RuntimeError>(())
+            })?;
             if last {
                 break;
             }
         }
         // Whole pages only: the sequence writes on into its last page.
         let page = self.cache.config().page_size;
-        self.cache_prefix(seq, prompt.len() / page * page, snapshots)
+        timed(&mut phases.insert, || {
+            self.cache_prefix(seq, prompt.len() / page * page, snapshots)?;
+            self.reclaim_snapshots(None)?;
+            Ok::<_, RuntimeError>(())
+        })?;
+        self.seq_mut(seq)?.phases = phases;
+        Ok(())
+    }
+
+    /// The phases of `seq`'s request, waiting included: from `prefilled` (its prefill's last
+    /// submit) until `known` (its first token known on the host).
+    pub(super) fn waited_phases(
+        &self,
+        seq: SeqId,
+        prefilled: Instant,
+        known: Instant,
+    ) -> Result<PrefillPhases, RuntimeError> {
+        Ok(PrefillPhases {
+            wait: known.saturating_duration_since(prefilled),
+            ..self.seq(seq)?.phases
+        })
     }
 
     /// A snapshot of the recurrent state in `slot` (a sequence's row, or the spare a mid-step
-    /// snapshot went to), in a buffer of its own.
+    /// snapshot went to), in a buffer of the snapshot pool.
     fn save_slot_state(&mut self, slot: u32) -> Result<wgpu::Buffer, RuntimeError> {
-        let buffer = storage_buffer(&self.ctx, "state snapshot", self.model.state_bytes())?;
+        let buffer = self.snapshots.take(&self.ctx)?;
         let mut encoder = self.encoder("state snapshot");
         self.model.encode_save_state(&mut encoder, slot, &buffer)?;
         self.ctx.queue.submit([encoder.finish()]);
         Ok(buffer)
+    }
+
+    /// Returns the snapshot buffers the prefix cache let go, and `more`, to the pool, which
+    /// keeps what fits the budget beside the bytes the cache holds. Called after the work that
+    /// may still use them was submitted.
+    fn reclaim_snapshots(&mut self, more: Option<wgpu::Buffer>) -> Result<(), RuntimeError> {
+        let mut buffers = self.cache.take_released();
+        buffers.extend(more);
+        let room = self
+            .cache
+            .config()
+            .budget
+            .saturating_sub(self.cache.cached_bytes());
+        Ok(self.snapshots.give_back(&self.ctx, buffers, room)?)
     }
 
     /// Where `seq` stands now (position, and for a hybrid model a copy of its recurrent state),
@@ -253,11 +305,12 @@ impl Engine {
         seq: SeqId,
         checkpoint: Checkpoint,
     ) -> Result<(), RuntimeError> {
-        if let Some(state) = &checkpoint.state {
+        if let Some(state) = checkpoint.state {
             let mut encoder = self.encoder("state rewind");
             self.model
-                .encode_restore_state(&mut encoder, state, seq.row())?;
+                .encode_restore_state(&mut encoder, &state, seq.row())?;
             self.ctx.queue.submit([encoder.finish()]);
+            self.reclaim_snapshots(Some(state))?;
         }
         let s = self.seq_mut(seq)?;
         s.pos = checkpoint.pos;
@@ -330,6 +383,7 @@ impl Engine {
         for node in s.locks {
             self.cache.release(node)?;
         }
+        self.reclaim_snapshots(None)?;
         Ok(())
     }
 
@@ -345,11 +399,16 @@ impl Engine {
         self.check_request(prompt, max_new.max(1))?;
         let seq = self.open(prompt, max_new.max(1), true)?;
         let first = self.prefill(seq, logits).and_then(|()| {
+            let prefilled = Instant::now();
             let token = self.wait_token(0)?;
             let row = logits.then(|| self.read_logits(1)).transpose()?;
-            Ok((token, row))
+            Ok((
+                token,
+                row,
+                self.waited_phases(seq, prefilled, Instant::now())?,
+            ))
         });
-        let (first, logits) = match first {
+        let (first, logits, phases) = match first {
             Ok(first) => first,
             Err(e) => {
                 self.close(seq, false)?;
@@ -363,6 +422,7 @@ impl Engine {
             first,
             cached_tokens: s.cached_tokens,
             logits,
+            phases,
         })
     }
 
