@@ -86,6 +86,7 @@ log "mlx: $(tail -1 "$OUT/mlx-install.log")"
 # The models, from one seed: GGUF (fak, llama.cpp), MLX 4-bit, f16 reference.
 need=$((30 * 1024 * 1024 * 1024))
 MODELS=${MODELS:-/dev/shm/h3w}
+mkdir -p "$(dirname "$MODELS")"
 avail=$(df -B1 --output=avail "$(dirname "$MODELS")" 2>/dev/null | tail -1)
 [ "${avail:-0}" -gt "$need" ] || MODELS=/tmp/h3w
 rm -rf "$MODELS" && mkdir -p "$MODELS"
@@ -110,6 +111,8 @@ REFM=()
 RUN=/tmp/h3w-run/$(date -u +%Y%m%dT%H%M%SZ)-threeway-$PRESET
 mkdir -p "$(dirname "$RUN")"
 left=$((DEADLINE - (SECONDS - T0) - 25))
+[ "$left" -gt 30 ] || left=30   # (timeout 0 would mean none)
+mkdir -p "$RUN/logs"
 log "threeway into $RUN (stopped after $left s)"
 timeout -s INT -k 15 "$left" "$BIN/harness" threeway --model "$GGUF" "${REFM[@]}" \
     --mlx-model "$MODELS/mlx-4bit" "${LLAMA[@]}" --flash-attn on --python python3 \
