@@ -11,9 +11,9 @@
 #   MATMUL_BENCH=1: also build experiments/matmul-bench and carry it (matmul.sh runs it);
 #   MATVEC_BENCH=1: the same for experiments/matvec-bench (matvec.sh runs it);
 #   HARNESS_ONLY=1: no test suites, the harness alone (~8 MB: threeway.sh's carry is tight).
-# The llama.cpp source keeps tools/ui's CMakeLists.txt (llama-server's build needs the target,
-# not the web UI) since 2026-12-04: an older llama-src.tgz, without target/h200/llama-src.v2,
-# is packed again.
+# The llama.cpp source keeps tools/ui's top-level files (llama-server's build needs the llama-ui
+# target, not the web UI) since 2026-12-04: an older llama-src.tgz, without
+# target/h200/llama-src.v3, is packed again.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 H=target/h200
@@ -54,20 +54,21 @@ tar czf "$H/bin.tgz" -C "$H" bin && rm -r "$H/bin"
 pwd > "$H/built-at"
 git rev-parse --short HEAD > "$H/commit"
 
-if [ ! -f "$H/llama-src.tgz" ] || [ ! -f "$H/llama-src.v2" ]; then
+if [ ! -f "$H/llama-src.tgz" ] || [ ! -f "$H/llama-src.v3" ]; then
     sdist=${FAK_CACHE:-$HOME/.cache/fak}/downloads/llama_cpp_python-0.3.36.tar.gz
     [ -f "$sdist" ] || ci/build-llama-cpp.sh   # downloads it (and builds the CPU peer)
     work=$(mktemp -d)
     tar xzf "$sdist" -C "$work" llama_cpp_python-0.3.36/vendor/llama.cpp
     src=$work/llama_cpp_python-0.3.36/vendor
-    # tools/ui: only its CMakeLists.txt (the llama-ui target llama-server links; with
-    # LLAMA_BUILD_UI=OFF and no prebuilt assets it generates a stub, no web files needed).
+    # tools/ui: only its top-level files (CMakeLists.txt, sources.cmake, ui.h.in, ui.cpp.in:
+    # the llama-ui target llama-server links; with LLAMA_BUILD_UI=OFF and no prebuilt assets it
+    # embeds an empty table), not the web sources.
     (cd "$src/llama.cpp" && rm -rf models docs tests benches examples tools/server/tests &&
-        find tools/ui -mindepth 1 -maxdepth 1 ! -name CMakeLists.txt -exec rm -rf {} + &&
+        find tools/ui -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} + &&
         cd ggml/src && rm -rf ggml-cann ggml-et ggml-hexagon ggml-hip ggml-metal ggml-musa ggml-opencl \
             ggml-openvino ggml-sycl ggml-virtgpu ggml-vulkan ggml-webgpu ggml-zdnn ggml-zendnn ggml-blas)
     tar czf "$H/llama-src.tgz" -C "$src" llama.cpp
     rm -rf "$work"
-    touch "$H/llama-src.v2"
+    touch "$H/llama-src.v3"
 fi
 du -sh "$H"
