@@ -252,6 +252,7 @@ fn tiny_qwen35() -> Result<[PathBuf; 2]> {
             fast_random: false,
             layout_only: false,
             mlx_4bit: None,
+            f16_reference: None,
         })?;
     }
     if std::fs::rename(&tmp, &dir).is_err() {

@@ -445,6 +445,144 @@ fn fast_random_keeps_the_quantized_layout() {
     }
 }
 
+/// The Hugging Face (and MLX) name of a tiny qwen3 GGUF tensor.
+fn qwen3_hf_name(gguf: &str) -> String {
+    let top = [
+        ("token_embd.weight", "model.embed_tokens.weight"),
+        ("output.weight", "lm_head.weight"),
+        ("output_norm.weight", "model.norm.weight"),
+    ];
+    if let Some((_, hf)) = top.iter().find(|(g, _)| *g == gguf) {
+        return hf.to_string();
+    }
+    let rest = gguf.strip_prefix("blk.").expect("a block tensor");
+    let (layer, name) = rest.split_once('.').unwrap();
+    let hf = match name {
+        "attn_norm.weight" => "input_layernorm.weight",
+        "attn_q.weight" => "self_attn.q_proj.weight",
+        "attn_k.weight" => "self_attn.k_proj.weight",
+        "attn_v.weight" => "self_attn.v_proj.weight",
+        "attn_output.weight" => "self_attn.o_proj.weight",
+        "attn_q_norm.weight" => "self_attn.q_norm.weight",
+        "attn_k_norm.weight" => "self_attn.k_norm.weight",
+        "ffn_norm.weight" => "post_attention_layernorm.weight",
+        "ffn_gate.weight" => "mlp.gate_proj.weight",
+        "ffn_up.weight" => "mlp.up_proj.weight",
+        "ffn_down.weight" => "mlp.down_proj.weight",
+        other => panic!("unexpected tensor {gguf} ({other})"),
+    };
+    format!("model.layers.{layer}.{hf}")
+}
+
+/// `--fast-random` with `--mlx-4bit` and `--f16-reference` (what the H200 three-arm run uses for
+/// the 8B): the GGUF is the same file as without them; the f16 reference has the converter's
+/// f16 layout and holds the GGUF's values (random blocks dequantized) to f16 rounding; MLX's
+/// 4-bit model dequantizes to the GGUF's values within its own quantization step.
+#[test]
+fn fast_random_mlx_and_f16_reference_hold_the_gguf_weights() {
+    let dir = files().scratch("fast-exports");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (mlx, reference) = (dir.join("mlx"), dir.join("reference-f16.gguf"));
+    let out = harness()
+        .args([
+            "synth", "--arch", "qwen3", "--preset", "tiny", "--quant", "q4_k_m",
+        ])
+        .args(["--seed", SEED, "--fast-random", "--out"])
+        .arg(dir.join("model.gguf"))
+        .arg("--mlx-4bit")
+        .arg(&mlx)
+        .arg("--f16-reference")
+        .arg(&reference)
+        .output()
+        .unwrap();
+    check(
+        out,
+        "harness synth --fast-random --mlx-4bit --f16-reference",
+    );
+    let plain = std::fs::read(files().fast_random_tiny()).unwrap();
+    assert!(
+        std::fs::read(dir.join("model.gguf")).unwrap() == plain,
+        "the exports changed the GGUF"
+    );
+    let gguf = Gguf::open(dir.join("model.gguf")).unwrap();
+    let values = |g: &Gguf, t: &TensorInfo| {
+        let mut v = vec![f32::NAN; t.n_elements() as usize];
+        fak::quant::dequantize_into(t.ty, g.tensor_data(t), &mut v).unwrap();
+        v
+    };
+
+    // The reference: the converter's f16 file (tensor table and keys but the file type), the
+    // GGUF's values rounded to f16 (F32 tensors exactly).
+    let reference = Gguf::open(&reference).unwrap();
+    let f16 = Gguf::open(tiny("f16")).unwrap();
+    assert_eq!(
+        reference.tensors(),
+        f16.tensors(),
+        "the converter's f16 layout"
+    );
+    assert_eq!(reference.metadata().u32("general.file_type").unwrap(), 1);
+    for t in reference.tensors() {
+        let want = values(&gguf, gguf.require_tensor(&t.name).unwrap());
+        let got = values(&reference, t);
+        for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+            let bound = if t.ty == GgmlType::F32 {
+                0.0
+            } else {
+                w.abs() / 2048.0 + 6e-8
+            };
+            assert!((g - w).abs() <= bound, "{} [{i}]: {g} vs {w}", t.name);
+        }
+    }
+
+    // MLX: every matrix as affine 4-bit (group 64) whose levels come back within one step of
+    // the GGUF's value; the rest (norm gains) as the GGUF's F32 values exactly.
+    let bytes = std::fs::read(mlx.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let f32s = |name: &str| -> Vec<f32> {
+        let view = st.tensor(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(view.dtype(), safetensors::Dtype::F32, "{name}");
+        bytemuck::pod_collect_to_vec(view.data())
+    };
+    let mut expected_tensors = 0;
+    for t in gguf.tensors() {
+        let hf = qwen3_hf_name(&t.name);
+        let want = values(&gguf, t);
+        if t.shape.len() == 1 {
+            expected_tensors += 1;
+            assert!(f32s(&hf) == want, "{hf} differs from {}", t.name);
+            continue;
+        }
+        expected_tensors += 3;
+        let base = hf.strip_suffix(".weight").unwrap();
+        let view = st.tensor(&hf).unwrap();
+        assert_eq!(view.dtype(), safetensors::Dtype::U32, "{hf}");
+        let row_len = t.shape[0] as usize;
+        assert_eq!(view.shape(), [t.shape[1] as usize, row_len / 8], "{hf}");
+        let words: Vec<u32> = bytemuck::pod_collect_to_vec(view.data());
+        let (scales, biases) = (
+            f32s(&format!("{base}.scales")),
+            f32s(&format!("{base}.biases")),
+        );
+        assert_eq!(scales.len(), want.len() / 64, "{base}.scales");
+        let mut back = vec![0f32; want.len()];
+        for (i, (b, &w)) in back.iter_mut().zip(&want).enumerate() {
+            let level = (words[i / 8] >> (4 * (i % 8))) & 15;
+            let (scale, bias) = (scales[i / 64], biases[i / 64]);
+            *b = bias + scale * level as f32;
+            assert!(
+                (*b - w).abs() <= scale.abs() * 1.001 + 1e-6,
+                "{hf} [{i}]: {b} vs the GGUF's {w} (step {scale})"
+            );
+        }
+        // Not merely within a (possibly huge) step: 4-bit rounding of Q4_K/Q6_K values leaves
+        // about the 4-bit error of Gaussian rows (step/√12 against σ).
+        let err = rel_rms_error(&back, &want);
+        assert!(err < 0.12, "{hf}: relative RMS error {err}");
+    }
+    assert_eq!(st.len(), expected_tensors, "tensors in the MLX file");
+}
+
 #[test]
 fn hf_export_loads_in_mlx_lm_with_the_same_weights_and_tokenizer() {
     let (gguf_path, hf) = files().tiny_f32_with_hf();

@@ -9,13 +9,18 @@
 #   RELEASE_TARGET_DIR: the cargo target dir (default /work/targets/speed-release);
 #   BASE_HARNESS: a previous build's harness binary, carried as harness-base;
 #   MATMUL_BENCH=1: also build experiments/matmul-bench and carry it (matmul.sh runs it);
-#   MATVEC_BENCH=1: the same for experiments/matvec-bench (matvec.sh runs it).
+#   MATVEC_BENCH=1: the same for experiments/matvec-bench (matvec.sh runs it);
+#   HARNESS_ONLY=1: no test suites, the harness alone (~8 MB: threeway.sh's carry is tight).
+# The llama.cpp source keeps tools/ui's top-level files (llama-server's build needs the llama-ui
+# target, not the web UI) since 2026-12-04: an older llama-src.tgz, without
+# target/h200/llama-src.v3, is packed again.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 H=target/h200
 mkdir -p "$H/gl"
 suites=("$@")
 [ ${#suites[@]} -gt 0 ] || suites=(gpu_matvec gpu_matmul gpu_attn_decode gpu_rms_norm gpu_embed model_qwen3)
+[ "${HARNESS_ONLY:-0}" = 1 ] && suites=()
 
 if ! ls "$H"/gl/libvulkan1_*.deb >/dev/null 2>&1; then
     o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
@@ -28,7 +33,7 @@ export CARGO_TARGET_DIR=${RELEASE_TARGET_DIR:-/work/targets/speed-release}
 export CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=true
 tests=()
 for t in "${suites[@]}"; do tests+=(--test "$t"); done
-nice cargo test --release -p fak-tests --no-run "${tests[@]}"
+[ ${#tests[@]} = 0 ] || nice cargo test --release -p fak-tests --no-run "${tests[@]}"
 nice cargo build --release -p fak-harness
 rm -rf "$H/bin" && mkdir -p "$H/bin"
 cp "$CARGO_TARGET_DIR/release/harness" "$H/bin/"
@@ -42,22 +47,28 @@ if [ "${MATVEC_BENCH:-0}" = 1 ]; then
 fi
 # A previous build's harness, for bench-decode.sh's before/after in one call.
 [ -z "${BASE_HARNESS:-}" ] || cp "$BASE_HARNESS" "$H/bin/harness-base"
-for t in "${suites[@]}"; do
+for t in "${suites[@]+"${suites[@]}"}"; do
     cp "$(ls -t "$CARGO_TARGET_DIR"/release/deps/"$t"-* | grep -v '\.d$' | head -1)" "$H/bin/$t"
 done
 tar czf "$H/bin.tgz" -C "$H" bin && rm -r "$H/bin"
 pwd > "$H/built-at"
+git rev-parse --short HEAD > "$H/commit"
 
-if [ ! -f "$H/llama-src.tgz" ]; then
+if [ ! -f "$H/llama-src.tgz" ] || [ ! -f "$H/llama-src.v3" ]; then
     sdist=${FAK_CACHE:-$HOME/.cache/fak}/downloads/llama_cpp_python-0.3.36.tar.gz
     [ -f "$sdist" ] || ci/build-llama-cpp.sh   # downloads it (and builds the CPU peer)
     work=$(mktemp -d)
     tar xzf "$sdist" -C "$work" llama_cpp_python-0.3.36/vendor/llama.cpp
     src=$work/llama_cpp_python-0.3.36/vendor
-    (cd "$src/llama.cpp" && rm -rf models docs tests benches examples tools/ui tools/server/tests &&
+    # tools/ui: only its top-level files (CMakeLists.txt, sources.cmake, ui.h.in, ui.cpp.in:
+    # the llama-ui target llama-server links; with LLAMA_BUILD_UI=OFF and no prebuilt assets it
+    # embeds an empty table), not the web sources.
+    (cd "$src/llama.cpp" && rm -rf models docs tests benches examples tools/server/tests &&
+        find tools/ui -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} + &&
         cd ggml/src && rm -rf ggml-cann ggml-et ggml-hexagon ggml-hip ggml-metal ggml-musa ggml-opencl \
             ggml-openvino ggml-sycl ggml-virtgpu ggml-vulkan ggml-webgpu ggml-zdnn ggml-zendnn ggml-blas)
     tar czf "$H/llama-src.tgz" -C "$src" llama.cpp
     rm -rf "$work"
+    touch "$H/llama-src.v3"
 fi
 du -sh "$H"

@@ -129,6 +129,45 @@ impl LlamaCpp {
         Ok(answer)
     }
 
+    /// Fills the ids of the tokens the stream withheld ([`read_stream`]) from an untimed,
+    /// non-streamed replay of the same greedy request (the whole answer's `tokens`): the replay
+    /// must give the streamed ids at every other position, or the request fails. The engine
+    /// record says which positions came from the replay.
+    fn recover_withheld(
+        &mut self,
+        prompt: &[u32],
+        n_out: usize,
+        timed: &mut Timed,
+        withheld: &[usize],
+    ) -> Result<()> {
+        let body = Self::greedy_body(prompt, n_out, false);
+        let r = http::request(
+            self.port,
+            "POST",
+            "/completion",
+            Some(&body),
+            REQUEST_TIMEOUT,
+        )?;
+        http::check_status("llama.cpp: POST /completion (replay)", &r)?;
+        let answer = r.json()?;
+        let replay: Vec<u32> = answer["tokens"]
+            .as_array()
+            .with_context(|| format!("llama.cpp: no token ids in the replay {answer:.300}"))?
+            .iter()
+            .map(|id| id.as_u64().map(|id| id as u32))
+            .collect::<Option<_>>()
+            .context("llama.cpp: a replayed token id is not a number")?;
+        fill_withheld(&mut timed.tokens, withheld, &replay)?;
+        timed.engine["withheld_ids"] = json!({
+            "positions": withheld,
+            "how": "llama-server streams no id for a token whose text is an incomplete UTF-8 \
+                    sequence (it counts it in tokens_predicted); its id came from an untimed \
+                    non-streamed replay of the same greedy request, which gave the streamed ids \
+                    at every other position; its timestamp is the chunk that released its text",
+        });
+        Ok(())
+    }
+
     /// Greedy sampling, fixed length, no penalties, prompt cache as given.
     fn greedy_body(prompt: &[u32], n_predict: usize, cache_prompt: bool) -> Value {
         json!({
@@ -181,14 +220,51 @@ fn first_position_probs(answer: &Value) -> Result<Option<&Vec<Value>>> {
     Ok(Some(top))
 }
 
+/// A token the stream counted but sent no id for (see [`read_stream`]).
+const WITHHELD: u32 = u32::MAX;
+
+/// Puts the replay's ids at the withheld positions; every other position must already hold
+/// the replay's id (greedy is deterministic on one slot with the prompt cache off).
+fn fill_withheld(tokens: &mut [u32], withheld: &[usize], replay: &[u32]) -> Result<()> {
+    if replay.len() != tokens.len() {
+        bail!(
+            "llama.cpp: the replay gave {} tokens, the stream counted {}",
+            replay.len(),
+            tokens.len()
+        );
+    }
+    for (i, (t, &r)) in tokens.iter_mut().zip(replay).enumerate() {
+        if withheld.contains(&i) {
+            *t = r;
+        } else if *t != r {
+            bail!("llama.cpp: the replay differs from the stream at token {i}: {r} vs {t}");
+        }
+    }
+    Ok(())
+}
+
+/// Removes the withheld tokens (and their timestamps): what the stream itself gave.
+fn drop_withheld(timed: &mut Timed, withheld: &[usize]) {
+    for &i in withheld.iter().rev() {
+        timed.tokens.remove(i);
+        timed.token_ns.remove(i);
+    }
+}
+
 /// Reads one streamed `/completion` answer to its end: token ids as they arrive, the final
 /// chunk's `timings` (whose `prompt_ms` is the prefill bucket). `alive` is asked every 100 ms
 /// while nothing arrives (a dead server is an error).
+///
+/// llama-server sends no chunk for a token whose text leaves an incomplete UTF-8 sequence; the
+/// next chunk (or the final one) carries the text, only its own token's id, and
+/// `tokens_predicted` counting both. Each such token is recorded as [`WITHHELD`] at its
+/// position, timestamped with the chunk that released its text; the positions are returned.
 fn read_stream(
     events: &Receiver<Event>,
     sent_ns: u64,
     alive: &mut dyn FnMut() -> Result<()>,
-) -> Result<Timed> {
+) -> Result<(Timed, Vec<usize>)> {
+    let mut withheld = Vec::new();
     let mut tokens = Vec::new();
     let mut token_ns = Vec::new();
     let mut timings = Value::Null;
@@ -216,6 +292,13 @@ fn read_stream(
                 })?;
                 if let Some(err) = chunk.get("error") {
                     bail!("llama.cpp: HTTP {status}: {err}");
+                }
+                let ids = chunk["tokens"].as_array().map_or(0, Vec::len);
+                let counted = chunk["tokens_predicted"].as_u64().unwrap_or(0) as usize;
+                while tokens.len() + ids < counted {
+                    withheld.push(tokens.len());
+                    tokens.push(WITHHELD);
+                    token_ns.push(at);
                 }
                 for id in chunk["tokens"].as_array().into_iter().flatten() {
                     let id = id
@@ -245,7 +328,7 @@ fn read_stream(
         .as_f64()
         .ok_or_else(|| anyhow!("llama.cpp: no timings.prompt_ms in the final chunk"))?;
     let prefill = ((prompt_ms * 1e6) as u64).min(first - sent_ns);
-    Ok(Timed {
+    let timed = Timed {
         tokens,
         token_ns,
         sent_ns,
@@ -260,7 +343,8 @@ fn read_stream(
             other: done_ns - last,
         },
         engine: json!({"timings": timings}),
-    })
+    };
+    Ok((timed, withheld))
 }
 
 /// llama-server: `path` if given, else on PATH, else the CI peer build under
@@ -357,7 +441,11 @@ impl Arm for LlamaCpp {
                 Ok(())
             }
         };
-        read_stream(&events, sent_ns, &mut alive)
+        let (mut timed, withheld) = read_stream(&events, sent_ns, &mut alive)?;
+        if !withheld.is_empty() {
+            self.recover_withheld(prompt, n_out, &mut timed, &withheld)?;
+        }
+        Ok(timed)
     }
 
     fn submit(&mut self, id: u64, prompt: &[u32], n_out: usize) -> Result<()> {
@@ -367,7 +455,12 @@ impl Arm for LlamaCpp {
             http::post_streaming(self.port, "/completion", &body, REQUEST_TIMEOUT)?;
         let done = self.done.0.clone();
         std::thread::spawn(move || {
-            let timed = read_stream(&events, sent_ns, &mut || Ok(()));
+            // Concurrent requests get no replay: a withheld token is left out (the runner
+            // then sees fewer tokens than asked for, as before the replay existed).
+            let timed = read_stream(&events, sent_ns, &mut || Ok(())).map(|(mut t, withheld)| {
+                drop_withheld(&mut t, &withheld);
+                t
+            });
             let _ = done.send((id, timed));
         });
         Ok(())
@@ -464,6 +557,44 @@ mod tests {
             .map(|&id| json!({"id": id, "top_logprobs": [{"id": id, "logprob": -0.5}]}))
             .collect();
         json!({"tokens": tokens, "completion_probabilities": entries})
+    }
+
+    fn stream(chunks: &[Value]) -> (Timed, Vec<usize>) {
+        let (send, events) = channel();
+        send.send(Event::Status(200)).unwrap();
+        for (i, c) in chunks.iter().enumerate() {
+            send.send(Event::Line(format!("data: {c}"), 1000 + i as u64))
+                .unwrap();
+        }
+        send.send(Event::End(Ok(()))).unwrap();
+        read_stream(&events, 0, &mut || Ok(())).unwrap()
+    }
+
+    /// A token whose text is an incomplete UTF-8 sequence gets no chunk of its own: the next
+    /// chunk's `tokens_predicted` counts it, so it is kept in place (timestamped with the chunk
+    /// that released its text) and its position reported; at the end of the answer too. A
+    /// replay fills exactly those positions and must agree everywhere else.
+    #[test]
+    fn withheld_tokens_keep_their_place_and_the_replay_fills_them() {
+        let chunk = |ids: &[u64], n: u64| json!({"tokens": ids, "tokens_predicted": n});
+        let last = json!({"tokens": [], "tokens_predicted": 5, "stop": true,
+                          "timings": {"prompt_ms": 0.0}});
+        let (timed, withheld) = stream(&[chunk(&[7], 1), chunk(&[9], 3), chunk(&[4], 4), last]);
+        assert_eq!(withheld, [1, 4]);
+        assert_eq!(timed.tokens, [7, WITHHELD, 9, 4, WITHHELD]);
+        assert_eq!(timed.token_ns, [1000, 1001, 1001, 1002, 1003]);
+
+        let mut tokens = timed.tokens.clone();
+        fill_withheld(&mut tokens, &withheld, &[7, 8, 9, 4, 5]).unwrap();
+        assert_eq!(tokens, [7, 8, 9, 4, 5]);
+        let mut tokens = timed.tokens.clone();
+        let err = fill_withheld(&mut tokens, &withheld, &[7, 8, 6, 4, 5]).unwrap_err();
+        assert!(err.to_string().contains("at token 2"), "{err}");
+
+        let mut dropped = timed;
+        drop_withheld(&mut dropped, &withheld);
+        assert_eq!(dropped.tokens, [7, 9, 4]);
+        assert_eq!(dropped.token_ns, [1000, 1001, 1002]);
     }
 
     /// The first entry is taken only when it belongs to the first generated token; a withheld

@@ -1,5 +1,8 @@
 //! The MLX form of a synthetic model: what `mlx_lm.convert -q` (affine mode, 4 bits, group 64)
-//! makes of the Hugging Face export, written directly from the same float weights.
+//! makes of the Hugging Face export, written directly from the same float weights. With
+//! `--fast-random` the GGUF's weights are random quantized blocks, not floats; a tensor written
+//! that way is taken here as its blocks dequantized (the values llama.cpp and fak compute with)
+//! and quantized again in MLX's form: MLX runs the GGUF's weights up to its own 4-bit rounding.
 //!
 //! MLX quantizes every layer that has a quantized form (Linear, Embedding) whose rows are whole
 //! groups; norms and anything else stay float (here F32, the export's `torch_dtype`). Per group
@@ -11,36 +14,50 @@
 //! are `[rows, row_len / 64]`; `config.json` gains `quantization` (and its Hugging Face alias
 //! `quantization_config`) = `{group_size: 64, bits: 4, mode: "affine"}`.
 
-use super::{ModelPlan, TensorPlan, hf, weights};
+use super::{CHUNK_ELEMS, ModelPlan, Source, TensorPlan, hf};
 use anyhow::{Context, Result};
+use fak::quant::GgmlType;
 use indicatif::ProgressBar;
+use rayon::prelude::*;
 use safetensors::{Dtype, View};
 use serde_json::json;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Mutex;
 
 pub const GROUP: usize = 64;
 pub const BITS: u32 = 4;
 const LEVELS: f32 = ((1 << BITS) - 1) as f32;
 const VALUES_PER_WORD: usize = 32 / BITS as usize;
 
-pub fn write(dir: &Path, plan: &ModelPlan, seed: u64, bar: &ProgressBar) -> Result<()> {
+/// Writes the MLX directory of `plan`'s weights, each tensor's values as the GGUF storing it
+/// as `types[i]` means them ([`Source::fill_rows`]: the seeded floats, or `--fast-random`'s
+/// blocks dequantized).
+pub fn write(
+    dir: &Path,
+    plan: &ModelPlan,
+    types: &[GgmlType],
+    source: Source,
+    bar: &ProgressBar,
+) -> Result<()> {
     let quantization = json!({"group_size": GROUP, "bits": BITS, "mode": "affine"});
     let mut config = plan.hf_config.clone();
     config["quantization"] = quantization.clone();
     config["quantization_config"] = quantization;
     hf::write_metadata(dir, plan, &config)?;
 
+    let parts = Parts::default();
     let mut views = Vec::new();
-    for t in &plan.tensors {
+    for (t, &ty) in plan.tensors.iter().zip(types) {
+        let tensor = |part| MlxTensor::new(t, ty, part, source, bar, &parts);
         if quantized(t) {
             for part in [Part::Weight, Part::Scales, Part::Biases] {
                 let name = t.hf_name.replace(".weight", part.suffix());
-                views.push((name, MlxTensor::new(t, part, seed, bar)));
+                views.push((name, tensor(part)));
             }
         } else {
-            views.push((t.hf_name.clone(), MlxTensor::new(t, Part::Float, seed, bar)));
+            views.push((t.hf_name.clone(), tensor(Part::Float)));
         }
     }
     let info = HashMap::from([("format".to_string(), "mlx".to_string())]);
@@ -55,7 +72,7 @@ fn quantized(t: &TensorPlan) -> bool {
     t.shape.len() == 2 && (t.row_len() as usize).is_multiple_of(GROUP)
 }
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Part {
     Weight,
     Scales,
@@ -73,17 +90,32 @@ impl Part {
     }
 }
 
+/// The parts of quantized tensors computed but not yet asked for, by (tensor, part). The
+/// writer asks for every F32 tensor (scales, biases) before any U32 one (the packed weights),
+/// so a tensor is quantized once, when its biases are asked for, and its weight waits here:
+/// memory holds the packed weights (half a byte per parameter) until they are written.
+type Parts = Mutex<HashMap<(String, Part), Vec<u8>>>;
+
 /// One output tensor, generated (and quantized) only when the writer asks for its bytes.
 struct MlxTensor<'a> {
     plan: &'a TensorPlan,
+    gguf_type: GgmlType,
     part: Part,
-    seed: u64,
+    source: Source,
     shape: Vec<usize>,
     bar: &'a ProgressBar,
+    parts: &'a Parts,
 }
 
 impl<'a> MlxTensor<'a> {
-    fn new(plan: &'a TensorPlan, part: Part, seed: u64, bar: &'a ProgressBar) -> Self {
+    fn new(
+        plan: &'a TensorPlan,
+        gguf_type: GgmlType,
+        part: Part,
+        source: Source,
+        bar: &'a ProgressBar,
+        parts: &'a Parts,
+    ) -> Self {
         let (rows, row_len) = (plan.n_rows() as usize, plan.row_len() as usize);
         let shape = match part {
             Part::Float => plan.shape.iter().rev().map(|&d| d as usize).collect(),
@@ -92,11 +124,56 @@ impl<'a> MlxTensor<'a> {
         };
         MlxTensor {
             plan,
+            gguf_type,
             part,
-            seed,
+            source,
             shape,
             bar,
+            parts,
         }
+    }
+
+    /// The tensor's values, chunk of rows by chunk, each handed to `each` with its first row.
+    fn for_each_chunk(&self, mut each: impl FnMut(u64, &[f32])) {
+        let t = self.plan;
+        let (row_len, n_rows) = (t.row_len(), t.n_rows());
+        let step = (CHUNK_ELEMS / row_len).clamp(1, n_rows);
+        let mut floats = vec![0f32; (step * row_len) as usize];
+        for first in (0..n_rows).step_by(step as usize) {
+            let rows = step.min(n_rows - first);
+            let chunk = &mut floats[..(rows * row_len) as usize];
+            // The GGUF was written from the same source first, so this cannot fail here.
+            self.source
+                .fill_rows(t, self.gguf_type, first, chunk)
+                .unwrap_or_else(|e| panic!("{}: {e}", t.name));
+            each(first, chunk);
+            self.bar.inc(4 * chunk.len() as u64);
+        }
+    }
+
+    /// Quantizes the whole tensor (rows in parallel): weight, scales and biases bytes.
+    fn quantize(&self) -> [Vec<u8>; 3] {
+        let t = self.plan;
+        let row_len = t.row_len() as usize;
+        let n = t.n_elements() as usize;
+        let mut words = vec![0u32; n / VALUES_PER_WORD];
+        let mut scales = vec![0f32; n / GROUP];
+        let mut biases = vec![0f32; n / GROUP];
+        let (wpr, gpr) = (row_len / VALUES_PER_WORD, row_len / GROUP);
+        self.for_each_chunk(|first, chunk| {
+            let (first, rows) = (first as usize, chunk.len() / row_len);
+            chunk
+                .par_chunks(row_len)
+                .zip(words[first * wpr..(first + rows) * wpr].par_chunks_mut(wpr))
+                .zip(scales[first * gpr..(first + rows) * gpr].par_chunks_mut(gpr))
+                .zip(biases[first * gpr..(first + rows) * gpr].par_chunks_mut(gpr))
+                .for_each(|(((row, w), s), b)| quantize_row_into(row, w, s, b));
+        });
+        [
+            bytemuck::cast_slice(&words).to_vec(),
+            bytemuck::cast_slice(&scales).to_vec(),
+            bytemuck::cast_slice(&biases).to_vec(),
+        ]
     }
 }
 
@@ -113,27 +190,32 @@ impl View for MlxTensor<'_> {
     }
 
     fn data(&self) -> Cow<'_, [u8]> {
-        let t = self.plan;
-        let row_len = t.row_len() as usize;
-        let mut row = vec![0f32; row_len];
-        let mut bytes = Vec::with_capacity(self.data_len());
-        for r in 0..t.n_rows() {
-            weights::fill_rows(t.init, self.seed, &t.name, r, row_len, &mut row);
-            if self.part == Part::Float {
-                bytes.extend_from_slice(bytemuck::cast_slice(&row));
-                continue;
-            }
-            let q = quantize_row(&row);
-            match self.part {
-                Part::Weight => bytes.extend_from_slice(bytemuck::cast_slice(&q.words)),
-                Part::Scales => bytes.extend_from_slice(bytemuck::cast_slice(&q.scales)),
-                _ => bytes.extend_from_slice(bytemuck::cast_slice(&q.biases)),
+        if self.part == Part::Float {
+            let mut bytes = Vec::with_capacity(self.data_len());
+            self.for_each_chunk(|_, chunk| bytes.extend_from_slice(bytemuck::cast_slice(chunk)));
+            return Cow::Owned(bytes);
+        }
+        let name = &self.plan.name;
+        let mut parts = self.parts.lock().expect("no writer thread panicked");
+        if let Some(bytes) = parts.remove(&(name.clone(), self.part)) {
+            return Cow::Owned(bytes);
+        }
+        drop(parts);
+        let [words, scales, biases] = self.quantize();
+        let mut parts = self.parts.lock().expect("no writer thread panicked");
+        let mut mine = Vec::new();
+        for (part, bytes) in [
+            (Part::Weight, words),
+            (Part::Scales, scales),
+            (Part::Biases, biases),
+        ] {
+            if part == self.part {
+                mine = bytes;
+            } else {
+                parts.insert((name.clone(), part), bytes);
             }
         }
-        if self.part != Part::Scales && self.part != Part::Biases {
-            self.bar.inc(4 * t.n_elements());
-        }
-        Cow::Owned(bytes)
+        Cow::Owned(mine)
     }
 
     fn data_len(&self) -> usize {
@@ -142,6 +224,7 @@ impl View for MlxTensor<'_> {
 }
 
 /// One row in MLX's affine 4-bit form.
+#[cfg(test)]
 pub struct QuantizedRow {
     pub words: Vec<u32>,
     pub scales: Vec<f32>,
@@ -149,14 +232,26 @@ pub struct QuantizedRow {
 }
 
 /// Quantizes a row (a whole number of groups) as mlx's `quantize(w, 64, 4)` does.
+#[cfg(test)]
 pub fn quantize_row(row: &[f32]) -> QuantizedRow {
     let groups = row.len() / GROUP;
     let mut out = QuantizedRow {
-        words: Vec::with_capacity(row.len() / VALUES_PER_WORD),
-        scales: Vec::with_capacity(groups),
-        biases: Vec::with_capacity(groups),
+        words: vec![0; row.len() / VALUES_PER_WORD],
+        scales: vec![0.0; groups],
+        biases: vec![0.0; groups],
     };
-    for group in row.chunks_exact(GROUP) {
+    quantize_row_into(row, &mut out.words, &mut out.scales, &mut out.biases);
+    out
+}
+
+/// Quantizes a row (a whole number of groups) as mlx's `quantize(w, 64, 4)` does, into the
+/// row's slices of the tensor's words, scales and biases.
+fn quantize_row_into(row: &[f32], words: &mut [u32], scales: &mut [f32], biases: &mut [f32]) {
+    let groups = row
+        .chunks_exact(GROUP)
+        .zip(words.chunks_exact_mut(GROUP / VALUES_PER_WORD))
+        .zip(scales.iter_mut().zip(biases.iter_mut()));
+    for ((group, words), (scale_out, bias_out)) in groups {
         let max = group.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let min = group.iter().copied().fold(f32::INFINITY, f32::min);
         let min_is_edge = min.abs() > max.abs();
@@ -169,22 +264,40 @@ pub fn quantize_row(row: &[f32]) -> QuantizedRow {
             scale = edge / q0;
             bias = edge;
         }
-        for values in group.chunks_exact(VALUES_PER_WORD) {
-            let word = values.iter().enumerate().fold(0u32, |word, (k, &w)| {
-                let q = ((w - bias) / scale).round_ties_even().clamp(0.0, LEVELS);
+        for (values, word_out) in group.chunks_exact(VALUES_PER_WORD).zip(words.iter_mut()) {
+            *word_out = values.iter().enumerate().fold(0u32, |word, (k, &w)| {
+                let q = round_level(((w - bias) / scale).clamp(0.0, LEVELS));
                 word | (q as u32) << (k as u32 * BITS)
             });
-            out.words.push(word);
         }
-        out.scales.push(scale);
-        out.biases.push(bias);
+        *scale_out = scale;
+        *bias_out = bias;
     }
-    out
+}
+
+/// `x.round_ties_even()` for x in [0, 15] (or NaN), without the libm call baseline x86-64
+/// makes of it: adding and subtracting 1.5·2²³ leaves the nearest integer, ties to even, for
+/// any |x| < 2²² in the default rounding mode. Rounding the clamped value equals clamping the
+/// rounded one (both ends are integers), so levels are mlx's to the bit.
+fn round_level(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (x + MAGIC) - MAGIC
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn level_rounding_is_ties_to_even() {
+        for i in 0..=15 * 64 {
+            let x = i as f32 / 64.0;
+            assert_eq!(round_level(x), x.round_ties_even(), "{x}");
+        }
+        for x in [0.5f32, 1.5, 2.5, 14.5, 7.499_999, 7.500_001, 15.0] {
+            assert_eq!(round_level(x), x.round_ties_even(), "{x}");
+        }
+    }
 
     /// The edge (the larger magnitude) comes back exactly; every value within one step: rounding
     /// costs half a step, and snapping the edge to a whole step shifts the grid so the far end

@@ -51,8 +51,10 @@ pub struct Args {
     #[arg(long)]
     pub hf_dir: Option<PathBuf>,
     /// Write random quantized blocks directly (no float weights, no quantization search), so a
-    /// large Q4_K_M model writes as fast as the disk allows. Its weights match no float model.
-    #[arg(long, conflicts_with_all = ["hf_dir", "mlx_4bit"])]
+    /// large Q4_K_M model writes as fast as the disk allows. Its weights are those blocks: with
+    /// --mlx-4bit and --f16-reference, MLX's model and the reference hold the blocks'
+    /// dequantized values (MLX requantized to its own 4-bit form, the reference rounded to f16).
+    #[arg(long, conflicts_with_all = ["hf_dir"])]
     pub fast_random: bool,
     /// Write only the metadata and tensor table and leave the tensor data a hole (a sparse
     /// file of the full size whose weights read as zeros): a real-size model's layout at once,
@@ -63,6 +65,11 @@ pub struct Args {
     /// what `mlx_lm.convert -q` would make of the Hugging Face export.
     #[arg(long)]
     pub mlx_4bit: Option<PathBuf>,
+    /// Also write the same weights as an f16 GGUF (the converter's f16 tensor types): the
+    /// unquantized reference `harness threeway --reference-model` takes. Matters with
+    /// --fast-random, whose weights no other f16/f32 synth can reproduce.
+    #[arg(long, conflicts_with = "layout_only")]
+    pub f16_reference: Option<PathBuf>,
 }
 
 /// The architectures synth can write.
@@ -178,10 +185,26 @@ pub fn run(args: Args) -> Result<()> {
 pub fn write(args: Args) -> Result<String> {
     let mut plan = args.arch.plan(&args.preset)?;
     let types = args.quant.arrange(&mut plan.tensors);
-    let writer = gguf_writer(&plan, &types, &args)?;
+    let source = Source {
+        seed: args.seed,
+        fast_random: args.fast_random,
+    };
+    let writer = gguf_writer(
+        &plan,
+        &plan.tensors,
+        &types,
+        args.quant,
+        args.seed,
+        |t, ty| tensor_source(t, ty, source),
+    )?;
+    let reference = match &args.f16_reference {
+        Some(_) => Some(reference_writer(&plan, &types, &args, source)?),
+        None => None,
+    };
     let float_bytes: u64 = plan.tensors.iter().map(|t| 4 * t.n_elements()).sum();
     let exports = u64::from(args.hf_dir.is_some()) + u64::from(args.mlx_4bit.is_some());
-    let bar = progress_bar(writer.data_bytes() + exports * float_bytes)?;
+    let reference_bytes = reference.as_ref().map_or(0, GgufWriter::data_bytes);
+    let bar = progress_bar(writer.data_bytes() + exports * float_bytes + reference_bytes)?;
 
     let size = if args.layout_only {
         writer.write_layout(&args.out)
@@ -194,8 +217,13 @@ pub fn write(args: Args) -> Result<String> {
             .with_context(|| format!("writing the Hugging Face export {}", dir.display()))?;
     }
     if let Some(dir) = &args.mlx_4bit {
-        mlx::write(dir, &plan, args.seed, &bar)
+        mlx::write(dir, &plan, &types, source, &bar)
             .with_context(|| format!("writing the MLX 4-bit model {}", dir.display()))?;
+    }
+    if let (Some(path), Some(writer)) = (&args.f16_reference, reference) {
+        writer
+            .write(path, |n| bar.inc(n))
+            .with_context(|| format!("writing the f16 reference {}", path.display()))?;
     }
     bar.finish_and_clear();
     Ok(format!(
@@ -219,18 +247,53 @@ fn progress_bar(total: u64) -> Result<ProgressBar> {
     Ok(bar)
 }
 
-/// The GGUF writer with every key and tensor queued (nothing is written yet).
-fn gguf_writer(plan: &ModelPlan, types: &[GgmlType], args: &Args) -> Result<GgufWriter> {
+/// The f16 reference's writer: the plan's tensors in the converter's f16 types and order, each
+/// holding the values the main GGUF's tensor encodes ([`Source::fill_rows`] with that tensor's
+/// type there), rounded to f16 (norms and other 1-D tensors stay f32, as the converter keeps them).
+fn reference_writer(
+    plan: &ModelPlan,
+    types: &[GgmlType],
+    args: &Args,
+    source: Source,
+) -> Result<GgufWriter> {
+    let gguf_types: std::collections::HashMap<String, GgmlType> = plan
+        .tensors
+        .iter()
+        .zip(types)
+        .map(|(t, &ty)| (t.name.clone(), ty))
+        .collect();
+    let mut tensors = plan.tensors.clone();
+    let f16_types = Quant::F16.arrange(&mut tensors);
+    gguf_writer(
+        plan,
+        &tensors,
+        &f16_types,
+        Quant::F16,
+        args.seed,
+        |t, ty| {
+            let from = gguf_types[&t.name];
+            Box::new(move |w| write_values_as(&t, from, ty, source, w))
+        },
+    )
+}
+
+/// The GGUF writer with `plan`'s keys and `tensors` (the plan's, in the order `types` was
+/// arranged for) queued, nothing written yet; `source` gives each tensor's bytes.
+fn gguf_writer(
+    plan: &ModelPlan,
+    tensors: &[TensorPlan],
+    types: &[GgmlType],
+    quant: Quant,
+    seed: u64,
+    source: impl Fn(TensorPlan, GgmlType) -> TensorSource,
+) -> Result<GgufWriter> {
     let mut w = GgufWriter::new();
-    let n_params = plan.tensors.iter().map(TensorPlan::n_elements).sum();
+    let n_params = tensors.iter().map(TensorPlan::n_elements).sum();
     let s = |v: &str| Value::String(v.into());
     let general = [
         ("general.architecture", s(plan.arch)),
         ("general.type", s("model")),
-        (
-            "general.name",
-            s(&format!("{} seed {}", plan.name, args.seed)),
-        ),
+        ("general.name", s(&format!("{} seed {}", plan.name, seed))),
         ("general.size_label", s(&size_label(n_params))),
     ];
     for (key, value) in general {
@@ -240,7 +303,7 @@ fn gguf_writer(plan: &ModelPlan, types: &[GgmlType], args: &Args) -> Result<Gguf
     for (key, value) in generic {
         w.set(key, value.clone())?;
     }
-    w.set("general.file_type", Value::U32(args.quant.file_type()))?;
+    w.set("general.file_type", Value::U32(quant.file_type()))?;
     for (key, value) in own {
         w.set(key, value.clone())?;
     }
@@ -249,9 +312,8 @@ fn gguf_writer(plan: &ModelPlan, types: &[GgmlType], args: &Args) -> Result<Gguf
         w.set(&key, value)?;
     }
 
-    for (t, &ty) in plan.tensors.iter().zip(types) {
-        let source = tensor_source(t.clone(), ty, args.seed, args.fast_random);
-        w.add_tensor(&t.name, ty, &t.shape, source)?;
+    for (t, &ty) in tensors.iter().zip(types) {
+        w.add_tensor(&t.name, ty, &t.shape, source(t.clone(), ty))?;
     }
     Ok(w)
 }
@@ -277,24 +339,76 @@ const CHUNK_ELEMS: u64 = 1 << 22;
 /// Bytes per chunk of random blocks written at once.
 const CHUNK_BYTES: u64 = 16 << 20;
 
-fn tensor_source(t: TensorPlan, ty: GgmlType, seed: u64, fast_random: bool) -> TensorSource {
-    match t.init {
-        Init::Normal { std } if fast_random && ty.block_elems() > 1 => {
-            Box::new(move |w| write_random_blocks(&t, ty, std, seed, w))
+/// Where a tensor's values come from: the seeded float stream, or — for a tensor `--fast-random`
+/// writes as random blocks — those blocks. Every file of one synth run (the GGUF, the MLX model,
+/// the f16 reference) takes its values from here, so they all hold the same weights up to their
+/// own encoding.
+#[derive(Clone, Copy)]
+pub struct Source {
+    pub seed: u64,
+    pub fast_random: bool,
+}
+
+impl Source {
+    /// The standard deviation of the random blocks the GGUF holds for `t` as `ty`, or `None`
+    /// when it holds the encoded seeded floats.
+    fn random_blocks(self, t: &TensorPlan, ty: GgmlType) -> Option<f32> {
+        match t.init {
+            Init::Normal { std } if self.fast_random && ty.block_elems() > 1 => Some(std),
+            _ => None,
         }
-        _ => Box::new(move |w| write_float_rows(&t, ty, seed, w)),
+    }
+
+    /// Rows `first..` of `t` (whole rows fill `out`) as the GGUF that stores it as `ty`
+    /// means them: the seeded floats (which the GGUF holds encoded), or its random blocks
+    /// dequantized (which it holds exactly).
+    pub fn fill_rows(
+        self,
+        t: &TensorPlan,
+        ty: GgmlType,
+        first: u64,
+        out: &mut [f32],
+    ) -> io::Result<()> {
+        let row_len = t.row_len() as usize;
+        let Some(std) = self.random_blocks(t, ty) else {
+            weights::fill_rows(t.init, self.seed, &t.name, first, row_len, out);
+            return Ok(());
+        };
+        let rows = out.len() / row_len;
+        let row_bytes = ty.row_bytes(row_len as u64).ok_or_else(|| {
+            io::Error::other(format!("rows of {row_len} are not whole {ty} blocks"))
+        })?;
+        let mut blocks = vec![0u8; rows * row_bytes as usize];
+        let seed = weights::block_seed(self.seed, &t.name);
+        fak::quant::fill_random_rows_from(ty, row_len, first, rows, std, seed, &mut blocks)
+            .and_then(|()| fak::quant::dequantize_into(ty, &blocks, out))
+            .map_err(|e| io::Error::other(format!("{} rows {first}..: {e}", t.name)))
     }
 }
 
-/// Generates the tensor's floats chunk by chunk and writes them encoded as `ty`.
-fn write_float_rows(t: &TensorPlan, ty: GgmlType, seed: u64, w: &mut dyn Write) -> io::Result<()> {
+fn tensor_source(t: TensorPlan, ty: GgmlType, source: Source) -> TensorSource {
+    match source.random_blocks(&t, ty) {
+        Some(std) => Box::new(move |w| write_random_blocks(&t, ty, std, source.seed, w)),
+        None => Box::new(move |w| write_values_as(&t, ty, ty, source, w)),
+    }
+}
+
+/// Writes the tensor's values ([`Source::fill_rows`], as the GGUF storing it as `from` means
+/// them) chunk by chunk, encoded as `ty`.
+fn write_values_as(
+    t: &TensorPlan,
+    from: GgmlType,
+    ty: GgmlType,
+    source: Source,
+    w: &mut dyn Write,
+) -> io::Result<()> {
     let (row_len, n_rows) = (t.row_len(), t.n_rows());
     let step = (CHUNK_ELEMS / row_len).clamp(1, n_rows);
     let mut floats = vec![0f32; (step * row_len) as usize];
     for first in (0..n_rows).step_by(step as usize) {
         let rows = step.min(n_rows - first);
         let chunk = &mut floats[..(rows * row_len) as usize];
-        weights::fill_rows(t.init, seed, &t.name, first, row_len as usize, chunk);
+        source.fill_rows(t, from, first, chunk)?;
         let bytes = fak::quant::quantize(ty, chunk, row_len as usize)
             .map_err(|e| io::Error::other(format!("rows {first}..: {e}")))?;
         w.write_all(&bytes)?;

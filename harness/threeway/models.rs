@@ -91,6 +91,7 @@ impl Models {
                 fast_random: false,
                 layout_only: false,
                 mlx_4bit: mlx,
+                f16_reference: None,
             })
         };
         synth(synth::Quant::Q4KM, &partial.gguf, partial.mlx.clone())?;

@@ -56,6 +56,21 @@ impl SynthFiles {
         (self.synth("tiny-f32-with-hf.gguf", &args), hf)
     }
 
+    /// The tiny preset's Q4_K_M file of random blocks, seed [`SEED`] (shared with
+    /// `fast_random_keeps_the_quantized_layout`).
+    pub fn fast_random_tiny(&self) -> PathBuf {
+        let args = [
+            "--preset",
+            "tiny",
+            "--quant",
+            "q4_k_m",
+            "--seed",
+            SEED,
+            "--fast-random",
+        ];
+        self.synth("tiny-q4_k_m-fast.gguf", &args)
+    }
+
     /// A preset's Q4_K_M file of random blocks (cheap to write and to run one token).
     pub fn fast_random(&self, preset: &str) -> PathBuf {
         let args = [
