@@ -115,16 +115,19 @@ pub enum SplitKeys {
 }
 
 impl SplitKeys {
-    /// No adapter fact gives the number of multiprocessors, so, as the mat-mul's split-K
-    /// (`SplitK::DEFAULT`), the target is sized for the largest GPU measured: an H200 has 132
-    /// SMs and holds about four of the f32-tile kernel's 128-invocation workgroups on each
-    /// (registers), so 512 workgroups fill it. Splits of at least 256 keys (8 key tiles) keep
-    /// the partials' write and the combine (HEAD_DIM + 2 floats per row and split) small next
-    /// to a split's work. Qwen3.5-27B's cached step (128 tokens, GROUP 6, 4 kv heads: 96 tiles)
-    /// runs in 6 splits; Qwen3-8B's 512-token chunks (64 tiles × 8 kv heads) are not split.
+    /// Measured on the H200 (`matmul-bench --attn`, experiments/NOTES.md, session 2026-12-04
+    /// #2): splitting pays in two ways. Few tiles over many keys (Qwen3.5-27B's cached step: 128
+    /// tokens, GROUP 6, 4 kv heads = 96 tiles, 2176 keys) go from 2954 µs unsplit to 1173 with 4
+    /// splits, 1451 with 6, 1320 with 8: past one wave of the GPU's resident workgroups (132 SMs
+    /// × ~4 of these) more splits cost. And a long causal prompt's many tiles (Qwen3-8B's
+    /// 512-token chunks: 512 workgroups) still gain 20–35 % with 4–16 splits once the chunk
+    /// sits deep in the context (3298 → 2543 µs at 1536 cached keys, 15696 → 10127 at 7680):
+    /// the tiles at the chunk's end have far more keys than its start, and splits even them
+    /// out. So: a split per 512 keys, while the grid stays under 4096 workgroups. No adapter
+    /// fact gives the number of multiprocessors; the figures are the largest GPU measured.
     pub const DEFAULT: SplitKeys = SplitKeys::Fill {
-        target_workgroups: 512,
-        min_keys: 256,
+        target_workgroups: 4096,
+        min_keys: 512,
     };
     /// Every tile's keys in one workgroup (the kernel before splits).
     pub const NEVER: SplitKeys = SplitKeys::Fixed(1);
@@ -553,18 +556,22 @@ impl AttnPrefill {
 mod tests {
     use super::SplitKeys;
 
-    /// The default rule splits a few tiles over many keys (Qwen3.5-27B's cached step), not a long
-    /// prompt's many tiles or a short context, and a split count fits the combine.
+    /// The default rule: a split per 512 keys while the grid stays under 4096 workgroups, so
+    /// the 27B's cached step and the deep chunks of a long prompt split, a short context does
+    /// not, and a split count fits the combine.
     #[test]
-    fn the_default_rule_splits_few_tiles_over_many_keys() {
+    fn the_default_rule_splits_by_keys_while_the_grid_is_small() {
         let split = SplitKeys::DEFAULT;
         // 27B: 128 tokens · GROUP 6 / 32 rows = 24 tiles × 4 kv heads, after 2048 cached tokens.
-        assert_eq!(split.splits(96, 2176), 6);
-        // The same step with a short context: one split per 256 keys.
-        assert_eq!(split.splits(96, 600), 3);
+        assert_eq!(split.splits(96, 2176), 5);
+        assert_eq!(split.splits(96, 600), 2);
         assert_eq!(split.splits(96, 200), 1);
-        // 8B: 512-token chunks (64 tiles × 8 kv heads) are not split.
-        assert_eq!(split.splits(512, 8192), 1);
+        // 8B: 512-token chunks (64 tiles × 8 kv heads): none at the start, 4 after 1536 cached,
+        // 8 (the grid's limit) after 7680.
+        assert_eq!(split.splits(512, 512), 1);
+        assert_eq!(split.splits(512, 2048), 4);
+        assert_eq!(split.splits(512, 8192), 8);
+        assert_eq!(split.splits(4096, 1 << 20), 1);
         assert_eq!(split.splits(1, 1 << 20), 64);
         assert_eq!(SplitKeys::Fixed(1000).splits(1, 10), 64);
         assert_eq!(SplitKeys::NEVER.splits(1, 1 << 20), 1);
