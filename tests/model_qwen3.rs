@@ -248,6 +248,9 @@ fn harness_run_reports_tokens_timings_and_writes_logits() {
         ])
         .arg(&logits)
         .env("FAK_POISON", "1")
+        // The f32 mat-vec path: the tokens are the f32 reference's (the integer path, the
+        // default on Vulkan GPUs, rounds inputs to 8 bits and may flip near-ties).
+        .env("FAK_INT_DOT", "0")
         .output()
         .unwrap();
     assert!(

@@ -5,6 +5,7 @@ use super::error::GpuError;
 use super::facts::AdapterFacts;
 use super::layout::{LayoutCache, Slot};
 use super::paths::{CoopShape, Forced, KernelPaths};
+use std::sync::Mutex;
 
 /// Optional features requested whenever the adapter has them (wgpu-notes.md §0).
 const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
@@ -93,12 +94,27 @@ pub fn default_backends() -> wgpu::Backends {
     wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY)
 }
 
+/// The process's instance for `backends`: created once and shared by every context opened
+/// after. NVIDIA's Vulkan driver (580, H200) stops finding its GPU after ~30 instances have been
+/// created in one process, even with every earlier one dropped: `harness selftest` (an engine
+/// per model and path) then failed its last 20 loads with "no GPU adapter found", which forced
+/// every fast path off for the threeway run that followed (experiments/NOTES.md, session
+/// 2026-12-04 #2). Lavapipe shows no growth either way; one instance is what wgpu expects.
 fn instance_on(backends: wgpu::Backends) -> wgpu::Instance {
-    wgpu::Instance::new(wgpu::InstanceDescriptor {
+    static INSTANCES: Mutex<Vec<(wgpu::Backends, wgpu::Instance)>> = Mutex::new(Vec::new());
+    let mut instances = INSTANCES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some((_, instance)) = instances.iter().find(|(b, _)| *b == backends) {
+        return instance.clone();
+    }
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
         backends,
         flags: wgpu::InstanceFlags::from_build_config().with_env(),
         ..wgpu::InstanceDescriptor::new_without_display_handle()
-    })
+    });
+    instances.push((backends, instance.clone()));
+    instance
 }
 
 /// Every adapter on every backend (`WGPU_BACKEND` still narrows it), best first: what
