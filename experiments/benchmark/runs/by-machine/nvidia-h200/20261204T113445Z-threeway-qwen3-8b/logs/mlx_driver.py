@@ -1,0 +1,131 @@
+"""The MLX arm's engine process for `harness threeway` (embedded in the harness, written to a
+temporary file and run with the chosen Python).
+
+Usage: python mlx_driver.py <mlx_model_dir> [--prompt-cache N]
+
+Loads the model with mlx_lm and answers JSON lines on stdin/stdout (the protocol of
+harness/arms/jsonl.rs): `generate` runs mlx-lm's own generation loop (`generate_step`, greedy,
+which never stops at end-of-sequence: EOS handling lives in `stream_generate`) and timestamps each
+token as the loop yields it; `logits` runs one teacher-forced forward pass and writes every
+position's logits as little-endian f32. Timestamps are CLOCK_MONOTONIC, the clock the harness
+reads.
+
+`submit` (the multi-agent scenario) is `generate` with an id, answered in order: the driver is
+one loop, so requests sent together wait their turn. With `--prompt-cache N` it keeps mlx_lm's
+own `LRUPromptCache(max_size=N)` the way `mlx_lm.server` does (fetch the nearest cached prefix,
+trimmed where the cache can be; prefill the rest; insert prompt + reply afterwards), except that
+an exact hit still recomputes the prompt's last token, so every first token comes from logits
+computed in its own request.
+"""
+import json
+import platform
+import sys
+import time
+
+
+def now():
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def say(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def load(model_dir):
+    try:
+        import mlx.core as mx
+        import mlx_lm
+        from mlx_lm.generate import generate_step
+        from mlx_lm.models import cache as mlx_cache
+        import numpy as np
+    except ImportError as e:
+        say({"ready": False, "error": f"{e} (pip install 'mlx[cpu]' mlx-lm)"})
+        sys.exit(2)
+    try:
+        model, _ = mlx_lm.load(model_dir)
+    except Exception as e:  # mlx_lm raises ValueError for an unknown model_type, OSError, ...
+        say({"ready": False, "error": f"mlx_lm.load({model_dir}): {type(e).__name__}: {e}"})
+        sys.exit(3)
+    facts = {
+        "engine": "mlx",
+        "mlx": getattr(mx, "__version__", "unknown"),
+        "mlx_lm": getattr(mlx_lm, "__version__", "unknown"),
+        "device": str(mx.default_device()),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    return mx, np, generate_step, mlx_cache, model, facts
+
+
+def start_cache(mlx_cache, model, lru, prompt):
+    """The KV cache to resume `prompt` from and the ids still to prefill (never none)."""
+    cache, rest = (None, prompt) if lru is None else lru.fetch_nearest_cache("model", prompt)
+    if cache is not None and not rest:
+        if mlx_cache.can_trim_prompt_cache(cache):
+            mlx_cache.trim_prompt_cache(cache, 1)
+            rest = prompt[-1:]
+        else:
+            cache = None
+    if cache is None:
+        cache, rest = mlx_cache.make_prompt_cache(model), prompt
+    return cache, rest
+
+
+def main():
+    mx, np, generate_step, mlx_cache, model, facts = load(sys.argv[1])
+    lru = None
+    if "--prompt-cache" in sys.argv:
+        size = int(sys.argv[sys.argv.index("--prompt-cache") + 1])
+        lru = mlx_cache.LRUPromptCache(max_size=size)
+    facts["prompt_cache"] = None if lru is None else f"LRUPromptCache(max_size={lru.max_size})"
+    say({"ready": True, "facts": facts})
+    for line in sys.stdin:
+        recv_ns = now()
+        req = None
+        try:
+            req = json.loads(line)
+            if req["op"] == "generate":
+                prompt = mx.array(req["prompt"], dtype=mx.uint32)
+                n_out = int(req["n_out"])
+                tokens, token_ns = [], []
+                start_ns = now()
+                for token, _ in generate_step(prompt, model, max_tokens=n_out):
+                    token_ns.append(now())
+                    tokens.append(int(token))
+                reply_ns = now()
+                say({"ok": True, "tokens": tokens, "recv_ns": recv_ns, "start_ns": start_ns,
+                     "token_ns": token_ns, "reply_ns": reply_ns})
+            elif req["op"] == "submit":
+                prompt = [int(t) for t in req["prompt"]]
+                n_out = int(req["n_out"])
+                tokens, token_ns = [], []
+                start_ns = now()
+                cache, rest = start_cache(mlx_cache, model, lru, prompt)
+                ids = mx.array(rest, dtype=mx.uint32)
+                for token, _ in generate_step(ids, model, max_tokens=n_out, prompt_cache=cache):
+                    token_ns.append(now())
+                    tokens.append(int(token))
+                reply_ns = now()
+                if lru is not None:
+                    lru.insert_cache("model", prompt + tokens, cache)
+                say({"ok": True, "id": req["id"], "tokens": tokens, "recv_ns": recv_ns,
+                     "start_ns": start_ns, "token_ns": token_ns, "reply_ns": reply_ns,
+                     "prompt_tokens": len(prompt), "computed_tokens": len(rest),
+                     "cached_tokens": len(prompt) - len(rest),
+                     "prompt_cache_entries": 0 if lru is None else len(lru)})
+            elif req["op"] == "logits":
+                ids = mx.array([req["ids"]], dtype=mx.uint32)
+                logits = model(ids)[0].astype(mx.float32)
+                mx.eval(logits)
+                values = np.array(logits, dtype="<f4")
+                values.tofile(req["out"])
+                say({"ok": True, "rows": int(values.shape[0]), "n_vocab": int(values.shape[1])})
+            else:
+                say({"ok": False, "error": f"unknown op {req['op']!r}"})
+        except Exception as e:
+            say({"ok": False, "id": req.get("id") if isinstance(req, dict) else None,
+                 "error": f"{type(e).__name__}: {e}"})
+
+
+main()
