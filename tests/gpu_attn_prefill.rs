@@ -13,11 +13,11 @@ use fak::gpu::kernels::attn_prefill::{
 };
 use fak::gpu::kernels::kv_cache::PageTable;
 use fak::gpu::kernels::support::{Positions, View};
-use fak::gpu::{CoopShape, GpuContext, Kernel, KernelPaths, Step};
+use fak::gpu::{GpuContext, Kernel, KernelPaths, Step};
 use fak_tests::attn_prefill::{self, Case, PAGE};
 use fak_tests::inputs::{step_buffer, upload_f32};
 use fak_tests::kv::{Pages, poisoned_cache};
-use fak_tests::wgsl_module::{parse_valid, u32_const, workgroup_bytes};
+use fak_tests::wgsl_module::{all_coop_paths, parse_valid, u32_const, workgroup_bytes};
 use fak_tests::{gpu, variants};
 
 /// Runs `case`; its outputs must match the reference and nothing past the step be written.
@@ -224,13 +224,7 @@ fn unsupported_shapes_and_mismatched_caches_are_refused() {
 /// tile's module must validate (the translation test builds only the first tile).
 #[test]
 fn the_host_coop_tile_geometry_matches_the_wgsl() {
-    for coop in CoopShape::ALL {
-        let paths = KernelPaths {
-            subgroup: true,
-            f16: true,
-            coop_matrix: Some(coop),
-            int_dot: false,
-        };
+    for (coop, paths) in all_coop_paths() {
         for shape in shapes() {
             for blocks in COOP_ROW_BLOCKS {
                 let tile = CoopTile::new(coop, blocks, shape.head_dim);

@@ -10,12 +10,10 @@
 use fak::gpu::kernels::matmul::{
     CoopTiling, Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape, SplitK, Tile,
 };
-use fak::gpu::{
-    CoopShape, GpuError, KernelPaths, KernelVariant, StepBuffer, storage_buffer, upload,
-};
+use fak::gpu::{GpuError, KernelPaths, KernelVariant, StepBuffer, storage_buffer, upload};
 use fak::quant::GgmlType;
 use fak_tests::matmul::{MAX_TOKENS, Problem, Product};
-use fak_tests::wgsl_module::{parse, parse_valid, u32_const, workgroup_bytes};
+use fak_tests::wgsl_module::{all_coop_paths, parse, parse_valid, u32_const, workgroup_bytes};
 use fak_tests::{gpu, rng, variants};
 
 const TOKEN_COUNTS: [u32; 6] = [1, 5, 17, 64, 70, 150];
@@ -116,13 +114,7 @@ fn every_coop_tiling_matches_the_cpu() {
 /// translates each one).
 #[test]
 fn each_coop_tiling_declares_the_workgroup_memory_the_host_counts() {
-    for coop in CoopShape::ALL {
-        let paths = KernelPaths {
-            subgroup: true,
-            f16: true,
-            coop_matrix: Some(coop),
-            int_dot: false,
-        };
+    for (coop, paths) in all_coop_paths() {
         for tiling in CoopTiling::SWEEP {
             let (module, _) = parse_valid(&Matmul::source_for(paths, tiling).module.text());
             let bytes = workgroup_bytes(&module, None);

@@ -1,7 +1,21 @@
 //! A kernel's WGSL read back through naga, for the tests that hold the host's geometry (tile
 //! sizes, workgroup memory) to what the WGSL declares, on adapters that cannot run it too.
 
+use fak::gpu::{CoopShape, KernelPaths};
 use naga::valid::{Capabilities, ModuleInfo, ValidationFlags, Validator};
+
+/// The paths of each cooperative-matrix variant (subgroups and f16, no int dot), with its shape.
+pub fn all_coop_paths() -> impl Iterator<Item = (CoopShape, KernelPaths)> {
+    CoopShape::ALL.into_iter().map(|coop| {
+        let paths = KernelPaths {
+            subgroup: true,
+            f16: true,
+            coop_matrix: Some(coop),
+            int_dot: false,
+        };
+        (coop, paths)
+    })
+}
 
 /// `text` parsed; panics with naga's report.
 pub fn parse(text: &str) -> naga::Module {
