@@ -13,10 +13,11 @@ use fak::gpu::kernels::attn_prefill::{
 };
 use fak::gpu::kernels::kv_cache::PageTable;
 use fak::gpu::kernels::support::{Positions, View};
-use fak::gpu::{CoopShape, GpuContext, Kernel, KernelPaths, Step};
+use fak::gpu::{GpuContext, Kernel, KernelPaths, Step};
 use fak_tests::attn_prefill::{self, Case, PAGE};
 use fak_tests::inputs::{step_buffer, upload_f32};
 use fak_tests::kv::{Pages, poisoned_cache};
+use fak_tests::wgsl_module::{all_coop_paths, parse_valid, u32_const, workgroup_bytes};
 use fak_tests::{gpu, variants};
 
 /// Runs `case`; its outputs must match the reference and nothing past the step be written.
@@ -223,58 +224,17 @@ fn unsupported_shapes_and_mismatched_caches_are_refused() {
 /// tile's module must validate (the translation test builds only the first tile).
 #[test]
 fn the_host_coop_tile_geometry_matches_the_wgsl() {
-    for coop in CoopShape::ALL {
-        let paths = KernelPaths {
-            subgroup: true,
-            f16: true,
-            coop_matrix: Some(coop),
-            int_dot: false,
-        };
+    for (coop, paths) in all_coop_paths() {
         for shape in shapes() {
             for blocks in COOP_ROW_BLOCKS {
                 let tile = CoopTile::new(coop, blocks, shape.head_dim);
                 let source = AttnPrefill::source_for(paths, shape, Some(tile)).unwrap();
-                let text = source.module.text();
-                let module = naga::front::wgsl::parse_str(&text)
-                    .map_err(|e| e.emit_to_string(&text))
-                    .unwrap();
                 // Each tile's module validates.
-                let info = naga::valid::Validator::new(
-                    naga::valid::ValidationFlags::all(),
-                    naga::valid::Capabilities::all(),
-                )
-                .validate(&module)
-                .map_err(|e| e.emit_to_string(&text))
-                .unwrap();
-                let mut layouter = naga::proc::Layouter::default();
-                layouter.update(module.to_ctx()).unwrap();
+                let (module, info) = parse_valid(&source.module.text());
                 // main's arrays (the combine entry point's are its own).
-                let main = module
-                    .entry_points
-                    .iter()
-                    .position(|e| e.name == "main")
-                    .expect("main");
-                let used = info.get_entry_point(main);
-                let bytes: u32 = module
-                    .global_variables
-                    .iter()
-                    .filter(|&(handle, var)| {
-                        var.space == naga::AddressSpace::WorkGroup && !used[handle].is_empty()
-                    })
-                    .map(|(_, var)| layouter[var.ty].size)
-                    .sum();
+                let bytes = workgroup_bytes(&module, Some((&info, "main")));
                 assert_eq!(bytes, tile.workgroup_bytes(), "{tile:?}");
-                let (_, bm) = module
-                    .constants
-                    .iter()
-                    .find(|(_, c)| c.name.as_deref() == Some("BM"))
-                    .expect("BM");
-                match module.global_expressions[bm.init] {
-                    naga::Expression::Literal(naga::Literal::U32(bm)) => {
-                        assert_eq!(bm, tile.rows(), "{tile:?}")
-                    }
-                    ref other => panic!("BM is {other:?}, not a u32 literal"),
-                }
+                assert_eq!(u32_const(&module, "BM"), tile.rows(), "{tile:?}");
             }
         }
     }

@@ -10,11 +10,10 @@
 use fak::gpu::kernels::matmul::{
     CoopTiling, Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape, SplitK, Tile,
 };
-use fak::gpu::{
-    CoopShape, GpuError, KernelPaths, KernelVariant, StepBuffer, storage_buffer, upload,
-};
+use fak::gpu::{GpuError, KernelPaths, KernelVariant, StepBuffer, storage_buffer, upload};
 use fak::quant::GgmlType;
 use fak_tests::matmul::{MAX_TOKENS, Problem, Product};
+use fak_tests::wgsl_module::{all_coop_paths, parse, parse_valid, u32_const, workgroup_bytes};
 use fak_tests::{gpu, rng, variants};
 
 const TOKEN_COUNTS: [u32; 6] = [1, 5, 17, 64, 70, 150];
@@ -67,18 +66,6 @@ fn every_type_and_variant_matches_the_cpu_on_ragged_shapes_and_token_counts() {
 }
 
 /// The value of the module's u32 const `name` (naga evaluates const expressions at parse time).
-fn u32_const(module: &naga::Module, name: &str) -> u32 {
-    let (_, c) = module
-        .constants
-        .iter()
-        .find(|(_, c)| c.name.as_deref() == Some(name))
-        .unwrap_or_else(|| panic!("{name} in matmul"));
-    match module.global_expressions[c.init] {
-        naga::Expression::Literal(naga::Literal::U32(v)) => v,
-        ref other => panic!("{name} is {other:?}, not a u32 literal"),
-    }
-}
-
 /// F16 (rows ending inside a quad), a block type and two super-block types.
 const TILING_TYPES: [GgmlType; 4] = [
     GgmlType::F16,
@@ -127,33 +114,10 @@ fn every_coop_tiling_matches_the_cpu() {
 /// translates each one).
 #[test]
 fn each_coop_tiling_declares_the_workgroup_memory_the_host_counts() {
-    for coop in CoopShape::ALL {
-        let paths = KernelPaths {
-            subgroup: true,
-            f16: true,
-            coop_matrix: Some(coop),
-            int_dot: false,
-        };
+    for (coop, paths) in all_coop_paths() {
         for tiling in CoopTiling::SWEEP {
-            let text = Matmul::source_for(paths, tiling).module.text();
-            let module = naga::front::wgsl::parse_str(&text)
-                .map_err(|e| e.emit_to_string(&text))
-                .unwrap();
-            naga::valid::Validator::new(
-                naga::valid::ValidationFlags::all(),
-                naga::valid::Capabilities::all(),
-            )
-            .validate(&module)
-            .map_err(|e| e.emit_to_string(&text))
-            .unwrap();
-            let mut layouter = naga::proc::Layouter::default();
-            layouter.update(module.to_ctx()).unwrap();
-            let bytes: u32 = module
-                .global_variables
-                .iter()
-                .filter(|(_, var)| var.space == naga::AddressSpace::WorkGroup)
-                .map(|(_, var)| layouter[var.ty].size)
-                .sum();
+            let (module, _) = parse_valid(&Matmul::source_for(paths, tiling).module.text());
+            let bytes = workgroup_bytes(&module, None);
             assert_eq!(bytes, tiling.workgroup_bytes(coop), "{coop:?} {tiling}");
             assert!(bytes <= 48 << 10, "{coop:?} {tiling}: {bytes} bytes");
             let tile = Tile::of(paths);
@@ -234,10 +198,7 @@ fn one_matmul_dispatches_once_per_row_range_whatever_the_token_count() {
 #[test]
 fn the_host_tile_geometry_matches_each_variants_wgsl() {
     for variant in KernelVariant::all_of::<Matmul>() {
-        let text = variant.source.module.text();
-        let module = naga::front::wgsl::parse_str(&text)
-            .map_err(|e| e.emit_to_string(&text))
-            .unwrap();
+        let module = parse(&variant.source.module.text());
         let tile = Tile::of(variant.paths);
         assert_eq!(
             (u32_const(&module, "TILE_T"), u32_const(&module, "TILE_R")),

@@ -395,20 +395,9 @@ fn llama_cpp_loads_and_runs_every_file() {
 
 #[test]
 fn fast_random_keeps_the_quantized_layout() {
-    let fast = |seed: &str, name: &str| {
-        let args = [
-            "--preset",
-            "tiny",
-            "--quant",
-            "q4_k_m",
-            "--seed",
-            seed,
-            "--fast-random",
-        ];
-        Gguf::open(files().synth(name, &args)).unwrap()
-    };
+    let fast = |name: &str| Gguf::open(files().fast_random_seeded("tiny", SEED, name)).unwrap();
     let quantized = Gguf::open(tiny("q4_k_m")).unwrap();
-    let random = fast(SEED, "tiny-q4_k_m-fast.gguf");
+    let random = fast("tiny-q4_k_m-fast.gguf");
     assert_eq!(
         random.metadata().entries(),
         quantized.metadata().entries(),
@@ -420,7 +409,7 @@ fn fast_random_keeps_the_quantized_layout() {
         "same names, types, shapes, offsets"
     );
 
-    let again = fast(SEED, "tiny-q4_k_m-fast-again.gguf");
+    let again = fast("tiny-q4_k_m-fast-again.gguf");
     for t in random.tensors() {
         assert_eq!(
             random.tensor_data(t),

@@ -214,6 +214,7 @@ fn main(
             acc11 = coopMultiplyAdd(a1, b1, acc11);
             acc12 = coopMultiplyAdd(a1, b2, acc12);
             acc13 = coopMultiplyAdd(a1, b3, acc13);
+            // Rows 2–3 repeat 0–1 by hand: a helper would need the accumulators by pointer (acc00).
             if WARP_TILES_T == 4u {
                 let x_at2 = x_at + 2u * COOP * STRIDE;
                 let a2 = coopLoadT<CoopA>(&x_tile[x_at2], stride);

@@ -91,6 +91,30 @@ impl LlamaCpp {
         self.process.as_mut().context("llama.cpp: not started")
     }
 
+    /// The JSON answer to POST /completion with `body` (`what` names the request in errors); a
+    /// request that fails because the server has exited reports its death instead.
+    fn post_completion(&mut self, body: &Value, what: &str) -> Result<Value> {
+        let r = http::request(
+            self.port,
+            "POST",
+            "/completion",
+            Some(body),
+            REQUEST_TIMEOUT,
+        )
+        .map_err(|e| match self.process.as_mut() {
+            Some(p) => {
+                if p.exited() {
+                    p.died(&format!("{e:#}"))
+                } else {
+                    e
+                }
+            }
+            None => e,
+        })?;
+        http::check_status(&format!("llama.cpp: POST /completion ({what})"), &r)?;
+        r.json()
+    }
+
     /// The server's answer carrying the first generated token's top-k log-probabilities.
     /// llama-server holds a token's probabilities back while its text is an incomplete UTF-8
     /// sequence, so a one-token request whose token is such a fragment comes back without any;
@@ -103,25 +127,7 @@ impl LlamaCpp {
             body["n_probs"] = json!(self.n_probs);
             // Log-softmax of the raw logits, not of the sampler chain's candidates.
             body["post_sampling_probs"] = json!(false);
-            let r = http::request(
-                self.port,
-                "POST",
-                "/completion",
-                Some(&body),
-                REQUEST_TIMEOUT,
-            )
-            .map_err(|e| match self.process.as_mut() {
-                Some(p) => {
-                    if p.exited() {
-                        p.died(&format!("{e:#}"))
-                    } else {
-                        e
-                    }
-                }
-                None => e,
-            })?;
-            http::check_status("llama.cpp: POST /completion (n_probs)", &r)?;
-            answer = r.json()?;
+            answer = self.post_completion(&body, "n_probs")?;
             if answer["completion_probabilities"][0]["top_logprobs"].is_array() {
                 break;
             }
@@ -141,15 +147,7 @@ impl LlamaCpp {
         withheld: &[usize],
     ) -> Result<()> {
         let body = Self::greedy_body(prompt, n_out, false);
-        let r = http::request(
-            self.port,
-            "POST",
-            "/completion",
-            Some(&body),
-            REQUEST_TIMEOUT,
-        )?;
-        http::check_status("llama.cpp: POST /completion (replay)", &r)?;
-        let answer = r.json()?;
+        let answer = self.post_completion(&body, "replay")?;
         let replay: Vec<u32> = answer["tokens"]
             .as_array()
             .with_context(|| format!("llama.cpp: no token ids in the replay {answer:.300}"))?

@@ -14,7 +14,7 @@
 //! are `[rows, row_len / 64]`; `config.json` gains `quantization` (and its Hugging Face alias
 //! `quantization_config`) = `{group_size: 64, bits: 4, mode: "affine"}`.
 
-use super::{CHUNK_ELEMS, ModelPlan, Source, TensorPlan, hf};
+use super::{ModelPlan, Source, TensorPlan, hf};
 use anyhow::{Context, Result};
 use fak::quant::GgmlType;
 use indicatif::ProgressBar;
@@ -136,19 +136,14 @@ impl<'a> MlxTensor<'a> {
     /// The tensor's values, chunk of rows by chunk, each handed to `each` with its first row.
     fn for_each_chunk(&self, mut each: impl FnMut(u64, &[f32])) {
         let t = self.plan;
-        let (row_len, n_rows) = (t.row_len(), t.n_rows());
-        let step = (CHUNK_ELEMS / row_len).clamp(1, n_rows);
-        let mut floats = vec![0f32; (step * row_len) as usize];
-        for first in (0..n_rows).step_by(step as usize) {
-            let rows = step.min(n_rows - first);
-            let chunk = &mut floats[..(rows * row_len) as usize];
+        self.source
+            .for_each_chunk(t, self.gguf_type, |first, chunk| {
+                each(first, chunk);
+                self.bar.inc(4 * chunk.len() as u64);
+                Ok(())
+            })
             // The GGUF was written from the same source first, so this cannot fail here.
-            self.source
-                .fill_rows(t, self.gguf_type, first, chunk)
-                .unwrap_or_else(|e| panic!("{}: {e}", t.name));
-            each(first, chunk);
-            self.bar.inc(4 * chunk.len() as u64);
-        }
+            .unwrap_or_else(|e| panic!("{}: {e}", t.name));
     }
 
     /// Quantizes the whole tensor (rows in parallel): weight, scales and biases bytes.

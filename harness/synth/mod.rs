@@ -359,6 +359,26 @@ impl Source {
         }
     }
 
+    /// All of `t`'s values ([`Source::fill_rows`] as `ty`), chunk of rows by chunk, each handed
+    /// to `each` with its first row; stops at the first error.
+    fn for_each_chunk(
+        self,
+        t: &TensorPlan,
+        ty: GgmlType,
+        mut each: impl FnMut(u64, &[f32]) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let (row_len, n_rows) = (t.row_len(), t.n_rows());
+        let step = (CHUNK_ELEMS / row_len).clamp(1, n_rows);
+        let mut floats = vec![0f32; (step * row_len) as usize];
+        for first in (0..n_rows).step_by(step as usize) {
+            let rows = step.min(n_rows - first);
+            let chunk = &mut floats[..(rows * row_len) as usize];
+            self.fill_rows(t, ty, first, chunk)?;
+            each(first, chunk)?;
+        }
+        Ok(())
+    }
+
     /// Rows `first..` of `t` (whole rows fill `out`) as the GGUF that stores it as `ty`
     /// means them: the seeded floats (which the GGUF holds encoded), or its random blocks
     /// dequantized (which it holds exactly).
@@ -402,18 +422,12 @@ fn write_values_as(
     source: Source,
     w: &mut dyn Write,
 ) -> io::Result<()> {
-    let (row_len, n_rows) = (t.row_len(), t.n_rows());
-    let step = (CHUNK_ELEMS / row_len).clamp(1, n_rows);
-    let mut floats = vec![0f32; (step * row_len) as usize];
-    for first in (0..n_rows).step_by(step as usize) {
-        let rows = step.min(n_rows - first);
-        let chunk = &mut floats[..(rows * row_len) as usize];
-        source.fill_rows(t, from, first, chunk)?;
-        let bytes = fak::quant::quantize(ty, chunk, row_len as usize)
+    let row_len = t.row_len() as usize;
+    source.for_each_chunk(t, from, |first, chunk| {
+        let bytes = fak::quant::quantize(ty, chunk, row_len)
             .map_err(|e| io::Error::other(format!("rows {first}..: {e}")))?;
-        w.write_all(&bytes)?;
-    }
-    Ok(())
+        w.write_all(&bytes)
+    })
 }
 
 /// Writes random `ty` blocks of roughly N(0, std²) values, chunk by chunk.

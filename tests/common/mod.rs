@@ -19,6 +19,7 @@ pub mod reduce_probe;
 pub mod rms_norm;
 pub mod rope_kv;
 pub mod synth_files;
+pub mod wgsl_module;
 
 pub use compare::{
     Bound, Measured, Output, Tolerance, assert_close, assert_dequantized, assert_within, measure,

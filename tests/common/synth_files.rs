@@ -59,30 +59,26 @@ impl SynthFiles {
     /// The tiny preset's Q4_K_M file of random blocks, seed [`SEED`] (shared with
     /// `fast_random_keeps_the_quantized_layout`).
     pub fn fast_random_tiny(&self) -> PathBuf {
-        let args = [
-            "--preset",
-            "tiny",
-            "--quant",
-            "q4_k_m",
-            "--seed",
-            SEED,
-            "--fast-random",
-        ];
-        self.synth("tiny-q4_k_m-fast.gguf", &args)
+        self.fast_random("tiny")
     }
 
     /// A preset's Q4_K_M file of random blocks (cheap to write and to run one token).
     pub fn fast_random(&self, preset: &str) -> PathBuf {
+        self.fast_random_seeded(preset, SEED, &format!("{preset}-q4_k_m-fast.gguf"))
+    }
+
+    /// A preset's Q4_K_M file of random blocks from `seed`, written as `name`.
+    pub fn fast_random_seeded(&self, preset: &str, seed: &str, name: &str) -> PathBuf {
         let args = [
             "--preset",
             preset,
             "--quant",
             "q4_k_m",
             "--seed",
-            SEED,
+            seed,
             "--fast-random",
         ];
-        self.synth(&format!("{preset}-q4_k_m-fast.gguf"), &args)
+        self.synth(name, &args)
     }
 }
 
