@@ -9,10 +9,11 @@
 //! step, waited for), and its ops' times are summed over the chunks; then `--profile-steps`
 //! single decode steps after the prompt are run the same way, and the median of each op's time
 //! is reported; and `--suffix` more tokens, profiled in that same prefill right after the
-//! prompt's chunks, are reported apart as the steps a prefix-cache hit on the prompt computes (the restore of its cached
-//! state and the cache's bookkeeping are not in it). With `--cache-mem`, the prompt's timed
-//! request fills the prefix cache and the prompt + suffix then runs as a request right after it:
-//! a cache hit timed as `harness run` times a request (TTFT), with the host time of its phases
+//! prompt's chunks, are reported apart as the steps a prefix-cache hit on the prompt computes
+//! (the restore of its cached state and the cache's bookkeeping are not in it). With
+//! `--cache-mem`, the prompt's timed request fills the prefix cache and the prompt + suffix then
+//! runs as a request right after it: a cache hit timed as `harness run` times a request (TTFT),
+//! with the host time of its phases
 //! (open, steps, snapshots, insert, wait: `fak::runtime::PrefillPhases`) — the whole request
 //! path beside the resumed steps' GPU time, back to back, with no idle gap before it.
 //! Each op comes with the bytes it moves and, for weight products, its FLOPs

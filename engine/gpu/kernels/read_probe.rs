@@ -150,38 +150,8 @@ impl ReadProbe {
         self.warm_up(ctx, &group)?;
         let mut pass_seconds = Vec::with_capacity(passes);
         for _ in 0..passes {
-            let mut encoder = ctx
-                .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("read probe"),
-                });
-            {
-                let timestamp_writes =
-                    queries
-                        .as_ref()
-                        .map(|query_set| wgpu::ComputePassTimestampWrites {
-                            query_set,
-                            beginning_of_pass_write_index: Some(0),
-                            end_of_pass_write_index: Some(1),
-                        });
-                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some("read probe"),
-                    timestamp_writes,
-                });
-                pass.set_pipeline(&self.pipeline);
-                pass.set_bind_group(0, &group, &[]);
-                pass.dispatch_workgroups(WORKGROUPS, 1, 1);
-            }
-            if let Some(query_set) = &queries {
-                encoder.resolve_query_set(query_set, 0..2, &resolved, 0);
-            }
-            let started = Instant::now();
-            let index = ctx.queue.submit([encoder.finish()]);
-            ctx.device.poll(wgpu::PollType::Wait {
-                submission_index: Some(index),
-                timeout: None,
-            })?;
-            let wall = started.elapsed().as_secs_f64();
+            let timestamps = queries.as_ref().map(|query_set| (query_set, &resolved));
+            let wall = self.stream(ctx, &group, 1, timestamps)?.as_secs_f64();
             let seconds = match &queries {
                 Some(_) => {
                     let ticks: Vec<u64> =
@@ -211,26 +181,55 @@ impl ReadProbe {
         let started = Instant::now();
         let mut dispatches = 1;
         while started.elapsed() < WARM_UP {
-            let mut encoder = ctx.device.create_command_encoder(&Default::default());
-            {
-                let mut pass = encoder.begin_compute_pass(&Default::default());
-                pass.set_pipeline(&self.pipeline);
-                pass.set_bind_group(0, group, &[]);
-                for _ in 0..dispatches {
-                    pass.dispatch_workgroups(WORKGROUPS, 1, 1);
-                }
-            }
-            let submitted = Instant::now();
-            let index = ctx.queue.submit([encoder.finish()]);
-            ctx.device.poll(wgpu::PollType::Wait {
-                submission_index: Some(index),
-                timeout: None,
-            })?;
-            if submitted.elapsed() < Duration::from_millis(20) {
+            if self.stream(ctx, group, dispatches, None)? < Duration::from_millis(20) {
                 dispatches = (dispatches * 2).min(WARM_UP_MAX_DISPATCHES);
             }
         }
         Ok(())
+    }
+
+    /// Streams the buffer `dispatches` times back to back in one pass (timestamped at its start
+    /// and end, then resolved, when given a query set and the buffer it resolves to), submits
+    /// it and waits: the host time from submit to completion.
+    fn stream(
+        &self,
+        ctx: &GpuContext,
+        group: &wgpu::BindGroup,
+        dispatches: u32,
+        timestamps: Option<(&wgpu::QuerySet, &wgpu::Buffer)>,
+    ) -> Result<Duration, GpuError> {
+        let mut encoder = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("read probe"),
+            });
+        {
+            let timestamp_writes =
+                timestamps.map(|(query_set, _)| wgpu::ComputePassTimestampWrites {
+                    query_set,
+                    beginning_of_pass_write_index: Some(0),
+                    end_of_pass_write_index: Some(1),
+                });
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("read probe"),
+                timestamp_writes,
+            });
+            pass.set_pipeline(&self.pipeline);
+            pass.set_bind_group(0, group, &[]);
+            for _ in 0..dispatches {
+                pass.dispatch_workgroups(WORKGROUPS, 1, 1);
+            }
+        }
+        if let Some((query_set, resolved)) = timestamps {
+            encoder.resolve_query_set(query_set, 0..2, resolved, 0);
+        }
+        let started = Instant::now();
+        let index = ctx.queue.submit([encoder.finish()]);
+        ctx.device.poll(wgpu::PollType::Wait {
+            submission_index: Some(index),
+            timeout: None,
+        })?;
+        Ok(started.elapsed())
     }
 }
 
