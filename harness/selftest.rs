@@ -33,7 +33,7 @@ use fak::reference::{Activations, DenseReference, Qwen35Reference, Reference};
 use fak::runtime::{Engine, EngineOptions, SamplingParams};
 use fak_tests::kernel_checks::{self, KernelCheck};
 use rand::{Rng, SeedableRng};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -76,14 +76,16 @@ struct Check {
     error: Option<String>,
 }
 
-#[derive(Serialize)]
-struct Bandwidth {
-    method: &'static str,
-    bytes_per_pass: u64,
+/// The read bandwidth as the selftest's JSON states it, and as the packet's hardware entry reads
+/// it back (`threeway::meta::hardware`).
+#[derive(Serialize, Deserialize)]
+pub struct Bandwidth {
+    pub method: String,
+    pub bytes_per_pass: u64,
     /// Timed passes with a positive duration.
-    passes: usize,
-    best_bytes_per_s: f64,
-    median_bytes_per_s: f64,
+    pub passes: usize,
+    pub best_bytes_per_s: f64,
+    pub median_bytes_per_s: f64,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -415,7 +417,8 @@ fn measure_bandwidth(ctx: &GpuContext) -> Result<Bandwidth> {
         method: match probe.timing {
             ProbeTiming::PassTimestamps => "timestamp queries",
             ProbeTiming::HostWall => "wall clock (no timestamp queries)",
-        },
+        }
+        .into(),
         bytes_per_pass: probe.bytes,
         passes: rates.len(),
         best_bytes_per_s: *rates.last().expect("non-empty"),

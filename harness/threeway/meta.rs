@@ -1,6 +1,7 @@
 //! The packet's fixed parts read from this machine: the hardware catalog entry (OS, CPU, memory,
 //! the GPU adapter and its measured bandwidth from selftest), the toolchain, the selftest verdict.
 
+use crate::selftest;
 use fak_harness::packet::{Bandwidth, Cores, Gpu, Hardware, Selftest, SelftestStatus};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -28,17 +29,24 @@ pub fn hardware(adapter: &Value, bandwidth: &Value) -> Hardware {
             device_type: text(&adapter["device_type"]),
             cores: None,
         },
-        bandwidth: bandwidth["best_bytes_per_s"].as_f64().map(|bytes_per_s| Bandwidth {
-            bytes_per_s,
-            how: format!(
-                "selftest streaming-read kernel (wgsl/read_bandwidth.wgsl), {} bytes × {} dispatches per sample, best of {} samples, {}",
-                bandwidth["bytes_per_dispatch"],
-                bandwidth["dispatches_per_sample"],
-                bandwidth["samples"],
-                text(&bandwidth["method"])
-            ),
-        }),
+        bandwidth: bandwidth_entry(bandwidth),
     }
+}
+
+/// The selftest's measured read bandwidth and how it was measured; none where the selftest was
+/// skipped or did not get that far.
+fn bandwidth_entry(selftest_bandwidth: &Value) -> Option<Bandwidth> {
+    let b: selftest::Bandwidth = serde_json::from_value(selftest_bandwidth.clone()).ok()?;
+    Some(Bandwidth {
+        bytes_per_s: b.best_bytes_per_s,
+        how: format!(
+            "selftest streaming-read kernel (wgsl/read_probe.wgsl), {} bytes read per pass, best of {} timed passes (median {:.1} GB/s), {}",
+            b.bytes_per_pass,
+            b.passes,
+            b.median_bytes_per_s / 1e9,
+            b.method
+        ),
+    })
 }
 
 /// The selftest result as the packet states it.
@@ -142,4 +150,37 @@ fn memory_bytes() -> u64 {
             Some(kib * 1024)
         })
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hardware entry reads the selftest's own JSON: a renamed field would make it say
+    /// "null bytes" (as the first H200 packet did) rather than fail to build.
+    #[test]
+    fn the_bandwidth_entry_states_the_selftests_measurement() {
+        let measured = selftest::Bandwidth {
+            method: "timestamp queries".into(),
+            bytes_per_pass: 1 << 30,
+            passes: 20,
+            best_bytes_per_s: 4.4e12,
+            median_bytes_per_s: 4.3e12,
+        };
+        let entry = bandwidth_entry(&serde_json::to_value(&measured).unwrap()).unwrap();
+        assert_eq!(entry.bytes_per_s, 4.4e12);
+        for part in [
+            "wgsl/read_probe.wgsl",
+            "1073741824 bytes",
+            "best of 20",
+            "4300.0 GB/s",
+            "timestamp queries",
+        ] {
+            assert!(entry.how.contains(part), "{part} in {}", entry.how);
+        }
+        assert!(!entry.how.contains("null"), "{}", entry.how);
+        let probe = concat!(env!("CARGO_MANIFEST_DIR"), "/../wgsl/read_probe.wgsl");
+        assert!(std::path::Path::new(probe).exists(), "{probe}");
+        assert!(bandwidth_entry(&Value::Null).is_none());
+    }
 }
