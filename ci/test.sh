@@ -97,19 +97,19 @@ pkg = next(p for p in meta["packages"] if p["name"] == "fak-tests")
 print("\n".join(sorted(t["name"] for t in pkg["targets"] if "test" in t["kind"])))'
 }
 
-# The whole suite, one integration binary at a time, removing its scratch folder (target/tmp:
+# The whole suite, one integration binary at a time, removing its scratch files (target/tmp:
 # synthetic GGUFs of 130 MB each, hostile variants of them, exports) before the next. Run in one
 # `cargo test` they pile up to 8 GB; CI's disk is shared and has been seen with far less free, and a
-# run failed on ENOSPC (2026-12-04). Every binary makes what it needs itself, so nothing is lost
-# but the time to re-make the few models two binaries share. Keeps going past a failing binary
-# and names every one that failed.
+# run failed on ENOSPC (2026-12-04). Every binary makes what it needs itself; the one folder two
+# binaries share (threeway and multi_agent's model cache, 0.3 GB) is kept so it is made once.
+# Keeps going past a failing binary and names every one that failed.
 run_tests() {
     local tmp="${CARGO_TARGET_DIR:-target}/tmp" failed=() name
     cargo test --locked --workspace --exclude fak-tests --no-fail-fast || failed+=("engine and harness unit and doc tests")
     cargo test --locked -p fak-tests --lib || failed+=("fak-tests --lib")
     for name in $(integration_tests); do
         cargo test --locked -p fak-tests --test "${name}" || failed+=("${name}")
-        rm -rf "${tmp}"
+        [[ -d ${tmp} ]] && find "${tmp}" -mindepth 1 -maxdepth 1 ! -name threeway-cache -exec rm -rf {} +
         log "${name} done; $(free_disk) free"
     done
     [[ ${#failed[@]} -eq 0 ]] || die "failing test targets: ${failed[*]}"
