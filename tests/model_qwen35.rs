@@ -23,6 +23,7 @@ use fak_tests::model::{
 };
 use fak_tests::peer::{assert_rows_close, cosine};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 fn scratch() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("model_qwen35")
@@ -124,7 +125,9 @@ fn assert_f32_logits_on_every_step_shape(no_subgroup: bool) {
     let path = tiny("f32", 11);
     let hp = hparams(&path);
     let ids = random_ids(1, 70, hp.n_vocab);
-    let want_f32 = reference_logits(&path, &ids);
+    // One CPU reference for both tests (the same file and ids).
+    static WANT_F32: OnceLock<Vec<Vec<f32>>> = OnceLock::new();
+    let want_f32 = WANT_F32.get_or_init(|| reference_logits(&path, &ids));
     let mut results = Vec::new();
     for forced in every_path()
         .into_iter()
@@ -145,7 +148,7 @@ fn assert_f32_logits_on_every_step_shape(no_subgroup: bool) {
                 "{what}: min cosine {:.9}, max |error| / max |logit| {:.3e} (against f32: {:.9})",
                 err.min_cosine,
                 err.max_rel,
-                rows_error(&got, &want_f32).min_cosine
+                rows_error(&got, want_f32).min_cosine
             );
             results.push((what, got, want, engine_min_cosine(&e)));
         }
