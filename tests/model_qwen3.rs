@@ -13,6 +13,7 @@ use fak_tests::model::{
     assert_int_dot_logits, engine, engine_min_cosine, every_path, options, random_ids,
 };
 use fak_tests::peer::{assert_rows_close, assert_same_greedy, llama_server_greedy, mlx_logits};
+use fak_tests::pin::{assert_pinned, fingerprint, path_name};
 use std::path::{Path, PathBuf};
 
 fn scratch() -> PathBuf {
@@ -46,6 +47,7 @@ fn f32_logits_match_the_cpu_reference_on_every_path_and_step_shape() {
     let path = tiny("f32", 11);
     let ids = random_ids(1, 40, 151_936);
     let want = reference_logits(&path, &ids);
+    let mut fingerprints = Vec::new();
     for forced in every_path() {
         for chunk in [1, 5, 16] {
             let mut e = engine(&path, chunk, forced);
@@ -57,9 +59,36 @@ fn f32_logits_match_the_cpu_reference_on_every_path_and_step_shape() {
                 &want,
                 engine_min_cosine(&e),
             );
+            let what = format!("{}, steps of {chunk}", path_name(forced));
+            fingerprints.push((what, fingerprint(&got)));
         }
     }
+    assert_pinned(&fingerprints, PINNED_F32);
 }
+
+/// The fingerprints (`fak_tests::pin`) of the logits the tests of this file compute, recorded
+/// on the engine before issue 17 moved the models into shared blocks and one registry: the GPU
+/// must compute the same bits on every path and step shape after it.
+const PINNED_F32: &[(&str, &str)] = &[
+    ("sg/f16, steps of 1", "24c2e628608e4ec5"),
+    ("sg/f16, steps of 5", "9bd68a17ffe57c84"),
+    ("sg/f16, steps of 16", "b897d966963924b1"),
+    ("sg/-, steps of 1", "e917049e7011f754"),
+    ("sg/-, steps of 5", "29deb565c79fe19d"),
+    ("sg/-, steps of 16", "0a3605aa500c3543"),
+    ("-/f16, steps of 1", "f7927020b1b5d97e"),
+    ("-/f16, steps of 5", "7c4913787507c4ee"),
+    ("-/f16, steps of 16", "009e36d7a3d63537"),
+    ("-/-, steps of 1", "17ac4d325426e35c"),
+    ("-/-, steps of 5", "ac5e333639d51b6e"),
+    ("-/-, steps of 16", "c1c3d300b14d9dbb"),
+];
+const PINNED_INT_DOT: &[(&str, &str)] = &[
+    ("sg/-, int-dot, steps of 1", "242221280797364f"),
+    ("-/-, int-dot, steps of 1", "b2b2bae164a24583"),
+    ("sg/f16, int-dot, steps of 1", "65617b286aa8fcae"),
+];
+const PINNED_Q4_K_M: &[(&str, &str)] = &[("q4_k_m, one step", "42b89437385322d4")];
 
 /// Greedy generation on the GPU (argmax on the GPU feeding the next step, tokens read back
 /// while later steps run) gives the CPU reference's tokens, 64 steps, five weight seeds, on the
@@ -90,6 +119,12 @@ fn q4_k_m_greedy_equals_the_cpu_reference_for_64_steps_on_five_seeds() {
             stats.tokens, want,
             "seed {seed}: GPU greedy vs CPU reference"
         );
+        if seed == 1 {
+            // The prompt's logits in one prefill step (the mat-mul over Q4_K and Q6_K).
+            let logits = e.teacher_forced_logits(&prompt).unwrap();
+            let got = [("q4_k_m, one step".to_owned(), fingerprint(&logits))];
+            assert_pinned(&got, PINNED_Q4_K_M);
+        }
     }
 }
 
@@ -470,7 +505,7 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
     // of its block's largest value). The f16 cache gives attention's output ~5e-4 relative
     // error, enough to flip about one attn_output input code in 127·5e-4 ≈ 6 %: 0.999 there
     // (measured: 0.99979 on qwen3).
-    assert_int_dot_logits(
+    let fingerprints = assert_int_dot_logits(
         &path,
         &ids,
         &want,
@@ -481,4 +516,5 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
             (false, false, 0.999),
         ],
     );
+    assert_pinned(&fingerprints, PINNED_INT_DOT);
 }

@@ -22,6 +22,7 @@ use fak_tests::model::{
     rewrite_gguf, rows_error, set_key,
 };
 use fak_tests::peer::{assert_rows_close, cosine};
+use fak_tests::pin::{assert_pinned, fingerprint, path_name};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -121,7 +122,7 @@ fn steps_of(chunk: usize, n: usize) -> Vec<usize> {
 /// kernel would pass. Every path and step shape is run and printed before any is asserted. Two
 /// tests, the subgroup paths and the rest, so the suite's two threads share the work (on
 /// lavapipe it is the slowest test of the suite: 222 s as one).
-fn assert_f32_logits_on_every_step_shape(no_subgroup: bool) {
+fn assert_f32_logits_on_every_step_shape(no_subgroup: bool, pinned: &[(&str, &str)]) {
     let path = tiny("f32", 11);
     let hp = hparams(&path);
     let ids = random_ids(1, 70, hp.n_vocab);
@@ -129,6 +130,7 @@ fn assert_f32_logits_on_every_step_shape(no_subgroup: bool) {
     static WANT_F32: OnceLock<Vec<Vec<f32>>> = OnceLock::new();
     let want_f32 = WANT_F32.get_or_init(|| reference_logits(&path, &ids));
     let mut results = Vec::new();
+    let mut fingerprints = Vec::new();
     for forced in every_path()
         .into_iter()
         .filter(|f| f.no_subgroup == no_subgroup)
@@ -150,23 +152,54 @@ fn assert_f32_logits_on_every_step_shape(no_subgroup: bool) {
                 err.max_rel,
                 rows_error(&got, want_f32).min_cosine
             );
+            let name = format!("{}, steps of {chunk}", path_name(forced));
+            fingerprints.push((name, fingerprint(&got)));
             results.push((what, got, want, engine_min_cosine(&e)));
         }
     }
     for (what, got, want, floor) in results {
         assert_rows_close(&what, &got, &want, floor);
     }
+    assert_pinned(&fingerprints, pinned);
 }
 
 #[test]
 fn f32_logits_match_the_cpu_reference_on_the_subgroup_paths_and_every_step_shape() {
-    assert_f32_logits_on_every_step_shape(false);
+    assert_f32_logits_on_every_step_shape(false, PINNED_F32_SUBGROUP);
 }
 
 #[test]
 fn f32_logits_match_the_cpu_reference_on_the_no_subgroup_paths_and_every_step_shape() {
-    assert_f32_logits_on_every_step_shape(true);
+    assert_f32_logits_on_every_step_shape(true, PINNED_F32_NO_SUBGROUP);
 }
+
+/// The fingerprints (`fak_tests::pin`) of the logits the tests of this file compute, recorded
+/// on the engine before issue 17 moved the models into shared blocks and one registry: the GPU
+/// must compute the same bits on every path and step shape after it.
+const PINNED_F32_SUBGROUP: &[(&str, &str)] = &[
+    ("sg/f16, steps of 1", "2665a3698848966c"),
+    ("sg/f16, steps of 6", "907610e329a5ec64"),
+    ("sg/f16, steps of 70", "49ab6703e336a9cc"),
+    ("sg/-, steps of 1", "d4ee7c5b479ee5e3"),
+    ("sg/-, steps of 6", "79029ca3bde6a1f1"),
+    ("sg/-, steps of 70", "64e78c820727b05d"),
+];
+const PINNED_F32_NO_SUBGROUP: &[(&str, &str)] = &[
+    ("-/f16, steps of 1", "340017d75ae49b13"),
+    ("-/f16, steps of 6", "3365646b70295f7f"),
+    ("-/f16, steps of 70", "ecbef39bd6cb031b"),
+    ("-/-, steps of 1", "e9213c1286eee42b"),
+    ("-/-, steps of 6", "17c86c026f131854"),
+    ("-/-, steps of 70", "2b32eb2b3c327ed5"),
+];
+const PINNED_INT_DOT: &[(&str, &str)] = &[
+    ("sg/-, int-dot, steps of 1", "280643ed77cd7135"),
+    ("-/-, int-dot, steps of 1", "52855e63a35364ea"),
+    ("sg/f16, int-dot, steps of 1", "3c51cf202b2fec0a"),
+];
+const PINNED_Q4_K_M: &[(&str, &str)] = &[
+    ("q4_k_m, one step", "42a3519639e28c09"),
+];
 
 /// Greedy generation on the GPU (argmax on the GPU feeding the next step, tokens read back
 /// while later steps run) gives the CPU reference's tokens for 64 steps on the Q4_K_M recipe,
@@ -192,6 +225,12 @@ fn q4_k_m_greedy_equals_the_cpu_reference_for_64_steps() {
             stats.tokens, want,
             "seed {seed}: GPU greedy vs CPU reference"
         );
+        if seed == 1 {
+            // The prompt's logits in one prefill step (the mat-mul over Q4_K and Q6_K).
+            let logits = e.teacher_forced_logits(&prompt).unwrap();
+            let got = [("q4_k_m, one step".to_owned(), fingerprint(&logits))];
+            assert_pinned(&got, PINNED_Q4_K_M);
+        }
     }
 }
 
@@ -506,7 +545,7 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
     // rounding boundary (a whole step, 1/127 of its block's largest value) into every later
     // position: measured 0.99994 with the f32 cache (qwen3: 1 − 1e-13) and 0.99990 with the
     // f16 one on lavapipe; 0.9995 and 0.999 leave ~10× room.
-    assert_int_dot_logits(
+    let fingerprints = assert_int_dot_logits(
         &path,
         &ids,
         &want,
@@ -517,6 +556,7 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
             (false, false, 0.999),
         ],
     );
+    assert_pinned(&fingerprints, PINNED_INT_DOT);
 }
 
 /// The integer path quantizes each mat-vec input once per step, however many projections read

@@ -15,6 +15,7 @@ pub mod kv;
 pub mod matmul;
 pub mod matvec;
 pub mod model;
+pub mod pin;
 pub mod reduce_probe;
 pub mod rms_norm;
 pub mod rope_kv;

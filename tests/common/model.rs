@@ -57,14 +57,16 @@ pub fn engine(path: &Path, prefill_chunk: u32, forced: Forced) -> Engine {
 /// every projection is a mat-vec), for each `(no_subgroup, no_f16, min cosine)`: every row held
 /// to `want_q8` (the reference rounding its mat-vec inputs as the path does,
 /// `Activations::Q8Blocks`); the distance to the f32 reference `want_f32` is printed, not
-/// asserted (what the rounding itself does to a random model).
+/// asserted (what the rounding itself does to a random model). Returns each case's logits
+/// fingerprint (`crate::pin`).
 pub fn assert_int_dot_logits(
     path: &Path,
     ids: &[u32],
     want_q8: &[Vec<f32>],
     want_f32: &[Vec<f32>],
     cases: [(bool, bool, f64); 3],
-) {
+) -> Vec<(String, String)> {
+    let mut fingerprints = Vec::new();
     for (no_subgroup, no_f16, min_cosine) in cases {
         let forced = Forced {
             no_subgroup,
@@ -79,7 +81,10 @@ pub fn assert_int_dot_logits(
         let q8 = assert_rows_close(&what, &got, want_q8, min_cosine);
         let f32 = rows_error(&got, want_f32).min_cosine;
         eprintln!("{what}: min cosine {q8} against the q8-input reference, {f32} against f32");
+        let name = format!("{}, int-dot, steps of 1", crate::pin::path_name(forced));
+        fingerprints.push((name, crate::pin::fingerprint(&got)));
     }
+    fingerprints
 }
 
 /// Every combination of fast paths switched off: on an adapter with subgroups and f16 (lavapipe,
