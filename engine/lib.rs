@@ -12,3 +12,6 @@ pub mod quant;
 pub mod reference;
 pub mod runtime;
 pub mod tokenizer;
+
+#[cfg(test)]
+mod layers;

@@ -97,7 +97,7 @@ fn load(args: &Args) -> Result<(Engine, String)> {
     if let Some(page) = args.page_size {
         options.page_size = page;
     }
-    let most = fak::gpu::kernels::matvec::MAX_BATCH as usize;
+    let most = fak::gpu::step::MAX_BATCH as usize;
     options.max_seqs = args.max_seqs.clamp(1, most);
     let serving = format!(
         "batched decode: one step serves up to {} sequences (at most {most} per step), each \

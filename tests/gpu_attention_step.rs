@@ -8,12 +8,14 @@
 
 use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape, DecodeIo};
 use fak::gpu::kernels::attn_prefill::{AttnPrefill, PrefillIo};
-use fak::gpu::kernels::kv_cache::{KvCache, KvLayout, PageTable};
+use fak::gpu::kernels::kv_cache::{KvCache, KvLayout};
+use fak::gpu::kernels::rope::RopePairing;
 use fak::gpu::kernels::rope::RopeTable;
 use fak::gpu::kernels::rope_kv::{RopeKv, RopeKvIo};
 use fak::gpu::kernels::support::{Positions, View};
+use fak::gpu::step::PageTable;
 use fak::gpu::{GpuContext, KernelPaths, Step, StepBuffer, read_back_f32, storage_buffer};
-use fak::model::RopePairing;
+
 use fak::reference::ops::attend;
 use fak_tests::inputs::{step_buffer, uniform_f32, upload_f32};
 use fak_tests::kv::{Pages, poisoned_cache, read_cache};

@@ -7,7 +7,8 @@
 //! so reading one fails the test.
 
 use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape, DecodeIo, MAX_SPLITS};
-use fak::gpu::kernels::kv_cache::PageTable;
+use fak::gpu::step::PageTable;
+
 use fak::gpu::kernels::support::{Positions, View};
 use fak::gpu::{GpuContext, Step, storage_buffer};
 use fak_tests::attn_decode::{self, Case, PAGE, TOL};

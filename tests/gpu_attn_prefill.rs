@@ -11,7 +11,8 @@ use fak::gpu::kernels::attn_decode::AttnShape;
 use fak::gpu::kernels::attn_prefill::{
     AttnPrefill, COOP_ROW_BLOCKS, CoopTile, PrefillIo, SplitKeys,
 };
-use fak::gpu::kernels::kv_cache::PageTable;
+use fak::gpu::step::PageTable;
+
 use fak::gpu::kernels::support::{Positions, View};
 use fak::gpu::{GpuContext, Kernel, KernelPaths, Step};
 use fak_tests::attn_prefill::{self, Case, PAGE};

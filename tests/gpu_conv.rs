@@ -2,11 +2,13 @@
 //! `causal_conv_silu` and its conv-state roll, for every supported kernel size, prompt lengths
 //! across its token tiles, batches of several sequences on their own slots, and bad input.
 
-use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState, SequenceTable};
+use fak::gpu::kernels::delta_state::HeadMapping;
+use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState};
 use fak::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
 use fak::gpu::kernels::support::View;
+use fak::gpu::step::SequenceTable;
 use fak::gpu::{GpuContext, GpuError, KernelPaths};
-use fak::model::qwen35::HeadMapping;
+
 use fak::quant::GgmlType;
 use fak_tests::gdn::{CpuState, cpu_conv, dims, f32_buffer, f32_tensor, read, uniform_vec};
 use fak_tests::{Tolerance, assert_close, gpu, poisoned_f32, rng, variants};

@@ -5,11 +5,13 @@
 //! (zeroing, snapshot and restore). Head ratios nk = 2, nv = 6 (and 4) in both head orders make a
 //! wrong key head show; dk/dv 16 and 128 cover both lane-group widths of the decode kernel.
 
-use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState, Dispatch, MidSave};
+use fak::gpu::kernels::delta_state::HeadMapping;
+use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState, Dispatch};
 use fak::gpu::kernels::gated_delta::GatedDeltaDecode;
 use fak::gpu::kernels::gated_delta_chunk::GatedDeltaChunked;
+use fak::gpu::step::MidSave;
 use fak::gpu::{GpuContext, GpuError, Kernel, KernelPaths, storage_buffer};
-use fak::model::qwen35::HeadMapping;
+
 use fak_tests::gdn::{
     CpuState, DELTA_TOL, Form, GpuLayer, LAYER_TOL, LayerWeights, Projections, STEP_TOL, cpu_delta,
     cpu_layer, cpu_prep, dims, random_prepared, uniform_vec,

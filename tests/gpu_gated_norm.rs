@@ -1,8 +1,9 @@
 //! The gated RMSNorm after the delta rule (wgsl/gated_norm.wgsl) against the CPU reference
 //! (`rms_norm` without weight, times ssm_norm, times silu(z)), per value head, on every variant.
 
+use fak::gpu::kernels::delta_state::HeadMapping;
 use fak::gpu::kernels::gated_norm::GatedNorm;
-use fak::model::qwen35::HeadMapping;
+
 use fak_tests::gdn::{GpuLayer, LayerWeights, cpu_gated_norm, dims, uniform_vec};
 use fak_tests::{Tolerance, assert_close, gpu, rng, variants};
 

@@ -7,9 +7,10 @@
 //! code is shared with `harness selftest` (tests/common/matvec.rs).
 
 use fak::gpu::kernels::matvec::{
-    InputNorm, MAX_BATCH, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape,
+    InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape,
 };
 use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
+use fak::gpu::step::MAX_BATCH;
 use fak::gpu::{
     Activations, GpuContext, GpuError, KernelPaths, Step, StepBuffer, read_back, read_back_f32,
     upload,

@@ -9,11 +9,13 @@
 //! bad tables and bindings refused.
 
 use fak::gpu::Step;
-use fak::gpu::kernels::kv_cache::{KvDtype, PageTable};
+use fak::gpu::kernels::kv_cache::KvDtype;
+use fak::gpu::kernels::rope::RopePairing;
 use fak::gpu::kernels::rope::RopeTable;
 use fak::gpu::kernels::rope_kv::{RopeKv, RopeKvIo};
 use fak::gpu::kernels::support::{Positions, View};
-use fak::model::RopePairing;
+use fak::gpu::step::PageTable;
+
 use fak_tests::inputs::{step_buffer, upload_f32, upload_u32};
 use fak_tests::kv::{Pages, poisoned_cache};
 use fak_tests::rope_kv::{self, Case, StepTokens, batched_decode, prefill_across_pages};

@@ -10,7 +10,8 @@ use fak::reference::{Activations, DenseReference, Reference};
 use fak::runtime::{Engine, EngineOptions, RuntimeError, SamplingParams};
 use fak_tests::harness::{harness, synth_model};
 use fak_tests::model::{
-    assert_int_dot_logits, engine, engine_min_cosine, every_path, options, random_ids,
+    assert_int_dot_logits, assert_plan_sizes_the_activations, engine, engine_min_cosine,
+    every_path, options, random_ids,
 };
 use fak_tests::peer::{assert_rows_close, assert_same_greedy, llama_server_greedy, mlx_logits};
 use fak_tests::pin::{assert_pinned, fingerprint, path_name};
@@ -517,4 +518,11 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
         ],
     );
     assert_pinned(&fingerprints, PINNED_INT_DOT);
+}
+
+/// The memory plan's activations are what loading allocates, for decode-only, mat-vec and
+/// mat-mul prefill chunks (one scratch table per architecture feeds both).
+#[test]
+fn the_plan_sizes_the_activations_the_model_allocates() {
+    assert_plan_sizes_the_activations(&tiny("f32", 11), &[1, 8, 100]);
 }

@@ -10,16 +10,18 @@ use fak::gpu::Forced;
 use fak::gpu::KernelPaths;
 use fak::gpu::kernels::attn_decode::AttnDecode;
 use fak::gpu::kernels::matmul::Matmul;
-use fak::gpu::kernels::matvec::{MAX_BATCH, MatVec};
+use fak::gpu::kernels::matvec::MatVec;
+use fak::gpu::step::MAX_BATCH;
 use fak::model::DevicePlan;
-use fak::model::qwen35::{Hparams, Mixer, Tensors};
+use fak::model::qwen35::Hparams;
+use fak::model::tensors::Mixer;
 use fak::quant::GgmlType;
 use fak::reference::{Activations, Qwen35Reference, Reference};
 use fak::runtime::{Engine, SamplingParams};
 use fak_tests::harness::{harness, synth_model};
 use fak_tests::model::{
-    assert_int_dot_logits, engine, engine_min_cosine, every_path, options, random_ids,
-    rewrite_gguf, rows_error, set_key,
+    assert_int_dot_logits, assert_plan_sizes_the_activations, engine, engine_min_cosine,
+    every_path, options, random_ids, rewrite_gguf, rows_error, set_key,
 };
 use fak_tests::peer::{assert_rows_close, cosine};
 use fak_tests::pin::{assert_pinned, fingerprint, path_name};
@@ -197,9 +199,7 @@ const PINNED_INT_DOT: &[(&str, &str)] = &[
     ("-/-, int-dot, steps of 1", "52855e63a35364ea"),
     ("sg/f16, int-dot, steps of 1", "3c51cf202b2fec0a"),
 ];
-const PINNED_Q4_K_M: &[(&str, &str)] = &[
-    ("q4_k_m, one step", "42a3519639e28c09"),
-];
+const PINNED_Q4_K_M: &[(&str, &str)] = &[("q4_k_m, one step", "42a3519639e28c09")];
 
 /// Greedy generation on the GPU (argmax on the GPU feeding the next step, tokens read back
 /// while later steps run) gives the CPU reference's tokens for 64 steps on the Q4_K_M recipe,
@@ -324,7 +324,7 @@ fn a_decode_step_records_the_fused_dispatches() {
     let path = tiny("q4_k_m", 1);
     let gguf = Gguf::open(&path).unwrap();
     let hp = hparams(&path);
-    let t = Tensors::bind(&gguf, &hp).unwrap();
+    let t = hp.tensors(&gguf).unwrap();
     let mut e = engine(&path, 256, Forced::default());
     let attention = 1 + usize::from(AttnDecode::default_splits(e.max_context() as u32) > 1);
     let mut want = 1 + 4;
@@ -568,7 +568,7 @@ fn int_dot_quantizes_each_input_once_per_step() {
     let path = tiny("q8_0", 2);
     let gguf = Gguf::open(&path).unwrap();
     let hp = hparams(&path);
-    let t = Tensors::bind(&gguf, &hp).unwrap();
+    let t = hp.tensors(&gguf).unwrap();
     // Per layer: h (the mixer's projections), the mixer's output, the MLP's normed input, the
     // SwiGLU (unless the gate/up pairing writes it quantized, which it does where ffn_down takes
     // q8 and its blocks tile n_ff); then the head's normed input.
@@ -582,9 +582,9 @@ fn int_dot_quantizes_each_input_once_per_step() {
             Mixer::DeltaNet(m) => m.out,
             Mixer::Attention(m) => m.wo,
         }]);
-        inputs.push(vec![l.gate, l.up]);
-        if !l.down.row_len().is_multiple_of(32) {
-            inputs.push(vec![l.down]);
+        inputs.push(vec![l.mlp.gate, l.mlp.up]);
+        if !l.mlp.down.row_len().is_multiple_of(32) {
+            inputs.push(vec![l.mlp.down]);
         }
     }
     inputs.push(vec![t.output]);
@@ -610,4 +610,11 @@ fn int_dot_quantizes_each_input_once_per_step() {
         .unwrap();
     let cosine = assert_rows_close("int-dot, q8_0", &logits, &want, 0.999);
     eprintln!("min cosine {cosine} against the q8-input reference");
+}
+
+/// The memory plan's activations are what loading allocates, for decode-only, mat-vec and
+/// mat-mul prefill chunks (one scratch table per architecture feeds both).
+#[test]
+fn the_plan_sizes_the_activations_the_model_allocates() {
+    assert_plan_sizes_the_activations(&tiny("f32", 11), &[1, 8, 100]);
 }

@@ -577,8 +577,11 @@ fn hybrid_sequences_decode_together_on_their_own_state_slots() {
 #[test]
 fn snapshot_buffers_are_reused_within_the_budget() {
     let path = tiny_of("qwen35");
-    let hparams = Hparams::from_gguf(&Gguf::open(&path).unwrap()).unwrap();
-    let state_bytes = hparams.memory(64).unwrap().state_bytes as u64;
+    let gguf = Gguf::open(&path).unwrap();
+    let hparams = Hparams::from_gguf(&gguf).unwrap();
+    let state_bytes = fak::model::DevicePlan::of(&gguf, None, 64)
+        .unwrap()
+        .state_bytes;
     let ids = |seed, n| random_ids_in(seed, n, hparams.n_vocab);
     let mut cold = load(&path, 0, 1, Forced::default()).unwrap();
     let budget = 3 * cold.cache_config().page_bytes + 2 * state_bytes;

@@ -7,7 +7,7 @@
 //! unsupported conv kernel) fail with an error naming the key or tensor.
 
 use fak::gguf::Gguf;
-use fak::model::qwen35::{Hparams, Tensors};
+use fak::model::qwen35::Hparams;
 use fak::reference::ops::argmax;
 use fak::reference::{Activations, Qwen35Reference, Reference};
 use fak_tests::harness::synth_model;
@@ -175,7 +175,7 @@ fn load_error(path: &Path) -> String {
         Ok(hp) => hp,
         Err(e) => return e.to_string(),
     };
-    if let Err(e) = Tensors::bind(&gguf, &hp) {
+    if let Err(e) = hp.tensors(&gguf) {
         return e.to_string();
     }
     match Qwen35Reference::new(&gguf) {

@@ -2,11 +2,13 @@
 //! model is tested against, prefill included (the GPU's batched prefill must equal this
 //! token-by-token loop).
 
-use super::ops::{Matrix, add_into, gqa_attention, rms_norm, rope, swiglu, vector};
+use super::ops::{Matrix, add_into, gqa_attention, rms_norm, rope, swiglu};
 use super::{Activations, Reference};
 use crate::gguf::Gguf;
 use crate::model::ModelError;
-use crate::model::qwen3::{Hparams, Tensors};
+use crate::model::qwen3::Hparams;
+use crate::model::tensors::Mixer;
+use crate::model::vector;
 
 struct Layer<'g> {
     attn_norm: Vec<f32>,
@@ -43,34 +45,40 @@ impl<'g> DenseReference<'g> {
     /// embedding is a row lookup and stays exact).
     pub fn with_activations(gguf: &'g Gguf, activations: Activations) -> Result<Self, ModelError> {
         let hp = Hparams::from_gguf(gguf)?;
-        let t = Tensors::bind(gguf, &hp)?;
+        let t = hp.tensors(gguf)?;
         let m = |t| Matrix::with_activations(gguf, t, activations);
         let layers = t
             .layers
             .iter()
             .map(|l| {
-                let bias = match (l.bq, l.bk, l.bv) {
-                    (Some(q), Some(k), Some(v)) => {
+                let Mixer::Attention(a) = &l.mixer else {
+                    return Err(ModelError::Hparams {
+                        path: gguf.path().to_owned(),
+                        why: "a dense model of attention layers only".into(),
+                    });
+                };
+                let bias = match a.bias {
+                    [Some(q), Some(k), Some(v)] => {
                         Some([vector(gguf, q)?, vector(gguf, k)?, vector(gguf, v)?])
                     }
                     _ => None,
                 };
-                let qk_norm = match (l.q_norm, l.k_norm) {
-                    (Some(q), Some(k)) => Some([vector(gguf, q)?, vector(gguf, k)?]),
-                    _ => None,
+                let qk_norm = match a.qk_norm {
+                    Some([q, k]) => Some([vector(gguf, q)?, vector(gguf, k)?]),
+                    None => None,
                 };
                 Ok(Layer {
                     attn_norm: vector(gguf, l.attn_norm)?,
-                    wq: m(l.wq)?,
-                    wk: m(l.wk)?,
-                    wv: m(l.wv)?,
-                    wo: m(l.wo)?,
+                    wq: m(a.wq)?,
+                    wk: m(a.wk)?,
+                    wv: m(a.wv)?,
+                    wo: m(a.wo)?,
                     bias,
                     qk_norm,
-                    ffn_norm: vector(gguf, l.ffn_norm)?,
-                    gate: m(l.gate)?,
-                    up: m(l.up)?,
-                    down: m(l.down)?,
+                    ffn_norm: vector(gguf, l.mlp.norm)?,
+                    gate: m(l.mlp.gate)?,
+                    up: m(l.mlp.up)?,
+                    down: m(l.mlp.down)?,
                     keys: Vec::new(),
                     values: Vec::new(),
                 })

@@ -3,7 +3,8 @@
 
 use super::activations::Activations;
 use crate::gguf::{Gguf, TensorInfo};
-use crate::model::{ModelError, RopePairing};
+use crate::gpu::kernels::rope::RopePairing;
+use crate::model::{ModelError, check_dequantizable};
 use crate::quant::{self, GgmlType};
 use half::f16;
 use rayon::prelude::*;
@@ -88,27 +89,6 @@ impl<'g> Matrix<'g> {
 }
 
 /// A 1-D tensor (norm weight, bias) dequantized whole.
-pub fn vector(gguf: &Gguf, t: &TensorInfo) -> Result<Vec<f32>, ModelError> {
-    check_dequantizable(gguf, t)?;
-    Ok(
-        quant::dequantize(t.ty, gguf.tensor_data(t), t.n_elements() as usize)
-            .expect("geometry checked at load"),
-    )
-}
-
-fn check_dequantizable(gguf: &Gguf, t: &TensorInfo) -> Result<(), ModelError> {
-    if quant::can_dequantize(t.ty) {
-        Ok(())
-    } else {
-        Err(ModelError::TensorType {
-            path: gguf.path().to_owned(),
-            tensor: t.name.clone(),
-            ty: t.ty,
-            why: "no dequantizer for this type".into(),
-        })
-    }
-}
-
 pub fn dot(a: &[f32], b: &[f32]) -> f64 {
     a.iter()
         .zip(b)

@@ -2,11 +2,14 @@
 //! the GPU hybrid model, its chunked prefill included.
 
 use super::gated_delta::gated_delta_step;
-use super::ops::{Matrix, add_into, gqa_attention, rms_norm, rope, sigmoid, silu, swiglu, vector};
+use super::ops::{Matrix, add_into, gqa_attention, rms_norm, rope, sigmoid, silu, swiglu};
 use super::{Activations, Reference};
 use crate::gguf::Gguf;
-use crate::model::qwen35::{Hparams, Mixer, Tensors};
-use crate::model::{ModelError, RopePairing};
+use crate::gpu::kernels::rope::RopePairing;
+use crate::model::ModelError;
+use crate::model::qwen35::Hparams;
+use crate::model::tensors::Mixer;
+use crate::model::vector;
 
 struct DeltaNet<'g> {
     qkv: Matrix<'g>,
@@ -68,7 +71,7 @@ impl<'g> Qwen35Reference<'g> {
     /// embedding is a row lookup and stays exact).
     pub fn with_activations(gguf: &'g Gguf, activations: Activations) -> Result<Self, ModelError> {
         let hp = Hparams::from_gguf(gguf)?;
-        let t = Tensors::bind(gguf, &hp)?;
+        let t = hp.tensors(gguf)?;
         let m = |t| Matrix::with_activations(gguf, t, activations);
         let v = |t| vector(gguf, t);
         let mut layers = Vec::new();
@@ -87,24 +90,32 @@ impl<'g> Qwen35Reference<'g> {
                     conv_state: vec![vec![0.0; hp.conv_dim()]; hp.conv_kernel - 1],
                     state: vec![vec![0.0; hp.ssm_dk * hp.ssm_dv]; hp.ssm_nv],
                 }),
-                Mixer::Attention(a) => MixerState::Attention(Attention {
-                    wq: m(a.wq)?,
-                    wk: m(a.wk)?,
-                    wv: m(a.wv)?,
-                    wo: m(a.wo)?,
-                    q_norm: v(a.q_norm)?,
-                    k_norm: v(a.k_norm)?,
-                    keys: Vec::new(),
-                    values: Vec::new(),
-                }),
+                Mixer::Attention(a) => {
+                    let Some([q_norm, k_norm]) = a.qk_norm else {
+                        return Err(ModelError::Hparams {
+                            path: gguf.path().to_owned(),
+                            why: "qwen35 attention layers have q and k norms".into(),
+                        });
+                    };
+                    MixerState::Attention(Attention {
+                        wq: m(a.wq)?,
+                        wk: m(a.wk)?,
+                        wv: m(a.wv)?,
+                        wo: m(a.wo)?,
+                        q_norm: v(q_norm)?,
+                        k_norm: v(k_norm)?,
+                        keys: Vec::new(),
+                        values: Vec::new(),
+                    })
+                }
             };
             layers.push(Layer {
                 attn_norm: v(l.attn_norm)?,
                 mixer,
-                post_norm: v(l.post_norm)?,
-                gate: m(l.gate)?,
-                up: m(l.up)?,
-                down: m(l.down)?,
+                post_norm: v(l.mlp.norm)?,
+                gate: m(l.mlp.gate)?,
+                up: m(l.mlp.up)?,
+                down: m(l.mlp.down)?,
             });
         }
         Ok(Self {

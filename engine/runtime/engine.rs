@@ -12,18 +12,18 @@ mod snapshots;
 pub use session::{SeqId, Started};
 pub use snapshots::SnapshotStats;
 
-use super::io::{HISTORY_LEN, Staging, StepIo};
+use super::RuntimeError;
+use super::io::Staging;
 use super::sampling::{Sampler, SamplingParams};
-use super::{DeviceModel, RuntimeError};
 use crate::cache::{CacheConfig, CacheStats, PrefixCache};
 use crate::gguf::Gguf;
-use crate::gpu::kernels::delta_state::MidSave;
+use crate::gpu::step::{HISTORY_LEN, MAX_BATCH, MidSave, StepIo, TokenSlot};
+
 use crate::gpu::kernels::kv_cache::KvDtype;
-use crate::gpu::kernels::matvec::MAX_BATCH;
-use crate::gpu::kernels::support::TokenSlot;
+
 use crate::gpu::profile::{OpRecord, Profiler, StepMarks};
 use crate::gpu::{ContextOptions, GpuContext, Step};
-use crate::model::DevicePlan;
+use crate::model::{DeviceModel, DevicePlan};
 use crate::tokenizer::Tokenizer;
 use session::Sequence;
 use snapshots::SnapshotPool;

@@ -7,8 +7,9 @@ use crate::inputs::{step_buffer, uniform_f32, upload_f32, upload_u32};
 use crate::kv::{Pages, Sequences};
 use crate::{poisoned_f32, rng};
 use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape, DecodeIo};
-use fak::gpu::kernels::kv_cache::PageTable;
-use fak::gpu::kernels::support::{Positions, TokenSlot, View};
+use fak::gpu::step::{PageTable, TokenSlot};
+
+use fak::gpu::kernels::support::{Positions, View};
 use fak::gpu::{GpuContext, Step, read_back_f32, storage_buffer};
 
 /// Tokens per KV page.

@@ -8,8 +8,9 @@ use crate::kv::{Pages, Sequences};
 use crate::{poisoned_f32, rng};
 use fak::gpu::kernels::attn_decode::AttnShape;
 use fak::gpu::kernels::attn_prefill::{AttnPrefill, PrefillIo};
-use fak::gpu::kernels::kv_cache::PageTable;
-use fak::gpu::kernels::support::{Positions, TokenSlot, View};
+use fak::gpu::step::{PageTable, TokenSlot};
+
+use fak::gpu::kernels::support::{Positions, View};
 use fak::gpu::{GpuContext, Step, read_back_f32};
 
 pub use crate::attn_decode::{PAGE, TOL};

@@ -5,9 +5,8 @@
 use crate::Tolerance;
 use fak::gpu::KernelPaths;
 use fak::gpu::kernels::delta_prep::{DeltaPrep, PrepBinding, PrepIo};
-use fak::gpu::kernels::delta_state::{
-    DeltaDims, DeltaState, MidSave, SeqBatch, SequenceTable, TensorRef,
-};
+use fak::gpu::kernels::delta_state::HeadMapping;
+use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState, TensorRef};
 use fak::gpu::kernels::gated_delta::{DecodeBinding, DecodeIo, GatedDeltaDecode};
 use fak::gpu::kernels::gated_delta_chunk::{
     ChunkBinding, ChunkIo, ChunkScratch, GatedDeltaChunked,
@@ -15,8 +14,9 @@ use fak::gpu::kernels::gated_delta_chunk::{
 use fak::gpu::kernels::gated_norm::{GatedNorm, NormBinding, NormIo};
 use fak::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
 use fak::gpu::kernels::support::View;
+use fak::gpu::step::{MidSave, SeqBatch, SequenceTable};
 use fak::gpu::{GpuContext, GpuError, read_back_f32, upload, write};
-use fak::model::qwen35::HeadMapping;
+
 use fak::quant::GgmlType;
 use fak::reference::gated_delta::gated_delta_step;
 use fak::reference::ops::{rms_norm, sigmoid, silu};

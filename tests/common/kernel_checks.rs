@@ -20,6 +20,7 @@ use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape};
 use fak::gpu::kernels::attn_prefill::AttnPrefill;
 use fak::gpu::kernels::delta_prep::DeltaPrep;
 use fak::gpu::kernels::delta_state::DeltaDims;
+use fak::gpu::kernels::delta_state::HeadMapping;
 use fak::gpu::kernels::dequant::{Dequant, DequantShape};
 use fak::gpu::kernels::elementwise::Elementwise;
 use fak::gpu::kernels::embed::{Embed, EmbedShape};
@@ -33,7 +34,7 @@ use fak::gpu::kernels::rms_norm::RmsNorm;
 use fak::gpu::kernels::rope_kv::RopeKv;
 use fak::gpu::kernels::ssm_conv::SsmConv;
 use fak::gpu::{GpuContext, Kernel, KernelPaths};
-use fak::model::qwen35::HeadMapping;
+
 use fak::quant::GgmlType;
 use serde::Serialize;
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -12,10 +12,9 @@
 
 use crate::compare::Output;
 use crate::{poisoned_f32, rng};
-use fak::gpu::kernels::matvec::{
-    InputNorm, MAX_BATCH, MatVec, MatVecFusion, MatVecIo, MatVecShape,
-};
+use fak::gpu::kernels::matvec::{InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecShape};
 use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
+use fak::gpu::step::MAX_BATCH;
 use fak::gpu::{
     Activations, GpuContext, Step, StepBuffer, read_back_f32, storage_buffer, upload, write,
 };

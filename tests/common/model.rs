@@ -5,7 +5,9 @@
 
 use crate::peer::assert_rows_close;
 use fak::gguf::{Gguf, GgufWriter, TensorInfo, Value};
+use fak::gpu::step::StepIo;
 use fak::gpu::{Forced, KernelPaths};
+use fak::model::{DevicePlan, load_device_model};
 use fak::runtime::{Engine, EngineOptions};
 use rand::Rng;
 use std::path::Path;
@@ -168,5 +170,26 @@ pub fn set_key(entries: &mut Vec<(String, Value)>, key: &str, value: Value) {
     match entries.iter_mut().find(|(k, _)| k == key) {
         Some(entry) => entry.1 = value,
         None => entries.push((key.into(), value)),
+    }
+}
+
+/// The memory plan sizes the activations exactly as loading allocates them: for each prefill
+/// chunk of `chunks`, `DevicePlan::scratch_bytes` is what the model allocated for its
+/// activations plus the step's logits (both read the architecture's one scratch table).
+pub fn assert_plan_sizes_the_activations(path: &Path, chunks: &[u32]) {
+    let gguf = Gguf::open(path).unwrap();
+    let ctx = crate::gpu();
+    for &chunk in chunks {
+        let plan = DevicePlan::of(&gguf, Some(256), chunk).unwrap();
+        let rows = (plan.max_seqs, plan.pages_per_row());
+        let n_vocab = plan.n_vocab as u32;
+        let io = StepIo::new(ctx, plan.max_tokens, plan.logit_rows, n_vocab, rows).unwrap();
+        let model = load_device_model(ctx, &gguf, &io, &plan).unwrap();
+        let allocated = model.activation_bytes() + io.logits.size();
+        eprintln!(
+            "chunk {chunk}: planned {}, allocated {allocated}",
+            plan.scratch_bytes
+        );
+        assert_eq!(plan.scratch_bytes, allocated, "prefill chunk {chunk}");
     }
 }

@@ -7,12 +7,14 @@ use crate::compare::{Bound, Output, Tolerance};
 use crate::inputs::{step_buffer, uniform_f32, upload_f32, upload_u32};
 use crate::kv::{Pages, poisoned_cache, read_cache, stored};
 use crate::{poisoned_f32, rng};
-use fak::gpu::kernels::kv_cache::{KvDtype, PageTable};
+use fak::gpu::kernels::kv_cache::KvDtype;
+use fak::gpu::kernels::rope::RopePairing;
 use fak::gpu::kernels::rope::RopeTable;
 use fak::gpu::kernels::rope_kv::{HeadNorms, RopeKv, RopeKvIo};
-use fak::gpu::kernels::support::{Positions, TokenSlot, View};
+use fak::gpu::kernels::support::{Positions, View};
+use fak::gpu::step::{PageTable, TokenSlot};
 use fak::gpu::{GpuContext, Step, read_back_f32};
-use fak::model::RopePairing;
+
 use fak::reference::ops::{rms_norm, rope};
 use rand::Rng;
 

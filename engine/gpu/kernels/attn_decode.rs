@@ -2,7 +2,7 @@
 //! workgroups along the keys with a combining pass (wgsl/attn_decode.wgsl).
 
 use super::delta_state::wgsl::{ROW_SUM_SUBGROUP, ROW_SUM_WORKGROUP};
-use super::kv_cache::{KvCache, KvDtype, PageTable, check_dtype};
+use super::kv_cache::{KvCache, KvDtype, check_dtype};
 use super::support::{
     self, Positions, View, entry, positions_binding, shape_error, step_wgsl, view_binding, words,
 };
@@ -14,6 +14,7 @@ use crate::gpu::kernel::{
 };
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::step::PageTable;
 use crate::gpu::step::StepBuffer;
 
 const ATTN_DECODE: WgslFile = step_wgsl!("attn_decode.wgsl");

@@ -19,7 +19,7 @@
 //! the decode attention). [`SplitKeys`] picks the count per step on the host.
 
 use super::attn_decode::{ATTN_COMBINE, AttnShape, MAX_SPLITS};
-use super::kv_cache::{KvCache, KvDtype, PageTable, check_dtype};
+use super::kv_cache::{KvCache, KvDtype, check_dtype};
 use super::support::{
     self, Positions, View, entry, positions_binding, shape_error, step_wgsl, view_binding, words,
 };
@@ -31,6 +31,7 @@ use crate::gpu::kernel::{
 };
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, CoopShape, KernelPaths};
+use crate::gpu::step::PageTable;
 use crate::gpu::step::StepBuffer;
 
 const ATTN_PREFILL_ROWS: WgslFile = step_wgsl!("attn_prefill_rows.wgsl");

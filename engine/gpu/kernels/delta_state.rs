@@ -1,7 +1,7 @@
-//! What the Gated DeltaNet kernels share: the layer's dimensions ([`DeltaDims`]), the per-step
-//! batch of sequences ([`SequenceTable`], [`SeqBatch`]), the conv and recurrent state of every
-//! sequence slot with its zeroing and snapshot/restore ([`DeltaState`]), and the plumbing of
-//! their wrappers (WGSL files, checked binding windows, dispatch plans).
+//! What the Gated DeltaNet kernels share: the layer's dimensions ([`DeltaDims`]) and how value
+//! heads read key heads ([`HeadMapping`]), the conv and recurrent state of every sequence slot
+//! with its zeroing and snapshot/restore ([`DeltaState`]), and the plumbing of their wrappers
+//! (WGSL files, checked binding windows, dispatch plans).
 //!
 //! # A GDN layer on the GPU (model-spec.md §5.4–5.6)
 //!
@@ -15,16 +15,14 @@
 //! 4. [`GatedNorm`](super::gated_norm::GatedNorm): `y = ssm_norm ⊙ RMSNorm₀(o) ⊙ silu(z)`,
 //!    then `W_out y`.
 //!
-//! Steps 1 and 3 read the [`SequenceTable`] the host writes before the step: `count` sequences
-//! of `len` tokens (rows `s·len + t`), sequence `s` on state slot `slot[s]`. Decode is `len = 1`
-//! with one entry per sequence in flight; prefill is one prompt (`count = 1`). Its own table,
-//! not the shared `Step` uniform, because a batch needs one slot per sequence.
+//! Steps 1 and 3 read the step's [`SequenceTable`] (`gpu::step`): which state slot each
+//! sequence of the step reads and writes.
 
 use crate::gpu::buffers::{round_up, storage_buffer};
 use crate::gpu::context::GpuContext;
 use crate::gpu::error::GpuError;
-use crate::gpu::kernels::gated_delta_chunk::CHUNK;
-use crate::model::qwen35::{HeadMapping, Hparams, SUPPORTED_CONV_KERNELS};
+use crate::gpu::kernels::ssm_conv::SUPPORTED_CONV_KERNELS;
+use crate::gpu::step::{SeqBatch, SequenceTable};
 use crate::quant::GgmlType;
 use std::ops::Range;
 
@@ -42,7 +40,7 @@ pub mod wgsl {
         };
     }
 
-    /// `struct Sequences` (the [`super::SequenceTable`] layout).
+    /// `struct Sequences` (the [`SequenceTable`] layout).
     pub const SEQUENCES: WgslFile = file!("sequences.wgsl");
     /// Sums over aligned lane groups: subgroup shuffles / workgroup memory.
     pub const ROW_SUM_SUBGROUP: WgslFile = file!("row_sum_subgroup.wgsl");
@@ -52,6 +50,24 @@ pub mod wgsl {
     pub const GATED_DELTA: WgslFile = file!("gated_delta.wgsl");
     pub const GATED_DELTA_CHUNK: WgslFile = file!("gated_delta_chunk.wgsl");
     pub const GATED_NORM: WgslFile = file!("gated_norm.wgsl");
+}
+
+/// How a v-head finds the k-head it reads (model-spec.md §5.4.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum HeadMapping {
+    /// llama.cpp's qwen35 converter order: v-head p reads k-head p mod nk.
+    Tiled,
+    /// Hugging Face / qwen3next order: v-head h reads k-head ⌊h / (nv/nk)⌋.
+    Grouped,
+}
+
+impl HeadMapping {
+    pub fn key_head(self, v_head: usize, nk: usize, nv: usize) -> usize {
+        match self {
+            HeadMapping::Tiled => v_head % nk,
+            HeadMapping::Grouped => v_head / (nv / nk),
+        }
+    }
 }
 
 /// The shapes of one Gated DeltaNet layer, as the kernels need them.
@@ -84,24 +100,6 @@ impl DeltaDims {
         head_mapping: HeadMapping::Tiled,
         eps: 1e-6,
     };
-
-    /// The dimensions of a qwen35 model, checked against what the kernels support.
-    pub fn of(hp: &Hparams) -> Result<DeltaDims, GpuError> {
-        let narrow = |key: &str, v: usize| {
-            u32::try_from(v).map_err(|_| dims_error(format!("{key} = {v} does not fit in u32")))
-        };
-        let dims = DeltaDims {
-            nk: narrow("ssm.group_count", hp.ssm_nk)?,
-            nv: narrow("ssm.time_step_rank", hp.ssm_nv)?,
-            dk: narrow("ssm.state_size", hp.ssm_dk)?,
-            dv: narrow("ssm.inner_size / time_step_rank", hp.ssm_dv)?,
-            conv_kernel: narrow("ssm.conv_kernel", hp.conv_kernel)?,
-            head_mapping: hp.head_mapping,
-            eps: hp.rms_eps,
-        };
-        dims.validate()?;
-        Ok(dims)
-    }
 
     /// Checks what the kernels assume, naming the metadata key of whatever is out of range.
     pub fn validate(&self) -> Result<(), GpuError> {
@@ -176,151 +174,6 @@ impl DeltaDims {
 fn dims_error(message: String) -> GpuError {
     GpuError::Shape {
         kernel: "gated_delta",
-        message,
-    }
-}
-
-/// The batch of one step: `count` sequences of `len` tokens each.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SeqBatch {
-    pub count: u32,
-    pub len: u32,
-}
-
-impl SeqBatch {
-    pub fn tokens(&self) -> u64 {
-        u64::from(self.count) * u64::from(self.len)
-    }
-}
-
-/// A snapshot taken partway through a one-sequence prefill step (wgsl/sequences.wgsl): the
-/// state after the step's first `rows` rows is also written to slot `slot`, so the prefix cache
-/// gets the state at a branch point inside the step without the step stopping there (which
-/// would cost another pass over every weight).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct MidSave {
-    pub rows: u32,
-    pub slot: u32,
-}
-
-/// The GPU buffer `struct Sequences` of wgsl/sequences.wgsl lives in: a 32-byte header
-/// (count, len, the mid-step snapshot's lead, rows and slot) and one state slot per sequence.
-pub struct SequenceTable {
-    pub buffer: wgpu::Buffer,
-    max_seqs: u32,
-    n_slots: u32,
-}
-
-impl SequenceTable {
-    /// A table for batches of up to `max_seqs` sequences over state slots `0..n_slots`.
-    pub fn new(ctx: &GpuContext, max_seqs: u32, n_slots: u32) -> Result<Self, GpuError> {
-        if max_seqs == 0 || n_slots == 0 {
-            return Err(table_error(format!(
-                "a table needs at least one sequence and one slot (got {max_seqs} and {n_slots})"
-            )));
-        }
-        let buffer = storage_buffer(
-            ctx,
-            "sequences",
-            4 * (HEADER_WORDS as u64 + u64::from(max_seqs)),
-        )?;
-        Ok(SequenceTable {
-            buffer,
-            max_seqs,
-            n_slots,
-        })
-    }
-
-    pub fn max_seqs(&self) -> u32 {
-        self.max_seqs
-    }
-
-    pub fn n_slots(&self) -> u32 {
-        self.n_slots
-    }
-
-    /// Queues the batch of the next step: one sequence per entry of `slots` (distinct slots),
-    /// each `len` tokens. Returns the batch to pass to the kernels' `encode`. Like the `Step`
-    /// uniform, the write lands before the next submit, so one submit runs one batch: steps
-    /// with different batches go in separate submits (or use separate tables).
-    pub fn write(&self, ctx: &GpuContext, len: u32, slots: &[u32]) -> Result<SeqBatch, GpuError> {
-        let count = u32::try_from(slots.len()).unwrap_or(u32::MAX);
-        if count == 0 || count > self.max_seqs || len == 0 {
-            return Err(table_error(format!(
-                "a batch of {count} sequences of {len} tokens: need 1..={} sequences of at least \
-                 one token",
-                self.max_seqs
-            )));
-        }
-        for (i, &slot) in slots.iter().enumerate() {
-            if slot >= self.n_slots {
-                return Err(table_error(format!(
-                    "sequence {i} uses slot {slot}, past the {} slots",
-                    self.n_slots
-                )));
-            }
-            if slots[..i].contains(&slot) {
-                return Err(table_error(format!(
-                    "slot {slot} appears twice in one batch (two sequences would race on its state)"
-                )));
-            }
-        }
-        self.put(ctx, [count, len, 0, 0, 0, 0, 0, 0], slots);
-        Ok(SeqBatch { count, len })
-    }
-
-    /// [`SequenceTable::write`] for one sequence of `len` tokens on `slot`, with the state after
-    /// `save.rows` of them also written to `save.slot` (a slot no sequence uses: the host's
-    /// spare). The chunked prefill then runs `lead` zero rows first so that a chunk boundary
-    /// falls on `save.rows`; its plan leaves room for that in every one-sequence step.
-    pub fn write_prefill(
-        &self,
-        ctx: &GpuContext,
-        len: u32,
-        slot: u32,
-        save: Option<MidSave>,
-    ) -> Result<SeqBatch, GpuError> {
-        let Some(save) = save else {
-            return self.write(ctx, len, &[slot]);
-        };
-        if save.rows == 0 || save.rows >= len {
-            return Err(table_error(format!(
-                "a snapshot after {} of a step's {len} rows: it must fall inside the step",
-                save.rows
-            )));
-        }
-        if save.slot >= self.n_slots || save.slot == slot {
-            return Err(table_error(format!(
-                "a snapshot into slot {} for a sequence on slot {slot}: need another of the {} \
-                 slots",
-                save.slot, self.n_slots
-            )));
-        }
-        if slot >= self.n_slots {
-            return Err(table_error(format!(
-                "sequence 0 uses slot {slot}, past the {} slots",
-                self.n_slots
-            )));
-        }
-        let lead = (CHUNK - save.rows % CHUNK) % CHUNK;
-        self.put(ctx, [1, len, lead, save.rows, save.slot, 0, 0, 0], &[slot]);
-        Ok(SeqBatch { count: 1, len })
-    }
-
-    fn put(&self, ctx: &GpuContext, header: [u32; HEADER_WORDS], slots: &[u32]) {
-        let mut words = header.to_vec();
-        words.extend_from_slice(slots);
-        ctx.queue
-            .write_buffer(&self.buffer, 0, bytemuck::cast_slice(&words));
-    }
-}
-
-/// Words of `struct Sequences` before its slots.
-const HEADER_WORDS: usize = 8;
-
-fn table_error(message: String) -> GpuError {
-    GpuError::Shape {
-        kernel: "sequence table",
         message,
     }
 }

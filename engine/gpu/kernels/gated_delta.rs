@@ -4,8 +4,8 @@
 //! workgroup-memory sums.
 
 use super::delta_state::{
-    DeltaDims, DeltaState, Dispatch, Resource, SeqBatch, SequenceTable, bind_group, by_entry,
-    check_batch, check_grid, check_state, f32_rows, record, wgsl,
+    DeltaDims, DeltaState, Dispatch, Resource, bind_group, by_entry, check_batch, check_grid,
+    check_state, f32_rows, record, wgsl,
 };
 use crate::gpu::buffers::uniform;
 use crate::gpu::context::GpuContext;
@@ -13,6 +13,7 @@ use crate::gpu::error::GpuError;
 use crate::gpu::kernel::{Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build};
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::step::{SeqBatch, SequenceTable};
 
 /// Invocations per workgroup: a multiple of every subgroup size up to 128.
 const WG: u32 = 128;

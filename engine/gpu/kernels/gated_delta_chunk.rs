@@ -3,8 +3,8 @@
 //! head at once, `chunk_scan` carries the state across chunks. Two dispatches for any prompt.
 
 use super::delta_state::{
-    DeltaDims, DeltaState, Dispatch, Resource, SeqBatch, SequenceTable, bind_group, by_entry,
-    check_batch, check_grid, check_state, f32_rows, record, wgsl,
+    DeltaDims, DeltaState, Dispatch, Resource, bind_group, by_entry, check_batch, check_grid,
+    check_state, f32_rows, record, wgsl,
 };
 use crate::gpu::buffers::{storage_buffer, uniform};
 use crate::gpu::context::GpuContext;
@@ -12,6 +12,7 @@ use crate::gpu::error::GpuError;
 use crate::gpu::kernel::{Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build};
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::step::{SeqBatch, SequenceTable};
 
 /// Tokens per chunk (the WGSL's `C`).
 pub const CHUNK: u32 = 64;
@@ -82,6 +83,11 @@ impl ChunkScratch {
     /// Bytes [`ChunkScratch::new`] allocates for these arguments (the memory plan counts them).
     pub fn bytes(dims: &DeltaDims, max_tokens: u32, max_seqs: u32) -> Result<u64, GpuError> {
         Ok(4 * Self::regions(dims, Self::chunks(max_tokens, max_seqs)?).end)
+    }
+
+    /// Bytes of its buffer.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.buffer.size()
     }
 
     /// count·⌈len/C⌉ ≤ (count·len + (C−1)·count) / C.

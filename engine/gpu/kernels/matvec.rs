@@ -51,13 +51,11 @@ use crate::gpu::kernel::{
 };
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
-use crate::gpu::step::StepBuffer;
+use crate::gpu::step::{MAX_BATCH, StepBuffer};
 use crate::quant::GgmlType;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// Most input vectors one dispatch multiplies.
-pub const MAX_BATCH: u32 = 8;
 /// The batch capacities pipelines are compiled for; `encode` takes the smallest that holds the
 /// step's vectors.
 pub const BATCH_CAPACITIES: [u32; 4] = [1, 2, 4, 8];
@@ -554,6 +552,27 @@ impl MatVec {
         fusion: MatVecFusion<'_>,
     ) -> Result<MatVecBinding, GpuError> {
         self.bind_fused_within(ctx, shape, io, fusion, ctx.max_binding_size())
+    }
+
+    /// Whether `fusion` fits a weight of `shape` on this device, decided from the shape and the
+    /// binding limit: a folded norm needs rows of whole vec4s, a gate/up pairing both halves of
+    /// W in one binding. A fusion that fits binds ([`MatVec::bind_fused`]); one that does not is
+    /// for the caller to leave unfused.
+    pub fn fusion_fits(ctx: &GpuContext, shape: MatVecShape, fusion: &MatVecFusion<'_>) -> bool {
+        let max_binding = ctx.max_binding_size();
+        if fusion.norm.is_some() && (!shape.cols.is_multiple_of(4) || 4 * shape.cols > max_binding)
+        {
+            return false;
+        }
+        if !fusion.swiglu {
+            return true;
+        }
+        let Some(row_bytes) = shape.ty.row_bytes(shape.cols) else {
+            return false;
+        };
+        let align = ctx.binding_alignment();
+        split_rows("", 2 * shape.rows, &[row_bytes], max_binding, align)
+            .is_ok_and(|ranges| ranges.len() == 1)
     }
 
     /// [`MatVec::bind_fused`] with bindings of at most `max_binding` bytes.

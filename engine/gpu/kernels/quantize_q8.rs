@@ -8,7 +8,7 @@
 //! for each producer, and [`super::matvec::MatVecFusion::q8`] for each mat-vec that reads it.
 //! Per step: [`QuantizeQ8::encode`] before the mat-vecs; wgpu orders the write before their reads.
 
-use super::matvec::{InputNorm, MAX_BATCH};
+use super::matvec::InputNorm;
 use super::support::{entry, shape_error, words};
 use crate::gpu::activations::Activations;
 use crate::gpu::buffers::{read_back, storage_buffer, uniform};
@@ -19,6 +19,7 @@ use crate::gpu::kernel::{
 };
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::step::MAX_BATCH;
 use crate::gpu::step::StepBuffer;
 
 /// Elements per q8 block (one f32 scale each).

@@ -12,6 +12,15 @@ use crate::gpu::kernel::{Kernel, WgslFile};
 /// 12-bit halves).
 pub(crate) const ROPE_ANGLE: WgslFile = step_wgsl!("rope_angle.wgsl");
 
+/// How RoPE pairs the dimensions of a head (model-spec.md §4.d).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum RopePairing {
+    /// (v[2i], v[2i+1]): llama, whose converter permutes Q/K rows into this order.
+    Adjacent,
+    /// (v[i], v[i + n_rot/2]): qwen2, qwen3, qwen3.5.
+    Neox,
+}
+
 /// The per-frequency table a rope_kv binding reads: for i < n_rot/2, f = base^(−2i/n_rot) /
 /// (factor_i · 2π) computed in f64, stored as (f_hi, f_mid, f_lo, 0) with f_hi and f_mid holding
 /// 12 significant bits each (wgsl/rope_angle.wgsl says why). One table serves every layer's q and k

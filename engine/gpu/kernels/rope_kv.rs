@@ -2,8 +2,8 @@
 //! reads it and k, v written into the paged KV cache, in one dispatch (wgsl/rope_kv.wgsl): the
 //! only writer of the cache.
 
-use super::kv_cache::{KvCache, KvDtype, PageTable, check_dtype};
-use super::rope::{ROPE_ANGLE, RopeTable};
+use super::kv_cache::{KvCache, KvDtype, check_dtype};
+use super::rope::{ROPE_ANGLE, RopePairing, RopeTable};
 use super::support::{
     self, Positions, View, entry, positions_binding, shape_error, step_wgsl, view_binding, words,
 };
@@ -16,8 +16,8 @@ use crate::gpu::kernel::{
 use crate::gpu::kernels::kv_cache::KvGeometry;
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::step::PageTable;
 use crate::gpu::step::StepBuffer;
-use crate::model::RopePairing;
 
 const ROPE_KV: WgslFile = step_wgsl!("rope_kv.wgsl");
 /// q, k, v, q_norm, k_norm, table, q_out, k_cache, v_cache, page_table, token_slots, params, step.

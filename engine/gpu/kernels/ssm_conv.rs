@@ -2,8 +2,8 @@
 //! (wgsl/ssm_conv.wgsl). One dispatch for decode and prefill alike.
 
 use super::delta_state::{
-    DeltaDims, DeltaState, Dispatch, Resource, SeqBatch, SequenceTable, TensorRef, bind_group,
-    by_entry, check_batch, check_f32_weight, check_grid, check_state, f32_rows, record, wgsl,
+    DeltaDims, DeltaState, Dispatch, Resource, TensorRef, bind_group, by_entry, check_batch,
+    check_f32_weight, check_grid, check_state, f32_rows, record, wgsl,
 };
 use super::support::{self, View, ViewParams};
 use crate::gpu::buffers::uniform;
@@ -12,6 +12,10 @@ use crate::gpu::error::GpuError;
 use crate::gpu::kernel::{Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build};
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::step::{SeqBatch, SequenceTable};
+
+/// Conv kernel sizes (taps) the kernel supports (the Qwen3.5 family uses 4).
+pub const SUPPORTED_CONV_KERNELS: [usize; 3] = [2, 3, 4];
 
 /// Invocations per workgroup (channels).
 const WG: u32 = 64;

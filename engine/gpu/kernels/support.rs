@@ -110,17 +110,6 @@ pub struct ViewParams {
     pub pad: u32,
 }
 
-/// `struct TokenSlot` of wgsl/positions.wgsl: where token t of a step sits, written by the host
-/// before the step when the kernels were bound with [`Positions::Table`].
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct TokenSlot {
-    /// Absolute position of the token in its sequence.
-    pub pos: u32,
-    /// The sequence's row of the page table.
-    pub page_row: u32,
-}
-
 /// Where the kernels of a step find each token's position (and page-table row).
 #[derive(Clone, Copy, Debug)]
 pub enum Positions<'a> {

@@ -13,10 +13,10 @@
 use super::{Engine, PrefillPhases, RuntimeError, timed};
 use crate::cache::{NodeId, Snapshot};
 use crate::gpu::Step;
-use crate::gpu::kernels::delta_state::MidSave;
-use crate::gpu::kernels::support::TokenSlot;
+use crate::gpu::step::{HISTORY_LEN, MidSave, TokenSlot};
+
 use crate::gpu::profile::StepMarks;
-use crate::runtime::io::HISTORY_LEN;
+
 use std::time::Instant;
 
 /// A sequence in flight: its page-table row.

@@ -15,8 +15,9 @@ use fak::gpu::kernels::attn_decode::AttnShape;
 use fak::gpu::kernels::attn_prefill::{
     AttnPrefill, COOP_ROW_BLOCKS, CoopTile, PrefillBinding, PrefillIo, SplitKeys,
 };
-use fak::gpu::kernels::kv_cache::{KvCache, KvDtype, KvLayout, PageTable};
+use fak::gpu::kernels::kv_cache::{KvCache, KvDtype, KvLayout};
 use fak::gpu::kernels::support::{Positions, View};
+use fak::gpu::step::PageTable;
 use fak::gpu::{GpuContext, Kernel, KernelPaths, Step, StepBuffer, storage_buffer, upload};
 
 /// (case, shape, chunk tokens, cached tokens before the chunk).

@@ -1,0 +1,291 @@
+//! The Gated DeltaNet half of a hybrid decoder block ([`DeltaNetBlock`], model-spec.md
+//! §5.4–5.5) and the kernels its layers share ([`DeltaNetKernels`]).
+
+use super::linear::Linear;
+use super::projections::{Projection, StackedProjections};
+use super::scratch::Act;
+use super::{Binder, Kernels};
+use crate::gguf::TensorInfo;
+use crate::gpu::kernels::delta_prep::{DeltaPrep, PrepBinding, PrepIo};
+use crate::gpu::kernels::delta_state::{DeltaDims, DeltaState, TensorRef};
+use crate::gpu::kernels::gated_delta::{DecodeBinding, DecodeIo as RecurrentIo, GatedDeltaDecode};
+use crate::gpu::kernels::gated_delta_chunk::{
+    ChunkBinding, ChunkIo, ChunkScratch, GatedDeltaChunked,
+};
+use crate::gpu::kernels::gated_norm::{GatedNorm, NormBinding, NormIo as GatedNormIo};
+use crate::gpu::kernels::matmul::MatmulOutput;
+use crate::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
+use crate::gpu::profile::{OpBytes, StepMarks};
+use crate::gpu::step::SeqBatch;
+use crate::gpu::{GpuContext, GpuError, fill_f32};
+use crate::model::ModelError;
+use crate::model::tensors::DeltaNetTensors;
+use crate::quant::GgmlType;
+
+/// The Gated DeltaNet kernels of the model's one layer shape and the chunked prefill's scratch
+/// every layer shares (a prefill is one sequence).
+pub struct DeltaNetKernels {
+    dims: DeltaDims,
+    conv: SsmConv,
+    prep: DeltaPrep,
+    recurrent: GatedDeltaDecode,
+    chunked: GatedDeltaChunked,
+    norm: GatedNorm,
+    /// None when every step is one token (the recurrent kernel serves them all).
+    scratch: Option<ChunkScratch>,
+}
+
+impl DeltaNetKernels {
+    pub fn new(ctx: &GpuContext, dims: DeltaDims, max_tokens: u32) -> Result<Self, GpuError> {
+        let paths = ctx.paths();
+        Ok(DeltaNetKernels {
+            dims,
+            conv: SsmConv::new(ctx, paths, dims)?,
+            prep: DeltaPrep::new(ctx, paths, dims)?,
+            recurrent: GatedDeltaDecode::new(ctx, paths, dims)?,
+            chunked: GatedDeltaChunked::new(ctx, paths, dims)?,
+            norm: GatedNorm::new(ctx, paths, dims)?,
+            scratch: (max_tokens > 1)
+                .then(|| ChunkScratch::new(ctx, dims, max_tokens, 1))
+                .transpose()?,
+        })
+    }
+
+    /// Bytes of the chunked prefill's scratch.
+    pub fn scratch_bytes(&self) -> u64 {
+        self.scratch
+            .as_ref()
+            .map_or(0, ChunkScratch::allocated_bytes)
+    }
+}
+
+/// One Gated DeltaNet layer (model-spec.md §5.4–5.5): the four projections of `h`, the causal
+/// conv and SiLU rolling the conv state, q/k L2 norms and gates, the delta rule (recurrent for
+/// one token, chunked for a prefill), the gated RMSNorm, and `x += W_out y`; with its state
+/// (one slot per sequence slot of the step table).
+pub struct DeltaNetBlock {
+    /// attn_norm and the qkv, z, β and α projections of its h, stacked where their types agree.
+    projections: StackedProjections,
+    conv: ConvBinding,
+    prep: PrepBinding,
+    recurrent: DecodeBinding,
+    chunked: Option<ChunkBinding>,
+    norm: NormBinding,
+    out: Linear,
+    pub state: DeltaState,
+}
+
+impl DeltaNetBlock {
+    /// Binds the layer (tensors `t`, its input norm `attn_norm`) over the shared activations,
+    /// its state slots those of the step's sequence table (`io.seqs`).
+    pub fn bind(
+        b: &Binder,
+        d: &DeltaNetKernels,
+        attn_norm: &TensorInfo,
+        t: &DeltaNetTensors,
+    ) -> Result<DeltaNetBlock, ModelError> {
+        let (ctx, rows, s, table) = (b.ctx, b.rows, b.scratch, &b.io.seqs);
+        let parts = [
+            (t.qkv, Act::GdnM),
+            (t.gate, Act::GdnZ),
+            (t.beta, Act::GdnBeta),
+            (t.alpha, Act::GdnAlpha),
+        ]
+        .map(|(tensor, act)| Projection {
+            tensor,
+            y: s.get(act),
+        });
+        let x_h = (s.get(Act::X), s.get(Act::H));
+        let (projections, placed) =
+            StackedProjections::bind(b, x_h, attn_norm, &parts, gdn_op_name)?;
+        let [m, z, beta, alpha] = [placed[0], placed[1], placed[2], placed[3]];
+        let state = DeltaState::new(ctx, d.dims, table.n_slots())?;
+        if b.poison {
+            // Only a reset makes the state usable: a missed one shows as NaN.
+            fill_f32(ctx, &state.conv, f32::NAN)?;
+            fill_f32(ctx, &state.recurrent, f32::NAN)?;
+        }
+        // The small tensors go up as f32 whatever the file stores (the converter keeps them F32).
+        let (conv_w, ssm_a, dt_bias, norm_w) = (
+            b.vector(t.conv)?,
+            b.vector(t.a)?,
+            b.vector(t.dt_bias)?,
+            b.vector(t.norm)?,
+        );
+        let conv = d.conv.bind(
+            ctx,
+            ConvIo {
+                m: m.rows(),
+                weight: f32_tensor(t.conv, &conv_w),
+                table,
+                state: &state,
+                y: s.get(Act::GdnMixed),
+                max_tokens: rows,
+            },
+        )?;
+        let prep = d.prep.bind(
+            ctx,
+            PrepIo {
+                mixed: s.get(Act::GdnMixed),
+                b: beta.rows(),
+                a: alpha.rows(),
+                ssm_a: f32_tensor(t.a, &ssm_a),
+                dt_bias: f32_tensor(t.dt_bias, &dt_bias),
+                gates: s.get(Act::GdnGates),
+                max_tokens: rows,
+            },
+        )?;
+        let recurrent = d.recurrent.bind(
+            ctx,
+            RecurrentIo {
+                mixed: s.get(Act::GdnMixed),
+                gates: s.get(Act::GdnGates),
+                table,
+                state: &state,
+                o: s.get(Act::GdnDeltaO),
+                max_tokens: rows,
+            },
+        )?;
+        let chunked = d
+            .scratch
+            .as_ref()
+            .map(|scratch| {
+                d.chunked.bind(
+                    ctx,
+                    ChunkIo {
+                        mixed: s.get(Act::GdnMixed),
+                        gates: s.get(Act::GdnGates),
+                        table,
+                        state: &state,
+                        scratch,
+                        o: s.get(Act::GdnDeltaO),
+                        max_tokens: rows,
+                    },
+                )
+            })
+            .transpose()?;
+        let norm = d.norm.bind(
+            ctx,
+            GatedNormIo {
+                o: s.get(Act::GdnDeltaO),
+                z: z.heads(d.dims.nv, d.dims.dv, d.dims.dv),
+                weight: f32_tensor(t.norm, &norm_w),
+                y: s.get(Act::GdnY),
+                max_tokens: rows,
+            },
+        )?;
+        Ok(DeltaNetBlock {
+            projections,
+            conv,
+            prep,
+            recurrent,
+            chunked,
+            norm,
+            out: b.linear(
+                t.out,
+                s.get(Act::GdnY),
+                s.get(Act::X),
+                MatmulOutput::Accumulate,
+            )?,
+            state,
+        })
+    }
+
+    /// Records the layer for `batch`: one sequence of `batch.len` tokens, or one token of each
+    /// of `batch.count` sequences. The roofline bytes of the GDN ops are their small weights and
+    /// the recurrent state they read (conv state, delta-rule state), read once per sequence
+    /// whatever its length.
+    pub fn record(
+        &self,
+        k: &Kernels,
+        d: &DeltaNetKernels,
+        pass: &mut wgpu::ComputePass,
+        batch: SeqBatch,
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
+        let n = batch.count * batch.len;
+        let bytes = GdnBytes::new(d.dims, batch);
+        self.projections.record(k, pass, n, marks, "attn_norm")?;
+        d.conv.encode(pass, &self.conv, batch)?;
+        let dispatches = d.conv.plan(&self.conv, batch)?.len();
+        marks.op(pass, "ssm_conv", "ssm_conv", bytes.conv, dispatches);
+        d.prep.encode(pass, &self.prep, n)?;
+        let dispatches = d.prep.plan(&self.prep, n)?.len();
+        marks.op(pass, "delta_prep", "delta_prep", bytes.prep, dispatches);
+        match &self.chunked {
+            Some(chunked) if batch.len > 1 => {
+                d.chunked.encode(pass, chunked, batch)?;
+                let dispatches = d.chunked.plan(chunked, batch)?.len();
+                let kernel = "gated_delta_chunk";
+                marks.op(pass, "gated_delta", kernel, bytes.delta, dispatches);
+            }
+            _ => {
+                d.recurrent.encode(pass, &self.recurrent, batch)?;
+                let dispatches = d.recurrent.plan(&self.recurrent, batch)?.len();
+                marks.op(pass, "gated_delta", "gated_delta", bytes.delta, dispatches);
+            }
+        }
+        d.norm.encode(pass, &self.norm, n)?;
+        let dispatches = d.norm.plan(&self.norm, n)?.len();
+        marks.op(pass, "gated_norm", "gated_norm", bytes.norm, dispatches);
+        self.out.record(k, pass, n, marks, "gdn_out")
+    }
+}
+
+/// The op name of a run of a GDN layer's projections (`run` indexes [qkv, z, β, α]): `gdn_`
+/// and the letters of the projections it stacks (qkv, z, b for β, a for α).
+fn gdn_op_name(run: std::ops::Range<usize>) -> &'static str {
+    const NAMES: [[&str; 4]; 4] = [
+        ["gdn_qkv", "gdn_qkvz", "gdn_qkvzb", "gdn_qkvzba"],
+        ["gdn_z", "gdn_zb", "gdn_zba", ""],
+        ["gdn_b", "gdn_ba", "", ""],
+        ["gdn_a", "", "", ""],
+    ];
+    NAMES[run.start][run.len() - 1]
+}
+
+/// What each Gated DeltaNet kernel of a step over `batch` moves: f32 weights and each sequence's
+/// state in `weights` (the roofline's bytes), f32 activations read and written in `activations`;
+/// state writes count as activations.
+struct GdnBytes {
+    conv: OpBytes,
+    prep: OpBytes,
+    delta: OpBytes,
+    norm: OpBytes,
+}
+
+impl GdnBytes {
+    fn new(dims: DeltaDims, batch: SeqBatch) -> GdnBytes {
+        let f32s = |floats: u64| 4 * floats;
+        let (n, seqs) = (batch.tokens(), u64::from(batch.count));
+        let (conv_dim, key_dim) = (u64::from(dims.conv_dim()), u64::from(dims.key_dim()));
+        let (value_dim, nv) = (u64::from(dims.value_dim()), u64::from(dims.nv));
+        let conv_state = seqs * f32s(dims.conv_state_floats());
+        let recurrent_state = seqs * f32s(dims.recurrent_state_floats());
+        GdnBytes {
+            // Taps and the K−1 raw rows before the step in; the raw rows in, y out, the state out.
+            conv: OpBytes::new(
+                f32s(conv_dim * u64::from(dims.conv_kernel)) + conv_state,
+                f32s(2 * n * conv_dim) + conv_state,
+            ),
+            // ssm_a and dt_bias; q and k normalised in place, β and α logits in, gates out.
+            prep: OpBytes::new(f32s(2 * nv), f32s(n * (4 * key_dim + 4 * nv))),
+            // The delta-rule state in (and out); q̂, k̂, v and the gates in, o out.
+            delta: OpBytes::new(
+                recurrent_state,
+                f32s(n * (conv_dim + 2 * nv + value_dim)) + recurrent_state,
+            ),
+            // ssm_norm; o and z in, y out.
+            norm: OpBytes::new(f32s(u64::from(dims.dv)), f32s(3 * n * value_dim)),
+        }
+    }
+}
+
+/// A tensor uploaded as f32 (by [`Binder::vector`]), named for the kernels' errors.
+fn f32_tensor<'a>(t: &'a TensorInfo, buffer: &'a wgpu::Buffer) -> TensorRef<'a> {
+    TensorRef {
+        name: &t.name,
+        ty: GgmlType::F32,
+        buffer,
+    }
+}

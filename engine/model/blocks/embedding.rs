@@ -1,0 +1,261 @@
+//! What every model puts its layers between: the token embedding ([`Embedding`]) and the output
+//! head ([`OutputHead`]), bound together as [`Ends`].
+
+use super::linear::Linear;
+use super::norm::Norm;
+use super::scratch::Act;
+use super::{Binder, Kernels, upload_weight};
+use crate::gguf::TensorInfo;
+use crate::gpu::kernels::argmax::{ArgmaxBinding, ArgmaxRows, ArgmaxShape};
+use crate::gpu::kernels::embed::{EmbedBinding, EmbedIo, EmbedShape};
+use crate::gpu::kernels::matmul::MatmulOutput;
+use crate::gpu::kernels::rms_norm::NormIo;
+use crate::gpu::kernels::support::View;
+use crate::gpu::profile::{OpBytes, StepMarks};
+use crate::gpu::step::{StepIo, StepKind};
+use crate::gpu::{Activations, GpuContext, GpuError};
+use crate::model::ModelError;
+use crate::model::tensors::Tensors;
+
+/// The token embedding lookup: `x[t] = table[ids[t]]` from any weight type.
+pub struct Embedding {
+    binding: EmbedBinding,
+    /// Bytes of one table row, and f32 bytes of one output row.
+    row_bytes: u64,
+    out_bytes: u64,
+}
+
+impl Embedding {
+    pub fn bind(
+        k: &Kernels,
+        ctx: &GpuContext,
+        t: &TensorInfo,
+        table: &wgpu::Buffer,
+        io: &StepIo,
+        x: &wgpu::Buffer,
+    ) -> Result<Embedding, GpuError> {
+        let binding = k.embed.bind(
+            ctx,
+            EmbedShape {
+                ty: t.ty,
+                rows: t.n_rows(),
+                cols: t.row_len(),
+            },
+            &EmbedIo {
+                table,
+                table_offset: 0,
+                ids: &io.ids,
+                ids_offset: 0,
+                out: Activations::contiguous(x, t.row_len()),
+                step: &io.step,
+                max_tokens: io.max_tokens,
+            },
+        )?;
+        Ok(Embedding {
+            binding,
+            row_bytes: t.row_bytes(),
+            out_bytes: t.row_len() * 4,
+        })
+    }
+
+    /// Records the lookup of `n` tokens (one table row each).
+    pub fn record(
+        &self,
+        k: &Kernels,
+        pass: &mut wgpu::ComputePass,
+        n: u32,
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
+        k.embed.encode(pass, &self.binding, n)?;
+        let n = u64::from(n);
+        let bytes = OpBytes::new(n * self.row_bytes, n * (self.out_bytes + 4));
+        marks.op(pass, "embed", "embed", bytes, self.binding.range_count());
+        Ok(())
+    }
+}
+
+/// What every model puts its layers between: the token embedding writing the residual stream
+/// `x`, and the output head reading it.
+pub struct Ends {
+    embedding: Embedding,
+    head: OutputHead,
+    x: wgpu::Buffer,
+}
+
+impl Ends {
+    /// Binds the embedding `t.embd` into the residual stream, and the head over it: the final
+    /// norm, then `t.output` (the embedding table where tied: its buffer is uploaded once).
+    pub fn bind(b: &Binder, t: &Tensors) -> Result<Ends, ModelError> {
+        let (io, x) = (b.io, b.scratch.get(Act::X));
+        let table = upload_weight(b.ctx, b.gguf, t.embd)?;
+        let embedding = Embedding::bind(b.k, b.ctx, t.embd, &table, io, x)?;
+        let output_weights = match t.tied {
+            true => table,
+            false => upload_weight(b.ctx, b.gguf, t.output)?,
+        };
+        let norm = b.vector(t.output_norm)?;
+        let tail = (b.scratch.get(Act::TailX), b.scratch.get(Act::TailH));
+        let head = OutputHead::bind(
+            b.k,
+            b.ctx,
+            io,
+            (&norm, b.eps),
+            (t.output, &output_weights),
+            tail,
+        )?;
+        Ok(Ends {
+            embedding,
+            head,
+            x: x.clone(),
+        })
+    }
+
+    /// Records a step over `n` rows: the embedding, then `layers` (given the step's kind), in
+    /// one compute pass named `label`; then the head on `rows` of them.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record(
+        &self,
+        k: &Kernels,
+        encoder: &mut wgpu::CommandEncoder,
+        label: &str,
+        n: u32,
+        rows: HeadRows,
+        marks: &mut StepMarks,
+        layers: impl FnOnce(&mut wgpu::ComputePass, StepKind, &mut StepMarks) -> Result<(), GpuError>,
+    ) -> Result<(), GpuError> {
+        let kind = match rows {
+            HeadRows::Tail(_) => StepKind::Sequence,
+            HeadRows::Batch => StepKind::Batch,
+        };
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(label),
+                timestamp_writes: None,
+            });
+            marks.begin(&mut pass);
+            self.embedding.record(k, &mut pass, n, marks)?;
+            layers(&mut pass, kind, marks)?;
+        }
+        self.head.record(k, encoder, &self.x, n, rows, marks)
+    }
+}
+
+/// Which rows of a step the output head turns into logits and tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadRows {
+    /// The last `tail` rows of one sequence's step; the argmax of the last goes to the history.
+    Tail(u32),
+    /// Every row of a batched decode step, one per sequence; row r's argmax to `io.ids[r]`.
+    Batch,
+}
+
+/// After the last layer: the last row (or every row, for the quality path and batched decode)
+/// of the residual stream is copied out, normed, projected to logits (`io.logits`), and the
+/// argmax of its last row written to `io.ids[0]` (the next decode step's input) and
+/// `io.history` — or, for a batched decode step, the argmax of every row r to `io.ids[r]`.
+/// Bound to `io.tail_step`, whose `n_tokens` is the number of rows kept.
+pub struct OutputHead {
+    tail_x: wgpu::Buffer,
+    norm: Norm,
+    lm_head: Linear,
+    argmax: ArgmaxBinding,
+    argmax_rows: ArgmaxBinding,
+    row_bytes: u64,
+    vocab: u64,
+}
+
+impl OutputHead {
+    /// Binds the head over `tail_x` (the rows of the residual stream it reads) normed into
+    /// `tail_h`, `io.logit_rows` rows of each.
+    pub fn bind(
+        k: &Kernels,
+        ctx: &GpuContext,
+        io: &StepIo,
+        (norm_weight, eps): (&wgpu::Buffer, f32),
+        (output, output_weights): (&TensorInfo, &wgpu::Buffer),
+        (tail_x, tail_h): (&wgpu::Buffer, &wgpu::Buffer),
+    ) -> Result<OutputHead, GpuError> {
+        let (d, vocab) = (output.row_len() as usize, output.n_rows() as usize);
+        let rows = io.logit_rows;
+        let step = &io.tail_step;
+        let norm = Norm::bind(
+            k,
+            ctx,
+            NormIo::Out {
+                x: View::rows(tail_x, d as u32),
+                y: View::rows(tail_h, d as u32),
+            },
+            d,
+            1,
+            eps,
+            norm_weight,
+            step,
+            rows,
+        )?;
+        let lm_head = Linear::bind(
+            k,
+            ctx,
+            output,
+            output_weights,
+            tail_h,
+            &io.logits,
+            step,
+            rows,
+            MatmulOutput::Store,
+        )?;
+        let argmax = |rows_mode: ArgmaxRows| {
+            k.argmax.bind(
+                ctx,
+                ArgmaxShape {
+                    vocab: vocab as u32,
+                    rows: rows_mode,
+                    max_tokens: rows,
+                },
+                View::rows(&io.logits, vocab as u32),
+                &io.ids,
+                &io.history,
+                step,
+            )
+        };
+        Ok(OutputHead {
+            tail_x: tail_x.clone(),
+            norm,
+            lm_head,
+            argmax: argmax(ArgmaxRows::Last)?,
+            argmax_rows: argmax(ArgmaxRows::All)?,
+            row_bytes: d as u64 * 4,
+            vocab: vocab as u64,
+        })
+    }
+
+    /// Records the head after the layers' pass has ended, over the `rows` of the `n` rows of
+    /// the residual stream `x`.
+    pub fn record(
+        &self,
+        k: &Kernels,
+        encoder: &mut wgpu::CommandEncoder,
+        x: &wgpu::Buffer,
+        n: u32,
+        rows: HeadRows,
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
+        let (tail, argmax) = match rows {
+            HeadRows::Tail(tail) => (tail, &self.argmax),
+            HeadRows::Batch => (n, &self.argmax_rows),
+        };
+        let skip = u64::from(n - tail) * self.row_bytes;
+        encoder.copy_buffer_to_buffer(x, skip, &self.tail_x, 0, u64::from(tail) * self.row_bytes);
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("output head"),
+            timestamp_writes: None,
+        });
+        marks.begin(&mut pass);
+        self.norm.record(k, &mut pass, tail, marks, "output_norm");
+        self.lm_head.record(k, &mut pass, tail, marks, "output")?;
+        k.argmax.encode(&mut pass, argmax, tail);
+        // argmax is two dispatches (per-chunk maxima, then the winner).
+        let logits = OpBytes::new(0, 4 * u64::from(tail) * self.vocab);
+        marks.op(&mut pass, "argmax", "argmax", logits, 2);
+        Ok(())
+    }
+}

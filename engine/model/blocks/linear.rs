@@ -1,0 +1,239 @@
+//! `y (+)= W x` for one weight ([`Linear`]): the mat-vec for decode steps, the mat-mul for
+//! prefill chunks, and on the integer path the quantization of its input ([`QuantizedInput`]).
+
+use super::Kernels;
+use crate::gguf::TensorInfo;
+use crate::gpu::kernels::matmul::{MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape};
+use crate::gpu::kernels::matvec::{
+    InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecShape,
+};
+use crate::gpu::kernels::quantize_q8::{Q8_BLOCK, Q8Vectors, QuantizeQ8Binding};
+use crate::gpu::profile::{OpBytes, StepMarks};
+use crate::gpu::step::{MAX_BATCH, StepBuffer};
+use crate::gpu::{Activations, GpuContext, GpuError};
+use crate::quant::GgmlType;
+
+/// A decode step's input quantized to 8-bit blocks (RMS-normed first where asked) for the
+/// integer mat-vecs that read it: the vectors and the dispatch that writes them. Exists only on
+/// the int-dot path, for weights of [`MatVec::Q8_TYPES`].
+pub struct QuantizedInput {
+    vectors: Q8Vectors,
+    binding: QuantizeQ8Binding,
+    /// f32 bytes of one input vector.
+    x_bytes: u64,
+}
+
+impl QuantizedInput {
+    /// The quantization of up to `max_tokens` (capped at [`MAX_BATCH`]) rows of `cols` of `x`
+    /// for mat-vecs of weight types `types`; None unless the int-dot path is on, `cols` is whole
+    /// q8 blocks and some type takes q8 inputs ([`QuantizedInput::takes`] says which).
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind(
+        k: &Kernels,
+        ctx: &GpuContext,
+        x: &wgpu::Buffer,
+        cols: u64,
+        norm: Option<InputNorm<'_>>,
+        types: &[GgmlType],
+        step: &StepBuffer,
+        max_tokens: u32,
+    ) -> Result<Option<QuantizedInput>, GpuError> {
+        let Some(quantize) = &k.quantize else {
+            return Ok(None);
+        };
+        if !cols.is_multiple_of(Q8_BLOCK) || !types.iter().any(|&t| Self::takes(t)) {
+            return Ok(None);
+        }
+        let max_batch = max_tokens.min(MAX_BATCH);
+        let vectors = Q8Vectors::new(ctx, "decode input", cols, max_batch)?;
+        let x = Activations::contiguous(x, cols);
+        let binding = quantize.bind(ctx, x, cols, norm, &vectors, step, max_batch)?;
+        Ok(Some(QuantizedInput {
+            vectors,
+            binding,
+            x_bytes: 4 * cols,
+        }))
+    }
+
+    /// Whether mat-vecs of weight type `ty` read quantized inputs on the int-dot path (the
+    /// others keep f32 inputs, as the reference's `Activations::Q8Blocks` rounds only theirs):
+    /// the types of [`MatVec::Q8_TYPES`] that `FAK_INT_DOT_TYPES` names (comma-separated ggml
+    /// names, e.g. `q4_k,q6_k`: for measuring where the integer kernel wins per type; the
+    /// reference then rounds more inputs than the GPU), all of them when it is unset.
+    pub fn takes(ty: GgmlType) -> bool {
+        static CHOSEN: std::sync::OnceLock<Vec<GgmlType>> = std::sync::OnceLock::new();
+        let chosen = CHOSEN.get_or_init(|| match std::env::var("FAK_INT_DOT_TYPES") {
+            Ok(names) => names
+                .split(',')
+                .map(str::trim)
+                .filter_map(GgmlType::from_name)
+                .collect(),
+            Err(_) => MatVec::Q8_TYPES.to_vec(),
+        });
+        MatVec::Q8_TYPES.contains(&ty) && chosen.contains(&ty)
+    }
+
+    /// The fusion that makes a mat-vec read these vectors.
+    pub fn fusion(&self, swiglu: bool) -> MatVecFusion<'_> {
+        MatVecFusion {
+            swiglu,
+            q8: Some(&self.vectors),
+            ..MatVecFusion::default()
+        }
+    }
+
+    /// Records the quantization of `n` vectors; returns what it moved (x read, codes and scales
+    /// written), for the op that records it.
+    pub(super) fn record(
+        &self,
+        k: &Kernels,
+        pass: &mut wgpu::ComputePass,
+        n: u32,
+    ) -> Result<u64, GpuError> {
+        let quantize = k.quantize.as_ref().expect("bound on the int-dot path");
+        quantize.encode(pass, &self.binding, n)?;
+        let cols = self.x_bytes / 4;
+        Ok(u64::from(n) * (self.x_bytes + cols + 4 * cols / Q8_BLOCK))
+    }
+}
+
+/// `y (+)= W x` for one weight tensor: mat-vec for steps of up to [`MAX_BATCH`] tokens (decode),
+/// the tiled mat-mul above (prefill). Both are bound at load over the same weight buffer.
+pub struct Linear {
+    matvec: MatVecBinding,
+    /// x quantized for `matvec`, recorded before it (the int-dot path, a type that takes q8
+    /// inputs).
+    quantized: Option<QuantizedInput>,
+    matmul: Option<MatmulBinding>,
+    pub(super) rows: u64,
+    pub(super) cols: u64,
+    pub(super) weight_bytes: u64,
+    accumulate: bool,
+}
+
+impl Linear {
+    /// Binds `w` (the bytes of tensor `t`) reading `[n, t.row_len]` rows of `x` and writing
+    /// `[n, t.n_rows]` rows of `y`, both contiguous from offset 0, for steps of up to
+    /// `max_tokens` tokens.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind(
+        k: &Kernels,
+        ctx: &GpuContext,
+        t: &TensorInfo,
+        w: &wgpu::Buffer,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        step: &StepBuffer,
+        max_tokens: u32,
+        output: MatmulOutput,
+    ) -> Result<Linear, GpuError> {
+        let shape = MatVecShape {
+            ty: t.ty,
+            rows: t.n_rows(),
+            cols: t.row_len(),
+        };
+        Self::bind_shape(k, ctx, shape, w, x, y, step, max_tokens, output)
+    }
+
+    /// [`Linear::bind`] for a weight of `shape` (several tensors stored back to back).
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_shape(
+        k: &Kernels,
+        ctx: &GpuContext,
+        shape: MatVecShape,
+        w: &wgpu::Buffer,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        step: &StepBuffer,
+        max_tokens: u32,
+        output: MatmulOutput,
+    ) -> Result<Linear, GpuError> {
+        let MatVecShape { ty, rows, cols } = shape;
+        let quantized = QuantizedInput::bind(k, ctx, x, cols, None, &[ty], step, max_tokens)?;
+        let matvec = k.matvec.bind_fused(
+            ctx,
+            shape,
+            &MatVecIo {
+                weights: w,
+                weights_offset: 0,
+                x: Activations::contiguous(x, cols),
+                y: Activations::contiguous(y, rows),
+                step,
+                accumulate: output == MatmulOutput::Accumulate,
+                max_batch: max_tokens.min(MAX_BATCH),
+            },
+            quantized
+                .as_ref()
+                .map_or_else(MatVecFusion::default, |q| q.fusion(false)),
+        )?;
+        let matmul = (max_tokens > MAX_BATCH)
+            .then(|| {
+                k.matmul.bind(
+                    ctx,
+                    MatmulShape {
+                        ty,
+                        rows,
+                        cols,
+                        max_tokens,
+                        output,
+                    },
+                    MatmulBuffers {
+                        weights: w,
+                        x,
+                        y,
+                        step,
+                    },
+                )
+            })
+            .transpose()?;
+        Ok(Linear {
+            matvec,
+            quantized,
+            matmul,
+            rows,
+            cols,
+            weight_bytes: rows * ty.row_bytes(cols).unwrap_or(0),
+            accumulate: output == MatmulOutput::Accumulate,
+        })
+    }
+
+    /// What the product of `n` tokens moves: the whole weight once, x once, y once (twice when
+    /// accumulating); and its FLOPs.
+    pub(super) fn bytes(&self, n: u32) -> OpBytes {
+        let y_passes = if self.accumulate { 2 } else { 1 };
+        let activations = 4 * u64::from(n) * (self.cols + y_passes * self.rows);
+        OpBytes::new(self.weight_bytes, activations).product(self.rows, self.cols, n)
+    }
+
+    /// Records the product for `n` tokens as op `name`: the whole weight tensor is read once,
+    /// x once, y once (twice when accumulating).
+    pub fn record(
+        &self,
+        k: &Kernels,
+        pass: &mut wgpu::ComputePass,
+        n: u32,
+        marks: &mut StepMarks,
+        name: &'static str,
+    ) -> Result<(), GpuError> {
+        if let Some(binding) = &self.matmul
+            && n > MAX_BATCH
+        {
+            let dispatches = k.matmul.encode(pass, binding, n)?;
+            marks.op(pass, name, "matmul", self.bytes(n), dispatches);
+            return Ok(());
+        }
+        let mut bytes = self.bytes(n);
+        let mut dispatches = self.matvec.grids().count();
+        if let Some(q) = &self.quantized {
+            bytes.activations += q.record(k, pass, n)?;
+            dispatches += 1;
+        }
+        k.matvec.encode(pass, &self.matvec, n)?;
+        let kernel = match self.quantized {
+            Some(_) => "matvec_q8",
+            None => "matvec",
+        };
+        marks.op(pass, name, kernel, bytes, dispatches);
+        Ok(())
+    }
+}

@@ -1,0 +1,251 @@
+//! The SwiGLU MLP half of a decoder block ([`Mlp`]).
+
+use super::linear::{Linear, QuantizedInput};
+use super::norm::Norm;
+use super::pointwise::Pointwise;
+use super::scratch::Act;
+use super::{Binder, Kernels, stackable, upload_weight, upload_weights};
+use crate::gguf::TensorInfo;
+use crate::gpu::kernels::elementwise::ElementwiseOp;
+use crate::gpu::kernels::matmul::MatmulOutput;
+use crate::gpu::kernels::matvec::{
+    InputNorm, MatVecBinding, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape,
+};
+use crate::gpu::kernels::quantize_q8::{Q8_BLOCK, Q8Vectors};
+use crate::gpu::kernels::rms_norm::NormIo;
+use crate::gpu::kernels::support::View;
+use crate::gpu::profile::{OpBytes, StepMarks};
+use crate::gpu::step::MAX_BATCH;
+use crate::gpu::{Activations, GpuError};
+use crate::model::ModelError;
+use crate::model::tensors::MlpTensors;
+
+/// The activations an MLP reads and writes: the residual stream `x` (`[n, d]`), the normed
+/// input `h`, `[n, 2·n_ff]` rows of gate then up values (a prefill's mat-mul output) and `[n,
+/// n_ff]` rows of their SwiGLU.
+struct MlpBuffers<'a> {
+    pub x: &'a wgpu::Buffer,
+    pub h: &'a wgpu::Buffer,
+    pub gate_up: &'a wgpu::Buffer,
+    pub act: &'a wgpu::Buffer,
+}
+
+/// `x += W_down(silu(W_gate h) ⊙ W_up h)` with `h = RMSNorm(x)`: the MLP half of a decoder
+/// block (model-spec.md §4.g, §5.8). W_gate and W_up are stored back to back as one weight. A
+/// decode step is two dispatches: the norm, both products and the SwiGLU in one mat-vec
+/// ([`MatVecFusion`]), then `W_down` accumulating into x; a prefill chunk runs the norm, one
+/// mat-mul over the gate and up rows, the SwiGLU and `W_down`.
+pub struct Mlp {
+    norm: Norm,
+    gate_up: Linear,
+    swiglu: Pointwise,
+    /// None where the fusion does not apply to the shape (the prefill path serves decode too).
+    folded: Option<MatVecBinding>,
+    /// On the int-dot path: RMSNorm(x) quantized for `folded`.
+    quantized: Option<QuantizedInput>,
+    down: Linear,
+    /// On the int-dot path, where W_down takes q8 inputs: `folded` also writes its SwiGLU as q8
+    /// blocks (`MatVecFusion::quantize_output`) and this decode mat-vec of W_down reads them, so
+    /// the down product needs no quantize dispatch of its own.
+    down_q8: Option<(Q8Vectors, MatVecBinding)>,
+}
+
+impl Mlp {
+    /// Binds the MLP of tensors `t` over the shared activations.
+    pub fn bind(b: &Binder, t: &MlpTensors) -> Result<Mlp, ModelError> {
+        let buffers = MlpBuffers {
+            x: b.scratch.get(Act::X),
+            h: b.scratch.get(Act::H),
+            gate_up: b.scratch.get(Act::GateUp),
+            act: b.scratch.get(Act::FfnAct),
+        };
+        let s = &buffers;
+        let d = t.norm.n_elements() as usize;
+        let n_ff = t.gate.n_rows() as usize;
+        if !stackable(&[t.gate, t.up]) {
+            return Err(ModelError::Gguf(b.gguf.tensor_error(
+                t.up,
+                format!(
+                    "is {} with rows of {}, {} is {} with rows of {}: the MLP multiplies them as \
+                     one weight and needs them alike",
+                    t.up.ty,
+                    t.up.row_len(),
+                    t.gate.name,
+                    t.gate.ty,
+                    t.gate.row_len()
+                ),
+            )));
+        }
+        let w = upload_weights(b.ctx, b.gguf, &[t.gate, t.up])?;
+        let stacked = MatVecShape {
+            ty: t.gate.ty,
+            rows: 2 * n_ff as u64,
+            cols: d as u64,
+        };
+        let gate_up = Linear::bind_shape(
+            b.k,
+            b.ctx,
+            stacked,
+            &w,
+            s.h,
+            s.gate_up,
+            b.step,
+            b.rows,
+            MatmulOutput::Store,
+        )?;
+        let half = |offset| {
+            View::rows(s.gate_up, n_ff as u32)
+                .strided(2 * n_ff as u32, 0)
+                .at(offset)
+        };
+        let swiglu = ElementwiseOp::SwiGlu {
+            gate: half(0),
+            up: half(n_ff as u32),
+            out: View::rows(s.act, n_ff as u32),
+        };
+        let norm_weight = b.vector(t.norm)?;
+        let input_norm = InputNorm {
+            weight: &norm_weight,
+            eps: b.eps,
+        };
+        let quantized = b.quantized(s.x, d as u64, Some(input_norm), &[t.gate.ty])?;
+        let fusion = match &quantized {
+            Some(q) => q.fusion(true),
+            None => MatVecFusion {
+                norm: Some(input_norm),
+                swiglu: true,
+                ..MatVecFusion::default()
+            },
+        };
+        let paired = MatVecShape {
+            rows: n_ff as u64,
+            ..stacked
+        };
+        let io = NormIo::Out {
+            x: View::rows(s.x, d as u32),
+            y: View::rows(s.h, d as u32),
+        };
+        let down_w = upload_weight(b.ctx, b.gguf, t.down)?;
+        let down = Linear::bind(
+            b.k,
+            b.ctx,
+            t.down,
+            &down_w,
+            s.act,
+            s.x,
+            b.step,
+            b.rows,
+            MatmulOutput::Accumulate,
+        )?;
+        // The integer down product reading the pairing's quantized SwiGLU, where both fold.
+        let act_q8 = (b.k.quantize.is_some()
+            && QuantizedInput::takes(t.down.ty)
+            && (n_ff as u64).is_multiple_of(Q8_BLOCK))
+        .then(|| Q8Vectors::new(b.ctx, "ffn_down input", n_ff as u64, b.rows.min(MAX_BATCH)))
+        .transpose()?;
+        let quantizing = act_q8.as_ref().and_then(|q8| {
+            let fusion = MatVecFusion {
+                quantize_output: Some(q8),
+                layout: Some(MatVecLayout::QUANTIZING),
+                ..fusion
+            };
+            b.fold(paired, &w, s.x, s.act, fusion).transpose()
+        });
+        let (folded, down_q8) = match (quantizing.transpose()?, act_q8) {
+            (Some(folded), Some(q8)) => {
+                let down_q8 = Self::bind_down_q8(b, t.down, &down_w, s, &q8)?;
+                (Some(folded), Some((q8, down_q8)))
+            }
+            _ => (b.fold(paired, &w, s.x, s.act, fusion)?, None),
+        };
+        Ok(Mlp {
+            norm: Norm::bind(b.k, b.ctx, io, d, 1, b.eps, &norm_weight, b.step, b.rows)?,
+            gate_up,
+            swiglu: b.pointwise(1, n_ff, swiglu)?,
+            folded,
+            quantized,
+            down,
+            down_q8,
+        })
+    }
+
+    /// The decode mat-vec `x += W_down act` reading act as the q8 vectors `q8`.
+    fn bind_down_q8(
+        b: &Binder,
+        down: &TensorInfo,
+        w: &wgpu::Buffer,
+        s: &MlpBuffers,
+        q8: &Q8Vectors,
+    ) -> Result<MatVecBinding, GpuError> {
+        let shape = MatVecShape {
+            ty: down.ty,
+            rows: down.n_rows(),
+            cols: down.row_len(),
+        };
+        let io = MatVecIo {
+            weights: w,
+            weights_offset: 0,
+            x: Activations::contiguous(s.act, shape.cols),
+            y: Activations::contiguous(s.x, shape.rows),
+            step: b.step,
+            accumulate: true,
+            max_batch: b.rows.min(MAX_BATCH),
+        };
+        let fusion = MatVecFusion {
+            q8: Some(q8),
+            ..MatVecFusion::default()
+        };
+        b.k.matvec.bind_fused(b.ctx, shape, &io, fusion)
+    }
+
+    /// Records the block's ops: `ffn_gate_up` (norm, gate, up and SwiGLU folded) and
+    /// `ffn_down` for a decode step; `ffn_norm`, `ffn_gate_up`, `swiglu`, `ffn_down` otherwise.
+    pub fn record(
+        &self,
+        k: &Kernels,
+        pass: &mut wgpu::ComputePass,
+        n: u32,
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
+        match &self.folded {
+            Some(binding) if n <= MAX_BATCH => {
+                let quantized = match &self.quantized {
+                    Some(q) => Some(q.record(k, pass, n)?),
+                    None => None,
+                };
+                k.matvec.encode(pass, binding, n)?;
+                // x read, the norm and both weights read once, the SwiGLU written (and the
+                // quantization's traffic on the integer path).
+                let bytes = OpBytes::new(
+                    self.gate_up.weight_bytes + self.norm.weight_bytes(),
+                    4 * u64::from(n) * (self.gate_up.cols + self.gate_up.rows / 2)
+                        + quantized.unwrap_or(0),
+                )
+                .product(self.gate_up.rows, self.gate_up.cols, n);
+                let kernel = if quantized.is_some() {
+                    "matvec_q8"
+                } else {
+                    "matvec"
+                };
+                let dispatches = binding.grids().count() + usize::from(quantized.is_some());
+                marks.op(pass, "ffn_gate_up", kernel, bytes, dispatches);
+                if let Some((_, down)) = &self.down_q8 {
+                    k.matvec.encode(pass, down, n)?;
+                    // x read as q8 codes and scales instead of f32.
+                    let mut bytes = self.down.bytes(n);
+                    let cols = self.down.cols;
+                    bytes.activations -= 4 * u64::from(n) * cols;
+                    bytes.activations += u64::from(n) * (cols + 4 * cols / Q8_BLOCK);
+                    marks.op(pass, "ffn_down", "matvec_q8", bytes, down.grids().count());
+                    return Ok(());
+                }
+            }
+            _ => {
+                self.norm.record(k, pass, n, marks, "ffn_norm");
+                self.gate_up.record(k, pass, n, marks, "ffn_gate_up")?;
+                self.swiglu.record(k, pass, n, marks, "swiglu");
+            }
+        }
+        self.down.record(k, pass, n, marks, "ffn_down")
+    }
+}

@@ -1,0 +1,217 @@
+//! The blocks every model on the GPU is built from: projections that pick mat-vec or mat-mul by
+//! the step's token count ([`linear`], [`projections`]), norms and elementwise ops ([`norm`],
+//! [`pointwise`]), the causal attention block over the paged KV cache with its options (biases,
+//! per-head q/k norms, an output gate; [`attention`]), the Gated DeltaNet block ([`delta_net`]),
+//! the SwiGLU MLP ([`mlp`]), the embedding and the output head ([`embedding`]), and the
+//! activations the layers share ([`scratch`]). An architecture's spec file says which blocks
+//! its layers are made of; [`super::decoder`] binds and records them.
+//!
+//! Each block binds everything it touches at load (bind groups built once) and only records
+//! dispatches per step; `record` notes each op it recorded (name, dispatches, bytes moved) in
+//! the step's `StepMarks`, so a model reports the dispatches and bytes of a step from the code
+//! that records them (a prefill's count must not grow with the prompt). Bind groups keep the
+//! buffers they bind alive (wgpu reference-counts its resources), so a model holds only what it
+//! records with.
+
+pub mod attention;
+pub mod delta_net;
+pub mod embedding;
+pub mod linear;
+pub mod mlp;
+pub mod norm;
+pub mod pointwise;
+pub mod projections;
+pub mod scratch;
+
+use super::ModelError;
+use crate::gguf::{Gguf, TensorInfo};
+use crate::gpu::kernels::argmax::Argmax;
+use crate::gpu::kernels::elementwise::{Elementwise, ElementwiseOp};
+use crate::gpu::kernels::embed::Embed;
+use crate::gpu::kernels::matmul::{Matmul, MatmulOutput};
+use crate::gpu::kernels::matvec::{
+    InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecShape,
+};
+use crate::gpu::kernels::quantize_q8::QuantizeQ8;
+use crate::gpu::kernels::rms_norm::RmsNorm;
+use crate::gpu::kernels::rope_kv::RopeKv;
+use crate::gpu::step::{MAX_BATCH, StepBuffer, StepIo};
+use crate::gpu::{Activations, GpuContext, GpuError, upload};
+use crate::quant::GgmlType;
+use linear::{Linear, QuantizedInput};
+use pointwise::Pointwise;
+use scratch::Scratch;
+
+/// The kernels a model records, each built once for the adapter's paths.
+pub struct Kernels {
+    pub matvec: MatVec,
+    /// The quantizer of the integer mat-vec path, where the paths take it (`int_dot`).
+    pub quantize: Option<QuantizeQ8>,
+    pub matmul: Matmul,
+    pub embed: Embed,
+    pub rms_norm: RmsNorm,
+    pub rope_kv: RopeKv,
+    pub elementwise: Elementwise,
+    pub argmax: Argmax,
+}
+
+impl Kernels {
+    pub fn new(ctx: &GpuContext) -> Result<Kernels, GpuError> {
+        let paths = ctx.paths();
+        Ok(Kernels {
+            matvec: MatVec::new(ctx, paths)?,
+            quantize: match paths.int_dot {
+                true => Some(QuantizeQ8::new(ctx, paths)?),
+                false => None,
+            },
+            matmul: Matmul::new(ctx, paths)?,
+            embed: Embed::new(ctx, paths)?,
+            rms_norm: RmsNorm::new(ctx, paths)?,
+            rope_kv: RopeKv::new(ctx, paths)?,
+            elementwise: Elementwise::new(ctx, paths)?,
+            argmax: Argmax::new(ctx, paths)?,
+        })
+    }
+}
+
+/// A weight tensor's bytes, exactly as the GGUF stores them, in a buffer of its own (labelled
+/// with the tensor's name, so a wgpu error names it).
+pub fn upload_weight(
+    ctx: &GpuContext,
+    gguf: &Gguf,
+    t: &TensorInfo,
+) -> Result<wgpu::Buffer, ModelError> {
+    upload(ctx, &t.name, gguf.tensor_data(t)).map_err(|e| tensor_error(gguf, t, e))
+}
+
+/// Weight tensors of one type and row length, back to back in one buffer, so one mat-vec
+/// multiplies them all (QKV, gate + up): the rows of `ts[0]`, then those of `ts[1]`, ….
+pub fn upload_weights(
+    ctx: &GpuContext,
+    gguf: &Gguf,
+    ts: &[&TensorInfo],
+) -> Result<wgpu::Buffer, ModelError> {
+    if let [t] = ts {
+        return upload_weight(ctx, gguf, t);
+    }
+    let bytes: Vec<u8> = ts
+        .iter()
+        .flat_map(|t| gguf.tensor_data(t))
+        .copied()
+        .collect();
+    let label = ts
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect::<Vec<_>>()
+        .join("+");
+    upload(ctx, &label, &bytes).map_err(|e| tensor_error(gguf, ts[0], e))
+}
+
+/// Whether tensors can be stored back to back and multiplied as one: one type, one row length.
+pub fn stackable(ts: &[&TensorInfo]) -> bool {
+    ts.windows(2)
+        .all(|p| p[0].ty == p[1].ty && p[0].row_len() == p[1].row_len())
+}
+
+/// A 1-D tensor (norm weight, bias) as f32, whatever type the file stores it in.
+pub fn upload_vector(
+    ctx: &GpuContext,
+    gguf: &Gguf,
+    t: &TensorInfo,
+) -> Result<wgpu::Buffer, ModelError> {
+    let values = super::vector(gguf, t)?;
+    upload(ctx, &t.name, bytemuck::cast_slice(&values)).map_err(|e| tensor_error(gguf, t, e))
+}
+
+fn tensor_error(gguf: &Gguf, t: &TensorInfo, e: GpuError) -> ModelError {
+    ModelError::Gguf(gguf.tensor_error(t, format!("uploading to the GPU: {e}")))
+}
+
+/// What binding a layer's pieces needs, gathered so each binding reads as one line: the
+/// kernels, the file the weights come from, the step's buffers, the activations every layer
+/// shares and the rows (tokens) a step may bring.
+pub struct Binder<'a> {
+    pub k: &'a Kernels,
+    pub ctx: &'a GpuContext,
+    pub gguf: &'a Gguf,
+    pub io: &'a StepIo,
+    pub step: &'a StepBuffer,
+    pub scratch: &'a Scratch,
+    pub rows: u32,
+    /// The model's RMSNorm eps.
+    pub eps: f32,
+    /// NaN-fill caches and states at load (see `DevicePlan::poison`).
+    pub poison: bool,
+}
+
+impl<'a> Binder<'a> {
+    /// A 1-D tensor uploaded as f32.
+    pub fn vector(&self, t: &TensorInfo) -> Result<wgpu::Buffer, ModelError> {
+        upload_vector(self.ctx, self.gguf, t)
+    }
+
+    /// `y (+)= W x` for weight tensor `t`, uploaded here.
+    pub fn linear(
+        &self,
+        t: &TensorInfo,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        output: MatmulOutput,
+    ) -> Result<Linear, ModelError> {
+        let w = upload_weight(self.ctx, self.gguf, t)?;
+        let linear = Linear::bind(self.k, self.ctx, t, &w, x, y, self.step, self.rows, output)?;
+        Ok(linear)
+    }
+
+    /// `x` (RMS-normed by `norm`) quantized for integer mat-vecs of weight types `types`, where
+    /// the int-dot path takes them ([`QuantizedInput::bind`]).
+    pub fn quantized(
+        &self,
+        x: &wgpu::Buffer,
+        cols: u64,
+        norm: Option<InputNorm<'_>>,
+        types: &[GgmlType],
+    ) -> Result<Option<QuantizedInput>, GpuError> {
+        QuantizedInput::bind(self.k, self.ctx, x, cols, norm, types, self.step, self.rows)
+    }
+
+    /// A decode mat-vec with `fusion` folded in, reading the residual stream `x`; None where
+    /// the fusion does not fit the shape ([`MatVec::fusion_fits`]: rows not whole vec4s, a
+    /// pairing larger than one binding), decided before binding: the caller keeps its unfused
+    /// path for those.
+    pub fn fold(
+        &self,
+        shape: MatVecShape,
+        w: &wgpu::Buffer,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        fusion: MatVecFusion<'_>,
+    ) -> Result<Option<MatVecBinding>, GpuError> {
+        if !MatVec::fusion_fits(self.ctx, shape, &fusion) {
+            return Ok(None);
+        }
+        let io = MatVecIo {
+            weights: w,
+            weights_offset: 0,
+            x: Activations::contiguous(x, shape.cols),
+            y: Activations::contiguous(y, shape.rows),
+            step: self.step,
+            accumulate: false,
+            max_batch: self.rows.min(MAX_BATCH),
+        };
+        self.k
+            .matvec
+            .bind_fused(self.ctx, shape, &io, fusion)
+            .map(Some)
+    }
+
+    pub fn pointwise(
+        &self,
+        heads: usize,
+        width: usize,
+        op: ElementwiseOp<'_>,
+    ) -> Result<Pointwise, ModelError> {
+        let op = Pointwise::bind(self.k, self.ctx, heads, width, op, self.step, self.rows)?;
+        Ok(op)
+    }
+}

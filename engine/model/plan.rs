@@ -1,0 +1,183 @@
+//! What a model needs on the device, planned before anything is allocated ([`DevicePlan`]), and
+//! loading it ([`load_device_model`]).
+
+use super::decoder::{Blueprint, Decoder};
+use super::{Arch, DeviceModel, ModelError, qwen3, qwen35};
+use crate::gguf::Gguf;
+use crate::gpu::GpuContext;
+use crate::gpu::step::StepIo;
+
+/// What a model needs on the device, known before anything is allocated: the engine refuses a
+/// model that cannot fit with a message that says how much it needed.
+#[derive(Clone, Debug)]
+pub struct DevicePlan {
+    pub arch: Arch,
+    pub n_vocab: usize,
+    pub max_context: usize,
+    /// Most tokens one forward step processes (the prefill chunk).
+    pub max_tokens: u32,
+    /// Rows of logits one step can keep (the quality path's chunk), within one binding.
+    pub logit_rows: u32,
+    /// Token slots per KV page.
+    pub page_size: u32,
+    /// Physical pages of the KV pool all sequences and cached prefixes share.
+    pub kv_pages: u32,
+    /// Sequences in flight at once (page-table rows, rows of a batched decode step).
+    pub max_seqs: u32,
+    /// K and V elements of one token over every attention layer, and their size in bytes.
+    pub kv_elems_per_token: u64,
+    pub kv_elem_bytes: u64,
+    /// Recurrent (DeltaNet + conv) state of one sequence (0 for dense models).
+    pub state_bytes: u64,
+    pub weight_bytes: u64,
+    pub cache_bytes: u64,
+    /// The activations (the architecture's scratch table), the logits and the chunked delta
+    /// rule's scratch: what the model and `StepIo` allocate for them.
+    pub scratch_bytes: u64,
+    /// Fill activations, logits and caches with NaN at load, so a value a kernel should have
+    /// written but did not shows (tests; `FAK_POISON=1`).
+    pub poison: bool,
+}
+
+impl DevicePlan {
+    pub fn of(
+        gguf: &Gguf,
+        max_context: Option<usize>,
+        prefill_chunk: u32,
+    ) -> Result<Self, ModelError> {
+        let arch = Arch::of(gguf)?;
+        check_weight_types(gguf)?;
+        // Every tensor and the kernels' limits are checked here, before any GPU work.
+        let b = blueprint(arch, gguf)?;
+        let (max_context, max_tokens) =
+            context_and_tokens(b.n_ctx_train, max_context, prefill_chunk);
+        // Keep the logits of a step inside one 128 MiB binding (lavapipe's limit, the smallest).
+        let logit_rows =
+            ((128u64 << 20) / (b.n_vocab as u64 * 4)).clamp(1, u64::from(max_tokens)) as u32;
+        let mut plan = DevicePlan {
+            arch,
+            n_vocab: b.n_vocab,
+            max_context,
+            max_tokens,
+            logit_rows,
+            page_size: 1,
+            kv_pages: 0,
+            max_seqs: 1,
+            kv_elems_per_token: b.kv_elems_per_token(),
+            kv_elem_bytes: 4,
+            state_bytes: b.state_bytes(),
+            weight_bytes: gguf.tensors().iter().map(|t| t.n_bytes).sum(),
+            cache_bytes: 0,
+            scratch_bytes: b.scratch_bytes(max_tokens, logit_rows)?,
+            poison: false,
+        };
+        plan.size_kv_pool(Self::PAGE_SIZE, 1, 0, 4);
+        Ok(plan)
+    }
+
+    /// Token slots per KV page by default: whole pages are what the prefix cache shares.
+    pub const PAGE_SIZE: u32 = 64;
+
+    /// Sizes the KV pool: pages of `page_size` tokens (of `kv_elem_bytes`-byte elements) for
+    /// `max_seqs` sequences of up to `max_context` tokens each, plus `cache_mem` bytes of cached
+    /// prefixes; and the recurrent state of `max_seqs` sequences.
+    pub fn size_kv_pool(
+        &mut self,
+        page_size: u32,
+        max_seqs: u32,
+        cache_mem: u64,
+        kv_elem_bytes: u64,
+    ) {
+        self.page_size = page_size.max(1);
+        self.max_seqs = max_seqs.max(1);
+        self.kv_elem_bytes = kv_elem_bytes;
+        let cached = cache_mem / self.kv_page_bytes().max(1);
+        let pages = u64::from(self.max_seqs) * u64::from(self.pages_per_row()) + cached;
+        self.kv_pages = pages.min(u64::from(u32::MAX)) as u32;
+        self.cache_bytes = u64::from(self.kv_pages) * self.kv_page_bytes()
+            + u64::from(self.max_seqs) * self.state_bytes;
+    }
+
+    /// Pages one sequence of `max_context` tokens spans.
+    pub fn pages_per_row(&self) -> u32 {
+        (self.max_context as u32).div_ceil(self.page_size)
+    }
+
+    /// Bytes of one page over every attention layer's K and V.
+    pub fn kv_page_bytes(&self) -> u64 {
+        self.kv_elems_per_token * u64::from(self.page_size) * self.kv_elem_bytes
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.weight_bytes + self.cache_bytes + self.scratch_bytes
+    }
+
+    pub fn describe(&self) -> String {
+        let gib = |b: u64| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64);
+        format!(
+            "weights {}, KV pool of {} pages of {} tokens and state for {} sequences {}, \
+             activations {}",
+            gib(self.weight_bytes),
+            self.kv_pages,
+            self.page_size,
+            self.max_seqs,
+            gib(self.cache_bytes),
+            gib(self.scratch_bytes)
+        )
+    }
+}
+
+/// The KV-cache length (default min(training context, 4096)) and the most tokens one step
+/// processes (the prefill chunk, within the context).
+fn context_and_tokens(
+    n_ctx_train: usize,
+    max_context: Option<usize>,
+    prefill_chunk: u32,
+) -> (usize, u32) {
+    let max_context = max_context
+        .unwrap_or(n_ctx_train.min(4096))
+        .min(n_ctx_train)
+        .max(1);
+    (max_context, prefill_chunk.clamp(1, max_context as u32))
+}
+
+/// Loads the model of `gguf` onto the GPU, per its architecture.
+pub fn load_device_model(
+    ctx: &GpuContext,
+    gguf: &Gguf,
+    io: &StepIo,
+    plan: &DevicePlan,
+) -> Result<Box<dyn DeviceModel>, ModelError> {
+    let b = blueprint(plan.arch, gguf)?;
+    Ok(Box::new(Decoder::load(ctx, gguf, io, plan, &b)?))
+}
+
+/// What the spec file of `arch` reads from `gguf`.
+fn blueprint(arch: Arch, gguf: &Gguf) -> Result<Blueprint<'_>, ModelError> {
+    match arch {
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => qwen3::blueprint(gguf),
+        Arch::Qwen35 => qwen35::blueprint(gguf),
+    }
+}
+
+/// Refuses, before any GPU work, a file holding a tensor of a type the GPU kernels cannot read
+/// (the mat-vec, mat-mul and embedding kernels share one list of types).
+fn check_weight_types(gguf: &Gguf) -> Result<(), ModelError> {
+    use crate::gpu::kernels::matvec::MatVec;
+    match gguf
+        .tensors()
+        .iter()
+        .find(|t| !MatVec::TYPES.contains(&t.ty))
+    {
+        Some(t) => Err(ModelError::TensorType {
+            path: gguf.path().to_owned(),
+            tensor: t.name.clone(),
+            ty: t.ty,
+            why: format!(
+                "the GPU kernels read {}",
+                MatVec::TYPES.map(|t| t.to_string()).join(", ")
+            ),
+        }),
+        None => Ok(()),
+    }
+}
