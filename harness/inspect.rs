@@ -2,6 +2,7 @@
 
 use anyhow::Result;
 use fak::gguf::{Gguf, TensorInfo, Value};
+use fak::model::{DecodeStepBytes, ModelError};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -24,7 +25,10 @@ struct Report {
     tensors: Vec<TensorEntry>,
     totals_by_type: BTreeMap<String, TypeTotal>,
     total_tensor_bytes: u64,
-    decode_step_bytes: DecodeBytes,
+    /// None where fak does not run the file's architecture (`decode_step_unknown` says why).
+    decode_step_bytes: Option<DecodeStepBytes>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decode_step_unknown: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -52,16 +56,6 @@ struct TypeTotal {
     bytes: u64,
 }
 
-/// The weight bytes one decode step reads: every tensor but the embedding table, of which one
-/// row is read. With tied embeddings (no `output.weight`) the table is also the LM head and is
-/// read whole. KV-cache and recurrent-state reads depend on depth and are not included here.
-#[derive(Serialize)]
-pub struct DecodeBytes {
-    pub bytes: u64,
-    pub embedding_row_bytes: u64,
-    pub tied_lm_head: bool,
-}
-
 pub fn run(args: Args) -> Result<()> {
     let model = Gguf::open(&args.file)?;
     let report = build_report(&model);
@@ -85,6 +79,7 @@ fn build_report(model: &Gguf) -> Report {
         })
         .collect();
     let tensors: Vec<TensorEntry> = model.tensors().iter().map(tensor_entry).collect();
+    let decode = decode_step_bytes(model);
     let mut totals_by_type: BTreeMap<String, TypeTotal> = BTreeMap::new();
     for t in model.tensors() {
         let total = totals_by_type.entry(t.ty.name().to_owned()).or_default();
@@ -101,7 +96,8 @@ fn build_report(model: &Gguf) -> Report {
         alignment: model.alignment(),
         metadata,
         total_tensor_bytes: model.tensors().iter().map(|t| t.n_bytes).sum(),
-        decode_step_bytes: decode_step_bytes(model.tensors()),
+        decode_step_bytes: decode.as_ref().ok().copied(),
+        decode_step_unknown: decode.err().map(|e| e.to_string()),
         totals_by_type,
         tensors,
     }
@@ -129,25 +125,10 @@ fn tensor_entry(t: &TensorInfo) -> TensorEntry {
     }
 }
 
-pub fn decode_step_bytes(tensors: &[TensorInfo]) -> DecodeBytes {
-    let embd = tensors.iter().find(|t| t.name == "token_embd.weight");
-    let tied = embd.is_some() && !tensors.iter().any(|t| t.name == "output.weight");
-    let others: u64 = tensors
-        .iter()
-        .filter(|t| t.name != "token_embd.weight")
-        .map(|t| t.n_bytes)
-        .sum();
-    let row = embd.map_or(0, |t| t.row_bytes());
-    let lm_head = if tied {
-        embd.map_or(0, |t| t.n_bytes)
-    } else {
-        0
-    };
-    DecodeBytes {
-        bytes: others + lm_head + row,
-        embedding_row_bytes: row,
-        tied_lm_head: tied,
-    }
+/// The weight bytes one decode step of `model` reads, as its architecture's spec says (the
+/// tensors of the layers and the head, one embedding row; not MTP blocks).
+pub fn decode_step_bytes(model: &Gguf) -> Result<DecodeStepBytes, ModelError> {
+    Ok(fak::model::blueprint(model)?.decode_step_bytes())
 }
 
 fn print_text(r: &Report) {
@@ -179,17 +160,23 @@ fn print_text(r: &Report) {
         r.total_tensor_bytes,
         human(r.total_tensor_bytes)
     );
-    let d = &r.decode_step_bytes;
-    println!(
-        "decode step reads: {} B ({}) of weights{} (KV cache and recurrent state not included)",
-        d.bytes,
-        human(d.bytes),
-        if d.tied_lm_head {
-            ", tied embedding read whole as the LM head"
-        } else {
-            ", one embedding row"
-        }
-    );
+    match (&r.decode_step_bytes, &r.decode_step_unknown) {
+        (Some(d), _) => println!(
+            "decode step reads: {} B ({}) of weights{} (KV cache and recurrent state not \
+             included)",
+            d.bytes,
+            human(d.bytes),
+            if d.tied_lm_head {
+                ", tied embedding read whole as the LM head"
+            } else {
+                ", one embedding row"
+            }
+        ),
+        (None, why) => println!(
+            "decode step reads: unknown ({})",
+            why.as_deref().unwrap_or("no spec")
+        ),
+    }
 }
 
 fn human(bytes: u64) -> String {

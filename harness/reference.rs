@@ -6,9 +6,8 @@
 use crate::run::{parse_token_ids, write_logits_file};
 use anyhow::{Context, Result};
 use fak::gguf::Gguf;
-use fak::model::Arch;
+use fak::reference::Activations;
 use fak::reference::ops::argmax;
-use fak::reference::{Activations, DenseReference, Qwen35Reference, Reference};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -42,12 +41,7 @@ pub fn run(args: Args) -> Result<()> {
     let prompt = parse_token_ids(&args.tokens)?;
     anyhow::ensure!(!prompt.is_empty(), "--tokens: no token ids");
     let gguf = Gguf::open(&args.model)?;
-    let mut model: Box<dyn Reference> = match Arch::of(&gguf)? {
-        Arch::Qwen35 => Box::new(Qwen35Reference::with_activations(&gguf, args.activations)?),
-        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
-            Box::new(DenseReference::with_activations(&gguf, args.activations)?)
-        }
-    };
+    let mut model = fak::reference::for_model(&gguf, args.activations)?;
     // Row i holds the logits after ids[i]; each greedy token continues the same sequence, so
     // the rows are the teacher-forced logits of prompt + generated.
     let mut ids = prompt.clone();

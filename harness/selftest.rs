@@ -28,8 +28,7 @@ use crate::threeway::models::{Models, cache_dir};
 use anyhow::{Context, Result};
 use fak::gpu::kernels::read_probe::{ProbeTiming, ReadProbe};
 use fak::gpu::{ContextOptions, Forced, GpuContext, KernelPaths};
-use fak::model::Arch;
-use fak::reference::{Activations, DenseReference, Qwen35Reference, Reference};
+use fak::reference::{Activations, Reference};
 use fak::runtime::{Engine, EngineOptions, SamplingParams};
 use fak_tests::kernel_checks::{self, KernelCheck};
 use rand::{Rng, SeedableRng};
@@ -196,12 +195,7 @@ struct Oracle {
 fn cpu_oracle(model: &Path, ids: &[u32], activations: Activations) -> Result<Oracle> {
     let gguf = fak::gguf::Gguf::open(model)?;
     let fresh = || -> Result<Box<dyn Reference + '_>> {
-        Ok(match Arch::of(&gguf)? {
-            Arch::Qwen35 => Box::new(Qwen35Reference::with_activations(&gguf, activations)?),
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
-                Box::new(DenseReference::with_activations(&gguf, activations)?)
-            }
-        })
+        Ok(fak::reference::for_model(&gguf, activations)?)
     };
     let logits = fresh()?.forward_all(ids)?;
     let tokens = fresh()?.greedy(ids, GREEDY_TOKENS)?;

@@ -387,7 +387,8 @@ fn a_file_with_grouped_value_heads_is_read_as_it_says() {
 
 /// A file with a multi-token-prediction block after the trunk (`nextn_predict_layers` = 1,
 /// `block_count` counting it, as recent converters write it): the block is not part of plain
-/// decoding, so the logits are those of the file without it.
+/// decoding, so the logits are those of the file without it, and the bytes a decode step reads
+/// those of the file without it.
 #[test]
 fn mtp_blocks_after_the_trunk_are_skipped() {
     let path = tiny("f32", 17);
@@ -428,6 +429,12 @@ fn mtp_blocks_after_the_trunk_are_skipped() {
             .unwrap();
         assert_rows_close(&file.display().to_string(), &got, &want, 0.99999);
     }
+    // Nor does a decode step read it: the registry's byte count is the trunk's.
+    let decode_bytes = |file: &Path| {
+        let gguf = Gguf::open(file).unwrap();
+        fak::model::blueprint(&gguf).unwrap().decode_step_bytes()
+    };
+    assert_eq!(decode_bytes(&with_mtp), decode_bytes(&path));
 }
 
 /// `harness run` on a qwen35 file: the tokens it reports are the CPU reference's greedy ones.

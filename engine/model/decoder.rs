@@ -52,6 +52,16 @@ impl Blueprint<'_> {
         })
     }
 
+    /// The weight bytes one decode step reads.
+    pub fn decode_step_bytes(&self) -> DecodeStepBytes {
+        let t = &self.tensors;
+        DecodeStepBytes {
+            bytes: t.read_per_step().iter().map(|t| t.n_bytes).sum::<u64>() + t.embd.row_bytes(),
+            embedding_row_bytes: t.embd.row_bytes(),
+            tied_lm_head: t.tied,
+        }
+    }
+
     /// Bytes of the activations of steps of up to `max_tokens` tokens that keep `logit_rows`
     /// rows of logits: the table's, the logits (`StepIo::logits`) and the chunked delta rule's
     /// scratch (hybrid models, steps of more than one token): what [`Decoder::load`] and
@@ -64,6 +74,17 @@ impl Blueprint<'_> {
         };
         Ok(self.scratch.bytes(max_tokens, logit_rows) + logits + chunked)
     }
+}
+
+/// The weight bytes one decode step reads: every tensor of the layers and the head once, one row
+/// of the embedding (and, when tied, the whole table as the head); tensors the architecture does
+/// not read per step (MTP blocks, rope divisors) not at all. KV-cache and recurrent-state reads
+/// depend on depth and are not included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DecodeStepBytes {
+    pub bytes: u64,
+    pub embedding_row_bytes: u64,
+    pub tied_lm_head: bool,
 }
 
 /// A decoder on the GPU: the weights, one bound block per layer, the activations every layer

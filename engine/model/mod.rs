@@ -1,6 +1,8 @@
-//! Models: typed hyperparameters from GGUF metadata and the tensors of each architecture, one
-//! file per architecture. `qwen3` covers the dense family (llama and qwen2 differ from it only by
-//! flags: no q/k norm, q/k/v biases, NORM rope pairing); `qwen35` is the hybrid GDN family.
+//! Models: one spec file per architecture (its hyperparameters, tensors and activations) and one
+//! registry line ([`registry`]); the blocks every model on the GPU is built from ([`blocks`])
+//! and the skeleton that binds and records them ([`decoder`]); the memory plan ([`DevicePlan`]).
+//! `qwen3` covers the dense family (llama and qwen2 differ from it only by flags: no q/k norm,
+//! q/k/v biases, NORM rope pairing); `qwen35` is the hybrid GDN family.
 
 pub mod blocks;
 pub mod decoder;
@@ -9,10 +11,13 @@ pub mod hparams;
 mod plan;
 pub mod qwen3;
 pub mod qwen35;
+pub mod registry;
 pub mod tensors;
 
+pub use decoder::DecodeStepBytes;
 pub use device_model::DeviceModel;
 pub use plan::{DevicePlan, load_device_model};
+pub use registry::{Arch, ArchSpec, REGISTRY, blueprint};
 
 use crate::gguf::{Gguf, GgufError, TensorInfo};
 use crate::gpu::GpuError;
@@ -25,7 +30,7 @@ pub enum ModelError {
     Gguf(#[from] GgufError),
     #[error(transparent)]
     Gpu(#[from] GpuError),
-    #[error("{}: architecture {arch:?} is not supported (supported: {})", path.display(), Arch::SUPPORTED.join(", "))]
+    #[error("{}: architecture {arch:?} is not supported (supported: {})", path.display(), Arch::supported().join(", "))]
     UnsupportedArch { path: PathBuf, arch: String },
     #[error("{}: tensor {tensor}: shape {found:?}, expected {expected:?}", path.display())]
     Shape {
@@ -46,46 +51,6 @@ pub enum ModelError {
     /// A request the model cannot serve (token id out of range, empty prompt, …).
     #[error("{0}")]
     Input(String),
-}
-
-/// The GGUF `general.architecture` values fak runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Arch {
-    Llama,
-    Qwen2,
-    Qwen3,
-    Qwen35,
-}
-
-impl Arch {
-    pub const SUPPORTED: [&'static str; 4] = ["llama", "qwen2", "qwen3", "qwen35"];
-
-    pub fn of(gguf: &Gguf) -> Result<Self, ModelError> {
-        let name = gguf.metadata().str("general.architecture")?;
-        Ok(match name {
-            "llama" => Arch::Llama,
-            "qwen2" => Arch::Qwen2,
-            "qwen3" => Arch::Qwen3,
-            "qwen35" => Arch::Qwen35,
-            other => {
-                return Err(ModelError::UnsupportedArch {
-                    path: gguf.path().to_owned(),
-                    arch: other.into(),
-                });
-            }
-        })
-    }
-
-    /// The metadata key prefix (`qwen3.block_count`, …).
-    pub fn key_prefix(self) -> &'static str {
-        match self {
-            Arch::Llama => "llama",
-            Arch::Qwen2 => "qwen2",
-            Arch::Qwen3 => "qwen3",
-            Arch::Qwen35 => "qwen35",
-        }
-    }
 }
 
 /// A tensor that must exist with exactly `shape` (ne order: row length first).

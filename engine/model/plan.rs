@@ -1,8 +1,8 @@
 //! What a model needs on the device, planned before anything is allocated ([`DevicePlan`]), and
 //! loading it ([`load_device_model`]).
 
-use super::decoder::{Blueprint, Decoder};
-use super::{Arch, DeviceModel, ModelError, qwen3, qwen35};
+use super::decoder::Decoder;
+use super::{Arch, DeviceModel, ModelError};
 use crate::gguf::Gguf;
 use crate::gpu::GpuContext;
 use crate::gpu::step::StepIo;
@@ -48,7 +48,7 @@ impl DevicePlan {
         let arch = Arch::of(gguf)?;
         check_weight_types(gguf)?;
         // Every tensor and the kernels' limits are checked here, before any GPU work.
-        let b = blueprint(arch, gguf)?;
+        let b = (arch.spec().blueprint)(gguf)?;
         let (max_context, max_tokens) =
             context_and_tokens(b.n_ctx_train, max_context, prefill_chunk);
         // Keep the logits of a step inside one 128 MiB binding (lavapipe's limit, the smallest).
@@ -148,16 +148,8 @@ pub fn load_device_model(
     io: &StepIo,
     plan: &DevicePlan,
 ) -> Result<Box<dyn DeviceModel>, ModelError> {
-    let b = blueprint(plan.arch, gguf)?;
+    let b = (plan.arch.spec().blueprint)(gguf)?;
     Ok(Box::new(Decoder::load(ctx, gguf, io, plan, &b)?))
-}
-
-/// What the spec file of `arch` reads from `gguf`.
-fn blueprint(arch: Arch, gguf: &Gguf) -> Result<Blueprint<'_>, ModelError> {
-    match arch {
-        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => qwen3::blueprint(gguf),
-        Arch::Qwen35 => qwen35::blueprint(gguf),
-    }
 }
 
 /// Refuses, before any GPU work, a file holding a tensor of a type the GPU kernels cannot read

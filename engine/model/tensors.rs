@@ -191,6 +191,30 @@ impl<'g> Tensors<'g> {
         })
     }
 
+    /// The tensors a forward step reads whole, in layer order: every layer's, then the final
+    /// norm and the output head (the embedding is read a row per token, the rope divisors on
+    /// the host at load).
+    pub fn read_per_step(&self) -> Vec<&'g TensorInfo> {
+        let mut out = Vec::new();
+        for l in &self.layers {
+            out.push(l.attn_norm);
+            match &l.mixer {
+                Mixer::Attention(a) => {
+                    out.extend([a.wq, a.wk, a.wv, a.wo]);
+                    out.extend(a.bias.iter().flatten());
+                    out.extend(a.qk_norm.iter().flatten());
+                }
+                Mixer::DeltaNet(d) => out.extend([
+                    d.qkv, d.gate, d.beta, d.alpha, d.conv, d.dt_bias, d.a, d.norm, d.out,
+                ]),
+            }
+            let m = &l.mlp;
+            out.extend([m.norm, m.gate, m.up, m.down]);
+        }
+        out.extend([self.output_norm, self.output]);
+        out
+    }
+
     /// Layers of each mixer kind.
     pub fn count(&self, attention: bool) -> usize {
         self.layers

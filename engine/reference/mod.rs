@@ -13,7 +13,22 @@ pub use activations::Activations;
 pub use dense::DenseReference;
 pub use qwen35::Qwen35Reference;
 
-use crate::model::ModelError;
+use crate::gguf::Gguf;
+use crate::model::{Arch, ModelError};
+
+/// The CPU reference of `gguf`'s architecture, its mat-vec inputs rounded as `activations`
+/// says. The one `match` over the architectures: a new one is added here.
+pub fn for_model<'g>(
+    gguf: &'g Gguf,
+    activations: Activations,
+) -> Result<Box<dyn Reference + 'g>, ModelError> {
+    Ok(match Arch::of(gguf)? {
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
+            Box::new(DenseReference::with_activations(gguf, activations)?)
+        }
+        Arch::Qwen35 => Box::new(Qwen35Reference::with_activations(gguf, activations)?),
+    })
+}
 
 /// A CPU model that runs one token at the next position.
 pub trait Reference {

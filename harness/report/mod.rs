@@ -520,7 +520,7 @@ fn decode_step_bytes(p: &Packet) -> Option<(u64, &'static str)> {
     }
     let model = fak::gguf::Gguf::open(Path::new(&p.envelope.model_path)).ok()?;
     Some((
-        inspect::decode_step_bytes(model.tensors()).bytes,
+        inspect::decode_step_bytes(&model).ok()?.bytes,
         "harness inspect on the model file",
     ))
 }

@@ -100,7 +100,7 @@ impl Tokenizer {
     /// and `<|endoftext|>` as bos and pad (as Qwen3's GGUF files carry them), 151 936 entries.
     pub fn qwen3() -> Result<Self> {
         Self::qwen(
-            "qwen2",
+            fak::model::Arch::Qwen3.spec().tokenizer_pre,
             QWEN2_SPLIT_REGEX,
             QWEN3_FIRST_ADDED_ID,
             QWEN3_N_VOCAB,
@@ -116,7 +116,7 @@ impl Tokenizer {
     /// 248 320 entries in all. Ids, table size, special tokens and chat template are Qwen3.5's.
     pub fn qwen35() -> Result<Self> {
         Self::qwen(
-            "qwen35",
+            fak::model::Arch::Qwen35.spec().tokenizer_pre,
             QWEN35_SPLIT_REGEX,
             QWEN35_FIRST_ADDED_ID,
             QWEN35_N_VOCAB,

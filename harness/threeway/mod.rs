@@ -165,7 +165,9 @@ pub fn run(args: Args) -> Result<()> {
     let tokenizer = fak::tokenizer::Tokenizer::from_gguf(&gguf)?;
     let prompts = Prompts::build(&tokenizer, args.n_ctx, args.prompts, args.seed)?;
     let n_params: u64 = gguf.tensors().iter().map(|t| t.n_elements()).sum();
-    let decode_step_bytes = fak_harness::inspect::decode_step_bytes(gguf.tensors()).bytes;
+    let decode_step_bytes = fak_harness::inspect::decode_step_bytes(&gguf)
+        .ok()
+        .map(|b| b.bytes);
     drop(gguf);
     let context = args.n_ctx + args.n_out.max(args.quality_tail) + 1;
 
@@ -183,7 +185,7 @@ pub fn run(args: Args) -> Result<()> {
         model_path: models.gguf.display().to_string(),
         model_sha256: sha256_of(&models.gguf)?,
         model_bytes: std::fs::metadata(&models.gguf)?.len(),
-        decode_step_bytes: Some(decode_step_bytes),
+        decode_step_bytes,
         n_ctx: args.n_ctx,
         n_out: args.n_out,
         n_prompts: args.prompts,
