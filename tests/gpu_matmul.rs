@@ -3,12 +3,13 @@
 //! n_tokens ∈ {1, 5, 17, 64, 70, 150} × ragged rows and columns, with Y
 //! stored and accumulated, K whole and split into slices of one K step (ragged and empty last
 //! slices included); weights split across bindings; the dispatches of one mat-mul; the tile
-//! geometry the host assumes against the WGSL; every cooperative-matrix K loop of the sweep
-//! (`CoopTiling::SWEEP`, where the adapter runs them) and the workgroup memory each declares;
+//! geometry the host assumes against the WGSL; every cooperative-matrix kernel
+//! (`CoopKernel::every`: the staged K loops and the x16 tilings, where the adapter runs them)
+//! and the workgroup memory each declares;
 //! bad shapes.
 
 use fak::gpu::kernels::matmul::{
-    CoopTiling, Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape, SplitK, Tile,
+    CoopKernel, Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape, SplitK, Tile,
 };
 use fak::gpu::{GpuError, KernelPaths, KernelVariant, StepBuffer, storage_buffer, upload};
 use fak::quant::GgmlType;
@@ -85,7 +86,7 @@ fn every_coop_tiling_matches_the_cpu() {
         .into_iter()
         .filter(|p| p.coop_matrix.is_some());
     for paths in coop {
-        for tiling in CoopTiling::SWEEP {
+        for tiling in CoopKernel::every() {
             for split in [SplitK::NEVER, SHORT_SLICES] {
                 let kernel = Matmul::with_tiling(ctx, paths, tiling)
                     .unwrap()
@@ -108,19 +109,22 @@ fn every_coop_tiling_matches_the_cpu() {
     }
 }
 
-/// The host refuses a tiling by [`CoopTiling::workgroup_bytes`] and grids by [`Tile::of`]: both
+/// The host refuses a kernel by [`CoopKernel::workgroup_bytes`] and grids by its tile: both
 /// must be what the WGSL declares (naga's layouter; TILE_T, TILE_R and the workgroup size WG),
 /// for every shape and tiling, and every tiling's module validates (tests/portability.rs
 /// translates each one).
 #[test]
 fn each_coop_tiling_declares_the_workgroup_memory_the_host_counts() {
     for (coop, paths) in all_coop_paths() {
-        for tiling in CoopTiling::SWEEP {
+        for tiling in CoopKernel::every() {
+            if !tiling.supports(coop) {
+                continue;
+            }
             let (module, _) = parse_valid(&Matmul::source_for(paths, tiling).module.text());
             let bytes = workgroup_bytes(&module, None);
             assert_eq!(bytes, tiling.workgroup_bytes(coop), "{coop:?} {tiling}");
             assert!(bytes <= 48 << 10, "{coop:?} {tiling}: {bytes} bytes");
-            let tile = Tile::of(paths);
+            let tile = tiling.tile(coop);
             assert_eq!(
                 ["TILE_T", "TILE_R", "WG"].map(|name| u32_const(&module, name)),
                 [tile.tokens, tile.rows, 32 * tiling.subgroups()],

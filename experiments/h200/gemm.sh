@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One device call (nvidia-h200): the x16 cooperative-matrix mat-mul (wgsl/matmul_x16.wgsl) against
+# the staged one, from the kernel to the 8B prefill (experiments/NOTES.md, "gemm (session
+# 2026-12-04 #4)").
+#  1. gpu_matmul: every test; among them every_coop_tiling_matches_the_cpu runs each kernel of
+#     CoopKernel::every() (the staged K loops and the x16 tilings) against the CPU on the 16×16
+#     path, which runs nowhere else;
+#  2. matmul-bench --sweep: each kernel of CoopKernel::SWEEP checked once more, then timed in 3
+#     interleaved rounds on the Qwen3-8B layer (Q4_K, Q6_K; 128/512/2048 tokens) and the 27B FFN
+#     (Q4_K; 128/2048), SM clocks logged every 500 ms;
+#  3. `harness bench` prefill on the Qwen3-8B-shaped Q4_K_M file (harness synth --fast-random) at
+#     128 and 2048 tokens, the engine default and FAK_MATMUL_TILING=$X16 interleaved 3 times.
+# Carried: target/h200 from `MATMUL_BENCH=1 prepare.sh gpu_matmul` (see NOTES for the exact
+# commands). Files: gpu.csv, matmul-parity.log, matmul-sweep.tsv, matmul-sweep.err, clocks.csv,
+# synth.log, bench.log, bench-*.json.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source experiments/h200/setup.sh
+X16=${X16:-x16-128x128-k32-2st}
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
+    --format=csv -lms 500 > "$OUT/clocks.csv" 2>&1 &
+CLOCKS=$!
+MODEL=/dev/shm/qwen3-8b-q4_k_m.gguf
+"$BIN/harness" synth --arch qwen3 --preset qwen3-8b --quant q4_k_m --fast-random --out "$MODEL" \
+    > "$OUT/synth.log" 2>&1 &
+SYNTH=$!
+{
+    echo "== gpu_matmul (every coop kernel against the CPU)"
+    timeout 200 "$BIN/gpu_matmul" 2>&1 | grep -E "^test |test result|panicked|FAIL|worst|expected" | head -60
+} > "$OUT/matmul-parity.log" 2>&1
+timeout 200 "$BIN/matmul-bench" --sweep > "$OUT/matmul-sweep.tsv" 2> "$OUT/matmul-sweep.err"
+echo "matmul-bench rc=$?" >> "$OUT/matmul-sweep.err"
+wait $SYNTH
+for round in 1 2 3; do
+    for arm in default "$X16"; do
+        echo "== round $round FAK_MATMUL_TILING=$arm" >> "$OUT/bench.log"
+        tiling=$arm; [ "$arm" = default ] && tiling=
+        FAK_MATMUL_TILING=$tiling timeout 100 "$BIN/harness" bench --model "$MODEL" --depths 128,2048 \
+            --n-out 4 --profile-steps 1 --suffix 0 --probe-mib 256 \
+            --json-out "$OUT/bench-$arm-$round.json" >> "$OUT/bench.log" 2>&1
+        echo "rc=$?" >> "$OUT/bench.log"
+    done
+done
+kill $CLOCKS
+cat "$OUT/matmul-parity.log"
+grep -E "^check|layer" "$OUT/matmul-sweep.tsv"
+tail -3 "$OUT/matmul-sweep.err"
+grep -E "^==|^rc=|prefill" "$OUT/bench.log" | head -60
