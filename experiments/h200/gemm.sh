@@ -6,17 +6,18 @@
 #     CoopKernel::every() (the staged K loops and the x16 tilings) against the CPU on the 16×16
 #     path, which runs nowhere else;
 #  2. matmul-bench --sweep: each kernel of CoopKernel::SWEEP checked once more, then timed in 3
-#     interleaved rounds on the Qwen3-8B layer (Q4_K, Q6_K; 128/512/2048 tokens) and the 27B FFN
+#     interleaved rounds on the Qwen3-8B layer (Q4_K, Q6_K; 128/2048 tokens) and the 27B FFN
 #     (Q4_K; 128/2048), SM clocks logged every 500 ms;
 #  3. `harness bench` prefill on the Qwen3-8B-shaped Q4_K_M file (harness synth --fast-random) at
-#     128 and 2048 tokens, the engine default and FAK_MATMUL_TILING=$X16 interleaved 3 times.
+#     128 and 2048 tokens, the engine default and FAK_MATMUL_TILING=$X16 interleaved 3 times; X16
+#     (unless given) is the x16 tiling with the best Q4_K layer line at 2048 tokens in round 0
+#     of the sweep that passed its check.
 # Carried: target/h200 from `MATMUL_BENCH=1 prepare.sh gpu_matmul` (see NOTES for the exact
 # commands). Files: gpu.csv, matmul-parity.log, matmul-sweep.tsv, matmul-sweep.err, clocks.csv,
 # synth.log, bench.log, bench-*.json.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh
-X16=${X16:-x16-128x128-k32-2st}
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
     --format=csv -lms 500 > "$OUT/clocks.csv" 2>&1 &
 CLOCKS=$!
@@ -26,16 +27,22 @@ MODEL=/dev/shm/qwen3-8b-q4_k_m.gguf
 SYNTH=$!
 {
     echo "== gpu_matmul (every coop kernel against the CPU)"
-    timeout 200 "$BIN/gpu_matmul" 2>&1 | grep -E "^test |test result|panicked|FAIL|worst|expected" | head -60
+    timeout 150 "$BIN/gpu_matmul" 2>&1 | grep -E "^test |test result|panicked|FAIL|worst|expected" | head -60
 } > "$OUT/matmul-parity.log" 2>&1
 timeout 200 "$BIN/matmul-bench" --sweep > "$OUT/matmul-sweep.tsv" 2> "$OUT/matmul-sweep.err"
 echo "matmul-bench rc=$?" >> "$OUT/matmul-sweep.err"
 wait $SYNTH
+if [ -z "${X16:-}" ]; then
+    X16=$(awk -F'\t' '$1 == 0 && $3 ~ /^x16/ && $4 == "Q4_K" && $5 == "layer" && $8 == 2048 {
+        if ($9 < best || best == "") { best = $9; name = $3 } } END { print name }' "$OUT/matmul-sweep.tsv")
+fi
+X16=${X16:-x16-128x128-k32-2st}
+echo "x16 arm: $X16" >> "$OUT/bench.log"
 for round in 1 2 3; do
     for arm in default "$X16"; do
         echo "== round $round FAK_MATMUL_TILING=$arm" >> "$OUT/bench.log"
         tiling=$arm; [ "$arm" = default ] && tiling=
-        FAK_MATMUL_TILING=$tiling timeout 100 "$BIN/harness" bench --model "$MODEL" --depths 128,2048 \
+        FAK_MATMUL_TILING=$tiling timeout 60 "$BIN/harness" bench --model "$MODEL" --depths 128,2048 \
             --n-out 4 --profile-steps 1 --suffix 0 --probe-mib 256 \
             --json-out "$OUT/bench-$arm-$round.json" >> "$OUT/bench.log" 2>&1
         echo "rc=$?" >> "$OUT/bench.log"
