@@ -134,6 +134,70 @@ fn each_coop_tiling_declares_the_workgroup_memory_the_host_counts() {
     }
 }
 
+/// K split across workgroups below two workgroups: a 48-row weight (one row tile of every
+/// variant) is cut into two slices at 3 tokens (one workgroup) and summed slice by slice inside
+/// each workgroup at 150 (two or three token tiles).
+const SPLIT_BELOW_TWO: SplitK = SplitK {
+    target_workgroups: 2,
+    min_slice_steps: 1,
+};
+
+/// A row's result does not depend on how many other rows share the step: the first 3 tokens'
+/// outputs are bit-for-bit the same in a 3-token step (K split across workgroups, partial sums
+/// added by reduce_partials) and in a 150-token step (each workgroup adding the same slices in
+/// the same order itself), on the fallback and on every x16 kernel the adapter runs, for a
+/// super-block type, its six-bit sibling and an unblocked type; both runs also match the CPU.
+/// (The staged cooperative-matrix kernel sums K whole when it does not split: not checked.)
+#[test]
+fn a_rows_result_does_not_depend_on_how_many_rows_share_the_step() {
+    let ctx = gpu();
+    let mut rng = rng(0x3a7_0007);
+    let mut kernels = Vec::new();
+    for paths in variants::<Matmul>(ctx) {
+        match paths.coop_matrix {
+            None => kernels.push(Matmul::new(ctx, paths).unwrap()),
+            Some(shape) => {
+                for tiling in CoopKernel::every() {
+                    if matches!(tiling, CoopKernel::X16(_)) && tiling.supports(shape) {
+                        kernels.push(Matmul::with_tiling(ctx, paths, tiling).unwrap());
+                    }
+                }
+            }
+        }
+    }
+    for kernel in kernels {
+        let kernel = kernel.with_split(SPLIT_BELOW_TWO);
+        let name = match kernel.tiling() {
+            Some(tiling) => format!("{} {tiling}", kernel.variant()),
+            None => kernel.variant().to_string(),
+        };
+        for (ty, cols) in [
+            (GgmlType::Q4_K, 2048),
+            (GgmlType::Q6_K, 2048),
+            (GgmlType::F16, 1000),
+        ] {
+            let problem = Problem::random(ty, 48, cols, &mut rng);
+            for output in [MatmulOutput::Store, MatmulOutput::Accumulate] {
+                let product = Product::new(ctx, &kernel, &problem, output, u64::MAX).unwrap();
+                let splits = |n| kernel.grids(&product.binding, n)[0].splits;
+                assert_eq!((splits(3), splits(150)), (2, 1), "{ty} ({name})");
+                let what = format!("{ty} 48x{cols} ({name})");
+                let few = product.run(ctx, &kernel, 3, &what);
+                let many = product.run(ctx, &kernel, 150, &what);
+                let bits = |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
+                let shared = few.got.len();
+                assert!(
+                    bits(&few.got) == bits(&many.got[..shared]),
+                    "{what}, {output:?}: the first 3 tokens' outputs differ between a step of 3 \
+                     (K split across workgroups) and a step of 150"
+                );
+                few.assert();
+                many.assert();
+            }
+        }
+    }
+}
+
 /// A small binding cap so that tiny weights split the way one larger than 128 MiB (lavapipe) or
 /// 2 GiB (Vulkan) does; rows of 210 B (Q6_K) and 154 B (F16) put the later ranges at offsets that
 /// are not word-aligned inside their windows.

@@ -42,6 +42,8 @@ struct Params {
     accumulate: u32,
     // Row length of the f16 copy of X (matmul_x16.wgsl), in vec4s: cols rounded up to 64, /4.
     x16_stride: u32,
+    // Slices K is summed in (matmul_split.wgsl), fixed by the weight's shape: 1 is all of K.
+    k_slices: u32,
 }
 
 @group(0) @binding(1) var<storage, read> x: array<f32>;

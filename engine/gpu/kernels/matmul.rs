@@ -20,10 +20,14 @@
 //! by FMAs, so f16 tiles would add conversions and save nothing that limits it
 //! (experiments/matmul-tiles.md).
 //!
-//! Split-K (wgsl/matmul_split.wgsl): a product whose tiles would give fewer than
-//! [`SplitK::target_workgroups`] workgroups is cut along K into slices, each summed by workgroups of
-//! its own into the kernel's scratch of partial sums, then added into Y by `reduce_partials`. Both
-//! variants split the same way, so the fallback's tests on lavapipe check the split path too.
+//! Split-K (wgsl/matmul_split.wgsl): K is summed in slices fixed by the weight's shape
+//! ([`SplitK::weight_slices`]), added in order. A product whose tiles would give fewer than
+//! [`SplitK::target_workgroups`] workgroups gives each slice workgroups of its own, writing into
+//! the kernel's scratch of partial sums that `reduce_partials` then adds into Y; otherwise each
+//! workgroup sums the slices itself, one after another. Both forms add the same sums in the same
+//! order, so an output does not depend on how many tokens share the step (the register-tiled and
+//! x16 kernels; the staged coop kernel sums K whole when it does not split). The fallback's
+//! tests on lavapipe check both forms.
 //!
 //! Use: `bind` once at load time per weight (it checks shapes and buffer sizes, splits a weight
 //! larger than one binding into row ranges and builds their bind groups); `encode(pass, binding,
@@ -88,6 +92,13 @@ impl SplitK {
         min_slice_steps: 1,
     };
 
+    /// The slices of K a weight of `rows` × `cols` is summed in, the same at every token count:
+    /// [`SplitK::slices`] for one token tile of 128 (the most a short prompt needs), without
+    /// the scratch's cap (a step whose partial sums would not fit sums its slices in place).
+    pub fn weight_slices(&self, rows: u64, cols: u64) -> u32 {
+        self.slices(rows.div_ceil(NOMINAL_TILE_ROWS), cols, 1)
+    }
+
     /// How many slices of K a product of `workgroups` tiles over `cols` with `outputs` outputs
     /// runs in: enough to reach the target, each slice at least `min_slice_steps` K steps long,
     /// all partial sums inside the scratch.
@@ -106,9 +117,12 @@ impl SplitK {
 /// The K step split-K counts slices in (TILE_K of matmul.wgsl and of the default
 /// [`CoopTiling`]; a tiling with K steps of 64 cuts the same slices into half as many steps).
 const TILE_K: u64 = 32;
-/// The scratch of partial sums every binding of one [`Matmul`] shares (one product runs at a
-/// time): it caps S × n_tokens × rows.
-const PARTIALS_BYTES: u64 = 32 << 20;
+/// The row tile [`SplitK::weight_slices`] counts a weight's tiles in, whatever the variant's.
+const NOMINAL_TILE_ROWS: u64 = 128;
+/// The most bytes of partial sums one binding may ask for: S × n_tokens × rows floats must fit
+/// for a step to split K across workgroups (the scratch every binding of one [`Matmul`] shares,
+/// one product running at a time, grows to what its bindings can use).
+const PARTIALS_BYTES: u64 = 96 << 20;
 /// Invocations per workgroup of `reduce_partials` (its RW).
 const REDUCE_WG: u64 = 256;
 /// Invocations per workgroup of the x16 kernel's `to_f16` (its CW).
@@ -133,6 +147,7 @@ struct Params {
     y_stride: u32,
     accumulate: u32,
     x16_stride: u32,
+    k_slices: u32,
 }
 
 /// What a mat-mul does with Y.
@@ -287,14 +302,17 @@ pub struct X16Tiling {
     pub k_step: u32,
     /// Pairs of tiles in workgroup memory (STAGES): 2 (one barrier per K step) or 1 (two).
     pub stages: u32,
+    /// Q6_K weights fetched as raw words a step ahead, as Q4_K always is (RAW_Q6K).
+    pub raw_q6k: bool,
 }
 
 impl X16Tiling {
-    const fn new(subgroups_t: u32, k_step: u32, stages: u32) -> Self {
+    const fn new(subgroups_t: u32, k_step: u32, stages: u32, raw_q6k: bool) -> Self {
         X16Tiling {
             subgroups_t,
             k_step,
             stages,
+            raw_q6k,
         }
     }
 
@@ -306,11 +324,12 @@ impl X16Tiling {
         }
     }
 
-    fn consts(self) -> [(&'static str, u32); 3] {
+    fn consts(self) -> [(&'static str, u32); 4] {
         [
             ("SG_T", self.subgroups_t),
             ("TILE_K", self.k_step),
             ("STAGES", self.stages),
+            ("RAW_Q6K", u32::from(self.raw_q6k)),
         ]
     }
 }
@@ -318,7 +337,8 @@ impl X16Tiling {
 impl std::fmt::Display for X16Tiling {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let tokens = self.subgroups_t * 32;
-        write!(f, "x16-{tokens}x128-k{}-{}st", self.k_step, self.stages)
+        let q6k = if self.raw_q6k { "-rawq6" } else { "" };
+        write!(f, "x16-{tokens}x128-k{}-{}st{q6k}", self.k_step, self.stages)
     }
 }
 
@@ -339,13 +359,14 @@ impl CoopKernel {
     /// What matmul-bench `--sweep` times and tests/gpu_matmul.rs checks on the device: the
     /// staged kernel's best K loop, then the x16 kernel's tilings (every one within 48 KiB of
     /// workgroup memory: 128 × 128 tiles with K steps of 64 fit only one stage).
-    pub const SWEEP: [CoopKernel; 6] = [
+    pub const SWEEP: [CoopKernel; 7] = [
         Self::STAGED,
-        CoopKernel::X16(X16Tiling::new(4, 32, 2)),
-        CoopKernel::X16(X16Tiling::new(4, 32, 1)),
-        CoopKernel::X16(X16Tiling::new(4, 64, 1)),
-        CoopKernel::X16(X16Tiling::new(2, 32, 2)),
-        CoopKernel::X16(X16Tiling::new(2, 64, 1)),
+        CoopKernel::X16(X16Tiling::new(4, 32, 2, false)),
+        CoopKernel::X16(X16Tiling::new(4, 32, 2, true)),
+        CoopKernel::X16(X16Tiling::new(4, 32, 1, false)),
+        CoopKernel::X16(X16Tiling::new(4, 64, 1, false)),
+        CoopKernel::X16(X16Tiling::new(2, 32, 2, false)),
+        CoopKernel::X16(X16Tiling::new(2, 64, 1, false)),
     ];
 
     /// The rule per adapter: the kernel [`Matmul::new`] builds for `shape`. 16×16 (Vulkan:
@@ -443,11 +464,12 @@ pub struct Matmul {
     reduce: wgpu::ComputePipeline,
     /// The x16 kernel's `to_f16`.
     to_f16: Option<wgpu::ComputePipeline>,
-    partials: wgpu::Buffer,
+    /// The scratch of partial sums, grown by `bind` to what a binding's split steps need.
+    partials: Scratch,
     /// The x16 kernel's scratch for X in f16, shared by its bindings (one product runs at a
     /// time) and grown by `bind` when a binding needs more; a binding keeps the one it was bound
     /// to alive.
-    x16: Mutex<Option<wgpu::Buffer>>,
+    x16: Scratch,
     split: SplitK,
 }
 
@@ -473,10 +495,12 @@ pub struct MatmulBinding {
     /// The input width (K).
     cols: u64,
     max_tokens: u32,
-    /// (bind group, rows in the range), in row order.
-    ranges: Vec<(wgpu::BindGroup, u64)>,
+    /// (bind group, rows in the range, K slices), in row order.
+    ranges: Vec<(wgpu::BindGroup, u64, u32)>,
     /// vec4s per row of X in f16 (the x16 kernel's `to_f16` grid).
     x16_stride: u32,
+    /// Bytes of partial sums its bind groups' scratch holds.
+    partials_bytes: u64,
 }
 
 impl MatmulBinding {
@@ -669,8 +693,8 @@ impl Matmul {
             pipelines: built.pipelines,
             reduce,
             to_f16,
-            partials: storage_buffer(ctx, "matmul partials", PARTIALS_BYTES)?,
-            x16: Mutex::new(None),
+            partials: Scratch::new("matmul partials"),
+            x16: Scratch::new("matmul x16"),
             split: SplitK::DEFAULT,
         })
     }
@@ -700,16 +724,6 @@ impl Matmul {
         }
     }
 
-    /// The x16 scratch, at least `bytes` long (a new one when the current one is shorter).
-    fn x16_scratch(&self, ctx: &GpuContext, bytes: u64) -> Result<wgpu::Buffer, GpuError> {
-        let mut x16 = self.x16.lock().unwrap_or_else(|e| e.into_inner());
-        match &*x16 {
-            Some(buffer) if buffer.size() >= bytes => Ok(buffer.clone()),
-            _ => {
-                let buffer = storage_buffer(ctx, "matmul x16", bytes)?;
-                *x16 = Some(buffer.clone());
-                Ok(buffer)
-            }
         }
     }
 
@@ -822,16 +836,38 @@ impl Matmul {
                         limit_name: "max_storage_buffer_binding_size",
                     });
                 }
-                Some(self.x16_scratch(ctx, bytes)?)
+                Some(self.x16.at_least(ctx, bytes)?)
             }
             None => None,
         };
+        // The partial sums of the largest step that may split K: its tiles fewer than the target.
+        let tile = self.tile();
+        let split_tokens = |rows: u64| {
+            let row_tiles = rows.div_ceil(u64::from(tile.rows));
+            let token_tiles = u64::from(self.split.target_workgroups).div_ceil(row_tiles);
+            tokens.min(token_tiles * u64::from(tile.tokens))
+        };
+        let partials_bytes = ranges
+            .iter()
+            .map(|range| {
+                let rows = range.end - range.start;
+                let slices = u64::from(self.split.weight_slices(rows, cols));
+                if slices > 1 {
+                    (slices * split_tokens(rows) * rows * 4).min(PARTIALS_BYTES)
+                } else {
+                    0
+                }
+            })
+            .max()
+            .unwrap_or(0);
+        let partials = self.partials.at_least(ctx, partials_bytes.max(4))?;
         let ranges = ranges
             .into_iter()
             .map(|range| {
                 let len = range.end - range.start;
                 let w_window = Window::around(range.start * row_bytes, len * row_bytes, align);
                 // Every value is below the 2 GiB binding cap checked above, so fits a u32.
+                let k_slices = self.split.weight_slices(len, cols);
                 let params = Params {
                     rows: len as u32,
                     cols: cols as u32,
@@ -841,6 +877,7 @@ impl Matmul {
                     y_stride: rows as u32,
                     accumulate: u32::from(output == MatmulOutput::Accumulate),
                     x16_stride: (x16_cols / 4) as u32,
+                    k_slices,
                 };
                 let params = uniform(ctx, "matmul params", &params);
                 let mut entries = vec![
@@ -849,7 +886,7 @@ impl Matmul {
                     entry(2, y_window.binding(buffers.y)),
                     entry(3, params.as_entire_binding()),
                     entry(4, buffers.step.buffer.as_entire_binding()),
-                    entry(5, self.partials.as_entire_binding()),
+                    entry(5, partials.as_entire_binding()),
                 ];
                 if let Some(x16) = &x16 {
                     entries.push(entry(6, x16.as_entire_binding()));
@@ -859,7 +896,7 @@ impl Matmul {
                     layout: &self.layout,
                     entries: &entries,
                 });
-                (group, len)
+                (group, len, k_slices)
             })
             .collect();
         Ok(MatmulBinding {
@@ -868,6 +905,7 @@ impl Matmul {
             max_tokens,
             ranges,
             x16_stride: (x16_cols / 4) as u32,
+            partials_bytes,
         })
     }
 
@@ -878,7 +916,7 @@ impl Matmul {
         binding
             .ranges
             .iter()
-            .map(|&(_, rows)| {
+            .map(|&(_, rows, k_slices)| {
                 let tiles = Grid {
                     x: n_tokens.div_ceil(tile.tokens),
                     // bind() checked the grid against the limit, so this fits.
@@ -886,7 +924,9 @@ impl Matmul {
                 };
                 let workgroups = u64::from(tiles.x) * u64::from(tiles.y);
                 let outputs = u64::from(n_tokens) * rows;
-                let splits = self.split.slices(workgroups, binding.cols, outputs);
+                let fits = u64::from(k_slices) * outputs * 4 <= binding.partials_bytes;
+                let few = workgroups < u64::from(self.split.target_workgroups);
+                let splits = if few && fits { k_slices } else { 1 };
                 let reduce = (splits > 1).then(|| Grid {
                     // At most PARTIALS_BYTES / 4 / REDUCE_WG workgroups: fits any limit.
                     x: outputs.div_ceil(REDUCE_WG * u64::from(splits)) as u32,
@@ -923,7 +963,7 @@ impl Matmul {
             .position(|&t| t == binding.ty)
             .expect("bind() accepts only TYPES");
         let mut dispatches = 0;
-        for ((group, _), grid) in binding.ranges.iter().zip(self.grids(binding, n_tokens)) {
+        for ((group, _, _), grid) in binding.ranges.iter().zip(self.grids(binding, n_tokens)) {
             if let Some(to_f16) = &self.to_f16 {
                 // Every range reads the same X: its first converts it.
                 if dispatches == 0 {
@@ -963,6 +1003,35 @@ fn check_activation(
         });
     }
     Ok(bytes)
+}
+
+/// A storage buffer shared by a kernel's bindings (one product runs at a time), grown when a
+/// binding needs more; each binding keeps the buffer it was bound to alive.
+struct Scratch {
+    label: &'static str,
+    buffer: Mutex<Option<wgpu::Buffer>>,
+}
+
+impl Scratch {
+    fn new(label: &'static str) -> Scratch {
+        Scratch {
+            label,
+            buffer: Mutex::new(None),
+        }
+    }
+
+    /// The buffer, at least `bytes` long (a new one when the current one is shorter).
+    fn at_least(&self, ctx: &GpuContext, bytes: u64) -> Result<wgpu::Buffer, GpuError> {
+        let mut buffer = self.buffer.lock().unwrap_or_else(|e| e.into_inner());
+        match &*buffer {
+            Some(current) if current.size() >= bytes => Ok(current.clone()),
+            _ => {
+                let grown = storage_buffer(ctx, self.label, bytes)?;
+                *buffer = Some(grown.clone());
+                Ok(grown)
+            }
+        }
+    }
 }
 
 fn entry(binding: u32, resource: wgpu::BindingResource<'_>) -> wgpu::BindGroupEntry<'_> {
