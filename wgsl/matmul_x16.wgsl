@@ -16,8 +16,12 @@
 // specialisation (consts the host puts before the files: engine `matmul::X16Tiling`): SG_T (the
 //   workgroup's subgroup grid is SG_T × 2: 4 → 128 × 128 tiles of 256 invocations, 2 → 64 × 128
 //   of 128), TILE_K (the K step: 32 or 64), STAGES (pairs of tiles in workgroup memory: 2,
-//   one barrier per K step, or 1, two) and RAW_Q6K (1: Q6_K weights take the raw path below,
-//   as Q4_K always does; 0: they decode through dequant4 as they load).
+//   one barrier per K step, or 1, two), RAW_Q6K (1: Q6_K weights take the raw path below,
+//   as Q4_K always does; 0: they decode through dequant4 as they load) and SLICED (1: K summed
+//   in the weight's fixed slices, matmul_split.wgsl, at the cost of a second set of
+//   accumulators; 0: all of K in one run when the grid does not split it — a row's result then
+//   depends on whether its step split K: for measuring what the slices cost, not for the
+//   engine).
 // variants: after the shape file matmul_coop16.wgsl (Vulkan) or matmul_coop8.wgsl (Metal); the
 //           module gets `enable f16; enable wgpu_cooperative_matrix;` from the variant, which
 //           requires SUBGROUP (for subgroup_id); subgroups are assumed 32 wide (the host offers
@@ -273,7 +277,12 @@ fn main(
     @builtin(subgroup_id) subgroup: u32,
     @builtin(subgroup_invocation_id) lane: u32,
 ) {
-    let run = slice_run(wg.z, groups.z);
+    var run = slice_run(wg.z, groups.z);
+    if SLICED == 0u && groups.z == 1u {
+        run = SliceRun(0u, 1u, 1u, run.out);
+    }
+    // With SLICED = 0 the loop runs once, so the totals need no registers of their own.
+    let end = select(run.end, run.first + 1u, SLICED == 0u);
     let t0 = wg.x * TILE_T;
     let r0 = wg.y * TILE_R;
     let st = (subgroup / SG_R) * WARP_T;
@@ -292,7 +301,7 @@ fn main(
     var x_raw: array<vec4<f16>, X_VECS>;
     var w_raw: array<array<vec4<u32>, 3>, W_TASKS>;
     let stride = STRIDE4;
-    for (var s = run.first; s < run.end; s++) {
+    for (var s = run.first; s < end; s++) {
         let slice = k_slice(s, run.count);
         var acc00 = CoopC();
         var acc01 = CoopC();

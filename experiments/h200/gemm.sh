@@ -10,8 +10,8 @@
 #     (Q4_K; 128/2048), SM clocks logged every 500 ms;
 #  3. `harness bench` prefill on the Qwen3-8B-shaped Q4_K_M file (harness synth --fast-random) at
 #     128 and 2048 tokens, the engine default and FAK_MATMUL_TILING=$X16 interleaved 3 times; X16
-#     (unless given) is the x16 tiling with the best Q4_K layer line at 2048 tokens in round 0
-#     of the sweep that passed its check.
+#     (unless given) is the sliced x16 tiling with the best Q4_K layer line at 2048 tokens in
+#     round 0 of the sweep that passed its check.
 # Carried: target/h200 from `MATMUL_BENCH=1 prepare.sh gpu_matmul` (see NOTES for the exact
 # commands). Files: gpu.csv, matmul-parity.log, matmul-sweep.tsv, matmul-sweep.err, clocks.csv,
 # synth.log, bench.log, bench-*.json.
@@ -33,7 +33,7 @@ timeout 200 "$BIN/matmul-bench" --sweep > "$OUT/matmul-sweep.tsv" 2> "$OUT/matmu
 echo "matmul-bench rc=$?" >> "$OUT/matmul-sweep.err"
 wait $SYNTH
 if [ -z "${X16:-}" ]; then
-    X16=$(awk -F'\t' '$1 == 0 && $3 ~ /^x16/ && $4 == "Q4_K" && $5 == "layer" && $8 == 2048 {
+    X16=$(awk -F'\t' '$1 == 0 && $3 ~ /^x16/ && $3 !~ /unsliced/ && $4 == "Q4_K" && $5 == "layer" && $8 == 2048 {
         if ($9 < best || best == "") { best = $9; name = $3 } } END { print name }' "$OUT/matmul-sweep.tsv")
 fi
 X16=${X16:-x16-128x128-k32-2st}

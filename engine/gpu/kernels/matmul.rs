@@ -304,6 +304,9 @@ pub struct X16Tiling {
     pub stages: u32,
     /// Q6_K weights fetched as raw words a step ahead, as Q4_K always is (RAW_Q6K).
     pub raw_q6k: bool,
+    /// K summed in the weight's fixed slices whether the grid splits it or not (SLICED); false
+    /// only to measure what that costs (a row's result then depends on the step's other rows).
+    pub sliced: bool,
 }
 
 impl X16Tiling {
@@ -313,6 +316,14 @@ impl X16Tiling {
             k_step,
             stages,
             raw_q6k,
+            sliced: true,
+        }
+    }
+
+    const fn unsliced(self) -> Self {
+        X16Tiling {
+            sliced: false,
+            ..self
         }
     }
 
@@ -324,12 +335,13 @@ impl X16Tiling {
         }
     }
 
-    fn consts(self) -> [(&'static str, u32); 4] {
+    fn consts(self) -> [(&'static str, u32); 5] {
         [
             ("SG_T", self.subgroups_t),
             ("TILE_K", self.k_step),
             ("STAGES", self.stages),
             ("RAW_Q6K", u32::from(self.raw_q6k)),
+            ("SLICED", u32::from(self.sliced)),
         ]
     }
 }
@@ -338,7 +350,12 @@ impl std::fmt::Display for X16Tiling {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let tokens = self.subgroups_t * 32;
         let q6k = if self.raw_q6k { "-rawq6" } else { "" };
-        write!(f, "x16-{tokens}x128-k{}-{}st{q6k}", self.k_step, self.stages)
+        let whole = if self.sliced { "" } else { "-unsliced" };
+        write!(
+            f,
+            "x16-{tokens}x128-k{}-{}st{q6k}{whole}",
+            self.k_step, self.stages
+        )
     }
 }
 
@@ -359,10 +376,11 @@ impl CoopKernel {
     /// What matmul-bench `--sweep` times and tests/gpu_matmul.rs checks on the device: the
     /// staged kernel's best K loop, then the x16 kernel's tilings (every one within 48 KiB of
     /// workgroup memory: 128 × 128 tiles with K steps of 64 fit only one stage).
-    pub const SWEEP: [CoopKernel; 7] = [
+    pub const SWEEP: [CoopKernel; 8] = [
         Self::STAGED,
         CoopKernel::X16(X16Tiling::new(4, 32, 2, false)),
         CoopKernel::X16(X16Tiling::new(4, 32, 2, true)),
+        CoopKernel::X16(X16Tiling::new(4, 32, 2, true).unsliced()),
         CoopKernel::X16(X16Tiling::new(4, 32, 1, false)),
         CoopKernel::X16(X16Tiling::new(4, 64, 1, false)),
         CoopKernel::X16(X16Tiling::new(2, 32, 2, false)),
@@ -410,7 +428,10 @@ impl CoopKernel {
 
     /// Whether it builds for `shape` at all.
     pub fn supports(self, shape: CoopShape) -> bool {
-        matches!((self, shape), (Self::Staged(_), _) | (Self::X16(_), CoopShape::M16x16))
+        matches!(
+            (self, shape),
+            (Self::Staged(_), _) | (Self::X16(_), CoopShape::M16x16)
+        )
     }
 
     /// Its workgroup tile for `shape`.
@@ -492,8 +513,6 @@ impl MatmulGrid {
 /// A weight bound for [`Matmul::encode`]: one bind group per row range that fits a binding.
 pub struct MatmulBinding {
     ty: GgmlType,
-    /// The input width (K).
-    cols: u64,
     max_tokens: u32,
     /// (bind group, rows in the range, K slices), in row order.
     ranges: Vec<(wgpu::BindGroup, u64, u32)>,
@@ -663,7 +682,9 @@ impl Matmul {
             let refusal = if !kernel.supports(shape) {
                 Some(format!("{kernel} has no {shape:?} form"))
             } else if kernel.workgroup_bytes(shape) > limit {
-                Some(format!("{kernel} needs more than {limit} bytes of workgroup memory"))
+                Some(format!(
+                    "{kernel} needs more than {limit} bytes of workgroup memory"
+                ))
             } else {
                 None
             };
@@ -721,9 +742,6 @@ impl Matmul {
         match (self.variant.coop_matrix, self.tiling) {
             (Some(shape), Some(kernel)) => kernel.tile(shape),
             _ => Tile::of(self.variant),
-        }
-    }
-
         }
     }
 
@@ -830,7 +848,9 @@ impl Matmul {
                 let bytes = tokens.saturating_mul(x16_cols).saturating_mul(2);
                 if bytes > device_binding {
                     return Err(GpuError::TooLarge {
-                        what: format!("mat-mul activation X in f16 of {tokens} × {x16_cols} (bytes)"),
+                        what: format!(
+                            "mat-mul activation X in f16 of {tokens} × {x16_cols} (bytes)"
+                        ),
                         size: bytes,
                         limit: device_binding,
                         limit_name: "max_storage_buffer_binding_size",
@@ -901,7 +921,6 @@ impl Matmul {
             .collect();
         Ok(MatmulBinding {
             ty,
-            cols,
             max_tokens,
             ranges,
             x16_stride: (x16_cols / 4) as u32,
