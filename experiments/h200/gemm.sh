@@ -11,10 +11,11 @@
 #  3. `harness bench` prefill on the Qwen3-8B-shaped Q4_K_M file (harness synth --fast-random) at
 #     128 and 2048 tokens, the engine default and FAK_MATMUL_TILING=$X16 interleaved 3 times; X16
 #     (unless given) is the sliced x16 tiling with the best Q4_K layer line at 2048 tokens in
-#     round 0 of the sweep that passed its check.
+#     round 0 of the sweep that passed its check;
+#  4. model_qwen3 (when carried) with FAK_MATMUL_TILING=$X16: the model's parity on that kernel.
 # Carried: target/h200 from `MATMUL_BENCH=1 prepare.sh gpu_matmul` (see NOTES for the exact
 # commands). Files: gpu.csv, matmul-parity.log, matmul-sweep.tsv, matmul-sweep.err, clocks.csv,
-# synth.log, bench.log, bench-*.json.
+# synth.log, bench.log, bench-*.json, model-qwen3.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh
@@ -49,7 +50,14 @@ for round in 1 2 3; do
     done
 done
 kill $CLOCKS
+# The chosen x16 kernel in the model's own parity tests (cooperative-matrix floor 0.9999).
+if [ -x "$BIN/model_qwen3" ]; then
+    FAK_MATMUL_TILING=$X16 timeout 120 "$BIN/model_qwen3" 2>&1 \
+        | grep -E "^test |test result|panicked|cosine" | head -40 > "$OUT/model-qwen3.log"
+fi
 cat "$OUT/matmul-parity.log"
-grep -E "^check|layer" "$OUT/matmul-sweep.tsv"
+grep -E "^check" "$OUT/matmul-sweep.tsv" | cut -c1-160
+awk -F'\t' '$5 == "layer" { print $1, $3, $4, $8, $9, $11 }' "$OUT/matmul-sweep.tsv" | cut -c1-140 | head -80
 tail -3 "$OUT/matmul-sweep.err"
-grep -E "^==|^rc=|prefill" "$OUT/bench.log" | head -60
+grep -E "^==|^rc=|depth [0-9]+ prefill:|^x16" "$OUT/bench.log" | cut -c1-200 | head -40
+cat "$OUT/model-qwen3.log" 2>/dev/null
