@@ -375,27 +375,41 @@ impl CoopKernel {
 
     /// What matmul-bench `--sweep` times and tests/gpu_matmul.rs checks on the device: the
     /// staged kernel's best K loop, then the x16 kernel's tilings (every one within 48 KiB of
-    /// workgroup memory: 128 × 128 tiles with K steps of 64 fit only one stage).
-    pub const SWEEP: [CoopKernel; 8] = [
+    /// workgroup memory: 128 × 128 tiles with K steps of 64 fit only one stage). Measured on the
+    /// H200 (experiments/NOTES.md, "gemm (session 2026-12-04 #4)", call 1, before the fixed K
+    /// slices): 128 × 128 with K 64 in one stage fastest everywhere (Q4_K 8B layer: 11 267 tok/s
+    /// of mat-muls at 2048 tokens, 7922 at 128; staged 2499 / 2335), K 32 two stages 8–10 %
+    /// behind, one stage of K 32 behind that; 64 × 128 tiles lose 2× (the W tile is decoded for
+    /// half as many tokens; Q6_K, decoded as it loads, 2.5×). Its Q6_K raw-word path and the
+    /// unsliced K loop (what the fixed slices cost) have not run on hardware yet.
+    pub const SWEEP: [CoopKernel; 9] = [
         Self::STAGED,
+        CoopKernel::X16(X16Tiling::new(4, 64, 1, false)),
+        CoopKernel::X16(X16Tiling::new(4, 64, 1, true)),
+        CoopKernel::X16(X16Tiling::new(4, 64, 1, false).unsliced()),
         CoopKernel::X16(X16Tiling::new(4, 32, 2, false)),
         CoopKernel::X16(X16Tiling::new(4, 32, 2, true)),
-        CoopKernel::X16(X16Tiling::new(4, 32, 2, true).unsliced()),
         CoopKernel::X16(X16Tiling::new(4, 32, 1, false)),
-        CoopKernel::X16(X16Tiling::new(4, 64, 1, false)),
         CoopKernel::X16(X16Tiling::new(2, 32, 2, false)),
         CoopKernel::X16(X16Tiling::new(2, 64, 1, false)),
     ];
 
     /// The rule per adapter: the kernel [`Matmul::new`] builds for `shape`. 16×16 (Vulkan:
-    /// NVIDIA) and 8×8 (Metal, not yet run on hardware) both run the staged kernel until the x16
-    /// one is measured faster in the model (experiments/NOTES.md, "gemm (session 2026-12-04
-    /// #4)"); the x16 kernel has no 8×8 geometry.
+    /// NVIDIA) and 8×8 (Metal, not yet run on hardware) run the staged kernel for now: the x16
+    /// kernel measured 2× the 8B prefill on the H200 (call 1 of experiments/NOTES.md, "gemm
+    /// (session 2026-12-04 #4)"), but its form here (the fixed K slices) has not been checked
+    /// there yet; once `experiments/h200/gemm.sh` passes with it, 16×16 becomes
+    /// [`CoopKernel::X16_DEFAULT`]. The x16 kernel has no 8×8 geometry; adapters without
+    /// cooperative matrices run the register-tiled fallback ([`Matmul::select`]).
     pub fn for_shape(shape: CoopShape) -> CoopKernel {
         match shape {
             CoopShape::M16x16 | CoopShape::M8x8 => Self::STAGED,
         }
     }
+
+    /// The x16 kernel the 16×16 shape is to run: 128 × 128 tiles, K steps of 64, one stage (the
+    /// sweep's fastest in call 1), K summed in the weight's fixed slices.
+    pub const X16_DEFAULT: CoopKernel = CoopKernel::X16(X16Tiling::new(4, 64, 1, false));
 
     /// `FAK_MATMUL_TILING`: a kernel of [`CoopKernel::SWEEP`] by its label, for a measurement
     /// of another kernel in the model; None when unset or empty.
