@@ -14,8 +14,8 @@
 #     round 0 of the sweep that passed its check;
 #  4. model_qwen3 (when carried) with FAK_MATMUL_TILING=$X16: the model's parity on that kernel.
 # Carried: target/h200 from `MATMUL_BENCH=1 prepare.sh gpu_matmul` (see NOTES for the exact
-# commands). Files: gpu.csv, matmul-parity.log, matmul-sweep.tsv, matmul-sweep.err, clocks.csv,
-# synth.log, bench.log, bench-*.json, model-qwen3.log.
+# commands). Files: matmul-parity.log, matmul-sweep.tsv, clocks.csv, bench.log, model-qwen3.log
+# and rest.tgz (gpu.csv, synth.log, matmul-sweep.err, json/bench-*.json).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh
@@ -39,13 +39,14 @@ if [ -z "${X16:-}" ]; then
 fi
 X16=${X16:-x16-128x128-k32-2st}
 echo "x16 arm: $X16" >> "$OUT/bench.log"
+mkdir -p "$OUT/json"
 for round in 1 2 3; do
     for arm in default "$X16"; do
         echo "== round $round FAK_MATMUL_TILING=$arm" >> "$OUT/bench.log"
         tiling=$arm; [ "$arm" = default ] && tiling=
         FAK_MATMUL_TILING=$tiling timeout 60 "$BIN/harness" bench --model "$MODEL" --depths 128,2048 \
             --n-out 4 --profile-steps 1 --suffix 0 --probe-mib 256 \
-            --json-out "$OUT/bench-$arm-$round.json" >> "$OUT/bench.log" 2>&1
+            --json-out "$OUT/json/bench-$arm-$round.json" >> "$OUT/bench.log" 2>&1
         echo "rc=$?" >> "$OUT/bench.log"
     done
 done
@@ -55,9 +56,11 @@ if [ -x "$BIN/model_qwen3" ]; then
     FAK_MATMUL_TILING=$X16 timeout 120 "$BIN/model_qwen3" 2>&1 \
         | grep -E "^test |test result|panicked|cosine" | head -40 > "$OUT/model-qwen3.log"
 fi
+# The run tool returns at most 8 files: the small ones go back in one archive.
+(cd "$OUT" && tar czf rest.tgz json gpu.csv synth.log matmul-sweep.err && rm -r json gpu.csv synth.log)
 cat "$OUT/matmul-parity.log"
 grep -E "^check" "$OUT/matmul-sweep.tsv" | cut -c1-160
 awk -F'\t' '$5 == "layer" { print $1, $3, $4, $8, $9, $11 }' "$OUT/matmul-sweep.tsv" | cut -c1-140 | head -80
-tail -3 "$OUT/matmul-sweep.err"
+tar xzOf "$OUT/rest.tgz" matmul-sweep.err | tail -3
 grep -E "^==|^rc=|depth [0-9]+ prefill:|^x16" "$OUT/bench.log" | cut -c1-200 | head -40
 cat "$OUT/model-qwen3.log" 2>/dev/null
