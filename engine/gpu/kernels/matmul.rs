@@ -1104,7 +1104,8 @@ mod tests {
     /// The default rule on the shapes that need it (Qwen3.5-27B: hidden 5120, FFN 17408, 48
     /// β rows): ffn_down at 128 tokens has 40 tiles of 128 × 128 and is cut until it has about
     /// 256 workgroups; β is one tile, cut into slices of 256 of K; a product with enough tiles,
-    /// or K too short to cut, stays whole; the scratch caps the slices of a wide product.
+    /// or K too short to cut, stays whole; the scratch caps the slices of a wide product; a
+    /// weight's own count is the one-tile count.
     #[test]
     fn few_tile_products_are_split_along_k_until_the_target() {
         let split = SplitK::DEFAULT;
@@ -1113,8 +1114,13 @@ mod tests {
         assert_eq!(split.slices(1, 5120, 5 * 48), 20);
         assert_eq!(split.slices(16 * 40, 4096, 2048 * 5120), 1);
         assert_eq!(split.slices(1, 224, 128 * 48), 1);
-        assert_eq!(split.slices(2, 65536, 128 * 32768), 2);
+        assert_eq!(split.slices(2, 65536, 128 * 32768), 6);
         assert_eq!(split.slices(0, 4096, 0), 1);
         assert_eq!(SplitK::NEVER.slices(1, 5120, 48), 1);
+        // Fixed per weight: the counts above at one 128-token tile, whatever the step.
+        assert_eq!(split.weight_slices(5120, 17408), 7);
+        assert_eq!(split.weight_slices(48, 5120), 20);
+        assert_eq!(split.weight_slices(34816, 5120), 1);
+        assert_eq!(SplitK::NEVER.weight_slices(48, 5120), 1);
     }
 }
