@@ -4,6 +4,7 @@
 //! so `harness validate` can rebuild and compare it.
 
 use super::FileDigest;
+use super::metrics::{BootstrapSpec, RateDist, TimeDist, Tolerance};
 use super::quality::{Against, QualityRule, QualityStatus, QualitySummary};
 use super::raw::{
     ArmEnvelope, ArmStatus, BucketMethods, Buckets, EngineInfo, MemoryPeak, Runtime, Weights,
@@ -165,29 +166,6 @@ impl Method {
     }
 }
 
-/// The bootstrap behind every p50 interval: resample requests with replacement (ITL: resample
-/// requests and pool their gaps), take the p50 of each resample, report the 2.5th and 97.5th
-/// percentiles of those. Indices come from splitmix64 seeded with `seed`.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct BootstrapSpec {
-    pub resamples: usize,
-    pub seed: u64,
-    pub confidence: f64,
-}
-
-/// |measured − expected| ≤ abs_s + rel · expected.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Tolerance {
-    pub abs_s: f64,
-    pub rel: f64,
-}
-
-impl Tolerance {
-    pub fn allows(&self, measured: f64, expected: f64) -> bool {
-        (measured - expected).abs() <= self.abs_s + self.rel * expected.abs()
-    }
-}
-
 /// `harness selftest` on this machine's adapter, run before the arms.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Selftest {
@@ -243,30 +221,6 @@ pub struct RequestRow {
     pub prefill_tok_s: f64,
     /// (n_out − 1) / decode; absent when n_out < 2.
     pub decode_tok_s: Option<f64>,
-}
-
-/// Percentiles of a time over counted requests (ITL: over all gaps pooled).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TimeDist {
-    pub n: usize,
-    pub p50: f64,
-    pub p95: f64,
-    pub p99: f64,
-    pub mean: f64,
-    pub min: f64,
-    pub max: f64,
-    /// Bootstrap interval of the p50, [low, high].
-    pub p50_ci: [f64; 2],
-}
-
-/// A rate as `tokens / time`: its p50 is tokens / p50(time) and its p95 the slow tail,
-/// tokens / p95(time), so p95 ≤ p50.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RateDist {
-    pub tokens: f64,
-    pub p50: f64,
-    pub p95: f64,
-    pub p50_ci: [f64; 2],
 }
 
 /// An arm's summary over its counted requests.

@@ -25,6 +25,7 @@ pub mod writer;
 pub(crate) mod testkit;
 
 pub use comparison::*;
+pub use metrics::{BootstrapSpec, RateDist, TimeDist, Tolerance};
 pub use quality::*;
 pub use raw::*;
 pub use summary::PacketMeta;

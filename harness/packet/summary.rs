@@ -3,11 +3,12 @@
 //! validator rebuilds it from the raw files with the same function and compares.
 
 use super::comparison::{
-    ArmEntry, ArmRatios, ArmSummary, BootstrapSpec, Envelope, Hardware, HarnessInfo, Method,
-    Packet, QualityEntry, QualityEntryComparison, Ratios, RequestRow, Selftest, TimeDist,
+    ArmEntry, ArmRatios, ArmSummary, Envelope, Hardware, HarnessInfo, Method, Packet, QualityEntry,
+    QualityEntryComparison, Ratios, RequestRow, Selftest,
 };
 use super::metrics::{
-    decode_rate, itl_gaps, percentile, prefill_rate, rate_dist, ratio, singletons, time_dist,
+    BootstrapSpec, TimeDist, decode_rate, itl_gaps, percentile, prefill_rate, rate_dist, ratio,
+    singletons, time_dist,
 };
 use super::quality::ArmQuality;
 use super::raw::{ArmRaw, Buckets, RequestSample};

@@ -7,9 +7,9 @@
 //! under their rules, a schema newer than this harness.
 
 use super::comparison::{
-    MIN_BOOTSTRAP_RESAMPLES, PERCENTILE_METHOD, Packet, SelftestStatus, TOLERANCE_V1, Tolerance,
+    MIN_BOOTSTRAP_RESAMPLES, PERCENTILE_METHOD, Packet, SelftestStatus, TOLERANCE_V1,
 };
-use super::metrics::close;
+use super::metrics::{Tolerance, close};
 use super::quality::{Against, ArmQuality, QualityRule, summarize};
 use super::raw::{ArmRaw, ArmStatus, RequestSample, Runtime, Weights};
 use super::scenario::{Scenario, ScenarioRaw, build_scenario, check_raw, scenario_raw_file_name};

@@ -11,7 +11,7 @@ use std::process::Command;
 pub fn hardware(adapter: &Value, bandwidth: &Value) -> Hardware {
     let text = |v: &Value| v.as_str().unwrap_or("unknown").to_string();
     Hardware {
-        host: super::models::host_name(),
+        host: host_name(),
         cpu_model: cpu_model(),
         cores: Cores {
             logical: std::thread::available_parallelism().map_or(0, |n| n.get() as u32),
@@ -150,6 +150,46 @@ fn memory_bytes() -> u64 {
             Some(kib * 1024)
         })
         .unwrap_or(0)
+}
+
+/// The machine's host name.
+pub fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    match std::str::from_utf8(&buf[..end]) {
+        Ok(name) if ok && !name.is_empty() => name.to_string(),
+        _ => "unknown-host".into(),
+    }
+}
+
+/// UTC now as `YYYYMMDDTHHMMSSZ` (folder names).
+pub fn utc_stamp() -> String {
+    utc_now().replace(['-', ':'], "")
+}
+
+/// UTC now as ISO 8601 `YYYY-MM-DDTHH:MM:SSZ` (days from the civil calendar algorithm).
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 #[cfg(test)]

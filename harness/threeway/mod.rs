@@ -5,16 +5,17 @@
 
 mod envelope;
 mod meta;
-pub mod models;
 pub mod multi_agent;
 pub mod quality;
 mod runner;
 
 use crate::arms::fak_native::FakNative;
+use crate::arms::jsonl::JsonlArm;
 use crate::arms::llama_cpp::{self, LlamaCpp};
 use crate::arms::mlx::{self, Mlx};
 use crate::arms::process::{EngineProcess, install_interrupt_handler, interrupted};
 use crate::arms::{Arm, NotInstalled};
+use crate::models::{Models, sha256_of};
 use anyhow::{Context, Result, bail};
 use envelope::Prompts;
 use fak_harness::packet::summary::PacketMeta;
@@ -22,7 +23,6 @@ use fak_harness::packet::{
     self, Against, ArmHeader, ArmQuality, BucketMethods, EngineInfo, Envelope, HarnessInfo, Method,
     PacketWriter, QualityComparison, QualityRule, QualityStatus, ReferenceEngine, Runtime, Weights,
 };
-use models::{Models, sha256_of};
 use quality::{ReferenceInfo, ReferenceRows};
 use runner::{Outcome, Plan};
 use serde_json::{Value, json};
@@ -116,7 +116,7 @@ pub struct Args {
     pub page_size: Option<u32>,
     /// Multi-agent: fak's prefix-cache budget (bytes, or K/M/G); default enough for every
     /// agent's whole conversation.
-    #[arg(long, value_parser = crate::run::parse_bytes)]
+    #[arg(long, value_parser = crate::flag_values::parse_bytes)]
     pub cache_mem: Option<u64>,
 }
 
@@ -151,8 +151,8 @@ pub fn run(args: Args) -> Result<()> {
     let out = match &args.out {
         Some(dir) => dir.clone(),
         None => PathBuf::from("experiments/benchmark/runs/by-machine")
-            .join(models::host_name())
-            .join(format!("{}-threeway", models::utc_stamp())),
+            .join(meta::host_name())
+            .join(format!("{}-threeway", meta::utc_stamp())),
     };
     let scratch = out.join("logs");
     std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
@@ -228,7 +228,7 @@ pub fn run(args: Args) -> Result<()> {
         args.quality_tail,
     )?;
     let meta = PacketMeta {
-        created_utc: models::utc_now(),
+        created_utc: meta::utc_now(),
         harness: HarnessInfo {
             version: env!("CARGO_PKG_VERSION").into(),
             commit: std::env::var("FAK_COMMIT").ok(),
@@ -288,12 +288,12 @@ struct ArmRun {
 fn make_arm(name: &str, ctx: &ArmContext) -> Result<Box<dyn Arm>, NotInstalled> {
     let (args, models, scratch) = (ctx.args, ctx.models, ctx.scratch.to_path_buf());
     match name {
-        "fak-native" => Ok(Box::new(FakNative::new(
+        "fak-native" => Ok(Box::new(JsonlArm::new(FakNative::new(
             "fak-native",
             models.gguf.clone(),
             ctx.context,
             scratch,
-        ))),
+        )))),
         "llama.cpp" => {
             let server = llama_cpp::find_server(args.llama_server.as_deref())?;
             Ok(Box::new(LlamaCpp::new(
@@ -312,7 +312,11 @@ fn make_arm(name: &str, ctx: &ArmContext) -> Result<Box<dyn Arm>, NotInstalled> 
                 ));
             };
             let python = mlx::find_python(args.python.as_deref())?;
-            Ok(Box::new(Mlx::new(python, dir.clone(), scratch)))
+            Ok(Box::new(JsonlArm::new(Mlx::new(
+                python,
+                dir.clone(),
+                scratch,
+            ))))
         }
     }
 }
@@ -570,12 +574,12 @@ fn reference(
     let rows = if cpu {
         quality::cpu_reference(weights, prompts, args.quality_tail)?
     } else {
-        let mut arm = FakNative::new(
+        let mut arm = JsonlArm::new(FakNative::new(
             "fak-reference",
             weights.clone(),
             context,
             scratch.to_path_buf(),
-        );
+        ));
         arm.start()?;
         let rows = quality::arm_reference(&mut arm, prompts, args.quality_tail);
         arm.stop();

@@ -8,13 +8,14 @@
 //! `multi-agent-<arm>-raw.json`, and the packet's `scenario` section is built from them.
 
 use super::envelope::{Prompts, corpus_runs};
-use super::models::{Models, sha256_of};
 use super::{Args, engine_info, meta, weights};
 use crate::arms::fak_native::{FakNative, ServeOptions};
+use crate::arms::jsonl::JsonlArm;
 use crate::arms::llama_cpp::{self, LlamaCpp};
 use crate::arms::mlx::{self, Mlx};
 use crate::arms::process::{Interrupted, gpu_memory_bytes, interrupted, now_ns};
 use crate::arms::{Arm, Done, NotInstalled};
+use crate::models::{Models, sha256_of};
 use anyhow::{Context, Result, bail};
 use fak_harness::packet::scenario::{
     Arrival, MULTI_AGENT, ScenarioArmHeader, ScenarioSpec, Serving, TurnSample,
@@ -181,7 +182,7 @@ pub fn run(args: &Args, models: &Models, out: &Path) -> Result<()> {
         }
     }
     let meta = PacketMeta {
-        created_utc: super::models::utc_now(),
+        created_utc: super::meta::utc_now(),
         harness: HarnessInfo {
             version: env!("CARGO_PKG_VERSION").into(),
             commit: std::env::var("FAK_COMMIT").ok(),
@@ -285,7 +286,7 @@ fn make_arm(
                 false => "off (--cache-mem 0): every prompt is prefilled whole".into(),
             };
             Ok((
-                Box::new(arm),
+                Box::new(JsonlArm::new(arm)),
                 how,
                 "the engine: its prefix-cache hit (Started::cached_tokens) per request",
             ))
@@ -339,7 +340,7 @@ fn make_arm(
                 None => "none: each request starts from make_prompt_cache(model)".into(),
             };
             Ok((
-                Box::new(arm),
+                Box::new(JsonlArm::new(arm)),
                 how,
                 "the driver: prompt ids mlx_lm's prompt cache did not cover (prefilled) and those it did",
             ))
