@@ -32,8 +32,9 @@ use fak::model::Arch;
 use fak::reference::{Activations, DenseReference, Qwen35Reference, Reference};
 use fak::runtime::{Engine, EngineOptions, SamplingParams};
 use fak_harness::checks::{self, report::KernelCheck};
+use fak_harness::packet::selftest_raw::SelftestBandwidth as Bandwidth;
 use rand::{Rng, SeedableRng};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -74,18 +75,6 @@ struct Check {
     tokens_equal: Option<bool>,
     pass: bool,
     error: Option<String>,
-}
-
-/// The read bandwidth as the selftest's JSON states it, and as the packet's hardware entry reads
-/// it back (`threeway::meta::hardware`).
-#[derive(Serialize, Deserialize)]
-pub struct Bandwidth {
-    pub method: String,
-    pub bytes_per_pass: u64,
-    /// Timed passes with a positive duration.
-    pub passes: usize,
-    pub best_bytes_per_s: f64,
-    pub median_bytes_per_s: f64,
 }
 
 pub fn run(args: Args) -> Result<()> {

@@ -21,7 +21,7 @@
 //!   on stdin stops the child.
 
 use super::process::{EngineProcess, ExitInfo, now_ns};
-use super::{Arm, ArmFacts, Buckets, Done, Logits, Timed};
+use super::{Arm, ArmFacts, BucketKind, BucketMethod, Buckets, Done, Logits, Timed};
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -36,15 +36,33 @@ const LOAD_TIMEOUT: Duration = Duration::from_secs(900);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// How the buckets are measured for a JSON-lines child.
-pub const BUCKET_METHODS: Buckets<&str> = Buckets {
-    queue: "harness wrote the request line → the child had read it (both CLOCK_MONOTONIC)",
-    setup: "the child had read the request → it called the generation loop (parse, ids to the engine's array)",
-    prefill: "generation loop called → first token known in the child",
-    decode: "first token → last token known in the child",
-    verification: "none: no speculative decoding, nothing to verify (0)",
-    recovery: "engine restarts after a crash, charged to the request that was lost (0 otherwise)",
-    other: "last token known in the child → the harness had its answer line (loop exit, JSON, pipe)",
+pub const BUCKET_METHODS: Buckets<BucketMethod> = Buckets {
+    queue: measured(
+        "harness wrote the request line → the child had read it (both CLOCK_MONOTONIC)",
+    ),
+    setup: measured(
+        "the child had read the request → it called the generation loop (parse, ids to the engine's array)",
+    ),
+    prefill: measured("generation loop called → first token known in the child"),
+    decode: measured("first token → last token known in the child"),
+    verification: BucketMethod {
+        kind: BucketKind::Zero,
+        how: "not measured, set to 0: no speculative decoding, nothing to verify",
+    },
+    recovery: measured(
+        "engine restarts after a crash, charged to the request that was lost (0: none happened)",
+    ),
+    other: measured(
+        "last token known in the child → the harness had its answer line (loop exit, JSON, pipe)",
+    ),
 };
+
+const fn measured(how: &'static str) -> BucketMethod {
+    BucketMethod {
+        kind: BucketKind::Measured,
+        how,
+    }
+}
 
 /// What sets one JSON-lines engine apart from the other: its name, flags and the command that
 /// starts it. [`JsonlArm`] is the [`Arm`] of any of them.
@@ -95,7 +113,7 @@ impl<C: JsonlChild> Arm for JsonlArm<C> {
         self.child.flags()
     }
 
-    fn bucket_methods(&self) -> Buckets<&'static str> {
+    fn bucket_methods(&self) -> Buckets<BucketMethod> {
         BUCKET_METHODS
     }
 

@@ -53,11 +53,20 @@ def load(model_dir):
         "mlx": getattr(mx, "__version__", "unknown"),
         "mlx_lm": getattr(mlx_lm, "__version__", "unknown"),
         "device": str(mx.default_device()),
+        "device_name": device_name(mx),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "precision": precision(mx, model),
     }
     return mx, np, generate_step, mlx_cache, model, facts
+
+
+def device_name(mx):
+    """The default device's name where this MLX says it (mx.device_info, MLX 0.29 and later)."""
+    try:
+        return mx.device_info().get("device_name")
+    except Exception:  # an MLX without device_info, or a device it cannot describe
+        return None
 
 
 def precision(mx, model):

@@ -7,7 +7,8 @@ use super::FileDigest;
 use super::metrics::{BootstrapSpec, RateDist, TimeDist, Tolerance};
 use super::quality::{Against, QualityRule, QualityStatus, QualitySummary};
 use super::raw::{
-    ArmEnvelope, ArmStatus, BucketMethods, Buckets, EngineInfo, MemoryPeak, Runtime, Weights,
+    ArmDevice, ArmEnvelope, ArmStatus, BucketMethods, Buckets, EngineInfo, MemoryPeak, Runtime,
+    Weights,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -56,6 +57,11 @@ pub struct Hardware {
     pub gpu: Gpu,
     /// The adapter's read bandwidth as `selftest` measured it.
     pub bandwidth: Option<Bandwidth>,
+    /// What a reader of benchmarks expects to know about the machine, as the OS states it
+    /// (machine model, chip, core counts, OS build, Metal family; GPU driver, Vulkan and CUDA
+    /// versions): key → value, absent keys unknown.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub catalog: BTreeMap<String, String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -108,6 +114,14 @@ pub struct Envelope {
     pub greedy: bool,
     pub ignore_eos: bool,
     pub warmup_requests: usize,
+    /// Where the model's weights come from, in words (random synthetic, trained, a user's file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_origin: Option<String>,
+    /// FLOPs every prompt token costs at the least: 2 × the elements of the block weights (the
+    /// matrices each token multiplies; the embedding lookup, the head and attention left out),
+    /// for the compute floor under a TTFT.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_flops_per_token: Option<u64>,
 }
 
 impl Envelope {
@@ -177,7 +191,14 @@ pub struct Selftest {
     pub checks_failed: u64,
     /// The failing checks by name.
     pub failures: Vec<String>,
+    /// The selftest's own output (`selftest.json`), a raw file of the packet: the hardware entry's
+    /// adapter and bandwidth are held to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<FileDigest>,
 }
+
+/// The selftest's raw file in a run folder.
+pub const SELFTEST_FILE: &str = "selftest.json";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -203,6 +224,36 @@ pub struct ArmEntry {
     pub summary: Option<ArmSummary>,
     /// Every request, warm-up included, decomposed.
     pub requests: Vec<RequestRow>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<ArmDevice>,
+    /// The arm's TTFT against a plain client's on the same server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plain_client: Option<PlainClientCheck>,
+}
+
+/// The arm's TTFT p50 against the p50 a plain client measured on the same server in the same
+/// run ([`super::raw::PlainClient`]): within [`PLAIN_CLIENT_RULE`], the arm's clock adds nothing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlainClientCheck {
+    pub how: String,
+    pub rule: String,
+    /// The plain client's requests.
+    pub requests: usize,
+    pub plain_ttft_p50_s: Option<f64>,
+    pub arm_ttft_p50_s: Option<f64>,
+    /// Whether the two p50s are within the rule; None when either is missing.
+    pub within: Option<bool>,
+    /// Why the plain client did not run.
+    pub error: Option<String>,
+}
+
+/// |arm p50 − plain p50| ≤ max(3 ms, 5 % of the plain p50).
+pub const PLAIN_CLIENT_RULE: &str = "the arm's TTFT p50 within 5 % or 3 ms of the plain client's";
+
+impl PlainClientCheck {
+    pub fn within(arm_p50: f64, plain_p50: f64) -> bool {
+        (arm_p50 - plain_p50).abs() <= (0.05 * plain_p50).max(0.003)
+    }
 }
 
 /// One request's decomposition and the figures derived from it.

@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod quality;
 pub mod raw;
 pub mod scenario;
+pub mod selftest_raw;
 pub mod summary;
 pub mod validate;
 pub mod writer;

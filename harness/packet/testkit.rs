@@ -69,6 +69,8 @@ pub fn envelope() -> Envelope {
         greedy: true,
         ignore_eos: true,
         warmup_requests: 1,
+        model_origin: None,
+        prefill_flops_per_token: None,
     }
 }
 
@@ -82,6 +84,7 @@ pub fn header(arm: &str) -> ArmHeader {
             version: "test 1.0".into(),
             flags: vec!["--greedy".into()],
             build: None,
+            tuning: vec![],
         },
         weights: Weights {
             path: if same {
@@ -110,7 +113,17 @@ pub fn header(arm: &str) -> ArmHeader {
             verification: "id checks".into(),
             recovery: "restart time".into(),
             other: "transport".into(),
+            kinds: Some(BucketKinds {
+                queue: BucketKind::Measured,
+                setup: BucketKind::Measured,
+                prefill: BucketKind::Measured,
+                decode: BucketKind::Measured,
+                verification: BucketKind::Measured,
+                recovery: BucketKind::Measured,
+                other: BucketKind::Measured,
+            }),
         },
+        device: None,
     }
 }
 
@@ -197,6 +210,7 @@ pub fn meta() -> PacketMeta {
                 bytes_per_s: 150e9,
                 how: "test probe".into(),
             }),
+            catalog: BTreeMap::new(),
         },
         toolchain: BTreeMap::from([("rustc".to_string(), "1.95.0".to_string())]),
         envelope: envelope(),
@@ -208,6 +222,7 @@ pub fn meta() -> PacketMeta {
             checks_run: 42,
             checks_failed: 0,
             failures: vec![],
+            file: None,
         },
     }
 }
@@ -247,6 +262,7 @@ pub fn fak_quality() -> ArmQuality {
                     engine: ReferenceEngine::CpuReference,
                     weights: "f32".into(),
                     weights_sha256: sha256_hex(b"f32 weights"),
+                    label: None,
                 },
                 QualityRule::QuantizationCost,
                 None,

@@ -1,6 +1,6 @@
 //! One arm's run: start, one uncounted warm-up (the first envelope prompt), the timed requests
-//! (each sample written to `<arm>-raw.json` by the packet writer the moment it arrives), the
-//! untimed quality pass, stop. An engine that dies is restarted once — the restart is charged
+//! (each sample written to `<arm>-raw.json` by the packet writer the moment it arrives), a plain
+//! client on the same server where the arm has one, the untimed quality pass, stop. An engine that dies is restarted once — the restart is charged
 //! to the lost request's `recovery` bucket — and the request is sent again; a second death ends
 //! the arm with what it has measured.
 
@@ -8,7 +8,7 @@ use super::quality::{self, ArmRows, ReferenceRows};
 use crate::arms::process::{Interrupted, gpu_memory_bytes, now_ns};
 use crate::arms::{Arm, ExitInfo, Timed};
 use anyhow::Result;
-use fak_harness::packet::{self, ArmRecorder, Fault, MemoryPeak, RequestSample};
+use fak_harness::packet::{self, ArmRecorder, Fault, MemoryPeak, PlainClient, RequestSample};
 
 pub struct Plan<'a> {
     pub prompts: &'a [Vec<u32>],
@@ -122,6 +122,17 @@ fn drive(
         }
     }
     sample_gpu_memory(arm, state);
+    if let Some(plain) = arm.plain_client(plan.prompts, plan.n_out) {
+        let plain = plain.unwrap_or_else(|e| {
+            eprintln!("threeway: {name}: the plain client failed: {e:#}");
+            PlainClient {
+                how: "harness/arms/plain_client.py".into(),
+                ttft_s: Vec::new(),
+                error: Some(format!("{e:#}")),
+            }
+        });
+        rec.set_plain_client(plain)?;
+    }
     if let Some(reference) = plan.reference {
         outcome.quality = Some(match quality_pass(arm, reference) {
             Ok(rows) => Ok(rows),
