@@ -14,6 +14,7 @@
 
 pub mod comparison;
 pub mod metrics;
+pub mod physics;
 pub mod quality;
 pub mod raw;
 pub mod scenario;

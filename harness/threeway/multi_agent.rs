@@ -119,6 +119,8 @@ pub fn run(args: &Args, models: &Models, out: &Path) -> Result<()> {
     let script = Script::build(args, &tokenizer)?;
     let context = script.max_tokens() + 1;
     let plan = fak::model::DevicePlan::of(&gguf, Some(context), 256)?;
+    let decode_step_bytes = fak_harness::inspect::decode_step_bytes(gguf.tensors()).bytes;
+    let prefill_flops_per_token = super::prefill_flops_per_token(&gguf);
     drop(gguf);
     let cache_mem = args
         .cache_mem
@@ -131,7 +133,7 @@ pub fn run(args: &Args, models: &Models, out: &Path) -> Result<()> {
         model_path: models.gguf.display().to_string(),
         model_sha256: sha256_of(&models.gguf)?,
         model_bytes: std::fs::metadata(&models.gguf)?.len(),
-        decode_step_bytes: None,
+        decode_step_bytes: Some(decode_step_bytes),
         n_ctx: script.spec.prompt_tokens(1),
         n_out: args.n_out,
         n_prompts: args.agents,
@@ -145,7 +147,7 @@ pub fn run(args: &Args, models: &Models, out: &Path) -> Result<()> {
         ignore_eos: true,
         warmup_requests: 1,
         model_origin: super::model_origin(args),
-        prefill_flops_per_token: None,
+        prefill_flops_per_token: Some(prefill_flops_per_token),
     };
     let mut writer = PacketWriter::create(out)?;
     writer.set_scenario(script.spec.clone());
