@@ -323,3 +323,108 @@ fn a_hybrid_model_decodes_concurrent_agents_together() {
     assert_phases_within_ttft(&out);
     validate_and_report(&out);
 }
+
+/// A tiny Qwen3 whose greedy output alternates `A` and the byte-level token `ä` (the lone byte
+/// 0xE4, a UTF-8 lead byte): llama-server withholds every token from the first `ä` on (the text
+/// never becomes valid UTF-8 again), and an even `--n-out` ends on an `ä`. Arranged from the synthetic model: the blocks add nothing (attention and MLP
+/// output projections zeroed, so the last hidden state is the current token's embedding), every
+/// token but `A` and `ä` embeds as one direction, and the head maps each direction to its
+/// successor. Returns the file and the two ids.
+fn utf8_tail_model(dir: &Path) -> (PathBuf, u32, u32) {
+    use fak::gguf::{Gguf, GgufWriter};
+    use fak::quant::GgmlType;
+    let source = fak_tests::harness::synth_model(
+        dir,
+        "qwen3-tiny-f32.gguf",
+        &[
+            "--arch", "qwen3", "--preset", "tiny", "--quant", "f32", "--seed", "5",
+        ],
+    );
+    let gguf = Gguf::open(&source).unwrap();
+    let tokens = gguf.metadata().str_array("tokenizer.ggml.tokens").unwrap();
+    let id = |t: &str| tokens.iter().position(|x| x == t).unwrap() as u32;
+    let (a, lead) = (id("A"), id("ä"));
+    let d = gguf.tensor("token_embd.weight").unwrap().shape[0] as usize;
+    // Unit-RMS directions: the final RMSNorm (its gain set to 1) leaves them as they are.
+    let axis = |k: usize| {
+        let mut v = vec![0f32; d];
+        v[k] = (d as f32).sqrt();
+        v
+    };
+    let (other, after_a, after_lead) = (axis(0), axis(1), axis(2));
+    let path = dir.join("qwen3-utf8-tail.gguf");
+    let mut w = GgufWriter::new();
+    for (key, value) in gguf.metadata().entries() {
+        w.set(key, value.clone()).unwrap();
+    }
+    for t in gguf.tensors() {
+        assert_eq!(t.ty, GgmlType::F32, "{}", t.name);
+        let rows = t.n_rows() as usize;
+        let values: Vec<f32> = match t.name.as_str() {
+            "token_embd.weight" => (0..rows as u32)
+                .flat_map(|tok| match tok {
+                    _ if tok == a => after_a.clone(),
+                    _ if tok == lead => after_lead.clone(),
+                    _ => other.clone(),
+                })
+                .collect(),
+            // logit(A) = 1 for every token but A; logit(ä) = 1 after A; every other logit 0.
+            "output.weight" => (0..rows as u32)
+                .flat_map(|tok| {
+                    let mut row = vec![0f32; d];
+                    if tok == a {
+                        row[0] = 1.0 / (d as f32).sqrt();
+                        row[2] = 1.0 / (d as f32).sqrt();
+                    } else if tok == lead {
+                        row[1] = 1.0 / (d as f32).sqrt();
+                    }
+                    row
+                })
+                .collect(),
+            "output_norm.weight" => vec![1.0; t.n_elements() as usize],
+            n if n.ends_with("attn_output.weight") || n.ends_with("ffn_down.weight") => {
+                vec![0.0; t.n_elements() as usize]
+            }
+            _ => bytemuck::cast_slice(gguf.tensor_data(t)).to_vec(),
+        };
+        let bytes: Vec<u8> = bytemuck::cast_slice(&values).to_vec();
+        let source = Box::new(move |out: &mut dyn std::io::Write| out.write_all(&bytes));
+        w.add_tensor(&t.name, t.ty, &t.shape, source).unwrap();
+    }
+    w.write(&path, |_| {}).unwrap();
+    (path, a, lead)
+}
+
+/// llama-server withholds a token whose text is an incomplete UTF-8 sequence; the scenario's
+/// llama.cpp arm, like the envelope's, recovers its id (an untimed replay), also when the
+/// reply ends on one, so both of its runs complete with n_out tokens per turn and each turn
+/// says which positions came from the replay.
+#[test]
+fn llama_cpp_recovers_tokens_withheld_for_incomplete_utf8() {
+    let out = scratch("utf8-tail");
+    let models = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("multi-agent-models");
+    let (model, a, lead) = utf8_tail_model(&models);
+    run(scenario(&out)
+        .arg("--model")
+        .arg(&model)
+        .args(["--arms", "llama.cpp"]));
+    for cache in ["cache", "nocache"] {
+        let raw: Value = serde_json::from_slice(
+            &std::fs::read(out.join(format!("multi-agent-llama.cpp-{cache}-raw.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(raw["status"]["state"], "ran", "{cache}: {}", raw["status"]);
+        let turns = raw["turns"].as_array().unwrap();
+        assert_eq!(turns.len(), 4, "{cache}: 2 agents × 2 turns");
+        for t in turns {
+            let ids: Vec<u32> = serde_json::from_value(t["token_ids"].clone()).unwrap();
+            assert_eq!(ids, [a, lead, a, lead], "{cache}: {t}");
+            // From the lead byte on the text is never valid UTF-8 again (0xE4 then `A` is not a
+            // character either), so the stream sends no further id: all three come from the
+            // replay, the last one at the stream's end.
+            let withheld = &t["engine_report"]["engine"]["withheld_ids"]["positions"];
+            assert_eq!(withheld, &serde_json::json!([1, 2, 3]), "{cache}: {t}");
+        }
+    }
+    validate_and_report(&out);
+}

@@ -4,9 +4,9 @@
 //! adds more with `--llama-arg`). Timed requests stream (`/completion`, `stream: true`) token ids
 //! in and out with the prompt cache off (`cache_prompt: false`, the cold envelope); the quality
 //! pass asks for `n_probs` top log-probabilities one position at a time, since the server exposes
-//! no full logits. After the timed requests a plain client (`plain_client.py`, Python's standard
-//! library) sends the same prompts to the same server, so the packet can show that the arm's
-//! TTFT is the server's, not the harness's.
+//! no full logits. After each counted request a plain client (`plain_client.py`, Python's
+//! standard library) sends the same prompt to the same server, so the packet can show that the
+//! arm's TTFT is the server's, not the harness's.
 //!
 //! The multi-agent scenario runs it with `--parallel` slots (one per agent) and its prompt cache
 //! on or off per request; each submitted request streams on a thread of its own, and the
@@ -24,10 +24,7 @@
 
 use super::http::{self, Event};
 use super::process::{EngineProcess, ExitInfo, Interrupted, interrupted};
-use super::{
-    Arm, ArmFacts, BucketKind, BucketMethod, Buckets, Done, Logits, NotInstalled, PlainClient,
-    Timed,
-};
+use super::{Arm, ArmFacts, BucketKind, BucketMethod, Buckets, Done, Logits, NotInstalled, Timed};
 use anyhow::{Context, Result, anyhow, bail};
 use serde_json::{Value, json};
 use std::io::Write;
@@ -66,22 +63,22 @@ pub struct Tuned {
 const CACHE_RAM_OFF: Tuned = Tuned {
     flag: "--cache-ram",
     value: "0",
-    why: "no host-RAM prompt cache: otherwise every request whose prompt differs from the slot's           first copies the slot's whole state (KV, and a hybrid's recurrent state) into RAM,           synchronously, before its prompt starts (≈ 19 ms on Qwen3-8B, ≈ 180 ms on the           Qwen3.5-27B hybrid, H200); prompts that share nothing never hit that cache",
+    why: "no host-RAM prompt cache: otherwise every request whose prompt differs from the slot's first copies the slot's whole state (KV, and a hybrid's recurrent state) into RAM, synchronously, before its prompt starts (≈ 19 ms on Qwen3-8B, ≈ 180 ms on the Qwen3.5-27B hybrid, H200); prompts that share nothing never hit that cache",
 };
 const CHECKPOINTS_OFF: Tuned = Tuned {
     flag: "--ctx-checkpoints",
     value: "0",
-    why: "no context checkpoints: on a hybrid model the server otherwise splits every prompt to           copy the recurrent state 4 tokens before its end, for a later request that reuses the           prefix (27B hybrid, H200: prompt_ms 110–170 ms with them, 74 ms without); no request           here reuses one",
+    why: "no context checkpoints: on a hybrid model the server otherwise splits every prompt to copy the recurrent state 4 tokens before its end, for a later request that reuses the prefix (27B hybrid, H200: prompt_ms 110–170 ms with them, 74 ms without); no request here reuses one",
 };
 const CACHE_RAM_ON: Tuned = Tuned {
     flag: "--cache-ram",
     value: "8192",
-    why: "the host-RAM prompt cache (llama.cpp's default, 8 GiB, stated): a slot's conversation           saved when another takes the slot can be loaded back, so a prefix survives slot moves",
+    why: "the host-RAM prompt cache (llama.cpp's default, 8 GiB, stated): a slot's conversation saved when another takes the slot can be loaded back, so a prefix survives slot moves",
 };
 const CHECKPOINTS_ON: Tuned = Tuned {
     flag: "--ctx-checkpoints",
     value: "32",
-    why: "context checkpoints (llama.cpp's default, 32, stated): a hybrid model's recurrent           state cannot be rolled back, so a later turn can reuse its prefix only from a saved           checkpoint",
+    why: "context checkpoints (llama.cpp's default, 32, stated): a hybrid model's recurrent state cannot be rolled back, so a later turn can reuse its prefix only from a saved checkpoint",
 };
 
 impl Workload {
@@ -246,16 +243,13 @@ impl LlamaCpp {
         })
     }
 
-    /// The plain client ([`PLAIN_CLIENT`]) on this server: the same prompts, in order.
-    fn run_plain_client(
-        &mut self,
-        python: &str,
-        prompts: &[Vec<u32>],
-        n_out: usize,
-    ) -> Result<PlainClient> {
+    /// The plain client's TTFT for `prompt` on this server ([`PLAIN_CLIENT`]).
+    fn run_plain_client(&mut self, python: &str, prompt: &[u32], n_out: usize) -> Result<f64> {
         let script = self.scratch.join("plain_client.py");
-        std::fs::write(&script, PLAIN_CLIENT)
-            .with_context(|| format!("writing {}", script.display()))?;
+        if !script.is_file() {
+            std::fs::write(&script, PLAIN_CLIENT)
+                .with_context(|| format!("writing {}", script.display()))?;
+        }
         let mut child = Command::new(python)
             .arg(&script)
             .args([self.port.to_string(), n_out.to_string()])
@@ -264,12 +258,11 @@ impl LlamaCpp {
             .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("starting {python} {}", script.display()))?;
-        let input = serde_json::to_vec(prompts)?;
         child
             .stdin
             .take()
             .context("the plain client's stdin")?
-            .write_all(&input)?;
+            .write_all(&serde_json::to_vec(&[prompt])?)?;
         let out = child.wait_with_output()?;
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
@@ -281,29 +274,9 @@ impl LlamaCpp {
         }
         let answer: Value =
             serde_json::from_slice(&out.stdout).context("the plain client printed no JSON")?;
-        let ttft_s: Vec<f64> = answer["ttft_s"]
-            .as_array()
-            .context("the plain client printed no ttft_s")?
-            .iter()
-            .map(|v| v.as_f64().context("a TTFT is not a number"))
-            .collect::<Result<_>>()?;
-        if ttft_s.len() != prompts.len() {
-            bail!(
-                "the plain client measured {} prompts of {}",
-                ttft_s.len(),
-                prompts.len()
-            );
-        }
-        Ok(PlainClient {
-            how: format!(
-                "{} (Python {python}, standard library only): the arm's request body, sent after \
-                 its timed requests to the same llama-server, one prompt at a time; TTFT from \
-                 just before the request is written to the first streamed line with a token",
-                "harness/arms/plain_client.py"
-            ),
-            ttft_s,
-            error: None,
-        })
+        answer["ttft_s"][0]
+            .as_f64()
+            .with_context(|| format!("the plain client printed no TTFT: {answer}"))
     }
 
     /// Greedy sampling, fixed length, no penalties, prompt cache as given.
@@ -627,9 +600,9 @@ impl Arm for LlamaCpp {
         }
     }
 
-    fn plain_client(&mut self, prompts: &[Vec<u32>], n_out: usize) -> Option<Result<PlainClient>> {
+    fn plain_client_ttft(&mut self, prompt: &[u32], n_out: usize) -> Option<Result<f64>> {
         let python = self.python.clone()?;
-        Some(self.run_plain_client(&python, prompts, n_out))
+        Some(self.run_plain_client(&python, prompt, n_out))
     }
 
     fn start(&mut self) -> Result<ArmFacts> {

@@ -18,7 +18,7 @@ pub mod process;
 use anyhow::Result;
 use serde::Serialize;
 
-pub use fak_harness::packet::{BucketKind, PlainClient};
+pub use fak_harness::packet::BucketKind;
 pub use process::ExitInfo;
 
 /// One timed request: what came back and when, on the shared monotonic clock (ns).
@@ -105,14 +105,10 @@ pub trait Arm {
     fn submit(&mut self, id: u64, prompt: &[u32], n_out: usize) -> Result<()>;
     /// The next submitted request answered, or None when none finished within `timeout`.
     fn next_done(&mut self, timeout: std::time::Duration) -> Result<Option<Done>>;
-    /// TTFT of the same prompts as a plain client measures it against this engine's own server,
-    /// after the timed requests (an engine the harness drives over HTTP); None where there is
-    /// no such client.
-    fn plain_client(
-        &mut self,
-        _prompts: &[Vec<u32>],
-        _n_out: usize,
-    ) -> Option<Result<PlainClient>> {
+    /// TTFT of `prompt` as a plain client measures it against this engine's own server, right
+    /// after the arm's own request on it (an engine the harness drives over HTTP); None where
+    /// there is no such client.
+    fn plain_client_ttft(&mut self, _prompt: &[u32], _n_out: usize) -> Option<Result<f64>> {
         None
     }
     /// The engine process, while it runs.

@@ -1,5 +1,6 @@
 """A plain llama-server client for `harness threeway`'s llama.cpp arm: Python's standard library
-and nothing else, so that what it measures owes nothing to the harness's own HTTP code.
+and nothing else, so that what it measures owes nothing to the harness's own HTTP code. The arm
+runs it on each counted prompt right after its own request on that prompt.
 
 Usage: python plain_client.py <port> <n_out> < prompts.json   (a JSON list of token-id lists)
 

@@ -1,6 +1,7 @@
 //! One arm's run: start, one uncounted warm-up (the first envelope prompt), the timed requests
-//! (each sample written to `<arm>-raw.json` by the packet writer the moment it arrives), a plain
-//! client on the same server where the arm has one, the untimed quality pass, stop. An engine that dies is restarted once — the restart is charged
+//! (each sample written to `<arm>-raw.json` by the packet writer the moment it arrives, each
+//! followed by a plain client's request on the same prompt where the arm has one), the untimed
+//! quality pass, stop. An engine that dies is restarted once — the restart is charged
 //! to the lost request's `recovery` bucket — and the request is sent again; a second death ends
 //! the arm with what it has measured.
 
@@ -79,6 +80,7 @@ fn drive(
     outcome: &mut Outcome,
 ) -> Result<()> {
     let name = arm.name();
+    let mut plain: Option<PlainClient> = None;
     // The warm-up is the first envelope prompt, recorded but not counted.
     let requests = std::iter::once((0, true)).chain((0..plan.prompts.len()).map(|p| (p, false)));
     for (prompt_index, warmup) in requests {
@@ -119,18 +121,12 @@ fn drive(
         rec.record(sample)?;
         if warmup {
             sample_gpu_memory(arm, state);
+        } else {
+            plain_client(arm, prompt, plan.n_out, &mut plain);
         }
     }
     sample_gpu_memory(arm, state);
-    if let Some(plain) = arm.plain_client(plan.prompts, plan.n_out) {
-        let plain = plain.unwrap_or_else(|e| {
-            eprintln!("threeway: {name}: the plain client failed: {e:#}");
-            PlainClient {
-                how: "harness/arms/plain_client.py".into(),
-                ttft_s: Vec::new(),
-                error: Some(format!("{e:#}")),
-            }
-        });
+    if let Some(plain) = plain {
         rec.set_plain_client(plain)?;
     }
     if let Some(reference) = plan.reference {
@@ -145,6 +141,34 @@ fn drive(
     }
     Ok(())
 }
+
+/// The plain client's TTFT on the prompt the arm just ran, where the arm has one; after its
+/// first failure it is asked no more and the failure is recorded.
+fn plain_client(arm: &mut dyn Arm, prompt: &[u32], n_out: usize, plain: &mut Option<PlainClient>) {
+    if plain.as_ref().is_some_and(|p| p.error.is_some()) {
+        return;
+    }
+    let Some(result) = arm.plain_client_ttft(prompt, n_out) else {
+        return;
+    };
+    let p = plain.get_or_insert_with(|| PlainClient {
+        how: PLAIN_CLIENT_HOW.into(),
+        ttft_s: Vec::new(),
+        error: None,
+    });
+    match result {
+        Ok(ttft) => p.ttft_s.push(ttft),
+        Err(e) => {
+            eprintln!("threeway: {}: the plain client failed: {e:#}", arm.name());
+            p.error = Some(format!("{e:#}"));
+        }
+    }
+}
+
+const PLAIN_CLIENT_HOW: &str = "harness/arms/plain_client.py (Python, standard library only), \
+    run right after each counted request on the same prompt against the same server: the arm's \
+    request body, TTFT from just before the request is written to the first streamed line with a \
+    token";
 
 fn quality_pass(arm: &mut dyn Arm, reference: &[ReferenceRows]) -> Result<ArmRows> {
     let mut prompts = Vec::with_capacity(reference.len());
