@@ -6,7 +6,7 @@
 
 use fak_tests::harness::harness;
 use fak_tests::{llama_cpp_tool, python};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -128,70 +128,6 @@ fn every_arm_runs_the_matched_envelope() {
         "{}",
         String::from_utf8_lossy(&validate.stdout)
     );
-}
-
-/// The llama.cpp arm runs llama-server with the flags that serve distinct prompts fastest (no
-/// host-RAM prompt cache, no context checkpoints), each recorded with why, plus the user's
-/// `--llama-arg`; its TTFT p50 is within 5 % or 3 ms of a plain Python client's on the same
-/// server and prompts in the same run; its derived and zero buckets say so; it ran on the CPU
-/// (the peer build lists no GPU); the run folder holds command.txt and validation.json.
-#[test]
-fn the_llama_cpp_arm_measures_what_a_plain_client_measures() {
-    let out = scratch("llama-plain-client");
-    let run = threeway(&out)
-        .arg("--llama-server")
-        .arg(llama_cpp_tool("llama-server"))
-        .args(["--arms", "llama.cpp", "--no-selftest"])
-        .args(["--prompts", "8", "--n-out", "4"])
-        .args(["--quality-prompts", "1", "--quality-tail", "1"])
-        .args(["--llama-arg", "--threads 2"])
-        .output()
-        .unwrap();
-    assert!(run.status.success(), "{}", stderr_of(&run));
-    let packet: Value =
-        serde_json::from_slice(&std::fs::read(out.join("packet.json")).unwrap()).unwrap();
-    let arm = &packet["arms"][0];
-    let plain = &arm["plain_client"];
-    assert_eq!(plain["requests"], 8, "{plain}");
-    assert_eq!(plain["within"], true, "{plain}");
-    let args = arm["engine"]["flags"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find_map(|f| f.as_str().unwrap().strip_prefix("args="))
-        .unwrap()
-        .to_string();
-    for flag in [
-        "\"--cache-ram\",\"0\"",
-        "\"--ctx-checkpoints\",\"0\"",
-        "\"--threads\",\"2\"",
-    ] {
-        assert!(args.contains(flag), "{flag} in {args}");
-    }
-    let tuning: Vec<&str> = arm["engine"]["tuning"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["flag"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        tuning,
-        ["--cache-ram 0", "--ctx-checkpoints 0", "--threads 2"]
-    );
-    let kinds = &arm["bucket_methods"]["kinds"];
-    assert_eq!(
-        (&kinds["queue"], &kinds["setup"], &kinds["prefill"]),
-        (&json!("derived"), &json!("zero"), &json!("measured"))
-    );
-    assert_eq!(arm["device"]["kind"], "cpu", "{}", arm["device"]);
-    let command = std::fs::read_to_string(out.join("command.txt")).unwrap();
-    assert!(
-        command.contains("threeway") && command.contains("'--threads 2'"),
-        "{command}"
-    );
-    let validation: Value =
-        serde_json::from_slice(&std::fs::read(out.join("validation.json")).unwrap()).unwrap();
-    assert_eq!(validation["valid"], true, "{validation}");
 }
 
 /// The MLX directory synth writes holds, bit for bit, what `mlx_lm.convert -q` makes of the

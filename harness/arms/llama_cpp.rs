@@ -243,8 +243,14 @@ impl LlamaCpp {
         })
     }
 
-    /// The plain client's TTFT for `prompt` on this server ([`PLAIN_CLIENT`]).
-    fn run_plain_client(&mut self, python: &str, prompt: &[u32], n_out: usize) -> Result<f64> {
+    /// The plain client's TTFT for `prompt` on this server ([`PLAIN_CLIENT`]), and the server's
+    /// own prompt time for it (`timings.prompt_ms`), in seconds.
+    fn run_plain_client(
+        &mut self,
+        python: &str,
+        prompt: &[u32],
+        n_out: usize,
+    ) -> Result<(f64, f64)> {
         let script = self.scratch.join("plain_client.py");
         if !script.is_file() {
             std::fs::write(&script, PLAIN_CLIENT)
@@ -274,9 +280,12 @@ impl LlamaCpp {
         }
         let answer: Value =
             serde_json::from_slice(&out.stdout).context("the plain client printed no JSON")?;
-        answer["ttft_s"][0]
-            .as_f64()
-            .with_context(|| format!("the plain client printed no TTFT: {answer}"))
+        let first = |key: &str| {
+            answer[key][0]
+                .as_f64()
+                .with_context(|| format!("the plain client printed no {key}: {answer}"))
+        };
+        Ok((first("ttft_s")?, first("prompt_s")?))
     }
 
     /// Greedy sampling, fixed length, no penalties, prompt cache as given.
@@ -600,7 +609,7 @@ impl Arm for LlamaCpp {
         }
     }
 
-    fn plain_client_ttft(&mut self, prompt: &[u32], n_out: usize) -> Option<Result<f64>> {
+    fn plain_client_ttft(&mut self, prompt: &[u32], n_out: usize) -> Option<Result<(f64, f64)>> {
         let python = self.python.clone()?;
         Some(self.run_plain_client(&python, prompt, n_out))
     }

@@ -106,9 +106,9 @@ pub trait Arm {
     /// The next submitted request answered, or None when none finished within `timeout`.
     fn next_done(&mut self, timeout: std::time::Duration) -> Result<Option<Done>>;
     /// TTFT of `prompt` as a plain client measures it against this engine's own server, right
-    /// after the arm's own request on it (an engine the harness drives over HTTP); None where
-    /// there is no such client.
-    fn plain_client_ttft(&mut self, _prompt: &[u32], _n_out: usize) -> Option<Result<f64>> {
+    /// after the arm's own request on it, and the server's own prompt time for that request
+    /// (seconds; an engine the harness drives over HTTP); None where there is no such client.
+    fn plain_client_ttft(&mut self, _prompt: &[u32], _n_out: usize) -> Option<Result<(f64, f64)>> {
         None
     }
     /// The engine process, while it runs.

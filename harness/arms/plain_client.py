@@ -7,8 +7,9 @@ Usage: python plain_client.py <port> <n_out> < prompts.json   (a JSON list of to
 For each prompt in turn: connect, then send the arm's own greedy streaming `/completion` body;
 TTFT is the time from just before the request is written to the first streamed line that
 carries a generated token (`tokens` non-empty or `tokens_predicted` ≥ 1), on the monotonic
-clock; the rest of the stream is read to its end before the next prompt. Prints one JSON object:
-{"ttft_s": [...]}.
+clock; the rest of the stream is read to its end before the next prompt, and the final chunk's
+`timings.prompt_ms` (the server's own prompt time) is kept beside it. Prints one JSON object:
+{"ttft_s": [...], "prompt_s": [...]}.
 """
 import http.client
 import json
@@ -34,23 +35,28 @@ def ttft(port, prompt, n_out):
     response = conn.getresponse()
     if response.status != 200:
         raise SystemExit(f"HTTP {response.status}: {response.read()[:300]!r}")
-    first = None
+    first, prompt_ms = None, None
     for raw in response:
         line = raw.decode("utf-8", "replace").strip()
-        if first is None and line.startswith("data: "):
-            chunk = json.loads(line[len("data: "):])
-            if chunk.get("tokens") or chunk.get("tokens_predicted", 0) >= 1:
-                first = time.perf_counter_ns()
+        if not line.startswith("data: "):
+            continue
+        chunk = json.loads(line[len("data: "):])
+        if first is None and (chunk.get("tokens") or chunk.get("tokens_predicted", 0) >= 1):
+            first = time.perf_counter_ns()
+        if chunk.get("stop"):
+            prompt_ms = chunk.get("timings", {}).get("prompt_ms")
     conn.close()
-    if first is None:
-        raise SystemExit("the stream carried no token")
-    return (first - sent) * 1e-9
+    if first is None or prompt_ms is None:
+        raise SystemExit("the stream carried no token or no timings.prompt_ms")
+    return (first - sent) * 1e-9, prompt_ms * 1e-3
 
 
 def main():
     port, n_out = int(sys.argv[1]), int(sys.argv[2])
     prompts = json.load(sys.stdin)
-    json.dump({"ttft_s": [ttft(port, p, n_out) for p in prompts]}, sys.stdout)
+    measured = [ttft(port, p, n_out) for p in prompts]
+    json.dump({"ttft_s": [t for t, _ in measured], "prompt_s": [p for _, p in measured]},
+              sys.stdout)
 
 
 main()

@@ -243,6 +243,13 @@ pub struct PlainClientCheck {
     pub arm_ttft_p50_s: Option<f64>,
     /// Whether the two p50s are within the rule; None when either is missing.
     pub within: Option<bool>,
+    /// p50 of TTFT minus the server's own prompt time, the plain client's and the arm's (its
+    /// derived queue): what each client and the server's bookkeeping add, free of the noise in
+    /// the prompt's own compute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plain_beyond_prompt_p50_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arm_beyond_prompt_p50_s: Option<f64>,
     /// Why the plain client did not run.
     pub error: Option<String>,
 }

@@ -326,6 +326,9 @@ pub struct PlainClient {
     pub how: String,
     /// One TTFT per counted prompt, in order, in seconds (empty when it did not run).
     pub ttft_s: Vec<f64>,
+    /// The server's own prompt time (`timings.prompt_ms`) of each of those requests, seconds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompt_s: Vec<f64>,
     /// Why it did not run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

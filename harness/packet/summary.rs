@@ -116,6 +116,23 @@ fn plain_client_check(raw: &ArmRaw, plain: &PlainClient) -> PlainClientCheck {
         within: arm_p50
             .zip(plain_p50)
             .map(|(a, p)| PlainClientCheck::within(a, p)),
+        plain_beyond_prompt_p50_s: (plain.prompt_s.len() == plain.ttft_s.len())
+            .then(|| {
+                let beyond: Vec<f64> = plain
+                    .ttft_s
+                    .iter()
+                    .zip(&plain.prompt_s)
+                    .map(|(t, p)| t - p)
+                    .collect();
+                percentile(&beyond, 0.5)
+            })
+            .flatten(),
+        arm_beyond_prompt_p50_s: percentile(
+            &raw.counted()
+                .map(|r| r.buckets.ttft() - r.buckets.prefill_s)
+                .collect::<Vec<_>>(),
+            0.5,
+        ),
         error: plain.error.clone(),
     }
 }

@@ -436,7 +436,8 @@ pub fn write_scenario_run(dir: &Path) -> Packet {
     write_scenario_run_with(dir, 0.01)
 }
 
-/// [`write_scenario_run`] with the cache arm's later-turn TTFT given (its decode steps take 10 ms).
+/// [`write_scenario_run`] with the cache arm's later-turn TTFT given (on an H200 whose decode
+/// step reads 16 GB: at least 3.3 ms a step).
 pub fn write_scenario_run_with(dir: &Path, cache_later_ttft_s: f64) -> Packet {
     let spec = scenario_spec();
     let mut writer = PacketWriter::create(dir).unwrap();
@@ -464,6 +465,9 @@ pub fn write_scenario_run_with(dir: &Path, cache_later_ttft_s: f64) -> Packet {
         .map(|a| prompt_sha256(&scenario_prompt(a, 1)))
         .collect();
     let mut meta = meta();
+    // An H200 and a 16 GB step: one decode step takes at least 3.3 ms.
+    meta.hardware.gpu.adapter = "NVIDIA H200".into();
+    meta.envelope.decode_step_bytes = Some(16_000_000_000);
     meta.envelope.n_ctx = spec.prompt_tokens(1);
     meta.envelope.n_prompts = spec.agents;
     meta.envelope.prompt_set_sha256 = prompt_set_sha256(&digests);

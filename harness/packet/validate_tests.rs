@@ -855,13 +855,12 @@ fn the_selftest_summary_is_what_its_output_says() {
 
 #[test]
 fn a_cached_ttft_below_one_decode_step_is_impossible() {
-    // The cache arm's steps take 10 ms with at most 2 agents a step: one sequence's step takes
-    // at least 5 ms, and a turn that computed 6 tokens answered in 0.5 ms.
+    // A 16 GB step at 4.8 TB/s takes 3.3 ms: a turn that computed 6 tokens cannot answer in 0.5.
     let s = Scratch::new("physical-cached-ttft");
     testkit::write_scenario_run_with(s.path(), 0.0005);
     expect_only(&s, "below one decode step");
     let s = Scratch::new("physical-cached-ttft-ok");
-    testkit::write_scenario_run_with(s.path(), 0.006);
+    testkit::write_scenario_run_with(s.path(), 0.004);
     let v = validate(&packet_path(&s));
     assert!(v.valid, "{:#?}", v.errors);
 }
@@ -890,6 +889,7 @@ fn the_plain_client_verdict_is_recomputed() {
         raw.plain_client = Some(PlainClient {
             how: "test client".into(),
             ttft_s: vec![0.0060; 6],
+            prompt_s: vec![0.0050; 6],
             error: None,
         });
     });

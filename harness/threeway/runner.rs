@@ -154,10 +154,14 @@ fn plain_client(arm: &mut dyn Arm, prompt: &[u32], n_out: usize, plain: &mut Opt
     let p = plain.get_or_insert_with(|| PlainClient {
         how: PLAIN_CLIENT_HOW.into(),
         ttft_s: Vec::new(),
+        prompt_s: Vec::new(),
         error: None,
     });
     match result {
-        Ok(ttft) => p.ttft_s.push(ttft),
+        Ok((ttft, prompt)) => {
+            p.ttft_s.push(ttft);
+            p.prompt_s.push(prompt);
+        }
         Err(e) => {
             eprintln!("threeway: {}: the plain client failed: {e:#}", arm.name());
             p.error = Some(format!("{e:#}"));
@@ -168,7 +172,7 @@ fn plain_client(arm: &mut dyn Arm, prompt: &[u32], n_out: usize, plain: &mut Opt
 const PLAIN_CLIENT_HOW: &str = "harness/arms/plain_client.py (Python, standard library only), \
     run right after each counted request on the same prompt against the same server: the arm's \
     request body, TTFT from just before the request is written to the first streamed line with a \
-    token";
+    token, and the server's timings.prompt_ms of that request";
 
 fn quality_pass(arm: &mut dyn Arm, reference: &[ReferenceRows]) -> Result<ArmRows> {
     let mut prompts = Vec::with_capacity(reference.len());
