@@ -63,22 +63,30 @@ pub struct Tuned {
 const CACHE_RAM_OFF: Tuned = Tuned {
     flag: "--cache-ram",
     value: "0",
-    why: "no host-RAM prompt cache: otherwise every request whose prompt differs from the slot's first copies the slot's whole state (KV, and a hybrid's recurrent state) into RAM, synchronously, before its prompt starts (≈ 19 ms on Qwen3-8B, ≈ 180 ms on the Qwen3.5-27B hybrid, H200); prompts that share nothing never hit that cache",
+    why: "no host-RAM prompt cache: otherwise every request whose prompt differs from the slot's \
+          first copies the slot's whole state (KV, and a hybrid's recurrent state) into RAM, \
+          synchronously, before its prompt starts (≈ 19 ms on Qwen3-8B, ≈ 180 ms on the \
+          Qwen3.5-27B hybrid, H200); prompts that share nothing never hit that cache",
 };
 const CHECKPOINTS_OFF: Tuned = Tuned {
     flag: "--ctx-checkpoints",
     value: "0",
-    why: "no context checkpoints: on a hybrid model the server otherwise splits every prompt to copy the recurrent state 4 tokens before its end, for a later request that reuses the prefix (27B hybrid, H200: prompt_ms 110–170 ms with them, 74 ms without); no request here reuses one",
+    why: "no context checkpoints: on a hybrid model the server otherwise splits every prompt to \
+          copy the recurrent state 4 tokens before its end, for a later request that reuses the \
+          prefix (27B hybrid, H200: prompt_ms 110–170 ms with them, 74 ms without); no request \
+          here reuses one",
 };
 const CACHE_RAM_ON: Tuned = Tuned {
     flag: "--cache-ram",
     value: "8192",
-    why: "the host-RAM prompt cache (llama.cpp's default, 8 GiB, stated): a slot's conversation saved when another takes the slot can be loaded back, so a prefix survives slot moves",
+    why: "the host-RAM prompt cache (llama.cpp's default, 8 GiB, stated): a slot's conversation \
+          saved when another takes the slot can be loaded back, so a prefix survives slot moves",
 };
 const CHECKPOINTS_ON: Tuned = Tuned {
     flag: "--ctx-checkpoints",
     value: "32",
-    why: "context checkpoints (llama.cpp's default, 32, stated): a hybrid model's recurrent state cannot be rolled back, so a later turn can reuse its prefix only from a saved checkpoint",
+    why: "context checkpoints (llama.cpp's default, 32, stated): a hybrid model's recurrent state \
+          cannot be rolled back, so a later turn can reuse its prefix only from a saved checkpoint",
 };
 
 impl Workload {
