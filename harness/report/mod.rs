@@ -196,9 +196,13 @@ fn status_text_of(status: &ArmStatus) -> String {
 fn honesty(md: &mut String, p: &Packet, validation: &Validation) {
     md.push_str("### Who measured what, on what\n\n");
     let h = &p.hardware;
+    let gpu = match h.gpu.adapter.as_str() {
+        "unknown" => "no GPU adapter recorded (neither fak nor the selftest ran)".to_string(),
+        adapter => format!("GPU {adapter} ({}, {})", h.gpu.device_type, h.gpu.backend),
+    };
     let _ = writeln!(
         md,
-        "- Measured by `harness` {}{} on {} ({}): GPU {} ({}, {}), CPU {}.",
+        "- Measured by `harness` {}{} on {} ({}): {gpu}, CPU {}.",
         p.harness.version,
         p.harness
             .commit
@@ -206,9 +210,6 @@ fn honesty(md: &mut String, p: &Packet, validation: &Validation) {
             .map_or(String::new(), |c| format!(" (commit {c})")),
         h.host,
         h.os,
-        h.gpu.adapter,
-        h.gpu.device_type,
-        h.gpu.backend,
         h.cpu_model
     );
     let _ = writeln!(
