@@ -7,6 +7,9 @@ use fak_harness::{inspect, report};
 mod arms;
 mod bench;
 mod devices;
+mod flag_values;
+mod logits_file;
+mod models;
 mod reference;
 mod run;
 mod selftest;
@@ -48,7 +51,7 @@ enum Command {
     /// What moved between two packets (p50s outside each other's bootstrap intervals).
     Compare(report::compare::Args),
     /// Run the matched envelope on fak-native, llama.cpp and MLX and write a comparison packet.
-    Threeway(threeway::Args),
+    Threeway(Box<threeway::Args>),
     /// Check every kernel path this adapter runs against the CPU reference; measure bandwidth.
     Selftest(selftest::Args),
     /// The fak-native arm's engine process (JSON lines on stdin/stdout; used by threeway).
@@ -70,7 +73,7 @@ fn main() {
         Command::Validate(args) => std::process::exit(validate::run(&args)),
         Command::Report(args) => report::run(&args),
         Command::Compare(args) => report::compare::run(&args),
-        Command::Threeway(args) => threeway::run(args),
+        Command::Threeway(args) => threeway::run(*args),
         Command::Selftest(args) => selftest::run(args),
         Command::ServeArm(args) => serve_arm::run(args),
         Command::Bench(args) => bench::run(args),
