@@ -7,6 +7,7 @@ use fak_harness::{inspect, report};
 mod arms;
 mod bench;
 mod devices;
+mod quantize;
 mod reference;
 mod run;
 mod selftest;
@@ -40,6 +41,8 @@ enum Command {
     Reference(reference::Args),
     /// Write a synthetic model (seeded random weights, real shapes and tokenizer) as GGUF.
     Synth(synth::Args),
+    /// Quantize a GGUF as llama-quantize does (its per-tensor type rules), with fak's quantizers.
+    Quantize(quantize::Args),
     /// Check a comparison packet: its JSON Schema, then every figure recomputed from the raw files
     /// (exit 0 valid, 1 not valid, 2 unreadable).
     Validate(validate::Args),
@@ -66,6 +69,7 @@ fn main() {
         Command::Tokenize(args) => tokenize::run(args),
         Command::Run(args) => run::run(args),
         Command::Synth(args) => synth::run(args),
+        Command::Quantize(args) => quantize::run(args),
         Command::Reference(args) => reference::run(args),
         Command::Validate(args) => std::process::exit(validate::run(&args)),
         Command::Report(args) => report::run(&args),

@@ -92,6 +92,7 @@ impl Models {
                 layout_only: false,
                 mlx_4bit: mlx,
                 f16_reference: None,
+                weights: None,
             })
         };
         synth(synth::Quant::Q4KM, &partial.gguf, partial.mlx.clone())?;
