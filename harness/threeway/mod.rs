@@ -34,8 +34,9 @@ pub const ARM_NAMES: [&str; 3] = ["fak-native", "llama.cpp", "mlx"];
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The GGUF both fak-native and llama.cpp run (default: the tiny synthetic Qwen3, written
-    /// into ${FAK_CACHE:-~/.cache/fak}/threeway on first use).
+    /// The GGUF both fak-native and llama.cpp run (default: the trained tiny Qwen3 in Q4_K_M,
+    /// its f16 weights the reference, written into ${FAK_CACHE:-~/.cache/fak}/threeway on first
+    /// use).
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// The unquantized (f32/f16, or Q8_0 where disk forbids) GGUF of the same weights, for the
@@ -146,7 +147,7 @@ pub fn run(args: Args) -> Result<()> {
             args.reference_model.as_deref(),
             args.mlx_model.as_deref(),
         )?,
-        None => Models::synthetic()?,
+        None => Models::trained()?,
     };
     let out = match &args.out {
         Some(dir) => dir.clone(),
