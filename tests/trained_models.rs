@@ -205,6 +205,32 @@ fn trained_models_are_confident_on_held_out_text_and_random_ones_are_not() {
     }
 }
 
+/// The fixtures are what `synth --preset trained --weights` writes: converting the f16 file's own
+/// weights again gives the same bytes (metadata, tensor order, types, values), so the committed
+/// models and synth's converter path cannot drift apart.
+#[test]
+fn synth_writes_the_committed_files_again_from_their_weights() {
+    for arch in ARCHS {
+        let again = scratch(&format!("{arch}-again-f16.gguf"));
+        let out = harness()
+            .args([
+                "synth", "--arch", arch, "--preset", "trained", "--quant", "f16",
+            ])
+            .arg("--weights")
+            .arg(model(arch))
+            .arg("--out")
+            .arg(&again)
+            .output()
+            .unwrap();
+        check(out, "harness synth --weights");
+        assert!(
+            std::fs::read(&again).unwrap() == std::fs::read(model(arch)).unwrap(),
+            "{arch}: synth --weights does not reproduce {}",
+            model(arch).display()
+        );
+    }
+}
+
 /// `harness quantize <f16> <out> <ftype>` (once per file name).
 fn ours(arch: &str, ftype: &str) -> PathBuf {
     let out = scratch(&format!("{arch}-{ftype}-fak.gguf"));
