@@ -10,6 +10,7 @@ mod devices;
 mod flag_values;
 mod logits_file;
 mod models;
+mod quantize;
 mod reference;
 mod run;
 mod selftest;
@@ -43,6 +44,8 @@ enum Command {
     Reference(reference::Args),
     /// Write a synthetic model (seeded random weights, real shapes and tokenizer) as GGUF.
     Synth(synth::Args),
+    /// Quantize a GGUF as llama-quantize does (its per-tensor type rules), with fak's quantizers.
+    Quantize(quantize::Args),
     /// Check a comparison packet: its JSON Schema, then every figure recomputed from the raw files
     /// (exit 0 valid, 1 not valid, 2 unreadable).
     Validate(validate::Args),
@@ -69,6 +72,7 @@ fn main() {
         Command::Tokenize(args) => tokenize::run(args),
         Command::Run(args) => run::run(args),
         Command::Synth(args) => synth::run(args),
+        Command::Quantize(args) => quantize::run(args),
         Command::Reference(args) => reference::run(args),
         Command::Validate(args) => std::process::exit(validate::run(&args)),
         Command::Report(args) => report::run(&args),

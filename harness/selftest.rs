@@ -244,6 +244,7 @@ fn tiny_qwen35() -> Result<[PathBuf; 2]> {
             layout_only: false,
             mlx_4bit: None,
             f16_reference: None,
+            weights: None,
         })?;
     }
     if std::fs::rename(&tmp, &dir).is_err() {

@@ -37,8 +37,9 @@ pub const ARM_NAMES: [&str; 3] = ["fak-native", "llama.cpp", "mlx"];
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The GGUF both fak-native and llama.cpp run (default: the tiny synthetic Qwen3, written
-    /// into ${FAK_CACHE:-~/.cache/fak}/threeway on first use).
+    /// The GGUF both fak-native and llama.cpp run (default: the trained tiny Qwen3 in Q4_K_M,
+    /// its f16 weights the reference, written into ${FAK_CACHE:-~/.cache/fak}/threeway on first
+    /// use).
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// The unquantized (f32/f16, or Q8_0 where disk forbids) GGUF of the same weights, for the
@@ -157,7 +158,7 @@ pub fn run(args: Args) -> Result<()> {
             args.reference_model.as_deref(),
             args.mlx_model.as_deref(),
         )?,
-        None => Models::synthetic()?,
+        None => Models::trained()?,
     };
     let out = match &args.out {
         Some(dir) => dir.clone(),
@@ -343,13 +344,13 @@ pub fn shell_quote(arg: &str) -> String {
 fn model_origin(args: &Args) -> Option<String> {
     match (&args.model, &args.model_origin) {
         (_, Some(origin)) => Some(origin.clone()),
-        (None, None) => Some(format!(
-            "synthetic: seeded random weights (harness synth --preset {} --seed {}), not \
-             trained: its logits are near-flat, so its quality figures test the plumbing, not \
-             the engines",
-            crate::models::TINY_PRESET,
-            crate::models::TINY_SEED
-        )),
+        (None, None) => Some(
+            "trained: the tiny Qwen3 of experiments/trained-tiny (transformers' Qwen3 trained on \
+             the project's generated text; 4096-token cut Qwen vocabulary, d 256, 2 layers); its \
+             f16 GGUF is the true unquantized weights and the quality reference, the Q4_K_M file \
+             is `harness quantize`'s, MLX runs its own 4-bit conversion of the same weights"
+                .into(),
+        ),
         (Some(_), None) => None,
     }
 }
