@@ -2,13 +2,13 @@
 
 use clap::{Parser, Subcommand};
 use fak_harness::packet::validate;
+use fak_cli::run;
 use fak_harness::{inspect, report};
 
 mod arms;
 mod bench;
 mod devices;
 mod reference;
-mod run;
 mod selftest;
 mod serve_arm;
 mod synth;
