@@ -4,7 +4,11 @@ use clap::{Parser, Subcommand};
 use fak_cli::{run, serve};
 
 #[derive(Parser)]
-#[command(name = "fak", version, about = "fak: portable GPU inference for Qwen3-class models")]
+#[command(
+    name = "fak",
+    version,
+    about = "fak: portable GPU inference for Qwen3-class models"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

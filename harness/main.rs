@@ -1,8 +1,8 @@
 //! `harness`: fak's command-line front end and benchmark driver.
 
 use clap::{Parser, Subcommand};
-use fak_harness::packet::validate;
 use fak_cli::run;
+use fak_harness::packet::validate;
 use fak_harness::{inspect, report};
 
 mod arms;

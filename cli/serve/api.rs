@@ -144,7 +144,9 @@ impl Common {
     }
 
     pub fn include_usage(&self) -> bool {
-        self.stream_options.as_ref().is_some_and(|o| o.include_usage)
+        self.stream_options
+            .as_ref()
+            .is_some_and(|o| o.include_usage)
     }
 }
 
@@ -205,7 +207,7 @@ impl CompletionFields {
                     .map(Prompt::Tokens)
                     .ok_or_else(|| bad("a token-id prompt must hold non-negative integers".into())),
                 _ => Err(bad(
-                    "prompt must be a string or an array of token ids".into(),
+                    "prompt must be a string or an array of token ids".into()
                 )),
             }
         };
@@ -312,7 +314,9 @@ impl ChatFields {
                         ));
                     }
                 }
-                Ok(self.tools_active().then(|| Value::Array(tools.clone()).to_string()))
+                Ok(self
+                    .tools_active()
+                    .then(|| Value::Array(tools.clone()).to_string()))
             }
             Some(_) => Err(ApiError::invalid(Some("tools"), "tools must be an array")),
         }
@@ -359,13 +363,12 @@ impl ChatFields {
             let content = match fields.get("content") {
                 None | Some(Value::Null) => String::new(),
                 Some(Value::String(s)) => s.clone(),
-                Some(Value::Array(parts)) => text_parts(parts)
-                    .ok_or_else(|| {
-                        bad(
-                            format!("{at}.content"),
-                            format!("{at}.content: only text parts are supported"),
-                        )
-                    })?,
+                Some(Value::Array(parts)) => text_parts(parts).ok_or_else(|| {
+                    bad(
+                        format!("{at}.content"),
+                        format!("{at}.content: only text parts are supported"),
+                    )
+                })?,
                 Some(_) => {
                     return Err(bad(
                         format!("{at}.content"),

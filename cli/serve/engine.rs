@@ -64,8 +64,9 @@ impl EngineThread {
                 let mut engine = match Engine::load(&model, &options) {
                     Ok(engine) => engine,
                     Err(e) => {
-                        let _ = ready.send(Err(anyhow::Error::from(e)
-                            .context(format!("loading {}", model.display()))));
+                        let _ = ready
+                            .send(Err(anyhow::Error::from(e)
+                                .context(format!("loading {}", model.display()))));
                         return;
                     }
                 };

@@ -47,7 +47,11 @@ impl App {
         metrics: Arc<Metrics>,
         max_queue: usize,
     ) -> App {
-        let thinks = loaded.tokenizer.chat_template().source().contains("<think>");
+        let thinks = loaded
+            .tokenizer
+            .chat_template()
+            .source()
+            .contains("<think>");
         let max_outstanding = loaded.max_seqs + max_queue;
         App {
             commands,
@@ -90,17 +94,18 @@ impl App {
     /// (`default_max` when absent; None: the rest of the context).
     pub fn check_lengths(
         &self,
+        prompt_param: &str,
         prompt: &[u32],
         max_tokens: Option<u64>,
         default_max: Option<usize>,
     ) -> Result<usize, ApiError> {
         let context = self.loaded.max_context;
         if prompt.is_empty() {
-            return Err(ApiError::invalid(Some("prompt"), "the prompt is empty"));
+            return Err(ApiError::invalid(Some(prompt_param), "the prompt is empty"));
         }
         if let Some(bad) = prompt.iter().find(|&&t| t as usize >= self.loaded.n_vocab) {
             return Err(ApiError::invalid(
-                Some("prompt"),
+                Some(prompt_param),
                 format!(
                     "token id {bad} is outside the vocabulary of {}",
                     self.loaded.n_vocab
@@ -109,7 +114,7 @@ impl App {
         }
         if prompt.len() >= context {
             return Err(ApiError::invalid(
-                Some("messages"),
+                Some(prompt_param),
                 format!(
                     "the prompt has {} tokens; this server's context holds {context}, with room \
                      for at least one generated token",

@@ -101,13 +101,13 @@ fn parse<T: serde::de::DeserializeOwned>(app: &App, body: Body) -> Result<Parsed
 fn engine_request(
     app: &App,
     common: &Common,
-    prompt: Vec<u32>,
+    (prompt_param, prompt): (&str, Vec<u32>),
     max_tokens: Option<u64>,
     default_max: Option<usize>,
     logprobs: Option<usize>,
 ) -> Result<Request, ApiError> {
     let sampling = common.sampling(app.next_id())?;
-    let max_new = app.check_lengths(&prompt, max_tokens, default_max)?;
+    let max_new = app.check_lengths(prompt_param, &prompt, max_tokens, default_max)?;
     Ok(Request {
         prompt,
         max_new,
@@ -165,7 +165,14 @@ async fn completions_inner(
     };
     let logprobs = own.logprobs.map(|n| n as usize);
     // OpenAI's default for completions is 16 tokens.
-    let request = engine_request(app, &common, prompt, common.max_tokens, Some(16), logprobs)?;
+    let request = engine_request(
+        app,
+        &common,
+        ("prompt", prompt),
+        common.max_tokens,
+        Some(16),
+        logprobs,
+    )?;
     let stops = common.stops()?;
     let generation = Generation::start(app, request, stops, received).await?;
     let id = format!("cmpl-{}", app.next_id());
@@ -296,13 +303,20 @@ async fn chat_inner(app: &Arc<App>, body: Body, received: Instant) -> Result<Res
         Some(_) => "max_completion_tokens",
         None => "max_tokens",
     };
-    let request = engine_request(app, &common, prompt, max_tokens, None, own.top_logprobs())
-        .map_err(|mut e| {
-            if e.param.as_deref() == Some("max_tokens") {
-                e.param = Some(param.into());
-            }
-            e
-        })?;
+    let request = engine_request(
+        app,
+        &common,
+        ("messages", prompt),
+        max_tokens,
+        None,
+        own.top_logprobs(),
+    )
+    .map_err(|mut e| {
+        if e.param.as_deref() == Some("max_tokens") {
+            e.param = Some(param.into());
+        }
+        e
+    })?;
     let stops = common.stops()?;
     let generation = Generation::start(app, request, stops, received).await?;
     let mut answer = ChatAnswer {

@@ -36,8 +36,7 @@ impl Metrics {
         // 1 ms … 65 s for the first token (prefill under load), 0.5 ms … 4 s between tokens.
         let time_to_first_token = Histogram::new(exponential_buckets(1e-3, 2.0, 17));
         let inter_token_latency = Histogram::new(exponential_buckets(5e-4, 2.0, 14));
-        let (waiting, running, kv_pages_in_use, kv_pages_total, engine_failed) =
-            Default::default();
+        let (waiting, running, kv_pages_in_use, kv_pages_total, engine_failed) = Default::default();
         let mut registry = Registry::with_prefix("fak");
         registry.register(
             "requests",

@@ -322,13 +322,18 @@ mod tests {
         );
         // No think block at all, or thinking switched off (an empty block in the prompt).
         assert_eq!(split(false, &["Hello!"]), (String::new(), "Hello!".into()));
-        assert_eq!(split(false, &["", "Hi", " <think> later"]).1, "Hi <think> later");
+        assert_eq!(
+            split(false, &["", "Hi", " <think> later"]).1,
+            "Hi <think> later"
+        );
         // Cut off inside the reasoning (max_tokens): it is all reasoning.
         assert_eq!(
             split(false, &["<think>\nstill thinking\n"]),
             ("still thinking".into(), String::new())
         );
-        assert!(Reasoning::prompt_opens_think("<|im_start|>assistant\n<think>\n"));
+        assert!(Reasoning::prompt_opens_think(
+            "<|im_start|>assistant\n<think>\n"
+        ));
         assert!(!Reasoning::prompt_opens_think(
             "<|im_start|>assistant\n<think>\n\n</think>\n\n"
         ));
@@ -359,7 +364,12 @@ mod tests {
 
         let mut held = ToolCalls::new();
         let mut content = String::new();
-        for piece in ["Sure", ". <tool", "_call>\n{\"name\": \"now\"}", "\n</tool_call>"] {
+        for piece in [
+            "Sure",
+            ". <tool",
+            "_call>\n{\"name\": \"now\"}",
+            "\n</tool_call>",
+        ] {
             content.push_str(&held.push(piece));
         }
         assert_eq!(content, "Sure. ");

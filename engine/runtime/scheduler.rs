@@ -202,9 +202,13 @@ impl<C: Client> Scheduler<C> {
                         in_flight,
                         phases: started.phases,
                     });
+                    if !live {
+                        // The client left during the prefill.
+                        engine.finish(r.seq)?;
+                        continue;
+                    }
                     let logits = started.logits.as_deref();
-                    let kept = live && emit(engine, &mut r, started.first, logits, 1)?;
-                    if kept {
+                    if emit(engine, &mut r, started.first, logits, 1)? {
                         self.running.push(r);
                     }
                 }
@@ -253,49 +257,48 @@ impl<C: Client> Scheduler<C> {
         }
         Ok(())
     }
-
 }
 
 /// Chooses the token a step produced for `r` (the GPU's argmax, or its sampler's choice from
 /// `logits`, which the engine is then told), sends it, and ends the sequence when it stops or
 /// nobody listens. Returns whether it goes on.
 fn emit<C: Client>(
-        engine: &mut Engine,
-        r: &mut Running<C>,
-        argmax: u32,
-        logits: Option<&[f32]>,
-        batch: usize,
-    ) -> Result<bool, RuntimeError> {
-        let token = match (&mut r.sampler, logits) {
-            (Some(sampler), Some(logits)) => {
-                let token = sampler.sample(logits);
-                if token != argmax {
-                    engine.set_last_token(r.seq, token)?;
-                }
-                token
+    engine: &mut Engine,
+    r: &mut Running<C>,
+    argmax: u32,
+    logits: Option<&[f32]>,
+    batch: usize,
+) -> Result<bool, RuntimeError> {
+    let token = match (&mut r.sampler, logits) {
+        (Some(sampler), Some(logits)) => {
+            let token = sampler.sample(logits);
+            if token != argmax {
+                engine.set_last_token(r.seq, token)?;
             }
-            _ => argmax,
-        };
-        let lp = r
-            .request
-            .logprobs
-            .zip(logits)
-            .map(|(top, logits)| logprobs(logits, token, top));
-        r.produced += 1;
-        let stop = r.stop(engine, token);
-        let live = r.client.send(Event::Token {
-            id: token,
-            logprobs: lp,
-            batch,
-        });
-        match (live, stop) {
-            (true, None) => Ok(true),
-            (live, stop) => {
-                engine.finish(r.seq)?;
-                if let (true, Some(reason)) = (live, stop) {
-                    r.client.send(Event::Finished(reason));
-                }
-                Ok(false)
+            token
+        }
+        _ => argmax,
+    };
+    let lp = r
+        .request
+        .logprobs
+        .zip(logits)
+        .map(|(top, logits)| logprobs(logits, token, top));
+    r.produced += 1;
+    let stop = r.stop(engine, token);
+    let live = r.client.send(Event::Token {
+        id: token,
+        logprobs: lp,
+        batch,
+    });
+    match (live, stop) {
+        (true, None) => Ok(true),
+        (live, stop) => {
+            engine.finish(r.seq)?;
+            if let (true, Some(reason)) = (live, stop) {
+                r.client.send(Event::Finished(reason));
             }
+            Ok(false)
         }
     }
+}
