@@ -54,6 +54,9 @@ enum Command {
     /// The fak-native arm's engine process (JSON lines on stdin/stdout; used by threeway).
     #[command(hide = true)]
     ServeArm(serve_arm::Args),
+    /// `fak serve` (the fak-serve arm's server; the same code as the `fak` binary's).
+    #[command(hide = true)]
+    FakServe(fak_cli::serve::Args),
     /// Decode speed op by op at several cache depths: GPU time, bytes, GB/s, % of the roofline.
     Bench(bench::Args),
 }
@@ -73,6 +76,7 @@ fn main() {
         Command::Threeway(args) => threeway::run(args),
         Command::Selftest(args) => selftest::run(args),
         Command::ServeArm(args) => serve_arm::run(args),
+        Command::FakServe(args) => fak_cli::serve::run(args),
         Command::Bench(args) => bench::run(args),
     };
     if let Err(err) = result {

@@ -138,8 +138,11 @@ struct Submitted {
     token_ns: Vec<u64>,
     phases: PrefillPhases,
     /// Where its finished (or failed) state goes for the answer.
-    out: Sender<(Submitted, Result<(), String>)>,
+    out: Sender<Answered>,
 }
+
+/// A `submit` request that finished (or failed, with why).
+type Answered = (Submitted, Result<(), String>);
 
 impl Client for Submitted {
     fn send(&mut self, event: Event) -> bool {
@@ -185,10 +188,7 @@ struct Server<'e, W: Write> {
     engine: &'e mut Engine,
     out: W,
     scheduler: Scheduler<Submitted>,
-    answers: (
-        Sender<(Submitted, Result<(), String>)>,
-        Receiver<(Submitted, Result<(), String>)>,
-    ),
+    answers: (Sender<Answered>, Receiver<Answered>),
 }
 
 impl<W: Write> Server<'_, W> {

@@ -15,7 +15,7 @@ use fak::tokenizer::Tokenizer;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 /// What every handler shares.
@@ -185,6 +185,10 @@ pub struct Generation {
     received: Instant,
     pub prompt_tokens: usize,
     pub cached_tokens: usize,
+    /// Received → its prefill began (waiting for a sequence), and the prefill up to its first
+    /// token (the server's clock).
+    pub queue: Duration,
+    pub prefill: Duration,
     stops: StopStrings,
 }
 
@@ -223,9 +227,10 @@ impl Generation {
         app.commands
             .send(Submission { request, events })
             .map_err(|_| engine_stopped())?;
+        let mut admitted = received;
         let cached_tokens = loop {
             match rx.recv().await {
-                Some(Event::Admitted) => {}
+                Some(Event::Admitted) => admitted = Instant::now(),
                 Some(Event::Started { cached_tokens, .. }) => break cached_tokens,
                 Some(Event::Failed(e)) => return Err(refused(e)),
                 Some(other) => {
@@ -247,7 +252,18 @@ impl Generation {
             received,
             prompt_tokens,
             cached_tokens,
+            queue: admitted - received,
+            prefill: admitted.elapsed(),
             stops: StopStrings::new(stops),
+        })
+    }
+
+    /// `queue_ms` and `prompt_ms` (as llama-server names its prefill time) for the `timings`
+    /// the final usage carries.
+    pub fn timings(&self) -> serde_json::Value {
+        serde_json::json!({
+            "queue_ms": self.queue.as_secs_f64() * 1e3,
+            "prompt_ms": self.prefill.as_secs_f64() * 1e3,
         })
     }
 

@@ -64,7 +64,13 @@ pub async fn health(State(app): State<Arc<App>>) -> Response {
         (false, true) => (StatusCode::SERVICE_UNAVAILABLE, "draining"),
         (false, false) => (StatusCode::OK, "ok"),
     };
-    (status, axum::Json(json!({"status": state}))).into_response()
+    let l = &app.loaded;
+    let body = json!({
+        "status": state, "model": app.model_name, "version": env!("CARGO_PKG_VERSION"),
+        "adapter": l.adapter, "max_context": l.max_context, "max_seqs": l.max_seqs,
+        "kv_pages": l.kv_pages, "page_size": l.page_size,
+    });
+    (status, axum::Json(body)).into_response()
 }
 
 pub async fn metrics(State(app): State<Arc<App>>) -> Response {
@@ -117,12 +123,23 @@ fn engine_request(
     })
 }
 
-fn usage(g_prompt: usize, cached: usize, completion: usize) -> Value {
+/// OpenAI's `usage`, with the server's `timings` (an extension: queue and prefill time).
+fn usage(g: &Generation, completion: usize) -> Value {
     json!({
-        "prompt_tokens": g_prompt, "completion_tokens": completion,
-        "total_tokens": g_prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": cached},
+        "prompt_tokens": g.prompt_tokens, "completion_tokens": completion,
+        "total_tokens": g.prompt_tokens + completion,
+        "prompt_tokens_details": {"cached_tokens": g.cached_tokens},
+        "timings": g.timings(),
     })
+}
+
+/// `usage` (from [`usage`]) with the completion's token count.
+fn with_completion(usage: &Value, completion: usize) -> Value {
+    let mut usage = usage.clone();
+    let prompt = usage["prompt_tokens"].as_u64().unwrap_or(0) as usize;
+    usage["completion_tokens"] = json!(completion);
+    usage["total_tokens"] = json!(prompt + completion);
+    usage
 }
 
 fn sse_data(value: &Value) -> SseEvent {
@@ -183,7 +200,7 @@ async fn completions_inner(
         return_ids: common.return_token_ids,
         logprobs: logprobs.is_some(),
     };
-    let (prompt_tokens, cached) = (generation.prompt_tokens, generation.cached_tokens);
+    let counts = usage(&generation, 0);
     if common.stream {
         let (tx, rx) = unbounded_channel();
         let include_usage = common.include_usage();
@@ -201,7 +218,7 @@ async fn completions_inner(
                     if include_usage {
                         let mut last = answer.chunk(&tokenizer, &[], None);
                         last["choices"] = json!([]);
-                        last["usage"] = usage(prompt_tokens, cached, outcome.completion_tokens);
+                        last["usage"] = with_completion(&counts, outcome.completion_tokens);
                         send(&last);
                     }
                     let _ = tx.send(SseEvent::default().data("[DONE]"));
@@ -224,7 +241,7 @@ async fn completions_inner(
         .map_err(|e| e.unwrap_or_else(|| ApiError::server("the request ended early")))?;
     let mut body = answer.chunk(&tokenizer, &deltas, Some(outcome.finish));
     body["object"] = json!("text_completion");
-    body["usage"] = usage(prompt_tokens, cached, outcome.completion_tokens);
+    body["usage"] = with_completion(&counts, outcome.completion_tokens);
     Ok(axum::Json(body).into_response())
 }
 
@@ -330,20 +347,13 @@ async fn chat_inner(app: &Arc<App>, body: Body, received: Instant) -> Result<Res
             .then(|| Reasoning::new(Reasoning::prompt_opens_think(&rendered))),
         tool_calls: own.tools_active().then(ToolCalls::new),
     };
-    let (prompt_tokens, cached) = (generation.prompt_tokens, generation.cached_tokens);
+    let counts = usage(&generation, 0);
     if common.stream {
         let (tx, rx) = unbounded_channel();
         let include_usage = common.include_usage();
         tokio::spawn(async move {
-            stream_chat(
-                generation,
-                &mut answer,
-                &tokenizer,
-                &tx,
-                include_usage,
-                (prompt_tokens, cached),
-            )
-            .await
+            let usage = include_usage.then_some(counts);
+            stream_chat(generation, &mut answer, &tokenizer, &tx, usage).await
         });
         return Ok(sse_response(rx));
     }
@@ -375,7 +385,7 @@ async fn chat_inner(app: &Arc<App>, body: Body, received: Instant) -> Result<Res
     Ok(axum::Json(json!({
         "id": answer.id, "object": "chat.completion", "created": answer.created,
         "model": answer.model, "choices": [choice],
-        "usage": usage(prompt_tokens, cached, outcome.completion_tokens),
+        "usage": with_completion(&counts, outcome.completion_tokens),
     }))
     .into_response())
 }
@@ -385,8 +395,7 @@ async fn stream_chat(
     answer: &mut ChatAnswer,
     tokenizer: &Tokenizer,
     tx: &UnboundedSender<SseEvent>,
-    include_usage: bool,
-    (prompt_tokens, cached): (usize, usize),
+    usage: Option<Value>,
 ) {
     let send = |v: &Value| tx.send(sse_data(v)).is_ok();
     send(&answer.chunk(json!({"role": "assistant", "content": ""}), None, None));
@@ -413,10 +422,10 @@ async fn stream_chat(
         send(&answer.chunk(json!({"tool_calls": calls}), None, None));
     }
     send(&answer.chunk(json!({}), None, Some(finish)));
-    if include_usage {
+    if let Some(counts) = usage {
         let mut last = answer.chunk(json!({}), None, None);
         last["choices"] = json!([]);
-        last["usage"] = usage(prompt_tokens, cached, outcome.completion_tokens);
+        last["usage"] = with_completion(&counts, outcome.completion_tokens);
         send(&last);
     }
     let _ = tx.send(SseEvent::default().data("[DONE]"));
