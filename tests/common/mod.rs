@@ -27,6 +27,7 @@ pub use compare::{
 pub use gpu::{gpu, poisoned_f32, rng, variants};
 pub mod harness;
 pub mod peer;
+pub mod serve;
 
 use std::path::PathBuf;
 
