@@ -28,7 +28,10 @@ fn documented_block() -> String {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/SCALE-OUT.md"),
     )
     .expect("reading docs/SCALE-OUT.md");
-    let start = doc.find("```nginx\n").expect("an nginx block in docs/SCALE-OUT.md") + 9;
+    let start = doc
+        .find("```nginx\n")
+        .expect("an nginx block in docs/SCALE-OUT.md")
+        + 9;
     let len = doc[start..].find("```").expect("the nginx block's end");
     doc[start..start + len].to_string()
 }
@@ -46,8 +49,14 @@ fn free_port() -> u16 {
 /// everything it writes under `dir`.
 fn start_nginx(dir: &Path, replicas: [&str; 2], port: u16) -> Child {
     let block = documented_block()
-        .replace("127.0.0.1:8081", &format!("127.0.0.1:{}", port_of(replicas[0])))
-        .replace("127.0.0.1:8082", &format!("127.0.0.1:{}", port_of(replicas[1])))
+        .replace(
+            "127.0.0.1:8081",
+            &format!("127.0.0.1:{}", port_of(replicas[0])),
+        )
+        .replace(
+            "127.0.0.1:8082",
+            &format!("127.0.0.1:{}", port_of(replicas[1])),
+        )
         .replace("127.0.0.1:8080", &format!("127.0.0.1:{port}"));
     let d = dir.display();
     let conf = format!(
@@ -72,7 +81,10 @@ fn start_nginx(dir: &Path, replicas: [&str; 2], port: u16) -> Child {
 fn wait_listening(port: u16) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nginx is not listening on {port}");
+        assert!(
+            Instant::now() < deadline,
+            "nginx is not listening on {port}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
