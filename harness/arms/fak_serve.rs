@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 const LOAD_TIMEOUT: Duration = Duration::from_secs(900);
@@ -35,11 +35,8 @@ pub struct FakServe {
     process: Option<EngineProcess>,
     port: u16,
     /// Answers of submitted requests, from their stream threads.
-    done: (Sender<Answer>, Receiver<Answer>),
+    answers: http::Answers<Streamed>,
 }
-
-/// A submitted request's id and how its stream ended.
-type Answer = (u64, Result<Streamed>);
 
 /// A streamed answer and the prompt counts its usage gave.
 struct Streamed {
@@ -60,7 +57,7 @@ impl FakServe {
             page_size: None,
             process: None,
             port: 0,
-            done: channel(),
+            answers: http::Answers::new(),
         }
     }
 
@@ -266,35 +263,19 @@ impl Arm for FakServe {
         let body = Self::body(prompt, n_out);
         let (sent_ns, events) =
             http::post_streaming(self.port, "/v1/completions", &body, REQUEST_TIMEOUT)?;
-        let done = self.done.0.clone();
-        std::thread::spawn(move || {
-            let _ = done.send((id, read_stream(&events, sent_ns)));
-        });
+        self.answers
+            .spawn(id, move || read_stream(&events, sent_ns));
         Ok(())
     }
 
     fn next_done(&mut self, timeout: Duration) -> Result<Option<Done>> {
-        let deadline = Instant::now() + timeout;
-        let (id, streamed) = loop {
-            if interrupted() {
-                return Err(Interrupted.into());
-            }
-            let wait = deadline
-                .saturating_duration_since(Instant::now())
-                .min(Duration::from_millis(100));
-            match self.done.1.recv_timeout(wait) {
-                Ok(answer) => break answer,
-                Err(RecvTimeoutError::Timeout) => {
-                    let process = self.process()?;
-                    if process.exited() {
-                        return Err(process.died("exited during a request"));
-                    }
-                    if Instant::now() >= deadline {
-                        return Ok(None);
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => bail!("fak-serve: no stream threads"),
-            }
+        let process = self.process.as_mut().context("fak-serve: not started")?;
+        let mut alive = || match process.exited() {
+            true => Err(process.died("exited during a request")),
+            false => Ok(()),
+        };
+        let Some((id, streamed)) = self.answers.next(timeout, &mut alive)? else {
+            return Ok(None);
         };
         let s = streamed.with_context(|| format!("fak-serve: request {id}"))?;
         Ok(Some(Done {

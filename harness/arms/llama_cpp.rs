@@ -15,7 +15,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 /// How long the server may take to load the model.
@@ -40,11 +40,8 @@ pub struct LlamaCpp {
     process: Option<EngineProcess>,
     port: u16,
     /// Answers of submitted requests, from their stream threads.
-    done: (Sender<Answer>, Receiver<Answer>),
+    answers: http::Answers<Timed>,
 }
-
-/// A submitted request's id and how its stream ended.
-type Answer = (u64, Result<Timed>);
 
 impl LlamaCpp {
     pub fn new(
@@ -67,7 +64,7 @@ impl LlamaCpp {
             log_name: "llama.cpp",
             process: None,
             port: 0,
-            done: channel(),
+            answers: http::Answers::new(),
         }
     }
 
@@ -451,41 +448,25 @@ impl Arm for LlamaCpp {
         body["stream"] = json!(true);
         let (sent_ns, events) =
             http::post_streaming(self.port, "/completion", &body, REQUEST_TIMEOUT)?;
-        let done = self.done.0.clone();
-        std::thread::spawn(move || {
+        self.answers.spawn(id, move || {
             // Concurrent requests get no replay: a withheld token is left out (the runner
             // then sees fewer tokens than asked for, as before the replay existed).
-            let timed = read_stream(&events, sent_ns, &mut || Ok(())).map(|(mut t, withheld)| {
+            read_stream(&events, sent_ns, &mut || Ok(())).map(|(mut t, withheld)| {
                 drop_withheld(&mut t, &withheld);
                 t
-            });
-            let _ = done.send((id, timed));
+            })
         });
         Ok(())
     }
 
     fn next_done(&mut self, timeout: Duration) -> Result<Option<Done>> {
-        let deadline = Instant::now() + timeout;
-        let (id, timed) = loop {
-            if interrupted() {
-                return Err(Interrupted.into());
-            }
-            let wait = deadline
-                .saturating_duration_since(Instant::now())
-                .min(Duration::from_millis(100));
-            match self.done.1.recv_timeout(wait) {
-                Ok(answer) => break answer,
-                Err(RecvTimeoutError::Timeout) => {
-                    let process = self.process()?;
-                    if process.exited() {
-                        return Err(process.died("exited during a request"));
-                    }
-                    if Instant::now() >= deadline {
-                        return Ok(None);
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => bail!("llama.cpp: no stream threads"),
-            }
+        let process = self.process.as_mut().context("llama.cpp: not started")?;
+        let mut alive = || match process.exited() {
+            true => Err(process.died("exited during a request")),
+            false => Ok(()),
+        };
+        let Some((id, timed)) = self.answers.next(timeout, &mut alive)? else {
+            return Ok(None);
         };
         let timed = timed.with_context(|| format!("llama.cpp: request {id}"))?;
         let count = |key: &str| {
@@ -548,6 +529,7 @@ impl Arm for LlamaCpp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc::channel;
 
     fn answer(tokens: &[u64], probs: &[u64]) -> Value {
         let entries: Vec<Value> = probs
