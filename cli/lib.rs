@@ -2,5 +2,7 @@
 //! batching and the prefix cache shared by every request, and `fak run`, one generation from the
 //! command line (also `harness run`).
 
+pub mod flag_values;
+pub mod logits_file;
 pub mod run;
 pub mod serve;

@@ -3,10 +3,11 @@
 //!
 //! Timing runs read back nothing but tokens. `--logits-out` adds a separate, untimed quality
 //! pass afterwards: the prompt and the generated tokens teacher-forced, every position's logits
-//! written as raw little-endian f32 `[rows, n_vocab]` with a JSON sidecar `<file>.json`
-//! (`{"n_vocab", "rows", "token_ids"}`: row i holds the logits after `token_ids[i]`).
+//! written to a [`crate::logits_file`].
 
-use anyhow::{Context, Result, bail};
+use crate::flag_values::{parse_bytes, parse_token_ids};
+use crate::logits_file::write_logits_file;
+use anyhow::{Result, bail};
 use fak::runtime::{Engine, EngineOptions, SamplingParams};
 use fak::tokenizer::ChatMessage;
 use serde::Serialize;
@@ -195,79 +196,7 @@ fn prompt_ids(args: &Args, engine: &Engine) -> Result<Vec<u32>> {
     Ok(ids)
 }
 
-/// `--tokens`: ids separated by commas or whitespace.
-pub fn parse_token_ids(list: &str) -> Result<Vec<u32>> {
-    list.split(|c: char| c == ',' || c.is_whitespace())
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.parse::<u32>()
-                .with_context(|| format!("--tokens: {s:?} is not a token id"))
-        })
-        .collect()
-}
-
 fn write_logits(engine: &mut Engine, ids: &[u32], path: &PathBuf) -> Result<()> {
     let logits = engine.teacher_forced_logits(ids)?;
     write_logits_file(&logits, ids, path)
-}
-
-/// Writes `logits` (row i: after `ids[i]`) as raw f32 with the JSON sidecar `<file>.json`.
-pub fn write_logits_file(logits: &[Vec<f32>], ids: &[u32], path: &PathBuf) -> Result<()> {
-    let n_vocab = logits.first().map_or(0, Vec::len);
-    let mut file = std::io::BufWriter::new(
-        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
-    );
-    for row in logits {
-        for v in row {
-            file.write_all(&v.to_le_bytes())?;
-        }
-    }
-    file.flush()?;
-    let sidecar = serde_json::json!({ "n_vocab": n_vocab, "rows": logits.len(), "token_ids": ids });
-    let meta = path.with_extension(format!(
-        "{}json",
-        path.extension()
-            .map_or(String::new(), |e| format!("{}.", e.to_string_lossy()))
-    ));
-    std::fs::write(&meta, serde_json::to_vec_pretty(&sidecar)?)
-        .with_context(|| format!("writing {}", meta.display()))?;
-    Ok(())
-}
-
-/// A byte count: digits with an optional K, M or G (×1024ⁿ; `KiB`, `MB` and the like read the
-/// same) suffix.
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (number, unit) = t.split_at(digits);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a byte count (e.g. 1073741824, 512M, 2G)"))?;
-    let shift = match unit.trim().to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        _ => return Err(format!("{text:?}: unknown unit {unit:?} (use K, M or G)")),
-    };
-    number
-        .checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("{text:?} overflows 64 bits"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_bytes;
-
-    #[test]
-    fn byte_counts_take_binary_suffixes() {
-        assert_eq!(parse_bytes("0"), Ok(0));
-        assert_eq!(parse_bytes("4096"), Ok(4096));
-        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
-        assert_eq!(parse_bytes("2g"), Ok(2 << 30));
-        assert_eq!(parse_bytes("3 KiB"), Ok(3 << 10));
-        assert!(parse_bytes("1.5G").is_err());
-        assert!(parse_bytes("12X").is_err());
-        assert!(parse_bytes("99999999999G").is_err());
-    }
 }

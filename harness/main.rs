@@ -1,13 +1,14 @@
 //! `harness`: fak's command-line front end and benchmark driver.
 
 use clap::{Parser, Subcommand};
-use fak_cli::run;
+use fak_cli::{flag_values, logits_file, run};
 use fak_harness::packet::validate;
 use fak_harness::{inspect, report};
 
 mod arms;
 mod bench;
 mod devices;
+mod models;
 mod reference;
 mod selftest;
 mod serve_arm;
@@ -48,7 +49,7 @@ enum Command {
     /// What moved between two packets (p50s outside each other's bootstrap intervals).
     Compare(report::compare::Args),
     /// Run the matched envelope on fak-native, llama.cpp and MLX and write a comparison packet.
-    Threeway(threeway::Args),
+    Threeway(Box<threeway::Args>),
     /// Check every kernel path this adapter runs against the CPU reference; measure bandwidth.
     Selftest(selftest::Args),
     /// The fak-native arm's engine process (JSON lines on stdin/stdout; used by threeway).
@@ -73,7 +74,7 @@ fn main() {
         Command::Validate(args) => std::process::exit(validate::run(&args)),
         Command::Report(args) => report::run(&args),
         Command::Compare(args) => report::compare::run(&args),
-        Command::Threeway(args) => threeway::run(args),
+        Command::Threeway(args) => threeway::run(*args),
         Command::Selftest(args) => selftest::run(args),
         Command::ServeArm(args) => serve_arm::run(args),
         Command::FakServe(args) => fak_cli::serve::run(args),

@@ -26,7 +26,7 @@ pub struct Args {
     #[arg(long)]
     pub max_context: Option<usize>,
     /// GPU memory for the prefix cache (bytes, or with a K, M or G suffix); 0 turns it off.
-    #[arg(long, default_value = "0", value_parser = crate::run::parse_bytes)]
+    #[arg(long, default_value = "0", value_parser = crate::flag_values::parse_bytes)]
     pub cache_mem: u64,
     /// Sequences one batched decode step serves (`submit` requests).
     #[arg(long, default_value_t = 1)]

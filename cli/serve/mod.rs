@@ -12,7 +12,7 @@ mod handlers;
 mod metrics;
 mod text;
 
-use crate::run::parse_bytes;
+use crate::flag_values::parse_bytes;
 use anyhow::{Context, Result};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;

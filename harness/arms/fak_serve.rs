@@ -8,7 +8,7 @@
 
 use super::http::{self, Event};
 use super::process::{EngineProcess, ExitInfo, Interrupted, interrupted, now_ns};
-use super::{Arm, ArmFacts, Buckets, Done, Logits, Timed};
+use super::{Arm, ArmFacts, BucketKind, BucketMethod, Buckets, Done, Logits, Timed};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -218,15 +218,38 @@ impl Arm for FakServe {
         })
     }
 
-    fn bucket_methods(&self) -> Buckets<&'static str> {
+    fn bucket_methods(&self) -> Buckets<BucketMethod> {
+        use BucketKind::{Derived, Measured, Zero};
+        let m = |kind, how| BucketMethod { kind, how };
         Buckets {
-            queue: "request sent → the server began the prompt: the client's time to the first streamed token minus the server's timings.prompt_ms (waiting for a sequence, HTTP, loopback)",
-            setup: "none distinct: ids need no tokenization, admission falls in queue (0)",
-            prefill: "the server's timings.prompt_ms (admitted → first token known)",
-            decode: "arrival of the first streamed token → arrival of the last (client clock)",
-            verification: "none: no speculative decoding, nothing to verify (0)",
-            recovery: "server restarts after a crash, charged to the request that was lost (0 otherwise)",
-            other: "last token's arrival → the stream's end (finish and usage chunks)",
+            queue: m(
+                Derived,
+                "derived: the first streamed token's arrival − request sent (client clock) − the server's timings.prompt_ms; waiting for a sequence plus HTTP and loopback",
+            ),
+            setup: m(
+                Zero,
+                "not measured, set to 0: ids need no tokenization, admission falls in queue",
+            ),
+            prefill: m(
+                Measured,
+                "the server's timings.prompt_ms (admitted → first token known)",
+            ),
+            decode: m(
+                Measured,
+                "arrival of the first streamed token → arrival of the last (client clock)",
+            ),
+            verification: m(
+                Zero,
+                "not measured, set to 0: no speculative decoding, nothing to verify",
+            ),
+            recovery: m(
+                Measured,
+                "server restarts after a crash, charged to the request that was lost (0: none happened)",
+            ),
+            other: m(
+                Measured,
+                "last token's arrival → the stream's end (finish and usage chunks)",
+            ),
         }
     }
 

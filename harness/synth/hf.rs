@@ -193,12 +193,32 @@ impl VHeads {
 
 /// The checkpoint values of tensor `t` from its GGUF values (a whole tensor, GGUF order).
 fn to_hf_values(t: &TensorPlan, gguf: Vec<f32>) -> Vec<f32> {
+    checkpoint_values(t, gguf, t.to_hf)
+}
+
+/// What `mlx_lm` holds of tensor `t` after its `sanitize` (what `mlx_lm.convert` saves), from
+/// its GGUF values: the checkpoint's, except that a zero-centred norm gain keeps the +1, which
+/// mlx_lm adds when it loads a checkpoint as the converter does. The whole tensor, GGUF order.
+pub fn to_mlx_values(t: &TensorPlan, gguf: Vec<f32>) -> Vec<f32> {
+    let to_mlx = match t.to_hf {
+        ToHf::NormOffset => ToHf::Same,
+        other => other,
+    };
+    checkpoint_values(t, gguf, to_mlx)
+}
+
+/// Whether [`to_mlx_values`] changes `t`'s values (its heads move or its values are mapped).
+pub fn mlx_transforms(t: &TensorPlan) -> bool {
+    t.v_heads.is_some() || !matches!(t.to_hf, ToHf::Same | ToHf::NormOffset)
+}
+
+fn checkpoint_values(t: &TensorPlan, gguf: Vec<f32>, to_hf: ToHf) -> Vec<f32> {
     let mut values = match &t.v_heads {
         Some(v) => v.to_grouped(&gguf, t.row_len() as usize),
         None => gguf,
     };
-    if t.to_hf != ToHf::Same {
-        values.iter_mut().for_each(|x| *x = t.to_hf.apply(*x));
+    if to_hf != ToHf::Same {
+        values.iter_mut().for_each(|x| *x = to_hf.apply(*x));
     }
     values
 }

@@ -8,22 +8,20 @@
 //! `multi-agent-<arm>-raw.json`, and the packet's `scenario` section is built from them.
 
 use super::envelope::{Prompts, corpus_runs};
-use super::models::{Models, sha256_of};
-use super::{Args, engine_info, meta, weights};
+use super::{Args, engine_info, weights};
 use crate::arms::fak_native::{FakNative, ServeOptions};
 use crate::arms::fak_serve::FakServe;
-use crate::arms::llama_cpp::{self, LlamaCpp};
+use crate::arms::jsonl::JsonlArm;
+use crate::arms::llama_cpp::{self, LlamaCpp, Workload};
 use crate::arms::mlx::{self, Mlx};
 use crate::arms::process::{Interrupted, gpu_memory_bytes, interrupted, now_ns};
 use crate::arms::{Arm, Done, NotInstalled};
+use crate::models::{Models, sha256_of};
 use anyhow::{Context, Result, bail};
 use fak_harness::packet::scenario::{
     Arrival, MULTI_AGENT, ScenarioArmHeader, ScenarioSpec, Serving, TurnSample,
 };
-use fak_harness::packet::summary::PacketMeta;
-use fak_harness::packet::{
-    self, Envelope, HarnessInfo, MemoryPeak, Method, PacketWriter, ScenarioRecorder,
-};
+use fak_harness::packet::{self, Envelope, MemoryPeak, PacketWriter, ScenarioRecorder};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Duration;
@@ -123,6 +121,8 @@ pub fn run(args: &Args, models: &Models, out: &Path) -> Result<()> {
     let script = Script::build(args, &tokenizer)?;
     let context = script.max_tokens() + 1;
     let plan = fak::model::DevicePlan::of(&gguf, Some(context), 256)?;
+    let decode_step_bytes = fak_harness::inspect::decode_step_bytes(gguf.tensors()).bytes;
+    let prefill_flops_per_token = super::prefill_flops_per_token(&gguf);
     drop(gguf);
     let cache_mem = args
         .cache_mem
@@ -135,7 +135,7 @@ pub fn run(args: &Args, models: &Models, out: &Path) -> Result<()> {
         model_path: models.gguf.display().to_string(),
         model_sha256: sha256_of(&models.gguf)?,
         model_bytes: std::fs::metadata(&models.gguf)?.len(),
-        decode_step_bytes: None,
+        decode_step_bytes: Some(decode_step_bytes),
         n_ctx: script.spec.prompt_tokens(1),
         n_out: args.n_out,
         n_prompts: args.agents,
@@ -148,6 +148,8 @@ pub fn run(args: &Args, models: &Models, out: &Path) -> Result<()> {
         greedy: true,
         ignore_eos: true,
         warmup_requests: 1,
+        model_origin: super::model_origin(args),
+        prefill_flops_per_token: Some(prefill_flops_per_token),
     };
     let mut writer = PacketWriter::create(out)?;
     writer.set_scenario(script.spec.clone());
@@ -182,24 +184,7 @@ pub fn run(args: &Args, models: &Models, out: &Path) -> Result<()> {
             }
         }
     }
-    let meta = PacketMeta {
-        created_utc: super::models::utc_now(),
-        harness: HarnessInfo {
-            version: env!("CARGO_PKG_VERSION").into(),
-            commit: std::env::var("FAK_COMMIT").ok(),
-            command: std::env::args().collect(),
-        },
-        hardware: meta::hardware(&adapter, &selftest["bandwidth"]),
-        toolchain: meta::toolchain(),
-        envelope,
-        method: Method::v1(&args.reference_arm),
-        selftest: meta::selftest(&selftest),
-    };
-    writer.finish(meta)?;
-    eprintln!(
-        "threeway: packet {}",
-        out.join(packet::PACKET_FILE).display()
-    );
+    super::finish_packet(writer, args, &adapter, &selftest, envelope, out)?;
     if interrupted() {
         eprintln!(
             "threeway: interrupted; what was measured is in {}",
@@ -289,7 +274,7 @@ fn make_arm(
                 false => "off (--cache-mem 0): every prompt is prefilled whole".into(),
             };
             Ok((
-                Box::new(arm),
+                Box::new(JsonlArm::new(arm)),
                 how,
                 "the engine: its prefix-cache hit (Started::cached_tokens) per request",
             ))
@@ -326,15 +311,23 @@ fn make_arm(
             arm.parallel = agents;
             arm.cache_prompt = s.cache;
             arm.log_name = label;
+            arm.workload = if s.cache {
+                Workload::PrefixReuse
+            } else {
+                Workload::NoReuse
+            };
+            arm.extra_args = super::llama_args(s.args);
             let how = match s.cache {
                 true => format!(
                     "cache_prompt: true on every request, {agents} slots (--parallel): each slot \
-                     reuses the longest common prefix of its own last prompt (llama-server's \
-                     defaults otherwise, its host-RAM prompt cache included)"
+                     reuses the longest common prefix of its own last prompt; the host-RAM \
+                     prompt cache (--cache-ram 8192) keeps a conversation a slot gives up, and \
+                     context checkpoints (--ctx-checkpoints 32) let a hybrid model reuse a prefix"
                 ),
                 false => format!(
-                    "cache_prompt: false on every request, {agents} slots (--parallel): every \
-                     prompt is prefilled whole"
+                    "cache_prompt: false on every request, {agents} slots (--parallel), no \
+                     host-RAM prompt cache or checkpoints (--cache-ram 0 --ctx-checkpoints 0): \
+                     every prompt is prefilled whole"
                 ),
             };
             Ok((
@@ -362,7 +355,7 @@ fn make_arm(
                 None => "none: each request starts from make_prompt_cache(model)".into(),
             };
             Ok((
-                Box::new(arm),
+                Box::new(JsonlArm::new(arm)),
                 how,
                 "the driver: prompt ids mlx_lm's prompt cache did not cover (prefilled) and those it did",
             ))

@@ -9,6 +9,7 @@ use crate::arms::{Arm, Logits};
 use anyhow::{Context, Result, bail};
 use fak::gguf::Gguf;
 use fak::reference::{DenseReference, Reference as _, ops::argmax};
+use fak_harness::packet::metrics::cosine;
 use fak_harness::packet::{Against, PositionReceipt, WithheldPosition};
 use std::path::Path;
 
@@ -246,18 +247,6 @@ fn margin(logits: &[f32]) -> f32 {
         [a, b] => logits[*a as usize] - logits[*b as usize],
         _ => f32::INFINITY,
     }
-}
-
-/// Cosine in f64; NaN anywhere gives NaN, which fails every threshold.
-pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let (mut ab, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
-    for (&x, &y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(x), f64::from(y));
-        ab += x * y;
-        aa += x * x;
-        bb += y * y;
-    }
-    ab / (aa.sqrt() * bb.sqrt())
 }
 
 /// The centred cosine over the entries both sides have (NaN marks a missing one); 0 when fewer

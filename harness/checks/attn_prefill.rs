@@ -1,18 +1,18 @@
 //! One prefill-attention case (wgsl/attn_prefill.wgsl) against `fak::reference::ops::attend`
 //! (f64), causal: the GPU test (tests/gpu_attn_prefill.rs) asserts it, `harness selftest` reports
-//! it (`kernel_checks`). Cache slots past the step's last token hold NaN, so a causal leak fails.
+//! it (`report`). Cache slots past the step's last token hold NaN, so a causal leak fails.
 
-use crate::compare::{Bound, Output, Tolerance};
-use crate::inputs::{step_buffer, uniform_f32, upload_f32, upload_u32};
-use crate::kv::{Pages, Sequences};
-use crate::{poisoned_f32, rng};
+use super::compare::{Bound, Output, Tolerance};
+use super::inputs::{step_buffer, uniform_f32, upload_f32, upload_u32};
+use super::kv::{Pages, Sequences};
+use super::{poisoned_f32, rng};
 use fak::gpu::kernels::attn_decode::AttnShape;
 use fak::gpu::kernels::attn_prefill::{AttnPrefill, PrefillIo};
 use fak::gpu::kernels::kv_cache::PageTable;
 use fak::gpu::kernels::support::{Positions, TokenSlot, View};
 use fak::gpu::{GpuContext, Step, read_back_f32};
 
-pub use crate::attn_decode::{PAGE, TOL};
+pub use super::attn_decode::{PAGE, TOL};
 
 /// The cooperative-matrix variant's bound (u = 2^-11, f16's unit roundoff; values in [-1, 1],
 /// |q| ≤ 1.5): it rounds each weight p_j to f16 and divides by the sum of the rounded weights, so

@@ -3,18 +3,18 @@
 //! outputs poisoned (NaN) before the run, measured against the CPU reference under the tolerance
 //! the GPU tests hold it to (the same helpers and constants: `gdn`, `compare`).
 
-use crate::compare::{Measured, Output, Tolerance, measure};
-use crate::gdn::{
+use super::compare::{Measured, Output, Tolerance, measure};
+use super::gdn::{
     CpuOutputs, CpuState, Form, GpuLayer, GpuOutputs, LAYER_TOL, LayerWeights, Projections,
     STEP_TOL, cpu_layer, dims,
 };
-use crate::kv::Pages;
-use crate::matmul::{Problem, Product};
-use crate::matvec::{self, Path};
-use crate::rms_norm;
-use crate::rope_kv::StepTokens;
-use crate::variants;
-use crate::{argmax, attn_decode, attn_prefill, dequant, elementwise, embed, rope_kv};
+use super::kv::Pages;
+use super::matmul::{Problem, Product};
+use super::matvec::{self, Path};
+use super::rms_norm;
+use super::rope_kv::StepTokens;
+use super::variants;
+use super::{argmax, attn_decode, attn_prefill, dequant, elementwise, embed, rope_kv};
 use fak::gpu::kernels::argmax::{Argmax, ArgmaxRows};
 use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape};
 use fak::gpu::kernels::attn_prefill::AttnPrefill;
@@ -81,7 +81,7 @@ pub fn run_all(ctx: &GpuContext) -> Vec<KernelCheck> {
 /// and off, strided x): the f32 path on the Q4_K_M types and F32, and its folded norm + gate/up
 /// pairing; on int-dot variants the integer path instead — quantize_q8 (plain and with the
 /// norm) and the integer product of every type it takes, against W·x̂ (tight) and W·x (loose),
-/// and its pairing; each output under its own bound (tests/common/matvec.rs).
+/// and its pairing; each output under its own bound (`matvec`).
 pub fn matvecs(ctx: &GpuContext) -> Vec<KernelCheck> {
     let mut out = Vec::new();
     for variant in variants::<MatVec>(ctx) {
@@ -355,7 +355,7 @@ pub fn embed(ctx: &GpuContext) -> Vec<KernelCheck> {
                     Embed::new(ctx, variant).unwrap_or_else(|e| panic!("building embed: {e}"));
                 let seed = 0x5e1f_e4b0 + seed as u64;
                 let bytes = embed::random_table(ty, shape.rows, shape.cols, seed);
-                let ids = embed::random_ids(&mut crate::rng(seed), shape.rows, 5);
+                let ids = embed::random_ids(&mut super::rng(seed), shape.rows, 5);
                 let max = ctx.max_binding_size();
                 vec![embed::look_up(ctx, &kernel, shape, &bytes, &ids, max).output]
             }));
@@ -413,7 +413,7 @@ pub fn argmax(ctx: &GpuContext) -> Vec<KernelCheck> {
             out.extend(check_outputs("argmax", variant, what, || {
                 let kernel =
                     Argmax::new(ctx, variant).unwrap_or_else(|e| panic!("building argmax: {e}"));
-                let mut rng = crate::rng(0x5e1f_a700 + seed as u64);
+                let mut rng = super::rng(0x5e1f_a700 + seed as u64);
                 vec![argmax::run_case(
                     ctx, &kernel, &mut rng, vocab, rows, styles, out_index,
                 )]
@@ -436,7 +436,7 @@ pub fn dequant(ctx: &GpuContext) -> Vec<KernelCheck> {
             out.extend(check_outputs("dequant", variant, what, || {
                 let kernel =
                     Dequant::new(ctx, variant).unwrap_or_else(|e| panic!("building dequant: {e}"));
-                let mut rng = crate::rng(0x5e1f_dec0 + seed as u64);
+                let mut rng = super::rng(0x5e1f_dec0 + seed as u64);
                 vec![dequant::run_case(
                     ctx,
                     &kernel,
@@ -466,7 +466,7 @@ pub fn matmul(ctx: &GpuContext) -> Vec<KernelCheck> {
             out.extend(check_outputs("matmul", variant, what.clone(), || {
                 let kernel =
                     Matmul::new(ctx, variant).unwrap_or_else(|e| panic!("building matmul: {e}"));
-                let mut rng = crate::rng(0x5e1f_3a70 + seed as u64);
+                let mut rng = super::rng(0x5e1f_3a70 + seed as u64);
                 let problem = Problem::random(ty, 70, cols, &mut rng);
                 [
                     (MatmulOutput::Store, 17, "stored, 17 tokens"),
@@ -677,7 +677,7 @@ fn gdn_layer(
     prompt: u32,
     seed: usize,
 ) -> [Stage; 8] {
-    let mut rng = crate::rng(0x5e1f_7e57 + seed as u64);
+    let mut rng = super::rng(0x5e1f_7e57 + seed as u64);
     let weights = LayerWeights::random(&d, &mut rng);
     let layer = GpuLayer::new(ctx, path, d, &weights, (prompt, 2, 3));
     let mut cpu = CpuState::zeros(&d, 3);

@@ -1,11 +1,10 @@
-//! The weights a run compares: the user's files, or — with no `--model` — the tiny synthetic
-//! Qwen3 written once into a cache folder (Q4_K_M GGUF for fak and llama.cpp, the f32 GGUF of the
+//! The weights a run compares (`threeway`) or checks (`selftest`): the user's files, or — with no
+//! `--model` — the tiny synthetic Qwen3 written once into a cache folder (Q4_K_M GGUF for fak and llama.cpp, the f32 GGUF of the
 //! same float weights for the reference, MLX's 4-bit conversion of them for MLX).
 
 use crate::synth;
 use anyhow::{Context, Result, bail};
-use sha2::{Digest, Sha256};
-use std::io::Read;
+use fak_harness::packet::{sha256_file, sha256_hex};
 use std::path::{Path, PathBuf};
 
 /// The preset and seed the bare command synthesizes.
@@ -118,63 +117,12 @@ pub fn sha256_of(path: &Path) -> Result<String> {
             .map(|e| e.map(|e| e.path()))
             .collect::<std::io::Result<_>>()?;
         names.sort();
-        let mut hash = Sha256::new();
+        let mut listing = String::new();
         for file in names.iter().filter(|p| p.is_file()) {
             let name = file.file_name().unwrap_or_default().to_string_lossy();
-            hash.update(format!("{name}\0{}\n", sha256_of(file)?));
+            listing.push_str(&format!("{name}\0{}\n", sha256_of(file)?));
         }
-        return Ok(super::envelope::hex(&hash.finalize()));
+        return Ok(sha256_hex(listing.as_bytes()));
     }
-    let mut file =
-        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut hash = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hash.update(&buf[..n]);
-    }
-    Ok(super::envelope::hex(&hash.finalize()))
-}
-
-/// The machine's host name.
-pub fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes into buf.
-    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    match std::str::from_utf8(&buf[..end]) {
-        Ok(name) if ok && !name.is_empty() => name.to_string(),
-        _ => "unknown-host".into(),
-    }
-}
-
-/// UTC now as `YYYYMMDDTHHMMSSZ` (folder names).
-pub fn utc_stamp() -> String {
-    utc_now().replace(['-', ':'], "")
-}
-
-/// UTC now as ISO 8601 `YYYY-MM-DDTHH:MM:SSZ` (days from the civil calendar algorithm).
-pub fn utc_now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    sha256_file(path).with_context(|| format!("reading {}", path.display()))
 }

@@ -1,8 +1,8 @@
 //! The argmax kernel (wgsl/argmax.wgsl) against `fak::reference::ops::argmax`: the GPU test
-//! (tests/gpu_argmax.rs) asserts its cases, `harness selftest` reports them (`kernel_checks`).
+//! (tests/gpu_argmax.rs) asserts its cases, `harness selftest` reports them (`report`).
 
-use crate::compare::{Bound, Output, Tolerance};
-use crate::inputs::{step_buffer, uniform_f32, upload_f32, upload_u32};
+use super::compare::{Bound, Output, Tolerance};
+use super::inputs::{step_buffer, uniform_f32, upload_f32, upload_u32};
 use fak::gpu::kernels::argmax::{Argmax, ArgmaxRows, ArgmaxShape};
 use fak::gpu::kernels::support::View;
 use fak::gpu::{GpuContext, Step, read_back};

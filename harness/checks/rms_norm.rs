@@ -1,9 +1,9 @@
 //! One RMSNorm case (wgsl/rms_norm.wgsl) against `fak::reference::ops::rms_norm`: the GPU test
-//! (tests/gpu_rms_norm.rs) asserts it, `harness selftest` reports it (`kernel_checks`).
+//! (tests/gpu_rms_norm.rs) asserts it, `harness selftest` reports it (`report`).
 
-use crate::compare::Tolerance;
-use crate::inputs::{step_buffer, uniform_f32, upload_f32};
-use crate::{poisoned_f32, rng};
+use super::compare::Tolerance;
+use super::inputs::{step_buffer, uniform_f32, upload_f32};
+use super::{poisoned_f32, rng};
 use fak::gpu::kernels::rms_norm::{NormIo, RmsNorm, RmsNormShape};
 use fak::gpu::kernels::support::View;
 use fak::gpu::{GpuContext, Step, read_back_f32};

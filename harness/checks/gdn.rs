@@ -2,7 +2,7 @@
 //! one GDN layer after its projections (the steps of `fak::reference::qwen35`'s `delta_net`,
 //! built from the same public functions), and conversions between the CPU and GPU state layouts.
 
-use crate::Tolerance;
+use super::Tolerance;
 use fak::gpu::KernelPaths;
 use fak::gpu::kernels::delta_prep::{DeltaPrep, PrepBinding, PrepIo};
 use fak::gpu::kernels::delta_state::{
@@ -431,7 +431,7 @@ impl GpuLayer {
         let (max_tokens, max_seqs, slots) = limits;
         let d = dims;
         let rows = |w: u32| u64::from(max_tokens) * u64::from(w);
-        let poisoned = |label: &str, w: u32| crate::gpu::poisoned_f32(ctx, label, rows(w));
+        let poisoned = |label: &str, w: u32| super::poisoned_f32(ctx, label, rows(w));
         let buffers = LayerBuffers {
             proj: poisoned("projections", proj_width(&d)),
             mixed: poisoned("mixed", d.conv_dim()),

@@ -1,7 +1,7 @@
 //! Mat-vec cases against f64 oracles over the dequantized weights (`fak::quant::dequantize`,
 //! bit-exact with gguf-py): the f32 path (wgsl/matvec.wgsl) and the integer path
 //! (wgsl/quantize_q8.wgsl, then wgsl/matvec_q8.wgsl). The GPU test (tests/gpu_matvec.rs) asserts
-//! them; `harness selftest` reports them (`kernel_checks::matvecs`).
+//! them; `harness selftest` reports them (`report::matvecs`).
 //!
 //! The integer path is held to two oracles. Tight: the f64 product of the weights with x̂, the
 //! vectors as the GPU quantized them (read back), under the f32 path's rounding bound — the
@@ -10,8 +10,8 @@
 //! the product (d_i the scale of x_i's block). The quantization itself is checked against its
 //! definition: |q·d − v| ≤ d/2, |q| ≤ 127, d = max |v| / 127 per block.
 
-use crate::compare::Output;
-use crate::{poisoned_f32, rng};
+use super::compare::Output;
+use super::{poisoned_f32, rng};
 use fak::gpu::kernels::matvec::{
     InputNorm, MAX_BATCH, MatVec, MatVecFusion, MatVecIo, MatVecShape,
 };
@@ -500,7 +500,7 @@ pub fn check_fused(
     });
     let mut out = Vec::new();
     // The norm's own rounding (x·s, ·w, the f32 sum of squares), relative to each value, as
-    // tests/common/rms_norm.rs bounds the RMSNorm kernel.
+    // checks/rms_norm.rs bounds the RMSNorm kernel.
     let norm_rel = if norm { 1e-5 } else { 0.0 };
     let quantized = match path {
         Path::F32 => None,

@@ -1,9 +1,9 @@
 //! The embedding lookup (wgsl/embed.wgsl) against the CPU dequantizer `fak::quant::dequantize`:
 //! the GPU test (tests/gpu_embed.rs) asserts its cases, `harness selftest` reports them
-//! (`kernel_checks`).
+//! (`report`).
 
-use crate::compare::{Bound, Output};
-use crate::poisoned_f32;
+use super::compare::{Bound, Output};
+use super::poisoned_f32;
 use fak::gpu::kernels::embed::{Embed, EmbedIo, EmbedShape};
 use fak::gpu::{Activations, GpuContext, Step, StepBuffer, read_back_f32, upload};
 use fak::quant::{GgmlType, dequantize, fill_random_rows};

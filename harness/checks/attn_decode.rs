@@ -1,11 +1,11 @@
 //! One decode-attention case (wgsl/attn_decode.wgsl) against `fak::reference::ops::attend`
 //! (f64): the GPU test (tests/gpu_attn_decode.rs) asserts it, `harness selftest` reports it
-//! (`kernel_checks`).
+//! (`report`).
 
-use crate::compare::Tolerance;
-use crate::inputs::{step_buffer, uniform_f32, upload_f32, upload_u32};
-use crate::kv::{Pages, Sequences};
-use crate::{poisoned_f32, rng};
+use super::compare::Tolerance;
+use super::inputs::{step_buffer, uniform_f32, upload_f32, upload_u32};
+use super::kv::{Pages, Sequences};
+use super::{poisoned_f32, rng};
 use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape, DecodeIo};
 use fak::gpu::kernels::kv_cache::PageTable;
 use fak::gpu::kernels::support::{Positions, TokenSlot, View};

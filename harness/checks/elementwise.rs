@@ -1,10 +1,10 @@
 //! The elementwise kernel (wgsl/elementwise.wgsl) against `fak::reference::ops` (silu, sigmoid,
 //! add_into): the GPU test (tests/gpu_elementwise.rs) asserts its cases, `harness selftest`
-//! reports them (`kernel_checks`).
+//! reports them (`report`).
 
-use crate::compare::{Bound, Output, Tolerance};
-use crate::inputs::{step_buffer, uniform_f32, upload_f32};
-use crate::{poisoned_f32, rng};
+use super::compare::{Bound, Output, Tolerance};
+use super::inputs::{step_buffer, uniform_f32, upload_f32};
+use super::{poisoned_f32, rng};
 use fak::gpu::kernels::elementwise::{Elementwise, ElementwiseOp, ElementwiseShape};
 use fak::gpu::kernels::support::View;
 use fak::gpu::{GpuContext, Step, read_back_f32};

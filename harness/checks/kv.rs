@@ -139,7 +139,7 @@ impl Sequences {
         let mut rows = |len| -> Vec<Vec<f32>> {
             (0..len)
                 .map(|_| {
-                    crate::inputs::uniform_f32(rng, kv_dim as usize, -1.0, 1.0)
+                    super::inputs::uniform_f32(rng, kv_dim as usize, -1.0, 1.0)
                         .into_iter()
                         .map(|x| stored(x, dtype))
                         .collect()

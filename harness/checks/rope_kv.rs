@@ -1,12 +1,12 @@
 //! The fused per-head norm + RoPE + KV write (wgsl/rope_kv.wgsl) against the CPU reference
 //! (`fak::reference::ops::{rms_norm, rope}`, f64 angles) and a CPU placement of the cache by the
 //! documented paged layout: the GPU test (tests/gpu_rope_kv.rs) asserts its cases, `harness
-//! selftest` reports them (`kernel_checks`).
+//! selftest` reports them (`report`).
 
-use crate::compare::{Bound, Output, Tolerance};
-use crate::inputs::{step_buffer, uniform_f32, upload_f32, upload_u32};
-use crate::kv::{Pages, poisoned_cache, read_cache, stored};
-use crate::{poisoned_f32, rng};
+use super::compare::{Bound, Output, Tolerance};
+use super::inputs::{step_buffer, uniform_f32, upload_f32, upload_u32};
+use super::kv::{Pages, poisoned_cache, read_cache, stored};
+use super::{poisoned_f32, rng};
 use fak::gpu::kernels::kv_cache::{KvDtype, PageTable};
 use fak::gpu::kernels::rope::RopeTable;
 use fak::gpu::kernels::rope_kv::{HeadNorms, RopeKv, RopeKvIo};

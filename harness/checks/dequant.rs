@@ -1,9 +1,9 @@
 //! The dequantize kernel (wgsl/dequant.wgsl) against the CPU dequantizer
 //! `fak::quant::dequantize`: the GPU test (tests/gpu_dequant.rs) asserts its cases, `harness
-//! selftest` reports them (`kernel_checks`).
+//! selftest` reports them (`report`).
 
-use crate::compare::{Bound, Output};
-use crate::poisoned_f32;
+use super::compare::{Bound, Output};
+use super::poisoned_f32;
 use fak::gpu::kernels::dequant::{Dequant, DequantShape};
 use fak::gpu::{GpuContext, GpuError, read_back_f32, upload};
 use fak::quant::{GgmlType, dequantize};

@@ -1,9 +1,9 @@
 //! One prefill mat-mul product (wgsl/matmul*.wgsl) against dequantize-then-f64 on the CPU, each
 //! output measured against its error scale: the GPU test (tests/gpu_matmul.rs) asserts it on
-//! every type and shape, `harness selftest` reports a few (`kernel_checks`).
+//! every type and shape, `harness selftest` reports a few (`report`).
 
-use crate::compare::{Bound, Output, Tolerance};
-use crate::poisoned_f32;
+use super::compare::{Bound, Output, Tolerance};
+use super::poisoned_f32;
 use fak::gpu::kernels::matmul::{Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape};
 use fak::gpu::{GpuContext, GpuError, KernelPaths, Step, StepBuffer, read_back_f32, upload, write};
 use fak::quant::{GgmlType, dequantize, fill_random_rows};

@@ -157,7 +157,7 @@ pub enum Bound {
 }
 
 /// One output of a kernel case against the reference: the GPU tests assert it, `harness
-/// selftest` measures it (`kernel_checks`).
+/// selftest` measures it (`report`).
 pub struct Output {
     /// Which output of the case (`"q"`, `"k cache"`; empty where the case has one).
     pub part: &'static str,
