@@ -63,7 +63,7 @@ pub struct Args {
     pub suffix: usize,
     /// GPU memory for the prefix cache (bytes, or with a K, M or G suffix); above 0, each
     /// depth's prompt + suffix also runs as a timed prefix-cache hit.
-    #[arg(long, default_value = "0", value_parser = crate::run::parse_bytes)]
+    #[arg(long, default_value = "0", value_parser = crate::flag_values::parse_bytes)]
     pub cache_mem: u64,
     /// Token slots per KV page (the prefix cache reuses whole pages); the engine's by default.
     #[arg(long)]

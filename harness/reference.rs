@@ -3,7 +3,8 @@
 //! engine's logits can check the reference's too (e.g. experiments/qwen35-oracle against
 //! Hugging Face `transformers`).
 
-use crate::run::{parse_token_ids, write_logits_file};
+use crate::flag_values::parse_token_ids;
+use crate::logits_file::write_logits_file;
 use anyhow::{Context, Result};
 use fak::gguf::Gguf;
 use fak::reference::Activations;

@@ -18,12 +18,13 @@ use fak::model::tensors::Mixer;
 use fak::quant::GgmlType;
 use fak::reference::{Activations, Qwen35Reference, Reference};
 use fak::runtime::{Engine, SamplingParams};
+use fak_tests::cosine;
 use fak_tests::harness::{harness, synth_model};
 use fak_tests::model::{
     assert_int_dot_logits, assert_plan_sizes_the_activations, engine, engine_min_cosine,
     every_path, options, random_ids, rewrite_gguf, rows_error, set_key,
 };
-use fak_tests::peer::{assert_rows_close, cosine};
+use fak_tests::peer::assert_rows_close;
 use fak_tests::pin::{assert_pinned, fingerprint, path_name};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
