@@ -17,7 +17,8 @@
 //! (open, steps, snapshots, insert, wait: `fak::runtime::PrefillPhases`) — the whole request
 //! path beside the resumed steps' GPU time, back to back, with no idle gap before it.
 //! Each op comes with the bytes it moves and, for weight products, its FLOPs
-//! (2 · rows · cols · tokens), hence GB/s and TFLOP/s. Ops are grouped by name and kernel: a
+//! (2 · rows · cols · tokens), as its kernels' `encode` reported them (`fak::gpu::profile::
+//! Recorded`), hence GB/s and TFLOP/s. Ops are grouped by name and kernel: a
 //! prefill whose last chunk is short enough for mat-vecs shows both kernels of a product.
 //!
 //! Roofline: a step must read every weight tensor it uses (the embedding table: one row) and the

@@ -89,7 +89,7 @@ impl Kernels<'_> {
         let binding = self.rope_kv.bind(self.ctx, &io).unwrap();
         self.ctx
             .run_pass("attention step", |pass| {
-                self.rope_kv.encode(pass, &binding, n_tokens);
+                self.rope_kv.encode(pass, &binding, n_tokens).unwrap();
                 attend(pass, View::heads(&q_out, n_head, hd));
             })
             .unwrap();
@@ -169,7 +169,7 @@ fn run(ctx: &GpuContext, paths: KernelPaths) {
             scratch: None,
         };
         let binding = prefill.bind(ctx, io).unwrap();
-        prefill.encode(pass, &binding, PROMPT, PROMPT);
+        prefill.encode(pass, &binding, PROMPT, PROMPT).unwrap();
     });
     let got = read_back_f32(ctx, &o, 0..4 * u64::from(PROMPT * o_width)).unwrap();
     let want = s.reference(&q_out, 0..PROMPT);
@@ -192,7 +192,7 @@ fn run(ctx: &GpuContext, paths: KernelPaths) {
             max_seqs: 1,
         };
         let binding = decode.bind(ctx, io).unwrap();
-        decode.encode(pass, &binding, 1);
+        decode.encode(pass, &binding, 1, PROMPT + 1).unwrap();
     });
     let got = read_back_f32(ctx, &o, 0..4 * u64::from(o_width)).unwrap();
     let want = s.reference(&q_out, PROMPT..PROMPT + 1);

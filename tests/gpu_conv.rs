@@ -72,7 +72,7 @@ impl Conv {
         ctx.run_pass("conv", |pass| {
             self.kernel
                 .encode(pass, &self.binding, batch)
-                .expect("encode")
+                .expect("encode");
         })
         .expect("run");
         read(ctx, &self.y, m.len())

@@ -84,8 +84,16 @@ fn a_tensor_larger_than_one_binding_is_split_into_row_ranges() {
         grids.iter().any(|g| g.y > 1),
         "expected a 2-D grid past 65535 workgroups, got {grids:?}"
     );
-    ctx.run_pass("split", |pass| kernel.encode(pass, &binding))
-        .unwrap();
+    let mut recorded = None;
+    ctx.run_pass("split", |pass| {
+        recorded = Some(kernel.encode(pass, &binding).unwrap());
+    })
+    .unwrap();
+    // What the encode says it did: one dispatch per range, the tensor read, its values written.
+    let recorded = recorded.unwrap();
+    assert_eq!(recorded.dispatches, grids.len());
+    assert_eq!(recorded.bytes.weights, bytes.len() as u64);
+    assert_eq!(recorded.bytes.activations, 4 * n as u64);
     let got = read_back_f32(ctx, &dst, 0..4 * n as u64).unwrap();
     assert_dequantized(
         &format!("{ty} {rows}x{row_len} split {} ways", grids.len()),

@@ -350,10 +350,19 @@ fn a_weight_larger_than_one_binding_is_split_into_row_ranges_on_a_2d_grid() {
         grids.iter().any(|g| g.y > 1),
         "expected a 2-D grid past 65535 workgroups, got {grids:?}"
     );
+    let mut recorded = None;
     ctx.run_pass("matvec split", |pass| {
-        kernel.encode(pass, &binding, batch).unwrap()
+        recorded = Some(kernel.encode(pass, &binding, batch).unwrap());
     })
     .unwrap();
+    // What the encode says it did: a dispatch per range, W read once, x read and y written per
+    // vector, 2·rows·cols FLOPs per vector.
+    let recorded = recorded.unwrap();
+    let n = u64::from(batch);
+    assert_eq!(recorded.dispatches, grids.len());
+    assert_eq!(recorded.bytes.weights, bytes.len() as u64);
+    assert_eq!(recorded.bytes.activations, 4 * n * (cols + rows));
+    assert_eq!(recorded.bytes.flops, 2 * n * rows * cols);
     let got = read_back_f32(ctx, &y, 0..4 * u64::from(batch) * rows).unwrap();
     let want: Vec<f32> = oracle.dots.iter().map(|&d| d as f32).collect();
     let bounds: Vec<f32> = oracle.scales.iter().map(|&s| bound(cols, s)).collect();
@@ -521,6 +530,7 @@ fn fusions_the_kernel_cannot_do_are_refused() {
         norm: Some(InputNorm {
             weight: &nw,
             eps: 1e-6,
+            shared: false,
         }),
         ..MatVecFusion::default()
     };
@@ -601,6 +611,7 @@ fn integer_inputs_the_kernel_cannot_take_are_refused() {
         norm: Some(InputNorm {
             weight: &nw,
             eps: 1e-6,
+            shared: false,
         }),
         ..q8_input
     };

@@ -292,13 +292,19 @@ fn assert_flops(gguf: &Gguf, d: &Value) {
 }
 
 /// Bytes of every weight a step reads once: every tensor, the embedding table one row (and
-/// once more whole when the output head is tied to it).
+/// once more whole when the output head is tied to it). The architecture's spec (the registry's
+/// decode-step bytes, which `inspect` and the roofline report) must say the same of these
+/// models, which have no tensors a step skips.
 fn weight_bytes(gguf: &Gguf) -> u64 {
     let tensor_bytes = |t: &fak::gguf::TensorInfo| t.n_rows() * t.row_bytes();
     let all: u64 = gguf.tensors().iter().map(tensor_bytes).sum();
     let embd = gguf.require_tensor("token_embd.weight").unwrap();
     let tied = gguf.require_tensor("output.weight").is_err();
-    all - tensor_bytes(embd) + embd.row_bytes() + if tied { tensor_bytes(embd) } else { 0 }
+    let bytes =
+        all - tensor_bytes(embd) + embd.row_bytes() + if tied { tensor_bytes(embd) } else { 0 };
+    let spec = fak::model::blueprint(gguf).unwrap().decode_step_bytes();
+    assert_eq!(spec.bytes, bytes, "the spec's decode-step bytes");
+    bytes
 }
 
 /// KV-cache bytes one attention layer reads (k and v of every cached position), checked to be

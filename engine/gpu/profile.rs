@@ -1,5 +1,8 @@
-//! Per-op GPU timing of a forward step: the model names each op it records (with the bytes it
-//! moves), and, when profiling, a timestamp is written inside the compute pass after each op.
+//! Per-op GPU timing of a forward step: every kernel wrapper's `encode` returns what it recorded
+//! ([`Recorded`]: its dispatches, the bytes they move, their FLOPs), the model notes it under the
+//! op's name in the step's [`StepMarks`], and, when profiling, a timestamp is written inside the
+//! compute pass after each op. Profiles, `harness bench` and the roofline add up what the
+//! kernels said they did.
 //!
 //! The GPU time of op i is `t[i] − t[i−1]`: it includes the barrier wgpu inserts before the op's
 //! dependent dispatches, which is what the op costs a step. Timestamps inside a pass need
@@ -13,7 +16,7 @@ use super::error::GpuError;
 /// The most timestamps one step may write (wgpu's query-set limit is 4096).
 pub const MAX_MARKS: u32 = 4096;
 
-/// One op of a step as the model recorded it.
+/// One op of a step: its name (the model's) and what its kernels recorded.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct OpRecord {
     /// What the op is (`attn_q`, `ffn_norm`, `attn_decode`): ops of the same name are one row of
@@ -35,7 +38,8 @@ pub struct OpRecord {
     pub since: Option<u32>,
 }
 
-/// What an op moves, as its recorder states it (and, for a weight product, its FLOPs).
+/// What a kernel's dispatches move (and, for a weight product, its FLOPs), as its `encode`
+/// states it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OpBytes {
     pub weights: u64,
@@ -58,6 +62,47 @@ impl OpBytes {
         OpBytes {
             flops: 2 * rows * cols * u64::from(tokens),
             ..self
+        }
+    }
+}
+
+impl std::ops::Add for OpBytes {
+    type Output = OpBytes;
+
+    fn add(self, other: OpBytes) -> OpBytes {
+        OpBytes {
+            weights: self.weights + other.weights,
+            activations: self.activations + other.activations,
+            flops: self.flops + other.flops,
+        }
+    }
+}
+
+/// What one kernel's `encode` recorded: the kernel (family and input: `matvec`, `matvec_q8`),
+/// its dispatches and what they move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recorded {
+    pub kernel: &'static str,
+    pub dispatches: usize,
+    pub bytes: OpBytes,
+}
+
+impl Recorded {
+    pub fn new(kernel: &'static str, dispatches: usize, bytes: OpBytes) -> Self {
+        Recorded {
+            kernel,
+            dispatches,
+            bytes,
+        }
+    }
+
+    /// This record and `before` (recorded just before it and feeding it: a quantization of
+    /// its input) as one op of this record's kernel.
+    pub fn after(self, before: Recorded) -> Recorded {
+        Recorded {
+            kernel: self.kernel,
+            dispatches: before.dispatches + self.dispatches,
+            bytes: before.bytes + self.bytes,
         }
     }
 }
@@ -115,15 +160,14 @@ impl<'q> StepMarks<'q> {
         self.last = self.stamp(pass);
     }
 
-    /// Notes an op the caller has just recorded into `pass` with `dispatches` dispatches.
-    pub fn op(
-        &mut self,
-        pass: &mut wgpu::ComputePass,
-        name: &'static str,
-        kernel: &'static str,
-        bytes: OpBytes,
-        dispatches: usize,
-    ) {
+    /// Notes op `name`, which the caller has just recorded into `pass` (what its kernels'
+    /// `encode` returned).
+    pub fn op(&mut self, pass: &mut wgpu::ComputePass, name: &'static str, recorded: Recorded) {
+        let Recorded {
+            kernel,
+            dispatches,
+            bytes,
+        } = recorded;
         let since = self.last;
         let mark = since.and_then(|_| self.stamp(pass));
         self.last = mark;

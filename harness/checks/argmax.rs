@@ -108,8 +108,10 @@ pub fn run(
     let binding = kernel
         .bind(ctx, shape, view, &next, &history, &step)
         .unwrap();
-    ctx.run_pass("argmax", |pass| kernel.encode(pass, &binding, n_tokens))
-        .unwrap();
+    ctx.run_pass("argmax", |pass| {
+        kernel.encode(pass, &binding, n_tokens).unwrap();
+    })
+    .unwrap();
     let words = |b: &wgpu::Buffer, n: u32| {
         bytemuck::pod_collect_to_vec(&read_back(ctx, b, 0..4 * u64::from(n)).unwrap())
     };

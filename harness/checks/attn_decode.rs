@@ -102,8 +102,11 @@ pub fn run_case(
         max_seqs: n_seqs,
     };
     let binding = kernel.bind(ctx, io).unwrap();
-    ctx.run_pass("attn_decode", |pass| kernel.encode(pass, &binding, n_seqs))
-        .unwrap();
+    let keys = case.lens.iter().sum();
+    ctx.run_pass("attn_decode", |pass| {
+        kernel.encode(pass, &binding, n_seqs, keys).unwrap();
+    })
+    .unwrap();
     let got = read_back_f32(ctx, &o_buf, 0..u64::from(4 * n_seqs * n_head * hd)).unwrap();
 
     let mut want = Vec::new();

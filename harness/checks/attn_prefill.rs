@@ -99,7 +99,9 @@ pub fn run_case(ctx: &GpuContext, kernel: &AttnPrefill, case: &Case, seed: u64) 
     let binding = kernel.bind(ctx, io).unwrap();
     let splits = kernel.splits(&binding, case.n_tokens, end);
     ctx.run_pass("attn_prefill", |pass| {
-        kernel.encode(pass, &binding, case.n_tokens, end);
+        kernel
+            .encode(pass, &binding, case.n_tokens, end)
+            .expect("recording the prefill");
     })
     .unwrap();
     let mut got = read_back_f32(ctx, &o_buf, 0..4 * u64::from(o_len)).unwrap();

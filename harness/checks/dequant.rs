@@ -107,7 +107,9 @@ fn run(
     let src = upload(ctx, "dequant src", bytes)?;
     let dst = poisoned_f32(ctx, "dequant dst", n);
     let binding = kernel.bind_within(ctx, shape, &src, &dst, max_binding)?;
-    ctx.run_pass("dequant", |pass| kernel.encode(pass, &binding))?;
+    ctx.run_pass("dequant", |pass| {
+        kernel.encode(pass, &binding).unwrap();
+    })?;
     read_back_f32(ctx, &dst, 0..4 * n)
 }
 

@@ -39,7 +39,7 @@ fn run(
     let step = step_buffer(ctx, Step::new(3, n_tokens, 0));
     let binding = kernel.bind(ctx, shape, op, &step).unwrap();
     ctx.run_pass("elementwise", |pass| {
-        kernel.encode(pass, &binding, n_tokens)
+        kernel.encode(pass, &binding, n_tokens).unwrap();
     })
     .unwrap();
 }

@@ -79,8 +79,10 @@ pub fn look_up(
         max_tokens: n,
     };
     let binding = kernel.bind_within(ctx, shape, &io, max_binding).unwrap();
-    ctx.run_pass("embed", |pass| kernel.encode(pass, &binding, n).unwrap())
-        .unwrap();
+    ctx.run_pass("embed", |pass| {
+        kernel.encode(pass, &binding, n).unwrap();
+    })
+    .unwrap();
     let got = read_back_f32(ctx, &out, 0..4 * out_len).unwrap();
     let inside = |i: u64| i >= offset && (i - offset) % stride < cols;
     let (mut rows_got, mut wrote_outside) = (Vec::new(), false);

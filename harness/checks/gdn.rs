@@ -619,7 +619,7 @@ impl GpuLayer {
         ctx.run_pass("prep", |pass| {
             self.prep
                 .encode(pass, &self.bindings.prep, n)
-                .expect("encode prep")
+                .expect("encode prep");
         })
         .expect("prep");
         (
@@ -649,7 +649,7 @@ impl GpuLayer {
                 Form::Recurrent => self.decode.encode(pass, &k.decode, batch),
                 Form::Chunked => self.chunked.encode(pass, &k.chunked, batch),
             }
-            .expect("encode delta rule")
+            .expect("encode delta rule");
         })
         .expect("delta rule");
         read(
@@ -669,7 +669,7 @@ impl GpuLayer {
         ctx.run_pass("gated norm", |pass| {
             self.norm
                 .encode(pass, &self.bindings.norm, n)
-                .expect("encode norm")
+                .expect("encode norm");
         })
         .expect("norm");
         read(ctx, &bufs.y, o.len())

@@ -193,7 +193,7 @@ fn quantize(
     let step = step_of(ctx, n);
     let binding = quantizer.bind(ctx, x, cols, norm, &q8, &step, n).unwrap();
     ctx.run_pass("quantize_q8", |pass| {
-        quantizer.encode(pass, &binding, n).unwrap()
+        quantizer.encode(pass, &binding, n).unwrap();
     })
     .unwrap();
     let mut x_hat = Vec::new();
@@ -496,6 +496,7 @@ pub fn check_fused(
     let input_norm = norm.then_some(InputNorm {
         weight: &nwb,
         eps: EPS,
+        shared: false,
     });
     let mut out = Vec::new();
     // The norm's own rounding (x·s, ·w, the f32 sum of squares), relative to each value, as

@@ -128,8 +128,10 @@ pub fn run_case(ctx: &GpuContext, kernel: &RmsNorm, case: &Case, seed: u64) -> R
     };
     let weight = weighted.then_some(&w_buf);
     let binding = kernel.bind(ctx, shape, io, weight, &step).unwrap();
-    ctx.run_pass("rms_norm", |pass| kernel.encode(pass, &binding, n_tokens))
-        .unwrap();
+    ctx.run_pass("rms_norm", |pass| {
+        kernel.encode(pass, &binding, n_tokens).unwrap();
+    })
+    .unwrap();
     let w = weighted.then_some(&w[..]);
     let what = format!(
         "{} {layout:?} tokens {n_tokens}/{max_tokens} weighted {weighted} in place {in_place}",

@@ -269,8 +269,10 @@ pub fn run(
             max_tokens: n,
         };
         let binding = kernel.bind(ctx, &io).unwrap();
-        ctx.run_pass("rope_kv", |pass| kernel.encode(pass, &binding, n))
-            .unwrap();
+        ctx.run_pass("rope_kv", |pass| {
+            kernel.encode(pass, &binding, n).unwrap();
+        })
+        .unwrap();
         got_q.extend(read_back_f32(ctx, &q_out, 0..4 * u64::from(n * n_head * hd)).unwrap());
         for (t, &(pos, row)) in tokens.iter().enumerate() {
             for h in 0..n_head as usize {

@@ -10,6 +10,7 @@ use crate::gpu::kernel::{
 };
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::profile::{OpBytes, Recorded};
 use crate::gpu::step::StepBuffer;
 
 const ARGMAX: WgslFile = step_wgsl!("argmax.wgsl");
@@ -73,6 +74,7 @@ pub struct ArgmaxBinding {
     all_rows: bool,
     n_chunks: u32,
     max_tokens: u32,
+    vocab: u32,
 }
 
 impl Kernel for Argmax {
@@ -217,12 +219,19 @@ impl Argmax {
             all_rows,
             n_chunks,
             max_tokens,
+            vocab,
         })
     }
 
     /// Records the two dispatches for a step of `n_tokens` tokens (at most the binding's
     /// `max_tokens`).
-    pub fn encode(&self, pass: &mut wgpu::ComputePass, binding: &ArgmaxBinding, n_tokens: u32) {
+    /// Returns what it recorded: the logits of its rows read.
+    pub fn encode(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        binding: &ArgmaxBinding,
+        n_tokens: u32,
+    ) -> Result<Recorded, GpuError> {
         let rows = if binding.all_rows {
             n_tokens.min(binding.max_tokens)
         } else {
@@ -234,5 +243,7 @@ impl Argmax {
         pass.dispatch_workgroups(binding.n_chunks, rows, 1);
         pass.set_pipeline(&self.pipelines[first + 1]);
         pass.dispatch_workgroups(rows, 1, 1);
+        let logits = 4 * u64::from(rows) * u64::from(binding.vocab);
+        Ok(Recorded::new(Self::NAME, 2, OpBytes::new(0, logits)))
     }
 }

@@ -14,6 +14,7 @@ use crate::gpu::kernel::{
 };
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::profile::{OpBytes, Recorded};
 use crate::gpu::step::PageTable;
 use crate::gpu::step::StepBuffer;
 
@@ -461,15 +462,38 @@ impl AttnDecode {
 
     /// Records the dispatches for a step of `n_seqs` sequences (at most the binding's
     /// `max_seqs`): the split pass, and the combining pass when the binding has several splits
-    /// (it does nothing for a sequence the split pass gave a single split).
-    pub fn encode(&self, pass: &mut wgpu::ComputePass, binding: &DecodeBinding, n_seqs: u32) {
+    /// (it does nothing for a sequence the split pass gave a single split). `keys` is the
+    /// positions the sequences attend over, summed: the cache bytes recorded.
+    pub fn encode(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        binding: &DecodeBinding,
+        n_seqs: u32,
+        keys: u32,
+    ) -> Result<Recorded, GpuError> {
         let n = n_seqs.min(binding.max_seqs);
         pass.set_bind_group(0, &binding.group, &[]);
         pass.set_pipeline(&self.pipelines[usize::from(binding.table)]);
         pass.dispatch_workgroups(binding.n_split, self.shape.n_kv, n);
-        if binding.n_split > 1 {
+        let split = binding.n_split > 1;
+        if split {
             pass.set_pipeline(&self.pipelines[2 + usize::from(binding.table)]);
             pass.dispatch_workgroups(self.shape.n_head, n, 1);
         }
+        let bytes = attention_bytes(&self.shape, self.dtype(), n, keys);
+        Ok(Recorded::new(Self::NAME, 1 + usize::from(split), bytes))
     }
+}
+
+/// What an attention step over `keys` cached positions moves: k and v of every position read
+/// once (the roofline's bytes), q read and o written per token.
+pub(crate) fn attention_bytes(
+    shape: &AttnShape,
+    dtype: KvDtype,
+    tokens: u32,
+    keys: u32,
+) -> OpBytes {
+    let cached = u64::from(shape.n_kv) * u64::from(shape.head_dim) * dtype.bytes();
+    let q = 4 * u64::from(shape.n_head) * u64::from(shape.head_dim);
+    OpBytes::new(2 * u64::from(keys) * cached, 2 * u64::from(tokens) * q)
 }

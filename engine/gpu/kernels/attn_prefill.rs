@@ -18,7 +18,7 @@
 //! workgroups, and a combining pass merges their partials (wgsl/attn_combine.wgsl, shared with
 //! the decode attention). [`SplitKeys`] picks the count per step on the host.
 
-use super::attn_decode::{ATTN_COMBINE, AttnShape, MAX_SPLITS};
+use super::attn_decode::{ATTN_COMBINE, AttnShape, MAX_SPLITS, attention_bytes};
 use super::kv_cache::{KvCache, KvDtype, check_dtype};
 use super::support::{
     self, Positions, View, entry, positions_binding, shape_error, step_wgsl, view_binding, words,
@@ -31,6 +31,7 @@ use crate::gpu::kernel::{
 };
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, CoopShape, KernelPaths};
+use crate::gpu::profile::Recorded;
 use crate::gpu::step::PageTable;
 use crate::gpu::step::StepBuffer;
 
@@ -529,14 +530,15 @@ impl AttnPrefill {
     /// Records the dispatches for a step of `n_tokens` tokens (at most the binding's
     /// `max_tokens`) whose last token sits at position `keys - 1`: the attention, split as
     /// [`AttnPrefill::splits`] says, and the combine when it splits. `keys` only steers the
-    /// split count; the kernel finds each tile's keys itself. Returns the dispatch count.
+    /// split count (and the bytes recorded); the kernel finds each tile's keys itself. Returns
+    /// what it recorded.
     pub fn encode(
         &self,
         pass: &mut wgpu::ComputePass,
         binding: &PrefillBinding,
         n_tokens: u32,
         keys: u32,
-    ) -> usize {
+    ) -> Result<Recorded, GpuError> {
         let n = n_tokens.min(binding.max_tokens);
         let splits = self.splits(binding, n, keys);
         let table = usize::from(binding.table);
@@ -544,12 +546,16 @@ impl AttnPrefill {
         pass.set_pipeline(&self.pipelines[table]);
         // bind() checked the tiles of max_tokens against the per-dimension limit.
         pass.dispatch_workgroups(self.tiles(n) as u32, self.shape.n_kv, splits);
-        if splits == 1 {
-            return 1;
+        if splits > 1 {
+            pass.set_pipeline(&self.pipelines[2 + table]);
+            pass.dispatch_workgroups(n.div_ceil(splits), self.shape.n_head, splits);
         }
-        pass.set_pipeline(&self.pipelines[2 + table]);
-        pass.dispatch_workgroups(n.div_ceil(splits), self.shape.n_head, splits);
-        2
+        let bytes = attention_bytes(&self.shape, self.dtype(), n, keys);
+        Ok(Recorded::new(
+            Self::NAME,
+            1 + usize::from(splits > 1),
+            bytes,
+        ))
     }
 }
 

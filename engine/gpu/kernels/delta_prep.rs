@@ -14,6 +14,7 @@ use crate::gpu::kernel::{
 };
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::profile::Recorded;
 
 /// Invocations per workgroup: a 128-wide head is two values each.
 const WG: u32 = 64;
@@ -187,9 +188,10 @@ impl DeltaPrep {
         pass: &mut wgpu::ComputePass,
         binding: &PrepBinding,
         n_tokens: u32,
-    ) -> Result<(), GpuError> {
+    ) -> Result<Recorded, GpuError> {
         let plan = self.plan(binding, n_tokens)?;
         record(pass, &binding.group, &plan, &self.pipelines);
-        Ok(())
+        let bytes = self.dims.prep_bytes(n_tokens);
+        Ok(Recorded::new(Self::NAME, plan.len(), bytes))
     }
 }

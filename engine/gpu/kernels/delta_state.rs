@@ -22,6 +22,7 @@ use crate::gpu::buffers::{round_up, storage_buffer};
 use crate::gpu::context::GpuContext;
 use crate::gpu::error::GpuError;
 use crate::gpu::kernels::ssm_conv::SUPPORTED_CONV_KERNELS;
+use crate::gpu::profile::OpBytes;
 use crate::gpu::step::{SeqBatch, SequenceTable};
 use crate::quant::GgmlType;
 use std::ops::Range;
@@ -168,6 +169,44 @@ impl DeltaDims {
     /// Floats of one slot's recurrent state: nv states of dk×dv.
     pub fn recurrent_state_floats(&self) -> u64 {
         u64::from(self.nv) * u64::from(self.dv) * u64::from(self.dk)
+    }
+
+    // What each kernel of a step over a batch moves: f32 weights and each sequence's state in
+    // `weights` (the roofline's bytes: read once per sequence whatever its length), f32
+    // activations read and written in `activations`; state writes count as activations.
+
+    /// The conv: the taps and the K−1 raw rows before the step in; the raw rows in, y out, the
+    /// state out.
+    pub fn conv_bytes(&self, batch: SeqBatch) -> OpBytes {
+        let conv_dim = u64::from(self.conv_dim());
+        let state = u64::from(batch.count) * 4 * self.conv_state_floats();
+        OpBytes::new(
+            4 * conv_dim * u64::from(self.conv_kernel) + state,
+            4 * 2 * batch.tokens() * conv_dim + state,
+        )
+    }
+
+    /// The gates and q/k norms: ssm_a and dt_bias; q and k normalised in place, β and α logits
+    /// in, gates out.
+    pub fn prep_bytes(&self, n_tokens: u32) -> OpBytes {
+        let (key_dim, nv) = (u64::from(self.key_dim()), u64::from(self.nv));
+        OpBytes::new(4 * 2 * nv, 4 * u64::from(n_tokens) * (4 * key_dim + 4 * nv))
+    }
+
+    /// The delta rule (recurrent or chunked): the state in (and out); q̂, k̂, v and the gates
+    /// in, o out.
+    pub fn delta_bytes(&self, batch: SeqBatch) -> OpBytes {
+        let state = u64::from(batch.count) * 4 * self.recurrent_state_floats();
+        let per_token = u64::from(self.conv_dim() + 2 * self.nv + self.value_dim());
+        OpBytes::new(state, 4 * batch.tokens() * per_token + state)
+    }
+
+    /// The gated norm: ssm_norm; o and z in, y out.
+    pub fn norm_bytes(&self, n_tokens: u32) -> OpBytes {
+        OpBytes::new(
+            4 * u64::from(self.dv),
+            4 * 3 * u64::from(n_tokens) * u64::from(self.value_dim()),
+        )
     }
 }
 

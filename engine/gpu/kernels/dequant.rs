@@ -9,6 +9,7 @@ use crate::gpu::kernel::{
 use crate::gpu::kernels::type_constants;
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::profile::{OpBytes, Recorded};
 use crate::quant::GgmlType;
 
 /// Invocations per workgroup (`override WG`).
@@ -49,6 +50,8 @@ pub struct Dequant {
 pub struct DequantBinding {
     ty: GgmlType,
     ranges: Vec<(wgpu::BindGroup, Grid)>,
+    /// Bytes of the tensor read and of the f32 values written.
+    bytes: OpBytes,
 }
 
 impl DequantBinding {
@@ -222,11 +225,17 @@ impl Dequant {
                 Ok((group, Grid::for_workgroups(workgroups, max_per_dimension)?))
             })
             .collect::<Result<_, GpuError>>()?;
-        Ok(DequantBinding { ty, ranges })
+        let bytes = OpBytes::new(rows * row_bytes, 4 * rows * row_len);
+        Ok(DequantBinding { ty, ranges, bytes })
     }
 
-    /// Records the dispatches of `binding` into `pass`.
-    pub fn encode(&self, pass: &mut wgpu::ComputePass, binding: &DequantBinding) {
+    /// Records the dispatches of `binding` into `pass`; returns what it recorded (the tensor
+    /// read, its values written).
+    pub fn encode(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        binding: &DequantBinding,
+    ) -> Result<Recorded, GpuError> {
         let index = Self::TYPES
             .iter()
             .position(|&t| t == binding.ty)
@@ -236,6 +245,11 @@ impl Dequant {
             pass.set_bind_group(0, group, &[]);
             grid.dispatch(pass);
         }
+        Ok(Recorded::new(
+            Self::NAME,
+            binding.ranges.len(),
+            binding.bytes,
+        ))
     }
 }
 

@@ -10,6 +10,7 @@ use crate::gpu::kernel::{
 };
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::profile::{OpBytes, Recorded};
 use crate::gpu::step::StepBuffer;
 
 const ELEMENTWISE: WgslFile = step_wgsl!("elementwise.wgsl");
@@ -202,16 +203,19 @@ impl Elementwise {
         (u64::from(n_tokens.min(binding.max_tokens)) * binding.per_token).div_ceil(u64::from(WG))
     }
 
-    /// Records the dispatch for a step of `n_tokens` tokens (at most the binding's `max_tokens`).
+    /// Records the dispatch for a step of `n_tokens` tokens (at most the binding's
+    /// `max_tokens`); returns what it recorded: two operands read and one written per element.
     pub fn encode(
         &self,
         pass: &mut wgpu::ComputePass,
         binding: &ElementwiseBinding,
         n_tokens: u32,
-    ) {
+    ) -> Result<Recorded, GpuError> {
         pass.set_pipeline(&self.pipelines[binding.pipeline]);
         pass.set_bind_group(0, &binding.group, &[]);
         support::grid_within_bound(self.workgroups(binding, n_tokens), self.max_per_dimension)
             .dispatch(pass);
+        let elements = u64::from(n_tokens.min(binding.max_tokens)) * binding.per_token;
+        Ok(Recorded::new(Self::NAME, 1, OpBytes::new(0, 12 * elements)))
     }
 }

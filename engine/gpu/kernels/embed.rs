@@ -18,6 +18,7 @@ use crate::gpu::kernel::{
 };
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::profile::{OpBytes, Recorded};
 use crate::gpu::step::StepBuffer;
 use crate::quant::GgmlType;
 
@@ -91,6 +92,9 @@ pub struct EmbedBinding {
     /// Workgroups along a row (`cols / (4·WG)`, rounded up).
     chunks: u32,
     ranges: Vec<wgpu::BindGroup>,
+    /// Bytes of one table row, and f32 values of one output row.
+    row_bytes: u64,
+    cols: u64,
 }
 
 impl EmbedBinding {
@@ -265,17 +269,19 @@ impl Embed {
             max_tokens: io.max_tokens,
             chunks: chunks as u32,
             ranges: groups,
+            row_bytes,
+            cols,
         })
     }
 
     /// Records the lookups of a step of `n_tokens` tokens (the Step's `n_tokens`): one dispatch
-    /// per row range of the table, each over (chunks of a row, tokens).
+    /// per row range of the table, each over (chunks of a row, tokens); returns what it recorded.
     pub fn encode(
         &self,
         pass: &mut wgpu::ComputePass,
         binding: &EmbedBinding,
         n_tokens: u32,
-    ) -> Result<(), GpuError> {
+    ) -> Result<Recorded, GpuError> {
         if n_tokens > binding.max_tokens {
             return Err(GpuError::Shape {
                 kernel: Self::NAME,
@@ -290,6 +296,9 @@ impl Embed {
             pass.set_bind_group(0, group, &[]);
             pass.dispatch_workgroups(binding.chunks, n_tokens, 1);
         }
-        Ok(())
+        // A table row read per token; its id read and its f32 row written.
+        let n = u64::from(n_tokens);
+        let bytes = OpBytes::new(n * binding.row_bytes, n * (4 * binding.cols + 4));
+        Ok(Recorded::new(Self::NAME, binding.ranges.len(), bytes))
     }
 }

@@ -13,6 +13,7 @@ use crate::gpu::error::GpuError;
 use crate::gpu::kernel::{Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build};
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::profile::Recorded;
 use crate::gpu::step::{SeqBatch, SequenceTable};
 
 /// Invocations per workgroup: a multiple of every subgroup size up to 128.
@@ -229,9 +230,10 @@ impl GatedDeltaDecode {
         pass: &mut wgpu::ComputePass,
         binding: &DecodeBinding,
         batch: SeqBatch,
-    ) -> Result<(), GpuError> {
+    ) -> Result<Recorded, GpuError> {
         let plan = self.plan(binding, batch)?;
         record(pass, &binding.group, &plan, &self.pipelines);
-        Ok(())
+        let bytes = self.dims.delta_bytes(batch);
+        Ok(Recorded::new(Self::NAME, plan.len(), bytes))
     }
 }

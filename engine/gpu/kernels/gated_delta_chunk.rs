@@ -12,6 +12,7 @@ use crate::gpu::error::GpuError;
 use crate::gpu::kernel::{Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build};
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::profile::Recorded;
 use crate::gpu::step::{SeqBatch, SequenceTable};
 
 /// Tokens per chunk (the WGSL's `C`).
@@ -302,9 +303,10 @@ impl GatedDeltaChunked {
         pass: &mut wgpu::ComputePass,
         binding: &ChunkBinding,
         batch: SeqBatch,
-    ) -> Result<(), GpuError> {
+    ) -> Result<Recorded, GpuError> {
         let plan = self.plan(binding, batch)?;
         record(pass, &binding.group, &plan, &self.pipelines);
-        Ok(())
+        let bytes = self.dims.delta_bytes(batch);
+        Ok(Recorded::new(Self::NAME, plan.len(), bytes))
     }
 }

@@ -14,6 +14,7 @@ use crate::gpu::kernel::{
 };
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::profile::Recorded;
 
 const WG: u32 = 64;
 /// o, z, w, y, params.
@@ -169,9 +170,10 @@ impl GatedNorm {
         pass: &mut wgpu::ComputePass,
         binding: &NormBinding,
         n_tokens: u32,
-    ) -> Result<(), GpuError> {
+    ) -> Result<Recorded, GpuError> {
         let plan = self.plan(binding, n_tokens)?;
         record(pass, &binding.group, &plan, &self.pipelines);
-        Ok(())
+        let bytes = self.dims.norm_bytes(n_tokens);
+        Ok(Recorded::new(Self::NAME, plan.len(), bytes))
     }
 }

@@ -45,6 +45,7 @@ use crate::gpu::kernels::dequant::Dequant;
 use crate::gpu::kernels::type_constants;
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, CoopShape, KernelPaths};
+use crate::gpu::profile::{OpBytes, Recorded};
 use crate::gpu::step::StepBuffer;
 use crate::quant::GgmlType;
 use std::sync::Mutex;
@@ -527,6 +528,11 @@ impl MatmulGrid {
 /// A weight bound for [`Matmul::encode`]: one bind group per row range that fits a binding.
 pub struct MatmulBinding {
     ty: GgmlType,
+    /// The input width (K).
+    cols: u64,
+    /// Output rows (N), and whether y is accumulated into (read and written).
+    rows: u64,
+    accumulate: bool,
     max_tokens: u32,
     /// (bind group, rows in the range, K slices), in row order.
     ranges: Vec<(wgpu::BindGroup, u64, u32)>,
@@ -935,6 +941,9 @@ impl Matmul {
             .collect();
         Ok(MatmulBinding {
             ty,
+            cols,
+            rows,
+            accumulate: output == MatmulOutput::Accumulate,
             max_tokens,
             ranges,
             x16_stride: (x16_cols / 4) as u32,
@@ -975,13 +984,14 @@ impl Matmul {
     }
 
     /// Records the dispatches of `binding` for `n_tokens` tokens (which the step uniform must
-    /// hold when the pass runs) into `pass`; returns how many it recorded.
+    /// hold when the pass runs) into `pass`; returns what it recorded: the weight read once, x
+    /// read, y written (read too when accumulating), and the product's FLOPs.
     pub fn encode(
         &self,
         pass: &mut wgpu::ComputePass,
         binding: &MatmulBinding,
         n_tokens: u32,
-    ) -> Result<usize, GpuError> {
+    ) -> Result<Recorded, GpuError> {
         if n_tokens > binding.max_tokens {
             return Err(GpuError::Shape {
                 kernel: Self::NAME,
@@ -1015,7 +1025,12 @@ impl Matmul {
             }
             dispatches += grid.dispatches();
         }
-        Ok(dispatches)
+        let (rows, cols, n) = (binding.rows, binding.cols, u64::from(n_tokens));
+        let weights = rows * binding.ty.row_bytes(cols).unwrap_or(0);
+        let y_passes = if binding.accumulate { 2 } else { 1 };
+        let bytes =
+            OpBytes::new(weights, 4 * n * (cols + y_passes * rows)).product(rows, cols, n_tokens);
+        Ok(Recorded::new(Self::NAME, dispatches, bytes))
     }
 }
 

@@ -51,6 +51,7 @@ use crate::gpu::kernel::{
 };
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::profile::{OpBytes, Recorded};
 use crate::gpu::step::{MAX_BATCH, StepBuffer};
 use crate::quant::GgmlType;
 use std::collections::HashMap;
@@ -265,6 +266,10 @@ pub struct InputNorm<'a> {
     /// `cols` f32 values.
     pub weight: &'a wgpu::Buffer,
     pub eps: f32,
+    /// The weight is read by an earlier dispatch of the step too (one norm folded into several
+    /// products, or into the quantization before them): recorded as an activation read, so a
+    /// step's weight bytes (the roofline's) count the tensor once.
+    pub shared: bool,
 }
 
 /// What [`MatVec::bind_fused`] folds into the product.
@@ -325,6 +330,22 @@ pub struct MatVecBinding {
     pipelines: Vec<wgpu::ComputePipeline>,
     max_batch: u32,
     ranges: Vec<(wgpu::BindGroup, Grid)>,
+    /// What one encode moves: W (and a folded norm's weight) once, and per input vector.
+    work: MatVecWork,
+}
+
+/// The traffic of a [`MatVecBinding`], fixed at bind time.
+#[derive(Clone, Copy, Debug)]
+struct MatVecWork {
+    kernel: &'static str,
+    /// W (and a folded norm's weight, unless shared) once per step.
+    weight_bytes: u64,
+    /// A shared norm's weight, read once per step as an activation.
+    step_bytes: u64,
+    /// x read, y written (and read when accumulating), quantized outputs written, per vector.
+    vector_bytes: u64,
+    /// FLOPs per vector: 2 · W's rows · cols.
+    vector_flops: u64,
 }
 
 impl MatVecBinding {
@@ -811,22 +832,47 @@ impl MatVec {
                 Ok((group, Grid::for_workgroups(workgroups, max_per_dimension)?))
             })
             .collect::<Result<_, GpuError>>()?;
+        let x_bytes = match fusion.q8 {
+            Some(_) => Q8Vectors::bytes_per_vector(cols),
+            None => 4 * cols,
+        };
+        let y_bytes = 4 * rows * if io.accumulate { 2 } else { 1 };
+        let q8_out = fusion
+            .quantize_output
+            .map_or(0, |_| Q8Vectors::bytes_per_vector(rows));
+        let (norm_weight, norm_reread) = match fusion.norm {
+            Some(n) if n.shared => (0, 4 * cols),
+            Some(_) => (4 * cols, 0),
+            None => (0, 0),
+        };
+        let work = MatVecWork {
+            kernel: match fusion.q8 {
+                Some(_) => "matvec_q8",
+                None => Self::NAME,
+            },
+            weight_bytes: w_rows * row_bytes + norm_weight,
+            step_bytes: norm_reread,
+            vector_bytes: x_bytes + y_bytes + q8_out,
+            vector_flops: 2 * w_rows * cols,
+        };
         Ok(MatVecBinding {
             pipelines,
             max_batch: io.max_batch,
             ranges,
+            work,
         })
     }
 
     /// Records the dispatches of `binding` for a step of `n_tokens` input vectors (the Step's
     /// `n_tokens`): the pipeline of the smallest capacity that holds them, one dispatch per row
-    /// range. Refuses more vectors than the binding was checked for.
+    /// range. Refuses more vectors than the binding was checked for. Returns what it recorded:
+    /// W read once, each vector's input read and output written, the product's FLOPs.
     pub fn encode(
         &self,
         pass: &mut wgpu::ComputePass,
         binding: &MatVecBinding,
         n_tokens: u32,
-    ) -> Result<(), GpuError> {
+    ) -> Result<Recorded, GpuError> {
         if n_tokens > binding.max_batch {
             return Err(GpuError::Shape {
                 kernel: Self::NAME,
@@ -845,6 +891,12 @@ impl MatVec {
             pass.set_bind_group(0, group, &[]);
             grid.dispatch(pass);
         }
-        Ok(())
+        let (work, n) = (binding.work, u64::from(n_tokens));
+        let bytes = OpBytes {
+            weights: work.weight_bytes,
+            activations: work.step_bytes + n * work.vector_bytes,
+            flops: n * work.vector_flops,
+        };
+        Ok(Recorded::new(work.kernel, binding.ranges.len(), bytes))
     }
 }

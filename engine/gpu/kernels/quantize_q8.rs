@@ -19,6 +19,7 @@ use crate::gpu::kernel::{
 };
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::profile::{OpBytes, Recorded};
 use crate::gpu::step::MAX_BATCH;
 use crate::gpu::step::StepBuffer;
 
@@ -82,6 +83,11 @@ impl Q8Vectors {
         })
     }
 
+    /// Bytes of one vector of `cols` columns: its codes and its blocks' scales.
+    pub fn bytes_per_vector(cols: u64) -> u64 {
+        cols + 4 * cols / Q8_BLOCK
+    }
+
     /// Checks that `n` vectors of `cols` columns fit.
     pub(crate) fn check(&self, kernel: &'static str, cols: u64, n: u32) -> Result<(), GpuError> {
         if !cols.is_multiple_of(Q8_BLOCK) || cols > self.cols || n > self.max_batch {
@@ -136,6 +142,8 @@ pub struct QuantizeQ8Binding {
     norm: bool,
     max_batch: u32,
     workgroups: u32,
+    /// Values per vector.
+    cols: u64,
 }
 
 impl Kernel for QuantizeQ8 {
@@ -257,17 +265,19 @@ impl QuantizeQ8 {
             norm: norm.is_some(),
             max_batch,
             workgroups: (cols / Q8_BLOCK).div_ceil(u64::from(WG)) as u32,
+            cols,
         })
     }
 
     /// Records the quantization of a step of `n_tokens` vectors (the Step's count; refused past
-    /// the binding's batch).
+    /// the binding's batch); returns what it recorded: the norm weight (where folded) and the f32
+    /// vectors read, their codes and scales written.
     pub fn encode(
         &self,
         pass: &mut wgpu::ComputePass,
         binding: &QuantizeQ8Binding,
         n_tokens: u32,
-    ) -> Result<(), GpuError> {
+    ) -> Result<Recorded, GpuError> {
         if n_tokens > binding.max_batch {
             return Err(shape_error(
                 Self::NAME,
@@ -280,6 +290,9 @@ impl QuantizeQ8 {
         pass.set_pipeline(&self.pipelines[usize::from(binding.norm)]);
         pass.set_bind_group(0, &binding.group, &[]);
         pass.dispatch_workgroups(binding.workgroups, n_tokens, 1);
-        Ok(())
+        let cols = binding.cols;
+        let norm = if binding.norm { 4 * cols } else { 0 };
+        let moved = u64::from(n_tokens) * (4 * cols + Q8Vectors::bytes_per_vector(cols));
+        Ok(Recorded::new(Self::NAME, 1, OpBytes::new(norm, moved)))
     }
 }

@@ -10,6 +10,7 @@ use crate::gpu::kernel::{
 };
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::profile::{OpBytes, Recorded};
 use crate::gpu::step::StepBuffer;
 
 const RMS_NORM: WgslFile = step_wgsl!("rms_norm.wgsl");
@@ -72,6 +73,9 @@ pub struct RmsNormBinding {
     pipeline: usize,
     rows_per_token: u32,
     max_tokens: u32,
+    /// Values per row, and whether a weight is read.
+    n: u32,
+    weighted: bool,
 }
 
 impl Kernel for RmsNorm {
@@ -202,15 +206,30 @@ impl RmsNorm {
             pipeline: 2 * wg_index + usize::from(in_place),
             rows_per_token,
             max_tokens,
+            n,
+            weighted: weight.is_some(),
         })
     }
 
     /// Records the dispatch for a step of `n_tokens` tokens (the count the Step holds; at most
     /// the binding's `max_tokens`, beyond which nothing is dispatched).
-    pub fn encode(&self, pass: &mut wgpu::ComputePass, binding: &RmsNormBinding, n_tokens: u32) {
+    /// Returns what it recorded: the weight read, each row read and written.
+    pub fn encode(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        binding: &RmsNormBinding,
+        n_tokens: u32,
+    ) -> Result<Recorded, GpuError> {
         let rows = u64::from(n_tokens.min(binding.max_tokens)) * u64::from(binding.rows_per_token);
         pass.set_pipeline(&self.pipelines[binding.pipeline]);
         pass.set_bind_group(0, &binding.group, &[]);
         support::grid_within_bound(rows, self.max_per_dimension).dispatch(pass);
+        let n = u64::from(binding.n);
+        let weight = if binding.weighted { 4 * n } else { 0 };
+        Ok(Recorded::new(
+            Self::NAME,
+            1,
+            OpBytes::new(weight, 8 * rows * n),
+        ))
     }
 }

@@ -16,6 +16,7 @@ use crate::gpu::kernel::{
 use crate::gpu::kernels::kv_cache::KvGeometry;
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::profile::{OpBytes, Recorded};
 use crate::gpu::step::PageTable;
 use crate::gpu::step::StepBuffer;
 
@@ -99,6 +100,10 @@ pub struct RopeKvBinding {
     pipeline: usize,
     heads: u64,
     max_tokens: u32,
+    /// Bytes one token moves (q read and written; k and v read, then written to the cache), and
+    /// the norm weights read.
+    token_bytes: u64,
+    norm_bytes: u64,
 }
 
 impl Kernel for RopeKv {
@@ -237,19 +242,35 @@ impl RopeKv {
         });
         let heads = u64::from(n_head + n_kv);
         support::grid(u64::from(tokens) * heads, self.max_per_dimension)?;
+        let (q_width, kv_width) = (u64::from(n_head * hd), u64::from(n_kv * hd));
+        let cached = kv_width * self.dtype().bytes();
         Ok(RopeKvBinding {
             group,
             pipeline: usize::from(io.positions.is_table()),
             heads,
             max_tokens: tokens,
+            token_bytes: 2 * 4 * q_width + 2 * (4 * kv_width + cached),
+            norm_bytes: io.norms.map_or(0, |_| 2 * 4 * u64::from(hd)),
         })
     }
 
     /// Records the dispatch for a step of `n_tokens` tokens (at most the binding's `max_tokens`).
-    pub fn encode(&self, pass: &mut wgpu::ComputePass, binding: &RopeKvBinding, n_tokens: u32) {
-        let workgroups = u64::from(n_tokens.min(binding.max_tokens)) * binding.heads;
+    pub fn encode(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        binding: &RopeKvBinding,
+        n_tokens: u32,
+    ) -> Result<Recorded, GpuError> {
+        let tokens = n_tokens.min(binding.max_tokens);
+        let workgroups = u64::from(tokens) * binding.heads;
         pass.set_pipeline(&self.pipelines[binding.pipeline]);
         pass.set_bind_group(0, &binding.group, &[]);
         support::grid_within_bound(workgroups, self.max_per_dimension).dispatch(pass);
+        let moved = u64::from(tokens) * binding.token_bytes;
+        Ok(Recorded::new(
+            Self::NAME,
+            1,
+            OpBytes::new(binding.norm_bytes, moved),
+        ))
     }
 }

@@ -12,6 +12,7 @@ use crate::gpu::error::GpuError;
 use crate::gpu::kernel::{Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build};
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::profile::Recorded;
 use crate::gpu::step::{SeqBatch, SequenceTable};
 
 /// Conv kernel sizes (taps) the kernel supports (the Qwen3.5 family uses 4).
@@ -203,9 +204,10 @@ impl SsmConv {
         pass: &mut wgpu::ComputePass,
         binding: &ConvBinding,
         batch: SeqBatch,
-    ) -> Result<(), GpuError> {
+    ) -> Result<Recorded, GpuError> {
         let plan = self.plan(binding, batch)?;
         record(pass, &binding.group, &plan, &self.pipelines);
-        Ok(())
+        let bytes = self.dims.conv_bytes(batch);
+        Ok(Recorded::new(Self::NAME, plan.len(), bytes))
     }
 }

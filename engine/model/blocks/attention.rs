@@ -16,7 +16,7 @@ use crate::gpu::kernels::matmul::MatmulOutput;
 use crate::gpu::kernels::rope::{RopePairing, RopeTable};
 use crate::gpu::kernels::rope_kv::{HeadNorms, RopeKvBinding, RopeKvIo};
 use crate::gpu::kernels::support::{Positions, View};
-use crate::gpu::profile::{OpBytes, StepMarks};
+use crate::gpu::profile::StepMarks;
 use crate::gpu::step::{StepIo, StepKind};
 use crate::gpu::{GpuContext, GpuError, fill_f32, storage_buffer};
 use crate::model::tensors::AttentionTensors;
@@ -142,12 +142,6 @@ pub struct Attention {
     prepare: RopeKvBinding,
     decode: DecodeBinding,
     prefill: PrefillBinding,
-    /// f32 bytes of one token's q (and o), and of its k (and v).
-    q_bytes: u64,
-    kv_bytes: u64,
-    /// Bytes of one position's k (and v) in the cache, and of the q and k norm weights.
-    cached_bytes: u64,
-    norm_bytes: u64,
 }
 
 /// Where one layer's attention reads its q, k, v (read-only: they may share a buffer), puts the
@@ -226,16 +220,11 @@ impl Attention {
                 scratch: Some(&attn.scratch),
             },
         )?;
-        let kv_width = (dims.n_kv * dims.head_dim) as u64;
         Ok(Attention {
             cache,
             prepare,
             decode,
             prefill,
-            q_bytes: (dims.n_head * dims.head_dim) as u64 * 4,
-            kv_bytes: kv_width * 4,
-            cached_bytes: kv_width * k.rope_kv.dtype().bytes(),
-            norm_bytes: io.norms.map_or(0, |_| 2 * 4 * dims.head_dim as u64),
         })
     }
 
@@ -262,41 +251,17 @@ impl Attention {
         n: u32,
         kind: StepKind,
         marks: &mut StepMarks,
-    ) {
-        let tokens = u64::from(n);
-        k.rope_kv.encode(pass, &self.prepare, n);
-        // q read and written; k and v read, then written to the cache.
-        let moved = tokens * (2 * self.q_bytes + 2 * (self.kv_bytes + self.cached_bytes));
-        marks.op(
-            pass,
-            "rope_kv",
-            "rope_kv",
-            OpBytes::new(self.norm_bytes, moved),
-            1,
-        );
-        let cache = 2 * u64::from(marks.kv_len) * self.cached_bytes;
-        let io = 2 * tokens * self.q_bytes;
-        if n == 1 || kind == StepKind::Batch {
-            attn.decode.encode(pass, &self.decode, n);
-            let dispatches = 1 + usize::from(attn.n_split > 1);
-            marks.op(
-                pass,
-                "attention",
-                "attn_decode",
-                OpBytes::new(cache, io),
-                dispatches,
-            );
+    ) -> Result<(), GpuError> {
+        let prepared = k.rope_kv.encode(pass, &self.prepare, n)?;
+        marks.op(pass, "rope_kv", prepared);
+        let attended = if n == 1 || kind == StepKind::Batch {
+            attn.decode.encode(pass, &self.decode, n, marks.kv_len)?
         } else {
             // A prefill step is one sequence: its last token sees marks.kv_len keys.
-            let dispatches = attn.prefill.encode(pass, &self.prefill, n, marks.kv_len);
-            marks.op(
-                pass,
-                "attention",
-                "attn_prefill",
-                OpBytes::new(cache, io),
-                dispatches,
-            );
-        }
+            attn.prefill.encode(pass, &self.prefill, n, marks.kv_len)?
+        };
+        marks.op(pass, "attention", attended);
+        Ok(())
     }
 }
 
@@ -406,11 +371,11 @@ impl AttentionBlock {
     ) -> Result<(), GpuError> {
         self.qkv.record(k, pass, n, marks, "attn_norm")?;
         for op in &self.bias {
-            op.record(k, pass, n, marks, "qkv_bias");
+            op.record(k, pass, n, marks, "qkv_bias")?;
         }
-        self.attention.record(k, attn, pass, n, kind, marks);
+        self.attention.record(k, attn, pass, n, kind, marks)?;
         if let Some(gate) = &self.gate {
-            gate.record(k, pass, n, marks, "attn_gate");
+            gate.record(k, pass, n, marks, "attn_gate")?;
         }
         self.wo.record(k, pass, n, marks, "attn_output")
     }

@@ -15,7 +15,7 @@ use crate::gpu::kernels::gated_delta_chunk::{
 use crate::gpu::kernels::gated_norm::{GatedNorm, NormBinding, NormIo as GatedNormIo};
 use crate::gpu::kernels::matmul::MatmulOutput;
 use crate::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
-use crate::gpu::profile::{OpBytes, StepMarks};
+use crate::gpu::profile::StepMarks;
 use crate::gpu::step::SeqBatch;
 use crate::gpu::{GpuContext, GpuError, fill_f32};
 use crate::model::ModelError;
@@ -192,9 +192,7 @@ impl DeltaNetBlock {
     }
 
     /// Records the layer for `batch`: one sequence of `batch.len` tokens, or one token of each
-    /// of `batch.count` sequences. The roofline bytes of the GDN ops are their small weights and
-    /// the recurrent state they read (conv state, delta-rule state), read once per sequence
-    /// whatever its length.
+    /// of `batch.count` sequences.
     pub fn record(
         &self,
         k: &Kernels,
@@ -204,30 +202,18 @@ impl DeltaNetBlock {
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let n = batch.count * batch.len;
-        let bytes = GdnBytes::new(d.dims, batch);
         self.projections.record(k, pass, n, marks, "attn_norm")?;
-        d.conv.encode(pass, &self.conv, batch)?;
-        let dispatches = d.conv.plan(&self.conv, batch)?.len();
-        marks.op(pass, "ssm_conv", "ssm_conv", bytes.conv, dispatches);
-        d.prep.encode(pass, &self.prep, n)?;
-        let dispatches = d.prep.plan(&self.prep, n)?.len();
-        marks.op(pass, "delta_prep", "delta_prep", bytes.prep, dispatches);
-        match &self.chunked {
-            Some(chunked) if batch.len > 1 => {
-                d.chunked.encode(pass, chunked, batch)?;
-                let dispatches = d.chunked.plan(chunked, batch)?.len();
-                let kernel = "gated_delta_chunk";
-                marks.op(pass, "gated_delta", kernel, bytes.delta, dispatches);
-            }
-            _ => {
-                d.recurrent.encode(pass, &self.recurrent, batch)?;
-                let dispatches = d.recurrent.plan(&self.recurrent, batch)?.len();
-                marks.op(pass, "gated_delta", "gated_delta", bytes.delta, dispatches);
-            }
-        }
-        d.norm.encode(pass, &self.norm, n)?;
-        let dispatches = d.norm.plan(&self.norm, n)?.len();
-        marks.op(pass, "gated_norm", "gated_norm", bytes.norm, dispatches);
+        let conv = d.conv.encode(pass, &self.conv, batch)?;
+        marks.op(pass, "ssm_conv", conv);
+        let prep = d.prep.encode(pass, &self.prep, n)?;
+        marks.op(pass, "delta_prep", prep);
+        let delta = match &self.chunked {
+            Some(chunked) if batch.len > 1 => d.chunked.encode(pass, chunked, batch)?,
+            _ => d.recurrent.encode(pass, &self.recurrent, batch)?,
+        };
+        marks.op(pass, "gated_delta", delta);
+        let norm = d.norm.encode(pass, &self.norm, n)?;
+        marks.op(pass, "gated_norm", norm);
         self.out.record(k, pass, n, marks, "gdn_out")
     }
 }
@@ -242,43 +228,6 @@ fn gdn_op_name(run: std::ops::Range<usize>) -> &'static str {
         ["gdn_a", "", "", ""],
     ];
     NAMES[run.start][run.len() - 1]
-}
-
-/// What each Gated DeltaNet kernel of a step over `batch` moves: f32 weights and each sequence's
-/// state in `weights` (the roofline's bytes), f32 activations read and written in `activations`;
-/// state writes count as activations.
-struct GdnBytes {
-    conv: OpBytes,
-    prep: OpBytes,
-    delta: OpBytes,
-    norm: OpBytes,
-}
-
-impl GdnBytes {
-    fn new(dims: DeltaDims, batch: SeqBatch) -> GdnBytes {
-        let f32s = |floats: u64| 4 * floats;
-        let (n, seqs) = (batch.tokens(), u64::from(batch.count));
-        let (conv_dim, key_dim) = (u64::from(dims.conv_dim()), u64::from(dims.key_dim()));
-        let (value_dim, nv) = (u64::from(dims.value_dim()), u64::from(dims.nv));
-        let conv_state = seqs * f32s(dims.conv_state_floats());
-        let recurrent_state = seqs * f32s(dims.recurrent_state_floats());
-        GdnBytes {
-            // Taps and the K−1 raw rows before the step in; the raw rows in, y out, the state out.
-            conv: OpBytes::new(
-                f32s(conv_dim * u64::from(dims.conv_kernel)) + conv_state,
-                f32s(2 * n * conv_dim) + conv_state,
-            ),
-            // ssm_a and dt_bias; q and k normalised in place, β and α logits in, gates out.
-            prep: OpBytes::new(f32s(2 * nv), f32s(n * (4 * key_dim + 4 * nv))),
-            // The delta-rule state in (and out); q̂, k̂, v and the gates in, o out.
-            delta: OpBytes::new(
-                recurrent_state,
-                f32s(n * (conv_dim + 2 * nv + value_dim)) + recurrent_state,
-            ),
-            // ssm_norm; o and z in, y out.
-            norm: OpBytes::new(f32s(u64::from(dims.dv)), f32s(3 * n * value_dim)),
-        }
-    }
 }
 
 /// A tensor uploaded as f32 (by [`Binder::vector`]), named for the kernels' errors.

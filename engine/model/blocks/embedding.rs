@@ -11,7 +11,7 @@ use crate::gpu::kernels::embed::{EmbedBinding, EmbedIo, EmbedShape};
 use crate::gpu::kernels::matmul::MatmulOutput;
 use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::support::View;
-use crate::gpu::profile::{OpBytes, StepMarks};
+use crate::gpu::profile::StepMarks;
 use crate::gpu::step::{StepIo, StepKind};
 use crate::gpu::{Activations, GpuContext, GpuError};
 use crate::model::ModelError;
@@ -20,9 +20,6 @@ use crate::model::tensors::Tensors;
 /// The token embedding lookup: `x[t] = table[ids[t]]` from any weight type.
 pub struct Embedding {
     binding: EmbedBinding,
-    /// Bytes of one table row, and f32 bytes of one output row.
-    row_bytes: u64,
-    out_bytes: u64,
 }
 
 impl Embedding {
@@ -51,11 +48,7 @@ impl Embedding {
                 max_tokens: io.max_tokens,
             },
         )?;
-        Ok(Embedding {
-            binding,
-            row_bytes: t.row_bytes(),
-            out_bytes: t.row_len() * 4,
-        })
+        Ok(Embedding { binding })
     }
 
     /// Records the lookup of `n` tokens (one table row each).
@@ -66,10 +59,8 @@ impl Embedding {
         n: u32,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        k.embed.encode(pass, &self.binding, n)?;
-        let n = u64::from(n);
-        let bytes = OpBytes::new(n * self.row_bytes, n * (self.out_bytes + 4));
-        marks.op(pass, "embed", "embed", bytes, self.binding.range_count());
+        let recorded = k.embed.encode(pass, &self.binding, n)?;
+        marks.op(pass, "embed", recorded);
         Ok(())
     }
 }
@@ -160,8 +151,8 @@ pub struct OutputHead {
     lm_head: Linear,
     argmax: ArgmaxBinding,
     argmax_rows: ArgmaxBinding,
+    /// f32 bytes of one row of the residual stream.
     row_bytes: u64,
-    vocab: u64,
 }
 
 impl OutputHead {
@@ -224,7 +215,6 @@ impl OutputHead {
             argmax: argmax(ArgmaxRows::Last)?,
             argmax_rows: argmax(ArgmaxRows::All)?,
             row_bytes: d as u64 * 4,
-            vocab: vocab as u64,
         })
     }
 
@@ -250,12 +240,10 @@ impl OutputHead {
             timestamp_writes: None,
         });
         marks.begin(&mut pass);
-        self.norm.record(k, &mut pass, tail, marks, "output_norm");
+        self.norm.record(k, &mut pass, tail, marks, "output_norm")?;
         self.lm_head.record(k, &mut pass, tail, marks, "output")?;
-        k.argmax.encode(&mut pass, argmax, tail);
-        // argmax is two dispatches (per-chunk maxima, then the winner).
-        let logits = OpBytes::new(0, 4 * u64::from(tail) * self.vocab);
-        marks.op(&mut pass, "argmax", "argmax", logits, 2);
+        let recorded = k.argmax.encode(&mut pass, argmax, tail)?;
+        marks.op(&mut pass, "argmax", recorded);
         Ok(())
     }
 }

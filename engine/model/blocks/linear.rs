@@ -8,7 +8,7 @@ use crate::gpu::kernels::matvec::{
     InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecShape,
 };
 use crate::gpu::kernels::quantize_q8::{Q8_BLOCK, Q8Vectors, QuantizeQ8Binding};
-use crate::gpu::profile::{OpBytes, StepMarks};
+use crate::gpu::profile::{Recorded, StepMarks};
 use crate::gpu::step::{MAX_BATCH, StepBuffer};
 use crate::gpu::{Activations, GpuContext, GpuError};
 use crate::quant::GgmlType;
@@ -19,8 +19,6 @@ use crate::quant::GgmlType;
 pub struct QuantizedInput {
     vectors: Q8Vectors,
     binding: QuantizeQ8Binding,
-    /// f32 bytes of one input vector.
-    x_bytes: u64,
 }
 
 impl QuantizedInput {
@@ -48,11 +46,7 @@ impl QuantizedInput {
         let vectors = Q8Vectors::new(ctx, "decode input", cols, max_batch)?;
         let x = Activations::contiguous(x, cols);
         let binding = quantize.bind(ctx, x, cols, norm, &vectors, step, max_batch)?;
-        Ok(Some(QuantizedInput {
-            vectors,
-            binding,
-            x_bytes: 4 * cols,
-        }))
+        Ok(Some(QuantizedInput { vectors, binding }))
     }
 
     /// Whether mat-vecs of weight type `ty` read quantized inputs on the int-dot path (the
@@ -82,18 +76,16 @@ impl QuantizedInput {
         }
     }
 
-    /// Records the quantization of `n` vectors; returns what it moved (x read, codes and scales
-    /// written), for the op that records it.
-    pub(super) fn record(
+    /// Records the quantization of `n` vectors; returns what it recorded, for the op whose
+    /// product reads them.
+    pub fn encode(
         &self,
         k: &Kernels,
         pass: &mut wgpu::ComputePass,
         n: u32,
-    ) -> Result<u64, GpuError> {
+    ) -> Result<Recorded, GpuError> {
         let quantize = k.quantize.as_ref().expect("bound on the int-dot path");
-        quantize.encode(pass, &self.binding, n)?;
-        let cols = self.x_bytes / 4;
-        Ok(u64::from(n) * (self.x_bytes + cols + 4 * cols / Q8_BLOCK))
+        quantize.encode(pass, &self.binding, n)
     }
 }
 
@@ -105,10 +97,6 @@ pub struct Linear {
     /// inputs).
     quantized: Option<QuantizedInput>,
     matmul: Option<MatmulBinding>,
-    pub(super) rows: u64,
-    pub(super) cols: u64,
-    pub(super) weight_bytes: u64,
-    accumulate: bool,
 }
 
 impl Linear {
@@ -190,23 +178,31 @@ impl Linear {
             matvec,
             quantized,
             matmul,
-            rows,
-            cols,
-            weight_bytes: rows * ty.row_bytes(cols).unwrap_or(0),
-            accumulate: output == MatmulOutput::Accumulate,
         })
     }
 
-    /// What the product of `n` tokens moves: the whole weight once, x once, y once (twice when
-    /// accumulating); and its FLOPs.
-    pub(super) fn bytes(&self, n: u32) -> OpBytes {
-        let y_passes = if self.accumulate { 2 } else { 1 };
-        let activations = 4 * u64::from(n) * (self.cols + y_passes * self.rows);
-        OpBytes::new(self.weight_bytes, activations).product(self.rows, self.cols, n)
+    /// Records the product for `n` tokens (the mat-mul above [`MAX_BATCH`], else x's
+    /// quantization where bound and the mat-vec); returns what it recorded.
+    pub fn encode(
+        &self,
+        k: &Kernels,
+        pass: &mut wgpu::ComputePass,
+        n: u32,
+    ) -> Result<Recorded, GpuError> {
+        if let Some(binding) = &self.matmul
+            && n > MAX_BATCH
+        {
+            return k.matmul.encode(pass, binding, n);
+        }
+        let quantized = match &self.quantized {
+            Some(q) => Some(q.encode(k, pass, n)?),
+            None => None,
+        };
+        let product = k.matvec.encode(pass, &self.matvec, n)?;
+        Ok(quantized.map_or(product, |q| product.after(q)))
     }
 
-    /// Records the product for `n` tokens as op `name`: the whole weight tensor is read once,
-    /// x once, y once (twice when accumulating).
+    /// Records the product for `n` tokens as op `name`.
     pub fn record(
         &self,
         k: &Kernels,
@@ -215,25 +211,8 @@ impl Linear {
         marks: &mut StepMarks,
         name: &'static str,
     ) -> Result<(), GpuError> {
-        if let Some(binding) = &self.matmul
-            && n > MAX_BATCH
-        {
-            let dispatches = k.matmul.encode(pass, binding, n)?;
-            marks.op(pass, name, "matmul", self.bytes(n), dispatches);
-            return Ok(());
-        }
-        let mut bytes = self.bytes(n);
-        let mut dispatches = self.matvec.grids().count();
-        if let Some(q) = &self.quantized {
-            bytes.activations += q.record(k, pass, n)?;
-            dispatches += 1;
-        }
-        k.matvec.encode(pass, &self.matvec, n)?;
-        let kernel = match self.quantized {
-            Some(_) => "matvec_q8",
-            None => "matvec",
-        };
-        marks.op(pass, name, kernel, bytes, dispatches);
+        let recorded = self.encode(k, pass, n)?;
+        marks.op(pass, name, recorded);
         Ok(())
     }
 }

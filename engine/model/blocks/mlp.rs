@@ -14,7 +14,7 @@ use crate::gpu::kernels::matvec::{
 use crate::gpu::kernels::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::support::View;
-use crate::gpu::profile::{OpBytes, StepMarks};
+use crate::gpu::profile::StepMarks;
 use crate::gpu::step::MAX_BATCH;
 use crate::gpu::{Activations, GpuError};
 use crate::model::ModelError;
@@ -104,9 +104,11 @@ impl Mlp {
             out: View::rows(s.act, n_ff as u32),
         };
         let norm_weight = b.vector(t.norm)?;
+        // One reader: the quantization, or the paired mat-vec.
         let input_norm = InputNorm {
             weight: &norm_weight,
             eps: b.eps,
+            shared: false,
         };
         let quantized = b.quantized(s.x, d as u64, Some(input_norm), &[t.gate.ty])?;
         let fusion = match &quantized {
@@ -210,40 +212,26 @@ impl Mlp {
         match &self.folded {
             Some(binding) if n <= MAX_BATCH => {
                 let quantized = match &self.quantized {
-                    Some(q) => Some(q.record(k, pass, n)?),
+                    Some(q) => Some(q.encode(k, pass, n)?),
                     None => None,
                 };
-                k.matvec.encode(pass, binding, n)?;
-                // x read, the norm and both weights read once, the SwiGLU written (and the
-                // quantization's traffic on the integer path).
-                let bytes = OpBytes::new(
-                    self.gate_up.weight_bytes + self.norm.weight_bytes(),
-                    4 * u64::from(n) * (self.gate_up.cols + self.gate_up.rows / 2)
-                        + quantized.unwrap_or(0),
-                )
-                .product(self.gate_up.rows, self.gate_up.cols, n);
-                let kernel = if quantized.is_some() {
-                    "matvec_q8"
-                } else {
-                    "matvec"
-                };
-                let dispatches = binding.grids().count() + usize::from(quantized.is_some());
-                marks.op(pass, "ffn_gate_up", kernel, bytes, dispatches);
+                let product = k.matvec.encode(pass, binding, n)?;
+                marks.op(
+                    pass,
+                    "ffn_gate_up",
+                    quantized.map_or(product, |q| product.after(q)),
+                );
                 if let Some((_, down)) = &self.down_q8 {
-                    k.matvec.encode(pass, down, n)?;
-                    // x read as q8 codes and scales instead of f32.
-                    let mut bytes = self.down.bytes(n);
-                    let cols = self.down.cols;
-                    bytes.activations -= 4 * u64::from(n) * cols;
-                    bytes.activations += u64::from(n) * (cols + 4 * cols / Q8_BLOCK);
-                    marks.op(pass, "ffn_down", "matvec_q8", bytes, down.grids().count());
+                    // x read as the q8 codes and scales the pairing wrote.
+                    let recorded = k.matvec.encode(pass, down, n)?;
+                    marks.op(pass, "ffn_down", recorded);
                     return Ok(());
                 }
             }
             _ => {
-                self.norm.record(k, pass, n, marks, "ffn_norm");
+                self.norm.record(k, pass, n, marks, "ffn_norm")?;
                 self.gate_up.record(k, pass, n, marks, "ffn_gate_up")?;
-                self.swiglu.record(k, pass, n, marks, "swiglu");
+                self.swiglu.record(k, pass, n, marks, "swiglu")?;
             }
         }
         self.down.record(k, pass, n, marks, "ffn_down")

@@ -7,9 +7,10 @@
 //! its layers are made of; [`super::decoder`] binds and records them.
 //!
 //! Each block binds everything it touches at load (bind groups built once) and only records
-//! dispatches per step; `record` notes each op it recorded (name, dispatches, bytes moved) in
-//! the step's `StepMarks`, so a model reports the dispatches and bytes of a step from the code
-//! that records them (a prefill's count must not grow with the prompt). Bind groups keep the
+//! dispatches per step; `record` notes each op under its name in the step's `StepMarks` with
+//! what the kernels' `encode` returned (`gpu::profile::Recorded`: dispatches, bytes, FLOPs), so
+//! a step's dispatches, bytes and FLOPs come from the kernels that recorded them, never from
+//! sums written in a model (a prefill's count must not grow with the prompt). Bind groups keep the
 //! buffers they bind alive (wgpu reference-counts its resources), so a model holds only what it
 //! records with.
 

@@ -2,16 +2,13 @@
 
 use super::Kernels;
 use crate::gpu::kernels::rms_norm::{NormIo, RmsNormBinding, RmsNormShape};
-use crate::gpu::profile::{OpBytes, StepMarks};
+use crate::gpu::profile::StepMarks;
 use crate::gpu::step::StepBuffer;
 use crate::gpu::{GpuContext, GpuError};
 
 /// An RMSNorm over `rows_per_token` rows of `width` per token.
 pub struct Norm {
     binding: RmsNormBinding,
-    /// Elements normed per token.
-    width: u64,
-    weight_width: u64,
 }
 
 impl Norm {
@@ -34,19 +31,10 @@ impl Norm {
             max_tokens,
         };
         let binding = k.rms_norm.bind(ctx, shape, io, Some(weight), step)?;
-        Ok(Norm {
-            binding,
-            width: (width * rows_per_token) as u64,
-            weight_width: width as u64,
-        })
+        Ok(Norm { binding })
     }
 
-    /// Bytes of the norm's weight (read once per step).
-    pub fn weight_bytes(&self) -> u64 {
-        4 * self.weight_width
-    }
-
-    /// Records the norm of `n` tokens' rows as op `name` (each read once, written once).
+    /// Records the norm of `n` tokens' rows as op `name`.
     pub fn record(
         &self,
         k: &Kernels,
@@ -54,9 +42,9 @@ impl Norm {
         n: u32,
         marks: &mut StepMarks,
         name: &'static str,
-    ) {
-        k.rms_norm.encode(pass, &self.binding, n);
-        let bytes = OpBytes::new(4 * self.weight_width, 8 * u64::from(n) * self.width);
-        marks.op(pass, name, "rms_norm", bytes, 1);
+    ) -> Result<(), GpuError> {
+        let recorded = k.rms_norm.encode(pass, &self.binding, n)?;
+        marks.op(pass, name, recorded);
+        Ok(())
     }
 }

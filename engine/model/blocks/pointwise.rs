@@ -3,15 +3,13 @@
 
 use super::Kernels;
 use crate::gpu::kernels::elementwise::{ElementwiseBinding, ElementwiseOp, ElementwiseShape};
-use crate::gpu::profile::{OpBytes, StepMarks};
+use crate::gpu::profile::StepMarks;
 use crate::gpu::step::StepBuffer;
 use crate::gpu::{GpuContext, GpuError};
 
 /// One elementwise op bound at load.
 pub struct Pointwise {
     binding: ElementwiseBinding,
-    /// Elements written per token.
-    width: u64,
 }
 
 impl Pointwise {
@@ -30,13 +28,10 @@ impl Pointwise {
             max_tokens,
         };
         let binding = k.elementwise.bind(ctx, shape, op, step)?;
-        Ok(Pointwise {
-            binding,
-            width: (heads * width) as u64,
-        })
+        Ok(Pointwise { binding })
     }
 
-    /// Records the op over `n` tokens as `name` (two operands read, one written per element).
+    /// Records the op over `n` tokens as `name`.
     pub fn record(
         &self,
         k: &Kernels,
@@ -44,9 +39,9 @@ impl Pointwise {
         n: u32,
         marks: &mut StepMarks,
         name: &'static str,
-    ) {
-        k.elementwise.encode(pass, &self.binding, n);
-        let bytes = OpBytes::new(0, 12 * u64::from(n) * self.width);
-        marks.op(pass, name, "elementwise", bytes, 1);
+    ) -> Result<(), GpuError> {
+        let recorded = k.elementwise.encode(pass, &self.binding, n)?;
+        marks.op(pass, name, recorded);
+        Ok(())
     }
 }

@@ -56,9 +56,13 @@ impl NormedLinears {
         let input_norm = InputNorm {
             weight: &weight,
             eps: b.eps,
+            shared: false,
         };
         let types: Vec<GgmlType> = parts.iter().map(|p| p.shape.ty).collect();
         let quantized = b.quantized(x, width as u64, Some(input_norm), &types)?;
+        // The norm's weight is one tensor: the first dispatch that folds it in (the
+        // quantization, else the first f32 product) reads it, the later ones share it.
+        let mut norm_read = quantized.is_some();
         let parts = parts
             .iter()
             .map(|p| {
@@ -76,7 +80,10 @@ impl NormedLinears {
                 let fusion = match &quantized {
                     Some(q) if QuantizedInput::takes(p.shape.ty) => q.fusion(false),
                     _ => MatVecFusion {
-                        norm: Some(input_norm),
+                        norm: Some(InputNorm {
+                            shared: std::mem::replace(&mut norm_read, true),
+                            ..input_norm
+                        }),
                         ..MatVecFusion::default()
                     },
                 };
@@ -108,31 +115,19 @@ impl NormedLinears {
         };
         match folded {
             Some(bindings) => {
-                // The quantization (the norm folded in) is recorded with the first part.
-                let quantized = match &self.quantized {
-                    Some(q) => Some(q.record(k, pass, n)?),
+                // The quantization (the norm folded in) is noted with the first part.
+                let mut quantized = match &self.quantized {
+                    Some(q) => Some(q.encode(k, pass, n)?),
                     None => None,
                 };
-                let kernel = if quantized.is_some() {
-                    "matvec_q8"
-                } else {
-                    "matvec"
-                };
-                for (i, ((linear, _), binding)) in self.parts.iter().zip(bindings).enumerate() {
-                    k.matvec.encode(pass, binding, n)?;
-                    // The norm's weight is read with the first part (the roofline counts it once).
-                    let mut bytes = linear.bytes(n);
-                    let mut dispatches = binding.grids().count();
-                    if i == 0 {
-                        bytes.weights += self.norm.weight_bytes();
-                        bytes.activations += quantized.unwrap_or(0);
-                        dispatches += usize::from(quantized.is_some());
-                    }
-                    marks.op(pass, names[i], kernel, bytes, dispatches);
+                for (binding, name) in bindings.into_iter().zip(names) {
+                    let product = k.matvec.encode(pass, binding, n)?;
+                    let recorded = quantized.take().map_or(product, |q| product.after(q));
+                    marks.op(pass, name, recorded);
                 }
             }
             None => {
-                self.norm.record(k, pass, n, marks, norm_name);
+                self.norm.record(k, pass, n, marks, norm_name)?;
                 for ((linear, _), name) in self.parts.iter().zip(names) {
                     linear.record(k, pass, n, marks, name)?;
                 }

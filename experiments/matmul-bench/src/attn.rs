@@ -278,7 +278,9 @@ impl Chunk {
     fn time(&self, ctx: &GpuContext, kernel: &AttnPrefill, bound: &Bound) -> (f64, Vec<f32>) {
         let keys = self.cached + self.n_tokens;
         let seconds = median_seconds(ctx, DISPATCHES, |pass| {
-            kernel.encode(pass, &bound.binding, self.n_tokens, keys);
+            kernel
+                .encode(pass, &bound.binding, self.n_tokens, keys)
+                .expect("recording the prefill");
         });
         let output =
             fak::gpu::read_back_f32(ctx, &self.o, 0..self.o.size()).expect("reading o back");

@@ -228,7 +228,7 @@ fn main() {
                 let mut timed = vec![(
                     if input == InputPath::Q8 { "q8" } else { "f32" },
                     bench.time(&ctx, |pass, copy| {
-                        kernel.encode(pass, &bindings[copy], 1).unwrap()
+                        kernel.encode(pass, &bindings[copy], 1).unwrap();
                     }),
                 )];
                 if p.fusion == Fusion::GateUp
@@ -244,7 +244,7 @@ fn main() {
                     timed.push((
                         path,
                         bench.time(&ctx, |pass, copy| {
-                            kernel.encode(pass, &quantizing[copy], 1).unwrap()
+                            kernel.encode(pass, &quantizing[copy], 1).unwrap();
                         }),
                     ));
                 }
@@ -419,6 +419,7 @@ impl<'a> Bench<'a> {
         matches!(self.product.fusion, Fusion::Normed | Fusion::GateUp).then_some(InputNorm {
             weight: &self.norm,
             eps: EPS,
+            shared: false,
         })
     }
 
