@@ -11,9 +11,8 @@
 //!   tensor, weights and logits close to llama-quantize's own output of the same f16 file.
 
 use fak::gguf::{Array, Gguf};
-use fak::model::Arch;
 use fak::quant;
-use fak::reference::{DenseReference, Qwen35Reference, Reference, ops::argmax};
+use fak::reference::{Activations, Reference, ops::argmax};
 use fak::tokenizer::Tokenizer;
 use fak_tests::harness::harness;
 use fak_tests::peer::{check, llama_server_greedy, llama_tokenize, names_and_types, top2_margin};
@@ -45,10 +44,7 @@ fn heldout_text() -> String {
 
 /// The CPU reference of the model's architecture.
 fn reference(gguf: &Gguf) -> Box<dyn Reference + '_> {
-    match Arch::of(gguf).unwrap() {
-        Arch::Qwen35 => Box::new(Qwen35Reference::new(gguf).unwrap()),
-        _ => Box::new(DenseReference::new(gguf).unwrap()),
-    }
+    fak::reference::for_model(gguf, Activations::F32).unwrap()
 }
 
 fn tokenizer(path: &Path) -> Tokenizer {

@@ -1,7 +1,7 @@
 // elementwise — the pointwise ops of a step, over (token t < step.n_tokens, head h < heads,
 // index i < width), every operand addressed through its own View (view.wgsl):
 //   swiglu        out = silu(a) · b,   silu(z) = z / (1 + e^−z)   (a = gate, b = up)
-//   add           out = out + a                                     (the residual x += y)
+//   add           out = out + a                  (the residual x += y; a bias: a's token stride 0)
 //   sigmoid_gate  out = out · σ(a),    σ(z) = 1 / (1 + e^−z)        (qwen35 gated attention: out
 //                 = o, a = the gate half of each head's [q | gate] slice, a strided view)
 // f32 throughout, evaluated as the CPU reference writes it. e^−z overflows to +inf for z < −88,

@@ -1,14 +1,16 @@
 //! Models: one spec file per architecture (its hyperparameters, tensors and activations) and one
 //! registry line ([`registry`]); the blocks every model on the GPU is built from ([`blocks`])
 //! and the skeleton that binds and records them ([`decoder`]); the memory plan ([`DevicePlan`]).
-//! `qwen3` covers the dense family (llama and qwen2 differ from it only by flags: no q/k norm,
-//! q/k/v biases, NORM rope pairing); `qwen35` is the hybrid GDN family.
+//! `qwen3` is the dense family (llama, and `qwen2` in its own spec file, differ from it only by
+//! what `qwen3::Dense` says: no q/k norm, q/k/v biases, adjacent rope pairing); `qwen35` is the
+//! hybrid GDN family.
 
 pub mod blocks;
 pub mod decoder;
 mod device_model;
 pub mod hparams;
 mod plan;
+pub mod qwen2;
 pub mod qwen3;
 pub mod qwen35;
 pub mod registry;

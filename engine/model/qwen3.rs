@@ -1,11 +1,13 @@
-//! Qwen3 — and the dense family it belongs to (llama, qwen2) — as hyperparameters, tensors and
-//! activations: the spec the GPU model ([`super::decoder`]) and the CPU reference read.
+//! Qwen3 — and the dense family it belongs to — as hyperparameters, tensors and activations:
+//! the spec the GPU model ([`super::decoder`]) and the CPU reference read. The members of the
+//! family differ only by what [`Dense`] says: each declares its own in its spec file ([`QWEN3`]
+//! and [`LLAMA`] here, `super::qwen2::QWEN2`) and reads the rest through [`Hparams::read`].
 //!
-//! Per layer (model-spec.md §4): `h = RMSNorm(x)`, `q,k,v = W h (+b)`, per-head q/k RMSNorm
-//! (qwen3), RoPE, causal GQA attention, `x += W_o o`; then `x += W_down(silu(W_gate h2) ⊙ W_up h2)`
-//! with `h2 = RMSNorm(x)`. Logits `= W_out RMSNorm(x)`, `W_out` tied to the embedding when the
-//! file has no `output.weight`. On the GPU each layer is an attention block (biases and q/k
-//! norms as the file has them) and an MLP block.
+//! Per layer: `h = RMSNorm(x)`, `q,k,v = W h (+b)`, per-head q/k RMSNorm (qwen3), RoPE, causal
+//! GQA attention, `x += W_o o`; then `x += W_down(silu(W_gate h2) ⊙ W_up h2)` with
+//! `h2 = RMSNorm(x)`. Logits `= W_out RMSNorm(x)`, `W_out` tied to the embedding when the file
+//! has no `output.weight`. On the GPU each layer is an attention block (biases and q/k norms as
+//! the spec says) and an MLP block.
 
 use super::blocks::attention::AttentionShape;
 use super::blocks::scratch::{Act, ScratchTable};
@@ -15,6 +17,30 @@ use super::tensors::{AttentionLayout, Block, Layer, Mixer, Presence, Tensors};
 use super::{Arch, ModelError};
 use crate::gguf::Gguf;
 use crate::gpu::kernels::rope::RopePairing;
+
+/// How one member of the dense family differs from the others.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Dense {
+    pub rope_pairing: RopePairing,
+    /// Per-head RMSNorm of q and k before RoPE (`attn_q_norm`, `attn_k_norm`).
+    pub qk_norm: bool,
+    /// Biases on the q, k and v projections (`attn_{q,k,v}.bias`).
+    pub qkv_bias: bool,
+}
+
+/// Qwen3: q/k norms, no biases, NEOX pairing.
+pub const QWEN3: Dense = Dense {
+    rope_pairing: RopePairing::Neox,
+    qk_norm: true,
+    qkv_bias: false,
+};
+
+/// Llama: neither, adjacent pairing (biases read where a file has them).
+pub const LLAMA: Dense = Dense {
+    rope_pairing: RopePairing::Adjacent,
+    qk_norm: false,
+    qkv_bias: false,
+};
 
 /// Hyperparameters of a dense decoder, read from `{arch}.*` metadata.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -39,14 +65,9 @@ pub struct Hparams {
 }
 
 impl Hparams {
-    pub fn from_gguf(gguf: &Gguf) -> Result<Self, ModelError> {
+    /// The hyperparameters of `gguf`, a member of the dense family that differs as `dense` says.
+    pub fn read(gguf: &Gguf, dense: Dense) -> Result<Self, ModelError> {
         let arch = Arch::of(gguf)?;
-        if arch == Arch::Qwen35 {
-            return Err(ModelError::Hparams {
-                path: gguf.path().to_owned(),
-                why: "qwen35 is a hybrid (Gated DeltaNet) model, not a dense one".into(),
-            });
-        }
         let k = Keys::new(gguf, arch.key_prefix());
         let n_layer = k.usize("block_count")?;
         if n_layer == 0 {
@@ -88,12 +109,9 @@ impl Hparams {
             rms_eps: k.f32("attention.layer_norm_rms_epsilon")?,
             rope_base: k.opt_f32("rope.freq_base")?.unwrap_or(10_000.0),
             n_rot: k.opt_usize("rope.dimension_count")?.unwrap_or(head_dim),
-            rope_pairing: match arch {
-                Arch::Llama => RopePairing::Adjacent,
-                Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen35 => RopePairing::Neox,
-            },
-            qk_norm: arch == Arch::Qwen3,
-            qkv_bias: arch == Arch::Qwen2,
+            rope_pairing: dense.rope_pairing,
+            qk_norm: dense.qk_norm,
+            qkv_bias: dense.qkv_bias,
         };
         k.positive(&[
             ("embedding_length", hp.n_embd),
@@ -176,9 +194,20 @@ impl Hparams {
     }
 }
 
-/// The dense decoder of `gguf` as the GPU model and the memory plan read it.
+/// The Qwen3 decoder of `gguf` as the GPU model, the memory plan and the CPU reference read it.
 pub fn blueprint(gguf: &Gguf) -> Result<Blueprint<'_>, ModelError> {
-    let hp = Hparams::from_gguf(gguf)?;
+    dense_blueprint(gguf, QWEN3)
+}
+
+/// The same for Llama.
+pub fn llama_blueprint(gguf: &Gguf) -> Result<Blueprint<'_>, ModelError> {
+    dense_blueprint(gguf, LLAMA)
+}
+
+/// A dense decoder that differs as `dense` says, as the GPU model, the memory plan and the CPU
+/// reference read it.
+pub fn dense_blueprint(gguf: &Gguf, dense: Dense) -> Result<Blueprint<'_>, ModelError> {
+    let hp = Hparams::read(gguf, dense)?;
     Ok(Blueprint {
         label: "dense layers",
         n_embd: hp.n_embd,

@@ -6,7 +6,7 @@
 //! new architecture must be added.
 
 use super::decoder::Blueprint;
-use super::{ModelError, qwen3, qwen35};
+use super::{ModelError, qwen2, qwen3, qwen35};
 use crate::gguf::Gguf;
 
 /// The GGUF `general.architecture` values fak runs.
@@ -36,13 +36,13 @@ pub const REGISTRY: [ArchSpec; 4] = [
     ArchSpec {
         arch: Arch::Llama,
         name: "llama",
-        blueprint: qwen3::blueprint,
+        blueprint: qwen3::llama_blueprint,
         tokenizer_pre: "llama-bpe",
     },
     ArchSpec {
         arch: Arch::Qwen2,
         name: "qwen2",
-        blueprint: qwen3::blueprint,
+        blueprint: qwen2::blueprint,
         tokenizer_pre: "qwen2",
     },
     ArchSpec {

@@ -1,12 +1,15 @@
 //! The dense decoder (qwen3, qwen2, llama) on the CPU, one token at a time: the oracle the GPU
 //! model is tested against, prefill included (the GPU's batched prefill must equal this
-//! token-by-token loop).
+//! token-by-token loop). It reads what the architecture's spec reads (its [`Blueprint`]: shapes
+//! and tensors, biases and q/k norms where the file has them), so every dense architecture the
+//! registry knows runs here.
 
 use super::ops::{Matrix, add_into, gqa_attention, rms_norm, rope, swiglu};
 use super::{Activations, Reference};
 use crate::gguf::Gguf;
 use crate::model::ModelError;
-use crate::model::qwen3::Hparams;
+use crate::model::blocks::attention::AttentionShape;
+use crate::model::decoder::Blueprint;
 use crate::model::tensors::Mixer;
 use crate::model::vector;
 
@@ -27,8 +30,16 @@ struct Layer<'g> {
     values: Vec<Vec<f32>>,
 }
 
+/// The shapes the forward pass reads.
+struct Dims {
+    n_vocab: usize,
+    n_embd: usize,
+    eps: f32,
+    attention: AttentionShape,
+}
+
 pub struct DenseReference<'g> {
-    pub hp: Hparams,
+    hp: Dims,
     embd: Matrix<'g>,
     output_norm: Vec<f32>,
     output: Matrix<'g>,
@@ -44,8 +55,20 @@ impl<'g> DenseReference<'g> {
     /// The reference with every projection's input rounded as `activations` says (the token
     /// embedding is a row lookup and stays exact).
     pub fn with_activations(gguf: &'g Gguf, activations: Activations) -> Result<Self, ModelError> {
-        let hp = Hparams::from_gguf(gguf)?;
-        let t = hp.tensors(gguf)?;
+        let Blueprint {
+            n_vocab,
+            n_embd,
+            eps,
+            attention,
+            tensors: t,
+            ..
+        } = crate::model::blueprint(gguf)?;
+        let hp = Dims {
+            n_vocab,
+            n_embd,
+            eps,
+            attention,
+        };
         let m = |t| Matrix::with_activations(gguf, t, activations);
         let layers = t
             .layers
@@ -116,43 +139,38 @@ impl Reference for DenseReference<'_> {
         self.embd.row(token as usize, &mut x);
         let pos = self.position();
         for l in &mut self.layers {
-            let h = rms_norm(&x, Some(&l.attn_norm), hp.rms_eps);
+            let h = rms_norm(&x, Some(&l.attn_norm), hp.eps);
             let attn = attention(hp, l, &h, pos, self.rope_freqs.as_deref());
             add_into(&mut x, &l.wo.matvec(&attn));
-            let h2 = rms_norm(&x, Some(&l.ffn_norm), hp.rms_eps);
+            let h2 = rms_norm(&x, Some(&l.ffn_norm), hp.eps);
             let act = swiglu(&l.gate.matvec(&h2), &l.up.matvec(&h2));
             add_into(&mut x, &l.down.matvec(&act));
         }
-        let h = rms_norm(&x, Some(&self.output_norm), hp.rms_eps);
+        let h = rms_norm(&x, Some(&self.output_norm), hp.eps);
         Ok(self.output.matvec(&h))
     }
 }
 
 /// q/k/v projections, q/k norm, RoPE, cache append, causal GQA attention over the cache.
-fn attention(
-    hp: &Hparams,
-    l: &mut Layer,
-    h: &[f32],
-    pos: usize,
-    freqs: Option<&[f32]>,
-) -> Vec<f32> {
+fn attention(hp: &Dims, l: &mut Layer, h: &[f32], pos: usize, freqs: Option<&[f32]>) -> Vec<f32> {
     let (mut q, mut k, mut v) = (l.wq.matvec(h), l.wk.matvec(h), l.wv.matvec(h));
     if let Some([bq, bk, bv]) = &l.bias {
         add_into(&mut q, bq);
         add_into(&mut k, bk);
         add_into(&mut v, bv);
     }
-    let hd = hp.head_dim;
+    let a = &hp.attention;
+    let hd = a.head_dim;
     for (vec, norm) in [(&mut q, 0), (&mut k, 1)] {
         for head in vec.chunks_mut(hd) {
             if let Some(w) = &l.qk_norm {
-                let normed = rms_norm(head, Some(&w[norm]), hp.rms_eps);
+                let normed = rms_norm(head, Some(&w[norm]), hp.eps);
                 head.copy_from_slice(&normed);
             }
-            rope(head, pos, hp.n_rot, hp.rope_base, hp.rope_pairing, freqs);
+            rope(head, pos, a.n_rot, a.rope_base, a.pairing, freqs);
         }
     }
     l.keys.push(k);
     l.values.push(v);
-    gqa_attention(&q, &l.keys, &l.values, hp.n_head_kv, hd)
+    gqa_attention(&q, &l.keys, &l.values, a.n_kv, hd)
 }

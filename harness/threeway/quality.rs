@@ -8,8 +8,7 @@
 use crate::arms::{Arm, Logits};
 use anyhow::{Context, Result, bail};
 use fak::gguf::Gguf;
-use fak::model::Arch;
-use fak::reference::{DenseReference, Qwen35Reference, Reference, ops::argmax};
+use fak::reference::{Activations, ops::argmax};
 use fak_harness::packet::metrics::cosine;
 use fak_harness::packet::{Against, PositionReceipt, WithheldPosition};
 use std::path::Path;
@@ -40,10 +39,7 @@ pub fn cpu_reference(path: &Path, prompts: &[Vec<u32>], tail: usize) -> Result<V
     prompts
         .iter()
         .map(|prompt| {
-            let mut model: Box<dyn Reference> = match Arch::of(&gguf)? {
-                Arch::Qwen35 => Box::new(Qwen35Reference::new(&gguf)?),
-                Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => Box::new(DenseReference::new(&gguf)?),
-            };
+            let mut model = fak::reference::for_model(&gguf, Activations::F32)?;
             let mut ids = prompt.clone();
             let mut logits = model
                 .forward_all(prompt)

@@ -1,7 +1,7 @@
 //! `elementwise`: SwiGLU, the residual add and the sigmoid output gate over strided views
 //! (wgsl/elementwise.wgsl).
 
-use super::support::{self, View, entry, shape_error, step_wgsl, view_binding};
+use super::support::{self, View, entry, read_binding, shape_error, step_wgsl, view_binding};
 use crate::gpu::buffers::uniform;
 use crate::gpu::context::GpuContext;
 use crate::gpu::error::GpuError;
@@ -58,7 +58,7 @@ pub enum ElementwiseOp<'a> {
         up: View<'a>,
         out: View<'a>,
     },
-    /// `x += y`.
+    /// `x += y` (y may be one token's values that every token adds, token stride 0: a bias).
     Add { x: View<'a>, y: View<'a> },
     /// `o ⊙= σ(gate)`.
     SigmoidGate { o: View<'a>, gate: View<'a> },
@@ -156,10 +156,10 @@ impl Elementwise {
             }
         }
         let out_binding = view_binding(ctx, Self::NAME, "out", &out, max_tokens, heads, width)?;
-        let a_binding = view_binding(ctx, Self::NAME, a.0, &a.1, max_tokens, heads, width)?;
+        let a_binding = read_binding(ctx, Self::NAME, a.0, &a.1, max_tokens, heads, width)?;
         let b_binding = match b {
             Some((name, view)) => {
-                view_binding(ctx, Self::NAME, name, &view, max_tokens, heads, width)?
+                read_binding(ctx, Self::NAME, name, &view, max_tokens, heads, width)?
             }
             None => self.placeholder.as_entire_binding(),
         };

@@ -187,6 +187,25 @@ pub(crate) fn words<'a>(
     }))
 }
 
+/// [`view_binding`] for a view the kernel only reads, which may also be one token's values that
+/// every token reads (`token_stride` 0: a bias).
+pub(crate) fn read_binding<'a>(
+    ctx: &GpuContext,
+    kernel: &'static str,
+    what: &str,
+    view: &View<'a>,
+    max_tokens: u32,
+    heads: u32,
+    width: u32,
+) -> Result<wgpu::BindingResource<'a>, GpuError> {
+    let tokens = if view.token_stride == 0 {
+        1
+    } else {
+        max_tokens
+    };
+    view_binding(ctx, kernel, what, view, tokens, heads, width)
+}
+
 /// The binding of a view for up to `max_tokens` tokens of `heads` heads of `width` values.
 pub(crate) fn view_binding<'a>(
     ctx: &GpuContext,
