@@ -14,6 +14,7 @@
 mod checkpoint;
 mod hf;
 pub mod mlx;
+mod qwen2;
 mod qwen3;
 mod qwen35;
 mod recipe;
@@ -37,9 +38,9 @@ pub struct Args {
     #[arg(long, value_enum)]
     pub arch: Arch,
     /// Model shape: `tiny` (CI-sized), `trained` (the shape of the trained tiny models, with the
-    /// cut 4 096-token vocabulary: d = 256, 2 layers, tied embedding) or a real model's (qwen3:
-    /// qwen3-0.6b, qwen3-8b; qwen35: qwen35-9b, qwen35-27b, and `mid`, the 27B's heads at
-    /// d = 1024 over 8 layers).
+    /// cut 4 096-token vocabulary: d = 256, 2 layers, tied embedding) or a real model's (qwen2:
+    /// qwen2.5-0.5b, qwen2.5-7b; qwen3: qwen3-0.6b, qwen3-8b; qwen35: qwen35-9b, qwen35-27b, and
+    /// `mid`, the 27B's heads at d = 1024 over 8 layers).
     #[arg(long)]
     pub preset: String,
     /// Tensor types: the converter's f32/f16/q8_0 output, or llama-quantize's Q4_K_M.
@@ -85,6 +86,7 @@ pub struct Args {
 /// The architectures synth can write.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Arch {
+    Qwen2,
     Qwen3,
     Qwen35,
 }
@@ -178,6 +180,7 @@ impl TensorPlan {
 impl Arch {
     fn plan(self, preset: &str) -> Result<ModelPlan> {
         match self {
+            Arch::Qwen2 => qwen2::plan(preset),
             Arch::Qwen3 => qwen3::plan(preset),
             Arch::Qwen35 => qwen35::plan(preset),
         }

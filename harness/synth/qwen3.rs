@@ -1,5 +1,6 @@
 //! Dense Qwen3 (GGUF arch `qwen3`, Hugging Face `Qwen3ForCausalLM`): presets, hyperparameter
-//! keys and tensors as llama.cpp's converter writes them (model-spec.md §1.5, §1.6, §4).
+//! keys and tensors as llama.cpp's converter writes them; and the same recipe for the other
+//! members of the dense family ([`Member`]: `super::qwen2`).
 //!
 //! Qwen3 needs no converter transform: its RMSNorm gains are plain (no +1), Q/K are not
 //! permuted (NeoX RoPE), so the GGUF and Hugging Face tensors hold the same values.
@@ -11,20 +12,43 @@ use anyhow::{Result, bail};
 use fak::gguf::Value;
 use serde_json::json;
 
-/// The shape of one Qwen3 model.
-struct Shape {
-    d_model: u64,
-    n_layer: u64,
-    n_head: u64,
-    n_kv_head: u64,
-    head_dim: u64,
-    d_ff: u64,
-    tied_embeddings: bool,
-    context_length: u64,
-    rope_theta: f64,
-    rms_eps: f64,
+/// What sets a member of the dense family apart in the files its converter writes.
+pub(super) struct Member {
+    /// `general.architecture`, the prefix of its keys and the Hugging Face `model_type`.
+    pub arch: &'static str,
+    /// The Hugging Face class (`config.json` `architectures`).
+    pub hf_class: &'static str,
+    /// Per-head q/k RMSNorm gains (`attn_q_norm`, `attn_k_norm`).
+    pub qk_norm: bool,
+    /// Biases on the q, k and v projections (`attn_{q,k,v}.bias`).
+    pub qkv_bias: bool,
+    /// Whether the converter writes `attention.key_length`/`value_length` (Qwen3 does; Qwen2's
+    /// head width is d / heads, and its presets keep to that).
+    pub head_dim_keys: bool,
+}
+
+const QWEN3: Member = Member {
+    arch: "qwen3",
+    hf_class: "Qwen3ForCausalLM",
+    qk_norm: true,
+    qkv_bias: false,
+    head_dim_keys: true,
+};
+
+/// The shape of one dense model.
+pub(super) struct Shape {
+    pub d_model: u64,
+    pub n_layer: u64,
+    pub n_head: u64,
+    pub n_kv_head: u64,
+    pub head_dim: u64,
+    pub d_ff: u64,
+    pub tied_embeddings: bool,
+    pub context_length: u64,
+    pub rope_theta: f64,
+    pub rms_eps: f64,
     /// The cut 4 096-token vocabulary instead of Qwen's full one.
-    cut_vocab: bool,
+    pub cut_vocab: bool,
 }
 
 /// `tiny` keeps d small because the real 151 936-token vocabulary makes the embedding and LM
@@ -106,34 +130,49 @@ const PRESETS: [(&str, Shape); 4] = [
 ];
 
 pub fn plan(preset: &str) -> Result<ModelPlan> {
-    let Some((_, shape)) = PRESETS.iter().find(|(name, _)| *name == preset) else {
-        let names: Vec<&str> = PRESETS.iter().map(|(name, _)| *name).collect();
+    dense_plan(&QWEN3, &PRESETS, preset)
+}
+
+/// The model of `member` in shape `preset` of `presets`. Both tokenizers are Qwen's BPE
+/// vocabulary with Qwen3's added tokens and chat template (the full one, or the cut 4 096-token
+/// one), the pre-tokenizer the one `member`'s registry line names.
+pub(super) fn dense_plan(
+    member: &Member,
+    presets: &[(&str, Shape)],
+    preset: &str,
+) -> Result<ModelPlan> {
+    let Some((_, shape)) = presets.iter().find(|(name, _)| *name == preset) else {
+        let names: Vec<&str> = presets.iter().map(|(name, _)| *name).collect();
         bail!(
-            "unknown qwen3 preset {preset:?}; expected one of {}",
+            "unknown {} preset {preset:?}; expected one of {}",
+            member.arch,
             names.join(", ")
         );
     };
+    if !member.head_dim_keys && shape.n_head * shape.head_dim != shape.d_model {
+        bail!("a {} head is d / heads wide", member.arch);
+    }
     let tokenizer = if shape.cut_vocab {
         Tokenizer::cut(Family::Qwen3)?
     } else {
         Tokenizer::qwen3()?
     };
-    let hparams = hparams(shape);
+    let hparams = hparams(member, shape);
     Ok(ModelPlan {
-        arch: "qwen3",
-        name: format!("fak synthetic qwen3 {preset}"),
+        arch: member.arch,
+        name: format!("fak synthetic {} {preset}", member.arch),
         file_type_at: hparams.len(),
         hparams,
-        tensors: tensors(shape, tokenizer.n_vocab()),
-        hf_config: hf_config(shape, &tokenizer),
+        tensors: tensors(member, shape, tokenizer.n_vocab()),
+        hf_config: hf_config(member, shape, &tokenizer),
         tokenizer,
     })
 }
 
-/// The `qwen3.*` keys in the order the converter writes them.
-fn hparams(s: &Shape) -> Vec<(String, Value)> {
-    let u32_key = |k: &str, v: u64| (format!("qwen3.{k}"), Value::U32(v as u32));
-    vec![
+/// The `{arch}.*` keys in the order the converter writes them.
+fn hparams(m: &Member, s: &Shape) -> Vec<(String, Value)> {
+    let u32_key = |k: &str, v: u64| (format!("{}.{k}", m.arch), Value::U32(v as u32));
+    let mut keys = vec![
         u32_key("block_count", s.n_layer),
         u32_key("context_length", s.context_length),
         u32_key("embedding_length", s.d_model),
@@ -141,19 +180,22 @@ fn hparams(s: &Shape) -> Vec<(String, Value)> {
         u32_key("attention.head_count", s.n_head),
         u32_key("attention.head_count_kv", s.n_kv_head),
         (
-            "qwen3.rope.freq_base".into(),
+            format!("{}.rope.freq_base", m.arch),
             Value::F32(s.rope_theta as f32),
         ),
         (
-            "qwen3.attention.layer_norm_rms_epsilon".into(),
+            format!("{}.attention.layer_norm_rms_epsilon", m.arch),
             Value::F32(s.rms_eps as f32),
         ),
-        u32_key("attention.key_length", s.head_dim),
-        u32_key("attention.value_length", s.head_dim),
-    ]
+    ];
+    if m.head_dim_keys {
+        keys.push(u32_key("attention.key_length", s.head_dim));
+        keys.push(u32_key("attention.value_length", s.head_dim));
+    }
+    keys
 }
 
-fn tensors(s: &Shape, n_vocab: u64) -> Vec<TensorPlan> {
+fn tensors(m: &Member, s: &Shape, n_vocab: u64) -> Vec<TensorPlan> {
     let d = s.d_model;
     let q_dim = s.n_head * s.head_dim;
     let kv_dim = s.n_kv_head * s.head_dim;
@@ -206,18 +248,20 @@ fn tensors(s: &Shape, n_vocab: u64) -> Vec<TensorPlan> {
             &[d, kv_dim],
             Init::projection(d),
         );
-        add(
-            "attn_q_norm",
-            "self_attn.q_norm",
-            &[s.head_dim],
-            Init::NormGain,
-        );
-        add(
-            "attn_k_norm",
-            "self_attn.k_norm",
-            &[s.head_dim],
-            Init::NormGain,
-        );
+        if m.qk_norm {
+            add(
+                "attn_q_norm",
+                "self_attn.q_norm",
+                &[s.head_dim],
+                Init::NormGain,
+            );
+            add(
+                "attn_k_norm",
+                "self_attn.k_norm",
+                &[s.head_dim],
+                Init::NormGain,
+            );
+        }
         add(
             "attn_output",
             "self_attn.o_proj",
@@ -238,16 +282,28 @@ fn tensors(s: &Shape, n_vocab: u64) -> Vec<TensorPlan> {
             &[s.d_ff, d],
             Init::projection(s.d_ff),
         );
+        if m.qkv_bias {
+            // Biases as large as the products' outputs, so that a dropped one shows.
+            let bias = Init::Normal { std: 0.5 };
+            for (x, width) in [("q", q_dim), ("k", kv_dim), ("v", kv_dim)] {
+                t.push(TensorPlan::new(
+                    &format!("blk.{l}.attn_{x}.bias"),
+                    &format!("model.layers.{l}.self_attn.{x}_proj.bias"),
+                    &[width],
+                    bias,
+                ));
+            }
+        }
     }
     t
 }
 
-/// `config.json` of a Qwen3ForCausalLM checkpoint with this shape.
-fn hf_config(s: &Shape, tok: &Tokenizer) -> serde_json::Value {
+/// `config.json` of a checkpoint of `m`'s Hugging Face class with this shape.
+fn hf_config(m: &Member, s: &Shape, tok: &Tokenizer) -> serde_json::Value {
     json!({
-        "architectures": ["Qwen3ForCausalLM"],
-        "model_type": "qwen3",
-        "attention_bias": false,
+        "architectures": [m.hf_class],
+        "model_type": m.arch,
+        "attention_bias": m.qkv_bias,
         "attention_dropout": 0.0,
         "bos_token_id": tok.bos,
         "eos_token_id": tok.eos,
