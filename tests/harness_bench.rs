@@ -278,6 +278,13 @@ fn assert_flops(gguf: &Gguf, d: &Value) {
         .or_else(|_| gguf.require_tensor("token_embd.weight"))
         .unwrap()
         .n_elements();
+    // The architecture's spec gives the roofline's compute floor per prompt token: the same.
+    let spec = fak::model::blueprint(gguf).unwrap();
+    assert_eq!(
+        spec.prefill_flops_per_token(),
+        2 * layers,
+        "the spec's FLOPs"
+    );
     let flops = |tokens: u64| 2 * (tokens * layers + head);
     let sum = |d: &Value| ops(d).iter().map(|o| u(o, "flops")).sum::<u64>();
     assert_eq!(sum(d), flops(1), "decode step FLOPs");

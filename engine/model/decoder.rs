@@ -62,6 +62,21 @@ impl Blueprint<'_> {
         }
     }
 
+    /// The FLOPs every prompt token costs at the least: 2 × the elements of the layers' weight
+    /// products (what each token multiplies; the embedding lookup, the head, the conv taps and
+    /// attention's own products left out), for the compute floor under a TTFT. The mat-vec and
+    /// mat-mul kernels record the same per token.
+    pub fn prefill_flops_per_token(&self) -> u64 {
+        let products = self.tensors.layers.iter().flat_map(|l| {
+            let mixer = match &l.mixer {
+                Mixer::Attention(a) => vec![a.wq, a.wk, a.wv, a.wo],
+                Mixer::DeltaNet(d) => vec![d.qkv, d.gate, d.beta, d.alpha, d.out],
+            };
+            mixer.into_iter().chain([l.mlp.gate, l.mlp.up, l.mlp.down])
+        });
+        2 * products.map(|t| t.n_elements()).sum::<u64>()
+    }
+
     /// Bytes of the activations of steps of up to `max_tokens` tokens that keep `logit_rows`
     /// rows of logits: the table's, the logits (`StepIo::logits`) and the chunked delta rule's
     /// scratch (hybrid models, steps of more than one token): what [`Decoder::load`] and

@@ -188,10 +188,7 @@ pub fn run(args: Args) -> Result<()> {
     let tokenizer = fak::tokenizer::Tokenizer::from_gguf(&gguf)?;
     let prompts = Prompts::build(&tokenizer, args.n_ctx, args.prompts, args.seed)?;
     let n_params: u64 = gguf.tensors().iter().map(|t| t.n_elements()).sum();
-    let decode_step_bytes = fak_harness::inspect::decode_step_bytes(&gguf)
-        .ok()
-        .map(|b| b.bytes);
-    let prefill_flops_per_token = prefill_flops_per_token(&gguf);
+    let (decode_step_bytes, prefill_flops_per_token) = spec_floors(&gguf);
     drop(gguf);
     let context = args.n_ctx + args.n_out.max(args.quality_tail) + 1;
 
@@ -223,7 +220,7 @@ pub fn run(args: Args) -> Result<()> {
         ignore_eos: true,
         warmup_requests: 1,
         model_origin: model_origin(&args),
-        prefill_flops_per_token: Some(prefill_flops_per_token),
+        prefill_flops_per_token,
     };
     let mut writer = PacketWriter::create(&out)?;
     let mut runs = Vec::new();
@@ -368,15 +365,17 @@ fn model_origin(args: &Args) -> Option<String> {
     }
 }
 
-/// 2 × the elements of every block matrix (`blk.*`, two or more dimensions): the FLOPs a prompt
-/// token costs at the least (attention's own products, the embedding and the head left out).
-fn prefill_flops_per_token(gguf: &fak::gguf::Gguf) -> u64 {
-    2 * gguf
-        .tensors()
-        .iter()
-        .filter(|t| t.name.starts_with("blk.") && t.shape.len() >= 2)
-        .map(|t| t.n_elements())
-        .sum::<u64>()
+/// The roofline's numbers as the model's architecture spec gives them (None for an
+/// architecture fak does not run): the weight bytes of a decode step and the FLOPs a prompt
+/// token costs at the least.
+fn spec_floors(gguf: &fak::gguf::Gguf) -> (Option<u64>, Option<u64>) {
+    match fak::model::blueprint(gguf) {
+        Ok(b) => (
+            Some(b.decode_step_bytes().bytes),
+            Some(b.prefill_flops_per_token()),
+        ),
+        Err(_) => (None, None),
+    }
 }
 
 /// What every arm's run shares.

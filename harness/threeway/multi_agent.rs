@@ -121,10 +121,7 @@ pub fn run(args: &Args, models: &Models, out: &Path) -> Result<()> {
     let script = Script::build(args, &tokenizer)?;
     let context = script.max_tokens() + 1;
     let plan = fak::model::DevicePlan::of(&gguf, Some(context), 256)?;
-    let decode_step_bytes = fak_harness::inspect::decode_step_bytes(&gguf)
-        .ok()
-        .map(|b| b.bytes);
-    let prefill_flops_per_token = super::prefill_flops_per_token(&gguf);
+    let (decode_step_bytes, prefill_flops_per_token) = super::spec_floors(&gguf);
     drop(gguf);
     let cache_mem = args
         .cache_mem
@@ -151,7 +148,7 @@ pub fn run(args: &Args, models: &Models, out: &Path) -> Result<()> {
         ignore_eos: true,
         warmup_requests: 1,
         model_origin: super::model_origin(args),
-        prefill_flops_per_token: Some(prefill_flops_per_token),
+        prefill_flops_per_token,
     };
     let mut writer = PacketWriter::create(out)?;
     writer.set_scenario(script.spec.clone());
