@@ -1,6 +1,6 @@
 //! The elementwise kernel (wgsl/elementwise.wgsl) against `fak::reference::ops` (silu, sigmoid,
 //! add_into): SwiGLU reading gate and up as the halves of one fused projection, the residual add
-//! on ragged widths, the qwen35 sigmoid gate read at a stride from [q | gate] rows, inputs out to
+//! on ragged widths, a bias every token adds, the qwen35 sigmoid gate read at a stride from [q | gate] rows, inputs out to
 //! ±100 (where e^−z overflows), and tokens past the step's count left alone.
 
 use fak::gpu::Step;
@@ -28,6 +28,18 @@ fn the_residual_add_matches_the_reference_on_ragged_widths() {
         let kernel = Elementwise::new(ctx, paths).unwrap();
         for (i, n) in [1u32, 37, 5120].into_iter().enumerate() {
             elementwise::add(ctx, &kernel, n, 20 + i as u64).assert();
+        }
+    }
+}
+
+/// Qwen2's q/k/v bias: one row every token of the step adds.
+#[test]
+fn a_bias_read_by_every_token_is_added_to_each() {
+    let ctx = gpu();
+    for paths in variants::<Elementwise>(ctx) {
+        let kernel = Elementwise::new(ctx, paths).unwrap();
+        for (i, n) in [1u32, 37, 896].into_iter().enumerate() {
+            elementwise::add_bias(ctx, &kernel, n, 40 + i as u64).assert();
         }
     }
 }

@@ -87,11 +87,21 @@ pub fn swiglu(ctx: &GpuContext, kernel: &Elementwise, n: u32, seed: u64) -> Outp
 /// The residual add x += y on rows of width `n`, 2 of 3 tokens: the sum is one f32 rounding on
 /// both sides, so exact, and the last token is untouched.
 pub fn add(ctx: &GpuContext, kernel: &Elementwise, n: u32, seed: u64) -> Output {
+    add_rows(ctx, kernel, n, seed, false)
+}
+
+/// The bias add x += b: one row of `n` that every token adds (b's token stride 0), otherwise
+/// as [`add`].
+pub fn add_bias(ctx: &GpuContext, kernel: &Elementwise, n: u32, seed: u64) -> Output {
+    add_rows(ctx, kernel, n, seed, true)
+}
+
+fn add_rows(ctx: &GpuContext, kernel: &Elementwise, n: u32, seed: u64, bias: bool) -> Output {
     let mut rng = rng(seed);
     let (max_tokens, n_tokens) = (3u32, 2u32);
     let len = (n * max_tokens) as usize;
     let x = inputs(&mut rng, len);
-    let y = inputs(&mut rng, len);
+    let y = inputs(&mut rng, if bias { n as usize } else { len });
     let x_buf = upload_f32(ctx, "x", &x);
     let y_buf = upload_f32(ctx, "y", &y);
     let shape = ElementwiseShape {
@@ -99,18 +109,25 @@ pub fn add(ctx: &GpuContext, kernel: &Elementwise, n: u32, seed: u64) -> Output 
         width: n,
         max_tokens,
     };
+    let y_view = View::rows(&y_buf, n);
     let op = ElementwiseOp::Add {
         x: View::rows(&x_buf, n),
-        y: View::rows(&y_buf, n),
+        y: if bias { y_view.strided(0, 0) } else { y_view },
     };
     run(ctx, kernel, shape, op, n_tokens);
     let got = read_back_f32(ctx, &x_buf, 0..4 * len as u64).unwrap();
     let mut want = x;
-    let split = (n_tokens * n) as usize;
-    add_into(&mut want[..split], &y[..split]);
+    for (t, row) in want
+        .chunks_mut(n as usize)
+        .take(n_tokens as usize)
+        .enumerate()
+    {
+        let y_row = if bias { 0 } else { t * n as usize };
+        add_into(row, &y[y_row..y_row + n as usize]);
+    }
     Output {
         part: "",
-        what: format!("add n={n}"),
+        what: format!("{} n={n}", if bias { "bias add" } else { "add" }),
         got,
         want,
         bound: Bound::Within(Tolerance::EXACT),

@@ -370,12 +370,15 @@ pub fn embed(ctx: &GpuContext) -> Vec<KernelCheck> {
 /// at the [q | gate] stride.
 pub fn elementwise(ctx: &GpuContext) -> Vec<KernelCheck> {
     type Op = fn(&GpuContext, &Elementwise, u64) -> Output;
-    let ops: [(&str, Op); 3] = [
+    let ops: [(&str, Op); 4] = [
         ("swiglu n 1000", |ctx, k, seed| {
             elementwise::swiglu(ctx, k, 1000, seed)
         }),
         ("add n 37", |ctx, k, seed| {
             elementwise::add(ctx, k, 37, seed)
+        }),
+        ("bias add n 37", |ctx, k, seed| {
+            elementwise::add_bias(ctx, k, 37, seed)
         }),
         ("sigmoid gate 3x256", |ctx, k, seed| {
             elementwise::sigmoid_gate(ctx, k, 3, 256, seed)
