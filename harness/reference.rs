@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use fak::gguf::Gguf;
 use fak::model::Arch;
 use fak::reference::ops::argmax;
-use fak::reference::{Activations, DenseReference, Qwen35Reference, Reference};
+use fak::reference::{Activations, AttentionRounding, DenseReference, Qwen35Reference, Reference};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -32,6 +32,16 @@ pub struct Args {
     /// the k-quants, f16 for F16), to tell that rounding apart from other llama.cpp differences.
     #[arg(long, default_value = "f32", value_parser = parse_activations)]
     pub activations: Activations,
+    /// How attention rounds: `f32`, `f16-cache` (keys and values cached in f16: fak's f16 path,
+    /// llama.cpp's default cache) or `ggml-flash-f16` (the f16 cache read as ggml's CPU flash
+    /// attention does for micro-batches under 64 rows: f16 query, f16 accumulator).
+    #[arg(long, default_value = "f32", value_parser = parse_attention)]
+    pub attention: AttentionRounding,
+}
+
+fn parse_attention(name: &str) -> Result<AttentionRounding, String> {
+    AttentionRounding::from_name(name)
+        .ok_or_else(|| format!("expected one of {}", AttentionRounding::NAMES.join(", ")))
 }
 
 fn parse_activations(name: &str) -> Result<Activations, String> {
@@ -49,6 +59,7 @@ pub fn run(args: Args) -> Result<()> {
             Box::new(DenseReference::with_activations(&gguf, args.activations)?)
         }
     };
+    model.set_attention(args.attention);
     // Row i holds the logits after ids[i]; each greedy token continues the same sequence, so
     // the rows are the teacher-forced logits of prompt + generated.
     let mut ids = prompt.clone();
