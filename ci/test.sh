@@ -15,8 +15,9 @@ cd "${repo}"
 source "${here}/lib.sh"
 
 # Debian packages: lavapipe (software Vulkan) to run every kernel, cmake for the peer build,
-# spirv-tools (spirv-val) for the portability tests.
-readonly APT_PACKAGES=(mesa-vulkan-drivers libvulkan1 cmake spirv-tools)
+# spirv-tools (spirv-val) for the portability tests, nginx-light for the scale-out test (two
+# fak serve replicas behind it, docs/SCALE-OUT.md).
+readonly APT_PACKAGES=(mesa-vulkan-drivers libvulkan1 cmake spirv-tools nginx-light)
 
 check_rust() {
     local tool

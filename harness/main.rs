@@ -1,18 +1,16 @@
 //! `harness`: fak's command-line front end and benchmark driver.
 
 use clap::{Parser, Subcommand};
+use fak_cli::{flag_values, logits_file, run};
 use fak_harness::packet::validate;
 use fak_harness::{inspect, report};
 
 mod arms;
 mod bench;
 mod devices;
-mod flag_values;
-mod logits_file;
 mod models;
 mod quantize;
 mod reference;
-mod run;
 mod selftest;
 mod serve_arm;
 mod synth;
@@ -60,6 +58,9 @@ enum Command {
     /// The fak-native arm's engine process (JSON lines on stdin/stdout; used by threeway).
     #[command(hide = true)]
     ServeArm(serve_arm::Args),
+    /// `fak serve` (the fak-serve arm's server; the same code as the `fak` binary's).
+    #[command(hide = true)]
+    FakServe(fak_cli::serve::Args),
     /// Decode speed op by op at several cache depths: GPU time, bytes, GB/s, % of the roofline.
     Bench(bench::Args),
 }
@@ -80,6 +81,7 @@ fn main() {
         Command::Threeway(args) => threeway::run(*args),
         Command::Selftest(args) => selftest::run(args),
         Command::ServeArm(args) => serve_arm::run(args),
+        Command::FakServe(args) => fak_cli::serve::run(args),
         Command::Bench(args) => bench::run(args),
     };
     if let Err(err) = result {

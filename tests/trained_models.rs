@@ -16,10 +16,8 @@ use fak::quant;
 use fak::reference::{DenseReference, Qwen35Reference, Reference, ops::argmax};
 use fak::tokenizer::Tokenizer;
 use fak_tests::harness::harness;
-use fak_tests::peer::{
-    check, cosine, llama_server_greedy, llama_tokenize, names_and_types, top2_margin,
-};
-use fak_tests::{fixture, llama_cpp_tool};
+use fak_tests::peer::{check, llama_server_greedy, llama_tokenize, names_and_types, top2_margin};
+use fak_tests::{cosine, fixture, llama_cpp_tool};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -6,8 +6,10 @@
 //! special-token strings (`bos_token`, `eos_token`) and extra keyword arguments such as
 //! `enable_thinking`. The environment here is set up the same, with `minijinja-contrib`'s
 //! pycompat layer for the Python string methods the Qwen templates call (`startswith`, `split`,
-//! `lstrip`, `strip('\n')`, …). Loop controls (`{% break %}`), `strftime_now` and tool
-//! definitions are not provided: no template fak renders uses them.
+//! `lstrip`, `strip('\n')`, …). Loop controls (`{% break %}`) and `strftime_now` are not
+//! provided: no template fak renders uses them. A server's conversation (messages with tool
+//! calls and reasoning, tool definitions) comes as JSON ([`ChatTemplate::render_json`]); maps
+//! keep the client's key order, as jinja2's `tojson` writes them.
 
 use super::TokenizerError;
 use minijinja::syntax::SyntaxConfig;
@@ -74,15 +76,6 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         enable_thinking: bool,
     ) -> Result<String, TokenizerError> {
-        let mut env = Environment::new();
-        let syntax = SyntaxConfig::builder()
-            .trim_blocks(true)
-            .lstrip_blocks(true)
-            .build()
-            .map_err(template_error)?;
-        env.set_syntax(syntax);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", raise_exception);
         let messages: Vec<Value> = messages
             .iter()
             .map(|m| {
@@ -92,12 +85,60 @@ impl ChatTemplate {
                 ])
             })
             .collect();
+        self.render_values(
+            Value::from(messages),
+            Value::UNDEFINED,
+            add_generation_prompt,
+            enable_thinking,
+        )
+    }
+
+    /// Renders a conversation given as JSON: `messages` an array of objects (`role`, `content`,
+    /// and whatever else the template reads: `tool_calls`, `reasoning_content`, …), `tools` an
+    /// array of tool definitions (OpenAI's `{"type": "function", "function": {…}}`) or None.
+    pub fn render_json(
+        &self,
+        messages: &str,
+        tools: Option<&str>,
+        add_generation_prompt: bool,
+        enable_thinking: bool,
+    ) -> Result<String, TokenizerError> {
+        let parse = |what: &str, json: &str| {
+            serde_json::from_str::<Value>(json).map_err(|e| TokenizerError::ChatTemplate {
+                why: format!("the {what} are not JSON: {e}"),
+            })
+        };
+        let messages = parse("messages", messages)?;
+        let tools = match tools {
+            Some(json) => parse("tools", json)?,
+            None => Value::UNDEFINED,
+        };
+        self.render_values(messages, tools, add_generation_prompt, enable_thinking)
+    }
+
+    fn render_values(
+        &self,
+        messages: Value,
+        tools: Value,
+        add_generation_prompt: bool,
+        enable_thinking: bool,
+    ) -> Result<String, TokenizerError> {
+        let mut env = Environment::new();
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()
+            .map_err(template_error)?;
+        env.set_syntax(syntax);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
         let template = env
             .template_from_str(&self.source)
             .map_err(template_error)?;
         template
             .render(context! {
                 messages,
+                tools,
                 add_generation_prompt,
                 enable_thinking,
                 bos_token => self.bos_token.as_str(),
@@ -142,6 +183,31 @@ mod tests {
             t.render(&msgs[1..], false, true).unwrap(),
             "<|im_start|>user\nHi<|im_end|>\n"
         );
+    }
+
+    /// Tools and tool calls reach the template as the client wrote them: keys in their order
+    /// through `tojson`, and a JSON error names what was not JSON.
+    #[test]
+    fn json_conversations_keep_key_order_and_tools() {
+        let t = ChatTemplate::new(
+            "{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}\
+             {% for m in messages %}{{ m.role }}:{{ m.content }}\
+             {% for c in m.tool_calls %}[{{ c.function.name }} {{ c.function.arguments }}]\
+             {% endfor %};{% endfor %}",
+            None,
+            None,
+        );
+        let tools = r#"[{"type": "function", "function": {"name": "f", "a": 1}}]"#;
+        let messages = r#"[{"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "", "tool_calls":
+             [{"function": {"name": "f", "arguments": "{\"x\": 2}"}}]}]"#;
+        assert_eq!(
+            t.render_json(messages, Some(tools), false, true).unwrap(),
+            "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"a\": 1}}\n\
+             user:hi;assistant:[f {\"x\": 2}];"
+        );
+        let err = t.render_json("[{", None, false, true).unwrap_err();
+        assert!(err.to_string().contains("messages are not JSON"), "{err}");
     }
 
     #[test]

@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 /// How long the server may take to load the model.
@@ -125,11 +125,8 @@ pub struct LlamaCpp {
     process: Option<EngineProcess>,
     port: u16,
     /// Answers of submitted requests, from their stream threads.
-    done: (Sender<Answer>, Receiver<Answer>),
+    answers: http::Answers<Timed>,
 }
-
-/// A submitted request's id and how its stream ended.
-type Answer = (u64, Result<Timed>);
 
 impl LlamaCpp {
     pub fn new(
@@ -155,7 +152,7 @@ impl LlamaCpp {
             python: None,
             process: None,
             port: 0,
-            done: channel(),
+            answers: http::Answers::new(),
         }
     }
 
@@ -668,12 +665,11 @@ impl Arm for LlamaCpp {
         body["stream"] = json!(true);
         let (sent_ns, events) =
             http::post_streaming(self.port, "/completion", &body, REQUEST_TIMEOUT)?;
-        let done = self.done.0.clone();
         let (port, cache_prompt, prompt) = (self.port, self.cache_prompt, prompt.to_vec());
-        std::thread::spawn(move || {
+        self.answers.spawn(id, move || {
             // A withheld token's id comes from a replay as in the envelope, sent the moment
             // this stream ends (untimed; the agent's next turn waits for it).
-            let timed = read_stream(&events, sent_ns, &mut || Ok(())).and_then(|(mut t, w)| {
+            read_stream(&events, sent_ns, &mut || Ok(())).and_then(|(mut t, w)| {
                 if !w.is_empty() {
                     let start = super::process::now_ns();
                     replay_withheld(port, &prompt, n_out, cache_prompt, &mut t, &w)?;
@@ -681,34 +677,19 @@ impl Arm for LlamaCpp {
                         json!((super::process::now_ns() - start) as f64 * 1e-9);
                 }
                 Ok(t)
-            });
-            let _ = done.send((id, timed));
+            })
         });
         Ok(())
     }
 
     fn next_done(&mut self, timeout: Duration) -> Result<Option<Done>> {
-        let deadline = Instant::now() + timeout;
-        let (id, timed) = loop {
-            if interrupted() {
-                return Err(Interrupted.into());
-            }
-            let wait = deadline
-                .saturating_duration_since(Instant::now())
-                .min(Duration::from_millis(100));
-            match self.done.1.recv_timeout(wait) {
-                Ok(answer) => break answer,
-                Err(RecvTimeoutError::Timeout) => {
-                    let process = self.process()?;
-                    if process.exited() {
-                        return Err(process.died("exited during a request"));
-                    }
-                    if Instant::now() >= deadline {
-                        return Ok(None);
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => bail!("llama.cpp: no stream threads"),
-            }
+        let process = self.process.as_mut().context("llama.cpp: not started")?;
+        let mut alive = || match process.exited() {
+            true => Err(process.died("exited during a request")),
+            false => Ok(()),
+        };
+        let Some((id, timed)) = self.answers.next(timeout, &mut alive)? else {
+            return Ok(None);
         };
         let timed = timed.with_context(|| format!("llama.cpp: request {id}"))?;
         let count = |key: &str| {
@@ -771,6 +752,7 @@ impl Arm for LlamaCpp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc::channel;
 
     fn answer(tokens: &[u64], probs: &[u64]) -> Value {
         let entries: Vec<Value> = probs

@@ -4,11 +4,14 @@
 //! - [`fak_native`]: `harness serve-arm`, a child speaking JSON lines ([`jsonl`]) over stdin and
 //!   stdout, on `fak::runtime::Engine`;
 //! - [`llama_cpp`]: `llama-server` on loopback, token ids in, streamed tokens out ([`http`]);
+//! - [`fak_serve`]: `fak serve` on loopback through the same HTTP client (the multi-agent
+//!   scenario's server-to-server comparison);
 //! - [`mlx`]: `mlx_driver.py` on `mlx_lm`, the same JSON-lines protocol as fak's child.
 //!
 //! A timed request reads back nothing but tokens; logits come from a separate untimed call.
 
 pub mod fak_native;
+pub mod fak_serve;
 pub mod http;
 pub mod jsonl;
 pub mod llama_cpp;

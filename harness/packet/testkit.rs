@@ -372,6 +372,7 @@ pub fn scenario_spec() -> ScenarioSpec {
         turns: 2,
         n_out: N_OUT,
         arrival: Arrival::Together,
+        think_s: 0.0,
         preamble_sha256: sha256_hex(b"preamble"),
         prompt_source: "synthetic".into(),
     }

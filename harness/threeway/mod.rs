@@ -34,6 +34,8 @@ use std::process::Command;
 use std::time::Duration;
 
 pub const ARM_NAMES: [&str; 3] = ["fak-native", "llama.cpp", "mlx"];
+/// Arms only the multi-agent scenario runs (a server compared with llama-server).
+pub const SCENARIO_ONLY_ARMS: [&str; 1] = ["fak-serve"];
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -122,6 +124,10 @@ pub struct Args {
     /// Multi-agent: milliseconds between agents' first turns with --arrival staggered.
     #[arg(long, default_value_t = 100)]
     pub stagger_ms: u64,
+    /// Multi-agent: milliseconds an agent thinks between an answer and its next turn (an idle
+    /// GPU may drop its clock meanwhile; each turn's packet entry shows it).
+    #[arg(long, default_value_t = 0)]
+    pub think_ms: u64,
     /// Multi-agent: fak's KV page size in tokens (default the engine's, 64); the prefix cache
     /// shares whole pages.
     #[arg(long)]
@@ -139,10 +145,15 @@ const CPU_REFERENCE_BUDGET_MACS: f64 = 5e10;
 pub fn run(args: Args) -> Result<()> {
     install_interrupt_handler();
     for arm in &args.arms {
-        if !ARM_NAMES.contains(&arm.as_str()) {
+        let scenario_only = SCENARIO_ONLY_ARMS.contains(&arm.as_str());
+        if scenario_only && args.scenario.is_none() {
+            bail!("arm {arm:?} runs only in a scenario (--scenario multi-agent)");
+        }
+        if !ARM_NAMES.contains(&arm.as_str()) && !scenario_only {
             bail!(
-                "unknown arm {arm:?}: expected some of {}",
-                ARM_NAMES.join(",")
+                "unknown arm {arm:?}: expected some of {},{}",
+                ARM_NAMES.join(","),
+                SCENARIO_ONLY_ARMS.join(",")
             );
         }
     }
@@ -544,6 +555,9 @@ pub fn bucket_methods(arm: Option<&dyn Arm>) -> BucketMethods {
 fn engine_info(name: &str, arm: Option<&dyn Arm>, facts: &Value) -> EngineInfo {
     let version = match name {
         "fak-native" => facts["version"].as_str().map(|v| format!("fak {v}")),
+        "fak-serve" => facts["version"]
+            .as_str()
+            .map(|v| format!("fak {v} (fak serve)")),
         "llama.cpp" => facts["build_info"].as_str().map(str::to_string),
         _ => facts["mlx_lm"].as_str().map(|v| {
             let text = |k: &str| facts[k].as_str().unwrap_or("?").to_string();

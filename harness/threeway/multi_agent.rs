@@ -10,6 +10,7 @@
 use super::envelope::{Prompts, corpus_runs};
 use super::{Args, engine_info, weights};
 use crate::arms::fak_native::{FakNative, ServeOptions};
+use crate::arms::fak_serve::FakServe;
 use crate::arms::jsonl::JsonlArm;
 use crate::arms::llama_cpp::{self, LlamaCpp, Workload};
 use crate::arms::mlx::{self, Mlx};
@@ -74,6 +75,7 @@ impl Script {
             turns,
             n_out: args.n_out,
             arrival,
+            think_s: args.think_ms as f64 * 1e-3,
             preamble_sha256: packet::prompt_sha256(&preamble),
             prompt_source: format!(
                 "harness/threeway/corpus.txt tokenized by the model: the preamble from a ChaCha8 \
@@ -221,6 +223,8 @@ fn arm_label(engine: &str, cache: bool) -> &'static str {
     match (engine, cache) {
         ("fak-native", true) => "fak-native-cache",
         ("fak-native", false) => "fak-native-nocache",
+        ("fak-serve", true) => "fak-serve-cache",
+        ("fak-serve", false) => "fak-serve-nocache",
         ("llama.cpp", true) => "llama.cpp-cache",
         ("llama.cpp", false) => "llama.cpp-nocache",
         (_, true) => "mlx-cache",
@@ -273,6 +277,25 @@ fn make_arm(
                 Box::new(JsonlArm::new(arm)),
                 how,
                 "the engine: its prefix-cache hit (Started::cached_tokens) per request",
+            ))
+        }
+        "fak-serve" => {
+            let mut arm = FakServe::new(label, s.models.gguf.clone(), s.context, scratch);
+            arm.cache_mem = if s.cache { s.cache_mem } else { 0 };
+            arm.max_seqs = agents;
+            arm.page_size = s.args.page_size;
+            let how = match s.cache {
+                true => format!(
+                    "fak serve --cache-mem {}: the engine's radix prefix cache, shared by every \
+                     request (whole pages), as in fak-native",
+                    s.cache_mem
+                ),
+                false => "off (--cache-mem 0): every prompt is prefilled whole".into(),
+            };
+            Ok((
+                Box::new(arm),
+                how,
+                "the server: usage.prompt_tokens_details.cached_tokens of each answer",
             ))
         }
         "llama.cpp" => {
@@ -357,6 +380,15 @@ fn scenario_header(
                 .as_str()
                 .unwrap_or("unknown: the engine did not start")
                 .into(),
+        },
+        "fak-serve" => Serving {
+            concurrent: facts["max_seqs"].as_u64().unwrap_or(1) as usize,
+            how: format!(
+                "fak serve over HTTP (/v1/completions, streamed): continuous batching, up to {} \
+                 sequences per decode step, each joining between steps after its own prefill; \
+                 more queue first come, first served",
+                facts["max_seqs"]
+            ),
         },
         "llama.cpp" => Serving {
             concurrent: s.args.agents,
@@ -523,7 +555,7 @@ fn drive(arm: &mut dyn Arm, name: &str, script: &Script, rec: &mut ScenarioRecor
         rec.record(turn)?;
         agent.conversation = [prompt, done.timed.tokens].concat();
         if agent.answered < spec.turns {
-            agent.due_ns = Some(now_ns());
+            agent.due_ns = Some(now_ns() + (spec.think_s * 1e9) as u64);
         }
     }
     Ok(())

@@ -17,6 +17,7 @@ pub use fak_harness::packet::metrics::cosine;
 pub use gpu::gpu;
 pub mod harness;
 pub mod peer;
+pub mod serve;
 
 use std::path::PathBuf;
 

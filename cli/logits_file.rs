@@ -1,4 +1,4 @@
-//! The logits file `harness run --logits-out` and `harness reference` write: raw little-endian
+//! The logits file `fak run --logits-out` (`harness run`) and `harness reference` write: raw little-endian
 //! f32 `[rows, n_vocab]` with a JSON sidecar `<file>.json` (`{"n_vocab", "rows", "token_ids"}`:
 //! row i holds the logits after `token_ids[i]`).
 

@@ -1,4 +1,5 @@
-//! `harness run`: generate from a prompt on the GPU, streaming text, with timings.
+//! `fak run` (and `harness run`, the same code): generate from a prompt on the GPU, streaming
+//! text, with timings.
 //!
 //! Timing runs read back nothing but tokens. `--logits-out` adds a separate, untimed quality
 //! pass afterwards: the prompt and the generated tokens teacher-forced, every position's logits
@@ -39,6 +40,18 @@ pub struct Args {
     pub top_p: f32,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Drop tokens less likely than this times the most likely one; 0 keeps all.
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    /// Repetition penalty over prompt and output tokens; 1 is none.
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Subtracted once from the logit of every token already generated.
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit per time it was generated.
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
     /// Keep generating past end-of-generation tokens.
     #[arg(long)]
     pub ignore_eos: bool,
@@ -77,17 +90,23 @@ struct Report {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let mut options = EngineOptions::from_env()?;
-    options.max_context = args.max_context;
-    options.cache_mem = args.cache_mem;
-    let mut engine = Engine::load(&args.model, &options)?;
-    let prompt = prompt_ids(&args, &engine)?;
+    // Checked before the model loads: a bad flag costs no load time.
     let sampling = SamplingParams {
         temperature: args.temp,
         top_k: args.top_k,
         top_p: args.top_p,
         seed: args.seed,
-    };
+        min_p: args.min_p,
+        repetition_penalty: args.repeat_penalty,
+        presence_penalty: args.presence_penalty,
+        frequency_penalty: args.frequency_penalty,
+    }
+    .validated()?;
+    let mut options = EngineOptions::from_env()?;
+    options.max_context = args.max_context;
+    options.cache_mem = args.cache_mem;
+    let mut engine = Engine::load(&args.model, &options)?;
+    let prompt = prompt_ids(&args, &engine)?;
     let tokenizer = engine.tokenizer.clone();
     let mut decoder = tokenizer.stream_decoder(false);
     let mut text = String::new();
