@@ -70,6 +70,7 @@ pub fn run(args: Args) -> Result<()> {
         "version": env!("CARGO_PKG_VERSION"),
         "adapter": engine.ctx.facts(),
         "kernel_paths": engine.ctx.paths().name(),
+        "teacher_forced_rounding": engine.teacher_forced_rounding(),
         "load_s": engine.load_time.as_secs_f64(),
         "max_context": engine.max_context(),
         "max_seqs": engine.options().max_seqs,

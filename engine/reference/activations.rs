@@ -34,10 +34,13 @@
 
 use crate::quant::GgmlType;
 use half::f16;
+use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
-/// How the reference's attention rounds what it caches and how it sums (module docs).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How the reference's attention rounds what it caches and how it sums (module docs;
+/// serialized by [`AttentionRounding::NAMES`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum AttentionRounding {
     /// Keys and values cached in f32; scores, softmax and the weighted sum in f64.
     #[default]
@@ -124,8 +127,9 @@ const Q8_0_BLOCK: usize = 32;
 /// Elements per Q8_K block.
 const Q8_K_BLOCK: usize = 256;
 
-/// How the reference's mat-vecs see their input.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How the reference's mat-vecs see their input (serialized by [`Activations::NAMES`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Activations {
     /// f32 as computed: fak's own numerics (the GPU engine's too).
     #[default]
@@ -385,7 +389,13 @@ mod tests {
         );
         assert_eq!(AttentionRounding::F32.cached(vec![third]), [third]);
         for name in AttentionRounding::NAMES {
-            assert_eq!(AttentionRounding::from_name(name).unwrap().name(), name);
+            let rounding = AttentionRounding::from_name(name).unwrap();
+            assert_eq!(rounding.name(), name);
+            assert_eq!(serde_json::to_value(rounding).unwrap(), name);
+        }
+        for name in Activations::NAMES {
+            let activations = Activations::from_name(name).unwrap();
+            assert_eq!(serde_json::to_value(activations).unwrap(), name);
         }
     }
 

@@ -13,7 +13,16 @@ pub use activations::{Activations, AttentionRounding};
 pub use dense::DenseReference;
 pub use qwen35::Qwen35Reference;
 
-use crate::model::ModelError;
+use crate::gguf::Gguf;
+use crate::model::{Arch, ModelError};
+
+/// The CPU reference of `gguf`'s architecture (f32 numerics until told otherwise).
+pub fn for_model(gguf: &Gguf) -> Result<Box<dyn Reference + '_>, ModelError> {
+    Ok(match Arch::of(gguf)? {
+        Arch::Qwen35 => Box::new(Qwen35Reference::new(gguf)?),
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => Box::new(DenseReference::new(gguf)?),
+    })
+}
 
 /// A CPU model that runs one token at the next position.
 pub trait Reference {

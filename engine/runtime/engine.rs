@@ -13,6 +13,7 @@ pub use session::{SeqId, Started};
 pub use snapshots::SnapshotStats;
 
 use super::io::{HISTORY_LEN, Staging, StepIo};
+use super::rounding::TeacherForcedRounding;
 use super::sampling::{Sampler, SamplingParams};
 use super::{DeviceModel, RuntimeError};
 use crate::cache::{CacheConfig, CacheStats, PrefixCache};
@@ -621,7 +622,7 @@ impl Engine {
     ) -> Result<Vec<Vec<f32>>, RuntimeError> {
         let n_vocab = self.io.n_vocab as usize;
         let mut out = Vec::with_capacity(ids.len());
-        for part in ids.chunks(self.io.logit_rows as usize) {
+        for part in ids.chunks(self.teacher_forced_rounding().step_tokens) {
             self.io.set_ids(&self.ctx, part);
             let rows = part.len() as u32;
             let (encoder, step) = self.begin_step(seq, rows, true)?;
@@ -630,6 +631,16 @@ impl Engine {
             out.extend(flat.chunks(n_vocab).map(<[f32]>::to_vec));
         }
         Ok(out)
+    }
+
+    /// How [`Engine::teacher_forced_logits`] rounds: its steps (as many ids as one step's
+    /// logits hold) on this engine's kernel paths.
+    pub fn teacher_forced_rounding(&self) -> TeacherForcedRounding {
+        TeacherForcedRounding::of(
+            self.ctx.paths(),
+            self.io.logit_rows as usize,
+            MAX_BATCH as usize,
+        )
     }
 
     /// What the prefix cache has done since load.

@@ -324,6 +324,9 @@ pub struct QualityEntry {
     pub file: FileDigest,
     pub status: QualityStatus,
     pub comparisons: Vec<QualityEntryComparison>,
+    /// Why the arm's strict parity against its own-rounding reference was not judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own_rounding_skipped: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -10,8 +10,9 @@ use super::comparison::{
     MIN_BOOTSTRAP_RESAMPLES, PERCENTILE_METHOD, Packet, SelftestStatus, TOLERANCE_V1,
 };
 use super::metrics::{Tolerance, close};
-use super::quality::{Against, ArmQuality, QualityRule, summarize};
+use super::quality::{Against, ArmQuality, QualityComparison, QualityRule, summarize};
 use super::raw::{ArmRaw, ArmStatus, BucketKind, Buckets, RequestSample, Runtime, Weights};
+use super::rounding::own_rounding;
 use super::scenario::{Scenario, ScenarioRaw, build_scenario, check_raw, scenario_raw_file_name};
 use super::summary::{PacketMeta, build_packet};
 use super::{
@@ -651,27 +652,7 @@ fn check_quality(
                 serde_json::to_value(&recomputed).expect("serialises"),
             );
             diff_json(&format!("{who}: summary"), &claimed, &recomputed, errors);
-            if let QualityRule::StrictTokenParityV1 { .. } = c.rule {
-                if c.rule != QualityRule::parity_v1() {
-                    errors.push(format!(
-                        "{who}: strict-token-parity-v1 with thresholds {:?}, v1's are {:?}",
-                        c.rule,
-                        QualityRule::parity_v1()
-                    ));
-                }
-                match &c.against {
-                    Against::Arm { arm } => {
-                        if same_weights(arm) != Some(true) || same_weights(&q.arm) != Some(true) {
-                            errors.push(format!(
-                                "{who}: token parity claimed against {arm}, but the two arms did not both run the envelope's weights"
-                            ));
-                        }
-                    }
-                    Against::Reference { .. } => errors.push(format!(
-                        "{who}: token parity claimed against the unquantized reference; that comparison is quantization-cost"
-                    )),
-                }
-            }
+            check_quality_rule(packet, q, c, &who, errors);
             for w in &c.withheld {
                 let receipted = c
                     .receipts
@@ -693,6 +674,124 @@ fn check_quality(
                 }
             }
         }
+    }
+}
+
+/// The comparison's rule holds its own thresholds and is claimed against what it may judge:
+/// strict token parity against another arm on the same weights or the arm's own-rounding
+/// reference (the one `harness threeway` runs for that arm, recomputed here from the arm's
+/// engine and device), the cross-engine rounding budget against another arm whose every receipt
+/// carries one.
+fn check_quality_rule(
+    packet: &Packet,
+    q: &ArmQuality,
+    c: &QualityComparison,
+    who: &str,
+    errors: &mut Vec<String>,
+) {
+    let arm_entry = |arm: &str| packet.arms.iter().find(|a| a.arm == arm);
+    let same_weights = |arm: &str| arm_entry(arm).map(|a| a.weights.same_as_envelope);
+    let against_same_weights_arm = |errors: &mut Vec<String>| match &c.against {
+        Against::Arm { arm } => {
+            if same_weights(arm) != Some(true) || same_weights(&q.arm) != Some(true) {
+                errors.push(format!(
+                    "{who}: token parity claimed against {arm}, but the two arms did not both run the envelope's weights"
+                ));
+            }
+        }
+        _ => errors.push(format!(
+            "{who}: {} is claimed against something other than an arm",
+            rule_name(&c.rule)
+        )),
+    };
+    match &c.rule {
+        QualityRule::QuantizationCost => {}
+        QualityRule::StrictTokenParityV1 { .. } => {
+            if c.rule != QualityRule::parity_v1() {
+                errors.push(format!(
+                    "{who}: strict-token-parity-v1 with thresholds {:?}, v1's are {:?}",
+                    c.rule,
+                    QualityRule::parity_v1()
+                ));
+            }
+            match &c.against {
+                Against::Reference { .. } => errors.push(format!(
+                    "{who}: token parity claimed against the unquantized reference; that comparison is quantization-cost"
+                )),
+                Against::Arm { .. } => against_same_weights_arm(errors),
+                Against::OwnRounding { .. } => errors.push(format!(
+                    "{who}: an own-rounding reference is judged by own-rounding-parity-v1, not strict-token-parity-v1"
+                )),
+            }
+        }
+        QualityRule::OwnRoundingParityV1 { .. } => {
+            if c.rule != QualityRule::own_rounding_v1() {
+                errors.push(format!(
+                    "{who}: own-rounding-parity-v1 with thresholds {:?}, v1's are {:?}",
+                    c.rule,
+                    QualityRule::own_rounding_v1()
+                ));
+            }
+            match &c.against {
+                Against::OwnRounding {
+                    weights_sha256,
+                    rounds_as,
+                    rounding,
+                    why,
+                    ..
+                } => {
+                    if rounds_as != &q.arm || same_weights(&q.arm) != Some(true) {
+                        errors.push(format!(
+                            "{who}: an own-rounding reference rounding as {rounds_as} judges {}, which must be that arm on the envelope's weights",
+                            q.arm
+                        ));
+                    }
+                    if weights_sha256 != &packet.envelope.model_sha256 {
+                        errors.push(format!(
+                            "{who}: the own-rounding reference ran weights {weights_sha256}, not the envelope's"
+                        ));
+                    }
+                    let max_ids = packet.envelope.n_ctx + q.output_positions;
+                    match arm_entry(&q.arm).map(|a| {
+                        own_rounding(&a.arm, &a.engine, a.device.as_ref(), max_ids)
+                    }) {
+                        Some(Ok(plan)) if &plan.rules() == rounding && &plan.why == why => {}
+                        Some(Ok(plan)) => errors.push(format!(
+                            "{who}: the own-rounding reference's rounding {rounding:?} is not what {}'s engine and device give: {:?}",
+                            q.arm,
+                            plan.rules()
+                        )),
+                        Some(Err(e)) => errors.push(format!(
+                            "{who}: an own-rounding reference is claimed for {}, whose engine has none: {e}",
+                            q.arm
+                        )),
+                        None => {}
+                    }
+                }
+                _ => errors.push(format!(
+                    "{who}: own-rounding-parity-v1 judges an arm against its own-rounding reference only"
+                )),
+            }
+        }
+        QualityRule::CrossEngineWithinRoundingV1 { .. } => {
+            if c.rule != QualityRule::cross_engine_v1() {
+                errors.push(format!(
+                    "{who}: cross-engine-within-rounding-v1 with thresholds {:?}, v1's are {:?}",
+                    c.rule,
+                    QualityRule::cross_engine_v1()
+                ));
+            }
+            against_same_weights_arm(errors);
+        }
+    }
+}
+
+fn rule_name(rule: &QualityRule) -> &'static str {
+    match rule {
+        QualityRule::StrictTokenParityV1 { .. } => "strict-token-parity-v1",
+        QualityRule::QuantizationCost => "quantization-cost",
+        QualityRule::CrossEngineWithinRoundingV1 { .. } => "cross-engine-within-rounding-v1",
+        QualityRule::OwnRoundingParityV1 { .. } => "own-rounding-parity-v1",
     }
 }
 

@@ -12,7 +12,8 @@ use crate::inspect;
 use crate::packet::validate::{Validation, validate};
 use crate::packet::{
     Against, ArmEntry, ArmRaw, ArmStatus, Buckets, PACKET_FILE, Packet, QualityRule, QualityStatus,
-    RateDist, Runtime, SelftestStatus, TimeDist, metrics::itl_gaps,
+    QualitySummary, RateDist, ReferenceEngine, Runtime, SelftestStatus, TimeDist,
+    metrics::itl_gaps,
 };
 use anyhow::{Context, Result};
 use std::collections::BTreeSet;
@@ -666,6 +667,10 @@ fn against_text(a: &Against) -> String {
             None => format!("{} on {weights} weights", engine.label()),
         },
         Against::Arm { arm } => arm.clone(),
+        Against::OwnRounding { rounds_as, .. } => format!(
+            "{} on the envelope's weights, rounding as {rounds_as} does (own-rounding reference)",
+            ReferenceEngine::CpuReference.label()
+        ),
     }
 }
 
@@ -678,6 +683,19 @@ fn rule_text(r: &QualityRule) -> String {
             "strict-token-parity-v1: cosine ≥ {min_cosine}, near-tie margin < {near_tie_margin}"
         ),
         QualityRule::QuantizationCost => "quantization cost, reported".into(),
+        QualityRule::OwnRoundingParityV1 {
+            max_median_gap,
+            min_cosine,
+            near_tie_margin,
+        } => format!(
+            "own-rounding-parity-v1: median 1 − cosine ≤ {max_median_gap:e}, every cosine ≥ {min_cosine}, near-tie margin < {near_tie_margin}"
+        ),
+        QualityRule::CrossEngineWithinRoundingV1 {
+            min_cosine,
+            near_tie_margin,
+        } => format!(
+            "cross-engine-within-rounding-v1: angle ≤ the two own-rounding references' angle + 2·acos({min_cosine}), near-tie margin < {near_tie_margin}"
+        ),
     }
 }
 
@@ -712,15 +730,69 @@ fn quality(md: &mut String, p: &Packet) {
                 s.greedy_agreement * 100.0,
                 s.mismatches,
                 s.near_tie_mismatches,
-                match s.passed {
-                    Some(true) => "pass",
-                    Some(false) => "FAIL",
-                    None => "—",
-                }
+                verdict(s)
             );
         }
     }
     md.push('\n');
+    own_rounding_notes(md, p);
+}
+
+/// A comparison's verdict cell; a cross-engine one says how its budget went.
+fn verdict(s: &QualitySummary) -> String {
+    let word = match s.passed {
+        Some(true) => "pass",
+        Some(false) => "FAIL",
+        None => "—",
+    };
+    if let Some(gap) = s.median_gap {
+        return format!("{word} (median 1 − cosine {gap:.1e})");
+    }
+    match (s.beyond_budget, s.min_budget_cosine) {
+        (Some(beyond), Some(budget)) => format!(
+            "{word} ({beyond} positions beyond the rounding budget; references' min cosine {budget:.6}, {} greedy flips both references make)",
+            s.rounding_flips.unwrap_or(0)
+        ),
+        _ => word.into(),
+    }
+}
+
+/// What each own-rounding reference mirrored, and which arms have none.
+fn own_rounding_notes(md: &mut String, p: &Packet) {
+    let mut lines = String::new();
+    for q in &p.quality {
+        if let Some(why) = &q.own_rounding_skipped {
+            let _ = writeln!(
+                lines,
+                "- **{}**: no own-rounding reference, so its strict parity is not judged: {why}.",
+                q.arm
+            );
+        }
+        for c in &q.comparisons {
+            if let Against::OwnRounding { rounding, why, .. } = &c.against {
+                let rules: Vec<String> = rounding
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{}: inputs {}, attention {}",
+                            r.rows, r.activations, r.attention
+                        )
+                    })
+                    .collect();
+                let _ = writeln!(
+                    lines,
+                    "- **{}** is judged against the CPU reference rounding as it does ({}). Why: {why}.",
+                    q.arm,
+                    rules.join("; ")
+                );
+            }
+        }
+    }
+    if !lines.is_empty() {
+        md.push_str("Own-rounding references (each engine's strict budget is against the same weights computed as that engine rounds; the cross-engine budget adds what the two roundings move apart):\n\n");
+        md.push_str(&lines);
+        md.push('\n');
+    }
 }
 
 /// The weight bytes a decode step reads: the packet's figure, else `harness inspect`'s on the

@@ -20,14 +20,15 @@ use crate::arms::{Arm, NotInstalled};
 use crate::models::{Models, sha256_of};
 use anyhow::{Context, Result, bail};
 use envelope::Prompts;
+use fak_harness::packet::rounding::own_rounding;
 use fak_harness::packet::summary::PacketMeta;
 use fak_harness::packet::{
     self, Against, ArmHeader, ArmQuality, BucketKinds, BucketMethods, EngineInfo, Envelope,
     FlagChoice, HarnessInfo, Method, PacketWriter, QualityComparison, QualityRule, QualityStatus,
     ReferenceEngine, Runtime, Weights,
 };
-use quality::{ReferenceInfo, ReferenceRows};
-use runner::{Outcome, Plan};
+use quality::{ArmRows, ReferenceInfo, ReferenceRows};
+use runner::{Outcome, OwnReference, Plan};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -236,6 +237,13 @@ pub fn run(args: Args) -> Result<()> {
             envelope: &envelope,
             prompts: &prompts,
             reference: reference.as_deref(),
+            cpu_reference: matches!(
+                reference_info.against,
+                Against::Reference {
+                    engine: ReferenceEngine::CpuReference,
+                    ..
+                }
+            ),
             context,
             scratch: &scratch,
             adapter: selftest["adapter"]["name"].as_str(),
@@ -251,6 +259,7 @@ pub fn run(args: Args) -> Result<()> {
         &mut writer,
         &runs,
         &reference_info,
+        &envelope.model_sha256,
         quality_prompts.len(),
         args.quality_tail,
     )?;
@@ -384,6 +393,8 @@ struct ArmContext<'a> {
     envelope: &'a Envelope,
     prompts: &'a Prompts,
     reference: Option<&'a [ReferenceRows]>,
+    /// The reference rows came from the CPU reference (within its budget).
+    cpu_reference: bool,
     context: usize,
     scratch: &'a Path,
     /// The selftest's adapter (the hardware entry's GPU), when the selftest ran.
@@ -469,7 +480,9 @@ fn run_one(name: &str, ctx: &ArmContext, writer: &mut PacketWriter) -> Result<Ar
     };
     let started = arm.start();
     let facts = started.as_ref().ok().cloned().unwrap_or(Value::Null);
-    let mut rec = writer.begin_arm(header(name, Some(arm.as_ref()), &facts, ctx)?)?;
+    let arm_header = header(name, Some(arm.as_ref()), &facts, ctx)?;
+    let own = own_reference(&arm_header, ctx);
+    let mut rec = writer.begin_arm(arm_header)?;
     let outcome = match started {
         Ok(_) => {
             eprintln!("threeway: {name} started (pid {})", arm.pid().unwrap_or(0));
@@ -477,6 +490,7 @@ fn run_one(name: &str, ctx: &ArmContext, writer: &mut PacketWriter) -> Result<Ar
                 prompts: &ctx.prompts.timed,
                 n_out: ctx.args.n_out,
                 reference: ctx.reference,
+                own,
             };
             runner::run_arm(arm.as_mut(), &plan, &mut rec)?
         }
@@ -500,6 +514,24 @@ fn run_one(name: &str, ctx: &ArmContext, writer: &mut PacketWriter) -> Result<Ar
         name: name.into(),
         facts,
         outcome,
+    })
+}
+
+/// The arm's own-rounding reference for the quality pass (`fak_harness::packet::rounding`), or
+/// why it has none; `None` without a CPU reference (no quality pass, or one beyond the CPU
+/// budget: the own-rounding reference costs as much again).
+fn own_reference<'a>(header: &ArmHeader, ctx: &ArmContext<'a>) -> Option<OwnReference<'a>> {
+    if ctx.reference.is_none() || !ctx.cpu_reference || !header.weights.same_as_envelope {
+        return None;
+    }
+    let max_ids = ctx.args.n_ctx + ctx.args.quality_tail;
+    let plan = own_rounding(&header.arm, &header.engine, header.device.as_ref(), max_ids);
+    if let Err(why) = &plan {
+        eprintln!("threeway: {}: no own-rounding reference: {why}", header.arm);
+    }
+    Some(OwnReference {
+        plan,
+        weights: &ctx.models.gguf,
     })
 }
 
@@ -619,11 +651,16 @@ fn flags_list(flags: &Value) -> Vec<String> {
 }
 
 /// `<arm>-quality.json` for every arm that started: each against the reference (what its
-/// weights cost), and llama.cpp against fak-native under strict-token-parity v1 (same GGUF).
+/// weights cost); each arm on the envelope's GGUF against its own-rounding reference under
+/// own-rounding-parity v1 (the same model computed as that engine rounds); and llama.cpp
+/// against fak-native (same GGUF) within the two references' rounding budget
+/// (cross-engine-within-rounding v1), or under strict-token-parity v1 where either has no
+/// own-rounding reference.
 fn write_quality(
     writer: &mut PacketWriter,
     runs: &[ArmRun],
     reference: &ReferenceInfo,
+    envelope_sha256: &str,
     n_prompts: usize,
     tail: usize,
 ) -> Result<()> {
@@ -650,9 +687,10 @@ fn write_quality(
             },
         };
         let mut comparisons = Vec::new();
+        let mut own_rounding_skipped = None;
         if let Some(Ok(arm_rows)) = &run.outcome.quality {
             let top_k = arm_rows.top_k.then_some(quality::TOP_K as u32);
-            let r = quality::reference_receipts(arm_rows);
+            let r = quality::reference_receipts(&arm_rows.prompts);
             comparisons.push(
                 QualityComparison::new(
                     reference.against.clone(),
@@ -662,16 +700,47 @@ fn write_quality(
                 )
                 .with_withheld(r.withheld),
             );
+            match &arm_rows.own {
+                Some(Ok(own)) => {
+                    let r = quality::own_receipts(&own.prompts);
+                    comparisons.push(
+                        QualityComparison::new(
+                            Against::OwnRounding {
+                                engine: ReferenceEngine::CpuReference,
+                                weights_sha256: envelope_sha256.to_string(),
+                                rounds_as: run.name.clone(),
+                                rounding: own.plan.rules(),
+                                why: own.plan.why.clone(),
+                            },
+                            QualityRule::own_rounding_v1(),
+                            Some(quality::TOP_K as u32),
+                            r.receipts,
+                        )
+                        .with_withheld(r.withheld),
+                    );
+                }
+                Some(Err(why)) => own_rounding_skipped = Some(why.clone()),
+                None => {}
+            }
             if run.name == "llama.cpp"
                 && let Some(fak) = rows("fak-native")
             {
-                let r = quality::parity_receipts(fak, arm_rows);
+                let (rule, r) = match (own_rows(fak), own_rows(arm_rows)) {
+                    (Some(a), Some(b)) => (
+                        QualityRule::cross_engine_v1(),
+                        quality::budgeted_parity_receipts(fak, arm_rows, a, b),
+                    ),
+                    _ => (
+                        QualityRule::parity_v1(),
+                        quality::parity_receipts(fak, arm_rows),
+                    ),
+                };
                 comparisons.push(
                     QualityComparison::new(
                         Against::Arm {
                             arm: "fak-native".into(),
                         },
-                        QualityRule::parity_v1(),
+                        rule,
                         Some(quality::TOP_K as u32),
                         r.receipts,
                     )
@@ -686,9 +755,15 @@ fn write_quality(
             prompt_indices: (0..n_prompts).collect(),
             output_positions: tail,
             comparisons,
+            own_rounding_skipped,
         })?;
     }
     Ok(())
+}
+
+/// The arm's rows against its own-rounding reference, where it has one.
+fn own_rows(rows: &ArmRows) -> Option<&quality::OwnRows> {
+    rows.own.as_ref().and_then(|o| o.as_ref().ok())
 }
 
 /// The reference rows for the quality pass: the CPU reference where it finishes in minutes,
