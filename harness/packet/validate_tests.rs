@@ -457,7 +457,8 @@ fn parity_is_never_claimed_across_different_weights() {
 /// weights, judging that very arm; each forgery alone fails.
 #[test]
 fn own_rounding_claims_are_the_arms_own() {
-    let forgeries: [(&str, fn(&mut Against), &str); 3] = [
+    type Forgery = (&'static str, fn(&mut Against), &'static str);
+    let forgeries: [Forgery; 3] = [
         (
             "own-rounding-rules",
             |a| {

@@ -116,9 +116,17 @@ pub struct OwnRows {
     pub plan: OwnRoundingPlan,
     /// The arm against its own-rounding reference, per quality prompt.
     pub prompts: Vec<Vec<Row>>,
-    /// Per prompt and position, the own-rounding reference's greedy token and its values at the
-    /// (unrounded) reference's top-k ids: the entries the cross-engine receipts compare.
-    pub reference: Vec<Vec<(u32, Vec<f32>)>>,
+    /// Per prompt and position, the own-rounding reference at the (unrounded) reference's top-k
+    /// ids: the entries the cross-engine receipts compare.
+    pub reference: Vec<Vec<AtTopK>>,
+}
+
+/// An own-rounding reference's row seen where the cross-engine receipts look.
+pub struct AtTopK {
+    /// Its greedy token.
+    pub token: u32,
+    /// Its logits at the unrounded reference's top-k ids.
+    pub values: Vec<f32>,
 }
 
 /// The own-rounding reference's rows for one quality prompt, and its greedy token and values
@@ -127,7 +135,7 @@ pub fn own_reference(
     plan: &OwnRoundingPlan,
     gguf: &Gguf,
     reference: &ReferenceRows,
-) -> Result<(ReferenceRows, Vec<(u32, Vec<f32>)>)> {
+) -> Result<(ReferenceRows, Vec<AtTopK>)> {
     let logits = plan
         .logits(gguf, &reference.ids)
         .context("the own-rounding reference")?;
@@ -140,7 +148,10 @@ pub fn own_reference(
                 .iter()
                 .map(|&id| own[id as usize])
                 .collect();
-            (argmax(own), values)
+            AtTopK {
+                token: argmax(own),
+                values,
+            }
         })
         .collect();
     let rows = ReferenceRows {
@@ -274,8 +285,8 @@ pub fn budgeted_parity_receipts(
         let (p, i) = (receipt.prompt_index, receipt.position);
         let (ra, rb) = (&own_a.reference[p][i], &own_b.reference[p][i]);
         receipt.rounding_budget = Some(RoundingBudget {
-            cosine: centred_cosine_present(&ra.1, &rb.1),
-            greedy: [ra.0, rb.0],
+            cosine: centred_cosine_present(&ra.values, &rb.values),
+            greedy: [ra.token, rb.token],
         });
     }
     r
