@@ -1,6 +1,6 @@
 //! How [`super::Engine::teacher_forced_logits`] rounds, described so that the CPU reference can
-//! round the same way (`harness threeway` judges fak's strict token parity against that
-//! reference, not the f32 one).
+//! round the same way (`harness threeway` judges fak's parity against that reference, not the
+//! one that rounds nothing).
 //!
 //! The engine runs the ids in steps of up to `step_tokens`. A step of more than
 //! `mat_vec_max_tokens` tokens multiplies its projections as mat-muls (cooperative-matrix tiles

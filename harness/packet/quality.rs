@@ -48,8 +48,8 @@ pub enum Against {
     /// Another arm of the same packet (same GGUF: token parity).
     Arm { arm: String },
     /// The reference run on the envelope's own (quantized) weights with its mat-vec inputs and
-    /// attention rounded as the arm's engine rounds them: the arm's strict token parity (the
-    /// same model, computed alike), judged against its own rounding rather than the f32 one.
+    /// attention rounded as the arm's engine rounds them (judged by own-rounding parity v1: the
+    /// same model, computed alike), rather than the one that rounds nothing.
     OwnRounding {
         engine: ReferenceEngine,
         /// sha256 of the weights the reference ran: the envelope's GGUF.
@@ -122,8 +122,8 @@ pub enum QualityRule {
     /// Two engines on the same weights, each rounding its own way: at every position the angle
     /// between their logits is at most the angle between the two own-rounding references (the
     /// rounding budget, [`PositionReceipt::rounding_budget`]) plus twice the angle strict
-    /// parity allows an engine from its own reference (`min_cosine`): a gap beyond it is not
-    /// rounding. A greedy mismatch fails unless the reference's top-2 margin is below
+    /// parity v1 allows engines that compute alike (`min_cosine`), once for each engine: a gap
+    /// beyond it is not the two roundings. A greedy mismatch fails unless the reference's top-2 margin is below
     /// `near_tie_margin` or the two references' own greedy tokens differ there (the rounding
     /// itself flips it).
     #[serde(rename = "cross-engine-within-rounding-v1")]
@@ -162,8 +162,8 @@ impl QualityRule {
 
 /// Whether two engines' logits at cosine `cosine` stay within the rounding budget: their angle
 /// at most the two own-rounding references' angle (`budget_cosine`) plus twice the angle
-/// `min_cosine` allows each engine from its reference (angles obey the triangle inequality,
-/// so two engines that each pass strict parity on these entries cannot be further apart).
+/// `min_cosine` allows (angles obey the triangle inequality: two engines each within that angle
+/// of its own reference on these entries cannot be further apart).
 pub fn within_rounding_budget(cosine: f64, budget_cosine: f64, min_cosine: f64) -> bool {
     let angle = |c: f64| c.clamp(-1.0, 1.0).acos();
     cosine.is_finite()
@@ -302,7 +302,7 @@ pub struct ArmQuality {
     pub prompt_indices: Vec<usize>,
     pub output_positions: usize,
     pub comparisons: Vec<QualityComparison>,
-    /// Why the arm has no own-rounding reference (no strict parity judged for it), where it
+    /// Why the arm has no own-rounding reference (no own-rounding parity judged for it), where it
     /// ran on the envelope's weights yet has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub own_rounding_skipped: Option<String>,

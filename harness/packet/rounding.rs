@@ -1,4 +1,4 @@
-//! Each engine's own rounding, as the CPU reference can mirror it: what strict token parity
+//! Each engine's own rounding, as the CPU reference can mirror it: what own-rounding parity
 //! compares an engine with (the same model on the same weights, computed the way that engine
 //! rounds), decided from what the arm's raw file records about the engine, so that the harness
 //! (which runs the reference) and `harness validate` (which checks the packet names it) agree.

@@ -764,7 +764,7 @@ fn own_rounding_notes(md: &mut String, p: &Packet) {
         if let Some(why) = &q.own_rounding_skipped {
             let _ = writeln!(
                 lines,
-                "- **{}**: no own-rounding reference, so its strict parity is not judged: {why}.",
+                "- **{}**: no own-rounding reference, so its own-rounding parity is not judged: {why}.",
                 q.arm
             );
         }
@@ -789,7 +789,7 @@ fn own_rounding_notes(md: &mut String, p: &Packet) {
         }
     }
     if !lines.is_empty() {
-        md.push_str("Own-rounding references (each engine's strict budget is against the same weights computed as that engine rounds; the cross-engine budget adds what the two roundings move apart):\n\n");
+        md.push_str("Own-rounding references (each engine's tight budget is against the same weights computed as that engine rounds; the cross-engine budget adds what the two roundings move apart):\n\n");
         md.push_str(&lines);
         md.push('\n');
     }
