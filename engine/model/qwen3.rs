@@ -20,7 +20,7 @@ use crate::gpu::kernels::support::View;
 use crate::gpu::profile::StepMarks;
 use crate::gpu::{GpuContext, GpuError};
 use crate::reference::ops::vector;
-use crate::runtime::{DeviceModel, StepIo, StepKind};
+use crate::runtime::{DeviceModel, StepIo};
 
 /// Hyperparameters of a dense decoder, read from `{arch}.*` metadata.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -377,7 +377,6 @@ impl DenseModel {
         &self,
         pass: &mut wgpu::ComputePass,
         n: u32,
-        kind: StepKind,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let k = &self.kernels;
@@ -386,7 +385,7 @@ impl DenseModel {
             for op in &l.bias {
                 op.record(k, pass, n, marks, "qkv_bias");
             }
-            l.attention.record(k, &self.attention, pass, n, kind, marks);
+            l.attention.record(k, &self.attention, pass, n, marks);
             l.wo.record(k, pass, n, marks, "attn_output")?;
             l.mlp.record(k, pass, n, marks)?;
         }
@@ -488,8 +487,8 @@ impl DenseModel {
         rows: HeadRows,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        let layers = |pass: &mut wgpu::ComputePass, kind, marks: &mut StepMarks| {
-            self.record_layers(pass, n, kind, marks)
+        let layers = |pass: &mut wgpu::ComputePass, marks: &mut StepMarks| {
+            self.record_layers(pass, n, marks)
         };
         self.ends.record(
             &self.kernels,

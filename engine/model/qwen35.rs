@@ -45,9 +45,10 @@ use crate::gpu::kernels::rope_kv::HeadNorms;
 use crate::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
 use crate::gpu::kernels::support::View;
 use crate::gpu::profile::{OpBytes, StepMarks};
+use crate::gpu::step::StepKind;
 use crate::gpu::{GpuContext, GpuError, fill_f32};
 use crate::quant::GgmlType;
-use crate::runtime::{DeviceModel, StepIo, StepKind};
+use crate::runtime::{DeviceModel, StepIo};
 
 /// Conv kernel sizes the kernels support (the family uses 4).
 pub const SUPPORTED_CONV_KERNELS: [usize; 3] = [2, 3, 4];
@@ -631,8 +632,8 @@ impl HybridModel {
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let (k, n) = (&self.kernels, batch.count * batch.len);
-        let layers = |pass: &mut wgpu::ComputePass, kind, marks: &mut StepMarks| {
-            self.record_layers(pass, batch, kind, marks)
+        let layers = |pass: &mut wgpu::ComputePass, marks: &mut StepMarks| {
+            self.record_layers(pass, batch, marks)
         };
         self.ends
             .record(k, encoder, "hybrid layers", n, rows, marks, layers)
@@ -650,14 +651,13 @@ impl HybridModel {
         &self,
         pass: &mut wgpu::ComputePass,
         batch: SeqBatch,
-        kind: StepKind,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let (k, n) = (&self.kernels, batch.count * batch.len);
         for l in &self.layers {
             match &l.mixer {
                 DeviceMixer::DeltaNet(m) => m.record(k, &self.delta, pass, batch, marks)?,
-                DeviceMixer::Attention(m) => m.record(k, &self.attention, pass, n, kind, marks)?,
+                DeviceMixer::Attention(m) => m.record(k, &self.attention, pass, n, marks)?,
             }
             l.mlp.record(k, pass, n, marks)?;
         }
@@ -773,11 +773,10 @@ impl GatedAttention {
         attn: &AttentionKernels,
         pass: &mut wgpu::ComputePass,
         n: u32,
-        kind: StepKind,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         self.qkv.record(k, pass, n, marks, "attn_norm")?;
-        self.attention.record(k, attn, pass, n, kind, marks);
+        self.attention.record(k, attn, pass, n, marks);
         self.gate.record(k, pass, n, marks, "attn_gate");
         self.wo.record(k, pass, n, marks, "attn_output")
     }
@@ -958,7 +957,7 @@ impl DeltaNetLayer {
         let dispatches = d.prep.plan(&self.prep, n)?.len();
         marks.op(pass, "delta_prep", "delta_prep", bytes.prep, dispatches);
         match &self.chunked {
-            Some(chunked) if batch.len > 1 => {
+            Some(chunked) if marks.kind == StepKind::Prompt => {
                 d.chunked.encode(pass, chunked, batch)?;
                 let dispatches = d.chunked.plan(chunked, batch)?.len();
                 let kernel = "gated_delta_chunk";
