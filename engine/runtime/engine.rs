@@ -644,7 +644,7 @@ impl Engine {
     ) -> Result<Vec<Vec<f32>>, RuntimeError> {
         let n_vocab = self.io.n_vocab as usize;
         let mut out = Vec::with_capacity(ids.len());
-        for part in ids.chunks(self.io.logit_rows as usize) {
+        for part in ids.chunks(self.prompt_step(self.io.logit_rows)) {
             self.io.set_ids(&self.ctx, part);
             let rows = part.len() as u32;
             let (encoder, step) = self.begin_step(seq, rows, StepKind::Prompt, true)?;

@@ -94,12 +94,11 @@ impl Engine {
         }
     }
 
-    /// The most prompt tokens one prefill step takes: the step's capacity, for a hybrid model
-    /// rounded down to whole delta-rule chunks (where it holds one) so that every step of a
-    /// prompt starts and ends on the chunk grid (see [`Engine::state_grid`]).
-    fn prompt_step(&self) -> usize {
-        let most = self.io.max_tokens as usize;
-        let chunk = CHUNK as usize;
+    /// The most prompt tokens one prefill step takes, given room for `most`: for a hybrid
+    /// model rounded down to whole delta-rule chunks (where the room holds one) so that every
+    /// step of a prompt starts and ends on the chunk grid (see [`Engine::state_grid`]).
+    pub(super) fn prompt_step(&self, most: u32) -> usize {
+        let (most, chunk) = (most as usize, CHUNK as usize);
         match self.model.state_bytes() > 0 && most >= chunk {
             true => most / chunk * chunk,
             false => most,
@@ -219,7 +218,7 @@ impl Engine {
     /// cached prompt resuming at a periodic snapshot before its branch point computes both in
     /// one step). Then the prompt's whole pages (and snapshots) go to the prefix cache.
     pub(super) fn prefill(&mut self, seq: SeqId, logits: bool) -> Result<(), RuntimeError> {
-        let chunk = self.prompt_step();
+        let chunk = self.prompt_step(self.io.max_tokens);
         let (prompt, stops) = {
             let s = self.seq(seq)?;
             (s.tokens[..s.prompt_len].to_vec(), s.snapshot_at.clone())
