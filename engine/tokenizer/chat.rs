@@ -8,6 +8,11 @@
 //! pycompat layer for the Python string methods the Qwen templates call (`startswith`, `split`,
 //! `lstrip`, `strip('\n')`, …). Loop controls (`{% break %}`), `strftime_now` and tool
 //! definitions are not provided: no template fak renders uses them.
+//!
+//! A template comes from the model file, so it is hostile input: every render runs under a
+//! budget ([`TemplateBudget`]) — minijinja's fuel (instructions executed and bytes of data created), a
+//! recursion limit and a cap on the output — and a template that exceeds it fails with an error
+//! saying which limit, rather than looping for hours or allocating until the process aborts.
 
 use super::TokenizerError;
 use minijinja::syntax::SyntaxConfig;
@@ -38,6 +43,41 @@ pub const CHATML_TEMPLATE: &str = "{%- for message in messages -%}\
     {%- endfor -%}\
     {%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
 
+/// What one render may spend. Real templates (Qwen3's, Qwen3.5's) use a few thousand fuel per
+/// message and a recursion depth of 2; the limits leave them orders of magnitude of room while
+/// a template that loops 10^10 times or doubles a string 40 times stops within a second.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TemplateBudget {
+    /// minijinja fuel: about one per instruction and one per 64 bytes of data created.
+    pub fuel: u64,
+    /// Nested macro calls, includes and blocks.
+    pub recursion: usize,
+    /// Bytes of rendered output.
+    pub output_bytes: usize,
+}
+
+impl TemplateBudget {
+    /// Fuel and output any conversation gets, on top of what its size adds.
+    const BASE_FUEL: u64 = 2_000_000;
+    const BASE_OUTPUT: usize = 1 << 20;
+    /// Deep enough for any real template's macros, shallow enough for a 2 MiB thread stack.
+    const RECURSION: usize = 64;
+
+    /// The budget for rendering `messages`: a base, plus one fuel per byte of input (64 bytes
+    /// of data created per input byte) and four bytes of output per byte of input.
+    pub fn for_messages(messages: &[ChatMessage]) -> Self {
+        let input: usize = messages
+            .iter()
+            .map(|m| m.role.len() + m.content.len())
+            .sum();
+        TemplateBudget {
+            fuel: Self::BASE_FUEL.saturating_add(input as u64),
+            recursion: Self::RECURSION,
+            output_bytes: Self::BASE_OUTPUT.saturating_add(input.saturating_mul(4)),
+        }
+    }
+}
+
 /// A chat template with the special-token strings it may refer to.
 #[derive(Clone, Debug)]
 pub struct ChatTemplate {
@@ -66,15 +106,29 @@ impl ChatTemplate {
         &self.source
     }
 
-    /// Renders a conversation. `enable_thinking = false` is what Qwen3's templates read to emit
-    /// an empty `<think>` block after the generation prompt.
+    /// Renders a conversation under [`TemplateBudget::for_messages`]. `enable_thinking = false` is what
+    /// Qwen3's templates read to emit an empty `<think>` block after the generation prompt.
     pub fn render(
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
         enable_thinking: bool,
     ) -> Result<String, TokenizerError> {
+        let budget = TemplateBudget::for_messages(messages);
+        self.render_within(messages, add_generation_prompt, enable_thinking, budget)
+    }
+
+    /// [`render`](Self::render) under an explicit budget.
+    pub fn render_within(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        enable_thinking: bool,
+        budget: TemplateBudget,
+    ) -> Result<String, TokenizerError> {
         let mut env = Environment::new();
+        env.set_fuel(Some(budget.fuel));
+        env.set_recursion_limit(budget.recursion);
         let syntax = SyntaxConfig::builder()
             .trim_blocks(true)
             .lstrip_blocks(true)
@@ -95,15 +149,68 @@ impl ChatTemplate {
         let template = env
             .template_from_str(&self.source)
             .map_err(template_error)?;
-        template
-            .render(context! {
+        let mut out = CappedOutput::new(budget.output_bytes);
+        let rendered = template.render_captured_to(
+            context! {
                 messages,
                 add_generation_prompt,
                 enable_thinking,
                 bos_token => self.bos_token.as_str(),
                 eos_token => self.eos_token.as_str(),
-            })
-            .map_err(template_error)
+            },
+            &mut out,
+        );
+        match rendered {
+            Ok(_) => String::from_utf8(out.bytes).map_err(|e| TokenizerError::ChatTemplate {
+                why: format!("output is not UTF-8: {e}"),
+            }),
+            Err(_) if out.overflowed => Err(TokenizerError::ChatTemplate {
+                why: format!(
+                    "output exceeds the {} bytes allowed for this conversation",
+                    budget.output_bytes
+                ),
+            }),
+            Err(e) if e.kind() == ErrorKind::OutOfFuel => Err(TokenizerError::ChatTemplate {
+                why: format!(
+                    "rendering used up its budget of {} fuel (instructions and data) for this \
+                     conversation: the template loops or builds data without bound",
+                    budget.fuel
+                ),
+            }),
+            Err(e) => Err(template_error(e)),
+        }
+    }
+}
+
+/// The render's output, refusing to grow past a cap.
+struct CappedOutput {
+    bytes: Vec<u8>,
+    cap: usize,
+    overflowed: bool,
+}
+
+impl CappedOutput {
+    fn new(cap: usize) -> Self {
+        CappedOutput {
+            bytes: Vec::new(),
+            cap,
+            overflowed: false,
+        }
+    }
+}
+
+impl std::io::Write for CappedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.cap {
+            self.overflowed = true;
+            return Err(std::io::Error::other("chat template output cap reached"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
