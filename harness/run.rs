@@ -76,17 +76,14 @@ struct Report {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    // Checked before the model loads: a bad value fails at once, with its range.
+    let sampling = SamplingParams::new(args.temp, args.top_k, args.top_p, args.seed)
+        .context("--temp/--top-k/--top-p")?;
     let mut options = EngineOptions::from_env()?;
     options.max_context = args.max_context;
     options.cache_mem = args.cache_mem;
     let mut engine = Engine::load(&args.model, &options)?;
     let prompt = prompt_ids(&args, &engine)?;
-    let sampling = SamplingParams {
-        temperature: args.temp,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        seed: args.seed,
-    };
     let tokenizer = engine.tokenizer.clone();
     let mut decoder = tokenizer.stream_decoder(false);
     let mut text = String::new();

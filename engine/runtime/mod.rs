@@ -10,7 +10,7 @@ pub use engine::{
     StepProfile, StopReason,
 };
 pub use io::StepIo;
-pub use sampling::{Sampler, SamplingParams};
+pub use sampling::{Sampler, SamplingError, SamplingParams};
 
 use crate::cache::CacheError;
 use crate::gguf::GgufError;

@@ -8,17 +8,65 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+/// How the next token is chosen. Built only through [`SamplingParams::new`] (or
+/// [`greedy`](SamplingParams::greedy)), which refuses values outside their ranges: the one check
+/// every front end shares, the command line's flags and a server's request fields alike.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct SamplingParams {
-    pub temperature: f32,
-    /// 0 = no top-k cut.
-    pub top_k: usize,
-    /// 1.0 = no top-p cut.
-    pub top_p: f32,
-    pub seed: u64,
+    temperature: f32,
+    top_k: usize,
+    top_p: f32,
+    seed: u64,
+}
+
+/// A sampling value outside its range; the message names the parameter, the value and the range.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{name} {value}: {range}")]
+pub struct SamplingError {
+    /// The parameter as the caller knows it (`temperature`, `top_p`).
+    pub name: &'static str,
+    pub value: String,
+    pub range: &'static str,
 }
 
 impl SamplingParams {
+    /// The most temperature accepted: far past where sampling is uniform over the candidates
+    /// (logits differ by tens), and finite, so the scaled logits stay numbers.
+    pub const MAX_TEMPERATURE: f32 = 1e6;
+    const TEMPERATURE_RANGE: &str =
+        "the temperature must be a finite number from 0 (greedy) to 1000000";
+    const TOP_P_RANGE: &str = "top-p must be a number above 0 and at most 1 (1 keeps every token)";
+
+    /// Temperature ≥ 0 (0 is greedy), top-k any count (0 = no cut), top-p in (0, 1] (1 = no
+    /// cut), any seed. NaN, infinities and negative values are refused.
+    pub fn new(
+        temperature: f32,
+        top_k: usize,
+        top_p: f32,
+        seed: u64,
+    ) -> Result<Self, SamplingError> {
+        if !(0.0..=Self::MAX_TEMPERATURE).contains(&temperature) {
+            return Err(SamplingError {
+                name: "temperature",
+                value: temperature.to_string(),
+                range: Self::TEMPERATURE_RANGE,
+            });
+        }
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(SamplingError {
+                name: "top_p",
+                value: top_p.to_string(),
+                range: Self::TOP_P_RANGE,
+            });
+        }
+        Ok(Self {
+            temperature,
+            top_k,
+            top_p,
+            seed,
+        })
+    }
+
     pub fn greedy() -> Self {
         Self {
             temperature: 0.0,
@@ -28,8 +76,26 @@ impl SamplingParams {
         }
     }
 
+    pub fn temperature(&self) -> f32 {
+        self.temperature
+    }
+
+    /// 0 = no top-k cut.
+    pub fn top_k(&self) -> usize {
+        self.top_k
+    }
+
+    /// 1.0 = no top-p cut.
+    pub fn top_p(&self) -> f32 {
+        self.top_p
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
     pub fn is_greedy(&self) -> bool {
-        self.temperature <= 0.0 || self.top_k == 1
+        self.temperature == 0.0 || self.top_k == 1
     }
 }
 
@@ -79,9 +145,11 @@ impl Sampler {
             return Vec::new();
         };
         let max = f64::from(logits[best as usize]);
+        // The best logit weighs 1 (also when it is +inf, where the difference would be NaN).
+        let weight = |l: f64| if l == max { 1.0 } else { ((l - max) / t).exp() };
         let weighted: Vec<(u32, f64)> = ids
             .into_iter()
-            .map(|i| (i, ((f64::from(logits[i as usize]) - max) / t).exp()))
+            .map(|i| (i, weight(f64::from(logits[i as usize]))))
             .collect();
         let total: f64 = weighted.iter().map(|w| w.1).sum();
         let mut kept = Vec::new();
@@ -102,12 +170,7 @@ mod tests {
     use super::*;
 
     fn params(temperature: f32, top_k: usize, top_p: f32, seed: u64) -> SamplingParams {
-        SamplingParams {
-            temperature,
-            top_k,
-            top_p,
-            seed,
-        }
+        SamplingParams::new(temperature, top_k, top_p, seed).unwrap()
     }
 
     #[test]
@@ -148,5 +211,29 @@ mod tests {
             (ones - 0.75).abs() < 0.03,
             "frequency of the 3/4 token: {ones}"
         );
+    }
+
+    #[test]
+    fn values_outside_their_ranges_are_refused_naming_the_range() {
+        for t in [f32::NAN, f32::INFINITY, -0.5, 2e6] {
+            let err = SamplingParams::new(t, 0, 1.0, 0).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("temperature {t}: ")), "{err}");
+            assert!(err.contains("from 0 (greedy) to 1000000"), "{err}");
+        }
+        for p in [f32::NAN, 0.0, -0.1, 1.5, f32::INFINITY] {
+            let err = SamplingParams::new(1.0, 0, p, 0).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("top_p {p}: ")), "{err}");
+            assert!(err.contains("above 0 and at most 1"), "{err}");
+        }
+        assert!(SamplingParams::new(0.0, usize::MAX, 1.0, u64::MAX).is_ok());
+    }
+
+    #[test]
+    fn an_infinite_logit_is_drawn_every_time() {
+        let logits = [0.0, f32::INFINITY, 1.0, f32::NEG_INFINITY];
+        let mut s = Sampler::new(params(1.0, 0, 1.0, 5));
+        for _ in 0..100 {
+            assert_eq!(s.sample(&logits), 1);
+        }
     }
 }
