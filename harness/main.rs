@@ -59,7 +59,12 @@ enum Command {
 }
 
 fn main() {
+    // SAFETY: first thing in main, before any thread exists.
+    unsafe { fak::gpu::skip_display_probe() };
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Threeway(_)) {
+        end_quietly_on_closed_stdout();
+    }
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Devices(args) => devices::run(args),
@@ -79,5 +84,18 @@ fn main() {
         // One clear line (with its causes), no backtrace unless RUST_BACKTRACE asks for one.
         eprintln!("error: {err:#}");
         std::process::exit(1);
+    }
+}
+
+/// Rust ignores SIGPIPE, so printing to a closed pipe (`harness inspect x.gguf | head -1`)
+/// fails, and `println!` panics on the failure. Like any Unix filter, the commands instead end
+/// at once by the signal (status 141 in a shell) when their reader goes away. Not `threeway`:
+/// it writes to its engines' pipes, where a dead engine must be an error it reports, not the
+/// end of the run.
+fn end_quietly_on_closed_stdout() {
+    #[cfg(unix)]
+    // SAFETY: called before any thread starts; SIG_DFL is a valid disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
