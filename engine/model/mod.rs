@@ -2,6 +2,7 @@
 //! file per architecture. `qwen3` covers the dense family (llama and qwen2 differ from it only by
 //! flags: no q/k norm, q/k/v biases, NORM rope pairing); `qwen35` is the hybrid GDN family.
 
+pub mod bounds;
 pub mod device;
 pub mod qwen3;
 pub mod qwen35;
