@@ -26,6 +26,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 pub use recipe::Quant;
 use std::io::{self, Write};
 use std::path::PathBuf;
+pub use vocab::Vocab;
 use vocab::Tokenizer;
 use weights::Init;
 
@@ -44,6 +45,10 @@ pub struct Args {
     /// Seed of the random weights; the same seed gives the same file.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// The vocabulary: the family's real table, or `bytes` (the 256 byte tokens and the added
+    /// tokens: a tiny model of kilobytes for crafted-file tests and fuzz seeds).
+    #[arg(long, value_enum, default_value = "full")]
+    pub vocab: Vocab,
     /// The GGUF file to write.
     #[arg(long)]
     pub out: PathBuf,
@@ -166,10 +171,10 @@ impl TensorPlan {
 }
 
 impl Arch {
-    fn plan(self, preset: &str) -> Result<ModelPlan> {
+    fn plan(self, preset: &str, vocab: Vocab) -> Result<ModelPlan> {
         match self {
-            Arch::Qwen3 => qwen3::plan(preset),
-            Arch::Qwen35 => qwen35::plan(preset),
+            Arch::Qwen3 => qwen3::plan(preset, vocab),
+            Arch::Qwen35 => qwen35::plan(preset, vocab),
         }
     }
 }
@@ -183,7 +188,7 @@ pub fn run(args: Args) -> Result<()> {
 /// Writes the model (and the exports asked for) and returns the one-line summary, printing
 /// nothing: callers such as `selftest --json` keep stdout for their own output.
 pub fn write(args: Args) -> Result<String> {
-    let mut plan = args.arch.plan(&args.preset)?;
+    let mut plan = args.arch.plan(&args.preset, args.vocab)?;
     let types = args.quant.arrange(&mut plan.tensors);
     let source = Source {
         seed: args.seed,

@@ -4,7 +4,7 @@
 //! Qwen3 needs no converter transform: its RMSNorm gains are plain (no +1), Q/K are not
 //! permuted (NeoX RoPE), so the GGUF and Hugging Face tensors hold the same values.
 
-use super::vocab::Tokenizer;
+use super::vocab::{Tokenizer, Vocab};
 use super::weights::Init;
 use super::{ModelPlan, TensorPlan};
 use anyhow::{Result, bail};
@@ -81,7 +81,7 @@ const PRESETS: [(&str, Shape); 3] = [
     ),
 ];
 
-pub fn plan(preset: &str) -> Result<ModelPlan> {
+pub fn plan(preset: &str, vocab: Vocab) -> Result<ModelPlan> {
     let Some((_, shape)) = PRESETS.iter().find(|(name, _)| *name == preset) else {
         let names: Vec<&str> = PRESETS.iter().map(|(name, _)| *name).collect();
         bail!(
@@ -89,7 +89,7 @@ pub fn plan(preset: &str) -> Result<ModelPlan> {
             names.join(", ")
         );
     };
-    let tokenizer = Tokenizer::qwen3()?;
+    let tokenizer = Tokenizer::qwen3(vocab)?;
     let hparams = hparams(shape);
     Ok(ModelPlan {
         arch: "qwen3",

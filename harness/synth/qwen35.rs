@@ -9,7 +9,7 @@
 //! each transform so the export can undo it ([`super::hf`]).
 
 use super::hf::{HeadAxis, ToHf, VHeads};
-use super::vocab::Tokenizer;
+use super::vocab::{Tokenizer, Vocab};
 use super::weights::Init;
 use super::{ModelPlan, TensorPlan};
 use anyhow::{Result, bail};
@@ -163,7 +163,7 @@ impl Shape {
     }
 }
 
-pub fn plan(preset: &str) -> Result<ModelPlan> {
+pub fn plan(preset: &str, vocab: Vocab) -> Result<ModelPlan> {
     let Some((_, shape)) = PRESETS.iter().find(|(name, _)| *name == preset) else {
         let names: Vec<&str> = PRESETS.iter().map(|(name, _)| *name).collect();
         bail!(
@@ -171,7 +171,7 @@ pub fn plan(preset: &str) -> Result<ModelPlan> {
             names.join(", ")
         );
     };
-    let tokenizer = Tokenizer::qwen35()?;
+    let tokenizer = Tokenizer::qwen35(vocab)?;
     Ok(ModelPlan {
         arch: "qwen35",
         name: format!("fak synthetic qwen35 {preset}"),
