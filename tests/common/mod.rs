@@ -7,6 +7,7 @@ pub mod compare;
 pub mod dequant;
 pub mod elementwise;
 pub mod embed;
+pub mod fuzz;
 pub mod gdn;
 pub mod gpu;
 pub mod inputs;
