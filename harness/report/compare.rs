@@ -58,11 +58,9 @@ pub fn run(args: &Args) -> Result<()> {
         let validation = validate(path);
         require_valid(path, &validation, args.unvalidated)?;
         if !validation.valid {
-            not_valid.push(format!(
-                "{} ({} errors)",
-                path.display(),
-                validation.errors.len()
-            ));
+            let n = validation.errors.len();
+            let plural = if n == 1 { "" } else { "s" };
+            not_valid.push(format!("{} ({n} error{plural})", path.display()));
         }
     }
     let a = read(&args.a)?;
