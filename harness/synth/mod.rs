@@ -26,8 +26,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 pub use recipe::Quant;
 use std::io::{self, Write};
 use std::path::PathBuf;
-pub use vocab::Vocab;
 use vocab::Tokenizer;
+pub use vocab::Vocab;
 use weights::Init;
 
 #[derive(clap::Args)]
