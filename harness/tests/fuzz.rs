@@ -24,7 +24,18 @@ static ALLOC: CappedAlloc = CappedAlloc;
 const LOAD_PLAN: Target = Target {
     name: "load_plan",
     shape: Shape::Gguf,
-    dictionary: &[],
+    // Keys the seeds do not carry, which the mutator adds with hostile values.
+    dictionary: &[
+        "qwen3.vocab_size",
+        "qwen35.vocab_size",
+        "qwen3.attention.key_length",
+        "qwen3.attention.value_length",
+        "qwen3.rope.dimension_count",
+        "qwen35.nextn_predict_layers",
+        "qwen35.full_attention_interval",
+        "split.count",
+        "general.alignment",
+    ],
     run: load_plan,
 };
 

@@ -128,6 +128,9 @@ pub fn run_mutations(target: &Target, seeds: &[Vec<u8>], budget: Duration, seed:
     while start.elapsed() < budget {
         let pick = rng.random_range(0..seeds.len());
         let mut input = seeds[pick].clone();
+        if target.shape == Shape::Gguf && rng.random_bool(0.3) {
+            retype_gguf(&mut rng, &mut input, &hot[pick], target.dictionary);
+        }
         for _ in 0..rng.random_range(1..=4) {
             match target.shape {
                 Shape::Gguf => mutate_gguf(&mut rng, &mut input, &hot[pick], seeds),
@@ -384,6 +387,10 @@ fn write_le(bytes: &mut [u8], at: usize, width: usize, v: u64) {
 /// ends (the tensor data, which nothing but a tensor read looks at, follows).
 pub struct HotSpots {
     spots: Vec<(usize, usize)>,
+    /// Where the values of u32 scalars are (what [`retype_gguf`] widens to u64).
+    u32_values: Vec<usize>,
+    /// Where the key/value pairs end (the first tensor info starts).
+    kv_end: Option<usize>,
     header_end: usize,
 }
 
@@ -395,10 +402,13 @@ impl HotSpots {
         }) else {
             return HotSpots {
                 spots: Vec::new(),
+                u32_values: Vec::new(),
+                kv_end: None,
                 header_end: bytes.len(),
             };
         };
         let mut spots = vec![(4, 4), (8, 8), (16, 8)];
+        let mut u32_values = Vec::new();
         // A key or name as stored: its u64 length, then its bytes.
         let find = |name: &str| {
             let mut needle = (name.len() as u64).to_le_bytes().to_vec();
@@ -423,8 +433,15 @@ impl HotSpots {
                 }
                 _ => continue,
             };
+            if matches!(value, fak::gguf::Value::U32(_)) {
+                u32_values.push(at);
+            }
             spots.push((at, width));
         }
+        let kv_end = parsed
+            .tensors
+            .first()
+            .and_then(|t| find(&t.name).map(|after| after - t.name.len() - 8));
         for t in &parsed.tensors {
             let Some(at) = find(&t.name) else { continue };
             spots.push((at, 4));
@@ -434,11 +451,58 @@ impl HotSpots {
             spots.push((dims_end + 4, 8));
         }
         spots.retain(|&(at, w)| at + w <= bytes.len());
+        u32_values.retain(|&at| at + 4 <= bytes.len());
         HotSpots {
             spots,
+            u32_values,
+            kv_end,
             header_end: parsed.data_start.min(bytes.len() as u64) as usize,
         }
     }
+}
+
+/// GGUF's type id of u64 values.
+const GGUF_U64: u32 = 10;
+/// The data section's alignment in the seeds (GGUF's default).
+const GGUF_ALIGNMENT: usize = 32;
+
+/// A mutation a byte edit cannot make, on a pristine seed: a u32 setting rewritten as a u64 of
+/// an interesting value (files store settings as u32; a hostile one needs 2^62), or a key of the
+/// dictionary added as a u64. The header grows by a multiple of the alignment (zero padding
+/// before the data), so the file still parses and the mutant reaches the settings.
+fn retype_gguf(rng: &mut ChaCha8Rng, input: &mut Vec<u8>, hot: &HotSpots, keys: &[&str]) {
+    let big = |rng: &mut ChaCha8Rng| {
+        let powers = [31, 32, 40, 60, 62, 63];
+        (1u64 << powers[rng.random_range(0..powers.len())]).wrapping_add(rng.random_range(0..3))
+    };
+    let (at, bytes) = match (rng.random_bool(0.6), hot.kv_end) {
+        (true, _) | (false, None) if !hot.u32_values.is_empty() => {
+            let at = hot.u32_values[rng.random_range(0..hot.u32_values.len())];
+            let value = match rng.random_bool(0.8) {
+                true => big(rng),
+                false => u64::MAX,
+            };
+            input[at - 4..at].copy_from_slice(&GGUF_U64.to_le_bytes());
+            input.splice(at..at + 4, value.to_le_bytes());
+            (at, 4)
+        }
+        (_, Some(kv_end)) if !keys.is_empty() => {
+            let key = keys[rng.random_range(0..keys.len())];
+            let mut kv = (key.len() as u64).to_le_bytes().to_vec();
+            kv.extend_from_slice(key.as_bytes());
+            kv.extend_from_slice(&GGUF_U64.to_le_bytes());
+            kv.extend_from_slice(&big(rng).to_le_bytes());
+            let n_kv = read_le(input, 16, 8);
+            write_le(input, 16, 8, n_kv + 1);
+            let n = kv.len();
+            input.splice(kv_end..kv_end, kv);
+            (kv_end, n)
+        }
+        _ => return,
+    };
+    let pad = (GGUF_ALIGNMENT - bytes % GGUF_ALIGNMENT) % GGUF_ALIGNMENT;
+    let data = (hot.header_end + bytes).max(at).min(input.len());
+    input.splice(data..data, std::iter::repeat_n(0u8, pad));
 }
 
 /// An offset in `0..end` (an empty input has none).
