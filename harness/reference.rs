@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(long)]
     pub tokens: String,
     /// Greedy tokens to generate after the prompt (their logits are written too).
-    #[arg(short = 'n', long = "n-out", default_value_t = 0)]
+    #[arg(short = 'n', long = "n-out", default_value_t = 0, value_parser = crate::run::tokens(0))]
     pub n_out: usize,
     /// Where to write every position's logits: raw little-endian f32 [rows, n_vocab] and the
     /// sidecar `<file>.json` (`{"n_vocab", "rows", "token_ids"}`).

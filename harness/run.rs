@@ -24,7 +24,7 @@ pub struct Args {
     #[arg(long)]
     pub tokens: Option<String>,
     /// Tokens to generate.
-    #[arg(short = 'n', long = "n-out", default_value_t = 64)]
+    #[arg(short = 'n', long = "n-out", default_value_t = 64, value_parser = tokens(0))]
     pub n_out: usize,
     /// Wrap --prompt in the model's chat template as one user message.
     #[arg(long, requires = "prompt")]
@@ -42,7 +42,7 @@ pub struct Args {
     #[arg(long)]
     pub ignore_eos: bool,
     /// KV-cache length (default: min(training context, 4096)).
-    #[arg(long)]
+    #[arg(long, value_parser = tokens(1))]
     pub max_context: Option<usize>,
     /// GPU memory for the prefix cache's KV pages and state snapshots (bytes, or with a K, M
     /// or G suffix: 512M, 2G); 0 turns the cache off.
@@ -210,6 +210,19 @@ pub fn write_logits_file(logits: &[Vec<f32>], ids: &[u32], path: &PathBuf) -> Re
     std::fs::write(&meta, serde_json::to_vec_pretty(&sidecar)?)
         .with_context(|| format!("writing {}", meta.display()))?;
     Ok(())
+}
+
+/// A token-count flag (a context, a prompt or output length): `min` up to the longest context a
+/// model may declare ([`fak::model::bounds::Size::Context`]), refused with the range otherwise,
+/// so nothing is sized from `--n-out 18446744073709551615` and sums of counts cannot overflow.
+pub fn tokens(min: u64) -> clap::builder::RangedU64ValueParser<usize> {
+    let max = *fak::model::bounds::Size::Context.range().end() as u64;
+    clap::builder::RangedU64ValueParser::new().range(min..=max)
+}
+
+/// A count of requests, prompts, agents, turns or steps: `min` to 100 000.
+pub fn count(min: u64) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(min..=100_000)
 }
 
 /// A byte count: digits with an optional K, M or G (×1024ⁿ; `KiB`, `MB` and the like read the

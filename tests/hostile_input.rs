@@ -443,9 +443,80 @@ fn the_cpu_reference_refuses_ids_past_the_vocabulary_and_generations_past_the_co
     };
     assert_refused(&reference("1 282", "0"), "282");
     assert_refused(
-        &reference("1 2", "18446744073709551615"),
-        "--n-out 18446744073709551615: the prompt's 2 tokens plus 18446744073709551615 generated \
-         exceed the model's context of 40960 tokens",
+        &reference("1 2", "40959"),
+        "--n-out 40959: the prompt's 2 tokens plus 40959 generated exceed the model's context of \
+         40960 tokens",
+    );
+}
+
+#[test]
+fn size_flags_past_their_range_are_refused_with_the_range() {
+    let model = base("qwen3");
+    let model = model.to_str().unwrap();
+    let max = "18446744073709551615";
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["run", "--model", model, "--prompt", "hi", "--n-out", max],
+            "0..=16777216",
+        ),
+        (
+            &[
+                "run",
+                "--model",
+                model,
+                "--prompt",
+                "hi",
+                "--max-context",
+                "4294967296",
+            ],
+            "1..=16777216",
+        ),
+        (
+            &[
+                "reference",
+                "--model",
+                model,
+                "--tokens",
+                "1",
+                "--logits-out",
+                "/dev/null",
+                "--n-out",
+                max,
+            ],
+            "0..=16777216",
+        ),
+        (
+            &["threeway", "--model", model, "--n-ctx", max],
+            "1..=16777216",
+        ),
+        (
+            &["threeway", "--model", model, "--prompts", max],
+            "1..=100000",
+        ),
+    ];
+    for (args, range) in cases {
+        let mut c = harness();
+        c.args(args);
+        let out = run(c);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "clap's usage error: {err}");
+        assert_contains(&err, &format!("is not in {range}"));
+    }
+    let mut c = harness();
+    c.args([
+        "threeway",
+        "--model",
+        model,
+        "--prompts",
+        "100000",
+        "--n-ctx",
+        "16000000",
+    ])
+    .arg("--out")
+    .arg(folder("threeway-total"));
+    assert_refused(
+        &run(c),
+        "is 1600006400000 tokens; a run holds at most 67108864",
     );
 }
 

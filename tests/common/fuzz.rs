@@ -7,8 +7,8 @@
 //! which is where the settings, templates and packets this fuzzes are read from.
 //!
 //! Every input must end in `Ok` or an error. What counts as a failure, and what is kept of it:
-//! - a panic: caught, the input saved under `$CARGO_TARGET_TMPDIR/fuzz-failures/`, the loop
-//!   goes on and the test fails at the end naming every saved file;
+//! - a panic: caught, the input saved (`FAK_FUZZ_FAILURES`, default `<tmp>/fak-fuzz-failures`),
+//!   the loop goes on and the test fails at the end naming every saved file;
 //! - an abort (an allocation failure, a stack overflow): [`install_failure_dump`] writes the
 //!   input being run from the SIGABRT handler before the process dies;
 //! - a huge allocation: [`CappedAlloc`] (the binary's global allocator) refuses any single
@@ -168,9 +168,12 @@ fn run_one(target: &Target, input: &[u8]) -> Result<(), String> {
     })
 }
 
+/// Where failing inputs are saved: `FAK_FUZZ_FAILURES`, else `<tmp>/fak-fuzz-failures`.
 fn failures_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/fuzz-failures");
-    let dir = std::env::var_os("FAK_FUZZ_FAILURES").map_or(dir, PathBuf::from);
+    let dir = std::env::var_os("FAK_FUZZ_FAILURES").map_or_else(
+        || std::env::temp_dir().join("fak-fuzz-failures"),
+        PathBuf::from,
+    );
     std::fs::create_dir_all(&dir).expect("creating the fuzz failure folder");
     dir
 }
@@ -235,7 +238,7 @@ thread_local! {
 static ABORT_DUMP: OnceLock<std::ffi::CString> = OnceLock::new();
 
 /// Installs (once) a SIGABRT handler that writes the input the aborting thread was running to
-/// `<failures>/aborted-input` before the process dies.
+/// `<failures>/aborted-input` before the process dies, and says so on stderr.
 pub fn install_failure_dump() {
     ABORT_DUMP.get_or_init(|| {
         let path = failures_dir().join("aborted-input");
@@ -253,8 +256,7 @@ extern "C" fn on_abort(_: libc::c_int) {
     if let Some(path) = ABORT_DUMP.get()
         && !ptr.is_null()
     {
-        let note = b"\nfuzz: the input being run when the process aborted is saved as \
-            fuzz-failures/aborted-input\n";
+        let note = b"\nfuzz: the input being run when the process aborted is saved as ";
         // SAFETY: async-signal-safe calls on a path and a buffer that outlive the handler.
         unsafe {
             let fd = libc::open(
@@ -267,6 +269,8 @@ extern "C" fn on_abort(_: libc::c_int) {
                 libc::close(fd);
             }
             libc::write(2, note.as_ptr().cast(), note.len());
+            libc::write(2, path.as_ptr().cast(), path.as_bytes().len());
+            libc::write(2, b"\n".as_ptr().cast(), 1);
         }
     }
     // SAFETY: back to the default action, then re-raised: the process ends as aborted.
