@@ -126,32 +126,16 @@ fn sampled_generation_is_seeded_and_top_k_1_is_greedy() {
             .tokens
     };
     let greedy = run(&mut e, &SamplingParams::greedy());
-    let sampled = SamplingParams {
-        temperature: 1.5,
-        top_k: 50,
-        top_p: 0.9,
-        seed: 42,
-    };
+    let sampled = SamplingParams::new(1.5, 50, 0.9, 42).unwrap();
     let a = run(&mut e, &sampled);
     let b = run(&mut e, &sampled);
     assert_eq!(a, b, "same seed, same tokens");
-    let other = run(
-        &mut e,
-        &SamplingParams {
-            seed: 43,
-            ..sampled.clone()
-        },
-    );
+    let other = run(&mut e, &SamplingParams::new(1.5, 50, 0.9, 43).unwrap());
     assert_ne!(
         a, other,
         "another seed at temperature 1.5 samples another sequence"
     );
-    let top1 = SamplingParams {
-        temperature: 2.0,
-        top_k: 1,
-        top_p: 1.0,
-        seed: 5,
-    };
+    let top1 = SamplingParams::new(2.0, 1, 1.0, 5).unwrap();
     assert_eq!(run(&mut e, &top1), greedy, "top-k 1 is greedy");
     assert_eq!(
         run(&mut e, &SamplingParams::greedy()),

@@ -341,8 +341,11 @@ fn packet_seeds() -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Inputs with where they came from (a file, or a seed made here).
+type Inputs = Vec<(PathBuf, Vec<u8>)>;
+
 /// The seeds made here, then the committed corpus.
-fn inputs(target: &Target, seeds: Vec<Vec<u8>>) -> Vec<(PathBuf, Vec<u8>)> {
+fn inputs(target: &Target, seeds: Vec<Vec<u8>>) -> Inputs {
     let made = seeds
         .into_iter()
         .enumerate()
@@ -350,7 +353,7 @@ fn inputs(target: &Target, seeds: Vec<Vec<u8>>) -> Vec<(PathBuf, Vec<u8>)> {
     made.chain(fuzz::corpus(target.name)).collect()
 }
 
-fn all_inputs() -> Vec<(Target, Vec<(PathBuf, Vec<u8>)>)> {
+fn all_inputs() -> Vec<(Target, Inputs)> {
     vec![
         (LOAD_PLAN, inputs(&LOAD_PLAN, model_seeds())),
         (TOKENIZER_CHAT, inputs(&TOKENIZER_CHAT, chat_seeds())),

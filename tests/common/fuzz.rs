@@ -686,10 +686,10 @@ mod tests {
 
     #[test]
     fn mutations_are_deterministic_per_seed() {
-        let seeds = vec![br#"{"a": [1, "x", {"b": true}]}"#.to_vec()];
+        let seed_input = br#"{"a": [1, "x", {"b": true}]}"#.to_vec();
         let run = |seed| {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            let mut input = seeds[0].clone();
+            let mut input = seed_input.clone();
             for _ in 0..50 {
                 mutate_json(&mut rng, &mut input, &["{{"]);
             }
