@@ -274,8 +274,14 @@ fn refresh_digests(files: &mut std::collections::BTreeMap<String, String>) {
 
 // --- seeds ----------------------------------------------------------------------------------
 
-/// Tiny models of both architectures with the byte vocabulary (Q4_K_M, 0.3 and 0.6 MiB).
+/// Tiny models of both architectures with the byte vocabulary (Q4_K_M, 0.3 and 0.6 MiB),
+/// written once per process (both tests ask for them at once).
 fn model_seeds() -> Vec<Vec<u8>> {
+    static SEEDS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    SEEDS.get_or_init(write_model_seeds).clone()
+}
+
+fn write_model_seeds() -> Vec<Vec<u8>> {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fuzz-seeds");
     std::fs::create_dir_all(&dir).unwrap();
     ["qwen3", "qwen35"]
