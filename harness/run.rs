@@ -32,7 +32,8 @@ pub struct Args {
     /// Sampling temperature; 0 is greedy.
     #[arg(long, default_value_t = 0.0)]
     pub temp: f32,
-    #[arg(long, default_value_t = 0)]
+    /// Keep the k most likely tokens (0: all).
+    #[arg(long, default_value_t = 0, value_parser = ranged(0, *fak::model::bounds::Size::Vocab.range().end() as u64))]
     pub top_k: usize,
     #[arg(long, default_value_t = 1.0)]
     pub top_p: f32,
@@ -213,16 +214,30 @@ pub fn write_logits_file(logits: &[Vec<f32>], ids: &[u32], path: &PathBuf) -> Re
 }
 
 /// A token-count flag (a context, a prompt or output length): `min` up to the longest context a
-/// model may declare ([`fak::model::bounds::Size::Context`]), refused with the range otherwise,
-/// so nothing is sized from `--n-out 18446744073709551615` and sums of counts cannot overflow.
-pub fn tokens(min: u64) -> clap::builder::RangedU64ValueParser<usize> {
-    let max = *fak::model::bounds::Size::Context.range().end() as u64;
-    clap::builder::RangedU64ValueParser::new().range(min..=max)
+/// model may declare ([`fak::model::bounds::Size::Context`]), so nothing is sized from
+/// `--n-out 18446744073709551615` and sums of counts cannot overflow.
+pub fn tokens(min: u64) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync {
+    ranged(min, *fak::model::bounds::Size::Context.range().end() as u64)
 }
 
 /// A count of requests, prompts, agents, turns or steps: `min` to 100 000.
-pub fn count(min: u64) -> clap::builder::RangedU64ValueParser<usize> {
-    clap::builder::RangedU64ValueParser::new().range(min..=100_000)
+pub fn count(min: u64) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync {
+    ranged(min, 100_000)
+}
+
+/// A whole number in `min..=max`; anything else (negative, too large, not a number) is refused
+/// with the range.
+fn ranged(min: u64, max: u64) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync {
+    move |text: &str| {
+        let v: i128 = text
+            .trim()
+            .parse()
+            .map_err(|_| format!("{text:?} is not a whole number in {min}..={max}"))?;
+        match u64::try_from(v) {
+            Ok(v) if (min..=max).contains(&v) => Ok(v as usize),
+            _ => Err(format!("{v} is not in {min}..={max}")),
+        }
+    }
 }
 
 /// A byte count: digits with an optional K, M or G (×1024ⁿ; `KiB`, `MB` and the like read the

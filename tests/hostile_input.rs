@@ -454,53 +454,48 @@ fn size_flags_past_their_range_are_refused_with_the_range() {
     let model = base("qwen3");
     let model = model.to_str().unwrap();
     let max = "18446744073709551615";
-    let cases: [(&[&str], &str); 5] = [
+    let run_with = |flag: &str| ["run", "--model", model, "--prompt", "hi", flag].map(String::from);
+    let mut cases: Vec<(Vec<String>, String)> = vec![
         (
-            &["run", "--model", model, "--prompt", "hi", "--n-out", max],
-            "0..=16777216",
+            run_with("--top-k=-1").to_vec(),
+            "-1 is not in 0..=4194304".into(),
         ),
         (
-            &[
-                "run",
-                "--model",
-                model,
-                "--prompt",
-                "hi",
-                "--max-context",
-                "4294967296",
-            ],
-            "1..=16777216",
+            run_with("--n-out=-5").to_vec(),
+            "-5 is not in 0..=16777216".into(),
         ),
         (
-            &[
-                "reference",
-                "--model",
-                model,
-                "--tokens",
-                "1",
-                "--logits-out",
-                "/dev/null",
-                "--n-out",
-                max,
-            ],
-            "0..=16777216",
+            run_with(&format!("--n-out={max}")).to_vec(),
+            format!("{max} is not in 0..=16777216"),
         ),
         (
-            &["threeway", "--model", model, "--n-ctx", max],
-            "1..=16777216",
-        ),
-        (
-            &["threeway", "--model", model, "--prompts", max],
-            "1..=100000",
+            run_with("--max-context=4294967296").to_vec(),
+            "4294967296 is not in 1..=16777216".into(),
         ),
     ];
+    for (flag, range) in [("--n-ctx", "1..=16777216"), ("--prompts", "1..=100000")] {
+        let args = ["threeway", "--model", model, flag, max].map(String::from);
+        cases.push((args.to_vec(), format!("{max} is not in {range}")));
+    }
+    let reference = [
+        "reference",
+        "--model",
+        model,
+        "--tokens",
+        "1",
+        "--logits-out",
+        "/dev/null",
+    ];
+    let mut args: Vec<String> = reference.map(String::from).to_vec();
+    args.push(format!("--n-out={max}"));
+    cases.push((args, format!("{max} is not in 0..=16777216")));
     for (args, range) in cases {
         let mut c = harness();
-        c.args(args);
+        c.args(&args);
         let out = run(c);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "clap's usage error: {err}");
-        assert_contains(&err, &format!("is not in {range}"));
+        assert_contains(&err, &range);
     }
     let mut c = harness();
     c.args([
