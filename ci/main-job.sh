@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The README's main job: `harness threeway` on its embedded default — the tiny synthetic Qwen3
-# (written once into ${FAK_CACHE:-~/.cache/fak}/threeway), run on fak-native and on every other arm
-# installed here (llama-server on PATH or the peer build in the cache; MLX where $FAK_PYTHON or
+# The README's main job: `harness threeway` on its embedded default — the trained tiny Qwen3
+# (tests/fixtures/trained/qwen3-trained-f16.gguf the reference, its Q4_K_M for fak and llama.cpp,
+# MLX's 4-bit of it; written once into ${FAK_CACHE:-~/.cache/fak}/threeway), run on fak-native
+# and on every other arm installed here (llama-server on PATH or the peer build in the cache; MLX where $FAK_PYTHON or
 # python3 imports mlx_lm; an arm that is missing is recorded as skipped) — then `harness validate`
 # and `harness report` on the packet. Then the multi-agent scenario on the same model, small
 # (2 agents sharing a 64-token preamble, 2 turns; every engine with its prefix cache on and off),

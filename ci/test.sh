@@ -15,8 +15,9 @@ cd "${repo}"
 source "${here}/lib.sh"
 
 # Debian packages: lavapipe (software Vulkan) to run every kernel, cmake for the peer build,
-# spirv-tools (spirv-val) for the portability tests.
-readonly APT_PACKAGES=(mesa-vulkan-drivers libvulkan1 cmake spirv-tools)
+# spirv-tools (spirv-val) for the portability tests, nginx-light for the scale-out test (two
+# fak serve replicas behind it, docs/SCALE-OUT.md).
+readonly APT_PACKAGES=(mesa-vulkan-drivers libvulkan1 cmake spirv-tools nginx-light)
 
 check_rust() {
     local tool
@@ -121,7 +122,7 @@ main() {
     local start=${SECONDS}
     # One build from scratch: incremental state would only add gigabytes to a disk that is short.
     export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
-    # harness/tests/fuzz.rs: its three targets mutate at once for this long (fuzz/README.md).
+    # tests/fuzz.rs: its three targets mutate at once for this long (fuzz/README.md).
     export FAK_FUZZ_SECONDS="${FAK_FUZZ_SECONDS:-60}"
     log "disk: $(free_disk) free at the start"
     step "rust toolchain" check_rust

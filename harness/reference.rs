@@ -3,7 +3,8 @@
 //! engine's logits can check the reference's too (e.g. experiments/qwen35-oracle against
 //! Hugging Face `transformers`).
 
-use crate::run::{parse_token_ids, write_logits_file};
+use crate::flag_values::parse_token_ids;
+use crate::logits_file::write_logits_file;
 use anyhow::{Context, Result};
 use fak::gguf::Gguf;
 use fak::model::Arch;
@@ -20,7 +21,7 @@ pub struct Args {
     #[arg(long)]
     pub tokens: String,
     /// Greedy tokens to generate after the prompt (their logits are written too).
-    #[arg(short = 'n', long = "n-out", default_value_t = 0, value_parser = crate::run::tokens(0))]
+    #[arg(short = 'n', long = "n-out", default_value_t = 0, value_parser = crate::flag_values::tokens(0))]
     pub n_out: usize,
     /// Where to write every position's logits: raw little-endian f32 [rows, n_vocab] and the
     /// sidecar `<file>.json` (`{"n_vocab", "rows", "token_ids"}`).

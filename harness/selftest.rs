@@ -7,7 +7,7 @@
 //! mat-mul and the decode mat-vec (its integer path too: quantize_q8 and matvec_q8) on every
 //! variant the adapter can run (every table type where the kernel has a pipeline per type), on
 //! seeded random inputs with NaN-poisoned outputs, measured against the CPU reference under the
-//! GPU tests' tolerances (`fak_tests::kernel_checks`, built from the cases the GPU tests assert).
+//! GPU tests' tolerances (`fak_harness::checks`, the cases the GPU tests assert).
 //!
 //! Model by model: for every combination of kernel paths the adapter can run
 //! (`GpuContext::runnable_paths`: subgroup or not, f16 or not, cooperative matrices where
@@ -23,17 +23,18 @@
 //! `threeway` fak-native arm runs with it. Then a streaming-read kernel is timed with timestamp
 //! queries where the adapter has them (else the wall clock around a blocking submit).
 
+use crate::models::{Models, cache_dir};
 use crate::synth;
-use crate::threeway::models::{Models, cache_dir};
 use anyhow::{Context, Result};
 use fak::gpu::kernels::read_probe::{ProbeTiming, ReadProbe};
 use fak::gpu::{ContextOptions, Forced, GpuContext, KernelPaths};
 use fak::model::Arch;
 use fak::reference::{Activations, DenseReference, Qwen35Reference, Reference};
 use fak::runtime::{Engine, EngineOptions, SamplingParams};
-use fak_tests::kernel_checks::{self, KernelCheck};
+use fak_harness::checks::{self, report::KernelCheck};
+use fak_harness::packet::selftest_raw::SelftestBandwidth as Bandwidth;
 use rand::{Rng, SeedableRng};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -50,7 +51,7 @@ pub struct Args {
 
 /// Why 0.99999: the GPU sums in f32 in another order than the reference's f64, and the f16 path
 /// keeps the KV cache in f16 (≈1e-3 relative on a logit at most); a wrong kernel lands far below.
-/// Paths with cooperative matrices are held to `fak_tests::model::COOP_MIN_COSINE` instead (the
+/// Paths with cooperative matrices are held to `fak_harness::checks::COOP_MIN_COSINE` instead (the
 /// prefill mat-mul's inputs in f16).
 const MIN_COSINE: f64 = 0.99999;
 /// The integer mat-vec path (int-dot) against a reference that rounds its inputs alike
@@ -76,18 +77,6 @@ struct Check {
     error: Option<String>,
 }
 
-/// The read bandwidth as the selftest's JSON states it, and as the packet's hardware entry reads
-/// it back (`threeway::meta::hardware`).
-#[derive(Serialize, Deserialize)]
-pub struct Bandwidth {
-    pub method: String,
-    pub bytes_per_pass: u64,
-    /// Timed passes with a positive duration.
-    pub passes: usize,
-    pub best_bytes_per_s: f64,
-    pub median_bytes_per_s: f64,
-}
-
 pub fn run(args: Args) -> Result<()> {
     let start = Instant::now();
     let qwen3 = Models::synthetic()?;
@@ -96,7 +85,7 @@ pub fn run(args: Args) -> Result<()> {
     let ctx = GpuContext::new(&options)?;
     let facts = ctx.facts().clone();
     let paths = every_path(&ctx);
-    let kernels = kernel_checks::run_all(&ctx);
+    let kernels = checks::report::run_all(&ctx);
     let bandwidth = measure_bandwidth(&ctx).context("measuring the read bandwidth")?;
     drop(ctx);
 
@@ -136,7 +125,7 @@ pub fn run(args: Args) -> Result<()> {
         "paths": paths.iter().map(|f| f.1.name()).collect::<Vec<_>>(),
         "coverage": "kernel by kernel on every variant: the Gated DeltaNet kernels (ssm_conv, delta_prep, gated_delta, gated_delta_chunk, gated_norm), decode and prefill attention, RMSNorm, the fused norm + RoPE + KV write (rope_kv), the embedding and dequantization (every table type), the element-wise ops (SwiGLU, residual add, sigmoid gate), argmax, the prefill mat-mul (every weight type), the decode mat-vec (f32 path with its folded norm and gate/up pairing; on int-dot variants quantize_q8 and the integer product); model by model on every path the adapter can run: every kernel the dense Qwen3 and the hybrid Qwen3.5 run (weight types F32, Q8_0, Q5_0, Q4_K, Q6_K)",
         "threshold_min_cosine": MIN_COSINE,
-        "threshold_min_cosine_coop_matrix": fak_tests::model::COOP_MIN_COSINE,
+        "threshold_min_cosine_coop_matrix": checks::COOP_MIN_COSINE,
         "kernels": kernels,
         "checks": checks,
         "fast_paths": fast_paths,
@@ -256,6 +245,7 @@ fn tiny_qwen35() -> Result<[PathBuf; 2]> {
             layout_only: false,
             mlx_4bit: None,
             f16_reference: None,
+            weights: None,
         })?;
     }
     if std::fs::rename(&tmp, &dir).is_err() {
@@ -368,13 +358,13 @@ fn check_model(
             let min = got
                 .iter()
                 .zip(want_logits)
-                .map(|(g, w)| crate::threeway::quality::cosine(g, w))
+                .map(|(g, w)| fak_harness::packet::metrics::cosine(g, w))
                 .fold(
                     f64::INFINITY,
                     |a, b| if b.is_nan() { f64::NAN } else { a.min(b) },
                 );
             // The cooperative-matrix prefill mat-mul rounds its inputs to f16: its own floor.
-            let floor = oracle.min_cosine.min(fak_tests::model::min_cosine(paths));
+            let floor = oracle.min_cosine.min(checks::min_cosine(paths));
             let ok = got.len() == want_logits.len() && min >= floor;
             check("teacher-forced logits", Some(min), None, ok, None)
         }
@@ -549,7 +539,7 @@ mod tests {
             variant_paths: variant,
             path: variant.name(),
             case: "case".into(),
-            tolerance: fak_tests::Tolerance::EXACT,
+            tolerance: checks::Tolerance::EXACT,
             measured: None,
             pass,
             error: None,

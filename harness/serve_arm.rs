@@ -11,25 +11,25 @@
 
 use crate::arms::process::now_ns;
 use anyhow::{Context, Result, bail};
-use fak::runtime::{Engine, EngineOptions, PrefillPhases, SamplingParams, SeqId};
+use fak::runtime::scheduler::{self, Client, Event, Scheduler};
+use fak::runtime::{Engine, EngineOptions, PrefillPhases, SamplingParams};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::collections::VecDeque;
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, TryRecvError, channel};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 
 #[derive(clap::Args)]
 pub struct Args {
     #[arg(long)]
     pub model: PathBuf,
-    #[arg(long, value_parser = crate::run::tokens(1))]
+    #[arg(long, value_parser = crate::flag_values::tokens(1))]
     pub max_context: Option<usize>,
     /// GPU memory for the prefix cache (bytes, or with a K, M or G suffix); 0 turns it off.
-    #[arg(long, default_value = "0", value_parser = crate::run::parse_bytes)]
+    #[arg(long, default_value = "0", value_parser = crate::flag_values::parse_bytes)]
     pub cache_mem: u64,
     /// Sequences one batched decode step serves (`submit` requests).
-    #[arg(long, default_value_t = 1, value_parser = crate::run::count(1))]
+    #[arg(long, default_value_t = 1, value_parser = crate::flag_values::count(1))]
     pub max_seqs: usize,
     /// Token slots per KV page (the prefix cache shares whole pages); default the engine's.
     #[arg(long)]
@@ -82,8 +82,9 @@ pub fn run(args: Args) -> Result<()> {
     Server {
         engine: &mut engine,
         out: stdout,
-        queue: VecDeque::new(),
-        active: Vec::new(),
+        // Every request that fits is admitted at once, as before the scheduler was shared.
+        scheduler: Scheduler::new(usize::MAX),
+        answers: channel(),
     }
     .serve(read_lines())
 }
@@ -121,23 +122,14 @@ fn read_lines() -> Receiver<(String, u64)> {
     recv
 }
 
-/// A `submit` request waiting for a free sequence slot.
-struct Pending {
+/// A `submit` request's client: its tokens and their timestamps, answered with one line when
+/// it finishes (or fails).
+struct Submitted {
     id: u64,
-    prompt: Vec<u32>,
-    n_out: usize,
-    recv_ns: u64,
-}
-
-/// A `submit` request in flight.
-struct Active {
-    id: u64,
-    seq: SeqId,
-    n_out: usize,
     prompt_tokens: usize,
-    cached_tokens: usize,
     recv_ns: u64,
     start_ns: u64,
+    cached_tokens: usize,
     /// Sequences in flight when it started (itself excluded).
     in_flight_at_start: usize,
     /// The most sequences a decode step served while it was in flight.
@@ -145,21 +137,66 @@ struct Active {
     tokens: Vec<u32>,
     token_ns: Vec<u64>,
     phases: PrefillPhases,
+    /// Where its finished (or failed) state goes for the answer.
+    out: Sender<Answered>,
+}
+
+/// A `submit` request that finished (or failed, with why).
+type Answered = (Submitted, Result<(), String>);
+
+impl Client for Submitted {
+    fn send(&mut self, event: Event) -> bool {
+        match event {
+            Event::Admitted => self.start_ns = now_ns(),
+            Event::Started {
+                cached_tokens,
+                in_flight,
+                phases,
+            } => {
+                self.cached_tokens = cached_tokens;
+                self.in_flight_at_start = in_flight;
+                self.phases = phases;
+            }
+            Event::Token { id, batch, .. } => {
+                self.tokens.push(id);
+                self.token_ns.push(now_ns());
+                // The prefill's token counts no step: `largest_step` is decode steps only.
+                if self.tokens.len() > 1 {
+                    self.largest_step = self.largest_step.max(batch);
+                }
+            }
+            Event::Finished(_) => self.answer(Ok(())),
+            Event::Failed(e) => self.answer(Err(e.to_string())),
+        }
+        true
+    }
+}
+
+impl Submitted {
+    fn answer(&mut self, result: Result<(), String>) {
+        let done = Submitted {
+            tokens: std::mem::take(&mut self.tokens),
+            token_ns: std::mem::take(&mut self.token_ns),
+            out: self.out.clone(),
+            ..*self
+        };
+        let _ = self.out.send((done, result));
+    }
 }
 
 struct Server<'e, W: Write> {
     engine: &'e mut Engine,
     out: W,
-    queue: VecDeque<Pending>,
-    active: Vec<Active>,
+    scheduler: Scheduler<Submitted>,
+    answers: (Sender<Answered>, Receiver<Answered>),
 }
 
 impl<W: Write> Server<'_, W> {
     fn serve(&mut self, lines: Receiver<(String, u64)>) -> Result<()> {
         let mut open = true;
-        while open || !self.queue.is_empty() || !self.active.is_empty() {
+        while open || !self.scheduler.is_idle() {
             // Block for a request only when nothing is in flight.
-            if open && self.queue.is_empty() && self.active.is_empty() {
+            if open && self.scheduler.is_idle() {
                 match lines.recv() {
                     Ok((line, at)) => self.accept(&line, at)?,
                     Err(_) => open = false,
@@ -175,9 +212,10 @@ impl<W: Write> Server<'_, W> {
                     }
                 }
             }
-            self.admit()?;
-            if !self.active.is_empty() {
-                self.decode_step()?;
+            self.scheduler.tick(self.engine)?;
+            while let Ok((done, result)) = self.answers.1.try_recv() {
+                let answer = self.answer(done, result);
+                self.say(&answer)?;
             }
         }
         Ok(())
@@ -193,17 +231,26 @@ impl<W: Write> Server<'_, W> {
     fn accept(&mut self, line: &str, recv_ns: u64) -> Result<()> {
         let answer = match serde_json::from_str::<Request>(line).context("parsing the request") {
             Ok(Request::Submit { id, prompt, n_out }) => {
-                self.queue.push_back(Pending {
+                let client = Submitted {
                     id,
-                    prompt,
-                    n_out,
+                    prompt_tokens: prompt.len(),
                     recv_ns,
-                });
+                    start_ns: 0,
+                    cached_tokens: 0,
+                    in_flight_at_start: 0,
+                    largest_step: 0,
+                    tokens: Vec::with_capacity(n_out),
+                    token_ns: Vec::with_capacity(n_out),
+                    phases: PrefillPhases::default(),
+                    out: self.answers.0.clone(),
+                };
+                self.scheduler
+                    .submit(scheduler::Request::greedy(prompt, n_out), client);
                 return Ok(());
             }
-            Ok(_) if !self.active.is_empty() || !self.queue.is_empty() => Err(anyhow::anyhow!(
+            Ok(_) if !self.scheduler.is_idle() => Err(anyhow::anyhow!(
                 "generate and logits run alone: {} submitted requests are in flight",
-                self.active.len() + self.queue.len()
+                self.scheduler.running() + self.scheduler.waiting()
             )),
             Ok(request) => serve_one(self.engine, request, recv_ns),
             Err(e) => Err(e),
@@ -212,89 +259,21 @@ impl<W: Write> Server<'_, W> {
         self.say(&answer)
     }
 
-    /// Starts queued requests while sequence slots are free: each prefills what the prefix
-    /// cache does not hold and has its first token.
-    fn admit(&mut self) -> Result<()> {
-        while self.active.len() < self.engine.options().max_seqs {
-            let Some(p) = self.queue.pop_front() else {
-                break;
-            };
-            let start_ns = now_ns();
-            let started = self.engine.start(&p.prompt, p.n_out, false);
-            let first_ns = now_ns();
-            match started {
-                Ok(s) => {
-                    let active = Active {
-                        id: p.id,
-                        seq: s.seq,
-                        n_out: p.n_out,
-                        prompt_tokens: p.prompt.len(),
-                        cached_tokens: s.cached_tokens,
-                        recv_ns: p.recv_ns,
-                        start_ns,
-                        in_flight_at_start: self.active.len(),
-                        largest_step: 0,
-                        tokens: vec![s.first],
-                        token_ns: vec![first_ns],
-                        phases: s.phases,
-                    };
-                    self.active.push(active);
-                }
-                Err(e) => self.say(&json!({"ok": false, "id": p.id, "error": e.to_string()}))?,
-            }
+    /// The answer line of a finished (or failed) `submit` request.
+    fn answer(&self, a: Submitted, result: Result<(), String>) -> Value {
+        if let Err(e) = result {
+            return json!({"ok": false, "id": a.id, "error": e});
         }
-        self.finish_done()
-    }
-
-    /// One batched decode step over every sequence in flight.
-    fn decode_step(&mut self) -> Result<()> {
-        let seqs: Vec<SeqId> = self.active.iter().map(|a| a.seq).collect();
-        match self.engine.step(&seqs) {
-            Ok(tokens) => {
-                let at = now_ns();
-                for (a, token) in self.active.iter_mut().zip(tokens) {
-                    a.tokens.push(token);
-                    a.token_ns.push(at);
-                    a.largest_step = a.largest_step.max(seqs.len());
-                }
-                self.finish_done()
-            }
-            Err(e) => {
-                let why = format!("decode step of {} sequences: {e}", seqs.len());
-                for a in std::mem::take(&mut self.active) {
-                    let _ = self.engine.finish(a.seq);
-                    self.say(&json!({"ok": false, "id": a.id, "error": why}))?;
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// Answers and ends every sequence that has all its tokens (its pages go to the cache).
-    fn finish_done(&mut self) -> Result<()> {
-        let (done, active): (Vec<Active>, Vec<Active>) = std::mem::take(&mut self.active)
-            .into_iter()
-            .partition(|a| a.tokens.len() >= a.n_out);
-        self.active = active;
-        for a in done {
-            let finished = self.engine.finish(a.seq);
-            let stats = self.engine.cache_stats();
-            let snapshots = self.engine.snapshot_stats();
-            let answer = match finished {
-                Ok(()) => json!({
-                    "ok": true, "id": a.id, "tokens": a.tokens, "recv_ns": a.recv_ns,
-                    "start_ns": a.start_ns, "token_ns": a.token_ns, "reply_ns": now_ns(),
-                    "prompt_tokens": a.prompt_tokens, "cached_tokens": a.cached_tokens,
-                    "computed_tokens": a.prompt_tokens - a.cached_tokens,
-                    "in_flight_at_start": a.in_flight_at_start, "largest_step": a.largest_step,
-                    "cache_stats": stats, "snapshot_stats": snapshots,
-                    "prefill_phases_ns": phases_ns(&a.phases),
-                }),
-                Err(e) => json!({"ok": false, "id": a.id, "error": e.to_string()}),
-            };
-            self.say(&answer)?;
-        }
-        Ok(())
+        json!({
+            "ok": true, "id": a.id, "tokens": a.tokens, "recv_ns": a.recv_ns,
+            "start_ns": a.start_ns, "token_ns": a.token_ns, "reply_ns": now_ns(),
+            "prompt_tokens": a.prompt_tokens, "cached_tokens": a.cached_tokens,
+            "computed_tokens": a.prompt_tokens - a.cached_tokens,
+            "in_flight_at_start": a.in_flight_at_start, "largest_step": a.largest_step,
+            "cache_stats": self.engine.cache_stats(),
+            "snapshot_stats": self.engine.snapshot_stats(),
+            "prefill_phases_ns": phases_ns(&a.phases),
+        })
     }
 }
 

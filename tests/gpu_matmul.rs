@@ -3,12 +3,13 @@
 //! n_tokens ∈ {1, 5, 17, 64, 70, 150} × ragged rows and columns, with Y
 //! stored and accumulated, K whole and split into slices of one K step (ragged and empty last
 //! slices included); weights split across bindings; the dispatches of one mat-mul; the tile
-//! geometry the host assumes against the WGSL; every cooperative-matrix K loop of the sweep
-//! (`CoopTiling::SWEEP`, where the adapter runs them) and the workgroup memory each declares;
+//! geometry the host assumes against the WGSL; every cooperative-matrix kernel
+//! (`CoopKernel::every`: the staged K loops and the x16 tilings, where the adapter runs them)
+//! and the workgroup memory each declares;
 //! bad shapes.
 
 use fak::gpu::kernels::matmul::{
-    CoopTiling, Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape, SplitK, Tile,
+    CoopKernel, Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape, SplitK, Tile,
 };
 use fak::gpu::{GpuError, KernelPaths, KernelVariant, StepBuffer, storage_buffer, upload};
 use fak::quant::GgmlType;
@@ -85,7 +86,7 @@ fn every_coop_tiling_matches_the_cpu() {
         .into_iter()
         .filter(|p| p.coop_matrix.is_some());
     for paths in coop {
-        for tiling in CoopTiling::SWEEP {
+        for tiling in CoopKernel::every() {
             for split in [SplitK::NEVER, SHORT_SLICES] {
                 let kernel = Matmul::with_tiling(ctx, paths, tiling)
                     .unwrap()
@@ -108,24 +109,91 @@ fn every_coop_tiling_matches_the_cpu() {
     }
 }
 
-/// The host refuses a tiling by [`CoopTiling::workgroup_bytes`] and grids by [`Tile::of`]: both
+/// The host refuses a kernel by [`CoopKernel::workgroup_bytes`] and grids by its tile: both
 /// must be what the WGSL declares (naga's layouter; TILE_T, TILE_R and the workgroup size WG),
 /// for every shape and tiling, and every tiling's module validates (tests/portability.rs
 /// translates each one).
 #[test]
 fn each_coop_tiling_declares_the_workgroup_memory_the_host_counts() {
     for (coop, paths) in all_coop_paths() {
-        for tiling in CoopTiling::SWEEP {
+        for tiling in CoopKernel::every() {
+            if !tiling.supports(coop) {
+                continue;
+            }
             let (module, _) = parse_valid(&Matmul::source_for(paths, tiling).module.text());
             let bytes = workgroup_bytes(&module, None);
             assert_eq!(bytes, tiling.workgroup_bytes(coop), "{coop:?} {tiling}");
             assert!(bytes <= 48 << 10, "{coop:?} {tiling}: {bytes} bytes");
-            let tile = Tile::of(paths);
+            let tile = tiling.tile(coop);
             assert_eq!(
                 ["TILE_T", "TILE_R", "WG"].map(|name| u32_const(&module, name)),
                 [tile.tokens, tile.rows, 32 * tiling.subgroups()],
                 "{coop:?} {tiling}"
             );
+        }
+    }
+}
+
+/// K split across workgroups below two workgroups: a 48-row weight (one row tile of every
+/// variant) is cut into two slices at 3 tokens (one workgroup) and summed slice by slice inside
+/// each workgroup at 150 (two or three token tiles).
+const SPLIT_BELOW_TWO: SplitK = SplitK {
+    target_workgroups: 2,
+    min_slice_steps: 1,
+};
+
+/// A row's result does not depend on how many other rows share the step: the first 3 tokens'
+/// outputs are bit-for-bit the same in a 3-token step (K split across workgroups, partial sums
+/// added by reduce_partials) and in a 150-token step (each workgroup adding the same slices in
+/// the same order itself), on the fallback and on every sliced x16 kernel the adapter runs, for a
+/// super-block type, its six-bit sibling and an unblocked type; both runs also match the CPU.
+/// (The staged cooperative-matrix kernel sums K whole when it does not split: not checked.)
+#[test]
+fn a_rows_result_does_not_depend_on_how_many_rows_share_the_step() {
+    let ctx = gpu();
+    let mut rng = rng(0x3a7_0007);
+    let mut kernels = Vec::new();
+    for paths in variants::<Matmul>(ctx) {
+        match paths.coop_matrix {
+            None => kernels.push(Matmul::new(ctx, paths).unwrap()),
+            Some(shape) => {
+                for tiling in CoopKernel::every() {
+                    if matches!(tiling, CoopKernel::X16(t) if t.sliced) && tiling.supports(shape) {
+                        kernels.push(Matmul::with_tiling(ctx, paths, tiling).unwrap());
+                    }
+                }
+            }
+        }
+    }
+    for kernel in kernels {
+        let kernel = kernel.with_split(SPLIT_BELOW_TWO);
+        let name = match kernel.tiling() {
+            Some(tiling) => format!("{} {tiling}", kernel.variant()),
+            None => kernel.variant().to_string(),
+        };
+        for (ty, cols) in [
+            (GgmlType::Q4_K, 2048),
+            (GgmlType::Q6_K, 2048),
+            (GgmlType::F16, 1000),
+        ] {
+            let problem = Problem::random(ty, 48, cols, &mut rng);
+            for output in [MatmulOutput::Store, MatmulOutput::Accumulate] {
+                let product = Product::new(ctx, &kernel, &problem, output, u64::MAX).unwrap();
+                let splits = |n| kernel.grids(&product.binding, n)[0].splits;
+                assert_eq!((splits(3), splits(150)), (2, 1), "{ty} ({name})");
+                let what = format!("{ty} 48x{cols} ({name})");
+                let few = product.run(ctx, &kernel, 3, &what);
+                let many = product.run(ctx, &kernel, 150, &what);
+                let bits = |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
+                let shared = few.got.len();
+                assert!(
+                    bits(&few.got) == bits(&many.got[..shared]),
+                    "{what}, {output:?}: the first 3 tokens' outputs differ between a step of 3 \
+                     (K split across workgroups) and a step of 150"
+                );
+                few.assert();
+                many.assert();
+            }
         }
     }
 }

@@ -4,7 +4,7 @@
 //! outputs, weights at an offset in their buffer and split into row ranges; bad shapes refused.
 //! The integer path (int-dot variants: wgsl/quantize_q8.wgsl, then wgsl/matvec_q8.wgsl) on the
 //! same cases for its types, against W·x̂ (x̂ the quantized x) tightly and W·x loosely. The case
-//! code is shared with `harness selftest` (tests/common/matvec.rs).
+//! code is shared with `harness selftest` (harness/checks/matvec.rs).
 
 use fak::gpu::kernels::matvec::{
     InputNorm, MAX_BATCH, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape,

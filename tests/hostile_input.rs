@@ -12,7 +12,7 @@ use fak::gguf::{Gguf, TensorInfo, Value};
 use fak::model::DevicePlan;
 use fak::runtime::{Engine, SamplingParams};
 use fak::tokenizer::{ChatMessage, ChatTemplate, TemplateBudget};
-use fak_tests::harness::{harness, synth_model};
+use fak_tests::harness::{fak_bin, harness, synth_model};
 use fak_tests::model::{rewrite_gguf, set_key};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -89,6 +89,11 @@ fn run(mut command: Command) -> Output {
         std::thread::sleep(Duration::from_millis(50));
     }
     child.wait_with_output().unwrap()
+}
+
+/// A command running the `fak` binary (`fak run`, `fak serve`).
+fn fak() -> Command {
+    Command::new(fak_bin())
 }
 
 fn stderr(out: &Output) -> String {
@@ -367,28 +372,59 @@ fn the_real_templates_render_within_a_tenth_of_their_budget_and_a_quarter_of_the
 
 #[test]
 fn sampling_values_outside_their_ranges_are_refused_with_the_range_before_loading() {
-    // The model does not exist: the values are checked before it is looked for.
+    // The model does not exist: the values are checked before it is looked for, by the one
+    // check the server's requests go through too (`SamplingParams::validated`).
     let cases = [
         (
             "--temp",
             "NaN",
-            "temperature NaN: the temperature must be a finite number from 0",
+            "temperature must be between 0 and 2, got NaN",
         ),
-        ("--temp", "inf", "temperature inf: "),
-        ("--temp", "-1", "temperature -1: "),
+        (
+            "--temp",
+            "inf",
+            "temperature must be between 0 and 2, got inf",
+        ),
+        (
+            "--temp",
+            "-1",
+            "temperature must be between 0 and 2, got -1",
+        ),
         (
             "--top-p",
             "NaN",
-            "top_p NaN: top-p must be a number above 0 and at most 1",
+            "top_p must be greater than 0 and at most 1, got NaN",
         ),
-        ("--top-p", "0", "top_p 0: "),
-        ("--top-p", "1.5", "top_p 1.5: "),
+        (
+            "--top-p",
+            "0",
+            "top_p must be greater than 0 and at most 1, got 0",
+        ),
+        ("--top-p", "1.5", "got 1.5"),
+        ("--min-p", "NaN", "min_p must be between 0 and 1, got NaN"),
+        (
+            "--repeat-penalty",
+            "0",
+            "repetition_penalty must be greater than 0 and at most 2, got 0",
+        ),
+        (
+            "--presence-penalty",
+            "-inf",
+            "presence_penalty must be between -2 and 2, got -inf",
+        ),
+        (
+            "--frequency-penalty",
+            "NaN",
+            "frequency_penalty must be between -2 and 2, got NaN",
+        ),
     ];
     for (flag, value, needle) in cases {
-        let mut c = harness();
-        c.args(["run", "--model", "/nonexistent.gguf", "--prompt", "hi"])
-            .arg(format!("{flag}={value}"));
-        assert_refused(&run(c), needle);
+        // `harness run` and `fak run` are the same code; both binaries are asked.
+        for mut c in [harness(), fak()] {
+            c.args(["run", "--model", "/nonexistent.gguf", "--prompt", "hi"])
+                .arg(format!("{flag}={value}"));
+            assert_refused(&run(c), needle);
+        }
     }
 }
 
@@ -489,8 +525,34 @@ fn size_flags_past_their_range_are_refused_with_the_range() {
     let mut args: Vec<String> = reference.map(String::from).to_vec();
     args.push(format!("--n-out={max}"));
     cases.push((args, format!("{max} is not in 0..=16777216")));
-    for (args, range) in cases {
-        let mut c = harness();
+    let mut fak_cases: Vec<(Vec<String>, String)> = vec![(
+        run_with(&format!("--n-out={max}")).to_vec(),
+        format!("{max} is not in 0..=16777216"),
+    )];
+    // fak serve: --max-context once reached the u32 wrap, and --max-queue of 2^64 − 1 overflowed
+    // the count of requests a server holds.
+    for (flag, range) in [
+        (
+            "--max-context=4294967296",
+            "4294967296 is not in 1..=16777216",
+        ),
+        (
+            &format!("--max-queue={max}"),
+            &format!("{max} is not in 0..=100000"),
+        ),
+        (
+            &format!("--prefill-budget={max}"),
+            &format!("{max} is not in 0..=16777216"),
+        ),
+    ] {
+        let args = ["serve", "--model", model, flag].map(String::from);
+        fak_cases.push((args.to_vec(), range.to_string()));
+    }
+    let commands = cases
+        .into_iter()
+        .map(|case| (harness(), case))
+        .chain(fak_cases.into_iter().map(|case| (fak(), case)));
+    for (mut c, (args, range)) in commands {
         c.args(&args);
         let out = run(c);
         let err = stderr(&out);
@@ -515,17 +577,27 @@ fn size_flags_past_their_range_are_refused_with_the_range() {
     );
 }
 
-/// Runs `args` with stdout a pipe whose reading end is already closed.
-fn with_closed_stdout(args: &[&str]) -> Output {
+/// Runs `command` with stdout a pipe whose reading end is already closed.
+fn with_closed_stdout(mut command: Command) -> Output {
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let child = harness()
-        .args(args)
+    let child = command
         .stdout(writer)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     child.wait_with_output().unwrap()
+}
+
+/// Ended by SIGPIPE as a Unix filter is (status 141 in a shell), or exited 0; no panic.
+fn assert_quiet(out: &Output, what: &str) {
+    let err = stderr(out);
+    let quiet = out.status.success() || out.status.signal() == Some(libc::SIGPIPE);
+    assert!(quiet, "{what}: {:?}\n{err}", out.status);
+    assert!(
+        !err.contains("panicked") && !err.contains("Broken pipe"),
+        "{what}: {err}"
+    );
 }
 
 #[test]
@@ -536,16 +608,18 @@ fn a_closed_stdout_ends_inspect_and_validate_quietly() {
         vec!["inspect", model.to_str().unwrap()],
         vec!["validate", "--json", packet.to_str().unwrap()],
     ] {
-        let out = with_closed_stdout(&args);
-        let err = stderr(&out);
-        // Ended by SIGPIPE as a Unix filter is (status 141 in a shell), or exited 0.
-        let quiet = out.status.success() || out.status.signal() == Some(libc::SIGPIPE);
-        assert!(quiet, "{args:?}: {:?}\n{err}", out.status);
-        assert!(
-            !err.contains("panicked") && !err.contains("Broken pipe"),
-            "{err}"
-        );
+        let mut c = harness();
+        c.args(&args);
+        assert_quiet(&with_closed_stdout(c), &format!("{args:?}"));
     }
+}
+
+/// An "error" line in a successful run's stderr (the lavapipe display probe printed one).
+fn assert_no_error_line(err: &str) {
+    assert!(
+        !err.lines().any(|l| l.to_lowercase().contains("error")),
+        "an error line on success:\n{err}"
+    );
 }
 
 #[test]
@@ -558,10 +632,19 @@ fn a_successful_run_prints_no_error_line() {
     let out = run(c);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
-    assert!(
-        !err.lines().any(|l| l.to_lowercase().contains("error")),
-        "an error line on success:\n{err}"
-    );
+    assert_no_error_line(&err);
+}
+
+#[test]
+fn fak_run_into_a_closed_stdout_ends_quietly_without_an_error_line() {
+    let mut c = fak();
+    c.env_remove("XDG_RUNTIME_DIR")
+        .args(["run", "--model"])
+        .arg(base("qwen3"))
+        .args(["--prompt", "Hi", "--n-out", "2", "--max-context", "64"]);
+    let out = with_closed_stdout(c);
+    assert_quiet(&out, "fak run");
+    assert_no_error_line(&stderr(&out));
 }
 
 // --- files --------------------------------------------------------------------------------

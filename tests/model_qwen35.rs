@@ -16,12 +16,13 @@ use fak::model::qwen35::{Hparams, Mixer, Tensors};
 use fak::quant::GgmlType;
 use fak::reference::{Activations, Qwen35Reference, Reference};
 use fak::runtime::{Engine, SamplingParams};
+use fak_tests::cosine;
 use fak_tests::harness::{harness, synth_model};
 use fak_tests::model::{
     assert_int_dot_logits, engine, engine_min_cosine, every_path, options, random_ids,
     rewrite_gguf, rows_error, set_key,
 };
-use fak_tests::peer::{assert_rows_close, cosine};
+use fak_tests::peer::assert_rows_close;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 

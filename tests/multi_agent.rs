@@ -323,3 +323,45 @@ fn a_hybrid_model_decodes_concurrent_agents_together() {
     assert_phases_within_ttft(&out);
     validate_and_report(&out);
 }
+
+/// `fak serve` as a scenario arm, driven over HTTP like llama-server: every turn of both agents
+/// runs with its cache on and off, the server's usage counts add up to each prompt, the cache
+/// shares the preamble and each agent's conversation, and with think time an agent's next turn
+/// goes out no sooner than that long after its answer.
+#[test]
+fn the_fak_server_arm_serves_the_agents_over_http_with_think_time() {
+    let out = scratch("fak-serve");
+    run(scenario(&out).args(["--arms", "fak-serve", "--think-ms", "250"]));
+    let p = packet(&out);
+    assert_eq!(p["scenario"]["think_s"], 0.25);
+    for name in ["fak-serve-cache", "fak-serve-nocache"] {
+        let a = arm(&p, name);
+        assert_eq!(a["status"]["state"], "ran", "{name}: {}", a["status"]);
+        assert_eq!(a["serving"]["concurrent"], 2, "{name}");
+        for t in turns(&p, name) {
+            let want = (PREAMBLE + t.1 as usize * SUFFIX + (t.1 as usize - 1) * N_OUT) as u64;
+            assert_eq!((t.2, t.3 + t.4), (want, want), "{name}: {t:?}");
+        }
+        let timed = |agent: u64, turn: u64| {
+            let t = a["turns"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["agent"] == agent && t["turn"] == turn)
+                .unwrap();
+            (t["sent_s"].as_f64().unwrap(), t["wall_s"].as_f64().unwrap())
+        };
+        for agent in [1, 2] {
+            let ((sent1, wall1), (sent2, _)) = (timed(agent, 1), timed(agent, 2));
+            assert!(
+                sent2 - (sent1 + wall1) >= 0.25,
+                "{name}: agent {agent} thought {} s",
+                sent2 - (sent1 + wall1)
+            );
+        }
+    }
+    assert!(turns(&p, "fak-serve-nocache").iter().all(|t| t.4 == 0));
+    assert!(computed(&p, "fak-serve-cache", true) < computed(&p, "fak-serve-nocache", true));
+    let report = validate_and_report(&out);
+    assert!(report.contains("think time"), "{report}");
+}

@@ -5,7 +5,7 @@
 
 use fak::gpu::kernels::attn_decode::AttnShape;
 use fak::gpu::kernels::attn_prefill::{AttnPrefill, COOP_ROW_BLOCKS, CoopTile};
-use fak::gpu::kernels::matmul::{CoopTiling, Matmul};
+use fak::gpu::kernels::matmul::{CoopKernel, Matmul};
 use fak::gpu::{Kernel, KernelVariant, PipelineSpec, Target, registry};
 use fak_tests::reduce_probe::ReduceProbe;
 use naga::back::{hlsl, msl, spv};
@@ -41,16 +41,16 @@ fn coop_attention_tiles() -> Vec<KernelVariant> {
     out
 }
 
-/// The cooperative-matrix mat-mul with each K loop of the sweep but the default (the registry's),
-/// so a tiling that matmul-bench --sweep builds fails here rather than on the device.
+/// The cooperative-matrix mat-mul with each kernel the tests and matmul-bench --sweep build but
+/// the registry's, so one that the device would build fails here rather than there.
 fn coop_matmul_tilings() -> Vec<KernelVariant> {
     let mut out = Vec::new();
     for variant in KernelVariant::all_of::<Matmul>() {
-        if variant.paths.coop_matrix.is_none() {
+        let Some(shape) = variant.paths.coop_matrix else {
             continue;
-        }
-        for tiling in CoopTiling::SWEEP {
-            if tiling != CoopTiling::DEFAULT {
+        };
+        for tiling in CoopKernel::every() {
+            if tiling != CoopKernel::for_shape(shape) && tiling.supports(shape) {
                 out.push(KernelVariant {
                     kernel: Matmul::NAME,
                     paths: variant.paths,

@@ -13,7 +13,7 @@ use fak::gpu::Forced;
 use fak::model::qwen35::Hparams;
 use fak::runtime::{Engine, EngineOptions, RuntimeError, SamplingParams, SeqId};
 use fak_tests::harness::synth_model;
-use fak_tests::rng;
+use fak_tests::{cosine, rng};
 use rand::Rng;
 use std::path::{Path, PathBuf};
 
@@ -77,18 +77,6 @@ fn random_ids_in(seed: u64, n: usize, n_vocab: usize) -> Vec<u32> {
 
 fn cat(a: &[u32], b: &[u32]) -> Vec<u32> {
     [a, b].concat()
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let (mut ab, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
-    for (&x, &y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(x), f64::from(y));
-        ab += x * y;
-        aa += x * x;
-        bb += y * y;
-    }
-    // NaN anywhere makes the cosine NaN, which fails every `>=` below.
-    ab / (aa.sqrt() * bb.sqrt())
 }
 
 fn argmax(row: &[f32]) -> u32 {

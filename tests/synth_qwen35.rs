@@ -495,7 +495,7 @@ fn an_unknown_qwen35_preset_fails_with_one_clear_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("unknown qwen35 preset \"huge\"")
-            && stderr.contains("tiny, mid, qwen35-9b, qwen35-27b"),
+            && stderr.contains("tiny, trained, mid, qwen35-9b, qwen35-27b"),
         "{stderr}"
     );
 }

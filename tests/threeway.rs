@@ -130,37 +130,47 @@ fn every_arm_runs_the_matched_envelope() {
     );
 }
 
-/// The MLX directory synth writes is bit for bit what `mx.quantize(w, 64, 4)` makes of the
-/// Hugging Face export's weights, and mlx_lm loads it as the model its own `nn.quantize` gives.
+/// The MLX directory synth writes holds, bit for bit, what `mlx_lm.convert -q` makes of the
+/// Hugging Face export of the same weights (mlx_lm's layout, `mx.quantize` of every quantizable
+/// layer), for both architectures; mlx_lm on CPU loads and runs it to the same logits. The
+/// hybrid's short-conv weight is where a checkpoint and MLX's layout differ (`[C, 1, K]` vs
+/// `[C, K, 1]`), and its norm gains carry the +1 mlx_lm adds to a checkpoint's.
 #[test]
-fn mlx_4bit_export_is_what_mlx_quantize_makes() {
-    let dir = scratch("mlx-4bit");
-    let out = harness()
-        .args([
-            "synth", "--arch", "qwen3", "--preset", "tiny", "--quant", "f32", "--seed", "3",
-        ])
-        .arg("--out")
-        .arg(dir.join("tiny.gguf"))
-        .arg("--hf-dir")
-        .arg(dir.join("hf"))
-        .arg("--mlx-4bit")
-        .arg(dir.join("mlx"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr_of(&out));
-    let check = Command::new(python())
-        .arg(fak_tests::fixture("../scripts/mlx_4bit_check.py"))
-        .arg(dir.join("hf"))
-        .arg(dir.join("mlx"))
-        .output()
-        .unwrap();
-    let report = String::from_utf8_lossy(&check.stdout);
-    assert!(check.status.success(), "{report}\n{}", stderr_of(&check));
-    let report: Value = serde_json::from_str(&report).unwrap();
-    assert_eq!(
-        report["quantized"], 30,
-        "4 layers × 7 projections + embedding + head"
-    );
+fn mlx_4bit_export_is_what_mlx_convert_makes_for_both_architectures() {
+    // (arch, quantized layers: qwen3 4 layers × 7 projections + embedding + head; qwen35 8
+    // layers × 3 MLP projections + 6 GDN × 5 projections + 2 attention × 4 + embedding + head)
+    for (arch, quantized) in [("qwen3", 30), ("qwen35", 64)] {
+        let dir = scratch(&format!("mlx-4bit-{arch}"));
+        let out = harness()
+            .args([
+                "synth", "--arch", arch, "--preset", "tiny", "--quant", "f32",
+            ])
+            .args(["--seed", "3"])
+            .arg("--out")
+            .arg(dir.join("tiny.gguf"))
+            .arg("--hf-dir")
+            .arg(dir.join("hf"))
+            .arg("--mlx-4bit")
+            .arg(dir.join("mlx"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{arch}: {}", stderr_of(&out));
+        let check = Command::new(python())
+            .arg(fak_tests::fixture("../scripts/mlx_4bit_check.py"))
+            .arg(dir.join("hf"))
+            .arg(dir.join("mlx"))
+            .output()
+            .unwrap();
+        let report = String::from_utf8_lossy(&check.stdout);
+        assert!(
+            check.status.success(),
+            "{arch}: {report}\n{}",
+            stderr_of(&check)
+        );
+        let report: Value = serde_json::from_str(&report).unwrap();
+        assert_eq!(report["quantized"], quantized, "{arch}: {report}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 /// selftest passes on this adapter for every path it runs, says per kernel and variant what ran

@@ -2,8 +2,9 @@
 //   (W a GGUF weight [rows, cols] of any decoded type, X f32 [n_tokens, cols], Y f32 [n_tokens, rows])
 //
 // bindings: see matmul_load.wgsl (0 w · 1 x · 2 y · 3 params · 4 step).
-// dispatch: (ceil(n_tokens / TILE_T), ceil(rows / TILE_R), S) per row range of W, S slices of K
-//           (matmul_split.wgsl; S = 1 writes Y directly); n_tokens
+// dispatch: (ceil(n_tokens / TILE_T), ceil(rows / TILE_R), Z) per row range of W: Z = 1, each
+//           workgroup summing K's slices in order, or Z = the slice count, one slice per
+//           workgroup into the partial sums (matmul_split.wgsl); n_tokens
 //           comes from the Step uniform, so only the grid depends on it, never the number of
 //           dispatches. A W larger than one binding is split into row ranges on the host.
 // pipelines: one per ggml type (the type overrides of matmul_load.wgsl).
@@ -55,30 +56,37 @@ fn main(
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let slice = k_slice(wg.z, groups.z);
+    let run = slice_run(wg.z, groups.z);
     let t0 = wg.x * TILE_T;
     let r0 = wg.y * TILE_R;
     let rq = lid % LANES_R;
     let tq = lid / LANES_R;
-    // acc[j][i]: token t0 + 4·tq + j, row r0 + 4·rq + i.
-    var acc: array<vec4<f32>, 4>;
-    for (var k0 = slice.begin; k0 < slice.end; k0 += TILE_K) {
-        load_tiles(lid, r0, t0, k0);
-        workgroupBarrier();
-        for (var k = 0u; k < TILE_K; k++) {
-            let wv = w_tile[k * (TILE_R / 4u) + rq];
-            let xv = x_tile[k * (TILE_T / 4u) + tq];
-            acc[0] += wv * xv.x;
-            acc[1] += wv * xv.y;
-            acc[2] += wv * xv.z;
-            acc[3] += wv * xv.w;
+    // total[j][i]: token t0 + 4·tq + j, row r0 + 4·rq + i, the slices' sums added in order.
+    var total: array<vec4<f32>, 4>;
+    for (var s = run.first; s < run.end; s++) {
+        let slice = k_slice(s, run.count);
+        var acc: array<vec4<f32>, 4>;
+        for (var k0 = slice.begin; k0 < slice.end; k0 += TILE_K) {
+            load_tiles(lid, r0, t0, k0);
+            workgroupBarrier();
+            for (var k = 0u; k < TILE_K; k++) {
+                let wv = w_tile[k * (TILE_R / 4u) + rq];
+                let xv = x_tile[k * (TILE_T / 4u) + tq];
+                acc[0] += wv * xv.x;
+                acc[1] += wv * xv.y;
+                acc[2] += wv * xv.z;
+                acc[3] += wv * xv.w;
+            }
+            // The next K step overwrites the tiles only after everyone has read them.
+            workgroupBarrier();
         }
-        // The next K step overwrites the tiles only after everyone has read them.
-        workgroupBarrier();
+        for (var j = 0u; j < 4u; j++) {
+            total[j] += acc[j];
+        }
     }
     for (var j = 0u; j < 4u; j++) {
         for (var i = 0u; i < 4u; i++) {
-            store_result(slice, t0 + 4u * tq + j, r0 + 4u * rq + i, acc[j][i]);
+            store_result(run.out, t0 + 4u * tq + j, r0 + 4u * rq + i, total[j][i]);
         }
     }
 }

@@ -54,7 +54,8 @@
 // SPIR-V writer ("Expression [N] is not cached"), so both are bound to `let`s first
 // (wgpu-notes.md §7); loads get the same treatment for symmetry.
 // requires: the specialisation consts, bytes.wgsl, blocks.wgsl, dequant_type.wgsl, step.wgsl,
-//           a shape file, then matmul_load.wgsl and matmul_split.wgsl.
+//           a shape file, then matmul_words.wgsl, matmul_load.wgsl, matmul_split.wgsl and
+//           matmul_coop_out.wgsl.
 
 // The workgroup's subgroup grid: 4 × 2 or 2 × 2.
 const SG_T: u32 = 8u / WARP_TILES_T;
@@ -70,7 +71,6 @@ const TILE_T: u32 = SG_T * WARP_T;
 const TILE_R: u32 = SG_R * WARP_R;
 // Row stride of the f16 tiles, in halves (see above).
 const STRIDE: u32 = TILE_K + 8u;
-const STAGE: u32 = COOP * COOP;
 // Quads of the W and X tiles each invocation loads per K step (the tiles are whole multiples of
 // the workgroup: 4 and 4 for 16×16 with K steps of 32 in 4 × 2 subgroups, twice that with K
 // steps of 64 or in 2 × 2 subgroups; half that for 8×8).
@@ -85,8 +85,6 @@ const_assert WARP_TILES_T == 2u || WARP_TILES_T == 4u;
 
 var<workgroup> w_tile: array<f16, BUFFERS * TILE_R * STRIDE>;
 var<workgroup> x_tile: array<f16, BUFFERS * TILE_T * STRIDE>;
-// One COOP × COOP result tile per subgroup, row-major (token-major), on its way to Y.
-var<workgroup> c_stage: array<f32, SG_T * SG_R * STAGE>;
 
 fn put_w(r: u32, k: u32, v: vec4<f32>) {
     let at = r * STRIDE + k;
@@ -121,18 +119,6 @@ fn fill(b: u32, lid: u32, r0: u32, t0: u32, k0: u32) {
     for (var q = 0u; q < X_QUADS; q++) {
         put_x_in(b, lid + q * WG, x_tile_quad(lid + q * WG, t0, k0));
     }
-}
-
-// One accumulator tile out to Y: (i, j) is its place in the subgroup's WARP_TILES_T × 4 grid.
-fn store_tile(acc: CoopC, slice: KSlice, i: u32, j: u32, t0: u32, r0: u32, stage: u32, lane: u32) {
-    let stride = COOP;
-    coopStoreT(acc, &c_stage[stage], stride);
-    workgroupBarrier();
-    for (var e = lane; e < STAGE; e += SUBGROUP_WIDTH) {
-        store_result(slice, t0 + i * COOP + e / COOP, r0 + j * COOP + e % COOP, c_stage[stage + e]);
-    }
-    // The next tile overwrites the stage only after it has been copied out.
-    workgroupBarrier();
 }
 
 @compute @workgroup_size(WG)
@@ -251,22 +237,22 @@ fn main(
     let stage = subgroup * STAGE;
     let t_sub = t0 + st;
     let r_sub = r0 + sr;
-    store_tile(acc00, slice, 0u, 0u, t_sub, r_sub, stage, lane);
-    store_tile(acc01, slice, 0u, 1u, t_sub, r_sub, stage, lane);
-    store_tile(acc02, slice, 0u, 2u, t_sub, r_sub, stage, lane);
-    store_tile(acc03, slice, 0u, 3u, t_sub, r_sub, stage, lane);
-    store_tile(acc10, slice, 1u, 0u, t_sub, r_sub, stage, lane);
-    store_tile(acc11, slice, 1u, 1u, t_sub, r_sub, stage, lane);
-    store_tile(acc12, slice, 1u, 2u, t_sub, r_sub, stage, lane);
-    store_tile(acc13, slice, 1u, 3u, t_sub, r_sub, stage, lane);
+    store_tile(acc00, slice, t_sub, r_sub, stage, lane);
+    store_tile(acc01, slice, t_sub, r_sub + 1u * COOP, stage, lane);
+    store_tile(acc02, slice, t_sub, r_sub + 2u * COOP, stage, lane);
+    store_tile(acc03, slice, t_sub, r_sub + 3u * COOP, stage, lane);
+    store_tile(acc10, slice, t_sub + 1u * COOP, r_sub, stage, lane);
+    store_tile(acc11, slice, t_sub + 1u * COOP, r_sub + 1u * COOP, stage, lane);
+    store_tile(acc12, slice, t_sub + 1u * COOP, r_sub + 2u * COOP, stage, lane);
+    store_tile(acc13, slice, t_sub + 1u * COOP, r_sub + 3u * COOP, stage, lane);
     if WARP_TILES_T == 4u {
-        store_tile(acc20, slice, 2u, 0u, t_sub, r_sub, stage, lane);
-        store_tile(acc21, slice, 2u, 1u, t_sub, r_sub, stage, lane);
-        store_tile(acc22, slice, 2u, 2u, t_sub, r_sub, stage, lane);
-        store_tile(acc23, slice, 2u, 3u, t_sub, r_sub, stage, lane);
-        store_tile(acc30, slice, 3u, 0u, t_sub, r_sub, stage, lane);
-        store_tile(acc31, slice, 3u, 1u, t_sub, r_sub, stage, lane);
-        store_tile(acc32, slice, 3u, 2u, t_sub, r_sub, stage, lane);
-        store_tile(acc33, slice, 3u, 3u, t_sub, r_sub, stage, lane);
+        store_tile(acc20, slice, t_sub + 2u * COOP, r_sub, stage, lane);
+        store_tile(acc21, slice, t_sub + 2u * COOP, r_sub + 1u * COOP, stage, lane);
+        store_tile(acc22, slice, t_sub + 2u * COOP, r_sub + 2u * COOP, stage, lane);
+        store_tile(acc23, slice, t_sub + 2u * COOP, r_sub + 3u * COOP, stage, lane);
+        store_tile(acc30, slice, t_sub + 3u * COOP, r_sub, stage, lane);
+        store_tile(acc31, slice, t_sub + 3u * COOP, r_sub + 1u * COOP, stage, lane);
+        store_tile(acc32, slice, t_sub + 3u * COOP, r_sub + 2u * COOP, stage, lane);
+        store_tile(acc33, slice, t_sub + 3u * COOP, r_sub + 3u * COOP, stage, lane);
     }
 }

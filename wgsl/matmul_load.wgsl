@@ -2,20 +2,22 @@
 // a workgroup's W and X tiles for one K step, and the guarded output store
 //
 // Math (per row range of W, see matmul.wgsl): Y[t, y_col + r] (+)= Σ_k W[r, k] · X[t, k]
-// bindings: 0 w (array<u32>, read: GGUF blocks as stored, this range's rows) · 1 x (array<f32>,
-//           read: [n_tokens, cols]) · 2 y (array<f32>, read_write: [n_tokens, y_stride])
-//           · 3 params (uniform Params, per range) · 4 step (uniform Step: n_tokens)
+// bindings: 0 w (read: GGUF blocks as stored, this range's rows; declared by the kernel with its
+//           `src_word`: matmul_words.wgsl as u32 words, matmul_x16.wgsl as vec4<u32>) · 1 x
+//           (array<f32>, read: [n_tokens, cols]) · 2 y (array<f32>, read_write: [n_tokens,
+//           y_stride]) · 3 params (uniform Params, per range) · 4 step (uniform Step: n_tokens)
 // Loaders work in quads: four consecutive k of one W row or one X row, which is what
 // `dequant4` returns for every block type (block rows are whole blocks of 32 or 256, so a quad
 // never straddles two). Neighbouring invocations take neighbouring quads of the same row, so the
 // TILE_K elements of a row in one K step are read by TILE_K / 4 adjacent invocations.
 // Everything outside the matrix (rows ≥ rows, tokens ≥ n_tokens, k ≥ cols) loads as zero, so
 // ragged edges need no special case in the inner loops.
-// requires: bytes.wgsl, blocks.wgsl, dequant_type.wgsl, step.wgsl; the kernel's consts WG,
+// requires: bytes.wgsl, blocks.wgsl, dequant_type.wgsl, step.wgsl, the weight binding and its
+//           src_word (matmul_words.wgsl or the kernel's); the kernel's consts WG,
 //           TILE_T, TILE_R, TILE_K (a multiple of 4) and its tile storage:
 //           fn put_w(r, k, v: vec4<f32>) and fn put_x(t, k, v: vec4<f32>) store a quad at
 //           k..k+3 of tile row r (token t).
-// provides: the type overrides, struct Params, the bindings, src_word, load_tiles (and its parts
+// provides: the type overrides, struct Params, the other bindings, load_tiles (and its parts
 //           w_tile_quad / put_w_quad / x_tile_quad / put_x_quad), store_output.
 
 // The ggml type of W (dequant_type.wgsl) and its block geometry (engine `kernels::type_constants`).
@@ -38,20 +40,18 @@ struct Params {
     y_stride: u32,
     // 1: Y += W·X (residual fusion); 0: Y = W·X.
     accumulate: u32,
-    pad: u32,
+    // Row length of the f16 copy of X (matmul_x16.wgsl), in vec4s: cols rounded up to 64, /4.
+    x16_stride: u32,
+    // Slices K is summed in (matmul_split.wgsl), fixed by the weight's shape: 1 is all of K.
+    k_slices: u32,
 }
 
-@group(0) @binding(0) var<storage, read> w: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 @group(0) @binding(3) var<uniform> params: Params;
 @group(0) @binding(4) var<uniform> step: Step;
 
 const QUADS_K: u32 = TILE_K / 4u;
-
-fn src_word(index: u32) -> u32 {
-    return w[index];
-}
 
 // W[r, k..k+3] of this range, zero outside the matrix.
 fn w_quad(r: u32, k: u32) -> vec4<f32> {

@@ -56,6 +56,12 @@ pub mod wgsl {
     pub const STEP: WgslFile = wgsl_file!("step.wgsl");
     /// Mat-mul bindings, parameters and tile loaders, shared by every mat-mul variant.
     pub const MATMUL_LOAD: WgslFile = wgsl_file!("matmul_load.wgsl");
+    /// The mat-mul weight binding as u32 words (matmul.wgsl, matmul_coop.wgsl).
+    pub const MATMUL_WORDS: WgslFile = wgsl_file!("matmul_words.wgsl");
+    /// The cooperative-matrix mat-muls' staged result store.
+    pub const MATMUL_COOP_OUT: WgslFile = wgsl_file!("matmul_coop_out.wgsl");
+    /// Cooperative-matrix mat-mul reading X converted to f16 once per product.
+    pub const MATMUL_X16: WgslFile = wgsl_file!("matmul_x16.wgsl");
     /// Split-K for every mat-mul variant: K slices, partial sums and their reduction.
     pub const MATMUL_SPLIT: WgslFile = wgsl_file!("matmul_split.wgsl");
     /// Register-tiled mat-mul (f32 tiles).

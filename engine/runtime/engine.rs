@@ -527,7 +527,8 @@ impl Engine {
                 (self.encode_time, self.submits, self.steps);
             first_known = self.greedy_loop(seq, n_out, start, &mut stats, &mut accept)?;
         } else {
-            let mut sampler = Sampler::new(sampling.clone());
+            let prompt = self.seq(seq)?.tokens[..prompt_tokens].to_vec();
+            let mut sampler = Sampler::for_prompt(sampling.clone(), &prompt);
             self.prefill(seq, true)?;
             prefilled = Instant::now();
             stats.prefill_step_dispatches = self.last_dispatches;
@@ -639,6 +640,12 @@ impl Engine {
     /// Bytes the prefix cache holds now (pages and snapshots).
     pub fn cached_bytes(&self) -> u64 {
         self.cache.cached_bytes()
+    }
+
+    /// KV pages held now, by sequences in flight and by the prefix cache, of
+    /// [`CacheConfig::n_pages`].
+    pub fn kv_pages_in_use(&self) -> usize {
+        self.cache.config().n_pages as usize - self.cache.free_pages()
     }
 
     /// What the snapshot buffer pool has done since load (hybrid models).

@@ -4,13 +4,14 @@
 pub mod engine;
 pub mod io;
 pub mod sampling;
+pub mod scheduler;
 
 pub use engine::{
     Engine, EngineOptions, GenerationStats, PrefillPhases, SeqId, SnapshotStats, Started,
     StepProfile, StopReason,
 };
 pub use io::StepIo;
-pub use sampling::{Sampler, SamplingError, SamplingParams};
+pub use sampling::{Sampler, SamplingError, SamplingParams, TokenLogprobs, logprobs};
 
 use crate::cache::CacheError;
 use crate::gguf::GgufError;

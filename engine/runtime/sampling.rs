@@ -1,121 +1,189 @@
-//! Token choice from logits: greedy, or sampled with temperature, top-k and top-p from a seed.
+//! Token choice from logits: greedy, or sampled with penalties, temperature, top-k, top-p and
+//! min-p from a seed; and the log-probabilities a client may ask for.
 //!
-//! Order (as Hugging Face and vLLM apply it): temperature scales the logits, top-k keeps the k
-//! largest, top-p keeps the smallest prefix of those (by probability) whose mass reaches p, then
-//! one token is drawn from the renormalised distribution. Temperature ≤ 0 means greedy; ties go
-//! to the lowest id, as the GPU argmax does. Deterministic for a seed.
+//! Order (as Hugging Face and vLLM apply it): the repetition penalty (prompt and output tokens)
+//! and the presence and frequency penalties (output tokens) adjust the logits; temperature
+//! scales them; top-k keeps the k largest; top-p keeps the smallest prefix of those (by
+//! probability) whose mass reaches p; min-p drops what is less likely than min-p times the most
+//! likely; one token is drawn from the renormalised rest. Temperature 0 means greedy (after the
+//! penalties); ties go to the lowest id, as the GPU argmax does. Deterministic for a seed.
+//!
+//! Every range is checked in one place, [`SamplingParams::validated`], which
+//! [`SamplingParams::new`] and every front end (the CLI, the server) go through.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use std::collections::HashMap;
 
-/// How the next token is chosen. Built only through [`SamplingParams::new`] (or
-/// [`greedy`](SamplingParams::greedy)), which refuses values outside their ranges: the one check
-/// every front end shares, the command line's flags and a server's request fields alike.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct SamplingParams {
-    temperature: f32,
-    top_k: usize,
-    top_p: f32,
-    seed: u64,
+    /// 0 = greedy.
+    pub temperature: f32,
+    /// 0 = no top-k cut.
+    pub top_k: usize,
+    /// 1.0 = no top-p cut.
+    pub top_p: f32,
+    pub seed: u64,
+    /// 0.0 = no min-p cut.
+    pub min_p: f32,
+    /// Divides a positive logit (multiplies a negative one) of every token already in the
+    /// prompt or the output; 1.0 = none.
+    pub repetition_penalty: f32,
+    /// Subtracted once from the logit of every token the output holds; 0.0 = none.
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit once per time the output holds it; 0.0 = none.
+    pub frequency_penalty: f32,
 }
 
-/// A sampling value outside its range; the message names the parameter, the value and the range.
+/// A sampling parameter out of its range, named as the OpenAI API names it.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[error("{name} {value}: {range}")]
-pub struct SamplingError {
-    /// The parameter as the caller knows it (`temperature`, `top_p`).
-    pub name: &'static str,
-    pub value: String,
-    pub range: &'static str,
+pub enum SamplingError {
+    #[error("temperature must be between 0 and 2, got {0}")]
+    Temperature(f32),
+    #[error("top_p must be greater than 0 and at most 1, got {0}")]
+    TopP(f32),
+    #[error("min_p must be between 0 and 1, got {0}")]
+    MinP(f32),
+    #[error("repetition_penalty must be greater than 0 and at most 2, got {0}")]
+    RepetitionPenalty(f32),
+    #[error("presence_penalty must be between -2 and 2, got {0}")]
+    PresencePenalty(f32),
+    #[error("frequency_penalty must be between -2 and 2, got {0}")]
+    FrequencyPenalty(f32),
 }
 
 impl SamplingParams {
-    /// The most temperature accepted: far past where sampling is uniform over the candidates
-    /// (logits differ by tens), and finite, so the scaled logits stay numbers.
-    pub const MAX_TEMPERATURE: f32 = 1e6;
-    const TEMPERATURE_RANGE: &str =
-        "the temperature must be a finite number from 0 (greedy) to 1000000";
-    const TOP_P_RANGE: &str = "top-p must be a number above 0 and at most 1 (1 keeps every token)";
-
-    /// Temperature ≥ 0 (0 is greedy), top-k any count (0 = no cut), top-p in (0, 1] (1 = no
-    /// cut), any seed. NaN, infinities and negative values are refused.
-    pub fn new(
-        temperature: f32,
-        top_k: usize,
-        top_p: f32,
-        seed: u64,
-    ) -> Result<Self, SamplingError> {
-        if !(0.0..=Self::MAX_TEMPERATURE).contains(&temperature) {
-            return Err(SamplingError {
-                name: "temperature",
-                value: temperature.to_string(),
-                range: Self::TEMPERATURE_RANGE,
-            });
-        }
-        if !(top_p > 0.0 && top_p <= 1.0) {
-            return Err(SamplingError {
-                name: "top_p",
-                value: top_p.to_string(),
-                range: Self::TOP_P_RANGE,
-            });
-        }
-        Ok(Self {
-            temperature,
-            top_k,
-            top_p,
-            seed,
-        })
-    }
-
     pub fn greedy() -> Self {
         Self {
             temperature: 0.0,
             top_k: 0,
             top_p: 1.0,
             seed: 0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
         }
     }
 
-    pub fn temperature(&self) -> f32 {
-        self.temperature
+    /// Temperature, top-k, top-p and seed, checked; no min-p cut, no penalties.
+    pub fn new(
+        temperature: f32,
+        top_k: usize,
+        top_p: f32,
+        seed: u64,
+    ) -> Result<Self, SamplingError> {
+        Self {
+            temperature,
+            top_k,
+            top_p,
+            seed,
+            ..Self::greedy()
+        }
+        .validated()
     }
 
-    /// 0 = no top-k cut.
-    pub fn top_k(&self) -> usize {
-        self.top_k
+    /// These parameters if every one is in range (NaN never is): the one place ranges are
+    /// checked. The ranges are OpenAI's where it has the parameter (temperature 0..=2, top_p
+    /// in (0, 1], penalties -2..=2), vLLM's otherwise (min_p 0..=1, repetition_penalty > 0, here
+    /// at most 2).
+    pub fn validated(self) -> Result<Self, SamplingError> {
+        let within = |v: f32, lo: f32, hi: f32| (lo..=hi).contains(&v);
+        if !within(self.temperature, 0.0, 2.0) {
+            return Err(SamplingError::Temperature(self.temperature));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(SamplingError::TopP(self.top_p));
+        }
+        if !within(self.min_p, 0.0, 1.0) {
+            return Err(SamplingError::MinP(self.min_p));
+        }
+        if !(self.repetition_penalty > 0.0 && self.repetition_penalty <= 2.0) {
+            return Err(SamplingError::RepetitionPenalty(self.repetition_penalty));
+        }
+        if !within(self.presence_penalty, -2.0, 2.0) {
+            return Err(SamplingError::PresencePenalty(self.presence_penalty));
+        }
+        if !within(self.frequency_penalty, -2.0, 2.0) {
+            return Err(SamplingError::FrequencyPenalty(self.frequency_penalty));
+        }
+        Ok(self)
     }
 
-    /// 1.0 = no top-p cut.
-    pub fn top_p(&self) -> f32 {
-        self.top_p
-    }
-
-    pub fn seed(&self) -> u64 {
-        self.seed
-    }
-
+    /// Whether the choice is the argmax of the raw logits (what the GPU computes): temperature 0
+    /// or top-k 1, and no penalty moving the logits.
     pub fn is_greedy(&self) -> bool {
-        self.temperature == 0.0 || self.top_k == 1
+        (self.temperature <= 0.0 || self.top_k == 1) && !self.penalizes()
+    }
+
+    fn penalizes(&self) -> bool {
+        self.repetition_penalty != 1.0
+            || self.presence_penalty != 0.0
+            || self.frequency_penalty != 0.0
+    }
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self::greedy()
     }
 }
 
 pub struct Sampler {
     params: SamplingParams,
     rng: ChaCha8Rng,
+    /// Tokens of the prompt (the repetition penalty's only).
+    prompt: Vec<u32>,
+    /// How often each token was chosen so far.
+    counts: HashMap<u32, u32>,
 }
 
 impl Sampler {
     pub fn new(params: SamplingParams) -> Self {
+        Self::for_prompt(params, &[])
+    }
+
+    /// A sampler whose repetition penalty also counts the tokens of `prompt`.
+    pub fn for_prompt(params: SamplingParams, prompt: &[u32]) -> Self {
         let rng = ChaCha8Rng::seed_from_u64(params.seed);
-        Self { params, rng }
+        let mut prompt = match params.repetition_penalty != 1.0 {
+            true => prompt.to_vec(),
+            false => Vec::new(),
+        };
+        prompt.sort_unstable();
+        prompt.dedup();
+        Self {
+            params,
+            rng,
+            prompt,
+            counts: HashMap::new(),
+        }
     }
 
     pub fn params(&self) -> &SamplingParams {
         &self.params
     }
 
+    /// Chooses the next token from `logits` and remembers it (for the penalties).
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        let token = self.choose(logits);
+        *self.counts.entry(token).or_default() += 1;
+        token
+    }
+
+    fn choose(&mut self, logits: &[f32]) -> u32 {
         if self.params.is_greedy() {
+            return crate::reference::ops::argmax(logits);
+        }
+        let penalized;
+        let logits = match self.params.penalizes() {
+            true => {
+                penalized = self.penalized(logits);
+                &penalized
+            }
+            false => logits,
+        };
+        if self.params.temperature <= 0.0 || self.params.top_k == 1 {
             return crate::reference::ops::argmax(logits);
         }
         let candidates = self.candidates(logits);
@@ -130,7 +198,33 @@ impl Sampler {
         candidates.last().map_or(0, |c| c.0)
     }
 
-    /// (id, unnormalised probability) after temperature, top-k and top-p, most likely first.
+    /// `logits` with the repetition, presence and frequency penalties applied.
+    fn penalized(&self, logits: &[f32]) -> Vec<f32> {
+        let mut out = logits.to_vec();
+        let p = &self.params;
+        let repeat = |v: f32| match v > 0.0 {
+            true => v / p.repetition_penalty,
+            false => v * p.repetition_penalty,
+        };
+        if p.repetition_penalty != 1.0 {
+            for &id in &self.prompt {
+                if !self.counts.contains_key(&id)
+                    && let Some(v) = out.get_mut(id as usize)
+                {
+                    *v = repeat(*v);
+                }
+            }
+        }
+        for (&id, &n) in &self.counts {
+            if let Some(v) = out.get_mut(id as usize) {
+                *v = repeat(*v) - p.presence_penalty - p.frequency_penalty * n as f32;
+            }
+        }
+        out
+    }
+
+    /// (id, unnormalised probability) after temperature, top-k, top-p and min-p, most likely
+    /// first.
     fn candidates(&self, logits: &[f32]) -> Vec<(u32, f64)> {
         let t = f64::from(self.params.temperature);
         let mut ids: Vec<u32> = (0..logits.len() as u32)
@@ -152,9 +246,14 @@ impl Sampler {
             .map(|i| (i, weight(f64::from(logits[i as usize]))))
             .collect();
         let total: f64 = weighted.iter().map(|w| w.1).sum();
+        // The most likely token's weight is exp(0) = 1: min-p keeps weights ≥ min_p.
+        let floor = f64::from(self.params.min_p);
         let mut kept = Vec::new();
         let mut mass = 0.0;
         for (id, w) in weighted {
+            if w < floor {
+                break;
+            }
             kept.push((id, w));
             mass += w / total;
             if mass >= f64::from(self.params.top_p) {
@@ -162,6 +261,52 @@ impl Sampler {
             }
         }
         kept
+    }
+}
+
+/// The log-probability of `chosen` and the `top` most likely tokens, from the raw logits (the
+/// model's distribution, before any penalty or temperature), most likely first.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct TokenLogprobs {
+    pub token: u32,
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+pub fn logprobs(logits: &[f32], chosen: u32, top: usize) -> TokenLogprobs {
+    let max = logits
+        .iter()
+        .copied()
+        .filter(|v| !v.is_nan())
+        .fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits
+        .iter()
+        .filter(|v| !v.is_nan())
+        .map(|&v| f64::from(v - max).exp())
+        .sum();
+    let log_z = f64::from(max) + sum.ln();
+    let lp = |id: u32| (f64::from(logits[id as usize]) - log_z) as f32;
+    let mut order: Vec<u32> = (0..logits.len() as u32)
+        .filter(|&i| !logits[i as usize].is_nan())
+        .collect();
+    let top = top.min(order.len());
+    if top > 0 {
+        order.select_nth_unstable_by(top - 1, |&a, &b| {
+            logits[b as usize]
+                .total_cmp(&logits[a as usize])
+                .then(a.cmp(&b))
+        });
+    }
+    order.truncate(top);
+    order.sort_by(|&a, &b| {
+        logits[b as usize]
+            .total_cmp(&logits[a as usize])
+            .then(a.cmp(&b))
+    });
+    TokenLogprobs {
+        token: chosen,
+        logprob: lp(chosen),
+        top: order.into_iter().map(|id| (id, lp(id))).collect(),
     }
 }
 
@@ -214,18 +359,108 @@ mod tests {
     }
 
     #[test]
-    fn values_outside_their_ranges_are_refused_naming_the_range() {
-        for t in [f32::NAN, f32::INFINITY, -0.5, 2e6] {
-            let err = SamplingParams::new(t, 0, 1.0, 0).unwrap_err().to_string();
-            assert!(err.starts_with(&format!("temperature {t}: ")), "{err}");
-            assert!(err.contains("from 0 (greedy) to 1000000"), "{err}");
+    fn min_p_drops_what_is_far_less_likely_than_the_best() {
+        // Probabilities ∝ 1, 0.5, 0.01: min-p 0.1 keeps the first two only.
+        let logits = [0.0f32, 0.5f32.ln(), 0.01f32.ln()];
+        let p = SamplingParams {
+            temperature: 1.0,
+            min_p: 0.1,
+            ..SamplingParams::greedy()
         }
-        for p in [f32::NAN, 0.0, -0.1, 1.5, f32::INFINITY] {
-            let err = SamplingParams::new(1.0, 0, p, 0).unwrap_err().to_string();
-            assert!(err.starts_with(&format!("top_p {p}: ")), "{err}");
-            assert!(err.contains("above 0 and at most 1"), "{err}");
+        .validated()
+        .unwrap();
+        let mut s = Sampler::new(p);
+        let draws: Vec<u32> = (0..2000).map(|_| s.sample(&logits)).collect();
+        assert!(!draws.contains(&2));
+        assert!(draws.contains(&0) && draws.contains(&1));
+    }
+
+    #[test]
+    fn penalties_move_greedy_off_a_repeated_token() {
+        let logits = [1.0f32, 0.9, -3.0];
+        let with = |presence: f32, frequency: f32, repetition: f32, prompt: &[u32]| {
+            let p = SamplingParams {
+                presence_penalty: presence,
+                frequency_penalty: frequency,
+                repetition_penalty: repetition,
+                ..SamplingParams::greedy()
+            }
+            .validated()
+            .unwrap();
+            assert!(!p.is_greedy(), "a penalty needs the logits on the host");
+            let mut s = Sampler::for_prompt(p, prompt);
+            [s.sample(&logits), s.sample(&logits), s.sample(&logits)]
+        };
+        // Presence: token 0 once chosen loses 0.5, so 1 wins next, then both are penalised
+        // equally and 0 wins again.
+        assert_eq!(with(0.5, 0.0, 1.0, &[]), [0, 1, 0]);
+        // Frequency: each repeat costs 0.06; 0 wins twice (1.0, 0.94 > 0.9), then 1.
+        assert_eq!(with(0.0, 0.06, 1.0, &[]), [0, 0, 1]);
+        // Repetition over the prompt: 1.0 / 1.5 < 0.9, so 1 wins first; then 1 is penalised
+        // too (0.6 < 0.67) and 0 wins, once per token however often it repeats.
+        assert_eq!(with(0.0, 0.0, 1.5, &[0]), [1, 0, 0]);
+    }
+
+    #[test]
+    fn every_range_is_checked_and_nan_never_passes() {
+        let bad = |f: fn(&mut SamplingParams)| {
+            let mut p = SamplingParams::greedy();
+            f(&mut p);
+            p.validated().unwrap_err()
+        };
+        let bad_value = |f: fn(&mut SamplingParams, f32), v: f32| {
+            let mut p = SamplingParams::greedy();
+            f(&mut p, v);
+            p.validated().unwrap_err()
+        };
+        assert_eq!(
+            bad(|p| p.temperature = -0.1),
+            SamplingError::Temperature(-0.1)
+        );
+        for t in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            assert!(matches!(
+                bad_value(|p, v| p.temperature = v, t),
+                SamplingError::Temperature(_)
+            ));
+            assert!(matches!(
+                bad_value(|p, v| p.top_p = v, t),
+                SamplingError::TopP(_)
+            ));
+            assert!(matches!(
+                bad_value(|p, v| p.min_p = v, t),
+                SamplingError::MinP(_)
+            ));
+            assert!(matches!(
+                bad_value(|p, v| p.repetition_penalty = v, t),
+                SamplingError::RepetitionPenalty(_)
+            ));
+            assert!(matches!(
+                bad_value(|p, v| p.presence_penalty = v, t),
+                SamplingError::PresencePenalty(_)
+            ));
         }
-        assert!(SamplingParams::new(0.0, usize::MAX, 1.0, u64::MAX).is_ok());
+        assert_eq!(bad(|p| p.top_p = 0.0), SamplingError::TopP(0.0));
+        assert_eq!(bad(|p| p.top_p = 1.5), SamplingError::TopP(1.5));
+        assert_eq!(bad(|p| p.min_p = 2.0), SamplingError::MinP(2.0));
+        assert_eq!(
+            bad(|p| p.repetition_penalty = 0.0),
+            SamplingError::RepetitionPenalty(0.0)
+        );
+        assert_eq!(
+            bad(|p| p.presence_penalty = 2.5),
+            SamplingError::PresencePenalty(2.5)
+        );
+        assert!(matches!(
+            bad(|p| p.frequency_penalty = f32::NAN),
+            SamplingError::FrequencyPenalty(_)
+        ));
+        assert!(SamplingParams::new(2.0, 40, 1.0, 1).is_ok());
+        assert!(
+            SamplingParams::new(2.1, 40, 1.0, 1)
+                .unwrap_err()
+                .to_string()
+                .contains("temperature")
+        );
     }
 
     #[test]
@@ -235,5 +470,16 @@ mod tests {
         for _ in 0..100 {
             assert_eq!(s.sample(&logits), 1);
         }
+    }
+
+    #[test]
+    fn logprobs_are_a_log_softmax_with_the_best_first() {
+        let logits = [1.0f32, 3.0, 2.0, f32::NAN];
+        let lp = logprobs(&logits, 2, 2);
+        let z = (1f64.exp() + 3f64.exp() + 2f64.exp()).ln();
+        assert!((f64::from(lp.logprob) - (2.0 - z)).abs() < 1e-6);
+        assert_eq!(lp.top.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 2]);
+        assert!((f64::from(lp.top[0].1) - (3.0 - z)).abs() < 1e-6);
+        assert!(logprobs(&logits, 0, 0).top.is_empty());
     }
 }

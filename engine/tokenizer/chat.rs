@@ -6,13 +6,16 @@
 //! special-token strings (`bos_token`, `eos_token`) and extra keyword arguments such as
 //! `enable_thinking`. The environment here is set up the same, with `minijinja-contrib`'s
 //! pycompat layer for the Python string methods the Qwen templates call (`startswith`, `split`,
-//! `lstrip`, `strip('\n')`, …). Loop controls (`{% break %}`), `strftime_now` and tool
-//! definitions are not provided: no template fak renders uses them.
+//! `lstrip`, `strip('\n')`, …). Loop controls (`{% break %}`) and `strftime_now` are not
+//! provided: no template fak renders uses them. A server's conversation (messages with tool
+//! calls and reasoning, tool definitions) comes as JSON ([`ChatTemplate::render_json`]); maps
+//! keep the client's key order, as jinja2's `tojson` writes them.
 //!
 //! A template comes from the model file, so it is hostile input: every render runs under a
-//! budget ([`TemplateBudget`]) — minijinja's fuel (instructions executed and bytes of data created), a
-//! recursion limit and a cap on the output — and a template that exceeds it fails with an error
-//! saying which limit, rather than looping for hours or allocating until the process aborts.
+//! budget ([`TemplateBudget`]) — minijinja's fuel (instructions executed and bytes of data
+//! created), a recursion limit and a cap on the output — and a template that exceeds it fails
+//! with an error saying which limit, rather than looping for hours or allocating until the
+//! process aborts.
 
 use super::TokenizerError;
 use minijinja::syntax::SyntaxConfig;
@@ -63,13 +66,20 @@ impl TemplateBudget {
     /// Deep enough for any real template's macros, shallow enough for a 2 MiB thread stack.
     const RECURSION: usize = 64;
 
-    /// The budget for rendering `messages`: a base, plus one fuel per byte of input (64 bytes
-    /// of data created per input byte) and four bytes of output per byte of input.
+    /// The budget for rendering `messages`: [`for_input`](Self::for_input) of their roles' and
+    /// contents' bytes.
     pub fn for_messages(messages: &[ChatMessage]) -> Self {
         let input: usize = messages
             .iter()
             .map(|m| m.role.len() + m.content.len())
             .sum();
+        Self::for_input(input)
+    }
+
+    /// The budget for a conversation of `input` bytes (text, or JSON with its tools): a base,
+    /// plus one fuel per byte of input (64 bytes of data created per input byte) and four bytes
+    /// of output per byte of input.
+    pub fn for_input(input: usize) -> Self {
         TemplateBudget {
             fuel: Self::BASE_FUEL.saturating_add(input as u64),
             recursion: Self::RECURSION,
@@ -106,8 +116,9 @@ impl ChatTemplate {
         &self.source
     }
 
-    /// Renders a conversation under [`TemplateBudget::for_messages`]. `enable_thinking = false` is what
-    /// Qwen3's templates read to emit an empty `<think>` block after the generation prompt.
+    /// Renders a conversation under [`TemplateBudget::for_messages`]. `enable_thinking = false`
+    /// is what Qwen3's templates read to emit an empty `<think>` block after the generation
+    /// prompt.
     pub fn render(
         &self,
         messages: &[ChatMessage],
@@ -126,6 +137,63 @@ impl ChatTemplate {
         enable_thinking: bool,
         budget: TemplateBudget,
     ) -> Result<String, TokenizerError> {
+        let messages: Vec<Value> = messages
+            .iter()
+            .map(|m| {
+                Value::from_pairs([
+                    ("role", Value::from(m.role.as_str())),
+                    ("content", Value::from(m.content.as_str())),
+                ])
+            })
+            .collect();
+        self.render_values(
+            Value::from(messages),
+            Value::UNDEFINED,
+            add_generation_prompt,
+            enable_thinking,
+            budget,
+        )
+    }
+
+    /// Renders a conversation given as JSON: `messages` an array of objects (`role`, `content`,
+    /// and whatever else the template reads: `tool_calls`, `reasoning_content`, …), `tools` an
+    /// array of tool definitions (OpenAI's `{"type": "function", "function": {…}}`) or None.
+    /// The budget is [`TemplateBudget::for_input`] of the JSON's bytes.
+    pub fn render_json(
+        &self,
+        messages: &str,
+        tools: Option<&str>,
+        add_generation_prompt: bool,
+        enable_thinking: bool,
+    ) -> Result<String, TokenizerError> {
+        let parse = |what: &str, json: &str| {
+            serde_json::from_str::<Value>(json).map_err(|e| TokenizerError::ChatTemplate {
+                why: format!("the {what} are not JSON: {e}"),
+            })
+        };
+        let budget = TemplateBudget::for_input(messages.len() + tools.map_or(0, str::len));
+        let messages = parse("messages", messages)?;
+        let tools = match tools {
+            Some(json) => parse("tools", json)?,
+            None => Value::UNDEFINED,
+        };
+        self.render_values(
+            messages,
+            tools,
+            add_generation_prompt,
+            enable_thinking,
+            budget,
+        )
+    }
+
+    fn render_values(
+        &self,
+        messages: Value,
+        tools: Value,
+        add_generation_prompt: bool,
+        enable_thinking: bool,
+        budget: TemplateBudget,
+    ) -> Result<String, TokenizerError> {
         let mut env = Environment::new();
         env.set_fuel(Some(budget.fuel));
         env.set_recursion_limit(budget.recursion);
@@ -137,15 +205,6 @@ impl ChatTemplate {
         env.set_syntax(syntax);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
-        let messages: Vec<Value> = messages
-            .iter()
-            .map(|m| {
-                Value::from_pairs([
-                    ("role", Value::from(m.role.as_str())),
-                    ("content", Value::from(m.content.as_str())),
-                ])
-            })
-            .collect();
         let template = env
             .template_from_str(&self.source)
             .map_err(template_error)?;
@@ -153,6 +212,7 @@ impl ChatTemplate {
         let rendered = template.render_captured_to(
             context! {
                 messages,
+                tools,
                 add_generation_prompt,
                 enable_thinking,
                 bos_token => self.bos_token.as_str(),
@@ -249,6 +309,31 @@ mod tests {
             t.render(&msgs[1..], false, true).unwrap(),
             "<|im_start|>user\nHi<|im_end|>\n"
         );
+    }
+
+    /// Tools and tool calls reach the template as the client wrote them: keys in their order
+    /// through `tojson`, and a JSON error names what was not JSON.
+    #[test]
+    fn json_conversations_keep_key_order_and_tools() {
+        let t = ChatTemplate::new(
+            "{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}\
+             {% for m in messages %}{{ m.role }}:{{ m.content }}\
+             {% for c in m.tool_calls %}[{{ c.function.name }} {{ c.function.arguments }}]\
+             {% endfor %};{% endfor %}",
+            None,
+            None,
+        );
+        let tools = r#"[{"type": "function", "function": {"name": "f", "a": 1}}]"#;
+        let messages = r#"[{"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "", "tool_calls":
+             [{"function": {"name": "f", "arguments": "{\"x\": 2}"}}]}]"#;
+        assert_eq!(
+            t.render_json(messages, Some(tools), false, true).unwrap(),
+            "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"a\": 1}}\n\
+             user:hi;assistant:[f {\"x\": 2}];"
+        );
+        let err = t.render_json("[{", None, false, true).unwrap_err();
+        assert!(err.to_string().contains("messages are not JSON"), "{err}");
     }
 
     #[test]

@@ -35,18 +35,7 @@ log "setup done; harness $(cat target/h200/commit 2>/dev/null || echo '?'), pres
 export FAK_COMMIT=$(cat target/h200/commit 2>/dev/null || true)
 
 # llama-server with CUDA, only sm_90, in the background at the lowest priority.
-LS=/tmp/llama/llama.cpp/build/bin/llama-server
-(
-    [ -x "$LS" ] && exit 0
-    mkdir -p /tmp/llama && tar xzf target/h200/llama-src.tgz -C /tmp/llama && cd /tmp/llama/llama.cpp &&
-    cmake -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
-        -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
-        -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF \
-        -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
-        -DLLAMA_BUILD_COMMIT=0c1e57098 -DLLAMA_BUILD_NUMBER=0 &&
-    time nice -n 19 cmake --build build -j "${LLAMA_JOBS:-16}" --target llama-server
-) > "$OUT/llama-build.log" 2>&1 &
+source experiments/h200/llama-build.sh
 LLAMA_BUILD=$!
 
 # MLX: join the wheel, check it against the sums made where it was downloaded, install without

@@ -1,14 +1,12 @@
 //! The fak-native arm: this very binary, started again as `harness serve-arm --model <gguf>` in
-//! a child process, so fak gets a fresh process of its own like the other engines.
+//! a child process, so fak gets a fresh process of its own like the other engines; a
+//! [`super::jsonl::JsonlArm`] runs it.
 
-use super::jsonl::{BUCKET_METHODS, JsonlEngine};
-use super::process::{EngineProcess, ExitInfo};
-use super::{Arm, ArmFacts, Buckets, Done, Logits, Timed};
+use super::jsonl::JsonlChild;
 use anyhow::{Context, Result};
 use serde_json::json;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 pub struct FakNative {
     pub model: PathBuf,
@@ -19,7 +17,6 @@ pub struct FakNative {
     /// scenario arm's name, e.g. `fak-native-cache`, in a scenario).
     pub label: &'static str,
     pub serve: ServeOptions,
-    engine: Option<JsonlEngine>,
 }
 
 /// How the child serves concurrent requests (the multi-agent scenario); the defaults are the
@@ -51,18 +48,11 @@ impl FakNative {
             scratch,
             label,
             serve: ServeOptions::default(),
-            engine: None,
         }
-    }
-
-    fn engine(&mut self) -> Result<&mut JsonlEngine> {
-        self.engine
-            .as_mut()
-            .with_context(|| format!("{}: not started", self.label))
     }
 }
 
-impl Arm for FakNative {
+impl JsonlChild for FakNative {
     fn name(&self) -> &'static str {
         self.label
     }
@@ -82,11 +72,7 @@ impl Arm for FakNative {
         })
     }
 
-    fn bucket_methods(&self) -> Buckets<&'static str> {
-        BUCKET_METHODS
-    }
-
-    fn start(&mut self) -> Result<ArmFacts> {
+    fn command(&self) -> Result<Command> {
         let exe = std::env::current_exe().context("locating the harness binary")?;
         let mut command = Command::new(exe);
         command
@@ -99,37 +85,10 @@ impl Arm for FakNative {
         if let Some(page) = self.serve.page_size {
             command.args(["--page-size", &page.to_string()]);
         }
-        let log = self.scratch.join(format!("{}.log", self.label));
-        let process = EngineProcess::spawn(self.label, command, &log, true)?;
-        let (engine, facts) = JsonlEngine::start(process, &self.scratch)?;
-        self.engine = Some(engine);
-        Ok(facts)
+        Ok(command)
     }
 
-    fn generate(&mut self, prompt: &[u32], n_out: usize) -> Result<Timed> {
-        self.engine()?.generate(prompt, n_out)
-    }
-
-    fn logits(&mut self, ids: &[u32]) -> Result<Logits> {
-        self.engine()?.logits(ids)
-    }
-
-    fn submit(&mut self, id: u64, prompt: &[u32], n_out: usize) -> Result<()> {
-        self.engine()?.submit(id, prompt, n_out)
-    }
-
-    fn next_done(&mut self, timeout: Duration) -> Result<Option<Done>> {
-        self.engine()?.next_done(timeout)
-    }
-
-    fn pid(&self) -> Option<u32> {
-        self.engine.as_ref().map(|e| e.process.pid())
-    }
-
-    fn stop(&mut self) -> ExitInfo {
-        match self.engine.take() {
-            Some(mut e) => e.process.stop(Duration::from_secs(10)),
-            None => ExitInfo::default(),
-        }
+    fn scratch(&self) -> &Path {
+        &self.scratch
     }
 }

@@ -2,12 +2,12 @@
 //! (`Connection: close`), bodies plain or chunked, and a streaming read that timestamps each
 //! server-sent-event line the moment it is complete.
 
-use super::process::now_ns;
+use super::process::{Interrupted, interrupted, now_ns};
 use anyhow::{Context, Result, bail};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::sync::mpsc::{Receiver, channel};
-use std::time::Duration;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::time::{Duration, Instant};
 
 pub struct Response {
     pub status: u16,
@@ -165,6 +165,59 @@ pub fn post_streaming(
         let _ = tx.send(Event::End(result));
     });
     Ok((sent_ns, rx))
+}
+
+/// A request's id and how reading its answer ended.
+pub type Answer<T> = (u64, Result<T>);
+
+/// Answers of concurrent requests, each read on a thread of its own and collected as it ends:
+/// the server arms' `submit` and `next_done`.
+pub struct Answers<T> {
+    send: Sender<Answer<T>>,
+    recv: Receiver<Answer<T>>,
+}
+
+impl<T: Send + 'static> Answers<T> {
+    pub fn new() -> Self {
+        let (send, recv) = channel();
+        Answers { send, recv }
+    }
+
+    /// Reads request `id`'s answer with `read` on a new thread.
+    pub fn spawn(&self, id: u64, read: impl FnOnce() -> Result<T> + Send + 'static) {
+        let send = self.send.clone();
+        std::thread::spawn(move || {
+            let _ = send.send((id, read()));
+        });
+    }
+
+    /// The next answer to end within `timeout` (None when none did), asking `alive` every
+    /// 100 ms meanwhile (a server that died is its error); Ctrl-C is [`Interrupted`].
+    pub fn next(
+        &self,
+        timeout: Duration,
+        alive: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<Option<Answer<T>>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if interrupted() {
+                return Err(Interrupted.into());
+            }
+            let wait = deadline
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(100));
+            match self.recv.recv_timeout(wait) {
+                Ok(answer) => return Ok(Some(answer)),
+                Err(RecvTimeoutError::Timeout) => {
+                    alive()?;
+                    if Instant::now() >= deadline {
+                        return Ok(None);
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => bail!("no stream threads"),
+            }
+        }
+    }
 }
 
 /// A `Transfer-Encoding: chunked` body, decoded.

@@ -20,13 +20,14 @@
 //! - any failure → `{"ok": false, "error": "..."}` (with the `id` of a submitted request). EOF
 //!   on stdin stops the child.
 
-use super::process::{EngineProcess, now_ns};
-use super::{ArmFacts, Buckets, Done, Logits, Timed};
+use super::process::{EngineProcess, ExitInfo, now_ns};
+use super::{Arm, ArmFacts, BucketKind, BucketMethod, Buckets, Done, Logits, Timed};
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 /// How long a loading engine may take before it is declared stuck.
@@ -35,15 +36,124 @@ const LOAD_TIMEOUT: Duration = Duration::from_secs(900);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// How the buckets are measured for a JSON-lines child.
-pub const BUCKET_METHODS: Buckets<&str> = Buckets {
-    queue: "harness wrote the request line → the child had read it (both CLOCK_MONOTONIC)",
-    setup: "the child had read the request → it called the generation loop (parse, ids to the engine's array)",
-    prefill: "generation loop called → first token known in the child",
-    decode: "first token → last token known in the child",
-    verification: "none: no speculative decoding, nothing to verify (0)",
-    recovery: "engine restarts after a crash, charged to the request that was lost (0 otherwise)",
-    other: "last token known in the child → the harness had its answer line (loop exit, JSON, pipe)",
+pub const BUCKET_METHODS: Buckets<BucketMethod> = Buckets {
+    queue: measured(
+        "harness wrote the request line → the child had read it (both CLOCK_MONOTONIC)",
+    ),
+    setup: measured(
+        "the child had read the request → it called the generation loop (parse, ids to the engine's array)",
+    ),
+    prefill: measured("generation loop called → first token known in the child"),
+    decode: measured("first token → last token known in the child"),
+    verification: BucketMethod {
+        kind: BucketKind::Zero,
+        how: "not measured, set to 0: no speculative decoding, nothing to verify",
+    },
+    recovery: measured(
+        "engine restarts after a crash, charged to the request that was lost (0: none happened)",
+    ),
+    other: measured(
+        "last token known in the child → the harness had its answer line (loop exit, JSON, pipe)",
+    ),
 };
+
+const fn measured(how: &'static str) -> BucketMethod {
+    BucketMethod {
+        kind: BucketKind::Measured,
+        how,
+    }
+}
+
+/// What sets one JSON-lines engine apart from the other: its name, flags and the command that
+/// starts it. [`JsonlArm`] is the [`Arm`] of any of them.
+pub trait JsonlChild {
+    /// The arm's name (`fak-native`, `mlx`, or a scenario arm's label).
+    fn name(&self) -> &'static str;
+    /// The flags the engine runs with (recorded in the packet).
+    fn flags(&self) -> Value;
+    /// The command that starts the child, its model already named.
+    fn command(&self) -> Result<Command>;
+    /// Where the child's stderr log and logits files go.
+    fn scratch(&self) -> &Path;
+    /// The log file's name (`<log_name>.log`).
+    fn log_name(&self) -> &str {
+        self.name()
+    }
+}
+
+/// A JSON-lines child as an [`Arm`]: `child` says how to start it; requests go over
+/// [`JsonlEngine`].
+pub struct JsonlArm<C> {
+    pub child: C,
+    engine: Option<JsonlEngine>,
+}
+
+impl<C: JsonlChild> JsonlArm<C> {
+    pub fn new(child: C) -> Self {
+        JsonlArm {
+            child,
+            engine: None,
+        }
+    }
+
+    fn engine(&mut self) -> Result<&mut JsonlEngine> {
+        let name = self.child.name();
+        self.engine
+            .as_mut()
+            .with_context(|| format!("{name}: not started"))
+    }
+}
+
+impl<C: JsonlChild> Arm for JsonlArm<C> {
+    fn name(&self) -> &'static str {
+        self.child.name()
+    }
+
+    fn flags(&self) -> Value {
+        self.child.flags()
+    }
+
+    fn bucket_methods(&self) -> Buckets<BucketMethod> {
+        BUCKET_METHODS
+    }
+
+    fn start(&mut self) -> Result<ArmFacts> {
+        let command = self.child.command()?;
+        let scratch = self.child.scratch();
+        let log = scratch.join(format!("{}.log", self.child.log_name()));
+        let process = EngineProcess::spawn(self.child.name(), command, &log, true)?;
+        let (engine, facts) = JsonlEngine::start(process, scratch)?;
+        self.engine = Some(engine);
+        Ok(facts)
+    }
+
+    fn generate(&mut self, prompt: &[u32], n_out: usize) -> Result<Timed> {
+        self.engine()?.generate(prompt, n_out)
+    }
+
+    fn logits(&mut self, ids: &[u32]) -> Result<Logits> {
+        self.engine()?.logits(ids)
+    }
+
+    fn submit(&mut self, id: u64, prompt: &[u32], n_out: usize) -> Result<()> {
+        self.engine()?.submit(id, prompt, n_out)
+    }
+
+    fn next_done(&mut self, timeout: Duration) -> Result<Option<Done>> {
+        self.engine()?.next_done(timeout)
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.engine.as_ref().map(|e| e.process.pid())
+    }
+
+    fn stop(&mut self) -> ExitInfo {
+        match self.engine.take() {
+            Some(mut e) => e.process.stop(Duration::from_secs(10)),
+            None => ExitInfo::default(),
+        }
+    }
+}
 
 /// A started child.
 pub struct JsonlEngine {

@@ -3,14 +3,12 @@
 //! Its weights are MLX's own affine 4-bit (group 64) conversion of the same float weights,
 //! never the GGUF: the packet labels it as different weights, so it is never called parity.
 
-use super::jsonl::{BUCKET_METHODS, JsonlEngine};
-use super::process::{EngineProcess, ExitInfo};
-use super::{Arm, ArmFacts, Buckets, Done, Logits, NotInstalled, Timed};
+use super::NotInstalled;
+use super::jsonl::JsonlChild;
 use anyhow::{Context, Result};
 use serde_json::json;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 pub const DRIVER: &str = include_str!("mlx_driver.py");
 
@@ -23,7 +21,6 @@ pub struct Mlx {
     pub prompt_cache: Option<usize>,
     /// The log file's name (`<log_name>.log`).
     pub log_name: &'static str,
-    engine: Option<JsonlEngine>,
 }
 
 impl Mlx {
@@ -34,12 +31,7 @@ impl Mlx {
             scratch,
             prompt_cache: None,
             log_name: "mlx",
-            engine: None,
         }
-    }
-
-    fn engine(&mut self) -> Result<&mut JsonlEngine> {
-        self.engine.as_mut().context("mlx: not started")
     }
 }
 
@@ -64,7 +56,7 @@ pub fn find_python(python: Option<&str>) -> Result<String, NotInstalled> {
     Ok(python)
 }
 
-impl Arm for Mlx {
+impl JsonlChild for Mlx {
     fn name(&self) -> &'static str {
         "mlx"
     }
@@ -82,11 +74,8 @@ impl Arm for Mlx {
         })
     }
 
-    fn bucket_methods(&self) -> Buckets<&'static str> {
-        BUCKET_METHODS
-    }
-
-    fn start(&mut self) -> Result<ArmFacts> {
+    /// The driver, written next to the run's scratch files, on the model directory.
+    fn command(&self) -> Result<Command> {
         let driver = self.scratch.join("mlx_driver.py");
         std::fs::write(&driver, DRIVER).with_context(|| format!("writing {}", driver.display()))?;
         let mut command = Command::new(&self.python);
@@ -94,37 +83,14 @@ impl Arm for Mlx {
         if let Some(n) = self.prompt_cache {
             command.args(["--prompt-cache", &n.to_string()]);
         }
-        let log = self.scratch.join(format!("{}.log", self.log_name));
-        let process = EngineProcess::spawn("mlx", command, &log, true)?;
-        let (engine, facts) = JsonlEngine::start(process, &self.scratch)?;
-        self.engine = Some(engine);
-        Ok(facts)
+        Ok(command)
     }
 
-    fn generate(&mut self, prompt: &[u32], n_out: usize) -> Result<Timed> {
-        self.engine()?.generate(prompt, n_out)
+    fn scratch(&self) -> &Path {
+        &self.scratch
     }
 
-    fn logits(&mut self, ids: &[u32]) -> Result<Logits> {
-        self.engine()?.logits(ids)
-    }
-
-    fn submit(&mut self, id: u64, prompt: &[u32], n_out: usize) -> Result<()> {
-        self.engine()?.submit(id, prompt, n_out)
-    }
-
-    fn next_done(&mut self, timeout: Duration) -> Result<Option<Done>> {
-        self.engine()?.next_done(timeout)
-    }
-
-    fn pid(&self) -> Option<u32> {
-        self.engine.as_ref().map(|e| e.process.pid())
-    }
-
-    fn stop(&mut self) -> ExitInfo {
-        match self.engine.take() {
-            Some(mut e) => e.process.stop(Duration::from_secs(10)),
-            None => ExitInfo::default(),
-        }
+    fn log_name(&self) -> &str {
+        self.log_name
     }
 }

@@ -18,6 +18,7 @@ an exact hit still recomputes the prompt's last token, so every first token come
 computed in its own request.
 """
 import json
+import os
 import platform
 import sys
 import time
@@ -52,10 +53,40 @@ def load(model_dir):
         "mlx": getattr(mx, "__version__", "unknown"),
         "mlx_lm": getattr(mlx_lm, "__version__", "unknown"),
         "device": str(mx.default_device()),
+        "device_name": device_name(mx),
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "precision": precision(mx, model),
     }
     return mx, np, generate_step, mlx_cache, model, facts
+
+
+def device_name(mx):
+    """The default device's name where this MLX says it (mx.device_info, MLX 0.29 and later)."""
+    try:
+        return mx.device_info().get("device_name")
+    except Exception:  # an MLX without device_info, or a device it cannot describe
+        return None
+
+
+def precision(mx, model):
+    """The precision MLX computes in here, stated and measured. Activations take the dtype of the
+    model's float parameters. MLX runs float32 matmuls as TF32 (inputs rounded to 10 mantissa
+    bits) on hardware that has it (CUDA tensor cores, Apple M5) unless MLX_ENABLE_TF32=0; its
+    default is 1. `a @ eye(n)` is exact in float32, so any error it shows is that rounding."""
+    from mlx.utils import tree_flatten
+
+    floats = sorted({str(v.dtype) for _, v in tree_flatten(model.parameters())
+                     if mx.issubdtype(v.dtype, mx.floating)})
+    a = mx.random.normal((256, 256), key=mx.random.key(0))
+    error = (mx.max(mx.abs(a @ mx.eye(256) - a)) / mx.max(mx.abs(a))).item()
+    return {
+        "float_parameters": floats,
+        "MLX_ENABLE_TF32": os.environ.get("MLX_ENABLE_TF32", "unset (MLX's default: 1)"),
+        "f32_matmul_probe_rel_error": error,
+        "f32_matmul": "full float32" if error == 0.0 else
+                      f"reduced (TF32-class): a @ eye(256) off by {error:.1e} of max|a|",
+    }
 
 
 def start_cache(mlx_cache, model, lru, prompt):

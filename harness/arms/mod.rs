@@ -4,11 +4,14 @@
 //! - [`fak_native`]: `harness serve-arm`, a child speaking JSON lines ([`jsonl`]) over stdin and
 //!   stdout, on `fak::runtime::Engine`;
 //! - [`llama_cpp`]: `llama-server` on loopback, token ids in, streamed tokens out ([`http`]);
+//! - [`fak_serve`]: `fak serve` on loopback through the same HTTP client (the multi-agent
+//!   scenario's server-to-server comparison);
 //! - [`mlx`]: `mlx_driver.py` on `mlx_lm`, the same JSON-lines protocol as fak's child.
 //!
 //! A timed request reads back nothing but tokens; logits come from a separate untimed call.
 
 pub mod fak_native;
+pub mod fak_serve;
 pub mod http;
 pub mod jsonl;
 pub mod llama_cpp;
@@ -18,6 +21,7 @@ pub mod process;
 use anyhow::Result;
 use serde::Serialize;
 
+pub use fak_harness::packet::BucketKind;
 pub use process::ExitInfo;
 
 /// One timed request: what came back and when, on the shared monotonic clock (ns).
@@ -36,8 +40,8 @@ pub struct Timed {
     pub engine: serde_json::Value,
 }
 
-/// The per-request time buckets (DESIGN.md "The harness"): each one measured, their sum the
-/// request's wall clock.
+/// The per-request time buckets (docs/METHOD.md "Buckets"): their sum the request's wall
+/// clock; each engine states how each is obtained ([`BucketMethod`]).
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct Buckets<T> {
     pub queue: T,
@@ -47,6 +51,13 @@ pub struct Buckets<T> {
     pub verification: T,
     pub recovery: T,
     pub other: T,
+}
+
+/// How one bucket is obtained for an engine: its kind and, in words, from what.
+#[derive(Clone, Copy, Debug)]
+pub struct BucketMethod {
+    pub kind: BucketKind,
+    pub how: &'static str,
 }
 
 /// A request of a concurrent scenario, answered: what came back and the prompt tokens the
@@ -79,8 +90,13 @@ pub trait Arm {
     fn name(&self) -> &'static str;
     /// The flags the engine runs with (recorded in the packet).
     fn flags(&self) -> serde_json::Value;
-    /// How each bucket is measured for this engine.
-    fn bucket_methods(&self) -> Buckets<&'static str>;
+    /// Flags chosen for this engine's workload beyond the shared ones, with why (recorded in
+    /// the packet and the report).
+    fn tuning(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+    /// How each bucket is obtained for this engine.
+    fn bucket_methods(&self) -> Buckets<BucketMethod>;
     /// Starts the engine process and waits until it is ready.
     fn start(&mut self) -> Result<ArmFacts>;
     /// One greedy request of exactly `n_out` tokens, end-of-sequence ignored.
@@ -92,6 +108,12 @@ pub trait Arm {
     fn submit(&mut self, id: u64, prompt: &[u32], n_out: usize) -> Result<()>;
     /// The next submitted request answered, or None when none finished within `timeout`.
     fn next_done(&mut self, timeout: std::time::Duration) -> Result<Option<Done>>;
+    /// TTFT of `prompt` as a plain client measures it against this engine's own server, right
+    /// after the arm's own request on it, and the server's own prompt time for that request
+    /// (seconds; an engine the harness drives over HTTP); None where there is no such client.
+    fn plain_client_ttft(&mut self, _prompt: &[u32], _n_out: usize) -> Option<Result<(f64, f64)>> {
+        None
+    }
     /// The engine process, while it runs.
     fn pid(&self) -> Option<u32>;
     /// Stops the engine and reaps it.

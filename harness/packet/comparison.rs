@@ -4,9 +4,11 @@
 //! so `harness validate` can rebuild and compare it.
 
 use super::FileDigest;
+use super::metrics::{BootstrapSpec, RateDist, TimeDist, Tolerance};
 use super::quality::{Against, QualityRule, QualityStatus, QualitySummary};
 use super::raw::{
-    ArmEnvelope, ArmStatus, BucketMethods, Buckets, EngineInfo, MemoryPeak, Runtime, Weights,
+    ArmDevice, ArmEnvelope, ArmStatus, BucketMethods, Buckets, EngineInfo, MemoryPeak, Runtime,
+    Weights,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -55,6 +57,11 @@ pub struct Hardware {
     pub gpu: Gpu,
     /// The adapter's read bandwidth as `selftest` measured it.
     pub bandwidth: Option<Bandwidth>,
+    /// What a reader of benchmarks expects to know about the machine, as the OS states it
+    /// (machine model, chip, core counts, OS build, Metal family; GPU driver, Vulkan and CUDA
+    /// versions): key → value, absent keys unknown.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub catalog: BTreeMap<String, String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -107,6 +114,14 @@ pub struct Envelope {
     pub greedy: bool,
     pub ignore_eos: bool,
     pub warmup_requests: usize,
+    /// Where the model's weights come from, in words (random synthetic, trained, a user's file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_origin: Option<String>,
+    /// FLOPs every prompt token costs at the least: 2 × the elements of the block weights (the
+    /// matrices each token multiplies; the embedding lookup, the head and attention left out),
+    /// for the compute floor under a TTFT.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_flops_per_token: Option<u64>,
 }
 
 impl Envelope {
@@ -168,29 +183,6 @@ impl Method {
     }
 }
 
-/// The bootstrap behind every p50 interval: resample requests with replacement (ITL: resample
-/// requests and pool their gaps), take the p50 of each resample, report the 2.5th and 97.5th
-/// percentiles of those. Indices come from splitmix64 seeded with `seed`.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct BootstrapSpec {
-    pub resamples: usize,
-    pub seed: u64,
-    pub confidence: f64,
-}
-
-/// |measured − expected| ≤ abs_s + rel · expected.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Tolerance {
-    pub abs_s: f64,
-    pub rel: f64,
-}
-
-impl Tolerance {
-    pub fn allows(&self, measured: f64, expected: f64) -> bool {
-        (measured - expected).abs() <= self.abs_s + self.rel * expected.abs()
-    }
-}
-
 /// `harness selftest` on this machine's adapter, run before the arms.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Selftest {
@@ -202,7 +194,14 @@ pub struct Selftest {
     pub checks_failed: u64,
     /// The failing checks by name.
     pub failures: Vec<String>,
+    /// The selftest's own output (`selftest.json`), a raw file of the packet: the hardware entry's
+    /// adapter and bandwidth are held to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<FileDigest>,
 }
+
+/// The selftest's raw file in a run folder.
+pub const SELFTEST_FILE: &str = "selftest.json";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -228,6 +227,43 @@ pub struct ArmEntry {
     pub summary: Option<ArmSummary>,
     /// Every request, warm-up included, decomposed.
     pub requests: Vec<RequestRow>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<ArmDevice>,
+    /// The arm's TTFT against a plain client's on the same server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plain_client: Option<PlainClientCheck>,
+}
+
+/// The arm's TTFT p50 against the p50 a plain client measured on the same server in the same
+/// run ([`super::raw::PlainClient`]): within [`PLAIN_CLIENT_RULE`], the arm's clock adds nothing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlainClientCheck {
+    pub how: String,
+    pub rule: String,
+    /// The plain client's requests.
+    pub requests: usize,
+    pub plain_ttft_p50_s: Option<f64>,
+    pub arm_ttft_p50_s: Option<f64>,
+    /// Whether the two p50s are within the rule; None when either is missing.
+    pub within: Option<bool>,
+    /// p50 of TTFT minus the server's own prompt time, the plain client's and the arm's (its
+    /// derived queue): what each client and the server's bookkeeping add, free of the noise in
+    /// the prompt's own compute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plain_beyond_prompt_p50_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arm_beyond_prompt_p50_s: Option<f64>,
+    /// Why the plain client did not run.
+    pub error: Option<String>,
+}
+
+/// |arm p50 − plain p50| ≤ max(3 ms, 5 % of the plain p50).
+pub const PLAIN_CLIENT_RULE: &str = "the arm's TTFT p50 within 5 % or 3 ms of the plain client's";
+
+impl PlainClientCheck {
+    pub fn within(arm_p50: f64, plain_p50: f64) -> bool {
+        (arm_p50 - plain_p50).abs() <= (0.05 * plain_p50).max(0.003)
+    }
 }
 
 /// One request's decomposition and the figures derived from it.
@@ -246,30 +282,6 @@ pub struct RequestRow {
     pub prefill_tok_s: f64,
     /// (n_out − 1) / decode; absent when n_out < 2.
     pub decode_tok_s: Option<f64>,
-}
-
-/// Percentiles of a time over counted requests (ITL: over all gaps pooled).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TimeDist {
-    pub n: usize,
-    pub p50: f64,
-    pub p95: f64,
-    pub p99: f64,
-    pub mean: f64,
-    pub min: f64,
-    pub max: f64,
-    /// Bootstrap interval of the p50, [low, high].
-    pub p50_ci: [f64; 2],
-}
-
-/// A rate as `tokens / time`: its p50 is tokens / p50(time) and its p95 the slow tail,
-/// tokens / p95(time), so p95 ≤ p50.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RateDist {
-    pub tokens: f64,
-    pub p50: f64,
-    pub p95: f64,
-    pub p50_ci: [f64; 2],
 }
 
 /// An arm's summary over its counted requests.

@@ -1,8 +1,57 @@
 //! The benchmark's arithmetic: percentiles, rates, inter-token gaps, the bootstrap, ratios and the
-//! bucket-sum check. Pure functions over seconds; [`super::summary`] applies them to raw samples.
+//! bucket-sum check, and the distributions and tolerance they produce. Pure functions over seconds,
+//! the statistics leaf of the packet (it imports only the raw bucket type); [`super::summary`]
+//! applies them to raw samples.
 
-use super::comparison::{BootstrapSpec, RateDist, TimeDist, Tolerance};
 use super::raw::Buckets;
+use serde::{Deserialize, Serialize};
+
+/// The bootstrap behind every p50 interval: resample requests with replacement (ITL: resample
+/// requests and pool their gaps), take the p50 of each resample, report the 2.5th and 97.5th
+/// percentiles of those. Indices come from splitmix64 seeded with `seed`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BootstrapSpec {
+    pub resamples: usize,
+    pub seed: u64,
+    pub confidence: f64,
+}
+
+/// Percentiles of a time over counted requests (ITL: over all gaps pooled).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TimeDist {
+    pub n: usize,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub mean: f64,
+    pub min: f64,
+    pub max: f64,
+    /// Bootstrap interval of the p50, [low, high].
+    pub p50_ci: [f64; 2],
+}
+
+/// A rate as `tokens / time`: its p50 is tokens / p50(time) and its p95 the slow tail,
+/// tokens / p95(time), so p95 ≤ p50.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RateDist {
+    pub tokens: f64,
+    pub p50: f64,
+    pub p95: f64,
+    pub p50_ci: [f64; 2],
+}
+
+/// |measured − expected| ≤ abs_s + rel · expected.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tolerance {
+    pub abs_s: f64,
+    pub rel: f64,
+}
+
+impl Tolerance {
+    pub fn allows(&self, measured: f64, expected: f64) -> bool {
+        (measured - expected).abs() <= self.abs_s + self.rel * expected.abs()
+    }
+}
 
 /// The p-quantile (p in [0, 1]) of sorted values by linear interpolation between order
 /// statistics (Hyndman–Fan type 7, numpy's default): h = (n − 1)·p, x[⌊h⌋] + (h − ⌊h⌋)·(x[⌊h⌋+1] − x[⌊h⌋]).
@@ -145,6 +194,22 @@ pub fn ratio(arm: f64, reference: f64) -> f64 {
     arm / reference
 }
 
+/// The cosine of two vectors (logit rows), summed in f64. NaN anywhere, rows of different
+/// lengths or a zero row give NaN, which fails every threshold.
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    if a.len() != b.len() {
+        return f64::NAN;
+    }
+    let (mut ab, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(x), f64::from(y));
+        ab += x * y;
+        aa += x * x;
+        bb += y * y;
+    }
+    ab / (aa.sqrt() * bb.sqrt())
+}
+
 /// Relative closeness for recomputed figures that went through JSON: |a − b| ≤ 1e-9 · max(|a|, |b|)
 /// (plus 1e-15 absolute for zeros).
 pub fn close(a: f64, b: f64) -> bool {
@@ -276,5 +341,14 @@ mod tests {
         assert!(close(0.1 + 0.2, 0.3));
         assert!(!close(1.0, 1.0 + 1e-6));
         assert!(close(0.0, 0.0));
+    }
+
+    #[test]
+    fn cosine_is_one_for_parallel_rows_and_nan_for_broken_ones() {
+        assert!((cosine(&[1.0, 2.0], &[2.0, 4.0]) - 1.0).abs() < 1e-12);
+        assert!(cosine(&[1.0, 0.0], &[0.0, 1.0]).abs() < 1e-12);
+        assert!(cosine(&[1.0, f32::NAN], &[1.0, 1.0]).is_nan());
+        assert!(cosine(&[1.0, 2.0], &[1.0]).is_nan());
+        assert!(cosine(&[0.0, 0.0], &[1.0, 1.0]).is_nan());
     }
 }

@@ -14,9 +14,11 @@
 
 pub mod comparison;
 pub mod metrics;
+pub mod physics;
 pub mod quality;
 pub mod raw;
 pub mod scenario;
+pub mod selftest_raw;
 pub mod summary;
 pub mod validate;
 pub mod writer;
@@ -25,6 +27,7 @@ pub mod writer;
 pub(crate) mod testkit;
 
 pub use comparison::*;
+pub use metrics::{BootstrapSpec, RateDist, TimeDist, Tolerance};
 pub use quality::*;
 pub use raw::*;
 pub use summary::PacketMeta;

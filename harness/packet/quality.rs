@@ -28,6 +28,10 @@ pub enum Against {
         weights: String,
         /// sha256 of those weights.
         weights_sha256: String,
+        /// What those weights are, in words (seeded random, trained, the quantized blocks
+        /// dequantized), so a quantization cost is read for what it measures.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        label: Option<String>,
     },
     /// Another arm of the same packet (same GGUF: token parity).
     Arm { arm: String },

@@ -69,6 +69,52 @@ pub struct EngineInfo {
     /// Anything else the engine reported about its build (llama-server `/props`), verbatim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build: Option<serde_json::Value>,
+    /// The flags the harness chose for this engine's workload beyond the shared ones, each with
+    /// why (llama-server's prompt cache and checkpoints; the user's `--llama-arg`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tuning: Vec<FlagChoice>,
+}
+
+/// A flag (with its value) and why it was set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlagChoice {
+    pub flag: String,
+    pub why: String,
+}
+
+/// Where an arm computed, as far as the harness can tell.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArmDevice {
+    /// In words: the wgpu adapter, llama-server's device list, MLX's device.
+    pub name: String,
+    pub kind: DeviceKind,
+    /// True when this is the adapter `harness selftest` checked and measured (the packet's
+    /// hardware entry): the bandwidth and peak-throughput bounds of `harness validate` hold
+    /// the arm to that device.
+    pub selftest_adapter: bool,
+}
+
+/// The kind of device an arm ran on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceKind {
+    /// A hardware GPU.
+    Gpu,
+    /// A GPU API implemented on the CPU (Mesa llvmpipe/lavapipe, SwiftShader, WARP).
+    SoftwareGpu,
+    /// The CPU, natively.
+    Cpu,
+}
+
+impl DeviceKind {
+    /// In words, for the report.
+    pub fn label(self) -> &'static str {
+        match self {
+            DeviceKind::Gpu => "a GPU",
+            DeviceKind::SoftwareGpu => "a software GPU on the CPU",
+            DeviceKind::Cpu => "the CPU, natively",
+        }
+    }
 }
 
 /// The weights an arm ran.
@@ -94,7 +140,7 @@ pub struct ArmEnvelope {
     pub warmup_requests: usize,
 }
 
-/// The buckets of one request, each measured (never a remainder), in seconds.
+/// The buckets of one request, in seconds; how each came about is its arm's [`BucketKinds`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Buckets {
     /// Request sent → the engine starts work on it.
@@ -170,6 +216,59 @@ pub struct BucketMethods {
     pub verification: String,
     pub recovery: String,
     pub other: String,
+    /// What kind of figure each bucket is (absent in packets written before kinds were stated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kinds: Option<BucketKinds>,
+}
+
+/// How a bucket's value comes about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BucketKind {
+    /// A clock reading between two events, or the engine's own counter (0 when the event did
+    /// not happen, e.g. no restart).
+    Measured,
+    /// Computed from other readings; the method says from which.
+    Derived,
+    /// Not measured: set to 0 because the engine has no such phase (the method says why).
+    Zero,
+}
+
+impl BucketKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            BucketKind::Measured => "measured",
+            BucketKind::Derived => "derived",
+            BucketKind::Zero => "set to 0",
+        }
+    }
+}
+
+/// The kind of each bucket of one engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketKinds {
+    pub queue: BucketKind,
+    pub setup: BucketKind,
+    pub prefill: BucketKind,
+    pub decode: BucketKind,
+    pub verification: BucketKind,
+    pub recovery: BucketKind,
+    pub other: BucketKind,
+}
+
+impl BucketKinds {
+    /// The kinds in [`Buckets::NAMES`] order.
+    pub fn values(&self) -> [BucketKind; 7] {
+        [
+            self.queue,
+            self.setup,
+            self.prefill,
+            self.decode,
+            self.verification,
+            self.recovery,
+            self.other,
+        ]
+    }
 }
 
 /// One timed request.
@@ -214,6 +313,25 @@ pub struct ArmHeader {
     pub weights: Weights,
     pub envelope: ArmEnvelope,
     pub bucket_methods: BucketMethods,
+    /// Where the arm computed (absent in packets written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<ArmDevice>,
+}
+
+/// TTFT as a plain client measured it against the arm's own server, in the same run, after the
+/// arm's timed requests: the same prompts in the same order, one at a time (llama.cpp).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlainClient {
+    /// What the client is and how it measured.
+    pub how: String,
+    /// One TTFT per counted prompt, in order, in seconds (empty when it did not run).
+    pub ttft_s: Vec<f64>,
+    /// The server's own prompt time (`timings.prompt_ms`) of each of those requests, seconds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompt_s: Vec<f64>,
+    /// Why it did not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// `<arm>-raw.json`.
@@ -225,6 +343,8 @@ pub struct ArmRaw {
     pub status: ArmStatus,
     pub memory: Option<MemoryPeak>,
     pub requests: Vec<RequestSample>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plain_client: Option<PlainClient>,
 }
 
 impl ArmRaw {

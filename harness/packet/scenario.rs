@@ -48,6 +48,9 @@ pub struct ScenarioSpec {
     pub turns: usize,
     pub n_out: usize,
     pub arrival: Arrival,
+    /// Seconds an agent waits between an answer and its next turn (0: at once).
+    #[serde(default)]
+    pub think_s: f64,
     /// [`super::prompt_sha256`] of the preamble's ids.
     pub preamble_sha256: String,
     /// How the preamble and the suffixes were drawn (corpus, seed).

@@ -3,14 +3,15 @@
 //! validator rebuilds it from the raw files with the same function and compares.
 
 use super::comparison::{
-    ArmEntry, ArmRatios, ArmSummary, BootstrapSpec, Envelope, Hardware, HarnessInfo, Method,
-    Packet, QualityEntry, QualityEntryComparison, Ratios, RequestRow, Selftest, TimeDist,
+    ArmEntry, ArmRatios, ArmSummary, Envelope, Hardware, HarnessInfo, Method, PLAIN_CLIENT_RULE,
+    Packet, PlainClientCheck, QualityEntry, QualityEntryComparison, Ratios, RequestRow, Selftest,
 };
 use super::metrics::{
-    decode_rate, itl_gaps, percentile, prefill_rate, rate_dist, ratio, singletons, time_dist,
+    BootstrapSpec, TimeDist, decode_rate, itl_gaps, percentile, prefill_rate, rate_dist, ratio,
+    singletons, time_dist,
 };
 use super::quality::ArmQuality;
-use super::raw::{ArmRaw, Buckets, RequestSample};
+use super::raw::{ArmRaw, Buckets, PlainClient, RequestSample};
 use super::{FileDigest, PACKET_SCHEMA};
 use std::collections::BTreeMap;
 
@@ -93,6 +94,46 @@ pub fn arm_entry(
             .iter()
             .map(|r| request_row(r, envelope))
             .collect(),
+        device: h.device.clone(),
+        plain_client: raw
+            .plain_client
+            .as_ref()
+            .map(|p| plain_client_check(raw, p)),
+    }
+}
+
+/// The arm's TTFT p50 (over its counted requests) against the plain client's.
+fn plain_client_check(raw: &ArmRaw, plain: &PlainClient) -> PlainClientCheck {
+    let arm: Vec<f64> = raw.counted().map(|r| r.buckets.ttft()).collect();
+    let arm_p50 = percentile(&arm, 0.5);
+    let plain_p50 = percentile(&plain.ttft_s, 0.5);
+    PlainClientCheck {
+        how: plain.how.clone(),
+        rule: PLAIN_CLIENT_RULE.to_owned(),
+        requests: plain.ttft_s.len(),
+        plain_ttft_p50_s: plain_p50,
+        arm_ttft_p50_s: arm_p50,
+        within: arm_p50
+            .zip(plain_p50)
+            .map(|(a, p)| PlainClientCheck::within(a, p)),
+        plain_beyond_prompt_p50_s: (plain.prompt_s.len() == plain.ttft_s.len())
+            .then(|| {
+                let beyond: Vec<f64> = plain
+                    .ttft_s
+                    .iter()
+                    .zip(&plain.prompt_s)
+                    .map(|(t, p)| t - p)
+                    .collect();
+                percentile(&beyond, 0.5)
+            })
+            .flatten(),
+        arm_beyond_prompt_p50_s: percentile(
+            &raw.counted()
+                .map(|r| r.buckets.ttft() - r.buckets.prefill_s)
+                .collect::<Vec<_>>(),
+            0.5,
+        ),
+        error: plain.error.clone(),
     }
 }
 

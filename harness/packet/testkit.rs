@@ -69,6 +69,8 @@ pub fn envelope() -> Envelope {
         greedy: true,
         ignore_eos: true,
         warmup_requests: 1,
+        model_origin: None,
+        prefill_flops_per_token: None,
     }
 }
 
@@ -82,6 +84,7 @@ pub fn header(arm: &str) -> ArmHeader {
             version: "test 1.0".into(),
             flags: vec!["--greedy".into()],
             build: None,
+            tuning: vec![],
         },
         weights: Weights {
             path: if same {
@@ -110,7 +113,17 @@ pub fn header(arm: &str) -> ArmHeader {
             verification: "id checks".into(),
             recovery: "restart time".into(),
             other: "transport".into(),
+            kinds: Some(BucketKinds {
+                queue: BucketKind::Measured,
+                setup: BucketKind::Measured,
+                prefill: BucketKind::Measured,
+                decode: BucketKind::Measured,
+                verification: BucketKind::Measured,
+                recovery: BucketKind::Measured,
+                other: BucketKind::Measured,
+            }),
         },
+        device: None,
     }
 }
 
@@ -197,6 +210,7 @@ pub fn meta() -> PacketMeta {
                 bytes_per_s: 150e9,
                 how: "test probe".into(),
             }),
+            catalog: BTreeMap::new(),
         },
         toolchain: BTreeMap::from([("rustc".to_string(), "1.95.0".to_string())]),
         envelope: envelope(),
@@ -208,6 +222,7 @@ pub fn meta() -> PacketMeta {
             checks_run: 42,
             checks_failed: 0,
             failures: vec![],
+            file: None,
         },
     }
 }
@@ -247,6 +262,7 @@ pub fn fak_quality() -> ArmQuality {
                     engine: ReferenceEngine::CpuReference,
                     weights: "f32".into(),
                     weights_sha256: sha256_hex(b"f32 weights"),
+                    label: None,
                 },
                 QualityRule::QuantizationCost,
                 None,
@@ -288,6 +304,63 @@ pub fn write_run_with(dir: &Path, fak_prefill_tok_s: f64, fak_itl_s: f64) -> Pac
     writer.finish(meta()).unwrap()
 }
 
+/// The selftest output of a physical run: an H200 whose probe read `best_bytes_per_s`.
+pub fn selftest_output(best_bytes_per_s: f64) -> serde_json::Value {
+    serde_json::json!({
+        "schema": "fak.selftest.v1",
+        "pass": true,
+        "adapter": {"name": "NVIDIA H200", "backend": "vulkan", "driver": "NVIDIA",
+                    "driver_info": "580.159.04", "device_type": "discrete"},
+        "bandwidth": {"method": "timestamp queries", "bytes_per_pass": 1u64 << 30, "passes": 7,
+                      "best_bytes_per_s": best_bytes_per_s,
+                      "median_bytes_per_s": best_bytes_per_s * 0.97},
+        "checks": [{"model": "tiny", "paths": "default", "check": "logits", "pass": true}],
+        "kernels": [{"kernel": "matvec", "variant": "subgroup", "case": "q4_k", "pass": true}],
+    })
+}
+
+/// A run on an H200 with every physical bound applicable: a 16 GB decode step (at 4.8 TB/s one
+/// sequence decodes at most 300 tok/s), 5.4e10 FLOPs a prompt token (16 tokens take at least
+/// 0.44 ms at 1,979 TFLOPS), fak and llama.cpp on the GPU, MLX on the CPU, the selftest's output
+/// a file of the run with the hardware entry built from it.
+pub fn write_physical_run(
+    dir: &Path,
+    fak_prefill_tok_s: f64,
+    fak_itl_s: f64,
+    best_bytes_per_s: f64,
+) -> Packet {
+    let mut writer = PacketWriter::create(dir).unwrap();
+    for (arm, prefill, itl, seed, kind) in [
+        (NATIVE_ARM, fak_prefill_tok_s, fak_itl_s, 1, DeviceKind::Gpu),
+        ("llama.cpp", 3000.0, 0.012, 2, DeviceKind::Gpu),
+        ("mlx", 3500.0, 0.011, 3, DeviceKind::Cpu),
+    ] {
+        let mut h = header(arm);
+        h.device = Some(ArmDevice {
+            name: "NVIDIA H200".into(),
+            kind,
+            selftest_adapter: kind == DeviceKind::Gpu,
+        });
+        let mut rec = writer.begin_arm(h).unwrap();
+        for s in samples(prefill, itl, seed) {
+            rec.record(s).unwrap();
+        }
+        rec.finish().unwrap();
+    }
+    writer.write_quality(fak_quality()).unwrap();
+    let output = selftest_output(best_bytes_per_s);
+    let file = writer
+        .write_file(SELFTEST_FILE, &serde_json::to_vec_pretty(&output).unwrap())
+        .unwrap();
+    let mut meta = meta();
+    meta.hardware.gpu = super::selftest_raw::gpu_entry(&output["adapter"]);
+    meta.hardware.bandwidth = super::selftest_raw::bandwidth_entry(&output["bandwidth"]);
+    meta.selftest = super::selftest_raw::summary(&output, Some(file));
+    meta.envelope.decode_step_bytes = Some(16_000_000_000);
+    meta.envelope.prefill_flops_per_token = Some(54_000_000_000);
+    writer.finish(meta).unwrap()
+}
+
 /// The synthetic multi-agent scenario: 2 agents, preamble 16, suffix 4, 2 turns, n_out 8 (the
 /// envelope's, so turn 1's prompt is 20 tokens).
 pub fn scenario_spec() -> ScenarioSpec {
@@ -299,6 +372,7 @@ pub fn scenario_spec() -> ScenarioSpec {
         turns: 2,
         n_out: N_OUT,
         arrival: Arrival::Together,
+        think_s: 0.0,
         preamble_sha256: sha256_hex(b"preamble"),
         prompt_source: "synthetic".into(),
     }
@@ -360,11 +434,17 @@ fn turn_sample(agent: usize, turn: usize, sent_s: f64, ttft_s: f64, cache: bool)
 /// `fak-native-nocache`, and a skipped `mlx-cache`; the envelope's prompts are the turn-1
 /// prompts. Returns the packet written.
 pub fn write_scenario_run(dir: &Path) -> Packet {
+    write_scenario_run_with(dir, 0.01)
+}
+
+/// [`write_scenario_run`] with the cache arm's later-turn TTFT given (on an H200 whose decode
+/// step reads 16 GB: at least 3.3 ms a step).
+pub fn write_scenario_run_with(dir: &Path, cache_later_ttft_s: f64) -> Packet {
     let spec = scenario_spec();
     let mut writer = PacketWriter::create(dir).unwrap();
     writer.set_scenario(spec.clone());
     for (arm, cache, later_ttft) in [
-        ("fak-native-cache", true, 0.01),
+        ("fak-native-cache", true, cache_later_ttft_s),
         ("fak-native-nocache", false, 0.05),
     ] {
         let mut rec = writer
@@ -386,6 +466,9 @@ pub fn write_scenario_run(dir: &Path) -> Packet {
         .map(|a| prompt_sha256(&scenario_prompt(a, 1)))
         .collect();
     let mut meta = meta();
+    // An H200 and a 16 GB step: one decode step takes at least 3.3 ms.
+    meta.hardware.gpu.adapter = "NVIDIA H200".into();
+    meta.envelope.decode_step_bytes = Some(16_000_000_000);
     meta.envelope.n_ctx = spec.prompt_tokens(1);
     meta.envelope.n_prompts = spec.agents;
     meta.envelope.prompt_set_sha256 = prompt_set_sha256(&digests);

@@ -7,17 +7,18 @@
 //! under their rules, a schema newer than this harness.
 
 use super::comparison::{
-    MIN_BOOTSTRAP_RESAMPLES, PERCENTILE_METHOD, Packet, SelftestStatus, TOLERANCE_V1, Tolerance,
+    MIN_BOOTSTRAP_RESAMPLES, PERCENTILE_METHOD, Packet, SelftestStatus, TOLERANCE_V1,
 };
-use super::metrics::close;
+use super::metrics::{Tolerance, close};
 use super::quality::{Against, ArmQuality, QualityRule, summarize};
-use super::raw::{ArmRaw, ArmStatus, RequestSample, Runtime, Weights};
+use super::raw::{ArmRaw, ArmStatus, BucketKind, Buckets, RequestSample, Runtime, Weights};
 use super::scenario::{Scenario, ScenarioRaw, build_scenario, check_raw, scenario_raw_file_name};
 use super::summary::{PacketMeta, build_packet};
 use super::{
     FileDigest, MANIFEST_FILE, Manifest, PACKET_FILE, PACKET_JSON_SCHEMA, PACKET_SCHEMA,
     QUALITY_SCHEMA, RAW_SCHEMA, VALIDATION_SCHEMA, prompt_set_sha256, sha256_hex,
 };
+use super::{physics, selftest_raw};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,6 +32,9 @@ pub struct Validation {
     /// sha256 of packet.json's bytes; null when it could not be read.
     pub packet_sha256: Option<String>,
     pub errors: Vec<String>,
+    /// Checks that could not apply to this packet, and why (nothing in them failed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// A file was missing or corrupt (exit 2 rather than 1).
     #[serde(skip)]
     pub unreadable: bool,
@@ -57,10 +61,11 @@ pub fn validate(path: &Path) -> Validation {
         valid: false,
         packet_sha256: None,
         errors: Vec::new(),
+        notes: Vec::new(),
         unreadable: false,
     };
     let mut errors = Vec::new();
-    match check(path, &mut v.packet_sha256, &mut errors) {
+    match check(path, &mut v.packet_sha256, &mut v.notes, &mut errors) {
         Ok(()) => {}
         Err(Unreadable(e)) => {
             errors.push(e);
@@ -75,6 +80,7 @@ pub fn validate(path: &Path) -> Validation {
 fn check(
     path: &Path,
     packet_sha256: &mut Option<String>,
+    notes: &mut Vec<String>,
     errors: &mut Vec<String>,
 ) -> Result<(), Unreadable> {
     let bytes = read_capped(path, "packet", MAX_JSON_BYTES, JSON_CAP_WHY)?;
@@ -108,6 +114,7 @@ fn check(
     }
     check_quality(&packet, &qualities, errors);
     check_selftest(&packet, errors);
+    check_selftest_file(&folder, &packet, notes, errors)?;
     let scenario_raws = match &packet.scenario {
         Some(scenario) => {
             let raws = read_scenario_files(&folder, scenario, errors)?;
@@ -116,6 +123,7 @@ fn check(
         }
         None => Vec::new(),
     };
+    physics::check(&packet, &raws, &scenario_raws, notes, errors);
     // Every figure of the packet, rebuilt from the raw files with the same arithmetic.
     let mut rebuilt = build_packet(PacketMeta::of(&packet), &raws, &qualities);
     rebuilt.scenario = packet
@@ -223,6 +231,7 @@ fn check_manifest<'a>(
     if let Some(scenario) = &packet.scenario {
         needed.extend(scenario.arms.iter().map(|a| a.raw_file.name.clone()));
     }
+    needed.extend(packet.selftest.file.iter().map(|f| f.name.clone()));
     for name in needed {
         if !listed.contains(name.as_str()) {
             errors.push(format!("manifest.json does not list {name}"));
@@ -493,10 +502,27 @@ fn weights_without_digest(arm: &str, weights: &Weights, status: &ArmStatus) -> O
     })
 }
 
-/// One arm's status and requests: sequence, prompts, lengths, clocks.
+/// One arm's status and requests: sequence, prompts, lengths, clocks, and buckets stated as set
+/// to 0 holding exactly 0.
 fn check_arm(packet: &Packet, raw: &ArmRaw, errors: &mut Vec<String>) {
     let env = &packet.envelope;
     let arm = &raw.header.arm;
+    if let Some(kinds) = &raw.header.bucket_methods.kinds {
+        for r in &raw.requests {
+            for ((name, kind), v) in Buckets::NAMES
+                .iter()
+                .zip(kinds.values())
+                .zip(r.buckets.values())
+            {
+                if kind == BucketKind::Zero && v != 0.0 {
+                    errors.push(format!(
+                        "arm {arm}, request {}: bucket {name} is stated as set to 0 but holds {v}",
+                        r.index
+                    ));
+                }
+            }
+        }
+    }
     let counted: Vec<&RequestSample> = raw.counted().collect();
     match &raw.status {
         ArmStatus::Running { .. } => errors.push(format!(
@@ -724,6 +750,59 @@ fn check_selftest(packet: &Packet, errors: &mut Vec<String>) {
     if s.checks_failed > s.checks_run {
         errors.push("selftest: more checks failed than ran".into());
     }
+}
+
+/// The hardware entry's adapter and bandwidth, and the selftest summary, against what the
+/// selftest's own output says.
+fn check_selftest_file(
+    folder: &Folder,
+    packet: &Packet,
+    notes: &mut Vec<String>,
+    errors: &mut Vec<String>,
+) -> Result<(), Unreadable> {
+    let Some(file) = &packet.selftest.file else {
+        if packet.selftest.status != SelftestStatus::Skipped {
+            notes.push(
+                "hardware: not checked against the selftest's output (no selftest file: the packet predates it)"
+                    .into(),
+            );
+        }
+        return Ok(());
+    };
+    let (path, bytes) = folder.read(&file.name, "selftest file")?;
+    check_digest("selftest", file, &bytes, errors);
+    let output: Value = parse(&path, &bytes)?;
+    let hw = &packet.hardware;
+    let gpu = selftest_raw::gpu_entry(&output["adapter"]);
+    let fields = [
+        ("adapter", &hw.gpu.adapter, &gpu.adapter),
+        ("backend", &hw.gpu.backend, &gpu.backend),
+        ("driver", &hw.gpu.driver, &gpu.driver),
+        ("driver_info", &hw.gpu.driver_info, &gpu.driver_info),
+        ("device_type", &hw.gpu.device_type, &gpu.device_type),
+    ];
+    for (what, claimed, measured) in fields {
+        if claimed != measured {
+            errors.push(format!(
+                "hardware.gpu.{what} is {claimed:?}, the selftest ran on {measured:?}"
+            ));
+        }
+    }
+    let bandwidth = selftest_raw::bandwidth_entry(&output["bandwidth"]);
+    diff_json(
+        "hardware.bandwidth (against the selftest's output)",
+        &serde_json::to_value(&hw.bandwidth).expect("serialises"),
+        &serde_json::to_value(&bandwidth).expect("serialises"),
+        errors,
+    );
+    let summary = selftest_raw::summary(&output, Some(file.clone()));
+    diff_json(
+        "selftest (against its output)",
+        &serde_json::to_value(&packet.selftest).expect("serialises"),
+        &serde_json::to_value(&summary).expect("serialises"),
+        errors,
+    );
+    Ok(())
 }
 
 /// Reports every place where `claimed` and `recomputed` differ (numbers within [`close`]).

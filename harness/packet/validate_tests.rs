@@ -4,7 +4,9 @@
 use super::*;
 use crate::packet::scenario::{ScenarioRaw, scenario_raw_file_name};
 use crate::packet::testkit::{self, Scratch};
-use crate::packet::{NATIVE_ARM, WithheldPosition, quality_file_name, raw_file_name};
+use crate::packet::{
+    BucketKinds, NATIVE_ARM, PlainClient, WithheldPosition, quality_file_name, raw_file_name,
+};
 use serde_json::json;
 
 /// A freshly written valid run.
@@ -792,4 +794,120 @@ fn bootstrap_resamples_past_the_maximum_break_the_schema_before_any_redraw() {
         p["method"]["bootstrap"]["resamples"] = json!(u64::MAX)
     });
     expect(&s, 1, "/method/bootstrap/resamples");
+}
+
+// Physics: a packet rewritten consistently still cannot claim what the hardware cannot do.
+
+/// A physical run (H200, every bound applicable) with fak's prefill rate, ITL and the
+/// selftest's bandwidth given.
+fn physical_run(name: &str, fak_prefill: f64, fak_itl: f64, bandwidth: f64) -> Scratch {
+    let scratch = Scratch::new(name);
+    testkit::write_physical_run(scratch.path(), fak_prefill, fak_itl, bandwidth);
+    scratch
+}
+
+/// Asserts the only errors are those containing `needle`.
+fn expect_only(s: &Scratch, needle: &str) {
+    let v = expect(s, 1, needle);
+    let others: Vec<&String> = v.errors.iter().filter(|e| !e.contains(needle)).collect();
+    assert!(others.is_empty(), "errors besides {needle:?}: {others:#?}");
+}
+
+#[test]
+fn a_physical_run_is_valid_with_every_bound_applied() {
+    let s = physical_run("physical-valid", 4000.0, 0.010, 4.0e12);
+    let v = validate(&packet_path(&s));
+    assert!(v.valid, "{:#?}", v.errors);
+    assert_eq!(
+        v.notes,
+        Vec::<String>::new(),
+        "every physical check applied"
+    );
+}
+
+#[test]
+fn decode_above_the_memory_bound_is_impossible() {
+    // 2 ms a token is 500 tok/s; a 16 GB step at 4.8 TB/s allows 300.
+    let s = physical_run("physical-decode", 4000.0, 0.002, 4.0e12);
+    expect_only(&s, "one sequence can reach");
+}
+
+#[test]
+fn prefill_below_the_compute_floor_is_impossible() {
+    // 16 tokens in 0.16 ms; 16 × 5.4e10 FLOPs take 0.44 ms at 1,979 TFLOPS.
+    let s = physical_run("physical-prefill", 100_000.0, 0.010, 4.0e12);
+    expect_only(&s, "below the");
+}
+
+#[test]
+fn a_bandwidth_above_the_gpus_peak_is_impossible() {
+    let s = physical_run("physical-bandwidth", 4000.0, 0.010, 6.0e12);
+    expect_only(&s, "exceeds the NVIDIA H200 peak");
+}
+
+#[test]
+fn the_hardware_entry_is_what_the_selftest_measured() {
+    let s = physical_run("physical-hardware", 4000.0, 0.010, 4.0e12);
+    tamper_packet(&s, |p| {
+        p["hardware"]["bandwidth"]["bytes_per_s"] = json!(4.5e12);
+    });
+    expect_only(&s, "hardware.bandwidth (against the selftest's output)");
+    let s = physical_run("physical-adapter", 4000.0, 0.010, 4.0e12);
+    tamper_packet(&s, |p| {
+        p["hardware"]["gpu"]["adapter"] = json!("NVIDIA H200 NVL");
+    });
+    expect_only(&s, "hardware.gpu.adapter");
+}
+
+#[test]
+fn the_selftest_summary_is_what_its_output_says() {
+    let s = physical_run("physical-selftest", 4000.0, 0.010, 4.0e12);
+    tamper_packet(&s, |p| {
+        p["selftest"]["checks_run"] = json!(277);
+    });
+    expect_only(&s, "selftest (against its output).checks_run");
+}
+
+#[test]
+fn a_cached_ttft_below_one_decode_step_is_impossible() {
+    // A 16 GB step at 4.8 TB/s takes 3.3 ms: a turn that computed 6 tokens cannot answer in 0.5.
+    let s = Scratch::new("physical-cached-ttft");
+    testkit::write_scenario_run_with(s.path(), 0.0005);
+    expect_only(&s, "below one decode step");
+    let s = Scratch::new("physical-cached-ttft-ok");
+    testkit::write_scenario_run_with(s.path(), 0.004);
+    let v = validate(&packet_path(&s));
+    assert!(v.valid, "{:#?}", v.errors);
+}
+
+#[test]
+fn a_bucket_stated_as_zero_must_hold_zero() {
+    let s = run("zero-bucket");
+    let zero = |kinds: &mut Option<BucketKinds>| {
+        kinds.as_mut().unwrap().verification = BucketKind::Zero;
+    };
+    tamper_raw(&s, "llama.cpp", |raw| {
+        zero(&mut raw.header.bucket_methods.kinds)
+    });
+    tamper_packet(&s, |p| {
+        p["arms"][1]["bucket_methods"]["kinds"]["verification"] = json!("zero");
+    });
+    expect_only(&s, "bucket verification is stated as set to 0");
+}
+
+/// The quality verdict against its receipt rows: `quality_claims_are_recomputed_from_the_receipts`
+/// above. The plain client's verdict against its raw TTFTs:
+#[test]
+fn the_plain_client_verdict_is_recomputed() {
+    let s = run("plain-client");
+    tamper_raw(&s, "llama.cpp", |raw| {
+        raw.plain_client = Some(PlainClient {
+            how: "test client".into(),
+            ttft_s: vec![0.0060; 6],
+            prompt_s: vec![0.0050; 6],
+            error: None,
+        });
+    });
+    // The raw file now has a plain client the packet does not state.
+    expect(&s, 1, "plain_client");
 }

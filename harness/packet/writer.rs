@@ -18,7 +18,9 @@
 //! ```
 
 use super::quality::ArmQuality;
-use super::raw::{ArmHeader, ArmRaw, ArmStatus, Fault, MemoryPeak, RequestSample, Runtime};
+use super::raw::{
+    ArmHeader, ArmRaw, ArmStatus, Fault, MemoryPeak, PlainClient, RequestSample, Runtime,
+};
 use super::scenario::{
     SCENARIO_RAW_SCHEMA, ScenarioArmHeader, ScenarioRaw, ScenarioSpec, TurnSample, build_scenario,
     scenario_raw_file_name,
@@ -58,6 +60,8 @@ pub struct PacketWriter {
     /// The scenario the run measures beside (or instead of) the envelope, and its arms.
     scenario: Option<ScenarioSpec>,
     scenario_arms: Vec<(ScenarioRaw, FileDigest)>,
+    /// Other files of the run the manifest lists (the selftest's output, `command.txt`).
+    files: Vec<FileDigest>,
 }
 
 impl PacketWriter {
@@ -74,6 +78,7 @@ impl PacketWriter {
             quality: Vec::new(),
             scenario: None,
             scenario_arms: Vec::new(),
+            files: Vec::new(),
         })
     }
 
@@ -94,6 +99,7 @@ impl PacketWriter {
             },
             memory: None,
             requests: Vec::new(),
+            plain_client: None,
         };
         let mut recorder = ArmRecorder { writer: self, raw };
         recorder.save()?;
@@ -112,6 +118,7 @@ impl PacketWriter {
             },
             memory: None,
             requests: Vec::new(),
+            plain_client: None,
         };
         let digest = self.write_json(&raw_file_name(&raw.header.arm), &raw)?;
         self.arms.push((raw, digest));
@@ -137,6 +144,16 @@ impl PacketWriter {
         let digest = self.write_json(&quality_file_name(&quality.arm), &quality)?;
         self.quality.push((quality, digest));
         Ok(())
+    }
+
+    /// Writes a file of the run beside the raw files (the selftest's output, `command.txt`);
+    /// the manifest lists it with its digest.
+    pub fn write_file(&mut self, name: &str, bytes: &[u8]) -> Result<FileDigest, WriteError> {
+        write_atomically(&self.dir.join(name), bytes)?;
+        let digest = FileDigest::of(name, bytes);
+        self.files.retain(|f| f.name != name);
+        self.files.push(digest.clone());
+        Ok(digest)
     }
 
     /// Builds and writes `packet.json` from everything recorded, then `manifest.json`. Every
@@ -177,6 +194,7 @@ impl PacketWriter {
         let mut files: Vec<FileDigest> = self.arms.iter().map(|(_, d)| d.clone()).collect();
         files.extend(self.quality.iter().map(|(_, d)| d.clone()));
         files.extend(self.scenario_arms.iter().map(|(_, d)| d.clone()));
+        files.extend(self.files.iter().cloned());
         files.push(packet_digest);
         let manifest = Manifest {
             schema: MANIFEST_SCHEMA.to_owned(),
@@ -330,6 +348,12 @@ impl ArmRecorder<'_> {
     /// Records the engine's peak memory.
     pub fn set_memory(&mut self, memory: MemoryPeak) -> Result<(), WriteError> {
         self.raw.memory = Some(memory);
+        self.save().map(drop)
+    }
+
+    /// Records what a plain client measured against the arm's server.
+    pub fn set_plain_client(&mut self, plain: PlainClient) -> Result<(), WriteError> {
+        self.raw.plain_client = Some(plain);
         self.save().map(drop)
     }
 

@@ -12,9 +12,10 @@ use crate::inspect;
 use crate::packet::validate::{Validation, validate};
 use crate::packet::{
     Against, ArmEntry, ArmRaw, ArmStatus, Buckets, PACKET_FILE, Packet, QualityRule, QualityStatus,
-    RateDist, SelftestStatus, TimeDist, metrics::itl_gaps,
+    RateDist, Runtime, SelftestStatus, TimeDist, metrics::itl_gaps,
 };
 use anyhow::{Context, Result};
+use std::collections::BTreeSet;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
@@ -147,6 +148,8 @@ pub fn build(
     );
     if packet.arms.is_empty() {
         // A scenario-only run: its section, the machine, how to reproduce it.
+        md.push_str("## Key takeaways\n\n");
+        honesty(&mut md, packet, validation);
         if let Some(s) = &packet.scenario {
             scenario::section(&mut md, s);
         }
@@ -157,7 +160,7 @@ pub fn build(
             plots: Vec::new(),
         };
     }
-    takeaways(&mut md, packet);
+    takeaways(&mut md, packet, validation);
     machine(&mut md, packet);
     envelope(&mut md, packet);
     prefill_table(&mut md, packet);
@@ -202,7 +205,11 @@ fn ratio_cell(r: Option<f64>) -> String {
 }
 
 fn status_text(a: &ArmEntry) -> String {
-    match &a.status {
+    status_text_of(&a.status)
+}
+
+fn status_text_of(status: &ArmStatus) -> String {
+    match status {
         ArmStatus::Ran => "ran".into(),
         ArmStatus::Skipped { reason } => format!("skipped: {reason}"),
         ArmStatus::Faulted { faults, restarts } => format!(
@@ -218,8 +225,209 @@ fn status_text(a: &ArmEntry) -> String {
     }
 }
 
-fn takeaways(md: &mut String, p: &Packet) {
+/// Who measured what, on what: the lines a reader needs before any figure. Which arm is fak's
+/// own and which a reference, where each ran (a software GPU is not a GPU), whose weights (random
+/// weights make quality figures test plumbing), what the arms ran differently, fast paths forced
+/// off, arms skipped or faulted, the selftest, the plain-client check, and the physical bounds
+/// `harness validate` could not apply.
+fn honesty(md: &mut String, p: &Packet, validation: &Validation) {
+    md.push_str("### Who measured what, on what\n\n");
+    let h = &p.hardware;
+    let gpu = match h.gpu.adapter.as_str() {
+        "unknown" => "no GPU adapter recorded (neither fak nor the selftest ran)".to_string(),
+        adapter => format!("GPU {adapter} ({}, {})", h.gpu.device_type, h.gpu.backend),
+    };
+    let _ = writeln!(
+        md,
+        "- Measured by `harness` {}{} on {} ({}): {gpu}, CPU {}.",
+        p.harness.version,
+        p.harness
+            .commit
+            .as_deref()
+            .map_or(String::new(), |c| format!(" (commit {c})")),
+        h.host,
+        h.os,
+        h.cpu_model
+    );
+    let _ = writeln!(
+        md,
+        "- Weights: {}.",
+        p.envelope.model_origin.as_deref().unwrap_or(
+            "origin not stated (threeway --model-origin says it): read quality figures knowing \
+             random weights give near-flat logits"
+        )
+    );
+    for a in &p.arms {
+        let role = match a.runtime {
+            Runtime::Native => "fak's own engine (native)",
+            Runtime::Reference => "a reference engine",
+        };
+        let on = a
+            .device
+            .as_ref()
+            .map_or("its device not recorded".into(), |d| {
+                format!("ran on {}: {}", d.name, d.kind.label())
+            });
+        let weights = if a.weights.same_as_envelope {
+            "the envelope's file".to_string()
+        } else {
+            format!("{} (other weights: never called parity)", a.weights.format)
+        };
+        let status = match &a.status {
+            ArmStatus::Ran => String::new(),
+            other => format!(" — **{}**", status_text_of(other)),
+        };
+        let _ = writeln!(
+            md,
+            "- **{}**: {role}, {} {}; {on}; weights: {weights}{}{status}.",
+            a.arm,
+            a.engine.name,
+            a.engine.version,
+            precision(a)
+        );
+    }
+    for a in p.scenario.iter().flat_map(|s| &s.arms) {
+        let role = match Runtime::for_arm(&a.engine.name) {
+            Runtime::Native => "fak's own engine (native)",
+            Runtime::Reference => "a reference engine",
+        };
+        let status = match &a.status {
+            ArmStatus::Ran => String::new(),
+            other => format!(" — **{}**", status_text_of(other)),
+        };
+        let _ = writeln!(
+            md,
+            "- **{}** (scenario): {role}, {} {}, prefix cache {}{status}.",
+            a.arm,
+            a.engine.name,
+            a.engine.version,
+            if a.prefix_cache { "on" } else { "off" }
+        );
+    }
+    let devices: BTreeSet<String> = p
+        .arms
+        .iter()
+        .filter(|a| matches!(a.status, ArmStatus::Ran))
+        .filter_map(|a| a.device.as_ref())
+        .map(|d| format!("{} ({})", d.name, d.kind.label()))
+        .collect();
+    if devices.len() > 1 {
+        let _ = writeln!(
+            md,
+            "- The arms did not share one device ({}): their speed ratios compare devices as much as engines.",
+            devices.into_iter().collect::<Vec<_>>().join("; ")
+        );
+    }
+    for a in p.arms.iter().filter(|a| !a.engine.tuning.is_empty()) {
+        let flags: Vec<&str> = a.engine.tuning.iter().map(|t| t.flag.as_str()).collect();
+        let _ = writeln!(
+            md,
+            "- {} ran with `{}` for this workload (why: under Reproduction).",
+            a.arm,
+            flags.join(" ")
+        );
+    }
+    let forced: Vec<String> = p
+        .arms
+        .iter()
+        .flat_map(|a| {
+            a.engine
+                .flags
+                .iter()
+                .filter(|f| f.starts_with("FAK_FORCE=") && *f != "FAK_FORCE=null")
+                .map(move |f| format!("{}: {f}", a.arm))
+        })
+        .collect();
+    let _ = writeln!(
+        md,
+        "- Fast paths forced off: {}.",
+        if forced.is_empty() {
+            "none".to_string()
+        } else {
+            forced.join("; ")
+        }
+    );
+    let s = &p.selftest;
+    let _ = writeln!(
+        md,
+        "- Selftest on {}: {} ({} checks, {} failed{}).",
+        s.adapter,
+        match s.status {
+            SelftestStatus::Passed => "passed",
+            SelftestStatus::Failed => "FAILED",
+            SelftestStatus::Skipped => "skipped",
+        },
+        s.checks_run,
+        s.checks_failed,
+        s.reason
+            .as_deref()
+            .map_or(String::new(), |r| format!("; {r}"))
+    );
+    for a in &p.arms {
+        let Some(c) = &a.plain_client else { continue };
+        let line = match (c.arm_ttft_p50_s, c.plain_ttft_p50_s, c.within) {
+            (Some(arm), Some(plain), Some(within)) => {
+                format!(
+                    "{}'s TTFT p50 {} ms vs {} ms from a plain client on the same server ({} requests): {}",
+                    a.arm,
+                    ms(arm),
+                    ms(plain),
+                    c.requests,
+                    if within {
+                        "within 5 % or 3 ms"
+                    } else {
+                        "**NOT within 5 % or 3 ms**"
+                    }
+                ) + &match (c.arm_beyond_prompt_p50_s, c.plain_beyond_prompt_p50_s) {
+                    (Some(arm), Some(plain)) => format!(
+                        "; beyond the server's own prompt time {} ms vs {} ms",
+                        ms(arm),
+                        ms(plain)
+                    ),
+                    _ => String::new(),
+                }
+            }
+            _ => format!(
+                "{}: the plain-client check did not run ({})",
+                a.arm,
+                c.error.as_deref().unwrap_or("no figures")
+            ),
+        };
+        let _ = writeln!(md, "- {line}.");
+    }
+    if !validation.notes.is_empty() {
+        let _ = writeln!(
+            md,
+            "- Physical bounds `harness validate` could not apply: {}.",
+            validation.notes.join("; ")
+        );
+    }
+    md.push('\n');
+}
+
+/// MLX's stated precision: its float dtype and whether float32 matmuls ran full or TF32-class.
+fn precision(a: &ArmEntry) -> String {
+    let Some(p) = a.engine.build.as_ref().map(|b| &b["precision"]) else {
+        return String::new();
+    };
+    match (p["float_parameters"].as_array(), p["f32_matmul"].as_str()) {
+        (Some(floats), Some(matmul)) => format!(
+            "; computed in {} with {matmul} matmuls (MLX_ENABLE_TF32: {})",
+            floats
+                .iter()
+                .filter_map(|f| f.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            p["MLX_ENABLE_TF32"].as_str().unwrap_or("?")
+        ),
+        _ => String::new(),
+    }
+}
+
+fn takeaways(md: &mut String, p: &Packet, validation: &Validation) {
     md.push_str("## Key takeaways\n\n");
+    honesty(md, p, validation);
+    md.push_str("### Figures\n\n");
     let reference = &p.ratios.reference_arm;
     let ref_summary = p
         .arms
@@ -295,19 +503,7 @@ fn takeaways(md: &mut String, p: &Packet) {
             );
         }
     }
-    let s = &p.selftest;
-    let _ = writeln!(
-        md,
-        "- Selftest on {}: {} ({} checks, {} failed).\n",
-        s.adapter,
-        match s.status {
-            SelftestStatus::Passed => "passed",
-            SelftestStatus::Failed => "FAILED",
-            SelftestStatus::Skipped => "skipped",
-        },
-        s.checks_run,
-        s.checks_failed
-    );
+    md.push('\n');
 }
 
 fn machine(md: &mut String, p: &Packet) {
@@ -352,6 +548,9 @@ fn machine(md: &mut String, p: &Packet) {
                 b.how
             ))
     );
+    for (key, value) in &h.catalog {
+        let _ = writeln!(md, "| {} | {value} |", key.replace('_', " "));
+    }
     for (tool, version) in &p.toolchain {
         let _ = writeln!(md, "| {tool} | {version} |");
     }
@@ -446,7 +645,7 @@ fn decode_table(md: &mut String, p: &Packet) {
 }
 
 fn decomposition(md: &mut String, p: &Packet) {
-    md.push_str("## Request-boundary decomposition\n\nMean ms per counted request; each bucket measured, none a remainder; total = their sum, checked against the wall clock.\n\n");
+    md.push_str("## Request-boundary decomposition\n\nMean ms per counted request; total = their sum, checked against the wall clock. A bucket is measured (a clock reading or the engine's counter) unless its method below says **derived** (computed from other readings, and from which) or **set to 0** (not measured: the engine has no such phase).\n\n");
     md.push_str("| arm |");
     for n in Buckets::NAMES {
         let _ = write!(md, " {n} |");
@@ -467,20 +666,26 @@ fn decomposition(md: &mut String, p: &Packet) {
             ms(s.total_s.p50)
         );
     }
-    md.push_str("\nHow each bucket is measured:\n\n");
+    md.push_str("\nHow each bucket is obtained:\n\n");
     for a in &p.arms {
         let m = &a.bucket_methods;
+        let kinds = m.kinds.map(|k| k.values());
         let _ = writeln!(md, "- **{}**", a.arm);
-        for (name, how) in Buckets::NAMES.iter().zip([
-            &m.queue,
-            &m.setup,
-            &m.prefill,
-            &m.decode,
-            &m.verification,
-            &m.recovery,
-            &m.other,
-        ]) {
-            let _ = writeln!(md, "  - {name}: {how}");
+        for (i, (name, how)) in Buckets::NAMES
+            .iter()
+            .zip([
+                &m.queue,
+                &m.setup,
+                &m.prefill,
+                &m.decode,
+                &m.verification,
+                &m.recovery,
+                &m.other,
+            ])
+            .enumerate()
+        {
+            let kind = kinds.map_or("kind not stated".into(), |k| k[i].label().to_string());
+            let _ = writeln!(md, "  - {name} ({kind}): {how}");
         }
     }
     md.push('\n');
@@ -489,8 +694,14 @@ fn decomposition(md: &mut String, p: &Packet) {
 fn against_text(a: &Against) -> String {
     match a {
         Against::Reference {
-            engine, weights, ..
-        } => format!("{} on {weights} weights", engine.label()),
+            engine,
+            weights,
+            label,
+            ..
+        } => match label {
+            Some(label) => format!("{} on {weights} weights ({label})", engine.label()),
+            None => format!("{} on {weights} weights", engine.label()),
+        },
         Against::Arm { arm } => arm.clone(),
     }
 }
@@ -642,6 +853,9 @@ fn reproduction(md: &mut String, path: &Path, p: &Packet) {
                 .collect::<Vec<_>>()
                 .join(" ")
         );
+        for t in &a.engine.tuning {
+            let _ = writeln!(md, "  - `{}`: {}", t.flag, t.why);
+        }
     }
     md.push('\n');
 }

@@ -13,12 +13,19 @@ pub fn section(md: &mut String, s: &Scenario) {
             format!("turn 1 staggered by {} ms per agent", ms(interval_s))
         }
     };
+    let next = match s.spec.think_s {
+        0.0 => "each next turn sent when its reply is complete".to_owned(),
+        think => format!(
+            "each next turn sent {} ms after its reply is complete (think time)",
+            ms(think)
+        ),
+    };
     let _ = writeln!(
         md,
         "## Multi-agent shared preamble\n\n{} agents share a {}-token preamble; each sends {} \
          turns of {} new tokens (turn t's prompt: the preamble, the agent's earlier turns and \
          replies, then the new tokens; P + t·S + (t − 1)·n_out tokens) and gets n_out = {} back; \
-         {arrival}, each next turn sent when its reply is complete. TTFT is the client's: sent → \
+         {arrival}, {next}. TTFT is the client's: sent → \
          first token, queueing included; every first token comes from logits computed in its own \
          request. Prompt tokens computed are the engine's own count (see each arm's source below).\n",
         s.spec.agents, s.spec.preamble_tokens, s.spec.turns, s.spec.suffix_tokens, s.spec.n_out

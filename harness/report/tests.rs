@@ -2,7 +2,10 @@
 
 use super::*;
 use crate::packet::testkit::{self, Scratch};
-use crate::packet::{NATIVE_ARM, raw_file_name};
+use crate::packet::{
+    ArmDevice, DeviceKind, Fault, FlagChoice, NATIVE_ARM, PLAIN_CLIENT_RULE, PlainClientCheck,
+    raw_file_name,
+};
 
 fn built(name: &str) -> (Scratch, Packet, Report) {
     let s = Scratch::new(name);
@@ -82,7 +85,7 @@ fn tables_carry_the_packets_figures() {
     let buckets = row(md, "## Request-boundary decomposition", NATIVE_ARM);
     assert!(buckets.contains(&format!("| {} |", ms(fak.buckets_mean.prefill_s))));
     assert!(buckets.contains(&format!("| {} |", ms(fak.buckets_mean.total()))));
-    assert!(md.contains("  - queue: send to engine start"));
+    assert!(md.contains("  - queue (measured): send to engine start"));
 }
 
 #[test]
@@ -299,4 +302,101 @@ fn a_scenario_packet_reports_the_shared_ttft_table() {
     // A scenario-only packet has no envelope tables and no plots.
     assert!(!md.contains("## Prefill"));
     assert!(r.plots.is_empty());
+}
+
+/// The key takeaways open with who measured what, on what: fak as the native engine on a
+/// software GPU, llama.cpp as a reference natively on the CPU, the arms not sharing a device,
+/// random weights, llama.cpp's tuned flags, MLX on other weights with its precision, a faulted
+/// arm, fast paths forced off, the plain-client check and the bounds validate could not apply.
+#[test]
+fn the_takeaways_open_with_an_honesty_header() {
+    let s = Scratch::new("report-honesty");
+    testkit::write_run(s.path());
+    let path = s.path().join(PACKET_FILE);
+    let (mut p, raws) = load(&path).unwrap();
+    p.envelope.model_origin = Some("synthetic: seeded random weights, not trained".into());
+    let device = |name: &str, kind| {
+        Some(ArmDevice {
+            name: name.into(),
+            kind,
+            selftest_adapter: kind != DeviceKind::Cpu,
+        })
+    };
+    p.arms[0].device = device(
+        "llvmpipe (LLVM 15.0.6, 256 bits) (vulkan)",
+        DeviceKind::SoftwareGpu,
+    );
+    p.arms[0].engine.flags.push("FAK_FORCE=no-subgroup".into());
+    p.arms[1].device = device(
+        "CPU (the llama.cpp build lists no GPU device)",
+        DeviceKind::Cpu,
+    );
+    p.arms[1].engine.tuning = vec![FlagChoice {
+        flag: "--cache-ram 0".into(),
+        why: "distinct prompts never hit the prompt cache".into(),
+    }];
+    p.arms[1].plain_client = Some(PlainClientCheck {
+        how: "test".into(),
+        rule: PLAIN_CLIENT_RULE.into(),
+        requests: 6,
+        plain_ttft_p50_s: Some(0.0205),
+        arm_ttft_p50_s: Some(0.0210),
+        within: Some(true),
+        plain_beyond_prompt_p50_s: Some(0.0011),
+        arm_beyond_prompt_p50_s: Some(0.0008),
+        error: None,
+    });
+    p.arms[2].engine.build = Some(serde_json::json!({"precision": {
+        "float_parameters": ["float32"], "f32_matmul": "full float32",
+        "MLX_ENABLE_TF32": "unset (MLX's default: 1)"}}));
+    p.arms[2].status = ArmStatus::Faulted {
+        faults: vec![Fault {
+            request_index: Some(3),
+            what: "mlx exited (signal 9)".into(),
+            stderr_tail: None,
+        }],
+        restarts: 1,
+    };
+    let mut validation = validate(&path);
+    validation.notes = vec!["prefill above the compute floor: not checked (test)".into()];
+    let md = build(&path, &p, &raws, &validation).markdown;
+    let header = section(&md, "## Key takeaways");
+    let header = &header[..header
+        .find("### Figures")
+        .expect("figures after the header")];
+    for line in [
+        "### Who measured what, on what",
+        "- Weights: synthetic: seeded random weights, not trained.",
+        "- **fak-native**: fak's own engine (native)",
+        "ran on llvmpipe (LLVM 15.0.6, 256 bits) (vulkan): a software GPU on the CPU",
+        "- **llama.cpp**: a reference engine",
+        "ran on CPU (the llama.cpp build lists no GPU device): the CPU, natively",
+        "The arms did not share one device",
+        "- llama.cpp ran with `--cache-ram 0` for this workload",
+        "(other weights: never called parity); computed in float32 with full float32 matmuls",
+        "**faulted 1 time(s), restarted 1: mlx exited (signal 9)**",
+        "- Fast paths forced off: fak-native: FAK_FORCE=no-subgroup.",
+        "llama.cpp's TTFT p50 21.00 ms vs 20.50 ms from a plain client on the same server (6 requests): within 5 % or 3 ms; beyond the server's own prompt time 0.80 ms vs 1.10 ms.",
+        "could not apply: prefill above the compute floor: not checked (test).",
+    ] {
+        assert!(header.contains(line), "{line:?} not in:\n{header}");
+    }
+    let repro = section(&md, "## Reproduction");
+    assert!(repro.contains("  - `--cache-ram 0`: distinct prompts never hit the prompt cache"));
+}
+
+/// The machine section lists the hardware catalog the OS gave.
+#[test]
+fn the_machine_section_lists_the_catalog() {
+    let (s, mut p, _) = built("report-catalog");
+    p.hardware.catalog = std::collections::BTreeMap::from([
+        ("machine_model".to_string(), "Mac15,9".to_string()),
+        ("metal_family".to_string(), "metal3".to_string()),
+    ]);
+    let path = s.path().join(PACKET_FILE);
+    let (_, raws) = load(&path).unwrap();
+    let md = build(&path, &p, &raws, &validate(&path)).markdown;
+    let machine = section(&md, "## Machine");
+    assert!(machine.contains("| machine model | Mac15,9 |"), "{machine}");
+    assert!(machine.contains("| metal family | metal3 |"), "{machine}");
 }

@@ -8,8 +8,9 @@
 //! export holds the inverse of that transform applied to the GGUF's values.
 
 use super::vocab::Tokenizer;
-use super::{ModelPlan, TensorPlan, weights};
+use super::{ModelPlan, Source, TensorPlan};
 use anyhow::{Context, Result};
+use fak::quant::GgmlType;
 use indicatif::ProgressBar;
 use safetensors::{Dtype, View};
 use serde_json::{Map, Value, json};
@@ -17,13 +18,14 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
-pub fn write(dir: &Path, plan: &ModelPlan, seed: u64, bar: &ProgressBar) -> Result<()> {
+/// Writes the Hugging Face directory of `plan`'s float weights (as `source` gives them).
+pub fn write(dir: &Path, plan: &ModelPlan, source: Source, bar: &ProgressBar) -> Result<()> {
     write_metadata(dir, plan, &plan.hf_config)?;
     let path = dir.join("model.safetensors");
     let views = plan.tensors.iter().map(|t| {
         let view = LazyTensor {
             plan: t,
-            seed,
+            source,
             shape: t.hf_shape.iter().map(|&d| d as usize).collect(),
             bar,
         };
@@ -71,7 +73,7 @@ fn write_json(path: &Path, value: &Value) -> Result<()> {
 /// one tensor at a time is in memory.
 struct LazyTensor<'a> {
     plan: &'a TensorPlan,
-    seed: u64,
+    source: Source,
     shape: Vec<usize>,
     bar: &'a ProgressBar,
 }
@@ -92,7 +94,10 @@ impl View for LazyTensor<'_> {
         let rows_per_chunk = (1usize << 20).div_ceil(row_len);
         for (i, chunk) in floats.chunks_mut(rows_per_chunk * row_len).enumerate() {
             let first = (i * rows_per_chunk) as u64;
-            weights::fill_rows(t.init, self.seed, &t.name, first, row_len, chunk);
+            // F32 is the float stream itself: no random blocks stand in for it.
+            self.source
+                .fill_rows(t, GgmlType::F32, first, chunk)
+                .unwrap_or_else(|e| panic!("{}: {e}", t.name));
             self.bar.inc(4 * chunk.len() as u64);
         }
         let floats = to_hf_values(t, floats);
@@ -122,6 +127,15 @@ impl ToHf {
             ToHf::Same => gguf,
             ToHf::NormOffset => gguf - 1.0,
             ToHf::NegExpALog => (-gguf).ln(),
+        }
+    }
+
+    /// The converter's transform itself: the GGUF value of a checkpoint value.
+    fn to_gguf(self, hf: f32) -> f32 {
+        match self {
+            ToHf::Same => hf,
+            ToHf::NormOffset => hf + 1.0,
+            ToHf::NegExpALog => -hf.exp(),
         }
     }
 }
@@ -157,13 +171,21 @@ impl VHeads {
 
     /// Reorders `gguf` (a whole tensor in GGUF order, rows of `row_len`) into grouped order.
     fn to_grouped(self, gguf: &[f32], row_len: usize) -> Vec<f32> {
-        let mut out = gguf.to_vec();
+        self.reorder(gguf, row_len, true)
+    }
+
+    /// Reorders `src` (a whole tensor, rows of `row_len`) from tiled (GGUF) into grouped
+    /// (checkpoint) order, or back when `grouped` is false.
+    fn reorder(self, src: &[f32], row_len: usize, grouped: bool) -> Vec<f32> {
+        let mut out = src.to_vec();
         let n_heads = self.n_k_heads * self.per_k_head;
         let span = self.head_len as usize;
         let move_heads = |dst: &mut [f32], src: &[f32]| {
             for h in 0..n_heads {
-                let from = self.gguf_head(h) as usize * span;
-                let to = h as usize * span;
+                let (mut from, mut to) = (self.gguf_head(h) as usize * span, h as usize * span);
+                if !grouped {
+                    (from, to) = (to, from);
+                }
                 dst[to..to + span].copy_from_slice(&src[from..from + span]);
             }
         };
@@ -177,13 +199,13 @@ impl VHeads {
                     axis: HeadAxis::Columns,
                     ..self
                 };
-                let region = rows.to_grouped(&gguf[start..start + len], len);
+                let region = rows.reorder(&src[start..start + len], len, grouped);
                 out[start..start + len].copy_from_slice(&region);
             }
             HeadAxis::Columns => {
                 assert_eq!(n_heads as usize * span, row_len, "heads fill the row");
-                for (dst, src) in out.chunks_mut(row_len).zip(gguf.chunks(row_len)) {
-                    move_heads(dst, src);
+                for (dst, row) in out.chunks_mut(row_len).zip(src.chunks(row_len)) {
+                    move_heads(dst, row);
                 }
             }
         }
@@ -193,12 +215,45 @@ impl VHeads {
 
 /// The checkpoint values of tensor `t` from its GGUF values (a whole tensor, GGUF order).
 fn to_hf_values(t: &TensorPlan, gguf: Vec<f32>) -> Vec<f32> {
+    checkpoint_values(t, gguf, t.to_hf)
+}
+
+/// What `mlx_lm` holds of tensor `t` after its `sanitize` (what `mlx_lm.convert` saves), from
+/// its GGUF values: the checkpoint's, except that a zero-centred norm gain keeps the +1, which
+/// mlx_lm adds when it loads a checkpoint as the converter does. The whole tensor, GGUF order.
+pub fn to_mlx_values(t: &TensorPlan, gguf: Vec<f32>) -> Vec<f32> {
+    let to_mlx = match t.to_hf {
+        ToHf::NormOffset => ToHf::Same,
+        other => other,
+    };
+    checkpoint_values(t, gguf, to_mlx)
+}
+
+/// Whether [`to_mlx_values`] changes `t`'s values (its heads move or its values are mapped).
+pub fn mlx_transforms(t: &TensorPlan) -> bool {
+    t.v_heads.is_some() || !matches!(t.to_hf, ToHf::Same | ToHf::NormOffset)
+}
+
+fn checkpoint_values(t: &TensorPlan, gguf: Vec<f32>, to_hf: ToHf) -> Vec<f32> {
     let mut values = match &t.v_heads {
         Some(v) => v.to_grouped(&gguf, t.row_len() as usize),
         None => gguf,
     };
+    if to_hf != ToHf::Same {
+        values.iter_mut().for_each(|x| *x = to_hf.apply(*x));
+    }
+    values
+}
+
+/// The GGUF values of tensor `t` from its checkpoint values (a whole tensor, checkpoint order):
+/// what the converter writes.
+pub fn to_gguf_values(t: &TensorPlan, hf: Vec<f32>) -> Vec<f32> {
+    let mut values = match &t.v_heads {
+        Some(v) => v.reorder(&hf, t.row_len() as usize, false),
+        None => hf,
+    };
     if t.to_hf != ToHf::Same {
-        values.iter_mut().for_each(|x| *x = t.to_hf.apply(*x));
+        values.iter_mut().for_each(|x| *x = t.to_hf.to_gguf(*x));
     }
     values
 }

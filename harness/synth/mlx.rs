@@ -4,6 +4,11 @@
 //! that way is taken here as its blocks dequantized (the values llama.cpp and fak compute with)
 //! and quantized again in MLX's form: MLX runs the GGUF's weights up to its own 4-bit rounding.
 //!
+//! mlx_lm keeps the checkpoint's values after its `sanitize` (qwen35: value heads in grouped
+//! order, `A_log`), except that zero-centred norm gains carry the +1 and a depthwise conv weight
+//! is `[C, K, 1]` ([`hf::to_mlx_values`], `mlx_float_shape`); that is what `mlx_lm.convert`
+//! saves and what mlx_lm loads back without sanitizing it again.
+//!
 //! MLX quantizes every layer that has a quantized form (Linear, Embedding) whose rows are whole
 //! groups; norms and anything else stay float (here F32, the export's `torch_dtype`). Per group
 //! of 64 values (mlx `quantize`, affine mode): `scale = max((max − min) / 15, 1e-7)`, negated
@@ -67,6 +72,18 @@ pub fn write(
     hf::match_permissions(dir, &path)
 }
 
+/// The shape mlx_lm keeps a float tensor in: the checkpoint's, except a depthwise conv weight
+/// (the checkpoint's `[C, 1, K]`), which its `sanitize` turns into MLX's `[C, K, 1]` (the same
+/// bytes). A directory holding `[C, 1, K]`, or the GGUF's squeezed `[C, K]`, is taken for an
+/// unconverted checkpoint, and mlx_lm fails on the 2-D one.
+fn mlx_float_shape(t: &TensorPlan) -> Vec<usize> {
+    let hf: Vec<usize> = t.hf_shape.iter().map(|&d| d as usize).collect();
+    match hf.as_slice() {
+        &[channels, 1, taps] => vec![channels, taps, 1],
+        _ => hf,
+    }
+}
+
 /// MLX's default predicate: a matrix (Linear or Embedding weight) whose rows are whole groups.
 fn quantized(t: &TensorPlan) -> bool {
     t.shape.len() == 2 && (t.row_len() as usize).is_multiple_of(GROUP)
@@ -118,7 +135,7 @@ impl<'a> MlxTensor<'a> {
     ) -> Self {
         let (rows, row_len) = (plan.n_rows() as usize, plan.row_len() as usize);
         let shape = match part {
-            Part::Float => plan.shape.iter().rev().map(|&d| d as usize).collect(),
+            Part::Float => mlx_float_shape(plan),
             Part::Weight => vec![rows, row_len / VALUES_PER_WORD],
             Part::Scales | Part::Biases => vec![rows, row_len / GROUP],
         };
@@ -133,17 +150,28 @@ impl<'a> MlxTensor<'a> {
         }
     }
 
-    /// The tensor's values, chunk of rows by chunk, each handed to `each` with its first row.
+    /// The tensor's values as mlx_lm holds them ([`hf::to_mlx_values`]), chunk of rows by
+    /// chunk, each handed to `each` with its first row. A tensor whose heads move or whose
+    /// values are mapped (qwen35's grouped value heads, `A_log`) comes as one chunk.
     fn for_each_chunk(&self, mut each: impl FnMut(u64, &[f32])) {
         let t = self.plan;
+        let whole = hf::mlx_transforms(t);
+        let mut gguf = Vec::new();
         self.source
             .for_each_chunk(t, self.gguf_type, |first, chunk| {
-                each(first, chunk);
+                if whole {
+                    gguf.extend_from_slice(chunk);
+                } else {
+                    each(first, chunk);
+                }
                 self.bar.inc(4 * chunk.len() as u64);
                 Ok(())
             })
             // The GGUF was written from the same source first, so this cannot fail here.
             .unwrap_or_else(|e| panic!("{}: {e}", t.name));
+        if whole {
+            each(0, &hf::to_mlx_values(t, gguf));
+        }
     }
 
     /// Quantizes the whole tensor (rows in parallel): weight, scales and biases bytes.

@@ -11,6 +11,7 @@
 //! Every tensor streams through the GGUF writer in row chunks, so memory stays at a chunk
 //! (16 MiB of floats) plus the tensor table whatever the model size.
 
+mod checkpoint;
 mod hf;
 pub mod mlx;
 mod qwen3;
@@ -20,12 +21,13 @@ mod vocab;
 mod weights;
 
 use anyhow::{Context, Result};
+use checkpoint::Checkpoint;
 use fak::gguf::{GgufWriter, TensorSource, Value};
 use fak::quant::GgmlType;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-pub use recipe::Quant;
+pub use recipe::{Quant, Tensor, llama_quantize_types};
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use vocab::Tokenizer;
 pub use vocab::Vocab;
 use weights::Init;
@@ -35,8 +37,10 @@ pub struct Args {
     /// Architecture, as GGUF names it.
     #[arg(long, value_enum)]
     pub arch: Arch,
-    /// Model shape: `tiny` (CI-sized) or a real model's (qwen3: qwen3-0.6b, qwen3-8b; qwen35:
-    /// qwen35-9b, qwen35-27b, and `mid`, the 27B's heads at d = 1024 over 8 layers).
+    /// Model shape: `tiny` (CI-sized), `trained` (the shape of the trained tiny models, with the
+    /// cut 4 096-token vocabulary: d = 256, 2 layers, tied embedding) or a real model's (qwen3:
+    /// qwen3-0.6b, qwen3-8b; qwen35: qwen35-9b, qwen35-27b, and `mid`, the 27B's heads at
+    /// d = 1024 over 8 layers).
     #[arg(long)]
     pub preset: String,
     /// Tensor types: the converter's f32/f16/q8_0 output, or llama-quantize's Q4_K_M.
@@ -75,6 +79,12 @@ pub struct Args {
     /// --fast-random, whose weights no other f16/f32 synth can reproduce.
     #[arg(long, conflicts_with = "layout_only")]
     pub f16_reference: Option<PathBuf>,
+    /// Take the weights from a file instead of the seed: a Hugging Face checkpoint
+    /// (`model.safetensors` as `transformers` saves it, names and shapes of the --hf-dir export)
+    /// or a GGUF of the same preset. synth is then llama.cpp's converter (and, for q6_k/q4_k_m,
+    /// llama-quantize) for these weights.
+    #[arg(long, conflicts_with_all = ["fast_random", "layout_only"])]
+    pub weights: Option<PathBuf>,
 }
 
 /// The architectures synth can write.
@@ -193,15 +203,16 @@ pub fn write(args: Args) -> Result<String> {
     let source = Source {
         seed: args.seed,
         fast_random: args.fast_random,
+        weights: match &args.weights {
+            // Leaked: it lives as long as the process, which writes this one model.
+            Some(path) => Some(&*Box::leak(Box::new(Checkpoint::load(path, &plan)?))),
+            None => None,
+        },
     };
-    let writer = gguf_writer(
-        &plan,
-        &plan.tensors,
-        &types,
-        args.quant,
-        args.seed,
-        |t, ty| tensor_source(t, ty, source),
-    )?;
+    let name = model_name(&plan, &args);
+    let writer = gguf_writer(&plan, &plan.tensors, &types, args.quant, &name, |t, ty| {
+        tensor_source(t, ty, source)
+    })?;
     let reference = match &args.f16_reference {
         Some(_) => Some(reference_writer(&plan, &types, &args, source)?),
         None => None,
@@ -218,7 +229,7 @@ pub fn write(args: Args) -> Result<String> {
     }
     .context("writing the GGUF")?;
     if let Some(dir) = &args.hf_dir {
-        hf::write(dir, &plan, args.seed, &bar)
+        hf::write(dir, &plan, source, &bar)
             .with_context(|| format!("writing the Hugging Face export {}", dir.display()))?;
     }
     if let Some(dir) = &args.mlx_4bit {
@@ -232,15 +243,42 @@ pub fn write(args: Args) -> Result<String> {
     }
     bar.finish_and_clear();
     Ok(format!(
-        "{}: {} {} {} seed {}, {} tensors, {:.1} MiB",
+        "{}: {} {} {} {}, {} tensors, {:.1} MiB",
         args.out.display(),
         plan.arch,
         args.preset,
         args.quant.name(),
-        args.seed,
+        match &args.weights {
+            Some(path) => format!("weights {}", path.display()),
+            None => format!("seed {}", args.seed),
+        },
         plan.tensors.len(),
         size as f64 / (1u64 << 20) as f64
     ))
+}
+
+/// `general.name`: the plan's name with the seed, or alone for trained weights.
+fn model_name(plan: &ModelPlan, args: &Args) -> String {
+    match args.weights {
+        Some(_) => format!("fak {} {}, trained weights", plan.arch, args.preset),
+        None => format!("{} seed {}", plan.name, args.seed),
+    }
+}
+
+/// MLX's own 4-bit model ([`mlx::write`]) of trained weights: `weights` is a GGUF (or Hugging
+/// Face checkpoint) of `arch`'s `preset`, such as the f16 file of a trained model.
+pub fn write_mlx_4bit(arch: Arch, preset: &str, weights: &Path, dir: &Path) -> Result<()> {
+    let mut plan = arch.plan(preset, Vocab::Full)?;
+    let types = Quant::F16.arrange(&mut plan.tensors);
+    let checkpoint = Checkpoint::load(weights, &plan)?;
+    let source = Source {
+        seed: 0,
+        fast_random: false,
+        // Leaked: the caller writes one such model per process (a threeway run's cache).
+        weights: Some(Box::leak(Box::new(checkpoint))),
+    };
+    mlx::write(dir, &plan, &types, source, &ProgressBar::hidden())
+        .with_context(|| format!("writing the MLX 4-bit model {}", dir.display()))
 }
 
 fn progress_bar(total: u64) -> Result<ProgressBar> {
@@ -274,7 +312,7 @@ fn reference_writer(
         &tensors,
         &f16_types,
         Quant::F16,
-        args.seed,
+        &model_name(plan, args),
         |t, ty| {
             let from = gguf_types[&t.name];
             Box::new(move |w| write_values_as(&t, from, ty, source, w))
@@ -289,7 +327,7 @@ fn gguf_writer(
     tensors: &[TensorPlan],
     types: &[GgmlType],
     quant: Quant,
-    seed: u64,
+    name: &str,
     source: impl Fn(TensorPlan, GgmlType) -> TensorSource,
 ) -> Result<GgufWriter> {
     let mut w = GgufWriter::new();
@@ -298,7 +336,7 @@ fn gguf_writer(
     let general = [
         ("general.architecture", s(plan.arch)),
         ("general.type", s("model")),
-        ("general.name", s(&format!("{} seed {}", plan.name, seed))),
+        ("general.name", s(name)),
         ("general.size_label", s(&size_label(n_params))),
     ];
     for (key, value) in general {
@@ -344,14 +382,15 @@ const CHUNK_ELEMS: u64 = 1 << 22;
 /// Bytes per chunk of random blocks written at once.
 const CHUNK_BYTES: u64 = 16 << 20;
 
-/// Where a tensor's values come from: the seeded float stream, or — for a tensor `--fast-random`
-/// writes as random blocks — those blocks. Every file of one synth run (the GGUF, the MLX model,
-/// the f16 reference) takes its values from here, so they all hold the same weights up to their
-/// own encoding.
+/// Where a tensor's values come from: trained weights (`--weights`), the seeded float stream, or
+/// — for a tensor `--fast-random` writes as random blocks — those blocks. Every file of one synth
+/// run (the GGUF, the MLX model, the f16 reference) takes its values from here, so they all hold
+/// the same weights up to their own encoding.
 #[derive(Clone, Copy)]
 pub struct Source {
     pub seed: u64,
     pub fast_random: bool,
+    pub weights: Option<&'static Checkpoint>,
 }
 
 impl Source {
@@ -395,6 +434,10 @@ impl Source {
         out: &mut [f32],
     ) -> io::Result<()> {
         let row_len = t.row_len() as usize;
+        if let Some(weights) = self.weights {
+            weights.rows(t, first, out);
+            return Ok(());
+        }
         let Some(std) = self.random_blocks(t, ty) else {
             weights::fill_rows(t.init, self.seed, &t.name, first, row_len, out);
             return Ok(());

@@ -4,7 +4,7 @@
 //! Qwen3 needs no converter transform: its RMSNorm gains are plain (no +1), Q/K are not
 //! permuted (NeoX RoPE), so the GGUF and Hugging Face tensors hold the same values.
 
-use super::vocab::{Tokenizer, Vocab};
+use super::vocab::{Family, Tokenizer, Vocab};
 use super::weights::Init;
 use super::{ModelPlan, TensorPlan};
 use anyhow::{Result, bail};
@@ -23,6 +23,8 @@ struct Shape {
     context_length: u64,
     rope_theta: f64,
     rms_eps: f64,
+    /// The cut 4 096-token vocabulary instead of Qwen's full one.
+    cut_vocab: bool,
 }
 
 /// `tiny` keeps d small because the real 151 936-token vocabulary makes the embedding and LM
@@ -31,7 +33,7 @@ struct Shape {
 /// attn_output and ffn_down (rows of n_head·head_dim = d_ff = 256) take Q4_K and Q6_K; 4 layers
 /// give use_more_bits both answers. q_dim = 256 ≠ d = 64, as in the real models (0.6B: 2048 vs
 /// 1024), and it is untied so token_embd and output are distinct tensors.
-const PRESETS: [(&str, Shape); 3] = [
+const PRESETS: [(&str, Shape); 4] = [
     (
         "tiny",
         Shape {
@@ -45,6 +47,26 @@ const PRESETS: [(&str, Shape); 3] = [
             context_length: 40_960,
             rope_theta: 1e6,
             rms_eps: 1e-6,
+            cut_vocab: false,
+        },
+    ),
+    // The trained tiny model (experiments/trained-tiny): d = 256 so every projection's rows are
+    // whole Q4_K/Q6_K blocks, the cut vocabulary's 4 096 × 256 embedding tied to the head (2 MiB
+    // in f16), two layers, so that the f16 GGUF stays under 4 MiB.
+    (
+        "trained",
+        Shape {
+            d_model: 256,
+            n_layer: 2,
+            n_head: 4,
+            n_kv_head: 2,
+            head_dim: 64,
+            d_ff: 256,
+            tied_embeddings: true,
+            context_length: 40_960,
+            rope_theta: 1e6,
+            rms_eps: 1e-6,
+            cut_vocab: true,
         },
     ),
     // Qwen/Qwen3-0.6B config.json.
@@ -61,6 +83,7 @@ const PRESETS: [(&str, Shape); 3] = [
             context_length: 40_960,
             rope_theta: 1e6,
             rms_eps: 1e-6,
+            cut_vocab: false,
         },
     ),
     // Qwen/Qwen3-8B config.json.
@@ -77,6 +100,7 @@ const PRESETS: [(&str, Shape); 3] = [
             context_length: 40_960,
             rope_theta: 1e6,
             rms_eps: 1e-6,
+            cut_vocab: false,
         },
     ),
 ];
@@ -89,7 +113,7 @@ pub fn plan(preset: &str, vocab: Vocab) -> Result<ModelPlan> {
             names.join(", ")
         );
     };
-    let tokenizer = Tokenizer::qwen3(vocab)?;
+    let tokenizer = Tokenizer::for_preset(Family::Qwen3, shape.cut_vocab, vocab)?;
     let hparams = hparams(shape);
     Ok(ModelPlan {
         arch: "qwen3",

@@ -9,7 +9,7 @@
 //! each transform so the export can undo it ([`super::hf`]).
 
 use super::hf::{HeadAxis, ToHf, VHeads};
-use super::vocab::{Tokenizer, Vocab};
+use super::vocab::{Family, Tokenizer, Vocab};
 use super::weights::Init;
 use super::{ModelPlan, TensorPlan};
 use anyhow::{Result, bail};
@@ -36,6 +36,8 @@ struct Shape {
     ssm_head_dim: u64,
     conv_kernel: u64,
     tied_embeddings: bool,
+    /// The cut 4 096-token vocabulary instead of Qwen's full one.
+    cut_vocab: bool,
 }
 
 /// Rotary share of the attention head (Qwen3.5: 64 of 256).
@@ -50,7 +52,7 @@ const CONTEXT_LENGTH: u64 = 262_144;
 /// d = 64 because the 248 320-token table dominates (64 wide: 61 MiB f32, under lavapipe's
 /// 128 MiB binding); q = 4·64 = 256, d_ff = 256 and ssm_out's 192 give llama-quantize rows of
 /// 256 (Q4_K, Q6_K) and not (the Q5_0/Q8_0 fallbacks).
-const PRESETS: [(&str, Shape); 4] = [
+const PRESETS: [(&str, Shape); 5] = [
     (
         "tiny",
         Shape {
@@ -67,6 +69,30 @@ const PRESETS: [(&str, Shape); 4] = [
             ssm_head_dim: 32,
             conv_kernel: 4,
             tied_embeddings: false,
+            cut_vocab: false,
+        },
+    ),
+    // The trained tiny model (experiments/trained-tiny): one Gated DeltaNet layer then one gated
+    // attention layer, d = 256 (every projection's rows whole Q4_K/Q6_K blocks), 2 key and 4
+    // value heads of 64 (r = 2), the cut vocabulary's 4 096 × 256 embedding tied to the head, so
+    // that the f16 GGUF stays under 4 MiB.
+    (
+        "trained",
+        Shape {
+            d_model: 256,
+            n_layer: 2,
+            full_attention_interval: 2,
+            d_ff: 256,
+            n_head: 4,
+            n_kv_head: 2,
+            head_dim: 64,
+            mrope_section: [3, 3, 2],
+            n_k_heads: 2,
+            n_v_heads: 4,
+            ssm_head_dim: 64,
+            conv_kernel: 4,
+            tied_embeddings: true,
+            cut_vocab: true,
         },
     ),
     // The 27B's mixers at d = 1024 over 8 layers (~0.7B parameters, most in the vocabulary):
@@ -89,6 +115,7 @@ const PRESETS: [(&str, Shape); 4] = [
             ssm_head_dim: 128,
             conv_kernel: 4,
             tied_embeddings: false,
+            cut_vocab: false,
         },
     ),
     // Qwen/Qwen3.5-9B text_config: 32 layers, 8 of them attention.
@@ -108,6 +135,7 @@ const PRESETS: [(&str, Shape); 4] = [
             ssm_head_dim: 128,
             conv_kernel: 4,
             tied_embeddings: false,
+            cut_vocab: false,
         },
     ),
     // Qwen/Qwen3.5-27B text_config: 64 layers = 48 Gated DeltaNet + 16 gated attention.
@@ -127,6 +155,7 @@ const PRESETS: [(&str, Shape); 4] = [
             ssm_head_dim: 128,
             conv_kernel: 4,
             tied_embeddings: false,
+            cut_vocab: false,
         },
     ),
 ];
@@ -171,7 +200,7 @@ pub fn plan(preset: &str, vocab: Vocab) -> Result<ModelPlan> {
             names.join(", ")
         );
     };
-    let tokenizer = Tokenizer::qwen35(vocab)?;
+    let tokenizer = Tokenizer::for_preset(Family::Qwen35, shape.cut_vocab, vocab)?;
     Ok(ModelPlan {
         arch: "qwen35",
         name: format!("fak synthetic qwen35 {preset}"),

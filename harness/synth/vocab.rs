@@ -18,6 +18,11 @@ pub const USER_DEFINED: i32 = 4;
 pub const UNUSED: i32 = 5;
 
 static QWEN2_VOCAB_GGUF: &[u8] = include_bytes!("../../tests/fixtures/vocab/ggml-vocab-qwen2.gguf");
+/// The Qwen vocabulary cut to 4 096 tokens (experiments/trained-tiny/cut_vocab.py): the byte
+/// tokens, the tokens the trained models' text uses and the most common of Qwen's merges, closed
+/// under merges, then Qwen3's 26 added tokens.
+static QWEN_CUT_VOCAB_GGUF: &[u8] =
+    include_bytes!("../../tests/fixtures/vocab/ggml-vocab-qwen-cut4k.gguf");
 static QWEN3_CHAT_TEMPLATE: &str =
     include_str!("../../tests/fixtures/templates/Qwen-Qwen3-0.6B.jinja");
 static QWEN35_CHAT_TEMPLATE: &str = include_str!("../../tests/fixtures/templates/Qwen3.5-4B.jinja");
@@ -27,6 +32,13 @@ static QWEN35_CHAT_TEMPLATE: &str = include_str!("../../tests/fixtures/templates
 pub const QWEN2_SPLIT_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// The same split for `tokenizer.ggml.pre = "qwen35"`: letter runs absorb combining marks.
 pub const QWEN35_SPLIT_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Which model family's pre-tokenizer and chat template a vocabulary is written with.
+#[derive(Clone, Copy, Debug)]
+pub enum Family {
+    Qwen3,
+    Qwen35,
+}
 
 /// A token the Hugging Face tokenizer adds on top of the BPE vocabulary.
 #[derive(Clone, Debug)]
@@ -145,6 +157,21 @@ impl Tokenizer {
         }
     }
 
+    /// The tokenizer of a preset: the cut vocabulary for a preset whose weights were trained on
+    /// it (`cut_vocab`; only [`Vocab::Full`] applies there), otherwise `family`'s `vocab`.
+    pub fn for_preset(family: Family, cut_vocab: bool, vocab: Vocab) -> Result<Self> {
+        match (cut_vocab, vocab, family) {
+            (true, Vocab::Full, _) => Self::cut(family),
+            (true, Vocab::Bytes, _) => {
+                bail!(
+                    "--vocab bytes: this preset carries the cut vocabulary its weights were trained on"
+                )
+            }
+            (false, _, Family::Qwen3) => Self::qwen3(vocab),
+            (false, _, Family::Qwen35) => Self::qwen35(vocab),
+        }
+    }
+
     /// The byte tokens, then the Qwen added tokens, no merges (see [`Vocab::Bytes`]).
     fn bytes(
         pre: &'static str,
@@ -169,6 +196,55 @@ impl Tokenizer {
         // A merge always makes a token of two or more bytes, none of which is kept.
         t.merges.clear();
         Ok(t)
+    }
+
+    /// The cut Qwen vocabulary of the trained tiny models, with `pre`'s split and the family's
+    /// chat template: every entry, id, type and special id as the cut file has them (its added
+    /// tokens are Qwen3's, in Qwen3's order, right after the BPE tokens).
+    pub fn cut(family: Family) -> Result<Self> {
+        let (pre, split_regex, chat_template) = match family {
+            Family::Qwen3 => ("qwen2", QWEN2_SPLIT_REGEX, QWEN3_CHAT_TEMPLATE),
+            Family::Qwen35 => ("qwen35", QWEN35_SPLIT_REGEX, QWEN35_CHAT_TEMPLATE),
+        };
+        let parsed = fak::gguf::parse(QWEN_CUT_VOCAB_GGUF)
+            .context("embedded vocabulary ggml-vocab-qwen-cut4k.gguf")?;
+        let vocab =
+            fak::gguf::Metadata::new("ggml-vocab-qwen-cut4k.gguf".into(), parsed.metadata.clone());
+        let tokens = vocab.str_array("tokenizer.ggml.tokens")?.to_vec();
+        let Array::I32(types) = vocab.array("tokenizer.ggml.token_type")? else {
+            bail!("ggml-vocab-qwen-cut4k.gguf: tokenizer.ggml.token_type is not an i32 array");
+        };
+        let first_added = types
+            .iter()
+            .position(|&t| t != NORMAL)
+            .context("ggml-vocab-qwen-cut4k.gguf has no added tokens")?;
+        let added: Vec<AddedToken> = tokens[first_added..]
+            .iter()
+            .zip(first_added as u32..)
+            .map(|(content, id)| {
+                let &(_, special) = QWEN_ADDED
+                    .iter()
+                    .find(|(c, _)| c == content)
+                    .with_context(|| format!("added token {content:?} is not one of Qwen3's"))?;
+                Ok(AddedToken {
+                    id,
+                    content: content.clone(),
+                    special,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            pre,
+            split_regex,
+            types: types.clone(),
+            merges: vocab.str_array("tokenizer.ggml.merges")?.to_vec(),
+            added,
+            bos: vocab.u32("tokenizer.ggml.bos_token_id")?,
+            eos: vocab.u32("tokenizer.ggml.eos_token_id")?,
+            pad: vocab.u32("tokenizer.ggml.padding_token_id")?,
+            chat_template,
+            tokens,
+        })
     }
 
     /// Qwen2's BPE vocabulary, the Qwen added tokens from `first_added` on, `<|im_end|>` as eos

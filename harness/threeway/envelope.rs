@@ -56,7 +56,3 @@ pub fn corpus_runs(
         })
         .collect())
 }
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}

@@ -1,17 +1,18 @@
-//! The packet's fixed parts read from this machine: the hardware catalog entry (OS, CPU, memory,
-//! the GPU adapter and its measured bandwidth from selftest), the toolchain, the selftest verdict.
+//! The packet's fixed parts read from this machine: the hardware entry (OS, CPU, memory, the GPU
+//! adapter and its measured bandwidth from selftest, the catalog), the toolchain.
 
-use crate::selftest;
-use fak_harness::packet::{Bandwidth, Cores, Gpu, Hardware, Selftest, SelftestStatus};
+use super::catalog;
+use fak_harness::packet::selftest_raw;
+use fak_harness::packet::{Cores, Gpu, Hardware};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::process::Command;
 
 /// The catalog entry; `adapter` is the selftest's (or fak's child's) adapter facts.
 pub fn hardware(adapter: &Value, bandwidth: &Value) -> Hardware {
-    let text = |v: &Value| v.as_str().unwrap_or("unknown").to_string();
+    let catalog = catalog::read(adapter);
     Hardware {
-        host: super::models::host_name(),
+        host: host_name(),
         cpu_model: cpu_model(),
         cores: Cores {
             logical: std::thread::available_parallelism().map_or(0, |n| n.get() as u32),
@@ -22,80 +23,11 @@ pub fn hardware(adapter: &Value, bandwidth: &Value) -> Hardware {
         memory_bytes: memory_bytes(),
         os: command_line("uname", &["-srm"]).unwrap_or_else(|| std::env::consts::OS.into()),
         gpu: Gpu {
-            adapter: text(&adapter["name"]),
-            backend: text(&adapter["backend"]),
-            driver: text(&adapter["driver"]),
-            driver_info: text(&adapter["driver_info"]),
-            device_type: text(&adapter["device_type"]),
-            cores: None,
+            cores: catalog.get("gpu_cores").and_then(|c| c.parse().ok()),
+            ..selftest_raw::gpu_entry(adapter)
         },
-        bandwidth: bandwidth_entry(bandwidth),
-    }
-}
-
-/// The selftest's measured read bandwidth and how it was measured; none where the selftest was
-/// skipped or did not get that far.
-fn bandwidth_entry(selftest_bandwidth: &Value) -> Option<Bandwidth> {
-    let b: selftest::Bandwidth = serde_json::from_value(selftest_bandwidth.clone()).ok()?;
-    Some(Bandwidth {
-        bytes_per_s: b.best_bytes_per_s,
-        how: format!(
-            "selftest streaming-read kernel (wgsl/read_probe.wgsl), {} bytes read per pass, best of {} timed passes (median {:.1} GB/s), {}",
-            b.bytes_per_pass,
-            b.passes,
-            b.median_bytes_per_s / 1e9,
-            b.method
-        ),
-    })
-}
-
-/// The selftest result as the packet states it.
-pub fn selftest(result: &Value) -> Selftest {
-    if let Some(why) = result["skipped"].as_str() {
-        return Selftest {
-            status: SelftestStatus::Skipped,
-            reason: Some(why.into()),
-            adapter: "not checked".into(),
-            checks_run: 0,
-            checks_failed: 0,
-            failures: vec![],
-        };
-    }
-    let checks = result["checks"].as_array().cloned().unwrap_or_default();
-    let kernels = result["kernels"].as_array().cloned().unwrap_or_default();
-    let failed = |c: &&Value| c["pass"] != Value::Bool(true);
-    let failures: Vec<String> = checks
-        .iter()
-        .filter(failed)
-        .map(|c| format!("{} {} {}", c["model"], c["paths"], c["check"]))
-        .chain(
-            kernels
-                .iter()
-                .filter(failed)
-                .map(|k| format!("kernel {} {} {}", k["kernel"], k["variant"], k["case"])),
-        )
-        .map(|f| f.replace('"', ""))
-        .collect();
-    let passed = result["pass"] == Value::Bool(true) && !checks.is_empty();
-    Selftest {
-        status: if passed {
-            SelftestStatus::Passed
-        } else {
-            SelftestStatus::Failed
-        },
-        reason: (!passed).then(|| {
-            result["error"]
-                .as_str()
-                .unwrap_or("checks failed")
-                .to_string()
-        }),
-        adapter: result["adapter"]["name"]
-            .as_str()
-            .unwrap_or("unknown")
-            .into(),
-        checks_run: (checks.len() + kernels.len()) as u64,
-        checks_failed: failures.len() as u64,
-        failures,
+        bandwidth: selftest_raw::bandwidth_entry(bandwidth),
+        catalog,
     }
 }
 
@@ -152,35 +84,42 @@ fn memory_bytes() -> u64 {
         .unwrap_or(0)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The hardware entry reads the selftest's own JSON: a renamed field would make it say
-    /// "null bytes" (as the first H200 packet did) rather than fail to build.
-    #[test]
-    fn the_bandwidth_entry_states_the_selftests_measurement() {
-        let measured = selftest::Bandwidth {
-            method: "timestamp queries".into(),
-            bytes_per_pass: 1 << 30,
-            passes: 20,
-            best_bytes_per_s: 4.4e12,
-            median_bytes_per_s: 4.3e12,
-        };
-        let entry = bandwidth_entry(&serde_json::to_value(&measured).unwrap()).unwrap();
-        assert_eq!(entry.bytes_per_s, 4.4e12);
-        for part in [
-            "wgsl/read_probe.wgsl",
-            "1073741824 bytes",
-            "best of 20",
-            "4300.0 GB/s",
-            "timestamp queries",
-        ] {
-            assert!(entry.how.contains(part), "{part} in {}", entry.how);
-        }
-        assert!(!entry.how.contains("null"), "{}", entry.how);
-        let probe = concat!(env!("CARGO_MANIFEST_DIR"), "/../wgsl/read_probe.wgsl");
-        assert!(std::path::Path::new(probe).exists(), "{probe}");
-        assert!(bandwidth_entry(&Value::Null).is_none());
+/// The machine's host name.
+pub fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    match std::str::from_utf8(&buf[..end]) {
+        Ok(name) if ok && !name.is_empty() => name.to_string(),
+        _ => "unknown-host".into(),
     }
+}
+
+/// UTC now as `YYYYMMDDTHHMMSSZ` (folder names).
+pub fn utc_stamp() -> String {
+    utc_now().replace(['-', ':'], "")
+}
+
+/// UTC now as ISO 8601 `YYYY-MM-DDTHH:MM:SSZ` (days from the civil calendar algorithm).
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }

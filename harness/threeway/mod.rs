@@ -3,26 +3,29 @@
 //! each in a fresh process of its own, then an untimed quality pass against a reference on the
 //! unquantized weights; raw samples, quality receipts and the packet go into one folder.
 
+mod catalog;
+mod device;
 mod envelope;
 mod meta;
-pub mod models;
 pub mod multi_agent;
 pub mod quality;
 mod runner;
 
 use crate::arms::fak_native::FakNative;
+use crate::arms::jsonl::JsonlArm;
 use crate::arms::llama_cpp::{self, LlamaCpp};
 use crate::arms::mlx::{self, Mlx};
 use crate::arms::process::{EngineProcess, install_interrupt_handler, interrupted};
 use crate::arms::{Arm, NotInstalled};
+use crate::models::{Models, sha256_of};
 use anyhow::{Context, Result, bail};
 use envelope::Prompts;
 use fak_harness::packet::summary::PacketMeta;
 use fak_harness::packet::{
-    self, Against, ArmHeader, ArmQuality, BucketMethods, EngineInfo, Envelope, HarnessInfo, Method,
-    PacketWriter, QualityComparison, QualityRule, QualityStatus, ReferenceEngine, Runtime, Weights,
+    self, Against, ArmHeader, ArmQuality, BucketKinds, BucketMethods, EngineInfo, Envelope,
+    FlagChoice, HarnessInfo, Method, PacketWriter, QualityComparison, QualityRule, QualityStatus,
+    ReferenceEngine, Runtime, Weights,
 };
-use models::{Models, sha256_of};
 use quality::{ReferenceInfo, ReferenceRows};
 use runner::{Outcome, Plan};
 use serde_json::{Value, json};
@@ -31,11 +34,14 @@ use std::process::Command;
 use std::time::Duration;
 
 pub const ARM_NAMES: [&str; 3] = ["fak-native", "llama.cpp", "mlx"];
+/// Arms only the multi-agent scenario runs (a server compared with llama-server).
+pub const SCENARIO_ONLY_ARMS: [&str; 1] = ["fak-serve"];
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The GGUF both fak-native and llama.cpp run (default: the tiny synthetic Qwen3, written
-    /// into ${FAK_CACHE:-~/.cache/fak}/threeway on first use).
+    /// The GGUF both fak-native and llama.cpp run (default: the trained tiny Qwen3 in Q4_K_M,
+    /// its f16 weights the reference, written into ${FAK_CACHE:-~/.cache/fak}/threeway on first
+    /// use).
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// The unquantized (f32/f16, or Q8_0 where disk forbids) GGUF of the same weights, for the
@@ -46,13 +52,13 @@ pub struct Args {
     #[arg(long)]
     pub mlx_model: Option<PathBuf>,
     /// Prompt tokens per request.
-    #[arg(long, default_value_t = 128, value_parser = crate::run::tokens(1))]
+    #[arg(long, default_value_t = 128, value_parser = crate::flag_values::tokens(1))]
     pub n_ctx: usize,
     /// Output tokens per request (end-of-sequence ignored).
-    #[arg(long, default_value_t = 64, value_parser = crate::run::tokens(1))]
+    #[arg(long, default_value_t = 64, value_parser = crate::flag_values::tokens(1))]
     pub n_out: usize,
     /// Timed requests per arm (distinct prompts).
-    #[arg(long, default_value_t = 20, value_parser = crate::run::count(1))]
+    #[arg(long, default_value_t = 20, value_parser = crate::flag_values::count(1))]
     pub prompts: usize,
     /// Seed of the prompt offsets into the corpus.
     #[arg(long, default_value_t = 0)]
@@ -73,6 +79,14 @@ pub struct Args {
     /// llama-server's flash attention (`-fa`): on, off or auto.
     #[arg(long, default_value = "auto")]
     pub flash_attn: String,
+    /// More llama-server arguments, after the arm's own (repeatable; each value is split on
+    /// whitespace: `--llama-arg "--threads 8"`); recorded in the packet and the report.
+    #[arg(long = "llama-arg", allow_hyphen_values = true)]
+    pub llama_args: Vec<String>,
+    /// Where the --model's weights come from, in words ("trained on …", "random: harness synth
+    /// --fast-random"), for the packet and the report (the default model states its own).
+    #[arg(long)]
+    pub model_origin: Option<String>,
     /// The Python that imports mlx_lm (default: $FAK_PYTHON, then python3).
     #[arg(long)]
     pub python: Option<String>,
@@ -80,10 +94,10 @@ pub struct Args {
     #[arg(long, default_value = "llama.cpp")]
     pub reference_arm: String,
     /// Prompts in the quality pass.
-    #[arg(long, default_value_t = 4, value_parser = crate::run::count(0))]
+    #[arg(long, default_value_t = 4, value_parser = crate::flag_values::count(0))]
     pub quality_prompts: usize,
     /// Output positions teacher-forced after each quality prompt.
-    #[arg(long, default_value_t = 16, value_parser = crate::run::tokens(0))]
+    #[arg(long, default_value_t = 16, value_parser = crate::flag_values::tokens(0))]
     pub quality_tail: usize,
     /// Do not run `harness selftest` first (the packet then says it was skipped).
     #[arg(long)]
@@ -93,16 +107,16 @@ pub struct Args {
     #[arg(long, value_enum)]
     pub scenario: Option<multi_agent::ScenarioKind>,
     /// Multi-agent: agents running concurrently.
-    #[arg(long, default_value_t = 4, value_parser = crate::run::count(1))]
+    #[arg(long, default_value_t = 4, value_parser = crate::flag_values::count(1))]
     pub agents: usize,
     /// Multi-agent: tokens of the preamble every agent's conversation starts with.
-    #[arg(long, default_value_t = 512, value_parser = crate::run::tokens(1))]
+    #[arg(long, default_value_t = 512, value_parser = crate::flag_values::tokens(1))]
     pub preamble: usize,
     /// Multi-agent: new tokens each turn appends.
-    #[arg(long, default_value_t = 32, value_parser = crate::run::tokens(0))]
+    #[arg(long, default_value_t = 32, value_parser = crate::flag_values::tokens(0))]
     pub suffix: usize,
     /// Multi-agent: turns per agent.
-    #[arg(long, default_value_t = 3, value_parser = crate::run::count(1))]
+    #[arg(long, default_value_t = 3, value_parser = crate::flag_values::count(1))]
     pub turns: usize,
     /// Multi-agent: every turn 1 sent at once, or staggered by --stagger-ms.
     #[arg(long, value_enum, default_value = "together")]
@@ -110,13 +124,17 @@ pub struct Args {
     /// Multi-agent: milliseconds between agents' first turns with --arrival staggered.
     #[arg(long, default_value_t = 100)]
     pub stagger_ms: u64,
+    /// Multi-agent: milliseconds an agent thinks between an answer and its next turn (an idle
+    /// GPU may drop its clock meanwhile; each turn's packet entry shows it).
+    #[arg(long, default_value_t = 0)]
+    pub think_ms: u64,
     /// Multi-agent: fak's KV page size in tokens (default the engine's, 64); the prefix cache
     /// shares whole pages.
     #[arg(long)]
     pub page_size: Option<u32>,
     /// Multi-agent: fak's prefix-cache budget (bytes, or K/M/G); default enough for every
     /// agent's whole conversation.
-    #[arg(long, value_parser = crate::run::parse_bytes)]
+    #[arg(long, value_parser = crate::flag_values::parse_bytes)]
     pub cache_mem: Option<u64>,
 }
 
@@ -131,10 +149,15 @@ pub(crate) const MAX_ENVELOPE_TOKENS: usize = 1 << 26;
 pub fn run(args: Args) -> Result<()> {
     install_interrupt_handler();
     for arm in &args.arms {
-        if !ARM_NAMES.contains(&arm.as_str()) {
+        let scenario_only = SCENARIO_ONLY_ARMS.contains(&arm.as_str());
+        if scenario_only && args.scenario.is_none() {
+            bail!("arm {arm:?} runs only in a scenario (--scenario multi-agent)");
+        }
+        if !ARM_NAMES.contains(&arm.as_str()) && !scenario_only {
             bail!(
-                "unknown arm {arm:?}: expected some of {}",
-                ARM_NAMES.join(",")
+                "unknown arm {arm:?}: expected some of {},{}",
+                ARM_NAMES.join(","),
+                SCENARIO_ONLY_ARMS.join(",")
             );
         }
     }
@@ -150,13 +173,13 @@ pub fn run(args: Args) -> Result<()> {
             args.reference_model.as_deref(),
             args.mlx_model.as_deref(),
         )?,
-        None => Models::synthetic()?,
+        None => Models::trained()?,
     };
     let out = match &args.out {
         Some(dir) => dir.clone(),
         None => PathBuf::from("experiments/benchmark/runs/by-machine")
-            .join(models::host_name())
-            .join(format!("{}-threeway", models::utc_stamp())),
+            .join(meta::host_name())
+            .join(format!("{}-threeway", meta::utc_stamp())),
     };
     let scratch = out.join("logs");
     std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
@@ -180,6 +203,7 @@ pub fn run(args: Args) -> Result<()> {
     let prompts = Prompts::build(&tokenizer, args.n_ctx, args.prompts, args.seed)?;
     let n_params: u64 = gguf.tensors().iter().map(|t| t.n_elements()).sum();
     let decode_step_bytes = fak_harness::inspect::decode_step_bytes(gguf.tensors()).bytes;
+    let prefill_flops_per_token = prefill_flops_per_token(&gguf);
     drop(gguf);
     let context = args.n_ctx + args.n_out.max(args.quality_tail) + 1;
 
@@ -210,6 +234,8 @@ pub fn run(args: Args) -> Result<()> {
         greedy: true,
         ignore_eos: true,
         warmup_requests: 1,
+        model_origin: model_origin(&args),
+        prefill_flops_per_token: Some(prefill_flops_per_token),
     };
     let mut writer = PacketWriter::create(&out)?;
     let mut runs = Vec::new();
@@ -226,6 +252,7 @@ pub fn run(args: Args) -> Result<()> {
             reference: reference.as_deref(),
             context,
             scratch: &scratch,
+            adapter: selftest["adapter"]["name"].as_str(),
         };
         let run = run_one(name, &ctx, &mut writer)?;
         if name == "fak-native" && adapter.is_null() {
@@ -241,24 +268,7 @@ pub fn run(args: Args) -> Result<()> {
         quality_prompts.len(),
         args.quality_tail,
     )?;
-    let meta = PacketMeta {
-        created_utc: models::utc_now(),
-        harness: HarnessInfo {
-            version: env!("CARGO_PKG_VERSION").into(),
-            commit: std::env::var("FAK_COMMIT").ok(),
-            command: std::env::args().collect(),
-        },
-        hardware: meta::hardware(&adapter, &selftest["bandwidth"]),
-        toolchain: meta::toolchain(),
-        envelope,
-        method: Method::v1(&args.reference_arm),
-        selftest: meta::selftest(&selftest),
-    };
-    writer.finish(meta)?;
-    eprintln!(
-        "threeway: packet {}",
-        out.join(packet::PACKET_FILE).display()
-    );
+    finish_packet(writer, &args, &adapter, &selftest, envelope, &out)?;
     if runs.iter().any(|r| r.outcome.interrupted) || interrupted() {
         eprintln!(
             "threeway: interrupted; what was measured is in {}",
@@ -281,6 +291,106 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// Writes the run's own files beside the raw ones (the selftest's output, `command.txt`), then
+/// `packet.json` and the manifest, then `validation.json`: what `harness validate` says of it.
+fn finish_packet(
+    mut writer: PacketWriter,
+    args: &Args,
+    adapter: &Value,
+    selftest: &Value,
+    envelope: Envelope,
+    out: &Path,
+) -> Result<()> {
+    let selftest_file = match selftest.get("skipped") {
+        Some(_) => None,
+        None => {
+            Some(writer.write_file(packet::SELFTEST_FILE, &serde_json::to_vec_pretty(selftest)?)?)
+        }
+    };
+    let command: Vec<String> = std::env::args().collect();
+    writer.write_file(COMMAND_FILE, command_text(&command).as_bytes())?;
+    let meta = PacketMeta {
+        created_utc: meta::utc_now(),
+        harness: HarnessInfo {
+            version: env!("CARGO_PKG_VERSION").into(),
+            commit: std::env::var("FAK_COMMIT").ok(),
+            command,
+        },
+        hardware: meta::hardware(adapter, &selftest["bandwidth"]),
+        toolchain: meta::toolchain(),
+        envelope,
+        method: Method::v1(&args.reference_arm),
+        selftest: packet::selftest_raw::summary(selftest, selftest_file),
+    };
+    writer.finish(meta)?;
+    let packet_path = out.join(packet::PACKET_FILE);
+    let validation = packet::validate::validate(&packet_path);
+    let path = out.join(VALIDATION_FILE);
+    std::fs::write(&path, serde_json::to_vec_pretty(&validation)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    eprintln!(
+        "threeway: packet {} ({})",
+        packet_path.display(),
+        if validation.valid {
+            "valid".to_string()
+        } else {
+            format!("NOT VALID: {}", validation.errors.join("; "))
+        }
+    );
+    Ok(())
+}
+
+/// `command.txt`: the command that made the run, one line a shell can run again.
+const COMMAND_FILE: &str = "command.txt";
+/// `validation.json`: `harness validate`'s answer on the finished run (outside the manifest,
+/// which it checks).
+const VALIDATION_FILE: &str = "validation.json";
+
+fn command_text(argv: &[String]) -> String {
+    let words: Vec<String> = argv.iter().map(|a| shell_quote(a)).collect();
+    words.join(" ") + "\n"
+}
+
+/// `arg` as one shell word.
+pub fn shell_quote(arg: &str) -> String {
+    if !arg.is_empty()
+        && arg
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+    {
+        arg.to_owned()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
+}
+
+/// The envelope's statement of where the weights come from: the user's, or the default tiny
+/// model's own.
+fn model_origin(args: &Args) -> Option<String> {
+    match (&args.model, &args.model_origin) {
+        (_, Some(origin)) => Some(origin.clone()),
+        (None, None) => Some(
+            "trained: the tiny Qwen3 of experiments/trained-tiny (transformers' Qwen3 trained on \
+             the project's generated text; 4096-token cut Qwen vocabulary, d 256, 2 layers); its \
+             f16 GGUF is the true unquantized weights and the quality reference, the Q4_K_M file \
+             is `harness quantize`'s, MLX runs its own 4-bit conversion of the same weights"
+                .into(),
+        ),
+        (Some(_), None) => None,
+    }
+}
+
+/// 2 × the elements of every block matrix (`blk.*`, two or more dimensions): the FLOPs a prompt
+/// token costs at the least (attention's own products, the embedding and the head left out).
+fn prefill_flops_per_token(gguf: &fak::gguf::Gguf) -> u64 {
+    2 * gguf
+        .tensors()
+        .iter()
+        .filter(|t| t.name.starts_with("blk.") && t.shape.len() >= 2)
+        .map(|t| t.n_elements())
+        .sum::<u64>()
+}
+
 /// What every arm's run shares.
 struct ArmContext<'a> {
     args: &'a Args,
@@ -290,6 +400,8 @@ struct ArmContext<'a> {
     reference: Option<&'a [ReferenceRows]>,
     context: usize,
     scratch: &'a Path,
+    /// The selftest's adapter (the hardware entry's GPU), when the selftest ran.
+    adapter: Option<&'a str>,
 }
 
 /// One arm's run as the rest of the command needs it.
@@ -302,22 +414,25 @@ struct ArmRun {
 fn make_arm(name: &str, ctx: &ArmContext) -> Result<Box<dyn Arm>, NotInstalled> {
     let (args, models, scratch) = (ctx.args, ctx.models, ctx.scratch.to_path_buf());
     match name {
-        "fak-native" => Ok(Box::new(FakNative::new(
+        "fak-native" => Ok(Box::new(JsonlArm::new(FakNative::new(
             "fak-native",
             models.gguf.clone(),
             ctx.context,
             scratch,
-        ))),
+        )))),
         "llama.cpp" => {
             let server = llama_cpp::find_server(args.llama_server.as_deref())?;
-            Ok(Box::new(LlamaCpp::new(
+            let mut arm = LlamaCpp::new(
                 server,
                 models.gguf.clone(),
                 ctx.context,
                 args.flash_attn.clone(),
                 quality::N_PROBS,
                 scratch,
-            )))
+            );
+            arm.extra_args = llama_args(args);
+            arm.python = Some(plain_client_python(args));
+            Ok(Box::new(arm))
         }
         _ => {
             let Some(dir) = &models.mlx else {
@@ -326,9 +441,30 @@ fn make_arm(name: &str, ctx: &ArmContext) -> Result<Box<dyn Arm>, NotInstalled> 
                 ));
             };
             let python = mlx::find_python(args.python.as_deref())?;
-            Ok(Box::new(Mlx::new(python, dir.clone(), scratch)))
+            Ok(Box::new(JsonlArm::new(Mlx::new(
+                python,
+                dir.clone(),
+                scratch,
+            ))))
         }
     }
+}
+
+/// `--llama-arg` values, each split into words.
+pub fn llama_args(args: &Args) -> Vec<String> {
+    args.llama_args
+        .iter()
+        .flat_map(|a| a.split_whitespace().map(str::to_string))
+        .collect()
+}
+
+/// The Python that runs llama.cpp's plain-client check: `--python`, `$FAK_PYTHON`, `python3`
+/// (it needs nothing beyond the standard library).
+fn plain_client_python(args: &Args) -> String {
+    args.python
+        .clone()
+        .or_else(|| std::env::var("FAK_PYTHON").ok())
+        .unwrap_or_else(|| "python3".into())
 }
 
 fn run_one(name: &str, ctx: &ArmContext, writer: &mut PacketWriter) -> Result<ArmRun> {
@@ -383,41 +519,59 @@ fn run_one(name: &str, ctx: &ArmContext, writer: &mut PacketWriter) -> Result<Ar
 
 /// The raw file's header: the engine as it reported itself, its weights, the envelope.
 fn header(name: &str, arm: Option<&dyn Arm>, facts: &Value, ctx: &ArmContext) -> Result<ArmHeader> {
-    const NONE: &str = "not measured: the arm did not run";
-    let methods = arm.map_or(
-        crate::arms::Buckets {
-            queue: NONE,
-            setup: NONE,
-            prefill: NONE,
-            decode: NONE,
-            verification: NONE,
-            recovery: NONE,
-            other: NONE,
-        },
-        |a| a.bucket_methods(),
-    );
     Ok(ArmHeader {
         arm: name.into(),
         runtime: Runtime::for_arm(name),
         engine: engine_info(name, arm, facts),
         weights: weights(name, ctx.models, ctx.envelope)?,
         envelope: ctx.envelope.arm_envelope(),
-        bucket_methods: BucketMethods {
-            queue: methods.queue.into(),
-            setup: methods.setup.into(),
-            prefill: methods.prefill.into(),
-            decode: methods.decode.into(),
-            verification: methods.verification.into(),
-            recovery: methods.recovery.into(),
-            other: methods.other.into(),
-        },
+        bucket_methods: bucket_methods(arm),
+        device: device::of(name, facts, ctx.adapter),
     })
+}
+
+/// How the arm obtains each bucket, with its kind; for an arm that never ran, that it did not.
+pub fn bucket_methods(arm: Option<&dyn Arm>) -> BucketMethods {
+    let Some(m) = arm.map(|a| a.bucket_methods()) else {
+        let none = || "not measured: the arm did not run".to_string();
+        return BucketMethods {
+            queue: none(),
+            setup: none(),
+            prefill: none(),
+            decode: none(),
+            verification: none(),
+            recovery: none(),
+            other: none(),
+            kinds: None,
+        };
+    };
+    BucketMethods {
+        queue: m.queue.how.into(),
+        setup: m.setup.how.into(),
+        prefill: m.prefill.how.into(),
+        decode: m.decode.how.into(),
+        verification: m.verification.how.into(),
+        recovery: m.recovery.how.into(),
+        other: m.other.how.into(),
+        kinds: Some(BucketKinds {
+            queue: m.queue.kind,
+            setup: m.setup.kind,
+            prefill: m.prefill.kind,
+            decode: m.decode.kind,
+            verification: m.verification.kind,
+            recovery: m.recovery.kind,
+            other: m.other.kind,
+        }),
+    }
 }
 
 /// The engine `name` (`fak-native`, `llama.cpp`, `mlx`) as it reported itself and its flags.
 fn engine_info(name: &str, arm: Option<&dyn Arm>, facts: &Value) -> EngineInfo {
     let version = match name {
         "fak-native" => facts["version"].as_str().map(|v| format!("fak {v}")),
+        "fak-serve" => facts["version"]
+            .as_str()
+            .map(|v| format!("fak {v} (fak serve)")),
         "llama.cpp" => facts["build_info"].as_str().map(str::to_string),
         _ => facts["mlx_lm"].as_str().map(|v| {
             let text = |k: &str| facts[k].as_str().unwrap_or("?").to_string();
@@ -431,6 +585,12 @@ fn engine_info(name: &str, arm: Option<&dyn Arm>, facts: &Value) -> EngineInfo {
         version,
         flags: flags_list(&flags),
         build: (!facts.is_null()).then(|| facts.clone()),
+        tuning: arm
+            .map(|a| a.tuning())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(flag, why)| FlagChoice { flag, why })
+            .collect(),
     }
 }
 
@@ -561,6 +721,7 @@ fn reference(
                 engine: ReferenceEngine::CpuReference,
                 weights: "none".into(),
                 weights_sha256: String::new(),
+                label: None,
             },
             why: "no unquantized weights (--reference-model): the comparison against the reference is skipped".into(),
         };
@@ -584,12 +745,12 @@ fn reference(
     let rows = if cpu {
         quality::cpu_reference(weights, prompts, args.quality_tail)?
     } else {
-        let mut arm = FakNative::new(
+        let mut arm = JsonlArm::new(FakNative::new(
             "fak-reference",
             weights.clone(),
             context,
             scratch.to_path_buf(),
-        );
+        ));
         arm.start()?;
         let rows = quality::arm_reference(&mut arm, prompts, args.quality_tail);
         arm.stop();
@@ -604,6 +765,7 @@ fn reference(
             },
             weights: reference_weights_type(weights)?,
             weights_sha256: sha256_of(weights)?,
+            label: model_origin(args).map(|o| format!("the unquantized weights of {o}")),
         },
         why: format!(
             "{:.2e} multiply-accumulates ({} parameters × {rows_total} rows) {} the CPU budget of {:.0e}",

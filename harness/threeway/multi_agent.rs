@@ -8,21 +8,20 @@
 //! `multi-agent-<arm>-raw.json`, and the packet's `scenario` section is built from them.
 
 use super::envelope::{Prompts, corpus_runs};
-use super::models::{Models, sha256_of};
-use super::{Args, engine_info, meta, weights};
+use super::{Args, engine_info, weights};
 use crate::arms::fak_native::{FakNative, ServeOptions};
-use crate::arms::llama_cpp::{self, LlamaCpp};
+use crate::arms::fak_serve::FakServe;
+use crate::arms::jsonl::JsonlArm;
+use crate::arms::llama_cpp::{self, LlamaCpp, Workload};
 use crate::arms::mlx::{self, Mlx};
 use crate::arms::process::{Interrupted, gpu_memory_bytes, interrupted, now_ns};
 use crate::arms::{Arm, Done, NotInstalled};
+use crate::models::{Models, sha256_of};
 use anyhow::{Context, Result, bail};
 use fak_harness::packet::scenario::{
     Arrival, MULTI_AGENT, ScenarioArmHeader, ScenarioSpec, Serving, TurnSample,
 };
-use fak_harness::packet::summary::PacketMeta;
-use fak_harness::packet::{
-    self, Envelope, HarnessInfo, MemoryPeak, Method, PacketWriter, ScenarioRecorder,
-};
+use fak_harness::packet::{self, Envelope, MemoryPeak, PacketWriter, ScenarioRecorder};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Duration;
@@ -90,6 +89,7 @@ impl Script {
             turns,
             n_out: args.n_out,
             arrival,
+            think_s: args.think_ms as f64 * 1e-3,
             preamble_sha256: packet::prompt_sha256(&preamble),
             prompt_source: format!(
                 "harness/threeway/corpus.txt tokenized by the model: the preamble from a ChaCha8 \
@@ -135,6 +135,8 @@ pub fn run(args: &Args, models: &Models, out: &Path) -> Result<()> {
     let script = Script::build(args, &tokenizer)?;
     let context = script.max_tokens() + 1;
     let plan = fak::model::DevicePlan::of(&gguf, Some(context), 256)?;
+    let decode_step_bytes = fak_harness::inspect::decode_step_bytes(gguf.tensors()).bytes;
+    let prefill_flops_per_token = super::prefill_flops_per_token(&gguf);
     drop(gguf);
     let cache_mem = args
         .cache_mem
@@ -147,7 +149,7 @@ pub fn run(args: &Args, models: &Models, out: &Path) -> Result<()> {
         model_path: models.gguf.display().to_string(),
         model_sha256: sha256_of(&models.gguf)?,
         model_bytes: std::fs::metadata(&models.gguf)?.len(),
-        decode_step_bytes: None,
+        decode_step_bytes: Some(decode_step_bytes),
         n_ctx: script.spec.prompt_tokens(1),
         n_out: args.n_out,
         n_prompts: args.agents,
@@ -160,6 +162,8 @@ pub fn run(args: &Args, models: &Models, out: &Path) -> Result<()> {
         greedy: true,
         ignore_eos: true,
         warmup_requests: 1,
+        model_origin: super::model_origin(args),
+        prefill_flops_per_token: Some(prefill_flops_per_token),
     };
     let mut writer = PacketWriter::create(out)?;
     writer.set_scenario(script.spec.clone());
@@ -194,24 +198,7 @@ pub fn run(args: &Args, models: &Models, out: &Path) -> Result<()> {
             }
         }
     }
-    let meta = PacketMeta {
-        created_utc: super::models::utc_now(),
-        harness: HarnessInfo {
-            version: env!("CARGO_PKG_VERSION").into(),
-            commit: std::env::var("FAK_COMMIT").ok(),
-            command: std::env::args().collect(),
-        },
-        hardware: meta::hardware(&adapter, &selftest["bandwidth"]),
-        toolchain: meta::toolchain(),
-        envelope,
-        method: Method::v1(&args.reference_arm),
-        selftest: meta::selftest(&selftest),
-    };
-    writer.finish(meta)?;
-    eprintln!(
-        "threeway: packet {}",
-        out.join(packet::PACKET_FILE).display()
-    );
+    super::finish_packet(writer, args, &adapter, &selftest, envelope, out)?;
     if interrupted() {
         eprintln!(
             "threeway: interrupted; what was measured is in {}",
@@ -250,6 +237,8 @@ fn arm_label(engine: &str, cache: bool) -> &'static str {
     match (engine, cache) {
         ("fak-native", true) => "fak-native-cache",
         ("fak-native", false) => "fak-native-nocache",
+        ("fak-serve", true) => "fak-serve-cache",
+        ("fak-serve", false) => "fak-serve-nocache",
         ("llama.cpp", true) => "llama.cpp-cache",
         ("llama.cpp", false) => "llama.cpp-nocache",
         (_, true) => "mlx-cache",
@@ -299,9 +288,28 @@ fn make_arm(
                 false => "off (--cache-mem 0): every prompt is prefilled whole".into(),
             };
             Ok((
-                Box::new(arm),
+                Box::new(JsonlArm::new(arm)),
                 how,
                 "the engine: its prefix-cache hit (Started::cached_tokens) per request",
+            ))
+        }
+        "fak-serve" => {
+            let mut arm = FakServe::new(label, s.models.gguf.clone(), s.context, scratch);
+            arm.cache_mem = if s.cache { s.cache_mem } else { 0 };
+            arm.max_seqs = agents;
+            arm.page_size = s.args.page_size;
+            let how = match s.cache {
+                true => format!(
+                    "fak serve --cache-mem {}: the engine's radix prefix cache, shared by every \
+                     request (whole pages), as in fak-native",
+                    s.cache_mem
+                ),
+                false => "off (--cache-mem 0): every prompt is prefilled whole".into(),
+            };
+            Ok((
+                Box::new(arm),
+                how,
+                "the server: usage.prompt_tokens_details.cached_tokens of each answer",
             ))
         }
         "llama.cpp" => {
@@ -317,15 +325,23 @@ fn make_arm(
             arm.parallel = agents;
             arm.cache_prompt = s.cache;
             arm.log_name = label;
+            arm.workload = if s.cache {
+                Workload::PrefixReuse
+            } else {
+                Workload::NoReuse
+            };
+            arm.extra_args = super::llama_args(s.args);
             let how = match s.cache {
                 true => format!(
                     "cache_prompt: true on every request, {agents} slots (--parallel): each slot \
-                     reuses the longest common prefix of its own last prompt (llama-server's \
-                     defaults otherwise, its host-RAM prompt cache included)"
+                     reuses the longest common prefix of its own last prompt; the host-RAM \
+                     prompt cache (--cache-ram 8192) keeps a conversation a slot gives up, and \
+                     context checkpoints (--ctx-checkpoints 32) let a hybrid model reuse a prefix"
                 ),
                 false => format!(
-                    "cache_prompt: false on every request, {agents} slots (--parallel): every \
-                     prompt is prefilled whole"
+                    "cache_prompt: false on every request, {agents} slots (--parallel), no \
+                     host-RAM prompt cache or checkpoints (--cache-ram 0 --ctx-checkpoints 0): \
+                     every prompt is prefilled whole"
                 ),
             };
             Ok((
@@ -353,7 +369,7 @@ fn make_arm(
                 None => "none: each request starts from make_prompt_cache(model)".into(),
             };
             Ok((
-                Box::new(arm),
+                Box::new(JsonlArm::new(arm)),
                 how,
                 "the driver: prompt ids mlx_lm's prompt cache did not cover (prefilled) and those it did",
             ))
@@ -378,6 +394,15 @@ fn scenario_header(
                 .as_str()
                 .unwrap_or("unknown: the engine did not start")
                 .into(),
+        },
+        "fak-serve" => Serving {
+            concurrent: facts["max_seqs"].as_u64().unwrap_or(1) as usize,
+            how: format!(
+                "fak serve over HTTP (/v1/completions, streamed): continuous batching, up to {} \
+                 sequences per decode step, each joining between steps after its own prefill; \
+                 more queue first come, first served",
+                facts["max_seqs"]
+            ),
         },
         "llama.cpp" => Serving {
             concurrent: s.args.agents,
@@ -544,7 +569,7 @@ fn drive(arm: &mut dyn Arm, name: &str, script: &Script, rec: &mut ScenarioRecor
         rec.record(turn)?;
         agent.conversation = [prompt, done.timed.tokens].concat();
         if agent.answered < spec.turns {
-            agent.due_ns = Some(now_ns());
+            agent.due_ns = Some(now_ns() + (spec.think_s * 1e9) as u64);
         }
     }
     Ok(())

@@ -8,7 +8,9 @@
 use crate::arms::{Arm, Logits};
 use anyhow::{Context, Result, bail};
 use fak::gguf::Gguf;
-use fak::reference::{DenseReference, Reference as _, ops::argmax};
+use fak::model::Arch;
+use fak::reference::{DenseReference, Qwen35Reference, Reference, ops::argmax};
+use fak_harness::packet::metrics::cosine;
 use fak_harness::packet::{Against, PositionReceipt, WithheldPosition};
 use std::path::Path;
 
@@ -31,17 +33,21 @@ pub struct ReferenceInfo {
     pub why: String,
 }
 
-/// Runs the CPU reference on `gguf` for each prompt: greedy `tail` tokens, then every row.
+/// Runs the CPU reference of the model's architecture on `gguf` for each prompt (a fresh model
+/// each, so no state carries over): greedy `tail` tokens, then every row.
 pub fn cpu_reference(path: &Path, prompts: &[Vec<u32>], tail: usize) -> Result<Vec<ReferenceRows>> {
     let gguf = Gguf::open(path)?;
-    let mut model = DenseReference::new(&gguf)
-        .with_context(|| format!("the CPU reference on {}", path.display()))?;
     prompts
         .iter()
         .map(|prompt| {
-            model.reset();
+            let mut model: Box<dyn Reference> = match Arch::of(&gguf)? {
+                Arch::Qwen35 => Box::new(Qwen35Reference::new(&gguf)?),
+                Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => Box::new(DenseReference::new(&gguf)?),
+            };
             let mut ids = prompt.clone();
-            let mut logits = model.forward_all(prompt)?;
+            let mut logits = model
+                .forward_all(prompt)
+                .with_context(|| format!("the CPU reference on {}", path.display()))?;
             for _ in 0..tail {
                 let next = argmax(logits.last().expect("a non-empty prompt"));
                 ids.push(next);
@@ -246,18 +252,6 @@ fn margin(logits: &[f32]) -> f32 {
         [a, b] => logits[*a as usize] - logits[*b as usize],
         _ => f32::INFINITY,
     }
-}
-
-/// Cosine in f64; NaN anywhere gives NaN, which fails every threshold.
-pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let (mut ab, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
-    for (&x, &y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(x), f64::from(y));
-        ab += x * y;
-        aa += x * x;
-        bb += y * y;
-    }
-    ab / (aa.sqrt() * bb.sqrt())
 }
 
 /// The centred cosine over the entries both sides have (NaN marks a missing one); 0 when fewer

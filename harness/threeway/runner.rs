@@ -1,6 +1,7 @@
 //! One arm's run: start, one uncounted warm-up (the first envelope prompt), the timed requests
-//! (each sample written to `<arm>-raw.json` by the packet writer the moment it arrives), the
-//! untimed quality pass, stop. An engine that dies is restarted once — the restart is charged
+//! (each sample written to `<arm>-raw.json` by the packet writer the moment it arrives, each
+//! followed by a plain client's request on the same prompt where the arm has one), the untimed
+//! quality pass, stop. An engine that dies is restarted once — the restart is charged
 //! to the lost request's `recovery` bucket — and the request is sent again; a second death ends
 //! the arm with what it has measured.
 
@@ -8,7 +9,7 @@ use super::quality::{self, ArmRows, ReferenceRows};
 use crate::arms::process::{Interrupted, gpu_memory_bytes, now_ns};
 use crate::arms::{Arm, ExitInfo, Timed};
 use anyhow::Result;
-use fak_harness::packet::{self, ArmRecorder, Fault, MemoryPeak, RequestSample};
+use fak_harness::packet::{self, ArmRecorder, Fault, MemoryPeak, PlainClient, RequestSample};
 
 pub struct Plan<'a> {
     pub prompts: &'a [Vec<u32>],
@@ -79,6 +80,7 @@ fn drive(
     outcome: &mut Outcome,
 ) -> Result<()> {
     let name = arm.name();
+    let mut plain: Option<PlainClient> = None;
     // The warm-up is the first envelope prompt, recorded but not counted.
     let requests = std::iter::once((0, true)).chain((0..plan.prompts.len()).map(|p| (p, false)));
     for (prompt_index, warmup) in requests {
@@ -119,9 +121,14 @@ fn drive(
         rec.record(sample)?;
         if warmup {
             sample_gpu_memory(arm, state);
+        } else {
+            plain_client(arm, prompt, plan.n_out, &mut plain);
         }
     }
     sample_gpu_memory(arm, state);
+    if let Some(plain) = plain {
+        rec.set_plain_client(plain)?;
+    }
     if let Some(reference) = plan.reference {
         outcome.quality = Some(match quality_pass(arm, reference) {
             Ok(rows) => Ok(rows),
@@ -134,6 +141,38 @@ fn drive(
     }
     Ok(())
 }
+
+/// The plain client's TTFT on the prompt the arm just ran, where the arm has one; after its
+/// first failure it is asked no more and the failure is recorded.
+fn plain_client(arm: &mut dyn Arm, prompt: &[u32], n_out: usize, plain: &mut Option<PlainClient>) {
+    if plain.as_ref().is_some_and(|p| p.error.is_some()) {
+        return;
+    }
+    let Some(result) = arm.plain_client_ttft(prompt, n_out) else {
+        return;
+    };
+    let p = plain.get_or_insert_with(|| PlainClient {
+        how: PLAIN_CLIENT_HOW.into(),
+        ttft_s: Vec::new(),
+        prompt_s: Vec::new(),
+        error: None,
+    });
+    match result {
+        Ok((ttft, prompt)) => {
+            p.ttft_s.push(ttft);
+            p.prompt_s.push(prompt);
+        }
+        Err(e) => {
+            eprintln!("threeway: {}: the plain client failed: {e:#}", arm.name());
+            p.error = Some(format!("{e:#}"));
+        }
+    }
+}
+
+const PLAIN_CLIENT_HOW: &str = "harness/arms/plain_client.py (Python, standard library only), \
+    run right after each counted request on the same prompt against the same server: the arm's \
+    request body, TTFT from just before the request is written to the first streamed line with a \
+    token, and the server's timings.prompt_ms of that request";
 
 fn quality_pass(arm: &mut dyn Arm, reference: &[ReferenceRows]) -> Result<ArmRows> {
     let mut prompts = Vec::with_capacity(reference.len());

@@ -1,6 +1,6 @@
-//! Running the `harness` binary from a test: the tests crate cannot depend on a binary crate,
-//! so the binary is built (once per test process) by the same cargo, into the same target
-//! directory and profile as the test itself, and run as a child process.
+//! Running the `harness` and `fak` binaries from a test: the tests crate cannot depend on a
+//! binary crate, so each binary is built (once per test process) by the same cargo, into the same
+//! target directory and profile as the test itself, and run as a child process.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,11 +12,22 @@ pub fn harness_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| match std::env::var_os("FAK_HARNESS_BIN") {
         Some(path) => PathBuf::from(path),
-        None => build_harness(),
+        None => build_bin("fak-harness", "harness"),
     })
 }
 
-fn build_harness() -> PathBuf {
+/// The `fak` executable (`fak serve`, `fak run`): `$FAK_BIN` if set, else built on first use like
+/// [`harness_bin`].
+pub fn fak_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| match std::env::var_os("FAK_BIN") {
+        Some(path) => PathBuf::from(path),
+        None => build_bin("fak-cli", "fak"),
+    })
+}
+
+/// Builds binary `bin` of `package` into this test's target directory and profile.
+fn build_bin(package: &str, bin: &str) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     // target/<profile>/deps/<test> → the profile this test was built with.
     let exe = std::env::current_exe().expect("test executable path");
@@ -29,30 +40,22 @@ fn build_harness() -> PathBuf {
         Some(name) => name.to_string(),
     };
     let out = Command::new(cargo)
-        .args([
-            "build",
-            "-p",
-            "fak-harness",
-            "--bin",
-            "harness",
-            "--profile",
-            &profile,
-        ])
+        .args(["build", "-p", package, "--bin", bin, "--profile", &profile])
         .args(["--message-format", "json-render-diagnostics"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
-        .expect("running cargo build for the harness binary");
+        .expect("running cargo build");
     assert!(
         out.status.success(),
-        "cargo build -p fak-harness failed:\n{}",
+        "cargo build -p {package} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|msg| msg["reason"] == "compiler-artifact" && msg["target"]["name"] == "harness")
+        .filter(|msg| msg["reason"] == "compiler-artifact" && msg["target"]["name"] == bin)
         .find_map(|msg| msg["executable"].as_str().map(PathBuf::from))
-        .expect("cargo reported no harness executable")
+        .unwrap_or_else(|| panic!("cargo reported no {bin} executable"))
 }
 
 /// A command running the `harness` binary (add arguments, environment, then run it).

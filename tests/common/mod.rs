@@ -1,33 +1,24 @@
 //! Utilities shared by the integration tests.
 
-pub mod argmax;
-pub mod attn_decode;
-pub mod attn_prefill;
-pub mod compare;
-pub mod dequant;
-pub mod elementwise;
-pub mod embed;
 pub mod fuzz;
-pub mod gdn;
 pub mod gpu;
-pub mod inputs;
-pub mod kernel_checks;
-pub mod kv;
-pub mod matmul;
-pub mod matvec;
 pub mod model;
 pub mod reduce_probe;
-pub mod rms_norm;
-pub mod rope_kv;
 pub mod synth_files;
 pub mod wgsl_module;
 
-pub use compare::{
-    Bound, Measured, Output, Tolerance, assert_close, assert_dequantized, assert_within, measure,
+// The kernel checks (cases, CPU answers, tolerances) live in the harness, whose selftest runs
+// them on a user's adapter; the GPU tests assert the same cases.
+pub use fak_harness::checks::{
+    Bound, Measured, Output, Tolerance, argmax, assert_close, assert_dequantized, assert_within,
+    attn_decode, attn_prefill, compare, dequant, elementwise, embed, gdn, inputs, kv, matmul,
+    matvec, measure, poisoned_f32, rms_norm, rng, rope_kv, variants,
 };
-pub use gpu::{gpu, poisoned_f32, rng, variants};
+pub use fak_harness::packet::metrics::cosine;
+pub use gpu::gpu;
 pub mod harness;
 pub mod peer;
+pub mod serve;
 
 use std::path::PathBuf;
 

@@ -5,7 +5,7 @@
 
 use crate::peer::assert_rows_close;
 use fak::gguf::{Gguf, GgufWriter, TensorInfo, Value};
-use fak::gpu::{Forced, KernelPaths};
+use fak::gpu::Forced;
 use fak::runtime::{Engine, EngineOptions};
 use rand::Rng;
 use std::path::Path;
@@ -24,24 +24,7 @@ pub fn options(prefill_chunk: u32, forced: Forced) -> EngineOptions {
     o
 }
 
-/// The cosine f32-weight logits must reach against the CPU reference on `paths`: 0.99999 (the
-/// GPU sums in f32 in another order, the f16 path keeps the KV cache in f16), or
-/// [`COOP_MIN_COSINE`] where the prefill mat-mul runs on cooperative matrices.
-pub fn min_cosine(paths: KernelPaths) -> f64 {
-    if paths.coop_matrix.is_some() {
-        COOP_MIN_COSINE
-    } else {
-        0.99999
-    }
-}
-
-/// The cooperative-matrix prefill mat-mul multiplies X and W rounded to f16 (≈ 5e-4 relative per
-/// element, as llama.cpp's and MLX's GPU prefills do or coarser): measured on an H200 against
-/// the f32 reference, the tiny Qwen3 reaches 0.9999986. The tiny Qwen3.5's gates and decays go
-/// through exponentials, which stretch the rounding (0.99948 against f32 on one prompt,
-/// 2026-12-04), so its tests hold it to a reference that rounds as the mat-mul does
-/// (`Activations::F16Tiles`). A wrong kernel lands far below either.
-pub const COOP_MIN_COSINE: f64 = 0.9999;
+pub use fak_harness::checks::{COOP_MIN_COSINE, min_cosine};
 
 /// [`min_cosine`] on the paths `e` runs.
 pub fn engine_min_cosine(e: &Engine) -> f64 {
@@ -117,7 +100,7 @@ pub fn rows_error(got: &[Vec<f32>], want: &[Vec<f32>]) -> RowsError {
         max_rel: 0.0,
     };
     for (g, w) in got.iter().zip(want) {
-        let c = crate::peer::cosine(g, w);
+        let c = crate::cosine(g, w);
         // A NaN cosine must show as the minimum.
         e.min_cosine = if c.is_nan() { c } else { e.min_cosine.min(c) };
         let scale = w.iter().fold(0f32, |m, v| m.max(v.abs()));

@@ -3,7 +3,7 @@
 //! `tests/scripts/llama_server_greedy.py`), `mlx_lm` through `tests/scripts/mlx_logits.py`, and
 //! the measures the model tests compare logits with.
 
-use crate::{fixture, llama_cpp_tool, python};
+use crate::{cosine, fixture, llama_cpp_tool, python};
 use fak::gguf::Gguf;
 use fak::quant::GgmlType;
 use std::path::Path;
@@ -170,19 +170,6 @@ pub fn read_f32_rows(path: &Path, row_len: usize) -> Vec<Vec<f32>> {
         .collect();
     assert_eq!(flat.len() % row_len, 0, "{}: ragged rows", path.display());
     flat.chunks(row_len).map(<[f32]>::to_vec).collect()
-}
-
-/// Cosine similarity in f64; NaN anywhere makes it NaN, which fails every `>=`.
-pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len(), "rows of different lengths");
-    let (mut ab, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
-    for (&x, &y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(x), f64::from(y));
-        ab += x * y;
-        aa += x * x;
-        bb += y * y;
-    }
-    ab / (aa.sqrt() * bb.sqrt())
 }
 
 /// The gap between the largest and second-largest logit.

@@ -2,7 +2,7 @@
 //! (wgsl/reduce_subgroup.wgsl, wgsl/reduce_workgroup.wgsl) through the engine's kernel pattern,
 //! so both variants are run and translated before any engine kernel depends on them.
 
-use crate::gpu::poisoned_f32;
+use crate::poisoned_f32;
 use fak::gpu::buffers::uniform;
 use fak::gpu::{
     Axes, GpuContext, Kernel, KernelPaths, KernelSource, KernelVariant, PipelineSpec, Slot,

@@ -5,20 +5,29 @@
 //! - fallback: register-tiled, f32 tiles in workgroup memory (wgsl/matmul.wgsl);
 //! - `subgroup+f16+coop16` (Vulkan) / `subgroup+f16+coop8` (Metal): cooperative-matrix tiles,
 //!   f16 inputs and f32 accumulators, W dequantized to f16 in workgroup memory by all the
-//!   workgroup's subgroups together (wgsl/matmul_coop.wgsl). Built where the context has the
-//!   shape (`GpuContext::paths`: 16×16 by default, 8×8 with `FAK_COOP_MATRIX=1`). Its K loop
-//!   (K step, register prefetch, ping-pong tiles, tiles per subgroup) is a [`CoopTiling`]:
-//!   [`Matmul::new`] builds [`CoopTiling::DEFAULT`], [`Matmul::with_tiling`] any of
-//!   [`CoopTiling::SWEEP`] (experiments/matmul-bench `--sweep` times them).
+//!   workgroup's subgroups together. Built where the context has the shape
+//!   (`GpuContext::paths`: 16×16 by default, 8×8 with `FAK_COOP_MATRIX=1`). Two kernels, each
+//!   specialised by consts ([`CoopKernel`]): the staged one (wgsl/matmul_coop.wgsl: X converted
+//!   per tile, its K loop a [`CoopTiling`]) and the x16 one (wgsl/matmul_x16.wgsl: X converted to
+//!   f16 once per product by its `to_f16` entry point into a scratch the kernel owns, 16-byte
+//!   Q4_K loads, the next step's loads in flight during the MMAs, direct stores; its workgroup
+//!   tile and K loop an [`X16Tiling`]). [`Matmul::new`] builds [`CoopKernel::for_shape`] (the
+//!   rule per adapter; `FAK_MATMUL_TILING` names another of [`CoopKernel::SWEEP`] for a
+//!   measurement), [`Matmul::with_tiling`] any of the sweep (experiments/matmul-bench `--sweep`
+//!   times them).
 //!
 //! There is no f16 variant without cooperative matrices: the register-tiled inner loop is bound
 //! by FMAs, so f16 tiles would add conversions and save nothing that limits it
 //! (experiments/matmul-tiles.md).
 //!
-//! Split-K (wgsl/matmul_split.wgsl): a product whose tiles would give fewer than
-//! [`SplitK::target_workgroups`] workgroups is cut along K into slices, each summed by workgroups of
-//! its own into the kernel's scratch of partial sums, then added into Y by `reduce_partials`. Both
-//! variants split the same way, so the fallback's tests on lavapipe check the split path too.
+//! Split-K (wgsl/matmul_split.wgsl): K is summed in slices fixed by the weight's shape
+//! ([`SplitK::weight_slices`]), added in order. A product whose tiles would give fewer than
+//! [`SplitK::target_workgroups`] workgroups gives each slice workgroups of its own, writing into
+//! the kernel's scratch of partial sums that `reduce_partials` then adds into Y; otherwise each
+//! workgroup sums the slices itself, one after another. Both forms add the same sums in the same
+//! order, so an output does not depend on how many tokens share the step (the register-tiled and
+//! x16 kernels; the staged coop kernel sums K whole when it does not split). The fallback's
+//! tests on lavapipe check both forms.
 //!
 //! Use: `bind` once at load time per weight (it checks shapes and buffer sizes, splits a weight
 //! larger than one binding into row ranges and builds their bind groups); `encode(pass, binding,
@@ -38,6 +47,7 @@ use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, CoopShape, KernelPaths};
 use crate::gpu::step::StepBuffer;
 use crate::quant::GgmlType;
+use std::sync::Mutex;
 
 /// w, x, y, params, step, partials.
 const SLOTS: &[Slot] = &[
@@ -46,6 +56,16 @@ const SLOTS: &[Slot] = &[
     Slot::ReadWrite,
     Slot::Uniform,
     Slot::Uniform,
+    Slot::ReadWrite,
+];
+/// The x16 kernel's: those, then x16 (X rounded to f16).
+const SLOTS_X16: &[Slot] = &[
+    Slot::Read,
+    Slot::Read,
+    Slot::ReadWrite,
+    Slot::Uniform,
+    Slot::Uniform,
+    Slot::ReadWrite,
     Slot::ReadWrite,
 ];
 
@@ -72,6 +92,13 @@ impl SplitK {
         min_slice_steps: 1,
     };
 
+    /// The slices of K a weight of `rows` × `cols` is summed in, the same at every token count:
+    /// [`SplitK::slices`] for one token tile of 128 (the most a short prompt needs), without
+    /// the scratch's cap (a step whose partial sums would not fit sums its slices in place).
+    pub fn weight_slices(&self, rows: u64, cols: u64) -> u32 {
+        self.slices(rows.div_ceil(NOMINAL_TILE_ROWS), cols, 1)
+    }
+
     /// How many slices of K a product of `workgroups` tiles over `cols` with `outputs` outputs
     /// runs in: enough to reach the target, each slice at least `min_slice_steps` K steps long,
     /// all partial sums inside the scratch.
@@ -90,11 +117,19 @@ impl SplitK {
 /// The K step split-K counts slices in (TILE_K of matmul.wgsl and of the default
 /// [`CoopTiling`]; a tiling with K steps of 64 cuts the same slices into half as many steps).
 const TILE_K: u64 = 32;
-/// The scratch of partial sums every binding of one [`Matmul`] shares (one product runs at a
-/// time): it caps S × n_tokens × rows.
-const PARTIALS_BYTES: u64 = 32 << 20;
+/// The row tile [`SplitK::weight_slices`] counts a weight's tiles in, whatever the variant's.
+const NOMINAL_TILE_ROWS: u64 = 128;
+/// The most bytes of partial sums one binding may ask for: S × n_tokens × rows floats must fit
+/// for a step to split K across workgroups (the scratch every binding of one [`Matmul`] shares,
+/// one product running at a time, grows to what its bindings can use).
+const PARTIALS_BYTES: u64 = 96 << 20;
 /// Invocations per workgroup of `reduce_partials` (its RW).
 const REDUCE_WG: u64 = 256;
+/// Invocations per workgroup of the x16 kernel's `to_f16` (its CW).
+const TO_F16_WG: u32 = 256;
+/// The x16 kernel's rows of X in f16 are padded to a multiple of this (the longest K step), so
+/// its tile loads never reach past a row.
+const X16_ROW_ALIGN: u64 = 64;
 
 /// The smallest tile side of any variant: `bind` checks grid limits against it, so a binding
 /// stays valid for every variant (they share the bind-group layout).
@@ -111,7 +146,8 @@ struct Params {
     y_col: u32,
     y_stride: u32,
     accumulate: u32,
-    pad: u32,
+    x16_stride: u32,
+    k_slices: u32,
 }
 
 /// What a mat-mul does with Y.
@@ -153,20 +189,21 @@ pub struct Tile {
 }
 
 impl Tile {
-    /// The tile of a variant; the WGSL consts `TILE_T` / `TILE_R` of its module say the same
-    /// (tests/gpu_matmul.rs reads them back through naga). A cooperative-matrix workgroup is
-    /// 8 × 8 shape tiles, in 4 × 2 subgroups of 2 × 4 tiles each by default or 2 × 2 subgroups of
-    /// 4 × 4 ([`CoopTiling`]; wgsl/matmul_coop.wgsl says why this tiling).
+    /// The tile of a variant's kernel ([`CoopKernel::for_shape`] on the cooperative-matrix
+    /// ones); the WGSL consts `TILE_T` / `TILE_R` of its module say the same
+    /// (tests/gpu_matmul.rs reads them back through naga).
     pub fn of(variant: KernelPaths) -> Tile {
         match variant.coop_matrix {
             None => Tile {
                 tokens: 64,
                 rows: 64,
             },
-            Some(shape) => Self::of_coop(shape),
+            Some(shape) => CoopKernel::for_shape(shape).tile(shape),
         }
     }
 
+    /// The staged kernel's: 8 × 8 shape tiles, in 4 × 2 subgroups of 2 × 4 tiles each or 2 × 2
+    /// subgroups of 4 × 4 ([`CoopTiling`]; wgsl/matmul_coop.wgsl says why this tiling).
     fn of_coop(shape: CoopShape) -> Tile {
         Tile {
             tokens: 4 * 2 * shape.size(),
@@ -253,17 +290,221 @@ impl std::fmt::Display for CoopTiling {
     }
 }
 
+/// The x16 kernel's workgroup tile and K loop: the specialisation consts of wgsl/matmul_x16.wgsl
+/// (its header says what each does). Every subgroup holds 2 × 4 accumulator tiles; the
+/// workgroup's subgroups are `subgroups_t` × 2.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct X16Tiling {
+    /// Subgroups along the tokens (SG_T): 4 (128 × 128 tiles for 16×16, 256 invocations) or 2
+    /// (64 tokens × 128 rows, 128 invocations).
+    pub subgroups_t: u32,
+    /// Elements of K per step (TILE_K): 32 or 64.
+    pub k_step: u32,
+    /// Pairs of tiles in workgroup memory (STAGES): 2 (one barrier per K step) or 1 (two).
+    pub stages: u32,
+    /// Q6_K weights fetched as raw words a step ahead, as Q4_K always is (RAW_Q6K).
+    pub raw_q6k: bool,
+    /// K summed in the weight's fixed slices whether the grid splits it or not (SLICED); false
+    /// only to measure what that costs (a row's result then depends on the step's other rows).
+    pub sliced: bool,
+}
+
+impl X16Tiling {
+    const fn new(subgroups_t: u32, k_step: u32, stages: u32, raw_q6k: bool) -> Self {
+        X16Tiling {
+            subgroups_t,
+            k_step,
+            stages,
+            raw_q6k,
+            sliced: true,
+        }
+    }
+
+    const fn unsliced(self) -> Self {
+        X16Tiling {
+            sliced: false,
+            ..self
+        }
+    }
+
+    /// Its workgroup tile for `shape`.
+    pub fn tile(self, shape: CoopShape) -> Tile {
+        Tile {
+            tokens: self.subgroups_t * 2 * shape.size(),
+            rows: 2 * 4 * shape.size(),
+        }
+    }
+
+    fn consts(self) -> [(&'static str, u32); 5] {
+        [
+            ("SG_T", self.subgroups_t),
+            ("TILE_K", self.k_step),
+            ("STAGES", self.stages),
+            ("RAW_Q6K", u32::from(self.raw_q6k)),
+            ("SLICED", u32::from(self.sliced)),
+        ]
+    }
+}
+
+impl std::fmt::Display for X16Tiling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tokens = self.subgroups_t * 32;
+        let q6k = if self.raw_q6k { "-rawq6" } else { "" };
+        let whole = if self.sliced { "" } else { "-unsliced" };
+        write!(
+            f,
+            "x16-{tokens}x128-k{}-{}st{q6k}{whole}",
+            self.k_step, self.stages
+        )
+    }
+}
+
+/// Which cooperative-matrix kernel, specialised how.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum CoopKernel {
+    /// wgsl/matmul_coop.wgsl: X converted to f16 by each tile's loader.
+    Staged(CoopTiling),
+    /// wgsl/matmul_x16.wgsl: X converted once per product (16×16 only: its loader's geometry
+    /// needs 128-row tiles).
+    X16(X16Tiling),
+}
+
+impl CoopKernel {
+    /// The staged kernel's engine default (session #4's measured best).
+    pub const STAGED: CoopKernel = CoopKernel::Staged(CoopTiling::DEFAULT);
+
+    /// What matmul-bench `--sweep` times and tests/gpu_matmul.rs checks on the device: the
+    /// staged kernel's best K loop, then the x16 kernel's tilings (every one within 48 KiB of
+    /// workgroup memory: 128 × 128 tiles with K steps of 64 fit only one stage). Measured on the
+    /// H200 (experiments/NOTES.md, "gemm (session 2026-12-04 #4)", call 1, before the fixed K
+    /// slices): 128 × 128 with K 64 in one stage fastest everywhere (Q4_K 8B layer: 11 267 tok/s
+    /// of mat-muls at 2048 tokens, 7922 at 128; staged 2499 / 2335), K 32 two stages 8–10 %
+    /// behind, one stage of K 32 behind that; 64 × 128 tiles lose 2× (the W tile is decoded for
+    /// half as many tokens; Q6_K, decoded as it loads, 2.5×). Its Q6_K raw-word path and the
+    /// unsliced K loop (what the fixed slices cost) have not run on hardware yet.
+    pub const SWEEP: [CoopKernel; 9] = [
+        Self::STAGED,
+        CoopKernel::X16(X16Tiling::new(4, 64, 1, false)),
+        CoopKernel::X16(X16Tiling::new(4, 64, 1, true)),
+        CoopKernel::X16(X16Tiling::new(4, 64, 1, false).unsliced()),
+        CoopKernel::X16(X16Tiling::new(4, 32, 2, false)),
+        CoopKernel::X16(X16Tiling::new(4, 32, 2, true)),
+        CoopKernel::X16(X16Tiling::new(4, 32, 1, false)),
+        CoopKernel::X16(X16Tiling::new(2, 32, 2, false)),
+        CoopKernel::X16(X16Tiling::new(2, 64, 1, false)),
+    ];
+
+    /// The rule per adapter: the kernel [`Matmul::new`] builds for `shape`. 16×16 (Vulkan:
+    /// NVIDIA) and 8×8 (Metal, not yet run on hardware) run the staged kernel for now: the x16
+    /// kernel measured 2× the 8B prefill on the H200 (call 1 of experiments/NOTES.md, "gemm
+    /// (session 2026-12-04 #4)"), but its form here (the fixed K slices) has not been checked
+    /// there yet; once `experiments/h200/gemm.sh` passes with it, 16×16 becomes
+    /// [`CoopKernel::X16_DEFAULT`]. The x16 kernel has no 8×8 geometry; adapters without
+    /// cooperative matrices run the register-tiled fallback ([`Matmul::select`]).
+    pub fn for_shape(shape: CoopShape) -> CoopKernel {
+        match shape {
+            CoopShape::M16x16 | CoopShape::M8x8 => Self::STAGED,
+        }
+    }
+
+    /// The x16 kernel the 16×16 shape is to run: 128 × 128 tiles, K steps of 64, one stage (the
+    /// sweep's fastest in call 1), K summed in the weight's fixed slices.
+    pub const X16_DEFAULT: CoopKernel = CoopKernel::X16(X16Tiling::new(4, 64, 1, false));
+
+    /// `FAK_MATMUL_TILING`: a kernel of [`CoopKernel::SWEEP`] by its label, for a measurement
+    /// of another kernel in the model; None when unset or empty.
+    pub fn from_env() -> Result<Option<CoopKernel>, GpuError> {
+        match std::env::var("FAK_MATMUL_TILING") {
+            Ok(text) if !text.is_empty() => Self::SWEEP
+                .into_iter()
+                .find(|k| k.to_string() == text)
+                .map(Some)
+                .ok_or_else(|| GpuError::Shape {
+                    kernel: Matmul::NAME,
+                    message: format!(
+                        "FAK_MATMUL_TILING={text:?} names none of {}",
+                        Self::SWEEP.map(|k| k.to_string()).join(", ")
+                    ),
+                }),
+            _ => Ok(None),
+        }
+    }
+
+    /// Every kernel the tests check on the device: each staged K loop of [`CoopTiling::SWEEP`]
+    /// (measured in session 2026-12-04 #2 and kept buildable) and each x16 tiling.
+    pub fn every() -> Vec<CoopKernel> {
+        let staged = CoopTiling::SWEEP.into_iter().map(Self::Staged);
+        let x16 = Self::SWEEP
+            .into_iter()
+            .filter(|k| matches!(k, Self::X16(_)));
+        staged.chain(x16).collect()
+    }
+
+    /// Whether it builds for `shape` at all.
+    pub fn supports(self, shape: CoopShape) -> bool {
+        matches!(
+            (self, shape),
+            (Self::Staged(_), _) | (Self::X16(_), CoopShape::M16x16)
+        )
+    }
+
+    /// Its workgroup tile for `shape`.
+    pub fn tile(self, shape: CoopShape) -> Tile {
+        match self {
+            Self::Staged(_) => Tile::of_coop(shape),
+            Self::X16(tiling) => tiling.tile(shape),
+        }
+    }
+
+    /// Bytes of workgroup memory it declares for `shape`: the f16 W and X tiles (rows of
+    /// `k_step + 8` halves, per buffer) and one f32 staging tile per subgroup.
+    pub fn workgroup_bytes(self, shape: CoopShape) -> u32 {
+        match self {
+            Self::Staged(tiling) => tiling.workgroup_bytes(shape),
+            Self::X16(tiling) => {
+                let tile = tiling.tile(shape);
+                let halves = tiling.stages * (tile.rows + tile.tokens) * (tiling.k_step + 8);
+                2 * halves + 4 * self.subgroups() * shape.size() * shape.size()
+            }
+        }
+    }
+
+    /// Subgroups per workgroup.
+    pub fn subgroups(self) -> u32 {
+        match self {
+            Self::Staged(tiling) => tiling.subgroups(),
+            Self::X16(tiling) => tiling.subgroups_t * 2,
+        }
+    }
+}
+
+impl std::fmt::Display for CoopKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Staged(tiling) => write!(f, "{tiling}"),
+            Self::X16(tiling) => write!(f, "{tiling}"),
+        }
+    }
+}
+
 /// The mat-mul kernel of one variant: one pipeline per supported type, the split-K reduction and
 /// its scratch.
 pub struct Matmul {
     variant: KernelPaths,
-    /// The cooperative-matrix variant's K loop (None for the fallback).
-    tiling: Option<CoopTiling>,
+    /// The cooperative-matrix kernel (None for the fallback).
+    tiling: Option<CoopKernel>,
     layout: wgpu::BindGroupLayout,
     /// Parallel to [`Matmul::TYPES`].
     pipelines: Vec<wgpu::ComputePipeline>,
     reduce: wgpu::ComputePipeline,
-    partials: wgpu::Buffer,
+    /// The x16 kernel's `to_f16`.
+    to_f16: Option<wgpu::ComputePipeline>,
+    /// The scratch of partial sums, grown by `bind` to what a binding's split steps need.
+    partials: Scratch,
+    /// The x16 kernel's scratch for X in f16, shared by its bindings (one product runs at a
+    /// time) and grown by `bind` when a binding needs more; a binding keeps the one it was bound
+    /// to alive.
+    x16: Scratch,
     split: SplitK,
 }
 
@@ -286,11 +527,13 @@ impl MatmulGrid {
 /// A weight bound for [`Matmul::encode`]: one bind group per row range that fits a binding.
 pub struct MatmulBinding {
     ty: GgmlType,
-    /// The input width (K).
-    cols: u64,
     max_tokens: u32,
-    /// (bind group, rows in the range), in row order.
-    ranges: Vec<(wgpu::BindGroup, u64)>,
+    /// (bind group, rows in the range, K slices), in row order.
+    ranges: Vec<(wgpu::BindGroup, u64, u32)>,
+    /// vec4s per row of X in f16 (the x16 kernel's `to_f16` grid).
+    x16_stride: u32,
+    /// Bytes of partial sums its bind groups' scratch holds.
+    partials_bytes: u64,
 }
 
 impl MatmulBinding {
@@ -314,7 +557,10 @@ impl Kernel for Matmul {
     };
 
     fn source(variant: KernelPaths) -> KernelSource {
-        Self::source_for(variant, CoopTiling::DEFAULT)
+        let kernel = variant
+            .coop_matrix
+            .map_or(CoopKernel::STAGED, CoopKernel::for_shape);
+        Self::source_for(variant, kernel)
     }
 
     /// The fallback and the cooperative-matrix shapes; f16 and subgroups only come with the
@@ -342,12 +588,17 @@ impl Matmul {
     /// The weight types this kernel multiplies: every type the block decoders cover.
     pub const TYPES: [GgmlType; 11] = Dequant::TYPES;
 
-    /// The module and pipelines of `variant`, its cooperative-matrix K loop specialised as
-    /// `tiling` says (the fallback ignores it).
-    pub fn source_for(variant: KernelPaths, tiling: CoopTiling) -> KernelSource {
+    /// The module and pipelines of `variant`, its cooperative-matrix kernel `kernel` (the
+    /// fallback ignores it): the product per type, `reduce_partials`, and the x16 kernel's
+    /// `to_f16` last.
+    pub fn source_for(variant: KernelPaths, kernel: CoopKernel) -> KernelSource {
         let mut module = WgslModule::new(variant);
         if variant.coop_matrix.is_some() {
-            for (name, value) in tiling.consts() {
+            let consts: &[(&'static str, u32)] = match &kernel {
+                CoopKernel::Staged(tiling) => &tiling.consts(),
+                CoopKernel::X16(tiling) => &tiling.consts(),
+            };
+            for &(name, value) in consts {
                 module = module.with_const(name, value);
             }
         }
@@ -356,37 +607,61 @@ impl Matmul {
             .with(wgsl::BLOCKS)
             .with(wgsl::DEQUANT_TYPE)
             .with(wgsl::STEP);
+        let x16 = matches!(kernel, CoopKernel::X16(_)) && variant.coop_matrix.is_some();
         let module = match variant.coop_matrix {
-            None => module.with(wgsl::MATMUL_LOAD).with(wgsl::MATMUL),
-            Some(shape) => module
-                .with(match shape {
+            None => module
+                .with(wgsl::MATMUL_WORDS)
+                .with(wgsl::MATMUL_LOAD)
+                .with(wgsl::MATMUL_SPLIT)
+                .with(wgsl::MATMUL),
+            Some(shape) => {
+                let module = module.with(match shape {
                     CoopShape::M8x8 => wgsl::MATMUL_COOP8,
                     CoopShape::M16x16 => wgsl::MATMUL_COOP16,
+                });
+                let module = if x16 {
+                    module
+                } else {
+                    module.with(wgsl::MATMUL_WORDS)
+                };
+                let module = module
+                    .with(wgsl::MATMUL_LOAD)
+                    .with(wgsl::MATMUL_SPLIT)
+                    .with(wgsl::MATMUL_COOP_OUT);
+                module.with(if x16 {
+                    wgsl::MATMUL_X16
+                } else {
+                    wgsl::MATMUL_COOP
                 })
-                .with(wgsl::MATMUL_LOAD)
-                .with(wgsl::MATMUL_COOP),
+            }
         };
-        let module = module.with(wgsl::MATMUL_SPLIT);
         let mut pipelines: Vec<_> = Self::TYPES
             .iter()
             .map(|&ty| PipelineSpec {
                 label: match variant.coop_matrix {
                     None => format!("matmul {ty}"),
-                    Some(_) => format!("matmul {ty} {tiling}"),
+                    Some(_) => format!("matmul {ty} {kernel}"),
                 },
                 entry_point: "main",
                 constants: type_constants(ty),
             })
             .collect();
-        // The reduction reads no weight: any type's constants do.
+        // Neither reads a weight: any type's constants do.
         pipelines.push(PipelineSpec {
             label: "matmul reduce_partials".into(),
             entry_point: "reduce_partials",
             constants: type_constants(GgmlType::F32),
         });
+        if x16 {
+            pipelines.push(PipelineSpec {
+                label: "matmul to_f16".into(),
+                entry_point: "to_f16",
+                constants: type_constants(GgmlType::F32),
+            });
+        }
         KernelSource {
             module,
-            slots: SLOTS,
+            slots: if x16 { SLOTS_X16 } else { SLOTS },
             pipelines,
         }
     }
@@ -397,45 +672,64 @@ impl Matmul {
         Self::select(allowed).coop_matrix.is_some()
     }
 
-    /// Builds the variant `paths` selects ([`Matmul::select`]).
+    /// Builds the variant `paths` selects ([`Matmul::select`]), a cooperative-matrix one with the
+    /// kernel of [`CoopKernel::for_shape`] (or `FAK_MATMUL_TILING`'s).
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
-        Self::with_tiling(ctx, paths, CoopTiling::DEFAULT)
+        let kernel = match (Self::select(paths).coop_matrix, CoopKernel::from_env()?) {
+            (Some(shape), Some(named)) if named.supports(shape) => named,
+            (Some(shape), _) => CoopKernel::for_shape(shape),
+            (None, _) => CoopKernel::STAGED,
+        };
+        Self::with_tiling(ctx, paths, kernel)
     }
 
-    /// [`Matmul::new`] with the cooperative-matrix K loop `tiling` (the fallback ignores it);
-    /// refused where its workgroup memory exceeds the device's.
+    /// [`Matmul::new`] with the cooperative-matrix kernel `kernel` (the fallback ignores it);
+    /// refused where the shape has no such kernel or its workgroup memory exceeds the device's.
     pub fn with_tiling(
         ctx: &GpuContext,
         paths: KernelPaths,
-        tiling: CoopTiling,
+        kernel: CoopKernel,
     ) -> Result<Self, GpuError> {
         let paths = Self::select(paths);
         if let Some(shape) = paths.coop_matrix {
             let limit = ctx.device.limits().max_compute_workgroup_storage_size;
-            if tiling.workgroup_bytes(shape) > limit {
+            let refusal = if !kernel.supports(shape) {
+                Some(format!("{kernel} has no {shape:?} form"))
+            } else if kernel.workgroup_bytes(shape) > limit {
+                Some(format!(
+                    "{kernel} needs more than {limit} bytes of workgroup memory"
+                ))
+            } else {
+                None
+            };
+            if let Some(message) = refusal {
                 return Err(GpuError::Shape {
                     kernel: Self::NAME,
-                    message: format!("{tiling} needs more than {limit} bytes of workgroup memory"),
+                    message,
                 });
             }
         }
         let variant = KernelVariant {
             kernel: Self::NAME,
             paths,
-            source: Self::source_for(paths, tiling),
+            source: Self::source_for(paths, kernel),
         };
+        let x16 = variant.source.slots.len() == SLOTS_X16.len();
         let mut built = build(ctx, &variant)?;
+        let to_f16 = x16.then(|| built.pipelines.pop().expect("source() ends with to_f16"));
         let reduce = built
             .pipelines
             .pop()
-            .expect("source() ends with reduce_partials");
+            .expect("source() has reduce_partials after the products");
         Ok(Matmul {
             variant: variant.paths,
-            tiling: paths.coop_matrix.map(|_| tiling),
+            tiling: paths.coop_matrix.map(|_| kernel),
             layout: built.layout,
             pipelines: built.pipelines,
             reduce,
-            partials: storage_buffer(ctx, "matmul partials", PARTIALS_BYTES)?,
+            to_f16,
+            partials: Scratch::new("matmul partials"),
+            x16: Scratch::new("matmul x16"),
             split: SplitK::DEFAULT,
         })
     }
@@ -452,14 +746,17 @@ impl Matmul {
         self.variant
     }
 
-    /// The cooperative-matrix K loop that was built (None for the fallback).
-    pub fn tiling(&self) -> Option<CoopTiling> {
+    /// The cooperative-matrix kernel that was built (None for the fallback).
+    pub fn tiling(&self) -> Option<CoopKernel> {
         self.tiling
     }
 
     /// The block of Y one workgroup of this variant computes.
     pub fn tile(&self) -> Tile {
-        Tile::of(self.variant)
+        match (self.variant.coop_matrix, self.tiling) {
+            (Some(shape), Some(kernel)) => kernel.tile(shape),
+            _ => Tile::of(self.variant),
+        }
     }
 
     /// Binds a weight and its activations, splitting the weight's rows so that every binding
@@ -559,12 +856,52 @@ impl Matmul {
         )?;
         let x_window = Window::around(0, x_bytes, align);
         let y_window = Window::around(0, y_bytes, align);
+        let x16_cols = round_up(cols, X16_ROW_ALIGN);
+        let x16 = match self.to_f16 {
+            Some(_) => {
+                let bytes = tokens.saturating_mul(x16_cols).saturating_mul(2);
+                if bytes > device_binding {
+                    return Err(GpuError::TooLarge {
+                        what: format!(
+                            "mat-mul activation X in f16 of {tokens} × {x16_cols} (bytes)"
+                        ),
+                        size: bytes,
+                        limit: device_binding,
+                        limit_name: "max_storage_buffer_binding_size",
+                    });
+                }
+                Some(self.x16.at_least(ctx, bytes)?)
+            }
+            None => None,
+        };
+        // The partial sums of the largest step that may split K: its tiles fewer than the target.
+        let tile = self.tile();
+        let split_tokens = |rows: u64| {
+            let row_tiles = rows.div_ceil(u64::from(tile.rows));
+            let token_tiles = u64::from(self.split.target_workgroups).div_ceil(row_tiles);
+            tokens.min(token_tiles * u64::from(tile.tokens))
+        };
+        let partials_bytes = ranges
+            .iter()
+            .map(|range| {
+                let rows = range.end - range.start;
+                let slices = u64::from(self.split.weight_slices(rows, cols));
+                if slices > 1 {
+                    (slices * split_tokens(rows) * rows * 4).min(PARTIALS_BYTES)
+                } else {
+                    0
+                }
+            })
+            .max()
+            .unwrap_or(0);
+        let partials = self.partials.at_least(ctx, partials_bytes.max(4))?;
         let ranges = ranges
             .into_iter()
             .map(|range| {
                 let len = range.end - range.start;
                 let w_window = Window::around(range.start * row_bytes, len * row_bytes, align);
                 // Every value is below the 2 GiB binding cap checked above, so fits a u32.
+                let k_slices = self.split.weight_slices(len, cols);
                 let params = Params {
                     rows: len as u32,
                     cols: cols as u32,
@@ -573,29 +910,35 @@ impl Matmul {
                     y_col: range.start as u32,
                     y_stride: rows as u32,
                     accumulate: u32::from(output == MatmulOutput::Accumulate),
-                    pad: 0,
+                    x16_stride: (x16_cols / 4) as u32,
+                    k_slices,
                 };
                 let params = uniform(ctx, "matmul params", &params);
+                let mut entries = vec![
+                    entry(0, w_window.binding(buffers.weights)),
+                    entry(1, x_window.binding(buffers.x)),
+                    entry(2, y_window.binding(buffers.y)),
+                    entry(3, params.as_entire_binding()),
+                    entry(4, buffers.step.buffer.as_entire_binding()),
+                    entry(5, partials.as_entire_binding()),
+                ];
+                if let Some(x16) = &x16 {
+                    entries.push(entry(6, x16.as_entire_binding()));
+                }
                 let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
                     label: Some("matmul"),
                     layout: &self.layout,
-                    entries: &[
-                        entry(0, w_window.binding(buffers.weights)),
-                        entry(1, x_window.binding(buffers.x)),
-                        entry(2, y_window.binding(buffers.y)),
-                        entry(3, params.as_entire_binding()),
-                        entry(4, buffers.step.buffer.as_entire_binding()),
-                        entry(5, self.partials.as_entire_binding()),
-                    ],
+                    entries: &entries,
                 });
-                (group, len)
+                (group, len, k_slices)
             })
             .collect();
         Ok(MatmulBinding {
             ty,
-            cols,
             max_tokens,
             ranges,
+            x16_stride: (x16_cols / 4) as u32,
+            partials_bytes,
         })
     }
 
@@ -606,7 +949,7 @@ impl Matmul {
         binding
             .ranges
             .iter()
-            .map(|&(_, rows)| {
+            .map(|&(_, rows, k_slices)| {
                 let tiles = Grid {
                     x: n_tokens.div_ceil(tile.tokens),
                     // bind() checked the grid against the limit, so this fits.
@@ -614,7 +957,9 @@ impl Matmul {
                 };
                 let workgroups = u64::from(tiles.x) * u64::from(tiles.y);
                 let outputs = u64::from(n_tokens) * rows;
-                let splits = self.split.slices(workgroups, binding.cols, outputs);
+                let fits = u64::from(k_slices) * outputs * 4 <= binding.partials_bytes;
+                let few = workgroups < u64::from(self.split.target_workgroups);
+                let splits = if few && fits { k_slices } else { 1 };
                 let reduce = (splits > 1).then(|| Grid {
                     // At most PARTIALS_BYTES / 4 / REDUCE_WG workgroups: fits any limit.
                     x: outputs.div_ceil(REDUCE_WG * u64::from(splits)) as u32,
@@ -651,7 +996,16 @@ impl Matmul {
             .position(|&t| t == binding.ty)
             .expect("bind() accepts only TYPES");
         let mut dispatches = 0;
-        for ((group, _), grid) in binding.ranges.iter().zip(self.grids(binding, n_tokens)) {
+        for ((group, _, _), grid) in binding.ranges.iter().zip(self.grids(binding, n_tokens)) {
+            if let Some(to_f16) = &self.to_f16 {
+                // Every range reads the same X: its first converts it.
+                if dispatches == 0 {
+                    pass.set_pipeline(to_f16);
+                    pass.set_bind_group(0, group, &[]);
+                    pass.dispatch_workgroups(binding.x16_stride.div_ceil(TO_F16_WG), n_tokens, 1);
+                    dispatches += 1;
+                }
+            }
             pass.set_pipeline(&self.pipelines[index]);
             pass.set_bind_group(0, group, &[]);
             pass.dispatch_workgroups(grid.tiles.x, grid.tiles.y, grid.splits);
@@ -682,6 +1036,35 @@ fn check_activation(
         });
     }
     Ok(bytes)
+}
+
+/// A storage buffer shared by a kernel's bindings (one product runs at a time), grown when a
+/// binding needs more; each binding keeps the buffer it was bound to alive.
+struct Scratch {
+    label: &'static str,
+    buffer: Mutex<Option<wgpu::Buffer>>,
+}
+
+impl Scratch {
+    fn new(label: &'static str) -> Scratch {
+        Scratch {
+            label,
+            buffer: Mutex::new(None),
+        }
+    }
+
+    /// The buffer, at least `bytes` long (a new one when the current one is shorter).
+    fn at_least(&self, ctx: &GpuContext, bytes: u64) -> Result<wgpu::Buffer, GpuError> {
+        let mut buffer = self.buffer.lock().unwrap_or_else(|e| e.into_inner());
+        match &*buffer {
+            Some(current) if current.size() >= bytes => Ok(current.clone()),
+            _ => {
+                let grown = storage_buffer(ctx, self.label, bytes)?;
+                *buffer = Some(grown.clone());
+                Ok(grown)
+            }
+        }
+    }
 }
 
 fn entry(binding: u32, resource: wgpu::BindingResource<'_>) -> wgpu::BindGroupEntry<'_> {
@@ -721,7 +1104,8 @@ mod tests {
     /// The default rule on the shapes that need it (Qwen3.5-27B: hidden 5120, FFN 17408, 48
     /// β rows): ffn_down at 128 tokens has 40 tiles of 128 × 128 and is cut until it has about
     /// 256 workgroups; β is one tile, cut into slices of 256 of K; a product with enough tiles,
-    /// or K too short to cut, stays whole; the scratch caps the slices of a wide product.
+    /// or K too short to cut, stays whole; the scratch caps the slices of a wide product; a
+    /// weight's own count is the one-tile count.
     #[test]
     fn few_tile_products_are_split_along_k_until_the_target() {
         let split = SplitK::DEFAULT;
@@ -730,8 +1114,13 @@ mod tests {
         assert_eq!(split.slices(1, 5120, 5 * 48), 20);
         assert_eq!(split.slices(16 * 40, 4096, 2048 * 5120), 1);
         assert_eq!(split.slices(1, 224, 128 * 48), 1);
-        assert_eq!(split.slices(2, 65536, 128 * 32768), 2);
+        assert_eq!(split.slices(2, 65536, 128 * 32768), 6);
         assert_eq!(split.slices(0, 4096, 0), 1);
         assert_eq!(SplitK::NEVER.slices(1, 5120, 48), 1);
+        // Fixed per weight: the counts above at one 128-token tile, whatever the step.
+        assert_eq!(split.weight_slices(5120, 17408), 7);
+        assert_eq!(split.weight_slices(48, 5120), 20);
+        assert_eq!(split.weight_slices(34816, 5120), 1);
+        assert_eq!(SplitK::NEVER.weight_slices(48, 5120), 1);
     }
 }

@@ -535,6 +535,24 @@ impl Engine {
         ))
     }
 
+    /// Replaces the last token of a started sequence, the one its next decode step is fed (the
+    /// greedy choice [`Engine::start`] or [`Engine::step`] returned), by the caller's own choice
+    /// (a sampled token).
+    pub fn set_last_token(&mut self, seq: SeqId, token: u32) -> Result<(), RuntimeError> {
+        if self.seq(seq)?.tokens.len() <= self.seq(seq)?.prompt_len {
+            return Err(RuntimeError::Request(format!("{seq:?} was not started")));
+        }
+        if token as usize >= self.model.n_vocab() {
+            return Err(RuntimeError::Request(format!(
+                "token id {token} is outside the vocabulary of {}",
+                self.model.n_vocab()
+            )));
+        }
+        let last = self.seq_mut(seq)?.tokens.last_mut();
+        *last.expect("a started sequence has tokens") = token;
+        Ok(())
+    }
+
     /// Ends a sequence started with [`Engine::start`]: its computed pages go to the prefix cache.
     pub fn finish(&mut self, seq: SeqId) -> Result<(), RuntimeError> {
         self.close(seq, true)

@@ -20,7 +20,7 @@ use fak::quant::{GgmlType, fill_random_rows};
 /// (name, rows, cols) of the mat-muls of one Qwen3-8B layer as the engine's prefill runs them
 /// (hidden 4096, 32 query heads and 8 key/value heads of 128, FFN 12288; q/k/v stacked into one
 /// weight, gate and up into another).
-const SHAPES: [(&str, u64, u64); 4] = [
+pub const SHAPES: [(&str, u64, u64); 4] = [
     ("attn_qkv", 6144, 4096),
     ("attn_output", 4096, 4096),
     ("ffn_gate_up", 24576, 4096),
@@ -30,7 +30,7 @@ const SHAPES: [(&str, u64, u64); 4] = [
 /// v 48 heads of 128, β and α one row per v head; gated attention: 24 query heads of 256 with
 /// their gates, 4 key/value heads), one layer of each kind: 48 GDN layers and 16 attention
 /// layers share the FFN.
-const SHAPES_27B: [(&str, u64, u64); 9] = [
+pub const SHAPES_27B: [(&str, u64, u64); 9] = [
     ("gdn_qkv", 10240, 5120),
     ("gdn_z", 6144, 5120),
     ("gdn_beta", 48, 5120),
@@ -42,7 +42,7 @@ const SHAPES_27B: [(&str, u64, u64); 9] = [
     ("ffn_down", 5120, 17408),
 ];
 const QUICK_SHAPES: [(&str, u64, u64); 2] = [("small", 96, 256), ("tall", 320, 512)];
-const LAYERS: f64 = 36.0;
+pub const LAYERS: f64 = 36.0;
 const REPS: usize = 7;
 const DISPATCHES: u32 = 8;
 

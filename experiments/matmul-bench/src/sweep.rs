@@ -1,31 +1,37 @@
-//! `--sweep`: the cooperative-matrix mat-mul's K loops (`CoopTiling::SWEEP`: K step 32 / 64,
-//! register prefetch on / off, one or two pairs of tiles) and the f32 kernel as the control.
+//! `--sweep`: the cooperative-matrix mat-mul's kernels (`CoopKernel::SWEEP`: the staged kernel's
+//! default and the x16 kernel's tilings) and the f32 kernel as the control.
 //! Each is first checked against the CPU (the GPU tests' oracle, `fak_tests::matmul`) on small
 //! ragged products with the engine's split-K rule: one `check` line per kernel, PASS or FAIL, and
 //! a kernel that fails is not timed. Then every one that passed is timed, back to back per
-//! weight and token count, on the Qwen3.5-27B FFN products (ffn_gate_up 34816 × 5120, ffn_down
-//! 5120 × 17408) with F16 and Q4_K weights at 128 and 2048 tokens, K split by the engine's rule
-//! (ffn_down at 128 tokens is cut in 7 slices; the rest run whole). One TSV line per
-//! measurement. `--quick`: small shapes, for a smoke run on lavapipe (the f32 kernel only there).
+//! weight and token count, in `ROUNDS` rounds (old and new interleaved, so clock drift shows as
+//! spread between rounds, not as a difference between kernels): the Qwen3-8B layer's products
+//! (attn_qkv, attn_output, ffn_gate_up, ffn_down) with Q4_K and Q6_K weights at 128 and 2048
+//! tokens, with a per-layer line (tok/s from the mat-muls alone over 36 layers), and (round 0
+//! only) the Qwen3.5-27B FFN products with Q4_K at 128 and 2048 tokens; K split by the engine's
+//! rule. One TSV line per measurement. `--quick`: small shapes, one round, for a smoke run on
+//! lavapipe (the f32 kernel only there).
 
-use crate::Weight;
-use fak::gpu::kernels::matmul::{CoopTiling, Matmul, MatmulOutput};
+use crate::{LAYERS, SHAPES, SHAPES_27B, Weight};
+use fak::gpu::kernels::matmul::{CoopKernel, Matmul, MatmulOutput};
 use fak::gpu::{GpuContext, Kernel};
 use fak::quant::GgmlType;
 use fak_tests::matmul::{Problem, Product};
 
-const SHAPES: [(&str, u64, u64); 2] = [("ffn_gate_up", 34816, 5120), ("ffn_down", 5120, 17408)];
 const QUICK_SHAPES: [(&str, u64, u64); 1] = [("small", 96, 256)];
-const TYPES: [GgmlType; 2] = [GgmlType::F16, GgmlType::Q4_K];
+const TYPES: [GgmlType; 2] = [GgmlType::Q4_K, GgmlType::Q6_K];
 const TOKEN_COUNTS: [u32; 2] = [128, 2048];
+const TOKEN_COUNTS_27B: [u32; 2] = [128, 2048];
 const QUICK_TOKEN_COUNTS: [u32; 2] = [5, 70];
+const ROUNDS: usize = 3;
 
 /// (type, rows, cols) of the check: F16 rows ending inside a quad and a K step, a block type and
-/// a super-block type, each more than one 128-row tile, K cut in two slices by the default rule.
-const CHECKS: [(GgmlType, usize, usize); 3] = [
+/// the two super-block types of Q4_K_M, each more than one 128-row tile, K cut in two slices by
+/// the default rule.
+const CHECKS: [(GgmlType, usize, usize); 4] = [
     (GgmlType::F16, 140, 302),
     (GgmlType::Q8_0, 140, 544),
     (GgmlType::Q4_K, 140, 512),
+    (GgmlType::Q6_K, 140, 512),
 ];
 /// Token counts of the check: a partial tile, more than one tile.
 const CHECK_TOKENS: [u32; 2] = [5, 150];
@@ -41,31 +47,66 @@ pub fn run(ctx: &GpuContext, quick: bool) {
     println!("check\tvariant\ttiling\tverdict\tworst_of_tolerance\tcases\tfirst_failure");
     let candidates = candidates(ctx);
     let passed: Vec<&Candidate> = candidates.iter().filter(|c| check(ctx, c)).collect();
-    let (shapes, token_counts): (&[_], &[u32]) = if quick {
-        (&QUICK_SHAPES, &QUICK_TOKEN_COUNTS)
+    // (type, shapes, token counts, whether the shapes are one 8B layer)
+    let groups: Vec<(GgmlType, &[(&str, u64, u64)], &[u32], bool)> = if quick {
+        vec![(GgmlType::Q4_K, &QUICK_SHAPES, &QUICK_TOKEN_COUNTS, false)]
     } else {
-        (&SHAPES, &TOKEN_COUNTS)
+        let mut groups: Vec<(GgmlType, &[(&str, u64, u64)], &[u32], bool)> = TYPES
+            .iter()
+            .map(|&ty| (ty, &SHAPES[..], &TOKEN_COUNTS[..], true))
+            .collect();
+        let ffn_27b = &SHAPES_27B[SHAPES_27B.len() - 2..];
+        groups.push((GgmlType::Q4_K, ffn_27b, &TOKEN_COUNTS_27B, false));
+        groups
     };
-    println!("variant\ttiling\ttype\tshape\trows\tcols\ttokens\tus_per_dispatch\ttflops");
-    for ty in TYPES {
-        for &(name, rows, cols) in shapes {
-            let weight = Weight::random(ctx, ty, rows, cols);
-            if let Some(first) = passed.first() {
+    let weights: Vec<Vec<Weight>> = groups
+        .iter()
+        .map(|&(ty, shapes, _, _)| {
+            shapes
+                .iter()
+                .map(|&(_, rows, cols)| Weight::random(ctx, ty, rows, cols))
+                .collect()
+        })
+        .collect();
+    println!("round\tvariant\ttiling\ttype\tshape\trows\tcols\ttokens\tus_per_dispatch\ttflops");
+    let rounds = if quick { 1 } else { ROUNDS };
+    for round in 0..rounds {
+        for (&(ty, shapes, token_counts, layer), weights) in groups.iter().zip(&weights) {
+            // The 27B group once: the rounds are for the 8B layer's old-versus-new spread.
+            if round > 0 && !layer {
+                continue;
+            }
+            if let (Some(first), Some(weight)) = (passed.first(), weights.first()) {
                 // Warm-up, not printed: the first group of a call has read slow before
                 // (experiments/NOTES.md, session #5 call 2).
                 weight.seconds(ctx, &first.kernel, token_counts[token_counts.len() - 1]);
             }
             for &n_tokens in token_counts {
-                for candidate in &passed {
-                    let seconds = weight.seconds(ctx, &candidate.kernel, n_tokens);
-                    let flops = 2.0 * (rows * cols) as f64 * f64::from(n_tokens);
-                    println!(
-                        "{}\t{}\t{ty}\t{name}\t{rows}\t{cols}\t{n_tokens}\t{:.1}\t{:.2}",
-                        candidate.variant,
-                        candidate.tiling,
-                        seconds * 1e6,
-                        flops / seconds / 1e12
-                    );
+                let mut per_layer = vec![0.0; passed.len()];
+                for (&(name, rows, cols), weight) in shapes.iter().zip(weights) {
+                    for (candidate, total) in passed.iter().zip(&mut per_layer) {
+                        let seconds = weight.seconds(ctx, &candidate.kernel, n_tokens);
+                        *total += seconds;
+                        let flops = 2.0 * (rows * cols) as f64 * f64::from(n_tokens);
+                        println!(
+                            "{round}\t{}\t{}\t{ty}\t{name}\t{rows}\t{cols}\t{n_tokens}\t{:.1}\t{:.2}",
+                            candidate.variant,
+                            candidate.tiling,
+                            seconds * 1e6,
+                            flops / seconds / 1e12
+                        );
+                    }
+                }
+                if layer {
+                    for (candidate, seconds) in passed.iter().zip(&per_layer) {
+                        println!(
+                            "{round}\t{}\t{}\t{ty}\tlayer\t-\t-\t{n_tokens}\t{:.1}\t-\t# x{LAYERS} layers: {:.0} prompt tok/s from mat-muls alone",
+                            candidate.variant,
+                            candidate.tiling,
+                            seconds * 1e6,
+                            f64::from(n_tokens) / (seconds * LAYERS)
+                        );
+                    }
                 }
             }
         }
@@ -84,9 +125,9 @@ fn candidates(ctx: &GpuContext) -> Vec<Candidate> {
     variants.sort_by_key(|v| v.coop_matrix.is_some());
     let mut out = Vec::new();
     for paths in variants {
-        let tilings: &[CoopTiling] = match paths.coop_matrix {
-            None => &[CoopTiling::DEFAULT],
-            Some(_) => &CoopTiling::SWEEP,
+        let tilings: &[CoopKernel] = match paths.coop_matrix {
+            None => &[CoopKernel::STAGED],
+            Some(_) => &CoopKernel::SWEEP,
         };
         for &tiling in tilings {
             let label = match paths.coop_matrix {

@@ -1,0 +1,139 @@
+//! The engine's own thread: it loads the model, owns the [`Engine`] and every wgpu object, and
+//! drives the shared [`Scheduler`] (continuous batching) over requests that arrive on a channel.
+//! Each request's events go back on a channel of its own; a request whose receiver was dropped
+//! (the client went away, or a stop string ended it) is ended before the next step.
+
+use super::metrics::Metrics;
+use anyhow::{Context, Result};
+use fak::runtime::scheduler::{Client, Event, Request, Scheduler};
+use fak::runtime::{Engine, EngineOptions};
+use fak::tokenizer::Tokenizer;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
+use std::thread::JoinHandle;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// A request for the engine thread and where its events go.
+pub struct Submission {
+    pub request: Request,
+    pub events: UnboundedSender<Event>,
+}
+
+struct Sink(UnboundedSender<Event>);
+
+impl Client for Sink {
+    fn send(&mut self, event: Event) -> bool {
+        self.0.send(event).is_ok()
+    }
+
+    fn gone(&self) -> bool {
+        self.0.is_closed()
+    }
+}
+
+/// What the HTTP side knows of the loaded model.
+pub struct Loaded {
+    pub tokenizer: Arc<Tokenizer>,
+    pub max_context: usize,
+    pub n_vocab: usize,
+    pub max_seqs: usize,
+    pub kv_pages: usize,
+    pub page_size: usize,
+    pub adapter: String,
+}
+
+pub struct EngineThread {
+    pub commands: Sender<Submission>,
+    thread: JoinHandle<()>,
+}
+
+impl EngineThread {
+    /// Loads `model` on a new thread and returns once it is ready (or failed to load).
+    pub fn spawn(
+        model: PathBuf,
+        options: EngineOptions,
+        prefill_budget: usize,
+        metrics: Arc<Metrics>,
+    ) -> Result<(EngineThread, Loaded)> {
+        let (commands, requests) = channel();
+        let (ready, loaded) = channel();
+        let thread = std::thread::Builder::new()
+            .name("fak-engine".into())
+            .spawn(move || {
+                let mut engine = match Engine::load(&model, &options) {
+                    Ok(engine) => engine,
+                    Err(e) => {
+                        let _ = ready
+                            .send(Err(anyhow::Error::from(e)
+                                .context(format!("loading {}", model.display()))));
+                        return;
+                    }
+                };
+                let config = engine.cache_config();
+                let loaded = Loaded {
+                    tokenizer: engine.tokenizer.clone(),
+                    max_context: engine.max_context(),
+                    n_vocab: engine.n_vocab(),
+                    max_seqs: engine.options().max_seqs,
+                    kv_pages: config.n_pages as usize,
+                    page_size: config.page_size,
+                    adapter: engine.ctx.facts().name.clone(),
+                };
+                metrics.kv_pages_total.set(loaded.kv_pages as i64);
+                if ready.send(Ok(loaded)).is_ok() {
+                    serve(&mut engine, requests, prefill_budget, &metrics);
+                }
+            })
+            .context("starting the engine thread")?;
+        let loaded = loaded
+            .recv()
+            .context("the engine thread ended while loading")??;
+        Ok((EngineThread { commands, thread }, loaded))
+    }
+
+    /// Waits for the engine thread to end (every sender of requests dropped, in-flight requests
+    /// done).
+    pub fn join(self) {
+        drop(self.commands);
+        let _ = self.thread.join();
+    }
+}
+
+/// Runs requests until every sender is gone and nothing is in flight. An engine failure (not a
+/// request's) ends the thread: the requests in flight see their channels close.
+fn serve(
+    engine: &mut Engine,
+    requests: Receiver<Submission>,
+    prefill_budget: usize,
+    metrics: &Metrics,
+) {
+    let mut scheduler = Scheduler::new(prefill_budget);
+    let mut open = true;
+    while open || !scheduler.is_idle() {
+        if open && scheduler.is_idle() {
+            match requests.recv() {
+                Ok(s) => scheduler.submit(s.request, Sink(s.events)),
+                Err(_) => break,
+            }
+        }
+        loop {
+            match requests.try_recv() {
+                Ok(s) => scheduler.submit(s.request, Sink(s.events)),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    open = false;
+                    break;
+                }
+            }
+        }
+        if let Err(e) = scheduler.tick(engine) {
+            eprintln!("fak serve: the engine failed, no more requests are served: {e}");
+            metrics.engine_failed.set(1);
+            return;
+        }
+        metrics.waiting.set(scheduler.waiting() as i64);
+        metrics.running.set(scheduler.running() as i64);
+        metrics.kv_pages_in_use.set(engine.kv_pages_in_use() as i64);
+    }
+}

@@ -1,0 +1,279 @@
+//! The llama.cpp arm against llama-server from the peer build, on the CPU: the flags it tunes per
+//! workload and records, its TTFT against a plain client's on the same server, and the tokens
+//! llama-server withholds for incomplete UTF-8, recovered in the envelope and in the multi-agent
+//! scenario. The tests run one at a time: the plain-client check times requests, and a second
+//! engine on the same cores would time the machine instead.
+
+use fak_tests::harness::harness;
+use fak_tests::{llama_cpp_tool, python};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+/// Held by each test for its whole run.
+static ALONE: Mutex<()> = Mutex::new(());
+
+const N_OUT: usize = 4;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("llama-cpp")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `harness threeway` with the threeway tests' model cache and the oracle Python.
+fn threeway(out: &Path) -> Command {
+    let mut c = harness();
+    c.arg("threeway")
+        .arg("--out")
+        .arg(out)
+        .args(["--python", &python()])
+        .env(
+            "FAK_CACHE",
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("threeway-cache"),
+        );
+    c
+}
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The llama.cpp arm runs llama-server with the flags that serve distinct prompts fastest (no
+/// host-RAM prompt cache, no context checkpoints), each recorded with why, plus the user's
+/// `--llama-arg`; a plain Python client on the same server and prompts in the same run measures
+/// what the arm measures; its derived and zero buckets say so; it ran on the CPU (the peer
+/// build lists no GPU); the run folder holds command.txt and validation.json.
+#[test]
+fn the_llama_cpp_arm_measures_what_a_plain_client_measures() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let out = scratch("plain-client");
+    let run = threeway(&out)
+        .arg("--llama-server")
+        .arg(llama_cpp_tool("llama-server"))
+        .args(["--arms", "llama.cpp", "--no-selftest"])
+        .args(["--prompts", "8", "--n-out", "4"])
+        .args(["--quality-prompts", "1", "--quality-tail", "1"])
+        .args(["--llama-arg", "--threads 2"])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", stderr_of(&run));
+    let packet: Value =
+        serde_json::from_slice(&std::fs::read(out.join("packet.json")).unwrap()).unwrap();
+    let arm = &packet["arms"][0];
+    // The check as the packet states it (within 5 % or 3 ms) holds on an idle machine, and on
+    // the H200 (experiments/h200/llama-ttft.sh); a busy one swings the prompt's own compute by
+    // more than that from one request to the next (NOTES, fair). What the client and the
+    // server add beyond the prompt's compute — the arm's derived queue, the plain client's TTFT
+    // minus its request's prompt_ms — must agree within 3 ms whatever the machine does.
+    let plain = &arm["plain_client"];
+    assert_eq!(plain["requests"], 8, "{plain}");
+    assert!(plain["within"].is_boolean(), "{plain}");
+    let (beyond_arm, beyond_plain) = (
+        plain["arm_beyond_prompt_p50_s"].as_f64().unwrap(),
+        plain["plain_beyond_prompt_p50_s"].as_f64().unwrap(),
+    );
+    assert!(
+        (beyond_arm - beyond_plain).abs() <= 0.003,
+        "arm {beyond_arm} s, plain client {beyond_plain} s beyond the server's prompt time: {plain}"
+    );
+    let args = arm["engine"]["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|f| f.as_str().unwrap().strip_prefix("args="))
+        .unwrap()
+        .to_string();
+    for flag in [
+        "\"--cache-ram\",\"0\"",
+        "\"--ctx-checkpoints\",\"0\"",
+        "\"--threads\",\"2\"",
+    ] {
+        assert!(args.contains(flag), "{flag} in {args}");
+    }
+    let tuning: Vec<&str> = arm["engine"]["tuning"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["flag"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tuning,
+        ["--cache-ram 0", "--ctx-checkpoints 0", "--threads 2"]
+    );
+    let kinds = &arm["bucket_methods"]["kinds"];
+    assert_eq!(
+        (&kinds["queue"], &kinds["setup"], &kinds["prefill"]),
+        (&json!("derived"), &json!("zero"), &json!("measured"))
+    );
+    assert_eq!(arm["device"]["kind"], "cpu", "{}", arm["device"]);
+    let command = std::fs::read_to_string(out.join("command.txt")).unwrap();
+    assert!(
+        command.contains("threeway") && command.contains("'--threads 2'"),
+        "{command}"
+    );
+    let validation: Value =
+        serde_json::from_slice(&std::fs::read(out.join("validation.json")).unwrap()).unwrap();
+    assert_eq!(validation["valid"], true, "{validation}");
+}
+
+/// A tiny Qwen3 whose greedy output alternates `A` and the byte-level token `ä` (the lone byte
+/// 0xE4, a UTF-8 lead byte): llama-server withholds every token from the first `ä` on (the text
+/// never becomes valid UTF-8 again), and an even `--n-out` ends on an `ä`. Arranged from the synthetic model: the blocks add nothing (attention and MLP
+/// output projections zeroed, so the last hidden state is the current token's embedding), every
+/// token but `A` and `ä` embeds as one direction, and the head maps each direction to its
+/// successor. Returns the file and the two ids.
+fn utf8_tail_model(dir: &Path) -> (PathBuf, u32, u32) {
+    use fak::gguf::{Gguf, GgufWriter};
+    use fak::quant::GgmlType;
+    let source = fak_tests::harness::synth_model(
+        dir,
+        "qwen3-tiny-f32.gguf",
+        &[
+            "--arch", "qwen3", "--preset", "tiny", "--quant", "f32", "--seed", "5",
+        ],
+    );
+    let gguf = Gguf::open(&source).unwrap();
+    let tokens = gguf.metadata().str_array("tokenizer.ggml.tokens").unwrap();
+    let id = |t: &str| tokens.iter().position(|x| x == t).unwrap() as u32;
+    let (a, lead) = (id("A"), id("ä"));
+    let d = gguf.tensor("token_embd.weight").unwrap().shape[0] as usize;
+    // Unit-RMS directions: the final RMSNorm (its gain set to 1) leaves them as they are.
+    let axis = |k: usize| {
+        let mut v = vec![0f32; d];
+        v[k] = (d as f32).sqrt();
+        v
+    };
+    let (other, after_a, after_lead) = (axis(0), axis(1), axis(2));
+    let path = dir.join("qwen3-utf8-tail.gguf");
+    let mut w = GgufWriter::new();
+    for (key, value) in gguf.metadata().entries() {
+        w.set(key, value.clone()).unwrap();
+    }
+    for t in gguf.tensors() {
+        assert_eq!(t.ty, GgmlType::F32, "{}", t.name);
+        let rows = t.n_rows() as usize;
+        let values: Vec<f32> = match t.name.as_str() {
+            "token_embd.weight" => (0..rows as u32)
+                .flat_map(|tok| match tok {
+                    _ if tok == a => after_a.clone(),
+                    _ if tok == lead => after_lead.clone(),
+                    _ => other.clone(),
+                })
+                .collect(),
+            // logit(A) = 1 for every token but A; logit(ä) = 1 after A; every other logit 0.
+            "output.weight" => (0..rows as u32)
+                .flat_map(|tok| {
+                    let mut row = vec![0f32; d];
+                    if tok == a {
+                        row[0] = 1.0 / (d as f32).sqrt();
+                        row[2] = 1.0 / (d as f32).sqrt();
+                    } else if tok == lead {
+                        row[1] = 1.0 / (d as f32).sqrt();
+                    }
+                    row
+                })
+                .collect(),
+            "output_norm.weight" => vec![1.0; t.n_elements() as usize],
+            n if n.ends_with("attn_output.weight") || n.ends_with("ffn_down.weight") => {
+                vec![0.0; t.n_elements() as usize]
+            }
+            _ => bytemuck::cast_slice(gguf.tensor_data(t)).to_vec(),
+        };
+        let bytes: Vec<u8> = bytemuck::cast_slice(&values).to_vec();
+        let source = Box::new(move |out: &mut dyn std::io::Write| out.write_all(&bytes));
+        w.add_tensor(&t.name, t.ty, &t.shape, source).unwrap();
+    }
+    w.write(&path, |_| {}).unwrap();
+    (path, a, lead)
+}
+
+/// llama-server withholds a token whose text is an incomplete UTF-8 sequence; the scenario's
+/// llama.cpp arm, like the envelope's, recovers its id (an untimed replay), also when the
+/// reply ends on one, so both of its runs (and the envelope's) complete with n_out tokens per
+/// request and each request says which positions came from the replay.
+#[test]
+fn llama_cpp_recovers_tokens_withheld_for_incomplete_utf8() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let out = scratch("utf8-tail");
+    let models = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("llama-cpp-models");
+    let (model, a, lead) = utf8_tail_model(&models);
+    let run = threeway(&out)
+        .args([
+            "--scenario",
+            "multi-agent",
+            "--no-selftest",
+            "--arms",
+            "llama.cpp",
+        ])
+        .args([
+            "--agents",
+            "2",
+            "--turns",
+            "2",
+            "--preamble",
+            "64",
+            "--suffix",
+            "8",
+        ])
+        .args(["--n-out", &N_OUT.to_string()])
+        .arg("--llama-server")
+        .arg(llama_cpp_tool("llama-server"))
+        .arg("--model")
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", stderr_of(&run));
+    for cache in ["cache", "nocache"] {
+        let raw: Value = serde_json::from_slice(
+            &std::fs::read(out.join(format!("multi-agent-llama.cpp-{cache}-raw.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(raw["status"]["state"], "ran", "{cache}: {}", raw["status"]);
+        let turns = raw["turns"].as_array().unwrap();
+        assert_eq!(turns.len(), 4, "{cache}: 2 agents × 2 turns");
+        for t in turns {
+            let ids: Vec<u32> = serde_json::from_value(t["token_ids"].clone()).unwrap();
+            assert_eq!(ids, [a, lead, a, lead], "{cache}: {t}");
+            // From the lead byte on the text is never valid UTF-8 again (0xE4 then `A` is not a
+            // character either), so the stream sends no further id: all three come from the
+            // replay, the last one at the stream's end.
+            let withheld = &t["engine_report"]["engine"]["withheld_ids"]["positions"];
+            assert_eq!(withheld, &json!([1, 2, 3]), "{cache}: {t}");
+        }
+    }
+    let validation: Value =
+        serde_json::from_slice(&std::fs::read(out.join("validation.json")).unwrap()).unwrap();
+    assert_eq!(validation["valid"], true, "{validation}");
+
+    // The envelope's arm, on the same model.
+    let out = scratch("utf8-tail-envelope");
+    let run = threeway(&out)
+        .args([
+            "--arms",
+            "llama.cpp",
+            "--no-selftest",
+            "--quality-prompts",
+            "0",
+        ])
+        .args(["--prompts", "2", "--n-out", &N_OUT.to_string()])
+        .arg("--llama-server")
+        .arg(llama_cpp_tool("llama-server"))
+        .arg("--model")
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", stderr_of(&run));
+    let raw: Value =
+        serde_json::from_slice(&std::fs::read(out.join("llama.cpp-raw.json")).unwrap()).unwrap();
+    for q in raw["requests"].as_array().unwrap() {
+        let ids: Vec<u32> = serde_json::from_value(q["token_ids"].clone()).unwrap();
+        assert_eq!(ids, [a, lead, a, lead], "{q}");
+        let withheld = &q["engine_timings"]["withheld_ids"]["positions"];
+        assert_eq!(withheld, &json!([1, 2, 3]), "{q}");
+    }
+}
