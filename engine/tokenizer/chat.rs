@@ -336,6 +336,33 @@ mod tests {
         assert!(err.to_string().contains("messages are not JSON"), "{err}");
     }
 
+    /// A server's JSON conversation renders under the same budget as a command-line one.
+    #[test]
+    fn json_conversations_render_under_the_budget() {
+        let looping = ChatTemplate::new(
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+            None,
+            None,
+        );
+        let messages = r#"[{"role": "user", "content": "hi"}]"#;
+        let err = looping
+            .render_json(messages, None, true, true)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("used up its budget"), "{err}");
+        let doubling = ChatTemplate::new(
+            "{% set s = namespace(x='ab') %}{% for i in range(40) %}{% set s.x = s.x + s.x %}\
+             {% endfor %}{{ s.x }}",
+            None,
+            None,
+        );
+        let err = doubling
+            .render_json(messages, Some("[]"), true, true)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("budget") || err.contains("exceeds"), "{err}");
+    }
+
     #[test]
     fn raise_exception_becomes_an_error_with_its_message() {
         let t = ChatTemplate::new("{{ raise_exception('no system role') }}", None, None);
