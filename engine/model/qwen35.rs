@@ -24,6 +24,7 @@
 //! p mod nk) unless the file says `ssm.v_head_reordered = false`; MTP/NextN blocks after the trunk
 //! are skipped.
 
+use super::bounds::{self, Size};
 use super::device::{
     Attention, AttentionDims, AttentionIo, AttentionKernels, Binder, Ends, HeadRows, Kernels,
     Linear, Mlp, MlpBuffers, MlpTensors, Pointwise, Projection, StackedProjections, activation,
@@ -117,7 +118,7 @@ impl Hparams {
         }
         let m = gguf.metadata();
         let k = |s: &str| format!("qwen35.{s}");
-        let n_blocks = m.usize(&k("block_count"))?;
+        let n_blocks = bounds::block_count(m, &k("block_count"))?;
         let n_mtp = m.opt_usize(&k("nextn_predict_layers"))?.unwrap_or(0);
         let n_layer = n_blocks
             .checked_sub(n_mtp)
@@ -182,6 +183,24 @@ impl Hparams {
             head_mapping,
             layer_kinds,
         };
+        bounds::check_settings(
+            m,
+            "qwen35",
+            &[
+                ("embedding_length", hp.n_embd, Size::Width),
+                ("feed_forward_length", hp.n_ff, Size::Width),
+                ("vocab_size", hp.n_vocab, Size::Vocab),
+                ("context_length", hp.n_ctx_train, Size::Context),
+                ("attention.head_count", hp.n_head, Size::Heads),
+                ("attention.head_count_kv", hp.n_head_kv, Size::Heads),
+                ("attention.key_length", hp.head_dim, Size::HeadDim),
+                ("ssm.conv_kernel", hp.conv_kernel, Size::Taps),
+                ("ssm.state_size", hp.ssm_dk, Size::HeadDim),
+                ("ssm.group_count", hp.ssm_nk, Size::Heads),
+                ("ssm.time_step_rank", hp.ssm_nv, Size::Heads),
+                ("ssm.inner_size", inner, Size::Width),
+            ],
+        )?;
         hp.validate(gguf, inner)?;
         Ok(hp)
     }

@@ -324,7 +324,7 @@ impl Engine {
                 "token id {bad} is outside the vocabulary of {n_vocab}"
             )));
         }
-        let need = prompt.len() + n_out;
+        let need = prompt.len().saturating_add(n_out);
         if need > self.max_context() {
             return Err(RuntimeError::Request(format!(
                 "prompt of {} tokens plus {n_out} to generate exceeds the context of {} tokens",
