@@ -500,8 +500,8 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
 }
 
 /// The integer path quantizes each mat-vec input once per step, however many projections read
-/// it (a GDN layer's four projections of h, attention's three): with every weight Q8_0, one
-/// token per step records the f32 path's dispatches plus one per distinct input, and the logits
+/// it (a GDN layer's four projections of h, attention's three): with every weight Q8_0, a
+/// decode step records the f32 path's dispatches plus one per distinct input, and the logits
 /// still match the reference rounding its inputs alike.
 #[test]
 fn int_dot_quantizes_each_input_once_per_step() {
@@ -534,10 +534,10 @@ fn int_dot_quantizes_each_input_once_per_step() {
         .count();
     let ids = random_ids(4, 6, hp.n_vocab);
     let run = |int_dot: bool| {
-        let mut o = options(1, Forced::default());
+        let mut o = options(Steps::Decode.prefill_chunk(), Forced::default());
         o.context.int_dot = Some(int_dot);
         let mut e = Engine::load(&path, &o).unwrap();
-        let logits = e.teacher_forced_logits(&ids).unwrap();
+        let logits = Steps::Decode.logits(&mut e, &ids);
         (logits, e.last_step_dispatches())
     };
     let (_, f32_path) = run(false);

@@ -427,7 +427,7 @@ impl NormedLinears {
     }
 
     /// Records the products for `n` tokens, part i as op `names[i]`: mat-vecs with the norm
-    /// folded in when every part has one and the step fits a mat-vec, else the norm
+    /// folded in when every part has one and the step decodes, else the norm
     /// (`norm_name`) and then each product.
     fn record(
         &self,
