@@ -21,7 +21,7 @@ pub struct Args {
     #[arg(long)]
     pub tokens: String,
     /// Greedy tokens to generate after the prompt (their logits are written too).
-    #[arg(short = 'n', long = "n-out", default_value_t = 0)]
+    #[arg(short = 'n', long = "n-out", default_value_t = 0, value_parser = crate::flag_values::tokens(0))]
     pub n_out: usize,
     /// Where to write every position's logits: raw little-endian f32 [rows, n_vocab] and the
     /// sidecar `<file>.json` (`{"n_vocab", "rows", "token_ids"}`).
@@ -53,7 +53,22 @@ pub fn run(args: Args) -> Result<()> {
     let prompt = parse_token_ids(&args.tokens)?;
     anyhow::ensure!(!prompt.is_empty(), "--tokens: no token ids");
     let gguf = Gguf::open(&args.model)?;
-    let mut model: Box<dyn Reference> = match Arch::of(&gguf)? {
+    let arch = Arch::of(&gguf)?;
+    // The reference keeps every position's K and V: a generation past the model's context would
+    // only grow until memory runs out.
+    let context = gguf
+        .metadata()
+        .usize(&format!("{}.context_length", arch.key_prefix()))?;
+    if prompt.len().saturating_add(args.n_out) > context {
+        anyhow::bail!(
+            "--n-out {}: the prompt's {} tokens plus {} generated exceed the model's context of \
+             {context} tokens",
+            args.n_out,
+            prompt.len(),
+            args.n_out
+        );
+    }
+    let mut model: Box<dyn Reference> = match arch {
         Arch::Qwen35 => Box::new(Qwen35Reference::with_activations(&gguf, args.activations)?),
         Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
             Box::new(DenseReference::with_activations(&gguf, args.activations)?)

@@ -10,7 +10,7 @@ use fak::reference::{Activations, DenseReference, Reference};
 use fak::runtime::{Engine, EngineOptions, RuntimeError, SamplingParams};
 use fak_tests::harness::{harness, synth_model};
 use fak_tests::model::{
-    assert_int_dot_logits, engine, engine_min_cosine, every_path, options, random_ids,
+    Steps, assert_int_dot_logits, engine, engine_min_cosine, every_path, options, random_ids,
 };
 use fak_tests::peer::{assert_rows_close, assert_same_greedy, llama_server_greedy, mlx_logits};
 use std::path::{Path, PathBuf};
@@ -38,21 +38,21 @@ fn reference_logits(path: &Path, ids: &[u32]) -> Vec<Vec<f32>> {
 /// f32 weights: logits after every position equal the CPU reference's (cosine ≥ 0.99999: the
 /// GPU sums in f32 in a different order, and the f16 path keeps the KV cache in f16, which
 /// moves a logit by ~1e-3 relative at most; 0.9999 where the prefill mat-mul runs on
-/// cooperative matrices, `fak_tests::model::COOP_MIN_COSINE`) on every kernel path, for prefill steps of 1 token
-/// (the decode kernels), 5 (batched mat-vec, tiled attention) and 16 (mat-mul; 40 tokens make
-/// chunks of 16, 16 and 8, so later chunks attend to a cache earlier ones wrote).
+/// cooperative matrices, `fak_tests::model::COOP_MIN_COSINE`) on every kernel path, for every
+/// token a decode step (the decode kernels) and prompt steps of 5 and 16 (mat-mul, tiled
+/// attention; 40 tokens make steps of 16, 16 and 8, so later steps attend to a cache earlier
+/// ones wrote).
 #[test]
 fn f32_logits_match_the_cpu_reference_on_every_path_and_step_shape() {
     let path = tiny("f32", 11);
     let ids = random_ids(1, 40, 151_936);
     let want = reference_logits(&path, &ids);
     for forced in every_path() {
-        for chunk in [1, 5, 16] {
-            let mut e = engine(&path, chunk, forced);
-            // The quality path runs steps of at most `logit_rows`; keep it at the chunk.
-            let got = e.teacher_forced_logits(&ids).unwrap();
+        for steps in [Steps::Decode, Steps::Prompt(5), Steps::Prompt(16)] {
+            let mut e = engine(&path, steps.prefill_chunk(), forced);
+            let got = steps.logits(&mut e, &ids);
             assert_rows_close(
-                &format!("{forced:?}, steps of {chunk}"),
+                &format!("{forced:?}, {steps:?}"),
                 &got,
                 &want,
                 engine_min_cosine(&e),
@@ -130,13 +130,7 @@ fn sampled_generation_is_seeded_and_top_k_1_is_greedy() {
     let a = run(&mut e, &sampled);
     let b = run(&mut e, &sampled);
     assert_eq!(a, b, "same seed, same tokens");
-    let other = run(
-        &mut e,
-        &SamplingParams {
-            seed: 43,
-            ..sampled.clone()
-        },
-    );
+    let other = run(&mut e, &SamplingParams::new(1.5, 50, 0.9, 43).unwrap());
     assert_ne!(
         a, other,
         "another seed at temperature 1.5 samples another sequence"

@@ -238,8 +238,12 @@ fn synth_writes_the_committed_files_again_from_their_weights() {
     }
 }
 
-/// `harness quantize <f16> <out> <ftype>` (once per file name).
+/// `harness quantize <f16> <out> <ftype>` (once per file name). Two tests ask for the same
+/// files at once: the lock keeps them from writing one `.partial` file together (the second
+/// rename failed with "No such file or directory").
 fn ours(arch: &str, ftype: &str) -> PathBuf {
+    static WRITING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = WRITING.lock().unwrap_or_else(|e| e.into_inner());
     let out = scratch(&format!("{arch}-{ftype}-fak.gguf"));
     if !out.is_file() {
         let run = harness()

@@ -5,6 +5,19 @@
 
 use super::context::GpuContext;
 
+/// The role of a step's tokens. Every kernel choice of a step follows it, never the number of
+/// tokens, so a token's result does not depend on how its prompt was cut into steps or on what
+/// else its step holds (a server's answers are the same under load).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    /// Consecutive prompt tokens of one sequence, however few: the mat-mul, the prefill
+    /// attention, the chunked delta rule.
+    Prompt,
+    /// One generated token of each of the step's sequences (one or a batch): the mat-vec, the
+    /// decode attention, the recurrent delta rule.
+    Decode,
+}
+
 /// `struct Step` of wgsl/step.wgsl.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]

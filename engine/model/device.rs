@@ -30,10 +30,11 @@ use crate::gpu::kernels::rope::RopeTable;
 use crate::gpu::kernels::rope_kv::{HeadNorms, RopeKv, RopeKvBinding, RopeKvIo};
 use crate::gpu::kernels::support::{Positions, View};
 use crate::gpu::profile::{OpBytes, StepMarks};
+use crate::gpu::step::StepKind;
 use crate::gpu::{Activations, GpuContext, GpuError, StepBuffer, fill_f32, storage_buffer, upload};
 use crate::model::RopePairing;
 use crate::quant::GgmlType;
-use crate::runtime::{StepIo, StepKind};
+use crate::runtime::StepIo;
 
 /// The kernels a model records, each built once for the adapter's paths.
 pub struct Kernels {
@@ -214,14 +215,15 @@ impl QuantizedInput {
     }
 }
 
-/// `y (+)= W x` for one weight tensor: mat-vec for steps of up to [`MAX_BATCH`] tokens (decode),
-/// the tiled mat-mul above (prefill). Both are bound at load over the same weight buffer.
+/// `y (+)= W x` for one weight tensor: the mat-vec for decode steps, the tiled mat-mul for prompt
+/// tokens however few (a prompt's rows come out the same whichever steps it was cut into). Both
+/// are bound at load over the same weight buffer.
 pub struct Linear {
     matvec: MatVecBinding,
     /// x quantized for `matvec`, recorded before it (the int-dot path, a type that takes q8
     /// inputs).
     quantized: Option<QuantizedInput>,
-    matmul: Option<MatmulBinding>,
+    matmul: MatmulBinding,
     rows: u64,
     cols: u64,
     weight_bytes: u64,
@@ -283,26 +285,22 @@ impl Linear {
                 .as_ref()
                 .map_or_else(MatVecFusion::default, |q| q.fusion(false)),
         )?;
-        let matmul = (max_tokens > MAX_BATCH)
-            .then(|| {
-                k.matmul.bind(
-                    ctx,
-                    MatmulShape {
-                        ty,
-                        rows,
-                        cols,
-                        max_tokens,
-                        output,
-                    },
-                    MatmulBuffers {
-                        weights: w,
-                        x,
-                        y,
-                        step,
-                    },
-                )
-            })
-            .transpose()?;
+        let matmul = k.matmul.bind(
+            ctx,
+            MatmulShape {
+                ty,
+                rows,
+                cols,
+                max_tokens,
+                output,
+            },
+            MatmulBuffers {
+                weights: w,
+                x,
+                y,
+                step,
+            },
+        )?;
         Ok(Linear {
             matvec,
             quantized,
@@ -332,10 +330,8 @@ impl Linear {
         marks: &mut StepMarks,
         name: &'static str,
     ) -> Result<(), GpuError> {
-        if let Some(binding) = &self.matmul
-            && n > MAX_BATCH
-        {
-            let dispatches = k.matmul.encode(pass, binding, n)?;
+        if marks.kind == StepKind::Prompt {
+            let dispatches = k.matmul.encode(pass, &self.matmul, n)?;
             marks.op(pass, name, "matmul", self.bytes(n), dispatches);
             return Ok(());
         }
@@ -431,7 +427,7 @@ impl NormedLinears {
     }
 
     /// Records the products for `n` tokens, part i as op `names[i]`: mat-vecs with the norm
-    /// folded in when every part has one and the step fits a mat-vec, else the norm
+    /// folded in when every part has one and the step decodes, else the norm
     /// (`norm_name`) and then each product.
     fn record(
         &self,
@@ -441,9 +437,9 @@ impl NormedLinears {
         marks: &mut StepMarks,
         (norm_name, names): (&'static str, &[&'static str]),
     ) -> Result<(), GpuError> {
-        let folded: Option<Vec<&MatVecBinding>> = match n <= MAX_BATCH {
-            true => self.parts.iter().map(|(_, f)| f.as_ref()).collect(),
-            false => None,
+        let folded: Option<Vec<&MatVecBinding>> = match marks.kind {
+            StepKind::Decode => self.parts.iter().map(|(_, f)| f.as_ref()).collect(),
+            StepKind::Prompt => None,
         };
         match folded {
             Some(bindings) => {
@@ -1049,7 +1045,7 @@ impl Mlp {
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         match &self.folded {
-            Some(binding) if n <= MAX_BATCH => {
+            Some(binding) if marks.kind == StepKind::Decode => {
                 let quantized = match &self.quantized {
                     Some(q) => Some(q.record(k, pass, n)?),
                     None => None,
@@ -1314,8 +1310,8 @@ impl Attention {
     }
 
     /// Norms and rotates q and k, writes k and v into the cache (one `rope_kv` dispatch) and
-    /// attends: the split-K decode kernel for one token of each of `n` sequences (or a single
-    /// token), the tiled causal kernel for a prefill chunk. The attention op reads k and v of
+    /// attends: the split-K decode kernel for a decode step's token of each of `n` sequences,
+    /// the tiled causal kernel for prompt tokens (however few). The attention op reads k and v of
     /// every cached position once (`marks.kv_len` of them, summed over a batch's sequences).
     pub fn record(
         &self,
@@ -1323,7 +1319,6 @@ impl Attention {
         attn: &AttentionKernels,
         pass: &mut wgpu::ComputePass,
         n: u32,
-        kind: StepKind,
         marks: &mut StepMarks,
     ) {
         let tokens = u64::from(n);
@@ -1339,7 +1334,7 @@ impl Attention {
         );
         let cache = 2 * u64::from(marks.kv_len) * self.cached_bytes;
         let io = 2 * tokens * self.q_bytes;
-        if n == 1 || kind == StepKind::Batch {
+        if marks.kind == StepKind::Decode {
             attn.decode.encode(pass, &self.decode, n);
             let dispatches = 1 + usize::from(attn.n_split > 1);
             marks.op(
@@ -1404,8 +1399,8 @@ impl Ends {
         })
     }
 
-    /// Records a step over `n` rows: the embedding, then `layers` (given the step's kind), in
-    /// one compute pass named `label`; then the head on `rows` of them.
+    /// Records a step over `n` rows: the embedding, then `layers`, in one compute pass named
+    /// `label`; then the head on `rows` of them.
     #[allow(clippy::too_many_arguments)]
     pub fn record(
         &self,
@@ -1415,12 +1410,8 @@ impl Ends {
         n: u32,
         rows: HeadRows,
         marks: &mut StepMarks,
-        layers: impl FnOnce(&mut wgpu::ComputePass, StepKind, &mut StepMarks) -> Result<(), GpuError>,
+        layers: impl FnOnce(&mut wgpu::ComputePass, &mut StepMarks) -> Result<(), GpuError>,
     ) -> Result<(), GpuError> {
-        let kind = match rows {
-            HeadRows::Tail(_) => StepKind::Sequence,
-            HeadRows::Batch => StepKind::Batch,
-        };
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some(label),
@@ -1428,7 +1419,7 @@ impl Ends {
             });
             marks.begin(&mut pass);
             self.embedding.record(k, &mut pass, n, marks)?;
-            layers(&mut pass, kind, marks)?;
+            layers(&mut pass, marks)?;
         }
         self.head.record(k, encoder, &self.x, n, rows, marks)
     }

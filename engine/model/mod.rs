@@ -2,6 +2,7 @@
 //! file per architecture. `qwen3` covers the dense family (llama and qwen2 differ from it only by
 //! flags: no q/k norm, q/k/v biases, NORM rope pairing); `qwen35` is the hybrid GDN family.
 
+pub mod bounds;
 pub mod device;
 pub mod qwen3;
 pub mod qwen35;
@@ -173,6 +174,15 @@ impl DevicePlan {
                     let hp = qwen35::Hparams::from_gguf(gguf)?;
                     // Every tensor and the kernels' limits are checked here, before any GPU work.
                     qwen35::Tensors::bind(gguf, &hp)?;
+                    // Blocks past the trunk (multi-token prediction) are declared, not run.
+                    let n_blocks = bounds::block_count(gguf.metadata(), "qwen35.block_count")?;
+                    let mtp_blocks = hp.n_layer..n_blocks;
+                    bounds::refuse_unused_tensors(
+                        gguf,
+                        "qwen35.block_count",
+                        n_blocks,
+                        mtp_blocks,
+                    )?;
                     let (_, max_tokens) =
                         context_and_tokens(hp.n_ctx_train, max_context, prefill_chunk);
                     let memory = hp.memory(max_tokens)?;
@@ -187,6 +197,9 @@ impl DevicePlan {
                 }
                 _ => {
                     let hp = qwen3::Hparams::from_gguf(gguf)?;
+                    qwen3::Tensors::bind(gguf, &hp)?;
+                    let block_count = format!("{}.block_count", hp.arch.key_prefix());
+                    bounds::refuse_unused_tensors(gguf, &block_count, hp.n_layer, 0..0)?;
                     let widths = 3 * hp.n_embd + hp.q_dim() + 2 * hp.kv_dim() + 2 * hp.n_ff;
                     (
                         hp.n_vocab,
@@ -245,8 +258,11 @@ impl DevicePlan {
         let cached = cache_mem / self.kv_page_bytes().max(1);
         let pages = u64::from(self.max_seqs) * u64::from(self.pages_per_row()) + cached;
         self.kv_pages = pages.min(u64::from(u32::MAX)) as u32;
-        self.cache_bytes = u64::from(self.kv_pages) * self.kv_page_bytes()
-            + u64::from(self.max_seqs) * self.state_bytes;
+        // Saturating: a size past u64 (an absurd page size or budget) stays the largest size,
+        // which no adapter has, so the memory check refuses it instead of a wrapped small one.
+        self.cache_bytes = u64::from(self.kv_pages)
+            .saturating_mul(self.kv_page_bytes())
+            .saturating_add(u64::from(self.max_seqs).saturating_mul(self.state_bytes));
     }
 
     /// Pages one sequence of `max_context` tokens spans.
@@ -256,11 +272,13 @@ impl DevicePlan {
 
     /// Bytes of one page over every attention layer's K and V.
     pub fn kv_page_bytes(&self) -> u64 {
-        self.kv_elems_per_token * u64::from(self.page_size) * self.kv_elem_bytes
+        (self.kv_elems_per_token * self.kv_elem_bytes).saturating_mul(u64::from(self.page_size))
     }
 
     pub fn total_bytes(&self) -> u64 {
-        self.weight_bytes + self.cache_bytes + self.scratch_bytes
+        self.weight_bytes
+            .saturating_add(self.cache_bytes)
+            .saturating_add(self.scratch_bytes)
     }
 
     pub fn describe(&self) -> String {

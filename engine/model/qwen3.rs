@@ -5,6 +5,7 @@
 //! with `h2 = RMSNorm(x)`. Logits `= W_out RMSNorm(x)`, `W_out` tied to the embedding when the
 //! file has no `output.weight`.
 
+use super::bounds::{self, Size};
 use super::device::{
     Attention, AttentionDims, AttentionIo, AttentionKernels, Binder, Ends, HeadRows, Kernels,
     Linear, Mlp, MlpBuffers, MlpTensors, Pointwise, Projection, StackedProjections, activation,
@@ -20,7 +21,7 @@ use crate::gpu::kernels::support::View;
 use crate::gpu::profile::StepMarks;
 use crate::gpu::{GpuContext, GpuError};
 use crate::reference::ops::vector;
-use crate::runtime::{DeviceModel, StepIo, StepKind};
+use crate::runtime::{DeviceModel, StepIo};
 
 /// Hyperparameters of a dense decoder, read from `{arch}.*` metadata.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -55,7 +56,7 @@ impl Hparams {
         }
         let m = gguf.metadata();
         let k = |s: &str| format!("{}.{s}", arch.key_prefix());
-        let n_layer = m.usize(&k("block_count"))?;
+        let n_layer = bounds::block_count(m, &k("block_count"))?;
         let uniform = |key: String| -> Result<usize, ModelError> {
             let per_layer = m.usize_per_layer(&key, n_layer)?;
             match per_layer.first() {
@@ -129,6 +130,19 @@ impl Hparams {
             qk_norm: arch == Arch::Qwen3,
             qkv_bias: arch == Arch::Qwen2,
         };
+        bounds::check_settings(
+            m,
+            arch.key_prefix(),
+            &[
+                ("embedding_length", hp.n_embd, Size::Width),
+                ("attention.head_count", hp.n_head, Size::Heads),
+                ("attention.head_count_kv", hp.n_head_kv, Size::Heads),
+                ("attention.key_length", hp.head_dim, Size::HeadDim),
+                ("feed_forward_length", hp.n_ff, Size::Width),
+                ("vocab_size", hp.n_vocab, Size::Vocab),
+                ("context_length", hp.n_ctx_train, Size::Context),
+            ],
+        )?;
         hp.validate(gguf)?;
         Ok(hp)
     }
@@ -377,7 +391,6 @@ impl DenseModel {
         &self,
         pass: &mut wgpu::ComputePass,
         n: u32,
-        kind: StepKind,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let k = &self.kernels;
@@ -386,7 +399,7 @@ impl DenseModel {
             for op in &l.bias {
                 op.record(k, pass, n, marks, "qkv_bias");
             }
-            l.attention.record(k, &self.attention, pass, n, kind, marks);
+            l.attention.record(k, &self.attention, pass, n, marks);
             l.wo.record(k, pass, n, marks, "attn_output")?;
             l.mlp.record(k, pass, n, marks)?;
         }
@@ -488,8 +501,8 @@ impl DenseModel {
         rows: HeadRows,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        let layers = |pass: &mut wgpu::ComputePass, kind, marks: &mut StepMarks| {
-            self.record_layers(pass, n, kind, marks)
+        let layers = |pass: &mut wgpu::ComputePass, marks: &mut StepMarks| {
+            self.record_layers(pass, n, marks)
         };
         self.ends.record(
             &self.kernels,

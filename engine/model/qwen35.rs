@@ -24,6 +24,7 @@
 //! p mod nk) unless the file says `ssm.v_head_reordered = false`; MTP/NextN blocks after the trunk
 //! are skipped.
 
+use super::bounds::{self, Size};
 use super::device::{
     Attention, AttentionDims, AttentionIo, AttentionKernels, Binder, Ends, HeadRows, Kernels,
     Linear, Mlp, MlpBuffers, MlpTensors, Pointwise, Projection, StackedProjections, activation,
@@ -45,9 +46,10 @@ use crate::gpu::kernels::rope_kv::HeadNorms;
 use crate::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
 use crate::gpu::kernels::support::View;
 use crate::gpu::profile::{OpBytes, StepMarks};
+use crate::gpu::step::StepKind;
 use crate::gpu::{GpuContext, GpuError, fill_f32};
 use crate::quant::GgmlType;
-use crate::runtime::{DeviceModel, StepIo, StepKind};
+use crate::runtime::{DeviceModel, StepIo};
 
 /// Conv kernel sizes the kernels support (the family uses 4).
 pub const SUPPORTED_CONV_KERNELS: [usize; 3] = [2, 3, 4];
@@ -116,7 +118,7 @@ impl Hparams {
         }
         let m = gguf.metadata();
         let k = |s: &str| format!("qwen35.{s}");
-        let n_blocks = m.usize(&k("block_count"))?;
+        let n_blocks = bounds::block_count(m, &k("block_count"))?;
         let n_mtp = m.opt_usize(&k("nextn_predict_layers"))?.unwrap_or(0);
         let n_layer = n_blocks
             .checked_sub(n_mtp)
@@ -181,6 +183,24 @@ impl Hparams {
             head_mapping,
             layer_kinds,
         };
+        bounds::check_settings(
+            m,
+            "qwen35",
+            &[
+                ("embedding_length", hp.n_embd, Size::Width),
+                ("feed_forward_length", hp.n_ff, Size::Width),
+                ("vocab_size", hp.n_vocab, Size::Vocab),
+                ("context_length", hp.n_ctx_train, Size::Context),
+                ("attention.head_count", hp.n_head, Size::Heads),
+                ("attention.head_count_kv", hp.n_head_kv, Size::Heads),
+                ("attention.key_length", hp.head_dim, Size::HeadDim),
+                ("ssm.conv_kernel", hp.conv_kernel, Size::Taps),
+                ("ssm.state_size", hp.ssm_dk, Size::HeadDim),
+                ("ssm.group_count", hp.ssm_nk, Size::Heads),
+                ("ssm.time_step_rank", hp.ssm_nv, Size::Heads),
+                ("ssm.inner_size", inner, Size::Width),
+            ],
+        )?;
         hp.validate(gguf, inner)?;
         Ok(hp)
     }
@@ -631,8 +651,8 @@ impl HybridModel {
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let (k, n) = (&self.kernels, batch.count * batch.len);
-        let layers = |pass: &mut wgpu::ComputePass, kind, marks: &mut StepMarks| {
-            self.record_layers(pass, batch, kind, marks)
+        let layers = |pass: &mut wgpu::ComputePass, marks: &mut StepMarks| {
+            self.record_layers(pass, batch, marks)
         };
         self.ends
             .record(k, encoder, "hybrid layers", n, rows, marks, layers)
@@ -650,14 +670,13 @@ impl HybridModel {
         &self,
         pass: &mut wgpu::ComputePass,
         batch: SeqBatch,
-        kind: StepKind,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let (k, n) = (&self.kernels, batch.count * batch.len);
         for l in &self.layers {
             match &l.mixer {
                 DeviceMixer::DeltaNet(m) => m.record(k, &self.delta, pass, batch, marks)?,
-                DeviceMixer::Attention(m) => m.record(k, &self.attention, pass, n, kind, marks)?,
+                DeviceMixer::Attention(m) => m.record(k, &self.attention, pass, n, marks)?,
             }
             l.mlp.record(k, pass, n, marks)?;
         }
@@ -773,11 +792,10 @@ impl GatedAttention {
         attn: &AttentionKernels,
         pass: &mut wgpu::ComputePass,
         n: u32,
-        kind: StepKind,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         self.qkv.record(k, pass, n, marks, "attn_norm")?;
-        self.attention.record(k, attn, pass, n, kind, marks);
+        self.attention.record(k, attn, pass, n, marks);
         self.gate.record(k, pass, n, marks, "attn_gate");
         self.wo.record(k, pass, n, marks, "attn_output")
     }
@@ -958,7 +976,7 @@ impl DeltaNetLayer {
         let dispatches = d.prep.plan(&self.prep, n)?.len();
         marks.op(pass, "delta_prep", "delta_prep", bytes.prep, dispatches);
         match &self.chunked {
-            Some(chunked) if batch.len > 1 => {
+            Some(chunked) if marks.kind == StepKind::Prompt => {
                 d.chunked.encode(pass, chunked, batch)?;
                 let dispatches = d.chunked.plan(chunked, batch)?.len();
                 let kernel = "gated_delta_chunk";

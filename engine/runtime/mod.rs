@@ -57,7 +57,8 @@ fn gib(bytes: u64) -> String {
 /// A model resident on the GPU, driven one forward step at a time through the shared
 /// [`StepIo`] buffers (the runtime writes `io.step` and `io.ids` before each step).
 pub trait DeviceModel {
-    /// Records one forward step over `n_tokens` tokens of one sequence (ids in `io.ids`,
+    /// Records one forward step over `n_tokens` tokens of one sequence, prompt tokens or one
+    /// generated token as `marks.kind` says (ids in `io.ids`,
     /// positions and page-table row in `io.tokens`, its state slot in `io.seqs`): embed, every
     /// layer, final norm, LM head into `io.logits` for the last row (or for every row with
     /// `all_logits`), and the argmax of the last row into `io.ids[0]` and
@@ -135,13 +136,4 @@ fn no_state() -> GpuError {
         kernel: "state snapshot",
         message: "this model keeps no recurrent state".into(),
     }
-}
-
-/// What a forward step's tokens are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StepKind {
-    /// Consecutive tokens of one sequence: a prefill chunk, or one decode token.
-    Sequence,
-    /// One token of each of several sequences: batched decode.
-    Batch,
 }

@@ -6,7 +6,10 @@
 //! `mat_vec_max_tokens` tokens multiplies its projections as mat-muls (cooperative-matrix tiles
 //! round input and weights to f16: `Activations::F16Tiles`; the register-tiled fallback keeps
 //! f32); a shorter one as mat-vecs (the int-dot path rounds the input to 8-bit blocks:
-//! `Activations::Q8Blocks`). Attention reads an f16 KV cache on the f16 path.
+//! `Activations::Q8Blocks`). Attention reads an f16 KV cache on the f16 path. Teacher-forced
+//! steps are prompt steps, which run the mat-mul however few ids they hold, so the engine
+//! reports `mat_vec_max_tokens` 0; packets from before that (2026-12-04 #5) record 8, their
+//! short last step a mat-vec, and are judged as they record.
 
 use crate::gpu::KernelPaths;
 use crate::gpu::kernels::kv_cache::KvDtype;

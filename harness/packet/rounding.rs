@@ -73,8 +73,8 @@ impl OwnRoundingPlan {
                 }
             };
         match &self.rounding {
-            OwnRounding::Steps(r) => vec![
-                rule(
+            OwnRounding::Steps(r) => {
+                let mat_mul = rule(
                     format!(
                         "steps of {} to {} ids (mat-mul)",
                         r.mat_vec_max_tokens + 1,
@@ -82,13 +82,16 @@ impl OwnRoundingPlan {
                     ),
                     Some(r.mat_mul),
                     r.attention,
-                ),
-                rule(
-                    format!("steps of up to {} ids (mat-vec)", r.mat_vec_max_tokens),
-                    r.mat_vec,
-                    r.attention,
-                ),
-            ],
+                );
+                let mat_vec = (r.mat_vec_max_tokens > 0).then(|| {
+                    rule(
+                        format!("steps of up to {} ids (mat-vec)", r.mat_vec_max_tokens),
+                        r.mat_vec,
+                        r.attention,
+                    )
+                });
+                std::iter::once(mat_mul).chain(mat_vec).collect()
+            }
             OwnRounding::PerRequest {
                 activations,
                 rows,
@@ -176,14 +179,19 @@ fn fak(engine: &EngineInfo) -> Result<OwnRoundingPlan, String> {
     let paths = facts
         .and_then(|f| f["kernel_paths"].as_str())
         .unwrap_or("unreported");
+    let mat_vecs = match rounding.mat_vec_max_tokens {
+        0 => "every step multiplies as mat-muls".to_string(),
+        most => format!(
+            "steps of more than {most} ids multiply as mat-muls, shorter ones as mat-vecs \
+             (inputs {})",
+            rounding.mat_vec.map_or("not emulated", Activations::name)
+        ),
+    };
     let why = format!(
         "fak-native's kernel paths {paths}: its teacher-forced logits run in steps of up to {} \
-         ids; steps of more than {} ids multiply as mat-muls (inputs {}), shorter ones as \
-         mat-vecs (inputs {}); attention {}",
+         ids; {mat_vecs} (mat-mul inputs {}); attention {}",
         rounding.step_tokens,
-        rounding.mat_vec_max_tokens,
         rounding.mat_mul.name(),
-        rounding.mat_vec.map_or("not emulated", Activations::name),
         rounding.attention.name(),
     );
     Ok(OwnRoundingPlan {

@@ -22,7 +22,7 @@ use super::{
 use super::{physics, selftest_raw};
 use serde::Serialize;
 use serde_json::Value;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// `harness validate`'s answer.
@@ -84,7 +84,7 @@ fn check(
     notes: &mut Vec<String>,
     errors: &mut Vec<String>,
 ) -> Result<(), Unreadable> {
-    let bytes = read(path)?;
+    let bytes = read_capped(path, "packet", MAX_JSON_BYTES, JSON_CAP_WHY)?;
     *packet_sha256 = Some(sha256_hex(&bytes));
     let value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| Unreadable(format!("{}: not JSON: {e}", path.display())))?;
@@ -105,9 +105,9 @@ fn check(
         }
     };
     let dir = path.parent().unwrap_or(Path::new("."));
-    check_manifest(dir, &packet, &bytes, errors)?;
-    let raws = read_raw_files(dir, &packet, errors)?;
-    let qualities = read_quality_files(dir, &packet, errors)?;
+    let folder = check_manifest(dir, &packet, &bytes, errors)?;
+    let raws = read_raw_files(&folder, &packet, errors)?;
+    let qualities = read_quality_files(&folder, &packet, errors)?;
     check_method(&packet, errors);
     check_envelope(&packet, &raws, errors);
     for (raw, _) in &raws {
@@ -115,10 +115,10 @@ fn check(
     }
     check_quality(&packet, &qualities, errors);
     check_selftest(&packet, errors);
-    check_selftest_file(dir, &packet, notes, errors)?;
+    check_selftest_file(&folder, &packet, notes, errors)?;
     let scenario_raws = match &packet.scenario {
         Some(scenario) => {
-            let raws = read_scenario_files(dir, scenario, errors)?;
+            let raws = read_scenario_files(&folder, scenario, errors)?;
             check_scenario(&packet, scenario, &raws, errors);
             raws
         }
@@ -136,8 +136,38 @@ fn check(
     Ok(())
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, Unreadable> {
-    std::fs::read(path).map_err(|e| Unreadable(format!("cannot read {}: {e}", path.display())))
+/// The most bytes read of packet.json and manifest.json (a real packet is a few MB).
+const MAX_JSON_BYTES: u64 = 256 << 20;
+const JSON_CAP_WHY: &str = "bytes allowed for a packet's JSON files";
+
+/// Reads a regular file of at most `cap` bytes: a FIFO, a device (a link to /dev/zero) or an
+/// oversized file is unreadable, never read until memory runs out.
+fn read_capped(
+    path: &Path,
+    role: &'static str,
+    cap: u64,
+    why: &str,
+) -> Result<Vec<u8>, Unreadable> {
+    fak::files::read_capped(path, role, cap, why).map_err(|e| Unreadable(e.to_string()))
+}
+
+/// The run folder with the size manifest.json gives each file: no file is read past it.
+struct Folder<'a> {
+    dir: &'a Path,
+    listed: BTreeMap<String, u64>,
+}
+
+impl Folder<'_> {
+    /// The file `name` of the folder, read up to its listed size (an unlisted file — already an
+    /// error — up to the JSON cap).
+    fn read(&self, name: &str, role: &'static str) -> Result<(PathBuf, Vec<u8>), Unreadable> {
+        let path = file_path(self.dir, name)?;
+        let bytes = match self.listed.get(name) {
+            Some(&cap) => read_capped(&path, role, cap, "bytes manifest.json lists")?,
+            None => read_capped(&path, role, MAX_JSON_BYTES, JSON_CAP_WHY)?,
+        };
+        Ok((path, bytes))
+    }
 }
 
 /// The packet's `schema` names a version this harness knows.
@@ -176,14 +206,25 @@ pub fn json_schema_errors(value: &Value) -> Vec<String> {
         .collect()
 }
 
-fn check_manifest(
-    dir: &Path,
+fn check_manifest<'a>(
+    dir: &'a Path,
     packet: &Packet,
     packet_bytes: &[u8],
     errors: &mut Vec<String>,
-) -> Result<(), Unreadable> {
+) -> Result<Folder<'a>, Unreadable> {
     let path = dir.join(MANIFEST_FILE);
-    let manifest: Manifest = parse(&path, &read(&path)?)?;
+    let manifest: Manifest = parse(
+        &path,
+        &read_capped(&path, "manifest", MAX_JSON_BYTES, JSON_CAP_WHY)?,
+    )?;
+    let folder = Folder {
+        dir,
+        listed: manifest
+            .files
+            .iter()
+            .map(|f| (f.name.clone(), f.bytes))
+            .collect(),
+    };
     let listed: BTreeSet<&str> = manifest.files.iter().map(|f| f.name.as_str()).collect();
     let mut needed = vec![PACKET_FILE.to_owned()];
     needed.extend(packet.arms.iter().map(|a| a.raw_file.name.clone()));
@@ -201,11 +242,11 @@ fn check_manifest(
         let bytes = if file.name == PACKET_FILE {
             packet_bytes.to_vec()
         } else {
-            read(&file_path(dir, &file.name)?)?
+            folder.read(&file.name, "listed file")?.1
         };
         check_digest("manifest.json", file, &bytes, errors);
     }
-    Ok(())
+    Ok(folder)
 }
 
 /// A file named by the packet, which must sit in the packet's folder.
@@ -234,14 +275,13 @@ fn parse<T: serde::de::DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T,
 }
 
 fn read_raw_files(
-    dir: &Path,
+    folder: &Folder,
     packet: &Packet,
     errors: &mut Vec<String>,
 ) -> Result<Vec<(ArmRaw, FileDigest)>, Unreadable> {
     let mut out = Vec::new();
     for arm in &packet.arms {
-        let path = file_path(dir, &arm.raw_file.name)?;
-        let bytes = read(&path)?;
+        let (path, bytes) = folder.read(&arm.raw_file.name, "raw file")?;
         check_digest(&format!("arm {}", arm.arm), &arm.raw_file, &bytes, errors);
         let raw: ArmRaw = parse(&path, &bytes)?;
         if raw.schema != RAW_SCHEMA {
@@ -256,14 +296,13 @@ fn read_raw_files(
 }
 
 fn read_quality_files(
-    dir: &Path,
+    folder: &Folder,
     packet: &Packet,
     errors: &mut Vec<String>,
 ) -> Result<Vec<(ArmQuality, FileDigest)>, Unreadable> {
     let mut out = Vec::new();
     for entry in &packet.quality {
-        let path = file_path(dir, &entry.file.name)?;
-        let bytes = read(&path)?;
+        let (path, bytes) = folder.read(&entry.file.name, "quality file")?;
         check_digest(
             &format!("quality of {}", entry.arm),
             &entry.file,
@@ -283,14 +322,13 @@ fn read_quality_files(
 }
 
 fn read_scenario_files(
-    dir: &Path,
+    folder: &Folder,
     scenario: &Scenario,
     errors: &mut Vec<String>,
 ) -> Result<Vec<(ScenarioRaw, FileDigest)>, Unreadable> {
     let mut out = Vec::new();
     for arm in &scenario.arms {
-        let path = file_path(dir, &arm.raw_file.name)?;
-        let bytes = read(&path)?;
+        let (path, bytes) = folder.read(&arm.raw_file.name, "scenario raw file")?;
         check_digest(
             &format!("scenario arm {}", arm.arm),
             &arm.raw_file,
@@ -816,7 +854,7 @@ fn check_selftest(packet: &Packet, errors: &mut Vec<String>) {
 /// The hardware entry's adapter and bandwidth, and the selftest summary, against what the
 /// selftest's own output says.
 fn check_selftest_file(
-    dir: &Path,
+    folder: &Folder,
     packet: &Packet,
     notes: &mut Vec<String>,
     errors: &mut Vec<String>,
@@ -830,8 +868,7 @@ fn check_selftest_file(
         }
         return Ok(());
     };
-    let path = file_path(dir, &file.name)?;
-    let bytes = read(&path)?;
+    let (path, bytes) = folder.read(&file.name, "selftest file")?;
     check_digest("selftest", file, &bytes, errors);
     let output: Value = parse(&path, &bytes)?;
     let hw = &packet.hardware;

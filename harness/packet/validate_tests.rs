@@ -844,6 +844,21 @@ fn a_withheld_position_has_no_receipt_and_the_packet_counts_it() {
     );
 }
 
+#[test]
+fn bootstrap_resamples_past_the_maximum_break_the_schema_before_any_redraw() {
+    let s = run("resamples-max");
+    let too_many = crate::packet::MAX_BOOTSTRAP_RESAMPLES + 1;
+    tamper_packet(&s, |p| {
+        p["method"]["bootstrap"]["resamples"] = json!(too_many)
+    });
+    expect(&s, 1, "/method/bootstrap/resamples");
+    // 2^64 − 1 resamples once sized a vector of that capacity.
+    tamper_packet(&s, |p| {
+        p["method"]["bootstrap"]["resamples"] = json!(u64::MAX)
+    });
+    expect(&s, 1, "/method/bootstrap/resamples");
+}
+
 // Physics: a packet rewritten consistently still cannot claim what the hardware cannot do.
 
 /// A physical run (H200, every bound applicable) with fak's prefill rate, ITL and the

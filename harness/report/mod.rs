@@ -27,6 +27,10 @@ pub struct Args {
     /// Where report.md and the SVG plots go (default: beside the packet).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Write the report even if the packet does not validate (it then says NOT VALID at the
+    /// top, and its figures are the packet's claims).
+    #[arg(long)]
+    pub unvalidated: bool,
 }
 
 /// The report's files: `report.md` and its plots.
@@ -37,8 +41,9 @@ pub struct Report {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let (packet, raws) = load(&args.packet)?;
     let validation = validate(&args.packet);
+    require_valid(&args.packet, &validation, args.unvalidated)?;
+    let (packet, raws) = load(&args.packet)?;
     let report = build(&args.packet, &packet, &raws, &validation);
     let out = match &args.out {
         Some(dir) => dir.clone(),
@@ -55,6 +60,38 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a packet `harness validate` rejects unless `unvalidated` asks to go on: a report of
+/// figures nobody could recompute must not look like a result.
+pub fn require_valid(path: &Path, validation: &Validation, unvalidated: bool) -> Result<()> {
+    if validation.valid || unvalidated {
+        return Ok(());
+    }
+    let n = validation.errors.len();
+    anyhow::bail!(
+        "{} does not validate ({n} error{}, the first: {}); `harness validate {0}` lists them, \
+         --unvalidated goes on anyway",
+        path.display(),
+        if n == 1 { "" } else { "s" },
+        validation
+            .errors
+            .first()
+            .map_or("none given", String::as_str)
+    )
+}
+
+/// The largest packet.json (or raw file without a listed size) read: a real one is a few MB.
+const MAX_PACKET_BYTES: u64 = 256 << 20;
+
+/// A packet's file, a regular file of at most `cap` bytes.
+fn read_file(path: &Path, role: &'static str, cap: u64) -> Result<Vec<u8>> {
+    Ok(fak::files::read_capped(
+        path,
+        role,
+        cap,
+        "bytes the packet allows",
+    )?)
+}
+
 fn folder_of(packet: &Path) -> PathBuf {
     packet
         .parent()
@@ -65,7 +102,7 @@ fn folder_of(packet: &Path) -> PathBuf {
 /// The packet and the raw files of its arms (an arm whose raw file cannot be read gets none:
 /// its ITL plot row says so).
 pub fn load(path: &Path) -> Result<(Packet, Vec<Option<ArmRaw>>)> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let bytes = read_file(path, "packet", MAX_PACKET_BYTES)?;
     let packet: Packet = serde_json::from_slice(&bytes)
         .with_context(|| format!("{} is not a comparison packet", path.display()))?;
     let dir = folder_of(path);
@@ -73,7 +110,7 @@ pub fn load(path: &Path) -> Result<(Packet, Vec<Option<ArmRaw>>)> {
         .arms
         .iter()
         .map(|a| {
-            std::fs::read(dir.join(&a.raw_file.name))
+            read_file(&dir.join(&a.raw_file.name), "raw file", a.raw_file.bytes)
                 .ok()
                 .and_then(|b| serde_json::from_slice(&b).ok())
         })

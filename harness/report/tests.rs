@@ -226,6 +226,7 @@ fn run_writes_the_report_beside_the_packet_or_into_out() {
     run(&Args {
         packet: s.path().join(PACKET_FILE),
         out: Some(out.clone()),
+        unvalidated: false,
     })
     .unwrap();
     for f in ["report.md", "ttft.svg", "itl.svg", "decomposition.svg"] {
@@ -234,9 +235,30 @@ fn run_writes_the_report_beside_the_packet_or_into_out() {
     let err = run(&Args {
         packet: s.path().join("nope.json"),
         out: None,
+        unvalidated: false,
     })
     .unwrap_err();
     assert!(format!("{err:#}").contains("nope.json"));
+}
+
+#[test]
+fn run_refuses_an_invalid_packet_unless_asked_and_then_says_not_valid() {
+    let s = Scratch::new("report-run-invalid");
+    testkit::write_run(s.path());
+    std::fs::remove_file(s.path().join(raw_file_name("mlx"))).unwrap();
+    let out = s.path().join("report");
+    let args = |unvalidated| Args {
+        packet: s.path().join(PACKET_FILE),
+        out: Some(out.clone()),
+        unvalidated,
+    };
+    let err = format!("{:#}", run(&args(false)).unwrap_err());
+    assert!(err.contains("does not validate (1 error"), "{err}");
+    assert!(err.contains("--unvalidated"), "{err}");
+    assert!(!out.join("report.md").exists());
+    run(&args(true)).unwrap();
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("NOT VALID (1 error;"), "{}", &md[..400]);
 }
 
 #[test]

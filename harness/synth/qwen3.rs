@@ -4,7 +4,7 @@
 //! Qwen3 needs no converter transform: its RMSNorm gains are plain (no +1), Q/K are not
 //! permuted (NeoX RoPE), so the GGUF and Hugging Face tensors hold the same values.
 
-use super::vocab::{Family, Tokenizer};
+use super::vocab::{Family, Tokenizer, Vocab};
 use super::weights::Init;
 use super::{ModelPlan, TensorPlan};
 use anyhow::{Result, bail};
@@ -105,7 +105,7 @@ const PRESETS: [(&str, Shape); 4] = [
     ),
 ];
 
-pub fn plan(preset: &str) -> Result<ModelPlan> {
+pub fn plan(preset: &str, vocab: Vocab) -> Result<ModelPlan> {
     let Some((_, shape)) = PRESETS.iter().find(|(name, _)| *name == preset) else {
         let names: Vec<&str> = PRESETS.iter().map(|(name, _)| *name).collect();
         bail!(
@@ -113,11 +113,7 @@ pub fn plan(preset: &str) -> Result<ModelPlan> {
             names.join(", ")
         );
     };
-    let tokenizer = if shape.cut_vocab {
-        Tokenizer::cut(Family::Qwen3)?
-    } else {
-        Tokenizer::qwen3()?
-    };
+    let tokenizer = Tokenizer::for_preset(Family::Qwen3, shape.cut_vocab, vocab)?;
     let hparams = hparams(shape);
     Ok(ModelPlan {
         arch: "qwen3",

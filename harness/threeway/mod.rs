@@ -53,13 +53,13 @@ pub struct Args {
     #[arg(long)]
     pub mlx_model: Option<PathBuf>,
     /// Prompt tokens per request.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = crate::flag_values::tokens(1))]
     pub n_ctx: usize,
     /// Output tokens per request (end-of-sequence ignored).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = crate::flag_values::tokens(1))]
     pub n_out: usize,
     /// Timed requests per arm (distinct prompts).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = crate::flag_values::count(1))]
     pub prompts: usize,
     /// Seed of the prompt offsets into the corpus.
     #[arg(long, default_value_t = 0)]
@@ -95,10 +95,10 @@ pub struct Args {
     #[arg(long, default_value = "llama.cpp")]
     pub reference_arm: String,
     /// Prompts in the quality pass.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::flag_values::count(0))]
     pub quality_prompts: usize,
     /// Output positions teacher-forced after each quality prompt.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = crate::flag_values::tokens(0))]
     pub quality_tail: usize,
     /// Do not run `harness selftest` first (the packet then says it was skipped).
     #[arg(long)]
@@ -108,16 +108,16 @@ pub struct Args {
     #[arg(long, value_enum)]
     pub scenario: Option<multi_agent::ScenarioKind>,
     /// Multi-agent: agents running concurrently.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::flag_values::count(1))]
     pub agents: usize,
     /// Multi-agent: tokens of the preamble every agent's conversation starts with.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, value_parser = crate::flag_values::tokens(1))]
     pub preamble: usize,
     /// Multi-agent: new tokens each turn appends.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::flag_values::tokens(0))]
     pub suffix: usize,
     /// Multi-agent: turns per agent.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = crate::flag_values::count(1))]
     pub turns: usize,
     /// Multi-agent: every turn 1 sent at once, or staggered by --stagger-ms.
     #[arg(long, value_enum, default_value = "together")]
@@ -142,6 +142,10 @@ pub struct Args {
 /// Multiply-accumulates the CPU reference may spend on the quality pass before fak's f32 GPU
 /// path is used instead (≈ a minute or two on a laptop core pair).
 const CPU_REFERENCE_BUDGET_MACS: f64 = 5e10;
+
+/// The most prompt and output tokens one envelope may ask for (its prompts are held in memory):
+/// 2^26, beyond any benchmark run (20 prompts of a 128k context are 2.6 M).
+pub(crate) const MAX_ENVELOPE_TOKENS: usize = 1 << 26;
 
 pub fn run(args: Args) -> Result<()> {
     install_interrupt_handler();
@@ -185,6 +189,16 @@ pub fn run(args: Args) -> Result<()> {
         return multi_agent::run(&args, &models, &out);
     }
 
+    // Each flag is bounded; their product sizes the prompt set held in memory.
+    let total = args.prompts * (args.n_ctx + args.n_out);
+    anyhow::ensure!(
+        total <= MAX_ENVELOPE_TOKENS,
+        "--prompts {} × (--n-ctx {} + --n-out {}) is {total} tokens; a run holds at most \
+         {MAX_ENVELOPE_TOKENS}",
+        args.prompts,
+        args.n_ctx,
+        args.n_out
+    );
     let gguf = fak::gguf::Gguf::open(&models.gguf)?;
     let tokenizer = fak::tokenizer::Tokenizer::from_gguf(&gguf)?;
     let prompts = Prompts::build(&tokenizer, args.n_ctx, args.prompts, args.seed)?;
