@@ -1,5 +1,6 @@
-//! Values the commands' flags take beyond clap's own: byte counts (`--cache-mem`) and token-id
-//! lists (`--tokens`).
+//! Values the commands' flags take beyond clap's own: byte counts (`--cache-mem`), token-id
+//! lists (`--tokens`), and token and request counts bounded so that nothing is sized from
+//! `--n-out 18446744073709551615`.
 
 use anyhow::{Context, Result};
 
@@ -12,6 +13,33 @@ pub fn parse_token_ids(list: &str) -> Result<Vec<u32>> {
                 .with_context(|| format!("--tokens: {s:?} is not a token id"))
         })
         .collect()
+}
+
+/// A token-count flag (a context, a prompt or output length): `min` up to the longest context a
+/// model may declare ([`fak::model::bounds::Size::Context`]), so nothing is sized from
+/// `--n-out 18446744073709551615` and sums of counts cannot overflow.
+pub fn tokens(min: u64) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync {
+    ranged(min, *fak::model::bounds::Size::Context.range().end() as u64)
+}
+
+/// A count of requests, prompts, agents, turns or steps: `min` to 100 000.
+pub fn count(min: u64) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync {
+    ranged(min, 100_000)
+}
+
+/// A whole number in `min..=max`; anything else (negative, too large, not a number) is refused
+/// with the range.
+pub fn ranged(min: u64, max: u64) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync {
+    move |text: &str| {
+        let v: i128 = text
+            .trim()
+            .parse()
+            .map_err(|_| format!("{text:?} is not a whole number in {min}..={max}"))?;
+        match u64::try_from(v) {
+            Ok(v) if (min..=max).contains(&v) => Ok(v as usize),
+            _ => Err(format!("{v} is not in {min}..={max}")),
+        }
+    }
 }
 
 /// A byte count: digits with an optional K, M or G (×1024ⁿ; `KiB`, `MB` and the like read the
@@ -49,6 +77,23 @@ mod tests {
         assert!(parse_bytes("1.5G").is_err());
         assert!(parse_bytes("12X").is_err());
         assert!(parse_bytes("99999999999G").is_err());
+    }
+
+    #[test]
+    fn ranged_counts_refuse_negative_oversized_and_non_numbers_with_the_range() {
+        let parse = ranged(1, 10);
+        assert_eq!(parse(" 10"), Ok(10));
+        assert_eq!(parse("0"), Err("0 is not in 1..=10".into()));
+        assert_eq!(parse("-3"), Err("-3 is not in 1..=10".into()));
+        assert_eq!(
+            parse("18446744073709551616"),
+            Err("18446744073709551616 is not in 1..=10".into())
+        );
+        assert!(
+            parse("1e3")
+                .unwrap_err()
+                .contains("not a whole number in 1..=10")
+        );
     }
 
     #[test]

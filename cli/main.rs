@@ -24,9 +24,14 @@ enum Command {
 }
 
 fn main() {
+    // SAFETY: first thing in main, before any thread exists.
+    unsafe { fak::gpu::skip_display_probe() };
     let result = match Cli::parse().command {
         Command::Serve(args) => serve::run(args),
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => {
+            fak_cli::end_quietly_on_closed_stdout();
+            run::run(args)
+        }
     };
     if let Err(err) = result {
         eprintln!("error: {err:#}");

@@ -5,7 +5,7 @@
 //! pass afterwards: the prompt and the generated tokens teacher-forced, every position's logits
 //! written to a [`crate::logits_file`].
 
-use crate::flag_values::{parse_bytes, parse_token_ids};
+use crate::flag_values::{parse_bytes, parse_token_ids, ranged, tokens};
 use crate::logits_file::write_logits_file;
 use anyhow::{Result, bail};
 use fak::runtime::{Engine, EngineOptions, SamplingParams};
@@ -26,7 +26,7 @@ pub struct Args {
     #[arg(long)]
     pub tokens: Option<String>,
     /// Tokens to generate.
-    #[arg(short = 'n', long = "n-out", default_value_t = 64)]
+    #[arg(short = 'n', long = "n-out", default_value_t = 64, value_parser = tokens(0))]
     pub n_out: usize,
     /// Wrap --prompt in the model's chat template as one user message.
     #[arg(long, requires = "prompt")]
@@ -34,7 +34,8 @@ pub struct Args {
     /// Sampling temperature; 0 is greedy.
     #[arg(long, default_value_t = 0.0)]
     pub temp: f32,
-    #[arg(long, default_value_t = 0)]
+    /// Keep the k most likely tokens (0: all).
+    #[arg(long, default_value_t = 0, value_parser = ranged(0, *fak::model::bounds::Size::Vocab.range().end() as u64))]
     pub top_k: usize,
     #[arg(long, default_value_t = 1.0)]
     pub top_p: f32,
@@ -56,7 +57,7 @@ pub struct Args {
     #[arg(long)]
     pub ignore_eos: bool,
     /// KV-cache length (default: min(training context, 4096)).
-    #[arg(long)]
+    #[arg(long, value_parser = tokens(1))]
     pub max_context: Option<usize>,
     /// GPU memory for the prefix cache's KV pages and state snapshots (bytes, or with a K, M
     /// or G suffix: 512M, 2G); 0 turns the cache off.
@@ -90,7 +91,7 @@ struct Report {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    // Checked before the model loads: a bad flag costs no load time.
+    // Checked before the model loads: a bad value fails at once, with its range.
     let sampling = SamplingParams {
         temperature: args.temp,
         top_k: args.top_k,

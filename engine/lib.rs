@@ -5,6 +5,7 @@
 //! formats, `gpu` owns the wgpu context and one typed wrapper per kernel.
 
 pub mod cache;
+pub mod files;
 pub mod gguf;
 pub mod gpu;
 pub mod model;

@@ -44,13 +44,13 @@ pub struct Args {
     #[arg(long)]
     pub model: PathBuf,
     /// Cache depths (prompt tokens) to measure at, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "128,2048,8192")]
+    #[arg(long, value_delimiter = ',', default_value = "128,2048,8192", value_parser = crate::flag_values::tokens(1))]
     pub depths: Vec<usize>,
     /// Tokens decoded at each depth for the decode rate.
-    #[arg(long = "n-out", default_value_t = 64)]
+    #[arg(long = "n-out", default_value_t = 64, value_parser = crate::flag_values::tokens(1))]
     pub n_out: usize,
     /// Decode steps profiled op by op at each depth (each op's median is reported).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = crate::flag_values::count(1))]
     pub profile_steps: usize,
     /// Most prompt tokens one prefill step runs (the engine's default when not given).
     #[arg(long)]
@@ -60,7 +60,7 @@ pub struct Args {
     pub probe_mib: u64,
     /// Tokens after each depth's prompt prefilled as a prefix-cache hit computes them (resumed
     /// at the depth, attending to it), profiled op by op; 0 skips it.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = crate::flag_values::tokens(0))]
     pub suffix: usize,
     /// GPU memory for the prefix cache (bytes, or with a K, M or G suffix); above 0, each
     /// depth's prompt + suffix also runs as a timed prefix-cache hit.

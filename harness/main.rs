@@ -66,7 +66,13 @@ enum Command {
 }
 
 fn main() {
+    // SAFETY: first thing in main, before any thread exists.
+    unsafe { fak::gpu::skip_display_probe() };
     let cli = Cli::parse();
+    // Not threeway (it writes to its engines' pipes) nor the server.
+    if !matches!(cli.command, Command::Threeway(_) | Command::FakServe(_)) {
+        fak_cli::end_quietly_on_closed_stdout();
+    }
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Devices(args) => devices::run(args),

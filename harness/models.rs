@@ -106,6 +106,7 @@ impl Models {
                         preset: TINY_PRESET.into(),
                         quant,
                         seed: TINY_SEED,
+                        vocab: synth::Vocab::Full,
                         out: out.to_path_buf(),
                         hf_dir: None,
                         fast_random: false,

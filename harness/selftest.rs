@@ -232,6 +232,7 @@ fn tiny_qwen35() -> Result<[PathBuf; 2]> {
             preset: "tiny".into(),
             quant,
             seed: 1,
+            vocab: synth::Vocab::Full,
             out,
             hf_dir: None,
             fast_random: false,

@@ -23,13 +23,13 @@ use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 pub struct Args {
     #[arg(long)]
     pub model: PathBuf,
-    #[arg(long)]
+    #[arg(long, value_parser = crate::flag_values::tokens(1))]
     pub max_context: Option<usize>,
     /// GPU memory for the prefix cache (bytes, or with a K, M or G suffix); 0 turns it off.
     #[arg(long, default_value = "0", value_parser = crate::flag_values::parse_bytes)]
     pub cache_mem: u64,
     /// Sequences one batched decode step serves (`submit` requests).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::flag_values::count(1))]
     pub max_seqs: usize,
     /// Token slots per KV page (the prefix cache shares whole pages); default the engine's.
     #[arg(long)]
@@ -70,6 +70,7 @@ pub fn run(args: Args) -> Result<()> {
         "version": env!("CARGO_PKG_VERSION"),
         "adapter": engine.ctx.facts(),
         "kernel_paths": engine.ctx.paths().name(),
+        "teacher_forced_rounding": engine.teacher_forced_rounding(),
         "load_s": engine.load_time.as_secs_f64(),
         "max_context": engine.max_context(),
         "max_seqs": engine.options().max_seqs,

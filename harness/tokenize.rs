@@ -74,6 +74,9 @@ fn render(tokenizer: &Tokenizer, inputs: &[String], parse_special: bool, json: b
         .collect()
 }
 
+/// The largest `--file` read (a text of 256 MiB is about 64 M tokens, far past any context).
+const MAX_INPUT_BYTES: u64 = 256 << 20;
+
 fn read_inputs(args: &Args) -> Result<Vec<String>> {
     if args.file.is_empty() {
         return Ok(args.text.clone());
@@ -81,8 +84,12 @@ fn read_inputs(args: &Args) -> Result<Vec<String>> {
     args.file
         .iter()
         .map(|path| {
-            let bytes =
-                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let bytes = fak::files::read_capped(
+                path,
+                "tokenizer input",
+                MAX_INPUT_BYTES,
+                "bytes tokenize reads from a file",
+            )?;
             String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8", path.display()))
         })
         .collect()

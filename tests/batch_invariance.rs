@@ -1,12 +1,12 @@
 //! A request's logits do not depend on what else the engine does: one request's prefill logits
 //! and decode-step logits, bit for bit, alone and decoded in one batched step with other
-//! sequences (at another row of the batch); and, for the dense model, with its prompt prefilled
-//! in chunks of another size as long as every chunk is above the mat-vec batch. This is what
-//! makes a server's greedy answers identical under load (`fak serve`'s load test checks the tokens
-//! end to end). Any chunking (a prefix-cache hit resumes a prompt mid-way) is the ignored test
-//! at the end, with the two kernel choices that break it today. Run on the engine's default
-//! kernel paths for the adapter, since those are what a server runs; caches and activations
-//! NaN-poisoned at load.
+//! sequences (at another row of the batch), with its prompt cut into steps of other sizes, and
+//! resumed from a prefix another request's prompt left in the cache. This is what makes a
+//! server's greedy answers identical under load (`fak serve`'s load test checks the tokens end to
+//! end). Kernel choices follow a token's role (prompt or decode), never the step's size; a hybrid
+//! model's prompt steps and snapshots sit on the delta rule's 64-token chunk grid. Run on the
+//! engine's default kernel paths for the adapter, since those are what a server runs; caches and
+//! activations NaN-poisoned at load.
 
 use fak::runtime::{Engine, EngineOptions, SeqId};
 use fak_tests::harness::synth_model;
@@ -26,7 +26,13 @@ fn tiny(arch: &str) -> PathBuf {
 }
 
 fn engine(arch: &str, prefill_chunk: u32) -> Engine {
+    engine_caching(arch, prefill_chunk, 0)
+}
+
+/// [`engine`] with a prefix cache of `cache_mem` bytes.
+fn engine_caching(arch: &str, prefill_chunk: u32, cache_mem: u64) -> Engine {
     let mut o = EngineOptions::from_env().expect("engine options");
+    o.cache_mem = cache_mem;
     o.max_context = Some(256);
     o.prefill_chunk = prefill_chunk;
     o.page_size = 16;
@@ -100,45 +106,68 @@ fn alone_and_batched(arch: &str, prompt: &[u32]) -> Vec<Vec<f32>> {
     alone
 }
 
-/// The logits of `prompt` prefilled in chunks of `chunk` tokens, alone.
+/// The logits of `prompt` prefilled in chunks of `chunk` tokens, alone, on a fresh engine.
 fn chunked(arch: &str, prompt: &[u32], chunk: u32) -> Vec<Vec<f32>> {
     logits_of(&mut engine(arch, chunk), prompt, &[], 0)
 }
 
-/// Dense: batched decode, and a prompt of 40 in chunks of 24 + 16 (each above the mat-vec
-/// batch, so every prompt token goes through the mat-mul and the prefill attention either way).
+/// Dense: batched decode, and the prompt cut into steps of 16 (16 + 16 + 8), 24 and 39 (its
+/// last token a step of its own): prompt tokens go through the mat-mul and the prefill attention
+/// however few a step holds.
 #[test]
-fn dense_logits_do_not_depend_on_the_batch_or_on_chunks_above_the_matvec_batch() {
+fn dense_logits_do_not_depend_on_the_batch_or_the_chunking() {
     let prompt = random_ids(1, 40);
     let alone = alone_and_batched("qwen3", &prompt);
-    let rows = chunked("qwen3", &prompt, 24);
-    assert_same_bits("qwen3: prompt in chunks of 24 + 16", &rows, &alone);
+    for chunk in [16, 24, 39] {
+        let rows = chunked("qwen3", &prompt, chunk);
+        assert_same_bits(
+            &format!("qwen3: prompt in chunks of {chunk}"),
+            &rows,
+            &alone,
+        );
+    }
 }
 
+/// Hybrid: batched decode, and a 150-token prompt in steps of 64, 100 (a step holds whole
+/// 64-token chunks of the delta rule, so 100 runs as 64) and 128 against one step of 256 (which
+/// snapshots the state at 128 as it passes).
 #[test]
-fn hybrid_logits_do_not_depend_on_the_batch() {
+fn hybrid_logits_do_not_depend_on_the_batch_or_the_chunking() {
+    let prompt = random_ids(1, 150);
     alone_and_batched("qwen35", &random_ids(1, 40));
+    let whole = chunked("qwen35", &prompt, 256);
+    for chunk in [64, 100, 128] {
+        let rows = chunked("qwen35", &prompt, chunk);
+        assert_same_bits(
+            &format!("qwen35: prompt in chunks of {chunk}"),
+            &rows,
+            &whole,
+        );
+    }
 }
 
-/// What the server's promise needs and the kernels do not give yet (experiments/NOTES.md, branch
-/// serve): any chunking of a prompt, a prefix-cache hit's suffix included.
+/// A prompt that resumes from the prefix cache (another request's prompt shared its first 100
+/// tokens) gives the logits of the same prompt on an engine that never saw the other: the dense
+/// model resumes at the shared pages, the hybrid at the delta-rule chunk boundary below them
+/// where the third request finds a snapshot the second left.
 #[test]
-#[ignore = "fails on the current kernels: (1) a prompt chunk of at most MAX_BATCH (8) tokens \
-            runs every projection on the mat-vec, and a 1-token chunk the decode attention, \
-            instead of the mat-mul and prefill attention (model/device.rs chooses by step size, \
-            not by the token's role); (2) qwen35's chunked delta rule groups 64-token chunks \
-            from each step's start, so a prompt split elsewhere sums in another order"]
-fn prompt_logits_do_not_depend_on_the_chunking() {
-    let prompt = random_ids(1, 40);
+fn logits_do_not_depend_on_a_prefix_cache_hit() {
+    let shared = random_ids(6, 100);
+    let with_suffix = |seed| [shared.as_slice(), &random_ids(seed, 50)].concat();
+    let (first, second, third) = (with_suffix(7), with_suffix(8), with_suffix(9));
     for arch in ["qwen3", "qwen35"] {
-        let whole = chunked(arch, &prompt, 64);
-        for chunk in [16, 24, 39] {
-            let rows = chunked(arch, &prompt, chunk);
-            assert_same_bits(
-                &format!("{arch}: prompt in chunks of {chunk}"),
-                &rows,
-                &whole,
-            );
-        }
+        let cold = logits_of(&mut engine_caching(arch, 256, 16 << 20), &third, &[], 0);
+        let mut e = engine_caching(arch, 256, 16 << 20);
+        logits_of(&mut e, &first, &[], 0);
+        logits_of(&mut e, &second, &[], 0);
+        let before = e.cache_stats();
+        let warm = logits_of(&mut e, &third, &[], 0);
+        let hit = e.cache_stats().tokens_reused - before.tokens_reused;
+        let at_least = if arch == "qwen3" { 96 } else { 64 };
+        assert!(
+            hit >= at_least,
+            "{arch}: the third prompt reused {hit} cached tokens, expected at least {at_least}"
+        );
+        assert_same_bits(&format!("{arch}: prompt after a cache hit"), &warm, &cold);
     }
 }

@@ -439,10 +439,10 @@ fn forged_headers_are_rejected_with_errors_that_name_the_problem() {
     cases.push((
         "kv count",
         Forge::header(3, 0, u64::MAX).0,
-        "metadata key #0",
+        "metadata count at byte 16: 18446744073709551615 key/value pairs cannot fit",
     ));
     let mut f = Forge::header(3, 0, 1);
-    f.u64(u64::MAX - 1);
+    f.u64(u64::MAX - 1).zeros(8);
     cases.push(("key length", f.0, "metadata key #0"));
     let mut f = Forge::header(3, 0, 1);
     f.str("k").u32(9).u32(4).u64(u64::MAX / 2);
@@ -463,6 +463,7 @@ fn forged_headers_are_rejected_with_errors_that_name_the_problem() {
     let mut f = Forge::header(3, 0, 1);
     f.u64(2);
     f.0.extend_from_slice(&[0xff, 0xfe]);
+    f.u32(8).u64(0);
     cases.push(("utf8", f.0, "not UTF-8"));
     let mut f = Forge::header(3, 0, 2);
     f.kv_u32("k", 1).kv_u32("k", 2);
@@ -479,7 +480,11 @@ fn forged_headers_are_rejected_with_errors_that_name_the_problem() {
     cases.push(("alignment type", f.0, "expected u32, found string"));
     let mut f = Forge::header(3, u64::MAX, 0);
     f.tensor("w", &[16], 0, 0);
-    cases.push(("tensor count", f.0, "tensor info #1"));
+    cases.push((
+        "tensor count",
+        f.0,
+        "tensor count at byte 8: 18446744073709551615 tensor infos cannot fit",
+    ));
     let mut f = Forge::header(3, 1, 0);
     f.tensor(&"x".repeat(65), &[16], 0, 0);
     cases.push(("long name", f.0, "longer than 64"));

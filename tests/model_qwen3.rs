@@ -10,7 +10,7 @@ use fak::reference::{Activations, DenseReference, Reference};
 use fak::runtime::{Engine, EngineOptions, RuntimeError, SamplingParams};
 use fak_tests::harness::{harness, synth_model};
 use fak_tests::model::{
-    assert_int_dot_logits, assert_plan_sizes_the_activations, engine, engine_min_cosine,
+    Steps, assert_int_dot_logits, assert_plan_sizes_the_activations, engine, engine_min_cosine,
     every_path, options, random_ids,
 };
 use fak_tests::peer::{assert_rows_close, assert_same_greedy, llama_server_greedy, mlx_logits};
@@ -40,9 +40,10 @@ fn reference_logits(path: &Path, ids: &[u32]) -> Vec<Vec<f32>> {
 /// f32 weights: logits after every position equal the CPU reference's (cosine ≥ 0.99999: the
 /// GPU sums in f32 in a different order, and the f16 path keeps the KV cache in f16, which
 /// moves a logit by ~1e-3 relative at most; 0.9999 where the prefill mat-mul runs on
-/// cooperative matrices, `fak_tests::model::COOP_MIN_COSINE`) on every kernel path, for prefill steps of 1 token
-/// (the decode kernels), 5 (batched mat-vec, tiled attention) and 16 (mat-mul; 40 tokens make
-/// chunks of 16, 16 and 8, so later chunks attend to a cache earlier ones wrote).
+/// cooperative matrices, `fak_tests::model::COOP_MIN_COSINE`) on every kernel path, for every
+/// token a decode step (the decode kernels) and prompt steps of 5 and 16 (mat-mul, tiled
+/// attention; 40 tokens make steps of 16, 16 and 8, so later steps attend to a cache earlier
+/// ones wrote).
 #[test]
 fn f32_logits_match_the_cpu_reference_on_every_path_and_step_shape() {
     let path = tiny("f32", 11);
@@ -50,17 +51,16 @@ fn f32_logits_match_the_cpu_reference_on_every_path_and_step_shape() {
     let want = reference_logits(&path, &ids);
     let mut fingerprints = Vec::new();
     for forced in every_path() {
-        for chunk in [1, 5, 16] {
-            let mut e = engine(&path, chunk, forced);
-            // The quality path runs steps of at most `logit_rows`; keep it at the chunk.
-            let got = e.teacher_forced_logits(&ids).unwrap();
+        for steps in [Steps::Decode, Steps::Prompt(5), Steps::Prompt(16)] {
+            let mut e = engine(&path, steps.prefill_chunk(), forced);
+            let got = steps.logits(&mut e, &ids);
             assert_rows_close(
-                &format!("{forced:?}, steps of {chunk}"),
+                &format!("{forced:?}, {steps:?}"),
                 &got,
                 &want,
                 engine_min_cosine(&e),
             );
-            let what = format!("{}, steps of {chunk}", path_name(forced));
+            let what = format!("{}, {steps:?}", path_name(forced));
             fingerprints.push((what, fingerprint(&got)));
         }
     }
@@ -68,21 +68,22 @@ fn f32_logits_match_the_cpu_reference_on_every_path_and_step_shape() {
 }
 
 /// The fingerprints (`fak_tests::pin`) of the logits the tests of this file compute, recorded
-/// on the engine before issue 17 moved the models into shared blocks and one registry: the GPU
-/// must compute the same bits on every path and step shape after it.
+/// on the engine before issue 17 moved the models into shared blocks and one registry (the
+/// prompt-step rows as main computes them since kernels follow a step's role): the GPU must
+/// compute the same bits on every path and step shape after it.
 const PINNED_F32: &[(&str, &str)] = &[
-    ("sg/f16, steps of 1", "24c2e628608e4ec5"),
-    ("sg/f16, steps of 5", "9bd68a17ffe57c84"),
-    ("sg/f16, steps of 16", "b897d966963924b1"),
-    ("sg/-, steps of 1", "e917049e7011f754"),
-    ("sg/-, steps of 5", "29deb565c79fe19d"),
-    ("sg/-, steps of 16", "0a3605aa500c3543"),
-    ("-/f16, steps of 1", "f7927020b1b5d97e"),
-    ("-/f16, steps of 5", "7c4913787507c4ee"),
-    ("-/f16, steps of 16", "009e36d7a3d63537"),
-    ("-/-, steps of 1", "17ac4d325426e35c"),
-    ("-/-, steps of 5", "ac5e333639d51b6e"),
-    ("-/-, steps of 16", "c1c3d300b14d9dbb"),
+    ("sg/f16, Decode", "24c2e628608e4ec5"),
+    ("sg/f16, Prompt(5)", "34da0a10cd42ccc7"),
+    ("sg/f16, Prompt(16)", "34da0a10cd42ccc7"),
+    ("sg/-, Decode", "e917049e7011f754"),
+    ("sg/-, Prompt(5)", "0d900f6c9c46a800"),
+    ("sg/-, Prompt(16)", "0d900f6c9c46a800"),
+    ("-/f16, Decode", "f7927020b1b5d97e"),
+    ("-/f16, Prompt(5)", "9f867f4b72c88480"),
+    ("-/f16, Prompt(16)", "9f867f4b72c88480"),
+    ("-/-, Decode", "17ac4d325426e35c"),
+    ("-/-, Prompt(5)", "6d6d59c779b52597"),
+    ("-/-, Prompt(16)", "6d6d59c779b52597"),
 ];
 const PINNED_INT_DOT: &[(&str, &str)] = &[
     ("sg/-, int-dot, steps of 1", "242221280797364f"),
@@ -166,13 +167,7 @@ fn sampled_generation_is_seeded_and_top_k_1_is_greedy() {
     let a = run(&mut e, &sampled);
     let b = run(&mut e, &sampled);
     assert_eq!(a, b, "same seed, same tokens");
-    let other = run(
-        &mut e,
-        &SamplingParams {
-            seed: 43,
-            ..sampled.clone()
-        },
-    );
+    let other = run(&mut e, &SamplingParams::new(1.5, 50, 0.9, 43).unwrap());
     assert_ne!(
         a, other,
         "another seed at temperature 1.5 samples another sequence"

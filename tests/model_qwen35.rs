@@ -11,7 +11,6 @@ use fak::gpu::KernelPaths;
 use fak::gpu::kernels::attn_decode::AttnDecode;
 use fak::gpu::kernels::matmul::Matmul;
 use fak::gpu::kernels::matvec::MatVec;
-use fak::gpu::step::MAX_BATCH;
 use fak::model::DevicePlan;
 use fak::model::qwen35::Hparams;
 use fak::model::tensors::Mixer;
@@ -21,7 +20,7 @@ use fak::runtime::{Engine, SamplingParams};
 use fak_tests::cosine;
 use fak_tests::harness::{harness, synth_model};
 use fak_tests::model::{
-    assert_int_dot_logits, assert_plan_sizes_the_activations, engine, engine_min_cosine,
+    Steps, assert_int_dot_logits, assert_plan_sizes_the_activations, engine, engine_min_cosine,
     every_path, options, random_ids, rewrite_gguf, rows_error, set_key,
 };
 use fak_tests::peer::assert_rows_close;
@@ -67,55 +66,34 @@ fn greedy(e: &mut Engine, prompt: &[u32], n: usize) -> Vec<u32> {
         .tokens
 }
 
-/// The CPU reference's logits of `ids` teacher-forced in steps of `steps` tokens (in order) on
-/// `paths`, rounded where the GPU rounds: a step of more than `MAX_BATCH` tokens runs its
-/// projections as mat-muls, on cooperative matrices where `paths` selects them (input and
-/// weights in f16, `Activations::F16Tiles`); a mat-vec step multiplies in f32.
+/// The CPU reference's logits of `ids`, the first `prompt` of them a prompt and the rest decode
+/// steps, on `paths`, rounded where the GPU rounds: prompt tokens run their projections as
+/// mat-muls, on cooperative matrices where `paths` selects them (input and weights in f16,
+/// `Activations::F16Tiles`); a decode step's mat-vec multiplies in f32.
 fn reference_in_steps(
     path: &Path,
     ids: &[u32],
-    steps: &[usize],
+    prompt: usize,
     paths: KernelPaths,
 ) -> Vec<Vec<f32>> {
-    assert_eq!(
-        steps.iter().sum::<usize>(),
-        ids.len(),
-        "steps cover the ids"
-    );
     let gguf = Gguf::open(path).unwrap();
     let mut r = Qwen35Reference::new(&gguf).unwrap();
     let mut logits = Vec::with_capacity(ids.len());
-    let mut at = 0;
-    for &n in steps {
-        let activations = if step_rounds(n, paths) {
-            Activations::F16Tiles
-        } else {
-            Activations::F32
+    for (i, &id) in ids.iter().enumerate() {
+        let activations = match i < prompt && Matmul::runs_on_matrix_units(paths) {
+            true => Activations::F16Tiles,
+            false => Activations::F32,
         };
         r.set_activations(activations).unwrap();
-        for &id in &ids[at..at + n] {
-            logits.push(r.forward(id).unwrap());
-        }
-        at += n;
+        logits.push(r.forward(id).unwrap());
     }
     logits
 }
 
-/// Whether a step of `n` tokens on `paths` rounds its products to f16: a mat-mul step on
-/// cooperative matrices.
-fn step_rounds(n: usize, paths: KernelPaths) -> bool {
-    n > MAX_BATCH as usize && Matmul::runs_on_matrix_units(paths)
-}
-
-/// Steps of `chunk` tokens over `n`, the last one shorter.
-fn steps_of(chunk: usize, n: usize) -> Vec<usize> {
-    (0..n).step_by(chunk).map(|i| chunk.min(n - i)).collect()
-}
-
 /// f32 weights: logits after every position equal the CPU reference's on every kernel path,
-/// for steps of 1 token (the recurrent delta rule and decode attention), 6 (batched mat-vec,
-/// the chunked delta rule on a partial chunk) and 70 (mat-mul, the chunked delta rule across a
-/// 64-token chunk boundary); each step continues the conv, recurrent and KV state the previous
+/// for every token a decode step (the recurrent delta rule and decode attention) and prompt
+/// steps of 6 (mat-mul, the chunked delta rule on a partial chunk) and 70 (the chunked delta
+/// rule across a 64-token chunk boundary); each step continues the conv, recurrent and KV state the previous
 /// one left. Cosine ≥ 0.99999 (the GPU sums in f32 in another order, the chunked delta rule
 /// reassociates the recurrence, the f16 path keeps the KV cache in f16). Where the prefill
 /// mat-mul runs on cooperative matrices its steps are held to the reference that rounds as it
@@ -138,16 +116,16 @@ fn assert_f32_logits_on_every_step_shape(no_subgroup: bool, pinned: &[(&str, &st
         .into_iter()
         .filter(|f| f.no_subgroup == no_subgroup)
     {
-        for chunk in [1, 6, 70] {
-            let mut e = engine(&path, chunk as u32, forced);
-            let got = e.teacher_forced_logits(&ids).unwrap();
+        for steps in [Steps::Decode, Steps::Prompt(6), Steps::Prompt(70)] {
+            let mut e = engine(&path, steps.prefill_chunk(), forced);
+            let got = steps.logits(&mut e, &ids);
             let paths = e.ctx.paths();
-            let steps = steps_of(chunk, ids.len());
-            let want = match steps.iter().any(|&n| step_rounds(n, paths)) {
-                true => reference_in_steps(&path, &ids, &steps, paths),
+            let prompt = steps.prompt_tokens(ids.len());
+            let want = match prompt > 0 && Matmul::runs_on_matrix_units(paths) {
+                true => reference_in_steps(&path, &ids, prompt, paths),
                 false => want_f32.clone(),
             };
-            let what = format!("{forced:?}, steps of {chunk}");
+            let what = format!("{forced:?}, {steps:?}");
             let err = rows_error(&got, &want);
             eprintln!(
                 "{what}: min cosine {:.9}, max |error| / max |logit| {:.3e} (against f32: {:.9})",
@@ -155,7 +133,7 @@ fn assert_f32_logits_on_every_step_shape(no_subgroup: bool, pinned: &[(&str, &st
                 err.max_rel,
                 rows_error(&got, want_f32).min_cosine
             );
-            let name = format!("{}, steps of {chunk}", path_name(forced));
+            let name = format!("{}, {steps:?}", path_name(forced));
             fingerprints.push((name, fingerprint(&got)));
             results.push((what, got, want, engine_min_cosine(&e)));
         }
@@ -177,23 +155,24 @@ fn f32_logits_match_the_cpu_reference_on_the_no_subgroup_paths_and_every_step_sh
 }
 
 /// The fingerprints (`fak_tests::pin`) of the logits the tests of this file compute, recorded
-/// on the engine before issue 17 moved the models into shared blocks and one registry: the GPU
-/// must compute the same bits on every path and step shape after it.
+/// on the engine before issue 17 moved the models into shared blocks and one registry (the
+/// prompt-step rows as main computes them since kernels follow a step's role): the GPU must
+/// compute the same bits on every path and step shape after it.
 const PINNED_F32_SUBGROUP: &[(&str, &str)] = &[
-    ("sg/f16, steps of 1", "2665a3698848966c"),
-    ("sg/f16, steps of 6", "907610e329a5ec64"),
-    ("sg/f16, steps of 70", "49ab6703e336a9cc"),
-    ("sg/-, steps of 1", "d4ee7c5b479ee5e3"),
-    ("sg/-, steps of 6", "79029ca3bde6a1f1"),
-    ("sg/-, steps of 70", "64e78c820727b05d"),
+    ("sg/f16, Decode", "2665a3698848966c"),
+    ("sg/f16, Prompt(6)", "a5f8b72840e6b8fc"),
+    ("sg/f16, Prompt(70)", "49ab6703e336a9cc"),
+    ("sg/-, Decode", "d4ee7c5b479ee5e3"),
+    ("sg/-, Prompt(6)", "0d4fec48470117f1"),
+    ("sg/-, Prompt(70)", "64e78c820727b05d"),
 ];
 const PINNED_F32_NO_SUBGROUP: &[(&str, &str)] = &[
-    ("-/f16, steps of 1", "340017d75ae49b13"),
-    ("-/f16, steps of 6", "3365646b70295f7f"),
-    ("-/f16, steps of 70", "ecbef39bd6cb031b"),
-    ("-/-, steps of 1", "e9213c1286eee42b"),
-    ("-/-, steps of 6", "17c86c026f131854"),
-    ("-/-, steps of 70", "2b32eb2b3c327ed5"),
+    ("-/f16, Decode", "340017d75ae49b13"),
+    ("-/f16, Prompt(6)", "3abbf7ed1c9fc31d"),
+    ("-/f16, Prompt(70)", "ecbef39bd6cb031b"),
+    ("-/-, Decode", "e9213c1286eee42b"),
+    ("-/-, Prompt(6)", "6dcfc515e028feda"),
+    ("-/-, Prompt(70)", "2b32eb2b3c327ed5"),
 ];
 const PINNED_INT_DOT: &[(&str, &str)] = &[
     ("sg/-, int-dot, steps of 1", "280643ed77cd7135"),
@@ -249,17 +228,17 @@ fn prefill_then_decode_continues_the_state_of_a_longer_prefill() {
         let mut split_engine = engine(&path, n as u32, Forced::default());
         let floor = engine_min_cosine(&split_engine);
         let paths = split_engine.ctx.paths();
-        let split = split_engine.teacher_forced_logits(&ids).unwrap();
+        let split = split_engine.forced_logits(&ids, n).unwrap();
         let whole = engine(&path, n as u32 + 1, Forced::default())
             .teacher_forced_logits(&ids)
             .unwrap();
         let c = cosine(&split[n], &whole[n]);
         eprintln!("n = {n}: decode after prefill vs one prefill, cosine {c:.9}");
         assert!(c >= floor, "n = {n}: cosine {c}");
-        let want = reference_in_steps(&path, &ids, &[n, 1], paths);
+        let want = reference_in_steps(&path, &ids, n, paths);
         let worst = assert_rows_close(&format!("prefill {n} + decode"), &split, &want, floor);
         eprintln!("n = {n}: prefill + decode against the reference, min cosine {worst:.9}");
-        let want = reference_in_steps(&path, &ids, &[n + 1], paths);
+        let want = reference_in_steps(&path, &ids, n + 1, paths);
         assert_rows_close(&format!("prefill {}", n + 1), &whole, &want, floor);
     }
 }
@@ -375,11 +354,11 @@ fn a_file_with_grouped_value_heads_is_read_as_it_says() {
     );
     let ids = random_ids(15, 20, hp.n_vocab);
     let want = reference_logits(&grouped, &ids);
-    for chunk in [1, 20] {
-        let mut e = engine(&grouped, chunk, Forced::default());
-        let got = e.teacher_forced_logits(&ids).unwrap();
+    for steps in [Steps::Decode, Steps::Prompt(20)] {
+        let mut e = engine(&grouped, steps.prefill_chunk(), Forced::default());
+        let got = steps.logits(&mut e, &ids);
         let floor = engine_min_cosine(&e);
-        assert_rows_close(&format!("grouped, steps of {chunk}"), &got, &want, floor);
+        assert_rows_close(&format!("grouped, {steps:?}"), &got, &want, floor);
     }
     let other = reference_logits(&tiled, &ids);
     let c = cosine(want.last().unwrap(), other.last().unwrap());
@@ -568,8 +547,8 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
 }
 
 /// The integer path quantizes each mat-vec input once per step, however many projections read
-/// it (a GDN layer's four projections of h, attention's three): with every weight Q8_0, one
-/// token per step records the f32 path's dispatches plus one per distinct input, and the logits
+/// it (a GDN layer's four projections of h, attention's three): with every weight Q8_0, a
+/// decode step records the f32 path's dispatches plus one per distinct input, and the logits
 /// still match the reference rounding its inputs alike.
 #[test]
 fn int_dot_quantizes_each_input_once_per_step() {
@@ -602,10 +581,10 @@ fn int_dot_quantizes_each_input_once_per_step() {
         .count();
     let ids = random_ids(4, 6, hp.n_vocab);
     let run = |int_dot: bool| {
-        let mut o = options(1, Forced::default());
+        let mut o = options(Steps::Decode.prefill_chunk(), Forced::default());
         o.context.int_dot = Some(int_dot);
         let mut e = Engine::load(&path, &o).unwrap();
-        let logits = e.teacher_forced_logits(&ids).unwrap();
+        let logits = Steps::Decode.logits(&mut e, &ids);
         (logits, e.last_step_dispatches())
     };
     let (_, f32_path) = run(false);

@@ -439,6 +439,12 @@ mod tests {
         assert!(p.is_greedy());
         assert_eq!(p.seed, u64::MAX);
         assert!(common(json!({"top_k": -2})).unwrap().sampling(1).is_err());
+        // JSON has no NaN, but 1e39 does not fit an f32 and reads as infinity: refused too.
+        let c = common(json!({"temperature": 1e39})).unwrap();
+        assert_eq!(c.temperature, Some(f32::INFINITY));
+        let err = c.sampling(1).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("temperature"));
+        assert!(err.message.contains("got inf"), "{}", err.message);
     }
 
     #[test]

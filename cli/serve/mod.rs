@@ -12,7 +12,7 @@ mod handlers;
 mod metrics;
 mod text;
 
-use crate::flag_values::parse_bytes;
+use crate::flag_values::{count, parse_bytes, tokens};
 use anyhow::{Context, Result};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -39,13 +39,13 @@ pub struct Args {
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
     /// KV-cache length per sequence (default: min(training context, 4096)).
-    #[arg(long)]
+    #[arg(long, value_parser = tokens(1))]
     pub max_context: Option<usize>,
     /// Sequences decoded together (one batched step serves them all); more requests queue.
     #[arg(long, default_value_t = 4)]
     pub max_seqs: usize,
     /// Requests that may wait for a sequence; past that a request gets 429.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = count(0))]
     pub max_queue: usize,
     /// GPU memory for the prefix cache shared by all requests (bytes, or with a K, M or G
     /// suffix); 0 turns it off.
@@ -56,7 +56,7 @@ pub struct Args {
     pub page_size: Option<u32>,
     /// Prompt tokens admitted between two decode steps beyond the first waiting request:
     /// bounds how long a burst of new prompts stalls the sequences already decoding.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, value_parser = tokens(0))]
     pub prefill_budget: usize,
     /// Largest request body accepted (bytes, or with a K, M or G suffix).
     #[arg(long, default_value = "4M", value_parser = parse_bytes)]

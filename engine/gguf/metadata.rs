@@ -10,6 +10,10 @@ use super::value::{Array, Value};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+/// The most layers a per-layer value may describe: llama.cpp's `LLAMA_MAX_LAYERS` (no file it
+/// loads has more), so a forged `block_count` never sizes an allocation.
+pub const MAX_LAYERS: usize = 512;
+
 pub struct Metadata {
     path: PathBuf,
     entries: Vec<(String, Value)>,
@@ -202,8 +206,14 @@ impl Metadata {
     }
 
     /// A per-layer integer: a scalar repeated `n_layers` times, or an array of exactly that
-    /// length (llama.cpp's `get_key_or_arr`).
+    /// length (llama.cpp's `get_key_or_arr`). `n_layers` is at most [`MAX_LAYERS`].
     pub fn usize_per_layer(&self, key: &str, n_layers: usize) -> Result<Vec<usize>, GgufError> {
+        if n_layers > MAX_LAYERS {
+            return Err(self.error(
+                key,
+                format!("{n_layers} layers, more than the {MAX_LAYERS} a model may have"),
+            ));
+        }
         match self.require(key)? {
             Value::Array(_) => {
                 let v = self.int_array(key)?;

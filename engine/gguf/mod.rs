@@ -11,7 +11,7 @@ mod split;
 mod value;
 pub mod writer;
 
-pub use metadata::Metadata;
+pub use metadata::{MAX_LAYERS, Metadata};
 pub use reader::{ParseError, Parsed, TensorInfo, parse};
 pub use value::{Array, Value, ValueType};
 pub use writer::{GgufWriter, TensorSource};
@@ -19,6 +19,7 @@ pub use writer::{GgufWriter, TensorSource};
 use memmap2::Mmap;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Everything that can go wrong opening or querying a GGUF file; each variant names the file.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +30,9 @@ pub enum GgufError {
         path: PathBuf,
         error: std::io::Error,
     },
+    /// Not a regular file, or unreadable (the path and what it is are in the message).
+    #[error(transparent)]
+    File(#[from] crate::files::FileError),
     #[error("{}: {error}", path.display())]
     Parse { path: PathBuf, error: ParseError },
     #[error("{}: key {key}: {why}", path.display())]
@@ -60,6 +64,10 @@ pub struct Gguf {
     metadata: Metadata,
     tensors: Vec<TensorInfo>,
     by_name: HashMap<String, usize>,
+    /// Which tensors [`Gguf::tensor`] has handed out: what a model bound, so that a tensor its
+    /// settings do not account for (a layer past `block_count`) is found and refused, as
+    /// llama.cpp's loader refuses a file with the wrong number of tensors.
+    looked_up: Vec<AtomicBool>,
 }
 
 impl Gguf {
@@ -92,12 +100,33 @@ impl Gguf {
                 });
             }
         }
+        let looked_up = tensors.iter().map(|_| AtomicBool::new(false)).collect();
         Ok(Self {
             shards,
             metadata,
             tensors,
             by_name,
+            looked_up,
         })
+    }
+
+    /// A model held in memory (fuzzing, crafted inputs), parsed and checked exactly as a file
+    /// is; `name` stands for its path in errors.
+    pub fn from_bytes(name: impl Into<PathBuf>, bytes: &[u8]) -> Result<Self, GgufError> {
+        let path = name.into();
+        let parsed = parse(bytes).map_err(|error| GgufError::Parse {
+            path: path.clone(),
+            error,
+        })?;
+        let io = |error| GgufError::Io {
+            path: path.clone(),
+            error,
+        };
+        // A parsed file is at least a header long, so the anonymous map is never empty.
+        let mut map = memmap2::MmapMut::map_anon(bytes.len()).map_err(io)?;
+        map.copy_from_slice(bytes);
+        let map = map.make_read_only().map_err(io)?;
+        Self::from_shards(vec![Shard { path, map, parsed }])
     }
 
     /// The path the model was opened from (the first shard).
@@ -128,8 +157,22 @@ impl Gguf {
         &self.tensors
     }
 
+    /// The tensor called `name`; it counts as used by the model from now on
+    /// ([`Gguf::unused_tensors`]).
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.by_name.get(name).map(|&i| &self.tensors[i])
+        let &i = self.by_name.get(name)?;
+        self.looked_up[i].store(true, Ordering::Relaxed);
+        Some(&self.tensors[i])
+    }
+
+    /// Tensors nothing has asked for by name: after a model has bound its tensors, the ones
+    /// its settings do not account for.
+    pub fn unused_tensors(&self) -> impl Iterator<Item = &TensorInfo> {
+        self.tensors
+            .iter()
+            .zip(&self.looked_up)
+            .filter(|(_, used)| !used.load(Ordering::Relaxed))
+            .map(|(t, _)| t)
     }
 
     /// The tensor's info, or an error naming the file and the missing tensor.
@@ -162,7 +205,8 @@ fn open_shard(path: &Path) -> Result<Shard, GgufError> {
         path: path.to_owned(),
         error,
     };
-    let file = std::fs::File::open(path).map_err(io)?;
+    // By type first: a FIFO would block `open`, a directory or a device cannot be a model.
+    let file = crate::files::open_regular(path, "GGUF file")?;
     // SAFETY: the mapping is read-only; a file truncated by another process while mapped would
     // fault, which no reader of mmapped files can prevent (llama.cpp has the same contract).
     let map = unsafe { Mmap::map(&file) }.map_err(io)?;

@@ -22,6 +22,14 @@ pub const MAX_DIMS: usize = 4;
 /// otherwise nest millions of levels and overflow the stack). Real files nest at most once.
 pub const MAX_ARRAY_DEPTH: usize = 8;
 
+/// Where the header keeps the tensor count and the metadata count.
+const N_TENSORS_AT: u64 = 8;
+const N_KV_AT: u64 = 16;
+/// The smallest key/value pair: an empty key (8-byte length), the value type, a 1-byte value.
+const MIN_KV_BYTES: u64 = 8 + 4 + 1;
+/// The smallest tensor info: an empty name, no dimensions, the type and the offset.
+const MIN_TENSOR_INFO_BYTES: u64 = 8 + 4 + 4 + 8;
+
 /// What was wrong, without the file name (the caller adds it).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ParseError {
@@ -98,7 +106,16 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, ParseError> {
     let mut c = Cursor::new(bytes);
     let (version, n_tensors, n_kv) = read_header(&mut c)?;
 
-    let mut metadata = Vec::with_capacity(c.bounded_capacity(n_kv, 8 + 4 + 1));
+    // A forged count is refused as what it is, not as a file that ends early thousands of
+    // records later (a key/value pair takes at least 13 bytes, a tensor info 24).
+    c.check_count(
+        "metadata count",
+        N_KV_AT,
+        n_kv,
+        MIN_KV_BYTES,
+        "key/value pairs",
+    )?;
+    let mut metadata = Vec::with_capacity(c.bounded_capacity(n_kv, MIN_KV_BYTES));
     let mut seen = std::collections::HashSet::new();
     for i in 0..n_kv {
         let key = c.string(|| format!("metadata key #{i}"))?;
@@ -112,7 +129,14 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, ParseError> {
     }
     let alignment = alignment_of(&metadata)?;
 
-    let mut tensors = Vec::with_capacity(c.bounded_capacity(n_tensors, 8 + 4 + 4 + 8));
+    c.check_count(
+        "tensor count",
+        N_TENSORS_AT,
+        n_tensors,
+        MIN_TENSOR_INFO_BYTES,
+        "tensor infos",
+    )?;
+    let mut tensors = Vec::with_capacity(c.bounded_capacity(n_tensors, MIN_TENSOR_INFO_BYTES));
     for i in 0..n_tensors {
         tensors.push(read_tensor_info(&mut c, i)?);
     }
@@ -293,6 +317,29 @@ impl<'a> Cursor<'a> {
 
     fn remaining(&self) -> u64 {
         self.reader.remaining().len() as u64
+    }
+
+    /// Refuses a header count of records (each at least `min_size` bytes) that the rest of
+    /// the file cannot hold.
+    fn check_count(
+        &self,
+        what: &str,
+        at: u64,
+        count: u64,
+        min_size: u64,
+        records: &str,
+    ) -> Result<(), ParseError> {
+        if count <= self.remaining() / min_size {
+            return Ok(());
+        }
+        Err(ParseError::Invalid {
+            what: what.into(),
+            at,
+            why: format!(
+                "{count} {records} cannot fit in the {} bytes left (each takes at least {min_size})",
+                self.remaining()
+            ),
+        })
     }
 
     /// A capacity for `count` records of at least `min_size` bytes each that the rest of the

@@ -94,6 +94,27 @@ pub fn default_backends() -> wgpu::Backends {
     wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY)
 }
 
+/// Keeps Mesa's Vulkan device-select layer from probing for a display server. The layer is
+/// implicit (the loader enables it for every instance) and, to put the device driving the
+/// user's screen first, connects to Wayland and X11 whenever an instance enables their surface
+/// extensions — which wgpu always does where they exist. Without a session, libwayland prints
+/// `error: XDG_RUNTIME_DIR is invalid or not set in the environment.` on every adapter
+/// enumeration: an "error" line on every successful headless run. fak has no window and ranks
+/// adapters itself (`FAK_ADAPTER`, [`ranked_adapters`]), so it turns the layer off through the
+/// switch its manifest declares (`disable_environment: NODEVICE_SELECT=1`), unless the user
+/// set that switch or chose a device through the layer (`MESA_VK_DEVICE_SELECT`).
+///
+/// # Safety
+/// Sets an environment variable: call it before the process starts any thread (first thing in
+/// `main`), as [`std::env::set_var`] requires.
+pub unsafe fn skip_display_probe() {
+    const SWITCH: &str = "NODEVICE_SELECT";
+    if std::env::var_os(SWITCH).is_none() && std::env::var_os("MESA_VK_DEVICE_SELECT").is_none() {
+        // SAFETY: the caller guarantees no other thread runs.
+        unsafe { std::env::set_var(SWITCH, "1") };
+    }
+}
+
 /// The process's instance for `backends`: created once and shared by every context opened
 /// after. NVIDIA's Vulkan driver (580, H200) stops finding its GPU after ~30 instances have been
 /// created in one process, even with every earlier one dropped: `harness selftest` (an engine

@@ -77,7 +77,7 @@ pub use buffers::{
     Grid, Window, fill_f32, read_back, read_back_f32, split_rows, storage_buffer, uniform, upload,
     write,
 };
-pub use context::{ContextOptions, GpuContext, int_dot_pays};
+pub use context::{ContextOptions, GpuContext, int_dot_pays, skip_display_probe};
 pub use error::GpuError;
 pub use facts::{AdapterFacts, CoopMatrixConfig, KeyLimits};
 pub use kernel::{

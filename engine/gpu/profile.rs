@@ -12,6 +12,7 @@
 
 use super::context::GpuContext;
 use super::error::GpuError;
+use super::step::StepKind;
 
 /// The most timestamps one step may write (wgpu's query-set limit is 4096).
 pub const MAX_MARKS: u32 = 4096;
@@ -115,26 +116,29 @@ pub struct StepMarks<'q> {
     /// KV positions the step attends over (its first token's position + its tokens): what an
     /// attention op reads.
     pub kv_len: u32,
+    /// The role of the step's tokens, which picks every kernel the step records.
+    pub kind: StepKind,
     pub ops: Vec<OpRecord>,
 }
 
 impl<'q> StepMarks<'q> {
     /// Records names and counts only.
-    pub fn counting(kv_len: u32) -> Self {
+    pub fn counting(kv_len: u32, kind: StepKind) -> Self {
         StepMarks {
             queries: None,
             next: 0,
             last: None,
             kv_len,
+            kind,
             ops: Vec::new(),
         }
     }
 
     /// Records a timestamp after every op into `queries` (made by [`Profiler`]).
-    pub fn timed(queries: &'q wgpu::QuerySet, kv_len: u32) -> Self {
+    pub fn timed(queries: &'q wgpu::QuerySet, kv_len: u32, kind: StepKind) -> Self {
         StepMarks {
             queries: Some(queries),
-            ..Self::counting(kv_len)
+            ..Self::counting(kv_len, kind)
         }
     }
 

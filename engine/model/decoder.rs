@@ -16,7 +16,7 @@ use crate::gpu::kernels::delta_state::{DeltaDims, DeltaState};
 use crate::gpu::kernels::gated_delta_chunk::ChunkScratch;
 use crate::gpu::kernels::rope::RopeTable;
 use crate::gpu::profile::StepMarks;
-use crate::gpu::step::{SeqBatch, StepIo, StepKind};
+use crate::gpu::step::{SeqBatch, StepIo};
 use crate::gpu::{GpuContext, GpuError};
 
 /// What an architecture's spec file reads from a GGUF: everything the plan and the GPU model
@@ -34,6 +34,9 @@ pub struct Blueprint<'g> {
     pub delta: Option<DeltaDims>,
     /// Every activation the model allocates.
     pub scratch: ScratchTable,
+    /// The blocks the file declares (`{arch}.block_count`): the layers of `tensors`, and any
+    /// after them the engine does not run (multi-token prediction).
+    pub n_blocks: usize,
     pub tensors: Tensors<'g>,
 }
 
@@ -213,8 +216,8 @@ impl Decoder {
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let (k, n) = (&self.kernels, batch.count * batch.len);
-        let layers = |pass: &mut wgpu::ComputePass, kind, marks: &mut StepMarks| {
-            self.record_layers(pass, batch, kind, marks)
+        let layers = |pass: &mut wgpu::ComputePass, marks: &mut StepMarks| {
+            self.record_layers(pass, batch, marks)
         };
         self.ends
             .record(k, encoder, self.label, n, rows, marks, layers)
@@ -224,13 +227,12 @@ impl Decoder {
         &self,
         pass: &mut wgpu::ComputePass,
         batch: SeqBatch,
-        kind: StepKind,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let (k, n) = (&self.kernels, batch.count * batch.len);
         for l in &self.layers {
             match &l.mixer {
-                MixerBlock::Attention(m) => m.record(k, &self.attention, pass, n, kind, marks)?,
+                MixerBlock::Attention(m) => m.record(k, &self.attention, pass, n, marks)?,
                 MixerBlock::DeltaNet(m) => {
                     let d = self.delta.as_ref().expect("bound with the GDN kernels");
                     m.record(k, d, pass, batch, marks)?

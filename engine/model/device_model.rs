@@ -6,8 +6,8 @@ use crate::gpu::profile::StepMarks;
 /// A model resident on the GPU, driven one forward step at a time through the shared
 /// [`StepIo`](crate::gpu::step::StepIo) buffers (the runtime writes `io.step` and `io.ids` before each step).
 pub trait DeviceModel {
-    /// Records one forward step over `n_tokens` tokens of one sequence (ids in `io.ids`,
-    /// positions and page-table row in `io.tokens`, its state slot in `io.seqs`): embed, every
+    /// Records one forward step over `n_tokens` tokens of one sequence, prompt tokens or one
+    /// generated token as `marks.kind` says (ids in `io.ids`, positions and page-table row in `io.tokens`, its state slot in `io.seqs`): embed, every
     /// layer, final norm, LM head into `io.logits` for the last row (or for every row with
     /// `all_logits`), and the argmax of the last row into `io.ids[0]` and
     /// `io.history[step.out_index]`. Every op it records is noted in `marks` (name, kernel,

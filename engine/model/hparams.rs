@@ -3,6 +3,7 @@
 //! shares, so a bound on a hyperparameter has one home.
 
 use super::ModelError;
+use super::bounds::{self, Size};
 use crate::gguf::Gguf;
 
 /// The `{prefix}.*` metadata keys of a GGUF. Every error names the file and the key.
@@ -102,12 +103,15 @@ impl<'g> Keys<'g> {
         }
     }
 
-    /// Refuses the first of `values` ((key name, value)) that is 0.
-    pub fn positive(&self, values: &[(&str, usize)]) -> Result<(), ModelError> {
-        match values.iter().find(|(_, v)| *v == 0) {
-            Some((name, _)) => Err(self.error(name, "is 0")),
-            None => Ok(()),
-        }
+    /// `block_count`, bounded ([`bounds::block_count`]) before anything per layer is read.
+    pub fn block_count(&self) -> Result<usize, ModelError> {
+        bounds::block_count(self.gguf.metadata(), &self.key("block_count"))
+    }
+
+    /// Refuses the first of `settings` ((key name, value, what it counts)) outside its range
+    /// ([`bounds::check_settings`]), before anything is sized from them.
+    pub fn bounded(&self, settings: &[(&str, usize, Size)]) -> Result<(), ModelError> {
+        bounds::check_settings(self.gguf.metadata(), self.prefix, settings)
     }
 
     /// The checks every attention layer's hyperparameters get: whole KV head groups, an even

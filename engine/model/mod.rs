@@ -6,6 +6,7 @@
 //! hybrid GDN family.
 
 pub mod blocks;
+pub mod bounds;
 pub mod decoder;
 mod device_model;
 pub mod hparams;

@@ -2,7 +2,7 @@
 //! loading it ([`load_device_model`]).
 
 use super::decoder::Decoder;
-use super::{Arch, DeviceModel, ModelError};
+use super::{Arch, DeviceModel, ModelError, bounds};
 use crate::gguf::Gguf;
 use crate::gpu::GpuContext;
 use crate::gpu::step::StepIo;
@@ -49,6 +49,9 @@ impl DevicePlan {
         check_weight_types(gguf)?;
         // Every tensor and the kernels' limits are checked here, before any GPU work.
         let b = (arch.spec().blueprint)(gguf)?;
+        let block_count = format!("{}.block_count", arch.key_prefix());
+        let not_run = b.tensors.layers.len()..b.n_blocks;
+        bounds::refuse_unused_tensors(gguf, &block_count, b.n_blocks, not_run)?;
         let (max_context, max_tokens) =
             context_and_tokens(b.n_ctx_train, max_context, prefill_chunk);
         // Keep the logits of a step inside one 128 MiB binding (lavapipe's limit, the smallest).
@@ -94,8 +97,11 @@ impl DevicePlan {
         let cached = cache_mem / self.kv_page_bytes().max(1);
         let pages = u64::from(self.max_seqs) * u64::from(self.pages_per_row()) + cached;
         self.kv_pages = pages.min(u64::from(u32::MAX)) as u32;
-        self.cache_bytes = u64::from(self.kv_pages) * self.kv_page_bytes()
-            + u64::from(self.max_seqs) * self.state_bytes;
+        // Saturating: a size past u64 (an absurd page size or budget) stays the largest size,
+        // which no adapter has, so the memory check refuses it instead of a wrapped small one.
+        self.cache_bytes = u64::from(self.kv_pages)
+            .saturating_mul(self.kv_page_bytes())
+            .saturating_add(u64::from(self.max_seqs).saturating_mul(self.state_bytes));
     }
 
     /// Pages one sequence of `max_context` tokens spans.
@@ -105,11 +111,13 @@ impl DevicePlan {
 
     /// Bytes of one page over every attention layer's K and V.
     pub fn kv_page_bytes(&self) -> u64 {
-        self.kv_elems_per_token * u64::from(self.page_size) * self.kv_elem_bytes
+        (self.kv_elems_per_token * self.kv_elem_bytes).saturating_mul(u64::from(self.page_size))
     }
 
     pub fn total_bytes(&self) -> u64 {
-        self.weight_bytes + self.cache_bytes + self.scratch_bytes
+        self.weight_bytes
+            .saturating_add(self.cache_bytes)
+            .saturating_add(self.scratch_bytes)
     }
 
     pub fn describe(&self) -> String {

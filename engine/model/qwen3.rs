@@ -11,6 +11,7 @@
 
 use super::blocks::attention::AttentionShape;
 use super::blocks::scratch::{Act, ScratchTable};
+use super::bounds::Size;
 use super::decoder::Blueprint;
 use super::hparams::Keys;
 use super::tensors::{AttentionLayout, Block, Layer, Mixer, Presence, Tensors};
@@ -69,10 +70,7 @@ impl Hparams {
     pub fn read(gguf: &Gguf, dense: Dense) -> Result<Self, ModelError> {
         let arch = Arch::of(gguf)?;
         let k = Keys::new(gguf, arch.key_prefix());
-        let n_layer = k.usize("block_count")?;
-        if n_layer == 0 {
-            return Err(k.error("block_count", "is 0"));
-        }
+        let n_layer = k.block_count()?;
         let uniform = |name: &str| {
             let differs = "differs between layers, which dense models here do not support";
             k.uniform(name, n_layer, |_| true, differs)
@@ -113,14 +111,14 @@ impl Hparams {
             qk_norm: dense.qk_norm,
             qkv_bias: dense.qkv_bias,
         };
-        k.positive(&[
-            ("embedding_length", hp.n_embd),
-            ("attention.head_count", hp.n_head),
-            ("attention.head_count_kv", hp.n_head_kv),
-            ("attention.key_length", hp.head_dim),
-            ("feed_forward_length", hp.n_ff),
-            ("vocab_size", hp.n_vocab),
-            ("context_length", hp.n_ctx_train),
+        k.bounded(&[
+            ("embedding_length", hp.n_embd, Size::Width),
+            ("attention.head_count", hp.n_head, Size::Heads),
+            ("attention.head_count_kv", hp.n_head_kv, Size::Heads),
+            ("attention.key_length", hp.head_dim, Size::HeadDim),
+            ("feed_forward_length", hp.n_ff, Size::Width),
+            ("vocab_size", hp.n_vocab, Size::Vocab),
+            ("context_length", hp.n_ctx_train, Size::Context),
         ])?;
         k.check_attention(
             (hp.n_head, hp.n_head_kv, hp.head_dim),
@@ -224,6 +222,7 @@ pub fn dense_blueprint(gguf: &Gguf, dense: Dense) -> Result<Blueprint<'_>, Model
         },
         delta: None,
         scratch: hp.scratch(),
+        n_blocks: hp.n_layer,
         tensors: hp.tensors(gguf)?,
     })
 }

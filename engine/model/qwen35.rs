@@ -27,6 +27,7 @@
 
 use super::blocks::attention::AttentionShape;
 use super::blocks::scratch::{Act, ScratchTable};
+use super::bounds::Size;
 use super::decoder::Blueprint;
 use super::hparams::Keys;
 use super::tensors::{AttentionLayout, Block, DeltaNetTensors, Layer, Mixer, Presence, Tensors};
@@ -82,7 +83,7 @@ impl Hparams {
             });
         }
         let k = Keys::new(gguf, "qwen35");
-        let n_blocks = k.usize("block_count")?;
+        let n_blocks = k.block_count()?;
         let n_mtp = k.opt_usize("nextn_predict_layers")?.unwrap_or(0);
         let n_layer = n_blocks
             .checked_sub(n_mtp)
@@ -139,17 +140,19 @@ impl Hparams {
     }
 
     fn validate(&self, k: &Keys, inner: usize) -> Result<(), ModelError> {
-        k.positive(&[
-            ("embedding_length", self.n_embd),
-            ("feed_forward_length", self.n_ff),
-            ("attention.head_count", self.n_head),
-            ("attention.head_count_kv", self.n_head_kv),
-            ("attention.key_length", self.head_dim),
-            ("ssm.state_size", self.ssm_dk),
-            ("ssm.group_count", self.ssm_nk),
-            ("ssm.time_step_rank", self.ssm_nv),
-            ("vocab_size", self.n_vocab),
-            ("context_length", self.n_ctx_train),
+        k.bounded(&[
+            ("embedding_length", self.n_embd, Size::Width),
+            ("feed_forward_length", self.n_ff, Size::Width),
+            ("vocab_size", self.n_vocab, Size::Vocab),
+            ("context_length", self.n_ctx_train, Size::Context),
+            ("attention.head_count", self.n_head, Size::Heads),
+            ("attention.head_count_kv", self.n_head_kv, Size::Heads),
+            ("attention.key_length", self.head_dim, Size::HeadDim),
+            ("ssm.conv_kernel", self.conv_kernel, Size::Taps),
+            ("ssm.state_size", self.ssm_dk, Size::HeadDim),
+            ("ssm.group_count", self.ssm_nk, Size::Heads),
+            ("ssm.time_step_rank", self.ssm_nv, Size::Heads),
+            ("ssm.inner_size", inner, Size::Width),
         ])?;
         if inner != self.ssm_dv * self.ssm_nv || self.ssm_dv == 0 {
             return Err(k.error(
@@ -354,6 +357,8 @@ impl Hparams {
 pub fn blueprint(gguf: &Gguf) -> Result<Blueprint<'_>, ModelError> {
     let hp = Hparams::from_gguf(gguf)?;
     let tensors = hp.tensors(gguf)?;
+    // Blocks past the trunk (multi-token prediction) are declared, not run.
+    let n_blocks = Keys::new(gguf, "qwen35").block_count()?;
     Ok(Blueprint {
         label: "hybrid layers",
         n_embd: hp.n_embd,
@@ -371,6 +376,7 @@ pub fn blueprint(gguf: &Gguf) -> Result<Blueprint<'_>, ModelError> {
         },
         delta: Some(hp.delta_dims()?),
         scratch: hp.scratch(),
+        n_blocks,
         tensors,
     })
 }

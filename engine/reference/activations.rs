@@ -26,18 +26,110 @@
 //!
 //! The dot product itself stays an f64 sum of `w · (code · d)`: ggml sums the integer products
 //! exactly and scales them once per block, which differs from this only in the last bits.
+//!
+//! Attention rounds too, apart from the mat-vecs ([`AttentionRounding`]): fak's f16 path and
+//! llama.cpp's default cache keep keys and values in f16 ([`AttentionRounding::F16Cache`]), and
+//! ggml's CPU flash attention, for micro-batches under 64 rows, also rounds the query to f16 and
+//! sums the weighted values in an f16 vector ([`AttentionRounding::GgmlFlashF16`]).
 
 use crate::quant::GgmlType;
 use half::f16;
+use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
+
+/// How the reference's attention rounds what it caches and how it sums (module docs;
+/// serialized by [`AttentionRounding::NAMES`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttentionRounding {
+    /// Keys and values cached in f32; scores, softmax and the weighted sum in f64.
+    #[default]
+    F32,
+    /// Keys and values rounded to f16 as they are cached, the rest as [`AttentionRounding::F32`]:
+    /// fak's f16 path (its f16 KV cache), and llama.cpp's f16 cache as ggml's CPU flash
+    /// attention reads it for micro-batches of 64 rows or more (the tiled kernel: f32 query,
+    /// f32 sums).
+    F16Cache,
+    /// The f16 cache, read as ggml's CPU flash attention does for micro-batches under 64 rows
+    /// (the one-chunk kernel, `ggml_compute_forward_flash_attn_ext_f16_one_chunk`): the query
+    /// rounded to f16 (the cache's `vec_dot_type`), an online softmax in f32, and the weighted
+    /// sum of values kept in an f16 vector, rounded after every key (rescaled when the running
+    /// maximum moves), divided by the sum of weights at the end ([`attend_ggml_flash_f16`]).
+    GgmlFlashF16,
+}
+
+impl AttentionRounding {
+    /// The names the harness accepts, in the order of the variants.
+    pub const NAMES: [&'static str; 3] = ["f32", "f16-cache", "ggml-flash-f16"];
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "f32" => Some(Self::F32),
+            "f16-cache" => Some(Self::F16Cache),
+            "ggml-flash-f16" => Some(Self::GgmlFlashF16),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => Self::NAMES[0],
+            Self::F16Cache => Self::NAMES[1],
+            Self::GgmlFlashF16 => Self::NAMES[2],
+        }
+    }
+
+    /// `v` as the cache keeps it.
+    pub fn cached(self, v: Vec<f32>) -> Vec<f32> {
+        match self {
+            Self::F32 => v,
+            Self::F16Cache | Self::GgmlFlashF16 => {
+                v.into_iter().map(|x| f16::from_f32(x).to_f32()).collect()
+            }
+        }
+    }
+}
+
+/// One query head against its cached keys and values as ggml-cpu's one-chunk flash attention
+/// computes it ([`AttentionRounding::GgmlFlashF16`]); `keys` and `values` hold f16 values.
+pub fn attend_ggml_flash_f16(
+    q: &[f32],
+    keys: &[&[f32]],
+    values: &[&[f32]],
+    scale: f32,
+) -> Vec<f32> {
+    let q: Vec<f32> = q.iter().map(|&x| f16::from_f32(x).to_f32()).collect();
+    let dv = values.first().map_or(0, |v| v.len());
+    let mut acc = vec![f16::ZERO; dv];
+    let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+    for (k, v) in keys.iter().zip(values) {
+        let score = super::ops::dot(&q, k) as f32 * scale;
+        let (mut rescale, mut weight) = (1f32, 1f32);
+        if score > max {
+            rescale = (max - score).exp();
+            max = score;
+            acc.iter_mut()
+                .for_each(|a| *a = f16::from_f32(a.to_f32() * rescale));
+        } else {
+            weight = (score - max).exp();
+        }
+        acc.iter_mut()
+            .zip(v.iter())
+            .for_each(|(a, &x)| *a = f16::from_f32(x.mul_add(weight, a.to_f32())));
+        sum = sum * rescale + weight;
+    }
+    let inverse = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    acc.iter().map(|a| a.to_f32() * inverse).collect()
+}
 
 /// Elements per Q8_0 block.
 const Q8_0_BLOCK: usize = 32;
 /// Elements per Q8_K block.
 const Q8_K_BLOCK: usize = 256;
 
-/// How the reference's mat-vecs see their input.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How the reference's mat-vecs see their input (serialized by [`Activations::NAMES`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Activations {
     /// f32 as computed: fak's own numerics (the GPU engine's too).
     #[default]
@@ -266,6 +358,45 @@ mod tests {
             Activations::Q8Blocks.round(GgmlType::Q5_0, &x),
             Cow::Borrowed(_)
         ));
+    }
+
+    /// The one-chunk kernel keeps its running sum of values in f16: adding half an f16 step
+    /// to 1 leaves 1 (ties to even), where the exact sum keeps it; an f16 cache rounds what it
+    /// keeps and nothing else.
+    #[test]
+    fn ggml_flash_f16_accumulates_in_f16_and_the_cache_rounds_to_f16() {
+        let half_step = 1.0 / 2048.0;
+        let (k, v0, v1) = ([0f32], [1f32], [half_step]);
+        let keys: [&[f32]; 2] = [&k, &k];
+        let values: [&[f32]; 2] = [&v0, &v1];
+        let flash = attend_ggml_flash_f16(&[1.0], &keys, &values, 1.0);
+        assert_eq!(flash, [0.5], "(1 + 2^-11 rounded to 1) / 2");
+        let exact = super::super::ops::attend(&[1.0], &keys, &values, 1.0);
+        assert_eq!(exact, [(1.0 + half_step) / 2.0]);
+        // A new running maximum rescales the sum first: weights 1 and e for scores 0 and 1.
+        let (k1, v2) = ([1f32], [2f32]);
+        let rising: [&[f32]; 2] = [&k, &k1];
+        let flash = attend_ggml_flash_f16(&[1.0], &rising, &[&v0, &v2], 1.0)[0];
+        let e = std::f32::consts::E;
+        assert!(
+            (flash - (1.0 + 2.0 * e) / (1.0 + e)).abs() < 2e-3,
+            "{flash}"
+        );
+        let third = 1.0f32 / 3.0;
+        assert_eq!(
+            AttentionRounding::F16Cache.cached(vec![third]),
+            [f16::from_f32(third).to_f32()]
+        );
+        assert_eq!(AttentionRounding::F32.cached(vec![third]), [third]);
+        for name in AttentionRounding::NAMES {
+            let rounding = AttentionRounding::from_name(name).unwrap();
+            assert_eq!(rounding.name(), name);
+            assert_eq!(serde_json::to_value(rounding).unwrap(), name);
+        }
+        for name in Activations::NAMES {
+            let activations = Activations::from_name(name).unwrap();
+            assert_eq!(serde_json::to_value(activations).unwrap(), name);
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! registry knows runs here.
 
 use super::ops::{Matrix, add_into, gqa_attention, rms_norm, rope, swiglu};
-use super::{Activations, Reference};
+use super::{Activations, AttentionRounding, Reference};
 use crate::gguf::Gguf;
 use crate::model::ModelError;
 use crate::model::blocks::attention::AttentionShape;
@@ -45,6 +45,7 @@ pub struct DenseReference<'g> {
     output: Matrix<'g>,
     rope_freqs: Option<Vec<f32>>,
     layers: Vec<Layer<'g>>,
+    attention: AttentionRounding,
 }
 
 impl<'g> DenseReference<'g> {
@@ -113,6 +114,7 @@ impl<'g> DenseReference<'g> {
             output: m(t.output)?,
             rope_freqs: t.rope_freqs.map(|r| vector(gguf, r)).transpose()?,
             layers,
+            attention: AttentionRounding::F32,
             hp,
         })
     }
@@ -132,6 +134,29 @@ impl<'g> DenseReference<'g> {
 }
 
 impl Reference for DenseReference<'_> {
+    fn set_activations(&mut self, activations: Activations) -> Result<(), ModelError> {
+        let mut matrices = vec![&mut self.output];
+        for l in &mut self.layers {
+            matrices.extend([
+                &mut l.wq,
+                &mut l.wk,
+                &mut l.wv,
+                &mut l.wo,
+                &mut l.gate,
+                &mut l.up,
+                &mut l.down,
+            ]);
+        }
+        for m in matrices {
+            m.set_activations(activations).map_err(ModelError::Input)?;
+        }
+        Ok(())
+    }
+
+    fn set_attention(&mut self, rounding: AttentionRounding) {
+        self.attention = rounding;
+    }
+
     fn forward(&mut self, token: u32) -> Result<Vec<f32>, ModelError> {
         let hp = &self.hp;
         super::check_token(token, hp.n_vocab)?;
@@ -140,7 +165,7 @@ impl Reference for DenseReference<'_> {
         let pos = self.position();
         for l in &mut self.layers {
             let h = rms_norm(&x, Some(&l.attn_norm), hp.eps);
-            let attn = attention(hp, l, &h, pos, self.rope_freqs.as_deref());
+            let attn = attention(hp, l, &h, pos, self.rope_freqs.as_deref(), self.attention);
             add_into(&mut x, &l.wo.matvec(&attn));
             let h2 = rms_norm(&x, Some(&l.ffn_norm), hp.eps);
             let act = swiglu(&l.gate.matvec(&h2), &l.up.matvec(&h2));
@@ -151,8 +176,16 @@ impl Reference for DenseReference<'_> {
     }
 }
 
-/// q/k/v projections, q/k norm, RoPE, cache append, causal GQA attention over the cache.
-fn attention(hp: &Dims, l: &mut Layer, h: &[f32], pos: usize, freqs: Option<&[f32]>) -> Vec<f32> {
+/// q/k/v projections, q/k norm, RoPE, cache append, causal GQA attention over the cache (both
+/// rounded as `rounding` says).
+fn attention(
+    hp: &Dims,
+    l: &mut Layer,
+    h: &[f32],
+    pos: usize,
+    freqs: Option<&[f32]>,
+    rounding: AttentionRounding,
+) -> Vec<f32> {
     let (mut q, mut k, mut v) = (l.wq.matvec(h), l.wk.matvec(h), l.wv.matvec(h));
     if let Some([bq, bk, bv]) = &l.bias {
         add_into(&mut q, bq);
@@ -170,7 +203,7 @@ fn attention(hp: &Dims, l: &mut Layer, h: &[f32], pos: usize, freqs: Option<&[f3
             rope(head, pos, a.n_rot, a.rope_base, a.pairing, freqs);
         }
     }
-    l.keys.push(k);
-    l.values.push(v);
-    gqa_attention(&q, &l.keys, &l.values, a.n_kv, hd)
+    l.keys.push(rounding.cached(k));
+    l.values.push(rounding.cached(v));
+    gqa_attention(&q, &l.keys, &l.values, a.n_kv, hd, rounding)
 }

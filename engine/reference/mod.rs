@@ -9,7 +9,7 @@ pub mod gated_delta;
 pub mod ops;
 pub mod qwen35;
 
-pub use activations::Activations;
+pub use activations::{Activations, AttentionRounding};
 pub use dense::DenseReference;
 pub use qwen35::Qwen35Reference;
 
@@ -34,6 +34,16 @@ pub fn for_model<'g>(
 pub trait Reference {
     /// Runs `token` and returns its logits.
     fn forward(&mut self, token: u32) -> Result<Vec<f32>, ModelError>;
+
+    /// Rounds every projection's input (and weights, for [`Activations::F16Tiles`]) as
+    /// `activations` says from the next token on, so a caller can mirror an engine that rounds
+    /// in some steps and not in others (the cooperative-matrix mat-mul of a prefill step, the
+    /// mat-vecs of a decode step). The token embedding stays an exact row lookup.
+    fn set_activations(&mut self, activations: Activations) -> Result<(), ModelError>;
+
+    /// Rounds attention as `rounding` says from the next token on (keys and values cached
+    /// before keep the rounding they were cached with).
+    fn set_attention(&mut self, rounding: AttentionRounding);
 
     /// Runs `tokens` in order and returns the logits after each (teacher forcing).
     fn forward_all(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>, ModelError> {

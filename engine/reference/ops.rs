@@ -1,7 +1,7 @@
 //! The CPU reference's building blocks: f32 values, f64 accumulation for every sum.
 //! Written for clarity, not speed; the only parallelism is over matrix rows.
 
-use super::activations::Activations;
+use super::activations::{Activations, AttentionRounding, attend_ggml_flash_f16};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::gpu::kernels::rope::RopePairing;
 use crate::model::{ModelError, check_dequantizable};
@@ -140,6 +140,22 @@ pub fn rope(
 }
 
 /// One query head against `n` cached keys/values of its kv head (`keys[j]`, `values[j]`):
+/// softmax(q·k_j · scale) weighted sum of v_j, all sums in f64; the cache's values as
+/// `rounding` left them, and summed as it says ([`AttentionRounding`]).
+pub fn attend_rounded(
+    q: &[f32],
+    keys: &[&[f32]],
+    values: &[&[f32]],
+    scale: f32,
+    rounding: AttentionRounding,
+) -> Vec<f32> {
+    match rounding {
+        AttentionRounding::F32 | AttentionRounding::F16Cache => attend(q, keys, values, scale),
+        AttentionRounding::GgmlFlashF16 => attend_ggml_flash_f16(q, keys, values, scale),
+    }
+}
+
+/// One query head against `n` cached keys/values of its kv head (`keys[j]`, `values[j]`):
 /// softmax(q·k_j · scale) weighted sum of v_j, all sums in f64.
 pub fn attend(q: &[f32], keys: &[&[f32]], values: &[&[f32]], scale: f32) -> Vec<f32> {
     let scores: Vec<f64> = keys.iter().map(|k| dot(q, k) * f64::from(scale)).collect();
@@ -156,13 +172,15 @@ pub fn attend(q: &[f32], keys: &[&[f32]], values: &[&[f32]], scale: f32) -> Vec<
 }
 
 /// Causal GQA attention of every query head against a layer's cache: query head h reads kv
-/// head ⌊h / (n_head / n_head_kv)⌋ (contiguous grouping); scale 1/√head_dim.
+/// head ⌊h / (n_head / n_head_kv)⌋ (contiguous grouping); scale 1/√head_dim; each head as
+/// `rounding` says ([`attend_rounded`]).
 pub fn gqa_attention(
     q: &[f32],
     keys: &[Vec<f32>],
     values: &[Vec<f32>],
     n_head_kv: usize,
     head_dim: usize,
+    rounding: AttentionRounding,
 ) -> Vec<f32> {
     let n_head = q.len() / head_dim;
     let group = n_head / n_head_kv;
@@ -173,7 +191,7 @@ pub fn gqa_attention(
         let span = g * head_dim..(g + 1) * head_dim;
         let k: Vec<&[f32]> = keys.iter().map(|k| &k[span.clone()]).collect();
         let v: Vec<&[f32]> = values.iter().map(|v| &v[span.clone()]).collect();
-        out.extend(attend(qh, &k, &v, scale));
+        out.extend(attend_rounded(qh, &k, &v, scale, rounding));
     }
     out
 }

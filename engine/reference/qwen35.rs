@@ -3,7 +3,7 @@
 
 use super::gated_delta::gated_delta_step;
 use super::ops::{Matrix, add_into, gqa_attention, rms_norm, rope, sigmoid, silu, swiglu};
-use super::{Activations, Reference};
+use super::{Activations, AttentionRounding, Reference};
 use crate::gguf::Gguf;
 use crate::gpu::kernels::rope::RopePairing;
 use crate::model::ModelError;
@@ -60,6 +60,7 @@ pub struct Qwen35Reference<'g> {
     output: Matrix<'g>,
     layers: Vec<Layer<'g>>,
     pos: usize,
+    attention: AttentionRounding,
 }
 
 impl<'g> Qwen35Reference<'g> {
@@ -124,35 +125,9 @@ impl<'g> Qwen35Reference<'g> {
             output: m(t.output)?,
             layers,
             pos: 0,
+            attention: AttentionRounding::F32,
             hp,
         })
-    }
-
-    /// Rounds every projection's input (and weights, for [`Activations::F16Tiles`]) as
-    /// `activations` says from the next token on, so a test can mirror a GPU path that rounds in
-    /// some steps and not in others (the cooperative-matrix mat-mul of a prefill step, the f32
-    /// mat-vecs of a decode step). The token embedding stays an exact row lookup.
-    pub fn set_activations(&mut self, activations: Activations) -> Result<(), ModelError> {
-        let mut matrices = vec![&mut self.output];
-        for l in &mut self.layers {
-            match &mut l.mixer {
-                MixerState::DeltaNet(d) => matrices.extend([
-                    &mut d.qkv,
-                    &mut d.gate,
-                    &mut d.beta,
-                    &mut d.alpha,
-                    &mut d.out,
-                ]),
-                MixerState::Attention(a) => {
-                    matrices.extend([&mut a.wq, &mut a.wk, &mut a.wv, &mut a.wo])
-                }
-            }
-            matrices.extend([&mut l.gate, &mut l.up, &mut l.down]);
-        }
-        for m in matrices {
-            m.set_activations(activations).map_err(ModelError::Input)?;
-        }
-        Ok(())
     }
 
     pub fn position(&self) -> usize {
@@ -178,6 +153,33 @@ impl<'g> Qwen35Reference<'g> {
 }
 
 impl Reference for Qwen35Reference<'_> {
+    fn set_activations(&mut self, activations: Activations) -> Result<(), ModelError> {
+        let mut matrices = vec![&mut self.output];
+        for l in &mut self.layers {
+            match &mut l.mixer {
+                MixerState::DeltaNet(d) => matrices.extend([
+                    &mut d.qkv,
+                    &mut d.gate,
+                    &mut d.beta,
+                    &mut d.alpha,
+                    &mut d.out,
+                ]),
+                MixerState::Attention(a) => {
+                    matrices.extend([&mut a.wq, &mut a.wk, &mut a.wv, &mut a.wo])
+                }
+            }
+            matrices.extend([&mut l.gate, &mut l.up, &mut l.down]);
+        }
+        for m in matrices {
+            m.set_activations(activations).map_err(ModelError::Input)?;
+        }
+        Ok(())
+    }
+
+    fn set_attention(&mut self, rounding: AttentionRounding) {
+        self.attention = rounding;
+    }
+
     fn forward(&mut self, token: u32) -> Result<Vec<f32>, ModelError> {
         let hp = &self.hp;
         super::check_token(token, hp.n_vocab)?;
@@ -187,7 +189,7 @@ impl Reference for Qwen35Reference<'_> {
             let h = rms_norm(&x, Some(&l.attn_norm), hp.rms_eps);
             let mixed = match &mut l.mixer {
                 MixerState::DeltaNet(d) => delta_net(hp, d, &h),
-                MixerState::Attention(a) => gated_attention(hp, a, &h, self.pos),
+                MixerState::Attention(a) => gated_attention(hp, a, &h, self.pos, self.attention),
             };
             add_into(&mut x, &mixed);
             let h2 = rms_norm(&x, Some(&l.post_norm), hp.rms_eps);
@@ -274,7 +276,13 @@ fn delta_net(hp: &Hparams, d: &mut DeltaNet, h: &[f32]) -> Vec<f32> {
     d.out.matvec(&y)
 }
 
-fn gated_attention(hp: &Hparams, a: &mut Attention, h: &[f32], pos: usize) -> Vec<f32> {
+fn gated_attention(
+    hp: &Hparams,
+    a: &mut Attention,
+    h: &[f32],
+    pos: usize,
+    rounding: AttentionRounding,
+) -> Vec<f32> {
     let hd = hp.head_dim;
     let qg = a.wq.matvec(h);
     let mut k = a.wk.matvec(h);
@@ -299,9 +307,9 @@ fn gated_attention(hp: &Hparams, a: &mut Attention, h: &[f32], pos: usize) -> Ve
         head.copy_from_slice(&normed);
         rope(head, pos, hp.n_rot, hp.rope_base, RopePairing::Neox, None);
     }
-    a.keys.push(k);
-    a.values.push(v);
-    let mut o = gqa_attention(&q, &a.keys, &a.values, hp.n_head_kv, hd);
+    a.keys.push(rounding.cached(k));
+    a.values.push(rounding.cached(v));
+    let mut o = gqa_attention(&q, &a.keys, &a.values, hp.n_head_kv, hd, rounding);
     for (x, &gv) in o.iter_mut().zip(&gate) {
         *x *= sigmoid(gv);
     }

@@ -14,14 +14,13 @@ pub use snapshots::SnapshotStats;
 
 use super::RuntimeError;
 use super::io::Staging;
+use super::rounding::TeacherForcedRounding;
 use super::sampling::{Sampler, SamplingParams};
 use crate::cache::{CacheConfig, CacheStats, PrefixCache};
 use crate::gguf::Gguf;
-use crate::gpu::step::{HISTORY_LEN, MAX_BATCH, MidSave, StepIo, TokenSlot};
-
 use crate::gpu::kernels::kv_cache::KvDtype;
-
 use crate::gpu::profile::{OpRecord, Profiler, StepMarks};
+use crate::gpu::step::{HISTORY_LEN, MAX_BATCH, MidSave, StepIo, StepKind, TokenSlot};
 use crate::gpu::{ContextOptions, GpuContext, Step};
 use crate::model::{DeviceModel, DevicePlan};
 use crate::tokenizer::Tokenizer;
@@ -55,7 +54,8 @@ pub struct EngineOptions {
     /// Token slots per KV page, a power of two: the prefix cache shares whole pages.
     pub page_size: u32,
     /// Hybrid models: besides the end of each cached prompt and known branch points, snapshot
-    /// the recurrent state every this many prompt tokens (rounded down to whole pages; 0: never)
+    /// the recurrent state every this many prompt tokens (rounded down to the state grid: whole
+    /// pages and delta-rule chunks; 0: never)
     /// while prefilling, so a prompt that branches off a cached one later, where no branch was
     /// known yet, still resumes close to the branch (the second agent sharing a preamble).
     pub snapshot_every: usize,
@@ -322,7 +322,7 @@ impl Engine {
                 "token id {bad} is outside the vocabulary of {n_vocab}"
             )));
         }
-        let need = prompt.len() + n_out;
+        let need = prompt.len().saturating_add(n_out);
         if need > self.max_context() {
             return Err(RuntimeError::Request(format!(
                 "prompt of {} tokens plus {n_out} to generate exceeds the context of {} tokens",
@@ -340,14 +340,15 @@ impl Engine {
     }
 
     /// Writes the step uniform and the token table and records one forward step of `n`
-    /// consecutive tokens of `seq` from its current position.
+    /// consecutive tokens of `seq` from its current position, in the role `kind`.
     fn begin_step(
         &mut self,
         seq: SeqId,
         n: u32,
+        kind: StepKind,
         all_logits: bool,
     ) -> Result<(wgpu::CommandEncoder, Step), RuntimeError> {
-        self.begin_saving_step(seq, n, all_logits, None)
+        self.begin_saving_step(seq, n, kind, all_logits, None)
     }
 
     /// [`Engine::begin_step`] that also writes the recurrent state after `save.rows` of the
@@ -356,11 +357,12 @@ impl Engine {
         &mut self,
         seq: SeqId,
         n: u32,
+        kind: StepKind,
         all_logits: bool,
         save: Option<MidSave>,
     ) -> Result<(wgpu::CommandEncoder, Step), RuntimeError> {
         let kv_len = (self.seq(seq)?.pos + n as usize) as u32;
-        let mut marks = StepMarks::counting(kv_len);
+        let mut marks = StepMarks::counting(kv_len, kind);
         self.begin_marked_step(seq, n, all_logits, save, &mut marks)
     }
 
@@ -572,7 +574,7 @@ impl Engine {
         for produced in 0..n_out {
             // Keep the GPU fed: steps up to `lookahead` ahead of the token being read.
             while submitted < n_out && submitted < produced + slots {
-                let (encoder, step) = self.begin_step(seq, 1, false)?;
+                let (encoder, step) = self.begin_step(seq, 1, StepKind::Decode, false)?;
                 self.submit_step(encoder, step, Some(submitted % slots), 0);
                 submitted += 1;
             }
@@ -598,7 +600,7 @@ impl Engine {
     /// One decode step on `token`, returning its logits (the sampled and quality paths).
     fn step_logits(&mut self, seq: SeqId, token: u32) -> Result<Vec<f32>, RuntimeError> {
         self.io.set_ids(&self.ctx, &[token]);
-        let (encoder, step) = self.begin_step(seq, 1, false)?;
+        let (encoder, step) = self.begin_step(seq, 1, StepKind::Decode, false)?;
         self.submit_step(encoder, step, None, 1);
         self.read_logits(1)
     }
@@ -607,9 +609,28 @@ impl Engine {
     /// chunks that keep every row's logits.
     /// It never uses the prefix cache: every position is computed.
     pub fn teacher_forced_logits(&mut self, ids: &[u32]) -> Result<Vec<Vec<f32>>, RuntimeError> {
+        self.forced_logits(ids, ids.len())
+    }
+
+    /// Logits after each of `ids`: the first `prompt` of them prefilled as a prompt (as
+    /// [`Engine::teacher_forced_logits`] does), then each of the rest fed as a decode step, the
+    /// kernels generation runs (a forced continuation). Never uses the prefix cache.
+    pub fn forced_logits(
+        &mut self,
+        ids: &[u32],
+        prompt: usize,
+    ) -> Result<Vec<Vec<f32>>, RuntimeError> {
         self.check_request(ids, 0)?;
+        let prompt = prompt.min(ids.len());
         let seq = self.open(ids, 0, false)?;
-        let result = self.teacher_forced_in(seq, ids);
+        let result = self
+            .teacher_forced_in(seq, &ids[..prompt])
+            .and_then(|mut rows| {
+                for &id in &ids[prompt..] {
+                    rows.push(self.step_logits(seq, id)?);
+                }
+                Ok(rows)
+            });
         self.close(seq, false)?;
         result
     }
@@ -621,15 +642,22 @@ impl Engine {
     ) -> Result<Vec<Vec<f32>>, RuntimeError> {
         let n_vocab = self.io.n_vocab as usize;
         let mut out = Vec::with_capacity(ids.len());
-        for part in ids.chunks(self.io.logit_rows as usize) {
+        for part in ids.chunks(self.teacher_forced_rounding().step_tokens) {
             self.io.set_ids(&self.ctx, part);
             let rows = part.len() as u32;
-            let (encoder, step) = self.begin_step(seq, rows, true)?;
+            let (encoder, step) = self.begin_step(seq, rows, StepKind::Prompt, true)?;
             self.submit_step(encoder, step, None, rows);
             let flat = self.read_logits(rows)?;
             out.extend(flat.chunks(n_vocab).map(<[f32]>::to_vec));
         }
         Ok(out)
+    }
+
+    /// How [`Engine::teacher_forced_logits`] rounds: its steps (as many ids as one step's
+    /// logits hold, in whole delta-rule chunks for a hybrid model) on this engine's kernel paths;
+    /// every step is a prompt step, so none multiplies as a mat-vec.
+    pub fn teacher_forced_rounding(&self) -> TeacherForcedRounding {
+        TeacherForcedRounding::of(self.ctx.paths(), self.prompt_step(self.io.logit_rows), 0)
     }
 
     /// What the prefix cache has done since load.
@@ -666,7 +694,7 @@ impl Engine {
     pub fn profile_step(&mut self, seq: SeqId) -> Result<StepProfile, RuntimeError> {
         let (_, last) = self.next_input(seq)?;
         let checkpoint = self.checkpoint(seq)?;
-        let profile = self.run_profiled(seq, &[last]);
+        let profile = self.run_profiled(seq, &[last], StepKind::Decode);
         self.rewind(seq, checkpoint)?;
         profile
     }
@@ -695,7 +723,7 @@ impl Engine {
         let (before, after) = prompt.split_at(from);
         let mut profile = |part: &[u32]| -> Result<Vec<StepProfile>, RuntimeError> {
             part.chunks(chunk)
-                .map(|ids| self.run_profiled(seq, ids))
+                .map(|ids| self.run_profiled(seq, ids, StepKind::Prompt))
                 .collect()
         };
         let profiles = profile(before).and_then(|b| Ok((b, profile(after)?)));
@@ -705,14 +733,19 @@ impl Engine {
 
     /// Runs one forward step of `seq` over `ids` from its position (advancing it, as any step
     /// does), with a timestamp after every op where the device has them, and waits for it.
-    fn run_profiled(&mut self, seq: SeqId, ids: &[u32]) -> Result<StepProfile, RuntimeError> {
+    fn run_profiled(
+        &mut self,
+        seq: SeqId,
+        ids: &[u32],
+        kind: StepKind,
+    ) -> Result<StepProfile, RuntimeError> {
         self.io.set_ids(&self.ctx, ids);
         let tokens = ids.len() as u32;
         let kv_len = self.seq(seq)?.pos as u32 + tokens;
         let profiler = self.profiler.take();
         let mut marks = match &profiler {
-            Some(p) => StepMarks::timed(&p.queries, kv_len),
-            None => StepMarks::counting(kv_len),
+            Some(p) => StepMarks::timed(&p.queries, kv_len, kind),
+            None => StepMarks::counting(kv_len, kind),
         };
         let (encode_before, submits_before) = (self.encode_time, self.submits);
         let result = self.begin_marked_step(seq, tokens, false, None, &mut marks);

@@ -3,6 +3,7 @@
 
 pub mod engine;
 pub mod io;
+pub mod rounding;
 pub mod sampling;
 pub mod scheduler;
 

@@ -239,9 +239,11 @@ impl Sampler {
             return Vec::new();
         };
         let max = f64::from(logits[best as usize]);
+        // The best logit weighs 1 (also when it is +inf, where the difference would be NaN).
+        let weight = |l: f64| if l == max { 1.0 } else { ((l - max) / t).exp() };
         let weighted: Vec<(u32, f64)> = ids
             .into_iter()
-            .map(|i| (i, ((f64::from(logits[i as usize]) - max) / t).exp()))
+            .map(|i| (i, weight(f64::from(logits[i as usize]))))
             .collect();
         let total: f64 = weighted.iter().map(|w| w.1).sum();
         // The most likely token's weight is exp(0) = 1: min-p keeps weights ≥ min_p.
@@ -406,14 +408,37 @@ mod tests {
             f(&mut p);
             p.validated().unwrap_err()
         };
+        let bad_value = |f: fn(&mut SamplingParams, f32), v: f32| {
+            let mut p = SamplingParams::greedy();
+            f(&mut p, v);
+            p.validated().unwrap_err()
+        };
         assert_eq!(
             bad(|p| p.temperature = -0.1),
             SamplingError::Temperature(-0.1)
         );
-        assert!(matches!(
-            bad(|p| p.temperature = f32::NAN),
-            SamplingError::Temperature(_)
-        ));
+        for t in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            assert!(matches!(
+                bad_value(|p, v| p.temperature = v, t),
+                SamplingError::Temperature(_)
+            ));
+            assert!(matches!(
+                bad_value(|p, v| p.top_p = v, t),
+                SamplingError::TopP(_)
+            ));
+            assert!(matches!(
+                bad_value(|p, v| p.min_p = v, t),
+                SamplingError::MinP(_)
+            ));
+            assert!(matches!(
+                bad_value(|p, v| p.repetition_penalty = v, t),
+                SamplingError::RepetitionPenalty(_)
+            ));
+            assert!(matches!(
+                bad_value(|p, v| p.presence_penalty = v, t),
+                SamplingError::PresencePenalty(_)
+            ));
+        }
         assert_eq!(bad(|p| p.top_p = 0.0), SamplingError::TopP(0.0));
         assert_eq!(bad(|p| p.top_p = 1.5), SamplingError::TopP(1.5));
         assert_eq!(bad(|p| p.min_p = 2.0), SamplingError::MinP(2.0));
@@ -436,6 +461,15 @@ mod tests {
                 .to_string()
                 .contains("temperature")
         );
+    }
+
+    #[test]
+    fn an_infinite_logit_is_drawn_every_time() {
+        let logits = [0.0, f32::INFINITY, 1.0, f32::NEG_INFINITY];
+        let mut s = Sampler::new(params(1.0, 0, 1.0, 5));
+        for _ in 0..100 {
+            assert_eq!(s.sample(&logits), 1);
+        }
     }
 
     #[test]

@@ -57,7 +57,7 @@ mod pretokenize;
 mod unicode_classes;
 mod vocab;
 
-pub use chat::{CHATML_TEMPLATE, ChatMessage, ChatTemplate};
+pub use chat::{CHATML_TEMPLATE, ChatMessage, ChatTemplate, TemplateBudget};
 pub use decode::StreamDecoder;
 pub use pretokenize::PreTokenizer;
 

@@ -42,12 +42,13 @@ for arch in qwen3 qwen35; do
             --arms "${arms}" --prompts 3 --n-out 16 --quality-prompts 4 --quality-tail 16
             --no-selftest --out "${out}")
         "${command[@]}"
+        # threeway wrote command.txt and validation.json (both in its manifest); what it cannot
+        # know goes beside them.
         {
             echo "commit $(git rev-parse HEAD)"
-            echo "${command[*]}"
             echo "VK_DRIVER_FILES=${VK_DRIVER_FILES:-} WGPU_BACKEND=${WGPU_BACKEND:-}"
-        } >"${out}/command.txt"
-        "${harness}" validate "${out}/packet.json" --json >"${out}/validation.json"
+        } >"${out}/provenance.txt"
+        "${harness}" validate "${out}/packet.json"
         "${harness}" report "${out}/packet.json" --out "${out}/report"
         rm -rf "${out}/logs"
     done

@@ -169,9 +169,6 @@ fn read_stream(events: &Receiver<Event>, sent_ns: u64) -> Result<Streamed> {
     if !(200..300).contains(&status) {
         bail!("fak-serve: /v1/completions answered HTTP {status}");
     }
-    let (Some(&first), Some(&last)) = (token_ns.first(), token_ns.last()) else {
-        bail!("fak-serve: the stream held no tokens");
-    };
     let count = |key: &str, v: &Value| {
         v.as_f64()
             .with_context(|| format!("fak-serve: no {key} in the usage {usage}"))
@@ -182,23 +179,13 @@ fn read_stream(events: &Receiver<Event>, sent_ns: u64) -> Result<Streamed> {
         "prompt_tokens_details.cached_tokens",
         &usage["prompt_tokens_details"]["cached_tokens"],
     )? as usize;
-    let prefill = ((prompt_ms * 1e6) as u64).min(first - sent_ns);
-    let timed = Timed {
-        tokens,
-        token_ns,
-        sent_ns,
-        done_ns,
-        buckets: Buckets {
-            queue: first - sent_ns - prefill,
-            setup: 0,
-            prefill,
-            decode: last - first,
-            verification: 0,
-            recovery: 0,
-            other: done_ns - last,
-        },
-        engine: json!({"usage": usage}),
-    };
+    let timed = Timed::streamed(
+        "fak-serve",
+        (tokens, token_ns),
+        (sent_ns, done_ns),
+        prompt_ms,
+        json!({"usage": usage}),
+    )?;
     Ok(Streamed {
         timed,
         prompt_tokens,

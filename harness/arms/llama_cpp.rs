@@ -473,29 +473,16 @@ fn read_stream(
     if !(200..300).contains(&status) {
         bail!("llama.cpp: /completion answered HTTP {status}");
     }
-    let (Some(&first), Some(&last)) = (token_ns.first(), token_ns.last()) else {
-        bail!("llama.cpp: the stream held no tokens");
-    };
     let prompt_ms = timings["prompt_ms"]
         .as_f64()
         .ok_or_else(|| anyhow!("llama.cpp: no timings.prompt_ms in the final chunk"))?;
-    let prefill = ((prompt_ms * 1e6) as u64).min(first - sent_ns);
-    let timed = Timed {
-        tokens,
-        token_ns,
-        sent_ns,
-        done_ns,
-        buckets: Buckets {
-            queue: first - sent_ns - prefill,
-            setup: 0,
-            prefill,
-            decode: last - first,
-            verification: 0,
-            recovery: 0,
-            other: done_ns - last,
-        },
-        engine: json!({"timings": timings}),
-    };
+    let timed = Timed::streamed(
+        "llama.cpp",
+        (tokens, token_ns),
+        (sent_ns, done_ns),
+        prompt_ms,
+        json!({"timings": timings}),
+    )?;
     Ok((timed, withheld))
 }
 

@@ -40,6 +40,40 @@ pub struct Timed {
     pub engine: serde_json::Value,
 }
 
+impl Timed {
+    /// A request streamed from an HTTP server (llama-server, `fak serve`): tokens as their
+    /// chunks arrived, and the server's own `prompt_ms` splitting the wait for the first token
+    /// into queue and prefill (docs/METHOD.md "Buckets"); `engine` is what the server reported.
+    pub fn streamed(
+        who: &str,
+        (tokens, token_ns): (Vec<u32>, Vec<u64>),
+        (sent_ns, done_ns): (u64, u64),
+        prompt_ms: f64,
+        engine: serde_json::Value,
+    ) -> anyhow::Result<Timed> {
+        let (Some(&first), Some(&last)) = (token_ns.first(), token_ns.last()) else {
+            anyhow::bail!("{who}: the stream held no tokens");
+        };
+        let prefill = ((prompt_ms * 1e6) as u64).min(first - sent_ns);
+        Ok(Timed {
+            tokens,
+            token_ns,
+            sent_ns,
+            done_ns,
+            buckets: Buckets {
+                queue: first - sent_ns - prefill,
+                setup: 0,
+                prefill,
+                decode: last - first,
+                verification: 0,
+                recovery: 0,
+                other: done_ns - last,
+            },
+            engine,
+        })
+    }
+}
+
 /// The per-request time buckets (docs/METHOD.md "Buckets"): their sum the request's wall
 /// clock; each engine states how each is obtained ([`BucketMethod`]).
 #[derive(Clone, Copy, Debug, Default, Serialize)]

@@ -162,6 +162,9 @@ pub const TOLERANCE_V1: Tolerance = Tolerance {
 
 /// Fewer resamples than this give an interval that moves from seed to seed.
 pub const MIN_BOOTSTRAP_RESAMPLES: usize = 1000;
+/// More than this the JSON Schema refuses (`method.bootstrap.resamples`): validation redraws
+/// every interval with the packet's own count, and 2^64 − 1 of them would never finish.
+pub const MAX_BOOTSTRAP_RESAMPLES: usize = 100_000;
 
 impl Method {
     /// The v1 method: type-7 percentiles, 2000 seeded resamples for 95 % intervals, the v1
@@ -324,6 +327,9 @@ pub struct QualityEntry {
     pub file: FileDigest,
     pub status: QualityStatus,
     pub comparisons: Vec<QualityEntryComparison>,
+    /// Why the arm's strict parity against its own-rounding reference was not judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own_rounding_skipped: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod physics;
 pub mod quality;
 pub mod raw;
+pub mod rounding;
 pub mod scenario;
 pub mod selftest_raw;
 pub mod summary;

@@ -58,9 +58,12 @@ pub struct ScenarioSpec {
 }
 
 impl ScenarioSpec {
-    /// Turn t's prompt length (t from 1): the preamble, t suffixes and t − 1 replies.
+    /// Turn t's prompt length (t from 1): the preamble, t suffixes and t − 1 replies. Saturating:
+    /// a spec read from a packet may hold any counts, and a length past `usize` matches no prompt.
     pub fn prompt_tokens(&self, turn: usize) -> usize {
-        self.preamble_tokens + turn * self.suffix_tokens + (turn - 1) * self.n_out
+        self.preamble_tokens
+            .saturating_add(turn.saturating_mul(self.suffix_tokens))
+            .saturating_add(turn.saturating_sub(1).saturating_mul(self.n_out))
     }
 }
 
@@ -388,6 +391,9 @@ pub fn check_raw(spec: &ScenarioSpec, turn1_digests: &[String], raw: &ScenarioRa
     errs
 }
 
+/// Missing turns named one by one up to this many; more are counted.
+const MISSING_NAMED: usize = 16;
+
 /// `ran` needs every (agent, turn); `skipped` none; `faulted` carries its faults.
 fn check_status(spec: &ScenarioSpec, raw: &ScenarioRaw) -> Vec<String> {
     let arm = &raw.header.arm;
@@ -401,14 +407,38 @@ fn check_status(spec: &ScenarioSpec, raw: &ScenarioRaw) -> Vec<String> {
             raw.turns.len()
         )),
         ArmStatus::Ran => {
-            for agent in 1..=spec.agents {
-                for turn in 1..=spec.turns {
-                    if !raw.turns.iter().any(|t| t.agent == agent && t.turn == turn) {
-                        errs.push(format!(
-                            "scenario arm {arm}: ran, but agent {agent} turn {turn} is missing"
-                        ));
+            // The spec's counts come from the packet: compared with what was recorded before
+            // any loop over them (agents = 2^64 − 1 once made validation loop for ever). The
+            // missing turns are named when a few are missing, counted otherwise.
+            let present: std::collections::BTreeSet<(usize, usize)> = raw
+                .turns
+                .iter()
+                .filter(|t| (1..=spec.agents).contains(&t.agent))
+                .filter(|t| (1..=spec.turns).contains(&t.turn))
+                .map(|t| (t.agent, t.turn))
+                .collect();
+            match spec.agents.checked_mul(spec.turns) {
+                // No turns to run (a spec of 0 agents or turns, reported elsewhere).
+                Some(0) => {}
+                // Both counts are at most the product here, so the loops are short.
+                Some(expected) if expected <= present.len() + MISSING_NAMED => {
+                    for agent in 1..=spec.agents {
+                        for turn in 1..=spec.turns {
+                            if !present.contains(&(agent, turn)) {
+                                errs.push(format!(
+                                    "scenario arm {arm}: ran, but agent {agent} turn {turn} is \
+                                     missing"
+                                ));
+                            }
+                        }
                     }
                 }
+                _ => errs.push(format!(
+                    "scenario arm {arm}: ran, but holds {} of the {} agents × {} turns",
+                    present.len(),
+                    spec.agents,
+                    spec.turns
+                )),
             }
         }
         _ => {}
@@ -509,8 +539,23 @@ fn check_order(spec: &ScenarioSpec, raw: &ScenarioRaw) -> Vec<String> {
             .iter()
             .find(|t| t.agent == agent && t.turn == turn)
     };
-    for agent in 1..=spec.agents {
-        for turn in 2..=spec.turns {
+    // Over the agents that recorded turns, not 1..=spec.agents: the spec's counts may be
+    // anything.
+    // Agent 0 is out of range, which check_turn reports.
+    let agents: std::collections::BTreeSet<usize> = raw
+        .turns
+        .iter()
+        .map(|t| t.agent)
+        .filter(|&a| a > 0)
+        .collect();
+    for agent in agents {
+        let turns: std::collections::BTreeSet<usize> = raw
+            .turns
+            .iter()
+            .filter(|t| t.agent == agent && t.turn >= 2)
+            .map(|t| t.turn)
+            .collect();
+        for turn in turns {
             if let (Some(prev), Some(next)) = (find(agent, turn - 1), find(agent, turn))
                 && next.sent_s < prev.sent_s + prev.wall_s
             {

@@ -255,5 +255,6 @@ pub fn quality_entry(q: &ArmQuality, digest: &FileDigest) -> QualityEntry {
                 withheld_positions: c.withheld.len(),
             })
             .collect(),
+        own_rounding_skipped: q.own_rounding_skipped.clone(),
     }
 }

@@ -83,7 +83,7 @@ pub fn header(arm: &str) -> ArmHeader {
             name: arm.into(),
             version: "test 1.0".into(),
             flags: vec!["--greedy".into()],
-            build: None,
+            build: (arm == NATIVE_ARM).then(fak_build),
             tuning: vec![],
         },
         weights: Weights {
@@ -125,6 +125,17 @@ pub fn header(arm: &str) -> ArmHeader {
         },
         device: None,
     }
+}
+
+/// What fak-native reports of itself: its kernel paths and how its teacher-forced logits round.
+fn fak_build() -> serde_json::Value {
+    serde_json::json!({
+        "kernel_paths": "subgroup+f16",
+        "teacher_forced_rounding": {
+            "step_tokens": 21, "mat_vec_max_tokens": 8, "mat_vec": "f32",
+            "mat_mul": "f32", "attention": "f16-cache"
+        }
+    })
 }
 
 /// A request whose buckets, timestamps and wall clock agree: prefill at `prefill_tok_s`, gaps
@@ -244,6 +255,7 @@ fn receipts(cosine: f64, flip_margin: Option<f64>) -> Vec<PositionReceipt> {
             } else {
                 2.0
             },
+            rounding_budget: None,
         })
         .collect()
 }
@@ -276,7 +288,27 @@ pub fn fak_quality() -> ArmQuality {
                 Some(20),
                 receipts(0.99995, Some(0.05)),
             ),
+            own_rounding_comparison(),
         ],
+    )
+}
+
+/// fak-native against its own-rounding reference, as `harness threeway` writes it.
+pub fn own_rounding_comparison() -> QualityComparison {
+    let h = header(NATIVE_ARM);
+    let plan = super::rounding::own_rounding(&h.arm, &h.engine, None, N_CTX + 4)
+        .expect("fak-native's build reports its rounding");
+    QualityComparison::new(
+        Against::OwnRounding {
+            engine: ReferenceEngine::CpuReference,
+            weights_sha256: model_sha(),
+            rounds_as: NATIVE_ARM.into(),
+            rounding: plan.rules(),
+            why: plan.why,
+        },
+        QualityRule::own_rounding_v1(),
+        None,
+        receipts(0.999995, None),
     )
 }
 

@@ -10,8 +10,9 @@ use super::comparison::{
     MIN_BOOTSTRAP_RESAMPLES, PERCENTILE_METHOD, Packet, SelftestStatus, TOLERANCE_V1,
 };
 use super::metrics::{Tolerance, close};
-use super::quality::{Against, ArmQuality, QualityRule, summarize};
+use super::quality::{Against, ArmQuality, QualityComparison, QualityRule, summarize};
 use super::raw::{ArmRaw, ArmStatus, BucketKind, Buckets, RequestSample, Runtime, Weights};
+use super::rounding::own_rounding;
 use super::scenario::{Scenario, ScenarioRaw, build_scenario, check_raw, scenario_raw_file_name};
 use super::summary::{PacketMeta, build_packet};
 use super::{
@@ -21,7 +22,7 @@ use super::{
 use super::{physics, selftest_raw};
 use serde::Serialize;
 use serde_json::Value;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// `harness validate`'s answer.
@@ -83,7 +84,7 @@ fn check(
     notes: &mut Vec<String>,
     errors: &mut Vec<String>,
 ) -> Result<(), Unreadable> {
-    let bytes = read(path)?;
+    let bytes = read_capped(path, "packet", MAX_JSON_BYTES, JSON_CAP_WHY)?;
     *packet_sha256 = Some(sha256_hex(&bytes));
     let value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| Unreadable(format!("{}: not JSON: {e}", path.display())))?;
@@ -104,9 +105,9 @@ fn check(
         }
     };
     let dir = path.parent().unwrap_or(Path::new("."));
-    check_manifest(dir, &packet, &bytes, errors)?;
-    let raws = read_raw_files(dir, &packet, errors)?;
-    let qualities = read_quality_files(dir, &packet, errors)?;
+    let folder = check_manifest(dir, &packet, &bytes, errors)?;
+    let raws = read_raw_files(&folder, &packet, errors)?;
+    let qualities = read_quality_files(&folder, &packet, errors)?;
     check_method(&packet, errors);
     check_envelope(&packet, &raws, errors);
     for (raw, _) in &raws {
@@ -114,10 +115,10 @@ fn check(
     }
     check_quality(&packet, &qualities, errors);
     check_selftest(&packet, errors);
-    check_selftest_file(dir, &packet, notes, errors)?;
+    check_selftest_file(&folder, &packet, notes, errors)?;
     let scenario_raws = match &packet.scenario {
         Some(scenario) => {
-            let raws = read_scenario_files(dir, scenario, errors)?;
+            let raws = read_scenario_files(&folder, scenario, errors)?;
             check_scenario(&packet, scenario, &raws, errors);
             raws
         }
@@ -135,8 +136,38 @@ fn check(
     Ok(())
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, Unreadable> {
-    std::fs::read(path).map_err(|e| Unreadable(format!("cannot read {}: {e}", path.display())))
+/// The most bytes read of packet.json and manifest.json (a real packet is a few MB).
+const MAX_JSON_BYTES: u64 = 256 << 20;
+const JSON_CAP_WHY: &str = "bytes allowed for a packet's JSON files";
+
+/// Reads a regular file of at most `cap` bytes: a FIFO, a device (a link to /dev/zero) or an
+/// oversized file is unreadable, never read until memory runs out.
+fn read_capped(
+    path: &Path,
+    role: &'static str,
+    cap: u64,
+    why: &str,
+) -> Result<Vec<u8>, Unreadable> {
+    fak::files::read_capped(path, role, cap, why).map_err(|e| Unreadable(e.to_string()))
+}
+
+/// The run folder with the size manifest.json gives each file: no file is read past it.
+struct Folder<'a> {
+    dir: &'a Path,
+    listed: BTreeMap<String, u64>,
+}
+
+impl Folder<'_> {
+    /// The file `name` of the folder, read up to its listed size (an unlisted file — already an
+    /// error — up to the JSON cap).
+    fn read(&self, name: &str, role: &'static str) -> Result<(PathBuf, Vec<u8>), Unreadable> {
+        let path = file_path(self.dir, name)?;
+        let bytes = match self.listed.get(name) {
+            Some(&cap) => read_capped(&path, role, cap, "bytes manifest.json lists")?,
+            None => read_capped(&path, role, MAX_JSON_BYTES, JSON_CAP_WHY)?,
+        };
+        Ok((path, bytes))
+    }
 }
 
 /// The packet's `schema` names a version this harness knows.
@@ -175,14 +206,25 @@ pub fn json_schema_errors(value: &Value) -> Vec<String> {
         .collect()
 }
 
-fn check_manifest(
-    dir: &Path,
+fn check_manifest<'a>(
+    dir: &'a Path,
     packet: &Packet,
     packet_bytes: &[u8],
     errors: &mut Vec<String>,
-) -> Result<(), Unreadable> {
+) -> Result<Folder<'a>, Unreadable> {
     let path = dir.join(MANIFEST_FILE);
-    let manifest: Manifest = parse(&path, &read(&path)?)?;
+    let manifest: Manifest = parse(
+        &path,
+        &read_capped(&path, "manifest", MAX_JSON_BYTES, JSON_CAP_WHY)?,
+    )?;
+    let folder = Folder {
+        dir,
+        listed: manifest
+            .files
+            .iter()
+            .map(|f| (f.name.clone(), f.bytes))
+            .collect(),
+    };
     let listed: BTreeSet<&str> = manifest.files.iter().map(|f| f.name.as_str()).collect();
     let mut needed = vec![PACKET_FILE.to_owned()];
     needed.extend(packet.arms.iter().map(|a| a.raw_file.name.clone()));
@@ -200,11 +242,11 @@ fn check_manifest(
         let bytes = if file.name == PACKET_FILE {
             packet_bytes.to_vec()
         } else {
-            read(&file_path(dir, &file.name)?)?
+            folder.read(&file.name, "listed file")?.1
         };
         check_digest("manifest.json", file, &bytes, errors);
     }
-    Ok(())
+    Ok(folder)
 }
 
 /// A file named by the packet, which must sit in the packet's folder.
@@ -233,14 +275,13 @@ fn parse<T: serde::de::DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T,
 }
 
 fn read_raw_files(
-    dir: &Path,
+    folder: &Folder,
     packet: &Packet,
     errors: &mut Vec<String>,
 ) -> Result<Vec<(ArmRaw, FileDigest)>, Unreadable> {
     let mut out = Vec::new();
     for arm in &packet.arms {
-        let path = file_path(dir, &arm.raw_file.name)?;
-        let bytes = read(&path)?;
+        let (path, bytes) = folder.read(&arm.raw_file.name, "raw file")?;
         check_digest(&format!("arm {}", arm.arm), &arm.raw_file, &bytes, errors);
         let raw: ArmRaw = parse(&path, &bytes)?;
         if raw.schema != RAW_SCHEMA {
@@ -255,14 +296,13 @@ fn read_raw_files(
 }
 
 fn read_quality_files(
-    dir: &Path,
+    folder: &Folder,
     packet: &Packet,
     errors: &mut Vec<String>,
 ) -> Result<Vec<(ArmQuality, FileDigest)>, Unreadable> {
     let mut out = Vec::new();
     for entry in &packet.quality {
-        let path = file_path(dir, &entry.file.name)?;
-        let bytes = read(&path)?;
+        let (path, bytes) = folder.read(&entry.file.name, "quality file")?;
         check_digest(
             &format!("quality of {}", entry.arm),
             &entry.file,
@@ -282,14 +322,13 @@ fn read_quality_files(
 }
 
 fn read_scenario_files(
-    dir: &Path,
+    folder: &Folder,
     scenario: &Scenario,
     errors: &mut Vec<String>,
 ) -> Result<Vec<(ScenarioRaw, FileDigest)>, Unreadable> {
     let mut out = Vec::new();
     for arm in &scenario.arms {
-        let path = file_path(dir, &arm.raw_file.name)?;
-        let bytes = read(&path)?;
+        let (path, bytes) = folder.read(&arm.raw_file.name, "scenario raw file")?;
         check_digest(
             &format!("scenario arm {}", arm.arm),
             &arm.raw_file,
@@ -651,27 +690,7 @@ fn check_quality(
                 serde_json::to_value(&recomputed).expect("serialises"),
             );
             diff_json(&format!("{who}: summary"), &claimed, &recomputed, errors);
-            if let QualityRule::StrictTokenParityV1 { .. } = c.rule {
-                if c.rule != QualityRule::parity_v1() {
-                    errors.push(format!(
-                        "{who}: strict-token-parity-v1 with thresholds {:?}, v1's are {:?}",
-                        c.rule,
-                        QualityRule::parity_v1()
-                    ));
-                }
-                match &c.against {
-                    Against::Arm { arm } => {
-                        if same_weights(arm) != Some(true) || same_weights(&q.arm) != Some(true) {
-                            errors.push(format!(
-                                "{who}: token parity claimed against {arm}, but the two arms did not both run the envelope's weights"
-                            ));
-                        }
-                    }
-                    Against::Reference { .. } => errors.push(format!(
-                        "{who}: token parity claimed against the unquantized reference; that comparison is quantization-cost"
-                    )),
-                }
-            }
+            check_quality_rule(packet, q, c, &who, errors);
             for w in &c.withheld {
                 let receipted = c
                     .receipts
@@ -696,6 +715,124 @@ fn check_quality(
     }
 }
 
+/// The comparison's rule holds its own thresholds and is claimed against what it may judge:
+/// strict token parity against another arm on the same weights or the arm's own-rounding
+/// reference (the one `harness threeway` runs for that arm, recomputed here from the arm's
+/// engine and device), the cross-engine rounding budget against another arm whose every receipt
+/// carries one.
+fn check_quality_rule(
+    packet: &Packet,
+    q: &ArmQuality,
+    c: &QualityComparison,
+    who: &str,
+    errors: &mut Vec<String>,
+) {
+    let arm_entry = |arm: &str| packet.arms.iter().find(|a| a.arm == arm);
+    let same_weights = |arm: &str| arm_entry(arm).map(|a| a.weights.same_as_envelope);
+    let against_same_weights_arm = |errors: &mut Vec<String>| match &c.against {
+        Against::Arm { arm } => {
+            if same_weights(arm) != Some(true) || same_weights(&q.arm) != Some(true) {
+                errors.push(format!(
+                    "{who}: token parity claimed against {arm}, but the two arms did not both run the envelope's weights"
+                ));
+            }
+        }
+        _ => errors.push(format!(
+            "{who}: {} is claimed against something other than an arm",
+            rule_name(&c.rule)
+        )),
+    };
+    match &c.rule {
+        QualityRule::QuantizationCost => {}
+        QualityRule::StrictTokenParityV1 { .. } => {
+            if c.rule != QualityRule::parity_v1() {
+                errors.push(format!(
+                    "{who}: strict-token-parity-v1 with thresholds {:?}, v1's are {:?}",
+                    c.rule,
+                    QualityRule::parity_v1()
+                ));
+            }
+            match &c.against {
+                Against::Reference { .. } => errors.push(format!(
+                    "{who}: token parity claimed against the unquantized reference; that comparison is quantization-cost"
+                )),
+                Against::Arm { .. } => against_same_weights_arm(errors),
+                Against::OwnRounding { .. } => errors.push(format!(
+                    "{who}: an own-rounding reference is judged by own-rounding-parity-v1, not strict-token-parity-v1"
+                )),
+            }
+        }
+        QualityRule::OwnRoundingParityV1 { .. } => {
+            if c.rule != QualityRule::own_rounding_v1() {
+                errors.push(format!(
+                    "{who}: own-rounding-parity-v1 with thresholds {:?}, v1's are {:?}",
+                    c.rule,
+                    QualityRule::own_rounding_v1()
+                ));
+            }
+            match &c.against {
+                Against::OwnRounding {
+                    weights_sha256,
+                    rounds_as,
+                    rounding,
+                    why,
+                    ..
+                } => {
+                    if rounds_as != &q.arm || same_weights(&q.arm) != Some(true) {
+                        errors.push(format!(
+                            "{who}: an own-rounding reference rounding as {rounds_as} judges {}, which must be that arm on the envelope's weights",
+                            q.arm
+                        ));
+                    }
+                    if weights_sha256 != &packet.envelope.model_sha256 {
+                        errors.push(format!(
+                            "{who}: the own-rounding reference ran weights {weights_sha256}, not the envelope's"
+                        ));
+                    }
+                    let max_ids = packet.envelope.n_ctx + q.output_positions;
+                    match arm_entry(&q.arm).map(|a| {
+                        own_rounding(&a.arm, &a.engine, a.device.as_ref(), max_ids)
+                    }) {
+                        Some(Ok(plan)) if &plan.rules() == rounding && &plan.why == why => {}
+                        Some(Ok(plan)) => errors.push(format!(
+                            "{who}: the own-rounding reference's rounding {rounding:?} is not what {}'s engine and device give: {:?}",
+                            q.arm,
+                            plan.rules()
+                        )),
+                        Some(Err(e)) => errors.push(format!(
+                            "{who}: an own-rounding reference is claimed for {}, whose engine has none: {e}",
+                            q.arm
+                        )),
+                        None => {}
+                    }
+                }
+                _ => errors.push(format!(
+                    "{who}: own-rounding-parity-v1 judges an arm against its own-rounding reference only"
+                )),
+            }
+        }
+        QualityRule::CrossEngineWithinRoundingV1 { .. } => {
+            if c.rule != QualityRule::cross_engine_v1() {
+                errors.push(format!(
+                    "{who}: cross-engine-within-rounding-v1 with thresholds {:?}, v1's are {:?}",
+                    c.rule,
+                    QualityRule::cross_engine_v1()
+                ));
+            }
+            against_same_weights_arm(errors);
+        }
+    }
+}
+
+fn rule_name(rule: &QualityRule) -> &'static str {
+    match rule {
+        QualityRule::StrictTokenParityV1 { .. } => "strict-token-parity-v1",
+        QualityRule::QuantizationCost => "quantization-cost",
+        QualityRule::CrossEngineWithinRoundingV1 { .. } => "cross-engine-within-rounding-v1",
+        QualityRule::OwnRoundingParityV1 { .. } => "own-rounding-parity-v1",
+    }
+}
+
 fn check_selftest(packet: &Packet, errors: &mut Vec<String>) {
     let s = &packet.selftest;
     let consistent = match s.status {
@@ -717,7 +854,7 @@ fn check_selftest(packet: &Packet, errors: &mut Vec<String>) {
 /// The hardware entry's adapter and bandwidth, and the selftest summary, against what the
 /// selftest's own output says.
 fn check_selftest_file(
-    dir: &Path,
+    folder: &Folder,
     packet: &Packet,
     notes: &mut Vec<String>,
     errors: &mut Vec<String>,
@@ -731,8 +868,7 @@ fn check_selftest_file(
         }
         return Ok(());
     };
-    let path = file_path(dir, &file.name)?;
-    let bytes = read(&path)?;
+    let (path, bytes) = folder.read(&file.name, "selftest file")?;
     check_digest("selftest", file, &bytes, errors);
     let output: Value = parse(&path, &bytes)?;
     let hw = &packet.hardware;

@@ -453,6 +453,69 @@ fn parity_is_never_claimed_across_different_weights() {
     expect(&s, 1, "did not both run the envelope's weights");
 }
 
+/// An own-rounding reference is the one the arm's engine and device give, on the envelope's
+/// weights, judging that very arm; each forgery alone fails.
+#[test]
+fn own_rounding_claims_are_the_arms_own() {
+    type Forgery = (&'static str, fn(&mut Against), &'static str);
+    let forgeries: [Forgery; 3] = [
+        (
+            "own-rounding-rules",
+            |a| {
+                if let Against::OwnRounding { rounding, .. } = a {
+                    rounding[0].attention = "f32".into();
+                }
+            },
+            "is not what fak-native's engine and device give",
+        ),
+        (
+            "own-rounding-weights",
+            |a| {
+                if let Against::OwnRounding { weights_sha256, .. } = a {
+                    *weights_sha256 = sha256_hex(b"other weights");
+                }
+            },
+            "not the envelope's",
+        ),
+        (
+            "own-rounding-arm",
+            |a| {
+                if let Against::OwnRounding { rounds_as, .. } = a {
+                    *rounds_as = "llama.cpp".into();
+                }
+            },
+            "rounding as llama.cpp judges fak-native",
+        ),
+    ];
+    for (name, forge, needle) in forgeries {
+        let s = run(name);
+        tamper_quality(&s, NATIVE_ARM, |q| forge(&mut q.comparisons[2].against));
+        expect(&s, 1, needle);
+    }
+}
+
+/// The cross-engine budget keeps v1's thresholds and judges two arms on the same weights only.
+#[test]
+fn the_cross_engine_budget_is_v1_between_arms() {
+    let s = run("cross-engine-thresholds");
+    tamper_quality(&s, NATIVE_ARM, |q| {
+        let c = &mut q.comparisons[1];
+        c.rule = QualityRule::CrossEngineWithinRoundingV1 {
+            min_cosine: 0.99,
+            near_tie_margin: 0.1,
+        };
+        c.summary = summarize(&c.rule, &c.receipts);
+    });
+    expect(&s, 1, "cross-engine-within-rounding-v1 with thresholds");
+    let s = run("cross-engine-against");
+    tamper_quality(&s, NATIVE_ARM, |q| {
+        let c = &mut q.comparisons[2];
+        c.rule = QualityRule::cross_engine_v1();
+        c.summary = summarize(&c.rule, &c.receipts);
+    });
+    expect(&s, 1, "claimed against something other than an arm");
+}
+
 #[test]
 fn the_packet_quality_summary_is_the_files() {
     let s = run("quality-packet");
@@ -779,6 +842,21 @@ fn a_withheld_position_has_no_receipt_and_the_packet_counts_it() {
         "the packet's count no longer matches the file: {:#?}",
         v.errors
     );
+}
+
+#[test]
+fn bootstrap_resamples_past_the_maximum_break_the_schema_before_any_redraw() {
+    let s = run("resamples-max");
+    let too_many = crate::packet::MAX_BOOTSTRAP_RESAMPLES + 1;
+    tamper_packet(&s, |p| {
+        p["method"]["bootstrap"]["resamples"] = json!(too_many)
+    });
+    expect(&s, 1, "/method/bootstrap/resamples");
+    // 2^64 − 1 resamples once sized a vector of that capacity.
+    tamper_packet(&s, |p| {
+        p["method"]["bootstrap"]["resamples"] = json!(u64::MAX)
+    });
+    expect(&s, 1, "/method/bootstrap/resamples");
 }
 
 // Physics: a packet rewritten consistently still cannot claim what the hardware cannot do.

@@ -3,6 +3,8 @@
 //! What differs in the setup (machine, model, envelope, engine builds) is listed first, since it
 //! explains — or invalidates — the rest.
 
+use super::require_valid;
+use crate::packet::validate::validate;
 use crate::packet::{ArmSummary, Packet};
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -18,6 +20,9 @@ pub struct Args {
     /// Print JSON instead of markdown.
     #[arg(long)]
     pub json: bool,
+    /// Compare even if a packet does not validate (the output then names it as not valid).
+    #[arg(long)]
+    pub unvalidated: bool,
 }
 
 /// One p50 in both packets.
@@ -43,12 +48,27 @@ pub struct Comparison {
     /// Arms with figures in only one packet.
     pub only_in_a: Vec<String>,
     pub only_in_b: Vec<String>,
+    /// Packets `harness validate` rejected, compared anyway (`--unvalidated`): `path (n errors)`.
+    pub not_valid: Vec<String>,
 }
 
 pub fn run(args: &Args) -> Result<()> {
+    let mut not_valid = Vec::new();
+    for path in [&args.a, &args.b] {
+        let validation = validate(path);
+        require_valid(path, &validation, args.unvalidated)?;
+        if !validation.valid {
+            let n = validation.errors.len();
+            let plural = if n == 1 { "" } else { "s" };
+            not_valid.push(format!("{} ({n} error{plural})", path.display()));
+        }
+    }
     let a = read(&args.a)?;
     let b = read(&args.b)?;
-    let c = compare(&a, &b);
+    let c = Comparison {
+        not_valid,
+        ..compare(&a, &b)
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&c)?);
     } else {
@@ -58,7 +78,7 @@ pub fn run(args: &Args) -> Result<()> {
 }
 
 fn read(path: &Path) -> Result<Packet> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let bytes = super::read_file(path, "packet", super::MAX_PACKET_BYTES)?;
     serde_json::from_slice(&bytes)
         .with_context(|| format!("{} is not a comparison packet", path.display()))
 }
@@ -202,11 +222,19 @@ pub fn compare(a: &Packet, b: &Packet) -> Comparison {
         changes,
         only_in_a,
         only_in_b,
+        not_valid: Vec::new(),
     }
 }
 
 pub fn markdown(c: &Comparison, a: &Path, b: &Path) -> String {
     let mut md = format!("# {} → {}\n\n", a.display(), b.display());
+    for packet in &c.not_valid {
+        let _ = writeln!(
+            md,
+            "**NOT VALID**: {packet} does not pass `harness validate`; its figures are the \
+             packet's claims.\n"
+        );
+    }
     md.push_str("## Setup\n\n");
     if c.setup_changes.is_empty() {
         md.push_str("Same machine, model, envelope and engine builds.\n");

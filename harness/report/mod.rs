@@ -12,7 +12,8 @@ use crate::inspect;
 use crate::packet::validate::{Validation, validate};
 use crate::packet::{
     Against, ArmEntry, ArmRaw, ArmStatus, Buckets, PACKET_FILE, Packet, QualityRule, QualityStatus,
-    RateDist, Runtime, SelftestStatus, TimeDist, metrics::itl_gaps,
+    QualitySummary, RateDist, ReferenceEngine, Runtime, SelftestStatus, TimeDist,
+    metrics::itl_gaps,
 };
 use anyhow::{Context, Result};
 use std::collections::BTreeSet;
@@ -26,6 +27,10 @@ pub struct Args {
     /// Where report.md and the SVG plots go (default: beside the packet).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Write the report even if the packet does not validate (it then says NOT VALID at the
+    /// top, and its figures are the packet's claims).
+    #[arg(long)]
+    pub unvalidated: bool,
 }
 
 /// The report's files: `report.md` and its plots.
@@ -36,8 +41,9 @@ pub struct Report {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let (packet, raws) = load(&args.packet)?;
     let validation = validate(&args.packet);
+    require_valid(&args.packet, &validation, args.unvalidated)?;
+    let (packet, raws) = load(&args.packet)?;
     let report = build(&args.packet, &packet, &raws, &validation);
     let out = match &args.out {
         Some(dir) => dir.clone(),
@@ -54,6 +60,38 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a packet `harness validate` rejects unless `unvalidated` asks to go on: a report of
+/// figures nobody could recompute must not look like a result.
+pub fn require_valid(path: &Path, validation: &Validation, unvalidated: bool) -> Result<()> {
+    if validation.valid || unvalidated {
+        return Ok(());
+    }
+    let n = validation.errors.len();
+    anyhow::bail!(
+        "{} does not validate ({n} error{}, the first: {}); `harness validate {0}` lists them, \
+         --unvalidated goes on anyway",
+        path.display(),
+        if n == 1 { "" } else { "s" },
+        validation
+            .errors
+            .first()
+            .map_or("none given", String::as_str)
+    )
+}
+
+/// The largest packet.json (or raw file without a listed size) read: a real one is a few MB.
+const MAX_PACKET_BYTES: u64 = 256 << 20;
+
+/// A packet's file, a regular file of at most `cap` bytes.
+fn read_file(path: &Path, role: &'static str, cap: u64) -> Result<Vec<u8>> {
+    Ok(fak::files::read_capped(
+        path,
+        role,
+        cap,
+        "bytes the packet allows",
+    )?)
+}
+
 fn folder_of(packet: &Path) -> PathBuf {
     packet
         .parent()
@@ -64,7 +102,7 @@ fn folder_of(packet: &Path) -> PathBuf {
 /// The packet and the raw files of its arms (an arm whose raw file cannot be read gets none:
 /// its ITL plot row says so).
 pub fn load(path: &Path) -> Result<(Packet, Vec<Option<ArmRaw>>)> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let bytes = read_file(path, "packet", MAX_PACKET_BYTES)?;
     let packet: Packet = serde_json::from_slice(&bytes)
         .with_context(|| format!("{} is not a comparison packet", path.display()))?;
     let dir = folder_of(path);
@@ -72,7 +110,7 @@ pub fn load(path: &Path) -> Result<(Packet, Vec<Option<ArmRaw>>)> {
         .arms
         .iter()
         .map(|a| {
-            std::fs::read(dir.join(&a.raw_file.name))
+            read_file(&dir.join(&a.raw_file.name), "raw file", a.raw_file.bytes)
                 .ok()
                 .and_then(|b| serde_json::from_slice(&b).ok())
         })
@@ -666,6 +704,10 @@ fn against_text(a: &Against) -> String {
             None => format!("{} on {weights} weights", engine.label()),
         },
         Against::Arm { arm } => arm.clone(),
+        Against::OwnRounding { rounds_as, .. } => format!(
+            "{} on the envelope's weights, rounding as {rounds_as} does (own-rounding reference)",
+            ReferenceEngine::CpuReference.label()
+        ),
     }
 }
 
@@ -678,6 +720,19 @@ fn rule_text(r: &QualityRule) -> String {
             "strict-token-parity-v1: cosine ≥ {min_cosine}, near-tie margin < {near_tie_margin}"
         ),
         QualityRule::QuantizationCost => "quantization cost, reported".into(),
+        QualityRule::OwnRoundingParityV1 {
+            max_median_gap,
+            min_cosine,
+            near_tie_margin,
+        } => format!(
+            "own-rounding-parity-v1: median 1 − cosine ≤ {max_median_gap:e}, every cosine ≥ {min_cosine}, near-tie margin < {near_tie_margin}"
+        ),
+        QualityRule::CrossEngineWithinRoundingV1 {
+            min_cosine,
+            near_tie_margin,
+        } => format!(
+            "cross-engine-within-rounding-v1: angle ≤ the two own-rounding references' angle + 2·acos({min_cosine}), near-tie margin < {near_tie_margin}"
+        ),
     }
 }
 
@@ -712,15 +767,69 @@ fn quality(md: &mut String, p: &Packet) {
                 s.greedy_agreement * 100.0,
                 s.mismatches,
                 s.near_tie_mismatches,
-                match s.passed {
-                    Some(true) => "pass",
-                    Some(false) => "FAIL",
-                    None => "—",
-                }
+                verdict(s)
             );
         }
     }
     md.push('\n');
+    own_rounding_notes(md, p);
+}
+
+/// A comparison's verdict cell; a cross-engine one says how its budget went.
+fn verdict(s: &QualitySummary) -> String {
+    let word = match s.passed {
+        Some(true) => "pass",
+        Some(false) => "FAIL",
+        None => "—",
+    };
+    if let Some(gap) = s.median_gap {
+        return format!("{word} (median 1 − cosine {gap:.1e})");
+    }
+    match (s.beyond_budget, s.min_budget_cosine) {
+        (Some(beyond), Some(budget)) => format!(
+            "{word} ({beyond} positions beyond the rounding budget; references' min cosine {budget:.6}, {} greedy flips both references make)",
+            s.rounding_flips.unwrap_or(0)
+        ),
+        _ => word.into(),
+    }
+}
+
+/// What each own-rounding reference mirrored, and which arms have none.
+fn own_rounding_notes(md: &mut String, p: &Packet) {
+    let mut lines = String::new();
+    for q in &p.quality {
+        if let Some(why) = &q.own_rounding_skipped {
+            let _ = writeln!(
+                lines,
+                "- **{}**: no own-rounding reference, so its own-rounding parity is not judged: {why}.",
+                q.arm
+            );
+        }
+        for c in &q.comparisons {
+            if let Against::OwnRounding { rounding, why, .. } = &c.against {
+                let rules: Vec<String> = rounding
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{}: inputs {}, attention {}",
+                            r.rows, r.activations, r.attention
+                        )
+                    })
+                    .collect();
+                let _ = writeln!(
+                    lines,
+                    "- **{}** is judged against the CPU reference rounding as it does ({}). Why: {why}.",
+                    q.arm,
+                    rules.join("; ")
+                );
+            }
+        }
+    }
+    if !lines.is_empty() {
+        md.push_str("Own-rounding references (each engine's tight budget is against the same weights computed as that engine rounds; the cross-engine budget adds what the two roundings move apart):\n\n");
+        md.push_str(&lines);
+        md.push('\n');
+    }
 }
 
 /// The weight bytes a decode step reads: the packet's figure, else `harness inspect`'s on the

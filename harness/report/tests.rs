@@ -121,13 +121,29 @@ fn the_quality_table_states_rule_scope_and_verdict() {
         .lines()
         .filter(|l| l.starts_with("| fak-native |"))
         .collect();
-    assert_eq!(rows.len(), 2);
+    assert_eq!(rows.len(), 3);
     let parity = &p.quality[0].comparisons[1].summary;
     assert!(rows[1].contains("strict-token-parity-v1: cosine ≥ 0.9999"));
     assert!(rows[1].contains("reference top-20 only"));
     assert!(rows[1].contains(&format!("| {:.6} |", parity.min_cosine)));
     assert!(rows[1].ends_with("| 0 | 1 | pass |"), "{}", rows[1]);
     assert!(rows[0].contains("cpu-reference on f32 weights") && rows[0].ends_with("| — |"));
+    // The own-rounding comparison states its rule, its median, and what was mirrored.
+    let own = &p.quality[0].comparisons[2].summary;
+    assert!(
+        rows[2].contains("rounding as fak-native does"),
+        "{}",
+        rows[2]
+    );
+    assert!(rows[2].contains("own-rounding-parity-v1: median 1 − cosine ≤ 1e-5"));
+    assert!(rows[2].ends_with(&format!(
+        "| pass (median 1 − cosine {:.1e}) |",
+        own.median_gap.unwrap()
+    )));
+    let notes = section(&r.markdown, "## Quality");
+    assert!(notes.contains(
+        "- **fak-native** is judged against the CPU reference rounding as it does (steps of 9 to 21 ids (mat-mul): inputs f32, attention f16-cache;"
+    ));
 }
 
 #[test]
@@ -210,6 +226,7 @@ fn run_writes_the_report_beside_the_packet_or_into_out() {
     run(&Args {
         packet: s.path().join(PACKET_FILE),
         out: Some(out.clone()),
+        unvalidated: false,
     })
     .unwrap();
     for f in ["report.md", "ttft.svg", "itl.svg", "decomposition.svg"] {
@@ -218,9 +235,30 @@ fn run_writes_the_report_beside_the_packet_or_into_out() {
     let err = run(&Args {
         packet: s.path().join("nope.json"),
         out: None,
+        unvalidated: false,
     })
     .unwrap_err();
     assert!(format!("{err:#}").contains("nope.json"));
+}
+
+#[test]
+fn run_refuses_an_invalid_packet_unless_asked_and_then_says_not_valid() {
+    let s = Scratch::new("report-run-invalid");
+    testkit::write_run(s.path());
+    std::fs::remove_file(s.path().join(raw_file_name("mlx"))).unwrap();
+    let out = s.path().join("report");
+    let args = |unvalidated| Args {
+        packet: s.path().join(PACKET_FILE),
+        out: Some(out.clone()),
+        unvalidated,
+    };
+    let err = format!("{:#}", run(&args(false)).unwrap_err());
+    assert!(err.contains("does not validate (1 error"), "{err}");
+    assert!(err.contains("--unvalidated"), "{err}");
+    assert!(!out.join("report.md").exists());
+    run(&args(true)).unwrap();
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("NOT VALID (1 error;"), "{}", &md[..400]);
 }
 
 #[test]

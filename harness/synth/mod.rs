@@ -30,6 +30,7 @@ pub use recipe::{Quant, Tensor, llama_quantize_types};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use vocab::Tokenizer;
+pub use vocab::Vocab;
 use weights::Init;
 
 #[derive(clap::Args)]
@@ -49,6 +50,10 @@ pub struct Args {
     /// Seed of the random weights; the same seed gives the same file.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// The vocabulary: the family's real table, or `bytes` (the 256 byte tokens and the added
+    /// tokens: a tiny model of kilobytes for crafted-file tests and fuzz seeds).
+    #[arg(long, value_enum, default_value = "full")]
+    pub vocab: Vocab,
     /// The GGUF file to write.
     #[arg(long)]
     pub out: PathBuf,
@@ -178,11 +183,11 @@ impl TensorPlan {
 }
 
 impl Arch {
-    fn plan(self, preset: &str) -> Result<ModelPlan> {
+    fn plan(self, preset: &str, vocab: Vocab) -> Result<ModelPlan> {
         match self {
-            Arch::Qwen2 => qwen2::plan(preset),
-            Arch::Qwen3 => qwen3::plan(preset),
-            Arch::Qwen35 => qwen35::plan(preset),
+            Arch::Qwen2 => qwen2::plan(preset, vocab),
+            Arch::Qwen3 => qwen3::plan(preset, vocab),
+            Arch::Qwen35 => qwen35::plan(preset, vocab),
         }
     }
 }
@@ -196,7 +201,7 @@ pub fn run(args: Args) -> Result<()> {
 /// Writes the model (and the exports asked for) and returns the one-line summary, printing
 /// nothing: callers such as `selftest --json` keep stdout for their own output.
 pub fn write(args: Args) -> Result<String> {
-    let mut plan = args.arch.plan(&args.preset)?;
+    let mut plan = args.arch.plan(&args.preset, args.vocab)?;
     let types = args.quant.arrange(&mut plan.tensors);
     let source = Source {
         seed: args.seed,
@@ -266,7 +271,7 @@ fn model_name(plan: &ModelPlan, args: &Args) -> String {
 /// MLX's own 4-bit model ([`mlx::write`]) of trained weights: `weights` is a GGUF (or Hugging
 /// Face checkpoint) of `arch`'s `preset`, such as the f16 file of a trained model.
 pub fn write_mlx_4bit(arch: Arch, preset: &str, weights: &Path, dir: &Path) -> Result<()> {
-    let mut plan = arch.plan(preset)?;
+    let mut plan = arch.plan(preset, Vocab::Full)?;
     let types = Quant::F16.arrange(&mut plan.tensors);
     let checkpoint = Checkpoint::load(weights, &plan)?;
     let source = Source {

@@ -4,6 +4,7 @@
 
 use super::ModelPlan;
 use super::qwen3::{Member, Shape, dense_plan};
+use super::vocab::Vocab;
 use anyhow::Result;
 
 const QWEN2: Member = Member {
@@ -70,6 +71,6 @@ const PRESETS: [(&str, Shape); 3] = [
     ),
 ];
 
-pub fn plan(preset: &str) -> Result<ModelPlan> {
-    dense_plan(&QWEN2, &PRESETS, preset)
+pub fn plan(preset: &str, vocab: Vocab) -> Result<ModelPlan> {
+    dense_plan(&QWEN2, &PRESETS, preset, vocab)
 }

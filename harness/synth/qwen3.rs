@@ -5,7 +5,7 @@
 //! Qwen3 needs no converter transform: its RMSNorm gains are plain (no +1), Q/K are not
 //! permuted (NeoX RoPE), so the GGUF and Hugging Face tensors hold the same values.
 
-use super::vocab::{Family, Tokenizer};
+use super::vocab::{Family, Tokenizer, Vocab};
 use super::weights::Init;
 use super::{ModelPlan, TensorPlan};
 use anyhow::{Result, bail};
@@ -129,17 +129,18 @@ const PRESETS: [(&str, Shape); 4] = [
     ),
 ];
 
-pub fn plan(preset: &str) -> Result<ModelPlan> {
-    dense_plan(&QWEN3, &PRESETS, preset)
+pub fn plan(preset: &str, vocab: Vocab) -> Result<ModelPlan> {
+    dense_plan(&QWEN3, &PRESETS, preset, vocab)
 }
 
-/// The model of `member` in shape `preset` of `presets`. Both tokenizers are Qwen's BPE
-/// vocabulary with Qwen3's added tokens and chat template (the full one, or the cut 4 096-token
-/// one), the pre-tokenizer the one `member`'s registry line names.
+/// The model of `member` in shape `preset` of `presets` with `vocab`. Both tokenizers are
+/// Qwen's BPE vocabulary with Qwen3's added tokens and chat template (the full one, or the cut
+/// 4 096-token one), the pre-tokenizer the one `member`'s registry line names.
 pub(super) fn dense_plan(
     member: &Member,
     presets: &[(&str, Shape)],
     preset: &str,
+    vocab: Vocab,
 ) -> Result<ModelPlan> {
     let Some((_, shape)) = presets.iter().find(|(name, _)| *name == preset) else {
         let names: Vec<&str> = presets.iter().map(|(name, _)| *name).collect();
@@ -152,11 +153,7 @@ pub(super) fn dense_plan(
     if !member.head_dim_keys && shape.n_head * shape.head_dim != shape.d_model {
         bail!("a {} head is d / heads wide", member.arch);
     }
-    let tokenizer = if shape.cut_vocab {
-        Tokenizer::cut(Family::Qwen3)?
-    } else {
-        Tokenizer::qwen3()?
-    };
+    let tokenizer = Tokenizer::for_preset(Family::Qwen3, shape.cut_vocab, vocab)?;
     let hparams = hparams(member, shape);
     Ok(ModelPlan {
         arch: member.arch,

@@ -9,7 +9,7 @@
 //! each transform so the export can undo it ([`super::hf`]).
 
 use super::hf::{HeadAxis, ToHf, VHeads};
-use super::vocab::{Family, Tokenizer};
+use super::vocab::{Family, Tokenizer, Vocab};
 use super::weights::Init;
 use super::{ModelPlan, TensorPlan};
 use anyhow::{Result, bail};
@@ -192,7 +192,7 @@ impl Shape {
     }
 }
 
-pub fn plan(preset: &str) -> Result<ModelPlan> {
+pub fn plan(preset: &str, vocab: Vocab) -> Result<ModelPlan> {
     let Some((_, shape)) = PRESETS.iter().find(|(name, _)| *name == preset) else {
         let names: Vec<&str> = PRESETS.iter().map(|(name, _)| *name).collect();
         bail!(
@@ -200,11 +200,7 @@ pub fn plan(preset: &str) -> Result<ModelPlan> {
             names.join(", ")
         );
     };
-    let tokenizer = if shape.cut_vocab {
-        Tokenizer::cut(Family::Qwen35)?
-    } else {
-        Tokenizer::qwen35()?
-    };
+    let tokenizer = Tokenizer::for_preset(Family::Qwen35, shape.cut_vocab, vocab)?;
     Ok(ModelPlan {
         arch: "qwen35",
         name: format!("fak synthetic qwen35 {preset}"),

@@ -107,17 +107,36 @@ pub struct Tokenizer {
     pub chat_template: &'static str,
 }
 
+/// Which vocabulary a synthetic model carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Vocab {
+    /// The family's real table: ids, size, added tokens and merges (≈150k or ≈250k entries).
+    Full,
+    /// Only the 256 byte tokens (the first 256 of Qwen2's table, one per byte) and the added
+    /// tokens after them, no merges: a real byte-level BPE of 282 entries, so a tiny model
+    /// is kilobytes, not tens of MB (crafted-file tests and fuzz seeds make many copies).
+    Bytes,
+}
+
+/// Qwen2's first 256 tokens are its 256 single-byte tokens.
+const N_BYTE_TOKENS: usize = 256;
+
 impl Tokenizer {
     /// The Qwen3 tokenizer: Qwen2's BPE vocabulary, Qwen3's added tokens, `<|im_end|>` as eos
-    /// and `<|endoftext|>` as bos and pad (as Qwen3's GGUF files carry them), 151 936 entries.
-    pub fn qwen3() -> Result<Self> {
-        Self::qwen(
-            fak::model::Arch::Qwen3.spec().tokenizer_pre,
-            QWEN2_SPLIT_REGEX,
-            QWEN3_FIRST_ADDED_ID,
-            QWEN3_N_VOCAB,
-            QWEN3_CHAT_TEMPLATE,
-        )
+    /// and `<|endoftext|>` as bos and pad (as Qwen3's GGUF files carry them), 151 936 entries;
+    /// with [`Vocab::Bytes`], the byte tokens and the added tokens only.
+    pub fn qwen3(vocab: Vocab) -> Result<Self> {
+        let pre = fak::model::Arch::Qwen3.spec().tokenizer_pre;
+        match vocab {
+            Vocab::Full => Self::qwen(
+                pre,
+                QWEN2_SPLIT_REGEX,
+                QWEN3_FIRST_ADDED_ID,
+                QWEN3_N_VOCAB,
+                QWEN3_CHAT_TEMPLATE,
+            ),
+            Vocab::Bytes => Self::bytes(pre, QWEN2_SPLIT_REGEX, QWEN3_CHAT_TEMPLATE),
+        }
     }
 
     /// The Qwen3.5 tokenizer as far as a synthetic model can carry it: the real one has a
@@ -126,14 +145,59 @@ impl Tokenizer {
     /// Qwen3.5's ids (`<|endoftext|>` 248 044, `<|im_end|>` 248 046, `<think>` 248 068) and pads
     /// the ids between as the converter pads a vocabulary smaller than the embedding matrix,
     /// 248 320 entries in all. Ids, table size, special tokens and chat template are Qwen3.5's.
-    pub fn qwen35() -> Result<Self> {
-        Self::qwen(
-            fak::model::Arch::Qwen35.spec().tokenizer_pre,
-            QWEN35_SPLIT_REGEX,
-            QWEN35_FIRST_ADDED_ID,
-            QWEN35_N_VOCAB,
-            QWEN35_CHAT_TEMPLATE,
-        )
+    pub fn qwen35(vocab: Vocab) -> Result<Self> {
+        let pre = fak::model::Arch::Qwen35.spec().tokenizer_pre;
+        match vocab {
+            Vocab::Full => Self::qwen(
+                pre,
+                QWEN35_SPLIT_REGEX,
+                QWEN35_FIRST_ADDED_ID,
+                QWEN35_N_VOCAB,
+                QWEN35_CHAT_TEMPLATE,
+            ),
+            Vocab::Bytes => Self::bytes(pre, QWEN35_SPLIT_REGEX, QWEN35_CHAT_TEMPLATE),
+        }
+    }
+
+    /// The tokenizer of a preset: the cut vocabulary for a preset whose weights were trained on
+    /// it (`cut_vocab`; only [`Vocab::Full`] applies there), otherwise `family`'s `vocab`.
+    pub fn for_preset(family: Family, cut_vocab: bool, vocab: Vocab) -> Result<Self> {
+        match (cut_vocab, vocab, family) {
+            (true, Vocab::Full, _) => Self::cut(family),
+            (true, Vocab::Bytes, _) => {
+                bail!(
+                    "--vocab bytes: this preset carries the cut vocabulary its weights were trained on"
+                )
+            }
+            (false, _, Family::Qwen3) => Self::qwen3(vocab),
+            (false, _, Family::Qwen35) => Self::qwen35(vocab),
+        }
+    }
+
+    /// The byte tokens, then the Qwen added tokens, no merges (see [`Vocab::Bytes`]).
+    fn bytes(
+        pre: &'static str,
+        split_regex: &'static str,
+        chat_template: &'static str,
+    ) -> Result<Self> {
+        let n_vocab = N_BYTE_TOKENS + QWEN_ADDED.len();
+        let mut t = Self::from_base(
+            pre,
+            split_regex,
+            N_BYTE_TOKENS,
+            N_BYTE_TOKENS as u32,
+            n_vocab,
+            chat_template,
+        )?;
+        ensure!(
+            t.tokens[..N_BYTE_TOKENS]
+                .iter()
+                .all(|b| b.chars().count() == 1),
+            "the first {N_BYTE_TOKENS} tokens of the embedded vocabulary are not single bytes"
+        );
+        // A merge always makes a token of two or more bytes, none of which is kept.
+        t.merges.clear();
+        Ok(t)
     }
 
     /// The cut Qwen vocabulary of the trained tiny models, with `pre`'s split and the family's
@@ -194,6 +258,26 @@ impl Tokenizer {
         n_vocab: usize,
         chat_template: &'static str,
     ) -> Result<Self> {
+        Self::from_base(
+            pre,
+            split_regex,
+            QWEN2_N_BPE,
+            first_added,
+            n_vocab,
+            chat_template,
+        )
+    }
+
+    /// The first `n_base` of Qwen2's BPE tokens, the Qwen added tokens from `first_added` on,
+    /// padded to `n_vocab` entries; `<|im_end|>` as eos and `<|endoftext|>` as bos and pad.
+    fn from_base(
+        pre: &'static str,
+        split_regex: &'static str,
+        n_base: usize,
+        first_added: u32,
+        n_vocab: usize,
+        chat_template: &'static str,
+    ) -> Result<Self> {
         let added: Vec<AddedToken> = QWEN_ADDED
             .iter()
             .zip(first_added..)
@@ -203,7 +287,7 @@ impl Tokenizer {
                 special,
             })
             .collect();
-        let (tokens, types, merges) = base_vocab(QWEN2_VOCAB_GGUF, QWEN2_N_BPE, &added, n_vocab)
+        let (tokens, types, merges) = base_vocab(QWEN2_VOCAB_GGUF, n_base, &added, n_vocab)
             .context("embedded vocabulary ggml-vocab-qwen2.gguf")?;
         Ok(Self {
             pre,

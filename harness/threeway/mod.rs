@@ -20,14 +20,15 @@ use crate::arms::{Arm, NotInstalled};
 use crate::models::{Models, sha256_of};
 use anyhow::{Context, Result, bail};
 use envelope::Prompts;
+use fak_harness::packet::rounding::own_rounding;
 use fak_harness::packet::summary::PacketMeta;
 use fak_harness::packet::{
     self, Against, ArmHeader, ArmQuality, BucketKinds, BucketMethods, EngineInfo, Envelope,
     FlagChoice, HarnessInfo, Method, PacketWriter, QualityComparison, QualityRule, QualityStatus,
     ReferenceEngine, Runtime, Weights,
 };
-use quality::{ReferenceInfo, ReferenceRows};
-use runner::{Outcome, Plan};
+use quality::{ArmRows, ReferenceInfo, ReferenceRows};
+use runner::{Outcome, OwnReference, Plan};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -52,13 +53,13 @@ pub struct Args {
     #[arg(long)]
     pub mlx_model: Option<PathBuf>,
     /// Prompt tokens per request.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = crate::flag_values::tokens(1))]
     pub n_ctx: usize,
     /// Output tokens per request (end-of-sequence ignored).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = crate::flag_values::tokens(1))]
     pub n_out: usize,
     /// Timed requests per arm (distinct prompts).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = crate::flag_values::count(1))]
     pub prompts: usize,
     /// Seed of the prompt offsets into the corpus.
     #[arg(long, default_value_t = 0)]
@@ -94,10 +95,10 @@ pub struct Args {
     #[arg(long, default_value = "llama.cpp")]
     pub reference_arm: String,
     /// Prompts in the quality pass.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::flag_values::count(0))]
     pub quality_prompts: usize,
     /// Output positions teacher-forced after each quality prompt.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = crate::flag_values::tokens(0))]
     pub quality_tail: usize,
     /// Do not run `harness selftest` first (the packet then says it was skipped).
     #[arg(long)]
@@ -107,16 +108,16 @@ pub struct Args {
     #[arg(long, value_enum)]
     pub scenario: Option<multi_agent::ScenarioKind>,
     /// Multi-agent: agents running concurrently.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::flag_values::count(1))]
     pub agents: usize,
     /// Multi-agent: tokens of the preamble every agent's conversation starts with.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, value_parser = crate::flag_values::tokens(1))]
     pub preamble: usize,
     /// Multi-agent: new tokens each turn appends.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::flag_values::tokens(0))]
     pub suffix: usize,
     /// Multi-agent: turns per agent.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = crate::flag_values::count(1))]
     pub turns: usize,
     /// Multi-agent: every turn 1 sent at once, or staggered by --stagger-ms.
     #[arg(long, value_enum, default_value = "together")]
@@ -141,6 +142,10 @@ pub struct Args {
 /// Multiply-accumulates the CPU reference may spend on the quality pass before fak's f32 GPU
 /// path is used instead (≈ a minute or two on a laptop core pair).
 const CPU_REFERENCE_BUDGET_MACS: f64 = 5e10;
+
+/// The most prompt and output tokens one envelope may ask for (its prompts are held in memory):
+/// 2^26, beyond any benchmark run (20 prompts of a 128k context are 2.6 M).
+pub(crate) const MAX_ENVELOPE_TOKENS: usize = 1 << 26;
 
 pub fn run(args: Args) -> Result<()> {
     install_interrupt_handler();
@@ -184,6 +189,16 @@ pub fn run(args: Args) -> Result<()> {
         return multi_agent::run(&args, &models, &out);
     }
 
+    // Each flag is bounded; their product sizes the prompt set held in memory.
+    let total = args.prompts * (args.n_ctx + args.n_out);
+    anyhow::ensure!(
+        total <= MAX_ENVELOPE_TOKENS,
+        "--prompts {} × (--n-ctx {} + --n-out {}) is {total} tokens; a run holds at most \
+         {MAX_ENVELOPE_TOKENS}",
+        args.prompts,
+        args.n_ctx,
+        args.n_out
+    );
     let gguf = fak::gguf::Gguf::open(&models.gguf)?;
     let tokenizer = fak::tokenizer::Tokenizer::from_gguf(&gguf)?;
     let prompts = Prompts::build(&tokenizer, args.n_ctx, args.prompts, args.seed)?;
@@ -235,6 +250,13 @@ pub fn run(args: Args) -> Result<()> {
             envelope: &envelope,
             prompts: &prompts,
             reference: reference.as_deref(),
+            cpu_reference: matches!(
+                reference_info.against,
+                Against::Reference {
+                    engine: ReferenceEngine::CpuReference,
+                    ..
+                }
+            ),
             context,
             scratch: &scratch,
             adapter: selftest["adapter"]["name"].as_str(),
@@ -250,6 +272,7 @@ pub fn run(args: Args) -> Result<()> {
         &mut writer,
         &runs,
         &reference_info,
+        &envelope.model_sha256,
         quality_prompts.len(),
         args.quality_tail,
     )?;
@@ -385,6 +408,8 @@ struct ArmContext<'a> {
     envelope: &'a Envelope,
     prompts: &'a Prompts,
     reference: Option<&'a [ReferenceRows]>,
+    /// The reference rows came from the CPU reference (within its budget).
+    cpu_reference: bool,
     context: usize,
     scratch: &'a Path,
     /// The selftest's adapter (the hardware entry's GPU), when the selftest ran.
@@ -470,7 +495,9 @@ fn run_one(name: &str, ctx: &ArmContext, writer: &mut PacketWriter) -> Result<Ar
     };
     let started = arm.start();
     let facts = started.as_ref().ok().cloned().unwrap_or(Value::Null);
-    let mut rec = writer.begin_arm(header(name, Some(arm.as_ref()), &facts, ctx)?)?;
+    let arm_header = header(name, Some(arm.as_ref()), &facts, ctx)?;
+    let own = own_reference(&arm_header, ctx);
+    let mut rec = writer.begin_arm(arm_header)?;
     let outcome = match started {
         Ok(_) => {
             eprintln!("threeway: {name} started (pid {})", arm.pid().unwrap_or(0));
@@ -478,6 +505,7 @@ fn run_one(name: &str, ctx: &ArmContext, writer: &mut PacketWriter) -> Result<Ar
                 prompts: &ctx.prompts.timed,
                 n_out: ctx.args.n_out,
                 reference: ctx.reference,
+                own,
             };
             runner::run_arm(arm.as_mut(), &plan, &mut rec)?
         }
@@ -501,6 +529,24 @@ fn run_one(name: &str, ctx: &ArmContext, writer: &mut PacketWriter) -> Result<Ar
         name: name.into(),
         facts,
         outcome,
+    })
+}
+
+/// The arm's own-rounding reference for the quality pass (`fak_harness::packet::rounding`), or
+/// why it has none; `None` without a CPU reference (no quality pass, or one beyond the CPU
+/// budget: the own-rounding reference costs as much again).
+fn own_reference<'a>(header: &ArmHeader, ctx: &ArmContext<'a>) -> Option<OwnReference<'a>> {
+    if ctx.reference.is_none() || !ctx.cpu_reference || !header.weights.same_as_envelope {
+        return None;
+    }
+    let max_ids = ctx.args.n_ctx + ctx.args.quality_tail;
+    let plan = own_rounding(&header.arm, &header.engine, header.device.as_ref(), max_ids);
+    if let Err(why) = &plan {
+        eprintln!("threeway: {}: no own-rounding reference: {why}", header.arm);
+    }
+    Some(OwnReference {
+        plan,
+        weights: &ctx.models.gguf,
     })
 }
 
@@ -620,11 +666,16 @@ fn flags_list(flags: &Value) -> Vec<String> {
 }
 
 /// `<arm>-quality.json` for every arm that started: each against the reference (what its
-/// weights cost), and llama.cpp against fak-native under strict-token-parity v1 (same GGUF).
+/// weights cost); each arm on the envelope's GGUF against its own-rounding reference under
+/// own-rounding-parity v1 (the same model computed as that engine rounds); and llama.cpp
+/// against fak-native (same GGUF) within the two references' rounding budget
+/// (cross-engine-within-rounding v1), or under strict-token-parity v1 where either has no
+/// own-rounding reference.
 fn write_quality(
     writer: &mut PacketWriter,
     runs: &[ArmRun],
     reference: &ReferenceInfo,
+    envelope_sha256: &str,
     n_prompts: usize,
     tail: usize,
 ) -> Result<()> {
@@ -651,9 +702,10 @@ fn write_quality(
             },
         };
         let mut comparisons = Vec::new();
+        let mut own_rounding_skipped = None;
         if let Some(Ok(arm_rows)) = &run.outcome.quality {
             let top_k = arm_rows.top_k.then_some(quality::TOP_K as u32);
-            let r = quality::reference_receipts(arm_rows);
+            let r = quality::reference_receipts(&arm_rows.prompts);
             comparisons.push(
                 QualityComparison::new(
                     reference.against.clone(),
@@ -663,16 +715,47 @@ fn write_quality(
                 )
                 .with_withheld(r.withheld),
             );
+            match &arm_rows.own {
+                Some(Ok(own)) => {
+                    let r = quality::own_receipts(&own.prompts);
+                    comparisons.push(
+                        QualityComparison::new(
+                            Against::OwnRounding {
+                                engine: ReferenceEngine::CpuReference,
+                                weights_sha256: envelope_sha256.to_string(),
+                                rounds_as: run.name.clone(),
+                                rounding: own.plan.rules(),
+                                why: own.plan.why.clone(),
+                            },
+                            QualityRule::own_rounding_v1(),
+                            Some(quality::TOP_K as u32),
+                            r.receipts,
+                        )
+                        .with_withheld(r.withheld),
+                    );
+                }
+                Some(Err(why)) => own_rounding_skipped = Some(why.clone()),
+                None => {}
+            }
             if run.name == "llama.cpp"
                 && let Some(fak) = rows("fak-native")
             {
-                let r = quality::parity_receipts(fak, arm_rows);
+                let (rule, r) = match (own_rows(fak), own_rows(arm_rows)) {
+                    (Some(a), Some(b)) => (
+                        QualityRule::cross_engine_v1(),
+                        quality::budgeted_parity_receipts(fak, arm_rows, a, b),
+                    ),
+                    _ => (
+                        QualityRule::parity_v1(),
+                        quality::parity_receipts(fak, arm_rows),
+                    ),
+                };
                 comparisons.push(
                     QualityComparison::new(
                         Against::Arm {
                             arm: "fak-native".into(),
                         },
-                        QualityRule::parity_v1(),
+                        rule,
                         Some(quality::TOP_K as u32),
                         r.receipts,
                     )
@@ -687,9 +770,15 @@ fn write_quality(
             prompt_indices: (0..n_prompts).collect(),
             output_positions: tail,
             comparisons,
+            own_rounding_skipped,
         })?;
     }
     Ok(())
+}
+
+/// The arm's rows against its own-rounding reference, where it has one.
+fn own_rows(rows: &ArmRows) -> Option<&quality::OwnRows> {
+    rows.own.as_ref().and_then(|o| o.as_ref().ok())
 }
 
 /// The reference rows for the quality pass: the CPU reference where it finishes in minutes,

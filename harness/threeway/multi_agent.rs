@@ -50,6 +50,20 @@ impl Script {
                 args.n_out
             );
         }
+        // Each flag is bounded; the suffixes held in memory are their product.
+        let held = agents
+            .saturating_mul(turns)
+            .saturating_mul(args.suffix)
+            .saturating_add(args.preamble);
+        if held > super::MAX_ENVELOPE_TOKENS {
+            bail!(
+                "--agents {agents} × --turns {turns} × --suffix {} + --preamble {} is {held} \
+                 tokens; a run holds at most {}",
+                args.suffix,
+                args.preamble,
+                super::MAX_ENVELOPE_TOKENS
+            );
+        }
         let preamble = Prompts::build(tokenizer, args.preamble, 1, args.seed)?
             .timed
             .remove(0);

@@ -10,7 +10,8 @@ use anyhow::{Context, Result, bail};
 use fak::gguf::Gguf;
 use fak::reference::{Activations, ops::argmax};
 use fak_harness::packet::metrics::cosine;
-use fak_harness::packet::{Against, PositionReceipt, WithheldPosition};
+use fak_harness::packet::rounding::OwnRoundingPlan;
+use fak_harness::packet::{Against, PositionReceipt, RoundingBudget, WithheldPosition};
 use std::path::Path;
 
 /// Entries of the reference's top-k over which top-k-only engines are compared.
@@ -105,6 +106,59 @@ pub struct ArmRows {
     /// The engine exposed only top-k log-probabilities (compared over the reference's top-k).
     pub top_k: bool,
     pub prompts: Vec<Vec<Row>>,
+    /// The same logits against the arm's own-rounding reference; `Err` says why there is none,
+    /// `None` where the quality pass had no CPU reference to run one with.
+    pub own: Option<Result<OwnRows, String>>,
+}
+
+/// An arm's rows against its own-rounding reference.
+pub struct OwnRows {
+    pub plan: OwnRoundingPlan,
+    /// The arm against its own-rounding reference, per quality prompt.
+    pub prompts: Vec<Vec<Row>>,
+    /// Per prompt and position, the own-rounding reference at the (unrounded) reference's top-k
+    /// ids: the entries the cross-engine receipts compare.
+    pub reference: Vec<Vec<AtTopK>>,
+}
+
+/// An own-rounding reference's row seen where the cross-engine receipts look.
+pub struct AtTopK {
+    /// Its greedy token.
+    pub token: u32,
+    /// Its logits at the unrounded reference's top-k ids.
+    pub values: Vec<f32>,
+}
+
+/// The own-rounding reference's rows for one quality prompt, and its greedy token and values
+/// at `reference`'s top-k ids per position.
+pub fn own_reference(
+    plan: &OwnRoundingPlan,
+    gguf: &Gguf,
+    reference: &ReferenceRows,
+) -> Result<(ReferenceRows, Vec<AtTopK>)> {
+    let logits = plan
+        .logits(gguf, &reference.ids)
+        .context("the own-rounding reference")?;
+    let at_top = reference
+        .logits
+        .iter()
+        .zip(&logits)
+        .map(|(want, own)| {
+            let values = top_k(want, TOP_K)
+                .iter()
+                .map(|&id| own[id as usize])
+                .collect();
+            AtTopK {
+                token: argmax(own),
+                values,
+            }
+        })
+        .collect();
+    let rows = ReferenceRows {
+        ids: reference.ids.clone(),
+        logits,
+    };
+    Ok((rows, at_top))
 }
 
 /// Compares an arm's logits for one prompt with the reference's.
@@ -170,16 +224,30 @@ pub fn compare(reference: &ReferenceRows, arm: &Logits) -> Result<Vec<Row>> {
 
 /// The receipts of an arm against the reference: full-logit cosines, or (top-k engines) the
 /// centred cosine over the reference's top-k.
-pub fn reference_receipts(arm: &ArmRows) -> Receipts {
+pub fn reference_receipts(prompts: &[Vec<Row>]) -> Receipts {
+    row_receipts(prompts, |r| r.cosine.unwrap_or(r.topk_cosine))
+}
+
+/// The receipts of an arm against its own-rounding reference: the centred cosine over that
+/// reference's top-k for every engine (full logits too), the measure own-rounding parity's
+/// thresholds were set on — over the whole vocabulary the bulk of small logits hides a rounding
+/// left unmirrored (fak against ggml's rounding: median 1 − cosine 6e-6 there, 2e-5–7e-5 over
+/// the top-16).
+pub fn own_receipts(prompts: &[Vec<Row>]) -> Receipts {
+    row_receipts(prompts, |r| r.topk_cosine)
+}
+
+fn row_receipts(prompts: &[Vec<Row>], cosine: impl Fn(&Row) -> f64) -> Receipts {
     receipts(
-        arm.prompts.iter().map(|rows| rows.iter().map(|r| (r, r))),
+        prompts.iter().map(|rows| rows.iter().map(|r| (r, r))),
         |r, _| PositionReceipt {
             prompt_index: 0,
             position: r.position,
-            cosine: r.cosine.unwrap_or(r.topk_cosine),
+            cosine: cosine(r),
             greedy_reference: r.reference_token,
             greedy_arm: r.token,
             reference_top2_margin: f64::from(r.reference_margin),
+            rounding_budget: None,
         },
     )
 }
@@ -200,7 +268,28 @@ pub fn parity_receipts(a: &ArmRows, b: &ArmRows) -> Receipts {
         greedy_reference: x.token,
         greedy_arm: y.token,
         reference_top2_margin: f64::from(x.reference_margin),
+        rounding_budget: None,
     })
+}
+
+/// Cross-engine receipts of arm `b` against arm `a` ([`parity_receipts`]), each with its
+/// rounding budget: the two arms' own-rounding references compared over the same entries.
+pub fn budgeted_parity_receipts(
+    a: &ArmRows,
+    b: &ArmRows,
+    own_a: &OwnRows,
+    own_b: &OwnRows,
+) -> Receipts {
+    let mut r = parity_receipts(a, b);
+    for receipt in &mut r.receipts {
+        let (p, i) = (receipt.prompt_index, receipt.position);
+        let (ra, rb) = (&own_a.reference[p][i], &own_b.reference[p][i]);
+        receipt.rounding_budget = Some(RoundingBudget {
+            cosine: centred_cosine_present(&ra.values, &rb.values),
+            greedy: [ra.token, rb.token],
+        });
+    }
+    r
 }
 
 /// One receipt per position both rows report (prompt index filled in), the rest withheld.

@@ -5,17 +5,29 @@
 //! to the lost request's `recovery` bucket — and the request is sent again; a second death ends
 //! the arm with what it has measured.
 
-use super::quality::{self, ArmRows, ReferenceRows};
+use super::quality::{self, ArmRows, OwnRows, ReferenceRows};
 use crate::arms::process::{Interrupted, gpu_memory_bytes, now_ns};
 use crate::arms::{Arm, ExitInfo, Timed};
 use anyhow::Result;
+use fak::gguf::Gguf;
+use fak_harness::packet::rounding::OwnRoundingPlan;
 use fak_harness::packet::{self, ArmRecorder, Fault, MemoryPeak, PlainClient, RequestSample};
+use std::path::Path;
 
 pub struct Plan<'a> {
     pub prompts: &'a [Vec<u32>],
     pub n_out: usize,
     /// Reference rows for the quality prompts (the first `reference.len()` prompts).
     pub reference: Option<&'a [ReferenceRows]>,
+    /// The arm's own-rounding reference on the envelope's weights (`weights`), or why it has
+    /// none; `None` where the quality pass has no CPU reference.
+    pub own: Option<OwnReference<'a>>,
+}
+
+/// How the quality pass runs an arm's own-rounding reference.
+pub struct OwnReference<'a> {
+    pub plan: Result<OwnRoundingPlan, String>,
+    pub weights: &'a Path,
 }
 
 /// How an arm ended, beyond what its raw file says.
@@ -130,7 +142,7 @@ fn drive(
         rec.set_plain_client(plain)?;
     }
     if let Some(reference) = plan.reference {
-        outcome.quality = Some(match quality_pass(arm, reference) {
+        outcome.quality = Some(match quality_pass(arm, reference, plan.own.as_ref()) {
             Ok(rows) => Ok(rows),
             Err(e) if e.downcast_ref::<Interrupted>().is_some() => return Err(e),
             Err(e) => {
@@ -174,15 +186,42 @@ const PLAIN_CLIENT_HOW: &str = "harness/arms/plain_client.py (Python, standard l
     request body, TTFT from just before the request is written to the first streamed line with a \
     token, and the server's timings.prompt_ms of that request";
 
-fn quality_pass(arm: &mut dyn Arm, reference: &[ReferenceRows]) -> Result<ArmRows> {
+fn quality_pass(
+    arm: &mut dyn Arm,
+    reference: &[ReferenceRows],
+    own: Option<&OwnReference>,
+) -> Result<ArmRows> {
     let mut prompts = Vec::with_capacity(reference.len());
     let mut top_k = false;
+    let own_plan = match own.map(|o| (&o.plan, o.weights)) {
+        Some((Ok(plan), weights)) => Some((plan, Gguf::open(weights)?)),
+        _ => None,
+    };
+    let mut own_rows = own_plan.as_ref().map(|(plan, _)| OwnRows {
+        plan: (*plan).clone(),
+        prompts: Vec::new(),
+        reference: Vec::new(),
+    });
     for rows in reference {
         let logits = arm.logits(&rows.ids)?;
         top_k |= matches!(logits, crate::arms::Logits::TopK(_));
         prompts.push(quality::compare(rows, &logits)?);
+        if let (Some((plan, gguf)), Some(own)) = (&own_plan, own_rows.as_mut()) {
+            let (own_reference, at_top) = quality::own_reference(plan, gguf, rows)?;
+            own.prompts.push(quality::compare(&own_reference, &logits)?);
+            own.reference.push(at_top);
+        }
     }
-    Ok(ArmRows { top_k, prompts })
+    let own = match own.map(|o| &o.plan) {
+        None => None,
+        Some(Err(why)) => Some(Err(why.clone())),
+        Some(Ok(_)) => own_rows.map(Ok),
+    };
+    Ok(ArmRows {
+        top_k,
+        prompts,
+        own,
+    })
 }
 
 /// The raw file's form of a request: seconds; token times from the (last) send.

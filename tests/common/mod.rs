@@ -1,5 +1,6 @@
 //! Utilities shared by the integration tests.
 
+pub mod fuzz;
 pub mod gpu;
 pub mod model;
 pub mod pin;

@@ -33,13 +33,46 @@ pub fn engine_min_cosine(e: &Engine) -> f64 {
     min_cosine(e.ctx.paths())
 }
 
+/// How a test feeds its tokens: every token a decode step (the mat-vec, decode attention and
+/// recurrent delta rule that generation runs), or as a prompt prefilled in steps of up to `n`
+/// tokens (the mat-mul, prefill attention and chunked delta rule, however few tokens a step
+/// holds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Steps {
+    Decode,
+    Prompt(u32),
+}
+
+impl Steps {
+    /// The engine's prefill chunk for these steps.
+    pub fn prefill_chunk(self) -> u32 {
+        match self {
+            Steps::Decode => 1,
+            Steps::Prompt(n) => n,
+        }
+    }
+
+    /// How many of `n` tokens are fed as a prompt.
+    pub fn prompt_tokens(self, n: usize) -> usize {
+        match self {
+            Steps::Decode => 0,
+            Steps::Prompt(_) => n,
+        }
+    }
+
+    /// The logits after each of `ids` on `e` (loaded with [`Steps::prefill_chunk`]).
+    pub fn logits(self, e: &mut Engine, ids: &[u32]) -> Vec<Vec<f32>> {
+        e.forced_logits(ids, self.prompt_tokens(ids.len())).unwrap()
+    }
+}
+
 pub fn engine(path: &Path, prefill_chunk: u32, forced: Forced) -> Engine {
     Engine::load(path, &options(prefill_chunk, forced))
         .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
 }
 
-/// The integer mat-vec path (`FAK_INT_DOT=1`) teacher-forced over `ids` one token per step (so
-/// every projection is a mat-vec), for each `(no_subgroup, no_f16, min cosine)`: every row held
+/// The integer mat-vec path (`FAK_INT_DOT=1`) over `ids` fed as decode steps (so every
+/// projection is a mat-vec), for each `(no_subgroup, no_f16, min cosine)`: every row held
 /// to `want_q8` (the reference rounding its mat-vec inputs as the path does,
 /// `Activations::Q8Blocks`); the distance to the f32 reference `want_f32` is printed, not
 /// asserted (what the rounding itself does to a random model). Returns each case's logits
@@ -58,10 +91,10 @@ pub fn assert_int_dot_logits(
             no_f16,
             ..Forced::default()
         };
-        let mut o = options(1, forced);
+        let mut o = options(Steps::Decode.prefill_chunk(), forced);
         o.context.int_dot = Some(true);
         let mut e = Engine::load(path, &o).unwrap();
-        let got = e.teacher_forced_logits(ids).unwrap();
+        let got = Steps::Decode.logits(&mut e, ids);
         let what = format!("int-dot, {forced:?}");
         let q8 = assert_rows_close(&what, &got, want_q8, min_cosine);
         let f32 = rows_error(&got, want_f32).min_cosine;

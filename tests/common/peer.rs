@@ -145,6 +145,29 @@ pub fn llama_server_greedy(model: &Path, prompt: &[u32], n: usize, scratch: &Pat
     serde_json::from_value(peer["tokens"].clone()).unwrap()
 }
 
+/// The peer's teacher-forced top-`n_probs` log-probabilities over `ids` on `model`, one row per
+/// id, each from a request of its own as the threeway llama.cpp arm asks (llama_server_rows.py).
+pub fn llama_server_rows(
+    model: &Path,
+    ids: &[u32],
+    n_probs: usize,
+    scratch: &Path,
+) -> Vec<Vec<(u32, f32)>> {
+    let ids_file = scratch.join("llama-rows-ids.json");
+    std::fs::write(&ids_file, serde_json::to_vec(ids).unwrap()).unwrap();
+    let out = Command::new(python())
+        .arg(fixture("../scripts/llama_server_rows.py"))
+        .arg(llama_cpp_tool("llama-server"))
+        .args([model, &ids_file])
+        .arg(n_probs.to_string())
+        .output()
+        .unwrap();
+    let out = check(out, "llama_server_rows.py");
+    let rows: Vec<Vec<(u32, f32)>> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows.len(), ids.len(), "llama-server rows");
+    rows
+}
+
 /// `mlx_lm`'s teacher-forced logits on a Hugging Face directory: one row per id.
 pub fn mlx_logits(hf_dir: &Path, ids: &[u32], n_vocab: usize, scratch: &Path) -> Vec<Vec<f32>> {
     let ids_file = scratch.join("mlx-ids.json");

@@ -5,10 +5,10 @@ cached_tokens, disconnects mid-stream and mid-prefill, every bad-input error, th
 bounded load test whose every greedy answer must equal the same request run alone, and last the
 SIGTERM drain.
 
-Greedy answers are compared only between runs that find the prefix cache in the same state: the
-engine's logits do not depend on the batch, but do on how a prompt is cut into prefill steps
-(tests/batch_invariance.rs' ignored test), and a prompt the cache holds is resumed at its last
-token. So each reference is taken after one uncounted run of the same request ([`warm`]).
+The engine's logits depend neither on the batch nor on how a prompt is cut into prefill steps or
+resumed from the prefix cache (tests/batch_invariance.rs), so a greedy answer is the same whatever
+the server is doing: each reference is run twice ([`twice`]), the second time with its prompt in
+the cache, and the two answers must agree.
 
 Run by tests/serve.rs against one server it started:
     python serve_openai.py --base-url http://127.0.0.1:PORT --model NAME --pid PID
@@ -83,11 +83,13 @@ def greedy_completion(prompt, n, **extra):
     return r
 
 
-def warm(request):
-    """The second of two runs of `request`: the first leaves the prompt in the prefix cache as
-    every later run of it finds it."""
-    request()
-    return request()
+def twice(request):
+    """Runs `request` twice, the second time with its prompt in the prefix cache the first left:
+    both answers must be the same; returns the second."""
+    first, second = request(), request()
+    assert first.choices[0].model_dump() == second.choices[0].model_dump(), (
+        f"a cached prompt changed the answer: {first.choices[0]} then {second.choices[0]}")
+    return second
 
 
 def ids_of(r):
@@ -106,7 +108,7 @@ class A_Endpoints(unittest.TestCase):
         self.assertEqual((status, body["status"]), (200, "ok"))
 
     def test_completion_whole_and_streamed_agree(self):
-        whole = warm(lambda: greedy_completion("The quick brown fox", 6))
+        whole = twice(lambda: greedy_completion("The quick brown fox", 6))
         choice = whole.choices[0]
         self.assertEqual(choice.finish_reason, "length")
         self.assertEqual(whole.usage.completion_tokens, 6)
@@ -138,7 +140,7 @@ class A_Endpoints(unittest.TestCase):
 
     def test_chat_whole_and_streamed_agree(self):
         c = client()
-        whole = warm(lambda: c.chat.completions.create(
+        whole = twice(lambda: c.chat.completions.create(
             model=ARGS.model, messages=user("Hello"), max_tokens=5, temperature=0))
         msg = whole.choices[0].message
         self.assertEqual(msg.role, "assistant")
@@ -230,7 +232,7 @@ class A_Endpoints(unittest.TestCase):
         self.assertNotEqual(a, other)
 
     def test_stop_strings(self):
-        whole = warm(lambda: greedy_completion("A list of things:", 8)).choices[0].text
+        whole = twice(lambda: greedy_completion("A list of things:", 8)).choices[0].text
         # A stop string from the middle of the greedy answer cuts it right there.
         stop = whole[len(whole) // 2:len(whole) // 2 + 3]
         self.assertTrue(stop.strip(), f"the greedy text {whole!r} has no usable stop string")
@@ -353,7 +355,7 @@ class B_Errors(unittest.TestCase):
 class C_Disconnects(unittest.TestCase):
     def test_a_client_leaving_mid_stream_frees_its_sequence(self):
         # Another client's stream runs throughout and must be unaffected.
-        want = ids_of(warm(lambda: greedy_completion("Steady", 6)))
+        want = ids_of(twice(lambda: greedy_completion("Steady", 6)))
         got = []
         steady = threading.Thread(target=lambda: got.extend(ids_of(greedy_completion("Steady", 6))))
         steady.start()
@@ -386,7 +388,7 @@ class D_Load(unittest.TestCase):
     def test_every_answer_under_load_equals_the_request_alone(self):
         clients, rounds, n = 4, 2, 4
         prompts = [[f"Agent {c} turn {r}: report." for r in range(rounds)] for c in range(clients)]
-        alone = [[ids_of(warm(lambda: greedy_completion(p, n))) for p in row] for row in prompts]
+        alone = [[ids_of(twice(lambda: greedy_completion(p, n))) for p in row] for row in prompts]
         got = [[None] * rounds for _ in range(clients)]
         errors = []
 

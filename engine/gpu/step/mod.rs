@@ -42,16 +42,20 @@ use super::context::GpuContext;
 use super::error::GpuError;
 
 /// Most tokens a decode step carries (the rows of a batched decode, the input vectors one
-/// mat-vec dispatch multiplies): a step of more is a prefill and runs its products as mat-muls.
+/// mat-vec dispatch multiplies); prompt steps run their products as mat-muls at any size.
 pub const MAX_BATCH: u32 = 8;
 
-/// What a forward step's tokens are.
+/// The role of a step's tokens. Every kernel choice of a step follows it, never the number of
+/// tokens, so a token's result does not depend on how its prompt was cut into steps or on what
+/// else its step holds (a server's answers are the same under load).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StepKind {
-    /// Consecutive tokens of one sequence: a prefill chunk, or one decode token.
-    Sequence,
-    /// One token of each of several sequences: batched decode.
-    Batch,
+    /// Consecutive prompt tokens of one sequence, however few: the mat-mul, the prefill
+    /// attention, the chunked delta rule.
+    Prompt,
+    /// One generated token of each of the step's sequences (one or a batch): the mat-vec, the
+    /// decode attention, the recurrent delta rule.
+    Decode,
 }
 
 /// `struct TokenSlot` of wgsl/positions.wgsl: where token t of a step sits, written by the host

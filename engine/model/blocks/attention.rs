@@ -240,8 +240,8 @@ impl Attention {
     }
 
     /// Norms and rotates q and k, writes k and v into the cache (one `rope_kv` dispatch) and
-    /// attends: the split-K decode kernel for one token of each of `n` sequences (or a single
-    /// token), the tiled causal kernel for a prefill chunk. The attention op reads k and v of
+    /// attends: the split-K decode kernel for a decode step's token of each of `n` sequences,
+    /// the tiled causal kernel for prompt tokens (however few). The attention op reads k and v of
     /// every cached position once (`marks.kv_len` of them, summed over a batch's sequences).
     pub fn record(
         &self,
@@ -249,15 +249,14 @@ impl Attention {
         attn: &AttentionKernels,
         pass: &mut wgpu::ComputePass,
         n: u32,
-        kind: StepKind,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let prepared = k.rope_kv.encode(pass, &self.prepare, n)?;
         marks.op(pass, "rope_kv", prepared);
-        let attended = if n == 1 || kind == StepKind::Batch {
+        let attended = if marks.kind == StepKind::Decode {
             attn.decode.encode(pass, &self.decode, n, marks.kv_len)?
         } else {
-            // A prefill step is one sequence: its last token sees marks.kv_len keys.
+            // A prompt step is one sequence: its last token sees marks.kv_len keys.
             attn.prefill.encode(pass, &self.prefill, n, marks.kv_len)?
         };
         marks.op(pass, "attention", attended);
@@ -359,21 +358,20 @@ impl AttentionBlock {
         })
     }
 
-    /// Records the block for `n` tokens of a step of `kind`.
+    /// Records the block for `n` tokens of a step of `marks.kind`.
     pub fn record(
         &self,
         k: &Kernels,
         attn: &AttentionKernels,
         pass: &mut wgpu::ComputePass,
         n: u32,
-        kind: StepKind,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         self.qkv.record(k, pass, n, marks, "attn_norm")?;
         for op in &self.bias {
             op.record(k, pass, n, marks, "qkv_bias")?;
         }
-        self.attention.record(k, attn, pass, n, kind, marks)?;
+        self.attention.record(k, attn, pass, n, marks)?;
         if let Some(gate) = &self.gate {
             gate.record(k, pass, n, marks, "attn_gate")?;
         }

@@ -16,7 +16,7 @@ use crate::gpu::kernels::gated_norm::{GatedNorm, NormBinding, NormIo as GatedNor
 use crate::gpu::kernels::matmul::MatmulOutput;
 use crate::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
 use crate::gpu::profile::StepMarks;
-use crate::gpu::step::SeqBatch;
+use crate::gpu::step::{SeqBatch, StepKind};
 use crate::gpu::{GpuContext, GpuError, fill_f32};
 use crate::model::ModelError;
 use crate::model::tensors::DeltaNetTensors;
@@ -208,7 +208,9 @@ impl DeltaNetBlock {
         let prep = d.prep.encode(pass, &self.prep, n)?;
         marks.op(pass, "delta_prep", prep);
         let delta = match &self.chunked {
-            Some(chunked) if batch.len > 1 => d.chunked.encode(pass, chunked, batch)?,
+            Some(chunked) if marks.kind == StepKind::Prompt => {
+                d.chunked.encode(pass, chunked, batch)?
+            }
             _ => d.recurrent.encode(pass, &self.recurrent, batch)?,
         };
         marks.op(pass, "gated_delta", delta);

@@ -12,7 +12,7 @@ use crate::gpu::kernels::matmul::MatmulOutput;
 use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::support::View;
 use crate::gpu::profile::StepMarks;
-use crate::gpu::step::{StepIo, StepKind};
+use crate::gpu::step::StepIo;
 use crate::gpu::{Activations, GpuContext, GpuError};
 use crate::model::ModelError;
 use crate::model::tensors::Tensors;
@@ -101,8 +101,8 @@ impl Ends {
         })
     }
 
-    /// Records a step over `n` rows: the embedding, then `layers` (given the step's kind), in
-    /// one compute pass named `label`; then the head on `rows` of them.
+    /// Records a step over `n` rows: the embedding, then `layers`, in one compute pass named
+    /// `label`; then the head on `rows` of them.
     #[allow(clippy::too_many_arguments)]
     pub fn record(
         &self,
@@ -112,12 +112,8 @@ impl Ends {
         n: u32,
         rows: HeadRows,
         marks: &mut StepMarks,
-        layers: impl FnOnce(&mut wgpu::ComputePass, StepKind, &mut StepMarks) -> Result<(), GpuError>,
+        layers: impl FnOnce(&mut wgpu::ComputePass, &mut StepMarks) -> Result<(), GpuError>,
     ) -> Result<(), GpuError> {
-        let kind = match rows {
-            HeadRows::Tail(_) => StepKind::Sequence,
-            HeadRows::Batch => StepKind::Batch,
-        };
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some(label),
@@ -125,7 +121,7 @@ impl Ends {
             });
             marks.begin(&mut pass);
             self.embedding.record(k, &mut pass, n, marks)?;
-            layers(&mut pass, kind, marks)?;
+            layers(&mut pass, marks)?;
         }
         self.head.record(k, encoder, &self.x, n, rows, marks)
     }

@@ -1,5 +1,5 @@
 //! `y (+)= W x` for one weight ([`Linear`]): the mat-vec for decode steps, the mat-mul for
-//! prefill chunks, and on the integer path the quantization of its input ([`QuantizedInput`]).
+//! prompt steps, and on the integer path the quantization of its input ([`QuantizedInput`]).
 
 use super::Kernels;
 use crate::gguf::TensorInfo;
@@ -9,7 +9,7 @@ use crate::gpu::kernels::matvec::{
 };
 use crate::gpu::kernels::quantize_q8::{Q8_BLOCK, Q8Vectors, QuantizeQ8Binding};
 use crate::gpu::profile::{Recorded, StepMarks};
-use crate::gpu::step::{MAX_BATCH, StepBuffer};
+use crate::gpu::step::{MAX_BATCH, StepBuffer, StepKind};
 use crate::gpu::{Activations, GpuContext, GpuError};
 use crate::quant::GgmlType;
 
@@ -89,14 +89,15 @@ impl QuantizedInput {
     }
 }
 
-/// `y (+)= W x` for one weight tensor: mat-vec for steps of up to [`MAX_BATCH`] tokens (decode),
-/// the tiled mat-mul above (prefill). Both are bound at load over the same weight buffer.
+/// `y (+)= W x` for one weight tensor: the mat-vec for decode steps, the tiled mat-mul for prompt
+/// tokens however few (a prompt's rows come out the same whichever steps it was cut into). Both
+/// are bound at load over the same weight buffer.
 pub struct Linear {
     matvec: MatVecBinding,
     /// x quantized for `matvec`, recorded before it (the int-dot path, a type that takes q8
     /// inputs).
     quantized: Option<QuantizedInput>,
-    matmul: Option<MatmulBinding>,
+    matmul: MatmulBinding,
 }
 
 impl Linear {
@@ -154,26 +155,22 @@ impl Linear {
                 .as_ref()
                 .map_or_else(MatVecFusion::default, |q| q.fusion(false)),
         )?;
-        let matmul = (max_tokens > MAX_BATCH)
-            .then(|| {
-                k.matmul.bind(
-                    ctx,
-                    MatmulShape {
-                        ty,
-                        rows,
-                        cols,
-                        max_tokens,
-                        output,
-                    },
-                    MatmulBuffers {
-                        weights: w,
-                        x,
-                        y,
-                        step,
-                    },
-                )
-            })
-            .transpose()?;
+        let matmul = k.matmul.bind(
+            ctx,
+            MatmulShape {
+                ty,
+                rows,
+                cols,
+                max_tokens,
+                output,
+            },
+            MatmulBuffers {
+                weights: w,
+                x,
+                y,
+                step,
+            },
+        )?;
         Ok(Linear {
             matvec,
             quantized,
@@ -181,18 +178,17 @@ impl Linear {
         })
     }
 
-    /// Records the product for `n` tokens (the mat-mul above [`MAX_BATCH`], else x's
-    /// quantization where bound and the mat-vec); returns what it recorded.
+    /// Records the product for `n` tokens of a step of `kind` (the mat-mul for prompt tokens,
+    /// else x's quantization where bound and the mat-vec); returns what it recorded.
     pub fn encode(
         &self,
         k: &Kernels,
         pass: &mut wgpu::ComputePass,
         n: u32,
+        kind: StepKind,
     ) -> Result<Recorded, GpuError> {
-        if let Some(binding) = &self.matmul
-            && n > MAX_BATCH
-        {
-            return k.matmul.encode(pass, binding, n);
+        if kind == StepKind::Prompt {
+            return k.matmul.encode(pass, &self.matmul, n);
         }
         let quantized = match &self.quantized {
             Some(q) => Some(q.encode(k, pass, n)?),
@@ -211,7 +207,7 @@ impl Linear {
         marks: &mut StepMarks,
         name: &'static str,
     ) -> Result<(), GpuError> {
-        let recorded = self.encode(k, pass, n)?;
+        let recorded = self.encode(k, pass, n, marks.kind)?;
         marks.op(pass, name, recorded);
         Ok(())
     }

@@ -15,7 +15,7 @@ use crate::gpu::kernels::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::support::View;
 use crate::gpu::profile::StepMarks;
-use crate::gpu::step::MAX_BATCH;
+use crate::gpu::step::{MAX_BATCH, StepKind};
 use crate::gpu::{Activations, GpuError};
 use crate::model::ModelError;
 use crate::model::tensors::MlpTensors;
@@ -210,7 +210,7 @@ impl Mlp {
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         match &self.folded {
-            Some(binding) if n <= MAX_BATCH => {
+            Some(binding) if marks.kind == StepKind::Decode => {
                 let quantized = match &self.quantized {
                     Some(q) => Some(q.encode(k, pass, n)?),
                     None => None,

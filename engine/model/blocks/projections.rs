@@ -12,7 +12,7 @@ use crate::gpu::kernels::matvec::{InputNorm, MatVecBinding, MatVecFusion, MatVec
 use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::support::View;
 use crate::gpu::profile::StepMarks;
-use crate::gpu::step::MAX_BATCH;
+use crate::gpu::step::StepKind;
 use crate::model::ModelError;
 use crate::quant::GgmlType;
 
@@ -99,7 +99,7 @@ impl NormedLinears {
     }
 
     /// Records the products for `n` tokens, part i as op `names[i]`: mat-vecs with the norm
-    /// folded in when every part has one and the step fits a mat-vec, else the norm
+    /// folded in when every part has one and the step decodes, else the norm
     /// (`norm_name`) and then each product.
     fn record(
         &self,
@@ -109,9 +109,9 @@ impl NormedLinears {
         marks: &mut StepMarks,
         (norm_name, names): (&'static str, &[&'static str]),
     ) -> Result<(), GpuError> {
-        let folded: Option<Vec<&MatVecBinding>> = match n <= MAX_BATCH {
-            true => self.parts.iter().map(|(_, f)| f.as_ref()).collect(),
-            false => None,
+        let folded: Option<Vec<&MatVecBinding>> = match marks.kind {
+            StepKind::Decode => self.parts.iter().map(|(_, f)| f.as_ref()).collect(),
+            StepKind::Prompt => None,
         };
         match folded {
             Some(bindings) => {

@@ -13,10 +13,9 @@
 use super::{Engine, PrefillPhases, RuntimeError, timed};
 use crate::cache::{NodeId, Snapshot};
 use crate::gpu::Step;
-use crate::gpu::step::{HISTORY_LEN, MidSave, TokenSlot};
-
+use crate::gpu::kernels::gated_delta_chunk::CHUNK;
 use crate::gpu::profile::StepMarks;
-
+use crate::gpu::step::{HISTORY_LEN, MidSave, StepKind, TokenSlot};
 use std::time::Instant;
 
 /// A sequence in flight: its page-table row.
@@ -61,9 +60,9 @@ pub(super) struct Sequence {
     owned: Vec<bool>,
     /// Prefix-cache nodes this sequence holds.
     locks: Vec<NodeId>,
-    /// Where the prompt's prefill stops to snapshot recurrent state (hybrid models), ascending:
-    /// the branch point the tree knows, every `snapshot_every` tokens, and the prompt's last
-    /// page boundary.
+    /// Where the prompt's prefill stops to snapshot recurrent state (hybrid models), ascending,
+    /// each rounded down to [`Engine::state_grid`]: the branch point the tree knows, every
+    /// `snapshot_every` tokens, and the prompt's end.
     snapshot_at: Vec<usize>,
     /// Whether its pages may be shared through the prefix cache.
     cached: bool,
@@ -79,6 +78,30 @@ pub(super) struct Checkpoint {
 }
 
 impl Engine {
+    /// Where a hybrid model's recurrent state may be snapshot: page boundaries that are also
+    /// boundaries of the chunked delta rule's chunks ([`CHUNK`] tokens of absolute positions).
+    /// The delta rule computes each chunk from the state at its start, so a state taken or a
+    /// step ended inside a chunk is one the whole prompt never computes, and what follows would
+    /// round differently; on the grid, a prompt resumed from a snapshot or cut into steps gives
+    /// the same bits as the whole prompt at once. 1 for attention-only models.
+    pub(super) fn state_grid(&self) -> usize {
+        match self.model.state_bytes() > 0 {
+            true => lcm(self.cache.config().page_size, CHUNK as usize),
+            false => 1,
+        }
+    }
+
+    /// The most prompt tokens one prefill step takes, given room for `most`: for a hybrid
+    /// model rounded down to whole delta-rule chunks (where the room holds one) so that every
+    /// step of a prompt starts and ends on the chunk grid (see [`Engine::state_grid`]).
+    pub(super) fn prompt_step(&self, most: u32) -> usize {
+        let (most, chunk) = (most as usize, CHUNK as usize);
+        match self.model.state_bytes() > 0 && most >= chunk {
+            true => most / chunk * chunk,
+            false => most,
+        }
+    }
+
     pub(super) fn seq(&self, id: SeqId) -> Result<&Sequence, RuntimeError> {
         self.seqs
             .get(id.0 as usize)
@@ -150,13 +173,14 @@ impl Engine {
         self.reclaim_snapshots(None)?;
         let mut snapshot_at = Vec::new();
         if hybrid && use_cache && self.cache.enabled() {
-            let last_boundary = prompt.len() / page * page;
-            let every = self.options.snapshot_every / page * page;
+            let grid = self.state_grid();
+            let last_boundary = prompt.len() / grid * grid;
+            let every = self.options.snapshot_every / grid * grid;
             let checkpoints = (every > 0)
                 .then(|| (every..last_boundary).step_by(every))
                 .into_iter()
                 .flatten();
-            snapshot_at = [found.matched, last_boundary]
+            snapshot_at = [found.matched / grid * grid, last_boundary]
                 .into_iter()
                 .chain(checkpoints)
                 .filter(|&b| b > found.tokens)
@@ -191,7 +215,7 @@ impl Engine {
     /// cached prompt resuming at a periodic snapshot before its branch point computes both in
     /// one step). Then the prompt's whole pages (and snapshots) go to the prefix cache.
     pub(super) fn prefill(&mut self, seq: SeqId, logits: bool) -> Result<(), RuntimeError> {
-        let chunk = self.io.max_tokens as usize;
+        let chunk = self.prompt_step(self.io.max_tokens);
         let (prompt, stops) = {
             let s = self.seq(seq)?;
             (s.tokens[..s.prompt_len].to_vec(), s.snapshot_at.clone())
@@ -214,7 +238,7 @@ impl Engine {
             timed(&mut phases.steps, || {
                 self.io.set_ids(&self.ctx, &prompt[pos..end]);
                 let (encoder, step) =
-                    self.begin_saving_step(seq, (end - pos) as u32, false, save)?;
+                    self.begin_saving_step(seq, (end - pos) as u32, StepKind::Prompt, false, save)?;
                 self.submit_step(encoder, step, last.then_some(0), u32::from(last && logits));
                 Ok::<_, RuntimeError>(())
             })?;
@@ -477,7 +501,7 @@ impl Engine {
         self.io.step.set(&self.ctx, step);
         self.io.tail_step.set(&self.ctx, step);
         let kv_len: usize = slots.iter().map(|t| t.pos as usize + 1).sum();
-        let mut marks = StepMarks::counting(kv_len as u32);
+        let mut marks = StepMarks::counting(kv_len as u32, StepKind::Decode);
         let started = Instant::now();
         let mut encoder = self.encoder("batched decode step");
         self.model
@@ -566,4 +590,14 @@ impl Engine {
 
 fn unknown(id: SeqId) -> RuntimeError {
     RuntimeError::Request(format!("{id:?} is not a sequence in flight"))
+}
+
+fn lcm(a: usize, b: usize) -> usize {
+    let gcd = |mut a: usize, mut b: usize| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    a / gcd(a, b) * b
 }
