@@ -7,7 +7,7 @@
 # (nice'd, in the background while fak runs; its bench starts only after fak's is done, so the two
 # never share the GPU).
 #
-# Carried (experiments/h200/prepare.sh): target/h200/gl (Vulkan loader debs), target/h200/bin.tgz
+# Carried (experiments/h200/prepare.sh): target/h200/gl (Vulkan loader debs), target/h200/bin.txz
 # (release harness [+ harness-base] + GPU test binaries), target/h200/llama-src.tgz
 # (vendor/llama.cpp of the llama-cpp-python 0.3.36 sdist, trimmed to what a CUDA build needs).
 # DEPTHS overrides the depths; LLAMA=0 skips llama.cpp (its build takes ~3 of a call's minutes:

@@ -7,7 +7,7 @@
 #     arm's, the cached TTFT the cache-on arm's later agents';
 #  3. `harness bench` on it at depths 128/2048 (per-op profile, roofline);
 #  4. llama.cpp CUDA's llama-bench on the same file (built here in the background, nice'd).
-# Carried: target/h200/{gl, bin.tgz (release harness), llama-src.tgz} under the folder named by
+# Carried: target/h200/{gl, bin.txz (release harness), llama-src.tgz} under the folder named by
 # the call (see README). Writes $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."

@@ -11,7 +11,7 @@
 #     call 1 of 2026-12-04) and again 4200 apart (just over a cold request), with the SM clock
 #     sampled every 100 ms: each cached turn's phases (open, steps, snapshots, insert, wait) and
 #     the snapshot pool's counts come from the raw file's engine reports.
-# Carried: target/h200/{gl, bin.tgz, built-at} (prepare.sh prefix_cache). Writes 7 files.
+# Carried: target/h200/{gl, bin.txz, built-at} (prepare.sh prefix_cache). Writes 7 files.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh

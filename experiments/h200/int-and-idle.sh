@@ -7,7 +7,7 @@
 #     nvidia-smi logs the SM clock every 100 ms, to see whether the ~180 ms a request pays after
 #     ≥ 3 s of idle is the GPU's clocks;
 #  3. matmul-bench --types (below).
-# Carried: target/h200/{gl, bin.tgz, built-at} (prepare.sh; the harness is all it runs). Writes 8 files.
+# Carried: target/h200/{gl, bin.txz, built-at} (prepare.sh; the harness is all it runs). Writes 8 files.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh

@@ -9,7 +9,7 @@
 #  3. `harness bench` on that model at depths 128/2048, then on the Qwen3-8B shape at
 #     128/2048/8192 (per-op profile, roofline, dispatches per token).
 # No llama.cpp build (3 of a call's minutes): its numbers on these files are in earlier calls.
-# Carried: target/h200/{gl, bin.tgz, built-at} (prepare.sh with the suites to run). Writes 8 files.
+# Carried: target/h200/{gl, bin.txz, built-at} (prepare.sh with the suites to run). Writes 8 files.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh

@@ -8,7 +8,7 @@
 # prefill buckets, so the before/after of the queue (≈ 19 ms on the 8B, ≈ 180 ms on the 27B with
 # the defaults) is in one call.
 #
-# Carried (experiments/h200/prepare-threeway.sh): target/h200/gl, target/h200/bin.tgz,
+# Carried (experiments/h200/prepare-threeway.sh): target/h200/gl, target/h200/bin.txz,
 # target/h200/llama-src.tgz, target/h200/commit. Knobs: PROMPTS (10), MODELS (/dev/shm/ttft).
 # Outputs ($OUT): steps.log, llama-build.log, synth.log, ttft-runs.tgz (the four run folders).
 set -uo pipefail

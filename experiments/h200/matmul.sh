@@ -4,7 +4,7 @@
 # CPU; the 16×16 tiles run nowhere else), then experiments/matmul-bench (GPU time per dispatch
 # of every variant × tiling at the Qwen3-8B layer's shapes, Q4_K and Q6_K, 128/512/2048 tokens).
 # Carried: target/h200 from prepare.sh with gpu_matmul among its suites and matmul-bench in
-# bin.tgz (prepare.sh packs it when built: MATMUL_BENCH=1).
+# bin.txz (prepare.sh packs it when built: MATMUL_BENCH=1).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh

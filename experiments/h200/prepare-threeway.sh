@@ -5,7 +5,7 @@
 #
 #   target/h3w-1/  call 1 (mlx-part.sh): target/h200-mlx/<mlx-cuda-13 wheel>.part0
 #   target/h3w-2/  call 2 (mlx-part.sh): target/h200-mlx/<mlx-cuda-13 wheel>.part1
-#   target/h3w-3/  call 3 (threeway.sh): target/h200/{gl/, bin.tgz, llama-src.tgz, commit}
+#   target/h3w-3/  call 3 (threeway.sh): target/h200/{gl/, bin.txz, llama-src.tgz, commit}
 #                  (prepare.sh with HARNESS_ONLY=1) and target/h200-mlx/{part2, the mlx and
 #                  mlx-lm wheels, SHA256SUMS of the three whole wheels, BIG, PARTS}
 #
@@ -44,7 +44,7 @@ done
 cp "$M/$big.part0" target/h3w-1/$M/
 cp "$M/$big.part1" target/h3w-2/$M/
 mkdir -p target/h3w-3/target/h200
-cp -r target/h200/gl target/h200/bin.tgz target/h200/llama-src.tgz target/h200/commit \
+cp -r target/h200/gl target/h200/bin.txz target/h200/llama-src.tgz target/h200/commit \
     target/h200/built-at target/h3w-3/target/h200/
 cp "$M"/$big.part[2-9] "$M"/SHA256SUMS "$M"/BIG "$M"/PARTS target/h3w-3/$M/
 cp "$M"/wheels/mlx-0*.whl "$M"/wheels/mlx_lm-*.whl target/h3w-3/$M/

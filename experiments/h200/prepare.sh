@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run here (not on the device) before a device call: builds stripped release binaries of harness
-# and the GPU test suites, packs them into target/h200/bin.tgz, fetches the Vulkan loader debs
+# and the GPU test suites, packs them into target/h200/bin.txz, fetches the Vulkan loader debs
 # into target/h200/gl and trims llama.cpp's source (from the llama-cpp-python sdist the CI peer
 # build downloads) into target/h200/llama-src.tgz. target/ is git-ignored: the device call names
 # `target/h200` in `carry` (64 MiB in all; this comes to ~35 MiB).
@@ -50,7 +50,10 @@ fi
 for t in "${suites[@]+"${suites[@]}"}"; do
     cp "$(ls -t "$CARGO_TARGET_DIR"/release/deps/"$t"-* | grep -v '\.d$' | head -1)" "$H/bin/$t"
 done
-tar czf "$H/bin.tgz" -C "$H" bin && rm -r "$H/bin"
+# xz, not gzip: the binaries pack ~25 % smaller (harness 31 MB → 10 MB), and a call carries the
+# working tree (~42 MiB since the trained fixtures and fuzz corpora) within 64 MiB in all.
+rm -f "$H/bin.tgz"
+XZ_OPT="-6 -T2" tar cJf "$H/bin.txz" -C "$H" bin && rm -r "$H/bin"
 pwd > "$H/built-at"
 git rev-parse --short HEAD > "$H/commit"
 

@@ -1,15 +1,15 @@
 # Sourced by every experiments/h200 script at the start of a device call: the Vulkan loader
 # (the bare machine has the NVIDIA driver's ICD but no libvulkan), the carried release binaries
 # unpacked into $BIN, $OUT for results, and the machine's GPU recorded.
-# Once per carried bin.tgz: a script that runs another (prefill.sh runs matmul.sh) sources this
+# Once per carried bin.txz: a script that runs another (prefill.sh runs matmul.sh) sources this
 # twice, and a call that finds the machine still warm finds the last call's /tmp (2026-12-04: a
 # call ran the previous call's binaries until the unpack was keyed by the archive's checksum).
 BIN=/tmp/fak/bin
-SUM=$(sha256sum target/h200/bin.tgz | cut -d' ' -f1)
+SUM=$(sha256sum target/h200/bin.txz | cut -d' ' -f1)
 if [ "$(cat /tmp/fak/bin.sha256 2>/dev/null)" != "$SUM" ]; then
     for f in target/h200/gl/*.deb; do dpkg -x "$f" /; done
     ldconfig
-    rm -rf /tmp/fak && mkdir -p /tmp/fak && tar xzf target/h200/bin.tgz -C /tmp/fak
+    rm -rf /tmp/fak && mkdir -p /tmp/fak && tar xJf target/h200/bin.txz -C /tmp/fak
     echo "$SUM" > /tmp/fak/bin.sha256
 fi
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan

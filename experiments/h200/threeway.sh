@@ -13,7 +13,7 @@
 # threeway starts only after it, so no compiler shares the machine with a timed arm.
 #
 # Carried (experiments/h200/prepare-threeway.sh makes the folder): target/h200/gl (Vulkan loader
-# debs), target/h200/bin.tgz (the release harness alone), target/h200/llama-src.tgz (llama.cpp
+# debs), target/h200/bin.txz (the release harness alone), target/h200/llama-src.tgz (llama.cpp
 # of the llama-cpp-python 0.3.36 sdist, trimmed), target/h200/commit, target/h200-mlx/ (the last
 # part of the mlx-cuda-13 wheel, the mlx and mlx-lm wheels, SHA256SUMS of the three whole
 # wheels, PARTS); the earlier parts are in /tmp/mlx-parts from calls 1 and 2 (back to back).
