@@ -14,13 +14,14 @@ use fak_tests::rng;
 use rand::Rng;
 use std::path::PathBuf;
 
-const VOCAB: u32 = 151_936;
+/// The cut vocabulary's size (`synth --vocab cut`).
+const VOCAB: u32 = 4096;
 const N_OUT: usize = 5;
 
 fn tiny(arch: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("batch_invariance");
     let args = [
-        "--arch", arch, "--preset", "tiny", "--quant", "q8_0", "--seed", "5",
+        "--arch", arch, "--preset", "tiny", "--vocab", "cut", "--quant", "q8_0", "--seed", "5",
     ];
     synth_model(&dir, &format!("tiny-{arch}-q8_0-5.gguf"), &args)
 }

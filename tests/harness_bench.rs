@@ -51,7 +51,7 @@ const PAGE: u64 = 16;
 /// A tiny synthetic model of `arch` (Q4_K_M, seed 5).
 fn tiny(arch: &str) -> PathBuf {
     let args = [
-        "--arch", arch, "--preset", "tiny", "--quant", "q4_k_m", "--seed", "5",
+        "--arch", arch, "--preset", "tiny", "--vocab", "cut", "--quant", "q4_k_m", "--seed", "5",
     ];
     synth_model(&scratch(), &format!("tiny-{arch}-q4_k_m-5.gguf"), &args)
 }

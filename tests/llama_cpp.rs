@@ -134,7 +134,8 @@ fn utf8_tail_model(dir: &Path) -> (PathBuf, u32, u32) {
         dir,
         "qwen3-tiny-f32.gguf",
         &[
-            "--arch", "qwen3", "--preset", "tiny", "--quant", "f32", "--seed", "5",
+            "--arch", "qwen3", "--preset", "tiny", "--vocab", "cut", "--quant", "f32", "--seed",
+            "5",
         ],
     );
     let gguf = Gguf::open(&source).unwrap();

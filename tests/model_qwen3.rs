@@ -17,6 +17,10 @@ use fak_tests::peer::{assert_rows_close, assert_same_greedy, llama_server_greedy
 use fak_tests::pin::{assert_pinned, fingerprint, path_name};
 use std::path::{Path, PathBuf};
 
+/// The tiny models' vocabulary: the cut one (`synth --vocab cut`), whose 4 096-row head keeps
+/// lavapipe's steps short.
+const N_VOCAB: usize = 4_096;
+
 fn scratch() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("model_qwen3")
 }
@@ -24,7 +28,7 @@ fn scratch() -> PathBuf {
 fn tiny(quant: &str, seed: u64) -> PathBuf {
     let seed = seed.to_string();
     let args = [
-        "--arch", "qwen3", "--preset", "tiny", "--quant", quant, "--seed", &seed,
+        "--arch", "qwen3", "--preset", "tiny", "--vocab", "cut", "--quant", quant, "--seed", &seed,
     ];
     synth_model(&scratch(), &format!("tiny-{quant}-{seed}.gguf"), &args)
 }
@@ -47,7 +51,7 @@ fn reference_logits(path: &Path, ids: &[u32]) -> Vec<Vec<f32>> {
 #[test]
 fn f32_logits_match_the_cpu_reference_on_every_path_and_step_shape() {
     let path = tiny("f32", 11);
-    let ids = random_ids(1, 40, 151_936);
+    let ids = random_ids(1, 40, N_VOCAB);
     let want = reference_logits(&path, &ids);
     let mut fingerprints = Vec::new();
     for forced in every_path() {
@@ -67,30 +71,31 @@ fn f32_logits_match_the_cpu_reference_on_every_path_and_step_shape() {
     assert_pinned(&fingerprints, PINNED_F32);
 }
 
-/// The fingerprints (`fak_tests::pin`) of the logits the tests of this file compute, recorded
-/// on the engine before issue 17 moved the models into shared blocks and one registry (the
-/// prompt-step rows as main computes them since kernels follow a step's role): the GPU must
-/// compute the same bits on every path and step shape after it.
+/// The fingerprints (`fak_tests::pin`) of the logits the tests of this file compute, on
+/// lavapipe: first recorded before issue 17 moved the models into shared blocks and one
+/// registry (which computed the same bits after it), recorded again when the tiny models took
+/// the cut vocabulary (2026-12-05). A change to the engine that means to keep what the GPU
+/// computes must keep them on every path and step shape.
 const PINNED_F32: &[(&str, &str)] = &[
-    ("sg/f16, Decode", "24c2e628608e4ec5"),
-    ("sg/f16, Prompt(5)", "34da0a10cd42ccc7"),
-    ("sg/f16, Prompt(16)", "34da0a10cd42ccc7"),
-    ("sg/-, Decode", "e917049e7011f754"),
-    ("sg/-, Prompt(5)", "0d900f6c9c46a800"),
-    ("sg/-, Prompt(16)", "0d900f6c9c46a800"),
-    ("-/f16, Decode", "f7927020b1b5d97e"),
-    ("-/f16, Prompt(5)", "9f867f4b72c88480"),
-    ("-/f16, Prompt(16)", "9f867f4b72c88480"),
-    ("-/-, Decode", "17ac4d325426e35c"),
-    ("-/-, Prompt(5)", "6d6d59c779b52597"),
-    ("-/-, Prompt(16)", "6d6d59c779b52597"),
+    ("sg/f16, Decode", "538ba0881a966a73"),
+    ("sg/f16, Prompt(5)", "63079670af016824"),
+    ("sg/f16, Prompt(16)", "63079670af016824"),
+    ("sg/-, Decode", "2a10bc55d2b2ccbe"),
+    ("sg/-, Prompt(5)", "2ca2b83e4732cf3c"),
+    ("sg/-, Prompt(16)", "2ca2b83e4732cf3c"),
+    ("-/f16, Decode", "0ab8046afb88bb2c"),
+    ("-/f16, Prompt(5)", "d477a1f0d2fe2b21"),
+    ("-/f16, Prompt(16)", "d477a1f0d2fe2b21"),
+    ("-/-, Decode", "adc03baf4728737d"),
+    ("-/-, Prompt(5)", "5c478ffc34e1336e"),
+    ("-/-, Prompt(16)", "5c478ffc34e1336e"),
 ];
 const PINNED_INT_DOT: &[(&str, &str)] = &[
-    ("sg/-, int-dot, steps of 1", "242221280797364f"),
-    ("-/-, int-dot, steps of 1", "b2b2bae164a24583"),
-    ("sg/f16, int-dot, steps of 1", "65617b286aa8fcae"),
+    ("sg/-, int-dot, steps of 1", "2b2190b46d857a9a"),
+    ("-/-, int-dot, steps of 1", "f09ed00b7f3b1383"),
+    ("sg/f16, int-dot, steps of 1", "c797b3200d5ba73f"),
 ];
-const PINNED_Q4_K_M: &[(&str, &str)] = &[("q4_k_m, one step", "42b89437385322d4")];
+const PINNED_Q4_K_M: &[(&str, &str)] = &[("q4_k_m, one step", "115359e47f82d00e")];
 
 /// Greedy generation on the GPU (argmax on the GPU feeding the next step, tokens read back
 /// while later steps run) gives the CPU reference's tokens, 64 steps, five weight seeds, on the
@@ -100,7 +105,7 @@ const PINNED_Q4_K_M: &[(&str, &str)] = &[("q4_k_m, one step", "42b89437385322d4"
 fn q4_k_m_greedy_equals_the_cpu_reference_for_64_steps_on_five_seeds() {
     for seed in 1..=5u64 {
         let path = tiny("q4_k_m", seed);
-        let prompt = random_ids(100 + seed, 12, 151_936);
+        let prompt = random_ids(100 + seed, 12, N_VOCAB);
         let gguf = Gguf::open(&path).unwrap();
         let want = DenseReference::new(&gguf)
             .unwrap()
@@ -138,7 +143,7 @@ fn prefill_dispatches_do_not_grow_with_the_prompt() {
     let mut e = engine(&path, 256, Forced::default());
     let mut counts = Vec::new();
     for n in [9, 33, 200] {
-        let prompt = random_ids(n as u64, n, 151_936);
+        let prompt = random_ids(n as u64, n, N_VOCAB);
         let stats = e
             .generate(&prompt, 3, &SamplingParams::greedy(), true, &mut |_| {})
             .unwrap();
@@ -156,7 +161,7 @@ fn prefill_dispatches_do_not_grow_with_the_prompt() {
 fn sampled_generation_is_seeded_and_top_k_1_is_greedy() {
     let path = tiny("q8_0", 3);
     let mut e = engine(&path, 256, Forced::default());
-    let prompt = random_ids(7, 10, 151_936);
+    let prompt = random_ids(7, 10, N_VOCAB);
     let run = |e: &mut Engine, p: &SamplingParams| {
         e.generate(&prompt, 12, p, true, &mut |_| {})
             .unwrap()
@@ -204,7 +209,7 @@ fn a_model_larger_than_one_binding_is_split_and_still_correct() {
         table.n_bytes > 128 << 20,
         "the table must exceed one binding"
     );
-    let ids = random_ids(9, 4, 151_936);
+    let ids = random_ids(9, 4, N_VOCAB);
     let want = reference_logits(&path, &ids);
     let mut e = engine(&path, 256, Forced::default());
     let got = e.teacher_forced_logits(&ids).unwrap();
@@ -219,11 +224,12 @@ fn mlx_lm_on_the_hf_export_agrees_with_the_gpu_logits() {
     let hf = scratch().join("tiny-hf");
     let hf_arg = hf.to_str().unwrap();
     let args = [
-        "--arch", "qwen3", "--preset", "tiny", "--quant", "f32", "--seed", "21", "--hf-dir", hf_arg,
+        "--arch", "qwen3", "--preset", "tiny", "--vocab", "cut", "--quant", "f32", "--seed", "21",
+        "--hf-dir", hf_arg,
     ];
     let path = synth_model(&scratch(), "tiny-f32-21-hf.gguf", &args);
-    let ids = random_ids(22, 24, 151_936);
-    let mlx = mlx_logits(&hf, &ids, 151_936, &scratch());
+    let ids = random_ids(22, 24, N_VOCAB);
+    let mlx = mlx_logits(&hf, &ids, N_VOCAB, &scratch());
     let got = engine(&path, 256, Forced::default())
         .teacher_forced_logits(&ids)
         .unwrap();
@@ -235,7 +241,14 @@ fn mlx_lm_on_the_hf_export_agrees_with_the_gpu_logits() {
 /// 1e-3 (a near-tie either engine may break either way); the test prints it.
 #[test]
 fn llama_cpp_greedy_tokens_match_on_the_same_q8_0_file() {
-    let path = tiny("q8_0", 31);
+    // Qwen's full vocabulary, as before the suite took the cut one: on the cut file (seed 31)
+    // llama.cpp's CPU build parts from fak at output 16 where the reference's margin is 0.036,
+    // since its Q8_0 mat-muls round the activations to Q8_0 too (experiments/NOTES.md,
+    // 2026-12-05); on this one the two agree on every token.
+    let args = [
+        "--arch", "qwen3", "--preset", "tiny", "--quant", "q8_0", "--seed", "31",
+    ];
+    let path = synth_model(&scratch(), "tiny-q8_0-31-full-vocab.gguf", &args);
     let prompt = random_ids(32, 16, 151_936);
     let n = 32;
     let peer = llama_server_greedy(&path, &prompt, n, &scratch());
@@ -302,7 +315,7 @@ fn harness_run_reports_tokens_timings_and_writes_logits() {
         .chunks_exact(4)
         .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
         .collect();
-    let rows: Vec<Vec<f32>> = flat.chunks(151_936).map(<[f32]>::to_vec).collect();
+    let rows: Vec<Vec<f32>> = flat.chunks(N_VOCAB).map(<[f32]>::to_vec).collect();
     assert_rows_close(
         "--logits-out",
         &rows,
@@ -389,7 +402,7 @@ fn bad_models_and_requests_get_clear_errors() {
     );
 
     let mut small = o.clone();
-    small.memory_limit = Some(16 << 20);
+    small.memory_limit = Some(1 << 20);
     let e = load_error(&path, &small);
     assert!(e.contains("needs") && e.contains("GiB"), "{e}");
 
@@ -408,7 +421,7 @@ fn bad_models_and_requests_get_clear_errors() {
     assert!(request(&mut e, &[], 4).contains("empty"));
     let long = vec![1u32; 250];
     assert!(request(&mut e, &long, 10).contains("exceeds the context of 256"));
-    assert!(request(&mut e, &[1, 151_936], 1).contains("outside the vocabulary"));
+    assert!(request(&mut e, &[1, N_VOCAB as u32], 1).contains("outside the vocabulary"));
     // The engine still works after refusing.
     assert_eq!(
         e.generate(&[1, 2], 2, &greedy, true, &mut |_| {})
@@ -425,7 +438,7 @@ fn bad_models_and_requests_get_clear_errors() {
 #[test]
 fn generation_stops_at_end_of_generation_unless_ignored() {
     let path = tiny("q8_0", 41);
-    let prompt = random_ids(42, 8, 151_936);
+    let prompt = random_ids(42, 8, N_VOCAB);
     let greedy = SamplingParams::greedy();
     let free = engine(&path, 256, Forced::default())
         .generate(&prompt, 12, &greedy, true, &mut |_| {})
@@ -477,7 +490,7 @@ fn generation_stops_at_end_of_generation_unless_ignored() {
 #[test]
 fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
     let path = tiny("q4_k_m", 1);
-    let ids = random_ids(3, 24, 151_936);
+    let ids = random_ids(3, 24, N_VOCAB);
     let gguf = Gguf::open(&path).unwrap();
     let want = DenseReference::with_activations(&gguf, Activations::Q8Blocks)
         .unwrap()

@@ -282,7 +282,8 @@ fn a_hybrid_model_decodes_concurrent_agents_together() {
         &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("multi-agent-models"),
         "qwen35-tiny-q8_0.gguf",
         &[
-            "--arch", "qwen35", "--preset", "tiny", "--quant", "q8_0", "--seed", "1",
+            "--arch", "qwen35", "--preset", "tiny", "--vocab", "cut", "--quant", "q8_0", "--seed",
+            "1",
         ],
     );
     run(scenario(&out)

@@ -17,13 +17,14 @@ use fak_tests::{cosine, rng};
 use rand::Rng;
 use std::path::{Path, PathBuf};
 
-const VOCAB: usize = 151_936;
+/// The cut vocabulary's size (`synth --vocab cut`).
+const VOCAB: usize = 4096;
 const PAGE: usize = 16;
 
 fn tiny_of(arch: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("prefix_cache");
     let args = [
-        "--arch", arch, "--preset", "tiny", "--quant", "q8_0", "--seed", "5",
+        "--arch", arch, "--preset", "tiny", "--vocab", "cut", "--quant", "q8_0", "--seed", "5",
     ];
     synth_model(&dir, &format!("tiny-{arch}-q8_0-5.gguf"), &args)
 }

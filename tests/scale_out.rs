@@ -95,7 +95,7 @@ fn conversations_stay_on_one_replica_behind_nginx() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let args = [
-        "--arch", "qwen3", "--preset", "tiny", "--quant", "q8_0", "--seed", "5",
+        "--arch", "qwen3", "--preset", "tiny", "--vocab", "cut", "--quant", "q8_0", "--seed", "5",
     ];
     let model = synth_model(&dir.join("models"), "tiny-qwen3-q8_0-5.gguf", &args);
     let serve_args = [

@@ -19,7 +19,7 @@ const MAX_BODY: usize = 64 << 10;
 fn tiny() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("serve");
     let args = [
-        "--arch", "qwen3", "--preset", "tiny", "--quant", "q8_0", "--seed", "5",
+        "--arch", "qwen3", "--preset", "tiny", "--vocab", "cut", "--quant", "q8_0", "--seed", "5",
     ];
     synth_model(&dir, "tiny-qwen3-q8_0-5.gguf", &args)
 }

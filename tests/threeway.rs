@@ -152,7 +152,7 @@ fn mlx_4bit_export_is_what_mlx_convert_makes_for_both_architectures() {
         let dir = scratch(&format!("mlx-4bit-{arch}"));
         let out = harness()
             .args([
-                "synth", "--arch", arch, "--preset", "tiny", "--quant", "f32",
+                "synth", "--arch", arch, "--preset", "tiny", "--vocab", "cut", "--quant", "f32",
             ])
             .args(["--seed", "3"])
             .arg("--out")
@@ -317,7 +317,8 @@ fn an_mlx_without_the_architecture_fails_clearly() {
     let mlx_dir = out.join("mlx");
     let synth = harness()
         .args([
-            "synth", "--arch", "qwen3", "--preset", "tiny", "--quant", "q8_0", "--seed", "5",
+            "synth", "--arch", "qwen3", "--preset", "tiny", "--vocab", "cut", "--quant", "q8_0",
+            "--seed", "5",
         ])
         .arg("--out")
         .arg(&model)

@@ -50,8 +50,10 @@ pub struct Args {
     /// Seed of the random weights; the same seed gives the same file.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// The vocabulary: the family's real table, or `bytes` (the 256 byte tokens and the added
-    /// tokens: a tiny model of kilobytes for crafted-file tests and fuzz seeds).
+    /// The vocabulary: the family's real table, `cut` (the 4 096-token cut of it the trained
+    /// presets carry: a 4 096-row head, the model test suites' choice), or `bytes` (the 256 byte
+    /// tokens and the added tokens: a tiny model of kilobytes for crafted-file tests and fuzz
+    /// seeds).
     #[arg(long, value_enum, default_value = "full")]
     pub vocab: Vocab,
     /// The GGUF file to write.

@@ -116,6 +116,12 @@ pub enum Vocab {
     /// tokens after them, no merges: a real byte-level BPE of 282 entries, so a tiny model
     /// is kilobytes, not tens of MB (crafted-file tests and fuzz seeds make many copies).
     Bytes,
+    /// The Qwen vocabulary cut to 4 096 tokens that the trained presets carry ([`Tokenizer::cut`]):
+    /// real BPE text and Qwen's special tokens with an embedding and head of 4 096 rows. The model
+    /// suites use it: on lavapipe a 150k-row head is most of a tiny model's step (a 64-wide
+    /// f32 head of 248 320 rows takes ~1.2 s per decode token, 2026-12-05), and what they check
+    /// does not depend on the table's size.
+    Cut,
 }
 
 /// Qwen2's first 256 tokens are its 256 single-byte tokens.
@@ -136,6 +142,7 @@ impl Tokenizer {
                 QWEN3_CHAT_TEMPLATE,
             ),
             Vocab::Bytes => Self::bytes(pre, QWEN2_SPLIT_REGEX, QWEN3_CHAT_TEMPLATE),
+            Vocab::Cut => Self::cut(Family::Qwen3),
         }
     }
 
@@ -156,14 +163,16 @@ impl Tokenizer {
                 QWEN35_CHAT_TEMPLATE,
             ),
             Vocab::Bytes => Self::bytes(pre, QWEN35_SPLIT_REGEX, QWEN35_CHAT_TEMPLATE),
+            Vocab::Cut => Self::cut(Family::Qwen35),
         }
     }
 
     /// The tokenizer of a preset: the cut vocabulary for a preset whose weights were trained on
-    /// it (`cut_vocab`; only [`Vocab::Full`] applies there), otherwise `family`'s `vocab`.
+    /// it (`cut_vocab`; [`Vocab::Full`] and [`Vocab::Cut`] both mean it there), otherwise
+    /// `family`'s `vocab`.
     pub fn for_preset(family: Family, cut_vocab: bool, vocab: Vocab) -> Result<Self> {
         match (cut_vocab, vocab, family) {
-            (true, Vocab::Full, _) => Self::cut(family),
+            (true, Vocab::Full | Vocab::Cut, _) => Self::cut(family),
             (true, Vocab::Bytes, _) => {
                 bail!(
                     "--vocab bytes: this preset carries the cut vocabulary its weights were trained on"

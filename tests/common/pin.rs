@@ -22,8 +22,14 @@ pub fn fingerprint(rows: &[Vec<f32>]) -> String {
         .collect()
 }
 
-/// Checks `got` ((what was run, fingerprint), in order) against `pinned`; on a difference the
-/// message holds the table to paste.
+/// The adapter the tables were recorded on: CI's lavapipe. Another adapter computes other bits
+/// by design (its subgroup width, its matrix units and integer dot products pick other kernels
+/// and summation orders; on the H200 every pin differs while every cosine check passes,
+/// 2026-12-05), so there the table is printed, not compared.
+const PINNED_ON: &str = "llvmpipe";
+
+/// Checks `got` ((what was run, fingerprint), in order) against `pinned` on the adapter the
+/// pins were recorded on ([`PINNED_ON`]); on a difference the message holds the table to paste.
 pub fn assert_pinned(got: &[(String, String)], pinned: &[(&str, &str)]) {
     let same = got.len() == pinned.len()
         && got
@@ -34,6 +40,13 @@ pub fn assert_pinned(got: &[(String, String)], pinned: &[(&str, &str)]) {
         .iter()
         .map(|(what, hash)| format!("    (\"{what}\", \"{hash}\"),\n"))
         .collect();
+    let adapter = &crate::gpu().facts().name;
+    if !adapter.starts_with(PINNED_ON) {
+        eprintln!(
+            "pins not compared on {adapter} (recorded on {PINNED_ON}); this engine computes:\n{table}"
+        );
+        return;
+    }
     assert!(
         same,
         "the logits differ from the pinned fingerprints; what this engine computes:\n{table}"
