@@ -4,10 +4,11 @@
 //!
 //! `generate` and `logits` run one request start to end. `submit` requests (the multi-agent
 //! scenario) may be in flight together: stdin is read on its own thread, so requests that
-//! arrive while others decode join between decode steps ([`Engine::start`]: the prefix cache,
-//! then a prefill of what it did not hold), and one batched step ([`Engine::step`]) serves every
-//! sequence in flight, up to `--max-seqs`; the rest wait in arrival order. Dense and hybrid
-//! models alike: a hybrid model's engine keeps a recurrent-state slot per sequence.
+//! arrive while others decode join between decode steps (the prefix cache, then a prefill of
+//! what it did not hold, whole: the scheduler's prompt budget is unbounded here), and one batched
+//! step ([`Engine::step`]) serves every sequence in flight, up to `--max-seqs`; the rest wait in
+//! arrival order. Dense and hybrid models alike: a hybrid model's engine keeps a recurrent-state
+//! slot per sequence.
 
 use crate::arms::process::now_ns;
 use anyhow::{Context, Result, bail};

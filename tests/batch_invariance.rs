@@ -1,14 +1,16 @@
 //! A request's logits do not depend on what else the engine does: one request's prefill logits
 //! and decode-step logits, bit for bit, alone and decoded in one batched step with other
-//! sequences (at another row of the batch), with its prompt cut into steps of other sizes, and
-//! resumed from a prefix another request's prompt left in the cache. This is what makes a
+//! sequences (at another row of the batch), with its prompt cut into steps of other sizes or
+//! prefilled in parts with other sequences' decode steps between them (`Engine::prefill_part`),
+//! and resumed from a prefix another request's prompt (whole, or cut short mid-prefill) left in
+//! the cache. This is what makes a
 //! server's greedy answers identical under load (`fak serve`'s load test checks the tokens end to
 //! end). Kernel choices follow a token's role (prompt or decode), never the step's size; a hybrid
 //! model's prompt steps and snapshots sit on the delta rule's 64-token chunk grid. Run on the
 //! engine's default kernel paths for the adapter, since those are what a server runs; caches and
 //! activations NaN-poisoned at load.
 
-use fak::runtime::{Engine, EngineOptions, SeqId};
+use fak::runtime::{Engine, EngineOptions, SeqId, Started};
 use fak_tests::harness::synth_model;
 use fak_tests::rng;
 use rand::Rng;
@@ -32,6 +34,10 @@ fn engine(arch: &str, prefill_chunk: u32) -> Engine {
 
 /// [`engine`] with a prefix cache of `cache_mem` bytes.
 fn engine_caching(arch: &str, prefill_chunk: u32, cache_mem: u64) -> Engine {
+    load(arch, &options(prefill_chunk, cache_mem))
+}
+
+fn options(prefill_chunk: u32, cache_mem: u64) -> EngineOptions {
     let mut o = EngineOptions::from_env().expect("engine options");
     o.cache_mem = cache_mem;
     o.max_context = Some(256);
@@ -39,7 +45,11 @@ fn engine_caching(arch: &str, prefill_chunk: u32, cache_mem: u64) -> Engine {
     o.page_size = 16;
     o.max_seqs = 4;
     o.poison = true;
-    Engine::load(&tiny(arch), &o).unwrap_or_else(|e| panic!("loading tiny {arch}: {e}"))
+    o
+}
+
+fn load(arch: &str, options: &EngineOptions) -> Engine {
+    Engine::load(&tiny(arch), options).unwrap_or_else(|e| panic!("loading tiny {arch}: {e}"))
 }
 
 fn random_ids(seed: u64, n: usize) -> Vec<u32> {
@@ -66,6 +76,52 @@ fn logits_of(e: &mut Engine, prompt: &[u32], others: &[Vec<u32>], row: usize) ->
         e.finish(s).unwrap();
     }
     rows
+}
+
+/// [`logits_of`] with `prompt` begun ([`Engine::begin`]) and prefilled in parts of `budget`
+/// tokens, `other` (started first) decoding a step between every two parts, and the two decoded
+/// together after (the request at row 1); and how many parts the prefill took.
+fn logits_in_parts(
+    e: &mut Engine,
+    prompt: &[u32],
+    budget: usize,
+    other: &[u32],
+) -> (Vec<Vec<f32>>, usize) {
+    let other = e.start(other, 32, false).unwrap().seq;
+    let seq = e.begin(prompt, N_OUT, true).unwrap();
+    let (started, parts) = prefill_in_parts(e, seq, budget, &mut |e| {
+        e.step(&[other]).unwrap();
+    });
+    let seqs = [other, seq];
+    let mut rows = vec![started.logits.unwrap()];
+    for _ in 1..N_OUT {
+        let (_, logits) = e.step_with_logits(&seqs).unwrap();
+        rows.push(logits[1].clone());
+    }
+    for s in seqs {
+        e.finish(s).unwrap();
+    }
+    (rows, parts)
+}
+
+/// Prefills `seq` a part of `budget` tokens at a time, calling `between` after every part but
+/// the last; returns what the last part started and how many parts there were.
+fn prefill_in_parts(
+    e: &mut Engine,
+    seq: SeqId,
+    budget: usize,
+    between: &mut dyn FnMut(&mut Engine),
+) -> (Started, usize) {
+    let mut parts = 1;
+    loop {
+        match e.prefill_part(seq, budget).unwrap() {
+            Some(started) => return (started, parts),
+            None => {
+                between(e);
+                parts += 1;
+            }
+        }
+    }
 }
 
 /// Fails naming the first row (prefill 0, then decode steps) that is not bit for bit the same,
@@ -170,5 +226,103 @@ fn logits_do_not_depend_on_a_prefix_cache_hit() {
             "{arch}: the third prompt reused {hit} cached tokens, expected at least {at_least}"
         );
         assert_same_bits(&format!("{arch}: prompt after a cache hit"), &warm, &cold);
+    }
+}
+
+/// Dense: a 40-token prompt prefilled in parts of 16 (16 + 16 + 8), 24 and 39 tokens (its last
+/// token a part of its own), another sequence decoding a step between every two parts, gives
+/// `start`'s first token and logits bit for bit, and so does every decode step after.
+#[test]
+fn dense_logits_do_not_depend_on_the_prefill_parts() {
+    let prompt = random_ids(1, 40);
+    let mut e = engine("qwen3", 64);
+    let whole = logits_of(&mut e, &prompt, &[], 0);
+    for (budget, parts) in [(16, 3), (24, 2), (39, 2)] {
+        let (rows, ran) = logits_in_parts(&mut e, &prompt, budget, &random_ids(2, 23));
+        assert_eq!(ran, parts, "qwen3: parts of {budget} tokens");
+        assert_same_bits(
+            &format!("qwen3: prompt in parts of {budget}"),
+            &rows,
+            &whole,
+        );
+    }
+}
+
+/// Hybrid: a 200-token prompt in parts of 64 (64 × 3 + 8), 100 (rounded down to whole 64-token
+/// delta-rule chunks: the same cut) and 128 (128 + 72) tokens, another sequence decoding between
+/// them, against one step of the whole prompt.
+#[test]
+fn hybrid_logits_do_not_depend_on_the_prefill_parts() {
+    let prompt = random_ids(1, 200);
+    let mut e = engine("qwen35", 256);
+    let whole = logits_of(&mut e, &prompt, &[], 0);
+    for (budget, parts) in [(64, 4), (100, 4), (128, 2)] {
+        let (rows, ran) = logits_in_parts(&mut e, &prompt, budget, &random_ids(2, 23));
+        assert_eq!(ran, parts, "qwen35: parts of {budget} tokens");
+        assert_same_bits(
+            &format!("qwen35: prompt in parts of {budget}"),
+            &rows,
+            &whole,
+        );
+    }
+}
+
+/// A prompt prefilled in parts leaves its prefix in the cache as `start` does: a second request
+/// extending it reuses it (the hybrid model from the snapshot its prefill took at the last
+/// 64-token boundary) and gets the logits a cold engine gives.
+#[test]
+fn a_prompt_prefilled_in_parts_leaves_a_reusable_prefix() {
+    let first = random_ids(10, 200);
+    let second = [first.as_slice(), &random_ids(11, 40)].concat();
+    for arch in ["qwen3", "qwen35"] {
+        let cold = logits_of(&mut engine_caching(arch, 256, 16 << 20), &second, &[], 0);
+        let mut e = engine_caching(arch, 256, 16 << 20);
+        logits_in_parts(&mut e, &first, 64, &random_ids(2, 23));
+        let before = e.cache_stats().tokens_reused;
+        let warm = logits_of(&mut e, &second, &[], 0);
+        let hit = e.cache_stats().tokens_reused - before;
+        assert!(
+            hit >= 192,
+            "{arch}: the second prompt reused {hit} cached tokens, expected at least 192"
+        );
+        assert_same_bits(&format!("{arch}: after a prompt in parts"), &warm, &cold);
+    }
+}
+
+/// A sequence finished after the first 128-token part of its 200-token prompt (its client gone)
+/// leaves what it computed in the cache: for the hybrid model (snapshotting every 64 tokens) the
+/// two states that part took, at 64 (as the step passed) and at 128 (where it ended) — a prompt
+/// sharing the first 128 tokens resumes at 128, one sharing 100 at 64 — and each gets a cold
+/// engine's logits; the dense model's pages serve the same two prompts.
+#[test]
+fn a_sequence_finished_mid_prefill_leaves_what_it_computed() {
+    let prompt = random_ids(12, 200);
+    let sharing = |n: usize, seed| [&prompt[..n], &random_ids(seed, 60)].concat();
+    for arch in ["qwen3", "qwen35"] {
+        let mut o = options(256, 16 << 20);
+        o.snapshot_every = 64;
+        let mut e = load(arch, &o);
+        let seq = e.begin(&prompt, N_OUT, false).unwrap();
+        assert!(e.prefill_part(seq, 128).unwrap().is_none());
+        assert_eq!(e.prompt_left(seq).unwrap(), 72);
+        assert!(
+            e.step(&[seq]).is_err(),
+            "{arch}: decoding a sequence mid-prefill"
+        );
+        e.finish(seq).unwrap();
+        for (shared, seed, at_least) in [(128, 13, 128), (100, 14, 64)] {
+            let next = sharing(shared, seed);
+            let cold = logits_of(&mut engine_caching(arch, 256, 16 << 20), &next, &[], 0);
+            let before = e.cache_stats().tokens_reused;
+            let warm = logits_of(&mut e, &next, &[], 0);
+            let hit = e.cache_stats().tokens_reused - before;
+            assert!(
+                hit >= at_least,
+                "{arch}: a prompt sharing {shared} tokens reused {hit}, expected at least \
+                 {at_least}"
+            );
+            let what = format!("{arch}: sharing {shared} tokens with a prompt cut short");
+            assert_same_bits(&what, &warm, &cold);
+        }
     }
 }

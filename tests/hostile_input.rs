@@ -542,8 +542,9 @@ fn size_flags_past_their_range_are_refused_with_the_range() {
         ),
         (
             &format!("--prefill-budget={max}"),
-            &format!("{max} is not in 0..=16777216"),
+            &format!("{max} is not in 1..=16777216"),
         ),
+        ("--prefill-budget=0", "0 is not in 1..=16777216"),
     ] {
         let args = ["serve", "--model", model, flag].map(String::from);
         fak_cases.push((args.to_vec(), range.to_string()));

@@ -54,9 +54,10 @@ pub struct Args {
     /// Token slots per KV page (the prefix cache shares whole pages); default the engine's.
     #[arg(long)]
     pub page_size: Option<u32>,
-    /// Prompt tokens admitted between two decode steps beyond the first waiting request:
-    /// bounds how long a burst of new prompts stalls the sequences already decoding.
-    #[arg(long, default_value_t = 512, value_parser = tokens(0))]
+    /// Prompt tokens prefilled between two decode steps (at least one prefill step; a hybrid
+    /// model's in whole 64-token chunks): a long prompt is prefilled a part per step, so the
+    /// sequences already decoding wait about this many tokens' prefill between two tokens.
+    #[arg(long, default_value_t = 512, value_parser = tokens(1))]
     pub prefill_budget: usize,
     /// Largest request body accepted (bytes, or with a K, M or G suffix).
     #[arg(long, default_value = "4M", value_parser = parse_bytes)]

@@ -501,7 +501,7 @@ impl Engine {
             decode_submits: 0,
         };
         if n_out == 0 {
-            self.prefill(seq, false)?;
+            self.prefill_all(seq, false)?;
             let prefilled = Instant::now();
             stats.prefill_step_dispatches = self.last_dispatches;
             self.wait_token(0)?;
@@ -522,7 +522,7 @@ impl Engine {
         let (first_known, prefilled);
         let (encode_before, submits_before, steps_before);
         if sampling.is_greedy() {
-            self.prefill(seq, false)?;
+            self.prefill_all(seq, false)?;
             prefilled = Instant::now();
             stats.prefill_step_dispatches = self.last_dispatches;
             (encode_before, submits_before, steps_before) =
@@ -531,7 +531,7 @@ impl Engine {
         } else {
             let prompt = self.seq(seq)?.tokens[..prompt_tokens].to_vec();
             let mut sampler = Sampler::for_prompt(sampling.clone(), &prompt);
-            self.prefill(seq, true)?;
+            self.prefill_all(seq, true)?;
             prefilled = Instant::now();
             stats.prefill_step_dispatches = self.last_dispatches;
             (encode_before, submits_before, steps_before) =

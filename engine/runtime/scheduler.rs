@@ -1,19 +1,24 @@
-//! Continuous batching over the engine's sequence API ([`Engine::start`] / [`Engine::step`] /
-//! [`Engine::finish`]): requests join and leave between decode steps, one batched step serves
-//! every sequence in flight (up to the engine's `max_seqs`), and the rest wait first come, first
-//! served. What `fak serve` and the benchmark's engine child (`harness serve-arm`) both drive.
+//! Continuous batching over the engine's sequence API ([`Engine::begin`] /
+//! [`Engine::prefill_part`] / [`Engine::step`] / [`Engine::finish`]): requests join and leave
+//! between decode steps, one batched step serves every sequence decoding (up to the engine's
+//! `max_seqs` in flight), and the rest wait first come, first served. What `fak serve` and the
+//! benchmark's engine child (`harness serve-arm`) both drive.
 //!
-//! Each [`Scheduler::tick`] ends the sequences whose clients went away, admits waiting requests
-//! (each prefilled alone: the prefix cache, then what it did not hold) up to a budget of prompt
-//! tokens per tick, so a burst of arrivals cannot stall the sequences already decoding for more
-//! than about one budget's prefill, then runs one decode step. A request whose KV pages do not fit
-//! while others hold pages waits at the head of the queue until they finish; alone, it fails.
+//! Each [`Scheduler::tick`] ends the sequences whose clients went away (decoding, prefilling or
+//! waiting), admits waiting requests while a sequence is free (each takes a row and its pages,
+//! reusing what the prefix cache holds, and joins the prefilling sequences; nothing is computed
+//! yet), spends a budget of prompt tokens on the prefilling sequences in arrival order (each
+//! prefilled alone, a part of its prompt at a time: a long prompt takes several ticks), and runs
+//! one decode step over the sequences whose prefill is done. So the sequences already decoding
+//! wait about one budget's prefill between two tokens, however long a new prompt is. A request
+//! whose KV pages do not fit while others hold pages waits at the head of the queue until they
+//! finish; alone, it fails.
 //!
 //! Tokens are the GPU's greedy argmax unless a request samples, applies penalties or wants
 //! log-probabilities: then the step reads its logits back and the request's [`Sampler`] chooses
 //! (the engine is told the choice, which the next step feeds).
 
-use super::engine::{PrefillPhases, SeqId, StopReason};
+use super::engine::{PrefillPhases, SeqId, Started, StopReason};
 use super::sampling::{Sampler, SamplingParams, TokenLogprobs, logprobs};
 use super::{Engine, RuntimeError};
 use crate::cache::CacheError;
@@ -54,13 +59,13 @@ impl Request {
 /// `Finished`; or `Failed` at any point, and nothing after.
 #[derive(Debug)]
 pub enum Event {
-    /// Its prefill begins now.
+    /// It holds a sequence now; its prefill begins (a part per tick, between decode steps).
     Admitted,
     /// Prefilled; its first token follows.
     Started {
         /// Prompt tokens whose KV came from the prefix cache.
         cached_tokens: usize,
-        /// Other sequences in flight when it started.
+        /// Other sequences in flight (decoding or prefilling) when it started.
         in_flight: usize,
         phases: PrefillPhases,
     },
@@ -92,6 +97,13 @@ struct Waiting<C> {
     client: C,
 }
 
+/// A request whose sequence holds a row and pages, its prompt not all prefilled yet.
+struct Prefilling<C> {
+    seq: SeqId,
+    request: Request,
+    client: C,
+}
+
 struct Running<C> {
     seq: SeqId,
     request: Request,
@@ -115,16 +127,20 @@ impl<C> Running<C> {
 
 pub struct Scheduler<C> {
     queue: VecDeque<Waiting<C>>,
+    /// In arrival order: the head's prompt is prefilled first.
+    prefilling: VecDeque<Prefilling<C>>,
+    /// Decoding.
     running: Vec<Running<C>>,
-    /// Prompt tokens admitted per tick beyond the first request (which is always admitted).
+    /// Prompt tokens prefilled per tick (at least one step of the oldest prefilling sequence).
     prefill_budget: usize,
 }
 
 impl<C: Client> Scheduler<C> {
-    /// A scheduler admitting about `prefill_budget` prompt tokens between two decode steps.
+    /// A scheduler prefilling about `prefill_budget` prompt tokens between two decode steps.
     pub fn new(prefill_budget: usize) -> Self {
         Scheduler {
             queue: VecDeque::new(),
+            prefilling: VecDeque::new(),
             running: Vec::new(),
             prefill_budget,
         }
@@ -136,7 +152,7 @@ impl<C: Client> Scheduler<C> {
     }
 
     pub fn is_idle(&self) -> bool {
-        self.queue.is_empty() && self.running.is_empty()
+        self.queue.is_empty() && self.running.is_empty() && self.prefilling.is_empty()
     }
 
     /// Requests waiting for a sequence.
@@ -144,77 +160,62 @@ impl<C: Client> Scheduler<C> {
         self.queue.len()
     }
 
-    /// Sequences in flight.
+    /// Sequences in flight: prefilling or decoding.
     pub fn running(&self) -> usize {
-        self.running.len()
+        self.running.len() + self.prefilling.len()
     }
 
-    /// Ends gone clients' sequences, admits what fits, runs one decode step. An error is the
-    /// engine's own failure (a request's failure goes to its client).
+    /// Ends gone clients' sequences, admits what fits, prefills a budget's worth, runs one
+    /// decode step. An error is the engine's own failure (a request's failure goes to its
+    /// client).
     pub fn tick(&mut self, engine: &mut Engine) -> Result<(), RuntimeError> {
-        self.queue.retain(|w| !w.client.gone());
-        let (gone, running): (Vec<_>, Vec<_>) = std::mem::take(&mut self.running)
-            .into_iter()
-            .partition(|r| r.client.gone());
-        self.running = running;
-        for r in gone {
-            engine.finish(r.seq)?;
-        }
+        self.drop_gone(engine)?;
         self.admit(engine)?;
+        self.prefill(engine)?;
         if !self.running.is_empty() {
             self.decode_step(engine)?;
         }
         Ok(())
     }
 
-    /// Starts waiting requests while a sequence is free and the tick's prompt budget lasts.
+    /// Forgets the waiting requests whose clients went away and ends their sequences in
+    /// flight, prefilling or decoding (what they computed goes to the prefix cache).
+    fn drop_gone(&mut self, engine: &mut Engine) -> Result<(), RuntimeError> {
+        self.queue.retain(|w| !w.client.gone());
+        let mut gone = Vec::new();
+        let mut live = |seq: SeqId, client: &C| match client.gone() {
+            true => {
+                gone.push(seq);
+                false
+            }
+            false => true,
+        };
+        self.prefilling.retain(|p| live(p.seq, &p.client));
+        self.running.retain(|r| live(r.seq, &r.client));
+        for seq in gone {
+            engine.finish(seq)?;
+        }
+        Ok(())
+    }
+
+    /// Opens a sequence for each waiting request while one is free (nothing computed: it joins
+    /// the prefilling ones, and hears `Admitted`).
     fn admit(&mut self, engine: &mut Engine) -> Result<(), RuntimeError> {
-        let mut budget = self.prefill_budget;
-        let mut admitted = 0;
-        while self.running.len() < engine.options().max_seqs {
+        while self.running() < engine.options().max_seqs {
             let Some(mut w) = self.queue.pop_front() else {
                 break;
             };
-            if admitted > 0 && w.request.prompt.len() > budget {
-                self.queue.push_front(w);
-                break;
-            }
-            budget = budget.saturating_sub(w.request.prompt.len());
-            admitted += 1;
-            if !w.client.send(Event::Admitted) {
-                continue;
-            }
             let request = &w.request;
-            match engine.start(&request.prompt, request.max_new, request.needs_logits()) {
-                Ok(started) => {
-                    let in_flight = self.running.len();
-                    let sampler = (!request.sampling.is_greedy())
-                        .then(|| Sampler::for_prompt(request.sampling.clone(), &request.prompt));
-                    let mut r = Running {
-                        seq: started.seq,
+            match engine.begin(&request.prompt, request.max_new, request.needs_logits()) {
+                Ok(seq) => match w.client.send(Event::Admitted) {
+                    true => self.prefilling.push_back(Prefilling {
+                        seq,
                         request: w.request,
-                        sampler,
-                        produced: 0,
                         client: w.client,
-                    };
-                    let live = r.client.send(Event::Started {
-                        cached_tokens: started.cached_tokens,
-                        in_flight,
-                        phases: started.phases,
-                    });
-                    if !live {
-                        // The client left during the prefill.
-                        engine.finish(r.seq)?;
-                        continue;
-                    }
-                    let logits = started.logits.as_deref();
-                    if emit(engine, &mut r, started.first, logits, 1)? {
-                        self.running.push(r);
-                    }
-                }
-                Err(RuntimeError::Cache(CacheError::OutOfPages { .. }))
-                    if !self.running.is_empty() =>
-                {
+                    }),
+                    false => engine.finish(seq)?,
+                },
+                Err(RuntimeError::Cache(CacheError::OutOfPages { .. })) if self.running() > 0 => {
                     // Its pages come free as the sequences in flight finish.
                     self.queue.push_front(w);
                     break;
@@ -227,7 +228,67 @@ impl<C: Client> Scheduler<C> {
         Ok(())
     }
 
-    /// One batched decode step over every sequence in flight.
+    /// Spends the tick's prompt budget on the prefilling sequences, oldest first: the oldest gets
+    /// at least one step, the next ones what the budget has left. A sequence whose prompt is done
+    /// hears `Started` and its first token, and decodes from the next step on.
+    fn prefill(&mut self, engine: &mut Engine) -> Result<(), RuntimeError> {
+        let mut budget = self.prefill_budget;
+        while let Some(mut p) = self.prefilling.pop_front() {
+            let left = engine.prompt_left(p.seq)?;
+            match engine.prefill_part(p.seq, budget) {
+                Ok(None) => {
+                    // The part spent the budget; the rest of the prompt goes on next tick.
+                    self.prefilling.push_front(p);
+                    break;
+                }
+                Ok(Some(started)) => self.start_running(engine, p, started)?,
+                Err(e) => {
+                    // The engine closed the sequence.
+                    p.client.send(Event::Failed(e));
+                }
+            }
+            budget = budget.saturating_sub(left);
+            if budget == 0 {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells a prefilled request's client it started, with its first token, and makes it
+    /// decode (unless it stops there, or nobody listens).
+    fn start_running(
+        &mut self,
+        engine: &mut Engine,
+        p: Prefilling<C>,
+        started: Started,
+    ) -> Result<(), RuntimeError> {
+        let sampler = (!p.request.sampling.is_greedy())
+            .then(|| Sampler::for_prompt(p.request.sampling.clone(), &p.request.prompt));
+        let mut r = Running {
+            seq: started.seq,
+            request: p.request,
+            sampler,
+            produced: 0,
+            client: p.client,
+        };
+        let live = r.client.send(Event::Started {
+            cached_tokens: started.cached_tokens,
+            in_flight: self.running(),
+            phases: started.phases,
+        });
+        if !live {
+            // The client left during the prefill.
+            return engine.finish(r.seq);
+        }
+        let logits = started.logits.as_deref();
+        if emit(engine, &mut r, started.first, logits, 1)? {
+            self.running.push(r);
+        }
+        Ok(())
+    }
+
+    /// One batched decode step over every decoding sequence.
     fn decode_step(&mut self, engine: &mut Engine) -> Result<(), RuntimeError> {
         let seqs: Vec<SeqId> = self.running.iter().map(|r| r.seq).collect();
         let with_logits = self.running.iter().any(|r| r.request.needs_logits());

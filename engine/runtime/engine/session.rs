@@ -7,8 +7,13 @@
 //! Two ways to drive them: [`Engine::generate`] runs one request start to end (GPU-resident
 //! greedy loop with steps in flight), and [`Engine::start`] / [`Engine::step`] /
 //! [`Engine::finish`] serve several at once, one batched decode step per call, sequences joining
-//! and leaving between steps. A hybrid model's recurrent state has a slot per row: a sequence's
-//! slot is zeroed, or restored from its cached prefix's snapshot, when it takes the row.
+//! and leaving between steps. [`Engine::start`] is [`Engine::begin`] (a row, nothing computed)
+//! and [`Engine::prefill_part`] without a budget; a scheduler that calls `prefill_part` with a
+//! budget between decode steps prefills a long prompt a part at a time, so the sequences already
+//! decoding wait about one part between two tokens, not the whole prompt. A prompt's bits do not
+//! depend on where it is cut (a hybrid model's steps stay on the delta rule's chunk grid). A
+//! hybrid model's recurrent state has a slot per row: a sequence's slot is zeroed, or restored
+//! from its cached prefix's snapshot, when it takes the row.
 
 use super::{Engine, PrefillPhases, RuntimeError, timed};
 use crate::cache::{NodeId, Snapshot};
@@ -64,6 +69,11 @@ pub(super) struct Sequence {
     /// each rounded down to [`Engine::state_grid`]: the branch point the tree knows, every
     /// `snapshot_every` tokens, and the prompt's end.
     snapshot_at: Vec<usize>,
+    /// Recurrent states its prefill took at `snapshot_at` so far (position, snapshot), for the
+    /// prefix cache once the prompt is done or the sequence closes.
+    snapshots: Vec<(usize, wgpu::Buffer)>,
+    /// Whether its prefill's last step reads its logits back ([`Engine::begin`]).
+    logits: bool,
     /// Whether its pages may be shared through the prefix cache.
     cached: bool,
     /// Host time of its request's phases so far (`wait` is set by whoever waits).
@@ -100,6 +110,25 @@ impl Engine {
             true => most / chunk * chunk,
             false => most,
         }
+    }
+
+    /// The fewest tokens a prefill step takes short of the prompt's end: one delta-rule chunk
+    /// for a hybrid model (fewer only where a whole prefill chunk is smaller), so that a part's
+    /// budget never cuts a step off the chunk grid; one token otherwise.
+    fn prompt_grain(&self) -> usize {
+        match self.model.state_bytes() > 0 {
+            true => (CHUNK as usize).min(self.io.max_tokens as usize),
+            false => 1,
+        }
+    }
+
+    /// The most tokens the next prefill step takes with `room` tokens of its part's budget
+    /// left: a whole prefill chunk cut to the room, never below [`Engine::prompt_grain`].
+    fn part_step(&self, room: usize) -> usize {
+        let most = room
+            .max(self.prompt_grain())
+            .min(self.io.max_tokens as usize);
+        self.prompt_step(most as u32)
     }
 
     pub(super) fn seq(&self, id: SeqId) -> Result<&Sequence, RuntimeError> {
@@ -170,7 +199,7 @@ impl Engine {
                 .encode_copy_page(&mut encoder, partial.page, own[0])?;
         }
         self.ctx.queue.submit([encoder.finish()]);
-        self.reclaim_snapshots(None)?;
+        self.reclaim_snapshots(Vec::new())?;
         let mut snapshot_at = Vec::new();
         if hybrid && use_cache && self.cache.enabled() {
             let grid = self.state_grid();
@@ -199,6 +228,8 @@ impl Engine {
             pages,
             locks: vec![found.node],
             snapshot_at,
+            snapshots: Vec::new(),
+            logits: false,
             cached: use_cache,
             phases: PrefillPhases {
                 open: started.elapsed(),
@@ -208,62 +239,100 @@ impl Engine {
         Ok(SeqId(row as u32))
     }
 
-    /// Prefills the prompt from the sequence's position in chunks; the last chunk's argmax goes
-    /// to readback slot 0, with its logits when `logits`. Where a snapshot is due (hybrid
-    /// models) a step ends there, or, for the first due inside a step, the step writes that
-    /// state to the spare slot as it passes (one pass over the weights instead of two: a
-    /// cached prompt resuming at a periodic snapshot before its branch point computes both in
-    /// one step). Then the prompt's whole pages (and snapshots) go to the prefix cache.
-    pub(super) fn prefill(&mut self, seq: SeqId, logits: bool) -> Result<(), RuntimeError> {
-        let chunk = self.prompt_step(self.io.max_tokens);
-        let (prompt, stops) = {
+    /// Prefills the prompt from the sequence's position, a step at a time, until about `budget`
+    /// tokens ran (at least one step; `usize::MAX`: the whole prompt) or the prompt is done, and
+    /// returns whether it is. Steps are whole prefill chunks cut to what the budget has left
+    /// ([`Engine::part_step`]); the last one's argmax goes to readback slot 0, with its logits
+    /// when `logits`. Where a snapshot is due (hybrid models) a step ends there, or, for the first
+    /// due inside a step, the step writes that state to the spare slot as it passes (one pass
+    /// over the weights instead of two: a cached prompt resuming at a periodic snapshot before its
+    /// branch point computes both in one step); the snapshots wait in the sequence. When the
+    /// prompt is done, its whole pages and the snapshots go to the prefix cache.
+    pub(super) fn prefill(
+        &mut self,
+        seq: SeqId,
+        budget: usize,
+        logits: bool,
+    ) -> Result<bool, RuntimeError> {
+        let (prompt_len, mut phases) = {
             let s = self.seq(seq)?;
-            (s.tokens[..s.prompt_len].to_vec(), s.snapshot_at.clone())
+            (s.prompt_len, s.phases)
         };
-        let mut snapshots = Vec::new();
-        let mut phases = self.seq(seq)?.phases;
-        loop {
-            let pos = self.seq(seq)?.pos;
-            let limit = prompt.len().min(pos + chunk);
-            let mut due = stops.iter().copied().filter(|&b| b > pos && b <= limit);
-            let (mid, end) = match due.next() {
-                Some(b) if b < limit => (Some(b), due.next().unwrap_or(limit)),
-                _ => (None, limit),
-            };
-            let save = mid.map(|b| MidSave {
-                rows: (b - pos) as u32,
-                slot: self.io.spare_slot(),
-            });
-            let last = end == prompt.len();
-            timed(&mut phases.steps, || {
-                self.io.set_ids(&self.ctx, &prompt[pos..end]);
-                let (encoder, step) =
-                    self.begin_saving_step(seq, (end - pos) as u32, StepKind::Prompt, false, save)?;
-                self.submit_step(encoder, step, last.then_some(0), u32::from(last && logits));
-                Ok::<_, RuntimeError>(())
-            })?;
-            timed(&mut phases.snapshots, || {
-                if let Some(b) = mid {
-                    snapshots.push((b, self.save_slot_state(self.io.spare_slot())?));
-                }
-                if stops.contains(&end) {
-                    snapshots.push((end, self.save_slot_state(seq.row())?));
-                }
-                Ok::<_, RuntimeError>(())
-            })?;
-            if last {
-                break;
+        let mut ran = 0;
+        let done = loop {
+            let room = budget.saturating_sub(ran);
+            if ran > 0 && room < self.prompt_grain() {
+                break false;
             }
+            let (pos, end) = self.prefill_step(seq, self.part_step(room), logits, &mut phases)?;
+            ran += end - pos;
+            if end == prompt_len {
+                break true;
+            }
+        };
+        if done {
+            // Whole pages only: the sequence writes on into its last page.
+            let page = self.cache.config().page_size;
+            timed(&mut phases.insert, || {
+                let snapshots = std::mem::take(&mut self.seq_mut(seq)?.snapshots);
+                self.cache_prefix(seq, prompt_len / page * page, snapshots)?;
+                self.reclaim_snapshots(Vec::new())?;
+                Ok::<_, RuntimeError>(())
+            })?;
         }
-        // Whole pages only: the sequence writes on into its last page.
-        let page = self.cache.config().page_size;
-        timed(&mut phases.insert, || {
-            self.cache_prefix(seq, prompt.len() / page * page, snapshots)?;
-            self.reclaim_snapshots(None)?;
+        self.seq_mut(seq)?.phases = phases;
+        Ok(done)
+    }
+
+    /// [`Engine::prefill`] of the whole prompt.
+    pub(super) fn prefill_all(&mut self, seq: SeqId, logits: bool) -> Result<(), RuntimeError> {
+        self.prefill(seq, usize::MAX, logits).map(drop)
+    }
+
+    /// One prefill step of at most `most` tokens from the sequence's position (ending early at
+    /// a snapshot stop), its snapshots taken into the sequence; returns where it began and ended.
+    fn prefill_step(
+        &mut self,
+        seq: SeqId,
+        most: usize,
+        logits: bool,
+        phases: &mut PrefillPhases,
+    ) -> Result<(usize, usize), RuntimeError> {
+        let s = self.seq(seq)?;
+        let (pos, prompt_len) = (s.pos, s.prompt_len);
+        let limit = prompt_len.min(pos + most);
+        let stops = &s.snapshot_at;
+        let mut due = stops.iter().copied().filter(|&b| b > pos && b <= limit);
+        let (mid, end) = match due.next() {
+            Some(b) if b < limit => (Some(b), due.next().unwrap_or(limit)),
+            _ => (None, limit),
+        };
+        let stop_at_end = stops.contains(&end);
+        let ids = s.tokens[pos..end].to_vec();
+        let save = mid.map(|b| MidSave {
+            rows: (b - pos) as u32,
+            slot: self.io.spare_slot(),
+        });
+        let last = end == prompt_len;
+        timed(&mut phases.steps, || {
+            self.io.set_ids(&self.ctx, &ids);
+            let (encoder, step) =
+                self.begin_saving_step(seq, (end - pos) as u32, StepKind::Prompt, false, save)?;
+            self.submit_step(encoder, step, last.then_some(0), u32::from(last && logits));
             Ok::<_, RuntimeError>(())
         })?;
-        self.seq_mut(seq)?.phases = phases;
-        Ok(())
+        timed(&mut phases.snapshots, || {
+            let mut taken = Vec::new();
+            if let Some(b) = mid {
+                taken.push((b, self.save_slot_state(self.io.spare_slot())?));
+            }
+            if stop_at_end {
+                taken.push((end, self.save_slot_state(seq.row())?));
+            }
+            self.seq_mut(seq)?.snapshots.extend(taken);
+            Ok::<_, RuntimeError>(())
+        })?;
+        Ok((pos, end))
     }
 
     /// The phases of `seq`'s request, waiting included: from `prefilled` (its prefill's last
@@ -293,7 +362,7 @@ impl Engine {
     /// Returns the snapshot buffers the prefix cache let go, and `more`, to the pool, which
     /// keeps what fits the budget beside the bytes the cache holds. Called after the work that
     /// may still use them was submitted.
-    fn reclaim_snapshots(&mut self, more: Option<wgpu::Buffer>) -> Result<(), RuntimeError> {
+    fn reclaim_snapshots(&mut self, more: Vec<wgpu::Buffer>) -> Result<(), RuntimeError> {
         let mut buffers = self.cache.take_released();
         buffers.extend(more);
         let room = self
@@ -334,7 +403,7 @@ impl Engine {
             self.model
                 .encode_restore_state(&mut encoder, &state, seq.row())?;
             self.ctx.queue.submit([encoder.finish()]);
-            self.reclaim_snapshots(Some(state))?;
+            self.reclaim_snapshots(vec![state])?;
         }
         let s = self.seq_mut(seq)?;
         s.pos = checkpoint.pos;
@@ -376,23 +445,26 @@ impl Engine {
     }
 
     /// Ends a sequence: with `keep`, its computed tokens go to the prefix cache (a partly filled
-    /// last page as a tail) and, for a hybrid model whose state stopped exactly there, a
-    /// snapshot of it, so a later prompt extending them resumes at their end; its own pages go
-    /// back to the pool and its locks are dropped (evicting down to the budget).
+    /// last page as a tail) with the snapshots its prefill took and, for a hybrid model whose
+    /// state stopped exactly there, a snapshot of it, so a later prompt extending them resumes at
+    /// their end (a client that left mid-prefill and asks again resumes where it was); without,
+    /// the snapshots' buffers go back to the pool. Its own pages go back to the pool and its
+    /// locks are dropped (evicting down to the budget).
     pub(super) fn close(&mut self, seq: SeqId, keep: bool) -> Result<(), RuntimeError> {
+        let mut snapshots = std::mem::take(&mut self.seq_mut(seq)?.snapshots);
         if keep {
             let (computed, snapshot_due) = {
                 let s = self.seq(seq)?;
                 let computed = s.pos.min(s.tokens.len());
                 let hybrid = self.model.state_bytes() > 0;
                 let due = hybrid && s.cached && self.cache.enabled() && s.state_pos == computed;
-                (computed, due && computed > 0)
+                let taken = snapshots.iter().any(|&(at, _)| at == computed);
+                (computed, due && computed > 0 && !taken)
             };
-            let snapshots = match snapshot_due {
-                true => vec![(computed, self.save_slot_state(seq.row())?)],
-                false => Vec::new(),
-            };
-            self.cache_prefix(seq, computed, snapshots)?;
+            if snapshot_due {
+                snapshots.push((computed, self.save_slot_state(seq.row())?));
+            }
+            self.cache_prefix(seq, computed, std::mem::take(&mut snapshots))?;
         }
         let s = self.seqs[seq.0 as usize]
             .take()
@@ -407,38 +479,69 @@ impl Engine {
         for node in s.locks {
             self.cache.release(node)?;
         }
-        self.reclaim_snapshots(None)?;
+        self.reclaim_snapshots(snapshots.into_iter().map(|(_, state)| state).collect())?;
         Ok(())
     }
 
-    /// Starts a sequence that will decode in batches: reuses the longest cached prefix of
-    /// `prompt`, prefills the rest, and returns the greedy first token (from logits computed
-    /// here; with `logits`, those too). Pages are reserved for up to `max_new` output tokens.
-    pub fn start(
+    /// Opens a sequence for `prompt` that will decode in batches: checks the request, takes a
+    /// free row, reuses the longest cached prefix and reserves pages for the rest and up to
+    /// `max_new` output tokens. Nothing is computed: [`Engine::prefill_part`] prefills it, and
+    /// its first token comes with its logits too when `logits`.
+    pub fn begin(
         &mut self,
         prompt: &[u32],
         max_new: usize,
         logits: bool,
-    ) -> Result<Started, RuntimeError> {
+    ) -> Result<SeqId, RuntimeError> {
         self.check_request(prompt, max_new.max(1))?;
         let seq = self.open(prompt, max_new.max(1), true)?;
-        let first = self.prefill(seq, logits).and_then(|()| {
-            let prefilled = Instant::now();
-            let token = self.wait_token(0)?;
-            let row = logits.then(|| self.read_logits(1)).transpose()?;
-            Ok((
-                token,
-                row,
-                self.waited_phases(seq, prefilled, Instant::now())?,
-            ))
-        });
-        let (first, logits, phases) = match first {
-            Ok(first) => first,
-            Err(e) => {
-                self.close(seq, false)?;
-                return Err(e);
+        self.seq_mut(seq)?.logits = logits;
+        Ok(seq)
+    }
+
+    /// Prefills part of a sequence [`Engine::begin`] opened: whole prompt steps from where it
+    /// stands until about `budget` tokens ran (at least one step; a hybrid model's in whole
+    /// 64-token delta-rule chunks, so a part is the budget rounded down to them, at least one).
+    /// When the prompt's last step ran, its prefix goes to the cache and the greedy first token
+    /// (from logits computed here) comes back: `Some(Started)`, and the sequence decodes with
+    /// [`Engine::step`]. A prompt's logits are the same bits however it is cut into parts. On an
+    /// error the sequence is closed.
+    pub fn prefill_part(
+        &mut self,
+        seq: SeqId,
+        budget: usize,
+    ) -> Result<Option<Started>, RuntimeError> {
+        let logits = {
+            let s = self.seq(seq)?;
+            if s.tokens.len() > s.prompt_len {
+                return Err(RuntimeError::Request(format!(
+                    "{seq:?} is prefilled already"
+                )));
             }
+            s.logits
         };
+        let part = self
+            .prefill(seq, budget, logits)
+            .and_then(|done| match done {
+                true => self.first_token(seq).map(Some),
+                false => Ok(None),
+            });
+        if part.is_err() {
+            self.close(seq, false)?;
+        }
+        part
+    }
+
+    /// Waits for the first token of `seq`, whose prefill's last step was just submitted, and
+    /// makes it the sequence's last token.
+    fn first_token(&mut self, seq: SeqId) -> Result<Started, RuntimeError> {
+        let prefilled = Instant::now();
+        let first = self.wait_token(0)?;
+        let logits = match self.seq(seq)?.logits {
+            true => Some(self.read_logits(1)?),
+            false => None,
+        };
+        let phases = self.waited_phases(seq, prefilled, Instant::now())?;
         let s = self.seq_mut(seq)?;
         s.tokens.push(first);
         Ok(Started {
@@ -448,6 +551,31 @@ impl Engine {
             logits,
             phases,
         })
+    }
+
+    /// Prompt tokens of `seq` not prefilled yet (neither cached nor computed; 0 once started).
+    pub fn prompt_left(&self, seq: SeqId) -> Result<usize, RuntimeError> {
+        let s = self.seq(seq)?;
+        Ok(s.prompt_len.saturating_sub(s.pos))
+    }
+
+    /// Starts a sequence that will decode in batches: reuses the longest cached prefix of
+    /// `prompt`, prefills the rest, and returns the greedy first token (from logits computed
+    /// here; with `logits`, those too). Pages are reserved for up to `max_new` output tokens.
+    /// [`Engine::begin`], then [`Engine::prefill_part`] of the whole prompt.
+    pub fn start(
+        &mut self,
+        prompt: &[u32],
+        max_new: usize,
+        logits: bool,
+    ) -> Result<Started, RuntimeError> {
+        let seq = self.begin(prompt, max_new, logits)?;
+        // A part without a budget is the whole prompt: this loops once.
+        loop {
+            if let Some(started) = self.prefill_part(seq, usize::MAX)? {
+                return Ok(started);
+            }
+        }
     }
 
     /// One decode step serving every sequence of `seqs` (distinct, started, with room left): each
@@ -577,7 +705,8 @@ impl Engine {
         Ok(())
     }
 
-    /// Ends a sequence started with [`Engine::start`]: its computed pages go to the prefix cache.
+    /// Ends a sequence opened with [`Engine::begin`] (or [`Engine::start`]), started or still
+    /// mid-prefill: its computed pages go to the prefix cache.
     pub fn finish(&mut self, seq: SeqId) -> Result<(), RuntimeError> {
         self.close(seq, true)
     }

@@ -1,0 +1,221 @@
+//! The continuous-batching scheduler (`fak::runtime::scheduler`) on the tiny synthetic models,
+//! tick by tick: a long prompt is prefilled a budget's part per tick, each part followed by a
+//! decode step of the request already decoding, and both answers are the ones each request gets
+//! alone; a client that goes away mid-prefill frees its sequence (row and pages) for the next
+//! request. Caches and activations NaN-poisoned at load.
+
+use fak::runtime::scheduler::{Client, Event, Request, Scheduler};
+use fak::runtime::{Engine, EngineOptions, SamplingParams};
+use fak_tests::harness::synth_model;
+use fak_tests::rng;
+use rand::Rng;
+use std::cell::{Cell, RefCell};
+use std::path::PathBuf;
+use std::rc::Rc;
+
+/// The cut vocabulary's size (`synth --vocab cut`).
+const VOCAB: u32 = 4096;
+
+fn engine(arch: &str, max_seqs: usize) -> Engine {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("scheduler");
+    let args = [
+        "--arch", arch, "--preset", "tiny", "--vocab", "cut", "--quant", "q8_0", "--seed", "5",
+    ];
+    let path = synth_model(&dir, &format!("tiny-{arch}-q8_0-5.gguf"), &args);
+    let mut o = EngineOptions::from_env().expect("engine options");
+    o.max_context = Some(256);
+    o.prefill_chunk = 256;
+    o.page_size = 16;
+    o.max_seqs = max_seqs;
+    o.poison = true;
+    Engine::load(&path, &o).unwrap_or_else(|e| panic!("loading tiny {arch}: {e}"))
+}
+
+fn random_ids(seed: u64, n: usize) -> Vec<u32> {
+    let mut r = rng(seed);
+    (0..n).map(|_| r.random_range(0..VOCAB)).collect()
+}
+
+/// An event as a client heard it (what the tests compare).
+#[derive(Clone, Debug, PartialEq)]
+enum Heard {
+    Admitted,
+    Started,
+    Token(u32),
+    Finished,
+    Failed(String),
+}
+
+/// Every client's events, in the order the scheduler sent them: (client, event).
+type Log = Rc<RefCell<Vec<(usize, Heard)>>>;
+
+struct Listener {
+    id: usize,
+    log: Log,
+    gone: Rc<Cell<bool>>,
+}
+
+impl Client for Listener {
+    fn send(&mut self, event: Event) -> bool {
+        let heard = match event {
+            Event::Admitted => Heard::Admitted,
+            Event::Started { .. } => Heard::Started,
+            Event::Token { id, .. } => Heard::Token(id),
+            Event::Finished(_) => Heard::Finished,
+            Event::Failed(e) => Heard::Failed(e.to_string()),
+        };
+        self.log.borrow_mut().push((self.id, heard));
+        !self.gone.get()
+    }
+
+    fn gone(&self) -> bool {
+        self.gone.get()
+    }
+}
+
+/// Client `id` of `log`, and the switch that makes it go away.
+fn listener(id: usize, log: &Log) -> (Listener, Rc<Cell<bool>>) {
+    let gone = Rc::new(Cell::new(false));
+    let client = Listener {
+        id,
+        log: log.clone(),
+        gone: gone.clone(),
+    };
+    (client, gone)
+}
+
+/// What client `id` heard.
+fn heard(log: &Log, id: usize) -> Vec<Heard> {
+    let log = log.borrow();
+    log.iter()
+        .filter(|(c, _)| *c == id)
+        .map(|(_, h)| h.clone())
+        .collect()
+}
+
+/// The tokens client `id` received.
+fn tokens(log: &Log, id: usize) -> Vec<u32> {
+    heard(log, id)
+        .into_iter()
+        .filter_map(|h| match h {
+            Heard::Token(t) => Some(t),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `request`'s answer run alone ([`Engine::generate`], greedy, end-of-generation ignored).
+fn alone(e: &mut Engine, request: &Request) -> Vec<u32> {
+    let greedy = SamplingParams::greedy();
+    e.generate(&request.prompt, request.max_new, &greedy, true, &mut |_| {})
+        .unwrap()
+        .tokens
+}
+
+fn run_until_idle(s: &mut Scheduler<Listener>, e: &mut Engine) {
+    for _ in 0..1000 {
+        if s.is_idle() {
+            return;
+        }
+        s.tick(e).unwrap();
+    }
+    panic!("the scheduler is not idle after 1000 ticks");
+}
+
+/// A request decoding while a 200-token prompt arrives with a budget of `budget` tokens per
+/// tick: the long prompt takes `parts` ticks, and the decoding request receives a token between
+/// every two of them (its decode step runs after each tick's part, so `parts − 1` tokens between
+/// the long request's `Admitted` and `Started`). Both answers are each request's alone.
+fn long_prompt_interleaves_with_decode(arch: &str, budget: usize, parts: usize) {
+    let mut e = engine(arch, 4);
+    let short = Request::greedy(random_ids(1, 12), 40);
+    let long = Request::greedy(random_ids(2, 200), 5);
+    let (short_alone, long_alone) = (alone(&mut e, &short), alone(&mut e, &long));
+    let log = Log::default();
+    let mut s = Scheduler::new(budget);
+    s.submit(short, listener(0, &log).0);
+    for _ in 0..3 {
+        s.tick(&mut e).unwrap();
+    }
+    // The prefill's token and three decode steps'.
+    assert_eq!(
+        tokens(&log, 0).len(),
+        4,
+        "{arch}: the short request decodes"
+    );
+    s.submit(long, listener(1, &log).0);
+    run_until_idle(&mut s, &mut e);
+    let at = |event: Heard| {
+        let log = log.borrow();
+        log.iter()
+            .position(|h| *h == (1, event.clone()))
+            .unwrap_or_else(|| panic!("{arch}: the long request never heard {event:?}"))
+    };
+    let (admitted, started) = (at(Heard::Admitted), at(Heard::Started));
+    let between = log.borrow()[admitted..started]
+        .iter()
+        .filter(|(c, h)| *c == 0 && matches!(h, Heard::Token(_)))
+        .count();
+    assert_eq!(
+        between,
+        parts - 1,
+        "{arch}: tokens of the decoding request while a 200-token prompt prefilled in parts of \
+         {budget}"
+    );
+    assert_eq!(tokens(&log, 0), short_alone, "{arch}: the short request");
+    assert_eq!(tokens(&log, 1), long_alone, "{arch}: the long request");
+    for id in [0, 1] {
+        assert_eq!(heard(&log, id).last(), Some(&Heard::Finished));
+    }
+}
+
+#[test]
+fn a_long_dense_prompt_interleaves_with_decode_steps() {
+    long_prompt_interleaves_with_decode("qwen3", 32, 7);
+}
+
+/// Hybrid: parts of whole 64-token delta-rule chunks (a budget of 100 cuts as 64 does).
+#[test]
+fn a_long_hybrid_prompt_interleaves_with_decode_steps() {
+    long_prompt_interleaves_with_decode("qwen35", 100, 4);
+}
+
+/// One sequence (so the next request waits for its row): a client that goes away after the
+/// first part of its 200-token prompt frees its sequence at the next tick — its KV pages go back
+/// to the pool (no prefix cache here) — and the waiting request runs as it does alone.
+#[test]
+fn a_client_gone_mid_prefill_frees_its_sequence() {
+    let mut e = engine("qwen3", 1);
+    let long = Request::greedy(random_ids(2, 200), 5);
+    let next = Request::greedy(random_ids(3, 20), 6);
+    let next_alone = alone(&mut e, &next);
+    let idle_pages = e.kv_pages_in_use();
+    let log = Log::default();
+    let mut s = Scheduler::new(32);
+    let (client, gone) = listener(0, &log);
+    s.submit(long, client);
+    s.tick(&mut e).unwrap();
+    assert_eq!(heard(&log, 0), [Heard::Admitted]);
+    assert!(
+        e.kv_pages_in_use() > idle_pages,
+        "the long prompt holds pages"
+    );
+    s.submit(next, listener(1, &log).0);
+    s.tick(&mut e).unwrap();
+    assert_eq!(
+        (s.running(), s.waiting()),
+        (1, 1),
+        "the next request waits for the row"
+    );
+    assert!(heard(&log, 1).is_empty());
+    gone.set(true);
+    run_until_idle(&mut s, &mut e);
+    assert_eq!(
+        heard(&log, 0),
+        [Heard::Admitted],
+        "the gone client heard no more"
+    );
+    assert_eq!(tokens(&log, 1), next_alone);
+    assert_eq!(heard(&log, 1).last(), Some(&Heard::Finished));
+    assert_eq!(e.kv_pages_in_use(), idle_pages);
+}
