@@ -133,7 +133,7 @@ class A_Endpoints(unittest.TestCase):
 
     def test_token_id_prompt(self):
         ids = ids_of(greedy_completion("Once upon a time", 3))
-        prompt = [9707, 11, 1879] + ids
+        prompt = [1000, 11, 1879] + ids  # ids of the test model's cut 4 096-token vocabulary
         r = greedy_completion(prompt, 3)
         self.assertEqual(r.usage.prompt_tokens, len(prompt))
         self.assertEqual(len(ids_of(r)), 3)
