@@ -45,9 +45,22 @@ fn free_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
+/// nginx, stopped on drop as its docs say: SIGTERM to the master, which stops its worker first.
+/// `Child::kill` (SIGKILL) left the worker running, holding the test's stdout open: a pipe
+/// reading the suite's output waited minutes on it (2026-12-05).
+struct Nginx(Child);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the pid of our own child, not yet waited for.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
 /// nginx in the foreground with the documented block routing to `replicas`, listening on `port`,
 /// everything it writes under `dir`.
-fn start_nginx(dir: &Path, replicas: [&str; 2], port: u16) -> Child {
+fn start_nginx(dir: &Path, replicas: [&str; 2], port: u16) -> Nginx {
     let block = documented_block()
         .replace(
             "127.0.0.1:8081",
@@ -68,14 +81,15 @@ fn start_nginx(dir: &Path, replicas: [&str; 2], port: u16) -> Child {
     );
     let path = dir.join("nginx.conf");
     std::fs::write(&path, conf).unwrap();
-    Command::new(nginx())
+    let child = Command::new(nginx())
         .arg("-p")
         .arg(dir)
         .arg("-c")
         .arg(&path)
         .args(["-e", "stderr"])
         .spawn()
-        .expect("starting nginx")
+        .expect("starting nginx");
+    Nginx(child)
 }
 
 fn wait_listening(port: u16) {
@@ -115,7 +129,7 @@ fn conversations_stay_on_one_replica_behind_nginx() {
     let port = free_port();
     let proxy_dir = dir.join("nginx");
     std::fs::create_dir_all(&proxy_dir).unwrap();
-    let mut proxy = start_nginx(&proxy_dir, [&a.url, &b.url], port);
+    let proxy = start_nginx(&proxy_dir, [&a.url, &b.url], port);
     wait_listening(port);
     let status = Command::new(python())
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/scale_out.py"))
@@ -124,7 +138,6 @@ fn conversations_stay_on_one_replica_behind_nginx() {
         .args(["--model", "tiny"])
         .status()
         .expect("running scale_out.py");
-    let _ = proxy.kill();
-    let _ = proxy.wait();
+    drop(proxy);
     assert!(status.success(), "scale_out.py failed: {status}");
 }
