@@ -99,18 +99,10 @@ pkg = next(p for p in meta["packages"] if p["name"] == "fak-tests")
 print("\n".join(sorted(t["name"] for t in pkg["targets"] if "test" in t["kind"])))'
 }
 
-# `test_files <binary>`: the test files a group binary holds, as its tests' first path
-# component (tests/groups/<area>.rs makes each file a module); nothing for a binary whose tests
-# sit at its root (a file alone in its binary).
-test_files() {
-    local names
-    names=$(cargo test --locked -q -p fak-tests --test "$1" -- --list --format terse | sed -n 's/: test$//p')
-    [[ -n ${names} ]] || die "$1 lists no tests"
-    if grep -qv '::' <<<"${names}"; then
-        grep -q '::' <<<"${names}" && die "$1 has tests both in modules and at its root"
-        return 0
-    fi
-    sed 's/::.*//' <<<"${names}" | sort -u
+# `list_tests <binary>`: its tests' names, one a line (a group's are `<file>::<test>`: each
+# tests/groups/<area>.rs makes its files modules).
+list_tests() {
+    cargo test --locked -q -p fak-tests --test "$1" -- --list --format terse | sed -n 's/: test$//p'
 }
 
 # The test build, and the harness and fak binaries the tests run as child processes: both bins in
@@ -130,20 +122,24 @@ build_tests() {
 # multi_agent's model cache, 0.3 GB) is kept so it is made once. Keeps going past a failing file
 # and names every one that failed; logs each file's seconds.
 run_tests() {
-    local tmp="${CARGO_TARGET_DIR:-target}/tmp" failed=() name file files start
+    local tmp="${CARGO_TARGET_DIR:-target}/tmp" failed=() name names file files start these
     cargo test --locked --workspace --exclude fak-tests --no-fail-fast || failed+=("engine and harness unit and doc tests")
     cargo test --locked -p fak-tests --lib || failed+=("fak-tests --lib")
     for name in $(integration_tests); do
-        files=$(test_files "${name}") || {
+        names=$(list_tests "${name}") && [[ -n ${names} ]] || {
             failed+=("${name} (listing its tests)")
             continue
         }
-        for file in ${files:-"(all)"}; do
+        # The files in the binary; "-" for a file alone in its binary (tests at its root).
+        files=$(sed -e 's/::.*//' -e t -e 's/.*/-/' <<<"${names}" | sort -u)
+        for file in ${files}; do
             start=${SECONDS}
-            if [[ ${file} == "(all)" ]]; then
+            if [[ ${file} == - ]]; then
                 cargo test --locked -p fak-tests --test "${name}" || failed+=("${name}")
             else
-                cargo test --locked -p fak-tests --test "${name}" -- "${file}::" || failed+=("${name} ${file}")
+                # By exact name: a filter is a substring, and `quant::` is in `gpu_dequant::…`.
+                mapfile -t these < <(grep "^${file}::" <<<"${names}")
+                cargo test --locked -p fak-tests --test "${name}" -- --exact "${these[@]}" || failed+=("${name} ${file}")
             fi
             [[ -d ${tmp} ]] && find "${tmp}" -mindepth 1 -maxdepth 1 ! -name threeway-cache -exec rm -rf {} +
             log "${name} ${file} done in $((SECONDS - start)) s; $(free_disk) free"
