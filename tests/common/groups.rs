@@ -1,8 +1,8 @@
 //! Which test binary each test file compiles into. `tests/Cargo.toml` declares a few binaries:
 //! most are groups by area (`groups/<area>.rs`, one `#[path = "../<file>.rs"] mod <file>;` per
-//! file), since each binary links the engine, wgpu and naga and one per file made the build four
-//! times longer; a file that must be alone in its process (its own allocator, timing) is a
-//! binary of its own. A file in no binary would compile nowhere and never run: the test here
+//! file), since each binary links the engine, wgpu and naga (~30 MB of target each, 41 of them
+//! 1.2 GB of CI's short disk); a file that must be alone in its process (its own allocator,
+//! timing) is a binary of its own. A file in no binary would compile nowhere and never run: the test here
 //! fails on one, and on one in two binaries.
 
 use std::collections::BTreeMap;

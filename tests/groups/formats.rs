@@ -1,9 +1,8 @@
 //! Files and text from outside: GGUF, quant codecs, tokenizers, synth's files, hostile input.
 //!
-//! One test binary for the files below (they stay where they are, one file per area): each
-//! binary links the engine, wgpu and naga, so grouping them keeps the build short. CI runs one
-//! file's module at a time (`ci/test.sh` `run_tests`); `tests/common/groups.rs` checks that every
-//! test file is in a group.
+//! One test binary for the files below (they stay where they are): each binary links the engine,
+//! wgpu and naga, so fewer of them keep the target small. CI runs one file's module at a time
+//! (`ci/test.sh` `run_tests`); `tests/common/groups.rs` checks that every test file is in a group.
 
 /// The GGUF reader and writer: agreement with gguf-py, split models, typed metadata errors, and
 /// hostile input (every truncation, forged counts, lengths, shapes and offsets).

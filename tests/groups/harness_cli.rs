@@ -1,9 +1,8 @@
 //! The harness as a command: threeway and its scenarios, bench, validate, the trained models.
 //!
-//! One test binary for the files below (they stay where they are, one file per area): each
-//! binary links the engine, wgpu and naga, so grouping them keeps the build short. CI runs one
-//! file's module at a time (`ci/test.sh` `run_tests`); `tests/common/groups.rs` checks that every
-//! test file is in a group.
+//! One test binary for the files below (they stay where they are): each binary links the engine,
+//! wgpu and naga, so fewer of them keep the target small. CI runs one file's module at a time
+//! (`ci/test.sh` `run_tests`); `tests/common/groups.rs` checks that every test file is in a group.
 
 /// harness threeway (all three arms for real), selftest, synth --mlx-4bit against mx.quantize, and
 /// the runs that go wrong: missing model, llama-server exiting at start, unknown MLX architecture,

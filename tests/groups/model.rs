@@ -1,9 +1,8 @@
 //! Whole models on the GPU against the CPU reference and the peers (mlx_lm, llama.cpp).
 //!
-//! One test binary for the files below (they stay where they are, one file per area): each
-//! binary links the engine, wgpu and naga, so grouping them keeps the build short. CI runs one
-//! file's module at a time (`ci/test.sh` `run_tests`); `tests/common/groups.rs` checks that every
-//! test file is in a group.
+//! One test binary for the files below (they stay where they are): each binary links the engine,
+//! wgpu and naga, so fewer of them keep the target small. CI runs one file's module at a time
+//! (`ci/test.sh` `run_tests`); `tests/common/groups.rs` checks that every test file is in a group.
 
 /// The dense model end to end on the GPU against the CPU reference, mlx_lm and llama.cpp.
 #[path = "../model_qwen3.rs"]

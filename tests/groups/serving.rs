@@ -1,9 +1,8 @@
 //! What serving rests on: batch invariance, the prefix cache, the scheduler, `fak serve` and scale-out.
 //!
-//! One test binary for the files below (they stay where they are, one file per area): each
-//! binary links the engine, wgpu and naga, so grouping them keeps the build short. CI runs one
-//! file's module at a time (`ci/test.sh` `run_tests`); `tests/common/groups.rs` checks that every
-//! test file is in a group.
+//! One test binary for the files below (they stay where they are): each binary links the engine,
+//! wgpu and naga, so fewer of them keep the target small. CI runs one file's module at a time
+//! (`ci/test.sh` `run_tests`); `tests/common/groups.rs` checks that every test file is in a group.
 
 /// One request's logits, bit for bit, alone, batched with other sequences, and with its prompt
 /// prefilled in other chunks: what makes a server's greedy answers the same under load.
