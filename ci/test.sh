@@ -89,7 +89,8 @@ print("threeway: every arm ran, the multi-agent scenario's too")
 PY
 }
 
-# The fak-tests integration binaries, by name, from cargo's own metadata.
+# The fak-tests integration binaries, by name, from cargo's own metadata: a few groups of test
+# files by area (tests/groups/) and the files that must run alone in a process.
 integration_tests() {
     cargo metadata --locked --no-deps --format-version 1 | "${FAK_PYTHON}" -c '
 import json, sys
@@ -98,22 +99,53 @@ pkg = next(p for p in meta["packages"] if p["name"] == "fak-tests")
 print("\n".join(sorted(t["name"] for t in pkg["targets"] if "test" in t["kind"])))'
 }
 
-# The whole suite, one integration binary at a time, removing its scratch files (target/tmp:
-# synthetic GGUFs of 130 MB each, hostile variants of them, exports) before the next. Run in one
-# `cargo test` they pile up to 8 GB; CI's disk is shared and has been seen with far less free, and a
-# run failed on ENOSPC (2026-12-04). Every binary makes what it needs itself; the one folder two
-# binaries share (threeway and multi_agent's model cache, 0.3 GB) is kept so it is made once.
-# Keeps going past a failing binary and names every one that failed.
+# `list_tests <binary>`: its tests' names, one a line (a group's are `<file>::<test>`: each
+# tests/groups/<area>.rs makes its files modules).
+list_tests() {
+    cargo test --locked -q -p fak-tests --test "$1" -- --list --format terse | sed -n 's/: test$//p'
+}
+
+# The test build, and the harness and fak binaries the tests run as child processes: both bins in
+# one cargo invocation resolve the dependencies' features as the tests do (tests/common/harness.rs
+# runs the same command when a test first needs one), so no dependency compiles twice and no test
+# compiles anything.
+build_tests() {
+    cargo test --locked --workspace --no-run
+    cargo build --locked -p fak-harness -p fak-cli --bin harness --bin fak
+}
+
+# The whole suite, one test file at a time (a group binary run once per file, filtered to its
+# module), removing the scratch files (target/tmp: synthetic GGUFs of up to 130 MB each, hostile
+# variants of them, exports) before the next. Run in one `cargo test` they pile up to 8 GB; CI's
+# disk is shared and has been seen with far less free, and a run failed on ENOSPC (2026-12-04).
+# Every file makes what it needs itself; the one folder two files share (threeway and
+# multi_agent's model cache, 0.3 GB) is kept so it is made once. Keeps going past a failing file
+# and names every one that failed; logs each file's seconds.
 run_tests() {
-    local tmp="${CARGO_TARGET_DIR:-target}/tmp" failed=() name
+    local tmp="${CARGO_TARGET_DIR:-target}/tmp" failed=() name names file files start these
     cargo test --locked --workspace --exclude fak-tests --no-fail-fast || failed+=("engine and harness unit and doc tests")
     cargo test --locked -p fak-tests --lib || failed+=("fak-tests --lib")
     for name in $(integration_tests); do
-        cargo test --locked -p fak-tests --test "${name}" || failed+=("${name}")
-        [[ -d ${tmp} ]] && find "${tmp}" -mindepth 1 -maxdepth 1 ! -name threeway-cache -exec rm -rf {} +
-        log "${name} done; $(free_disk) free"
+        names=$(list_tests "${name}") && [[ -n ${names} ]] || {
+            failed+=("${name} (listing its tests)")
+            continue
+        }
+        # The files in the binary; "-" for a file alone in its binary (tests at its root).
+        files=$(sed -e 's/::.*//' -e t -e 's/.*/-/' <<<"${names}" | sort -u)
+        for file in ${files}; do
+            start=${SECONDS}
+            if [[ ${file} == - ]]; then
+                cargo test --locked -p fak-tests --test "${name}" || failed+=("${name}")
+            else
+                # By exact name: a filter is a substring, and `quant::` is in `gpu_dequant::…`.
+                mapfile -t these < <(grep "^${file}::" <<<"${names}")
+                cargo test --locked -p fak-tests --test "${name}" -- --exact "${these[@]}" || failed+=("${name} ${file}")
+            fi
+            [[ -d ${tmp} ]] && find "${tmp}" -mindepth 1 -maxdepth 1 ! -name threeway-cache -exec rm -rf {} +
+            log "${name} ${file} done in $((SECONDS - start)) s; $(free_disk) free"
+        done
     done
-    [[ ${#failed[@]} -eq 0 ]] || die "failing test targets: ${failed[*]}"
+    [[ ${#failed[@]} -eq 0 ]] || die "failing tests: ${failed[*]}"
 }
 
 free_disk() { df -h --output=avail . | tail -n 1 | tr -d ' '; }
@@ -134,7 +166,7 @@ main() {
     step "llama.cpp peer" "${here}/build-llama-cpp.sh"
     use_lavapipe
     export RUST_BACKTRACE=1
-    step "build tests" cargo test --locked --workspace --no-run
+    step "build tests" build_tests
     step "run tests" run_tests
     step "threeway, all arms" run_threeway
     print_step_summary

@@ -11,21 +11,16 @@
 //! activations NaN-poisoned at load.
 
 use fak::runtime::{Engine, EngineOptions, SeqId, Started};
-use fak_tests::harness::synth_model;
+use fak_tests::model::{CUT_VOCAB, tiny_cut};
 use fak_tests::rng;
 use rand::Rng;
 use std::path::PathBuf;
 
-/// The cut vocabulary's size (`synth --vocab cut`).
-const VOCAB: u32 = 4096;
 const N_OUT: usize = 5;
 
 fn tiny(arch: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("batch_invariance");
-    let args = [
-        "--arch", arch, "--preset", "tiny", "--vocab", "cut", "--quant", "q8_0", "--seed", "5",
-    ];
-    synth_model(&dir, &format!("tiny-{arch}-q8_0-5.gguf"), &args)
+    tiny_cut(&dir, arch, "q8_0", 5)
 }
 
 fn engine(arch: &str, prefill_chunk: u32) -> Engine {
@@ -54,7 +49,9 @@ fn load(arch: &str, options: &EngineOptions) -> Engine {
 
 fn random_ids(seed: u64, n: usize) -> Vec<u32> {
     let mut r = rng(seed);
-    (0..n).map(|_| r.random_range(0..VOCAB)).collect()
+    (0..n)
+        .map(|_| r.random_range(0..CUT_VOCAB as u32))
+        .collect()
 }
 
 /// The prefill's logits, then each decode step's, of `prompt` decoded greedily for `N_OUT`

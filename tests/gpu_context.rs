@@ -144,10 +144,22 @@ fn every_registered_variant_the_device_can_run_builds_on_it() {
         .filter(|v| ctx.missing_features(v.paths).is_empty())
         .collect();
     assert!(!runnable.is_empty());
-    for variant in &runnable {
-        let built = build(ctx, variant).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(built.pipelines.len(), variant.source.pipelines.len());
-    }
+    // On as many threads as there are cores: a software driver (lavapipe) compiles each pipeline
+    // on the calling thread, so one thread left the other cores idle for a minute or more.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                while let Some(variant) =
+                    runnable.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                {
+                    let built = build(ctx, variant).unwrap_or_else(|e| panic!("{e}"));
+                    assert_eq!(built.pipelines.len(), variant.source.pipelines.len());
+                }
+            });
+        }
+    });
 }
 
 /// The integer mat-vec path is the default on Vulkan and DX12 GPUs only (`int_dot_pays`), and the

@@ -7,8 +7,8 @@
 use fak::gguf::Gguf;
 use fak::model::qwen35::{Hparams, LayerKind};
 use fak::runtime::{Engine, EngineOptions};
-use fak_tests::harness::{harness, synth_model};
-use fak_tests::model::random_ids;
+use fak_tests::harness::harness;
+use fak_tests::model::{random_ids, tiny_cut};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -50,10 +50,7 @@ const PAGE: u64 = 16;
 
 /// A tiny synthetic model of `arch` (Q4_K_M, seed 5).
 fn tiny(arch: &str) -> PathBuf {
-    let args = [
-        "--arch", arch, "--preset", "tiny", "--vocab", "cut", "--quant", "q4_k_m", "--seed", "5",
-    ];
-    synth_model(&scratch(), &format!("tiny-{arch}-q4_k_m-5.gguf"), &args)
+    tiny_cut(&scratch(), arch, "q4_k_m", 5)
 }
 
 /// `harness bench --json` at one depth, checked for what holds whatever the model: the probe,

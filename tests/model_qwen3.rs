@@ -10,8 +10,8 @@ use fak::reference::{Activations, DenseReference, Reference};
 use fak::runtime::{Engine, EngineOptions, RuntimeError, SamplingParams};
 use fak_tests::harness::{harness, synth_model};
 use fak_tests::model::{
-    Steps, assert_int_dot_logits, assert_plan_sizes_the_activations, engine, engine_min_cosine,
-    every_path, options, random_ids,
+    CUT_VOCAB, Steps, assert_int_dot_logits, assert_plan_sizes_the_activations, engine,
+    engine_min_cosine, every_path, options, random_ids, tiny_cut,
 };
 use fak_tests::peer::{assert_rows_close, assert_same_greedy, llama_server_greedy, mlx_logits};
 use fak_tests::pin::{assert_pinned, fingerprint, path_name};
@@ -19,18 +19,14 @@ use std::path::{Path, PathBuf};
 
 /// The tiny models' vocabulary: the cut one (`synth --vocab cut`), whose 4 096-row head keeps
 /// lavapipe's steps short.
-const N_VOCAB: usize = 4_096;
+const N_VOCAB: usize = CUT_VOCAB;
 
 fn scratch() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("model_qwen3")
 }
 
 fn tiny(quant: &str, seed: u64) -> PathBuf {
-    let seed = seed.to_string();
-    let args = [
-        "--arch", "qwen3", "--preset", "tiny", "--vocab", "cut", "--quant", quant, "--seed", &seed,
-    ];
-    synth_model(&scratch(), &format!("tiny-{quant}-{seed}.gguf"), &args)
+    tiny_cut(&scratch(), "qwen3", quant, seed)
 }
 
 fn reference_logits(path: &Path, ids: &[u32]) -> Vec<Vec<f32>> {

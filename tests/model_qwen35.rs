@@ -18,10 +18,10 @@ use fak::quant::GgmlType;
 use fak::reference::{Activations, Qwen35Reference, Reference};
 use fak::runtime::{Engine, SamplingParams};
 use fak_tests::cosine;
-use fak_tests::harness::{harness, synth_model};
+use fak_tests::harness::harness;
 use fak_tests::model::{
     Steps, assert_int_dot_logits, assert_plan_sizes_the_activations, engine, engine_min_cosine,
-    every_path, options, random_ids, rewrite_gguf, rows_error, set_key,
+    every_path, options, random_ids, rewrite_gguf, rows_error, set_key, tiny_cut,
 };
 use fak_tests::peer::assert_rows_close;
 use fak_tests::pin::{assert_pinned, fingerprint, path_name};
@@ -33,11 +33,7 @@ fn scratch() -> PathBuf {
 }
 
 fn tiny(quant: &str, seed: u64) -> PathBuf {
-    let seed = seed.to_string();
-    let args = [
-        "--arch", "qwen35", "--preset", "tiny", "--vocab", "cut", "--quant", quant, "--seed", &seed,
-    ];
-    synth_model(&scratch(), &format!("tiny-{quant}-{seed}.gguf"), &args)
+    tiny_cut(&scratch(), "qwen35", quant, seed)
 }
 
 fn hparams(path: &Path) -> Hparams {

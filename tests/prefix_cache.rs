@@ -12,21 +12,16 @@ use fak::gguf::Gguf;
 use fak::gpu::Forced;
 use fak::model::qwen35::Hparams;
 use fak::runtime::{Engine, EngineOptions, RuntimeError, SamplingParams, SeqId};
-use fak_tests::harness::synth_model;
+use fak_tests::model::{CUT_VOCAB, tiny_cut};
 use fak_tests::{cosine, rng};
 use rand::Rng;
 use std::path::{Path, PathBuf};
 
-/// The cut vocabulary's size (`synth --vocab cut`).
-const VOCAB: usize = 4096;
 const PAGE: usize = 16;
 
 fn tiny_of(arch: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("prefix_cache");
-    let args = [
-        "--arch", arch, "--preset", "tiny", "--vocab", "cut", "--quant", "q8_0", "--seed", "5",
-    ];
-    synth_model(&dir, &format!("tiny-{arch}-q8_0-5.gguf"), &args)
+    tiny_cut(&dir, arch, "q8_0", 5)
 }
 
 fn tiny() -> PathBuf {
@@ -68,7 +63,7 @@ fn options(cache_mem: u64, max_seqs: usize, forced: Forced) -> EngineOptions {
 }
 
 fn random_ids(seed: u64, n: usize) -> Vec<u32> {
-    random_ids_in(seed, n, VOCAB)
+    random_ids_in(seed, n, CUT_VOCAB)
 }
 
 fn random_ids_in(seed: u64, n: usize, n_vocab: usize) -> Vec<u32> {

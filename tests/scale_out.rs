@@ -4,7 +4,7 @@
 //! through each replica's `/metrics`, that every conversation's turns land on one replica, whose
 //! prefix cache then supplies the earlier turn (cached tokens), and that both replicas serve.
 
-use fak_tests::harness::synth_model;
+use fak_tests::model::tiny_cut;
 use fak_tests::python;
 use fak_tests::serve::Server;
 use std::path::{Path, PathBuf};
@@ -108,10 +108,7 @@ fn conversations_stay_on_one_replica_behind_nginx() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("scale_out");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let args = [
-        "--arch", "qwen3", "--preset", "tiny", "--vocab", "cut", "--quant", "q8_0", "--seed", "5",
-    ];
-    let model = synth_model(&dir.join("models"), "tiny-qwen3-q8_0-5.gguf", &args);
+    let model = tiny_cut(&dir.join("models"), "qwen3", "q8_0", 5);
     let serve_args = [
         "--model-name",
         "tiny",

@@ -6,22 +6,16 @@
 
 use fak::runtime::scheduler::{Client, Event, Request, Scheduler};
 use fak::runtime::{Engine, EngineOptions, SamplingParams};
-use fak_tests::harness::synth_model;
+use fak_tests::model::{CUT_VOCAB, tiny_cut};
 use fak_tests::rng;
 use rand::Rng;
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
 use std::rc::Rc;
 
-/// The cut vocabulary's size (`synth --vocab cut`).
-const VOCAB: u32 = 4096;
-
 fn engine(arch: &str, max_seqs: usize) -> Engine {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("scheduler");
-    let args = [
-        "--arch", arch, "--preset", "tiny", "--vocab", "cut", "--quant", "q8_0", "--seed", "5",
-    ];
-    let path = synth_model(&dir, &format!("tiny-{arch}-q8_0-5.gguf"), &args);
+    let path = tiny_cut(&dir, arch, "q8_0", 5);
     let mut o = EngineOptions::from_env().expect("engine options");
     o.max_context = Some(256);
     o.prefill_chunk = 256;
@@ -33,7 +27,9 @@ fn engine(arch: &str, max_seqs: usize) -> Engine {
 
 fn random_ids(seed: u64, n: usize) -> Vec<u32> {
     let mut r = rng(seed);
-    (0..n).map(|_| r.random_range(0..VOCAB)).collect()
+    (0..n)
+        .map(|_| r.random_range(0..CUT_VOCAB as u32))
+        .collect()
 }
 
 /// An event as a client heard it (what the tests compare).

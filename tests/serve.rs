@@ -4,7 +4,7 @@
 //! disconnects, every bad-input error, the full queue, a load test checked token for token against
 //! each request alone, and the SIGTERM drain, last). The server must then exit cleanly.
 
-use fak_tests::harness::synth_model;
+use fak_tests::model::tiny_cut;
 use fak_tests::python;
 use fak_tests::serve::Server;
 use std::path::PathBuf;
@@ -18,10 +18,7 @@ const MAX_BODY: usize = 64 << 10;
 
 fn tiny() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("serve");
-    let args = [
-        "--arch", "qwen3", "--preset", "tiny", "--vocab", "cut", "--quant", "q8_0", "--seed", "5",
-    ];
-    synth_model(&dir, "tiny-qwen3-q8_0-5.gguf", &args)
+    tiny_cut(&dir, "qwen3", "q8_0", 5)
 }
 
 #[test]

@@ -6,6 +6,11 @@
 # `target/h200` in `carry` (64 MiB in all; this comes to ~35 MiB).
 #
 #   experiments/h200/prepare.sh [test suites...]   (default: the GPU suites and model_qwen3)
+# A suite is a test file (gpu_matvec) or a test binary (gpu, model: tests/groups/). Since
+# 2026-12-05 #3 the files are compiled in a few group binaries; the group is carried as bin/<group>
+# and each file named gets a launcher bin/<file> running `<group> <file>:: "$@"`, so the call
+# scripts' `$BIN/gpu_matvec --skip x` still runs that file's tests. libtest ORs filters: to pick
+# one test pass `<file>::<test>`, not a bare name.
 #   RELEASE_TARGET_DIR: the cargo target dir (default /work/targets/speed-release);
 #   BASE_HARNESS: a previous build's harness binary, carried as harness-base;
 #   MATMUL_BENCH=1: also build experiments/matmul-bench and carry it (matmul.sh runs it);
@@ -31,8 +36,20 @@ fi
 
 export CARGO_TARGET_DIR=${RELEASE_TARGET_DIR:-/work/targets/speed-release}
 export CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=true
+# The binary a suite is in: itself if tests/Cargo.toml declares it, else its group.
+binary_of() {
+    if grep -q "^name = \"$1\"$" tests/Cargo.toml; then
+        echo "$1"
+    else
+        grep -l "^#\[path = \"../$1.rs\"\]$" tests/groups/*.rs | xargs -r -n1 basename -s .rs | grep . \
+            || { echo "prepare.sh: no test file or binary named $1" >&2; exit 1; }
+    fi
+}
+binaries=()
+for t in "${suites[@]+"${suites[@]}"}"; do binaries+=("$(binary_of "$t")"); done
+mapfile -t binaries < <(printf '%s\n' "${binaries[@]+"${binaries[@]}"}" | sort -u | grep .)
 tests=()
-for t in "${suites[@]}"; do tests+=(--test "$t"); done
+for b in "${binaries[@]+"${binaries[@]}"}"; do tests+=(--test "$b"); done
 [ ${#tests[@]} = 0 ] || nice cargo test --release -p fak-tests --no-run "${tests[@]}"
 nice cargo build --release -p fak-harness
 rm -rf "$H/bin" && mkdir -p "$H/bin"
@@ -47,8 +64,15 @@ if [ "${MATVEC_BENCH:-0}" = 1 ]; then
 fi
 # A previous build's harness, for bench-decode.sh's before/after in one call.
 [ -z "${BASE_HARNESS:-}" ] || cp "$BASE_HARNESS" "$H/bin/harness-base"
+for b in "${binaries[@]+"${binaries[@]}"}"; do
+    cp "$(ls -t "$CARGO_TARGET_DIR"/release/deps/"$b"-* | grep -v '\.d$' | head -1)" "$H/bin/$b"
+done
 for t in "${suites[@]+"${suites[@]}"}"; do
-    cp "$(ls -t "$CARGO_TARGET_DIR"/release/deps/"$t"-* | grep -v '\.d$' | head -1)" "$H/bin/$t"
+    b=$(binary_of "$t")
+    [ "$b" = "$t" ] && continue
+    printf '#!/bin/sh\n# %s: its tests in the %s binary (tests/groups/%s.rs).\nexec "$(dirname "$0")/%s" %s:: "$@"\n' \
+        "$t" "$b" "$b" "$b" "$t" > "$H/bin/$t"
+    chmod +x "$H/bin/$t"
 done
 # xz, not gzip: the binaries pack ~25 % smaller (harness 31 MB → 10 MB), and a call carries the
 # working tree (~42 MiB since the trained fixtures and fuzz corpora) within 64 MiB in all.

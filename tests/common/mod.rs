@@ -2,6 +2,8 @@
 
 pub mod fuzz;
 pub mod gpu;
+#[cfg(test)]
+mod groups;
 pub mod model;
 pub mod pin;
 pub mod reduce_probe;

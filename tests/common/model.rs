@@ -10,7 +10,24 @@ use fak::gpu::step::StepIo;
 use fak::model::{DevicePlan, load_device_model};
 use fak::runtime::{Engine, EngineOptions};
 use rand::Rng;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// The cut vocabulary's size: `harness synth --vocab cut` gives any preset the 4 096-token table
+/// the trained presets carry (`fixtures/vocab/ggml-vocab-qwen-cut4k.gguf`). The suites that run
+/// tiny models on lavapipe use it: with the full Qwen table the head is nearly all of a tiny
+/// model's step (experiments/NOTES.md, 2026-12-05 #2).
+pub const CUT_VOCAB: usize = 4096;
+
+/// `harness synth --arch <arch> --preset tiny --vocab cut --quant <quant> --seed <seed>`, written
+/// once per test process into `dir` (the calling file's scratch folder under
+/// `CARGO_TARGET_TMPDIR`) as `tiny-<arch>-<quant>-<seed>.gguf`.
+pub fn tiny_cut(dir: &Path, arch: &str, quant: &str, seed: u64) -> PathBuf {
+    let seed = seed.to_string();
+    let args = [
+        "--arch", arch, "--preset", "tiny", "--vocab", "cut", "--quant", quant, "--seed", &seed,
+    ];
+    crate::harness::synth_model(dir, &format!("tiny-{arch}-{quant}-{seed}.gguf"), &args)
+}
 
 /// The environment's adapter, a 256-token context, NaN-poisoned activations and caches, and
 /// `forced` fast paths off.
@@ -207,5 +224,16 @@ pub fn assert_plan_sizes_the_activations(path: &Path, chunks: &[u32]) {
             plan.scratch_bytes
         );
         assert_eq!(plan.scratch_bytes, allocated, "prefill chunk {chunk}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_cut_vocabulary_has_cut_vocab_tokens() {
+        let path = crate::fixture("vocab/ggml-vocab-qwen-cut4k.gguf");
+        let gguf = fak::gguf::Gguf::open(&path).unwrap();
+        let tokens = gguf.metadata().str_array("tokenizer.ggml.tokens").unwrap();
+        assert_eq!(tokens.len(), super::CUT_VOCAB);
     }
 }
