@@ -418,7 +418,7 @@ impl Engine {
         &mut self,
         seq: SeqId,
         computed: usize,
-        pub(super) snapshots: Vec<(usize, wgpu::Buffer)>,
+        snapshots: Vec<(usize, wgpu::Buffer)>,
     ) -> Result<(), RuntimeError> {
         let page = self.cache.config().page_size;
         let s = self.seqs[seq.0 as usize]
