@@ -340,7 +340,10 @@ fn prompts_prefilled_together(arch: &str) {
     let prompts = [random_ids(22, 45), random_ids(23, 90), resuming];
     let alone: Vec<Vec<Vec<f32>>> = {
         let mut e = engine(arch, 256);
-        prompts.iter().map(|p| logits_of(&mut e, p, &[], 0)).collect()
+        prompts
+            .iter()
+            .map(|p| logits_of(&mut e, p, &[], 0))
+            .collect()
     };
     let mut e = engine_caching(arch, 256, 16 << 20);
     logits_of(&mut e, &cached, &[], 0);

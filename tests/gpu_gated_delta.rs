@@ -461,7 +461,12 @@ fn sequences_of_any_lengths_in_one_step_each_compute_as_alone() {
             assert_close(&format!("{what}: y"), got_y, &want.y, Tolerance::EXACT);
             let want_state = alone.download_state(ctx).flat(slot as usize);
             let what = format!("{what}: state");
-            assert_close(&what, &state.flat(slot as usize), &want_state, Tolerance::EXACT);
+            assert_close(
+                &what,
+                &state.flat(slot as usize),
+                &want_state,
+                Tolerance::EXACT,
+            );
         }
         if save.is_some() {
             let head = layer();

@@ -275,7 +275,11 @@ impl GatedDeltaChunked {
         // The grid counts the longest sequence's chunks; the scratch holds every sequence's.
         let lead_room = if batch.count == 1 { CHUNK - 1 } else { 0 };
         let chunks = (batch.len + lead_room).div_ceil(CHUNK);
-        let blocks = if batch.count == 1 { chunks } else { batch.chunks };
+        let blocks = if batch.count == 1 {
+            chunks
+        } else {
+            batch.chunks
+        };
         if blocks > binding.chunks {
             return Err(GpuError::Shape {
                 kernel: Self::NAME,

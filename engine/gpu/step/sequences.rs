@@ -96,8 +96,9 @@ impl SequenceTable {
     pub fn write(&self, ctx: &GpuContext, len: u32, slots: &[u32]) -> Result<SeqBatch, GpuError> {
         self.check(len, slots)?;
         let count = slots.len() as u32;
-        let entries: Vec<(u32, u32, u32)> =
-            (0..count).map(|s| (slots[s as usize], s * len, len)).collect();
+        let entries: Vec<(u32, u32, u32)> = (0..count)
+            .map(|s| (slots[s as usize], s * len, len))
+            .collect();
         self.put(ctx, [0; HEADER_WORDS - 1], &entries);
         Ok(SeqBatch::uniform(count, len))
     }
@@ -215,7 +216,11 @@ impl SequenceTable {
             )));
         }
         let lead = (CHUNK - save.rows % CHUNK) % CHUNK;
-        self.put(ctx, [lead, save.rows, save.slot, 0, 0, 0, 0], &[(slot, 0, len)]);
+        self.put(
+            ctx,
+            [lead, save.rows, save.slot, 0, 0, 0, 0],
+            &[(slot, 0, len)],
+        );
         Ok(SeqBatch::uniform(1, len))
     }
 

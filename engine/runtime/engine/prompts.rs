@@ -259,7 +259,13 @@ impl Engine {
             out_index: self.steps % HISTORY_LEN,
         };
         self.io.step.set(&self.ctx, step);
-        self.io.tail_step.set(&self.ctx, Step { n_tokens: k, ..step });
+        self.io.tail_step.set(
+            &self.ctx,
+            Step {
+                n_tokens: k,
+                ..step
+            },
+        );
         // The attention reads each sequence's keys: the bytes of all of them.
         let keys: usize = portions.iter().map(|p| p.pos + p.len).sum();
         let mut marks = StepMarks::counting(keys as u32, StepKind::Prompt);

@@ -362,7 +362,10 @@ impl Engine {
     /// Returns the snapshot buffers the prefix cache let go, and `more`, to the pool, which
     /// keeps what fits the budget beside the bytes the cache holds. Called after the work that
     /// may still use them was submitted.
-    pub(super) fn reclaim_snapshots(&mut self, more: Vec<wgpu::Buffer>) -> Result<(), RuntimeError> {
+    pub(super) fn reclaim_snapshots(
+        &mut self,
+        more: Vec<wgpu::Buffer>,
+    ) -> Result<(), RuntimeError> {
         let mut buffers = self.cache.take_released();
         buffers.extend(more);
         let room = self
