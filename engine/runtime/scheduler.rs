@@ -232,9 +232,9 @@ impl<C: Client> Scheduler<C> {
     /// Spends the tick's prompt budget on the prefilling sequences, oldest first, in steps that
     /// each prefill as many of their prompts together as the budget left and one prefill chunk
     /// hold ([`Engine::prefill_together`]): the oldest gets at least one step's worth, the next
-    /// ones what the budget has left. A step that leaves a prompt unfinished ends the tick's
-    /// prefill. A sequence whose prompt is done hears `Started` and its first token, and
-    /// decodes from the next step on.
+    /// ones what the budget has left; a prompt cut by the prefill chunk (not the budget) goes on
+    /// in the next step. A sequence whose prompt is done hears `Started` and its first token,
+    /// and decodes from the next step on.
     fn prefill(&mut self, engine: &mut Engine) -> Result<(), RuntimeError> {
         let mut budget = self.prefill_budget;
         while !self.prefilling.is_empty() && budget > 0 {
@@ -250,6 +250,8 @@ impl<C: Client> Scheduler<C> {
             for part in &parts {
                 budget = budget.saturating_sub(part.tokens);
             }
+            // A prompt left unfinished with less than a step's grain of budget left: spent.
+            let spent = unfinished && budget < engine.prompt_grain();
             if parts.is_empty() {
                 break;
             }
@@ -263,8 +265,8 @@ impl<C: Client> Scheduler<C> {
                     .expect("the engine prefilled one of the prefilling sequences");
                 self.start_running(engine, p, started)?;
             }
-            if unfinished {
-                // The step spent the budget; the rest of the prompt goes on next tick.
+            if spent {
+                // The rest of the prompt goes on next tick.
                 break;
             }
         }

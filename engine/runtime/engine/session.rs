@@ -115,7 +115,7 @@ impl Engine {
     /// The fewest tokens a prefill step takes short of the prompt's end: one delta-rule chunk
     /// for a hybrid model (fewer only where a whole prefill chunk is smaller), so that a part's
     /// budget never cuts a step off the chunk grid; one token otherwise.
-    pub(super) fn prompt_grain(&self) -> usize {
+    pub fn prompt_grain(&self) -> usize {
         match self.model.state_bytes() > 0 {
             true => (CHUNK as usize).min(self.io.max_tokens as usize),
             false => 1,
