@@ -222,7 +222,8 @@ fn a_client_gone_mid_prefill_frees_its_sequence() {
 
 /// Three requests arriving together (prompts of 30, 70 and 45 tokens) are prefilled in one step
 /// of the first tick, all three started by its end (the engine's step counter: that prompt step
-/// and one decode step), and each greedy answer is its answer alone.
+/// and one decode step), and each greedy answer is its answer alone; so it is when a budget of
+/// 64 tokens per tick cuts their prompts across steps they share.
 fn requests_arriving_together_prefill_in_one_step(arch: &str) {
     let mut e = engine(arch, 4);
     let requests: Vec<Request> = [(30, 1), (70, 2), (45, 3)]
@@ -252,9 +253,22 @@ fn requests_arriving_together_prefill_in_one_step(arch: &str) {
         assert_eq!(tokens(&log, id).len(), 2, "{arch}: request {id}'s tokens");
     }
     run_until_idle(&mut s, &mut e);
+    // The same requests under a budget of 64 tokens per tick: prompts cut mid-way share steps
+    // with the next ones (the hybrid model's cut in whole 64-token chunks), and each answer is
+    // still its own.
+    let cut = Log::default();
+    let mut s = Scheduler::new(64);
     for (id, r) in requests.iter().enumerate() {
-        assert_eq!(tokens(&log, id), alone(&mut e, r), "{arch}: request {id}");
-        assert_eq!(heard(&log, id).last(), Some(&Heard::Finished));
+        s.submit(r.clone(), listener(id, &cut).0);
+    }
+    run_until_idle(&mut s, &mut e);
+    for (id, r) in requests.iter().enumerate() {
+        let want = alone(&mut e, r);
+        assert_eq!(tokens(&log, id), want, "{arch}: request {id}");
+        assert_eq!(tokens(&cut, id), want, "{arch}: request {id}, budget 64");
+        for log in [&log, &cut] {
+            assert_eq!(heard(log, id).last(), Some(&Heard::Finished));
+        }
     }
 }
 
