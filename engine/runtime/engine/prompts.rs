@@ -153,8 +153,8 @@ impl Engine {
             let space = room.saturating_sub(taken).min(max_rows.saturating_sub(row));
             let s = self.seq(seq)?;
             let left = s.prompt_len.saturating_sub(s.pos);
-            if s.tokens.len() > s.prompt_len {
-                // Prefilled (by an earlier step of this call, or before).
+            if s.tokens.len() > s.prompt_len || portions.iter().any(|p| p.seq == seq) {
+                // Prefilled (by an earlier step of this call, or before), or named twice.
                 continue;
             }
             let fits = left <= space;
