@@ -2,6 +2,7 @@
 //! and decode-step logits, bit for bit, alone and decoded in one batched step with other
 //! sequences (at another row of the batch), with its prompt cut into steps of other sizes or
 //! prefilled in parts with other sequences' decode steps between them (`Engine::prefill_part`),
+//! prefilled in one step together with other requests' prompts (`Engine::prefill_together`),
 //! and resumed from a prefix another request's prompt (whole, or cut short mid-prefill) left in
 //! the cache. This is what makes a
 //! server's greedy answers identical under load (`fak serve`'s load test checks the tokens end to
@@ -322,4 +323,63 @@ fn a_sequence_finished_mid_prefill_leaves_what_it_computed() {
             assert_same_bits(&what, &warm, &cold);
         }
     }
+}
+
+/// Several requests' prompts prefilled in one step ([`Engine::prefill_together`]), on an engine
+/// whose prefix cache holds a 140-token prompt: prompts of 45 and 90 tokens (not multiples of 64;
+/// the hybrid model's 90-token one snapshots its state at 64 as the step passes) and one of 150
+/// sharing the cached prompt's first 128 (resuming there, its last 22 computed). One forward step
+/// runs all three (the engine's step counter), and each request's first logits and decode steps
+/// after are those of its prompt alone on a cold engine, bit for bit.
+fn prompts_prefilled_together(arch: &str) {
+    let cached = random_ids(20, 140);
+    let resuming = [&cached[..128], &random_ids(21, 22)].concat();
+    let prompts = [random_ids(22, 45), random_ids(23, 90), resuming];
+    let alone: Vec<Vec<Vec<f32>>> = {
+        let mut e = engine(arch, 256);
+        prompts
+            .iter()
+            .map(|p| logits_of(&mut e, p, &[], 0))
+            .collect()
+    };
+    let mut e = engine_caching(arch, 256, 16 << 20);
+    logits_of(&mut e, &cached, &[], 0);
+    let seqs: Vec<SeqId> = prompts
+        .iter()
+        .map(|p| e.begin(p, N_OUT, true).unwrap())
+        .collect();
+    assert_eq!(
+        e.prompt_left(seqs[2]).unwrap(),
+        22,
+        "{arch}: the third resumes at the cached prompt's 128th token"
+    );
+    let before = e.forward_steps();
+    let parts = e.prefill_together(&seqs, usize::MAX).unwrap();
+    assert_eq!(e.forward_steps() - before, 1, "{arch}: the prompts' steps");
+    let ran: Vec<usize> = parts.iter().map(|p| p.tokens).collect();
+    assert_eq!(ran, [45, 90, 22], "{arch}: tokens each prompt ran");
+    let mut rows: Vec<Vec<Vec<f32>>> = parts
+        .into_iter()
+        .map(|p| vec![p.started.expect("prompt done").logits.expect("logits")])
+        .collect();
+    for _ in 1..N_OUT {
+        let (_, logits) = e.step_with_logits(&seqs).unwrap();
+        for (r, l) in rows.iter_mut().zip(logits) {
+            r.push(l);
+        }
+    }
+    for (i, (got, want)) in rows.iter().zip(&alone).enumerate() {
+        let what = format!("{arch}: prompt {i} of 3 prefilled together");
+        assert_same_bits(&what, got, want);
+    }
+}
+
+#[test]
+fn dense_prompts_prefilled_together_give_each_its_own_logits() {
+    prompts_prefilled_together("qwen3");
+}
+
+#[test]
+fn hybrid_prompts_prefilled_together_give_each_its_own_logits() {
+    prompts_prefilled_together("qwen35");
 }

@@ -1,7 +1,8 @@
 //! The Gated DeltaNet kernels against the CPU reference (`fak::reference::gated_delta`,
 //! `fak::reference::qwen35`): the gates and q/k norms, the recurrent form over batches of
 //! sequences, the chunked prefill against the step-by-step recurrence, prefill then decode
-//! against a longer prefill, the whole layer, a fixed dispatch count, and the state utilities
+//! against a longer prefill, sequences of any lengths in one step against each alone, the whole
+//! layer, a fixed dispatch count, and the state utilities
 //! (zeroing, snapshot and restore). Head ratios nk = 2, nv = 6 (and 4) in both head orders make a
 //! wrong key head show; dk/dv 16 and 128 cover both lane-group widths of the decode kernel.
 
@@ -421,6 +422,58 @@ fn a_mid_step_snapshot_is_the_state_the_rows_before_it_leave() {
                 &want_state.flat(0),
                 DELTA_TOL,
             );
+        }
+    }
+}
+
+/// Several sequences of different lengths at rows of their own in one step, as a prompt step of
+/// several prompts runs them (`SequenceTable::write_ragged`: not multiples of the 64-row chunk,
+/// padding rows between them, slots out of order): each sequence's outputs and final state are
+/// those of its rows run as a step alone, bit for bit (the same kernels sum the same values in
+/// the same order), in both forms; and the chunked form's snapshot of the second sequence after
+/// 64 of its rows is the state its first 64 rows leave.
+#[test]
+fn sequences_of_any_lengths_in_one_step_each_compute_as_alone() {
+    let ctx = gpu();
+    let mut rng = rng(0x6d7_000a);
+    let d = small_shapes()[2];
+    let weights = LayerWeights::random(&d, &mut rng);
+    let x = Projections::random(&d, 256, &mut rng);
+    let seqs = [(2u32, 0u32, 45u32), (0, 64, 130), (1, 224, 20)];
+    let start = CpuState::random(&d, 4, &mut rng);
+    let vd = d.value_dim() as usize;
+    let layer = || {
+        let layer = GpuLayer::new(ctx, ctx.paths(), d, &weights, (256, 3, 4));
+        layer.upload_state(ctx, &start);
+        layer
+    };
+    for form in [Form::Chunked, Form::Recurrent] {
+        let together = layer();
+        let save = (form == Form::Chunked).then_some((1, MidSave { rows: 64, slot: 3 }));
+        let got = together.step_ragged(ctx, &x, &seqs, form, save);
+        let state = together.download_state(ctx);
+        for (i, &(slot, row, len)) in seqs.iter().enumerate() {
+            let what = format!("{form:?}: sequence {i} ({len} rows from row {row})");
+            let rows = row as usize..(row + len) as usize;
+            let alone = layer();
+            let want = alone.step(ctx, &x.rows(&d, rows.clone()), &[slot], len, form);
+            let got_y = &got.y[rows.start * vd..rows.end * vd];
+            assert_close(&format!("{what}: y"), got_y, &want.y, Tolerance::EXACT);
+            let want_state = alone.download_state(ctx).flat(slot as usize);
+            let what = format!("{what}: state");
+            assert_close(
+                &what,
+                &state.flat(slot as usize),
+                &want_state,
+                Tolerance::EXACT,
+            );
+        }
+        if save.is_some() {
+            let head = layer();
+            head.step(ctx, &x.rows(&d, 64..128), &[0], 64, form);
+            let want = head.download_state(ctx).flat(0);
+            let what = "the second sequence's state after 64 rows";
+            assert_close(what, &state.flat(3), &want, Tolerance::EXACT);
         }
     }
 }

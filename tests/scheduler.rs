@@ -1,7 +1,7 @@
 //! The continuous-batching scheduler (`fak::runtime::scheduler`) on the tiny synthetic models,
 //! tick by tick: a long prompt is prefilled a budget's part per tick, each part followed by a
 //! decode step of the request already decoding, and both answers are the ones each request gets
-//! alone; a client that goes away mid-prefill frees its sequence (row and pages) for the next
+//! alone; requests arriving together are prefilled in one step, each answer its own alone; a client that goes away mid-prefill frees its sequence (row and pages) for the next
 //! request. Caches and activations NaN-poisoned at load.
 
 use fak::runtime::scheduler::{Client, Event, Request, Scheduler};
@@ -214,4 +214,66 @@ fn a_client_gone_mid_prefill_frees_its_sequence() {
     assert_eq!(tokens(&log, 1), next_alone);
     assert_eq!(heard(&log, 1).last(), Some(&Heard::Finished));
     assert_eq!(e.kv_pages_in_use(), idle_pages);
+}
+
+/// Three requests arriving together (prompts of 30, 70 and 45 tokens) are prefilled in one step
+/// of the first tick, all three started by its end (the engine's step counter: that prompt step
+/// and one decode step), and each greedy answer is its answer alone; so it is when a budget of
+/// 64 tokens per tick cuts their prompts across steps they share.
+fn requests_arriving_together_prefill_in_one_step(arch: &str) {
+    let mut e = engine(arch, 4);
+    let requests: Vec<Request> = [(30, 1), (70, 2), (45, 3)]
+        .into_iter()
+        .map(|(n, seed)| Request::greedy(random_ids(seed, n), 6))
+        .collect();
+    let log = Log::default();
+    let mut s = Scheduler::new(512);
+    for (id, r) in requests.iter().enumerate() {
+        s.submit(r.clone(), listener(id, &log).0);
+    }
+    let before = e.forward_steps();
+    s.tick(&mut e).unwrap();
+    assert_eq!(
+        e.forward_steps() - before,
+        2,
+        "{arch}: the first tick's steps (the prompts together, then a decode step)"
+    );
+    for id in 0..3 {
+        let first = heard(&log, id);
+        assert_eq!(
+            first[..2],
+            [Heard::Admitted, Heard::Started],
+            "{arch}: request {id} after the first tick"
+        );
+        // The prefill's token and the decode step's.
+        assert_eq!(tokens(&log, id).len(), 2, "{arch}: request {id}'s tokens");
+    }
+    run_until_idle(&mut s, &mut e);
+    // The same requests under a budget of 64 tokens per tick: prompts cut mid-way share steps
+    // with the next ones (the hybrid model's cut in whole 64-token chunks), and each answer is
+    // still its own.
+    let cut = Log::default();
+    let mut s = Scheduler::new(64);
+    for (id, r) in requests.iter().enumerate() {
+        s.submit(r.clone(), listener(id, &cut).0);
+    }
+    run_until_idle(&mut s, &mut e);
+    for (id, r) in requests.iter().enumerate() {
+        let want = alone(&mut e, r);
+        assert_eq!(tokens(&log, id), want, "{arch}: request {id}");
+        assert_eq!(tokens(&cut, id), want, "{arch}: request {id}, budget 64");
+        for log in [&log, &cut] {
+            assert_eq!(heard(log, id).last(), Some(&Heard::Finished));
+        }
+    }
+}
+
+#[test]
+fn dense_requests_arriving_together_prefill_in_one_step() {
+    requests_arriving_together_prefill_in_one_step("qwen3");
+}
+
+#[test]
+fn hybrid_requests_arriving_together_prefill_in_one_step() {
+    requests_arriving_together_prefill_in_one_step("qwen35");
 }

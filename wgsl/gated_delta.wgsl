@@ -63,15 +63,15 @@ fn decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
     let kh = (h / params.group_div) % params.nk;
     let dk4 = DK / 4u;
     let row_vec4s = params.conv_dim / 4u;
-    let state_row = ((seqs.slot[s] * params.nv + h) * params.dv + j) * dk4;
+    let state_row = ((seqs.seq[s].slot * params.nv + h) * params.dv + j) * dk4;
 
     var st: array<vec4<f32>, MAX_VEC>;
     for (var e = 0u; e < VEC; e++) {
         st[e] = state[state_row + e * ROW_LANES + lane];
     }
     var key: array<vec4<f32>, MAX_VEC>;
-    for (var t = 0u; t < seqs.len; t++) {
-        let r = s * seqs.len + t;
+    for (var t = 0u; t < seqs.seq[s].len; t++) {
+        let r = seqs.seq[s].start + t;
         let q_at = r * row_vec4s + kh * dk4 + lane;
         let k_at = r * row_vec4s + (params.nk + kh) * dk4 + lane;
         let beta = gates[r * 2u * params.nv + h];

@@ -1,6 +1,6 @@
 // gated_delta_chunk — the gated delta rule in its chunked form, for prefill (chunk C = 64)
 //
-// Math (model-spec.md §5.6), per sequence s (slot σ), value head h reading key head
+// Math (model-spec.md §5.6), per sequence s (slot σ, its rows as sequences.wgsl says), value head h reading key head
 // κ(h) = (h / group_div) mod nk, over chunks of C rows t of the sequence (the last chunk padded
 // with q = k = v = 0, β = g = 0, which changes neither outputs nor state; so is the first when
 // the table asks for `lead` zero rows before row 0, which puts a chunk boundary where a
@@ -28,11 +28,12 @@
 // bindings: 0 mixed (array<f32>, read: [n_tokens][conv_dim] after delta_prep: q̂, k̂, v heads)
 //           · 1 gates (array<f32>, read: [n_tokens][2·nv], β then g) · 2 seqs (Sequences, read)
 //           · 3 scratch (array<f32>, read_write: W [blocks][C][dk] at w_at, U [blocks][C][dv] at
-//           u_at, P [blocks][C][C] at p_at, γ [blocks][C] at gamma_at; block = (s·n_chunks + c)·nv
+//           u_at, P [blocks][C][C] at p_at, γ [blocks][C] at gamma_at; block = (chunk0_s + c)·nv
 //           + h) · 4 state (array<f32>, read_write: [slots][nv][dv][dk]) · 5 o (array<f32>,
 //           read_write: [n_tokens][nv·dv]) · 6 params (uniform Params)
-// dispatch: chunk_prepare (n_chunks, nv, count) × 256, n_chunks counted with room for C − 1 lead
-//           rows when count = 1 (chunks past the table's return at once); chunk_scan
+// dispatch: chunk_prepare (n_chunks, nv, count) × 256, n_chunks those of the longest sequence,
+//           counted with room for C − 1 lead rows when count = 1 (chunks past a sequence's
+//           return at once); chunk_scan
 //           (ceil(dv / 16), nv, count) × 128.
 // workgroup memory: prepare 25.8 KB; scan 4·(16·(dk + 1) + 64·16 + 2·64·17 + 64) bytes (21.3 KB
 //           at dk = 128, 29.5 KB at dk = 256): within the 32 KB of Metal and lavapipe.
@@ -98,16 +99,17 @@ struct Chunk {
     k_col: u32,
 }
 
-fn chunks() -> u32 {
-    return (seqs.len + seqs.lead + C - 1u) / C;
+// Chunks of sequence s (its lead rows included).
+fn chunks(s: u32) -> u32 {
+    return (seqs.seq[s].len + seqs.lead + C - 1u) / C;
 }
 
 fn chunk_of(c: u32, h: u32, s: u32) -> Chunk {
-    let len = seqs.len;
+    let e = seqs.seq[s];
     let lead = seqs.lead;
     let kh = (h / params.group_div) % params.nk;
-    return Chunk(s * len + c * C - lead, select(0u, lead, c == 0u), min(C, len + lead - c * C),
-                 (s * chunks() + c) * params.nv + h, kh * DK, (params.nk + kh) * DK);
+    return Chunk(e.start + c * C - lead, select(0u, lead, c == 0u), min(C, e.len + lead - c * C),
+                 (e.chunk0 + c) * params.nv + h, kh * DK, (params.nk + kh) * DK);
 }
 
 // Whether chunk row t is a row of the sequence (not padding).
@@ -146,8 +148,9 @@ fn load_gates(ch: Chunk, h: u32, tid: u32) {
 @compute @workgroup_size(256)
 fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
                  @builtin(local_invocation_index) tid: u32) {
-    // The host leaves room for lead rows in every one-sequence step (gated_delta_chunk.rs).
-    if wg.x >= chunks() {
+    // The host leaves room for lead rows in every one-sequence step, and counts the longest
+    // sequence's chunks in a batch (gated_delta_chunk.rs).
+    if wg.x >= chunks(wg.z) {
         return;
     }
     let h = wg.y;
@@ -279,7 +282,7 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
     let h = wg.y;
     let s = wg.z;
     let sp = DK + 1u;
-    let state_at = (seqs.slot[s] * params.nv + h) * params.dv * DK;
+    let state_at = (seqs.seq[s].slot * params.nv + h) * params.dv * DK;
     for (var e = tid; e < ROWS * DK; e += SCAN_WG) {
         let j = wg.x * ROWS + e / DK;
         var x = 0.0;
@@ -292,9 +295,10 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
     let jr = tid % ROWS;
     let tq = tid / ROWS;
     let j = wg.x * ROWS + jr;
-    let n_chunks = chunks();
+    let n_chunks = chunks(s);
     // The chunk after which the state is also the mid-step snapshot's (none: past the end).
-    let save_after = select(n_chunks, (seqs.lead + seqs.save_rows) / C - 1u, seqs.save_rows > 0u);
+    let saves = seqs.save_rows > 0u && s == seqs.save_seq;
+    let save_after = select(n_chunks, (seqs.lead + seqs.save_rows) / C - 1u, saves);
     for (var c = 0u; c < n_chunks; c++) {
         let ch = chunk_of(c, h, s);
         if tid < C {

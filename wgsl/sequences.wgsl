@@ -1,26 +1,36 @@
 // sequences — the batch a Gated DeltaNet step runs, written by the host before each step
 //
-// `count` sequences of `len` tokens each: token t of sequence s is row s·len + t of every
-// activation ([n_tokens, width] with n_tokens = count·len), and sequence s reads and writes the
-// conv and recurrent state of slot `slot[s]`. Decode is count = batch, len = 1; prefill is one
-// (or several equal-length) prompts. The slots of one batch are distinct (the host checks).
-// engine: `gpu::kernels::delta_state::SequenceTable`.
-// provides: struct Sequences. A kernel binds it as `var<storage, read> seqs: Sequences`.
-
+// `count` sequences: sequence s is the `seq[s].len` activation rows from row `seq[s].start` (a
+// decode step: one row each, s; a prompt step: one prompt's rows, or several prompts' rows one
+// after another with padding rows between them that no sequence reads), and it reads and writes
+// the conv and recurrent state of slot `seq[s].slot`. The chunked delta rule keeps sequence s's
+// chunk c in scratch block seq[s].chunk0 + c (the host counts them up). The slots of one batch
+// are distinct (the host checks).
+// engine: `gpu::step::SequenceTable`.
+// provides: struct Sequences, struct SeqEntry. A kernel binds it as `var<storage, read> seqs:
+//           Sequences`.
 //
-// A prefill (count = 1) may also take a snapshot of the state partway through the step, where
-// the prefix cache keeps one (a branch point inside the step): the state after the first
-// `save_rows` rows (0: none) is written to slot `save_slot` too, and the chunked delta rule puts
-// `lead` zero rows before row 0 so that one of its chunk boundaries falls there
-// (lead + save_rows is a multiple of the chunk; zero rows change neither outputs nor state).
+// A prefill may also take a snapshot of one sequence's state partway through the step, where
+// the prefix cache keeps one (a branch point inside the step): the state of sequence `save_seq`
+// after its first `save_rows` rows (0: none) is written to slot `save_slot` too. With one
+// sequence (count = 1) the chunked delta rule puts `lead` zero rows before row 0 so that one of
+// its chunk boundaries falls there (lead + save_rows is a multiple of the chunk; zero rows change
+// neither outputs nor state); with several, lead = 0 and save_rows is a multiple of the chunk.
+struct SeqEntry {
+    slot: u32,
+    start: u32,
+    len: u32,
+    chunk0: u32,
+}
+
 struct Sequences {
     count: u32,
-    len: u32,
     lead: u32,
     save_rows: u32,
     save_slot: u32,
+    save_seq: u32,
     pad0: u32,
     pad1: u32,
     pad2: u32,
-    slot: array<u32>,
+    seq: array<SeqEntry>,
 }

@@ -1,12 +1,13 @@
 // ssm_conv — causal depthwise conv1d over time, then SiLU, with the rolling conv state
 //
-// Math (model-spec.md §5.4.2), per sequence s (state slot σ = seqs.slot[s]), token t < len and
-// channel c < conv_dim, K taps per channel (tap 0 multiplies the oldest input):
-//   y[s·len + t][c] = silu( Σ_{j<K} w[c·K + j] · x(t − K + 1 + j) )
-//   x(τ) = m[s·len + τ][c] for τ ≥ 0, else state[σ][K − 1 + τ][c]  (the K−1 raw rows before the
+// Math (model-spec.md §5.4.2), per sequence s (state slot σ = seqs.seq[s].slot, rows from
+// r_s = seqs.seq[s].start), token t < len = seqs.seq[s].len and channel c < conv_dim, K taps per
+// channel (tap 0 multiplies the oldest input):
+//   y[r_s + t][c] = silu( Σ_{j<K} w[c·K + j] · x(t − K + 1 + j) )
+//   x(τ) = m[r_s + τ][c] for τ ≥ 0, else state[σ][K − 1 + τ][c]  (the K−1 raw rows before the
 //          sequence, oldest first; zeros at a sequence start, where the host zeroed the slot)
 // and afterwards state[σ][i][c] = x(len − K + 1 + i) for i < K−1: the last K−1 raw rows.
-// With a mid-step snapshot (sequences.wgsl: save_rows > 0, prefill only) also
+// With a mid-step snapshot (sequences.wgsl: save_rows > 0, prefill only), for s = save_seq also
 //   state[save_slot][i][c] = x(save_rows − K + 1 + i): the conv state after save_rows rows.
 //
 // m is read through a view (view.wgsl): row r is at params.m.offset + r·params.m.token_stride, so
@@ -16,7 +17,7 @@
 //           · 1 w (array<f32>, read: GGUF ssm_conv1d, F32, ne = [K, conv_dim])
 //           · 2 seqs (Sequences, read) · 3 state (array<f32>, read_write: [slots][K−1][conv_dim])
 //           · 4 y (array<f32>, read_write: [n_tokens][conv_dim]) · 5 params (uniform Params)
-// dispatch: (ceil(conv_dim / WG), ceil(len / TILE), count) workgroups of WG invocations; an
+// dispatch: (ceil(conv_dim / WG), ceil(longest len / TILE), count) workgroups of WG invocations; an
 //           invocation is one channel of TILE consecutive tokens of one sequence, so adjacent
 //           invocations read adjacent channels (coalesced) and each raw value is read
 //           (TILE + K − 1) / TILE times instead of K.
@@ -63,13 +64,16 @@ fn silu(x: f32) -> f32 {
 fn conv_silu(@builtin(global_invocation_id) id: vec3<u32>) {
     let c = id.x;
     let s = id.z;
-    let len = seqs.len;
     let t0 = id.y * TILE;
-    if c >= params.conv_dim || t0 >= len || s >= seqs.count {
+    if c >= params.conv_dim || s >= seqs.count {
         return;
     }
-    let row0 = s * len;
-    let state_base = seqs.slot[s] * (K - 1u) * params.conv_dim + c;
+    let len = seqs.seq[s].len;
+    if t0 >= len {
+        return;
+    }
+    let row0 = seqs.seq[s].start;
+    let state_base = seqs.seq[s].slot * (K - 1u) * params.conv_dim + c;
     var taps: array<f32, MAX_K>;
     for (var j = 0u; j < K; j++) {
         taps[j] = w[c * K + j];
@@ -93,7 +97,7 @@ fn conv_silu(@builtin(global_invocation_id) id: vec3<u32>) {
     }
     if id.y == 0u {
         // The mid-step snapshot first: it may read the old state, which the next loop replaces.
-        if seqs.save_rows > 0u {
+        if seqs.save_rows > 0u && s == seqs.save_seq {
             let save_base = seqs.save_slot * (K - 1u) * params.conv_dim + c;
             for (var i = 0u; i + 1u < K; i++) {
                 state[save_base + i * params.conv_dim] =

@@ -55,8 +55,9 @@ pub struct Args {
     #[arg(long)]
     pub page_size: Option<u32>,
     /// Prompt tokens prefilled between two decode steps (at least one prefill step; a hybrid
-    /// model's in whole 64-token chunks): a long prompt is prefilled a part per step, so the
-    /// sequences already decoding wait about this many tokens' prefill between two tokens.
+    /// model's in whole 64-token chunks), several requests' prompts together in one step: a long
+    /// prompt is prefilled a part per step, so the sequences already decoding wait about this
+    /// many tokens' prefill between two tokens.
     #[arg(long, default_value_t = 512, value_parser = tokens(1))]
     pub prefill_budget: usize,
     /// Largest request body accepted (bytes, or with a K, M or G suffix).

@@ -13,7 +13,7 @@ use super::tensors::{Mixer, Tensors};
 use super::{DeviceModel, DevicePlan, ModelError, vector};
 use crate::gguf::Gguf;
 use crate::gpu::kernels::delta_state::{DeltaDims, DeltaState};
-use crate::gpu::kernels::gated_delta_chunk::ChunkScratch;
+use crate::gpu::kernels::gated_delta_chunk::{CHUNK, ChunkScratch};
 use crate::gpu::kernels::rope::RopeTable;
 use crate::gpu::profile::StepMarks;
 use crate::gpu::step::{SeqBatch, StepIo};
@@ -212,10 +212,10 @@ impl Decoder {
         &self,
         encoder: &mut wgpu::CommandEncoder,
         batch: SeqBatch,
-        rows: HeadRows,
+        rows: HeadRows<'_>,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        let (k, n) = (&self.kernels, batch.count * batch.len);
+        let (k, n) = (&self.kernels, batch.rows);
         let layers = |pass: &mut wgpu::ComputePass, marks: &mut StepMarks| {
             self.record_layers(pass, batch, marks)
         };
@@ -229,7 +229,7 @@ impl Decoder {
         batch: SeqBatch,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        let (k, n) = (&self.kernels, batch.count * batch.len);
+        let (k, n) = (&self.kernels, batch.rows);
         for l in &self.layers {
             match &l.mixer {
                 MixerBlock::Attention(m) => m.record(k, &self.attention, pass, n, marks)?,
@@ -268,10 +268,7 @@ impl DeviceModel for Decoder {
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let tail = if all_logits { n_tokens } else { 1 };
-        let batch = SeqBatch {
-            count: 1,
-            len: n_tokens,
-        };
+        let batch = SeqBatch::uniform(1, n_tokens);
         self.record(encoder, batch, HeadRows::Tail(tail), marks)
     }
 
@@ -281,11 +278,32 @@ impl DeviceModel for Decoder {
         n_seqs: u32,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        let batch = SeqBatch {
-            count: n_seqs,
-            len: 1,
-        };
+        let batch = SeqBatch::uniform(n_seqs, 1);
         self.record(encoder, batch, HeadRows::Batch, marks)
+    }
+
+    fn encode_prompts(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        batch: SeqBatch,
+        last_rows: &[u32],
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError> {
+        self.record(encoder, batch, HeadRows::Rows(last_rows), marks)
+    }
+
+    fn prompt_alignment(&self) -> u32 {
+        let attention = self.attention.prompt_alignment();
+        let gcd = |mut a: u32, mut b: u32| {
+            while b != 0 {
+                (a, b) = (b, a % b);
+            }
+            a
+        };
+        match self.delta {
+            Some(_) => attention / gcd(attention, CHUNK) * CHUNK,
+            None => attention,
+        }
     }
 
     fn encode_reset(&self, encoder: &mut wgpu::CommandEncoder, slot: u32) -> Result<(), GpuError> {

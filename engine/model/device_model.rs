@@ -32,6 +32,27 @@ pub trait DeviceModel {
         marks: &mut StepMarks,
     ) -> Result<(), GpuError>;
 
+    /// Records one step over the prompt tokens of several sequences (`batch.rows` rows as
+    /// `io.seqs` was written with `write_ragged`: ids in `io.ids`, each token's position and
+    /// page-table row in `io.tokens`, each sequence's rows starting on a multiple of
+    /// [`DeviceModel::prompt_alignment`] with padding tokens between, see `StepIo::pad_row`):
+    /// every layer in the prompt role over all of them (the weights read once), then the head
+    /// over `last_rows` (each sequence's last row), row i's logits into row i of `io.logits`
+    /// and its argmax into `io.ids[i]` (`io.tail_step.n_tokens` must be `last_rows.len()`).
+    /// Each row's results are those of its prompt run alone.
+    fn encode_prompts(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        batch: crate::gpu::step::SeqBatch,
+        last_rows: &[u32],
+        marks: &mut StepMarks,
+    ) -> Result<(), GpuError>;
+
+    /// The tokens each sequence's rows start on a multiple of in [`DeviceModel::encode_prompts`]
+    /// (the prefill attention's; a hybrid model's also on the delta rule's chunk, so that its
+    /// chunks in all fit the scratch of one prefill chunk).
+    fn prompt_alignment(&self) -> u32;
+
     /// Records whatever a new sequence on state slot `slot` (its page-table row) needs beyond
     /// position 0 (hybrid models zero the slot's recurrent and conv states; attention caches
     /// need nothing, positions overwrite them).

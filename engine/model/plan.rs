@@ -20,7 +20,8 @@ pub struct DevicePlan {
     pub logit_rows: u32,
     /// Token slots per KV page.
     pub page_size: u32,
-    /// Physical pages of the KV pool all sequences and cached prefixes share.
+    /// Physical pages of the KV pool all sequences and cached prefixes share, and the padding
+    /// page after them ([`DevicePlan::pad_page`]).
     pub kv_pages: u32,
     /// Sequences in flight at once (page-table rows, rows of a batched decode step).
     pub max_seqs: u32,
@@ -83,7 +84,7 @@ impl DevicePlan {
 
     /// Sizes the KV pool: pages of `page_size` tokens (of `kv_elem_bytes`-byte elements) for
     /// `max_seqs` sequences of up to `max_context` tokens each, plus `cache_mem` bytes of cached
-    /// prefixes; and the recurrent state of `max_seqs` sequences.
+    /// prefixes, and the padding page; and the recurrent state of `max_seqs` sequences.
     pub fn size_kv_pool(
         &mut self,
         page_size: u32,
@@ -95,13 +96,24 @@ impl DevicePlan {
         self.max_seqs = max_seqs.max(1);
         self.kv_elem_bytes = kv_elem_bytes;
         let cached = cache_mem / self.kv_page_bytes().max(1);
-        let pages = u64::from(self.max_seqs) * u64::from(self.pages_per_row()) + cached;
+        let pages = u64::from(self.max_seqs) * u64::from(self.pages_per_row()) + cached + 1;
         self.kv_pages = pages.min(u64::from(u32::MAX)) as u32;
         // Saturating: a size past u64 (an absurd page size or budget) stays the largest size,
         // which no adapter has, so the memory check refuses it instead of a wrapped small one.
         self.cache_bytes = u64::from(self.kv_pages)
             .saturating_mul(self.kv_page_bytes())
             .saturating_add(u64::from(self.max_seqs).saturating_mul(self.state_bytes));
+    }
+
+    /// The last page of the pool, which no sequence or cached prefix holds: the padding tokens
+    /// of a step of several prompts write their K and V there (`StepIo::pad_row`).
+    pub fn pad_page(&self) -> u32 {
+        self.kv_pages - 1
+    }
+
+    /// Physical pages sequences and cached prefixes draw from (all but the padding page).
+    pub fn shared_pages(&self) -> u32 {
+        self.kv_pages - 1
     }
 
     /// Pages one sequence of `max_context` tokens spans.

@@ -6,9 +6,11 @@
 //! mappable buffer) while the next steps already run, and handed to the caller the moment it is
 //! known. Sampled decode reads the last row's logits back every step and samples on the CPU.
 
+mod prompts;
 mod session;
 mod snapshots;
 
+pub use prompts::PromptPart;
 pub use session::{SeqId, Started};
 pub use snapshots::SnapshotStats;
 
@@ -239,12 +241,12 @@ impl Engine {
             plan.max_tokens,
             plan.logit_rows,
             plan.n_vocab as u32,
-            (plan.max_seqs, plan.pages_per_row()),
+            (plan.max_seqs, plan.pages_per_row(), plan.pad_page()),
         )?;
         let cache = PrefixCache::new(CacheConfig {
             page_size: plan.page_size as usize,
             page_bytes: plan.kv_page_bytes(),
-            n_pages: plan.kv_pages,
+            n_pages: plan.shared_pages(),
             budget: options.cache_mem,
         })?;
         if plan.poison {

@@ -1,5 +1,5 @@
 //! Continuous batching over the engine's sequence API ([`Engine::begin`] /
-//! [`Engine::prefill_part`] / [`Engine::step`] / [`Engine::finish`]): requests join and leave
+//! [`Engine::prefill_together`] / [`Engine::step`] / [`Engine::finish`]): requests join and leave
 //! between decode steps, one batched step serves every sequence decoding (up to the engine's
 //! `max_seqs` in flight), and the rest wait first come, first served. What `fak serve` and the
 //! benchmark's engine child (`harness serve-arm`) both drive.
@@ -7,9 +7,10 @@
 //! Each [`Scheduler::tick`] ends the sequences whose clients went away (decoding, prefilling or
 //! waiting), admits waiting requests while a sequence is free (each takes a row and its pages,
 //! reusing what the prefix cache holds, and joins the prefilling sequences; nothing is computed
-//! yet), spends a budget of prompt tokens on the prefilling sequences in arrival order (each
-//! prefilled alone, a part of its prompt at a time: a long prompt takes several ticks), and runs
-//! one decode step over the sequences whose prefill is done. So the sequences already decoding
+//! yet), spends a budget of prompt tokens on the prefilling sequences in arrival order (several
+//! prompts prefilled together in one step, the weights read once for all of them; a long prompt
+//! a part at a time: it takes several ticks), and runs one decode step over the sequences whose
+//! prefill is done. So the sequences already decoding
 //! wait about one budget's prefill between two tokens, however long a new prompt is. A request
 //! whose KV pages do not fit while others hold pages waits at the head of the queue until they
 //! finish; alone, it fails.
@@ -228,31 +229,64 @@ impl<C: Client> Scheduler<C> {
         Ok(())
     }
 
-    /// Spends the tick's prompt budget on the prefilling sequences, oldest first: the oldest gets
-    /// at least one step, the next ones what the budget has left. A sequence whose prompt is done
-    /// hears `Started` and its first token, and decodes from the next step on.
+    /// Spends the tick's prompt budget on the prefilling sequences, oldest first, in steps that
+    /// each prefill as many of their prompts together as the budget left and one prefill chunk
+    /// hold ([`Engine::prefill_together`]): the oldest gets at least one step's worth, the next
+    /// ones what the budget has left; a prompt cut by the prefill chunk (not the budget) goes on
+    /// in the next step. A sequence whose prompt is done hears `Started` and its first token,
+    /// and decodes from the next step on.
     fn prefill(&mut self, engine: &mut Engine) -> Result<(), RuntimeError> {
         let mut budget = self.prefill_budget;
-        while let Some(mut p) = self.prefilling.pop_front() {
-            let left = engine.prompt_left(p.seq)?;
-            match engine.prefill_part(p.seq, budget) {
-                Ok(None) => {
-                    // The part spent the budget; the rest of the prompt goes on next tick.
-                    self.prefilling.push_front(p);
+        while !self.prefilling.is_empty() && budget > 0 {
+            let seqs: Vec<SeqId> = self.prefilling.iter().map(|p| p.seq).collect();
+            let parts = match engine.prefill_together(&seqs, budget) {
+                Ok(parts) => parts,
+                Err(e) => {
+                    self.fail_closed(engine, e);
                     break;
                 }
-                Ok(Some(started)) => self.start_running(engine, p, started)?,
-                Err(e) => {
-                    // The engine closed the sequence.
-                    p.client.send(Event::Failed(e));
-                }
+            };
+            let unfinished = parts.iter().any(|p| p.started.is_none());
+            for part in &parts {
+                budget = budget.saturating_sub(part.tokens);
             }
-            budget = budget.saturating_sub(left);
-            if budget == 0 {
+            // A prompt left unfinished with less than a step's grain of budget left: spent.
+            let spent = unfinished && budget < engine.prompt_grain();
+            if parts.is_empty() {
+                break;
+            }
+            for part in parts {
+                let Some(started) = part.started else {
+                    continue;
+                };
+                let at = self.prefilling.iter().position(|p| p.seq == part.seq);
+                let p = at
+                    .and_then(|at| self.prefilling.remove(at))
+                    .expect("the engine prefilled one of the prefilling sequences");
+                self.start_running(engine, p, started)?;
+            }
+            if spent {
+                // The rest of the prompt goes on next tick.
                 break;
             }
         }
         Ok(())
+    }
+
+    /// After a failed prefill step (the engine closed its sequences): tells their clients.
+    fn fail_closed(&mut self, engine: &Engine, e: RuntimeError) {
+        let why = format!("a prefill step of several requests failed: {e}");
+        let mut error = Some(e);
+        for mut p in std::mem::take(&mut self.prefilling) {
+            if engine.prompt_left(p.seq).is_ok() {
+                self.prefilling.push_back(p);
+                continue;
+            }
+            let e = error
+                .take()
+                .unwrap_or_else(|| RuntimeError::Request(why.clone()));
+            p.client.send(Event::Failed(e));
+        }
     }
 
     /// Tells a prefilled request's client it started, with its first token, and makes it

@@ -548,6 +548,21 @@ impl GpuLayer {
         self.run(ctx, x, form, |table| table.write(ctx, len, slots))
     }
 
+    /// Several sequences at rows of their own in one step: `(slot, first row, tokens)` each
+    /// ([`SequenceTable::write_ragged`]; `x` holds every row, padding between them included),
+    /// with sequence `save.0`'s state after `save.1.rows` of its tokens also written to
+    /// `save.1.slot`. The outputs are read over all the step's rows.
+    pub fn step_ragged(
+        &self,
+        ctx: &GpuContext,
+        x: &Projections,
+        seqs: &[(u32, u32, u32)],
+        form: Form,
+        save: Option<(usize, MidSave)>,
+    ) -> GpuOutputs {
+        self.run(ctx, x, form, |table| table.write_ragged(ctx, seqs, save))
+    }
+
     /// A chunked prefill of `len` tokens on `slot` that also writes the state after `save.rows`
     /// of them to `save.slot` (a mid-step snapshot).
     pub fn prefill_saving(
@@ -578,7 +593,7 @@ impl GpuLayer {
         self.write_proj(ctx, [Some(&x.m), Some(&x.z), Some(&x.b), Some(&x.a)]);
         let batch = write_table(&self.table).expect("sequence table");
         self.record_step(ctx, batch, form);
-        let n = batch.tokens() as usize;
+        let n = batch.rows as usize;
         GpuOutputs {
             mixed: read(ctx, &b.mixed, n * d.conv_dim() as usize),
             gates: read(ctx, &b.gates, n * 2 * d.nv as usize),
@@ -588,7 +603,7 @@ impl GpuLayer {
     }
 
     fn record_step(&self, ctx: &GpuContext, batch: SeqBatch, form: Form) {
-        let n = batch.tokens() as u32;
+        let n = batch.rows;
         let k = &self.bindings;
         ctx.run_pass("gdn layer", |pass| {
             self.conv.encode(pass, &k.conv, batch).expect("encode conv");

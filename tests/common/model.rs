@@ -214,7 +214,7 @@ pub fn assert_plan_sizes_the_activations(path: &Path, chunks: &[u32]) {
     let ctx = crate::gpu();
     for &chunk in chunks {
         let plan = DevicePlan::of(&gguf, Some(256), chunk).unwrap();
-        let rows = (plan.max_seqs, plan.pages_per_row());
+        let rows = (plan.max_seqs, plan.pages_per_row(), plan.pad_page());
         let n_vocab = plan.n_vocab as u32;
         let io = StepIo::new(ctx, plan.max_tokens, plan.logit_rows, n_vocab, rows).unwrap();
         let model = load_device_model(ctx, &gguf, &io, &plan).unwrap();

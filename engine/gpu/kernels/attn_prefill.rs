@@ -411,7 +411,13 @@ impl AttnPrefill {
         self.tile
     }
 
-    /// (token, query head) rows per workgroup.
+    /// The attention shape it was built for.
+    pub fn shape(&self) -> AttnShape {
+        self.shape
+    }
+
+    /// (token, query head) rows per workgroup. A tile reads the page-table row of its first
+    /// token (the host keeps two sequences out of one tile: `StepIo::pad_row`).
     pub fn rows_per_tile(&self) -> u32 {
         self.tile.map_or(SCALAR_ROWS, CoopTile::rows)
     }

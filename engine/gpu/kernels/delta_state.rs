@@ -541,7 +541,7 @@ pub(crate) fn check_batch(
             ),
         });
     }
-    check_tokens(kernel, batch.tokens(), max_tokens)
+    check_tokens(kernel, u64::from(batch.rows), max_tokens)
 }
 
 pub(crate) fn check_tokens(

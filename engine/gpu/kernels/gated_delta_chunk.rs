@@ -267,16 +267,24 @@ impl GatedDeltaChunked {
     /// heads, sequences), then chunk_scan over (state-row blocks, value heads, sequences). A
     /// one-sequence step gets room for the lead rows of a mid-step snapshot
     /// ([`super::delta_state::MidSave`]): its chunks are counted over len + CHUNK − 1 rows, and
-    /// the workgroups of a chunk past the table's last return at once.
+    /// the workgroups of a chunk past the table's last return at once. Several sequences of
+    /// any lengths ([`SequenceTable::write_ragged`]) take the longest one's chunks in the grid,
+    /// and their chunks in all must fit the scratch.
     pub fn plan(&self, binding: &ChunkBinding, batch: SeqBatch) -> Result<Vec<Dispatch>, GpuError> {
         check_batch(Self::NAME, batch, binding.max_tokens, binding.max_seqs)?;
+        // The grid counts the longest sequence's chunks; the scratch holds every sequence's.
         let lead_room = if batch.count == 1 { CHUNK - 1 } else { 0 };
         let chunks = (batch.len + lead_room).div_ceil(CHUNK);
-        if u64::from(chunks) * u64::from(batch.count) > u64::from(binding.chunks) {
+        let blocks = if batch.count == 1 {
+            chunks
+        } else {
+            batch.chunks
+        };
+        if blocks > binding.chunks {
             return Err(GpuError::Shape {
                 kernel: Self::NAME,
                 message: format!(
-                    "{} sequences of {chunks} chunks exceed the scratch's {} chunks",
+                    "{} sequences of {blocks} chunks in all exceed the scratch's {} chunks",
                     batch.count, binding.chunks
                 ),
             });

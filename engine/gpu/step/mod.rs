@@ -21,13 +21,16 @@
 //!   norm, LM head, argmax) are bound to it, so a prefill step computes logits for its last token
 //!   only.
 //! - `tokens`: each token's position and page-table row (`TokenSlot`), written every step: the
-//!   consecutive positions of a prefill chunk, or one slot per sequence of a batched decode.
+//!   consecutive positions of a prefill chunk, one slot per sequence of a batched decode, or
+//!   several prompts' chunks one after another with padding tokens between them.
 //! - `pages`: the page table, one row per sequence slot, mapping a sequence's logical pages to
 //!   physical pages of the shared KV pool (shared prefix pages from the prefix cache, then its
-//!   own).
+//!   own), and a last row ([`StepIo::pad_row`]) whose every page is the pool's padding page: a
+//!   step of several prompts puts padding tokens between them (see [`StepIo::pad_row`]) and
+//!   their K and V land there.
 //! - `seqs`: the sequences of a step for models with recurrent state (`SequenceTable`): one
-//!   prompt of `n` tokens, or one token of each sequence of a batched decode, each reading and
-//!   writing the state slot of its page-table row. Written every step, like `tokens`. One more
+//!   prompt of `n` tokens, one token of each sequence of a batched decode, or several prompts'
+//!   rows, each reading and writing the state slot of its page-table row. Written every step, like `tokens`. One more
 //!   slot than rows: the spare ([`StepIo::spare_slot`]) a prefill step writes the state of a
 //!   branch point inside it to, for the prefix cache to copy out.
 
@@ -50,8 +53,9 @@ pub const MAX_BATCH: u32 = 8;
 /// else its step holds (a server's answers are the same under load).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StepKind {
-    /// Consecutive prompt tokens of one sequence, however few: the mat-mul, the prefill
-    /// attention, the chunked delta rule.
+    /// Prompt tokens, however few, of one sequence or of several (each sequence's consecutive
+    /// tokens on rows of their own): the mat-mul, the prefill attention, the chunked delta
+    /// rule.
     Prompt,
     /// One generated token of each of the step's sequences (one or a batch): the mat-vec, the
     /// decode attention, the recurrent delta rule.
@@ -142,14 +146,26 @@ impl StepIo {
         self.seqs.n_slots() - 1
     }
 
+    /// The page-table row of padding tokens. A step of several sequences' prompt tokens starts
+    /// each sequence's rows on a multiple of the prefill attention's row tile (in tokens), so
+    /// that no tile holds two sequences: a tile reads the keys of its first token's page-table
+    /// row up to its last token's position, and each row then sums exactly what it sums when
+    /// its prompt runs alone. The rows between sequences are padding tokens on this row, at the
+    /// position of the last token before them (the tile's key limit stays that token's); their
+    /// K and V go to the padding page, and nothing reads their outputs.
+    pub fn pad_row(&self) -> u32 {
+        self.pages.rows - 1
+    }
+
     /// Buffers for steps of up to `max_tokens` tokens, `logit_rows` rows of logits, and a page
-    /// table of `page_rows` rows of `pages_per_row` pages (a row and a state slot per sequence).
+    /// table of `page_rows` rows of `pages_per_row` pages (a row and a state slot per sequence)
+    /// and the padding row, every page of which is `pad_page`.
     pub fn new(
         ctx: &GpuContext,
         max_tokens: u32,
         logit_rows: u32,
         n_vocab: u32,
-        (page_rows, pages_per_row): (u32, u32),
+        (page_rows, pages_per_row, pad_page): (u32, u32, u32),
     ) -> Result<StepIo, GpuError> {
         let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
         let with = |label: &str, bytes: u64| -> Result<wgpu::Buffer, GpuError> {
@@ -157,6 +173,8 @@ impl StepIo {
             debug_assert!(b.usage().contains(usage));
             Ok(b)
         };
+        let mut page_rows_and_pad = vec![Vec::new(); page_rows as usize];
+        page_rows_and_pad.push(vec![pad_page; pages_per_row as usize]);
         Ok(StepIo {
             step: StepBuffer::new(ctx),
             tail_step: StepBuffer::new(ctx),
@@ -167,7 +185,7 @@ impl StepIo {
                 "token slots",
                 u64::from(max_tokens) * std::mem::size_of::<TokenSlot>() as u64,
             )?,
-            pages: PageTable::from_rows(ctx, pages_per_row, &vec![Vec::new(); page_rows as usize])?,
+            pages: PageTable::from_rows(ctx, pages_per_row, &page_rows_and_pad)?,
             // One slot per page-table row, and the spare a mid-step snapshot goes to.
             seqs: SequenceTable::new(ctx, page_rows, page_rows + 1)?,
             max_tokens,

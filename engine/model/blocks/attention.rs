@@ -119,6 +119,20 @@ impl AttentionKernels {
         })
     }
 
+    /// The tokens each sequence's rows start on a multiple of in a step of several prompts
+    /// (`StepIo::pad_row`): the fewest whole (token, query head) row tiles of the prefill
+    /// attention that hold whole tokens, lcm(rows per tile, GROUP) / GROUP.
+    pub fn prompt_alignment(&self) -> u32 {
+        let (tile, group) = (self.prefill.rows_per_tile(), self.prefill.shape().group());
+        let gcd = |mut a: u32, mut b: u32| {
+            while b != 0 {
+                (a, b) = (b, a % b);
+            }
+            a
+        };
+        tile / gcd(tile, group)
+    }
+
     /// The shared pool: `kv_pages` pages, rows long enough for `max_context` tokens.
     fn layout(&self, dims: &AttentionDims, dtype: KvDtype) -> KvLayout {
         KvLayout {

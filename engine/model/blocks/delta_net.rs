@@ -191,8 +191,8 @@ impl DeltaNetBlock {
         })
     }
 
-    /// Records the layer for `batch`: one sequence of `batch.len` tokens, or one token of each
-    /// of `batch.count` sequences.
+    /// Records the layer for `batch`: one sequence of `batch.len` tokens, one token of each of
+    /// `batch.count` sequences, or several prompts' rows (over the step's `batch.rows` rows).
     pub fn record(
         &self,
         k: &Kernels,
@@ -201,7 +201,7 @@ impl DeltaNetBlock {
         batch: SeqBatch,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        let n = batch.count * batch.len;
+        let n = batch.rows;
         self.projections.record(k, pass, n, marks, "attn_norm")?;
         let conv = d.conv.encode(pass, &self.conv, batch)?;
         marks.op(pass, "ssm_conv", conv);

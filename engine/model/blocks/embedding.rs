@@ -110,7 +110,7 @@ impl Ends {
         encoder: &mut wgpu::CommandEncoder,
         label: &str,
         n: u32,
-        rows: HeadRows,
+        rows: HeadRows<'_>,
         marks: &mut StepMarks,
         layers: impl FnOnce(&mut wgpu::ComputePass, &mut StepMarks) -> Result<(), GpuError>,
     ) -> Result<(), GpuError> {
@@ -129,11 +129,14 @@ impl Ends {
 
 /// Which rows of a step the output head turns into logits and tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HeadRows {
+pub enum HeadRows<'a> {
     /// The last `tail` rows of one sequence's step; the argmax of the last goes to the history.
     Tail(u32),
     /// Every row of a batched decode step, one per sequence; row r's argmax to `io.ids[r]`.
     Batch,
+    /// The given rows of a step of several prompts (each sequence's last row), in order: the
+    /// i-th one's logits are row i of `io.logits`, its argmax goes to `io.ids[i]`.
+    Rows(&'a [u32]),
 }
 
 /// After the last layer: the last row (or every row, for the quality path and batched decode)
@@ -222,15 +225,34 @@ impl OutputHead {
         encoder: &mut wgpu::CommandEncoder,
         x: &wgpu::Buffer,
         n: u32,
-        rows: HeadRows,
+        rows: HeadRows<'_>,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let (tail, argmax) = match rows {
             HeadRows::Tail(tail) => (tail, &self.argmax),
             HeadRows::Batch => (n, &self.argmax_rows),
+            HeadRows::Rows(picked) => (picked.len() as u32, &self.argmax_rows),
         };
-        let skip = u64::from(n - tail) * self.row_bytes;
-        encoder.copy_buffer_to_buffer(x, skip, &self.tail_x, 0, u64::from(tail) * self.row_bytes);
+        match rows {
+            HeadRows::Rows(picked) => {
+                for (i, &r) in picked.iter().enumerate() {
+                    if r >= n {
+                        return Err(GpuError::Shape {
+                            kernel: "output head",
+                            message: format!("row {r} of a step of {n} rows"),
+                        });
+                    }
+                    let (from, to) = (u64::from(r), i as u64);
+                    let bytes = self.row_bytes;
+                    encoder.copy_buffer_to_buffer(x, from * bytes, &self.tail_x, to * bytes, bytes);
+                }
+            }
+            _ => {
+                let skip = u64::from(n - tail) * self.row_bytes;
+                let bytes = u64::from(tail) * self.row_bytes;
+                encoder.copy_buffer_to_buffer(x, skip, &self.tail_x, 0, bytes);
+            }
+        }
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("output head"),
             timestamp_writes: None,

@@ -68,16 +68,16 @@ pub(super) struct Sequence {
     /// Where the prompt's prefill stops to snapshot recurrent state (hybrid models), ascending,
     /// each rounded down to [`Engine::state_grid`]: the branch point the tree knows, every
     /// `snapshot_every` tokens, and the prompt's end.
-    snapshot_at: Vec<usize>,
+    pub(super) snapshot_at: Vec<usize>,
     /// Recurrent states its prefill took at `snapshot_at` so far (position, snapshot), for the
     /// prefix cache once the prompt is done or the sequence closes.
-    snapshots: Vec<(usize, wgpu::Buffer)>,
+    pub(super) snapshots: Vec<(usize, wgpu::Buffer)>,
     /// Whether its prefill's last step reads its logits back ([`Engine::begin`]).
-    logits: bool,
+    pub(super) logits: bool,
     /// Whether its pages may be shared through the prefix cache.
     cached: bool,
     /// Host time of its request's phases so far (`wait` is set by whoever waits).
-    phases: PrefillPhases,
+    pub(super) phases: PrefillPhases,
 }
 
 /// A sequence's position and recurrent state at one moment ([`Engine::checkpoint`]).
@@ -115,7 +115,7 @@ impl Engine {
     /// The fewest tokens a prefill step takes short of the prompt's end: one delta-rule chunk
     /// for a hybrid model (fewer only where a whole prefill chunk is smaller), so that a part's
     /// budget never cuts a step off the chunk grid; one token otherwise.
-    fn prompt_grain(&self) -> usize {
+    pub fn prompt_grain(&self) -> usize {
         match self.model.state_bytes() > 0 {
             true => (CHUNK as usize).min(self.io.max_tokens as usize),
             false => 1,
@@ -351,7 +351,7 @@ impl Engine {
 
     /// A snapshot of the recurrent state in `slot` (a sequence's row, or the spare a mid-step
     /// snapshot went to), in a buffer of the snapshot pool.
-    fn save_slot_state(&mut self, slot: u32) -> Result<wgpu::Buffer, RuntimeError> {
+    pub(super) fn save_slot_state(&mut self, slot: u32) -> Result<wgpu::Buffer, RuntimeError> {
         let buffer = self.snapshots.take(&self.ctx)?;
         let mut encoder = self.encoder("state snapshot");
         self.model.encode_save_state(&mut encoder, slot, &buffer)?;
@@ -362,7 +362,10 @@ impl Engine {
     /// Returns the snapshot buffers the prefix cache let go, and `more`, to the pool, which
     /// keeps what fits the budget beside the bytes the cache holds. Called after the work that
     /// may still use them was submitted.
-    fn reclaim_snapshots(&mut self, more: Vec<wgpu::Buffer>) -> Result<(), RuntimeError> {
+    pub(super) fn reclaim_snapshots(
+        &mut self,
+        more: Vec<wgpu::Buffer>,
+    ) -> Result<(), RuntimeError> {
         let mut buffers = self.cache.take_released();
         buffers.extend(more);
         let room = self
@@ -414,7 +417,7 @@ impl Engine {
     /// Inserts the first `computed` tokens into the prefix cache, their last page as a tail
     /// when partly filled (the sequence holds the node their whole pages end at), and attaches
     /// `snapshots` (position, state).
-    fn cache_prefix(
+    pub(super) fn cache_prefix(
         &mut self,
         seq: SeqId,
         computed: usize,

@@ -1,0 +1,353 @@
+//! Several sequences' prompts in one forward step: the weights are read once for all of them.
+//!
+//! [`Engine::prefill_parts`] takes prompt tokens from sequences [`Engine::begin`] opened, oldest
+//! first, until a budget is spent, and runs as many of them together as one step holds. The
+//! step's rows are the sequences' tokens one after another, each sequence's first row on a
+//! multiple of [`DeviceModel::prompt_alignment`](crate::model::DeviceModel::prompt_alignment)
+//! with padding tokens between (`StepIo::pad_row`), so that every kernel computes each row as
+//! the sequence's own step does: the mat-mul's rows are independent of each other (its K slices
+//! are fixed by the weight's shape), the prefill attention's tiles each hold one sequence, and
+//! the head runs over each sequence's last row. A prompt's logits are therefore the same bits
+//! alone, cut into parts, or prefilled together with others.
+//!
+//! On a hybrid model the causal conv and the chunked delta rule run each sequence over its own
+//! rows and state slot (`SequenceTable::write_ragged`); each sequence's rows start on a multiple
+//! of the delta rule's 64-token chunk as well, its portion is whole chunks unless it ends the
+//! prompt (its chunks then sit on its own absolute-position grid, as in its own steps); the
+//! snapshots of its state the prefix cache wants are taken as in its own steps (one per step
+//! as the step passes it, into the spare slot; the others where a portion ends).
+
+use super::session::{SeqId, Started};
+use super::{Engine, RuntimeError, timed};
+use crate::gpu::Step;
+use crate::gpu::profile::StepMarks;
+use crate::gpu::step::{HISTORY_LEN, MidSave, StepKind, TokenSlot};
+use std::time::{Duration, Instant};
+
+/// One sequence's share of a step of several prompts.
+#[derive(Clone, Copy, Debug)]
+struct Portion {
+    seq: SeqId,
+    /// The step row its first token sits on.
+    row: usize,
+    /// Its first token's position, and how many tokens it runs.
+    pos: usize,
+    len: usize,
+    /// A position inside it where the step also snapshots its recurrent state (at most one
+    /// portion of a step: the state goes to the spare slot).
+    mid: Option<usize>,
+}
+
+impl Portion {
+    fn end_row(&self) -> usize {
+        self.row + self.len
+    }
+}
+
+/// What one sequence's prompt got from [`Engine::prefill_together`].
+#[derive(Debug)]
+pub struct PromptPart {
+    pub seq: SeqId,
+    /// Prompt tokens it ran.
+    pub tokens: usize,
+    /// Its first token, when its prompt is done.
+    pub started: Option<Started>,
+}
+
+impl Engine {
+    /// Prefills the sequences of `seqs` ([`Engine::begin`] opened them; oldest first; those
+    /// already prefilled are passed over) with about `budget` prompt tokens in all, in steps
+    /// of [`Engine::prefill_together`] until the budget is spent or every prompt is done.
+    /// Returns, in order, each sequence that ran prompt tokens, with `Some(Started)` when its
+    /// prompt is done. On an error the failed step's sequences are closed.
+    pub fn prefill_parts(
+        &mut self,
+        seqs: &[SeqId],
+        budget: usize,
+    ) -> Result<Vec<(SeqId, Option<Started>)>, RuntimeError> {
+        let mut out: Vec<(SeqId, Option<Started>)> = Vec::new();
+        let mut ran = 0;
+        loop {
+            let room = budget.saturating_sub(ran);
+            if ran > 0 && room < self.prompt_grain() {
+                break;
+            }
+            let parts = self.prefill_together(seqs, room)?;
+            if parts.is_empty() {
+                break;
+            }
+            for part in parts {
+                ran += part.tokens;
+                match out.iter_mut().find(|(s, _)| *s == part.seq) {
+                    Some(known) => known.1 = part.started,
+                    None => out.push((part.seq, part.started)),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// One step of prompt tokens of several sequences: from the front of `seqs`
+    /// ([`Engine::begin`] opened them; oldest first; those already prefilled are passed over),
+    /// as much of each prompt as `budget` (at least one token) and one prefill chunk hold: a
+    /// prompt that fits passes the rest of the step to the next sequence's, one that does not
+    /// is cut there, in whole delta-rule chunks on a hybrid model. Where only one sequence
+    /// takes part this is [`Engine::prefill_part`] (which may run several steps of it). Returns
+    /// what each sequence that took part ran, in order, and its first token (from logits
+    /// computed here) when its prompt is done; nothing when every prompt is done. A sequence's
+    /// logits are the same bits as from [`Engine::start`] alone. On an error every sequence of
+    /// the step is closed.
+    pub fn prefill_together(
+        &mut self,
+        seqs: &[SeqId],
+        budget: usize,
+    ) -> Result<Vec<PromptPart>, RuntimeError> {
+        let portions = self.pack(seqs, budget.max(1))?;
+        match portions.as_slice() {
+            [] => Ok(Vec::new()),
+            [one] => {
+                let started = self.prefill_part(one.seq, budget)?;
+                Ok(vec![PromptPart {
+                    seq: one.seq,
+                    tokens: self.seq(one.seq)?.pos - one.pos,
+                    started,
+                }])
+            }
+            _ => {
+                let started = self.run_prompts(&portions);
+                if started.is_err() {
+                    for p in &portions {
+                        self.close(p.seq, false)?;
+                    }
+                }
+                let parts = portions.iter().zip(started?);
+                Ok(parts
+                    .map(|(p, started)| PromptPart {
+                        seq: p.seq,
+                        tokens: p.len,
+                        started,
+                    })
+                    .collect())
+            }
+        }
+    }
+
+    /// The next step's portions: from the front of `seqs`, each sequence's prompt tokens left
+    /// as far as `room` and the prefill chunk (after alignment) hold, stopping after one cut
+    /// short of its prompt's end for want of space. On a hybrid model a portion cut for space
+    /// is whole delta-rule chunks (none: it is left out); where snapshots of its recurrent
+    /// state are due inside it, the step takes the first of one portion as it passes (as a
+    /// sequence's own step does) and a portion ends at the next one due (at the first, when
+    /// another portion of the step takes one).
+    fn pack(&self, seqs: &[SeqId], room: usize) -> Result<Vec<Portion>, RuntimeError> {
+        let align = self.model.prompt_alignment().max(1) as usize;
+        let max_rows = self.io.max_tokens as usize;
+        let hybrid = self.model.state_bytes() > 0;
+        let grain = self.prompt_grain();
+        let mut portions: Vec<Portion> = Vec::new();
+        let mut taken = 0;
+        for &seq in seqs {
+            let row = portions
+                .last()
+                .map_or(0, |p| p.end_row().next_multiple_of(align));
+            let space = room.saturating_sub(taken).min(max_rows.saturating_sub(row));
+            let s = self.seq(seq)?;
+            let left = s.prompt_len.saturating_sub(s.pos);
+            if s.tokens.len() > s.prompt_len || portions.iter().any(|p| p.seq == seq) {
+                // Prefilled (by an earlier step of this call, or before), or named twice.
+                continue;
+            }
+            let fits = left <= space;
+            let mut len = match (fits, hybrid) {
+                (true, _) => left,
+                (false, false) => space,
+                // The first portion takes a chunk at least, as `prefill_part` would.
+                (false, true) if portions.is_empty() => (space / grain * grain).max(grain),
+                (false, true) => space / grain * grain,
+            };
+            // Snapshots due inside the portion: the step takes the first (when no other
+            // portion took the spare slot), and the next due ends the portion.
+            let spare_free = portions.iter().all(|p| p.mid.is_none());
+            let mut due = s.snapshot_at.iter().copied().filter(|&b| b > s.pos);
+            let mut mid = None;
+            if let Some(b) = due.next().filter(|&b| b < s.pos + len) {
+                match spare_free {
+                    true => {
+                        mid = Some(b);
+                        if let Some(next) = due.next() {
+                            len = len.min(next - s.pos);
+                        }
+                    }
+                    false => len = b - s.pos,
+                }
+            }
+            if len == 0 {
+                break;
+            }
+            portions.push(Portion {
+                seq,
+                row,
+                pos: s.pos,
+                len,
+                mid,
+            });
+            taken += len;
+            if !fits {
+                break;
+            }
+        }
+        Ok(portions)
+    }
+
+    /// Runs `portions` (two or more, of distinct sequences) as one prompt step; returns each
+    /// one's first token where its prompt is done.
+    fn run_prompts(&mut self, portions: &[Portion]) -> Result<Vec<Option<Started>>, RuntimeError> {
+        let started_at = Instant::now();
+        let n = portions.last().map_or(0, Portion::end_row);
+        let pad_row = self.io.pad_row();
+        let mut ids = vec![0u32; n];
+        let mut slots = vec![
+            TokenSlot {
+                pos: 0,
+                page_row: pad_row
+            };
+            n
+        ];
+        let mut last_rows = Vec::with_capacity(portions.len());
+        let mut wants_logits = false;
+        for (i, p) in portions.iter().enumerate() {
+            let s = self.seq(p.seq)?;
+            wants_logits |= s.logits;
+            ids[p.row..p.end_row()].copy_from_slice(&s.tokens[p.pos..p.pos + p.len]);
+            for t in 0..p.len {
+                slots[p.row + t] = TokenSlot {
+                    pos: (p.pos + t) as u32,
+                    page_row: p.seq.row(),
+                };
+            }
+            // Padding up to the next sequence: at this one's last position (the key limit of
+            // a tile it shares stays that token's), on the padding row.
+            let pad_end = portions.get(i + 1).map_or(p.end_row(), |q| q.row);
+            let last = p.end_row() - 1;
+            for r in p.end_row()..pad_end {
+                ids[r] = ids[last];
+                slots[r] = TokenSlot {
+                    pos: slots[last].pos,
+                    page_row: pad_row,
+                };
+            }
+            last_rows.push(last as u32);
+        }
+        let k = last_rows.len() as u32;
+        self.io.set_ids(&self.ctx, &ids);
+        self.io.set_tokens(&self.ctx, &slots);
+        let table: Vec<(u32, u32, u32)> = portions
+            .iter()
+            .map(|p| (p.seq.row(), p.row as u32, p.len as u32))
+            .collect();
+        let spare = self.io.spare_slot();
+        let save = portions.iter().enumerate().find_map(|(i, p)| {
+            let rows = (p.mid? - p.pos) as u32;
+            Some((i, MidSave { rows, slot: spare }))
+        });
+        let batch = self.io.seqs.write_ragged(&self.ctx, &table, save)?;
+        let kv_len = portions.iter().map(|p| p.pos + p.len).max().unwrap_or(0) as u32;
+        let step = Step {
+            n_tokens: n as u32,
+            pos: 0,
+            kv_len,
+            out_index: self.steps % HISTORY_LEN,
+        };
+        self.io.step.set(&self.ctx, step);
+        self.io.tail_step.set(
+            &self.ctx,
+            Step {
+                n_tokens: k,
+                ..step
+            },
+        );
+        // The attention reads each sequence's keys: the bytes of all of them.
+        let keys: usize = portions.iter().map(|p| p.pos + p.len).sum();
+        let mut marks = StepMarks::counting(keys as u32, StepKind::Prompt);
+        let encoding = Instant::now();
+        let mut encoder = self.encoder("prompts step");
+        self.model
+            .encode_prompts(&mut encoder, batch, &last_rows, &mut marks)?;
+        self.encode_time += encoding.elapsed();
+        self.last_dispatches = marks.dispatches();
+        self.steps += 1;
+        let id_bytes = 4 * u64::from(k);
+        self.batch_slot
+            .record_copy(&mut encoder, &self.io.ids, 0, id_bytes);
+        let logit_bytes = self.logits_bytes(k);
+        if wants_logits {
+            self.logits_slot
+                .record_copy(&mut encoder, &self.io.logits, 0, logit_bytes);
+        }
+        let index = self.ctx.queue.submit([encoder.finish()]);
+        self.submits += 1;
+        if wants_logits {
+            self.logits_slot.submitted(index.clone(), logit_bytes);
+        }
+        self.batch_slot.submitted(index, id_bytes);
+        let submitted = Instant::now();
+        let steps = submitted - started_at;
+        let firsts: Vec<u32> =
+            bytemuck::pod_collect_to_vec(&self.batch_slot.wait(&self.ctx, id_bytes)?);
+        let logits = match wants_logits {
+            true => self.read_logits(k)?,
+            false => Vec::new(),
+        };
+        let known = Instant::now();
+        let vocab = self.io.n_vocab as usize;
+        let page = self.cache.config().page_size;
+        let mut out = Vec::with_capacity(portions.len());
+        for (i, p) in portions.iter().enumerate() {
+            let end = p.pos + p.len;
+            let (done, stop) = {
+                let s = self.seq_mut(p.seq)?;
+                s.pos += p.len;
+                s.state_pos += p.len;
+                s.phases.steps += steps;
+                (s.pos == s.prompt_len, s.snapshot_at.contains(&end))
+            };
+            let mut took = Duration::ZERO;
+            let mut taken = Vec::new();
+            if let Some(mid) = p.mid {
+                taken.push((mid, timed(&mut took, || self.save_slot_state(spare))?));
+            }
+            if stop {
+                taken.push((end, timed(&mut took, || self.save_slot_state(p.seq.row()))?));
+            }
+            let s = self.seq_mut(p.seq)?;
+            s.snapshots.extend(taken);
+            s.phases.snapshots += took;
+            if !done {
+                out.push(None);
+                continue;
+            }
+            let prompt_len = self.seq(p.seq)?.prompt_len;
+            let mut insert = Duration::ZERO;
+            timed(&mut insert, || {
+                let snapshots = std::mem::take(&mut self.seq_mut(p.seq)?.snapshots);
+                self.cache_prefix(p.seq, prompt_len / page * page, snapshots)?;
+                self.reclaim_snapshots(Vec::new())
+            })?;
+            let s = self.seq_mut(p.seq)?;
+            s.phases.insert += insert;
+            s.tokens.push(firsts[i]);
+            let phases = self.waited_phases(p.seq, submitted, known)?;
+            let s = self.seq(p.seq)?;
+            out.push(Some(Started {
+                seq: p.seq,
+                first: firsts[i],
+                cached_tokens: s.cached_tokens,
+                logits: s
+                    .logits
+                    .then(|| logits[i * vocab..(i + 1) * vocab].to_vec()),
+                phases,
+            }));
+        }
+        Ok(out)
+    }
+}
