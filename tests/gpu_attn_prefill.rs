@@ -1,9 +1,10 @@
-//! Prefill attention (wgsl/attn_prefill.wgsl) against `fak::reference::ops::attend` (f64),
-//! causal: GQA groups 1, 2 and 6, head_dim 64, 256 and 40, prompts that are not multiples of the
-//! row or key tile, a prefill continuing a cache that already holds earlier tokens, a one-token
-//! prefill, and a sequence on a shuffled page-table row read through a token table; f32 and f16
-//! caches; the cooperative-matrix kernel (where the adapter has one; the engine does not select
-//! it yet) with every workgroup tile that fits; keys split across workgroups and combined, at
+//! Prefill attention (wgsl/attn_prefill.wgsl, wgsl/attn_prefill_coop.wgsl) against
+//! `fak::reference::ops::attend` (f64), causal: GQA groups 1, 2, 4 and 6, head_dim 64, 256, 40
+//! and 128, prompts that are not multiples of the row or key tile, a prefill continuing a cache
+//! that already holds earlier tokens, a one-token prefill, and a sequence on a shuffled
+//! page-table row read through a token table; f32 and f16 caches; the cooperative-matrix kernel
+//! (where the adapter has one: the engine's choice there) with every workgroup tile that fits and
+//! with O rescaled on every growth of a row's max; keys split across workgroups and combined, at
 //! forced split counts. Cache slots past the step's last token hold NaN, so a causal leak fails
 //! the test; the split partials start as NaN too, so a combine reading one no split wrote fails.
 
@@ -26,7 +27,7 @@ fn run_case(ctx: &GpuContext, kernel: &AttnPrefill, case: &Case, seed: u64) {
     attn_prefill::run_case(ctx, kernel, case, seed).assert();
 }
 
-fn shapes() -> [AttnShape; 4] {
+fn shapes() -> [AttnShape; 5] {
     let shape = |n_head, n_kv, head_dim| AttnShape {
         n_head,
         n_kv,
@@ -37,11 +38,27 @@ fn shapes() -> [AttnShape; 4] {
         shape(4, 2, 256),
         shape(12, 2, 40),
         shape(6, 1, 256),
+        shape(8, 2, 128),
     ]
 }
 
-/// Every variant the engine selects on this adapter, and the cooperative-matrix kernel (which it
-/// does not select yet) in every shape the adapter has, once per row-block count that fits.
+/// The models' attention shapes (Qwen3-8B: GQA 4, head 128; Qwen3.5-27B: GQA 6, head 256 —
+/// two subgroups a row block on 16×16 cooperative matrices).
+const QWEN3_8B: AttnShape = AttnShape {
+    n_head: 32,
+    n_kv: 8,
+    head_dim: 128,
+};
+const QWEN35_27B: AttnShape = AttnShape {
+    n_head: 24,
+    n_kv: 4,
+    head_dim: 256,
+};
+
+/// Every variant the engine selects on this adapter (the cooperative-matrix kernel where it has
+/// one), and the cooperative-matrix kernel in every shape the adapter has, once per row-block
+/// count that fits, and once more with the slack 0 (a rescale of O whenever a row's max grows:
+/// the random inputs' maxima rarely outgrow the engine's slack after a row's first step).
 fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let mut out: Vec<AttnPrefill> = variants::<AttnPrefill>(ctx)
         .into_iter()
@@ -56,6 +73,9 @@ fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
                 out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(tile)).unwrap());
             }
         }
+        let tile = CoopTile::fitting(coop, shape.head_dim, limit).expect("a tile fits");
+        let always = tile.with_slack(0);
+        out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(always)).unwrap());
     }
     out
 }
@@ -226,7 +246,7 @@ fn unsupported_shapes_and_mismatched_caches_are_refused() {
 #[test]
 fn the_host_coop_tile_geometry_matches_the_wgsl() {
     for (coop, paths) in all_coop_paths() {
-        for shape in shapes() {
+        for shape in shapes().into_iter().chain([QWEN3_8B, QWEN35_27B]) {
             for blocks in COOP_ROW_BLOCKS {
                 let tile = CoopTile::new(coop, blocks, shape.head_dim);
                 let source = AttnPrefill::source_for(paths, shape, Some(tile)).unwrap();

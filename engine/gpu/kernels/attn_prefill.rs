@@ -5,10 +5,10 @@
 //! - fallback (f32 cache) and `f16` (f16 cache): f32 tiles in workgroup memory, f32 FMAs
 //!   (wgsl/attn_prefill.wgsl);
 //! - `subgroup+f16+coop16x16` (Vulkan) / `subgroup+f16+coop8x8` (Metal): S = Q·Kᵀ and P·V on
-//!   cooperative matrices, f16 inputs and f32 accumulation (wgsl/attn_prefill_coop.wgsl). Not
-//!   selected yet ([`AttnPrefill::select`]): on the H200 it is correct but no faster than the
-//!   f32-tile kernel (experiments/NOTES.md, attn-prefill-coop); built by
-//!   [`AttnPrefill::with_tile`] for its tests and the bench.
+//!   cooperative matrices, f16 inputs and f32 accumulation, O kept in the accumulators and
+//!   rescaled only when a row's max outgrows its reference (wgsl/attn_prefill_coop.wgsl);
+//!   selected wherever the adapter has cooperative matrices ([`AttnPrefill::select`]) unless
+//!   `FAK_ATTN_PREFILL=tiles`; [`AttnPrefill::with_tile`] builds any [`CoopTile`] (tests, bench).
 //!
 //! Both share the bindings and row addressing (wgsl/attn_prefill_rows.wgsl), so a binding is the
 //! same for every variant; only the rows per workgroup differ ([`AttnPrefill::rows_per_tile`]).
@@ -58,25 +58,50 @@ pub const MAX_HEAD_DIM: u32 = 256;
 /// Row blocks (`ROW_BLOCKS`, 16 rows each on Vulkan) the cooperative-matrix kernel may take,
 /// most first; [`CoopTile::fitting`] takes the first whose workgroup memory fits.
 pub const COOP_ROW_BLOCKS: [u32; 3] = [4, 2, 1];
+/// The workgroup memory the example module's tile is chosen for (WebGPU's and NVIDIA's 48 KiB).
+const COOP_WORKGROUP_BYTES: u32 = 49152;
+/// Keys per step of the cooperative-matrix kernel (`BN`).
+const COOP_KEYS: u32 = 32;
+/// The most O accumulators (dim tiles) one subgroup of the cooperative-matrix kernel holds.
+const COOP_DIM_TILES: u32 = 8;
 
 /// The workgroup geometry of the cooperative-matrix kernel (the consts of
-/// wgsl/attn_prefill_coop.wgsl): `row_blocks` × 2 subgroups of 32, `row_blocks`·COOP rows.
+/// wgsl/attn_prefill_coop.wgsl): `row_blocks` × `dim_split` subgroups of 32, `row_blocks`·COOP
+/// rows, key steps of 32.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct CoopTile {
     pub coop: CoopShape,
     pub row_blocks: u32,
-    /// Dim tiles of COOP covering the head (the head padded with zeros), an even number (the
-    /// workgroup's two subgroup columns split them).
+    /// Dim tiles of COOP covering the head (the head padded with zeros), a multiple of
+    /// `dim_split`.
     pub head_tiles: u32,
+    /// Subgroups sharing a row block's head dims, so that none holds more than 8 O tiles.
+    pub dim_split: u32,
+    /// How far (log2 units) a row's max may outgrow the reference its weights use before O is
+    /// rescaled (wgsl/attn_prefill_coop.wgsl: the result does not depend on it; 0 rescales on
+    /// every growth, which the tests use to cover that path).
+    pub slack: u32,
 }
 
 impl CoopTile {
+    /// The slack the engine runs: weights up to 2^8.
+    pub const SLACK: u32 = 8;
+
     pub fn new(coop: CoopShape, row_blocks: u32, head_dim: u32) -> Self {
+        let tiles = head_dim.div_ceil(coop.size());
+        let dim_split = tiles.div_ceil(COOP_DIM_TILES);
         CoopTile {
             coop,
             row_blocks,
-            head_tiles: 2 * head_dim.div_ceil(2 * coop.size()),
+            head_tiles: tiles.div_ceil(dim_split) * dim_split,
+            dim_split,
+            slack: Self::SLACK,
         }
+    }
+
+    /// The same tile rescaling at another slack.
+    pub fn with_slack(self, slack: u32) -> Self {
+        CoopTile { slack, ..self }
     }
 
     /// The tile with the most row blocks whose workgroup memory fits `limit` bytes.
@@ -91,16 +116,26 @@ impl CoopTile {
         self.row_blocks * self.coop.size()
     }
 
+    pub fn invocations(self) -> u32 {
+        self.row_blocks * self.dim_split * 32
+    }
+
     /// Bytes of workgroup memory the kernel declares (its `var<workgroup>` arrays).
     pub fn workgroup_bytes(self) -> u32 {
         let n = self.coop.size();
-        let (rows, keys) = (self.rows(), 2 * n);
+        let (rows, keys) = (self.rows(), COOP_KEYS);
         let dims = self.head_tiles * n;
-        let invocations = self.row_blocks * 2 * 32;
+        let subgroups = self.row_blocks * self.dim_split;
         let halves = (rows + keys) * (dims + 8) + rows * (keys + 8);
-        let words = rows * keys + rows * (dims + 4) + keys + 2 * invocations + rows;
+        let words = rows * (keys + 4) + subgroups * n * n + keys + 1;
         2 * halves + 4 * words
     }
+}
+
+/// `FAK_ATTN_PREFILL=tiles`: the engine runs the f32-tile kernel where it would run the
+/// cooperative-matrix one.
+fn tiles_forced() -> bool {
+    std::env::var("FAK_ATTN_PREFILL").is_ok_and(|v| v == "tiles")
 }
 
 /// How many workgroups share each row tile's keys in a step ([`AttnPrefill::with_split`]).
@@ -224,9 +259,10 @@ impl Kernel for AttnPrefill {
 
     fn source(variant: KernelPaths) -> KernelSource {
         let shape = AttnShape::EXAMPLE;
-        let tile = variant
-            .coop_matrix
-            .map(|coop| CoopTile::new(coop, COOP_ROW_BLOCKS[1], shape.head_dim));
+        let tile = variant.coop_matrix.map(|coop| {
+            CoopTile::fitting(coop, shape.head_dim, COOP_WORKGROUP_BYTES)
+                .expect("a tile of the example shape fits")
+        });
         Self::source_for(variant, shape, tile).expect("the example shape is supported")
     }
 
@@ -240,15 +276,18 @@ impl Kernel for AttnPrefill {
             .collect()
     }
 
-    /// The f32-tile kernel on the cache type `allowed` gives, also where cooperative matrices
-    /// are allowed: the H200 measured the coop kernel at the f32-tile kernel's speed
-    /// (experiments/NOTES.md, attn-prefill-coop), so it is built only on request
-    /// ([`AttnPrefill::with_tile`]).
+    /// The cooperative-matrix kernel where `allowed` has cooperative matrices (with subgroups,
+    /// which it uses), else the f32-tile kernel on the cache type `allowed` gives.
     fn select(allowed: KernelPaths) -> KernelPaths {
-        KernelPaths {
-            subgroup: false,
-            coop_matrix: None,
-            ..Self::AXES.select(allowed)
+        let paths = Self::AXES.select(allowed);
+        if paths.coop_matrix.is_some() && paths.subgroup {
+            paths
+        } else {
+            KernelPaths {
+                subgroup: false,
+                coop_matrix: None,
+                ..paths
+            }
         }
     }
 }
@@ -289,6 +328,8 @@ impl AttnPrefill {
             (Some(coop), Some(tile)) if tile.coop == coop => module
                 .with_const("ROW_BLOCKS", tile.row_blocks)
                 .with_const("HEAD_TILES", tile.head_tiles)
+                .with_const("DIM_SPLIT", tile.dim_split)
+                .with_const("SLACK", tile.slack)
                 .with(match coop {
                     CoopShape::M8x8 => wgsl::MATMUL_COOP8,
                     CoopShape::M16x16 => wgsl::MATMUL_COOP16,
@@ -319,9 +360,28 @@ impl AttnPrefill {
         })
     }
 
-    /// Builds the variant `paths` selects ([`AttnPrefill::select`]) for `shape`.
+    /// Builds the variant `paths` selects ([`AttnPrefill::select`]) for `shape`: on cooperative
+    /// matrices, the tile with the most rows whose workgroup memory the device has (the f32-tile
+    /// kernel where none fits, or where `FAK_ATTN_PREFILL=tiles` asks for it: the measurement
+    /// of one against the other in the model).
     pub fn new(ctx: &GpuContext, paths: KernelPaths, shape: AttnShape) -> Result<Self, GpuError> {
-        Self::with_tile(ctx, Self::select(paths), shape, None)
+        let variant = Self::select(paths);
+        let limit = ctx.device.limits().max_compute_workgroup_storage_size;
+        let tile = variant
+            .coop_matrix
+            .filter(|_| !tiles_forced())
+            .and_then(|coop| CoopTile::fitting(coop, shape.head_dim, limit));
+        match tile {
+            Some(tile) => Self::with_tile(ctx, variant, shape, Some(tile)),
+            None => {
+                let scalar = KernelPaths {
+                    subgroup: false,
+                    coop_matrix: None,
+                    ..variant
+                };
+                Self::with_tile(ctx, scalar, shape, None)
+            }
+        }
     }
 
     /// Builds `variant` (one of [`AttnPrefill::variants`]) with the cooperative-matrix workgroup

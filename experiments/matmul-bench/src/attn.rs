@@ -142,8 +142,9 @@ fn print_row(
     );
 }
 
-/// Every variant the engine selects on this adapter, then the cooperative-matrix kernel (not
-/// selected yet) in each shape the adapter has, once per row-block count that fits.
+/// Every variant the engine selects on this adapter (the cooperative-matrix kernel where it has
+/// one), then the cooperative-matrix kernel in each shape the adapter has, once per row-block
+/// count that fits; the f32-tile kernels first (the f16 one's output is the others' check).
 fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let limit = ctx.device.limits().max_compute_workgroup_storage_size;
     let mut selected = Vec::new();
@@ -180,6 +181,7 @@ fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
             }
         }
     }
+    out.sort_by_key(|kernel| kernel.tile().is_some());
     out
 }
 
