@@ -10,7 +10,7 @@
 
 use fak::gpu::kernels::attn_decode::AttnShape;
 use fak::gpu::kernels::attn_prefill::{
-    AttnPrefill, COOP_ROW_BLOCKS, CoopTile, PrefillIo, SplitKeys,
+    AttnPrefill, CoopTile, PrefillIo, SplitKeys,
 };
 use fak::gpu::step::PageTable;
 
@@ -56,8 +56,8 @@ const QWEN35_27B: AttnShape = AttnShape {
 };
 
 /// Every variant the engine selects on this adapter (the cooperative-matrix kernel where it has
-/// one), and the cooperative-matrix kernel in every shape the adapter has, once per row-block
-/// count that fits, and once more with the slack 0 (a rescale of O whenever a row's max grows:
+/// one), and the cooperative-matrix kernel in every shape the adapter has, once per tile (row
+/// blocks × key step) that fits, and once more with the slack 0 (a rescale of O whenever a row's max grows:
 /// the random inputs' maxima rarely outgrow the engine's slack after a row's first step).
 fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let mut out: Vec<AttnPrefill> = variants::<AttnPrefill>(ctx)
@@ -67,8 +67,7 @@ fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let limit = ctx.device.limits().max_compute_workgroup_storage_size;
     for paths in coop_paths(ctx) {
         let coop = paths.coop_matrix.expect("a coop path");
-        for blocks in COOP_ROW_BLOCKS {
-            let tile = CoopTile::new(coop, blocks, shape.head_dim);
+        for tile in CoopTile::candidates(coop, shape.head_dim) {
             if tile.workgroup_bytes() <= limit {
                 out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(tile)).unwrap());
             }
@@ -247,8 +246,7 @@ fn unsupported_shapes_and_mismatched_caches_are_refused() {
 fn the_host_coop_tile_geometry_matches_the_wgsl() {
     for (coop, paths) in all_coop_paths() {
         for shape in shapes().into_iter().chain([QWEN3_8B, QWEN35_27B]) {
-            for blocks in COOP_ROW_BLOCKS {
-                let tile = CoopTile::new(coop, blocks, shape.head_dim);
+            for tile in CoopTile::candidates(coop, shape.head_dim) {
                 let source = AttnPrefill::source_for(paths, shape, Some(tile)).unwrap();
                 // Each tile's module validates.
                 let (module, info) = parse_valid(&source.module.text());

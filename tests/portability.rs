@@ -4,7 +4,7 @@
 //! features exist there. The recipe is wgpu-notes.md §5.
 
 use fak::gpu::kernels::attn_decode::AttnShape;
-use fak::gpu::kernels::attn_prefill::{AttnPrefill, COOP_ROW_BLOCKS, CoopTile};
+use fak::gpu::kernels::attn_prefill::{AttnPrefill, CoopTile};
 use fak::gpu::kernels::matmul::{CoopKernel, Matmul};
 use fak::gpu::{Kernel, KernelVariant, PipelineSpec, Target, registry};
 use fak_tests::reduce_probe::ReduceProbe;
@@ -21,7 +21,7 @@ fn all_variants() -> Vec<KernelVariant> {
 }
 
 /// The cooperative-matrix prefill attention with every workgroup tile the tests and the engine
-/// build (each row-block count, the rescale-always slack) on the example shape and the models'
+/// build (each row-block count × key step, the rescale-always slack) on the example shape and the models'
 /// heads (Qwen3-8B: 32 q heads of 128 on 8 kv heads; Qwen3.5-27B: 24 of 256 on 4, two subgroups
 /// a row block).
 fn coop_attention_tiles() -> Vec<KernelVariant> {
@@ -44,9 +44,9 @@ fn coop_attention_tiles() -> Vec<KernelVariant> {
             continue;
         };
         for shape in shapes {
-            for blocks in COOP_ROW_BLOCKS {
+            for tile in CoopTile::candidates(coop, shape.head_dim) {
                 for slack in [CoopTile::SLACK, 0] {
-                    let tile = CoopTile::new(coop, blocks, shape.head_dim).with_slack(slack);
+                    let tile = tile.with_slack(slack);
                     out.push(KernelVariant {
                         kernel: AttnPrefill::NAME,
                         paths: variant.paths,

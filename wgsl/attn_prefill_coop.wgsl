@@ -17,7 +17,7 @@
 // becomes an A operand; l sums the rounded p, so the weights still sum to exactly one.
 //
 // Workgroup: SUBGROUPS = ROW_BLOCKS × DIM_SPLIT subgroups of 32 lanes, BM = ROW_BLOCKS·COOP rows,
-// key steps of BN = 32 keys (KEY_BLOCKS = BN / COOP blocks). Subgroup (mi, ni) owns row block mi:
+// key steps of BN = KEY_STEP keys (32 or 64; KEY_BLOCKS = BN / COOP blocks). Subgroup (mi, ni) owns row block mi:
 // its S tiles over key blocks ni·KEY_TILES.., and its O tiles over dim tiles ni·DIM_TILES..
 // (DIM_SPLIT = 1 up to 8 dim tiles: the whole head; 2 or more where the head is wider, so no
 // subgroup holds more than 8 accumulators). Q (scaled) is staged once as f16. Per key step:
@@ -42,21 +42,21 @@
 // dispatch: (ceil(n_tokens·GROUP / BM), n_kv, S) workgroups of WG = SUBGROUPS·32, each over one
 //           key split of its tile (attn_prefill_rows.wgsl; combine after it when S > 1).
 // pipelines: module consts HEAD_DIM, GROUP and the override TOKEN_TABLE as attn_prefill.wgsl;
-//            the module consts ROW_BLOCKS, HEAD_TILES (dim tiles covering the head, a multiple of
-//            DIM_SPLIT), DIM_SPLIT and SLACK from the host (engine `attn_prefill::CoopTile`),
+//            the module consts ROW_BLOCKS, KEY_STEP, HEAD_TILES (dim tiles covering the head, a
+//            multiple of DIM_SPLIT), DIM_SPLIT and SLACK from the host (engine `attn_prefill::CoopTile`),
 //            which also checks the workgroup memory of main below against the device.
 // variants: the shape file before it: matmul_coop16.wgsl (Vulkan) | matmul_coop8.wgsl (Metal);
 //           `enable f16; enable wgpu_cooperative_matrix;` from the variant, which requires
 //           SUBGROUP (subgroup_id, shuffles) and, on the host, subgroups exactly 32 wide.
 // requires: kv_f32|kv_f16.wgsl, kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl,
 //           attn_combine.wgsl, attn_prefill_rows.wgsl, a shape file; the consts ROW_BLOCKS,
-//           HEAD_TILES, DIM_SPLIT, SLACK.
+//           KEY_STEP, HEAD_TILES, DIM_SPLIT, SLACK.
 
 const SUBGROUP_WIDTH: u32 = 32u;
 const SUBGROUPS: u32 = ROW_BLOCKS * DIM_SPLIT;
 const WG: u32 = SUBGROUPS * SUBGROUP_WIDTH;
 const BM: u32 = ROW_BLOCKS * COOP;
-const BN: u32 = 32u;
+const BN: u32 = KEY_STEP;
 const KEY_BLOCKS: u32 = BN / COOP;
 // S tiles (key blocks) and O tiles (dim tiles) per subgroup.
 const KEY_TILES: u32 = KEY_BLOCKS / DIM_SPLIT;

@@ -53,7 +53,7 @@ override TOKEN_TABLE: bool = false;
 const NEG: f32 = -3.0e38;
 const LOG2_E: f32 = 1.4426950408889634;
 // Splits cut a tile's keys into runs of whole SPLIT_KEYS (a multiple of every kernel's key step).
-const SPLIT_KEYS: u32 = 32u;
+const SPLIT_KEYS: u32 = 64u;
 const COMBINE_WG: u32 = 128u;
 
 fn step_tokens() -> u32 {

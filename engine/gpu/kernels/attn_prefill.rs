@@ -58,20 +58,24 @@ pub const MAX_HEAD_DIM: u32 = 256;
 /// Row blocks (`ROW_BLOCKS`, 16 rows each on Vulkan) the cooperative-matrix kernel may take,
 /// most first; [`CoopTile::fitting`] takes the first whose workgroup memory fits.
 pub const COOP_ROW_BLOCKS: [u32; 3] = [4, 2, 1];
+/// Keys per step (`KEY_STEP`) the cooperative-matrix kernel may take, in the order
+/// [`CoopTile::fitting`] prefers them for a row-block count.
+pub const COOP_KEY_STEPS: [u32; 2] = [64, 32];
 /// The workgroup memory the example module's tile is chosen for (WebGPU's and NVIDIA's 48 KiB).
 const COOP_WORKGROUP_BYTES: u32 = 49152;
-/// Keys per step of the cooperative-matrix kernel (`BN`).
-const COOP_KEYS: u32 = 32;
-/// The most O accumulators (dim tiles) one subgroup of the cooperative-matrix kernel holds.
+/// The most O accumulators (dim tiles) and S accumulators (key blocks) one subgroup of the
+/// cooperative-matrix kernel holds (its named values).
 const COOP_DIM_TILES: u32 = 8;
+const COOP_KEY_TILES: u32 = 4;
 
 /// The workgroup geometry of the cooperative-matrix kernel (the consts of
 /// wgsl/attn_prefill_coop.wgsl): `row_blocks` × `dim_split` subgroups of 32, `row_blocks`·COOP
-/// rows, key steps of 32.
+/// rows, key steps of `keys`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct CoopTile {
     pub coop: CoopShape,
     pub row_blocks: u32,
+    pub keys: u32,
     /// Dim tiles of COOP covering the head (the head padded with zeros), a multiple of
     /// `dim_split`.
     pub head_tiles: u32,
@@ -87,16 +91,23 @@ impl CoopTile {
     /// The slack the engine runs: weights up to 2^8.
     pub const SLACK: u32 = 8;
 
+    /// Key steps of 32 (see [`CoopTile::with_keys`]).
     pub fn new(coop: CoopShape, row_blocks: u32, head_dim: u32) -> Self {
         let tiles = head_dim.div_ceil(coop.size());
         let dim_split = tiles.div_ceil(COOP_DIM_TILES);
         CoopTile {
             coop,
             row_blocks,
+            keys: 32,
             head_tiles: tiles.div_ceil(dim_split) * dim_split,
             dim_split,
             slack: Self::SLACK,
         }
+    }
+
+    /// The same tile with key steps of `keys`.
+    pub fn with_keys(self, keys: u32) -> Self {
+        CoopTile { keys, ..self }
     }
 
     /// The same tile rescaling at another slack.
@@ -104,12 +115,30 @@ impl CoopTile {
         CoopTile { slack, ..self }
     }
 
-    /// The tile with the most row blocks whose workgroup memory fits `limit` bytes.
+    /// Whether the kernel has this geometry: whole key blocks, split evenly between a row
+    /// block's subgroups, at most 4 a subgroup; key steps dividing the splits' runs (64).
+    pub fn supported(self) -> bool {
+        let blocks = self.keys / self.coop.size();
+        self.keys.is_multiple_of(self.coop.size())
+            && 64 % self.keys == 0
+            && blocks.is_multiple_of(self.dim_split)
+            && blocks / self.dim_split <= COOP_KEY_TILES
+    }
+
+    /// Every supported tile of `head_dim` in the order [`CoopTile::fitting`] prefers them: the
+    /// most rows, then the longest key step.
+    pub fn candidates(coop: CoopShape, head_dim: u32) -> impl Iterator<Item = CoopTile> {
+        COOP_ROW_BLOCKS.into_iter().flat_map(move |blocks| {
+            COOP_KEY_STEPS
+                .into_iter()
+                .map(move |keys| CoopTile::new(coop, blocks, head_dim).with_keys(keys))
+                .filter(|tile| tile.supported())
+        })
+    }
+
+    /// The first candidate whose workgroup memory fits `limit` bytes.
     pub fn fitting(coop: CoopShape, head_dim: u32, limit: u32) -> Option<CoopTile> {
-        COOP_ROW_BLOCKS
-            .into_iter()
-            .map(|blocks| CoopTile::new(coop, blocks, head_dim))
-            .find(|tile| tile.workgroup_bytes() <= limit)
+        Self::candidates(coop, head_dim).find(|tile| tile.workgroup_bytes() <= limit)
     }
 
     pub fn rows(self) -> u32 {
@@ -123,7 +152,7 @@ impl CoopTile {
     /// Bytes of workgroup memory the kernel declares (its `var<workgroup>` arrays).
     pub fn workgroup_bytes(self) -> u32 {
         let n = self.coop.size();
-        let (rows, keys) = (self.rows(), COOP_KEYS);
+        let (rows, keys) = (self.rows(), self.keys);
         let dims = self.head_tiles * n;
         let subgroups = self.row_blocks * self.dim_split;
         let halves = (rows + keys) * (dims + 8) + rows * (keys + 8);
@@ -327,6 +356,7 @@ impl AttnPrefill {
             (None, None) => module.with(ATTN_PREFILL),
             (Some(coop), Some(tile)) if tile.coop == coop => module
                 .with_const("ROW_BLOCKS", tile.row_blocks)
+                .with_const("KEY_STEP", tile.keys)
                 .with_const("HEAD_TILES", tile.head_tiles)
                 .with_const("DIM_SPLIT", tile.dim_split)
                 .with_const("SLACK", tile.slack)
@@ -393,6 +423,9 @@ impl AttnPrefill {
         tile: Option<CoopTile>,
     ) -> Result<Self, GpuError> {
         if let Some(tile) = tile {
+            if !tile.supported() {
+                return Err(shape_error(Self::NAME, format!("{tile:?} is not supported")));
+            }
             let limit = ctx.device.limits().max_compute_workgroup_storage_size;
             if tile.workgroup_bytes() > limit {
                 return Err(shape_error(

@@ -13,7 +13,7 @@
 use crate::median_seconds;
 use fak::gpu::kernels::attn_decode::AttnShape;
 use fak::gpu::kernels::attn_prefill::{
-    AttnPrefill, COOP_ROW_BLOCKS, CoopTile, PrefillBinding, PrefillIo, SplitKeys,
+    AttnPrefill, CoopTile, PrefillBinding, PrefillIo, SplitKeys,
 };
 use fak::gpu::kernels::kv_cache::{KvCache, KvDtype, KvLayout};
 use fak::gpu::kernels::support::{Positions, View};
@@ -75,7 +75,7 @@ const SPLITS: [SplitKeys; 4] = [
 
 pub fn run(ctx: &GpuContext, quick: bool) {
     println!(
-        "variant\trows_per_tile\tcase\tn_head\tn_kv\thead_dim\ttokens\tcached\tus_per_dispatch\ttflops\tmax_diff_vs_f16"
+        "variant\ttile_rows_x_keys\tcase\tn_head\tn_kv\thead_dim\ttokens\tcached\tus_per_dispatch\ttflops\tmax_diff_vs_f16"
     );
     let cases: &[Case] = if quick { &QUICK_CASES } else { &CASES };
     for &(name, shape, n_tokens, cached) in cases {
@@ -133,7 +133,9 @@ fn print_row(
     println!(
         "{} split={split}\t{}\t{name}\t{}\t{}\t{}\t{n_tokens}\t{cached}\t{:.1}\t{:.2}\t{diff}",
         kernel.variant(),
-        kernel.rows_per_tile(),
+        kernel.tile().map_or(kernel.rows_per_tile().to_string(), |tile| {
+            format!("{}x{}", tile.rows(), tile.keys)
+        }),
         shape.n_head,
         shape.n_kv,
         shape.head_dim,
@@ -143,8 +145,8 @@ fn print_row(
 }
 
 /// Every variant the engine selects on this adapter (the cooperative-matrix kernel where it has
-/// one), then the cooperative-matrix kernel in each shape the adapter has, once per row-block
-/// count that fits; the f32-tile kernels first (the f16 one's output is the others' check).
+/// one), then the cooperative-matrix kernel in each shape the adapter has, once per tile (row
+/// blocks × key step) that fits; the f32-tile kernels first (the f16 one's output is the others' check).
 fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let limit = ctx.device.limits().max_compute_workgroup_storage_size;
     let mut selected = Vec::new();
@@ -171,8 +173,7 @@ fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
         .collect();
     for paths in coop {
         let shape_of = paths.coop_matrix.expect("a coop path");
-        for blocks in COOP_ROW_BLOCKS {
-            let tile = CoopTile::new(shape_of, blocks, shape.head_dim);
+        for tile in CoopTile::candidates(shape_of, shape.head_dim) {
             if tile.workgroup_bytes() <= limit {
                 out.push(
                     AttnPrefill::with_tile(ctx, paths, shape, Some(tile))
