@@ -9,9 +9,7 @@
 //! the test; the split partials start as NaN too, so a combine reading one no split wrote fails.
 
 use fak::gpu::kernels::attn_decode::AttnShape;
-use fak::gpu::kernels::attn_prefill::{
-    AttnPrefill, CoopTile, PrefillIo, SplitKeys,
-};
+use fak::gpu::kernels::attn_prefill::{AttnPrefill, CoopTile, PrefillIo, SplitKeys};
 use fak::gpu::step::PageTable;
 
 use fak::gpu::kernels::support::{Positions, View};

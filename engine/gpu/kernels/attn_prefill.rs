@@ -424,7 +424,10 @@ impl AttnPrefill {
     ) -> Result<Self, GpuError> {
         if let Some(tile) = tile {
             if !tile.supported() {
-                return Err(shape_error(Self::NAME, format!("{tile:?} is not supported")));
+                return Err(shape_error(
+                    Self::NAME,
+                    format!("{tile:?} is not supported"),
+                ));
             }
             let limit = ctx.device.limits().max_compute_workgroup_storage_size;
             if tile.workgroup_bytes() > limit {

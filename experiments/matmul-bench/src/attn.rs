@@ -133,9 +133,11 @@ fn print_row(
     println!(
         "{} split={split}\t{}\t{name}\t{}\t{}\t{}\t{n_tokens}\t{cached}\t{:.1}\t{:.2}\t{diff}",
         kernel.variant(),
-        kernel.tile().map_or(kernel.rows_per_tile().to_string(), |tile| {
-            format!("{}x{}", tile.rows(), tile.keys)
-        }),
+        kernel
+            .tile()
+            .map_or(kernel.rows_per_tile().to_string(), |tile| {
+                format!("{}x{}", tile.rows(), tile.keys)
+            }),
         shape.n_head,
         shape.n_kv,
         shape.head_dim,
