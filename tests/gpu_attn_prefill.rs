@@ -148,15 +148,15 @@ fn a_sequence_on_a_shuffled_page_row_reads_its_positions_from_the_token_table() 
 }
 
 /// Split counts forced on the kernel: 1 (each tile writes o itself), 2 and 3, and 64 — more than
-/// any case's runs of 32 keys (at most 11), so most splits hold no keys and return.
+/// any case's runs of SPLIT_KEYS = 64 keys (at most 6), so most splits hold no keys and return.
 const FORCED_SPLITS: [u32; 4] = [1, 2, 3, 64];
 
-/// (start, n_tokens, table): a fresh prompt whose second row tile spans two runs of keys; a
+/// (start, n_tokens, table): a fresh prompt whose last row tiles span two runs of keys; a
 /// prefill continuing a cache (the prefix-cache case) whose tile crosses position 64, so its
 /// rows before it have no keys in the last split (a partial of l = 0 that must weigh nothing); a
-/// single token; 40 tokens after 300 (11 runs: real splits at every count); the token table.
+/// single token; 40 tokens after 300 (6 runs: real splits at every count); the token table.
 const SPLIT_CASES: [(u32, u32, bool); 5] = [
-    (0, 37, false),
+    (0, 70, false),
     (45, 20, false),
     (70, 1, false),
     (300, 40, false),

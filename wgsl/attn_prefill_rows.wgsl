@@ -20,8 +20,8 @@
 // requires: consts HEAD_DIM (a multiple of 4), GROUP and the kernel's BM; kv_f32|kv_f16.wgsl,
 //           kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl, attn_combine.wgsl.
 // provides: the bindings, override TOKEN_TABLE; NEG, LOG2_E, SPLIT_KEYS; step_tokens,
-//           row_token_head, query_element, cache_element, cache_quad, tile_key_limit, KeySplit, key_split,
-//           store_output, store_stats; the entry point combine.
+//           row_token_head, query_element, cache_element, cache_quad, tile_key_limit, KeySplit,
+//           key_split, store_output, store_stats; the entry point combine.
 
 struct Params {
     kv: KvGeometry,
@@ -52,7 +52,8 @@ override TOKEN_TABLE: bool = false;
 // The masked score (scores are finite, so any exp2 of NEG minus a score is 0).
 const NEG: f32 = -3.0e38;
 const LOG2_E: f32 = 1.4426950408889634;
-// Splits cut a tile's keys into runs of whole SPLIT_KEYS (a multiple of every kernel's key step).
+// Splits cut a tile's keys into runs of whole SPLIT_KEYS (a multiple of every kernel's key step:
+// 32 for attn_prefill.wgsl, 32 or 64 for attn_prefill_coop.wgsl).
 const SPLIT_KEYS: u32 = 64u;
 const COMBINE_WG: u32 = 128u;
 
