@@ -32,6 +32,9 @@
 //      step's K rows are fetched into registers; on a marked step every O tile goes through
 //      o_stage and back scaled by its rows' α; then O += P·V (KEY_BLOCKS × DIM_TILES MMAs).
 // Four barriers per step: A's, B's, D's and the one after the MMAs before the next K store.
+// Q_REGS = 1 (one subgroup a row block, BM ≤ BN): Q is staged once through kv_tile and kept in
+// each subgroup's HEAD_TILES fragments (q0..q7), so no Q tile takes workgroup memory (room for
+// 64 × 64 tiles at head 128).
 // K/V staging moves quads (16-byte f32 / 8-byte f16 loads, 8-byte vec4<f16> stores), and the
 // tiles are vec4<f16> arrays whose fragment strides count vec4s (as matmul_x16.wgsl).
 // Every coop value is a single named value (no arrays of cooperative matrices: experiments/
@@ -43,14 +46,14 @@
 //           key split of its tile (attn_prefill_rows.wgsl; combine after it when S > 1).
 // pipelines: module consts HEAD_DIM, GROUP and the override TOKEN_TABLE as attn_prefill.wgsl;
 //            the module consts ROW_BLOCKS, KEY_STEP, HEAD_TILES (dim tiles covering the head, a
-//            multiple of DIM_SPLIT), DIM_SPLIT and SLACK from the host (engine `attn_prefill::CoopTile`),
+//            multiple of DIM_SPLIT), DIM_SPLIT, SLACK and Q_REGS from the host (engine `attn_prefill::CoopTile`),
 //            which also checks the workgroup memory of main below against the device.
 // variants: the shape file before it: matmul_coop16.wgsl (Vulkan) | matmul_coop8.wgsl (Metal);
 //           `enable f16; enable wgpu_cooperative_matrix;` from the variant, which requires
 //           SUBGROUP (subgroup_id, shuffles) and, on the host, subgroups exactly 32 wide.
 // requires: kv_f32|kv_f16.wgsl, kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl,
 //           attn_combine.wgsl, attn_prefill_rows.wgsl, a shape file; the consts ROW_BLOCKS,
-//           KEY_STEP, HEAD_TILES, DIM_SPLIT, SLACK.
+//           KEY_STEP, HEAD_TILES, DIM_SPLIT, SLACK, Q_REGS.
 
 const SUBGROUP_WIDTH: u32 = 32u;
 const SUBGROUPS: u32 = ROW_BLOCKS * DIM_SPLIT;
@@ -80,8 +83,12 @@ const_assert HEAD_TILES % DIM_SPLIT == 0u && KEY_BLOCKS % DIM_SPLIT == 0u;
 const_assert DIM_TILES <= 8u && KEY_TILES <= 4u && HEAD_DIM <= HEAD_TILES * COOP;
 // Splits hold whole key steps, so keys past a split's end are past the causal limit too.
 const_assert SPLIT_KEYS % BN == 0u;
+// Q in registers: the subgroup holds its row block's HEAD_TILES fragments (named q0..q7), which
+// needs one subgroup a row block and Q staged through kv_tile.
+const_assert Q_REGS == 0u || (DIM_SPLIT == 1u && BM <= BN);
 
-var<workgroup> q_tile: array<vec4<f16>, BM * Q_STRIDE4>;
+// Q (scaled, f16); one vec4 when Q_REGS = 1 (staged through kv_tile, kept in fragments).
+var<workgroup> q_tile: array<vec4<f16>, BM * Q_STRIDE4 * (1u - Q_REGS) + Q_REGS>;
 var<workgroup> kv_tile: array<vec4<f16>, BN * KV_STRIDE4>;
 // The S tile (BM × BN, row-major) and P (f16).
 var<workgroup> s_tile: array<f32, BM * S_STRIDE>;
@@ -173,6 +180,59 @@ fn scores(mi: u32, kb0: u32) {
     if KEY_TILES > 3u {
         store_scores(s3, mi, kb0 + 3u);
     }
+}
+
+// Q_REGS: the Q fragment of row block mi and dim tile dt, staged in kv_tile.
+fn q_fragment(mi: u32, dt: u32) -> CoopA {
+    let at = mi * COOP * KV_STRIDE4 + dt * (COOP / 4u);
+    let stride = KV_STRIDE4;
+    return coopLoadT<CoopA>(&kv_tile[at], stride);
+}
+
+// s + Q's dim tile dt (fragment q) times Kᵀ's of key block kb.
+fn qk(s: CoopC, q: CoopA, kb: u32, dt: u32) -> CoopC {
+    let at = kb * COOP * KV_STRIDE4 + dt * (COOP / 4u);
+    let stride = KV_STRIDE4;
+    let b = coopLoad<CoopB>(&kv_tile[at], stride);
+    return coopMultiplyAdd(q, b, s);
+}
+
+// Q_REGS, step B: the S tile of key block kb from the register fragments.
+fn score_regs(
+    kb: u32,
+    q0: CoopA,
+    q1: CoopA,
+    q2: CoopA,
+    q3: CoopA,
+    q4: CoopA,
+    q5: CoopA,
+    q6: CoopA,
+    q7: CoopA,
+) -> CoopC {
+    var s = CoopC();
+    s = qk(s, q0, kb, 0u);
+    if HEAD_TILES > 1u {
+        s = qk(s, q1, kb, 1u);
+    }
+    if HEAD_TILES > 2u {
+        s = qk(s, q2, kb, 2u);
+    }
+    if HEAD_TILES > 3u {
+        s = qk(s, q3, kb, 3u);
+    }
+    if HEAD_TILES > 4u {
+        s = qk(s, q4, kb, 4u);
+    }
+    if HEAD_TILES > 5u {
+        s = qk(s, q5, kb, 5u);
+    }
+    if HEAD_TILES > 6u {
+        s = qk(s, q6, kb, 6u);
+    }
+    if HEAD_TILES > 7u {
+        s = qk(s, q7, kb, 7u);
+    }
+    return s;
 }
 
 // P's fragment of row block mi and key block kb.
@@ -273,7 +333,45 @@ fn main(
             query_element(row0 + row, g, d + 2u, qscale),
             query_element(row0 + row, g, d + 3u, qscale),
         );
-        q_tile[row * Q_STRIDE4 + e % D4] = vec4<f16>(q4);
+        if Q_REGS == 1u {
+            kv_tile[row * KV_STRIDE4 + e % D4] = vec4<f16>(q4);
+        } else {
+            q_tile[row * Q_STRIDE4 + e % D4] = vec4<f16>(q4);
+        }
+    }
+    var q0 = CoopA();
+    var q1 = CoopA();
+    var q2 = CoopA();
+    var q3 = CoopA();
+    var q4 = CoopA();
+    var q5 = CoopA();
+    var q6 = CoopA();
+    var q7 = CoopA();
+    if Q_REGS == 1u {
+        workgroupBarrier();
+        q0 = q_fragment(mi, 0u);
+        if HEAD_TILES > 1u {
+            q1 = q_fragment(mi, 1u);
+        }
+        if HEAD_TILES > 2u {
+            q2 = q_fragment(mi, 2u);
+        }
+        if HEAD_TILES > 3u {
+            q3 = q_fragment(mi, 3u);
+        }
+        if HEAD_TILES > 4u {
+            q4 = q_fragment(mi, 4u);
+        }
+        if HEAD_TILES > 5u {
+            q5 = q_fragment(mi, 5u);
+        }
+        if HEAD_TILES > 6u {
+            q6 = q_fragment(mi, 6u);
+        }
+        if HEAD_TILES > 7u {
+            q7 = q_fragment(mi, 7u);
+        }
+        // (The prologue's barrier below orders these loads before the first K store.)
     }
     if local == 0u {
         rescale_mark = 0u;
@@ -300,7 +398,14 @@ fn main(
 
         // B.
         let v_rows = fetch_kv(true, n_keys, local);
-        scores(mi, ni * KEY_TILES);
+        if Q_REGS == 1u {
+            for (var kt = 0u; kt < KEY_TILES; kt++) {
+                let s_kt = score_regs(kt, q0, q1, q2, q3, q4, q5, q6, q7);
+                store_scores(s_kt, mi, kt);
+            }
+        } else {
+            scores(mi, ni * KEY_TILES);
+        }
         workgroupBarrier();
 
         // C.

@@ -85,6 +85,10 @@ pub struct CoopTile {
     /// rescaled (wgsl/attn_prefill_coop.wgsl: the result does not depend on it; 0 rescales on
     /// every growth, which the tests use to cover that path).
     pub slack: u32,
+    /// Q held in each subgroup's fragments rather than a workgroup tile (one subgroup a row
+    /// block, Q staged once through the K/V tile: rows ≤ keys), which leaves room for 64 × 64
+    /// tiles at head 128.
+    pub q_regs: bool,
 }
 
 impl CoopTile {
@@ -102,7 +106,13 @@ impl CoopTile {
             head_tiles: tiles.div_ceil(dim_split) * dim_split,
             dim_split,
             slack: Self::SLACK,
+            q_regs: false,
         }
+    }
+
+    /// The same tile with Q in registers (`q_regs`) or not.
+    pub fn with_q_regs(self, q_regs: bool) -> Self {
+        CoopTile { q_regs, ..self }
     }
 
     /// The same tile with key steps of `keys`.
@@ -123,16 +133,23 @@ impl CoopTile {
             && 64 % self.keys == 0
             && blocks.is_multiple_of(self.dim_split)
             && blocks / self.dim_split <= COOP_KEY_TILES
+            && (!self.q_regs || (self.dim_split == 1 && self.rows() <= self.keys))
     }
 
     /// Every supported tile of `head_dim` in the order [`CoopTile::fitting`] prefers them: the
-    /// most rows, then the longest key step.
+    /// most rows, then the longest key step, then Q in registers.
     pub fn candidates(coop: CoopShape, head_dim: u32) -> impl Iterator<Item = CoopTile> {
         COOP_ROW_BLOCKS.into_iter().flat_map(move |blocks| {
-            COOP_KEY_STEPS
-                .into_iter()
-                .map(move |keys| CoopTile::new(coop, blocks, head_dim).with_keys(keys))
-                .filter(|tile| tile.supported())
+            COOP_KEY_STEPS.into_iter().flat_map(move |keys| {
+                [true, false]
+                    .into_iter()
+                    .map(move |q_regs| {
+                        CoopTile::new(coop, blocks, head_dim)
+                            .with_keys(keys)
+                            .with_q_regs(q_regs)
+                    })
+                    .filter(|tile| tile.supported())
+            })
         })
     }
 
@@ -155,7 +172,9 @@ impl CoopTile {
         let (rows, keys) = (self.rows(), self.keys);
         let dims = self.head_tiles * n;
         let subgroups = self.row_blocks * self.dim_split;
-        let halves = (rows + keys) * (dims + 8) + rows * (keys + 8);
+        // q_tile is one vec4 (4 halves) when Q lives in registers.
+        let q_halves = if self.q_regs { 4 } else { rows * (dims + 8) };
+        let halves = q_halves + keys * (dims + 8) + rows * (keys + 8);
         let words = rows * (keys + 4) + subgroups * n * n + keys + 1;
         2 * halves + 4 * words
     }
@@ -360,6 +379,7 @@ impl AttnPrefill {
                 .with_const("HEAD_TILES", tile.head_tiles)
                 .with_const("DIM_SPLIT", tile.dim_split)
                 .with_const("SLACK", tile.slack)
+                .with_const("Q_REGS", u32::from(tile.q_regs))
                 .with(match coop {
                     CoopShape::M8x8 => wgsl::MATMUL_COOP8,
                     CoopShape::M16x16 => wgsl::MATMUL_COOP16,

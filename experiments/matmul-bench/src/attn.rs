@@ -136,7 +136,8 @@ fn print_row(
         kernel
             .tile()
             .map_or(kernel.rows_per_tile().to_string(), |tile| {
-                format!("{}x{}", tile.rows(), tile.keys)
+                let q = if tile.q_regs { "q" } else { "" };
+                format!("{}x{}{q}", tile.rows(), tile.keys)
             }),
         shape.n_head,
         shape.n_kv,
