@@ -8,7 +8,7 @@
 //!   cooperative matrices, f16 inputs and f32 accumulation, O kept in the accumulators and
 //!   rescaled only when a row's max outgrows its reference (wgsl/attn_prefill_coop.wgsl);
 //!   selected wherever the adapter has cooperative matrices ([`AttnPrefill::select`]) unless
-//!   `FAK_ATTN_PREFILL=tiles`; [`AttnPrefill::with_tile`] builds any [`CoopTile`] (tests, bench).
+//!   `FAK_ATTN_PREFILL=tiles` (or another tile by its label); [`AttnPrefill::with_tile`] builds any [`CoopTile`] (tests, bench).
 //!
 //! Both share the bindings and row addressing (wgsl/attn_prefill_rows.wgsl), so a binding is the
 //! same for every variant; only the rows per workgroup differ ([`AttnPrefill::rows_per_tile`]).
@@ -162,6 +162,13 @@ impl CoopTile {
         self.row_blocks * self.coop.size()
     }
 
+    /// Rows × keys, `q` when Q lives in registers (`64x64q`); the bench's and
+    /// `FAK_ATTN_PREFILL`'s name for the tile (the slack and dim split follow from the head).
+    pub fn label(self) -> String {
+        let q = if self.q_regs { "q" } else { "" };
+        format!("{}x{}{q}", self.rows(), self.keys)
+    }
+
     pub fn invocations(self) -> u32 {
         self.row_blocks * self.dim_split * 32
     }
@@ -180,10 +187,20 @@ impl CoopTile {
     }
 }
 
-/// `FAK_ATTN_PREFILL=tiles`: the engine runs the f32-tile kernel where it would run the
-/// cooperative-matrix one.
-fn tiles_forced() -> bool {
-    std::env::var("FAK_ATTN_PREFILL").is_ok_and(|v| v == "tiles")
+/// What `FAK_ATTN_PREFILL` asks the engine to run instead of its choice, for a measurement in
+/// the model: `tiles`, the f32-tile kernel; a [`CoopTile`] label (`64x32`, `64x64q`: rows ×
+/// keys, `q` for Q in registers), that cooperative-matrix tile where it fits.
+enum Override {
+    Tiles,
+    Tile(String),
+}
+
+fn env_override() -> Option<Override> {
+    match std::env::var("FAK_ATTN_PREFILL") {
+        Ok(v) if v == "tiles" => Some(Override::Tiles),
+        Ok(v) if !v.is_empty() => Some(Override::Tile(v)),
+        _ => None,
+    }
 }
 
 /// How many workgroups share each row tile's keys in a step ([`AttnPrefill::with_split`]).
@@ -412,15 +429,18 @@ impl AttnPrefill {
 
     /// Builds the variant `paths` selects ([`AttnPrefill::select`]) for `shape`: on cooperative
     /// matrices, the tile with the most rows whose workgroup memory the device has (the f32-tile
-    /// kernel where none fits, or where `FAK_ATTN_PREFILL=tiles` asks for it: the measurement
-    /// of one against the other in the model).
+    /// kernel where none fits; `FAK_ATTN_PREFILL` may ask for that kernel or another tile: the
+    /// measurement of one against the other in the model).
     pub fn new(ctx: &GpuContext, paths: KernelPaths, shape: AttnShape) -> Result<Self, GpuError> {
         let variant = Self::select(paths);
         let limit = ctx.device.limits().max_compute_workgroup_storage_size;
-        let tile = variant
-            .coop_matrix
-            .filter(|_| !tiles_forced())
-            .and_then(|coop| CoopTile::fitting(coop, shape.head_dim, limit));
+        let tile = variant.coop_matrix.and_then(|coop| match env_override() {
+            Some(Override::Tiles) => None,
+            Some(Override::Tile(label)) => CoopTile::candidates(coop, shape.head_dim)
+                .find(|tile| tile.label() == label && tile.workgroup_bytes() <= limit)
+                .or_else(|| CoopTile::fitting(coop, shape.head_dim, limit)),
+            None => CoopTile::fitting(coop, shape.head_dim, limit),
+        });
         match tile {
             Some(tile) => Self::with_tile(ctx, variant, shape, Some(tile)),
             None => {

@@ -135,10 +135,7 @@ fn print_row(
         kernel.variant(),
         kernel
             .tile()
-            .map_or(kernel.rows_per_tile().to_string(), |tile| {
-                let q = if tile.q_regs { "q" } else { "" };
-                format!("{}x{}{q}", tile.rows(), tile.keys)
-            }),
+            .map_or(kernel.rows_per_tile().to_string(), CoopTile::label),
         shape.n_head,
         shape.n_kv,
         shape.head_dim,
