@@ -29,7 +29,7 @@ for t in gpu_attn_prefill gpu_attention_step; do
     echo "exit $?"
     grep -E "^test |test result|panicked|worst|diff|expected" "$OUT/$t.log" | cut -c1-300 | head -30
 done
-timeout 200 "$BIN/matmul-bench" --attn > "$OUT/attn-bench.tsv" 2> /tmp/attn-bench.err
+ATTN_SPLITS=${ATTN_SPLITS:-auto} timeout 170 "$BIN/matmul-bench" --attn > "$OUT/attn-bench.tsv" 2> /tmp/attn-bench.err
 echo "== matmul-bench --attn: exit $?"
 cut -f1-3,7-11 "$OUT/attn-bench.tsv"
 tail -3 /tmp/attn-bench.err

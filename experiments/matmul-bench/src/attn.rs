@@ -83,7 +83,13 @@ pub fn run(ctx: &GpuContext, quick: bool) {
         for mut kernel in kernels(ctx, shape) {
             let chunk = Chunk::new(ctx, &kernel, shape, n_tokens, cached);
             let mut counts = Vec::new();
-            for split in [SplitKeys::NEVER].into_iter().chain(SPLITS) {
+            // ATTN_SPLITS=auto: the unsplit and the engine's rule only (a shorter run).
+            let forced = std::env::var("ATTN_SPLITS")
+                .map_or(SPLITS.len(), |v| if v == "auto" { 1 } else { SPLITS.len() });
+            for split in [SplitKeys::NEVER]
+                .into_iter()
+                .chain(SPLITS.into_iter().take(forced))
+            {
                 kernel = kernel.with_split(split);
                 let Some(bound) = chunk.bind(ctx, &kernel, &mut counts) else {
                     continue;
