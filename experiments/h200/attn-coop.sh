@@ -29,10 +29,6 @@ for t in gpu_attn_prefill gpu_attention_step; do
     echo "exit $?"
     grep -E "^test |test result|panicked|worst|diff|expected" "$OUT/$t.log" | cut -c1-300 | head -30
 done
-ATTN_SPLITS=${ATTN_SPLITS:-auto} timeout 170 "$BIN/matmul-bench" --attn > "$OUT/attn-bench.tsv" 2> /tmp/attn-bench.err
-echo "== matmul-bench --attn: exit $?"
-cut -f1-3,7-11 "$OUT/attn-bench.tsv"
-tail -3 /tmp/attn-bench.err
 wait $SYNTH
 for round in $(seq "${ROUNDS:-3}"); do
     for arm in tiles default ${ARMS:-64x32}; do
@@ -45,3 +41,7 @@ for round in $(seq "${ROUNDS:-3}"); do
 done
 kill $CLOCKS
 grep -E "^==|^rc=|depth [0-9]+ prefill:|attn_prefill|panicked|rror" "$OUT/bench.log" | cut -c1-200 | head -40
+ATTN_SPLITS=${ATTN_SPLITS:-auto} timeout 170 "$BIN/matmul-bench" --attn > "$OUT/attn-bench.tsv" 2> /tmp/attn-bench.err
+echo "== matmul-bench --attn: exit $?"
+cut -f1-3,7-11 "$OUT/attn-bench.tsv"
+tail -3 /tmp/attn-bench.err
