@@ -9,8 +9,8 @@
 #      the Qwen3-8B shape (512-token chunks after 0..7680 cached) and the 27B's (128 after 2048),
 #      each output against the f32-tile kernel's (max_diff_vs_f16);
 #   3. `harness bench --depths 2048` on the 8B-shaped Q4_K_M synth, FAK_ATTN_PREFILL=tiles (the
-#      f32-tile kernel: main's engine), the default coop tile and the ARMS given (tile labels,
-#      default 64x32) interleaved, ROUNDS times (3).
+#      f32-tile kernel, still the engine's default), `coop` (CoopTile::fitting's tile: 64x64q at
+#      head 128) and the ARMS given (tile labels, default 64x32) interleaved, ROUNDS times (3).
 # Carried: target/h200 from `MATMUL_BENCH=1 RELEASE_TARGET_DIR=… prepare.sh gpu_attn_prefill
 # gpu_attention_step`. Files back: the test logs, attn-bench.tsv, bench.log, clocks.csv.
 set -uo pipefail
@@ -31,10 +31,9 @@ for t in gpu_attn_prefill gpu_attention_step; do
 done
 wait $SYNTH
 for round in $(seq "${ROUNDS:-3}"); do
-    for arm in tiles default ${ARMS:-64x32}; do
+    for arm in tiles coop ${ARMS:-64x32}; do
         echo "== round $round FAK_ATTN_PREFILL=$arm" >> "$OUT/bench.log"
-        env=$arm; [ "$arm" = default ] && env=
-        FAK_ATTN_PREFILL=$env timeout 60 "$BIN/harness" bench --model "$MODEL" --depths 2048 \
+        FAK_ATTN_PREFILL=$arm timeout 60 "$BIN/harness" bench --model "$MODEL" --depths 2048 \
             --n-out 4 --profile-steps 1 --suffix 0 --probe-mib 256 >> "$OUT/bench.log" 2>&1
         echo "rc=$?" >> "$OUT/bench.log"
     done

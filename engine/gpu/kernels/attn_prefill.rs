@@ -7,8 +7,8 @@
 //! - `subgroup+f16+coop16x16` (Vulkan) / `subgroup+f16+coop8x8` (Metal): S = Q·Kᵀ and P·V on
 //!   cooperative matrices, f16 inputs and f32 accumulation, O kept in the accumulators and
 //!   rescaled only when a row's max outgrows its reference (wgsl/attn_prefill_coop.wgsl);
-//!   selected wherever the adapter has cooperative matrices ([`AttnPrefill::select`]) unless
-//!   `FAK_ATTN_PREFILL=tiles` (or another tile by its label); [`AttnPrefill::with_tile`] builds any [`CoopTile`] (tests, bench).
+//!   opt-in (`FAK_ATTN_PREFILL=coop`, or a tile by its label) until it has passed its tests on
+//!   a device — it has run nowhere yet (experiments/NOTES.md, attn-coop); [`AttnPrefill::with_tile`] builds any [`CoopTile`] (tests, bench).
 //!
 //! Both share the bindings and row addressing (wgsl/attn_prefill_rows.wgsl), so a binding is the
 //! same for every variant; only the rows per workgroup differ ([`AttnPrefill::rows_per_tile`]).
@@ -187,19 +187,22 @@ impl CoopTile {
     }
 }
 
-/// What `FAK_ATTN_PREFILL` asks the engine to run instead of its choice, for a measurement in
-/// the model: `tiles`, the f32-tile kernel; a [`CoopTile`] label (`64x32`, `64x64q`: rows ×
-/// keys, `q` for Q in registers), that cooperative-matrix tile where it fits.
+/// What `FAK_ATTN_PREFILL` asks the engine to run where the adapter has cooperative matrices:
+/// unset or `tiles`, the f32-tile kernel (the default until the cooperative-matrix kernel has
+/// passed its tests on a device: experiments/NOTES.md, attn-coop); `coop`, the cooperative-matrix
+/// kernel with [`CoopTile::fitting`]'s tile; a [`CoopTile`] label (`64x32`, `64x64q`: rows ×
+/// keys, `q` for Q in registers), that tile where it fits.
 enum Override {
     Tiles,
+    Coop,
     Tile(String),
 }
 
-fn env_override() -> Option<Override> {
+fn env_override() -> Override {
     match std::env::var("FAK_ATTN_PREFILL") {
-        Ok(v) if v == "tiles" => Some(Override::Tiles),
-        Ok(v) if !v.is_empty() => Some(Override::Tile(v)),
-        _ => None,
+        Ok(v) if v == "coop" => Override::Coop,
+        Ok(v) if !v.is_empty() && v != "tiles" => Override::Tile(v),
+        _ => Override::Tiles,
     }
 }
 
@@ -427,19 +430,19 @@ impl AttnPrefill {
         })
     }
 
-    /// Builds the variant `paths` selects ([`AttnPrefill::select`]) for `shape`: on cooperative
-    /// matrices, the tile with the most rows whose workgroup memory the device has (the f32-tile
-    /// kernel where none fits; `FAK_ATTN_PREFILL` may ask for that kernel or another tile: the
-    /// measurement of one against the other in the model).
+    /// Builds the variant `paths` selects ([`AttnPrefill::select`]) for `shape`; on cooperative
+    /// matrices the f32-tile kernel unless `FAK_ATTN_PREFILL` asks for the cooperative-matrix
+    /// one (`coop`: the tile with the most rows whose workgroup memory the device has; or a
+    /// tile by its label) — opt-in until that kernel has passed its tests on a device.
     pub fn new(ctx: &GpuContext, paths: KernelPaths, shape: AttnShape) -> Result<Self, GpuError> {
         let variant = Self::select(paths);
         let limit = ctx.device.limits().max_compute_workgroup_storage_size;
         let tile = variant.coop_matrix.and_then(|coop| match env_override() {
-            Some(Override::Tiles) => None,
-            Some(Override::Tile(label)) => CoopTile::candidates(coop, shape.head_dim)
+            Override::Tiles => None,
+            Override::Tile(label) => CoopTile::candidates(coop, shape.head_dim)
                 .find(|tile| tile.label() == label && tile.workgroup_bytes() <= limit)
                 .or_else(|| CoopTile::fitting(coop, shape.head_dim, limit)),
-            None => CoopTile::fitting(coop, shape.head_dim, limit),
+            Override::Coop => CoopTile::fitting(coop, shape.head_dim, limit),
         });
         match tile {
             Some(tile) => Self::with_tile(ctx, variant, shape, Some(tile)),
