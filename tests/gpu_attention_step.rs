@@ -17,6 +17,7 @@ use fak::gpu::step::PageTable;
 use fak::gpu::{GpuContext, KernelPaths, Step, StepBuffer, read_back_f32, storage_buffer};
 
 use fak::reference::ops::attend;
+use fak_tests::attn_prefill;
 use fak_tests::inputs::{step_buffer, uniform_f32, upload_f32};
 use fak_tests::kv::{Pages, poisoned_cache, read_cache};
 use fak_tests::{Tolerance, assert_close, gpu, poisoned_f32, rng, variants};
@@ -173,7 +174,14 @@ fn run(ctx: &GpuContext, paths: KernelPaths) {
     });
     let got = read_back_f32(ctx, &o, 0..4 * u64::from(PROMPT * o_width)).unwrap();
     let want = s.reference(&q_out, 0..PROMPT);
-    assert_close(&format!("{what} prefill"), &got, &want, TOL);
+    // The cooperative-matrix kernel (the engine's choice where the adapter has one) rounds q, k,
+    // v and the weights to f16: its bound is the prefill test's.
+    let tol = if prefill.variant().coop_matrix.is_some() {
+        attn_prefill::COOP_TOL
+    } else {
+        TOL
+    };
+    assert_close(&format!("{what} prefill"), &got, &want, tol);
 
     // Decode: the next token at position PROMPT.
     s.step.set(ctx, Step::new(PROMPT, 1, 0));

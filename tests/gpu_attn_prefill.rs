@@ -1,16 +1,15 @@
-//! Prefill attention (wgsl/attn_prefill.wgsl) against `fak::reference::ops::attend` (f64),
-//! causal: GQA groups 1, 2 and 6, head_dim 64, 256 and 40, prompts that are not multiples of the
-//! row or key tile, a prefill continuing a cache that already holds earlier tokens, a one-token
-//! prefill, and a sequence on a shuffled page-table row read through a token table; f32 and f16
-//! caches; the cooperative-matrix kernel (where the adapter has one; the engine does not select
-//! it yet) with every workgroup tile that fits; keys split across workgroups and combined, at
+//! Prefill attention (wgsl/attn_prefill.wgsl, wgsl/attn_prefill_coop.wgsl) against
+//! `fak::reference::ops::attend` (f64), causal: GQA groups 1, 2, 4 and 6, head_dim 64, 256, 40
+//! and 128, prompts that are not multiples of the row or key tile, a prefill continuing a cache
+//! that already holds earlier tokens, a one-token prefill, and a sequence on a shuffled
+//! page-table row read through a token table; f32 and f16 caches; the cooperative-matrix kernel
+//! (where the adapter has one: the engine's choice there) with every workgroup tile that fits and
+//! with O rescaled on every growth of a row's max; keys split across workgroups and combined, at
 //! forced split counts. Cache slots past the step's last token hold NaN, so a causal leak fails
 //! the test; the split partials start as NaN too, so a combine reading one no split wrote fails.
 
 use fak::gpu::kernels::attn_decode::AttnShape;
-use fak::gpu::kernels::attn_prefill::{
-    AttnPrefill, COOP_ROW_BLOCKS, CoopTile, PrefillIo, SplitKeys,
-};
+use fak::gpu::kernels::attn_prefill::{AttnPrefill, CoopTile, PrefillIo, SplitKeys};
 use fak::gpu::step::PageTable;
 
 use fak::gpu::kernels::support::{Positions, View};
@@ -26,7 +25,7 @@ fn run_case(ctx: &GpuContext, kernel: &AttnPrefill, case: &Case, seed: u64) {
     attn_prefill::run_case(ctx, kernel, case, seed).assert();
 }
 
-fn shapes() -> [AttnShape; 4] {
+fn shapes() -> [AttnShape; 5] {
     let shape = |n_head, n_kv, head_dim| AttnShape {
         n_head,
         n_kv,
@@ -37,11 +36,27 @@ fn shapes() -> [AttnShape; 4] {
         shape(4, 2, 256),
         shape(12, 2, 40),
         shape(6, 1, 256),
+        shape(8, 2, 128),
     ]
 }
 
-/// Every variant the engine selects on this adapter, and the cooperative-matrix kernel (which it
-/// does not select yet) in every shape the adapter has, once per row-block count that fits.
+/// The models' attention shapes (Qwen3-8B: GQA 4, head 128; Qwen3.5-27B: GQA 6, head 256 —
+/// two subgroups a row block on 16×16 cooperative matrices).
+const QWEN3_8B: AttnShape = AttnShape {
+    n_head: 32,
+    n_kv: 8,
+    head_dim: 128,
+};
+const QWEN35_27B: AttnShape = AttnShape {
+    n_head: 24,
+    n_kv: 4,
+    head_dim: 256,
+};
+
+/// Every variant the engine selects on this adapter (the cooperative-matrix kernel where it has
+/// one), and the cooperative-matrix kernel in every shape the adapter has, once per tile (row
+/// blocks × key step) that fits, and once more with the slack 0 (a rescale of O whenever a row's max grows:
+/// the random inputs' maxima rarely outgrow the engine's slack after a row's first step).
 fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let mut out: Vec<AttnPrefill> = variants::<AttnPrefill>(ctx)
         .into_iter()
@@ -50,12 +65,14 @@ fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let limit = ctx.device.limits().max_compute_workgroup_storage_size;
     for paths in coop_paths(ctx) {
         let coop = paths.coop_matrix.expect("a coop path");
-        for blocks in COOP_ROW_BLOCKS {
-            let tile = CoopTile::new(coop, blocks, shape.head_dim);
+        for tile in CoopTile::candidates(coop, shape.head_dim) {
             if tile.workgroup_bytes() <= limit {
                 out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(tile)).unwrap());
             }
         }
+        let tile = CoopTile::fitting(coop, shape.head_dim, limit).expect("a tile fits");
+        let always = tile.with_slack(0);
+        out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(always)).unwrap());
     }
     out
 }
@@ -131,15 +148,15 @@ fn a_sequence_on_a_shuffled_page_row_reads_its_positions_from_the_token_table() 
 }
 
 /// Split counts forced on the kernel: 1 (each tile writes o itself), 2 and 3, and 64 — more than
-/// any case's runs of 32 keys (at most 11), so most splits hold no keys and return.
+/// any case's runs of SPLIT_KEYS = 64 keys (at most 6), so most splits hold no keys and return.
 const FORCED_SPLITS: [u32; 4] = [1, 2, 3, 64];
 
-/// (start, n_tokens, table): a fresh prompt whose second row tile spans two runs of keys; a
+/// (start, n_tokens, table): a fresh prompt whose last row tiles span two runs of keys; a
 /// prefill continuing a cache (the prefix-cache case) whose tile crosses position 64, so its
 /// rows before it have no keys in the last split (a partial of l = 0 that must weigh nothing); a
-/// single token; 40 tokens after 300 (11 runs: real splits at every count); the token table.
+/// single token; 40 tokens after 300 (6 runs: real splits at every count); the token table.
 const SPLIT_CASES: [(u32, u32, bool); 5] = [
-    (0, 37, false),
+    (0, 70, false),
     (45, 20, false),
     (70, 1, false),
     (300, 40, false),
@@ -226,9 +243,8 @@ fn unsupported_shapes_and_mismatched_caches_are_refused() {
 #[test]
 fn the_host_coop_tile_geometry_matches_the_wgsl() {
     for (coop, paths) in all_coop_paths() {
-        for shape in shapes() {
-            for blocks in COOP_ROW_BLOCKS {
-                let tile = CoopTile::new(coop, blocks, shape.head_dim);
+        for shape in shapes().into_iter().chain([QWEN3_8B, QWEN35_27B]) {
+            for tile in CoopTile::candidates(coop, shape.head_dim) {
                 let source = AttnPrefill::source_for(paths, shape, Some(tile)).unwrap();
                 // Each tile's module validates.
                 let (module, info) = parse_valid(&source.module.text());

@@ -4,7 +4,7 @@
 //! features exist there. The recipe is wgpu-notes.md §5.
 
 use fak::gpu::kernels::attn_decode::AttnShape;
-use fak::gpu::kernels::attn_prefill::{AttnPrefill, COOP_ROW_BLOCKS, CoopTile};
+use fak::gpu::kernels::attn_prefill::{AttnPrefill, CoopTile};
 use fak::gpu::kernels::matmul::{CoopKernel, Matmul};
 use fak::gpu::{Kernel, KernelVariant, PipelineSpec, Target, registry};
 use fak_tests::reduce_probe::ReduceProbe;
@@ -20,22 +20,40 @@ fn all_variants() -> Vec<KernelVariant> {
     all
 }
 
-/// The cooperative-matrix prefill attention with each other workgroup tile than the registry's
-/// (the tests and the bench build every one).
+/// The cooperative-matrix prefill attention with every workgroup tile the tests and the engine
+/// build (each row-block count × key step, the rescale-always slack) on the example shape and the models'
+/// heads (Qwen3-8B: 32 q heads of 128 on 8 kv heads; Qwen3.5-27B: 24 of 256 on 4, two subgroups
+/// a row block).
 fn coop_attention_tiles() -> Vec<KernelVariant> {
+    let shapes = [
+        AttnShape::EXAMPLE,
+        AttnShape {
+            n_head: 32,
+            n_kv: 8,
+            head_dim: 128,
+        },
+        AttnShape {
+            n_head: 24,
+            n_kv: 4,
+            head_dim: 256,
+        },
+    ];
     let mut out = Vec::new();
     for variant in KernelVariant::all_of::<AttnPrefill>() {
         let Some(coop) = variant.paths.coop_matrix else {
             continue;
         };
-        for blocks in [COOP_ROW_BLOCKS[0], COOP_ROW_BLOCKS[2]] {
-            let shape = AttnShape::EXAMPLE;
-            let tile = CoopTile::new(coop, blocks, shape.head_dim);
-            out.push(KernelVariant {
-                kernel: AttnPrefill::NAME,
-                paths: variant.paths,
-                source: AttnPrefill::source_for(variant.paths, shape, Some(tile)).unwrap(),
-            });
+        for shape in shapes {
+            for tile in CoopTile::candidates(coop, shape.head_dim) {
+                for slack in [CoopTile::SLACK, 0] {
+                    let tile = tile.with_slack(slack);
+                    out.push(KernelVariant {
+                        kernel: AttnPrefill::NAME,
+                        paths: variant.paths,
+                        source: AttnPrefill::source_for(variant.paths, shape, Some(tile)).unwrap(),
+                    });
+                }
+            }
         }
     }
     out

@@ -20,8 +20,8 @@
 // requires: consts HEAD_DIM (a multiple of 4), GROUP and the kernel's BM; kv_f32|kv_f16.wgsl,
 //           kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl, attn_combine.wgsl.
 // provides: the bindings, override TOKEN_TABLE; NEG, LOG2_E, SPLIT_KEYS; step_tokens,
-//           row_token_head, query_element, cache_element, tile_key_limit, KeySplit, key_split,
-//           store_output, store_stats; the entry point combine.
+//           row_token_head, query_element, cache_element, cache_quad, tile_key_limit, KeySplit,
+//           key_split, store_output, store_stats; the entry point combine.
 
 struct Params {
     kv: KvGeometry,
@@ -36,8 +36,10 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> k_cache: array<KvScalar>;
-@group(0) @binding(2) var<storage, read> v_cache: array<KvScalar>;
+// The caches as quads (head_dim is a multiple of 4, so a row's quads are whole): 16- or 8-byte
+// loads for the cooperative-matrix kernel's staging, as attn_decode.wgsl.
+@group(0) @binding(1) var<storage, read> k_cache: array<vec4<KvScalar>>;
+@group(0) @binding(2) var<storage, read> v_cache: array<vec4<KvScalar>>;
 @group(0) @binding(3) var<storage, read> page_table: array<u32>;
 @group(0) @binding(4) var<storage, read> token_slots: array<TokenSlot>;
 @group(0) @binding(5) var<storage, read_write> o: array<f32>;
@@ -50,8 +52,9 @@ override TOKEN_TABLE: bool = false;
 // The masked score (scores are finite, so any exp2 of NEG minus a score is 0).
 const NEG: f32 = -3.0e38;
 const LOG2_E: f32 = 1.4426950408889634;
-// Splits cut a tile's keys into runs of whole SPLIT_KEYS (a multiple of every kernel's key step).
-const SPLIT_KEYS: u32 = 32u;
+// Splits cut a tile's keys into runs of whole SPLIT_KEYS (a multiple of every kernel's key step:
+// 32 for attn_prefill.wgsl, 32 or 64 for attn_prefill_coop.wgsl).
+const SPLIT_KEYS: u32 = 64u;
 const COMBINE_WG: u32 = 128u;
 
 fn step_tokens() -> u32 {
@@ -85,10 +88,21 @@ fn tile_key_limit(row0: u32, rows: u32) -> u32 {
 
 // Element d of the key (values false) or value row whose element 0 sits at base, as f32.
 fn cache_element(values: bool, base: u32, d: u32) -> f32 {
+    let at = base + d;
     if values {
-        return f32(v_cache[base + d]);
+        return f32(v_cache[at / 4u][at % 4u]);
     }
-    return f32(k_cache[base + d]);
+    return f32(k_cache[at / 4u][at % 4u]);
+}
+
+// Elements 4·i..4·i + 3 of the key (values false) or value row whose element 0 sits at base
+// (a multiple of 4), as stored.
+fn cache_quad(values: bool, base: u32, i: u32) -> vec4<KvScalar> {
+    let at = base / 4u + i;
+    if values {
+        return v_cache[at];
+    }
+    return k_cache[at];
 }
 
 // Split `index` of `n` of a tile's keys 0..key_limit: begin..end (empty for index ≥ count), and

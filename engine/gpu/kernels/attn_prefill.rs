@@ -5,10 +5,10 @@
 //! - fallback (f32 cache) and `f16` (f16 cache): f32 tiles in workgroup memory, f32 FMAs
 //!   (wgsl/attn_prefill.wgsl);
 //! - `subgroup+f16+coop16x16` (Vulkan) / `subgroup+f16+coop8x8` (Metal): S = Q·Kᵀ and P·V on
-//!   cooperative matrices, f16 inputs and f32 accumulation (wgsl/attn_prefill_coop.wgsl). Not
-//!   selected yet ([`AttnPrefill::select`]): on the H200 it is correct but no faster than the
-//!   f32-tile kernel (experiments/NOTES.md, attn-prefill-coop); built by
-//!   [`AttnPrefill::with_tile`] for its tests and the bench.
+//!   cooperative matrices, f16 inputs and f32 accumulation, O kept in the accumulators and
+//!   rescaled only when a row's max outgrows its reference (wgsl/attn_prefill_coop.wgsl);
+//!   opt-in (`FAK_ATTN_PREFILL=coop`, or a tile by its label) until it has passed its tests on
+//!   a device — it has run nowhere yet (experiments/NOTES.md, attn-coop); [`AttnPrefill::with_tile`] builds any [`CoopTile`] (tests, bench).
 //!
 //! Both share the bindings and row addressing (wgsl/attn_prefill_rows.wgsl), so a binding is the
 //! same for every variant; only the rows per workgroup differ ([`AttnPrefill::rows_per_tile`]).
@@ -58,48 +58,151 @@ pub const MAX_HEAD_DIM: u32 = 256;
 /// Row blocks (`ROW_BLOCKS`, 16 rows each on Vulkan) the cooperative-matrix kernel may take,
 /// most first; [`CoopTile::fitting`] takes the first whose workgroup memory fits.
 pub const COOP_ROW_BLOCKS: [u32; 3] = [4, 2, 1];
+/// Keys per step (`KEY_STEP`) the cooperative-matrix kernel may take, in the order
+/// [`CoopTile::fitting`] prefers them for a row-block count.
+pub const COOP_KEY_STEPS: [u32; 2] = [64, 32];
+/// The workgroup memory the example module's tile is chosen for (WebGPU's and NVIDIA's 48 KiB).
+const COOP_WORKGROUP_BYTES: u32 = 49152;
+/// The most O accumulators (dim tiles) and S accumulators (key blocks) one subgroup of the
+/// cooperative-matrix kernel holds (its named values).
+const COOP_DIM_TILES: u32 = 8;
+const COOP_KEY_TILES: u32 = 4;
 
 /// The workgroup geometry of the cooperative-matrix kernel (the consts of
-/// wgsl/attn_prefill_coop.wgsl): `row_blocks` × 2 subgroups of 32, `row_blocks`·COOP rows.
+/// wgsl/attn_prefill_coop.wgsl): `row_blocks` × `dim_split` subgroups of 32, `row_blocks`·COOP
+/// rows, key steps of `keys`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct CoopTile {
     pub coop: CoopShape,
     pub row_blocks: u32,
-    /// Dim tiles of COOP covering the head (the head padded with zeros), an even number (the
-    /// workgroup's two subgroup columns split them).
+    pub keys: u32,
+    /// Dim tiles of COOP covering the head (the head padded with zeros), a multiple of
+    /// `dim_split`.
     pub head_tiles: u32,
+    /// Subgroups sharing a row block's head dims, so that none holds more than 8 O tiles.
+    pub dim_split: u32,
+    /// How far (log2 units) a row's max may outgrow the reference its weights use before O is
+    /// rescaled (wgsl/attn_prefill_coop.wgsl: the result does not depend on it; 0 rescales on
+    /// every growth, which the tests use to cover that path).
+    pub slack: u32,
+    /// Q held in each subgroup's fragments rather than a workgroup tile (one subgroup a row
+    /// block, Q staged once through the K/V tile: rows ≤ keys), which leaves room for 64 × 64
+    /// tiles at head 128.
+    pub q_regs: bool,
 }
 
 impl CoopTile {
+    /// The slack the engine runs: weights up to 2^8.
+    pub const SLACK: u32 = 8;
+
+    /// Key steps of 32 (see [`CoopTile::with_keys`]).
     pub fn new(coop: CoopShape, row_blocks: u32, head_dim: u32) -> Self {
+        let tiles = head_dim.div_ceil(coop.size());
+        let dim_split = tiles.div_ceil(COOP_DIM_TILES);
         CoopTile {
             coop,
             row_blocks,
-            head_tiles: 2 * head_dim.div_ceil(2 * coop.size()),
+            keys: 32,
+            head_tiles: tiles.div_ceil(dim_split) * dim_split,
+            dim_split,
+            slack: Self::SLACK,
+            q_regs: false,
         }
     }
 
-    /// The tile with the most row blocks whose workgroup memory fits `limit` bytes.
+    /// The same tile with Q in registers (`q_regs`) or not.
+    pub fn with_q_regs(self, q_regs: bool) -> Self {
+        CoopTile { q_regs, ..self }
+    }
+
+    /// The same tile with key steps of `keys`.
+    pub fn with_keys(self, keys: u32) -> Self {
+        CoopTile { keys, ..self }
+    }
+
+    /// The same tile rescaling at another slack.
+    pub fn with_slack(self, slack: u32) -> Self {
+        CoopTile { slack, ..self }
+    }
+
+    /// Whether the kernel has this geometry: whole key blocks, split evenly between a row
+    /// block's subgroups, at most 4 a subgroup; key steps dividing the splits' runs (64).
+    pub fn supported(self) -> bool {
+        let blocks = self.keys / self.coop.size();
+        self.keys.is_multiple_of(self.coop.size())
+            && 64 % self.keys == 0
+            && blocks.is_multiple_of(self.dim_split)
+            && blocks / self.dim_split <= COOP_KEY_TILES
+            && (!self.q_regs || (self.dim_split == 1 && self.rows() <= self.keys))
+    }
+
+    /// Every supported tile of `head_dim` in the order [`CoopTile::fitting`] prefers them: the
+    /// most rows, then the longest key step, then Q in registers.
+    pub fn candidates(coop: CoopShape, head_dim: u32) -> impl Iterator<Item = CoopTile> {
+        COOP_ROW_BLOCKS.into_iter().flat_map(move |blocks| {
+            COOP_KEY_STEPS.into_iter().flat_map(move |keys| {
+                [true, false]
+                    .into_iter()
+                    .map(move |q_regs| {
+                        CoopTile::new(coop, blocks, head_dim)
+                            .with_keys(keys)
+                            .with_q_regs(q_regs)
+                    })
+                    .filter(|tile| tile.supported())
+            })
+        })
+    }
+
+    /// The first candidate whose workgroup memory fits `limit` bytes.
     pub fn fitting(coop: CoopShape, head_dim: u32, limit: u32) -> Option<CoopTile> {
-        COOP_ROW_BLOCKS
-            .into_iter()
-            .map(|blocks| CoopTile::new(coop, blocks, head_dim))
-            .find(|tile| tile.workgroup_bytes() <= limit)
+        Self::candidates(coop, head_dim).find(|tile| tile.workgroup_bytes() <= limit)
     }
 
     pub fn rows(self) -> u32 {
         self.row_blocks * self.coop.size()
     }
 
+    /// Rows × keys, `q` when Q lives in registers (`64x64q`); the bench's and
+    /// `FAK_ATTN_PREFILL`'s name for the tile (the slack and dim split follow from the head).
+    pub fn label(self) -> String {
+        let q = if self.q_regs { "q" } else { "" };
+        format!("{}x{}{q}", self.rows(), self.keys)
+    }
+
+    pub fn invocations(self) -> u32 {
+        self.row_blocks * self.dim_split * 32
+    }
+
     /// Bytes of workgroup memory the kernel declares (its `var<workgroup>` arrays).
     pub fn workgroup_bytes(self) -> u32 {
         let n = self.coop.size();
-        let (rows, keys) = (self.rows(), 2 * n);
+        let (rows, keys) = (self.rows(), self.keys);
         let dims = self.head_tiles * n;
-        let invocations = self.row_blocks * 2 * 32;
-        let halves = (rows + keys) * (dims + 8) + rows * (keys + 8);
-        let words = rows * keys + rows * (dims + 4) + keys + 2 * invocations + rows;
+        let subgroups = self.row_blocks * self.dim_split;
+        // q_tile is one vec4 (4 halves) when Q lives in registers.
+        let q_halves = if self.q_regs { 4 } else { rows * (dims + 8) };
+        let halves = q_halves + keys * (dims + 8) + rows * (keys + 8);
+        let words = rows * (keys + 4) + subgroups * n * n + keys + 1;
         2 * halves + 4 * words
+    }
+}
+
+/// What `FAK_ATTN_PREFILL` asks the engine to run where the adapter has cooperative matrices:
+/// unset or `tiles`, the f32-tile kernel (the default until the cooperative-matrix kernel has
+/// passed its tests on a device: experiments/NOTES.md, attn-coop); `coop`, the cooperative-matrix
+/// kernel with [`CoopTile::fitting`]'s tile; a [`CoopTile`] label (`64x32`, `64x64q`: rows ×
+/// keys, `q` for Q in registers), that tile where it fits.
+enum Override {
+    Tiles,
+    Coop,
+    Tile(String),
+}
+
+fn env_override() -> Override {
+    match std::env::var("FAK_ATTN_PREFILL") {
+        Ok(v) if v == "coop" => Override::Coop,
+        Ok(v) if !v.is_empty() && v != "tiles" => Override::Tile(v),
+        _ => Override::Tiles,
     }
 }
 
@@ -224,9 +327,10 @@ impl Kernel for AttnPrefill {
 
     fn source(variant: KernelPaths) -> KernelSource {
         let shape = AttnShape::EXAMPLE;
-        let tile = variant
-            .coop_matrix
-            .map(|coop| CoopTile::new(coop, COOP_ROW_BLOCKS[1], shape.head_dim));
+        let tile = variant.coop_matrix.map(|coop| {
+            CoopTile::fitting(coop, shape.head_dim, COOP_WORKGROUP_BYTES)
+                .expect("a tile of the example shape fits")
+        });
         Self::source_for(variant, shape, tile).expect("the example shape is supported")
     }
 
@@ -240,15 +344,18 @@ impl Kernel for AttnPrefill {
             .collect()
     }
 
-    /// The f32-tile kernel on the cache type `allowed` gives, also where cooperative matrices
-    /// are allowed: the H200 measured the coop kernel at the f32-tile kernel's speed
-    /// (experiments/NOTES.md, attn-prefill-coop), so it is built only on request
-    /// ([`AttnPrefill::with_tile`]).
+    /// The cooperative-matrix kernel where `allowed` has cooperative matrices (with subgroups,
+    /// which it uses), else the f32-tile kernel on the cache type `allowed` gives.
     fn select(allowed: KernelPaths) -> KernelPaths {
-        KernelPaths {
-            subgroup: false,
-            coop_matrix: None,
-            ..Self::AXES.select(allowed)
+        let paths = Self::AXES.select(allowed);
+        if paths.coop_matrix.is_some() && paths.subgroup {
+            paths
+        } else {
+            KernelPaths {
+                subgroup: false,
+                coop_matrix: None,
+                ..paths
+            }
         }
     }
 }
@@ -288,7 +395,11 @@ impl AttnPrefill {
             (None, None) => module.with(ATTN_PREFILL),
             (Some(coop), Some(tile)) if tile.coop == coop => module
                 .with_const("ROW_BLOCKS", tile.row_blocks)
+                .with_const("KEY_STEP", tile.keys)
                 .with_const("HEAD_TILES", tile.head_tiles)
+                .with_const("DIM_SPLIT", tile.dim_split)
+                .with_const("SLACK", tile.slack)
+                .with_const("Q_REGS", u32::from(tile.q_regs))
                 .with(match coop {
                     CoopShape::M8x8 => wgsl::MATMUL_COOP8,
                     CoopShape::M16x16 => wgsl::MATMUL_COOP16,
@@ -319,9 +430,31 @@ impl AttnPrefill {
         })
     }
 
-    /// Builds the variant `paths` selects ([`AttnPrefill::select`]) for `shape`.
+    /// Builds the variant `paths` selects ([`AttnPrefill::select`]) for `shape`; on cooperative
+    /// matrices the f32-tile kernel unless `FAK_ATTN_PREFILL` asks for the cooperative-matrix
+    /// one (`coop`: the tile with the most rows whose workgroup memory the device has; or a
+    /// tile by its label) — opt-in until that kernel has passed its tests on a device.
     pub fn new(ctx: &GpuContext, paths: KernelPaths, shape: AttnShape) -> Result<Self, GpuError> {
-        Self::with_tile(ctx, Self::select(paths), shape, None)
+        let variant = Self::select(paths);
+        let limit = ctx.device.limits().max_compute_workgroup_storage_size;
+        let tile = variant.coop_matrix.and_then(|coop| match env_override() {
+            Override::Tiles => None,
+            Override::Tile(label) => CoopTile::candidates(coop, shape.head_dim)
+                .find(|tile| tile.label() == label && tile.workgroup_bytes() <= limit)
+                .or_else(|| CoopTile::fitting(coop, shape.head_dim, limit)),
+            Override::Coop => CoopTile::fitting(coop, shape.head_dim, limit),
+        });
+        match tile {
+            Some(tile) => Self::with_tile(ctx, variant, shape, Some(tile)),
+            None => {
+                let scalar = KernelPaths {
+                    subgroup: false,
+                    coop_matrix: None,
+                    ..variant
+                };
+                Self::with_tile(ctx, scalar, shape, None)
+            }
+        }
     }
 
     /// Builds `variant` (one of [`AttnPrefill::variants`]) with the cooperative-matrix workgroup
@@ -333,6 +466,12 @@ impl AttnPrefill {
         tile: Option<CoopTile>,
     ) -> Result<Self, GpuError> {
         if let Some(tile) = tile {
+            if !tile.supported() {
+                return Err(shape_error(
+                    Self::NAME,
+                    format!("{tile:?} is not supported"),
+                ));
+            }
             let limit = ctx.device.limits().max_compute_workgroup_storage_size;
             if tile.workgroup_bytes() > limit {
                 return Err(shape_error(

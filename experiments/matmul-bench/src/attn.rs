@@ -13,7 +13,7 @@
 use crate::median_seconds;
 use fak::gpu::kernels::attn_decode::AttnShape;
 use fak::gpu::kernels::attn_prefill::{
-    AttnPrefill, COOP_ROW_BLOCKS, CoopTile, PrefillBinding, PrefillIo, SplitKeys,
+    AttnPrefill, CoopTile, PrefillBinding, PrefillIo, SplitKeys,
 };
 use fak::gpu::kernels::kv_cache::{KvCache, KvDtype, KvLayout};
 use fak::gpu::kernels::support::{Positions, View};
@@ -75,7 +75,7 @@ const SPLITS: [SplitKeys; 4] = [
 
 pub fn run(ctx: &GpuContext, quick: bool) {
     println!(
-        "variant\trows_per_tile\tcase\tn_head\tn_kv\thead_dim\ttokens\tcached\tus_per_dispatch\ttflops\tmax_diff_vs_f16"
+        "variant\ttile_rows_x_keys\tcase\tn_head\tn_kv\thead_dim\ttokens\tcached\tus_per_dispatch\ttflops\tmax_diff_vs_f16"
     );
     let cases: &[Case] = if quick { &QUICK_CASES } else { &CASES };
     for &(name, shape, n_tokens, cached) in cases {
@@ -83,7 +83,13 @@ pub fn run(ctx: &GpuContext, quick: bool) {
         for mut kernel in kernels(ctx, shape) {
             let chunk = Chunk::new(ctx, &kernel, shape, n_tokens, cached);
             let mut counts = Vec::new();
-            for split in [SplitKeys::NEVER].into_iter().chain(SPLITS) {
+            // ATTN_SPLITS=auto: the unsplit and the engine's rule only (a shorter run).
+            let forced = std::env::var("ATTN_SPLITS")
+                .map_or(SPLITS.len(), |v| if v == "auto" { 1 } else { SPLITS.len() });
+            for split in [SplitKeys::NEVER]
+                .into_iter()
+                .chain(SPLITS.into_iter().take(forced))
+            {
                 kernel = kernel.with_split(split);
                 let Some(bound) = chunk.bind(ctx, &kernel, &mut counts) else {
                     continue;
@@ -133,7 +139,9 @@ fn print_row(
     println!(
         "{} split={split}\t{}\t{name}\t{}\t{}\t{}\t{n_tokens}\t{cached}\t{:.1}\t{:.2}\t{diff}",
         kernel.variant(),
-        kernel.rows_per_tile(),
+        kernel
+            .tile()
+            .map_or(kernel.rows_per_tile().to_string(), CoopTile::label),
         shape.n_head,
         shape.n_kv,
         shape.head_dim,
@@ -142,8 +150,9 @@ fn print_row(
     );
 }
 
-/// Every variant the engine selects on this adapter, then the cooperative-matrix kernel (not
-/// selected yet) in each shape the adapter has, once per row-block count that fits.
+/// Every variant the engine selects on this adapter (the cooperative-matrix kernel where it has
+/// one), then the cooperative-matrix kernel in each shape the adapter has, once per tile (row
+/// blocks × key step) that fits; the f32-tile kernels first (the f16 one's output is the others' check).
 fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let limit = ctx.device.limits().max_compute_workgroup_storage_size;
     let mut selected = Vec::new();
@@ -170,8 +179,7 @@ fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
         .collect();
     for paths in coop {
         let shape_of = paths.coop_matrix.expect("a coop path");
-        for blocks in COOP_ROW_BLOCKS {
-            let tile = CoopTile::new(shape_of, blocks, shape.head_dim);
+        for tile in CoopTile::candidates(shape_of, shape.head_dim) {
             if tile.workgroup_bytes() <= limit {
                 out.push(
                     AttnPrefill::with_tile(ctx, paths, shape, Some(tile))
@@ -180,6 +188,7 @@ fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
             }
         }
     }
+    out.sort_by_key(|kernel| kernel.tile().is_some());
     out
 }
 
