@@ -430,6 +430,39 @@ impl AttnPrefill {
         })
     }
 
+    /// The cooperative-matrix tile `FAK_ATTN_PREFILL` asks for (None: the f32-tile kernel). A
+    /// label that names no tile of this head is an error (a measurement must not silently run
+    /// another kernel); a named tile over the device's workgroup memory gives the fitting one.
+    fn chosen_tile(
+        coop: CoopShape,
+        head_dim: u32,
+        limit: u32,
+    ) -> Result<Option<CoopTile>, GpuError> {
+        Ok(match env_override() {
+            Override::Tiles => None,
+            Override::Coop => CoopTile::fitting(coop, head_dim, limit),
+            Override::Tile(label) => {
+                let mut tiles = CoopTile::candidates(coop, head_dim);
+                let named = tiles.find(|tile| tile.label() == label).ok_or_else(|| {
+                    let labels: Vec<String> = CoopTile::candidates(coop, head_dim)
+                        .map(CoopTile::label)
+                        .collect();
+                    shape_error(
+                        Self::NAME,
+                        format!(
+                            "FAK_ATTN_PREFILL={label:?} is neither tiles, coop nor a tile of head \
+                             dim {head_dim} ({})",
+                            labels.join(", ")
+                        ),
+                    )
+                })?;
+                Some(named)
+                    .filter(|tile| tile.workgroup_bytes() <= limit)
+                    .or_else(|| CoopTile::fitting(coop, head_dim, limit))
+            }
+        })
+    }
+
     /// Builds the variant `paths` selects ([`AttnPrefill::select`]) for `shape`; on cooperative
     /// matrices the f32-tile kernel unless `FAK_ATTN_PREFILL` asks for the cooperative-matrix
     /// one (`coop`: the tile with the most rows whose workgroup memory the device has; or a
@@ -437,13 +470,10 @@ impl AttnPrefill {
     pub fn new(ctx: &GpuContext, paths: KernelPaths, shape: AttnShape) -> Result<Self, GpuError> {
         let variant = Self::select(paths);
         let limit = ctx.device.limits().max_compute_workgroup_storage_size;
-        let tile = variant.coop_matrix.and_then(|coop| match env_override() {
-            Override::Tiles => None,
-            Override::Tile(label) => CoopTile::candidates(coop, shape.head_dim)
-                .find(|tile| tile.label() == label && tile.workgroup_bytes() <= limit)
-                .or_else(|| CoopTile::fitting(coop, shape.head_dim, limit)),
-            Override::Coop => CoopTile::fitting(coop, shape.head_dim, limit),
-        });
+        let tile = match variant.coop_matrix {
+            Some(coop) => Self::chosen_tile(coop, shape.head_dim, limit)?,
+            None => None,
+        };
         match tile {
             Some(tile) => Self::with_tile(ctx, variant, shape, Some(tile)),
             None => {
