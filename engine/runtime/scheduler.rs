@@ -200,10 +200,17 @@ impl<C: Client> Scheduler<C> {
     }
 
     /// Opens a sequence for each waiting request while one is free (nothing computed: it joins
-    /// the prefilling ones, and hears `Admitted`).
+    /// the prefilling ones, and hears `Admitted`), oldest first. A request that would reuse
+    /// pages a prefilling prompt is computing waits for them ([`Self::awaits_prefix`]); the
+    /// requests behind it may go first.
     fn admit(&mut self, engine: &mut Engine) -> Result<(), RuntimeError> {
-        while self.running() < engine.options().max_seqs {
-            let Some(mut w) = self.queue.pop_front() else {
+        let mut at = 0;
+        while self.running() < engine.options().max_seqs && at < self.queue.len() {
+            if self.awaits_prefix(engine, &self.queue[at].request.prompt)? {
+                at += 1;
+                continue;
+            }
+            let Some(mut w) = self.queue.remove(at) else {
                 break;
             };
             let request = &w.request;
@@ -218,7 +225,7 @@ impl<C: Client> Scheduler<C> {
                 },
                 Err(RuntimeError::Cache(CacheError::OutOfPages { .. })) if self.running() > 0 => {
                     // Its pages come free as the sequences in flight finish.
-                    self.queue.push_front(w);
+                    self.queue.insert(at, w);
                     break;
                 }
                 Err(e) => {
@@ -227,6 +234,27 @@ impl<C: Client> Scheduler<C> {
             }
         }
         Ok(())
+    }
+
+    /// Whether `prompt` shares at least one whole KV page, past what the cache gave it, with the
+    /// prompt of a sequence still prefilling: agents arriving together with a common preamble
+    /// then compute it once — the first prefills it, the others take its pages from the prefix
+    /// cache when it is done — instead of each computing it in the same step. The shared part's
+    /// bits are the same either way (a prompt's logits do not depend on its steps).
+    fn awaits_prefix(&self, engine: &Engine, prompt: &[u32]) -> Result<bool, RuntimeError> {
+        let config = engine.cache_config();
+        if config.budget == 0 {
+            // The cache is off: nothing would be reused, so nothing waits.
+            return Ok(false);
+        }
+        let page = config.page_size;
+        for p in &self.prefilling {
+            let shared = common_prefix(prompt, &p.request.prompt) / page * page;
+            if shared > engine.cached_tokens(p.seq)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Spends the tick's prompt budget on the prefilling sequences, oldest first, in steps that
@@ -396,4 +424,9 @@ fn emit<C: Client>(
             Ok(false)
         }
     }
+}
+
+/// Tokens two prompts share from their start.
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }

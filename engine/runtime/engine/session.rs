@@ -556,6 +556,11 @@ impl Engine {
         })
     }
 
+    /// Prompt tokens `seq` took from the prefix cache when it was opened.
+    pub fn cached_tokens(&self, seq: SeqId) -> Result<usize, RuntimeError> {
+        Ok(self.seq(seq)?.cached_tokens)
+    }
+
     /// Prompt tokens of `seq` not prefilled yet (neither cached nor computed; 0 once started).
     pub fn prompt_left(&self, seq: SeqId) -> Result<usize, RuntimeError> {
         let s = self.seq(seq)?;
