@@ -305,11 +305,16 @@ fn group(turns: &[&TurnSample]) -> Option<TurnGroup> {
         ttft_p50_s: percentile(&ttft, 0.5)?,
         ttft_mean_s: ttft.iter().sum::<f64>() / ttft.len() as f64,
         ttft_max_s: ttft.iter().copied().fold(f64::MIN, f64::max),
-        prompt_tokens: turns.iter().map(|t| t.prompt_tokens).sum(),
-        prefill_computed: turns.iter().map(|t| t.prefill_computed).sum(),
-        cached_tokens: turns.iter().map(|t| t.cached_tokens).sum(),
+        // Saturating: the counts come from a packet file, which may hold anything.
+        prompt_tokens: saturating_sum(turns.iter().map(|t| t.prompt_tokens)),
+        prefill_computed: saturating_sum(turns.iter().map(|t| t.prefill_computed)),
+        cached_tokens: saturating_sum(turns.iter().map(|t| t.cached_tokens)),
         cache_hits: turns.iter().filter(|t| t.cached_tokens > 0).count(),
     })
+}
+
+fn saturating_sum(values: impl Iterator<Item = usize>) -> usize {
+    values.fold(0, usize::saturating_add)
 }
 
 /// For each engine with a summarised cache-on and cache-off arm, off over on.
@@ -326,7 +331,8 @@ fn cache_effects(arms: &[ScenarioArmEntry]) -> Vec<CacheEffect> {
             continue;
         };
         let computed = |s: &ScenarioSummary| {
-            s.turn1.prefill_computed + s.later.as_ref().map_or(0, |l| l.prefill_computed)
+            (s.turn1.prefill_computed)
+                .saturating_add(s.later.as_ref().map_or(0, |l| l.prefill_computed))
         };
         out.push(CacheEffect {
             engine: on.engine.name.clone(),
@@ -478,7 +484,7 @@ fn check_turn(spec: &ScenarioSpec, turn1_digests: &[String], t: &TurnSample) -> 
     if t.prefill_computed == 0 {
         errs.push("no prompt token computed: the first token must come from this request".into());
     }
-    if t.prefill_computed + t.cached_tokens != t.prompt_tokens {
+    if t.prefill_computed.checked_add(t.cached_tokens) != Some(t.prompt_tokens) {
         errs.push(format!(
             "{} computed + {} reused ≠ the prompt's {} tokens",
             t.prefill_computed, t.cached_tokens, t.prompt_tokens

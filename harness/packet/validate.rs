@@ -789,7 +789,7 @@ fn check_quality_rule(
                             "{who}: the own-rounding reference ran weights {weights_sha256}, not the envelope's"
                         ));
                     }
-                    let max_ids = packet.envelope.n_ctx + q.output_positions;
+                    let max_ids = packet.envelope.n_ctx.saturating_add(q.output_positions);
                     match arm_entry(&q.arm).map(|a| {
                         own_rounding(&a.arm, &a.engine, a.device.as_ref(), max_ids)
                     }) {
