@@ -10,6 +10,7 @@ pub mod radix;
 pub use pages::PageAllocator;
 pub use radix::{
     CacheConfig, CacheStats, Inserted, NodeId, PartialPage, PrefixCache, PrefixMatch, Snapshot,
+    common_prefix,
 };
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

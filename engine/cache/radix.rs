@@ -55,6 +55,11 @@ pub struct CacheConfig {
     pub budget: u64,
 }
 
+/// Tokens two sequences share from their start.
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
 /// What a cache has done since it was made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CacheStats {
@@ -331,16 +336,15 @@ impl<S> PrefixCache<S> {
         need_snapshot: bool,
     ) -> Option<PartialPage> {
         let page = self.config.page_size;
-        let common = |a: &[u32]| a.iter().zip(rest).take_while(|(x, y)| x == y).count();
         let n = self.node(node);
         let tails = n.tails.iter().enumerate().filter_map(|(i, t)| {
-            let k = common(&t.tokens);
+            let k = common_prefix(&t.tokens, rest);
             let whole = k == t.tokens.len() && t.snapshot.is_some();
             (!need_snapshot || whole).then_some((k, Some(i), t.page))
         });
         let children = n.children.values().filter(|_| !need_snapshot).map(|&c| {
             (
-                common(&self.node(c).tokens[..page]),
+                common_prefix(&self.node(c).tokens[..page], rest),
                 None,
                 self.node(c).pages[0],
             )

@@ -22,7 +22,7 @@
 use super::engine::{PrefillPhases, SeqId, Started, StopReason};
 use super::sampling::{Sampler, SamplingParams, TokenLogprobs, logprobs};
 use super::{Engine, RuntimeError};
-use crate::cache::CacheError;
+use crate::cache::{CacheError, common_prefix};
 use std::collections::VecDeque;
 
 /// One generation request.
@@ -424,9 +424,4 @@ fn emit<C: Client>(
             Ok(false)
         }
     }
-}
-
-/// Tokens two prompts share from their start.
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }

@@ -8,7 +8,8 @@
 //!   cooperative matrices, f16 inputs and f32 accumulation, O kept in the accumulators and
 //!   rescaled only when a row's max outgrows its reference (wgsl/attn_prefill_coop.wgsl);
 //!   opt-in (`FAK_ATTN_PREFILL=coop`, or a tile by its label) until it has passed its tests on
-//!   a device — it has run nowhere yet (experiments/NOTES.md, attn-coop); [`AttnPrefill::with_tile`] builds any [`CoopTile`] (tests, bench).
+//!   a device — it has run nowhere yet (experiments/NOTES.md, attn-coop);
+//!   [`AttnPrefill::with_tile`] builds any [`CoopTile`] (tests, bench).
 //!
 //! Both share the bindings and row addressing (wgsl/attn_prefill_rows.wgsl), so a binding is the
 //! same for every variant; only the rows per workgroup differ ([`AttnPrefill::rows_per_tile`]).

@@ -1,7 +1,7 @@
 //! Several sequences' prompts in one forward step: the weights are read once for all of them.
 //!
-//! [`Engine::prefill_parts`] takes prompt tokens from sequences [`Engine::begin`] opened, oldest
-//! first, until a budget is spent, and runs as many of them together as one step holds. The
+//! [`Engine::prefill_together`] takes prompt tokens from sequences [`Engine::begin`] opened,
+//! oldest first, as far as a budget and one step hold, and runs them together. The
 //! step's rows are the sequences' tokens one after another, each sequence's first row on a
 //! multiple of [`DeviceModel::prompt_alignment`](crate::model::DeviceModel::prompt_alignment)
 //! with padding tokens between (`StepIo::pad_row`), so that every kernel computes each row as
@@ -55,38 +55,6 @@ pub struct PromptPart {
 }
 
 impl Engine {
-    /// Prefills the sequences of `seqs` ([`Engine::begin`] opened them; oldest first; those
-    /// already prefilled are passed over) with about `budget` prompt tokens in all, in steps
-    /// of [`Engine::prefill_together`] until the budget is spent or every prompt is done.
-    /// Returns, in order, each sequence that ran prompt tokens, with `Some(Started)` when its
-    /// prompt is done. On an error the failed step's sequences are closed.
-    pub fn prefill_parts(
-        &mut self,
-        seqs: &[SeqId],
-        budget: usize,
-    ) -> Result<Vec<(SeqId, Option<Started>)>, RuntimeError> {
-        let mut out: Vec<(SeqId, Option<Started>)> = Vec::new();
-        let mut ran = 0;
-        loop {
-            let room = budget.saturating_sub(ran);
-            if ran > 0 && room < self.prompt_grain() {
-                break;
-            }
-            let parts = self.prefill_together(seqs, room)?;
-            if parts.is_empty() {
-                break;
-            }
-            for part in parts {
-                ran += part.tokens;
-                match out.iter_mut().find(|(s, _)| *s == part.seq) {
-                    Some(known) => known.1 = part.started,
-                    None => out.push((part.seq, part.started)),
-                }
-            }
-        }
-        Ok(out)
-    }
-
     /// One step of prompt tokens of several sequences: from the front of `seqs`
     /// ([`Engine::begin`] opened them; oldest first; those already prefilled are passed over),
     /// as much of each prompt as `budget` (at least one token) and one prefill chunk hold: a
@@ -300,7 +268,6 @@ impl Engine {
         };
         let known = Instant::now();
         let vocab = self.io.n_vocab as usize;
-        let page = self.cache.config().page_size;
         let mut out = Vec::with_capacity(portions.len());
         for (i, p) in portions.iter().enumerate() {
             let end = p.pos + p.len;
@@ -312,27 +279,16 @@ impl Engine {
                 (s.pos == s.prompt_len, s.snapshot_at.contains(&end))
             };
             let mut took = Duration::ZERO;
-            let mut taken = Vec::new();
-            if let Some(mid) = p.mid {
-                taken.push((mid, timed(&mut took, || self.save_slot_state(spare))?));
-            }
-            if stop {
-                taken.push((end, timed(&mut took, || self.save_slot_state(p.seq.row()))?));
-            }
-            let s = self.seq_mut(p.seq)?;
-            s.snapshots.extend(taken);
-            s.phases.snapshots += took;
+            timed(&mut took, || {
+                self.take_step_snapshots(p.seq, p.mid, stop.then_some(end))
+            })?;
+            self.seq_mut(p.seq)?.phases.snapshots += took;
             if !done {
                 out.push(None);
                 continue;
             }
-            let prompt_len = self.seq(p.seq)?.prompt_len;
             let mut insert = Duration::ZERO;
-            timed(&mut insert, || {
-                let snapshots = std::mem::take(&mut self.seq_mut(p.seq)?.snapshots);
-                self.cache_prefix(p.seq, prompt_len / page * page, snapshots)?;
-                self.reclaim_snapshots(Vec::new())
-            })?;
+            timed(&mut insert, || self.cache_prompt(p.seq))?;
             let s = self.seq_mut(p.seq)?;
             s.phases.insert += insert;
             s.tokens.push(firsts[i]);

@@ -271,14 +271,7 @@ impl Engine {
             }
         };
         if done {
-            // Whole pages only: the sequence writes on into its last page.
-            let page = self.cache.config().page_size;
-            timed(&mut phases.insert, || {
-                let snapshots = std::mem::take(&mut self.seq_mut(seq)?.snapshots);
-                self.cache_prefix(seq, prompt_len / page * page, snapshots)?;
-                self.reclaim_snapshots(Vec::new())?;
-                Ok::<_, RuntimeError>(())
-            })?;
+            timed(&mut phases.insert, || self.cache_prompt(seq))?;
         }
         self.seq_mut(seq)?.phases = phases;
         Ok(done)
@@ -322,17 +315,38 @@ impl Engine {
             Ok::<_, RuntimeError>(())
         })?;
         timed(&mut phases.snapshots, || {
-            let mut taken = Vec::new();
-            if let Some(b) = mid {
-                taken.push((b, self.save_slot_state(self.io.spare_slot())?));
-            }
-            if stop_at_end {
-                taken.push((end, self.save_slot_state(seq.row())?));
-            }
-            self.seq_mut(seq)?.snapshots.extend(taken);
-            Ok::<_, RuntimeError>(())
+            self.take_step_snapshots(seq, mid, stop_at_end.then_some(end))
         })?;
         Ok((pos, end))
+    }
+
+    /// Keeps in `seq` the recurrent states a prompt step of it left for the prefix cache: the
+    /// mid-step one in the spare slot (at `mid`) and its own state at `end`, each where due.
+    pub(super) fn take_step_snapshots(
+        &mut self,
+        seq: SeqId,
+        mid: Option<usize>,
+        end: Option<usize>,
+    ) -> Result<(), RuntimeError> {
+        let mut taken = Vec::new();
+        if let Some(b) = mid {
+            taken.push((b, self.save_slot_state(self.io.spare_slot())?));
+        }
+        if let Some(e) = end {
+            taken.push((e, self.save_slot_state(seq.row())?));
+        }
+        self.seq_mut(seq)?.snapshots.extend(taken);
+        Ok(())
+    }
+
+    /// A prefilled prompt into the prefix cache: its whole pages (the sequence writes on into
+    /// its last one) with the snapshots its steps took.
+    pub(super) fn cache_prompt(&mut self, seq: SeqId) -> Result<(), RuntimeError> {
+        let page = self.cache.config().page_size;
+        let prompt_len = self.seq(seq)?.prompt_len;
+        let snapshots = std::mem::take(&mut self.seq_mut(seq)?.snapshots);
+        self.cache_prefix(seq, prompt_len / page * page, snapshots)?;
+        self.reclaim_snapshots(Vec::new())
     }
 
     /// The phases of `seq`'s request, waiting included: from `prefilled` (its prefill's last
