@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# One device call (nvidia-h200, ~8 min wall): the first run on hardware of the cooperative-matrix
+# prefill attention with O in the matrix units (issue 19 deliverable 2; opt-in since 2026-12-05 #3
+# as FAK_ATTN_PREFILL=coop), the hybrid suites on the x16 mat-mul (the 16×16 default since
+# 2026-12-05 #2, never run on the hybrid suites on hardware) and issue 17's H200 selftest. In order
+# of what the call must not lose if it runs out of time:
+#   1. gpu_attn_prefill (every attention variant the adapter has against the f64 CPU reference)
+#      and gpu_attention_step (the engine's attention layer);
+#   2. model_qwen3 and model_qwen35 with FAK_ATTN_PREFILL=coop (x16 mat-muls, coop attention);
+#   3. `harness bench --depths 128,2048` on the 8B shape (Q4_K_M --fast-random), the f32-tile
+#      attention (`tiles`, the default) and `coop` interleaved twice;
+#   4. the same on the 27B hybrid shape, once each;
+#   5. `harness selftest`;
+#   6. `matmul-bench --attn` (µs per attention dispatch per tile and key split) with what is left.
+# Prepare: MATMUL_BENCH=1 RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh \
+#   gpu_attn_prefill gpu_attention_step model_qwen3 model_qwen35
+# carry ["target/h200"]; files back: tests.tgz (test logs), bench.log, bench-json.tgz, selftest.*,
+# clocks.csv, attn-bench.tsv, gpu.csv.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source experiments/h200/setup.sh
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
+    --format=csv -lms 500 > "$OUT/clocks.csv" 2>&1 &
+CLOCKS=$!
+LOGS=/tmp/coop-logs
+mkdir -p "$LOGS" /tmp/bench-json
+Q8B=/dev/shm/qwen3-8b-q4_k_m.gguf
+Q27=/dev/shm/qwen35-27b-q4_k_m.gguf
+("$BIN/harness" synth --arch qwen3 --preset qwen3-8b --quant q4_k_m --fast-random --out "$Q8B" \
+    && "$BIN/harness" synth --arch qwen35 --preset qwen35-27b --quant q4_k_m --fast-random \
+        --out "$Q27") > "$LOGS/synth.log" 2>&1 &
+SYNTH=$!
+
+suite() { # suite NAME [env...]: one carried test file, its summary lines printed
+    local t=$1
+    shift
+    echo "== $t $*"
+    env "$@" timeout 170 "$BIN/$t" --skip llama_cpp --skip mlx_lm > "$LOGS/$t.log" 2>&1
+    echo "exit $?"
+    grep -E "^test |test result|panicked|worst|cosine [0-9.]+ <" "$LOGS/$t.log" | cut -c1-240 | head -30
+}
+suite gpu_attn_prefill
+suite gpu_attention_step
+suite model_qwen3 FAK_ATTN_PREFILL=coop
+suite model_qwen35 FAK_ATTN_PREFILL=coop
+(cd "$LOGS" && tar czf "$OUT/tests.tgz" ./*.log)
+
+wait $SYNTH
+bench() { # bench MODEL LABEL ROUND ARM
+    echo "== $2 round $3 FAK_ATTN_PREFILL=$4" >> "$OUT/bench.log"
+    FAK_ATTN_PREFILL=$4 timeout 90 "$BIN/harness" bench --model "$1" --depths 128,2048 \
+        --n-out 8 --profile-steps 1 --suffix 0 --probe-mib 256 \
+        --json-out "/tmp/bench-json/$2-$4-$3.json" >> "$OUT/bench.log" 2>&1
+    echo "rc=$?" >> "$OUT/bench.log"
+}
+for round in 1 2; do for arm in tiles coop; do bench "$Q8B" 8b "$round" "$arm"; done; done
+for arm in tiles coop; do bench "$Q27" 27b 1 "$arm"; done
+(cd /tmp/bench-json && tar czf "$OUT/bench-json.tgz" ./*.json)
+grep -E "^==|^rc=|^depth [0-9]+|attn_prefill|gated_delta|panicked|rror" "$OUT/bench.log" \
+    | cut -c1-200 | head -60
+
+timeout 150 "$BIN/harness" selftest --out "$OUT/selftest.json" > "$OUT/selftest.log" 2>&1
+echo "== selftest exit $?"
+tail -12 "$OUT/selftest.log"
+kill $CLOCKS
+
+[ -x "$BIN/matmul-bench" ] || exit 0
+ATTN_SPLITS=auto timeout 100 "$BIN/matmul-bench" --attn > "$OUT/attn-bench.tsv" 2> /tmp/attn-bench.err
+echo "== matmul-bench --attn: exit $?"
+cut -f1-3,7-11 "$OUT/attn-bench.tsv" | head -40
+tail -3 /tmp/attn-bench.err
