@@ -69,6 +69,12 @@ pub struct Args {
     /// Token slots per KV page (the prefix cache reuses whole pages); the engine's by default.
     #[arg(long)]
     pub page_size: Option<u32>,
+    /// Above 1: at each depth, also this many sequences of `depth` prompt tokens decode
+    /// together (one batched step serves them all, weights read once) for the aggregate decode
+    /// rate, as llama-batched-bench's S_TG measures it. The engine then holds that many
+    /// sequences (`max_seqs`); at 1 it holds one, as `harness run` does.
+    #[arg(long, default_value_t = 1, value_parser = crate::flag_values::count(1))]
+    pub sequences: usize,
     /// Seed of the prompt token ids.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -110,6 +116,8 @@ struct DepthReport {
     /// The prompt + suffix as a timed request right after the prompt's (with `--cache-mem`).
     cache_hit: Option<CacheHitReport>,
     decode_tokens_per_s: f64,
+    /// `--sequences` sequences decoding together (None at 1).
+    batched: Option<BatchedDecodeReport>,
     /// Host time recording + finishing one decode step's commands, and submits per token.
     encode_us_per_token: f64,
     submits_per_token: f64,
@@ -189,6 +197,19 @@ struct OpRow {
     share: Option<f64>,
 }
 
+/// `sequences` sequences of `depth` random prompt tokens each, started one after another, then
+/// `steps` batched decode steps serving all of them, timed on the host from the first step's
+/// submit to the last step's tokens read back (each step waits for its tokens: the scheduler's
+/// loop, not `harness run`'s steps in flight).
+#[derive(Serialize)]
+struct BatchedDecodeReport {
+    sequences: usize,
+    steps: usize,
+    /// sequences · steps / time: every sequence's tokens together.
+    aggregate_tokens_per_s: f64,
+    ms_per_step: f64,
+}
+
 /// A request served from the prefix cache, timed on the host: TTFT and where it went.
 #[derive(Serialize)]
 struct CacheHitReport {
@@ -239,6 +260,9 @@ pub fn run(args: Args) -> Result<()> {
         options.page_size = page;
     }
     options.cache_mem = args.cache_mem;
+    if args.sequences > 1 {
+        options.max_seqs = args.sequences;
+    }
     let mut engine = Engine::load(&args.model, &options)
         .with_context(|| format!("loading {}", args.model.display()))?;
     let bandwidth = ReadProbe::new(&engine.ctx)?
@@ -255,12 +279,12 @@ pub fn run(args: Args) -> Result<()> {
     let mut depths = Vec::new();
     for &depth in &args.depths {
         let prompt = random_ids(depth + args.suffix);
-        depths.push(measure_depth(
-            &mut engine,
-            &args,
-            &prompt,
-            bandwidth.gb_per_s,
-        )?);
+        let mut report = measure_depth(&mut engine, &args, &prompt, bandwidth.gb_per_s)?;
+        if args.sequences > 1 {
+            let prompts: Vec<Vec<u32>> = (0..args.sequences).map(|_| random_ids(depth)).collect();
+            report.batched = Some(batched_decode(&mut engine, &prompts, args.n_out)?);
+        }
+        depths.push(report);
     }
     let facts = engine.ctx.facts();
     let report = Report {
@@ -351,6 +375,7 @@ fn measure_depth(
         resumed,
         cache_hit,
         decode_tokens_per_s: decode_rate,
+        batched: None,
         encode_us_per_token: stats.decode_encode.as_secs_f64() * 1e6 / steps,
         submits_per_token: stats.decode_submits as f64 / steps,
         dispatches_per_step: first.ops.iter().map(|o| o.dispatches).sum(),
@@ -366,6 +391,38 @@ fn measure_depth(
         decode_roofline_fraction: roofline_us / decode_us,
         ops,
     })
+}
+
+/// Starts one sequence per prompt, times `n_out - 1` decode steps serving them all (each
+/// sequence's first token came from its prefill), then finishes them.
+fn batched_decode(
+    engine: &mut Engine,
+    prompts: &[Vec<u32>],
+    n_out: usize,
+) -> Result<BatchedDecodeReport> {
+    let mut seqs = Vec::with_capacity(prompts.len());
+    let mut run = || -> Result<BatchedDecodeReport> {
+        for prompt in prompts {
+            seqs.push(engine.start(prompt, n_out, false)?.seq);
+        }
+        let steps = n_out - 1;
+        let started = std::time::Instant::now();
+        for _ in 0..steps {
+            engine.step(&seqs)?;
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        Ok(BatchedDecodeReport {
+            sequences: seqs.len(),
+            steps,
+            aggregate_tokens_per_s: (seqs.len() * steps) as f64 / seconds,
+            ms_per_step: seconds * 1e3 / steps as f64,
+        })
+    };
+    let report = run();
+    for seq in seqs {
+        engine.finish(seq)?;
+    }
+    report.context("the batched decode")
 }
 
 /// A prefill profiled chunk by chunk, its ops summed over the chunks.
@@ -503,6 +560,13 @@ fn print_tables(r: &Report) {
             d.step_wall_us,
         );
         print_ops(&d.ops);
+        if let Some(b) = &d.batched {
+            println!(
+                "depth {} batched decode: {} sequences, {:.1} tok/s aggregate ({:.2} ms per step \
+                 of {} steps)",
+                d.depth, b.sequences, b.aggregate_tokens_per_s, b.ms_per_step, b.steps
+            );
+        }
         let p = &d.prefill;
         let largest = p.chunks.iter().map(|c| c.tokens).max().unwrap_or(0);
         println!(

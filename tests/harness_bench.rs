@@ -47,6 +47,8 @@ const N_OUT: u64 = 3;
 const SUFFIX: u64 = 20;
 /// KV page of the bench's prefix cache: one whole page of the prompt is reusable.
 const PAGE: u64 = 16;
+/// Sequences of the batched decode (`--sequences`).
+const SEQUENCES: u64 = 3;
 
 /// A tiny synthetic model of `arch` (Q4_K_M, seed 5).
 fn tiny(arch: &str) -> PathBuf {
@@ -74,6 +76,7 @@ fn bench(path: &PathBuf) -> (Value, Value) {
             &PAGE.to_string(),
         ])
         .args(["--profile-steps", "2", "--probe-mib", "8", "--json"])
+        .args(["--sequences", &SEQUENCES.to_string()])
         .output()
         .expect("running harness bench");
     assert!(
@@ -139,7 +142,21 @@ fn bench(path: &PathBuf) -> (Value, Value) {
     );
     assert_eq!(resumed, chunk_dispatches, "the same steps' dispatches");
     check_cache_hit(&d["cache_hit"]);
+    check_batched(&d["batched"]);
     (report, d)
+}
+
+/// `--sequences` decoding together: every sequence, every step after the first token, and the
+/// aggregate rate what the step time says.
+fn check_batched(b: &Value) {
+    assert_eq!(u(b, "sequences"), SEQUENCES, "{b}");
+    assert_eq!(u(b, "steps"), N_OUT - 1, "{b}");
+    assert!(f(b, "ms_per_step") > 0.0, "{b}");
+    assert_rel(
+        "aggregate tok/s",
+        f(b, "aggregate_tokens_per_s"),
+        SEQUENCES as f64 * 1e3 / f(b, "ms_per_step"),
+    );
 }
 
 /// The prompt + suffix served as a prefix-cache hit: every token reused or computed, at least

@@ -1,6 +1,7 @@
 # Sourced: starts the llama-server CUDA build (sm_90 only, nice'd) from the carried
 # target/h200/llama-src.tgz in the background, its log in $OUT/llama-build.log; the caller waits
-# on $! before any timed work. LS is the server it makes. LLAMA_JOBS: build jobs (16).
+# on $! before any timed work. LS is the server it makes. LLAMA_JOBS: build jobs (16);
+# LLAMA_TARGETS: more targets beside llama-server (e.g. llama-batched-bench, llama-bench).
 LS=/tmp/llama/llama.cpp/build/bin/llama-server
 (
     [ -x "$LS" ] && exit 0
@@ -11,5 +12,5 @@ LS=/tmp/llama/llama.cpp/build/bin/llama-server
         -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF \
         -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
         -DLLAMA_BUILD_COMMIT=0c1e57098 -DLLAMA_BUILD_NUMBER=0 &&
-    time nice -n 19 cmake --build build -j "${LLAMA_JOBS:-16}" --target llama-server
-) > "$OUT/llama-build.log" 2>&1 &
+    time nice -n 19 cmake --build build -j "${LLAMA_JOBS:-16}" --target llama-server ${LLAMA_TARGETS:-}
+) >> "$OUT/llama-build.log" 2>&1 &

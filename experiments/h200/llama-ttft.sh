@@ -9,7 +9,8 @@
 # the defaults) is in one call.
 #
 # Carried (experiments/h200/prepare-threeway.sh): target/h200/gl, target/h200/bin.txz,
-# target/h200/llama-src.tgz, target/h200/commit. Knobs: PROMPTS (10), MODELS (/dev/shm/ttft).
+# target/h200/llama-src.tgz, target/h200/commit. Knobs: PROMPTS (10), MODELS (/dev/shm/ttft: models
+# already there are kept; a built llama-server in /tmp/llama is reused).
 # Outputs ($OUT): steps.log, llama-build.log, synth.log, ttft-runs.tgz (the four run folders).
 set -uo pipefail
 T0=$SECONDS
@@ -21,15 +22,17 @@ source experiments/h200/llama-build.sh
 LLAMA_BUILD=$!
 
 MODELS=${MODELS:-/dev/shm/ttft}
-rm -rf "$MODELS" && mkdir -p "$MODELS"
+mkdir -p "$MODELS"
 {
     for shape in "qwen3 qwen3-8b" "qwen35 qwen35-27b"; do
         set -- $shape
+        # A caller that made the models already (peers.sh) keeps them.
+        [ -f "$MODELS/$2.gguf" ] && continue
         time "$BIN/harness" synth --arch "$1" --preset "$2" --quant q4_k_m --seed 0 --fast-random \
             --out "$MODELS/$2.gguf"
     done
-} > "$OUT/synth.log" 2>&1
-log "synth: $(grep -cE '^real' "$OUT/synth.log") models into $MODELS"
+} >> "$OUT/synth.log" 2>&1
+log "synth: models in $MODELS: $(ls "$MODELS" | tr '\n' ' ')"
 wait $LLAMA_BUILD
 [ -x "$LS" ] || { log "llama-server NOT built"; tail -5 "$OUT/llama-build.log"; exit 1; }
 log "llama.cpp built"
