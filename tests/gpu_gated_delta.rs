@@ -419,7 +419,10 @@ fn a_restored_snapshot_resumes_exactly_like_the_uninterrupted_sequence() {
 fn a_mid_step_snapshot_is_the_state_the_rows_before_it_leave() {
     let ctx = gpu();
     let mut rng = rng(0x6d7_0009);
-    let chunks = chunk_variants(ctx, "a_mid_step_snapshot_is_the_state_the_rows_before_it_leave");
+    let chunks = chunk_variants(
+        ctx,
+        "a_mid_step_snapshot_is_the_state_the_rows_before_it_leave",
+    );
     for (chunk, d) in chunks
         .into_iter()
         .flat_map(|c| [(c, small_shapes()[0]), (c, small_shapes()[2])])
@@ -477,7 +480,10 @@ fn sequences_of_any_lengths_in_one_step_each_compute_as_alone() {
     let seqs = [(2u32, 0u32, 45u32), (0, 64, 130), (1, 224, 20)];
     let start = CpuState::random(&d, 4, &mut rng);
     let vd = d.value_dim() as usize;
-    let chunks = chunk_variants(ctx, "sequences_of_any_lengths_in_one_step_each_compute_as_alone");
+    let chunks = chunk_variants(
+        ctx,
+        "sequences_of_any_lengths_in_one_step_each_compute_as_alone",
+    );
     let forms = chunks
         .into_iter()
         .map(|c| (Form::Chunked, c))
@@ -606,14 +612,18 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
     let e = ChunkKernel::named("Coop").unwrap_err().to_string();
     assert!(e.contains("FAK_GDN_CHUNK"), "{e}");
     let ctx = gpu();
-    let test = "the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_has_it";
+    let test =
+        "the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_has_it";
     let tested = chunk_variants(ctx, test);
     let coop16 = ctx.paths().coop_matrix == Some(fak::gpu::CoopShape::M16x16);
     assert_eq!(tested.iter().any(|p| p.coop_matrix.is_some()), coop16);
     let limit = ctx.device.limits().max_compute_workgroup_storage_size;
     if coop16 {
         for d in small_shapes().into_iter().chain([wide_shape()]) {
-            assert!(GatedDeltaChunked::coop_workgroup_bytes(d.dk) <= limit, "{d:?}");
+            assert!(
+                GatedDeltaChunked::coop_workgroup_bytes(d.dk) <= limit,
+                "{d:?}"
+            );
         }
     }
 }

@@ -298,7 +298,8 @@ impl Kernel for GatedDeltaChunked {
 }
 
 impl GatedDeltaChunked {
-    fn source_for(variant: KernelPaths, dims: &DeltaDims) -> KernelSource {
+    /// The module and pipelines of `variant` at `dims`'s key head size (the DK override).
+    pub fn source_for(variant: KernelPaths, dims: &DeltaDims) -> KernelSource {
         let spec = |entry_point: &'static str| PipelineSpec {
             label: format!("{entry_point} dk={}", dims.dk),
             entry_point,
