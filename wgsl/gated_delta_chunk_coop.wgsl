@@ -20,8 +20,8 @@
 // remainder itself is below 2^-25 (what a flush to zero then loses is under 2^-25 absolute), so
 // the split holds whether the device keeps f16 subnormals or flushes them. The first form of this
 // kernel (hi = f16(x), lo = f16(x − hi) in one accumulator) lost its lo parts on the H100 and was
-// ~1e-3 off (experiments/NOTES.md, gdn-coop); the engine's unit test
-// `gated_delta_chunk::split::tests` emulates both forms' arithmetic against the f64 reference.
+// ~1e-3 off (experiments/NOTES.md, gdn-coop); the unit tests of engine/reference/coop_delta.rs
+// emulate both forms' arithmetic against the f64 reference.
 // The state, U, γ and every accumulator stay f32. So the kernel is held to the f32 kernel's
 // tolerance of the f64 reference (tests/gpu_gated_delta.rs) and the model suites need no
 // reference that rounds like it: plain f16 operands would round q̂, k̂, the state, T and every

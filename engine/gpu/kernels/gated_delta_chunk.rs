@@ -10,17 +10,14 @@
 //!   **Opt-in** (`FAK_GDN_CHUNK=coop`, [`ChunkKernel`]) until it has passed its tests on a
 //!   device: its first form ran 2.3–2.6× faster than the f32 kernel on the 27B shape (H100) but
 //!   lost its lo parts there (experiments/NOTES.md, gdn-coop); the split it has now is emulated
-//!   against the f64 reference in the unit tests of `gated_delta_chunk/split.rs`. Built where the adapter offers 16×16 f16 →
-//!   f32 matrices on 32-wide subgroups and its workgroup memory holds it
-//!   ([`GatedDeltaChunked::coop_workgroup_bytes`]); elsewhere the f32 kernel runs. Metal's 8×8
-//!   matrices get the f32 kernel: an 8×8 form would need four times the accumulators per
-//!   subgroup and more workgroup memory than Metal's 32 KiB.
+//!   against the f64 reference in the unit tests of engine/reference/coop_delta.rs. Built where
+//!   the adapter offers 16×16 f16 → f32 matrices on 32-wide subgroups and its workgroup memory
+//!   holds it ([`GatedDeltaChunked::coop_workgroup_bytes`]); elsewhere the f32 kernel runs.
+//!   Metal's 8×8 matrices get the f32 kernel: an 8×8 form would need four times the
+//!   accumulators per subgroup and more workgroup memory than Metal's 32 KiB.
 //!
 //! Both kernels read the chunk grid, the sequence table and the state through
 //! wgsl/gated_delta_chunk_io.wgsl, so a change of the batch layout applies to both.
-
-#[cfg(test)]
-mod split;
 
 use super::delta_state::{
     DeltaDims, DeltaState, Dispatch, Resource, bind_group, by_entry, check_batch, check_grid,

@@ -7,7 +7,7 @@
 //! inputs: the split the kernel has now must land at the f32 kernel's level, and the first
 //! form's split, on a device that loses its lo parts as the H100 did, must not (so the test can
 //! fail). The lavapipe test box has no cooperative matrices; this is where the precision of that
-//! kernel is checked before any device time.
+//! kernel is checked before any device time. Test-only: nothing in the engine runs it.
 
 use half::f16;
 
@@ -198,7 +198,7 @@ pub fn emulate(
     split: Split,
     device: Device,
 ) -> Vec<f32> {
-    const CHUNK: usize = super::CHUNK as usize;
+    const CHUNK: usize = crate::gpu::kernels::gated_delta_chunk::CHUNK as usize;
     let t_len = beta.len();
     let mut state = Mat {
         rows: dv,
