@@ -5,11 +5,14 @@
 //! layer, a fixed dispatch count, and the state utilities
 //! (zeroing, snapshot and restore). Head ratios nk = 2, nv = 6 (and 4) in both head orders make a
 //! wrong key head show; dk/dv 16 and 128 cover both lane-group widths of the decode kernel.
+//! The chunked prefill's tests run each of its kernels the adapter has ([`chunk_variants`]): the
+//! f32 one everywhere, the cooperative-matrix one (opt-in in the engine, `FAK_GDN_CHUNK=coop`)
+//! where the adapter has 16×16 matrices — elsewhere (lavapipe) they say that they skipped it.
 
 use fak::gpu::kernels::delta_state::HeadMapping;
 use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState, Dispatch};
 use fak::gpu::kernels::gated_delta::GatedDeltaDecode;
-use fak::gpu::kernels::gated_delta_chunk::GatedDeltaChunked;
+use fak::gpu::kernels::gated_delta_chunk::{ChunkKernel, GatedDeltaChunked};
 use fak::gpu::step::MidSave;
 use fak::gpu::{GpuContext, GpuError, Kernel, KernelPaths, storage_buffer};
 
@@ -33,6 +36,34 @@ fn small_shapes() -> Vec<DeltaDims> {
 /// The family's head size, kept to few heads (lavapipe is slow).
 fn wide_shape() -> DeltaDims {
     dims(2, 4, 128, 128, 4, HeadMapping::Tiled)
+}
+
+/// The chunked kernels to test on this adapter: the f32 one, and the cooperative-matrix one
+/// where the adapter has it (the engine builds it only on request; the tests always run it
+/// there). Where it has not, says so on stderr: those tests skipped it.
+fn chunk_variants(ctx: &GpuContext, test: &str) -> Vec<KernelPaths> {
+    let mut out = vec![KernelPaths::FALLBACK];
+    match GatedDeltaChunked::coop_paths(ctx.paths()) {
+        Some(coop) => out.push(coop),
+        None => eprintln!(
+            "{test}: the cooperative-matrix gated_delta_chunk SKIPPED (the adapter has no 16×16 \
+             f16 cooperative matrices on 32-wide subgroups)"
+        ),
+    }
+    out
+}
+
+/// A layer on the engine's paths with the chunked kernel `chunk`.
+fn layer_with(
+    ctx: &GpuContext,
+    chunk: KernelPaths,
+    d: DeltaDims,
+    weights: &LayerWeights,
+    limits: (u32, u32, u32),
+) -> GpuLayer {
+    let chunked = GatedDeltaChunked::with_variant(ctx, chunk, d).expect("gated_delta_chunk");
+    assert_eq!(chunked.variant(), chunk);
+    GpuLayer::with_chunked(ctx, ctx.paths(), d, weights, limits, chunked)
 }
 
 /// CPU recurrence over `count = slots.len()` sequences of `len` prepared rows.
@@ -157,10 +188,10 @@ fn recurrent_form_matches_cpu_for_batches_of_sequences_on_their_slots() {
 fn chunked_prefill_equals_the_step_by_step_recurrence() {
     let ctx = gpu();
     let mut rng = rng(0x6d7_0003);
-    for paths in variants::<GatedDeltaChunked>(ctx) {
+    for paths in chunk_variants(ctx, "chunked_prefill_equals_the_step_by_step_recurrence") {
         for d in small_shapes() {
             let weights = LayerWeights::random(&d, &mut rng);
-            let layer = GpuLayer::new(ctx, paths, d, &weights, (140, 2, 3));
+            let layer = layer_with(ctx, paths, d, &weights, (140, 2, 3));
             for len in [1, 2, 63, 64, 65, 130] {
                 let what = format!("{paths} {d:?} T={len}");
                 check_delta(ctx, &layer, &mut rng, &[1], len, Form::Chunked, &what);
@@ -171,7 +202,7 @@ fn chunked_prefill_equals_the_step_by_step_recurrence() {
         }
         let d = wide_shape();
         let weights = LayerWeights::random(&d, &mut rng);
-        let layer = GpuLayer::new(ctx, paths, d, &weights, (66, 1, 2));
+        let layer = layer_with(ctx, paths, d, &weights, (66, 1, 2));
         for len in [2, 65] {
             let what = format!("{paths} {d:?} T={len}");
             check_delta(ctx, &layer, &mut rng, &[1], len, Form::Chunked, &what);
@@ -388,15 +419,22 @@ fn a_restored_snapshot_resumes_exactly_like_the_uninterrupted_sequence() {
 fn a_mid_step_snapshot_is_the_state_the_rows_before_it_leave() {
     let ctx = gpu();
     let mut rng = rng(0x6d7_0009);
-    for d in [small_shapes()[0], small_shapes()[2]] {
+    let chunks = chunk_variants(
+        ctx,
+        "a_mid_step_snapshot_is_the_state_the_rows_before_it_leave",
+    );
+    for (chunk, d) in chunks
+        .into_iter()
+        .flat_map(|c| [(c, small_shapes()[0]), (c, small_shapes()[2])])
+    {
         let weights = LayerWeights::random(&d, &mut rng);
         let prompt = Projections::random(&d, 150, &mut rng);
-        let whole = GpuLayer::new(ctx, ctx.paths(), d, &weights, (150, 1, 3));
+        let whole = layer_with(ctx, chunk, d, &weights, (150, 1, 3));
         let want = whole.step(ctx, &prompt, &[0], 150, Form::Chunked);
         let want_state = whole.download_state(ctx);
         for rows in [1u32, 37, 64, 100, 149] {
-            let what = format!("{d:?}, snapshot after {rows} of 150 rows");
-            let head = GpuLayer::new(ctx, ctx.paths(), d, &weights, (150, 1, 3));
+            let what = format!("{chunk} {d:?}, snapshot after {rows} of 150 rows");
+            let head = layer_with(ctx, chunk, d, &weights, (150, 1, 3));
             head.step(
                 ctx,
                 &prompt.rows(&d, 0..rows as usize),
@@ -404,7 +442,7 @@ fn a_mid_step_snapshot_is_the_state_the_rows_before_it_leave() {
                 rows,
                 Form::Chunked,
             );
-            let layer = GpuLayer::new(ctx, ctx.paths(), d, &weights, (150, 1, 3));
+            let layer = layer_with(ctx, chunk, d, &weights, (150, 1, 3));
             let save = MidSave { rows, slot: 2 };
             let got = layer.prefill_saving(ctx, &prompt, 0, 150, save);
             let state = layer.download_state(ctx);
@@ -442,18 +480,26 @@ fn sequences_of_any_lengths_in_one_step_each_compute_as_alone() {
     let seqs = [(2u32, 0u32, 45u32), (0, 64, 130), (1, 224, 20)];
     let start = CpuState::random(&d, 4, &mut rng);
     let vd = d.value_dim() as usize;
-    let layer = || {
-        let layer = GpuLayer::new(ctx, ctx.paths(), d, &weights, (256, 3, 4));
-        layer.upload_state(ctx, &start);
-        layer
-    };
-    for form in [Form::Chunked, Form::Recurrent] {
+    let chunks = chunk_variants(
+        ctx,
+        "sequences_of_any_lengths_in_one_step_each_compute_as_alone",
+    );
+    let forms = chunks
+        .into_iter()
+        .map(|c| (Form::Chunked, c))
+        .chain([(Form::Recurrent, KernelPaths::FALLBACK)]);
+    for (form, chunk) in forms {
+        let layer = || {
+            let layer = layer_with(ctx, chunk, d, &weights, (256, 3, 4));
+            layer.upload_state(ctx, &start);
+            layer
+        };
         let together = layer();
         let save = (form == Form::Chunked).then_some((1, MidSave { rows: 64, slot: 3 }));
         let got = together.step_ragged(ctx, &x, &seqs, form, save);
         let state = together.download_state(ctx);
         for (i, &(slot, row, len)) in seqs.iter().enumerate() {
-            let what = format!("{form:?}: sequence {i} ({len} rows from row {row})");
+            let what = format!("{form:?} {chunk}: sequence {i} ({len} rows from row {row})");
             let rows = row as usize..(row + len) as usize;
             let alone = layer();
             let want = alone.step(ctx, &x.rows(&d, rows.clone()), &[slot], len, form);
@@ -547,5 +593,37 @@ fn kernels_build_for_the_largest_supported_head_within_the_workgroup_memory_limi
     for paths in variants::<GatedDeltaDecode>(ctx) {
         GatedDeltaDecode::new(ctx, paths, d).expect("decode, dk = 256");
     }
-    GatedDeltaChunked::new(ctx, KernelPaths::FALLBACK, d).expect("chunked, dk = 256");
+    let test = "kernels_build_for_the_largest_supported_head_within_the_workgroup_memory_limit";
+    for chunk in chunk_variants(ctx, test) {
+        let kernel = GatedDeltaChunked::with_variant(ctx, chunk, d).expect("chunked, dk = 256");
+        assert_eq!(kernel.on_matrix_units(), chunk.coop_matrix.is_some());
+    }
+}
+
+/// `FAK_GDN_CHUNK` names the chunked kernel: unset, empty or `f32` the f32 one, `coop` the
+/// cooperative-matrix one, anything else an error naming the variable. And where the adapter
+/// has 16×16 cooperative matrices the coop kernel is among the tested ones and fits at every
+/// test shape; where it has not, the test says it skipped.
+#[test]
+fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_has_it() {
+    assert_eq!(ChunkKernel::named("").unwrap(), ChunkKernel::F32);
+    assert_eq!(ChunkKernel::named("f32").unwrap(), ChunkKernel::F32);
+    assert_eq!(ChunkKernel::named("coop").unwrap(), ChunkKernel::Coop);
+    let e = ChunkKernel::named("Coop").unwrap_err().to_string();
+    assert!(e.contains("FAK_GDN_CHUNK"), "{e}");
+    let ctx = gpu();
+    let test =
+        "the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_has_it";
+    let tested = chunk_variants(ctx, test);
+    let coop16 = ctx.paths().coop_matrix == Some(fak::gpu::CoopShape::M16x16);
+    assert_eq!(tested.iter().any(|p| p.coop_matrix.is_some()), coop16);
+    let limit = ctx.device.limits().max_compute_workgroup_storage_size;
+    if coop16 {
+        for d in small_shapes().into_iter().chain([wide_shape()]) {
+            assert!(
+                GatedDeltaChunked::coop_workgroup_bytes(d.dk) <= limit,
+                "{d:?}"
+            );
+        }
+    }
 }

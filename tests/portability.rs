@@ -5,6 +5,8 @@
 
 use fak::gpu::kernels::attn_decode::AttnShape;
 use fak::gpu::kernels::attn_prefill::{AttnPrefill, CoopTile};
+use fak::gpu::kernels::delta_state::DeltaDims;
+use fak::gpu::kernels::gated_delta_chunk::GatedDeltaChunked;
 use fak::gpu::kernels::matmul::{CoopKernel, Matmul};
 use fak::gpu::{Kernel, KernelVariant, PipelineSpec, Target, registry};
 use fak_tests::reduce_probe::ReduceProbe;
@@ -54,6 +56,31 @@ fn coop_attention_tiles() -> Vec<KernelVariant> {
                     });
                 }
             }
+        }
+    }
+    out
+}
+
+/// The cooperative-matrix chunked delta rule at the key head sizes the tests and models run
+/// beside the registry's 128: 16 and 32 (a subgroup with no state tile of its own stores into
+/// the junk tile) and 256 (the most workgroup memory).
+fn coop_delta_rule_heads() -> Vec<KernelVariant> {
+    let mut out = Vec::new();
+    for variant in KernelVariant::all_of::<GatedDeltaChunked>() {
+        if variant.paths.coop_matrix.is_none() {
+            continue;
+        }
+        for dk in [16, 32, 256] {
+            let dims = DeltaDims {
+                dk,
+                dv: dk,
+                ..DeltaDims::QWEN35_27B
+            };
+            out.push(KernelVariant {
+                kernel: GatedDeltaChunked::NAME,
+                paths: variant.paths,
+                source: GatedDeltaChunked::source_for(variant.paths, &dims),
+            });
         }
     }
     out
@@ -273,7 +300,8 @@ fn every_kernel_variant_translates_for_the_backends_it_is_meant_for() {
     let mut translated = Vec::new();
     let extra = coop_attention_tiles()
         .into_iter()
-        .chain(coop_matmul_tilings());
+        .chain(coop_matmul_tilings())
+        .chain(coop_delta_rule_heads());
     for variant in all_variants().into_iter().chain(extra) {
         let name = format!("{} ({})", variant.kernel, variant.paths);
         let caps = capabilities(variant.paths.required_features());

@@ -13,7 +13,7 @@ use super::tensors::{Mixer, Tensors};
 use super::{DeviceModel, DevicePlan, ModelError, vector};
 use crate::gguf::Gguf;
 use crate::gpu::kernels::delta_state::{DeltaDims, DeltaState};
-use crate::gpu::kernels::gated_delta_chunk::{CHUNK, ChunkScratch};
+use crate::gpu::kernels::gated_delta_chunk::{CHUNK, ChunkKernel, ChunkScratch};
 use crate::gpu::kernels::rope::RopeTable;
 use crate::gpu::profile::StepMarks;
 use crate::gpu::step::{SeqBatch, StepIo};
@@ -87,7 +87,9 @@ impl Blueprint<'_> {
     pub fn scratch_bytes(&self, max_tokens: u32, logit_rows: u32) -> Result<u64, ModelError> {
         let logits = 4 * u64::from(logit_rows) * self.n_vocab as u64;
         let chunked = match self.delta {
-            Some(dims) if max_tokens > 1 => ChunkScratch::bytes(&dims, max_tokens, 1)?,
+            Some(dims) if max_tokens > 1 => {
+                ChunkScratch::bytes(&dims, max_tokens, 1, ChunkKernel::requested()?)?
+            }
             _ => 0,
         };
         Ok(self.scratch.bytes(max_tokens, logit_rows) + logits + chunked)

@@ -4,6 +4,9 @@
 //! is checked against the plain recurrence.
 
 pub mod activations;
+/// The cooperative-matrix chunked delta rule's split arithmetic, against `gated_delta` (tests).
+#[cfg(test)]
+mod coop_delta;
 pub mod dense;
 pub mod gated_delta;
 pub mod ops;

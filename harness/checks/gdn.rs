@@ -428,6 +428,19 @@ impl GpuLayer {
         weights: &LayerWeights,
         limits: (u32, u32, u32),
     ) -> GpuLayer {
+        let chunked = GatedDeltaChunked::new(ctx, paths, dims).expect("gated_delta_chunk");
+        Self::with_chunked(ctx, paths, dims, weights, limits, chunked)
+    }
+
+    /// [`GpuLayer::new`] with this chunked kernel (a variant the tests build themselves).
+    pub fn with_chunked(
+        ctx: &GpuContext,
+        paths: KernelPaths,
+        dims: DeltaDims,
+        weights: &LayerWeights,
+        limits: (u32, u32, u32),
+        chunked: GatedDeltaChunked,
+    ) -> GpuLayer {
         let (max_tokens, max_seqs, slots) = limits;
         let d = dims;
         let rows = |w: u32| u64::from(max_tokens) * u64::from(w);
@@ -441,7 +454,6 @@ impl GpuLayer {
         };
         let state = DeltaState::new(ctx, d, slots).expect("state");
         let table = SequenceTable::new(ctx, max_seqs, slots).expect("table");
-        let scratch = ChunkScratch::new(ctx, d, max_tokens, max_seqs).expect("scratch");
         let conv_w = f32_buffer(ctx, "ssm_conv1d", &weights.conv);
         let ssm_a = f32_buffer(ctx, "ssm_a", &weights.ssm_a);
         let dt_bias = f32_buffer(ctx, "ssm_dt.bias", &weights.dt_bias);
@@ -449,7 +461,7 @@ impl GpuLayer {
         let conv = SsmConv::new(ctx, paths, d).expect("ssm_conv");
         let prep = DeltaPrep::new(ctx, paths, d).expect("delta_prep");
         let decode = GatedDeltaDecode::new(ctx, paths, d).expect("gated_delta");
-        let chunked = GatedDeltaChunked::new(ctx, paths, d).expect("gated_delta_chunk");
+        let scratch = ChunkScratch::new(ctx, &chunked, max_tokens, max_seqs).expect("scratch");
         let norm = GatedNorm::new(ctx, paths, d).expect("gated_norm");
         let b = &buffers;
         let proj = View::rows(&b.proj, proj_width(&d));

@@ -49,7 +49,11 @@ pub mod wgsl {
     pub const SSM_CONV: WgslFile = file!("ssm_conv.wgsl");
     pub const DELTA_PREP: WgslFile = file!("delta_prep.wgsl");
     pub const GATED_DELTA: WgslFile = file!("gated_delta.wgsl");
+    /// What the chunked delta rule's two kernels share (bindings, chunk grid, gates, inverse).
+    pub const GATED_DELTA_CHUNK_IO: WgslFile = file!("gated_delta_chunk_io.wgsl");
     pub const GATED_DELTA_CHUNK: WgslFile = file!("gated_delta_chunk.wgsl");
+    /// The chunked delta rule with its products on cooperative matrices.
+    pub const GATED_DELTA_CHUNK_COOP: WgslFile = file!("gated_delta_chunk_coop.wgsl");
     pub const GATED_NORM: WgslFile = file!("gated_norm.wgsl");
 }
 

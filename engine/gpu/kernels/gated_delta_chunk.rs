@@ -1,6 +1,23 @@
 //! `gated_delta_chunk`: the gated delta rule in its chunked form for prefill, chunk 64
 //! (wgsl/gated_delta_chunk.wgsl): `chunk_prepare` does the per-chunk algebra of every chunk and
 //! head at once, `chunk_scan` carries the state across chunks. Two dispatches for any prompt.
+//!
+//! Variants:
+//! - `fallback`: f32 tiles (wgsl/gated_delta_chunk.wgsl), every adapter, the default;
+//! - `subgroup+f16+coop16x16`: the dense products (Gram matrices, T·R, W·S, Q·S, P·V', the state
+//!   update) on 16×16 cooperative matrices with operands split into hi + lo f16 pairs and two f32
+//!   accumulators, so the results keep f32-grade accuracy (wgsl/gated_delta_chunk_coop.wgsl).
+//!   **Opt-in** (`FAK_GDN_CHUNK=coop`, [`ChunkKernel`]) until it has passed its tests on a
+//!   device: its first form ran 2.3–2.6× faster than the f32 kernel on the 27B shape (H100) but
+//!   lost its lo parts there (experiments/NOTES.md, gdn-coop); the split it has now is emulated
+//!   against the f64 reference in the unit tests of engine/reference/coop_delta.rs. Built where
+//!   the adapter offers 16×16 f16 → f32 matrices on 32-wide subgroups and its workgroup memory
+//!   holds it ([`GatedDeltaChunked::coop_workgroup_bytes`]); elsewhere the f32 kernel runs.
+//!   Metal's 8×8 matrices get the f32 kernel: an 8×8 form would need four times the
+//!   accumulators per subgroup and more workgroup memory than Metal's 32 KiB.
+//!
+//! Both kernels read the chunk grid, the sequence table and the state through
+//! wgsl/gated_delta_chunk_io.wgsl, so a change of the batch layout applies to both.
 
 use super::delta_state::{
     DeltaDims, DeltaState, Dispatch, Resource, bind_group, by_entry, check_batch, check_grid,
@@ -9,9 +26,10 @@ use super::delta_state::{
 use crate::gpu::buffers::{storage_buffer, uniform};
 use crate::gpu::context::GpuContext;
 use crate::gpu::error::GpuError;
+use crate::gpu::kernel::wgsl::MATMUL_COOP16;
 use crate::gpu::kernel::{Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build};
 use crate::gpu::layout::Slot;
-use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::paths::{Axes, CoopShape, KernelPaths};
 use crate::gpu::profile::Recorded;
 use crate::gpu::step::{SeqBatch, SequenceTable};
 
@@ -29,6 +47,53 @@ const SLOTS: &[Slot] = &[
     Slot::ReadWrite,
     Slot::Uniform,
 ];
+/// The same and the f16 scratch (`halves`) of the cooperative-matrix kernel.
+const COOP_SLOTS: &[Slot] = &[
+    Slot::Read,
+    Slot::Read,
+    Slot::Read,
+    Slot::ReadWrite,
+    Slot::ReadWrite,
+    Slot::ReadWrite,
+    Slot::Uniform,
+    Slot::ReadWrite,
+];
+/// The cooperative-matrix shape the coop kernel is written for.
+const COOP_SHAPE: CoopShape = CoopShape::M16x16;
+
+/// Which kernel of the chunked delta rule `FAK_GDN_CHUNK` asks for: unset, empty or `f32`, the f32
+/// kernel (the default); `coop`, the cooperative-matrix one where the adapter has it (the f32
+/// kernel elsewhere). Any other value is an error: a measurement must not silently run another
+/// kernel than the one it names.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ChunkKernel {
+    F32,
+    Coop,
+}
+
+impl ChunkKernel {
+    pub const VAR: &'static str = "FAK_GDN_CHUNK";
+
+    pub fn requested() -> Result<Self, GpuError> {
+        match std::env::var(Self::VAR) {
+            Err(std::env::VarError::NotPresent) => Ok(ChunkKernel::F32),
+            Ok(v) => Self::named(&v),
+            Err(e) => Self::named(&format!("{e}")),
+        }
+    }
+
+    /// The kernel `value` of `FAK_GDN_CHUNK` names.
+    pub fn named(value: &str) -> Result<Self, GpuError> {
+        match value {
+            "" | "f32" => Ok(ChunkKernel::F32),
+            "coop" => Ok(ChunkKernel::Coop),
+            other => Err(GpuError::Shape {
+                kernel: GatedDeltaChunked::NAME,
+                message: format!("{}={other:?} is neither f32 nor coop", Self::VAR),
+            }),
+        }
+    }
+}
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -42,13 +107,17 @@ struct Params {
     u_at: u32,
     p_at: u32,
     gamma_at: u32,
-    pad: [u32; 3],
+    q_at: u32,
+    k_at: u32,
+    pad: u32,
 }
 
 /// The per-chunk intermediates chunk_prepare hands to chunk_scan (W, U, P, γ of every chunk and
-/// value head), sized for the largest prefill step.
+/// value head), sized for the largest prefill step; the cooperative-matrix kernel keeps U and γ
+/// in `buffer` and W, Q̃, K̃, P as hi/lo f16 pairs in `halves`.
 pub struct ChunkScratch {
     pub buffer: wgpu::Buffer,
+    pub halves: Option<wgpu::Buffer>,
     dims: DeltaDims,
     /// Chunks (over all sequences of a batch) it holds.
     chunks: u32,
@@ -63,32 +132,63 @@ struct Regions {
     end: u64,
 }
 
+/// Half offsets of the cooperative-matrix kernel's f16 regions, each [blocks][2][rows][cols].
+struct HalfRegions {
+    w: u64,
+    q: u64,
+    k: u64,
+    p: u64,
+    end: u64,
+}
+
 impl ChunkScratch {
-    /// Scratch for batches of at most `max_tokens` tokens in at most `max_seqs` sequences.
+    /// Scratch for `kernel`'s batches of at most `max_tokens` tokens in at most `max_seqs`
+    /// sequences.
     pub fn new(
         ctx: &GpuContext,
-        dims: DeltaDims,
+        kernel: &GatedDeltaChunked,
         max_tokens: u32,
         max_seqs: u32,
     ) -> Result<Self, GpuError> {
-        dims.validate()?;
+        let dims = kernel.dims;
         let chunks = Self::chunks(max_tokens, max_seqs)?;
         let bytes = 4 * Self::regions(&dims, chunks).end;
+        let halves = match kernel.on_matrix_units() {
+            true => Some(storage_buffer(
+                ctx,
+                "gated_delta_chunk f16 scratch",
+                2 * Self::half_regions(&dims, chunks).end,
+            )?),
+            false => None,
+        };
         Ok(ChunkScratch {
             buffer: storage_buffer(ctx, "gated_delta_chunk scratch", bytes)?,
+            halves,
             dims,
             chunks,
         })
     }
 
-    /// Bytes [`ChunkScratch::new`] allocates for these arguments (the memory plan counts them).
-    pub fn bytes(dims: &DeltaDims, max_tokens: u32, max_seqs: u32) -> Result<u64, GpuError> {
-        Ok(4 * Self::regions(dims, Self::chunks(max_tokens, max_seqs)?).end)
+    /// Bytes [`ChunkScratch::new`] allocates for these arguments (the memory plan counts them);
+    /// for [`ChunkKernel::Coop`] with the f16 regions, an upper bound where the adapter then
+    /// runs the f32 kernel.
+    pub fn bytes(
+        dims: &DeltaDims,
+        max_tokens: u32,
+        max_seqs: u32,
+        kernel: ChunkKernel,
+    ) -> Result<u64, GpuError> {
+        let chunks = Self::chunks(max_tokens, max_seqs)?;
+        let halves = match kernel {
+            ChunkKernel::F32 => 0,
+            ChunkKernel::Coop => 2 * Self::half_regions(dims, chunks).end,
+        };
+        Ok(4 * Self::regions(dims, chunks).end + halves)
     }
 
-    /// Bytes of its buffer.
+    /// Bytes of its buffers.
     pub fn allocated_bytes(&self) -> u64 {
-        self.buffer.size()
+        self.buffer.size() + self.halves.as_ref().map_or(0, wgpu::Buffer::size)
     }
 
     /// count·⌈len/C⌉ ≤ (count·len + (C−1)·count) / C.
@@ -113,6 +213,21 @@ impl ChunkScratch {
             p,
             gamma,
             end: gamma + rows,
+        }
+    }
+
+    fn half_regions(dims: &DeltaDims, chunks: u32) -> HalfRegions {
+        let rows = 2 * u64::from(chunks) * u64::from(dims.nv) * u64::from(CHUNK);
+        let w = 0;
+        let q = w + rows * u64::from(dims.dk);
+        let k = q + rows * u64::from(dims.dk);
+        let p = k + rows * u64::from(dims.dk);
+        HalfRegions {
+            w,
+            q,
+            k,
+            p,
+            end: p + rows * u64::from(CHUNK),
         }
     }
 }
@@ -149,33 +264,130 @@ pub struct ChunkBinding {
 
 impl Kernel for GatedDeltaChunked {
     const NAME: &'static str = "gated_delta_chunk";
-    const AXES: Axes = Axes::NONE;
+    const AXES: Axes = Axes {
+        subgroup: true,
+        f16: true,
+        coop_matrix: true,
+        ..Axes::NONE
+    };
 
     fn source(variant: KernelPaths) -> KernelSource {
         Self::source_for(variant, &DeltaDims::QWEN35_27B)
     }
+
+    /// The f32 kernel and the 16×16 cooperative-matrix one (which alone uses subgroups and f16).
+    fn variants() -> Vec<KernelPaths> {
+        Self::AXES
+            .variants()
+            .into_iter()
+            .filter(|v| match v.coop_matrix {
+                Some(shape) => shape == COOP_SHAPE && v.subgroup,
+                None => !v.f16 && !v.subgroup,
+            })
+            .collect()
+    }
+
+    /// The f32 kernel, also where cooperative matrices are allowed: the coop kernel is opt-in
+    /// ([`ChunkKernel`], [`GatedDeltaChunked::new`]) until it has passed on a device.
+    fn select(_allowed: KernelPaths) -> KernelPaths {
+        KernelPaths::FALLBACK
+    }
 }
 
 impl GatedDeltaChunked {
-    fn source_for(variant: KernelPaths, dims: &DeltaDims) -> KernelSource {
+    /// The module and pipelines of `variant` at `dims`'s key head size (the DK override).
+    pub fn source_for(variant: KernelPaths, dims: &DeltaDims) -> KernelSource {
         let spec = |entry_point: &'static str| PipelineSpec {
             label: format!("{entry_point} dk={}", dims.dk),
             entry_point,
             constants: vec![("DK", f64::from(dims.dk))],
         };
+        let module = WgslModule::new(variant).with(wgsl::SEQUENCES);
+        let (module, slots) = match variant.coop_matrix {
+            Some(_) => (
+                module
+                    .with(MATMUL_COOP16)
+                    .with(wgsl::GATED_DELTA_CHUNK_IO)
+                    .with(wgsl::GATED_DELTA_CHUNK_COOP),
+                COOP_SLOTS,
+            ),
+            None => (
+                module
+                    .with(wgsl::GATED_DELTA_CHUNK_IO)
+                    .with(wgsl::GATED_DELTA_CHUNK),
+                SLOTS,
+            ),
+        };
         KernelSource {
-            module: WgslModule::new(variant)
-                .with(wgsl::SEQUENCES)
-                .with(wgsl::GATED_DELTA_CHUNK),
-            slots: SLOTS,
+            module,
+            slots,
             pipelines: vec![spec("chunk_prepare"), spec("chunk_scan")],
         }
     }
 
+    /// Workgroup memory of the cooperative-matrix kernel's larger entry point at key head size
+    /// `dk` (the sizes of wgsl/gated_delta_chunk_coop.wgsl's workgroup arrays).
+    pub fn coop_workgroup_bytes(dk: u32) -> u32 {
+        let chunk = CHUNK;
+        // γ, β and the chunk count, in both entry points.
+        let shared = 4 * 2 * chunk + 4;
+        let prepare = 4 * chunk * (chunk + 4) + 2 * (2 * chunk * (chunk + 8) + 2 * chunk * 40);
+        let scan = 4 * (SCAN_ROWS * (dk + 4) + 16 * 16)
+            + 2 * (2 * SCAN_ROWS * (dk + 8))
+            + 2 * (2 * chunk * (SCAN_ROWS + 8))
+            + 4 * chunk * (SCAN_ROWS + 4);
+        shared + prepare.max(scan)
+    }
+
+    /// The cooperative-matrix variant where `allowed` has 16×16 matrices with subgroups.
+    pub fn coop_paths(allowed: KernelPaths) -> Option<KernelPaths> {
+        let fastest = Self::AXES.select(allowed);
+        (fastest.coop_matrix == Some(COOP_SHAPE) && fastest.subgroup).then_some(fastest)
+    }
+
+    /// Builds the f32 kernel, or the cooperative-matrix one where `FAK_GDN_CHUNK=coop` asks for
+    /// it ([`ChunkKernel::requested`]), `paths` allow it and its workgroup memory fits the
+    /// device. An unknown `FAK_GDN_CHUNK` is an error.
     pub fn new(ctx: &GpuContext, paths: KernelPaths, dims: DeltaDims) -> Result<Self, GpuError> {
         dims.validate()?;
-        let mut variant = KernelVariant::of::<Self>(Self::AXES.select(paths));
-        variant.source = Self::source_for(variant.paths, &dims);
+        let fits = Self::coop_workgroup_bytes(dims.dk)
+            <= ctx.device.limits().max_compute_workgroup_storage_size;
+        let selected = match (ChunkKernel::requested()?, Self::coop_paths(paths)) {
+            (ChunkKernel::Coop, Some(coop)) if fits => coop,
+            _ => Self::select(paths),
+        };
+        Self::with_variant(ctx, selected, dims)
+    }
+
+    /// Builds `variant`, one of [`Kernel::variants`], whatever `FAK_GDN_CHUNK` says (the tests
+    /// run each).
+    pub fn with_variant(
+        ctx: &GpuContext,
+        variant: KernelPaths,
+        dims: DeltaDims,
+    ) -> Result<Self, GpuError> {
+        dims.validate()?;
+        if !Self::variants().contains(&variant) {
+            return Err(GpuError::Shape {
+                kernel: Self::NAME,
+                message: format!("{variant} is not one of its variants"),
+            });
+        }
+        let limit = ctx.device.limits().max_compute_workgroup_storage_size;
+        let bytes = Self::coop_workgroup_bytes(dims.dk);
+        if variant.coop_matrix.is_some() && bytes > limit {
+            return Err(GpuError::TooLarge {
+                what: format!("{} ({variant}) at dk = {}", Self::NAME, dims.dk),
+                size: u64::from(bytes),
+                limit: u64::from(limit),
+                limit_name: "max_compute_workgroup_storage_size",
+            });
+        }
+        let variant = KernelVariant {
+            kernel: Self::NAME,
+            paths: variant,
+            source: Self::source_for(variant, &dims),
+        };
         let built = build(ctx, &variant)?;
         Ok(GatedDeltaChunked {
             variant: variant.paths,
@@ -187,6 +399,11 @@ impl GatedDeltaChunked {
 
     pub fn variant(&self) -> KernelPaths {
         self.variant
+    }
+
+    /// Whether the built kernel is the cooperative-matrix one, which binds the f16 scratch.
+    pub fn on_matrix_units(&self) -> bool {
+        self.variant.coop_matrix.is_some()
     }
 
     pub fn bind(&self, ctx: &GpuContext, io: ChunkIo) -> Result<ChunkBinding, GpuError> {
@@ -202,58 +419,81 @@ impl GatedDeltaChunked {
             });
         }
         let regions = ChunkScratch::regions(&d, io.scratch.chunks);
-        // The binding check below keeps every offset under 2^29 floats.
+        let halves = ChunkScratch::half_regions(&d, io.scratch.chunks);
+        let half_buffer = match (self.on_matrix_units(), &io.scratch.halves) {
+            (false, _) => None,
+            (true, Some(buffer)) => Some(buffer),
+            (true, None) => {
+                return Err(GpuError::Shape {
+                    kernel: Self::NAME,
+                    message: "the scratch was made for the f32 kernel, not the \
+                              cooperative-matrix one"
+                        .into(),
+                });
+            }
+        };
+        // The binding checks below keep every float offset under 2^29 and every half offset
+        // under 2^30. The coop kernel reads W, P (and Q̃, K̃) from the halves.
+        let (w_at, p_at) = match half_buffer {
+            Some(_) => (halves.w, halves.p),
+            None => (regions.w, regions.p),
+        };
         let params = Params {
             conv_dim: d.conv_dim(),
             nk: d.nk,
             nv: d.nv,
             dv: d.dv,
             group_div: d.group_div(),
-            w_at: regions.w as u32,
+            w_at: w_at as u32,
             u_at: regions.u as u32,
-            p_at: regions.p as u32,
+            p_at: p_at as u32,
             gamma_at: regions.gamma as u32,
-            pad: [0; 3],
+            q_at: halves.q as u32,
+            k_at: halves.k as u32,
+            pad: 0,
         };
         let params = uniform(ctx, "gated_delta_chunk params", &params);
-        let group = bind_group(
-            ctx,
-            Self::NAME,
-            &self.layout,
-            &[
-                Resource::Storage {
-                    name: "mixed (q̂, k̂, v)",
-                    buffer: io.mixed,
-                    bytes: f32_rows(io.max_tokens, d.conv_dim()),
-                },
-                Resource::Storage {
-                    name: "gates",
-                    buffer: io.gates,
-                    bytes: f32_rows(io.max_tokens, 2 * d.nv),
-                },
-                Resource::Storage {
-                    name: "sequence table",
-                    buffer: &io.table.buffer,
-                    bytes: io.table.buffer.size(),
-                },
-                Resource::Storage {
-                    name: "chunk scratch",
-                    buffer: &io.scratch.buffer,
-                    bytes: 4 * regions.end,
-                },
-                Resource::Storage {
-                    name: "recurrent state",
-                    buffer: &io.state.recurrent,
-                    bytes: io.state.recurrent.size(),
-                },
-                Resource::Storage {
-                    name: "o (delta rule output)",
-                    buffer: io.o,
-                    bytes: f32_rows(io.max_tokens, d.value_dim()),
-                },
-                Resource::Uniform(&params),
-            ],
-        )?;
+        let mut resources = vec![
+            Resource::Storage {
+                name: "mixed (q̂, k̂, v)",
+                buffer: io.mixed,
+                bytes: f32_rows(io.max_tokens, d.conv_dim()),
+            },
+            Resource::Storage {
+                name: "gates",
+                buffer: io.gates,
+                bytes: f32_rows(io.max_tokens, 2 * d.nv),
+            },
+            Resource::Storage {
+                name: "sequence table",
+                buffer: &io.table.buffer,
+                bytes: io.table.buffer.size(),
+            },
+            Resource::Storage {
+                name: "chunk scratch",
+                buffer: &io.scratch.buffer,
+                bytes: 4 * regions.end,
+            },
+            Resource::Storage {
+                name: "recurrent state",
+                buffer: &io.state.recurrent,
+                bytes: io.state.recurrent.size(),
+            },
+            Resource::Storage {
+                name: "o (delta rule output)",
+                buffer: io.o,
+                bytes: f32_rows(io.max_tokens, d.value_dim()),
+            },
+            Resource::Uniform(&params),
+        ];
+        if let Some(buffer) = half_buffer {
+            resources.push(Resource::Storage {
+                name: "chunk scratch (f16)",
+                buffer,
+                bytes: 2 * halves.end,
+            });
+        }
+        let group = bind_group(ctx, Self::NAME, &self.layout, &resources)?;
         Ok(ChunkBinding {
             group,
             max_tokens: io.max_tokens,

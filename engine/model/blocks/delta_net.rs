@@ -38,16 +38,17 @@ pub struct DeltaNetKernels {
 impl DeltaNetKernels {
     pub fn new(ctx: &GpuContext, dims: DeltaDims, max_tokens: u32) -> Result<Self, GpuError> {
         let paths = ctx.paths();
+        let chunked = GatedDeltaChunked::new(ctx, paths, dims)?;
         Ok(DeltaNetKernels {
             dims,
             conv: SsmConv::new(ctx, paths, dims)?,
             prep: DeltaPrep::new(ctx, paths, dims)?,
             recurrent: GatedDeltaDecode::new(ctx, paths, dims)?,
-            chunked: GatedDeltaChunked::new(ctx, paths, dims)?,
-            norm: GatedNorm::new(ctx, paths, dims)?,
             scratch: (max_tokens > 1)
-                .then(|| ChunkScratch::new(ctx, dims, max_tokens, 1))
+                .then(|| ChunkScratch::new(ctx, &chunked, max_tokens, 1))
                 .transpose()?,
+            chunked,
+            norm: GatedNorm::new(ctx, paths, dims)?,
         })
     }
 

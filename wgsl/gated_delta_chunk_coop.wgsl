@@ -1,0 +1,515 @@
+// gated_delta_chunk_coop — the chunked gated delta rule of gated_delta_chunk.wgsl (same math,
+// entry points, grids and results) with its dense products on 16×16 cooperative matrices
+//
+// Products on the matrix units, f32 accumulators:
+// - chunk_prepare: the Gram matrices K·Kᵀ and Q·Kᵀ (64 × 64 over dk), and T·R for W and U
+//   (64 × 64 by 64 × (dk + dv));
+// - chunk_scan: W·S and Q̃·S (64 × dk by dk × 16 state rows), P·V' (64 × 64 by 64 × 16) and the
+//   state update K̃ᵀ·V' (dk × 64 by 64 × 16).
+// Kept scalar: γ (a cumulative sum), the masks and decays of A and P (elementwise exps), the
+// triangular inverse T = (I + A)⁻¹ (sequential in its rows, gated_delta_chunk_io.wgsl), V' = U −
+// W·S, the decay of the state by e^{γ_C} and every store with a bound (live rows, dv).
+//
+// Precision: each operand x of a product is split into two f16 values, hi = x with the low 13
+// bits of its f32 significand cleared (11 significant bits: exact in f16; 0 where that is below
+// f16's normal range, 2^-14) and lo' = f16(2^11·(x − hi)), the remainder scaled into f16's normal
+// range. A·B is accumulated in two f32 accumulators, main = Σ hi_A·hi_B and small = Σ (hi_A·lo'_B
+// + lo'_A·hi_B), and A·B = main + 2^-11·small (the lo·lo term, 2^-22 of the product, dropped):
+// about 22 significant bits per operand where plain f16 keeps 11. Neither part goes through an
+// f32 → f16 → f32 round trip a compiler may fold, and lo' is an f16 subnormal only where the
+// remainder itself is below 2^-25 (what a flush to zero then loses is under 2^-25 absolute), so
+// the split holds whether the device keeps f16 subnormals or flushes them. The first form of this
+// kernel (hi = f16(x), lo = f16(x − hi) in one accumulator) lost its lo parts on the H100 and was
+// ~1e-3 off (experiments/NOTES.md, gdn-coop); the unit tests of engine/reference/coop_delta.rs
+// emulate both forms' arithmetic against the f64 reference.
+// The state, U, γ and every accumulator stay f32. So the kernel is held to the f32 kernel's
+// tolerance of the f64 reference (tests/gpu_gated_delta.rs) and the model suites need no
+// reference that rounds like it: plain f16 operands would round q̂, k̂, the state, T and every
+// intermediate to 2^-11, which the chunk's decays and the model's gates stretch. Three MMAs per
+// product instead of one is cheap here: the kernel waits on barriers and loads, not on the MMAs.
+// Operands must stay below f16's 65504 (q̂, k̂ are unit-norm; S, T, V', P are bounded by |v|).
+//
+// Layouts in the scratch (block = (chunk0_s + c)·nv + h, as in gated_delta_chunk.wgsl):
+//   3 scratch (array<f32>, read_write): U [blocks][C][dv] at u_at, γ [blocks][C] at gamma_at;
+//   7 halves (array<f16>, read_write), each [blocks][2 (hi, lo)][rows][cols]:
+//     W [..][C][dk] at w_at, Q̃ = diag(e^γ) Q [..][C][dk] at q_at, K̃ = diag(e^{γ_C − γ}) K
+//     [..][C][dk] at k_at, P [..][C][C] at p_at.
+// Q̃, K̃ and P are written by chunk_prepare (which reads q̂ and k̂ anyway) so that chunk_scan
+// loads its A operands straight from the scratch, with no staging and no barrier per dk tile.
+//
+// chunk_prepare (256 invocations = 8 subgroups, one workgroup per chunk, head and sequence):
+//   γ, β; K, Q as hi/lo f16 tiles of 64 × 32 (Q̃, K̃ hi/lo to the scratch on the way); subgroup
+//   g holds the Gram tiles (g / 2, 2(g mod 2) + {0, 1}) of K·Kᵀ and Q·Kᵀ; Q·Kᵀ through a_sh to P
+//   (masked, decayed, split), then K·Kᵀ to A in a_sh; T in place; T (with its unit diagonal)
+//   as hi/lo f16; then for each 32-column block of R = diag(β e^γ) K, then R = diag(β) V:
+//   R staged hi/lo, subgroup g computes the output tile (g / 2, g mod 2) over k = 64, stored
+//   through a_sh and written as W (hi/lo) or U (f32).
+// chunk_scan (128 invocations = 4 subgroups, ROWS = 16 state rows of one head): S in state_sh
+//   (f32, [row][dk + 4] plus one 16 × 16 tile the idle subgroups store into) and as hi/lo f16
+//   (s16); per chunk subgroup g owns chunk rows 16g..16g+15: W·S → vst; V' = U − W·S (hi/lo
+//   f16 in d16); O = Q̃·S + P·V' → vst → o (live rows); S ← e^{γ_C} S (scalar), then + K̃ᵀ V'
+//   over dk tiles g, g + 4, …; S re-split.
+//
+// Every product's main and cross-term accumulators are registers (two CoopC each): the split
+// costs no workgroup memory.
+// dispatch: as gated_delta_chunk.wgsl.
+// workgroup memory: prepare 45.5 KB (h16 28 KB, a_sh 17 KB); scan 4·(16·(dk + 4) + 256) +
+//   2·(2·16·(dk + 8)) + 6 KB + 5 KB + 0.5 KB (30.2 KB at dk = 128, 45.2 KB at dk = 256): within
+//   NVIDIA's 48 KiB, not Metal's 32 KiB (the 8×8 Metal shape is not offered: gated_delta_chunk.rs).
+// variants: `subgroup+f16+coop16x16` (subgroup_id splits the workgroup; subgroups exactly 32
+//           wide, as for every coop kernel), built only on request (`FAK_GDN_CHUNK=coop`) until
+//           it has passed its tests on a device. overrides: DK (multiple of 16, ≤ 256).
+// naga 30: coopLoad/coopStore pointers and strides bound to `let`s first (wgpu-notes.md §7); no
+//   cooperative op under a branch that differs between subgroups (an idle subgroup's store goes
+//   to a junk tile instead), nor after a return or in a loop whose condition naga cannot prove
+//   uniform: a sequence's chunk count comes from the table through workgroupUniformLoad.
+// requires: sequences.wgsl, matmul_coop16.wgsl (CoopA/B/C, COOP = 16), gated_delta_chunk_io.wgsl.
+
+@group(0) @binding(3) var<storage, read_write> scratch: array<f32>;
+@group(0) @binding(7) var<storage, read_write> halves: array<f16>;
+
+override DK: u32 = 128u;
+
+// Subgroups of chunk_prepare and chunk_scan.
+const PREP_SUBGROUPS: u32 = 8u;
+const SCAN_SUBGROUPS: u32 = 4u;
+// Gram stage: dk columns per stage and the padded row stride of its tiles (halves; strides and
+// tile offsets stay multiples of 8 halves = 16 bytes).
+const KT: u32 = 32u;
+const KS: u32 = KT + 8u;
+// T·R: columns of R per block, and the padded row strides of R and T (halves).
+const BW: u32 = 32u;
+const BS: u32 = BW + 8u;
+const TS: u32 = CHUNK + 8u;
+// Row stride of a_sh (floats, a multiple of 4 for cooperative loads and stores).
+const AP: u32 = CHUNK + 4u;
+
+// h16 in the Gram phase: K hi, K lo, Q hi, Q lo tiles of CHUNK × KS.
+const K_HI: u32 = 0u;
+const K_LO: u32 = CHUNK * KS;
+const Q_HI: u32 = 2u * CHUNK * KS;
+const Q_LO: u32 = 3u * CHUNK * KS;
+// h16 in the T·R phase: T hi, T lo (CHUNK × TS), R hi, R lo (CHUNK × BS).
+const T_HI: u32 = 0u;
+const T_LO: u32 = CHUNK * TS;
+const R_HI: u32 = 2u * CHUNK * TS;
+const R_LO: u32 = 2u * CHUNK * TS + CHUNK * BS;
+const H16_HALVES: u32 = 2u * CHUNK * TS + 2u * CHUNK * BS;
+
+var<workgroup> a_sh: array<f32, 4352>; // CHUNK × AP
+var<workgroup> h16: array<f16, H16_HALVES>;
+
+// chunk_scan: state_sh rows [ROWS][DK + 4], then the junk tile (COOP × COOP, stride COOP).
+override STATE_STRIDE: u32 = DK + 4u;
+override STATE_FLOATS: u32 = ROWS * STATE_STRIDE + COOP * COOP;
+// s16: S hi then S lo, [ROWS][DK + 8] each.
+override S16_STRIDE: u32 = DK + 8u;
+override S16_HALVES: u32 = 2u * ROWS * S16_STRIDE;
+// d16: V' hi then V' lo, [CHUNK][ROWS + 8] each; vst: an f32 [CHUNK][ROWS + 4] result tile.
+const DS: u32 = ROWS + 8u;
+const VS: u32 = ROWS + 4u;
+var<workgroup> s16: array<f16, S16_HALVES>;
+var<workgroup> d16: array<f16, 3072>; // 2 × CHUNK × DS
+var<workgroup> vst: array<f32, 1280>; // CHUNK × VS
+// The chunk count of the workgroup's sequence, read back with workgroupUniformLoad in the entry
+// point: naga takes a function's result for non-uniform when it depends on an argument, and no
+// cooperative op may follow a return or sit in a loop that depends on a non-uniform value.
+var<workgroup> chunks_sh: u32;
+
+// The least f16 normal, 2^-14, and the scale of the lo parts, 2^11, and its inverse.
+const F16_MIN_NORMAL: f32 = 6.103515625e-5;
+const LO_SCALE: f32 = 2048.0;
+const LO_UNIT: f32 = 4.8828125e-4;
+
+// (hi, lo') of x: hi is x cut to 11 significant bits (so exact in f16), or 0 below f16's normal
+// range; lo' = 2^11·(x − hi) (x − hi and the scaling are exact in f32) rounded to f16.
+fn hi_lo(x: f32) -> vec2<f16> {
+    let cut = bitcast<f32>(bitcast<u32>(x) & 0xffffe000u);
+    let hi = select(0.0, cut, abs(cut) >= F16_MIN_NORMAL);
+    return vec2<f16>(f16(hi), f16((x - hi) * LO_SCALE));
+}
+
+// small + hi_A·lo'_B + lo'_A·hi_B: the cross terms of A·B, in units of 2^-11.
+fn mma_cross(a_hi: CoopA, a_lo: CoopA, b_hi: CoopB, b_lo: CoopB, small: CoopC) -> CoopC {
+    return coopMultiplyAdd(a_lo, b_hi, coopMultiplyAdd(a_hi, b_lo, small));
+}
+
+// The product's value from its two accumulators: main + 2^-11·small.
+fn joined(main: CoopC, small: CoopC) -> CoopC {
+    return main + LO_UNIT * small;
+}
+
+// Index in `halves` of row `row`, column `col` of the hi part of a [blocks][2][rows][cols]
+// region at `at` (the lo part is rows·cols further).
+fn half_at(at: u32, block: u32, rows: u32, cols: u32, row: u32, col: u32) -> u32 {
+    return at + (block * 2u * rows + row) * cols + col;
+}
+
+fn put_halves(at: u32, part: u32, x: f32) {
+    let v = hi_lo(x);
+    halves[at] = v.x;
+    halves[at + part] = v.y;
+}
+
+// ---- chunk_prepare
+
+// Stage dk columns i0..i0 + KT of the chunk's k̂ and q̂ as hi/lo tiles, and write K̃ and Q̃ of
+// those columns to the scratch.
+fn stage_keys(ch: Chunk, tid: u32, i0: u32) {
+    let gamma_last = gamma_sh[CHUNK - 1u];
+    let part = CHUNK * DK;
+    for (var e = tid; e < CHUNK * KT; e += 256u) {
+        let t = e / KT;
+        let ii = e % KT;
+        let i = i0 + ii;
+        var kv = 0.0;
+        var qv = 0.0;
+        if live(ch, t) && i < DK {
+            let at = (ch.row0 + t) * params.conv_dim + i;
+            kv = mixed[at + ch.k_col];
+            qv = mixed[at + ch.q_col];
+        }
+        let k2 = hi_lo(kv);
+        let q2 = hi_lo(qv);
+        h16[K_HI + t * KS + ii] = k2.x;
+        h16[K_LO + t * KS + ii] = k2.y;
+        h16[Q_HI + t * KS + ii] = q2.x;
+        h16[Q_LO + t * KS + ii] = q2.y;
+        if i < DK {
+            let decay_k = exp(gamma_last - gamma_sh[t]);
+            let decay_q = exp(gamma_sh[t]);
+            put_halves(half_at(params.k_at, ch.block, CHUNK, DK, t, i), part, decay_k * kv);
+            put_halves(half_at(params.q_at, ch.block, CHUNK, DK, t, i), part, decay_q * qv);
+        }
+    }
+}
+
+// The output tile (ta, tb) of T·R for the R block of columns col0.. (width valid ones) of
+// mixed, scaled by β (and e^γ when `decayed`), written to W (hi/lo, dk columns) or U (f32).
+fn solve_block(ch: Chunk, tid: u32, ta: u32, tb: u32, col0: u32, width: u32, decayed: bool,
+               out_col: u32) {
+    for (var e = tid; e < CHUNK * BW; e += 256u) {
+        let t = e / BW;
+        let ii = e % BW;
+        var x = 0.0;
+        if live(ch, t) && ii < width {
+            var scale = beta_sh[t];
+            if decayed {
+                scale *= exp(gamma_sh[t]);
+            }
+            x = scale * mixed[(ch.row0 + t) * params.conv_dim + col0 + ii];
+        }
+        let r = hi_lo(x);
+        h16[R_HI + t * BS + ii] = r.x;
+        h16[R_LO + t * BS + ii] = r.y;
+    }
+    workgroupBarrier();
+    let ts = TS;
+    let bs = BS;
+    var main = CoopC();
+    var small = CoopC();
+    for (var s0 = 0u; s0 < CHUNK; s0 += COOP) {
+        let t_hi = T_HI + ta * COOP * TS + s0;
+        let t_lo = T_LO + ta * COOP * TS + s0;
+        let r_hi = R_HI + s0 * BS + tb * COOP;
+        let r_lo = R_LO + s0 * BS + tb * COOP;
+        let a_hi = coopLoadT<CoopA>(&h16[t_hi], ts);
+        let b_hi = coopLoadT<CoopB>(&h16[r_hi], bs);
+        main = coopMultiplyAdd(a_hi, b_hi, main);
+        small = mma_cross(a_hi, coopLoadT<CoopA>(&h16[t_lo], ts), b_hi,
+                          coopLoadT<CoopB>(&h16[r_lo], bs), small);
+    }
+    let out_at = ta * COOP * AP + tb * COOP;
+    let ap = AP;
+    coopStoreT(joined(main, small), &a_sh[out_at], ap);
+    workgroupBarrier();
+    for (var e = tid; e < CHUNK * BW; e += 256u) {
+        let t = e / BW;
+        let ii = e % BW;
+        if ii < width {
+            let x = a_sh[t * AP + ii];
+            let col = out_col + ii;
+            if decayed {
+                put_halves(half_at(params.w_at, ch.block, CHUNK, DK, t, col), CHUNK * DK, x);
+            } else {
+                scratch[params.u_at + (ch.block * CHUNK + t) * params.dv + col] = x;
+            }
+        }
+    }
+    workgroupBarrier();
+}
+
+@compute @workgroup_size(256)
+fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
+                 @builtin(local_invocation_index) tid: u32,
+                 @builtin(subgroup_id) sg: u32) {
+    // The host leaves room for lead rows in every one-sequence step, and counts the longest
+    // sequence's chunks in a batch (gated_delta_chunk.rs).
+    if tid == 0u {
+        chunks_sh = chunks(wg.z);
+    }
+    if wg.x >= workgroupUniformLoad(&chunks_sh) {
+        return;
+    }
+    let h = wg.y;
+    let ch = chunk_of(wg.x, h, wg.z);
+    load_gates(ch, h, tid);
+    if tid < CHUNK {
+        scratch[params.gamma_at + ch.block * CHUNK + tid] = gamma_sh[tid];
+    }
+
+    // Gram tiles of this subgroup: row tile ta, column tiles tb and tb + 1.
+    let ta = sg / 2u;
+    let tb = (sg % 2u) * 2u;
+    let ks = KS;
+    // Each product's main and cross-term accumulators.
+    var kk0 = CoopC();
+    var kk1 = CoopC();
+    var qk0 = CoopC();
+    var qk1 = CoopC();
+    var kk0_small = CoopC();
+    var kk1_small = CoopC();
+    var qk0_small = CoopC();
+    var qk1_small = CoopC();
+    for (var i0 = 0u; i0 < DK; i0 += KT) {
+        stage_keys(ch, tid, i0);
+        workgroupBarrier();
+        for (var kk = 0u; kk < KT; kk += COOP) {
+            let ka_hi_at = K_HI + ta * COOP * KS + kk;
+            let ka_lo_at = ka_hi_at + K_LO;
+            let qa_hi_at = ka_hi_at + Q_HI;
+            let qa_lo_at = ka_hi_at + Q_LO;
+            let b0_hi_at = K_HI + tb * COOP * KS + kk;
+            let b0_lo_at = b0_hi_at + K_LO;
+            let b1_hi_at = b0_hi_at + COOP * KS;
+            let b1_lo_at = b1_hi_at + K_LO;
+            let ka_hi = coopLoadT<CoopA>(&h16[ka_hi_at], ks);
+            let ka_lo = coopLoadT<CoopA>(&h16[ka_lo_at], ks);
+            let qa_hi = coopLoadT<CoopA>(&h16[qa_hi_at], ks);
+            let qa_lo = coopLoadT<CoopA>(&h16[qa_lo_at], ks);
+            // Kᵀ as B: element (i, s) is k_s[i], column-major in the K tile.
+            let b0_hi = coopLoad<CoopB>(&h16[b0_hi_at], ks);
+            let b0_lo = coopLoad<CoopB>(&h16[b0_lo_at], ks);
+            let b1_hi = coopLoad<CoopB>(&h16[b1_hi_at], ks);
+            let b1_lo = coopLoad<CoopB>(&h16[b1_lo_at], ks);
+            kk0 = coopMultiplyAdd(ka_hi, b0_hi, kk0);
+            kk1 = coopMultiplyAdd(ka_hi, b1_hi, kk1);
+            qk0 = coopMultiplyAdd(qa_hi, b0_hi, qk0);
+            qk1 = coopMultiplyAdd(qa_hi, b1_hi, qk1);
+            kk0_small = mma_cross(ka_hi, ka_lo, b0_hi, b0_lo, kk0_small);
+            kk1_small = mma_cross(ka_hi, ka_lo, b1_hi, b1_lo, kk1_small);
+            qk0_small = mma_cross(qa_hi, qa_lo, b0_hi, b0_lo, qk0_small);
+            qk1_small = mma_cross(qa_hi, qa_lo, b1_hi, b1_lo, qk1_small);
+        }
+        workgroupBarrier();
+    }
+
+    // P = (Q Kᵀ) ⊙ Γ (lower, with the diagonal) through a_sh to the scratch, hi/lo.
+    let ap = AP;
+    let g0 = ta * COOP * AP + tb * COOP;
+    let g1 = g0 + COOP;
+    coopStoreT(joined(qk0, qk0_small), &a_sh[g0], ap);
+    coopStoreT(joined(qk1, qk1_small), &a_sh[g1], ap);
+    workgroupBarrier();
+    for (var e = tid; e < CHUNK * CHUNK; e += 256u) {
+        let t = e / CHUNK;
+        let s = e % CHUNK;
+        var decay = 0.0;
+        if s <= t {
+            decay = exp(gamma_sh[t] - gamma_sh[s]);
+        }
+        put_halves(half_at(params.p_at, ch.block, CHUNK, CHUNK, t, s), CHUNK * CHUNK,
+                   a_sh[t * AP + s] * decay);
+    }
+    workgroupBarrier();
+    // A (strictly lower) in a_sh, then T in place.
+    coopStoreT(joined(kk0, kk0_small), &a_sh[g0], ap);
+    coopStoreT(joined(kk1, kk1_small), &a_sh[g1], ap);
+    workgroupBarrier();
+    for (var e = tid; e < CHUNK * CHUNK; e += 256u) {
+        let t = e / CHUNK;
+        let s = e % CHUNK;
+        var a = 0.0;
+        if s < t {
+            a = beta_sh[t] * a_sh[t * AP + s] * exp(gamma_sh[t] - gamma_sh[s]);
+        }
+        a_sh[t * AP + s] = a;
+    }
+    workgroupBarrier();
+    invert_unit_lower(ch.n, tid);
+
+    // T with its unit diagonal as hi/lo (a_sh then holds the T·R output tiles).
+    for (var e = tid; e < CHUNK * CHUNK; e += 256u) {
+        let t = e / CHUNK;
+        let s = e % CHUNK;
+        let x = hi_lo(a_sh[t * AP + s] + select(0.0, 1.0, s == t));
+        h16[T_HI + t * TS + s] = x.x;
+        h16[T_LO + t * TS + s] = x.y;
+    }
+    workgroupBarrier();
+    // W = T diag(β e^γ) K and U = T diag(β) V, one 32-column block of R at a time; subgroup sg
+    // computes the block's tile (sg / 2, sg mod 2).
+    let ra = sg / 2u;
+    let rb = sg % 2u;
+    for (var c0 = 0u; c0 < DK; c0 += BW) {
+        solve_block(ch, tid, ra, rb, ch.k_col + c0, min(BW, DK - c0), true, c0);
+    }
+    for (var c0 = 0u; c0 < params.dv; c0 += BW) {
+        solve_block(ch, tid, ra, rb, v_col(h) + c0, min(BW, params.dv - c0), false, c0);
+    }
+}
+
+// ---- chunk_scan
+
+// s16 (hi/lo) from the f32 state in state_sh.
+fn split_state(tid: u32) {
+    for (var e = tid; e < ROWS * DK; e += SCAN_WG) {
+        let r = e / DK;
+        let i = e % DK;
+        let x = hi_lo(state_sh[r * STATE_STRIDE + i]);
+        s16[r * S16_STRIDE + i] = x.x;
+        s16[(ROWS + r) * S16_STRIDE + i] = x.y;
+    }
+}
+
+@compute @workgroup_size(SCAN_WG)
+fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
+              @builtin(local_invocation_index) tid: u32,
+              @builtin(subgroup_id) sg: u32) {
+    let h = wg.y;
+    let s = wg.z;
+    let at = state_at(seqs.seq[s].slot, h);
+    load_state(at, wg.x, tid);
+    workgroupBarrier();
+    split_state(tid);
+    workgroupBarrier();
+    if tid == 0u {
+        chunks_sh = chunks(s);
+    }
+    let n_chunks = workgroupUniformLoad(&chunks_sh);
+    let save = save_after(s);
+    let dk = DK;
+    let chunk = CHUNK;
+    let ss = S16_STRIDE;
+    let ds = DS;
+    let vs = VS;
+    let s_lo = ROWS * S16_STRIDE;
+    let d_lo = CHUNK * DS;
+    // This subgroup's chunk rows (16sg..) and its tile of vst.
+    let row0 = sg * COOP;
+    let v_at = row0 * VS;
+    for (var c = 0u; c < n_chunks; c++) {
+        let ch = chunk_of(c, h, s);
+        if tid < CHUNK {
+            gamma_sh[tid] = scratch[params.gamma_at + ch.block * CHUNK + tid];
+        }
+        let w_hi = half_at(params.w_at, ch.block, CHUNK, DK, row0, 0u);
+        let q_hi = half_at(params.q_at, ch.block, CHUNK, DK, row0, 0u);
+        let p_hi = half_at(params.p_at, ch.block, CHUNK, CHUNK, row0, 0u);
+        let k_hi = half_at(params.k_at, ch.block, CHUNK, DK, 0u, 0u);
+        let part = CHUNK * DK;
+        let p_part = CHUNK * CHUNK;
+
+        // W S for this subgroup's rows.
+        var ws = CoopC();
+        var ws_small = CoopC();
+        for (var i0 = 0u; i0 < DK; i0 += COOP) {
+            let a_at = w_hi + i0;
+            let a_lo = a_at + part;
+            let b_lo = s_lo + i0;
+            let a_hi = coopLoadT<CoopA>(&halves[a_at], dk);
+            let b_hi = coopLoad<CoopB>(&s16[i0], ss);
+            ws = coopMultiplyAdd(a_hi, b_hi, ws);
+            ws_small = mma_cross(a_hi, coopLoadT<CoopA>(&halves[a_lo], dk), b_hi,
+                                 coopLoad<CoopB>(&s16[b_lo], ss), ws_small);
+        }
+        coopStoreT(joined(ws, ws_small), &vst[v_at], vs);
+        workgroupBarrier();
+        // V' = U − W S as hi/lo (zero past dv: U is, and so is S there).
+        for (var e = tid; e < CHUNK * ROWS; e += SCAN_WG) {
+            let t = e / ROWS;
+            let jr = e % ROWS;
+            let j = wg.x * ROWS + jr;
+            var u = 0.0;
+            if j < params.dv {
+                u = scratch[params.u_at + (ch.block * CHUNK + t) * params.dv + j];
+            }
+            let x = hi_lo(u - vst[t * VS + jr]);
+            d16[t * DS + jr] = x.x;
+            d16[d_lo + t * DS + jr] = x.y;
+        }
+        workgroupBarrier();
+        // O = Q̃ S + P V' for this subgroup's rows, into vst.
+        var acc = CoopC();
+        var acc_small = CoopC();
+        for (var i0 = 0u; i0 < DK; i0 += COOP) {
+            let a_at = q_hi + i0;
+            let a_lo = a_at + part;
+            let b_lo = s_lo + i0;
+            let a_hi = coopLoadT<CoopA>(&halves[a_at], dk);
+            let b_hi = coopLoad<CoopB>(&s16[i0], ss);
+            acc = coopMultiplyAdd(a_hi, b_hi, acc);
+            acc_small = mma_cross(a_hi, coopLoadT<CoopA>(&halves[a_lo], dk), b_hi,
+                                  coopLoad<CoopB>(&s16[b_lo], ss), acc_small);
+        }
+        for (var s0 = 0u; s0 < CHUNK; s0 += COOP) {
+            let a_at = p_hi + s0;
+            let a_lo = a_at + p_part;
+            let b_at = s0 * DS;
+            let b_lo = d_lo + s0 * DS;
+            let a_hi = coopLoadT<CoopA>(&halves[a_at], chunk);
+            let b_hi = coopLoadT<CoopB>(&d16[b_at], ds);
+            acc = coopMultiplyAdd(a_hi, b_hi, acc);
+            acc_small = mma_cross(a_hi, coopLoadT<CoopA>(&halves[a_lo], chunk), b_hi,
+                                  coopLoadT<CoopB>(&d16[b_lo], ds), acc_small);
+        }
+        coopStoreT(joined(acc, acc_small), &vst[v_at], vs);
+        // S ← e^{γ_C} S (scalar; the MMAs above read s16, not state_sh).
+        let decay_last = exp(gamma_sh[CHUNK - 1u]);
+        for (var e = tid; e < ROWS * DK; e += SCAN_WG) {
+            let at_e = (e / DK) * STATE_STRIDE + e % DK;
+            state_sh[at_e] *= decay_last;
+        }
+        workgroupBarrier();
+        for (var e = tid; e < CHUNK * ROWS; e += SCAN_WG) {
+            let t = e / ROWS;
+            let jr = e % ROWS;
+            let j = wg.x * ROWS + jr;
+            if live(ch, t) && j < params.dv {
+                o[(ch.row0 + t) * params.nv * params.dv + h * params.dv + j] = vst[t * VS + jr];
+            }
+        }
+        // S += K̃ᵀ V' over dk tiles sg, sg + 4, …; a subgroup past the last tile computes the last
+        // one again and stores it into the junk tile.
+        let tiles = DK / COOP;
+        for (var r = 0u; r < (tiles + SCAN_SUBGROUPS - 1u) / SCAN_SUBGROUPS; r++) {
+            let it = sg + r * SCAN_SUBGROUPS;
+            let i0 = min(it, tiles - 1u) * COOP;
+            let mine = it < tiles;
+            let s_at = select(ROWS * STATE_STRIDE, i0, mine);
+            let s_stride = select(COOP, STATE_STRIDE, mine);
+            var upd = coopLoad<CoopC>(&state_sh[s_at], s_stride);
+            var upd_small = CoopC();
+            for (var s0 = 0u; s0 < CHUNK; s0 += COOP) {
+                // K̃ᵀ as A: element (i, t) is K̃[t][i], column-major with stride dk.
+                let a_at = k_hi + s0 * DK + i0;
+                let a_lo = a_at + part;
+                let b_at = s0 * DS;
+                let b_lo = d_lo + s0 * DS;
+                let a_hi = coopLoad<CoopA>(&halves[a_at], dk);
+                let b_hi = coopLoadT<CoopB>(&d16[b_at], ds);
+                upd = coopMultiplyAdd(a_hi, b_hi, upd);
+                upd_small = mma_cross(a_hi, coopLoad<CoopA>(&halves[a_lo], dk), b_hi,
+                                      coopLoadT<CoopB>(&d16[b_lo], ds), upd_small);
+            }
+            coopStore(joined(upd, upd_small), &state_sh[s_at], s_stride);
+        }
+        workgroupBarrier();
+        split_state(tid);
+        if c == save {
+            store_state(state_at(seqs.save_slot, h), wg.x, tid);
+        }
+        workgroupBarrier();
+    }
+    store_state(at, wg.x, tid);
+}

@@ -1,0 +1,173 @@
+// gated_delta_chunk_io — what the two kernels of the chunked delta rule share: the f32 kernel
+// (gated_delta_chunk.wgsl) and its cooperative-matrix variant (gated_delta_chunk_coop.wgsl)
+//
+// Everything that says where a chunk's rows, gates, state and outputs are lives here, so that a
+// change of the batch layout (sequences.wgsl: per-sequence rows and slots, lead rows, the
+// mid-step snapshot of one sequence) applies to both kernels: the bindings but the scratch
+// (whose element types differ), Params, the chunk grid of a sequence (`chunks`, `chunk_of`,
+// `live`), the gates and γ, the chunk after which the snapshot is taken, the state rows of a
+// chunk_scan workgroup, and the in-place inverse T = (I + A)⁻¹ of chunk_prepare.
+//
+// bindings: 0 mixed (array<f32>, read: [n_tokens][conv_dim] after delta_prep: q̂, k̂, v heads)
+//           · 1 gates (array<f32>, read: [n_tokens][2·nv], β then g) · 2 seqs (Sequences, read)
+//           · 4 state (array<f32>, read_write: [slots][nv][dv][dk]) · 5 o (array<f32>,
+//           read_write: [n_tokens][nv·dv]) · 6 params (uniform Params). Binding 3 (and 7) are
+//           the kernel's.
+// requires: sequences.wgsl; from the kernel: `override DK`, `STATE_STRIDE` (the row stride of
+//           state_sh), `override STATE_FLOATS`, `AP` (the row stride of a_sh) and
+//           `var<workgroup> a_sh` (CHUNK × AP floats).
+
+struct Params {
+    conv_dim: u32,
+    nk: u32,
+    nv: u32,
+    dv: u32,
+    group_div: u32,
+    // Offsets of the scratch regions, in elements of the buffer each lives in (the kernels'
+    // headers say which).
+    w_at: u32,
+    u_at: u32,
+    p_at: u32,
+    gamma_at: u32,
+    q_at: u32,
+    k_at: u32,
+    pad0: u32,
+}
+
+@group(0) @binding(0) var<storage, read> mixed: array<f32>;
+@group(0) @binding(1) var<storage, read> gates: array<f32>;
+@group(0) @binding(2) var<storage, read> seqs: Sequences;
+@group(0) @binding(4) var<storage, read_write> state: array<f32>;
+@group(0) @binding(5) var<storage, read_write> o: array<f32>;
+@group(0) @binding(6) var<uniform> params: Params;
+
+// Chunk rows. (Not `C`: that name is a cooperative-matrix role.)
+const CHUNK: u32 = 64u;
+// chunk_scan: state rows per workgroup and invocations.
+const ROWS: u32 = 16u;
+const SCAN_WG: u32 = 128u;
+
+var<workgroup> gamma_sh: array<f32, CHUNK>;
+var<workgroup> beta_sh: array<f32, CHUNK>;
+var<workgroup> state_sh: array<f32, STATE_FLOATS>;
+
+// Where one chunk of one head sits: its activation rows and its scratch block.
+struct Chunk {
+    // Activation row of chunk row 0 (wrapping u32 arithmetic: for the first chunk with lead
+    // rows it may lie before the sequence; only rows from `first` on are read).
+    row0: u32,
+    // Valid rows are first ≤ t < n (the rest is padding).
+    first: u32,
+    n: u32,
+    block: u32,
+    // Column of the key head's q̂ and k̂ in a mixed row.
+    q_col: u32,
+    k_col: u32,
+}
+
+// Chunks of sequence s (its lead rows included).
+fn chunks(s: u32) -> u32 {
+    return (seqs.seq[s].len + seqs.lead + CHUNK - 1u) / CHUNK;
+}
+
+fn chunk_of(c: u32, h: u32, s: u32) -> Chunk {
+    let e = seqs.seq[s];
+    let lead = seqs.lead;
+    let kh = (h / params.group_div) % params.nk;
+    return Chunk(e.start + c * CHUNK - lead, select(0u, lead, c == 0u),
+                 min(CHUNK, e.len + lead - c * CHUNK), (e.chunk0 + c) * params.nv + h, kh * DK,
+                 (params.nk + kh) * DK);
+}
+
+// Whether chunk row t is a row of the sequence (not padding).
+fn live(ch: Chunk, t: u32) -> bool {
+    return ch.first <= t && t < ch.n;
+}
+
+// Column of value head h's v in a mixed row.
+fn v_col(h: u32) -> u32 {
+    return 2u * params.nk * DK + h * params.dv;
+}
+
+fn gate(row: u32, h: u32, which: u32) -> f32 {
+    return gates[row * 2u * params.nv + which * params.nv + h];
+}
+
+// Loads γ (and β) of the chunk into workgroup memory: the cumulative sum runs on one invocation,
+// 64 adds. Needs at least CHUNK invocations.
+fn load_gates(ch: Chunk, h: u32, tid: u32) {
+    if tid < CHUNK {
+        var beta = 0.0;
+        var g = 0.0;
+        if live(ch, tid) {
+            beta = gate(ch.row0 + tid, h, 0u);
+            g = gate(ch.row0 + tid, h, 1u);
+        }
+        beta_sh[tid] = beta;
+        gamma_sh[tid] = g;
+    }
+    workgroupBarrier();
+    if tid == 0u {
+        var acc = 0.0;
+        for (var t = 0u; t < CHUNK; t++) {
+            acc += gamma_sh[t];
+            gamma_sh[t] = acc;
+        }
+    }
+    workgroupBarrier();
+}
+
+// T = (I + A)⁻¹ in place of the strictly lower A in a_sh: T_tj = −(A_tj + Σ_{j<s<t} A_ts T_sj)
+// for j < t, the unit diagonal implicit. Row t needs only rows < t; rows at or past the chunk's
+// `n` are zero in A and stay zero in T, so the loop stops there (`n` is the workgroup's).
+fn invert_unit_lower(n: u32, tid: u32) {
+    for (var t = 1u; t < n; t++) {
+        var acc = 0.0;
+        if tid < t {
+            acc = a_sh[t * AP + tid];
+            for (var s = tid + 1u; s < t; s++) {
+                acc = fma(a_sh[t * AP + s], a_sh[s * AP + tid], acc);
+            }
+        }
+        workgroupBarrier();
+        if tid < t {
+            a_sh[t * AP + tid] = -acc;
+        }
+        workgroupBarrier();
+    }
+}
+
+// First float of value head h's state in a slot.
+fn state_at(slot: u32, h: u32) -> u32 {
+    return (slot * params.nv + h) * params.dv * DK;
+}
+
+// The chunk of sequence s after which its state is also the mid-step snapshot's (none: past
+// its last chunk).
+fn save_after(s: u32) -> u32 {
+    let saves = seqs.save_rows > 0u && s == seqs.save_seq;
+    return select(chunks(s), (seqs.lead + seqs.save_rows) / CHUNK - 1u, saves);
+}
+
+// This workgroup's ROWS state rows (of value columns rows_tile·ROWS + r) from the slot at `at`
+// into state_sh (zero past dv).
+fn load_state(at: u32, rows_tile: u32, tid: u32) {
+    for (var e = tid; e < ROWS * DK; e += SCAN_WG) {
+        let j = rows_tile * ROWS + e / DK;
+        var x = 0.0;
+        if j < params.dv {
+            x = state[at + j * DK + e % DK];
+        }
+        state_sh[(e / DK) * STATE_STRIDE + e % DK] = x;
+    }
+}
+
+// This workgroup's ROWS state rows from workgroup memory to the slot at `at`.
+fn store_state(at: u32, rows_tile: u32, tid: u32) {
+    for (var e = tid; e < ROWS * DK; e += SCAN_WG) {
+        let j = rows_tile * ROWS + e / DK;
+        if j < params.dv {
+            state[at + j * DK + e % DK] = state_sh[(e / DK) * STATE_STRIDE + e % DK];
+        }
+    }
+}
