@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
-# One device call (nvidia-h200, ~8 min wall): the first run on hardware of the cooperative-matrix
-# prefill attention with O in the matrix units (issue 19 deliverable 2; opt-in since 2026-12-05 #3
-# as FAK_ATTN_PREFILL=coop), the hybrid suites on the x16 mat-mul (the 16×16 default since
-# 2026-12-05 #2, never run on the hybrid suites on hardware) and issue 17's H200 selftest. In order
-# of what the call must not lose if it runs out of time:
-#   1. gpu_attn_prefill (every attention variant the adapter has against the f64 CPU reference)
-#      and gpu_attention_step (the engine's attention layer);
-#   2. model_qwen3 and model_qwen35 with FAK_ATTN_PREFILL=coop (x16 mat-muls, coop attention);
+# One device call (nvidia-h200 or an H100, ~8 min wall): the first run on hardware of issue 19's
+# two opt-in matrix-unit kernels — the prefill attention with O in the matrix units
+# (FAK_ATTN_PREFILL=coop, 2026-12-05 #3) and the chunked Gated DeltaNet on cooperative matrices
+# with the hi/lo split in two accumulators (FAK_GDN_CHUNK=coop, 2026-12-05 #4) — the hybrid suites
+# on the x16 mat-mul (the 16×16 default since 2026-12-05 #2, never run on the hybrid suites on
+# hardware) and issue 17's H200 selftest. In order of what the call must not lose:
+#   1. gpu_attn_prefill (every attention variant the adapter has against the f64 CPU reference),
+#      gpu_attention_step (the engine's attention layer), gpu_gated_delta with FAK_GDN_CHUNK=coop
+#      (the chunked tests run the f32 and the coop kernel each);
+#   2. model_qwen3 with FAK_ATTN_PREFILL=coop, model_qwen35 with both coop kernels;
 #   3. `harness bench --depths 128,2048` on the 8B shape (Q4_K_M --fast-random), the f32-tile
 #      attention (`tiles`, the default) and `coop` interleaved twice;
-#   4. the same on the 27B hybrid shape, once each;
+#   4. on the 27B hybrid shape: today's defaults, the coop attention, both coop kernels;
 #   5. `harness selftest`;
-#   6. `matmul-bench --attn` (µs per attention dispatch per tile and key split) with what is left.
-# Prepare: MATMUL_BENCH=1 RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh \
-#   gpu_attn_prefill gpu_attention_step model_qwen3 model_qwen35
-# carry ["target/h200"]; files back: tests.tgz (test logs), bench.log, bench-json.tgz, selftest.*,
-# clocks.csv, attn-bench.tsv, gpu.csv.
+#   6. `matmul-bench --attn` when carried (µs per attention dispatch per tile and key split).
+# Prepare: RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh gpu_attn_prefill \
+#   gpu_attention_step gpu_gated_delta model_qwen3 model_qwen35   (MATMUL_BENCH=1 for step 6)
+# carry target/h200's bin.txz, gl, built-at, commit (not llama-src.tgz: the tree is ~43 MiB);
+# files back: tests.tgz (test logs), bench.log, bench-json.tgz, selftest.*, clocks.csv, gpu.csv.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh
@@ -44,23 +46,27 @@ suite() { # suite NAME [env...]: one carried test file, its summary lines printe
 }
 suite gpu_attn_prefill
 suite gpu_attention_step
+suite gpu_gated_delta FAK_GDN_CHUNK=coop
 suite model_qwen3 FAK_ATTN_PREFILL=coop
-suite model_qwen35 FAK_ATTN_PREFILL=coop
+suite model_qwen35 FAK_ATTN_PREFILL=coop FAK_GDN_CHUNK=coop
 (cd "$LOGS" && tar czf "$OUT/tests.tgz" ./*.log)
 
 wait $SYNTH
-bench() { # bench MODEL LABEL ROUND ARM
-    echo "== $2 round $3 FAK_ATTN_PREFILL=$4" >> "$OUT/bench.log"
-    FAK_ATTN_PREFILL=$4 timeout 90 "$BIN/harness" bench --model "$1" --depths 128,2048 \
-        --n-out 8 --profile-steps 1 --suffix 0 --probe-mib 256 \
-        --json-out "/tmp/bench-json/$2-$4-$3.json" >> "$OUT/bench.log" 2>&1
+bench() { # bench MODEL LABEL ROUND ATTN [GDN]: FAK_ATTN_PREFILL=ATTN, FAK_GDN_CHUNK=GDN (f32)
+    local gdn=${5:-f32}
+    echo "== $2 round $3 FAK_ATTN_PREFILL=$4 FAK_GDN_CHUNK=$gdn" >> "$OUT/bench.log"
+    FAK_ATTN_PREFILL=$4 FAK_GDN_CHUNK=$gdn timeout 90 "$BIN/harness" bench --model "$1" \
+        --depths 128,2048 --n-out 8 --profile-steps 1 --suffix 0 --probe-mib 256 \
+        --json-out "/tmp/bench-json/$2-$4-$gdn-$3.json" >> "$OUT/bench.log" 2>&1
     echo "rc=$?" >> "$OUT/bench.log"
 }
 for round in 1 2; do for arm in tiles coop; do bench "$Q8B" 8b "$round" "$arm"; done; done
-for arm in tiles coop; do bench "$Q27" 27b 1 "$arm"; done
+bench "$Q27" 27b 1 tiles f32
+bench "$Q27" 27b 1 coop f32
+bench "$Q27" 27b 1 coop coop
 (cd /tmp/bench-json && tar czf "$OUT/bench-json.tgz" ./*.json)
-grep -E "^==|^rc=|^depth [0-9]+|attn_prefill|gated_delta|panicked|rror" "$OUT/bench.log" \
-    | cut -c1-200 | head -60
+grep -E "^==|^rc=|^depth [0-9]+( prefill)?:|attn_prefill|gated_delta_chunk|panicked|rror" \
+    "$OUT/bench.log" | cut -c1-200 | head -80
 
 timeout 150 "$BIN/harness" selftest --out "$OUT/selftest.json" > "$OUT/selftest.log" 2>&1
 echo "== selftest exit $?"
