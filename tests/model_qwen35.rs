@@ -311,7 +311,8 @@ fn a_decode_step_records_the_fused_dispatches() {
             Mixer::DeltaNet(m) => {
                 let r = stacked_runs(&[m.qkv.ty, m.gate.ty, m.beta.ty, m.alpha.ty]);
                 runs.push(r);
-                r + 4 + 1
+                // The projections, gdn_decode (conv, prep, delta rule, gated norm), gdn_out.
+                r + 1 + 1
             }
             Mixer::Attention(m) => {
                 let r = stacked_runs(&[m.wq.ty, m.wk.ty, m.wv.ty]);
