@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# One device call (nvidia-h200), about 4 minutes of wall time: issue 18 deliverables 2 and 5, the
+# Gated DeltaNet decode chain (ssm_conv → delta_prep → gated_delta → gated_norm) as one kernel per
+# layer (gdn_decode, branch gdn-fuse). First the hybrid model suite and the GDN kernel suite on the
+# H200's paths (32-wide subgroups: the fused kernel's subgroup variant runs nowhere else), then
+# `harness bench` on the Qwen3.5-27B shape (Q4_K_M, --fast-random) at depth 128 with the build
+# before (`harness-base`, main) and after (`harness`), interleaved three times, with the SM clock
+# logged, and decode-ms.tsv: median decode ms/token, its spread, and dispatches per token.
+#
+# Prepare (on the dev box; the base harness is main's, copied first):
+#   RELEASE_TARGET_DIR=/work/targets/gdn-fuse-rel BASE_HARNESS=/work/targets/gdn-fuse-rel/harness-base \
+#     experiments/h200/prepare.sh model_qwen35 gpu_gated_delta
+# (build in a target dir of its own, so no artifact of main's checkout is reused: README.md).
+# ROUNDS overrides the 3 rounds.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source experiments/h200/setup.sh
+[ -x "$BIN/harness-base" ] || { echo "harness-base not carried: nothing to compare" >&2; exit 2; }
+
+{ time "$BIN/harness" synth --arch qwen35 --preset qwen35-27b --quant q4_k_m --fast-random \
+    --out /dev/shm/q27.gguf; } > "$OUT/synth.log" 2>&1 &
+{
+    for t in model_qwen35 gpu_gated_delta; do
+        echo "== $t"
+        timeout 120 "$BIN/$t" --skip llama_cpp --skip mlx_lm 2>&1 \
+            | grep -E "^test |test result|panicked at|cosine [0-9.]+ <" | head -60
+    done
+} > "$OUT/parity.log" 2>&1
+wait
+
+nvidia-smi --query-gpu=clocks.sm --format=csv,noheader -lms 100 > "$OUT/sm-clocks.log" 2>&1 &
+CLOCKS=$!
+for round in $(seq 1 "${ROUNDS:-3}"); do
+    for build in harness-base harness; do
+        echo "== round $round $build"
+        timeout 60 "$BIN/$build" bench --model /dev/shm/q27.gguf --depths 128 --n-out 64 \
+            --json-out "$OUT/bench.$build.$round.json" 2>&1 | grep -E "^depth|dispatches"
+    done
+done > "$OUT/bench.log" 2>&1
+kill "$CLOCKS"
+
+python3 - "$OUT" <<'PY' | tee "$OUT/decode-ms.tsv"
+import glob, json, os, statistics, sys
+out = sys.argv[1]
+GDN = {"ssm_conv", "delta_prep", "gated_delta", "gated_norm", "gdn_decode"}
+rows = {}
+for path in glob.glob(f"{out}/bench.*.*.json"):
+    _, build, _, _ = os.path.basename(path).split(".")
+    for d in json.load(open(path))["depths"]:
+        # The GDN ops' profiled GPU time per token (profiled times run long: where, not how much).
+        gdn = sum(o["gpu_us"] or 0 for o in d["ops"] if o["name"] in GDN)
+        rows.setdefault(build, []).append((d["decode_us_per_token"] / 1000, d["dispatches_per_step"],
+                                           d["ops_per_step"], d["encode_us_per_token"], gdn))
+print("build\tmedian_ms\tmin_ms\tmax_ms\tdispatches\tops\tencode_us\tgdn_gpu_us\truns")
+for build, runs in sorted(rows.items()):
+    ms = [r[0] for r in runs]
+    print(f"{build}\t{statistics.median(ms):.3f}\t{min(ms):.3f}\t{max(ms):.3f}\t{runs[0][1]}\t"
+          f"{runs[0][2]}\t{statistics.median(r[3] for r in runs):.0f}\t"
+          f"{statistics.median(r[4] for r in runs):.0f}\t{len(runs)}")
+base, new = rows.get("harness-base"), rows.get("harness")
+if base and new:
+    b, n = statistics.median(r[0] for r in base), statistics.median(r[0] for r in new)
+    print(f"new/base\t{n / b:.4f}")
+PY
+sort -n "$OUT/sm-clocks.log" | awk '{a[NR]=$1} END {print "SM clock MHz min/median/max:", a[1], a[int((NR+1)/2)], a[NR]}'
+cat "$OUT/parity.log" "$OUT/bench.log"
+# At most 8 files come back from a call: the per-run JSONs in one archive.
+(cd "$OUT" && tar czf bench-27b.tgz bench.*.json && rm -f bench.*.json)
