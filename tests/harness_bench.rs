@@ -431,7 +431,8 @@ fn bench_profiles_the_hybrid_model_with_its_recurrent_state() {
     let delta_state = 4 * (hp.ssm_nv * hp.ssm_dv * hp.ssm_dk) as u64;
     // A decode step runs each GDN layer as one gdn_decode: both states, the conv taps, ssm_a,
     // dt_bias and ssm_norm.
-    let small_weights = 4 * (conv_dim * hp.conv_kernel as u64 + 2 * hp.ssm_nv as u64 + hp.ssm_dv as u64);
+    let small_weights =
+        4 * (conv_dim * hp.conv_kernel as u64 + 2 * hp.ssm_nv as u64 + hp.ssm_dv as u64);
     assert_eq!(
         u(op(&d, "gdn_decode"), "weight_bytes"),
         n_gdn * (conv_state + delta_state + small_weights)

@@ -16,7 +16,9 @@
 //!    then `W_out y`.
 //!
 //! Steps 1 and 3 read the step's [`SequenceTable`] (`gpu::step`): which state slot each
-//! sequence of the step reads and writes.
+//! sequence of the step reads and writes. A decode step (one token per sequence) runs steps 1–4
+//! as one dispatch instead, [`GdnDecode`](super::gdn_decode::GdnDecode), over the same table
+//! and state.
 
 use crate::gpu::buffers::{round_up, storage_buffer};
 use crate::gpu::context::GpuContext;

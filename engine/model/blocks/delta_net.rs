@@ -69,7 +69,8 @@ impl DeltaNetKernels {
 /// One Gated DeltaNet layer (model-spec.md §5.4–5.5): the four projections of `h`, the causal
 /// conv and SiLU rolling the conv state, q/k L2 norms and gates, the delta rule (recurrent for
 /// one token, chunked for a prefill), the gated RMSNorm, and `x += W_out y`; with its state
-/// (one slot per sequence slot of the step table).
+/// (one slot per sequence slot of the step table). A decode step runs conv through gated norm
+/// as one kernel (`gdn_decode`).
 pub struct DeltaNetBlock {
     /// attn_norm and the qkv, z, β and α projections of its h, stacked where their types agree.
     projections: StackedProjections,
