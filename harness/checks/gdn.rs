@@ -434,6 +434,19 @@ impl GpuLayer {
         weights: &LayerWeights,
         limits: (u32, u32, u32),
     ) -> GpuLayer {
+        let wg = fak::gpu::kernels::gdn_decode::workgroup_from_env().expect("FAK_GDN_DECODE_WG");
+        Self::with_fused_workgroup(ctx, paths, dims, weights, limits, wg)
+    }
+
+    /// [`GpuLayer::new`] with the fused decode in workgroups of `fused_wg` invocations.
+    pub fn with_fused_workgroup(
+        ctx: &GpuContext,
+        paths: KernelPaths,
+        dims: DeltaDims,
+        weights: &LayerWeights,
+        limits: (u32, u32, u32),
+        fused_wg: u32,
+    ) -> GpuLayer {
         let (max_tokens, max_seqs, slots) = limits;
         let d = dims;
         let rows = |w: u32| u64::from(max_tokens) * u64::from(w);
@@ -457,7 +470,7 @@ impl GpuLayer {
         let decode = GatedDeltaDecode::new(ctx, paths, d).expect("gated_delta");
         let chunked = GatedDeltaChunked::new(ctx, paths, d).expect("gated_delta_chunk");
         let norm = GatedNorm::new(ctx, paths, d).expect("gated_norm");
-        let fused = GdnDecode::new(ctx, paths, d).expect("gdn_decode");
+        let fused = GdnDecode::with_workgroup(ctx, paths, d, fused_wg).expect("gdn_decode");
         let b = &buffers;
         let proj = View::rows(&b.proj, proj_width(&d));
         let bindings = LayerBindings {

@@ -18,9 +18,13 @@ use crate::gpu::paths::{Axes, KernelPaths};
 use crate::gpu::profile::Recorded;
 use crate::gpu::step::{SeqBatch, SequenceTable};
 
-/// Invocations per workgroup: a multiple of every subgroup size up to 128, and wgpu's default
-/// invocation limit.
+/// Invocations per workgroup unless `FAK_GDN_DECODE_WG` names another of [`WORKGROUP_SIZES`]:
+/// wgpu's default invocation limit. 256 invocations take 128 state rows a pass (three passes on
+/// the 27B's 384); more take more rows at once but leave each invocation fewer registers.
 const WG: u32 = 256;
+/// The workgroup sizes the kernel takes: multiples of every subgroup size up to 128 and powers
+/// of two.
+pub const WORKGROUP_SIZES: [u32; 4] = [128, 256, 512, 1024];
 /// m, z, b, a, conv_w, ssm_a, dt_bias, norm_w, seqs, conv_state, state, y, params.
 const SLOTS: &[Slot] = &[
     Slot::Read,
@@ -56,6 +60,7 @@ struct Params {
 pub struct GdnDecode {
     variant: KernelPaths,
     row_lanes: u32,
+    workgroup: u32,
     dims: DeltaDims,
     layout: wgpu::BindGroupLayout,
     pipelines: Vec<(&'static str, wgpu::ComputePipeline)>,
@@ -100,7 +105,22 @@ impl Kernel for GdnDecode {
 
     fn source(variant: KernelPaths) -> KernelSource {
         let dims = DeltaDims::QWEN35_27B;
-        Self::source_for(variant, &dims, preferred_row_lanes(dims.dk))
+        Self::source_for(variant, &dims, preferred_row_lanes(dims.dk), WG)
+    }
+}
+
+/// `FAK_GDN_DECODE_WG`: the workgroup size (one of [`WORKGROUP_SIZES`]; unset or empty: 256),
+/// for a sweep on a device.
+pub fn workgroup_from_env() -> Result<u32, GpuError> {
+    match std::env::var("FAK_GDN_DECODE_WG") {
+        Ok(text) if !text.is_empty() => match text.trim().parse::<u32>() {
+            Ok(wg) if WORKGROUP_SIZES.contains(&wg) => Ok(wg),
+            _ => Err(GpuError::Shape {
+                kernel: GdnDecode::NAME,
+                message: format!("FAK_GDN_DECODE_WG={text:?}: one of {WORKGROUP_SIZES:?}"),
+            }),
+        },
+        _ => Ok(WG),
     }
 }
 
@@ -114,16 +134,17 @@ fn group(dims: &DeltaDims) -> u32 {
     dims.nv / dims.nk
 }
 
-/// Bytes of the kernel's workgroup memory: q and k, v and o of its heads, three values per
-/// head, the row sums' partials (one f32 a lane, and a vec4 a lane without subgroups).
-fn workgroup_bytes(dims: &DeltaDims, subgroup: bool) -> u64 {
+/// Bytes of the kernel's workgroup memory in workgroups of `wg`: q and k, v and o of its heads,
+/// three values per head, the row sums' partials (one f32 a lane, and a vec4 a lane without
+/// subgroups).
+fn workgroup_bytes(dims: &DeltaDims, subgroup: bool, wg: u32) -> u64 {
     let rows = u64::from(group(dims) * dims.dv);
-    let partials = if subgroup { 0 } else { 5 * u64::from(WG) };
+    let partials = if subgroup { 0 } else { 5 * u64::from(wg) };
     4 * (2 * u64::from(dims.dk) + 2 * rows + 3 * u64::from(group(dims)) + partials)
 }
 
 impl GdnDecode {
-    fn source_for(variant: KernelPaths, dims: &DeltaDims, row_lanes: u32) -> KernelSource {
+    fn source_for(variant: KernelPaths, dims: &DeltaDims, row_lanes: u32, wg: u32) -> KernelSource {
         let (row_sum, row_sum4) = if variant.subgroup {
             (wgsl::ROW_SUM_SUBGROUP, wgsl::ROW_SUM4_SUBGROUP)
         } else {
@@ -143,14 +164,14 @@ impl GdnDecode {
             slots: SLOTS,
             pipelines: vec![PipelineSpec {
                 label: format!(
-                    "gdn_decode dk={} dv={} group={} lanes={row_lanes}",
+                    "gdn_decode dk={} dv={} group={} lanes={row_lanes} wg={wg}",
                     dims.dk,
                     dims.dv,
                     group(dims)
                 ),
                 entry_point: "gdn_decode",
                 constants: vec![
-                    ("WG", f64::from(WG)),
+                    ("WG", f64::from(wg)),
                     ("ROW_LANES", f64::from(row_lanes)),
                     ("K", f64::from(dims.conv_kernel)),
                 ],
@@ -161,12 +182,17 @@ impl GdnDecode {
     /// Whether the adapter's limits hold the kernel for `dims` (its 13 bindings, a workgroup of
     /// 256, its workgroup memory); where not, a model keeps the four separate kernels.
     pub fn fits(ctx: &GpuContext, dims: &DeltaDims) -> bool {
-        Self::check_limits(ctx, dims, false).is_ok()
+        Self::check_limits(ctx, dims, false, WG).is_ok()
     }
 
-    fn check_limits(ctx: &GpuContext, dims: &DeltaDims, subgroup: bool) -> Result<(), GpuError> {
+    fn check_limits(
+        ctx: &GpuContext,
+        dims: &DeltaDims,
+        subgroup: bool,
+        wg: u32,
+    ) -> Result<(), GpuError> {
         let limits = ctx.device.limits();
-        let bytes = workgroup_bytes(dims, subgroup);
+        let bytes = workgroup_bytes(dims, subgroup, wg);
         let checks = [
             (
                 "its storage bindings",
@@ -176,7 +202,7 @@ impl GdnDecode {
             ),
             (
                 "its workgroup size",
-                u64::from(WG),
+                u64::from(wg),
                 limits.max_compute_invocations_per_workgroup,
                 "max_compute_invocations_per_workgroup",
             ),
@@ -200,12 +226,33 @@ impl GdnDecode {
         Ok(())
     }
 
-    /// Builds the kernel for `dims` (dk, dv and nv/nk are baked in). As for gated_delta, the
-    /// subgroup variant needs lane groups that fit the adapter's smallest subgroup and
-    /// workgroups that hold whole subgroups; where the adapter rules that out, the fallback is
-    /// built.
+    /// Builds the kernel for `dims` (dk, dv and nv/nk are baked in) in workgroups of
+    /// [`workgroup_from_env`].
     pub fn new(ctx: &GpuContext, paths: KernelPaths, dims: DeltaDims) -> Result<Self, GpuError> {
+        Self::with_workgroup(ctx, paths, dims, workgroup_from_env()?)
+    }
+
+    /// [`GdnDecode::new`] in workgroups of `wg` invocations (one of [`WORKGROUP_SIZES`]). As for
+    /// gated_delta, the subgroup variant needs lane groups that fit the adapter's smallest
+    /// subgroup and workgroups that hold whole subgroups; where the adapter rules that out, the
+    /// fallback is built.
+    pub fn with_workgroup(
+        ctx: &GpuContext,
+        paths: KernelPaths,
+        dims: DeltaDims,
+        wg: u32,
+    ) -> Result<Self, GpuError> {
         dims.validate()?;
+        if !WORKGROUP_SIZES.contains(&wg) || wg < group(&dims) {
+            return Err(GpuError::Shape {
+                kernel: Self::NAME,
+                message: format!(
+                    "a workgroup of {wg}: the kernel takes {WORKGROUP_SIZES:?}, at least the {} \
+                     value heads of a key head",
+                    group(&dims)
+                ),
+            });
+        }
         let mut paths = Self::AXES.select(paths);
         let mut row_lanes = preferred_row_lanes(dims.dk);
         if paths.subgroup {
@@ -217,13 +264,14 @@ impl GdnDecode {
                 row_lanes = narrowest;
             }
         }
-        Self::check_limits(ctx, &dims, paths.subgroup)?;
+        Self::check_limits(ctx, &dims, paths.subgroup, wg)?;
         let mut variant = KernelVariant::of::<Self>(paths);
-        variant.source = Self::source_for(paths, &dims, row_lanes);
+        variant.source = Self::source_for(paths, &dims, row_lanes, wg);
         let built = build(ctx, &variant)?;
         Ok(GdnDecode {
             variant: paths,
             row_lanes,
+            workgroup: wg,
             dims,
             layout: built.layout,
             pipelines: by_entry(&variant.source.pipelines, built.pipelines),
@@ -237,6 +285,11 @@ impl GdnDecode {
     /// Invocations that own a state row.
     pub fn row_lanes(&self) -> u32 {
         self.row_lanes
+    }
+
+    /// Invocations per workgroup.
+    pub fn workgroup(&self) -> u32 {
+        self.workgroup
     }
 
     /// Checks the buffers against the shapes and builds the bind group (once, at load time).
