@@ -5,13 +5,15 @@
 # H200's paths (32-wide subgroups: the fused kernel's subgroup variant runs nowhere else), then
 # `harness bench` on the Qwen3.5-27B shape (Q4_K_M, --fast-random) at depth 128 with the build
 # before (`harness-base`, main) and after (`harness`), interleaved three times, with the SM clock
-# logged, and decode-ms.tsv: median decode ms/token, its spread, and dispatches per token.
+# logged, and decode-ms.tsv: median decode ms/token, its spread, and dispatches per token; one more
+# run in round 1 with the fused kernel in workgroups of 512 (WG=…; WG= skips it).
 #
 # Prepare (on the dev box; the base harness is main's, copied first):
 #   RELEASE_TARGET_DIR=/work/targets/gdn-fuse-rel BASE_HARNESS=/work/targets/gdn-fuse-rel/harness-base \
 #     experiments/h200/prepare.sh model_qwen35 gpu_gated_delta
 # (build in a target dir of its own, so no artifact of main's checkout is reused: README.md).
-# ROUNDS overrides the 3 rounds.
+# ROUNDS overrides the 3 rounds. Wall time: synth ~1 min beside the suites (≤ 2 × 90 s), then
+# 7 bench runs of ≤ 60 s (~20–30 s each expected).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh
@@ -22,7 +24,7 @@ source experiments/h200/setup.sh
 {
     for t in model_qwen35 gpu_gated_delta; do
         echo "== $t"
-        timeout 120 "$BIN/$t" --skip llama_cpp --skip mlx_lm 2>&1 \
+        timeout 90 "$BIN/$t" --skip llama_cpp --skip mlx_lm 2>&1 \
             | grep -E "^test |test result|panicked at|cosine [0-9.]+ <" | head -60
     done
 } > "$OUT/parity.log" 2>&1
@@ -30,12 +32,18 @@ wait
 
 nvidia-smi --query-gpu=clocks.sm --format=csv,noheader -lms 100 > "$OUT/sm-clocks.log" 2>&1 &
 CLOCKS=$!
+bench() { # label, then the binary and its environment
+    local label=$1 build=$2
+    shift 2
+    echo "== round $round $label"
+    env "$@" timeout 60 "$BIN/$build" bench --model /dev/shm/q27.gguf --depths 128 --n-out 64 \
+        --json-out "$OUT/bench.$label.$round.json" 2>&1 | grep -E "^depth|dispatches"
+}
 for round in $(seq 1 "${ROUNDS:-3}"); do
-    for build in harness-base harness; do
-        echo "== round $round $build"
-        timeout 60 "$BIN/$build" bench --model /dev/shm/q27.gguf --depths 128 --n-out 64 \
-            --json-out "$OUT/bench.$build.$round.json" 2>&1 | grep -E "^depth|dispatches"
-    done
+    bench harness-base harness-base
+    bench harness harness
+    # The fused kernel's workgroup size: 256 by default; WG (default 512) once, in round 1.
+    [ "$round" = 1 ] && [ -n "${WG-512}" ] && bench "harness-wg${WG-512}" harness FAK_GDN_DECODE_WG="${WG-512}"
 done > "$OUT/bench.log" 2>&1
 kill "$CLOCKS"
 
@@ -45,7 +53,7 @@ out = sys.argv[1]
 GDN = {"ssm_conv", "delta_prep", "gated_delta", "gated_norm", "gdn_decode"}
 rows = {}
 for path in glob.glob(f"{out}/bench.*.*.json"):
-    _, build, _, _ = os.path.basename(path).split(".")
+    _, build, _, _ = os.path.basename(path).split(".")  # bench.<label>.<round>.json
     for d in json.load(open(path))["depths"]:
         # The GDN ops' profiled GPU time per token (profiled times run long: where, not how much).
         gdn = sum(o["gpu_us"] or 0 for o in d["ops"] if o["name"] in GDN)
