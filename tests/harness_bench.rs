@@ -455,8 +455,8 @@ fn bench_profiles_the_hybrid_model_with_its_recurrent_state() {
             "gdn_out",
             "attn_qk",
             "attn_v",
+            // (No attn_gate: the decode attention gates o as it writes it.)
             "attention",
-            "attn_gate",
             "ffn_down",
             "output",
             "argmax",

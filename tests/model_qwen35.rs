@@ -320,7 +320,8 @@ fn a_decode_step_records_the_fused_dispatches() {
             Mixer::Attention(m) => {
                 let r = stacked_runs(&[m.wq.ty, m.wk.ty, m.wv.ty]);
                 runs.push(r);
-                r + 1 + attention + 1 + 1
+                // The projections, rope_kv, attention (gating o as it writes it), attn_output.
+                r + 1 + attention + 1
             }
         };
         want += per_layer + 2;

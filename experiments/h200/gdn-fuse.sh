@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call (nvidia-h200), about 4 minutes of wall time: issue 18 deliverables 2 and 5, the
 # Gated DeltaNet decode chain (ssm_conv → delta_prep → gated_delta → gated_norm) as one kernel per
-# layer (gdn_decode, branch gdn-fuse). First the hybrid model suite and the GDN kernel suite on the
-# H200's paths (32-wide subgroups: the fused kernel's subgroup variant runs nowhere else), then
+# layer (gdn_decode, branch gdn-fuse), and the attention output gate folded into attn_decode. First
+# the hybrid model suite and the GDN and decode-attention kernel suites on the H200's paths
+# (32-wide subgroups: the fused kernel's subgroup variant runs nowhere else), then
 # `harness bench` on the Qwen3.5-27B shape (Q4_K_M, --fast-random) at depth 128 with the build
 # before (`harness-base`, main) and after (`harness`), interleaved three times, with the SM clock
 # logged, and decode-ms.tsv: median decode ms/token, its spread, and dispatches per token; one more
@@ -10,9 +11,9 @@
 #
 # Prepare (on the dev box; the base harness is main's, copied first):
 #   RELEASE_TARGET_DIR=/work/targets/gdn-fuse-rel BASE_HARNESS=/work/targets/gdn-fuse-rel/harness-base \
-#     experiments/h200/prepare.sh model_qwen35 gpu_gated_delta
+#     experiments/h200/prepare.sh model_qwen35 gpu_gated_delta gpu_attn_decode
 # (build in a target dir of its own, so no artifact of main's checkout is reused: README.md).
-# ROUNDS overrides the 3 rounds. Wall time: synth ~1 min beside the suites (≤ 2 × 90 s), then
+# ROUNDS overrides the 3 rounds. Wall time: synth ~1 min beside the suites (≤ 3 × 90 s), then
 # 7 bench runs of ≤ 60 s (~20–30 s each expected).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +23,7 @@ source experiments/h200/setup.sh
 { time "$BIN/harness" synth --arch qwen35 --preset qwen35-27b --quant q4_k_m --fast-random \
     --out /dev/shm/q27.gguf; } > "$OUT/synth.log" 2>&1 &
 {
-    for t in model_qwen35 gpu_gated_delta; do
+    for t in model_qwen35 gpu_gated_delta gpu_attn_decode; do
         echo "== $t"
         timeout 90 "$BIN/$t" --skip llama_cpp --skip mlx_lm 2>&1 \
             | grep -E "^test |test result|panicked at|cosine [0-9.]+ <" | head -60

@@ -168,6 +168,9 @@ pub struct AttentionIo<'a> {
     pub o: View<'a>,
     /// The per-head q and k norms (qwen3, qwen35), or none.
     pub norms: Option<HeadNorms<'a>>,
+    /// The output gate (qwen35: `o ⊙= σ(gate)`), which the decode kernel applies as it writes o;
+    /// a prompt step's gate is the block's own op.
+    pub gate: Option<View<'a>>,
 }
 
 impl Attention {
@@ -212,6 +215,7 @@ impl Attention {
             DecodeIo {
                 q: io.q_out,
                 o: io.o,
+                gate: io.gate,
                 cache: &cache,
                 pages,
                 positions,
@@ -350,6 +354,7 @@ impl AttentionBlock {
                 q_out: View::heads(s.get(Act::QRot), n_head, hd),
                 o,
                 norms: norms.as_ref().map(|(q, k)| HeadNorms { q, k, eps: b.eps }),
+                gate: t.output_gate.then(|| q.at(q.offset + hd)),
             },
             b.io,
         )?;
@@ -386,7 +391,10 @@ impl AttentionBlock {
             op.record(k, pass, n, marks, "qkv_bias")?;
         }
         self.attention.record(k, attn, pass, n, marks)?;
-        if let Some(gate) = &self.gate {
+        // A decode step's attention kernel applied the gate as it wrote o.
+        if let Some(gate) = &self.gate
+            && marks.kind == StepKind::Prompt
+        {
             gate.record(k, pass, n, marks, "attn_gate")?;
         }
         self.wo.record(k, pass, n, marks, "attn_output")
