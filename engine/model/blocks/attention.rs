@@ -292,6 +292,8 @@ pub struct AttentionBlock {
     bias: Vec<Pointwise>,
     attention: Attention,
     gate: Option<Pointwise>,
+    /// Whether a decode step's attention kernel applies the gate (then no gate op runs).
+    gate_in_decode: bool,
     wo: Linear,
 }
 
@@ -341,6 +343,7 @@ impl AttentionBlock {
             None => None,
         };
         let o = View::heads(s.get(Act::O), n_head, hd);
+        let gate_in_decode = t.output_gate && super::decode_fusion();
         let attention = Attention::bind(
             b.k,
             kernels,
@@ -354,7 +357,7 @@ impl AttentionBlock {
                 q_out: View::heads(s.get(Act::QRot), n_head, hd),
                 o,
                 norms: norms.as_ref().map(|(q, k)| HeadNorms { q, k, eps: b.eps }),
-                gate: t.output_gate.then(|| q.at(q.offset + hd)),
+                gate: gate_in_decode.then(|| q.at(q.offset + hd)),
             },
             b.io,
         )?;
@@ -373,6 +376,7 @@ impl AttentionBlock {
             bias,
             attention,
             gate,
+            gate_in_decode,
             wo: b.linear(t.wo, s.get(Act::O), s.get(Act::X), MatmulOutput::Accumulate)?,
         })
     }
@@ -392,8 +396,9 @@ impl AttentionBlock {
         }
         self.attention.record(k, attn, pass, n, marks)?;
         // A decode step's attention kernel applied the gate as it wrote o.
+        let applied = self.gate_in_decode && marks.kind == StepKind::Decode;
         if let Some(gate) = &self.gate
-            && marks.kind == StepKind::Prompt
+            && !applied
         {
             gate.record(k, pass, n, marks, "attn_gate")?;
         }

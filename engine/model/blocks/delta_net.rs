@@ -33,7 +33,7 @@ pub struct DeltaNetKernels {
     chunked: GatedDeltaChunked,
     norm: GatedNorm,
     /// The four kernels in one dispatch for decode steps; None where the adapter's limits do
-    /// not hold it (decode then runs the four).
+    /// not hold it or `FAK_DECODE_FUSION=0` (decode then runs the four).
     fused: Option<GdnDecode>,
     /// None when every step is one token (the recurrent kernel serves them all).
     scratch: Option<ChunkScratch>,
@@ -49,7 +49,7 @@ impl DeltaNetKernels {
             recurrent: GatedDeltaDecode::new(ctx, paths, dims)?,
             chunked: GatedDeltaChunked::new(ctx, paths, dims)?,
             norm: GatedNorm::new(ctx, paths, dims)?,
-            fused: GdnDecode::fits(ctx, &dims)
+            fused: (super::decode_fusion() && GdnDecode::fits(ctx, &dims))
                 .then(|| GdnDecode::new(ctx, paths, dims))
                 .transpose()?,
             scratch: (max_tokens > 1)
