@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
-# One device call (nvidia-h200), about 4 minutes of wall time: issue 18 deliverables 2 and 5, the
-# Gated DeltaNet decode chain (ssm_conv → delta_prep → gated_delta → gated_norm) as one kernel per
-# layer (gdn_decode, branch gdn-fuse), and the attention output gate folded into attn_decode. First
-# the hybrid model suite and the GDN and decode-attention kernel suites on the H200's paths
-# (32-wide subgroups: the fused kernel's subgroup variant runs nowhere else), then
-# `harness bench` on the Qwen3.5-27B shape (Q4_K_M, --fast-random) at depth 128 with the build
-# before (`harness-base`, main) and after (`harness`), interleaved three times, with the SM clock
-# logged, and decode-ms.tsv: median decode ms/token, its spread, and dispatches per token; one more
-# run in round 1 with the fused kernel in workgroups of 512 (WG=…; WG= skips it).
+# One device call (nvidia-h200), about 4–5 minutes of wall time: issue 18 deliverables 2 and 5 (branch
+# gdn-fuse): a GDN layer's decode step as one kernel (gdn_decode instead of ssm_conv → delta_prep →
+# gated_delta → gated_norm) and the gated attention's gate inside attn_decode. First the hybrid
+# model suite and the GDN and decode-attention kernel suites on the H200's paths (32-wide
+# subgroups: the fused kernels' subgroup variants run nowhere else), then `harness bench` on the
+# Qwen3.5-27B shape (Q4_K_M, --fast-random) at depth 128: the same binary before the fusions
+# (FAK_DECODE_FUSION=0: the kernels main runs, bit for bit on lavapipe) and after, interleaved three
+# times, with the SM clock logged; one more run in round 1 with gdn_decode in workgroups of 512
+# (WG=…; WG= skips it), and main's build too when `harness-base` is carried (it does not fit beside
+# the suites: 2 × 10 MB of harness). decode-ms.tsv: median decode ms/token per arm, its spread,
+# dispatches and ops per token, host encode, the GDN ops' profiled GPU µs.
 #
-# Prepare (on the dev box; the base harness is main's, copied first):
-#   RELEASE_TARGET_DIR=/work/targets/gdn-fuse-rel BASE_HARNESS=/work/targets/gdn-fuse-rel/harness-base \
-#     experiments/h200/prepare.sh model_qwen35 gpu_gated_delta gpu_attn_decode
-# (build in a target dir of its own, so no artifact of main's checkout is reused: README.md).
+# Prepare (on the dev box):
+#   RELEASE_TARGET_DIR=/work/targets/gdn-fuse-rel experiments/h200/prepare.sh model_qwen35 gpu_gated_delta gpu_attn_decode
+# then, from the lead's checkout (the run tool copies /work/main, not this worktree):
+#   D=/work/main/target/gdn-fuse; rm -rf $D; mkdir -p $D/experiments/h200 $D/target/h200
+#   cp /work/wt/gdn-fuse/experiments/h200/*.sh $D/experiments/h200/
+#   cp -r /work/wt/gdn-fuse/target/h200/{bin.txz,gl,built-at,commit} $D/target/h200/
+#   run: command "cd target/gdn-fuse && bash experiments/h200/gdn-fuse.sh", carry ["target/gdn-fuse"]
 # ROUNDS overrides the 3 rounds. Wall time: synth ~1 min beside the suites (≤ 3 × 90 s), then
 # 7 bench runs of ≤ 60 s (~20–30 s each expected).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh
-[ -x "$BIN/harness-base" ] || { echo "harness-base not carried: nothing to compare" >&2; exit 2; }
 
 { time "$BIN/harness" synth --arch qwen35 --preset qwen35-27b --quant q4_k_m --fast-random \
     --out /dev/shm/q27.gguf; } > "$OUT/synth.log" 2>&1 &
@@ -41,7 +45,8 @@ bench() { # label, then the binary and its environment
         --json-out "$OUT/bench.$label.$round.json" 2>&1 | grep -E "^depth|dispatches"
 }
 for round in $(seq 1 "${ROUNDS:-3}"); do
-    bench harness-base harness-base
+    [ -x "$BIN/harness-base" ] && bench harness-base harness-base
+    bench unfused harness FAK_DECODE_FUSION=0
     bench harness harness
     # The fused kernel's workgroup size: 256 by default; WG (default 512) once, in round 1.
     [ "$round" = 1 ] && [ -n "${WG-512}" ] && bench "harness-wg${WG-512}" harness FAK_GDN_DECODE_WG="${WG-512}"
@@ -66,10 +71,11 @@ for build, runs in sorted(rows.items()):
     print(f"{build}\t{statistics.median(ms):.3f}\t{min(ms):.3f}\t{max(ms):.3f}\t{runs[0][1]}\t"
           f"{runs[0][2]}\t{statistics.median(r[3] for r in runs):.0f}\t"
           f"{statistics.median(r[4] for r in runs):.0f}\t{len(runs)}")
-base, new = rows.get("harness-base"), rows.get("harness")
-if base and new:
-    b, n = statistics.median(r[0] for r in base), statistics.median(r[0] for r in new)
-    print(f"new/base\t{n / b:.4f}")
+new = rows.get("harness")
+for before in ("unfused", "harness-base"):
+    if rows.get(before) and new:
+        b, n = statistics.median(r[0] for r in rows[before]), statistics.median(r[0] for r in new)
+        print(f"harness/{before}\t{n / b:.4f}")
 PY
 sort -n "$OUT/sm-clocks.log" | awk '{a[NR]=$1} END {print "SM clock MHz min/median/max:", a[1], a[int((NR+1)/2)], a[NR]}'
 cat "$OUT/parity.log" "$OUT/bench.log"
