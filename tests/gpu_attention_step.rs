@@ -191,6 +191,7 @@ fn run(ctx: &GpuContext, paths: KernelPaths) {
         let io = DecodeIo {
             q,
             o: View::heads(&o, SHAPE.n_head, SHAPE.head_dim),
+            gate: None,
             cache: &s.cache,
             pages: &s.table,
             positions: Positions::Step,

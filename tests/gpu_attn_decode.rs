@@ -144,6 +144,7 @@ fn mismatched_caches_and_missing_scratch_are_refused() {
     let io = |cache, n_split, scratch| DecodeIo {
         q: View::heads(&q, 4, 64),
         o: View::heads(&o, 4, 64),
+        gate: None,
         cache,
         pages: &table,
         positions: Positions::Step,

@@ -13,6 +13,7 @@ use fak::gpu::kernels::delta_state::HeadMapping;
 use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState, Dispatch};
 use fak::gpu::kernels::gated_delta::GatedDeltaDecode;
 use fak::gpu::kernels::gated_delta_chunk::{ChunkKernel, GatedDeltaChunked};
+use fak::gpu::kernels::gdn_decode::{GdnDecode, WORKGROUP_SIZES};
 use fak::gpu::step::MidSave;
 use fak::gpu::{GpuContext, GpuError, Kernel, KernelPaths, storage_buffer};
 
@@ -296,6 +297,38 @@ fn prefill_then_decode_equals_prefill_of_one_more_token() {
     }
 }
 
+/// The fused decode step (gdn_decode: conv, prep, delta rule and gated norm in one dispatch)
+/// against the CPU layer from a random state: two steps of three sequences on slots out of
+/// order, slot 1 left alone (its state must stay as it was), on every variant and shape (both
+/// head orders, both lane widths, a dv of 12, the family's 128 × 128; that one in every
+/// workgroup size, so one pass or several over its rows): y and every slot's state.
+#[test]
+fn fused_decode_matches_cpu_for_several_sequences_on_their_slots() {
+    let ctx = gpu();
+    let mut rng = rng(0x6d7_000b);
+    let shapes = small_shapes().into_iter().map(|d| (d, 256));
+    let sizes = WORKGROUP_SIZES.map(|wg| (wide_shape(), wg));
+    let cases: Vec<(DeltaDims, u32)> = shapes.chain(sizes).collect();
+    for paths in variants::<GdnDecode>(ctx) {
+        for &(d, wg) in &cases {
+            let weights = LayerWeights::random(&d, &mut rng);
+            let layer = GpuLayer::with_fused_workgroup(ctx, paths, d, &weights, (3, 3, 4), wg);
+            assert_eq!(layer.fused.variant(), paths, "{d:?}: the variant asked for");
+            assert_eq!(layer.fused.workgroup(), wg);
+            let mut cpu = CpuState::random(&d, 4, &mut rng);
+            layer.upload_state(ctx, &cpu);
+            for step in 0..2 {
+                let what = format!("{paths} {d:?} wg {wg} fused step {step}");
+                let x = Projections::random(&d, 3, &mut rng);
+                let got = layer.step(ctx, &x, &[3, 0, 2], 1, Form::Fused);
+                let want = cpu_layer(&d, &weights, &mut cpu, &x, &[3, 0, 2], 1);
+                assert_close(&format!("{what}: y"), &got.y, &want.y, LAYER_TOL);
+                assert_states(&what, &layer.download_state(ctx), &cpu, LAYER_TOL);
+            }
+        }
+    }
+}
+
 fn entries(plans: &[Vec<Dispatch>]) -> Vec<&'static str> {
     plans.iter().flatten().map(|d| d.entry).collect()
 }
@@ -352,7 +385,14 @@ fn prefill_dispatch_count_does_not_grow_with_the_token_count() {
             ["conv_silu", "prep", "decode", "gated_norm"],
             "{count} sequences"
         );
+        // Or all four in one: a workgroup per (key head, sequence).
+        let fused = layer.fused.plan(&k.fused, batch).unwrap();
+        assert_eq!(fused.len(), 1);
+        assert_eq!(fused[0].workgroups, [d.nk, count, 1]);
     }
+    // The fused decode takes one token per sequence, nothing longer.
+    let batch = layer.table.write(ctx, 2, &[1]).unwrap();
+    assert!(layer.fused.plan(&k.fused, batch).is_err());
 }
 
 #[test]
@@ -592,6 +632,7 @@ fn kernels_build_for_the_largest_supported_head_within_the_workgroup_memory_limi
     let d = dims(1, 2, 256, 256, 4, HeadMapping::Tiled);
     for paths in variants::<GatedDeltaDecode>(ctx) {
         GatedDeltaDecode::new(ctx, paths, d).expect("decode, dk = 256");
+        GdnDecode::new(ctx, paths, d).expect("fused decode, dk = 256");
     }
     let test = "kernels_build_for_the_largest_supported_head_within_the_workgroup_memory_limit";
     for chunk in chunk_variants(ctx, test) {

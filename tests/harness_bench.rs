@@ -446,11 +446,15 @@ fn bench_profiles_the_hybrid_model_with_its_recurrent_state() {
     let conv_dim = (2 * hp.ssm_nk * hp.ssm_dk + hp.ssm_nv * hp.ssm_dv) as u64;
     let conv_state = 4 * (hp.conv_kernel as u64 - 1) * conv_dim;
     let delta_state = 4 * (hp.ssm_nv * hp.ssm_dv * hp.ssm_dk) as u64;
+    // A decode step runs each GDN layer as one gdn_decode: both states, the conv taps, ssm_a,
+    // dt_bias and ssm_norm.
+    let small_weights =
+        4 * (conv_dim * hp.conv_kernel as u64 + 2 * hp.ssm_nv as u64 + hp.ssm_dv as u64);
     assert_eq!(
-        u(op(&d, "gated_delta"), "weight_bytes"),
-        n_gdn * delta_state
+        u(op(&d, "gdn_decode"), "weight_bytes"),
+        n_gdn * (conv_state + delta_state + small_weights)
     );
-    assert_eq!(u(op(&d, "ssm_conv"), "count"), n_gdn);
+    assert_eq!(u(op(&d, "gdn_decode"), "count"), n_gdn);
     assert_eq!(
         u(&d, "step_weight_bytes"),
         weight_bytes(&gguf) + n_attn * kv_per_layer + n_gdn * (conv_state + delta_state)
@@ -464,15 +468,12 @@ fn bench_profiles_the_hybrid_model_with_its_recurrent_state() {
             "gdn_qkv",
             "gdn_zba",
             "gdn_qkvzba",
-            "ssm_conv",
-            "delta_prep",
-            "gated_delta",
-            "gated_norm",
+            "gdn_decode",
             "gdn_out",
             "attn_qk",
             "attn_v",
+            // (No attn_gate: the decode attention gates o as it writes it.)
             "attention",
-            "attn_gate",
             "ffn_down",
             "output",
             "argmax",

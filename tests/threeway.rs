@@ -210,6 +210,7 @@ fn selftest_checks_every_kernel_and_model_on_every_path_and_measures_bandwidth()
         "gated_delta",
         "gated_delta_chunk",
         "gated_norm",
+        "gdn_decode",
         "attn_decode",
         "attn_prefill",
         "rms_norm",

@@ -4,6 +4,8 @@
 // token_page_row(b)) attends to the kv_len = p + 1 cached positions 0..=p of its sequence. Query
 // head h = g·GROUP + r reads kv head g (GQA, contiguous grouping):
 //   s_j = q_h · k_{g,j} / sqrt(HEAD_DIM),  o_h = Σ_j softmax(s)_j v_{g,j}     (f32, online softmax)
+// and with an output gate (params.gated: qwen35's gated attention), o_h ⊙= σ(gate_h), gate read
+// through params.gate — the elementwise sigmoid_gate's product, folded into the write of o.
 // Scores carry log2(e) (folded into q) so weights are exp2(s − m).
 //
 // Layout (flash-decoding, "vector" form as in llama.cpp's fattn-vec and MLX's sdpa_vector):
@@ -28,7 +30,8 @@
 // Override: TOKEN_TABLE. The caches are bound as vec4 rows (kv_base / 4).
 // bindings: 0 q (read) · 1 k_cache (read) · 2 v_cache (read) · 3 page_table (read)
 //           · 4 token_slots (read) · 5 partials (read_write) · 6 o (read_write)
-//           · 7 params (uniform) · 8 step (uniform)
+//           · 7 params (uniform) · 8 step (uniform) · 9 gate (read: n_head heads of HEAD_DIM
+//           per query row through params.gate; a placeholder when params.gated = 0)
 // entry points / dispatch:
 //   decode  — (n_split, n_kv, n_tokens) workgroups of WG. A sequence with one split writes o;
 //             otherwise split s writes its partial of row (b, h) at partial_base (attn_combine.wgsl):
@@ -45,11 +48,13 @@ struct Params {
     kv: KvGeometry,
     q: View,
     o: View,
+    gate: View,
     n_head: u32,
     n_split: u32,
     // 1/sqrt(head_dim)
     scale: f32,
-    pad: u32,
+    // 1: o ⊙= σ(gate).
+    gated: u32,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
@@ -61,6 +66,7 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> o: array<f32>;
 @group(0) @binding(7) var<uniform> params: Params;
 @group(0) @binding(8) var<uniform> step: Step;
+@group(0) @binding(9) var<storage, read> gate: array<f32>;
 
 override TOKEN_TABLE: bool = false;
 
@@ -88,6 +94,15 @@ var<workgroup> team_acc: array<vec4<f32>, WG * LANE_VECS>;
 struct Chunks {
     size: u32,
     count: u32,
+}
+
+// What o holds for the attention x of row (b, h) at dim i: x, gated by σ(gate) where the layer
+// has an output gate (the same expression as elementwise.wgsl's sigmoid_gate, so the same bits).
+fn o_value(b: u32, h: u32, i: u32, x: f32) -> f32 {
+    if params.gated == 0u {
+        return x;
+    }
+    return x * (1.0 / (1.0 + exp(-gate[view_index(params.gate, b, h, i)])));
 }
 
 fn split_chunks(kv_len: u32) -> Chunks {
@@ -225,7 +240,7 @@ fn decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
                 sum += team_acc[t * ROW_LANES * LANE_VECS + d / 4u][d % 4u];
             }
             if single {
-                o[view_index(params.o, b, h, d)] = sum / total;
+                o[view_index(params.o, b, h, d)] = o_value(b, h, d, sum / total);
             } else {
                 partials[partial_base(b * params.n_head + h, params.n_split, s) + d] = sum;
             }

@@ -21,7 +21,8 @@
 //           kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl, attn_combine.wgsl.
 // provides: the bindings, override TOKEN_TABLE; NEG, LOG2_E, SPLIT_KEYS; step_tokens,
 //           row_token_head, query_element, cache_element, cache_quad, tile_key_limit, KeySplit,
-//           key_split, store_output, store_stats; the entry point combine.
+//           key_split, store_output, store_stats, o_value (x itself: a prompt step applies an
+//           output gate as an op of its own); the entry point combine.
 
 struct Params {
     kv: KvGeometry,
@@ -48,6 +49,11 @@ struct Params {
 @group(0) @binding(8) var<storage, read_write> partials: array<f32>;
 
 override TOKEN_TABLE: bool = false;
+
+// What o holds for the attention x of row (token b, head h) at dim i (attn_combine.wgsl): x.
+fn o_value(b: u32, h: u32, i: u32, x: f32) -> f32 {
+    return x;
+}
 
 // The masked score (scores are finite, so any exp2 of NEG minus a score is 0).
 const NEG: f32 = -3.0e38;

@@ -18,7 +18,7 @@
 //           head 0 also compute the token's nv gates (a handful of exp/log, cheaper than a
 //           dispatch of their own).
 // variants: SUBGROUP (subgroupAdd reduction) | fallback (workgroup-memory tree); any subgroup size.
-// requires: reduce_subgroup.wgsl or reduce_workgroup.wgsl, view.wgsl.
+// requires: reduce_subgroup.wgsl or reduce_workgroup.wgsl, view.wgsl, gdn_math.wgsl.
 
 struct Params {
     conv_dim: u32,
@@ -44,24 +44,6 @@ struct Params {
 
 override WG: u32 = 64u;
 
-// log(1 + u) for 0 ≤ u ≤ 1, to a few 1e-6 relative. GPU `log` is only specified to an absolute
-// 2^-21 near 1 (Vulkan), which for log(1 + u) with small u is a large relative error, so small u
-// takes the series: its first omitted term u^7/7 is below 1.5e-7 of the value at u = 0.1.
-fn log_1p(u: f32) -> f32 {
-    if u < 0.1 {
-        return u * (1.0 - u * (0.5 - u * (1.0 / 3.0 - u * (0.25 - u * (0.2 - u / 6.0)))));
-    }
-    return log(1.0 + u);
-}
-
-// softplus with PyTorch's threshold: linear above 20.
-fn softplus(x: f32) -> f32 {
-    if x > 20.0 {
-        return x;
-    }
-    return max(x, 0.0) + log_1p(exp(-abs(x)));
-}
-
 @compute @workgroup_size(WG)
 fn prep(@builtin(workgroup_id) wg: vec3<u32>, lanes: Lanes) {
     let p = wg.x;
@@ -83,7 +65,7 @@ fn prep(@builtin(workgroup_id) wg: vec3<u32>, lanes: Lanes) {
     if p == 0u {
         let row = 2u * t * params.nv;
         for (var h = lanes.index; h < params.nv; h += WG) {
-            gates[row + h] = 1.0 / (1.0 + exp(-b[view_index(params.b, t, 0u, h)]));
+            gates[row + h] = sigmoid(b[view_index(params.b, t, 0u, h)]);
             let alpha = a[view_index(params.a, t, 0u, h)];
             gates[row + params.nv + h] = ssm_a[h] * softplus(alpha + dt_bias[h]);
         }

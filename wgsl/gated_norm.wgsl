@@ -12,7 +12,7 @@
 //           · 3 y (array<f32>, read_write: [n_tokens][nv·dv]) · 4 params (uniform Params)
 // dispatch: (nv, n_tokens) workgroups of WG, one per (head, token).
 // variants: SUBGROUP (subgroupAdd reduction) | fallback (workgroup-memory tree); any subgroup size.
-// requires: reduce_subgroup.wgsl or reduce_workgroup.wgsl, view.wgsl.
+// requires: reduce_subgroup.wgsl or reduce_workgroup.wgsl, view.wgsl, gdn_math.wgsl.
 
 struct Params {
     nv: u32,
@@ -41,6 +41,6 @@ fn gated_norm(@builtin(workgroup_id) wg: vec3<u32>, lanes: Lanes) {
     let scale = inverseSqrt(workgroup_sum(sum_sq, lanes) / f32(params.dv) + params.eps);
     for (var j = lanes.index; j < params.dv; j += WG) {
         let gate = z[view_index(params.z, wg.y, wg.x, j)];
-        y[base + j] = w[j] * (o[base + j] * scale) * (gate / (1.0 + exp(-gate)));
+        y[base + j] = w[j] * (o[base + j] * scale) * silu(gate);
     }
 }

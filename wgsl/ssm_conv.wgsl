@@ -26,7 +26,7 @@
 //        race between invocations. The rows are rewritten in ascending order: new row i reads
 //        old row len + i > i, which is not yet overwritten. The snapshot slot is written before them.
 // variants: one (no reduction). K ∈ 2..=4 (override), TILE ≥ K − 1.
-// requires: sequences.wgsl, view.wgsl.
+// requires: sequences.wgsl, view.wgsl, gdn_math.wgsl.
 
 struct Params {
     conv_dim: u32,
@@ -54,10 +54,6 @@ fn raw(row0: u32, tau: i32, c: u32, state_base: u32) -> f32 {
         return m[view_index(params.m, row0 + u32(tau), 0u, c)];
     }
     return state[state_base + u32(i32(K) - 1 + tau) * params.conv_dim];
-}
-
-fn silu(x: f32) -> f32 {
-    return x / (1.0 + exp(-x));
 }
 
 @compute @workgroup_size(WG)

@@ -31,7 +31,8 @@ pub struct Case {
     pub n_split: u32,
     /// Positions from a token table (batched decode) rather than the Step.
     pub table: bool,
-    /// Queries inside qwen35-style [q | gate] rows (head stride 2·hd).
+    /// Queries inside qwen35-style [q | gate] rows (head stride 2·hd), and the output gate
+    /// applied as the model's decode step does: o ⊙= σ(gate).
     pub gated_q: bool,
 }
 
@@ -93,6 +94,7 @@ pub fn run_case(
     let io = DecodeIo {
         q,
         o: View::heads(&o_buf, n_head, hd),
+        gate: case.gated_q.then(|| q.at(hd)),
         cache: &cache,
         pages: &table,
         positions,
@@ -113,7 +115,18 @@ pub fn run_case(
     for (b, &len) in case.lens.iter().enumerate() {
         for h in 0..n_head {
             let at = (b as u32 * n_head * q_head_stride + h * q_head_stride) as usize;
-            want.extend(seqs.attend(b, len - 1, &q_data[at..at + hd as usize], h, n_head, n_kv));
+            let o = seqs.attend(b, len - 1, &q_data[at..at + hd as usize], h, n_head, n_kv);
+            if case.gated_q {
+                let gate = &q_data[at + hd as usize..at + 2 * hd as usize];
+                let sigmoid = |g: f32| 1.0 / (1.0 + (-f64::from(g)).exp());
+                want.extend(
+                    o.iter()
+                        .zip(gate)
+                        .map(|(&x, &g)| (f64::from(x) * sigmoid(g)) as f32),
+                );
+            } else {
+                want.extend(o);
+            }
         }
     }
     let what = format!(

@@ -12,6 +12,7 @@ use fak::gpu::kernels::gated_delta_chunk::{
     ChunkBinding, ChunkIo, ChunkScratch, GatedDeltaChunked,
 };
 use fak::gpu::kernels::gated_norm::{GatedNorm, NormBinding, NormIo};
+use fak::gpu::kernels::gdn_decode::{GdnDecode, GdnDecodeBinding, GdnDecodeIo};
 use fak::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
 use fak::gpu::kernels::support::View;
 use fak::gpu::step::{MidSave, SeqBatch, SequenceTable};
@@ -373,6 +374,9 @@ pub enum Form {
     Recurrent,
     /// GatedDeltaChunked: chunks of 64.
     Chunked,
+    /// GdnDecode: the whole layer of a decode step in one dispatch (one token per sequence). It
+    /// writes y and the state only: mixed, gates and o stay poisoned.
+    Fused,
 }
 
 /// One GDN layer on the GPU as the model runs it (after the projections): conv, prep, the delta
@@ -387,6 +391,7 @@ pub struct GpuLayer {
     pub decode: GatedDeltaDecode,
     pub chunked: GatedDeltaChunked,
     pub norm: GatedNorm,
+    pub fused: GdnDecode,
     pub bindings: LayerBindings,
     buffers: LayerBuffers,
     max_tokens: u32,
@@ -398,6 +403,7 @@ pub struct LayerBindings {
     pub decode: DecodeBinding,
     pub chunked: ChunkBinding,
     pub norm: NormBinding,
+    pub fused: GdnDecodeBinding,
 }
 
 struct LayerBuffers {
@@ -441,6 +447,32 @@ impl GpuLayer {
         limits: (u32, u32, u32),
         chunked: GatedDeltaChunked,
     ) -> GpuLayer {
+        let wg = fak::gpu::kernels::gdn_decode::workgroup_from_env().expect("FAK_GDN_DECODE_WG");
+        Self::with_kernels(ctx, paths, dims, weights, limits, chunked, wg)
+    }
+
+    /// [`GpuLayer::new`] with the fused decode in workgroups of `fused_wg` invocations.
+    pub fn with_fused_workgroup(
+        ctx: &GpuContext,
+        paths: KernelPaths,
+        dims: DeltaDims,
+        weights: &LayerWeights,
+        limits: (u32, u32, u32),
+        fused_wg: u32,
+    ) -> GpuLayer {
+        let chunked = GatedDeltaChunked::new(ctx, paths, dims).expect("gated_delta_chunk");
+        Self::with_kernels(ctx, paths, dims, weights, limits, chunked, fused_wg)
+    }
+
+    fn with_kernels(
+        ctx: &GpuContext,
+        paths: KernelPaths,
+        dims: DeltaDims,
+        weights: &LayerWeights,
+        limits: (u32, u32, u32),
+        chunked: GatedDeltaChunked,
+        fused_wg: u32,
+    ) -> GpuLayer {
         let (max_tokens, max_seqs, slots) = limits;
         let d = dims;
         let rows = |w: u32| u64::from(max_tokens) * u64::from(w);
@@ -463,6 +495,7 @@ impl GpuLayer {
         let decode = GatedDeltaDecode::new(ctx, paths, d).expect("gated_delta");
         let scratch = ChunkScratch::new(ctx, &chunked, max_tokens, max_seqs).expect("scratch");
         let norm = GatedNorm::new(ctx, paths, d).expect("gated_norm");
+        let fused = GdnDecode::with_workgroup(ctx, paths, d, fused_wg).expect("gdn_decode");
         let b = &buffers;
         let proj = View::rows(&b.proj, proj_width(&d));
         let bindings = LayerBindings {
@@ -532,6 +565,25 @@ impl GpuLayer {
                     },
                 )
                 .expect("bind gated_norm"),
+            fused: fused
+                .bind(
+                    ctx,
+                    GdnDecodeIo {
+                        m: proj,
+                        z: proj.strided(proj_width(&d), d.dv).at(d.conv_dim()),
+                        b: proj.at(d.conv_dim() + d.value_dim()),
+                        a: proj.at(d.conv_dim() + d.value_dim() + d.nv),
+                        conv_weight: f32_tensor("blk.0.ssm_conv1d.weight", &conv_w),
+                        ssm_a: f32_tensor("blk.0.ssm_a", &ssm_a),
+                        dt_bias: f32_tensor("blk.0.ssm_dt.bias", &dt_bias),
+                        norm_weight: f32_tensor("blk.0.ssm_norm.weight", &norm_w),
+                        table: &table,
+                        state: &state,
+                        y: &b.y,
+                        max_tokens,
+                    },
+                )
+                .expect("bind gdn_decode"),
         };
         GpuLayer {
             dims: d,
@@ -542,6 +594,7 @@ impl GpuLayer {
             decode,
             chunked,
             norm,
+            fused,
             bindings,
             buffers,
             max_tokens,
@@ -618,16 +671,33 @@ impl GpuLayer {
         let n = batch.rows;
         let k = &self.bindings;
         ctx.run_pass("gdn layer", |pass| {
+            if form == Form::Fused {
+                let fused = self.fused.encode(pass, &k.fused, batch);
+                fused.expect("encode gdn_decode");
+                return;
+            }
             self.conv.encode(pass, &k.conv, batch).expect("encode conv");
             self.prep.encode(pass, &k.prep, n).expect("encode prep");
-            match form {
-                Form::Recurrent => self.decode.encode(pass, &k.decode, batch),
-                Form::Chunked => self.chunked.encode(pass, &k.chunked, batch),
-            }
-            .expect("encode delta rule");
+            self.encode_delta(pass, batch, form)
+                .expect("encode delta rule");
             self.norm.encode(pass, &k.norm, n).expect("encode norm");
         })
         .expect("gdn step");
+    }
+
+    /// The delta rule alone in `form` (the fused decode is a whole layer, not a form of it).
+    fn encode_delta(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        batch: SeqBatch,
+        form: Form,
+    ) -> Result<fak::gpu::profile::Recorded, GpuError> {
+        let k = &self.bindings;
+        match form {
+            Form::Recurrent => self.decode.encode(pass, &k.decode, batch),
+            Form::Chunked => self.chunked.encode(pass, &k.chunked, batch),
+            Form::Fused => panic!("gdn_decode runs the whole layer, not the delta rule alone"),
+        }
     }
 
     /// DeltaPrep alone on conv outputs `mixed` with projections `b`, `a`: (mixed, gates).
@@ -666,17 +736,14 @@ impl GpuLayer {
         len: u32,
         form: Form,
     ) -> Vec<f32> {
-        let (bufs, k) = (&self.buffers, &self.bindings);
+        let bufs = &self.buffers;
         poison(ctx, &bufs.o);
         write(ctx, &bufs.mixed, 0, bytemuck::cast_slice(mixed)).expect("mixed");
         write(ctx, &bufs.gates, 0, bytemuck::cast_slice(gates)).expect("gates");
         let batch = self.table.write(ctx, len, slots).expect("sequence table");
         ctx.run_pass("delta rule", |pass| {
-            match form {
-                Form::Recurrent => self.decode.encode(pass, &k.decode, batch),
-                Form::Chunked => self.chunked.encode(pass, &k.chunked, batch),
-            }
-            .expect("encode delta rule");
+            self.encode_delta(pass, batch, form)
+                .expect("encode delta rule");
         })
         .expect("delta rule");
         read(

@@ -27,6 +27,7 @@ use fak::gpu::kernels::embed::{Embed, EmbedShape};
 use fak::gpu::kernels::gated_delta::GatedDeltaDecode;
 use fak::gpu::kernels::gated_delta_chunk::GatedDeltaChunked;
 use fak::gpu::kernels::gated_norm::GatedNorm;
+use fak::gpu::kernels::gdn_decode::GdnDecode;
 use fak::gpu::kernels::matmul::{Matmul, MatmulOutput};
 use fak::gpu::kernels::matvec::MatVec;
 use fak::gpu::kernels::quantize_q8::QuantizeQ8;
@@ -599,13 +600,14 @@ fn check_one(
 }
 
 /// The GDN kernels' names and their variants on `path`.
-fn gdn_variants(path: KernelPaths) -> [(&'static str, KernelPaths); 5] {
+fn gdn_variants(path: KernelPaths) -> [(&'static str, KernelPaths); 6] {
     [
         ("ssm_conv", SsmConv::select(path)),
         ("delta_prep", DeltaPrep::select(path)),
         ("gated_delta_chunk", GatedDeltaChunked::select(path)),
         ("gated_delta", GatedDeltaDecode::select(path)),
         ("gated_norm", GatedNorm::select(path)),
+        ("gdn_decode", GdnDecode::select(path)),
     ]
 }
 
@@ -620,7 +622,8 @@ fn gdn_shapes() -> [(DeltaDims, u32); 2] {
 /// The GDN kernels as one layer runs them, on every distinct set of variants the adapter has: a
 /// prefill of a new sequence past a chunk boundary (ssm_conv over the prompt, delta_prep,
 /// gated_delta_chunk, gated_norm), then two decode steps of two sequences (ssm_conv's rolling
-/// state, delta_prep, gated_delta and the state it leaves, gated_norm), against the CPU layer.
+/// state, delta_prep, gated_delta and the state it leaves, gated_norm) and one fused decode step
+/// of both (gdn_decode: y and the state it leaves), against the CPU layer.
 pub fn gated_deltanet(ctx: &GpuContext) -> Vec<KernelCheck> {
     let mut seen = Vec::new();
     let mut out = Vec::new();
@@ -668,7 +671,7 @@ pub fn gated_deltanet(ctx: &GpuContext) -> Vec<KernelCheck> {
 }
 
 /// Which kernel of [`gdn_variants`] produced each measurement [`gdn_layer`] returns.
-const GDN_STAGE_KERNEL: [usize; 8] = [0, 1, 2, 4, 0, 1, 3, 4];
+const GDN_STAGE_KERNEL: [usize; 9] = [0, 1, 2, 4, 0, 1, 3, 4, 5];
 
 type Stage = (&'static str, Measured, Tolerance);
 
@@ -680,7 +683,7 @@ fn gdn_layer(
     d: DeltaDims,
     prompt: u32,
     seed: usize,
-) -> [Stage; 8] {
+) -> [Stage; 9] {
     let mut rng = super::rng(0x5e1f_7e57 + seed as u64);
     let weights = LayerWeights::random(&d, &mut rng);
     let layer = GpuLayer::new(ctx, path, d, &weights, (prompt, 2, 3));
@@ -713,6 +716,14 @@ fn gdn_layer(
         o2.extend(state.flat(slot));
         want_o2.extend(cpu.flat(slot));
     }
+    let x = Projections::random(&d, 2, &mut rng);
+    let mut fused = layer.step(ctx, &x, &[2, 0], 1, Form::Fused).y;
+    let mut want_fused = cpu_layer(&d, &weights, &mut cpu, &x, &[2, 0], 1).y;
+    let state = layer.download_state(ctx);
+    for slot in 0..3 {
+        fused.extend(state.flat(slot));
+        want_fused.extend(cpu.flat(slot));
+    }
     [
         ("prefill", conv.0, conv.1),
         ("prefill", prep.0, prep.1),
@@ -726,6 +737,11 @@ fn gdn_layer(
             LAYER_TOL,
         ),
         ("decode", measure(&y2, &want_y2, LAYER_TOL), LAYER_TOL),
+        (
+            "fused decode y + state",
+            measure(&fused, &want_fused, LAYER_TOL),
+            LAYER_TOL,
+        ),
     ]
 }
 

@@ -32,6 +32,7 @@ const SLOTS: &[Slot] = &[
     Slot::ReadWrite,
     Slot::Uniform,
     Slot::Uniform,
+    Slot::Read,
 ];
 /// Teams of `row_lanes` lanes per workgroup, each walking its own keys (`TEAMS` of the WGSL).
 const TEAMS: u32 = 8;
@@ -174,10 +175,11 @@ struct Params {
     kv: super::kv_cache::KvGeometry,
     q: support::ViewParams,
     o: support::ViewParams,
+    gate: support::ViewParams,
     n_head: u32,
     n_split: u32,
     scale: f32,
-    pad: u32,
+    gated: u32,
 }
 
 /// What a decode binding reads and writes.
@@ -187,6 +189,9 @@ pub struct DecodeIo<'a> {
     pub q: View<'a>,
     /// The output, n_head heads of head_dim per sequence.
     pub o: View<'a>,
+    /// An output gate (qwen35's gated attention): `o ⊙= σ(gate)`, n_head heads of head_dim per
+    /// sequence (inside the q projection's rows); None for none.
+    pub gate: Option<View<'a>>,
     pub cache: &'a KvCache,
     pub pages: &'a PageTable,
     /// Each sequence's position (it attends to positions 0..=pos) and page-table row.
@@ -218,6 +223,8 @@ pub struct AttnDecode {
 pub struct DecodeBinding {
     group: wgpu::BindGroup,
     table: bool,
+    /// Whether o is gated as it is written (the gate's reads are the step's bytes too).
+    gated: bool,
     n_split: u32,
     max_seqs: u32,
 }
@@ -355,6 +362,7 @@ impl AttnDecode {
         let DecodeIo {
             q,
             o,
+            gate,
             cache,
             pages,
             positions,
@@ -385,9 +393,16 @@ impl AttnDecode {
         let (n_head, hd) = (shape.n_head, shape.head_dim);
         let q_binding = view_binding(ctx, Self::NAME, "q", &q, max_seqs, n_head, hd)?;
         let o_binding = view_binding(ctx, Self::NAME, "o", &o, max_seqs, n_head, hd)?;
-        if q.buffer == o.buffer {
-            return Err(shape_error(Self::NAME, "q and o must be different buffers"));
+        if q.buffer == o.buffer || gate.is_some_and(|g| g.buffer == o.buffer) {
+            return Err(shape_error(
+                Self::NAME,
+                "q and the gate must be in other buffers than o",
+            ));
         }
+        let gate_binding = match &gate {
+            Some(g) => view_binding(ctx, Self::NAME, "gate", g, max_seqs, n_head, hd)?,
+            None => self.placeholder.as_entire_binding(),
+        };
         let cache_words = layout.cache_bytes().div_ceil(4);
         let k_cache = words(ctx, Self::NAME, "the k cache", &cache.k, cache_words)?;
         let v_cache = words(ctx, Self::NAME, "the v cache", &cache.v, cache_words)?;
@@ -431,10 +446,11 @@ impl AttnDecode {
                 kv: layout.geometry(),
                 q: q.params(),
                 o: o.params(),
+                gate: gate.map_or(support::ViewParams::default(), |g| g.params()),
                 n_head,
                 n_split,
                 scale: shape.scale(),
-                pad: 0,
+                gated: u32::from(gate.is_some()),
             },
         );
         let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -450,11 +466,13 @@ impl AttnDecode {
                 entry(6, o_binding),
                 entry(7, params.as_entire_binding()),
                 entry(8, step.buffer.as_entire_binding()),
+                entry(9, gate_binding),
             ],
         });
         Ok(DecodeBinding {
             group,
             table: positions.is_table(),
+            gated: gate.is_some(),
             n_split,
             max_seqs,
         })
@@ -480,7 +498,12 @@ impl AttnDecode {
             pass.set_pipeline(&self.pipelines[2 + usize::from(binding.table)]);
             pass.dispatch_workgroups(self.shape.n_head, n, 1);
         }
-        let bytes = attention_bytes(&self.shape, self.dtype(), n, keys);
+        let mut bytes = attention_bytes(&self.shape, self.dtype(), n, keys);
+        if binding.gated {
+            let gates =
+                u64::from(n) * u64::from(self.shape.n_head) * u64::from(self.shape.head_dim);
+            bytes = bytes + OpBytes::new(0, 4 * gates);
+        }
         Ok(Recorded::new(Self::NAME, 1 + usize::from(split), bytes))
     }
 }

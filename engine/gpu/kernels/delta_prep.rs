@@ -85,6 +85,7 @@ impl Kernel for DeltaPrep {
             module: WgslModule::new(variant)
                 .with(shared::reduction(variant))
                 .with(support::VIEW)
+                .with(wgsl::GDN_MATH)
                 .with(wgsl::DELTA_PREP),
             slots: SLOTS,
             pipelines: vec![PipelineSpec {

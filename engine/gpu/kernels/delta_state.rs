@@ -16,7 +16,9 @@
 //!    then `W_out y`.
 //!
 //! Steps 1 and 3 read the step's [`SequenceTable`] (`gpu::step`): which state slot each
-//! sequence of the step reads and writes.
+//! sequence of the step reads and writes. A decode step (one token per sequence) runs steps 1–4
+//! as one dispatch instead, [`GdnDecode`](super::gdn_decode::GdnDecode), over the same table
+//! and state.
 
 use crate::gpu::buffers::{round_up, storage_buffer};
 use crate::gpu::context::GpuContext;
@@ -46,6 +48,11 @@ pub mod wgsl {
     /// Sums over aligned lane groups: subgroup shuffles / workgroup memory.
     pub const ROW_SUM_SUBGROUP: WgslFile = file!("row_sum_subgroup.wgsl");
     pub const ROW_SUM_WORKGROUP: WgslFile = file!("row_sum_workgroup.wgsl");
+    /// sigmoid, silu, softplus: one definition for every GDN kernel.
+    pub const GDN_MATH: WgslFile = file!("gdn_math.wgsl");
+    /// Four rows' sums at once (`row_sum4`, vec4) over ROW_SUM_SUBGROUP / ROW_SUM_WORKGROUP.
+    pub const ROW_SUM4_SUBGROUP: WgslFile = file!("row_sum4_subgroup.wgsl");
+    pub const ROW_SUM4_WORKGROUP: WgslFile = file!("row_sum4_workgroup.wgsl");
     pub const SSM_CONV: WgslFile = file!("ssm_conv.wgsl");
     pub const DELTA_PREP: WgslFile = file!("delta_prep.wgsl");
     pub const GATED_DELTA: WgslFile = file!("gated_delta.wgsl");
@@ -55,6 +62,7 @@ pub mod wgsl {
     /// The chunked delta rule with its products on cooperative matrices.
     pub const GATED_DELTA_CHUNK_COOP: WgslFile = file!("gated_delta_chunk_coop.wgsl");
     pub const GATED_NORM: WgslFile = file!("gated_norm.wgsl");
+    pub const GDN_DECODE: WgslFile = file!("gdn_decode.wgsl");
 }
 
 /// How a v-head finds the k-head it reads (model-spec.md §5.4.6).
@@ -203,6 +211,24 @@ impl DeltaDims {
         let state = u64::from(batch.count) * 4 * self.recurrent_state_floats();
         let per_token = u64::from(self.conv_dim() + 2 * self.nv + self.value_dim());
         OpBytes::new(state, 4 * batch.tokens() * per_token + state)
+    }
+
+    /// The fused decode step (gdn_decode): every weight of the four kernels and both states in
+    /// (and out); the raw qkv, z, β and α of each token in, y out. The intermediate rows the
+    /// four kernels pass through memory (mixed, gates, o) stay in the workgroup.
+    pub fn decode_bytes(&self, batch: SeqBatch) -> OpBytes {
+        let (conv_dim, nv, vd) = (
+            u64::from(self.conv_dim()),
+            u64::from(self.nv),
+            u64::from(self.value_dim()),
+        );
+        let state =
+            u64::from(batch.count) * 4 * (self.conv_state_floats() + self.recurrent_state_floats());
+        let weights = 4 * (conv_dim * u64::from(self.conv_kernel) + 2 * nv + u64::from(self.dv));
+        OpBytes::new(
+            weights + state,
+            4 * batch.tokens() * (conv_dim + 2 * nv + 2 * vd) + state,
+        )
     }
 
     /// The gated norm: ssm_norm; o and z in, y out.

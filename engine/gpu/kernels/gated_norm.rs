@@ -74,6 +74,7 @@ impl Kernel for GatedNorm {
             module: WgslModule::new(variant)
                 .with(shared::reduction(variant))
                 .with(support::VIEW)
+                .with(wgsl::GDN_MATH)
                 .with(wgsl::GATED_NORM),
             slots: SLOTS,
             pipelines: vec![PipelineSpec {

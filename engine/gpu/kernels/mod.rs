@@ -11,6 +11,7 @@ pub mod embed;
 pub mod gated_delta;
 pub mod gated_delta_chunk;
 pub mod gated_norm;
+pub mod gdn_decode;
 pub mod kv_cache;
 pub mod matmul;
 pub mod matvec;
@@ -40,6 +41,7 @@ pub fn registry() -> Vec<KernelVariant> {
     all.extend(KernelVariant::all_of::<gated_delta::GatedDeltaDecode>());
     all.extend(KernelVariant::all_of::<gated_delta_chunk::GatedDeltaChunked>());
     all.extend(KernelVariant::all_of::<gated_norm::GatedNorm>());
+    all.extend(KernelVariant::all_of::<gdn_decode::GdnDecode>());
     all.extend(KernelVariant::all_of::<rms_norm::RmsNorm>());
     all.extend(KernelVariant::all_of::<elementwise::Elementwise>());
     all.extend(KernelVariant::all_of::<argmax::Argmax>());

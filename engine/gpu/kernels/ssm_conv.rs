@@ -84,6 +84,7 @@ impl SsmConv {
             module: WgslModule::new(variant)
                 .with(wgsl::SEQUENCES)
                 .with(support::VIEW)
+                .with(wgsl::GDN_MATH)
                 .with(wgsl::SSM_CONV),
             slots: SLOTS,
             pipelines: vec![PipelineSpec {

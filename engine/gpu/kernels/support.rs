@@ -102,7 +102,7 @@ impl<'a> View<'a> {
 
 /// `struct View` of wgsl/view.wgsl.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ViewParams {
     pub offset: u32,
     pub token_stride: u32,

@@ -168,6 +168,9 @@ pub struct AttentionIo<'a> {
     pub o: View<'a>,
     /// The per-head q and k norms (qwen3, qwen35), or none.
     pub norms: Option<HeadNorms<'a>>,
+    /// The output gate (qwen35: `o ⊙= σ(gate)`), which the decode kernel applies as it writes o;
+    /// a prompt step's gate is the block's own op.
+    pub gate: Option<View<'a>>,
 }
 
 impl Attention {
@@ -212,6 +215,7 @@ impl Attention {
             DecodeIo {
                 q: io.q_out,
                 o: io.o,
+                gate: io.gate,
                 cache: &cache,
                 pages,
                 positions,
@@ -288,6 +292,8 @@ pub struct AttentionBlock {
     bias: Vec<Pointwise>,
     attention: Attention,
     gate: Option<Pointwise>,
+    /// Whether a decode step's attention kernel applies the gate (then no gate op runs).
+    gate_in_decode: bool,
     wo: Linear,
 }
 
@@ -337,6 +343,7 @@ impl AttentionBlock {
             None => None,
         };
         let o = View::heads(s.get(Act::O), n_head, hd);
+        let gate_in_decode = t.output_gate && super::decode_fusion();
         let attention = Attention::bind(
             b.k,
             kernels,
@@ -350,6 +357,7 @@ impl AttentionBlock {
                 q_out: View::heads(s.get(Act::QRot), n_head, hd),
                 o,
                 norms: norms.as_ref().map(|(q, k)| HeadNorms { q, k, eps: b.eps }),
+                gate: gate_in_decode.then(|| q.at(q.offset + hd)),
             },
             b.io,
         )?;
@@ -368,6 +376,7 @@ impl AttentionBlock {
             bias,
             attention,
             gate,
+            gate_in_decode,
             wo: b.linear(t.wo, s.get(Act::O), s.get(Act::X), MatmulOutput::Accumulate)?,
         })
     }
@@ -386,7 +395,11 @@ impl AttentionBlock {
             op.record(k, pass, n, marks, "qkv_bias")?;
         }
         self.attention.record(k, attn, pass, n, marks)?;
-        if let Some(gate) = &self.gate {
+        // A decode step's attention kernel applied the gate as it wrote o.
+        let applied = self.gate_in_decode && marks.kind == StepKind::Decode;
+        if let Some(gate) = &self.gate
+            && !applied
+        {
             gate.record(k, pass, n, marks, "attn_gate")?;
         }
         self.wo.record(k, pass, n, marks, "attn_output")

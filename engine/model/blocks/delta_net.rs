@@ -13,6 +13,7 @@ use crate::gpu::kernels::gated_delta_chunk::{
     ChunkBinding, ChunkIo, ChunkScratch, GatedDeltaChunked,
 };
 use crate::gpu::kernels::gated_norm::{GatedNorm, NormBinding, NormIo as GatedNormIo};
+use crate::gpu::kernels::gdn_decode::{GdnDecode, GdnDecodeBinding, GdnDecodeIo};
 use crate::gpu::kernels::matmul::MatmulOutput;
 use crate::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
 use crate::gpu::profile::StepMarks;
@@ -31,6 +32,9 @@ pub struct DeltaNetKernels {
     recurrent: GatedDeltaDecode,
     chunked: GatedDeltaChunked,
     norm: GatedNorm,
+    /// The four kernels in one dispatch for decode steps; None where the adapter's limits do
+    /// not hold it or `FAK_DECODE_FUSION=0` (decode then runs the four).
+    fused: Option<GdnDecode>,
     /// None when every step is one token (the recurrent kernel serves them all).
     scratch: Option<ChunkScratch>,
 }
@@ -44,6 +48,9 @@ impl DeltaNetKernels {
             conv: SsmConv::new(ctx, paths, dims)?,
             prep: DeltaPrep::new(ctx, paths, dims)?,
             recurrent: GatedDeltaDecode::new(ctx, paths, dims)?,
+            fused: (super::decode_fusion() && GdnDecode::fits(ctx, &dims))
+                .then(|| GdnDecode::new(ctx, paths, dims))
+                .transpose()?,
             scratch: (max_tokens > 1)
                 .then(|| ChunkScratch::new(ctx, &chunked, max_tokens, 1))
                 .transpose()?,
@@ -63,7 +70,8 @@ impl DeltaNetKernels {
 /// One Gated DeltaNet layer (model-spec.md §5.4–5.5): the four projections of `h`, the causal
 /// conv and SiLU rolling the conv state, q/k L2 norms and gates, the delta rule (recurrent for
 /// one token, chunked for a prefill), the gated RMSNorm, and `x += W_out y`; with its state
-/// (one slot per sequence slot of the step table).
+/// (one slot per sequence slot of the step table). A decode step runs conv through gated norm
+/// as one kernel (`gdn_decode`).
 pub struct DeltaNetBlock {
     /// attn_norm and the qkv, z, β and α projections of its h, stacked where their types agree.
     projections: StackedProjections,
@@ -72,6 +80,7 @@ pub struct DeltaNetBlock {
     recurrent: DecodeBinding,
     chunked: Option<ChunkBinding>,
     norm: NormBinding,
+    fused: Option<GdnDecodeBinding>,
     out: Linear,
     pub state: DeltaState,
 }
@@ -175,6 +184,29 @@ impl DeltaNetBlock {
                 max_tokens: rows,
             },
         )?;
+        let fused = d
+            .fused
+            .as_ref()
+            .map(|fused| {
+                fused.bind(
+                    ctx,
+                    GdnDecodeIo {
+                        m: m.rows(),
+                        z: z.heads(d.dims.nv, d.dims.dv, d.dims.dv),
+                        b: beta.rows(),
+                        a: alpha.rows(),
+                        conv_weight: f32_tensor(t.conv, &conv_w),
+                        ssm_a: f32_tensor(t.a, &ssm_a),
+                        dt_bias: f32_tensor(t.dt_bias, &dt_bias),
+                        norm_weight: f32_tensor(t.norm, &norm_w),
+                        table,
+                        state: &state,
+                        y: s.get(Act::GdnY),
+                        max_tokens: rows,
+                    },
+                )
+            })
+            .transpose()?;
         Ok(DeltaNetBlock {
             projections,
             conv,
@@ -182,6 +214,7 @@ impl DeltaNetBlock {
             recurrent,
             chunked,
             norm,
+            fused,
             out: b.linear(
                 t.out,
                 s.get(Act::GdnY),
@@ -204,6 +237,15 @@ impl DeltaNetBlock {
     ) -> Result<(), GpuError> {
         let n = batch.rows;
         self.projections.record(k, pass, n, marks, "attn_norm")?;
+        // A decode token takes the fused kernel whatever else the step holds, so its result
+        // does not depend on the batch.
+        if let (Some(kernel), Some(fused)) = (&d.fused, &self.fused)
+            && marks.kind == StepKind::Decode
+        {
+            let decoded = kernel.encode(pass, fused, batch)?;
+            marks.op(pass, "gdn_decode", decoded);
+            return self.out.record(k, pass, n, marks, "gdn_out");
+        }
         let conv = d.conv.encode(pass, &self.conv, batch)?;
         marks.op(pass, "ssm_conv", conv);
         let prep = d.prep.encode(pass, &self.prep, n)?;

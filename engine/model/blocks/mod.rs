@@ -75,6 +75,14 @@ impl Kernels {
     }
 }
 
+/// Whether decode steps take the decode fusions: a GDN layer's conv → prep → delta rule → gated
+/// norm as one `gdn_decode`, and a gated attention layer's gate inside `attn_decode`. On unless
+/// `FAK_DECODE_FUSION=0`, which binds the separate kernels as before the fusions (to measure them
+/// on one binary).
+pub fn decode_fusion() -> bool {
+    std::env::var("FAK_DECODE_FUSION").as_deref() != Ok("0")
+}
+
 /// A weight tensor's bytes, exactly as the GGUF stores them, in a buffer of its own (labelled
 /// with the tensor's name, so a wgpu error names it).
 pub fn upload_weight(

@@ -1,0 +1,418 @@
+//! `gdn_decode`: a decode step of a Gated DeltaNet layer — conv + SiLU with the conv state
+//! rolled, q/k L2 norms and gates, the recurrent delta rule and the gated RMSNorm — in one
+//! dispatch for every sequence of the step's table (wgsl/gdn_decode.wgsl). Prompt steps keep the
+//! four kernels (the chunked delta rule and mid-step snapshots need them); the model picks this
+//! one by the step's kind, never by what else is in the batch.
+
+use super::delta_state::{
+    DeltaDims, DeltaState, Dispatch, Resource, TensorRef, bind_group, by_entry, check_batch,
+    check_f32_weight, check_grid, check_state, f32_rows, record, wgsl,
+};
+use super::support::{self, View, ViewParams};
+use crate::gpu::buffers::uniform;
+use crate::gpu::context::GpuContext;
+use crate::gpu::error::GpuError;
+use crate::gpu::kernel::{Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build};
+use crate::gpu::layout::Slot;
+use crate::gpu::paths::{Axes, KernelPaths};
+use crate::gpu::profile::Recorded;
+use crate::gpu::step::{SeqBatch, SequenceTable};
+
+/// Invocations per workgroup unless `FAK_GDN_DECODE_WG` names another of [`WORKGROUP_SIZES`]:
+/// wgpu's default invocation limit. 256 invocations take 128 state rows a pass (three passes on
+/// the 27B's 384); more take more rows at once but leave each invocation fewer registers.
+const WG: u32 = 256;
+/// The workgroup sizes the kernel takes: multiples of every subgroup size up to 128 and powers
+/// of two.
+pub const WORKGROUP_SIZES: [u32; 4] = [128, 256, 512, 1024];
+/// m, z, b, a, conv_w, ssm_a, dt_bias, norm_w, seqs, conv_state, state, y, params.
+const SLOTS: &[Slot] = &[
+    Slot::Read,
+    Slot::Read,
+    Slot::Read,
+    Slot::Read,
+    Slot::Read,
+    Slot::Read,
+    Slot::Read,
+    Slot::Read,
+    Slot::Read,
+    Slot::ReadWrite,
+    Slot::ReadWrite,
+    Slot::ReadWrite,
+    Slot::Uniform,
+];
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    nk: u32,
+    nv: u32,
+    group_div: u32,
+    eps: f32,
+    q_scale: f32,
+    pad: [u32; 3],
+    m: ViewParams,
+    z: ViewParams,
+    b: ViewParams,
+    a: ViewParams,
+}
+
+pub struct GdnDecode {
+    variant: KernelPaths,
+    row_lanes: u32,
+    workgroup: u32,
+    dims: DeltaDims,
+    layout: wgpu::BindGroupLayout,
+    pipelines: Vec<(&'static str, wgpu::ComputePipeline)>,
+}
+
+/// The buffers of one GDN layer's decode step, for [`GdnDecode::bind`].
+pub struct GdnDecodeIo<'a> {
+    /// Raw qkv projection: `max_tokens` rows of `conv_dim`, possibly inside wider rows.
+    pub m: View<'a>,
+    /// The gate projection: `max_tokens` × nv heads of dv.
+    pub z: View<'a>,
+    /// β logits and α: `max_tokens` rows of nv each.
+    pub b: View<'a>,
+    pub a: View<'a>,
+    /// `blk.N.ssm_conv1d.weight` (F32, `ne = [K, conv_dim]`).
+    pub conv_weight: TensorRef<'a>,
+    /// `blk.N.ssm_a` (F32 `[nv]`, already −exp(A_log)) and `blk.N.ssm_dt.bias` (F32 `[nv]`).
+    pub ssm_a: TensorRef<'a>,
+    pub dt_bias: TensorRef<'a>,
+    /// `blk.N.ssm_norm.weight` (F32 `[dv]`).
+    pub norm_weight: TensorRef<'a>,
+    pub table: &'a SequenceTable,
+    pub state: &'a DeltaState,
+    /// Output `[max_tokens][nv·dv]`: the gated norm's y, what `W_out` reads.
+    pub y: &'a wgpu::Buffer,
+    pub max_tokens: u32,
+}
+
+pub struct GdnDecodeBinding {
+    group: wgpu::BindGroup,
+    max_tokens: u32,
+    max_seqs: u32,
+    max_grid: u32,
+}
+
+impl Kernel for GdnDecode {
+    const NAME: &'static str = "gdn_decode";
+    const AXES: Axes = Axes {
+        subgroup: true,
+        ..Axes::NONE
+    };
+
+    fn source(variant: KernelPaths) -> KernelSource {
+        let dims = DeltaDims::QWEN35_27B;
+        Self::source_for(variant, &dims, preferred_row_lanes(dims.dk), WG)
+    }
+}
+
+/// `FAK_GDN_DECODE_WG`: the workgroup size (one of [`WORKGROUP_SIZES`]; unset or empty: 256),
+/// for a sweep on a device.
+pub fn workgroup_from_env() -> Result<u32, GpuError> {
+    match std::env::var("FAK_GDN_DECODE_WG") {
+        Ok(text) if !text.is_empty() => match text.trim().parse::<u32>() {
+            Ok(wg) if WORKGROUP_SIZES.contains(&wg) => Ok(wg),
+            _ => Err(GpuError::Shape {
+                kernel: GdnDecode::NAME,
+                message: format!("FAK_GDN_DECODE_WG={text:?}: one of {WORKGROUP_SIZES:?}"),
+            }),
+        },
+        _ => Ok(WG),
+    }
+}
+
+/// Lanes per state row, as gated_delta picks them: 8 where dk allows it, else 4.
+fn preferred_row_lanes(dk: u32) -> u32 {
+    if dk.is_multiple_of(32) { 8 } else { 4 }
+}
+
+/// Value heads per key head: the heads one workgroup runs.
+fn group(dims: &DeltaDims) -> u32 {
+    dims.nv / dims.nk
+}
+
+/// Bytes of the kernel's workgroup memory in workgroups of `wg`: q and k, v and o of its heads,
+/// three values per head, the row sums' partials (one f32 a lane, and a vec4 a lane without
+/// subgroups).
+fn workgroup_bytes(dims: &DeltaDims, subgroup: bool, wg: u32) -> u64 {
+    let rows = u64::from(group(dims) * dims.dv);
+    let partials = if subgroup { 0 } else { 5 * u64::from(wg) };
+    4 * (2 * u64::from(dims.dk) + 2 * rows + 3 * u64::from(group(dims)) + partials)
+}
+
+impl GdnDecode {
+    fn source_for(variant: KernelPaths, dims: &DeltaDims, row_lanes: u32, wg: u32) -> KernelSource {
+        let (row_sum, row_sum4) = if variant.subgroup {
+            (wgsl::ROW_SUM_SUBGROUP, wgsl::ROW_SUM4_SUBGROUP)
+        } else {
+            (wgsl::ROW_SUM_WORKGROUP, wgsl::ROW_SUM4_WORKGROUP)
+        };
+        KernelSource {
+            module: WgslModule::new(variant)
+                .with_const("DK", dims.dk)
+                .with_const("DV", dims.dv)
+                .with_const("GROUP", group(dims))
+                .with(wgsl::SEQUENCES)
+                .with(support::VIEW)
+                .with(wgsl::GDN_MATH)
+                .with(row_sum)
+                .with(row_sum4)
+                .with(wgsl::GDN_DECODE),
+            slots: SLOTS,
+            pipelines: vec![PipelineSpec {
+                label: format!(
+                    "gdn_decode dk={} dv={} group={} lanes={row_lanes} wg={wg}",
+                    dims.dk,
+                    dims.dv,
+                    group(dims)
+                ),
+                entry_point: "gdn_decode",
+                constants: vec![
+                    ("WG", f64::from(wg)),
+                    ("ROW_LANES", f64::from(row_lanes)),
+                    ("K", f64::from(dims.conv_kernel)),
+                ],
+            }],
+        }
+    }
+
+    /// Whether the adapter's limits hold the kernel for `dims` (its 13 bindings, a workgroup of
+    /// 256, its workgroup memory); where not, a model keeps the four separate kernels.
+    pub fn fits(ctx: &GpuContext, dims: &DeltaDims) -> bool {
+        Self::check_limits(ctx, dims, false, WG).is_ok()
+    }
+
+    fn check_limits(
+        ctx: &GpuContext,
+        dims: &DeltaDims,
+        subgroup: bool,
+        wg: u32,
+    ) -> Result<(), GpuError> {
+        let limits = ctx.device.limits();
+        let bytes = workgroup_bytes(dims, subgroup, wg);
+        let checks = [
+            (
+                "its storage bindings",
+                (SLOTS.len() - 1) as u64,
+                limits.max_storage_buffers_per_shader_stage,
+                "max_storage_buffers_per_shader_stage",
+            ),
+            (
+                "its workgroup size",
+                u64::from(wg),
+                limits.max_compute_invocations_per_workgroup,
+                "max_compute_invocations_per_workgroup",
+            ),
+            (
+                "its workgroup memory (bytes)",
+                bytes,
+                limits.max_compute_workgroup_storage_size,
+                "max_compute_workgroup_storage_size",
+            ),
+        ];
+        for (what, size, limit, limit_name) in checks {
+            if size > u64::from(limit) {
+                return Err(GpuError::TooLarge {
+                    what: format!("kernel gdn_decode for {dims:?}: {what}"),
+                    size,
+                    limit: u64::from(limit),
+                    limit_name,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds the kernel for `dims` (dk, dv and nv/nk are baked in) in workgroups of
+    /// [`workgroup_from_env`].
+    pub fn new(ctx: &GpuContext, paths: KernelPaths, dims: DeltaDims) -> Result<Self, GpuError> {
+        Self::with_workgroup(ctx, paths, dims, workgroup_from_env()?)
+    }
+
+    /// [`GdnDecode::new`] in workgroups of `wg` invocations (one of [`WORKGROUP_SIZES`]). As for
+    /// gated_delta, the subgroup variant needs lane groups that fit the adapter's smallest
+    /// subgroup and workgroups that hold whole subgroups; where the adapter rules that out, the
+    /// fallback is built.
+    pub fn with_workgroup(
+        ctx: &GpuContext,
+        paths: KernelPaths,
+        dims: DeltaDims,
+        wg: u32,
+    ) -> Result<Self, GpuError> {
+        dims.validate()?;
+        if !WORKGROUP_SIZES.contains(&wg) || wg < group(&dims) {
+            return Err(GpuError::Shape {
+                kernel: Self::NAME,
+                message: format!(
+                    "a workgroup of {wg}: the kernel takes {WORKGROUP_SIZES:?}, at least the {} \
+                     value heads of a key head",
+                    group(&dims)
+                ),
+            });
+        }
+        let mut paths = Self::AXES.select(paths);
+        let mut row_lanes = preferred_row_lanes(dims.dk);
+        if paths.subgroup {
+            let facts = ctx.facts();
+            let narrowest = facts.subgroup_min_size.min(row_lanes);
+            if narrowest < 4 || facts.subgroup_max_size > 128 {
+                paths.subgroup = false;
+            } else {
+                row_lanes = narrowest;
+            }
+        }
+        Self::check_limits(ctx, &dims, paths.subgroup, wg)?;
+        let mut variant = KernelVariant::of::<Self>(paths);
+        variant.source = Self::source_for(paths, &dims, row_lanes, wg);
+        let built = build(ctx, &variant)?;
+        Ok(GdnDecode {
+            variant: paths,
+            row_lanes,
+            workgroup: wg,
+            dims,
+            layout: built.layout,
+            pipelines: by_entry(&variant.source.pipelines, built.pipelines),
+        })
+    }
+
+    pub fn variant(&self) -> KernelPaths {
+        self.variant
+    }
+
+    /// Invocations that own a state row.
+    pub fn row_lanes(&self) -> u32 {
+        self.row_lanes
+    }
+
+    /// Invocations per workgroup.
+    pub fn workgroup(&self) -> u32 {
+        self.workgroup
+    }
+
+    /// Checks the buffers against the shapes and builds the bind group (once, at load time).
+    pub fn bind<'a>(
+        &self,
+        ctx: &GpuContext,
+        io: GdnDecodeIo<'a>,
+    ) -> Result<GdnDecodeBinding, GpuError> {
+        let d = self.dims;
+        let conv_taps = u64::from(d.conv_kernel) * u64::from(d.conv_dim());
+        let weights = [
+            (&io.conv_weight, conv_taps),
+            (&io.ssm_a, u64::from(d.nv)),
+            (&io.dt_bias, u64::from(d.nv)),
+            (&io.norm_weight, u64::from(d.dv)),
+        ];
+        for (w, len) in weights {
+            check_f32_weight(Self::NAME, w, len)?;
+        }
+        check_state(Self::NAME, d, io.table, io.state)?;
+        let params = Params {
+            nk: d.nk,
+            nv: d.nv,
+            group_div: d.group_div(),
+            eps: d.eps,
+            q_scale: 1.0 / (d.dk as f32).sqrt(),
+            pad: [0; 3],
+            m: io.m.params(),
+            z: io.z.params(),
+            b: io.b.params(),
+            a: io.a.params(),
+        };
+        let params = uniform(ctx, "gdn_decode params", &params);
+        let view = |what, view: &View<'a>, heads, width| {
+            support::view_binding(ctx, Self::NAME, what, view, io.max_tokens, heads, width)
+        };
+        let weight = |w: &TensorRef<'a>, len: u64| Resource::Storage {
+            name: w.name,
+            buffer: w.buffer,
+            bytes: 4 * len,
+        };
+        let [conv_w, ssm_a, dt_bias, norm_w] = weights.map(|(w, len)| weight(w, len));
+        let group = bind_group(
+            ctx,
+            Self::NAME,
+            &self.layout,
+            &[
+                Resource::Checked(view("m (qkv projection)", &io.m, 1, d.conv_dim())?),
+                Resource::Checked(view("z (gate projection)", &io.z, d.nv, d.dv)?),
+                Resource::Checked(view("b (beta logits)", &io.b, 1, d.nv)?),
+                Resource::Checked(view("a (alpha)", &io.a, 1, d.nv)?),
+                conv_w,
+                ssm_a,
+                dt_bias,
+                norm_w,
+                Resource::Storage {
+                    name: "sequence table",
+                    buffer: &io.table.buffer,
+                    bytes: io.table.buffer.size(),
+                },
+                Resource::Storage {
+                    name: "conv state",
+                    buffer: &io.state.conv,
+                    bytes: io.state.conv.size(),
+                },
+                Resource::Storage {
+                    name: "recurrent state",
+                    buffer: &io.state.recurrent,
+                    bytes: io.state.recurrent.size(),
+                },
+                Resource::Storage {
+                    name: "y (gated norm output)",
+                    buffer: io.y,
+                    bytes: f32_rows(io.max_tokens, d.value_dim()),
+                },
+                Resource::Uniform(&params),
+            ],
+        )?;
+        Ok(GdnDecodeBinding {
+            group,
+            max_tokens: io.max_tokens,
+            max_seqs: io.table.max_seqs(),
+            max_grid: ctx.device.limits().max_compute_workgroups_per_dimension,
+        })
+    }
+
+    /// One dispatch: a workgroup per (key head, sequence). Every sequence of `batch` must be
+    /// one token (a decode step).
+    pub fn plan(
+        &self,
+        binding: &GdnDecodeBinding,
+        batch: SeqBatch,
+    ) -> Result<Vec<Dispatch>, GpuError> {
+        check_batch(Self::NAME, batch, binding.max_tokens, binding.max_seqs)?;
+        if batch.len != 1 {
+            return Err(GpuError::Shape {
+                kernel: Self::NAME,
+                message: format!(
+                    "a batch of sequences of up to {} tokens: the fused decode takes one token \
+                     per sequence",
+                    batch.len
+                ),
+            });
+        }
+        let grid = [self.dims.nk, batch.count, 1];
+        Ok(vec![check_grid(
+            binding.max_grid,
+            Self::NAME,
+            "gdn_decode",
+            grid,
+        )?])
+    }
+
+    /// Records the decode step of `batch` (the batch the sequence table was last written with).
+    pub fn encode(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        binding: &GdnDecodeBinding,
+        batch: SeqBatch,
+    ) -> Result<Recorded, GpuError> {
+        let plan = self.plan(binding, batch)?;
+        record(pass, &binding.group, &plan, &self.pipelines);
+        let bytes = self.dims.decode_bytes(batch);
+        Ok(Recorded::new(Self::NAME, plan.len(), bytes))
+    }
+}

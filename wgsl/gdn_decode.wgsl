@@ -1,0 +1,254 @@
+// gdn_decode — a decode step of a Gated DeltaNet layer in one dispatch: conv + SiLU rolling the
+// conv state, the q/k L2 norms and gates, the recurrent delta rule and the gated RMSNorm
+//
+// Math (model-spec.md §5.4–5.5: what ssm_conv → delta_prep → gated_delta → gated_norm compute
+// for one token), per sequence s (slot σ = seqs.seq[s].slot, its one row r = seqs.seq[s].start):
+//   x_c  = silu(Σ_{j<K} w[c·K + j] · win_c[j]),  win_c = (state[σ][0..K−1][c], m[r][c]);
+//          then state[σ][i][c] = win_c[i + 1]: the conv state moves on by one row
+//   q̂ = x_q · rsqrt(Σ x_q² + eps) / √dk,  k̂ = x_k · rsqrt(Σ x_k² + eps)     (key head κ)
+//   per value head h reading κ:  β = σ(b_h),  g = ssm_a_h · softplus(a_h + dt_bias_h)
+//   S ← e^g S;  δ = β (v_h − Sᵀ k̂);  S ← S + k̂ δᵀ;  o = Sᵀ q̂
+//   y[r][h·dv + j] = w_norm[j] · o_j · rsqrt(Σ_j o_j² / dv + eps) · silu(z[r][h][j])
+// with S = recurrent[σ][h] stored as dv rows of dk (gated_delta.wgsl's layout) and κ(h) =
+// (h / group_div) mod nk (delta_state.rs: HeadMapping).
+//
+// Work split: one workgroup per (key head κ, sequence), doing the GROUP = nv/nk value heads that
+// read κ. So q̂ and k̂ are computed once, and every conv channel (q and k of κ, v of its value
+// heads) belongs to exactly one workgroup, whose invocation reads the channel's conv rows and then
+// rewrites them: no workgroup reads state another one writes. (A workgroup per value head would
+// have several reading κ's conv rows while one of them rolls them, with no order between them.)
+//   1. conv + SiLU of the workgroup's 2·DK + GROUP·DV channels into workgroup memory, the conv
+//      state rolled; β and e^g of its GROUP heads.
+//   2. q̂, k̂: every lane group (ROW_LANES lanes) holds all of q and k, DK/ROW_LANES floats a lane,
+//      and normalises them with one row_sum4; all groups get the same bits.
+//   3. the delta rule: the GROUP·DV state rows in passes; in a pass a lane group owns four
+//      consecutive rows (one head: DV is a multiple of 4), holding 4·DK/ROW_LANES state floats a
+//      lane in registers (four rows in flight per lane, as gated_delta.wgsl has one), their dot
+//      products summed by row_sum4; o into workgroup memory.
+//   4. the gated RMSNorm: lane group i sums head i's o² (row_sum), then every invocation writes y.
+//
+// bindings: 0 m (array<f32>, read: the raw qkv projection through params.m, conv_dim values of
+//           row r) · 1 z (read: the gate projection through params.z, nv heads of dv) · 2 b
+//           (read: β logits through params.b, nv values) · 3 a (read: α through params.a)
+//           · 4 conv_w (read: F32 ssm_conv1d, ne = [K, conv_dim]) · 5 ssm_a (read: F32 [nv], already
+//           −exp(A_log)) · 6 dt_bias (read: F32 [nv]) · 7 norm_w (read: F32 ssm_norm [dv])
+//           · 8 seqs (Sequences, read) · 9 conv_state (read_write: [slots][K−1][conv_dim])
+//           · 10 state (array<vec4<f32>>, read_write: [slots][nv][dv][dk]) · 11 y (read_write:
+//           [rows][nv·dv]) · 12 params (uniform Params)
+// dispatch: (nk, count) workgroups of WG; every sequence of the table has one token (the host
+//           checks), and decode tables take no mid-step snapshot.
+// variants: SUBGROUP (row_sum(4)_subgroup: shuffles) | fallback (row_sum(4)_workgroup).
+// constants: DK, DV, GROUP (module consts: they size workgroup arrays; DK a multiple of
+//           4·ROW_LANES, ≤ 4·ROW_LANES·MAX_VEC); overrides: WG (a multiple of ROW_LANES),
+//           ROW_LANES, K ∈ 2..=4.
+// requires: sequences.wgsl, view.wgsl, gdn_math.wgsl, row_sum_subgroup.wgsl + row_sum4_subgroup.wgsl
+//           or row_sum_workgroup.wgsl + row_sum4_workgroup.wgsl.
+
+struct Params {
+    nk: u32,
+    nv: u32,
+    group_div: u32,
+    eps: f32,
+    // 1/√dk.
+    q_scale: f32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
+    m: View,
+    z: View,
+    b: View,
+    a: View,
+}
+
+@group(0) @binding(0) var<storage, read> m: array<f32>;
+@group(0) @binding(1) var<storage, read> z: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read> a: array<f32>;
+@group(0) @binding(4) var<storage, read> conv_w: array<f32>;
+@group(0) @binding(5) var<storage, read> ssm_a: array<f32>;
+@group(0) @binding(6) var<storage, read> dt_bias: array<f32>;
+@group(0) @binding(7) var<storage, read> norm_w: array<f32>;
+@group(0) @binding(8) var<storage, read> seqs: Sequences;
+@group(0) @binding(9) var<storage, read_write> conv_state: array<f32>;
+@group(0) @binding(10) var<storage, read_write> state: array<vec4<f32>>;
+@group(0) @binding(11) var<storage, read_write> y: array<f32>;
+@group(0) @binding(12) var<uniform> params: Params;
+
+override WG: u32 = 256u;
+override ROW_LANES: u32 = 8u;
+override K: u32 = 4u;
+// vec4s of a state row per lane.
+override VEC: u32 = DK / (4u * ROW_LANES);
+const MAX_VEC: u32 = 16u;
+// The workgroup's state rows: GROUP heads of DV.
+const ROWS: u32 = GROUP * DV;
+
+// The conv outputs of q (first DK) and k of the key head, then q̂ and k̂ as each group reads them.
+var<workgroup> qk: array<f32, 2u * DK>;
+// The conv outputs of the GROUP value heads' v, and the delta rule's outputs o.
+var<workgroup> values: array<f32, ROWS>;
+var<workgroup> outputs: array<f32, ROWS>;
+// Per value head of the group: β, e^g, and 1/RMS(o).
+var<workgroup> betas: array<f32, GROUP>;
+var<workgroup> decays: array<f32, GROUP>;
+var<workgroup> inv_rms: array<f32, GROUP>;
+
+// The i-th value head (i < GROUP) that reads key head kh: h = (kh + ⌊i / div⌋·nk)·div + i mod div,
+// the inverse of κ(h) = ⌊h / div⌋ mod nk for div = 1 (tiled: kh, kh + nk, …) and div = GROUP
+// (grouped: kh·GROUP + i).
+fn value_head(kh: u32, i: u32) -> u32 {
+    let div = params.group_div;
+    return (kh + (i / div) * params.nk) * div + i % div;
+}
+
+// silu of channel c's conv over its K−1 state rows and m, rolling those rows (ssm_conv.wgsl's
+// sum, in the same order, for a sequence of one token).
+fn conv_roll(slot: u32, r: u32, c: u32, conv_dim: u32) -> f32 {
+    let base = slot * (K - 1u) * conv_dim + c;
+    var acc = 0.0;
+    for (var j = 0u; j + 1u < K; j++) {
+        let x = conv_state[base + j * conv_dim];
+        acc = fma(conv_w[c * K + j], x, acc);
+        if j > 0u {
+            conv_state[base + (j - 1u) * conv_dim] = x;
+        }
+    }
+    let newest = m[view_index(params.m, r, 0u, c)];
+    conv_state[base + (K - 2u) * conv_dim] = newest;
+    return silu(fma(conv_w[c * K + K - 1u], newest, acc));
+}
+
+@compute @workgroup_size(WG)
+fn gdn_decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
+    let kh = wg.x;
+    let s = wg.y;
+    let slot = seqs.seq[s].slot;
+    let r = seqs.seq[s].start;
+    let position = lane_position(lanes);
+    let key_dim = params.nk * DK;
+    let conv_dim = 2u * key_dim + params.nv * DV;
+
+    // 1. conv + SiLU of q and k of κ, then v of its value heads; the gates.
+    for (var i = position; i < 2u * DK + ROWS; i += WG) {
+        if i < 2u * DK {
+            qk[i] = conv_roll(slot, r, (i / DK) * key_dim + kh * DK + i % DK, conv_dim);
+        } else {
+            let e = i - 2u * DK;
+            let c = 2u * key_dim + value_head(kh, e / DV) * DV + e % DV;
+            values[e] = conv_roll(slot, r, c, conv_dim);
+        }
+    }
+    if position < GROUP {
+        let h = value_head(kh, position);
+        betas[position] = sigmoid(b[view_index(params.b, r, 0u, h)]);
+        let g = ssm_a[h] * softplus(a[view_index(params.a, r, 0u, h)] + dt_bias[h]);
+        decays[position] = exp(g);
+    }
+    workgroupBarrier();
+
+    // 2. q̂ and k̂ in every lane group: vec4 e of this lane is floats 4·(e·ROW_LANES + lane)….
+    let lane = position % ROW_LANES;
+    let group = position / ROW_LANES;
+    let groups = WG / ROW_LANES;
+    var q: array<vec4<f32>, MAX_VEC>;
+    var k: array<vec4<f32>, MAX_VEC>;
+    var squares = vec4<f32>(0.0);
+    for (var e = 0u; e < VEC; e++) {
+        let at = 4u * (e * ROW_LANES + lane);
+        q[e] = vec4<f32>(qk[at], qk[at + 1u], qk[at + 2u], qk[at + 3u]);
+        k[e] = vec4<f32>(qk[DK + at], qk[DK + at + 1u], qk[DK + at + 2u], qk[DK + at + 3u]);
+        squares += vec4<f32>(dot(q[e], q[e]), dot(k[e], k[e]), 0.0, 0.0);
+    }
+    squares = row_sum4(squares, lanes);
+    let q_norm = inverseSqrt(squares.x + params.eps) * params.q_scale;
+    let k_norm = inverseSqrt(squares.y + params.eps);
+    for (var e = 0u; e < VEC; e++) {
+        q[e] *= q_norm;
+        k[e] *= k_norm;
+    }
+
+    // 3. The delta rule, four rows per lane group and pass; st[4e + c] is vec4 e of row c.
+    let dk4 = DK / 4u;
+    for (var first = 0u; first < ROWS; first += 4u * groups) {
+        let row = first + 4u * group;
+        let live = row < ROWS;
+        // Past the end a group computes on the last rows (the sums need every lane) and writes
+        // nothing.
+        let rc = min(row, ROWS - 4u);
+        let i = rc / DV;
+        let h = value_head(kh, i);
+        let at = ((slot * params.nv + h) * DV + rc % DV) * dk4 + lane;
+        let decay = decays[i];
+        var st: array<vec4<f32>, 4u * MAX_VEC>;
+        for (var e = 0u; e < VEC; e++) {
+            for (var c = 0u; c < 4u; c++) {
+                st[4u * e + c] = state[at + c * dk4 + e * ROW_LANES] * decay;
+            }
+        }
+        var u = vec4<f32>(0.0);
+        for (var e = 0u; e < VEC; e++) {
+            let key = k[e];
+            u += vec4<f32>(
+                dot(st[4u * e], key),
+                dot(st[4u * e + 1u], key),
+                dot(st[4u * e + 2u], key),
+                dot(st[4u * e + 3u], key),
+            );
+        }
+        u = row_sum4(u, lanes);
+        let v = vec4<f32>(values[rc], values[rc + 1u], values[rc + 2u], values[rc + 3u]);
+        let delta = betas[i] * (v - u);
+        var out = vec4<f32>(0.0);
+        for (var e = 0u; e < VEC; e++) {
+            let key = k[e];
+            let query = q[e];
+            st[4u * e] = fma(key, vec4<f32>(delta.x), st[4u * e]);
+            st[4u * e + 1u] = fma(key, vec4<f32>(delta.y), st[4u * e + 1u]);
+            st[4u * e + 2u] = fma(key, vec4<f32>(delta.z), st[4u * e + 2u]);
+            st[4u * e + 3u] = fma(key, vec4<f32>(delta.w), st[4u * e + 3u]);
+            out += vec4<f32>(
+                dot(st[4u * e], query),
+                dot(st[4u * e + 1u], query),
+                dot(st[4u * e + 2u], query),
+                dot(st[4u * e + 3u], query),
+            );
+        }
+        out = row_sum4(out, lanes);
+        if live {
+            if lane == 0u {
+                outputs[rc] = out.x;
+                outputs[rc + 1u] = out.y;
+                outputs[rc + 2u] = out.z;
+                outputs[rc + 3u] = out.w;
+            }
+            for (var e = 0u; e < VEC; e++) {
+                for (var c = 0u; c < 4u; c++) {
+                    state[at + c * dk4 + e * ROW_LANES] = st[4u * e + c];
+                }
+            }
+        }
+    }
+    workgroupBarrier();
+
+    // 4. The gated RMSNorm: lane group i finds head i's 1/RMS, then y.
+    for (var first = 0u; first < GROUP; first += groups) {
+        let i = min(first + group, GROUP - 1u);
+        var sum_sq = 0.0;
+        for (var j = lane; j < DV; j += ROW_LANES) {
+            let o = outputs[i * DV + j];
+            sum_sq = fma(o, o, sum_sq);
+        }
+        let total = row_sum(sum_sq, lanes);
+        if first + group < GROUP && lane == 0u {
+            inv_rms[i] = inverseSqrt(total / f32(DV) + params.eps);
+        }
+    }
+    workgroupBarrier();
+    for (var e = position; e < ROWS; e += WG) {
+        let i = e / DV;
+        let j = e % DV;
+        let h = value_head(kh, i);
+        let gate = z[view_index(params.z, r, h, j)];
+        y[r * params.nv * DV + h * DV + j] = norm_w[j] * (outputs[e] * inv_rms[i]) * silu(gate);
+    }
+}
