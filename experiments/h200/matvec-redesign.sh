@@ -8,9 +8,10 @@
 #    timed). → matvec-bench.tsv (+ .err)
 # 2. gpu_matvec's integer-path tests on the H200 (32-wide subgroups, native SDot): the wide form's
 #    and the quantized gate/up output's. → matvec-parity.log
-# 3. harness bench on the 8B and 27B shapes (synth --fast-random, depth 128): the integer path in
-#    today's layouts and with FAK_MATVEC_LAYOUT=256/4/1/wide (the wide form for every Q4_K/Q6_K q8
-#    product; others narrow in the same layout), alternating, twice each. → matvec-decode.log
+# 3. harness bench (synth --fast-random, depth 128, 32 tokens): the integer path in today's
+#    layouts (256/4/1, the quantizing gate/up 256/16/1) and with FAK_MATVEC_WIDE=1 (the same
+#    layouts in the wide form for every Q4_K/Q6_K q8 product), alternating: the 27B shape
+#    twice each, the 8B once each. → matvec-decode.log
 # Files back: gpu.csv, matvec-bench.tsv, matvec-bench.err, matvec-parity.log, matvec-decode.log,
 #    synth.log (6).
 # Carried: target/h200 from
@@ -31,8 +32,8 @@ SYNTH=$!
 # wide form's candidates and a few more team shapes.
 LAYOUTS=64/1/1,256/4/1,256/16/1
 LAYOUTS+=,256/4/1/wide,128/8/1/wide,128/4/2/wide,256/16/1/wide
-LAYOUTS+=,64/1/1/wide,128/2/1/wide,256/8/1/wide,256/4/2/wide
-timeout 170 "$BIN/matvec-bench" --layouts "$LAYOUTS" > "$OUT/matvec-bench.tsv" \
+LAYOUTS+=,64/1/1/wide,64/4/1/wide,128/2/1/wide,256/8/1/wide,128/8/2/wide
+timeout 150 "$BIN/matvec-bench" --layouts "$LAYOUTS" > "$OUT/matvec-bench.tsv" \
     2> "$OUT/matvec-bench.err"
 echo "matvec-bench exit $?" >> "$OUT/matvec-bench.err"
 grep -E "^#|FAILED" "$OUT/matvec-bench.tsv"
@@ -47,13 +48,13 @@ run() {
     local model=$1
     shift
     echo "== $model $*" >> "$OUT/matvec-decode.log"
-    env FAK_INT_DOT=1 "$@" timeout 60 "$BIN/harness" bench --model "$model" --depths 128 \
+    env FAK_INT_DOT=1 "$@" timeout 50 "$BIN/harness" bench --model "$model" --depths 128 \
         --n-out 32 >> "$OUT/matvec-decode.log" 2>&1
 }
-for _ in 1 2; do
-    for model in "$M8" "$M27"; do
-        run "$model" FAK_MATVEC_LAYOUT=
-        run "$model" FAK_MATVEC_LAYOUT=256/4/1/wide
-    done
-done
+run "$M27" FAK_MATVEC_WIDE=0
+run "$M27" FAK_MATVEC_WIDE=1
+run "$M8" FAK_MATVEC_WIDE=0
+run "$M8" FAK_MATVEC_WIDE=1
+run "$M27" FAK_MATVEC_WIDE=0
+run "$M27" FAK_MATVEC_WIDE=1
 grep -E "^==|tok/s|ms/token|ffn_|attn_|output|probe" "$OUT/matvec-decode.log" | head -150

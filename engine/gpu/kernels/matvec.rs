@@ -358,6 +358,9 @@ pub struct MatVec {
     /// The layout of every binding that names none; None: [`MatVecLayout::DEFAULT`] for f32
     /// inputs, [`MatVecLayout::INTEGER`] for q8 ones.
     rows: Option<MatVecLayout>,
+    /// Every binding's layout (named or not) in the wide form where that serves it
+    /// (`FAK_MATVEC_WIDE=1`: the wide form in the model with today's layouts, for measuring it).
+    widen: bool,
     layout: wgpu::BindGroupLayout,
     /// Bound as `w16`/`x16` where the data is not 16-byte aligned (the kernel then reads w, x).
     placeholder: wgpu::Buffer,
@@ -536,8 +539,13 @@ impl MatVec {
     /// Builds the variant `paths` selects (subgroup reduction or the workgroup-memory tree; with
     /// the integer path or without) in the layout `FAK_MATVEC_LAYOUT` names, else each input's
     /// default ([`MatVecLayout::DEFAULT`] for f32, [`MatVecLayout::INTEGER`] for q8).
+    /// `FAK_MATVEC_WIDE=1` takes every binding's layout in the wide form where it serves the
+    /// binding (q8 inputs, Q4_K/Q6_K weights).
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
-        Self::build_in(ctx, paths, MatVecLayout::from_env()?)
+        let widen = std::env::var("FAK_MATVEC_WIDE").is_ok_and(|v| v == "1");
+        let mut kernel = Self::build_in(ctx, paths, MatVecLayout::from_env()?)?;
+        kernel.widen = widen;
+        Ok(kernel)
     }
 
     /// [`MatVec::new`] with every binding that names no layout in `rows`.
@@ -561,6 +569,7 @@ impl MatVec {
         Ok(MatVec {
             variant: variant.paths,
             rows,
+            widen: false,
             layout: built.layout,
             placeholder: storage_buffer(ctx, "matvec wide placeholder", 16)?,
             placeholder_out: storage_buffer(ctx, "matvec output placeholder", 16)?,
@@ -739,12 +748,12 @@ impl MatVec {
             Some(_) => MatVecLayout::INTEGER,
             None => MatVecLayout::DEFAULT,
         };
-        let rows_layout = fusion
-            .layout
-            .or(self.rows)
-            .unwrap_or(by_input)
-            .check()?
-            .narrowed(ty, input);
+        let rows_layout = fusion.layout.or(self.rows).unwrap_or(by_input).check()?;
+        let rows_layout = match self.widen {
+            true => rows_layout.widened(),
+            false => rows_layout,
+        }
+        .narrowed(ty, input);
         if let Some(q8) = fusion.quantize_output {
             if !fusion.swiglu || rows_layout.teams != MatVecLayout::QUANTIZING_TEAMS {
                 return Err(shape_error(format!(
