@@ -275,12 +275,27 @@ fn main() {
                     } else {
                         "f32+q8out"
                     };
-                    timed.push((
-                        path,
-                        bench.time(&ctx, |pass, copy| {
-                            kernel.encode(pass, &quantizing[copy], 1).unwrap();
-                        }),
-                    ));
+                    // Its f32 outputs held to the same reference (the q8 ones are
+                    // tests/gpu_matvec.rs's, bit for bit).
+                    let check = bench.check(
+                        &ctx,
+                        &references[index],
+                        quantizer.as_ref().zip(quantize[index].as_ref()),
+                        |pass| kernel.encode(pass, &quantizing[0], 1).unwrap(),
+                    );
+                    if check <= 1.0 {
+                        timed.push((
+                            path,
+                            bench.time(&ctx, |pass, copy| {
+                                kernel.encode(pass, &quantizing[copy], 1).unwrap();
+                            }),
+                        ));
+                    } else {
+                        println!(
+                            "{}\t{}\t{}\t{}\t{layout}\t{path}\tFAILED\t\t\t\t{check:.3e}",
+                            p.name, p.ty, p.rows, p.cols
+                        );
+                    }
                 }
                 if let (Some(q), Some(qb)) = (&quantizer, &quantize[index]) {
                     timed.push((
