@@ -387,6 +387,62 @@ fn summarize(
             step_default[path] * 1e6
         );
     }
+    bandwidth_summary(products, results);
+}
+
+/// Issue 18's measure: weight bytes over time, byte-weighted over a set of products (the 8B
+/// step's, each × its count per step; the 27B MLP's, each once), for each path in the best
+/// layout per product, and per layout (its form, wide or not, where it serves).
+fn bandwidth_summary(products: &[Product], results: &[(usize, &'static str, MatVecLayout, f64)]) {
+    let bytes = |p: &Product| {
+        let rows = p.rows * if p.fusion == Fusion::GateUp { 2 } else { 1 };
+        (p.ty.row_bytes(p.cols).unwrap() * rows) as f64
+    };
+    let sets: [(&str, fn(&Product) -> f64); 2] = [
+        ("8B step", |p| f64::from(p.per_step)),
+        ("27B MLP", |p| {
+            f64::from(u8::from(p.name.starts_with("27b")))
+        }),
+    ];
+    for (set, weight) in sets {
+        for path in ["f32", "q8", "q8+q8out"] {
+            let (mut total_bytes, mut total_seconds) = (0.0, 0.0);
+            for (index, p) in products.iter().enumerate() {
+                let best = results
+                    .iter()
+                    .filter(|r| r.0 == index && r.1 == path)
+                    .map(|r| r.3)
+                    .min_by(f64::total_cmp);
+                if let Some(seconds) = best {
+                    total_bytes += weight(p) * bytes(p);
+                    total_seconds += weight(p) * seconds;
+                }
+            }
+            if total_seconds > 0.0 {
+                println!(
+                    "# byte-weighted {set} {path}, best layout per product: {:.0} GB/s",
+                    total_bytes / total_seconds / 1e9
+                );
+            }
+        }
+        let mut layouts: Vec<MatVecLayout> = results.iter().map(|r| r.2).collect();
+        layouts.sort_by_key(|l| l.to_string());
+        layouts.dedup();
+        for layout in layouts {
+            let (mut total_bytes, mut total_seconds) = (0.0, 0.0);
+            for r in results.iter().filter(|r| r.1 == "q8" && r.2 == layout) {
+                let p = &products[r.0];
+                total_bytes += weight(p) * bytes(p);
+                total_seconds += weight(p) * r.3;
+            }
+            if total_seconds > 0.0 {
+                println!(
+                    "# byte-weighted {set} q8 in {layout}: {:.0} GB/s",
+                    total_bytes / total_seconds / 1e9
+                );
+            }
+        }
+    }
 }
 
 /// Checked rows of a product: all of one of at most this many weight elements, else a sample of
