@@ -250,7 +250,9 @@ fn main() {
                     &ctx,
                     &references[index],
                     quantizer.as_ref().zip(quantize[index].as_ref()),
-                    |pass| kernel.encode(pass, &bindings[0], 1).unwrap(),
+                    |pass| {
+                        kernel.encode(pass, &bindings[0], 1).unwrap();
+                    },
                 );
                 if !(check <= 1.0) {
                     println!(
@@ -281,7 +283,9 @@ fn main() {
                         &ctx,
                         &references[index],
                         quantizer.as_ref().zip(quantize[index].as_ref()),
-                        |pass| kernel.encode(pass, &quantizing[0], 1).unwrap(),
+                        |pass| {
+                            kernel.encode(pass, &quantizing[0], 1).unwrap();
+                        },
                     );
                     if check <= 1.0 {
                         timed.push((
