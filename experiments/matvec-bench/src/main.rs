@@ -313,7 +313,7 @@ fn main() {
                 for (path, seconds) in timed {
                     let gbps = bench.weight_bytes as f64 / seconds / 1e9;
                     println!(
-                        "{}\t{}\t{}\t{}\t{layout}\t{path}\t{:.1}\t{gbps:.0}\t{:.1}\t{}\t{check:.3}",
+                        "{}\t{}\t{}\t{}\t{layout}\t{path}\t{:.1}\t{gbps:.0}\t{:.1}\t{}\t{check:.1e}",
                         p.name,
                         p.ty,
                         p.rows,
@@ -424,7 +424,7 @@ fn bandwidth_summary(products: &[Product], results: &[(usize, &'static str, MatV
             }
             if total_seconds > 0.0 {
                 println!(
-                    "# byte-weighted {set} {path}, best layout per product: {:.0} GB/s",
+                    "# byte-weighted {set} {path}, best layout per product: {:.1} GB/s",
                     total_bytes / total_seconds / 1e9
                 );
             }
@@ -441,7 +441,7 @@ fn bandwidth_summary(products: &[Product], results: &[(usize, &'static str, MatV
             }
             if total_seconds > 0.0 {
                 println!(
-                    "# byte-weighted {set} q8 in {layout}: {:.0} GB/s",
+                    "# byte-weighted {set} q8 in {layout}: {:.1} GB/s",
                     total_bytes / total_seconds / 1e9
                 );
             }
@@ -634,7 +634,7 @@ impl<'a> Bench<'a> {
                 _ => (dot, size),
             };
             y.push(value);
-            bound.push(CHECK_SHARE * share + 1e-6);
+            bound.push(CHECK_SHARE * share.max(1e-3));
         }
         Reference { rows, y, bound }
     }
