@@ -172,6 +172,63 @@ fn every_layout_matches_on_the_decode_types_batches_and_fusions() {
     }
 }
 
+/// The integer path's wide form (wgsl/matvec_q8_wide.wgsl) in each of its candidate layouts on
+/// an int-dot variant: Q4_K (16-byte weight loads; and 4-byte ones in the first layout), Q6_K
+/// (blocks on 2-byte boundaries) at every batch, accumulate on and off, strided x, 37 rows (the
+/// last workgroup's teams past the end), rows of several passes of a team, the last ragged (and
+/// the second unit of a step clamped and dropped); the MLP's fusion (gate/up pairing, norm folded
+/// into the quantization, strided x). The first layout on every int-dot variant (subgroup
+/// reduction and the workgroup tree: the epilogue is matvec.wgsl's, checked in every layout by
+/// the tests above), the others on the first only, to keep lavapipe's pipeline builds few. Q5_K,
+/// which the wide form does not serve, runs the first layout narrow.
+#[test]
+fn the_wide_form_matches_on_its_types_batches_and_fusions() {
+    let ctx = gpu();
+    let mut seed = 0x3a7e_a000;
+    let rows = 37;
+    for (i, layout) in MatVecLayout::WIDE_CANDIDATES.into_iter().enumerate() {
+        let int_dot = variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot);
+        for paths in int_dot.take(if i == 0 { usize::MAX } else { 1 }) {
+            let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
+            let quantizer = quantizer(ctx, &kernel);
+            let mut cases = vec![
+                (GgmlType::Q4_K, WEIGHTS_OFFSET),
+                (GgmlType::Q6_K, WEIGHTS_OFFSET),
+            ];
+            if i == 0 {
+                cases.push((GgmlType::Q4_K, WEIGHTS_OFFSET + 4));
+                cases.push((GgmlType::Q5_K, WEIGHTS_OFFSET));
+            }
+            for (ty, offset) in cases {
+                seed += 1;
+                let cols = col_counts(ty)[2];
+                let bytes = random_weights(ty, rows, cols, seed);
+                assert_all(check_tensor(
+                    ctx,
+                    &kernel,
+                    Path::Q8(&quantizer),
+                    ty,
+                    (rows, cols),
+                    &bytes,
+                    offset,
+                    ctx.max_binding_size(),
+                    seed,
+                ));
+            }
+            seed += 1;
+            assert_all(check_fused(
+                ctx,
+                &kernel,
+                Path::Q8(&quantizer),
+                GgmlType::Q4_K,
+                rows,
+                FUSIONS[1],
+                seed,
+            ));
+        }
+    }
+}
+
 /// A gate/up pairing that also writes its outputs as q8 blocks (the integer ffn_down's input,
 /// which then needs no quantize dispatch), in every candidate layout of 16 teams, on every
 /// variant, from f32 and from q8 inputs, for every batch: its codes and scales are what
@@ -196,9 +253,14 @@ fn a_gate_up_pairing_quantizes_its_outputs_as_quantize_q8_does() {
     };
     let quantizing = MatVecLayout::CANDIDATES
         .into_iter()
+        .chain(MatVecLayout::WIDE_CANDIDATES)
         .filter(|l| l.teams == MatVecLayout::QUANTIZING_TEAMS);
     for layout in quantizing {
-        for paths in variants::<MatVec>(ctx) {
+        // A wide layout on f32 inputs is the narrow one, checked already.
+        let paths = variants::<MatVec>(ctx)
+            .into_iter()
+            .filter(|p| p.int_dot || !layout.wide);
+        for paths in paths {
             let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
             let quantizer = quantizer(ctx, &kernel);
             let x_q8 = Q8Vectors::new(ctx, "x", cols, MAX_BATCH).unwrap();
@@ -266,14 +328,26 @@ fn a_gate_up_pairing_quantizes_its_outputs_as_quantize_q8_does() {
 #[test]
 fn layouts_the_kernel_was_not_written_for_are_refused() {
     for bad in [
-        "64/1/3", "48/1/1", "512/1/1", "64/32/1", "64/3/1", "64/1", "x",
+        "64/1/3",
+        "48/1/1",
+        "512/1/1",
+        "64/32/1",
+        "64/3/1",
+        "64/1",
+        "x",
+        "64/1/1/narrow",
+        "wide",
+        "64/1/wide",
     ] {
         assert!(
             MatVecLayout::parse(bad).is_err(),
             "FAK_MATVEC_LAYOUT={bad} was accepted"
         );
     }
-    for layout in MatVecLayout::CANDIDATES {
+    for layout in MatVecLayout::CANDIDATES
+        .into_iter()
+        .chain(MatVecLayout::WIDE_CANDIDATES)
+    {
         assert_eq!(MatVecLayout::parse(&layout.to_string()).unwrap(), layout);
     }
 }

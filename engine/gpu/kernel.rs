@@ -47,6 +47,8 @@ pub mod wgsl {
     pub const MATVEC: WgslFile = wgsl_file!("matvec.wgsl");
     /// The integer mat-vec over 8-bit inputs (appended to MATVEC in its int-dot variants).
     pub const MATVEC_Q8: WgslFile = wgsl_file!("matvec_q8.wgsl");
+    /// The integer mat-vec's wide form (64-element units of Q4_K/Q6_K; appended after MATVEC_Q8).
+    pub const MATVEC_Q8_WIDE: WgslFile = wgsl_file!("matvec_q8_wide.wgsl");
     /// The rounding of one 32-element block to 8-bit codes (QUANTIZE_Q8 and MATVEC's output).
     pub const Q8_BLOCK: WgslFile = wgsl_file!("q8_block.wgsl");
     /// f32 vectors (optionally RMS-normed) to the 8-bit blocks MATVEC_Q8 reads.

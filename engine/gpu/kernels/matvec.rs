@@ -73,6 +73,10 @@ pub struct MatVecLayout {
     pub teams: u32,
     /// Units an invocation loads before it multiplies them: 1 or 2.
     pub unroll: u32,
+    /// The wide form (wgsl/matvec_q8_wide.wgsl): units of 64 elements, for q8 inputs and Q4_K or
+    /// Q6_K weights; a binding of another input or type takes the same layout in the narrow
+    /// form ([`MatVecLayout::narrowed`]).
+    pub wide: bool,
 }
 
 impl MatVecLayout {
@@ -93,11 +97,41 @@ impl MatVecLayout {
     /// times them (`--layouts` any others) and tests/gpu_matvec.rs checks them.
     pub const CANDIDATES: [MatVecLayout; 3] = [Self::DEFAULT, Self::INTEGER, Self::QUANTIZING];
 
+    /// The wide form's layouts that tests/gpu_matvec.rs checks and experiments/matvec-bench
+    /// times (issue 18): the integer path's two kept layouts, 8 teams of 16, and two units in
+    /// flight.
+    pub const WIDE_CANDIDATES: [MatVecLayout; 4] = [
+        Self::INTEGER.widened(),
+        Self::new(128, 8, 1).widened(),
+        Self::new(128, 4, 2).widened(),
+        Self::QUANTIZING.widened(),
+    ];
+
     pub const fn new(invocations: u32, teams: u32, unroll: u32) -> MatVecLayout {
         MatVecLayout {
             invocations,
             teams,
             unroll,
+            wide: false,
+        }
+    }
+
+    /// This layout in the wide form.
+    pub const fn widened(self) -> MatVecLayout {
+        MatVecLayout { wide: true, ..self }
+    }
+
+    /// Whether the wide form serves weights of `ty` multiplied by inputs `input`.
+    fn wide_serves(ty: GgmlType, input: Input) -> bool {
+        matches!(input, Input::Q8(_)) && matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
+    }
+
+    /// The layout a binding of `ty` and `input` runs: this one, in the narrow form where the
+    /// wide one does not serve them (so one `FAK_MATVEC_LAYOUT` can name a wide layout for all).
+    fn narrowed(self, ty: GgmlType, input: Input) -> MatVecLayout {
+        MatVecLayout {
+            wide: self.wide && Self::wide_serves(ty, input),
+            ..self
         }
     }
 
@@ -112,6 +146,7 @@ impl MatVecLayout {
             invocations,
             teams,
             unroll,
+            ..
         } = self;
         let ok = invocations.is_power_of_two()
             && (32..=256).contains(&invocations)
@@ -131,7 +166,7 @@ impl MatVecLayout {
         }
     }
 
-    /// `FAK_MATVEC_LAYOUT` (`invocations/teams/unroll`, e.g. `256/4/1`): one layout for every
+    /// `FAK_MATVEC_LAYOUT` (`invocations/teams/unroll[/wide]`, e.g. `256/4/1`): one layout for every
     /// binding that names none; None when unset or empty.
     pub fn from_env() -> Result<Option<MatVecLayout>, GpuError> {
         match std::env::var("FAK_MATVEC_LAYOUT") {
@@ -140,19 +175,32 @@ impl MatVecLayout {
         }
     }
 
-    /// `invocations/teams/unroll`, as [`Display`](std::fmt::Display) writes it.
+    /// `invocations/teams/unroll`, or `invocations/teams/unroll/wide` for the wide form, as
+    /// [`Display`](std::fmt::Display) writes it.
     pub fn parse(text: &str) -> Result<MatVecLayout, GpuError> {
-        let numbers: Vec<u32> = text
+        let (numbers, wide) = match text.trim().strip_suffix("/wide") {
+            Some(numbers) => (numbers, true),
+            None => (text, false),
+        };
+        let numbers: Vec<u32> = numbers
             .split('/')
             .map(|part| part.trim().parse::<u32>())
             .collect::<Result<_, _>>()
             .unwrap_or_default();
         match numbers[..] {
-            [invocations, teams, unroll] => Self::new(invocations, teams, unroll).check(),
+            [invocations, teams, unroll] => {
+                let layout = Self::new(invocations, teams, unroll);
+                match wide {
+                    true => layout.widened(),
+                    false => layout,
+                }
+                .check()
+            }
             _ => Err(GpuError::Shape {
                 kernel: MatVec::NAME,
                 message: format!(
-                    "FAK_MATVEC_LAYOUT={text:?} (expected invocations/teams/unroll, e.g. 128/4/2)"
+                    "FAK_MATVEC_LAYOUT={text:?} (expected invocations/teams/unroll[/wide], e.g. \
+                     128/4/2 or 256/4/1/wide)"
                 ),
             }),
         }
@@ -161,7 +209,11 @@ impl MatVecLayout {
 
 impl std::fmt::Display for MatVecLayout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}/{}", self.invocations, self.teams, self.unroll)
+        write!(f, "{}/{}/{}", self.invocations, self.teams, self.unroll)?;
+        match self.wide {
+            true => write!(f, "/wide"),
+            false => Ok(()),
+        }
     }
 }
 /// w, x, y, params, step, w and x again as 16-byte words (`w16`, `x16`), the norm weight (`nw`),
@@ -207,9 +259,13 @@ struct Params {
 }
 
 /// How a row is cut into units (the part of a block one invocation decodes):
-/// (elements per unit, units per block, elements per block, bytes per block).
-fn unit_geometry(ty: GgmlType) -> (u64, u64, u64, u64) {
+/// (elements per unit, units per block, elements per block, bytes per block). The wide form's
+/// units are 64 elements (wgsl/matvec_q8_wide.wgsl).
+fn unit_geometry(ty: GgmlType, wide: bool) -> (u64, u64, u64, u64) {
     let (elems, bytes) = ty.block_geometry();
+    if wide {
+        return (64, elems / 64, elems, bytes);
+    }
     match ty {
         // One unit is 4 consecutive elements, treated as a "block" of 4.
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => (4, 1, 4, 4 * bytes),
@@ -302,6 +358,9 @@ pub struct MatVec {
     /// The layout of every binding that names none; None: [`MatVecLayout::DEFAULT`] for f32
     /// inputs, [`MatVecLayout::INTEGER`] for q8 ones.
     rows: Option<MatVecLayout>,
+    /// Every binding's layout (named or not) in the wide form where that serves it
+    /// (`FAK_MATVEC_WIDE=1`: the wide form in the model with today's layouts, for measuring it).
+    widen: bool,
     layout: wgpu::BindGroupLayout,
     /// Bound as `w16`/`x16` where the data is not 16-byte aligned (the kernel then reads w, x).
     placeholder: wgpu::Buffer,
@@ -357,9 +416,10 @@ impl MatVecBinding {
 
 /// The pipeline of one type, input (f32, normed f32 or q8), batch capacity and layout.
 fn spec(ty: GgmlType, input: Input, capacity: u32, rows: MatVecLayout) -> PipelineSpec {
-    let (_, lanes, block_elems, block_bytes) = unit_geometry(ty);
+    let (_, lanes, block_elems, block_bytes) = unit_geometry(ty, rows.wide);
     let norm = input == Input::Normed;
     let (entry_point, what) = match input {
+        Input::Q8(_) if rows.wide => ("matvec_q8_wide", "q8"),
         Input::Q8(_) => ("matvec_q8", "q8"),
         Input::Normed => ("matvec", "normed f32"),
         Input::F32 => ("matvec", "f32"),
@@ -436,6 +496,12 @@ impl Kernel for MatVec {
             for rows in [MatVecLayout::INTEGER, MatVecLayout::QUANTIZING] {
                 pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), rows));
             }
+            // The wide form: both of its types in one layout, and its unrolled loop.
+            module = module.with(wgsl::MATVEC_Q8_WIDE);
+            let wide = MatVecLayout::WIDE_CANDIDATES;
+            pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), wide[0]));
+            pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), wide[0]));
+            pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), wide[2]));
         }
         KernelSource {
             module,
@@ -473,8 +539,13 @@ impl MatVec {
     /// Builds the variant `paths` selects (subgroup reduction or the workgroup-memory tree; with
     /// the integer path or without) in the layout `FAK_MATVEC_LAYOUT` names, else each input's
     /// default ([`MatVecLayout::DEFAULT`] for f32, [`MatVecLayout::INTEGER`] for q8).
+    /// `FAK_MATVEC_WIDE=1` takes every binding's layout in the wide form where it serves the
+    /// binding (q8 inputs, Q4_K/Q6_K weights).
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
-        Self::build_in(ctx, paths, MatVecLayout::from_env()?)
+        let widen = std::env::var("FAK_MATVEC_WIDE").is_ok_and(|v| v == "1");
+        let mut kernel = Self::build_in(ctx, paths, MatVecLayout::from_env()?)?;
+        kernel.widen = widen;
+        Ok(kernel)
     }
 
     /// [`MatVec::new`] with every binding that names no layout in `rows`.
@@ -498,6 +569,7 @@ impl MatVec {
         Ok(MatVec {
             variant: variant.paths,
             rows,
+            widen: false,
             layout: built.layout,
             placeholder: storage_buffer(ctx, "matvec wide placeholder", 16)?,
             placeholder_out: storage_buffer(ctx, "matvec output placeholder", 16)?,
@@ -677,6 +749,11 @@ impl MatVec {
             None => MatVecLayout::DEFAULT,
         };
         let rows_layout = fusion.layout.or(self.rows).unwrap_or(by_input).check()?;
+        let rows_layout = match self.widen {
+            true => rows_layout.widened(),
+            false => rows_layout,
+        }
+        .narrowed(ty, input);
         if let Some(q8) = fusion.quantize_output {
             if !fusion.swiglu || rows_layout.teams != MatVecLayout::QUANTIZING_TEAMS {
                 return Err(shape_error(format!(
@@ -732,7 +809,7 @@ impl MatVec {
             && (io.max_batch == 1 || x.stride.is_multiple_of(4)))
         .then(|| wide_window(x.window, io.x.buffer, max_binding))
         .flatten();
-        let (unit_elems, ..) = unit_geometry(ty);
+        let (unit_elems, ..) = unit_geometry(ty, rows_layout.wide);
         let units = cols.div_ceil(unit_elems);
         let max_per_dimension = ctx.device.limits().max_compute_workgroups_per_dimension;
         let ranges = split_rows("a matvec weight", w_rows, &[row_bytes], max_binding, align)?;

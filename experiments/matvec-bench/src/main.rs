@@ -1,6 +1,8 @@
-//! Times the decode mat-vec (wgsl/matvec.wgsl, wgsl/matvec_q8.wgsl) in every candidate layout
-//! (`MatVecLayout::CANDIDATES`: invocations per workgroup, teams of 4 rows, units in flight) on
-//! both input paths, f32 and integer (x quantized to 8-bit blocks), at the products of one
+//! Times the decode mat-vec (wgsl/matvec.wgsl, wgsl/matvec_q8.wgsl, wgsl/matvec_q8_wide.wgsl)
+//! in every candidate layout (`MatVecLayout::CANDIDATES`: invocations per workgroup, teams of 4
+//! rows, units in flight; `MatVecLayout::WIDE_CANDIDATES`: the integer path's wide form, on the
+//! q8 path only) on both input paths, f32 and integer (x quantized to 8-bit blocks), at the
+//! products of one
 //! Qwen3-8B Q4_K_M decode step as the engine binds them (norms folded, gate+up+SwiGLU paired,
 //! residual adds accumulated) and Qwen3.5-27B's MLP, on the adapter `FAK_ADAPTER` picks with its
 //! best paths (subgroups where it has them).
@@ -16,6 +18,13 @@
 //! weight bytes only; `%probe` is that against the read probe's bandwidth measured in the same
 //! process. One tab-separated line per measurement, then the best layout per product and path.
 //!
+//! Every binding is first run once and checked against the CPU (`Reference`: dequantize, f64
+//! dot, on all rows of a small product and a sample of a large one's, first and last rows
+//! always): y poisoned with NaN (an accumulating product's preset to 0.25), every checked
+//! output within 2e-4 of Σ|w·x| of its row (a wrong unit, row or lane is off by O(1) of that;
+//! f32 rounding over 17408 terms stays far below). The `check` column is the worst error as a
+//! share of that bound; a binding that fails (or gives NaN) is printed as FAILED and not timed.
+//!
 //!   matvec-bench [--quick] [--layouts 64/1/1,128/4/2] [--paths f32,q8]
 
 use fak::gpu::kernels::matvec::{
@@ -24,7 +33,7 @@ use fak::gpu::kernels::matvec::{
 use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8, QuantizeQ8Binding};
 use fak::gpu::kernels::read_probe::ReadProbe;
 use fak::gpu::{Activations, GpuContext, KernelPaths, Step, StepBuffer, storage_buffer, upload};
-use fak::quant::{GgmlType, fill_random_rows};
+use fak::quant::{GgmlType, dequantize, fill_random_rows};
 
 /// How the engine binds a product.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -166,7 +175,10 @@ fn main() {
             .split(',')
             .map(|l| MatVecLayout::parse(l).expect("--layouts"))
             .collect(),
-        None => MatVecLayout::CANDIDATES.to_vec(),
+        None => MatVecLayout::CANDIDATES
+            .into_iter()
+            .chain(MatVecLayout::WIDE_CANDIDATES)
+            .collect(),
     };
     let input_paths: Vec<InputPath> = match option("--paths").as_deref() {
         Some("f32") => vec![InputPath::F32],
@@ -197,7 +209,7 @@ fn main() {
     let best = ctx.paths();
     println!("# paths: {best}");
     println!(
-        "product\ttype\trows\tcols\tlayout\tpath\tus_per_dispatch\tweight_gbps\tpct_probe\tcopies"
+        "product\ttype\trows\tcols\tlayout\tpath\tus_per_dispatch\tweight_gbps\tpct_probe\tcopies\tcheck"
     );
     let products: &[Product] = if quick { &QUICK_PRODUCTS } else { &PRODUCTS };
     let step = StepBuffer::new(&ctx);
@@ -220,13 +232,37 @@ fn main() {
             .iter()
             .map(|bench| quantizer.as_ref().map(|q| bench.quantize_binding(&ctx, q)))
             .collect();
-        for &layout in &layouts {
+        // The CPU's outputs per product on this path (x̂ read back after a quantize on q8).
+        let references: Vec<Reference> = benches
+            .iter()
+            .zip(&quantize)
+            .map(|(bench, q)| bench.reference(&ctx, quantizer.as_ref().zip(q.as_ref())))
+            .collect();
+        // A wide layout on f32 inputs is the narrow one: timed once.
+        let layouts = layouts.iter().filter(|l| input == InputPath::Q8 || !l.wide);
+        for &layout in layouts {
             // One kernel per layout: its pipelines are shared by the products of one type.
             let kernel = MatVec::with_layout(&ctx, paths, layout).expect("building matvec");
             for (index, (p, bench)) in products.iter().zip(&benches).enumerate() {
                 let bindings = bench.bind(&ctx, &kernel, false);
+                let name = if input == InputPath::Q8 { "q8" } else { "f32" };
+                let check = bench.check(
+                    &ctx,
+                    &references[index],
+                    quantizer.as_ref().zip(quantize[index].as_ref()),
+                    |pass| {
+                        kernel.encode(pass, &bindings[0], 1).unwrap();
+                    },
+                );
+                if !(check <= 1.0) {
+                    println!(
+                        "{}\t{}\t{}\t{}\t{layout}\t{name}\tFAILED\t\t\t\t{check:.3e}",
+                        p.name, p.ty, p.rows, p.cols
+                    );
+                    continue;
+                }
                 let mut timed = vec![(
-                    if input == InputPath::Q8 { "q8" } else { "f32" },
+                    name,
                     bench.time(&ctx, |pass, copy| {
                         kernel.encode(pass, &bindings[copy], 1).unwrap();
                     }),
@@ -241,12 +277,29 @@ fn main() {
                     } else {
                         "f32+q8out"
                     };
-                    timed.push((
-                        path,
-                        bench.time(&ctx, |pass, copy| {
-                            kernel.encode(pass, &quantizing[copy], 1).unwrap();
-                        }),
-                    ));
+                    // Its f32 outputs held to the same reference (the q8 ones are
+                    // tests/gpu_matvec.rs's, bit for bit).
+                    let check = bench.check(
+                        &ctx,
+                        &references[index],
+                        quantizer.as_ref().zip(quantize[index].as_ref()),
+                        |pass| {
+                            kernel.encode(pass, &quantizing[0], 1).unwrap();
+                        },
+                    );
+                    if check <= 1.0 {
+                        timed.push((
+                            path,
+                            bench.time(&ctx, |pass, copy| {
+                                kernel.encode(pass, &quantizing[copy], 1).unwrap();
+                            }),
+                        ));
+                    } else {
+                        println!(
+                            "{}\t{}\t{}\t{}\t{layout}\t{path}\tFAILED\t\t\t\t{check:.3e}",
+                            p.name, p.ty, p.rows, p.cols
+                        );
+                    }
                 }
                 if let (Some(q), Some(qb)) = (&quantizer, &quantize[index]) {
                     timed.push((
@@ -260,7 +313,7 @@ fn main() {
                 for (path, seconds) in timed {
                     let gbps = bench.weight_bytes as f64 / seconds / 1e9;
                     println!(
-                        "{}\t{}\t{}\t{}\t{layout}\t{path}\t{:.1}\t{gbps:.0}\t{:.1}\t{}",
+                        "{}\t{}\t{}\t{}\t{layout}\t{path}\t{:.1}\t{gbps:.0}\t{:.1}\t{}\t{check:.1e}",
                         p.name,
                         p.ty,
                         p.rows,
@@ -338,12 +391,111 @@ fn summarize(
             step_default[path] * 1e6
         );
     }
+    bandwidth_summary(products, results);
+}
+
+/// Issue 18's measure: weight bytes over time, byte-weighted over a set of products (the 8B
+/// step's, each × its count per step; the 27B MLP's, each once), for each path in the best
+/// layout per product, and per layout (its form, wide or not, where it serves).
+fn bandwidth_summary(products: &[Product], results: &[(usize, &'static str, MatVecLayout, f64)]) {
+    let bytes = |p: &Product| {
+        let rows = p.rows * if p.fusion == Fusion::GateUp { 2 } else { 1 };
+        (p.ty.row_bytes(p.cols).unwrap() * rows) as f64
+    };
+    let sets: [(&str, fn(&Product) -> f64); 2] = [
+        ("8B step", |p| f64::from(p.per_step)),
+        ("27B MLP", |p| {
+            f64::from(u8::from(p.name.starts_with("27b")))
+        }),
+    ];
+    for (set, weight) in sets {
+        for path in ["f32", "q8", "q8+q8out"] {
+            let (mut total_bytes, mut total_seconds) = (0.0, 0.0);
+            for (index, p) in products.iter().enumerate() {
+                let best = results
+                    .iter()
+                    .filter(|r| r.0 == index && r.1 == path)
+                    .map(|r| r.3)
+                    .min_by(f64::total_cmp);
+                if let Some(seconds) = best {
+                    total_bytes += weight(p) * bytes(p);
+                    total_seconds += weight(p) * seconds;
+                }
+            }
+            if total_seconds > 0.0 {
+                println!(
+                    "# byte-weighted {set} {path}, best layout per product: {:.1} GB/s",
+                    total_bytes / total_seconds / 1e9
+                );
+            }
+        }
+        let mut layouts: Vec<MatVecLayout> = results.iter().map(|r| r.2).collect();
+        layouts.sort_by_key(|l| l.to_string());
+        layouts.dedup();
+        for layout in layouts {
+            let (mut total_bytes, mut total_seconds) = (0.0, 0.0);
+            for r in results.iter().filter(|r| r.1 == "q8" && r.2 == layout) {
+                let p = &products[r.0];
+                total_bytes += weight(p) * bytes(p);
+                total_seconds += weight(p) * r.3;
+            }
+            if total_seconds > 0.0 {
+                println!(
+                    "# byte-weighted {set} q8 in {layout}: {:.1} GB/s",
+                    total_bytes / total_seconds / 1e9
+                );
+            }
+        }
+    }
+}
+
+/// Checked rows of a product: all of one of at most this many weight elements, else a sample of
+/// about this many (and the first and last 64 rows).
+const CHECKED_ELEMENTS: u64 = 16 << 20;
+/// The error bound, as a share of Σ|w·x| of the output's row(s).
+const CHECK_SHARE: f64 = 2e-4;
+/// What an accumulating product's y holds before it adds.
+const Y0: f32 = 0.25;
+
+/// The CPU's outputs of one product on one input path, at the checked rows.
+struct Reference {
+    rows: Vec<u64>,
+    y: Vec<f64>,
+    /// Each output's error bound (CHECK_SHARE of its row's Σ|w·x|, through SwiGLU when paired).
+    bound: Vec<f64>,
+}
+
+/// The rows a check reads: every row of a small product, else a stride through it plus the
+/// first and last 64.
+fn checked_rows(rows: u64, cols: u64) -> Vec<u64> {
+    let stride = (rows * cols).div_ceil(CHECKED_ELEMENTS).max(1);
+    let mut picked: Vec<u64> = (0..rows)
+        .filter(|&r| r % stride == 0 || r < 64 || r + 64 >= rows)
+        .collect();
+    picked.dedup();
+    picked
+}
+
+/// Σ w·v and Σ |w·v| over row `row` of the weights `bytes`, in f64.
+fn row_dot(ty: GgmlType, bytes: &[u8], row: u64, cols: u64, v: &[f64]) -> (f64, f64) {
+    let row_bytes = ty.row_bytes(cols).unwrap() as usize;
+    let at = row as usize * row_bytes;
+    let w = dequantize(ty, &bytes[at..at + row_bytes], cols as usize).unwrap();
+    w.iter().zip(v).fold((0.0, 0.0), |(s, a), (&w, &v)| {
+        (s + f64::from(w) * v, a + (f64::from(w) * v).abs())
+    })
+}
+
+fn silu(z: f64) -> f64 {
+    z / (1.0 + (-z).exp())
 }
 
 /// One product's buffers: `copies` copies of the weights (each bound on its own), x, y, the
 /// norm weight and the q8 vectors.
 struct Bench<'a> {
     product: &'a Product,
+    /// The weights as uploaded (the CPU reference's).
+    bytes: Vec<u8>,
     weights: Vec<wgpu::Buffer>,
     x: wgpu::Buffer,
     y: wgpu::Buffer,
@@ -401,6 +553,7 @@ impl<'a> Bench<'a> {
         });
         Bench {
             product,
+            bytes,
             weights,
             x: upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap(),
             y: storage_buffer(ctx, "y", 4 * p.rows).unwrap(),
@@ -421,6 +574,113 @@ impl<'a> Bench<'a> {
             eps: EPS,
             shared: false,
         })
+    }
+
+    /// The vector the product multiplies on the CPU: x (RMS-normed where the product folds the
+    /// norm) or, on the integer path, x̂ as the quantize dispatch wrote it.
+    fn input(&self, ctx: &GpuContext, q8: Option<(&QuantizeQ8, &QuantizeQ8Binding)>) -> Vec<f64> {
+        let cols = self.product.cols;
+        if let Some((q, binding)) = q8 {
+            ctx.run_pass("matvec bench quantize", |pass| {
+                q.encode(pass, binding, 1).unwrap();
+            })
+            .unwrap();
+            let (codes, scales) = self.q8.read_back(ctx, cols, 1).unwrap().remove(0);
+            return codes
+                .iter()
+                .enumerate()
+                .map(|(i, &c)| f64::from(c) * f64::from(scales[i / 32]))
+                .collect();
+        }
+        let x: Vec<f32> =
+            bytemuck::pod_collect_to_vec(&fak::gpu::read_back(ctx, &self.x, 0..4 * cols).unwrap());
+        let x: Vec<f64> = x.into_iter().map(f64::from).collect();
+        if self.input_norm().is_none() {
+            return x;
+        }
+        let norm: Vec<f32> = bytemuck::pod_collect_to_vec(
+            &fak::gpu::read_back(ctx, &self.norm, 0..4 * cols).unwrap(),
+        );
+        let mean = x.iter().map(|v| v * v).sum::<f64>() / cols as f64;
+        let s = 1.0 / (mean + f64::from(EPS)).sqrt();
+        x.iter()
+            .zip(norm)
+            .map(|(v, w)| v * s * f64::from(w))
+            .collect()
+    }
+
+    /// The CPU's outputs at the checked rows.
+    fn reference(
+        &self,
+        ctx: &GpuContext,
+        q8: Option<(&QuantizeQ8, &QuantizeQ8Binding)>,
+    ) -> Reference {
+        let p = self.product;
+        let v = self.input(ctx, q8);
+        let rows = checked_rows(p.rows, p.cols);
+        let (mut y, mut bound) = (Vec::new(), Vec::new());
+        for &r in &rows {
+            let (dot, size) = row_dot(p.ty, &self.bytes, r, p.cols, &v);
+            let (value, share) = match p.fusion {
+                Fusion::GateUp => {
+                    let (up, up_size) = row_dot(p.ty, &self.bytes, p.rows + r, p.cols, &v);
+                    // |d silu| ≤ 1.1: the gate's error moves the output by at most 1.1·|up| of it.
+                    (
+                        silu(dot) * up,
+                        1.1 * size * up.abs() + silu(dot).abs() * up_size,
+                    )
+                }
+                Fusion::Accumulate => (f64::from(Y0) + dot, size),
+                _ => (dot, size),
+            };
+            y.push(value);
+            bound.push(CHECK_SHARE * share.max(1e-3));
+        }
+        Reference { rows, y, bound }
+    }
+
+    /// Runs `encode` once (after the quantize on the integer path) on y poisoned with NaN (an
+    /// accumulating product's set to Y0) and returns the worst error at the checked rows as a
+    /// share of its bound (NaN, which never passes `≤ 1`, where an output is not finite).
+    fn check(
+        &self,
+        ctx: &GpuContext,
+        reference: &Reference,
+        q8: Option<(&QuantizeQ8, &QuantizeQ8Binding)>,
+        encode: impl Fn(&mut wgpu::ComputePass),
+    ) -> f64 {
+        let p = self.product;
+        let start = match p.fusion {
+            Fusion::Accumulate => Y0,
+            _ => f32::NAN,
+        };
+        let y0 = vec![start; p.rows as usize];
+        ctx.queue
+            .write_buffer(&self.y, 0, bytemuck::cast_slice(&y0));
+        ctx.run_pass("matvec bench check", |pass| {
+            if let Some((q, binding)) = q8 {
+                q.encode(pass, binding, 1).unwrap();
+            }
+            encode(pass);
+        })
+        .unwrap();
+        let y: Vec<f32> = bytemuck::pod_collect_to_vec(
+            &fak::gpu::read_back(ctx, &self.y, 0..4 * p.rows).unwrap(),
+        );
+        let mut worst = 0.0f64;
+        for ((&r, &want), &bound) in reference
+            .rows
+            .iter()
+            .zip(&reference.y)
+            .zip(&reference.bound)
+        {
+            let got = f64::from(y[r as usize]);
+            if !got.is_finite() {
+                return f64::NAN;
+            }
+            worst = worst.max((got - want).abs() / bound);
+        }
+        worst
     }
 
     /// The quantization of x (normed where the product's norm is folded), as the engine

@@ -1,0 +1,212 @@
+// matvec_q8_wide — matvec_q8's product (y[b, r] (+)= Σ_c W[r, c]·x̂[b, c], x̂ the q8 blocks of x)
+// in the wide form: each invocation's unit is 64 elements of a K-quant super-block instead of
+// 32 (Q4_K) or 16 (Q6_K), aimed at the bandwidth the mat-vec leaves unused (issue 18).
+//
+// Math: as matvec_q8.wgsl — per group of weights sharing a scale a and offset −m and the x block
+// (scale dx) it lies in, Σ w·x̂ = dx·(a·Σ q·qx − m·Σ qx), integer sums by dot4I8Packed.
+// Why wider units (experiments/NOTES.md, "matvec (2026-12-05 #4)"): the narrow unit loads a
+// Q4_K block's 16-byte header in each of its 8 lanes and decodes its scales 8 times per row, and
+// a Q6_K lane issues ~11 loads (two-byte aligned words, each possibly two) for 12 bytes of codes.
+// Here a Q4_K invocation loads the header once and the 32 code bytes of sub-blocks 2c, 2c + 1
+// (4 lanes per block, two 16-byte loads); a Q6_K invocation loads 48 code bytes (16 of the low
+// ql, 16 of the high ql, 16 of qh: elements 128ip + 16h + {0, 32, 64, 96} + 0..15) as three
+// 16-byte runs of five words each (blocks of 210 bytes start on 2-byte boundaries), so each
+// invocation has twice (Q4_K) or four times (Q6_K) the weight bytes in flight per load step
+// with fewer load instructions per byte.
+// bindings: matvec_q8.wgsl's (xq, xd: the q8 input; x, x16, nw placeholders).
+// dispatch, rows, teams, pairing, accumulate, quantized output, reduction: matvec.wgsl's, with
+//           params.units = 4 wide units per super-block (UNIT_LANES = 4).
+// pipelines: one per (ggml type ∈ {Q4_K, Q6_K}, MAX_B) and layout, entry point matvec_q8_wide.
+// requires: matvec.wgsl, matvec_q8.wgsl (and what they require).
+
+// One row's wide unit as loaded: code words a, b (Q4_K: the 32 qs bytes; Q6_K: the low and
+// high ql runs) and c (Q6_K: qh), and per element group the multiplier f of Σ q·qx and g of
+// Σ qx (Q4_K: groups x, y = sub-blocks 2c, 2c + 1; Q6_K: the four 16-element groups).
+struct Wide {
+    a: vec4<u32>,
+    b: vec4<u32>,
+    c: vec4<u32>,
+    f: vec4<f32>,
+    g: vec4<f32>,
+}
+
+// 16 bytes at a 2-aligned byte offset: five word loads and a funnel shift (no branch: the
+// lanes of one dispatch alternate between aligned and unaligned blocks). The fifth word lies
+// inside the block for every run a Q6_K unit reads (the last ends 34 bytes before its block's end).
+fn run16_at(byte: u32) -> vec4<u32> {
+    let at = byte >> 2u;
+    let lo = vec4<u32>(src_word(at), src_word(at + 1u), src_word(at + 2u), src_word(at + 3u));
+    let hi = vec4<u32>(lo.yzw, src_word(at + 4u));
+    let shift = (byte & 3u) * 8u;
+    let carried = select(hi << vec4<u32>(32u - shift), vec4<u32>(0u), shift == 0u);
+    return (lo >> vec4<u32>(shift)) | carried;
+}
+
+// Q4_K wide lane c: the header and qs bytes 32c..32c+31 (low nibbles: sub-block 2c, high:
+// sub-block 2c + 1); k_unit_of's groups for iq = c % 2 are (2iq, 2iq + 1, 2iq + 4, 2iq + 5), so
+// the lane's pair is xy for c < 2 and zw otherwise.
+fn wide_q4_k(block: u32, lane: u32) -> Wide {
+    var head: vec4<u32>;
+    var a: vec4<u32>;
+    var b: vec4<u32>;
+    if (params.wide & WIDE_W) != 0u {
+        let at = block >> 4u;
+        head = w16[at];
+        a = w16[at + 1u + 2u * lane];
+        b = w16[at + 2u + 2u * lane];
+    } else {
+        let at = block + 16u + 32u * lane;
+        head = vec4<u32>(word_at(block), word_at(block + 4u), word_at(block + 8u),
+                         word_at(block + 12u));
+        a = vec4<u32>(word_at(at), word_at(at + 4u), word_at(at + 8u), word_at(at + 12u));
+        b = vec4<u32>(word_at(at + 16u), word_at(at + 20u), word_at(at + 24u),
+                      word_at(at + 28u));
+    }
+    let k = k_unit_of(head, lane % 2u, vec4<u32>(0u), vec2<u32>(0u));
+    let upper = lane >= 2u;
+    let f = select(k.f.xy, k.f.zw, upper);
+    let g = select(k.g.xy, k.g.zw, upper);
+    return Wide(a, b, vec4<u32>(0u), vec4<f32>(f, 0.0, 0.0), vec4<f32>(g, 0.0, 0.0));
+}
+
+// Q6_K wide lane l = 2·ip + h: ql bytes 64ip + 16h .. +15 (a) and 32 on (b), qh bytes
+// 128 + 32ip + 16h .. +15 (c); the i8 scales of groups k < 4 (elements +32k) are bytes
+// 192 + 8ip + h + 2k, times d.
+fn wide_q6_k(block: u32, lane: u32) -> Wide {
+    let ip = lane / 2u;
+    let h = lane % 2u;
+    let ql = block + 64u * ip + 16u * h;
+    let a = run16_at(ql);
+    let b = run16_at(ql + 32u);
+    let c = run16_at(block + 128u + 32u * ip + 16u * h);
+    let at = block + 192u + 8u * ip + h;
+    let s0 = load_u32_at(at);
+    let s1 = load_u32_at(at + 4u);
+    // Bytes 0, 2 of s0 and of s1: the scales of groups 0..3.
+    let scales = (s0 & 0xffu) | ((s0 >> 8u) & 0xff00u) | ((s1 & 0xffu) << 16u)
+        | ((s1 << 8u) & 0xff000000u);
+    let d = load_f16_at(block + 208u);
+    return Wide(a, b, c, d * byte_floats(scales ^ 0x80808080u, 128.0), vec4<f32>(0.0));
+}
+
+// Wide unit u of the row starting at byte `row`.
+fn load_wide(row: u32, u: u32) -> Wide {
+    let lane = u % UNIT_LANES;
+    let block = row + (u / UNIT_LANES) * BLOCK_BYTES;
+    if GGML_TYPE == 14u {
+        return wide_q6_k(block, lane);
+    }
+    return wide_q4_k(block, lane);
+}
+
+fn load_wide_rows(starts: vec4<u32>, u: u32) -> array<Wide, 4> {
+    return array<Wide, 4>(load_wide(starts.x, u), load_wide(starts.y, u), load_wide(starts.z, u),
+                          load_wide(starts.w, u));
+}
+
+// One input vector's share of a wide unit: the code words paired with each group (Q4_K: x, y
+// the 32 elements of sub-blocks 2c, 2c + 1, eight words each in lo/hi; Q6_K: group k's 16
+// elements in words[k]), each group's x block scale d, and (Q4_K) its Σ qx.
+struct WideX {
+    words: array<vec4<u32>, 4>,
+    d: vec4<f32>,
+    s: vec4<f32>,
+}
+
+fn load_wide_x(b: u32, u: u32) -> WideX {
+    let codes = b * (params.cols / 4u);
+    let blocks = b * (params.cols / 32u);
+    let lane = u % UNIT_LANES;
+    let first = (u / UNIT_LANES) * BLOCK_ELEMS;
+    var v: WideX;
+    if GGML_TYPE == 14u {
+        // Group k: elements 128ip + 16h + 32k + 0..15, inside x block 4ip + k.
+        let e = first + 128u * (lane / 2u) + 16u * (lane % 2u);
+        for (var k = 0u; k < 4u; k++) {
+            v.words[k] = xq4(codes, e + 32u * k);
+            v.d[k] = xd[blocks + (e + 32u * k) / 32u];
+        }
+    } else {
+        // Sub-blocks 2c, 2c + 1: x blocks 2c, 2c + 1 of the super-block, 8 words each.
+        let e = first + 64u * lane;
+        for (var k = 0u; k < 4u; k++) {
+            v.words[k] = xq4(codes, e + 16u * k);
+        }
+        let k = blocks + e / 32u;
+        v.d = vec4<f32>(xd[k], xd[k + 1u], 0.0, 0.0);
+        v.s = vec4<f32>(code_sum(v.words[0].x, v.words[0].y) + code_sum(v.words[0].z, v.words[0].w)
+                            + code_sum(v.words[1].x, v.words[1].y)
+                            + code_sum(v.words[1].z, v.words[1].w),
+                        code_sum(v.words[2].x, v.words[2].y) + code_sum(v.words[2].z, v.words[2].w)
+                            + code_sum(v.words[3].x, v.words[3].y)
+                            + code_sum(v.words[3].z, v.words[3].w),
+                        0.0, 0.0);
+    }
+    return v;
+}
+
+// Σ over the wide unit of w·x̂ for one row and one input vector.
+fn dot_wide(w: Wide, v: WideX) -> f32 {
+    if GGML_TYPE == 14u {
+        // Group k's 6-bit codes: a nibble of a or b and 2 bits of c: elements +0 ← low a, qh bits
+        // 0-1; +32 ← low b, bits 2-3; +64 ← high a, bits 4-5; +96 ← high b, bits 6-7. Each byte
+        // centred to q − 32 as in matvec_q8.wgsl.
+        let m = vec4<u32>(0x03030303u);
+        let nib = vec4<u32>(0x0f0f0f0fu);
+        let g0 = (w.a & nib) | ((w.c & m) << vec4<u32>(4u));
+        let g1 = (w.b & nib) | (((w.c >> vec4<u32>(2u)) & m) << vec4<u32>(4u));
+        let g2 = ((w.a >> vec4<u32>(4u)) & nib) | (((w.c >> vec4<u32>(4u)) & m) << vec4<u32>(4u));
+        let g3 = ((w.b >> vec4<u32>(4u)) & nib) | (((w.c >> vec4<u32>(6u)) & m) << vec4<u32>(4u));
+        let bias = vec4<u32>(0x60606060u);
+        let flip = vec4<u32>(0x80808080u);
+        let sums = vec4<f32>(vec4<i32>(dot16((g0 + bias) ^ flip, v.words[0]),
+                                       dot16((g1 + bias) ^ flip, v.words[1]),
+                                       dot16((g2 + bias) ^ flip, v.words[2]),
+                                       dot16((g3 + bias) ^ flip, v.words[3])));
+        return dot(w.f * v.d, sums);
+    }
+    let nib = vec4<u32>(0x0f0f0f0fu);
+    let lo = vec2<i32>(dot16(w.a & nib, v.words[0]), dot16(w.b & nib, v.words[1]));
+    let hi = vec2<i32>(dot16((w.a >> vec4<u32>(4u)) & nib, v.words[2]),
+                       dot16((w.b >> vec4<u32>(4u)) & nib, v.words[3]));
+    let sums = vec2<f32>(f32(lo.x + lo.y), f32(hi.x + hi.y));
+    return dot(v.d.xy, w.f.xy * sums + w.g.xy * v.s.xy);
+}
+
+fn add_products_wide(acc: ptr<function, array<vec4<f32>, 8>>, w: array<Wide, 4>, u: u32,
+                     n: u32) {
+    for (var b = 0u; b < MAX_B; b++) {
+        if b < n {
+            let v = load_wide_x(b, u);
+            (*acc)[b] += vec4<f32>(dot_wide(w[0], v), dot_wide(w[1], v), dot_wide(w[2], v),
+                                   dot_wide(w[3], v));
+        }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn matvec_q8_wide(@builtin(workgroup_id) wg: vec3<u32>,
+                  @builtin(num_workgroups) count: vec3<u32>, lanes: Lanes) {
+    let paired = params.pair_byte != 0u;
+    let at = place_of(wg, count, lanes, paired);
+    if at.first >= params.rows {
+        return;
+    }
+    let n = min(step.n_tokens, MAX_B);
+    let starts = row_starts(at.team_first, paired);
+    var acc: array<vec4<f32>, 8>;
+    for (var u = at.lane; u < params.units; u += TEAM * UNROLL) {
+        let first = load_wide_rows(starts, u);
+        if UNROLL == 2u {
+            // The second unit clamped to the row's last (valid memory), dropped past the end.
+            let second = load_wide_rows(starts, min(u + TEAM, params.units - 1u));
+            add_products_wide(&acc, first, u, n);
+            if u + TEAM < params.units {
+                add_products_wide(&acc, second, u + TEAM, n);
+            }
+        } else {
+            add_products_wide(&acc, first, u, n);
+        }
+    }
+    finish(&acc, at, n, lanes, paired);
+}
