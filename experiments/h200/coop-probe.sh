@@ -9,10 +9,23 @@
 #   CARGO_TARGET_DIR=/work/targets/coop-probe-rel cargo build --release \
 #       --manifest-path experiments/coop-probe/Cargo.toml
 #   then bin.txz with bin/coop-probe, gl/, built-at, commit in target/h200 (NOTES.md, coop-probe)
-# Files back: probe.txt, gpu.csv.
+# Files back: probe.txt, gpu.csv (probe-single.txt after a crash).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh
-timeout 60 "$BIN/coop-probe" > "$OUT/probe.txt" 2>&1
-echo "coop-probe exit $?" >> "$OUT/probe.txt"
+timeout 30 "$BIN/coop-probe" > "$OUT/probe.txt" 2>&1
+rc=$?
+echo "coop-probe exit $rc" >> "$OUT/probe.txt"
 cat "$OUT/gpu.csv" "$OUT/probe.txt"
+# A crash (signal) or hang loses the probes after it: run those not yet reported one process
+# each (~0.5 s apiece; the call stays under 90 s), so one bad pipeline cannot hide the others.
+if [ "$rc" -ge 124 ]; then
+    echo "== rerunning the unreported probes one at a time"
+    for name in $("$BIN/coop-probe" --list); do
+        [ "$SECONDS" -lt 80 ] || { echo "== out of time"; break; }
+        grep -qE "^(PASS|FAIL|ERROR) +$name " "$OUT/probe.txt" && continue
+        timeout 5 "$BIN/coop-probe" --only "$name" 2>&1 | grep -vE "^# (naga|[0-9]+ probes)" \
+            | tee -a "$OUT/probe-single.txt"
+        echo "$name exit ${PIPESTATUS[0]}" | tee -a "$OUT/probe-single.txt"
+    done
+fi

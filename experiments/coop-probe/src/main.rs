@@ -1157,7 +1157,19 @@ fn main() {
         .skip_while(|a| a != "--spirv")
         .nth(1)
         .map(std::path::PathBuf::from);
-    let probes = probes();
+    // `--only NAME`: that probe alone (the device script reruns each alone after a crash);
+    // `--list`: the probes' names.
+    let only = std::env::args().skip_while(|a| a != "--only").nth(1);
+    let probes: Vec<Probe> = probes()
+        .into_iter()
+        .filter(|p| only.as_deref().is_none_or(|name| p.name == name))
+        .collect();
+    if std::env::args().any(|a| a == "--list") {
+        for probe in &probes {
+            println!("{}", probe.name);
+        }
+        return;
+    }
     let mut broken = 0;
     for probe in &probes {
         match to_spirv(&module_text(probe, true)) {
