@@ -10,7 +10,7 @@
 #   2. matvec-bench: every 8B decode product and the 27B MLP, narrow and wide layouts, each
 #      checked against the CPU before it is timed → matvec-bench.tsv;
 #   3. `harness bench --depths 128 --n-out 64` on the 27B: unfused, default (fused), default +
-#      wide, interleaved twice; on the 8B default and wide once → bench.log, decode-ms.tsv
+#      wide, interleaved ROUNDS times (2); on the 8B default and wide once → bench.log, decode-ms.tsv
 #      (median decode ms/token per arm, dispatches, ops, host encode), SM clocks logged.
 # Prepare: MATVEC_BENCH=1 RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh \
 #   model_qwen35 gpu_gated_delta gpu_attn_decode gpu_matvec
@@ -61,7 +61,7 @@ bench() { # model-label model arm [env...]
         --profile-steps 3 --suffix 0 --probe-mib 256 \
         --json-out "/tmp/bench-json/bench.$label-$arm.$round.json" 2>&1 | grep -E "^depth 128:"
 }
-for round in 1 2; do
+for round in $(seq "${ROUNDS:-2}"); do
     bench 27b "$M27" unfused FAK_DECODE_FUSION=0
     bench 27b "$M27" fused
     bench 27b "$M27" wide FAK_MATVEC_WIDE=1
