@@ -14,7 +14,8 @@
 #      (median decode ms/token per arm, dispatches, ops, host encode), SM clocks logged.
 # Prepare: MATVEC_BENCH=1 RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh \
 #   model_qwen35 gpu_gated_delta gpu_attn_decode gpu_matvec
-# carry target/h200's bin.txz, gl, built-at, commit.
+# carry target/h200's bin.txz, gl, built-at, commit. Knobs for a short call: ROUNDS=1, SKIP_8B=1,
+# MVB_TIMEOUT (matvec-bench's seconds, 150).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh
@@ -44,7 +45,7 @@ cat "$OUT/parity.log"
 LAYOUTS=64/1/1,256/4/1,256/16/1
 LAYOUTS+=,256/4/1/wide,128/8/1/wide,128/4/2/wide,256/16/1/wide
 LAYOUTS+=,64/4/1/wide,128/2/1/wide,256/8/1/wide,128/8/2/wide
-timeout 150 "$BIN/matvec-bench" --layouts "$LAYOUTS" > "$OUT/matvec-bench.tsv" 2> /tmp/mvb.err
+timeout "${MVB_TIMEOUT:-150}" "$BIN/matvec-bench" --layouts "$LAYOUTS" > "$OUT/matvec-bench.tsv" 2> /tmp/mvb.err
 echo "== matvec-bench exit $?"
 grep -E "^#|FAILED" "$OUT/matvec-bench.tsv" | head -40
 tail -3 /tmp/mvb.err
@@ -67,7 +68,8 @@ for round in $(seq "${ROUNDS:-2}"); do
     bench 27b "$M27" wide FAK_MATVEC_WIDE=1
 done > "$OUT/bench.log" 2>&1
 round=1
-{ bench 8b "$M8" default; bench 8b "$M8" wide FAK_MATVEC_WIDE=1; } >> "$OUT/bench.log" 2>&1
+[ "${SKIP_8B:-0}" = 1 ] ||
+    { bench 8b "$M8" default; bench 8b "$M8" wide FAK_MATVEC_WIDE=1; } >> "$OUT/bench.log" 2>&1
 kill "$CLOCKS"
 cut -c1-220 "$OUT/bench.log"
 
