@@ -16,7 +16,9 @@
 //! activations, logits and caches NaN-poisoned, and is held to `fak::reference`: teacher-forced
 //! logits (prefill steps of 16 rows: the mat-mul, tiled attention, the chunked delta rule) at
 //! cosine ≥ 0.99999 on every row, and 4 greedy tokens (decode: mat-vec, decode attention, the
-//! recurrent delta rule, GPU argmax) identical.
+//! recurrent delta rule, GPU argmax) identical. On int-dot paths the oracle rounds the mat-vecs'
+//! inputs as the integer path does, and the logits come from decode steps, the only steps that
+//! take it (`fak_harness::checks::model`, which runs each check).
 //!
 //! A fast path (subgroups, f16, cooperative matrices, integer dot products) is trusted only if every check that ran
 //! with it passed; `force` is the `FAK_FORCE` value that switches off the others, and the
@@ -28,8 +30,8 @@ use crate::synth;
 use anyhow::{Context, Result};
 use fak::gpu::kernels::read_probe::{ProbeTiming, ReadProbe};
 use fak::gpu::{ContextOptions, Forced, GpuContext, KernelPaths};
-use fak::reference::{Activations, Reference};
-use fak::runtime::{Engine, EngineOptions, SamplingParams};
+use fak::reference::Activations;
+use fak_harness::checks::model::{self, MIN_COSINE, ModelCheck, Oracle, PROMPT_TOKENS};
 use fak_harness::checks::{self, report::KernelCheck};
 use fak_harness::packet::selftest_raw::SelftestBandwidth as Bandwidth;
 use rand::{Rng, SeedableRng};
@@ -48,33 +50,8 @@ pub struct Args {
     pub out: Option<PathBuf>,
 }
 
-/// Why 0.99999: the GPU sums in f32 in another order than the reference's f64, and the f16 path
-/// keeps the KV cache in f16 (≈1e-3 relative on a logit at most); a wrong kernel lands far below.
-/// Paths with cooperative matrices are held to `fak_harness::checks::COOP_MIN_COSINE` instead (the
-/// prefill mat-mul's inputs in f16).
-const MIN_COSINE: f64 = 0.99999;
-/// The integer mat-vec path (int-dot) against a reference that rounds its inputs alike
-/// (`Activations::Q8Blocks`): with the f16 KV cache, attention's output carries ~5e-4 relative
-/// error into the next quantization, where about one code in 127·5e-4 ≈ 6 % lands on the other
-/// side of a rounding boundary and moves its input by a whole step (1/127 of its block's
-/// largest value): measured 0.99979 on the tiny qwen3 (tests/model_qwen3.rs holds the f16 path
-/// to the same number, the f32 one to 0.99999). A wrong kernel lands far below.
-const INT_DOT_MIN_COSINE: f64 = 0.999;
-const PROMPT_TOKENS: usize = 16;
-const GREEDY_TOKENS: usize = 4;
 /// Timed passes of the read-bandwidth probe (after its own warm-ups).
 const BANDWIDTH_PASSES: usize = 7;
-
-#[derive(Serialize)]
-struct Check {
-    model: String,
-    paths: String,
-    check: &'static str,
-    min_cosine: Option<f64>,
-    tokens_equal: Option<bool>,
-    pass: bool,
-    error: Option<String>,
-}
 
 pub fn run(args: Args) -> Result<()> {
     let start = Instant::now();
@@ -95,11 +72,11 @@ pub fn run(args: Args) -> Result<()> {
         .expect("the synthetic model has one");
     for model in [reference, qwen3.gguf.as_path(), &qwen35[0], &qwen35[1]] {
         let ids = random_ids(7, PROMPT_TOKENS);
-        let f32_oracle = cpu_oracle(model, &ids, Activations::F32)?;
+        let f32_oracle = Oracle::cpu(model, &ids, Activations::F32)?;
         // Only where the integer path is taken (the adapter's default, or FAK_INT_DOT=1): its
-        // own oracle, every step a decode step so that every projection takes the path.
+        // own oracle, every id a decode step so that every projection takes the path.
         let int_dot_oracle = match paths.iter().any(|(_, p)| p.int_dot) {
-            true => Some(cpu_oracle(model, &ids, Activations::Q8Blocks)?),
+            true => Some(Oracle::cpu(model, &ids, Activations::Q8Blocks)?),
             false => None,
         };
         for &forced in &paths {
@@ -107,7 +84,7 @@ pub fn run(args: Args) -> Result<()> {
                 (true, Some(o)) => o,
                 _ => &f32_oracle,
             };
-            checks.extend(check_model(model, &options, forced, &ids, oracle));
+            checks.extend(model::check(model, &options, forced, &ids, oracle));
         }
     }
     let fast_paths = fast_path_verdicts(&paths, &checks, &kernels);
@@ -168,37 +145,6 @@ fn every_path(ctx: &GpuContext) -> Vec<(Forced, KernelPaths)> {
 fn random_ids(seed: u64, n: usize) -> Vec<u32> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     (0..n).map(|_| rng.random_range(0..151_936)).collect()
-}
-
-/// What a model check holds the engine to: the CPU reference's teacher-forced logits and
-/// greedy tokens, the cosine the logits must reach and the prefill chunk the engine runs.
-struct Oracle {
-    logits: Vec<Vec<f32>>,
-    tokens: Vec<u32>,
-    min_cosine: f64,
-    prefill_chunk: u32,
-}
-
-/// The CPU reference (its mat-vec inputs rounded as `activations` says) after `ids`: logits and
-/// greedy tokens, each from a fresh sequence.
-fn cpu_oracle(model: &Path, ids: &[u32], activations: Activations) -> Result<Oracle> {
-    let gguf = fak::gguf::Gguf::open(model)?;
-    let fresh = || -> Result<Box<dyn Reference + '_>> {
-        Ok(fak::reference::for_model(&gguf, activations)?)
-    };
-    let logits = fresh()?.forward_all(ids)?;
-    let tokens = fresh()?.greedy(ids, GREEDY_TOKENS)?;
-    let (min_cosine, prefill_chunk) = match activations {
-        Activations::F32 => (MIN_COSINE, PROMPT_TOKENS as u32),
-        // One token per step: every projection a mat-vec, as the rounding assumes.
-        _ => (INT_DOT_MIN_COSINE, 1),
-    };
-    Ok(Oracle {
-        logits,
-        tokens,
-        min_cosine,
-        prefill_chunk,
-    })
 }
 
 /// The tiny synthetic Qwen3.5 (f32, Q4_K_M), written into the cache on first use the way
@@ -268,7 +214,7 @@ type FastPathAxis = (&'static str, &'static str, fn(&KernelPaths) -> bool);
 /// (by the variant the kernel ran).
 fn fast_path_verdicts(
     paths: &[(Forced, KernelPaths)],
-    checks: &[Check],
+    checks: &[ModelCheck],
     kernels: &[KernelCheck],
 ) -> Vec<FastPath> {
     let axes: [FastPathAxis; 4] = [
@@ -308,77 +254,6 @@ fn fast_path_verdicts(
             }
         })
         .collect()
-}
-
-fn check_model(
-    model: &Path,
-    options: &ContextOptions,
-    (forced, paths): (Forced, KernelPaths),
-    ids: &[u32],
-    oracle: &Oracle,
-) -> Vec<Check> {
-    let (want_logits, want_tokens) = (&oracle.logits, &oracle.tokens);
-    let name = model
-        .file_name()
-        .unwrap_or_default()
-        .to_string_lossy()
-        .into_owned();
-    let check = |what, min_cosine, tokens_equal, pass, error| Check {
-        model: name.clone(),
-        paths: paths.name(),
-        check: what,
-        min_cosine,
-        tokens_equal,
-        pass,
-        error,
-    };
-    let mut engine_options = match EngineOptions::from_env() {
-        Ok(o) => o,
-        Err(e) => return vec![check("load", None, None, false, Some(e.to_string()))],
-    };
-    engine_options.context = ContextOptions {
-        forced,
-        ..options.clone()
-    };
-    engine_options.max_context = Some(PROMPT_TOKENS + GREEDY_TOKENS + 8);
-    engine_options.prefill_chunk = oracle.prefill_chunk;
-    engine_options.poison = true;
-    let mut engine = match Engine::load(model, &engine_options) {
-        Ok(e) => e,
-        Err(e) => return vec![check("load", None, None, false, Some(e.to_string()))],
-    };
-    let logits = match engine.teacher_forced_logits(ids) {
-        Ok(got) => {
-            let min = got
-                .iter()
-                .zip(want_logits)
-                .map(|(g, w)| fak_harness::packet::metrics::cosine(g, w))
-                .fold(
-                    f64::INFINITY,
-                    |a, b| if b.is_nan() { f64::NAN } else { a.min(b) },
-                );
-            // The cooperative-matrix prefill mat-mul rounds its inputs to f16: its own floor.
-            let floor = oracle.min_cosine.min(checks::min_cosine(paths));
-            let ok = got.len() == want_logits.len() && min >= floor;
-            check("teacher-forced logits", Some(min), None, ok, None)
-        }
-        Err(e) => check(
-            "teacher-forced logits",
-            None,
-            None,
-            false,
-            Some(e.to_string()),
-        ),
-    };
-    let greedy = SamplingParams::greedy();
-    let tokens = match engine.generate(ids, GREEDY_TOKENS, &greedy, true, &mut |_| {}) {
-        Ok(stats) => {
-            let equal = &stats.tokens == want_tokens;
-            check("greedy tokens", None, Some(equal), equal, None)
-        }
-        Err(e) => check("greedy tokens", None, None, false, Some(e.to_string())),
-    };
-    vec![logits, tokens]
 }
 
 /// Times the engine's read probe over the largest buffer one binding allows (at most 1 GiB and
@@ -478,8 +353,8 @@ fn print_table(result: &serde_json::Value) {
 mod tests {
     use super::*;
 
-    fn model_check(paths: &str, pass: bool) -> Check {
-        Check {
+    fn model_check(paths: &str, pass: bool) -> ModelCheck {
+        ModelCheck {
             model: "m.gguf".into(),
             paths: paths.into(),
             check: "greedy tokens",

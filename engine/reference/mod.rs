@@ -55,20 +55,46 @@ pub trait Reference {
 
     /// Greedy continuation: `n` tokens after `prompt` (end-of-sequence not special here).
     fn greedy(&mut self, prompt: &[u32], n: usize) -> Result<Vec<u32>, ModelError> {
-        let mut logits = self
+        let logits = self
             .forward_all(prompt)?
             .pop()
             .ok_or_else(|| ModelError::Input("empty prompt".into()))?;
-        let mut out = Vec::with_capacity(n);
-        for i in 0..n {
-            let next = ops::argmax(&logits);
-            out.push(next);
-            if i + 1 < n {
-                logits = self.forward(next)?;
-            }
-        }
-        Ok(out)
+        continue_greedy(self, logits, n)
     }
+
+    /// Greedy continuation as the engine generates it: the prompt rounded as set now (its
+    /// prompt steps), every later token's step with its inputs rounded as `decode` says (its
+    /// decode steps: `Activations::Q8Blocks` on the integer mat-vec path).
+    fn greedy_decoding(
+        &mut self,
+        prompt: &[u32],
+        n: usize,
+        decode: Activations,
+    ) -> Result<Vec<u32>, ModelError> {
+        let logits = self
+            .forward_all(prompt)?
+            .pop()
+            .ok_or_else(|| ModelError::Input("empty prompt".into()))?;
+        self.set_activations(decode)?;
+        continue_greedy(self, logits, n)
+    }
+}
+
+/// `n` greedy tokens from `logits` on, each but the last fed back to `r`.
+fn continue_greedy<R: Reference + ?Sized>(
+    r: &mut R,
+    mut logits: Vec<f32>,
+    n: usize,
+) -> Result<Vec<u32>, ModelError> {
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let next = ops::argmax(&logits);
+        out.push(next);
+        if i + 1 < n {
+            logits = r.forward(next)?;
+        }
+    }
+    Ok(out)
 }
 
 fn check_token(token: u32, n_vocab: usize) -> Result<(), ModelError> {

@@ -2,7 +2,7 @@
 //! the tolerance the output is held to. The GPU tests (tests/gpu_*.rs) assert every case on the
 //! test adapter; `harness selftest` runs them on a user's adapter and reports them ([`report`])
 //! instead of panicking. One set of cases and tolerances for both, so the selftest's verdict
-//! means what the tests mean.
+//! means what the tests mean. The selftest's model checks are here too ([`model`]).
 
 pub mod argmax;
 pub mod attn_decode;
@@ -16,6 +16,7 @@ pub mod inputs;
 pub mod kv;
 pub mod matmul;
 pub mod matvec;
+pub mod model;
 pub mod report;
 pub mod rms_norm;
 pub mod rope_kv;
