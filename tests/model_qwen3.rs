@@ -87,9 +87,9 @@ const PINNED_F32: &[(&str, &str)] = &[
     ("-/-, Prompt(16)", "5c478ffc34e1336e"),
 ];
 const PINNED_INT_DOT: &[(&str, &str)] = &[
-    ("sg/-, int-dot, steps of 1", "2b2190b46d857a9a"),
-    ("-/-, int-dot, steps of 1", "f09ed00b7f3b1383"),
-    ("sg/f16, int-dot, steps of 1", "c797b3200d5ba73f"),
+    ("sg/-, int-dot, steps of 1", "cdae077cb5438346"),
+    ("-/-, int-dot, steps of 1", "dce9359b1abe4b0c"),
+    ("sg/f16, int-dot, steps of 1", "3699002334159fc9"),
 ];
 const PINNED_Q4_K_M: &[(&str, &str)] = &[("q4_k_m, one step", "115359e47f82d00e")];
 

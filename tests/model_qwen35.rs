@@ -49,12 +49,25 @@ fn reference_logits(path: &Path, ids: &[u32]) -> Vec<Vec<f32>> {
         .unwrap()
 }
 
-fn reference_greedy(path: &Path, prompt: &[u32], n: usize) -> Vec<u32> {
+/// The CPU reference's `n` greedy tokens after `prompt`, rounded where an engine on `paths`
+/// rounds: the prompt's projections as its prefill mat-mul does (`Activations::F16Tiles` on
+/// cooperative matrices), every later token's as its decode mat-vec does (`Activations::
+/// Q8Blocks` on the integer path). On an H200 (16×16 matrices, the integer mat-vec) greedy
+/// against the f32 reference parted at token 46 of seed 2, 2026-12-05: the roundings, not a
+/// kernel, moved a near tie.
+fn reference_greedy(path: &Path, prompt: &[u32], n: usize, paths: KernelPaths) -> Vec<u32> {
     let gguf = Gguf::open(path).unwrap();
-    Qwen35Reference::new(&gguf)
-        .unwrap()
-        .greedy(prompt, n)
-        .unwrap()
+    let mut r = Qwen35Reference::new(&gguf).unwrap();
+    let prompt_rounding = match Matmul::runs_on_matrix_units(paths) {
+        true => Activations::F16Tiles,
+        false => Activations::F32,
+    };
+    let decode = match paths.int_dot {
+        true => Activations::Q8Blocks,
+        false => Activations::F32,
+    };
+    r.set_activations(prompt_rounding).unwrap();
+    r.greedy_decoding(prompt, n, decode).unwrap()
 }
 
 fn greedy(e: &mut Engine, prompt: &[u32], n: usize) -> Vec<u32> {
@@ -176,9 +189,9 @@ const PINNED_F32_NO_SUBGROUP: &[(&str, &str)] = &[
     ("-/-, Prompt(70)", "6dc283af15324b3b"),
 ];
 const PINNED_INT_DOT: &[(&str, &str)] = &[
-    ("sg/-, int-dot, steps of 1", "f709b59a9d533965"),
-    ("-/-, int-dot, steps of 1", "78aa46223ec4c34e"),
-    ("sg/f16, int-dot, steps of 1", "f3ae887ac4cac7ee"),
+    ("sg/-, int-dot, steps of 1", "d65078bbe6b949d9"),
+    ("-/-, int-dot, steps of 1", "6ce34b2133712285"),
+    ("sg/f16, int-dot, steps of 1", "e85207ae06a229f4"),
 ];
 const PINNED_Q4_K_M: &[(&str, &str)] = &[("q4_k_m, one step", "e7a3d327b0c47983")];
 
@@ -190,8 +203,8 @@ fn q4_k_m_greedy_equals_the_cpu_reference_for_64_steps() {
     for seed in 1..=3u64 {
         let path = tiny("q4_k_m", seed);
         let prompt = random_ids(100 + seed, 12, hparams(&path).n_vocab);
-        let want = reference_greedy(&path, &prompt, 64);
         let mut e = engine(&path, 256, Forced::default());
+        let want = reference_greedy(&path, &prompt, 64, e.ctx.paths());
         let mut streamed = Vec::new();
         let stats = e
             .generate(&prompt, 64, &SamplingParams::greedy(), true, &mut |t| {
@@ -356,13 +369,17 @@ fn a_file_with_grouped_value_heads_is_read_as_it_says() {
         |_| {},
     );
     let ids = random_ids(15, 20, hp.n_vocab);
-    let want = reference_logits(&grouped, &ids);
     for steps in [Steps::Decode, Steps::Prompt(20)] {
         let mut e = engine(&grouped, steps.prefill_chunk(), Forced::default());
         let got = steps.logits(&mut e, &ids);
+        // Rounded as the engine's steps round (on an H200 the 20-token prompt step's f16
+        // mat-mul against the f32 reference reached 0.99943, 2026-12-05).
+        let prompt = steps.prompt_tokens(ids.len());
+        let want = reference_in_steps(&grouped, &ids, prompt, e.ctx.paths());
         let floor = engine_min_cosine(&e);
         assert_rows_close(&format!("grouped, {steps:?}"), &got, &want, floor);
     }
+    let want = reference_logits(&grouped, &ids);
     let other = reference_logits(&tiled, &ids);
     let c = cosine(want.last().unwrap(), other.last().unwrap());
     assert!(c < 0.999, "grouped and tiled readings agree (cosine {c})");
@@ -448,7 +465,12 @@ fn harness_run_generates_the_reference_tokens() {
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let tokens: Vec<u32> = serde_json::from_value(report["tokens"].clone()).unwrap();
-    assert_eq!(tokens, reference_greedy(&path, &[1, 2, 3, 4, 5], 8));
+    // Five prompt tokens in one step: on cooperative matrices where the adapter has them.
+    let paths = KernelPaths {
+        int_dot: false,
+        ..fak_tests::gpu().paths()
+    };
+    assert_eq!(tokens, reference_greedy(&path, &[1, 2, 3, 4, 5], 8, paths));
 }
 
 /// The error a bad file gets from the memory plan, which runs before any GPU work.

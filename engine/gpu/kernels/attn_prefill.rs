@@ -189,8 +189,9 @@ impl CoopTile {
 }
 
 /// What `FAK_ATTN_PREFILL` asks the engine to run where the adapter has cooperative matrices:
-/// unset or `tiles`, the f32-tile kernel (the default until the cooperative-matrix kernel has
-/// passed its tests on a device: experiments/NOTES.md, attn-coop); `coop`, the cooperative-matrix
+/// unset or `tiles`, the f32-tile kernel (the default: on an H200 the cooperative-matrix kernel
+/// gives zeros and NaN, traced by experiments/coop-probe to its `workgroupUniformLoad` of the
+/// rescale mark beside the MMAs — experiments/NOTES.md, session 2026-12-05 #4); `coop`, the cooperative-matrix
 /// kernel with [`CoopTile::fitting`]'s tile; a [`CoopTile`] label (`64x32`, `64x64q`: rows ×
 /// keys, `q` for Q in registers), that tile where it fits.
 enum Override {

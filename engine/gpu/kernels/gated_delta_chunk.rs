@@ -64,7 +64,9 @@ const COOP_SHAPE: CoopShape = CoopShape::M16x16;
 /// Which kernel of the chunked delta rule `FAK_GDN_CHUNK` asks for: unset, empty or `f32`, the f32
 /// kernel (the default); `coop`, the cooperative-matrix one where the adapter has it (the f32
 /// kernel elsewhere). Any other value is an error: a measurement must not silently run another
-/// kernel than the one it names.
+/// kernel than the one it names. The coop kernel stays opt-in: on an H200 (driver 580.159) it
+/// gives NaN, and experiments/coop-probe traced that to `workgroupUniformLoad` (its chunk count)
+/// in a kernel with cooperative-matrix ops (experiments/NOTES.md, session 2026-12-05 #4).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum ChunkKernel {
     F32,

@@ -359,7 +359,7 @@ pub struct MatVec {
     /// inputs, [`MatVecLayout::INTEGER`] for q8 ones.
     rows: Option<MatVecLayout>,
     /// Every binding's layout (named or not) in the wide form where that serves it
-    /// (`FAK_MATVEC_WIDE=1`: the wide form in the model with today's layouts, for measuring it).
+    /// (on unless `FAK_MATVEC_WIDE=0`: the wide form of every layout that has one).
     widen: bool,
     layout: wgpu::BindGroupLayout,
     /// Bound as `w16`/`x16` where the data is not 16-byte aligned (the kernel then reads w, x).
@@ -539,10 +539,11 @@ impl MatVec {
     /// Builds the variant `paths` selects (subgroup reduction or the workgroup-memory tree; with
     /// the integer path or without) in the layout `FAK_MATVEC_LAYOUT` names, else each input's
     /// default ([`MatVecLayout::DEFAULT`] for f32, [`MatVecLayout::INTEGER`] for q8).
-    /// `FAK_MATVEC_WIDE=1` takes every binding's layout in the wide form where it serves the
-    /// binding (q8 inputs, Q4_K/Q6_K weights).
+    /// Every binding's layout is taken in the wide form where it serves the binding (q8 inputs,
+    /// Q4_K/Q6_K weights): on an H200 the Qwen3.5-27B decodes 14.47 → 12.12 ms/token with it
+    /// (experiments/NOTES.md, session 2026-12-05 #4). `FAK_MATVEC_WIDE=0` keeps the narrow form.
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
-        let widen = std::env::var("FAK_MATVEC_WIDE").is_ok_and(|v| v == "1");
+        let widen = std::env::var("FAK_MATVEC_WIDE").as_deref() != Ok("0");
         let mut kernel = Self::build_in(ctx, paths, MatVecLayout::from_env()?)?;
         kernel.widen = widen;
         Ok(kernel)
