@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (nvidia-h200 or an H100; ≤ 90 s wall: setup ~10 s, the probes a few seconds):
+# One device call (nvidia-h200 or an H100; ≤ 90 s wall: setup ~10 s, the 53 probes a few seconds):
 # experiments/coop-probe on the device — which WGSL construct on 16×16 cooperative matrices the
 # NVIDIA driver (or naga's SPIR-V for it) gets wrong, behind the zeros / NaN of
 # wgsl/attn_prefill_coop.wgsl and wgsl/gated_delta_chunk_coop.wgsl (2026-12-05 #4). One line per

@@ -30,6 +30,8 @@ const COMMON: &str = r#"
 @group(0) @binding(2) var<uniform> info: vec4<u32>;
 @group(0) @binding(3) var<storage, read> c_in: array<f32>;
 @group(0) @binding(4) var<storage, read_write> halves: array<f16>;
+// A read-only table as the sequence table (seqs) is: [1, 0, 0, 0].
+@group(0) @binding(5) var<storage, read> table: array<u32>;
 
 const A_AT: u32 = 0u;
 const B_AT: u32 = 256u;
@@ -233,6 +235,12 @@ fn scaled_wide(o: CoopC, slot: u32, lane: u32, alpha: f32) -> CoopC {
     workgroupBarrier();
     return coopLoadT<CoopC>(&o_stage[slot], stride);
 }
+"#;
+
+/// A flag padded to 16 bytes (the failing kernels' flags are lone u32s in workgroup memory, beside
+/// f16 / f32 tiles that cooperative loads need 16-byte aligned).
+const FLAG4: &str = r#"
+var<workgroup> flag4: vec4<u32>;
 "#;
 
 /// The probes' inputs, as the CPU sees them (A, B, A2, B2 exact in f16).
@@ -945,7 +953,292 @@ fn probes() -> Vec<Probe> {
             expect: |d| mm(&d.c[256..], &d.c[..256]),
             tol: (2e-5, 0.0),
         },
+        // Replacements for workgroupUniformLoad (FAIL in the four probes above on the H200, 580).
+        Probe {
+            name: "flag_plain_beside",
+            construct: "uniform_return plus the lone u32 `flag` written by a lane, workgroupBarrier, read plainly (no workgroupUniformLoad) into dst[256]: FAIL = the flag's presence in workgroup memory (layout) breaks the tiles",
+            wg: 32,
+            groups: 2,
+            helpers: &[],
+            body: body!(
+                "    if lid == 0u {\n        flag = info.x;\n    }\n    workgroupBarrier();\n",
+                "    if wg.x >= info.x {\n        return;\n    }\n",
+                "    let a = coopLoadT<CoopA>(&ta[at], s);\n    let b = coopLoad<CoopB>(&tb[at], s);\n",
+                "    var acc = CoopC();\n    acc = coopMultiplyAdd(a, b, acc);\n",
+                "    coopStoreT(acc, &dst[at], s);\n    if lid == 0u {\n        dst[256u] = f32(flag);\n    }\n"
+            ),
+            expect: |d| {
+                let mut out = mm(&d.a, &d.b);
+                out.push(1.0);
+                out
+            },
+            tol: EXACT,
+        },
+        Probe {
+            name: "barrier_uniform_load_return",
+            construct: "uniform_load_return with `workgroupBarrier(); let v = workgroupUniformLoad(&flag);` (an extra barrier before it)",
+            wg: 32,
+            groups: 2,
+            helpers: &[],
+            body: body!(
+                "    if lid == 0u {\n        flag = info.x;\n    }\n    workgroupBarrier();\n",
+                "    let v = workgroupUniformLoad(&flag);\n    if wg.x >= v {\n        return;\n    }\n",
+                "    let a = coopLoadT<CoopA>(&ta[at], s);\n    let b = coopLoad<CoopB>(&tb[at], s);\n",
+                "    var acc = CoopC();\n    acc = coopMultiplyAdd(a, b, acc);\n",
+                "    coopStoreT(acc, &dst[at], s);\n"
+            ),
+            expect: |d| mm(&d.a, &d.b),
+            tol: EXACT,
+        },
+        Probe {
+            name: "uniform_load_vec4_return",
+            construct: "uniform_load_return with the flag a 16-byte vec4<u32> (workgroupUniformLoad(&flag4).x): PASS where uniform_load_return fails = the lone u32's layout is the bug",
+            wg: 32,
+            groups: 2,
+            helpers: &[FLAG4],
+            body: body!(
+                "    if lid == 0u {\n        flag4 = vec4<u32>(info.x);\n    }\n",
+                "    if wg.x >= workgroupUniformLoad(&flag4).x {\n        return;\n    }\n",
+                "    let a = coopLoadT<CoopA>(&ta[at], s);\n    let b = coopLoad<CoopB>(&tb[at], s);\n",
+                "    var acc = CoopC();\n    acc = coopMultiplyAdd(a, b, acc);\n",
+                "    coopStoreT(acc, &dst[at], s);\n"
+            ),
+            expect: |d| mm(&d.a, &d.b),
+            tol: EXACT,
+        },
+        Probe {
+            name: "uniform_load_vec4_in_loop",
+            construct: "uniform_load_in_loop with the flag a vec4<u32> (attention's mark padded to 16 bytes)",
+            wg: 32,
+            groups: 1,
+            helpers: &[SCALED, FLAG4],
+            body: body!(
+                "    let a = coopLoadT<CoopA>(&ta[at], s);\n    let b = coopLoad<CoopB>(&tb[at], s);\n",
+                "    if lid == 0u {\n        flag4 = vec4<u32>(0u);\n    }\n    var acc = CoopC();\n",
+                "    for (var k = 0u; k < 3u; k++) {\n        workgroupBarrier();\n",
+                "        if lane == 0u && k == 1u {\n            flag4.x = k + 1u;\n        }\n",
+                "        let marked = workgroupUniformLoad(&flag4).x == k + 1u;\n",
+                "        if marked {\n            acc = scaled(acc, 0u, lane, 0.5);\n        }\n",
+                "        acc = coopMultiplyAdd(a, b, acc);\n        workgroupBarrier();\n    }\n",
+                "    coopStoreT(acc, &dst[at], s);\n"
+            ),
+            expect: |d| scale(&mm(&d.a, &d.b), 2.5),
+            tol: EXACT,
+        },
+        Probe {
+            name: "storage_return",
+            construct: "gdn's chunk count read in the entry point from a read-only storage table (as seqs), inlined: `if wg.x >= (table[wg.z] + table[1] + 63u) / 64u { return; }` before the coop ops (2 workgroups)",
+            wg: 32,
+            groups: 2,
+            helpers: &[],
+            body: body!(
+                "    let n = (table[wg.z] + table[1] + 63u) / 64u;\n    if wg.x >= n {\n        return;\n    }\n",
+                "    let a = coopLoadT<CoopA>(&ta[at], s);\n    let b = coopLoad<CoopB>(&tb[at], s);\n",
+                "    var acc = CoopC();\n    acc = coopMultiplyAdd(a, b, acc);\n",
+                "    coopStoreT(acc, &dst[at], s);\n"
+            ),
+            expect: |d| mm(&d.a, &d.b),
+            tol: EXACT,
+        },
+        Probe {
+            name: "storage_loop_bound",
+            construct: "gdn's chunk_scan loop bound from the read-only storage table in the entry point, accumulator carried through it",
+            wg: 32,
+            groups: 1,
+            helpers: &[],
+            body: body!(
+                "    let n = (table[wg.z] + table[1] + 63u) / 64u + 1u;\n",
+                "    let a = coopLoadT<CoopA>(&ta[at], s);\n    let b = coopLoad<CoopB>(&tb[at], s);\n",
+                "    var acc = CoopC();\n    for (var k = 0u; k < n; k++) {\n        acc = coopMultiplyAdd(a, b, acc);\n        workgroupBarrier();\n    }\n",
+                "    coopStoreT(acc, &dst[at], s);\n"
+            ),
+            expect: |d| scale(&mm(&d.a, &d.b), 2.0),
+            tol: EXACT,
+        },
+        Probe {
+            name: "always_rescale_in_loop",
+            construct: "uniform_load_in_loop with no branch: a barrier, then every iteration scaled() with alpha = select(1, 0.5, flag == k + 1) (flag read plainly)",
+            wg: 32,
+            groups: 1,
+            helpers: &[SCALED],
+            body: body!(
+                "    let a = coopLoadT<CoopA>(&ta[at], s);\n    let b = coopLoad<CoopB>(&tb[at], s);\n",
+                "    if lid == 0u {\n        flag = 0u;\n    }\n    var acc = CoopC();\n",
+                "    for (var k = 0u; k < 3u; k++) {\n        workgroupBarrier();\n",
+                "        if lane == 0u && k == 1u {\n            flag = k + 1u;\n        }\n        workgroupBarrier();\n",
+                "        let alpha = select(1.0, 0.5, flag == k + 1u);\n        acc = scaled(acc, 0u, lane, alpha);\n",
+                "        acc = coopMultiplyAdd(a, b, acc);\n        workgroupBarrier();\n    }\n",
+                "    coopStoreT(acc, &dst[at], s);\n"
+            ),
+            expect: |d| scale(&mm(&d.a, &d.b), 2.5),
+            tol: EXACT,
+        },
+        Probe {
+            name: "attn_mini_always",
+            construct: "attn_mini with no branch: a barrier, then both tiles scaled_wide() every step with alpha = select(1, 0.5, flag == k + 1) (flag read plainly)",
+            wg: 128,
+            groups: 1,
+            helpers: &[ATTN_O],
+            body: body!(
+                "    for (var e = lid; e < 384u; e += WG) {\n        let i = e / 24u;\n        let j = e % 24u;\n",
+                "        p_tile[e] = select(f16(0.0), src[A_AT + i * 16u + min(j, 15u)], j < 16u);\n    }\n",
+                "    if lid == 0u {\n        flag = 0u;\n    }\n    workgroupBarrier();\n",
+                "    let slot = sg * 256u;\n    var o0 = CoopC();\n    var o1 = CoopC();\n",
+                "    for (var k = 0u; k < 2u; k++) {\n        workgroupBarrier();\n",
+                "        var m = f32(lane);\n        m = max(m, subgroupShuffleXor(m, 1u));\n",
+                "        if lane == 0u && sg == 1u && k == 1u && m > 0.0 {\n            flag = k + 1u;\n        }\n",
+                "        workgroupBarrier();\n        let alpha = select(1.0, 0.5, flag == k + 1u);\n",
+                "        o0 = scaled_wide(o0, slot, lane, alpha);\n",
+                "        if TILES > 1u {\n            o1 = scaled_wide(o1, slot, lane, alpha);\n        }\n",
+                "        for (var kb = 0u; kb < 1u; kb++) {\n            let p = p_block(kb);\n            o0 = pv(o0, p, 0u);\n",
+                "            if TILES > 1u {\n                o1 = pv(o1, p, 0u);\n            }\n        }\n",
+                "        workgroupBarrier();\n    }\n",
+                "    write_tile_wide(o0, slot, sg * 512u, lane);\n    write_tile_wide(o1, slot, sg * 512u + 256u, lane);\n"
+            ),
+            expect: |d| scale(&mm(&d.a, &d.b), 1.5).repeat(8),
+            tol: EXACT,
+        },
+        Probe {
+            name: "attn_mini_vec4",
+            construct: "attn_mini with the mark a vec4<u32> read by workgroupUniformLoad(&flag4).x (the attention's mark padded to 16 bytes)",
+            wg: 128,
+            groups: 1,
+            helpers: &[ATTN_O, FLAG4],
+            body: body!(
+                "    for (var e = lid; e < 384u; e += WG) {\n        let i = e / 24u;\n        let j = e % 24u;\n",
+                "        p_tile[e] = select(f16(0.0), src[A_AT + i * 16u + min(j, 15u)], j < 16u);\n    }\n",
+                "    if lid == 0u {\n        flag4 = vec4<u32>(0u);\n    }\n    workgroupBarrier();\n",
+                "    let slot = sg * 256u;\n    var o0 = CoopC();\n    var o1 = CoopC();\n",
+                "    for (var k = 0u; k < 2u; k++) {\n        workgroupBarrier();\n",
+                "        var m = f32(lane);\n        m = max(m, subgroupShuffleXor(m, 1u));\n",
+                "        if lane == 0u && sg == 1u && k == 1u && m > 0.0 {\n            flag4.x = k + 1u;\n        }\n",
+                "        let rescale = workgroupUniformLoad(&flag4).x == k + 1u;\n",
+                "        if rescale {\n            o0 = scaled_wide(o0, slot, lane, 0.5);\n",
+                "            if TILES > 1u {\n                o1 = scaled_wide(o1, slot, lane, 0.5);\n            }\n        }\n",
+                "        for (var kb = 0u; kb < 1u; kb++) {\n            let p = p_block(kb);\n            o0 = pv(o0, p, 0u);\n",
+                "            if TILES > 1u {\n                o1 = pv(o1, p, 0u);\n            }\n        }\n",
+                "        workgroupBarrier();\n    }\n",
+                "    write_tile_wide(o0, slot, sg * 512u, lane);\n    write_tile_wide(o1, slot, sg * 512u + 256u, lane);\n"
+            ),
+            expect: |d| scale(&mm(&d.a, &d.b), 1.5).repeat(8),
+            tol: EXACT,
+        },
+        Probe {
+            name: "barrier_flag_return",
+            construct: "(a) flag published by workgroupBarrier(), a plain load decides an early return before coop ops",
+            wg: 32,
+            groups: 2,
+            helpers: &[],
+            body: body!(
+                "    if lid == 0u {\n        flag = info.x;\n    }\n    workgroupBarrier();\n",
+                "    if wg.x >= flag {\n        return;\n    }\n",
+                "    let a = coopLoadT<CoopA>(&ta[at], s);\n    let b = coopLoad<CoopB>(&tb[at], s);\n",
+                "    var acc = CoopC();\n    acc = coopMultiplyAdd(a, b, acc);\n",
+                "    coopStoreT(acc, &dst[at], s);\n"
+            ),
+            expect: |d| mm(&d.a, &d.b),
+            tol: EXACT,
+        },
+        Probe {
+            name: "barrier_flag_in_loop",
+            construct: "(a) per iteration: barrier, plain load of the flag decides a scaled() round trip",
+            wg: 32,
+            groups: 1,
+            helpers: &[SCALED],
+            body: body!(
+                "    let a = coopLoadT<CoopA>(&ta[at], s);\n    let b = coopLoad<CoopB>(&tb[at], s);\n",
+                "    if lid == 0u {\n        flag = 0u;\n    }\n    var acc = CoopC();\n",
+                "    for (var k = 0u; k < 3u; k++) {\n        workgroupBarrier();\n",
+                "        if lane == 0u && k == 1u {\n            flag = k + 1u;\n        }\n        workgroupBarrier();\n",
+                "        if flag == k + 1u {\n            acc = scaled(acc, 0u, lane, 0.5);\n        }\n",
+                "        acc = coopMultiplyAdd(a, b, acc);\n        workgroupBarrier();\n    }\n",
+                "    coopStoreT(acc, &dst[at], s);\n"
+            ),
+            expect: |d| scale(&mm(&d.a, &d.b), 2.5),
+            tol: EXACT,
+        },
+        Probe {
+            name: "broadcast_first_in_loop",
+            construct: "(c) per iteration: subgroupBroadcastFirst of the flag decides a scaled() round trip",
+            wg: 32,
+            groups: 1,
+            helpers: &[SCALED],
+            body: body!(
+                "    let a = coopLoadT<CoopA>(&ta[at], s);\n    let b = coopLoad<CoopB>(&tb[at], s);\n",
+                "    if lid == 0u {\n        flag = 0u;\n    }\n    var acc = CoopC();\n",
+                "    for (var k = 0u; k < 3u; k++) {\n        workgroupBarrier();\n",
+                "        if lane == 0u && k == 1u {\n            flag = k + 1u;\n        }\n        workgroupBarrier();\n",
+                "        if subgroupBroadcastFirst(flag) == k + 1u {\n            acc = scaled(acc, 0u, lane, 0.5);\n        }\n",
+                "        acc = coopMultiplyAdd(a, b, acc);\n        workgroupBarrier();\n    }\n",
+                "    coopStoreT(acc, &dst[at], s);\n"
+            ),
+            expect: |d| scale(&mm(&d.a, &d.b), 2.5),
+            tol: EXACT,
+        },
+        Probe {
+            name: "subgroup_any_in_loop",
+            construct: "(c) per iteration: subgroupAny(this lane's rows need it) decides a scaled() round trip",
+            wg: 32,
+            groups: 1,
+            helpers: &[SCALED],
+            body: body!(
+                "    let a = coopLoadT<CoopA>(&ta[at], s);\n    let b = coopLoad<CoopB>(&tb[at], s);\n",
+                "    var acc = CoopC();\n",
+                "    for (var k = 0u; k < 3u; k++) {\n        workgroupBarrier();\n",
+                "        if subgroupAny(lane == 0u && k == 1u) {\n            acc = scaled(acc, 0u, lane, 0.5);\n        }\n",
+                "        acc = coopMultiplyAdd(a, b, acc);\n        workgroupBarrier();\n    }\n",
+                "    coopStoreT(acc, &dst[at], s);\n"
+            ),
+            expect: |d| scale(&mm(&d.a, &d.b), 2.5),
+            tol: EXACT,
+        },
+        Probe {
+            name: "attn_mini_barrier_flag",
+            construct: "(a) attn_mini with `workgroupBarrier(); let rescale = flag == k + 1u;` (a plain load of the lone u32 flag) in place of workgroupUniformLoad",
+            wg: 128,
+            groups: 1,
+            helpers: &[ATTN_O],
+            body: body!(
+                "    for (var e = lid; e < 384u; e += WG) {\n        let i = e / 24u;\n        let j = e % 24u;\n",
+                "        p_tile[e] = select(f16(0.0), src[A_AT + i * 16u + min(j, 15u)], j < 16u);\n    }\n",
+                "    if lid == 0u {\n        flag = 0u;\n    }\n    workgroupBarrier();\n",
+                "    let slot = sg * 256u;\n    var o0 = CoopC();\n    var o1 = CoopC();\n",
+                "    for (var k = 0u; k < 2u; k++) {\n        workgroupBarrier();\n",
+                "        var m = f32(lane);\n        m = max(m, subgroupShuffleXor(m, 1u));\n",
+                "        if lane == 0u && sg == 1u && k == 1u && m > 0.0 {\n            flag = k + 1u;\n        }\n",
+                "        workgroupBarrier();\n        let rescale = flag == k + 1u;\n",
+                "        if rescale {\n            o0 = scaled_wide(o0, slot, lane, 0.5);\n",
+                "            if TILES > 1u {\n                o1 = scaled_wide(o1, slot, lane, 0.5);\n            }\n        }\n",
+                "        for (var kb = 0u; kb < 1u; kb++) {\n            let p = p_block(kb);\n            o0 = pv(o0, p, 0u);\n",
+                "            if TILES > 1u {\n                o1 = pv(o1, p, 0u);\n            }\n        }\n",
+                "        workgroupBarrier();\n    }\n",
+                "    write_tile_wide(o0, slot, sg * 512u, lane);\n    write_tile_wide(o1, slot, sg * 512u + 256u, lane);\n"
+            ),
+            expect: |d| scale(&mm(&d.a, &d.b), 1.5).repeat(8),
+            tol: EXACT,
+        },
     ]
+}
+
+/// naga 30's uniformity analysis, checked at every run: a return on a lane-dependent value before
+/// cooperative ops must be refused (it accepts (a) a plain load of a workgroup flag after a
+/// barrier and (c) subgroupBroadcastFirst / subgroupAny decisions: those are probes above).
+fn naga_candidates() -> Vec<Probe> {
+    vec![Probe {
+        name: "lane_return",
+        construct: "control: `if lid == 0u { return; }` before coop ops (non-uniform)",
+        wg: 32,
+        groups: 1,
+        helpers: &[],
+        body: body!(
+            "    if lid == 0u {\n        return;\n    }\n",
+            "    let a = coopLoadT<CoopA>(&ta[at], s);\n    let b = coopLoad<CoopB>(&tb[at], s);\n",
+            "    var acc = CoopC();\n    acc = coopMultiplyAdd(a, b, acc);\n",
+            "    coopStoreT(acc, &dst[at], s);\n"
+        ),
+        expect: |_| Vec::new(),
+        tol: EXACT,
+    }]
 }
 
 /// Whether a probe uses no cooperative matrix (it then also runs without them: `--self-test`).
@@ -1024,6 +1317,7 @@ fn layout(ctx: &GpuContext) -> (wgpu::BindGroupLayout, wgpu::PipelineLayout) {
                 entry(2, wgpu::BufferBindingType::Uniform),
                 entry(3, storage(true)),
                 entry(4, storage(false)),
+                entry(5, storage(true)),
             ],
         });
     let pipeline = ctx
@@ -1083,7 +1377,8 @@ fn run(ctx: &GpuContext, probe: &Probe, data: &Data, coop: bool) -> Result<Vec<f
     let dst = upload(ctx, "dst", bytemuck::cast_slice(&[f32::NAN; 4096])).map_err(err)?;
     let info = uniform(ctx, "info", &[1u32, 0, 0, 0]);
     let c_in = upload(ctx, "c_in", bytemuck::cast_slice(&data.c)).map_err(err)?;
-    let buffers = [&src, &dst, &info, &c_in, &rw];
+    let table = upload(ctx, "table", bytemuck::cast_slice(&[1u32, 0, 0, 0])).map_err(err)?;
+    let buffers = [&src, &dst, &info, &c_in, &rw, &table];
     let entries: Vec<wgpu::BindGroupEntry> = buffers
         .iter()
         .enumerate()
@@ -1152,7 +1447,45 @@ fn verdict(got: &[f32], want: &[f32], tol: (f32, f32)) -> (bool, f32, String) {
     (wrong.is_empty(), worst, detail)
 }
 
+/// `--validate FILE...`: naga validates the files concatenated in order (a kernel after the files
+/// it requires) with the enables and capabilities of a 16×16 device, as a patched kernel would
+/// be; prints "valid" or naga's error. (The engine composes modules the same way.)
+fn validate_files(files: &[String]) -> bool {
+    let mut text = String::from("enable f16;\nenable wgpu_cooperative_matrix;\n");
+    for file in files {
+        text += &std::fs::read_to_string(file).expect("reading a WGSL file");
+        text.push('\n');
+    }
+    use naga::valid::{
+        Capabilities, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator,
+    };
+    let checked = naga::front::wgsl::parse_str(&text)
+        .map_err(|e| e.emit_to_string(&text))
+        .and_then(|module| {
+            let caps = Capabilities::SHADER_FLOAT16
+                | Capabilities::SUBGROUP
+                | Capabilities::COOPERATIVE_MATRIX;
+            Validator::new(ValidationFlags::all(), caps)
+                .subgroup_stages(ShaderStages::COMPUTE)
+                .subgroup_operations(SubgroupOperationSet::all())
+                .validate(&module)
+                .map_err(|e| e.emit_to_string(&text))
+        });
+    match &checked {
+        Ok(_) => println!("valid: {}", files.join(" ")),
+        Err(e) => println!("naga refuses {}:\n{e}", files.join(" ")),
+    }
+    checked.is_ok()
+}
+
 fn main() {
+    let validate: Vec<String> = std::env::args()
+        .skip_while(|a| a != "--validate")
+        .skip(1)
+        .collect();
+    if !validate.is_empty() {
+        std::process::exit(i32::from(!validate_files(&validate)));
+    }
     let spirv_dir = std::env::args()
         .skip_while(|a| a != "--spirv")
         .nth(1)
@@ -1183,6 +1516,21 @@ fn main() {
             Err(e) => {
                 broken += 1;
                 println!("NAGA {}: {e}", probe.name);
+            }
+        }
+    }
+    if only.is_none() {
+        for candidate in naga_candidates() {
+            match to_spirv(&module_text(&candidate, true)) {
+                Ok(_) => println!("# naga ACCEPTS {}: {}", candidate.name, candidate.construct),
+                Err(e) => {
+                    let why = e
+                        .lines()
+                        .filter(|l| l.contains("error"))
+                        .collect::<Vec<_>>()
+                        .join(" / ");
+                    println!("# naga refuses {}: {why}", candidate.name);
+                }
             }
         }
     }
