@@ -447,6 +447,17 @@ pub(crate) enum Resource<'a> {
     Uniform(&'a wgpu::Buffer),
 }
 
+impl<'a> Resource<'a> {
+    /// All of `buffer` as a storage binding (the sequence table, a state's slots).
+    pub(crate) fn whole(name: &'a str, buffer: &'a wgpu::Buffer) -> Self {
+        Resource::Storage {
+            name,
+            buffer,
+            bytes: buffer.size(),
+        }
+    }
+}
+
 /// The bind group of `resources` in binding order, after checking that every storage buffer
 /// holds the bytes the kernel will touch and that they fit one binding.
 pub(crate) fn bind_group(

@@ -177,16 +177,8 @@ impl GatedDeltaDecode {
                     buffer: io.gates,
                     bytes: f32_rows(io.max_tokens, 2 * d.nv),
                 },
-                Resource::Storage {
-                    name: "sequence table",
-                    buffer: &io.table.buffer,
-                    bytes: io.table.buffer.size(),
-                },
-                Resource::Storage {
-                    name: "recurrent state",
-                    buffer: &io.state.recurrent,
-                    bytes: io.state.recurrent.size(),
-                },
+                Resource::whole("sequence table", &io.table.buffer),
+                Resource::whole("recurrent state", &io.state.recurrent),
                 Resource::Storage {
                     name: "o (delta rule output)",
                     buffer: io.o,

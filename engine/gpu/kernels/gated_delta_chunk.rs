@@ -466,21 +466,13 @@ impl GatedDeltaChunked {
                 buffer: io.gates,
                 bytes: f32_rows(io.max_tokens, 2 * d.nv),
             },
-            Resource::Storage {
-                name: "sequence table",
-                buffer: &io.table.buffer,
-                bytes: io.table.buffer.size(),
-            },
+            Resource::whole("sequence table", &io.table.buffer),
             Resource::Storage {
                 name: "chunk scratch",
                 buffer: &io.scratch.buffer,
                 bytes: 4 * regions.end,
             },
-            Resource::Storage {
-                name: "recurrent state",
-                buffer: &io.state.recurrent,
-                bytes: io.state.recurrent.size(),
-            },
+            Resource::whole("recurrent state", &io.state.recurrent),
             Resource::Storage {
                 name: "o (delta rule output)",
                 buffer: io.o,

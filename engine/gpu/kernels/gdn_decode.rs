@@ -345,21 +345,9 @@ impl GdnDecode {
                 ssm_a,
                 dt_bias,
                 norm_w,
-                Resource::Storage {
-                    name: "sequence table",
-                    buffer: &io.table.buffer,
-                    bytes: io.table.buffer.size(),
-                },
-                Resource::Storage {
-                    name: "conv state",
-                    buffer: &io.state.conv,
-                    bytes: io.state.conv.size(),
-                },
-                Resource::Storage {
-                    name: "recurrent state",
-                    buffer: &io.state.recurrent,
-                    bytes: io.state.recurrent.size(),
-                },
+                Resource::whole("sequence table", &io.table.buffer),
+                Resource::whole("conv state", &io.state.conv),
+                Resource::whole("recurrent state", &io.state.recurrent),
                 Resource::Storage {
                     name: "y (gated norm output)",
                     buffer: io.y,

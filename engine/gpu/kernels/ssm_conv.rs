@@ -157,16 +157,8 @@ impl SsmConv {
                     buffer: io.weight.buffer,
                     bytes: 4 * u64::from(dims.conv_kernel) * u64::from(conv_dim),
                 },
-                Resource::Storage {
-                    name: "sequence table",
-                    buffer: &io.table.buffer,
-                    bytes: io.table.buffer.size(),
-                },
-                Resource::Storage {
-                    name: "conv state",
-                    buffer: &io.state.conv,
-                    bytes: io.state.conv.size(),
-                },
+                Resource::whole("sequence table", &io.table.buffer),
+                Resource::whole("conv state", &io.state.conv),
                 Resource::Storage {
                     name: "conv output",
                     buffer: io.y,
