@@ -96,8 +96,10 @@ var<workgroup> p_tile: array<f16, BM * P_STRIDE>;
 // One COOP × COOP slot per subgroup: O tiles on their way to a rescale or the output.
 var<workgroup> o_stage: array<f32, SUBGROUPS * COOP * COOP>;
 var<workgroup> key_base: array<u32, BN>;
-// k0 + 1 of the last key step some row marked for a rescale.
-var<workgroup> rescale_mark: u32;
+// k0 + 1 of the last key step some row marked for a rescale (in .x; a vec4 so that the tiles
+// beside it keep 16-byte offsets: as a lone u32 the H200's tiles came out wrong,
+// experiments/NOTES.md, coop-probe).
+var<workgroup> rescale_mark: vec4<u32>;
 
 // The element index of key k0 + jj of the tile's kv head for jj < n (lanes below BN).
 fn set_key_bases(k0: u32, n: u32, page_row: u32, g: u32, local: u32) {
@@ -374,7 +376,7 @@ fn main(
         // (The prologue's barrier below orders these loads before the first K store.)
     }
     if local == 0u {
-        rescale_mark = 0u;
+        rescale_mark = vec4<u32>(0u);
     }
     var m = NEG;
     var l = 0.0;
@@ -429,7 +431,7 @@ fn main(
             alpha = exp2(m - s_max);
             m = s_max;
             if l > 0.0 {
-                rescale_mark = k0 + 1u;
+                rescale_mark.x = k0 + 1u;
             }
         }
         var part_sum = 0.0;
@@ -453,7 +455,7 @@ fn main(
         set_key_bases(k_ahead, n_ahead, page_row, g, local);
 
         // D.
-        let rescale = workgroupUniformLoad(&rescale_mark) == k0 + 1u;
+        let rescale = workgroupUniformLoad(&rescale_mark).x == k0 + 1u;
         k_next = fetch_kv(false, n_ahead, local);
         if rescale {
             o0 = scaled(o0, slot, lane, alpha);

@@ -62,7 +62,9 @@
 // naga 30: coopLoad/coopStore pointers and strides bound to `let`s first (wgpu-notes.md §7); no
 //   cooperative op under a branch that differs between subgroups (an idle subgroup's store goes
 //   to a junk tile instead), nor after a return or in a loop whose condition naga cannot prove
-//   uniform: a sequence's chunk count comes from the table through workgroupUniformLoad.
+//   uniform: a sequence's chunk count is read from the table (read-only storage) in the entry
+//   point itself (not through workgroupUniformLoad: tiles came out wrong beside it on the H200,
+//   experiments/NOTES.md, coop-probe).
 // requires: sequences.wgsl, matmul_coop16.wgsl (CoopA/B/C, COOP = 16), gated_delta_chunk_io.wgsl.
 
 @group(0) @binding(3) var<storage, read_write> scratch: array<f32>;
@@ -111,10 +113,6 @@ const VS: u32 = ROWS + 4u;
 var<workgroup> s16: array<f16, S16_HALVES>;
 var<workgroup> d16: array<f16, 3072>; // 2 × CHUNK × DS
 var<workgroup> vst: array<f32, 1280>; // CHUNK × VS
-// The chunk count of the workgroup's sequence, read back with workgroupUniformLoad in the entry
-// point: naga takes a function's result for non-uniform when it depends on an argument, and no
-// cooperative op may follow a return or sit in a loop that depends on a non-uniform value.
-var<workgroup> chunks_sh: u32;
 
 // The least f16 normal, 2^-14, and the scale of the lo parts, 2^11, and its inverse.
 const F16_MIN_NORMAL: f32 = 6.103515625e-5;
@@ -245,10 +243,9 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
                  @builtin(subgroup_id) sg: u32) {
     // The host leaves room for lead rows in every one-sequence step, and counts the longest
     // sequence's chunks in a batch (gated_delta_chunk.rs).
-    if tid == 0u {
-        chunks_sh = chunks(wg.z);
-    }
-    if wg.x >= workgroupUniformLoad(&chunks_sh) {
+    // chunks(wg.z), inline: naga takes a function's result for non-uniform when it depends on an
+    // argument, and no cooperative op may follow a non-uniform return.
+    if wg.x >= (seqs.seq[wg.z].len + seqs.lead + CHUNK - 1u) / CHUNK {
         return;
     }
     let h = wg.y;
@@ -383,10 +380,8 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
     workgroupBarrier();
     split_state(tid);
     workgroupBarrier();
-    if tid == 0u {
-        chunks_sh = chunks(s);
-    }
-    let n_chunks = workgroupUniformLoad(&chunks_sh);
+    // chunks(s), inline (as in chunk_prepare): the loop below holds cooperative ops.
+    let n_chunks = (seqs.seq[s].len + seqs.lead + CHUNK - 1u) / CHUNK;
     let save = save_after(s);
     let dk = DK;
     let chunk = CHUNK;
