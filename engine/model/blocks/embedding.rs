@@ -9,10 +9,11 @@ use crate::gguf::TensorInfo;
 use crate::gpu::kernels::argmax::{ArgmaxBinding, ArgmaxRows, ArgmaxShape};
 use crate::gpu::kernels::embed::{EmbedBinding, EmbedIo, EmbedShape};
 use crate::gpu::kernels::matmul::MatmulOutput;
+use crate::gpu::kernels::matvec::{MatVecBinding, MatVecFusion, MatVecIo, MatVecShape};
 use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::support::View;
 use crate::gpu::profile::StepMarks;
-use crate::gpu::step::StepIo;
+use crate::gpu::step::{MAX_BATCH, StepIo, StepKind};
 use crate::gpu::{Activations, GpuContext, GpuError};
 use crate::model::ModelError;
 use crate::model::tensors::Tensors;
@@ -144,10 +145,17 @@ pub enum HeadRows<'a> {
 /// argmax of its last row written to `io.ids[0]` (the next decode step's input) and
 /// `io.history` — or, for a batched decode step, the argmax of every row r to `io.ids[r]`.
 /// Bound to `io.tail_step`, whose `n_tokens` is the number of rows kept.
+///
+/// A prompt step keeps a row per sequence (up to [`MAX_BATCH`]: the ragged packer's cap), so
+/// its head is a mat-vec on f32 inputs (`prompt_rows`), not the mat-mul its layers use: a
+/// 128-row mat-mul tile for one row read the weights at ~230 GB/s on an H200 (8 % of the 8B's
+/// 128-token prefill, experiments/NOTES.md, session 2026-12-05 #5). Only the quality path's
+/// every-row logits take the mat-mul.
 pub struct OutputHead {
     tail_x: wgpu::Buffer,
     norm: Norm,
     lm_head: Linear,
+    prompt_rows: MatVecBinding,
     argmax: ArgmaxBinding,
     argmax_rows: ArgmaxBinding,
     /// f32 bytes of one row of the residual stream.
@@ -193,6 +201,25 @@ impl OutputHead {
             rows,
             MatmulOutput::Store,
         )?;
+        let shape = MatVecShape {
+            ty: output.ty,
+            rows: output.n_rows(),
+            cols: output.row_len(),
+        };
+        let prompt_rows = k.matvec.bind_fused(
+            ctx,
+            shape,
+            &MatVecIo {
+                weights: output_weights,
+                weights_offset: 0,
+                x: Activations::contiguous(tail_h, shape.cols),
+                y: Activations::contiguous(&io.logits, shape.rows),
+                step,
+                accumulate: false,
+                max_batch: rows.min(MAX_BATCH),
+            },
+            MatVecFusion::default(),
+        )?;
         let argmax = |rows_mode: ArgmaxRows| {
             k.argmax.bind(
                 ctx,
@@ -211,6 +238,7 @@ impl OutputHead {
             tail_x: tail_x.clone(),
             norm,
             lm_head,
+            prompt_rows,
             argmax: argmax(ArgmaxRows::Last)?,
             argmax_rows: argmax(ArgmaxRows::All)?,
             row_bytes: d as u64 * 4,
@@ -259,7 +287,12 @@ impl OutputHead {
         });
         marks.begin(&mut pass);
         self.norm.record(k, &mut pass, tail, marks, "output_norm")?;
-        self.lm_head.record(k, &mut pass, tail, marks, "output")?;
+        if marks.kind == StepKind::Prompt && tail <= MAX_BATCH {
+            let recorded = k.matvec.encode(&mut pass, &self.prompt_rows, tail)?;
+            marks.op(&mut pass, "output", recorded);
+        } else {
+            self.lm_head.record(k, &mut pass, tail, marks, "output")?;
+        }
         let recorded = k.argmax.encode(&mut pass, argmax, tail)?;
         marks.op(&mut pass, "argmax", recorded);
         Ok(())

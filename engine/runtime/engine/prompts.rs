@@ -22,7 +22,7 @@ use super::{Engine, RuntimeError, timed};
 use crate::gpu::Step;
 use crate::gpu::kernels::gated_delta_chunk::CHUNK;
 use crate::gpu::profile::StepMarks;
-use crate::gpu::step::{HISTORY_LEN, MidSave, StepKind, TokenSlot};
+use crate::gpu::step::{HISTORY_LEN, MAX_BATCH, MidSave, StepKind, TokenSlot};
 use std::time::{Duration, Instant};
 
 /// One sequence's share of a step of several prompts.
@@ -116,6 +116,10 @@ impl Engine {
         let mut portions: Vec<Portion> = Vec::new();
         let mut taken = 0;
         for &seq in seqs {
+            // At most MAX_BATCH prompts a step: the head's mat-vec takes that many rows.
+            if portions.len() == MAX_BATCH as usize {
+                break;
+            }
             let row = portions
                 .last()
                 .map_or(0, |p| p.end_row().next_multiple_of(align));
