@@ -113,7 +113,7 @@ impl Pieces {
     }
 
     /// The run's ids from its releasing chunk's text, or why the text cannot name them.
-    pub fn from_text(&self, run: &Run) -> Result<Vec<u32>, String> {
+    pub fn name_run(&self, run: &Run) -> Result<Vec<u32>, String> {
         let Some(release) = &run.release else {
             return Err("the stream ended on them: no chunk carried their text".into());
         };
@@ -273,7 +273,7 @@ pub fn recover(
     let (mut from_text, mut from_replay, mut unusable) = (Vec::new(), Vec::new(), Vec::new());
     for run in runs {
         let found = match pieces {
-            Some(pieces) => pieces.from_text(run),
+            Some(pieces) => pieces.name_run(run),
             None => Err("fak's tokenizer could not read the model's vocabulary".into()),
         };
         match found {
@@ -365,9 +365,9 @@ mod tests {
     #[test]
     fn a_withheld_lead_byte_is_named_by_the_text() {
         let p = qwen2();
-        assert_eq!(p.from_text(&run(3, 1, "é", b"\xa9")), Ok(vec![id(b"\xc3")]));
+        assert_eq!(p.name_run(&run(3, 1, "é", b"\xa9")), Ok(vec![id(b"\xc3")]));
         // The text must end with the releasing token's piece.
-        let err = p.from_text(&run(3, 1, "éx", b"\xa9")).unwrap_err();
+        let err = p.name_run(&run(3, 1, "éx", b"\xa9")).unwrap_err();
         assert!(err.contains("does not end with"), "{err}");
     }
 
@@ -377,14 +377,14 @@ mod tests {
     fn a_run_of_two_withheld_tokens_splits_uniquely() {
         let p = qwen2();
         assert!(!p.by_bytes.contains_key(&b"\xe0\xa2"[..]));
-        let ids = p.from_text(&run(0, 2, "\u{880}", b"\x80")).unwrap();
+        let ids = p.name_run(&run(0, 2, "\u{880}", b"\x80")).unwrap();
         assert_eq!(ids, [id(b"\xe0"), id(b"\xa2")]);
         // One entry cannot spell both bytes.
-        let err = p.from_text(&run(0, 1, "\u{880}", b"\x80")).unwrap_err();
+        let err = p.name_run(&run(0, 1, "\u{880}", b"\x80")).unwrap_err();
         assert!(err.contains("no 1 vocabulary entries"), "{err}");
         // Three can, with a control token (printing nothing) after either byte: ambiguous. It
         // cannot come first: the text was complete there, so the server would have sent it.
-        let err = p.from_text(&run(0, 3, "\u{880}", b"\x80")).unwrap_err();
+        let err = p.name_run(&run(0, 3, "\u{880}", b"\x80")).unwrap_err();
         assert!(err.contains("more than one way"), "{err}");
     }
 
@@ -394,11 +394,11 @@ mod tests {
     #[test]
     fn an_ambiguous_split_falls_back_to_the_replay() {
         let p = qwen2();
-        let err = p.from_text(&run(0, 2, "一", b"\x80")).unwrap_err();
+        let err = p.name_run(&run(0, 2, "一", b"\x80")).unwrap_err();
         assert!(err.contains("more than one way"), "{err}");
         // One token: E4 B8 alone.
         assert_eq!(
-            p.from_text(&run(0, 1, "一", b"\x80")),
+            p.name_run(&run(0, 1, "一", b"\x80")),
             Ok(vec![id(b"\xe4\xb8")])
         );
     }
@@ -407,9 +407,7 @@ mod tests {
     /// its place, and the bytes are gone.
     #[test]
     fn replaced_bytes_fall_back_to_the_replay() {
-        let err = qwen2()
-            .from_text(&run(0, 1, "\u{FFFD}A", b"A"))
-            .unwrap_err();
+        let err = qwen2().name_run(&run(0, 1, "\u{FFFD}A", b"A")).unwrap_err();
         assert!(err.contains("U+FFFD"), "{err}");
     }
 
