@@ -23,7 +23,7 @@
 //! stream, text-recovered ids included, at every position it does not fill.
 
 use super::super::Timed;
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use fak::tokenizer::Tokenizer;
 use serde_json::json;
 use std::collections::HashMap;
@@ -303,8 +303,15 @@ pub fn recover(
     });
     if !from_replay.is_empty() {
         let start = super::super::process::now_ns();
-        let replay = replay()?;
-        fill_from_replay(&mut timed.tokens, &from_replay, &replay)?;
+        replay()
+            .and_then(|replay| fill_from_replay(&mut timed.tokens, &from_replay, &replay))
+            .with_context(|| {
+                format!(
+                    "llama.cpp: withheld ids at {from_replay:?} need a replay (the stream's text \
+                     named {from_text:?}; {})",
+                    unusable[0]["why"].as_str().unwrap_or_default()
+                )
+            })?;
         record["replay_s"] = json!((super::super::process::now_ns() - start) as f64 * 1e-9);
     }
     timed.engine["withheld_ids"] = record;
@@ -450,10 +457,13 @@ mod tests {
         // with a streamed id.
         let mut t = timed(vec![a, w, a9, a, w]);
         let err = recover(Some(qwen2()), &runs, &mut t, || Ok(vec![a, e4, a9, a, e4]));
-        assert!(err.unwrap_err().to_string().contains("at token 1"));
+        let err = format!("{:#}", err.unwrap_err());
+        assert!(err.contains("at token 1"), "{err}");
+        assert!(err.contains("at [4] need a replay"), "{err}");
+        assert!(err.contains("the stream ended on them"), "{err}");
         let mut t = timed(vec![a, w, a9, a, w]);
         let err = recover(Some(qwen2()), &runs, &mut t, || Ok(vec![b8, c3, a9, a, e4]));
-        assert!(err.unwrap_err().to_string().contains("at token 0"));
+        assert!(format!("{:#}", err.unwrap_err()).contains("at token 0"));
 
         // An ambiguous run, and no vocabulary at all: the replay fills them.
         let ambiguous = [run(0, 2, "一", b"\x80")];
