@@ -1,8 +1,9 @@
 //! The llama.cpp arm against llama-server from the peer build, on the CPU: the flags it tunes per
 //! workload and records, its TTFT against a plain client's on the same server, and the tokens
-//! llama-server withholds for incomplete UTF-8, recovered in the envelope and in the multi-agent
-//! scenario. The tests run one at a time: the plain-client check times requests, and a second
-//! engine on the same cores would time the machine instead.
+//! llama-server withholds for incomplete UTF-8, recovered (from the stream's text, else a
+//! replay) in the envelope and in the multi-agent scenario. The tests run one at a time: the
+//! plain-client check times requests, and a second engine on the same cores would time the
+//! machine instead.
 
 use fak_tests::harness::harness;
 use fak_tests::{llama_cpp_tool, python};
@@ -121,13 +122,13 @@ fn the_llama_cpp_arm_measures_what_a_plain_client_measures() {
     assert_eq!(validation["valid"], true, "{validation}");
 }
 
-/// A tiny Qwen3 whose greedy output alternates `A` and the byte-level token `ä` (the lone byte
-/// 0xE4, a UTF-8 lead byte): llama-server withholds every token from the first `ä` on (the text
-/// never becomes valid UTF-8 again), and an even `--n-out` ends on an `ä`. Arranged from the synthetic model: the blocks add nothing (attention and MLP
-/// output projections zeroed, so the last hidden state is the current token's embedding), every
-/// token but `A` and `ä` embeds as one direction, and the head maps each direction to its
-/// successor. Returns the file and the two ids.
-fn utf8_tail_model(dir: &Path) -> (PathBuf, u32, u32) {
+/// A tiny Qwen3 whose greedy output repeats `cycle` (vocabulary texts, byte-mapped) from its
+/// first entry on, whatever the prompt (unless it ends in one of them). Arranged from the
+/// synthetic model: the blocks add nothing (attention and MLP output projections zeroed, so the
+/// last hidden state is the current token's embedding), each cycle token embeds as a direction
+/// of its own and every other token as one more, and the head maps each direction to its
+/// successor. Returns the file and the cycle's ids.
+fn cycle_model(dir: &Path, name: &str, cycle: &[&str]) -> (PathBuf, Vec<u32>) {
     use fak::gguf::{Gguf, GgufWriter};
     use fak::quant::GgmlType;
     let source = fak_tests::harness::synth_model(
@@ -140,45 +141,48 @@ fn utf8_tail_model(dir: &Path) -> (PathBuf, u32, u32) {
     );
     let gguf = Gguf::open(&source).unwrap();
     let tokens = gguf.metadata().str_array("tokenizer.ggml.tokens").unwrap();
-    let id = |t: &str| tokens.iter().position(|x| x == t).unwrap() as u32;
-    let (a, lead) = (id("A"), id("ä"));
+    let ids: Vec<u32> = cycle
+        .iter()
+        .map(|t| tokens.iter().position(|x| x == t).unwrap() as u32)
+        .collect();
     let d = gguf.tensor("token_embd.weight").unwrap().shape[0] as usize;
-    // Unit-RMS directions: the final RMSNorm (its gain set to 1) leaves them as they are.
+    assert!(
+        d > cycle.len(),
+        "{d} dimensions for {} directions",
+        cycle.len() + 1
+    );
+    // Direction 0 for every token outside the cycle, 1 + i for cycle[i]. Unit RMS: the final
+    // RMSNorm (its gain set to 1) leaves them as they are.
+    let direction = |tok: u32| ids.iter().position(|&id| id == tok).map_or(0, |i| i + 1);
     let axis = |k: usize| {
         let mut v = vec![0f32; d];
         v[k] = (d as f32).sqrt();
         v
     };
-    let (other, after_a, after_lead) = (axis(0), axis(1), axis(2));
-    let path = dir.join("qwen3-utf8-tail.gguf");
+    // The head row of cycle[i] reads the direction of its predecessor (cycle[0]'s also
+    // direction 0): logit 1 for the successor, 0 for everything else.
+    let head_row = |tok: u32| {
+        let mut row = vec![0f32; d];
+        if let Some(i) = ids.iter().position(|&id| id == tok) {
+            let before = if i == 0 { ids.len() } else { i };
+            row[before] = 1.0 / (d as f32).sqrt();
+            if i == 0 {
+                row[0] = 1.0 / (d as f32).sqrt();
+            }
+        }
+        row
+    };
+    let path = dir.join(name);
     let mut w = GgufWriter::new();
     for (key, value) in gguf.metadata().entries() {
         w.set(key, value.clone()).unwrap();
     }
     for t in gguf.tensors() {
         assert_eq!(t.ty, GgmlType::F32, "{}", t.name);
-        let rows = t.n_rows() as usize;
+        let rows = t.n_rows() as u32;
         let values: Vec<f32> = match t.name.as_str() {
-            "token_embd.weight" => (0..rows as u32)
-                .flat_map(|tok| match tok {
-                    _ if tok == a => after_a.clone(),
-                    _ if tok == lead => after_lead.clone(),
-                    _ => other.clone(),
-                })
-                .collect(),
-            // logit(A) = 1 for every token but A; logit(ä) = 1 after A; every other logit 0.
-            "output.weight" => (0..rows as u32)
-                .flat_map(|tok| {
-                    let mut row = vec![0f32; d];
-                    if tok == a {
-                        row[0] = 1.0 / (d as f32).sqrt();
-                        row[2] = 1.0 / (d as f32).sqrt();
-                    } else if tok == lead {
-                        row[1] = 1.0 / (d as f32).sqrt();
-                    }
-                    row
-                })
-                .collect(),
+            "token_embd.weight" => (0..rows).flat_map(|tok| axis(direction(tok))).collect(),
+            "output.weight" => (0..rows).flat_map(head_row).collect(),
             "output_norm.weight" => vec![1.0; t.n_elements() as usize],
             n if n.ends_with("attn_output.weight") || n.ends_with("ffn_down.weight") => {
                 vec![0.0; t.n_elements() as usize]
@@ -190,7 +194,15 @@ fn utf8_tail_model(dir: &Path) -> (PathBuf, u32, u32) {
         w.add_tensor(&t.name, t.ty, &t.shape, source).unwrap();
     }
     w.write(&path, |_| {}).unwrap();
-    (path, a, lead)
+    (path, ids)
+}
+
+/// Greedy output alternating `A` and the byte-level token `ä` (the lone byte 0xE4, a UTF-8
+/// lead byte): llama-server withholds every token from the first `ä` on (the text never ends
+/// outside a character again), and an even `--n-out` ends on an `ä`.
+fn utf8_tail_model(dir: &Path) -> (PathBuf, u32, u32) {
+    let (path, ids) = cycle_model(dir, "qwen3-utf8-tail.gguf", &["A", "ä"]);
+    (path, ids[0], ids[1])
 }
 
 /// llama-server withholds a token whose text is an incomplete UTF-8 sequence; the scenario's
@@ -240,11 +252,13 @@ fn llama_cpp_recovers_tokens_withheld_for_incomplete_utf8() {
         for t in turns {
             let ids: Vec<u32> = serde_json::from_value(t["token_ids"].clone()).unwrap();
             assert_eq!(ids, [a, lead, a, lead], "{cache}: {t}");
-            // From the lead byte on the text is never valid UTF-8 again (0xE4 then `A` is not a
-            // character either), so the stream sends no further id: all three come from the
-            // replay, the last one at the stream's end.
-            let withheld = &t["engine_report"]["engine"]["withheld_ids"]["positions"];
-            assert_eq!(withheld, &json!([1, 2, 3]), "{cache}: {t}");
+            // From the lead byte on the server's check always finds a lead byte too close to
+            // the text's end (0xE4 then `A` is not a character either), so the stream sends no
+            // further id nor any text: all three come from the replay.
+            let withheld = &t["engine_report"]["engine"]["withheld_ids"];
+            assert_eq!(withheld["positions"], json!([1, 2, 3]), "{cache}: {t}");
+            assert_eq!(withheld["from_replay"], json!([1, 2, 3]), "{cache}: {t}");
+            assert_eq!(withheld["from_text"], json!([]), "{cache}: {t}");
         }
     }
     let validation: Value =
@@ -276,5 +290,73 @@ fn llama_cpp_recovers_tokens_withheld_for_incomplete_utf8() {
         assert_eq!(ids, [a, lead, a, lead], "{q}");
         let withheld = &q["engine_timings"]["withheld_ids"]["positions"];
         assert_eq!(withheld, &json!([1, 2, 3]), "{q}");
+    }
+}
+
+/// A withheld token whose character a later token completes is named from the stream's text,
+/// no replay: greedy output cycles `A`, the byte 0xC3 (`Ã`, withheld: a lead byte) and 0xA9
+/// (`©`, completing `é`, whose chunk carries both bytes). Five tokens end on a withheld 0xC3
+/// with no text after it, which the replay fills; six end on `é`, and nothing is replayed.
+#[test]
+fn llama_cpp_names_withheld_tokens_from_the_stream_text() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let models = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("llama-cpp-models");
+    let (model, ids) = cycle_model(&models, "qwen3-utf8-complete.gguf", &["A", "Ã", "©"]);
+    let (a, c3, a9) = (ids[0], ids[1], ids[2]);
+
+    let out = scratch("utf8-complete");
+    let run = threeway(&out)
+        .args(["--scenario", "multi-agent", "--no-selftest"])
+        .args(["--arms", "llama.cpp", "--agents", "2", "--turns", "2"])
+        .args(["--preamble", "64", "--suffix", "8", "--n-out", "5"])
+        .arg("--llama-server")
+        .arg(llama_cpp_tool("llama-server"))
+        .arg("--model")
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", stderr_of(&run));
+    for cache in ["cache", "nocache"] {
+        let raw: Value = serde_json::from_slice(
+            &std::fs::read(out.join(format!("multi-agent-llama.cpp-{cache}-raw.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(raw["status"]["state"], "ran", "{cache}: {}", raw["status"]);
+        for t in raw["turns"].as_array().unwrap() {
+            let got: Vec<u32> = serde_json::from_value(t["token_ids"].clone()).unwrap();
+            assert_eq!(got, [a, c3, a9, a, c3], "{cache}: {t}");
+            let withheld = &t["engine_report"]["engine"]["withheld_ids"];
+            assert_eq!(withheld["positions"], json!([1, 4]), "{cache}: {t}");
+            assert_eq!(withheld["from_text"], json!([1]), "{cache}: {t}");
+            assert_eq!(withheld["from_replay"], json!([4]), "{cache}: {t}");
+        }
+    }
+
+    let out = scratch("utf8-complete-envelope");
+    let run = threeway(&out)
+        .args([
+            "--arms",
+            "llama.cpp",
+            "--no-selftest",
+            "--quality-prompts",
+            "0",
+        ])
+        .args(["--prompts", "2", "--n-out", "6"])
+        .arg("--llama-server")
+        .arg(llama_cpp_tool("llama-server"))
+        .arg("--model")
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", stderr_of(&run));
+    let raw: Value =
+        serde_json::from_slice(&std::fs::read(out.join("llama.cpp-raw.json")).unwrap()).unwrap();
+    for q in raw["requests"].as_array().unwrap() {
+        let got: Vec<u32> = serde_json::from_value(q["token_ids"].clone()).unwrap();
+        assert_eq!(got, [a, c3, a9, a, c3, a9], "{q}");
+        let withheld = &q["engine_timings"]["withheld_ids"];
+        assert_eq!(withheld["from_text"], json!([1, 4]), "{q}");
+        assert_eq!(withheld["from_replay"], json!([]), "{q}");
+        assert!(withheld.get("replay_s").is_none(), "{q}");
     }
 }

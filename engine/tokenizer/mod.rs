@@ -255,8 +255,9 @@ impl Tokenizer {
         StreamDecoder::new(self, render_special)
     }
 
-    /// The bytes `id` decodes to (empty for a control token unless `render_special`).
-    fn piece(&self, id: u32, render_special: bool) -> Result<&[u8], TokenizerError> {
+    /// The bytes `id` decodes to (empty for a control token unless `render_special`): what
+    /// llama.cpp's `token_to_piece` gives, and so what llama-server streams for it.
+    pub fn piece(&self, id: u32, render_special: bool) -> Result<&[u8], TokenizerError> {
         let piece = self
             .pieces
             .get(id as usize)

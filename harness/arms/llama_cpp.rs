@@ -22,6 +22,8 @@
 //! splits every prompt to save a context checkpoint (a copy of the recurrent state) 4 tokens
 //! before its end (`--ctx-checkpoints`), inside `prompt_ms`.
 
+mod withheld;
+
 use super::http::{self, Event};
 use super::process::{EngineProcess, ExitInfo, Interrupted, interrupted};
 use super::{Arm, ArmFacts, BucketKind, BucketMethod, Buckets, Done, Logits, NotInstalled, Timed};
@@ -30,8 +32,10 @@ use serde_json::{Value, json};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
+use withheld::{Pieces, Release, Run, WITHHELD};
 
 /// How long the server may take to load the model.
 /// The plain client the arm's TTFT is checked against (written next to the run's logs).
@@ -124,6 +128,9 @@ pub struct LlamaCpp {
     pub python: Option<String>,
     process: Option<EngineProcess>,
     port: u16,
+    /// The model's vocabulary as the server prints it, to name withheld tokens from the
+    /// stream's text (read at start; `None` if fak's tokenizer cannot read it).
+    pieces: Option<Arc<Pieces>>,
     /// Answers of submitted requests, from their stream threads.
     answers: http::Answers<Timed>,
 }
@@ -152,6 +159,7 @@ impl LlamaCpp {
             python: None,
             process: None,
             port: 0,
+            pieces: None,
             answers: http::Answers::new(),
         }
     }
@@ -224,28 +232,38 @@ impl LlamaCpp {
         Ok(answer)
     }
 
-    /// Fills the ids of the tokens the stream withheld ([`read_stream`]) from an untimed
-    /// replay ([`replay_withheld`]); a request that fails because the server has exited reports
-    /// its death instead.
+    /// Fills the ids of the tokens the stream withheld ([`read_stream`]): from the stream's
+    /// text, else from an untimed replay ([`withheld::recover`]); a request that fails because
+    /// the server has exited reports its death instead.
     fn recover_withheld(
         &mut self,
         prompt: &[u32],
         n_out: usize,
         timed: &mut Timed,
-        withheld: &[usize],
+        runs: &[Run],
     ) -> Result<()> {
-        replay_withheld(self.port, prompt, n_out, false, timed, withheld).map_err(|e| {
-            match self.process.as_mut() {
-                Some(p) => {
-                    if p.exited() {
-                        p.died(&format!("{e:#}"))
-                    } else {
-                        e
-                    }
-                }
-                None => e,
-            }
+        let port = self.port;
+        withheld::recover(self.pieces.as_deref(), runs, timed, || {
+            replay_ids(port, prompt, n_out, false)
         })
+        .map_err(|e| match self.process.as_mut() {
+            Some(p) => {
+                if p.exited() {
+                    p.died(&format!("{e:#}"))
+                } else {
+                    e
+                }
+            }
+            None => e,
+        })
+    }
+
+    /// Whether the server prints control tokens (`--special` among the user's arguments).
+    fn renders_special(&self) -> bool {
+        self.extra_args
+            .iter()
+            .flat_map(|a| a.split_whitespace())
+            .any(|a| a == "-sp" || a == "--special")
     }
 
     /// The plain client's TTFT for `prompt` on this server ([`PLAIN_CLIENT`]), and the server's
@@ -345,78 +363,37 @@ fn first_position_probs(answer: &Value) -> Result<Option<&Vec<Value>>> {
     Ok(Some(top))
 }
 
-/// A token the stream counted but sent no id for (see [`read_stream`]).
-const WITHHELD: u32 = u32::MAX;
-
-/// Puts the replay's ids at the withheld positions; every other position must already hold
-/// the replay's id (greedy is deterministic on one slot with the prompt cache off).
-fn fill_withheld(tokens: &mut [u32], withheld: &[usize], replay: &[u32]) -> Result<()> {
-    if replay.len() != tokens.len() {
-        bail!(
-            "llama.cpp: the replay gave {} tokens, the stream counted {}",
-            replay.len(),
-            tokens.len()
-        );
-    }
-    for (i, (t, &r)) in tokens.iter_mut().zip(replay).enumerate() {
-        if withheld.contains(&i) {
-            *t = r;
-        } else if *t != r {
-            bail!("llama.cpp: the replay differs from the stream at token {i}: {r} vs {t}");
-        }
-    }
-    Ok(())
-}
-
-/// Fills the ids of the tokens the stream withheld ([`read_stream`]) from an untimed,
-/// non-streamed replay of the same greedy request (the whole answer's `tokens`), with the prompt
-/// cache as the request had it: the replay must give the streamed ids at every other position,
-/// or the request fails. The engine record says which positions came from the replay.
-fn replay_withheld(
-    port: u16,
-    prompt: &[u32],
-    n_out: usize,
-    cache_prompt: bool,
-    timed: &mut Timed,
-    withheld: &[usize],
-) -> Result<()> {
+/// The ids of an untimed, non-streamed replay of the same greedy request (the whole answer's
+/// `tokens`), with the prompt cache as the request had it.
+fn replay_ids(port: u16, prompt: &[u32], n_out: usize, cache_prompt: bool) -> Result<Vec<u32>> {
     let body = LlamaCpp::greedy_body(prompt, n_out, cache_prompt);
     let r = http::request(port, "POST", "/completion", Some(&body), REQUEST_TIMEOUT)?;
     http::check_status("llama.cpp: POST /completion (replay)", &r)?;
     let answer = r.json()?;
-    let replay: Vec<u32> = answer["tokens"]
+    answer["tokens"]
         .as_array()
         .with_context(|| format!("llama.cpp: no token ids in the replay {answer:.300}"))?
         .iter()
         .map(|id| id.as_u64().map(|id| id as u32))
         .collect::<Option<_>>()
-        .context("llama.cpp: a replayed token id is not a number")?;
-    fill_withheld(&mut timed.tokens, withheld, &replay)?;
-    timed.engine["withheld_ids"] = json!({
-        "positions": withheld,
-        "how": "llama-server streams no id for a token whose text is an incomplete UTF-8 \
-                sequence (it counts it in tokens_predicted); its id came from an untimed \
-                non-streamed replay of the same greedy request, which gave the streamed ids \
-                at every other position; its timestamp is the chunk that released its text \
-                (the stream's end when none did)",
-    });
-    Ok(())
+        .context("llama.cpp: a replayed token id is not a number")
 }
 
 /// Reads one streamed `/completion` answer to its end: token ids as they arrive, the final
 /// chunk's `timings` (whose `prompt_ms` is the prefill bucket). `alive` is asked every 100 ms
 /// while nothing arrives (a dead server is an error).
 ///
-/// llama-server sends no chunk for a token whose text leaves an incomplete UTF-8 sequence; the
-/// next chunk (or the final one) carries the text, only its own token's id, and
-/// `tokens_predicted` counting both. Each such token is recorded as [`WITHHELD`] at its
-/// position, timestamped with the chunk that released its text; the positions are returned.
+/// llama-server sends no chunk for a token whose text ends inside a UTF-8 character; the next
+/// chunk carries the text of both, only its own token's id, and `tokens_predicted` counting
+/// both; the final one neither text nor ids ([`withheld`] has the details). Each such token is
+/// recorded as [`WITHHELD`] at its position, timestamped with the chunk that released its text;
+/// the runs of them are returned with that chunk's text and ids.
 fn read_stream(
     events: &Receiver<Event>,
     sent_ns: u64,
     alive: &mut dyn FnMut() -> Result<()>,
-) -> Result<(Timed, Vec<usize>)> {
-    let mut withheld = Vec::new();
+) -> Result<(Timed, Vec<Run>)> {
+    let mut runs = Vec::new();
     let mut tokens = Vec::new();
     let mut token_ns = Vec::new();
     let mut timings = Value::Null;
@@ -445,20 +422,31 @@ fn read_stream(
                 if let Some(err) = chunk.get("error") {
                     bail!("llama.cpp: HTTP {status}: {err}");
                 }
-                let ids = chunk["tokens"].as_array().map_or(0, Vec::len);
+                let ids = chunk["tokens"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|id| id.as_u64().map(|id| id as u32))
+                    .collect::<Option<Vec<u32>>>()
+                    .context("llama.cpp: a token id is not a number")?;
                 let counted = chunk["tokens_predicted"].as_u64().unwrap_or(0) as usize;
-                while tokens.len() + ids < counted {
-                    withheld.push(tokens.len());
-                    tokens.push(WITHHELD);
-                    token_ns.push(at);
+                let start = tokens.len();
+                if start + ids.len() < counted {
+                    let len = counted - ids.len() - start;
+                    tokens.extend(std::iter::repeat_n(WITHHELD, len));
+                    token_ns.extend(std::iter::repeat_n(at, len));
+                    let release = (!ids.is_empty()).then(|| Release {
+                        content: chunk["content"].as_str().unwrap_or_default().to_string(),
+                        ids: ids.clone(),
+                    });
+                    runs.push(Run {
+                        start,
+                        len,
+                        release,
+                    });
                 }
-                for id in chunk["tokens"].as_array().into_iter().flatten() {
-                    let id = id
-                        .as_u64()
-                        .context("llama.cpp: a token id is not a number")?;
-                    tokens.push(id as u32);
-                    token_ns.push(at);
-                }
+                token_ns.extend(std::iter::repeat_n(at, ids.len()));
+                tokens.extend(ids);
                 if chunk["stop"] == json!(true) {
                     timings = chunk["timings"].clone();
                 }
@@ -483,7 +471,7 @@ fn read_stream(
         prompt_ms,
         json!({"timings": timings}),
     )?;
-    Ok((timed, withheld))
+    Ok((timed, runs))
 }
 
 /// The non-CPU devices this llama-server build can use (`--list-devices`: `NAME: description`,
@@ -615,6 +603,17 @@ impl Arm for LlamaCpp {
         command.args(self.args());
         let log = self.scratch.join(format!("{}.log", self.log_name));
         self.process = Some(EngineProcess::spawn("llama-server", command, &log, false)?);
+        // Read while the server loads the model.
+        self.pieces = match Pieces::load(&self.model, self.renders_special()) {
+            Ok(pieces) => Some(Arc::new(pieces)),
+            Err(e) => {
+                eprintln!(
+                    "llama.cpp: the model's vocabulary is unreadable ({e:#}): withheld tokens \
+                     will come from replays"
+                );
+                None
+            }
+        };
         self.wait_ready()?;
         let props = http::request(self.port, "GET", "/props", None, Duration::from_secs(30))?;
         http::check_status("GET /props", &props)?;
@@ -640,9 +639,9 @@ impl Arm for LlamaCpp {
                 Ok(())
             }
         };
-        let (mut timed, withheld) = read_stream(&events, sent_ns, &mut alive)?;
-        if !withheld.is_empty() {
-            self.recover_withheld(prompt, n_out, &mut timed, &withheld)?;
+        let (mut timed, runs) = read_stream(&events, sent_ns, &mut alive)?;
+        if !runs.is_empty() {
+            self.recover_withheld(prompt, n_out, &mut timed, &runs)?;
         }
         Ok(timed)
     }
@@ -653,15 +652,16 @@ impl Arm for LlamaCpp {
         let (sent_ns, events) =
             http::post_streaming(self.port, "/completion", &body, REQUEST_TIMEOUT)?;
         let (port, cache_prompt, prompt) = (self.port, self.cache_prompt, prompt.to_vec());
+        let pieces = self.pieces.clone();
         self.answers.spawn(id, move || {
-            // A withheld token's id comes from a replay as in the envelope, sent the moment
-            // this stream ends (untimed; the agent's next turn waits for it).
-            read_stream(&events, sent_ns, &mut || Ok(())).and_then(|(mut t, w)| {
-                if !w.is_empty() {
-                    let start = super::process::now_ns();
-                    replay_withheld(port, &prompt, n_out, cache_prompt, &mut t, &w)?;
-                    t.engine["withheld_ids"]["replay_s"] =
-                        json!((super::process::now_ns() - start) as f64 * 1e-9);
+            // A withheld token's id comes from the stream's text, else from a replay sent the
+            // moment this stream ends (untimed; the agent's next turn waits for it), as in the
+            // envelope.
+            read_stream(&events, sent_ns, &mut || Ok(())).and_then(|(mut t, runs)| {
+                if !runs.is_empty() {
+                    withheld::recover(pieces.as_deref(), &runs, &mut t, || {
+                        replay_ids(port, &prompt, n_out, cache_prompt)
+                    })?;
                 }
                 Ok(t)
             })
@@ -749,7 +749,7 @@ mod tests {
         json!({"tokens": tokens, "completion_probabilities": entries})
     }
 
-    fn stream(chunks: &[Value]) -> (Timed, Vec<usize>) {
+    fn stream(chunks: &[Value]) -> (Timed, Vec<Run>) {
         let (send, events) = channel();
         send.send(Event::Status(200)).unwrap();
         for (i, c) in chunks.iter().enumerate() {
@@ -760,25 +760,52 @@ mod tests {
         read_stream(&events, 0, &mut || Ok(())).unwrap()
     }
 
-    /// A token whose text is an incomplete UTF-8 sequence gets no chunk of its own: the next
+    /// A token whose text ends inside a UTF-8 character gets no chunk of its own: the next
     /// chunk's `tokens_predicted` counts it, so it is kept in place (timestamped with the chunk
-    /// that released its text) and its position reported; at the end of the answer too. A
-    /// replay fills exactly those positions and must agree everywhere else.
+    /// that released its text) and its run reported with that chunk's text and ids; at the end
+    /// of the answer too, where the final chunk has neither. A replay fills exactly those
+    /// positions and must agree everywhere else.
     #[test]
-    fn withheld_tokens_keep_their_place_and_the_replay_fills_them() {
-        let chunk = |ids: &[u64], n: u64| json!({"tokens": ids, "tokens_predicted": n});
-        let last = json!({"tokens": [], "tokens_predicted": 5, "stop": true,
+    fn withheld_tokens_keep_their_place_and_their_releasing_text() {
+        let chunk = |ids: &[u32], n: u64, text: &str| json!({"tokens": ids, "tokens_predicted": n, "content": text});
+        let last = json!({"tokens": [], "tokens_predicted": 7, "content": "", "stop": true,
                           "timings": {"prompt_ms": 0.0}});
-        let (timed, withheld) = stream(&[chunk(&[7], 1), chunk(&[9], 3), chunk(&[4], 4), last]);
-        assert_eq!(withheld, [1, 4]);
-        assert_eq!(timed.tokens, [7, WITHHELD, 9, 4, WITHHELD]);
-        assert_eq!(timed.token_ns, [1000, 1001, 1001, 1002, 1003]);
+        let (timed, runs) = stream(&[
+            chunk(&[7], 1, "a"),
+            chunk(&[9], 3, "é"),
+            chunk(&[4], 6, "一"),
+            last,
+        ]);
+        let release = |content: &str, ids: &[u32]| {
+            Some(Release {
+                content: content.into(),
+                ids: ids.to_vec(),
+            })
+        };
+        let run = |start, len, release| Run {
+            start,
+            len,
+            release,
+        };
+        assert_eq!(
+            runs,
+            [
+                run(1, 1, release("é", &[9])),
+                run(3, 2, release("一", &[4])),
+                run(6, 1, None)
+            ]
+        );
+        assert_eq!(withheld::positions(&runs), [1, 3, 4, 6]);
+        let w = WITHHELD;
+        assert_eq!(timed.tokens, [7, w, 9, w, w, 4, w]);
+        assert_eq!(timed.token_ns, [1000, 1001, 1001, 1002, 1002, 1002, 1003]);
 
         let mut tokens = timed.tokens.clone();
-        fill_withheld(&mut tokens, &withheld, &[7, 8, 9, 4, 5]).unwrap();
-        assert_eq!(tokens, [7, 8, 9, 4, 5]);
+        withheld::fill_from_replay(&mut tokens, &[1, 3, 4, 6], &[7, 8, 9, 1, 2, 4, 5]).unwrap();
+        assert_eq!(tokens, [7, 8, 9, 1, 2, 4, 5]);
         let mut tokens = timed.tokens.clone();
-        let err = fill_withheld(&mut tokens, &withheld, &[7, 8, 6, 4, 5]).unwrap_err();
+        let err = withheld::fill_from_replay(&mut tokens, &[1, 3, 4, 6], &[7, 8, 6, 1, 2, 4, 5])
+            .unwrap_err();
         assert!(err.to_string().contains("at token 2"), "{err}");
     }
 
