@@ -70,9 +70,9 @@ synth_models() {
     log "synth: $(cd "$MODELS" && ls -s --block-size=M -- *.gguf | tr '\n' ' ')"
 }
 
-# begin NAME SECONDS: whether a step that needs SECONDS may start before the deadline (less the
-# packing's 20 s); if so TIMEOUT is the command prefix that stops it (SIGINT) at the deadline,
-# else the skip is logged and noted for summary.md. `end RC` logs its exit and time and keeps
+# begin NAME SECONDS [CAP]: whether a step that needs SECONDS may start before the deadline (less
+# the packing's 20 s); if so TIMEOUT is the command prefix that stops it (SIGINT) at the deadline
+# or after CAP seconds, else the skip is logged and noted for summary.md. `end RC` logs its exit and time and keeps
 # its window (windows.tsv) so each measurement's clocks can be told apart.
 begin() {
     STEP_NAME=$1
@@ -82,12 +82,13 @@ begin() {
         echo "- $1: skipped, ~$2 s needed and $budget s left" >> "$WORK/skipped.md"
         return 1
     fi
+    [ -z "${3:-}" ] || [ "$budget" -lt "$3" ] || budget=$3
     TIMEOUT=(timeout -s INT -k 15 "$budget")
     STEP_START=$SECONDS
     STEP_T0=$(date +%s.%N)
 }
 end() {
-    printf '%s\t%s\t%s\n' "$STEP_NAME" "$STEP_T0" "$(date +%s.%N)" >> "$OUT/windows.tsv"
+    printf '%s\t%s\t%s\n' "$STEP_NAME" "$STEP_T0" "$(date +%s.%N)" >> "$WORK/windows.tsv"
     log "$STEP_NAME: exit $1, $((SECONDS - STEP_START)) s"
 }
 
@@ -165,7 +166,8 @@ print("| model | phase | depth | decode tok/s | ms/token | roofline | dispatches
 print("|---|---|---|---|---|---|---|---|---|")
 decode = {}
 for path in sorted(glob.glob(f"{sys.argv[1]}/bench-*.json")):
-    name = os.path.basename(path)[len("bench-"):-len(".json")]
+    # bench-<model>-<phase>-d<depths>.json
+    name = os.path.basename(path)[len("bench-"):-len(".json")].rsplit("-d", 1)[0]
     phase = next((p for p in ("during-build", "quiet") if name.endswith("-" + p)), "")
     model = name[:len(name) - len(phase) - 1] if phase else name
     try:
@@ -205,7 +207,7 @@ PY
 
 # SM clock min / median / max over each step's window (clocks.csv against windows.tsv).
 summarize_clocks() {
-    python3 - "$OUT/clocks.csv" "$OUT/windows.tsv" <<'PY'
+    python3 - "$OUT/clocks.csv" "$WORK/windows.tsv" <<'PY'
 import datetime, statistics, sys
 samples = []
 for line in open(sys.argv[1], errors="replace"):
@@ -249,7 +251,8 @@ pack() {
         cat "$WORK/skipped.md" 2> /dev/null || echo "nothing"
     } > "$OUT/summary.md" 2>&1
     mkdir -p "$WORK/call-logs"
-    cp "$OUT"/*.log "$OUT"/gpu.csv "$OUT/summary.md" "$WORK/call-logs/" 2> /dev/null
+    cp "$OUT"/*.log "$OUT"/gpu.csv "$OUT/summary.md" "$WORK/windows.tsv" "$WORK"/selftest.* \
+        "$WORK/call-logs/" 2> /dev/null
     tar czf "$OUT/$1.tgz" -C "$WORK" runs call-logs $(cd "$WORK" && ls -d bench llama-bench 2> /dev/null)
     log "packed $1.tgz ($(du -h "$OUT/$1.tgz" | cut -f1))"
     cat "$OUT/summary.md"

@@ -7,10 +7,11 @@
 #   0 s      llama.cpp CUDA build starts (llama-server + llama-bench, sm_90, nice'd, pinned to all
 #            CPUs but 0-1, ~3-5 min: llama-build.sh); the models are written (~20 s);
 #            `harness selftest` once (~60 s, not timed), reused by both packets (--selftest-json)
-#   bench    while it builds, pinned to CPUs 0-1: `harness bench --depths 128,2048,8192` on the
-#            27B, then the 8B (decode ms/token, dispatches, roofline, per-op GB/s, prefill chunks
-#            and TFLOP/s); after the build a control on the quiet machine (8B, depth 128) says
-#            what the compiler beside it cost (summary.md: during vs after)
+#   bench    while it builds, pinned to CPUs 0-1: `harness bench` at depths 128,2048 on the 27B,
+#            then the 8B, then at 8192 on each (one capped process per group; decode ms/token,
+#            dispatches, roofline, per-op GB/s, prefill chunks and TFLOP/s); after the build a
+#            control on the quiet machine (8B, depth 128) says what the compiler beside it cost
+#            (summary.md: during vs after)
 #   packets  after the build, nothing else running: `harness threeway` fak-native + llama.cpp
 #            (llama-server CUDA, the envelope's flags, -fa on), 20 prompts × 128 in / 64 out,
 #            1 quality prompt, on the 8B, then the 27B → two packets
@@ -58,29 +59,33 @@ if has packets && begin selftest 90; then
     "${TIMEOUT[@]}" "$BIN/harness" selftest --json --out "$WORK/selftest.json" > "$WORK/selftest.log" 2>&1
     end $?
     [ -s "$WORK/selftest.json" ] && SELFTEST=(--selftest-json "$WORK/selftest.json")
-    log "selftest: $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("pass" if r["pass"] else "FAILED", "force:", r.get("force") or "none")' "$WORK/selftest.json" 2>&1)"
+    log "selftest: $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("pass" if r["pass"] else "FAILED", "force:", r.get("force") or "none")' "$WORK/selftest.json" 2> /dev/null || echo 'no result: the packets say it was skipped')"
 fi
 
 # fak's decode and prefill profile at the issues' depths (bench JSON per shape and phase).
-fak_bench() { # label phase depths need
-    local m=$MODELS/$1.gguf
-    begin "bench $1 $2 ($3)" "$4" || return
+# One process per depth group, each capped, so a slow one loses only its own depths and cannot
+# hold the packets back (bench writes its JSON at the end).
+fak_bench() { # label phase depths need cap
+    local m=$MODELS/$1.gguf name=$1-$2-d${3//,/-}
+    begin "bench $1 $2 ($3)" "$4" "$5" || return
     "${TIMEOUT[@]}" "${FAK_PIN[@]}" "$BIN/harness" bench --model "$m" --depths "$3" --n-out 64 \
-        --json-out "$WORK/bench/bench-$1-$2.json" > "$WORK/bench/bench-$1-$2.log" 2>&1
+        --json-out "$WORK/bench/bench-$name.json" > "$WORK/bench/bench-$name.log" 2>&1
     end $?
 }
 mkdir -p "$WORK/bench" "$WORK/llama-bench"
 M8=$(label "${SHAPES[0]}") M27=$(label "${SHAPES[1]}")
 if has bench; then
-    fak_bench "$M27" during-build 128,2048,8192 100
-    fak_bench "$M8" during-build 128,2048,8192 60
+    fak_bench "$M27" during-build 128,2048 60 120
+    fak_bench "$M8" during-build 128,2048 30 60
+    fak_bench "$M27" during-build 8192 50 100
+    fak_bench "$M8" during-build 8192 25 60
 fi
 
 if [ -n "$LLAMA_BUILD" ]; then
     wait "$LLAMA_BUILD"
     log "llama.cpp build: $(grep -E '^real' "$OUT/llama-build.log" | tail -1 | tr '\t' ' ' || echo 'no time'); llama-server $([ -x "$LS" ] && echo built || echo 'NOT built'), llama-bench $([ -x "$LB" ] && echo built || echo 'NOT built')"
 fi
-has bench && fak_bench "$M8" quiet 128 20
+has bench && fak_bench "$M8" quiet 128 20 45
 
 if has packets && [ -x "$LS" ]; then
     for m in "$M8:45" "$M27:110"; do
