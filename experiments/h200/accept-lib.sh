@@ -21,7 +21,7 @@ if [ "${ACCEPT_DRY:-0}" = 1 ]; then
     DRY=${ACCEPT_DRY_DIR:-/tmp/accept-dry}
     export FAK_TMP=$DRY/fak OUT=${OUT:-$DRY/out} FAK_LOADER=system
     export FAK_VK_ICD=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json
-    export LLAMA_DIR=${LLAMA_DIR:-$DRY/llama} LLAMA_GPU_FLAGS=-DGGML_CUDA=OFF
+    export LLAMA_DIR=${LLAMA_DIR:-$DRY/llama} LLAMA_GPU_FLAGS="-DGGML_CUDA=OFF -DGGML_NATIVE=OFF"
     export LLAMA_GENERATOR=${LLAMA_GENERATOR:-Unix Makefiles} LLAMA_JOBS=${LLAMA_JOBS:-2}
     MODELS=${MODELS:-$DRY/models}
     WORK=$DRY/work

@@ -8,10 +8,10 @@
 #            CPUs but 0-1, ~3-5 min: llama-build.sh); the models are written (~20 s);
 #            `harness selftest` once (~60 s, not timed), reused by both packets (--selftest-json)
 #   bench    while it builds, pinned to CPUs 0-1: `harness bench` at depths 128,2048 on the 27B,
-#            then the 8B, then at 8192 on each (one capped process per group; decode ms/token,
-#            dispatches, roofline, per-op GB/s, prefill chunks and TFLOP/s); after the build a
-#            control on the quiet machine (8B, depth 128) says what the compiler beside it cost
-#            (summary.md: during vs after)
+#            then the 8B, then at 8192 on each if the compiler still runs (else at the very end;
+#            one capped process per group; decode ms/token, dispatches, roofline, per-op GB/s,
+#            prefill chunks and TFLOP/s); after the build a control on the quiet machine (8B,
+#            depth 128) says what the compiler beside it cost (summary.md: during vs quiet)
 #   packets  after the build, nothing else running: `harness threeway` fak-native + llama.cpp
 #            (llama-server CUDA, the envelope's flags, -fa on), 20 prompts × 128 in / 64 out,
 #            1 quality prompt, on the 8B, then the 27B → two packets
@@ -64,28 +64,36 @@ fi
 
 # fak's decode and prefill profile at the issues' depths (bench JSON per shape and phase).
 # One process per depth group, each capped, so a slow one loses only its own depths and cannot
-# hold the packets back (bench writes its JSON at the end).
-fak_bench() { # label phase depths need cap
-    local m=$MODELS/$1.gguf name=$1-$2-d${3//,/-}
-    begin "bench $1 $2 ($3)" "$4" "$5" || return
-    "${TIMEOUT[@]}" "${FAK_PIN[@]}" "$BIN/harness" bench --model "$m" --depths "$3" --n-out 64 \
+# hold the packets back (bench writes its JSON at the end). Its phase: during the build (pinned
+# away from the compiler) or quiet.
+building() { [ -n "$LLAMA_BUILD" ] && kill -0 "$LLAMA_BUILD" 2> /dev/null; }
+fak_bench() { # label depths need cap
+    local phase=quiet
+    building && phase=during-build
+    local m=$MODELS/$1.gguf name=$1-$phase-d${2//,/-}
+    begin "bench $1 $phase ($2)" "$3" "$4" || return
+    "${TIMEOUT[@]}" "${FAK_PIN[@]}" "$BIN/harness" bench --model "$m" --depths "$2" --n-out 64 \
         --json-out "$WORK/bench/bench-$name.json" > "$WORK/bench/bench-$name.log" 2>&1
     end $?
 }
 mkdir -p "$WORK/bench" "$WORK/llama-bench"
 M8=$(label "${SHAPES[0]}") M27=$(label "${SHAPES[1]}")
+# Depths 128 and 2048 (issue 19's) first; 8192 while the compiler still runs, else after
+# everything else.
+DEFERRED=()
 if has bench; then
-    fak_bench "$M27" during-build 128,2048 60 120
-    fak_bench "$M8" during-build 128,2048 30 60
-    fak_bench "$M27" during-build 8192 50 100
-    fak_bench "$M8" during-build 8192 25 60
+    fak_bench "$M27" 128,2048 60 120
+    fak_bench "$M8" 128,2048 30 60
+    for g in "$M27 8192 50 100" "$M8 8192 25 60"; do
+        if building; then fak_bench $g; else DEFERRED+=("$g"); fi
+    done
 fi
 
 if [ -n "$LLAMA_BUILD" ]; then
     wait "$LLAMA_BUILD"
     log "llama.cpp build: $(grep -E '^real' "$OUT/llama-build.log" | tail -1 | tr '\t' ' ' || echo 'no time'); llama-server $([ -x "$LS" ] && echo built || echo 'NOT built'), llama-bench $([ -x "$LB" ] && echo built || echo 'NOT built')"
 fi
-has bench && fak_bench "$M8" quiet 128 20 45
+has bench && fak_bench "$M8" 128 20 45
 
 if has packets && [ -x "$LS" ]; then
     for m in "$M8:45" "$M27:110"; do
@@ -115,6 +123,8 @@ if [ -x "$LB" ]; then
         llama_bench "$M8" depth 12 -p 0 -n 64 -d 2048,8192 -ub 512 -r 3
     fi
 fi
+
+for g in "${DEFERRED[@]+"${DEFERRED[@]}"}"; do fak_bench $g; done
 
 summarize_bench > "$WORK/summary-bench.md"
 pack acceptance
