@@ -96,6 +96,7 @@ end() {
 # a call may carry with the working tree); it waits in VK_PARTS for B, on the same machine.
 stage_vk_part() {
     ls target/h200-vk/*.part* > /dev/null 2>&1 || return 0
+    [ -f target/h200-vk/SHA256SUMS ] || rm -rf "$VK_PARTS" # call A: no stale part of another staging
     mkdir -p "$VK_PARTS" && cp target/h200-vk/*.part* "$VK_PARTS/"
     log "staged $(cd "$VK_PARTS" && ls | tr '\n' ' ')in $VK_PARTS for call B"
 }
@@ -214,9 +215,14 @@ for line in open(sys.argv[1], errors="replace"):
     f = [x.strip() for x in line.split(",")]
     try:
         t = datetime.datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
-        samples.append((t, float(f[1]), float(f[3])))
+        sm = float(f[1])
     except (ValueError, IndexError):
-        pass
+        continue
+    try:
+        power = float(f[3])
+    except (ValueError, IndexError):  # "[N/A]" on some boards
+        power = float("nan")
+    samples.append((t, sm, power))
 print("| step | SM MHz min / median / max | power W median | samples |")
 print("|---|---|---|---|")
 try:
@@ -229,8 +235,9 @@ for name, a, b in windows:
         print(f"| {name} | — | — | 0 |")
         continue
     sm = sorted(s[1] for s in w)
-    print(f"| {name} | {sm[0]:.0f} / {statistics.median(sm):.0f} / {sm[-1]:.0f} | "
-          f"{statistics.median(s[2] for s in w):.0f} | {len(w)} |")
+    power = [s[2] for s in w if s[2] == s[2]]
+    power = f"{statistics.median(power):.0f}" if power else "—"
+    print(f"| {name} | {sm[0]:.0f} / {statistics.median(sm):.0f} / {sm[-1]:.0f} | {power} | {len(w)} |")
 PY
 }
 
@@ -250,6 +257,14 @@ pack() {
         echo "## Skipped"
         cat "$WORK/skipped.md" 2> /dev/null || echo "nothing"
     } > "$OUT/summary.md" 2>&1
+    # Each run folder keeps the call's own logs (as machine.md says a committed run does).
+    local run
+    for run in "$RUNS"/*/; do
+        [ -d "$run/logs" ] || continue
+        cp "$OUT/steps.log" "$OUT/gpu.csv" "$run/logs/" 2> /dev/null
+        cp "$OUT/synth.log" "$run/logs/" 2> /dev/null
+        [ -s "$OUT/llama-build.log" ] && tail -3 "$OUT/llama-build.log" > "$run/logs/llama-build-tail.log"
+    done
     mkdir -p "$WORK/call-logs"
     cp "$OUT"/*.log "$OUT"/gpu.csv "$OUT/summary.md" "$WORK/windows.tsv" "$WORK"/selftest.* \
         "$WORK/call-logs/" 2> /dev/null

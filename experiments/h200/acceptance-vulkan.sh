@@ -40,7 +40,7 @@ for ((i = 0; i < $(cat target/h200-vk/PARTS); i++)); do
     cat "$part" >> "$VK/$big"
 done
 if ! (cd "$VK" && sha256sum -c "$OLDPWD/target/h200-vk/SHA256SUMS" > /dev/null); then
-    log "the Vulkan server does not join to its sha256: nothing to run"
+    log "the Vulkan server does not join to its sha256 (a part missing, or calls A and B carried from two stagings: prepare-acceptance.sh makes both at once): nothing to run"
     pack acceptance-vulkan
     exit 1
 fi

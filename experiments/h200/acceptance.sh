@@ -39,7 +39,7 @@ stage_vk_part   # call B's first part of the Vulkan server, when carried (accept
 
 # The compiler on every CPU but 0-1, fak's bench on those two.
 FAK_PIN=()
-if [ "$(nproc)" -ge 8 ]; then
+if [ "$(nproc)" -ge 8 ] && command -v taskset > /dev/null; then
     export LLAMA_TASKSET=2-$(($(nproc) - 1)) LLAMA_JOBS=$(($(nproc) - 2))
     FAK_PIN=(taskset -c 0-1)
 fi
@@ -91,7 +91,7 @@ fi
 
 if [ -n "$LLAMA_BUILD" ]; then
     wait "$LLAMA_BUILD"
-    log "llama.cpp build: $(grep -E '^real' "$OUT/llama-build.log" | tail -1 | tr '\t' ' ' || echo 'no time'); llama-server $([ -x "$LS" ] && echo built || echo 'NOT built'), llama-bench $([ -x "$LB" ] && echo built || echo 'NOT built')"
+    log "llama.cpp build: $(grep -E '^real' "$OUT/llama-build.log" | tail -1 | tr '\t' ' ' | grep . || echo 'none needed'); llama-server $([ -x "$LS" ] && echo built || echo 'NOT built'), llama-bench $([ -x "$LB" ] && echo built || echo 'NOT built')"
 fi
 has bench && fak_bench "$M8" 128 20 45
 
