@@ -13,7 +13,7 @@
 #   acc-b0/  call B0 (accept-vk-part.sh): the first part alone, for a call B that does not follow
 #            call A on the same machine
 #
-# The first part is as large as call A's carry leaves room for (MARGIN_KIB, default 512, spare);
+# The split leaves calls A and B the same room (at least MARGIN_KIB, default 512, or it fails);
 # then each folder's size with the working tree of CHECKOUT is printed against 64 MiB.
 # RELEASE_TARGET_DIR as for prepare.sh.
 set -euo pipefail
@@ -51,13 +51,19 @@ stage acc-b gl bin.txz commit built-at
 stage acc-b0
 rm -rf "$DEST/acc-b0/target/h200"
 
-# Split the server archive: call A takes what its carry leaves room for.
+# Split the server archive so that calls A and B keep the same room to spare (the tree may grow
+# a little before the calls are made).
 total=$(stat -c %s "$V/$VK")
-room=$((LIMIT - MARGIN - tree_bytes - $(du -sb "$DEST/acc-a" | cut -f1)))
-[ "$room" -gt 0 ] || { echo "call A has no room for any of the Vulkan server" >&2; exit 1; }
-[ "$room" -lt "$total" ] || room=$((total - 1))
-head -c "$room" "$V/$VK" > "$DEST/acc-a/$V/$VK.part0"
-tail -c +$((room + 1)) "$V/$VK" > "$DEST/acc-b/$V/$VK.part1"
+room_a=$((LIMIT - tree_bytes - $(du -sb "$DEST/acc-a" | cut -f1)))
+room_b=$((LIMIT - tree_bytes - $(du -sb "$DEST/acc-b" | cut -f1) - 4096))
+split=$(((room_a - room_b + total) / 2))
+[ "$split" -ge 1 ] || split=1
+[ "$split" -lt "$total" ] || split=$((total - 1))
+spare=$((room_a - split < room_b - (total - split) ? room_a - split : room_b - (total - split)))
+[ "$spare" -ge "$MARGIN" ] ||
+    { echo "the Vulkan server does not fit calls A and B with $((MARGIN / 1024)) KiB to spare" >&2; exit 1; }
+head -c "$split" "$V/$VK" > "$DEST/acc-a/$V/$VK.part0"
+tail -c +$((split + 1)) "$V/$VK" > "$DEST/acc-b/$V/$VK.part1"
 cp "$DEST/acc-a/$V/$VK.part0" "$DEST/acc-b0/$V/"
 (cd "$V" && sha256sum "$VK") > "$DEST/acc-b/$V/SHA256SUMS"
 echo "$VK" > "$DEST/acc-b/$V/NAME"
