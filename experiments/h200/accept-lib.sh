@@ -115,14 +115,15 @@ clocks_start() {
 clocks_stop() { [ -z "${CLOCKS:-}" ] || kill "$CLOCKS" 2> /dev/null; }
 
 # threeway_packet NAME MODEL [threeway args...]: one `harness threeway` packet into
-# $RUNS/<UTC>-threeway-NAME, validated, with its report; the arms' p50s go into summary.md.
+# $RUNS/<UTC>-threeway-NAME (stopped by begin's TIMEOUT: SIGINT, and threeway keeps what it
+# measured), validated, with its report; the arms' p50s go into summary.md.
 threeway_packet() {
     local name=$1 model=$2
     shift 2
     local run
     run=$RUNS/$(date -u +%Y%m%dT%H%M%SZ)-threeway-$name
-    "$BIN/harness" threeway --model "$model" --out "$run" --flash-attn on --python python3 \
-        --model-origin "$MODEL_ORIGIN" "$@" > "$WORK/threeway-$name.log" 2>&1
+    "${TIMEOUT[@]}" "$BIN/harness" threeway --model "$model" --out "$run" --flash-attn on \
+        --python python3 --model-origin "$MODEL_ORIGIN" "$@" > "$WORK/threeway-$name.log" 2>&1
     local rc=$?
     if [ -f "$run/packet.json" ]; then
         "$BIN/harness" validate "$run/packet.json" > "$run/logs/validate.log" 2>&1

@@ -58,13 +58,13 @@ synth_models
 
 M8=$(label "${SHAPES[0]}") M27=$(label "${SHAPES[1]}")
 LONG=${LONG:-2048}
-# model n_ctx prompts quality-prompts path need
-for p in "$M8 128 20 1 coopmat2 50" "$M8 128 20 0 khr 45" "$M8 $LONG 10 0 khr 45" \
-    "$M27 128 20 1 coopmat2 110" "$M27 128 20 0 khr 95" "$M27 $LONG 10 0 khr 110" \
-    "$M8 $LONG 10 0 coopmat2 45"; do
+# model n_ctx prompts quality-prompts path need cap
+for p in "$M8 128 20 1 coopmat2 50 110" "$M8 128 20 0 khr 45 100" "$M8 $LONG 10 0 khr 45 100" \
+    "$M27 128 20 1 coopmat2 110 200" "$M27 128 20 0 khr 95 180" "$M27 $LONG 10 0 khr 110 200" \
+    "$M8 $LONG 10 0 coopmat2 45 100"; do
     set -- $p
     name=$1-n$2-vulkan-$5
-    begin "threeway $name" "$6" || continue
+    begin "threeway $name" "$6" "$7" || continue
     threeway_packet "$name" "$MODELS/$1.gguf" --arms fak-native,llama.cpp \
         --llama-server "$VK/llama-server-vulkan-$5" --prompts "$3" --n-ctx "$2" --n-out 64 \
         --quality-prompts "$4" --no-selftest

@@ -55,7 +55,7 @@ LB=$LLAMA_DIR/llama.cpp/build/bin/llama-bench
 synth_models
 
 SELFTEST=(--no-selftest)
-if has packets && begin selftest 90; then
+if has packets && begin selftest 90 150; then
     "${TIMEOUT[@]}" "$BIN/harness" selftest --json --out "$WORK/selftest.json" > "$WORK/selftest.log" 2>&1
     end $?
     [ -s "$WORK/selftest.json" ] && SELFTEST=(--selftest-json "$WORK/selftest.json")
@@ -96,31 +96,32 @@ fi
 has bench && fak_bench "$M8" 128 20 45
 
 if has packets && [ -x "$LS" ]; then
-    for m in "$M8:45" "$M27:110"; do
-        begin "threeway ${m%%:*}" "${m#*:}" || continue
-        threeway_packet "${m%%:*}" "$MODELS/${m%%:*}.gguf" --arms fak-native,llama.cpp \
+    for m in "$M8 45 100" "$M27 110 200"; do # model need cap
+        set -- $m
+        begin "threeway $1" "$2" "$3" || continue
+        threeway_packet "$1" "$MODELS/$1.gguf" --arms fak-native,llama.cpp \
             --llama-server "$LS" --prompts 20 --n-ctx 128 --n-out 64 --quality-prompts 1 "${SELFTEST[@]}"
         end $?
     done
 fi
 
 # llama-bench on the same files: -o jsonl keeps every finished test if the deadline stops it.
-llama_bench() { # label kind need args...
-    local m=$MODELS/$1.gguf name=$1-$2 need=$3
-    shift 3
-    begin "llama-bench $name" "$need" || return
+llama_bench() { # label kind need cap args...
+    local m=$MODELS/$1.gguf name=$1-$2 need=$3 cap=$4
+    shift 4
+    begin "llama-bench $name" "$need" "$cap" || return
     "${TIMEOUT[@]}" "$LB" -m "$m" -ngl 99 -fa 1 -o jsonl "$@" \
         > "$WORK/llama-bench/$name.jsonl" 2> "$WORK/llama-bench/$name.log"
     end $?
 }
 if [ -x "$LB" ]; then
     if has llama-bench; then
-        llama_bench "$M27" pp-tg 30 -p 128,2048 -n 64 -ub 512 -r 10
-        llama_bench "$M8" pp-tg 12 -p 128,2048 -n 64 -ub 512 -r 10
+        llama_bench "$M27" pp-tg 30 60 -p 128,2048 -n 64 -ub 512 -r 10
+        llama_bench "$M8" pp-tg 12 30 -p 128,2048 -n 64 -ub 512 -r 10
     fi
     if has depth; then
-        llama_bench "$M27" depth 35 -p 0 -n 64 -d 2048,8192 -ub 512 -r 3
-        llama_bench "$M8" depth 12 -p 0 -n 64 -d 2048,8192 -ub 512 -r 3
+        llama_bench "$M27" depth 35 70 -p 0 -n 64 -d 2048,8192 -ub 512 -r 3
+        llama_bench "$M8" depth 12 30 -p 0 -n 64 -d 2048,8192 -ub 512 -r 3
     fi
 fi
 
