@@ -90,6 +90,8 @@ begin() {
 end() {
     printf '%s\t%s\t%s\n' "$STEP_NAME" "$STEP_T0" "$(date +%s.%N)" >> "$WORK/windows.tsv"
     log "$STEP_NAME: exit $1, $((SECONDS - STEP_START)) s"
+    [ "$1" != 124 ] && [ "$1" != 130 ] ||
+        echo "- $STEP_NAME: stopped at its limit after $((SECONDS - STEP_START)) s (exit $1)" >> "$WORK/skipped.md"
 }
 
 # Call A carries the first part of call B's Vulkan server (B's carry alone would pass the 64 MiB
@@ -255,7 +257,7 @@ pack() {
         echo "## SM clocks per step"
         summarize_clocks
         echo
-        echo "## Skipped"
+        echo "## Skipped or stopped"
         cat "$WORK/skipped.md" 2> /dev/null || echo "nothing"
     } > "$OUT/summary.md" 2>&1
     # Each run folder keeps the call's own logs (as machine.md says a committed run does).
