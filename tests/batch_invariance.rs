@@ -383,3 +383,81 @@ fn dense_prompts_prefilled_together_give_each_its_own_logits() {
 fn hybrid_prompts_prefilled_together_give_each_its_own_logits() {
     prompts_prefilled_together("qwen35");
 }
+
+/// The greedy tokens of `prompt` decoded for `N_OUT` tokens alone; the sequence then finishes,
+/// leaving its prompt and answer (and, on a hybrid model, its state after them) in the cache.
+fn converse(e: &mut Engine, prompt: &[u32]) -> Vec<u32> {
+    let started = e.start(prompt, N_OUT, false).unwrap();
+    let mut out = vec![started.first];
+    for _ in 1..N_OUT {
+        out.push(e.step(&[started.seq]).unwrap()[0]);
+    }
+    e.finish(started.seq).unwrap();
+    out
+}
+
+/// A conversation's second turn resumes where its first left the cache: after the answer's
+/// tokens, off the delta rule's chunk grid (a 100-token prompt and 5 decoded tokens leave the
+/// hybrid model's state at 104). Prefilled together with another request's prompt, the turn's
+/// step still keeps its state at the cache's next boundary (128: 24 rows into its portion, off
+/// the portion's own chunk grid, where a step of several sequences cannot snapshot mid-way, so
+/// its portion ends there; a fak-serve multi-agent run on the H200 failed here, 2026-12-05), and
+/// each request gets the logits it gets alone on an engine with the same history, bit for bit.
+fn a_next_turn_resumes_off_the_chunk_grid_together_with_another_prompt(arch: &str) {
+    let first_turn = random_ids(30, 100);
+    let other = random_ids(31, 70);
+    let second_turn = |answer: &[u32]| [&first_turn, answer, &random_ids(32, 41)[..]].concat();
+    let (alone, answer) = {
+        let mut e = engine_caching(arch, 256, 16 << 20);
+        let answer = converse(&mut e, &first_turn);
+        let turn = logits_of(&mut e, &second_turn(&answer), &[], 0);
+        let mut cold = engine(arch, 256);
+        (vec![turn, logits_of(&mut cold, &other, &[], 0)], answer)
+    };
+    let mut e = engine_caching(arch, 256, 16 << 20);
+    assert_eq!(
+        converse(&mut e, &first_turn),
+        answer,
+        "{arch}: the first turn"
+    );
+    let prompts = [second_turn(&answer), other.clone()];
+    let seqs: Vec<SeqId> = prompts
+        .iter()
+        .map(|p| e.begin(p, N_OUT, true).unwrap())
+        .collect();
+    assert_eq!(
+        e.prompt_left(seqs[0]).unwrap(),
+        42,
+        "{arch}: resumes after the answer"
+    );
+    let mut started: Vec<Option<Started>> = vec![None, None];
+    for _ in 0..4 {
+        for part in e.prefill_together(&seqs, usize::MAX).unwrap() {
+            let i = seqs.iter().position(|&s| s == part.seq).unwrap();
+            started[i] = part.started.or(started[i].take());
+        }
+    }
+    let mut rows: Vec<Vec<Vec<f32>>> = started
+        .into_iter()
+        .map(|s| vec![s.expect("prompt done").logits.expect("logits")])
+        .collect();
+    for _ in 1..N_OUT {
+        let (_, logits) = e.step_with_logits(&seqs).unwrap();
+        for (r, l) in rows.iter_mut().zip(logits) {
+            r.push(l);
+        }
+    }
+    for (i, (got, want)) in rows.iter().zip(&alone).enumerate() {
+        assert_same_bits(&format!("{arch}: request {i} of 2"), got, want);
+    }
+}
+
+#[test]
+fn dense_next_turn_resumes_together_with_another_prompt() {
+    a_next_turn_resumes_off_the_chunk_grid_together_with_another_prompt("qwen3");
+}
+
+#[test]
+fn hybrid_next_turn_resumes_off_the_chunk_grid_together_with_another_prompt() {
+    a_next_turn_resumes_off_the_chunk_grid_together_with_another_prompt("qwen35");
+}

@@ -17,7 +17,9 @@ use fak::gpu::{GpuContext, Kernel, KernelPaths, Step};
 use fak_tests::attn_prefill::{self, Case, PAGE};
 use fak_tests::inputs::{step_buffer, upload_f32};
 use fak_tests::kv::{Pages, poisoned_cache};
-use fak_tests::wgsl_module::{all_coop_paths, parse_valid, u32_const, workgroup_bytes};
+use fak_tests::wgsl_module::{
+    all_coop_paths, odd_sized_workgroup_vars, parse_valid, u32_const, workgroup_bytes,
+};
 use fak_tests::{gpu, variants};
 
 /// Runs `case`; its outputs must match the reference and nothing past the step be written.
@@ -238,7 +240,7 @@ fn unsupported_shapes_and_mismatched_caches_are_refused() {
 
 /// The host picks a cooperative-matrix tile by [`CoopTile::workgroup_bytes`] and grids by its
 /// rows: both must be what the kernel's WGSL declares (its workgroup arrays, through naga's
-/// layouter; its `BM`), for every shape and tile, on adapters that cannot run it too; and every
+/// layouter, each a whole number of 16 bytes; its `BM`), for every shape and tile, on adapters that cannot run it too; and every
 /// tile's module must validate (the translation test builds only the first tile).
 #[test]
 fn the_host_coop_tile_geometry_matches_the_wgsl() {
@@ -252,6 +254,7 @@ fn the_host_coop_tile_geometry_matches_the_wgsl() {
                 let bytes = workgroup_bytes(&module, Some((&info, "main")));
                 assert_eq!(bytes, tile.workgroup_bytes(), "{tile:?}");
                 assert_eq!(u32_const(&module, "BM"), tile.rows(), "{tile:?}");
+                assert_eq!(odd_sized_workgroup_vars(&module), [], "{tile:?}");
             }
         }
     }

@@ -6,8 +6,8 @@
 //! (zeroing, snapshot and restore). Head ratios nk = 2, nv = 6 (and 4) in both head orders make a
 //! wrong key head show; dk/dv 16 and 128 cover both lane-group widths of the decode kernel.
 //! The chunked prefill's tests run each of its kernels the adapter has ([`chunk_variants`]): the
-//! f32 one everywhere, the cooperative-matrix one (opt-in in the engine, `FAK_GDN_CHUNK=coop`)
-//! where the adapter has 16×16 matrices — elsewhere (lavapipe) they say that they skipped it.
+//! f32 one everywhere, the cooperative-matrix one (the engine's default there, `FAK_GDN_CHUNK=f32`
+//! turns it off) where the adapter has 16×16 matrices — elsewhere (lavapipe) they say that they skipped it.
 
 use fak::gpu::kernels::delta_state::HeadMapping;
 use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState, Dispatch};
@@ -20,6 +20,9 @@ use fak::gpu::{GpuContext, GpuError, Kernel, KernelPaths, storage_buffer};
 use fak_tests::gdn::{
     CpuState, DELTA_TOL, Form, GpuLayer, LAYER_TOL, LayerWeights, Projections, STEP_TOL, cpu_delta,
     cpu_layer, cpu_prep, dims, random_prepared, uniform_vec,
+};
+use fak_tests::wgsl_module::{
+    all_coop_paths, odd_sized_workgroup_vars, parse_valid, workgroup_bytes,
 };
 use fak_tests::{Tolerance, assert_close, gpu, rng, variants};
 use rand_chacha::ChaCha8Rng;
@@ -641,13 +644,13 @@ fn kernels_build_for_the_largest_supported_head_within_the_workgroup_memory_limi
     }
 }
 
-/// `FAK_GDN_CHUNK` names the chunked kernel: unset, empty or `f32` the f32 one, `coop` the
-/// cooperative-matrix one, anything else an error naming the variable. And where the adapter
+/// `FAK_GDN_CHUNK` names the chunked kernel: `f32` the f32 one, unset, empty or `coop` the
+/// cooperative-matrix one (where the adapter has it), anything else an error naming the variable. And where the adapter
 /// has 16×16 cooperative matrices the coop kernel is among the tested ones and fits at every
 /// test shape; where it has not, the test says it skipped.
 #[test]
 fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_has_it() {
-    assert_eq!(ChunkKernel::named("").unwrap(), ChunkKernel::F32);
+    assert_eq!(ChunkKernel::named("").unwrap(), ChunkKernel::Coop);
     assert_eq!(ChunkKernel::named("f32").unwrap(), ChunkKernel::F32);
     assert_eq!(ChunkKernel::named("coop").unwrap(), ChunkKernel::Coop);
     let e = ChunkKernel::named("Coop").unwrap_err().to_string();
@@ -666,5 +669,38 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
                 "{d:?}"
             );
         }
+    }
+}
+
+/// The host refuses the cooperative-matrix kernel by [`GatedDeltaChunked::coop_workgroup_bytes`]:
+/// it must be what the WGSL declares for the larger of its two entry points (naga's layouter,
+/// with the DK override applied as a pipeline would), and every workgroup variable a whole
+/// number of 16 bytes (the H200 broke the tiles beside a lone u32: experiments/coop-probe), at
+/// every test shape, on adapters that cannot run it too.
+#[test]
+fn the_coop_kernel_declares_the_workgroup_memory_the_host_counts() {
+    let (_, paths) = all_coop_paths()
+        .find(|(coop, _)| *coop == fak::gpu::CoopShape::M16x16)
+        .unwrap();
+    for d in small_shapes().into_iter().chain([wide_shape()]) {
+        let source = GatedDeltaChunked::source_for(paths, &d);
+        let (module, info) = parse_valid(&source.module.text());
+        let mut constants = naga::back::PipelineConstants::default();
+        constants.insert("DK".to_owned(), f64::from(d.dk));
+        let bytes = ["chunk_prepare", "chunk_scan"].map(|entry| {
+            let stage = Some((naga::ShaderStage::Compute, entry));
+            let (pipeline, _) = naga::back::pipeline_constants::process_overrides(
+                &module, &info, stage, &constants,
+            )
+            .unwrap();
+            assert_eq!(odd_sized_workgroup_vars(&pipeline), [], "{d:?} {entry}");
+            workgroup_bytes(&pipeline, None)
+        });
+        let larger = bytes[0].max(bytes[1]);
+        assert_eq!(
+            larger,
+            GatedDeltaChunked::coop_workgroup_bytes(d.dk),
+            "{d:?} {bytes:?}"
+        );
     }
 }

@@ -14,7 +14,9 @@ use fak::gpu::kernels::matmul::{
 use fak::gpu::{GpuError, KernelPaths, KernelVariant, StepBuffer, storage_buffer, upload};
 use fak::quant::GgmlType;
 use fak_tests::matmul::{MAX_TOKENS, Problem, Product};
-use fak_tests::wgsl_module::{all_coop_paths, parse, parse_valid, u32_const, workgroup_bytes};
+use fak_tests::wgsl_module::{
+    all_coop_paths, odd_sized_workgroup_vars, parse, parse_valid, u32_const, workgroup_bytes,
+};
 use fak_tests::{gpu, rng, variants};
 
 const TOKEN_COUNTS: [u32; 6] = [1, 5, 17, 64, 70, 150];
@@ -124,6 +126,7 @@ fn each_coop_tiling_declares_the_workgroup_memory_the_host_counts() {
             let bytes = workgroup_bytes(&module, None);
             assert_eq!(bytes, tiling.workgroup_bytes(coop), "{coop:?} {tiling}");
             assert!(bytes <= 48 << 10, "{coop:?} {tiling}: {bytes} bytes");
+            assert_eq!(odd_sized_workgroup_vars(&module), [], "{coop:?} {tiling}");
             let tile = tiling.tile(coop);
             assert_eq!(
                 ["TILE_T", "TILE_R", "WG"].map(|name| u32_const(&module, name)),

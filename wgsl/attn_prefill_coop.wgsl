@@ -87,8 +87,9 @@ const_assert SPLIT_KEYS % BN == 0u;
 // needs one subgroup a row block and Q staged through kv_tile.
 const_assert Q_REGS == 0u || (DIM_SPLIT == 1u && BM <= BN);
 
-// Q (scaled, f16); one vec4 when Q_REGS = 1 (staged through kv_tile, kept in fragments).
-var<workgroup> q_tile: array<vec4<f16>, BM * Q_STRIDE4 * (1u - Q_REGS) + Q_REGS>;
+// Q (scaled, f16); two vec4s (16 bytes: every workgroup variable here is a whole number of 16
+// bytes, see rescale_mark) when Q_REGS = 1 (staged through kv_tile, kept in fragments).
+var<workgroup> q_tile: array<vec4<f16>, BM * Q_STRIDE4 * (1u - Q_REGS) + 2u * Q_REGS>;
 var<workgroup> kv_tile: array<vec4<f16>, BN * KV_STRIDE4>;
 // The S tile (BM × BN, row-major) and P (f16).
 var<workgroup> s_tile: array<f32, BM * S_STRIDE>;
@@ -102,9 +103,11 @@ var<workgroup> key_base: array<u32, BN>;
 var<workgroup> rescale_mark: vec4<u32>;
 
 // The element index of key k0 + jj of the tile's kv head for jj < n (lanes below BN).
+// A workgroup of one or two subgroups has fewer lanes than a 64-key step has keys, so each lane
+// sets every WG-th one (the H200 run of 2026-12-05 #5 caught keys 32..63 left unset).
 fn set_key_bases(k0: u32, n: u32, page_row: u32, g: u32, local: u32) {
-    if local < n {
-        key_base[local] = kv_base(params.kv, page_row, k0 + local, g);
+    for (var jj = local; jj < n; jj += WG) {
+        key_base[jj] = kv_base(params.kv, page_row, k0 + jj, g);
     }
 }
 

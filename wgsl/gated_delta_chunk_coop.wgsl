@@ -57,8 +57,10 @@
 //   2·(2·16·(dk + 8)) + 6 KB + 5 KB + 0.5 KB (30.2 KB at dk = 128, 45.2 KB at dk = 256): within
 //   NVIDIA's 48 KiB, not Metal's 32 KiB (the 8×8 Metal shape is not offered: gated_delta_chunk.rs).
 // variants: `subgroup+f16+coop16x16` (subgroup_id splits the workgroup; subgroups exactly 32
-//           wide, as for every coop kernel), built only on request (`FAK_GDN_CHUNK=coop`) until
-//           it has passed its tests on a device. overrides: DK (multiple of 16, ≤ 256).
+//           wide, as for every coop kernel), the engine's default where the adapter has it
+//           (`FAK_GDN_CHUNK=f32` turns it off). overrides: DK (multiple of 16, ≤ 256).
+// Every workgroup variable is a whole number of 16 bytes: beside a lone u32 the H200's tiles
+//   came out wrong (experiments/coop-probe; tests/gpu_gated_delta.rs checks it).
 // naga 30: coopLoad/coopStore pointers and strides bound to `let`s first (wgpu-notes.md §7); no
 //   cooperative op under a branch that differs between subgroups (an idle subgroup's store goes
 //   to a junk tile instead), nor after a return or in a loop whose condition naga cannot prove

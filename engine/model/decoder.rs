@@ -82,17 +82,28 @@ impl Blueprint<'_> {
 
     /// Bytes of the activations of steps of up to `max_tokens` tokens that keep `logit_rows`
     /// rows of logits: the table's, the logits (`StepIo::logits`) and the chunked delta rule's
-    /// scratch (hybrid models, steps of more than one token): what [`Decoder::load`] and
-    /// `StepIo` allocate.
+    /// f32 scratch (hybrid models, steps of more than one token): what [`Decoder::load`] and
+    /// `StepIo` allocate on every adapter.
     pub fn scratch_bytes(&self, max_tokens: u32, logit_rows: u32) -> Result<u64, ModelError> {
         let logits = 4 * u64::from(logit_rows) * self.n_vocab as u64;
-        let chunked = match self.delta {
-            Some(dims) if max_tokens > 1 => {
-                ChunkScratch::bytes(&dims, max_tokens, 1, ChunkKernel::requested()?)?
-            }
-            _ => 0,
-        };
+        let chunked = self.chunk_bytes(max_tokens, ChunkKernel::F32)?;
         Ok(self.scratch.bytes(max_tokens, logit_rows) + logits + chunked)
+    }
+
+    /// The chunked delta rule's f16 scratch, allocated besides [`Decoder::scratch_bytes`] only
+    /// where its cooperative-matrix kernel runs (which the plan, made before the adapter is
+    /// known, cannot tell): 0 unless `FAK_GDN_CHUNK` leaves that kernel chosen.
+    pub fn coop_scratch_bytes(&self, max_tokens: u32) -> Result<u64, ModelError> {
+        let requested = ChunkKernel::requested()?;
+        Ok(self.chunk_bytes(max_tokens, requested)?
+            - self.chunk_bytes(max_tokens, ChunkKernel::F32)?)
+    }
+
+    fn chunk_bytes(&self, max_tokens: u32, kernel: ChunkKernel) -> Result<u64, ModelError> {
+        Ok(match self.delta {
+            Some(dims) if max_tokens > 1 => ChunkScratch::bytes(&dims, max_tokens, 1, kernel)?,
+            _ => 0,
+        })
     }
 }
 

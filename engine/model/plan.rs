@@ -35,6 +35,9 @@ pub struct DevicePlan {
     /// The activations (the architecture's scratch table), the logits and the chunked delta
     /// rule's scratch: what the model and `StepIo` allocate for them.
     pub scratch_bytes: u64,
+    /// The chunked delta rule's f16 scratch, allocated only where its cooperative-matrix kernel
+    /// runs (`Decoder::coop_scratch_bytes`); counted in [`DevicePlan::total_bytes`] as if it did.
+    pub coop_scratch_bytes: u64,
     /// Fill activations, logits and caches with NaN at load, so a value a kernel should have
     /// written but did not shows (tests; `FAK_POISON=1`).
     pub poison: bool,
@@ -73,6 +76,7 @@ impl DevicePlan {
             weight_bytes: gguf.tensors().iter().map(|t| t.n_bytes).sum(),
             cache_bytes: 0,
             scratch_bytes: b.scratch_bytes(max_tokens, logit_rows)?,
+            coop_scratch_bytes: b.coop_scratch_bytes(max_tokens)?,
             poison: false,
         };
         plan.size_kv_pool(Self::PAGE_SIZE, 1, 0, 4);
@@ -130,6 +134,7 @@ impl DevicePlan {
         self.weight_bytes
             .saturating_add(self.cache_bytes)
             .saturating_add(self.scratch_bytes)
+            .saturating_add(self.coop_scratch_bytes)
     }
 
     pub fn describe(&self) -> String {
@@ -142,7 +147,7 @@ impl DevicePlan {
             self.page_size,
             self.max_seqs,
             gib(self.cache_bytes),
-            gib(self.scratch_bytes)
+            gib(self.scratch_bytes + self.coop_scratch_bytes)
         )
     }
 }

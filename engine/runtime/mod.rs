@@ -46,6 +46,10 @@ pub enum RuntimeError {
     /// A request the engine cannot serve: empty prompt, prompt past the context, bad token id.
     #[error("{0}")]
     Request(String),
+    /// A step this request was part of failed for another's or the engine's reason (the
+    /// request itself may be fine): the server's error, not the client's.
+    #[error("{0}")]
+    StepFailed(String),
 }
 
 fn gib(bytes: u64) -> String {

@@ -312,7 +312,7 @@ impl<C: Client> Scheduler<C> {
             }
             let e = error
                 .take()
-                .unwrap_or_else(|| RuntimeError::Request(why.clone()));
+                .unwrap_or_else(|| RuntimeError::StepFailed(why.clone()));
             p.client.send(Event::Failed(e));
         }
     }
@@ -365,7 +365,7 @@ impl<C: Client> Scheduler<C> {
                 for mut r in std::mem::take(&mut self.running) {
                     engine.finish(r.seq)?;
                     r.client
-                        .send(Event::Failed(RuntimeError::Request(why.clone())));
+                        .send(Event::Failed(RuntimeError::StepFailed(why.clone())));
                 }
                 return Ok(());
             }

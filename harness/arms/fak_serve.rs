@@ -126,6 +126,8 @@ fn read_stream(events: &Receiver<Event>, sent_ns: u64) -> Result<Streamed> {
     let mut token_ns = Vec::new();
     let mut usage = Value::Null;
     let mut status = 0;
+    // An error answer is plain JSON, not SSE: its lines are kept for the error message.
+    let mut error_body = String::new();
     let done_ns = loop {
         if interrupted() {
             return Err(Interrupted.into());
@@ -139,6 +141,9 @@ fn read_stream(events: &Receiver<Event>, sent_ns: u64) -> Result<Streamed> {
             Event::Status(s) => status = s,
             Event::Line(line, at) => {
                 let Some(data) = line.strip_prefix("data: ") else {
+                    if !(200..300).contains(&status) && error_body.len() < 1000 {
+                        error_body.push_str(&line);
+                    }
                     continue;
                 };
                 if data == "[DONE]" {
@@ -167,7 +172,7 @@ fn read_stream(events: &Receiver<Event>, sent_ns: u64) -> Result<Streamed> {
         }
     };
     if !(200..300).contains(&status) {
-        bail!("fak-serve: /v1/completions answered HTTP {status}");
+        bail!("fak-serve: /v1/completions answered HTTP {status}: {error_body:.500}");
     }
     let count = |key: &str, v: &Value| {
         v.as_f64()

@@ -58,6 +58,22 @@ pub fn workgroup_bytes(module: &naga::Module, used_by: Option<(&ModuleInfo, &str
         .sum()
 }
 
+/// The module's workgroup variables (name, bytes) whose size is not a whole number of 16 bytes.
+/// Cooperative-matrix kernels keep none: on the H200 (NVIDIA 580.159.04) a lone u32 beside the
+/// f16 tiles made their MMAs come out wrong, and padding it to a vec4 fixed them
+/// (experiments/coop-probe: `flag_plain_beside` failed, `uniform_load_vec4_*` passed).
+pub fn odd_sized_workgroup_vars(module: &naga::Module) -> Vec<(String, u32)> {
+    let mut layouter = naga::proc::Layouter::default();
+    layouter.update(module.to_ctx()).unwrap();
+    module
+        .global_variables
+        .iter()
+        .filter(|(_, var)| var.space == naga::AddressSpace::WorkGroup)
+        .map(|(_, var)| (var.name.clone().unwrap_or_default(), layouter[var.ty].size))
+        .filter(|&(_, size)| size % 16 != 0)
+        .collect()
+}
+
 /// The value of the module's `const name: u32`.
 pub fn u32_const(module: &naga::Module, name: &str) -> u32 {
     let (_, c) = module

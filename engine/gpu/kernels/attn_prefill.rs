@@ -7,8 +7,10 @@
 //! - `subgroup+f16+coop16x16` (Vulkan) / `subgroup+f16+coop8x8` (Metal): S = Q·Kᵀ and P·V on
 //!   cooperative matrices, f16 inputs and f32 accumulation, O kept in the accumulators and
 //!   rescaled only when a row's max outgrows its reference (wgsl/attn_prefill_coop.wgsl);
-//!   opt-in (`FAK_ATTN_PREFILL=coop`, or a tile by its label) until it has passed its tests on
-//!   a device — it has run nowhere yet (experiments/NOTES.md, attn-coop);
+//!   the default for 16×16 matrices (`FAK_ATTN_PREFILL=tiles` for the f32-tile kernel, a tile
+//!   by its label to measure it): on the H200 it passes the attention and model tests and cuts
+//!   the 8B's 2048-token prefill attention from 234 to 39 ms (experiments/NOTES.md, session
+//!   2026-12-05 #5); Metal's 8×8 form has run nowhere yet, so there it is opt-in (`coop`);
 //!   [`AttnPrefill::with_tile`] builds any [`CoopTile`] (tests, bench).
 //!
 //! Both share the bindings and row addressing (wgsl/attn_prefill_rows.wgsl), so a binding is the
@@ -180,21 +182,23 @@ impl CoopTile {
         let (rows, keys) = (self.rows(), self.keys);
         let dims = self.head_tiles * n;
         let subgroups = self.row_blocks * self.dim_split;
-        // q_tile is one vec4 (4 halves) when Q lives in registers.
-        let q_halves = if self.q_regs { 4 } else { rows * (dims + 8) };
+        // q_tile is two vec4s (8 halves) when Q lives in registers; the rescale mark a vec4.
+        let q_halves = if self.q_regs { 8 } else { rows * (dims + 8) };
         let halves = q_halves + keys * (dims + 8) + rows * (keys + 8);
-        let words = rows * (keys + 4) + subgroups * n * n + keys + 1;
+        let words = rows * (keys + 4) + subgroups * n * n + keys + 4;
         2 * halves + 4 * words
     }
 }
 
 /// What `FAK_ATTN_PREFILL` asks the engine to run where the adapter has cooperative matrices:
-/// unset or `tiles`, the f32-tile kernel (the default: on an H200 the cooperative-matrix kernel
-/// gives zeros and NaN, traced by experiments/coop-probe to its `workgroupUniformLoad` of the
-/// rescale mark beside the MMAs — experiments/NOTES.md, session 2026-12-05 #4); `coop`, the cooperative-matrix
-/// kernel with [`CoopTile::fitting`]'s tile; a [`CoopTile`] label (`64x32`, `64x64q`: rows ×
-/// keys, `q` for Q in registers), that tile where it fits.
+/// unset or empty, the cooperative-matrix kernel on 16×16 matrices (passed on the H200 once its
+/// workgroup variables were whole 16-byte units and every key of a 64-key step had its base:
+/// experiments/NOTES.md, session 2026-12-05 #5) and the f32-tile kernel on Metal's 8×8 ones (not
+/// yet run on hardware); `tiles`, the f32-tile kernel; `coop`, the cooperative-matrix kernel with
+/// [`CoopTile::fitting`]'s tile; a [`CoopTile`] label (`64x32`, `64x64q`: rows × keys, `q` for
+/// Q in registers), that tile where it fits.
 enum Override {
+    Default,
     Tiles,
     Coop,
     Tile(String),
@@ -203,8 +207,9 @@ enum Override {
 fn env_override() -> Override {
     match std::env::var("FAK_ATTN_PREFILL") {
         Ok(v) if v == "coop" => Override::Coop,
-        Ok(v) if !v.is_empty() && v != "tiles" => Override::Tile(v),
-        _ => Override::Tiles,
+        Ok(v) if v == "tiles" => Override::Tiles,
+        Ok(v) if !v.is_empty() => Override::Tile(v),
+        _ => Override::Default,
     }
 }
 
@@ -441,7 +446,10 @@ impl AttnPrefill {
         limit: u32,
     ) -> Result<Option<CoopTile>, GpuError> {
         Ok(match env_override() {
-            Override::Tiles => None,
+            Override::Default if coop == CoopShape::M16x16 => {
+                CoopTile::fitting(coop, head_dim, limit)
+            }
+            Override::Default | Override::Tiles => None,
             Override::Coop => CoopTile::fitting(coop, head_dim, limit),
             Override::Tile(label) => {
                 let mut tiles = CoopTile::candidates(coop, head_dim);
@@ -466,9 +474,9 @@ impl AttnPrefill {
     }
 
     /// Builds the variant `paths` selects ([`AttnPrefill::select`]) for `shape`; on cooperative
-    /// matrices the f32-tile kernel unless `FAK_ATTN_PREFILL` asks for the cooperative-matrix
-    /// one (`coop`: the tile with the most rows whose workgroup memory the device has; or a
-    /// tile by its label) — opt-in until that kernel has passed its tests on a device.
+    /// matrices the tile `FAK_ATTN_PREFILL` leaves chosen ([`AttnPrefill::chosen_tile`]: by
+    /// default on 16×16 matrices the tile with the most rows whose workgroup memory the device
+    /// has), or the f32-tile kernel where none is.
     pub fn new(ctx: &GpuContext, paths: KernelPaths, shape: AttnShape) -> Result<Self, GpuError> {
         let variant = Self::select(paths);
         let limit = ctx.device.limits().max_compute_workgroup_storage_size;

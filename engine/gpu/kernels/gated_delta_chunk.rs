@@ -3,14 +3,16 @@
 //! head at once, `chunk_scan` carries the state across chunks. Two dispatches for any prompt.
 //!
 //! Variants:
-//! - `fallback`: f32 tiles (wgsl/gated_delta_chunk.wgsl), every adapter, the default;
+//! - `fallback`: f32 tiles (wgsl/gated_delta_chunk.wgsl), every adapter (the default where the
+//!   coop kernel below cannot run);
 //! - `subgroup+f16+coop16x16`: the dense products (Gram matrices, T·R, W·S, Q·S, P·V', the state
 //!   update) on 16×16 cooperative matrices with operands split into hi + lo f16 pairs and two f32
 //!   accumulators, so the results keep f32-grade accuracy (wgsl/gated_delta_chunk_coop.wgsl).
-//!   **Opt-in** (`FAK_GDN_CHUNK=coop`, [`ChunkKernel`]) until it has passed its tests on a
-//!   device: its first form ran 2.3–2.6× faster than the f32 kernel on the 27B shape (H100) but
-//!   lost its lo parts there (experiments/NOTES.md, gdn-coop); the split it has now is emulated
-//!   against the f64 reference in the unit tests of engine/reference/coop_delta.rs. Built where
+//!   The default where the adapter has it (`FAK_GDN_CHUNK=f32` for the f32 kernel,
+//!   [`ChunkKernel`]): on the H200 it passes every gated_delta and model_qwen35 test and cuts
+//!   the 27B's 2048-token chunked delta rule from 306 to 115 ms (experiments/NOTES.md, session
+//!   2026-12-05 #5); the split is emulated against the f64 reference in the unit tests of
+//!   engine/reference/coop_delta.rs. Built where
 //!   the adapter offers 16×16 f16 → f32 matrices on 32-wide subgroups and its workgroup memory
 //!   holds it ([`GatedDeltaChunked::coop_workgroup_bytes`]); elsewhere the f32 kernel runs.
 //!   Metal's 8×8 matrices get the f32 kernel: an 8×8 form would need four times the
@@ -61,12 +63,12 @@ const COOP_SLOTS: &[Slot] = &[
 /// The cooperative-matrix shape the coop kernel is written for.
 const COOP_SHAPE: CoopShape = CoopShape::M16x16;
 
-/// Which kernel of the chunked delta rule `FAK_GDN_CHUNK` asks for: unset, empty or `f32`, the f32
-/// kernel (the default); `coop`, the cooperative-matrix one where the adapter has it (the f32
-/// kernel elsewhere). Any other value is an error: a measurement must not silently run another
-/// kernel than the one it names. The coop kernel stays opt-in: on an H200 (driver 580.159) it
-/// gives NaN, and experiments/coop-probe traced that to `workgroupUniformLoad` (its chunk count)
-/// in a kernel with cooperative-matrix ops (experiments/NOTES.md, session 2026-12-05 #4).
+/// Which kernel of the chunked delta rule `FAK_GDN_CHUNK` asks for: unset, empty or `coop`, the
+/// cooperative-matrix one where the adapter has it (the f32 kernel elsewhere: the default);
+/// `f32`, the f32 kernel everywhere. Any other value is an error: a measurement must not
+/// silently run another kernel than the one it names. (The coop kernel was opt-in until its
+/// first H200 pass: a lone u32 in its workgroup memory had broken its tiles there,
+/// experiments/coop-probe.)
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum ChunkKernel {
     F32,
@@ -78,7 +80,7 @@ impl ChunkKernel {
 
     pub fn requested() -> Result<Self, GpuError> {
         match std::env::var(Self::VAR) {
-            Err(std::env::VarError::NotPresent) => Ok(ChunkKernel::F32),
+            Err(std::env::VarError::NotPresent) => Ok(ChunkKernel::Coop),
             Ok(v) => Self::named(&v),
             Err(e) => Self::named(&format!("{e}")),
         }
@@ -87,8 +89,8 @@ impl ChunkKernel {
     /// The kernel `value` of `FAK_GDN_CHUNK` names.
     pub fn named(value: &str) -> Result<Self, GpuError> {
         match value {
-            "" | "f32" => Ok(ChunkKernel::F32),
-            "coop" => Ok(ChunkKernel::Coop),
+            "f32" => Ok(ChunkKernel::F32),
+            "" | "coop" => Ok(ChunkKernel::Coop),
             other => Err(GpuError::Shape {
                 kernel: GatedDeltaChunked::NAME,
                 message: format!("{}={other:?} is neither f32 nor coop", Self::VAR),
@@ -289,8 +291,8 @@ impl Kernel for GatedDeltaChunked {
             .collect()
     }
 
-    /// The f32 kernel, also where cooperative matrices are allowed: the coop kernel is opt-in
-    /// ([`ChunkKernel`], [`GatedDeltaChunked::new`]) until it has passed on a device.
+    /// The f32 kernel, also where cooperative matrices are allowed: [`GatedDeltaChunked::new`]
+    /// picks the coop kernel itself (it needs the workgroup memory checked and `FAK_GDN_CHUNK`).
     fn select(_allowed: KernelPaths) -> KernelPaths {
         KernelPaths::FALLBACK
     }
@@ -331,8 +333,8 @@ impl GatedDeltaChunked {
     /// `dk` (the sizes of wgsl/gated_delta_chunk_coop.wgsl's workgroup arrays).
     pub fn coop_workgroup_bytes(dk: u32) -> u32 {
         let chunk = CHUNK;
-        // γ, β and the chunk count, in both entry points.
-        let shared = 4 * 2 * chunk + 4;
+        // γ and β, in both entry points.
+        let shared = 4 * 2 * chunk;
         let prepare = 4 * chunk * (chunk + 4) + 2 * (2 * chunk * (chunk + 8) + 2 * chunk * 40);
         let scan = 4 * (SCAN_ROWS * (dk + 4) + 16 * 16)
             + 2 * (2 * SCAN_ROWS * (dk + 8))
@@ -347,9 +349,9 @@ impl GatedDeltaChunked {
         (fastest.coop_matrix == Some(COOP_SHAPE) && fastest.subgroup).then_some(fastest)
     }
 
-    /// Builds the f32 kernel, or the cooperative-matrix one where `FAK_GDN_CHUNK=coop` asks for
-    /// it ([`ChunkKernel::requested`]), `paths` allow it and its workgroup memory fits the
-    /// device. An unknown `FAK_GDN_CHUNK` is an error.
+    /// Builds the cooperative-matrix kernel where `paths` allow it, its workgroup memory fits the
+    /// device and `FAK_GDN_CHUNK` does not ask for the f32 one ([`ChunkKernel::requested`]);
+    /// the f32 kernel otherwise. An unknown `FAK_GDN_CHUNK` is an error.
     pub fn new(ctx: &GpuContext, paths: KernelPaths, dims: DeltaDims) -> Result<Self, GpuError> {
         dims.validate()?;
         let fits = Self::coop_workgroup_bytes(dims.dk)

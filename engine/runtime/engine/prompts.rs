@@ -20,6 +20,7 @@
 use super::session::{SeqId, Started};
 use super::{Engine, RuntimeError, timed};
 use crate::gpu::Step;
+use crate::gpu::kernels::gated_delta_chunk::CHUNK;
 use crate::gpu::profile::StepMarks;
 use crate::gpu::step::{HISTORY_LEN, MidSave, StepKind, TokenSlot};
 use std::time::{Duration, Instant};
@@ -134,12 +135,16 @@ impl Engine {
                 (false, true) => space / grain * grain,
             };
             // Snapshots due inside the portion: the step takes the first (when no other
-            // portion took the spare slot), and the next due ends the portion.
+            // portion took the spare slot and it lies on the portion's own chunk grid), and the
+            // next due ends the portion. A boundary off that grid (the portion resumes where a
+            // finished conversation left the cache: its decoded tokens end anywhere) ends the
+            // portion instead, whose end state is then the snapshot: a step of several
+            // sequences has no lead rows to move its grid, as a one-sequence step has.
             let spare_free = portions.iter().all(|p| p.mid.is_none());
             let mut due = s.snapshot_at.iter().copied().filter(|&b| b > s.pos);
             let mut mid = None;
             if let Some(b) = due.next().filter(|&b| b < s.pos + len) {
-                match spare_free {
+                match spare_free && (b - s.pos) % CHUNK as usize == 0 {
                     true => {
                         mid = Some(b);
                         if let Some(next) = due.next() {
