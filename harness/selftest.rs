@@ -50,6 +50,9 @@ pub struct Args {
     pub out: Option<PathBuf>,
 }
 
+/// The JSON result's `schema` (`threeway --selftest-json` reads only this).
+pub const SCHEMA: &str = "fak.selftest.v1";
+
 /// Timed passes of the read-bandwidth probe (after its own warm-ups).
 const BANDWIDTH_PASSES: usize = 7;
 
@@ -95,7 +98,7 @@ pub fn run(args: Args) -> Result<()> {
         .collect();
     let pass = checks.iter().all(|c| c.pass) && kernels.iter().all(|k| k.pass);
     let result = json!({
-        "schema": "fak.selftest.v1",
+        "schema": SCHEMA,
         "pass": pass,
         "adapter": facts,
         "paths": paths.iter().map(|f| f.1.name()).collect::<Vec<_>>(),

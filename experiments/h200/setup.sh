@@ -4,15 +4,20 @@
 # Once per carried bin.txz: a script that runs another (prefill.sh runs matmul.sh) sources this
 # twice, and a call that finds the machine still warm finds the last call's /tmp (2026-12-04: a
 # call ran the previous call's binaries until the unpack was keyed by the archive's checksum).
-BIN=/tmp/fak/bin
+# A dry run elsewhere (accept-lib.sh's ACCEPT_DRY=1) sets FAK_TMP (where the binaries go),
+# FAK_LOADER=system (that machine has its loader: no debs unpacked into /) and FAK_VK_ICD.
+FAK_TMP=${FAK_TMP:-/tmp/fak}
+BIN=$FAK_TMP/bin
 SUM=$(sha256sum target/h200/bin.txz | cut -d' ' -f1)
-if [ "$(cat /tmp/fak/bin.sha256 2>/dev/null)" != "$SUM" ]; then
-    for f in target/h200/gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-    rm -rf /tmp/fak && mkdir -p /tmp/fak && tar xJf target/h200/bin.txz -C /tmp/fak
-    echo "$SUM" > /tmp/fak/bin.sha256
+if [ "$(cat "$FAK_TMP/bin.sha256" 2>/dev/null)" != "$SUM" ]; then
+    if [ "${FAK_LOADER:-debs}" = debs ]; then
+        for f in target/h200/gl/*.deb; do dpkg -x "$f" /; done
+        ldconfig
+    fi
+    rm -rf "$FAK_TMP" && mkdir -p "$FAK_TMP" && tar xJf target/h200/bin.txz -C "$FAK_TMP"
+    echo "$SUM" > "$FAK_TMP/bin.sha256"
 fi
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan
+export VK_DRIVER_FILES=${FAK_VK_ICD:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json} WGPU_BACKEND=vulkan
 export FAK_HARNESS_BIN=$BIN/harness
 OUT=${OUT:-/tmp/fak-out}
 mkdir -p "$OUT"

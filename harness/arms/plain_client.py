@@ -23,6 +23,8 @@ def body(prompt, n_out):
         "temperature": 0.0, "top_k": 1, "samplers": ["top_k"], "repeat_penalty": 1.0,
         "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0,
         "return_tokens": True, "stream": True,
+        # The parser that cannot fail (llama_cpp.rs, NO_OUTPUT_PARSING: why).
+        "chat_parser": '{"parsers":[{"type":"epsilon"}],"rules":{},"root":0}',
     })
 
 

@@ -18,6 +18,7 @@ use crate::arms::mlx::{self, Mlx};
 use crate::arms::process::{EngineProcess, install_interrupt_handler, interrupted};
 use crate::arms::{Arm, NotInstalled};
 use crate::models::{Models, sha256_of};
+use crate::selftest;
 use anyhow::{Context, Result, bail};
 use envelope::Prompts;
 use fak_harness::packet::rounding::own_rounding;
@@ -103,6 +104,12 @@ pub struct Args {
     /// Do not run `harness selftest` first (the packet then says it was skipped).
     #[arg(long)]
     pub no_selftest: bool,
+    /// Take the selftest's result from this file (`harness selftest --json --out FILE`, run
+    /// earlier on this machine by this harness) instead of running it again: a device call that
+    /// writes several packets checks its paths once. Its failed fast paths are switched off as
+    /// after a selftest run here, and the packet carries the file.
+    #[arg(long, conflicts_with = "no_selftest")]
+    pub selftest_json: Option<PathBuf>,
     /// Run a scenario instead of the matched envelope: `multi-agent` (agents sharing a
     /// preamble, each engine with its prefix cache on and off; see docs/METHOD.md).
     #[arg(long, value_enum)]
@@ -860,9 +867,35 @@ fn selftest_or_skip(args: &Args, scratch: &Path) -> Result<Value> {
     if args.no_selftest {
         return Ok(json!({"skipped": "--no-selftest"}));
     }
-    let selftest = run_selftest(scratch)?;
+    let selftest = match &args.selftest_json {
+        Some(path) => {
+            eprintln!("threeway: the selftest's result from {}", path.display());
+            read_selftest(path)?
+        }
+        None => run_selftest(scratch)?,
+    };
     force_off_failed_fast_paths(&selftest);
     Ok(selftest)
+}
+
+/// A `harness selftest --json` result written to `path`; a failed selftest is a result too
+/// (the packet records it), anything else is an error.
+fn read_selftest(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the selftest result {}", path.display()))?;
+    let result: Value =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    anyhow::ensure!(
+        result["schema"] == json!(selftest::SCHEMA),
+        "{} is not a `harness selftest --json` result (schema {}, not {})",
+        path.display(),
+        result["schema"],
+        selftest::SCHEMA
+    );
+    if result["pass"] != json!(true) {
+        eprintln!("threeway: selftest FAILED on this adapter (recorded in the packet)");
+    }
+    Ok(result)
 }
 
 /// Switches off, for every fak process this run starts (they inherit `FAK_FORCE`), each fast
@@ -902,19 +935,14 @@ fn run_selftest(scratch: &Path) -> Result<Value> {
         std::thread::sleep(Duration::from_millis(100));
     }
     let exit = process.stop(Duration::from_secs(1));
-    let text = std::fs::read_to_string(&out_path).map_err(|e| {
-        process.died(&format!(
-            "wrote no result {} ({e}); {}",
+    if !out_path.exists() {
+        return Err(process.died(&format!(
+            "wrote no result {}; {}",
             out_path.display(),
             exit.status
-        ))
-    })?;
-    let result: Value =
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", out_path.display()))?;
-    if result["pass"] != json!(true) {
-        eprintln!("threeway: selftest FAILED on this adapter (recorded in the packet)");
+        )));
     }
-    Ok(result)
+    read_selftest(&out_path)
 }
 
 /// `f32`, `f16` or `q8_0`: the reference file's `general.file_type`.
@@ -931,4 +959,39 @@ fn reference_weights_type(path: &Path) -> Result<String> {
         ),
     }
     .into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written(name: &str, text: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("fak-threeway-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// `--selftest-json` takes a selftest result, passed or failed, and nothing else: another
+    /// JSON file, a file that is not JSON or no file at all is an error naming the file.
+    #[test]
+    fn a_selftest_result_is_read_back_and_anything_else_refused() {
+        let failed = json!({"schema": selftest::SCHEMA, "pass": false, "force": "no-coop-matrix"});
+        let path = written("failed.json", &failed.to_string());
+        assert_eq!(read_selftest(&path).unwrap(), failed);
+        for (name, text) in [
+            ("packet.json", r#"{"schema": "fak.macbench.comparison.v1"}"#),
+            ("truncated.json", r#"{"schema": "fak.selftest.v1", "pass""#),
+        ] {
+            let path = written(name, text);
+            let err = format!("{:#}", read_selftest(&path).unwrap_err());
+            assert!(err.contains(name), "{err}");
+        }
+        let err = format!(
+            "{:#}",
+            read_selftest(Path::new("/nonexistent/st.json")).unwrap_err()
+        );
+        assert!(err.contains("/nonexistent/st.json"), "{err}");
+    }
 }

