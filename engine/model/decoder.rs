@@ -280,9 +280,11 @@ impl DeviceModel for Decoder {
         all_logits: bool,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        let tail = if all_logits { n_tokens } else { 1 };
-        let batch = SeqBatch::uniform(1, n_tokens);
-        self.record(encoder, batch, HeadRows::Tail(tail), marks)
+        let rows = match all_logits {
+            true => HeadRows::Every(n_tokens),
+            false => HeadRows::Last,
+        };
+        self.record(encoder, SeqBatch::uniform(1, n_tokens), rows, marks)
     }
 
     fn encode_batch(

@@ -131,8 +131,11 @@ impl Ends {
 /// Which rows of a step the output head turns into logits and tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeadRows<'a> {
-    /// The last `tail` rows of one sequence's step; the argmax of the last goes to the history.
-    Tail(u32),
+    /// The last row of one sequence's step (its next token); its argmax goes to the history.
+    Last,
+    /// Every one of the `n` rows of one sequence's step (the quality path's logits); the argmax
+    /// of the last goes to the history.
+    Every(u32),
     /// Every row of a batched decode step, one per sequence; row r's argmax to `io.ids[r]`.
     Batch,
     /// The given rows of a step of several prompts (each sequence's last row), in order: the
@@ -257,7 +260,8 @@ impl OutputHead {
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let (tail, argmax) = match rows {
-            HeadRows::Tail(tail) => (tail, &self.argmax),
+            HeadRows::Last => (1, &self.argmax),
+            HeadRows::Every(n) => (n, &self.argmax),
             HeadRows::Batch => (n, &self.argmax_rows),
             HeadRows::Rows(picked) => (picked.len() as u32, &self.argmax_rows),
         };
@@ -287,7 +291,11 @@ impl OutputHead {
         });
         marks.begin(&mut pass);
         self.norm.record(k, &mut pass, tail, marks, "output_norm")?;
-        if marks.kind == StepKind::Prompt && tail <= MAX_BATCH {
+        // A sequence's next-token row takes the mat-vec however the prompt was cut into steps;
+        // the quality path's every-row logits take the mat-mul whatever their count, so a
+        // prompt's rows come out the same in any steps.
+        let next_tokens = matches!(rows, HeadRows::Last | HeadRows::Rows(_));
+        if marks.kind == StepKind::Prompt && next_tokens && tail <= MAX_BATCH {
             let recorded = k.matvec.encode(&mut pass, &self.prompt_rows, tail)?;
             marks.op(&mut pass, "output", recorded);
         } else {
