@@ -580,10 +580,10 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
 
 /// The integer path quantizes each mat-vec input once per step, however many projections read
 /// it (a GDN layer's four projections of h, attention's three), and not at all where the kernel
-/// producing it writes it as q8 blocks too (the gate/up pairing's SwiGLU, gdn_decode's y): with
-/// every weight Q8_0, a decode step records the f32 path's dispatches plus one per distinct
-/// input its producer does not quantize, W_out one dispatch reading q8 blocks, and the logits
-/// still match the reference rounding its inputs alike.
+/// producing it writes it as q8 blocks too (the gate/up pairing's SwiGLU, gdn_decode's y,
+/// attn_decode's o): with every weight Q8_0, a decode step records the f32 path's dispatches
+/// plus one per distinct input its producer does not quantize, W_out and W_o each one dispatch
+/// reading q8 blocks, and the logits still match the reference rounding its inputs alike.
 #[test]
 fn int_dot_quantizes_each_input_once_per_step() {
     let path = tiny("q8_0", 2);
@@ -594,17 +594,13 @@ fn int_dot_quantizes_each_input_once_per_step() {
     assert!(hp.ssm_dv.is_multiple_of(32) && hp.head_dim.is_multiple_of(32));
     // Per layer: h (the mixer's projections), the MLP's normed input, the SwiGLU (unless the
     // gate/up pairing writes it quantized, which it does where ffn_down takes q8 and its blocks
-    // tile n_ff); then the head's normed input; o of an attention layer. A GDN layer's y is
-    // gdn_decode's.
+    // tile n_ff); then the head's normed input. The mixer's output is the decode kernel's.
     let mut inputs: Vec<Vec<&TensorInfo>> = Vec::new();
     for l in &t.layers {
         inputs.push(match &l.mixer {
             Mixer::DeltaNet(m) => vec![m.qkv, m.gate, m.beta, m.alpha],
             Mixer::Attention(m) => vec![m.wq, m.wk, m.wv],
         });
-        if let Mixer::Attention(m) = &l.mixer {
-            inputs.push(vec![m.wo]);
-        }
         inputs.push(vec![l.mlp.gate, l.mlp.up]);
         if !l.mlp.down.row_len().is_multiple_of(32) {
             inputs.push(vec![l.mlp.down]);
@@ -628,10 +624,10 @@ fn int_dot_quantizes_each_input_once_per_step() {
     let (logits, int_path, mut e) = run(true);
     eprintln!("dispatches per step: f32 {f32_path}, int-dot {int_path}, {quantized} inputs");
     assert_eq!(int_path, f32_path + quantized);
-    // W_out is one dispatch on gdn_decode's q8 blocks.
+    // Each mixer's output product is one dispatch on the decode kernel's q8 blocks.
     let seq = e.start(&ids, 2, false).unwrap().seq;
     let ops = e.profile_step(seq).unwrap().ops;
-    for name in ["gdn_out"] {
+    for name in ["gdn_out", "attn_output"] {
         let outs: Vec<_> = ops.iter().filter(|op| op.name == name).collect();
         assert!(!outs.is_empty(), "no {name} op");
         for op in outs {
