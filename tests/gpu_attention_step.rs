@@ -192,6 +192,7 @@ fn run(ctx: &GpuContext, paths: KernelPaths) {
             q,
             o: View::heads(&o, SHAPE.n_head, SHAPE.head_dim),
             gate: None,
+            o_q8: None,
             cache: &s.cache,
             pages: &s.table,
             positions: Positions::Step,

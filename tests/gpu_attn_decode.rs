@@ -7,6 +7,7 @@
 //! so reading one fails the test.
 
 use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape, DecodeIo, MAX_SPLITS};
+use fak::gpu::kernels::quantize_q8::Q8Vectors;
 use fak::gpu::step::PageTable;
 
 use fak::gpu::kernels::support::{Positions, View};
@@ -145,6 +146,7 @@ fn mismatched_caches_and_missing_scratch_are_refused() {
         q: View::heads(&q, 4, 64),
         o: View::heads(&o, 4, 64),
         gate: None,
+        o_q8: None,
         cache,
         pages: &table,
         positions: Positions::Step,
@@ -154,6 +156,15 @@ fn mismatched_caches_and_missing_scratch_are_refused() {
         max_seqs: 1,
     };
     assert!(kernel.bind(ctx, io(&cache, 1, None)).is_ok());
+    // o's q8 blocks need room for every sequence's 4 heads of 64.
+    let fits = Q8Vectors::new(ctx, "o q8", 256, 1).unwrap();
+    let narrow = Q8Vectors::new(ctx, "o q8", 128, 1).unwrap();
+    let with_q8 = |q8| DecodeIo {
+        o_q8: Some(q8),
+        ..io(&cache, 1, None)
+    };
+    assert!(kernel.bind(ctx, with_q8(&fits)).is_ok());
+    assert!(kernel.bind(ctx, with_q8(&narrow)).is_err());
     assert!(kernel.bind(ctx, io(&wrong, 1, None)).is_err());
     assert!(kernel.bind(ctx, io(&cache, 2, None)).is_err());
     let small = storage_buffer(ctx, "scratch", kernel.scratch_bytes(1, 2) - 4).unwrap();

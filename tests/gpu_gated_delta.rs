@@ -24,7 +24,7 @@ use fak_tests::gdn::{
 use fak_tests::wgsl_module::{
     all_coop_paths, odd_sized_workgroup_vars, parse_valid, workgroup_bytes,
 };
-use fak_tests::{Tolerance, assert_close, gpu, rng, variants};
+use fak_tests::{Tolerance, assert_close, gpu, quantize_q8_of, rng, variants};
 use rand_chacha::ChaCha8Rng;
 
 /// Shapes with both head orders, both decode lane widths (dk 16 → 4 lanes, dk ≥ 32 → 8) and a
@@ -303,15 +303,20 @@ fn prefill_then_decode_equals_prefill_of_one_more_token() {
 /// The fused decode step (gdn_decode: conv, prep, delta rule and gated norm in one dispatch)
 /// against the CPU layer from a random state: two steps of three sequences on slots out of
 /// order, slot 1 left alone (its state must stay as it was), on every variant and shape (both
-/// head orders, both lane widths, a dv of 12, the family's 128 × 128; that one in every
-/// workgroup size, so one pass or several over its rows): y and every slot's state.
+/// head orders, both lane widths, dv of 12 and 32, the family's 128 × 128; that one in every
+/// workgroup size, so one pass or several over its rows): y and every slot's state. Where dv is
+/// whole q8 blocks the kernel also writes y's q8 blocks (W_out's integer-path input): held bit
+/// for bit to what quantize_q8 makes of the y it wrote (both poisoned before every step).
 #[test]
 fn fused_decode_matches_cpu_for_several_sequences_on_their_slots() {
     let ctx = gpu();
     let mut rng = rng(0x6d7_000b);
-    let shapes = small_shapes().into_iter().map(|d| (d, 256));
+    // Value heads of one q8 block in the grouped order too (the wide shape is tiled).
+    let blocks = dims(2, 6, 16, 32, 4, HeadMapping::Grouped);
+    let shapes = small_shapes().into_iter().chain([blocks]).map(|d| (d, 256));
     let sizes = WORKGROUP_SIZES.map(|wg| (wide_shape(), wg));
     let cases: Vec<(DeltaDims, u32)> = shapes.chain(sizes).collect();
+    let mut quantized = 0;
     for paths in variants::<GdnDecode>(ctx) {
         for &(d, wg) in &cases {
             let weights = LayerWeights::random(&d, &mut rng);
@@ -327,9 +332,19 @@ fn fused_decode_matches_cpu_for_several_sequences_on_their_slots() {
                 let want = cpu_layer(&d, &weights, &mut cpu, &x, &[3, 0, 2], 1);
                 assert_close(&format!("{what}: y"), &got.y, &want.y, LAYER_TOL);
                 assert_states(&what, &layer.download_state(ctx), &cpu, LAYER_TOL);
+                assert_eq!(got.y_q8.is_some(), GdnDecode::quantizes(&d), "{what}");
+                if let Some(q8) = &got.y_q8 {
+                    let want = quantize_q8_of(ctx, &got.y, u64::from(d.value_dim()), 3);
+                    assert!(
+                        q8 == &want,
+                        "{what}: y's q8 blocks are not quantize_q8 of y"
+                    );
+                    quantized += 1;
+                }
             }
         }
     }
+    assert!(quantized > 0, "no shape had whole q8 blocks");
 }
 
 fn entries(plans: &[Vec<Dispatch>]) -> Vec<&'static str> {

@@ -514,6 +514,48 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
     assert_pinned(&fingerprints, PINNED_INT_DOT);
 }
 
+/// The integer path quantizes only the inputs no kernel writes as q8 blocks: per layer
+/// RMSNorm(x) before q, k, v and before gate/up, then before the head; attn_output reads the q8
+/// blocks the decode attention wrote and ffn_down those of the gate/up pairing, one `matvec_q8`
+/// dispatch each. With every weight Q8_0, a decode step is the f32 path's dispatches plus
+/// 2 per layer plus 1, and the logits match the reference rounding its inputs alike.
+#[test]
+fn int_dot_decode_quantizes_only_the_inputs_no_kernel_writes_as_blocks() {
+    let path = tiny("q8_0", 2);
+    let ids = random_ids(4, 6, N_VOCAB);
+    let run = |int_dot: bool| {
+        let mut o = options(Steps::Decode.prefill_chunk(), Forced::default());
+        o.context.int_dot = Some(int_dot);
+        let mut e = Engine::load(&path, &o).unwrap();
+        let logits = Steps::Decode.logits(&mut e, &ids);
+        let dispatches = e.last_step_dispatches();
+        (logits, dispatches, e)
+    };
+    let (_, f32_path, _) = run(false);
+    let (logits, int_path, mut e) = run(true);
+    let seq = e.start(&ids, 2, false).unwrap().seq;
+    let ops = e.profile_step(seq).unwrap().ops;
+    let layers = ops.iter().filter(|op| op.name == "attention").count();
+    eprintln!("dispatches per step: f32 {f32_path}, int-dot {int_path}, {layers} layers");
+    assert!(layers > 0);
+    assert_eq!(int_path, f32_path + 2 * layers + 1);
+    for name in ["attn_output", "ffn_down"] {
+        let fed: Vec<_> = ops.iter().filter(|op| op.name == name).collect();
+        assert_eq!(fed.len(), layers, "{name}");
+        for op in fed {
+            assert_eq!((op.kernel, op.dispatches), ("matvec_q8", 1), "{name}");
+        }
+    }
+    let gguf = Gguf::open(&path).unwrap();
+    let want = DenseReference::with_activations(&gguf, Activations::Q8Blocks)
+        .unwrap()
+        .forward_all(&ids)
+        .unwrap();
+    let floor = if e.ctx.paths().f16 { 0.999 } else { 0.99999 };
+    let cosine = assert_rows_close("int-dot, q8_0", &logits, &want, floor);
+    eprintln!("min cosine {cosine} against the q8-input reference");
+}
+
 /// The memory plan's activations are what loading allocates, for decode-only, mat-vec and
 /// mat-mul prefill chunks (one scratch table per architecture feeds both).
 #[test]

@@ -579,28 +579,28 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
 }
 
 /// The integer path quantizes each mat-vec input once per step, however many projections read
-/// it (a GDN layer's four projections of h, attention's three): with every weight Q8_0, a
-/// decode step records the f32 path's dispatches plus one per distinct input, and the logits
-/// still match the reference rounding its inputs alike.
+/// it (a GDN layer's four projections of h, attention's three), and not at all where the kernel
+/// producing it writes it as q8 blocks too (the gate/up pairing's SwiGLU, gdn_decode's y,
+/// attn_decode's o): with every weight Q8_0, a decode step records the f32 path's dispatches
+/// plus one per distinct input its producer does not quantize, W_out and W_o each one dispatch
+/// reading q8 blocks, and the logits still match the reference rounding its inputs alike.
 #[test]
 fn int_dot_quantizes_each_input_once_per_step() {
     let path = tiny("q8_0", 2);
     let gguf = Gguf::open(&path).unwrap();
     let hp = hparams(&path);
     let t = hp.tensors(&gguf).unwrap();
-    // Per layer: h (the mixer's projections), the mixer's output, the MLP's normed input, the
-    // SwiGLU (unless the gate/up pairing writes it quantized, which it does where ffn_down takes
-    // q8 and its blocks tile n_ff); then the head's normed input.
+    // The tiny preset's heads are whole q8 blocks, so both decode kernels write them.
+    assert!(hp.ssm_dv.is_multiple_of(32) && hp.head_dim.is_multiple_of(32));
+    // Per layer: h (the mixer's projections), the MLP's normed input, the SwiGLU (unless the
+    // gate/up pairing writes it quantized, which it does where ffn_down takes q8 and its blocks
+    // tile n_ff); then the head's normed input. The mixer's output is the decode kernel's.
     let mut inputs: Vec<Vec<&TensorInfo>> = Vec::new();
     for l in &t.layers {
         inputs.push(match &l.mixer {
             Mixer::DeltaNet(m) => vec![m.qkv, m.gate, m.beta, m.alpha],
             Mixer::Attention(m) => vec![m.wq, m.wk, m.wv],
         });
-        inputs.push(vec![match &l.mixer {
-            Mixer::DeltaNet(m) => m.out,
-            Mixer::Attention(m) => m.wo,
-        }]);
         inputs.push(vec![l.mlp.gate, l.mlp.up]);
         if !l.mlp.down.row_len().is_multiple_of(32) {
             inputs.push(vec![l.mlp.down]);
@@ -617,12 +617,23 @@ fn int_dot_quantizes_each_input_once_per_step() {
         o.context.int_dot = Some(int_dot);
         let mut e = Engine::load(&path, &o).unwrap();
         let logits = Steps::Decode.logits(&mut e, &ids);
-        (logits, e.last_step_dispatches())
+        let dispatches = e.last_step_dispatches();
+        (logits, dispatches, e)
     };
-    let (_, f32_path) = run(false);
-    let (logits, int_path) = run(true);
+    let (_, f32_path, _) = run(false);
+    let (logits, int_path, mut e) = run(true);
     eprintln!("dispatches per step: f32 {f32_path}, int-dot {int_path}, {quantized} inputs");
     assert_eq!(int_path, f32_path + quantized);
+    // Each mixer's output product is one dispatch on the decode kernel's q8 blocks.
+    let seq = e.start(&ids, 2, false).unwrap().seq;
+    let ops = e.profile_step(seq).unwrap().ops;
+    for name in ["gdn_out", "attn_output"] {
+        let outs: Vec<_> = ops.iter().filter(|op| op.name == name).collect();
+        assert!(!outs.is_empty(), "no {name} op");
+        for op in outs {
+            assert_eq!((op.kernel, op.dispatches), ("matvec_q8", 1), "{name}");
+        }
+    }
     let want = Qwen35Reference::with_activations(&gguf, Activations::Q8Blocks)
         .unwrap()
         .forward_all(&ids)

@@ -13,10 +13,10 @@
 // split; COMBINE_LANES invocations per vec4 of o each add every COMBINE_LANES-th split (short
 // chains of independent loads rather than one chain of n), then one invocation per vec4 adds
 // their sums.
-// requires: consts HEAD_DIM (a multiple of 4), COMBINE_WG; `partials: array<f32>` (read_write),
-//           `o: array<f32>` (read_write), `params.o: View` (view.wgsl); NEG; `fn o_value(b, h, i,
-//           x: f32) -> f32`: what o holds where the attention of row (b, h) gives x at dim i
-//           (attn_decode: the output gate; the prefill kernels: x).
+// requires: consts HEAD_DIM (a multiple of 4), COMBINE_WG; `partials: array<f32>` (read_write);
+//           NEG; `fn store_o(b, h, i, x: f32)`: stores what o holds where the attention of row
+//           (b, h) gives x at dim i (attn_decode: gated, and kept for its q8 blocks; the prefill
+//           kernels: x).
 // provides: MAX_SPLITS, partial_base, combine_splits (call it from workgroup-uniform control
 //           flow: it has barriers).
 
@@ -77,7 +77,7 @@ fn combine_splits(b: u32, h: u32, n_head: u32, n_split: u32, n: u32, position: u
             sum += combine_sums[lane_set * COMBINE_VECS + e];
         }
         for (var c = 0u; c < 4u; c++) {
-            o[view_index(params.o, b, h, 4u * e + c)] = o_value(b, h, 4u * e + c, sum[c]);
+            store_o(b, h, 4u * e + c, sum[c]);
         }
     }
 }

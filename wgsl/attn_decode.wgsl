@@ -6,6 +6,12 @@
 //   s_j = q_h · k_{g,j} / sqrt(HEAD_DIM),  o_h = Σ_j softmax(s)_j v_{g,j}     (f32, online softmax)
 // and with an output gate (params.gated: qwen35's gated attention), o_h ⊙= σ(gate_h), gate read
 // through params.gate — the elementwise sigmoid_gate's product, folded into the write of o.
+// With params.quantize_out, o (gated) is also written as q8 blocks (q8_block.wgsl: the integer
+// path's input of W_o, which then needs no quantize dispatch): row b's codes at
+// yq[b·n_head·HEAD_DIM/4 ..], its block scales at yd[b·n_head·HEAD_DIM/32 ..] (engine `Q8Vectors`);
+// HEAD_DIM is whole blocks (the host checks), so the workgroup that writes a head's o — the
+// one-split write, or the combine — keeps it in workgroup memory and rounds its blocks: bit for
+// bit what quantize_q8 makes of o.
 // Scores carry log2(e) (folded into q) so weights are exp2(s − m).
 //
 // Layout (flash-decoding, "vector" form as in llama.cpp's fattn-vec and MLX's sdpa_vector):
@@ -32,6 +38,8 @@
 //           · 4 token_slots (read) · 5 partials (read_write) · 6 o (read_write)
 //           · 7 params (uniform) · 8 step (uniform) · 9 gate (read: n_head heads of HEAD_DIM
 //           per query row through params.gate; a placeholder when params.gated = 0)
+//           · 10 yq (array<u32>, read_write) · 11 yd (array<f32>, read_write): o's q8 codes and
+//           scales (placeholders unless params.quantize_out)
 // entry points / dispatch:
 //   decode  — (n_split, n_kv, n_tokens) workgroups of WG. A sequence with one split writes o;
 //             otherwise split s writes its partial of row (b, h) at partial_base (attn_combine.wgsl):
@@ -42,7 +50,7 @@
 // variants: SUBGROUP (row_sum_subgroup: shuffles) | fallback (row_sum_workgroup: workgroup memory,
 //           hence every loop around row_sum is workgroup-uniform) × f32 | f16 cache (KvScalar).
 // requires: row_sum_subgroup.wgsl or row_sum_workgroup.wgsl, kv_f32|kv_f16.wgsl, kv_paged.wgsl,
-//           step.wgsl, view.wgsl, positions.wgsl, attn_combine.wgsl.
+//           step.wgsl, view.wgsl, positions.wgsl, q8_block.wgsl, attn_combine.wgsl.
 
 struct Params {
     kv: KvGeometry,
@@ -55,6 +63,11 @@ struct Params {
     scale: f32,
     // 1: o ⊙= σ(gate).
     gated: u32,
+    // 1: o also as q8 blocks into yq, yd.
+    quantize_out: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
@@ -67,6 +80,8 @@ struct Params {
 @group(0) @binding(7) var<uniform> params: Params;
 @group(0) @binding(8) var<uniform> step: Step;
 @group(0) @binding(9) var<storage, read> gate: array<f32>;
+@group(0) @binding(10) var<storage, read_write> yq: array<u32>;
+@group(0) @binding(11) var<storage, read_write> yd: array<f32>;
 
 override TOKEN_TABLE: bool = false;
 
@@ -88,6 +103,8 @@ var<workgroup> team_l: array<f32, TEAMS * GROUP>;
 // One query head's rescaled accumulators of every team, [TEAMS][ROW_LANES·LANE_VECS] by vec4
 // index within the row.
 var<workgroup> team_acc: array<vec4<f32>, WG * LANE_VECS>;
+// quantize_out: the head's o as written, for its q8 blocks.
+var<workgroup> head_out: array<f32, HEAD_DIM>;
 
 // How a sequence of kv_len keys is cut: `size` keys per split (at least one step, whole steps),
 // `count` splits holding keys (≤ n_split); the decode and combine passes agree on it.
@@ -96,13 +113,39 @@ struct Chunks {
     count: u32,
 }
 
-// What o holds for the attention x of row (b, h) at dim i: x, gated by σ(gate) where the layer
-// has an output gate (the same expression as elementwise.wgsl's sigmoid_gate, so the same bits).
-fn o_value(b: u32, h: u32, i: u32, x: f32) -> f32 {
-    if params.gated == 0u {
-        return x;
+// Stores o of row (b, h) at dim i for the attention x: x, gated by σ(gate) where the layer has an
+// output gate (the same expression as elementwise.wgsl's sigmoid_gate, so the same bits); kept
+// in head_out for the q8 blocks under quantize_out.
+fn store_o(b: u32, h: u32, i: u32, x: f32) {
+    var value = x;
+    if params.gated != 0u {
+        value = x * (1.0 / (1.0 + exp(-gate[view_index(params.gate, b, h, i)])));
     }
-    return x * (1.0 / (1.0 + exp(-gate[view_index(params.gate, b, h, i)])));
+    o[view_index(params.o, b, h, i)] = value;
+    if params.quantize_out != 0u {
+        head_out[i] = value;
+    }
+}
+
+// quantize_out: row b's q8 blocks of head h from head_out (after a barrier: every invocation
+// may have stored some of it).
+fn quantize_head(b: u32, h: u32, position: u32) {
+    let width = params.n_head * HEAD_DIM;
+    for (var block = position; block < HEAD_DIM / 32u; block += WG) {
+        var v: array<vec4<f32>, 8>;
+        for (var j = 0u; j < 8u; j++) {
+            let at = 32u * block + 4u * j;
+            v[j] = vec4<f32>(head_out[at], head_out[at + 1u], head_out[at + 2u],
+                             head_out[at + 3u]);
+        }
+        let q = q8_block(v);
+        let column = h * HEAD_DIM + 32u * block;
+        let codes = b * (width / 4u) + column / 4u;
+        for (var j = 0u; j < 8u; j++) {
+            yq[codes + j] = q.codes[j];
+        }
+        yd[b * (width / 32u) + column / 32u] = q.d;
+    }
 }
 
 fn split_chunks(kv_len: u32) -> Chunks {
@@ -240,10 +283,14 @@ fn decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
                 sum += team_acc[t * ROW_LANES * LANE_VECS + d / 4u][d % 4u];
             }
             if single {
-                o[view_index(params.o, b, h, d)] = o_value(b, h, d, sum / total);
+                store_o(b, h, d, sum / total);
             } else {
                 partials[partial_base(b * params.n_head + h, params.n_split, s) + d] = sum;
             }
+        }
+        if single && params.quantize_out != 0u {
+            workgroupBarrier();
+            quantize_head(b, h, position);
         }
         if !single && position == 0u {
             let at = partial_base(b * params.n_head + h, params.n_split, s) + HEAD_DIM;
@@ -266,5 +313,10 @@ fn combine(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
     if n == 1u {
         return;
     }
-    combine_splits(b, h, params.n_head, params.n_split, n, lane_position(lanes));
+    let position = lane_position(lanes);
+    combine_splits(b, h, params.n_head, params.n_split, n, position);
+    if params.quantize_out != 0u {
+        workgroupBarrier();
+        quantize_head(b, h, position);
+    }
 }

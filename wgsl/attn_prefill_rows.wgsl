@@ -21,7 +21,7 @@
 //           kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl, attn_combine.wgsl.
 // provides: the bindings, override TOKEN_TABLE; NEG, LOG2_E, SPLIT_KEYS; step_tokens,
 //           row_token_head, query_element, cache_element, cache_quad, tile_key_limit, KeySplit,
-//           key_split, store_output, store_stats, o_value (x itself: a prompt step applies an
+//           key_split, store_output, store_stats, store_o (x itself: a prompt step applies an
 //           output gate as an op of its own); the entry point combine.
 
 struct Params {
@@ -50,9 +50,9 @@ struct Params {
 
 override TOKEN_TABLE: bool = false;
 
-// What o holds for the attention x of row (token b, head h) at dim i (attn_combine.wgsl): x.
-fn o_value(b: u32, h: u32, i: u32, x: f32) -> f32 {
-    return x;
+// Stores o of row (token b, head h) at dim i for the attention x (attn_combine.wgsl): x itself.
+fn store_o(b: u32, h: u32, i: u32, x: f32) {
+    o[view_index(params.o, b, h, i)] = x;
 }
 
 // The masked score (scores are finite, so any exp2 of NEG minus a score is 0).

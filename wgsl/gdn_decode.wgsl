@@ -26,6 +26,11 @@
 //      lane in registers (four rows in flight per lane, as gated_delta.wgsl has one), their dot
 //      products summed by row_sum4; o into workgroup memory.
 //   4. the gated RMSNorm: lane group i sums head i's o² (row_sum), then every invocation writes y.
+//   5. with params.quantize_out, y also as q8 blocks (q8_block.wgsl: the integer path's input of
+//      W_out, which then needs no quantize dispatch): vector r's codes at yq[r·nv·DV/4 ..], its
+//      block scales at yd[r·nv·DV/32 ..] (engine `Q8Vectors`); DV is whole blocks (the host
+//      checks), so a block is 32 values of one head and one invocation rounds it from the values
+//      it stored, bit for bit what quantize_q8 makes of y.
 //
 // bindings: 0 m (array<f32>, read: the raw qkv projection through params.m, conv_dim values of
 //           row r) · 1 z (read: the gate projection through params.z, nv heads of dv) · 2 b
@@ -34,14 +39,15 @@
 //           −exp(A_log)) · 6 dt_bias (read: F32 [nv]) · 7 norm_w (read: F32 ssm_norm [dv])
 //           · 8 seqs (Sequences, read) · 9 conv_state (read_write: [slots][K−1][conv_dim])
 //           · 10 state (array<vec4<f32>>, read_write: [slots][nv][dv][dk]) · 11 y (read_write:
-//           [rows][nv·dv]) · 12 params (uniform Params)
+//           [rows][nv·dv]) · 12 params (uniform Params) · 13 yq (array<u32>, read_write) · 14 yd
+//           (array<f32>, read_write): y's q8 codes and scales (placeholders unless quantize_out)
 // dispatch: (nk, count) workgroups of WG; every sequence of the table has one token (the host
 //           checks), and decode tables take no mid-step snapshot.
 // variants: SUBGROUP (row_sum(4)_subgroup: shuffles) | fallback (row_sum(4)_workgroup).
 // constants: DK, DV, GROUP (module consts: they size workgroup arrays; DK a multiple of
 //           4·ROW_LANES, ≤ 4·ROW_LANES·MAX_VEC); overrides: WG (a multiple of ROW_LANES),
 //           ROW_LANES, K ∈ 2..=4.
-// requires: sequences.wgsl, view.wgsl, gdn_math.wgsl, row_sum_subgroup.wgsl + row_sum4_subgroup.wgsl
+// requires: sequences.wgsl, view.wgsl, gdn_math.wgsl, q8_block.wgsl, row_sum_subgroup.wgsl + row_sum4_subgroup.wgsl
 //           or row_sum_workgroup.wgsl + row_sum4_workgroup.wgsl.
 
 struct Params {
@@ -51,7 +57,8 @@ struct Params {
     eps: f32,
     // 1/√dk.
     q_scale: f32,
-    pad0: u32,
+    // 1: y also as q8 blocks into yq, yd.
+    quantize_out: u32,
     pad1: u32,
     pad2: u32,
     m: View,
@@ -73,6 +80,8 @@ struct Params {
 @group(0) @binding(10) var<storage, read_write> state: array<vec4<f32>>;
 @group(0) @binding(11) var<storage, read_write> y: array<f32>;
 @group(0) @binding(12) var<uniform> params: Params;
+@group(0) @binding(13) var<storage, read_write> yq: array<u32>;
+@group(0) @binding(14) var<storage, read_write> yd: array<f32>;
 
 override WG: u32 = 256u;
 override ROW_LANES: u32 = 8u;
@@ -249,6 +258,33 @@ fn gdn_decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
         let j = e % DV;
         let h = value_head(kh, i);
         let gate = z[view_index(params.z, r, h, j)];
-        y[r * params.nv * DV + h * DV + j] = norm_w[j] * (outputs[e] * inv_rms[i]) * silu(gate);
+        let value = norm_w[j] * (outputs[e] * inv_rms[i]) * silu(gate);
+        y[r * params.nv * DV + h * DV + j] = value;
+        // Only this invocation reads outputs[e] in this loop.
+        outputs[e] = value;
+    }
+    if params.quantize_out != 0u {
+        workgroupBarrier();
+        quantize_y(kh, r, position);
+    }
+}
+
+// 5. Vector r's q8 blocks of the workgroup's heads, from their y values in `outputs`.
+fn quantize_y(kh: u32, r: u32, position: u32) {
+    let width = params.nv * DV;
+    for (var block = position; block < ROWS / 32u; block += WG) {
+        let e = 32u * block;
+        let column = value_head(kh, e / DV) * DV + e % DV;
+        var v: array<vec4<f32>, 8>;
+        for (var j = 0u; j < 8u; j++) {
+            let at = e + 4u * j;
+            v[j] = vec4<f32>(outputs[at], outputs[at + 1u], outputs[at + 2u], outputs[at + 3u]);
+        }
+        let q = q8_block(v);
+        let codes = r * (width / 4u) + column / 4u;
+        for (var j = 0u; j < 8u; j++) {
+            yq[codes + j] = q.codes[j];
+        }
+        yd[r * (width / 32u) + column / 32u] = q.d;
     }
 }

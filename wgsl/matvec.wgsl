@@ -719,19 +719,18 @@ fn store_team(acc: ptr<function, array<vec4<f32>, 8>>, first: u32, n: u32, paire
 
 // quantize_out: vector b's block of the 32 outputs from `first` (a multiple of 32) as q8.
 fn quantize_block(b: u32, first: u32) {
-    var amax = 0.0;
-    for (var i = 0u; i < 32u; i++) {
-        amax = max(amax, abs(block_values[32u * b + i]));
-    }
-    let d = q8_scale(amax);
-    let codes = b * (params.rows / 4u) + first / 4u;
+    var v: array<vec4<f32>, 8>;
     for (var j = 0u; j < 8u; j++) {
         let at = 32u * b + 4u * j;
-        let v = vec4<f32>(block_values[at], block_values[at + 1u], block_values[at + 2u],
-                          block_values[at + 3u]);
-        yq[codes + j] = q8_pack(v, d);
+        v[j] = vec4<f32>(block_values[at], block_values[at + 1u], block_values[at + 2u],
+                         block_values[at + 3u]);
     }
-    yd[b * (params.rows / 32u) + first / 32u] = d;
+    let q = q8_block(v);
+    let codes = b * (params.rows / 4u) + first / 4u;
+    for (var j = 0u; j < 8u; j++) {
+        yq[codes + j] = q.codes[j];
+    }
+    yd[b * (params.rows / 32u) + first / 32u] = q.d;
 }
 
 // Adds unit u's products of the 4 rows `w` with every input vector b < n to acc[b].

@@ -79,7 +79,6 @@ fn quantize_q8(@builtin(workgroup_id) wg: vec3<u32>, lanes: Lanes) {
     }
     let first = base + 32u * block;
     var v: array<vec4<f32>, 8>;
-    var amax = 0.0;
     for (var j = 0u; j < 8u; j++) {
         let at = first + 4u * j;
         var w = vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
@@ -88,13 +87,11 @@ fn quantize_q8(@builtin(workgroup_id) wg: vec3<u32>, lanes: Lanes) {
             w = (w * s) * vec4<f32>(nw[e], nw[e + 1u], nw[e + 2u], nw[e + 3u]);
         }
         v[j] = w;
-        let a = abs(w);
-        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
     }
-    let d = q8_scale(amax);
+    let q = q8_block(v);
     let out = b * (params.cols / 4u) + 8u * block;
     for (var j = 0u; j < 8u; j++) {
-        codes[out + j] = q8_pack(v[j], d);
+        codes[out + j] = q.codes[j];
     }
-    scales[b * blocks + block] = d;
+    scales[b * blocks + block] = q.d;
 }

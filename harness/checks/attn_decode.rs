@@ -5,7 +5,7 @@
 use super::compare::Tolerance;
 use super::inputs::{step_buffer, uniform_f32, upload_f32, upload_u32};
 use super::kv::{Pages, Sequences};
-use super::{poisoned_f32, rng};
+use super::{poisoned_f32, poisoned_q8, quantize_q8_of, rng};
 use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape, DecodeIo};
 use fak::gpu::step::{PageTable, TokenSlot};
 
@@ -37,7 +37,9 @@ pub struct Case {
 }
 
 /// Runs `case` on seeded random caches and queries (output poisoned first): what ran, the
-/// kernel's output and the reference's.
+/// kernel's output and the reference's. Where the heads are whole q8 blocks the kernel also
+/// writes o's q8 blocks (poisoned first too), which must be bit for bit what quantize_q8 makes of
+/// the o it wrote (else it panics: the test fails, the selftest reports the case failed).
 pub fn run_case(
     ctx: &GpuContext,
     kernel: &AttnDecode,
@@ -73,6 +75,8 @@ pub fn run_case(
     let q =
         View::heads(&q_buf, n_head, q_head_stride).strided(n_head * q_head_stride, q_head_stride);
     let o_buf = poisoned_f32(ctx, "o", u64::from(n_seqs * n_head * hd));
+    let cols = u64::from(n_head * hd);
+    let o_q8 = AttnDecode::quantizes(&case.shape).then(|| poisoned_q8(ctx, "o q8", cols, n_seqs));
     let slots: Vec<TokenSlot> = case
         .lens
         .iter()
@@ -95,6 +99,7 @@ pub fn run_case(
         q,
         o: View::heads(&o_buf, n_head, hd),
         gate: case.gated_q.then(|| q.at(hd)),
+        o_q8: o_q8.as_ref(),
         cache: &cache,
         pages: &table,
         positions,
@@ -110,6 +115,23 @@ pub fn run_case(
     })
     .unwrap();
     let got = read_back_f32(ctx, &o_buf, 0..u64::from(4 * n_seqs * n_head * hd)).unwrap();
+    let what = format!(
+        "{} {:?} lens {:?} splits {} table {} gated q {}",
+        kernel.variant(),
+        case.shape,
+        case.lens,
+        case.n_split,
+        case.table,
+        case.gated_q
+    );
+    if let Some(q8) = &o_q8 {
+        let blocks = q8.read_back(ctx, cols, n_seqs).unwrap();
+        let want = quantize_q8_of(ctx, &got, cols, n_seqs);
+        assert!(
+            blocks == want,
+            "{what}: o's q8 blocks are not quantize_q8 of o"
+        );
+    }
 
     let mut want = Vec::new();
     for (b, &len) in case.lens.iter().enumerate() {
@@ -129,14 +151,5 @@ pub fn run_case(
             }
         }
     }
-    let what = format!(
-        "{} {:?} lens {:?} splits {} table {} gated q {}",
-        kernel.variant(),
-        case.shape,
-        case.lens,
-        case.n_split,
-        case.table,
-        case.gated_q
-    );
     (what, got, want)
 }

@@ -13,6 +13,7 @@ use fak::gpu::kernels::gated_delta_chunk::{
 };
 use fak::gpu::kernels::gated_norm::{GatedNorm, NormBinding, NormIo};
 use fak::gpu::kernels::gdn_decode::{GdnDecode, GdnDecodeBinding, GdnDecodeIo};
+use fak::gpu::kernels::quantize_q8::{CodesAndScales, Q8Vectors};
 use fak::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
 use fak::gpu::kernels::support::View;
 use fak::gpu::step::{MidSave, SeqBatch, SequenceTable};
@@ -375,7 +376,8 @@ pub enum Form {
     /// GatedDeltaChunked: chunks of 64.
     Chunked,
     /// GdnDecode: the whole layer of a decode step in one dispatch (one token per sequence). It
-    /// writes y and the state only: mixed, gates and o stay poisoned.
+    /// writes y (and, where dv is whole q8 blocks, y's q8 blocks) and the state only: mixed,
+    /// gates and o stay poisoned.
     Fused,
 }
 
@@ -414,6 +416,8 @@ struct LayerBuffers {
     gates: wgpu::Buffer,
     o: wgpu::Buffer,
     y: wgpu::Buffer,
+    /// y's q8 blocks, which the fused decode writes where [`GdnDecode::quantizes`] the shape.
+    y_q8: Option<Q8Vectors>,
 }
 
 /// The GPU layer's outputs of one step, row-major per token.
@@ -422,6 +426,9 @@ pub struct GpuOutputs {
     pub gates: Vec<f32>,
     pub o: Vec<f32>,
     pub y: Vec<f32>,
+    /// The fused decode's q8 blocks of y, one vector per row (None for the other forms, or
+    /// where the shape is not whole blocks).
+    pub y_q8: Option<Vec<CodesAndScales>>,
 }
 
 impl GpuLayer {
@@ -483,6 +490,8 @@ impl GpuLayer {
             gates: poisoned("gates", 2 * d.nv),
             o: poisoned("o", d.value_dim()),
             y: poisoned("y", d.value_dim()),
+            y_q8: GdnDecode::quantizes(&d)
+                .then(|| super::poisoned_q8(ctx, "y q8", u64::from(d.value_dim()), max_seqs)),
         };
         let state = DeltaState::new(ctx, d, slots).expect("state");
         let table = SequenceTable::new(ctx, max_seqs, slots).expect("table");
@@ -580,6 +589,7 @@ impl GpuLayer {
                         table: &table,
                         state: &state,
                         y: &b.y,
+                        y_q8: b.y_q8.as_ref(),
                         max_tokens,
                     },
                 )
@@ -655,6 +665,10 @@ impl GpuLayer {
         for buffer in [&b.mixed, &b.gates, &b.o, &b.y] {
             poison(ctx, buffer);
         }
+        if let Some(q8) = &b.y_q8 {
+            poison(ctx, &q8.codes);
+            poison(ctx, &q8.scales);
+        }
         self.write_proj(ctx, [Some(&x.m), Some(&x.z), Some(&x.b), Some(&x.a)]);
         let batch = write_table(&self.table).expect("sequence table");
         self.record_step(ctx, batch, form);
@@ -664,6 +678,13 @@ impl GpuLayer {
             gates: read(ctx, &b.gates, n * 2 * d.nv as usize),
             o: read(ctx, &b.o, n * d.value_dim() as usize),
             y: read(ctx, &b.y, n * d.value_dim() as usize),
+            y_q8: match (&b.y_q8, form) {
+                (Some(q8), Form::Fused) => Some(
+                    q8.read_back(ctx, u64::from(d.value_dim()), batch.rows)
+                        .expect("read back y's q8 blocks"),
+                ),
+                _ => None,
+            },
         }
     }
 

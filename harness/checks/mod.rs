@@ -25,7 +25,8 @@ pub use compare::{
     Bound, Measured, Output, Tolerance, assert_close, assert_dequantized, assert_within, measure,
 };
 
-use fak::gpu::{GpuContext, Kernel, KernelPaths, storage_buffer};
+use fak::gpu::kernels::quantize_q8::{CodesAndScales, Q8Vectors, QuantizeQ8};
+use fak::gpu::{Activations, GpuContext, Kernel, KernelPaths, Step, storage_buffer, upload};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -56,6 +57,37 @@ pub fn poisoned_f32(ctx: &GpuContext, label: &str, n: u64) -> wgpu::Buffer {
     let fill: Vec<u8> = nan.iter().copied().cycle().take(words * 4).collect();
     fak::gpu::buffers::write(ctx, &buffer, 0, &fill).expect("poisoning");
     buffer
+}
+
+/// Room for `n` q8 vectors of `cols` columns, codes and scales filled with NaN's bytes (codes
+/// 0x7fc00000 words, scales NaN), so a block a kernel fails to write cannot pass.
+pub fn poisoned_q8(ctx: &GpuContext, label: &str, cols: u64, n: u32) -> Q8Vectors {
+    let q8 = Q8Vectors::new(ctx, label, cols, n).expect("q8 vectors");
+    for buffer in [&q8.codes, &q8.scales] {
+        gdn::poison(ctx, buffer);
+    }
+    q8
+}
+
+/// What quantize_q8 makes of `n` rows of `cols` values (on the GPU, so a fused writer's blocks
+/// can be held to it bit for bit: the same f32 values must give the same codes and scales).
+pub fn quantize_q8_of(ctx: &GpuContext, values: &[f32], cols: u64, n: u32) -> Vec<CodesAndScales> {
+    assert_eq!(values.len() as u64, cols * u64::from(n), "rows of {cols}");
+    let quantize = QuantizeQ8::new(ctx, KernelPaths::FALLBACK).expect("quantize_q8");
+    let x = upload(ctx, "values to quantize", bytemuck::cast_slice(values)).expect("upload");
+    let out = poisoned_q8(ctx, "requantized", cols, n);
+    let step = inputs::step_buffer(ctx, Step::new(0, n, 0));
+    let x = Activations::contiguous(&x, cols);
+    let binding = quantize
+        .bind(ctx, x, cols, None, &out, &step, n)
+        .expect("bind quantize_q8");
+    ctx.run_pass("quantize_q8 of the f32 output", |pass| {
+        quantize
+            .encode(pass, &binding, n)
+            .expect("encode quantize_q8");
+    })
+    .expect("quantize_q8");
+    out.read_back(ctx, cols, n).expect("read back q8")
 }
 
 /// The cosine f32-weight logits must reach against the CPU reference on `paths`: 0.99999 (the

@@ -717,7 +717,16 @@ fn gdn_layer(
         want_o2.extend(cpu.flat(slot));
     }
     let x = Projections::random(&d, 2, &mut rng);
-    let mut fused = layer.step(ctx, &x, &[2, 0], 1, Form::Fused).y;
+    let got = layer.step(ctx, &x, &[2, 0], 1, Form::Fused);
+    // Where y is whole q8 blocks the kernel also writes them: quantize_q8's bits of its y.
+    if let Some(q8) = &got.y_q8 {
+        let want = super::quantize_q8_of(ctx, &got.y, u64::from(d.value_dim()), 2);
+        assert!(
+            q8 == &want,
+            "gdn_decode: y's q8 blocks are not quantize_q8 of y"
+        );
+    }
+    let mut fused = got.y;
     let mut want_fused = cpu_layer(&d, &weights, &mut cpu, &x, &[2, 0], 1).y;
     let state = layer.download_state(ctx);
     for slot in 0..3 {

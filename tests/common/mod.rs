@@ -15,7 +15,7 @@ pub mod wgsl_module;
 pub use fak_harness::checks::{
     Bound, Measured, Output, Tolerance, argmax, assert_close, assert_dequantized, assert_within,
     attn_decode, attn_prefill, compare, dequant, elementwise, embed, gdn, inputs, kv, matmul,
-    matvec, measure, poisoned_f32, rms_norm, rng, rope_kv, variants,
+    matvec, measure, poisoned_f32, poisoned_q8, quantize_q8_of, rms_norm, rng, rope_kv, variants,
 };
 pub use fak_harness::packet::metrics::cosine;
 pub use gpu::gpu;

@@ -1,8 +1,11 @@
 //! `attn_decode`: one query token per sequence against its paged KV cache, GQA, split across
-//! workgroups along the keys with a combining pass (wgsl/attn_decode.wgsl).
+//! workgroups along the keys with a combining pass (wgsl/attn_decode.wgsl). Where the integer
+//! mat-vec reads `W_o`'s input, the kernel also writes o as its q8 blocks ([`DecodeIo::o_q8`]),
+//! so that product needs no quantize dispatch.
 
 use super::delta_state::wgsl::{ROW_SUM_SUBGROUP, ROW_SUM_WORKGROUP};
 use super::kv_cache::{KvCache, KvDtype, check_dtype};
+use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::support::{
     self, Positions, View, entry, positions_binding, shape_error, step_wgsl, view_binding, words,
 };
@@ -21,7 +24,7 @@ use crate::gpu::step::StepBuffer;
 const ATTN_DECODE: WgslFile = step_wgsl!("attn_decode.wgsl");
 /// The combine of split-K attention, shared with the prefill attention.
 pub(super) const ATTN_COMBINE: WgslFile = step_wgsl!("attn_combine.wgsl");
-/// q, k_cache, v_cache, page_table, token_slots, partials, o, params, step.
+/// q, k_cache, v_cache, page_table, token_slots, partials, o, params, step, gate, yq, yd.
 const SLOTS: &[Slot] = &[
     Slot::Read,
     Slot::Read,
@@ -33,6 +36,8 @@ const SLOTS: &[Slot] = &[
     Slot::Uniform,
     Slot::Uniform,
     Slot::Read,
+    Slot::ReadWrite,
+    Slot::ReadWrite,
 ];
 /// Teams of `row_lanes` lanes per workgroup, each walking its own keys (`TEAMS` of the WGSL).
 const TEAMS: u32 = 8;
@@ -140,11 +145,11 @@ impl LaneLayout {
 
     /// Bytes of workgroup memory the module declares (a bound for either entry point): the
     /// per-team maxima and sums, one head's accumulators of every team (the combine's partial
-    /// sums reuse them), the fallback row sums' scratch (one float per invocation) and the
-    /// combine's two floats per split.
+    /// sums reuse them), the fallback row sums' scratch (one float per invocation), one head's o
+    /// (for its q8 blocks) and the combine's two floats per split.
     fn workgroup_bytes(&self, shape: AttnShape) -> u64 {
         let wg = self.workgroup_size();
-        let floats = 2 * TEAMS * shape.group() + 4 * wg * self.lane_vecs + wg;
+        let floats = 2 * TEAMS * shape.group() + 4 * wg * self.lane_vecs + wg + shape.head_dim;
         u64::from(floats) * 4 + combine_bytes(shape.head_dim, wg)
     }
 }
@@ -180,6 +185,8 @@ struct Params {
     n_split: u32,
     scale: f32,
     gated: u32,
+    quantize_out: u32,
+    pad: [u32; 3],
 }
 
 /// What a decode binding reads and writes.
@@ -192,6 +199,10 @@ pub struct DecodeIo<'a> {
     /// An output gate (qwen35's gated attention): `o ⊙= σ(gate)`, n_head heads of head_dim per
     /// sequence (inside the q projection's rows); None for none.
     pub gate: Option<View<'a>>,
+    /// o (gated) also as q8 blocks, row b as vector b, for an integer mat-vec of `W_o`: the
+    /// codes quantize_q8 would make of o. Needs head_dim a multiple of the block
+    /// ([`AttnDecode::quantizes`]).
+    pub o_q8: Option<&'a Q8Vectors>,
     pub cache: &'a KvCache,
     pub pages: &'a PageTable,
     /// Each sequence's position (it attends to positions 0..=pos) and page-table row.
@@ -225,6 +236,8 @@ pub struct DecodeBinding {
     table: bool,
     /// Whether o is gated as it is written (the gate's reads are the step's bytes too).
     gated: bool,
+    /// Whether o is also written as q8 blocks.
+    quantized: bool,
     n_split: u32,
     max_seqs: u32,
 }
@@ -267,6 +280,7 @@ impl AttnDecode {
             .with(wgsl::STEP)
             .with(support::VIEW)
             .with(support::POSITIONS)
+            .with(wgsl::Q8_BLOCK)
             .with(ATTN_COMBINE)
             .with(ATTN_DECODE);
         let label = |what: &str| format!("attn_decode {what} {shape:?} row_lanes={row_lanes}");
@@ -331,6 +345,11 @@ impl AttnDecode {
         self.variant
     }
 
+    /// Whether o can also be written as q8 blocks for `shape`: each head whole blocks.
+    pub fn quantizes(shape: &AttnShape) -> bool {
+        u64::from(shape.head_dim).is_multiple_of(Q8_BLOCK)
+    }
+
     /// The cache type this kernel reads.
     pub fn dtype(&self) -> KvDtype {
         KvDtype::of(self.variant)
@@ -363,6 +382,7 @@ impl AttnDecode {
             q,
             o,
             gate,
+            o_q8,
             cache,
             pages,
             positions,
@@ -399,6 +419,34 @@ impl AttnDecode {
                 "q and the gate must be in other buffers than o",
             ));
         }
+        let o_q8_bindings = match o_q8 {
+            Some(q8) => {
+                if !Self::quantizes(&shape) {
+                    return Err(shape_error(
+                        Self::NAME,
+                        format!(
+                            "o as q8 blocks with heads of {hd}: heads must be whole blocks of \
+                             {Q8_BLOCK}"
+                        ),
+                    ));
+                }
+                let cols = u64::from(n_head * hd);
+                q8.check(Self::NAME, cols, max_seqs)?;
+                let elements = u64::from(max_seqs) * cols;
+                [
+                    words(ctx, Self::NAME, "o's q8 codes", &q8.codes, elements / 4)?,
+                    words(
+                        ctx,
+                        Self::NAME,
+                        "o's q8 scales",
+                        &q8.scales,
+                        elements / Q8_BLOCK,
+                    )?,
+                ]
+            }
+            // Written never; bound beside the scratch, read-write as it is.
+            None => [0; 2].map(|_| self.scratch_placeholder.as_entire_binding()),
+        };
         let gate_binding = match &gate {
             Some(g) => view_binding(ctx, Self::NAME, "gate", g, max_seqs, n_head, hd)?,
             None => self.placeholder.as_entire_binding(),
@@ -451,8 +499,11 @@ impl AttnDecode {
                 n_split,
                 scale: shape.scale(),
                 gated: u32::from(gate.is_some()),
+                quantize_out: u32::from(o_q8.is_some()),
+                pad: [0; 3],
             },
         );
+        let [yq, yd] = o_q8_bindings;
         let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("attn_decode"),
             layout: &self.layout,
@@ -467,12 +518,15 @@ impl AttnDecode {
                 entry(7, params.as_entire_binding()),
                 entry(8, step.buffer.as_entire_binding()),
                 entry(9, gate_binding),
+                entry(10, yq),
+                entry(11, yd),
             ],
         });
         Ok(DecodeBinding {
             group,
             table: positions.is_table(),
             gated: gate.is_some(),
+            quantized: o_q8.is_some(),
             n_split,
             max_seqs,
         })
@@ -503,6 +557,10 @@ impl AttnDecode {
             let gates =
                 u64::from(n) * u64::from(self.shape.n_head) * u64::from(self.shape.head_dim);
             bytes = bytes + OpBytes::new(0, 4 * gates);
+        }
+        if binding.quantized {
+            let cols = u64::from(self.shape.n_head) * u64::from(self.shape.head_dim);
+            bytes = bytes + OpBytes::new(0, u64::from(n) * Q8Vectors::bytes_per_vector(cols));
         }
         Ok(Recorded::new(Self::NAME, 1 + usize::from(split), bytes))
     }

@@ -2,17 +2,22 @@
 //! rolled, q/k L2 norms and gates, the recurrent delta rule and the gated RMSNorm — in one
 //! dispatch for every sequence of the step's table (wgsl/gdn_decode.wgsl). Prompt steps keep the
 //! four kernels (the chunked delta rule and mid-step snapshots need them); the model picks this
-//! one by the step's kind, never by what else is in the batch.
+//! one by the step's kind, never by what else is in the batch. Where the integer mat-vec reads
+//! `W_out`'s input, the kernel also writes y as its q8 blocks ([`GdnDecodeIo::y_q8`]), so that
+//! product needs no quantize dispatch.
 
 use super::delta_state::{
     DeltaDims, DeltaState, Dispatch, Resource, TensorRef, bind_group, by_entry, check_batch,
     check_f32_weight, check_grid, check_state, f32_rows, record, wgsl,
 };
+use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::support::{self, View, ViewParams};
 use crate::gpu::buffers::uniform;
 use crate::gpu::context::GpuContext;
 use crate::gpu::error::GpuError;
-use crate::gpu::kernel::{Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build};
+use crate::gpu::kernel::{
+    Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build, wgsl as shared,
+};
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
 use crate::gpu::profile::Recorded;
@@ -25,7 +30,7 @@ const WG: u32 = 256;
 /// The workgroup sizes the kernel takes: multiples of every subgroup size up to 128 and powers
 /// of two.
 pub const WORKGROUP_SIZES: [u32; 4] = [128, 256, 512, 1024];
-/// m, z, b, a, conv_w, ssm_a, dt_bias, norm_w, seqs, conv_state, state, y, params.
+/// m, z, b, a, conv_w, ssm_a, dt_bias, norm_w, seqs, conv_state, state, y, params, yq, yd.
 const SLOTS: &[Slot] = &[
     Slot::Read,
     Slot::Read,
@@ -40,6 +45,8 @@ const SLOTS: &[Slot] = &[
     Slot::ReadWrite,
     Slot::ReadWrite,
     Slot::Uniform,
+    Slot::ReadWrite,
+    Slot::ReadWrite,
 ];
 
 #[repr(C)]
@@ -50,7 +57,8 @@ struct Params {
     group_div: u32,
     eps: f32,
     q_scale: f32,
-    pad: [u32; 3],
+    quantize_out: u32,
+    pad: [u32; 2],
     m: ViewParams,
     z: ViewParams,
     b: ViewParams,
@@ -64,6 +72,8 @@ pub struct GdnDecode {
     dims: DeltaDims,
     layout: wgpu::BindGroupLayout,
     pipelines: Vec<(&'static str, wgpu::ComputePipeline)>,
+    /// Bound as yq/yd where y is not quantized.
+    placeholder: wgpu::Buffer,
 }
 
 /// The buffers of one GDN layer's decode step, for [`GdnDecode::bind`].
@@ -86,11 +96,15 @@ pub struct GdnDecodeIo<'a> {
     pub state: &'a DeltaState,
     /// Output `[max_tokens][nv·dv]`: the gated norm's y, what `W_out` reads.
     pub y: &'a wgpu::Buffer,
+    /// y also as q8 blocks (row r as vector r), for an integer mat-vec of `W_out`: the codes
+    /// quantize_q8 would make of y. Needs dv a multiple of the block ([`GdnDecode::quantizes`]).
+    pub y_q8: Option<&'a Q8Vectors>,
     pub max_tokens: u32,
 }
 
 pub struct GdnDecodeBinding {
     group: wgpu::BindGroup,
+    quantized: bool,
     max_tokens: u32,
     max_seqs: u32,
     max_grid: u32,
@@ -160,6 +174,7 @@ impl GdnDecode {
                 .with(wgsl::GDN_MATH)
                 .with(row_sum)
                 .with(row_sum4)
+                .with(shared::Q8_BLOCK)
                 .with(wgsl::GDN_DECODE),
             slots: SLOTS,
             pipelines: vec![PipelineSpec {
@@ -179,7 +194,12 @@ impl GdnDecode {
         }
     }
 
-    /// Whether the adapter's limits hold the kernel for `dims` (its 13 bindings, a workgroup of
+    /// Whether y can also be written as q8 blocks for `dims`: each value head whole blocks.
+    pub fn quantizes(dims: &DeltaDims) -> bool {
+        u64::from(dims.dv).is_multiple_of(Q8_BLOCK)
+    }
+
+    /// Whether the adapter's limits hold the kernel for `dims` (its 15 bindings, a workgroup of
     /// 256, its workgroup memory); where not, a model keeps the four separate kernels.
     pub fn fits(ctx: &GpuContext, dims: &DeltaDims) -> bool {
         Self::check_limits(ctx, dims, false, WG).is_ok()
@@ -275,6 +295,7 @@ impl GdnDecode {
             dims,
             layout: built.layout,
             pipelines: by_entry(&variant.source.pipelines, built.pipelines),
+            placeholder: support::placeholder(ctx),
         })
     }
 
@@ -310,13 +331,28 @@ impl GdnDecode {
             check_f32_weight(Self::NAME, w, len)?;
         }
         check_state(Self::NAME, d, io.table, io.state)?;
+        if let Some(q8) = io.y_q8 {
+            if !Self::quantizes(&d) {
+                return Err(GpuError::Shape {
+                    kernel: Self::NAME,
+                    message: format!(
+                        "y as q8 blocks with value heads of {}: heads must be whole blocks of \
+                         {Q8_BLOCK}",
+                        d.dv
+                    ),
+                });
+            }
+            // A decode step's rows are its sequences, one token each.
+            q8.check(Self::NAME, u64::from(d.value_dim()), io.table.max_seqs())?;
+        }
         let params = Params {
             nk: d.nk,
             nv: d.nv,
             group_div: d.group_div(),
             eps: d.eps,
             q_scale: 1.0 / (d.dk as f32).sqrt(),
-            pad: [0; 3],
+            quantize_out: u32::from(io.y_q8.is_some()),
+            pad: [0; 2],
             m: io.m.params(),
             z: io.z.params(),
             b: io.b.params(),
@@ -332,6 +368,25 @@ impl GdnDecode {
             bytes: 4 * len,
         };
         let [conv_w, ssm_a, dt_bias, norm_w] = weights.map(|(w, len)| weight(w, len));
+        let elements = u64::from(io.table.max_seqs()) * u64::from(d.value_dim());
+        let (yq, yd) = match io.y_q8 {
+            Some(q8) => (
+                Resource::Storage {
+                    name: "yq (y's q8 codes)",
+                    buffer: &q8.codes,
+                    bytes: elements,
+                },
+                Resource::Storage {
+                    name: "yd (y's q8 scales)",
+                    buffer: &q8.scales,
+                    bytes: 4 * elements / Q8_BLOCK,
+                },
+            ),
+            None => (
+                Resource::whole("yq placeholder", &self.placeholder),
+                Resource::whole("yd placeholder", &self.placeholder),
+            ),
+        };
         let group = bind_group(
             ctx,
             Self::NAME,
@@ -354,10 +409,13 @@ impl GdnDecode {
                     bytes: f32_rows(io.max_tokens, d.value_dim()),
                 },
                 Resource::Uniform(&params),
+                yq,
+                yd,
             ],
         )?;
         Ok(GdnDecodeBinding {
             group,
+            quantized: io.y_q8.is_some(),
             max_tokens: io.max_tokens,
             max_seqs: io.table.max_seqs(),
             max_grid: ctx.device.limits().max_compute_workgroups_per_dimension,
@@ -400,7 +458,11 @@ impl GdnDecode {
     ) -> Result<Recorded, GpuError> {
         let plan = self.plan(binding, batch)?;
         record(pass, &binding.group, &plan, &self.pipelines);
-        let bytes = self.dims.decode_bytes(batch);
+        let mut bytes = self.dims.decode_bytes(batch);
+        if binding.quantized {
+            let cols = u64::from(self.dims.value_dim());
+            bytes.activations += batch.tokens() * Q8Vectors::bytes_per_vector(cols);
+        }
         Ok(Recorded::new(Self::NAME, plan.len(), bytes))
     }
 }

@@ -2,7 +2,7 @@
 //! ([`AttentionKernels`]), one layer's norm, rotation, cache write and attention ([`Attention`]),
 //! and the attention half of a decoder block with its options ([`AttentionBlock`]).
 
-use super::linear::Linear;
+use super::linear::{FedMatVec, Linear};
 use super::pointwise::Pointwise;
 use super::projections::{Projection, StackedProjections};
 use super::scratch::Act;
@@ -13,6 +13,7 @@ use crate::gpu::kernels::attn_prefill::{AttnPrefill, PrefillBinding, PrefillIo};
 use crate::gpu::kernels::elementwise::ElementwiseOp;
 use crate::gpu::kernels::kv_cache::{KvCache, KvDtype, KvLayout};
 use crate::gpu::kernels::matmul::MatmulOutput;
+use crate::gpu::kernels::quantize_q8::Q8Vectors;
 use crate::gpu::kernels::rope::{RopePairing, RopeTable};
 use crate::gpu::kernels::rope_kv::{HeadNorms, RopeKvBinding, RopeKvIo};
 use crate::gpu::kernels::support::{Positions, View};
@@ -171,6 +172,8 @@ pub struct AttentionIo<'a> {
     /// The output gate (qwen35: `o ⊙= σ(gate)`), which the decode kernel applies as it writes o;
     /// a prompt step's gate is the block's own op.
     pub gate: Option<View<'a>>,
+    /// Where the decode kernel also writes o (gated) as q8 blocks for W_o's integer mat-vec.
+    pub o_q8: Option<&'a Q8Vectors>,
 }
 
 impl Attention {
@@ -216,6 +219,7 @@ impl Attention {
                 q: io.q_out,
                 o: io.o,
                 gate: io.gate,
+                o_q8: io.o_q8,
                 cache: &cache,
                 pages,
                 positions,
@@ -295,6 +299,9 @@ pub struct AttentionBlock {
     /// Whether a decode step's attention kernel applies the gate (then no gate op runs).
     gate_in_decode: bool,
     wo: Linear,
+    /// On the int-dot path: W_o's decode mat-vec reading the q8 blocks of o that the decode
+    /// attention writes (no quantize dispatch).
+    wo_fed: Option<FedMatVec>,
 }
 
 impl AttentionBlock {
@@ -344,6 +351,21 @@ impl AttentionBlock {
         };
         let o = View::heads(s.get(Act::O), n_head, hd);
         let gate_in_decode = t.output_gate && super::decode_fusion();
+        // o's q8 blocks are what W_o reads only where the kernel also applies the gate.
+        let fold = super::decode_q8_fold()
+            && (gate_in_decode || !t.output_gate)
+            && AttnDecode::quantizes(&AttnShape {
+                n_head,
+                n_kv,
+                head_dim: hd,
+            });
+        let (wo, wo_fed) = b.linear_fed(
+            t.wo,
+            s.get(Act::O),
+            s.get(Act::X),
+            MatmulOutput::Accumulate,
+            fold,
+        )?;
         let attention = Attention::bind(
             b.k,
             kernels,
@@ -358,6 +380,7 @@ impl AttentionBlock {
                 o,
                 norms: norms.as_ref().map(|(q, k)| HeadNorms { q, k, eps: b.eps }),
                 gate: gate_in_decode.then(|| q.at(q.offset + hd)),
+                o_q8: wo_fed.as_ref().map(FedMatVec::vectors),
             },
             b.io,
         )?;
@@ -377,7 +400,8 @@ impl AttentionBlock {
             attention,
             gate,
             gate_in_decode,
-            wo: b.linear(t.wo, s.get(Act::O), s.get(Act::X), MatmulOutput::Accumulate)?,
+            wo,
+            wo_fed,
         })
     }
 
@@ -401,6 +425,14 @@ impl AttentionBlock {
             && !applied
         {
             gate.record(k, pass, n, marks, "attn_gate")?;
+        }
+        if let Some(wo) = &self.wo_fed
+            && marks.kind == StepKind::Decode
+        {
+            // o read as the q8 blocks the decode attention wrote.
+            let recorded = wo.encode(k, pass, n)?;
+            marks.op(pass, "attn_output", recorded);
+            return Ok(());
         }
         self.wo.record(k, pass, n, marks, "attn_output")
     }

@@ -1,7 +1,7 @@
 //! The Gated DeltaNet half of a hybrid decoder block ([`DeltaNetBlock`], model-spec.md
 //! §5.4–5.5) and the kernels its layers share ([`DeltaNetKernels`]).
 
-use super::linear::Linear;
+use super::linear::{FedMatVec, Linear};
 use super::projections::{Projection, StackedProjections};
 use super::scratch::Act;
 use super::{Binder, Kernels};
@@ -82,6 +82,9 @@ pub struct DeltaNetBlock {
     norm: NormBinding,
     fused: Option<GdnDecodeBinding>,
     out: Linear,
+    /// On the int-dot path with the fused decode: W_out's decode mat-vec reading the q8 blocks
+    /// of y that gdn_decode writes (no quantize dispatch).
+    out_fed: Option<FedMatVec>,
     pub state: DeltaState,
 }
 
@@ -184,6 +187,14 @@ impl DeltaNetBlock {
                 max_tokens: rows,
             },
         )?;
+        let fold = d.fused.is_some() && GdnDecode::quantizes(&d.dims) && super::decode_q8_fold();
+        let (out, out_fed) = b.linear_fed(
+            t.out,
+            s.get(Act::GdnY),
+            s.get(Act::X),
+            MatmulOutput::Accumulate,
+            fold,
+        )?;
         let fused = d
             .fused
             .as_ref()
@@ -202,6 +213,7 @@ impl DeltaNetBlock {
                         table,
                         state: &state,
                         y: s.get(Act::GdnY),
+                        y_q8: out_fed.as_ref().map(FedMatVec::vectors),
                         max_tokens: rows,
                     },
                 )
@@ -215,12 +227,8 @@ impl DeltaNetBlock {
             chunked,
             norm,
             fused,
-            out: b.linear(
-                t.out,
-                s.get(Act::GdnY),
-                s.get(Act::X),
-                MatmulOutput::Accumulate,
-            )?,
+            out,
+            out_fed,
             state,
         })
     }
@@ -244,6 +252,12 @@ impl DeltaNetBlock {
         {
             let decoded = kernel.encode(pass, fused, batch)?;
             marks.op(pass, "gdn_decode", decoded);
+            if let Some(out) = &self.out_fed {
+                // y read as the q8 blocks gdn_decode wrote.
+                let recorded = out.encode(k, pass, n)?;
+                marks.op(pass, "gdn_out", recorded);
+                return Ok(());
+            }
             return self.out.record(k, pass, n, marks, "gdn_out");
         }
         let conv = d.conv.encode(pass, &self.conv, batch)?;

@@ -89,6 +89,74 @@ impl QuantizedInput {
     }
 }
 
+/// A decode mat-vec on the integer path whose input the kernel that produces it also writes as
+/// q8 blocks (the gate/up pairing's SwiGLU, `gdn_decode`'s y, `attn_decode`'s o), so the
+/// product needs no quantize dispatch: the vectors that kernel writes and the mat-vec reading
+/// them. The producer's blocks are quantize_q8's rounding of the same f32 values, so the product
+/// is bit for bit the one after a quantize dispatch.
+pub struct FedMatVec {
+    vectors: Q8Vectors,
+    matvec: MatVecBinding,
+}
+
+impl FedMatVec {
+    /// Room for up to `max_tokens` (capped at [`MAX_BATCH`]) q8 vectors of x and the mat-vec
+    /// `y (+)= W x̂` of `shape` reading them; None off the int-dot path, where `shape.ty` takes no
+    /// q8 inputs ([`QuantizedInput::takes`]) or x is not whole blocks.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind(
+        k: &Kernels,
+        ctx: &GpuContext,
+        shape: MatVecShape,
+        w: &wgpu::Buffer,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        step: &StepBuffer,
+        max_tokens: u32,
+        output: MatmulOutput,
+    ) -> Result<Option<FedMatVec>, GpuError> {
+        let cols = shape.cols;
+        if k.quantize.is_none()
+            || !QuantizedInput::takes(shape.ty)
+            || !cols.is_multiple_of(Q8_BLOCK)
+        {
+            return Ok(None);
+        }
+        let max_batch = max_tokens.min(MAX_BATCH);
+        let vectors = Q8Vectors::new(ctx, "fed input", cols, max_batch)?;
+        let io = MatVecIo {
+            weights: w,
+            weights_offset: 0,
+            x: Activations::contiguous(x, cols),
+            y: Activations::contiguous(y, shape.rows),
+            step,
+            accumulate: output == MatmulOutput::Accumulate,
+            max_batch,
+        };
+        let fusion = MatVecFusion {
+            q8: Some(&vectors),
+            ..MatVecFusion::default()
+        };
+        let matvec = k.matvec.bind_fused(ctx, shape, &io, fusion)?;
+        Ok(Some(FedMatVec { vectors, matvec }))
+    }
+
+    /// The vectors the producer writes.
+    pub fn vectors(&self) -> &Q8Vectors {
+        &self.vectors
+    }
+
+    /// Records the product of `n` vectors (written earlier in the pass).
+    pub fn encode(
+        &self,
+        k: &Kernels,
+        pass: &mut wgpu::ComputePass,
+        n: u32,
+    ) -> Result<Recorded, GpuError> {
+        k.matvec.encode(pass, &self.matvec, n)
+    }
+}
+
 /// `y (+)= W x` for one weight tensor: the mat-vec for decode steps, the tiled mat-mul for prompt
 /// tokens however few (a prompt's rows come out the same whichever steps it was cut into). Both
 /// are bound at load over the same weight buffer.

@@ -1,22 +1,20 @@
 //! The SwiGLU MLP half of a decoder block ([`Mlp`]).
 
-use super::linear::{Linear, QuantizedInput};
+use super::linear::{FedMatVec, Linear, QuantizedInput};
 use super::norm::Norm;
 use super::pointwise::Pointwise;
 use super::scratch::Act;
 use super::{Binder, Kernels, stackable, upload_weight, upload_weights};
-use crate::gguf::TensorInfo;
+use crate::gpu::GpuError;
 use crate::gpu::kernels::elementwise::ElementwiseOp;
 use crate::gpu::kernels::matmul::MatmulOutput;
 use crate::gpu::kernels::matvec::{
-    InputNorm, MatVecBinding, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape,
+    InputNorm, MatVecBinding, MatVecFusion, MatVecLayout, MatVecShape,
 };
-use crate::gpu::kernels::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::support::View;
 use crate::gpu::profile::StepMarks;
-use crate::gpu::step::{MAX_BATCH, StepKind};
-use crate::gpu::{Activations, GpuError};
+use crate::gpu::step::StepKind;
 use crate::model::ModelError;
 use crate::model::tensors::MlpTensors;
 
@@ -47,7 +45,7 @@ pub struct Mlp {
     /// On the int-dot path, where W_down takes q8 inputs: `folded` also writes its SwiGLU as q8
     /// blocks (`MatVecFusion::quantize_output`) and this decode mat-vec of W_down reads them, so
     /// the down product needs no quantize dispatch of its own.
-    down_q8: Option<(Q8Vectors, MatVecBinding)>,
+    down_fed: Option<FedMatVec>,
 }
 
 impl Mlp {
@@ -140,25 +138,33 @@ impl Mlp {
             MatmulOutput::Accumulate,
         )?;
         // The integer down product reading the pairing's quantized SwiGLU, where both fold.
-        let act_q8 = (b.k.quantize.is_some()
-            && QuantizedInput::takes(t.down.ty)
-            && (n_ff as u64).is_multiple_of(Q8_BLOCK))
-        .then(|| Q8Vectors::new(b.ctx, "ffn_down input", n_ff as u64, b.rows.min(MAX_BATCH)))
-        .transpose()?;
-        let quantizing = act_q8.as_ref().and_then(|q8| {
+        let down_shape = MatVecShape {
+            ty: t.down.ty,
+            rows: t.down.n_rows(),
+            cols: t.down.row_len(),
+        };
+        let fed = FedMatVec::bind(
+            b.k,
+            b.ctx,
+            down_shape,
+            &down_w,
+            s.act,
+            s.x,
+            b.step,
+            b.rows,
+            MatmulOutput::Accumulate,
+        )?;
+        let quantizing = fed.as_ref().and_then(|fed| {
             let fusion = MatVecFusion {
-                quantize_output: Some(q8),
+                quantize_output: Some(fed.vectors()),
                 layout: Some(MatVecLayout::QUANTIZING),
                 ..fusion
             };
             b.fold(paired, &w, s.x, s.act, fusion).transpose()
         });
-        let (folded, down_q8) = match (quantizing.transpose()?, act_q8) {
-            (Some(folded), Some(q8)) => {
-                let down_q8 = Self::bind_down_q8(b, t.down, &down_w, s, &q8)?;
-                (Some(folded), Some((q8, down_q8)))
-            }
-            _ => (b.fold(paired, &w, s.x, s.act, fusion)?, None),
+        let (folded, down_fed) = match quantizing.transpose()? {
+            Some(folded) => (Some(folded), fed),
+            None => (b.fold(paired, &w, s.x, s.act, fusion)?, None),
         };
         Ok(Mlp {
             norm: Norm::bind(b.k, b.ctx, io, d, 1, b.eps, &norm_weight, b.step, b.rows)?,
@@ -167,37 +173,8 @@ impl Mlp {
             folded,
             quantized,
             down,
-            down_q8,
+            down_fed,
         })
-    }
-
-    /// The decode mat-vec `x += W_down act` reading act as the q8 vectors `q8`.
-    fn bind_down_q8(
-        b: &Binder,
-        down: &TensorInfo,
-        w: &wgpu::Buffer,
-        s: &MlpBuffers,
-        q8: &Q8Vectors,
-    ) -> Result<MatVecBinding, GpuError> {
-        let shape = MatVecShape {
-            ty: down.ty,
-            rows: down.n_rows(),
-            cols: down.row_len(),
-        };
-        let io = MatVecIo {
-            weights: w,
-            weights_offset: 0,
-            x: Activations::contiguous(s.act, shape.cols),
-            y: Activations::contiguous(s.x, shape.rows),
-            step: b.step,
-            accumulate: true,
-            max_batch: b.rows.min(MAX_BATCH),
-        };
-        let fusion = MatVecFusion {
-            q8: Some(q8),
-            ..MatVecFusion::default()
-        };
-        b.k.matvec.bind_fused(b.ctx, shape, &io, fusion)
     }
 
     /// Records the block's ops: `ffn_gate_up` (norm, gate, up and SwiGLU folded) and
@@ -221,9 +198,9 @@ impl Mlp {
                     "ffn_gate_up",
                     quantized.map_or(product, |q| product.after(q)),
                 );
-                if let Some((_, down)) = &self.down_q8 {
-                    // x read as the q8 codes and scales the pairing wrote.
-                    let recorded = k.matvec.encode(pass, down, n)?;
+                if let Some(down) = &self.down_fed {
+                    // act read as the q8 codes and scales the pairing wrote.
+                    let recorded = down.encode(k, pass, n)?;
                     marks.op(pass, "ffn_down", recorded);
                     return Ok(());
                 }

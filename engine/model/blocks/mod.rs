@@ -39,7 +39,7 @@ use crate::gpu::kernels::rope_kv::RopeKv;
 use crate::gpu::step::{MAX_BATCH, StepBuffer, StepIo};
 use crate::gpu::{Activations, GpuContext, GpuError, upload};
 use crate::quant::GgmlType;
-use linear::{Linear, QuantizedInput};
+use linear::{FedMatVec, Linear, QuantizedInput};
 use pointwise::Pointwise;
 use scratch::Scratch;
 
@@ -81,6 +81,15 @@ impl Kernels {
 /// on one binary).
 pub fn decode_fusion() -> bool {
     std::env::var("FAK_DECODE_FUSION").as_deref() != Ok("0")
+}
+
+/// Whether, on the int-dot path, the decode kernels that produce `gdn_out`'s and `attn_output`'s
+/// inputs (`gdn_decode`, `attn_decode`) also write them as q8 blocks, so those mat-vecs need no
+/// quantize dispatch ([`linear::FedMatVec`]). A decode fusion: off with `FAK_DECODE_FUSION=0`,
+/// and alone with `FAK_DECODE_Q8_FOLD=0` (the quantize dispatches come back, the other fusions
+/// stay: to measure this one on one binary). The products are the same bits either way.
+pub fn decode_q8_fold() -> bool {
+    decode_fusion() && std::env::var("FAK_DECODE_Q8_FOLD").as_deref() != Ok("0")
 }
 
 /// A weight tensor's bytes, exactly as the GGUF stores them, in a buffer of its own (labelled
@@ -170,6 +179,32 @@ impl<'a> Binder<'a> {
         let w = upload_weight(self.ctx, self.gguf, t)?;
         let linear = Linear::bind(self.k, self.ctx, t, &w, x, y, self.step, self.rows, output)?;
         Ok(linear)
+    }
+
+    /// [`Binder::linear`], and where `fed` (its producer can write x as q8 blocks) and the
+    /// int-dot path takes them, the decode mat-vec reading those blocks ([`FedMatVec`]).
+    pub fn linear_fed(
+        &self,
+        t: &TensorInfo,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        output: MatmulOutput,
+        fed: bool,
+    ) -> Result<(Linear, Option<FedMatVec>), ModelError> {
+        let w = upload_weight(self.ctx, self.gguf, t)?;
+        let linear = Linear::bind(self.k, self.ctx, t, &w, x, y, self.step, self.rows, output)?;
+        let shape = MatVecShape {
+            ty: t.ty,
+            rows: t.n_rows(),
+            cols: t.row_len(),
+        };
+        let fed = match fed {
+            true => FedMatVec::bind(
+                self.k, self.ctx, shape, &w, x, y, self.step, self.rows, output,
+            )?,
+            false => None,
+        };
+        Ok((linear, fed))
     }
 
     /// `x` (RMS-normed by `norm`) quantized for integer mat-vecs of weight types `types`, where
