@@ -362,12 +362,7 @@ fn prompts_prefilled_together(arch: &str) {
         .into_iter()
         .map(|p| vec![p.started.expect("prompt done").logits.expect("logits")])
         .collect();
-    for _ in 1..N_OUT {
-        let (_, logits) = e.step_with_logits(&seqs).unwrap();
-        for (r, l) in rows.iter_mut().zip(logits) {
-            r.push(l);
-        }
-    }
+    decode_rest(&mut e, &seqs, &mut rows);
     for (i, (got, want)) in rows.iter().zip(&alone).enumerate() {
         let what = format!("{arch}: prompt {i} of 3 prefilled together");
         assert_same_bits(&what, got, want);
@@ -382,6 +377,17 @@ fn dense_prompts_prefilled_together_give_each_its_own_logits() {
 #[test]
 fn hybrid_prompts_prefilled_together_give_each_its_own_logits() {
     prompts_prefilled_together("qwen35");
+}
+
+/// Decodes `seqs` together for the rest of their `N_OUT` tokens, each step's logits appended to
+/// the sequence's list in `rows` (which holds its prefill's).
+fn decode_rest(e: &mut Engine, seqs: &[SeqId], rows: &mut [Vec<Vec<f32>>]) {
+    for _ in 1..N_OUT {
+        let (_, logits) = e.step_with_logits(seqs).unwrap();
+        for (r, l) in rows.iter_mut().zip(logits) {
+            r.push(l);
+        }
+    }
 }
 
 /// The greedy tokens of `prompt` decoded for `N_OUT` tokens alone; the sequence then finishes,
@@ -441,12 +447,7 @@ fn a_next_turn_resumes_off_the_chunk_grid_together_with_another_prompt(arch: &st
         .into_iter()
         .map(|s| vec![s.expect("prompt done").logits.expect("logits")])
         .collect();
-    for _ in 1..N_OUT {
-        let (_, logits) = e.step_with_logits(&seqs).unwrap();
-        for (r, l) in rows.iter_mut().zip(logits) {
-            r.push(l);
-        }
-    }
+    decode_rest(&mut e, &seqs, &mut rows);
     for (i, (got, want)) in rows.iter().zip(&alone).enumerate() {
         assert_same_bits(&format!("{arch}: request {i} of 2"), got, want);
     }

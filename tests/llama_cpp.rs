@@ -205,17 +205,11 @@ fn utf8_tail_model(dir: &Path) -> (PathBuf, u32, u32) {
     (path, ids[0], ids[1])
 }
 
-/// llama-server withholds a token whose text is an incomplete UTF-8 sequence; the scenario's
-/// llama.cpp arm, like the envelope's, recovers its id (an untimed replay), also when the
-/// reply ends on one, so both of its runs (and the envelope's) complete with n_out tokens per
-/// request and each request says which positions came from the replay.
-#[test]
-fn llama_cpp_recovers_tokens_withheld_for_incomplete_utf8() {
-    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
-    let out = scratch("utf8-tail");
-    let models = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("llama-cpp-models");
-    let (model, a, lead) = utf8_tail_model(&models);
-    let run = threeway(&out)
+/// The multi-agent scenario's llama.cpp arm on `model` (2 agents, 2 turns, a 64-token preamble,
+/// 8 own tokens, `n_out` out) run into `out`: its cache-on and cache-off raw records, each
+/// asserted to have run.
+fn multi_agent_runs(out: &Path, model: &Path, n_out: usize) -> [(&'static str, Value); 2] {
+    let run = threeway(out)
         .args([
             "--scenario",
             "multi-agent",
@@ -233,20 +227,33 @@ fn llama_cpp_recovers_tokens_withheld_for_incomplete_utf8() {
             "--suffix",
             "8",
         ])
-        .args(["--n-out", &N_OUT.to_string()])
+        .args(["--n-out", &n_out.to_string()])
         .arg("--llama-server")
         .arg(llama_cpp_tool("llama-server"))
         .arg("--model")
-        .arg(&model)
+        .arg(model)
         .output()
         .unwrap();
     assert!(run.status.success(), "{}", stderr_of(&run));
-    for cache in ["cache", "nocache"] {
-        let raw: Value = serde_json::from_slice(
-            &std::fs::read(out.join(format!("multi-agent-llama.cpp-{cache}-raw.json"))).unwrap(),
-        )
-        .unwrap();
+    ["cache", "nocache"].map(|cache| {
+        let name = format!("multi-agent-llama.cpp-{cache}-raw.json");
+        let raw: Value = serde_json::from_slice(&std::fs::read(out.join(name)).unwrap()).unwrap();
         assert_eq!(raw["status"]["state"], "ran", "{cache}: {}", raw["status"]);
+        (cache, raw)
+    })
+}
+
+/// llama-server withholds a token whose text is an incomplete UTF-8 sequence; the scenario's
+/// llama.cpp arm, like the envelope's, recovers its id (an untimed replay), also when the
+/// reply ends on one, so both of its runs (and the envelope's) complete with n_out tokens per
+/// request and each request says which positions came from the replay.
+#[test]
+fn llama_cpp_recovers_tokens_withheld_for_incomplete_utf8() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let out = scratch("utf8-tail");
+    let models = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("llama-cpp-models");
+    let (model, a, lead) = utf8_tail_model(&models);
+    for (cache, raw) in multi_agent_runs(&out, &model, N_OUT) {
         let turns = raw["turns"].as_array().unwrap();
         assert_eq!(turns.len(), 4, "{cache}: 2 agents × 2 turns");
         for t in turns {
@@ -305,23 +312,7 @@ fn llama_cpp_names_withheld_tokens_from_the_stream_text() {
     let (a, c3, a9) = (ids[0], ids[1], ids[2]);
 
     let out = scratch("utf8-complete");
-    let run = threeway(&out)
-        .args(["--scenario", "multi-agent", "--no-selftest"])
-        .args(["--arms", "llama.cpp", "--agents", "2", "--turns", "2"])
-        .args(["--preamble", "64", "--suffix", "8", "--n-out", "5"])
-        .arg("--llama-server")
-        .arg(llama_cpp_tool("llama-server"))
-        .arg("--model")
-        .arg(&model)
-        .output()
-        .unwrap();
-    assert!(run.status.success(), "{}", stderr_of(&run));
-    for cache in ["cache", "nocache"] {
-        let raw: Value = serde_json::from_slice(
-            &std::fs::read(out.join(format!("multi-agent-llama.cpp-{cache}-raw.json"))).unwrap(),
-        )
-        .unwrap();
-        assert_eq!(raw["status"]["state"], "ran", "{cache}: {}", raw["status"]);
+    for (cache, raw) in multi_agent_runs(&out, &model, 5) {
         for t in raw["turns"].as_array().unwrap() {
             let got: Vec<u32> = serde_json::from_value(t["token_ids"].clone()).unwrap();
             assert_eq!(got, [a, c3, a9, a, c3], "{cache}: {t}");

@@ -198,6 +198,17 @@ impl LlamaCpp {
         self.process.as_mut().context("llama.cpp: not started")
     }
 
+    /// `e`, or the server's death where it has exited (what a failed request then means).
+    fn death_or(&mut self, e: anyhow::Error) -> anyhow::Error {
+        match self.process.as_mut() {
+            Some(p) => match p.exited() {
+                true => p.died(&format!("{e:#}")),
+                false => e,
+            },
+            None => e,
+        }
+    }
+
     /// The JSON answer to POST /completion with `body` (`what` names the request in errors); a
     /// request that fails because the server has exited reports its death instead.
     fn post_completion(&mut self, body: &Value, what: &str) -> Result<Value> {
@@ -208,16 +219,7 @@ impl LlamaCpp {
             Some(body),
             REQUEST_TIMEOUT,
         )
-        .map_err(|e| match self.process.as_mut() {
-            Some(p) => {
-                if p.exited() {
-                    p.died(&format!("{e:#}"))
-                } else {
-                    e
-                }
-            }
-            None => e,
-        })?;
+        .map_err(|e| self.death_or(e))?;
         http::check_status(&format!("llama.cpp: POST /completion ({what})"), &r)?;
         r.json()
     }
@@ -256,16 +258,7 @@ impl LlamaCpp {
         withheld::recover(self.pieces.as_deref(), runs, timed, || {
             replay_ids(port, prompt, n_out, false)
         })
-        .map_err(|e| match self.process.as_mut() {
-            Some(p) => {
-                if p.exited() {
-                    p.died(&format!("{e:#}"))
-                } else {
-                    e
-                }
-            }
-            None => e,
-        })
+        .map_err(|e| self.death_or(e))
     }
 
     /// Whether the server prints control tokens (`--special` among the user's arguments).
