@@ -10,13 +10,17 @@
 #      the integer path (FAK_INT_DOT=0: f32 inputs, another mat-vec) → batched.log;
 #   3. one-sequence decode with the q8 folds off (FAK_DECODE_Q8_FOLD=0) and on (the default),
 #      interleaved ROUNDS times (1) → fold.log (tok/s, dispatches, ops, encode per token);
-#   4. `--sequences 4` and the narrow mat-vec at 8 (FAK_MATVEC_WIDE=0), where time is left.
+#   4. `--sequences 4` and the narrow mat-vec at 8 (FAK_MATVEC_WIDE=0), where time is left;
+#   5. when carried (MATVEC_BENCH=1 below), matvec-bench on the integer path with 1 and 8 input
+#      vectors per dispatch (`--batch`): which layouts keep the weights streaming at B = 8
+#      → matvec-b1.tsv, matvec-b8.tsv.
 # Each bench loads the 27B again (~25 s apiece). Prepare:
-#   RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh gpu_gated_delta \
-#       gpu_attn_decode model_qwen35
+#   MATVEC_BENCH=1 RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh \
+#       gpu_gated_delta gpu_attn_decode model_qwen35
 # staged as target/<dir>/{experiments/h200/*.sh, target/h200/{bin.txz,gl,built-at,commit}},
 # run `cd target/<dir> && bash experiments/h200/batched-check.sh`, carry ["target/<dir>"].
-# Files back: tests.log, batched.log, fold.log, bench-json.tgz, clocks.csv, gpu.csv.
+# Files back: tests.log, batched.log, fold.log, bench-json.tgz, matvec-b{1,8}.tsv, clocks.csv,
+# gpu.csv.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh
@@ -60,4 +64,11 @@ cat "$OUT/fold.log"
 bench batched.log seq4 4
 bench batched.log seq8-narrow 8 FAK_MATVEC_WIDE=0
 tail -8 "$OUT/batched.log"
+if [ -x "$BIN/matvec-bench" ]; then
+    for b in 8 1; do
+        timeout 100 "$BIN/matvec-bench" --paths q8 --batch "$b" > "$OUT/matvec-b$b.tsv" 2>&1
+        echo "== matvec-bench --batch $b: exit $?"
+        grep "^# best" "$OUT/matvec-b$b.tsv" | head -20
+    done
+fi
 kill $CLOCKS

@@ -25,7 +25,11 @@
 //! f32 rounding over 17408 terms stays far below). The `check` column is the worst error as a
 //! share of that bound; a binding that fails (or gives NaN) is printed as FAILED and not timed.
 //!
-//!   matvec-bench [--quick] [--layouts 64/1/1,128/4/2] [--paths f32,q8]
+//!   matvec-bench [--quick] [--layouts 64/1/1,128/4/2] [--paths f32,q8] [--batch B]
+//!
+//! `--batch B` (1 to 8) multiplies B input vectors per dispatch, as a batched decode step of B
+//! sequences does (the B vectors are copies of one x, each output vector checked against the
+//! same reference); GB/s stays weight bytes over time.
 
 use fak::gpu::kernels::matvec::{
     InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape,
@@ -212,14 +216,17 @@ fn main() {
         "product\ttype\trows\tcols\tlayout\tpath\tus_per_dispatch\tweight_gbps\tpct_probe\tcopies\tcheck"
     );
     let products: &[Product] = if quick { &QUICK_PRODUCTS } else { &PRODUCTS };
+    let batch: u32 = option("--batch").map_or(1, |b| b.parse().expect("--batch"));
+    assert!((1..=8).contains(&batch), "--batch {batch}: expected 1 to 8");
+    println!("# input vectors per dispatch: {batch}");
     let step = StepBuffer::new(&ctx);
-    step.set(&ctx, Step::new(0, 1, 0));
+    step.set(&ctx, Step::new(0, batch, 0));
     // (product index, path name) → (layout, µs), for the summary.
     let mut results: Vec<(usize, &'static str, MatVecLayout, f64)> = Vec::new();
     let copies = if quick { 2 } else { MAX_COPIES };
     let benches: Vec<Bench> = products
         .iter()
-        .map(|p| Bench::new(&ctx, p, &step, copies))
+        .map(|p| Bench::new(&ctx, p, &step, copies, batch))
         .collect();
     for &input in &input_paths {
         let paths = KernelPaths {
@@ -251,7 +258,7 @@ fn main() {
                     &references[index],
                     quantizer.as_ref().zip(quantize[index].as_ref()),
                     |pass| {
-                        kernel.encode(pass, &bindings[0], 1).unwrap();
+                        kernel.encode(pass, &bindings[0], batch).unwrap();
                     },
                 );
                 if !(check <= 1.0) {
@@ -264,7 +271,7 @@ fn main() {
                 let mut timed = vec![(
                     name,
                     bench.time(&ctx, |pass, copy| {
-                        kernel.encode(pass, &bindings[copy], 1).unwrap();
+                        kernel.encode(pass, &bindings[copy], batch).unwrap();
                     }),
                 )];
                 if p.fusion == Fusion::GateUp
@@ -284,14 +291,14 @@ fn main() {
                         &references[index],
                         quantizer.as_ref().zip(quantize[index].as_ref()),
                         |pass| {
-                            kernel.encode(pass, &quantizing[0], 1).unwrap();
+                            kernel.encode(pass, &quantizing[0], batch).unwrap();
                         },
                     );
                     if check <= 1.0 {
                         timed.push((
                             path,
                             bench.time(&ctx, |pass, copy| {
-                                kernel.encode(pass, &quantizing[copy], 1).unwrap();
+                                kernel.encode(pass, &quantizing[copy], batch).unwrap();
                             }),
                         ));
                     } else {
@@ -305,8 +312,8 @@ fn main() {
                     timed.push((
                         "q8+quantize",
                         bench.time(&ctx, |pass, copy| {
-                            q.encode(pass, qb, 1).unwrap();
-                            kernel.encode(pass, &bindings[copy], 1).unwrap();
+                            q.encode(pass, qb, batch).unwrap();
+                            kernel.encode(pass, &bindings[copy], batch).unwrap();
                         }),
                     ));
                 }
@@ -504,6 +511,8 @@ struct Bench<'a> {
     /// The quantized output of a gate/up pairing (the next product's q8 input).
     y_q8: Q8Vectors,
     step: &'a StepBuffer,
+    /// Input vectors per dispatch (copies of one x).
+    batch: u32,
     weight_bytes: u64,
     copies: usize,
     queries: wgpu::QuerySet,
@@ -516,6 +525,7 @@ impl<'a> Bench<'a> {
         product: &'a Product,
         step: &'a StepBuffer,
         max_copies: u64,
+        batch: u32,
     ) -> Bench<'a> {
         let p = product;
         let w_rows = if p.fusion == Fusion::GateUp {
@@ -536,8 +546,8 @@ impl<'a> Bench<'a> {
             weights.push(copy);
         }
         ctx.queue.submit([encoder.finish()]);
-        let x: Vec<f32> = (0..p.cols)
-            .map(|i| ((i % 97) as f32 - 48.0) / 48.0)
+        let x: Vec<f32> = (0..p.cols * u64::from(batch))
+            .map(|i| ((i % p.cols % 97) as f32 - 48.0) / 48.0)
             .collect();
         let norm: Vec<f32> = (0..p.cols).map(|i| 1.0 + (i % 7) as f32 / 7.0).collect();
         let queries = ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
@@ -556,11 +566,12 @@ impl<'a> Bench<'a> {
             bytes,
             weights,
             x: upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap(),
-            y: storage_buffer(ctx, "y", 4 * p.rows).unwrap(),
+            y: storage_buffer(ctx, "y", 4 * p.rows * u64::from(batch)).unwrap(),
             norm: upload(ctx, "norm", bytemuck::cast_slice(&norm)).unwrap(),
-            q8: Q8Vectors::new(ctx, "x q8", p.cols, 1).unwrap(),
-            y_q8: Q8Vectors::new(ctx, "y q8", p.rows.next_multiple_of(32), 1).unwrap(),
+            q8: Q8Vectors::new(ctx, "x q8", p.cols, batch).unwrap(),
+            y_q8: Q8Vectors::new(ctx, "y q8", p.rows.next_multiple_of(32), batch).unwrap(),
             step,
+            batch,
             weight_bytes,
             copies,
             queries,
@@ -582,7 +593,7 @@ impl<'a> Bench<'a> {
         let cols = self.product.cols;
         if let Some((q, binding)) = q8 {
             ctx.run_pass("matvec bench quantize", |pass| {
-                q.encode(pass, binding, 1).unwrap();
+                q.encode(pass, binding, self.batch).unwrap();
             })
             .unwrap();
             let (codes, scales) = self.q8.read_back(ctx, cols, 1).unwrap().remove(0);
@@ -654,31 +665,34 @@ impl<'a> Bench<'a> {
             Fusion::Accumulate => Y0,
             _ => f32::NAN,
         };
-        let y0 = vec![start; p.rows as usize];
+        let y0 = vec![start; (p.rows * u64::from(self.batch)) as usize];
         ctx.queue
             .write_buffer(&self.y, 0, bytemuck::cast_slice(&y0));
         ctx.run_pass("matvec bench check", |pass| {
             if let Some((q, binding)) = q8 {
-                q.encode(pass, binding, 1).unwrap();
+                q.encode(pass, binding, self.batch).unwrap();
             }
             encode(pass);
         })
         .unwrap();
         let y: Vec<f32> = bytemuck::pod_collect_to_vec(
-            &fak::gpu::read_back(ctx, &self.y, 0..4 * p.rows).unwrap(),
+            &fak::gpu::read_back(ctx, &self.y, 0..4 * p.rows * u64::from(self.batch)).unwrap(),
         );
         let mut worst = 0.0f64;
-        for ((&r, &want), &bound) in reference
-            .rows
-            .iter()
-            .zip(&reference.y)
-            .zip(&reference.bound)
-        {
-            let got = f64::from(y[r as usize]);
-            if !got.is_finite() {
-                return f64::NAN;
+        // Every vector's outputs: the B inputs are copies of one x.
+        for b in 0..u64::from(self.batch) {
+            for ((&r, &want), &bound) in reference
+                .rows
+                .iter()
+                .zip(&reference.y)
+                .zip(&reference.bound)
+            {
+                let got = f64::from(y[(b * p.rows + r) as usize]);
+                if !got.is_finite() {
+                    return f64::NAN;
+                }
+                worst = worst.max((got - want).abs() / bound);
             }
-            worst = worst.max((got - want).abs() / bound);
         }
         worst
     }
@@ -694,7 +708,7 @@ impl<'a> Bench<'a> {
             self.input_norm(),
             &self.q8,
             self.step,
-            1,
+            self.batch,
         )
         .expect("binding quantize_q8")
     }
@@ -720,7 +734,7 @@ impl<'a> Bench<'a> {
                     y: Activations::contiguous(&self.y, p.rows),
                     step: self.step,
                     accumulate: p.fusion == Fusion::Accumulate,
-                    max_batch: 1,
+                    max_batch: self.batch,
                 };
                 let shape = MatVecShape {
                     ty: p.ty,
