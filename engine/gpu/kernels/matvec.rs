@@ -315,6 +315,30 @@ pub struct MatVecIo<'a> {
     pub max_batch: u32,
 }
 
+impl<'a> MatVecIo<'a> {
+    /// W from byte 0 of `weights`, x `[B, shape.cols]` and y `[B, shape.rows]` contiguous from
+    /// their buffers' starts, for up to `max_tokens` vectors (capped at [`MAX_BATCH`]).
+    pub fn contiguous(
+        shape: MatVecShape,
+        weights: &'a wgpu::Buffer,
+        x: &'a wgpu::Buffer,
+        y: &'a wgpu::Buffer,
+        step: &'a StepBuffer,
+        accumulate: bool,
+        max_tokens: u32,
+    ) -> Self {
+        MatVecIo {
+            weights,
+            weights_offset: 0,
+            x: Activations::contiguous(x, shape.cols),
+            y: Activations::contiguous(y, shape.rows),
+            step,
+            accumulate,
+            max_batch: max_tokens.min(MAX_BATCH),
+        }
+    }
+}
+
 /// An RMSNorm folded into a mat-vec: x is normed (`x / sqrt(mean x² + eps) · weight`) inside
 /// the product.
 #[derive(Clone, Copy)]

@@ -1,7 +1,7 @@
 //! What every model puts its layers between: the token embedding ([`Embedding`]) and the output
 //! head ([`OutputHead`]), bound together as [`Ends`].
 
-use super::linear::Linear;
+use super::linear::{Linear, shape_of};
 use super::norm::Norm;
 use super::scratch::Act;
 use super::{Binder, Kernels, upload_weight};
@@ -9,7 +9,7 @@ use crate::gguf::TensorInfo;
 use crate::gpu::kernels::argmax::{ArgmaxBinding, ArgmaxRows, ArgmaxShape};
 use crate::gpu::kernels::embed::{EmbedBinding, EmbedIo, EmbedShape};
 use crate::gpu::kernels::matmul::MatmulOutput;
-use crate::gpu::kernels::matvec::{MatVecBinding, MatVecFusion, MatVecIo, MatVecShape};
+use crate::gpu::kernels::matvec::{MatVecBinding, MatVecFusion, MatVecIo};
 use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::support::View;
 use crate::gpu::profile::StepMarks;
@@ -204,25 +204,12 @@ impl OutputHead {
             rows,
             MatmulOutput::Store,
         )?;
-        let shape = MatVecShape {
-            ty: output.ty,
-            rows: output.n_rows(),
-            cols: output.row_len(),
-        };
-        let prompt_rows = k.matvec.bind_fused(
-            ctx,
-            shape,
-            &MatVecIo {
-                weights: output_weights,
-                weights_offset: 0,
-                x: Activations::contiguous(tail_h, shape.cols),
-                y: Activations::contiguous(&io.logits, shape.rows),
-                step,
-                accumulate: false,
-                max_batch: rows.min(MAX_BATCH),
-            },
-            MatVecFusion::default(),
-        )?;
+        let shape = shape_of(output);
+        let io_f32 =
+            MatVecIo::contiguous(shape, output_weights, tail_h, &io.logits, step, false, rows);
+        let prompt_rows = k
+            .matvec
+            .bind_fused(ctx, shape, &io_f32, MatVecFusion::default())?;
         let argmax = |rows_mode: ArgmaxRows| {
             k.argmax.bind(
                 ctx,

@@ -13,6 +13,15 @@ use crate::gpu::step::{MAX_BATCH, StepBuffer, StepKind};
 use crate::gpu::{Activations, GpuContext, GpuError};
 use crate::quant::GgmlType;
 
+/// The mat-vec shape of tensor `t` as GGUF stores it.
+pub fn shape_of(t: &TensorInfo) -> MatVecShape {
+    MatVecShape {
+        ty: t.ty,
+        rows: t.n_rows(),
+        cols: t.row_len(),
+    }
+}
+
 /// A decode step's input quantized to 8-bit blocks (RMS-normed first where asked) for the
 /// integer mat-vecs that read it: the vectors and the dispatch that writes them. Exists only on
 /// the int-dot path, for weights of [`MatVec::Q8_TYPES`].
@@ -124,15 +133,8 @@ impl FedMatVec {
         }
         let max_batch = max_tokens.min(MAX_BATCH);
         let vectors = Q8Vectors::new(ctx, "fed input", cols, max_batch)?;
-        let io = MatVecIo {
-            weights: w,
-            weights_offset: 0,
-            x: Activations::contiguous(x, cols),
-            y: Activations::contiguous(y, shape.rows),
-            step,
-            accumulate: output == MatmulOutput::Accumulate,
-            max_batch,
-        };
+        let accumulate = output == MatmulOutput::Accumulate;
+        let io = MatVecIo::contiguous(shape, w, x, y, step, accumulate, max_tokens);
         let fusion = MatVecFusion {
             q8: Some(&vectors),
             ..MatVecFusion::default()
@@ -184,12 +186,7 @@ impl Linear {
         max_tokens: u32,
         output: MatmulOutput,
     ) -> Result<Linear, GpuError> {
-        let shape = MatVecShape {
-            ty: t.ty,
-            rows: t.n_rows(),
-            cols: t.row_len(),
-        };
-        Self::bind_shape(k, ctx, shape, w, x, y, step, max_tokens, output)
+        Self::bind_shape(k, ctx, shape_of(t), w, x, y, step, max_tokens, output)
     }
 
     /// [`Linear::bind`] for a weight of `shape` (several tensors stored back to back).
@@ -210,15 +207,15 @@ impl Linear {
         let matvec = k.matvec.bind_fused(
             ctx,
             shape,
-            &MatVecIo {
-                weights: w,
-                weights_offset: 0,
-                x: Activations::contiguous(x, cols),
-                y: Activations::contiguous(y, rows),
+            &MatVecIo::contiguous(
+                shape,
+                w,
+                x,
+                y,
                 step,
-                accumulate: output == MatmulOutput::Accumulate,
-                max_batch: max_tokens.min(MAX_BATCH),
-            },
+                output == MatmulOutput::Accumulate,
+                max_tokens,
+            ),
             quantized
                 .as_ref()
                 .map_or_else(MatVecFusion::default, |q| q.fusion(false)),

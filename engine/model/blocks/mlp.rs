@@ -4,7 +4,7 @@ use super::linear::{FedMatVec, Linear, QuantizedInput};
 use super::norm::Norm;
 use super::pointwise::Pointwise;
 use super::scratch::Act;
-use super::{Binder, Kernels, stackable, upload_weight, upload_weights};
+use super::{Binder, Kernels, stackable, upload_weights};
 use crate::gpu::GpuError;
 use crate::gpu::kernels::elementwise::ElementwiseOp;
 use crate::gpu::kernels::matmul::MatmulOutput;
@@ -125,35 +125,9 @@ impl Mlp {
             x: View::rows(s.x, d as u32),
             y: View::rows(s.h, d as u32),
         };
-        let down_w = upload_weight(b.ctx, b.gguf, t.down)?;
-        let down = Linear::bind(
-            b.k,
-            b.ctx,
-            t.down,
-            &down_w,
-            s.act,
-            s.x,
-            b.step,
-            b.rows,
-            MatmulOutput::Accumulate,
-        )?;
-        // The integer down product reading the pairing's quantized SwiGLU, where both fold.
-        let down_shape = MatVecShape {
-            ty: t.down.ty,
-            rows: t.down.n_rows(),
-            cols: t.down.row_len(),
-        };
-        let fed = FedMatVec::bind(
-            b.k,
-            b.ctx,
-            down_shape,
-            &down_w,
-            s.act,
-            s.x,
-            b.step,
-            b.rows,
-            MatmulOutput::Accumulate,
-        )?;
+        // W_down, and its integer decode mat-vec reading the pairing's quantized SwiGLU where
+        // both fold.
+        let (down, fed) = b.linear_fed(t.down, s.act, s.x, MatmulOutput::Accumulate, true)?;
         let quantizing = fed.as_ref().and_then(|fed| {
             let fusion = MatVecFusion {
                 quantize_output: Some(fed.vectors()),

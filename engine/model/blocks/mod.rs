@@ -36,10 +36,10 @@ use crate::gpu::kernels::matvec::{
 use crate::gpu::kernels::quantize_q8::QuantizeQ8;
 use crate::gpu::kernels::rms_norm::RmsNorm;
 use crate::gpu::kernels::rope_kv::RopeKv;
-use crate::gpu::step::{MAX_BATCH, StepBuffer, StepIo};
-use crate::gpu::{Activations, GpuContext, GpuError, upload};
+use crate::gpu::step::{StepBuffer, StepIo};
+use crate::gpu::{GpuContext, GpuError, upload};
 use crate::quant::GgmlType;
-use linear::{FedMatVec, Linear, QuantizedInput};
+use linear::{FedMatVec, Linear, QuantizedInput, shape_of};
 use pointwise::Pointwise;
 use scratch::Scratch;
 
@@ -193,14 +193,17 @@ impl<'a> Binder<'a> {
     ) -> Result<(Linear, Option<FedMatVec>), ModelError> {
         let w = upload_weight(self.ctx, self.gguf, t)?;
         let linear = Linear::bind(self.k, self.ctx, t, &w, x, y, self.step, self.rows, output)?;
-        let shape = MatVecShape {
-            ty: t.ty,
-            rows: t.n_rows(),
-            cols: t.row_len(),
-        };
         let fed = match fed {
             true => FedMatVec::bind(
-                self.k, self.ctx, shape, &w, x, y, self.step, self.rows, output,
+                self.k,
+                self.ctx,
+                shape_of(t),
+                &w,
+                x,
+                y,
+                self.step,
+                self.rows,
+                output,
             )?,
             false => None,
         };
@@ -234,15 +237,7 @@ impl<'a> Binder<'a> {
         if !MatVec::fusion_fits(self.ctx, shape, &fusion) {
             return Ok(None);
         }
-        let io = MatVecIo {
-            weights: w,
-            weights_offset: 0,
-            x: Activations::contiguous(x, shape.cols),
-            y: Activations::contiguous(y, shape.rows),
-            step: self.step,
-            accumulate: false,
-            max_batch: self.rows.min(MAX_BATCH),
-        };
+        let io = MatVecIo::contiguous(shape, w, x, y, self.step, false, self.rows);
         self.k
             .matvec
             .bind_fused(self.ctx, shape, &io, fusion)
