@@ -11,7 +11,9 @@
 #   3. one-sequence decode with the q8 folds off (FAK_DECODE_Q8_FOLD=0) and on (the default),
 #      interleaved ROUNDS times (1) → fold.log (tok/s, dispatches, ops, encode per token);
 #   4. `--sequences 4` and the narrow mat-vec at 8 (FAK_MATVEC_WIDE=0), where time is left;
-#   5. when carried (MATVEC_BENCH=1 below), matvec-bench on the integer path with 1 and 8 input
+#   5. the Qwen3-8B's prefill at 128 and 2048 tokens (the prompt step's output head is a mat-vec
+#      since 2026-12-05 #5; that session's bench: 4947 / 6450 tok/s) → prefill8b.log;
+#   6. when carried (MATVEC_BENCH=1 below), matvec-bench on the integer path with 1 and 8 input
 #      vectors per dispatch (`--batch`): which layouts keep the weights streaming at B = 8
 #      → matvec-b1.tsv, matvec-b8.tsv.
 # Each bench loads the 27B again (~25 s apiece). Prepare:
@@ -19,7 +21,7 @@
 #       gpu_gated_delta gpu_attn_decode model_qwen35
 # staged as target/<dir>/{experiments/h200/*.sh, target/h200/{bin.txz,gl,built-at,commit}},
 # run `cd target/<dir> && bash experiments/h200/batched-check.sh`, carry ["target/<dir>"].
-# Files back: tests.log, batched.log, fold.log, bench-json.tgz, matvec-b{1,8}.tsv, clocks.csv,
+# Files back: tests.log, batched.log, fold.log, prefill8b.log, bench-json.tgz, matvec-b{1,8}.tsv, clocks.csv,
 # gpu.csv.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,6 +33,10 @@ M27=/dev/shm/qwen35-27b-q4_k_m.gguf
 "$BIN/harness" synth --arch qwen35 --preset qwen35-27b --quant q4_k_m --seed 0 --fast-random \
     --out "$M27" > /tmp/synth.log 2>&1 &
 SYNTH=$!
+M8=/dev/shm/qwen3-8b-q4_k_m.gguf
+"$BIN/harness" synth --arch qwen3 --preset qwen3-8b --quant q4_k_m --seed 0 --fast-random \
+    --out "$M8" > /tmp/synth8.log 2>&1 &
+SYNTH8=$!
 
 for t in gpu_gated_delta gpu_attn_decode "model_qwen35 --test-threads=1"; do
     set -- $t
@@ -64,6 +70,16 @@ cat "$OUT/fold.log"
 bench batched.log seq4 4
 bench batched.log seq8-narrow 8 FAK_MATVEC_WIDE=0
 tail -8 "$OUT/batched.log"
+if wait $SYNTH8; then
+    timeout 90 "$BIN/harness" bench --model "$M8" --depths 128,2048 --n-out 8 --profile-steps 1 \
+        --suffix 0 --probe-mib 256 --json-out /tmp/bench-json/prefill8b.json \
+        > "$OUT/prefill8b.log" 2>&1
+    echo "== 8B prefill: exit $?"
+    grep -E "^depth|prefill" "$OUT/prefill8b.log" | head -12
+    (cd /tmp/bench-json && tar czf "$OUT/bench-json.tgz" ./*.json)
+else
+    tail -3 /tmp/synth8.log
+fi
 if [ -x "$BIN/matvec-bench" ]; then
     for b in 8 1; do
         timeout 100 "$BIN/matvec-bench" --paths q8 --batch "$b" > "$OUT/matvec-b$b.tsv" 2>&1
