@@ -164,8 +164,8 @@ impl Script {
         prompt
     }
 
-    /// What agent a's later prompts carry as its answer to turn t (both from 0): the script's
-    /// reply, or the engine's own.
+    /// What agent a's later prompts carry as its answer to turn t (both from 0, t before the
+    /// last turn): the script's reply, or the engine's own.
     fn reply<'a>(&'a self, agent: usize, turn: usize, answered: &'a [u32]) -> &'a [u32] {
         match &self.replies {
             Some(replies) => &replies[agent][turn],
@@ -634,7 +634,6 @@ fn drive(arm: &mut dyn Arm, name: &str, script: &Script, rec: &mut ScenarioRecor
         };
         let agent = &mut agents[i];
         let (_, prompt) = agent.in_flight.take().expect("found in flight");
-        let reply = script.reply(i, agent.answered, &done.timed.tokens).to_vec();
         agent.answered += 1;
         let turn = sample(i + 1, agent.answered, &prompt, t0, &done, spec)?;
         eprintln!(
@@ -646,8 +645,9 @@ fn drive(arm: &mut dyn Arm, name: &str, script: &Script, rec: &mut ScenarioRecor
             turn.ttft_s * 1e3
         );
         rec.record(turn)?;
-        agent.conversation = [prompt, reply].concat();
         if agent.answered < spec.turns {
+            let reply = script.reply(i, agent.answered - 1, &done.timed.tokens);
+            agent.conversation = [prompt.as_slice(), reply].concat();
             agent.due_ns = Some(now_ns() + (spec.think_s * 1e9) as u64);
         }
     }
