@@ -2,7 +2,8 @@
 # Call 3 of the three-arm sequence (calls 1 and 2: mlx-part.sh): `harness threeway` on the H200
 # with all three arms — fak-native (Vulkan), llama.cpp CUDA (llama-server built here from the
 # carried source, sm_90 only) and MLX's CUDA backend (mlx + mlx-cuda-13 + mlx-lm from the carried
-# wheels) — on the Qwen3-8B shape, then `harness validate` and `harness report`, the run folder
+# wheels) — on the Qwen3-8B shape (PRESET; the Qwen3.5-27B hybrid: PRESET=qwen35-27b, two calls,
+# README "The headline"), then `harness validate` and `harness report`, the run folder
 # packed into $OUT/threeway-run.tgz (it goes to experiments/benchmark/runs/by-machine/nvidia-h200/).
 #
 # The models are made here (`harness synth`, no download): the Q4_K_M GGUF fak and llama.cpp run
@@ -22,12 +23,12 @@
 # (qwen35 for a qwen35-* preset, else qwen3), REFERENCE (1: the f16 reference and the quality
 # pass; 0: neither — the default for qwen35-27b, whose f16 file would be ~54 GB: the packet then
 # says the reference comparison was skipped), MODELS (where the models go; /dev/shm/h3w if it
-# has room, else /tmp/h3w), DEADLINE (s of this call after which threeway is stopped, 565: the
-# run tool stops a call at 600 s), LLAMA_JOBS (16), PHASE (all; `prepare` stops once MLX is
-# installed, llama.cpp built and the models written, so that a second call on the still-warm
-# machine spends its whole time on threeway: every step skips what a previous call on the same
-# machine finished — the wheels installed, the models of the same synth command, the build);
-# extra arguments go to `harness threeway`.
+# has NEED_GB (40) free, else /tmp/h3w), DEADLINE (s of this call after which threeway is
+# stopped, 565: the run tool stops a call at 600 s), LLAMA_JOBS (16), PHASE (all; `prepare`
+# stops once MLX is installed, llama.cpp built and the models written, so that a second call on
+# the still-warm machine spends its whole time on threeway: every step skips what a previous
+# call on the same machine finished — the wheels installed, the models of the same synth
+# command, the build); extra arguments go to `harness threeway`.
 # Outputs ($OUT, 7 files): steps.log, gpu.csv, llama-build.log, mlx-install.log, synth.log,
 # threeway.log (its stderr: every step it took), threeway-run.tgz (the last two not in PHASE
 # prepare).
@@ -89,7 +90,9 @@ PY
 log "mlx: $(tail -1 "$OUT/mlx-install.log")"
 
 # The models, from one seed: GGUF (fak, llama.cpp), MLX 4-bit, f16 reference.
-need=$((30 * 1024 * 1024 * 1024))
+# Room the models need: the 8B's GGUF, MLX and f16 files ~26 GB; the 27B's GGUF and MLX ~32 GB.
+NEED_GB=${NEED_GB:-40}
+need=$((NEED_GB * 1024 * 1024 * 1024))
 MODELS=${MODELS:-/dev/shm/h3w}
 mkdir -p "$(dirname "$MODELS")"
 avail=$(df -B1 --output=avail "$(dirname "$MODELS")" 2>/dev/null | tail -1)

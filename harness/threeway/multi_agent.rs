@@ -156,9 +156,9 @@ impl Script {
     fn scripted_prompt(&self, agent: usize, turn: usize) -> Vec<u32> {
         let replies = self.replies.as_ref().expect("scripted replies");
         let mut prompt = self.preamble.clone();
-        for t in 0..turn {
-            prompt.extend(&self.suffixes[agent][t]);
-            prompt.extend(&replies[agent][t]);
+        for (suffix, reply) in self.suffixes[agent].iter().zip(&replies[agent]).take(turn) {
+            prompt.extend(suffix);
+            prompt.extend(reply);
         }
         prompt.extend(&self.suffixes[agent][turn]);
         prompt
