@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Call 3 of the three-arm sequence (calls 1 and 2: mlx-part.sh): `harness threeway` on the H200
+# The last call(s) of the three-arm sequence (the part calls before it: mlx-part.sh): `harness
+# threeway` on the H200
 # with all three arms — fak-native (Vulkan), llama.cpp CUDA (llama-server built here from the
 # carried source, sm_90 only) and MLX's CUDA backend (mlx + mlx-cuda-13 + mlx-lm from the carried
 # wheels) — on the Qwen3-8B shape (PRESET; the Qwen3.5-27B hybrid: PRESET=qwen35-27b, two calls,
@@ -13,11 +14,12 @@
 # build runs in the background (nice'd) while the wheels install and the models are written;
 # threeway starts only after it, so no compiler shares the machine with a timed arm.
 #
-# Carried (experiments/h200/prepare-threeway.sh makes the folder): target/h200/gl (Vulkan loader
-# debs), target/h200/bin.txz (the release harness alone), target/h200/llama-src.tgz (llama.cpp
-# of the llama-cpp-python 0.3.36 sdist, trimmed), target/h200/commit, target/h200-mlx/ (the last
-# part of the mlx-cuda-13 wheel, the mlx and mlx-lm wheels, SHA256SUMS of the three whole
-# wheels, PARTS); the earlier parts are in /tmp/mlx-parts from calls 1 and 2 (back to back).
+# Carried (experiments/h200/prepare-threeway.sh makes the folder, target/h3w-run): target/h200/gl
+# (Vulkan loader debs), target/h200/bin.txz (the release harness alone), target/h200/llama-src.tgz
+# (llama.cpp of the llama-cpp-python 0.3.36 sdist, trimmed), target/h200/commit,
+# target/h200-mlx/ (the last parts of the mlx-cuda-13 wheel where they fit, SHA256SUMS of the
+# three whole wheels, BIG, PARTS); the other parts and the mlx and mlx-lm wheels are in
+# /tmp/mlx-parts from the part calls (back to back).
 #
 # Knobs: PRESET (qwen3-8b; qwen3-0.6b for a quick run; qwen35-27b for the headline hybrid), ARCH
 # (qwen35 for a qwen35-* preset, else qwen3), REFERENCE (1: the f16 reference and the quality
@@ -59,11 +61,14 @@ if python3 -c 'import mlx.core, mlx_lm' 2>/dev/null; then
 else {
     W=/tmp/mlx-wheels
     rm -rf "$W" && mkdir -p "$W"
-    cp target/h200-mlx/*.whl target/h200-mlx/SHA256SUMS "$W/"
+    # The small wheels ride with a part call where there is room, else with this one.
+    cp target/h200-mlx/SHA256SUMS "$W/"
+    cp $(ls target/h200-mlx/*.whl /tmp/mlx-parts/*.whl 2>/dev/null) "$W/"
     big=$(cat target/h200-mlx/BIG)
     for ((i = 0; i < $(cat target/h200-mlx/PARTS); i++)); do
-        part=$(ls /tmp/mlx-parts/"$big".part$i target/h200-mlx/"$big".part$i 2>/dev/null | head -1)
-        [ -n "$part" ] || { echo "part $i of $big missing (calls 1 and 2 not run back to back?)"; break; }
+        name=$(printf '%s.part%02d' "$big" "$i")
+        part=$(ls /tmp/mlx-parts/"$name" target/h200-mlx/"$name" 2>/dev/null | head -1)
+        [ -n "$part" ] || { echo "$name missing (the part calls not run back to back?)"; break; }
         cat "$part" >> "$W/$big"
     done
     if (cd "$W" && sha256sum -c SHA256SUMS); then
