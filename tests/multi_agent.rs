@@ -343,6 +343,41 @@ fn a_hybrid_model_decodes_concurrent_agents_together() {
     validate_and_report(&out);
 }
 
+/// With scripted replies (the default) a hybrid model's later turn cannot resume from the end of
+/// its own answer (the prompt carries another reply): fak resumes from the recurrent-state
+/// snapshot at the previous prompt's last page boundary, so each later turn computes the
+/// scripted reply and the new suffix, plus at most a page of the previous prompt, and reuses the
+/// rest; every turn's prompt is the script's.
+#[test]
+fn a_hybrid_model_resumes_scripted_replies_from_the_previous_prompt() {
+    let out = scratch("hybrid-scripted");
+    let model = fak_tests::harness::synth_model(
+        &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("multi-agent-models"),
+        "qwen35-tiny-q8_0.gguf",
+        &[
+            "--arch", "qwen35", "--preset", "tiny", "--vocab", "cut", "--quant", "q8_0", "--seed",
+            "1",
+        ],
+    );
+    run(scenario(&out)
+        .arg("--model")
+        .arg(&model)
+        .args(["--arms", "fak-native"]));
+    let p = packet(&out);
+    assert_eq!(p["scenario"]["replies"]["mode"], "scripted");
+    for (agent, turn, prompt, computed, reused) in turns(&p, "fak-native-cache") {
+        if turn > 1 {
+            let new = (N_OUT + SUFFIX) as u64;
+            assert!(
+                computed >= new && computed <= new + PAGE as u64 && reused > 0,
+                "agent {agent} turn {turn}: {computed} computed, {reused} reused of {prompt}"
+            );
+        }
+    }
+    assert!(computed(&p, "fak-native-cache", true) < computed(&p, "fak-native-nocache", true));
+    validate_and_report(&out);
+}
+
 /// `fak serve` as a scenario arm, driven over HTTP like llama-server: every turn of both agents
 /// runs with its cache on and off, the server's usage counts add up to each prompt, the cache
 /// shares the preamble and each agent's conversation, and with think time an agent's next turn
