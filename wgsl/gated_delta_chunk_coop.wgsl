@@ -59,9 +59,10 @@
 // fragment load points at cell at / CELL with its stride / CELL: the layouts hold the same
 // values in the same places, so their results agree bit for bit.
 // SCAN_FUSED (override, `FAK_GDN_CHUNK=coop+fused`): 1 computes Q̃·S in W·S's loop (both read
-// S's fragments; Q̃·S no longer waits for V' and the barriers before it) and the state update's
-// dk tiles two at a time (sharing V''s fragments); each accumulator still adds the same products
-// in the same order, so 0 and 1 agree bit for bit too.
+// S's fragments; Q̃·S no longer waits for V' and the barriers before it), and P·V' with the
+// state update's dk tiles, two tiles a pass (all read V''s fragments): two MMA phases a chunk
+// instead of four; each accumulator still adds the same products in the same order, so 0 and 1
+// agree bit for bit too.
 // dispatch: as gated_delta_chunk.wgsl.
 // workgroup memory: prepare 45.5 KB (h16 28 KB, a_sh 17 KB); scan 4·(16·(dk + 4) + 256) +
 //   2·(2·16·(dk + 8)) + 6 KB + 5 KB + 0.5 KB (30.2 KB at dk = 128, 45.2 KB at dk = 256): within
@@ -409,6 +410,18 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
 
 // ---- chunk_scan
 
+// The chunk's outputs of this workgroup's value columns from vst (live rows, columns < dv).
+fn write_o(ch: Chunk, h: u32, rows_tile: u32, tid: u32) {
+    for (var e = tid; e < CHUNK * ROWS; e += SCAN_WG) {
+        let t = e / ROWS;
+        let jr = e % ROWS;
+        let j = rows_tile * ROWS + jr;
+        if live(ch, t) && j < params.dv {
+            o[(ch.row0 + t) * params.nv * params.dv + h * params.dv + j] = vst[t * VS + jr];
+        }
+    }
+}
+
 // s16 (hi/lo) from the f32 state in state_sh.
 fn split_state(tid: u32) {
     for (var e = tid; e < ROWS * DK / 4u; e += SCAN_WG) {
@@ -451,6 +464,10 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
     let tiles = DK / COOP;
     let rounds = (tiles + SCAN_SUBGROUPS - 1u) / SCAN_SUBGROUPS;
     let rounds_per_pass = 1u + SCAN_FUSED;
+    // Fused with one pass in all (DK ≤ 128), P V' rides in it.
+    // (`&`, not `&&`: naga lowers a short circuit through a variable, which it takes for
+    // non-uniform, and cooperative ops branch on this.)
+    let pv_in_update = (SCAN_FUSED == 1u) & (rounds <= rounds_per_pass);
     for (var c = 0u; c < n_chunks; c++) {
         let ch = chunk_of(c, h, s);
         if tid < CHUNK {
@@ -510,7 +527,8 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
             put_d16_4(d_lo + t * DS + jr, v.lo);
         }
         workgroupBarrier();
-        // O = Q̃ S + P V' for this subgroup's rows, into vst.
+        // O = Q̃ S + P V' for this subgroup's rows, into vst (fused: Q̃ S is done; P V' in the
+        // state update's pass where it has one, which loads the same V' fragments).
         if SCAN_FUSED == 0u {
             for (var i0 = 0u; i0 < DK; i0 += COOP) {
                 let a_at = cell(q_hi + i0);
@@ -524,18 +542,20 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
                                       coopLoad<CoopB>(&s16[b_lo], ss), acc_small);
             }
         }
-        for (var s0 = 0u; s0 < CHUNK; s0 += COOP) {
-            let a_at = cell(p_hi + s0);
-            let a_lo = cell(p_hi + s0 + p_part);
-            let b_at = cell(s0 * DS);
-            let b_lo = cell(d_lo + s0 * DS);
-            let a_hi = coopLoadT<CoopA>(&halves[a_at], chunk);
-            let b_hi = coopLoadT<CoopB>(&d16[b_at], ds);
-            acc = coopMultiplyAdd(a_hi, b_hi, acc);
-            acc_small = mma_cross(a_hi, coopLoadT<CoopA>(&halves[a_lo], chunk), b_hi,
-                                  coopLoadT<CoopB>(&d16[b_lo], ds), acc_small);
+        if !pv_in_update {
+            for (var s0 = 0u; s0 < CHUNK; s0 += COOP) {
+                let a_at = cell(p_hi + s0);
+                let a_lo = cell(p_hi + s0 + p_part);
+                let b_at = cell(s0 * DS);
+                let b_lo = cell(d_lo + s0 * DS);
+                let a_hi = coopLoadT<CoopA>(&halves[a_at], chunk);
+                let b_hi = coopLoadT<CoopB>(&d16[b_at], ds);
+                acc = coopMultiplyAdd(a_hi, b_hi, acc);
+                acc_small = mma_cross(a_hi, coopLoadT<CoopA>(&halves[a_lo], chunk), b_hi,
+                                      coopLoadT<CoopB>(&d16[b_lo], ds), acc_small);
+            }
+            coopStoreT(joined(acc, acc_small), &vst[v_at], vs);
         }
-        coopStoreT(joined(acc, acc_small), &vst[v_at], vs);
         // S ← e^{γ_C} S (scalar; the MMAs above read s16, not state_sh).
         let decay_last = exp(gamma_sh[CHUNK - 1u]);
         for (var e = tid; e < ROWS * DK; e += SCAN_WG) {
@@ -543,17 +563,13 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
             state_sh[at_e] *= decay_last;
         }
         workgroupBarrier();
-        for (var e = tid; e < CHUNK * ROWS; e += SCAN_WG) {
-            let t = e / ROWS;
-            let jr = e % ROWS;
-            let j = wg.x * ROWS + jr;
-            if live(ch, t) && j < params.dv {
-                o[(ch.row0 + t) * params.nv * params.dv + h * params.dv + j] = vst[t * VS + jr];
-            }
+        if !pv_in_update {
+            write_o(ch, h, wg.x, tid);
         }
         // S += K̃ᵀ V' over dk tiles sg, sg + 4, …; a subgroup past the last tile computes the last
         // one again and stores it into the junk tile. Fused, a pass takes rounds r and r + 1
-        // (tiles it and it + 4) and loads each V' fragment once for both.
+        // (tiles it and it + 4), and P V' where there is one pass, loading each V' fragment once
+        // for all of them.
         for (var r = 0u; r < rounds; r += rounds_per_pass) {
             let it = sg + r * SCAN_SUBGROUPS;
             let i0 = min(it, tiles - 1u) * COOP;
@@ -584,6 +600,14 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
                 upd = coopMultiplyAdd(a_hi, b_hi, upd);
                 upd_small = mma_cross(a_hi, coopLoad<CoopA>(&halves[a_lo], dk), b_hi, b_lo_f,
                                       upd_small);
+                if pv_in_update {
+                    let p_at = cell(p_hi + s0);
+                    let p_lo = cell(p_hi + s0 + p_part);
+                    let pa_hi = coopLoadT<CoopA>(&halves[p_at], chunk);
+                    acc = coopMultiplyAdd(pa_hi, b_hi, acc);
+                    acc_small = mma_cross(pa_hi, coopLoadT<CoopA>(&halves[p_lo], chunk), b_hi,
+                                          b_lo_f, acc_small);
+                }
                 if SCAN_FUSED == 1u {
                     let a2_at = cell(k_hi + s0 * DK + i2);
                     let a2_lo = cell(k_hi + s0 * DK + i2 + part);
@@ -598,7 +622,13 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
                 coopStore(joined(upd2, upd2_small), &state_sh[s_at2], s_stride2);
             }
         }
+        if pv_in_update {
+            coopStoreT(joined(acc, acc_small), &vst[v_at], vs);
+        }
         workgroupBarrier();
+        if pv_in_update {
+            write_o(ch, h, wg.x, tid);
+        }
         split_state(tid);
         if c == save {
             store_state(state_at(seqs.save_slot, h), wg.x, tid);
