@@ -17,8 +17,8 @@
 #      (FAK_ATTN_PREFILL tile, FAK_ATTN_SPLIT rule), on the 27B the delta rule (FAK_GDN_CHUNK form).
 #      bench.log keeps each run's prefill lines and the attention / delta-rule op rows;
 #      bench-json.tgz the JSONs (per-op µs at both depths).
-# Prepare (here, not on the device; ~6 min on this box; ~16 MiB):
-#   RELEASE_TARGET_DIR=/work/targets/prefill-rel experiments/h200/prepare.sh \
+# Prepare (here, not on the device; ~6 min on this box; ~18 MiB):
+#   MATMUL_BENCH=1 RELEASE_TARGET_DIR=/work/targets/prefill-rel experiments/h200/prepare.sh \
 #       gpu_gated_delta gpu_attn_prefill model_qwen35
 #   then stage target/h200 with the scripts as a copy in the lead's checkout, e.g.
 #   D=/work/main/target/prefill-sweep; rm -rf $D; mkdir -p $D/experiments/h200
@@ -26,7 +26,9 @@
 #   cp -r target/h200/{bin.txz,gl,built-at,commit} $D/target/h200/   (mkdir -p $D/target/h200 first)
 # run `cd target/prefill-sweep && bash experiments/h200/prefill-sweep.sh`, carry
 # ["target/prefill-sweep"], timeout_s 330.
-# Files back: tests.tgz, bench.log, bench-json.tgz, clocks.csv, gpu.csv.
+#   3. `matmul-bench --attn` after the first four benches, when carried (attn-bench.tsv: every
+#      attention tile's µs per dispatch, unsplit and split by the engine's rule).
+# Files back: tests.tgz, bench.log, bench-json.tgz, attn-bench.tsv, clocks.csv, gpu.csv.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh
@@ -83,11 +85,20 @@ bench "$Q8B" 8b-default
 bench "$Q27" 27b-default
 bench "$Q27" 27b-all FAK_GDN_CHUNK=coop+quads+fused+columns
 bench "$Q8B" 8b-64x64qi FAK_ATTN_PREFILL=64x64qi
+# Every attention tile (the qi twins included) × the unsplit and the engine's split rule, per
+# dispatch at the 8B's four 512-token chunks and the 27B's cached step, each output checked
+# against the f32-tile kernel's (when carried: MATMUL_BENCH=1 in the prepare; ≤ 45 s).
+if [ -x "$BIN/matmul-bench" ] && [ $((SECONDS + 45)) -le "$BUDGET_S" ]; then
+    echo "== matmul-bench --attn (at ${SECONDS}s)"
+    ATTN_SPLITS=auto timeout 45 "$BIN/matmul-bench" --attn > "$OUT/attn-bench.tsv" 2> /tmp/attn-bench.err
+    echo "exit $?"
+    tail -2 /tmp/attn-bench.err
+fi
 bench "$Q27" 27b-quads FAK_GDN_CHUNK=coop+quads
 bench "$Q8B" 8b-split-never FAK_ATTN_SPLIT=never
 bench "$Q27" 27b-fused FAK_GDN_CHUNK=coop+fused
-bench "$Q8B" 8b-split-more FAK_ATTN_SPLIT=fill:8192:256
 bench "$Q27" 27b-columns FAK_GDN_CHUNK=coop+columns
+bench "$Q8B" 8b-split-more FAK_ATTN_SPLIT=fill:8192:256
 bench "$Q8B" 8b-64x32 FAK_ATTN_PREFILL=64x32
 bench "$Q8B" 8b-default-2
 bench "$Q27" 27b-default-2
