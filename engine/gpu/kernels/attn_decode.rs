@@ -43,6 +43,18 @@ const SLOTS: &[Slot] = &[
 ];
 /// Teams of `row_lanes` lanes per workgroup, each walking its own keys (`TEAMS` of the WGSL).
 const TEAMS: u32 = 8;
+/// Lanes per key row on the SUBGROUP path: the adapter's smallest subgroup, at most 32 (a head of
+/// 128 then sits at 4 dims per lane; wider rows would leave lanes with one or two).
+const MAX_ROW_LANES: u32 = 32;
+/// Lanes per key row on the fallback path, whose row sums go through workgroup memory.
+const FALLBACK_ROW_LANES: u32 = 16;
+/// Most accumulators a lane holds (GROUP query heads × its dims; its query slice is as large):
+/// past this the registers spill whatever the driver does.
+const MAX_LANE_ACC: u32 = 192;
+const MAX_GROUP: u32 = 32;
+/// Most splits a binding may have (`MAX_SPLITS` of wgsl/attn_combine.wgsl: the combine pass
+/// keeps one weight per split in workgroup memory).
+pub const MAX_SPLITS: u32 = 64;
 
 /// How a team walks its keys (`KEYS` of wgsl/attn_decode.wgsl): the form of the kernel's key
 /// loop. Both give the reference's attention; [`KeyWalk::from_env`] picks one per process, so an
@@ -91,18 +103,6 @@ impl KeyWalk {
         (size, kv_len.div_ceil(size))
     }
 }
-/// Lanes per key row on the SUBGROUP path: the adapter's smallest subgroup, at most 32 (a head of
-/// 128 then sits at 4 dims per lane; wider rows would leave lanes with one or two).
-const MAX_ROW_LANES: u32 = 32;
-/// Lanes per key row on the fallback path, whose row sums go through workgroup memory.
-const FALLBACK_ROW_LANES: u32 = 16;
-/// Most accumulators a lane holds (GROUP query heads × its dims; its query slice is as large):
-/// past this the registers spill whatever the driver does.
-const MAX_LANE_ACC: u32 = 192;
-const MAX_GROUP: u32 = 32;
-/// Most splits a binding may have (`MAX_SPLITS` of wgsl/attn_combine.wgsl: the combine pass
-/// keeps one weight per split in workgroup memory).
-pub const MAX_SPLITS: u32 = 64;
 
 /// The attention shape of a model: query heads, kv heads and their width. Kernels are
 /// specialised for it (loop bounds and workgroup arrays become constants).
