@@ -581,9 +581,11 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
 /// The integer path quantizes each mat-vec input once per step, however many projections read
 /// it (a GDN layer's four projections of h, attention's three), and not at all where the kernel
 /// producing it writes it as q8 blocks too (the gate/up pairing's SwiGLU, gdn_decode's y,
-/// attn_decode's o): with every weight Q8_0, a decode step records the f32 path's dispatches
-/// plus one per distinct input its producer does not quantize, W_out and W_o each one dispatch
-/// reading q8 blocks, and the logits still match the reference rounding its inputs alike.
+/// attn_decode's o) or where the mat-vecs norm and quantize it themselves (the norm fold: the
+/// mixer's projections and gate/up, unless `FAK_DECODE_NORM_FOLD=0`): with every weight Q8_0, a
+/// decode step records the f32 path's dispatches plus one per distinct input left to a quantize
+/// dispatch, W_out and W_o each one dispatch reading q8 blocks, the normed products each one
+/// `matvec_q8` dispatch, and the logits still match the reference rounding its inputs alike.
 #[test]
 fn int_dot_quantizes_each_input_once_per_step() {
     let path = tiny("q8_0", 2);
@@ -595,13 +597,16 @@ fn int_dot_quantizes_each_input_once_per_step() {
     // Per layer: h (the mixer's projections), the MLP's normed input, the SwiGLU (unless the
     // gate/up pairing writes it quantized, which it does where ffn_down takes q8 and its blocks
     // tile n_ff); then the head's normed input. The mixer's output is the decode kernel's.
+    let norm_fold = fak::model::blocks::decode_norm_fold();
     let mut inputs: Vec<Vec<&TensorInfo>> = Vec::new();
     for l in &t.layers {
-        inputs.push(match &l.mixer {
-            Mixer::DeltaNet(m) => vec![m.qkv, m.gate, m.beta, m.alpha],
-            Mixer::Attention(m) => vec![m.wq, m.wk, m.wv],
-        });
-        inputs.push(vec![l.mlp.gate, l.mlp.up]);
+        if !norm_fold {
+            inputs.push(match &l.mixer {
+                Mixer::DeltaNet(m) => vec![m.qkv, m.gate, m.beta, m.alpha],
+                Mixer::Attention(m) => vec![m.wq, m.wk, m.wv],
+            });
+            inputs.push(vec![l.mlp.gate, l.mlp.up]);
+        }
         if !l.mlp.down.row_len().is_multiple_of(32) {
             inputs.push(vec![l.mlp.down]);
         }
@@ -633,6 +638,21 @@ fn int_dot_quantizes_each_input_once_per_step() {
         for op in outs {
             assert_eq!((op.kernel, op.dispatches), ("matvec_q8", 1), "{name}");
         }
+    }
+    if norm_fold {
+        // The normed products (attn_qkv…, gdn_qkv…, ffn_gate_up): one dispatch each with the
+        // quantization inside; the only quantize dispatch left is the head's input.
+        let normed = ["attn_q", "gdn_qkv", "ffn_gate_up"];
+        let products: Vec<_> = ops
+            .iter()
+            .filter(|op| normed.iter().any(|p| op.name.starts_with(p)))
+            .collect();
+        assert_eq!(products.len(), 2 * t.layers.len(), "{products:?}");
+        for op in products {
+            assert_eq!((op.kernel, op.dispatches), ("matvec_q8", 1), "{}", op.name);
+        }
+        let quantizes = ops.iter().filter(|op| op.kernel == "quantize_q8").count();
+        assert_eq!(quantizes, quantized, "quantize dispatches");
     }
     let want = Qwen35Reference::with_activations(&gguf, Activations::Q8Blocks)
         .unwrap()

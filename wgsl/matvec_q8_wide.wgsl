@@ -13,7 +13,8 @@
 // 16-byte runs of five words each (blocks of 210 bytes start on 2-byte boundaries), so each
 // invocation has twice (Q4_K) or four times (Q6_K) the weight bytes in flight per load step
 // with fewer load instructions per byte.
-// bindings: matvec_q8.wgsl's (xq, xd: the q8 input; x, x16, nw placeholders).
+// bindings: matvec_q8.wgsl's (xq, xd: the q8 input; x, x16, nw placeholders — or under QUANTIZE_X
+//           x, x16, nw read and x̂ built in workgroup memory, as there).
 // dispatch, rows, teams, pairing, accumulate, quantized output, reduction: matvec.wgsl's, with
 //           params.units = 4 wide units per super-block (UNIT_LANES = 4).
 // pipelines: one per (ggml type ∈ {Q4_K, Q6_K}, MAX_B) and layout, entry point matvec_q8_wide.
@@ -124,7 +125,7 @@ fn load_wide_x(b: u32, u: u32) -> WideX {
         let e = first + 128u * (lane / 2u) + 16u * (lane % 2u);
         for (var k = 0u; k < 4u; k++) {
             v.words[k] = xq4(codes, e + 32u * k);
-            v.d[k] = xd[blocks + (e + 32u * k) / 32u];
+            v.d[k] = xd_scale(blocks + (e + 32u * k) / 32u);
         }
     } else {
         // Sub-blocks 2c, 2c + 1: x blocks 2c, 2c + 1 of the super-block, 8 words each.
@@ -133,7 +134,7 @@ fn load_wide_x(b: u32, u: u32) -> WideX {
             v.words[k] = xq4(codes, e + 16u * k);
         }
         let k = blocks + e / 32u;
-        v.d = vec4<f32>(xd[k], xd[k + 1u], 0.0, 0.0);
+        v.d = vec4<f32>(xd_scale(k), xd_scale(k + 1u), 0.0, 0.0);
         v.s = vec4<f32>(code_sum(v.words[0].x, v.words[0].y) + code_sum(v.words[0].z, v.words[0].w)
                             + code_sum(v.words[1].x, v.words[1].y)
                             + code_sum(v.words[1].z, v.words[1].w),
@@ -193,6 +194,9 @@ fn matvec_q8_wide(@builtin(workgroup_id) wg: vec3<u32>,
         return;
     }
     let n = min(step.n_tokens, MAX_B);
+    if QUANTIZE_X {
+        quantize_input(n, lanes);
+    }
     let starts = row_starts(at.team_first, paired);
     var acc: array<vec4<f32>, 8>;
     for (var u = at.lane; u < params.units; u += TEAM * UNROLL) {

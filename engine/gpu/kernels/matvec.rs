@@ -123,7 +123,7 @@ impl MatVecLayout {
 
     /// Whether the wide form serves weights of `ty` multiplied by inputs `input`.
     fn wide_serves(ty: GgmlType, input: Input) -> bool {
-        matches!(input, Input::Q8(_)) && matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
+        input.is_q8() && matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
     }
 
     /// The layout a binding of `ty` and `input` runs: this one, in the narrow form where the
@@ -367,6 +367,14 @@ pub struct MatVecFusion<'a> {
     pub q8: Option<&'a Q8Vectors>,
     /// The layout of this binding's pipelines; None: the kernel's.
     pub layout: Option<MatVecLayout>,
+    /// With `norm` on the integer path: each workgroup quantizes RMSNorm(x) to 8-bit blocks in
+    /// its own memory and multiplies those (wgsl/matvec_q8.wgsl, QUANTIZE_X): the product of a
+    /// `QuantizeQ8` dispatch with the norm and a `q8` binding after it, bit for bit, in one
+    /// dispatch. Needs an int-dot variant, a type of [`MatVec::Q8_TYPES`], `cols` whole q8
+    /// blocks, `q8` None, a layout of at least 64 invocations, and workgroup memory for the
+    /// vectors: the binding holds at most [`MatVecBinding::max_batch`] of them, fewer than
+    /// `MatVecIo::max_batch` where the adapter's workgroup memory is short.
+    pub quantize_input: bool,
     /// Also write the paired outputs (`swiglu`) as 8-bit blocks here, the vectors of `rows`
     /// columns: the next product's integer-path input, rounded as `QuantizeQ8` would round y.
     /// Needs `rows` a multiple of 32 and a layout of [`MatVecLayout::QUANTIZING_TEAMS`] teams
@@ -405,6 +413,30 @@ enum Input {
     Normed,
     /// x as q8 blocks; the index in `MatVec::Q8_TYPES`.
     Q8(usize),
+    /// x RMS-normed and quantized to q8 blocks inside each workgroup (QUANTIZE_X): the index
+    /// in `MatVec::Q8_TYPES` and the row length.
+    QuantizedNorm(usize, u32),
+}
+
+impl Input {
+    /// Whether the product multiplies q8 codes (the integer path's kernels).
+    fn is_q8(self) -> bool {
+        matches!(self, Input::Q8(_) | Input::QuantizedNorm(..))
+    }
+}
+
+/// The workgroup memory a QUANTIZE_X pipeline of `layout` for `capacity` vectors of `cols`
+/// declares (the arrays of wgsl/matvec.wgsl, matvec_q8.wgsl and the reductions, as sized there).
+fn quantizing_workgroup_bytes(layout: MatVecLayout, capacity: u32, cols: u64) -> u64 {
+    let (wg, c) = (u64::from(layout.invocations), u64::from(capacity));
+    let (row_slots, team_slots) = match layout.teams > 1 {
+        true => (1, wg / 2 * c),
+        false => (wg * c, 1),
+    };
+    let x_hat = 4 * (c * cols / 4 + 1) + 4 * (c * cols / Q8_BLOCK + 1);
+    // norm_scales, pair_totals, block_values; the reduction's partials.
+    let fixed = 4 * (8 + 32 + 256) + 4 * wg;
+    x_hat + 16 * (row_slots + team_slots) + fixed
 }
 
 /// One weight tensor bound for [`MatVec::encode`]: its pipelines (by batch capacity, up to the
@@ -415,6 +447,14 @@ pub struct MatVecBinding {
     ranges: Vec<(wgpu::BindGroup, Grid)>,
     /// What one encode moves: W (and a folded norm's weight) once, and per input vector.
     work: MatVecWork,
+}
+
+impl MatVecBinding {
+    /// The most input vectors one encode takes (`MatVecIo::max_batch`, or fewer for a
+    /// [`MatVecFusion::quantize_input`] binding on an adapter short of workgroup memory).
+    pub fn max_batch(&self) -> u32 {
+        self.max_batch
+    }
 }
 
 /// The traffic of a [`MatVecBinding`], fixed at bind time.
@@ -445,23 +485,33 @@ fn spec(ty: GgmlType, input: Input, capacity: u32, rows: MatVecLayout) -> Pipeli
     let (entry_point, what) = match input {
         Input::Q8(_) if rows.wide => ("matvec_q8_wide", "q8"),
         Input::Q8(_) => ("matvec_q8", "q8"),
+        Input::QuantizedNorm(..) if rows.wide => ("matvec_q8_wide", "normed q8"),
+        Input::QuantizedNorm(..) => ("matvec_q8", "normed q8"),
         Input::Normed => ("matvec", "normed f32"),
         Input::F32 => ("matvec", "f32"),
+    };
+    // Only the int-dot module declares QUANTIZE_X and X_COLS.
+    let quantizing = match input {
+        Input::QuantizedNorm(_, cols) => vec![("QUANTIZE_X", 1.0), ("X_COLS", f64::from(cols))],
+        _ => Vec::new(),
     };
     PipelineSpec {
         label: format!("matvec {ty} batch {capacity} x {what} layout {rows}"),
         entry_point,
-        constants: vec![
-            ("WG", f64::from(rows.invocations)),
-            ("TEAMS", f64::from(rows.teams)),
-            ("UNROLL", f64::from(rows.unroll)),
-            ("MAX_B", f64::from(capacity)),
-            ("NORM", f64::from(u8::from(norm))),
-            ("GGML_TYPE", f64::from(ty.id())),
-            ("UNIT_LANES", lanes as f64),
-            ("BLOCK_ELEMS", block_elems as f64),
-            ("BLOCK_BYTES", block_bytes as f64),
-        ],
+        constants: quantizing
+            .into_iter()
+            .chain([
+                ("WG", f64::from(rows.invocations)),
+                ("TEAMS", f64::from(rows.teams)),
+                ("UNROLL", f64::from(rows.unroll)),
+                ("MAX_B", f64::from(capacity)),
+                ("NORM", f64::from(u8::from(norm))),
+                ("GGML_TYPE", f64::from(ty.id())),
+                ("UNIT_LANES", lanes as f64),
+                ("BLOCK_ELEMS", block_elems as f64),
+                ("BLOCK_BYTES", block_bytes as f64),
+            ])
+            .collect(),
     }
 }
 
@@ -526,6 +576,10 @@ impl Kernel for MatVec {
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), wide[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), wide[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), wide[2]));
+            // The norm quantized in the workgroup, narrow and wide.
+            let normed = |index| Input::QuantizedNorm(index, 256);
+            pipelines.extend(specs(GgmlType::Q4_K, normed(1), MatVecLayout::QUANTIZING));
+            pipelines.extend(specs(GgmlType::Q6_K, normed(3), wide[0]));
         }
         KernelSource {
             module,
@@ -693,6 +747,51 @@ impl MatVec {
             .is_ok_and(|ranges| ranges.len() == 1)
     }
 
+    /// The most vectors (≤ `max_batch`) a [`MatVecFusion::quantize_input`] binding of `rows` and
+    /// `cols` columns takes: the largest batch capacity whose x̂ fits the adapter's workgroup
+    /// memory beside the kernel's other arrays. Refuses a layout under 64 invocations (the norm
+    /// sums over quantize_q8's 64 lanes) or a row too long for even one vector.
+    fn quantizing_capacity(
+        &self,
+        ctx: &GpuContext,
+        rows: MatVecLayout,
+        cols: u64,
+        max_batch: u32,
+    ) -> Result<u32, GpuError> {
+        let limit = u64::from(ctx.device.limits().max_compute_workgroup_storage_size);
+        let fits = |c: &u32| quantizing_workgroup_bytes(rows, *c, cols) <= limit;
+        let capacity = BATCH_CAPACITIES
+            .into_iter()
+            .filter(|&c| c <= max_batch.next_power_of_two())
+            .rfind(fits);
+        match capacity {
+            Some(c) if rows.invocations >= 64 => Ok(c.min(max_batch)),
+            _ => Err(GpuError::Shape {
+                kernel: Self::NAME,
+                message: format!(
+                    "a norm quantized in the workgroup: rows of {cols} in layout {rows} need {} \
+                     bytes of workgroup memory for one vector (the adapter has {limit}) and at \
+                     least 64 invocations",
+                    quantizing_workgroup_bytes(rows, 1, cols)
+                ),
+            }),
+        }
+    }
+
+    /// Whether a [`MatVecFusion::quantize_input`] binding of `cols` columns holds at least one
+    /// vector on this adapter in the layout such a binding would take ([`MatVec::bind_fused`]).
+    pub fn quantizes_input(
+        &self,
+        ctx: &GpuContext,
+        cols: u64,
+        layout: Option<MatVecLayout>,
+    ) -> bool {
+        let rows = layout.or(self.rows).unwrap_or(MatVecLayout::INTEGER);
+        self.variant.int_dot
+            && cols.is_multiple_of(Q8_BLOCK)
+            && self.quantizing_capacity(ctx, rows, cols, 1).is_ok()
+    }
+
     /// [`MatVec::bind_fused`] with bindings of at most `max_binding` bytes.
     pub fn bind_fused_within(
         &self,
@@ -744,34 +843,53 @@ impl MatVec {
             io.weights,
             io.weights_offset,
         )?;
-        let input = match (fusion.norm, fusion.q8) {
-            (None, None) => Input::F32,
-            (Some(_), None) => Input::Normed,
-            (None, Some(q8)) => {
-                if !self.variant.int_dot {
-                    return Err(shape_error(format!(
-                        "q8 inputs need an int-dot variant, not {}",
-                        self.variant
-                    )));
-                }
-                let index = Self::Q8_TYPES.iter().position(|&t| t == ty).ok_or(
-                    GpuError::UnsupportedType {
-                        kernel: "matvec_q8",
-                        ty,
-                    },
-                )?;
+        let q8_index = || {
+            if !self.variant.int_dot {
+                return Err(shape_error(format!(
+                    "q8 inputs need an int-dot variant, not {}",
+                    self.variant
+                )));
+            }
+            Self::Q8_TYPES
+                .iter()
+                .position(|&t| t == ty)
+                .ok_or(GpuError::UnsupportedType {
+                    kernel: "matvec_q8",
+                    ty,
+                })
+        };
+        let input = match (fusion.norm, fusion.q8, fusion.quantize_input) {
+            (None, None, false) => Input::F32,
+            (Some(_), None, false) => Input::Normed,
+            (None, Some(q8), false) => {
+                let index = q8_index()?;
                 q8.check(Self::NAME, cols, io.max_batch)?;
                 Input::Q8(index)
             }
-            (Some(_), Some(_)) => {
+            (Some(_), None, true) => {
+                let index = q8_index()?;
+                if !cols.is_multiple_of(Q8_BLOCK) {
+                    return Err(shape_error(format!(
+                        "a norm quantized in the workgroup needs whole q8 blocks, not {cols} \
+                         columns"
+                    )));
+                }
+                Input::QuantizedNorm(index, cols as u32)
+            }
+            (Some(_), Some(_), _) => {
                 return Err(shape_error(
                     "a norm is folded into the quantization of q8 inputs, not the product".into(),
                 ));
             }
+            (_, _, true) => {
+                return Err(shape_error(
+                    "quantizing the input in the workgroup needs its norm and no q8 vectors".into(),
+                ));
+            }
         };
-        let by_input = match fusion.q8 {
-            Some(_) => MatVecLayout::INTEGER,
-            None => MatVecLayout::DEFAULT,
+        let by_input = match input.is_q8() {
+            true => MatVecLayout::INTEGER,
+            false => MatVecLayout::DEFAULT,
         };
         let rows_layout = fusion.layout.or(self.rows).unwrap_or(by_input).check()?;
         let rows_layout = match self.widen {
@@ -795,7 +913,13 @@ impl MatVec {
                 )));
             }
         }
-        let pipelines = self.pipelines_for(ctx, ty, input, rows_layout, io.max_batch)?;
+        let max_batch = match input {
+            Input::QuantizedNorm(..) => {
+                self.quantizing_capacity(ctx, rows_layout, cols, io.max_batch)?
+            }
+            _ => io.max_batch,
+        };
+        let pipelines = self.pipelines_for(ctx, ty, input, rows_layout, max_batch)?;
         let norm = fusion
             .norm
             .map(|norm| {
@@ -948,9 +1072,9 @@ impl MatVec {
             None => (0, 0),
         };
         let work = MatVecWork {
-            kernel: match fusion.q8 {
-                Some(_) => "matvec_q8",
-                None => Self::NAME,
+            kernel: match input.is_q8() {
+                true => "matvec_q8",
+                false => Self::NAME,
             },
             weight_bytes: w_rows * row_bytes + norm_weight,
             step_bytes: norm_reread,
@@ -959,7 +1083,7 @@ impl MatVec {
         };
         Ok(MatVecBinding {
             pipelines,
-            max_batch: io.max_batch,
+            max_batch,
             ranges,
             work,
         })

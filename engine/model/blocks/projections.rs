@@ -27,6 +27,10 @@ struct NormedLinears {
     /// Each part's product over h, and (decode) over x with the norm folded in; the latter is
     /// None when the norm cannot fold (rows not a multiple of 4).
     parts: Vec<(Linear, Option<MatVecBinding>)>,
+    /// On the int-dot path with the norm fold ([`super::decode_norm_fold`]): per part, the
+    /// decode mat-vec that norms and quantizes x itself (q8 parts; f32 parts keep their folded
+    /// binding), so the step needs no quantize dispatch. Empty unless every q8 part has one.
+    quantizing: Vec<Option<MatVecBinding>>,
 }
 
 /// One weight of [`NormedLinears`]: its shape, bytes, and where its outputs go.
@@ -46,6 +50,7 @@ impl NormedLinears {
         norm_weight: &TensorInfo,
         parts: &[NormedPart<'_>],
     ) -> Result<NormedLinears, ModelError> {
+        let parts_in = parts;
         let width = norm_weight.n_elements() as usize;
         let weight = b.vector(norm_weight)?;
         let io = NormIo::Out {
@@ -91,15 +96,63 @@ impl NormedLinears {
                 Ok((linear, folded))
             })
             .collect::<Result<Vec<_>, GpuError>>()?;
+        // The norm quantized inside each q8 product: the first reads the norm's weight.
+        let mut norm_read = false;
+        let mut quantizing = Vec::with_capacity(parts.len());
+        for p in parts_in {
+            let q8 = quantized.is_some() && QuantizedInput::takes(p.shape.ty);
+            let binding = match q8 {
+                true => {
+                    let norm = InputNorm {
+                        shared: std::mem::replace(&mut norm_read, true),
+                        ..input_norm
+                    };
+                    let fusion = MatVecFusion::default();
+                    match b.fold_quantized(p.shape, p.weights, x, p.y, norm, fusion)? {
+                        Some(binding) => Some(binding),
+                        None => {
+                            quantizing.clear();
+                            break;
+                        }
+                    }
+                }
+                false => None,
+            };
+            quantizing.push(binding);
+        }
+        if !norm_read {
+            // No q8 part: nothing to fold.
+            quantizing.clear();
+        }
         Ok(NormedLinears {
             norm,
             quantized,
             parts,
+            quantizing,
         })
     }
 
+    /// The decode bindings of a step of `n` vectors with the norm quantized inside each q8
+    /// product, where bound and every one holds `n` vectors.
+    fn quantizing(&self, n: u32) -> Option<Vec<&MatVecBinding>> {
+        if self.quantizing.len() != self.parts.len() {
+            return None;
+        }
+        self.parts
+            .iter()
+            .zip(&self.quantizing)
+            .map(|((_, folded), quantizing)| {
+                quantizing
+                    .as_ref()
+                    .or(folded.as_ref())
+                    .filter(|b| b.max_batch() >= n)
+            })
+            .collect()
+    }
+
     /// Records the products for `n` tokens, part i as op `names[i]`: mat-vecs with the norm
-    /// folded in when every part has one and the step decodes, else the norm
+    /// folded in when every part has one and the step decodes (the norm also quantized inside
+    /// them where bound and the batch fits), else the norm
     /// (`norm_name`) and then each product.
     fn record(
         &self,
@@ -109,6 +162,15 @@ impl NormedLinears {
         marks: &mut StepMarks,
         (norm_name, names): (&'static str, &[&'static str]),
     ) -> Result<(), GpuError> {
+        if marks.kind == StepKind::Decode
+            && let Some(bindings) = self.quantizing(n)
+        {
+            for (binding, name) in bindings.into_iter().zip(names) {
+                let recorded = k.matvec.encode(pass, binding, n)?;
+                marks.op(pass, name, recorded);
+            }
+            return Ok(());
+        }
         let folded: Option<Vec<&MatVecBinding>> = match marks.kind {
             StepKind::Decode => self.parts.iter().map(|(_, f)| f.as_ref()).collect(),
             StepKind::Prompt => None,
