@@ -7,7 +7,7 @@
 //! code is shared with `harness selftest` (harness/checks/matvec.rs).
 
 use fak::gpu::kernels::matvec::{
-    InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape,
+    InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, SecondWeight,
 };
 use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
 use fak::gpu::step::MAX_BATCH;
@@ -578,6 +578,151 @@ fn the_norm_quantized_in_the_workgroup_is_the_quantize_dispatchs_product_bit_for
                     let rows = if fusion.1 { 5 } else { 7 };
                     let path = Path::Q8InWorkgroup(&quantizer);
                     assert_all(check_fused(ctx, &kernel, path, ty, rows, fusion, seed));
+                }
+            }
+        }
+    }
+}
+
+/// A mixed binding (`MatVecFusion::second`: two weights of one normed input in one dispatch,
+/// the decode merge of a Q6_K projection run with a Q4_K one) writes each weight's outputs bit
+/// for bit as that weight's own binding does, and both within the f32 bound of W·x̂ (x̂ what
+/// quantize_q8 makes of the normed x): both orders of the types, ragged row counts, every batch,
+/// both reductions; outputs poisoned, rows past the batch left alone.
+#[test]
+fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
+    let ctx = gpu();
+    let (cols, batch) = (768, u64::from(MAX_BATCH));
+    let mut rng = rng(0x3a7e_c000);
+    let x: Vec<f32> = (0..batch)
+        .flat_map(|b| {
+            random_f32(&mut rng, cols)
+                .into_iter()
+                .map(move |v| v * (0.5 + b as f32))
+        })
+        .collect();
+    let nw = random_f32(&mut rng, cols);
+    let xb = upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap();
+    let nwb = upload(ctx, "norm weight", bytemuck::cast_slice(&nw)).unwrap();
+    let x_act = Activations::contiguous(&xb, cols);
+    let norm = InputNorm {
+        weight: &nwb,
+        eps: 1e-6,
+        shared: false,
+    };
+    let fold = MatVecFusion {
+        norm: Some(norm),
+        quantize_input: true,
+        ..MatVecFusion::default()
+    };
+    let layout = MatVecLayout::INTEGER.widened();
+    for paths in variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot) {
+        let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
+        let quantizer = quantizer(ctx, &kernel);
+        for (k, (types, rows)) in [
+            ([GgmlType::Q4_K, GgmlType::Q6_K], [37u64, 21]),
+            ([GgmlType::Q6_K, GgmlType::Q4_K], [9, 70]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let shapes = [0, 1].map(|i| MatVecShape {
+                ty: types[i],
+                rows: rows[i],
+                cols,
+            });
+            assert!(kernel.mixes(ctx, shapes[0], shapes[1], None));
+            let bytes = [0, 1].map(|i| {
+                random_weights(
+                    types[i],
+                    rows[i],
+                    cols,
+                    0x3a7e_c100 + k as u64 * 2 + i as u64,
+                )
+            });
+            let w = [0, 1].map(|i| upload(ctx, "W", &bytes[i]).unwrap());
+            for n in BATCHES {
+                let step = StepBuffer::new(ctx);
+                step.set(ctx, Step::new(0, n, 0));
+                // Each weight alone, then both mixed.
+                let alone = [0, 1].map(|i| poisoned_f32(ctx, "y", batch * rows[i]));
+                let mixed = [0, 1].map(|i| poisoned_f32(ctx, "y", batch * rows[i]));
+                let io = |i: usize, y| MatVecIo {
+                    weights: &w[i],
+                    weights_offset: 0,
+                    x: x_act,
+                    y: Activations::contiguous(y, rows[i]),
+                    step: &step,
+                    accumulate: false,
+                    max_batch: MAX_BATCH,
+                };
+                let singles = [0, 1].map(|i| {
+                    kernel
+                        .bind_fused(ctx, shapes[i], &io(i, &alone[i]), fold)
+                        .unwrap()
+                });
+                let both = MatVecFusion {
+                    second: Some(SecondWeight {
+                        shape: shapes[1],
+                        weights: &w[1],
+                        y: Activations::contiguous(&mixed[1], rows[1]),
+                    }),
+                    ..fold
+                };
+                let binding = kernel
+                    .bind_fused(ctx, shapes[0], &io(0, &mixed[0]), both)
+                    .unwrap();
+                let q8 = poisoned_q8(ctx, cols, MAX_BATCH);
+                let quantize = quantizer
+                    .bind(ctx, x_act, cols, Some(norm), &q8, &step, MAX_BATCH)
+                    .unwrap();
+                ctx.run_pass("mixed", |pass| {
+                    for single in &singles {
+                        kernel.encode(pass, single, n).unwrap();
+                    }
+                    kernel.encode(pass, &binding, n).unwrap();
+                    quantizer.encode(pass, &quantize, n).unwrap();
+                })
+                .unwrap();
+                let mut x_hat = vec![0.0; (batch * cols) as usize];
+                let mut d = vec![0.0; (batch * cols) as usize];
+                for (b, (codes, scales)) in q8.read_back(ctx, cols, n).unwrap().iter().enumerate() {
+                    for (i, &q) in codes.iter().enumerate() {
+                        let at = b * cols as usize + i;
+                        d[at] = scales[i / 32];
+                        x_hat[at] = f32::from(q) * d[at];
+                    }
+                }
+                for i in 0..2 {
+                    let what = format!("{paths} {:?} part {i} ({}) batch {n}", types, types[i]);
+                    let got = read_back_f32(ctx, &mixed[i], 0..4 * batch * rows[i]).unwrap();
+                    let own = read_back_f32(ctx, &alone[i], 0..4 * batch * rows[i]).unwrap();
+                    let split = (u64::from(n) * rows[i]) as usize;
+                    assert!(
+                        got[..split]
+                            .iter()
+                            .zip(&own[..split])
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{what}: the mixed binding's outputs are not its own binding's"
+                    );
+                    assert!(
+                        got[split..].iter().all(|v| v.is_nan()),
+                        "{what}: wrote past the batch"
+                    );
+                    let want = expected(
+                        types[i],
+                        &bytes[i],
+                        (rows[i], cols),
+                        &x_hat,
+                        Some(&d),
+                        MAX_BATCH,
+                    );
+                    let bounds: Vec<f32> = want.scales[..split]
+                        .iter()
+                        .map(|&s| bound(cols, s))
+                        .collect();
+                    let want: Vec<f32> = want.dots[..split].iter().map(|&v| v as f32).collect();
+                    assert_within(&what, &got[..split], &want, &bounds);
                 }
             }
         }

@@ -641,7 +641,7 @@ fn int_dot_quantizes_each_input_once_per_step() {
     }
     if norm_fold {
         // The normed products (attn_qkv…, gdn_qkv…, ffn_gate_up): one dispatch each with the
-        // quantization inside; the only quantize dispatch left is the head's input.
+        // quantization inside (the head's input keeps its quantize dispatch: counted above).
         let normed = ["attn_q", "gdn_qkv", "ffn_gate_up"];
         let products: Vec<_> = ops
             .iter()
@@ -651,8 +651,6 @@ fn int_dot_quantizes_each_input_once_per_step() {
         for op in products {
             assert_eq!((op.kernel, op.dispatches), ("matvec_q8", 1), "{}", op.name);
         }
-        let quantizes = ops.iter().filter(|op| op.kernel == "quantize_q8").count();
-        assert_eq!(quantizes, quantized, "quantize dispatches");
     }
     let want = Qwen35Reference::with_activations(&gguf, Activations::Q8Blocks)
         .unwrap()

@@ -36,8 +36,6 @@
 //           QUANTIZE_X ones also per X_COLS (= params.cols).
 // requires: matvec.wgsl (and what it requires).
 
-@group(0) @binding(8) var<storage, read> xq: array<u32>;
-@group(0) @binding(9) var<storage, read> xd: array<f32>;
 
 // x is the residual stream: quantize its RMSNorm inside each workgroup (see the header).
 override QUANTIZE_X: bool = false;
@@ -72,19 +70,19 @@ fn xd_scale(k: u32) -> f32 {
 // one workgroup doing every block (the same sums in the same order, the same q8_block). Ends
 // with a barrier; uniform control flow.
 fn quantize_input(n: u32, lanes: Lanes) {
-    let blocks = params.cols / 32u;
+    let blocks = p.cols / 32u;
     for (var b = 0u; b < MAX_B; b++) {
         if b < n {
-            let base = params.x_index + b * params.x_stride;
+            let base = p.x_index + b * p.x_stride;
             var squares = 0.0;
             if lanes.index < QUANTIZE_LANES {
-                for (var c = lanes.index; c < params.cols; c += QUANTIZE_LANES) {
+                for (var c = lanes.index; c < p.cols; c += QUANTIZE_LANES) {
                     let v = x[base + c];
                     squares += v * v;
                 }
             }
             let total = workgroup_sum(squares, lanes);
-            let s = 1.0 / sqrt(total / f32(params.cols) + params.eps);
+            let s = 1.0 / sqrt(total / f32(p.cols) + p.eps);
             for (var k = lanes.index; k < blocks; k += WG) {
                 var v: array<vec4<f32>, 8>;
                 for (var j = 0u; j < 8u; j++) {
@@ -92,7 +90,7 @@ fn quantize_input(n: u32, lanes: Lanes) {
                     v[j] = (x4(base + e) * s) * nw[e / 4u];
                 }
                 let q = q8_block(v);
-                let out = b * (params.cols / 4u) + 8u * k;
+                let out = b * (p.cols / 4u) + 8u * k;
                 for (var j = 0u; j < 8u; j++) {
                     x_codes[out + j] = q.codes[j];
                 }
@@ -129,8 +127,8 @@ fn xq4(base: u32, e: u32) -> vec4<u32> {
 
 // Unit u's share of input vector b.
 fn load_xq(b: u32, u: u32) -> Xq {
-    let codes = b * (params.cols / 4u);
-    let blocks = b * (params.cols / 32u);
+    let codes = b * (p.cols / 4u);
+    let blocks = b * (p.cols / 32u);
     let lane = u % UNIT_LANES;
     let first = (u / UNIT_LANES) * BLOCK_ELEMS;
     var v: Xq;
@@ -247,9 +245,10 @@ fn add_products_q8(acc: ptr<function, array<vec4<f32>, 8>>, w: array<Unit, 4>, u
 @compute @workgroup_size(WG)
 fn matvec_q8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) count: vec3<u32>,
              lanes: Lanes) {
-    let paired = params.pair_byte != 0u;
-    let at = place_of(wg, count, lanes, paired);
-    if at.first >= params.rows {
+    let part_wg = enter_part(wg, count);
+    let paired = p.pair_byte != 0u;
+    let at = place_of(part_wg, lanes, paired);
+    if at.first >= p.rows {
         return;
     }
     let n = min(step.n_tokens, MAX_B);
@@ -258,7 +257,7 @@ fn matvec_q8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) coun
     }
     let starts = row_starts(at.team_first, paired);
     var acc: array<vec4<f32>, 8>;
-    for (var u = at.lane; u < params.units; u += TEAM * UNROLL) {
+    for (var u = at.lane; u < p.units; u += TEAM * UNROLL) {
         let loaded = load_step(starts, u);
         add_products_q8(&acc, loaded.first, u, n);
         if loaded.has_second {

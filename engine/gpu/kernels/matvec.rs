@@ -218,7 +218,7 @@ impl std::fmt::Display for MatVecLayout {
 }
 /// w, x, y, params, step, w and x again as 16-byte words (`w16`, `x16`), the norm weight (`nw`),
 /// the q8 codes and scales of the integer path (`xq`, `xd`), the quantized output's codes and
-/// scales (`yq`, `yd`).
+/// scales (`yq`, `yd`), the second weight's params of a mixed binding (`params2`).
 const SLOTS: &[Slot] = &[
     Slot::Read,
     Slot::Read,
@@ -232,6 +232,7 @@ const SLOTS: &[Slot] = &[
     Slot::Read,
     Slot::ReadWrite,
     Slot::ReadWrite,
+    Slot::Uniform,
 ];
 /// `Params::wide` bits (WIDE_X, WIDE_W of the WGSL).
 const WIDE_X: u32 = 1;
@@ -255,7 +256,10 @@ struct Params {
     eps: f32,
     pair_byte: u32,
     quantize_out: u32,
-    pad: [u32; 2],
+    /// A mixed binding's first workgroup of the second weight.
+    part2: u32,
+    /// The weight's ggml type id (read by mixed pipelines).
+    ggml_type: u32,
 }
 
 /// How a row is cut into units (the part of a block one invocation decodes):
@@ -380,6 +384,21 @@ pub struct MatVecFusion<'a> {
     /// Needs `rows` a multiple of 32 and a layout of [`MatVecLayout::QUANTIZING_TEAMS`] teams
     /// (a workgroup's outputs are then one block).
     pub quantize_output: Option<&'a Q8Vectors>,
+    /// A second weight of the same input in the same dispatch, its workgroups after the first
+    /// weight's (wgsl/matvec.wgsl, MIXED): two projections of one normed input whose types
+    /// differ (a Q6_K run beside a Q4_K one) in one dispatch instead of two. Needs
+    /// `quantize_input`, the wide form for both types (Q4_K, Q6_K), the same `cols`, no
+    /// pairing or quantized output, and each weight in one binding ([`MatVec::mixes`]).
+    pub second: Option<SecondWeight<'a>>,
+}
+
+/// The second weight of a mixed binding ([`MatVecFusion::second`]): `shape.rows` rows from byte
+/// 0 of `weights`, its outputs `[B, shape.rows]` in `y` (accumulated as the first's are).
+#[derive(Clone, Copy)]
+pub struct SecondWeight<'a> {
+    pub shape: MatVecShape,
+    pub weights: &'a wgpu::Buffer,
+    pub y: Activations<'a>,
 }
 
 /// The mat-vec kernel: one pipeline per (type, batch capacity, input: f32, normed or q8, layout),
@@ -398,12 +417,14 @@ pub struct MatVec {
     placeholder: wgpu::Buffer,
     /// Bound as `yq`/`yd` where the output is not quantized.
     placeholder_out: wgpu::Buffer,
+    /// Bound as `params2` where the binding multiplies one weight.
+    placeholder_params: wgpu::Buffer,
     /// The pipelines built so far.
     pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
 }
 
-/// What a pipeline is specialised for: type, input, batch capacity, layout.
-type PipelineKey = (GgmlType, Input, u32, MatVecLayout);
+/// What a pipeline is specialised for: type, input, batch capacity, layout, mixed (two weights).
+type PipelineKey = (GgmlType, Input, u32, MatVecLayout, bool);
 
 /// Which pipeline family a binding runs.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -478,8 +499,15 @@ impl MatVecBinding {
     }
 }
 
-/// The pipeline of one type, input (f32, normed f32 or q8), batch capacity and layout.
-fn spec(ty: GgmlType, input: Input, capacity: u32, rows: MatVecLayout) -> PipelineSpec {
+/// The pipeline of one type, input (f32, normed f32 or q8), batch capacity and layout (MIXED: a
+/// second weight's workgroups after the first's).
+fn spec(
+    ty: GgmlType,
+    input: Input,
+    capacity: u32,
+    rows: MatVecLayout,
+    mixed: bool,
+) -> PipelineSpec {
     let (_, lanes, block_elems, block_bytes) = unit_geometry(ty, rows.wide);
     let norm = input == Input::Normed;
     let (entry_point, what) = match input {
@@ -491,12 +519,16 @@ fn spec(ty: GgmlType, input: Input, capacity: u32, rows: MatVecLayout) -> Pipeli
         Input::F32 => ("matvec", "f32"),
     };
     // Only the int-dot module declares QUANTIZE_X and X_COLS.
-    let quantizing = match input {
+    let mut quantizing = match input {
         Input::QuantizedNorm(_, cols) => vec![("QUANTIZE_X", 1.0), ("X_COLS", f64::from(cols))],
         _ => Vec::new(),
     };
+    if mixed {
+        quantizing.push(("MIXED", 1.0));
+    }
+    let mixed = if mixed { " mixed" } else { "" };
     PipelineSpec {
-        label: format!("matvec {ty} batch {capacity} x {what} layout {rows}"),
+        label: format!("matvec {ty}{mixed} batch {capacity} x {what} layout {rows}"),
         entry_point,
         constants: quantizing
             .into_iter()
@@ -519,7 +551,7 @@ fn spec(ty: GgmlType, input: Input, capacity: u32, rows: MatVecLayout) -> Pipeli
 fn specs(ty: GgmlType, input: Input, rows: MatVecLayout) -> Vec<PipelineSpec> {
     BATCH_CAPACITIES
         .into_iter()
-        .map(|capacity| spec(ty, input, capacity, rows))
+        .map(|capacity| spec(ty, input, capacity, rows, false))
         .collect()
 }
 
@@ -580,6 +612,7 @@ impl Kernel for MatVec {
             let normed = |index| Input::QuantizedNorm(index, 256);
             pipelines.extend(specs(GgmlType::Q4_K, normed(1), MatVecLayout::QUANTIZING));
             pipelines.extend(specs(GgmlType::Q6_K, normed(3), wide[0]));
+            pipelines.push(spec(GgmlType::Q4_K, normed(1), 1, wide[0], true));
         }
         KernelSource {
             module,
@@ -652,6 +685,11 @@ impl MatVec {
             layout: built.layout,
             placeholder: storage_buffer(ctx, "matvec wide placeholder", 16)?,
             placeholder_out: storage_buffer(ctx, "matvec output placeholder", 16)?,
+            placeholder_params: uniform(
+                ctx,
+                "matvec params2 placeholder",
+                &<Params as bytemuck::Zeroable>::zeroed(),
+            ),
             pipelines: Mutex::new(HashMap::new()),
         })
     }
@@ -661,15 +699,13 @@ impl MatVec {
     fn pipelines_for(
         &self,
         ctx: &GpuContext,
-        ty: GgmlType,
-        input: Input,
-        rows: MatVecLayout,
+        (ty, input, rows, mixed): (GgmlType, Input, MatVecLayout, bool),
         max_batch: u32,
     ) -> Result<Vec<wgpu::ComputePipeline>, GpuError> {
         let keys: Vec<PipelineKey> = BATCH_CAPACITIES
             .into_iter()
             .filter(|&c| c <= max_batch.next_power_of_two())
-            .map(|c| (ty, input, c, rows))
+            .map(|c| (ty, input, c, rows, mixed))
             .collect();
         let mut built = self.pipelines.lock().expect("no panic while holding it");
         let missing: Vec<PipelineKey> = keys
@@ -681,7 +717,7 @@ impl MatVec {
             let mut variant = KernelVariant::of::<Self>(self.variant);
             variant.source.pipelines = missing
                 .iter()
-                .map(|&(ty, input, c, rows)| spec(ty, input, c, rows))
+                .map(|&(ty, input, c, rows, mixed)| spec(ty, input, c, rows, mixed))
                 .collect();
             built.extend(missing.into_iter().zip(build(ctx, &variant)?.pipelines));
         }
@@ -790,6 +826,32 @@ impl MatVec {
         self.variant.int_dot
             && cols.is_multiple_of(Q8_BLOCK)
             && self.quantizing_capacity(ctx, rows, cols, 1).is_ok()
+    }
+
+    /// Whether weights of `first` and `second` (each from byte 0 of its own buffer) can be one
+    /// mixed binding with the input quantized in the workgroup ([`MatVecFusion::second`]) in
+    /// `layout` (None: the kernel's): the wide form serves both types, the rows are alike, the
+    /// adapter holds a vector and each weight fits one binding.
+    pub fn mixes(
+        &self,
+        ctx: &GpuContext,
+        first: MatVecShape,
+        second: MatVecShape,
+        layout: Option<MatVecLayout>,
+    ) -> bool {
+        let rows = layout.or(self.rows).unwrap_or(MatVecLayout::INTEGER);
+        let wide = rows.wide || self.widen;
+        let input = Input::QuantizedNorm(0, first.cols as u32);
+        let fits = |s: MatVecShape| {
+            MatVecLayout::wide_serves(s.ty, input)
+                && s.ty
+                    .row_bytes(s.cols)
+                    .is_some_and(|b| b * s.rows <= ctx.max_binding_size())
+        };
+        wide && first.cols == second.cols
+            && fits(first)
+            && fits(second)
+            && self.quantizes_input(ctx, first.cols, layout)
     }
 
     /// [`MatVec::bind_fused`] with bindings of at most `max_binding` bytes.
@@ -919,7 +981,25 @@ impl MatVec {
             }
             _ => io.max_batch,
         };
-        let pipelines = self.pipelines_for(ctx, ty, input, rows_layout, max_batch)?;
+        let mixed = fusion.second.is_some();
+        if let Some(second) = fusion.second {
+            let wide = |t| MatVecLayout::wide_serves(t, input);
+            if !matches!(input, Input::QuantizedNorm(..))
+                || !rows_layout.wide
+                || !wide(second.shape.ty)
+                || second.shape.cols != cols
+                || fusion.swiglu
+                || fusion.quantize_output.is_some()
+            {
+                return Err(shape_error(format!(
+                    "a second weight ({} × {} {}) needs the input quantized in the workgroup, the \
+                     wide form for both types (Q4_K, Q6_K), {cols} columns, no pairing and no \
+                     quantized output (layout {rows_layout}, {ty})",
+                    second.shape.rows, second.shape.cols, second.shape.ty
+                )));
+            }
+        }
+        let pipelines = self.pipelines_for(ctx, (ty, input, rows_layout, mixed), max_batch)?;
         let norm = fusion
             .norm
             .map(|norm| {
@@ -962,14 +1042,43 @@ impl MatVec {
         let units = cols.div_ceil(unit_elems);
         let max_per_dimension = ctx.device.limits().max_compute_workgroups_per_dimension;
         let ranges = split_rows("a matvec weight", w_rows, &[row_bytes], max_binding, align)?;
-        if fusion.swiglu && ranges.len() > 1 {
+        if (fusion.swiglu || mixed) && ranges.len() > 1 {
             return Err(GpuError::TooLarge {
-                what: "a gate/up pairing's weights (bytes)".into(),
+                what: "a gate/up pairing's or a mixed binding's weights (bytes)".into(),
                 size: w_rows * row_bytes,
                 limit: max_binding,
                 limit_name: "max_storage_buffer_binding_size",
             });
         }
+        // A mixed binding's second weight: its row bytes, window (binding 8) and outputs
+        // (binding 11).
+        let second = match fusion.second {
+            None => None,
+            Some(sw) => {
+                let bytes = checked_row_bytes(
+                    Self::NAME,
+                    "the second W",
+                    sw.shape.ty,
+                    sw.shape.rows,
+                    cols,
+                    sw.weights,
+                    0,
+                )?;
+                let size = sw.shape.rows * bytes;
+                if size > max_binding {
+                    return Err(GpuError::TooLarge {
+                        what: "a mixed binding's second weight (bytes)".into(),
+                        size,
+                        limit: max_binding,
+                        limit_name: "max_storage_buffer_binding_size",
+                    });
+                }
+                let batch = u64::from(io.max_batch);
+                let y =
+                    sw.y.bind(Self::NAME, "y2", batch, sw.shape.rows, max_binding, align)?;
+                Some((sw, bytes, Window::around(0, size, align), y))
+            }
+        };
         // A pairing's single range holds the gate and the up rows; it writes `rows` outputs.
         let (pair_byte, outputs_per_workgroup) = match fusion.swiglu {
             true => (rows * row_bytes, rows_layout.rows_per_workgroup() / 2),
@@ -1032,9 +1141,32 @@ impl MatVec {
                     eps: norm.map_or(0.0, |(n, _)| n.eps),
                     pair_byte: pair_byte as u32,
                     quantize_out: u32::from(fusion.quantize_output.is_some()),
-                    pad: [0; 2],
+                    part2: len.div_ceil(outputs_per_workgroup) as u32,
+                    ggml_type: ty.id(),
                 };
+                // The second weight's params: its rows, bytes and outputs; x as the first's;
+                // its blocks read with word loads (no w16 view of binding 8).
+                let params2 = second.map(|(sw, bytes, window, y2)| {
+                    let second = Params {
+                        rows: sw.shape.rows as u32,
+                        row_bytes: bytes as u32,
+                        w_byte: window.skip as u32,
+                        y_index: y2.index,
+                        y_stride: y2.stride,
+                        wide: wide & WIDE_X,
+                        part2: 0,
+                        ggml_type: sw.shape.ty.id(),
+                        ..params
+                    };
+                    uniform(ctx, "matvec params2", &second)
+                });
                 let params = uniform(ctx, "matvec params", &params);
+                let (xq, yd) = match second {
+                    Some((sw, _, window, y2)) => {
+                        (window.binding(sw.weights), y2.window.binding(sw.y.buffer))
+                    }
+                    None => (xq, yd),
+                };
                 let group = bind_group(
                     ctx,
                     "matvec",
@@ -1052,9 +1184,15 @@ impl MatVec {
                         xd,
                         yq,
                         yd,
+                        params2
+                            .as_ref()
+                            .unwrap_or(&self.placeholder_params)
+                            .as_entire_binding(),
                     ],
                 );
                 let workgroups = len.div_ceil(outputs_per_workgroup);
+                let workgroups = workgroups
+                    + second.map_or(0, |(sw, ..)| sw.shape.rows.div_ceil(outputs_per_workgroup));
                 Ok((group, Grid::for_workgroups(workgroups, max_per_dimension)?))
             })
             .collect::<Result<_, GpuError>>()?;
@@ -1071,15 +1209,24 @@ impl MatVec {
             Some(_) => (4 * cols, 0),
             None => (0, 0),
         };
+        // The second weight: its bytes once, its outputs per vector.
+        let (second_w, second_y, second_rows) = second.map_or((0, 0, 0), |(sw, bytes, ..)| {
+            let rows = sw.shape.rows;
+            (
+                rows * bytes,
+                4 * rows * if io.accumulate { 2 } else { 1 },
+                rows,
+            )
+        });
         let work = MatVecWork {
             kernel: match input.is_q8() {
                 true => "matvec_q8",
                 false => Self::NAME,
             },
-            weight_bytes: w_rows * row_bytes + norm_weight,
+            weight_bytes: w_rows * row_bytes + norm_weight + second_w,
             step_bytes: norm_reread,
-            vector_bytes: x_bytes + y_bytes + q8_out,
-            vector_flops: 2 * w_rows * cols,
+            vector_bytes: x_bytes + y_bytes + q8_out + second_y,
+            vector_flops: 2 * (w_rows + second_rows) * cols,
         };
         Ok(MatVecBinding {
             pipelines,

@@ -103,6 +103,14 @@ pub fn decode_norm_fold() -> bool {
     decode_fusion() && std::env::var("FAK_DECODE_NORM_FOLD").as_deref() != Ok("0")
 }
 
+/// Whether, with the norm fold, two projection runs of one normed input whose types differ (a
+/// Q6_K run beside a Q4_K one: a GDN layer's qkv beside z, β, α; attention's v beside q, k) are
+/// one mixed decode dispatch (`MatVecFusion::second`) instead of two. On with the norm fold
+/// unless `FAK_DECODE_MERGE=0` (to measure it alone). The same bits either way.
+pub fn decode_merge() -> bool {
+    decode_norm_fold() && std::env::var("FAK_DECODE_MERGE").as_deref() != Ok("0")
+}
+
 /// A weight tensor's bytes, exactly as the GGUF stores them, in a buffer of its own (labelled
 /// with the tensor's name, so a wgpu error names it).
 pub fn upload_weight(

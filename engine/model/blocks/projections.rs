@@ -6,9 +6,12 @@ use super::linear::{Linear, QuantizedInput};
 use super::norm::Norm;
 use super::{Binder, Kernels, stackable, upload_weights};
 use crate::gguf::TensorInfo;
+use crate::gpu::Activations;
 use crate::gpu::GpuError;
 use crate::gpu::kernels::matmul::MatmulOutput;
-use crate::gpu::kernels::matvec::{InputNorm, MatVecBinding, MatVecFusion, MatVecShape};
+use crate::gpu::kernels::matvec::{
+    InputNorm, MatVecBinding, MatVecFusion, MatVecShape, SecondWeight,
+};
 use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::support::View;
 use crate::gpu::profile::StepMarks;
@@ -27,10 +30,12 @@ struct NormedLinears {
     /// Each part's product over h, and (decode) over x with the norm folded in; the latter is
     /// None when the norm cannot fold (rows not a multiple of 4).
     parts: Vec<(Linear, Option<MatVecBinding>)>,
-    /// On the int-dot path with the norm fold ([`super::decode_norm_fold`]): per part, the
-    /// decode mat-vec that norms and quantizes x itself (q8 parts; f32 parts keep their folded
-    /// binding), so the step needs no quantize dispatch. Empty unless every q8 part has one.
-    quantizing: Vec<Option<MatVecBinding>>,
+    /// On the int-dot path with the norm fold ([`super::decode_norm_fold`]): the decode
+    /// dispatches that norm and quantize x themselves, in part order — (i, Some(b)): part i's
+    /// product (and, mixed, the next q8 part's too: [`super::decode_merge`]); (i, None): f32
+    /// part i's folded binding — so the step needs no quantize dispatch. Empty unless every q8
+    /// part has one.
+    quantizing: Vec<(usize, Option<MatVecBinding>)>,
 }
 
 /// One weight of [`NormedLinears`]: its shape, bytes, and where its outputs go.
@@ -96,34 +101,13 @@ impl NormedLinears {
                 Ok((linear, folded))
             })
             .collect::<Result<Vec<_>, GpuError>>()?;
-        // The norm quantized inside each q8 product: the first reads the norm's weight.
-        let mut norm_read = false;
-        let mut quantizing = Vec::with_capacity(parts.len());
-        for p in parts_in {
-            let q8 = quantized.is_some() && QuantizedInput::takes(p.shape.ty);
-            let binding = match q8 {
-                true => {
-                    let norm = InputNorm {
-                        shared: std::mem::replace(&mut norm_read, true),
-                        ..input_norm
-                    };
-                    let fusion = MatVecFusion::default();
-                    match b.fold_quantized(p.shape, p.weights, x, p.y, norm, fusion)? {
-                        Some(binding) => Some(binding),
-                        None => {
-                            quantizing.clear();
-                            break;
-                        }
-                    }
-                }
-                false => None,
-            };
-            quantizing.push(binding);
-        }
-        if !norm_read {
-            // No q8 part: nothing to fold.
-            quantizing.clear();
-        }
+        let q8_parts: Vec<usize> = match &quantized {
+            Some(_) => (0..parts_in.len())
+                .filter(|&i| QuantizedInput::takes(parts_in[i].shape.ty))
+                .collect(),
+            None => Vec::new(),
+        };
+        let quantizing = Self::bind_quantizing(b, x, input_norm, parts_in, &q8_parts)?;
         Ok(NormedLinears {
             norm,
             quantized,
@@ -132,20 +116,90 @@ impl NormedLinears {
         })
     }
 
-    /// The decode bindings of a step of `n` vectors with the norm quantized inside each q8
-    /// product, where bound and every one holds `n` vectors.
-    fn quantizing(&self, n: u32) -> Option<Vec<&MatVecBinding>> {
-        if self.quantizing.len() != self.parts.len() {
+    /// The decode dispatches with the norm quantized inside each q8 product (see
+    /// `NormedLinears::quantizing`): the q8 parts `q8_parts` one each, or the first two as one
+    /// mixed dispatch where [`super::decode_merge`] is on and the kernel can; f32 parts keep
+    /// their folded bindings. Empty where the fold is off or some q8 part cannot take it.
+    fn bind_quantizing(
+        b: &Binder,
+        x: &wgpu::Buffer,
+        input_norm: InputNorm<'_>,
+        parts: &[NormedPart<'_>],
+        q8_parts: &[usize],
+    ) -> Result<Vec<(usize, Option<MatVecBinding>)>, GpuError> {
+        if q8_parts.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The first dispatch reads the norm's weight; the others share it.
+        let mut norm_read = false;
+        let mut norm = || InputNorm {
+            shared: std::mem::replace(&mut norm_read, true),
+            ..input_norm
+        };
+        let merged = match q8_parts {
+            [i, j] if super::decode_merge() => {
+                let (first, second) = (&parts[*i], &parts[*j]);
+                let mixes = b.k.matvec.mixes(b.ctx, first.shape, second.shape, None);
+                match mixes {
+                    true => {
+                        let fusion = MatVecFusion {
+                            second: Some(SecondWeight {
+                                shape: second.shape,
+                                weights: second.weights,
+                                y: Activations::contiguous(second.y, second.shape.rows),
+                            }),
+                            ..MatVecFusion::default()
+                        };
+                        let (w, y) = (first.weights, first.y);
+                        b.fold_quantized(first.shape, w, x, y, norm(), fusion)?
+                            .map(|binding| (*i, *j, binding))
+                    }
+                    false => None,
+                }
+            }
+            _ => None,
+        };
+        let (mut merged, skip) = match merged {
+            Some((i, j, binding)) => (Some((i, binding)), Some(j)),
+            None => (None, None),
+        };
+        let mut out = Vec::with_capacity(parts.len());
+        for (i, p) in parts.iter().enumerate() {
+            if skip == Some(i) {
+                // Computed by the mixed dispatch listed at its first part.
+                continue;
+            }
+            if !q8_parts.contains(&i) {
+                out.push((i, None));
+                continue;
+            }
+            if merged.as_ref().is_some_and(|(first, _)| *first == i) {
+                out.push((i, merged.take().map(|(_, binding)| binding)));
+                continue;
+            }
+            let fusion = MatVecFusion::default();
+            match b.fold_quantized(p.shape, p.weights, x, p.y, norm(), fusion)? {
+                Some(binding) => out.push((i, Some(binding))),
+                None => return Ok(Vec::new()),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The decode dispatches of a step of `n` vectors with the norm quantized inside each q8
+    /// product (with part i's name for each), where bound and every one holds `n` vectors.
+    fn quantizing(&self, n: u32) -> Option<Vec<(usize, &MatVecBinding)>> {
+        if self.quantizing.is_empty() {
             return None;
         }
-        self.parts
+        self.quantizing
             .iter()
-            .zip(&self.quantizing)
-            .map(|((_, folded), quantizing)| {
-                quantizing
+            .map(|(i, binding)| {
+                binding
                     .as_ref()
-                    .or(folded.as_ref())
+                    .or(self.parts[*i].1.as_ref())
                     .filter(|b| b.max_batch() >= n)
+                    .map(|b| (*i, b))
             })
             .collect()
     }
@@ -165,9 +219,9 @@ impl NormedLinears {
         if marks.kind == StepKind::Decode
             && let Some(bindings) = self.quantizing(n)
         {
-            for (binding, name) in bindings.into_iter().zip(names) {
+            for (i, binding) in bindings {
                 let recorded = k.matvec.encode(pass, binding, n)?;
-                marks.op(pass, name, recorded);
+                marks.op(pass, names[i], recorded);
             }
             return Ok(());
         }
