@@ -18,14 +18,24 @@
 //   yq[b·rows/4 ..], its scales at yd[b·rows/32 ..]. A workgroup then owns whole blocks (2·TEAMS
 //   a multiple of 32 outputs: TEAMS = 16), gathers its outputs in workgroup memory and one
 //   invocation per vector rounds its block, the same way quantize_q8.wgsl would round y.
+// - MIXED (override; wide int-dot pipelines with QUANTIZE_X, matvec_q8.wgsl): two weights of the
+//   same input in one dispatch — workgroups below params.part2 compute the first (params), the
+//   others the second (params2: its rows, bytes, outputs and ggml type, Q4_K or Q6_K), so two
+//   projection runs whose types differ cost one dispatch. The second weight's blocks are read
+//   from binding 8 and its outputs written to binding 11 (a QUANTIZE_X pipeline reads no q8
+//   vectors and a MIXED one writes no quantized output, so no storage binding is added); each
+//   workgroup's arithmetic is its weight's own binding's, so the outputs are the same bits.
 // bindings: 0 w (array<u32>, read: the GGUF blocks) · 1 x (array<f32>, read) · 2 y (array<f32>,
 //           read_write) · 3 params (uniform Params) · 4 step (uniform Step, step.wgsl)
 //           · 5 w16 (array<vec4<u32>>, read) · 6 x16 (array<vec4<f32>>, read): the same bytes as
 //           w and x, read 16 at a time where params.wide says they are 16-byte aligned (else a
 //           placeholder the kernel does not read) · 7 nw (array<vec4<f32>>, read: the norm
-//           weight of NORM pipelines, cols a multiple of 4; else a placeholder) · 8, 9: the q8
-//           input of matvec_q8.wgsl (placeholders here) · 10 yq (array<u32>, read_write), 11 yd
-//           (array<f32>, read_write): the quantized output (placeholders unless quantize_out)
+//           weight of NORM and QUANTIZE_X pipelines, cols a multiple of 4; else a placeholder)
+//           · 8, 9: the q8 input of matvec_q8.wgsl (placeholders here; MIXED: 8 the second
+//           weight's blocks)
+//           · 10 yq (array<u32>, read_write), 11 yd (array<f32>, read_write): the quantized output
+//           (placeholders unless quantize_out; MIXED: 11 the second weight's outputs) · 12 params2
+//           (uniform Params: the second weight's, MIXED; else a placeholder)
 // dispatch: one workgroup of WG invocations per 4·TEAMS consecutive rows (per 2·TEAMS output rows
 //           when paired: their gate and up rows), on the 2-D grid of ceil(rows / (4·TEAMS))
 //           (ceil(rows / (2·TEAMS))) workgroups (engine `gpu::Grid`). Weights larger than one binding are split into
