@@ -660,6 +660,44 @@ fn int_dot_quantizes_each_input_once_per_step() {
     eprintln!("min cosine {cosine} against the q8-input reference");
 }
 
+/// The wide form's norm fold in a model (the suites' tiny preset, d = 64, has no whole
+/// 256-element blocks, so its K-quants fall back to Q8_0/Q5_0 and its fold runs narrow): the
+/// `trained` shape (d = 256) at Q4_K_M, decoded on the integer path, against the reference
+/// rounding its inputs alike; with the fold each layer's projections are one `matvec_q8`
+/// dispatch. (This file has no Q6_K run beside a Q4_K one: the merge is the kernel test's.)
+#[test]
+fn int_dot_wide_fold_matches_the_reference_on_whole_blocks() {
+    let args = [
+        "--arch", "qwen35", "--preset", "trained", "--quant", "q4_k_m", "--seed", "3",
+    ];
+    let path = synth_model(&scratch(), "normfold-trained-q4_k_m-3.gguf", &args);
+    let gguf = Gguf::open(&path).unwrap();
+    let ids = random_ids(5, 8, hparams(&path).n_vocab);
+    let mut o = options(Steps::Decode.prefill_chunk(), Forced::default());
+    o.context.int_dot = Some(true);
+    let mut e = Engine::load(&path, &o).unwrap();
+    let logits = Steps::Decode.logits(&mut e, &ids);
+    let want = Qwen35Reference::with_activations(&gguf, Activations::Q8Blocks)
+        .unwrap()
+        .forward_all(&ids)
+        .unwrap();
+    let cosine = assert_rows_close("int-dot, trained q4_k_m", &logits, &want, 0.999);
+    eprintln!("min cosine {cosine} against the q8-input reference");
+    if fak::model::blocks::decode_norm_fold() {
+        let seq = e.start(&ids, 2, false).unwrap().seq;
+        let ops = e.profile_step(seq).unwrap().ops;
+        let layers = hparams(&path).tensors(&gguf).unwrap().layers.len();
+        let products: Vec<_> = ops
+            .iter()
+            .filter(|op| op.name.starts_with("attn_q") || op.name.starts_with("gdn_qkv"))
+            .collect();
+        assert_eq!(products.len(), layers, "{products:?}");
+        for op in products {
+            assert_eq!((op.kernel, op.dispatches), ("matvec_q8", 1), "{}", op.name);
+        }
+    }
+}
+
 /// The memory plan's activations are what loading allocates, for decode-only, mat-vec and
 /// mat-mul prefill chunks (one scratch table per architecture feeds both).
 #[test]
