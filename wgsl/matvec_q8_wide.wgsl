@@ -13,7 +13,8 @@
 // 16-byte runs of five words each (blocks of 210 bytes start on 2-byte boundaries), so each
 // invocation has twice (Q4_K) or four times (Q6_K) the weight bytes in flight per load step
 // with fewer load instructions per byte.
-// bindings: matvec_q8.wgsl's (xq, xd: the q8 input; x, x16, nw placeholders).
+// bindings: matvec_q8.wgsl's (xq, xd: the q8 input; x, x16, nw placeholders — or under QUANTIZE_X
+//           x, x16, nw read and x̂ built in workgroup memory, as there).
 // dispatch, rows, teams, pairing, accumulate, quantized output, reduction: matvec.wgsl's, with
 //           params.units = 4 wide units per super-block (UNIT_LANES = 4).
 // pipelines: one per (ggml type ∈ {Q4_K, Q6_K}, MAX_B) and layout, entry point matvec_q8_wide.
@@ -49,7 +50,7 @@ fn wide_q4_k(block: u32, lane: u32) -> Wide {
     var head: vec4<u32>;
     var a: vec4<u32>;
     var b: vec4<u32>;
-    if (params.wide & WIDE_W) != 0u {
+    if (p.wide & WIDE_W) != 0u {
         let at = block >> 4u;
         head = w16[at];
         a = w16[at + 1u + 2u * lane];
@@ -89,11 +90,27 @@ fn wide_q6_k(block: u32, lane: u32) -> Wide {
     return Wide(a, b, c, d * byte_floats(scales ^ 0x80808080u, 128.0), vec4<f32>(0.0));
 }
 
+// Whether this part's weight is Q6_K (else Q4_K): the pipeline's type, or under MIXED the part's.
+fn wide_q6() -> bool {
+    if MIXED {
+        return p.ggml_type == 14u;
+    }
+    return GGML_TYPE == 14u;
+}
+
+// Bytes per block of this part's weight.
+fn wide_block_bytes() -> u32 {
+    if MIXED {
+        return select(144u, 210u, wide_q6());
+    }
+    return BLOCK_BYTES;
+}
+
 // Wide unit u of the row starting at byte `row`.
 fn load_wide(row: u32, u: u32) -> Wide {
     let lane = u % UNIT_LANES;
-    let block = row + (u / UNIT_LANES) * BLOCK_BYTES;
-    if GGML_TYPE == 14u {
+    let block = row + (u / UNIT_LANES) * wide_block_bytes();
+    if wide_q6() {
         return wide_q6_k(block, lane);
     }
     return wide_q4_k(block, lane);
@@ -114,17 +131,17 @@ struct WideX {
 }
 
 fn load_wide_x(b: u32, u: u32) -> WideX {
-    let codes = b * (params.cols / 4u);
-    let blocks = b * (params.cols / 32u);
+    let codes = b * (p.cols / 4u);
+    let blocks = b * (p.cols / 32u);
     let lane = u % UNIT_LANES;
     let first = (u / UNIT_LANES) * BLOCK_ELEMS;
     var v: WideX;
-    if GGML_TYPE == 14u {
+    if wide_q6() {
         // Group k: elements 128ip + 16h + 32k + 0..15, inside x block 4ip + k.
         let e = first + 128u * (lane / 2u) + 16u * (lane % 2u);
         for (var k = 0u; k < 4u; k++) {
             v.words[k] = xq4(codes, e + 32u * k);
-            v.d[k] = xd[blocks + (e + 32u * k) / 32u];
+            v.d[k] = xd_scale(blocks + (e + 32u * k) / 32u);
         }
     } else {
         // Sub-blocks 2c, 2c + 1: x blocks 2c, 2c + 1 of the super-block, 8 words each.
@@ -133,7 +150,7 @@ fn load_wide_x(b: u32, u: u32) -> WideX {
             v.words[k] = xq4(codes, e + 16u * k);
         }
         let k = blocks + e / 32u;
-        v.d = vec4<f32>(xd[k], xd[k + 1u], 0.0, 0.0);
+        v.d = vec4<f32>(xd_scale(k), xd_scale(k + 1u), 0.0, 0.0);
         v.s = vec4<f32>(code_sum(v.words[0].x, v.words[0].y) + code_sum(v.words[0].z, v.words[0].w)
                             + code_sum(v.words[1].x, v.words[1].y)
                             + code_sum(v.words[1].z, v.words[1].w),
@@ -147,7 +164,7 @@ fn load_wide_x(b: u32, u: u32) -> WideX {
 
 // Σ over the wide unit of w·x̂ for one row and one input vector.
 fn dot_wide(w: Wide, v: WideX) -> f32 {
-    if GGML_TYPE == 14u {
+    if wide_q6() {
         // Group k's 6-bit codes: a nibble of a or b and 2 bits of c: elements +0 ← low a, qh bits
         // 0-1; +32 ← low b, bits 2-3; +64 ← high a, bits 4-5; +96 ← high b, bits 6-7. Each byte
         // centred to q − 32 as in matvec_q8.wgsl.
@@ -187,21 +204,25 @@ fn add_products_wide(acc: ptr<function, array<vec4<f32>, 8>>, w: array<Wide, 4>,
 @compute @workgroup_size(WG)
 fn matvec_q8_wide(@builtin(workgroup_id) wg: vec3<u32>,
                   @builtin(num_workgroups) count: vec3<u32>, lanes: Lanes) {
-    let paired = params.pair_byte != 0u;
-    let at = place_of(wg, count, lanes, paired);
-    if at.first >= params.rows {
+    let part_wg = enter_part(wg, count);
+    let paired = p.pair_byte != 0u;
+    let at = place_of(part_wg, lanes, paired);
+    if at.first >= p.rows {
         return;
     }
     let n = min(step.n_tokens, MAX_B);
+    if QUANTIZE_X {
+        quantize_input(n, lanes);
+    }
     let starts = row_starts(at.team_first, paired);
     var acc: array<vec4<f32>, 8>;
-    for (var u = at.lane; u < params.units; u += TEAM * UNROLL) {
+    for (var u = at.lane; u < p.units; u += TEAM * UNROLL) {
         let first = load_wide_rows(starts, u);
         if UNROLL == 2u {
             // The second unit clamped to the row's last (valid memory), dropped past the end.
-            let second = load_wide_rows(starts, min(u + TEAM, params.units - 1u));
+            let second = load_wide_rows(starts, min(u + TEAM, p.units - 1u));
             add_products_wide(&acc, first, u, n);
-            if u + TEAM < params.units {
+            if u + TEAM < p.units {
                 add_products_wide(&acc, second, u + TEAM, n);
             }
         } else {
