@@ -55,7 +55,6 @@ impl NormedLinears {
         norm_weight: &TensorInfo,
         parts: &[NormedPart<'_>],
     ) -> Result<NormedLinears, ModelError> {
-        let parts_in = parts;
         let width = norm_weight.n_elements() as usize;
         let weight = b.vector(norm_weight)?;
         let io = NormIo::Out {
@@ -73,7 +72,7 @@ impl NormedLinears {
         // The norm's weight is one tensor: the first dispatch that folds it in (the
         // quantization, else the first f32 product) reads it, the later ones share it.
         let mut norm_read = quantized.is_some();
-        let parts = parts
+        let bound = parts
             .iter()
             .map(|p| {
                 let linear = Linear::bind_shape(
@@ -102,16 +101,16 @@ impl NormedLinears {
             })
             .collect::<Result<Vec<_>, GpuError>>()?;
         let q8_parts: Vec<usize> = match &quantized {
-            Some(_) => (0..parts_in.len())
-                .filter(|&i| QuantizedInput::takes(parts_in[i].shape.ty))
+            Some(_) => (0..parts.len())
+                .filter(|&i| QuantizedInput::takes(parts[i].shape.ty))
                 .collect(),
             None => Vec::new(),
         };
-        let quantizing = Self::bind_quantizing(b, x, input_norm, parts_in, &q8_parts)?;
+        let quantizing = Self::bind_quantizing(b, x, input_norm, parts, &q8_parts)?;
         Ok(NormedLinears {
             norm,
             quantized,
-            parts,
+            parts: bound,
             quantizing,
         })
     }
