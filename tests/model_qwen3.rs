@@ -518,7 +518,7 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
 
 /// The integer path quantizes only the inputs no kernel writes as q8 blocks: per layer
 /// RMSNorm(x) before q, k, v and before gate/up (unless the products norm and quantize it
-/// themselves: the norm fold, on unless `FAK_DECODE_NORM_FOLD=0`), then before the head;
+/// themselves: the norm fold, off unless `FAK_DECODE_NORM_FOLD=1`), then before the head;
 /// attn_output reads the q8 blocks the decode attention wrote and ffn_down those of the gate/up
 /// pairing, one `matvec_q8` dispatch each. With every weight Q8_0, a decode step is the f32
 /// path's dispatches plus 1 (plus 2 per layer without the norm fold), and the logits match the

@@ -584,7 +584,7 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
 /// it (a GDN layer's four projections of h, attention's three), and not at all where the kernel
 /// producing it writes it as q8 blocks too (the gate/up pairing's SwiGLU, gdn_decode's y,
 /// attn_decode's o) or where the mat-vecs norm and quantize it themselves (the norm fold: the
-/// mixer's projections and gate/up, unless `FAK_DECODE_NORM_FOLD=0`): with every weight Q8_0, a
+/// mixer's projections and gate/up, with `FAK_DECODE_NORM_FOLD=1`): with every weight Q8_0, a
 /// decode step records the f32 path's dispatches plus one per distinct input left to a quantize
 /// dispatch, W_out and W_o each one dispatch reading q8 blocks, the normed products each one
 /// `matvec_q8` dispatch, and the logits still match the reference rounding its inputs alike.

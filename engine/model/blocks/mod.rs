@@ -95,12 +95,15 @@ pub fn decode_q8_fold() -> bool {
 /// Whether, on the int-dot path, the decode mat-vecs after an RMSNorm (the mixer's projections,
 /// the MLP's gate/up) norm and quantize the residual stream inside each workgroup instead of
 /// reading a quantize dispatch's blocks (`MatVecFusion::quantize_input`): one dispatch fewer per
-/// norm. A decode fusion: off with `FAK_DECODE_FUSION=0`, and alone with
-/// `FAK_DECODE_NORM_FOLD=0` (to measure it on one binary). The products are the same bits
-/// either way, so a step whose batch the workgroup memory cannot hold takes the quantize
-/// dispatch without changing any row.
+/// norm. Off unless `FAK_DECODE_NORM_FOLD=1` (and `FAK_DECODE_FUSION` is not 0): on an H100 it
+/// lost (2026-12-05 #7, experiments/NOTES.md: 27B 77.2 → 69.0 tok/s, 8B 213.6 → 207.2, with
+/// 518 → 358 and 348 → 258 dispatches per token) — every workgroup of a wide product reads and
+/// norms the whole f32 row (27B gate/up: ~8 700 workgroups × 40 KB of x and norm weight) where
+/// the quantize dispatch's blocks are a quarter of x's bytes, and that costs more than the
+/// dispatches saved. The products are the same bits either way, so a step whose batch the
+/// workgroup memory cannot hold takes the quantize dispatch without changing any row.
 pub fn decode_norm_fold() -> bool {
-    decode_fusion() && std::env::var("FAK_DECODE_NORM_FOLD").as_deref() != Ok("0")
+    decode_fusion() && std::env::var("FAK_DECODE_NORM_FOLD").as_deref() == Ok("1")
 }
 
 /// Whether, with the norm fold, two projection runs of one normed input whose types differ (a
