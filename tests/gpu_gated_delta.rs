@@ -7,12 +7,13 @@
 //! wrong key head show; dk/dv 16 and 128 cover both lane-group widths of the decode kernel.
 //! The chunked prefill's tests run each of its kernels the adapter has ([`chunk_variants`]): the
 //! f32 one everywhere, the cooperative-matrix one (the engine's default there, `FAK_GDN_CHUNK=f32`
-//! turns it off) where the adapter has 16×16 matrices — elsewhere (lavapipe) they say that they skipped it.
+//! turns it off) where the adapter has 16×16 matrices — elsewhere (lavapipe) they say that they
+//! skipped it — each in every form it has ([`ChunkForm`]).
 
 use fak::gpu::kernels::delta_state::HeadMapping;
 use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState, Dispatch};
 use fak::gpu::kernels::gated_delta::GatedDeltaDecode;
-use fak::gpu::kernels::gated_delta_chunk::{ChunkKernel, GatedDeltaChunked};
+use fak::gpu::kernels::gated_delta_chunk::{ChunkForm, ChunkKernel, GatedDeltaChunked};
 use fak::gpu::kernels::gdn_decode::{GdnDecode, WORKGROUP_SIZES};
 use fak::gpu::step::MidSave;
 use fak::gpu::{GpuContext, GpuError, Kernel, KernelPaths, storage_buffer};
@@ -42,13 +43,36 @@ fn wide_shape() -> DeltaDims {
     dims(2, 4, 128, 128, 4, HeadMapping::Tiled)
 }
 
-/// The chunked kernels to test on this adapter: the f32 one, and the cooperative-matrix one
-/// where the adapter has it (the engine builds it only on request; the tests always run it
-/// there). Where it has not, says so on stderr: those tests skipped it.
-fn chunk_variants(ctx: &GpuContext, test: &str) -> Vec<KernelPaths> {
-    let mut out = vec![KernelPaths::FALLBACK];
+/// A chunked kernel to test: its paths and form.
+#[derive(Clone, Copy, PartialEq, Debug)]
+struct ChunkVariant {
+    paths: KernelPaths,
+    form: ChunkForm,
+}
+
+impl ChunkVariant {
+    const F32: ChunkVariant = ChunkVariant {
+        paths: KernelPaths::FALLBACK,
+        form: ChunkForm::F32[0],
+    };
+}
+
+impl std::fmt::Display for ChunkVariant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.paths, self.form.suffix())
+    }
+}
+
+/// The chunked kernels to test on this adapter, each in every form it has: the f32 one, and the
+/// cooperative-matrix one where the adapter has it (the tests always run it there). Where it
+/// has not, says so on stderr: those tests skipped it.
+fn chunk_variants(ctx: &GpuContext, test: &str) -> Vec<ChunkVariant> {
+    let paths = KernelPaths::FALLBACK;
+    let mut out: Vec<ChunkVariant> = ChunkForm::F32
+        .map(|form| ChunkVariant { paths, form })
+        .into();
     match GatedDeltaChunked::coop_paths(ctx.paths()) {
-        Some(coop) => out.push(coop),
+        Some(paths) => out.extend(ChunkForm::COOP.map(|form| ChunkVariant { paths, form })),
         None => eprintln!(
             "{test}: the cooperative-matrix gated_delta_chunk SKIPPED (the adapter has no 16×16 \
              f16 cooperative matrices on 32-wide subgroups)"
@@ -60,13 +84,17 @@ fn chunk_variants(ctx: &GpuContext, test: &str) -> Vec<KernelPaths> {
 /// A layer on the engine's paths with the chunked kernel `chunk`.
 fn layer_with(
     ctx: &GpuContext,
-    chunk: KernelPaths,
+    chunk: ChunkVariant,
     d: DeltaDims,
     weights: &LayerWeights,
     limits: (u32, u32, u32),
 ) -> GpuLayer {
-    let chunked = GatedDeltaChunked::with_variant(ctx, chunk, d).expect("gated_delta_chunk");
-    assert_eq!(chunked.variant(), chunk);
+    let chunked =
+        GatedDeltaChunked::with_form(ctx, chunk.paths, d, chunk.form).expect("gated_delta_chunk");
+    assert_eq!(
+        (chunked.variant(), chunked.form()),
+        (chunk.paths, chunk.form)
+    );
     GpuLayer::with_chunked(ctx, ctx.paths(), d, weights, limits, chunked)
 }
 
@@ -192,23 +220,23 @@ fn recurrent_form_matches_cpu_for_batches_of_sequences_on_their_slots() {
 fn chunked_prefill_equals_the_step_by_step_recurrence() {
     let ctx = gpu();
     let mut rng = rng(0x6d7_0003);
-    for paths in chunk_variants(ctx, "chunked_prefill_equals_the_step_by_step_recurrence") {
+    for chunk in chunk_variants(ctx, "chunked_prefill_equals_the_step_by_step_recurrence") {
         for d in small_shapes() {
             let weights = LayerWeights::random(&d, &mut rng);
-            let layer = layer_with(ctx, paths, d, &weights, (140, 2, 3));
+            let layer = layer_with(ctx, chunk, d, &weights, (140, 2, 3));
             for len in [1, 2, 63, 64, 65, 130] {
-                let what = format!("{paths} {d:?} T={len}");
+                let what = format!("{chunk} {d:?} T={len}");
                 check_delta(ctx, &layer, &mut rng, &[1], len, Form::Chunked, &what);
             }
             // Two prompts at once, each on its own slot.
-            let what = format!("{paths} {d:?} two sequences of 70");
+            let what = format!("{chunk} {d:?} two sequences of 70");
             check_delta(ctx, &layer, &mut rng, &[2, 0], 70, Form::Chunked, &what);
         }
         let d = wide_shape();
         let weights = LayerWeights::random(&d, &mut rng);
-        let layer = layer_with(ctx, paths, d, &weights, (66, 1, 2));
+        let layer = layer_with(ctx, chunk, d, &weights, (66, 1, 2));
         for len in [2, 65] {
-            let what = format!("{paths} {d:?} T={len}");
+            let what = format!("{chunk} {d:?} T={len}");
             check_delta(ctx, &layer, &mut rng, &[1], len, Form::Chunked, &what);
         }
     }
@@ -545,7 +573,7 @@ fn sequences_of_any_lengths_in_one_step_each_compute_as_alone() {
     let forms = chunks
         .into_iter()
         .map(|c| (Form::Chunked, c))
-        .chain([(Form::Recurrent, KernelPaths::FALLBACK)]);
+        .chain([(Form::Recurrent, ChunkVariant::F32)]);
     for (form, chunk) in forms {
         let layer = || {
             let layer = layer_with(ctx, chunk, d, &weights, (256, 3, 4));
@@ -654,8 +682,58 @@ fn kernels_build_for_the_largest_supported_head_within_the_workgroup_memory_limi
     }
     let test = "kernels_build_for_the_largest_supported_head_within_the_workgroup_memory_limit";
     for chunk in chunk_variants(ctx, test) {
-        let kernel = GatedDeltaChunked::with_variant(ctx, chunk, d).expect("chunked, dk = 256");
-        assert_eq!(kernel.on_matrix_units(), chunk.coop_matrix.is_some());
+        let kernel = GatedDeltaChunked::with_form(ctx, chunk.paths, d, chunk.form)
+            .expect("chunked, dk = 256");
+        assert_eq!(kernel.on_matrix_units(), chunk.paths.coop_matrix.is_some());
+    }
+}
+
+/// Every form of a chunked kernel computes the same values in the same order: its outputs and
+/// final states equal the kernel's default form's bit for bit — whole chunks, a partial one,
+/// two sequences, dk 16 (a coop subgroup with no state tile of its own), dv 12 and dk 128 (two
+/// rounds of the coop state update, which the fused scan takes in one pass). The f32 kernel's
+/// forms run everywhere; the coop kernel's where the adapter has 16×16 matrices (elsewhere the
+/// test says that it skipped them).
+#[test]
+fn every_form_computes_its_kernels_default_bits() {
+    let ctx = gpu();
+    let test = "every_form_computes_its_kernels_default_bits";
+    let variants = chunk_variants(ctx, test);
+    let mut rng = rng(0x6d7_000c);
+    let shapes = [small_shapes()[0], small_shapes()[2], wide_shape()];
+    for d in shapes {
+        let weights = LayerWeights::random(&d, &mut rng);
+        let start = CpuState::random(&d, 3, &mut rng);
+        let (mixed, gates) = random_prepared(&d, 2 * 130, &mut rng);
+        let run = |chunk: ChunkVariant| {
+            let layer = layer_with(ctx, chunk, d, &weights, (2 * 130, 2, 3));
+            layer.upload_state(ctx, &start);
+            let o = layer.delta_only(ctx, &mixed, &gates, &[2, 0], 130, Form::Chunked);
+            let state = layer.download_state(ctx);
+            (o, [state.flat(2), state.flat(0)].concat())
+        };
+        let kernels = [KernelPaths::FALLBACK]
+            .into_iter()
+            .chain(GatedDeltaChunked::coop_paths(ctx.paths()));
+        for kernel in kernels {
+            let mut forms = variants.iter().filter(|c| c.paths == kernel);
+            let default = *forms.next().expect("the default form first");
+            assert_eq!(default.form, ChunkForm::default());
+            let (want_o, want_state) = run(default);
+            let finite = want_o.iter().chain(&want_state).all(|x| x.is_finite());
+            assert!(finite, "{default} {d:?}: not finite");
+            for &chunk in forms {
+                let (o, state) = run(chunk);
+                let what = format!("{chunk} against {default}, {d:?}");
+                assert_close(&format!("{what}: o"), &o, &want_o, Tolerance::EXACT);
+                assert_close(
+                    &format!("{what}: state"),
+                    &state,
+                    &want_state,
+                    Tolerance::EXACT,
+                );
+            }
+        }
     }
 }
 
@@ -665,17 +743,39 @@ fn kernels_build_for_the_largest_supported_head_within_the_workgroup_memory_limi
 /// test shape; where it has not, the test says it skipped.
 #[test]
 fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_has_it() {
-    assert_eq!(ChunkKernel::named("").unwrap(), ChunkKernel::Coop);
+    assert_eq!(ChunkKernel::named("").unwrap(), ChunkKernel::COOP);
     assert_eq!(ChunkKernel::named("f32").unwrap(), ChunkKernel::F32);
-    assert_eq!(ChunkKernel::named("coop").unwrap(), ChunkKernel::Coop);
-    let e = ChunkKernel::named("Coop").unwrap_err().to_string();
-    assert!(e.contains("FAK_GDN_CHUNK"), "{e}");
+    assert_eq!(ChunkKernel::named("coop").unwrap(), ChunkKernel::COOP);
+    for form in ChunkForm::COOP {
+        let name = format!("coop{}", form.suffix());
+        let kernel = ChunkKernel { coop: true, form };
+        assert_eq!(ChunkKernel::named(&name).unwrap(), kernel);
+    }
+    let columns = ChunkKernel::named("f32+columns").unwrap();
+    assert_eq!((columns.coop, columns.form), (false, ChunkForm::F32[1]));
+    let bad_names = [
+        "Coop",
+        "coop+fused+quads",
+        "coop+quads+quads",
+        "quads",
+        "f32+quads",
+    ];
+    for bad in bad_names {
+        let e = ChunkKernel::named(bad).unwrap_err().to_string();
+        assert!(e.contains("FAK_GDN_CHUNK"), "{bad}: {e}");
+    }
     let ctx = gpu();
     let test =
         "the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_has_it";
     let tested = chunk_variants(ctx, test);
     let coop16 = ctx.paths().coop_matrix == Some(fak::gpu::CoopShape::M16x16);
-    assert_eq!(tested.iter().any(|p| p.coop_matrix.is_some()), coop16);
+    assert_eq!(tested.iter().any(|c| c.paths.coop_matrix.is_some()), coop16);
+    let forms: Vec<ChunkForm> = tested.iter().map(|c| c.form).collect();
+    let mut want = ChunkForm::F32.to_vec();
+    if coop16 {
+        want.extend(ChunkForm::COOP);
+    }
+    assert_eq!(forms, want);
     let limit = ctx.device.limits().max_compute_workgroup_storage_size;
     if coop16 {
         for d in small_shapes().into_iter().chain([wide_shape()]) {
@@ -697,25 +797,32 @@ fn the_coop_kernel_declares_the_workgroup_memory_the_host_counts() {
     let (_, paths) = all_coop_paths()
         .find(|(coop, _)| *coop == fak::gpu::CoopShape::M16x16)
         .unwrap();
-    for d in small_shapes().into_iter().chain([wide_shape()]) {
-        let source = GatedDeltaChunked::source_for(paths, &d);
+    let shapes = small_shapes().into_iter().chain([wide_shape()]);
+    for (d, form) in shapes.flat_map(|d| ChunkForm::COOP.map(|form| (d, form))) {
+        let source = GatedDeltaChunked::source_with(paths, &d, form);
         let (module, info) = parse_valid(&source.module.text());
         let mut constants = naga::back::PipelineConstants::default();
-        constants.insert("DK".to_owned(), f64::from(d.dk));
+        for &(name, value) in &source.pipelines[0].constants {
+            constants.insert(name.to_owned(), value);
+        }
         let bytes = ["chunk_prepare", "chunk_scan"].map(|entry| {
             let stage = Some((naga::ShaderStage::Compute, entry));
             let (pipeline, _) = naga::back::pipeline_constants::process_overrides(
                 &module, &info, stage, &constants,
             )
             .unwrap();
-            assert_eq!(odd_sized_workgroup_vars(&pipeline), [], "{d:?} {entry}");
+            assert_eq!(
+                odd_sized_workgroup_vars(&pipeline),
+                [],
+                "{d:?} {form:?} {entry}"
+            );
             workgroup_bytes(&pipeline, None)
         });
         let larger = bytes[0].max(bytes[1]);
         assert_eq!(
             larger,
             GatedDeltaChunked::coop_workgroup_bytes(d.dk),
-            "{d:?} {bytes:?}"
+            "{d:?} {form:?} {bytes:?}"
         );
     }
 }

@@ -6,7 +6,7 @@
 use fak::gpu::kernels::attn_decode::AttnShape;
 use fak::gpu::kernels::attn_prefill::{AttnPrefill, CoopTile};
 use fak::gpu::kernels::delta_state::DeltaDims;
-use fak::gpu::kernels::gated_delta_chunk::GatedDeltaChunked;
+use fak::gpu::kernels::gated_delta_chunk::{ChunkForm, GatedDeltaChunked};
 use fak::gpu::kernels::matmul::{CoopKernel, Matmul};
 use fak::gpu::{Kernel, KernelVariant, PipelineSpec, Target, registry};
 use fak_tests::reduce_probe::ReduceProbe;
@@ -63,24 +63,31 @@ fn coop_attention_tiles() -> Vec<KernelVariant> {
 
 /// The cooperative-matrix chunked delta rule at the key head sizes the tests and models run
 /// beside the registry's 128: 16 and 32 (a subgroup with no state tile of its own stores into
-/// the junk tile) and 256 (the most workgroup memory).
+/// the junk tile) and 256 (the most workgroup memory), each in every [`ChunkForm`] (at 128 the
+/// forms the registry's default is not).
 fn coop_delta_rule_heads() -> Vec<KernelVariant> {
     let mut out = Vec::new();
     for variant in KernelVariant::all_of::<GatedDeltaChunked>() {
         if variant.paths.coop_matrix.is_none() {
             continue;
         }
-        for dk in [16, 32, 256] {
+        for dk in [16, 32, 128, 256] {
             let dims = DeltaDims {
                 dk,
                 dv: dk,
                 ..DeltaDims::QWEN35_27B
             };
-            out.push(KernelVariant {
-                kernel: GatedDeltaChunked::NAME,
-                paths: variant.paths,
-                source: GatedDeltaChunked::source_for(variant.paths, &dims),
-            });
+            // The registry has the default form at 128.
+            let forms = ChunkForm::COOP
+                .into_iter()
+                .filter(|f| dk != 128 || *f != ChunkForm::default());
+            for form in forms {
+                out.push(KernelVariant {
+                    kernel: GatedDeltaChunked::NAME,
+                    paths: variant.paths,
+                    source: GatedDeltaChunked::source_with(variant.paths, &dims, form),
+                });
+            }
         }
     }
     out

@@ -34,7 +34,9 @@
 // Four barriers per step: A's, B's, D's and the one after the MMAs before the next K store.
 // Q_REGS = 1 (one subgroup a row block, BM ≤ BN): Q is staged once through kv_tile and kept in
 // each subgroup's HEAD_TILES fragments (q0..q7), so no Q tile takes workgroup memory (room for
-// 64 × 64 tiles at head 128).
+// 64 × 64 tiles at head 128). S_INTERLEAVE = 1 (with Q_REGS): step B runs the key blocks' MMA
+// chains interleaved, each Q fragment meeting every key block before the next dim tile, instead
+// of one chain of HEAD_TILES MMAs after another (the same products in the same order per tile).
 // K/V staging moves quads (16-byte f32 / 8-byte f16 loads, 8-byte vec4<f16> stores), and the
 // tiles are vec4<f16> arrays whose fragment strides count vec4s (as matmul_x16.wgsl).
 // Every coop value is a single named value (no arrays of cooperative matrices: experiments/
@@ -46,14 +48,15 @@
 //           key split of its tile (attn_prefill_rows.wgsl; combine after it when S > 1).
 // pipelines: module consts HEAD_DIM, GROUP and the override TOKEN_TABLE as attn_prefill.wgsl;
 //            the module consts ROW_BLOCKS, KEY_STEP, HEAD_TILES (dim tiles covering the head, a
-//            multiple of DIM_SPLIT), DIM_SPLIT, SLACK and Q_REGS from the host (engine `attn_prefill::CoopTile`),
+//            multiple of DIM_SPLIT), DIM_SPLIT, SLACK, Q_REGS and S_INTERLEAVE from the host
+//            (engine `attn_prefill::CoopTile`),
 //            which also checks the workgroup memory of main below against the device.
 // variants: the shape file before it: matmul_coop16.wgsl (Vulkan) | matmul_coop8.wgsl (Metal);
 //           `enable f16; enable wgpu_cooperative_matrix;` from the variant, which requires
 //           SUBGROUP (subgroup_id, shuffles) and, on the host, subgroups exactly 32 wide.
 // requires: kv_f32|kv_f16.wgsl, kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl,
 //           attn_combine.wgsl, attn_prefill_rows.wgsl, a shape file; the consts ROW_BLOCKS,
-//           KEY_STEP, HEAD_TILES, DIM_SPLIT, SLACK, Q_REGS.
+//           KEY_STEP, HEAD_TILES, DIM_SPLIT, SLACK, Q_REGS, S_INTERLEAVE.
 
 const SUBGROUP_WIDTH: u32 = 32u;
 const SUBGROUPS: u32 = ROW_BLOCKS * DIM_SPLIT;
@@ -86,6 +89,7 @@ const_assert SPLIT_KEYS % BN == 0u;
 // Q in registers: the subgroup holds its row block's HEAD_TILES fragments (named q0..q7), which
 // needs one subgroup a row block and Q staged through kv_tile.
 const_assert Q_REGS == 0u || (DIM_SPLIT == 1u && BM <= BN);
+const_assert S_INTERLEAVE == 0u || Q_REGS == 1u;
 
 // Q (scaled, f16); two vec4s (16 bytes: every workgroup variable here is a whole number of 16
 // bytes, see rescale_mark) when Q_REGS = 1 (staged through kv_tile, kept in fragments).
@@ -238,6 +242,61 @@ fn score_regs(
         s = qk(s, q7, kb, 7u);
     }
     return s;
+}
+
+// Q_REGS, S_INTERLEAVE, step B: every key block's S tile of row block mi into s_tile, the
+// blocks' chains interleaved: dim tile dt's fragment meets key blocks 0..KEY_TILES in turn
+// before the next dim tile. (Named accumulators, no struct or array of cooperative matrices:
+// an array of them broke on the H200, experiments/NOTES.md.)
+fn scores_interleaved(
+    mi: u32,
+    q0: CoopA,
+    q1: CoopA,
+    q2: CoopA,
+    q3: CoopA,
+    q4: CoopA,
+    q5: CoopA,
+    q6: CoopA,
+    q7: CoopA,
+) {
+    var s0 = CoopC();
+    var s1 = CoopC();
+    var s2 = CoopC();
+    var s3 = CoopC();
+    for (var dt = 0u; dt < HEAD_TILES; dt++) {
+        // The dim tile's fragment (a select over named values: each is loop-invariant).
+        var q = q0;
+        switch dt {
+            case 1u: { q = q1; }
+            case 2u: { q = q2; }
+            case 3u: { q = q3; }
+            case 4u: { q = q4; }
+            case 5u: { q = q5; }
+            case 6u: { q = q6; }
+            case 7u: { q = q7; }
+            default: {}
+        }
+        s0 = qk(s0, q, 0u, dt);
+        if KEY_TILES > 1u {
+            s1 = qk(s1, q, 1u, dt);
+        }
+        if KEY_TILES > 2u {
+            s2 = qk(s2, q, 2u, dt);
+        }
+        if KEY_TILES > 3u {
+            s3 = qk(s3, q, 3u, dt);
+        }
+    }
+    store_scores(s0, mi, 0u);
+    if KEY_TILES > 1u {
+        store_scores(s1, mi, 1u);
+    }
+    if KEY_TILES > 2u {
+        store_scores(s2, mi, 2u);
+    }
+    if KEY_TILES > 3u {
+        store_scores(s3, mi, 3u);
+    }
 }
 
 // P's fragment of row block mi and key block kb.
@@ -403,7 +462,9 @@ fn main(
 
         // B.
         let v_rows = fetch_kv(true, n_keys, local);
-        if Q_REGS == 1u {
+        if S_INTERLEAVE == 1u {
+            scores_interleaved(mi, q0, q1, q2, q3, q4, q5, q6, q7);
+        } else if Q_REGS == 1u {
             for (var kt = 0u; kt < KEY_TILES; kt++) {
                 let s_kt = score_regs(kt, q0, q1, q2, q3, q4, q5, q6, q7);
                 store_scores(s_kt, mi, kt);

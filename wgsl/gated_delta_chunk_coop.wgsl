@@ -52,6 +52,17 @@
 //
 // Every product's main and cross-term accumulators are registers (two CoopC each): the split
 // costs no workgroup memory.
+//
+// f16 cells: the f16 scratch and tiles are arrays of `HalfCell` from the file before this one —
+// gated_delta_chunk_halves.wgsl (f16, the default) or gated_delta_chunk_quads.wgsl (vec4<f16>,
+// `FAK_GDN_CHUNK=coop+quads`). Every f16 store writes four consecutive halves (`put_*4`), every
+// fragment load points at cell at / CELL with its stride / CELL: the layouts hold the same
+// values in the same places, so their results agree bit for bit.
+// SCAN_FUSED (override, `FAK_GDN_CHUNK=coop+fused`): 1 computes Q̃·S in W·S's loop (both read
+// S's fragments; Q̃·S no longer waits for V' and the barriers before it), and P·V' with the
+// state update's dk tiles, two tiles a pass (all read V''s fragments): two MMA phases a chunk
+// instead of four; each accumulator still adds the same products in the same order, so 0 and 1
+// agree bit for bit too.
 // dispatch: as gated_delta_chunk.wgsl.
 // workgroup memory: prepare 45.5 KB (h16 28 KB, a_sh 17 KB); scan 4·(16·(dk + 4) + 256) +
 //   2·(2·16·(dk + 8)) + 6 KB + 5 KB + 0.5 KB (30.2 KB at dk = 128, 45.2 KB at dk = 256): within
@@ -67,12 +78,13 @@
 //   uniform: a sequence's chunk count is read from the table (read-only storage) in the entry
 //   point itself (not through workgroupUniformLoad: tiles came out wrong beside it on the H200,
 //   experiments/NOTES.md, coop-probe).
-// requires: sequences.wgsl, matmul_coop16.wgsl (CoopA/B/C, COOP = 16), gated_delta_chunk_io.wgsl.
+// requires: sequences.wgsl, matmul_coop16.wgsl (CoopA/B/C, COOP = 16), gated_delta_chunk_io.wgsl,
+//           gated_delta_chunk_halves.wgsl | gated_delta_chunk_quads.wgsl (binding 7, the cells).
 
 @group(0) @binding(3) var<storage, read_write> scratch: array<f32>;
-@group(0) @binding(7) var<storage, read_write> halves: array<f16>;
 
 override DK: u32 = 128u;
+override SCAN_FUSED: u32 = 0u;
 
 // Subgroups of chunk_prepare and chunk_scan.
 const PREP_SUBGROUPS: u32 = 8u;
@@ -101,7 +113,8 @@ const R_LO: u32 = 2u * CHUNK * TS + CHUNK * BS;
 const H16_HALVES: u32 = 2u * CHUNK * TS + 2u * CHUNK * BS;
 
 var<workgroup> a_sh: array<f32, 4352>; // CHUNK × AP
-var<workgroup> h16: array<f16, H16_HALVES>;
+const H16_CELLS: u32 = H16_HALVES / CELL;
+var<workgroup> h16: array<HalfCell, H16_CELLS>;
 
 // chunk_scan: state_sh rows [ROWS][DK + 4], then the junk tile (COOP × COOP, stride COOP).
 override STATE_STRIDE: u32 = DK + 4u;
@@ -109,11 +122,13 @@ override STATE_FLOATS: u32 = ROWS * STATE_STRIDE + COOP * COOP;
 // s16: S hi then S lo, [ROWS][DK + 8] each.
 override S16_STRIDE: u32 = DK + 8u;
 override S16_HALVES: u32 = 2u * ROWS * S16_STRIDE;
+override S16_CELLS: u32 = S16_HALVES / CELL;
 // d16: V' hi then V' lo, [CHUNK][ROWS + 8] each; vst: an f32 [CHUNK][ROWS + 4] result tile.
 const DS: u32 = ROWS + 8u;
 const VS: u32 = ROWS + 4u;
-var<workgroup> s16: array<f16, S16_HALVES>;
-var<workgroup> d16: array<f16, 3072>; // 2 × CHUNK × DS
+var<workgroup> s16: array<HalfCell, S16_CELLS>;
+const D16_CELLS: u32 = 2u * CHUNK * DS / CELL;
+var<workgroup> d16: array<HalfCell, D16_CELLS>;
 var<workgroup> vst: array<f32, 1280>; // CHUNK × VS
 
 // The least f16 normal, 2^-14, and the scale of the lo parts, 2^11, and its inverse.
@@ -121,12 +136,23 @@ const F16_MIN_NORMAL: f32 = 6.103515625e-5;
 const LO_SCALE: f32 = 2048.0;
 const LO_UNIT: f32 = 4.8828125e-4;
 
-// (hi, lo') of x: hi is x cut to 11 significant bits (so exact in f16), or 0 below f16's normal
-// range; lo' = 2^11·(x − hi) (x − hi and the scaling are exact in f32) rounded to f16.
-fn hi_lo(x: f32) -> vec2<f16> {
-    let cut = bitcast<f32>(bitcast<u32>(x) & 0xffffe000u);
-    let hi = select(0.0, cut, abs(cut) >= F16_MIN_NORMAL);
-    return vec2<f16>(f16(hi), f16((x - hi) * LO_SCALE));
+// Four values' hi and lo' parts.
+struct Split4 {
+    hi: vec4<f16>,
+    lo: vec4<f16>,
+}
+
+// (hi, lo') of each x: hi is x cut to 11 significant bits (so exact in f16), or 0 below f16's
+// normal range; lo' = 2^11·(x − hi) (x − hi and the scaling are exact in f32) rounded to f16.
+fn hi_lo4(x: vec4<f32>) -> Split4 {
+    let cut = bitcast<vec4<f32>>(bitcast<vec4<u32>>(x) & vec4<u32>(0xffffe000u));
+    let hi = select(vec4<f32>(0.0), cut, abs(cut) >= vec4<f32>(F16_MIN_NORMAL));
+    return Split4(vec4<f16>(hi), vec4<f16>((x - hi) * LO_SCALE));
+}
+
+// The cell of half `at` (a fragment's first half: a multiple of CELL).
+fn cell(at: u32) -> u32 {
+    return at / CELL;
 }
 
 // small + hi_A·lo'_B + lo'_A·hi_B: the cross terms of A·B, in units of 2^-11.
@@ -145,10 +171,11 @@ fn half_at(at: u32, block: u32, rows: u32, cols: u32, row: u32, col: u32) -> u32
     return at + (block * 2u * rows + row) * cols + col;
 }
 
-fn put_halves(at: u32, part: u32, x: f32) {
-    let v = hi_lo(x);
-    halves[at] = v.x;
-    halves[at + part] = v.y;
+// Four consecutive values from half `at` on as hi (there) and lo' (`part` halves further).
+fn put_split4(at: u32, part: u32, x: vec4<f32>) {
+    let v = hi_lo4(x);
+    put_halves4(at, v.hi);
+    put_halves4(at + part, v.lo);
 }
 
 // ---- chunk_prepare
@@ -158,28 +185,31 @@ fn put_halves(at: u32, part: u32, x: f32) {
 fn stage_keys(ch: Chunk, tid: u32, i0: u32) {
     let gamma_last = gamma_sh[CHUNK - 1u];
     let part = CHUNK * DK;
-    for (var e = tid; e < CHUNK * KT; e += 256u) {
-        let t = e / KT;
-        let ii = e % KT;
+    // Four columns an iteration (DK is a multiple of 16: a quad is inside the head or past it).
+    for (var e = tid; e < CHUNK * KT / 4u; e += 256u) {
+        let t = e / (KT / 4u);
+        let ii = 4u * (e % (KT / 4u));
         let i = i0 + ii;
-        var kv = 0.0;
-        var qv = 0.0;
+        var kv = vec4<f32>();
+        var qv = vec4<f32>();
         if live(ch, t) && i < DK {
             let at = (ch.row0 + t) * params.conv_dim + i;
-            kv = mixed[at + ch.k_col];
-            qv = mixed[at + ch.q_col];
+            let k_at = at + ch.k_col;
+            let q_at = at + ch.q_col;
+            kv = vec4<f32>(mixed[k_at], mixed[k_at + 1u], mixed[k_at + 2u], mixed[k_at + 3u]);
+            qv = vec4<f32>(mixed[q_at], mixed[q_at + 1u], mixed[q_at + 2u], mixed[q_at + 3u]);
         }
-        let k2 = hi_lo(kv);
-        let q2 = hi_lo(qv);
-        h16[K_HI + t * KS + ii] = k2.x;
-        h16[K_LO + t * KS + ii] = k2.y;
-        h16[Q_HI + t * KS + ii] = q2.x;
-        h16[Q_LO + t * KS + ii] = q2.y;
+        let k2 = hi_lo4(kv);
+        let q2 = hi_lo4(qv);
+        put_h16_4(K_HI + t * KS + ii, k2.hi);
+        put_h16_4(K_LO + t * KS + ii, k2.lo);
+        put_h16_4(Q_HI + t * KS + ii, q2.hi);
+        put_h16_4(Q_LO + t * KS + ii, q2.lo);
         if i < DK {
             let decay_k = exp(gamma_last - gamma_sh[t]);
             let decay_q = exp(gamma_sh[t]);
-            put_halves(half_at(params.k_at, ch.block, CHUNK, DK, t, i), part, decay_k * kv);
-            put_halves(half_at(params.q_at, ch.block, CHUNK, DK, t, i), part, decay_q * qv);
+            put_split4(half_at(params.k_at, ch.block, CHUNK, DK, t, i), part, decay_k * kv);
+            put_split4(half_at(params.q_at, ch.block, CHUNK, DK, t, i), part, decay_q * qv);
         }
     }
 }
@@ -188,31 +218,36 @@ fn stage_keys(ch: Chunk, tid: u32, i0: u32) {
 // mixed, scaled by β (and e^γ when `decayed`), written to W (hi/lo, dk columns) or U (f32).
 fn solve_block(ch: Chunk, tid: u32, ta: u32, tb: u32, col0: u32, width: u32, decayed: bool,
                out_col: u32) {
-    for (var e = tid; e < CHUNK * BW; e += 256u) {
-        let t = e / BW;
-        let ii = e % BW;
-        var x = 0.0;
-        if live(ch, t) && ii < width {
+    for (var e = tid; e < CHUNK * BW / 4u; e += 256u) {
+        let t = e / (BW / 4u);
+        let ii = 4u * (e % (BW / 4u));
+        var x = vec4<f32>();
+        if live(ch, t) {
             var scale = beta_sh[t];
             if decayed {
                 scale *= exp(gamma_sh[t]);
             }
-            x = scale * mixed[(ch.row0 + t) * params.conv_dim + col0 + ii];
+            let at = (ch.row0 + t) * params.conv_dim + col0 + ii;
+            for (var k = 0u; k < 4u; k++) {
+                if ii + k < width {
+                    x[k] = scale * mixed[at + k];
+                }
+            }
         }
-        let r = hi_lo(x);
-        h16[R_HI + t * BS + ii] = r.x;
-        h16[R_LO + t * BS + ii] = r.y;
+        let r = hi_lo4(x);
+        put_h16_4(R_HI + t * BS + ii, r.hi);
+        put_h16_4(R_LO + t * BS + ii, r.lo);
     }
     workgroupBarrier();
-    let ts = TS;
-    let bs = BS;
+    let ts = TS / CELL;
+    let bs = BS / CELL;
     var main = CoopC();
     var small = CoopC();
     for (var s0 = 0u; s0 < CHUNK; s0 += COOP) {
-        let t_hi = T_HI + ta * COOP * TS + s0;
-        let t_lo = T_LO + ta * COOP * TS + s0;
-        let r_hi = R_HI + s0 * BS + tb * COOP;
-        let r_lo = R_LO + s0 * BS + tb * COOP;
+        let t_hi = cell(T_HI + ta * COOP * TS + s0);
+        let t_lo = cell(T_LO + ta * COOP * TS + s0);
+        let r_hi = cell(R_HI + s0 * BS + tb * COOP);
+        let r_lo = cell(R_LO + s0 * BS + tb * COOP);
         let a_hi = coopLoadT<CoopA>(&h16[t_hi], ts);
         let b_hi = coopLoadT<CoopB>(&h16[r_hi], bs);
         main = coopMultiplyAdd(a_hi, b_hi, main);
@@ -223,16 +258,23 @@ fn solve_block(ch: Chunk, tid: u32, ta: u32, tb: u32, col0: u32, width: u32, dec
     let ap = AP;
     coopStoreT(joined(main, small), &a_sh[out_at], ap);
     workgroupBarrier();
-    for (var e = tid; e < CHUNK * BW; e += 256u) {
-        let t = e / BW;
-        let ii = e % BW;
-        if ii < width {
-            let x = a_sh[t * AP + ii];
-            let col = out_col + ii;
-            if decayed {
-                put_halves(half_at(params.w_at, ch.block, CHUNK, DK, t, col), CHUNK * DK, x);
-            } else {
-                scratch[params.u_at + (ch.block * CHUNK + t) * params.dv + col] = x;
+    for (var e = tid; e < CHUNK * BW / 4u; e += 256u) {
+        let t = e / (BW / 4u);
+        let ii = 4u * (e % (BW / 4u));
+        let at = t * AP + ii;
+        let x = vec4<f32>(a_sh[at], a_sh[at + 1u], a_sh[at + 2u], a_sh[at + 3u]);
+        let col = out_col + ii;
+        if decayed {
+            // W's blocks are whole quads (DK is a multiple of 16).
+            if ii < width {
+                put_split4(half_at(params.w_at, ch.block, CHUNK, DK, t, col), CHUNK * DK, x);
+            }
+        } else {
+            let u_at = params.u_at + (ch.block * CHUNK + t) * params.dv + col;
+            for (var k = 0u; k < 4u; k++) {
+                if ii + k < width {
+                    scratch[u_at + k] = x[k];
+                }
             }
         }
     }
@@ -260,7 +302,7 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
     // Gram tiles of this subgroup: row tile ta, column tiles tb and tb + 1.
     let ta = sg / 2u;
     let tb = (sg % 2u) * 2u;
-    let ks = KS;
+    let ks = KS / CELL;
     // Each product's main and cross-term accumulators.
     var kk0 = CoopC();
     var kk1 = CoopC();
@@ -274,14 +316,16 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
         stage_keys(ch, tid, i0);
         workgroupBarrier();
         for (var kk = 0u; kk < KT; kk += COOP) {
-            let ka_hi_at = K_HI + ta * COOP * KS + kk;
-            let ka_lo_at = ka_hi_at + K_LO;
-            let qa_hi_at = ka_hi_at + Q_HI;
-            let qa_lo_at = ka_hi_at + Q_LO;
-            let b0_hi_at = K_HI + tb * COOP * KS + kk;
-            let b0_lo_at = b0_hi_at + K_LO;
-            let b1_hi_at = b0_hi_at + COOP * KS;
-            let b1_lo_at = b1_hi_at + K_LO;
+            let a_at = K_HI + ta * COOP * KS + kk;
+            let b_at = K_HI + tb * COOP * KS + kk;
+            let ka_hi_at = cell(a_at);
+            let ka_lo_at = cell(a_at + K_LO);
+            let qa_hi_at = cell(a_at + Q_HI);
+            let qa_lo_at = cell(a_at + Q_LO);
+            let b0_hi_at = cell(b_at);
+            let b0_lo_at = cell(b_at + K_LO);
+            let b1_hi_at = cell(b_at + COOP * KS);
+            let b1_lo_at = cell(b_at + COOP * KS + K_LO);
             let ka_hi = coopLoadT<CoopA>(&h16[ka_hi_at], ks);
             let ka_lo = coopLoadT<CoopA>(&h16[ka_lo_at], ks);
             let qa_hi = coopLoadT<CoopA>(&h16[qa_hi_at], ks);
@@ -310,15 +354,18 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
     coopStoreT(joined(qk0, qk0_small), &a_sh[g0], ap);
     coopStoreT(joined(qk1, qk1_small), &a_sh[g1], ap);
     workgroupBarrier();
-    for (var e = tid; e < CHUNK * CHUNK; e += 256u) {
-        let t = e / CHUNK;
-        let s = e % CHUNK;
-        var decay = 0.0;
-        if s <= t {
-            decay = exp(gamma_sh[t] - gamma_sh[s]);
+    for (var e = tid; e < CHUNK * CHUNK / 4u; e += 256u) {
+        let t = e / (CHUNK / 4u);
+        let s = 4u * (e % (CHUNK / 4u));
+        var x = vec4<f32>();
+        for (var k = 0u; k < 4u; k++) {
+            var decay = 0.0;
+            if s + k <= t {
+                decay = exp(gamma_sh[t] - gamma_sh[s + k]);
+            }
+            x[k] = a_sh[t * AP + s + k] * decay;
         }
-        put_halves(half_at(params.p_at, ch.block, CHUNK, CHUNK, t, s), CHUNK * CHUNK,
-                   a_sh[t * AP + s] * decay);
+        put_split4(half_at(params.p_at, ch.block, CHUNK, CHUNK, t, s), CHUNK * CHUNK, x);
     }
     workgroupBarrier();
     // A (strictly lower) in a_sh, then T in place.
@@ -338,12 +385,15 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
     invert_unit_lower(ch.n, tid);
 
     // T with its unit diagonal as hi/lo (a_sh then holds the T·R output tiles).
-    for (var e = tid; e < CHUNK * CHUNK; e += 256u) {
-        let t = e / CHUNK;
-        let s = e % CHUNK;
-        let x = hi_lo(a_sh[t * AP + s] + select(0.0, 1.0, s == t));
-        h16[T_HI + t * TS + s] = x.x;
-        h16[T_LO + t * TS + s] = x.y;
+    for (var e = tid; e < CHUNK * CHUNK / 4u; e += 256u) {
+        let t = e / (CHUNK / 4u);
+        let s = 4u * (e % (CHUNK / 4u));
+        let at = t * AP + s;
+        let diagonal = vec4<u32>(s, s + 1u, s + 2u, s + 3u) == vec4<u32>(t);
+        let x = hi_lo4(vec4<f32>(a_sh[at], a_sh[at + 1u], a_sh[at + 2u], a_sh[at + 3u])
+                       + select(vec4<f32>(0.0), vec4<f32>(1.0), diagonal));
+        put_h16_4(T_HI + t * TS + s, x.hi);
+        put_h16_4(T_LO + t * TS + s, x.lo);
     }
     workgroupBarrier();
     // W = T diag(β e^γ) K and U = T diag(β) V, one 32-column block of R at a time; subgroup sg
@@ -360,14 +410,28 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
 
 // ---- chunk_scan
 
+// The chunk's outputs of this workgroup's value columns from vst (live rows, columns < dv).
+fn write_o(ch: Chunk, h: u32, rows_tile: u32, tid: u32) {
+    for (var e = tid; e < CHUNK * ROWS; e += SCAN_WG) {
+        let t = e / ROWS;
+        let jr = e % ROWS;
+        let j = rows_tile * ROWS + jr;
+        if live(ch, t) && j < params.dv {
+            o[(ch.row0 + t) * params.nv * params.dv + h * params.dv + j] = vst[t * VS + jr];
+        }
+    }
+}
+
 // s16 (hi/lo) from the f32 state in state_sh.
 fn split_state(tid: u32) {
-    for (var e = tid; e < ROWS * DK; e += SCAN_WG) {
-        let r = e / DK;
-        let i = e % DK;
-        let x = hi_lo(state_sh[r * STATE_STRIDE + i]);
-        s16[r * S16_STRIDE + i] = x.x;
-        s16[(ROWS + r) * S16_STRIDE + i] = x.y;
+    for (var e = tid; e < ROWS * DK / 4u; e += SCAN_WG) {
+        let r = e / (DK / 4u);
+        let i = 4u * (e % (DK / 4u));
+        let at = r * STATE_STRIDE + i;
+        let x = hi_lo4(vec4<f32>(state_sh[at], state_sh[at + 1u], state_sh[at + 2u],
+                                 state_sh[at + 3u]));
+        put_s16_4(r * S16_STRIDE + i, x.hi);
+        put_s16_4((ROWS + r) * S16_STRIDE + i, x.lo);
     }
 }
 
@@ -385,16 +449,25 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
     // chunks(s), inline (as in chunk_prepare): the loop below holds cooperative ops.
     let n_chunks = (seqs.seq[s].len + seqs.lead + CHUNK - 1u) / CHUNK;
     let save = save_after(s);
-    let dk = DK;
-    let chunk = CHUNK;
-    let ss = S16_STRIDE;
-    let ds = DS;
+    let dk = DK / CELL;
+    let chunk = CHUNK / CELL;
+    let ss = S16_STRIDE / CELL;
+    let ds = DS / CELL;
     let vs = VS;
     let s_lo = ROWS * S16_STRIDE;
     let d_lo = CHUNK * DS;
     // This subgroup's chunk rows (16sg..) and its tile of vst.
     let row0 = sg * COOP;
     let v_at = row0 * VS;
+    // The state update's dk tiles: those of round r are sg + 4r; SCAN_FUSED takes two rounds at
+    // a time.
+    let tiles = DK / COOP;
+    let rounds = (tiles + SCAN_SUBGROUPS - 1u) / SCAN_SUBGROUPS;
+    let rounds_per_pass = 1u + SCAN_FUSED;
+    // Fused with one pass in all (DK ≤ 128), P V' rides in it.
+    // (`&`, not `&&`: naga lowers a short circuit through a variable, which it takes for
+    // non-uniform, and cooperative ops branch on this.)
+    let pv_in_update = (SCAN_FUSED == 1u) & (rounds <= rounds_per_pass);
     for (var c = 0u; c < n_chunks; c++) {
         let ch = chunk_of(c, h, s);
         if tid < CHUNK {
@@ -407,60 +480,82 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
         let part = CHUNK * DK;
         let p_part = CHUNK * CHUNK;
 
-        // W S for this subgroup's rows.
+        // W S for this subgroup's rows (and, fused, Q̃ S from the same S fragments).
         var ws = CoopC();
         var ws_small = CoopC();
-        for (var i0 = 0u; i0 < DK; i0 += COOP) {
-            let a_at = w_hi + i0;
-            let a_lo = a_at + part;
-            let b_lo = s_lo + i0;
-            let a_hi = coopLoadT<CoopA>(&halves[a_at], dk);
-            let b_hi = coopLoad<CoopB>(&s16[i0], ss);
-            ws = coopMultiplyAdd(a_hi, b_hi, ws);
-            ws_small = mma_cross(a_hi, coopLoadT<CoopA>(&halves[a_lo], dk), b_hi,
-                                 coopLoad<CoopB>(&s16[b_lo], ss), ws_small);
-        }
-        coopStoreT(joined(ws, ws_small), &vst[v_at], vs);
-        workgroupBarrier();
-        // V' = U − W S as hi/lo (zero past dv: U is, and so is S there).
-        for (var e = tid; e < CHUNK * ROWS; e += SCAN_WG) {
-            let t = e / ROWS;
-            let jr = e % ROWS;
-            let j = wg.x * ROWS + jr;
-            var u = 0.0;
-            if j < params.dv {
-                u = scratch[params.u_at + (ch.block * CHUNK + t) * params.dv + j];
-            }
-            let x = hi_lo(u - vst[t * VS + jr]);
-            d16[t * DS + jr] = x.x;
-            d16[d_lo + t * DS + jr] = x.y;
-        }
-        workgroupBarrier();
-        // O = Q̃ S + P V' for this subgroup's rows, into vst.
         var acc = CoopC();
         var acc_small = CoopC();
         for (var i0 = 0u; i0 < DK; i0 += COOP) {
-            let a_at = q_hi + i0;
-            let a_lo = a_at + part;
-            let b_lo = s_lo + i0;
+            let a_at = cell(w_hi + i0);
+            let a_lo = cell(w_hi + i0 + part);
+            let b_at = cell(i0);
+            let b_lo = cell(s_lo + i0);
             let a_hi = coopLoadT<CoopA>(&halves[a_at], dk);
-            let b_hi = coopLoad<CoopB>(&s16[i0], ss);
-            acc = coopMultiplyAdd(a_hi, b_hi, acc);
-            acc_small = mma_cross(a_hi, coopLoadT<CoopA>(&halves[a_lo], dk), b_hi,
-                                  coopLoad<CoopB>(&s16[b_lo], ss), acc_small);
+            let b_hi = coopLoad<CoopB>(&s16[b_at], ss);
+            let b_lo_f = coopLoad<CoopB>(&s16[b_lo], ss);
+            ws = coopMultiplyAdd(a_hi, b_hi, ws);
+            ws_small = mma_cross(a_hi, coopLoadT<CoopA>(&halves[a_lo], dk), b_hi, b_lo_f,
+                                 ws_small);
+            if SCAN_FUSED == 1u {
+                let qa_at = cell(q_hi + i0);
+                let qa_lo = cell(q_hi + i0 + part);
+                let qa_hi = coopLoadT<CoopA>(&halves[qa_at], dk);
+                acc = coopMultiplyAdd(qa_hi, b_hi, acc);
+                acc_small = mma_cross(qa_hi, coopLoadT<CoopA>(&halves[qa_lo], dk), b_hi, b_lo_f,
+                                      acc_small);
+            }
         }
-        for (var s0 = 0u; s0 < CHUNK; s0 += COOP) {
-            let a_at = p_hi + s0;
-            let a_lo = a_at + p_part;
-            let b_at = s0 * DS;
-            let b_lo = d_lo + s0 * DS;
-            let a_hi = coopLoadT<CoopA>(&halves[a_at], chunk);
-            let b_hi = coopLoadT<CoopB>(&d16[b_at], ds);
-            acc = coopMultiplyAdd(a_hi, b_hi, acc);
-            acc_small = mma_cross(a_hi, coopLoadT<CoopA>(&halves[a_lo], chunk), b_hi,
-                                  coopLoadT<CoopB>(&d16[b_lo], ds), acc_small);
+        coopStoreT(joined(ws, ws_small), &vst[v_at], vs);
+        workgroupBarrier();
+        // V' = U − W S as hi/lo (zero past dv: U is, and so is S there), four columns an
+        // iteration.
+        for (var e = tid; e < CHUNK * ROWS / 4u; e += SCAN_WG) {
+            let t = e / (ROWS / 4u);
+            let jr = 4u * (e % (ROWS / 4u));
+            let u_at = params.u_at + (ch.block * CHUNK + t) * params.dv;
+            var x = vec4<f32>();
+            for (var k = 0u; k < 4u; k++) {
+                let j = wg.x * ROWS + jr + k;
+                var u = 0.0;
+                if j < params.dv {
+                    u = scratch[u_at + j];
+                }
+                x[k] = u - vst[t * VS + jr + k];
+            }
+            let v = hi_lo4(x);
+            put_d16_4(t * DS + jr, v.hi);
+            put_d16_4(d_lo + t * DS + jr, v.lo);
         }
-        coopStoreT(joined(acc, acc_small), &vst[v_at], vs);
+        workgroupBarrier();
+        // O = Q̃ S + P V' for this subgroup's rows, into vst (fused: Q̃ S is done; P V' in the
+        // state update's pass where it has one, which loads the same V' fragments).
+        if SCAN_FUSED == 0u {
+            for (var i0 = 0u; i0 < DK; i0 += COOP) {
+                let a_at = cell(q_hi + i0);
+                let a_lo = cell(q_hi + i0 + part);
+                let b_at = cell(i0);
+                let b_lo = cell(s_lo + i0);
+                let a_hi = coopLoadT<CoopA>(&halves[a_at], dk);
+                let b_hi = coopLoad<CoopB>(&s16[b_at], ss);
+                acc = coopMultiplyAdd(a_hi, b_hi, acc);
+                acc_small = mma_cross(a_hi, coopLoadT<CoopA>(&halves[a_lo], dk), b_hi,
+                                      coopLoad<CoopB>(&s16[b_lo], ss), acc_small);
+            }
+        }
+        if !pv_in_update {
+            for (var s0 = 0u; s0 < CHUNK; s0 += COOP) {
+                let a_at = cell(p_hi + s0);
+                let a_lo = cell(p_hi + s0 + p_part);
+                let b_at = cell(s0 * DS);
+                let b_lo = cell(d_lo + s0 * DS);
+                let a_hi = coopLoadT<CoopA>(&halves[a_at], chunk);
+                let b_hi = coopLoadT<CoopB>(&d16[b_at], ds);
+                acc = coopMultiplyAdd(a_hi, b_hi, acc);
+                acc_small = mma_cross(a_hi, coopLoadT<CoopA>(&halves[a_lo], chunk), b_hi,
+                                      coopLoadT<CoopB>(&d16[b_lo], ds), acc_small);
+            }
+            coopStoreT(joined(acc, acc_small), &vst[v_at], vs);
+        }
         // S ← e^{γ_C} S (scalar; the MMAs above read s16, not state_sh).
         let decay_last = exp(gamma_sh[CHUNK - 1u]);
         for (var e = tid; e < ROWS * DK; e += SCAN_WG) {
@@ -468,40 +563,72 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
             state_sh[at_e] *= decay_last;
         }
         workgroupBarrier();
-        for (var e = tid; e < CHUNK * ROWS; e += SCAN_WG) {
-            let t = e / ROWS;
-            let jr = e % ROWS;
-            let j = wg.x * ROWS + jr;
-            if live(ch, t) && j < params.dv {
-                o[(ch.row0 + t) * params.nv * params.dv + h * params.dv + j] = vst[t * VS + jr];
-            }
+        if !pv_in_update {
+            write_o(ch, h, wg.x, tid);
         }
         // S += K̃ᵀ V' over dk tiles sg, sg + 4, …; a subgroup past the last tile computes the last
-        // one again and stores it into the junk tile.
-        let tiles = DK / COOP;
-        for (var r = 0u; r < (tiles + SCAN_SUBGROUPS - 1u) / SCAN_SUBGROUPS; r++) {
+        // one again and stores it into the junk tile. Fused, a pass takes rounds r and r + 1
+        // (tiles it and it + 4), and P V' where there is one pass, loading each V' fragment once
+        // for all of them.
+        for (var r = 0u; r < rounds; r += rounds_per_pass) {
             let it = sg + r * SCAN_SUBGROUPS;
             let i0 = min(it, tiles - 1u) * COOP;
             let mine = it < tiles;
             let s_at = select(ROWS * STATE_STRIDE, i0, mine);
             let s_stride = select(COOP, STATE_STRIDE, mine);
+            let it2 = it + SCAN_SUBGROUPS;
+            let i2 = min(it2, tiles - 1u) * COOP;
+            let mine2 = it2 < tiles && SCAN_FUSED == 1u;
+            let s_at2 = select(ROWS * STATE_STRIDE, i2, mine2);
+            let s_stride2 = select(COOP, STATE_STRIDE, mine2);
             var upd = coopLoad<CoopC>(&state_sh[s_at], s_stride);
             var upd_small = CoopC();
+            var upd2 = CoopC();
+            var upd2_small = CoopC();
+            if SCAN_FUSED == 1u {
+                upd2 = coopLoad<CoopC>(&state_sh[s_at2], s_stride2);
+            }
             for (var s0 = 0u; s0 < CHUNK; s0 += COOP) {
                 // K̃ᵀ as A: element (i, t) is K̃[t][i], column-major with stride dk.
-                let a_at = k_hi + s0 * DK + i0;
-                let a_lo = a_at + part;
-                let b_at = s0 * DS;
-                let b_lo = d_lo + s0 * DS;
+                let a_at = cell(k_hi + s0 * DK + i0);
+                let a_lo = cell(k_hi + s0 * DK + i0 + part);
+                let b_at = cell(s0 * DS);
+                let b_lo = cell(d_lo + s0 * DS);
                 let a_hi = coopLoad<CoopA>(&halves[a_at], dk);
                 let b_hi = coopLoadT<CoopB>(&d16[b_at], ds);
+                let b_lo_f = coopLoadT<CoopB>(&d16[b_lo], ds);
                 upd = coopMultiplyAdd(a_hi, b_hi, upd);
-                upd_small = mma_cross(a_hi, coopLoad<CoopA>(&halves[a_lo], dk), b_hi,
-                                      coopLoadT<CoopB>(&d16[b_lo], ds), upd_small);
+                upd_small = mma_cross(a_hi, coopLoad<CoopA>(&halves[a_lo], dk), b_hi, b_lo_f,
+                                      upd_small);
+                if pv_in_update {
+                    let p_at = cell(p_hi + s0);
+                    let p_lo = cell(p_hi + s0 + p_part);
+                    let pa_hi = coopLoadT<CoopA>(&halves[p_at], chunk);
+                    acc = coopMultiplyAdd(pa_hi, b_hi, acc);
+                    acc_small = mma_cross(pa_hi, coopLoadT<CoopA>(&halves[p_lo], chunk), b_hi,
+                                          b_lo_f, acc_small);
+                }
+                if SCAN_FUSED == 1u {
+                    let a2_at = cell(k_hi + s0 * DK + i2);
+                    let a2_lo = cell(k_hi + s0 * DK + i2 + part);
+                    let a2_hi = coopLoad<CoopA>(&halves[a2_at], dk);
+                    upd2 = coopMultiplyAdd(a2_hi, b_hi, upd2);
+                    upd2_small = mma_cross(a2_hi, coopLoad<CoopA>(&halves[a2_lo], dk), b_hi,
+                                           b_lo_f, upd2_small);
+                }
             }
             coopStore(joined(upd, upd_small), &state_sh[s_at], s_stride);
+            if SCAN_FUSED == 1u {
+                coopStore(joined(upd2, upd2_small), &state_sh[s_at2], s_stride2);
+            }
+        }
+        if pv_in_update {
+            coopStoreT(joined(acc, acc_small), &vst[v_at], vs);
         }
         workgroupBarrier();
+        if pv_in_update {
+            write_o(ch, h, wg.x, tid);
+        }
         split_state(tid);
         if c == save {
             store_state(state_at(seqs.save_slot, h), wg.x, tid);

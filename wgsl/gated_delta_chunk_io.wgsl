@@ -117,10 +117,51 @@ fn load_gates(ch: Chunk, h: u32, tid: u32) {
     workgroupBarrier();
 }
 
+// How invert_unit_lower goes (override; `FAK_GDN_CHUNK=…+columns`): 0, row by row, two
+// workgroup barriers a row (126 in a full chunk); 1, each column on its own invocation.
+override INVERSE_COLUMNS: u32 = 0u;
+
 // T = (I + A)⁻¹ in place of the strictly lower A in a_sh: T_tj = −(A_tj + Σ_{j<s<t} A_ts T_sj)
 // for j < t, the unit diagonal implicit. Row t needs only rows < t; rows at or past the chunk's
-// `n` are zero in A and stay zero in T, so the loop stops there (`n` is the workgroup's).
+// `n` are zero in A and stay zero in T, so the loop stops there (`n` is the workgroup's). Both
+// forms compute every T_tj with the same fmas in the same order (bit for bit the same T); a_sh's
+// upper triangle (zero before, since A is strictly lower) is zero after. Needs 256 invocations.
 fn invert_unit_lower(n: u32, tid: u32) {
+    if INVERSE_COLUMNS == 1u {
+        invert_by_columns(n, tid);
+    } else {
+        invert_by_rows(n, tid);
+    }
+}
+
+// Column j of T on invocation j: T_tj for t = j + 1, … in turn from column j's earlier values,
+// written transposed into the upper triangle at (j, t), where no other invocation reads or
+// writes and A (the lower triangle) stays whole for every column; no invocation waits for
+// another until T moves to the lower triangle.
+fn invert_by_columns(n: u32, tid: u32) {
+    let j = tid;
+    if j < n {
+        for (var t = j + 1u; t < n; t++) {
+            var acc = a_sh[t * AP + j];
+            for (var s = j + 1u; s < t; s++) {
+                acc = fma(a_sh[t * AP + s], a_sh[j * AP + s], acc);
+            }
+            a_sh[j * AP + t] = -acc;
+        }
+    }
+    workgroupBarrier();
+    for (var e = tid; e < CHUNK * CHUNK; e += 256u) {
+        let t = e / CHUNK;
+        let jj = e % CHUNK;
+        if jj < t && t < n {
+            a_sh[t * AP + jj] = a_sh[jj * AP + t];
+            a_sh[jj * AP + t] = 0.0;
+        }
+    }
+    workgroupBarrier();
+}
+
+fn invert_by_rows(n: u32, tid: u32) {
     for (var t = 1u; t < n; t++) {
         var acc = 0.0;
         if tid < t {

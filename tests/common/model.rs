@@ -222,7 +222,7 @@ pub fn assert_plan_sizes_the_activations(path: &Path, chunks: &[u32]) {
         let allocated = model.activation_bytes() + io.logits.size();
         // The chunked delta rule's f16 scratch exists only where its coop kernel runs, which
         // the plan (made before the adapter is known) counts apart.
-        let coop_runs = ChunkKernel::requested().unwrap() == ChunkKernel::Coop
+        let coop_runs = ChunkKernel::requested().unwrap().coop
             && GatedDeltaChunked::coop_paths(ctx.paths()).is_some();
         let planned = plan.scratch_bytes
             + if coop_runs {

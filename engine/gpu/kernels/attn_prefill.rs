@@ -92,6 +92,11 @@ pub struct CoopTile {
     /// block, Q staged once through the K/V tile: rows ≤ keys), which leaves room for 64 × 64
     /// tiles at head 128.
     pub q_regs: bool,
+    /// With Q in registers, the S tiles of a step's key blocks computed with their MMA chains
+    /// interleaved (`S_INTERLEAVE`: each Q fragment meets every key block before the next dim
+    /// tile) rather than one chain after another; the same products in the same order per tile,
+    /// so the same scores. Label suffix `i` (`64x64qi`); never the default: the sweep times it.
+    pub interleave: bool,
 }
 
 impl CoopTile {
@@ -110,12 +115,18 @@ impl CoopTile {
             dim_split,
             slack: Self::SLACK,
             q_regs: false,
+            interleave: false,
         }
     }
 
     /// The same tile with Q in registers (`q_regs`) or not.
     pub fn with_q_regs(self, q_regs: bool) -> Self {
         CoopTile { q_regs, ..self }
+    }
+
+    /// The same tile with its S chains interleaved (`interleave`) or not.
+    pub fn with_interleave(self, interleave: bool) -> Self {
+        CoopTile { interleave, ..self }
     }
 
     /// The same tile with key steps of `keys`.
@@ -137,19 +148,22 @@ impl CoopTile {
             && blocks.is_multiple_of(self.dim_split)
             && blocks / self.dim_split <= COOP_KEY_TILES
             && (!self.q_regs || (self.dim_split == 1 && self.rows() <= self.keys))
+            && (!self.interleave || self.q_regs)
     }
 
     /// Every supported tile of `head_dim` in the order [`CoopTile::fitting`] prefers them: the
-    /// most rows, then the longest key step, then Q in registers.
+    /// most rows, then the longest key step, then Q in registers; a Q-in-registers tile's
+    /// interleaved twin right after it (same memory, so `fitting` never picks it).
     pub fn candidates(coop: CoopShape, head_dim: u32) -> impl Iterator<Item = CoopTile> {
         COOP_ROW_BLOCKS.into_iter().flat_map(move |blocks| {
             COOP_KEY_STEPS.into_iter().flat_map(move |keys| {
-                [true, false]
+                [(true, false), (true, true), (false, false)]
                     .into_iter()
-                    .map(move |q_regs| {
+                    .map(move |(q_regs, interleave)| {
                         CoopTile::new(coop, blocks, head_dim)
                             .with_keys(keys)
                             .with_q_regs(q_regs)
+                            .with_interleave(interleave)
                     })
                     .filter(|tile| tile.supported())
             })
@@ -165,11 +179,13 @@ impl CoopTile {
         self.row_blocks * self.coop.size()
     }
 
-    /// Rows × keys, `q` when Q lives in registers (`64x64q`); the bench's and
-    /// `FAK_ATTN_PREFILL`'s name for the tile (the slack and dim split follow from the head).
+    /// Rows × keys, `q` when Q lives in registers (`64x64q`), then `i` when its S chains
+    /// interleave (`64x64qi`); the bench's and `FAK_ATTN_PREFILL`'s name for the tile (the slack
+    /// and dim split follow from the head).
     pub fn label(self) -> String {
         let q = if self.q_regs { "q" } else { "" };
-        format!("{}x{}{q}", self.rows(), self.keys)
+        let i = if self.interleave { "i" } else { "" };
+        format!("{}x{}{q}{i}", self.rows(), self.keys)
     }
 
     pub fn invocations(self) -> u32 {
@@ -243,6 +259,52 @@ impl SplitKeys {
     };
     /// Every tile's keys in one workgroup (the kernel before splits).
     pub const NEVER: SplitKeys = SplitKeys::Fixed(1);
+    /// The variable that overrides [`SplitKeys::DEFAULT`] in [`AttnPrefill::new`] (the prefill
+    /// sweep measures other rules on the device; see [`SplitKeys::named`]).
+    pub const VAR: &'static str = "FAK_ATTN_SPLIT";
+
+    /// The rule `FAK_ATTN_SPLIT` asks for ([`SplitKeys::named`]; unset: the default).
+    pub fn requested() -> Result<Self, GpuError> {
+        match std::env::var(Self::VAR) {
+            Err(std::env::VarError::NotPresent) => Ok(Self::DEFAULT),
+            Ok(v) => Self::named(&v),
+            Err(e) => Self::named(&format!("{e}")),
+        }
+    }
+
+    /// The rule a value of `FAK_ATTN_SPLIT` names: empty, the default; `never`; `N` (that many
+    /// splits whatever the grid, 1..=MAX_SPLITS); `fill:T:K` (split while the grid has fewer
+    /// than T workgroups, each split keeping at least K keys). Anything else is an error naming
+    /// the variable: a measurement must not silently run another rule than the one it names.
+    pub fn named(value: &str) -> Result<Self, GpuError> {
+        let bad = || {
+            shape_error(
+                AttnPrefill::NAME,
+                format!(
+                    "{}={value:?} is neither empty, never, a split count (1..={MAX_SPLITS}) \
+                     nor fill:TARGET_WORKGROUPS:MIN_KEYS",
+                    Self::VAR
+                ),
+            )
+        };
+        let number = |s: &str| s.parse::<u32>().ok().filter(|n| *n > 0);
+        match value.split(':').collect::<Vec<_>>()[..] {
+            [""] => Ok(Self::DEFAULT),
+            ["never"] => Ok(Self::NEVER),
+            [n] => number(n)
+                .filter(|n| *n <= MAX_SPLITS)
+                .map(SplitKeys::Fixed)
+                .ok_or_else(bad),
+            ["fill", target, keys] => match (number(target), number(keys)) {
+                (Some(target_workgroups), Some(min_keys)) => Ok(SplitKeys::Fill {
+                    target_workgroups,
+                    min_keys,
+                }),
+                _ => Err(bad()),
+            },
+            _ => Err(bad()),
+        }
+    }
 
     /// The splits of a grid of `workgroups` row tiles × kv heads over `keys` keys (the step's
     /// last position + 1), at most [`MAX_SPLITS`] (the combine keeps a weight per split).
@@ -407,6 +469,7 @@ impl AttnPrefill {
                 .with_const("DIM_SPLIT", tile.dim_split)
                 .with_const("SLACK", tile.slack)
                 .with_const("Q_REGS", u32::from(tile.q_regs))
+                .with_const("S_INTERLEAVE", u32::from(tile.interleave))
                 .with(match coop {
                     CoopShape::M8x8 => wgsl::MATMUL_COOP8,
                     CoopShape::M16x16 => wgsl::MATMUL_COOP16,
@@ -484,7 +547,8 @@ impl AttnPrefill {
             Some(coop) => Self::chosen_tile(coop, shape.head_dim, limit)?,
             None => None,
         };
-        match tile {
+        let split = SplitKeys::requested()?;
+        let kernel = match tile {
             Some(tile) => Self::with_tile(ctx, variant, shape, Some(tile)),
             None => {
                 let scalar = KernelPaths {
@@ -494,7 +558,8 @@ impl AttnPrefill {
                 };
                 Self::with_tile(ctx, scalar, shape, None)
             }
-        }
+        };
+        Ok(kernel?.with_split(split))
     }
 
     /// Builds `variant` (one of [`AttnPrefill::variants`]) with the cooperative-matrix workgroup
@@ -746,7 +811,7 @@ impl AttnPrefill {
 
 #[cfg(test)]
 mod tests {
-    use super::SplitKeys;
+    use super::{CoopShape, CoopTile, SplitKeys};
 
     /// The default rule: a split per 512 keys while the grid stays under 4096 workgroups, so
     /// the 27B's cached step and the deep chunks of a long prompt split, a short context does
@@ -767,5 +832,55 @@ mod tests {
         assert_eq!(split.splits(1, 1 << 20), 64);
         assert_eq!(SplitKeys::Fixed(1000).splits(1, 10), 64);
         assert_eq!(SplitKeys::NEVER.splits(1, 1 << 20), 1);
+    }
+
+    /// The interleaved S chains are a twin of each Q-in-registers tile, named apart and never
+    /// chosen by `fitting` (the default stays the tile it was).
+    #[test]
+    fn interleaved_tiles_are_named_twins_the_default_never_picks() {
+        for head_dim in [64, 128, 256] {
+            let tiles: Vec<CoopTile> = CoopTile::candidates(CoopShape::M16x16, head_dim).collect();
+            let labels: std::collections::BTreeSet<String> =
+                tiles.iter().map(|t| t.label()).collect();
+            assert_eq!(labels.len(), tiles.len(), "{head_dim}: labels repeat");
+            for tile in tiles.iter().filter(|t| t.interleave) {
+                assert!(tile.q_regs, "{tile:?}");
+                let twin = tile.with_interleave(false);
+                assert!(tiles.contains(&twin), "{tile:?}");
+                assert_eq!(tile.workgroup_bytes(), twin.workgroup_bytes());
+            }
+            let picked = CoopTile::fitting(CoopShape::M16x16, head_dim, 49152).unwrap();
+            assert!(!picked.interleave, "{head_dim}: {picked:?}");
+        }
+        let tile = CoopTile::fitting(CoopShape::M16x16, 128, 49152).unwrap();
+        assert_eq!(tile.label(), "64x64q");
+        assert_eq!(tile.with_interleave(true).label(), "64x64qi");
+    }
+
+    /// `FAK_ATTN_SPLIT` names a rule or is refused, naming the variable.
+    #[test]
+    fn the_split_rule_is_chosen_by_name() {
+        assert_eq!(SplitKeys::named("").unwrap(), SplitKeys::DEFAULT);
+        assert_eq!(SplitKeys::named("never").unwrap(), SplitKeys::NEVER);
+        assert_eq!(SplitKeys::named("4").unwrap(), SplitKeys::Fixed(4));
+        assert_eq!(
+            SplitKeys::named("fill:2048:1024").unwrap(),
+            SplitKeys::Fill {
+                target_workgroups: 2048,
+                min_keys: 1024
+            }
+        );
+        for bad in [
+            "0",
+            "65",
+            "fill:2048",
+            "fill:0:512",
+            "fill:x:512",
+            "often",
+            "4:4",
+        ] {
+            let err = SplitKeys::named(bad).unwrap_err().to_string();
+            assert!(err.contains(SplitKeys::VAR), "{bad}: {err}");
+        }
     }
 }

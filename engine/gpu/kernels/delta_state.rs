@@ -61,6 +61,9 @@ pub mod wgsl {
     pub const GATED_DELTA_CHUNK: WgslFile = file!("gated_delta_chunk.wgsl");
     /// The chunked delta rule with its products on cooperative matrices.
     pub const GATED_DELTA_CHUNK_COOP: WgslFile = file!("gated_delta_chunk_coop.wgsl");
+    /// Its f16 cells: one half each (the default) or four (`FAK_GDN_CHUNK=coop+quads`).
+    pub const GATED_DELTA_CHUNK_HALVES: WgslFile = file!("gated_delta_chunk_halves.wgsl");
+    pub const GATED_DELTA_CHUNK_QUADS: WgslFile = file!("gated_delta_chunk_quads.wgsl");
     pub const GATED_NORM: WgslFile = file!("gated_norm.wgsl");
     pub const GDN_DECODE: WgslFile = file!("gdn_decode.wgsl");
 }

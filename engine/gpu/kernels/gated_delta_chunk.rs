@@ -20,6 +20,11 @@
 //!
 //! Both kernels read the chunk grid, the sequence table and the state through
 //! wgsl/gated_delta_chunk_io.wgsl, so a change of the batch layout applies to both.
+//!
+//! Forms ([`ChunkForm`], named by `FAK_GDN_CHUNK=coop+quads`, `coop+fused`, `coop+columns`,
+//! `coop+quads+fused+columns`, `f32+columns`): vec4<f16> cells, a fused scan, the inverse by
+//! columns. Each computes the same values in the same order as the default (bit for bit) and
+//! exists to be timed against it on the device (experiments/h200/prefill-sweep.sh).
 
 use super::delta_state::{
     DeltaDims, DeltaState, Dispatch, Resource, bind_group, by_entry, check_batch, check_grid,
@@ -63,39 +68,119 @@ const COOP_SLOTS: &[Slot] = &[
 /// The cooperative-matrix shape the coop kernel is written for.
 const COOP_SHAPE: CoopShape = CoopShape::M16x16;
 
+/// How the chunked kernels lay out and schedule their work: ways to compute the same values in
+/// the same order, so every form's results equal the default's bit for bit
+/// (tests/gpu_gated_delta.rs checks it: the f32 kernel's on every adapter, the coop kernel's on
+/// the device). They differ in the instructions the driver gets, which only a device can time.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct ChunkForm {
+    /// Coop kernel: the f16 scratch and tiles as vec4<f16> cells (gated_delta_chunk_quads.wgsl:
+    /// 8-byte stores, fragment loads through a vec4 pointer) instead of f16 ones (_halves.wgsl).
+    pub quads: bool,
+    /// Coop kernel, `SCAN_FUSED`: chunk_scan computes Q̃·S in W·S's loop and the state update's
+    /// dk tiles two at a time.
+    pub fused: bool,
+    /// Both kernels, `INVERSE_COLUMNS`: chunk_prepare's T = (I + A)⁻¹ one column per invocation
+    /// with two barriers in all, instead of one row at a time with two barriers a row.
+    pub columns: bool,
+}
+
+impl ChunkForm {
+    /// The forms the tests run and `FAK_GDN_CHUNK` names on the coop kernel, the default first:
+    /// each change alone, then all together.
+    pub const COOP: [ChunkForm; 5] = [
+        ChunkForm::with(false, false, false),
+        ChunkForm::with(true, false, false),
+        ChunkForm::with(false, true, false),
+        ChunkForm::with(false, false, true),
+        ChunkForm::with(true, true, true),
+    ];
+    /// The f32 kernel's forms (it has no f16 cells and one scan).
+    pub const F32: [ChunkForm; 2] = [
+        ChunkForm::with(false, false, false),
+        ChunkForm::with(false, false, true),
+    ];
+
+    const fn with(quads: bool, fused: bool, columns: bool) -> Self {
+        ChunkForm {
+            quads,
+            fused,
+            columns,
+        }
+    }
+
+    /// Its suffix in `FAK_GDN_CHUNK` (`+quads+fused+columns`, empty for the default).
+    pub fn suffix(self) -> String {
+        [
+            (self.quads, "+quads"),
+            (self.fused, "+fused"),
+            (self.columns, "+columns"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect()
+    }
+}
+
 /// Which kernel of the chunked delta rule `FAK_GDN_CHUNK` asks for: unset, empty or `coop`, the
 /// cooperative-matrix one where the adapter has it (the f32 kernel elsewhere: the default);
-/// `f32`, the f32 kernel everywhere. Any other value is an error: a measurement must not
-/// silently run another kernel than the one it names. (The coop kernel was opt-in until its
-/// first H200 pass: a lone u32 in its workgroup memory had broken its tiles there,
-/// experiments/coop-probe.)
+/// `f32`, the f32 kernel everywhere; either followed by the suffix of one of its forms
+/// ([`ChunkForm::COOP`], [`ChunkForm::F32`]: `coop+quads`, `f32+columns`, …). Any other value is
+/// an error: a measurement must not silently run another kernel than the one it names. (The coop
+/// kernel was opt-in until its first H200 pass: a lone u32 in its workgroup memory had broken
+/// its tiles there, experiments/coop-probe.)
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum ChunkKernel {
-    F32,
-    Coop,
+pub struct ChunkKernel {
+    pub coop: bool,
+    pub form: ChunkForm,
 }
 
 impl ChunkKernel {
     pub const VAR: &'static str = "FAK_GDN_CHUNK";
+    pub const F32: ChunkKernel = ChunkKernel {
+        coop: false,
+        form: ChunkForm::with(false, false, false),
+    };
+    pub const COOP: ChunkKernel = ChunkKernel {
+        coop: true,
+        form: ChunkForm::with(false, false, false),
+    };
 
     pub fn requested() -> Result<Self, GpuError> {
         match std::env::var(Self::VAR) {
-            Err(std::env::VarError::NotPresent) => Ok(ChunkKernel::Coop),
+            Err(std::env::VarError::NotPresent) => Ok(ChunkKernel::COOP),
             Ok(v) => Self::named(&v),
             Err(e) => Self::named(&format!("{e}")),
         }
     }
 
+    /// Every kernel and form `FAK_GDN_CHUNK` can name.
+    pub fn every() -> impl Iterator<Item = ChunkKernel> {
+        let f32 = ChunkForm::F32.map(|form| ChunkKernel { coop: false, form });
+        let coop = ChunkForm::COOP.map(|form| ChunkKernel { coop: true, form });
+        f32.into_iter().chain(coop)
+    }
+
+    /// `FAK_GDN_CHUNK`'s name for it.
+    pub fn label(self) -> String {
+        let kernel = if self.coop { "coop" } else { "f32" };
+        format!("{kernel}{}", self.form.suffix())
+    }
+
     /// The kernel `value` of `FAK_GDN_CHUNK` names.
     pub fn named(value: &str) -> Result<Self, GpuError> {
-        match value {
-            "f32" => Ok(ChunkKernel::F32),
-            "" | "coop" => Ok(ChunkKernel::Coop),
-            other => Err(GpuError::Shape {
-                kernel: GatedDeltaChunked::NAME,
-                message: format!("{}={other:?} is neither f32 nor coop", Self::VAR),
-            }),
+        if value.is_empty() {
+            return Ok(ChunkKernel::COOP);
         }
+        Self::every()
+            .find(|kernel| kernel.label() == value)
+            .ok_or_else(|| {
+                let names: Vec<String> = Self::every().map(ChunkKernel::label).collect();
+                GpuError::Shape {
+                    kernel: GatedDeltaChunked::NAME,
+                    message: format!("{}={value:?} is none of {}", Self::VAR, names.join(", ")),
+                }
+            })
     }
 }
 
@@ -174,7 +259,7 @@ impl ChunkScratch {
     }
 
     /// Bytes [`ChunkScratch::new`] allocates for these arguments (the memory plan counts them);
-    /// for [`ChunkKernel::Coop`] with the f16 regions, an upper bound where the adapter then
+    /// for the coop kernel with the f16 regions, an upper bound where the adapter then
     /// runs the f32 kernel.
     pub fn bytes(
         dims: &DeltaDims,
@@ -184,8 +269,8 @@ impl ChunkScratch {
     ) -> Result<u64, GpuError> {
         let chunks = Self::chunks(max_tokens, max_seqs)?;
         let halves = match kernel {
-            ChunkKernel::F32 => 0,
-            ChunkKernel::Coop => 2 * Self::half_regions(dims, chunks).end,
+            ChunkKernel { coop: false, .. } => 0,
+            ChunkKernel { coop: true, .. } => 2 * Self::half_regions(dims, chunks).end,
         };
         Ok(4 * Self::regions(dims, chunks).end + halves)
     }
@@ -238,6 +323,7 @@ impl ChunkScratch {
 
 pub struct GatedDeltaChunked {
     variant: KernelPaths,
+    form: ChunkForm,
     dims: DeltaDims,
     layout: wgpu::BindGroupLayout,
     pipelines: Vec<(&'static str, wgpu::ComputePipeline)>,
@@ -299,12 +385,33 @@ impl Kernel for GatedDeltaChunked {
 }
 
 impl GatedDeltaChunked {
-    /// The module and pipelines of `variant` at `dims`'s key head size (the DK override).
+    /// The module and pipelines of `variant` at `dims`'s key head size (the DK override), the
+    /// cooperative-matrix kernel in its default form.
     pub fn source_for(variant: KernelPaths, dims: &DeltaDims) -> KernelSource {
+        Self::source_with(variant, dims, ChunkForm::default())
+    }
+
+    /// The same in `form` (the f32 kernel takes its `columns` alone).
+    pub fn source_with(variant: KernelPaths, dims: &DeltaDims, form: ChunkForm) -> KernelSource {
+        let coop = variant.coop_matrix.is_some();
+        let form = Self::form_of(variant, form);
+        let flag = |on: bool| f64::from(u8::from(on));
+        let mut constants = vec![
+            ("DK", f64::from(dims.dk)),
+            ("INVERSE_COLUMNS", flag(form.columns)),
+        ];
+        if coop {
+            constants.push(("SCAN_FUSED", flag(form.fused)));
+        }
+        let label = ChunkKernel { coop, form }.label();
         let spec = |entry_point: &'static str| PipelineSpec {
-            label: format!("{entry_point} dk={}", dims.dk),
+            label: format!("{entry_point} dk={} {label}", dims.dk),
             entry_point,
-            constants: vec![("DK", f64::from(dims.dk))],
+            constants: constants.clone(),
+        };
+        let cells = match form.quads {
+            true => wgsl::GATED_DELTA_CHUNK_QUADS,
+            false => wgsl::GATED_DELTA_CHUNK_HALVES,
         };
         let module = WgslModule::new(variant).with(wgsl::SEQUENCES);
         let (module, slots) = match variant.coop_matrix {
@@ -312,6 +419,7 @@ impl GatedDeltaChunked {
                 module
                     .with(MATMUL_COOP16)
                     .with(wgsl::GATED_DELTA_CHUNK_IO)
+                    .with(cells)
                     .with(wgsl::GATED_DELTA_CHUNK_COOP),
                 COOP_SLOTS,
             ),
@@ -356,19 +464,31 @@ impl GatedDeltaChunked {
         dims.validate()?;
         let fits = Self::coop_workgroup_bytes(dims.dk)
             <= ctx.device.limits().max_compute_workgroup_storage_size;
-        let selected = match (ChunkKernel::requested()?, Self::coop_paths(paths)) {
-            (ChunkKernel::Coop, Some(coop)) if fits => coop,
+        let requested = ChunkKernel::requested()?;
+        let selected = match Self::coop_paths(paths) {
+            Some(coop) if requested.coop && fits => coop,
             _ => Self::select(paths),
         };
-        Self::with_variant(ctx, selected, dims)
+        let form = requested.form;
+        Self::with_form(ctx, selected, dims, form)
     }
 
     /// Builds `variant`, one of [`Kernel::variants`], whatever `FAK_GDN_CHUNK` says (the tests
-    /// run each).
+    /// run each), the cooperative-matrix one in its default form.
     pub fn with_variant(
         ctx: &GpuContext,
         variant: KernelPaths,
         dims: DeltaDims,
+    ) -> Result<Self, GpuError> {
+        Self::with_form(ctx, variant, dims, ChunkForm::default())
+    }
+
+    /// The same in `form` (of which the f32 kernel takes `columns` alone).
+    pub fn with_form(
+        ctx: &GpuContext,
+        variant: KernelPaths,
+        dims: DeltaDims,
+        form: ChunkForm,
     ) -> Result<Self, GpuError> {
         dims.validate()?;
         if !Self::variants().contains(&variant) {
@@ -387,14 +507,16 @@ impl GatedDeltaChunked {
                 limit_name: "max_compute_workgroup_storage_size",
             });
         }
+        let form = Self::form_of(variant, form);
         let variant = KernelVariant {
             kernel: Self::NAME,
             paths: variant,
-            source: Self::source_for(variant, &dims),
+            source: Self::source_with(variant, &dims, form),
         };
         let built = build(ctx, &variant)?;
         Ok(GatedDeltaChunked {
             variant: variant.paths,
+            form,
             dims,
             layout: built.layout,
             pipelines: by_entry(&variant.source.pipelines, built.pipelines),
@@ -403,6 +525,22 @@ impl GatedDeltaChunked {
 
     pub fn variant(&self) -> KernelPaths {
         self.variant
+    }
+
+    /// The form it was built in.
+    pub fn form(&self) -> ChunkForm {
+        self.form
+    }
+
+    /// What of `form` `variant` has: all of it on cooperative matrices, `columns` alone on f32.
+    fn form_of(variant: KernelPaths, form: ChunkForm) -> ChunkForm {
+        match variant.coop_matrix {
+            Some(_) => form,
+            None => ChunkForm {
+                columns: form.columns,
+                ..ChunkForm::default()
+            },
+        }
     }
 
     /// Whether the built kernel is the cooperative-matrix one, which binds the f16 scratch.
