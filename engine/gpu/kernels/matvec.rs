@@ -39,6 +39,16 @@
 //! tests/gpu_matvec.rs checks. A binding takes [`MatVecFusion::layout`], else the one
 //! `FAK_MATVEC_LAYOUT` names (`MatVecLayout::from_env`), else its input's:
 //! [`MatVecLayout::DEFAULT`] (f32) or [`MatVecLayout::INTEGER`] (q8).
+//!
+//! # By batch size
+//!
+//! The layout is chosen by (type, rows, cols) alone, never by B, and so is every row's order of
+//! summation: a sequence's outputs do not depend on what else is in the batch (issue 21). What
+//! changes with B is only where a wide layout reads x: for one vector from global memory
+//! (wgsl/matvec_q8_wide.wgsl), for several from workgroup memory, where the workgroup staged
+//! the batch's x once per step (wgsl/matvec_q8_staged.wgsl, [`MatVecLayout::at_capacity`]) —
+//! the same sums, bit for bit, without every invocation loading every vector's x
+//! (experiments/NOTES.md, "batch8").
 
 use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::tensors::{bind_group, checked_row_bytes};
@@ -152,7 +162,7 @@ impl MatVecLayout {
     /// (only where x is read from differs), so the choice by batch size cannot make a
     /// sequence's output depend on the batch. Then either form staged only where
     /// [`MatVecLayout::stage_vectors`] fits one vector per fill into `workgroup_limit` bytes.
-    fn at_capacity(self, capacity: u32, stage: bool, workgroup_limit: u32) -> MatVecLayout {
+    pub fn at_capacity(self, capacity: u32, stage: bool, workgroup_limit: u32) -> MatVecLayout {
         let staged = self.staged || (stage && self.wide && capacity > 1);
         MatVecLayout {
             staged: staged && self.stage_vectors(capacity, workgroup_limit) > 0,
@@ -674,6 +684,8 @@ impl MatVec {
     /// Every binding's layout is taken in the wide form where it serves the binding (q8 inputs,
     /// Q4_K/Q6_K weights): on an H200 the Qwen3.5-27B decodes 14.47 → 12.12 ms/token with it
     /// (experiments/NOTES.md, session 2026-12-05 #4). `FAK_MATVEC_WIDE=0` keeps the narrow form.
+    /// Pipelines for several vectors run a wide layout staged (same bits, x read once per
+    /// workgroup: [`MatVecLayout::at_capacity`]); `FAK_MATVEC_STAGE=0` keeps them wide.
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
         let widen = std::env::var("FAK_MATVEC_WIDE").as_deref() != Ok("0");
         let stage = std::env::var("FAK_MATVEC_STAGE").as_deref() != Ok("0");
