@@ -93,22 +93,23 @@ fn matvec_q8_staged(@builtin(workgroup_id) wg: vec3<u32>,
         if UNROLL == 2u {
             second = load_wide_rows(starts, min(u + TEAM, last));
         }
-        // b runs to the constant MAX_B so acc stays in registers; b < n and the fill points
-        // are uniform, as the barriers need.
-        for (var b = 0u; b < MAX_B; b++) {
-            if b < n {
-                let j = b % STAGE_B;
-                if j == 0u {
-                    workgroupBarrier();
-                    stage_x(base, b, n, lanes);
-                    workgroupBarrier();
-                }
-                // Per vector: unit u, then u + TEAM, as the wide form adds them.
-                if u < params.units {
-                    acc[b] += wide_products(first, staged_x(j, at.lane));
-                }
-                if UNROLL == 2u && u + TEAM < params.units {
-                    acc[b] += wide_products(second, staged_x(j, at.lane + TEAM));
+        // Fills of STAGE_B vectors; both loops run to constants, so unrolled b = g + j is
+        // known and acc stays in registers; g < n and the fills are uniform, as the barriers
+        // need. With STAGE_B = MAX_B (the usual case) one fill, then the wide form's loop.
+        for (var g = 0u; g < MAX_B; g += STAGE_B) {
+            if g < n {
+                workgroupBarrier();
+                stage_x(base, g, n, lanes);
+                workgroupBarrier();
+                for (var j = 0u; j < STAGE_B; j++) {
+                    let b = g + j;
+                    // Per vector: unit u, then u + TEAM, as the wide form adds them.
+                    if b < n && u < params.units {
+                        acc[b] += wide_products(first, staged_x(j, at.lane));
+                    }
+                    if b < n && UNROLL == 2u && u + TEAM < params.units {
+                        acc[b] += wide_products(second, staged_x(j, at.lane + TEAM));
+                    }
                 }
             }
         }
