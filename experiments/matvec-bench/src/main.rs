@@ -276,7 +276,9 @@ fn main() {
             .iter()
             .map(|bench| quantizer.as_ref().map(|q| bench.quantize_binding(&ctx, q)))
             .collect();
-        // The CPU's outputs per product on this path (x̂ read back after a quantize on q8).
+        // The CPU's outputs per product on this path (x̂ read back after a quantize on q8, which
+        // takes its vector count from the step: every vector the buffers hold).
+        step.set(&ctx, Step::new(0, max_batch, 0));
         let references: Vec<Reference> = benches
             .iter()
             .zip(&quantize)
