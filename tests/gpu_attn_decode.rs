@@ -1,12 +1,14 @@
 //! Decode attention (wgsl/attn_decode.wgsl) against `fak::reference::ops::attend` (f64): GQA
-//! groups 1, 2 and 6, head_dim 64, 256 and 40, cache lengths that are not multiples of the page
-//! or of a step of the teams, one split and several (with the combining pass; 8 splits of 37 keys
-//! leave some splits empty, 1 key leaves one split that writes the output itself), one sequence
-//! reading its positions from the Step, and three sequences of different lengths on shuffled page
-//! tables reading theirs from a token table; f32 and f16 caches. Cache slots no sequence owns hold NaN,
-//! so reading one fails the test.
+//! groups 1, 2, 4 and 6, head_dim 64, 128, 256 and 40, cache lengths that are not multiples of
+//! the page or of a step of the teams, one split and several (with the combining pass; 8 splits
+//! of 37 keys leave some splits empty, 1 key leaves one split that writes the output itself), one
+//! sequence reading its positions from the Step, and sequences of different lengths on shuffled
+//! page tables reading theirs from a token table; the split rule at its edges (every one of
+//! MAX_SPLITS splits used, a ragged last split, kv_len 1, kv_len whole steps, a batch whose
+//! sequences are cut differently); f32 and f16 caches, both forms of the key loop (`KeyWalk`).
+//! Cache slots no sequence owns hold NaN, so reading one fails the test.
 
-use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape, DecodeIo, MAX_SPLITS};
+use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape, DecodeIo, KeyWalk, MAX_SPLITS};
 use fak::gpu::kernels::quantize_q8::Q8Vectors;
 use fak::gpu::step::PageTable;
 
@@ -23,33 +25,46 @@ fn run_case(ctx: &GpuContext, kernel: &AttnDecode, case: &Case, seed: u64) {
     assert_close(&what, &got, &want, TOL);
 }
 
-fn shapes() -> [AttnShape; 4] {
-    let shape = |n_head, n_kv, head_dim| AttnShape {
+fn shape(n_head: u32, n_kv: u32, head_dim: u32) -> AttnShape {
+    AttnShape {
         n_head,
         n_kv,
         head_dim,
-    };
+    }
+}
+
+fn shapes() -> [AttnShape; 5] {
     [
         shape(2, 2, 64),
         shape(4, 2, 256),
         shape(12, 2, 40),
         shape(6, 1, 256),
+        // Qwen3-8B's group and width.
+        shape(8, 2, 128),
     ]
 }
 
-/// Every variant the device has, each built for `shape`.
-fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnDecode> {
+/// Every variant the device has in each of `walks`, each built for `shape`.
+fn kernels_walking(ctx: &GpuContext, shape: AttnShape, walks: &[KeyWalk]) -> Vec<AttnDecode> {
     variants::<AttnDecode>(ctx)
         .into_iter()
-        .map(|paths| AttnDecode::new(ctx, paths, shape).unwrap())
+        .flat_map(|paths| walks.iter().map(move |&walk| (paths, walk)))
+        .map(|(paths, walk)| AttnDecode::with_walk(ctx, paths, shape, walk).unwrap())
         .collect()
 }
 
+/// Every variant in both forms of the key loop.
+fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnDecode> {
+    kernels_walking(ctx, shape, &KeyWalk::ALL)
+}
+
+/// The default form on every shape; the old one (`FAK_ATTN_DECODE=old`, kept for A/B runs) is
+/// held to the reference by the two tests below, which keep lavapipe's time in bounds.
 #[test]
 fn one_sequence_matches_the_reference_for_every_group_and_head_width() {
     let ctx = gpu();
     for (i, shape) in shapes().into_iter().enumerate() {
-        for kernel in kernels(ctx, shape) {
+        for kernel in kernels_walking(ctx, shape, &[KeyWalk::Tiles]) {
             for len in [1u32, 37, 100] {
                 for n_split in [1u32, 3, 8] {
                     let case = Case {
@@ -85,6 +100,50 @@ fn three_sequences_on_shuffled_pages_each_attend_to_their_own_cache() {
                 run_case(ctx, &kernel, &case, 40 + i as u64);
             }
         }
+    }
+}
+
+/// The split rule at its edges, for each form's step (32 or 8 keys): all MAX_SPLITS splits
+/// holding keys, the last one ragged or whole, a single key (one split, no combine), lengths of
+/// whole steps, and a batch whose sequences are cut into 1, 2, 33 and 64 splits in one dispatch.
+#[test]
+fn the_split_rule_holds_at_its_edges() {
+    let ctx = gpu();
+    let shape = shape(4, 2, 64);
+    for kernel in kernels(ctx, shape) {
+        let step = kernel.walk().step();
+        let full = MAX_SPLITS * step;
+        // The cut the cases below are meant to reach.
+        assert_eq!(kernel.walk().cut(full, MAX_SPLITS), (step, MAX_SPLITS));
+        assert_eq!(kernel.walk().cut(full - 5, MAX_SPLITS), (step, MAX_SPLITS));
+        assert_eq!(kernel.walk().cut(1, MAX_SPLITS), (step, 1));
+        assert_eq!(kernel.walk().cut(2 * step, 2), (step, 2));
+        let singles = [
+            (vec![full], MAX_SPLITS),
+            (vec![full - 5], MAX_SPLITS),
+            (vec![1], MAX_SPLITS),
+            (vec![step], 3),
+            (vec![2 * step], 2),
+            (vec![3 * step + 1], 3),
+        ];
+        for (lens, n_split) in singles {
+            let case = Case {
+                shape,
+                lens,
+                n_split,
+                table: false,
+                gated_q: false,
+            };
+            run_case(ctx, &kernel, &case, 7 + u64::from(n_split));
+        }
+        let case = Case {
+            shape,
+            lens: vec![full - 5, 1, 2 * step, 33 * step - 1],
+            n_split: MAX_SPLITS,
+            table: true,
+            gated_q: true,
+        };
+        run_case(ctx, &kernel, &case, 99);
     }
 }
 

@@ -7,7 +7,7 @@
 //! code is shared with `harness selftest` (harness/checks/matvec.rs).
 
 use fak::gpu::kernels::matvec::{
-    InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape,
+    InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, SecondWeight,
 };
 use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
 use fak::gpu::step::MAX_BATCH;
@@ -704,6 +704,282 @@ fn the_integer_path_folds_the_norm_into_the_quantization_and_pairs_gate_and_up()
             }
         }
     }
+}
+
+/// The norm quantized inside each workgroup (`MatVecFusion::quantize_input`: the decode fold
+/// of the quantize dispatch before the projections and gate/up): the model's two uses (QKV; the
+/// MLP's pairing with strided x), every batch, both reductions, narrow and wide, against W·x̂
+/// and bit for bit against the product of quantize_q8's vectors (rows past the batch poisoned).
+/// The subgroup variant takes every integer type; the workgroup-tree one a type per form (each
+/// type costs four pipeline builds, seconds each on lavapipe).
+#[test]
+fn the_norm_quantized_in_the_workgroup_is_the_quantize_dispatchs_product_bit_for_bit() {
+    let ctx = gpu();
+    let mut seed = 0x3a7e_b000;
+    for paths in variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot) {
+        for layout in [MatVecLayout::INTEGER, MatVecLayout::INTEGER.widened()] {
+            let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
+            let quantizer = quantizer(ctx, &kernel);
+            let types: &[GgmlType] = match (paths.subgroup, layout.wide) {
+                (true, false) => &MatVec::Q8_TYPES,
+                (true, true) => &[GgmlType::Q4_K, GgmlType::Q6_K],
+                (false, false) => &[GgmlType::Q4_K],
+                (false, true) => &[GgmlType::Q6_K],
+            };
+            for &ty in types {
+                for fusion in FUSIONS.into_iter().filter(|&(norm, ..)| norm) {
+                    seed += 1;
+                    let rows = if fusion.1 { 5 } else { 7 };
+                    let path = Path::Q8InWorkgroup(&quantizer);
+                    assert_all(check_fused(ctx, &kernel, path, ty, rows, fusion, seed));
+                }
+            }
+        }
+    }
+}
+
+/// A mixed binding (`MatVecFusion::second`: two weights of one normed input in one dispatch,
+/// the decode merge of a Q6_K projection run with a Q4_K one) writes each weight's outputs bit
+/// for bit as that weight's own binding does, and both within the f32 bound of W·x̂ (x̂ what
+/// quantize_q8 makes of the normed x): both orders of the types, ragged row counts, every batch,
+/// both reductions; outputs poisoned, rows past the batch left alone.
+#[test]
+fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
+    let ctx = gpu();
+    let (cols, batch) = (768, u64::from(MAX_BATCH));
+    let mut rng = rng(0x3a7e_c000);
+    let x: Vec<f32> = (0..batch)
+        .flat_map(|b| {
+            random_f32(&mut rng, cols)
+                .into_iter()
+                .map(move |v| v * (0.5 + b as f32))
+        })
+        .collect();
+    let nw = random_f32(&mut rng, cols);
+    let xb = upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap();
+    let nwb = upload(ctx, "norm weight", bytemuck::cast_slice(&nw)).unwrap();
+    let x_act = Activations::contiguous(&xb, cols);
+    let norm = InputNorm {
+        weight: &nwb,
+        eps: 1e-6,
+        shared: false,
+    };
+    let fold = MatVecFusion {
+        norm: Some(norm),
+        quantize_input: true,
+        ..MatVecFusion::default()
+    };
+    let layout = MatVecLayout::INTEGER.widened();
+    for paths in variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot) {
+        let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
+        let quantizer = quantizer(ctx, &kernel);
+        for (k, (types, rows)) in [
+            ([GgmlType::Q4_K, GgmlType::Q6_K], [37u64, 21]),
+            ([GgmlType::Q6_K, GgmlType::Q4_K], [9, 70]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let shapes = [0, 1].map(|i| MatVecShape {
+                ty: types[i],
+                rows: rows[i],
+                cols,
+            });
+            assert!(kernel.mixes(ctx, shapes[0], shapes[1], None));
+            let bytes = [0, 1].map(|i| {
+                random_weights(
+                    types[i],
+                    rows[i],
+                    cols,
+                    0x3a7e_c100 + k as u64 * 2 + i as u64,
+                )
+            });
+            let w = [0, 1].map(|i| upload(ctx, "W", &bytes[i]).unwrap());
+            for n in BATCHES {
+                let step = StepBuffer::new(ctx);
+                step.set(ctx, Step::new(0, n, 0));
+                // Each weight alone, then both mixed.
+                let alone = [0, 1].map(|i| poisoned_f32(ctx, "y", batch * rows[i]));
+                let mixed = [0, 1].map(|i| poisoned_f32(ctx, "y", batch * rows[i]));
+                let io = |i: usize, y| MatVecIo {
+                    weights: &w[i],
+                    weights_offset: 0,
+                    x: x_act,
+                    y: Activations::contiguous(y, rows[i]),
+                    step: &step,
+                    accumulate: false,
+                    max_batch: MAX_BATCH,
+                };
+                let singles = [0, 1].map(|i| {
+                    kernel
+                        .bind_fused(ctx, shapes[i], &io(i, &alone[i]), fold)
+                        .unwrap()
+                });
+                let both = MatVecFusion {
+                    second: Some(SecondWeight {
+                        shape: shapes[1],
+                        weights: &w[1],
+                        y: Activations::contiguous(&mixed[1], rows[1]),
+                    }),
+                    ..fold
+                };
+                let binding = kernel
+                    .bind_fused(ctx, shapes[0], &io(0, &mixed[0]), both)
+                    .unwrap();
+                let q8 = poisoned_q8(ctx, cols, MAX_BATCH);
+                let quantize = quantizer
+                    .bind(ctx, x_act, cols, Some(norm), &q8, &step, MAX_BATCH)
+                    .unwrap();
+                ctx.run_pass("mixed", |pass| {
+                    for single in &singles {
+                        kernel.encode(pass, single, n).unwrap();
+                    }
+                    kernel.encode(pass, &binding, n).unwrap();
+                    quantizer.encode(pass, &quantize, n).unwrap();
+                })
+                .unwrap();
+                let mut x_hat = vec![0.0; (batch * cols) as usize];
+                let mut d = vec![0.0; (batch * cols) as usize];
+                for (b, (codes, scales)) in q8.read_back(ctx, cols, n).unwrap().iter().enumerate() {
+                    for (i, &q) in codes.iter().enumerate() {
+                        let at = b * cols as usize + i;
+                        d[at] = scales[i / 32];
+                        x_hat[at] = f32::from(q) * d[at];
+                    }
+                }
+                for i in 0..2 {
+                    let what = format!("{paths} {:?} part {i} ({}) batch {n}", types, types[i]);
+                    let got = read_back_f32(ctx, &mixed[i], 0..4 * batch * rows[i]).unwrap();
+                    let own = read_back_f32(ctx, &alone[i], 0..4 * batch * rows[i]).unwrap();
+                    let split = (u64::from(n) * rows[i]) as usize;
+                    assert!(
+                        got[..split]
+                            .iter()
+                            .zip(&own[..split])
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{what}: the mixed binding's outputs are not its own binding's"
+                    );
+                    assert!(
+                        got[split..].iter().all(|v| v.is_nan()),
+                        "{what}: wrote past the batch"
+                    );
+                    let want = expected(
+                        types[i],
+                        &bytes[i],
+                        (rows[i], cols),
+                        &x_hat,
+                        Some(&d),
+                        MAX_BATCH,
+                    );
+                    let bounds: Vec<f32> = want.scales[..split]
+                        .iter()
+                        .map(|&s| bound(cols, s))
+                        .collect();
+                    let want: Vec<f32> = want.dots[..split].iter().map(|&v| v as f32).collect();
+                    assert_within(&what, &got[..split], &want, &bounds);
+                }
+            }
+        }
+    }
+}
+
+/// A binding that quantizes its input in the workgroup holds only the vectors the adapter's
+/// workgroup memory has room for (and refuses more at encode), needs the norm, whole q8 blocks,
+/// an int-dot variant and layouts of 64 invocations or more.
+#[test]
+fn quantizing_in_the_workgroup_holds_what_workgroup_memory_holds() {
+    let ctx = gpu();
+    let paths = KernelPaths {
+        int_dot: true,
+        ..KernelPaths::FALLBACK
+    };
+    let kernel = MatVec::with_layout(ctx, paths, MatVecLayout::INTEGER).unwrap();
+    let limit = u64::from(ctx.device.limits().max_compute_workgroup_storage_size);
+    // Rows long enough that 8 vectors of codes (a byte each, and a scale per 32) overflow the
+    // limit, one of them not: the binding takes fewer than 8.
+    let cols = (limit / 4).next_multiple_of(256);
+    let step = StepBuffer::new(ctx);
+    let w = upload(ctx, "W", &vec![0u8; (cols / 256 * 144 * 4) as usize]).unwrap();
+    let x = poisoned_f32(ctx, "x", u64::from(MAX_BATCH) * cols);
+    let y = poisoned_f32(ctx, "y", u64::from(MAX_BATCH) * 4);
+    let nw = poisoned_f32(ctx, "norm weight", cols);
+    let shape = MatVecShape {
+        ty: GgmlType::Q4_K,
+        rows: 4,
+        cols,
+    };
+    let io = MatVecIo {
+        weights: &w,
+        weights_offset: 0,
+        x: Activations::contiguous(&x, cols),
+        y: Activations::contiguous(&y, 4),
+        step: &step,
+        accumulate: false,
+        max_batch: MAX_BATCH,
+    };
+    let norm = InputNorm {
+        weight: &nw,
+        eps: 1e-6,
+        shared: false,
+    };
+    let fold = MatVecFusion {
+        norm: Some(norm),
+        quantize_input: true,
+        ..MatVecFusion::default()
+    };
+    let binding = kernel.bind_fused(ctx, shape, &io, fold).unwrap();
+    let held = binding.max_batch();
+    assert!(
+        (1..MAX_BATCH).contains(&held),
+        "{held} vectors of {cols} under {limit} bytes"
+    );
+    assert!(kernel.quantizes_input(ctx, cols, None));
+    let refused = ctx
+        .run_pass("too many vectors", |pass| {
+            assert!(kernel.encode(pass, &binding, held + 1).is_err());
+        })
+        .is_ok();
+    assert!(refused);
+    // Rows no single vector fits: refused, and said so beforehand.
+    let huge = 2 * limit.next_multiple_of(256);
+    assert!(!kernel.quantizes_input(ctx, huge, None));
+    let shape_error = |r: Result<_, GpuError>| matches!(r, Err(GpuError::Shape { .. }));
+    let small = MatVecIo { max_batch: 1, ..io };
+    let tiny = MatVecShape { cols: 256, ..shape };
+    let small_io = MatVecIo {
+        x: Activations::contiguous(&x, 256),
+        ..small
+    };
+    assert!(kernel.bind_fused(ctx, tiny, &small_io, fold).is_ok());
+    // Without the norm; with q8 vectors beside it; a type the integer path lacks; an f32-only
+    // variant;
+    // a layout of 32 invocations.
+    let no_norm = MatVecFusion { norm: None, ..fold };
+    assert!(shape_error(
+        kernel.bind_fused(ctx, tiny, &small_io, no_norm)
+    ));
+    let q8 = Q8Vectors::new(ctx, "x", 256, 1).unwrap();
+    let both = MatVecFusion {
+        q8: Some(&q8),
+        ..fold
+    };
+    assert!(shape_error(kernel.bind_fused(ctx, tiny, &small_io, both)));
+    let ragged = MatVecShape {
+        ty: GgmlType::F32,
+        cols: 260,
+        ..shape
+    };
+    let f32_w = upload(ctx, "W", &vec![0u8; 4 * 4 * 260]).unwrap();
+    let ragged_io = MatVecIo {
+        weights: &f32_w,
+        x: Activations::contiguous(&x, 260),
+        ..small
+    };
+    assert!(kernel.bind_fused(ctx, ragged, &ragged_io, fold).is_err());
+    let f32_only = MatVec::new(ctx, KernelPaths::FALLBACK).unwrap();
+    assert!(shape_error(f32_only.bind_fused(ctx, tiny, &small_io, fold)));
+    let narrow = MatVec::with_layout(ctx, paths, MatVecLayout::new(32, 1, 1)).unwrap();
+    assert!(shape_error(narrow.bind_fused(ctx, tiny, &small_io, fold)));
 }
 
 #[test]

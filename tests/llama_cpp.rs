@@ -206,9 +206,14 @@ fn utf8_tail_model(dir: &Path) -> (PathBuf, u32, u32) {
 }
 
 /// The multi-agent scenario's llama.cpp arm on `model` (2 agents, 2 turns, a 64-token preamble,
-/// 8 own tokens, `n_out` out) run into `out`: its cache-on and cache-off raw records, each
-/// asserted to have run.
-fn multi_agent_runs(out: &Path, model: &Path, n_out: usize) -> [(&'static str, Value); 2] {
+/// 8 own tokens, `n_out` out, later turns carrying `replies`: `own` or `scripted`) run into
+/// `out`: its cache-on and cache-off raw records, each asserted to have run.
+fn multi_agent_runs(
+    out: &Path,
+    model: &Path,
+    n_out: usize,
+    replies: &str,
+) -> [(&'static str, Value); 2] {
     let run = threeway(out)
         .args([
             "--scenario",
@@ -227,7 +232,7 @@ fn multi_agent_runs(out: &Path, model: &Path, n_out: usize) -> [(&'static str, V
             "--suffix",
             "8",
         ])
-        .args(["--n-out", &n_out.to_string()])
+        .args(["--n-out", &n_out.to_string(), "--replies", replies])
         .arg("--llama-server")
         .arg(llama_cpp_tool("llama-server"))
         .arg("--model")
@@ -243,17 +248,17 @@ fn multi_agent_runs(out: &Path, model: &Path, n_out: usize) -> [(&'static str, V
     })
 }
 
-/// llama-server withholds a token whose text is an incomplete UTF-8 sequence; the scenario's
-/// llama.cpp arm, like the envelope's, recovers its id (an untimed replay), also when the
-/// reply ends on one, so both of its runs (and the envelope's) complete with n_out tokens per
-/// request and each request says which positions came from the replay.
+/// llama-server withholds a token whose text is an incomplete UTF-8 sequence; with each engine's
+/// own replies the scenario's llama.cpp arm, like the envelope's, recovers its id (an untimed
+/// replay), also when the reply ends on one, so both of its runs (and the envelope's) complete
+/// with n_out tokens per request and each request says which positions came from the replay.
 #[test]
 fn llama_cpp_recovers_tokens_withheld_for_incomplete_utf8() {
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     let out = scratch("utf8-tail");
     let models = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("llama-cpp-models");
     let (model, a, lead) = utf8_tail_model(&models);
-    for (cache, raw) in multi_agent_runs(&out, &model, N_OUT) {
+    for (cache, raw) in multi_agent_runs(&out, &model, N_OUT, "own") {
         let turns = raw["turns"].as_array().unwrap();
         assert_eq!(turns.len(), 4, "{cache}: 2 agents × 2 turns");
         for t in turns {
@@ -312,7 +317,7 @@ fn llama_cpp_names_withheld_tokens_from_the_stream_text() {
     let (a, c3, a9) = (ids[0], ids[1], ids[2]);
 
     let out = scratch("utf8-complete");
-    for (cache, raw) in multi_agent_runs(&out, &model, 5) {
+    for (cache, raw) in multi_agent_runs(&out, &model, 5, "own") {
         for t in raw["turns"].as_array().unwrap() {
             let got: Vec<u32> = serde_json::from_value(t["token_ids"].clone()).unwrap();
             assert_eq!(got, [a, c3, a9, a, c3], "{cache}: {t}");
@@ -349,5 +354,63 @@ fn llama_cpp_names_withheld_tokens_from_the_stream_text() {
         assert_eq!(withheld["from_text"], json!([1, 4]), "{q}");
         assert_eq!(withheld["from_replay"], json!([]), "{q}");
         assert!(withheld.get("replay_s").is_none(), "{q}");
+    }
+}
+
+/// With scripted replies (the scenario's default) no later prompt holds llama.cpp's answer, so
+/// a withheld id the stream's text cannot name needs no replay: on the model whose greedy
+/// answer ends on withheld tokens (every token from the first `ä` on), both runs complete with
+/// those positions unnamed (`null`), no replay sent; every turn's prompt is the script's, the
+/// same in both runs, and the packet validates (its validator holds every turn to the script).
+/// Where the text names a withheld token (`é` completed), the id is still recorded.
+#[test]
+fn scripted_replies_need_no_withheld_ids() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let models = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("llama-cpp-models");
+    let (model, a, _) = utf8_tail_model(&models);
+    let out = scratch("utf8-tail-scripted");
+    let runs = multi_agent_runs(&out, &model, N_OUT, "scripted");
+    let packet: Value =
+        serde_json::from_slice(&std::fs::read(out.join("packet.json")).unwrap()).unwrap();
+    let script = &packet["scenario"]["replies"];
+    assert_eq!(script["mode"], "scripted", "{script}");
+    for (cache, raw) in &runs {
+        let turns = raw["turns"].as_array().unwrap();
+        assert_eq!(turns.len(), 4, "{cache}: 2 agents × 2 turns");
+        for t in turns {
+            assert_eq!(
+                t["token_ids"],
+                json!([a, null, null, null]),
+                "{cache}: the answer ends on withheld tokens: {t}"
+            );
+            let withheld = &t["engine_report"]["engine"]["withheld_ids"];
+            assert_eq!(withheld["unnamed"], json!([1, 2, 3]), "{cache}: {t}");
+            assert_eq!(withheld["from_replay"], json!([]), "{cache}: {t}");
+            assert!(withheld.get("replay_s").is_none(), "{cache}: {t}");
+            let (agent, turn) = (t["agent"].as_u64().unwrap(), t["turn"].as_u64().unwrap());
+            assert_eq!(
+                t["prompt_sha256"],
+                script["prompt_sha256"][agent as usize - 1][turn as usize - 1],
+                "{cache}: agent {agent} turn {turn}"
+            );
+        }
+    }
+    let validation: Value =
+        serde_json::from_slice(&std::fs::read(out.join("validation.json")).unwrap()).unwrap();
+    assert_eq!(validation["valid"], true, "{validation}");
+
+    let (model, ids) = cycle_model(&models, "qwen3-utf8-complete.gguf", &["A", "Ã", "©"]);
+    let out = scratch("utf8-complete-scripted");
+    for (cache, raw) in multi_agent_runs(&out, &model, 5, "scripted") {
+        for t in raw["turns"].as_array().unwrap() {
+            assert_eq!(
+                t["token_ids"],
+                json!([ids[0], ids[1], ids[2], ids[0], null]),
+                "{cache}: {t}"
+            );
+            let withheld = &t["engine_report"]["engine"]["withheld_ids"];
+            assert_eq!(withheld["from_text"], json!([1]), "{cache}: {t}");
+            assert_eq!(withheld["unnamed"], json!([4]), "{cache}: {t}");
+        }
     }
 }

@@ -170,28 +170,30 @@ fn f32_logits_match_the_cpu_reference_on_the_no_subgroup_paths_and_every_step_sh
 /// the cut vocabulary (2026-12-05). The decode rows (and the int-dot steps of 1) again when a
 /// GDN layer's decode step became one kernel (gdn_decode, 2026-12-05 #4): it sums the q/k
 /// norms and the gated norm's Σo² in another order (lane-group butterflies, not a workgroup
-/// tree); the prompt rows, still on the four kernels, kept their bits. A change to the engine
-/// that means to keep what the GPU computes must keep them on every path and step shape.
+/// tree); the prompt rows, still on the four kernels, kept their bits. The decode rows and
+/// int-dot steps again when the decode attention walked 4 keys per step (2026-12-05 #6,
+/// attnlong); the prompt rows kept theirs. A change to the engine that means to keep what the
+/// GPU computes must keep them on every path and step shape.
 const PINNED_F32_SUBGROUP: &[(&str, &str)] = &[
-    ("sg/f16, Decode", "7dbcf3ddd70842ef"),
+    ("sg/f16, Decode", "560f2db30c386903"),
     ("sg/f16, Prompt(6)", "f7937132879fb7f6"),
     ("sg/f16, Prompt(70)", "3359b573b86e0ba7"),
-    ("sg/-, Decode", "8b57384fe2a3038e"),
+    ("sg/-, Decode", "c940c78f1408c227"),
     ("sg/-, Prompt(6)", "5723d5277a493791"),
     ("sg/-, Prompt(70)", "d3902da1bd9db373"),
 ];
 const PINNED_F32_NO_SUBGROUP: &[(&str, &str)] = &[
-    ("-/f16, Decode", "69b3d53472f16cdf"),
+    ("-/f16, Decode", "614ed8c206279bc7"),
     ("-/f16, Prompt(6)", "b5227fca122f516e"),
     ("-/f16, Prompt(70)", "4850f25370887421"),
-    ("-/-, Decode", "6d9da8324f62c0d4"),
+    ("-/-, Decode", "2b5ad47669273dcd"),
     ("-/-, Prompt(6)", "b5b70c030dfd4e1d"),
     ("-/-, Prompt(70)", "6dc283af15324b3b"),
 ];
 const PINNED_INT_DOT: &[(&str, &str)] = &[
-    ("sg/-, int-dot, steps of 1", "d65078bbe6b949d9"),
-    ("-/-, int-dot, steps of 1", "6ce34b2133712285"),
-    ("sg/f16, int-dot, steps of 1", "e85207ae06a229f4"),
+    ("sg/-, int-dot, steps of 1", "7c07ee24ca901277"),
+    ("-/-, int-dot, steps of 1", "56015afbc5725ee1"),
+    ("sg/f16, int-dot, steps of 1", "92138d098a68115c"),
 ];
 const PINNED_Q4_K_M: &[(&str, &str)] = &[("q4_k_m, one step", "e7a3d327b0c47983")];
 
@@ -581,9 +583,11 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
 /// The integer path quantizes each mat-vec input once per step, however many projections read
 /// it (a GDN layer's four projections of h, attention's three), and not at all where the kernel
 /// producing it writes it as q8 blocks too (the gate/up pairing's SwiGLU, gdn_decode's y,
-/// attn_decode's o): with every weight Q8_0, a decode step records the f32 path's dispatches
-/// plus one per distinct input its producer does not quantize, W_out and W_o each one dispatch
-/// reading q8 blocks, and the logits still match the reference rounding its inputs alike.
+/// attn_decode's o) or where the mat-vecs norm and quantize it themselves (the norm fold: the
+/// mixer's projections and gate/up, unless `FAK_DECODE_NORM_FOLD=0`): with every weight Q8_0, a
+/// decode step records the f32 path's dispatches plus one per distinct input left to a quantize
+/// dispatch, W_out and W_o each one dispatch reading q8 blocks, the normed products each one
+/// `matvec_q8` dispatch, and the logits still match the reference rounding its inputs alike.
 #[test]
 fn int_dot_quantizes_each_input_once_per_step() {
     let path = tiny("q8_0", 2);
@@ -595,13 +599,16 @@ fn int_dot_quantizes_each_input_once_per_step() {
     // Per layer: h (the mixer's projections), the MLP's normed input, the SwiGLU (unless the
     // gate/up pairing writes it quantized, which it does where ffn_down takes q8 and its blocks
     // tile n_ff); then the head's normed input. The mixer's output is the decode kernel's.
+    let norm_fold = fak::model::blocks::decode_norm_fold();
     let mut inputs: Vec<Vec<&TensorInfo>> = Vec::new();
     for l in &t.layers {
-        inputs.push(match &l.mixer {
-            Mixer::DeltaNet(m) => vec![m.qkv, m.gate, m.beta, m.alpha],
-            Mixer::Attention(m) => vec![m.wq, m.wk, m.wv],
-        });
-        inputs.push(vec![l.mlp.gate, l.mlp.up]);
+        if !norm_fold {
+            inputs.push(match &l.mixer {
+                Mixer::DeltaNet(m) => vec![m.qkv, m.gate, m.beta, m.alpha],
+                Mixer::Attention(m) => vec![m.wq, m.wk, m.wv],
+            });
+            inputs.push(vec![l.mlp.gate, l.mlp.up]);
+        }
         if !l.mlp.down.row_len().is_multiple_of(32) {
             inputs.push(vec![l.mlp.down]);
         }
@@ -634,12 +641,63 @@ fn int_dot_quantizes_each_input_once_per_step() {
             assert_eq!((op.kernel, op.dispatches), ("matvec_q8", 1), "{name}");
         }
     }
+    if norm_fold {
+        // The normed products (attn_qkv…, gdn_qkv…, ffn_gate_up): one dispatch each with the
+        // quantization inside (the head's input keeps its quantize dispatch: counted above).
+        let normed = ["attn_q", "gdn_qkv", "ffn_gate_up"];
+        let products: Vec<_> = ops
+            .iter()
+            .filter(|op| normed.iter().any(|p| op.name.starts_with(p)))
+            .collect();
+        assert_eq!(products.len(), 2 * t.layers.len(), "{products:?}");
+        for op in products {
+            assert_eq!((op.kernel, op.dispatches), ("matvec_q8", 1), "{}", op.name);
+        }
+    }
     let want = Qwen35Reference::with_activations(&gguf, Activations::Q8Blocks)
         .unwrap()
         .forward_all(&ids)
         .unwrap();
     let cosine = assert_rows_close("int-dot, q8_0", &logits, &want, 0.999);
     eprintln!("min cosine {cosine} against the q8-input reference");
+}
+
+/// The wide form's norm fold in a model (the suites' tiny preset, d = 64, has no whole
+/// 256-element blocks, so its K-quants fall back to Q8_0/Q5_0 and its fold runs narrow): the
+/// `trained` shape (d = 256) at Q4_K_M, decoded on the integer path, against the reference
+/// rounding its inputs alike; with the fold each layer's projections are one `matvec_q8`
+/// dispatch. (This file has no Q6_K run beside a Q4_K one: the merge is the kernel test's.)
+#[test]
+fn int_dot_wide_fold_matches_the_reference_on_whole_blocks() {
+    let args = [
+        "--arch", "qwen35", "--preset", "trained", "--quant", "q4_k_m", "--seed", "3",
+    ];
+    let path = synth_model(&scratch(), "normfold-trained-q4_k_m-3.gguf", &args);
+    let gguf = Gguf::open(&path).unwrap();
+    let ids = random_ids(5, 8, hparams(&path).n_vocab);
+    let mut o = options(Steps::Decode.prefill_chunk(), Forced::default());
+    o.context.int_dot = Some(true);
+    let mut e = Engine::load(&path, &o).unwrap();
+    let logits = Steps::Decode.logits(&mut e, &ids);
+    let want = Qwen35Reference::with_activations(&gguf, Activations::Q8Blocks)
+        .unwrap()
+        .forward_all(&ids)
+        .unwrap();
+    let cosine = assert_rows_close("int-dot, trained q4_k_m", &logits, &want, 0.999);
+    eprintln!("min cosine {cosine} against the q8-input reference");
+    if fak::model::blocks::decode_norm_fold() {
+        let seq = e.start(&ids, 2, false).unwrap().seq;
+        let ops = e.profile_step(seq).unwrap().ops;
+        let layers = hparams(&path).tensors(&gguf).unwrap().layers.len();
+        let products: Vec<_> = ops
+            .iter()
+            .filter(|op| op.name.starts_with("attn_q") || op.name.starts_with("gdn_qkv"))
+            .collect();
+        assert_eq!(products.len(), layers, "{products:?}");
+        for op in products {
+            assert_eq!((op.kernel, op.dispatches), ("matvec_q8", 1), "{}", op.name);
+        }
+    }
 }
 
 /// The memory plan's activations are what loading allocates, for decode-only, mat-vec and

@@ -162,6 +162,8 @@ fn agents_sharing_a_preamble_reuse_it_through_the_prefix_caches() {
     let out = scratch("together");
     run(&mut scenario(&out));
     let p = packet(&out);
+    // Scripted replies (the default): every arm is sent the same prompt at every turn.
+    assert_eq!(p["scenario"]["replies"]["mode"], "scripted");
     let names = [
         "fak-native-cache",
         "fak-native-nocache",
@@ -182,6 +184,20 @@ fn agents_sharing_a_preamble_reuse_it_through_the_prefix_caches() {
             assert!(
                 t.3 >= 1,
                 "{name}: every request computes its last token: {t:?}"
+            );
+        }
+        let raw: Value = serde_json::from_slice(
+            &std::fs::read(out.join(format!("multi-agent-{name}-raw.json"))).unwrap(),
+        )
+        .unwrap();
+        for t in raw["turns"].as_array().unwrap() {
+            let (agent, turn) = (t["agent"].as_u64().unwrap(), t["turn"].as_u64().unwrap());
+            let scripted =
+                &p["scenario"]["replies"]["prompt_sha256"][agent as usize - 1][turn as usize - 1];
+            assert!(scripted.is_string(), "{name}: agent {agent} turn {turn}");
+            assert_eq!(
+                &t["prompt_sha256"], scripted,
+                "{name}: agent {agent} turn {turn}"
             );
         }
         let uncached = !name.ends_with("-cache");
@@ -272,9 +288,9 @@ fn staggered_agents_start_no_sooner_than_their_slot() {
 /// A hybrid (Qwen3.5) model's engine serves agents that arrive together in one batched decode
 /// step (a recurrent-state slot per sequence), the packet says so, and the prefix cache serves
 /// the second agent's preamble (resumed from the recurrent-state snapshot at its page boundary)
-/// and each agent's whole first turn on its second (resumed from the snapshot at its end, its
-/// partly filled last page copied): a later turn computes only its new tokens and the last
-/// reply token.
+/// and, with each engine's own replies, each agent's whole first turn on its second (resumed
+/// from the snapshot at its end, its partly filled last page copied): a later turn computes only
+/// its new tokens and the last reply token.
 #[test]
 fn a_hybrid_model_decodes_concurrent_agents_together() {
     let out = scratch("hybrid");
@@ -286,10 +302,12 @@ fn a_hybrid_model_decodes_concurrent_agents_together() {
             "1",
         ],
     );
-    run(scenario(&out)
-        .arg("--model")
-        .arg(&model)
-        .args(["--arms", "fak-native"]));
+    run(scenario(&out).arg("--model").arg(&model).args([
+        "--arms",
+        "fak-native",
+        "--replies",
+        "own",
+    ]));
     let p = packet(&out);
     for name in ["fak-native-cache", "fak-native-nocache"] {
         let serving = &arm(&p, name)["serving"];
@@ -322,6 +340,41 @@ fn a_hybrid_model_decodes_concurrent_agents_together() {
     assert_eq!(turn1_reused, [0, (PREAMBLE / PAGE * PAGE) as u64]);
     assert!(computed(&p, "fak-native-cache", true) < computed(&p, "fak-native-nocache", true));
     assert_phases_within_ttft(&out);
+    validate_and_report(&out);
+}
+
+/// With scripted replies (the default) a hybrid model's later turn cannot resume from the end of
+/// its own answer (the prompt carries another reply): fak resumes from the recurrent-state
+/// snapshot at the previous prompt's last page boundary, so each later turn computes the
+/// scripted reply and the new suffix, plus at most a page of the previous prompt, and reuses the
+/// rest; every turn's prompt is the script's.
+#[test]
+fn a_hybrid_model_resumes_scripted_replies_from_the_previous_prompt() {
+    let out = scratch("hybrid-scripted");
+    let model = fak_tests::harness::synth_model(
+        &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("multi-agent-models"),
+        "qwen35-tiny-q8_0.gguf",
+        &[
+            "--arch", "qwen35", "--preset", "tiny", "--vocab", "cut", "--quant", "q8_0", "--seed",
+            "1",
+        ],
+    );
+    run(scenario(&out)
+        .arg("--model")
+        .arg(&model)
+        .args(["--arms", "fak-native"]));
+    let p = packet(&out);
+    assert_eq!(p["scenario"]["replies"]["mode"], "scripted");
+    for (agent, turn, prompt, computed, reused) in turns(&p, "fak-native-cache") {
+        if turn > 1 {
+            let new = (N_OUT + SUFFIX) as u64;
+            assert!(
+                computed >= new && computed <= new + PAGE as u64 && reused > 0,
+                "agent {agent} turn {turn}: {computed} computed, {reused} reused of {prompt}"
+            );
+        }
+    }
+    assert!(computed(&p, "fak-native-cache", true) < computed(&p, "fak-native-nocache", true));
     validate_and_report(&out);
 }
 

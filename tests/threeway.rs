@@ -182,6 +182,68 @@ fn mlx_4bit_export_is_what_mlx_convert_makes_for_both_architectures() {
     }
 }
 
+/// The headline packet's MLX model is `synth --quant q4_k_m --fast-random --mlx-4bit` (the GGUF's
+/// random blocks, requantized by MLX's rule): for both architectures the MLX arm (mlx_lm on CPU)
+/// loads it and answers every request of the envelope with n_out tokens, and on the hybrid it
+/// runs the multi-agent scenario with mlx_lm's prompt cache on and off (a hybrid's cache cannot
+/// be trimmed, so an exact hit is recomputed whole) with every turn answered.
+#[test]
+fn the_mlx_arm_runs_the_fast_random_4bit_export_of_both_architectures() {
+    for arch in ["qwen3", "qwen35"] {
+        let dir = scratch(&format!("mlx-arm-{arch}"));
+        let (model, mlx) = (dir.join("model.gguf"), dir.join("mlx"));
+        let synth = harness()
+            .args([
+                "synth", "--arch", arch, "--preset", "tiny", "--vocab", "cut",
+            ])
+            .args(["--quant", "q4_k_m", "--seed", "7", "--fast-random", "--out"])
+            .arg(&model)
+            .arg("--mlx-4bit")
+            .arg(&mlx)
+            .output()
+            .unwrap();
+        assert!(synth.status.success(), "{arch}: {}", stderr_of(&synth));
+        let with_models = |out: &Path| {
+            let mut c = threeway(out);
+            c.arg("--model")
+                .arg(&model)
+                .arg("--mlx-model")
+                .arg(&mlx)
+                .args(["--arms", "mlx", "--no-selftest", "--n-out", "4"]);
+            c
+        };
+        let out = dir.join("envelope");
+        let run = with_models(&out)
+            .args(["--prompts", "2", "--n-ctx", "16", "--quality-prompts", "0"])
+            .output()
+            .unwrap();
+        assert!(run.status.success(), "{arch}: {}", stderr_of(&run));
+        let r = raw(&out, "mlx");
+        assert_eq!(r["status"]["state"], "ran", "{arch}: {}", r["status"]);
+        let requests = r["requests"].as_array().unwrap();
+        assert_eq!(requests.len(), 3, "{arch}: one warm-up and two timed");
+        for q in requests {
+            assert_eq!(q["token_ids"].as_array().unwrap().len(), 4, "{arch}: {q}");
+        }
+        if arch == "qwen35" {
+            let out = dir.join("scenario");
+            let run = with_models(&out)
+                .args(["--scenario", "multi-agent", "--agents", "2", "--turns", "2"])
+                .args(["--preamble", "32", "--suffix", "8"])
+                .output()
+                .unwrap();
+            assert!(run.status.success(), "{arch}: {}", stderr_of(&run));
+            for cache in ["cache", "nocache"] {
+                let path = out.join(format!("multi-agent-mlx-{cache}-raw.json"));
+                let r: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+                assert_eq!(r["status"]["state"], "ran", "{cache}: {}", r["status"]);
+                assert_eq!(r["turns"].as_array().unwrap().len(), 4, "{cache}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// selftest passes on this adapter for every path it runs, says per kernel and variant what ran
 /// and how close it came (the Gated DeltaNet kernels of both head sizes, prefill and decode;
 /// decode and prefill attention at both models' head shapes; RMSNorm per token and per head in

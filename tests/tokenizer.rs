@@ -5,9 +5,11 @@
 use fak::gguf::{Gguf, GgufWriter, Value};
 use fak::tokenizer::{CHATML_TEMPLATE, ChatMessage, ChatTemplate, Tokenizer, TokenizerError};
 use fak_tests::{fixture, llama_cpp_tool, python};
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 const VOCABS: [&str; 3] = ["qwen2", "qwen35", "llama-bpe"];
 
@@ -253,17 +255,85 @@ fn llama_bpe_matches_llama_tokenize_on_own_strings() {
     matches_llama_tokenize_on_own_strings("llama-bpe");
 }
 
+/// The last line of llama.cpp's vocabulary summary (`llama_vocab::print_info`), printed after
+/// the BOS, EOS and every EOG line.
+const VOCAB_SUMMARY_END: &str = "print_info: max token length";
+
+/// How long the peer may take to load a vocabulary and print its summary.
+const PEER_LOG_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The peer's verbose load log up to the end of its vocabulary summary.
+///
+/// llama.cpp's log lines go through a queue that a worker thread prints, and the logger is
+/// leaked at exit by design (common/log.cpp `common_log_main`: "logs may be lost if not flushed
+/// before the program exits"): once `main` returns, whatever the worker has not printed yet is
+/// gone. On a loaded machine that can be the whole summary, EOG lines included. So the peer
+/// must not exit until the lines are read: with `--stdin`, llama-tokenize loads the vocabulary
+/// (printing the summary) and then blocks reading its input, and the log is read up to the
+/// summary's last line before that input is closed and the process let go.
+fn peer_vocab_log(vocab: &Path) -> String {
+    let mut child = Command::new(llama_cpp_tool("llama-tokenize"))
+        .arg("-m")
+        .arg(vocab)
+        .args(["--stdin", "--ids", "-v"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("llama-tokenize starts");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (send, lines) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + PEER_LOG_TIMEOUT;
+    let mut log = String::new();
+    let complete = loop {
+        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => {
+                let end = line.contains(VOCAB_SUMMARY_END);
+                log += &line;
+                log.push('\n');
+                if end {
+                    break true;
+                }
+            }
+            // Stderr closed (the peer exited) or the deadline passed.
+            Err(_) => break false,
+        }
+    };
+    if !complete {
+        let _ = child.kill();
+    }
+    // The summary is read: let the peer tokenize its (empty) input and exit.
+    drop(child.stdin.take());
+    let out = child.wait_with_output().expect("llama-tokenize ends");
+    reader.join().expect("the log reader ends");
+    assert!(
+        complete,
+        "{}: llama-tokenize printed no {VOCAB_SUMMARY_END:?} line within {} s ({}):\n{log}",
+        vocab.display(),
+        PEER_LOG_TIMEOUT.as_secs(),
+        out.status
+    );
+    assert!(
+        out.status.success(),
+        "{}: llama-tokenize failed ({}):\n{log}",
+        vocab.display(),
+        out.status
+    );
+    log
+}
+
 /// The peer's BOS, EOS and end-of-generation ids, from its verbose load log
 /// (`print_info: EOG token = <id> '<text>'`).
 fn peer_special_ids(name: &str) -> (Option<u32>, Option<u32>, Vec<u32>) {
-    let out = Command::new(llama_cpp_tool("llama-tokenize"))
-        .arg("-m")
-        .arg(vocab_path(name))
-        .args(["-p", "x", "--ids", "-v"])
-        .output()
-        .expect("llama-tokenize runs");
-    let log =
-        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    let log = peer_vocab_log(&vocab_path(name));
     let ids_after = |label: &str| -> Vec<u32> {
         log.lines()
             .filter_map(|l| {
@@ -281,7 +351,7 @@ fn peer_special_ids(name: &str) -> (Option<u32>, Option<u32>, Vec<u32>) {
     let eog = ids_after("EOG token");
     assert!(
         !eog.is_empty(),
-        "{name}: no EOG lines in the peer's log:\n{log}"
+        "{name}: no EOG lines in the peer's vocabulary summary:\n{log}"
     );
     (
         ids_after("BOS token").first().copied(),

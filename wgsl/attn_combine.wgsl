@@ -11,8 +11,8 @@
 // HEAD_DIM floats of acc_s, then m_s, l_s.
 // Work: one workgroup of COMBINE_WG per row. The weights 2^(m_s − M) / Σ are computed once per
 // split; COMBINE_LANES invocations per vec4 of o each add every COMBINE_LANES-th split (short
-// chains of independent loads rather than one chain of n), then one invocation per vec4 adds
-// their sums.
+// chains rather than one chain of n), loading COMBINE_ROUND of their splits at once, then one
+// invocation per vec4 adds their sums.
 // requires: consts HEAD_DIM (a multiple of 4), COMBINE_WG; `partials: array<f32>` (read_write);
 //           NEG; `fn store_o(b, h, i, x: f32)`: stores what o holds where the attention of row
 //           (b, h) gives x at dim i (attn_decode: gated, and kept for its q8 blocks; the prefill
@@ -24,6 +24,8 @@
 const MAX_SPLITS: u32 = 64u;
 const COMBINE_VECS: u32 = HEAD_DIM / 4u;
 const COMBINE_LANES: u32 = max(COMBINE_WG / COMBINE_VECS, 1u);
+// Splits an invocation loads at once.
+const COMBINE_ROUND: u32 = 4u;
 
 // Each split's max m_s; its sum l_s, then its weight 2^(m_s − M) / Σ_s 2^(m_s − M) l_s.
 var<workgroup> split_m: array<f32, MAX_SPLITS>;
@@ -63,10 +65,22 @@ fn combine_splits(b: u32, h: u32, n_head: u32, n_split: u32, n: u32, position: u
     for (var x = position; x < COMBINE_LANES * COMBINE_VECS; x += COMBINE_WG) {
         let e = x % COMBINE_VECS;
         var sum = vec4(0.0);
-        for (var s = x / COMBINE_VECS; s < n; s += COMBINE_LANES) {
-            let at = partial_base(row, n_split, s) + 4u * e;
-            let part = vec4(partials[at], partials[at + 1u], partials[at + 2u], partials[at + 3u]);
-            sum += part * split_weight[s];
+        // COMBINE_ROUND splits per round, loaded before any is added (independent loads in
+        // flight, not a chain of one per split); added in split order, as one at a time would.
+        for (var s0 = x / COMBINE_VECS; s0 < n; s0 += COMBINE_ROUND * COMBINE_LANES) {
+            var parts: array<vec4<f32>, COMBINE_ROUND>;
+            for (var k = 0u; k < COMBINE_ROUND; k++) {
+                // Past the last split: split n − 1's (written, finite) partial, not added.
+                let at = partial_base(row, n_split, min(s0 + k * COMBINE_LANES, n - 1u)) + 4u * e;
+                parts[k] = vec4(partials[at], partials[at + 1u], partials[at + 2u],
+                                partials[at + 3u]);
+            }
+            for (var k = 0u; k < COMBINE_ROUND; k++) {
+                let s = s0 + k * COMBINE_LANES;
+                if s < n {
+                    sum += parts[k] * split_weight[s];
+                }
+            }
         }
         combine_sums[x] = sum;
     }

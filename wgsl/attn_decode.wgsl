@@ -17,22 +17,31 @@
 // Layout (flash-decoding, "vector" form as in llama.cpp's fattn-vec and MLX's sdpa_vector):
 // - a workgroup owns one (sequence, kv head g, key split), so each key and value row is read once
 //   for the GROUP query heads that share it. The keys of a sequence are cut at run time into
-//   splits of max(⌈kv_len / n_split⌉, TEAMS) keys, rounded up to whole steps of TEAMS keys
-//   (split_chunks): a short context runs few splits of one step, and workgroups past the last
-//   split return at once; a long one gets every split.
-// - a workgroup is TEAMS teams of ROW_LANES lanes. Team t walks keys start + t, start + t + TEAMS,
-//   … of its split with no barrier of its own (on the SUBGROUP path): lane l holds vec4s
-//   e = i·ROW_LANES + l (i < LANE_VECS; dims 4e..4e+3, so a row is read with 16-byte loads,
-//   consecutive lanes on consecutive vec4s) of the GROUP query heads' q and of their output
-//   accumulators, in arrays whose sizes and loop bounds are module constants (the driver can keep
-//   them in registers). Each lane adds its partial dot products, row_sum gives every head's score
-//   to the whole team, and the team keeps its own running max m and sum l per head (online
-//   softmax). The rows of a team's next key are loaded while it scores the current one.
+//   splits of max(⌈kv_len / n_split⌉, STEP) keys, rounded up to whole steps of STEP = TEAMS·KEYS
+//   keys (split_chunks): a short context runs few splits of one step, and workgroups past the
+//   last split return at once; a long one gets every split. The cut depends on the sequence's
+//   kv_len and the binding's n_split alone (never on the other sequences of the step).
+// - a workgroup is TEAMS teams of ROW_LANES lanes. Lane l holds vec4s e = i·ROW_LANES + l
+//   (i < LANE_VECS; dims 4e..4e+3, so a row is read with 16-byte loads, consecutive lanes on
+//   consecutive vec4s) of the GROUP query heads' q and of their output accumulators, in arrays
+//   whose sizes and loop bounds are module constants (the driver can keep them in registers).
+//   Each lane adds its partial dot products, the row sum gives every head's score to the whole
+//   team, and the team keeps its own running max m and sum l per head (online softmax), with no
+//   barrier of its own on the SUBGROUP path. Two forms of a team's walk over its keys (KEYS):
+//   · KEYS = 4 (the default): a step gives team t the 4 consecutive keys
+//     start + STEP·n + 4t + 0..3. The team loads all 4 rows of K and V at once (8·LANE_VECS
+//     independent loads per lane in flight, the page-table reads of the 4 keys independent too),
+//     sums the 4 keys' scores of a head in one vec4 butterfly (row_sum4: on the fallback path
+//     2 barriers for 4 keys instead of 8), and rescales the head's m, l and accumulators once per
+//     step (one exp2(m − m_new) for 4 keys) before adding the 4 weighted values.
+//   · KEYS = 1 (FAK_ATTN_DECODE=old, for A/B runs): team t takes keys start + t, start + t + TEAMS,
+//     …, one per step; the rows of its next key are loaded while it scores the current one.
 // - at the end the teams merge (m, l, Σ p·v) through workgroup memory, one head at a time, and the
 //   split writes its partial, or o directly when the sequence has a single split.
 //
 // Specialisation (the host prepends `const`s): HEAD_DIM (a multiple of 4), GROUP, ROW_LANES
-// (lanes per key row, a power of two: ≤ the adapter's smallest subgroup on the SUBGROUP path).
+// (lanes per key row, a power of two: ≤ the adapter's smallest subgroup on the SUBGROUP path),
+// KEYS (keys per team and step: 1 or 4, the walk's form).
 // Override: TOKEN_TABLE. The caches are bound as vec4 rows (kv_base / 4).
 // bindings: 0 q (read) · 1 k_cache (read) · 2 v_cache (read) · 3 page_table (read)
 //           · 4 token_slots (read) · 5 partials (read_write) · 6 o (read_write)
@@ -47,9 +56,11 @@
 //   combine — (n_head, n_tokens) workgroups of WG: for a sequence of several splits,
 //             o = Σ_s e^(m_s − M) acc_s / Σ_s e^(m_s − M) l_s (attn_combine.wgsl's
 //             combine_splits); nothing for one split.
-// variants: SUBGROUP (row_sum_subgroup: shuffles) | fallback (row_sum_workgroup: workgroup memory,
-//           hence every loop around row_sum is workgroup-uniform) × f32 | f16 cache (KvScalar).
-// requires: row_sum_subgroup.wgsl or row_sum_workgroup.wgsl, kv_f32|kv_f16.wgsl, kv_paged.wgsl,
+// variants: SUBGROUP (row_sum(4)_subgroup: shuffles) | fallback (row_sum(4)_workgroup: workgroup
+//           memory, hence every loop around a row sum is workgroup-uniform) × f32 | f16 cache
+//           (KvScalar).
+// requires: row_sum_subgroup.wgsl + row_sum4_subgroup.wgsl or row_sum_workgroup.wgsl +
+//           row_sum4_workgroup.wgsl, kv_f32|kv_f16.wgsl, kv_paged.wgsl,
 //           step.wgsl, view.wgsl, positions.wgsl, q8_block.wgsl, attn_combine.wgsl.
 
 struct Params {
@@ -85,9 +96,10 @@ struct Params {
 
 override TOKEN_TABLE: bool = false;
 
-// Teams per workgroup; a split covers whole steps of TEAMS keys, one per team.
+// Teams per workgroup; a split covers whole steps of STEP keys, KEYS per team.
 const TEAMS: u32 = 8u;
 const WG: u32 = TEAMS * ROW_LANES;
+const STEP: u32 = TEAMS * KEYS;
 // A row is HEAD_VECS groups of 4 dims; a lane holds LANE_VECS of them, the last ones of a lane
 // possibly past the row when 4·ROW_LANES does not divide HEAD_DIM.
 const HEAD_VECS: u32 = HEAD_DIM / 4u;
@@ -105,6 +117,21 @@ var<workgroup> team_l: array<f32, TEAMS * GROUP>;
 var<workgroup> team_acc: array<vec4<f32>, WG * LANE_VECS>;
 // quantize_out: the head's o as written, for its q8 blocks.
 var<workgroup> head_out: array<f32, HEAD_DIM>;
+
+// A lane's vec4s of the GROUP query heads (pre-scaled into log2 units) or of their output
+// accumulators: [GROUP][LANE_VECS].
+alias HeadLanes = array<array<vec4<f32>, LANE_VECS>, GROUP>;
+
+// Where a team walks: the sequence's page-table row, the kv head, the split's keys
+// [start, end), the team and the lane's index in its row.
+struct Walk {
+    page_row: u32,
+    g: u32,
+    start: u32,
+    end: u32,
+    team: u32,
+    lane: u32,
+}
 
 // How a sequence of kv_len keys is cut: `size` keys per split (at least one step, whole steps),
 // `count` splits holding keys (≤ n_split); the decode and combine passes agree on it.
@@ -150,7 +177,7 @@ fn quantize_head(b: u32, h: u32, position: u32) {
 
 fn split_chunks(kv_len: u32) -> Chunks {
     let per_split = (kv_len + params.n_split - 1u) / params.n_split;
-    let size = max((per_split + TEAMS - 1u) / TEAMS, 1u) * TEAMS;
+    let size = max((per_split + STEP - 1u) / STEP, 1u) * STEP;
     return Chunks(size, (kv_len + size - 1u) / size);
 }
 
@@ -177,6 +204,110 @@ fn load_rows(
     }
 }
 
+// KEYS = 1: team t takes keys start + t, start + t + TEAMS, …; the rows of its next key are
+// loaded while it scores the current one. A key past `end` reads the last key instead and is
+// skipped (the fallback's row_sum needs every team in every step).
+fn walk_one_key(
+    w: Walk,
+    q_lane: ptr<function, HeadLanes>,
+    m: ptr<function, array<f32, GROUP>>,
+    l: ptr<function, array<f32, GROUP>>,
+    acc: ptr<function, HeadLanes>,
+    lanes: RowLanes,
+) {
+    let end = w.end;
+    var k_next: array<vec4<f32>, LANE_VECS>;
+    var v_next: array<vec4<f32>, LANE_VECS>;
+    load_rows(w.page_row, w.g, min(w.start + w.team, end - 1u), w.lane, &k_next, &v_next);
+    for (var j0 = w.start; j0 < end; j0 += TEAMS) {
+        let k_lane = k_next;
+        let v_lane = v_next;
+        load_rows(w.page_row, w.g, min(j0 + TEAMS + w.team, end - 1u), w.lane, &k_next, &v_next);
+        let live = j0 + w.team < end;
+        for (var r = 0u; r < GROUP; r++) {
+            var part = 0.0;
+            for (var i = 0u; i < LANE_VECS; i++) {
+                part += dot((*q_lane)[r][i], k_lane[i]);
+            }
+            // Branch-free: a key past `end` leaves m (alpha = 1) and adds p = 0.
+            let score = row_sum(part, lanes);
+            let m_new = select((*m)[r], max((*m)[r], score), live);
+            let alpha = exp2((*m)[r] - m_new);
+            let p = select(0.0, exp2(score - m_new), live);
+            (*l)[r] = (*l)[r] * alpha + p;
+            (*m)[r] = m_new;
+            for (var i = 0u; i < LANE_VECS; i++) {
+                (*acc)[r][i] = (*acc)[r][i] * alpha + p * v_lane[i];
+            }
+        }
+    }
+}
+
+// KEYS = 4: a step gives team t keys first = j0 + 4t .. first + 3. All their rows are loaded
+// before any is scored (kept in the cache's own type: half the registers for an f16 cache); a
+// head's four scores take one vec4 butterfly, and its state is rescaled once per step. Keys past
+// `end` read the last key instead, score NEG and weigh 0 (the fallback's row_sum4 needs every
+// team in every step).
+fn walk_key_tiles(
+    w: Walk,
+    q_lane: ptr<function, HeadLanes>,
+    m: ptr<function, array<f32, GROUP>>,
+    l: ptr<function, array<f32, GROUP>>,
+    acc: ptr<function, HeadLanes>,
+    lanes: RowLanes,
+) {
+    let end = w.end;
+    for (var j0 = w.start; j0 < end; j0 += STEP) {
+        let first = j0 + w.team * KEYS;
+        var k_rows: array<array<vec4<KvScalar>, LANE_VECS>, KEYS>;
+        var v_rows: array<array<vec4<KvScalar>, LANE_VECS>, KEYS>;
+        for (var u = 0u; u < KEYS; u++) {
+            let row = kv_base(params.kv, w.page_row, min(first + u, end - 1u), w.g) / 4u;
+            for (var i = 0u; i < LANE_VECS; i++) {
+                let at = row + lane_vec(i, w.lane);
+                k_rows[u][i] = k_cache[at];
+                v_rows[u][i] = v_cache[at];
+            }
+        }
+        for (var r = 0u; r < GROUP; r++) {
+            var part = vec4(0.0);
+            for (var u = 0u; u < KEYS; u++) {
+                var dot_u = 0.0;
+                for (var i = 0u; i < LANE_VECS; i++) {
+                    dot_u += dot((*q_lane)[r][i], vec4<f32>(k_rows[u][i]));
+                }
+                part[u] = dot_u;
+            }
+            let sums = row_sum4(part, lanes);
+            var scores = vec4(NEG);
+            var step_max = NEG;
+            for (var u = 0u; u < KEYS; u++) {
+                scores[u] = select(NEG, sums[u], first + u < end);
+                step_max = max(step_max, scores[u]);
+            }
+            let m_new = max((*m)[r], step_max);
+            let alpha = exp2((*m)[r] - m_new);
+            var head_acc = (*acc)[r];
+            for (var i = 0u; i < LANE_VECS; i++) {
+                head_acc[i] *= alpha;
+            }
+            var step_sum = 0.0;
+            for (var u = 0u; u < KEYS; u++) {
+                // A dead key: exp2(NEG − m_new) is 0 unless m_new is NEG too (a team with no
+                // live key yet), hence the select.
+                let p = select(0.0, exp2(scores[u] - m_new), first + u < end);
+                step_sum += p;
+                for (var i = 0u; i < LANE_VECS; i++) {
+                    head_acc[i] += p * vec4<f32>(v_rows[u][i]);
+                }
+            }
+            (*acc)[r] = head_acc;
+            (*l)[r] = (*l)[r] * alpha + step_sum;
+            (*m)[r] = m_new;
+        }
+    }
+}
+
 @compute @workgroup_size(WG)
 fn decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
     let s = wg.x;
@@ -199,7 +330,7 @@ fn decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
 
     // This lane's vec4s of the GROUP query heads, pre-scaled into log2 units: [GROUP][LANE_VECS].
     let qscale = params.scale * LOG2_E;
-    var q_lane: array<array<vec4<f32>, LANE_VECS>, GROUP>;
+    var q_lane: HeadLanes;
     for (var r = 0u; r < GROUP; r++) {
         for (var i = 0u; i < LANE_VECS; i++) {
             let e = i * ROW_LANES + lane;
@@ -213,7 +344,7 @@ fn decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
     }
     var m: array<f32, GROUP>;
     var l: array<f32, GROUP>;
-    var acc: array<array<vec4<f32>, LANE_VECS>, GROUP>;
+    var acc: HeadLanes;
     for (var r = 0u; r < GROUP; r++) {
         m[r] = NEG;
         l[r] = 0.0;
@@ -222,33 +353,11 @@ fn decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
         }
     }
 
-    // Team t takes keys start + t, start + t + TEAMS, …; the rows of its next key are loaded
-    // while it scores the current one. A key past `end` reads the last key instead and is
-    // skipped (the fallback's row_sum needs every team in every step).
-    var k_next: array<vec4<f32>, LANE_VECS>;
-    var v_next: array<vec4<f32>, LANE_VECS>;
-    load_rows(page_row, g, min(start + team, end - 1u), lane, &k_next, &v_next);
-    for (var j0 = start; j0 < end; j0 += TEAMS) {
-        let k_lane = k_next;
-        let v_lane = v_next;
-        load_rows(page_row, g, min(j0 + TEAMS + team, end - 1u), lane, &k_next, &v_next);
-        let live = j0 + team < end;
-        for (var r = 0u; r < GROUP; r++) {
-            var part = 0.0;
-            for (var i = 0u; i < LANE_VECS; i++) {
-                part += dot(q_lane[r][i], k_lane[i]);
-            }
-            // Branch-free: a key past `end` leaves m (alpha = 1) and adds p = 0.
-            let score = row_sum(part, lanes);
-            let m_new = select(m[r], max(m[r], score), live);
-            let alpha = exp2(m[r] - m_new);
-            let p = select(0.0, exp2(score - m_new), live);
-            l[r] = l[r] * alpha + p;
-            m[r] = m_new;
-            for (var i = 0u; i < LANE_VECS; i++) {
-                acc[r][i] = acc[r][i] * alpha + p * v_lane[i];
-            }
-        }
+    let walk = Walk(page_row, g, start, end, team, lane);
+    if KEYS == 1u {
+        walk_one_key(walk, &q_lane, &m, &l, &acc, lanes);
+    } else {
+        walk_key_tiles(walk, &q_lane, &m, &l, &acc, lanes);
     }
 
     if lane == 0u {

@@ -18,14 +18,24 @@
 //   yq[b·rows/4 ..], its scales at yd[b·rows/32 ..]. A workgroup then owns whole blocks (2·TEAMS
 //   a multiple of 32 outputs: TEAMS = 16), gathers its outputs in workgroup memory and one
 //   invocation per vector rounds its block, the same way quantize_q8.wgsl would round y.
+// - MIXED (override; wide int-dot pipelines with QUANTIZE_X, matvec_q8.wgsl): two weights of the
+//   same input in one dispatch — workgroups below params.part2 compute the first (params), the
+//   others the second (params2: its rows, bytes, outputs and ggml type, Q4_K or Q6_K), so two
+//   projection runs whose types differ cost one dispatch. The second weight's blocks are read
+//   from binding 8 and its outputs written to binding 11 (a QUANTIZE_X pipeline reads no q8
+//   vectors and a MIXED one writes no quantized output, so no storage binding is added); each
+//   workgroup's arithmetic is its weight's own binding's, so the outputs are the same bits.
 // bindings: 0 w (array<u32>, read: the GGUF blocks) · 1 x (array<f32>, read) · 2 y (array<f32>,
 //           read_write) · 3 params (uniform Params) · 4 step (uniform Step, step.wgsl)
 //           · 5 w16 (array<vec4<u32>>, read) · 6 x16 (array<vec4<f32>>, read): the same bytes as
 //           w and x, read 16 at a time where params.wide says they are 16-byte aligned (else a
 //           placeholder the kernel does not read) · 7 nw (array<vec4<f32>>, read: the norm
-//           weight of NORM pipelines, cols a multiple of 4; else a placeholder) · 8, 9: the q8
-//           input of matvec_q8.wgsl (placeholders here) · 10 yq (array<u32>, read_write), 11 yd
-//           (array<f32>, read_write): the quantized output (placeholders unless quantize_out)
+//           weight of NORM and QUANTIZE_X pipelines, cols a multiple of 4; else a placeholder)
+//           · 8, 9: the q8 input of matvec_q8.wgsl (placeholders here; MIXED: 8 the second
+//           weight's blocks)
+//           · 10 yq (array<u32>, read_write), 11 yd (array<f32>, read_write): the quantized output
+//           (placeholders unless quantize_out; MIXED: 11 the second weight's outputs) · 12 params2
+//           (uniform Params: the second weight's, MIXED; else a placeholder)
 // dispatch: one workgroup of WG invocations per 4·TEAMS consecutive rows (per 2·TEAMS output rows
 //           when paired: their gate and up rows), on the 2-D grid of ceil(rows / (4·TEAMS))
 //           (ceil(rows / (2·TEAMS))) workgroups (engine `gpu::Grid`). Weights larger than one binding are split into
@@ -97,8 +107,10 @@ struct Params {
     pair_byte: u32,
     // 1: also write the (paired) outputs as q8 blocks into yq, yd (see the header).
     quantize_out: u32,
-    pad1: u32,
-    pad2: u32,
+    // MIXED: the first workgroup of the second weight (whose Params are params2).
+    part2: u32,
+    // MIXED: this part's ggml type id (the wide form's Q4_K or Q6_K).
+    ggml_type: u32,
 }
 
 const WIDE_X: u32 = 1u;
@@ -112,8 +124,11 @@ const WIDE_W: u32 = 2u;
 @group(0) @binding(5) var<storage, read> w16: array<vec4<u32>>;
 @group(0) @binding(6) var<storage, read> x16: array<vec4<f32>>;
 @group(0) @binding(7) var<storage, read> nw: array<vec4<f32>>;
+@group(0) @binding(8) var<storage, read> xq: array<u32>;
+@group(0) @binding(9) var<storage, read> xd: array<f32>;
 @group(0) @binding(10) var<storage, read_write> yq: array<u32>;
 @group(0) @binding(11) var<storage, read_write> yd: array<f32>;
+@group(0) @binding(12) var<uniform> params2: Params;
 
 override WG: u32 = 64u;
 // Input vectors this pipeline can take (1, 2, 4 or 8): its accumulators are unrolled for them.
@@ -138,11 +153,51 @@ override BLOCK_ELEMS: u32;
 override BLOCK_BYTES: u32;
 // x is the residual stream: multiply by RMSNorm(x)·nw (see the header).
 override NORM: bool = false;
+// Two weights of one input in one dispatch (see the header): QUANTIZE_X wide pipelines only.
+override MIXED: bool = false;
+
+// The Params of the part this workgroup computes (params, or params2 for a MIXED dispatch's
+// second weight), and whether it is that second one. Set by enter_part before anything reads them.
+var<private> p: Params;
+var<private> second_part: bool;
 
 const ROWS: u32 = 4u;
 
 fn src_word(index: u32) -> u32 {
+    if MIXED && second_part {
+        // The second weight's blocks (binding 8: QUANTIZE_X pipelines read no q8 vectors).
+        return xq[index];
+    }
     return w[index];
+}
+
+// Selects the workgroup's part (p, second_part); returns its workgroup index inside that part.
+fn enter_part(wg: vec3<u32>, count: vec3<u32>) -> u32 {
+    let flat = flat_workgroup(wg, count);
+    second_part = MIXED && flat >= params.part2;
+    if second_part {
+        p = params2;
+        return flat - params.part2;
+    }
+    p = params;
+    return flat;
+}
+
+// y[at] = v, or y[at] += v when accumulating (a MIXED dispatch's second weight writes binding 11).
+fn write_y(at: u32, v: f32) {
+    if MIXED && second_part {
+        if p.accumulate != 0u {
+            yd[at] += v;
+        } else {
+            yd[at] = v;
+        }
+        return;
+    }
+    if p.accumulate != 0u {
+        y[at] += v;
+    } else {
+        y[at] = v;
+    }
 }
 
 // The word at a 4-aligned byte offset (fields of 20-, 24-, 144- and 176-byte blocks, F32 rows).
@@ -175,11 +230,11 @@ fn unit(q: vec4<u32>, f: vec4<f32>) -> Unit {
 // F32: elements e..e+3 of the row at byte `at` (the unit's first element), zero past the row.
 fn unit_f32(at: u32, e: u32) -> Unit {
     var q = vec4<u32>(0u);
-    if e + 4u <= params.cols {
+    if e + 4u <= p.cols {
         q = vec4<u32>(word_at(at), word_at(at + 4u), word_at(at + 8u), word_at(at + 12u));
     } else {
         for (var i = 0u; i < 4u; i++) {
-            if e + i < params.cols {
+            if e + i < p.cols {
                 q[i] = word_at(at + 4u * i);
             }
         }
@@ -190,12 +245,12 @@ fn unit_f32(at: u32, e: u32) -> Unit {
 // F16, BF16: four 16-bit elements packed in q.xy (rows of an odd length start 2 bytes into a word).
 fn unit_16bit(at: u32, e: u32) -> Unit {
     var q = vec4<u32>(0u);
-    if e + 4u <= params.cols {
+    if e + 4u <= p.cols {
         q = vec4<u32>(load_u32_at(at), load_u32_at(at + 4u), 0u, 0u);
     } else {
         // The row ends inside this unit: element by element, never past its last byte.
         for (var i = 0u; i < 4u; i++) {
-            if e + i < params.cols {
+            if e + i < p.cols {
                 q[i / 2u] |= load_u16_at(at + 2u * i) << (16u * (i % 2u));
             }
         }
@@ -265,7 +320,7 @@ fn k_unit_of(head: vec4<u32>, iq: u32, q: vec4<u32>, h: vec2<u32>) -> Unit {
 fn unit_q4_k(block: u32, lane: u32) -> Unit {
     var head: vec4<u32>;
     var q: vec4<u32>;
-    if (params.wide & WIDE_W) != 0u {
+    if (p.wide & WIDE_W) != 0u {
         head = w16[block >> 4u];
         q = w16[(block >> 4u) + 1u + lane];
     } else {
@@ -337,7 +392,7 @@ fn load_unit(row: u32, u: u32) -> Unit {
 // x[at..at+4]; `at` is a multiple of 4 whenever WIDE_X is set (rows start on 16 bytes and every
 // unit's x values start on a multiple of 4 elements).
 fn x4(at: u32) -> vec4<f32> {
-    if (params.wide & WIDE_X) != 0u {
+    if (p.wide & WIDE_X) != 0u {
         return x16[at >> 2u];
     }
     return vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
@@ -354,12 +409,12 @@ fn xv(base: u32, e: u32) -> vec4<f32> {
 
 // xv, zero past cols (NORM rows are whole vec4s: the tail loop only runs without it).
 fn x4_guarded(base: u32, e: u32) -> vec4<f32> {
-    if e + 4u <= params.cols {
+    if e + 4u <= p.cols {
         return xv(base, e);
     }
     var v = vec4<f32>(0.0);
     for (var i = 0u; i < 4u; i++) {
-        if e + i < params.cols {
+        if e + i < p.cols {
             v[i] = x[base + e + i];
         }
     }
@@ -527,15 +582,15 @@ var<workgroup> team_scratch: array<vec4<f32>, TEAM_SLOTS>;
 fn norm_scales_of(n: u32, lanes: Lanes) {
     for (var b = 0u; b < MAX_B; b++) {
         if b < n {
-            let base = params.x_index + b * params.x_stride;
+            let base = p.x_index + b * p.x_stride;
             var squares = 0.0;
-            for (var c = 4u * lanes.index; c < params.cols; c += 4u * WG) {
+            for (var c = 4u * lanes.index; c < p.cols; c += 4u * WG) {
                 let v = x4(base + c);
                 squares += dot(v, v);
             }
             let total = workgroup_sum(squares, lanes);
             if lanes.index == 0u {
-                norm_scales[b] = 1.0 / sqrt(total / f32(params.cols) + params.eps);
+                norm_scales[b] = 1.0 / sqrt(total / f32(p.cols) + p.eps);
             }
         }
     }
@@ -545,12 +600,12 @@ fn norm_scales_of(n: u32, lanes: Lanes) {
 // rows first, first+1 and their up rows. Rows past the end are clamped to the last one.
 fn row_starts(first: u32, paired: bool) -> vec4<u32> {
     if paired {
-        let r = min(vec2<u32>(first) + vec2<u32>(0u, 1u), vec2<u32>(params.rows - 1u));
-        let gate = vec2<u32>(params.w_byte) + r * params.row_bytes;
-        return vec4<u32>(gate, gate + vec2<u32>(params.pair_byte));
+        let r = min(vec2<u32>(first) + vec2<u32>(0u, 1u), vec2<u32>(p.rows - 1u));
+        let gate = vec2<u32>(p.w_byte) + r * p.row_bytes;
+        return vec4<u32>(gate, gate + vec2<u32>(p.pair_byte));
     }
-    let rows = min(vec4<u32>(first) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(params.rows - 1u));
-    return vec4<u32>(params.w_byte) + rows * params.row_bytes;
+    let rows = min(vec4<u32>(first) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.rows - 1u));
+    return vec4<u32>(p.w_byte) + rows * p.row_bytes;
 }
 
 // Output rows per team: 4, or 2 when each takes a gate row and its up row.
@@ -567,8 +622,8 @@ struct Place {
     lane: u32,
 }
 
-fn place_of(wg: vec3<u32>, count: vec3<u32>, lanes: Lanes, paired: bool) -> Place {
-    let first = flat_workgroup(wg, count) * TEAMS * outputs_per_team(paired);
+fn place_of(part_wg: u32, lanes: Lanes, paired: bool) -> Place {
+    let first = part_wg * TEAMS * outputs_per_team(paired);
     let team = lanes.index / TEAM;
     return Place(first, first + team * outputs_per_team(paired), team, lanes.index % TEAM);
 }
@@ -594,8 +649,8 @@ fn load_step(starts: vec4<u32>, u: u32) -> UnitStep {
     var loads: UnitStep;
     loads.first = load_rows(starts, u);
     if UNROLL == 2u {
-        loads.second = load_rows(starts, min(u + TEAM, params.units - 1u));
-        loads.has_second = u + TEAM < params.units;
+        loads.second = load_rows(starts, min(u + TEAM, p.units - 1u));
+        loads.has_second = u + TEAM < p.units;
     }
     return loads;
 }
@@ -617,20 +672,15 @@ fn store_output(total: f32, first: u32, n: u32, lanes: Lanes, paired: bool) {
         }
         workgroupBarrier();
         let row = first + slot;
-        if b < n && slot < 2u && row < params.rows {
+        if b < n && slot < 2u && row < p.rows {
             let up = pair_totals[lanes.index + 2u];
-            y[params.y_index + b * params.y_stride + row] = swiglu(total, up);
+            y[p.y_index + b * p.y_stride + row] = swiglu(total, up);
         }
         return;
     }
     let row = first + slot;
-    if b < n && row < params.rows {
-        let at = params.y_index + b * params.y_stride + row;
-        if params.accumulate != 0u {
-            y[at] += total;
-        } else {
-            y[at] = total;
-        }
+    if b < n && row < p.rows {
+        write_y(p.y_index + b * p.y_stride + row, total);
     }
 }
 
@@ -653,7 +703,7 @@ fn finish(acc: ptr<function, array<vec4<f32>, 8>>, at: Place, n: u32, lanes: Lan
             store_team(acc, at.team_first, n, paired);
         }
     }
-    if params.quantize_out != 0u {
+    if p.quantize_out != 0u {
         workgroupBarrier();
         if lanes.index < n {
             quantize_block(lanes.index, at.first);
@@ -694,23 +744,19 @@ fn store_team(acc: ptr<function, array<vec4<f32>, 8>>, first: u32, n: u32, paire
             if NORM {
                 totals *= norm_scales[b];
             }
-            let base = params.y_index + b * params.y_stride;
+            let base = p.y_index + b * p.y_stride;
             for (var slot = 0u; slot < ROWS; slot++) {
                 let row = first + slot;
                 if paired {
-                    if slot < 2u && row < params.rows {
+                    if slot < 2u && row < p.rows {
                         let value = swiglu(totals[slot], totals[slot + 2u]);
                         y[base + row] = value;
-                        if params.quantize_out != 0u {
+                        if p.quantize_out != 0u {
                             block_values[32u * b + row % 32u] = value;
                         }
                     }
-                } else if row < params.rows {
-                    if params.accumulate != 0u {
-                        y[base + row] += totals[slot];
-                    } else {
-                        y[base + row] = totals[slot];
-                    }
+                } else if row < p.rows {
+                    write_y(base + row, totals[slot]);
                 }
             }
         }
@@ -726,18 +772,18 @@ fn quantize_block(b: u32, first: u32) {
                          block_values[at + 3u]);
     }
     let q = q8_block(v);
-    let codes = b * (params.rows / 4u) + first / 4u;
+    let codes = b * (p.rows / 4u) + first / 4u;
     for (var j = 0u; j < 8u; j++) {
         yq[codes + j] = q.codes[j];
     }
-    yd[b * (params.rows / 32u) + first / 32u] = q.d;
+    yd[b * (p.rows / 32u) + first / 32u] = q.d;
 }
 
 // Adds unit u's products of the 4 rows `w` with every input vector b < n to acc[b].
 fn add_products(acc: ptr<function, array<vec4<f32>, 8>>, w: array<Unit, 4>, u: u32, n: u32) {
     for (var b = 0u; b < MAX_B; b++) {
         if b < n {
-            let xs = load_xs(params.x_index + b * params.x_stride, u);
+            let xs = load_xs(p.x_index + b * p.x_stride, u);
             (*acc)[b] += vec4<f32>(dot_unit(w[0], xs), dot_unit(w[1], xs), dot_unit(w[2], xs),
                                    dot_unit(w[3], xs));
         }
@@ -747,9 +793,10 @@ fn add_products(acc: ptr<function, array<vec4<f32>, 8>>, w: array<Unit, 4>, u: u
 @compute @workgroup_size(WG)
 fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) count: vec3<u32>,
           lanes: Lanes) {
-    let paired = params.pair_byte != 0u;
-    let at = place_of(wg, count, lanes, paired);
-    if at.first >= params.rows {
+    let part_wg = enter_part(wg, count);
+    let paired = p.pair_byte != 0u;
+    let at = place_of(part_wg, lanes, paired);
+    if at.first >= p.rows {
         return;
     }
     let n = min(step.n_tokens, MAX_B);
@@ -758,7 +805,7 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) count: 
     }
     let starts = row_starts(at.team_first, paired);
     var acc: array<vec4<f32>, 8>;
-    for (var u = at.lane; u < params.units; u += TEAM * UNROLL) {
+    for (var u = at.lane; u < p.units; u += TEAM * UNROLL) {
         let loaded = load_step(starts, u);
         add_products(&acc, loaded.first, u, n);
         if loaded.has_second {

@@ -17,7 +17,8 @@
 // across a quarter warp (slots 80 bytes apart fall on distinct banks); one copy serves the
 // workgroup's TEAMS teams, each of 4 rows.
 // bindings, dispatch, rows, teams, pairing, accumulate, quantized output, reduction:
-//           matvec_q8_wide.wgsl's (params.units = 4 wide units per super-block).
+//           matvec_q8_wide.wgsl's (params.units = 4 wide units per super-block). Only q8
+//           inputs (xq, xd read from global memory): no QUANTIZE_X, no MIXED pipeline.
 // dispatch: every invocation runs ceil(units / (TEAM·UNROLL)) steps (the barriers need all of
 //           them): a step's unit past the row's end is loaded clamped and its products dropped.
 // pipelines: one per (ggml type ∈ {Q4_K, Q6_K}, MAX_B, STAGE_B) and layout, entry point
@@ -57,7 +58,7 @@ fn stage_x(base: u32, first: u32, n: u32, lanes: Lanes) {
         let w = i % 20u;
         let b = first + slot / STAGE_UNITS;
         let u = base + slot % STAGE_UNITS;
-        if b < n && u < params.units {
+        if b < n && u < p.units {
             x_stage[5u * slot + w / 4u][w % 4u] = wide_x_word(b, u, w);
         }
     }
@@ -76,16 +77,17 @@ fn staged_x(j: u32, s: u32) -> WideX {
 @compute @workgroup_size(WG)
 fn matvec_q8_staged(@builtin(workgroup_id) wg: vec3<u32>,
                     @builtin(num_workgroups) count: vec3<u32>, lanes: Lanes) {
-    let paired = params.pair_byte != 0u;
-    let at = place_of(wg, count, lanes, paired);
-    if at.first >= params.rows {
+    let part_wg = enter_part(wg, count);
+    let paired = p.pair_byte != 0u;
+    let at = place_of(part_wg, lanes, paired);
+    if at.first >= p.rows {
         return;
     }
     let n = min(step.n_tokens, MAX_B);
     let starts = row_starts(at.team_first, paired);
-    let last = params.units - 1u;
+    let last = p.units - 1u;
     var acc: array<vec4<f32>, 8>;
-    for (var base = 0u; base < params.units; base += STAGE_UNITS) {
+    for (var base = 0u; base < p.units; base += STAGE_UNITS) {
         // The weights first: in flight while x is staged.
         let u = base + at.lane;
         let first = load_wide_rows(starts, min(u, last));
@@ -104,10 +106,10 @@ fn matvec_q8_staged(@builtin(workgroup_id) wg: vec3<u32>,
                 for (var j = 0u; j < STAGE_B; j++) {
                     let b = g + j;
                     // Per vector: unit u, then u + TEAM, as the wide form adds them.
-                    if b < n && u < params.units {
+                    if b < n && u < p.units {
                         acc[b] += wide_products(first, staged_x(j, at.lane));
                     }
-                    if b < n && UNROLL == 2u && u + TEAM < params.units {
+                    if b < n && UNROLL == 2u && u + TEAM < p.units {
                         acc[b] += wide_products(second, staged_x(j, at.lane + TEAM));
                     }
                 }

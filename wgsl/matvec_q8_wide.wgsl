@@ -13,7 +13,8 @@
 // 16-byte runs of five words each (blocks of 210 bytes start on 2-byte boundaries), so each
 // invocation has twice (Q4_K) or four times (Q6_K) the weight bytes in flight per load step
 // with fewer load instructions per byte.
-// bindings: matvec_q8.wgsl's (xq, xd: the q8 input; x, x16, nw placeholders).
+// bindings: matvec_q8.wgsl's (xq, xd: the q8 input; x, x16, nw placeholders — or under QUANTIZE_X
+//           x, x16, nw read and x̂ built in workgroup memory, as there).
 // dispatch, rows, teams, pairing, accumulate, quantized output, reduction: matvec.wgsl's, with
 //           params.units = 4 wide units per super-block (UNIT_LANES = 4).
 // pipelines: one per (ggml type ∈ {Q4_K, Q6_K}, MAX_B) and layout, entry point matvec_q8_wide.
@@ -49,7 +50,7 @@ fn wide_q4_k(block: u32, lane: u32) -> Wide {
     var head: vec4<u32>;
     var a: vec4<u32>;
     var b: vec4<u32>;
-    if (params.wide & WIDE_W) != 0u {
+    if (p.wide & WIDE_W) != 0u {
         let at = block >> 4u;
         head = w16[at];
         a = w16[at + 1u + 2u * lane];
@@ -89,11 +90,27 @@ fn wide_q6_k(block: u32, lane: u32) -> Wide {
     return Wide(a, b, c, d * byte_floats(scales ^ 0x80808080u, 128.0), vec4<f32>(0.0));
 }
 
+// Whether this part's weight is Q6_K (else Q4_K): the pipeline's type, or under MIXED the part's.
+fn wide_q6() -> bool {
+    if MIXED {
+        return p.ggml_type == 14u;
+    }
+    return GGML_TYPE == 14u;
+}
+
+// Bytes per block of this part's weight.
+fn wide_block_bytes() -> u32 {
+    if MIXED {
+        return select(144u, 210u, wide_q6());
+    }
+    return BLOCK_BYTES;
+}
+
 // Wide unit u of the row starting at byte `row`.
 fn load_wide(row: u32, u: u32) -> Wide {
     let lane = u % UNIT_LANES;
-    let block = row + (u / UNIT_LANES) * BLOCK_BYTES;
-    if GGML_TYPE == 14u {
+    let block = row + (u / UNIT_LANES) * wide_block_bytes();
+    if wide_q6() {
         return wide_q6_k(block, lane);
     }
     return wide_q4_k(block, lane);
@@ -113,40 +130,41 @@ struct WideX {
     s: vec4<f32>,
 }
 
-// Where vector b's share of wide unit u lies: the index in xq of its code word w < 16 (words
-// 4k..4k + 3 are WideX.words[k]) and in xd of group k's block scale. The global loads below and
-// matvec_q8_staged.wgsl's staging both read x through these two.
+// Where vector b's share of wide unit u lies: the index of its code word w < 16 (words 4k..4k + 3
+// are WideX.words[k]) and of group k's block scale, in xq, xd (or, under QUANTIZE_X, x_codes,
+// x_scales: read through xq_word, xd_scale). The loads below and matvec_q8_staged.wgsl's staging
+// (global xq, xd only) both read x through these two.
 fn wide_x_code(b: u32, u: u32, w: u32) -> u32 {
     let lane = u % UNIT_LANES;
     let first = (u / UNIT_LANES) * BLOCK_ELEMS;
-    if GGML_TYPE == 14u {
+    if wide_q6() {
         // Group k: elements 128ip + 16h + 32k + 0..15, inside x block 4ip + k.
         let e = first + 128u * (lane / 2u) + 16u * (lane % 2u) + 32u * (w / 4u);
-        return b * (params.cols / 4u) + e / 4u + w % 4u;
+        return b * (p.cols / 4u) + e / 4u + w % 4u;
     }
     // Q4_K sub-blocks 2c, 2c + 1: x blocks 2c, 2c + 1 of the super-block, 8 words each.
-    return b * (params.cols / 4u) + (first + 64u * lane) / 4u + w;
+    return b * (p.cols / 4u) + (first + 64u * lane) / 4u + w;
 }
 
 // Q6_K: groups k < 4; Q4_K: k < 2 (its groups are the two x blocks of the unit).
 fn wide_x_scale(b: u32, u: u32, k: u32) -> u32 {
     let lane = u % UNIT_LANES;
     let first = (u / UNIT_LANES) * BLOCK_ELEMS;
-    if GGML_TYPE == 14u {
-        return b * (params.cols / 32u) + (first + 128u * (lane / 2u) + 16u * (lane % 2u)) / 32u + k;
+    if wide_q6() {
+        return b * (p.cols / 32u) + (first + 128u * (lane / 2u) + 16u * (lane % 2u)) / 32u + k;
     }
-    return b * (params.cols / 32u) + (first + 64u * lane) / 32u + k;
+    return b * (p.cols / 32u) + (first + 64u * lane) / 32u + k;
 }
 
 // Groups with a scale of their own: 4 (Q6_K) or 2 (Q4_K).
 fn wide_x_groups() -> u32 {
-    return select(2u, 4u, GGML_TYPE == 14u);
+    return select(2u, 4u, wide_q6());
 }
 
 // Q4_K: the Σ qx of each x block (sub-blocks 2c, 2c + 1: words 0..7 and 8..15), exact.
 fn with_code_sums(x: WideX) -> WideX {
     var v = x;
-    if GGML_TYPE != 14u {
+    if !wide_q6() {
         let w = v.words;
         v.s = vec4<f32>(code_sum(w[0].x, w[0].y) + code_sum(w[0].z, w[0].w)
                             + code_sum(w[1].x, w[1].y) + code_sum(w[1].z, w[1].w),
@@ -161,17 +179,17 @@ fn load_wide_x(b: u32, u: u32) -> WideX {
     var v: WideX;
     for (var k = 0u; k < 4u; k++) {
         let at = wide_x_code(b, u, 4u * k);
-        v.words[k] = vec4<u32>(xq[at], xq[at + 1u], xq[at + 2u], xq[at + 3u]);
+        v.words[k] = vec4<u32>(xq_word(at), xq_word(at + 1u), xq_word(at + 2u), xq_word(at + 3u));
     }
     for (var k = 0u; k < wide_x_groups(); k++) {
-        v.d[k] = xd[wide_x_scale(b, u, k)];
+        v.d[k] = xd_scale(wide_x_scale(b, u, k));
     }
     return with_code_sums(v);
 }
 
 // Σ over the wide unit of w·x̂ for one row and one input vector.
 fn dot_wide(w: Wide, v: WideX) -> f32 {
-    if GGML_TYPE == 14u {
+    if wide_q6() {
         // Group k's 6-bit codes: a nibble of a or b and 2 bits of c: elements +0 ← low a, qh bits
         // 0-1; +32 ← low b, bits 2-3; +64 ← high a, bits 4-5; +96 ← high b, bits 6-7. Each byte
         // centred to q − 32 as in matvec_q8.wgsl.
@@ -214,21 +232,25 @@ fn add_products_wide(acc: ptr<function, array<vec4<f32>, 8>>, w: array<Wide, 4>,
 @compute @workgroup_size(WG)
 fn matvec_q8_wide(@builtin(workgroup_id) wg: vec3<u32>,
                   @builtin(num_workgroups) count: vec3<u32>, lanes: Lanes) {
-    let paired = params.pair_byte != 0u;
-    let at = place_of(wg, count, lanes, paired);
-    if at.first >= params.rows {
+    let part_wg = enter_part(wg, count);
+    let paired = p.pair_byte != 0u;
+    let at = place_of(part_wg, lanes, paired);
+    if at.first >= p.rows {
         return;
     }
     let n = min(step.n_tokens, MAX_B);
+    if QUANTIZE_X {
+        quantize_input(n, lanes);
+    }
     let starts = row_starts(at.team_first, paired);
     var acc: array<vec4<f32>, 8>;
-    for (var u = at.lane; u < params.units; u += TEAM * UNROLL) {
+    for (var u = at.lane; u < p.units; u += TEAM * UNROLL) {
         let first = load_wide_rows(starts, u);
         if UNROLL == 2u {
             // The second unit clamped to the row's last (valid memory), dropped past the end.
-            let second = load_wide_rows(starts, min(u + TEAM, params.units - 1u));
+            let second = load_wide_rows(starts, min(u + TEAM, p.units - 1u));
             add_products_wide(&acc, first, u, n);
-            if u + TEAM < params.units {
+            if u + TEAM < p.units {
                 add_products_wide(&acc, second, u + TEAM, n);
             }
         } else {

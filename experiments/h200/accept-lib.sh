@@ -94,8 +94,9 @@ end() {
         echo "- $STEP_NAME: stopped at its limit after $((SECONDS - STEP_START)) s (exit $1)" >> "$WORK/skipped.md"
 }
 
-# Call A carries the first part of call B's Vulkan server (B's carry alone would pass the 64 MiB
-# a call may carry with the working tree); it waits in VK_PARTS for B, on the same machine.
+# Call B0 carries the first part of call B's Vulkan server (B's carry alone would pass what a
+# call may carry with the working tree); it waits in VK_PARTS for B, on the same machine. A call
+# that carries parts itself (a dry run, or an older staging) leaves them there the same way.
 stage_vk_part() {
     ls target/h200-vk/*.part* > /dev/null 2>&1 || return 0
     [ -f target/h200-vk/SHA256SUMS ] || rm -rf "$VK_PARTS" # call A: no stale part of another staging

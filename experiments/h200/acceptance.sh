@@ -25,8 +25,7 @@
 # STEPS=packets,llama-bench (~460 s) then STEPS=bench,depth (~380 s bare, ~200 s warm).
 #
 # Carry (experiments/h200/prepare-acceptance.sh stages it): target/h200/{gl, bin.txz (harness
-# alone), llama-src.tgz, commit, built-at}, and target/h200-vk/ (the first part of the Vulkan
-# server, unpacked into /tmp/accept-vk-parts for call B, which follows at once).
+# alone), llama-src.txz, commit, built-at}; the Vulkan server's parts travel with calls B0 and B.
 # Files back ($OUT): steps.log, summary.md, clocks.csv, gpu.csv, llama-build.log, synth.log,
 # acceptance.tgz (the run folders → experiments/benchmark/runs/by-machine/nvidia-h200/, the bench
 # JSONs and logs, the llama-bench JSONL, the selftest, the call's logs).
@@ -35,7 +34,7 @@ ACCEPT_CALL="acceptance call A (CUDA)"
 source "$(dirname "$0")/accept-lib.sh"
 STEPS=${STEPS:-bench,packets,llama-bench,depth}
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
-stage_vk_part   # call B's first part of the Vulkan server, when carried (accept-lib.sh)
+stage_vk_part   # a part of the Vulkan server for call B, when one is carried (accept-lib.sh)
 
 # The compiler on every CPU but 0-1, fak's bench on those two.
 FAK_PIN=()

@@ -136,6 +136,11 @@ pub struct LlamaCpp {
     pub extra_args: Vec<String>,
     /// The Python that runs the plain client (None: no plain-client check).
     pub python: Option<String>,
+    /// Whether a submitted request's withheld ids that the stream's text cannot name are
+    /// recovered by an untimed replay (on: the scenario's later prompts hold the answer). Off,
+    /// they stay unnamed ([`super::UNNAMED`]): with scripted replies nothing needs them, and a
+    /// replay run alone can differ from a batched answer (numerics that depend on the batch).
+    pub replay_withheld: bool,
     process: Option<EngineProcess>,
     port: u16,
     /// The model's vocabulary as the server prints it, to name withheld tokens from the
@@ -167,6 +172,7 @@ impl LlamaCpp {
             workload: Workload::Envelope,
             extra_args: Vec::new(),
             python: None,
+            replay_withheld: true,
             process: None,
             port: 0,
             pieces: None,
@@ -255,9 +261,12 @@ impl LlamaCpp {
         runs: &[Run],
     ) -> Result<()> {
         let port = self.port;
-        withheld::recover(self.pieces.as_deref(), runs, timed, || {
-            replay_ids(port, prompt, n_out, false)
-        })
+        withheld::recover(
+            self.pieces.as_deref(),
+            runs,
+            timed,
+            Some(|| replay_ids(port, prompt, n_out, false)),
+        )
         .map_err(|e| self.death_or(e))
     }
 
@@ -540,6 +549,7 @@ impl Arm for LlamaCpp {
             "cache_prompt": false, "stream": true, "n_probs_quality": self.n_probs,
             "parallel_slots": self.parallel, "cache_prompt_submitted": self.cache_prompt,
             "user_args": self.extra_args, "chat_parser": NO_OUTPUT_PARSING,
+            "replay_withheld_submitted": self.replay_withheld,
         })
     }
 
@@ -656,15 +666,16 @@ impl Arm for LlamaCpp {
             http::post_streaming(self.port, "/completion", &body, REQUEST_TIMEOUT)?;
         let (port, cache_prompt, prompt) = (self.port, self.cache_prompt, prompt.to_vec());
         let pieces = self.pieces.clone();
+        let replay = self.replay_withheld;
         self.answers.spawn(id, move || {
-            // A withheld token's id comes from the stream's text, else from a replay sent the
-            // moment this stream ends (untimed; the agent's next turn waits for it), as in the
-            // envelope.
+            // A withheld token's id comes from the stream's text, else (where a later prompt
+            // holds this answer) from a replay sent the moment this stream ends (untimed; the
+            // agent's next turn waits for it), as in the envelope.
             read_stream(&events, sent_ns, &mut || Ok(())).and_then(|(mut t, runs)| {
                 if !runs.is_empty() {
-                    withheld::recover(pieces.as_deref(), &runs, &mut t, || {
-                        replay_ids(port, &prompt, n_out, cache_prompt)
-                    })?;
+                    let replay =
+                        replay.then_some(|| replay_ids(port, &prompt, n_out, cache_prompt));
+                    withheld::recover(pieces.as_deref(), &runs, &mut t, replay)?;
                 }
                 Ok(t)
             })

@@ -24,9 +24,14 @@ use serde::Serialize;
 pub use fak_harness::packet::BucketKind;
 pub use process::ExitInfo;
 
+/// A token whose id the engine did not send and the arm did not recover (llama-server's
+/// withheld tokens where nothing needs them: `LlamaCpp::replay_withheld` off).
+pub const UNNAMED: u32 = u32::MAX;
+
 /// One timed request: what came back and when, on the shared monotonic clock (ns).
 #[derive(Clone, Debug, Serialize)]
 pub struct Timed {
+    /// The answer's ids; [`UNNAMED`] where the engine sent none and the arm did not recover it.
     pub tokens: Vec<u32>,
     /// When each token was known to the harness side of the measurement (for fak and MLX the
     /// engine process's own timestamp, for llama-server the arrival of its streamed chunk).

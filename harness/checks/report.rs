@@ -83,7 +83,9 @@ pub fn run_all(ctx: &GpuContext) -> Vec<KernelCheck> {
 /// and off, strided x): the f32 path on the Q4_K_M types and F32, and its folded norm + gate/up
 /// pairing; on int-dot variants the integer path instead — quantize_q8 (plain and with the
 /// norm) and the integer product of every type it takes, against W·x̂ (tight) and W·x (loose),
-/// and its pairing; each output under its own bound (`matvec`).
+/// and its pairing, and (Q4_K) the pairing with the norm quantized in each workgroup, also bit
+/// for bit against the product of quantize_q8's vectors; each output under its own bound
+/// (`matvec`).
 pub fn matvecs(ctx: &GpuContext) -> Vec<KernelCheck> {
     let mut out = Vec::new();
     for variant in variants::<MatVec>(ctx) {
@@ -127,6 +129,14 @@ pub fn matvecs(ctx: &GpuContext) -> Vec<KernelCheck> {
             // The folded norm with the gate/up pairing, as the MLP runs it.
             if matches!(ty, GgmlType::Q4_K | GgmlType::Q8_0) {
                 let what = format!("{ty} 5 paired outputs, norm, strided x");
+                out.extend(matvec_check(variant, what, || {
+                    matvec::check_fused(ctx, &kernel, path, ty, 5, matvec::FUSIONS[1], seed)
+                }));
+            }
+            // The same with the norm quantized in each workgroup (the decode norm fold).
+            if let (Some(quantizer), GgmlType::Q4_K) = (&quantizer, ty) {
+                let what = format!("{ty} 5 paired outputs, norm quantized in the workgroup");
+                let path = Path::Q8InWorkgroup(quantizer);
                 out.extend(matvec_check(variant, what, || {
                     matvec::check_fused(ctx, &kernel, path, ty, 5, matvec::FUSIONS[1], seed)
                 }));

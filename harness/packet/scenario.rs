@@ -55,6 +55,43 @@ pub struct ScenarioSpec {
     pub preamble_sha256: String,
     /// How the preamble and the suffixes were drawn (corpus, seed).
     pub prompt_source: String,
+    /// What an agent's later turns carry as its earlier replies. Absent means each engine's
+    /// own (written so, packets from before the choice existed stay what they were).
+    #[serde(default, skip_serializing_if = "Replies::is_own")]
+    pub replies: Replies,
+}
+
+/// What an agent's later turn carries as the replies to its earlier turns.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "lowercase")]
+pub enum Replies {
+    /// The ids the arm's engine answered (so each arm's later prompts are its own).
+    #[default]
+    Own,
+    /// Replies fixed before any arm ran, the same ids for every arm: every arm is sent the same
+    /// prompt at every turn, whatever it answered.
+    Scripted {
+        /// How the replies were drawn.
+        source: String,
+        /// `prompt_sha256[a][t]`: [`super::prompt_sha256`] of agent a + 1's turn t + 1 prompt.
+        prompt_sha256: Vec<Vec<String>>,
+    },
+}
+
+impl Replies {
+    pub fn is_own(&self) -> bool {
+        *self == Replies::Own
+    }
+
+    /// The prompt digest the script fixes for (agent, turn), both from 1; None with own replies.
+    pub fn scripted_prompt(&self, agent: usize, turn: usize) -> Option<&String> {
+        match self {
+            Replies::Own => None,
+            Replies::Scripted { prompt_sha256, .. } => prompt_sha256
+                .get(agent.checked_sub(1)?)?
+                .get(turn.checked_sub(1)?),
+        }
+    }
 }
 
 impl ScenarioSpec {
@@ -111,7 +148,10 @@ pub struct TurnSample {
     pub wall_s: f64,
     /// Per output token: seconds since the request was sent.
     pub token_times_s: Vec<f64>,
-    pub token_ids: Vec<u32>,
+    /// The answer's ids; `null` for a token the engine streamed no id for and the arm could not
+    /// name without running the request again (llama-server's withheld tokens, with scripted
+    /// replies: nothing depends on them, so no replay is sent).
+    pub token_ids: Vec<Option<u32>>,
     /// Prompt tokens the engine computed for this request.
     pub prefill_computed: usize,
     /// Prompt tokens whose KV it reused from its cache.
@@ -473,6 +513,15 @@ fn check_turn(spec: &ScenarioSpec, turn1_digests: &[String], t: &TurnSample) -> 
         errs.push(format!(
             "turn-1 prompt {} is not the envelope's prompt for agent {}",
             t.prompt_sha256, t.agent
+        ));
+    }
+    if let Replies::Scripted { .. } = spec.replies
+        && spec.replies.scripted_prompt(t.agent, t.turn) != Some(&t.prompt_sha256)
+    {
+        errs.push(format!(
+            "prompt {} is not the scripted prompt of agent {} turn {} (scripted replies: every \
+             arm is sent the same prompts)",
+            t.prompt_sha256, t.agent, t.turn
         ));
     }
     if t.prefill_computed > t.prompt_tokens {

@@ -394,8 +394,28 @@ pub fn write_physical_run(
 }
 
 /// The synthetic multi-agent scenario: 2 agents, preamble 16, suffix 4, 2 turns, n_out 8 (the
-/// envelope's, so turn 1's prompt is 20 tokens).
+/// envelope's, so turn 1's prompt is 20 tokens), with scripted replies: every arm is sent
+/// [`scenario_prompt`]s.
 pub fn scenario_spec() -> ScenarioSpec {
+    let spec = scenario_shape();
+    let prompt_sha256 = (1..=spec.agents)
+        .map(|a| {
+            (1..=spec.turns)
+                .map(|t| prompt_sha256(&scenario_prompt(a, t)))
+                .collect()
+        })
+        .collect();
+    ScenarioSpec {
+        replies: Replies::Scripted {
+            source: "synthetic".into(),
+            prompt_sha256,
+        },
+        ..spec
+    }
+}
+
+/// The scenario's counts, replies not yet scripted.
+fn scenario_shape() -> ScenarioSpec {
     ScenarioSpec {
         kind: MULTI_AGENT.into(),
         agents: 2,
@@ -407,12 +427,13 @@ pub fn scenario_spec() -> ScenarioSpec {
         think_s: 0.0,
         preamble_sha256: sha256_hex(b"preamble"),
         prompt_source: "synthetic".into(),
+        replies: Replies::Own,
     }
 }
 
 /// Turn t's prompt of agent a: a shared preamble, then ids that tell the agents apart.
 pub fn scenario_prompt(agent: usize, turn: usize) -> Vec<u32> {
-    let len = scenario_spec().prompt_tokens(turn);
+    let len = scenario_shape().prompt_tokens(turn);
     (0..len as u32)
         .map(|i| {
             if i < 16 {
@@ -455,7 +476,7 @@ fn turn_sample(agent: usize, turn: usize, sent_s: f64, ttft_s: f64, cache: bool)
         ttft_s,
         wall_s: token_times_s[N_OUT - 1] + 0.001,
         token_times_s,
-        token_ids: (0..N_OUT as u32).map(|i| 500 + i).collect(),
+        token_ids: (0..N_OUT as u32).map(|i| Some(500 + i)).collect(),
         prefill_computed: computed,
         cached_tokens: prompt.len() - computed,
         engine_report: None,

@@ -747,6 +747,35 @@ fn a_wrong_prompt_length_or_turn_1_prompt_is_invalid() {
     expect(&s, 1, "is not the envelope's prompt for agent 1");
 }
 
+/// With scripted replies every arm is sent the script's prompt at every turn: a later turn
+/// whose prompt is another is invalid. With each engine's own replies (the packet says so, as
+/// packets from before the choice do by omission) later prompts are the arm's own.
+#[test]
+fn a_later_turn_off_the_scripted_prompts_is_invalid() {
+    let off_script = |r: &mut ScenarioRaw| {
+        turn_of(r, 2, 2).prompt_sha256 = sha256_hex(b"the engine's own reply");
+    };
+    let s = scenario_run("scenario-scripted");
+    tamper_scenario_raw(&s, "fak-native-nocache", off_script);
+    let v = expect(&s, 1, "is not the scripted prompt of agent 2 turn 2");
+    assert_eq!(v.errors.len(), 1, "{:#?}", v.errors);
+
+    let s = scenario_run("scenario-own-replies");
+    tamper_packet(&s, |p| {
+        p["scenario"]
+            .as_object_mut()
+            .unwrap()
+            .remove("replies")
+            .expect("the packet states its scripted replies");
+    });
+    for arm in ["fak-native-cache", "fak-native-nocache", "mlx-cache"] {
+        tamper_scenario_raw(&s, arm, |r| r.spec.replies = Default::default());
+    }
+    tamper_scenario_raw(&s, "fak-native-nocache", off_script);
+    let v = validate(&packet_path(&s));
+    assert!(v.valid, "{:#?}", v.errors);
+}
+
 #[test]
 fn scenario_ratios_and_sums_are_recomputed_from_the_samples() {
     let s = scenario_run("scenario-ratio");

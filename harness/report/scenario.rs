@@ -3,7 +3,7 @@
 
 use super::{ms, ratio_cell};
 use crate::packet::ArmStatus;
-use crate::packet::scenario::{Arrival, Scenario, ScenarioArmEntry, TurnGroup};
+use crate::packet::scenario::{Arrival, Replies, Scenario, ScenarioArmEntry, TurnGroup};
 use std::fmt::Write;
 
 pub fn section(md: &mut String, s: &Scenario) {
@@ -20,6 +20,17 @@ pub fn section(md: &mut String, s: &Scenario) {
             ms(think)
         ),
     };
+    let replies = match s.spec.replies {
+        Replies::Own => {
+            "A later turn carries the engine's own replies, so arms whose answers differ are sent \
+             different later prompts."
+        }
+        Replies::Scripted { .. } => {
+            "A later turn carries scripted replies (corpus ids fixed before any arm ran), so every \
+             arm is sent the same prompts: no engine's cache holds a reply from its own decoding, \
+             and every engine prefills the replies as prompt tokens."
+        }
+    };
     let _ = writeln!(
         md,
         "## Multi-agent shared preamble\n\n{} agents share a {}-token preamble; each sends {} \
@@ -27,7 +38,8 @@ pub fn section(md: &mut String, s: &Scenario) {
          replies, then the new tokens; P + t·S + (t − 1)·n_out tokens) and gets n_out = {} back; \
          {arrival}, {next}. TTFT is the client's: sent → \
          first token, queueing included; every first token comes from logits computed in its own \
-         request. Prompt tokens computed are the engine's own count (see each arm's source below).\n",
+         request. Prompt tokens computed are the engine's own count (see each arm's source below). \
+         {replies}\n",
         s.spec.agents, s.spec.preamble_tokens, s.spec.turns, s.spec.suffix_tokens, s.spec.n_out
     );
     md.push_str(

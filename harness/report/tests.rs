@@ -270,6 +270,10 @@ fn a_scenario_packet_reports_the_shared_ttft_table() {
     let r = build(&path, &packet, &raws, &validate(&path));
     let md = &r.markdown;
     assert!(md.contains("**valid**"), "{md}");
+    assert!(
+        md.contains("carries scripted replies") && md.contains("sent the same prompts"),
+        "{md}"
+    );
     let title = "## Multi-agent shared preamble";
     let cache = row(md, title, "fak-native-cache");
     let scenario = packet.scenario.as_ref().unwrap();

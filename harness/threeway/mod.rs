@@ -132,6 +132,11 @@ pub struct Args {
     /// Multi-agent: milliseconds between agents' first turns with --arrival staggered.
     #[arg(long, default_value_t = 100)]
     pub stagger_ms: u64,
+    /// Multi-agent: what a later turn carries as the agent's earlier replies: replies scripted
+    /// from the corpus, the same for every arm (every arm sent the same prompts), or each
+    /// engine's own answer (docs/METHOD.md, "The multi-agent scenario").
+    #[arg(long, value_enum, default_value = "scripted")]
+    pub replies: multi_agent::RepliesMode,
     /// Multi-agent: milliseconds an agent thinks between an answer and its next turn (an idle
     /// GPU may drop its clock meanwhile; each turn's packet entry shows it).
     #[arg(long, default_value_t = 0)]

@@ -6,6 +6,12 @@
 //! process after one uncounted warm-up request (a prompt sharing nothing page-sized with the
 //! preamble); every turn's TTFT, prompt tokens computed and reused go into
 //! `multi-agent-<arm>-raw.json`, and the packet's `scenario` section is built from them.
+//!
+//! A later turn carries the agent's earlier replies: by default replies scripted before any arm
+//! runs (`--replies scripted`: n_out corpus ids per reply, the same for every arm), so every arm
+//! is sent the same prompts and does the same work whatever it answered, and no arm's next turn
+//! waits on ids its server did not stream (llama-server's withheld tokens); or each engine's
+//! own answer (`--replies own`), as an agent appending the model's reply would.
 
 use super::envelope::{Prompts, corpus_runs};
 use super::{Args, engine_info, weights};
@@ -19,7 +25,7 @@ use crate::arms::{Arm, Done, NotInstalled};
 use crate::models::{Models, sha256_of};
 use anyhow::{Context, Result, bail};
 use fak_harness::packet::scenario::{
-    Arrival, MULTI_AGENT, ScenarioArmHeader, ScenarioSpec, Serving, TurnSample,
+    Arrival, MULTI_AGENT, Replies, ScenarioArmHeader, ScenarioSpec, Serving, TurnSample,
 };
 use fak_harness::packet::{self, Envelope, MemoryPeak, PacketWriter, ScenarioRecorder};
 use serde_json::{Value, json};
@@ -35,6 +41,10 @@ struct Script {
     preamble: Vec<u32>,
     /// `suffixes[agent][turn]`, both from 0.
     suffixes: Vec<Vec<Vec<u32>>>,
+    /// With scripted replies, `replies[agent][turn]` (both from 0): what the agent's later
+    /// prompts carry as its answer to that turn, whatever the engine answered. None: each
+    /// engine's own answer.
+    replies: Option<Vec<Vec<Vec<u32>>>>,
     /// The uncounted warm-up prompt.
     warmup: Vec<u32>,
 }
@@ -68,7 +78,21 @@ impl Script {
             .timed
             .remove(0);
         let mut runs = corpus_runs(tokenizer, args.suffix, agents * turns, args.seed + 1)?;
-        let suffixes = (0..agents).map(|_| runs.drain(..turns).collect()).collect();
+        let suffixes: Vec<Vec<Vec<u32>>> =
+            (0..agents).map(|_| runs.drain(..turns).collect()).collect();
+        // Every turn but the last is answered into a later prompt.
+        let replies = match args.replies {
+            RepliesMode::Own => None,
+            RepliesMode::Scripted => {
+                let mut runs =
+                    corpus_runs(tokenizer, args.n_out, agents * (turns - 1), args.seed + 2)?;
+                Some(
+                    (0..agents)
+                        .map(|_| runs.drain(..turns - 1).collect())
+                        .collect(),
+                )
+            }
+        };
         // The preamble backwards (BOS kept first): the same length and ids, no shared prefix
         // beyond BOS, so the warm-up heats the engine but not its cache.
         let bos = usize::from(tokenizer.adds_bos() && tokenizer.bos().is_some());
@@ -81,7 +105,7 @@ impl Script {
                 interval_s: args.stagger_ms as f64 * 1e-3,
             },
         };
-        let spec = ScenarioSpec {
+        let mut spec = ScenarioSpec {
             kind: MULTI_AGENT.into(),
             agents,
             preamble_tokens: args.preamble,
@@ -97,13 +121,56 @@ impl Script {
                 args.seed,
                 args.seed + 1
             ),
+            replies: Replies::Own,
         };
-        Ok(Script {
-            spec,
+        let mut script = Script {
+            spec: spec.clone(),
             preamble,
             suffixes,
+            replies,
             warmup,
-        })
+        };
+        if script.replies.is_some() {
+            let prompt_sha256 = (0..agents)
+                .map(|a| {
+                    (0..turns)
+                        .map(|t| packet::prompt_sha256(&script.scripted_prompt(a, t)))
+                        .collect()
+                })
+                .collect();
+            spec.replies = Replies::Scripted {
+                source: format!(
+                    "harness/threeway/corpus.txt tokenized by the model: each reply n_out ids \
+                     from an offset seeded {}, agent by agent, turn by turn",
+                    args.seed + 2
+                ),
+                prompt_sha256,
+            };
+            script.spec = spec;
+        }
+        Ok(script)
+    }
+
+    /// Agent a's prompt at turn t (both from 0) under scripted replies: the preamble, then per
+    /// earlier turn its suffix and scripted reply, then turn t's suffix.
+    fn scripted_prompt(&self, agent: usize, turn: usize) -> Vec<u32> {
+        let replies = self.replies.as_ref().expect("scripted replies");
+        let mut prompt = self.preamble.clone();
+        for (suffix, reply) in self.suffixes[agent].iter().zip(&replies[agent]).take(turn) {
+            prompt.extend(suffix);
+            prompt.extend(reply);
+        }
+        prompt.extend(&self.suffixes[agent][turn]);
+        prompt
+    }
+
+    /// What agent a's later prompts carry as its answer to turn t (both from 0, t before the
+    /// last turn): the script's reply, or the engine's own.
+    fn reply<'a>(&'a self, agent: usize, turn: usize, answered: &'a [u32]) -> &'a [u32] {
+        match &self.replies {
+            Some(replies) => &replies[agent][turn],
+            None => answered,
+        }
     }
 
     /// Agent a's turn-1 prompt (a from 0).
@@ -126,6 +193,15 @@ pub enum ScenarioKind {
 pub enum ArrivalMode {
     Together,
     Staggered,
+}
+
+/// What a later turn carries as the agent's earlier replies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RepliesMode {
+    /// Replies drawn from the corpus before any arm runs: the same prompts for every arm.
+    Scripted,
+    /// Each engine's own answer.
+    Own,
 }
 
 pub fn run(args: &Args, models: &Models, out: &Path) -> Result<()> {
@@ -330,6 +406,9 @@ fn make_arm(
                 Workload::NoReuse
             };
             arm.extra_args = super::llama_args(s.args);
+            // Scripted replies: no later prompt holds this arm's answer, so a withheld id the
+            // stream's text cannot name is recorded as unnamed rather than replayed.
+            arm.replay_withheld = s.args.replies == RepliesMode::Own;
             let how = match s.cache {
                 true => format!(
                     "cache_prompt: true on every request, {agents} slots (--parallel): each slot \
@@ -566,8 +645,9 @@ fn drive(arm: &mut dyn Arm, name: &str, script: &Script, rec: &mut ScenarioRecor
             turn.ttft_s * 1e3
         );
         rec.record(turn)?;
-        agent.conversation = [prompt, done.timed.tokens].concat();
         if agent.answered < spec.turns {
+            let reply = script.reply(i, agent.answered - 1, &done.timed.tokens);
+            agent.conversation = [prompt.as_slice(), reply].concat();
             agent.due_ns = Some(now_ns() + (spec.think_s * 1e9) as u64);
         }
     }
@@ -624,7 +704,11 @@ fn sample(
         ttft_s: token_times_s[0],
         wall_s: s(t.done_ns - t.sent_ns),
         token_times_s,
-        token_ids: t.tokens.clone(),
+        token_ids: t
+            .tokens
+            .iter()
+            .map(|&id| (id != crate::arms::UNNAMED).then_some(id))
+            .collect(),
         prefill_computed: done.computed_tokens,
         cached_tokens: done.cached_tokens,
         engine_report: Some(json!({"buckets": t.buckets, "engine": t.engine})),

@@ -3,7 +3,9 @@
 //! mat-vec reads `W_o`'s input, the kernel also writes o as its q8 blocks ([`DecodeIo::o_q8`]),
 //! so that product needs no quantize dispatch.
 
-use super::delta_state::wgsl::{ROW_SUM_SUBGROUP, ROW_SUM_WORKGROUP};
+use super::delta_state::wgsl::{
+    ROW_SUM_SUBGROUP, ROW_SUM_WORKGROUP, ROW_SUM4_SUBGROUP, ROW_SUM4_WORKGROUP,
+};
 use super::kv_cache::{KvCache, KvDtype, check_dtype};
 use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::support::{
@@ -53,6 +55,54 @@ const MAX_GROUP: u32 = 32;
 /// Most splits a binding may have (`MAX_SPLITS` of wgsl/attn_combine.wgsl: the combine pass
 /// keeps one weight per split in workgroup memory).
 pub const MAX_SPLITS: u32 = 64;
+
+/// How a team walks its keys (`KEYS` of wgsl/attn_decode.wgsl): the form of the kernel's key
+/// loop. Both give the reference's attention; [`KeyWalk::from_env`] picks one per process, so an
+/// A/B of the two runs on one binary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KeyWalk {
+    /// Four consecutive keys per team and step, their rows loaded together, their scores summed
+    /// in one vec4 butterfly and the online softmax rescaled once per step (the default).
+    Tiles,
+    /// One key per team and step, the next key's rows loaded while the current one is scored
+    /// (the form before 2026-12-05 #6; `FAK_ATTN_DECODE=old`).
+    OneKey,
+}
+
+impl KeyWalk {
+    /// Every form, for the tests.
+    pub const ALL: [KeyWalk; 2] = [KeyWalk::Tiles, KeyWalk::OneKey];
+
+    /// [`KeyWalk::OneKey`] where `FAK_ATTN_DECODE=old`, else [`KeyWalk::Tiles`].
+    pub fn from_env() -> KeyWalk {
+        match std::env::var("FAK_ATTN_DECODE").as_deref() {
+            Ok("old") => KeyWalk::OneKey,
+            _ => KeyWalk::Tiles,
+        }
+    }
+
+    /// Keys per team and step (`KEYS`).
+    pub fn keys(self) -> u32 {
+        match self {
+            KeyWalk::Tiles => 4,
+            KeyWalk::OneKey => 1,
+        }
+    }
+
+    /// Keys per workgroup and step (`STEP`): a split covers whole steps.
+    pub fn step(self) -> u32 {
+        TEAMS * self.keys()
+    }
+
+    /// How the kernel cuts a sequence of `kv_len` keys at a binding's `n_split`
+    /// (`split_chunks` of the WGSL): (keys per split, splits holding keys). The combine pass
+    /// runs for the sequence only when the count is above 1.
+    pub fn cut(self, kv_len: u32, n_split: u32) -> (u32, u32) {
+        let step = self.step();
+        let size = kv_len.div_ceil(n_split).div_ceil(step).max(1) * step;
+        (size, kv_len.div_ceil(size))
+    }
+}
 
 /// The attention shape of a model: query heads, kv heads and their width. Kernels are
 /// specialised for it (loop bounds and workgroup arrays become constants).
@@ -145,11 +195,11 @@ impl LaneLayout {
 
     /// Bytes of workgroup memory the module declares (a bound for either entry point): the
     /// per-team maxima and sums, one head's accumulators of every team (the combine's partial
-    /// sums reuse them), the fallback row sums' scratch (one float per invocation), one head's o
-    /// (for its q8 blocks) and the combine's two floats per split.
+    /// sums reuse them), the fallback row sums' scratch (one float and one vec4 per invocation),
+    /// one head's o (for its q8 blocks) and the combine's two floats per split.
     fn workgroup_bytes(&self, shape: AttnShape) -> u64 {
         let wg = self.workgroup_size();
-        let floats = 2 * TEAMS * shape.group() + 4 * wg * self.lane_vecs + wg + shape.head_dim;
+        let floats = 2 * TEAMS * shape.group() + 4 * wg * self.lane_vecs + 5 * wg + shape.head_dim;
         u64::from(floats) * 4 + combine_bytes(shape.head_dim, wg)
     }
 }
@@ -221,6 +271,7 @@ pub struct DecodeIo<'a> {
 pub struct AttnDecode {
     variant: KernelPaths,
     shape: AttnShape,
+    walk: KeyWalk,
     layout: wgpu::BindGroupLayout,
     /// decode and combine, each with Step positions then with the token table.
     pipelines: Vec<wgpu::ComputePipeline>,
@@ -252,29 +303,33 @@ impl Kernel for AttnDecode {
 
     fn source(variant: KernelPaths) -> KernelSource {
         let lanes = row_lanes(variant, MAX_ROW_LANES, MAX_ROW_LANES).expect("32-lane subgroups");
-        Self::source_for(variant, AttnShape::EXAMPLE, lanes).expect("the example shape fits")
+        Self::source_for(variant, AttnShape::EXAMPLE, lanes, KeyWalk::Tiles)
+            .expect("the example shape fits")
     }
 }
 
 impl AttnDecode {
     /// The module and pipelines of `variant` specialised for `shape` at `row_lanes` lanes per
-    /// key row (see [`AttnDecode::new`]).
+    /// key row, walking keys as `walk` says (see [`AttnDecode::new`]).
     pub fn source_for(
         variant: KernelPaths,
         shape: AttnShape,
         row_lanes: u32,
+        walk: KeyWalk,
     ) -> Result<KernelSource, GpuError> {
         LaneLayout::new(shape, row_lanes)?;
-        let row_sum = if variant.subgroup {
-            ROW_SUM_SUBGROUP
+        let (row_sum, row_sum4) = if variant.subgroup {
+            (ROW_SUM_SUBGROUP, ROW_SUM4_SUBGROUP)
         } else {
-            ROW_SUM_WORKGROUP
+            (ROW_SUM_WORKGROUP, ROW_SUM4_WORKGROUP)
         };
         let module = WgslModule::new(variant)
             .with_const("HEAD_DIM", shape.head_dim)
             .with_const("GROUP", shape.group())
             .with_const("ROW_LANES", row_lanes)
+            .with_const("KEYS", walk.keys())
             .with(row_sum)
+            .with(row_sum4)
             .with(support::kv_scalar(variant.f16))
             .with(support::KV_PAGED)
             .with(wgsl::STEP)
@@ -283,7 +338,8 @@ impl AttnDecode {
             .with(wgsl::Q8_BLOCK)
             .with(ATTN_COMBINE)
             .with(ATTN_DECODE);
-        let label = |what: &str| format!("attn_decode {what} {shape:?} row_lanes={row_lanes}");
+        let label =
+            |what: &str| format!("attn_decode {what} {shape:?} row_lanes={row_lanes} {walk:?}");
         let spec = |what: &str, entry_point, table: bool| PipelineSpec {
             label: label(what),
             entry_point,
@@ -301,11 +357,21 @@ impl AttnDecode {
         })
     }
 
-    /// Builds the variant of `paths` (subgroup row sums, f16 cache where allowed) for `shape`.
-    /// The SUBGROUP path needs key rows of ≥ 4 lanes inside the adapter's smallest subgroup and
-    /// workgroups of whole subgroups; where the adapter's sizes rule that out, the fallback is
-    /// built.
+    /// Builds the variant of `paths` (subgroup row sums, f16 cache where allowed) for `shape`,
+    /// in the form [`KeyWalk::from_env`] names.
     pub fn new(ctx: &GpuContext, paths: KernelPaths, shape: AttnShape) -> Result<Self, GpuError> {
+        Self::with_walk(ctx, paths, shape, KeyWalk::from_env())
+    }
+
+    /// [`AttnDecode::new`] in the form `walk`. The SUBGROUP path needs key rows of ≥ 4 lanes
+    /// inside the adapter's smallest subgroup and workgroups of whole subgroups; where the
+    /// adapter's sizes rule that out, the fallback is built.
+    pub fn with_walk(
+        ctx: &GpuContext,
+        paths: KernelPaths,
+        shape: AttnShape,
+        walk: KeyWalk,
+    ) -> Result<Self, GpuError> {
         let mut variant = Self::AXES.select(paths);
         let facts = ctx.facts();
         let lanes = row_lanes(variant, facts.subgroup_min_size, facts.subgroup_max_size)
@@ -328,12 +394,13 @@ impl AttnDecode {
             &KernelVariant {
                 kernel: Self::NAME,
                 paths: variant,
-                source: Self::source_for(variant, shape, lanes)?,
+                source: Self::source_for(variant, shape, lanes, walk)?,
             },
         )?;
         Ok(AttnDecode {
             variant,
             shape,
+            walk,
             layout: built.layout,
             pipelines: built.pipelines,
             placeholder: support::placeholder(ctx),
@@ -343,6 +410,11 @@ impl AttnDecode {
 
     pub fn variant(&self) -> KernelPaths {
         self.variant
+    }
+
+    /// The form of the key loop this kernel was built with.
+    pub fn walk(&self) -> KeyWalk {
+        self.walk
     }
 
     /// Whether o can also be written as q8 blocks for `shape`: each head whole blocks.
@@ -367,11 +439,13 @@ impl AttnDecode {
 
     /// A split count for sequences of up to `max_positions` tokens: one split per 64 keys, at
     /// most [`MAX_SPLITS`]. It is a bound, not the count a step uses: the kernel cuts a sequence
-    /// of kv_len keys into splits of max(⌈kv_len / n_split⌉, 16) keys (whole steps of 16:
-    /// TEAMS·KEYS of the WGSL), so a short context runs few splits of one step each and splits past the
-    /// last return at once; a long one fills the GPU with n_split × n_kv workgroups. (At depth
-    /// 2048, 64 workgroups per layer had run decode at half its depth-128 speed on an H200:
-    /// experiments/NOTES.md, "H200 runs".)
+    /// of kv_len keys into splits of max(⌈kv_len / n_split⌉, step) keys, whole steps
+    /// ([`KeyWalk::step`]: TEAMS·KEYS of the WGSL, 32 keys by default), so a short context runs
+    /// few splits of one step each and splits past the last return at once; a long one fills
+    /// the GPU with n_split × n_kv workgroups. The cut depends on a sequence's own kv_len and
+    /// this bound only, never on the other sequences of a step. (At depth 2048, 64 workgroups
+    /// per layer had run decode at half its depth-128 speed on an H200: experiments/NOTES.md,
+    /// "H200 runs".)
     pub fn default_splits(max_positions: u32) -> u32 {
         max_positions.div_ceil(64).clamp(1, MAX_SPLITS)
     }

@@ -161,11 +161,21 @@ impl MatVecLayout {
     /// wide layout for several vectors, its staged twin — which gives every row the same bits
     /// (only where x is read from differs), so the choice by batch size cannot make a
     /// sequence's output depend on the batch. Then either form staged only where
-    /// [`MatVecLayout::stage_vectors`] fits one vector per fill into `workgroup_limit` bytes.
-    pub fn at_capacity(self, capacity: u32, stage: bool, workgroup_limit: u32) -> MatVecLayout {
+    /// [`MatVecLayout::stage_vectors`] fits one vector per fill into `workgroup_limit` bytes,
+    /// and only for q8 vectors read from global memory: the staged form reads xq, xd, so never
+    /// where `input` is quantized in the workgroup (QUANTIZE_X, which every MIXED binding is).
+    fn at_capacity(
+        self,
+        capacity: u32,
+        input: Input,
+        stage: bool,
+        workgroup_limit: u32,
+    ) -> MatVecLayout {
         let staged = self.staged || (stage && self.wide && capacity > 1);
         MatVecLayout {
-            staged: staged && self.stage_vectors(capacity, workgroup_limit) > 0,
+            staged: staged
+                && matches!(input, Input::Q8(_))
+                && self.stage_vectors(capacity, workgroup_limit) > 0,
             ..self
         }
     }
@@ -203,7 +213,7 @@ impl MatVecLayout {
 
     /// Whether the wide form serves weights of `ty` multiplied by inputs `input`.
     fn wide_serves(ty: GgmlType, input: Input) -> bool {
-        matches!(input, Input::Q8(_)) && matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
+        input.is_q8() && matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
     }
 
     /// The layout a binding of `ty` and `input` runs: this one, in the narrow form where the
@@ -299,7 +309,7 @@ impl std::fmt::Display for MatVecLayout {
 }
 /// w, x, y, params, step, w and x again as 16-byte words (`w16`, `x16`), the norm weight (`nw`),
 /// the q8 codes and scales of the integer path (`xq`, `xd`), the quantized output's codes and
-/// scales (`yq`, `yd`).
+/// scales (`yq`, `yd`), the second weight's params of a mixed binding (`params2`).
 const SLOTS: &[Slot] = &[
     Slot::Read,
     Slot::Read,
@@ -313,6 +323,7 @@ const SLOTS: &[Slot] = &[
     Slot::Read,
     Slot::ReadWrite,
     Slot::ReadWrite,
+    Slot::Uniform,
 ];
 /// `Params::wide` bits (WIDE_X, WIDE_W of the WGSL).
 const WIDE_X: u32 = 1;
@@ -336,7 +347,10 @@ struct Params {
     eps: f32,
     pair_byte: u32,
     quantize_out: u32,
-    pad: [u32; 2],
+    /// A mixed binding's first workgroup of the second weight.
+    part2: u32,
+    /// The weight's ggml type id (read by mixed pipelines).
+    ggml_type: u32,
 }
 
 /// The index in [`BATCH_CAPACITIES`] of the smallest capacity that holds `n_tokens` vectors.
@@ -456,11 +470,34 @@ pub struct MatVecFusion<'a> {
     pub q8: Option<&'a Q8Vectors>,
     /// The layout of this binding's pipelines; None: the kernel's.
     pub layout: Option<MatVecLayout>,
+    /// With `norm` on the integer path: each workgroup quantizes RMSNorm(x) to 8-bit blocks in
+    /// its own memory and multiplies those (wgsl/matvec_q8.wgsl, QUANTIZE_X): the product of a
+    /// `QuantizeQ8` dispatch with the norm and a `q8` binding after it, bit for bit, in one
+    /// dispatch. Needs an int-dot variant, a type of [`MatVec::Q8_TYPES`], `cols` whole q8
+    /// blocks, `q8` None, a layout of at least 64 invocations, and workgroup memory for the
+    /// vectors: the binding holds at most [`MatVecBinding::max_batch`] of them, fewer than
+    /// `MatVecIo::max_batch` where the adapter's workgroup memory is short.
+    pub quantize_input: bool,
     /// Also write the paired outputs (`swiglu`) as 8-bit blocks here, the vectors of `rows`
     /// columns: the next product's integer-path input, rounded as `QuantizeQ8` would round y.
     /// Needs `rows` a multiple of 32 and a layout of [`MatVecLayout::QUANTIZING_TEAMS`] teams
     /// (a workgroup's outputs are then one block).
     pub quantize_output: Option<&'a Q8Vectors>,
+    /// A second weight of the same input in the same dispatch, its workgroups after the first
+    /// weight's (wgsl/matvec.wgsl, MIXED): two projections of one normed input whose types
+    /// differ (a Q6_K run beside a Q4_K one) in one dispatch instead of two. Needs
+    /// `quantize_input`, the wide form for both types (Q4_K, Q6_K), the same `cols`, no
+    /// pairing or quantized output, and each weight in one binding ([`MatVec::mixes`]).
+    pub second: Option<SecondWeight<'a>>,
+}
+
+/// The second weight of a mixed binding ([`MatVecFusion::second`]): `shape.rows` rows from byte
+/// 0 of `weights`, its outputs `[B, shape.rows]` in `y` (accumulated as the first's are).
+#[derive(Clone, Copy)]
+pub struct SecondWeight<'a> {
+    pub shape: MatVecShape,
+    pub weights: &'a wgpu::Buffer,
+    pub y: Activations<'a>,
 }
 
 /// The mat-vec kernel: one pipeline per (type, batch capacity, input: f32, normed or q8, layout),
@@ -482,12 +519,14 @@ pub struct MatVec {
     placeholder: wgpu::Buffer,
     /// Bound as `yq`/`yd` where the output is not quantized.
     placeholder_out: wgpu::Buffer,
+    /// Bound as `params2` where the binding multiplies one weight.
+    placeholder_params: wgpu::Buffer,
     /// The pipelines built so far.
     pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
 }
 
-/// What a pipeline is specialised for: type, input, batch capacity, layout.
-type PipelineKey = (GgmlType, Input, u32, MatVecLayout);
+/// What a pipeline is specialised for: type, input, batch capacity, layout, mixed (two weights).
+type PipelineKey = (GgmlType, Input, u32, MatVecLayout, bool);
 
 /// Which pipeline family a binding runs.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -497,6 +536,30 @@ enum Input {
     Normed,
     /// x as q8 blocks; the index in `MatVec::Q8_TYPES`.
     Q8(usize),
+    /// x RMS-normed and quantized to q8 blocks inside each workgroup (QUANTIZE_X): the index
+    /// in `MatVec::Q8_TYPES` and the row length.
+    QuantizedNorm(usize, u32),
+}
+
+impl Input {
+    /// Whether the product multiplies q8 codes (the integer path's kernels).
+    fn is_q8(self) -> bool {
+        matches!(self, Input::Q8(_) | Input::QuantizedNorm(..))
+    }
+}
+
+/// The workgroup memory a QUANTIZE_X pipeline of `layout` for `capacity` vectors of `cols`
+/// declares (the arrays of wgsl/matvec.wgsl, matvec_q8.wgsl and the reductions, as sized there).
+fn quantizing_workgroup_bytes(layout: MatVecLayout, capacity: u32, cols: u64) -> u64 {
+    let (wg, c) = (u64::from(layout.invocations), u64::from(capacity));
+    let (row_slots, team_slots) = match layout.teams > 1 {
+        true => (1, wg / 2 * c),
+        false => (wg * c, 1),
+    };
+    let x_hat = 4 * (c * cols / 4 + 1) + 4 * (c * cols / Q8_BLOCK + 1);
+    // norm_scales, pair_totals, block_values; the reduction's partials.
+    let fixed = 4 * (8 + 32 + 256) + 4 * wg;
+    x_hat + 16 * (row_slots + team_slots) + fixed
 }
 
 /// One weight tensor bound for [`MatVec::encode`]: its pipelines (by batch capacity, up to the
@@ -509,6 +572,14 @@ pub struct MatVecBinding {
     ranges: Vec<(wgpu::BindGroup, Grid)>,
     /// What one encode moves: W (and a folded norm's weight) once, and per input vector.
     work: MatVecWork,
+}
+
+impl MatVecBinding {
+    /// The most input vectors one encode takes (`MatVecIo::max_batch`, or fewer for a
+    /// [`MatVecFusion::quantize_input`] binding on an adapter short of workgroup memory).
+    pub fn max_batch(&self) -> u32 {
+        self.max_batch
+    }
 }
 
 /// The traffic of a [`MatVecBinding`], fixed at bind time.
@@ -537,13 +608,15 @@ impl MatVecBinding {
     }
 }
 
-/// The pipeline of one type, input (f32, normed f32 or q8), batch capacity and layout; a staged
-/// layout stages `staged` vectors per fill.
+/// The pipeline of one type, input (f32, normed f32 or q8), batch capacity and layout (MIXED: a
+/// second weight's workgroups after the first's); a staged layout stages `staged` vectors per
+/// fill.
 fn spec(
     ty: GgmlType,
     input: Input,
     capacity: u32,
     rows: MatVecLayout,
+    mixed: bool,
     staged: u32,
 ) -> PipelineSpec {
     let (_, lanes, block_elems, block_bytes) = unit_geometry(ty, rows.wide);
@@ -552,23 +625,35 @@ fn spec(
         Input::Q8(_) if rows.staged => ("matvec_q8_staged", "q8"),
         Input::Q8(_) if rows.wide => ("matvec_q8_wide", "q8"),
         Input::Q8(_) => ("matvec_q8", "q8"),
+        Input::QuantizedNorm(..) if rows.wide => ("matvec_q8_wide", "normed q8"),
+        Input::QuantizedNorm(..) => ("matvec_q8", "normed q8"),
         Input::Normed => ("matvec", "normed f32"),
         Input::F32 => ("matvec", "f32"),
     };
+    // Only the int-dot module declares QUANTIZE_X and X_COLS.
+    let mut constants = match input {
+        Input::QuantizedNorm(_, cols) => vec![("QUANTIZE_X", 1.0), ("X_COLS", f64::from(cols))],
+        _ => Vec::new(),
+    };
+    if mixed {
+        constants.push(("MIXED", 1.0));
+    }
+    constants.extend([
+        ("WG", f64::from(rows.invocations)),
+        ("TEAMS", f64::from(rows.teams)),
+        ("UNROLL", f64::from(rows.unroll)),
+        ("MAX_B", f64::from(capacity)),
+        ("NORM", f64::from(u8::from(norm))),
+        ("GGML_TYPE", f64::from(ty.id())),
+        ("UNIT_LANES", lanes as f64),
+        ("BLOCK_ELEMS", block_elems as f64),
+        ("BLOCK_BYTES", block_bytes as f64),
+    ]);
+    let mixed = if mixed { " mixed" } else { "" };
     let mut spec = PipelineSpec {
-        label: format!("matvec {ty} batch {capacity} x {what} layout {rows}"),
+        label: format!("matvec {ty}{mixed} batch {capacity} x {what} layout {rows}"),
         entry_point,
-        constants: vec![
-            ("WG", f64::from(rows.invocations)),
-            ("TEAMS", f64::from(rows.teams)),
-            ("UNROLL", f64::from(rows.unroll)),
-            ("MAX_B", f64::from(capacity)),
-            ("NORM", f64::from(u8::from(norm))),
-            ("GGML_TYPE", f64::from(ty.id())),
-            ("UNIT_LANES", lanes as f64),
-            ("BLOCK_ELEMS", block_elems as f64),
-            ("BLOCK_BYTES", block_bytes as f64),
-        ],
+        constants,
     };
     if rows.staged {
         spec.label += &format!(" staging {staged}");
@@ -582,7 +667,7 @@ fn spec(
 fn specs(ty: GgmlType, input: Input, rows: MatVecLayout) -> Vec<PipelineSpec> {
     BATCH_CAPACITIES
         .into_iter()
-        .map(|capacity| spec(ty, input, capacity, rows, 1))
+        .map(|capacity| spec(ty, input, capacity, rows, false, 1))
         .collect()
 }
 
@@ -639,6 +724,11 @@ impl Kernel for MatVec {
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), wide[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), wide[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), wide[2]));
+            // The norm quantized in the workgroup, narrow and wide.
+            let normed = |index| Input::QuantizedNorm(index, 256);
+            pipelines.extend(specs(GgmlType::Q4_K, normed(1), MatVecLayout::QUANTIZING));
+            pipelines.extend(specs(GgmlType::Q6_K, normed(3), wide[0]));
+            pipelines.push(spec(GgmlType::Q4_K, normed(1), 1, wide[0], true, 1));
             // The staged form: both types, and the unrolled loop.
             module = module.with(wgsl::MATVEC_Q8_STAGED);
             let staged = MatVecLayout::STAGED_CANDIDATES;
@@ -721,6 +811,11 @@ impl MatVec {
             layout: built.layout,
             placeholder: storage_buffer(ctx, "matvec wide placeholder", 16)?,
             placeholder_out: storage_buffer(ctx, "matvec output placeholder", 16)?,
+            placeholder_params: uniform(
+                ctx,
+                "matvec params2 placeholder",
+                &<Params as bytemuck::Zeroable>::zeroed(),
+            ),
             pipelines: Mutex::new(HashMap::new()),
         })
     }
@@ -730,9 +825,7 @@ impl MatVec {
     fn pipelines_for(
         &self,
         ctx: &GpuContext,
-        ty: GgmlType,
-        input: Input,
-        rows: MatVecLayout,
+        (ty, input, rows, mixed): (GgmlType, Input, MatVecLayout, bool),
         max_batch: u32,
     ) -> Result<Vec<(wgpu::ComputePipeline, MatVecLayout)>, GpuError> {
         let workgroup_limit = ctx.device.limits().max_compute_workgroup_storage_size;
@@ -740,12 +833,8 @@ impl MatVec {
             .into_iter()
             .filter(|&c| c <= max_batch.next_power_of_two())
             .map(|c| {
-                (
-                    ty,
-                    input,
-                    c,
-                    rows.at_capacity(c, self.stage, workgroup_limit),
-                )
+                let rows = rows.at_capacity(c, input, self.stage, workgroup_limit);
+                (ty, input, c, rows, mixed)
             })
             .collect();
         let mut built = self.pipelines.lock().expect("no panic while holding it");
@@ -758,8 +847,15 @@ impl MatVec {
             let mut variant = KernelVariant::of::<Self>(self.variant);
             variant.source.pipelines = missing
                 .iter()
-                .map(|&(ty, input, c, rows)| {
-                    spec(ty, input, c, rows, rows.stage_vectors(c, workgroup_limit))
+                .map(|&(ty, input, c, rows, mixed)| {
+                    spec(
+                        ty,
+                        input,
+                        c,
+                        rows,
+                        mixed,
+                        rows.stage_vectors(c, workgroup_limit),
+                    )
                 })
                 .collect();
             built.extend(missing.into_iter().zip(build(ctx, &variant)?.pipelines));
@@ -826,6 +922,77 @@ impl MatVec {
             .is_ok_and(|ranges| ranges.len() == 1)
     }
 
+    /// The most vectors (≤ `max_batch`) a [`MatVecFusion::quantize_input`] binding of `rows` and
+    /// `cols` columns takes: the largest batch capacity whose x̂ fits the adapter's workgroup
+    /// memory beside the kernel's other arrays. Refuses a layout under 64 invocations (the norm
+    /// sums over quantize_q8's 64 lanes) or a row too long for even one vector.
+    fn quantizing_capacity(
+        &self,
+        ctx: &GpuContext,
+        rows: MatVecLayout,
+        cols: u64,
+        max_batch: u32,
+    ) -> Result<u32, GpuError> {
+        let limit = u64::from(ctx.device.limits().max_compute_workgroup_storage_size);
+        let fits = |c: &u32| quantizing_workgroup_bytes(rows, *c, cols) <= limit;
+        let capacity = BATCH_CAPACITIES
+            .into_iter()
+            .filter(|&c| c <= max_batch.next_power_of_two())
+            .rfind(fits);
+        match capacity {
+            Some(c) if rows.invocations >= 64 => Ok(c.min(max_batch)),
+            _ => Err(GpuError::Shape {
+                kernel: Self::NAME,
+                message: format!(
+                    "a norm quantized in the workgroup: rows of {cols} in layout {rows} need {} \
+                     bytes of workgroup memory for one vector (the adapter has {limit}) and at \
+                     least 64 invocations",
+                    quantizing_workgroup_bytes(rows, 1, cols)
+                ),
+            }),
+        }
+    }
+
+    /// Whether a [`MatVecFusion::quantize_input`] binding of `cols` columns holds at least one
+    /// vector on this adapter in the layout such a binding would take ([`MatVec::bind_fused`]).
+    pub fn quantizes_input(
+        &self,
+        ctx: &GpuContext,
+        cols: u64,
+        layout: Option<MatVecLayout>,
+    ) -> bool {
+        let rows = layout.or(self.rows).unwrap_or(MatVecLayout::INTEGER);
+        self.variant.int_dot
+            && cols.is_multiple_of(Q8_BLOCK)
+            && self.quantizing_capacity(ctx, rows, cols, 1).is_ok()
+    }
+
+    /// Whether weights of `first` and `second` (each from byte 0 of its own buffer) can be one
+    /// mixed binding with the input quantized in the workgroup ([`MatVecFusion::second`]) in
+    /// `layout` (None: the kernel's): the wide form serves both types, the rows are alike, the
+    /// adapter holds a vector and each weight fits one binding.
+    pub fn mixes(
+        &self,
+        ctx: &GpuContext,
+        first: MatVecShape,
+        second: MatVecShape,
+        layout: Option<MatVecLayout>,
+    ) -> bool {
+        let rows = layout.or(self.rows).unwrap_or(MatVecLayout::INTEGER);
+        let wide = rows.wide || self.widen;
+        let input = Input::QuantizedNorm(0, first.cols as u32);
+        let fits = |s: MatVecShape| {
+            MatVecLayout::wide_serves(s.ty, input)
+                && s.ty
+                    .row_bytes(s.cols)
+                    .is_some_and(|b| b * s.rows <= ctx.max_binding_size())
+        };
+        wide && first.cols == second.cols
+            && fits(first)
+            && fits(second)
+            && self.quantizes_input(ctx, first.cols, layout)
+    }
+
     /// [`MatVec::bind_fused`] with bindings of at most `max_binding` bytes.
     pub fn bind_fused_within(
         &self,
@@ -877,34 +1044,53 @@ impl MatVec {
             io.weights,
             io.weights_offset,
         )?;
-        let input = match (fusion.norm, fusion.q8) {
-            (None, None) => Input::F32,
-            (Some(_), None) => Input::Normed,
-            (None, Some(q8)) => {
-                if !self.variant.int_dot {
-                    return Err(shape_error(format!(
-                        "q8 inputs need an int-dot variant, not {}",
-                        self.variant
-                    )));
-                }
-                let index = Self::Q8_TYPES.iter().position(|&t| t == ty).ok_or(
-                    GpuError::UnsupportedType {
-                        kernel: "matvec_q8",
-                        ty,
-                    },
-                )?;
+        let q8_index = || {
+            if !self.variant.int_dot {
+                return Err(shape_error(format!(
+                    "q8 inputs need an int-dot variant, not {}",
+                    self.variant
+                )));
+            }
+            Self::Q8_TYPES
+                .iter()
+                .position(|&t| t == ty)
+                .ok_or(GpuError::UnsupportedType {
+                    kernel: "matvec_q8",
+                    ty,
+                })
+        };
+        let input = match (fusion.norm, fusion.q8, fusion.quantize_input) {
+            (None, None, false) => Input::F32,
+            (Some(_), None, false) => Input::Normed,
+            (None, Some(q8), false) => {
+                let index = q8_index()?;
                 q8.check(Self::NAME, cols, io.max_batch)?;
                 Input::Q8(index)
             }
-            (Some(_), Some(_)) => {
+            (Some(_), None, true) => {
+                let index = q8_index()?;
+                if !cols.is_multiple_of(Q8_BLOCK) {
+                    return Err(shape_error(format!(
+                        "a norm quantized in the workgroup needs whole q8 blocks, not {cols} \
+                         columns"
+                    )));
+                }
+                Input::QuantizedNorm(index, cols as u32)
+            }
+            (Some(_), Some(_), _) => {
                 return Err(shape_error(
                     "a norm is folded into the quantization of q8 inputs, not the product".into(),
                 ));
             }
+            (_, _, true) => {
+                return Err(shape_error(
+                    "quantizing the input in the workgroup needs its norm and no q8 vectors".into(),
+                ));
+            }
         };
-        let by_input = match fusion.q8 {
-            Some(_) => MatVecLayout::INTEGER,
-            None => MatVecLayout::DEFAULT,
+        let by_input = match input.is_q8() {
+            true => MatVecLayout::INTEGER,
+            false => MatVecLayout::DEFAULT,
         };
         let rows_layout = fusion.layout.or(self.rows).unwrap_or(by_input).check()?;
         let rows_layout = match self.widen {
@@ -928,8 +1114,32 @@ impl MatVec {
                 )));
             }
         }
+        let max_batch = match input {
+            Input::QuantizedNorm(..) => {
+                self.quantizing_capacity(ctx, rows_layout, cols, io.max_batch)?
+            }
+            _ => io.max_batch,
+        };
+        let mixed = fusion.second.is_some();
+        if let Some(second) = fusion.second {
+            let wide = |t| MatVecLayout::wide_serves(t, input);
+            if !matches!(input, Input::QuantizedNorm(..))
+                || !rows_layout.wide
+                || !wide(second.shape.ty)
+                || second.shape.cols != cols
+                || fusion.swiglu
+                || fusion.quantize_output.is_some()
+            {
+                return Err(shape_error(format!(
+                    "a second weight ({} × {} {}) needs the input quantized in the workgroup, the \
+                     wide form for both types (Q4_K, Q6_K), {cols} columns, no pairing and no \
+                     quantized output (layout {rows_layout}, {ty})",
+                    second.shape.rows, second.shape.cols, second.shape.ty
+                )));
+            }
+        }
         let (pipelines, layouts) = self
-            .pipelines_for(ctx, ty, input, rows_layout, io.max_batch)?
+            .pipelines_for(ctx, (ty, input, rows_layout, mixed), max_batch)?
             .into_iter()
             .unzip();
         let norm = fusion
@@ -974,14 +1184,43 @@ impl MatVec {
         let units = cols.div_ceil(unit_elems);
         let max_per_dimension = ctx.device.limits().max_compute_workgroups_per_dimension;
         let ranges = split_rows("a matvec weight", w_rows, &[row_bytes], max_binding, align)?;
-        if fusion.swiglu && ranges.len() > 1 {
+        if (fusion.swiglu || mixed) && ranges.len() > 1 {
             return Err(GpuError::TooLarge {
-                what: "a gate/up pairing's weights (bytes)".into(),
+                what: "a gate/up pairing's or a mixed binding's weights (bytes)".into(),
                 size: w_rows * row_bytes,
                 limit: max_binding,
                 limit_name: "max_storage_buffer_binding_size",
             });
         }
+        // A mixed binding's second weight: its row bytes, window (binding 8) and outputs
+        // (binding 11).
+        let second = match fusion.second {
+            None => None,
+            Some(sw) => {
+                let bytes = checked_row_bytes(
+                    Self::NAME,
+                    "the second W",
+                    sw.shape.ty,
+                    sw.shape.rows,
+                    cols,
+                    sw.weights,
+                    0,
+                )?;
+                let size = sw.shape.rows * bytes;
+                if size > max_binding {
+                    return Err(GpuError::TooLarge {
+                        what: "a mixed binding's second weight (bytes)".into(),
+                        size,
+                        limit: max_binding,
+                        limit_name: "max_storage_buffer_binding_size",
+                    });
+                }
+                let batch = u64::from(io.max_batch);
+                let y =
+                    sw.y.bind(Self::NAME, "y2", batch, sw.shape.rows, max_binding, align)?;
+                Some((sw, bytes, Window::around(0, size, align), y))
+            }
+        };
         // A pairing's single range holds the gate and the up rows; it writes `rows` outputs.
         let (pair_byte, outputs_per_workgroup) = match fusion.swiglu {
             true => (rows * row_bytes, rows_layout.rows_per_workgroup() / 2),
@@ -1044,9 +1283,32 @@ impl MatVec {
                     eps: norm.map_or(0.0, |(n, _)| n.eps),
                     pair_byte: pair_byte as u32,
                     quantize_out: u32::from(fusion.quantize_output.is_some()),
-                    pad: [0; 2],
+                    part2: len.div_ceil(outputs_per_workgroup) as u32,
+                    ggml_type: ty.id(),
                 };
+                // The second weight's params: its rows, bytes and outputs; x as the first's;
+                // its blocks read with word loads (no w16 view of binding 8).
+                let params2 = second.map(|(sw, bytes, window, y2)| {
+                    let second = Params {
+                        rows: sw.shape.rows as u32,
+                        row_bytes: bytes as u32,
+                        w_byte: window.skip as u32,
+                        y_index: y2.index,
+                        y_stride: y2.stride,
+                        wide: wide & WIDE_X,
+                        part2: 0,
+                        ggml_type: sw.shape.ty.id(),
+                        ..params
+                    };
+                    uniform(ctx, "matvec params2", &second)
+                });
                 let params = uniform(ctx, "matvec params", &params);
+                let (xq, yd) = match second {
+                    Some((sw, _, window, y2)) => {
+                        (window.binding(sw.weights), y2.window.binding(sw.y.buffer))
+                    }
+                    None => (xq, yd),
+                };
                 let group = bind_group(
                     ctx,
                     "matvec",
@@ -1064,9 +1326,15 @@ impl MatVec {
                         xd,
                         yq,
                         yd,
+                        params2
+                            .as_ref()
+                            .unwrap_or(&self.placeholder_params)
+                            .as_entire_binding(),
                     ],
                 );
                 let workgroups = len.div_ceil(outputs_per_workgroup);
+                let workgroups = workgroups
+                    + second.map_or(0, |(sw, ..)| sw.shape.rows.div_ceil(outputs_per_workgroup));
                 Ok((group, Grid::for_workgroups(workgroups, max_per_dimension)?))
             })
             .collect::<Result<_, GpuError>>()?;
@@ -1083,20 +1351,29 @@ impl MatVec {
             Some(_) => (4 * cols, 0),
             None => (0, 0),
         };
+        // The second weight: its bytes once, its outputs per vector.
+        let (second_w, second_y, second_rows) = second.map_or((0, 0, 0), |(sw, bytes, ..)| {
+            let rows = sw.shape.rows;
+            (
+                rows * bytes,
+                4 * rows * if io.accumulate { 2 } else { 1 },
+                rows,
+            )
+        });
         let work = MatVecWork {
-            kernel: match fusion.q8 {
-                Some(_) => "matvec_q8",
-                None => Self::NAME,
+            kernel: match input.is_q8() {
+                true => "matvec_q8",
+                false => Self::NAME,
             },
-            weight_bytes: w_rows * row_bytes + norm_weight,
+            weight_bytes: w_rows * row_bytes + norm_weight + second_w,
             step_bytes: norm_reread,
-            vector_bytes: x_bytes + y_bytes + q8_out,
-            vector_flops: 2 * w_rows * cols,
+            vector_bytes: x_bytes + y_bytes + q8_out + second_y,
+            vector_flops: 2 * (w_rows + second_rows) * cols,
         };
         Ok(MatVecBinding {
             pipelines,
             layouts,
-            max_batch: io.max_batch,
+            max_batch,
             ranges,
             work,
         })

@@ -92,6 +92,25 @@ pub fn decode_q8_fold() -> bool {
     decode_fusion() && std::env::var("FAK_DECODE_Q8_FOLD").as_deref() != Ok("0")
 }
 
+/// Whether, on the int-dot path, the decode mat-vecs after an RMSNorm (the mixer's projections,
+/// the MLP's gate/up) norm and quantize the residual stream inside each workgroup instead of
+/// reading a quantize dispatch's blocks (`MatVecFusion::quantize_input`): one dispatch fewer per
+/// norm. A decode fusion: off with `FAK_DECODE_FUSION=0`, and alone with
+/// `FAK_DECODE_NORM_FOLD=0` (to measure it on one binary). The products are the same bits
+/// either way, so a step whose batch the workgroup memory cannot hold takes the quantize
+/// dispatch without changing any row.
+pub fn decode_norm_fold() -> bool {
+    decode_fusion() && std::env::var("FAK_DECODE_NORM_FOLD").as_deref() != Ok("0")
+}
+
+/// Whether, with the norm fold, two projection runs of one normed input whose types differ (a
+/// Q6_K run beside a Q4_K one: a GDN layer's qkv beside z, β, α; attention's v beside q, k) are
+/// one mixed decode dispatch (`MatVecFusion::second`) instead of two. On with the norm fold
+/// unless `FAK_DECODE_MERGE=0` (to measure it alone). The same bits either way.
+pub fn decode_merge() -> bool {
+    decode_norm_fold() && std::env::var("FAK_DECODE_MERGE").as_deref() != Ok("0")
+}
+
 /// A weight tensor's bytes, exactly as the GGUF stores them, in a buffer of its own (labelled
 /// with the tensor's name, so a wgpu error names it).
 pub fn upload_weight(
@@ -220,6 +239,38 @@ impl<'a> Binder<'a> {
         types: &[GgmlType],
     ) -> Result<Option<QuantizedInput>, GpuError> {
         QuantizedInput::bind(self.k, self.ctx, x, cols, norm, types, self.step, self.rows)
+    }
+
+    /// The decode mat-vec of `shape` with the norm `norm` of the residual stream `x` and its
+    /// quantization folded in (`MatVecFusion::quantize_input`, with `fusion`'s other parts),
+    /// where the int-dot path takes `shape.ty`, [`decode_norm_fold`] is on and the adapter holds
+    /// one vector; else None.
+    pub fn fold_quantized(
+        &self,
+        shape: MatVecShape,
+        w: &wgpu::Buffer,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        norm: InputNorm<'_>,
+        fusion: MatVecFusion<'_>,
+    ) -> Result<Option<MatVecBinding>, GpuError> {
+        if self.k.quantize.is_none()
+            || !decode_norm_fold()
+            || !QuantizedInput::takes(shape.ty)
+            || !self
+                .k
+                .matvec
+                .quantizes_input(self.ctx, shape.cols, fusion.layout)
+        {
+            return Ok(None);
+        }
+        let fusion = MatVecFusion {
+            norm: Some(norm),
+            q8: None,
+            quantize_input: true,
+            ..fusion
+        };
+        self.fold(shape, w, x, y, fusion)
     }
 
     /// A decode mat-vec with `fusion` folded in, reading the residual stream `x`; None where

@@ -6,9 +6,12 @@ use super::linear::{Linear, QuantizedInput};
 use super::norm::Norm;
 use super::{Binder, Kernels, stackable, upload_weights};
 use crate::gguf::TensorInfo;
+use crate::gpu::Activations;
 use crate::gpu::GpuError;
 use crate::gpu::kernels::matmul::MatmulOutput;
-use crate::gpu::kernels::matvec::{InputNorm, MatVecBinding, MatVecFusion, MatVecShape};
+use crate::gpu::kernels::matvec::{
+    InputNorm, MatVecBinding, MatVecFusion, MatVecShape, SecondWeight,
+};
 use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::support::View;
 use crate::gpu::profile::StepMarks;
@@ -27,6 +30,12 @@ struct NormedLinears {
     /// Each part's product over h, and (decode) over x with the norm folded in; the latter is
     /// None when the norm cannot fold (rows not a multiple of 4).
     parts: Vec<(Linear, Option<MatVecBinding>)>,
+    /// On the int-dot path with the norm fold ([`super::decode_norm_fold`]): the decode
+    /// dispatches that norm and quantize x themselves, in part order — (i, Some(b)): part i's
+    /// product (and, mixed, the next q8 part's too: [`super::decode_merge`]); (i, None): f32
+    /// part i's folded binding — so the step needs no quantize dispatch. Empty unless every q8
+    /// part has one.
+    quantizing: Vec<(usize, Option<MatVecBinding>)>,
 }
 
 /// One weight of [`NormedLinears`]: its shape, bytes, and where its outputs go.
@@ -46,6 +55,7 @@ impl NormedLinears {
         norm_weight: &TensorInfo,
         parts: &[NormedPart<'_>],
     ) -> Result<NormedLinears, ModelError> {
+        let parts_in = parts;
         let width = norm_weight.n_elements() as usize;
         let weight = b.vector(norm_weight)?;
         let io = NormIo::Out {
@@ -91,15 +101,112 @@ impl NormedLinears {
                 Ok((linear, folded))
             })
             .collect::<Result<Vec<_>, GpuError>>()?;
+        let q8_parts: Vec<usize> = match &quantized {
+            Some(_) => (0..parts_in.len())
+                .filter(|&i| QuantizedInput::takes(parts_in[i].shape.ty))
+                .collect(),
+            None => Vec::new(),
+        };
+        let quantizing = Self::bind_quantizing(b, x, input_norm, parts_in, &q8_parts)?;
         Ok(NormedLinears {
             norm,
             quantized,
             parts,
+            quantizing,
         })
     }
 
+    /// The decode dispatches with the norm quantized inside each q8 product (see
+    /// `NormedLinears::quantizing`): the q8 parts `q8_parts` one each, or the first two as one
+    /// mixed dispatch where [`super::decode_merge`] is on and the kernel can; f32 parts keep
+    /// their folded bindings. Empty where the fold is off or some q8 part cannot take it.
+    fn bind_quantizing(
+        b: &Binder,
+        x: &wgpu::Buffer,
+        input_norm: InputNorm<'_>,
+        parts: &[NormedPart<'_>],
+        q8_parts: &[usize],
+    ) -> Result<Vec<(usize, Option<MatVecBinding>)>, GpuError> {
+        if q8_parts.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The first dispatch reads the norm's weight; the others share it.
+        let mut norm_read = false;
+        let mut norm = || InputNorm {
+            shared: std::mem::replace(&mut norm_read, true),
+            ..input_norm
+        };
+        let merged = match q8_parts {
+            [i, j] if super::decode_merge() => {
+                let (first, second) = (&parts[*i], &parts[*j]);
+                let mixes = b.k.matvec.mixes(b.ctx, first.shape, second.shape, None);
+                match mixes {
+                    true => {
+                        let fusion = MatVecFusion {
+                            second: Some(SecondWeight {
+                                shape: second.shape,
+                                weights: second.weights,
+                                y: Activations::contiguous(second.y, second.shape.rows),
+                            }),
+                            ..MatVecFusion::default()
+                        };
+                        let (w, y) = (first.weights, first.y);
+                        b.fold_quantized(first.shape, w, x, y, norm(), fusion)?
+                            .map(|binding| (*i, *j, binding))
+                    }
+                    false => None,
+                }
+            }
+            _ => None,
+        };
+        let (mut merged, skip) = match merged {
+            Some((i, j, binding)) => (Some((i, binding)), Some(j)),
+            None => (None, None),
+        };
+        let mut out = Vec::with_capacity(parts.len());
+        for (i, p) in parts.iter().enumerate() {
+            if skip == Some(i) {
+                // Computed by the mixed dispatch listed at its first part.
+                continue;
+            }
+            if !q8_parts.contains(&i) {
+                out.push((i, None));
+                continue;
+            }
+            if merged.as_ref().is_some_and(|(first, _)| *first == i) {
+                out.push((i, merged.take().map(|(_, binding)| binding)));
+                continue;
+            }
+            let fusion = MatVecFusion::default();
+            match b.fold_quantized(p.shape, p.weights, x, p.y, norm(), fusion)? {
+                Some(binding) => out.push((i, Some(binding))),
+                None => return Ok(Vec::new()),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The decode dispatches of a step of `n` vectors with the norm quantized inside each q8
+    /// product (with part i's name for each), where bound and every one holds `n` vectors.
+    fn quantizing(&self, n: u32) -> Option<Vec<(usize, &MatVecBinding)>> {
+        if self.quantizing.is_empty() {
+            return None;
+        }
+        self.quantizing
+            .iter()
+            .map(|(i, binding)| {
+                binding
+                    .as_ref()
+                    .or(self.parts[*i].1.as_ref())
+                    .filter(|b| b.max_batch() >= n)
+                    .map(|b| (*i, b))
+            })
+            .collect()
+    }
+
     /// Records the products for `n` tokens, part i as op `names[i]`: mat-vecs with the norm
-    /// folded in when every part has one and the step decodes, else the norm
+    /// folded in when every part has one and the step decodes (the norm also quantized inside
+    /// them where bound and the batch fits), else the norm
     /// (`norm_name`) and then each product.
     fn record(
         &self,
@@ -109,6 +216,15 @@ impl NormedLinears {
         marks: &mut StepMarks,
         (norm_name, names): (&'static str, &[&'static str]),
     ) -> Result<(), GpuError> {
+        if marks.kind == StepKind::Decode
+            && let Some(bindings) = self.quantizing(n)
+        {
+            for (i, binding) in bindings {
+                let recorded = k.matvec.encode(pass, binding, n)?;
+                marks.op(pass, names[i], recorded);
+            }
+            return Ok(());
+        }
         let folded: Option<Vec<&MatVecBinding>> = match marks.kind {
             StepKind::Decode => self.parts.iter().map(|(_, f)| f.as_ref()).collect(),
             StepKind::Prompt => None,

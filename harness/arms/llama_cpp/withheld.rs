@@ -29,8 +29,8 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::path::Path;
 
-/// A token the stream counted but sent no id for.
-pub const WITHHELD: u32 = u32::MAX;
+/// A token the stream counted but sent no id for (until recovered; one never named stays so).
+pub const WITHHELD: u32 = super::super::UNNAMED;
 
 /// Consecutive withheld tokens and the chunk that ended them.
 #[derive(Clone, Debug, PartialEq)]
@@ -261,14 +261,15 @@ pub fn fill_from_replay(tokens: &mut [u32], positions: &[usize], replay: &[u32])
 
 /// Fills every withheld position of `timed`: from the releasing chunk's text where `pieces`
 /// (the model's vocabulary, if it could be read) names the run, from `replay` (the whole
-/// answer's ids from an untimed replay, called only if some run is left) for the rest. The
-/// engine record's `withheld_ids` says which positions came from where and why the text could
-/// not serve the others.
+/// answer's ids from an untimed replay, called only if some run is left) for the rest; with no
+/// replay (nothing needs the ids) the rest stay [`WITHHELD`], listed as `unnamed`. The engine
+/// record's `withheld_ids` says which positions came from where and why the text could not
+/// serve the others.
 pub fn recover(
     pieces: Option<&Pieces>,
     runs: &[Run],
     timed: &mut Timed,
-    replay: impl FnOnce() -> Result<Vec<u32>>,
+    replay: Option<impl FnOnce() -> Result<Vec<u32>>>,
 ) -> Result<()> {
     let (mut from_text, mut from_replay, mut unusable) = (Vec::new(), Vec::new(), Vec::new());
     for run in runs {
@@ -301,18 +302,32 @@ pub fn recover(
                 ids (from_text ones included) at every other position; each token's timestamp \
                 is the chunk that released its text (the stream's end when none did)",
     });
-    if !from_replay.is_empty() {
-        let start = super::super::process::now_ns();
-        replay()
-            .and_then(|replay| fill_from_replay(&mut timed.tokens, &from_replay, &replay))
-            .with_context(|| {
-                format!(
-                    "llama.cpp: withheld ids at {from_replay:?} need a replay (the stream's text \
-                     named {from_text:?}; {})",
-                    unusable[0]["why"].as_str().unwrap_or_default()
-                )
-            })?;
-        record["replay_s"] = json!((super::super::process::now_ns() - start) as f64 * 1e-9);
+    match replay {
+        _ if from_replay.is_empty() => {}
+        Some(replay) => {
+            let start = super::super::process::now_ns();
+            replay()
+                .and_then(|replay| fill_from_replay(&mut timed.tokens, &from_replay, &replay))
+                .with_context(|| {
+                    format!(
+                        "llama.cpp: withheld ids at {from_replay:?} need a replay (the stream's \
+                         text named {from_text:?}; {})",
+                        unusable[0]["why"].as_str().unwrap_or_default()
+                    )
+                })?;
+            record["replay_s"] = json!((super::super::process::now_ns() - start) as f64 * 1e-9);
+        }
+        None => {
+            // Nothing needs these ids (scripted replies): they stay WITHHELD, listed as
+            // unnamed, and no replay runs.
+            record["unnamed"] = json!(from_replay);
+            record["from_replay"] = json!([]);
+            record["how"] = json!(format!(
+                "{} Not replayed here (no later prompt holds this answer): the unnamed \
+                 positions keep no id.",
+                record["how"].as_str().unwrap_or_default()
+            ));
+        }
     }
     timed.engine["withheld_ids"] = record;
     Ok(())
@@ -437,14 +452,26 @@ mod tests {
         ];
         // Only the text: no replay.
         let mut t = timed(vec![a, w, a9, a]);
-        recover(Some(qwen2()), &runs[..1], &mut t, || panic!("no replay")).unwrap();
+        recover(
+            Some(qwen2()),
+            &runs[..1],
+            &mut t,
+            Some(|| panic!("no replay")),
+        )
+        .unwrap();
         assert_eq!(t.tokens, [a, c3, a9, a]);
         assert_eq!(t.engine["withheld_ids"]["from_text"], json!([1]));
         assert_eq!(t.engine["withheld_ids"]["from_replay"], json!([]));
 
         // The answer ends on a withheld token: that one from the replay.
         let mut t = timed(vec![a, w, a9, a, w]);
-        recover(Some(qwen2()), &runs, &mut t, || Ok(vec![a, c3, a9, a, e4])).unwrap();
+        recover(
+            Some(qwen2()),
+            &runs,
+            &mut t,
+            Some(|| Ok(vec![a, c3, a9, a, e4])),
+        )
+        .unwrap();
         assert_eq!(t.tokens, [a, c3, a9, a, e4]);
         let record = &t.engine["withheld_ids"];
         assert_eq!(record["positions"], json!([1, 4]));
@@ -456,23 +483,50 @@ mod tests {
         // A replay that disagrees with a text-recovered id fails; so does one that disagrees
         // with a streamed id.
         let mut t = timed(vec![a, w, a9, a, w]);
-        let err = recover(Some(qwen2()), &runs, &mut t, || Ok(vec![a, e4, a9, a, e4]));
+        let err = recover(
+            Some(qwen2()),
+            &runs,
+            &mut t,
+            Some(|| Ok(vec![a, e4, a9, a, e4])),
+        );
         let err = format!("{:#}", err.unwrap_err());
         assert!(err.contains("at token 1"), "{err}");
         assert!(err.contains("at [4] need a replay"), "{err}");
         assert!(err.contains("the stream ended on them"), "{err}");
         let mut t = timed(vec![a, w, a9, a, w]);
-        let err = recover(Some(qwen2()), &runs, &mut t, || Ok(vec![b8, c3, a9, a, e4]));
+        let err = recover(
+            Some(qwen2()),
+            &runs,
+            &mut t,
+            Some(|| Ok(vec![b8, c3, a9, a, e4])),
+        );
         assert!(format!("{:#}", err.unwrap_err()).contains("at token 0"));
 
         // An ambiguous run, and no vocabulary at all: the replay fills them.
         let ambiguous = [run(0, 2, "一", b"\x80")];
         let mut t = timed(vec![w, w, x80]);
-        recover(Some(qwen2()), &ambiguous, &mut t, || Ok(vec![e4, b8, x80])).unwrap();
+        recover(
+            Some(qwen2()),
+            &ambiguous,
+            &mut t,
+            Some(|| Ok(vec![e4, b8, x80])),
+        )
+        .unwrap();
         assert_eq!(t.tokens, [e4, b8, x80]);
         assert_eq!(t.engine["withheld_ids"]["from_replay"], json!([0, 1]));
         let mut t = timed(vec![a, w, a9, a]);
-        recover(None, &runs[..1], &mut t, || Ok(vec![a, c3, a9, a])).unwrap();
+        recover(None, &runs[..1], &mut t, Some(|| Ok(vec![a, c3, a9, a]))).unwrap();
         assert_eq!(t.engine["withheld_ids"]["from_replay"], json!([1]));
+
+        // No replay wanted: the text names what it can, the answer's last token stays unnamed.
+        let no_replay = None::<fn() -> Result<Vec<u32>>>;
+        let mut t = timed(vec![a, w, a9, a, w]);
+        recover(Some(qwen2()), &runs, &mut t, no_replay).unwrap();
+        assert_eq!(t.tokens, [a, c3, a9, a, w]);
+        let record = &t.engine["withheld_ids"];
+        assert_eq!(record["from_text"], json!([1]));
+        assert_eq!(record["from_replay"], json!([]));
+        assert_eq!(record["unnamed"], json!([4]));
+        assert!(record.get("replay_s").is_none(), "{record}");
     }
 }
