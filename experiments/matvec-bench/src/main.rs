@@ -848,6 +848,8 @@ impl<'a> Bench<'a> {
             q8: q8.then_some(&self.q8),
             layout: None,
             quantize_output: quantize_output.then_some(&self.y_q8),
+            quantize_input: false,
+            second: None,
         };
         self.weights
             .iter()
