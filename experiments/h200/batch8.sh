@@ -11,11 +11,11 @@
 #      (gate/up Q4_K, down Q4_K and Q6_K), the engine's wide layouts and staged ones, q8 alone,
 #      median of 3 passes → matvec-batches.tsv (its last table: each layout's time at every batch
 #      against its time at 1, and the best layout per batch);
-#   3. `harness bench` on the Qwen3.5-27B Q4_K_M at depth 128: 8 sequences staged (the default),
-#      8 sequences with FAK_MATVEC_STAGE=0 (the wide form at every batch: the A/B on one
+#   3. `harness bench` on the Qwen3.5-27B Q4_K_M at depth 128: 8 sequences staged
+#      (FAK_MATVEC_STAGE=1), 8 sequences wide (the default: the wide form at every batch; the A/B on one
 #      binary), 1 sequence (each 8-sequence run reports a one-sequence step first)
 #      → batched.log, bench-json.tgz;
-#   4. model_qwen35's step-shape parity (batched steps) and int-dot tests on the defaults
+#   4. model_qwen35's step-shape parity (batched steps) and int-dot tests, staged (FAK_MATVEC_STAGE=1)
 #      → tests.log.
 # Prepare (here, not on the device):
 #   MATVEC_BENCH=1 RELEASE_TARGET_DIR=/work/targets/batch8-rel experiments/h200/prepare.sh \
@@ -38,7 +38,7 @@ SYNTH=$!
 echo "== gpu_matvec staged" >> "$OUT/tests.log"
 # The group binary with whole test paths: libtest ORs filters, and the gpu_matvec launcher's own
 # `gpu_matvec::` would run the whole file.
-timeout 40 "$BIN/gpu" gpu_matvec::the_staged_form gpu_matvec::a_rows_bits 2>&1 \
+FAK_MATVEC_STAGE=1 timeout 40 "$BIN/gpu" gpu_matvec::the_staged_form gpu_matvec::a_rows_bits 2>&1 \
     | grep -E "^test |test result|panicked at|assertion|differs" | cut -c1-300 | head -20 \
     >> "$OUT/tests.log"
 cat "$OUT/tests.log"
@@ -69,15 +69,15 @@ bench() { # bench LABEL SEQUENCES [env...]: one `harness bench` at depth 128
     grep -E "^depth 128(:| batched)|rror|panicked" /tmp/bench.log | cut -c1-220 >> "$OUT/batched.log"
     (cd /tmp/bench-json && tar czf "$OUT/bench-json.tgz" ./*.json)
 }
-bench seq8-staged 8
-bench seq8-wide 8 FAK_MATVEC_STAGE=0
+bench seq8-staged 8 FAK_MATVEC_STAGE=1
+bench seq8-wide 8
 # Each 8-sequence run measures a one-sequence step first; this one only where time is left.
 [ $SECONDS -lt 140 ] && bench seq1 1
 cat "$OUT/batched.log"
 
 if [ $SECONDS -lt 150 ]; then
     echo "== model_qwen35 f32_logits|int_dot" >> "$OUT/tests.log"
-    timeout $((175 - SECONDS)) "$BIN/model" --test-threads=1 model_qwen35::f32_logits \
+    FAK_MATVEC_STAGE=1 timeout $((175 - SECONDS)) "$BIN/model" --test-threads=1 model_qwen35::f32_logits \
         model_qwen35::int_dot 2>&1 \
         | grep -E "^test |test result|panicked at|cosine [0-9.]+ <" | head -30 >> "$OUT/tests.log"
 fi

@@ -511,8 +511,8 @@ pub struct MatVec {
     /// Every binding's layout (named or not) in the wide form where that serves it
     /// (on unless `FAK_MATVEC_WIDE=0`: the wide form of every layout that has one).
     widen: bool,
-    /// A wide layout's pipelines for several vectors run its staged twin (same bits; on unless
-    /// `FAK_MATVEC_STAGE=0`). See [`MatVecLayout::at_capacity`].
+    /// A wide layout's pipelines for several vectors run its staged twin (same bits; see
+    /// [`MatVec::stages_batches`]). See [`MatVecLayout::at_capacity`].
     stage: bool,
     layout: wgpu::BindGroupLayout,
     /// Bound as `w16`/`x16` where the data is not 16-byte aligned (the kernel then reads w, x).
@@ -774,15 +774,23 @@ impl MatVec {
     /// Every binding's layout is taken in the wide form where it serves the binding (q8 inputs,
     /// Q4_K/Q6_K weights): on an H200 the Qwen3.5-27B decodes 14.47 → 12.12 ms/token with it
     /// (experiments/NOTES.md, session 2026-12-05 #4). `FAK_MATVEC_WIDE=0` keeps the narrow form.
-    /// Pipelines for several vectors run a wide layout staged (same bits, x read once per
-    /// workgroup: [`MatVecLayout::at_capacity`]); `FAK_MATVEC_STAGE=0` keeps them wide.
+    /// Pipelines for several vectors run a wide layout staged where
+    /// [`MatVec::stages_batches`] says so.
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
         let widen = std::env::var("FAK_MATVEC_WIDE").as_deref() != Ok("0");
-        let stage = std::env::var("FAK_MATVEC_STAGE").as_deref() != Ok("0");
+        let stage = Self::stages_batches();
         let mut kernel = Self::build_in(ctx, paths, MatVecLayout::from_env()?)?;
         kernel.widen = widen;
         kernel.stage = stage;
         Ok(kernel)
+    }
+
+    /// Whether [`MatVec::new`]'s pipelines for several vectors run a wide layout staged (same
+    /// bits, x read once per workgroup: [`MatVecLayout::at_capacity`]): opt-in with
+    /// `FAK_MATVEC_STAGE=1` until a device has timed it (experiments/h200/batch8.sh); lavapipe
+    /// checks its bits, not its speed.
+    pub fn stages_batches() -> bool {
+        std::env::var("FAK_MATVEC_STAGE").as_deref() == Ok("1")
     }
 
     /// [`MatVec::new`] with every binding that names no layout in `rows`.
