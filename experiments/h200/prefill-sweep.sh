@@ -69,8 +69,8 @@ BUDGET_S=${BUDGET_S:-285}
 bench() { # bench MODEL LABEL [VAR=value...]: one harness bench, unless the budget is spent
     local model=$1 label=$2
     shift 2
-    # ARMS="27b-default 27b-all …": only the labels named (a short call's subset).
-    [ -n "${ARMS:-}" ] && [[ " $ARMS " != *" $label "* ]] && return
+    # ARMS="27b-default+27b-all…" (or spaces): only the labels named (a short call's subset).
+    [ -n "${ARMS:-}" ] && [[ " ${ARMS//+/ } " != *" $label "* ]] && return
     # A 27B bench takes ~35 s, an 8B one ~15 s.
     local need=20
     [ "$model" = "$Q27" ] && need=40
