@@ -12,10 +12,12 @@
 #   1. gpu_attn_decode (every variant, every form built explicitly, against the CPU reference;
 #      the walk ahead bit for bit the default) and gpu_attention_step under each arm's variables
 #      (the kernels as a model step records them) → tests.log;
-#   2. `harness bench --depths $DEPTHS --n-out 32` on the 8B synth file, the arms interleaved
-#      ROUNDS (2) times, one step profiled op by op → bench.log, decode.tsv (tok/s, µs/token and
-#      the profiled attention op per arm, round, depth), bench-json.tgz. A second round's arm is
-#      skipped past LIMIT_S (170) seconds so the call ends inside 200.
+#   2. `harness bench --depths $DEPTHS --n-out 32` (128,2048,8192) on the 8B synth file, the arms
+#      (ARMS: default, ahead, ahead + at most 32 or 16 splits, ahead + 32 splits of ≥ 160 keys)
+#      interleaved ROUNDS (2) times, one step profiled op by op → bench.log, decode.tsv (tok/s,
+#      µs/token, the profiled attention op and the dispatches per arm, round, depth),
+#      bench-json.tgz. A second round's arm is skipped past LIMIT_S (170) seconds so the call
+#      ends inside 200.
 # SM clocks every 200 ms → clocks.csv. Prepare (here, not on the device):
 #   RELEASE_TARGET_DIR=<dir> experiments/h200/prepare.sh gpu_attn_decode gpu_attention_step
 # (main's build: those suites are in its `gpu` group binary) and run through multi.sh:
@@ -35,8 +37,10 @@ M8=/dev/shm/qwen3-8b-q4_k_m.gguf
 SYNTH8=$!
 
 # name:VAR=value,VAR=value (no variables: the default form).
-ARMS=${ARMS:-"default: ahead:FAK_ATTN_DECODE=ahead ahead-s32:FAK_ATTN_DECODE=ahead,FAK_ATTN_DECODE_SPLITS=32 ahead-s16:FAK_ATTN_DECODE=ahead,FAK_ATTN_DECODE_SPLITS=16 ahead-k256:FAK_ATTN_DECODE=ahead,FAK_ATTN_DECODE_SPLIT=256"}
-DEPTHS=${DEPTHS:-2048,8192}
+A=FAK_ATTN_DECODE=ahead
+ARMS=${ARMS:-"default: ahead:$A ahead-s32:$A,FAK_ATTN_DECODE_SPLITS=32 ahead-s16:$A,FAK_ATTN_DECODE_SPLITS=16 ahead-s32-k160:$A,FAK_ATTN_DECODE_SPLITS=32,FAK_ATTN_DECODE_SPLIT=160"}
+# 128 too: the short context is where longer splits skip the combine.
+DEPTHS=${DEPTHS:-128,2048,8192}
 LIMIT_S=${LIMIT_S:-170}
 
 echo "== gpu_attn_decode" >> "$OUT/tests.log"
