@@ -56,6 +56,10 @@ const MAX_GROUP: u32 = 32;
 /// keeps one weight per split in workgroup memory).
 pub const MAX_SPLITS: u32 = 64;
 
+/// The most keys [`AttnDecode::with_split_keys`] takes (more is the same cut for any context a
+/// cache holds, and keeps the WGSL's `kv_len + size − 1` inside u32).
+const MAX_SPLIT_KEYS: u32 = 1 << 24;
+
 /// How a team walks its keys (`KEYS` of wgsl/attn_decode.wgsl): the form of the kernel's key
 /// loop. Both give the reference's attention; [`KeyWalk::from_env`] picks one per process, so an
 /// A/B of the two runs on one binary.
@@ -405,7 +409,7 @@ impl AttnDecode {
 
     /// Builds the variant of `paths` (subgroup row sums, f16 cache where allowed) for `shape`,
     /// in the form [`KeyWalk::from_env`] names, its splits at least the keys
-    /// [`split_keys_from_env`] asks for.
+    /// [`split_keys_from_env`] asks for and at most the count [`max_splits_from_env`] caps.
     pub fn new(ctx: &GpuContext, paths: KernelPaths, shape: AttnShape) -> Result<Self, GpuError> {
         let mut kernel = Self::with_walk(ctx, paths, shape, KeyWalk::from_env())?;
         if let Some(keys) = split_keys_from_env() {
@@ -436,7 +440,7 @@ impl AttnDecode {
     /// cut. A step whose sequences hold that many keys or fewer in all records no combine
     /// dispatch.
     pub fn with_split_keys(mut self, keys: u32) -> Self {
-        self.split_keys = self.walk.split_keys(keys);
+        self.split_keys = self.walk.split_keys(keys.min(MAX_SPLIT_KEYS));
         self
     }
 
