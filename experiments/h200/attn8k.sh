@@ -31,8 +31,10 @@ elapsed() { echo $(( $(date +%s) - T0 )); }
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw --format=csv -lms 200 \
     > "$OUT/clocks.csv" 2>&1 &
 CLOCKS=$!
-M8=/dev/shm/qwen3-8b-q4_k_m.gguf
-"$BIN/harness" synth --arch qwen3 --preset qwen3-8b --quant q4_k_m --seed 0 --fast-random \
+# PRESET=tiny (with small DEPTHS) for a dry run on another adapter.
+PRESET=${PRESET:-qwen3-8b}
+M8=/dev/shm/$PRESET-q4_k_m.gguf
+"$BIN/harness" synth --arch qwen3 --preset "$PRESET" --quant q4_k_m --seed 0 --fast-random \
     --out "$M8" > /tmp/synth8.log 2>&1 &
 SYNTH8=$!
 
@@ -56,12 +58,12 @@ done
 grep -E "^==|test result|FAILED|panicked" "$OUT/tests.log"
 wait $SYNTH8 || { tail -3 /tmp/synth8.log; kill $CLOCKS; exit 1; }
 echo "[$(elapsed) s] tests and synth done"
-mkdir -p /tmp/bench-json
+rm -rf /tmp/attn8k-json && mkdir -p /tmp/attn8k-json
 printf 'arm\tround\tdepth\tdecode_tok_s\tdecode_us\tattention_us_profiled\tdispatches\n' \
     > "$OUT/decode.tsv"
 
 bench() { # bench NAME VARS ROUND: one `harness bench` with the arm's variables
-    local name=$1 vars=$2 round=$3 json=/tmp/bench-json/$1-$3.json
+    local name=$1 vars=$2 round=$3 json=/tmp/attn8k-json/$1-$3.json
     echo "== $name round $round: ${vars:-default}, depths $DEPTHS" >> "$OUT/bench.log"
     # shellcheck disable=SC2086 # the variables are NAME=value words
     env ${vars//,/ } timeout 40 "$BIN/harness" bench --model "$M8" --depths "$DEPTHS" \
@@ -79,7 +81,7 @@ for d in b["depths"]:
     print(f"{arm}\t{rnd}\t{d['depth']}\t{d['decode_tokens_per_s']:.1f}\t"
           f"{d['decode_us_per_token']:.0f}\t{att:.0f}\t{d.get('dispatches_per_step')}")
 EOF
-    (cd /tmp/bench-json && tar czf "$OUT/bench-json.tgz" ./*.json)
+    (cd /tmp/attn8k-json && tar czf "$OUT/bench-json.tgz" ./*.json)
 }
 for round in $(seq "${ROUNDS:-2}"); do
     for arm in $ARMS; do
