@@ -9,7 +9,8 @@
 //! bad shapes.
 
 use fak::gpu::kernels::matmul::{
-    CoopKernel, Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape, SplitK, Tile,
+    CoopKernel, Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape, SplitGrid, SplitK,
+    Tile,
 };
 use fak::gpu::{GpuError, KernelPaths, KernelVariant, StepBuffer, storage_buffer, upload};
 use fak::quant::GgmlType;
@@ -196,6 +197,71 @@ fn a_rows_result_does_not_depend_on_how_many_rows_share_the_step() {
                 );
                 few.assert();
                 many.assert();
+            }
+        }
+    }
+}
+
+/// Every rule for which steps split K across workgroups (`FAK_MATMUL_SPLIT`) computes the
+/// engine rule's bits: the slices are the weight's under every rule, so only the grid moves. On
+/// every variant the adapter runs (its engine kernel and, on 16×16, the Q6_K raw-word twin),
+/// short slices so that the small shapes have 10–16 of them, Store and Accumulate; each rule's
+/// grids must differ from the engine's at some token count (else the test would compare a
+/// rule with itself), and its outputs match the CPU.
+#[test]
+fn every_split_grid_rule_computes_the_engine_rules_bits() {
+    let ctx = gpu();
+    let mut rng = rng(0x3a7_0008);
+    let rules = [SplitGrid::Never, SplitGrid::Waves(3), SplitGrid::Waves(4)];
+    let mut tilings = Vec::new();
+    for paths in variants::<Matmul>(ctx) {
+        tilings.push((paths, None));
+        if let Some(shape) = paths.coop_matrix {
+            let raw = CoopKernel::SWEEP
+                .into_iter()
+                .filter(|k| k.supports(shape) && k.to_string().ends_with("-rawq6"));
+            tilings.extend(raw.map(|k| (paths, Some(k))));
+        }
+    }
+    for (paths, tiling) in tilings {
+        let build = |grid: SplitGrid| {
+            let kernel = match tiling {
+                None => Matmul::new(ctx, paths).unwrap(),
+                Some(tiling) => Matmul::with_tiling(ctx, paths, tiling).unwrap(),
+            };
+            kernel.with_split(SHORT_SLICES).with_grid(grid)
+        };
+        let engine = build(SplitGrid::Below);
+        let name = format!("{paths} {:?}", engine.tiling());
+        for (ty, cols) in [
+            (GgmlType::Q6_K, 512),
+            (GgmlType::Q4_K, 512),
+            (GgmlType::F16, 302),
+        ] {
+            let problem = Problem::random(ty, 140, cols, &mut rng);
+            for output in [MatmulOutput::Store, MatmulOutput::Accumulate] {
+                let reference = Product::new(ctx, &engine, &problem, output, u64::MAX).unwrap();
+                for rule in rules {
+                    let kernel = build(rule);
+                    let product = Product::new(ctx, &kernel, &problem, output, u64::MAX).unwrap();
+                    let mut moved = false;
+                    for n_tokens in [5, 70, 150] {
+                        let splits = |k: &Matmul, p: &Product| k.grids(&p.binding, n_tokens)[0];
+                        moved |= splits(&kernel, &product) != splits(&engine, &reference);
+                        let what = format!("{ty} 140x{cols} ({name}, {rule:?}, {n_tokens} tokens)");
+                        let want = reference.run(ctx, &engine, n_tokens, &what);
+                        let got = product.run(ctx, &kernel, n_tokens, &what);
+                        let bits = |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
+                        assert!(
+                            bits(&got.got) == bits(&want.got),
+                            "{what}, {output:?}: the outputs differ from the engine rule's"
+                        );
+                        got.assert();
+                    }
+                    if rule == SplitGrid::Never {
+                        assert!(moved, "{ty} ({name}): never splitting changed no grid");
+                    }
+                }
             }
         }
     }
