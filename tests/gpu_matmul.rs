@@ -267,6 +267,68 @@ fn every_split_grid_rule_computes_the_engine_rules_bits() {
     }
 }
 
+/// The Q6_K raw-word path (`-rawq6`: 12 words fetched a K step ahead, decoded after the MMAs)
+/// computes its twin's bits (decoded through dequant4 as it loads): the same (d · scale) ·
+/// (q − 32) per element rounded to f16, the same MMAs in the same order — so the engine may take
+/// either. Every x16 tiling with the raw path against its twin, Q6_K rows below and past a tile,
+/// K whole and in short slices, Store and Accumulate, 5 and 150 tokens; each also against the CPU.
+/// Only where the adapter has 16×16 cooperative matrices (lavapipe: SKIPPED on stderr).
+#[test]
+fn the_q6k_raw_path_computes_the_dequant_paths_bits() {
+    let ctx = gpu();
+    let mut rng = rng(0x3a7_0009);
+    let coop: Vec<_> = variants::<Matmul>(ctx)
+        .into_iter()
+        .filter(|p| p.coop_matrix.is_some())
+        .collect();
+    if coop.is_empty() {
+        eprintln!("the Q6_K raw path SKIPPED (the adapter has no cooperative matrices)");
+    }
+    for paths in coop {
+        let shape = paths.coop_matrix.unwrap();
+        let raw = CoopKernel::SWEEP
+            .into_iter()
+            .filter(|k| k.supports(shape) && k.to_string().ends_with("-rawq6"));
+        for raw in raw {
+            let label = raw.to_string();
+            let twin = CoopKernel::SWEEP
+                .into_iter()
+                .find(|k| k.to_string() == label.trim_end_matches("-rawq6"))
+                .expect("every -rawq6 kernel has its twin in the sweep");
+            for split in [SplitK::NEVER, SHORT_SLICES] {
+                let kernel = |k| {
+                    Matmul::with_tiling(ctx, paths, k)
+                        .unwrap()
+                        .with_split(split)
+                };
+                let (raw_kernel, twin_kernel) = (kernel(raw), kernel(twin));
+                for (rows, cols) in shapes(GgmlType::Q6_K) {
+                    let problem = Problem::random(GgmlType::Q6_K, rows, cols, &mut rng);
+                    for output in [MatmulOutput::Store, MatmulOutput::Accumulate] {
+                        let product =
+                            Product::new(ctx, &raw_kernel, &problem, output, u64::MAX).unwrap();
+                        let control =
+                            Product::new(ctx, &twin_kernel, &problem, output, u64::MAX).unwrap();
+                        for n_tokens in [5, 150] {
+                            let what = format!("Q6_K {rows}x{cols} ({paths}, {label})");
+                            let got = product.run(ctx, &raw_kernel, n_tokens, &what);
+                            let want = control.run(ctx, &twin_kernel, n_tokens, &what);
+                            let bits =
+                                |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
+                            assert!(
+                                bits(&got.got) == bits(&want.got),
+                                "{what}, {output:?}, {n_tokens} tokens: the raw path's outputs \
+                                 differ from its twin's"
+                            );
+                            got.assert();
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// A small binding cap so that tiny weights split the way one larger than 128 MiB (lavapipe) or
 /// 2 GiB (Vulkan) does; rows of 210 B (Q6_K) and 154 B (F16) put the later ranges at offsets that
 /// are not word-aligned inside their windows.
