@@ -219,7 +219,7 @@ fn every_split_grid_rule_computes_the_engine_rules_bits() {
         if let Some(shape) = paths.coop_matrix {
             let raw = CoopKernel::SWEEP
                 .into_iter()
-                .filter(|k| k.supports(shape) && k.to_string().ends_with("-rawq6"));
+                .filter(|k| k.supports(shape) && k.to_string().contains("-rawq6"));
             tilings.extend(raw.map(|k| (paths, Some(k))));
         }
     }
@@ -267,8 +267,8 @@ fn every_split_grid_rule_computes_the_engine_rules_bits() {
     }
 }
 
-/// The Q6_K raw-word path (`-rawq6`: 12 words fetched a K step ahead, decoded after the MMAs)
-/// computes its twin's bits (decoded through dequant4 as it loads): the same (d · scale) ·
+/// The Q6_K raw-word path (`-rawq6`: 12 words fetched a K step ahead, decoded after the MMAs;
+/// `-rawq6p`: the same in pairs of tasks sharing their high-bit words) computes its twin's bits (decoded through dequant4 as it loads): the same (d · scale) ·
 /// (q − 32) per element rounded to f16, the same MMAs in the same order — so the engine may take
 /// either. Every x16 tiling with the raw path against its twin, Q6_K rows below and past a tile,
 /// K whole and in short slices, Store and Accumulate, 5 and 150 tokens; each also against the CPU.
@@ -288,12 +288,13 @@ fn the_q6k_raw_path_computes_the_dequant_paths_bits() {
         let shape = paths.coop_matrix.unwrap();
         let raw = CoopKernel::SWEEP
             .into_iter()
-            .filter(|k| k.supports(shape) && k.to_string().ends_with("-rawq6"));
+            .filter(|k| k.supports(shape) && k.to_string().contains("-rawq6"));
         for raw in raw {
             let label = raw.to_string();
+            let twin_label = label.replace("-rawq6p", "").replace("-rawq6", "");
             let twin = CoopKernel::SWEEP
                 .into_iter()
-                .find(|k| k.to_string() == label.trim_end_matches("-rawq6"))
+                .find(|k| k.to_string() == twin_label)
                 .expect("every -rawq6 kernel has its twin in the sweep");
             for split in [SplitK::NEVER, SHORT_SLICES] {
                 let kernel = |k| {

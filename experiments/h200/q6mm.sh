@@ -26,12 +26,20 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu
 CLOCKS=$!
 LOGS=/tmp/q6mm-logs
 mkdir -p "$LOGS" /tmp/q6mm-json
-Q8B=/dev/shm/qwen3-8b-q4_k_m.gguf
-Q27=/dev/shm/qwen35-27b-q4_k_m.gguf
+# A dry run elsewhere (lavapipe, setup.sh's FAK_TMP / FAK_LOADER / FAK_VK_ICD) names small
+# presets, depths and synth flags: P8B=qwen3-0.6b P27B=mid DEPTHS=16,40 SHM=/tmp/q6mm-dry
+# SYNTH_ARGS="--vocab cut" FORMS_ARGS=--quick.
+P8B=${P8B:-qwen3-8b}
+P27B=${P27B:-qwen35-27b}
+SHM=${SHM:-/dev/shm}
+Q8B=$SHM/qwen3-${P8B#qwen3-}-q4_k_m.gguf
+Q27=$SHM/qwen35-${P27B#qwen35-}-q4_k_m.gguf
+read -ra SYNTH_ARGS <<< "${SYNTH_ARGS:-}"
 # prefill-sweep.sh's files (deterministic: the same bytes in every call); 8B ~3 s, 27B ~14 s.
-("$BIN/harness" synth --arch qwen3 --preset qwen3-8b --quant q4_k_m --fast-random --out "$Q8B" \
-    && "$BIN/harness" synth --arch qwen35 --preset qwen35-27b --quant q4_k_m --fast-random \
-        --out "$Q27") > "$LOGS/synth.log" 2>&1 &
+mkdir -p "$SHM"
+("$BIN/harness" synth --arch qwen3 --preset "$P8B" --quant q4_k_m --fast-random --out "$Q8B" \
+    "${SYNTH_ARGS[@]}" && "$BIN/harness" synth --arch qwen35 --preset "$P27B" --quant q4_k_m \
+    --fast-random --out "$Q27" "${SYNTH_ARGS[@]}") > "$LOGS/synth.log" 2>&1 &
 SYNTH=$!
 
 echo "== gpu_matmul (at ${SECONDS}s)"
@@ -43,7 +51,9 @@ grep -E "^test .*(FAILED|ok)$|test result|panicked|SKIPPED" "$LOGS/gpu_matmul.lo
 
 if [ -x "$BIN/matmul-bench" ]; then
     echo "== matmul-bench --forms (at ${SECONDS}s)"
-    MATMUL_WAVES=132 timeout 60 "$BIN/matmul-bench" --forms > "$OUT/forms.tsv" 2> "$LOGS/forms.err"
+    # shellcheck disable=SC2086 # FORMS_ARGS: flags, word-split on purpose
+    MATMUL_WAVES=132 timeout 60 "$BIN/matmul-bench" --forms ${FORMS_ARGS:-} > "$OUT/forms.tsv" \
+        2> "$LOGS/forms.err"
     echo "exit $?"
     grep -E "^check|^total" "$OUT/forms.tsv" | cut -c1-200
     tail -2 "$LOGS/forms.err"
@@ -65,7 +75,7 @@ bench() { # bench MODEL LABEL [VAR=value...]: one harness bench, unless the budg
         return
     fi
     echo "== $label $* (at ${SECONDS}s)" | tee -a "$OUT/bench.log"
-    env "$@" timeout 60 "$BIN/harness" bench --model "$model" --depths 128,2048 --n-out 8 \
+    env "$@" timeout 60 "$BIN/harness" bench --model "$model" --depths "${DEPTHS:-128,2048}" --n-out 8 \
         --profile-steps 1 --suffix 0 --probe-mib 256 --json-out "/tmp/q6mm-json/$label.json" \
         > /tmp/q6mm-bench.log 2>&1
     echo "rc=$?" >> "$OUT/bench.log"

@@ -395,6 +395,9 @@ pub struct X16Tiling {
     pub stages: u32,
     /// Q6_K weights fetched as raw words a step ahead, as Q4_K always is (RAW_Q6K).
     pub raw_q6k: bool,
+    /// With `raw_q6k`: in pairs of tasks sharing their high-bit words (RAW_Q6K = 2; K steps of
+    /// 64 only).
+    pub q6k_pairs: bool,
     /// K summed in the weight's fixed slices whether the grid splits it or not (SLICED); false
     /// only to measure what that costs (a row's result then depends on the step's other rows).
     pub sliced: bool,
@@ -407,7 +410,15 @@ impl X16Tiling {
             k_step,
             stages,
             raw_q6k,
+            q6k_pairs: false,
             sliced: true,
+        }
+    }
+
+    const fn paired(self) -> Self {
+        X16Tiling {
+            q6k_pairs: true,
+            ..self
         }
     }
 
@@ -431,7 +442,10 @@ impl X16Tiling {
             ("SG_T", self.subgroups_t),
             ("TILE_K", self.k_step),
             ("STAGES", self.stages),
-            ("RAW_Q6K", u32::from(self.raw_q6k)),
+            (
+                "RAW_Q6K",
+                u32::from(self.raw_q6k) + u32::from(self.q6k_pairs),
+            ),
             ("SLICED", u32::from(self.sliced)),
         ]
     }
@@ -440,7 +454,11 @@ impl X16Tiling {
 impl std::fmt::Display for X16Tiling {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let tokens = self.subgroups_t * 32;
-        let q6k = if self.raw_q6k { "-rawq6" } else { "" };
+        let q6k = match (self.raw_q6k, self.q6k_pairs) {
+            (true, true) => "-rawq6p",
+            (true, false) => "-rawq6",
+            _ => "",
+        };
         let whole = if self.sliced { "" } else { "-unsliced" };
         write!(
             f,
@@ -471,12 +489,15 @@ impl CoopKernel {
     /// slices): 128 × 128 with K 64 in one stage fastest everywhere (Q4_K 8B layer: 11 267 tok/s
     /// of mat-muls at 2048 tokens, 7922 at 128; staged 2499 / 2335), K 32 two stages 8–10 %
     /// behind, one stage of K 32 behind that; 64 × 128 tiles lose 2× (the W tile is decoded for
-    /// half as many tokens; Q6_K, decoded as it loads, 2.5×). Its Q6_K raw-word path and the
-    /// unsliced K loop (what the fixed slices cost) have not run on hardware yet.
-    pub const SWEEP: [CoopKernel; 9] = [
+    /// half as many tokens; Q6_K, decoded as it loads, 2.5×). The Q6_K raw-word path (`-rawq6`)
+    /// ran on the H200 in 2026-12-05's sweep: Q6_K products 1.6–1.7× faster than the default's
+    /// dequant4 (experiments/NOTES.md, "q6mm"); its pair tasks (`-rawq6p`) have not run on
+    /// hardware yet.
+    pub const SWEEP: [CoopKernel; 10] = [
         Self::STAGED,
         CoopKernel::X16(X16Tiling::new(4, 64, 1, false)),
         CoopKernel::X16(X16Tiling::new(4, 64, 1, true)),
+        CoopKernel::X16(X16Tiling::new(4, 64, 1, true).paired()),
         CoopKernel::X16(X16Tiling::new(4, 64, 1, false).unsliced()),
         CoopKernel::X16(X16Tiling::new(4, 32, 2, false)),
         CoopKernel::X16(X16Tiling::new(4, 32, 2, true)),

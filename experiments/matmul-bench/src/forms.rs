@@ -1,6 +1,7 @@
 //! `--forms`: issue 19's products under the engine's opt-in mat-mul forms (experiments/NOTES.md,
 //! "q6mm"): the x16 kernel's Q6_K decode — through dequant4 as it loads (the default) or as raw
-//! words fetched a K step ahead (`FAK_MATMUL_TILING=…-rawq6`) — × the rule for which steps split
+//! words fetched a K step ahead (`FAK_MATMUL_TILING=…-rawq6`), or so in pairs of tasks sharing
+//! their high-bit words (`…-rawq6p`) — × the rule for which steps split
 //! K across workgroups — the engine's `below` or `waves:N` (`FAK_MATMUL_SPLIT`; N from
 //! `MATMUL_WAVES`, default 132: an H100's or H200's SMs, one x16 workgroup each). Every form
 //! computes the default's bits (tests/gpu_matmul.rs); each is checked against the CPU here first
@@ -99,7 +100,7 @@ pub fn run(ctx: &GpuContext, quick: bool) {
 }
 
 /// The forms the adapter runs: on a 16×16 variant the x16 kernel the engine builds and its Q6_K
-/// raw-word twin, each with the engine's split rule and the wave rule; without cooperative
+/// raw-word twins, each with the engine's split rule and the wave rule; without cooperative
 /// matrices the f32 kernel with both rules.
 fn forms(ctx: &GpuContext, waves: u32) -> Vec<Candidate> {
     let mut variants = Vec::new();
@@ -116,10 +117,12 @@ fn forms(ctx: &GpuContext, waves: u32) -> Vec<Candidate> {
     let kernels: Vec<Option<CoopKernel>> = match paths.coop_matrix {
         Some(shape) => {
             let engine = CoopKernel::for_shape(shape);
-            let raw = CoopKernel::SWEEP
-                .into_iter()
-                .find(|k| k.to_string() == format!("{engine}-rawq6"));
-            [Some(engine)].into_iter().chain(raw.map(Some)).collect()
+            let raw = ["-rawq6", "-rawq6p"].map(|suffix| {
+                CoopKernel::SWEEP
+                    .into_iter()
+                    .find(|k| k.to_string() == format!("{engine}{suffix}"))
+            });
+            [Some(engine)].into_iter().chain(raw.into_iter().flatten().map(Some)).collect()
         }
         None => vec![None],
     };
