@@ -28,7 +28,7 @@ LOGS=/tmp/q6mm-logs
 mkdir -p "$LOGS" /tmp/q6mm-json
 # A dry run elsewhere (lavapipe, setup.sh's FAK_TMP / FAK_LOADER / FAK_VK_ICD) names small
 # presets, depths and synth flags: P8B=qwen3-0.6b P27B=mid DEPTHS=16,40 SHM=/tmp/q6mm-dry
-# SYNTH_ARGS="--vocab cut" FORMS_ARGS=--quick.
+# SYNTH_ARGS="--vocab cut" FORMS_ARGS=--quick BENCH_TIMEOUT=600 PROBE_MIB=16.
 P8B=${P8B:-qwen3-8b}
 P27B=${P27B:-qwen35-27b}
 SHM=${SHM:-/dev/shm}
@@ -75,14 +75,16 @@ bench() { # bench MODEL LABEL [VAR=value...]: one harness bench, unless the budg
         return
     fi
     echo "== $label $* (at ${SECONDS}s)" | tee -a "$OUT/bench.log"
-    env "$@" timeout 60 "$BIN/harness" bench --model "$model" --depths "${DEPTHS:-128,2048}" --n-out 8 \
-        --profile-steps 1 --suffix 0 --probe-mib 256 --json-out "/tmp/q6mm-json/$label.json" \
+    env "$@" timeout "${BENCH_TIMEOUT:-60}" "$BIN/harness" bench --model "$model" \
+        --depths "${DEPTHS:-128,2048}" --n-out 8 --profile-steps 1 --suffix 0 \
+        --probe-mib "${PROBE_MIB:-256}" --json-out "/tmp/q6mm-json/$label.json" \
         > /tmp/q6mm-bench.log 2>&1
     echo "rc=$?" >> "$OUT/bench.log"
     grep -E "^depth [0-9]+ prefill:|$PRODUCT_ROWS|panicked|rror" /tmp/q6mm-bench.log \
         | grep -v " attn_decode\| matvec " | cut -c1-200 >> "$OUT/bench.log"
     grep -E "^depth [0-9]+ prefill:" /tmp/q6mm-bench.log | cut -c1-120
-    (cd /tmp/q6mm-json && tar czf "$OUT/bench-json.tgz" ./*.json)
+    ls /tmp/q6mm-json/*.json > /dev/null 2>&1 \
+        && (cd /tmp/q6mm-json && tar czf "$OUT/bench-json.tgz" ./*.json)
 }
 bench "$Q8B" 8b-default
 bench "$Q27" 27b-default

@@ -1,4 +1,10 @@
-# Emulates fetch_pair/put_q6k_pair (wgsl/matmul_x16.wgsl) on bytes against ggml's Q6_K dequant.
+# The Q6_K pair tasks of wgsl/matmul_x16.wgsl (RAW_Q6K = 2: fetch_pair, put_q6k_pair) emulated on
+# bytes — the same word indices, funnel shifts, nibble and high-bit shifts, scale bytes and d —
+# against ggml's Q6_K dequantization (written out here from its block layout), element by
+# element and bit for bit in f32. Rows of 5 blocks after a 6-byte prefix, so blocks start at both
+# 2-byte alignments a 210-byte block can have. The GPU kernel itself needs cooperative matrices
+# (not on lavapipe): this checks its indexing before the device does.
+#   python3 experiments/q6mm/pair_emu.py   (numpy; prints "mismatches 0 of 3840")
 import random, struct
 import numpy as np
 random.seed(1)

@@ -122,7 +122,10 @@ fn forms(ctx: &GpuContext, waves: u32) -> Vec<Candidate> {
                     .into_iter()
                     .find(|k| k.to_string() == format!("{engine}{suffix}"))
             });
-            [Some(engine)].into_iter().chain(raw.into_iter().flatten().map(Some)).collect()
+            [Some(engine)]
+                .into_iter()
+                .chain(raw.into_iter().flatten().map(Some))
+                .collect()
         }
         None => vec![None],
     };
