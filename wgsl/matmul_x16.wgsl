@@ -97,10 +97,12 @@ const TASKS_K: u32 = TILE_K / 16u;
 const W_TASKS: u32 = TILE_R * TASKS_K / WG;
 const Q4_K: u32 = 12u;
 const Q6_K: u32 = 14u;
-// Q6_K pair tasks (RAW_Q6K = 2) per row and K step, and per invocation: each is the 16 l of the
-// step's even quarter and the same 16 l of the odd one.
+// Q6_K pair tasks (RAW_Q6K = 2) per row and per K step: each is the 16 l of the step's even
+// quarter and the same 16 l of the odd one. The tile loops run W_TASKS tasks per invocation as
+// for every raw type (so a module without pairs is what it was); task indices past PAIR_TASKS
+// fetch and store nothing.
 const PAIRS_K: u32 = TILE_K / 32u;
-const W_PAIRS: u32 = TILE_R * PAIRS_K / WG;
+const PAIR_TASKS: u32 = TILE_R * PAIRS_K;
 // vec4s of raw words per task: Q4_K 2 (+ one unused), Q6_K 12 words, Q6_K pairs 18 (+ 2 unused).
 const RAW_VECS: u32 = select(3u, 5u, RAW_Q6K == 2u);
 // The pair tasks' vec4s 3 and 4, clamped into the array where there are no pairs (3 vecs), so
@@ -113,7 +115,7 @@ const_assert TILE_R * TASKS_K % WG == 0u;
 const_assert TILE_K % 16u == 0u && 64u % TILE_K == 0u;
 const_assert STAGES == 1u || STAGES == 2u;
 const_assert RAW_Q6K <= 2u;
-const_assert RAW_Q6K != 2u || (TILE_K == 64u && TILE_R * PAIRS_K % WG == 0u);
+const_assert RAW_Q6K != 2u || (TILE_K == 64u && PAIR_TASKS % WG == 0u);
 
 var<workgroup> w_tile: array<vec4<f16>, STAGES * TILE_R * STRIDE4>;
 var<workgroup> x_tile: array<vec4<f16>, STAGES * TILE_T * STRIDE4>;
@@ -161,10 +163,6 @@ fn pair_type() -> bool {
     return GGML_TYPE == Q6_K && RAW_Q6K == 2u;
 }
 
-// Raw tasks per invocation and K step.
-fn raw_tasks() -> u32 {
-    return select(W_TASKS, W_PAIRS, pair_type());
-}
 
 // Byte offset (in the w binding) of the block holding W task i of the K step at k0: 16
 // consecutive k of row r0 + i / TASKS_K from k0 + 16 · (i % TASKS_K), inside one 256-element
@@ -183,7 +181,10 @@ fn task_block(i: u32, r0: u32, k0: u32) -> u32 {
 fn fetch_raw(i: u32, r0: u32, k0: u32) -> array<vec4<u32>, RAW_VECS> {
     var raw: array<vec4<u32>, RAW_VECS>;
     if pair_type() {
-        return fetch_pair(i, r0, k0);
+        if i < PAIR_TASKS {
+            return fetch_pair(i, r0, k0);
+        }
+        return raw;
     }
     let block = task_block(i, r0, k0);
     let e = (k0 + 16u * (i % TASKS_K)) % 256u;
@@ -265,7 +266,9 @@ fn put_raw(b: u32, i: u32, r0: u32, k0: u32, raw: array<vec4<u32>, RAW_VECS>) {
     if GGML_TYPE == Q4_K {
         put_q4k(b, i, k0, raw[0], raw[1]);
     } else if pair_type() {
-        put_q6k_pair(b, i, r0, k0, raw);
+        if i < PAIR_TASKS {
+            put_q6k_pair(b, i, r0, k0, raw);
+        }
     } else {
         put_q6k(b, i, r0, k0, raw);
     }
@@ -426,7 +429,7 @@ fn main(
                     x_raw[q] = x_vec(lid + q * WG, t0, k_fetched);
                 }
                 if raw_type() {
-                    for (var q = 0u; q < raw_tasks(); q++) {
+                    for (var q = 0u; q < W_TASKS; q++) {
                         w_raw[q] = fetch_raw(lid + q * WG, r0, k_fetched);
                     }
                 }
@@ -436,7 +439,7 @@ fn main(
                     put_x_vec(0u, lid + q * WG, x_raw[q]);
                 }
                 if raw_type() {
-                    for (var q = 0u; q < raw_tasks(); q++) {
+                    for (var q = 0u; q < W_TASKS; q++) {
                         put_raw(0u, lid + q * WG, r0, k_fetched, w_raw[q]);
                     }
                 } else {
@@ -489,7 +492,7 @@ fn main(
                     put_x_vec(next, lid + q * WG, x_raw[q]);
                 }
                 if raw_type() {
-                    for (var q = 0u; q < raw_tasks(); q++) {
+                    for (var q = 0u; q < W_TASKS; q++) {
                         put_raw(next, lid + q * WG, r0, k_next, w_raw[q]);
                     }
                 } else {
@@ -505,7 +508,7 @@ fn main(
                         x_raw[q] = x_vec(lid + q * WG, t0, k_ahead);
                     }
                     if raw_type() {
-                        for (var q = 0u; q < raw_tasks(); q++) {
+                        for (var q = 0u; q < W_TASKS; q++) {
                             w_raw[q] = fetch_raw(lid + q * WG, r0, k_ahead);
                         }
                     }
