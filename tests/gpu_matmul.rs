@@ -231,7 +231,9 @@ fn every_split_grid_rule_computes_the_engine_rules_bits() {
             };
             kernel.with_split(SHORT_SLICES).with_grid(grid)
         };
+        // Each kernel built once (a build compiles a pipeline per type).
         let engine = build(SplitGrid::Below);
+        let kernels = rules.map(|rule| (rule, build(rule)));
         let name = format!("{paths} {:?}", engine.tiling());
         for (ty, cols) in [
             (GgmlType::Q6_K, 512),
@@ -241,16 +243,16 @@ fn every_split_grid_rule_computes_the_engine_rules_bits() {
             let problem = Problem::random(ty, 140, cols, &mut rng);
             for output in [MatmulOutput::Store, MatmulOutput::Accumulate] {
                 let reference = Product::new(ctx, &engine, &problem, output, u64::MAX).unwrap();
-                for rule in rules {
-                    let kernel = build(rule);
-                    let product = Product::new(ctx, &kernel, &problem, output, u64::MAX).unwrap();
+                for (rule, kernel) in &kernels {
+                    let (rule, kernel) = (*rule, kernel);
+                    let product = Product::new(ctx, kernel, &problem, output, u64::MAX).unwrap();
                     let mut moved = false;
                     for n_tokens in [5, 70, 150] {
                         let splits = |k: &Matmul, p: &Product| k.grids(&p.binding, n_tokens)[0];
-                        moved |= splits(&kernel, &product) != splits(&engine, &reference);
+                        moved |= splits(kernel, &product) != splits(&engine, &reference);
                         let what = format!("{ty} 140x{cols} ({name}, {rule:?}, {n_tokens} tokens)");
                         let want = reference.run(ctx, &engine, n_tokens, &what);
-                        let got = product.run(ctx, &kernel, n_tokens, &what);
+                        let got = product.run(ctx, kernel, n_tokens, &what);
                         let bits = |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
                         assert!(
                             bits(&got.got) == bits(&want.got),
