@@ -9,7 +9,8 @@
 //! bad shapes.
 
 use fak::gpu::kernels::matmul::{
-    CoopKernel, Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape, SplitK, Tile,
+    CoopKernel, Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape, SplitGrid, SplitK,
+    Tile,
 };
 use fak::gpu::{GpuError, KernelPaths, KernelVariant, StepBuffer, storage_buffer, upload};
 use fak::quant::GgmlType;
@@ -196,6 +197,136 @@ fn a_rows_result_does_not_depend_on_how_many_rows_share_the_step() {
                 );
                 few.assert();
                 many.assert();
+            }
+        }
+    }
+}
+
+/// Every rule for which steps split K across workgroups (`FAK_MATMUL_SPLIT`) computes the
+/// engine rule's bits: the slices are the weight's under every rule, so only the grid moves. On
+/// every variant the adapter runs (its engine kernel and, on 16×16, the Q6_K raw-word twin),
+/// short slices so that the small shapes have 10–16 of them, Store and Accumulate; each rule's
+/// grids must differ from the engine's at some token count (else the test would compare a
+/// rule with itself), and its outputs match the CPU.
+#[test]
+fn every_split_grid_rule_computes_the_engine_rules_bits() {
+    let ctx = gpu();
+    let mut rng = rng(0x3a7_0008);
+    let rules = [SplitGrid::Never, SplitGrid::Waves(3), SplitGrid::Waves(4)];
+    let mut tilings = Vec::new();
+    for paths in variants::<Matmul>(ctx) {
+        tilings.push((paths, None));
+        if let Some(shape) = paths.coop_matrix {
+            let raw = CoopKernel::SWEEP
+                .into_iter()
+                .filter(|k| k.supports(shape) && k.to_string().contains("-rawq6"));
+            tilings.extend(raw.map(|k| (paths, Some(k))));
+        }
+    }
+    for (paths, tiling) in tilings {
+        let build = |grid: SplitGrid| {
+            let kernel = match tiling {
+                None => Matmul::new(ctx, paths).unwrap(),
+                Some(tiling) => Matmul::with_tiling(ctx, paths, tiling).unwrap(),
+            };
+            kernel.with_split(SHORT_SLICES).with_grid(grid)
+        };
+        // Each kernel built once (a build compiles a pipeline per type).
+        let engine = build(SplitGrid::Below);
+        let kernels = rules.map(|rule| (rule, build(rule)));
+        let name = format!("{paths} {:?}", engine.tiling());
+        for (ty, cols) in [
+            (GgmlType::Q6_K, 512),
+            (GgmlType::Q4_K, 512),
+            (GgmlType::F16, 302),
+        ] {
+            let problem = Problem::random(ty, 140, cols, &mut rng);
+            for output in [MatmulOutput::Store, MatmulOutput::Accumulate] {
+                let reference = Product::new(ctx, &engine, &problem, output, u64::MAX).unwrap();
+                for (rule, kernel) in &kernels {
+                    let (rule, kernel) = (*rule, kernel);
+                    let product = Product::new(ctx, kernel, &problem, output, u64::MAX).unwrap();
+                    let mut moved = false;
+                    for n_tokens in [5, 70, 150] {
+                        let splits = |k: &Matmul, p: &Product| k.grids(&p.binding, n_tokens)[0];
+                        moved |= splits(kernel, &product) != splits(&engine, &reference);
+                        let what = format!("{ty} 140x{cols} ({name}, {rule:?}, {n_tokens} tokens)");
+                        let want = reference.run(ctx, &engine, n_tokens, &what);
+                        let got = product.run(ctx, kernel, n_tokens, &what);
+                        let bits = |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
+                        assert!(
+                            bits(&got.got) == bits(&want.got),
+                            "{what}, {output:?}: the outputs differ from the engine rule's"
+                        );
+                        got.assert();
+                    }
+                    if rule == SplitGrid::Never {
+                        assert!(moved, "{ty} ({name}): never splitting changed no grid");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The Q6_K raw-word path (`-rawq6`: 12 words fetched a K step ahead, decoded after the MMAs;
+/// `-rawq6p`: the same in pairs of tasks sharing their high-bit words) computes its twin's bits (decoded through dequant4 as it loads): the same (d · scale) ·
+/// (q − 32) per element rounded to f16, the same MMAs in the same order — so the engine may take
+/// either. Every x16 tiling with the raw path against its twin, Q6_K rows below and past a tile,
+/// K whole and in short slices, Store and Accumulate, 5 and 150 tokens; each also against the CPU.
+/// Only where the adapter has 16×16 cooperative matrices (lavapipe: SKIPPED on stderr).
+#[test]
+fn the_q6k_raw_path_computes_the_dequant_paths_bits() {
+    let ctx = gpu();
+    let mut rng = rng(0x3a7_0009);
+    let coop: Vec<_> = variants::<Matmul>(ctx)
+        .into_iter()
+        .filter(|p| p.coop_matrix.is_some())
+        .collect();
+    if coop.is_empty() {
+        eprintln!("the Q6_K raw path SKIPPED (the adapter has no cooperative matrices)");
+    }
+    for paths in coop {
+        let shape = paths.coop_matrix.unwrap();
+        let raw = CoopKernel::SWEEP
+            .into_iter()
+            .filter(|k| k.supports(shape) && k.to_string().contains("-rawq6"));
+        for raw in raw {
+            let label = raw.to_string();
+            let twin_label = label.replace("-rawq6p", "").replace("-rawq6", "");
+            let twin = CoopKernel::SWEEP
+                .into_iter()
+                .find(|k| k.to_string() == twin_label)
+                .expect("every -rawq6 kernel has its twin in the sweep");
+            for split in [SplitK::NEVER, SHORT_SLICES] {
+                let kernel = |k| {
+                    Matmul::with_tiling(ctx, paths, k)
+                        .unwrap()
+                        .with_split(split)
+                };
+                let (raw_kernel, twin_kernel) = (kernel(raw), kernel(twin));
+                for (rows, cols) in shapes(GgmlType::Q6_K) {
+                    let problem = Problem::random(GgmlType::Q6_K, rows, cols, &mut rng);
+                    for output in [MatmulOutput::Store, MatmulOutput::Accumulate] {
+                        let product =
+                            Product::new(ctx, &raw_kernel, &problem, output, u64::MAX).unwrap();
+                        let control =
+                            Product::new(ctx, &twin_kernel, &problem, output, u64::MAX).unwrap();
+                        for n_tokens in [5, 150] {
+                            let what = format!("Q6_K {rows}x{cols} ({paths}, {label})");
+                            let got = product.run(ctx, &raw_kernel, n_tokens, &what);
+                            let want = control.run(ctx, &twin_kernel, n_tokens, &what);
+                            let bits =
+                                |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
+                            assert!(
+                                bits(&got.got) == bits(&want.got),
+                                "{what}, {output:?}, {n_tokens} tokens: the raw path's outputs \
+                                 differ from its twin's"
+                            );
+                            got.assert();
+                        }
+                    }
+                }
             }
         }
     }

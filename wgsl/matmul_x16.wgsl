@@ -17,7 +17,8 @@
 //   workgroup's subgroup grid is SG_T × 2: 4 → 128 × 128 tiles of 256 invocations, 2 → 64 × 128
 //   of 128), TILE_K (the K step: 32 or 64), STAGES (pairs of tiles in workgroup memory: 2,
 //   one barrier per K step, or 1, two), RAW_Q6K (1: Q6_K weights take the raw path below,
-//   as Q4_K always does; 0: they decode through dequant4 as they load) and SLICED (1: K summed
+//   as Q4_K always does; 2: the raw path in pairs of tasks that share their high bits, K steps
+//   of 64 only; 0: they decode through dequant4 as they load) and SLICED (1: K summed
 //   in the weight's fixed slices, matmul_split.wgsl, at the cost of a second set of
 //   accumulators; 0: all of K in one run when the grid does not split it — a row's result then
 //   depends on whether its step split K: for measuring what the slices cost, not for the
@@ -46,7 +47,10 @@
 //   the pointed-to type);
 // - Q4_K weights are fetched 16 bytes at a time: a task of 16 consecutive k of one row is one
 //   16-byte load of the block's head (d, dmin, the 12 scale bytes) and one of its 16 quant bytes
-//   (Q6_K, whose 210-byte blocks are only 2-aligned: 12 word loads per task);
+//   (Q6_K, whose 210-byte blocks are only 2-aligned: 12 word loads per task; in pairs, RAW_Q6K
+//   = 2, 18 per two tasks: a K step of 64 holds two quarters of a block's half, whose elements
+//   l and 32 + l take their two high bits from the same qh byte, and their scale bytes and d
+//   from the same words);
 // - the raw loads of step s + 1 are issued after step s - 1's tiles were written, so they are in
 //   flight during step s's MMAs, and only then decoded and stored (the first use of a loaded
 //   value comes after the MMAs). Other types decode through dequant4 after the MMAs (loaded and
@@ -93,11 +97,25 @@ const TASKS_K: u32 = TILE_K / 16u;
 const W_TASKS: u32 = TILE_R * TASKS_K / WG;
 const Q4_K: u32 = 12u;
 const Q6_K: u32 = 14u;
+// Q6_K pair tasks (RAW_Q6K = 2) per row and per K step: each is the 16 l of the step's even
+// quarter and the same 16 l of the odd one. The tile loops run W_TASKS tasks per invocation as
+// for every raw type (so a module without pairs is what it was); task indices past PAIR_TASKS
+// fetch and store nothing.
+const PAIRS_K: u32 = TILE_K / 32u;
+const PAIR_TASKS: u32 = TILE_R * PAIRS_K;
+// vec4s of raw words per task: Q4_K 2 (+ one unused), Q6_K 12 words, Q6_K pairs 18 (+ 2 unused).
+const RAW_VECS: u32 = select(3u, 5u, RAW_Q6K == 2u);
+// The pair tasks' vec4s 3 and 4, clamped into the array where there are no pairs (3 vecs), so
+// that such a module validates: only a pair pipeline runs the functions that use them.
+const RAW_V3: u32 = min(3u, RAW_VECS - 1u);
+const RAW_V4: u32 = min(4u, RAW_VECS - 1u);
 
 const_assert TILE_T * ROW_VECS % WG == 0u;
 const_assert TILE_R * TASKS_K % WG == 0u;
 const_assert TILE_K % 16u == 0u && 64u % TILE_K == 0u;
 const_assert STAGES == 1u || STAGES == 2u;
+const_assert RAW_Q6K <= 2u;
+const_assert RAW_Q6K != 2u || (TILE_K == 64u && PAIR_TASKS % WG == 0u);
 
 var<workgroup> w_tile: array<vec4<f16>, STAGES * TILE_R * STRIDE4>;
 var<workgroup> x_tile: array<vec4<f16>, STAGES * TILE_T * STRIDE4>;
@@ -137,8 +155,14 @@ fn put_x_vec(b: u32, i: u32, v: vec4<f16>) {
 
 // Whether the pipeline's type takes the raw path (a pipeline constant: the branch folds away).
 fn raw_type() -> bool {
-    return GGML_TYPE == Q4_K || (GGML_TYPE == Q6_K && RAW_Q6K == 1u);
+    return GGML_TYPE == Q4_K || (GGML_TYPE == Q6_K && RAW_Q6K != 0u);
 }
+
+// Whether it takes it in Q6_K pair tasks.
+fn pair_type() -> bool {
+    return GGML_TYPE == Q6_K && RAW_Q6K == 2u;
+}
+
 
 // Byte offset (in the w binding) of the block holding W task i of the K step at k0: 16
 // consecutive k of row r0 + i / TASKS_K from k0 + 16 · (i % TASKS_K), inside one 256-element
@@ -154,28 +178,75 @@ fn task_block(i: u32, r0: u32, k0: u32) -> u32 {
 // bytes, whose low (even sub-block j) or high (odd j) nibbles are the 16 elements: two 16-byte
 // loads. Q6_K (blocks of 210 bytes, 2-aligned): the 5 words holding the 16 low-nibble bytes,
 // the 5 holding the 16 high-bit bytes, the word with the task's scale byte and the one with d.
-fn fetch_raw(i: u32, r0: u32, k0: u32) -> array<vec4<u32>, 3> {
+fn fetch_raw(i: u32, r0: u32, k0: u32) -> array<vec4<u32>, RAW_VECS> {
+    var raw: array<vec4<u32>, RAW_VECS>;
+    if pair_type() {
+        if i < PAIR_TASKS {
+            return fetch_pair(i, r0, k0);
+        }
+        return raw;
+    }
     let block = task_block(i, r0, k0);
     let e = (k0 + 16u * (i % TASKS_K)) % 256u;
     if GGML_TYPE == Q4_K {
         let quants = (block + 16u + 32u * (e / 64u) + e % 32u) / 16u;
-        return array<vec4<u32>, 3>(w[block / 16u], w[quants], vec4<u32>(0u));
+        raw[0] = w[block / 16u];
+        raw[1] = w[quants];
+        return raw;
     }
     let side = e / 128u;
     let quarter = (e % 128u) / 32u;
     let l = e % 32u;
     let ql = (block + 64u * side + 32u * (quarter & 1u) + l) / 4u;
     let qh = (block + 128u + 32u * side + l) / 4u;
-    return array<vec4<u32>, 3>(
-        vec4<u32>(src_word(ql), src_word(ql + 1u), src_word(ql + 2u), src_word(ql + 3u)),
-        vec4<u32>(src_word(ql + 4u), src_word(qh), src_word(qh + 1u), src_word(qh + 2u)),
-        vec4<u32>(
-            src_word(qh + 3u),
-            src_word(qh + 4u),
-            src_word((block + 192u + e / 16u) / 4u),
-            src_word((block + 208u) / 4u),
-        ),
+    raw[0] = vec4<u32>(src_word(ql), src_word(ql + 1u), src_word(ql + 2u), src_word(ql + 3u));
+    raw[1] = vec4<u32>(src_word(ql + 4u), src_word(qh), src_word(qh + 1u), src_word(qh + 2u));
+    raw[2] = vec4<u32>(
+        src_word(qh + 3u),
+        src_word(qh + 4u),
+        src_word((block + 192u + e / 16u) / 4u),
+        src_word((block + 208u) / 4u),
     );
+    return raw;
+}
+
+// Byte offset of the Q6_K block holding pair task i of the K step at k0 (row r0 + i / PAIRS_K;
+// rows past the matrix read the last one).
+fn pair_block(i: u32, r0: u32, k0: u32) -> u32 {
+    let r = min(r0 + i / PAIRS_K, params.rows - 1u);
+    return params.w_byte + r * params.row_bytes + (k0 / 256u) * BLOCK_BYTES;
+}
+
+// The raw words of Q6_K pair task i: the step's elements e0 + l .. + 15 (its even quarter) and
+// e0 + 32 + l .. + 15 (the odd one), l = 16 · (i % PAIRS_K), e0 = k0 % 256 (a multiple of 64):
+// the 5 words of each quarter's 16 low-nibble bytes, the 5 of their shared high-bit bytes, the
+// words holding the two scale bytes (2 apart) and the one with d.
+fn fetch_pair(i: u32, r0: u32, k0: u32) -> array<vec4<u32>, RAW_VECS> {
+    let block = pair_block(i, r0, k0);
+    let e0 = k0 % 256u;
+    let side = e0 / 128u;
+    let l = 16u * (i % PAIRS_K);
+    let ql = (block + 64u * side + l) / 4u;
+    let ql_odd = ql + 8u;
+    let qh = (block + 128u + 32u * side + l) / 4u;
+    let scale_at = block + 192u + (e0 + l) / 16u;
+    var raw: array<vec4<u32>, RAW_VECS>;
+    raw[0] = vec4<u32>(src_word(ql), src_word(ql + 1u), src_word(ql + 2u), src_word(ql + 3u));
+    raw[1] = vec4<u32>(
+        src_word(ql + 4u),
+        src_word(ql_odd),
+        src_word(ql_odd + 1u),
+        src_word(ql_odd + 2u),
+    );
+    raw[2] = vec4<u32>(src_word(ql_odd + 3u), src_word(ql_odd + 4u), src_word(qh), src_word(qh + 1u));
+    raw[RAW_V3] = vec4<u32>(
+        src_word(qh + 2u),
+        src_word(qh + 3u),
+        src_word(qh + 4u),
+        src_word(scale_at / 4u),
+    );
+    raw[RAW_V4] = vec4<u32>(src_word((scale_at + 2u) / 4u), src_word((block + 208u) / 4u), 0u, 0u);
+    return raw;
 }
 
 // The 4 bytes at byte `shift / 8` of the 8 bytes lo, hi (shift 0 or 16).
@@ -191,16 +262,55 @@ fn q4k_scale_byte(head: vec4<u32>, i: u32) -> u32 {
 
 // W task i's 16 elements, decoded from its raw words as blocks.wgsl decodes them, into tile
 // stage b.
-fn put_raw(b: u32, i: u32, r0: u32, k0: u32, raw: array<vec4<u32>, 3>) {
+fn put_raw(b: u32, i: u32, r0: u32, k0: u32, raw: array<vec4<u32>, RAW_VECS>) {
     if GGML_TYPE == Q4_K {
         put_q4k(b, i, k0, raw[0], raw[1]);
+    } else if pair_type() {
+        if i < PAIR_TASKS {
+            put_q6k_pair(b, i, r0, k0, raw);
+        }
     } else {
         put_q6k(b, i, r0, k0, raw);
     }
 }
 
+// The signed scale byte at byte `at` of the block, from the word holding it.
+fn q6k_scale(word: u32, at: u32) -> f32 {
+    return f32(bitcast<i32>(((word >> (8u * (at & 3u))) & 0xffu) << 24u) >> 24u);
+}
+
+// Q6_K pair task i into tile stage b: put_q6k's arithmetic per element, (d · scale) · (q − 32),
+// for the even quarter's 16 elements at l and the odd one's at 32 + l of the step.
+fn put_q6k_pair(b: u32, i: u32, r0: u32, k0: u32, raw: array<vec4<u32>, RAW_VECS>) {
+    let block = pair_block(i, r0, k0);
+    let e0 = k0 % 256u;
+    let l = 16u * (i % PAIRS_K);
+    // The even quarter: 0 or 2 (its high bits at 2 · quarter, the odd one's 2 above); 2 and 3
+    // take the low nibbles' high halves.
+    let quarter = (e0 % 128u) / 32u;
+    let nibble = select(0u, 4u, quarter >= 2u);
+    let shift = 8u * (block & 3u);
+    var ql = array<u32, 5>(raw[0].x, raw[0].y, raw[0].z, raw[0].w, raw[1].x);
+    var ql_odd = array<u32, 5>(raw[1].y, raw[1].z, raw[1].w, raw[2].x, raw[2].y);
+    var qh = array<u32, 5>(raw[2].z, raw[2].w, raw[RAW_V3].x, raw[RAW_V3].y, raw[RAW_V3].z);
+    let scale_at = block + 192u + (e0 + l) / 16u;
+    let d = unpack2x16float(raw[RAW_V4].y)[((block + 208u) >> 1u) & 1u];
+    let a = d * q6k_scale(raw[RAW_V3].w, scale_at);
+    let a_odd = d * q6k_scale(raw[RAW_V4].x, scale_at + 2u);
+    let at = (b * TILE_R + i / PAIRS_K) * STRIDE4 + l / 4u;
+    for (var c = 0u; c < 4u; c++) {
+        let high = funnel(qh[c], qh[c + 1u], shift);
+        let low = (funnel(ql[c], ql[c + 1u], shift) >> nibble) & 0x0f0f0f0fu;
+        let high_even = ((high >> (2u * quarter)) & 0x03030303u) << 4u;
+        w_tile[at + c] = vec4<f16>(a * (vec4<f32>(unpack4xU8(low | high_even)) - 32.0));
+        let low_odd = (funnel(ql_odd[c], ql_odd[c + 1u], shift) >> nibble) & 0x0f0f0f0fu;
+        let high_odd = ((high >> (2u * quarter + 2u)) & 0x03030303u) << 4u;
+        w_tile[at + 8u + c] = vec4<f16>(a_odd * (vec4<f32>(unpack4xU8(low_odd | high_odd)) - 32.0));
+    }
+}
+
 // Q6_K: x = (d · scale) · (q − 32), q = low nibble | two high bits << 4 (dequant4_q6_k).
-fn put_q6k(b: u32, i: u32, r0: u32, k0: u32, raw: array<vec4<u32>, 3>) {
+fn put_q6k(b: u32, i: u32, r0: u32, k0: u32, raw: array<vec4<u32>, RAW_VECS>) {
     let block = task_block(i, r0, k0);
     let e = (k0 + 16u * (i % TASKS_K)) % 256u;
     let quarter = (e % 128u) / 32u;
@@ -299,7 +409,7 @@ fn main(
     var tot13 = CoopC();
     // The next K step's X values and (Q4_K) raw W words, loaded one step ahead of their stores.
     var x_raw: array<vec4<f16>, X_VECS>;
-    var w_raw: array<array<vec4<u32>, 3>, W_TASKS>;
+    var w_raw: array<array<vec4<u32>, RAW_VECS>, W_TASKS>;
     let stride = STRIDE4;
     for (var s = run.first; s < end; s++) {
         let slice = k_slice(s, run.count);

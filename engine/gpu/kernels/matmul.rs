@@ -27,7 +27,9 @@
 //! workgroup sums the slices itself, one after another. Both forms add the same sums in the same
 //! order, so an output does not depend on how many tokens share the step (the register-tiled and
 //! x16 kernels; the staged coop kernel sums K whole when it does not split). The fallback's
-//! tests on lavapipe check both forms.
+//! tests on lavapipe check both forms. Which steps split across workgroups is a [`SplitGrid`]
+//! (`FAK_MATMUL_SPLIT` names another rule than the engine's for a measurement; every rule
+//! computes the same bits).
 //!
 //! Use: `bind` once at load time per weight (it checks shapes and buffer sizes, splits a weight
 //! larger than one binding into row ranges and builds their bind groups); `encode(pass, binding,
@@ -112,6 +114,94 @@ impl SplitK {
         let by_length = cols.div_ceil(u64::from(self.min_slice_steps.max(1)) * TILE_K);
         let by_scratch = PARTIALS_BYTES / 4 / outputs.max(1);
         by_target.min(by_length).min(by_scratch).max(1) as u32
+    }
+}
+
+/// Which steps give a weight's K slices workgroups of their own ([`Matmul::with_grid`]). The
+/// slices themselves are the weight's ([`SplitK::weight_slices`]) under every rule, and both
+/// forms add the same slice sums in the same order, so every rule computes the same bits; only
+/// the grid, the partial-sum traffic and the reduction dispatch differ.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum SplitGrid {
+    /// A grid of fewer tiles than [`SplitK::target_workgroups`] (the engine's rule).
+    Below,
+    /// Where the slices' grid fills waves of `resident` concurrent workgroups (a GPU's SMs ×
+    /// the kernel's workgroups per SM: 132 for the x16 kernel on an H100 or H200) at least
+    /// [`WAVE_GAIN`] better than the tiles' grid does. Why (experiments/NOTES.md, "q6mm"): at the
+    /// prefill's 512-token chunks the Qwen3-8B's attn_output and ffn_down have 128 tiles of
+    /// 128 × 128 — one wave — yet `Below` cuts them into 8 slices of 1024 workgroups, which
+    /// write and reread 64 MiB of partial sums each and restart their K pipeline every 8–24 K
+    /// steps; the 27B's ffn_down (160 tiles: 1.2 waves, the second nearly empty) still gains
+    /// from its slices. No adapter fact gives the number of SMs, so it is named.
+    Waves(u32),
+    /// Never: each workgroup sums its slices one after another (a control for the bench).
+    Never,
+}
+
+/// How much better the slices' grid must fill its waves than the tiles' for [`SplitGrid::Waves`]
+/// to split, as a ratio num/den: the partial sums' write, reread and the reduction's dispatch
+/// cost a few % of a product.
+const WAVE_GAIN: (u64, u64) = (21, 20);
+
+impl SplitGrid {
+    /// The variable that overrides [`SplitGrid::Below`] in [`Matmul::new`] ([`SplitGrid::named`]).
+    pub const VAR: &'static str = "FAK_MATMUL_SPLIT";
+
+    /// The rule `FAK_MATMUL_SPLIT` asks for (unset: [`SplitGrid::Below`]).
+    pub fn requested() -> Result<Self, GpuError> {
+        match std::env::var(Self::VAR) {
+            Err(std::env::VarError::NotPresent) => Ok(Self::Below),
+            Ok(v) => Self::named(&v),
+            Err(e) => Self::named(&format!("{e}")),
+        }
+    }
+
+    /// The rule a value of `FAK_MATMUL_SPLIT` names: empty or `below`, the engine's; `never`;
+    /// `waves:N` (N concurrent workgroups, N > 0). Anything else is an error naming the
+    /// variable: a measurement must not silently run another rule than the one it names.
+    pub fn named(value: &str) -> Result<Self, GpuError> {
+        let bad = || GpuError::Shape {
+            kernel: Matmul::NAME,
+            message: format!(
+                "{}={value:?} is neither empty, below, never nor waves:N (N > 0 concurrent \
+                 workgroups)",
+                Self::VAR
+            ),
+        };
+        match value.split(':').collect::<Vec<_>>()[..] {
+            [""] | ["below"] => Ok(Self::Below),
+            ["never"] => Ok(Self::Never),
+            ["waves", n] => n
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n > 0)
+                .map(Self::Waves)
+                .ok_or_else(bad),
+            _ => Err(bad()),
+        }
+    }
+
+    /// Whether a step whose tiles make `workgroups` workgroups runs the weight's `slices` in
+    /// workgroups of their own (`split` gives [`SplitGrid::Below`] its target); never a weight
+    /// of one slice.
+    pub fn across_workgroups(self, split: SplitK, workgroups: u64, slices: u32) -> bool {
+        if slices < 2 {
+            return false;
+        }
+        match self {
+            Self::Below => workgroups < u64::from(split.target_workgroups),
+            Self::Never => false,
+            Self::Waves(resident) => {
+                let resident = u64::from(resident);
+                let sliced = workgroups * u64::from(slices);
+                // fill(n) = n / (waves(n) · resident); resident cancels from both sides.
+                let waves = |n: u64| n.div_ceil(resident);
+                let (num, den) = WAVE_GAIN;
+                workgroups > 0
+                    && u128::from(sliced) * u128::from(waves(workgroups)) * u128::from(den)
+                        > u128::from(num) * u128::from(workgroups) * u128::from(waves(sliced))
+            }
+        }
     }
 }
 
@@ -305,6 +395,9 @@ pub struct X16Tiling {
     pub stages: u32,
     /// Q6_K weights fetched as raw words a step ahead, as Q4_K always is (RAW_Q6K).
     pub raw_q6k: bool,
+    /// With `raw_q6k`: in pairs of tasks sharing their high-bit words (RAW_Q6K = 2; K steps of
+    /// 64 only).
+    pub q6k_pairs: bool,
     /// K summed in the weight's fixed slices whether the grid splits it or not (SLICED); false
     /// only to measure what that costs (a row's result then depends on the step's other rows).
     pub sliced: bool,
@@ -317,7 +410,15 @@ impl X16Tiling {
             k_step,
             stages,
             raw_q6k,
+            q6k_pairs: false,
             sliced: true,
+        }
+    }
+
+    const fn paired(self) -> Self {
+        X16Tiling {
+            q6k_pairs: true,
+            ..self
         }
     }
 
@@ -341,7 +442,10 @@ impl X16Tiling {
             ("SG_T", self.subgroups_t),
             ("TILE_K", self.k_step),
             ("STAGES", self.stages),
-            ("RAW_Q6K", u32::from(self.raw_q6k)),
+            (
+                "RAW_Q6K",
+                u32::from(self.raw_q6k) + u32::from(self.q6k_pairs),
+            ),
             ("SLICED", u32::from(self.sliced)),
         ]
     }
@@ -350,7 +454,11 @@ impl X16Tiling {
 impl std::fmt::Display for X16Tiling {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let tokens = self.subgroups_t * 32;
-        let q6k = if self.raw_q6k { "-rawq6" } else { "" };
+        let q6k = match (self.raw_q6k, self.q6k_pairs) {
+            (true, true) => "-rawq6p",
+            (true, false) => "-rawq6",
+            _ => "",
+        };
         let whole = if self.sliced { "" } else { "-unsliced" };
         write!(
             f,
@@ -381,12 +489,15 @@ impl CoopKernel {
     /// slices): 128 × 128 with K 64 in one stage fastest everywhere (Q4_K 8B layer: 11 267 tok/s
     /// of mat-muls at 2048 tokens, 7922 at 128; staged 2499 / 2335), K 32 two stages 8–10 %
     /// behind, one stage of K 32 behind that; 64 × 128 tiles lose 2× (the W tile is decoded for
-    /// half as many tokens; Q6_K, decoded as it loads, 2.5×). Its Q6_K raw-word path and the
-    /// unsliced K loop (what the fixed slices cost) have not run on hardware yet.
-    pub const SWEEP: [CoopKernel; 9] = [
+    /// half as many tokens; Q6_K, decoded as it loads, 2.5×). The Q6_K raw-word path (`-rawq6`)
+    /// ran on the H200 in 2026-12-05's sweep: Q6_K products 1.6–1.7× faster than the default's
+    /// dequant4 (experiments/NOTES.md, "q6mm"); its pair tasks (`-rawq6p`) have not run on
+    /// hardware yet.
+    pub const SWEEP: [CoopKernel; 10] = [
         Self::STAGED,
         CoopKernel::X16(X16Tiling::new(4, 64, 1, false)),
         CoopKernel::X16(X16Tiling::new(4, 64, 1, true)),
+        CoopKernel::X16(X16Tiling::new(4, 64, 1, true).paired()),
         CoopKernel::X16(X16Tiling::new(4, 64, 1, false).unsliced()),
         CoopKernel::X16(X16Tiling::new(4, 32, 2, false)),
         CoopKernel::X16(X16Tiling::new(4, 32, 2, true)),
@@ -509,6 +620,7 @@ pub struct Matmul {
     /// to alive.
     x16: Scratch,
     split: SplitK,
+    grid: SplitGrid,
 }
 
 /// The dispatches of one row range for one token count: the product's grid, cut into `splits`
@@ -681,14 +793,16 @@ impl Matmul {
     }
 
     /// Builds the variant `paths` selects ([`Matmul::select`]), a cooperative-matrix one with the
-    /// kernel of [`CoopKernel::for_shape`] (or `FAK_MATMUL_TILING`'s).
+    /// kernel of [`CoopKernel::for_shape`] (or `FAK_MATMUL_TILING`'s), its grids split by
+    /// [`SplitGrid::Below`] (or `FAK_MATMUL_SPLIT`'s rule).
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
         let kernel = match (Self::select(paths).coop_matrix, CoopKernel::from_env()?) {
             (Some(shape), Some(named)) if named.supports(shape) => named,
             (Some(shape), _) => CoopKernel::for_shape(shape),
             (None, _) => CoopKernel::STAGED,
         };
-        Self::with_tiling(ctx, paths, kernel)
+        let grid = SplitGrid::requested()?;
+        Ok(Self::with_tiling(ctx, paths, kernel)?.with_grid(grid))
     }
 
     /// [`Matmul::new`] with the cooperative-matrix kernel `kernel` (the fallback ignores it);
@@ -739,6 +853,7 @@ impl Matmul {
             partials: Scratch::new("matmul partials"),
             x16: Scratch::new("matmul x16"),
             split: SplitK::DEFAULT,
+            grid: SplitGrid::Below,
         })
     }
 
@@ -747,6 +862,18 @@ impl Matmul {
     pub fn with_split(mut self, split: SplitK) -> Self {
         self.split = split;
         self
+    }
+
+    /// The same kernel giving K's slices workgroups of their own by another rule (bind after
+    /// this: a binding sizes its partial sums by the rule).
+    pub fn with_grid(mut self, grid: SplitGrid) -> Self {
+        self.grid = grid;
+        self
+    }
+
+    /// The rule its grids split by.
+    pub fn grid(&self) -> SplitGrid {
+        self.grid
     }
 
     /// The variant that was built.
@@ -882,20 +1009,14 @@ impl Matmul {
             }
             None => None,
         };
-        // The partial sums of the largest step that may split K: its tiles fewer than the target.
-        let tile = self.tile();
-        let split_tokens = |rows: u64| {
-            let row_tiles = rows.div_ceil(u64::from(tile.rows));
-            let token_tiles = u64::from(self.split.target_workgroups).div_ceil(row_tiles);
-            tokens.min(token_tiles * u64::from(tile.tokens))
-        };
         let partials_bytes = ranges
             .iter()
             .map(|range| {
                 let rows = range.end - range.start;
-                let slices = u64::from(self.split.weight_slices(rows, cols));
+                let slices = self.split.weight_slices(rows, cols);
                 if slices > 1 {
-                    (slices * split_tokens(rows) * rows * 4).min(PARTIALS_BYTES)
+                    let tokens = self.split_tokens(rows, slices, tokens);
+                    (u64::from(slices) * tokens * rows * 4).min(PARTIALS_BYTES)
                 } else {
                     0
                 }
@@ -953,6 +1074,29 @@ impl Matmul {
         })
     }
 
+    /// The most tokens of a step that may give a range of `rows` rows and `slices` K slices
+    /// workgroups per slice (at most `max_tokens`): its partial sums are what the scratch holds.
+    fn split_tokens(&self, rows: u64, slices: u32, max_tokens: u64) -> u64 {
+        let tile = self.tile();
+        let row_tiles = rows.div_ceil(u64::from(tile.rows));
+        let tile_tokens = u64::from(tile.tokens);
+        match self.grid {
+            // Its tiles fewer than the target (one token tile more than needed: the size the
+            // engine has always allocated).
+            SplitGrid::Below => {
+                let token_tiles = u64::from(self.split.target_workgroups).div_ceil(row_tiles);
+                max_tokens.min(token_tiles * tile_tokens)
+            }
+            _ => (1..=max_tokens.div_ceil(tile_tokens))
+                .filter(|&t| {
+                    self.grid
+                        .across_workgroups(self.split, t * row_tiles, slices)
+                })
+                .max()
+                .map_or(0, |t| max_tokens.min(t * tile_tokens)),
+        }
+    }
+
     /// What [`Matmul::encode`] dispatches for `n_tokens`, one entry per row range: their number
     /// depends only on the binding; their size, and whether K is split, on the token count.
     pub fn grids(&self, binding: &MatmulBinding, n_tokens: u32) -> Vec<MatmulGrid> {
@@ -969,8 +1113,10 @@ impl Matmul {
                 let workgroups = u64::from(tiles.x) * u64::from(tiles.y);
                 let outputs = u64::from(n_tokens) * rows;
                 let fits = u64::from(k_slices) * outputs * 4 <= binding.partials_bytes;
-                let few = workgroups < u64::from(self.split.target_workgroups);
-                let splits = if few && fits { k_slices } else { 1 };
+                let across = self
+                    .grid
+                    .across_workgroups(self.split, workgroups, k_slices);
+                let splits = if across && fits { k_slices } else { 1 };
                 let reduce = (splits > 1).then(|| Grid {
                     // At most PARTIALS_BYTES / 4 / REDUCE_WG workgroups: fits any limit.
                     x: outputs.div_ceil(REDUCE_WG * u64::from(splits)) as u32,
@@ -1139,5 +1285,55 @@ mod tests {
         assert_eq!(split.weight_slices(48, 5120), 20);
         assert_eq!(split.weight_slices(34816, 5120), 1);
         assert_eq!(SplitK::NEVER.weight_slices(48, 5120), 1);
+    }
+
+    /// `FAK_MATMUL_SPLIT`'s values: the engine's rule by default, a wave count, never; anything
+    /// else refused with the variable's name.
+    #[test]
+    fn the_split_grid_rule_is_chosen_by_name() {
+        let named = |value: &str| SplitGrid::named(value).unwrap();
+        assert_eq!(named(""), SplitGrid::Below);
+        assert_eq!(named("below"), SplitGrid::Below);
+        assert_eq!(named("never"), SplitGrid::Never);
+        assert_eq!(named("waves:132"), SplitGrid::Waves(132));
+        for bad in ["waves", "waves:0", "waves:x", "132", "below:1", "always"] {
+            let error = SplitGrid::named(bad).unwrap_err().to_string();
+            assert!(error.contains("FAK_MATMUL_SPLIT"), "{bad}: {error}");
+        }
+    }
+
+    /// The wave rule on the prefill's products (128 × 128 tiles, 132 resident workgroups): a
+    /// 512-token chunk's one-wave grids (the 8B's attn_output and ffn_down: 128 tiles, 8 slices)
+    /// stay whole, where the engine's rule splits them; a grid of 1.2 waves (the 27B's ffn_down:
+    /// 160 tiles, 7 slices) and every 128-token grid below a wave split as before; a 2.4-wave
+    /// grid split four ways fills 0.97 of its waves against 0.81 and splits; a weight of one
+    /// slice never does.
+    #[test]
+    fn the_wave_rule_splits_only_grids_that_leave_a_wave_part_empty() {
+        let (split, waves) = (SplitK::DEFAULT, SplitGrid::Waves(132));
+        let cases = [
+            // (workgroups, slices, waves splits, below splits)
+            (128, 8, false, true),
+            (160, 7, true, true),
+            (32, 8, true, true),
+            (40, 7, true, true),
+            (192, 2, true, true),
+            (320, 4, true, false),
+            (516, 2, false, false),
+            (40, 1, false, false),
+        ];
+        for (workgroups, slices, by_waves, below) in cases {
+            assert_eq!(
+                waves.across_workgroups(split, workgroups, slices),
+                by_waves,
+                "{workgroups} workgroups, {slices} slices"
+            );
+            assert_eq!(
+                SplitGrid::Below.across_workgroups(split, workgroups, slices),
+                below,
+                "{workgroups} workgroups, {slices} slices"
+            );
+            assert!(!SplitGrid::Never.across_workgroups(split, workgroups, slices));
+        }
     }
 }

@@ -8,9 +8,11 @@
 //! pass. Prints one tab-separated line per measurement plus a
 //! per-layer total; results and the command go in `experiments/matmul-tiles.md`.
 //! `--attn` times the prefill attention instead (src/attn.rs); `--sweep` checks, then times, every
-//! cooperative-matrix K loop (src/sweep.rs).
+//! cooperative-matrix K loop (src/sweep.rs); `--forms` checks, then times, the engine's opt-in
+//! forms (the Q6_K raw path, the split rule) on the 8B and 27B products (src/forms.rs).
 
 mod attn;
+mod forms;
 mod sweep;
 
 use fak::gpu::kernels::matmul::{Matmul, MatmulBuffers, MatmulOutput, MatmulShape, SplitK};
@@ -66,6 +68,10 @@ fn main() {
     }
     if std::env::args().any(|a| a == "--sweep") {
         sweep::run(&ctx, quick);
+        return;
+    }
+    if std::env::args().any(|a| a == "--forms") {
+        forms::run(&ctx, quick);
         return;
     }
     println!("variant\ttype\tshape\trows\tcols\ttokens\tus_per_dispatch\tgflops\tweight_gbps");
@@ -195,6 +201,11 @@ impl Weight {
 
     /// Median seconds per product of this weight with `n_tokens` tokens on `kernel`.
     pub fn seconds(&self, ctx: &GpuContext, kernel: &Matmul, n_tokens: u32) -> f64 {
+        self.timed(ctx, kernel, n_tokens).0
+    }
+
+    /// [`Weight::seconds`], and the K slices its grid ran in (1: whole, or summed in-kernel).
+    pub fn timed(&self, ctx: &GpuContext, kernel: &Matmul, n_tokens: u32) -> (f64, u32) {
         let (rows, cols) = (self.rows, self.cols);
         let x: Vec<f32> = (0..u64::from(n_tokens) * cols)
             .map(|i| ((i % 97) as f32 - 48.0) / 48.0)
@@ -217,9 +228,11 @@ impl Weight {
             step: &step,
         };
         let binding = kernel.bind(ctx, shape, buffers).unwrap();
-        median_seconds(ctx, DISPATCHES, |pass| {
+        let slices = kernel.grids(&binding, n_tokens)[0].splits;
+        let seconds = median_seconds(ctx, DISPATCHES, |pass| {
             kernel.encode(pass, &binding, n_tokens).unwrap();
-        })
+        });
+        (seconds, slices)
     }
 }
 

@@ -37,10 +37,10 @@ const CHECKS: [(GgmlType, usize, usize); 4] = [
 const CHECK_TOKENS: [u32; 2] = [5, 150];
 
 /// One kernel of the sweep and its name in the TSV.
-struct Candidate {
-    variant: String,
-    tiling: String,
-    kernel: Matmul,
+pub struct Candidate {
+    pub variant: String,
+    pub tiling: String,
+    pub kernel: Matmul,
 }
 
 pub fn run(ctx: &GpuContext, quick: bool) {
@@ -151,7 +151,7 @@ fn candidates(ctx: &GpuContext) -> Vec<Candidate> {
 }
 
 /// Runs the check products on `candidate`, prints its line; whether every output passed.
-fn check(ctx: &GpuContext, candidate: &Candidate) -> bool {
+pub fn check(ctx: &GpuContext, candidate: &Candidate) -> bool {
     let mut rng = fak_tests::rng(0x5eed_0001);
     let mut worst = 0.0f64;
     let mut cases = 0;
