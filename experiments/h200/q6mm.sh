@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # One device call (an H100 or H200, ≤ 200 s wall; no llama.cpp), or one part of multi.sh
 # (`multi.sh q6mm:200`): issue 19's slow weight products (experiments/NOTES.md, "q6mm") in the
-# mat-mul's two opt-in forms, checked, then timed against today's default.
-#   FAK_MATMUL_TILING=x16-128x128-k64-1st-rawq6  the Q6_K raw-word path (Q4_K unchanged)
-#   FAK_MATMUL_SPLIT=waves:132                    split K across workgroups only where the
-#                                                 slices fill 132-workgroup waves better
-# Both compute the default's bits (the gpu_matmul tests below check it).
+# mat-mul's forms, checked, then timed in the model:
+#   FAK_MATMUL_TILING=x16-128x128-k64-1st        "old": Q6_K through dequant4 as it loads (the
+#                                                 default until 2026-12-05 #7, which made the
+#                                                 Q6_K raw-word path `-rawq6` the default from
+#                                                 the H200 sweep of 2026-12-05 alone)
+#   FAK_MATMUL_SPLIT=waves:132                    "split": split K across workgroups only where
+#                                                 the slices fill 132-workgroup waves better
+# All compute the default's bits (the gpu_matmul tests below check it).
 #   1. gpu_matmul (every coop kernel against the CPU; the raw path bit for bit against its twin;
 #      every split rule bit for bit against the engine's), summary printed, log in tests.tgz.
 #   2. matmul-bench --forms (when carried): x16 default / -rawq6 × below / waves:132, each
 #      checked against the CPU, then every product of the 8B and 27B layer sets with its Q4_K_M
 #      type at 128 and 512 tokens, two rounds; forms.tsv, its totals printed.
 #   3. `harness bench --depths 128,2048 --n-out 8 --profile-steps 1` on the 8B and 27B synth
-#      files, default and new (both variables) interleaved: 8b-default, 27b-default, 8b-new,
-#      27b-new, then while the budget (BUDGET_S, 190 s from the start) lasts 8b-default-2,
-#      8b-new-2; bench.log keeps each run's prefill lines and its product rows; bench-json.tgz.
+#      files, old, default and split interleaved: 8b-old, 8b-default, 27b-old, 27b-default,
+#      8b-split, 27b-split, then while the budget (BUDGET_S, 190 s from the start) lasts
+#      8b-old-2, 8b-default-2; bench.log keeps each run's prefill lines and its product rows;
+#      bench-json.tgz.
 # Prepare (here): MATMUL_BENCH=1 RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh \
 #     gpu_matmul   (the lead's build of main: then `multi.sh q6mm:200 …`, carry ["target/h200"])
 # Files back: tests.tgz, forms.tsv, bench.log, bench-json.tgz, clocks.csv, gpu.csv.
@@ -61,7 +65,8 @@ fi
 
 wait "$SYNTH" || { tail -3 "$LOGS/synth.log"; kill $CLOCKS; exit 1; }
 BUDGET_S=${BUDGET_S:-190}
-NEW=(FAK_MATMUL_TILING=x16-128x128-k64-1st-rawq6 FAK_MATMUL_SPLIT=waves:132)
+OLD=(FAK_MATMUL_TILING=x16-128x128-k64-1st)
+SPLIT=(FAK_MATMUL_SPLIT=waves:132)
 # The products' rows of a bench (ffn_down, attn_output, attn_v, gdn_qkv … by name).
 PRODUCT_ROWS=" (attn_qkv|attn_qk|attn_v|attn_output|ffn_gate_up|ffn_down|gdn_qkv|gdn_zba|gdn_out|gdn_qkvzba) "
 bench() { # bench MODEL LABEL [VAR=value...]: one harness bench, unless the budget is spent
@@ -86,11 +91,13 @@ bench() { # bench MODEL LABEL [VAR=value...]: one harness bench, unless the budg
     ls /tmp/q6mm-json/*.json > /dev/null 2>&1 \
         && (cd /tmp/q6mm-json && tar czf "$OUT/bench-json.tgz" ./*.json)
 }
+bench "$Q8B" 8b-old "${OLD[@]}"
 bench "$Q8B" 8b-default
+bench "$Q27" 27b-old "${OLD[@]}"
 bench "$Q27" 27b-default
-bench "$Q8B" 8b-new "${NEW[@]}"
-bench "$Q27" 27b-new "${NEW[@]}"
+bench "$Q8B" 8b-split "${SPLIT[@]}"
+bench "$Q27" 27b-split "${SPLIT[@]}"
+bench "$Q8B" 8b-old-2 "${OLD[@]}"
 bench "$Q8B" 8b-default-2
-bench "$Q8B" 8b-new-2 "${NEW[@]}"
 kill $CLOCKS
 echo "== done at ${SECONDS}s"

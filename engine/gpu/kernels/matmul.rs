@@ -522,8 +522,14 @@ impl CoopKernel {
     }
 
     /// The x16 kernel 16×16 runs: 128 × 128 tiles, K steps of 64, one stage (the sweep's fastest
-    /// on the H200 in both sessions' sweeps), K summed in the weight's fixed slices.
-    pub const X16_DEFAULT: CoopKernel = CoopKernel::X16(X16Tiling::new(4, 64, 1, false));
+    /// on the H200 in both sessions' sweeps), K summed in the weight's fixed slices, Q6_K on the
+    /// raw-word path (`-rawq6`: fetched a step ahead like Q4_K, the same f16 values and MMAs, so
+    /// the same bits as the dequant path). The H200 sweep of 2026-12-05
+    /// (experiments/h200/2026-12-05/gemm/matmul-sweep.tsv: both PASS against the CPU) ran every
+    /// Q6_K product of the 8B's shapes 1.5–1.7× faster on it (ffn_down 62.8 → 99.5 TFLOP/s at 128
+    /// tokens, attn_output 73.2 → 122.1 at 2048) and Q4_K the same; it was made the default in
+    /// session 2026-12-05 #7 from that sweep, before running in a model on a device.
+    pub const X16_DEFAULT: CoopKernel = CoopKernel::X16(X16Tiling::new(4, 64, 1, true));
 
     /// `FAK_MATMUL_TILING`: a kernel of [`CoopKernel::SWEEP`] by its label, for a measurement
     /// of another kernel in the model; None when unset or empty.

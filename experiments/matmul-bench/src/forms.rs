@@ -99,8 +99,8 @@ pub fn run(ctx: &GpuContext, quick: bool) {
     }
 }
 
-/// The forms the adapter runs: on a 16×16 variant the x16 kernel the engine builds and its Q6_K
-/// raw-word twins, each with the engine's split rule and the wave rule; without cooperative
+/// The forms the adapter runs: on a 16×16 variant the engine's x16 tiling with Q6_K decoded as
+/// it loads and on its raw-word paths, each with the engine's split rule and the wave rule; without cooperative
 /// matrices the f32 kernel with both rules.
 fn forms(ctx: &GpuContext, waves: u32) -> Vec<Candidate> {
     let mut variants = Vec::new();
@@ -116,15 +116,18 @@ fn forms(ctx: &GpuContext, waves: u32) -> Vec<Candidate> {
     };
     let kernels: Vec<Option<CoopKernel>> = match paths.coop_matrix {
         Some(shape) => {
-            let engine = CoopKernel::for_shape(shape);
-            let raw = ["-rawq6", "-rawq6p"].map(|suffix| {
-                CoopKernel::SWEEP
-                    .into_iter()
-                    .find(|k| k.to_string() == format!("{engine}{suffix}"))
-            });
-            [Some(engine)]
+            // The engine's tiling with Q6_K through dequant4 as it loads, on the raw-word
+            // path (the default since 2026-12-05 #7) and on it in pairs.
+            let engine = CoopKernel::for_shape(shape).to_string();
+            let base = engine.trim_end_matches("-rawq6");
+            ["", "-rawq6", "-rawq6p"]
                 .into_iter()
-                .chain(raw.into_iter().flatten().map(Some))
+                .filter_map(|suffix| {
+                    CoopKernel::SWEEP
+                        .into_iter()
+                        .find(|k| k.to_string() == format!("{base}{suffix}"))
+                })
+                .map(Some)
                 .collect()
         }
         None => vec![None],
