@@ -7,7 +7,7 @@
 //! code is shared with `harness selftest` (harness/checks/matvec.rs).
 
 use fak::gpu::kernels::matvec::{
-    InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, SecondWeight,
+    InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, Q6Loads, SecondWeight,
 };
 use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
 use fak::gpu::step::MAX_BATCH;
@@ -225,6 +225,110 @@ fn the_wide_form_matches_on_its_types_batches_and_fusions() {
                 FUSIONS[1],
                 seed,
             ));
+        }
+    }
+}
+
+/// The wide form's aligned Q6_K loads (`Q6Loads::Aligned`, FAK_MATVEC_Q6=aligned: vec4 pairs of
+/// w16 shifted into place) read the bytes the word loads read: against the CPU (check_tensor:
+/// every batch, accumulate on and off, strided x, outputs poisoned) and, bit for bit, the
+/// default loads' outputs at every batch (rows past the batch left NaN). Rows of 5 and 18
+/// blocks (1050 and 3780 bytes: blocks at every even skew mod 16; the long rows take several
+/// passes of a team), 37 rows, W at byte 32 and 36 of its buffer. The first wide layout on every
+/// int-dot variant, the unrolled one (second unit clamped) on the first. (A mixed binding with
+/// aligned loads: `a_mixed_binding_computes_each_weight_as_its_own_binding_does`.)
+#[test]
+fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
+    let ctx = gpu();
+    let (rows, batch) = (37, u64::from(MAX_BATCH));
+    let wide = MatVecLayout::WIDE_CANDIDATES;
+    let mut seed = 0x3a7e_d000;
+    for (i, layout) in [wide[0], wide[2]].into_iter().enumerate() {
+        let int_dot = variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot);
+        for paths in int_dot.take(if i == 0 { usize::MAX } else { 1 }) {
+            let words = MatVec::with_layout(ctx, paths, layout).unwrap();
+            let aligned = MatVec::with_layout(ctx, paths, layout)
+                .unwrap()
+                .with_q6_loads(Q6Loads::Aligned);
+            let quantizer = quantizer(ctx, &words);
+            for (cols, offset) in [(1280, WEIGHTS_OFFSET), (4608, WEIGHTS_OFFSET + 4)] {
+                seed += 1;
+                let ty = GgmlType::Q6_K;
+                let bytes = random_weights(ty, rows, cols, seed);
+                assert_all(check_tensor(
+                    ctx,
+                    &aligned,
+                    Path::Q8(&quantizer),
+                    ty,
+                    (rows, cols),
+                    &bytes,
+                    offset,
+                    ctx.max_binding_size(),
+                    seed,
+                ));
+                let w = weights_buffer_at(ctx, &bytes, offset);
+                let x = random_f32(&mut rng(seed), batch * cols);
+                let xb = upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap();
+                let x_act = Activations::contiguous(&xb, cols);
+                for n in BATCHES {
+                    let step = StepBuffer::new(ctx);
+                    step.set(ctx, Step::new(0, n, 0));
+                    let q8 = poisoned_q8(ctx, cols, MAX_BATCH);
+                    let quantize = quantizer
+                        .bind(ctx, x_act, cols, None, &q8, &step, MAX_BATCH)
+                        .unwrap();
+                    let shape = MatVecShape { ty, rows, cols };
+                    let fusion = MatVecFusion {
+                        q8: Some(&q8),
+                        ..MatVecFusion::default()
+                    };
+                    let ys = [0, 1].map(|_| poisoned_f32(ctx, "y", batch * rows));
+                    let bindings = [&words, &aligned];
+                    let bound: Vec<_> = bindings
+                        .iter()
+                        .zip(&ys)
+                        .map(|(kernel, y)| {
+                            let io = MatVecIo {
+                                weights: &w,
+                                weights_offset: offset,
+                                x: x_act,
+                                y: Activations::contiguous(y, rows),
+                                step: &step,
+                                accumulate: false,
+                                max_batch: MAX_BATCH,
+                            };
+                            kernel.bind_fused(ctx, shape, &io, fusion).unwrap()
+                        })
+                        .collect();
+                    ctx.run_pass("q6 loads", |pass| {
+                        quantizer.encode(pass, &quantize, n).unwrap();
+                        for (kernel, binding) in bindings.iter().zip(&bound) {
+                            kernel.encode(pass, binding, n).unwrap();
+                        }
+                    })
+                    .unwrap();
+                    let [want, got] =
+                        [0, 1].map(|k| read_back_f32(ctx, &ys[k], 0..4 * batch * rows).unwrap());
+                    let what =
+                        format!("{paths} {layout} Q6_K {rows}×{cols} at {offset}, batch {n}");
+                    let split = (u64::from(n) * rows) as usize;
+                    assert!(
+                        want[..split].iter().all(|v| v.is_finite()),
+                        "{what}: the word loads' outputs are not all finite"
+                    );
+                    let differ = (0..split)
+                        .filter(|&o| got[o].to_bits() != want[o].to_bits())
+                        .count();
+                    assert_eq!(
+                        differ, 0,
+                        "{what}: outputs differ from the word loads' bits"
+                    );
+                    assert!(
+                        got[split..].iter().all(|v| v.is_nan()),
+                        "{what}: wrote past the batch"
+                    );
+                }
+            }
         }
     }
 }
@@ -616,8 +720,19 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
         ..MatVecFusion::default()
     };
     let layout = MatVecLayout::INTEGER.widened();
-    for paths in variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot) {
-        let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
+    // Every int-dot variant with the default Q6_K loads; the first also with aligned ones.
+    let int_dot: Vec<KernelPaths> = variants::<MatVec>(ctx)
+        .into_iter()
+        .filter(|p| p.int_dot)
+        .collect();
+    let forms = int_dot
+        .iter()
+        .map(|&paths| (paths, Q6Loads::Words))
+        .chain(int_dot.first().map(|&paths| (paths, Q6Loads::Aligned)));
+    for (paths, q6) in forms {
+        let kernel = MatVec::with_layout(ctx, paths, layout)
+            .unwrap()
+            .with_q6_loads(q6);
         let quantizer = quantizer(ctx, &kernel);
         for (k, (types, rows)) in [
             ([GgmlType::Q4_K, GgmlType::Q6_K], [37u64, 21]),
@@ -694,7 +809,8 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                     }
                 }
                 for i in 0..2 {
-                    let what = format!("{paths} {:?} part {i} ({}) batch {n}", types, types[i]);
+                    let what =
+                        format!("{paths} {q6:?} {types:?} part {i} ({}) batch {n}", types[i]);
                     let got = read_back_f32(ctx, &mixed[i], 0..4 * batch * rows[i]).unwrap();
                     let own = read_back_f32(ctx, &alone[i], 0..4 * batch * rows[i]).unwrap();
                     let split = (u64::from(n) * rows[i]) as usize;

@@ -216,6 +216,30 @@ impl std::fmt::Display for MatVecLayout {
         }
     }
 }
+/// How the wide form loads a Q6_K block (wgsl/matvec_q8_wide.wgsl): blocks of 210 bytes start
+/// on 2-byte boundaries, so today's loads are five words and a funnel shift per 16-byte run.
+/// Both read the same bytes and compute the same sums in the same order (bit for bit).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub enum Q6Loads {
+    /// Word loads at the block's alignment (the default).
+    #[default]
+    Words,
+    /// 16-byte-aligned vec4 pairs of the w16 view, shifted into place (`Q6_ALIGNED`): 8 vec4
+    /// loads per row and unit instead of ~20 word loads (issue 18: Q6_K as fast as Q4_K per
+    /// byte). Opt-in (`FAK_MATVEC_Q6=aligned`) until a device has timed it.
+    Aligned,
+}
+
+impl Q6Loads {
+    /// `FAK_MATVEC_Q6`: `aligned`, else (unset, `words`, anything else) the default.
+    pub fn from_env() -> Q6Loads {
+        match std::env::var("FAK_MATVEC_Q6").as_deref() {
+            Ok("aligned") => Q6Loads::Aligned,
+            _ => Q6Loads::Words,
+        }
+    }
+}
+
 /// w, x, y, params, step, w and x again as 16-byte words (`w16`, `x16`), the norm weight (`nw`),
 /// the q8 codes and scales of the integer path (`xq`, `xd`), the quantized output's codes and
 /// scales (`yq`, `yd`), the second weight's params of a mixed binding (`params2`).
@@ -237,6 +261,8 @@ const SLOTS: &[Slot] = &[
 /// `Params::wide` bits (WIDE_X, WIDE_W of the WGSL).
 const WIDE_X: u32 = 1;
 const WIDE_W: u32 = 2;
+/// `Params::wide` bit W16_VIEW (wgsl/matvec_q8_wide.wgsl): w16 views w from its first byte.
+const W16_VIEW: u32 = 4;
 
 /// `Params` of wgsl/matvec.wgsl.
 #[repr(C)]
@@ -412,6 +438,8 @@ pub struct MatVec {
     /// Every binding's layout (named or not) in the wide form where that serves it
     /// (on unless `FAK_MATVEC_WIDE=0`: the wide form of every layout that has one).
     widen: bool,
+    /// How the wide form's pipelines load Q6_K blocks.
+    q6: Q6Loads,
     layout: wgpu::BindGroupLayout,
     /// Bound as `w16`/`x16` where the data is not 16-byte aligned (the kernel then reads w, x).
     placeholder: wgpu::Buffer,
@@ -500,13 +528,13 @@ impl MatVecBinding {
 }
 
 /// The pipeline of one type, input (f32, normed f32 or q8), batch capacity and layout (MIXED: a
-/// second weight's workgroups after the first's).
+/// second weight's workgroups after the first's); a wide one loads Q6_K blocks as `q6` says.
 fn spec(
     ty: GgmlType,
     input: Input,
     capacity: u32,
     rows: MatVecLayout,
-    mixed: bool,
+    (mixed, q6): (bool, Q6Loads),
 ) -> PipelineSpec {
     let (_, lanes, block_elems, block_bytes) = unit_geometry(ty, rows.wide);
     let norm = input == Input::Normed;
@@ -526,9 +554,15 @@ fn spec(
     if mixed {
         quantizing.push(("MIXED", 1.0));
     }
+    // Only the wide module declares Q6_ALIGNED; the default pipelines are today's, unchanged.
+    let aligned = rows.wide && input.is_q8() && q6 == Q6Loads::Aligned;
+    if aligned {
+        quantizing.push(("Q6_ALIGNED", 1.0));
+    }
     let mixed = if mixed { " mixed" } else { "" };
+    let aligned = if aligned { " q6 aligned" } else { "" };
     PipelineSpec {
-        label: format!("matvec {ty}{mixed} batch {capacity} x {what} layout {rows}"),
+        label: format!("matvec {ty}{mixed} batch {capacity} x {what} layout {rows}{aligned}"),
         entry_point,
         constants: quantizing
             .into_iter()
@@ -551,7 +585,7 @@ fn spec(
 fn specs(ty: GgmlType, input: Input, rows: MatVecLayout) -> Vec<PipelineSpec> {
     BATCH_CAPACITIES
         .into_iter()
-        .map(|capacity| spec(ty, input, capacity, rows, false))
+        .map(|capacity| spec(ty, input, capacity, rows, (false, Q6Loads::Words)))
         .collect()
 }
 
@@ -612,7 +646,23 @@ impl Kernel for MatVec {
             let normed = |index| Input::QuantizedNorm(index, 256);
             pipelines.extend(specs(GgmlType::Q4_K, normed(1), MatVecLayout::QUANTIZING));
             pipelines.extend(specs(GgmlType::Q6_K, normed(3), wide[0]));
-            pipelines.push(spec(GgmlType::Q4_K, normed(1), 1, wide[0], true));
+            pipelines.push(spec(
+                GgmlType::Q4_K,
+                normed(1),
+                1,
+                wide[0],
+                (true, Q6Loads::Words),
+            ));
+            // Q6_K's aligned loads (opt-in), plain and mixed.
+            let aligned = (false, Q6Loads::Aligned);
+            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 1, wide[0], aligned));
+            pipelines.push(spec(
+                GgmlType::Q6_K,
+                normed(3),
+                1,
+                wide[0],
+                (true, Q6Loads::Aligned),
+            ));
         }
         KernelSource {
             module,
@@ -657,7 +707,19 @@ impl MatVec {
         let widen = std::env::var("FAK_MATVEC_WIDE").as_deref() != Ok("0");
         let mut kernel = Self::build_in(ctx, paths, MatVecLayout::from_env()?)?;
         kernel.widen = widen;
-        Ok(kernel)
+        Ok(kernel.with_q6_loads(Q6Loads::from_env()))
+    }
+
+    /// This kernel with its wide pipelines loading Q6_K blocks as `q6` says (before any
+    /// binding: the pipelines are built by the bindings).
+    pub fn with_q6_loads(mut self, q6: Q6Loads) -> Self {
+        self.q6 = q6;
+        self
+    }
+
+    /// How the wide pipelines load Q6_K blocks.
+    pub fn q6_loads(&self) -> Q6Loads {
+        self.q6
     }
 
     /// [`MatVec::new`] with every binding that names no layout in `rows`.
@@ -682,6 +744,7 @@ impl MatVec {
             variant: variant.paths,
             rows,
             widen: false,
+            q6: Q6Loads::Words,
             layout: built.layout,
             placeholder: storage_buffer(ctx, "matvec wide placeholder", 16)?,
             placeholder_out: storage_buffer(ctx, "matvec output placeholder", 16)?,
@@ -717,7 +780,7 @@ impl MatVec {
             let mut variant = KernelVariant::of::<Self>(self.variant);
             variant.source.pipelines = missing
                 .iter()
-                .map(|&(ty, input, c, rows, mixed)| spec(ty, input, c, rows, mixed))
+                .map(|&(ty, input, c, rows, mixed)| spec(ty, input, c, rows, (mixed, self.q6)))
                 .collect();
             built.extend(missing.into_iter().zip(build(ctx, &variant)?.pipelines));
         }
@@ -1097,15 +1160,22 @@ impl MatVec {
                     pair_byte + len * row_bytes,
                     align,
                 );
-                // w16: only Q4_K reads it, and only when every block starts on 16 bytes.
-                let w_wide = (ty == GgmlType::Q4_K
+                // w16: Q4_K reads it when every block starts on 16 bytes; the wide form's Q6_K
+                // under aligned loads as a view of w from its (16-byte aligned) first byte.
+                let w_view = ty == GgmlType::Q6_K
+                    && rows_layout.wide
+                    && self.q6 == Q6Loads::Aligned
+                    && w.offset.is_multiple_of(16);
+                let w_aligned = ty == GgmlType::Q4_K
                     && w.offset.is_multiple_of(16)
                     && w.skip.is_multiple_of(16)
-                    && row_bytes.is_multiple_of(16))
-                .then(|| wide_window(w, io.weights, max_binding))
-                .flatten();
+                    && row_bytes.is_multiple_of(16);
+                let w_wide = (w_view || w_aligned)
+                    .then(|| wide_window(w, io.weights, max_binding))
+                    .flatten();
+                let w_bit = if w_view { W16_VIEW } else { WIDE_W };
                 let wide =
-                    u32::from(x_wide.is_some()) * WIDE_X + u32::from(w_wide.is_some()) * WIDE_W;
+                    u32::from(x_wide.is_some()) * WIDE_X + u32::from(w_wide.is_some()) * w_bit;
                 let placeholder = self.placeholder.as_entire_binding();
                 // xq, xd: the whole q8 vectors of a q8 binding (vector b at b·cols/4, b·cols/32).
                 let batch = u64::from(io.max_batch);
