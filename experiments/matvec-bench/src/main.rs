@@ -26,13 +26,17 @@
 //! share of that bound; a binding that fails (or gives NaN) is printed as FAILED and not timed.
 //!
 //!   matvec-bench [--quick] [--layouts 64/1/1,128/4/2] [--paths f32,q8] [--batch B]
+//!                [--q6 aligned] [--only NAME,NAME]
 //!
 //! `--batch B` (1 to 8) multiplies B input vectors per dispatch, as a batched decode step of B
 //! sequences does (the B vectors are copies of one x, each output vector checked against the
-//! same reference); GB/s stays weight bytes over time.
+//! same reference); GB/s stays weight bytes over time. `--q6 aligned` also times each wide
+//! layout's Q6_K products with the aligned Q6_K loads (`Q6Loads::Aligned`, FAK_MATVEC_Q6=aligned),
+//! checked as every binding is, as path `q8+q6aligned` (its `q8` line beside it is the default
+//! loads'). `--only` keeps the products of those names (every type of a name).
 
 use fak::gpu::kernels::matvec::{
-    InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape,
+    InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, Q6Loads,
 };
 use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8, QuantizeQ8Binding};
 use fak::gpu::kernels::read_probe::ReadProbe;
@@ -215,7 +219,13 @@ fn main() {
     println!(
         "product\ttype\trows\tcols\tlayout\tpath\tus_per_dispatch\tweight_gbps\tpct_probe\tcopies\tcheck"
     );
-    let products: &[Product] = if quick { &QUICK_PRODUCTS } else { &PRODUCTS };
+    let q6_aligned = option("--q6").as_deref() == Some("aligned");
+    let all: &[Product] = if quick { &QUICK_PRODUCTS } else { &PRODUCTS };
+    let only = option("--only");
+    let products: Vec<&Product> = all
+        .iter()
+        .filter(|p| only.as_ref().is_none_or(|o| o.split(',').any(|n| n == p.name)))
+        .collect();
     let batch: u32 = option("--batch").map_or(1, |b| b.parse().expect("--batch"));
     assert!((1..=8).contains(&batch), "--batch {batch}: expected 1 to 8");
     println!("# input vectors per dispatch: {batch}");
@@ -248,11 +258,31 @@ fn main() {
         // A wide layout on f32 inputs is the narrow one: timed once.
         let layouts = layouts.iter().filter(|l| input == InputPath::Q8 || !l.wide);
         for &layout in layouts {
-            // One kernel per layout: its pipelines are shared by the products of one type.
-            let kernel = MatVec::with_layout(&ctx, paths, layout).expect("building matvec");
-            for (index, (p, bench)) in products.iter().zip(&benches).enumerate() {
-                let bindings = bench.bind(&ctx, &kernel, false);
-                let name = if input == InputPath::Q8 { "q8" } else { "f32" };
+            // One kernel per layout: its pipelines are shared by the products of one type. With
+            // `--q6 aligned`, a wide layout's second kernel loads Q6_K blocks aligned.
+            let base = if input == InputPath::Q8 { "q8" } else { "f32" };
+            let mut forms = vec![(
+                base,
+                MatVec::with_layout(&ctx, paths, layout).expect("building matvec"),
+            )];
+            if q6_aligned && layout.wide && input == InputPath::Q8 {
+                let kernel = MatVec::with_layout(&ctx, paths, layout).expect("building matvec");
+                forms.push(("q8+q6aligned", kernel.with_q6_loads(Q6Loads::Aligned)));
+            }
+            for ((index, (p, bench)), (name, kernel)) in products
+                .iter()
+                .zip(&benches)
+                .enumerate()
+                .flat_map(|product| forms.iter().map(move |form| (product, form)))
+            {
+                let (name, kernel) = (*name, kernel);
+                // The aligned form differs from the default only on Q6_K, and only in its
+                // loads: timed alone (the fused timings below are the default form's).
+                let aligned_form = kernel.q6_loads() == Q6Loads::Aligned;
+                if aligned_form && p.ty != GgmlType::Q6_K {
+                    continue;
+                }
+                let bindings = bench.bind(&ctx, kernel, false);
                 let check = bench.check(
                     &ctx,
                     &references[index],
@@ -274,11 +304,12 @@ fn main() {
                         kernel.encode(pass, &bindings[copy], batch).unwrap();
                     }),
                 )];
-                if p.fusion == Fusion::GateUp
+                if !aligned_form
+                    && p.fusion == Fusion::GateUp
                     && p.rows.is_multiple_of(32)
                     && layout.teams == MatVecLayout::QUANTIZING_TEAMS
                 {
-                    let quantizing = bench.bind(&ctx, &kernel, true);
+                    let quantizing = bench.bind(&ctx, kernel, true);
                     let path = if input == InputPath::Q8 {
                         "q8+q8out"
                     } else {
@@ -308,7 +339,7 @@ fn main() {
                         );
                     }
                 }
-                if let (Some(q), Some(qb)) = (&quantizer, &quantize[index]) {
+                if let (false, Some(q), Some(qb)) = (aligned_form, &quantizer, &quantize[index]) {
                     timed.push((
                         "q8+quantize",
                         bench.time(&ctx, |pass, copy| {
@@ -334,12 +365,12 @@ fn main() {
             }
         }
     }
-    summarize(products, &results, &probe.gb_per_s);
+    summarize(&products, &results, &probe.gb_per_s);
 }
 
 /// The fastest layout per product and path, and a decode step's mat-vec time from the 8B rows.
 fn summarize(
-    products: &[Product],
+    products: &[&Product],
     results: &[(usize, &'static str, MatVecLayout, f64)],
     probe_gbps: &f64,
 ) {
@@ -347,7 +378,14 @@ fn summarize(
     let mut step_best = std::collections::BTreeMap::<&str, f64>::new();
     let mut step_default = std::collections::BTreeMap::<&str, f64>::new();
     for (index, p) in products.iter().enumerate() {
-        for path in ["f32", "q8", "q8+quantize", "f32+q8out", "q8+q8out"] {
+        for path in [
+            "f32",
+            "q8",
+            "q8+q6aligned",
+            "q8+quantize",
+            "f32+q8out",
+            "q8+q8out",
+        ] {
             let mine: Vec<_> = results
                 .iter()
                 .filter(|r| r.0 == index && r.1 == path)
@@ -404,7 +442,7 @@ fn summarize(
 /// Issue 18's measure: weight bytes over time, byte-weighted over a set of products (the 8B
 /// step's, each × its count per step; the 27B MLP's, each once), for each path in the best
 /// layout per product, and per layout (its form, wide or not, where it serves).
-fn bandwidth_summary(products: &[Product], results: &[(usize, &'static str, MatVecLayout, f64)]) {
+fn bandwidth_summary(products: &[&Product], results: &[(usize, &'static str, MatVecLayout, f64)]) {
     let bytes = |p: &Product| {
         let rows = p.rows * if p.fusion == Fusion::GateUp { 2 } else { 1 };
         (p.ty.row_bytes(p.cols).unwrap() * rows) as f64
@@ -416,7 +454,7 @@ fn bandwidth_summary(products: &[Product], results: &[(usize, &'static str, MatV
         }),
     ];
     for (set, weight) in sets {
-        for path in ["f32", "q8", "q8+q8out"] {
+        for path in ["f32", "q8", "q8+q6aligned", "q8+q8out"] {
             let (mut total_bytes, mut total_seconds) = (0.0, 0.0);
             for (index, p) in products.iter().enumerate() {
                 let best = results
