@@ -38,7 +38,9 @@
 //! [`MatVecLayout::CANDIDATES`] are the ones experiments/matvec-bench times and
 //! tests/gpu_matvec.rs checks. A binding takes [`MatVecFusion::layout`], else the one
 //! `FAK_MATVEC_LAYOUT` names (`MatVecLayout::from_env`), else its input's:
-//! [`MatVecLayout::DEFAULT`] (f32) or [`MatVecLayout::INTEGER`] (q8).
+//! [`MatVecLayout::DEFAULT`] (f32) or [`MatVecLayout::INTEGER`] (q8). The wide form reads Q6_K
+//! blocks with word loads, or (opt-in, `FAK_MATVEC_Q6=aligned`) as aligned 16-byte pairs
+//! ([`Q6Loads`]): the same bytes, the same outputs bit for bit.
 
 use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::tensors::{bind_group, checked_row_bytes};
