@@ -234,7 +234,9 @@ fn the_wide_form_matches_on_its_types_batches_and_fusions() {
 /// every batch, accumulate on and off, strided x, outputs poisoned) and, bit for bit, the
 /// default loads' outputs at every batch (rows past the batch left NaN). Rows of 5 and 18
 /// blocks (1050 and 3780 bytes: blocks at every even skew mod 16; the long rows take several
-/// passes of a team), 37 rows, W at byte 32 and 36 of its buffer. The first wide layout on every
+/// passes of a team), 37 rows, W at byte 32 and 36 of its buffer with room behind it for the
+/// last 16-byte word (asserted: the binding takes the aligned loads); and in a buffer without
+/// that room, where the binding falls back to the word loads. The first wide layout on every
 /// int-dot variant, the unrolled one (second unit clamped) on the first. (A mixed binding with
 /// aligned loads: `a_mixed_binding_computes_each_weight_as_its_own_binding_does`.)
 #[test]
@@ -251,21 +253,34 @@ fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
                 .unwrap()
                 .with_q6_loads(Q6Loads::Aligned);
             let quantizer = quantizer(ctx, &words);
-            for (cols, offset) in [(1280, WEIGHTS_OFFSET), (4608, WEIGHTS_OFFSET + 4)] {
+            let cases = [
+                (1280, WEIGHTS_OFFSET, true),
+                (4608, WEIGHTS_OFFSET + 4, true),
+                (1280, WEIGHTS_OFFSET, false),
+            ];
+            for (cols, offset, room) in cases {
                 seed += 1;
                 let ty = GgmlType::Q6_K;
-                let bytes = random_weights(ty, rows, cols, seed);
-                assert_all(check_tensor(
-                    ctx,
-                    &aligned,
-                    Path::Q8(&quantizer),
-                    ty,
-                    (rows, cols),
-                    &bytes,
-                    offset,
-                    ctx.max_binding_size(),
-                    seed,
-                ));
+                let mut bytes = random_weights(ty, rows, cols, seed);
+                if room {
+                    assert_all(check_tensor(
+                        ctx,
+                        &aligned,
+                        Path::Q8(&quantizer),
+                        ty,
+                        (rows, cols),
+                        &bytes,
+                        offset,
+                        ctx.max_binding_size(),
+                        seed,
+                    ));
+                }
+                // 37 rows of 1050 or 3780 bytes end 8 or 4 bytes into a 16-byte word (from a
+                // 16-byte aligned offset): without room the grown window is refused.
+                let tensor_bytes = bytes.len();
+                if room {
+                    bytes.extend_from_slice(&[0; 16]);
+                }
                 let w = weights_buffer_at(ctx, &bytes, offset);
                 let x = random_f32(&mut rng(seed), batch * cols);
                 let xb = upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap();
@@ -300,6 +315,14 @@ fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
                             kernel.bind_fused(ctx, shape, &io, fusion).unwrap()
                         })
                         .collect();
+                    assert!(!bound[0].q6_aligned());
+                    assert_eq!(
+                        bound[1].q6_aligned(),
+                        room,
+                        "{paths} {layout} cols {cols}: aligned loads with room {room} ({} bytes \
+                         at {offset})",
+                        tensor_bytes
+                    );
                     ctx.run_pass("q6 loads", |pass| {
                         quantizer.encode(pass, &quantize, n).unwrap();
                         for (kernel, binding) in bindings.iter().zip(&bound) {
@@ -755,7 +778,8 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                     0x3a7e_c100 + k as u64 * 2 + i as u64,
                 )
             });
-            let w = [0, 1].map(|i| upload(ctx, "W", &bytes[i]).unwrap());
+            // Room behind each weight for its last 16-byte word (the aligned Q6_K loads').
+            let w = [0, 1].map(|i| upload(ctx, "W", &[&bytes[i][..], &[0; 16]].concat()).unwrap());
             for n in BATCHES {
                 let step = StepBuffer::new(ctx);
                 step.set(ctx, Step::new(0, n, 0));
@@ -787,6 +811,9 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                 let binding = kernel
                     .bind_fused(ctx, shapes[0], &io(0, &mixed[0]), both)
                     .unwrap();
+                // The first weight's binding; the second's blocks keep the word loads.
+                let aligned = q6 == Q6Loads::Aligned && types[0] == GgmlType::Q6_K;
+                assert_eq!(binding.q6_aligned(), aligned, "{paths} {q6:?} {types:?}");
                 let q8 = poisoned_q8(ctx, cols, MAX_BATCH);
                 let quantize = quantizer
                     .bind(ctx, x_act, cols, Some(norm), &q8, &step, MAX_BATCH)

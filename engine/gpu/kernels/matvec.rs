@@ -496,6 +496,8 @@ pub struct MatVecBinding {
     pipelines: Vec<wgpu::ComputePipeline>,
     max_batch: u32,
     ranges: Vec<(wgpu::BindGroup, Grid)>,
+    /// Every range reads its Q6_K blocks with the aligned loads ([`Q6Loads::Aligned`]).
+    q6_aligned: bool,
     /// What one encode moves: W (and a folded norm's weight) once, and per input vector.
     work: MatVecWork,
 }
@@ -505,6 +507,13 @@ impl MatVecBinding {
     /// [`MatVecFusion::quantize_input`] binding on an adapter short of workgroup memory).
     pub fn max_batch(&self) -> u32 {
         self.max_batch
+    }
+
+    /// Whether the product reads its Q6_K blocks with the aligned loads: a wide Q6_K binding of
+    /// a kernel with [`Q6Loads::Aligned`] whose weight window starts on 16 bytes and whose
+    /// buffer has room for it grown to whole 16-byte words (else it takes the word loads).
+    pub fn q6_aligned(&self) -> bool {
+        self.q6_aligned
     }
 }
 
@@ -1176,6 +1185,7 @@ impl MatVec {
                     .then(|| wide_window(w, io.weights, max_binding))
                     .flatten();
                 let w_bit = if w_view { W16_VIEW } else { WIDE_W };
+                let q6_aligned = w_view && w_wide.is_some();
                 let wide =
                     u32::from(x_wide.is_some()) * WIDE_X + u32::from(w_wide.is_some()) * w_bit;
                 let placeholder = self.placeholder.as_entire_binding();
@@ -1265,9 +1275,12 @@ impl MatVec {
                 let workgroups = len.div_ceil(outputs_per_workgroup);
                 let workgroups = workgroups
                     + second.map_or(0, |(sw, ..)| sw.shape.rows.div_ceil(outputs_per_workgroup));
-                Ok((group, Grid::for_workgroups(workgroups, max_per_dimension)?))
+                let grid = Grid::for_workgroups(workgroups, max_per_dimension)?;
+                Ok(((group, grid), q6_aligned))
             })
-            .collect::<Result<_, GpuError>>()?;
+            .collect::<Result<Vec<_>, GpuError>>()?;
+        let q6_aligned = ranges.iter().all(|(_, aligned)| *aligned);
+        let ranges = ranges.into_iter().map(|(range, _)| range).collect();
         let x_bytes = match fusion.q8 {
             Some(_) => Q8Vectors::bytes_per_vector(cols),
             None => 4 * cols,
@@ -1304,6 +1317,7 @@ impl MatVec {
             pipelines,
             max_batch,
             ranges,
+            q6_aligned,
             work,
         })
     }
