@@ -229,10 +229,44 @@ fn the_wide_form_matches_on_its_types_batches_and_fusions() {
     }
 }
 
+/// The q8 vectors `q8` holds for a step of `n` (of `cols` columns), read back: x̂ = q·d and each
+/// element's step d, `[b·cols + i]`, zero past vector n (the oracle's inputs).
+fn x_hat_of(ctx: &GpuContext, q8: &Q8Vectors, cols: u64, n: u32) -> (Vec<f32>, Vec<f32>) {
+    let len = (u64::from(MAX_BATCH) * cols) as usize;
+    let (mut x_hat, mut d) = (vec![0.0; len], vec![0.0; len]);
+    for (b, (codes, scales)) in q8.read_back(ctx, cols, n).unwrap().iter().enumerate() {
+        for (i, &q) in codes.iter().enumerate() {
+            let at = b * cols as usize + i;
+            d[at] = scales[i / 32];
+            x_hat[at] = f32::from(q) * d[at];
+        }
+    }
+    (x_hat, d)
+}
+
+/// The first vectors' outputs `got` (`[b·rows + r]`) of weights (type, GGUF bytes, rows) times
+/// x̂ within the f32 bound of the CPU's f64 W·x̂ (`bound`; NaN never passes).
+fn assert_near_q8_oracle(
+    what: &str,
+    got: &[f32],
+    (ty, bytes, rows): (GgmlType, &[u8], u64),
+    (x_hat, d): &(Vec<f32>, Vec<f32>),
+) {
+    let cols = x_hat.len() as u64 / u64::from(MAX_BATCH);
+    let want = expected(ty, bytes, (rows, cols), x_hat, Some(d), MAX_BATCH);
+    let bounds: Vec<f32> = want.scales[..got.len()]
+        .iter()
+        .map(|&s| bound(cols, s))
+        .collect();
+    let want: Vec<f32> = want.dots[..got.len()].iter().map(|&v| v as f32).collect();
+    assert_within(what, got, &want, &bounds);
+}
+
 /// The wide form's aligned Q6_K loads (`Q6Loads::Aligned`, FAK_MATVEC_Q6=aligned: vec4 pairs of
-/// w16 shifted into place) read the bytes the word loads read: against the CPU (check_tensor:
-/// every batch, accumulate on and off, strided x, outputs poisoned) and, bit for bit, the
-/// default loads' outputs at every batch (rows past the batch left NaN). Rows of 5 and 18
+/// w16 shifted into place) read the bytes the word loads read: at every batch their outputs are
+/// within the f32 bound of the CPU's W·x̂ and, bit for bit, the default loads' (outputs
+/// NaN-poisoned, rows past the batch left NaN); the kernel also passes check_tensor (accumulate,
+/// strided x: there the weights' buffer has no room, so it runs the word loads). Rows of 5 and 18
 /// blocks (1050 and 3780 bytes: blocks at every even skew mod 16; the long rows take several
 /// passes of a team), 37 rows, W at byte 32 and 36 of its buffer with room behind it for the
 /// last 16-byte word (asserted: the binding takes the aligned loads); and in a buffer without
@@ -262,7 +296,7 @@ fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
                 seed += 1;
                 let ty = GgmlType::Q6_K;
                 let mut bytes = random_weights(ty, rows, cols, seed);
-                if room {
+                if !room {
                     assert_all(check_tensor(
                         ctx,
                         &aligned,
@@ -349,6 +383,13 @@ fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
                     assert!(
                         got[split..].iter().all(|v| v.is_nan()),
                         "{what}: wrote past the batch"
+                    );
+                    let weights = (ty, &bytes[..tensor_bytes], rows);
+                    assert_near_q8_oracle(
+                        &what,
+                        &got[..split],
+                        weights,
+                        &x_hat_of(ctx, &q8, cols, n),
                     );
                 }
             }
@@ -826,15 +867,7 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                     quantizer.encode(pass, &quantize, n).unwrap();
                 })
                 .unwrap();
-                let mut x_hat = vec![0.0; (batch * cols) as usize];
-                let mut d = vec![0.0; (batch * cols) as usize];
-                for (b, (codes, scales)) in q8.read_back(ctx, cols, n).unwrap().iter().enumerate() {
-                    for (i, &q) in codes.iter().enumerate() {
-                        let at = b * cols as usize + i;
-                        d[at] = scales[i / 32];
-                        x_hat[at] = f32::from(q) * d[at];
-                    }
-                }
+                let x_hat = x_hat_of(ctx, &q8, cols, n);
                 for i in 0..2 {
                     let what =
                         format!("{paths} {q6:?} {types:?} part {i} ({}) batch {n}", types[i]);
@@ -852,20 +885,8 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                         got[split..].iter().all(|v| v.is_nan()),
                         "{what}: wrote past the batch"
                     );
-                    let want = expected(
-                        types[i],
-                        &bytes[i],
-                        (rows[i], cols),
-                        &x_hat,
-                        Some(&d),
-                        MAX_BATCH,
-                    );
-                    let bounds: Vec<f32> = want.scales[..split]
-                        .iter()
-                        .map(|&s| bound(cols, s))
-                        .collect();
-                    let want: Vec<f32> = want.dots[..split].iter().map(|&v| v as f32).collect();
-                    assert_within(&what, &got[..split], &want, &bounds);
+                    let weights = (types[i], &bytes[i][..], rows[i]);
+                    assert_near_q8_oracle(&what, &got[..split], weights, &x_hat);
                 }
             }
         }
