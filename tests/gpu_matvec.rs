@@ -373,6 +373,13 @@ fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
                         want[..split].iter().all(|v| v.is_finite()),
                         "{what}: the word loads' outputs are not all finite"
                     );
+                    let weights = (ty, &bytes[..tensor_bytes], rows);
+                    assert_near_q8_oracle(
+                        &what,
+                        &got[..split],
+                        weights,
+                        &x_hat_of(ctx, &q8, cols, n),
+                    );
                     let differ = (0..split)
                         .filter(|&o| got[o].to_bits() != want[o].to_bits())
                         .count();
@@ -383,13 +390,6 @@ fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
                     assert!(
                         got[split..].iter().all(|v| v.is_nan()),
                         "{what}: wrote past the batch"
-                    );
-                    let weights = (ty, &bytes[..tensor_bytes], rows);
-                    assert_near_q8_oracle(
-                        &what,
-                        &got[..split],
-                        weights,
-                        &x_hat_of(ctx, &q8, cols, n),
                     );
                 }
             }
