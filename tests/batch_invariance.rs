@@ -20,8 +20,12 @@ use std::path::PathBuf;
 const N_OUT: usize = 5;
 
 fn tiny(arch: &str) -> PathBuf {
+    tiny_of(arch, "q8_0")
+}
+
+fn tiny_of(arch: &str, quant: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("batch_invariance");
-    tiny_cut(&dir, arch, "q8_0", 5)
+    tiny_cut(&dir, arch, quant, 5)
 }
 
 fn engine(arch: &str, prefill_chunk: u32) -> Engine {
@@ -153,12 +157,29 @@ fn assert_same_bits(what: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
 
 /// Alone and batched with 3 others (the request at row 2 of every step) on one engine.
 fn alone_and_batched(arch: &str, prompt: &[u32]) -> Vec<Vec<f32>> {
+    alone_and_batched_on(&mut engine(arch, 64), arch, prompt)
+}
+
+fn alone_and_batched_on(e: &mut Engine, what: &str, prompt: &[u32]) -> Vec<Vec<f32>> {
     let others = [random_ids(2, 23), random_ids(3, 57), random_ids(4, 9)];
-    let mut e = engine(arch, 64);
-    let alone = logits_of(&mut e, prompt, &[], 0);
-    let batched = logits_of(&mut e, prompt, &others, 2);
-    assert_same_bits(&format!("{arch}: batched with 3 others"), &batched, &alone);
+    let alone = logits_of(e, prompt, &[], 0);
+    let batched = logits_of(e, prompt, &others, 2);
+    assert_same_bits(&format!("{what}: batched with 3 others"), &batched, &alone);
     alone
+}
+
+/// Q4_K_M files (Q4_K and Q6_K weights: the types of the integer path's wide mat-vec): batched
+/// decode on both architectures. With the integer path (FAK_INT_DOT=1 on lavapipe, the default
+/// on the H200) a one-sequence step runs the wide mat-vec and a batched one its staged twin
+/// (wgsl/matvec_q8_staged.wgsl), which must give the same bits.
+#[test]
+fn q4_k_m_logits_do_not_depend_on_the_batch() {
+    for arch in ["qwen3", "qwen35"] {
+        let path = tiny_of(arch, "q4_k_m");
+        let mut e = Engine::load(&path, &options(64, 0))
+            .unwrap_or_else(|e| panic!("loading tiny {arch} q4_k_m: {e}"));
+        alone_and_batched_on(&mut e, &format!("{arch} q4_k_m"), &random_ids(1, 40));
+    }
 }
 
 /// The logits of `prompt` prefilled in chunks of `chunk` tokens, alone, on a fresh engine.

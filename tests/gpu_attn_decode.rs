@@ -5,7 +5,8 @@
 //! sequence reading its positions from the Step, and sequences of different lengths on shuffled
 //! page tables reading theirs from a token table; the split rule at its edges (every one of
 //! MAX_SPLITS splits used, a ragged last split, kv_len 1, kv_len whole steps, a batch whose
-//! sequences are cut differently); f32 and f16 caches, both forms of the key loop (`KeyWalk`).
+//! sequences are cut differently); f32 and f16 caches, every form of the key loop (`KeyWalk`: the
+//! walk ahead also bit for bit the default) and longer splits (`with_split_keys`).
 //! Cache slots no sequence owns hold NaN, so reading one fails the test.
 
 use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape, DecodeIo, KeyWalk, MAX_SPLITS};
@@ -53,7 +54,7 @@ fn kernels_walking(ctx: &GpuContext, shape: AttnShape, walks: &[KeyWalk]) -> Vec
         .collect()
 }
 
-/// Every variant in both forms of the key loop.
+/// Every variant in every form of the key loop.
 fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnDecode> {
     kernels_walking(ctx, shape, &KeyWalk::ALL)
 }
@@ -144,6 +145,134 @@ fn the_split_rule_holds_at_its_edges() {
             gated_q: true,
         };
         run_case(ctx, &kernel, &case, 99);
+    }
+}
+
+/// `FAK_ATTN_DECODE=ahead` loads the next tile while it scores the current one: the same
+/// arithmetic in the same order as the default, so the same bits, on one sequence (ragged and
+/// split) and on a batch on shuffled pages; both are held to the reference too.
+#[test]
+fn the_walk_ahead_computes_the_default_bits() {
+    let ctx = gpu();
+    let shape = shape(8, 2, 128);
+    let tiles = kernels_walking(ctx, shape, &[KeyWalk::Tiles]);
+    let ahead = kernels_walking(ctx, shape, &[KeyWalk::Ahead]);
+    let cases = [
+        (vec![1], 1),
+        (vec![37], 1),
+        (vec![141], 3),
+        (vec![5, 70, 130], 4),
+    ];
+    for (default, kernel) in tiles.iter().zip(&ahead) {
+        for (i, (lens, n_split)) in cases.iter().enumerate() {
+            let case = Case {
+                shape,
+                table: lens.len() > 1,
+                lens: lens.clone(),
+                n_split: *n_split,
+                gated_q: i == 2,
+            };
+            let (what, got, want) = attn_decode::run_case(ctx, kernel, &case, 60 + i as u64);
+            assert_close(&what, &got, &want, TOL);
+            let (_, bits, _) = attn_decode::run_case(ctx, default, &case, 60 + i as u64);
+            let differ = got
+                .iter()
+                .zip(&bits)
+                .filter(|(a, b)| a.to_bits() != b.to_bits())
+                .count();
+            assert_eq!(
+                differ, 0,
+                "{what}: {differ} outputs differ from the default form's"
+            );
+        }
+    }
+}
+
+/// `FAK_ATTN_DECODE_SPLIT`: splits of at least 3 steps. A sequence that fits runs one split and
+/// no combine (a combine skipped where a sequence needed it leaves o poisoned), one just past
+/// it two; a long one is cut into fewer splits than the binding allows; a batch mixes them on
+/// shuffled pages. In both 4-key forms, every variant, against the reference.
+#[test]
+fn longer_splits_match_the_reference() {
+    let ctx = gpu();
+    let shape = shape(4, 2, 64);
+    for kernel in kernels_walking(ctx, shape, &[KeyWalk::Tiles, KeyWalk::Ahead]) {
+        let step = kernel.walk().step();
+        let kernel = kernel.with_split_keys(2 * step + 1);
+        let fits = 3 * step;
+        assert_eq!(kernel.split_keys(), fits);
+        // The cuts the cases below are meant to reach.
+        assert_eq!(kernel.cut(fits, MAX_SPLITS), (fits, 1));
+        assert_eq!(kernel.cut(fits + 1, MAX_SPLITS), (fits, 2));
+        assert_eq!(kernel.cut(20 * step, 4), (5 * step, 4));
+        assert_eq!(kernel.cut(20 * step - 3, MAX_SPLITS), (fits, 7));
+        let singles = [
+            (vec![1], MAX_SPLITS),
+            (vec![fits], MAX_SPLITS),
+            (vec![fits + 1], MAX_SPLITS),
+            (vec![20 * step], 4),
+            (vec![20 * step - 3], MAX_SPLITS),
+        ];
+        for (lens, n_split) in singles {
+            let case = Case {
+                shape,
+                lens,
+                n_split,
+                table: false,
+                gated_q: false,
+            };
+            run_case(ctx, &kernel, &case, 17 + u64::from(n_split));
+        }
+        let case = Case {
+            shape,
+            lens: vec![fits + 1, 1, 20 * step - 3, fits],
+            n_split: MAX_SPLITS,
+            table: true,
+            gated_q: true,
+        };
+        run_case(ctx, &kernel, &case, 98);
+    }
+}
+
+/// `FAK_ATTN_DECODE_SPLITS`: at most 5 splits (and 1: the whole sequence in one workgroup per kv
+/// head, no combine) under a binding of MAX_SPLITS, alone and with longer splits, on one
+/// sequence and on a batch on shuffled pages; both 4-key forms, every variant.
+#[test]
+fn capped_splits_match_the_reference() {
+    let ctx = gpu();
+    let shape = shape(4, 2, 64);
+    for walk in [KeyWalk::Tiles, KeyWalk::Ahead] {
+        let step = walk.step();
+        for kernel in kernels_walking(ctx, shape, &[walk]) {
+            assert_eq!(kernel.cut(20 * step - 3, MAX_SPLITS), (step, 20));
+            let capped = kernel.with_max_splits(5);
+            assert_eq!(capped.cut(20 * step - 3, MAX_SPLITS), (4 * step, 5));
+            assert_eq!(capped.cut(20 * step - 3, 2), (10 * step, 2));
+            let mut kernels = vec![capped];
+            for (cap, split_keys) in [(1, None), (5, Some(6 * step))] {
+                let kernel = AttnDecode::with_walk(ctx, kernels[0].variant(), shape, walk)
+                    .unwrap()
+                    .with_max_splits(cap);
+                kernels.push(match split_keys {
+                    Some(keys) => kernel.with_split_keys(keys),
+                    None => kernel,
+                });
+            }
+            assert_eq!(kernels[1].cut(20 * step - 3, MAX_SPLITS), (20 * step, 1));
+            assert_eq!(kernels[2].cut(20 * step - 3, MAX_SPLITS), (6 * step, 4));
+            for (i, kernel) in kernels.iter().enumerate() {
+                for (lens, table) in [(vec![20 * step - 3], false), (vec![33, 1, 7 * step], true)] {
+                    let case = Case {
+                        shape,
+                        lens,
+                        n_split: MAX_SPLITS,
+                        table,
+                        gated_q: table,
+                    };
+                    run_case(ctx, kernel, &case, 30 + i as u64);
+                }
+            }
+        }
     }
 }
 

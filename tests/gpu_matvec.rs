@@ -183,10 +183,24 @@ fn every_layout_matches_on_the_decode_types_batches_and_fusions() {
 /// which the wide form does not serve, runs the first layout narrow.
 #[test]
 fn the_wide_form_matches_on_its_types_batches_and_fusions() {
+    check_form(&MatVecLayout::WIDE_CANDIDATES, 0x3a7e_a000);
+}
+
+/// The staged form (wgsl/matvec_q8_staged.wgsl: the wide form with the batch's x copied into
+/// workgroup memory once per step) on the wide form's cases, in each of its candidate layouts:
+/// on lavapipe's workgroup memory some stage all 8 vectors in one fill, 256/4/1 two per fill
+/// (a batch of 3 then fills twice, the second half empty).
+#[test]
+fn the_staged_form_matches_on_its_types_batches_and_fusions() {
+    check_form(&MatVecLayout::STAGED_CANDIDATES, 0x3a7e_b000);
+}
+
+/// The cases of the two tests above for one form's candidate layouts.
+fn check_form(layouts: &[MatVecLayout], seed: u64) {
     let ctx = gpu();
-    let mut seed = 0x3a7e_a000;
+    let mut seed = seed;
     let rows = 37;
-    for (i, layout) in MatVecLayout::WIDE_CANDIDATES.into_iter().enumerate() {
+    for (i, &layout) in layouts.iter().enumerate() {
         let int_dot = variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot);
         for paths in int_dot.take(if i == 0 { usize::MAX } else { 1 }) {
             let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
@@ -271,15 +285,18 @@ fn assert_near_q8_oracle(
 /// passes of a team), 37 rows, W at byte 32 and 36 of its buffer with room behind it for the
 /// last 16-byte word (asserted: the binding takes the aligned loads); and in a buffer without
 /// that room, where the binding falls back to the word loads. The first wide layout on every
-/// int-dot variant, the unrolled one (second unit clamped) on the first. (A mixed binding with
-/// aligned loads: `a_mixed_binding_computes_each_weight_as_its_own_binding_does`.)
+/// int-dot variant, the unrolled one (second unit clamped) on the first, and the staged form's
+/// unrolled layout on the first (it reads W through the wide form's loads, so it takes the
+/// aligned ones too). (A mixed binding with aligned loads:
+/// `a_mixed_binding_computes_each_weight_as_its_own_binding_does`.)
 #[test]
 fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
     let ctx = gpu();
     let (rows, batch) = (37, u64::from(MAX_BATCH));
     let wide = MatVecLayout::WIDE_CANDIDATES;
+    let staged = MatVecLayout::STAGED_CANDIDATES;
     let mut seed = 0x3a7e_d000;
-    for (i, layout) in [wide[0], wide[2]].into_iter().enumerate() {
+    for (i, layout) in [wide[0], wide[2], staged[2]].into_iter().enumerate() {
         let int_dot = variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot);
         for paths in int_dot.take(if i == 0 { usize::MAX } else { 1 }) {
             let words = MatVec::with_layout(ctx, paths, layout).unwrap();
@@ -397,6 +414,147 @@ fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
     }
 }
 
+/// Issue 21's determinism at the kernel: a sequence's outputs must not depend on what else is in
+/// the batch. On Q4_K and Q6_K (37 rows, columns of several ragged team passes), every vector's
+/// outputs at batches 8 and 3 (in another order, among other vectors), and alone at batch 1, in
+/// each staged candidate (and, in the default layout, the engine's own choice: the wide form for
+/// one vector, the staged for more with FAK_MATVEC_STAGE=1), are the wide twin's batch-1 bits for that vector — the
+/// staged form may replace the wide one at any batch. The default layout on both types, the
+/// other candidates on one each (alternating); one int-dot variant (lavapipe builds each
+/// pipeline in seconds; the wide twins only their batch-1 pipeline).
+#[test]
+fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
+    let ctx = gpu();
+    let (rows, batch) = (37, u64::from(MAX_BATCH));
+    let mut rng = rng(0x3a7e_c000);
+    let paths = variants::<MatVec>(ctx)
+        .into_iter()
+        .find(|p| p.int_dot)
+        .expect("an int-dot variant");
+    for (i, staged) in MatVecLayout::STAGED_CANDIDATES.into_iter().enumerate() {
+        let wide = MatVecLayout {
+            staged: false,
+            ..staged
+        };
+        let reference = MatVec::with_layout(ctx, paths, wide).unwrap();
+        let kernels = [MatVec::with_layout(ctx, paths, staged).unwrap()];
+        let engine_rule = (i == 0).then(|| MatVec::new(ctx, paths).unwrap());
+        let types = match i {
+            0 => vec![GgmlType::Q4_K, GgmlType::Q6_K],
+            _ => vec![[GgmlType::Q4_K, GgmlType::Q6_K][i % 2]],
+        };
+        let quantizer = quantizer(ctx, &reference);
+        for ty in types {
+            let cols = col_counts(ty)[2];
+            let w = weights_buffer_at(ctx, &random_weights(ty, rows, cols, 7), 0);
+            let x = random_f32(&mut rng, batch * cols);
+            // Each vector's outputs alone (batch 1 of the wide twin): the bits to keep.
+            let alone: Vec<Vec<u32>> = (0..batch as usize)
+                .map(|v| {
+                    let x = &x[v * cols as usize..][..cols as usize];
+                    let y = product_bits(ctx, &reference, &quantizer, &w, ty, (rows, cols), x, 1);
+                    y[..rows as usize].to_vec()
+                })
+                .collect();
+            if let Some(kernel) = &engine_rule {
+                // The engine's rule: its default layout wide for one vector, staged for more
+                // (where staging is on: FAK_MATVEC_STAGE=1).
+                let layouts = rule_layouts(ctx, kernel, &w, ty, (rows, cols));
+                let more = if MatVec::stages_batches() {
+                    staged
+                } else {
+                    wide
+                };
+                assert_eq!(layouts, [wide, more, more, more], "{ty} {paths}");
+            }
+            let kernels = kernels.iter().chain(engine_rule.as_ref());
+            for (k, kernel) in kernels.enumerate() {
+                // Batches of 1 (each vector), 3 (vectors 5, 2, 7) and 8 (all, reversed).
+                let orders: Vec<Vec<usize>> = (0..batch as usize)
+                    .map(|v| vec![v])
+                    .chain([vec![5, 2, 7], (0..batch as usize).rev().collect()])
+                    .collect();
+                for order in orders {
+                    let xs: Vec<f32> = order
+                        .iter()
+                        .flat_map(|&v| x[v * cols as usize..][..cols as usize].to_vec())
+                        .collect();
+                    let n = order.len() as u32;
+                    let y = product_bits(ctx, kernel, &quantizer, &w, ty, (rows, cols), &xs, n);
+                    for (slot, &v) in order.iter().enumerate() {
+                        assert_eq!(
+                            y[slot * rows as usize..][..rows as usize],
+                            alone[v][..],
+                            "{ty} {staged} {paths} kernel {k}: vector {v} at slot {slot} of a \
+                             batch of {n} differs from its wide batch-1 bits"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The layouts `kernel` runs a q8 binding of W in at batches 1, 2, 4 and 8.
+fn rule_layouts(
+    ctx: &GpuContext,
+    kernel: &MatVec,
+    w: &wgpu::Buffer,
+    ty: GgmlType,
+    (rows, cols): (u64, u64),
+) -> Vec<MatVecLayout> {
+    let (step, batch) = (StepBuffer::new(ctx), MAX_BATCH);
+    let x = poisoned_f32(ctx, "x", u64::from(batch) * cols);
+    let y = poisoned_f32(ctx, "y", u64::from(batch) * rows);
+    let x_q8 = Q8Vectors::new(ctx, "x", cols, batch).unwrap();
+    let shape = MatVecShape { ty, rows, cols };
+    let io = MatVecIo::contiguous(shape, w, &x, &y, &step, false, batch);
+    let fusion = MatVecFusion {
+        q8: Some(&x_q8),
+        ..MatVecFusion::default()
+    };
+    let binding = kernel.bind_fused(ctx, shape, &io, fusion).unwrap();
+    [1, 2, 4, 8].map(|n| binding.layout(n)).to_vec()
+}
+
+/// The output bits (vector-major, `n·rows` words) of `kernel` on the integer path for the first
+/// `n` vectors of `x` (`n·cols` values), y poisoned first.
+#[allow(clippy::too_many_arguments)]
+fn product_bits(
+    ctx: &GpuContext,
+    kernel: &MatVec,
+    quantizer: &QuantizeQ8,
+    w: &wgpu::Buffer,
+    ty: GgmlType,
+    (rows, cols): (u64, u64),
+    x: &[f32],
+    n: u32,
+) -> Vec<u32> {
+    let step = StepBuffer::new(ctx);
+    step.set(ctx, Step::new(0, n, 0));
+    let x = upload(ctx, "x", bytemuck::cast_slice(x)).unwrap();
+    let y = poisoned_f32(ctx, "y", u64::from(n) * rows);
+    let x_q8 = Q8Vectors::new(ctx, "x", cols, n).unwrap();
+    let io = MatVecIo::contiguous(MatVecShape { ty, rows, cols }, w, &x, &y, &step, false, n);
+    let quantize = quantizer
+        .bind(ctx, io.x, cols, None, &x_q8, &step, n)
+        .unwrap();
+    let fusion = MatVecFusion {
+        q8: Some(&x_q8),
+        ..MatVecFusion::default()
+    };
+    let binding = kernel
+        .bind_fused(ctx, MatVecShape { ty, rows, cols }, &io, fusion)
+        .unwrap();
+    ctx.run_pass("matvec bits", |pass| {
+        quantizer.encode(pass, &quantize, n).unwrap();
+        kernel.encode(pass, &binding, n).unwrap();
+    })
+    .unwrap();
+    let y = read_back_f32(ctx, &y, 0..4 * u64::from(n) * rows).unwrap();
+    y.iter().map(|v| v.to_bits()).collect()
+}
+
 /// A gate/up pairing that also writes its outputs as q8 blocks (the integer ffn_down's input,
 /// which then needs no quantize dispatch), in every candidate layout of 16 teams, on every
 /// variant, from f32 and from q8 inputs, for every batch: its codes and scales are what
@@ -422,6 +580,7 @@ fn a_gate_up_pairing_quantizes_its_outputs_as_quantize_q8_does() {
     let quantizing = MatVecLayout::CANDIDATES
         .into_iter()
         .chain(MatVecLayout::WIDE_CANDIDATES)
+        .chain(MatVecLayout::STAGED_CANDIDATES)
         .filter(|l| l.teams == MatVecLayout::QUANTIZING_TEAMS);
     for layout in quantizing {
         // A wide layout on f32 inputs is the narrow one, checked already.
@@ -506,6 +665,9 @@ fn layouts_the_kernel_was_not_written_for_are_refused() {
         "64/1/1/narrow",
         "wide",
         "64/1/wide",
+        "staged",
+        "64/1/staged",
+        "64/1/1/wide/staged",
     ] {
         assert!(
             MatVecLayout::parse(bad).is_err(),
@@ -515,6 +677,7 @@ fn layouts_the_kernel_was_not_written_for_are_refused() {
     for layout in MatVecLayout::CANDIDATES
         .into_iter()
         .chain(MatVecLayout::WIDE_CANDIDATES)
+        .chain(MatVecLayout::STAGED_CANDIDATES)
     {
         assert_eq!(MatVecLayout::parse(&layout.to_string()).unwrap(), layout);
     }

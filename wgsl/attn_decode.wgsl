@@ -17,10 +17,12 @@
 // Layout (flash-decoding, "vector" form as in llama.cpp's fattn-vec and MLX's sdpa_vector):
 // - a workgroup owns one (sequence, kv head g, key split), so each key and value row is read once
 //   for the GROUP query heads that share it. The keys of a sequence are cut at run time into
-//   splits of max(⌈kv_len / n_split⌉, STEP) keys, rounded up to whole steps of STEP = TEAMS·KEYS
-//   keys (split_chunks): a short context runs few splits of one step, and workgroups past the
-//   last split return at once; a long one gets every split. The cut depends on the sequence's
-//   kv_len and the binding's n_split alone (never on the other sequences of the step).
+//   splits of ⌈kv_len / cut_splits⌉ keys rounded up to whole steps of STEP = TEAMS·KEYS keys,
+//   and at least params.split_keys (whole steps: STEP by default; FAK_ATTN_DECODE_SPLIT asks for
+//   more) (split_chunks); cut_splits is the binding's n_split unless FAK_ATTN_DECODE_SPLITS caps
+//   it. A short context runs few splits, and workgroups past the last split return at once; a
+//   long one gets every split. The cut depends on the sequence's kv_len and the binding's
+//   params alone (never on the other sequences of the step).
 // - a workgroup is TEAMS teams of ROW_LANES lanes. Lane l holds vec4s e = i·ROW_LANES + l
 //   (i < LANE_VECS; dims 4e..4e+3, so a row is read with 16-byte loads, consecutive lanes on
 //   consecutive vec4s) of the GROUP query heads' q and of their output accumulators, in arrays
@@ -33,7 +35,10 @@
 //     independent loads per lane in flight, the page-table reads of the 4 keys independent too),
 //     sums the 4 keys' scores of a head in one vec4 butterfly (row_sum4: on the fallback path
 //     2 barriers for 4 keys instead of 8), and rescales the head's m, l and accumulators once per
-//     step (one exp2(m − m_new) for 4 keys) before adding the 4 weighted values.
+//     step (one exp2(m − m_new) for 4 keys) before adding the 4 weighted values. With AHEAD = 1
+//     (FAK_ATTN_DECODE=ahead) the team loads the next step's 4 rows before scoring the current
+//     ones (two tiles in flight: the loads overlap the butterflies and exp2); the same
+//     arithmetic in the same order, so the same bits as without.
 //   · KEYS = 1 (FAK_ATTN_DECODE=old, for A/B runs): team t takes keys start + t, start + t + TEAMS,
 //     …, one per step; the rows of its next key are loaded while it scores the current one.
 // - at the end the teams merge (m, l, Σ p·v) through workgroup memory, one head at a time, and the
@@ -41,7 +46,8 @@
 //
 // Specialisation (the host prepends `const`s): HEAD_DIM (a multiple of 4), GROUP, ROW_LANES
 // (lanes per key row, a power of two: ≤ the adapter's smallest subgroup on the SUBGROUP path),
-// KEYS (keys per team and step: 1 or 4, the walk's form).
+// KEYS (keys per team and step: 1 or 4, the walk's form), AHEAD (1: with KEYS = 4, the next
+// tile loaded before the current one is scored; 0 otherwise).
 // Override: TOKEN_TABLE. The caches are bound as vec4 rows (kv_base / 4).
 // bindings: 0 q (read) · 1 k_cache (read) · 2 v_cache (read) · 3 page_table (read)
 //           · 4 token_slots (read) · 5 partials (read_write) · 6 o (read_write)
@@ -50,7 +56,7 @@
 //           · 10 yq (array<u32>, read_write) · 11 yd (array<f32>, read_write): o's q8 codes and
 //           scales (placeholders unless params.quantize_out)
 // entry points / dispatch:
-//   decode  — (n_split, n_kv, n_tokens) workgroups of WG. A sequence with one split writes o;
+//   decode  — (cut_splits, n_kv, n_tokens) workgroups of WG. A sequence with one split writes o;
 //             otherwise split s writes its partial of row (b, h) at partial_base (attn_combine.wgsl):
 //             (Σ p·v [HEAD_DIM], m, l), m in log2 units.
 //   combine — (n_head, n_tokens) workgroups of WG: for a sequence of several splits,
@@ -76,8 +82,11 @@ struct Params {
     gated: u32,
     // 1: o also as q8 blocks into yq, yd.
     quantize_out: u32,
-    pad0: u32,
-    pad1: u32,
+    // The fewest keys a split holds: whole steps of STEP, STEP unless the host asks for more.
+    split_keys: u32,
+    // The most splits a sequence is cut into: n_split unless the host caps it lower (the
+    // partials keep n_split's layout).
+    cut_splits: u32,
     pad2: u32,
 }
 
@@ -176,8 +185,8 @@ fn quantize_head(b: u32, h: u32, position: u32) {
 }
 
 fn split_chunks(kv_len: u32) -> Chunks {
-    let per_split = (kv_len + params.n_split - 1u) / params.n_split;
-    let size = max((per_split + STEP - 1u) / STEP, 1u) * STEP;
+    let per_split = (kv_len + params.cut_splits - 1u) / params.cut_splits;
+    let size = max((per_split + STEP - 1u) / STEP * STEP, params.split_keys);
     return Chunks(size, (kv_len + size - 1u) / size);
 }
 
@@ -243,11 +252,83 @@ fn walk_one_key(
     }
 }
 
-// KEYS = 4: a step gives team t keys first = j0 + 4t .. first + 3. All their rows are loaded
-// before any is scored (kept in the cache's own type: half the registers for an f16 cache); a
-// head's four scores take one vec4 butterfly, and its state is rescaled once per step. Keys past
-// `end` read the last key instead, score NEG and weigh 0 (the fallback's row_sum4 needs every
-// team in every step).
+// KEYS = 4: a step gives team t keys first = j0 + 4t .. first + 3, their rows in the cache's own
+// type (f16: half the registers). Keys past `end` read the last key instead (the fallback's
+// row_sum4 needs every team in every step) and are masked by score_tile.
+struct Tile {
+    k: array<array<vec4<KvScalar>, LANE_VECS>, KEYS>,
+    v: array<array<vec4<KvScalar>, LANE_VECS>, KEYS>,
+}
+
+// Loads this lane's vec4s of the rows of keys first .. first + KEYS − 1 (clamped to end − 1).
+fn load_tile(w: Walk, first: u32) -> Tile {
+    var tile: Tile;
+    for (var u = 0u; u < KEYS; u++) {
+        let row = kv_base(params.kv, w.page_row, min(first + u, w.end - 1u), w.g) / 4u;
+        for (var i = 0u; i < LANE_VECS; i++) {
+            let at = row + lane_vec(i, w.lane);
+            tile.k[u][i] = k_cache[at];
+            tile.v[u][i] = v_cache[at];
+        }
+    }
+    return tile;
+}
+
+// Adds keys first .. first + KEYS − 1 of `tile` (those below `end`) to every head's online
+// softmax: a head's four scores take one vec4 butterfly, and its state is rescaled once. Keys
+// past `end` score NEG and weigh 0.
+fn score_tile(
+    tile: ptr<function, Tile>,
+    first: u32,
+    end: u32,
+    q_lane: ptr<function, HeadLanes>,
+    m: ptr<function, array<f32, GROUP>>,
+    l: ptr<function, array<f32, GROUP>>,
+    acc: ptr<function, HeadLanes>,
+    lanes: RowLanes,
+) {
+    for (var r = 0u; r < GROUP; r++) {
+        var part = vec4(0.0);
+        for (var u = 0u; u < KEYS; u++) {
+            var dot_u = 0.0;
+            for (var i = 0u; i < LANE_VECS; i++) {
+                dot_u += dot((*q_lane)[r][i], vec4<f32>((*tile).k[u][i]));
+            }
+            part[u] = dot_u;
+        }
+        let sums = row_sum4(part, lanes);
+        var scores = vec4(NEG);
+        var step_max = NEG;
+        for (var u = 0u; u < KEYS; u++) {
+            scores[u] = select(NEG, sums[u], first + u < end);
+            step_max = max(step_max, scores[u]);
+        }
+        let m_new = max((*m)[r], step_max);
+        let alpha = exp2((*m)[r] - m_new);
+        var head_acc = (*acc)[r];
+        for (var i = 0u; i < LANE_VECS; i++) {
+            head_acc[i] *= alpha;
+        }
+        var step_sum = 0.0;
+        for (var u = 0u; u < KEYS; u++) {
+            // A dead key: exp2(NEG − m_new) is 0 unless m_new is NEG too (a team with no
+            // live key yet), hence the select.
+            let p = select(0.0, exp2(scores[u] - m_new), first + u < end);
+            step_sum += p;
+            for (var i = 0u; i < LANE_VECS; i++) {
+                head_acc[i] += p * vec4<f32>((*tile).v[u][i]);
+            }
+        }
+        (*acc)[r] = head_acc;
+        (*l)[r] = (*l)[r] * alpha + step_sum;
+        (*m)[r] = m_new;
+    }
+}
+
+// KEYS = 4: each step's tile is loaded, then scored. With AHEAD = 1 the next step's tile is
+// loaded before the current one is scored (two tiles in flight per team: its loads overlap the
+// scoring, whose butterflies and exp2 otherwise leave the memory idle); the step after the last
+// reads the last key again (a cached row, never scored).
 fn walk_key_tiles(
     w: Walk,
     q_lane: ptr<function, HeadLanes>,
@@ -257,54 +338,20 @@ fn walk_key_tiles(
     lanes: RowLanes,
 ) {
     let end = w.end;
+    var next: Tile;
+    if AHEAD != 0u {
+        next = load_tile(w, w.start + w.team * KEYS);
+    }
     for (var j0 = w.start; j0 < end; j0 += STEP) {
         let first = j0 + w.team * KEYS;
-        var k_rows: array<array<vec4<KvScalar>, LANE_VECS>, KEYS>;
-        var v_rows: array<array<vec4<KvScalar>, LANE_VECS>, KEYS>;
-        for (var u = 0u; u < KEYS; u++) {
-            let row = kv_base(params.kv, w.page_row, min(first + u, end - 1u), w.g) / 4u;
-            for (var i = 0u; i < LANE_VECS; i++) {
-                let at = row + lane_vec(i, w.lane);
-                k_rows[u][i] = k_cache[at];
-                v_rows[u][i] = v_cache[at];
-            }
+        var tile: Tile;
+        if AHEAD != 0u {
+            tile = next;
+            next = load_tile(w, first + STEP);
+        } else {
+            tile = load_tile(w, first);
         }
-        for (var r = 0u; r < GROUP; r++) {
-            var part = vec4(0.0);
-            for (var u = 0u; u < KEYS; u++) {
-                var dot_u = 0.0;
-                for (var i = 0u; i < LANE_VECS; i++) {
-                    dot_u += dot((*q_lane)[r][i], vec4<f32>(k_rows[u][i]));
-                }
-                part[u] = dot_u;
-            }
-            let sums = row_sum4(part, lanes);
-            var scores = vec4(NEG);
-            var step_max = NEG;
-            for (var u = 0u; u < KEYS; u++) {
-                scores[u] = select(NEG, sums[u], first + u < end);
-                step_max = max(step_max, scores[u]);
-            }
-            let m_new = max((*m)[r], step_max);
-            let alpha = exp2((*m)[r] - m_new);
-            var head_acc = (*acc)[r];
-            for (var i = 0u; i < LANE_VECS; i++) {
-                head_acc[i] *= alpha;
-            }
-            var step_sum = 0.0;
-            for (var u = 0u; u < KEYS; u++) {
-                // A dead key: exp2(NEG − m_new) is 0 unless m_new is NEG too (a team with no
-                // live key yet), hence the select.
-                let p = select(0.0, exp2(scores[u] - m_new), first + u < end);
-                step_sum += p;
-                for (var i = 0u; i < LANE_VECS; i++) {
-                    head_acc[i] += p * vec4<f32>(v_rows[u][i]);
-                }
-            }
-            (*acc)[r] = head_acc;
-            (*l)[r] = (*l)[r] * alpha + step_sum;
-            (*m)[r] = m_new;
-        }
+        score_tile(&tile, first, end, q_lane, m, l, acc, lanes);
     }
 }
 

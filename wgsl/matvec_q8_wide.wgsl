@@ -184,36 +184,61 @@ struct WideX {
     s: vec4<f32>,
 }
 
-fn load_wide_x(b: u32, u: u32) -> WideX {
-    let codes = b * (p.cols / 4u);
-    let blocks = b * (p.cols / 32u);
+// Where vector b's share of wide unit u lies: the index of its code word w < 16 (words 4k..4k + 3
+// are WideX.words[k]) and of group k's block scale, in xq, xd (or, under QUANTIZE_X, x_codes,
+// x_scales: read through xq_word, xd_scale). The loads below and matvec_q8_staged.wgsl's staging
+// (global xq, xd only) both read x through these two.
+fn wide_x_code(b: u32, u: u32, w: u32) -> u32 {
     let lane = u % UNIT_LANES;
     let first = (u / UNIT_LANES) * BLOCK_ELEMS;
-    var v: WideX;
     if wide_q6() {
         // Group k: elements 128ip + 16h + 32k + 0..15, inside x block 4ip + k.
-        let e = first + 128u * (lane / 2u) + 16u * (lane % 2u);
-        for (var k = 0u; k < 4u; k++) {
-            v.words[k] = xq4(codes, e + 32u * k);
-            v.d[k] = xd_scale(blocks + (e + 32u * k) / 32u);
-        }
-    } else {
-        // Sub-blocks 2c, 2c + 1: x blocks 2c, 2c + 1 of the super-block, 8 words each.
-        let e = first + 64u * lane;
-        for (var k = 0u; k < 4u; k++) {
-            v.words[k] = xq4(codes, e + 16u * k);
-        }
-        let k = blocks + e / 32u;
-        v.d = vec4<f32>(xd_scale(k), xd_scale(k + 1u), 0.0, 0.0);
-        v.s = vec4<f32>(code_sum(v.words[0].x, v.words[0].y) + code_sum(v.words[0].z, v.words[0].w)
-                            + code_sum(v.words[1].x, v.words[1].y)
-                            + code_sum(v.words[1].z, v.words[1].w),
-                        code_sum(v.words[2].x, v.words[2].y) + code_sum(v.words[2].z, v.words[2].w)
-                            + code_sum(v.words[3].x, v.words[3].y)
-                            + code_sum(v.words[3].z, v.words[3].w),
+        let e = first + 128u * (lane / 2u) + 16u * (lane % 2u) + 32u * (w / 4u);
+        return b * (p.cols / 4u) + e / 4u + w % 4u;
+    }
+    // Q4_K sub-blocks 2c, 2c + 1: x blocks 2c, 2c + 1 of the super-block, 8 words each.
+    return b * (p.cols / 4u) + (first + 64u * lane) / 4u + w;
+}
+
+// Q6_K: groups k < 4; Q4_K: k < 2 (its groups are the two x blocks of the unit).
+fn wide_x_scale(b: u32, u: u32, k: u32) -> u32 {
+    let lane = u % UNIT_LANES;
+    let first = (u / UNIT_LANES) * BLOCK_ELEMS;
+    if wide_q6() {
+        return b * (p.cols / 32u) + (first + 128u * (lane / 2u) + 16u * (lane % 2u)) / 32u + k;
+    }
+    return b * (p.cols / 32u) + (first + 64u * lane) / 32u + k;
+}
+
+// Groups with a scale of their own: 4 (Q6_K) or 2 (Q4_K).
+fn wide_x_groups() -> u32 {
+    return select(2u, 4u, wide_q6());
+}
+
+// Q4_K: the Σ qx of each x block (sub-blocks 2c, 2c + 1: words 0..7 and 8..15), exact.
+fn with_code_sums(x: WideX) -> WideX {
+    var v = x;
+    if !wide_q6() {
+        let w = v.words;
+        v.s = vec4<f32>(code_sum(w[0].x, w[0].y) + code_sum(w[0].z, w[0].w)
+                            + code_sum(w[1].x, w[1].y) + code_sum(w[1].z, w[1].w),
+                        code_sum(w[2].x, w[2].y) + code_sum(w[2].z, w[2].w)
+                            + code_sum(w[3].x, w[3].y) + code_sum(w[3].z, w[3].w),
                         0.0, 0.0);
     }
     return v;
+}
+
+fn load_wide_x(b: u32, u: u32) -> WideX {
+    var v: WideX;
+    for (var k = 0u; k < 4u; k++) {
+        let at = wide_x_code(b, u, 4u * k);
+        v.words[k] = vec4<u32>(xq_word(at), xq_word(at + 1u), xq_word(at + 2u), xq_word(at + 3u));
+    }
+    for (var k = 0u; k < wide_x_groups(); k++) {
+        v.d[k] = xd_scale(wide_x_scale(b, u, k));
+    }
+    return with_code_sums(v);
 }
 
 // Σ over the wide unit of w·x̂ for one row and one input vector.
@@ -244,13 +269,16 @@ fn dot_wide(w: Wide, v: WideX) -> f32 {
     return dot(v.d.xy, w.f.xy * sums + w.g.xy * v.s.xy);
 }
 
+// Unit u's products of the 4 rows `w` with one input vector.
+fn wide_products(w: array<Wide, 4>, v: WideX) -> vec4<f32> {
+    return vec4<f32>(dot_wide(w[0], v), dot_wide(w[1], v), dot_wide(w[2], v), dot_wide(w[3], v));
+}
+
 fn add_products_wide(acc: ptr<function, array<vec4<f32>, 8>>, w: array<Wide, 4>, u: u32,
                      n: u32) {
     for (var b = 0u; b < MAX_B; b++) {
         if b < n {
-            let v = load_wide_x(b, u);
-            (*acc)[b] += vec4<f32>(dot_wide(w[0], v), dot_wide(w[1], v), dot_wide(w[2], v),
-                                   dot_wide(w[3], v));
+            (*acc)[b] += wide_products(w, load_wide_x(b, u));
         }
     }
 }

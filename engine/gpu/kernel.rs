@@ -49,6 +49,8 @@ pub mod wgsl {
     pub const MATVEC_Q8: WgslFile = wgsl_file!("matvec_q8.wgsl");
     /// The integer mat-vec's wide form (64-element units of Q4_K/Q6_K; appended after MATVEC_Q8).
     pub const MATVEC_Q8_WIDE: WgslFile = wgsl_file!("matvec_q8_wide.wgsl");
+    /// The wide form with the batch's x staged in workgroup memory (appended after MATVEC_Q8_WIDE).
+    pub const MATVEC_Q8_STAGED: WgslFile = wgsl_file!("matvec_q8_staged.wgsl");
     /// The rounding of one 32-element block to 8-bit codes (QUANTIZE_Q8, and the outputs that
     /// MATVEC, GDN_DECODE and ATTN_DECODE write as q8 blocks).
     pub const Q8_BLOCK: WgslFile = wgsl_file!("q8_block.wgsl");

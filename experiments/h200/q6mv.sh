@@ -10,8 +10,9 @@
 #   2. matvec-bench on the integer path, the Q6_K shapes (8B ffn_down, attn_v, output head; 27B
 #      ffn_down) with the Q4_K ones of the same names beside them (the per-byte bar), in the
 #      three wide layouts, default loads (`q8`) and aligned (`q8+q6aligned`), each checked
-#      against the CPU before it is timed; then 8 vectors per dispatch on the ffn_downs
-#      → matvec-b1.tsv, matvec-b8.tsv;
+#      against the CPU before it is timed; then 8 vectors per dispatch on the ffn_downs, in the
+#      first wide layout and in batch8's staged twin of the unrolled one (it reads W through the
+#      wide loads, so it takes the aligned ones too) → matvec-b1.tsv, matvec-b8.tsv;
 #   3. `harness bench` decode (depth 128, 32 out, one profiled step) on the Qwen3-8B and
 #      Qwen3.5-27B Q4_K_M synth files, without and with FAK_MATVEC_Q6=aligned, interleaved
 #      ROUNDS (2) times → decode.log, bench-json.tgz (the profiled ops: ffn_down, output,
@@ -48,11 +49,11 @@ echo "== tests done at $((SECONDS - start)) s"
 
 LAYOUTS=256/4/1/wide,128/4/2/wide,128/8/1/wide
 timeout 40 "$BIN/matvec-bench" --paths q8 --layouts "$LAYOUTS" --q6 aligned \
-    --only ffn_down,attn_v,output,27b_ffn_down > "$OUT/matvec-b1.tsv" 2>&1
+    --products ffn_down,attn_v,output,27b_ffn_down > "$OUT/matvec-b1.tsv" 2>&1
 echo "== matvec-bench B=1: exit $? at $((SECONDS - start)) s"
 grep -E "Q6_K|probe" "$OUT/matvec-b1.tsv" | grep -vE "quantize" | cut -f1,2,5,6,7,8,9 | head -30
-timeout 20 "$BIN/matvec-bench" --paths q8 --layouts 256/4/1/wide --q6 aligned --batch 8 \
-    --only ffn_down,27b_ffn_down > "$OUT/matvec-b8.tsv" 2>&1
+timeout 30 "$BIN/matvec-bench" --paths q8 --layouts 256/4/1/wide,128/4/2/staged --q6 aligned \
+    --batches 8 --products ffn_down,27b_ffn_down > "$OUT/matvec-b8.tsv" 2>&1
 echo "== matvec-bench B=8: exit $? at $((SECONDS - start)) s"
 grep -E "^(27b_)?ffn_down" "$OUT/matvec-b8.tsv" | grep -v quantize | cut -f1,2,5,6,7,8,9
 

@@ -56,6 +56,10 @@ const MAX_GROUP: u32 = 32;
 /// keeps one weight per split in workgroup memory).
 pub const MAX_SPLITS: u32 = 64;
 
+/// The most keys [`AttnDecode::with_split_keys`] takes (more is the same cut for any context a
+/// cache holds, and keeps the WGSL's `kv_len + size − 1` inside u32).
+const MAX_SPLIT_KEYS: u32 = 1 << 24;
+
 /// How a team walks its keys (`KEYS` of wgsl/attn_decode.wgsl): the form of the kernel's key
 /// loop. Both give the reference's attention; [`KeyWalk::from_env`] picks one per process, so an
 /// A/B of the two runs on one binary.
@@ -67,16 +71,22 @@ pub enum KeyWalk {
     /// One key per team and step, the next key's rows loaded while the current one is scored
     /// (the form before 2026-12-05 #6; `FAK_ATTN_DECODE=old`).
     OneKey,
+    /// [`KeyWalk::Tiles`] with the next step's four rows loaded before the current ones are
+    /// scored: two tiles in flight per team, the loads overlapping the butterflies and exp2
+    /// (`FAK_ATTN_DECODE=ahead`; the same arithmetic in the same order as `Tiles`).
+    Ahead,
 }
 
 impl KeyWalk {
     /// Every form, for the tests.
-    pub const ALL: [KeyWalk; 2] = [KeyWalk::Tiles, KeyWalk::OneKey];
+    pub const ALL: [KeyWalk; 3] = [KeyWalk::Tiles, KeyWalk::OneKey, KeyWalk::Ahead];
 
-    /// [`KeyWalk::OneKey`] where `FAK_ATTN_DECODE=old`, else [`KeyWalk::Tiles`].
+    /// [`KeyWalk::OneKey`] where `FAK_ATTN_DECODE=old`, [`KeyWalk::Ahead`] where it is `ahead`,
+    /// else [`KeyWalk::Tiles`].
     pub fn from_env() -> KeyWalk {
         match std::env::var("FAK_ATTN_DECODE").as_deref() {
             Ok("old") => KeyWalk::OneKey,
+            Ok("ahead") => KeyWalk::Ahead,
             _ => KeyWalk::Tiles,
         }
     }
@@ -84,9 +94,14 @@ impl KeyWalk {
     /// Keys per team and step (`KEYS`).
     pub fn keys(self) -> u32 {
         match self {
-            KeyWalk::Tiles => 4,
+            KeyWalk::Tiles | KeyWalk::Ahead => 4,
             KeyWalk::OneKey => 1,
         }
+    }
+
+    /// Whether the next step's rows are loaded before the current ones are scored (`AHEAD`).
+    fn ahead(self) -> bool {
+        self == KeyWalk::Ahead
     }
 
     /// Keys per workgroup and step (`STEP`): a split covers whole steps.
@@ -95,13 +110,40 @@ impl KeyWalk {
     }
 
     /// How the kernel cuts a sequence of `kv_len` keys at a binding's `n_split`
-    /// (`split_chunks` of the WGSL): (keys per split, splits holding keys). The combine pass
-    /// runs for the sequence only when the count is above 1.
+    /// (`split_chunks` of the WGSL) with splits of at least one step: (keys per split, splits
+    /// holding keys). The combine pass runs for the sequence only when the count is above 1.
     pub fn cut(self, kv_len: u32, n_split: u32) -> (u32, u32) {
-        let step = self.step();
-        let size = kv_len.div_ceil(n_split).div_ceil(step).max(1) * step;
+        self.cut_at_least(kv_len, n_split, self.step())
+    }
+
+    /// [`KeyWalk::cut`] with splits of at least `split_keys` keys (whole steps); `n_split` is the
+    /// most splits (the binding's, or the cap [`AttnDecode::with_max_splits`] sets).
+    pub fn cut_at_least(self, kv_len: u32, n_split: u32, split_keys: u32) -> (u32, u32) {
+        let size = (kv_len.div_ceil(n_split).div_ceil(self.step()) * self.step()).max(split_keys);
         (size, kv_len.div_ceil(size))
     }
+
+    /// `keys` rounded up to whole steps, at least one: the fewest keys a split may be asked to
+    /// hold.
+    pub fn split_keys(self, keys: u32) -> u32 {
+        keys.div_ceil(self.step()).max(1) * self.step()
+    }
+}
+
+/// The most splits per sequence `FAK_ATTN_DECODE_SPLITS` caps a binding's `n_split` at (None where
+/// unset or not a positive number): with n_kv kv heads, a sequence runs at most that many times
+/// n_kv workgroups, whatever `n_split` the model bound, so the count can follow the GPU's size
+/// (wgpu does not tell the SM count: the caller does).
+pub fn max_splits_from_env() -> Option<u32> {
+    let n: u32 = std::env::var("FAK_ATTN_DECODE_SPLITS").ok()?.parse().ok()?;
+    (n > 0).then_some(n)
+}
+
+/// The fewest keys per split `FAK_ATTN_DECODE_SPLIT` asks for (a count of keys; None where unset
+/// or not a number): longer splits than the default's one step, so a context up to that length
+/// runs one split per kv head and no combine pass, and a long one fewer, longer splits.
+pub fn split_keys_from_env() -> Option<u32> {
+    std::env::var("FAK_ATTN_DECODE_SPLIT").ok()?.parse().ok()
 }
 
 /// The attention shape of a model: query heads, kv heads and their width. Kernels are
@@ -236,7 +278,9 @@ struct Params {
     scale: f32,
     gated: u32,
     quantize_out: u32,
-    pad: [u32; 3],
+    split_keys: u32,
+    cut_splits: u32,
+    pad: u32,
 }
 
 /// What a decode binding reads and writes.
@@ -272,6 +316,11 @@ pub struct AttnDecode {
     variant: KernelPaths,
     shape: AttnShape,
     walk: KeyWalk,
+    /// The fewest keys a split holds (whole steps; one step unless
+    /// [`AttnDecode::with_split_keys`] asks for more).
+    split_keys: u32,
+    /// The most splits a sequence is cut into, below a binding's `n_split` (None: no cap).
+    max_splits: Option<u32>,
     layout: wgpu::BindGroupLayout,
     /// decode and combine, each with Step positions then with the token table.
     pipelines: Vec<wgpu::ComputePipeline>,
@@ -328,6 +377,7 @@ impl AttnDecode {
             .with_const("GROUP", shape.group())
             .with_const("ROW_LANES", row_lanes)
             .with_const("KEYS", walk.keys())
+            .with_const("AHEAD", u32::from(walk.ahead()))
             .with(row_sum)
             .with(row_sum4)
             .with(support::kv_scalar(variant.f16))
@@ -358,9 +408,60 @@ impl AttnDecode {
     }
 
     /// Builds the variant of `paths` (subgroup row sums, f16 cache where allowed) for `shape`,
-    /// in the form [`KeyWalk::from_env`] names.
+    /// in the form [`KeyWalk::from_env`] names, its splits at least the keys
+    /// [`split_keys_from_env`] asks for and at most the count [`max_splits_from_env`] caps.
     pub fn new(ctx: &GpuContext, paths: KernelPaths, shape: AttnShape) -> Result<Self, GpuError> {
-        Self::with_walk(ctx, paths, shape, KeyWalk::from_env())
+        let mut kernel = Self::with_walk(ctx, paths, shape, KeyWalk::from_env())?;
+        if let Some(keys) = split_keys_from_env() {
+            kernel = kernel.with_split_keys(keys);
+        }
+        if let Some(n) = max_splits_from_env() {
+            kernel = kernel.with_max_splits(n);
+        }
+        Ok(kernel)
+    }
+
+    /// This kernel cutting a sequence into at most `n` splits (≥ 1) whatever a binding's
+    /// `n_split`: a sequence then runs at most n·n_kv workgroups, each over longer splits.
+    pub fn with_max_splits(mut self, n: u32) -> Self {
+        self.max_splits = Some(n.max(1));
+        self
+    }
+
+    /// The most splits a binding of `n_split` cuts a sequence into (`cut_splits` of the WGSL):
+    /// the workgroups along the keys its decode pass dispatches.
+    fn cut_splits(&self, n_split: u32) -> u32 {
+        self.max_splits.map_or(n_split, |cap| cap.min(n_split))
+    }
+
+    /// This kernel with splits of at least `keys` keys (rounded up to whole steps; one step is
+    /// the default): a sequence of up to that many keys runs one split per kv head, written as o
+    /// with no combine, and a long one fewer, longer splits than its binding's `n_split` would
+    /// cut. A step whose sequences hold that many keys or fewer in all records no combine
+    /// dispatch.
+    pub fn with_split_keys(mut self, keys: u32) -> Self {
+        self.split_keys = self.walk.split_keys(keys.min(MAX_SPLIT_KEYS));
+        self
+    }
+
+    /// The fewest keys a split holds.
+    pub fn split_keys(&self) -> u32 {
+        self.split_keys
+    }
+
+    /// How this kernel cuts a sequence of `kv_len` keys at a binding's `n_split`: (keys per
+    /// split, splits holding keys); see [`KeyWalk::cut_at_least`].
+    pub fn cut(&self, kv_len: u32, n_split: u32) -> (u32, u32) {
+        self.walk
+            .cut_at_least(kv_len, self.cut_splits(n_split), self.split_keys)
+    }
+
+    /// Whether a step whose sequences attend over `keys` positions in all cuts each of them into
+    /// one split: every sequence holds at most `keys` positions, so where that is within a split
+    /// asked for with [`AttnDecode::with_split_keys`] no combine need run. (Only then: the
+    /// default form records its combine dispatch at every depth, as it did before the knob.)
+    fn single_splits(&self, keys: u32) -> bool {
+        self.split_keys > self.walk.step() && keys <= self.split_keys
     }
 
     /// [`AttnDecode::new`] in the form `walk`. The SUBGROUP path needs key rows of ≥ 4 lanes
@@ -401,6 +502,8 @@ impl AttnDecode {
             variant,
             shape,
             walk,
+            split_keys: walk.step(),
+            max_splits: None,
             layout: built.layout,
             pipelines: built.pipelines,
             placeholder: support::placeholder(ctx),
@@ -574,7 +677,9 @@ impl AttnDecode {
                 scale: shape.scale(),
                 gated: u32::from(gate.is_some()),
                 quantize_out: u32::from(o_q8.is_some()),
-                pad: [0; 3],
+                split_keys: self.split_keys,
+                cut_splits: self.cut_splits(n_split),
+                pad: 0,
             },
         );
         let [yq, yd] = o_q8_bindings;
@@ -608,7 +713,8 @@ impl AttnDecode {
 
     /// Records the dispatches for a step of `n_seqs` sequences (at most the binding's
     /// `max_seqs`): the split pass, and the combining pass when the binding has several splits
-    /// (it does nothing for a sequence the split pass gave a single split). `keys` is the
+    /// (it does nothing for a sequence the split pass gave a single split; with longer splits
+    /// asked for, it is not recorded where `keys` rules out a second split). `keys` is the
     /// positions the sequences attend over, summed: the cache bytes recorded.
     pub fn encode(
         &self,
@@ -620,8 +726,8 @@ impl AttnDecode {
         let n = n_seqs.min(binding.max_seqs);
         pass.set_bind_group(0, &binding.group, &[]);
         pass.set_pipeline(&self.pipelines[usize::from(binding.table)]);
-        pass.dispatch_workgroups(binding.n_split, self.shape.n_kv, n);
-        let split = binding.n_split > 1;
+        pass.dispatch_workgroups(self.cut_splits(binding.n_split), self.shape.n_kv, n);
+        let split = self.cut_splits(binding.n_split) > 1 && !self.single_splits(keys);
         if split {
             pass.set_pipeline(&self.pipelines[2 + usize::from(binding.table)]);
             pass.dispatch_workgroups(self.shape.n_head, n, 1);

@@ -41,6 +41,17 @@
 //! [`MatVecLayout::DEFAULT`] (f32) or [`MatVecLayout::INTEGER`] (q8). The wide form reads Q6_K
 //! blocks with word loads, or (opt-in, `FAK_MATVEC_Q6=aligned`) as aligned 16-byte pairs
 //! ([`Q6Loads`]): the same bytes, the same outputs bit for bit.
+//!
+//! # By batch size
+//!
+//! The layout is chosen by (type, rows, cols) alone, never by B, and so is every row's order of
+//! summation: a sequence's outputs do not depend on what else is in the batch (issue 21). What
+//! changes with B is only where a wide layout reads x: for one vector from global memory
+//! (wgsl/matvec_q8_wide.wgsl), for several from workgroup memory, where the workgroup staged
+//! the batch's x once per step (wgsl/matvec_q8_staged.wgsl, [`MatVecLayout::at_capacity`]) —
+//! the same sums, bit for bit, without every invocation loading every vector's x
+//! (experiments/NOTES.md, "batch8"). The staged form reads W through the wide form's loads, so
+//! it takes either [`Q6Loads`].
 
 use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::tensors::{bind_group, checked_row_bytes};
@@ -79,6 +90,10 @@ pub struct MatVecLayout {
     /// Q6_K weights; a binding of another input or type takes the same layout in the narrow
     /// form ([`MatVecLayout::narrowed`]).
     pub wide: bool,
+    /// The wide form with the batch's x staged in workgroup memory once per step
+    /// (wgsl/matvec_q8_staged.wgsl; implies `wide`): the same sums, bit for bit, read from
+    /// another place. Runs wide where the adapter's workgroup memory has no room for it.
+    pub staged: bool,
 }
 
 impl MatVecLayout {
@@ -109,18 +124,94 @@ impl MatVecLayout {
         Self::QUANTIZING.widened(),
     ];
 
+    /// The staged form's layouts that tests/gpu_matvec.rs checks and experiments/matvec-bench
+    /// times (issue 21's batched decode): the wide candidates' twins, and 8 teams of 32 and
+    /// 16 teams of 16 with two units in flight (more rows per fill of x).
+    pub const STAGED_CANDIDATES: [MatVecLayout; 6] = [
+        Self::INTEGER.with_staged_x(),
+        Self::new(128, 8, 1).with_staged_x(),
+        Self::new(128, 4, 2).with_staged_x(),
+        Self::QUANTIZING.with_staged_x(),
+        Self::new(256, 8, 1).with_staged_x(),
+        Self::new(256, 16, 2).with_staged_x(),
+    ];
+
     pub const fn new(invocations: u32, teams: u32, unroll: u32) -> MatVecLayout {
         MatVecLayout {
             invocations,
             teams,
             unroll,
             wide: false,
+            staged: false,
         }
     }
 
     /// This layout in the wide form.
     pub const fn widened(self) -> MatVecLayout {
         MatVecLayout { wide: true, ..self }
+    }
+
+    /// This layout in the staged form (the wide form, x staged in workgroup memory).
+    pub const fn with_staged_x(self) -> MatVecLayout {
+        MatVecLayout {
+            wide: true,
+            staged: true,
+            ..self
+        }
+    }
+
+    /// The layout pipelines of batch capacity `capacity` run: this one, or where `stage` and a
+    /// wide layout for several vectors, its staged twin — which gives every row the same bits
+    /// (only where x is read from differs), so the choice by batch size cannot make a
+    /// sequence's output depend on the batch. Then either form staged only where
+    /// [`MatVecLayout::stage_vectors`] fits one vector per fill into `workgroup_limit` bytes,
+    /// and only for q8 vectors read from global memory: the staged form reads xq, xd, so never
+    /// where `input` is quantized in the workgroup (QUANTIZE_X, which every MIXED binding is).
+    fn at_capacity(
+        self,
+        capacity: u32,
+        input: Input,
+        stage: bool,
+        workgroup_limit: u32,
+    ) -> MatVecLayout {
+        let staged = self.staged || (stage && self.wide && capacity > 1);
+        MatVecLayout {
+            staged: staged
+                && matches!(input, Input::Q8(_))
+                && self.stage_vectors(capacity, workgroup_limit) > 0,
+            ..self
+        }
+    }
+
+    /// The workgroup memory of this layout's integer pipelines for `capacity` vectors staging
+    /// `staged` per fill, in bytes: every `var<workgroup>` of the module that the entry point
+    /// may use (wgsl/matvec.wgsl, reduce_*.wgsl and matvec_q8_staged.wgsl; counted whether the
+    /// variant reduces by subgroups or not).
+    fn workgroup_bytes(self, capacity: u32, staged: u32) -> u64 {
+        let (wg, teams, unroll) = (
+            u64::from(self.invocations),
+            u64::from(self.teams),
+            u64::from(self.unroll),
+        );
+        let capacity = u64::from(capacity);
+        let (row_slots, team_slots) = match teams {
+            1 => (wg * capacity, 1),
+            _ => (1, wg / 2 * capacity),
+        };
+        // norm_scales, pair_totals, block_values; reduce_partials or reduce_scratch.
+        let fixed = 4 * (8 + 32 + 256) + 4 * wg;
+        let stage = 80 * (wg / teams) * unroll * u64::from(staged);
+        16 * (row_slots + team_slots) + fixed + stage
+    }
+
+    /// Vectors the staged form stages per fill for `capacity` vectors: the most (a power of two,
+    /// at most `capacity`) that fit `workgroup_limit` bytes; 0 when not even one does.
+    pub fn stage_vectors(self, capacity: u32, workgroup_limit: u32) -> u32 {
+        (0..=capacity.ilog2())
+            .rev()
+            .map(|shift| 1 << shift)
+            .find(|&staged| self.workgroup_bytes(capacity, staged) <= u64::from(workgroup_limit))
+            .unwrap_or(0)
     }
 
     /// Whether the wide form serves weights of `ty` multiplied by inputs `input`.
@@ -131,8 +222,10 @@ impl MatVecLayout {
     /// The layout a binding of `ty` and `input` runs: this one, in the narrow form where the
     /// wide one does not serve them (so one `FAK_MATVEC_LAYOUT` can name a wide layout for all).
     fn narrowed(self, ty: GgmlType, input: Input) -> MatVecLayout {
+        let wide = self.wide && Self::wide_serves(ty, input);
         MatVecLayout {
-            wide: self.wide && Self::wide_serves(ty, input),
+            wide,
+            staged: self.staged && wide,
             ..self
         }
     }
@@ -168,7 +261,7 @@ impl MatVecLayout {
         }
     }
 
-    /// `FAK_MATVEC_LAYOUT` (`invocations/teams/unroll[/wide]`, e.g. `256/4/1`): one layout for every
+    /// `FAK_MATVEC_LAYOUT` (`invocations/teams/unroll[/wide|/staged]`, e.g. `256/4/1`): one layout for every
     /// binding that names none; None when unset or empty.
     pub fn from_env() -> Result<Option<MatVecLayout>, GpuError> {
         match std::env::var("FAK_MATVEC_LAYOUT") {
@@ -177,32 +270,30 @@ impl MatVecLayout {
         }
     }
 
-    /// `invocations/teams/unroll`, or `invocations/teams/unroll/wide` for the wide form, as
+    /// `invocations/teams/unroll`, or with `/wide` or `/staged` for those forms, as
     /// [`Display`](std::fmt::Display) writes it.
     pub fn parse(text: &str) -> Result<MatVecLayout, GpuError> {
-        let (numbers, wide) = match text.trim().strip_suffix("/wide") {
-            Some(numbers) => (numbers, true),
-            None => (text, false),
-        };
+        let text = text.trim();
+        let (numbers, form): (&str, fn(MatVecLayout) -> MatVecLayout) =
+            if let Some(numbers) = text.strip_suffix("/wide") {
+                (numbers, MatVecLayout::widened)
+            } else if let Some(numbers) = text.strip_suffix("/staged") {
+                (numbers, MatVecLayout::with_staged_x)
+            } else {
+                (text, |layout| layout)
+            };
         let numbers: Vec<u32> = numbers
             .split('/')
             .map(|part| part.trim().parse::<u32>())
             .collect::<Result<_, _>>()
             .unwrap_or_default();
         match numbers[..] {
-            [invocations, teams, unroll] => {
-                let layout = Self::new(invocations, teams, unroll);
-                match wide {
-                    true => layout.widened(),
-                    false => layout,
-                }
-                .check()
-            }
+            [invocations, teams, unroll] => form(Self::new(invocations, teams, unroll)).check(),
             _ => Err(GpuError::Shape {
                 kernel: MatVec::NAME,
                 message: format!(
-                    "FAK_MATVEC_LAYOUT={text:?} (expected invocations/teams/unroll[/wide], e.g. \
-                     128/4/2 or 256/4/1/wide)"
+                    "FAK_MATVEC_LAYOUT={text:?} (expected invocations/teams/unroll[/wide|/staged], \
+                     e.g. 128/4/2, 256/4/1/wide or 128/8/1/staged)"
                 ),
             }),
         }
@@ -212,9 +303,10 @@ impl MatVecLayout {
 impl std::fmt::Display for MatVecLayout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}/{}", self.invocations, self.teams, self.unroll)?;
-        match self.wide {
-            true => write!(f, "/wide"),
-            false => Ok(()),
+        match (self.staged, self.wide) {
+            (true, _) => write!(f, "/staged"),
+            (false, true) => write!(f, "/wide"),
+            (false, false) => Ok(()),
         }
     }
 }
@@ -288,6 +380,14 @@ struct Params {
     part2: u32,
     /// The weight's ggml type id (read by mixed pipelines).
     ggml_type: u32,
+}
+
+/// The index in [`BATCH_CAPACITIES`] of the smallest capacity that holds `n_tokens` vectors.
+fn capacity_index(n_tokens: u32) -> usize {
+    BATCH_CAPACITIES
+        .iter()
+        .position(|&c| c >= n_tokens)
+        .expect("n_tokens ≤ max_batch ≤ MAX_BATCH")
 }
 
 /// How a row is cut into units (the part of a block one invocation decodes):
@@ -442,6 +542,9 @@ pub struct MatVec {
     widen: bool,
     /// How the wide form's pipelines load Q6_K blocks.
     q6: Q6Loads,
+    /// A wide layout's pipelines for several vectors run its staged twin (same bits; see
+    /// [`MatVec::stages_batches`]). See [`MatVecLayout::at_capacity`].
+    stage: bool,
     layout: wgpu::BindGroupLayout,
     /// Bound as `w16`/`x16` where the data is not 16-byte aligned (the kernel then reads w, x).
     placeholder: wgpu::Buffer,
@@ -494,6 +597,8 @@ fn quantizing_workgroup_bytes(layout: MatVecLayout, capacity: u32, cols: u64) ->
 /// one its `max_batch` needs), a bind group and grid per row range.
 pub struct MatVecBinding {
     pipelines: Vec<wgpu::ComputePipeline>,
+    /// The layout of each of `pipelines` (a wide layout's staged twin for several vectors).
+    layouts: Vec<MatVecLayout>,
     max_batch: u32,
     ranges: Vec<(wgpu::BindGroup, Grid)>,
     /// Every range reads its Q6_K blocks with the aligned loads ([`Q6Loads::Aligned`]).
@@ -532,6 +637,11 @@ struct MatVecWork {
 }
 
 impl MatVecBinding {
+    /// The layout a step of `n_tokens` vectors runs (≤ the binding's batch).
+    pub fn layout(&self, n_tokens: u32) -> MatVecLayout {
+        self.layouts[capacity_index(n_tokens.max(1))]
+    }
+
     /// The grid of each dispatch, one per row range (several when W exceeds a binding).
     pub fn grids(&self) -> impl Iterator<Item = Grid> + '_ {
         self.ranges.iter().map(|(_, grid)| *grid)
@@ -539,17 +649,20 @@ impl MatVecBinding {
 }
 
 /// The pipeline of one type, input (f32, normed f32 or q8), batch capacity and layout (MIXED: a
-/// second weight's workgroups after the first's); a wide one loads Q6_K blocks as `q6` says.
+/// second weight's workgroups after the first's); a wide one (staged or not) loads Q6_K blocks as
+/// `q6` says; a staged layout stages `staged` vectors per fill.
 fn spec(
     ty: GgmlType,
     input: Input,
     capacity: u32,
     rows: MatVecLayout,
     (mixed, q6): (bool, Q6Loads),
+    staged: u32,
 ) -> PipelineSpec {
     let (_, lanes, block_elems, block_bytes) = unit_geometry(ty, rows.wide);
     let norm = input == Input::Normed;
     let (entry_point, what) = match input {
+        Input::Q8(_) if rows.staged => ("matvec_q8_staged", "q8"),
         Input::Q8(_) if rows.wide => ("matvec_q8_wide", "q8"),
         Input::Q8(_) => ("matvec_q8", "q8"),
         Input::QuantizedNorm(..) if rows.wide => ("matvec_q8_wide", "normed q8"),
@@ -558,45 +671,50 @@ fn spec(
         Input::F32 => ("matvec", "f32"),
     };
     // Only the int-dot module declares QUANTIZE_X and X_COLS.
-    let mut quantizing = match input {
+    let mut constants = match input {
         Input::QuantizedNorm(_, cols) => vec![("QUANTIZE_X", 1.0), ("X_COLS", f64::from(cols))],
         _ => Vec::new(),
     };
     if mixed {
-        quantizing.push(("MIXED", 1.0));
+        constants.push(("MIXED", 1.0));
     }
     // Only the wide module declares Q6_ALIGNED; the default pipelines are today's, unchanged.
+    // The staged form (wide too) reads W through the wide module's loads, so it takes it as well.
     let aligned = rows.wide && input.is_q8() && q6 == Q6Loads::Aligned;
     if aligned {
-        quantizing.push(("Q6_ALIGNED", 1.0));
+        constants.push(("Q6_ALIGNED", 1.0));
     }
+    constants.extend([
+        ("WG", f64::from(rows.invocations)),
+        ("TEAMS", f64::from(rows.teams)),
+        ("UNROLL", f64::from(rows.unroll)),
+        ("MAX_B", f64::from(capacity)),
+        ("NORM", f64::from(u8::from(norm))),
+        ("GGML_TYPE", f64::from(ty.id())),
+        ("UNIT_LANES", lanes as f64),
+        ("BLOCK_ELEMS", block_elems as f64),
+        ("BLOCK_BYTES", block_bytes as f64),
+    ]);
     let mixed = if mixed { " mixed" } else { "" };
     let aligned = if aligned { " q6 aligned" } else { "" };
-    PipelineSpec {
+    let mut spec = PipelineSpec {
         label: format!("matvec {ty}{mixed} batch {capacity} x {what} layout {rows}{aligned}"),
         entry_point,
-        constants: quantizing
-            .into_iter()
-            .chain([
-                ("WG", f64::from(rows.invocations)),
-                ("TEAMS", f64::from(rows.teams)),
-                ("UNROLL", f64::from(rows.unroll)),
-                ("MAX_B", f64::from(capacity)),
-                ("NORM", f64::from(u8::from(norm))),
-                ("GGML_TYPE", f64::from(ty.id())),
-                ("UNIT_LANES", lanes as f64),
-                ("BLOCK_ELEMS", block_elems as f64),
-                ("BLOCK_BYTES", block_bytes as f64),
-            ])
-            .collect(),
+        constants,
+    };
+    if rows.staged {
+        spec.label += &format!(" staging {staged}");
+        spec.constants.push(("STAGE_B", f64::from(staged)));
     }
+    spec
 }
 
-/// The pipelines of one type and input, one per batch capacity.
+/// The pipelines of one type and input, one per batch capacity (a staged layout staging one
+/// vector per fill: what translates everywhere).
 fn specs(ty: GgmlType, input: Input, rows: MatVecLayout) -> Vec<PipelineSpec> {
     BATCH_CAPACITIES
         .into_iter()
-        .map(|capacity| spec(ty, input, capacity, rows, (false, Q6Loads::Words)))
+        .map(|capacity| spec(ty, input, capacity, rows, (false, Q6Loads::Words), 1))
         .collect()
 }
 
@@ -657,23 +775,27 @@ impl Kernel for MatVec {
             let normed = |index| Input::QuantizedNorm(index, 256);
             pipelines.extend(specs(GgmlType::Q4_K, normed(1), MatVecLayout::QUANTIZING));
             pipelines.extend(specs(GgmlType::Q6_K, normed(3), wide[0]));
-            pipelines.push(spec(
-                GgmlType::Q4_K,
-                normed(1),
-                1,
-                wide[0],
-                (true, Q6Loads::Words),
-            ));
+            let mixed_words = (true, Q6Loads::Words);
+            pipelines.push(spec(GgmlType::Q4_K, normed(1), 1, wide[0], mixed_words, 1));
             // Q6_K's aligned loads (opt-in), plain and mixed.
             let aligned = (false, Q6Loads::Aligned);
-            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 1, wide[0], aligned));
+            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 1, wide[0], aligned, 1));
+            let mixed_aligned = (true, Q6Loads::Aligned);
             pipelines.push(spec(
                 GgmlType::Q6_K,
                 normed(3),
                 1,
                 wide[0],
-                (true, Q6Loads::Aligned),
+                mixed_aligned,
+                1,
             ));
+            // The staged form: both types, and the unrolled loop; Q6_K's also with the aligned
+            // loads.
+            module = module.with(wgsl::MATVEC_Q8_STAGED);
+            let staged = MatVecLayout::STAGED_CANDIDATES;
+            pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), staged[0]));
+            pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), staged[2]));
+            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, staged[2], aligned, 1));
         }
         KernelSource {
             module,
@@ -714,15 +836,19 @@ impl MatVec {
     /// Every binding's layout is taken in the wide form where it serves the binding (q8 inputs,
     /// Q4_K/Q6_K weights): on an H200 the Qwen3.5-27B decodes 14.47 → 12.12 ms/token with it
     /// (experiments/NOTES.md, session 2026-12-05 #4). `FAK_MATVEC_WIDE=0` keeps the narrow form.
+    /// Pipelines for several vectors run a wide layout staged where
+    /// [`MatVec::stages_batches`] says so.
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
         let widen = std::env::var("FAK_MATVEC_WIDE").as_deref() != Ok("0");
+        let stage = Self::stages_batches();
         let mut kernel = Self::build_in(ctx, paths, MatVecLayout::from_env()?)?;
         kernel.widen = widen;
+        kernel.stage = stage;
         Ok(kernel.with_q6_loads(Q6Loads::from_env()))
     }
 
-    /// This kernel with its wide pipelines loading Q6_K blocks as `q6` says (before any
-    /// binding: the pipelines are built by the bindings).
+    /// This kernel with its wide pipelines (staged ones too) loading Q6_K blocks as `q6` says
+    /// (before any binding: the pipelines are built by the bindings).
     pub fn with_q6_loads(mut self, q6: Q6Loads) -> Self {
         self.q6 = q6;
         self
@@ -731,6 +857,14 @@ impl MatVec {
     /// How the wide pipelines load Q6_K blocks.
     pub fn q6_loads(&self) -> Q6Loads {
         self.q6
+    }
+
+    /// Whether [`MatVec::new`]'s pipelines for several vectors run a wide layout staged (same
+    /// bits, x read once per workgroup: [`MatVecLayout::at_capacity`]): opt-in with
+    /// `FAK_MATVEC_STAGE=1` until a device has timed it (experiments/h200/batch8.sh); lavapipe
+    /// checks its bits, not its speed.
+    pub fn stages_batches() -> bool {
+        std::env::var("FAK_MATVEC_STAGE").as_deref() == Ok("1")
     }
 
     /// [`MatVec::new`] with every binding that names no layout in `rows`.
@@ -756,6 +890,7 @@ impl MatVec {
             rows,
             widen: false,
             q6: Q6Loads::Words,
+            stage: false,
             layout: built.layout,
             placeholder: storage_buffer(ctx, "matvec wide placeholder", 16)?,
             placeholder_out: storage_buffer(ctx, "matvec output placeholder", 16)?,
@@ -775,11 +910,15 @@ impl MatVec {
         ctx: &GpuContext,
         (ty, input, rows, mixed): (GgmlType, Input, MatVecLayout, bool),
         max_batch: u32,
-    ) -> Result<Vec<wgpu::ComputePipeline>, GpuError> {
+    ) -> Result<Vec<(wgpu::ComputePipeline, MatVecLayout)>, GpuError> {
+        let workgroup_limit = ctx.device.limits().max_compute_workgroup_storage_size;
         let keys: Vec<PipelineKey> = BATCH_CAPACITIES
             .into_iter()
             .filter(|&c| c <= max_batch.next_power_of_two())
-            .map(|c| (ty, input, c, rows, mixed))
+            .map(|c| {
+                let rows = rows.at_capacity(c, input, self.stage, workgroup_limit);
+                (ty, input, c, rows, mixed)
+            })
             .collect();
         let mut built = self.pipelines.lock().expect("no panic while holding it");
         let missing: Vec<PipelineKey> = keys
@@ -791,11 +930,20 @@ impl MatVec {
             let mut variant = KernelVariant::of::<Self>(self.variant);
             variant.source.pipelines = missing
                 .iter()
-                .map(|&(ty, input, c, rows, mixed)| spec(ty, input, c, rows, (mixed, self.q6)))
+                .map(|&(ty, input, c, rows, mixed)| {
+                    spec(
+                        ty,
+                        input,
+                        c,
+                        rows,
+                        (mixed, self.q6),
+                        rows.stage_vectors(c, workgroup_limit),
+                    )
+                })
                 .collect();
             built.extend(missing.into_iter().zip(build(ctx, &variant)?.pipelines));
         }
-        Ok(keys.iter().map(|k| built[k].clone()).collect())
+        Ok(keys.iter().map(|k| (built[k].clone(), k.3)).collect())
     }
 
     /// The variant that was built.
@@ -1073,7 +1221,10 @@ impl MatVec {
                 )));
             }
         }
-        let pipelines = self.pipelines_for(ctx, (ty, input, rows_layout, mixed), max_batch)?;
+        let (pipelines, layouts) = self
+            .pipelines_for(ctx, (ty, input, rows_layout, mixed), max_batch)?
+            .into_iter()
+            .unzip();
         let norm = fusion
             .norm
             .map(|norm| {
@@ -1315,6 +1466,7 @@ impl MatVec {
         };
         Ok(MatVecBinding {
             pipelines,
+            layouts,
             max_batch,
             ranges,
             q6_aligned,
@@ -1341,11 +1493,7 @@ impl MatVec {
                 ),
             });
         }
-        let capacity = BATCH_CAPACITIES
-            .iter()
-            .position(|&c| c >= n_tokens)
-            .expect("n_tokens ≤ max_batch ≤ MAX_BATCH");
-        pass.set_pipeline(&binding.pipelines[capacity]);
+        pass.set_pipeline(&binding.pipelines[capacity_index(n_tokens)]);
         for (group, grid) in &binding.ranges {
             pass.set_bind_group(0, group, &[]);
             grid.dispatch(pass);

@@ -7,7 +7,7 @@
 //! residual adds accumulated) and Qwen3.5-27B's MLP, on the adapter `FAK_ADAPTER` picks with its
 //! best paths (subgroups where it has them).
 //!
-//! Each figure is the median over `REPS` passes of back-to-back dispatches over distinct copies
+//! Each figure is the median over `REPS` (or `--reps`) passes of back-to-back dispatches over distinct copies
 //! of the weights (enough copies to stream ≥ 256 MB per pass, so the 50 MB L2 of an H200 never
 //! holds the next dispatch's weights, as in a decode step where every layer's are new), timed by
 //! pass timestamps: per-dispatch overhead (~2 µs on an H200) is included, as in a forward pass.
@@ -25,15 +25,23 @@
 //! f32 rounding over 17408 terms stays far below). The `check` column is the worst error as a
 //! share of that bound; a binding that fails (or gives NaN) is printed as FAILED and not timed.
 //!
-//!   matvec-bench [--quick] [--layouts 64/1/1,128/4/2] [--paths f32,q8] [--batch B]
-//!                [--q6 aligned] [--only NAME,NAME]
+//!   matvec-bench [--quick] [--layouts 64/1/1,128/4/2] [--paths f32,q8] [--batches 1,2,4,8]
+//!                [--products 27b_ffn_gate_up,output] [--q6 aligned]
 //!
-//! `--batch B` (1 to 8) multiplies B input vectors per dispatch, as a batched decode step of B
-//! sequences does (the B vectors are copies of one x, each output vector checked against the
-//! same reference); GB/s stays weight bytes over time. `--q6 aligned` also times each wide
-//! layout's Q6_K products with the aligned Q6_K loads (`Q6Loads::Aligned`, FAK_MATVEC_Q6=aligned),
-//! checked as every binding is, as path `q8+q6aligned` (its `q8` line beside it is the default
-//! loads'). `--only` keeps the products of those names (every type of a name).
+//! `--batches B,…` (each 1 to 8; `--batch B` is one) multiplies B input vectors per dispatch, as a
+//! batched decode step of B sequences does (the B vectors are copies of one x, each output
+//! vector checked against the same reference), every batch on the same weights in one process;
+//! GB/s stays weight bytes over time. With several batches a last table sets each layout's
+//! q8 time at every batch against its time at the first (issue 21: a step of 8 sequences should
+//! cost little more than a step of 1), and the best layout per batch. `MatVecLayout::
+//! STAGED_CANDIDATES` (the wide form with the batch's x staged in workgroup memory) are timed at
+//! every batch, 1 included, though the engine runs them only for several vectors.
+//! `--products` keeps the named products (all of a name: ffn_down is two); `--plain` times the
+//! q8 path alone (no `q8+quantize`, no `q8+q8out`); `--reps N` takes the median of N passes
+//! instead of REPS (a short device call). `--q6 aligned` also times each wide (or staged)
+//! layout's Q6_K products with the aligned Q6_K loads (`Q6Loads::Aligned`,
+//! FAK_MATVEC_Q6=aligned), checked as every binding is, as path `q8+q6aligned` (its `q8` line
+//! beside it is the default loads').
 
 use fak::gpu::kernels::matvec::{
     InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, Q6Loads,
@@ -57,6 +65,7 @@ enum Fusion {
 }
 
 /// One decode product: (name, type, outputs, columns, fusion, per step in the model).
+#[derive(Clone, Copy)]
 struct Product {
     name: &'static str,
     ty: GgmlType,
@@ -163,6 +172,9 @@ const PASS_BYTES: u64 = 256 << 20;
 const MAX_COPIES: u64 = 64;
 const EPS: f32 = 1e-6;
 
+/// One measurement: (batch, product index, path name, layout, seconds per dispatch).
+type Timing = (u32, usize, &'static str, MatVecLayout, f64);
+
 /// The input paths: f32 x, or x quantized to 8-bit blocks (timed without and with the quantize).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum InputPath {
@@ -186,6 +198,7 @@ fn main() {
         None => MatVecLayout::CANDIDATES
             .into_iter()
             .chain(MatVecLayout::WIDE_CANDIDATES)
+            .chain(MatVecLayout::STAGED_CANDIDATES)
             .collect(),
     };
     let input_paths: Vec<InputPath> = match option("--paths").as_deref() {
@@ -221,22 +234,40 @@ fn main() {
     );
     let q6_aligned = option("--q6").as_deref() == Some("aligned");
     let all: &[Product] = if quick { &QUICK_PRODUCTS } else { &PRODUCTS };
-    let only = option("--only");
-    let products: Vec<&Product> = all
-        .iter()
-        .filter(|p| only.as_ref().is_none_or(|o| o.split(',').any(|n| n == p.name)))
-        .collect();
-    let batch: u32 = option("--batch").map_or(1, |b| b.parse().expect("--batch"));
-    assert!((1..=8).contains(&batch), "--batch {batch}: expected 1 to 8");
-    println!("# input vectors per dispatch: {batch}");
+    let products: Vec<Product> = match option("--products") {
+        Some(names) => all
+            .iter()
+            .filter(|p| names.split(',').any(|n| n.trim() == p.name))
+            .copied()
+            .collect(),
+        None => all.to_vec(),
+    };
+    assert!(
+        !products.is_empty(),
+        "--products named none of the products"
+    );
+    let plain = args.iter().any(|a| a == "--plain");
+    let reps: usize = option("--reps").map_or(REPS, |r| r.parse().expect("--reps"));
+    assert!(reps >= 1, "--reps {reps}: expected at least 1");
+    let batches: Vec<u32> = option("--batches")
+        .or(option("--batch"))
+        .map_or(vec![1], |list| {
+            list.split(',')
+                .map(|b| b.trim().parse().expect("--batches"))
+                .collect()
+        });
+    assert!(
+        batches.iter().all(|b| (1..=8).contains(b)),
+        "--batches {batches:?}: expected 1 to 8"
+    );
     let step = StepBuffer::new(&ctx);
-    step.set(&ctx, Step::new(0, batch, 0));
-    // (product index, path name) → (layout, µs), for the summary.
-    let mut results: Vec<(usize, &'static str, MatVecLayout, f64)> = Vec::new();
+    // (batch, product index, path name) → (layout, µs), for the summaries.
+    let mut results: Vec<Timing> = Vec::new();
     let copies = if quick { 2 } else { MAX_COPIES };
+    let max_batch = batches.iter().copied().max().unwrap_or(1);
     let benches: Vec<Bench> = products
         .iter()
-        .map(|p| Bench::new(&ctx, p, &step, copies, batch))
+        .map(|p| Bench::new(&ctx, p, &step, copies, max_batch, reps))
         .collect();
     for &input in &input_paths {
         let paths = KernelPaths {
@@ -249,136 +280,218 @@ fn main() {
             .iter()
             .map(|bench| quantizer.as_ref().map(|q| bench.quantize_binding(&ctx, q)))
             .collect();
-        // The CPU's outputs per product on this path (x̂ read back after a quantize on q8).
+        // The CPU's outputs per product on this path (x̂ read back after a quantize on q8, which
+        // takes its vector count from the step: every vector the buffers hold).
+        step.set(&ctx, Step::new(0, max_batch, 0));
         let references: Vec<Reference> = benches
             .iter()
             .zip(&quantize)
             .map(|(bench, q)| bench.reference(&ctx, quantizer.as_ref().zip(q.as_ref())))
             .collect();
-        // A wide layout on f32 inputs is the narrow one: timed once.
-        let layouts = layouts.iter().filter(|l| input == InputPath::Q8 || !l.wide);
-        for &layout in layouts {
-            // One kernel per layout: its pipelines are shared by the products of one type. With
-            // `--q6 aligned`, a wide layout's second kernel loads Q6_K blocks aligned.
-            let base = if input == InputPath::Q8 { "q8" } else { "f32" };
-            let mut forms = vec![(
-                base,
-                MatVec::with_layout(&ctx, paths, layout).expect("building matvec"),
-            )];
-            if q6_aligned && layout.wide && input == InputPath::Q8 {
-                let kernel = MatVec::with_layout(&ctx, paths, layout).expect("building matvec");
-                forms.push(("q8+q6aligned", kernel.with_q6_loads(Q6Loads::Aligned)));
-            }
-            for ((index, (p, bench)), (name, kernel)) in products
-                .iter()
-                .zip(&benches)
-                .enumerate()
-                .flat_map(|product| forms.iter().map(move |form| (product, form)))
-            {
-                let (name, kernel) = (*name, kernel);
-                // The aligned form differs from the default only on Q6_K, and only in its
-                // loads: timed alone (the fused timings below are the default form's).
-                let aligned_form = kernel.q6_loads() == Q6Loads::Aligned;
-                if aligned_form && p.ty != GgmlType::Q6_K {
-                    continue;
-                }
-                let bindings = bench.bind(&ctx, kernel, false);
-                if aligned_form && !bindings.iter().all(MatVecBinding::q6_aligned) {
-                    // Its buffer has no room for the last 16-byte word: the word loads ran.
-                    println!(
-                        "{}\t{}\t{}\t{}\t{layout}\t{name}\tnot aligned (word loads)",
-                        p.name, p.ty, p.rows, p.cols
-                    );
-                    continue;
-                }
-                let check = bench.check(
-                    &ctx,
-                    &references[index],
-                    quantizer.as_ref().zip(quantize[index].as_ref()),
-                    |pass| {
-                        kernel.encode(pass, &bindings[0], batch).unwrap();
-                    },
-                );
-                if !(check <= 1.0) {
-                    println!(
-                        "{}\t{}\t{}\t{}\t{layout}\t{name}\tFAILED\t\t\t\t{check:.3e}",
-                        p.name, p.ty, p.rows, p.cols
-                    );
-                    continue;
-                }
-                let mut timed = vec![(
-                    name,
-                    bench.time(&ctx, |pass, copy| {
-                        kernel.encode(pass, &bindings[copy], batch).unwrap();
-                    }),
+        for &batch in &batches {
+            println!("# input vectors per dispatch: {batch}");
+            step.set(&ctx, Step::new(0, batch, 0));
+            // A wide layout on f32 inputs is the narrow one: timed once.
+            let layouts = layouts.iter().filter(|l| input == InputPath::Q8 || !l.wide);
+            for &layout in layouts {
+                // One kernel per layout: its pipelines are shared by the products of one type.
+                // With `--q6 aligned`, a wide (or staged) layout's second kernel loads Q6_K
+                // blocks aligned.
+                let base = if input == InputPath::Q8 { "q8" } else { "f32" };
+                let mut forms = vec![(
+                    base,
+                    MatVec::with_layout(&ctx, paths, layout).expect("building matvec"),
                 )];
-                if !aligned_form
-                    && p.fusion == Fusion::GateUp
-                    && p.rows.is_multiple_of(32)
-                    && layout.teams == MatVecLayout::QUANTIZING_TEAMS
+                if q6_aligned && layout.wide && input == InputPath::Q8 {
+                    let kernel = MatVec::with_layout(&ctx, paths, layout).expect("building matvec");
+                    forms.push(("q8+q6aligned", kernel.with_q6_loads(Q6Loads::Aligned)));
+                }
+                for ((index, (p, bench)), (name, kernel)) in products
+                    .iter()
+                    .zip(&benches)
+                    .enumerate()
+                    .flat_map(|product| forms.iter().map(move |form| (product, form)))
                 {
-                    let quantizing = bench.bind(&ctx, kernel, true);
-                    let path = if input == InputPath::Q8 {
-                        "q8+q8out"
-                    } else {
-                        "f32+q8out"
-                    };
-                    // Its f32 outputs held to the same reference (the q8 ones are
-                    // tests/gpu_matvec.rs's, bit for bit).
+                    let (name, kernel) = (*name, kernel);
+                    // The aligned form differs from the default only on Q6_K, and only in its
+                    // loads: timed alone (the fused timings below are the default form's).
+                    let aligned_form = kernel.q6_loads() == Q6Loads::Aligned;
+                    if aligned_form && p.ty != GgmlType::Q6_K {
+                        continue;
+                    }
+                    let bindings = bench.bind(&ctx, kernel, false);
+                    if aligned_form && !bindings.iter().all(MatVecBinding::q6_aligned) {
+                        // Its buffer has no room for the last 16-byte word: the word loads ran.
+                        println!(
+                            "{}\t{}\t{}\t{}\t{layout}\t{name}\tnot aligned (word loads)",
+                            p.name, p.ty, p.rows, p.cols
+                        );
+                        continue;
+                    }
                     let check = bench.check(
                         &ctx,
                         &references[index],
                         quantizer.as_ref().zip(quantize[index].as_ref()),
+                        batch,
                         |pass| {
-                            kernel.encode(pass, &quantizing[0], batch).unwrap();
+                            kernel.encode(pass, &bindings[0], batch).unwrap();
                         },
                     );
-                    if check <= 1.0 {
-                        timed.push((
-                            path,
-                            bench.time(&ctx, |pass, copy| {
-                                kernel.encode(pass, &quantizing[copy], batch).unwrap();
-                            }),
-                        ));
-                    } else {
+                    if !(check <= 1.0) {
                         println!(
-                            "{}\t{}\t{}\t{}\t{layout}\t{path}\tFAILED\t\t\t\t{check:.3e}",
+                            "{}\t{}\t{}\t{}\t{layout}\t{name}\tFAILED\t\t\t\t{check:.3e}",
                             p.name, p.ty, p.rows, p.cols
                         );
+                        continue;
                     }
-                }
-                if let (false, Some(q), Some(qb)) = (aligned_form, &quantizer, &quantize[index]) {
-                    timed.push((
-                        "q8+quantize",
+                    let mut timed = vec![(
+                        name,
                         bench.time(&ctx, |pass, copy| {
-                            q.encode(pass, qb, batch).unwrap();
                             kernel.encode(pass, &bindings[copy], batch).unwrap();
                         }),
-                    ));
-                }
-                for (path, seconds) in timed {
-                    let gbps = bench.weight_bytes as f64 / seconds / 1e9;
-                    println!(
-                        "{}\t{}\t{}\t{}\t{layout}\t{path}\t{:.1}\t{gbps:.0}\t{:.1}\t{}\t{check:.1e}",
-                        p.name,
-                        p.ty,
-                        p.rows,
-                        p.cols,
-                        seconds * 1e6,
-                        100.0 * gbps / probe.gb_per_s,
-                        bench.copies
-                    );
-                    results.push((index, path, layout, seconds));
+                    )];
+                    if !plain
+                        && !aligned_form
+                        && p.fusion == Fusion::GateUp
+                        && p.rows.is_multiple_of(32)
+                        && layout.teams == MatVecLayout::QUANTIZING_TEAMS
+                    {
+                        let quantizing = bench.bind(&ctx, kernel, true);
+                        let path = if input == InputPath::Q8 {
+                            "q8+q8out"
+                        } else {
+                            "f32+q8out"
+                        };
+                        // Its f32 outputs held to the same reference (the q8 ones are
+                        // tests/gpu_matvec.rs's, bit for bit).
+                        let check = bench.check(
+                            &ctx,
+                            &references[index],
+                            quantizer.as_ref().zip(quantize[index].as_ref()),
+                            batch,
+                            |pass| {
+                                kernel.encode(pass, &quantizing[0], batch).unwrap();
+                            },
+                        );
+                        if check <= 1.0 {
+                            timed.push((
+                                path,
+                                bench.time(&ctx, |pass, copy| {
+                                    kernel.encode(pass, &quantizing[copy], batch).unwrap();
+                                }),
+                            ));
+                        } else {
+                            println!(
+                                "{}\t{}\t{}\t{}\t{layout}\t{path}\tFAILED\t\t\t\t{check:.3e}",
+                                p.name, p.ty, p.rows, p.cols
+                            );
+                        }
+                    }
+                    let timed_alone = plain || aligned_form;
+                    if let (false, Some(q), Some(qb)) = (timed_alone, &quantizer, &quantize[index])
+                    {
+                        timed.push((
+                            "q8+quantize",
+                            bench.time(&ctx, |pass, copy| {
+                                q.encode(pass, qb, batch).unwrap();
+                                kernel.encode(pass, &bindings[copy], batch).unwrap();
+                            }),
+                        ));
+                    }
+                    for (path, seconds) in timed {
+                        let gbps = bench.weight_bytes as f64 / seconds / 1e9;
+                        println!(
+                            "{}\t{}\t{}\t{}\t{layout}\t{path}\t{:.1}\t{gbps:.0}\t{:.1}\t{}\t{check:.1e}",
+                            p.name,
+                            p.ty,
+                            p.rows,
+                            p.cols,
+                            seconds * 1e6,
+                            100.0 * gbps / probe.gb_per_s,
+                            bench.copies
+                        );
+                        results.push((batch, index, path, layout, seconds));
+                    }
                 }
             }
         }
     }
-    summarize(&products, &results, &probe.gb_per_s);
+    for &batch in &batches {
+        println!("# summary at {batch} input vectors per dispatch");
+        let mine: Vec<_> = results
+            .iter()
+            .filter(|r| r.0 == batch)
+            .map(|r| (r.1, r.2, r.3, r.4))
+            .collect();
+        summarize(&products, &mine, &probe.gb_per_s);
+    }
+    if batches.len() > 1 {
+        batch_summary(&products, &results, &batches);
+    }
+}
+
+/// Issue 21's measure: per product and layout, the time at each batch against the time at the
+/// first batch (B = 1), on the plain q8 path; and per product the best layout at each batch.
+fn batch_summary(products: &[Product], results: &[Timing], batches: &[u32]) {
+    let time = |batch: u32, index: usize, layout: MatVecLayout| {
+        results
+            .iter()
+            .find(|r| r.0 == batch && r.1 == index && r.2 == "q8" && r.3 == layout)
+            .map(|r| r.4)
+    };
+    let mut layouts: Vec<MatVecLayout> = results.iter().map(|r| r.3).collect();
+    layouts.sort_by_key(|l| l.to_string());
+    layouts.dedup();
+    println!("# batch\tproduct\ttype\tlayout\tus at each batch {batches:?}\t× the first");
+    for (index, p) in products.iter().enumerate() {
+        for &layout in &layouts {
+            let times: Vec<Option<f64>> = batches.iter().map(|&b| time(b, index, layout)).collect();
+            let Some(Some(first)) = times.first().copied() else {
+                continue;
+            };
+            let cells: Vec<String> = times
+                .iter()
+                .map(|t| t.map_or("-".into(), |t| format!("{:.1}", t * 1e6)))
+                .collect();
+            let ratios: Vec<String> = times
+                .iter()
+                .map(|t| t.map_or("-".into(), |t| format!("{:.2}", t / first)))
+                .collect();
+            println!(
+                "# batch\t{}\t{}\t{layout}\t{}\t{}",
+                p.name,
+                p.ty,
+                cells.join(" "),
+                ratios.join(" ")
+            );
+        }
+        // The best layout at each batch, against the best at the first.
+        let best: Vec<Option<(MatVecLayout, f64)>> = batches
+            .iter()
+            .map(|&b| {
+                layouts
+                    .iter()
+                    .filter_map(|&l| time(b, index, l).map(|t| (l, t)))
+                    .min_by(|x, y| x.1.total_cmp(&y.1))
+            })
+            .collect();
+        if let Some(Some((_, first))) = best.first().copied() {
+            let cells: Vec<String> = best
+                .iter()
+                .map(|b| {
+                    b.map_or("-".into(), |(l, t)| {
+                        format!("{l} {:.1} ({:.2}×)", t * 1e6, t / first)
+                    })
+                })
+                .collect();
+            println!("# batch best\t{}\t{}\t{}", p.name, p.ty, cells.join("\t"));
+        }
+    }
 }
 
 /// The fastest layout per product and path, and a decode step's mat-vec time from the 8B rows.
 fn summarize(
-    products: &[&Product],
+    products: &[Product],
     results: &[(usize, &'static str, MatVecLayout, f64)],
     probe_gbps: &f64,
 ) {
@@ -450,7 +563,7 @@ fn summarize(
 /// Issue 18's measure: weight bytes over time, byte-weighted over a set of products (the 8B
 /// step's, each × its count per step; the 27B MLP's, each once), for each path in the best
 /// layout per product, and per layout (its form, wide or not, where it serves).
-fn bandwidth_summary(products: &[&Product], results: &[(usize, &'static str, MatVecLayout, f64)]) {
+fn bandwidth_summary(products: &[Product], results: &[(usize, &'static str, MatVecLayout, f64)]) {
     let bytes = |p: &Product| {
         let rows = p.rows * if p.fusion == Fusion::GateUp { 2 } else { 1 };
         (p.ty.row_bytes(p.cols).unwrap() * rows) as f64
@@ -557,10 +670,12 @@ struct Bench<'a> {
     /// The quantized output of a gate/up pairing (the next product's q8 input).
     y_q8: Q8Vectors,
     step: &'a StepBuffer,
-    /// Input vectors per dispatch (copies of one x).
+    /// The most input vectors per dispatch (copies of one x) the buffers hold.
     batch: u32,
     weight_bytes: u64,
     copies: usize,
+    /// Timed passes per measurement (the median is taken).
+    reps: usize,
     queries: wgpu::QuerySet,
     resolved: wgpu::Buffer,
 }
@@ -572,6 +687,7 @@ impl<'a> Bench<'a> {
         step: &'a StepBuffer,
         max_copies: u64,
         batch: u32,
+        reps: usize,
     ) -> Bench<'a> {
         let p = product;
         let w_rows = if p.fusion == Fusion::GateUp {
@@ -625,6 +741,7 @@ impl<'a> Bench<'a> {
             batch,
             weight_bytes,
             copies,
+            reps,
             queries,
             resolved,
         }
@@ -709,6 +826,7 @@ impl<'a> Bench<'a> {
         ctx: &GpuContext,
         reference: &Reference,
         q8: Option<(&QuantizeQ8, &QuantizeQ8Binding)>,
+        batch: u32,
         encode: impl Fn(&mut wgpu::ComputePass),
     ) -> f64 {
         let p = self.product;
@@ -721,7 +839,7 @@ impl<'a> Bench<'a> {
             .write_buffer(&self.y, 0, bytemuck::cast_slice(&y0));
         ctx.run_pass("matvec bench check", |pass| {
             if let Some((q, binding)) = q8 {
-                q.encode(pass, binding, self.batch).unwrap();
+                q.encode(pass, binding, batch).unwrap();
             }
             encode(pass);
         })
@@ -731,7 +849,7 @@ impl<'a> Bench<'a> {
         );
         let mut worst = 0.0f64;
         // Every vector's outputs: the B inputs are copies of one x.
-        for b in 0..u64::from(self.batch) {
+        for b in 0..u64::from(batch) {
             for ((&r, &want), &bound) in reference
                 .rows
                 .iter()
@@ -801,11 +919,11 @@ impl<'a> Bench<'a> {
             .collect()
     }
 
-    /// Median seconds per dispatch (or per `encode`'s group of dispatches) over REPS passes, each
+    /// Median seconds per dispatch (or per `encode`'s group of dispatches) over `reps` passes, each
     /// encoding once per weight copy.
     fn time(&self, ctx: &GpuContext, encode: impl Fn(&mut wgpu::ComputePass, usize)) -> f64 {
         let period = f64::from(ctx.queue.get_timestamp_period()) * 1e-9;
-        let mut samples: Vec<f64> = (0..REPS + 1)
+        let mut samples: Vec<f64> = (0..self.reps + 1)
             .map(|_| {
                 let mut encoder = ctx.device.create_command_encoder(&Default::default());
                 {
