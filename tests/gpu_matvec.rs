@@ -418,10 +418,12 @@ fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
 /// the batch. On Q4_K and Q6_K (37 rows, columns of several ragged team passes), every vector's
 /// outputs at batches 8 and 3 (in another order, among other vectors), and alone at batch 1, in
 /// each staged candidate (and, in the default layout, the engine's own choice: the wide form for
-/// one vector, the staged for more with FAK_MATVEC_STAGE=1), are the wide twin's batch-1 bits for that vector — the
-/// staged form may replace the wide one at any batch. The default layout on both types, the
-/// other candidates on one each (alternating); one int-dot variant (lavapipe builds each
-/// pipeline in seconds; the wide twins only their batch-1 pipeline).
+/// one vector, the staged for more with FAK_MATVEC_STAGE=1), are the wide twin's batch-1 bits for
+/// that vector — the staged form may replace the wide one at any batch. The default layout on
+/// both types, the other candidates on one each (alternating); one int-dot variant (lavapipe
+/// builds each pipeline in seconds; the wide twins only their batch-1 pipeline). W has room for
+/// its last 16-byte word, so under FAK_MATVEC_Q6=aligned the engine's kernel reads Q6_K with the
+/// aligned loads (asserted), wide and staged, against the word loads' bits.
 #[test]
 fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
     let ctx = gpu();
@@ -446,7 +448,9 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
         let quantizer = quantizer(ctx, &reference);
         for ty in types {
             let cols = col_counts(ty)[2];
-            let w = weights_buffer_at(ctx, &random_weights(ty, rows, cols, 7), 0);
+            let mut bytes = random_weights(ty, rows, cols, 7);
+            bytes.extend_from_slice(&[0; 16]);
+            let w = weights_buffer_at(ctx, &bytes, 0);
             let x = random_f32(&mut rng, batch * cols);
             // Each vector's outputs alone (batch 1 of the wide twin): the bits to keep.
             let alone: Vec<Vec<u32>> = (0..batch as usize)
@@ -459,7 +463,9 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
             if let Some(kernel) = &engine_rule {
                 // The engine's rule: its default layout wide for one vector, staged for more
                 // (where staging is on: FAK_MATVEC_STAGE=1).
-                let layouts = rule_layouts(ctx, kernel, &w, ty, (rows, cols));
+                let (layouts, q6_aligned) = rule_layouts(ctx, kernel, &w, ty, (rows, cols));
+                let aligned = ty == GgmlType::Q6_K && kernel.q6_loads() == Q6Loads::Aligned;
+                assert_eq!(q6_aligned, aligned, "{ty} {paths}: aligned Q6_K loads");
                 let more = if MatVec::stages_batches() {
                     staged
                 } else {
@@ -495,14 +501,15 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
     }
 }
 
-/// The layouts `kernel` runs a q8 binding of W in at batches 1, 2, 4 and 8.
+/// The layouts `kernel` runs a q8 binding of W in at batches 1, 2, 4 and 8, and whether it reads
+/// Q6_K with the aligned loads.
 fn rule_layouts(
     ctx: &GpuContext,
     kernel: &MatVec,
     w: &wgpu::Buffer,
     ty: GgmlType,
     (rows, cols): (u64, u64),
-) -> Vec<MatVecLayout> {
+) -> (Vec<MatVecLayout>, bool) {
     let (step, batch) = (StepBuffer::new(ctx), MAX_BATCH);
     let x = poisoned_f32(ctx, "x", u64::from(batch) * cols);
     let y = poisoned_f32(ctx, "y", u64::from(batch) * rows);
@@ -514,7 +521,8 @@ fn rule_layouts(
         ..MatVecFusion::default()
     };
     let binding = kernel.bind_fused(ctx, shape, &io, fusion).unwrap();
-    [1, 2, 4, 8].map(|n| binding.layout(n)).to_vec()
+    let layouts = [1, 2, 4, 8].map(|n| binding.layout(n)).to_vec();
+    (layouts, binding.q6_aligned())
 }
 
 /// The output bits (vector-major, `n·rows` words) of `kernel` on the integer path for the first
