@@ -7,7 +7,7 @@
 //! code is shared with `harness selftest` (harness/checks/matvec.rs).
 
 use fak::gpu::kernels::matvec::{
-    InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, SecondWeight,
+    InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, Q6Loads, SecondWeight,
 };
 use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
 use fak::gpu::step::MAX_BATCH;
@@ -243,14 +243,187 @@ fn check_form(layouts: &[MatVecLayout], seed: u64) {
     }
 }
 
+/// The q8 vectors `q8` holds for a step of `n` (of `cols` columns), read back: x̂ = q·d and each
+/// element's step d, `[b·cols + i]`, zero past vector n (the oracle's inputs).
+fn x_hat_of(ctx: &GpuContext, q8: &Q8Vectors, cols: u64, n: u32) -> (Vec<f32>, Vec<f32>) {
+    let len = (u64::from(MAX_BATCH) * cols) as usize;
+    let (mut x_hat, mut d) = (vec![0.0; len], vec![0.0; len]);
+    for (b, (codes, scales)) in q8.read_back(ctx, cols, n).unwrap().iter().enumerate() {
+        for (i, &q) in codes.iter().enumerate() {
+            let at = b * cols as usize + i;
+            d[at] = scales[i / 32];
+            x_hat[at] = f32::from(q) * d[at];
+        }
+    }
+    (x_hat, d)
+}
+
+/// The first vectors' outputs `got` (`[b·rows + r]`) of weights (type, GGUF bytes, rows) times
+/// x̂ within the f32 bound of the CPU's f64 W·x̂ (`bound`; NaN never passes).
+fn assert_near_q8_oracle(
+    what: &str,
+    got: &[f32],
+    (ty, bytes, rows): (GgmlType, &[u8], u64),
+    (x_hat, d): &(Vec<f32>, Vec<f32>),
+) {
+    let cols = x_hat.len() as u64 / u64::from(MAX_BATCH);
+    let want = expected(ty, bytes, (rows, cols), x_hat, Some(d), MAX_BATCH);
+    let bounds: Vec<f32> = want.scales[..got.len()]
+        .iter()
+        .map(|&s| bound(cols, s))
+        .collect();
+    let want: Vec<f32> = want.dots[..got.len()].iter().map(|&v| v as f32).collect();
+    assert_within(what, got, &want, &bounds);
+}
+
+/// The wide form's aligned Q6_K loads (`Q6Loads::Aligned`, FAK_MATVEC_Q6=aligned: vec4 pairs of
+/// w16 shifted into place) read the bytes the word loads read: at every batch their outputs are
+/// within the f32 bound of the CPU's W·x̂ and, bit for bit, the default loads' (outputs
+/// NaN-poisoned, rows past the batch left NaN); the kernel also passes check_tensor (accumulate,
+/// strided x: there the weights' buffer has no room, so it runs the word loads). Rows of 5 and 18
+/// blocks (1050 and 3780 bytes: blocks at every even skew mod 16; the long rows take several
+/// passes of a team), 37 rows, W at byte 32 and 36 of its buffer with room behind it for the
+/// last 16-byte word (asserted: the binding takes the aligned loads); and in a buffer without
+/// that room, where the binding falls back to the word loads. The first wide layout on every
+/// int-dot variant, the unrolled one (second unit clamped) on the first, and the staged form's
+/// unrolled layout on the first (it reads W through the wide form's loads, so it takes the
+/// aligned ones too). (A mixed binding with aligned loads:
+/// `a_mixed_binding_computes_each_weight_as_its_own_binding_does`.)
+#[test]
+fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
+    let ctx = gpu();
+    let (rows, batch) = (37, u64::from(MAX_BATCH));
+    let wide = MatVecLayout::WIDE_CANDIDATES;
+    let staged = MatVecLayout::STAGED_CANDIDATES;
+    let mut seed = 0x3a7e_d000;
+    for (i, layout) in [wide[0], wide[2], staged[2]].into_iter().enumerate() {
+        let int_dot = variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot);
+        for paths in int_dot.take(if i == 0 { usize::MAX } else { 1 }) {
+            let words = MatVec::with_layout(ctx, paths, layout).unwrap();
+            let aligned = MatVec::with_layout(ctx, paths, layout)
+                .unwrap()
+                .with_q6_loads(Q6Loads::Aligned);
+            let quantizer = quantizer(ctx, &words);
+            let cases = [
+                (1280, WEIGHTS_OFFSET, true),
+                (4608, WEIGHTS_OFFSET + 4, true),
+                (1280, WEIGHTS_OFFSET, false),
+            ];
+            for (cols, offset, room) in cases {
+                seed += 1;
+                let ty = GgmlType::Q6_K;
+                let mut bytes = random_weights(ty, rows, cols, seed);
+                if !room {
+                    assert_all(check_tensor(
+                        ctx,
+                        &aligned,
+                        Path::Q8(&quantizer),
+                        ty,
+                        (rows, cols),
+                        &bytes,
+                        offset,
+                        ctx.max_binding_size(),
+                        seed,
+                    ));
+                }
+                // 37 rows of 1050 or 3780 bytes end 8 or 4 bytes into a 16-byte word (from a
+                // 16-byte aligned offset): without room the grown window is refused.
+                let tensor_bytes = bytes.len();
+                if room {
+                    bytes.extend_from_slice(&[0; 16]);
+                }
+                let w = weights_buffer_at(ctx, &bytes, offset);
+                let x = random_f32(&mut rng(seed), batch * cols);
+                let xb = upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap();
+                let x_act = Activations::contiguous(&xb, cols);
+                for n in BATCHES {
+                    let step = StepBuffer::new(ctx);
+                    step.set(ctx, Step::new(0, n, 0));
+                    let q8 = poisoned_q8(ctx, cols, MAX_BATCH);
+                    let quantize = quantizer
+                        .bind(ctx, x_act, cols, None, &q8, &step, MAX_BATCH)
+                        .unwrap();
+                    let shape = MatVecShape { ty, rows, cols };
+                    let fusion = MatVecFusion {
+                        q8: Some(&q8),
+                        ..MatVecFusion::default()
+                    };
+                    let ys = [0, 1].map(|_| poisoned_f32(ctx, "y", batch * rows));
+                    let bindings = [&words, &aligned];
+                    let bound: Vec<_> = bindings
+                        .iter()
+                        .zip(&ys)
+                        .map(|(kernel, y)| {
+                            let io = MatVecIo {
+                                weights: &w,
+                                weights_offset: offset,
+                                x: x_act,
+                                y: Activations::contiguous(y, rows),
+                                step: &step,
+                                accumulate: false,
+                                max_batch: MAX_BATCH,
+                            };
+                            kernel.bind_fused(ctx, shape, &io, fusion).unwrap()
+                        })
+                        .collect();
+                    assert!(!bound[0].q6_aligned());
+                    assert_eq!(
+                        bound[1].q6_aligned(),
+                        room,
+                        "{paths} {layout} cols {cols}: aligned loads with room {room} ({} bytes \
+                         at {offset})",
+                        tensor_bytes
+                    );
+                    ctx.run_pass("q6 loads", |pass| {
+                        quantizer.encode(pass, &quantize, n).unwrap();
+                        for (kernel, binding) in bindings.iter().zip(&bound) {
+                            kernel.encode(pass, binding, n).unwrap();
+                        }
+                    })
+                    .unwrap();
+                    let [want, got] =
+                        [0, 1].map(|k| read_back_f32(ctx, &ys[k], 0..4 * batch * rows).unwrap());
+                    let what =
+                        format!("{paths} {layout} Q6_K {rows}×{cols} at {offset}, batch {n}");
+                    let split = (u64::from(n) * rows) as usize;
+                    assert!(
+                        want[..split].iter().all(|v| v.is_finite()),
+                        "{what}: the word loads' outputs are not all finite"
+                    );
+                    let weights = (ty, &bytes[..tensor_bytes], rows);
+                    assert_near_q8_oracle(
+                        &what,
+                        &got[..split],
+                        weights,
+                        &x_hat_of(ctx, &q8, cols, n),
+                    );
+                    let differ = (0..split)
+                        .filter(|&o| got[o].to_bits() != want[o].to_bits())
+                        .count();
+                    assert_eq!(
+                        differ, 0,
+                        "{what}: outputs differ from the word loads' bits"
+                    );
+                    assert!(
+                        got[split..].iter().all(|v| v.is_nan()),
+                        "{what}: wrote past the batch"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Issue 21's determinism at the kernel: a sequence's outputs must not depend on what else is in
 /// the batch. On Q4_K and Q6_K (37 rows, columns of several ragged team passes), every vector's
 /// outputs at batches 8 and 3 (in another order, among other vectors), and alone at batch 1, in
 /// each staged candidate (and, in the default layout, the engine's own choice: the wide form for
-/// one vector, the staged for more with FAK_MATVEC_STAGE=1), are the wide twin's batch-1 bits for that vector — the
-/// staged form may replace the wide one at any batch. The default layout on both types, the
-/// other candidates on one each (alternating); one int-dot variant (lavapipe builds each
-/// pipeline in seconds; the wide twins only their batch-1 pipeline).
+/// one vector, the staged for more with FAK_MATVEC_STAGE=1), are the wide twin's batch-1 bits for
+/// that vector — the staged form may replace the wide one at any batch. The default layout on
+/// both types, the other candidates on one each (alternating); one int-dot variant (lavapipe
+/// builds each pipeline in seconds; the wide twins only their batch-1 pipeline). W has room for
+/// its last 16-byte word, so under FAK_MATVEC_Q6=aligned the engine's kernel reads Q6_K with the
+/// aligned loads (asserted), wide and staged, against the word loads' bits.
 #[test]
 fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
     let ctx = gpu();
@@ -275,7 +448,9 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
         let quantizer = quantizer(ctx, &reference);
         for ty in types {
             let cols = col_counts(ty)[2];
-            let w = weights_buffer_at(ctx, &random_weights(ty, rows, cols, 7), 0);
+            let mut bytes = random_weights(ty, rows, cols, 7);
+            bytes.extend_from_slice(&[0; 16]);
+            let w = weights_buffer_at(ctx, &bytes, 0);
             let x = random_f32(&mut rng, batch * cols);
             // Each vector's outputs alone (batch 1 of the wide twin): the bits to keep.
             let alone: Vec<Vec<u32>> = (0..batch as usize)
@@ -288,7 +463,9 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
             if let Some(kernel) = &engine_rule {
                 // The engine's rule: its default layout wide for one vector, staged for more
                 // (where staging is on: FAK_MATVEC_STAGE=1).
-                let layouts = rule_layouts(ctx, kernel, &w, ty, (rows, cols));
+                let (layouts, q6_aligned) = rule_layouts(ctx, kernel, &w, ty, (rows, cols));
+                let aligned = ty == GgmlType::Q6_K && kernel.q6_loads() == Q6Loads::Aligned;
+                assert_eq!(q6_aligned, aligned, "{ty} {paths}: aligned Q6_K loads");
                 let more = if MatVec::stages_batches() {
                     staged
                 } else {
@@ -324,14 +501,15 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
     }
 }
 
-/// The layouts `kernel` runs a q8 binding of W in at batches 1, 2, 4 and 8.
+/// The layouts `kernel` runs a q8 binding of W in at batches 1, 2, 4 and 8, and whether it reads
+/// Q6_K with the aligned loads.
 fn rule_layouts(
     ctx: &GpuContext,
     kernel: &MatVec,
     w: &wgpu::Buffer,
     ty: GgmlType,
     (rows, cols): (u64, u64),
-) -> Vec<MatVecLayout> {
+) -> (Vec<MatVecLayout>, bool) {
     let (step, batch) = (StepBuffer::new(ctx), MAX_BATCH);
     let x = poisoned_f32(ctx, "x", u64::from(batch) * cols);
     let y = poisoned_f32(ctx, "y", u64::from(batch) * rows);
@@ -343,7 +521,8 @@ fn rule_layouts(
         ..MatVecFusion::default()
     };
     let binding = kernel.bind_fused(ctx, shape, &io, fusion).unwrap();
-    [1, 2, 4, 8].map(|n| binding.layout(n)).to_vec()
+    let layouts = [1, 2, 4, 8].map(|n| binding.layout(n)).to_vec();
+    (layouts, binding.q6_aligned())
 }
 
 /// The output bits (vector-major, `n·rows` words) of `kernel` on the integer path for the first
@@ -776,8 +955,19 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
         ..MatVecFusion::default()
     };
     let layout = MatVecLayout::INTEGER.widened();
-    for paths in variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot) {
-        let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
+    // Every int-dot variant with the default Q6_K loads; the first also with aligned ones.
+    let int_dot: Vec<KernelPaths> = variants::<MatVec>(ctx)
+        .into_iter()
+        .filter(|p| p.int_dot)
+        .collect();
+    let forms = int_dot
+        .iter()
+        .map(|&paths| (paths, Q6Loads::Words))
+        .chain(int_dot.first().map(|&paths| (paths, Q6Loads::Aligned)));
+    for (paths, q6) in forms {
+        let kernel = MatVec::with_layout(ctx, paths, layout)
+            .unwrap()
+            .with_q6_loads(q6);
         let quantizer = quantizer(ctx, &kernel);
         for (k, (types, rows)) in [
             ([GgmlType::Q4_K, GgmlType::Q6_K], [37u64, 21]),
@@ -800,7 +990,8 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                     0x3a7e_c100 + k as u64 * 2 + i as u64,
                 )
             });
-            let w = [0, 1].map(|i| upload(ctx, "W", &bytes[i]).unwrap());
+            // Room behind each weight for its last 16-byte word (the aligned Q6_K loads').
+            let w = [0, 1].map(|i| upload(ctx, "W", &[&bytes[i][..], &[0; 16]].concat()).unwrap());
             for n in BATCHES {
                 let step = StepBuffer::new(ctx);
                 step.set(ctx, Step::new(0, n, 0));
@@ -832,6 +1023,9 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                 let binding = kernel
                     .bind_fused(ctx, shapes[0], &io(0, &mixed[0]), both)
                     .unwrap();
+                // The first weight's binding; the second's blocks keep the word loads.
+                let aligned = q6 == Q6Loads::Aligned && types[0] == GgmlType::Q6_K;
+                assert_eq!(binding.q6_aligned(), aligned, "{paths} {q6:?} {types:?}");
                 let q8 = poisoned_q8(ctx, cols, MAX_BATCH);
                 let quantize = quantizer
                     .bind(ctx, x_act, cols, Some(norm), &q8, &step, MAX_BATCH)
@@ -844,17 +1038,10 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                     quantizer.encode(pass, &quantize, n).unwrap();
                 })
                 .unwrap();
-                let mut x_hat = vec![0.0; (batch * cols) as usize];
-                let mut d = vec![0.0; (batch * cols) as usize];
-                for (b, (codes, scales)) in q8.read_back(ctx, cols, n).unwrap().iter().enumerate() {
-                    for (i, &q) in codes.iter().enumerate() {
-                        let at = b * cols as usize + i;
-                        d[at] = scales[i / 32];
-                        x_hat[at] = f32::from(q) * d[at];
-                    }
-                }
+                let x_hat = x_hat_of(ctx, &q8, cols, n);
                 for i in 0..2 {
-                    let what = format!("{paths} {:?} part {i} ({}) batch {n}", types, types[i]);
+                    let what =
+                        format!("{paths} {q6:?} {types:?} part {i} ({}) batch {n}", types[i]);
                     let got = read_back_f32(ctx, &mixed[i], 0..4 * batch * rows[i]).unwrap();
                     let own = read_back_f32(ctx, &alone[i], 0..4 * batch * rows[i]).unwrap();
                     let split = (u64::from(n) * rows[i]) as usize;
@@ -869,20 +1056,8 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                         got[split..].iter().all(|v| v.is_nan()),
                         "{what}: wrote past the batch"
                     );
-                    let want = expected(
-                        types[i],
-                        &bytes[i],
-                        (rows[i], cols),
-                        &x_hat,
-                        Some(&d),
-                        MAX_BATCH,
-                    );
-                    let bounds: Vec<f32> = want.scales[..split]
-                        .iter()
-                        .map(|&s| bound(cols, s))
-                        .collect();
-                    let want: Vec<f32> = want.dots[..split].iter().map(|&v| v as f32).collect();
-                    assert_within(&what, &got[..split], &want, &bounds);
+                    let weights = (types[i], &bytes[i][..], rows[i]);
+                    assert_near_q8_oracle(&what, &got[..split], weights, &x_hat);
                 }
             }
         }

@@ -19,6 +19,8 @@
 // bindings, dispatch, rows, teams, pairing, accumulate, quantized output, reduction:
 //           matvec_q8_wide.wgsl's (params.units = 4 wide units per super-block). Only q8
 //           inputs (xq, xd read from global memory): no QUANTIZE_X, no MIXED pipeline.
+// variants: Q6_ALIGNED, matvec_q8_wide.wgsl's: W is read through its load_wide_rows, so the
+//           aligned Q6_K loads (W16_VIEW set by the host) serve this form unchanged.
 // dispatch: every invocation runs ceil(units / (TEAM·UNROLL)) steps (the barriers need all of
 //           them): a step's unit past the row's end is loaded clamped and its products dropped.
 // pipelines: one per (ggml type ∈ {Q4_K, Q6_K}, MAX_B, STAGE_B) and layout, entry point

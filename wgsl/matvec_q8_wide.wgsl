@@ -18,7 +18,17 @@
 // dispatch, rows, teams, pairing, accumulate, quantized output, reduction: matvec.wgsl's, with
 //           params.units = 4 wide units per super-block (UNIT_LANES = 4).
 // pipelines: one per (ggml type ∈ {Q4_K, Q6_K}, MAX_B) and layout, entry point matvec_q8_wide.
+// variants: Q6_ALIGNED (override; engine `Q6Loads::Aligned`, FAK_MATVEC_Q6=aligned, opt-in): a
+//           Q6_K lane reads its runs as 16-byte-aligned vec4 pairs of w16 and shifts them into
+//           place (`wide_q6_k_aligned`) instead of five word loads per run — the same bytes, so
+//           the same sums in the same order: bit for bit the default's outputs.
 // requires: matvec.wgsl, matvec_q8.wgsl (and what they require).
+
+// Read Q6_K blocks as aligned vec4 pairs where params.wide has W16_VIEW (see the header).
+override Q6_ALIGNED: bool = false;
+// params.wide bit: w16 views the w binding from its first byte (16-byte aligned, grown to whole
+// 16-byte words), whatever the alignment of the rows: set for Q6_K under Q6_ALIGNED only.
+const W16_VIEW: u32 = 4u;
 
 // One row's wide unit as loaded: code words a, b (Q4_K: the 32 qs bytes; Q6_K: the low and
 // high ql runs) and c (Q6_K: qh), and per element group the multiplier f of Σ q·qx and g of
@@ -74,6 +84,9 @@ fn wide_q4_k(block: u32, lane: u32) -> Wide {
 // 128 + 32ip + 16h .. +15 (c); the i8 scales of groups k < 4 (elements +32k) are bytes
 // 192 + 8ip + h + 2k, times d.
 fn wide_q6_k(block: u32, lane: u32) -> Wide {
+    if Q6_ALIGNED && (p.wide & W16_VIEW) != 0u {
+        return wide_q6_k_aligned(block, lane);
+    }
     let ip = lane / 2u;
     let h = lane % 2u;
     let ql = block + 64u * ip + 16u * h;
@@ -81,13 +94,54 @@ fn wide_q6_k(block: u32, lane: u32) -> Wide {
     let b = run16_at(ql + 32u);
     let c = run16_at(block + 128u + 32u * ip + 16u * h);
     let at = block + 192u + 8u * ip + h;
-    let s0 = load_u32_at(at);
-    let s1 = load_u32_at(at + 4u);
-    // Bytes 0, 2 of s0 and of s1: the scales of groups 0..3.
+    let d = load_f16_at(block + 208u);
+    return q6_wide(a, b, c, load_u32_at(at), load_u32_at(at + 4u), d);
+}
+
+// A Q6_K wide unit from its runs, the words s0, s1 whose bytes 0 and 2 are its four i8 scales,
+// and d.
+fn q6_wide(a: vec4<u32>, b: vec4<u32>, c: vec4<u32>, s0: u32, s1: u32, d: f32) -> Wide {
     let scales = (s0 & 0xffu) | ((s0 >> 8u) & 0xff00u) | ((s1 & 0xffu) << 16u)
         | ((s1 << 8u) & 0xff000000u);
-    let d = load_f16_at(block + 208u);
     return Wide(a, b, c, d * byte_floats(scales ^ 0x80808080u, 128.0), vec4<f32>(0.0));
+}
+
+// The 16 bytes from byte `skew` (even, < 16) of the 32 bytes lo, hi: whole words chosen by
+// selects, then a half-word funnel (no dynamic indexing, no branch).
+fn skewed16(lo: vec4<u32>, hi: vec4<u32>, skew: u32) -> vec4<u32> {
+    let odd = (skew & 4u) != 0u;
+    let far = (skew & 8u) != 0u;
+    let w1 = vec4<u32>(lo.yzw, hi.x);
+    let w2 = vec4<u32>(lo.zw, hi.xy);
+    let w3 = vec4<u32>(lo.w, hi.xyz);
+    let first = select(select(lo, w1, odd), select(w2, w3, odd), far);
+    let next = select(select(w1, w2, odd), select(w3, hi, odd), far);
+    let shifted = (first >> vec4<u32>(16u)) | (next << vec4<u32>(16u));
+    return select(first, shifted, (skew & 2u) != 0u);
+}
+
+// Q6_ALIGNED: wide_q6_k's lane from 8 aligned vec4 loads of w16. Every field a lane reads lies a
+// multiple of 16 bytes from the block's start (ql runs at 64ip + 16h and + 32, qh at
+// 128 + 32ip + 16h, the scales at 192, d at 208), so one skew (the block's start mod 16) places
+// them all; each vec4 loaded holds a byte of the block, so it lies inside the binding (grown to
+// whole 16-byte words). The scale words are wide_q6_k's shifted by whole bytes (bytes 0 and 2
+// are the same), d the same half-word.
+fn wide_q6_k_aligned(block: u32, lane: u32) -> Wide {
+    let ip = lane / 2u;
+    let h = lane % 2u;
+    let skew = block & 15u;
+    let first = block >> 4u;
+    let ql = first + 4u * ip + h;
+    let a = skewed16(w16[ql], w16[ql + 1u], skew);
+    let b = skewed16(w16[ql + 2u], w16[ql + 3u], skew);
+    let qh = first + 8u + 2u * ip + h;
+    let c = skewed16(w16[qh], w16[qh + 1u], skew);
+    let tail = w16[first + 13u];
+    let scales = skewed16(w16[first + 12u], tail, skew);
+    let s0 = select(scales.x, scales.z, ip == 1u) >> (8u * h);
+    let s1 = select(scales.y, scales.w, ip == 1u) >> (8u * h);
+    let d = unpack2x16float(tail[skew >> 2u])[(skew >> 1u) & 1u];
+    return q6_wide(a, b, c, s0, s1, d);
 }
 
 // Whether this part's weight is Q6_K (else Q4_K): the pipeline's type, or under MIXED the part's.

@@ -38,7 +38,9 @@
 //! [`MatVecLayout::CANDIDATES`] are the ones experiments/matvec-bench times and
 //! tests/gpu_matvec.rs checks. A binding takes [`MatVecFusion::layout`], else the one
 //! `FAK_MATVEC_LAYOUT` names (`MatVecLayout::from_env`), else its input's:
-//! [`MatVecLayout::DEFAULT`] (f32) or [`MatVecLayout::INTEGER`] (q8).
+//! [`MatVecLayout::DEFAULT`] (f32) or [`MatVecLayout::INTEGER`] (q8). The wide form reads Q6_K
+//! blocks with word loads, or (opt-in, `FAK_MATVEC_Q6=aligned`) as aligned 16-byte pairs
+//! ([`Q6Loads`]): the same bytes, the same outputs bit for bit.
 //!
 //! # By batch size
 //!
@@ -48,7 +50,8 @@
 //! (wgsl/matvec_q8_wide.wgsl), for several from workgroup memory, where the workgroup staged
 //! the batch's x once per step (wgsl/matvec_q8_staged.wgsl, [`MatVecLayout::at_capacity`]) —
 //! the same sums, bit for bit, without every invocation loading every vector's x
-//! (experiments/NOTES.md, "batch8").
+//! (experiments/NOTES.md, "batch8"). The staged form reads W through the wide form's loads, so
+//! it takes either [`Q6Loads`].
 
 use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::tensors::{bind_group, checked_row_bytes};
@@ -307,6 +310,30 @@ impl std::fmt::Display for MatVecLayout {
         }
     }
 }
+/// How the wide form loads a Q6_K block (wgsl/matvec_q8_wide.wgsl): blocks of 210 bytes start
+/// on 2-byte boundaries, so today's loads are five words and a funnel shift per 16-byte run.
+/// Both read the same bytes and compute the same sums in the same order (bit for bit).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub enum Q6Loads {
+    /// Word loads at the block's alignment (the default).
+    #[default]
+    Words,
+    /// 16-byte-aligned vec4 pairs of the w16 view, shifted into place (`Q6_ALIGNED`): 8 vec4
+    /// loads per row and unit instead of ~20 word loads (issue 18: Q6_K as fast as Q4_K per
+    /// byte). Opt-in (`FAK_MATVEC_Q6=aligned`) until a device has timed it.
+    Aligned,
+}
+
+impl Q6Loads {
+    /// `FAK_MATVEC_Q6`: `aligned`, else (unset, `words`, anything else) the default.
+    pub fn from_env() -> Q6Loads {
+        match std::env::var("FAK_MATVEC_Q6").as_deref() {
+            Ok("aligned") => Q6Loads::Aligned,
+            _ => Q6Loads::Words,
+        }
+    }
+}
+
 /// w, x, y, params, step, w and x again as 16-byte words (`w16`, `x16`), the norm weight (`nw`),
 /// the q8 codes and scales of the integer path (`xq`, `xd`), the quantized output's codes and
 /// scales (`yq`, `yd`), the second weight's params of a mixed binding (`params2`).
@@ -328,6 +355,8 @@ const SLOTS: &[Slot] = &[
 /// `Params::wide` bits (WIDE_X, WIDE_W of the WGSL).
 const WIDE_X: u32 = 1;
 const WIDE_W: u32 = 2;
+/// `Params::wide` bit W16_VIEW (wgsl/matvec_q8_wide.wgsl): w16 views w from its first byte.
+const W16_VIEW: u32 = 4;
 
 /// `Params` of wgsl/matvec.wgsl.
 #[repr(C)]
@@ -511,6 +540,8 @@ pub struct MatVec {
     /// Every binding's layout (named or not) in the wide form where that serves it
     /// (on unless `FAK_MATVEC_WIDE=0`: the wide form of every layout that has one).
     widen: bool,
+    /// How the wide form's pipelines load Q6_K blocks.
+    q6: Q6Loads,
     /// A wide layout's pipelines for several vectors run its staged twin (same bits; see
     /// [`MatVec::stages_batches`]). See [`MatVecLayout::at_capacity`].
     stage: bool,
@@ -570,6 +601,8 @@ pub struct MatVecBinding {
     layouts: Vec<MatVecLayout>,
     max_batch: u32,
     ranges: Vec<(wgpu::BindGroup, Grid)>,
+    /// Every range reads its Q6_K blocks with the aligned loads ([`Q6Loads::Aligned`]).
+    q6_aligned: bool,
     /// What one encode moves: W (and a folded norm's weight) once, and per input vector.
     work: MatVecWork,
 }
@@ -579,6 +612,13 @@ impl MatVecBinding {
     /// [`MatVecFusion::quantize_input`] binding on an adapter short of workgroup memory).
     pub fn max_batch(&self) -> u32 {
         self.max_batch
+    }
+
+    /// Whether the product reads its Q6_K blocks with the aligned loads: a wide Q6_K binding of
+    /// a kernel with [`Q6Loads::Aligned`] whose weight window starts on 16 bytes and whose
+    /// buffer has room for it grown to whole 16-byte words (else it takes the word loads).
+    pub fn q6_aligned(&self) -> bool {
+        self.q6_aligned
     }
 }
 
@@ -609,14 +649,14 @@ impl MatVecBinding {
 }
 
 /// The pipeline of one type, input (f32, normed f32 or q8), batch capacity and layout (MIXED: a
-/// second weight's workgroups after the first's); a staged layout stages `staged` vectors per
-/// fill.
+/// second weight's workgroups after the first's); a wide one (staged or not) loads Q6_K blocks as
+/// `q6` says; a staged layout stages `staged` vectors per fill.
 fn spec(
     ty: GgmlType,
     input: Input,
     capacity: u32,
     rows: MatVecLayout,
-    mixed: bool,
+    (mixed, q6): (bool, Q6Loads),
     staged: u32,
 ) -> PipelineSpec {
     let (_, lanes, block_elems, block_bytes) = unit_geometry(ty, rows.wide);
@@ -638,6 +678,12 @@ fn spec(
     if mixed {
         constants.push(("MIXED", 1.0));
     }
+    // Only the wide module declares Q6_ALIGNED; the default pipelines are today's, unchanged.
+    // The staged form (wide too) reads W through the wide module's loads, so it takes it as well.
+    let aligned = rows.wide && input.is_q8() && q6 == Q6Loads::Aligned;
+    if aligned {
+        constants.push(("Q6_ALIGNED", 1.0));
+    }
     constants.extend([
         ("WG", f64::from(rows.invocations)),
         ("TEAMS", f64::from(rows.teams)),
@@ -650,8 +696,9 @@ fn spec(
         ("BLOCK_BYTES", block_bytes as f64),
     ]);
     let mixed = if mixed { " mixed" } else { "" };
+    let aligned = if aligned { " q6 aligned" } else { "" };
     let mut spec = PipelineSpec {
-        label: format!("matvec {ty}{mixed} batch {capacity} x {what} layout {rows}"),
+        label: format!("matvec {ty}{mixed} batch {capacity} x {what} layout {rows}{aligned}"),
         entry_point,
         constants,
     };
@@ -667,7 +714,7 @@ fn spec(
 fn specs(ty: GgmlType, input: Input, rows: MatVecLayout) -> Vec<PipelineSpec> {
     BATCH_CAPACITIES
         .into_iter()
-        .map(|capacity| spec(ty, input, capacity, rows, false, 1))
+        .map(|capacity| spec(ty, input, capacity, rows, (false, Q6Loads::Words), 1))
         .collect()
 }
 
@@ -728,12 +775,27 @@ impl Kernel for MatVec {
             let normed = |index| Input::QuantizedNorm(index, 256);
             pipelines.extend(specs(GgmlType::Q4_K, normed(1), MatVecLayout::QUANTIZING));
             pipelines.extend(specs(GgmlType::Q6_K, normed(3), wide[0]));
-            pipelines.push(spec(GgmlType::Q4_K, normed(1), 1, wide[0], true, 1));
-            // The staged form: both types, and the unrolled loop.
+            let mixed_words = (true, Q6Loads::Words);
+            pipelines.push(spec(GgmlType::Q4_K, normed(1), 1, wide[0], mixed_words, 1));
+            // Q6_K's aligned loads (opt-in), plain and mixed.
+            let aligned = (false, Q6Loads::Aligned);
+            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 1, wide[0], aligned, 1));
+            let mixed_aligned = (true, Q6Loads::Aligned);
+            pipelines.push(spec(
+                GgmlType::Q6_K,
+                normed(3),
+                1,
+                wide[0],
+                mixed_aligned,
+                1,
+            ));
+            // The staged form: both types, and the unrolled loop; Q6_K's also with the aligned
+            // loads.
             module = module.with(wgsl::MATVEC_Q8_STAGED);
             let staged = MatVecLayout::STAGED_CANDIDATES;
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), staged[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), staged[2]));
+            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, staged[2], aligned, 1));
         }
         KernelSource {
             module,
@@ -782,7 +844,19 @@ impl MatVec {
         let mut kernel = Self::build_in(ctx, paths, MatVecLayout::from_env()?)?;
         kernel.widen = widen;
         kernel.stage = stage;
-        Ok(kernel)
+        Ok(kernel.with_q6_loads(Q6Loads::from_env()))
+    }
+
+    /// This kernel with its wide pipelines (staged ones too) loading Q6_K blocks as `q6` says
+    /// (before any binding: the pipelines are built by the bindings).
+    pub fn with_q6_loads(mut self, q6: Q6Loads) -> Self {
+        self.q6 = q6;
+        self
+    }
+
+    /// How the wide pipelines load Q6_K blocks.
+    pub fn q6_loads(&self) -> Q6Loads {
+        self.q6
     }
 
     /// Whether [`MatVec::new`]'s pipelines for several vectors run a wide layout staged (same
@@ -815,6 +889,7 @@ impl MatVec {
             variant: variant.paths,
             rows,
             widen: false,
+            q6: Q6Loads::Words,
             stage: false,
             layout: built.layout,
             placeholder: storage_buffer(ctx, "matvec wide placeholder", 16)?,
@@ -861,7 +936,7 @@ impl MatVec {
                         input,
                         c,
                         rows,
-                        mixed,
+                        (mixed, self.q6),
                         rows.stage_vectors(c, workgroup_limit),
                     )
                 })
@@ -1247,15 +1322,23 @@ impl MatVec {
                     pair_byte + len * row_bytes,
                     align,
                 );
-                // w16: only Q4_K reads it, and only when every block starts on 16 bytes.
-                let w_wide = (ty == GgmlType::Q4_K
+                // w16: Q4_K reads it when every block starts on 16 bytes; the wide form's Q6_K
+                // under aligned loads as a view of w from its (16-byte aligned) first byte.
+                let w_view = ty == GgmlType::Q6_K
+                    && rows_layout.wide
+                    && self.q6 == Q6Loads::Aligned
+                    && w.offset.is_multiple_of(16);
+                let w_aligned = ty == GgmlType::Q4_K
                     && w.offset.is_multiple_of(16)
                     && w.skip.is_multiple_of(16)
-                    && row_bytes.is_multiple_of(16))
-                .then(|| wide_window(w, io.weights, max_binding))
-                .flatten();
+                    && row_bytes.is_multiple_of(16);
+                let w_wide = (w_view || w_aligned)
+                    .then(|| wide_window(w, io.weights, max_binding))
+                    .flatten();
+                let w_bit = if w_view { W16_VIEW } else { WIDE_W };
+                let q6_aligned = w_view && w_wide.is_some();
                 let wide =
-                    u32::from(x_wide.is_some()) * WIDE_X + u32::from(w_wide.is_some()) * WIDE_W;
+                    u32::from(x_wide.is_some()) * WIDE_X + u32::from(w_wide.is_some()) * w_bit;
                 let placeholder = self.placeholder.as_entire_binding();
                 // xq, xd: the whole q8 vectors of a q8 binding (vector b at b·cols/4, b·cols/32).
                 let batch = u64::from(io.max_batch);
@@ -1343,9 +1426,12 @@ impl MatVec {
                 let workgroups = len.div_ceil(outputs_per_workgroup);
                 let workgroups = workgroups
                     + second.map_or(0, |(sw, ..)| sw.shape.rows.div_ceil(outputs_per_workgroup));
-                Ok((group, Grid::for_workgroups(workgroups, max_per_dimension)?))
+                let grid = Grid::for_workgroups(workgroups, max_per_dimension)?;
+                Ok(((group, grid), q6_aligned))
             })
-            .collect::<Result<_, GpuError>>()?;
+            .collect::<Result<Vec<_>, GpuError>>()?;
+        let q6_aligned = ranges.iter().all(|(_, aligned)| *aligned);
+        let ranges = ranges.into_iter().map(|(range, _)| range).collect();
         let x_bytes = match fusion.q8 {
             Some(_) => Q8Vectors::bytes_per_vector(cols),
             None => 4 * cols,
@@ -1383,6 +1469,7 @@ impl MatVec {
             layouts,
             max_batch,
             ranges,
+            q6_aligned,
             work,
         })
     }

@@ -26,7 +26,7 @@
 //! share of that bound; a binding that fails (or gives NaN) is printed as FAILED and not timed.
 //!
 //!   matvec-bench [--quick] [--layouts 64/1/1,128/4/2] [--paths f32,q8] [--batches 1,2,4,8]
-//!                [--products 27b_ffn_gate_up,output]
+//!                [--products 27b_ffn_gate_up,output] [--q6 aligned]
 //!
 //! `--batches B,…` (each 1 to 8; `--batch B` is one) multiplies B input vectors per dispatch, as a
 //! batched decode step of B sequences does (the B vectors are copies of one x, each output
@@ -38,10 +38,13 @@
 //! every batch, 1 included, though the engine runs them only for several vectors.
 //! `--products` keeps the named products (all of a name: ffn_down is two); `--plain` times the
 //! q8 path alone (no `q8+quantize`, no `q8+q8out`); `--reps N` takes the median of N passes
-//! instead of REPS (a short device call).
+//! instead of REPS (a short device call). `--q6 aligned` also times each wide (or staged)
+//! layout's Q6_K products with the aligned Q6_K loads (`Q6Loads::Aligned`,
+//! FAK_MATVEC_Q6=aligned), checked as every binding is, as path `q8+q6aligned` (its `q8` line
+//! beside it is the default loads').
 
 use fak::gpu::kernels::matvec::{
-    InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape,
+    InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, Q6Loads,
 };
 use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8, QuantizeQ8Binding};
 use fak::gpu::kernels::read_probe::ReadProbe;
@@ -229,6 +232,7 @@ fn main() {
     println!(
         "product\ttype\trows\tcols\tlayout\tpath\tus_per_dispatch\tweight_gbps\tpct_probe\tcopies\tcheck"
     );
+    let q6_aligned = option("--q6").as_deref() == Some("aligned");
     let all: &[Product] = if quick { &QUICK_PRODUCTS } else { &PRODUCTS };
     let products: Vec<Product> = match option("--products") {
         Some(names) => all
@@ -291,10 +295,39 @@ fn main() {
             let layouts = layouts.iter().filter(|l| input == InputPath::Q8 || !l.wide);
             for &layout in layouts {
                 // One kernel per layout: its pipelines are shared by the products of one type.
-                let kernel = MatVec::with_layout(&ctx, paths, layout).expect("building matvec");
-                for (index, (p, bench)) in products.iter().zip(&benches).enumerate() {
-                    let bindings = bench.bind(&ctx, &kernel, false);
-                    let name = if input == InputPath::Q8 { "q8" } else { "f32" };
+                // With `--q6 aligned`, a wide (or staged) layout's second kernel loads Q6_K
+                // blocks aligned.
+                let base = if input == InputPath::Q8 { "q8" } else { "f32" };
+                let mut forms = vec![(
+                    base,
+                    MatVec::with_layout(&ctx, paths, layout).expect("building matvec"),
+                )];
+                if q6_aligned && layout.wide && input == InputPath::Q8 {
+                    let kernel = MatVec::with_layout(&ctx, paths, layout).expect("building matvec");
+                    forms.push(("q8+q6aligned", kernel.with_q6_loads(Q6Loads::Aligned)));
+                }
+                for ((index, (p, bench)), (name, kernel)) in products
+                    .iter()
+                    .zip(&benches)
+                    .enumerate()
+                    .flat_map(|product| forms.iter().map(move |form| (product, form)))
+                {
+                    let (name, kernel) = (*name, kernel);
+                    // The aligned form differs from the default only on Q6_K, and only in its
+                    // loads: timed alone (the fused timings below are the default form's).
+                    let aligned_form = kernel.q6_loads() == Q6Loads::Aligned;
+                    if aligned_form && p.ty != GgmlType::Q6_K {
+                        continue;
+                    }
+                    let bindings = bench.bind(&ctx, kernel, false);
+                    if aligned_form && !bindings.iter().all(MatVecBinding::q6_aligned) {
+                        // Its buffer has no room for the last 16-byte word: the word loads ran.
+                        println!(
+                            "{}\t{}\t{}\t{}\t{layout}\t{name}\tnot aligned (word loads)",
+                            p.name, p.ty, p.rows, p.cols
+                        );
+                        continue;
+                    }
                     let check = bench.check(
                         &ctx,
                         &references[index],
@@ -318,11 +351,12 @@ fn main() {
                         }),
                     )];
                     if !plain
+                        && !aligned_form
                         && p.fusion == Fusion::GateUp
                         && p.rows.is_multiple_of(32)
                         && layout.teams == MatVecLayout::QUANTIZING_TEAMS
                     {
-                        let quantizing = bench.bind(&ctx, &kernel, true);
+                        let quantizing = bench.bind(&ctx, kernel, true);
                         let path = if input == InputPath::Q8 {
                             "q8+q8out"
                         } else {
@@ -353,7 +387,9 @@ fn main() {
                             );
                         }
                     }
-                    if let (false, Some(q), Some(qb)) = (plain, &quantizer, &quantize[index]) {
+                    let timed_alone = plain || aligned_form;
+                    if let (false, Some(q), Some(qb)) = (timed_alone, &quantizer, &quantize[index])
+                    {
                         timed.push((
                             "q8+quantize",
                             bench.time(&ctx, |pass, copy| {
@@ -396,11 +432,7 @@ fn main() {
 
 /// Issue 21's measure: per product and layout, the time at each batch against the time at the
 /// first batch (B = 1), on the plain q8 path; and per product the best layout at each batch.
-fn batch_summary(
-    products: &[Product],
-    results: &[Timing],
-    batches: &[u32],
-) {
+fn batch_summary(products: &[Product], results: &[Timing], batches: &[u32]) {
     let time = |batch: u32, index: usize, layout: MatVecLayout| {
         results
             .iter()
@@ -467,7 +499,14 @@ fn summarize(
     let mut step_best = std::collections::BTreeMap::<&str, f64>::new();
     let mut step_default = std::collections::BTreeMap::<&str, f64>::new();
     for (index, p) in products.iter().enumerate() {
-        for path in ["f32", "q8", "q8+quantize", "f32+q8out", "q8+q8out"] {
+        for path in [
+            "f32",
+            "q8",
+            "q8+q6aligned",
+            "q8+quantize",
+            "f32+q8out",
+            "q8+q8out",
+        ] {
             let mine: Vec<_> = results
                 .iter()
                 .filter(|r| r.0 == index && r.1 == path)
@@ -536,7 +575,7 @@ fn bandwidth_summary(products: &[Product], results: &[(usize, &'static str, MatV
         }),
     ];
     for (set, weight) in sets {
-        for path in ["f32", "q8", "q8+q8out"] {
+        for path in ["f32", "q8", "q8+q6aligned", "q8+q8out"] {
             let (mut total_bytes, mut total_seconds) = (0.0, 0.0);
             for (index, p) in products.iter().enumerate() {
                 let best = results
@@ -660,12 +699,17 @@ impl<'a> Bench<'a> {
         let mut bytes = vec![0u8; weight_bytes as usize];
         fill_random_rows(p.ty, p.cols as usize, w_rows as usize, 0.02, 7, &mut bytes).unwrap();
         let copies = PASS_BYTES.div_ceil(weight_bytes).clamp(2, max_copies) as usize;
-        let first = upload(ctx, "w", &bytes).unwrap();
+        // Buffers of whole 16-byte words, as the decode products' tensors are (the aligned Q6_K
+        // loads need the room: `MatVecBinding::q6_aligned`); the quick shapes' are not.
+        let buffer_bytes = weight_bytes.next_multiple_of(16);
+        let mut padded = bytes.clone();
+        padded.resize(buffer_bytes as usize, 0);
+        let first = upload(ctx, "w", &padded).unwrap();
         let mut weights = vec![first];
         let mut encoder = ctx.device.create_command_encoder(&Default::default());
         for _ in 1..copies {
-            let copy = storage_buffer(ctx, "w copy", weight_bytes).unwrap();
-            encoder.copy_buffer_to_buffer(&weights[0], 0, &copy, 0, weight_bytes);
+            let copy = storage_buffer(ctx, "w copy", buffer_bytes).unwrap();
+            encoder.copy_buffer_to_buffer(&weights[0], 0, &copy, 0, buffer_bytes);
             weights.push(copy);
         }
         ctx.queue.submit([encoder.finish()]);
