@@ -14,7 +14,7 @@
 
 use crate::Weight;
 use crate::sweep::{Candidate, check};
-use fak::gpu::kernels::matmul::{CoopKernel, Matmul, SplitGrid};
+use fak::gpu::kernels::matmul::{CoopKernel, Matmul, SplitGrid, X16Tiling};
 use fak::gpu::{GpuContext, Kernel};
 use fak::quant::GgmlType::{self, Q4_K, Q6_K};
 
@@ -115,21 +115,24 @@ fn forms(ctx: &GpuContext, waves: u32) -> Vec<Candidate> {
         return Vec::new();
     };
     let kernels: Vec<Option<CoopKernel>> = match paths.coop_matrix {
-        Some(shape) => {
-            // The engine's tiling with Q6_K through dequant4 as it loads, on the raw-word
-            // path (the default since 2026-12-05 #7) and on it in pairs.
-            let engine = CoopKernel::for_shape(shape).to_string();
-            let base = engine.trim_end_matches("-rawq6");
-            ["", "-rawq6", "-rawq6p"]
-                .into_iter()
-                .filter_map(|suffix| {
-                    CoopKernel::SWEEP
-                        .into_iter()
-                        .find(|k| k.to_string() == format!("{base}{suffix}"))
+        Some(shape) => match CoopKernel::for_shape(shape) {
+            // The engine's x16 tiling with Q6_K through dequant4 as it loads, on the raw-word
+            // path (the default since 2026-12-05 #7) and on it in pairs, where the sweep has
+            // that form.
+            CoopKernel::X16(tiling) => [(false, false), (true, false), (true, true)]
+                .map(|(raw_q6k, q6k_pairs)| {
+                    CoopKernel::X16(X16Tiling {
+                        raw_q6k,
+                        q6k_pairs,
+                        ..tiling
+                    })
                 })
+                .into_iter()
+                .filter(|k| CoopKernel::SWEEP.contains(k))
                 .map(Some)
-                .collect()
-        }
+                .collect(),
+            other => vec![Some(other)],
+        },
         None => vec![None],
     };
     let mut out = Vec::new();
