@@ -1,51 +1,43 @@
 // attn_prefill_flash — the prefill attention of attn_prefill_coop.wgsl (same math, rows, splits,
 // lazy reference max and result) on a schedule with two workgroup barriers per key step and every
-// global load issued at least one phase before its value is needed
+// global load issued a whole phase before its value is stored
 //
 // Math: as attn_prefill_coop.wgsl — per row a reference max m (moved only when the row max
 // outgrows it by more than SLACK, log2 units), l and o = Σ_j 2^(s_j − m) v_j, o / l at the end
 // (or the split's partial o, m, l); Q, K, V and P rounded to f16, S and O accumulated in f32.
 //
-// Why another schedule (experiments/NOTES.md, "attnpf"): the staged kernel spends ~12 000 SM
-// cycles per 64-row × 64-key step against a few hundred cycles of MMAs; per step it waits on a
-// page-table read (key bases written to workgroup memory, then a barrier, then the K loads), on
-// the K loads issued only just before the short P·V phase, and drains four workgroup barriers
-// with one or two workgroups per SM. Here:
-//   - K and V have tiles of their own (one each), so V is stored while other subgroups still
-//     compute S, and K is stored while others still compute P·V: per step one barrier publishes
-//     K, one publishes V and P (and reads the rescale mark uniformly). No key-base table: each
-//     invocation finds its rows' addresses through the page table as it fetches them.
-//   - V of step t + 1 is fetched when V of step t is stored (at the top of step t), K of step
-//     t + 2 when K of step t + 1 is stored (after step t's softmax): each load has at least a
-//     whole phase of MMAs and softmax to arrive in. Rows past the split's end repeat its last key
-//     (finite values whose weights are 0; their scores are masked), so no load sits behind a
-//     branch.
-//   - S and P never leave the subgroup: each subgroup stores its S tiles to its own slab, reads
-//     its rows back there (ROW_LANES lanes a row, vec4 reads, reduced with shuffles) and writes P
-//     (8-byte stores) to its own P slab; SUBGROUP_SYNC = 1 orders those with subgroup barriers
-//     (0: workgroup barriers, the safe twin: three per step).
+// Why another schedule (experiments/NOTES.md, "attnpf"): the staged kernel takes ~12 000 SM
+// cycles per 64-row × 64-key step for ~1000 cycles of MMAs and a few hundred of softmax: per step
+// it drains four workgroup barriers with one or two workgroups per SM, and three of its phases
+// start by waiting on memory — the page-table reads for the next keys (written to workgroup
+// memory behind a barrier before any K load can start), the K loads issued just before the
+// short P·V phase, the V loads just before the S MMAs. Here:
+//   - K and V have tiles of their own, and P·V runs one step behind S: per step, barrier A
+//     publishes K(t), V(t − 1), P(t − 1) and the rescale mark (workgroupUniformLoad), then every
+//     subgroup computes O += P(t − 1)·V(t − 1) and S(t) = Q·K(t)ᵀ back to back (4 × HEAD_TILES
+//     MMAs); barrier B ends every read of both tiles and publishes S, then K(t + 1) and V(t) are
+//     stored, K(t + 2) and V(t + 1) fetched, and the softmax of S(t) writes P(t). Two barriers,
+//     and the loads of a step are in flight through a softmax and a whole MMA phase.
+//   - No key-base table: each invocation finds its rows through the page table as it fetches
+//     them. Rows past the split's end repeat its last key (finite values; their scores are masked
+//     and their weights 0), so no load sits behind a branch.
+//   - S and P stay in per-subgroup slabs (S f32, read back as vec4s, 2 lanes a row reduced with
+//     one shuffle; P f16 written as 8-byte quads).
 //   - Q is staged once per subgroup through its P slab, two dim tiles at a time, and kept in
 //     fragments q0..q7 for the whole key loop; O stays in the accumulators o0..o7 (a rescale or
 //     the final write goes through the subgroup's S slab).
-//   - BM = ROW_BLOCKS · COOP rows (64 or 128: 4 or 8 subgroups of one row block each) and key
-//     steps of KEY_STEP = 32, which keeps K, V, the S and P slabs within 48 KiB at head 128.
-//
-// Per key step t (keys k0..k0 + BN of the split; K(t) stored before its barrier A):
-//   A. workgroupBarrier (K(t) visible; every subgroup's P·V of step t − 1 done, so V's tile is
-//      free): store V(t) from registers, fetch V(t + 1); S = Q·K(t)ᵀ (2 × HEAD_TILES MMAs, the
-//      two key blocks' chains interleaved) into the S slab; slab sync; each row's scores masked
-//      (j > p_t), its max, m, α, P (f16) into the P slab, l; the rescale mark.
-//   B. workgroupUniformLoad of the mark (V(t) and P visible; every subgroup's S done, so K's tile
-//      is free): store K(t + 1), fetch K(t + 2); on a marked step every O tile through the S slab
-//      scaled per row; O += P·V(t) (2 × HEAD_TILES MMAs).
+//   - BM = ROW_BLOCKS · COOP rows (64 or 128: 4 or 8 subgroups of one row block each), key steps
+//     of KEY_STEP = 32: K, V and the slabs fit 48 KiB at head 128 (128 rows: 46 096 bytes).
+// (WGSL's subgroupBarrier orders only "subgroup memory" in SPIR-V, not workgroup memory, and
+// needs a feature of its own: so every slab access is ordered by the workgroup barriers.)
 //
 // bindings: see attn_prefill_rows.wgsl (one bind-group layout for every prefill kernel).
 // dispatch: (ceil(n_tokens·GROUP / BM), n_kv, S) workgroups of WG = ROW_BLOCKS·32, each over one
 //           key split of its tile (attn_prefill_rows.wgsl; combine after it when S > 1).
 // pipelines: module consts HEAD_DIM, GROUP and the override TOKEN_TABLE as attn_prefill.wgsl; the
-//            module consts ROW_BLOCKS, KEY_STEP, HEAD_TILES (≤ 8 dim tiles: head ≤ 128 on 16×16),
-//            SLACK and SUBGROUP_SYNC from the host (engine `attn_prefill::CoopTile`, form
-//            `Flash`), which also checks the workgroup memory of main below against the device.
+//            module consts ROW_BLOCKS, KEY_STEP, HEAD_TILES (≤ 8 dim tiles: head ≤ 128 on 16×16)
+//            and SLACK from the host (engine `attn_prefill::CoopTile`, form `Flash`), which also
+//            checks the workgroup memory of main below against the device.
 // variants: after the shape file matmul_coop16.wgsl (Vulkan); `enable f16; enable
 //           wgpu_cooperative_matrix;` from the variant, which requires SUBGROUP and, on the
 //           host, subgroups exactly 32 wide.
@@ -74,7 +66,7 @@ const ROW_LANES: u32 = SUBGROUP_WIDTH / COOP;
 const LANE_KEYS: u32 = BN / ROW_LANES;
 const LANE_QUADS: u32 = LANE_KEYS / 4u;
 const LANE_COLS: u32 = COOP / ROW_LANES;
-// Q staged through the P slab: dim tiles per pass.
+// Q staged through the P slab: dim tiles per round (a P slab row holds BN halves).
 const Q_PASS_TILES: u32 = BN / COOP;
 const SLACK_LOG2: f32 = f32(SLACK);
 const_assert BN == 2u * COOP && COOP == 16u && ROW_LANES == 2u;
@@ -90,16 +82,6 @@ var<workgroup> p_slab: array<vec4<f16>, SUBGROUPS * COOP * P_STRIDE4>;
 // The last key step (k0 + 1) on which some row moved its reference max (a whole 16 bytes: a lone
 // 4-byte workgroup variable broke the coop kernels on the H200, experiments/NOTES.md).
 var<workgroup> rescale_mark: vec4<u32>;
-
-// Orders one subgroup's accesses to its own slabs (a workgroup barrier when SUBGROUP_SYNC = 0).
-// Call from workgroup-uniform control flow.
-fn slab_sync() {
-    if SUBGROUP_SYNC == 1u {
-        subgroupBarrier();
-    } else {
-        workgroupBarrier();
-    }
-}
 
 // This invocation's quads of the K (values false) or V rows of keys k0..k0 + BN, as stored: key
 // rows past `end` (the split's end) repeat key end − 1, dims past HEAD_DIM are zero.
@@ -138,8 +120,8 @@ fn put_rows(values: bool, quads: array<vec4<KvScalar>, QUADS>, local: u32) {
     }
 }
 
-// Stages Q's dims Q_PASS_TILES·COOP·round.. of row block mi (scaled to log2 units, f16) in the subgroup's P
-// slab, 4 quads per lane; its fragments are read by q_fragment between slab syncs.
+// Stages Q's dims Q_PASS_TILES·COOP·round.. of row block mi (scaled to log2 units, f16) in the
+// subgroup's P slab, 4 quads per lane; q_fragment reads its fragments after a barrier.
 fn stage_q(mi: u32, round: u32, row0: u32, g: u32, qscale: f32, lane: u32) {
     let quads = Q_PASS_TILES * COOP / 4u;
     for (var u = 0u; u < COOP * quads / SUBGROUP_WIDTH; u++) {
@@ -203,18 +185,18 @@ fn lane_cell(mi: u32, lane: u32) -> u32 {
 }
 
 // o with each row times its α (the lane's row's), through the S slab. Workgroup-uniform (its
-// syncs order the stage's store, the lanes' updates and the load, and the previous load before
+// barriers order the stage's store, the lanes' updates and the load, and the previous load before
 // this store).
 fn scaled(o: CoopC, mi: u32, lane: u32, alpha: f32) -> CoopC {
     let at = mi * COOP * S_STRIDE4;
     let stride = S_STRIDE4;
-    slab_sync();
+    workgroupBarrier();
     coopStoreT(o, &s_slab[at], stride);
-    slab_sync();
+    workgroupBarrier();
     let cell = lane_cell(mi, lane);
     s_slab[cell] *= alpha;
     s_slab[cell + 1u] *= alpha;
-    slab_sync();
+    workgroupBarrier();
     return coopLoadT<CoopC>(&s_slab[at], stride);
 }
 
@@ -223,9 +205,9 @@ fn scaled(o: CoopC, mi: u32, lane: u32, alpha: f32) -> CoopC {
 fn write_tile(o: CoopC, mi: u32, lane: u32, split: KeySplit, th: vec2<u32>, d0: u32, l: f32) {
     let at = mi * COOP * S_STRIDE4;
     let stride = S_STRIDE4;
-    slab_sync();
+    workgroupBarrier();
     coopStoreT(o, &s_slab[at], stride);
-    slab_sync();
+    workgroupBarrier();
     let cell = lane_cell(mi, lane);
     let d = d0 + (lane % ROW_LANES) * LANE_COLS;
     if th.x != 0xffffffffu {
@@ -266,7 +248,7 @@ fn main(
         my_pos = token_pos(me.x);
     }
 
-    // Q: two dim tiles per pass through the P slab (free until the first softmax).
+    // Q: two dim tiles per round through the P slab.
     var q0 = CoopA();
     var q1 = CoopA();
     var q2 = CoopA();
@@ -276,43 +258,53 @@ fn main(
     var q6 = CoopA();
     var q7 = CoopA();
     stage_q(mi, 0u, row0, g, qscale, lane);
-    slab_sync();
+    workgroupBarrier();
     q0 = q_fragment(mi, 0u);
     if HEAD_TILES > 1u {
         q1 = q_fragment(mi, 1u);
     }
     if HEAD_TILES > 2u {
-        slab_sync();
+        workgroupBarrier();
         stage_q(mi, 1u, row0, g, qscale, lane);
-        slab_sync();
+        workgroupBarrier();
         q2 = q_fragment(mi, 0u);
         if HEAD_TILES > 3u {
             q3 = q_fragment(mi, 1u);
         }
     }
     if HEAD_TILES > 4u {
-        slab_sync();
+        workgroupBarrier();
         stage_q(mi, 2u, row0, g, qscale, lane);
-        slab_sync();
+        workgroupBarrier();
         q4 = q_fragment(mi, 0u);
         if HEAD_TILES > 5u {
             q5 = q_fragment(mi, 1u);
         }
     }
     if HEAD_TILES > 6u {
-        slab_sync();
+        workgroupBarrier();
         stage_q(mi, 3u, row0, g, qscale, lane);
-        slab_sync();
+        workgroupBarrier();
         q6 = q_fragment(mi, 0u);
         if HEAD_TILES > 7u {
             q7 = q_fragment(mi, 1u);
         }
+    }
+    // The first step's P·V is of a step before the split: P and V zero, so it adds exactly 0.
+    workgroupBarrier();
+    for (var e = local; e < SUBGROUPS * COOP * P_STRIDE4; e += WG) {
+        p_slab[e] = vec4<f16>();
+    }
+    for (var e = local; e < BN * KV_STRIDE4; e += WG) {
+        v_tile[e] = vec4<f16>();
     }
     if local == 0u {
         rescale_mark = vec4<u32>(0u);
     }
     var m = NEG;
     var l = 0.0;
+    // The last softmax's α of the lane's row (1: its reference stayed).
+    var alpha = 1.0;
     var o0 = CoopC();
     var o1 = CoopC();
     var o2 = CoopC();
@@ -322,23 +314,71 @@ fn main(
     var o6 = CoopC();
     var o7 = CoopC();
 
-    // Prologue: K(0) stored, K(1) and V(0) in flight. (The first step's barrier A orders the
-    // last Q fragment loads before any P store, and publishes K(0) and the cleared mark.)
+    // Prologue: K(0) stored; K(1) and V(0) in flight. (Rows clamp to the split's keys, so these
+    // loads are in bounds even for a split without keys.)
     var k_rows = fetch_rows(false, split.begin, split.end, page_row, g, local);
     var v_rows = fetch_rows(true, split.begin, split.end, page_row, g, local);
-    if split.begin < split.end {
-        put_rows(false, k_rows, local);
-        if split.begin + BN < split.end {
-            k_rows = fetch_rows(false, split.begin + BN, split.end, page_row, g, local);
-        }
+    put_rows(false, k_rows, local);
+    if split.begin + BN < split.end {
+        k_rows = fetch_rows(false, split.begin + BN, split.end, page_row, g, local);
     }
-    for (var k0 = split.begin; k0 < split.end; k0 += BN) {
-        let k_next = k0 + BN;
-        // A.
-        workgroupBarrier();
-        put_rows(true, v_rows, local);
-        if k_next < split.end {
-            v_rows = fetch_rows(true, k_next, split.end, page_row, g, local);
+    var k0 = split.begin;
+    loop {
+        // A: K(t), V(t − 1), P(t − 1) and the mark visible. The mark is the key step after the
+        // one whose softmax moved some row's reference (+ 1: never 0, the cleared mark).
+        let rescale = workgroupUniformLoad(&rescale_mark).x == k0 + 1u;
+        if rescale {
+            o0 = scaled(o0, mi, lane, alpha);
+            if HEAD_TILES > 1u {
+                o1 = scaled(o1, mi, lane, alpha);
+            }
+            if HEAD_TILES > 2u {
+                o2 = scaled(o2, mi, lane, alpha);
+            }
+            if HEAD_TILES > 3u {
+                o3 = scaled(o3, mi, lane, alpha);
+            }
+            if HEAD_TILES > 4u {
+                o4 = scaled(o4, mi, lane, alpha);
+            }
+            if HEAD_TILES > 5u {
+                o5 = scaled(o5, mi, lane, alpha);
+            }
+            if HEAD_TILES > 6u {
+                o6 = scaled(o6, mi, lane, alpha);
+            }
+            if HEAD_TILES > 7u {
+                o7 = scaled(o7, mi, lane, alpha);
+            }
+            // Every stage load done before S(t)'s stores reuse the slab.
+            workgroupBarrier();
+        }
+        let p0 = p_block(mi, 0u);
+        let p1 = p_block(mi, 1u);
+        o0 = pv(o0, p0, p1, 0u);
+        if HEAD_TILES > 1u {
+            o1 = pv(o1, p0, p1, 1u);
+        }
+        if HEAD_TILES > 2u {
+            o2 = pv(o2, p0, p1, 2u);
+        }
+        if HEAD_TILES > 3u {
+            o3 = pv(o3, p0, p1, 3u);
+        }
+        if HEAD_TILES > 4u {
+            o4 = pv(o4, p0, p1, 4u);
+        }
+        if HEAD_TILES > 5u {
+            o5 = pv(o5, p0, p1, 5u);
+        }
+        if HEAD_TILES > 6u {
+            o6 = pv(o6, p0, p1, 6u);
+        }
+        if HEAD_TILES > 7u {
+            o7 = pv(o7, p0, p1, 7u);
+        }
+        if k0 >= split.end {
+            break;
         }
         var s0 = CoopC();
         var s1 = CoopC();
@@ -374,7 +414,20 @@ fn main(
         }
         store_scores(s0, mi, 0u);
         store_scores(s1, mi, 1u);
-        slab_sync();
+
+        // B: every read of K(t) and V(t − 1) done, S(t) visible.
+        workgroupBarrier();
+        let k_next = k0 + BN;
+        if k_next < split.end {
+            put_rows(false, k_rows, local);
+            if k_next + BN < split.end {
+                k_rows = fetch_rows(false, k_next + BN, split.end, page_row, g, local);
+            }
+        }
+        put_rows(true, v_rows, local);
+        if k_next < split.end {
+            v_rows = fetch_rows(true, k_next, split.end, page_row, g, local);
+        }
 
         // The lane's scores (keys k0 + part·LANE_KEYS..), masked past its row's position.
         let s_at = (mi * COOP + r) * S_STRIDE4 + part * LANE_QUADS;
@@ -387,13 +440,13 @@ fn main(
             s_max = max(s_max, max(max(s[c].x, s[c].y), max(s[c].z, s[c].w)));
         }
         s_max = max(s_max, subgroupShuffleXor(s_max, 1u));
-        var alpha = 1.0;
+        alpha = 1.0;
         if s_max > m + SLACK_LOG2 {
             // m = NEG: the row's first keys (α = 0 on l = 0 and zero o rows: no rescale).
             alpha = exp2(m - s_max);
             m = s_max;
             if l > 0.0 {
-                rescale_mark.x = k0 + 1u;
+                rescale_mark.x = k_next + 1u;
             }
         }
         let p_at = (mi * COOP + r) * P_STRIDE4 + part * LANE_QUADS;
@@ -405,64 +458,7 @@ fn main(
         }
         part_sum += subgroupShuffleXor(part_sum, 1u);
         l = l * alpha + part_sum;
-
-        // B.
-        let rescale = workgroupUniformLoad(&rescale_mark).x == k0 + 1u;
-        if k_next < split.end {
-            put_rows(false, k_rows, local);
-            let k_ahead = k_next + BN;
-            if k_ahead < split.end {
-                k_rows = fetch_rows(false, k_ahead, split.end, page_row, g, local);
-            }
-        }
-        if rescale {
-            o0 = scaled(o0, mi, lane, alpha);
-            if HEAD_TILES > 1u {
-                o1 = scaled(o1, mi, lane, alpha);
-            }
-            if HEAD_TILES > 2u {
-                o2 = scaled(o2, mi, lane, alpha);
-            }
-            if HEAD_TILES > 3u {
-                o3 = scaled(o3, mi, lane, alpha);
-            }
-            if HEAD_TILES > 4u {
-                o4 = scaled(o4, mi, lane, alpha);
-            }
-            if HEAD_TILES > 5u {
-                o5 = scaled(o5, mi, lane, alpha);
-            }
-            if HEAD_TILES > 6u {
-                o6 = scaled(o6, mi, lane, alpha);
-            }
-            if HEAD_TILES > 7u {
-                o7 = scaled(o7, mi, lane, alpha);
-            }
-        }
-        let p0 = p_block(mi, 0u);
-        let p1 = p_block(mi, 1u);
-        o0 = pv(o0, p0, p1, 0u);
-        if HEAD_TILES > 1u {
-            o1 = pv(o1, p0, p1, 1u);
-        }
-        if HEAD_TILES > 2u {
-            o2 = pv(o2, p0, p1, 2u);
-        }
-        if HEAD_TILES > 3u {
-            o3 = pv(o3, p0, p1, 3u);
-        }
-        if HEAD_TILES > 4u {
-            o4 = pv(o4, p0, p1, 4u);
-        }
-        if HEAD_TILES > 5u {
-            o5 = pv(o5, p0, p1, 5u);
-        }
-        if HEAD_TILES > 6u {
-            o6 = pv(o6, p0, p1, 6u);
-        }
-        if HEAD_TILES > 7u {
-            o7 = pv(o7, p0, p1, 7u);
-        }
+        k0 = k_next;
     }
 
     if part == 0u && valid {

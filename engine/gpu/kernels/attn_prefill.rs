@@ -84,12 +84,11 @@ pub enum CoopForm {
     /// wgsl/attn_prefill_coop.wgsl: K, then V, through one tile, four barriers per key step
     /// (the engine's default).
     Staged,
-    /// wgsl/attn_prefill_flash.wgsl: K and V in tiles of their own, two workgroup barriers per
-    /// key step of 32, each load issued a phase before its use, S and P kept in per-subgroup
-    /// slabs; one subgroup per row block, Q in registers, heads of at most 8 dim tiles.
-    /// `subgroup_sync`: the slabs' stores and reads ordered by subgroup barriers (else by
-    /// workgroup barriers: three per step).
-    Flash { subgroup_sync: bool },
+    /// wgsl/attn_prefill_flash.wgsl: K and V in tiles of their own, P·V one step behind S, two
+    /// workgroup barriers per key step of 32, each load issued a phase before its store, S and P
+    /// in per-subgroup slabs; one subgroup per row block, Q in registers, heads of at most 8 dim
+    /// tiles.
+    Flash,
 }
 
 /// The workgroup geometry of the cooperative-matrix kernel (the consts of
@@ -159,10 +158,10 @@ impl CoopTile {
     }
 
     /// The flash form's tile of `row_blocks` row blocks (key steps of 32, Q in registers).
-    pub fn flash(coop: CoopShape, row_blocks: u32, head_dim: u32, subgroup_sync: bool) -> Self {
+    pub fn flash(coop: CoopShape, row_blocks: u32, head_dim: u32) -> Self {
         CoopTile::new(coop, row_blocks, head_dim)
             .with_q_regs(true)
-            .with_form(CoopForm::Flash { subgroup_sync })
+            .with_form(CoopForm::Flash)
     }
 
     /// The same tile with key steps of `keys`.
@@ -178,7 +177,7 @@ impl CoopTile {
     /// Whether the kernel has this geometry: whole key blocks, split evenly between a row
     /// block's subgroups, at most 4 a subgroup; key steps dividing the splits' runs (64).
     pub fn supported(self) -> bool {
-        if let CoopForm::Flash { .. } = self.form {
+        if self.form == CoopForm::Flash {
             // Two key blocks of 16 (its softmax pairs two lanes a row), one subgroup a row block
             // holding the whole head.
             return self.coop == CoopShape::M16x16
@@ -201,15 +200,12 @@ impl CoopTile {
     /// Every supported tile of `head_dim` in the order [`CoopTile::fitting`] prefers them: the
     /// most rows, then the longest key step, then Q in registers; a Q-in-registers tile's
     /// interleaved twin right after it (same memory, so `fitting` never picks it); then the
-    /// flash form's tiles, most rows first, each with subgroup then workgroup syncs (never
-    /// `fitting`'s pick).
+    /// flash form's tiles, most rows first (never `fitting`'s pick).
     pub fn candidates(coop: CoopShape, head_dim: u32) -> impl Iterator<Item = CoopTile> {
-        let flash = FLASH_ROW_BLOCKS.into_iter().flat_map(move |blocks| {
-            [true, false]
-                .into_iter()
-                .map(move |sync| CoopTile::flash(coop, blocks, head_dim, sync))
-                .filter(|tile| tile.supported())
-        });
+        let flash = FLASH_ROW_BLOCKS
+            .into_iter()
+            .map(move |blocks| CoopTile::flash(coop, blocks, head_dim))
+            .filter(|tile| tile.supported());
         Self::staged_candidates(coop, head_dim).chain(flash)
     }
 
@@ -235,11 +231,10 @@ impl CoopTile {
         Self::staged_candidates(coop, head_dim).find(|tile| tile.workgroup_bytes() <= limit)
     }
 
-    /// The first flash candidate whose workgroup memory fits `limit` bytes (the most rows, subgroup
-    /// syncs).
+    /// The first flash candidate whose workgroup memory fits `limit` bytes (the most rows).
     pub fn fitting_flash(coop: CoopShape, head_dim: u32, limit: u32) -> Option<CoopTile> {
         Self::candidates(coop, head_dim)
-            .filter(|tile| tile.form != CoopForm::Staged)
+            .filter(|tile| tile.form == CoopForm::Flash)
             .find(|tile| tile.workgroup_bytes() <= limit)
     }
 
@@ -248,13 +243,11 @@ impl CoopTile {
     }
 
     /// Rows × keys, `q` when Q lives in registers (`64x64q`), then `i` when its S chains
-    /// interleave (`64x64qi`); the flash form's rows × keys then `f`, `fw` with workgroup syncs
-    /// (`128x32f`, `64x32fw`); the bench's and `FAK_ATTN_PREFILL`'s name for the tile (the slack
+    /// interleave (`64x64qi`); the flash form's rows × keys then `f` (`128x32f`); the bench's and `FAK_ATTN_PREFILL`'s name for the tile (the slack
     /// and dim split follow from the head).
     pub fn label(self) -> String {
-        if let CoopForm::Flash { subgroup_sync } = self.form {
-            let w = if subgroup_sync { "" } else { "w" };
-            return format!("{}x{}f{w}", self.rows(), self.keys);
+        if self.form == CoopForm::Flash {
+            return format!("{}x{}f", self.rows(), self.keys);
         }
         let q = if self.q_regs { "q" } else { "" };
         let i = if self.interleave { "i" } else { "" };
@@ -271,7 +264,7 @@ impl CoopTile {
         let (rows, keys) = (self.rows(), self.keys);
         let dims = self.head_tiles * n;
         let subgroups = self.row_blocks * self.dim_split;
-        if let CoopForm::Flash { .. } = self.form {
+        if self.form == CoopForm::Flash {
             // K and V tiles; per subgroup an S slab (f32, keys + 4 a row) and a P slab (f16,
             // keys + 8); the rescale mark a vec4.
             let halves = 2 * keys * (dims + 8) + rows * (keys + 8);
@@ -294,7 +287,7 @@ impl CoopTile {
 /// [`CoopTile::fitting`]'s tile; `flash`, the flash form's largest tile that fits
 /// ([`CoopTile::fitting_flash`]; the staged kernel's where none does: a head over 8 dim tiles);
 /// a [`CoopTile`] label (`64x32`, `64x64q`: rows × keys, `q` for Q in registers; `128x32f`,
-/// `64x32fw`: the flash form's), that tile where it fits.
+/// `64x32f`: the flash form's), that tile where it fits.
 enum Override {
     Default,
     Tiles,
@@ -548,12 +541,11 @@ impl AttnPrefill {
             (None, None) => module.with(ATTN_PREFILL),
             (Some(coop), Some(tile)) if tile.coop == coop => match tile.form {
                 CoopForm::Staged => Self::staged_module(module, tile),
-                CoopForm::Flash { subgroup_sync } => module
+                CoopForm::Flash => module
                     .with_const("ROW_BLOCKS", tile.row_blocks)
                     .with_const("KEY_STEP", tile.keys)
                     .with_const("HEAD_TILES", tile.head_tiles)
                     .with_const("SLACK", tile.slack)
-                    .with_const("SUBGROUP_SYNC", u32::from(subgroup_sync))
                     .with(wgsl::MATMUL_COOP16)
                     .with(ATTN_PREFILL_FLASH),
             },
@@ -965,14 +957,14 @@ mod tests {
     fn flash_tiles_are_named_candidates_the_default_never_picks() {
         let coop = CoopShape::M16x16;
         let flash: Vec<CoopTile> = CoopTile::candidates(coop, 128)
-            .filter(|t| t.form != CoopForm::Staged)
+            .filter(|t| t.form == CoopForm::Flash)
             .collect();
         let labels: Vec<String> = flash.iter().map(|t| t.label()).collect();
-        assert_eq!(labels, ["128x32f", "128x32fw", "64x32f", "64x32fw"]);
+        assert_eq!(labels, ["128x32f", "64x32f"]);
         assert_eq!(flash[0].workgroup_bytes(), 46096);
-        assert_eq!(flash[2].workgroup_bytes(), 31760);
+        assert_eq!(flash[1].workgroup_bytes(), 31760);
         assert_eq!(CoopTile::fitting_flash(coop, 128, 49152), Some(flash[0]));
-        assert_eq!(CoopTile::fitting_flash(coop, 128, 40000), Some(flash[2]));
+        assert_eq!(CoopTile::fitting_flash(coop, 128, 40000), Some(flash[1]));
         assert_eq!(CoopTile::fitting_flash(coop, 256, 49152), None);
         assert_eq!(CoopTile::fitting_flash(CoopShape::M8x8, 64, 49152), None);
         for head_dim in [40, 64, 128, 256] {
