@@ -23,9 +23,10 @@
 //     and their weights 0), so no load sits behind a branch.
 //   - S and P stay in per-subgroup slabs (S f32, read back as vec4s, 2 lanes a row reduced with
 //     one shuffle; P f16 written as 8-byte quads).
-//   - Q is staged once per subgroup through its P slab, two dim tiles at a time, and kept in
-//     fragments q0..q7 for the whole key loop; O stays in the accumulators o0..o7 (a rescale or
-//     the final write goes through the subgroup's S slab).
+//   - Q is loaded once (every load issued before the first is used), staged per subgroup
+//     through its P slab two dim tiles at a time, and kept in fragments q0..q7 for the whole key
+//     loop; O stays in the accumulators o0..o7 (a rescale, or the final write two tiles at a
+//     time, goes through the subgroup's S slab).
 //   - BM = ROW_BLOCKS · COOP rows (64 or 128: 4 or 8 subgroups of one row block each), key steps
 //     of KEY_STEP = 32: K, V and the slabs fit 48 KiB at head 128 (128 rows: 46 096 bytes).
 // (WGSL's subgroupBarrier orders only "subgroup memory" in SPIR-V, not workgroup memory, and
@@ -66,8 +67,11 @@ const ROW_LANES: u32 = SUBGROUP_WIDTH / COOP;
 const LANE_KEYS: u32 = BN / ROW_LANES;
 const LANE_QUADS: u32 = LANE_KEYS / 4u;
 const LANE_COLS: u32 = COOP / ROW_LANES;
-// Q staged through the P slab: dim tiles per round (a P slab row holds BN halves).
+// Q staged through the P slab: dim tiles per round (a P slab row holds BN halves), a row's quads
+// of a round, and each lane's.
 const Q_PASS_TILES: u32 = BN / COOP;
+const Q_ROW_QUADS: u32 = Q_PASS_TILES * COOP / 4u;
+const Q_LANE_QUADS: u32 = COOP * Q_ROW_QUADS / SUBGROUP_WIDTH;
 const SLACK_LOG2: f32 = f32(SLACK);
 const_assert BN == 2u * COOP && COOP == 16u && ROW_LANES == 2u;
 const_assert HEAD_TILES <= 8u && HEAD_DIM <= HEAD_TILES * COOP;
@@ -120,27 +124,44 @@ fn put_rows(values: bool, quads: array<vec4<KvScalar>, QUADS>, local: u32) {
     }
 }
 
-// Stages Q's dims Q_PASS_TILES·COOP·round.. of row block mi (scaled to log2 units, f16) in the
-// subgroup's P slab, 4 quads per lane; q_fragment reads its fragments after a barrier.
-fn stage_q(mi: u32, round: u32, row0: u32, g: u32, qscale: f32, lane: u32) {
-    let quads = Q_PASS_TILES * COOP / 4u;
-    for (var u = 0u; u < COOP * quads / SUBGROUP_WIDTH; u++) {
+// Q's elements d..d + 3 of row ρ (d a multiple of 4) times qscale, loaded without a branch (so a
+// lane's loads of every round issue together): zero past the step's last row or HEAD_DIM.
+fn q_quad(rho: u32, g: u32, d: u32, qscale: f32) -> vec4<f32> {
+    let rows = step_tokens() * GROUP;
+    let th = row_token_head(min(rho, rows - 1u), g);
+    let at = view_index(params.q, th.x, th.y, min(d, HEAD_DIM - 4u));
+    let v = vec4<f32>(q[at], q[at + 1u], q[at + 2u], q[at + 3u]) * qscale;
+    return select(vec4<f32>(0.0), v, (rho < rows) & (d < HEAD_DIM));
+}
+
+// This lane's quads of Q's dims Q_PASS_TILES·COOP·round.. for row block mi (f16, scaled to log2
+// units): what put_q stages in the subgroup's P slab for q_fragment.
+fn load_q(
+    mi: u32,
+    round: u32,
+    row0: u32,
+    g: u32,
+    qscale: f32,
+    lane: u32,
+) -> array<vec4<f16>, Q_LANE_QUADS> {
+    var out: array<vec4<f16>, Q_LANE_QUADS>;
+    for (var u = 0u; u < Q_LANE_QUADS; u++) {
         let e = lane + u * SUBGROUP_WIDTH;
-        let r = e / quads;
-        let c = e % quads;
-        let rho = row0 + mi * COOP + r;
-        let d = round * Q_PASS_TILES * COOP + 4u * c;
-        let q4 = vec4<f32>(
-            query_element(rho, g, d, qscale),
-            query_element(rho, g, d + 1u, qscale),
-            query_element(rho, g, d + 2u, qscale),
-            query_element(rho, g, d + 3u, qscale),
-        );
-        p_slab[(mi * COOP + r) * P_STRIDE4 + c] = vec4<f16>(q4);
+        let rho = row0 + mi * COOP + e / Q_ROW_QUADS;
+        let d = round * Q_PASS_TILES * COOP + 4u * (e % Q_ROW_QUADS);
+        out[u] = vec4<f16>(q_quad(rho, g, d, qscale));
+    }
+    return out;
+}
+
+fn put_q(mi: u32, quads: array<vec4<f16>, Q_LANE_QUADS>, lane: u32) {
+    for (var u = 0u; u < Q_LANE_QUADS; u++) {
+        let e = lane + u * SUBGROUP_WIDTH;
+        p_slab[(mi * COOP + e / Q_ROW_QUADS) * P_STRIDE4 + e % Q_ROW_QUADS] = quads[u];
     }
 }
 
-// Dim tile `half` (0 or 1) of the round staged by stage_q.
+// Dim tile `half` (0 or 1) of the round staged by put_q.
 fn q_fragment(mi: u32, half: u32) -> CoopA {
     let at = mi * COOP * P_STRIDE4 + half * (COOP / 4u);
     let stride = P_STRIDE4;
@@ -200,20 +221,34 @@ fn scaled(o: CoopC, mi: u32, lane: u32, alpha: f32) -> CoopC {
     return coopLoadT<CoopC>(&s_slab[at], stride);
 }
 
-// Stores O tile o (dims d0..d0 + COOP of row block mi; the lane's row is th, its weight sum l)
-// through the S slab: o / l, or the split's partial. Workgroup-uniform, as `scaled`.
-fn write_tile(o: CoopC, mi: u32, lane: u32, split: KeySplit, th: vec2<u32>, d0: u32, l: f32) {
+// Stores O tiles oa and ob (dims d0..d0 + 2·COOP of row block mi; the lane's row is th, its
+// weight sum l) through the S slab, side by side: o / l, or the split's partial. Workgroup-uniform,
+// as `scaled`.
+fn write_pair(
+    oa: CoopC,
+    ob: CoopC,
+    mi: u32,
+    lane: u32,
+    split: KeySplit,
+    th: vec2<u32>,
+    d0: u32,
+    l: f32,
+) {
     let at = mi * COOP * S_STRIDE4;
+    let at_b = at + COOP / 4u;
     let stride = S_STRIDE4;
     workgroupBarrier();
-    coopStoreT(o, &s_slab[at], stride);
+    coopStoreT(oa, &s_slab[at], stride);
+    coopStoreT(ob, &s_slab[at_b], stride);
     workgroupBarrier();
-    let cell = lane_cell(mi, lane);
-    let d = d0 + (lane % ROW_LANES) * LANE_COLS;
     if th.x != 0xffffffffu {
-        for (var c = 0u; c < LANE_COLS; c++) {
-            if d + c < HEAD_DIM {
-                store_output(split, th, d + c, s_slab[cell + c / 4u][c % 4u], l);
+        for (var t = 0u; t < 2u; t++) {
+            let cell = lane_cell(mi, lane) + t * (COOP / 4u);
+            let d = d0 + t * COOP + (lane % ROW_LANES) * LANE_COLS;
+            for (var c = 0u; c < LANE_COLS; c++) {
+                if d + c < HEAD_DIM {
+                    store_output(split, th, d + c, s_slab[cell + c / 4u][c % 4u], l);
+                }
             }
         }
     }
@@ -248,7 +283,8 @@ fn main(
         my_pos = token_pos(me.x);
     }
 
-    // Q: two dim tiles per round through the P slab.
+    // Q: every round's loads issued at once, then staged two dim tiles at a time through the P
+    // slab.
     var q0 = CoopA();
     var q1 = CoopA();
     var q2 = CoopA();
@@ -257,7 +293,20 @@ fn main(
     var q5 = CoopA();
     var q6 = CoopA();
     var q7 = CoopA();
-    stage_q(mi, 0u, row0, g, qscale, lane);
+    let q_round0 = load_q(mi, 0u, row0, g, qscale, lane);
+    var q_round1: array<vec4<f16>, Q_LANE_QUADS>;
+    var q_round2: array<vec4<f16>, Q_LANE_QUADS>;
+    var q_round3: array<vec4<f16>, Q_LANE_QUADS>;
+    if HEAD_TILES > 2u {
+        q_round1 = load_q(mi, 1u, row0, g, qscale, lane);
+    }
+    if HEAD_TILES > 4u {
+        q_round2 = load_q(mi, 2u, row0, g, qscale, lane);
+    }
+    if HEAD_TILES > 6u {
+        q_round3 = load_q(mi, 3u, row0, g, qscale, lane);
+    }
+    put_q(mi, q_round0, lane);
     workgroupBarrier();
     q0 = q_fragment(mi, 0u);
     if HEAD_TILES > 1u {
@@ -265,7 +314,7 @@ fn main(
     }
     if HEAD_TILES > 2u {
         workgroupBarrier();
-        stage_q(mi, 1u, row0, g, qscale, lane);
+        put_q(mi, q_round1, lane);
         workgroupBarrier();
         q2 = q_fragment(mi, 0u);
         if HEAD_TILES > 3u {
@@ -274,7 +323,7 @@ fn main(
     }
     if HEAD_TILES > 4u {
         workgroupBarrier();
-        stage_q(mi, 2u, row0, g, qscale, lane);
+        put_q(mi, q_round2, lane);
         workgroupBarrier();
         q4 = q_fragment(mi, 0u);
         if HEAD_TILES > 5u {
@@ -283,7 +332,7 @@ fn main(
     }
     if HEAD_TILES > 6u {
         workgroupBarrier();
-        stage_q(mi, 3u, row0, g, qscale, lane);
+        put_q(mi, q_round3, lane);
         workgroupBarrier();
         q6 = q_fragment(mi, 0u);
         if HEAD_TILES > 7u {
@@ -464,26 +513,14 @@ fn main(
     if part == 0u && valid {
         store_stats(split, me, m, l);
     }
-    write_tile(o0, mi, lane, split, me, 0u, l);
-    if HEAD_TILES > 1u {
-        write_tile(o1, mi, lane, split, me, COOP, l);
-    }
+    write_pair(o0, o1, mi, lane, split, me, 0u, l);
     if HEAD_TILES > 2u {
-        write_tile(o2, mi, lane, split, me, 2u * COOP, l);
-    }
-    if HEAD_TILES > 3u {
-        write_tile(o3, mi, lane, split, me, 3u * COOP, l);
+        write_pair(o2, o3, mi, lane, split, me, 2u * COOP, l);
     }
     if HEAD_TILES > 4u {
-        write_tile(o4, mi, lane, split, me, 4u * COOP, l);
-    }
-    if HEAD_TILES > 5u {
-        write_tile(o5, mi, lane, split, me, 5u * COOP, l);
+        write_pair(o4, o5, mi, lane, split, me, 4u * COOP, l);
     }
     if HEAD_TILES > 6u {
-        write_tile(o6, mi, lane, split, me, 6u * COOP, l);
-    }
-    if HEAD_TILES > 7u {
-        write_tile(o7, mi, lane, split, me, 7u * COOP, l);
+        write_pair(o6, o7, mi, lane, split, me, 6u * COOP, l);
     }
 }
