@@ -27,8 +27,9 @@
 //     through its P slab two dim tiles at a time, and kept in fragments q0..q7 for the whole key
 //     loop; O stays in the accumulators o0..o7 (a rescale, or the final write two tiles at a
 //     time, goes through the subgroup's S slab).
-//   - BM = ROW_BLOCKS · COOP rows (64 or 128: 4 or 8 subgroups of one row block each), key steps
-//     of KEY_STEP = 32: K, V and the slabs fit 48 KiB at head 128 (128 rows: 46 096 bytes).
+//   - BM = ROW_BLOCKS · COOP rows (128, 64 or 32: 8, 4 or 2 subgroups of one row block each),
+//     key steps of KEY_STEP = 32: K, V and the slabs fit 48 KiB at head 128 (128 rows: 46 096
+//     bytes); the 32-row tile gives short prompts four times the workgroups.
 // (WGSL's subgroupBarrier orders only "subgroup memory" in SPIR-V, not workgroup memory, and
 // needs a feature of its own: so every slab access is ordered by the workgroup barriers.)
 //

@@ -11,7 +11,7 @@
 #      batch_invariance's dense tests (several prompts in one step, chunked) → tests.log;
 #   2. `harness bench --depths 128,2048 --n-out 8 --profile-steps 1` on the 8B synth file, the arms
 #      default / 128x32f / 64x32f interleaved ROUNDS (2) times (the 64x32f arm in round 1 only,
-#      unless ALL_ROUNDS=1), under BUDGET_S (185 s from the start: a bench that would pass it
+#      unless ALL_ROUNDS=1), then 32x32f at 128 tokens only, under BUDGET_S (185 s from the start: a bench that would pass it
 #      is logged SKIPPED) → bench.log, attn.tsv (per arm and round: prefill tok/s at 128 and
 #      2048, the attention op's profiled ms and share), bench-json.tgz;
 #   3. with time left and matmul-bench carried: `matmul-bench --attn` on the default, 128x32f and
@@ -66,15 +66,16 @@ echo "[${SECONDS} s] tests and synth done"
 mkdir -p /tmp/bench-json
 printf 'arm\tround\tdepth\tprefill_tok_s\tattention_ms\tattention_share\tprefill_gpu_ms\n' \
     > "$OUT/attn.tsv"
-bench() { # bench ARM ROUND: one `harness bench`, the arm's FAK_ATTN_PREFILL (default: unset)
-    local arm=$1 round=$2 json=/tmp/bench-json/$1-$2.json form=$1
+bench() { # bench ARM ROUND [DEPTHS]: one `harness bench`, the arm's FAK_ATTN_PREFILL (default:
+    # unset)
+    local arm=$1 round=$2 depths=${3:-128,2048} json=/tmp/bench-json/$1-$2.json form=$1
     [ "$arm" = default ] && form=
     if [ $((SECONDS + 25)) -gt "$BUDGET_S" ]; then
         echo "== $arm round $round SKIPPED (at ${SECONDS}s, budget ${BUDGET_S}s)" | tee -a "$OUT/bench.log"
         return
     fi
     echo "== $arm round $round (at ${SECONDS}s)" >> "$OUT/bench.log"
-    FAK_ATTN_PREFILL=$form timeout 60 "$BIN/harness" bench --model "$M8" --depths 128,2048 \
+    FAK_ATTN_PREFILL=$form timeout 60 "$BIN/harness" bench --model "$M8" --depths "$depths" \
         --n-out 8 --profile-steps 1 --suffix 0 --probe-mib 256 --json-out "$json" \
         > /tmp/bench.log 2>&1
     echo "rc=$?" >> "$OUT/bench.log"
@@ -100,6 +101,8 @@ for round in $(seq "${ROUNDS:-2}"); do
     fi
     echo "[${SECONDS} s] round $round done"
 done
+# The 32-row flash tile at 128 tokens (4× the workgroups of 128x32f: 128 for 132 SMs).
+bench 32x32f 1 128
 cat "$OUT/attn.tsv"
 
 # Per dispatch, per tile, each output against the f32-tile kernel's (when carried, time left).

@@ -69,8 +69,9 @@ pub const COOP_ROW_BLOCKS: [u32; 3] = [4, 2, 1];
 /// Keys per step (`KEY_STEP`) the cooperative-matrix kernel may take, in the order
 /// [`CoopTile::fitting`] prefers them for a row-block count.
 pub const COOP_KEY_STEPS: [u32; 2] = [64, 32];
-/// Row blocks of the flash form (one subgroup each: 128 or 64 rows on 16×16), most first.
-pub const FLASH_ROW_BLOCKS: [u32; 2] = [8, 4];
+/// Row blocks of the flash form (one subgroup each: 128, 64 or 32 rows on 16×16), most first
+/// (32 rows: four times the 128-row tile's workgroups, for short prompts).
+pub const FLASH_ROW_BLOCKS: [u32; 3] = [8, 4, 2];
 /// The workgroup memory the example module's tile is chosen for (WebGPU's and NVIDIA's 48 KiB).
 const COOP_WORKGROUP_BYTES: u32 = 49152;
 /// The most O accumulators (dim tiles) and S accumulators (key blocks) one subgroup of the
@@ -960,7 +961,7 @@ mod tests {
             .filter(|t| t.form == CoopForm::Flash)
             .collect();
         let labels: Vec<String> = flash.iter().map(|t| t.label()).collect();
-        assert_eq!(labels, ["128x32f", "64x32f"]);
+        assert_eq!(labels, ["128x32f", "64x32f", "32x32f"]);
         assert_eq!(flash[0].workgroup_bytes(), 46096);
         assert_eq!(flash[1].workgroup_bytes(), 31760);
         assert_eq!(CoopTile::fitting_flash(coop, 128, 49152), Some(flash[0]));
