@@ -11,7 +11,8 @@
 #      batch_invariance's dense tests (several prompts in one step, chunked) → tests.log;
 #   2. `harness bench --depths 128,2048 --n-out 8 --profile-steps 1` on the 8B synth file, the arms
 #      default / 128x32f / 64x32f interleaved ROUNDS (2) times (the 64x32f arm in round 1 only,
-#      unless ALL_ROUNDS=1), then 32x32f at 128 tokens only, under BUDGET_S (185 s from the start: a bench that would pass it
+#      unless ALL_ROUNDS=1), then 32x32f at 128 tokens only and 128x32f at 2048 with
+#      FAK_ATTN_SPLIT=fill:4096:256 (a split per 256 keys), under BUDGET_S (185 s from the start: a bench that would pass it
 #      is logged SKIPPED) → bench.log, attn.tsv (per arm and round: prefill tok/s at 128 and
 #      2048, the attention op's profiled ms and share), bench-json.tgz;
 #   3. with time left and matmul-bench carried: `matmul-bench --attn` on the default, 128x32f and
@@ -66,16 +67,15 @@ echo "[${SECONDS} s] tests and synth done"
 mkdir -p /tmp/bench-json
 printf 'arm\tround\tdepth\tprefill_tok_s\tattention_ms\tattention_share\tprefill_gpu_ms\n' \
     > "$OUT/attn.tsv"
-bench() { # bench ARM ROUND [DEPTHS]: one `harness bench`, the arm's FAK_ATTN_PREFILL (default:
-    # unset)
-    local arm=$1 round=$2 depths=${3:-128,2048} json=/tmp/bench-json/$1-$2.json form=$1
-    [ "$arm" = default ] && form=
+bench() { # bench ARM ROUND DEPTHS FORM [SPLIT]: one `harness bench` with FAK_ATTN_PREFILL=FORM
+    # ("": the default) and, when given, FAK_ATTN_SPLIT=SPLIT
+    local arm=$1 round=$2 depths=$3 form=$4 split=${5:-} json=/tmp/bench-json/$1-$2.json
     if [ $((SECONDS + 25)) -gt "$BUDGET_S" ]; then
         echo "== $arm round $round SKIPPED (at ${SECONDS}s, budget ${BUDGET_S}s)" | tee -a "$OUT/bench.log"
         return
     fi
     echo "== $arm round $round (at ${SECONDS}s)" >> "$OUT/bench.log"
-    FAK_ATTN_PREFILL=$form timeout 60 "$BIN/harness" bench --model "$M8" --depths "$depths" \
+    FAK_ATTN_PREFILL=$form FAK_ATTN_SPLIT=$split timeout 60 "$BIN/harness" bench --model "$M8" --depths "$depths" \
         --n-out 8 --profile-steps 1 --suffix 0 --probe-mib 256 --json-out "$json" \
         > /tmp/bench.log 2>&1
     echo "rc=$?" >> "$OUT/bench.log"
@@ -94,15 +94,18 @@ EOF
     (cd /tmp/bench-json && tar czf "$OUT/bench-json.tgz" ./*.json)
 }
 for round in $(seq "${ROUNDS:-2}"); do
-    bench default "$round"
-    bench 128x32f "$round"
+    bench default "$round" 128,2048 ""
+    bench 128x32f "$round" 128,2048 128x32f
     if [ "$round" = 1 ] || [ "${ALL_ROUNDS:-0}" = 1 ]; then
-        bench 64x32f "$round"
+        bench 64x32f "$round" 128,2048 64x32f
     fi
     echo "[${SECONDS} s] round $round done"
 done
-# The 32-row flash tile at 128 tokens (4× the workgroups of 128x32f: 128 for 132 SMs).
-bench 32x32f 1 128
+# The 32-row flash tile at 128 tokens (4× the workgroups of 128x32f: 128 for 132 SMs); the
+# 128-row one with twice the key splits (its first 512-token chunk runs 128 unbalanced
+# workgroups unsplit under the default rule).
+bench 32x32f 1 128 32x32f
+bench 128x32f-split256 1 2048 128x32f fill:4096:256
 cat "$OUT/attn.tsv"
 
 # Per dispatch, per tile, each output against the f32-tile kernel's (when carried, time left).
