@@ -3,7 +3,8 @@ the P·V one step behind S, the rescale mark read at barrier A (and α kept from
 softmax), K(t + 1) and V(t) stored after barrier B, rows past the split's end clamped to its last
 key, the first P·V of zero P and V, Q/K/V/P rounded to f16. Random rows, positions and prompts
 (the cache tail poisoned with NaN), slack 0 and 8, against exact softmax attention on the same
-f16-rounded inputs: the worst |o / l − want| must stay at P's f16 rounding (~5e-4; it does).
+f16-rounded inputs, whole and in key splits (1, 2, 3, 64 of runs of 64 keys, merged as
+attn_combine.wgsl does): the worst |o / l − want| must stay at P's f16 rounding (~5e-4; it does).
 Planting a bug in the schedule (no rescale, or the mark set for this step instead of the next)
 gives errors of ~650. Run: FAK_PYTHON experiments/attn-flash/schedule.py (numpy)."""
 import numpy as np
@@ -51,11 +52,18 @@ def flash(q, k, v, pos, begin, end, BN=32, slack=8.0):
         k0 = knext
     return o, m, l
 
+def key_split(limit, index, n, run=64):
+    steps = (limit + run - 1) // run
+    per = (steps + n - 1) // n * run
+    begin = min(index * per, limit)
+    return begin, min(begin + per, limit)
+
+f16 = lambda x: x.astype(np.float16).astype(np.float32)
 rng = np.random.default_rng(1)
 worst = 0
 for trial in range(200):
     rows = 16; d = 32
-    n = int(rng.integers(1, 200)); start = int(rng.integers(0, 100))
+    n = int(rng.integers(1, 200)); start = int(rng.integers(0, 300))
     keys_total = start + n
     scale = float(rng.choice([0.5, 3.0, 12.0]))
     q = rng.standard_normal((rows, d)).astype(np.float32) * scale
@@ -65,14 +73,19 @@ for trial in range(200):
     pos = start + np.sort(rng.integers(0, n, rows))
     limit = int(pos.max()) + 1
     for slack in [0.0, 8.0]:
-        o, m, l = flash(q, k, v, pos, 0, limit, slack=slack)
-        for r in range(rows):
-            f16 = lambda x: x.astype(np.float16).astype(np.float32)
-            sc = (f16(q[r]) @ f16(k[:pos[r] + 1]).T)
-            w = np.exp2(sc - sc.max()); w /= w.sum()
-            want = w @ f16(v[:pos[r] + 1])
-            got = o[r] / l[r]
-            err = np.abs(got - want).max()
-            assert np.isfinite(got).all(), (trial, r)
-            worst = max(worst, err)
+        for n_split in [1, 2, 3, 64]:
+            # Each split's partial (o, m, l), merged as attn_combine.wgsl does.
+            parts = [flash(q, k, v, pos, *key_split(limit, s_, n_split), slack=slack)
+                     for s_ in range(n_split) if key_split(limit, s_, n_split)[0] < limit]
+            M = np.max([m for _, m, _ in parts], axis=0)
+            w = [np.exp2(m - M) for _, m, _ in parts]
+            L = sum(wi * l for wi, (_, _, l) in zip(w, parts))
+            O = sum(wi[:, None] * o for wi, (o, _, _) in zip(w, parts))
+            for r in range(rows):
+                sc = f16(q[r]) @ f16(k[:pos[r] + 1]).T
+                p_ = np.exp2(sc - sc.max()); p_ /= p_.sum()
+                want = p_ @ f16(v[:pos[r] + 1])
+                got = O[r] / L[r]
+                assert np.isfinite(got).all(), (trial, r)
+                worst = max(worst, np.abs(got - want).max())
 print("worst abs err", worst)
