@@ -197,9 +197,9 @@ const PINNED_INT_DOT: &[(&str, &str)] = &[
 ];
 /// `int_dot_merge_computes_the_defaults_bits`'s logits, recorded with FAK_DECODE_FUSE unset.
 const PINNED_MERGE: &[(&str, &str)] = &[
-    ("sg/-, int-dot, steps of 1", "0"),
-    ("-/-, int-dot, steps of 1", "0"),
-    ("sg/f16, int-dot, steps of 1", "0"),
+    ("sg/-, int-dot, steps of 1", "c66193b88ffee9eb"),
+    ("-/-, int-dot, steps of 1", "4414d895b55cb850"),
+    ("sg/f16, int-dot, steps of 1", "bd2f6ad871d41c39"),
 ];
 const PINNED_Q4_K_M: &[(&str, &str)] = &[("q4_k_m, one step", "e7a3d327b0c47983")];
 
