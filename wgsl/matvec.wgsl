@@ -160,6 +160,8 @@ override NORM: bool = false;
 override MIXED: bool = false;
 // MIXED over q8 vectors read from bindings 8, 9 (not QUANTIZE_X): the second weight in binding 10.
 override MIXED_Q8: bool = false;
+// MIXED: the second weight's ggml type id (the first's is GGML_TYPE).
+override SECOND_TYPE: u32 = 0u;
 
 // The Params of the part this workgroup computes (params, or params2 for a MIXED dispatch's
 // second weight), and whether it is that second one. Set by enter_part before anything reads them.

@@ -166,12 +166,12 @@ impl MatVecLayout {
     /// sequence's output depend on the batch. Then either form staged only where
     /// [`MatVecLayout::stage_vectors`] fits one vector per fill into `workgroup_limit` bytes,
     /// and only for q8 vectors read from global memory: the staged form reads xq, xd, so never
-    /// where `input` is quantized in the workgroup (QUANTIZE_X); nor for a `mixed` binding (the
-    /// staged entry point has no second weight).
+    /// where `input` is quantized in the workgroup (QUANTIZE_X); nor for a mixed binding (a
+    /// `second` type: the staged entry point has no second weight).
     fn at_capacity(
         self,
         capacity: u32,
-        (input, mixed): (Input, bool),
+        (input, second): (Input, Option<GgmlType>),
         stage: bool,
         workgroup_limit: u32,
     ) -> MatVecLayout {
@@ -179,7 +179,7 @@ impl MatVecLayout {
         MatVecLayout {
             staged: staged
                 && matches!(input, Input::Q8(_))
-                && !mixed
+                && second.is_none()
                 && self.stage_vectors(capacity, workgroup_limit) > 0,
             ..self
         }
@@ -567,8 +567,9 @@ pub struct MatVec {
     pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
 }
 
-/// What a pipeline is specialised for: type, input, batch capacity, layout, mixed (two weights).
-type PipelineKey = (GgmlType, Input, u32, MatVecLayout, bool);
+/// What a pipeline is specialised for: type, input, batch capacity, layout, the second weight's
+/// type of a mixed binding.
+type PipelineKey = (GgmlType, Input, u32, MatVecLayout, Option<GgmlType>);
 
 /// Which pipeline family a binding runs.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -667,7 +668,7 @@ fn spec(
     input: Input,
     capacity: u32,
     rows: MatVecLayout,
-    (mixed, q6): (bool, Q6Loads),
+    (second, q6): (Option<GgmlType>, Q6Loads),
     staged: u32,
 ) -> PipelineSpec {
     let (_, lanes, block_elems, block_bytes) = unit_geometry(ty, rows.wide);
@@ -686,8 +687,9 @@ fn spec(
         Input::QuantizedNorm(_, cols) => vec![("QUANTIZE_X", 1.0), ("X_COLS", f64::from(cols))],
         _ => Vec::new(),
     };
-    if mixed {
+    if let Some(second) = second {
         constants.push(("MIXED", 1.0));
+        constants.push(("SECOND_TYPE", f64::from(second.id())));
         // Beside q8 vectors the second weight's blocks take binding 10 (see the WGSL header).
         if matches!(input, Input::Q8(_)) {
             constants.push(("MIXED_Q8", 1.0));
@@ -710,7 +712,10 @@ fn spec(
         ("BLOCK_ELEMS", block_elems as f64),
         ("BLOCK_BYTES", block_bytes as f64),
     ]);
-    let mixed = if mixed { " mixed" } else { "" };
+    let mixed = match second {
+        Some(second) => format!(" mixed with {second}"),
+        None => String::new(),
+    };
     let aligned = if aligned { " q6 aligned" } else { "" };
     let mut spec = PipelineSpec {
         label: format!("matvec {ty}{mixed} batch {capacity} x {what} layout {rows}{aligned}"),
@@ -729,7 +734,7 @@ fn spec(
 fn specs(ty: GgmlType, input: Input, rows: MatVecLayout) -> Vec<PipelineSpec> {
     BATCH_CAPACITIES
         .into_iter()
-        .map(|capacity| spec(ty, input, capacity, rows, (false, Q6Loads::Words), 1))
+        .map(|capacity| spec(ty, input, capacity, rows, (None, Q6Loads::Words), 1))
         .collect()
 }
 
@@ -790,12 +795,12 @@ impl Kernel for MatVec {
             let normed = |index| Input::QuantizedNorm(index, 256);
             pipelines.extend(specs(GgmlType::Q4_K, normed(1), MatVecLayout::QUANTIZING));
             pipelines.extend(specs(GgmlType::Q6_K, normed(3), wide[0]));
-            let mixed_words = (true, Q6Loads::Words);
+            let mixed_words = (Some(GgmlType::Q6_K), Q6Loads::Words);
             pipelines.push(spec(GgmlType::Q4_K, normed(1), 1, wide[0], mixed_words, 1));
             // Q6_K's aligned loads (opt-in), plain and mixed.
-            let aligned = (false, Q6Loads::Aligned);
+            let aligned = (None, Q6Loads::Aligned);
             pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 1, wide[0], aligned, 1));
-            let mixed_aligned = (true, Q6Loads::Aligned);
+            let mixed_aligned = (Some(GgmlType::Q4_K), Q6Loads::Aligned);
             pipelines.push(spec(
                 GgmlType::Q6_K,
                 normed(3),
@@ -923,7 +928,7 @@ impl MatVec {
     fn pipelines_for(
         &self,
         ctx: &GpuContext,
-        (ty, input, rows, mixed): (GgmlType, Input, MatVecLayout, bool),
+        (ty, input, rows, second): (GgmlType, Input, MatVecLayout, Option<GgmlType>),
         max_batch: u32,
     ) -> Result<Vec<(wgpu::ComputePipeline, MatVecLayout)>, GpuError> {
         let workgroup_limit = ctx.device.limits().max_compute_workgroup_storage_size;
@@ -931,8 +936,8 @@ impl MatVec {
             .into_iter()
             .filter(|&c| c <= max_batch.next_power_of_two())
             .map(|c| {
-                let rows = rows.at_capacity(c, (input, mixed), self.stage, workgroup_limit);
-                (ty, input, c, rows, mixed)
+                let rows = rows.at_capacity(c, (input, second), self.stage, workgroup_limit);
+                (ty, input, c, rows, second)
             })
             .collect();
         let mut built = self.pipelines.lock().expect("no panic while holding it");
@@ -945,13 +950,13 @@ impl MatVec {
             let mut variant = KernelVariant::of::<Self>(self.variant);
             variant.source.pipelines = missing
                 .iter()
-                .map(|&(ty, input, c, rows, mixed)| {
+                .map(|&(ty, input, c, rows, second)| {
                     spec(
                         ty,
                         input,
                         c,
                         rows,
-                        (mixed, self.q6),
+                        (second, self.q6),
                         rows.stage_vectors(c, workgroup_limit),
                     )
                 })
@@ -1220,6 +1225,7 @@ impl MatVec {
             _ => io.max_batch,
         };
         let mixed = fusion.second.is_some();
+        let second_type = fusion.second.map(|s| s.shape.ty);
         if let Some(second) = fusion.second {
             let wide = |t| MatVecLayout::wide_serves(t, input);
             if !matches!(input, Input::QuantizedNorm(..) | Input::Q8(_))
@@ -1238,7 +1244,7 @@ impl MatVec {
             }
         }
         let (pipelines, layouts) = self
-            .pipelines_for(ctx, (ty, input, rows_layout, mixed), max_batch)?
+            .pipelines_for(ctx, (ty, input, rows_layout, second_type), max_batch)?
             .into_iter()
             .unzip();
         let norm = fusion
