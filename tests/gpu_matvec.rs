@@ -7,7 +7,8 @@
 //! code is shared with `harness selftest` (harness/checks/matvec.rs).
 
 use fak::gpu::kernels::matvec::{
-    InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, Q6Loads, SecondWeight,
+    InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, MixedInput, Q6Loads,
+    SecondWeight,
 };
 use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
 use fak::gpu::step::MAX_BATCH;
@@ -927,7 +928,9 @@ fn the_norm_quantized_in_the_workgroup_is_the_quantize_dispatchs_product_bit_for
 /// the decode merge of a Q6_K projection run with a Q4_K one) writes each weight's outputs bit
 /// for bit as that weight's own binding does, and both within the f32 bound of W·x̂ (x̂ what
 /// quantize_q8 makes of the normed x): both orders of the types, ragged row counts, every batch,
-/// both reductions; outputs poisoned, rows past the batch left alone.
+/// both reductions; outputs poisoned, rows past the batch left alone. Both inputs: the norm
+/// quantized in the workgroup, and the quantize dispatch's q8 vectors (`FAK_DECODE_FUSE=merge`:
+/// the second weight's blocks in binding 10), each against the single bindings of the fold.
 #[test]
 fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
     let ctx = gpu();
@@ -981,7 +984,9 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                 rows: rows[i],
                 cols,
             });
-            assert!(kernel.mixes(ctx, shapes[0], shapes[1], None));
+            for input in [MixedInput::QuantizedNorm, MixedInput::Q8] {
+                assert!(kernel.mixes(ctx, (shapes[0], shapes[1]), None, input));
+            }
             let bytes = [0, 1].map(|i| {
                 random_weights(
                     types[i],
@@ -995,9 +1000,10 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
             for n in BATCHES {
                 let step = StepBuffer::new(ctx);
                 step.set(ctx, Step::new(0, n, 0));
-                // Each weight alone, then both mixed.
+                // Each weight alone, then both mixed, then both mixed over the q8 vectors.
                 let alone = [0, 1].map(|i| poisoned_f32(ctx, "y", batch * rows[i]));
                 let mixed = [0, 1].map(|i| poisoned_f32(ctx, "y", batch * rows[i]));
+                let mixed_q8 = [0, 1].map(|i| poisoned_f32(ctx, "y", batch * rows[i]));
                 let io = |i: usize, y| MatVecIo {
                     weights: &w[i],
                     weights_offset: 0,
@@ -1030,34 +1036,53 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                 let quantize = quantizer
                     .bind(ctx, x_act, cols, Some(norm), &q8, &step, MAX_BATCH)
                     .unwrap();
+                let over_q8 = MatVecFusion {
+                    q8: Some(&q8),
+                    second: Some(SecondWeight {
+                        shape: shapes[1],
+                        weights: &w[1],
+                        y: Activations::contiguous(&mixed_q8[1], rows[1]),
+                    }),
+                    ..MatVecFusion::default()
+                };
+                let binding_q8 = kernel
+                    .bind_fused(ctx, shapes[0], &io(0, &mixed_q8[0]), over_q8)
+                    .unwrap();
                 ctx.run_pass("mixed", |pass| {
                     for single in &singles {
                         kernel.encode(pass, single, n).unwrap();
                     }
                     kernel.encode(pass, &binding, n).unwrap();
                     quantizer.encode(pass, &quantize, n).unwrap();
+                    kernel.encode(pass, &binding_q8, n).unwrap();
                 })
                 .unwrap();
                 let x_hat = x_hat_of(ctx, &q8, cols, n);
-                for i in 0..2 {
-                    let what =
-                        format!("{paths} {q6:?} {types:?} part {i} ({}) batch {n}", types[i]);
-                    let got = read_back_f32(ctx, &mixed[i], 0..4 * batch * rows[i]).unwrap();
-                    let own = read_back_f32(ctx, &alone[i], 0..4 * batch * rows[i]).unwrap();
-                    let split = (u64::from(n) * rows[i]) as usize;
-                    assert!(
-                        got[..split]
-                            .iter()
-                            .zip(&own[..split])
-                            .all(|(a, b)| a.to_bits() == b.to_bits()),
-                        "{what}: the mixed binding's outputs are not its own binding's"
-                    );
-                    assert!(
-                        got[split..].iter().all(|v| v.is_nan()),
-                        "{what}: wrote past the batch"
-                    );
-                    let weights = (types[i], &bytes[i][..], rows[i]);
-                    assert_near_q8_oracle(&what, &got[..split], weights, &x_hat);
+                for (input, outputs) in [("normed", &mixed), ("q8", &mixed_q8)] {
+                    for i in 0..2 {
+                        let what = format!(
+                            "{paths} {q6:?} {types:?} {input} part {i} ({}) batch {n}",
+                            types[i]
+                        );
+                        let bytes_of = |y: &wgpu::Buffer| {
+                            read_back_f32(ctx, y, 0..4 * batch * rows[i]).unwrap()
+                        };
+                        let (got, own) = (bytes_of(&outputs[i]), bytes_of(&alone[i]));
+                        let split = (u64::from(n) * rows[i]) as usize;
+                        assert!(
+                            got[..split]
+                                .iter()
+                                .zip(&own[..split])
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{what}: the mixed binding's outputs are not its own binding's"
+                        );
+                        assert!(
+                            got[split..].iter().all(|v| v.is_nan()),
+                            "{what}: wrote past the batch"
+                        );
+                        let weights = (types[i], &bytes[i][..], rows[i]);
+                        assert_near_q8_oracle(&what, &got[..split], weights, &x_hat);
+                    }
                 }
             }
         }

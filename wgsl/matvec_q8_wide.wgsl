@@ -144,10 +144,12 @@ fn wide_q6_k_aligned(block: u32, lane: u32) -> Wide {
     return q6_wide(a, b, c, s0, s1, d);
 }
 
-// Whether this part's weight is Q6_K (else Q4_K): the pipeline's type, or under MIXED the part's.
+// Whether this part's weight is Q6_K (else Q4_K): the pipeline's type, or under MIXED the part's
+// (GGML_TYPE or SECOND_TYPE: constants, so where the entry point branches on second_part the
+// compiler can fold each copy of the loop to one type).
 fn wide_q6() -> bool {
     if MIXED {
-        return p.ggml_type == 14u;
+        return select(GGML_TYPE, SECOND_TYPE, second_part) == 14u;
     }
     return GGML_TYPE == 14u;
 }
@@ -298,18 +300,28 @@ fn matvec_q8_wide(@builtin(workgroup_id) wg: vec3<u32>,
     }
     let starts = row_starts(at.team_first, paired);
     var acc: array<vec4<f32>, 8>;
-    for (var u = at.lane; u < p.units; u += TEAM * UNROLL) {
+    // MIXED: one copy of the loop per part, so that each sees its part's type as a constant.
+    if MIXED && second_part {
+        wide_loop(&acc, starts, at.lane, n);
+    } else {
+        wide_loop(&acc, starts, at.lane, n);
+    }
+    finish(&acc, at, n, lanes, paired);
+}
+
+// The product's loop over the units of lane `lane` of its team.
+fn wide_loop(acc: ptr<function, array<vec4<f32>, 8>>, starts: vec4<u32>, lane: u32, n: u32) {
+    for (var u = lane; u < p.units; u += TEAM * UNROLL) {
         let first = load_wide_rows(starts, u);
         if UNROLL == 2u {
             // The second unit clamped to the row's last (valid memory), dropped past the end.
             let second = load_wide_rows(starts, min(u + TEAM, p.units - 1u));
-            add_products_wide(&acc, first, u, n);
+            add_products_wide(acc, first, u, n);
             if u + TEAM < p.units {
-                add_products_wide(&acc, second, u + TEAM, n);
+                add_products_wide(acc, second, u + TEAM, n);
             }
         } else {
-            add_products_wide(&acc, first, u, n);
+            add_products_wide(acc, first, u, n);
         }
     }
-    finish(&acc, at, n, lanes, paired);
 }

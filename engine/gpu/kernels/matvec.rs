@@ -166,11 +166,12 @@ impl MatVecLayout {
     /// sequence's output depend on the batch. Then either form staged only where
     /// [`MatVecLayout::stage_vectors`] fits one vector per fill into `workgroup_limit` bytes,
     /// and only for q8 vectors read from global memory: the staged form reads xq, xd, so never
-    /// where `input` is quantized in the workgroup (QUANTIZE_X, which every MIXED binding is).
+    /// where `input` is quantized in the workgroup (QUANTIZE_X); nor for a mixed binding (a
+    /// `second` type: the staged entry point has no second weight).
     fn at_capacity(
         self,
         capacity: u32,
-        input: Input,
+        (input, second): (Input, Option<GgmlType>),
         stage: bool,
         workgroup_limit: u32,
     ) -> MatVecLayout {
@@ -178,6 +179,7 @@ impl MatVecLayout {
         MatVecLayout {
             staged: staged
                 && matches!(input, Input::Q8(_))
+                && second.is_none()
                 && self.stage_vectors(capacity, workgroup_limit) > 0,
             ..self
         }
@@ -515,9 +517,18 @@ pub struct MatVecFusion<'a> {
     /// A second weight of the same input in the same dispatch, its workgroups after the first
     /// weight's (wgsl/matvec.wgsl, MIXED): two projections of one normed input whose types
     /// differ (a Q6_K run beside a Q4_K one) in one dispatch instead of two. Needs
-    /// `quantize_input`, the wide form for both types (Q4_K, Q6_K), the same `cols`, no
+    /// `quantize_input` or `q8`, the wide form for both types (Q4_K, Q6_K), the same `cols`, no
     /// pairing or quantized output, and each weight in one binding ([`MatVec::mixes`]).
     pub second: Option<SecondWeight<'a>>,
+}
+
+/// The input of a mixed binding ([`MatVec::mixes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MixedInput {
+    /// q8 vectors a quantize dispatch wrote ([`MatVecFusion::q8`]).
+    Q8,
+    /// The norm quantized in each workgroup ([`MatVecFusion::quantize_input`]).
+    QuantizedNorm,
 }
 
 /// The second weight of a mixed binding ([`MatVecFusion::second`]): `shape.rows` rows from byte
@@ -556,8 +567,9 @@ pub struct MatVec {
     pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
 }
 
-/// What a pipeline is specialised for: type, input, batch capacity, layout, mixed (two weights).
-type PipelineKey = (GgmlType, Input, u32, MatVecLayout, bool);
+/// What a pipeline is specialised for: type, input, batch capacity, layout, the second weight's
+/// type of a mixed binding.
+type PipelineKey = (GgmlType, Input, u32, MatVecLayout, Option<GgmlType>);
 
 /// Which pipeline family a binding runs.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -656,7 +668,7 @@ fn spec(
     input: Input,
     capacity: u32,
     rows: MatVecLayout,
-    (mixed, q6): (bool, Q6Loads),
+    (second, q6): (Option<GgmlType>, Q6Loads),
     staged: u32,
 ) -> PipelineSpec {
     let (_, lanes, block_elems, block_bytes) = unit_geometry(ty, rows.wide);
@@ -675,8 +687,13 @@ fn spec(
         Input::QuantizedNorm(_, cols) => vec![("QUANTIZE_X", 1.0), ("X_COLS", f64::from(cols))],
         _ => Vec::new(),
     };
-    if mixed {
+    if let Some(second) = second {
         constants.push(("MIXED", 1.0));
+        constants.push(("SECOND_TYPE", f64::from(second.id())));
+        // Beside q8 vectors the second weight's blocks take binding 10 (see the WGSL header).
+        if matches!(input, Input::Q8(_)) {
+            constants.push(("MIXED_Q8", 1.0));
+        }
     }
     // Only the wide module declares Q6_ALIGNED; the default pipelines are today's, unchanged.
     // The staged form (wide too) reads W through the wide module's loads, so it takes it as well.
@@ -695,7 +712,10 @@ fn spec(
         ("BLOCK_ELEMS", block_elems as f64),
         ("BLOCK_BYTES", block_bytes as f64),
     ]);
-    let mixed = if mixed { " mixed" } else { "" };
+    let mixed = match second {
+        Some(second) => format!(" mixed with {second}"),
+        None => String::new(),
+    };
     let aligned = if aligned { " q6 aligned" } else { "" };
     let mut spec = PipelineSpec {
         label: format!("matvec {ty}{mixed} batch {capacity} x {what} layout {rows}{aligned}"),
@@ -714,7 +734,7 @@ fn spec(
 fn specs(ty: GgmlType, input: Input, rows: MatVecLayout) -> Vec<PipelineSpec> {
     BATCH_CAPACITIES
         .into_iter()
-        .map(|capacity| spec(ty, input, capacity, rows, (false, Q6Loads::Words), 1))
+        .map(|capacity| spec(ty, input, capacity, rows, (None, Q6Loads::Words), 1))
         .collect()
 }
 
@@ -775,12 +795,12 @@ impl Kernel for MatVec {
             let normed = |index| Input::QuantizedNorm(index, 256);
             pipelines.extend(specs(GgmlType::Q4_K, normed(1), MatVecLayout::QUANTIZING));
             pipelines.extend(specs(GgmlType::Q6_K, normed(3), wide[0]));
-            let mixed_words = (true, Q6Loads::Words);
+            let mixed_words = (Some(GgmlType::Q6_K), Q6Loads::Words);
             pipelines.push(spec(GgmlType::Q4_K, normed(1), 1, wide[0], mixed_words, 1));
             // Q6_K's aligned loads (opt-in), plain and mixed.
-            let aligned = (false, Q6Loads::Aligned);
+            let aligned = (None, Q6Loads::Aligned);
             pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 1, wide[0], aligned, 1));
-            let mixed_aligned = (true, Q6Loads::Aligned);
+            let mixed_aligned = (Some(GgmlType::Q4_K), Q6Loads::Aligned);
             pipelines.push(spec(
                 GgmlType::Q6_K,
                 normed(3),
@@ -908,7 +928,7 @@ impl MatVec {
     fn pipelines_for(
         &self,
         ctx: &GpuContext,
-        (ty, input, rows, mixed): (GgmlType, Input, MatVecLayout, bool),
+        (ty, input, rows, second): (GgmlType, Input, MatVecLayout, Option<GgmlType>),
         max_batch: u32,
     ) -> Result<Vec<(wgpu::ComputePipeline, MatVecLayout)>, GpuError> {
         let workgroup_limit = ctx.device.limits().max_compute_workgroup_storage_size;
@@ -916,8 +936,8 @@ impl MatVec {
             .into_iter()
             .filter(|&c| c <= max_batch.next_power_of_two())
             .map(|c| {
-                let rows = rows.at_capacity(c, input, self.stage, workgroup_limit);
-                (ty, input, c, rows, mixed)
+                let rows = rows.at_capacity(c, (input, second), self.stage, workgroup_limit);
+                (ty, input, c, rows, second)
             })
             .collect();
         let mut built = self.pipelines.lock().expect("no panic while holding it");
@@ -930,13 +950,13 @@ impl MatVec {
             let mut variant = KernelVariant::of::<Self>(self.variant);
             variant.source.pipelines = missing
                 .iter()
-                .map(|&(ty, input, c, rows, mixed)| {
+                .map(|&(ty, input, c, rows, second)| {
                     spec(
                         ty,
                         input,
                         c,
                         rows,
-                        (mixed, self.q6),
+                        (second, self.q6),
                         rows.stage_vectors(c, workgroup_limit),
                     )
                 })
@@ -1051,29 +1071,30 @@ impl MatVec {
     }
 
     /// Whether weights of `first` and `second` (each from byte 0 of its own buffer) can be one
-    /// mixed binding with the input quantized in the workgroup ([`MatVecFusion::second`]) in
-    /// `layout` (None: the kernel's): the wide form serves both types, the rows are alike, the
-    /// adapter holds a vector and each weight fits one binding.
+    /// mixed binding ([`MatVecFusion::second`]) in `layout` (None: the kernel's) over `input`:
+    /// the wide form serves both types, the rows are alike, each weight fits one binding, and
+    /// for [`MixedInput::QuantizedNorm`] the adapter holds a vector.
     pub fn mixes(
         &self,
         ctx: &GpuContext,
-        first: MatVecShape,
-        second: MatVecShape,
+        (first, second): (MatVecShape, MatVecShape),
         layout: Option<MatVecLayout>,
+        input: MixedInput,
     ) -> bool {
         let rows = layout.or(self.rows).unwrap_or(MatVecLayout::INTEGER);
         let wide = rows.wide || self.widen;
-        let input = Input::QuantizedNorm(0, first.cols as u32);
+        let served = Input::Q8(0);
         let fits = |s: MatVecShape| {
-            MatVecLayout::wide_serves(s.ty, input)
+            MatVecLayout::wide_serves(s.ty, served)
                 && s.ty
                     .row_bytes(s.cols)
                     .is_some_and(|b| b * s.rows <= ctx.max_binding_size())
         };
-        wide && first.cols == second.cols
-            && fits(first)
-            && fits(second)
-            && self.quantizes_input(ctx, first.cols, layout)
+        let input_fits = match input {
+            MixedInput::Q8 => self.variant.int_dot,
+            MixedInput::QuantizedNorm => self.quantizes_input(ctx, first.cols, layout),
+        };
+        wide && first.cols == second.cols && fits(first) && fits(second) && input_fits
     }
 
     /// [`MatVec::bind_fused`] with bindings of at most `max_binding` bytes.
@@ -1204,9 +1225,10 @@ impl MatVec {
             _ => io.max_batch,
         };
         let mixed = fusion.second.is_some();
+        let second_type = fusion.second.map(|s| s.shape.ty);
         if let Some(second) = fusion.second {
             let wide = |t| MatVecLayout::wide_serves(t, input);
-            if !matches!(input, Input::QuantizedNorm(..))
+            if !matches!(input, Input::QuantizedNorm(..) | Input::Q8(_))
                 || !rows_layout.wide
                 || !wide(second.shape.ty)
                 || second.shape.cols != cols
@@ -1214,15 +1236,15 @@ impl MatVec {
                 || fusion.quantize_output.is_some()
             {
                 return Err(shape_error(format!(
-                    "a second weight ({} × {} {}) needs the input quantized in the workgroup, the \
-                     wide form for both types (Q4_K, Q6_K), {cols} columns, no pairing and no \
-                     quantized output (layout {rows_layout}, {ty})",
+                    "a second weight ({} × {} {}) needs q8 vectors or the input quantized in the \
+                     workgroup, the wide form for both types (Q4_K, Q6_K), {cols} columns, no \
+                     pairing and no quantized output (layout {rows_layout}, {ty})",
                     second.shape.rows, second.shape.cols, second.shape.ty
                 )));
             }
         }
         let (pipelines, layouts) = self
-            .pipelines_for(ctx, (ty, input, rows_layout, mixed), max_batch)?
+            .pipelines_for(ctx, (ty, input, rows_layout, second_type), max_batch)?
             .into_iter()
             .unzip();
         let norm = fusion
@@ -1275,8 +1297,8 @@ impl MatVec {
                 limit_name: "max_storage_buffer_binding_size",
             });
         }
-        // A mixed binding's second weight: its row bytes, window (binding 8) and outputs
-        // (binding 11).
+        // A mixed binding's second weight: its row bytes, window (binding 8, or 10 beside q8
+        // vectors) and outputs (binding 11).
         let second = match fusion.second {
             None => None,
             Some(sw) => {
@@ -1394,11 +1416,16 @@ impl MatVec {
                     uniform(ctx, "matvec params2", &second)
                 });
                 let params = uniform(ctx, "matvec params", &params);
-                let (xq, yd) = match second {
+                let (xq, yq, yd) = match second {
                     Some((sw, _, window, y2)) => {
-                        (window.binding(sw.weights), y2.window.binding(sw.y.buffer))
+                        let blocks = window.binding(sw.weights);
+                        let y2 = y2.window.binding(sw.y.buffer);
+                        match input {
+                            Input::Q8(_) => (xq, blocks, y2),
+                            _ => (blocks, yq, y2),
+                        }
                     }
-                    None => (xq, yd),
+                    None => (xq, yq, yd),
                 };
                 let group = bind_group(
                     ctx,

@@ -114,6 +114,21 @@ pub fn decode_merge() -> bool {
     decode_norm_fold() && std::env::var("FAK_DECODE_MERGE").as_deref() != Ok("0")
 }
 
+/// The opt-in decode fusions that `FAK_DECODE_FUSE` names (a comma list; none by default), each
+/// the same bits as the dispatches it replaces (experiments/NOTES.md, "decfuse"):
+/// - `merge`: on the int-dot path without the norm fold, two projection runs of one normed input
+///   whose types differ (a GDN layer's Q6_K qkv beside its Q4_K z, β, α; attention's Q6_K v
+///   beside q, k) as one mixed mat-vec over the quantize dispatch's q8 vectors
+///   (`MatVecFusion::second`), instead of two: one dispatch fewer per such layer, no read added.
+/// - `all`: every fusion above.
+pub fn decode_fuse(part: &str) -> bool {
+    decode_fusion()
+        && std::env::var("FAK_DECODE_FUSE").is_ok_and(|list| {
+            list.split(',')
+                .any(|p| p.trim() == part || p.trim() == "all")
+        })
+}
+
 /// A weight tensor's bytes, exactly as the GGUF stores them, in a buffer of its own (labelled
 /// with the tensor's name, so a wgpu error names it).
 pub fn upload_weight(

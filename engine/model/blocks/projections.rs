@@ -10,7 +10,7 @@ use crate::gpu::Activations;
 use crate::gpu::GpuError;
 use crate::gpu::kernels::matmul::MatmulOutput;
 use crate::gpu::kernels::matvec::{
-    InputNorm, MatVecBinding, MatVecFusion, MatVecShape, SecondWeight,
+    InputNorm, MatVecBinding, MatVecFusion, MatVecShape, MixedInput, SecondWeight,
 };
 use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::support::View;
@@ -36,6 +36,10 @@ struct NormedLinears {
     /// part i's folded binding — so the step needs no quantize dispatch. Empty unless every q8
     /// part has one.
     quantizing: Vec<(usize, Option<MatVecBinding>)>,
+    /// With `FAK_DECODE_FUSE=merge` ([`super::decode_fuse`]) on the int-dot path: the two q8
+    /// parts as one mixed mat-vec over `quantized` — (the part it runs at and names, the part
+    /// it computes too, the binding).
+    merged: Option<(usize, usize, MatVecBinding)>,
 }
 
 /// One weight of [`NormedLinears`]: its shape, bytes, and where its outputs go.
@@ -107,12 +111,52 @@ impl NormedLinears {
             None => Vec::new(),
         };
         let quantizing = Self::bind_quantizing(b, x, input_norm, parts, &q8_parts)?;
+        let merged = match &quantized {
+            Some(q) if super::decode_fuse("merge") => Self::bind_merged(b, x, q, parts, &q8_parts)?,
+            _ => None,
+        };
         Ok(NormedLinears {
             norm,
             quantized,
             parts: bound,
             quantizing,
+            merged,
         })
+    }
+
+    /// `FAK_DECODE_FUSE=merge`: where exactly two parts are q8 products and the kernel can mix
+    /// them, one mixed binding over the quantized vectors `q`, with a Q6_K part as the second
+    /// weight (its blocks take the word loads either way, where a Q4_K first weight keeps its
+    /// 16-byte loads), run at the earlier part. None where it does not apply.
+    fn bind_merged(
+        b: &Binder,
+        x: &wgpu::Buffer,
+        q: &QuantizedInput,
+        parts: &[NormedPart<'_>],
+        q8_parts: &[usize],
+    ) -> Result<Option<(usize, usize, MatVecBinding)>, GpuError> {
+        let &[i, j] = q8_parts else {
+            return Ok(None);
+        };
+        let (first, second) = match parts[i].shape.ty {
+            GgmlType::Q6_K => (j, i),
+            _ => (i, j),
+        };
+        let (f, s) = (&parts[first], &parts[second]);
+        let shapes = (f.shape, s.shape);
+        if !b.k.matvec.mixes(b.ctx, shapes, None, MixedInput::Q8) {
+            return Ok(None);
+        }
+        let fusion = MatVecFusion {
+            second: Some(SecondWeight {
+                shape: s.shape,
+                weights: s.weights,
+                y: Activations::contiguous(s.y, s.shape.rows),
+            }),
+            ..q.fusion(false)
+        };
+        let binding = b.fold(f.shape, f.weights, x, f.y, fusion)?;
+        Ok(binding.map(|binding| (i.min(j), i.max(j), binding)))
     }
 
     /// The decode dispatches with the norm quantized inside each q8 product (see
@@ -138,7 +182,9 @@ impl NormedLinears {
         let merged = match q8_parts {
             [i, j] if super::decode_merge() => {
                 let (first, second) = (&parts[*i], &parts[*j]);
-                let mixes = b.k.matvec.mixes(b.ctx, first.shape, second.shape, None);
+                let shapes = (first.shape, second.shape);
+                let input = MixedInput::QuantizedNorm;
+                let mixes = b.k.matvec.mixes(b.ctx, shapes, None, input);
                 match mixes {
                     true => {
                         let fusion = MatVecFusion {
@@ -235,7 +281,14 @@ impl NormedLinears {
                     Some(q) => Some(q.encode(k, pass, n)?),
                     None => None,
                 };
-                for (binding, name) in bindings.into_iter().zip(names) {
+                // FAK_DECODE_FUSE=merge: the mixed binding at its lead part, none at the other.
+                let merged = self.merged.as_ref().filter(|(.., m)| m.max_batch() >= n);
+                for (i, (binding, name)) in bindings.into_iter().zip(names).enumerate() {
+                    let binding = match merged {
+                        Some((_, other, _)) if *other == i => continue,
+                        Some((lead, _, mixed)) if *lead == i => mixed,
+                        _ => binding,
+                    };
                     let product = k.matvec.encode(pass, binding, n)?;
                     let recorded = quantized.take().map_or(product, |q| product.after(q));
                     marks.op(pass, name, recorded);
