@@ -11,7 +11,7 @@
 #      and the quantizing gate/up → tests.log;
 #   2. matvec-bench on the integer path at 1, 2, 4 and 8 input vectors per dispatch on the 27B
 #      MLP (gate/up Q4_K, down Q4_K and Q6_K), the engine's two wide layouts and their batched
-#      twins plus the batched 256/16/2, q8 alone, median of 3 passes, each figure after 300 ms of
+#      twins plus the batched 256/16/2, q8 alone, median of 3 passes, each figure after 400 ms of
 #      the same dispatches (the SM clock up: 2026-12-06's batch8 figures at B ≥ 2 were taken at
 #      the 345 MHz idle clock) → matvec-batches.tsv (its last table: each layout's time at every
 #      batch against its time at 1);

@@ -173,7 +173,7 @@ const QUICK_PRODUCTS: [Product; 4] = [
 ];
 const REPS: usize = 7;
 /// How long the dispatches of a figure run before they are timed (see the module doc).
-const WARM: std::time::Duration = std::time::Duration::from_millis(300);
+const WARM: std::time::Duration = std::time::Duration::from_millis(400);
 /// Passes per submission while warming.
 const WARM_PASSES: usize = 8;
 /// Bytes of weights one timed pass streams at least (several copies of a small weight).
