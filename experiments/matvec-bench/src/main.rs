@@ -11,9 +11,10 @@
 //! of the weights (enough copies to stream ≥ 256 MB per pass, so the 50 MB L2 of an H200 never
 //! holds the next dispatch's weights, as in a decode step where every layer's are new), timed by
 //! pass timestamps: per-dispatch overhead (~2 µs on an H200) is included, as in a forward pass.
-//! Before each figure the same dispatches run for `WARM` without a pause: an H100 drops its SM
-//! clock to 345 MHz after ~3.5 s without work (the pipeline builds between two figures) and a
-//! measurement of a few milliseconds does not bring it back (experiments/NOTES.md, "mvbatch").
+//! Before a figure that follows a pause of more than `IDLE` (the pipeline builds of a new layout
+//! or type) the same dispatches run for `WARM` without one: an H100 drops its SM clock to 345
+//! MHz after ~3.5 s without work, and a measurement of a few milliseconds does not bring it back
+//! (experiments/NOTES.md, "mvbatch").
 //! One kernel per layout serves every batch (its pipelines are built once).
 //! The integer path is timed alone (`q8`) and with the quantize dispatch before every product
 //! (`q8+quantize`, what the engine records where the quantization is not shared); the gate/up
@@ -172,8 +173,12 @@ const QUICK_PRODUCTS: [Product; 4] = [
     product("small_head", GgmlType::Q6_K, 100, 256, Fusion::Plain, 1),
 ];
 const REPS: usize = 7;
-/// How long the dispatches of a figure run before they are timed (see the module doc).
+/// How long the dispatches of a figure run before they are timed after a pause (module doc).
 const WARM: std::time::Duration = std::time::Duration::from_millis(400);
+/// The pause after which a figure is warmed first (well inside the ~3.5 s the clock waits).
+const IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+/// When the last timed pass ended.
+static LAST_TIMED: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
 /// Passes per submission while warming.
 const WARM_PASSES: usize = 8;
 /// Bytes of weights one timed pass streams at least (several copies of a small weight).
@@ -965,13 +970,19 @@ impl<'a> Bench<'a> {
             })
             .skip(1) // the first pass pays for pipeline warm-up
             .collect();
+        *LAST_TIMED.lock().unwrap() = Some(std::time::Instant::now());
         samples.sort_by(f64::total_cmp);
         samples[samples.len() / 2]
     }
 
-    /// Runs `encode`'s passes back to back for `WARM`, waiting only between submissions of
-    /// `WARM_PASSES` passes: the GPU's clock up before a figure (see the module doc).
+    /// After a pause of more than `IDLE` since the last figure, runs `encode`'s passes back to
+    /// back for `WARM`, waiting only between submissions of `WARM_PASSES` passes: the GPU's
+    /// clock up before a figure (see the module doc).
     fn warm(&self, ctx: &GpuContext, encode: &impl Fn(&mut wgpu::ComputePass, usize)) {
+        let last = *LAST_TIMED.lock().unwrap();
+        if last.is_some_and(|t| t.elapsed() < IDLE) {
+            return;
+        }
         let start = std::time::Instant::now();
         while start.elapsed() < WARM {
             let mut encoder = ctx.device.create_command_encoder(&Default::default());
