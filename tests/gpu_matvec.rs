@@ -514,8 +514,8 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
                         assert_eq!(
                             y[slot * rows as usize..][..rows as usize],
                             alone[v][..],
-                            "{ty} {form} {paths} kernel {k}: vector {v} at slot {slot} of a \
-                             batch of {n} differs from its wide batch-1 bits"
+                            "{ty} {form} {paths} kernel {k} (1: the engine's rule): vector {v} at \
+                             slot {slot} of a batch of {n} differs from its wide batch-1 bits"
                         );
                     }
                 }
