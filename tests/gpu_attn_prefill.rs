@@ -1,10 +1,12 @@
-//! Prefill attention (wgsl/attn_prefill.wgsl, wgsl/attn_prefill_coop.wgsl) against
+//! Prefill attention (wgsl/attn_prefill.wgsl, wgsl/attn_prefill_coop.wgsl,
+//! wgsl/attn_prefill_flash.wgsl) against
 //! `fak::reference::ops::attend` (f64), causal: GQA groups 1, 2, 4 and 6, head_dim 64, 256, 40
 //! and 128, prompts that are not multiples of the row or key tile, a prefill continuing a cache
 //! that already holds earlier tokens, a one-token prefill, and a sequence on a shuffled
 //! page-table row read through a token table; f32 and f16 caches; the cooperative-matrix kernel
-//! (where the adapter has one: the engine's choice there) with every workgroup tile that fits and
-//! with O rescaled on every growth of a row's max; keys split across workgroups and combined, at
+//! (where the adapter has one: the engine's choice there) with every workgroup tile that fits, the
+//! flash form's included, and with O rescaled on every growth of a row's max (staged and flash);
+//! keys split across workgroups and combined, at
 //! forced split counts. Cache slots past the step's last token hold NaN, so a causal leak fails
 //! the test; the split partials start as NaN too, so a combine reading one no split wrote fails.
 
@@ -57,7 +59,8 @@ const QWEN35_27B: AttnShape = AttnShape {
 
 /// Every variant the engine selects on this adapter (the cooperative-matrix kernel where it has
 /// one), and the cooperative-matrix kernel in every shape the adapter has, once per tile (row
-/// blocks × key step) that fits, and once more with the slack 0 (a rescale of O whenever a row's max grows:
+/// blocks × key step; the flash form's too) that fits, and once more (staged and flash) with the
+/// slack 0 (a rescale of O whenever a row's max grows:
 /// the random inputs' maxima rarely outgrow the engine's slack after a row's first step).
 fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let mut out: Vec<AttnPrefill> = variants::<AttnPrefill>(ctx)
@@ -75,6 +78,11 @@ fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
         let tile = CoopTile::fitting(coop, shape.head_dim, limit).expect("a tile fits");
         let always = tile.with_slack(0);
         out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(always)).unwrap());
+        // The flash form's rescale path (heads of at most 8 dim tiles).
+        if let Some(flash) = CoopTile::fitting_flash(coop, shape.head_dim, limit) {
+            let always = flash.with_slack(0);
+            out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(always)).unwrap());
+        }
     }
     out
 }

@@ -737,13 +737,16 @@ fn every_form_computes_its_kernels_default_bits() {
     }
 }
 
-/// `FAK_GDN_CHUNK` names the chunked kernel: `f32` the f32 one, unset, empty or `coop` the
-/// cooperative-matrix one (where the adapter has it), anything else an error naming the variable. And where the adapter
+/// `FAK_GDN_CHUNK` names the chunked kernel: `f32` the f32 one, unset or empty the
+/// cooperative-matrix one (where the adapter has it) with every form on, `coop` its plain form,
+/// anything else an error naming the variable. And where the adapter
 /// has 16×16 cooperative matrices the coop kernel is among the tested ones and fits at every
 /// test shape; where it has not, the test says it skipped.
 #[test]
 fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_has_it() {
-    assert_eq!(ChunkKernel::named("").unwrap(), ChunkKernel::COOP);
+    assert_eq!(ChunkKernel::named("").unwrap(), ChunkKernel::DEFAULT);
+    let all = ChunkKernel::named("coop+quads+fused+columns").unwrap();
+    assert_eq!(all, ChunkKernel::DEFAULT);
     assert_eq!(ChunkKernel::named("f32").unwrap(), ChunkKernel::F32);
     assert_eq!(ChunkKernel::named("coop").unwrap(), ChunkKernel::COOP);
     for form in ChunkForm::COOP {

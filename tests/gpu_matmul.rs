@@ -212,7 +212,12 @@ fn a_rows_result_does_not_depend_on_how_many_rows_share_the_step() {
 fn every_split_grid_rule_computes_the_engine_rules_bits() {
     let ctx = gpu();
     let mut rng = rng(0x3a7_0008);
-    let rules = [SplitGrid::Never, SplitGrid::Waves(3), SplitGrid::Waves(4)];
+    let rules = [
+        SplitGrid::Never,
+        SplitGrid::Below,
+        SplitGrid::Waves(3),
+        SplitGrid::Waves(4),
+    ];
     let mut tilings = Vec::new();
     for paths in variants::<Matmul>(ctx) {
         tilings.push((paths, None));
@@ -232,7 +237,7 @@ fn every_split_grid_rule_computes_the_engine_rules_bits() {
             kernel.with_split(SHORT_SLICES).with_grid(grid)
         };
         // Each kernel built once (a build compiles a pipeline per type).
-        let engine = build(SplitGrid::Below);
+        let engine = build(SplitGrid::DEFAULT);
         let kernels = rules.map(|rule| (rule, build(rule)));
         let name = format!("{paths} {:?}", engine.tiling());
         for (ty, cols) in [

@@ -106,6 +106,9 @@ bench "$Q27" 27b-fused FAK_GDN_CHUNK=coop+fused
 bench "$Q27" 27b-columns FAK_GDN_CHUNK=coop+columns
 bench "$Q8B" 8b-split-more FAK_ATTN_SPLIT=fill:8192:256
 bench "$Q8B" 8b-64x32 FAK_ATTN_PREFILL=64x32
+# q6mm's split rule (2026-12-06 #8: 8B 6886 → 7438 tok/s at 2048 on an H100; the 27B untimed).
+bench "$Q27" 27b-split FAK_MATMUL_SPLIT=waves:132
+bench "$Q8B" 8b-split FAK_MATMUL_SPLIT=waves:132
 bench "$Q8B" 8b-default-2
 bench "$Q27" 27b-default-2
 kill $CLOCKS

@@ -11,7 +11,11 @@
 //!   by its label to measure it): on the H200 it passes the attention and model tests and cuts
 //!   the 8B's 2048-token prefill attention from 234 to 39 ms (experiments/NOTES.md, session
 //!   2026-12-05 #5); Metal's 8×8 form has run nowhere yet, so there it is opt-in (`coop`);
-//!   [`AttnPrefill::with_tile`] builds any [`CoopTile`] (tests, bench).
+//!   [`AttnPrefill::with_tile`] builds any [`CoopTile`] (tests, bench);
+//! - the same variants with a [`CoopTile`] of form [`CoopForm::Flash`]: the same attention on
+//!   another schedule (wgsl/attn_prefill_flash.wgsl: K and V tiles of their own, two barriers
+//!   per key step, every load issued a phase ahead), opt-in only (`FAK_ATTN_PREFILL=flash` or a
+//!   flash tile's label) until the device has timed it.
 //!
 //! Both share the bindings and row addressing (wgsl/attn_prefill_rows.wgsl), so a binding is the
 //! same for every variant; only the rows per workgroup differ ([`AttnPrefill::rows_per_tile`]).
@@ -41,6 +45,7 @@ use crate::gpu::step::StepBuffer;
 const ATTN_PREFILL_ROWS: WgslFile = step_wgsl!("attn_prefill_rows.wgsl");
 const ATTN_PREFILL: WgslFile = step_wgsl!("attn_prefill.wgsl");
 const ATTN_PREFILL_COOP: WgslFile = step_wgsl!("attn_prefill_coop.wgsl");
+const ATTN_PREFILL_FLASH: WgslFile = step_wgsl!("attn_prefill_flash.wgsl");
 /// q, k_cache, v_cache, page_table, token_slots, o, params, step, partials.
 const SLOTS: &[Slot] = &[
     Slot::Read,
@@ -64,6 +69,9 @@ pub const COOP_ROW_BLOCKS: [u32; 3] = [4, 2, 1];
 /// Keys per step (`KEY_STEP`) the cooperative-matrix kernel may take, in the order
 /// [`CoopTile::fitting`] prefers them for a row-block count.
 pub const COOP_KEY_STEPS: [u32; 2] = [64, 32];
+/// Row blocks of the flash form (one subgroup each: 128, 64 or 32 rows on 16×16), most first
+/// (32 rows: four times the 128-row tile's workgroups, for short prompts).
+pub const FLASH_ROW_BLOCKS: [u32; 3] = [8, 4, 2];
 /// The workgroup memory the example module's tile is chosen for (WebGPU's and NVIDIA's 48 KiB).
 const COOP_WORKGROUP_BYTES: u32 = 49152;
 /// The most O accumulators (dim tiles) and S accumulators (key blocks) one subgroup of the
@@ -71,12 +79,27 @@ const COOP_WORKGROUP_BYTES: u32 = 49152;
 const COOP_DIM_TILES: u32 = 8;
 const COOP_KEY_TILES: u32 = 4;
 
+/// Which cooperative-matrix kernel a [`CoopTile`] runs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum CoopForm {
+    /// wgsl/attn_prefill_coop.wgsl: K, then V, through one tile, four barriers per key step
+    /// (the engine's default).
+    Staged,
+    /// wgsl/attn_prefill_flash.wgsl: K and V in tiles of their own, P·V one step behind S, two
+    /// workgroup barriers per key step of 32, each load issued a phase before its store, S and P
+    /// in per-subgroup slabs; one subgroup per row block, Q in registers, heads of at most 8 dim
+    /// tiles.
+    Flash,
+}
+
 /// The workgroup geometry of the cooperative-matrix kernel (the consts of
-/// wgsl/attn_prefill_coop.wgsl): `row_blocks` × `dim_split` subgroups of 32, `row_blocks`·COOP
-/// rows, key steps of `keys`.
+/// wgsl/attn_prefill_coop.wgsl, or of wgsl/attn_prefill_flash.wgsl for the flash form):
+/// `row_blocks` × `dim_split` subgroups of 32, `row_blocks`·COOP rows, key steps of `keys`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct CoopTile {
     pub coop: CoopShape,
+    /// The kernel that runs it.
+    pub form: CoopForm,
     pub row_blocks: u32,
     pub keys: u32,
     /// Dim tiles of COOP covering the head (the head padded with zeros), a multiple of
@@ -109,6 +132,7 @@ impl CoopTile {
         let dim_split = tiles.div_ceil(COOP_DIM_TILES);
         CoopTile {
             coop,
+            form: CoopForm::Staged,
             row_blocks,
             keys: 32,
             head_tiles: tiles.div_ceil(dim_split) * dim_split,
@@ -129,6 +153,18 @@ impl CoopTile {
         CoopTile { interleave, ..self }
     }
 
+    /// The same geometry run by the kernel of `form`.
+    pub fn with_form(self, form: CoopForm) -> Self {
+        CoopTile { form, ..self }
+    }
+
+    /// The flash form's tile of `row_blocks` row blocks (key steps of 32, Q in registers).
+    pub fn flash(coop: CoopShape, row_blocks: u32, head_dim: u32) -> Self {
+        CoopTile::new(coop, row_blocks, head_dim)
+            .with_q_regs(true)
+            .with_form(CoopForm::Flash)
+    }
+
     /// The same tile with key steps of `keys`.
     pub fn with_keys(self, keys: u32) -> Self {
         CoopTile { keys, ..self }
@@ -142,6 +178,17 @@ impl CoopTile {
     /// Whether the kernel has this geometry: whole key blocks, split evenly between a row
     /// block's subgroups, at most 4 a subgroup; key steps dividing the splits' runs (64).
     pub fn supported(self) -> bool {
+        if self.form == CoopForm::Flash {
+            // Two key blocks of 16 (its softmax pairs two lanes a row), one subgroup a row block
+            // holding the whole head.
+            return self.coop == CoopShape::M16x16
+                && self.keys == 32
+                && FLASH_ROW_BLOCKS.contains(&self.row_blocks)
+                && self.dim_split == 1
+                && self.head_tiles <= COOP_DIM_TILES
+                && self.q_regs
+                && !self.interleave;
+        }
         let blocks = self.keys / self.coop.size();
         self.keys.is_multiple_of(self.coop.size())
             && 64 % self.keys == 0
@@ -153,8 +200,18 @@ impl CoopTile {
 
     /// Every supported tile of `head_dim` in the order [`CoopTile::fitting`] prefers them: the
     /// most rows, then the longest key step, then Q in registers; a Q-in-registers tile's
-    /// interleaved twin right after it (same memory, so `fitting` never picks it).
+    /// interleaved twin right after it (same memory, so `fitting` never picks it); then the
+    /// flash form's tiles, most rows first (never `fitting`'s pick).
     pub fn candidates(coop: CoopShape, head_dim: u32) -> impl Iterator<Item = CoopTile> {
+        let flash = FLASH_ROW_BLOCKS
+            .into_iter()
+            .map(move |blocks| CoopTile::flash(coop, blocks, head_dim))
+            .filter(|tile| tile.supported());
+        Self::staged_candidates(coop, head_dim).chain(flash)
+    }
+
+    /// The staged form's tiles, in [`CoopTile::candidates`]' order.
+    fn staged_candidates(coop: CoopShape, head_dim: u32) -> impl Iterator<Item = CoopTile> {
         COOP_ROW_BLOCKS.into_iter().flat_map(move |blocks| {
             COOP_KEY_STEPS.into_iter().flat_map(move |keys| {
                 [(true, false), (true, true), (false, false)]
@@ -170,9 +227,16 @@ impl CoopTile {
         })
     }
 
-    /// The first candidate whose workgroup memory fits `limit` bytes.
+    /// The first staged candidate whose workgroup memory fits `limit` bytes.
     pub fn fitting(coop: CoopShape, head_dim: u32, limit: u32) -> Option<CoopTile> {
-        Self::candidates(coop, head_dim).find(|tile| tile.workgroup_bytes() <= limit)
+        Self::staged_candidates(coop, head_dim).find(|tile| tile.workgroup_bytes() <= limit)
+    }
+
+    /// The first flash candidate whose workgroup memory fits `limit` bytes (the most rows).
+    pub fn fitting_flash(coop: CoopShape, head_dim: u32, limit: u32) -> Option<CoopTile> {
+        Self::candidates(coop, head_dim)
+            .filter(|tile| tile.form == CoopForm::Flash)
+            .find(|tile| tile.workgroup_bytes() <= limit)
     }
 
     pub fn rows(self) -> u32 {
@@ -180,9 +244,12 @@ impl CoopTile {
     }
 
     /// Rows × keys, `q` when Q lives in registers (`64x64q`), then `i` when its S chains
-    /// interleave (`64x64qi`); the bench's and `FAK_ATTN_PREFILL`'s name for the tile (the slack
+    /// interleave (`64x64qi`); the flash form's rows × keys then `f` (`128x32f`); the bench's and `FAK_ATTN_PREFILL`'s name for the tile (the slack
     /// and dim split follow from the head).
     pub fn label(self) -> String {
+        if self.form == CoopForm::Flash {
+            return format!("{}x{}f", self.rows(), self.keys);
+        }
         let q = if self.q_regs { "q" } else { "" };
         let i = if self.interleave { "i" } else { "" };
         format!("{}x{}{q}{i}", self.rows(), self.keys)
@@ -198,6 +265,13 @@ impl CoopTile {
         let (rows, keys) = (self.rows(), self.keys);
         let dims = self.head_tiles * n;
         let subgroups = self.row_blocks * self.dim_split;
+        if self.form == CoopForm::Flash {
+            // K and V tiles; per subgroup an S slab (f32, keys + 4 a row) and a P slab (f16,
+            // keys + 8); the rescale mark a vec4.
+            let halves = 2 * keys * (dims + 8) + rows * (keys + 8);
+            let words = rows * (keys + 4) + 4;
+            return 2 * halves + 4 * words;
+        }
         // q_tile is two vec4s (8 halves) when Q lives in registers; the rescale mark a vec4.
         let q_halves = if self.q_regs { 8 } else { rows * (dims + 8) };
         let halves = q_halves + keys * (dims + 8) + rows * (keys + 8);
@@ -211,12 +285,15 @@ impl CoopTile {
 /// workgroup variables were whole 16-byte units and every key of a 64-key step had its base:
 /// experiments/NOTES.md, session 2026-12-05 #5) and the f32-tile kernel on Metal's 8×8 ones (not
 /// yet run on hardware); `tiles`, the f32-tile kernel; `coop`, the cooperative-matrix kernel with
-/// [`CoopTile::fitting`]'s tile; a [`CoopTile`] label (`64x32`, `64x64q`: rows × keys, `q` for
-/// Q in registers), that tile where it fits.
+/// [`CoopTile::fitting`]'s tile; `flash`, the flash form's largest tile that fits
+/// ([`CoopTile::fitting_flash`]; the staged kernel's where none does: a head over 8 dim tiles);
+/// a [`CoopTile`] label (`64x32`, `64x64q`: rows × keys, `q` for Q in registers; `128x32f`,
+/// `64x32f`: the flash form's), that tile where it fits.
 enum Override {
     Default,
     Tiles,
     Coop,
+    Flash,
     Tile(String),
 }
 
@@ -224,6 +301,7 @@ fn env_override() -> Override {
     match std::env::var("FAK_ATTN_PREFILL") {
         Ok(v) if v == "coop" => Override::Coop,
         Ok(v) if v == "tiles" => Override::Tiles,
+        Ok(v) if v == "flash" => Override::Flash,
         Ok(v) if !v.is_empty() => Override::Tile(v),
         _ => Override::Default,
     }
@@ -462,19 +540,16 @@ impl AttnPrefill {
             .with(ATTN_PREFILL_ROWS);
         let module = match (variant.coop_matrix, tile) {
             (None, None) => module.with(ATTN_PREFILL),
-            (Some(coop), Some(tile)) if tile.coop == coop => module
-                .with_const("ROW_BLOCKS", tile.row_blocks)
-                .with_const("KEY_STEP", tile.keys)
-                .with_const("HEAD_TILES", tile.head_tiles)
-                .with_const("DIM_SPLIT", tile.dim_split)
-                .with_const("SLACK", tile.slack)
-                .with_const("Q_REGS", u32::from(tile.q_regs))
-                .with_const("S_INTERLEAVE", u32::from(tile.interleave))
-                .with(match coop {
-                    CoopShape::M8x8 => wgsl::MATMUL_COOP8,
-                    CoopShape::M16x16 => wgsl::MATMUL_COOP16,
-                })
-                .with(ATTN_PREFILL_COOP),
+            (Some(coop), Some(tile)) if tile.coop == coop => match tile.form {
+                CoopForm::Staged => Self::staged_module(module, tile),
+                CoopForm::Flash => module
+                    .with_const("ROW_BLOCKS", tile.row_blocks)
+                    .with_const("KEY_STEP", tile.keys)
+                    .with_const("HEAD_TILES", tile.head_tiles)
+                    .with_const("SLACK", tile.slack)
+                    .with(wgsl::MATMUL_COOP16)
+                    .with(ATTN_PREFILL_FLASH),
+            },
             _ => {
                 return Err(shape_error(
                     Self::NAME,
@@ -500,6 +575,23 @@ impl AttnPrefill {
         })
     }
 
+    /// `module` completed with the staged kernel (wgsl/attn_prefill_coop.wgsl) for `tile`.
+    fn staged_module(module: WgslModule, tile: CoopTile) -> WgslModule {
+        module
+            .with_const("ROW_BLOCKS", tile.row_blocks)
+            .with_const("KEY_STEP", tile.keys)
+            .with_const("HEAD_TILES", tile.head_tiles)
+            .with_const("DIM_SPLIT", tile.dim_split)
+            .with_const("SLACK", tile.slack)
+            .with_const("Q_REGS", u32::from(tile.q_regs))
+            .with_const("S_INTERLEAVE", u32::from(tile.interleave))
+            .with(match tile.coop {
+                CoopShape::M8x8 => wgsl::MATMUL_COOP8,
+                CoopShape::M16x16 => wgsl::MATMUL_COOP16,
+            })
+            .with(ATTN_PREFILL_COOP)
+    }
+
     /// The cooperative-matrix tile `FAK_ATTN_PREFILL` asks for (None: the f32-tile kernel). A
     /// label that names no tile of this head is an error (a measurement must not silently run
     /// another kernel); a named tile over the device's workgroup memory gives the fitting one.
@@ -514,6 +606,8 @@ impl AttnPrefill {
             }
             Override::Default | Override::Tiles => None,
             Override::Coop => CoopTile::fitting(coop, head_dim, limit),
+            Override::Flash => CoopTile::fitting_flash(coop, head_dim, limit)
+                .or_else(|| CoopTile::fitting(coop, head_dim, limit)),
             Override::Tile(label) => {
                 let mut tiles = CoopTile::candidates(coop, head_dim);
                 let named = tiles.find(|tile| tile.label() == label).ok_or_else(|| {
@@ -523,8 +617,8 @@ impl AttnPrefill {
                     shape_error(
                         Self::NAME,
                         format!(
-                            "FAK_ATTN_PREFILL={label:?} is neither tiles, coop nor a tile of head \
-                             dim {head_dim} ({})",
+                            "FAK_ATTN_PREFILL={label:?} is neither tiles, coop, flash nor a tile \
+                             of head dim {head_dim} ({})",
                             labels.join(", ")
                         ),
                     )
@@ -811,7 +905,7 @@ impl AttnPrefill {
 
 #[cfg(test)]
 mod tests {
-    use super::{CoopShape, CoopTile, SplitKeys};
+    use super::{CoopForm, CoopShape, CoopTile, SplitKeys};
 
     /// The default rule: a split per 512 keys while the grid stays under 4096 workgroups, so
     /// the 27B's cached step and the deep chunks of a long prompt split, a short context does
@@ -855,6 +949,31 @@ mod tests {
         let tile = CoopTile::fitting(CoopShape::M16x16, 128, 49152).unwrap();
         assert_eq!(tile.label(), "64x64q");
         assert_eq!(tile.with_interleave(true).label(), "64x64qi");
+    }
+
+    /// The flash form's tiles are candidates named apart from the staged ones, never `fitting`'s
+    /// pick; at head 128 both row counts fit 48 KiB (128 rows: 46 096 bytes), at head 256 there
+    /// is none (more than 8 dim tiles a subgroup).
+    #[test]
+    fn flash_tiles_are_named_candidates_the_default_never_picks() {
+        let coop = CoopShape::M16x16;
+        let flash: Vec<CoopTile> = CoopTile::candidates(coop, 128)
+            .filter(|t| t.form == CoopForm::Flash)
+            .collect();
+        let labels: Vec<String> = flash.iter().map(|t| t.label()).collect();
+        assert_eq!(labels, ["128x32f", "64x32f", "32x32f"]);
+        assert_eq!(flash[0].workgroup_bytes(), 46096);
+        assert_eq!(flash[1].workgroup_bytes(), 31760);
+        assert_eq!(CoopTile::fitting_flash(coop, 128, 49152), Some(flash[0]));
+        assert_eq!(CoopTile::fitting_flash(coop, 128, 40000), Some(flash[1]));
+        assert_eq!(CoopTile::fitting_flash(coop, 256, 49152), None);
+        assert_eq!(CoopTile::fitting_flash(CoopShape::M8x8, 64, 49152), None);
+        for head_dim in [40, 64, 128, 256] {
+            let picked = CoopTile::fitting(coop, head_dim, 49152).unwrap();
+            assert_eq!(picked.form, CoopForm::Staged, "{head_dim}");
+        }
+        assert_eq!(flash[0].rows(), 128);
+        assert_eq!(flash[0].invocations(), 256);
     }
 
     /// `FAK_ATTN_SPLIT` names a rule or is refused, naming the variable.

@@ -23,8 +23,11 @@
 //!
 //! Forms ([`ChunkForm`], named by `FAK_GDN_CHUNK=coop+quads`, `coop+fused`, `coop+columns`,
 //! `coop+quads+fused+columns`, `f32+columns`): vec4<f16> cells, a fused scan, the inverse by
-//! columns. Each computes the same values in the same order as the default (bit for bit) and
-//! exists to be timed against it on the device (experiments/h200/prefill-sweep.sh).
+//! columns. Each computes the same values in the same order as the plain form (bit for bit).
+//! All three together are the coop kernel's default ([`ChunkKernel::DEFAULT`]): on an H100
+//! (2026-12-06 #8, experiments/h200/prefill-sweep.sh) they cut the 27B's 2048-token chunked
+//! delta rule from 96 to 82 ms and each alone 4–6 %; the f32 kernel keeps its plain form
+//! unless one is named (its `columns` form is untimed).
 
 use super::delta_state::{
     DeltaDims, DeltaState, Dispatch, Resource, bind_group, by_entry, check_batch, check_grid,
@@ -122,8 +125,9 @@ impl ChunkForm {
     }
 }
 
-/// Which kernel of the chunked delta rule `FAK_GDN_CHUNK` asks for: unset, empty or `coop`, the
-/// cooperative-matrix one where the adapter has it (the f32 kernel elsewhere: the default);
+/// Which kernel of the chunked delta rule `FAK_GDN_CHUNK` asks for: unset or empty, the
+/// cooperative-matrix one where the adapter has it in [`ChunkKernel::DEFAULT`]'s form (the f32
+/// kernel elsewhere); `coop`, the cooperative-matrix one in its plain form;
 /// `f32`, the f32 kernel everywhere; either followed by the suffix of one of its forms
 /// ([`ChunkForm::COOP`], [`ChunkForm::F32`]: `coop+quads`, `f32+columns`, …). Any other value is
 /// an error: a measurement must not silently run another kernel than the one it names. (The coop
@@ -141,14 +145,20 @@ impl ChunkKernel {
         coop: false,
         form: ChunkForm::with(false, false, false),
     };
+    /// The coop kernel in its plain form (`coop`).
     pub const COOP: ChunkKernel = ChunkKernel {
         coop: true,
         form: ChunkForm::with(false, false, false),
     };
+    /// The engine's default (unset or empty): the coop kernel with every form on.
+    pub const DEFAULT: ChunkKernel = ChunkKernel {
+        coop: true,
+        form: ChunkForm::with(true, true, true),
+    };
 
     pub fn requested() -> Result<Self, GpuError> {
         match std::env::var(Self::VAR) {
-            Err(std::env::VarError::NotPresent) => Ok(ChunkKernel::COOP),
+            Err(std::env::VarError::NotPresent) => Ok(ChunkKernel::DEFAULT),
             Ok(v) => Self::named(&v),
             Err(e) => Self::named(&format!("{e}")),
         }
@@ -170,7 +180,7 @@ impl ChunkKernel {
     /// The kernel `value` of `FAK_GDN_CHUNK` names.
     pub fn named(value: &str) -> Result<Self, GpuError> {
         if value.is_empty() {
-            return Ok(ChunkKernel::COOP);
+            return Ok(ChunkKernel::DEFAULT);
         }
         Self::every()
             .find(|kernel| kernel.label() == value)
@@ -465,11 +475,13 @@ impl GatedDeltaChunked {
         let fits = Self::coop_workgroup_bytes(dims.dk)
             <= ctx.device.limits().max_compute_workgroup_storage_size;
         let requested = ChunkKernel::requested()?;
-        let selected = match Self::coop_paths(paths) {
-            Some(coop) if requested.coop && fits => coop,
-            _ => Self::select(paths),
+        let (selected, form) = match Self::coop_paths(paths) {
+            Some(coop) if requested.coop && fits => (coop, requested.form),
+            // The default's form was timed on the coop kernel alone: the f32 kernel it falls
+            // back to runs its plain form.
+            _ if requested == ChunkKernel::DEFAULT => (Self::select(paths), ChunkForm::default()),
+            _ => (Self::select(paths), requested.form),
         };
-        let form = requested.form;
         Self::with_form(ctx, selected, dims, form)
     }
 

@@ -22,7 +22,7 @@
 //!
 //! Split-K (wgsl/matmul_split.wgsl): K is summed in slices fixed by the weight's shape
 //! ([`SplitK::weight_slices`]), added in order. A product whose tiles would give fewer than
-//! [`SplitK::target_workgroups`] workgroups gives each slice workgroups of its own, writing into
+//! [`SplitGrid::DEFAULT`]'s waves gives each slice workgroups of its own, writing into
 //! the kernel's scratch of partial sums that `reduce_partials` then adds into Y; otherwise each
 //! workgroup sums the slices itself, one after another. Both forms add the same sums in the same
 //! order, so an output does not depend on how many tokens share the step (the register-tiled and
@@ -117,13 +117,15 @@ impl SplitK {
     }
 }
 
-/// Which steps give a weight's K slices workgroups of their own ([`Matmul::with_grid`]). The
+/// Which steps give a weight's K slices workgroups of their own ([`Matmul::with_grid`];
+/// [`SplitGrid::DEFAULT`] unless `FAK_MATMUL_SPLIT` names another). The
 /// slices themselves are the weight's ([`SplitK::weight_slices`]) under every rule, and both
 /// forms add the same slice sums in the same order, so every rule computes the same bits; only
 /// the grid, the partial-sum traffic and the reduction dispatch differ.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum SplitGrid {
-    /// A grid of fewer tiles than [`SplitK::target_workgroups`] (the engine's rule).
+    /// A grid of fewer tiles than [`SplitK::target_workgroups`] (the engine's rule until
+    /// 2026-12-06 #8).
     Below,
     /// Where the slices' grid fills waves of `resident` concurrent workgroups (a GPU's SMs ×
     /// the kernel's workgroups per SM: 132 for the x16 kernel on an H100 or H200) at least
@@ -144,19 +146,27 @@ pub enum SplitGrid {
 const WAVE_GAIN: (u64, u64) = (21, 20);
 
 impl SplitGrid {
-    /// The variable that overrides [`SplitGrid::Below`] in [`Matmul::new`] ([`SplitGrid::named`]).
+    /// The engine's rule: waves of 132 workgroups (an H100's or H200's SMs, one x16 workgroup
+    /// each). On an H100 (2026-12-06 #8, experiments/h200/q6mm.sh) it took the Qwen3-8B's
+    /// 2048-token prefill from 6886 to 7438 tok/s and its 128-token one from 5257 to 5507 against
+    /// [`SplitGrid::Below`], the 27B's within noise (1591 vs 1573–1597, 2198 vs 2202–2207). A
+    /// GPU with fewer SMs is full at fewer tiles, so it splits no grid it would want whole; one
+    /// with more splits a little less than it could.
+    pub const DEFAULT: SplitGrid = SplitGrid::Waves(132);
+
+    /// The variable that overrides [`SplitGrid::DEFAULT`] in [`Matmul::new`] ([`SplitGrid::named`]).
     pub const VAR: &'static str = "FAK_MATMUL_SPLIT";
 
-    /// The rule `FAK_MATMUL_SPLIT` asks for (unset: [`SplitGrid::Below`]).
+    /// The rule `FAK_MATMUL_SPLIT` asks for (unset: [`SplitGrid::DEFAULT`]).
     pub fn requested() -> Result<Self, GpuError> {
         match std::env::var(Self::VAR) {
-            Err(std::env::VarError::NotPresent) => Ok(Self::Below),
+            Err(std::env::VarError::NotPresent) => Ok(Self::DEFAULT),
             Ok(v) => Self::named(&v),
             Err(e) => Self::named(&format!("{e}")),
         }
     }
 
-    /// The rule a value of `FAK_MATMUL_SPLIT` names: empty or `below`, the engine's; `never`;
+    /// The rule a value of `FAK_MATMUL_SPLIT` names: empty, the engine's; `below`; `never`;
     /// `waves:N` (N concurrent workgroups, N > 0). Anything else is an error naming the
     /// variable: a measurement must not silently run another rule than the one it names.
     pub fn named(value: &str) -> Result<Self, GpuError> {
@@ -169,7 +179,8 @@ impl SplitGrid {
             ),
         };
         match value.split(':').collect::<Vec<_>>()[..] {
-            [""] | ["below"] => Ok(Self::Below),
+            [""] => Ok(Self::DEFAULT),
+            ["below"] => Ok(Self::Below),
             ["never"] => Ok(Self::Never),
             ["waves", n] => n
                 .parse::<u32>()
@@ -800,7 +811,7 @@ impl Matmul {
 
     /// Builds the variant `paths` selects ([`Matmul::select`]), a cooperative-matrix one with the
     /// kernel of [`CoopKernel::for_shape`] (or `FAK_MATMUL_TILING`'s), its grids split by
-    /// [`SplitGrid::Below`] (or `FAK_MATMUL_SPLIT`'s rule).
+    /// [`SplitGrid::DEFAULT`] (or `FAK_MATMUL_SPLIT`'s rule).
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
         let kernel = match (Self::select(paths).coop_matrix, CoopKernel::from_env()?) {
             (Some(shape), Some(named)) if named.supports(shape) => named,
@@ -859,7 +870,7 @@ impl Matmul {
             partials: Scratch::new("matmul partials"),
             x16: Scratch::new("matmul x16"),
             split: SplitK::DEFAULT,
-            grid: SplitGrid::Below,
+            grid: SplitGrid::DEFAULT,
         })
     }
 
@@ -1298,7 +1309,7 @@ mod tests {
     #[test]
     fn the_split_grid_rule_is_chosen_by_name() {
         let named = |value: &str| SplitGrid::named(value).unwrap();
-        assert_eq!(named(""), SplitGrid::Below);
+        assert_eq!(named(""), SplitGrid::DEFAULT);
         assert_eq!(named("below"), SplitGrid::Below);
         assert_eq!(named("never"), SplitGrid::Never);
         assert_eq!(named("waves:132"), SplitGrid::Waves(132));

@@ -152,7 +152,8 @@ fn print_row(
 
 /// Every variant the engine selects on this adapter (the cooperative-matrix kernel where it has
 /// one), then the cooperative-matrix kernel in each shape the adapter has, once per tile (row
-/// blocks × key step) that fits; the f32-tile kernels first (the f16 one's output is the others' check).
+/// blocks × key step, the flash form's too) that fits and `ATTN_TILES` names; the f32-tile
+/// kernels first (the f16 one's output is the others' check).
 fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let limit = ctx.device.limits().max_compute_workgroup_storage_size;
     let mut selected = Vec::new();
@@ -180,7 +181,7 @@ fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     for paths in coop {
         let shape_of = paths.coop_matrix.expect("a coop path");
         for tile in CoopTile::candidates(shape_of, shape.head_dim) {
-            if tile.workgroup_bytes() <= limit {
+            if tile.workgroup_bytes() <= limit && wanted_tile(tile) {
                 out.push(
                     AttnPrefill::with_tile(ctx, paths, shape, Some(tile))
                         .expect("building attn_prefill"),
@@ -190,6 +191,14 @@ fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     }
     out.sort_by_key(|kernel| kernel.tile().is_some());
     out
+}
+
+/// Whether `ATTN_TILES` (labels, comma-separated; unset: every tile) names the tile: a shorter
+/// run for a device call that times a few forms (the engine's own choice always runs).
+fn wanted_tile(tile: CoopTile) -> bool {
+    std::env::var("ATTN_TILES").map_or(true, |labels| {
+        labels.split(',').any(|label| label == tile.label())
+    })
 }
 
 /// One chunk of `n_tokens` after `cached` tokens on one variant's cache type: its buffers.

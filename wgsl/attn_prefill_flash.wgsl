@@ -1,0 +1,527 @@
+// attn_prefill_flash — the prefill attention of attn_prefill_coop.wgsl (same math, rows, splits,
+// lazy reference max and result) on a schedule with two workgroup barriers per key step and every
+// global load issued a whole phase before its value is stored
+//
+// Math: as attn_prefill_coop.wgsl — per row a reference max m (moved only when the row max
+// outgrows it by more than SLACK, log2 units), l and o = Σ_j 2^(s_j − m) v_j, o / l at the end
+// (or the split's partial o, m, l); Q, K, V and P rounded to f16, S and O accumulated in f32.
+//
+// Why another schedule (experiments/NOTES.md, "attnpf"): the staged kernel takes ~12 000 SM
+// cycles per 64-row × 64-key step for ~1000 cycles of MMAs and a few hundred of softmax: per step
+// it drains four workgroup barriers with one or two workgroups per SM, and three of its phases
+// start by waiting on memory — the page-table reads for the next keys (written to workgroup
+// memory behind a barrier before any K load can start), the K loads issued just before the
+// short P·V phase, the V loads just before the S MMAs. Here:
+//   - K and V have tiles of their own, and P·V runs one step behind S: per step, barrier A
+//     publishes K(t), V(t − 1), P(t − 1) and the rescale mark (workgroupUniformLoad), then every
+//     subgroup computes O += P(t − 1)·V(t − 1) and S(t) = Q·K(t)ᵀ back to back (4 × HEAD_TILES
+//     MMAs); barrier B ends every read of both tiles and publishes S, then K(t + 1) and V(t) are
+//     stored, K(t + 2) and V(t + 1) fetched, and the softmax of S(t) writes P(t). Two barriers,
+//     and the loads of a step are in flight through a softmax and a whole MMA phase.
+//   - No key-base table: each invocation finds its rows through the page table as it fetches
+//     them. Rows past the split's end repeat its last key (finite values; their scores are masked
+//     and their weights 0), so no load sits behind a branch.
+//   - S and P stay in per-subgroup slabs (S f32, read back as vec4s, 2 lanes a row reduced with
+//     one shuffle; P f16 written as 8-byte quads).
+//   - Q is loaded once (every load issued before the first is used), staged per subgroup
+//     through its P slab two dim tiles at a time, and kept in fragments q0..q7 for the whole key
+//     loop; O stays in the accumulators o0..o7 (a rescale, or the final write two tiles at a
+//     time, goes through the subgroup's S slab).
+//   - BM = ROW_BLOCKS · COOP rows (128, 64 or 32: 8, 4 or 2 subgroups of one row block each),
+//     key steps of KEY_STEP = 32: K, V and the slabs fit 48 KiB at head 128 (128 rows: 46 096
+//     bytes); the 32-row tile gives short prompts four times the workgroups.
+// (WGSL's subgroupBarrier orders only "subgroup memory" in SPIR-V, not workgroup memory, and
+// needs a feature of its own: so every slab access is ordered by the workgroup barriers.)
+//
+// bindings: see attn_prefill_rows.wgsl (one bind-group layout for every prefill kernel).
+// dispatch: (ceil(n_tokens·GROUP / BM), n_kv, S) workgroups of WG = ROW_BLOCKS·32, each over one
+//           key split of its tile (attn_prefill_rows.wgsl; combine after it when S > 1).
+// pipelines: module consts HEAD_DIM, GROUP and the override TOKEN_TABLE as attn_prefill.wgsl; the
+//            module consts ROW_BLOCKS, KEY_STEP, HEAD_TILES (≤ 8 dim tiles: head ≤ 128 on 16×16)
+//            and SLACK from the host (engine `attn_prefill::CoopTile`, form `Flash`), which also
+//            checks the workgroup memory of main below against the device.
+// variants: after the shape file matmul_coop16.wgsl (Vulkan); `enable f16; enable
+//           wgpu_cooperative_matrix;` from the variant, which requires SUBGROUP and, on the
+//           host, subgroups exactly 32 wide.
+// requires: kv_f32|kv_f16.wgsl, kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl,
+//           attn_combine.wgsl, attn_prefill_rows.wgsl, a shape file; the consts above.
+// naga 30: cooperative values are single named values (no arrays or structs of them: an array
+// broke on the H200), their pointers and strides go through `let`s, and coop ops sit only under
+// workgroup-uniform branches (a subgroup-uniform one is refused).
+
+const SUBGROUP_WIDTH: u32 = 32u;
+const SUBGROUPS: u32 = ROW_BLOCKS;
+const WG: u32 = SUBGROUPS * SUBGROUP_WIDTH;
+const BM: u32 = ROW_BLOCKS * COOP;
+const BN: u32 = KEY_STEP;
+// Quads of a padded head and of one step's K (or V) rows; those each invocation moves.
+const D4: u32 = HEAD_TILES * COOP / 4u;
+const STEP_QUADS: u32 = BN * D4;
+const QUADS: u32 = (STEP_QUADS + WG - 1u) / WG;
+// Row strides in vec4s: the K/V tiles and P slab 8 halves past the row (so the 16-byte row
+// segments of one fragment load fall in different banks, as matmul_x16.wgsl), the S slab 4 floats.
+const KV_STRIDE4: u32 = D4 + 2u;
+const S_STRIDE4: u32 = BN / 4u + 1u;
+const P_STRIDE4: u32 = BN / 4u + 2u;
+// Softmax lanes per row, the keys (and quads of them) each scores, the O columns each scales.
+const ROW_LANES: u32 = SUBGROUP_WIDTH / COOP;
+const LANE_KEYS: u32 = BN / ROW_LANES;
+const LANE_QUADS: u32 = LANE_KEYS / 4u;
+const LANE_COLS: u32 = COOP / ROW_LANES;
+// Q staged through the P slab: dim tiles per round (a P slab row holds BN halves), a row's quads
+// of a round, and each lane's.
+const Q_PASS_TILES: u32 = BN / COOP;
+const Q_ROW_QUADS: u32 = Q_PASS_TILES * COOP / 4u;
+const Q_LANE_QUADS: u32 = COOP * Q_ROW_QUADS / SUBGROUP_WIDTH;
+const SLACK_LOG2: f32 = f32(SLACK);
+const_assert BN == 2u * COOP && COOP == 16u && ROW_LANES == 2u;
+const_assert HEAD_TILES <= 8u && HEAD_DIM <= HEAD_TILES * COOP;
+// Splits hold whole key steps, so keys past a split's end are past the causal limit too.
+const_assert SPLIT_KEYS % BN == 0u;
+
+var<workgroup> k_tile: array<vec4<f16>, BN * KV_STRIDE4>;
+var<workgroup> v_tile: array<vec4<f16>, BN * KV_STRIDE4>;
+// Each subgroup's S tiles (f32, COOP rows) and P (f16), by subgroup.
+var<workgroup> s_slab: array<vec4<f32>, SUBGROUPS * COOP * S_STRIDE4>;
+var<workgroup> p_slab: array<vec4<f16>, SUBGROUPS * COOP * P_STRIDE4>;
+// The last key step (k0 + 1) on which some row moved its reference max (a whole 16 bytes: a lone
+// 4-byte workgroup variable broke the coop kernels on the H200, experiments/NOTES.md).
+var<workgroup> rescale_mark: vec4<u32>;
+
+// This invocation's quads of the K (values false) or V rows of keys k0..k0 + BN, as stored: key
+// rows past `end` (the split's end) repeat key end − 1, dims past HEAD_DIM are zero.
+fn fetch_rows(
+    values: bool,
+    k0: u32,
+    end: u32,
+    page_row: u32,
+    g: u32,
+    local: u32,
+) -> array<vec4<KvScalar>, QUADS> {
+    var out: array<vec4<KvScalar>, QUADS>;
+    for (var u = 0u; u < QUADS; u++) {
+        let e = min(local + u * WG, STEP_QUADS - 1u);
+        let i = e % D4;
+        let key = min(k0 + e / D4, end - 1u);
+        let base = kv_base(params.kv, page_row, key, g);
+        let quad = cache_quad(values, base, min(i, HEAD_DIM / 4u - 1u));
+        out[u] = select(vec4<KvScalar>(), quad, 4u * i < HEAD_DIM);
+    }
+    return out;
+}
+
+// Stores fetched quads into the K (values false) or V tile.
+fn put_rows(values: bool, quads: array<vec4<KvScalar>, QUADS>, local: u32) {
+    for (var u = 0u; u < QUADS; u++) {
+        let e = local + u * WG;
+        if e < STEP_QUADS {
+            let at = (e / D4) * KV_STRIDE4 + e % D4;
+            if values {
+                v_tile[at] = vec4<f16>(quads[u]);
+            } else {
+                k_tile[at] = vec4<f16>(quads[u]);
+            }
+        }
+    }
+}
+
+// Q's elements d..d + 3 of row ρ (d a multiple of 4) times qscale, loaded without a branch (so a
+// lane's loads of every round issue together): zero past the step's last row or HEAD_DIM.
+fn q_quad(rho: u32, g: u32, d: u32, qscale: f32) -> vec4<f32> {
+    let rows = step_tokens() * GROUP;
+    let th = row_token_head(min(rho, rows - 1u), g);
+    let at = view_index(params.q, th.x, th.y, min(d, HEAD_DIM - 4u));
+    let v = vec4<f32>(q[at], q[at + 1u], q[at + 2u], q[at + 3u]) * qscale;
+    return select(vec4<f32>(0.0), v, (rho < rows) & (d < HEAD_DIM));
+}
+
+// This lane's quads of Q's dims Q_PASS_TILES·COOP·round.. for row block mi (f16, scaled to log2
+// units): what put_q stages in the subgroup's P slab for q_fragment.
+fn load_q(
+    mi: u32,
+    round: u32,
+    row0: u32,
+    g: u32,
+    qscale: f32,
+    lane: u32,
+) -> array<vec4<f16>, Q_LANE_QUADS> {
+    var out: array<vec4<f16>, Q_LANE_QUADS>;
+    for (var u = 0u; u < Q_LANE_QUADS; u++) {
+        let e = lane + u * SUBGROUP_WIDTH;
+        let rho = row0 + mi * COOP + e / Q_ROW_QUADS;
+        let d = round * Q_PASS_TILES * COOP + 4u * (e % Q_ROW_QUADS);
+        out[u] = vec4<f16>(q_quad(rho, g, d, qscale));
+    }
+    return out;
+}
+
+fn put_q(mi: u32, quads: array<vec4<f16>, Q_LANE_QUADS>, lane: u32) {
+    for (var u = 0u; u < Q_LANE_QUADS; u++) {
+        let e = lane + u * SUBGROUP_WIDTH;
+        p_slab[(mi * COOP + e / Q_ROW_QUADS) * P_STRIDE4 + e % Q_ROW_QUADS] = quads[u];
+    }
+}
+
+// Dim tile `half` (0 or 1) of the round staged by put_q.
+fn q_fragment(mi: u32, half: u32) -> CoopA {
+    let at = mi * COOP * P_STRIDE4 + half * (COOP / 4u);
+    let stride = P_STRIDE4;
+    return coopLoadT<CoopA>(&p_slab[at], stride);
+}
+
+// s + Q's dim tile dt (fragment q) times Kᵀ's of key block kb.
+fn qk(s: CoopC, q: CoopA, kb: u32, dt: u32) -> CoopC {
+    let at = kb * COOP * KV_STRIDE4 + dt * (COOP / 4u);
+    let stride = KV_STRIDE4;
+    let b = coopLoad<CoopB>(&k_tile[at], stride);
+    return coopMultiplyAdd(q, b, s);
+}
+
+fn store_scores(s: CoopC, mi: u32, kb: u32) {
+    let at = mi * COOP * S_STRIDE4 + kb * (COOP / 4u);
+    let stride = S_STRIDE4;
+    coopStoreT(s, &s_slab[at], stride);
+}
+
+// P's fragment of row block mi and key block kb.
+fn p_block(mi: u32, kb: u32) -> CoopA {
+    let at = mi * COOP * P_STRIDE4 + kb * (COOP / 4u);
+    let stride = P_STRIDE4;
+    return coopLoadT<CoopA>(&p_slab[at], stride);
+}
+
+// o + the step's P (key blocks 0 and 1: p0, p1) times V's dim tile dt.
+fn pv(o: CoopC, p0: CoopA, p1: CoopA, dt: u32) -> CoopC {
+    let stride = KV_STRIDE4;
+    let at0 = dt * (COOP / 4u);
+    let v0 = coopLoadT<CoopB>(&v_tile[at0], stride);
+    let at1 = at0 + COOP * KV_STRIDE4;
+    let v1 = coopLoadT<CoopB>(&v_tile[at1], stride);
+    return coopMultiplyAdd(p1, v1, coopMultiplyAdd(p0, v0, o));
+}
+
+// The lane's part of row block mi's COOP × COOP stage (the first COOP columns of its S slab): row
+// lane / ROW_LANES, LANE_COLS columns (2 quads) from this.
+fn lane_cell(mi: u32, lane: u32) -> u32 {
+    return (mi * COOP + lane / ROW_LANES) * S_STRIDE4 + (lane % ROW_LANES) * (LANE_COLS / 4u);
+}
+
+// o with each row times its α (the lane's row's), through the S slab. Workgroup-uniform (its
+// barriers order the stage's store, the lanes' updates and the load, and the previous load before
+// this store).
+fn scaled(o: CoopC, mi: u32, lane: u32, alpha: f32) -> CoopC {
+    let at = mi * COOP * S_STRIDE4;
+    let stride = S_STRIDE4;
+    workgroupBarrier();
+    coopStoreT(o, &s_slab[at], stride);
+    workgroupBarrier();
+    let cell = lane_cell(mi, lane);
+    s_slab[cell] *= alpha;
+    s_slab[cell + 1u] *= alpha;
+    workgroupBarrier();
+    return coopLoadT<CoopC>(&s_slab[at], stride);
+}
+
+// Stores O tiles oa and ob (dims d0..d0 + 2·COOP of row block mi; the lane's row is th, its
+// weight sum l) through the S slab, side by side: o / l, or the split's partial. Workgroup-uniform,
+// as `scaled`.
+fn write_pair(
+    oa: CoopC,
+    ob: CoopC,
+    mi: u32,
+    lane: u32,
+    split: KeySplit,
+    th: vec2<u32>,
+    d0: u32,
+    l: f32,
+) {
+    let at = mi * COOP * S_STRIDE4;
+    let at_b = at + COOP / 4u;
+    let stride = S_STRIDE4;
+    workgroupBarrier();
+    coopStoreT(oa, &s_slab[at], stride);
+    coopStoreT(ob, &s_slab[at_b], stride);
+    workgroupBarrier();
+    if th.x != 0xffffffffu {
+        for (var t = 0u; t < 2u; t++) {
+            let cell = lane_cell(mi, lane) + t * (COOP / 4u);
+            let d = d0 + t * COOP + (lane % ROW_LANES) * LANE_COLS;
+            for (var c = 0u; c < LANE_COLS; c++) {
+                if d + c < HEAD_DIM {
+                    store_output(split, th, d + c, s_slab[cell + c / 4u][c % 4u], l);
+                }
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn main(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) local: u32,
+    @builtin(subgroup_id) subgroup: u32,
+    @builtin(subgroup_invocation_id) lane: u32,
+) {
+    let row0 = wg.x * BM;
+    let g = wg.y;
+    if row0 >= step_tokens() * GROUP {
+        return;
+    }
+    // A split without keys runs no key step and stores nothing (no early return: the limit comes
+    // from storage, which the cooperative-matrix operations' uniformity rules out).
+    let split = key_split(tile_key_limit(row0, BM), wg.z, groups.z);
+    let page_row = token_page_row(row0 / GROUP);
+    let qscale = params.scale * LOG2_E;
+    // This subgroup's row block; this lane's softmax row of it and its keys' part of the step.
+    let mi = subgroup;
+    let r = lane / ROW_LANES;
+    let part = lane % ROW_LANES;
+    let me = row_token_head(row0 + mi * COOP + r, g);
+    let valid = me.x != 0xffffffffu;
+    var my_pos = 0u;
+    if valid {
+        my_pos = token_pos(me.x);
+    }
+
+    // Q: every round's loads issued at once, then staged two dim tiles at a time through the P
+    // slab.
+    var q0 = CoopA();
+    var q1 = CoopA();
+    var q2 = CoopA();
+    var q3 = CoopA();
+    var q4 = CoopA();
+    var q5 = CoopA();
+    var q6 = CoopA();
+    var q7 = CoopA();
+    let q_round0 = load_q(mi, 0u, row0, g, qscale, lane);
+    var q_round1: array<vec4<f16>, Q_LANE_QUADS>;
+    var q_round2: array<vec4<f16>, Q_LANE_QUADS>;
+    var q_round3: array<vec4<f16>, Q_LANE_QUADS>;
+    if HEAD_TILES > 2u {
+        q_round1 = load_q(mi, 1u, row0, g, qscale, lane);
+    }
+    if HEAD_TILES > 4u {
+        q_round2 = load_q(mi, 2u, row0, g, qscale, lane);
+    }
+    if HEAD_TILES > 6u {
+        q_round3 = load_q(mi, 3u, row0, g, qscale, lane);
+    }
+    put_q(mi, q_round0, lane);
+    workgroupBarrier();
+    q0 = q_fragment(mi, 0u);
+    if HEAD_TILES > 1u {
+        q1 = q_fragment(mi, 1u);
+    }
+    if HEAD_TILES > 2u {
+        workgroupBarrier();
+        put_q(mi, q_round1, lane);
+        workgroupBarrier();
+        q2 = q_fragment(mi, 0u);
+        if HEAD_TILES > 3u {
+            q3 = q_fragment(mi, 1u);
+        }
+    }
+    if HEAD_TILES > 4u {
+        workgroupBarrier();
+        put_q(mi, q_round2, lane);
+        workgroupBarrier();
+        q4 = q_fragment(mi, 0u);
+        if HEAD_TILES > 5u {
+            q5 = q_fragment(mi, 1u);
+        }
+    }
+    if HEAD_TILES > 6u {
+        workgroupBarrier();
+        put_q(mi, q_round3, lane);
+        workgroupBarrier();
+        q6 = q_fragment(mi, 0u);
+        if HEAD_TILES > 7u {
+            q7 = q_fragment(mi, 1u);
+        }
+    }
+    // The first step's P·V is of a step before the split: P and V zero, so it adds exactly 0.
+    workgroupBarrier();
+    for (var e = local; e < SUBGROUPS * COOP * P_STRIDE4; e += WG) {
+        p_slab[e] = vec4<f16>();
+    }
+    for (var e = local; e < BN * KV_STRIDE4; e += WG) {
+        v_tile[e] = vec4<f16>();
+    }
+    if local == 0u {
+        rescale_mark = vec4<u32>(0u);
+    }
+    var m = NEG;
+    var l = 0.0;
+    // The last softmax's α of the lane's row (1: its reference stayed).
+    var alpha = 1.0;
+    var o0 = CoopC();
+    var o1 = CoopC();
+    var o2 = CoopC();
+    var o3 = CoopC();
+    var o4 = CoopC();
+    var o5 = CoopC();
+    var o6 = CoopC();
+    var o7 = CoopC();
+
+    // Prologue: K(0) stored; K(1) and V(0) in flight. (Rows clamp to the split's keys, so these
+    // loads are in bounds even for a split without keys.)
+    var k_rows = fetch_rows(false, split.begin, split.end, page_row, g, local);
+    var v_rows = fetch_rows(true, split.begin, split.end, page_row, g, local);
+    put_rows(false, k_rows, local);
+    if split.begin + BN < split.end {
+        k_rows = fetch_rows(false, split.begin + BN, split.end, page_row, g, local);
+    }
+    var k0 = split.begin;
+    loop {
+        // A: K(t), V(t − 1), P(t − 1) and the mark visible. The mark is the key step after the
+        // one whose softmax moved some row's reference (+ 1: never 0, the cleared mark).
+        let rescale = workgroupUniformLoad(&rescale_mark).x == k0 + 1u;
+        if rescale {
+            o0 = scaled(o0, mi, lane, alpha);
+            if HEAD_TILES > 1u {
+                o1 = scaled(o1, mi, lane, alpha);
+            }
+            if HEAD_TILES > 2u {
+                o2 = scaled(o2, mi, lane, alpha);
+            }
+            if HEAD_TILES > 3u {
+                o3 = scaled(o3, mi, lane, alpha);
+            }
+            if HEAD_TILES > 4u {
+                o4 = scaled(o4, mi, lane, alpha);
+            }
+            if HEAD_TILES > 5u {
+                o5 = scaled(o5, mi, lane, alpha);
+            }
+            if HEAD_TILES > 6u {
+                o6 = scaled(o6, mi, lane, alpha);
+            }
+            if HEAD_TILES > 7u {
+                o7 = scaled(o7, mi, lane, alpha);
+            }
+            // Every stage load done before S(t)'s stores reuse the slab.
+            workgroupBarrier();
+        }
+        let p0 = p_block(mi, 0u);
+        let p1 = p_block(mi, 1u);
+        o0 = pv(o0, p0, p1, 0u);
+        if HEAD_TILES > 1u {
+            o1 = pv(o1, p0, p1, 1u);
+        }
+        if HEAD_TILES > 2u {
+            o2 = pv(o2, p0, p1, 2u);
+        }
+        if HEAD_TILES > 3u {
+            o3 = pv(o3, p0, p1, 3u);
+        }
+        if HEAD_TILES > 4u {
+            o4 = pv(o4, p0, p1, 4u);
+        }
+        if HEAD_TILES > 5u {
+            o5 = pv(o5, p0, p1, 5u);
+        }
+        if HEAD_TILES > 6u {
+            o6 = pv(o6, p0, p1, 6u);
+        }
+        if HEAD_TILES > 7u {
+            o7 = pv(o7, p0, p1, 7u);
+        }
+        if k0 >= split.end {
+            break;
+        }
+        var s0 = CoopC();
+        var s1 = CoopC();
+        s0 = qk(s0, q0, 0u, 0u);
+        s1 = qk(s1, q0, 1u, 0u);
+        if HEAD_TILES > 1u {
+            s0 = qk(s0, q1, 0u, 1u);
+            s1 = qk(s1, q1, 1u, 1u);
+        }
+        if HEAD_TILES > 2u {
+            s0 = qk(s0, q2, 0u, 2u);
+            s1 = qk(s1, q2, 1u, 2u);
+        }
+        if HEAD_TILES > 3u {
+            s0 = qk(s0, q3, 0u, 3u);
+            s1 = qk(s1, q3, 1u, 3u);
+        }
+        if HEAD_TILES > 4u {
+            s0 = qk(s0, q4, 0u, 4u);
+            s1 = qk(s1, q4, 1u, 4u);
+        }
+        if HEAD_TILES > 5u {
+            s0 = qk(s0, q5, 0u, 5u);
+            s1 = qk(s1, q5, 1u, 5u);
+        }
+        if HEAD_TILES > 6u {
+            s0 = qk(s0, q6, 0u, 6u);
+            s1 = qk(s1, q6, 1u, 6u);
+        }
+        if HEAD_TILES > 7u {
+            s0 = qk(s0, q7, 0u, 7u);
+            s1 = qk(s1, q7, 1u, 7u);
+        }
+        store_scores(s0, mi, 0u);
+        store_scores(s1, mi, 1u);
+
+        // B: every read of K(t) and V(t − 1) done, S(t) visible.
+        workgroupBarrier();
+        let k_next = k0 + BN;
+        if k_next < split.end {
+            put_rows(false, k_rows, local);
+            if k_next + BN < split.end {
+                k_rows = fetch_rows(false, k_next + BN, split.end, page_row, g, local);
+            }
+        }
+        put_rows(true, v_rows, local);
+        if k_next < split.end {
+            v_rows = fetch_rows(true, k_next, split.end, page_row, g, local);
+        }
+
+        // The lane's scores (keys k0 + part·LANE_KEYS..), masked past its row's position.
+        let s_at = (mi * COOP + r) * S_STRIDE4 + part * LANE_QUADS;
+        var s: array<vec4<f32>, LANE_QUADS>;
+        var s_max = NEG;
+        for (var c = 0u; c < LANE_QUADS; c++) {
+            let key = vec4<u32>(k0 + part * LANE_KEYS + 4u * c) + vec4<u32>(0u, 1u, 2u, 3u);
+            let masked = (key > vec4<u32>(my_pos)) | vec4<bool>(!valid);
+            s[c] = select(s_slab[s_at + c], vec4<f32>(NEG), masked);
+            s_max = max(s_max, max(max(s[c].x, s[c].y), max(s[c].z, s[c].w)));
+        }
+        s_max = max(s_max, subgroupShuffleXor(s_max, 1u));
+        alpha = 1.0;
+        if s_max > m + SLACK_LOG2 {
+            // m = NEG: the row's first keys (α = 0 on l = 0 and zero o rows: no rescale).
+            alpha = exp2(m - s_max);
+            m = s_max;
+            if l > 0.0 {
+                rescale_mark.x = k_next + 1u;
+            }
+        }
+        let p_at = (mi * COOP + r) * P_STRIDE4 + part * LANE_QUADS;
+        var part_sum = 0.0;
+        for (var c = 0u; c < LANE_QUADS; c++) {
+            let p = vec4<f16>(select(exp2(s[c] - m), vec4<f32>(0.0), s[c] == vec4<f32>(NEG)));
+            p_slab[p_at + c] = p;
+            part_sum += dot(vec4<f32>(p), vec4<f32>(1.0));
+        }
+        part_sum += subgroupShuffleXor(part_sum, 1u);
+        l = l * alpha + part_sum;
+        k0 = k_next;
+    }
+
+    if part == 0u && valid {
+        store_stats(split, me, m, l);
+    }
+    write_pair(o0, o1, mi, lane, split, me, 0u, l);
+    if HEAD_TILES > 2u {
+        write_pair(o2, o3, mi, lane, split, me, 2u * COOP, l);
+    }
+    if HEAD_TILES > 4u {
+        write_pair(o4, o5, mi, lane, split, me, 4u * COOP, l);
+    }
+    if HEAD_TILES > 6u {
+        write_pair(o6, o7, mi, lane, split, me, 6u * COOP, l);
+    }
+}
