@@ -295,8 +295,8 @@ impl MatVecLayout {
         }
     }
 
-    /// `FAK_MATVEC_LAYOUT` (`invocations/teams/unroll[/wide|/staged|/batched]`, e.g. `256/4/1`): one layout for every
-    /// binding that names none; None when unset or empty.
+    /// `FAK_MATVEC_LAYOUT` (`invocations/teams/unroll[/wide|/staged|/batched]`, e.g. `256/4/1`):
+    /// one layout for every binding that names none; None when unset or empty.
     pub fn from_env() -> Result<Option<MatVecLayout>, GpuError> {
         match std::env::var("FAK_MATVEC_LAYOUT") {
             Ok(text) if !text.is_empty() => Self::parse(&text).map(Some),
