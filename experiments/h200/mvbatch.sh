@@ -11,10 +11,10 @@
 #      and the quantizing gate/up → tests.log;
 #   2. matvec-bench on the integer path at 1, 2, 4 and 8 input vectors per dispatch on the 27B
 #      MLP (gate/up Q4_K, down Q4_K and Q6_K), the engine's two wide layouts and their batched
-#      twins plus the batched 256/16/2, q8 alone, median of 3 passes, each figure after 400 ms of
-#      the same dispatches (the SM clock up: 2026-12-06's batch8 figures at B ≥ 2 were taken at
-#      the 345 MHz idle clock) → matvec-batches.tsv (its last table: each layout's time at every
-#      batch against its time at 1);
+#      twins plus the batched 256/16/2, q8 alone, median of 3 passes, a figure after a pause
+#      (pipeline builds) timed after 400 ms of the same dispatches (the SM clock up: most of
+#      2026-12-06's batch8 figures at B ≥ 2 ran at the 345 MHz idle clock) → matvec-batches.tsv
+#      (its last table: each layout's time at every batch against its time at 1);
 #   3. `harness bench` on the Qwen3.5-27B Q4_K_M at depth 128, 8 sequences, the default (wide at
 #      every batch) and FAK_MATVEC_BATCHED=1, a second pair where time is left (each 8-sequence run
 #      first reports a one-sequence step: the 1-sequence figure, which the form leaves alone)
