@@ -196,6 +196,15 @@ fn the_staged_form_matches_on_its_types_batches_and_fusions() {
     check_form(&MatVecLayout::STAGED_CANDIDATES, 0x3a7e_b000);
 }
 
+/// The batched form (wgsl/matvec_q8_batched.wgsl: the wide form's loop over vectors with x in
+/// 16-byte loads and no branch per vector; a vector past the step's batch re-reads the last one)
+/// on the wide form's cases, in each of its candidate layouts: batches of 3 leave a capacity-4
+/// pipeline one such vector, whose outputs must stay unwritten (poisoned).
+#[test]
+fn the_batched_form_matches_on_its_types_batches_and_fusions() {
+    check_form(&MatVecLayout::BATCHED_CANDIDATES, 0x3a7e_e000);
+}
+
 /// The cases of the two tests above for one form's candidate layouts.
 fn check_form(layouts: &[MatVecLayout], seed: u64) {
     let ctx = gpu();
@@ -418,13 +427,14 @@ fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
 /// Issue 21's determinism at the kernel: a sequence's outputs must not depend on what else is in
 /// the batch. On Q4_K and Q6_K (37 rows, columns of several ragged team passes), every vector's
 /// outputs at batches 8 and 3 (in another order, among other vectors), and alone at batch 1, in
-/// each staged candidate (and, in the default layout, the engine's own choice: the wide form for
-/// one vector, the staged for more with FAK_MATVEC_STAGE=1), are the wide twin's batch-1 bits for
-/// that vector — the staged form may replace the wide one at any batch. The default layout on
-/// both types, the other candidates on one each (alternating); one int-dot variant (lavapipe
-/// builds each pipeline in seconds; the wide twins only their batch-1 pipeline). W has room for
-/// its last 16-byte word, so under FAK_MATVEC_Q6=aligned the engine's kernel reads Q6_K with the
-/// aligned loads (asserted), wide and staged, against the word loads' bits.
+/// each staged and each batched candidate (and, in the default layout, the engine's own choice:
+/// the batched form at every batch unless FAK_MATVEC_BATCHED=0, the staged for several vectors
+/// with FAK_MATVEC_STAGE=1), are the wide twin's batch-1 bits for that vector — either form may
+/// replace the wide one at any batch. Each form's default layout on both types, its other
+/// candidates on one each (alternating); one int-dot variant (lavapipe builds each pipeline in
+/// seconds; the wide twins only their batch-1 pipeline). W has room for its last 16-byte word,
+/// so under FAK_MATVEC_Q6=aligned the engine's kernel reads Q6_K with the aligned loads
+/// (asserted), wide and staged or batched, against the word loads' bits.
 #[test]
 fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
     let ctx = gpu();
@@ -434,14 +444,24 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
         .into_iter()
         .find(|p| p.int_dot)
         .expect("an int-dot variant");
-    for (i, staged) in MatVecLayout::STAGED_CANDIDATES.into_iter().enumerate() {
+    let forms = [
+        MatVecLayout::STAGED_CANDIDATES.to_vec(),
+        MatVecLayout::BATCHED_CANDIDATES.to_vec(),
+    ];
+    let candidates = forms
+        .iter()
+        .enumerate()
+        .flat_map(|(f, layouts)| layouts.iter().enumerate().map(move |(i, &l)| (f, i, l)));
+    for (f, i, form) in candidates {
         let wide = MatVecLayout {
             staged: false,
-            ..staged
+            batched: false,
+            ..form
         };
         let reference = MatVec::with_layout(ctx, paths, wide).unwrap();
-        let kernels = [MatVec::with_layout(ctx, paths, staged).unwrap()];
-        let engine_rule = (i == 0).then(|| MatVec::new(ctx, paths).unwrap());
+        let kernels = [MatVec::with_layout(ctx, paths, form).unwrap()];
+        // The engine's rule once, beside the first form's default layout.
+        let engine_rule = (f == 0 && i == 0).then(|| MatVec::new(ctx, paths).unwrap());
         let types = match i {
             0 => vec![GgmlType::Q4_K, GgmlType::Q6_K],
             _ => vec![[GgmlType::Q4_K, GgmlType::Q6_K][i % 2]],
@@ -462,17 +482,21 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
                 })
                 .collect();
             if let Some(kernel) = &engine_rule {
-                // The engine's rule: its default layout wide for one vector, staged for more
-                // (where staging is on: FAK_MATVEC_STAGE=1).
+                // The engine's rule: its default layout batched (wide under
+                // FAK_MATVEC_BATCHED=0) for one vector, and for more staged where staging is on
+                // (FAK_MATVEC_STAGE=1).
                 let (layouts, q6_aligned) = rule_layouts(ctx, kernel, &w, ty, (rows, cols));
                 let aligned = ty == GgmlType::Q6_K && kernel.q6_loads() == Q6Loads::Aligned;
                 assert_eq!(q6_aligned, aligned, "{ty} {paths}: aligned Q6_K loads");
-                let more = if MatVec::stages_batches() {
-                    staged
-                } else {
-                    wide
+                let one = match MatVec::batches_vectors() {
+                    true => wide.batched_form(),
+                    false => wide,
                 };
-                assert_eq!(layouts, [wide, more, more, more], "{ty} {paths}");
+                let more = match MatVec::stages_batches() {
+                    true => wide.with_staged_x(),
+                    false => one,
+                };
+                assert_eq!(layouts, [one, more, more, more], "{ty} {paths}");
             }
             let kernels = kernels.iter().chain(engine_rule.as_ref());
             for (k, kernel) in kernels.enumerate() {
@@ -492,8 +516,8 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
                         assert_eq!(
                             y[slot * rows as usize..][..rows as usize],
                             alone[v][..],
-                            "{ty} {staged} {paths} kernel {k}: vector {v} at slot {slot} of a \
-                             batch of {n} differs from its wide batch-1 bits"
+                            "{ty} {form} {paths} kernel {k} (1: the engine's rule): vector {v} at \
+                             slot {slot} of a batch of {n} differs from its wide batch-1 bits"
                         );
                     }
                 }
@@ -590,6 +614,7 @@ fn a_gate_up_pairing_quantizes_its_outputs_as_quantize_q8_does() {
         .into_iter()
         .chain(MatVecLayout::WIDE_CANDIDATES)
         .chain(MatVecLayout::STAGED_CANDIDATES)
+        .chain(MatVecLayout::BATCHED_CANDIDATES)
         .filter(|l| l.teams == MatVecLayout::QUANTIZING_TEAMS);
     for layout in quantizing {
         // A wide layout on f32 inputs is the narrow one, checked already.
@@ -677,6 +702,9 @@ fn layouts_the_kernel_was_not_written_for_are_refused() {
         "staged",
         "64/1/staged",
         "64/1/1/wide/staged",
+        "batched",
+        "64/1/batched",
+        "64/1/1/staged/batched",
     ] {
         assert!(
             MatVecLayout::parse(bad).is_err(),
@@ -687,6 +715,7 @@ fn layouts_the_kernel_was_not_written_for_are_refused() {
         .into_iter()
         .chain(MatVecLayout::WIDE_CANDIDATES)
         .chain(MatVecLayout::STAGED_CANDIDATES)
+        .chain(MatVecLayout::BATCHED_CANDIDATES)
     {
         assert_eq!(MatVecLayout::parse(&layout.to_string()).unwrap(), layout);
     }

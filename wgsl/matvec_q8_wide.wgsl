@@ -22,7 +22,9 @@
 //           Q6_K lane reads its runs as 16-byte-aligned vec4 pairs of w16 and shifts them into
 //           place (`wide_q6_k_aligned`) instead of five word loads per run — the same bytes, so
 //           the same sums in the same order: bit for bit the default's outputs.
-// requires: matvec.wgsl, matvec_q8.wgsl (and what they require).
+//           BATCHED (override, declared in matvec_q8_batched.wgsl; engine `MatVecLayout::batched`,
+//           opt-in): the loop over input vectors in that file's form — the same sums, bit for bit.
+// requires: matvec.wgsl, matvec_q8.wgsl, matvec_q8_batched.wgsl (and what they require).
 
 // Read Q6_K blocks as aligned vec4 pairs where params.wide has W16_VIEW (see the header).
 override Q6_ALIGNED: bool = false;
@@ -278,6 +280,11 @@ fn wide_products(w: array<Wide, 4>, v: WideX) -> vec4<f32> {
 
 fn add_products_wide(acc: ptr<function, array<vec4<f32>, 8>>, w: array<Wide, 4>, u: u32,
                      n: u32) {
+    if BATCHED {
+        // The same products, x in 16-byte loads, no branch per vector (matvec_q8_batched.wgsl).
+        add_products_batched(acc, w, u, n);
+        return;
+    }
     for (var b = 0u; b < MAX_B; b++) {
         if b < n {
             (*acc)[b] += wide_products(w, load_wide_x(b, u));

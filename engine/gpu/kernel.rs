@@ -51,6 +51,9 @@ pub mod wgsl {
     pub const MATVEC_Q8_WIDE: WgslFile = wgsl_file!("matvec_q8_wide.wgsl");
     /// The wide form with the batch's x staged in workgroup memory (appended after MATVEC_Q8_WIDE).
     pub const MATVEC_Q8_STAGED: WgslFile = wgsl_file!("matvec_q8_staged.wgsl");
+    /// The wide form's loop over input vectors in the batched form (appended after
+    /// MATVEC_Q8_WIDE, whose loop calls it under BATCHED).
+    pub const MATVEC_Q8_BATCHED: WgslFile = wgsl_file!("matvec_q8_batched.wgsl");
     /// The rounding of one 32-element block to 8-bit codes (QUANTIZE_Q8, and the outputs that
     /// MATVEC, GDN_DECODE and ATTN_DECODE write as q8 blocks).
     pub const Q8_BLOCK: WgslFile = wgsl_file!("q8_block.wgsl");

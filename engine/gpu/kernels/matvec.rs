@@ -51,7 +51,15 @@
 //! the batch's x once per step (wgsl/matvec_q8_staged.wgsl, [`MatVecLayout::at_capacity`]) —
 //! the same sums, bit for bit, without every invocation loading every vector's x
 //! (experiments/NOTES.md, "batch8"). The staged form reads W through the wide form's loads, so
-//! it takes either [`Q6Loads`].
+//! it takes either [`Q6Loads`]. By default a q8 binding's wide layout runs in the batched form
+//! at every batch, one vector included (wgsl/matvec_q8_batched.wgsl; `FAK_MATVEC_BATCHED=0` for
+//! the plain wide loop): the wide form's loop over vectors with each vector's codes read 16
+//! bytes at a time (the codes bound again as x16) and no branch per vector — the same sums, bit
+//! for bit. On an H100 (experiments/NOTES.md, "Session 2026-12-06 #8") the Qwen3.5-27B's step of
+//! 8 sequences went from 48.6–48.8 to 35.1–36.1 ms with it and one sequence from 76.1 to 85.4
+//! tok/s (measured with every binding in 256/4/1/batched); the one-vector figures of the 27B's
+//! ffn_down: 30.2 → 25.0 µs (Q4_K), 62.3 → 46.0 (Q6_K): x's 16 scalar code loads a unit, 64
+//! bytes apart across a warp, cost more L1 wavefronts than W's loads ("mvbw").
 
 use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::tensors::{bind_group, checked_row_bytes};
@@ -94,6 +102,11 @@ pub struct MatVecLayout {
     /// (wgsl/matvec_q8_staged.wgsl; implies `wide`): the same sums, bit for bit, read from
     /// another place. Runs wide where the adapter's workgroup memory has no room for it.
     pub staged: bool,
+    /// The wide form with its loop over input vectors in the batched form
+    /// (wgsl/matvec_q8_batched.wgsl, override BATCHED; implies `wide`): each vector's codes read
+    /// 16 bytes at a time, the vectors of a unit one branch-free block — the same sums, bit for
+    /// bit. For q8 vectors read from global memory only (elsewhere it runs wide).
+    pub batched: bool,
 }
 
 impl MatVecLayout {
@@ -136,6 +149,17 @@ impl MatVecLayout {
         Self::new(256, 16, 2).with_staged_x(),
     ];
 
+    /// The batched form's layouts that tests/gpu_matvec.rs checks and experiments/matvec-bench
+    /// times (issue 21's batched decode): the wide candidates' twins and 16 teams of 16 with
+    /// two units in flight.
+    pub const BATCHED_CANDIDATES: [MatVecLayout; 5] = [
+        Self::INTEGER.batched_form(),
+        Self::new(128, 8, 1).batched_form(),
+        Self::new(128, 4, 2).batched_form(),
+        Self::QUANTIZING.batched_form(),
+        Self::new(256, 16, 2).batched_form(),
+    ];
+
     pub const fn new(invocations: u32, teams: u32, unroll: u32) -> MatVecLayout {
         MatVecLayout {
             invocations,
@@ -143,6 +167,7 @@ impl MatVecLayout {
             unroll,
             wide: false,
             staged: false,
+            batched: false,
         }
     }
 
@@ -160,27 +185,39 @@ impl MatVecLayout {
         }
     }
 
-    /// The layout pipelines of batch capacity `capacity` run: this one, or where `stage` and a
-    /// wide layout for several vectors, its staged twin — which gives every row the same bits
-    /// (only where x is read from differs), so the choice by batch size cannot make a
-    /// sequence's output depend on the batch. Then either form staged only where
+    /// This layout in the batched form (the wide form's vector loop with 16-byte x loads).
+    pub const fn batched_form(self) -> MatVecLayout {
+        MatVecLayout {
+            wide: true,
+            batched: true,
+            ..self
+        }
+    }
+
+    /// The layout pipelines of batch capacity `capacity` run: this one, or where `stage` (or
+    /// `batch`) and a wide layout for several vectors, its staged (batched) twin — which gives
+    /// every row the same bits (only how x is read differs), so the choice by batch size cannot
+    /// make a sequence's output depend on the batch. Then either form staged only where
     /// [`MatVecLayout::stage_vectors`] fits one vector per fill into `workgroup_limit` bytes,
-    /// and only for q8 vectors read from global memory: the staged form reads xq, xd, so never
-    /// where `input` is quantized in the workgroup (QUANTIZE_X); nor for a mixed binding (a
-    /// `second` type: the staged entry point has no second weight).
+    /// and only for q8 vectors read from global memory: the staged and batched forms read xq,
+    /// xd, so never where `input` is quantized in the workgroup (QUANTIZE_X); nor for a mixed
+    /// binding (a `second` type: neither entry point has a second weight). Staging wins where
+    /// both are asked for.
     fn at_capacity(
         self,
         capacity: u32,
         (input, second): (Input, Option<GgmlType>),
-        stage: bool,
+        (stage, batch): (bool, bool),
         workgroup_limit: u32,
     ) -> MatVecLayout {
-        let staged = self.staged || (stage && self.wide && capacity > 1);
+        let q8 = matches!(input, Input::Q8(_)) && second.is_none();
+        let staged = (self.staged || (stage && self.wide && capacity > 1))
+            && q8
+            && self.stage_vectors(capacity, workgroup_limit) > 0;
+        let batched = (self.batched || (batch && self.wide)) && q8 && !staged;
         MatVecLayout {
-            staged: staged
-                && matches!(input, Input::Q8(_))
-                && second.is_none()
-                && self.stage_vectors(capacity, workgroup_limit) > 0,
+            staged,
+            batched,
             ..self
         }
     }
@@ -228,6 +265,7 @@ impl MatVecLayout {
         MatVecLayout {
             wide,
             staged: self.staged && wide,
+            batched: self.batched && wide,
             ..self
         }
     }
@@ -263,8 +301,8 @@ impl MatVecLayout {
         }
     }
 
-    /// `FAK_MATVEC_LAYOUT` (`invocations/teams/unroll[/wide|/staged]`, e.g. `256/4/1`): one layout for every
-    /// binding that names none; None when unset or empty.
+    /// `FAK_MATVEC_LAYOUT` (`invocations/teams/unroll[/wide|/staged|/batched]`, e.g. `256/4/1`):
+    /// one layout for every binding that names none; None when unset or empty.
     pub fn from_env() -> Result<Option<MatVecLayout>, GpuError> {
         match std::env::var("FAK_MATVEC_LAYOUT") {
             Ok(text) if !text.is_empty() => Self::parse(&text).map(Some),
@@ -272,7 +310,7 @@ impl MatVecLayout {
         }
     }
 
-    /// `invocations/teams/unroll`, or with `/wide` or `/staged` for those forms, as
+    /// `invocations/teams/unroll`, or with `/wide`, `/staged` or `/batched` for those forms, as
     /// [`Display`](std::fmt::Display) writes it.
     pub fn parse(text: &str) -> Result<MatVecLayout, GpuError> {
         let text = text.trim();
@@ -281,6 +319,8 @@ impl MatVecLayout {
                 (numbers, MatVecLayout::widened)
             } else if let Some(numbers) = text.strip_suffix("/staged") {
                 (numbers, MatVecLayout::with_staged_x)
+            } else if let Some(numbers) = text.strip_suffix("/batched") {
+                (numbers, MatVecLayout::batched_form)
             } else {
                 (text, |layout| layout)
             };
@@ -294,8 +334,9 @@ impl MatVecLayout {
             _ => Err(GpuError::Shape {
                 kernel: MatVec::NAME,
                 message: format!(
-                    "FAK_MATVEC_LAYOUT={text:?} (expected invocations/teams/unroll[/wide|/staged], \
-                     e.g. 128/4/2, 256/4/1/wide or 128/8/1/staged)"
+                    "FAK_MATVEC_LAYOUT={text:?} (expected \
+                     invocations/teams/unroll[/wide|/staged|/batched], e.g. 128/4/2, 256/4/1/wide \
+                     or 128/8/1/staged)"
                 ),
             }),
         }
@@ -305,10 +346,11 @@ impl MatVecLayout {
 impl std::fmt::Display for MatVecLayout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}/{}", self.invocations, self.teams, self.unroll)?;
-        match (self.staged, self.wide) {
-            (true, _) => write!(f, "/staged"),
-            (false, true) => write!(f, "/wide"),
-            (false, false) => Ok(()),
+        match (self.staged, self.batched, self.wide) {
+            (true, ..) => write!(f, "/staged"),
+            (false, true, _) => write!(f, "/batched"),
+            (false, false, true) => write!(f, "/wide"),
+            (false, false, false) => Ok(()),
         }
     }
 }
@@ -556,6 +598,9 @@ pub struct MatVec {
     /// A wide layout's pipelines for several vectors run its staged twin (same bits; see
     /// [`MatVec::stages_batches`]). See [`MatVecLayout::at_capacity`].
     stage: bool,
+    /// A wide layout's pipelines for several vectors run its batched twin (same bits; see
+    /// [`MatVec::batches_vectors`]).
+    batch: bool,
     layout: wgpu::BindGroupLayout,
     /// Bound as `w16`/`x16` where the data is not 16-byte aligned (the kernel then reads w, x).
     placeholder: wgpu::Buffer,
@@ -726,6 +771,11 @@ fn spec(
         spec.label += &format!(" staging {staged}");
         spec.constants.push(("STAGE_B", f64::from(staged)));
     }
+    // Only the int-dot module declares BATCHED (matvec_q8_batched.wgsl); at_capacity gives it
+    // q8 inputs alone.
+    if rows.batched {
+        spec.constants.push(("BATCHED", 1.0));
+    }
     spec
 }
 
@@ -785,8 +835,11 @@ impl Kernel for MatVec {
             for rows in [MatVecLayout::INTEGER, MatVecLayout::QUANTIZING] {
                 pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), rows));
             }
-            // The wide form: both of its types in one layout, and its unrolled loop.
-            module = module.with(wgsl::MATVEC_Q8_WIDE);
+            // The wide form: both of its types in one layout, and its unrolled loop (its batched
+            // vector loop lives in a file of its own, which the wide form's loop calls).
+            module = module
+                .with(wgsl::MATVEC_Q8_WIDE)
+                .with(wgsl::MATVEC_Q8_BATCHED);
             let wide = MatVecLayout::WIDE_CANDIDATES;
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), wide[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), wide[0]));
@@ -816,6 +869,10 @@ impl Kernel for MatVec {
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), staged[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), staged[2]));
             pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, staged[2], aligned, 1));
+            // The batched form: both types, and the unrolled loop.
+            let batched = MatVecLayout::BATCHED_CANDIDATES;
+            pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), batched[0]));
+            pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), batched[2]));
         }
         KernelSource {
             module,
@@ -864,6 +921,7 @@ impl MatVec {
         let mut kernel = Self::build_in(ctx, paths, MatVecLayout::from_env()?)?;
         kernel.widen = widen;
         kernel.stage = stage;
+        kernel.batch = Self::batches_vectors();
         Ok(kernel.with_q6_loads(Q6Loads::from_env()))
     }
 
@@ -885,6 +943,14 @@ impl MatVec {
     /// checks its bits, not its speed.
     pub fn stages_batches() -> bool {
         std::env::var("FAK_MATVEC_STAGE").as_deref() == Ok("1")
+    }
+
+    /// Whether [`MatVec::new`]'s pipelines run a wide layout of a q8 binding in the batched form
+    /// at every batch (same bits; x in 16-byte loads, no branch per vector:
+    /// wgsl/matvec_q8_batched.wgsl): the default, `FAK_MATVEC_BATCHED=0` for the plain wide
+    /// loop (module doc, "By batch size"). `FAK_MATVEC_STAGE=1` wins for several vectors.
+    pub fn batches_vectors() -> bool {
+        std::env::var("FAK_MATVEC_BATCHED").as_deref() != Ok("0")
     }
 
     /// [`MatVec::new`] with every binding that names no layout in `rows`.
@@ -911,6 +977,7 @@ impl MatVec {
             widen: false,
             q6: Q6Loads::Words,
             stage: false,
+            batch: false,
             layout: built.layout,
             placeholder: storage_buffer(ctx, "matvec wide placeholder", 16)?,
             placeholder_out: storage_buffer(ctx, "matvec output placeholder", 16)?,
@@ -936,7 +1003,8 @@ impl MatVec {
             .into_iter()
             .filter(|&c| c <= max_batch.next_power_of_two())
             .map(|c| {
-                let rows = rows.at_capacity(c, (input, second), self.stage, workgroup_limit);
+                let forms = (self.stage, self.batch);
+                let rows = rows.at_capacity(c, (input, second), forms, workgroup_limit);
                 (ty, input, c, rows, second)
             })
             .collect();
@@ -1243,10 +1311,12 @@ impl MatVec {
                 )));
             }
         }
-        let (pipelines, layouts) = self
+        let (pipelines, layouts): (_, Vec<MatVecLayout>) = self
             .pipelines_for(ctx, (ty, input, rows_layout, second_type), max_batch)?
             .into_iter()
             .unzip();
+        // A batched pipeline reads the q8 codes as x16 (wgsl/matvec_q8_batched.wgsl).
+        let codes_as_x16 = layouts.iter().any(|l| l.batched);
         let norm = fusion
             .norm
             .map(|norm| {
@@ -1371,6 +1441,14 @@ impl MatVec {
                     ),
                     None => (placeholder.clone(), placeholder.clone()),
                 };
+                // x16: the x window as 16-byte words, or for a batched binding the q8 codes
+                // (whole 16-byte words: a wide type's rows are multiples of 256 elements).
+                let x16 = match fusion.q8 {
+                    Some(q8) if codes_as_x16 => {
+                        Window::around(0, batch * cols, align).binding(&q8.codes)
+                    }
+                    _ => x_wide.map_or(placeholder.clone(), |x| x.binding(io.x.buffer)),
+                };
                 // yq, yd: the quantized output's whole vectors (vector b at b·rows/4, b·rows/32).
                 let out = self.placeholder_out.as_entire_binding();
                 let (yq, yd) = match fusion.quantize_output {
@@ -1438,7 +1516,7 @@ impl MatVec {
                         params.as_entire_binding(),
                         step.clone(),
                         w_wide.map_or(placeholder.clone(), |w| w.binding(io.weights)),
-                        x_wide.map_or(placeholder.clone(), |x| x.binding(io.x.buffer)),
+                        x16,
                         norm.map_or(placeholder, |(n, window)| window.binding(n.weight)),
                         xq,
                         xd,

@@ -11,6 +11,11 @@
 //! of the weights (enough copies to stream ≥ 256 MB per pass, so the 50 MB L2 of an H200 never
 //! holds the next dispatch's weights, as in a decode step where every layer's are new), timed by
 //! pass timestamps: per-dispatch overhead (~2 µs on an H200) is included, as in a forward pass.
+//! Before a figure that follows a pause of more than `IDLE` (the pipeline builds of a new layout
+//! or type) the same dispatches run for `WARM` without one: an H100 drops its SM clock to 345
+//! MHz after ~3.5 s without work, and a measurement of a few milliseconds does not bring it back
+//! (experiments/NOTES.md, "mvbatch").
+//! One kernel per layout serves every batch (its pipelines are built once).
 //! The integer path is timed alone (`q8`) and with the quantize dispatch before every product
 //! (`q8+quantize`, what the engine records where the quantization is not shared); the gate/up
 //! pairing in a layout of 16 teams also writing its output as q8 blocks (`…+q8out`: the
@@ -34,8 +39,9 @@
 //! GB/s stays weight bytes over time. With several batches a last table sets each layout's
 //! q8 time at every batch against its time at the first (issue 21: a step of 8 sequences should
 //! cost little more than a step of 1), and the best layout per batch. `MatVecLayout::
-//! STAGED_CANDIDATES` (the wide form with the batch's x staged in workgroup memory) are timed at
-//! every batch, 1 included, though the engine runs them only for several vectors.
+//! STAGED_CANDIDATES` (the wide form with the batch's x staged in workgroup memory) and
+//! `BATCHED_CANDIDATES` (its vector loop with x in 16-byte loads) are timed at every batch, 1
+//! included, though the engine runs them only for several vectors.
 //! `--products` keeps the named products (all of a name: ffn_down is two); `--plain` times the
 //! q8 path alone (no `q8+quantize`, no `q8+q8out`); `--reps N` takes the median of N passes
 //! instead of REPS (a short device call). `--q6 aligned` also times each wide (or staged)
@@ -167,6 +173,14 @@ const QUICK_PRODUCTS: [Product; 4] = [
     product("small_head", GgmlType::Q6_K, 100, 256, Fusion::Plain, 1),
 ];
 const REPS: usize = 7;
+/// How long the dispatches of a figure run before they are timed after a pause (module doc).
+const WARM: std::time::Duration = std::time::Duration::from_millis(400);
+/// The pause after which a figure is warmed first (well inside the ~3.5 s the clock waits).
+const IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+/// When the last timed pass ended.
+static LAST_TIMED: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+/// Passes per submission while warming.
+const WARM_PASSES: usize = 8;
 /// Bytes of weights one timed pass streams at least (several copies of a small weight).
 const PASS_BYTES: u64 = 256 << 20;
 const MAX_COPIES: u64 = 64;
@@ -199,6 +213,7 @@ fn main() {
             .into_iter()
             .chain(MatVecLayout::WIDE_CANDIDATES)
             .chain(MatVecLayout::STAGED_CANDIDATES)
+            .chain(MatVecLayout::BATCHED_CANDIDATES)
             .collect(),
     };
     let input_paths: Vec<InputPath> = match option("--paths").as_deref() {
@@ -288,15 +303,13 @@ fn main() {
             .zip(&quantize)
             .map(|(bench, q)| bench.reference(&ctx, quantizer.as_ref().zip(q.as_ref())))
             .collect();
-        for &batch in &batches {
-            println!("# input vectors per dispatch: {batch}");
-            step.set(&ctx, Step::new(0, batch, 0));
-            // A wide layout on f32 inputs is the narrow one: timed once.
-            let layouts = layouts.iter().filter(|l| input == InputPath::Q8 || !l.wide);
-            for &layout in layouts {
-                // One kernel per layout: its pipelines are shared by the products of one type.
-                // With `--q6 aligned`, a wide (or staged) layout's second kernel loads Q6_K
-                // blocks aligned.
+        // One kernel per layout: its pipelines are shared by the products of one type and by
+        // every batch. With `--q6 aligned`, a wide (or staged) layout's second kernel loads Q6_K
+        // blocks aligned. A wide layout on f32 inputs is the narrow one: timed once.
+        let kernels: Vec<(MatVecLayout, Vec<(&str, MatVec)>)> = layouts
+            .iter()
+            .filter(|l| input == InputPath::Q8 || !l.wide)
+            .map(|&layout| {
                 let base = if input == InputPath::Q8 { "q8" } else { "f32" };
                 let mut forms = vec![(
                     base,
@@ -306,6 +319,14 @@ fn main() {
                     let kernel = MatVec::with_layout(&ctx, paths, layout).expect("building matvec");
                     forms.push(("q8+q6aligned", kernel.with_q6_loads(Q6Loads::Aligned)));
                 }
+                (layout, forms)
+            })
+            .collect();
+        for &batch in &batches {
+            println!("# input vectors per dispatch: {batch}");
+            step.set(&ctx, Step::new(0, batch, 0));
+            for (layout, forms) in &kernels {
+                let layout = *layout;
                 for ((index, (p, bench)), (name, kernel)) in products
                     .iter()
                     .zip(&benches)
@@ -922,6 +943,7 @@ impl<'a> Bench<'a> {
     /// Median seconds per dispatch (or per `encode`'s group of dispatches) over `reps` passes, each
     /// encoding once per weight copy.
     fn time(&self, ctx: &GpuContext, encode: impl Fn(&mut wgpu::ComputePass, usize)) -> f64 {
+        self.warm(ctx, &encode);
         let period = f64::from(ctx.queue.get_timestamp_period()) * 1e-9;
         let mut samples: Vec<f64> = (0..self.reps + 1)
             .map(|_| {
@@ -948,7 +970,33 @@ impl<'a> Bench<'a> {
             })
             .skip(1) // the first pass pays for pipeline warm-up
             .collect();
+        *LAST_TIMED.lock().unwrap() = Some(std::time::Instant::now());
         samples.sort_by(f64::total_cmp);
         samples[samples.len() / 2]
+    }
+
+    /// After a pause of more than `IDLE` since the last figure, runs `encode`'s passes back to
+    /// back for `WARM`, waiting only between submissions of `WARM_PASSES` passes: the GPU's
+    /// clock up before a figure (see the module doc).
+    fn warm(&self, ctx: &GpuContext, encode: &impl Fn(&mut wgpu::ComputePass, usize)) {
+        let last = *LAST_TIMED.lock().unwrap();
+        if last.is_some_and(|t| t.elapsed() < IDLE) {
+            return;
+        }
+        let start = std::time::Instant::now();
+        while start.elapsed() < WARM {
+            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            {
+                let mut pass = encoder.begin_compute_pass(&Default::default());
+                for _ in 0..WARM_PASSES {
+                    for copy in 0..self.copies {
+                        encode(&mut pass, copy);
+                    }
+                }
+            }
+            ctx.queue.submit([encoder.finish()]);
+            // The wait: a read of the resolved timestamps orders after the submission.
+            fak::gpu::read_back(ctx, &self.resolved, 0..16).unwrap();
+        }
     }
 }
