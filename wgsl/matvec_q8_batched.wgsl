@@ -24,7 +24,7 @@
 //           multiple of 256; a unit's groups at multiples of 16 elements). xd as there.
 // dispatch, rows, teams, pairing, accumulate, quantized output, reduction: matvec_q8_wide.wgsl's.
 // pipelines: the wide form's, with BATCHED on (engine `MatVecLayout::batched`, written
-//           `…/batched`; opt-in FAK_MATVEC_BATCHED=1 for steps of several vectors): only for q8
+//           `…/batched`; the engine's default at every batch, FAK_MATVEC_BATCHED=0 off): only for q8
 //           vectors read from global memory (no QUANTIZE_X, no MIXED).
 // requires: matvec.wgsl, matvec_q8.wgsl, matvec_q8_wide.wgsl (and what they require).
 

@@ -364,7 +364,8 @@ pub enum Q6Loads {
     Words,
     /// 16-byte-aligned vec4 pairs of the w16 view, shifted into place (`Q6_ALIGNED`): 8 vec4
     /// loads per row and unit instead of ~20 word loads (issue 18: Q6_K as fast as Q4_K per
-    /// byte). Opt-in (`FAK_MATVEC_Q6=aligned`) until a device has timed it.
+    /// byte). Opt-in (`FAK_MATVEC_Q6=aligned`): 1–2 % slower in the model on an H100
+    /// (experiments/NOTES.md, session 2026-12-06 #8).
     Aligned,
 }
 
