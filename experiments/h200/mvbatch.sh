@@ -15,10 +15,10 @@
 #      (pipeline builds) timed after 400 ms of the same dispatches (the SM clock up: most of
 #      2026-12-06's batch8 figures at B ≥ 2 ran at the 345 MHz idle clock) → matvec-batches.tsv
 #      (its last table: each layout's time at every batch against its time at 1);
-#   3. `harness bench` on the Qwen3.5-27B Q4_K_M at depth 128, 8 sequences, the default (wide at
-#      every batch) and FAK_MATVEC_BATCHED=1, a second pair where time is left (each 8-sequence run
-#      first reports a one-sequence step: the 1-sequence figure, which the form leaves alone)
-#      → batched.log, bench-json.tgz.
+#   3. `harness bench` on the Qwen3.5-27B Q4_K_M at depth 128, 8 sequences, FAK_MATVEC_BATCHED=0
+#      (the wide loop) and the default (batched at every batch since 2026-12-06 #8), a second
+#      pair where time is left (each 8-sequence run first reports a one-sequence step: the A/B
+#      at one sequence too) → batched.log, bench-json.tgz.
 # SM clocks every 200 ms → clocks.csv. Prepare (main's build, release binaries; the tests need
 # the gpu group, the bench matvec-bench):
 #   MATVEC_BENCH=1 RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh gpu_matvec
@@ -71,12 +71,14 @@ bench() { # bench LABEL [env...]: one 8-sequence `harness bench` at depth 128
         >> "$OUT/batched.log"
     (cd /tmp/bench-json-mvbatch && tar czf "$OUT/bench-json.tgz" ./*.json)
 }
-bench seq8-wide-1
-bench seq8-batched-1 FAK_MATVEC_BATCHED=1
+# Since 2026-12-06 #8 the batched form is the default at every batch (its one-sequence step too):
+# the wide arm is FAK_MATVEC_BATCHED=0, and each run's one-sequence line is the A/B at B = 1.
+bench seq8-wide-1 FAK_MATVEC_BATCHED=0
+bench seq8-batched-1
 # A second pair (~65 s) only where it ends inside the 200 s.
 if [ $((SECONDS - start)) -lt 130 ]; then
-    bench seq8-wide-2
-    bench seq8-batched-2 FAK_MATVEC_BATCHED=1
+    bench seq8-wide-2 FAK_MATVEC_BATCHED=0
+    bench seq8-batched-2
 fi
 cat "$OUT/batched.log"
 echo "== done at $((SECONDS - start)) s"
