@@ -149,7 +149,8 @@ const SPLIT_BELOW_TWO: SplitK = SplitK {
 /// A row's result does not depend on how many other rows share the step: the first 3 tokens'
 /// outputs are bit-for-bit the same in a 3-token step (K split across workgroups, partial sums
 /// added by reduce_partials) and in a 150-token step (each workgroup adding the same slices in
-/// the same order itself), on the fallback and on every sliced x16 kernel the adapter runs, for a
+/// the same order itself; the `below` rule with a target of two workgroups makes exactly that
+/// split), on the fallback and on every sliced x16 kernel the adapter runs, for a
 /// super-block type, its six-bit sibling and an unblocked type; both runs also match the CPU.
 /// (The staged cooperative-matrix kernel sums K whole when it does not split: not checked.)
 #[test]
@@ -170,7 +171,9 @@ fn a_rows_result_does_not_depend_on_how_many_rows_share_the_step() {
         }
     }
     for kernel in kernels {
-        let kernel = kernel.with_split(SPLIT_BELOW_TWO);
+        let kernel = kernel
+            .with_split(SPLIT_BELOW_TWO)
+            .with_grid(SplitGrid::Below);
         let name = match kernel.tiling() {
             Some(tiling) => format!("{} {tiling}", kernel.variant()),
             None => kernel.variant().to_string(),
