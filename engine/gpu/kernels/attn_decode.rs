@@ -75,7 +75,7 @@ pub enum KeyWalk {
     /// [`KeyWalk::Tiles`] with the next step's four rows loaded before the current ones are
     /// scored: two tiles in flight per team, the loads overlapping the butterflies and exp2
     /// (the same arithmetic in the same order as `Tiles`, so the same bits). The default since
-    /// 2026-12-06 #9, with [`DEFAULT_MAX_SPLITS`]: alone it lost at depth 8192 on an H100, with
+    /// 2026-12-06 #9, with [`default_max_splits`]: alone it lost at depth 8192 on an H100, with
     /// the split cap it wins at every depth (below).
     Ahead,
 }
@@ -133,16 +133,24 @@ impl KeyWalk {
     }
 }
 
-/// The most splits per sequence [`AttnDecode::new`] cuts a sequence into where
-/// `FAK_ATTN_DECODE_SPLITS` does not say: measured on an H100 (Qwen3-8B, 8 kv heads, so at most
-/// 128 workgroups a sequence against 132 SMs; experiments/NOTES.md, session 2026-12-06 #9, two
-/// rounds interleaved), with [`KeyWalk::Ahead`]: 228.6 / 218.8 / 190.8 tok/s at depths 128 /
-/// 2048 / 8192 against the uncapped tiles' 218.3 / 207.8 / 185.6; a cap of 8 loses at depth
-/// (147.7 at 8192), 16 without the walk ahead too (177.3).
-pub const DEFAULT_MAX_SPLITS: u32 = 16;
+/// The most workgroups a sequence's decode pass runs where `FAK_ATTN_DECODE_SPLITS` does not
+/// say ([`default_max_splits`]: this many over the kv heads). Measured on an H100 (132 SMs;
+/// experiments/NOTES.md, session 2026-12-06 #9, two rounds interleaved): the Qwen3-8B (8 kv
+/// heads) with [`KeyWalk::Ahead`] and at most 16 splits, 128 workgroups, decodes 228.6 / 218.8 /
+/// 190.8 tok/s at depths 128 / 2048 / 8192 against the uncapped tiles' 218.3 / 207.8 / 185.6;
+/// at most 8 splits (64 workgroups) loses at depth (147.7 at 8192), and so does the Qwen3.5-27B
+/// (4 kv heads) at 16 splits, 64 workgroups (81.1 against 82.9 at 8192). One wave of long
+/// splits is latency-bound; the walk ahead hides it only with enough of them in flight.
+pub const DEFAULT_MAX_WORKGROUPS: u32 = 128;
+
+/// The most splits per sequence a shape of `n_kv` kv heads gets by default: at most
+/// [`DEFAULT_MAX_WORKGROUPS`] workgroups (16 for 8 kv heads, 32 for 4), at least one split.
+pub fn default_max_splits(n_kv: u32) -> u32 {
+    (DEFAULT_MAX_WORKGROUPS / n_kv.max(1)).max(1)
+}
 
 /// The most splits per sequence `FAK_ATTN_DECODE_SPLITS` caps a binding's `n_split` at (None where
-/// unset or not a positive number; then [`DEFAULT_MAX_SPLITS`]): with n_kv kv heads, a sequence
+/// unset or not a positive number; then [`default_max_splits`]): with n_kv kv heads, a sequence
 /// runs at most that many times n_kv workgroups, whatever `n_split` the model bound, so the count
 /// can follow the GPU's size (wgpu does not tell the SM count: the caller does). `64`
 /// ([`MAX_SPLITS`]) lifts the cap.
@@ -422,13 +430,13 @@ impl AttnDecode {
     /// Builds the variant of `paths` (subgroup row sums, f16 cache where allowed) for `shape`,
     /// in the form [`KeyWalk::from_env`] names, its splits at least the keys
     /// [`split_keys_from_env`] asks for and at most the count [`max_splits_from_env`] caps
-    /// ([`DEFAULT_MAX_SPLITS`] where it is unset).
+    /// ([`default_max_splits`] of the shape where it is unset).
     pub fn new(ctx: &GpuContext, paths: KernelPaths, shape: AttnShape) -> Result<Self, GpuError> {
         let mut kernel = Self::with_walk(ctx, paths, shape, KeyWalk::from_env())?;
         if let Some(keys) = split_keys_from_env() {
             kernel = kernel.with_split_keys(keys);
         }
-        let cap = max_splits_from_env().unwrap_or(DEFAULT_MAX_SPLITS);
+        let cap = max_splits_from_env().unwrap_or(default_max_splits(shape.n_kv));
         Ok(kernel.with_max_splits(cap))
     }
 
