@@ -308,12 +308,13 @@ fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
 
 /// The lean Q6_K units (`Q6Loads::Lean`, FAK_MATVEC_Q6=lean: each group's integer sum starts
 /// at −32·Σ qx, the codes multiplied unbiased; cheaper funnels and scale loads of the same
-/// bytes) compute the default's integer sums, so
-/// its outputs are the word loads' bit for bit and within the f32 bound of the CPU's W·x̂, at
-/// every batch, on the cases of the aligned test above: in the engine's default layout (batched)
-/// on every int-dot variant, the unrolled wide layout and the staged form's on the first (each
-/// reads x through its own loader, which takes the groups' sums). (A mixed binding in the
-/// lean form: `a_mixed_binding_computes_each_weight_as_its_own_binding_does`.)
+/// bytes) compute the default's integer sums, so their outputs are the word loads' bit for bit
+/// and within the f32 bound of the CPU's W·x̂, at every batch, on the cases of the aligned test
+/// above (blocks at both 4-byte alignments: rows of 1050 and 3780 bytes, W at byte 32 and 36):
+/// in the engine's default layout (batched) on every int-dot variant, the unrolled wide layout
+/// and the staged form's on the first (each reads x through its own loader, which takes the
+/// groups' sums). (A mixed binding in the lean form:
+/// `a_mixed_binding_computes_each_weight_as_its_own_binding_does`.)
 #[test]
 fn lean_q6_k_gives_the_word_loads_outputs_bit_for_bit() {
     let layouts = [
