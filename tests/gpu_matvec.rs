@@ -301,18 +301,43 @@ fn assert_near_q8_oracle(
 /// `a_mixed_binding_computes_each_weight_as_its_own_binding_does`.)
 #[test]
 fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
-    let ctx = gpu();
-    let (rows, batch) = (37, u64::from(MAX_BATCH));
     let wide = MatVecLayout::WIDE_CANDIDATES;
     let staged = MatVecLayout::STAGED_CANDIDATES;
-    let mut seed = 0x3a7e_d000;
-    for (i, layout) in [wide[0], wide[2], staged[2]].into_iter().enumerate() {
+    check_q6_form(Q6Loads::Aligned, [wide[0], wide[2], staged[2]], 0x3a7e_d000);
+}
+
+/// The lean Q6_K units (`Q6Loads::Lean`, FAK_MATVEC_Q6=lean: each group's integer sum starts
+/// at −32·Σ qx, the codes multiplied unbiased; cheaper funnels and scale loads of the same
+/// bytes) compute the default's integer sums, so their outputs are the word loads' bit for bit
+/// and within the f32 bound of the CPU's W·x̂, at every batch, on the cases of the aligned test
+/// above (blocks at both 4-byte alignments: rows of 1050 and 3780 bytes, W at byte 32 and 36):
+/// in the engine's default layout (batched) on every int-dot variant, the unrolled wide layout
+/// and the staged form's on the first (each reads x through its own loader, which takes the
+/// groups' sums). (A mixed binding in the lean form:
+/// `a_mixed_binding_computes_each_weight_as_its_own_binding_does`.)
+#[test]
+fn lean_q6_k_gives_the_word_loads_outputs_bit_for_bit() {
+    let layouts = [
+        MatVecLayout::BATCHED_CANDIDATES[0],
+        MatVecLayout::WIDE_CANDIDATES[2],
+        MatVecLayout::STAGED_CANDIDATES[2],
+    ];
+    check_q6_form(Q6Loads::Lean, layouts, 0x3a7e_d400);
+}
+
+/// The cases of the two tests above for one Q6_K form in each of `layouts` (the first on every
+/// int-dot variant, the others on the first), against the default form in the same layout.
+fn check_q6_form(q6: Q6Loads, layouts: [MatVecLayout; 3], seed: u64) {
+    let ctx = gpu();
+    let (rows, batch) = (37, u64::from(MAX_BATCH));
+    let mut seed = seed;
+    for (i, layout) in layouts.into_iter().enumerate() {
         let int_dot = variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot);
         for paths in int_dot.take(if i == 0 { usize::MAX } else { 1 }) {
             let words = MatVec::with_layout(ctx, paths, layout).unwrap();
-            let aligned = MatVec::with_layout(ctx, paths, layout)
+            let form = MatVec::with_layout(ctx, paths, layout)
                 .unwrap()
-                .with_q6_loads(Q6Loads::Aligned);
+                .with_q6_loads(q6);
             let quantizer = quantizer(ctx, &words);
             let cases = [
                 (1280, WEIGHTS_OFFSET, true),
@@ -326,7 +351,7 @@ fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
                 if !room {
                     assert_all(check_tensor(
                         ctx,
-                        &aligned,
+                        &form,
                         Path::Q8(&quantizer),
                         ty,
                         (rows, cols),
@@ -359,7 +384,7 @@ fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
                         ..MatVecFusion::default()
                     };
                     let ys = [0, 1].map(|_| poisoned_f32(ctx, "y", batch * rows));
-                    let bindings = [&words, &aligned];
+                    let bindings = [&words, &form];
                     let bound: Vec<_> = bindings
                         .iter()
                         .zip(&ys)
@@ -379,9 +404,9 @@ fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
                     assert!(!bound[0].q6_aligned());
                     assert_eq!(
                         bound[1].q6_aligned(),
-                        room,
-                        "{paths} {layout} cols {cols}: aligned loads with room {room} ({} bytes \
-                         at {offset})",
+                        room && q6 == Q6Loads::Aligned,
+                        "{paths} {layout} {q6:?} cols {cols}: aligned loads with room {room} ({} \
+                         bytes at {offset})",
                         tensor_bytes
                     );
                     ctx.run_pass("q6 loads", |pass| {
@@ -393,8 +418,9 @@ fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
                     .unwrap();
                     let [want, got] =
                         [0, 1].map(|k| read_back_f32(ctx, &ys[k], 0..4 * batch * rows).unwrap());
-                    let what =
-                        format!("{paths} {layout} Q6_K {rows}×{cols} at {offset}, batch {n}");
+                    let what = format!(
+                        "{paths} {layout} {q6:?} Q6_K {rows}×{cols} at {offset}, batch {n}"
+                    );
                     let split = (u64::from(n) * rows) as usize;
                     assert!(
                         want[..split].iter().all(|v| v.is_finite()),
@@ -987,7 +1013,8 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
         ..MatVecFusion::default()
     };
     let layout = MatVecLayout::INTEGER.widened();
-    // Every int-dot variant with the default Q6_K loads; the first also with aligned ones.
+    // Every int-dot variant with the default Q6_K loads; the first also with aligned ones and
+    // in the lean form.
     let int_dot: Vec<KernelPaths> = variants::<MatVec>(ctx)
         .into_iter()
         .filter(|p| p.int_dot)
@@ -995,7 +1022,8 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
     let forms = int_dot
         .iter()
         .map(|&paths| (paths, Q6Loads::Words))
-        .chain(int_dot.first().map(|&paths| (paths, Q6Loads::Aligned)));
+        .chain(int_dot.first().map(|&paths| (paths, Q6Loads::Aligned)))
+        .chain(int_dot.first().map(|&paths| (paths, Q6Loads::Lean)));
     for (paths, q6) in forms {
         let kernel = MatVec::with_layout(ctx, paths, layout)
             .unwrap()

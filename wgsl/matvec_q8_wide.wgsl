@@ -22,6 +22,16 @@
 //           Q6_K lane reads its runs as 16-byte-aligned vec4 pairs of w16 and shifts them into
 //           place (`wide_q6_k_aligned`) instead of five word loads per run — the same bytes, so
 //           the same sums in the same order: bit for bit the default's outputs.
+//           Q6_LEAN (override; engine `Q6Loads::Lean`, FAK_MATVEC_Q6=lean, opt-in): a Q6_K unit
+//           in fewer instructions, the same bytes and integer sums (so the default's outputs bit
+//           for bit): Q6_K's −32 folded through x, Σ (q − 32)·qx = Σ q·qx − 32·Σ qx per 16-element
+//           group, Σ qx taken once per vector and unit for the 4 rows (`with_code_sums`) and each
+//           row's dot4I8Packed chain starting at −32·Σ qx, so the codes are multiplied unbiased
+//           (`dot_q6_folded`: no add and xor per code word and row, each group's qh bits placed
+//           by one shift and mask); each run's half-word funnel as a shift and a multiply-add
+//           per word (`run16_lean`: the block's shift is 0 or 16 bits); the four scales from three
+//           words funnelled the same way, without run16_at's neighbour `load_u32_at` branches
+//           (`wide_q6_k_lean`).
 //           BATCHED (override, declared in matvec_q8_batched.wgsl; engine `MatVecLayout::batched`,
 //           the default for q8 inputs): the loop over input vectors in that file's form — the
 //           same sums, bit for bit, x's codes in 16-byte loads (faster at every batch on an H100).
@@ -29,6 +39,8 @@
 
 // Read Q6_K blocks as aligned vec4 pairs where params.wide has W16_VIEW (see the header).
 override Q6_ALIGNED: bool = false;
+// Q6_K units in the lean form (see the header).
+override Q6_LEAN: bool = false;
 // params.wide bit: w16 views the w binding from its first byte (16-byte aligned, grown to whole
 // 16-byte words), whatever the alignment of the rows: set for Q6_K under Q6_ALIGNED only.
 const W16_VIEW: u32 = 4u;
@@ -90,6 +102,9 @@ fn wide_q6_k(block: u32, lane: u32) -> Wide {
     if Q6_ALIGNED && (p.wide & W16_VIEW) != 0u {
         return wide_q6_k_aligned(block, lane);
     }
+    if Q6_LEAN {
+        return wide_q6_k_lean(block, lane);
+    }
     let ip = lane / 2u;
     let h = lane % 2u;
     let ql = block + 64u * ip + 16u * h;
@@ -107,6 +122,41 @@ fn q6_wide(a: vec4<u32>, b: vec4<u32>, c: vec4<u32>, s0: u32, s1: u32, d: f32) -
     let scales = (s0 & 0xffu) | ((s0 >> 8u) & 0xff00u) | ((s1 & 0xffu) << 16u)
         | ((s1 << 8u) & 0xff000000u);
     return Wide(a, b, c, d * byte_floats(scales ^ 0x80808080u, 128.0), vec4<f32>(0.0));
+}
+
+// Q6_LEAN: the two words from byte 4·at + shift / 8 (shift 0 or 16: a 2-aligned offset) — lo
+// shifted down plus hi·2^16 (or hi·0), the carried half-word: the halves do not overlap, so the
+// sum is run16_at's or. A shift and a multiply-add per word, no select.
+fn funnel16(lo: vec4<u32>, hi: vec4<u32>, shift: u32) -> vec4<u32> {
+    return (lo >> vec4<u32>(shift)) + hi * vec4<u32>(shift << 12u);
+}
+
+// Q6_LEAN: run16_at's 16 bytes from word `at` on, shifted by the block's `shift`.
+fn run16_lean(at: u32, shift: u32) -> vec4<u32> {
+    let lo = vec4<u32>(src_word(at), src_word(at + 1u), src_word(at + 2u), src_word(at + 3u));
+    return funnel16(lo, vec4<u32>(lo.yzw, src_word(at + 4u)), shift);
+}
+
+// Q6_LEAN: wide_q6_k's unit from the same bytes. The lane's scales (bytes 192 + 8ip + h + 2k)
+// are bytes h and h + 2 of the two words at 192 + 8ip, read as three words and funnelled (the
+// third lies inside the block, or for an aligned block with ip = 1 is the word d is read from),
+// packed in the order k = 0, 2, 1, 3 and swizzled back after the same per-group products.
+fn wide_q6_k_lean(block: u32, lane: u32) -> Wide {
+    let ip = lane / 2u;
+    let h = lane % 2u;
+    let shift = (block & 2u) * 8u;
+    let ql = (block + 64u * ip + 16u * h) >> 2u;
+    let a = run16_lean(ql, shift);
+    let b = run16_lean(ql + 8u, shift);
+    let c = run16_lean((block + 128u + 32u * ip + 16u * h) >> 2u, shift);
+    let at = (block + 192u + 8u * ip) >> 2u;
+    let words = funnel16(vec4<u32>(src_word(at), src_word(at + 1u), 0u, 0u),
+                         vec4<u32>(src_word(at + 1u), src_word(at + 2u), 0u, 0u), shift);
+    let picked = (words.xy >> vec2<u32>(8u * h)) & vec2<u32>(0x00ff00ffu);
+    let scales = picked.x | (picked.y << 8u);
+    let d = load_f16_at(block + 208u);
+    let f = d * byte_floats(scales ^ 0x80808080u, 128.0);
+    return Wide(a, b, c, f.xzyw, vec4<f32>(0.0));
 }
 
 // The 16 bytes from byte `skew` (even, < 16) of the 32 bytes lo, hi: whole words chosen by
@@ -182,11 +232,13 @@ fn load_wide_rows(starts: vec4<u32>, u: u32) -> array<Wide, 4> {
 
 // One input vector's share of a wide unit: the code words paired with each group (Q4_K: x, y
 // the 32 elements of sub-blocks 2c, 2c + 1, eight words each in lo/hi; Q6_K: group k's 16
-// elements in words[k]), each group's x block scale d, and (Q4_K) its Σ qx.
+// elements in words[k]), each group's x block scale d, (Q4_K) its Σ qx, and (Q6_K under
+// Q6_LEAN) −32·Σ qx of each group, where its integer sum starts.
 struct WideX {
     words: array<vec4<u32>, 4>,
     d: vec4<f32>,
     s: vec4<f32>,
+    base: vec4<i32>,
 }
 
 // Where vector b's share of wide unit u lies: the index of its code word w < 16 (words 4k..4k + 3
@@ -220,9 +272,16 @@ fn wide_x_groups() -> u32 {
     return select(2u, 4u, wide_q6());
 }
 
-// Q4_K: the Σ qx of each x block (sub-blocks 2c, 2c + 1: words 0..7 and 8..15), exact.
+// Q4_K: the Σ qx of each x block (sub-blocks 2c, 2c + 1: words 0..7 and 8..15), exact; Q6_K
+// under Q6_LEAN: −32·Σ qx of each group (words[k]).
 fn with_code_sums(x: WideX) -> WideX {
     var v = x;
+    if wide_q6() && Q6_LEAN {
+        let ones = vec4<u32>(ONES);
+        let w = v.words;
+        v.base = -32 * vec4<i32>(dot16(w[0], ones), dot16(w[1], ones), dot16(w[2], ones),
+                                 dot16(w[3], ones));
+    }
     if !wide_q6() {
         let w = v.words;
         v.s = vec4<f32>(code_sum(w[0].x, w[0].y) + code_sum(w[0].z, w[0].w)
@@ -246,8 +305,27 @@ fn load_wide_x(b: u32, u: u32) -> WideX {
     return with_code_sums(v);
 }
 
+// Q6_LEAN: dot_wide's Q6_K sums with the codes as they are, q = low nibble | two qh bits << 4
+// (0..63, non-negative i8), each group's qh bits moved into bits 4-5 by one shift of c and a
+// mask; each group's dot4I8Packed chain starts at v.base = −32·Σ qx. The same integers as the
+// default's Σ (q − 32)·qx, so the same f32 sums and the same result bit for bit.
+fn dot_q6_folded(w: Wide, v: WideX) -> f32 {
+    let nib = vec4<u32>(0x0f0f0f0fu);
+    let top = vec4<u32>(0x30303030u);
+    let q0 = (w.a & nib) | ((w.c << vec4<u32>(4u)) & top);
+    let q1 = (w.b & nib) | ((w.c << vec4<u32>(2u)) & top);
+    let q2 = ((w.a >> vec4<u32>(4u)) & nib) | (w.c & top);
+    let q3 = ((w.b >> vec4<u32>(4u)) & nib) | ((w.c >> vec4<u32>(2u)) & top);
+    let sums = vec4<f32>(v.base + vec4<i32>(dot16(q0, v.words[0]), dot16(q1, v.words[1]),
+                                            dot16(q2, v.words[2]), dot16(q3, v.words[3])));
+    return dot(w.f * v.d, sums);
+}
+
 // Σ over the wide unit of w·x̂ for one row and one input vector.
 fn dot_wide(w: Wide, v: WideX) -> f32 {
+    if wide_q6() && Q6_LEAN {
+        return dot_q6_folded(w, v);
+    }
     if wide_q6() {
         // Group k's 6-bit codes: a nibble of a or b and 2 bits of c: elements +0 ← low a, qh bits
         // 0-1; +32 ← low b, bits 2-3; +64 ← high a, bits 4-5; +96 ← high b, bits 6-7. Each byte

@@ -39,8 +39,9 @@
 //! tests/gpu_matvec.rs checks. A binding takes [`MatVecFusion::layout`], else the one
 //! `FAK_MATVEC_LAYOUT` names (`MatVecLayout::from_env`), else its input's:
 //! [`MatVecLayout::DEFAULT`] (f32) or [`MatVecLayout::INTEGER`] (q8). The wide form reads Q6_K
-//! blocks with word loads, or (opt-in, `FAK_MATVEC_Q6=aligned`) as aligned 16-byte pairs
-//! ([`Q6Loads`]): the same bytes, the same outputs bit for bit.
+//! blocks with word loads, or (opt-in) as aligned 16-byte pairs (`FAK_MATVEC_Q6=aligned`) or in
+//! fewer instructions with the −32 folded through x (`FAK_MATVEC_Q6=lean`) ([`Q6Loads`]): the
+//! same bytes and integer sums, the same outputs bit for bit.
 //!
 //! # By batch size
 //!
@@ -354,9 +355,10 @@ impl std::fmt::Display for MatVecLayout {
         }
     }
 }
-/// How the wide form loads a Q6_K block (wgsl/matvec_q8_wide.wgsl): blocks of 210 bytes start
-/// on 2-byte boundaries, so today's loads are five words and a funnel shift per 16-byte run.
-/// Both read the same bytes and compute the same sums in the same order (bit for bit).
+/// How the wide form loads and multiplies a Q6_K block (wgsl/matvec_q8_wide.wgsl): blocks of 210
+/// bytes start on 2-byte boundaries, so today's loads are five words and a funnel shift per
+/// 16-byte run. Every form reads the same bytes and computes the same integer sums, and from
+/// them the same f32 operations in the same order (bit for bit).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub enum Q6Loads {
     /// Word loads at the block's alignment (the default).
@@ -367,13 +369,21 @@ pub enum Q6Loads {
     /// byte). Opt-in (`FAK_MATVEC_Q6=aligned`): 1–2 % slower in the model on an H100
     /// (experiments/NOTES.md, session 2026-12-06 #8).
     Aligned,
+    /// Word loads in fewer instructions per unit (`Q6_LEAN`): the −32 of Q6_K's codes folded
+    /// through x (each group's integer sum starts at −32·Σ qx, taken once per vector and unit
+    /// for the 4 rows; the codes multiplied unbiased: no add and xor per code word and row),
+    /// each run's half-word funnel a shift and a multiply-add per word, the scales from three
+    /// funnelled words (issue 18: Q6_K as fast as Q4_K). Opt-in (`FAK_MATVEC_Q6=lean`), untimed
+    /// on a device (experiments/NOTES.md, "q6bw").
+    Lean,
 }
 
 impl Q6Loads {
-    /// `FAK_MATVEC_Q6`: `aligned`, else (unset, `words`, anything else) the default.
+    /// `FAK_MATVEC_Q6`: `aligned`, `lean`, else (unset, `words`, anything else) the default.
     pub fn from_env() -> Q6Loads {
         match std::env::var("FAK_MATVEC_Q6").as_deref() {
             Ok("aligned") => Q6Loads::Aligned,
+            Ok("lean") => Q6Loads::Lean,
             _ => Q6Loads::Words,
         }
     }
@@ -747,6 +757,11 @@ fn spec(
     if aligned {
         constants.push(("Q6_ALIGNED", 1.0));
     }
+    // Likewise Q6_LEAN (every wide pipeline's x loader takes the groups' sums under it).
+    let lean = rows.wide && input.is_q8() && q6 == Q6Loads::Lean;
+    if lean {
+        constants.push(("Q6_LEAN", 1.0));
+    }
     constants.extend([
         ("WG", f64::from(rows.invocations)),
         ("TEAMS", f64::from(rows.teams)),
@@ -762,9 +777,13 @@ fn spec(
         Some(second) => format!(" mixed with {second}"),
         None => String::new(),
     };
-    let aligned = if aligned { " q6 aligned" } else { "" };
+    let q6 = match (aligned, lean) {
+        (true, _) => " q6 aligned",
+        (_, true) => " q6 lean",
+        _ => "",
+    };
     let mut spec = PipelineSpec {
-        label: format!("matvec {ty}{mixed} batch {capacity} x {what} layout {rows}{aligned}"),
+        label: format!("matvec {ty}{mixed} batch {capacity} x {what} layout {rows}{q6}"),
         entry_point,
         constants,
     };
@@ -874,6 +893,13 @@ impl Kernel for MatVec {
             let batched = MatVecLayout::BATCHED_CANDIDATES;
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), batched[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), batched[2]));
+            // Q6_K's lean units (opt-in): batched, staged, and mixed with the norm quantized in
+            // the workgroup.
+            let lean = (None, Q6Loads::Lean);
+            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, batched[0], lean, 1));
+            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, staged[2], lean, 1));
+            let mixed_lean = (Some(GgmlType::Q4_K), Q6Loads::Lean);
+            pipelines.push(spec(GgmlType::Q6_K, normed(3), 1, wide[0], mixed_lean, 1));
         }
         KernelSource {
             module,

@@ -31,7 +31,7 @@
 //! share of that bound; a binding that fails (or gives NaN) is printed as FAILED and not timed.
 //!
 //!   matvec-bench [--quick] [--layouts 64/1/1,128/4/2] [--paths f32,q8] [--batches 1,2,4,8]
-//!                [--products 27b_ffn_gate_up,output] [--q6 aligned]
+//!                [--products 27b_ffn_gate_up,output] [--q6 aligned,lean]
 //!
 //! `--batches B,…` (each 1 to 8; `--batch B` is one) multiplies B input vectors per dispatch, as a
 //! batched decode step of B sequences does (the B vectors are copies of one x, each output
@@ -47,7 +47,9 @@
 //! instead of REPS (a short device call). `--q6 aligned` also times each wide (or staged)
 //! layout's Q6_K products with the aligned Q6_K loads (`Q6Loads::Aligned`,
 //! FAK_MATVEC_Q6=aligned), checked as every binding is, as path `q8+q6aligned` (its `q8` line
-//! beside it is the default loads').
+//! beside it is the default loads'); `--q6 lean` in the lean form (`Q6Loads::Lean`,
+//! FAK_MATVEC_Q6=lean: the −32 folded through x, cheaper funnels) as path `q8+q6lean`; `--q6
+//! aligned,lean` both.
 
 use fak::gpu::kernels::matvec::{
     InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, Q6Loads,
@@ -247,7 +249,15 @@ fn main() {
     println!(
         "product\ttype\trows\tcols\tlayout\tpath\tus_per_dispatch\tweight_gbps\tpct_probe\tcopies\tcheck"
     );
-    let q6_aligned = option("--q6").as_deref() == Some("aligned");
+    // The Q6_K forms `--q6` names, each timed as a path of its own beside the default.
+    let q6_forms: Vec<(&str, Q6Loads)> = [("aligned", "q8+q6aligned", Q6Loads::Aligned)]
+        .into_iter()
+        .chain([("lean", "q8+q6lean", Q6Loads::Lean)])
+        .filter(|(flag, ..)| {
+            option("--q6").is_some_and(|names| names.split(',').any(|n| n.trim() == *flag))
+        })
+        .map(|(_, path, q6)| (path, q6))
+        .collect();
     let all: &[Product] = if quick { &QUICK_PRODUCTS } else { &PRODUCTS };
     let products: Vec<Product> = match option("--products") {
         Some(names) => all
@@ -304,8 +314,8 @@ fn main() {
             .map(|(bench, q)| bench.reference(&ctx, quantizer.as_ref().zip(q.as_ref())))
             .collect();
         // One kernel per layout: its pipelines are shared by the products of one type and by
-        // every batch. With `--q6 aligned`, a wide (or staged) layout's second kernel loads Q6_K
-        // blocks aligned. A wide layout on f32 inputs is the narrow one: timed once.
+        // every batch. With `--q6 …`, a wide (or staged) layout has a kernel per Q6_K form named
+        // (aligned loads, lean units). A wide layout on f32 inputs is the narrow one: timed once.
         let kernels: Vec<(MatVecLayout, Vec<(&str, MatVec)>)> = layouts
             .iter()
             .filter(|l| input == InputPath::Q8 || !l.wide)
@@ -315,9 +325,12 @@ fn main() {
                     base,
                     MatVec::with_layout(&ctx, paths, layout).expect("building matvec"),
                 )];
-                if q6_aligned && layout.wide && input == InputPath::Q8 {
-                    let kernel = MatVec::with_layout(&ctx, paths, layout).expect("building matvec");
-                    forms.push(("q8+q6aligned", kernel.with_q6_loads(Q6Loads::Aligned)));
+                if layout.wide && input == InputPath::Q8 {
+                    for &(path, q6) in &q6_forms {
+                        let kernel =
+                            MatVec::with_layout(&ctx, paths, layout).expect("building matvec");
+                        forms.push((path, kernel.with_q6_loads(q6)));
+                    }
                 }
                 (layout, forms)
             })
@@ -334,10 +347,10 @@ fn main() {
                     .flat_map(|product| forms.iter().map(move |form| (product, form)))
                 {
                     let (name, kernel) = (*name, kernel);
-                    // The aligned form differs from the default only on Q6_K, and only in its
-                    // loads: timed alone (the fused timings below are the default form's).
+                    // The Q6_K forms differ from the default only on Q6_K: timed alone (the fused
+                    // timings below are the default form's).
                     let aligned_form = kernel.q6_loads() == Q6Loads::Aligned;
-                    if aligned_form && p.ty != GgmlType::Q6_K {
+                    if kernel.q6_loads() != Q6Loads::Words && p.ty != GgmlType::Q6_K {
                         continue;
                     }
                     let bindings = bench.bind(&ctx, kernel, false);
@@ -524,6 +537,7 @@ fn summarize(
             "f32",
             "q8",
             "q8+q6aligned",
+            "q8+q6lean",
             "q8+quantize",
             "f32+q8out",
             "q8+q8out",
@@ -596,7 +610,7 @@ fn bandwidth_summary(products: &[Product], results: &[(usize, &'static str, MatV
         }),
     ];
     for (set, weight) in sets {
-        for path in ["f32", "q8", "q8+q6aligned", "q8+q8out"] {
+        for path in ["f32", "q8", "q8+q6aligned", "q8+q6lean", "q8+q8out"] {
             let (mut total_bytes, mut total_seconds) = (0.0, 0.0);
             for (index, p) in products.iter().enumerate() {
                 let best = results
