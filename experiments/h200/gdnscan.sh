@@ -17,6 +17,7 @@
 #      132 SMs) and chunk_scan walks 1 and 2 chunks, so scan µs per chunk c = t128 − t64 and
 #      prepare P = t64 − c (per layer: the row's µs / 48).
 # A bench is skipped (logged SKIPPED) when it would pass BUDGET_S (190 s from the start).
+# A dry run elsewhere: PRESET=tiny DEPTHS=64,128 (the synth preset and the bench depths).
 # SM clocks every 500 ms → clocks.csv. Prepare (release binaries; the gpu and model groups):
 #   RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh gpu_gated_delta model_qwen35
 # staged as target/<dir>/{experiments/h200/*.sh, target/h200/{bin.txz,gl,built-at,commit}}, run
@@ -28,15 +29,18 @@ source experiments/h200/setup.sh
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
     --format=csv -lms 500 > "$OUT/clocks.csv" 2>&1 &
 CLOCKS=$!
-Q27=/dev/shm/qwen35-27b-q4_k_m.gguf
-"$BIN/harness" synth --arch qwen35 --preset qwen35-27b --quant q4_k_m --seed 0 --fast-random \
+PRESET=${PRESET:-qwen35-27b}
+Q27=/dev/shm/$PRESET-q4_k_m.gguf
+"$BIN/harness" synth --arch qwen35 --preset "$PRESET" --quant q4_k_m --seed 0 --fast-random \
     --out "$Q27" > /tmp/synth.log 2>&1 &
 SYNTH=$!
 BLOCKS=coop+quads+fused+blocks
 
 # The group binaries (prepare.sh carries bin/gpu and bin/model), so that a filter picks tests.
-for t in "gpu gpu_gated_delta::" \
-    "model model_qwen35::f32_logits_match_the_cpu_reference_on_the_subgroup model_qwen35::a_prefill_split model_qwen35::prefill_then_decode model_qwen35::q4_k_m_greedy model_qwen35::the_plan_sizes --test-threads=1"; do
+PREFILL_TESTS="model_qwen35::f32_logits_match_the_cpu_reference_on_the_subgroup
+    model_qwen35::a_prefill_split model_qwen35::prefill_then_decode model_qwen35::q4_k_m_greedy
+    model_qwen35::the_plan_sizes"
+for t in "gpu gpu_gated_delta::" "model $PREFILL_TESTS --test-threads=1"; do
     set -- $t
     env=()
     [ "$1" = model ] && env=(FAK_GDN_CHUNK=$BLOCKS)
@@ -59,9 +63,9 @@ bench() { # bench LABEL [env...]: one 27B `harness bench`, unless the budget is 
         return
     fi
     echo "== $label $* (at ${SECONDS}s)" >> "$OUT/bench.log"
-    env "$@" timeout 60 "$BIN/harness" bench --model "$Q27" --depths 64,128,2048 --n-out 8 \
-        --profile-steps 1 --suffix 0 --probe-mib 256 --json-out "/tmp/bench-json/$label.json" \
-        > /tmp/bench.log 2>&1
+    env "$@" timeout 60 "$BIN/harness" bench --model "$Q27" --depths "${DEPTHS:-64,128,2048}" \
+        --n-out 8 --profile-steps 1 --suffix 0 --probe-mib 256 \
+        --json-out "/tmp/bench-json/$label.json" > /tmp/bench.log 2>&1
     echo "rc=$?" >> "$OUT/bench.log"
     grep -E "^depth [0-9]+ prefill:| gated_delta |panicked|rror" /tmp/bench.log \
         | cut -c1-200 >> "$OUT/bench.log"
