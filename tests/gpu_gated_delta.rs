@@ -759,6 +759,9 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
     let blocks = ChunkKernel::named("coop+quads+fused+blocks").unwrap();
     assert_eq!((blocks.coop, blocks.form.inverse), (true, Inverse::Blocks));
     assert!(blocks.form.quads && blocks.form.fused);
+    let lean = ChunkKernel::named("coop+quads+fused+lean+blocks").unwrap();
+    assert_eq!(lean.form, ChunkForm::COOP[6]);
+    assert!(lean.form.lean && !blocks.form.lean);
     let blocks = ChunkKernel::named("f32+blocks").unwrap();
     assert_eq!((blocks.coop, blocks.form), (false, ChunkForm::F32[2]));
     let bad_names = [
@@ -770,6 +773,9 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
         "coop+quads+fused+columns+blocks",
         "coop+quads+fused+blocks+columns",
         "f32+blocks+columns",
+        "coop+lean",
+        "coop+quads+lean+fused+blocks",
+        "f32+lean+blocks",
     ];
     for bad in bad_names {
         let e = ChunkKernel::named(bad).unwrap_err().to_string();

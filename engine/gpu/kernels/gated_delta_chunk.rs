@@ -22,14 +22,15 @@
 //! wgsl/gated_delta_chunk_io.wgsl, so a change of the batch layout applies to both.
 //!
 //! Forms ([`ChunkForm`], named by `FAK_GDN_CHUNK=coop+quads`, `coop+fused`, `coop+columns`,
-//! `coop+quads+fused+columns`, `coop+quads+fused+blocks`, `f32+columns`, `f32+blocks`): vec4<f16>
-//! cells, a fused scan, the inverse by columns or by block rows ([`Inverse`]). Each computes the
-//! same values in the same order as the plain form (bit for bit).
+//! `coop+quads+fused+columns`, `coop+quads+fused+blocks`, `coop+quads+fused+lean+blocks`,
+//! `f32+columns`, `f32+blocks`): vec4<f16> cells, a fused scan, a lean scan (U early, S decayed
+//! on the update's accumulators), the inverse by columns or by block rows ([`Inverse`]). Each
+//! computes the same values in the same order as the plain form (bit for bit).
 //! `quads`, `fused` and `columns` together are the coop kernel's default ([`ChunkKernel::DEFAULT`]):
 //! on an H100 (2026-12-06 #8, experiments/h200/prefill-sweep.sh) they cut the 27B's 2048-token
 //! chunked delta rule from 96 to 82 ms and each alone 4–6 %; the f32 kernel keeps its plain form
-//! unless one is named (its `columns` and `blocks` forms are untimed). `blocks` is opt-in until a
-//! device has timed it (experiments/h200/gdnscan.sh).
+//! unless one is named (its `columns` and `blocks` forms are untimed). `blocks` and `lean` are
+//! opt-in until a device has timed them (experiments/h200/gdnscan.sh).
 
 use super::delta_state::{
     DeltaDims, DeltaState, Dispatch, Resource, bind_group, by_entry, check_batch, check_grid,
@@ -85,6 +86,9 @@ pub struct ChunkForm {
     /// Coop kernel, `SCAN_FUSED`: chunk_scan computes Q̃·S in W·S's loop and the state update's
     /// dk tiles two at a time.
     pub fused: bool,
+    /// Coop kernel, `SCAN_LEAN`: chunk_scan loads U before W·S and decays S on the state
+    /// update's accumulators (no pass over S and, with `fused`, one barrier less a chunk).
+    pub lean: bool,
     /// Both kernels, `INVERSE`: how chunk_prepare computes T = (I + A)⁻¹.
     pub inverse: Inverse,
 }
@@ -127,36 +131,43 @@ impl Inverse {
 
 impl ChunkForm {
     /// The forms the tests run and `FAK_GDN_CHUNK` names on the coop kernel, the plain one
-    /// first: each change alone, then all together with either of the inverses.
-    pub const COOP: [ChunkForm; 6] = [
-        ChunkForm::with(false, false, Inverse::Rows),
-        ChunkForm::with(true, false, Inverse::Rows),
-        ChunkForm::with(false, true, Inverse::Rows),
-        ChunkForm::with(false, false, Inverse::Columns),
-        ChunkForm::with(true, true, Inverse::Columns),
-        ChunkForm::with(true, true, Inverse::Blocks),
+    /// first: each change alone, then the default (quads, fused, columns), then the default
+    /// with the inverse by blocks, then that with the lean scan.
+    pub const COOP: [ChunkForm; 7] = [
+        ChunkForm::with(false, false, false, Inverse::Rows),
+        ChunkForm::with(true, false, false, Inverse::Rows),
+        ChunkForm::with(false, true, false, Inverse::Rows),
+        ChunkForm::with(false, false, false, Inverse::Columns),
+        ChunkForm::with(true, true, false, Inverse::Columns),
+        ChunkForm::with(true, true, false, Inverse::Blocks),
+        ChunkForm::with(true, true, true, Inverse::Blocks),
     ];
     /// The f32 kernel's forms (it has no f16 cells and one scan).
     pub const F32: [ChunkForm; 3] = [
-        ChunkForm::with(false, false, Inverse::Rows),
-        ChunkForm::with(false, false, Inverse::Columns),
-        ChunkForm::with(false, false, Inverse::Blocks),
+        ChunkForm::with(false, false, false, Inverse::Rows),
+        ChunkForm::with(false, false, false, Inverse::Columns),
+        ChunkForm::with(false, false, false, Inverse::Blocks),
     ];
 
-    const fn with(quads: bool, fused: bool, inverse: Inverse) -> Self {
+    const fn with(quads: bool, fused: bool, lean: bool, inverse: Inverse) -> Self {
         ChunkForm {
             quads,
             fused,
+            lean,
             inverse,
         }
     }
 
     /// Its suffix in `FAK_GDN_CHUNK` (`+quads+fused+columns`, empty for the plain form).
     pub fn suffix(self) -> String {
-        let cells_and_scan: String = [(self.quads, "+quads"), (self.fused, "+fused")]
-            .into_iter()
-            .filter_map(|(on, name)| on.then_some(name))
-            .collect();
+        let cells_and_scan: String = [
+            (self.quads, "+quads"),
+            (self.fused, "+fused"),
+            (self.lean, "+lean"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
         cells_and_scan + self.inverse.suffix()
     }
 }
@@ -179,17 +190,17 @@ impl ChunkKernel {
     pub const VAR: &'static str = "FAK_GDN_CHUNK";
     pub const F32: ChunkKernel = ChunkKernel {
         coop: false,
-        form: ChunkForm::with(false, false, Inverse::Rows),
+        form: ChunkForm::with(false, false, false, Inverse::Rows),
     };
     /// The coop kernel in its plain form (`coop`).
     pub const COOP: ChunkKernel = ChunkKernel {
         coop: true,
-        form: ChunkForm::with(false, false, Inverse::Rows),
+        form: ChunkForm::with(false, false, false, Inverse::Rows),
     };
     /// The engine's default (unset or empty): the coop kernel with quads, fused and columns.
     pub const DEFAULT: ChunkKernel = ChunkKernel {
         coop: true,
-        form: ChunkForm::with(true, true, Inverse::Columns),
+        form: ChunkForm::with(true, true, false, Inverse::Columns),
     };
 
     pub fn requested() -> Result<Self, GpuError> {
@@ -448,6 +459,7 @@ impl GatedDeltaChunked {
         ];
         if coop {
             constants.push(("SCAN_FUSED", flag(form.fused)));
+            constants.push(("SCAN_LEAN", flag(form.lean)));
         }
         let label = ChunkKernel { coop, form }.label();
         let spec = |entry_point: &'static str| PipelineSpec {
