@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
 # One device call (an H100 or H200, ≤ 200 s wall; no llama.cpp): issue 19's chunked delta rule
-# with chunk_prepare's inverse by block rows (helper gdnscan, 2026-12-06 #9; experiments/NOTES.md
-# "gdnscan"), opt-in as FAK_GDN_CHUNK=coop+quads+fused+blocks against the default
-# coop+quads+fused+columns (the two differ in the inverse alone: T = (I + A)⁻¹ with its longest
-# chain of dependent fmas on one invocation 479 instead of 1953, the same fmas in the same order).
+# in the forms of helper gdnscan (2026-12-06 #9; experiments/NOTES.md "gdnscan"), opt-in as
+# FAK_GDN_CHUNK=coop+quads+fused+lean+blocks against the default coop+quads+fused+columns:
+#   blocks — chunk_prepare's inverse T = (I + A)⁻¹ by block rows: its longest chain of dependent
+#            fmas on one invocation 479 instead of 1953 (the same fmas in the same order);
+#   lean   — chunk_scan loads U before W·S and decays S on the update's accumulators: one
+#            barrier and one L2 round trip less on each chunk's chain (the same values).
+# Both compute the default's bits; blocks acts on chunk_prepare alone, lean on chunk_scan alone,
+# so the depth-64 split below says which part of a difference is whose.
 # In order of what the call must not lose:
 #   1. the tests on NVIDIA's coop paths → tests.log: gpu_gated_delta (every chunked test on every
-#      form of both kernels against the f64 reference — the coop blocks form included — and
+#      form of both kernels against the f64 reference — the coop blocks and lean forms — and
 #      `every_form_computes_its_kernels_default_bits`: each form's o and states equal its
-#      kernel's plain form bit for bit), then model_qwen35's prefill tests with the blocks form
-#      (FAK_GDN_CHUNK=coop+quads+fused+blocks: the engine's path through the variable, the plan).
+#      kernel's plain form bit for bit), then model_qwen35's prefill tests with the new form
+#      (FAK_GDN_CHUNK=coop+quads+fused+lean+blocks: the engine's path through the variable, the
+#      plan).
 #   2. `harness bench --depths 64,128,2048 --n-out 8 --profile-steps 1` on the Qwen3.5-27B synth,
-#      default and blocks interleaved twice (ROUNDS) → bench.log (each run's prefill lines and its
-#      gated_delta row; per-op µs of every depth in bench-json.tgz). Depth 64 is there to split
-#      the op: at 64 and 128 tokens chunk_prepare is one wave (48 and 96 working workgroups for
-#      132 SMs) and chunk_scan walks 1 and 2 chunks, so scan µs per chunk c = t128 − t64 and
-#      prepare P = t64 − c (per layer: the row's µs / 48).
+#      default and the new form interleaved twice (ROUNDS), then, with time left, blocks without
+#      lean once → bench.log (each run's prefill lines and its gated_delta row; per-op µs of
+#      every depth in bench-json.tgz). Depth 64 splits the op: at 64 and 128 tokens
+#      chunk_prepare is one wave (48 and 96 working workgroups for 132 SMs) and chunk_scan walks
+#      1 and 2 chunks, so scan µs per chunk c = t128 − t64 and prepare P = t64 − c (per layer:
+#      the row's µs / 48).
 # A bench is skipped (logged SKIPPED) when it would pass BUDGET_S (190 s from the start).
 # A dry run elsewhere: PRESET=tiny DEPTHS=64,128 (the synth preset and the bench depths).
 # SM clocks every 500 ms → clocks.csv. Prepare (release binaries; the gpu and model groups):
@@ -34,16 +40,15 @@ Q27=/dev/shm/$PRESET-q4_k_m.gguf
 "$BIN/harness" synth --arch qwen35 --preset "$PRESET" --quant q4_k_m --seed 0 --fast-random \
     --out "$Q27" > /tmp/synth.log 2>&1 &
 SYNTH=$!
-BLOCKS=coop+quads+fused+blocks
+NEW=coop+quads+fused+lean+blocks
 
 # The group binaries (prepare.sh carries bin/gpu and bin/model), so that a filter picks tests.
 PREFILL_TESTS="model_qwen35::f32_logits_match_the_cpu_reference_on_the_subgroup
-    model_qwen35::a_prefill_split model_qwen35::prefill_then_decode model_qwen35::q4_k_m_greedy
-    model_qwen35::the_plan_sizes"
+    model_qwen35::a_prefill_split model_qwen35::prefill_then_decode model_qwen35::the_plan_sizes"
 for t in "gpu gpu_gated_delta::" "model $PREFILL_TESTS --test-threads=1"; do
     set -- $t
     env=()
-    [ "$1" = model ] && env=(FAK_GDN_CHUNK=$BLOCKS)
+    [ "$1" = model ] && env=(FAK_GDN_CHUNK=$NEW)
     echo "== ${env[*]} $* (at ${SECONDS}s)" >> "$OUT/tests.log"
     env "${env[@]}" timeout 75 "$BIN/$1" --skip llama_cpp --skip mlx_lm "${@:2}" 2>&1 \
         | grep -E "^test |test result|panicked at|SKIPPED|differ|vs " | cut -c1-240 \
@@ -73,8 +78,9 @@ bench() { # bench LABEL [env...]: one 27B `harness bench`, unless the budget is 
 }
 for round in $(seq "${ROUNDS:-2}"); do
     bench "27b-default-$round"
-    bench "27b-blocks-$round" FAK_GDN_CHUNK=$BLOCKS
+    bench "27b-new-$round" FAK_GDN_CHUNK=$NEW
 done
+bench "27b-blocks" FAK_GDN_CHUNK=coop+quads+fused+blocks
 kill $CLOCKS
 grep -E "^==|^rc=|^depth [0-9]+ prefill:| gated_delta " "$OUT/bench.log" | cut -c1-160
 echo "== done at ${SECONDS}s"
