@@ -48,9 +48,10 @@ PREFILL_TESTS="model_qwen35::f32_logits_match_the_cpu_reference_on_the_subgroup
 for t in "gpu gpu_gated_delta::" "model $PREFILL_TESTS --test-threads=1"; do
     set -- $t
     env=()
-    [ "$1" = model ] && env=(FAK_GDN_CHUNK=$NEW)
+    limit=80
+    [ "$1" = model ] && env=(FAK_GDN_CHUNK=$NEW) && limit=60
     echo "== ${env[*]} $* (at ${SECONDS}s)" >> "$OUT/tests.log"
-    env "${env[@]}" timeout 75 "$BIN/$1" --skip llama_cpp --skip mlx_lm "${@:2}" 2>&1 \
+    env "${env[@]}" timeout "$limit" "$BIN/$1" --skip llama_cpp --skip mlx_lm "${@:2}" 2>&1 \
         | grep -E "^test |test result|panicked at|SKIPPED|differ|vs " | cut -c1-240 \
         | head -60 >> "$OUT/tests.log"
 done
