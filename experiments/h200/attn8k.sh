@@ -31,11 +31,18 @@ elapsed() { echo $(( $(date +%s) - T0 )); }
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw --format=csv -lms 200 \
     > "$OUT/clocks.csv" 2>&1 &
 CLOCKS=$!
-# PRESET=tiny (with small DEPTHS) for a dry run on another adapter.
+# PRESET=tiny (with small DEPTHS) for a dry run on another adapter; ARCH=qwen35
+# PRESET=qwen35-27b for the hybrid (its 16 attention layers, 4 kv heads). The file is written
+# once per machine (another script of the call may have).
+ARCH=${ARCH:-qwen3}
 PRESET=${PRESET:-qwen3-8b}
 M8=/dev/shm/$PRESET-q4_k_m.gguf
-"$BIN/harness" synth --arch qwen3 --preset "$PRESET" --quant q4_k_m --seed 0 --fast-random \
-    --out "$M8" > /tmp/synth8.log 2>&1 &
+if [ -s "$M8" ]; then
+    true &
+else
+    "$BIN/harness" synth --arch "$ARCH" --preset "$PRESET" --quant q4_k_m --seed 0 --fast-random \
+        --out "$M8.part" > /tmp/synth8.log 2>&1 && mv "$M8.part" "$M8" &
+fi
 SYNTH8=$!
 
 # name:VAR=value,VAR=value (no variables: the default form).
@@ -66,7 +73,7 @@ bench() { # bench NAME VARS ROUND: one `harness bench` with the arm's variables
     local name=$1 vars=$2 round=$3 json=/tmp/attn8k-json/$1-$3.json
     echo "== $name round $round: ${vars:-default}, depths $DEPTHS" >> "$OUT/bench.log"
     # shellcheck disable=SC2086 # the variables are NAME=value words
-    env ${vars//,/ } timeout 40 "$BIN/harness" bench --model "$M8" --depths "$DEPTHS" \
+    env ${vars//,/ } timeout "${BENCH_TIMEOUT:-40}" "$BIN/harness" bench --model "$M8" --depths "$DEPTHS" \
         --n-out 32 --profile-steps 1 --suffix 0 --probe-mib 256 --json-out "$json" \
         > /tmp/bench.log 2>&1
     echo "rc=$?" >> "$OUT/bench.log"

@@ -102,6 +102,8 @@ if [ -x "$BIN/matmul-bench" ] && [ $((SECONDS + 45)) -le "$BUDGET_S" ]; then
 fi
 bench "$Q27" 27b-quads FAK_GDN_CHUNK=coop+quads
 bench "$Q8B" 8b-split-never FAK_ATTN_SPLIT=never
+# The staged attention, the default before the flash form (2026-12-06 #9).
+bench "$Q8B" 8b-staged FAK_ATTN_PREFILL=coop
 bench "$Q27" 27b-fused FAK_GDN_CHUNK=coop+fused
 bench "$Q27" 27b-columns FAK_GDN_CHUNK=coop+columns
 bench "$Q8B" 8b-split-more FAK_ATTN_SPLIT=fill:8192:256

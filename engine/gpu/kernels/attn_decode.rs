@@ -66,14 +66,17 @@ const MAX_SPLIT_KEYS: u32 = 1 << 24;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KeyWalk {
     /// Four consecutive keys per team and step, their rows loaded together, their scores summed
-    /// in one vec4 butterfly and the online softmax rescaled once per step (the default).
+    /// in one vec4 butterfly and the online softmax rescaled once per step
+    /// (`FAK_ATTN_DECODE=tiles`; the default until 2026-12-06 #9).
     Tiles,
     /// One key per team and step, the next key's rows loaded while the current one is scored
     /// (the form before 2026-12-05 #6; `FAK_ATTN_DECODE=old`).
     OneKey,
     /// [`KeyWalk::Tiles`] with the next step's four rows loaded before the current ones are
     /// scored: two tiles in flight per team, the loads overlapping the butterflies and exp2
-    /// (`FAK_ATTN_DECODE=ahead`; the same arithmetic in the same order as `Tiles`).
+    /// (the same arithmetic in the same order as `Tiles`, so the same bits). The default since
+    /// 2026-12-06 #9, with [`DEFAULT_MAX_SPLITS`]: alone it lost at depth 8192 on an H100, with
+    /// the split cap it wins at every depth (below).
     Ahead,
 }
 
@@ -81,13 +84,13 @@ impl KeyWalk {
     /// Every form, for the tests.
     pub const ALL: [KeyWalk; 3] = [KeyWalk::Tiles, KeyWalk::OneKey, KeyWalk::Ahead];
 
-    /// [`KeyWalk::OneKey`] where `FAK_ATTN_DECODE=old`, [`KeyWalk::Ahead`] where it is `ahead`,
-    /// else [`KeyWalk::Tiles`].
+    /// [`KeyWalk::OneKey`] where `FAK_ATTN_DECODE=old`, [`KeyWalk::Tiles`] where it is `tiles`,
+    /// else [`KeyWalk::Ahead`].
     pub fn from_env() -> KeyWalk {
         match std::env::var("FAK_ATTN_DECODE").as_deref() {
             Ok("old") => KeyWalk::OneKey,
-            Ok("ahead") => KeyWalk::Ahead,
-            _ => KeyWalk::Tiles,
+            Ok("tiles") => KeyWalk::Tiles,
+            _ => KeyWalk::Ahead,
         }
     }
 
@@ -130,10 +133,19 @@ impl KeyWalk {
     }
 }
 
+/// The most splits per sequence [`AttnDecode::new`] cuts a sequence into where
+/// `FAK_ATTN_DECODE_SPLITS` does not say: measured on an H100 (Qwen3-8B, 8 kv heads, so at most
+/// 128 workgroups a sequence against 132 SMs; experiments/NOTES.md, session 2026-12-06 #9, two
+/// rounds interleaved), with [`KeyWalk::Ahead`]: 228.6 / 218.8 / 190.8 tok/s at depths 128 /
+/// 2048 / 8192 against the uncapped tiles' 218.3 / 207.8 / 185.6; a cap of 8 loses at depth
+/// (147.7 at 8192), 16 without the walk ahead too (177.3).
+pub const DEFAULT_MAX_SPLITS: u32 = 16;
+
 /// The most splits per sequence `FAK_ATTN_DECODE_SPLITS` caps a binding's `n_split` at (None where
-/// unset or not a positive number): with n_kv kv heads, a sequence runs at most that many times
-/// n_kv workgroups, whatever `n_split` the model bound, so the count can follow the GPU's size
-/// (wgpu does not tell the SM count: the caller does).
+/// unset or not a positive number; then [`DEFAULT_MAX_SPLITS`]): with n_kv kv heads, a sequence
+/// runs at most that many times n_kv workgroups, whatever `n_split` the model bound, so the count
+/// can follow the GPU's size (wgpu does not tell the SM count: the caller does). `64`
+/// ([`MAX_SPLITS`]) lifts the cap.
 pub fn max_splits_from_env() -> Option<u32> {
     let n: u32 = std::env::var("FAK_ATTN_DECODE_SPLITS").ok()?.parse().ok()?;
     (n > 0).then_some(n)
@@ -409,16 +421,15 @@ impl AttnDecode {
 
     /// Builds the variant of `paths` (subgroup row sums, f16 cache where allowed) for `shape`,
     /// in the form [`KeyWalk::from_env`] names, its splits at least the keys
-    /// [`split_keys_from_env`] asks for and at most the count [`max_splits_from_env`] caps.
+    /// [`split_keys_from_env`] asks for and at most the count [`max_splits_from_env`] caps
+    /// ([`DEFAULT_MAX_SPLITS`] where it is unset).
     pub fn new(ctx: &GpuContext, paths: KernelPaths, shape: AttnShape) -> Result<Self, GpuError> {
         let mut kernel = Self::with_walk(ctx, paths, shape, KeyWalk::from_env())?;
         if let Some(keys) = split_keys_from_env() {
             kernel = kernel.with_split_keys(keys);
         }
-        if let Some(n) = max_splits_from_env() {
-            kernel = kernel.with_max_splits(n);
-        }
-        Ok(kernel)
+        let cap = max_splits_from_env().unwrap_or(DEFAULT_MAX_SPLITS);
+        Ok(kernel.with_max_splits(cap))
     }
 
     /// This kernel cutting a sequence into at most `n` splits (≥ 1) whatever a binding's

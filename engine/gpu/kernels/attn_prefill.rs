@@ -7,15 +7,15 @@
 //! - `subgroup+f16+coop16x16` (Vulkan) / `subgroup+f16+coop8x8` (Metal): S = Q·Kᵀ and P·V on
 //!   cooperative matrices, f16 inputs and f32 accumulation, O kept in the accumulators and
 //!   rescaled only when a row's max outgrows its reference (wgsl/attn_prefill_coop.wgsl);
-//!   the default for 16×16 matrices (`FAK_ATTN_PREFILL=tiles` for the f32-tile kernel, a tile
-//!   by its label to measure it): on the H200 it passes the attention and model tests and cuts
+//!   the default for 16×16 matrices until the flash form below (`FAK_ATTN_PREFILL=coop` now;
+//!   `tiles` for the f32-tile kernel, a tile by its label to measure it): on the H200 it passes the attention and model tests and cuts
 //!   the 8B's 2048-token prefill attention from 234 to 39 ms (experiments/NOTES.md, session
 //!   2026-12-05 #5); Metal's 8×8 form has run nowhere yet, so there it is opt-in (`coop`);
 //!   [`AttnPrefill::with_tile`] builds any [`CoopTile`] (tests, bench);
 //! - the same variants with a [`CoopTile`] of form [`CoopForm::Flash`]: the same attention on
 //!   another schedule (wgsl/attn_prefill_flash.wgsl: K and V tiles of their own, two barriers
-//!   per key step, every load issued a phase ahead), opt-in only (`FAK_ATTN_PREFILL=flash` or a
-//!   flash tile's label) until the device has timed it.
+//!   per key step, every load issued a phase ahead): the default on 16×16 matrices since it
+//!   was timed on an H100 (2026-12-06 #9; `FAK_ATTN_PREFILL=coop` for the staged kernel).
 //!
 //! Both share the bindings and row addressing (wgsl/attn_prefill_rows.wgsl), so a binding is the
 //! same for every variant; only the rows per workgroup differ ([`AttnPrefill::rows_per_tile`]).
@@ -281,11 +281,15 @@ impl CoopTile {
 }
 
 /// What `FAK_ATTN_PREFILL` asks the engine to run where the adapter has cooperative matrices:
-/// unset or empty, the cooperative-matrix kernel on 16×16 matrices (passed on the H200 once its
-/// workgroup variables were whole 16-byte units and every key of a 64-key step had its base:
-/// experiments/NOTES.md, session 2026-12-05 #5) and the f32-tile kernel on Metal's 8×8 ones (not
-/// yet run on hardware); `tiles`, the f32-tile kernel; `coop`, the cooperative-matrix kernel with
-/// [`CoopTile::fitting`]'s tile; `flash`, the flash form's largest tile that fits
+/// unset or empty, on 16×16 matrices the flash form's largest tile that fits (the staged
+/// kernel's where none does), and the f32-tile kernel on Metal's 8×8 ones (not yet run on
+/// hardware). The flash form is the default since 2026-12-06 #9: on an H100 it passed every
+/// prefill test and took the Qwen3-8B's 2048-token prefill from 7537 to 7955 tok/s (attention
+/// 39.7 → 25.5 ms a step, 14.1 % → 9.5 %; neutral at 128 tokens), two rounds interleaved
+/// (experiments/NOTES.md, session 2026-12-06 #9). `tiles`, the f32-tile kernel; `coop`, the
+/// staged cooperative-matrix kernel (the default before: [`CoopTile::fitting`]'s tile; passed
+/// on the H200 once its workgroup variables were whole 16-byte units and every key of a 64-key
+/// step had its base, session 2026-12-05 #5); `flash`, the flash form's largest tile that fits
 /// ([`CoopTile::fitting_flash`]; the staged kernel's where none does: a head over 8 dim tiles);
 /// a [`CoopTile`] label (`64x32`, `64x64q`: rows × keys, `q` for Q in registers; `128x32f`,
 /// `64x32f`: the flash form's), that tile where it fits.
@@ -601,8 +605,9 @@ impl AttnPrefill {
         limit: u32,
     ) -> Result<Option<CoopTile>, GpuError> {
         Ok(match env_override() {
-            Override::Default if coop == CoopShape::M16x16 => {
-                CoopTile::fitting(coop, head_dim, limit)
+            Override::Default | Override::Flash if coop == CoopShape::M16x16 => {
+                CoopTile::fitting_flash(coop, head_dim, limit)
+                    .or_else(|| CoopTile::fitting(coop, head_dim, limit))
             }
             Override::Default | Override::Tiles => None,
             Override::Coop => CoopTile::fitting(coop, head_dim, limit),
