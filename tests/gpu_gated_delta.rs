@@ -13,7 +13,7 @@
 use fak::gpu::kernels::delta_state::HeadMapping;
 use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState, Dispatch};
 use fak::gpu::kernels::gated_delta::GatedDeltaDecode;
-use fak::gpu::kernels::gated_delta_chunk::{ChunkForm, ChunkKernel, GatedDeltaChunked};
+use fak::gpu::kernels::gated_delta_chunk::{ChunkForm, ChunkKernel, GatedDeltaChunked, Inverse};
 use fak::gpu::kernels::gdn_decode::{GdnDecode, WORKGROUP_SIZES};
 use fak::gpu::step::MidSave;
 use fak::gpu::{GpuContext, GpuError, Kernel, KernelPaths, storage_buffer};
@@ -756,12 +756,26 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
     }
     let columns = ChunkKernel::named("f32+columns").unwrap();
     assert_eq!((columns.coop, columns.form), (false, ChunkForm::F32[1]));
+    let blocks = ChunkKernel::named("coop+quads+fused+blocks").unwrap();
+    assert_eq!((blocks.coop, blocks.form.inverse), (true, Inverse::Blocks));
+    assert!(blocks.form.quads && blocks.form.fused);
+    let lean = ChunkKernel::named("coop+quads+fused+lean+blocks").unwrap();
+    assert_eq!(lean.form, ChunkForm::COOP[6]);
+    assert!(lean.form.lean && !blocks.form.lean);
+    let blocks = ChunkKernel::named("f32+blocks").unwrap();
+    assert_eq!((blocks.coop, blocks.form), (false, ChunkForm::F32[2]));
     let bad_names = [
         "Coop",
         "coop+fused+quads",
         "coop+quads+quads",
         "quads",
         "f32+quads",
+        "coop+quads+fused+columns+blocks",
+        "coop+quads+fused+blocks+columns",
+        "f32+blocks+columns",
+        "coop+lean",
+        "coop+quads+lean+fused+blocks",
+        "f32+lean+blocks",
     ];
     for bad in bad_names {
         let e = ChunkKernel::named(bad).unwrap_err().to_string();

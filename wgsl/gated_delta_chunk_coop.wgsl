@@ -63,6 +63,12 @@
 // state update's dk tiles, two tiles a pass (all read V''s fragments): two MMA phases a chunk
 // instead of four; each accumulator still adds the same products in the same order, so 0 and 1
 // agree bit for bit too.
+// SCAN_LEAN (override, `FAK_GDN_CHUNK=coop+quads+fused+lean+…`): 1 takes two steps off the chain
+// of chunk_scan's chunks — U is loaded before W·S (its L2 round trip under the MMAs instead of
+// after the barrier that publishes W·S), and S's decay e^{γ_C} is applied to the state update's
+// accumulators as they are loaded (the same multiplication per element) instead of a pass over
+// state_sh behind its own barrier (4 barriers a chunk, not 5, where P·V' rides in the update's
+// pass). The same values: bit for bit the same results.
 // dispatch: as gated_delta_chunk.wgsl.
 // workgroup memory: prepare 45.5 KB (h16 28 KB, a_sh 17 KB); scan 4·(16·(dk + 4) + 256) +
 //   2·(2·16·(dk + 8)) + 6 KB + 5 KB + 0.5 KB (30.2 KB at dk = 128, 45.2 KB at dk = 256): within
@@ -85,6 +91,7 @@
 
 override DK: u32 = 128u;
 override SCAN_FUSED: u32 = 0u;
+override SCAN_LEAN: u32 = 0u;
 
 // Subgroups of chunk_prepare and chunk_scan.
 const PREP_SUBGROUPS: u32 = 8u;
@@ -422,6 +429,24 @@ fn write_o(ch: Chunk, h: u32, rows_tile: u32, tid: u32) {
     }
 }
 
+// V' quads a chunk_scan invocation computes (CHUNK × ROWS / 4 over SCAN_WG invocations).
+const V_QUADS: u32 = CHUNK * ROWS / 4u / SCAN_WG;
+
+// U's four values of V' quad e (columns ≥ dv are zero).
+fn u_quad(ch: Chunk, rows_tile: u32, e: u32) -> vec4<f32> {
+    let t = e / (ROWS / 4u);
+    let jr = 4u * (e % (ROWS / 4u));
+    let u_at = params.u_at + (ch.block * CHUNK + t) * params.dv;
+    var u = vec4<f32>();
+    for (var k = 0u; k < 4u; k++) {
+        let j = rows_tile * ROWS + jr + k;
+        if j < params.dv {
+            u[k] = scratch[u_at + j];
+        }
+    }
+    return u;
+}
+
 // s16 (hi/lo) from the f32 state in state_sh.
 fn split_state(tid: u32) {
     for (var e = tid; e < ROWS * DK / 4u; e += SCAN_WG) {
@@ -479,6 +504,13 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
         let k_hi = half_at(params.k_at, ch.block, CHUNK, DK, 0u, 0u);
         let part = CHUNK * DK;
         let p_part = CHUNK * CHUNK;
+        // Lean: this invocation's U quads now, in flight under W·S.
+        var u_early: array<vec4<f32>, V_QUADS>;
+        if SCAN_LEAN == 1u {
+            for (var k = 0u; k < V_QUADS; k++) {
+                u_early[k] = u_quad(ch, wg.x, tid + k * SCAN_WG);
+            }
+        }
 
         // W S for this subgroup's rows (and, fused, Q̃ S from the same S fragments).
         var ws = CoopC();
@@ -509,19 +541,18 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
         workgroupBarrier();
         // V' = U − W S as hi/lo (zero past dv: U is, and so is S there), four columns an
         // iteration.
-        for (var e = tid; e < CHUNK * ROWS / 4u; e += SCAN_WG) {
+        for (var q = 0u; q < V_QUADS; q++) {
+            let e = tid + q * SCAN_WG;
             let t = e / (ROWS / 4u);
             let jr = 4u * (e % (ROWS / 4u));
-            let u_at = params.u_at + (ch.block * CHUNK + t) * params.dv;
-            var x = vec4<f32>();
-            for (var k = 0u; k < 4u; k++) {
-                let j = wg.x * ROWS + jr + k;
-                var u = 0.0;
-                if j < params.dv {
-                    u = scratch[u_at + j];
-                }
-                x[k] = u - vst[t * VS + jr + k];
+            var u: vec4<f32>;
+            if SCAN_LEAN == 1u {
+                u = u_early[q];
+            } else {
+                u = u_quad(ch, wg.x, e);
             }
+            let at_v = t * VS + jr;
+            let x = u - vec4<f32>(vst[at_v], vst[at_v + 1u], vst[at_v + 2u], vst[at_v + 3u]);
             let v = hi_lo4(x);
             put_d16_4(t * DS + jr, v.hi);
             put_d16_4(d_lo + t * DS + jr, v.lo);
@@ -556,13 +587,18 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
             }
             coopStoreT(joined(acc, acc_small), &vst[v_at], vs);
         }
-        // S ← e^{γ_C} S (scalar; the MMAs above read s16, not state_sh).
+        // S ← e^{γ_C} S (scalar; the MMAs above read s16, not state_sh). Lean: on the update's
+        // accumulators as they are loaded, and no barrier where nothing else needs one.
         let decay_last = exp(gamma_sh[CHUNK - 1u]);
-        for (var e = tid; e < ROWS * DK; e += SCAN_WG) {
-            let at_e = (e / DK) * STATE_STRIDE + e % DK;
-            state_sh[at_e] *= decay_last;
+        if SCAN_LEAN == 0u {
+            for (var e = tid; e < ROWS * DK; e += SCAN_WG) {
+                let at_e = (e / DK) * STATE_STRIDE + e % DK;
+                state_sh[at_e] *= decay_last;
+            }
         }
-        workgroupBarrier();
+        if (SCAN_LEAN == 0u) | !pv_in_update {
+            workgroupBarrier();
+        }
         if !pv_in_update {
             write_o(ch, h, wg.x, tid);
         }
@@ -587,6 +623,10 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
             var upd2_small = CoopC();
             if SCAN_FUSED == 1u {
                 upd2 = coopLoad<CoopC>(&state_sh[s_at2], s_stride2);
+            }
+            if SCAN_LEAN == 1u {
+                upd = decay_last * upd;
+                upd2 = decay_last * upd2;
             }
             for (var s0 = 0u; s0 < CHUNK; s0 += COOP) {
                 // K̃ᵀ as A: element (i, t) is K̃[t][i], column-major with stride dk.

@@ -117,17 +117,23 @@ fn load_gates(ch: Chunk, h: u32, tid: u32) {
     workgroupBarrier();
 }
 
-// How invert_unit_lower goes (override; `FAK_GDN_CHUNK=…+columns`): 0, row by row, two
-// workgroup barriers a row (126 in a full chunk); 1, each column on its own invocation.
-override INVERSE_COLUMNS: u32 = 0u;
+// How invert_unit_lower goes (override; `FAK_GDN_CHUNK=…+columns`, `…+blocks`): 0, row by row,
+// two workgroup barriers a row (126 in a full chunk); 1, each column on its own invocation; 2, by
+// block rows of INV_BLOCK rows, two steps each (17 barriers in all).
+override INVERSE: u32 = 0u;
+
+// Rows of a block row of invert_by_blocks (divides CHUNK).
+const INV_BLOCK: u32 = 8u;
 
 // T = (I + A)⁻¹ in place of the strictly lower A in a_sh: T_tj = −(A_tj + Σ_{j<s<t} A_ts T_sj)
 // for j < t, the unit diagonal implicit. Row t needs only rows < t; rows at or past the chunk's
-// `n` are zero in A and stay zero in T, so the loop stops there (`n` is the workgroup's). Both
-// forms compute every T_tj with the same fmas in the same order (bit for bit the same T); a_sh's
+// `n` are zero in A and stay zero in T, so the loop stops there (`n` is the workgroup's). Every
+// form computes every T_tj with the same fmas in the same order (bit for bit the same T); a_sh's
 // upper triangle (zero before, since A is strictly lower) is zero after. Needs 256 invocations.
 fn invert_unit_lower(n: u32, tid: u32) {
-    if INVERSE_COLUMNS == 1u {
+    if INVERSE == 2u {
+        invert_by_blocks(n, tid);
+    } else if INVERSE == 1u {
         invert_by_columns(n, tid);
     } else {
         invert_by_rows(n, tid);
@@ -137,7 +143,8 @@ fn invert_unit_lower(n: u32, tid: u32) {
 // Column j of T on invocation j: T_tj for t = j + 1, … in turn from column j's earlier values,
 // written transposed into the upper triangle at (j, t), where no other invocation reads or
 // writes and A (the lower triangle) stays whole for every column; no invocation waits for
-// another until T moves to the lower triangle.
+// another until T moves to the lower triangle. Column 0 is a chain of 1953 fmas on one
+// invocation while the rest of the workgroup waits.
 fn invert_by_columns(n: u32, tid: u32) {
     let j = tid;
     if j < n {
@@ -150,6 +157,54 @@ fn invert_by_columns(n: u32, tid: u32) {
         }
     }
     workgroupBarrier();
+    move_to_lower(n, tid);
+}
+
+// The columns form with the serial part cut: T stays transposed at (j, t) until the end, and the
+// block rows [r0, r0 + INV_BLOCK) go in turn, each in two steps —
+// 1. every pair (t, j), j < t, of the block row on its own invocation (256 at a time): the part
+//    of the sum over the earlier block rows, Y_tj = A_tj + Σ_{j<s<r0} A_ts T_sj (final values),
+//    stored exactly (f32) at (j, t);
+// 2. each column j < r0 + INV_BLOCK on its own invocation finishes the block's rows in turn:
+//    T_tj = −(Y_tj + Σ_{max(r0, j+1) ≤ s < t} A_ts T_sj), the T_sj of the block its own.
+// Each T_tj is A_tj plus the fmas of s = j + 1, …, t − 1 in that order, as in the other forms:
+// bit for bit their T. The longest chain on one invocation is 479 fmas (1953 by columns), for 15
+// barriers more.
+fn invert_by_blocks(n: u32, tid: u32) {
+    for (var r0 = 0u; r0 < CHUNK; r0 += INV_BLOCK) {
+        let width = r0 + INV_BLOCK;
+        // Pair e = j·INV_BLOCK + (t − r0): an invocation's pairs have columns 32 apart, so the
+        // long sums (small j) spread over the workgroup.
+        for (var e = tid; e < width * INV_BLOCK; e += 256u) {
+            let t = r0 + e % INV_BLOCK;
+            let j = e / INV_BLOCK;
+            if j < t && t < n {
+                var acc = a_sh[t * AP + j];
+                for (var s = j + 1u; s < r0; s++) {
+                    acc = fma(a_sh[t * AP + s], a_sh[j * AP + s], acc);
+                }
+                a_sh[j * AP + t] = acc;
+            }
+        }
+        workgroupBarrier();
+        let j = tid;
+        if j < width {
+            let s0 = max(r0, j + 1u);
+            for (var t = s0; t < min(width, n); t++) {
+                var acc = a_sh[j * AP + t];
+                for (var s = s0; s < t; s++) {
+                    acc = fma(a_sh[t * AP + s], a_sh[j * AP + s], acc);
+                }
+                a_sh[j * AP + t] = -acc;
+            }
+        }
+        workgroupBarrier();
+    }
+    move_to_lower(n, tid);
+}
+
+// T from its transposed place (j, t) in the upper triangle to (t, j), the upper triangle zeroed.
+fn move_to_lower(n: u32, tid: u32) {
     for (var e = tid; e < CHUNK * CHUNK; e += 256u) {
         let t = e / CHUNK;
         let jj = e % CHUNK;

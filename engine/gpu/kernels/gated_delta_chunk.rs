@@ -22,12 +22,15 @@
 //! wgsl/gated_delta_chunk_io.wgsl, so a change of the batch layout applies to both.
 //!
 //! Forms ([`ChunkForm`], named by `FAK_GDN_CHUNK=coop+quads`, `coop+fused`, `coop+columns`,
-//! `coop+quads+fused+columns`, `f32+columns`): vec4<f16> cells, a fused scan, the inverse by
-//! columns. Each computes the same values in the same order as the plain form (bit for bit).
-//! All three together are the coop kernel's default ([`ChunkKernel::DEFAULT`]): on an H100
-//! (2026-12-06 #8, experiments/h200/prefill-sweep.sh) they cut the 27B's 2048-token chunked
-//! delta rule from 96 to 82 ms and each alone 4–6 %; the f32 kernel keeps its plain form
-//! unless one is named (its `columns` form is untimed).
+//! `coop+quads+fused+columns`, `coop+quads+fused+blocks`, `coop+quads+fused+lean+blocks`,
+//! `f32+columns`, `f32+blocks`): vec4<f16> cells, a fused scan, a lean scan (U early, S decayed
+//! on the update's accumulators), the inverse by columns or by block rows ([`Inverse`]). Each
+//! computes the same values in the same order as the plain form (bit for bit).
+//! `quads`, `fused` and `columns` together are the coop kernel's default ([`ChunkKernel::DEFAULT`]):
+//! on an H100 (2026-12-06 #8, experiments/h200/prefill-sweep.sh) they cut the 27B's 2048-token
+//! chunked delta rule from 96 to 82 ms and each alone 4–6 %; the f32 kernel keeps its plain form
+//! unless one is named (its `columns` and `blocks` forms are untimed). `blocks` and `lean` are
+//! opt-in until a device has timed them (experiments/h200/gdnscan.sh).
 
 use super::delta_state::{
     DeltaDims, DeltaState, Dispatch, Resource, bind_group, by_entry, check_batch, check_grid,
@@ -83,45 +86,89 @@ pub struct ChunkForm {
     /// Coop kernel, `SCAN_FUSED`: chunk_scan computes Q̃·S in W·S's loop and the state update's
     /// dk tiles two at a time.
     pub fused: bool,
-    /// Both kernels, `INVERSE_COLUMNS`: chunk_prepare's T = (I + A)⁻¹ one column per invocation
-    /// with two barriers in all, instead of one row at a time with two barriers a row.
-    pub columns: bool,
+    /// Coop kernel, `SCAN_LEAN`: chunk_scan loads U before W·S and decays S on the state
+    /// update's accumulators (no pass over S and, with `fused`, one barrier less a chunk).
+    pub lean: bool,
+    /// Both kernels, `INVERSE`: how chunk_prepare computes T = (I + A)⁻¹.
+    pub inverse: Inverse,
 }
 
-impl ChunkForm {
-    /// The forms the tests run and `FAK_GDN_CHUNK` names on the coop kernel, the default first:
-    /// each change alone, then all together.
-    pub const COOP: [ChunkForm; 5] = [
-        ChunkForm::with(false, false, false),
-        ChunkForm::with(true, false, false),
-        ChunkForm::with(false, true, false),
-        ChunkForm::with(false, false, true),
-        ChunkForm::with(true, true, true),
-    ];
-    /// The f32 kernel's forms (it has no f16 cells and one scan).
-    pub const F32: [ChunkForm; 2] = [
-        ChunkForm::with(false, false, false),
-        ChunkForm::with(false, false, true),
-    ];
+/// How chunk_prepare computes T = (I + A)⁻¹ (wgsl/gated_delta_chunk_io.wgsl, override
+/// `INVERSE`); each form adds the same fmas in the same order to every T_tj.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum Inverse {
+    /// One row at a time, two workgroup barriers a row (126 in a full chunk).
+    #[default]
+    Rows,
+    /// Each column on its own invocation, two barriers in all: column 0 is a chain of 1953
+    /// fmas on one invocation while the workgroup waits.
+    Columns,
+    /// By block rows of 8: the part of each sum over earlier block rows one (row, column) pair
+    /// per invocation, then each column finishes the block's rows on its own — the longest
+    /// chain 479 fmas, 17 barriers in all.
+    Blocks,
+}
 
-    const fn with(quads: bool, fused: bool, columns: bool) -> Self {
-        ChunkForm {
-            quads,
-            fused,
-            columns,
+impl Inverse {
+    /// The value of the WGSL's `INVERSE` override.
+    fn code(self) -> u8 {
+        match self {
+            Inverse::Rows => 0,
+            Inverse::Columns => 1,
+            Inverse::Blocks => 2,
         }
     }
 
-    /// Its suffix in `FAK_GDN_CHUNK` (`+quads+fused+columns`, empty for the default).
+    /// Its suffix in `FAK_GDN_CHUNK`.
+    fn suffix(self) -> &'static str {
+        match self {
+            Inverse::Rows => "",
+            Inverse::Columns => "+columns",
+            Inverse::Blocks => "+blocks",
+        }
+    }
+}
+
+impl ChunkForm {
+    /// The forms the tests run and `FAK_GDN_CHUNK` names on the coop kernel, the plain one
+    /// first: each change alone, then the default (quads, fused, columns), then the default
+    /// with the inverse by blocks, then that with the lean scan.
+    pub const COOP: [ChunkForm; 7] = [
+        ChunkForm::with(false, false, false, Inverse::Rows),
+        ChunkForm::with(true, false, false, Inverse::Rows),
+        ChunkForm::with(false, true, false, Inverse::Rows),
+        ChunkForm::with(false, false, false, Inverse::Columns),
+        ChunkForm::with(true, true, false, Inverse::Columns),
+        ChunkForm::with(true, true, false, Inverse::Blocks),
+        ChunkForm::with(true, true, true, Inverse::Blocks),
+    ];
+    /// The f32 kernel's forms (it has no f16 cells and one scan).
+    pub const F32: [ChunkForm; 3] = [
+        ChunkForm::with(false, false, false, Inverse::Rows),
+        ChunkForm::with(false, false, false, Inverse::Columns),
+        ChunkForm::with(false, false, false, Inverse::Blocks),
+    ];
+
+    const fn with(quads: bool, fused: bool, lean: bool, inverse: Inverse) -> Self {
+        ChunkForm {
+            quads,
+            fused,
+            lean,
+            inverse,
+        }
+    }
+
+    /// Its suffix in `FAK_GDN_CHUNK` (`+quads+fused+columns`, empty for the plain form).
     pub fn suffix(self) -> String {
-        [
+        let cells_and_scan: String = [
             (self.quads, "+quads"),
             (self.fused, "+fused"),
-            (self.columns, "+columns"),
+            (self.lean, "+lean"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
-        .collect()
+        .collect();
+        cells_and_scan + self.inverse.suffix()
     }
 }
 
@@ -143,17 +190,17 @@ impl ChunkKernel {
     pub const VAR: &'static str = "FAK_GDN_CHUNK";
     pub const F32: ChunkKernel = ChunkKernel {
         coop: false,
-        form: ChunkForm::with(false, false, false),
+        form: ChunkForm::with(false, false, false, Inverse::Rows),
     };
     /// The coop kernel in its plain form (`coop`).
     pub const COOP: ChunkKernel = ChunkKernel {
         coop: true,
-        form: ChunkForm::with(false, false, false),
+        form: ChunkForm::with(false, false, false, Inverse::Rows),
     };
-    /// The engine's default (unset or empty): the coop kernel with every form on.
+    /// The engine's default (unset or empty): the coop kernel with quads, fused and columns.
     pub const DEFAULT: ChunkKernel = ChunkKernel {
         coop: true,
-        form: ChunkForm::with(true, true, true),
+        form: ChunkForm::with(true, true, false, Inverse::Columns),
     };
 
     pub fn requested() -> Result<Self, GpuError> {
@@ -401,17 +448,18 @@ impl GatedDeltaChunked {
         Self::source_with(variant, dims, ChunkForm::default())
     }
 
-    /// The same in `form` (the f32 kernel takes its `columns` alone).
+    /// The same in `form` (the f32 kernel takes its inverse alone).
     pub fn source_with(variant: KernelPaths, dims: &DeltaDims, form: ChunkForm) -> KernelSource {
         let coop = variant.coop_matrix.is_some();
         let form = Self::form_of(variant, form);
         let flag = |on: bool| f64::from(u8::from(on));
         let mut constants = vec![
             ("DK", f64::from(dims.dk)),
-            ("INVERSE_COLUMNS", flag(form.columns)),
+            ("INVERSE", f64::from(form.inverse.code())),
         ];
         if coop {
             constants.push(("SCAN_FUSED", flag(form.fused)));
+            constants.push(("SCAN_LEAN", flag(form.lean)));
         }
         let label = ChunkKernel { coop, form }.label();
         let spec = |entry_point: &'static str| PipelineSpec {
@@ -495,7 +543,7 @@ impl GatedDeltaChunked {
         Self::with_form(ctx, variant, dims, ChunkForm::default())
     }
 
-    /// The same in `form` (of which the f32 kernel takes `columns` alone).
+    /// The same in `form` (of which the f32 kernel takes the inverse alone).
     pub fn with_form(
         ctx: &GpuContext,
         variant: KernelPaths,
@@ -544,12 +592,12 @@ impl GatedDeltaChunked {
         self.form
     }
 
-    /// What of `form` `variant` has: all of it on cooperative matrices, `columns` alone on f32.
+    /// What of `form` `variant` has: all of it on cooperative matrices, the inverse alone on f32.
     fn form_of(variant: KernelPaths, form: ChunkForm) -> ChunkForm {
         match variant.coop_matrix {
             Some(_) => form,
             None => ChunkForm {
-                columns: form.columns,
+                inverse: form.inverse,
                 ..ChunkForm::default()
             },
         }
