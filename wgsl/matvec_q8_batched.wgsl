@@ -33,11 +33,11 @@
 //           workgroups share rows, so W's second read comes from L2) — a workgroup past the step's
 //           vectors returns at once. Each vector's products, reduction and output are this form's
 //           with MAX_B = G, so its bits are the unsplit form's (every slot, every capacity gives a
-//           vector the same bits). Why (experiments/NOTES.md, "b8 (2026-12-06 #9)"): at 8 vectors
-//           the form costs ~4× its one-vector time with ~5× fewer instructions than that would
-//           take at full issue: a lane carries 8 vectors' accumulators and x, few warps fit an
-//           SM, and each warp's vector chain is serial; G vectors a lane trade W re-reads from L2
-//           for more, lighter warps.
+//           vector the same bits). Why (experiments/NOTES.md, "b8 (2026-12-06 #9)"): on an H100
+//           the form issues at ~16 % of the SMs' rate, and its time doubles from 4 to 8 vectors
+//           where 1 to 4 costs 1.6–2.1× — the shape of a register cliff (a lane carries 8
+//           vectors' accumulators and x: fewer warps an SM, or spills); G vectors a lane trade
+//           W's loads and decode, repeated from L2, for more and lighter warps.
 // requires: matvec.wgsl, matvec_q8.wgsl, matvec_q8_wide.wgsl (and what they require).
 
 // matvec_q8_wide's vector loop in this form (see the header).
