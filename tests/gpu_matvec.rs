@@ -205,7 +205,18 @@ fn the_batched_form_matches_on_its_types_batches_and_fusions() {
     check_form(&MatVecLayout::BATCHED_CANDIDATES, 0x3a7e_e000);
 }
 
-/// The cases of the two tests above for one form's candidate layouts.
+/// The batched form's split (opt-in, wgsl/matvec_q8_batched.wgsl's VECTOR_GROUPS: G vectors a
+/// workgroup on B / G times the grid) on the wide form's cases, in each of its candidate layouts:
+/// a batch of 3 on 2 vectors a workgroup leaves the second workgroup one vector and a clamped
+/// slot, a batch of 2 on a capacity-8 grid leaves workgroups with none (they must write nothing:
+/// outputs past the batch stay poisoned); the quantizing gate/up writes its q8 blocks per
+/// vector from the workgroup that took it.
+#[test]
+fn the_split_form_matches_on_its_types_batches_and_fusions() {
+    check_form(&MatVecLayout::SPLIT_CANDIDATES, 0x3a7e_f000);
+}
+
+/// The cases of the tests above for one form's candidate layouts.
 fn check_form(layouts: &[MatVecLayout], seed: u64) {
     let ctx = gpu();
     let mut seed = seed;
@@ -452,11 +463,12 @@ fn check_q6_form(q6: Q6Loads, layouts: [MatVecLayout; 3], seed: u64) {
 
 /// Issue 21's determinism at the kernel: a sequence's outputs must not depend on what else is in
 /// the batch. On Q4_K and Q6_K (37 rows, columns of several ragged team passes), every vector's
-/// outputs at batches 8 and 3 (in another order, among other vectors), and alone at batch 1, in
-/// each staged and each batched candidate (and, in the default layout, the engine's own choice:
-/// the batched form at every batch unless FAK_MATVEC_BATCHED=0, the staged for several vectors
-/// with FAK_MATVEC_STAGE=1), are the wide twin's batch-1 bits for that vector — either form may
-/// replace the wide one at any batch. Each form's default layout on both types, its other
+/// outputs at batches 8, 5 and 3 (in another order, among other vectors), and alone at batch 1,
+/// in each staged, each batched and each split candidate (and, in the default layout, the
+/// engine's own choice: the batched form at every batch unless FAK_MATVEC_BATCHED=0, the staged
+/// for several vectors with FAK_MATVEC_STAGE=1, the split for more than G with
+/// FAK_MATVEC_SPLIT=G), are the wide twin's batch-1 bits for that vector — any form may replace
+/// the wide one at any batch. Each form's default layout on both types, its other
 /// candidates on one each (alternating); one int-dot variant (lavapipe builds each pipeline in
 /// seconds; the wide twins only their batch-1 pipeline). W has room for its last 16-byte word,
 /// so under FAK_MATVEC_Q6=aligned the engine's kernel reads Q6_K with the aligned loads
@@ -473,6 +485,7 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
     let forms = [
         MatVecLayout::STAGED_CANDIDATES.to_vec(),
         MatVecLayout::BATCHED_CANDIDATES.to_vec(),
+        MatVecLayout::SPLIT_CANDIDATES.to_vec(),
     ];
     let candidates = forms
         .iter()
@@ -482,6 +495,7 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
         let wide = MatVecLayout {
             staged: false,
             batched: false,
+            split: 0,
             ..form
         };
         let reference = MatVec::with_layout(ctx, paths, wide).unwrap();
@@ -510,7 +524,7 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
             if let Some(kernel) = &engine_rule {
                 // The engine's rule: its default layout batched (wide under
                 // FAK_MATVEC_BATCHED=0) for one vector, and for more staged where staging is on
-                // (FAK_MATVEC_STAGE=1).
+                // (FAK_MATVEC_STAGE=1), else split where FAK_MATVEC_SPLIT=G holds fewer.
                 let (layouts, q6_aligned) = rule_layouts(ctx, kernel, &w, ty, (rows, cols));
                 let aligned = ty == GgmlType::Q6_K && kernel.q6_loads() == Q6Loads::Aligned;
                 assert_eq!(q6_aligned, aligned, "{ty} {paths}: aligned Q6_K loads");
@@ -518,18 +532,25 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
                     true => wide.batched_form(),
                     false => wide,
                 };
-                let more = match MatVec::stages_batches() {
+                let split = MatVec::splits_vectors().unwrap();
+                let more = |capacity: u32| match MatVec::stages_batches() {
                     true => wide.with_staged_x(),
+                    false if one.batched && split > 0 && capacity > split => wide.split_by(split),
                     false => one,
                 };
-                assert_eq!(layouts, [one, more, more, more], "{ty} {paths}");
+                assert_eq!(layouts, [one, more(2), more(4), more(8)], "{ty} {paths}");
             }
             let kernels = kernels.iter().chain(engine_rule.as_ref());
             for (k, kernel) in kernels.enumerate() {
-                // Batches of 1 (each vector), 3 (vectors 5, 2, 7) and 8 (all, reversed).
+                // Batches of 1 (each vector), 3 (vectors 5, 2, 7), 5 (a split of 2 vectors a
+                // workgroup leaves one workgroup none) and 8 (all, reversed).
                 let orders: Vec<Vec<usize>> = (0..batch as usize)
                     .map(|v| vec![v])
-                    .chain([vec![5, 2, 7], (0..batch as usize).rev().collect()])
+                    .chain([
+                        vec![5, 2, 7],
+                        vec![6, 1, 4, 0, 3],
+                        (0..batch as usize).rev().collect(),
+                    ])
                     .collect();
                 for order in orders {
                     let xs: Vec<f32> = order
@@ -641,6 +662,7 @@ fn a_gate_up_pairing_quantizes_its_outputs_as_quantize_q8_does() {
         .chain(MatVecLayout::WIDE_CANDIDATES)
         .chain(MatVecLayout::STAGED_CANDIDATES)
         .chain(MatVecLayout::BATCHED_CANDIDATES)
+        .chain(MatVecLayout::SPLIT_CANDIDATES)
         .filter(|l| l.teams == MatVecLayout::QUANTIZING_TEAMS);
     for layout in quantizing {
         // A wide layout on f32 inputs is the narrow one, checked already.
@@ -731,6 +753,13 @@ fn layouts_the_kernel_was_not_written_for_are_refused() {
         "batched",
         "64/1/batched",
         "64/1/1/staged/batched",
+        "split4",
+        "64/1/split4",
+        "64/1/1/split3",
+        "64/1/1/split8",
+        "64/1/1/split0",
+        "64/1/1/staged/split4",
+        "64/1/1/split4/batched",
     ] {
         assert!(
             MatVecLayout::parse(bad).is_err(),
@@ -742,6 +771,7 @@ fn layouts_the_kernel_was_not_written_for_are_refused() {
         .chain(MatVecLayout::WIDE_CANDIDATES)
         .chain(MatVecLayout::STAGED_CANDIDATES)
         .chain(MatVecLayout::BATCHED_CANDIDATES)
+        .chain(MatVecLayout::SPLIT_CANDIDATES)
     {
         assert_eq!(MatVecLayout::parse(&layout.to_string()).unwrap(), layout);
     }

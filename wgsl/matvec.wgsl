@@ -167,6 +167,10 @@ override SECOND_TYPE: u32 = 0u;
 // second weight), and whether it is that second one. Set by enter_part before anything reads them.
 var<private> p: Params;
 var<private> second_part: bool;
+// The step's index of the workgroup's first input vector: 0, except in the batched form's split
+// (matvec_q8_batched.wgsl, VECTOR_GROUPS > 1), where each workgroup takes MAX_B of the step's
+// vectors; its acc[b] is vector first_vector + b (quantize_block's output index).
+var<private> first_vector: u32;
 
 const ROWS: u32 = 4u;
 
@@ -774,7 +778,8 @@ fn store_team(acc: ptr<function, array<vec4<f32>, 8>>, first: u32, n: u32, paire
     }
 }
 
-// quantize_out: vector b's block of the 32 outputs from `first` (a multiple of 32) as q8.
+// quantize_out: vector b's block of the 32 outputs from `first` (a multiple of 32) as q8 (b the
+// workgroup's slot: the step's vector first_vector + b).
 fn quantize_block(b: u32, first: u32) {
     var v: array<vec4<f32>, 8>;
     for (var j = 0u; j < 8u; j++) {
@@ -783,11 +788,12 @@ fn quantize_block(b: u32, first: u32) {
                          block_values[at + 3u]);
     }
     let q = q8_block(v);
-    let codes = b * (p.rows / 4u) + first / 4u;
+    let out_vector = first_vector + b;
+    let codes = out_vector * (p.rows / 4u) + first / 4u;
     for (var j = 0u; j < 8u; j++) {
         yq[codes + j] = q.codes[j];
     }
-    yd[b * (p.rows / 32u) + first / 32u] = q.d;
+    yd[out_vector * (p.rows / 32u) + first / 32u] = q.d;
 }
 
 // Adds unit u's products of the 4 rows `w` with every input vector b < n to acc[b].

@@ -26,10 +26,38 @@
 // pipelines: the wide form's, with BATCHED on (engine `MatVecLayout::batched`, written
 //           `…/batched`; the engine's default at every batch, FAK_MATVEC_BATCHED=0 off): only for q8
 //           vectors read from global memory (no QUANTIZE_X, no MIXED).
+// variants: the split (VECTOR_GROUPS > 1; engine `MatVecLayout::split`, written `…/splitG`, or
+//           FAK_MATVEC_SPLIT=G, opt-in): a step of up to VECTOR_GROUPS·MAX_B vectors on
+//           VECTOR_GROUPS times the grid, each workgroup taking the MAX_B (= G) vectors from
+//           first_vector = (flat workgroup index % VECTOR_GROUPS)·MAX_B for its rows (neighbouring
+//           workgroups share rows, so W's second read comes from L2) — a workgroup past the step's
+//           vectors returns at once. Each vector's products, reduction and output are this form's
+//           with MAX_B = G, so its bits are the unsplit form's (every slot, every capacity gives a
+//           vector the same bits). Why (experiments/NOTES.md, "b8 (2026-12-06 #9)"): on an H100
+//           the form issues at ~16 % of the SMs' rate, and its time doubles from 4 to 8 vectors
+//           where 1 to 4 costs 1.6–2.1× — the shape of a register cliff (a lane carries 8
+//           vectors' accumulators and x: fewer warps an SM, or spills); G vectors a lane trade
+//           W's loads and decode, repeated from L2, for more and lighter warps.
 // requires: matvec.wgsl, matvec_q8.wgsl, matvec_q8_wide.wgsl (and what they require).
 
 // matvec_q8_wide's vector loop in this form (see the header).
 override BATCHED: bool = false;
+// The split: workgroups per row range, each taking MAX_B of the step's vectors (1: unsplit).
+override VECTOR_GROUPS: u32 = 1u;
+
+// The split's share of a step of `n_tokens` vectors for flat workgroup `flat`: sets first_vector
+// and returns the row workgroup index (flat / VECTOR_GROUPS) and the vectors it takes (0: none).
+// Unsplit: (flat, min(n_tokens, MAX_B)), first_vector 0.
+fn split_vectors(flat: u32, n_tokens: u32) -> vec2<u32> {
+    if VECTOR_GROUPS == 1u {
+        return vec2<u32>(flat, min(n_tokens, MAX_B));
+    }
+    first_vector = (flat % VECTOR_GROUPS) * MAX_B;
+    let taken = select(0u, min(n_tokens - first_vector, MAX_B), n_tokens > first_vector);
+    // Outputs are written at p.y_index + b·y_stride for the workgroup's slot b.
+    p.y_index += first_vector * p.y_stride;
+    return vec2<u32>(flat / VECTOR_GROUPS, taken);
+}
 
 // Code words w..w + 3 of vector b's share of wide unit u (w a multiple of 4): one 16-byte load.
 fn batched_words(b: u32, u: u32, w: u32) -> vec4<u32> {
@@ -49,11 +77,11 @@ fn batched_x(b: u32, u: u32) -> WideX {
     return with_code_sums(v);
 }
 
-// Unit u's products of the 4 rows `w` with vector min(b, n − 1), added to acc[b] (b constant at
-// every call: acc stays in registers).
+// Unit u's products of the 4 rows `w` with the workgroup's vector min(b, n − 1) (the step's
+// first_vector + that), added to acc[b] (b constant at every call: acc stays in registers).
 fn add_vector(acc: ptr<function, array<vec4<f32>, 8>>, w: array<Wide, 4>, u: u32, b: u32,
               n: u32) {
-    (*acc)[b] += wide_products(w, batched_x(min(b, n - 1u), u));
+    (*acc)[b] += wide_products(w, batched_x(first_vector + min(b, n - 1u), u));
 }
 
 // add_products_wide's work for MAX_B vectors: each vector's products in the same order as there.

@@ -35,6 +35,8 @@
 //           BATCHED (override, declared in matvec_q8_batched.wgsl; engine `MatVecLayout::batched`,
 //           the default for q8 inputs): the loop over input vectors in that file's form — the
 //           same sums, bit for bit, x's codes in 16-byte loads (faster at every batch on an H100).
+//           Its split (VECTOR_GROUPS, opt-in) spreads a step's vectors over more workgroups,
+//           the same bits.
 // requires: matvec.wgsl, matvec_q8.wgsl, matvec_q8_batched.wgsl (and what they require).
 
 // Read Q6_K blocks as aligned vec4 pairs where params.wide has W16_VIEW (see the header).
@@ -374,13 +376,15 @@ fn add_products_wide(acc: ptr<function, array<vec4<f32>, 8>>, w: array<Wide, 4>,
 @compute @workgroup_size(WG)
 fn matvec_q8_wide(@builtin(workgroup_id) wg: vec3<u32>,
                   @builtin(num_workgroups) count: vec3<u32>, lanes: Lanes) {
-    let part_wg = enter_part(wg, count);
+    // The batched form's split (matvec_q8_batched.wgsl) takes a share of the step's vectors;
+    // unsplit, every workgroup takes them all (n = min(n_tokens, MAX_B)).
+    let share = split_vectors(enter_part(wg, count), step.n_tokens);
     let paired = p.pair_byte != 0u;
-    let at = place_of(part_wg, lanes, paired);
-    if at.first >= p.rows {
+    let at = place_of(share.x, lanes, paired);
+    if at.first >= p.rows || (VECTOR_GROUPS > 1u && share.y == 0u) {
         return;
     }
-    let n = min(step.n_tokens, MAX_B);
+    let n = share.y;
     if QUANTIZE_X {
         quantize_input(n, lanes);
     }

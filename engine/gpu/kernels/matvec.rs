@@ -12,7 +12,8 @@
 //! The kernel reads B, the number of input vectors, from the shared [`Step`](crate::gpu::Step)
 //! uniform (`n_tokens`), so bind groups never change. `encode`'s `n_tokens` must be the same
 //! number: it picks the pipeline compiled for at most 1, 2, 4 or 8 vectors (the accumulators are
-//! unrolled for that capacity) and leaves the grid alone, which depends on the rows only. A Step
+//! unrolled for that capacity) and leaves the grid alone, which depends on the rows only (except
+//! in the batched form's opt-in split, a multiple of it: [`MatVecLayout::split_by`]). A Step
 //! asking for more vectors than the chosen pipeline holds computes only as many as it holds.
 //!
 //! # Fusions
@@ -61,6 +62,11 @@
 //! tok/s (measured with every binding in 256/4/1/batched); the one-vector figures of the 27B's
 //! ffn_down: 30.2 → 25.0 µs (Q4_K), 62.3 → 46.0 (Q6_K): x's 16 scalar code loads a unit, 64
 //! bytes apart across a warp, cost more L1 wavefronts than W's loads ("mvbw").
+//! Opt-in, the batched form's split ([`MatVecLayout::split_by`], `…/splitG`, or
+//! `FAK_MATVEC_SPLIT=G` for every batched binding): a step of more than G vectors runs on
+//! B / G times the grid, each workgroup taking G of the vectors for its rows — the same bits
+//! (each vector's sums are the batched form's), lighter lanes and more of them, W read again
+//! from L2 (experiments/NOTES.md, "b8").
 
 use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::tensors::{bind_group, checked_row_bytes};
@@ -108,6 +114,10 @@ pub struct MatVecLayout {
     /// 16 bytes at a time, the vectors of a unit one branch-free block — the same sums, bit for
     /// bit. For q8 vectors read from global memory only (elsewhere it runs wide).
     pub batched: bool,
+    /// The batched form's split (implies `batched`; 0: none): a step of more than `split`
+    /// vectors runs on (capacity / `split`) times the grid, each workgroup taking `split` of them
+    /// (1, 2 or 4) for its rows — the same bits (wgsl/matvec_q8_batched.wgsl, VECTOR_GROUPS).
+    pub split: u32,
 }
 
 impl MatVecLayout {
@@ -161,6 +171,19 @@ impl MatVecLayout {
         Self::new(256, 16, 2).batched_form(),
     ];
 
+    /// The batched form's split layouts (opt-in) that tests/gpu_matvec.rs checks and
+    /// experiments/matvec-bench times: the engine's projection and quantizing gate/up layouts
+    /// with 4 vectors a workgroup, 256/4/1 with 2, and the two-units layout with 2.
+    pub const SPLIT_CANDIDATES: [MatVecLayout; 4] = [
+        Self::INTEGER.split_by(4),
+        Self::INTEGER.split_by(2),
+        Self::QUANTIZING.split_by(4),
+        Self::new(256, 16, 2).split_by(2),
+    ];
+
+    /// Vectors a workgroup of a split layout may take.
+    pub const SPLITS: [u32; 3] = [1, 2, 4];
+
     pub const fn new(invocations: u32, teams: u32, unroll: u32) -> MatVecLayout {
         MatVecLayout {
             invocations,
@@ -169,6 +192,7 @@ impl MatVecLayout {
             wide: false,
             staged: false,
             batched: false,
+            split: 0,
         }
     }
 
@@ -195,6 +219,27 @@ impl MatVecLayout {
         }
     }
 
+    /// This layout in the batched form split `vectors` to a workgroup (see `split`).
+    pub const fn split_by(self, vectors: u32) -> MatVecLayout {
+        MatVecLayout {
+            wide: true,
+            batched: true,
+            split: vectors,
+            ..self
+        }
+    }
+
+    /// The batch capacity a pipeline of this layout for `capacity` vectors is compiled for
+    /// (MAX_B) and how many workgroups share a row range's rows (VECTOR_GROUPS): (capacity, 1)
+    /// unless split to fewer vectors than `capacity`.
+    pub fn vector_groups(self, capacity: u32) -> (u32, u32) {
+        match self.split {
+            0 => (capacity, 1),
+            s if capacity <= s => (capacity, 1),
+            s => (s, capacity / s),
+        }
+    }
+
     /// The layout pipelines of batch capacity `capacity` run: this one, or where `stage` (or
     /// `batch`) and a wide layout for several vectors, its staged (batched) twin — which gives
     /// every row the same bits (only how x is read differs), so the choice by batch size cannot
@@ -204,11 +249,13 @@ impl MatVecLayout {
     /// xd, so never where `input` is quantized in the workgroup (QUANTIZE_X); nor for a mixed
     /// binding (a `second` type: neither entry point has a second weight). Staging wins where
     /// both are asked for.
+    /// A batched layout splits where it names a split, else by `split` (FAK_MATVEC_SPLIT; 0:
+    /// none), and only for capacities above it (a capacity it holds runs unsplit: the same bits).
     fn at_capacity(
         self,
         capacity: u32,
         (input, second): (Input, Option<GgmlType>),
-        (stage, batch): (bool, bool),
+        (stage, batch, split): (bool, bool, u32),
         workgroup_limit: u32,
     ) -> MatVecLayout {
         let q8 = matches!(input, Input::Q8(_)) && second.is_none();
@@ -216,9 +263,18 @@ impl MatVecLayout {
             && q8
             && self.stage_vectors(capacity, workgroup_limit) > 0;
         let batched = (self.batched || (batch && self.wide)) && q8 && !staged;
+        let split = match self.split {
+            0 => split,
+            named => named,
+        };
+        let split = match batched && split > 0 && capacity > split {
+            true => split,
+            false => 0,
+        };
         MatVecLayout {
             staged,
             batched,
+            split,
             ..self
         }
     }
@@ -267,6 +323,7 @@ impl MatVecLayout {
             wide,
             staged: self.staged && wide,
             batched: self.batched && wide,
+            split: if self.batched && wide { self.split } else { 0 },
             ..self
         }
     }
@@ -282,13 +339,16 @@ impl MatVecLayout {
             invocations,
             teams,
             unroll,
+            batched,
+            split,
             ..
         } = self;
         let ok = invocations.is_power_of_two()
             && (32..=256).contains(&invocations)
             && teams.is_power_of_two()
             && teams <= invocations / 4
-            && (1..=2).contains(&unroll);
+            && (1..=2).contains(&unroll)
+            && (split == 0 || (batched && Self::SPLITS.contains(&split)));
         match ok {
             true => Ok(self),
             false => Err(GpuError::Shape {
@@ -296,14 +356,14 @@ impl MatVecLayout {
                 message: format!(
                     "a layout of {invocations} invocations, {teams} teams, {unroll} units in \
                      flight (expected a power of two in 32..=256, teams a power of two ≤ \
-                     invocations / 4, 1 or 2 units)"
+                     invocations / 4, 1 or 2 units; a split of 1, 2 or 4 vectors, batched)"
                 ),
             }),
         }
     }
 
-    /// `FAK_MATVEC_LAYOUT` (`invocations/teams/unroll[/wide|/staged|/batched]`, e.g. `256/4/1`):
-    /// one layout for every binding that names none; None when unset or empty.
+    /// `FAK_MATVEC_LAYOUT` (`invocations/teams/unroll[/wide|/staged|/batched|/splitG]`, e.g.
+    /// `256/4/1`): one layout for every binding that names none; None when unset or empty.
     pub fn from_env() -> Result<Option<MatVecLayout>, GpuError> {
         match std::env::var("FAK_MATVEC_LAYOUT") {
             Ok(text) if !text.is_empty() => Self::parse(&text).map(Some),
@@ -311,12 +371,19 @@ impl MatVecLayout {
         }
     }
 
-    /// `invocations/teams/unroll`, or with `/wide`, `/staged` or `/batched` for those forms, as
+    /// `invocations/teams/unroll`, or with `/wide`, `/staged`, `/batched` or `/splitG` (the
+    /// batched form split G vectors to a workgroup) for those forms, as
     /// [`Display`](std::fmt::Display) writes it.
     pub fn parse(text: &str) -> Result<MatVecLayout, GpuError> {
         let text = text.trim();
+        // `/splitG`: the batched form, G vectors a workgroup.
+        let split = Self::SPLITS
+            .into_iter()
+            .find_map(|g| Some((text.strip_suffix(format!("/split{g}").as_str())?, g)));
         let (numbers, form): (&str, fn(MatVecLayout) -> MatVecLayout) =
-            if let Some(numbers) = text.strip_suffix("/wide") {
+            if let Some((numbers, _)) = split {
+                (numbers, MatVecLayout::batched_form)
+            } else if let Some(numbers) = text.strip_suffix("/wide") {
                 (numbers, MatVecLayout::widened)
             } else if let Some(numbers) = text.strip_suffix("/staged") {
                 (numbers, MatVecLayout::with_staged_x)
@@ -331,13 +398,17 @@ impl MatVecLayout {
             .collect::<Result<_, _>>()
             .unwrap_or_default();
         match numbers[..] {
-            [invocations, teams, unroll] => form(Self::new(invocations, teams, unroll)).check(),
+            [invocations, teams, unroll] => {
+                let layout = form(Self::new(invocations, teams, unroll));
+                let split = split.map_or(0, |(_, g)| g);
+                MatVecLayout { split, ..layout }.check()
+            }
             _ => Err(GpuError::Shape {
                 kernel: MatVec::NAME,
                 message: format!(
                     "FAK_MATVEC_LAYOUT={text:?} (expected \
-                     invocations/teams/unroll[/wide|/staged|/batched], e.g. 128/4/2, 256/4/1/wide \
-                     or 128/8/1/staged)"
+                     invocations/teams/unroll[/wide|/staged|/batched|/split1|/split2|/split4], \
+                     e.g. 128/4/2, 256/4/1/wide or 256/4/1/split4)"
                 ),
             }),
         }
@@ -349,6 +420,7 @@ impl std::fmt::Display for MatVecLayout {
         write!(f, "{}/{}/{}", self.invocations, self.teams, self.unroll)?;
         match (self.staged, self.batched, self.wide) {
             (true, ..) => write!(f, "/staged"),
+            (false, true, _) if self.split > 0 => write!(f, "/split{}", self.split),
             (false, true, _) => write!(f, "/batched"),
             (false, false, true) => write!(f, "/wide"),
             (false, false, false) => Ok(()),
@@ -612,6 +684,9 @@ pub struct MatVec {
     /// A wide layout's pipelines for several vectors run its batched twin (same bits; see
     /// [`MatVec::batches_vectors`]).
     batch: bool,
+    /// Vectors a workgroup of a batched pipeline takes where a step has more (0: all; see
+    /// [`MatVec::splits_vectors`]).
+    split: u32,
     layout: wgpu::BindGroupLayout,
     /// Bound as `w16`/`x16` where the data is not 16-byte aligned (the kernel then reads w, x).
     placeholder: wgpu::Buffer,
@@ -668,7 +743,9 @@ pub struct MatVecBinding {
     /// The layout of each of `pipelines` (a wide layout's staged twin for several vectors).
     layouts: Vec<MatVecLayout>,
     max_batch: u32,
-    ranges: Vec<(wgpu::BindGroup, Grid)>,
+    /// Per row range its bind group and, per pipeline, its grid (a split pipeline's is a
+    /// multiple of the row workgroups: [`MatVecLayout::vector_groups`]).
+    ranges: Vec<(wgpu::BindGroup, Vec<Grid>)>,
     /// Every range reads its Q6_K blocks with the aligned loads ([`Q6Loads::Aligned`]).
     q6_aligned: bool,
     /// What one encode moves: W (and a folded norm's weight) once, and per input vector.
@@ -710,9 +787,10 @@ impl MatVecBinding {
         self.layouts[capacity_index(n_tokens.max(1))]
     }
 
-    /// The grid of each dispatch, one per row range (several when W exceeds a binding).
+    /// The grid of each dispatch, one per row range (several when W exceeds a binding), for one
+    /// vector (a split pipeline's is a multiple of it).
     pub fn grids(&self) -> impl Iterator<Item = Grid> + '_ {
-        self.ranges.iter().map(|(_, grid)| *grid)
+        self.ranges.iter().map(|(_, grids)| grids[0])
     }
 }
 
@@ -766,7 +844,7 @@ fn spec(
         ("WG", f64::from(rows.invocations)),
         ("TEAMS", f64::from(rows.teams)),
         ("UNROLL", f64::from(rows.unroll)),
-        ("MAX_B", f64::from(capacity)),
+        ("MAX_B", f64::from(rows.vector_groups(capacity).0)),
         ("NORM", f64::from(u8::from(norm))),
         ("GGML_TYPE", f64::from(ty.id())),
         ("UNIT_LANES", lanes as f64),
@@ -795,6 +873,11 @@ fn spec(
     // q8 inputs alone.
     if rows.batched {
         spec.constants.push(("BATCHED", 1.0));
+    }
+    // The split: MAX_B of the capacity's vectors a workgroup (matvec_q8_batched.wgsl).
+    let (_, groups) = rows.vector_groups(capacity);
+    if groups > 1 {
+        spec.constants.push(("VECTOR_GROUPS", f64::from(groups)));
     }
     spec
 }
@@ -900,6 +983,10 @@ impl Kernel for MatVec {
             pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, staged[2], lean, 1));
             let mixed_lean = (Some(GgmlType::Q4_K), Q6Loads::Lean);
             pipelines.push(spec(GgmlType::Q6_K, normed(3), 1, wide[0], mixed_lean, 1));
+            // Its split (opt-in): the quantizing gate/up's and the unrolled loop's.
+            let split = MatVecLayout::SPLIT_CANDIDATES;
+            pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), split[2]));
+            pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), split[3]));
         }
         KernelSource {
             module,
@@ -949,6 +1036,7 @@ impl MatVec {
         kernel.widen = widen;
         kernel.stage = stage;
         kernel.batch = Self::batches_vectors();
+        kernel.split = Self::splits_vectors()?;
         Ok(kernel.with_q6_loads(Q6Loads::from_env()))
     }
 
@@ -980,6 +1068,24 @@ impl MatVec {
         std::env::var("FAK_MATVEC_BATCHED").as_deref() != Ok("0")
     }
 
+    /// `FAK_MATVEC_SPLIT=G` (1, 2 or 4; opt-in, unset or empty: 0): [`MatVec::new`]'s batched
+    /// pipelines for more than G vectors take G of them a workgroup on a grid B / G times as
+    /// large ([`MatVecLayout::split_by`]; the same bits). A layout naming a split keeps its own.
+    pub fn splits_vectors() -> Result<u32, GpuError> {
+        let text = std::env::var("FAK_MATVEC_SPLIT").unwrap_or_default();
+        match text.trim() {
+            "" | "0" => Ok(0),
+            g => g
+                .parse::<u32>()
+                .ok()
+                .filter(|g| MatVecLayout::SPLITS.contains(g))
+                .ok_or_else(|| GpuError::Shape {
+                    kernel: Self::NAME,
+                    message: format!("FAK_MATVEC_SPLIT={text:?} (expected 1, 2 or 4)"),
+                }),
+        }
+    }
+
     /// [`MatVec::new`] with every binding that names no layout in `rows`.
     pub fn with_layout(
         ctx: &GpuContext,
@@ -1005,6 +1111,7 @@ impl MatVec {
             q6: Q6Loads::Words,
             stage: false,
             batch: false,
+            split: 0,
             layout: built.layout,
             placeholder: storage_buffer(ctx, "matvec wide placeholder", 16)?,
             placeholder_out: storage_buffer(ctx, "matvec output placeholder", 16)?,
@@ -1030,7 +1137,7 @@ impl MatVec {
             .into_iter()
             .filter(|&c| c <= max_batch.next_power_of_two())
             .map(|c| {
-                let forms = (self.stage, self.batch);
+                let forms = (self.stage, self.batch, self.split);
                 let rows = rows.at_capacity(c, (input, second), forms, workgroup_limit);
                 (ty, input, c, rows, second)
             })
@@ -1558,8 +1665,15 @@ impl MatVec {
                 let workgroups = len.div_ceil(outputs_per_workgroup);
                 let workgroups = workgroups
                     + second.map_or(0, |(sw, ..)| sw.shape.rows.div_ceil(outputs_per_workgroup));
-                let grid = Grid::for_workgroups(workgroups, max_per_dimension)?;
-                Ok(((group, grid), q6_aligned))
+                let grids = layouts
+                    .iter()
+                    .zip(BATCH_CAPACITIES)
+                    .map(|(layout, capacity)| {
+                        let (_, groups) = layout.vector_groups(capacity);
+                        Grid::for_workgroups(workgroups * u64::from(groups), max_per_dimension)
+                    })
+                    .collect::<Result<Vec<_>, GpuError>>()?;
+                Ok(((group, grids), q6_aligned))
             })
             .collect::<Result<Vec<_>, GpuError>>()?;
         let q6_aligned = ranges.iter().all(|(_, aligned)| *aligned);
@@ -1625,10 +1739,11 @@ impl MatVec {
                 ),
             });
         }
-        pass.set_pipeline(&binding.pipelines[capacity_index(n_tokens)]);
-        for (group, grid) in &binding.ranges {
+        let pipeline = capacity_index(n_tokens);
+        pass.set_pipeline(&binding.pipelines[pipeline]);
+        for (group, grids) in &binding.ranges {
             pass.set_bind_group(0, group, &[]);
-            grid.dispatch(pass);
+            grids[pipeline].dispatch(pass);
         }
         let (work, n) = (binding.work, u64::from(n_tokens));
         let bytes = OpBytes {

@@ -41,7 +41,9 @@
 //! cost little more than a step of 1), and the best layout per batch. `MatVecLayout::
 //! STAGED_CANDIDATES` (the wide form with the batch's x staged in workgroup memory) and
 //! `BATCHED_CANDIDATES` (its vector loop with x in 16-byte loads) are timed at every batch, 1
-//! included, though the engine runs them only for several vectors.
+//! included, though the engine runs them only for several vectors; `SPLIT_CANDIDATES` (the
+//! batched form with G vectors a workgroup on B / G times the grid, `…/splitG`; opt-in) run
+//! unsplit at B ≤ G, so their figures there are the batched twin's.
 //! `--products` keeps the named products (all of a name: ffn_down is two); `--plain` times the
 //! q8 path alone (no `q8+quantize`, no `q8+q8out`); `--reps N` takes the median of N passes
 //! instead of REPS (a short device call). `--q6 aligned` also times each wide (or staged)
@@ -216,6 +218,7 @@ fn main() {
             .chain(MatVecLayout::WIDE_CANDIDATES)
             .chain(MatVecLayout::STAGED_CANDIDATES)
             .chain(MatVecLayout::BATCHED_CANDIDATES)
+            .chain(MatVecLayout::SPLIT_CANDIDATES)
             .collect(),
     };
     let input_paths: Vec<InputPath> = match option("--paths").as_deref() {
