@@ -13,10 +13,10 @@ use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape, DecodeIo, KeyWalk, M
 use fak::gpu::kernels::quantize_q8::Q8Vectors;
 use fak::gpu::step::PageTable;
 
-use fak::gpu::kernels::support::{Positions, View};
-use fak::gpu::{GpuContext, Step, storage_buffer};
 use fak::gpu::kernels::rope::RopePairing;
 use fak::gpu::kernels::rope_kv::RopeKv;
+use fak::gpu::kernels::support::{Positions, View};
+use fak::gpu::{GpuContext, Step, storage_buffer};
 use fak_tests::attn_decode::{self, Case, PAGE, ROPE_TOL, RopeCase, TOL};
 use fak_tests::inputs::{step_buffer, upload_f32};
 use fak_tests::kv::{Pages, poisoned_cache};
@@ -205,7 +205,14 @@ fn the_rope_form_computes_rope_kv_and_the_defaults_bits() {
     let inputs = [
         (shape(8, 2, 128), 128, RopePairing::Neox, true, false, false),
         (shape(6, 1, 256), 64, RopePairing::Neox, true, false, true),
-        (shape(3, 1, 48), 40, RopePairing::Adjacent, false, true, false),
+        (
+            shape(3, 1, 48),
+            40,
+            RopePairing::Adjacent,
+            false,
+            true,
+            false,
+        ),
     ];
     let cases = [
         (vec![1], 1),
@@ -214,7 +221,11 @@ fn the_rope_form_computes_rope_kv_and_the_defaults_bits() {
         (vec![30, 9, 17, 1], 4),
     ];
     for (i, (shape, n_rot, pairing, norms, factors, gated_q)) in inputs.into_iter().enumerate() {
-        let walks: &[KeyWalk] = if i == 0 { &KeyWalk::ALL } else { &[KeyWalk::Tiles] };
+        let walks: &[KeyWalk] = if i == 0 {
+            &KeyWalk::ALL
+        } else {
+            &[KeyWalk::Tiles]
+        };
         for mut kernel in kernels_walking(ctx, shape, walks) {
             kernel.build_rope(ctx).unwrap();
             let rope_kv = RopeKv::new(ctx, kernel.variant()).unwrap();

@@ -232,10 +232,7 @@ pub fn run_rope_case(
         upload_f32(ctx, "v", &v_data),
     );
     let q = View::heads(&q_buf, n_head, q_stride).strided(n_head * q_stride, q_stride);
-    let (k, v) = (
-        View::heads(&k_buf, n_kv, hd),
-        View::heads(&v_buf, n_kv, hd),
-    );
+    let (k, v) = (View::heads(&k_buf, n_kv, hd), View::heads(&v_buf, n_kv, hd));
     let factors: Vec<f32> = (0..rc.n_rot / 2)
         .map(|_| rng.random_range(1.0..8.0))
         .collect();

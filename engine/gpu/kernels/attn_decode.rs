@@ -653,7 +653,8 @@ impl AttnDecode {
         let lanes = self.row_lanes;
         let layout = LaneLayout::new(self.shape, lanes)?;
         let limits = ctx.device.limits();
-        let what = |part: &str| format!("decode attention's rope form for {:?}: {part}", self.shape);
+        let what =
+            |part: &str| format!("decode attention's rope form for {:?}: {part}", self.shape);
         if self.fell_back || layout.workgroup_size() < rope_kv::WG {
             return Err(shape_error(
                 Self::NAME,
@@ -912,18 +913,18 @@ impl AttnDecode {
             None => None,
         };
         let mut entries = vec![
-                entry(0, q_binding),
-                entry(1, k_cache),
-                entry(2, v_cache),
-                entry(3, table),
-                entry(4, slots),
-                entry(5, partials),
-                entry(6, o_binding),
-                entry(7, params.as_entire_binding()),
-                entry(8, step.buffer.as_entire_binding()),
-                entry(9, gate_binding),
-                entry(10, yq),
-                entry(11, yd),
+            entry(0, q_binding),
+            entry(1, k_cache),
+            entry(2, v_cache),
+            entry(3, table),
+            entry(4, slots),
+            entry(5, partials),
+            entry(6, o_binding),
+            entry(7, params.as_entire_binding()),
+            entry(8, step.buffer.as_entire_binding()),
+            entry(9, gate_binding),
+            entry(10, yq),
+            entry(11, yd),
         ];
         let (group_layout, rope_bytes) = match (rope, &rope_params) {
             (Some(r), Some(params)) => {
@@ -1040,7 +1041,10 @@ impl AttnDecode {
             None => &self.pipelines,
             Some(_) => {
                 let form = self.rope.as_ref().ok_or_else(|| {
-                    shape_error(Self::NAME, "a rope-form binding on a kernel without the form")
+                    shape_error(
+                        Self::NAME,
+                        "a rope-form binding on a kernel without the form",
+                    )
                 })?;
                 &form.pipelines
             }
