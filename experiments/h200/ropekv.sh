@@ -48,7 +48,7 @@ for t in "gpu gpu_attn_decode::the_rope_form gpu_attention_step::" \
     set -- $t
     [ -x "$BIN/$1" ] || { echo "== $1: not carried" >> "$OUT/tests.log"; continue; }
     echo "== FAK_DECODE_FUSE=merge,rope $*" >> "$OUT/tests.log"
-    FAK_DECODE_FUSE=merge,rope timeout 60 "$BIN/$1" --skip llama_cpp --skip mlx_lm "${@:2}" 2>&1 \
+    FAK_DECODE_FUSE=merge,rope timeout 45 "$BIN/$1" --skip llama_cpp --skip mlx_lm "${@:2}" 2>&1 \
         | grep -E "^test |test result|panicked at|differ|cosine [0-9.]+ <|merge (true|false)" \
         | head -40 >> "$OUT/tests.log"
 done
