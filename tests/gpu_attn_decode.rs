@@ -13,9 +13,11 @@ use fak::gpu::kernels::attn_decode::{AttnDecode, AttnShape, DecodeIo, KeyWalk, M
 use fak::gpu::kernels::quantize_q8::Q8Vectors;
 use fak::gpu::step::PageTable;
 
+use fak::gpu::kernels::rope::RopePairing;
+use fak::gpu::kernels::rope_kv::RopeKv;
 use fak::gpu::kernels::support::{Positions, View};
 use fak::gpu::{GpuContext, Step, storage_buffer};
-use fak_tests::attn_decode::{self, Case, PAGE, TOL};
+use fak_tests::attn_decode::{self, Case, PAGE, ROPE_TOL, RopeCase, TOL};
 use fak_tests::inputs::{step_buffer, upload_f32};
 use fak_tests::kv::{Pages, poisoned_cache};
 use fak_tests::{assert_close, gpu, variants};
@@ -184,6 +186,68 @@ fn the_walk_ahead_computes_the_default_bits() {
                 differ, 0,
                 "{what}: {differ} outputs differ from the default form's"
             );
+        }
+    }
+}
+
+/// The rope form (`FAK_DECODE_FUSE=rope`): rope_kv's work done inside the decode pass. For
+/// qwen3's (norms, NeoX, q heads of 128 in groups of 4), qwen35's (norms, 64 of 256 dims rotated,
+/// q inside [q | gate] rows with the gate applied, groups of 6) and llama's (no norms, adjacent
+/// pairs, frequency divisors, 40 of 48 dims, groups of 3) attention inputs, on every variant
+/// (subgroup and workgroup-tree reductions, f32 and f16 caches): one sequence whose new key
+/// lands in its only split (kv_len 1 and 37) or in the last of several (100 keys, 8 splits, the
+/// combine), and four sequences on shuffled pages at their own positions from a token table, one
+/// at kv_len 1. Every case bit for bit rope_kv + the default (o, o's q8 blocks, both caches) and
+/// against the CPU's rope and attention; the first shape in every form of the key walk.
+#[test]
+fn the_rope_form_computes_rope_kv_and_the_defaults_bits() {
+    let ctx = gpu();
+    let inputs = [
+        (shape(8, 2, 128), 128, RopePairing::Neox, true, false, false),
+        (shape(6, 1, 256), 64, RopePairing::Neox, true, false, true),
+        (
+            shape(3, 1, 48),
+            40,
+            RopePairing::Adjacent,
+            false,
+            true,
+            false,
+        ),
+    ];
+    let cases = [
+        (vec![1], 1),
+        (vec![37], 3),
+        (vec![100], 8),
+        (vec![30, 9, 17, 1], 4),
+    ];
+    for (i, (shape, n_rot, pairing, norms, factors, gated_q)) in inputs.into_iter().enumerate() {
+        let walks: &[KeyWalk] = if i == 0 {
+            &KeyWalk::ALL
+        } else {
+            &[KeyWalk::Tiles]
+        };
+        for mut kernel in kernels_walking(ctx, shape, walks) {
+            kernel.build_rope(ctx).unwrap();
+            let rope_kv = RopeKv::new(ctx, kernel.variant()).unwrap();
+            for (j, (lens, n_split)) in cases.iter().enumerate() {
+                let rc = RopeCase {
+                    case: Case {
+                        shape,
+                        table: lens.len() > 1,
+                        lens: lens.clone(),
+                        n_split: *n_split,
+                        gated_q,
+                    },
+                    n_rot,
+                    pairing,
+                    norms,
+                    factors,
+                };
+                let seed = 90 + 10 * i as u64 + j as u64;
+                let (what, got, want) =
+                    attn_decode::run_rope_case(ctx, &kernel, &rope_kv, &rc, seed);
+                assert_close(&what, &got, &want, ROPE_TOL);
+            }
         }
     }
 }

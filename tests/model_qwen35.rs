@@ -712,7 +712,8 @@ fn int_dot_wide_fold_matches_the_reference_on_whole_blocks() {
 /// pinned on lavapipe — the pins were recorded with the form off, so a suite run with it on
 /// fails on any changed bit. With the form on (and the norm fold off) the attention layer's
 /// projections are one mixed `matvec_q8` dispatch (no `attn_v` op) after the quantize dispatch;
-/// off, two.
+/// off, two. `FAK_DECODE_FUSE=rope` likewise keeps the pins, and its decode step has no
+/// `rope_kv` op (the attention kernel does its work).
 #[test]
 fn int_dot_merge_computes_the_defaults_bits() {
     let args = [
@@ -744,6 +745,8 @@ fn int_dot_merge_computes_the_defaults_bits() {
         fak::model::blocks::decode_fuse("merge") && !fak::model::blocks::decode_norm_fold();
     eprintln!("merge {merged}: {} ops", ops.len());
     assert_eq!(named("attn_v"), usize::from(!merged), "{ops:?}");
+    let roped = fak::model::blocks::decode_fuse("rope");
+    assert_eq!(named("rope_kv"), usize::from(!roped), "{ops:?}");
     let qk: Vec<_> = ops.iter().filter(|op| op.name == "attn_qk").collect();
     assert_eq!(qk.len(), 1, "{ops:?}");
     // The quantize dispatch is noted with the first product.

@@ -48,8 +48,10 @@
 // (lanes per key row, a power of two: ≤ the adapter's smallest subgroup on the SUBGROUP path),
 // KEYS (keys per team and step: 1 or 4, the walk's form), AHEAD (1: with KEYS = 4, the next
 // tile loaded before the current one is scored; 0 otherwise).
-// Override: TOKEN_TABLE. The caches are bound as vec4 rows (kv_base / 4).
-// bindings: 0 q (read) · 1 k_cache (read) · 2 v_cache (read) · 3 page_table (read)
+// Override: TOKEN_TABLE. The caches are bound as vec4 rows (kv_base / 4), declared by
+// attn_decode_read.wgsl (read) or, in the form that writes the step's k and v itself,
+// attn_decode_rope.wgsl (read_write; its entry point decode_rope, its bindings 12–17).
+// bindings: 0 q (read) · 1 k_cache · 2 v_cache · 3 page_table (read)
 //           · 4 token_slots (read) · 5 partials (read_write) · 6 o (read_write)
 //           · 7 params (uniform) · 8 step (uniform) · 9 gate (read: n_head heads of HEAD_DIM
 //           per query row through params.gate; a placeholder when params.gated = 0)
@@ -67,7 +69,8 @@
 //           (KvScalar).
 // requires: row_sum_subgroup.wgsl + row_sum4_subgroup.wgsl or row_sum_workgroup.wgsl +
 //           row_sum4_workgroup.wgsl, kv_f32|kv_f16.wgsl, kv_paged.wgsl,
-//           step.wgsl, view.wgsl, positions.wgsl, q8_block.wgsl, attn_combine.wgsl.
+//           step.wgsl, view.wgsl, positions.wgsl, q8_block.wgsl, attn_combine.wgsl,
+//           attn_decode_read.wgsl | attn_decode_rope.wgsl (and what it requires).
 
 struct Params {
     kv: KvGeometry,
@@ -91,8 +94,6 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> k_cache: array<vec4<KvScalar>>;
-@group(0) @binding(2) var<storage, read> v_cache: array<vec4<KvScalar>>;
 @group(0) @binding(3) var<storage, read> page_table: array<u32>;
 @group(0) @binding(4) var<storage, read> token_slots: array<TokenSlot>;
 @group(0) @binding(5) var<storage, read_write> partials: array<f32>;
@@ -355,40 +356,49 @@ fn walk_key_tiles(
     }
 }
 
-@compute @workgroup_size(WG)
-fn decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
-    let s = wg.x;
-    let g = wg.y;
-    let b = wg.z;
-    if b >= step.n_tokens {
-        return;
+// The keys of sequence b that workgroup (s, g, b) walks: uniform across the workgroup (no lane
+// in it, so a barrier may follow a branch on it). `live` is false for a row past the step or a
+// split past the sequence's last.
+struct Split {
+    live: bool,
+    b: u32,
+    g: u32,
+    s: u32,
+    // Splits holding keys: s + 1 == count is the split that holds position kv_len − 1.
+    count: u32,
+    page_row: u32,
+    start: u32,
+    end: u32,
+}
+
+fn split_of(wg: vec3<u32>) -> Split {
+    var split: Split;
+    split.s = wg.x;
+    split.g = wg.y;
+    split.b = wg.z;
+    split.live = false;
+    if split.b >= step.n_tokens {
+        return split;
     }
-    let kv_len = token_pos(b) + 1u;
+    let kv_len = token_pos(split.b) + 1u;
     let chunks = split_chunks(kv_len);
-    if s >= chunks.count {
-        return;
-    }
-    let page_row = token_page_row(b);
-    let start = s * chunks.size;
-    let end = min(start + chunks.size, kv_len);
+    split.count = chunks.count;
+    split.page_row = token_page_row(split.b);
+    split.start = split.s * chunks.size;
+    split.end = min(split.start + chunks.size, kv_len);
+    split.live = split.s < chunks.count;
+    return split;
+}
+
+// Walks the split's keys for the GROUP query heads of q_lane (this lane's vec4s, pre-scaled into
+// log2 units: [GROUP][LANE_VECS]), merges the teams and writes the split's partials, or o where
+// the sequence has a single split.
+fn attend(sp: Split, q_lane: ptr<function, HeadLanes>, lanes: RowLanes) {
+    let b = sp.b;
+    let g = sp.g;
     let position = lane_position(lanes);
     let team = position / ROW_LANES;
     let lane = position % ROW_LANES;
-
-    // This lane's vec4s of the GROUP query heads, pre-scaled into log2 units: [GROUP][LANE_VECS].
-    let qscale = params.scale * LOG2_E;
-    var q_lane: HeadLanes;
-    for (var r = 0u; r < GROUP; r++) {
-        for (var i = 0u; i < LANE_VECS; i++) {
-            let e = i * ROW_LANES + lane;
-            var x = vec4(0.0);
-            if e < HEAD_VECS {
-                let at = view_index(params.q, b, g * GROUP + r, 4u * e);
-                x = vec4(q[at], q[at + 1u], q[at + 2u], q[at + 3u]) * qscale;
-            }
-            q_lane[r][i] = x;
-        }
-    }
     var m: array<f32, GROUP>;
     var l: array<f32, GROUP>;
     var acc: HeadLanes;
@@ -400,11 +410,11 @@ fn decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
         }
     }
 
-    let walk = Walk(page_row, g, start, end, team, lane);
+    let walk = Walk(sp.page_row, g, sp.start, sp.end, team, lane);
     if KEYS == 1u {
-        walk_one_key(walk, &q_lane, &m, &l, &acc, lanes);
+        walk_one_key(walk, q_lane, &m, &l, &acc, lanes);
     } else {
-        walk_key_tiles(walk, &q_lane, &m, &l, &acc, lanes);
+        walk_key_tiles(walk, q_lane, &m, &l, &acc, lanes);
     }
 
     if lane == 0u {
@@ -414,7 +424,7 @@ fn decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
         }
     }
     workgroupBarrier();
-    let single = chunks.count == 1u;
+    let single = sp.count == 1u;
     let team_row = team * ROW_LANES * LANE_VECS;
     for (var r = 0u; r < GROUP; r++) {
         // Every invocation derives the split's max and sum of head r; a team without keys has
@@ -441,7 +451,7 @@ fn decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
             if single {
                 store_o(b, h, d, sum / total);
             } else {
-                partials[partial_base(b * params.n_head + h, params.n_split, s) + d] = sum;
+                partials[partial_base(b * params.n_head + h, params.n_split, sp.s) + d] = sum;
             }
         }
         if single && params.quantize_out != 0u {
@@ -449,13 +459,37 @@ fn decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
             quantize_head(b, h, position);
         }
         if !single && position == 0u {
-            let at = partial_base(b * params.n_head + h, params.n_split, s) + HEAD_DIM;
+            let at = partial_base(b * params.n_head + h, params.n_split, sp.s) + HEAD_DIM;
             partials[at] = big_m;
             partials[at + 1u] = total;
         }
         // The next head overwrites team_acc.
         workgroupBarrier();
     }
+}
+
+@compute @workgroup_size(WG)
+fn decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
+    let sp = split_of(wg);
+    if !sp.live {
+        return;
+    }
+    let lane = lane_position(lanes) % ROW_LANES;
+    // This lane's vec4s of the GROUP query heads, pre-scaled into log2 units.
+    let qscale = params.scale * LOG2_E;
+    var q_lane: HeadLanes;
+    for (var r = 0u; r < GROUP; r++) {
+        for (var i = 0u; i < LANE_VECS; i++) {
+            let e = i * ROW_LANES + lane;
+            var x = vec4(0.0);
+            if e < HEAD_VECS {
+                let at = view_index(params.q, sp.b, sp.g * GROUP + r, 4u * e);
+                x = vec4(q[at], q[at + 1u], q[at + 2u], q[at + 3u]) * qscale;
+            }
+            q_lane[r][i] = x;
+        }
+    }
+    attend(sp, &q_lane, lanes);
 }
 
 @compute @workgroup_size(WG)

@@ -137,26 +137,19 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) count: ve
             squares += x * x;
         }
         let total = workgroup_sum(squares, lanes);
-        scale = 1.0 / sqrt(total / f32(hd) + params.eps);
+        scale = rms_scale(total, hd, params.eps);
     }
     if !cached {
         return;
     }
     let half = params.half_rot;
     for (var i = lanes.index; i < half; i += WG) {
-        var ia = 2u * i;
-        var ib = ia + 1u;
-        if params.neox != 0u {
-            ia = i;
-            ib = i + half;
-        }
-        let theta = angle(pos, table[i]);
-        let c = cos(theta);
-        let s = sin(theta);
-        let a = head_value(is_q, src, ia, scale);
-        let b = head_value(is_q, src, ib, scale);
-        store(is_q, dst, ia, a * c - b * s);
-        store(is_q, dst, ib, a * s + b * c);
+        let pair = rope_pair(i, half, params.neox != 0u);
+        let a = head_value(is_q, src, pair.x, scale);
+        let b = head_value(is_q, src, pair.y, scale);
+        let turned = rotate(a, b, angle(pos, table[i]));
+        store(is_q, dst, pair.x, turned.x);
+        store(is_q, dst, pair.y, turned.y);
     }
     for (var i = 2u * half + lanes.index; i < hd; i += WG) {
         store(is_q, dst, i, head_value(is_q, src, i, scale));

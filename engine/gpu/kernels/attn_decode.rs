@@ -1,13 +1,17 @@
 //! `attn_decode`: one query token per sequence against its paged KV cache, GQA, split across
 //! workgroups along the keys with a combining pass (wgsl/attn_decode.wgsl). Where the integer
 //! mat-vec reads `W_o`'s input, the kernel also writes o as its q8 blocks ([`DecodeIo::o_q8`]),
-//! so that product needs no quantize dispatch.
+//! so that product needs no quantize dispatch. Its rope form ([`AttnDecode::build_rope`],
+//! wgsl/attn_decode_rope.wgsl) also does `rope_kv`'s work for the step (the norm and rotation of
+//! q and k, the cache write of k and v), so a decode step needs no `rope_kv` dispatch.
 
 use super::delta_state::wgsl::{
     ROW_SUM_SUBGROUP, ROW_SUM_WORKGROUP, ROW_SUM4_SUBGROUP, ROW_SUM4_WORKGROUP,
 };
 use super::kv_cache::{KvCache, KvDtype, check_dtype};
 use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
+use super::rope::{ROPE_ANGLE, RopePairing, RopeTable};
+use super::rope_kv::{self, HeadNorms};
 use super::support::{
     self, Positions, View, entry, positions_binding, shape_error, step_wgsl, view_binding, words,
 };
@@ -24,6 +28,12 @@ use crate::gpu::step::PageTable;
 use crate::gpu::step::StepBuffer;
 
 const ATTN_DECODE: WgslFile = step_wgsl!("attn_decode.wgsl");
+/// The default module's caches, read-only.
+const ATTN_DECODE_READ: WgslFile = step_wgsl!("attn_decode_read.wgsl");
+/// The rope form's entry point, its read-write caches and rope bindings.
+const ATTN_DECODE_ROPE: WgslFile = step_wgsl!("attn_decode_rope.wgsl");
+const ROW_LANES_SUBGROUP: WgslFile = step_wgsl!("row_lanes_subgroup.wgsl");
+const ROW_LANES_WORKGROUP: WgslFile = step_wgsl!("row_lanes_workgroup.wgsl");
 /// The combine of split-K attention, shared with the prefill attention.
 pub(super) const ATTN_COMBINE: WgslFile = step_wgsl!("attn_combine.wgsl");
 /// q, k_cache, v_cache, page_table, token_slots, partials, o, params, step, gate, yq, yd.
@@ -40,6 +50,28 @@ const SLOTS: &[Slot] = &[
     Slot::Read,
     Slot::ReadWrite,
     Slot::ReadWrite,
+];
+/// The rope form's: [`SLOTS`] with the caches read-write, then k_in, v_in, q_norm, k_norm,
+/// table, rope params.
+const ROPE_SLOTS: &[Slot] = &[
+    Slot::Read,
+    Slot::ReadWrite,
+    Slot::ReadWrite,
+    Slot::Read,
+    Slot::Read,
+    Slot::ReadWrite,
+    Slot::ReadWrite,
+    Slot::Uniform,
+    Slot::Uniform,
+    Slot::Read,
+    Slot::ReadWrite,
+    Slot::ReadWrite,
+    Slot::Read,
+    Slot::Read,
+    Slot::Read,
+    Slot::Read,
+    Slot::Read,
+    Slot::Uniform,
 ];
 /// Teams of `row_lanes` lanes per workgroup, each walking its own keys (`TEAMS` of the WGSL).
 const TEAMS: u32 = 8;
@@ -264,6 +296,12 @@ impl LaneLayout {
         let floats = 2 * TEAMS * shape.group() + 4 * wg * self.lane_vecs + 5 * wg + shape.head_dim;
         u64::from(floats) * 4 + combine_bytes(shape.head_dim, wg)
     }
+
+    /// [`LaneLayout::workgroup_bytes`] of the rope form: also the workgroup sum's one float per
+    /// invocation (reduce_*.wgsl).
+    fn rope_workgroup_bytes(&self, shape: AttnShape) -> u64 {
+        self.workgroup_bytes(shape) + 4 * u64::from(self.workgroup_size())
+    }
 }
 
 /// Bytes of the workgroup arrays of wgsl/attn_combine.wgsl in a workgroup of `wg` invocations:
@@ -301,6 +339,32 @@ struct Params {
     split_keys: u32,
     cut_splits: u32,
     pad: u32,
+}
+
+/// `RopeParams` of wgsl/attn_decode_rope.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct RopeParams {
+    k: support::ViewParams,
+    v: support::ViewParams,
+    half_rot: u32,
+    neox: u32,
+    has_norm: u32,
+    eps: f32,
+    n_pages: u32,
+    pad: [u32; 3],
+}
+
+/// What the rope form reads besides [`DecodeIo`] (whose `q` is then the raw projection, as
+/// `rope_kv` reads it): the step's raw k and v (n_kv heads of head_dim per sequence), the
+/// per-head norms and the rotation, as [`rope_kv::RopeKvIo`] names them.
+#[derive(Clone, Copy)]
+pub struct DecodeRopeIo<'a> {
+    pub k: View<'a>,
+    pub v: View<'a>,
+    pub norms: Option<HeadNorms<'a>>,
+    pub pairing: RopePairing,
+    pub table: &'a RopeTable,
 }
 
 /// What a decode binding reads and writes.
@@ -344,22 +408,61 @@ pub struct AttnDecode {
     layout: wgpu::BindGroupLayout,
     /// decode and combine, each with Step positions then with the token table.
     pipelines: Vec<wgpu::ComputePipeline>,
+    /// Lanes per key row (`ROW_LANES`).
+    row_lanes: u32,
+    /// Whether the adapter's subgroup sizes made this kernel take the fallback reduction where
+    /// its paths allowed subgroups (then `rope_kv`'s reduction is another kind).
+    fell_back: bool,
+    /// The rope form, where [`AttnDecode::build_rope`] built it.
+    rope: Option<RopeForm>,
     /// Stands in for the token table (read-only) and, separately, the scratch (read-write) when
     /// a binding has none: one buffer cannot be bound both ways in a dispatch.
     placeholder: wgpu::Buffer,
     scratch_placeholder: wgpu::Buffer,
 }
 
+/// The rope form's bind-group layout and pipelines (decode_rope, then combine, each with Step
+/// positions then with the token table).
+struct RopeForm {
+    layout: wgpu::BindGroupLayout,
+    pipelines: Vec<wgpu::ComputePipeline>,
+}
+
+/// The marker of the rope form for the kernel registry (portability, selftest listing): the
+/// module [`AttnDecode::build_rope`] builds.
+pub struct AttnDecodeRope;
+
+impl Kernel for AttnDecodeRope {
+    const NAME: &'static str = "attn_decode_rope";
+    const AXES: Axes = AttnDecode::AXES;
+
+    fn source(variant: KernelPaths) -> KernelSource {
+        let lanes = row_lanes(variant, MAX_ROW_LANES, MAX_ROW_LANES).expect("32-lane subgroups");
+        AttnDecode::source_with(variant, AttnShape::EXAMPLE, lanes, KeyWalk::Tiles, true)
+            .expect("the example shape fits")
+    }
+}
+
 /// A layer's queries and cache bound for [`AttnDecode::encode`].
 pub struct DecodeBinding {
     group: wgpu::BindGroup,
     table: bool,
+    /// Whether the binding is the rope form's (its pipelines; rope_kv's bytes too).
+    rope: Option<RopeBytes>,
     /// Whether o is gated as it is written (the gate's reads are the step's bytes too).
     gated: bool,
     /// Whether o is also written as q8 blocks.
     quantized: bool,
     n_split: u32,
     max_seqs: u32,
+}
+
+/// What the rope form moves per sequence besides the attention's bytes: q, k, v read, k and v
+/// written into the cache (as `rope_kv` records them, less its q_out), and the norm weights.
+#[derive(Clone, Copy)]
+struct RopeBytes {
+    per_seq: u64,
+    norms: u64,
 }
 
 impl Kernel for AttnDecode {
@@ -386,13 +489,25 @@ impl AttnDecode {
         row_lanes: u32,
         walk: KeyWalk,
     ) -> Result<KernelSource, GpuError> {
+        Self::source_with(variant, shape, row_lanes, walk, false)
+    }
+
+    /// [`AttnDecode::source_for`], or with `rope` the rope form's module (wgsl/attn_decode_rope.wgsl:
+    /// its decode_rope entry point and combine) and slots.
+    fn source_with(
+        variant: KernelPaths,
+        shape: AttnShape,
+        row_lanes: u32,
+        walk: KeyWalk,
+        rope: bool,
+    ) -> Result<KernelSource, GpuError> {
         LaneLayout::new(shape, row_lanes)?;
-        let (row_sum, row_sum4) = if variant.subgroup {
-            (ROW_SUM_SUBGROUP, ROW_SUM4_SUBGROUP)
+        let (row_sum, row_sum4, lanes_of) = if variant.subgroup {
+            (ROW_SUM_SUBGROUP, ROW_SUM4_SUBGROUP, ROW_LANES_SUBGROUP)
         } else {
-            (ROW_SUM_WORKGROUP, ROW_SUM4_WORKGROUP)
+            (ROW_SUM_WORKGROUP, ROW_SUM4_WORKGROUP, ROW_LANES_WORKGROUP)
         };
-        let module = WgslModule::new(variant)
+        let mut module = WgslModule::new(variant)
             .with_const("HEAD_DIM", shape.head_dim)
             .with_const("GROUP", shape.group())
             .with_const("ROW_LANES", row_lanes)
@@ -408,8 +523,20 @@ impl AttnDecode {
             .with(wgsl::Q8_BLOCK)
             .with(ATTN_COMBINE)
             .with(ATTN_DECODE);
-        let label =
-            |what: &str| format!("attn_decode {what} {shape:?} row_lanes={row_lanes} {walk:?}");
+        module = match rope {
+            false => module.with(ATTN_DECODE_READ),
+            true => module
+                .with_const("ROPE_LANES", rope_kv::WG)
+                .with(wgsl::reduction(variant))
+                .with(lanes_of)
+                .with(ROPE_ANGLE)
+                .with(ATTN_DECODE_ROPE),
+        };
+        let (name, decode, slots) = match rope {
+            false => ("attn_decode", "decode", SLOTS),
+            true => ("attn_decode_rope", "decode_rope", ROPE_SLOTS),
+        };
+        let label = |what: &str| format!("{name} {what} {shape:?} row_lanes={row_lanes} {walk:?}");
         let spec = |what: &str, entry_point, table: bool| PipelineSpec {
             label: label(what),
             entry_point,
@@ -417,10 +544,10 @@ impl AttnDecode {
         };
         Ok(KernelSource {
             module,
-            slots: SLOTS,
+            slots,
             pipelines: vec![
-                spec("decode", "decode", false),
-                spec("decode token_table", "decode", true),
+                spec("decode", decode, false),
+                spec("decode token_table", decode, true),
                 spec("combine", "combine", false),
                 spec("combine token_table", "combine", true),
             ],
@@ -494,9 +621,11 @@ impl AttnDecode {
     ) -> Result<Self, GpuError> {
         let mut variant = Self::AXES.select(paths);
         let facts = ctx.facts();
+        let mut fell_back = false;
         let lanes = row_lanes(variant, facts.subgroup_min_size, facts.subgroup_max_size)
             .unwrap_or_else(|| {
                 variant.subgroup = false;
+                fell_back = true;
                 FALLBACK_ROW_LANES
             });
         let bytes = LaneLayout::new(shape, lanes)?.workgroup_bytes(shape);
@@ -525,9 +654,84 @@ impl AttnDecode {
             max_splits: None,
             layout: built.layout,
             pipelines: built.pipelines,
+            row_lanes: lanes,
+            fell_back,
+            rope: None,
             placeholder: support::placeholder(ctx),
             scratch_placeholder: support::placeholder(ctx),
         })
+    }
+
+    /// Builds the rope form beside the default ([`AttnDecode::bind_rope`] binds it): the decode
+    /// pass also norms and rotates q and k and writes the step's k and v, as `rope_kv` does for a
+    /// decode step, in the same bits (wgsl/attn_decode_rope.wgsl). Refused, and the default left
+    /// as it is, where the form cannot give `rope_kv`'s bits or the adapter cannot hold it: a
+    /// workgroup below `rope_kv`'s, another kind of reduction than `rope_kv` runs (this kernel fell
+    /// back from subgroups), more storage bindings or workgroup memory than the limits allow.
+    pub fn build_rope(&mut self, ctx: &GpuContext) -> Result<(), GpuError> {
+        let lanes = self.row_lanes;
+        let layout = LaneLayout::new(self.shape, lanes)?;
+        let limits = ctx.device.limits();
+        let what =
+            |part: &str| format!("decode attention's rope form for {:?}: {part}", self.shape);
+        if self.fell_back || layout.workgroup_size() < rope_kv::WG {
+            return Err(shape_error(
+                Self::NAME,
+                what(&format!(
+                    "rope_kv's sums need a workgroup of at least {} invocations with its kind of \
+                     reduction ({} here, subgroups {})",
+                    rope_kv::WG,
+                    layout.workgroup_size(),
+                    self.variant.subgroup
+                )),
+            ));
+        }
+        let storage = ROPE_SLOTS
+            .iter()
+            .filter(|slot| !matches!(slot, Slot::Uniform))
+            .count() as u64;
+        let checks = [
+            (
+                "storage bindings",
+                storage,
+                limits.max_storage_buffers_per_shader_stage,
+                "max_storage_buffers_per_shader_stage",
+            ),
+            (
+                "workgroup memory bytes",
+                layout.rope_workgroup_bytes(self.shape),
+                limits.max_compute_workgroup_storage_size,
+                "max_compute_workgroup_storage_size",
+            ),
+        ];
+        for (part, size, limit, limit_name) in checks {
+            if size > u64::from(limit) {
+                return Err(GpuError::TooLarge {
+                    what: what(part),
+                    size,
+                    limit: u64::from(limit),
+                    limit_name,
+                });
+            }
+        }
+        let built = build(
+            ctx,
+            &KernelVariant {
+                kernel: AttnDecodeRope::NAME,
+                paths: self.variant,
+                source: Self::source_with(self.variant, self.shape, lanes, self.walk, true)?,
+            },
+        )?;
+        self.rope = Some(RopeForm {
+            layout: built.layout,
+            pipelines: built.pipelines,
+        });
+        Ok(())
+    }
+
+    /// Whether [`AttnDecode::build_rope`] built the rope form.
+    pub fn has_rope(&self) -> bool {
+        self.rope.is_some()
     }
 
     pub fn variant(&self) -> KernelPaths {
@@ -574,6 +778,27 @@ impl AttnDecode {
 
     /// Binds one layer's decode attention (see [`DecodeIo`]).
     pub fn bind(&self, ctx: &GpuContext, io: DecodeIo<'_>) -> Result<DecodeBinding, GpuError> {
+        self.bind_form(ctx, io, None)
+    }
+
+    /// Binds one layer's decode attention in the rope form ([`AttnDecode::build_rope`]): `io.q`
+    /// is the raw q projection (as `rope_kv` reads it), `rope` the rest of rope_kv's inputs; the
+    /// step's k and v go into `io.cache`. Refused where the form was not built.
+    pub fn bind_rope(
+        &self,
+        ctx: &GpuContext,
+        io: DecodeIo<'_>,
+        rope: DecodeRopeIo<'_>,
+    ) -> Result<DecodeBinding, GpuError> {
+        self.bind_form(ctx, io, Some(rope))
+    }
+
+    fn bind_form(
+        &self,
+        ctx: &GpuContext,
+        io: DecodeIo<'_>,
+        rope: Option<DecodeRopeIo<'_>>,
+    ) -> Result<DecodeBinding, GpuError> {
         let DecodeIo {
             q,
             o,
@@ -702,32 +927,120 @@ impl AttnDecode {
             },
         );
         let [yq, yd] = o_q8_bindings;
+        let rope_params = match rope {
+            Some(r) => Some(self.rope_params(ctx, &layout, &r)?),
+            None => None,
+        };
+        let mut entries = vec![
+            entry(0, q_binding),
+            entry(1, k_cache),
+            entry(2, v_cache),
+            entry(3, table),
+            entry(4, slots),
+            entry(5, partials),
+            entry(6, o_binding),
+            entry(7, params.as_entire_binding()),
+            entry(8, step.buffer.as_entire_binding()),
+            entry(9, gate_binding),
+            entry(10, yq),
+            entry(11, yd),
+        ];
+        let (group_layout, rope_bytes) = match (rope, &rope_params) {
+            (Some(r), Some(params)) => {
+                let form = self.rope.as_ref().ok_or_else(|| {
+                    shape_error(Self::NAME, "the rope form was not built (build_rope)")
+                })?;
+                entries.extend(self.rope_entries(ctx, &r, params, max_seqs)?);
+                let (q_width, kv_width) = (u64::from(n_head * hd), u64::from(layout.n_kv * hd));
+                let bytes = RopeBytes {
+                    per_seq: 4 * q_width + 2 * (4 * kv_width + kv_width * self.dtype().bytes()),
+                    norms: r.norms.map_or(0, |_| 2 * 4 * u64::from(hd)),
+                };
+                (&form.layout, Some(bytes))
+            }
+            _ => (&self.layout, None),
+        };
         let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("attn_decode"),
-            layout: &self.layout,
-            entries: &[
-                entry(0, q_binding),
-                entry(1, k_cache),
-                entry(2, v_cache),
-                entry(3, table),
-                entry(4, slots),
-                entry(5, partials),
-                entry(6, o_binding),
-                entry(7, params.as_entire_binding()),
-                entry(8, step.buffer.as_entire_binding()),
-                entry(9, gate_binding),
-                entry(10, yq),
-                entry(11, yd),
-            ],
+            label: Some(if rope.is_some() {
+                "attn_decode_rope"
+            } else {
+                "attn_decode"
+            }),
+            layout: group_layout,
+            entries: &entries,
         });
         Ok(DecodeBinding {
             group,
+            rope: rope_bytes,
             table: positions.is_table(),
             gated: gate.is_some(),
             quantized: o_q8.is_some(),
             n_split,
             max_seqs,
         })
+    }
+
+    /// The rope form's params (`RopeParams`), its rotation checked against the head.
+    fn rope_params(
+        &self,
+        ctx: &GpuContext,
+        layout: &super::kv_cache::KvLayout,
+        r: &DecodeRopeIo<'_>,
+    ) -> Result<wgpu::Buffer, GpuError> {
+        let n_rot = r.table.n_rot();
+        if n_rot > layout.head_dim {
+            return Err(shape_error(
+                AttnDecodeRope::NAME,
+                format!("n_rot = {n_rot} past heads of {}", layout.head_dim),
+            ));
+        }
+        Ok(uniform(
+            ctx,
+            "attn_decode_rope params",
+            &RopeParams {
+                k: r.k.params(),
+                v: r.v.params(),
+                half_rot: n_rot / 2,
+                neox: u32::from(r.pairing == RopePairing::Neox),
+                has_norm: u32::from(r.norms.is_some()),
+                eps: r.norms.map_or(0.0, |n| n.eps),
+                n_pages: layout.n_pages,
+                pad: [0; 3],
+            },
+        ))
+    }
+
+    /// Bindings 12–17 of the rope form: raw k and v, the norms (placeholders without), the
+    /// rotation table and `params`.
+    fn rope_entries<'a>(
+        &'a self,
+        ctx: &GpuContext,
+        r: &DecodeRopeIo<'a>,
+        params: &'a wgpu::Buffer,
+        max_seqs: u32,
+    ) -> Result<Vec<wgpu::BindGroupEntry<'a>>, GpuError> {
+        let name = AttnDecodeRope::NAME;
+        let AttnShape {
+            n_kv, head_dim: hd, ..
+        } = self.shape;
+        let (q_norm, k_norm) = match r.norms {
+            Some(n) => (
+                words(ctx, name, "the q norm weight", n.q, u64::from(hd))?,
+                words(ctx, name, "the k norm weight", n.k, u64::from(hd))?,
+            ),
+            None => (
+                self.placeholder.as_entire_binding(),
+                self.placeholder.as_entire_binding(),
+            ),
+        };
+        Ok(vec![
+            entry(12, view_binding(ctx, name, "k", &r.k, max_seqs, n_kv, hd)?),
+            entry(13, view_binding(ctx, name, "v", &r.v, max_seqs, n_kv, hd)?),
+            entry(14, q_norm),
+            entry(15, k_norm),
+            entry(16, r.table.binding(ctx, name)?),
+            entry(17, params.as_entire_binding()),
+        ])
     }
 
     /// Records the dispatches for a step of `n_seqs` sequences (at most the binding's
@@ -743,15 +1056,30 @@ impl AttnDecode {
         keys: u32,
     ) -> Result<Recorded, GpuError> {
         let n = n_seqs.min(binding.max_seqs);
+        let pipelines = match binding.rope {
+            None => &self.pipelines,
+            Some(_) => {
+                let form = self.rope.as_ref().ok_or_else(|| {
+                    shape_error(
+                        Self::NAME,
+                        "a rope-form binding on a kernel without the form",
+                    )
+                })?;
+                &form.pipelines
+            }
+        };
         pass.set_bind_group(0, &binding.group, &[]);
-        pass.set_pipeline(&self.pipelines[usize::from(binding.table)]);
+        pass.set_pipeline(&pipelines[usize::from(binding.table)]);
         pass.dispatch_workgroups(self.cut_splits(binding.n_split), self.shape.n_kv, n);
         let split = self.cut_splits(binding.n_split) > 1 && !self.single_splits(keys);
         if split {
-            pass.set_pipeline(&self.pipelines[2 + usize::from(binding.table)]);
+            pass.set_pipeline(&pipelines[2 + usize::from(binding.table)]);
             pass.dispatch_workgroups(self.shape.n_head, n, 1);
         }
         let mut bytes = attention_bytes(&self.shape, self.dtype(), n, keys);
+        if let Some(rope) = binding.rope {
+            bytes = bytes + OpBytes::new(rope.norms, u64::from(n) * rope.per_seq);
+        }
         if binding.gated {
             let gates =
                 u64::from(n) * u64::from(self.shape.n_head) * u64::from(self.shape.head_dim);

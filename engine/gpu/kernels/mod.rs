@@ -47,6 +47,7 @@ pub fn registry() -> Vec<KernelVariant> {
     all.extend(KernelVariant::all_of::<argmax::Argmax>());
     all.extend(KernelVariant::all_of::<rope_kv::RopeKv>());
     all.extend(KernelVariant::all_of::<attn_decode::AttnDecode>());
+    all.extend(KernelVariant::all_of::<attn_decode::AttnDecodeRope>());
     all.extend(KernelVariant::all_of::<attn_prefill::AttnPrefill>());
     all.extend(KernelVariant::all_of::<read_probe::ReadProbe>());
     all

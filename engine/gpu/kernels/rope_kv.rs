@@ -37,7 +37,9 @@ const SLOTS: &[Slot] = &[
     Slot::Uniform,
     Slot::Uniform,
 ];
-const WG: u32 = 64;
+/// Invocations per workgroup (`WG`): the attention's rope form sums a head's squares over as
+/// many, in this order, for the same bits.
+pub(crate) const WG: u32 = 64;
 
 /// `Params` of wgsl/rope_kv.wgsl.
 #[repr(C)]

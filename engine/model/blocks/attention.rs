@@ -8,7 +8,9 @@ use super::projections::{Projection, StackedProjections};
 use super::scratch::Act;
 use super::{Binder, Kernels};
 use crate::gguf::TensorInfo;
-use crate::gpu::kernels::attn_decode::{AttnDecode, AttnShape, DecodeBinding, DecodeIo};
+use crate::gpu::kernels::attn_decode::{
+    AttnDecode, AttnShape, DecodeBinding, DecodeIo, DecodeRopeIo,
+};
 use crate::gpu::kernels::attn_prefill::{AttnPrefill, PrefillBinding, PrefillIo};
 use crate::gpu::kernels::elementwise::ElementwiseOp;
 use crate::gpu::kernels::kv_cache::{KvCache, KvDtype, KvLayout};
@@ -91,7 +93,12 @@ impl AttentionKernels {
             n_kv: dims.n_kv as u32,
             head_dim: dims.head_dim as u32,
         };
-        let decode = AttnDecode::new(ctx, ctx.paths(), shape)?;
+        let mut decode = AttnDecode::new(ctx, ctx.paths(), shape)?;
+        if super::decode_fuse("rope") {
+            // Where the adapter cannot hold the form, or it could not give rope_kv's bits, a
+            // decode step keeps the rope_kv dispatch.
+            let _ = decode.build_rope(ctx);
+        }
         let prefill = AttnPrefill::new(ctx, ctx.paths(), shape)?;
         let n_split = AttnDecode::default_splits(dims.max_context as u32);
         // Prefill steps split only as far as one binding of it reaches.
@@ -155,7 +162,10 @@ impl AttentionKernels {
 pub struct Attention {
     cache: KvCache,
     prepare: RopeKvBinding,
+    /// The decode attention; in the rope form (`FAK_DECODE_FUSE=rope`) it also does `prepare`'s
+    /// work for a decode step, which then records no rope_kv dispatch.
     decode: DecodeBinding,
+    rope_in_decode: bool,
     prefill: PrefillBinding,
 }
 
@@ -213,22 +223,34 @@ impl Attention {
                 max_tokens: dims.max_tokens,
             },
         )?;
-        let decode = attn.decode.bind(
-            ctx,
-            DecodeIo {
-                q: io.q_out,
-                o: io.o,
-                gate: io.gate,
-                o_q8: io.o_q8,
-                cache: &cache,
-                pages,
-                positions,
-                step,
-                n_split: attn.n_split,
-                scratch: (attn.n_split > 1).then_some(&attn.scratch),
-                max_seqs: dims.max_seqs,
-            },
-        )?;
+        let decode_io = |q| DecodeIo {
+            q,
+            o: io.o,
+            gate: io.gate,
+            o_q8: io.o_q8,
+            cache: &cache,
+            pages,
+            positions,
+            step,
+            n_split: attn.n_split,
+            scratch: (attn.n_split > 1).then_some(&attn.scratch),
+            max_seqs: dims.max_seqs,
+        };
+        let rope_in_decode = attn.decode.has_rope();
+        let decode = match rope_in_decode {
+            false => attn.decode.bind(ctx, decode_io(io.q_out))?,
+            true => attn.decode.bind_rope(
+                ctx,
+                decode_io(io.q),
+                DecodeRopeIo {
+                    k: io.k,
+                    v: io.v,
+                    norms: io.norms,
+                    pairing: dims.pairing,
+                    table: rope,
+                },
+            )?,
+        };
         let prefill = attn.prefill.bind(
             ctx,
             PrefillIo {
@@ -246,6 +268,7 @@ impl Attention {
             cache,
             prepare,
             decode,
+            rope_in_decode,
             prefill,
         })
     }
@@ -261,8 +284,8 @@ impl Attention {
         self.cache.copy_page(encoder, src, dst, &attn.page_bounce)
     }
 
-    /// Norms and rotates q and k, writes k and v into the cache (one `rope_kv` dispatch) and
-    /// attends: the split-K decode kernel for a decode step's token of each of `n` sequences,
+    /// Norms and rotates q and k, writes k and v into the cache (one `rope_kv` dispatch, or in a
+    /// decode step of the rope form the decode kernel itself) and attends: the split-K decode kernel for a decode step's token of each of `n` sequences,
     /// the tiled causal kernel for prompt tokens (however few). The attention op reads k and v of
     /// every cached position once (`marks.kv_len` of them, summed over a batch's sequences).
     pub fn record(
@@ -273,9 +296,12 @@ impl Attention {
         n: u32,
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
-        let prepared = k.rope_kv.encode(pass, &self.prepare, n)?;
-        marks.op(pass, "rope_kv", prepared);
-        let attended = if marks.kind == StepKind::Decode {
+        let decode = marks.kind == StepKind::Decode;
+        if !(decode && self.rope_in_decode) {
+            let prepared = k.rope_kv.encode(pass, &self.prepare, n)?;
+            marks.op(pass, "rope_kv", prepared);
+        }
+        let attended = if decode {
             attn.decode.encode(pass, &self.decode, n, marks.kv_len)?
         } else {
             // A prompt step is one sequence: its last token sees marks.kv_len keys.

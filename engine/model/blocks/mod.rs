@@ -120,6 +120,11 @@ pub fn decode_merge() -> bool {
 ///   whose types differ (a GDN layer's Q6_K qkv beside its Q4_K z, β, α; attention's Q6_K v
 ///   beside q, k) as one mixed mat-vec over the quantize dispatch's q8 vectors
 ///   (`MatVecFusion::second`), instead of two: one dispatch fewer per such layer, no read added.
+/// - `rope`: a decode step's `rope_kv` inside `attn_decode` (its rope form,
+///   `AttnDecode::build_rope`): every split norms and rotates its own query heads, the split
+///   holding the new position norms, rotates and writes its k and v first: one dispatch fewer
+///   per attention layer, no read of weights or cache added. Where the adapter cannot hold the
+///   form, the rope_kv dispatch stays.
 /// - `all`: every fusion above.
 pub fn decode_fuse(part: &str) -> bool {
     decode_fusion()
