@@ -339,16 +339,28 @@ impl SplitKeys {
         target_workgroups: 4096,
         min_keys: 512,
     };
+    /// The flash form's rule ([`CoopForm::Flash`], where `FAK_ATTN_SPLIT` is unset): split only
+    /// while the grid is under one wave of these heavier workgroups. On an H100 (2026-12-06 #9,
+    /// the Qwen3-8B's 2048-token prefill: 512-token chunks, 128 workgroups a chunk) the flash
+    /// form unsplit ran 8362 tok/s against 7967 under [`SplitKeys::DEFAULT`] (attention 17.1
+    /// against 25.4 ms), and in isolation 101 against 54 TFLOP/s at 1536 cached keys; this rule
+    /// computes exactly that unsplit grid there, yet still splits a short step over a long
+    /// cache (a few row tiles over thousands of keys), where splits paid for the staged kernel.
+    pub const FLASH_DEFAULT: SplitKeys = SplitKeys::Fill {
+        target_workgroups: 128,
+        min_keys: 512,
+    };
     /// Every tile's keys in one workgroup (the kernel before splits).
     pub const NEVER: SplitKeys = SplitKeys::Fixed(1);
     /// The variable that overrides [`SplitKeys::DEFAULT`] in [`AttnPrefill::new`] (the prefill
     /// sweep measures other rules on the device; see [`SplitKeys::named`]).
     pub const VAR: &'static str = "FAK_ATTN_SPLIT";
 
-    /// The rule `FAK_ATTN_SPLIT` asks for ([`SplitKeys::named`]; unset: the default).
-    pub fn requested() -> Result<Self, GpuError> {
+    /// The rule `FAK_ATTN_SPLIT` asks for ([`SplitKeys::named`]; unset: `default`, the form's).
+    pub fn requested(default: SplitKeys) -> Result<Self, GpuError> {
         match std::env::var(Self::VAR) {
-            Err(std::env::VarError::NotPresent) => Ok(Self::DEFAULT),
+            Err(std::env::VarError::NotPresent) => Ok(default),
+            Ok(v) if v.is_empty() => Ok(default),
             Ok(v) => Self::named(&v),
             Err(e) => Self::named(&format!("{e}")),
         }
@@ -646,7 +658,11 @@ impl AttnPrefill {
             Some(coop) => Self::chosen_tile(coop, shape.head_dim, limit)?,
             None => None,
         };
-        let split = SplitKeys::requested()?;
+        let default = match tile {
+            Some(tile) if tile.form == CoopForm::Flash => SplitKeys::FLASH_DEFAULT,
+            _ => SplitKeys::DEFAULT,
+        };
+        let split = SplitKeys::requested(default)?;
         let kernel = match tile {
             Some(tile) => Self::with_tile(ctx, variant, shape, Some(tile)),
             None => {
@@ -911,6 +927,18 @@ impl AttnPrefill {
 #[cfg(test)]
 mod tests {
     use super::{CoopForm, CoopShape, CoopTile, SplitKeys};
+
+    /// The flash form's rule leaves a grid of a wave unsplit (the 8B's 512-token chunks: 16 row
+    /// tiles × 8 kv heads, up to 2048 keys), as measured, and splits a short step over a long
+    /// cache by its keys (one row tile × 4 kv heads over 4096 keys: 8 splits of 512).
+    #[test]
+    fn the_flash_rule_leaves_a_wave_whole_and_splits_a_short_step_over_a_long_cache() {
+        let split = SplitKeys::FLASH_DEFAULT;
+        assert_eq!(split.splits(128, 2048), 1);
+        assert_eq!(split.splits(4, 4096), 8);
+        assert_eq!(split.splits(8, 300), 1);
+        assert!(SplitKeys::DEFAULT.splits(128, 2048) > 1);
+    }
 
     /// The default rule: a split per 512 keys while the grid stays under 4096 workgroups, so
     /// the 27B's cached step and the deep chunks of a long prompt split, a short context does
