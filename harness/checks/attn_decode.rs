@@ -42,6 +42,22 @@ pub struct Case {
     pub gated_q: bool,
 }
 
+impl Case {
+    /// The token table of a batched step: each sequence's last position, on its own page row.
+    fn slot_buffer(&self, ctx: &GpuContext) -> wgpu::Buffer {
+        let slots: Vec<TokenSlot> = self
+            .lens
+            .iter()
+            .enumerate()
+            .map(|(row, &len)| TokenSlot {
+                pos: len - 1,
+                page_row: row as u32,
+            })
+            .collect();
+        upload_u32(ctx, "slots", bytemuck::cast_slice(&slots))
+    }
+}
+
 /// Runs `case` on seeded random caches and queries (output poisoned first): what ran, the
 /// kernel's output and the reference's. Where the heads are whole q8 blocks the kernel also
 /// writes o's q8 blocks (poisoned first too), which must be bit for bit what quantize_q8 makes of
@@ -83,16 +99,7 @@ pub fn run_case(
     let o_buf = poisoned_f32(ctx, "o", u64::from(n_seqs * n_head * hd));
     let cols = u64::from(n_head * hd);
     let o_q8 = AttnDecode::quantizes(&case.shape).then(|| poisoned_q8(ctx, "o q8", cols, n_seqs));
-    let slots: Vec<TokenSlot> = case
-        .lens
-        .iter()
-        .enumerate()
-        .map(|(row, &len)| TokenSlot {
-            pos: len - 1,
-            page_row: row as u32,
-        })
-        .collect();
-    let slot_buf = upload_u32(ctx, "slots", bytemuck::cast_slice(&slots));
+    let slot_buf = case.slot_buffer(ctx);
     let positions = if case.table {
         Positions::Table(&slot_buf)
     } else {
@@ -250,16 +257,7 @@ pub fn run_rope_case(
         k: &kn,
         eps: ROPE_EPS,
     });
-    let slots: Vec<TokenSlot> = case
-        .lens
-        .iter()
-        .enumerate()
-        .map(|(row, &len)| TokenSlot {
-            pos: len - 1,
-            page_row: row as u32,
-        })
-        .collect();
-    let slot_buf = upload_u32(ctx, "slots", bytemuck::cast_slice(&slots));
+    let slot_buf = case.slot_buffer(ctx);
     let positions = if case.table {
         Positions::Table(&slot_buf)
     } else {
