@@ -14,6 +14,7 @@ use fak::gpu::kernels::rope_kv::{HeadNorms, RopeKv, RopeKvIo};
 use fak::gpu::step::{PageTable, TokenSlot};
 use fak::reference::ops::{rms_norm, rope};
 use rand::Rng;
+use rand_chacha::ChaCha8Rng;
 
 use fak::gpu::kernels::support::{Positions, View};
 use fak::gpu::{GpuContext, Step, read_back_f32, storage_buffer};
@@ -43,6 +44,15 @@ pub struct Case {
 }
 
 impl Case {
+    /// The cache's pages: shuffled over a table for a batched step, in order otherwise.
+    fn pages(&self, rng: &mut ChaCha8Rng) -> Pages {
+        if self.table {
+            Pages::shuffled(rng, PAGE, &self.lens, 2)
+        } else {
+            Pages::identity(PAGE, self.lens[0] + 9)
+        }
+    }
+
     /// The token table of a batched step: each sequence's last position, on its own page row.
     fn slot_buffer(&self, ctx: &GpuContext) -> wgpu::Buffer {
         let slots: Vec<TokenSlot> = self
@@ -76,11 +86,7 @@ pub fn run_case(
     } = case.shape;
     let dtype = kernel.dtype();
     let n_seqs = case.lens.len() as u32;
-    let pages = if case.table {
-        Pages::shuffled(&mut rng, PAGE, &case.lens, 2)
-    } else {
-        Pages::identity(PAGE, case.lens[0] + 9)
-    };
+    let pages = case.pages(&mut rng);
     let layout = pages.layout(n_kv, hd, dtype);
     let seqs = Sequences::random(&mut rng, &case.lens, n_kv * hd, dtype);
     let cache = seqs.cache(ctx, &pages, layout);
@@ -218,11 +224,7 @@ pub fn run_rope_case(
     } = case.shape;
     let dtype = kernel.dtype();
     let n_seqs = case.lens.len() as u32;
-    let pages = if case.table {
-        Pages::shuffled(&mut rng, PAGE, &case.lens, 2)
-    } else {
-        Pages::identity(PAGE, case.lens[0] + 9)
-    };
+    let pages = case.pages(&mut rng);
     let layout = pages.layout(n_kv, hd, dtype);
     let before: Vec<u32> = case.lens.iter().map(|&l| l - 1).collect();
     let seqs = Sequences::random(&mut rng, &before, n_kv * hd, dtype);

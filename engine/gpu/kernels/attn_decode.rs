@@ -457,6 +457,13 @@ pub struct DecodeBinding {
     max_seqs: u32,
 }
 
+impl DecodeBinding {
+    /// Whether the binding is the rope form's: its decode step also does rope_kv's work.
+    pub fn is_rope(&self) -> bool {
+        self.rope.is_some()
+    }
+}
+
 /// What the rope form moves per sequence besides the attention's bytes: q, k, v read, k and v
 /// written into the cache (as `rope_kv` records them, less its q_out), and the norm weights.
 #[derive(Clone, Copy)]

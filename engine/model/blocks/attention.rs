@@ -165,7 +165,6 @@ pub struct Attention {
     /// The decode attention; in the rope form (`FAK_DECODE_FUSE=rope`) it also does `prepare`'s
     /// work for a decode step, which then records no rope_kv dispatch.
     decode: DecodeBinding,
-    rope_in_decode: bool,
     prefill: PrefillBinding,
 }
 
@@ -236,8 +235,7 @@ impl Attention {
             scratch: (attn.n_split > 1).then_some(&attn.scratch),
             max_seqs: dims.max_seqs,
         };
-        let rope_in_decode = attn.decode.has_rope();
-        let decode = match rope_in_decode {
+        let decode = match attn.decode.has_rope() {
             false => attn.decode.bind(ctx, decode_io(io.q_out))?,
             true => attn.decode.bind_rope(
                 ctx,
@@ -268,7 +266,6 @@ impl Attention {
             cache,
             prepare,
             decode,
-            rope_in_decode,
             prefill,
         })
     }
@@ -285,9 +282,10 @@ impl Attention {
     }
 
     /// Norms and rotates q and k, writes k and v into the cache (one `rope_kv` dispatch, or in a
-    /// decode step of the rope form the decode kernel itself) and attends: the split-K decode kernel for a decode step's token of each of `n` sequences,
-    /// the tiled causal kernel for prompt tokens (however few). The attention op reads k and v of
-    /// every cached position once (`marks.kv_len` of them, summed over a batch's sequences).
+    /// decode step of the rope form the decode kernel itself) and attends: the split-K decode
+    /// kernel for a decode step's token of each of `n` sequences, the tiled causal kernel for
+    /// prompt tokens (however few). The attention op reads k and v of every cached position once
+    /// (`marks.kv_len` of them, summed over a batch's sequences).
     pub fn record(
         &self,
         k: &Kernels,
@@ -297,7 +295,7 @@ impl Attention {
         marks: &mut StepMarks,
     ) -> Result<(), GpuError> {
         let decode = marks.kind == StepKind::Decode;
-        if !(decode && self.rope_in_decode) {
+        if !(decode && self.decode.is_rope()) {
             let prepared = k.rope_kv.encode(pass, &self.prepare, n)?;
             marks.op(pass, "rope_kv", prepared);
         }
