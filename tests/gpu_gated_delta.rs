@@ -745,8 +745,12 @@ fn every_form_computes_its_kernels_default_bits() {
 #[test]
 fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_has_it() {
     assert_eq!(ChunkKernel::named("").unwrap(), ChunkKernel::DEFAULT);
-    let all = ChunkKernel::named("coop+quads+fused+columns").unwrap();
+    let all = ChunkKernel::named("coop+quads+fused+lean+blocks").unwrap();
     assert_eq!(all, ChunkKernel::DEFAULT);
+    assert_ne!(
+        ChunkKernel::named("coop+quads+fused+columns").unwrap(),
+        ChunkKernel::DEFAULT
+    );
     assert_eq!(ChunkKernel::named("f32").unwrap(), ChunkKernel::F32);
     assert_eq!(ChunkKernel::named("coop").unwrap(), ChunkKernel::COOP);
     for form in ChunkForm::COOP {

@@ -26,11 +26,12 @@
 //! `f32+columns`, `f32+blocks`): vec4<f16> cells, a fused scan, a lean scan (U early, S decayed
 //! on the update's accumulators), the inverse by columns or by block rows ([`Inverse`]). Each
 //! computes the same values in the same order as the plain form (bit for bit).
-//! `quads`, `fused` and `columns` together are the coop kernel's default ([`ChunkKernel::DEFAULT`]):
-//! on an H100 (2026-12-06 #8, experiments/h200/prefill-sweep.sh) they cut the 27B's 2048-token
-//! chunked delta rule from 96 to 82 ms and each alone 4–6 %; the f32 kernel keeps its plain form
-//! unless one is named (its `columns` and `blocks` forms are untimed). `blocks` and `lean` are
-//! opt-in until a device has timed them (experiments/h200/gdnscan.sh).
+//! `quads`, `fused`, `lean` and `blocks` together are the coop kernel's default
+//! ([`ChunkKernel::DEFAULT`]): on an H100 `quads`, `fused` and `columns` cut the 27B's
+//! 2048-token chunked delta rule from 96 to 82 ms (2026-12-06 #8, each alone 4–6 %), then
+//! `blocks` for `columns` to 75.5 and `lean` on top to 71.2 ms (81.3 → 71.2 in one run; 6.8 →
+//! 6.1 ms at 128 tokens: 2026-12-06 #10, experiments/h200/gdnscan.sh). The f32 kernel keeps its
+//! plain form unless one is named (its `columns` and `blocks` forms are untimed).
 
 use super::delta_state::{
     DeltaDims, DeltaState, Dispatch, Resource, bind_group, by_entry, check_batch, check_grid,
@@ -131,8 +132,8 @@ impl Inverse {
 
 impl ChunkForm {
     /// The forms the tests run and `FAK_GDN_CHUNK` names on the coop kernel, the plain one
-    /// first: each change alone, then the default (quads, fused, columns), then the default
-    /// with the inverse by blocks, then that with the lean scan.
+    /// first: each change alone, then quads, fused and columns, then those with the inverse by
+    /// blocks, then that with the lean scan (the default).
     pub const COOP: [ChunkForm; 7] = [
         ChunkForm::with(false, false, false, Inverse::Rows),
         ChunkForm::with(true, false, false, Inverse::Rows),
@@ -197,10 +198,11 @@ impl ChunkKernel {
         coop: true,
         form: ChunkForm::with(false, false, false, Inverse::Rows),
     };
-    /// The engine's default (unset or empty): the coop kernel with quads, fused and columns.
+    /// The engine's default (unset or empty): the coop kernel with quads, fused, the lean scan
+    /// and the inverse by block rows (`coop+quads+fused+lean+blocks`).
     pub const DEFAULT: ChunkKernel = ChunkKernel {
         coop: true,
-        form: ChunkForm::with(true, true, false, Inverse::Columns),
+        form: ChunkForm::with(true, true, true, Inverse::Blocks),
     };
 
     pub fn requested() -> Result<Self, GpuError> {

@@ -40,9 +40,10 @@
 //! tests/gpu_matvec.rs checks. A binding takes [`MatVecFusion::layout`], else the one
 //! `FAK_MATVEC_LAYOUT` names (`MatVecLayout::from_env`), else its input's:
 //! [`MatVecLayout::DEFAULT`] (f32) or [`MatVecLayout::INTEGER`] (q8). The wide form reads Q6_K
-//! blocks with word loads, or (opt-in) as aligned 16-byte pairs (`FAK_MATVEC_Q6=aligned`) or in
-//! fewer instructions with the −32 folded through x (`FAK_MATVEC_Q6=lean`) ([`Q6Loads`]): the
-//! same bytes and integer sums, the same outputs bit for bit.
+//! blocks with word loads in fewer instructions, the −32 folded through x (the default), or
+//! (opt-in) as aligned 16-byte pairs (`FAK_MATVEC_Q6=aligned`) or plain word loads
+//! (`FAK_MATVEC_Q6=words`) ([`Q6Loads`]): the same bytes and integer sums, the same outputs bit
+//! for bit.
 //!
 //! # By batch size
 //!
@@ -62,11 +63,12 @@
 //! tok/s (measured with every binding in 256/4/1/batched); the one-vector figures of the 27B's
 //! ffn_down: 30.2 → 25.0 µs (Q4_K), 62.3 → 46.0 (Q6_K): x's 16 scalar code loads a unit, 64
 //! bytes apart across a warp, cost more L1 wavefronts than W's loads ("mvbw").
-//! Opt-in, the batched form's split ([`MatVecLayout::split_by`], `…/splitG`, or
-//! `FAK_MATVEC_SPLIT=G` for every batched binding): a step of more than G vectors runs on
-//! B / G times the grid, each workgroup taking G of the vectors for its rows — the same bits
-//! (each vector's sums are the batched form's), lighter lanes and more of them, W read again
-//! from L2 (experiments/NOTES.md, "b8").
+//! The batched form's split ([`MatVecLayout::split_by`], `…/splitG`, or `FAK_MATVEC_SPLIT=G` for
+//! every batched binding; by default G = 2, `FAK_MATVEC_SPLIT=0` for none): a step of more than G
+//! vectors runs on B / G times the grid, each workgroup taking G of the vectors for its rows —
+//! the same bits (each vector's sums are the batched form's), lighter lanes and more of them, W
+//! read again from L2 (experiments/NOTES.md, "b8"). On an H100 the Qwen3.5-27B's step of 8
+//! sequences went from 36.5 to 31.6–32.2 ms with G = 2 (G = 4: 35.2; "Session 2026-12-06 #10").
 
 use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::tensors::{bind_group, checked_row_bytes};
@@ -433,8 +435,8 @@ impl std::fmt::Display for MatVecLayout {
 /// them the same f32 operations in the same order (bit for bit).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub enum Q6Loads {
-    /// Word loads at the block's alignment (the default).
-    #[default]
+    /// Word loads at the block's alignment (`FAK_MATVEC_Q6=words`; the default before
+    /// 2026-12-06 #10).
     Words,
     /// 16-byte-aligned vec4 pairs of the w16 view, shifted into place (`Q6_ALIGNED`): 8 vec4
     /// loads per row and unit instead of ~20 word loads (issue 18: Q6_K as fast as Q4_K per
@@ -445,18 +447,20 @@ pub enum Q6Loads {
     /// through x (each group's integer sum starts at −32·Σ qx, taken once per vector and unit
     /// for the 4 rows; the codes multiplied unbiased: no add and xor per code word and row),
     /// each run's half-word funnel a shift and a multiply-add per word, the scales from three
-    /// funnelled words (issue 18: Q6_K as fast as Q4_K). Opt-in (`FAK_MATVEC_Q6=lean`), untimed
-    /// on a device (experiments/NOTES.md, "q6bw").
+    /// funnelled words (issue 18: Q6_K as fast as Q4_K). The default: on an H100 the 27B's
+    /// one-vector Q6_K output product 211.5 → 190.5 µs, the Qwen3-8B decodes 2.6 % and the
+    /// Qwen3.5-27B 1.9 % faster (experiments/NOTES.md, "Session 2026-12-06 #10").
+    #[default]
     Lean,
 }
 
 impl Q6Loads {
-    /// `FAK_MATVEC_Q6`: `aligned`, `lean`, else (unset, `words`, anything else) the default.
+    /// `FAK_MATVEC_Q6`: `aligned`, `words`, else (unset, `lean`, anything else) the default.
     pub fn from_env() -> Q6Loads {
         match std::env::var("FAK_MATVEC_Q6").as_deref() {
             Ok("aligned") => Q6Loads::Aligned,
-            Ok("lean") => Q6Loads::Lean,
-            _ => Q6Loads::Words,
+            Ok("words") => Q6Loads::Words,
+            _ => Q6Loads::default(),
         }
     }
 }
@@ -997,6 +1001,9 @@ impl Kernel for MatVec {
 }
 
 impl MatVec {
+    /// Vectors a workgroup of a batched pipeline takes where a step has more, unless
+    /// `FAK_MATVEC_SPLIT` says otherwise ([`MatVec::splits_vectors`]).
+    pub const DEFAULT_SPLIT: u32 = 2;
     /// The weight types the kernel multiplies.
     pub const TYPES: [GgmlType; 11] = [
         GgmlType::F32,
@@ -1068,20 +1075,22 @@ impl MatVec {
         std::env::var("FAK_MATVEC_BATCHED").as_deref() != Ok("0")
     }
 
-    /// `FAK_MATVEC_SPLIT=G` (1, 2 or 4; opt-in, unset or empty: 0): [`MatVec::new`]'s batched
-    /// pipelines for more than G vectors take G of them a workgroup on a grid B / G times as
-    /// large ([`MatVecLayout::split_by`]; the same bits). A layout naming a split keeps its own.
+    /// `FAK_MATVEC_SPLIT=G` (1, 2 or 4; unset or empty: [`MatVec::DEFAULT_SPLIT`]; 0: none):
+    /// [`MatVec::new`]'s batched pipelines for more than G vectors take G of them a workgroup on
+    /// a grid B / G times as large ([`MatVecLayout::split_by`]; the same bits). A layout naming
+    /// a split keeps its own.
     pub fn splits_vectors() -> Result<u32, GpuError> {
         let text = std::env::var("FAK_MATVEC_SPLIT").unwrap_or_default();
         match text.trim() {
-            "" | "0" => Ok(0),
+            "" => Ok(Self::DEFAULT_SPLIT),
+            "0" => Ok(0),
             g => g
                 .parse::<u32>()
                 .ok()
                 .filter(|g| MatVecLayout::SPLITS.contains(g))
                 .ok_or_else(|| GpuError::Shape {
                     kernel: Self::NAME,
-                    message: format!("FAK_MATVEC_SPLIT={text:?} (expected 1, 2 or 4)"),
+                    message: format!("FAK_MATVEC_SPLIT={text:?} (expected 0, 1, 2 or 4)"),
                 }),
         }
     }
