@@ -5,7 +5,8 @@
 //! that already holds earlier tokens, a one-token prefill, and a sequence on a shuffled
 //! page-table row read through a token table; f32 and f16 caches; the cooperative-matrix kernel
 //! (where the adapter has one: the engine's choice there) with every workgroup tile that fits, the
-//! flash form's included, and with O rescaled on every growth of a row's max (staged and flash);
+//! flash form's included (plain and lean), and with O rescaled on every growth of a row's max
+//! (staged, flash and lean);
 //! keys split across workgroups and combined, at
 //! forced split counts. Cache slots past the step's last token hold NaN, so a causal leak fails
 //! the test; the split partials start as NaN too, so a combine reading one no split wrote fails.
@@ -59,8 +60,8 @@ const QWEN35_27B: AttnShape = AttnShape {
 
 /// Every variant the engine selects on this adapter (the cooperative-matrix kernel where it has
 /// one), and the cooperative-matrix kernel in every shape the adapter has, once per tile (row
-/// blocks × key step; the flash form's too) that fits, and once more (staged and flash) with the
-/// slack 0 (a rescale of O whenever a row's max grows:
+/// blocks × key step; the flash form's, plain and lean, too) that fits, and once more (staged,
+/// flash and lean) with the slack 0 (a rescale of O whenever a row's max grows:
 /// the random inputs' maxima rarely outgrow the engine's slack after a row's first step).
 fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let mut out: Vec<AttnPrefill> = variants::<AttnPrefill>(ctx)
@@ -78,10 +79,12 @@ fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
         let tile = CoopTile::fitting(coop, shape.head_dim, limit).expect("a tile fits");
         let always = tile.with_slack(0);
         out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(always)).unwrap());
-        // The flash form's rescale path (heads of at most 8 dim tiles).
+        // The flash form's rescale path (heads of at most 8 dim tiles), plain and lean.
         if let Some(flash) = CoopTile::fitting_flash(coop, shape.head_dim, limit) {
-            let always = flash.with_slack(0);
-            out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(always)).unwrap());
+            for lean in [false, true] {
+                let always = flash.with_slack(0).with_lean(lean);
+                out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(always)).unwrap());
+            }
         }
     }
     out
@@ -188,6 +191,32 @@ fn keys_split_across_workgroups_combine_to_the_reference() {
                         table,
                     };
                     run_case(ctx, &kernel, &case, u64::from(start + splits) + i as u64);
+                }
+            }
+        }
+    }
+}
+
+/// Pages of whole key steps (32 and 64 tokens: the flash form's lean step reads one page-table
+/// entry a step, the engine's pages are 64): a fresh prompt over three pages, and a shuffled row
+/// read through the token table whose step crosses pages, each unsplit and in 3 splits (one
+/// split without keys at 70 tokens: its clamped page read must stay in bounds).
+#[test]
+fn pages_holding_whole_key_steps_are_read_a_page_at_a_time() {
+    let ctx = gpu();
+    for (i, shape) in shapes().into_iter().enumerate() {
+        for mut kernel in kernels(ctx, shape) {
+            for (page, splits) in [(32u32, 1u32), (64, 3)] {
+                kernel = kernel.with_split(SplitKeys::Fixed(splits));
+                for (start, n_tokens, table) in [(0u32, 70u32, false), (100, 37, true)] {
+                    let case = Case {
+                        shape,
+                        start,
+                        n_tokens,
+                        table,
+                    };
+                    let seed = u64::from(start + page + splits) + i as u64;
+                    attn_prefill::run_case_in_pages(ctx, &kernel, &case, seed, page).assert();
                 }
             }
         }

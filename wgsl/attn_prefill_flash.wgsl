@@ -33,13 +33,26 @@
 // (WGSL's subgroupBarrier orders only "subgroup memory" in SPIR-V, not workgroup memory, and
 // needs a feature of its own: so every slab access is ordered by the workgroup barriers.)
 //
+// LEAN = 1 (the lean step, experiments/NOTES.md "flash2"): the same MMAs on the same values in
+// the same order per tile, so the same bits, with less on a step's critical path:
+//   - where a page holds whole key steps (2^page_shift ≥ KEY_STEP: steps start at multiples of
+//     KEY_STEP, so a step's keys, clamped to the split, share one page), one page-table read per
+//     fetched step, issued right after barrier A (its latency under the MMAs) instead of one
+//     dependent read per fetched quad after barrier B; smaller pages take the per-key path;
+//   - S(t)'s two MMA chains interleaved with P(t − 1)·V(t − 1)'s independent MMAs (each dim
+//     tile: two S links, then that tile's P·V), so the chains' latency fills with P·V's issue
+//     rather than trailing the phase;
+//   - the causal mask and the masked-weight select only on steps that reach past the lane's
+//     row's position (the diagonal step, or a row past the step's tokens).
+//
 // bindings: see attn_prefill_rows.wgsl (one bind-group layout for every prefill kernel).
 // dispatch: (ceil(n_tokens·GROUP / BM), n_kv, S) workgroups of WG = ROW_BLOCKS·32, each over one
 //           key split of its tile (attn_prefill_rows.wgsl; combine after it when S > 1).
 // pipelines: module consts HEAD_DIM, GROUP and the override TOKEN_TABLE as attn_prefill.wgsl; the
-//            module consts ROW_BLOCKS, KEY_STEP, HEAD_TILES (≤ 8 dim tiles: head ≤ 128 on 16×16)
-//            and SLACK from the host (engine `attn_prefill::CoopTile`, form `Flash`), which also
-//            checks the workgroup memory of main below against the device.
+//            module consts ROW_BLOCKS, KEY_STEP, HEAD_TILES (≤ 8 dim tiles: head ≤ 128 on 16×16),
+//            SLACK and LEAN (0 or 1) from the host (engine `attn_prefill::CoopTile`, form
+//            `Flash`, `lean`), which also checks the workgroup memory of main below against the
+//            device.
 // variants: after the shape file matmul_coop16.wgsl (Vulkan); `enable f16; enable
 //           wgpu_cooperative_matrix;` from the variant, which requires SUBGROUP and, on the
 //           host, subgroups exactly 32 wide.
@@ -104,6 +117,47 @@ fn fetch_rows(
         let i = e % D4;
         let key = min(k0 + e / D4, end - 1u);
         let base = kv_base(params.kv, page_row, key, g);
+        let quad = cache_quad(values, base, min(i, HEAD_DIM / 4u - 1u));
+        out[u] = select(vec4<KvScalar>(), quad, 4u * i < HEAD_DIM);
+    }
+    return out;
+}
+
+// Lean step: whether a page holds whole key steps (so a step's keys share one page).
+fn pages_hold_steps() -> bool {
+    return (1u << params.kv.page_shift) >= BN;
+}
+
+// Lean step: the element index of kv head g's slot 0 in the page holding keys k0..k0 + BN as
+// fetched (clamped to end − 1, the split's last key: one page when pages hold whole steps, k0 a
+// multiple of BN; a split without keys repeats its last key).
+fn step_page(k0: u32, end: u32, page_row: u32, g: u32) -> u32 {
+    let key = min(k0, end - 1u);
+    let page = page_table[page_row * params.kv.pages_per_row + (key >> params.kv.page_shift)];
+    return ((page * params.kv.n_kv + g) << params.kv.page_shift) * params.kv.head_dim;
+}
+
+// fetch_rows for the lean step: through `page` (step_page of k0) where pages hold whole steps,
+// else key by key; the same quads either way.
+fn fetch_step(
+    values: bool,
+    k0: u32,
+    end: u32,
+    page: u32,
+    page_row: u32,
+    g: u32,
+    local: u32,
+) -> array<vec4<KvScalar>, QUADS> {
+    if !pages_hold_steps() {
+        return fetch_rows(values, k0, end, page_row, g, local);
+    }
+    let slot_mask = (1u << params.kv.page_shift) - 1u;
+    var out: array<vec4<KvScalar>, QUADS>;
+    for (var u = 0u; u < QUADS; u++) {
+        let e = min(local + u * WG, STEP_QUADS - 1u);
+        let i = e % D4;
+        let key = min(k0 + e / D4, end - 1u);
+        let base = page + (key & slot_mask) * params.kv.head_dim;
         let quad = cache_quad(values, base, min(i, HEAD_DIM / 4u - 1u));
         out[u] = select(vec4<KvScalar>(), quad, 4u * i < HEAD_DIM);
     }
@@ -373,6 +427,11 @@ fn main(
         k_rows = fetch_rows(false, split.begin + BN, split.end, page_row, g, local);
     }
     var k0 = split.begin;
+    // Lean step: the page of the next V fetch's keys (read a step ahead, with K's).
+    var page_v = 0u;
+    if LEAN != 0u {
+        page_v = step_page(split.begin + BN, split.end, page_row, g);
+    }
     loop {
         // A: K(t), V(t − 1), P(t − 1) and the mark visible. The mark is the key step after the
         // one whose softmax moved some row's reference (+ 1: never 0, the cleared mark).
@@ -403,64 +462,114 @@ fn main(
             // Every stage load done before S(t)'s stores reuse the slab.
             workgroupBarrier();
         }
+        // Lean step: the page of K(t + 2)'s keys, its read in flight through the MMAs.
+        var page_k = 0u;
+        if LEAN != 0u {
+            page_k = step_page(k0 + 2u * BN, split.end, page_row, g);
+        }
         let p0 = p_block(mi, 0u);
         let p1 = p_block(mi, 1u);
-        o0 = pv(o0, p0, p1, 0u);
-        if HEAD_TILES > 1u {
-            o1 = pv(o1, p0, p1, 1u);
-        }
-        if HEAD_TILES > 2u {
-            o2 = pv(o2, p0, p1, 2u);
-        }
-        if HEAD_TILES > 3u {
-            o3 = pv(o3, p0, p1, 3u);
-        }
-        if HEAD_TILES > 4u {
-            o4 = pv(o4, p0, p1, 4u);
-        }
-        if HEAD_TILES > 5u {
-            o5 = pv(o5, p0, p1, 5u);
-        }
-        if HEAD_TILES > 6u {
-            o6 = pv(o6, p0, p1, 6u);
-        }
-        if HEAD_TILES > 7u {
-            o7 = pv(o7, p0, p1, 7u);
+        // (The lean step runs P·V here only on the last step; else interleaved with S below.)
+        if LEAN == 0u || k0 >= split.end {
+            o0 = pv(o0, p0, p1, 0u);
+            if HEAD_TILES > 1u {
+                o1 = pv(o1, p0, p1, 1u);
+            }
+            if HEAD_TILES > 2u {
+                o2 = pv(o2, p0, p1, 2u);
+            }
+            if HEAD_TILES > 3u {
+                o3 = pv(o3, p0, p1, 3u);
+            }
+            if HEAD_TILES > 4u {
+                o4 = pv(o4, p0, p1, 4u);
+            }
+            if HEAD_TILES > 5u {
+                o5 = pv(o5, p0, p1, 5u);
+            }
+            if HEAD_TILES > 6u {
+                o6 = pv(o6, p0, p1, 6u);
+            }
+            if HEAD_TILES > 7u {
+                o7 = pv(o7, p0, p1, 7u);
+            }
         }
         if k0 >= split.end {
             break;
         }
         var s0 = CoopC();
         var s1 = CoopC();
-        s0 = qk(s0, q0, 0u, 0u);
-        s1 = qk(s1, q0, 1u, 0u);
-        if HEAD_TILES > 1u {
-            s0 = qk(s0, q1, 0u, 1u);
-            s1 = qk(s1, q1, 1u, 1u);
-        }
-        if HEAD_TILES > 2u {
-            s0 = qk(s0, q2, 0u, 2u);
-            s1 = qk(s1, q2, 1u, 2u);
-        }
-        if HEAD_TILES > 3u {
-            s0 = qk(s0, q3, 0u, 3u);
-            s1 = qk(s1, q3, 1u, 3u);
-        }
-        if HEAD_TILES > 4u {
-            s0 = qk(s0, q4, 0u, 4u);
-            s1 = qk(s1, q4, 1u, 4u);
-        }
-        if HEAD_TILES > 5u {
-            s0 = qk(s0, q5, 0u, 5u);
-            s1 = qk(s1, q5, 1u, 5u);
-        }
-        if HEAD_TILES > 6u {
-            s0 = qk(s0, q6, 0u, 6u);
-            s1 = qk(s1, q6, 1u, 6u);
-        }
-        if HEAD_TILES > 7u {
-            s0 = qk(s0, q7, 0u, 7u);
-            s1 = qk(s1, q7, 1u, 7u);
+        if LEAN != 0u {
+            // Each dim tile's two S links, then that tile's P·V (no dependence between them).
+            s0 = qk(s0, q0, 0u, 0u);
+            s1 = qk(s1, q0, 1u, 0u);
+            o0 = pv(o0, p0, p1, 0u);
+            if HEAD_TILES > 1u {
+                s0 = qk(s0, q1, 0u, 1u);
+                s1 = qk(s1, q1, 1u, 1u);
+                o1 = pv(o1, p0, p1, 1u);
+            }
+            if HEAD_TILES > 2u {
+                s0 = qk(s0, q2, 0u, 2u);
+                s1 = qk(s1, q2, 1u, 2u);
+                o2 = pv(o2, p0, p1, 2u);
+            }
+            if HEAD_TILES > 3u {
+                s0 = qk(s0, q3, 0u, 3u);
+                s1 = qk(s1, q3, 1u, 3u);
+                o3 = pv(o3, p0, p1, 3u);
+            }
+            if HEAD_TILES > 4u {
+                s0 = qk(s0, q4, 0u, 4u);
+                s1 = qk(s1, q4, 1u, 4u);
+                o4 = pv(o4, p0, p1, 4u);
+            }
+            if HEAD_TILES > 5u {
+                s0 = qk(s0, q5, 0u, 5u);
+                s1 = qk(s1, q5, 1u, 5u);
+                o5 = pv(o5, p0, p1, 5u);
+            }
+            if HEAD_TILES > 6u {
+                s0 = qk(s0, q6, 0u, 6u);
+                s1 = qk(s1, q6, 1u, 6u);
+                o6 = pv(o6, p0, p1, 6u);
+            }
+            if HEAD_TILES > 7u {
+                s0 = qk(s0, q7, 0u, 7u);
+                s1 = qk(s1, q7, 1u, 7u);
+                o7 = pv(o7, p0, p1, 7u);
+            }
+        } else {
+            s0 = qk(s0, q0, 0u, 0u);
+            s1 = qk(s1, q0, 1u, 0u);
+            if HEAD_TILES > 1u {
+                s0 = qk(s0, q1, 0u, 1u);
+                s1 = qk(s1, q1, 1u, 1u);
+            }
+            if HEAD_TILES > 2u {
+                s0 = qk(s0, q2, 0u, 2u);
+                s1 = qk(s1, q2, 1u, 2u);
+            }
+            if HEAD_TILES > 3u {
+                s0 = qk(s0, q3, 0u, 3u);
+                s1 = qk(s1, q3, 1u, 3u);
+            }
+            if HEAD_TILES > 4u {
+                s0 = qk(s0, q4, 0u, 4u);
+                s1 = qk(s1, q4, 1u, 4u);
+            }
+            if HEAD_TILES > 5u {
+                s0 = qk(s0, q5, 0u, 5u);
+                s1 = qk(s1, q5, 1u, 5u);
+            }
+            if HEAD_TILES > 6u {
+                s0 = qk(s0, q6, 0u, 6u);
+                s1 = qk(s1, q6, 1u, 6u);
+            }
+            if HEAD_TILES > 7u {
+                s0 = qk(s0, q7, 0u, 7u);
+                s1 = qk(s1, q7, 1u, 7u);
+            }
         }
         store_scores(s0, mi, 0u);
         store_scores(s1, mi, 1u);
@@ -471,23 +580,42 @@ fn main(
         if k_next < split.end {
             put_rows(false, k_rows, local);
             if k_next + BN < split.end {
-                k_rows = fetch_rows(false, k_next + BN, split.end, page_row, g, local);
+                if LEAN != 0u {
+                    k_rows = fetch_step(false, k_next + BN, split.end, page_k, page_row, g, local);
+                } else {
+                    k_rows = fetch_rows(false, k_next + BN, split.end, page_row, g, local);
+                }
             }
         }
         put_rows(true, v_rows, local);
         if k_next < split.end {
-            v_rows = fetch_rows(true, k_next, split.end, page_row, g, local);
+            if LEAN != 0u {
+                v_rows = fetch_step(true, k_next, split.end, page_v, page_row, g, local);
+            } else {
+                v_rows = fetch_rows(true, k_next, split.end, page_row, g, local);
+            }
         }
+        page_v = page_k;
 
         // The lane's scores (keys k0 + part·LANE_KEYS..), masked past its row's position.
         let s_at = (mi * COOP + r) * S_STRIDE4 + part * LANE_QUADS;
         var s: array<vec4<f32>, LANE_QUADS>;
         var s_max = NEG;
-        for (var c = 0u; c < LANE_QUADS; c++) {
-            let key = vec4<u32>(k0 + part * LANE_KEYS + 4u * c) + vec4<u32>(0u, 1u, 2u, 3u);
-            let masked = (key > vec4<u32>(my_pos)) | vec4<bool>(!valid);
-            s[c] = select(s_slab[s_at + c], vec4<f32>(NEG), masked);
-            s_max = max(s_max, max(max(s[c].x, s[c].y), max(s[c].z, s[c].w)));
+        // Lean step: a step wholly at or before the row's position masks nothing (its scores
+        // are finite, never NEG, so its weights need no select either).
+        let plain = LEAN != 0u && valid && k0 + BN <= my_pos + 1u;
+        if plain {
+            for (var c = 0u; c < LANE_QUADS; c++) {
+                s[c] = s_slab[s_at + c];
+                s_max = max(s_max, max(max(s[c].x, s[c].y), max(s[c].z, s[c].w)));
+            }
+        } else {
+            for (var c = 0u; c < LANE_QUADS; c++) {
+                let key = vec4<u32>(k0 + part * LANE_KEYS + 4u * c) + vec4<u32>(0u, 1u, 2u, 3u);
+                let masked = (key > vec4<u32>(my_pos)) | vec4<bool>(!valid);
+                s[c] = select(s_slab[s_at + c], vec4<f32>(NEG), masked);
+                s_max = max(s_max, max(max(s[c].x, s[c].y), max(s[c].z, s[c].w)));
+            }
         }
         s_max = max(s_max, subgroupShuffleXor(s_max, 1u));
         alpha = 1.0;
@@ -501,10 +629,18 @@ fn main(
         }
         let p_at = (mi * COOP + r) * P_STRIDE4 + part * LANE_QUADS;
         var part_sum = 0.0;
-        for (var c = 0u; c < LANE_QUADS; c++) {
-            let p = vec4<f16>(select(exp2(s[c] - m), vec4<f32>(0.0), s[c] == vec4<f32>(NEG)));
-            p_slab[p_at + c] = p;
-            part_sum += dot(vec4<f32>(p), vec4<f32>(1.0));
+        if plain {
+            for (var c = 0u; c < LANE_QUADS; c++) {
+                let p = vec4<f16>(exp2(s[c] - m));
+                p_slab[p_at + c] = p;
+                part_sum += dot(vec4<f32>(p), vec4<f32>(1.0));
+            }
+        } else {
+            for (var c = 0u; c < LANE_QUADS; c++) {
+                let p = vec4<f16>(select(exp2(s[c] - m), vec4<f32>(0.0), s[c] == vec4<f32>(NEG)));
+                p_slab[p_at + c] = p;
+                part_sum += dot(vec4<f32>(p), vec4<f32>(1.0));
+            }
         }
         part_sum += subgroupShuffleXor(part_sum, 1u);
         l = l * alpha + part_sum;

@@ -15,7 +15,10 @@
 //! - the same variants with a [`CoopTile`] of form [`CoopForm::Flash`]: the same attention on
 //!   another schedule (wgsl/attn_prefill_flash.wgsl: K and V tiles of their own, two barriers
 //!   per key step, every load issued a phase ahead): the default on 16×16 matrices since it
-//!   was timed on an H100 (2026-12-06 #9; `FAK_ATTN_PREFILL=coop` for the staged kernel).
+//!   was timed on an H100 (2026-12-06 #9; `FAK_ATTN_PREFILL=coop` for the staged kernel);
+//!   with [`CoopTile::lean`] the same kernel's lean step (`LEAN`: one page-table read per fetched
+//!   key step, S's chains interleaved with P·V, the mask only on diagonal steps; the same bits),
+//!   opt-in as `FAK_ATTN_PREFILL=lean` until timed.
 //!
 //! Both share the bindings and row addressing (wgsl/attn_prefill_rows.wgsl), so a binding is the
 //! same for every variant; only the rows per workgroup differ ([`AttnPrefill::rows_per_tile`]).
@@ -120,6 +123,12 @@ pub struct CoopTile {
     /// tile) rather than one chain after another; the same products in the same order per tile,
     /// so the same scores. Label suffix `i` (`64x64qi`); never the default: the sweep times it.
     pub interleave: bool,
+    /// The flash form's lean step (wgsl/attn_prefill_flash.wgsl, `LEAN`): one page-table read
+    /// per fetched key step where pages hold whole steps, S's MMA chains interleaved with P·V's,
+    /// the causal mask only on steps that reach a row's position; the same MMAs on the same
+    /// values, so the same bits as the flash tile. Label suffix `l` (`128x32fl`); opt-in
+    /// (`FAK_ATTN_PREFILL=lean`).
+    pub lean: bool,
 }
 
 impl CoopTile {
@@ -140,6 +149,7 @@ impl CoopTile {
             slack: Self::SLACK,
             q_regs: false,
             interleave: false,
+            lean: false,
         }
     }
 
@@ -151,6 +161,11 @@ impl CoopTile {
     /// The same tile with its S chains interleaved (`interleave`) or not.
     pub fn with_interleave(self, interleave: bool) -> Self {
         CoopTile { interleave, ..self }
+    }
+
+    /// The same tile with the flash form's lean step (`lean`) or not.
+    pub fn with_lean(self, lean: bool) -> Self {
+        CoopTile { lean, ..self }
     }
 
     /// The same geometry run by the kernel of `form`.
@@ -189,6 +204,9 @@ impl CoopTile {
                 && self.q_regs
                 && !self.interleave;
         }
+        if self.lean {
+            return false;
+        }
         let blocks = self.keys / self.coop.size();
         self.keys.is_multiple_of(self.coop.size())
             && 64 % self.keys == 0
@@ -201,12 +219,15 @@ impl CoopTile {
     /// Every supported tile of `head_dim` in the order [`CoopTile::fitting`] prefers them: the
     /// most rows, then the longest key step, then Q in registers; a Q-in-registers tile's
     /// interleaved twin right after it (same memory, so `fitting` never picks it); then the
-    /// flash form's tiles, most rows first (never `fitting`'s pick).
+    /// flash form's tiles, most rows first (never `fitting`'s pick); then their lean twins, in
+    /// the same order.
     pub fn candidates(coop: CoopShape, head_dim: u32) -> impl Iterator<Item = CoopTile> {
-        let flash = FLASH_ROW_BLOCKS
-            .into_iter()
-            .map(move |blocks| CoopTile::flash(coop, blocks, head_dim))
-            .filter(|tile| tile.supported());
+        let flash = [false, true].into_iter().flat_map(move |lean| {
+            FLASH_ROW_BLOCKS
+                .into_iter()
+                .map(move |blocks| CoopTile::flash(coop, blocks, head_dim).with_lean(lean))
+                .filter(|tile| tile.supported())
+        });
         Self::staged_candidates(coop, head_dim).chain(flash)
     }
 
@@ -232,10 +253,11 @@ impl CoopTile {
         Self::staged_candidates(coop, head_dim).find(|tile| tile.workgroup_bytes() <= limit)
     }
 
-    /// The first flash candidate whose workgroup memory fits `limit` bytes (the most rows).
+    /// The first flash candidate whose workgroup memory fits `limit` bytes (the most rows), not
+    /// lean.
     pub fn fitting_flash(coop: CoopShape, head_dim: u32, limit: u32) -> Option<CoopTile> {
         Self::candidates(coop, head_dim)
-            .filter(|tile| tile.form == CoopForm::Flash)
+            .filter(|tile| tile.form == CoopForm::Flash && !tile.lean)
             .find(|tile| tile.workgroup_bytes() <= limit)
     }
 
@@ -244,11 +266,13 @@ impl CoopTile {
     }
 
     /// Rows × keys, `q` when Q lives in registers (`64x64q`), then `i` when its S chains
-    /// interleave (`64x64qi`); the flash form's rows × keys then `f` (`128x32f`); the bench's and `FAK_ATTN_PREFILL`'s name for the tile (the slack
-    /// and dim split follow from the head).
+    /// interleave (`64x64qi`); the flash form's rows × keys then `f` (`128x32f`), then `l` for
+    /// its lean step (`128x32fl`); the bench's and `FAK_ATTN_PREFILL`'s name for the tile (the
+    /// slack and dim split follow from the head).
     pub fn label(self) -> String {
         if self.form == CoopForm::Flash {
-            return format!("{}x{}f", self.rows(), self.keys);
+            let l = if self.lean { "l" } else { "" };
+            return format!("{}x{}f{l}", self.rows(), self.keys);
         }
         let q = if self.q_regs { "q" } else { "" };
         let i = if self.interleave { "i" } else { "" };
@@ -291,13 +315,15 @@ impl CoopTile {
 /// on the H200 once its workgroup variables were whole 16-byte units and every key of a 64-key
 /// step had its base, session 2026-12-05 #5); `flash`, the flash form's largest tile that fits
 /// ([`CoopTile::fitting_flash`]; the staged kernel's where none does: a head over 8 dim tiles);
-/// a [`CoopTile`] label (`64x32`, `64x64q`: rows × keys, `q` for Q in registers; `128x32f`,
-/// `64x32f`: the flash form's), that tile where it fits.
+/// `lean`, the same tile with the lean step ([`CoopTile::lean`], experiments/NOTES.md "flash2";
+/// opt-in until timed); a [`CoopTile`] label (`64x32`, `64x64q`: rows × keys, `q` for Q in
+/// registers; `128x32f`, `64x32f`: the flash form's; `128x32fl`: lean), that tile where it fits.
 enum Override {
     Default,
     Tiles,
     Coop,
     Flash,
+    Lean,
     Tile(String),
 }
 
@@ -306,6 +332,7 @@ fn env_override() -> Override {
         Ok(v) if v == "coop" => Override::Coop,
         Ok(v) if v == "tiles" => Override::Tiles,
         Ok(v) if v == "flash" => Override::Flash,
+        Ok(v) if v == "lean" => Override::Lean,
         Ok(v) if !v.is_empty() => Override::Tile(v),
         _ => Override::Default,
     }
@@ -563,6 +590,7 @@ impl AttnPrefill {
                     .with_const("KEY_STEP", tile.keys)
                     .with_const("HEAD_TILES", tile.head_tiles)
                     .with_const("SLACK", tile.slack)
+                    .with_const("LEAN", u32::from(tile.lean))
                     .with(wgsl::MATMUL_COOP16)
                     .with(ATTN_PREFILL_FLASH),
             },
@@ -625,6 +653,9 @@ impl AttnPrefill {
             Override::Coop => CoopTile::fitting(coop, head_dim, limit),
             Override::Flash => CoopTile::fitting_flash(coop, head_dim, limit)
                 .or_else(|| CoopTile::fitting(coop, head_dim, limit)),
+            Override::Lean => CoopTile::fitting_flash(coop, head_dim, limit)
+                .map(|tile| tile.with_lean(true))
+                .or_else(|| CoopTile::fitting(coop, head_dim, limit)),
             Override::Tile(label) => {
                 let mut tiles = CoopTile::candidates(coop, head_dim);
                 let named = tiles.find(|tile| tile.label() == label).ok_or_else(|| {
@@ -634,8 +665,8 @@ impl AttnPrefill {
                     shape_error(
                         Self::NAME,
                         format!(
-                            "FAK_ATTN_PREFILL={label:?} is neither tiles, coop, flash nor a tile \
-                             of head dim {head_dim} ({})",
+                            "FAK_ATTN_PREFILL={label:?} is neither tiles, coop, flash, lean nor a \
+                             tile of head dim {head_dim} ({})",
                             labels.join(", ")
                         ),
                     )
@@ -991,7 +1022,7 @@ mod tests {
     fn flash_tiles_are_named_candidates_the_default_never_picks() {
         let coop = CoopShape::M16x16;
         let flash: Vec<CoopTile> = CoopTile::candidates(coop, 128)
-            .filter(|t| t.form == CoopForm::Flash)
+            .filter(|t| t.form == CoopForm::Flash && !t.lean)
             .collect();
         let labels: Vec<String> = flash.iter().map(|t| t.label()).collect();
         assert_eq!(labels, ["128x32f", "64x32f", "32x32f"]);
@@ -1007,6 +1038,34 @@ mod tests {
         }
         assert_eq!(flash[0].rows(), 128);
         assert_eq!(flash[0].invocations(), 256);
+    }
+
+    /// Each flash tile has a lean twin (same geometry and memory), named apart, after every plain
+    /// flash tile, never `fitting_flash`'s pick; only the flash form has a lean step.
+    #[test]
+    fn lean_tiles_are_named_twins_of_the_flash_tiles() {
+        let coop = CoopShape::M16x16;
+        let tiles: Vec<CoopTile> = CoopTile::candidates(coop, 128)
+            .filter(|t| t.form == CoopForm::Flash)
+            .collect();
+        let labels: Vec<String> = tiles.iter().map(|t| t.label()).collect();
+        assert_eq!(
+            labels,
+            [
+                "128x32f", "64x32f", "32x32f", "128x32fl", "64x32fl", "32x32fl"
+            ]
+        );
+        for (plain, lean) in tiles[..3].iter().zip(&tiles[3..]) {
+            assert_eq!(plain.with_lean(true), *lean);
+            assert_eq!(plain.workgroup_bytes(), lean.workgroup_bytes());
+        }
+        assert!(!CoopTile::fitting_flash(coop, 128, 49152).unwrap().lean);
+        let staged = CoopTile::fitting(coop, 128, 49152).unwrap();
+        assert!(!staged.with_lean(true).supported());
+        assert_eq!(
+            CoopTile::candidates(coop, 256).filter(|t| t.lean).count(),
+            0
+        );
     }
 
     /// `FAK_ATTN_SPLIT` names a rule or is refused, naming the variable.
