@@ -12,7 +12,7 @@
 //! the test; the split partials start as NaN too, so a combine reading one no split wrote fails.
 
 use fak::gpu::kernels::attn_decode::AttnShape;
-use fak::gpu::kernels::attn_prefill::{AttnPrefill, CoopTile, PrefillIo, SplitKeys};
+use fak::gpu::kernels::attn_prefill::{AttnPrefill, CoopForm, CoopTile, PrefillIo, SplitKeys};
 use fak::gpu::step::PageTable;
 
 use fak::gpu::kernels::support::{Positions, View};
@@ -217,6 +217,46 @@ fn pages_holding_whole_key_steps_are_read_a_page_at_a_time() {
                     };
                     let seed = u64::from(start + page + splits) + i as u64;
                     attn_prefill::run_case_in_pages(ctx, &kernel, &case, seed, page).assert();
+                }
+            }
+        }
+    }
+}
+
+/// The lean step runs the flash tile's MMAs on the same values in the same order: its outputs
+/// are the flash tile's bit for bit (NaN never equal), on pages of 16 (key by key) and 64 (a
+/// page a step), unsplit and in 3 splits, at slack 8 and 0. Only where the adapter has 16×16
+/// cooperative matrices (none on lavapipe: then no tile runs, as for every coop case).
+#[test]
+fn the_lean_step_computes_the_flash_tiles_bits() {
+    let ctx = gpu();
+    let limit = ctx.device.limits().max_compute_workgroup_storage_size;
+    for (i, shape) in shapes().into_iter().enumerate() {
+        for paths in coop_paths(ctx) {
+            let coop = paths.coop_matrix.expect("a coop path");
+            let flash = CoopTile::candidates(coop, shape.head_dim)
+                .filter(|tile| tile.form == CoopForm::Flash && !tile.lean)
+                .filter(|tile| tile.workgroup_bytes() <= limit);
+            for tile in flash.flat_map(|tile| [tile, tile.with_slack(0)]) {
+                for (page, splits) in [(16u32, 1u32), (64, 3)] {
+                    let outputs = [tile, tile.with_lean(true)].map(|tile| {
+                        let kernel = AttnPrefill::with_tile(ctx, paths, shape, Some(tile))
+                            .unwrap()
+                            .with_split(SplitKeys::Fixed(splits));
+                        let case = Case {
+                            shape,
+                            start: 100,
+                            n_tokens: 37,
+                            table: true,
+                        };
+                        let seed = u64::from(page + splits) + i as u64;
+                        attn_prefill::run_case_in_pages(ctx, &kernel, &case, seed, page).got
+                    });
+                    let what = format!("{tile:?} pages of {page}, {splits} splits");
+                    assert!(!outputs[0].is_empty(), "{what}");
+                    let bits = |o: &[f32]| o.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+                    assert!(outputs[0].iter().all(|x| x.is_finite()), "{what}");
+                    assert_eq!(bits(&outputs[1]), bits(&outputs[0]), "{what}");
                 }
             }
         }
