@@ -44,15 +44,19 @@
 //     rather than trailing the phase;
 //   - the causal mask and the masked-weight select only on steps that reach past the lane's
 //     row's position (the diagonal step, or a row past the step's tokens).
+// PAIR_K = 1 (with LEAN): subgroups in pairs (row blocks 2p, 2p + 1) share K's fragments: each
+// holds its mate's Q fragments too (r0..r7) and computes one key block's S (its place in the
+// pair) for both row blocks, so each K fragment is loaded once for two MMAs (half the K
+// fragment loads a step); the same products in the same order per S tile, so the same bits.
 //
 // bindings: see attn_prefill_rows.wgsl (one bind-group layout for every prefill kernel).
 // dispatch: (ceil(n_tokens·GROUP / BM), n_kv, S) workgroups of WG = ROW_BLOCKS·32, each over one
 //           key split of its tile (attn_prefill_rows.wgsl; combine after it when S > 1).
 // pipelines: module consts HEAD_DIM, GROUP and the override TOKEN_TABLE as attn_prefill.wgsl; the
 //            module consts ROW_BLOCKS, KEY_STEP, HEAD_TILES (≤ 8 dim tiles: head ≤ 128 on 16×16),
-//            SLACK and LEAN (0 or 1) from the host (engine `attn_prefill::CoopTile`, form
-//            `Flash`, `lean`), which also checks the workgroup memory of main below against the
-//            device.
+//            SLACK, LEAN and PAIR_K (0 or 1) from the host (engine `attn_prefill::CoopTile`,
+//            form `Flash`, `lean`, `pair_k`), which also checks the workgroup memory of main
+//            below against the device.
 // variants: after the shape file matmul_coop16.wgsl (Vulkan); `enable f16; enable
 //           wgpu_cooperative_matrix;` from the variant, which requires SUBGROUP and, on the
 //           host, subgroups exactly 32 wide.
@@ -91,6 +95,8 @@ const_assert BN == 2u * COOP && COOP == 16u && ROW_LANES == 2u;
 const_assert HEAD_TILES <= 8u && HEAD_DIM <= HEAD_TILES * COOP;
 // Splits hold whole key steps, so keys past a split's end are past the causal limit too.
 const_assert SPLIT_KEYS % BN == 0u;
+// Pairs of subgroups, one key block each, on top of the lean step.
+const_assert PAIR_K == 0u || (LEAN != 0u && SUBGROUPS % 2u == 0u && BN == 2u * COOP);
 
 var<workgroup> k_tile: array<vec4<f16>, BN * KV_STRIDE4>;
 var<workgroup> v_tile: array<vec4<f16>, BN * KV_STRIDE4>;
@@ -223,12 +229,16 @@ fn q_fragment(mi: u32, half: u32) -> CoopA {
     return coopLoadT<CoopA>(&p_slab[at], stride);
 }
 
-// s + Q's dim tile dt (fragment q) times Kᵀ's of key block kb.
-fn qk(s: CoopC, q: CoopA, kb: u32, dt: u32) -> CoopC {
+// Kᵀ's fragment of key block kb and dim tile dt.
+fn k_fragment(kb: u32, dt: u32) -> CoopB {
     let at = kb * COOP * KV_STRIDE4 + dt * (COOP / 4u);
     let stride = KV_STRIDE4;
-    let b = coopLoad<CoopB>(&k_tile[at], stride);
-    return coopMultiplyAdd(q, b, s);
+    return coopLoad<CoopB>(&k_tile[at], stride);
+}
+
+// s + Q's dim tile dt (fragment q) times Kᵀ's of key block kb.
+fn qk(s: CoopC, q: CoopA, kb: u32, dt: u32) -> CoopC {
+    return coopMultiplyAdd(q, k_fragment(kb, dt), s);
 }
 
 fn store_scores(s: CoopC, mi: u32, kb: u32) {
@@ -348,6 +358,15 @@ fn main(
     var q5 = CoopA();
     var q6 = CoopA();
     var q7 = CoopA();
+    // PAIR_K: the mate's (row block mi ^ 1).
+    var r0 = CoopA();
+    var r1 = CoopA();
+    var r2 = CoopA();
+    var r3 = CoopA();
+    var r4 = CoopA();
+    var r5 = CoopA();
+    var r6 = CoopA();
+    var r7 = CoopA();
     let q_round0 = load_q(mi, 0u, row0, g, qscale, lane);
     var q_round1: array<vec4<f16>, Q_LANE_QUADS>;
     var q_round2: array<vec4<f16>, Q_LANE_QUADS>;
@@ -367,6 +386,12 @@ fn main(
     if HEAD_TILES > 1u {
         q1 = q_fragment(mi, 1u);
     }
+    if PAIR_K != 0u {
+        r0 = q_fragment(mi ^ 1u, 0u);
+        if HEAD_TILES > 1u {
+            r1 = q_fragment(mi ^ 1u, 1u);
+        }
+    }
     if HEAD_TILES > 2u {
         workgroupBarrier();
         put_q(mi, q_round1, lane);
@@ -374,6 +399,12 @@ fn main(
         q2 = q_fragment(mi, 0u);
         if HEAD_TILES > 3u {
             q3 = q_fragment(mi, 1u);
+        }
+        if PAIR_K != 0u {
+            r2 = q_fragment(mi ^ 1u, 0u);
+            if HEAD_TILES > 3u {
+                r3 = q_fragment(mi ^ 1u, 1u);
+            }
         }
     }
     if HEAD_TILES > 4u {
@@ -384,6 +415,12 @@ fn main(
         if HEAD_TILES > 5u {
             q5 = q_fragment(mi, 1u);
         }
+        if PAIR_K != 0u {
+            r4 = q_fragment(mi ^ 1u, 0u);
+            if HEAD_TILES > 5u {
+                r5 = q_fragment(mi ^ 1u, 1u);
+            }
+        }
     }
     if HEAD_TILES > 6u {
         workgroupBarrier();
@@ -392,6 +429,12 @@ fn main(
         q6 = q_fragment(mi, 0u);
         if HEAD_TILES > 7u {
             q7 = q_fragment(mi, 1u);
+        }
+        if PAIR_K != 0u {
+            r6 = q_fragment(mi ^ 1u, 0u);
+            if HEAD_TILES > 7u {
+                r7 = q_fragment(mi ^ 1u, 1u);
+            }
         }
     }
     // The first step's P·V is of a step before the split: P and V zero, so it adds exactly 0.
@@ -499,7 +542,57 @@ fn main(
         }
         var s0 = CoopC();
         var s1 = CoopC();
-        if LEAN != 0u {
+        if LEAN != 0u && PAIR_K != 0u {
+            // This subgroup's key block (its place in the pair) for both row blocks: s0 its own
+            // row block's, s1 its mate's; each K fragment loaded once for both.
+            let kb = mi % 2u;
+            let b0 = k_fragment(kb, 0u);
+            s0 = coopMultiplyAdd(q0, b0, s0);
+            s1 = coopMultiplyAdd(r0, b0, s1);
+            o0 = pv(o0, p0, p1, 0u);
+            if HEAD_TILES > 1u {
+                let b1 = k_fragment(kb, 1u);
+                s0 = coopMultiplyAdd(q1, b1, s0);
+                s1 = coopMultiplyAdd(r1, b1, s1);
+                o1 = pv(o1, p0, p1, 1u);
+            }
+            if HEAD_TILES > 2u {
+                let b2 = k_fragment(kb, 2u);
+                s0 = coopMultiplyAdd(q2, b2, s0);
+                s1 = coopMultiplyAdd(r2, b2, s1);
+                o2 = pv(o2, p0, p1, 2u);
+            }
+            if HEAD_TILES > 3u {
+                let b3 = k_fragment(kb, 3u);
+                s0 = coopMultiplyAdd(q3, b3, s0);
+                s1 = coopMultiplyAdd(r3, b3, s1);
+                o3 = pv(o3, p0, p1, 3u);
+            }
+            if HEAD_TILES > 4u {
+                let b4 = k_fragment(kb, 4u);
+                s0 = coopMultiplyAdd(q4, b4, s0);
+                s1 = coopMultiplyAdd(r4, b4, s1);
+                o4 = pv(o4, p0, p1, 4u);
+            }
+            if HEAD_TILES > 5u {
+                let b5 = k_fragment(kb, 5u);
+                s0 = coopMultiplyAdd(q5, b5, s0);
+                s1 = coopMultiplyAdd(r5, b5, s1);
+                o5 = pv(o5, p0, p1, 5u);
+            }
+            if HEAD_TILES > 6u {
+                let b6 = k_fragment(kb, 6u);
+                s0 = coopMultiplyAdd(q6, b6, s0);
+                s1 = coopMultiplyAdd(r6, b6, s1);
+                o6 = pv(o6, p0, p1, 6u);
+            }
+            if HEAD_TILES > 7u {
+                let b7 = k_fragment(kb, 7u);
+                s0 = coopMultiplyAdd(q7, b7, s0);
+                s1 = coopMultiplyAdd(r7, b7, s1);
+                o7 = pv(o7, p0, p1, 7u);
+            }
+        } else if LEAN != 0u {
             // Each dim tile's two S links, then that tile's P·V (no dependence between them).
             s0 = qk(s0, q0, 0u, 0u);
             s1 = qk(s1, q0, 1u, 0u);
@@ -571,8 +664,13 @@ fn main(
                 s1 = qk(s1, q7, 1u, 7u);
             }
         }
-        store_scores(s0, mi, 0u);
-        store_scores(s1, mi, 1u);
+        if PAIR_K != 0u {
+            store_scores(s0, mi, mi % 2u);
+            store_scores(s1, mi ^ 1u, mi % 2u);
+        } else {
+            store_scores(s0, mi, 0u);
+            store_scores(s1, mi, 1u);
+        }
 
         // B: every read of K(t) and V(t − 1) done, S(t) visible.
         workgroupBarrier();

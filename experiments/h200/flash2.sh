@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
 # One device call (nvidia-h100-x1 or nvidia-h200, ≤ 200 s wall; no llama.cpp): the flash prefill
 # attention's lean step (wgsl/attn_prefill_flash.wgsl `LEAN`, tiles `128x32fl`..,
-# `FAK_ATTN_PREFILL=lean`; experiments/NOTES.md "flash2", issue 19) against today's default (the
-# flash form's 128x32f under its own split rule: unsplit at 2048), same binary. In order of what
-# the call must not lose:
-#   1. correctness on NVIDIA (the lean step has run nowhere: lavapipe has no cooperative
-#      matrices): gpu_attn_prefill with the variable unset (its kernels() runs every tile, the
-#      lean 128x32fl / 64x32fl / 32x32fl and lean with slack 0 included, against the f64
-#      reference, forced splits, NaN-poisoned cache tails, and the new pages of 32 and 64 tokens:
-#      the lean step's one page-table read a step), then with FAK_ATTN_PREFILL=lean
-#      gpu_attention_step and model_qwen3's prefill tests (the engine's path: pages of 64) →
-#      tests.log;
-#   2. with matmul-bench carried: `matmul-bench --attn` on 128x32f and 128x32fl (ATTN_SPLITS=auto:
-#      unsplit and the engine's rule; µs per dispatch per 512-token chunk of the 8B at 0..7680
-#      cached keys, max |diff| against the f16 f32-tile kernel; pages of 64) → attn-bench.tsv;
-#   3. `harness bench --depths 128,2048 --n-out 8 --profile-steps 1` on the 8B synth file, default
-#      and lean interleaved ROUNDS (2) times, under BUDGET_S (185 s from the start: a bench that
-#      would pass it is logged SKIPPED) → bench.log, attn.tsv (per arm and round: prefill tok/s,
-#      the attention op's profiled ms and share), bench-json.tgz.
+# `FAK_ATTN_PREFILL=lean`) and lean-k (`PAIR_K` too: K's fragments shared by pairs of subgroups,
+# `128x32flk`.., `FAK_ATTN_PREFILL=lean-k`) — experiments/NOTES.md "flash2", issue 19 — against
+# today's default (the flash form's 128x32f under its own split rule: unsplit at 2048), same
+# binary. In order of what the call must not lose:
+#   1. correctness on NVIDIA (neither has run anywhere: lavapipe has no cooperative matrices):
+#      gpu_attn_prefill with the variable unset (kernels() runs every tile, lean and lean-k of the
+#      largest flash tile and their slack-0 twins, against the f64 reference, forced splits,
+#      NaN-poisoned cache tails, the new pages of 32 and 64 tokens; and the new bits test: every
+#      flash tile's lean and lean-k twins bit for bit against it) → tests.log; then
+#      gpu_attention_step under lean-k and model_qwen3's prefill tests under lean (the engine's
+#      path: pages of 64);
+#   2. `harness bench --depths 128,2048 --n-out 8 --profile-steps 1` on the 8B synth file, default
+#      / lean / lean-k interleaved ROUNDS (2) times, under BUDGET_S (185 s from the start: a bench
+#      that would pass it is logged SKIPPED) → bench.log, attn.tsv (per arm and round: prefill
+#      tok/s, the attention op's profiled ms and share), bench-json.tgz;
+#   3. with time left and matmul-bench carried: `matmul-bench --attn` on 128x32f, 128x32fl and
+#      128x32flk (ATTN_SPLITS=auto: unsplit and the engine's rule; µs per dispatch per 512-token
+#      chunk of the 8B at 0..7680 cached keys, max |diff| against the f16 f32-tile kernel; pages
+#      of 64) → attn-bench.tsv.
 # SM clocks every 200 ms → clocks.csv. Prepare (here, not on the device):
 #   MATMUL_BENCH=1 RELEASE_TARGET_DIR=/work/targets/flash2-rel experiments/h200/prepare.sh \
 #       gpu_attn_prefill gpu_attention_step model_qwen3
@@ -25,9 +27,9 @@
 # the model one), then through main's build `multi.sh flash2:200`, or staged as
 # target/<dir>/{experiments/h200/{setup,flash2}.sh, target/h200/{bin.txz,gl,built-at,commit}}:
 # `cd target/<dir> && bash experiments/h200/flash2.sh`, carry ["target/<dir>"], timeout 220.
-# Expected wall: tests ~90–110 s (call 9's 52 s for gpu_attn_prefill, with a third more tiles and
-# a new test), attn-bench ~15 s, four benches ~50 s.
-# Files back: tests.log, attn-bench.tsv, bench.log, attn.tsv, bench-json.tgz, clocks.csv, gpu.csv.
+# Expected wall: tests ~90–110 s (call 9's 52 s for gpu_attn_prefill, with more kernels and two
+# new tests), six benches ~75 s, attn-bench only if time is left.
+# Files back: tests.log, bench.log, attn.tsv, bench-json.tgz, attn-bench.tsv, clocks.csv, gpu.csv.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh
@@ -51,7 +53,7 @@ check() { # check LIMIT FORM BINARY [ARGS...]: one test run with FAK_ATTN_PREFIL
         >> "$OUT/tests.log"
 }
 check 120 "" "$BIN/gpu_attn_prefill"
-check 30 lean "$BIN/gpu_attention_step"
+check 30 lean-k "$BIN/gpu_attention_step"
 # model_qwen3's prefill tests through the group binary (its launcher would add `model_qwen3::`,
 # which libtest ORs with these names: the whole file).
 check 60 lean "$BIN/model" \
@@ -61,14 +63,6 @@ check 60 lean "$BIN/model" \
 grep -E "^==|test result|FAILED|panicked" "$OUT/tests.log"
 echo "[${SECONDS} s] tests done"
 
-# Per dispatch, both tiles, each output against the f32-tile kernel's (when carried).
-if [ -x "$BIN/matmul-bench" ] && [ $((SECONDS + 60)) -le "$BUDGET_S" ]; then
-    echo "== matmul-bench --attn (at ${SECONDS}s)"
-    ATTN_SPLITS=auto ATTN_TILES=128x32f,128x32fl timeout 25 \
-        "$BIN/matmul-bench" --attn > "$OUT/attn-bench.tsv" 2> /tmp/attn-bench.err
-    echo "exit $?"
-    grep "qwen3-8b" "$OUT/attn-bench.tsv" | grep -E "128x32f" | cut -f1,2,7,8,9,10,11 | head -20
-fi
 wait $SYNTH8 || { tail -3 /tmp/synth8.log; kill $CLOCKS; exit 1; }
 echo "[${SECONDS} s] synth done"
 
@@ -104,8 +98,18 @@ EOF
 for round in $(seq "${ROUNDS:-2}"); do
     bench default "$round" 128,2048 ""
     bench lean "$round" 128,2048 lean
+    bench lean-k "$round" 128,2048 lean-k
     echo "[${SECONDS} s] round $round done"
 done
 cat "$OUT/attn.tsv"
+
+# Per dispatch, the three tiles, each output against the f32-tile kernel's (when carried, time left).
+if [ -x "$BIN/matmul-bench" ] && [ $((SECONDS + 20)) -le "$BUDGET_S" ]; then
+    echo "== matmul-bench --attn (at ${SECONDS}s)"
+    ATTN_SPLITS=auto ATTN_TILES=128x32f,128x32fl,128x32flk timeout $((BUDGET_S - SECONDS)) \
+        "$BIN/matmul-bench" --attn > "$OUT/attn-bench.tsv" 2> /tmp/attn-bench.err
+    echo "exit $?"
+    grep "qwen3-8b" "$OUT/attn-bench.tsv" | grep -E "128x32f" | cut -f1,2,7,8,9,10,11 | head -20
+fi
 kill $CLOCKS
 echo "[${SECONDS} s] done"
