@@ -236,9 +236,15 @@ fn k_fragment(kb: u32, dt: u32) -> CoopB {
     return coopLoad<CoopB>(&k_tile[at], stride);
 }
 
+// s + Q's fragment q times K's fragment b (a function of its own: naga 30 refuses a coop op in
+// main on a fragment loaded at a subgroup-dependent place, uniform control flow or not).
+fn qk_with(s: CoopC, q: CoopA, b: CoopB) -> CoopC {
+    return coopMultiplyAdd(q, b, s);
+}
+
 // s + Q's dim tile dt (fragment q) times Kᵀ's of key block kb.
 fn qk(s: CoopC, q: CoopA, kb: u32, dt: u32) -> CoopC {
-    return coopMultiplyAdd(q, k_fragment(kb, dt), s);
+    return qk_with(s, q, k_fragment(kb, dt));
 }
 
 fn store_scores(s: CoopC, mi: u32, kb: u32) {
@@ -547,49 +553,49 @@ fn main(
             // row block's, s1 its mate's; each K fragment loaded once for both.
             let kb = mi % 2u;
             let b0 = k_fragment(kb, 0u);
-            s0 = coopMultiplyAdd(q0, b0, s0);
-            s1 = coopMultiplyAdd(r0, b0, s1);
+            s0 = qk_with(s0, q0, b0);
+            s1 = qk_with(s1, r0, b0);
             o0 = pv(o0, p0, p1, 0u);
             if HEAD_TILES > 1u {
                 let b1 = k_fragment(kb, 1u);
-                s0 = coopMultiplyAdd(q1, b1, s0);
-                s1 = coopMultiplyAdd(r1, b1, s1);
+                s0 = qk_with(s0, q1, b1);
+                s1 = qk_with(s1, r1, b1);
                 o1 = pv(o1, p0, p1, 1u);
             }
             if HEAD_TILES > 2u {
                 let b2 = k_fragment(kb, 2u);
-                s0 = coopMultiplyAdd(q2, b2, s0);
-                s1 = coopMultiplyAdd(r2, b2, s1);
+                s0 = qk_with(s0, q2, b2);
+                s1 = qk_with(s1, r2, b2);
                 o2 = pv(o2, p0, p1, 2u);
             }
             if HEAD_TILES > 3u {
                 let b3 = k_fragment(kb, 3u);
-                s0 = coopMultiplyAdd(q3, b3, s0);
-                s1 = coopMultiplyAdd(r3, b3, s1);
+                s0 = qk_with(s0, q3, b3);
+                s1 = qk_with(s1, r3, b3);
                 o3 = pv(o3, p0, p1, 3u);
             }
             if HEAD_TILES > 4u {
                 let b4 = k_fragment(kb, 4u);
-                s0 = coopMultiplyAdd(q4, b4, s0);
-                s1 = coopMultiplyAdd(r4, b4, s1);
+                s0 = qk_with(s0, q4, b4);
+                s1 = qk_with(s1, r4, b4);
                 o4 = pv(o4, p0, p1, 4u);
             }
             if HEAD_TILES > 5u {
                 let b5 = k_fragment(kb, 5u);
-                s0 = coopMultiplyAdd(q5, b5, s0);
-                s1 = coopMultiplyAdd(r5, b5, s1);
+                s0 = qk_with(s0, q5, b5);
+                s1 = qk_with(s1, r5, b5);
                 o5 = pv(o5, p0, p1, 5u);
             }
             if HEAD_TILES > 6u {
                 let b6 = k_fragment(kb, 6u);
-                s0 = coopMultiplyAdd(q6, b6, s0);
-                s1 = coopMultiplyAdd(r6, b6, s1);
+                s0 = qk_with(s0, q6, b6);
+                s1 = qk_with(s1, r6, b6);
                 o6 = pv(o6, p0, p1, 6u);
             }
             if HEAD_TILES > 7u {
                 let b7 = k_fragment(kb, 7u);
-                s0 = coopMultiplyAdd(q7, b7, s0);
-                s1 = coopMultiplyAdd(r7, b7, s1);
+                s0 = qk_with(s0, q7, b7);
+                s1 = qk_with(s1, r7, b7);
                 o7 = pv(o7, p0, p1, 7u);
             }
         } else if LEAN != 0u {
