@@ -229,38 +229,42 @@ fn pages_holding_whole_key_steps_are_read_a_page_at_a_time() {
 
 /// The lean step (and lean-k: K shared by pairs of subgroups) runs the flash tile's MMAs on the
 /// same values in the same order per tile: its outputs are the flash tile's bit for bit (and
-/// finite), on pages of 16 (key by key) and 64 (a page a step), unsplit and in 3 splits, at
-/// slack 8 and 0, every flash row count. Only where the adapter has 16×16 cooperative matrices
+/// finite), on pages of 16 (key by key) and 64 (a page a step), unsplit and in 3 splits, every
+/// flash row count, and the largest at slack 0 too (each kernel built once: the device call's
+/// time). Only where the adapter has 16×16 cooperative matrices
 /// (none on lavapipe: then no tile runs, as for every coop case).
 #[test]
 fn the_lean_step_computes_the_flash_tiles_bits() {
     let ctx = gpu();
     let limit = ctx.device.limits().max_compute_workgroup_storage_size;
+    let bits = |o: &[f32]| o.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
     for (i, shape) in shapes().into_iter().enumerate() {
         for paths in coop_paths(ctx) {
             let coop = paths.coop_matrix.expect("a coop path");
-            let flash = CoopTile::candidates(coop, shape.head_dim)
+            let mut tiles: Vec<CoopTile> = CoopTile::candidates(coop, shape.head_dim)
                 .filter(|tile| tile.form == CoopForm::Flash && !tile.lean)
-                .filter(|tile| tile.workgroup_bytes() <= limit);
-            for tile in flash.flat_map(|tile| [tile, tile.with_slack(0)]) {
+                .filter(|tile| tile.workgroup_bytes() <= limit)
+                .collect();
+            // The rescale path on the largest.
+            tiles.extend(tiles.first().map(|tile| tile.with_slack(0)));
+            for tile in tiles {
+                let lean = tile.with_lean(true);
+                let mut kernels = [tile, lean, lean.with_pair_k(true)]
+                    .map(|tile| AttnPrefill::with_tile(ctx, paths, shape, Some(tile)).unwrap());
                 for (page, splits) in [(16u32, 1u32), (64, 3)] {
-                    let lean = tile.with_lean(true);
-                    let outputs = [tile, lean, lean.with_pair_k(true)].map(|tile| {
-                        let kernel = AttnPrefill::with_tile(ctx, paths, shape, Some(tile))
-                            .unwrap()
-                            .with_split(SplitKeys::Fixed(splits));
-                        let case = Case {
-                            shape,
-                            start: 100,
-                            n_tokens: 37,
-                            table: true,
-                        };
-                        let seed = u64::from(page + splits) + i as u64;
-                        attn_prefill::run_case_in_pages(ctx, &kernel, &case, seed, page).got
+                    let case = Case {
+                        shape,
+                        start: 100,
+                        n_tokens: 37,
+                        table: true,
+                    };
+                    let seed = u64::from(page + splits) + i as u64;
+                    kernels = kernels.map(|kernel| kernel.with_split(SplitKeys::Fixed(splits)));
+                    let outputs = kernels.each_ref().map(|kernel| {
+                        attn_prefill::run_case_in_pages(ctx, kernel, &case, seed, page).got
                     });
                     let what = format!("{tile:?} pages of {page}, {splits} splits");
                     assert!(!outputs[0].is_empty(), "{what}");
-                    let bits = |o: &[f32]| o.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
                     assert!(outputs[0].iter().all(|x| x.is_finite()), "{what}");
                     assert_eq!(bits(&outputs[1]), bits(&outputs[0]), "lean, {what}");
                     assert_eq!(bits(&outputs[2]), bits(&outputs[0]), "lean-k, {what}");
