@@ -5,13 +5,14 @@
 //! that already holds earlier tokens, a one-token prefill, and a sequence on a shuffled
 //! page-table row read through a token table; f32 and f16 caches; the cooperative-matrix kernel
 //! (where the adapter has one: the engine's choice there) with every workgroup tile that fits, the
-//! flash form's included, and with O rescaled on every growth of a row's max (staged and flash);
+//! flash form's included (plain, lean and lean-k), and with O rescaled on every growth of a row's
+//! max (staged, flash, lean and lean-k); the lean steps' bits against the flash tiles';
 //! keys split across workgroups and combined, at
 //! forced split counts. Cache slots past the step's last token hold NaN, so a causal leak fails
 //! the test; the split partials start as NaN too, so a combine reading one no split wrote fails.
 
 use fak::gpu::kernels::attn_decode::AttnShape;
-use fak::gpu::kernels::attn_prefill::{AttnPrefill, CoopTile, PrefillIo, SplitKeys};
+use fak::gpu::kernels::attn_prefill::{AttnPrefill, CoopForm, CoopTile, PrefillIo, SplitKeys};
 use fak::gpu::step::PageTable;
 
 use fak::gpu::kernels::support::{Positions, View};
@@ -59,8 +60,8 @@ const QWEN35_27B: AttnShape = AttnShape {
 
 /// Every variant the engine selects on this adapter (the cooperative-matrix kernel where it has
 /// one), and the cooperative-matrix kernel in every shape the adapter has, once per tile (row
-/// blocks × key step; the flash form's too) that fits, and once more (staged and flash) with the
-/// slack 0 (a rescale of O whenever a row's max grows:
+/// blocks × key step; the flash form's too, and the lean step's and lean-k's on the largest
+/// flash tile) that fits, and once more (staged, flash, lean and lean-k) with the slack 0 (a rescale of O whenever a row's max grows:
 /// the random inputs' maxima rarely outgrow the engine's slack after a row's first step).
 fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let mut out: Vec<AttnPrefill> = variants::<AttnPrefill>(ctx)
@@ -70,18 +71,24 @@ fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let limit = ctx.device.limits().max_compute_workgroup_storage_size;
     for paths in coop_paths(ctx) {
         let coop = paths.coop_matrix.expect("a coop path");
+        let flash = CoopTile::fitting_flash(coop, shape.head_dim, limit);
         for tile in CoopTile::candidates(coop, shape.head_dim) {
-            if tile.workgroup_bytes() <= limit {
+            // The lean steps on the largest flash tile only (every row count has its bits test).
+            let twin = tile.with_lean(false).with_pair_k(false);
+            let lean = tile.lean || tile.pair_k;
+            if tile.workgroup_bytes() <= limit && (!lean || Some(twin) == flash) {
                 out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(tile)).unwrap());
             }
         }
         let tile = CoopTile::fitting(coop, shape.head_dim, limit).expect("a tile fits");
         let always = tile.with_slack(0);
         out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(always)).unwrap());
-        // The flash form's rescale path (heads of at most 8 dim tiles).
-        if let Some(flash) = CoopTile::fitting_flash(coop, shape.head_dim, limit) {
-            let always = flash.with_slack(0);
-            out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(always)).unwrap());
+        // The flash form's rescale path (heads of at most 8 dim tiles): plain, lean, lean-k.
+        if let Some(flash) = flash {
+            for (lean, pair_k) in [(false, false), (true, false), (true, true)] {
+                let always = flash.with_slack(0).with_lean(lean).with_pair_k(pair_k);
+                out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(always)).unwrap());
+            }
         }
     }
     out
@@ -188,6 +195,79 @@ fn keys_split_across_workgroups_combine_to_the_reference() {
                         table,
                     };
                     run_case(ctx, &kernel, &case, u64::from(start + splits) + i as u64);
+                }
+            }
+        }
+    }
+}
+
+/// Pages of whole key steps (32 and 64 tokens: the flash form's lean step reads one page-table
+/// entry a step, the engine's pages are 64): a fresh prompt over three pages, and a shuffled row
+/// read through the token table whose step crosses pages, each unsplit and in 3 splits (one
+/// split without keys at 70 tokens: its clamped page read must stay in bounds).
+#[test]
+fn pages_holding_whole_key_steps_are_read_a_page_at_a_time() {
+    let ctx = gpu();
+    for (i, shape) in shapes().into_iter().enumerate() {
+        for mut kernel in kernels(ctx, shape) {
+            for (page, splits) in [(32u32, 1u32), (64, 3)] {
+                kernel = kernel.with_split(SplitKeys::Fixed(splits));
+                for (start, n_tokens, table) in [(0u32, 70u32, false), (100, 37, true)] {
+                    let case = Case {
+                        shape,
+                        start,
+                        n_tokens,
+                        table,
+                    };
+                    let seed = u64::from(start + page + splits) + i as u64;
+                    attn_prefill::run_case_in_pages(ctx, &kernel, &case, seed, page).assert();
+                }
+            }
+        }
+    }
+}
+
+/// The lean step (and lean-k: K shared by pairs of subgroups) runs the flash tile's MMAs on the
+/// same values in the same order per tile: its outputs are the flash tile's bit for bit (and
+/// finite), on pages of 16 (key by key) and 64 (a page a step), unsplit and in 3 splits, every
+/// flash row count, and the largest at slack 0 too (each kernel built once: the device call's
+/// time). Only where the adapter has 16×16 cooperative matrices
+/// (none on lavapipe: then no tile runs, as for every coop case).
+#[test]
+fn the_lean_step_computes_the_flash_tiles_bits() {
+    let ctx = gpu();
+    let limit = ctx.device.limits().max_compute_workgroup_storage_size;
+    let bits = |o: &[f32]| o.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    for (i, shape) in shapes().into_iter().enumerate() {
+        for paths in coop_paths(ctx) {
+            let coop = paths.coop_matrix.expect("a coop path");
+            let mut tiles: Vec<CoopTile> = CoopTile::candidates(coop, shape.head_dim)
+                .filter(|tile| tile.form == CoopForm::Flash && !tile.lean)
+                .filter(|tile| tile.workgroup_bytes() <= limit)
+                .collect();
+            // The rescale path on the largest.
+            tiles.extend(tiles.first().map(|tile| tile.with_slack(0)));
+            for tile in tiles {
+                let lean = tile.with_lean(true);
+                let mut kernels = [tile, lean, lean.with_pair_k(true)]
+                    .map(|tile| AttnPrefill::with_tile(ctx, paths, shape, Some(tile)).unwrap());
+                for (page, splits) in [(16u32, 1u32), (64, 3)] {
+                    let case = Case {
+                        shape,
+                        start: 100,
+                        n_tokens: 37,
+                        table: true,
+                    };
+                    let seed = u64::from(page + splits) + i as u64;
+                    kernels = kernels.map(|kernel| kernel.with_split(SplitKeys::Fixed(splits)));
+                    let outputs = kernels.each_ref().map(|kernel| {
+                        attn_prefill::run_case_in_pages(ctx, kernel, &case, seed, page).got
+                    });
+                    let what = format!("{tile:?} pages of {page}, {splits} splits");
+                    assert!(!outputs[0].is_empty(), "{what}");
+                    assert!(outputs[0].iter().all(|x| x.is_finite()), "{what}");
+                    assert_eq!(bits(&outputs[1]), bits(&outputs[0]), "lean, {what}");
+                    assert_eq!(bits(&outputs[2]), bits(&outputs[0]), "lean-k, {what}");
                 }
             }
         }

@@ -33,13 +33,30 @@
 // (WGSL's subgroupBarrier orders only "subgroup memory" in SPIR-V, not workgroup memory, and
 // needs a feature of its own: so every slab access is ordered by the workgroup barriers.)
 //
+// LEAN = 1 (the lean step, experiments/NOTES.md "flash2"): the same MMAs on the same values in
+// the same order per tile, so the same bits, with less on a step's critical path:
+//   - where a page holds whole key steps (2^page_shift ≥ KEY_STEP: steps start at multiples of
+//     KEY_STEP, so a step's keys, clamped to the split, share one page), one page-table read per
+//     fetched step, issued right after barrier A (its latency under the MMAs) instead of one
+//     dependent read per fetched quad after barrier B; smaller pages take the per-key path;
+//   - S(t)'s two MMA chains interleaved with P(t − 1)·V(t − 1)'s independent MMAs (each dim
+//     tile: two S links, then that tile's P·V), so the chains' latency fills with P·V's issue
+//     rather than trailing the phase;
+//   - the causal mask and the masked-weight select only on steps that reach past the lane's
+//     row's position (the diagonal step, or a row past the step's tokens).
+// PAIR_K = 1 (with LEAN): subgroups in pairs (row blocks 2p, 2p + 1) share K's fragments: each
+// holds its mate's Q fragments too (r0..r7) and computes one key block's S (its place in the
+// pair) for both row blocks, so each K fragment is loaded once for two MMAs (half the K
+// fragment loads a step); the same products in the same order per S tile, so the same bits.
+//
 // bindings: see attn_prefill_rows.wgsl (one bind-group layout for every prefill kernel).
 // dispatch: (ceil(n_tokens·GROUP / BM), n_kv, S) workgroups of WG = ROW_BLOCKS·32, each over one
 //           key split of its tile (attn_prefill_rows.wgsl; combine after it when S > 1).
 // pipelines: module consts HEAD_DIM, GROUP and the override TOKEN_TABLE as attn_prefill.wgsl; the
-//            module consts ROW_BLOCKS, KEY_STEP, HEAD_TILES (≤ 8 dim tiles: head ≤ 128 on 16×16)
-//            and SLACK from the host (engine `attn_prefill::CoopTile`, form `Flash`), which also
-//            checks the workgroup memory of main below against the device.
+//            module consts ROW_BLOCKS, KEY_STEP, HEAD_TILES (≤ 8 dim tiles: head ≤ 128 on 16×16),
+//            SLACK, LEAN and PAIR_K (0 or 1) from the host (engine `attn_prefill::CoopTile`,
+//            form `Flash`, `lean`, `pair_k`), which also checks the workgroup memory of main
+//            below against the device.
 // variants: after the shape file matmul_coop16.wgsl (Vulkan); `enable f16; enable
 //           wgpu_cooperative_matrix;` from the variant, which requires SUBGROUP and, on the
 //           host, subgroups exactly 32 wide.
@@ -78,6 +95,8 @@ const_assert BN == 2u * COOP && COOP == 16u && ROW_LANES == 2u;
 const_assert HEAD_TILES <= 8u && HEAD_DIM <= HEAD_TILES * COOP;
 // Splits hold whole key steps, so keys past a split's end are past the causal limit too.
 const_assert SPLIT_KEYS % BN == 0u;
+// Pairs of subgroups, one key block each, on top of the lean step.
+const_assert PAIR_K == 0u || (LEAN != 0u && SUBGROUPS % 2u == 0u && BN == 2u * COOP);
 
 var<workgroup> k_tile: array<vec4<f16>, BN * KV_STRIDE4>;
 var<workgroup> v_tile: array<vec4<f16>, BN * KV_STRIDE4>;
@@ -104,6 +123,47 @@ fn fetch_rows(
         let i = e % D4;
         let key = min(k0 + e / D4, end - 1u);
         let base = kv_base(params.kv, page_row, key, g);
+        let quad = cache_quad(values, base, min(i, HEAD_DIM / 4u - 1u));
+        out[u] = select(vec4<KvScalar>(), quad, 4u * i < HEAD_DIM);
+    }
+    return out;
+}
+
+// Lean step: whether a page holds whole key steps (so a step's keys share one page).
+fn pages_hold_steps() -> bool {
+    return (1u << params.kv.page_shift) >= BN;
+}
+
+// Lean step: the element index of kv head g's slot 0 in the page holding keys k0..k0 + BN as
+// fetched (clamped to end − 1, the split's last key: one page when pages hold whole steps, k0 a
+// multiple of BN; a split without keys repeats its last key).
+fn step_page(k0: u32, end: u32, page_row: u32, g: u32) -> u32 {
+    let key = min(k0, end - 1u);
+    let page = page_table[page_row * params.kv.pages_per_row + (key >> params.kv.page_shift)];
+    return ((page * params.kv.n_kv + g) << params.kv.page_shift) * params.kv.head_dim;
+}
+
+// fetch_rows for the lean step: through `page` (step_page of k0) where pages hold whole steps,
+// else key by key; the same quads either way.
+fn fetch_step(
+    values: bool,
+    k0: u32,
+    end: u32,
+    page: u32,
+    page_row: u32,
+    g: u32,
+    local: u32,
+) -> array<vec4<KvScalar>, QUADS> {
+    if !pages_hold_steps() {
+        return fetch_rows(values, k0, end, page_row, g, local);
+    }
+    let slot_mask = (1u << params.kv.page_shift) - 1u;
+    var out: array<vec4<KvScalar>, QUADS>;
+    for (var u = 0u; u < QUADS; u++) {
+        let e = min(local + u * WG, STEP_QUADS - 1u);
+        let i = e % D4;
+        let key = min(k0 + e / D4, end - 1u);
+        let base = page + (key & slot_mask) * params.kv.head_dim;
         let quad = cache_quad(values, base, min(i, HEAD_DIM / 4u - 1u));
         out[u] = select(vec4<KvScalar>(), quad, 4u * i < HEAD_DIM);
     }
@@ -169,12 +229,22 @@ fn q_fragment(mi: u32, half: u32) -> CoopA {
     return coopLoadT<CoopA>(&p_slab[at], stride);
 }
 
-// s + Q's dim tile dt (fragment q) times Kᵀ's of key block kb.
-fn qk(s: CoopC, q: CoopA, kb: u32, dt: u32) -> CoopC {
+// Kᵀ's fragment of key block kb and dim tile dt.
+fn k_fragment(kb: u32, dt: u32) -> CoopB {
     let at = kb * COOP * KV_STRIDE4 + dt * (COOP / 4u);
     let stride = KV_STRIDE4;
-    let b = coopLoad<CoopB>(&k_tile[at], stride);
+    return coopLoad<CoopB>(&k_tile[at], stride);
+}
+
+// s + Q's fragment q times K's fragment b (a function of its own: naga 30 refuses a coop op in
+// main on a fragment loaded at a subgroup-dependent place, uniform control flow or not).
+fn qk_with(s: CoopC, q: CoopA, b: CoopB) -> CoopC {
     return coopMultiplyAdd(q, b, s);
+}
+
+// s + Q's dim tile dt (fragment q) times Kᵀ's of key block kb.
+fn qk(s: CoopC, q: CoopA, kb: u32, dt: u32) -> CoopC {
+    return qk_with(s, q, k_fragment(kb, dt));
 }
 
 fn store_scores(s: CoopC, mi: u32, kb: u32) {
@@ -294,6 +364,15 @@ fn main(
     var q5 = CoopA();
     var q6 = CoopA();
     var q7 = CoopA();
+    // PAIR_K: the mate's (row block mi ^ 1).
+    var r0 = CoopA();
+    var r1 = CoopA();
+    var r2 = CoopA();
+    var r3 = CoopA();
+    var r4 = CoopA();
+    var r5 = CoopA();
+    var r6 = CoopA();
+    var r7 = CoopA();
     let q_round0 = load_q(mi, 0u, row0, g, qscale, lane);
     var q_round1: array<vec4<f16>, Q_LANE_QUADS>;
     var q_round2: array<vec4<f16>, Q_LANE_QUADS>;
@@ -313,6 +392,12 @@ fn main(
     if HEAD_TILES > 1u {
         q1 = q_fragment(mi, 1u);
     }
+    if PAIR_K != 0u {
+        r0 = q_fragment(mi ^ 1u, 0u);
+        if HEAD_TILES > 1u {
+            r1 = q_fragment(mi ^ 1u, 1u);
+        }
+    }
     if HEAD_TILES > 2u {
         workgroupBarrier();
         put_q(mi, q_round1, lane);
@@ -320,6 +405,12 @@ fn main(
         q2 = q_fragment(mi, 0u);
         if HEAD_TILES > 3u {
             q3 = q_fragment(mi, 1u);
+        }
+        if PAIR_K != 0u {
+            r2 = q_fragment(mi ^ 1u, 0u);
+            if HEAD_TILES > 3u {
+                r3 = q_fragment(mi ^ 1u, 1u);
+            }
         }
     }
     if HEAD_TILES > 4u {
@@ -330,6 +421,12 @@ fn main(
         if HEAD_TILES > 5u {
             q5 = q_fragment(mi, 1u);
         }
+        if PAIR_K != 0u {
+            r4 = q_fragment(mi ^ 1u, 0u);
+            if HEAD_TILES > 5u {
+                r5 = q_fragment(mi ^ 1u, 1u);
+            }
+        }
     }
     if HEAD_TILES > 6u {
         workgroupBarrier();
@@ -338,6 +435,12 @@ fn main(
         q6 = q_fragment(mi, 0u);
         if HEAD_TILES > 7u {
             q7 = q_fragment(mi, 1u);
+        }
+        if PAIR_K != 0u {
+            r6 = q_fragment(mi ^ 1u, 0u);
+            if HEAD_TILES > 7u {
+                r7 = q_fragment(mi ^ 1u, 1u);
+            }
         }
     }
     // The first step's P·V is of a step before the split: P and V zero, so it adds exactly 0.
@@ -373,6 +476,11 @@ fn main(
         k_rows = fetch_rows(false, split.begin + BN, split.end, page_row, g, local);
     }
     var k0 = split.begin;
+    // Lean step: the page of the next V fetch's keys (read a step ahead, with K's).
+    var page_v = 0u;
+    if LEAN != 0u {
+        page_v = step_page(split.begin + BN, split.end, page_row, g);
+    }
     loop {
         // A: K(t), V(t − 1), P(t − 1) and the mark visible. The mark is the key step after the
         // one whose softmax moved some row's reference (+ 1: never 0, the cleared mark).
@@ -403,67 +511,172 @@ fn main(
             // Every stage load done before S(t)'s stores reuse the slab.
             workgroupBarrier();
         }
+        // Lean step: the page of K(t + 2)'s keys, its read in flight through the MMAs.
+        var page_k = 0u;
+        if LEAN != 0u {
+            page_k = step_page(k0 + 2u * BN, split.end, page_row, g);
+        }
         let p0 = p_block(mi, 0u);
         let p1 = p_block(mi, 1u);
-        o0 = pv(o0, p0, p1, 0u);
-        if HEAD_TILES > 1u {
-            o1 = pv(o1, p0, p1, 1u);
-        }
-        if HEAD_TILES > 2u {
-            o2 = pv(o2, p0, p1, 2u);
-        }
-        if HEAD_TILES > 3u {
-            o3 = pv(o3, p0, p1, 3u);
-        }
-        if HEAD_TILES > 4u {
-            o4 = pv(o4, p0, p1, 4u);
-        }
-        if HEAD_TILES > 5u {
-            o5 = pv(o5, p0, p1, 5u);
-        }
-        if HEAD_TILES > 6u {
-            o6 = pv(o6, p0, p1, 6u);
-        }
-        if HEAD_TILES > 7u {
-            o7 = pv(o7, p0, p1, 7u);
+        // (The lean step runs P·V here only on the last step; else interleaved with S below.)
+        if LEAN == 0u || k0 >= split.end {
+            o0 = pv(o0, p0, p1, 0u);
+            if HEAD_TILES > 1u {
+                o1 = pv(o1, p0, p1, 1u);
+            }
+            if HEAD_TILES > 2u {
+                o2 = pv(o2, p0, p1, 2u);
+            }
+            if HEAD_TILES > 3u {
+                o3 = pv(o3, p0, p1, 3u);
+            }
+            if HEAD_TILES > 4u {
+                o4 = pv(o4, p0, p1, 4u);
+            }
+            if HEAD_TILES > 5u {
+                o5 = pv(o5, p0, p1, 5u);
+            }
+            if HEAD_TILES > 6u {
+                o6 = pv(o6, p0, p1, 6u);
+            }
+            if HEAD_TILES > 7u {
+                o7 = pv(o7, p0, p1, 7u);
+            }
         }
         if k0 >= split.end {
             break;
         }
         var s0 = CoopC();
         var s1 = CoopC();
-        s0 = qk(s0, q0, 0u, 0u);
-        s1 = qk(s1, q0, 1u, 0u);
-        if HEAD_TILES > 1u {
-            s0 = qk(s0, q1, 0u, 1u);
-            s1 = qk(s1, q1, 1u, 1u);
+        if LEAN != 0u && PAIR_K != 0u {
+            // This subgroup's key block (its place in the pair) for both row blocks: s0 its own
+            // row block's, s1 its mate's; each K fragment loaded once for both.
+            let kb = mi % 2u;
+            let b0 = k_fragment(kb, 0u);
+            s0 = qk_with(s0, q0, b0);
+            s1 = qk_with(s1, r0, b0);
+            o0 = pv(o0, p0, p1, 0u);
+            if HEAD_TILES > 1u {
+                let b1 = k_fragment(kb, 1u);
+                s0 = qk_with(s0, q1, b1);
+                s1 = qk_with(s1, r1, b1);
+                o1 = pv(o1, p0, p1, 1u);
+            }
+            if HEAD_TILES > 2u {
+                let b2 = k_fragment(kb, 2u);
+                s0 = qk_with(s0, q2, b2);
+                s1 = qk_with(s1, r2, b2);
+                o2 = pv(o2, p0, p1, 2u);
+            }
+            if HEAD_TILES > 3u {
+                let b3 = k_fragment(kb, 3u);
+                s0 = qk_with(s0, q3, b3);
+                s1 = qk_with(s1, r3, b3);
+                o3 = pv(o3, p0, p1, 3u);
+            }
+            if HEAD_TILES > 4u {
+                let b4 = k_fragment(kb, 4u);
+                s0 = qk_with(s0, q4, b4);
+                s1 = qk_with(s1, r4, b4);
+                o4 = pv(o4, p0, p1, 4u);
+            }
+            if HEAD_TILES > 5u {
+                let b5 = k_fragment(kb, 5u);
+                s0 = qk_with(s0, q5, b5);
+                s1 = qk_with(s1, r5, b5);
+                o5 = pv(o5, p0, p1, 5u);
+            }
+            if HEAD_TILES > 6u {
+                let b6 = k_fragment(kb, 6u);
+                s0 = qk_with(s0, q6, b6);
+                s1 = qk_with(s1, r6, b6);
+                o6 = pv(o6, p0, p1, 6u);
+            }
+            if HEAD_TILES > 7u {
+                let b7 = k_fragment(kb, 7u);
+                s0 = qk_with(s0, q7, b7);
+                s1 = qk_with(s1, r7, b7);
+                o7 = pv(o7, p0, p1, 7u);
+            }
+        } else if LEAN != 0u {
+            // Each dim tile's two S links, then that tile's P·V (no dependence between them).
+            s0 = qk(s0, q0, 0u, 0u);
+            s1 = qk(s1, q0, 1u, 0u);
+            o0 = pv(o0, p0, p1, 0u);
+            if HEAD_TILES > 1u {
+                s0 = qk(s0, q1, 0u, 1u);
+                s1 = qk(s1, q1, 1u, 1u);
+                o1 = pv(o1, p0, p1, 1u);
+            }
+            if HEAD_TILES > 2u {
+                s0 = qk(s0, q2, 0u, 2u);
+                s1 = qk(s1, q2, 1u, 2u);
+                o2 = pv(o2, p0, p1, 2u);
+            }
+            if HEAD_TILES > 3u {
+                s0 = qk(s0, q3, 0u, 3u);
+                s1 = qk(s1, q3, 1u, 3u);
+                o3 = pv(o3, p0, p1, 3u);
+            }
+            if HEAD_TILES > 4u {
+                s0 = qk(s0, q4, 0u, 4u);
+                s1 = qk(s1, q4, 1u, 4u);
+                o4 = pv(o4, p0, p1, 4u);
+            }
+            if HEAD_TILES > 5u {
+                s0 = qk(s0, q5, 0u, 5u);
+                s1 = qk(s1, q5, 1u, 5u);
+                o5 = pv(o5, p0, p1, 5u);
+            }
+            if HEAD_TILES > 6u {
+                s0 = qk(s0, q6, 0u, 6u);
+                s1 = qk(s1, q6, 1u, 6u);
+                o6 = pv(o6, p0, p1, 6u);
+            }
+            if HEAD_TILES > 7u {
+                s0 = qk(s0, q7, 0u, 7u);
+                s1 = qk(s1, q7, 1u, 7u);
+                o7 = pv(o7, p0, p1, 7u);
+            }
+        } else {
+            s0 = qk(s0, q0, 0u, 0u);
+            s1 = qk(s1, q0, 1u, 0u);
+            if HEAD_TILES > 1u {
+                s0 = qk(s0, q1, 0u, 1u);
+                s1 = qk(s1, q1, 1u, 1u);
+            }
+            if HEAD_TILES > 2u {
+                s0 = qk(s0, q2, 0u, 2u);
+                s1 = qk(s1, q2, 1u, 2u);
+            }
+            if HEAD_TILES > 3u {
+                s0 = qk(s0, q3, 0u, 3u);
+                s1 = qk(s1, q3, 1u, 3u);
+            }
+            if HEAD_TILES > 4u {
+                s0 = qk(s0, q4, 0u, 4u);
+                s1 = qk(s1, q4, 1u, 4u);
+            }
+            if HEAD_TILES > 5u {
+                s0 = qk(s0, q5, 0u, 5u);
+                s1 = qk(s1, q5, 1u, 5u);
+            }
+            if HEAD_TILES > 6u {
+                s0 = qk(s0, q6, 0u, 6u);
+                s1 = qk(s1, q6, 1u, 6u);
+            }
+            if HEAD_TILES > 7u {
+                s0 = qk(s0, q7, 0u, 7u);
+                s1 = qk(s1, q7, 1u, 7u);
+            }
         }
-        if HEAD_TILES > 2u {
-            s0 = qk(s0, q2, 0u, 2u);
-            s1 = qk(s1, q2, 1u, 2u);
+        if PAIR_K != 0u {
+            store_scores(s0, mi, mi % 2u);
+            store_scores(s1, mi ^ 1u, mi % 2u);
+        } else {
+            store_scores(s0, mi, 0u);
+            store_scores(s1, mi, 1u);
         }
-        if HEAD_TILES > 3u {
-            s0 = qk(s0, q3, 0u, 3u);
-            s1 = qk(s1, q3, 1u, 3u);
-        }
-        if HEAD_TILES > 4u {
-            s0 = qk(s0, q4, 0u, 4u);
-            s1 = qk(s1, q4, 1u, 4u);
-        }
-        if HEAD_TILES > 5u {
-            s0 = qk(s0, q5, 0u, 5u);
-            s1 = qk(s1, q5, 1u, 5u);
-        }
-        if HEAD_TILES > 6u {
-            s0 = qk(s0, q6, 0u, 6u);
-            s1 = qk(s1, q6, 1u, 6u);
-        }
-        if HEAD_TILES > 7u {
-            s0 = qk(s0, q7, 0u, 7u);
-            s1 = qk(s1, q7, 1u, 7u);
-        }
-        store_scores(s0, mi, 0u);
-        store_scores(s1, mi, 1u);
 
         // B: every read of K(t) and V(t − 1) done, S(t) visible.
         workgroupBarrier();
@@ -471,23 +684,42 @@ fn main(
         if k_next < split.end {
             put_rows(false, k_rows, local);
             if k_next + BN < split.end {
-                k_rows = fetch_rows(false, k_next + BN, split.end, page_row, g, local);
+                if LEAN != 0u {
+                    k_rows = fetch_step(false, k_next + BN, split.end, page_k, page_row, g, local);
+                } else {
+                    k_rows = fetch_rows(false, k_next + BN, split.end, page_row, g, local);
+                }
             }
         }
         put_rows(true, v_rows, local);
         if k_next < split.end {
-            v_rows = fetch_rows(true, k_next, split.end, page_row, g, local);
+            if LEAN != 0u {
+                v_rows = fetch_step(true, k_next, split.end, page_v, page_row, g, local);
+            } else {
+                v_rows = fetch_rows(true, k_next, split.end, page_row, g, local);
+            }
         }
+        page_v = page_k;
 
         // The lane's scores (keys k0 + part·LANE_KEYS..), masked past its row's position.
         let s_at = (mi * COOP + r) * S_STRIDE4 + part * LANE_QUADS;
         var s: array<vec4<f32>, LANE_QUADS>;
         var s_max = NEG;
-        for (var c = 0u; c < LANE_QUADS; c++) {
-            let key = vec4<u32>(k0 + part * LANE_KEYS + 4u * c) + vec4<u32>(0u, 1u, 2u, 3u);
-            let masked = (key > vec4<u32>(my_pos)) | vec4<bool>(!valid);
-            s[c] = select(s_slab[s_at + c], vec4<f32>(NEG), masked);
-            s_max = max(s_max, max(max(s[c].x, s[c].y), max(s[c].z, s[c].w)));
+        // Lean step: a step wholly at or before the row's position masks nothing (its scores
+        // are finite, never NEG, so its weights need no select either).
+        let plain = LEAN != 0u && valid && k0 + BN <= my_pos + 1u;
+        if plain {
+            for (var c = 0u; c < LANE_QUADS; c++) {
+                s[c] = s_slab[s_at + c];
+                s_max = max(s_max, max(max(s[c].x, s[c].y), max(s[c].z, s[c].w)));
+            }
+        } else {
+            for (var c = 0u; c < LANE_QUADS; c++) {
+                let key = vec4<u32>(k0 + part * LANE_KEYS + 4u * c) + vec4<u32>(0u, 1u, 2u, 3u);
+                let masked = (key > vec4<u32>(my_pos)) | vec4<bool>(!valid);
+                s[c] = select(s_slab[s_at + c], vec4<f32>(NEG), masked);
+                s_max = max(s_max, max(max(s[c].x, s[c].y), max(s[c].z, s[c].w)));
+            }
         }
         s_max = max(s_max, subgroupShuffleXor(s_max, 1u));
         alpha = 1.0;
@@ -501,10 +733,18 @@ fn main(
         }
         let p_at = (mi * COOP + r) * P_STRIDE4 + part * LANE_QUADS;
         var part_sum = 0.0;
-        for (var c = 0u; c < LANE_QUADS; c++) {
-            let p = vec4<f16>(select(exp2(s[c] - m), vec4<f32>(0.0), s[c] == vec4<f32>(NEG)));
-            p_slab[p_at + c] = p;
-            part_sum += dot(vec4<f32>(p), vec4<f32>(1.0));
+        if plain {
+            for (var c = 0u; c < LANE_QUADS; c++) {
+                let p = vec4<f16>(exp2(s[c] - m));
+                p_slab[p_at + c] = p;
+                part_sum += dot(vec4<f32>(p), vec4<f32>(1.0));
+            }
+        } else {
+            for (var c = 0u; c < LANE_QUADS; c++) {
+                let p = vec4<f16>(select(exp2(s[c] - m), vec4<f32>(0.0), s[c] == vec4<f32>(NEG)));
+                p_slab[p_at + c] = p;
+                part_sum += dot(vec4<f32>(p), vec4<f32>(1.0));
+            }
         }
         part_sum += subgroupShuffleXor(part_sum, 1u);
         l = l * alpha + part_sum;

@@ -43,6 +43,18 @@ pub struct Case {
 /// too many or too few moves an output by ~1/len ≥ 1e-3), the rows past the step's tokens
 /// required to stay poisoned.
 pub fn run_case(ctx: &GpuContext, kernel: &AttnPrefill, case: &Case, seed: u64) -> Output {
+    run_case_in_pages(ctx, kernel, case, seed, PAGE)
+}
+
+/// [`run_case`] on a cache of `page`-token pages (a power of two): pages of at least a key step
+/// take the flash form's lean step through one page-table read a step.
+pub fn run_case_in_pages(
+    ctx: &GpuContext,
+    kernel: &AttnPrefill,
+    case: &Case,
+    seed: u64,
+    page: u32,
+) -> Output {
     let mut rng = rng(seed);
     let AttnShape {
         n_head,
@@ -53,9 +65,9 @@ pub fn run_case(ctx: &GpuContext, kernel: &AttnPrefill, case: &Case, seed: u64) 
     let end = case.start + case.n_tokens;
     // The sequence (row `seq`) holds positions 0..end: earlier tokens and this step's.
     let (pages, seq) = if case.table {
-        (Pages::shuffled(&mut rng, PAGE, &[23, end + 5], 2), 1)
+        (Pages::shuffled(&mut rng, page, &[23, end + 5], 2), 1)
     } else {
-        (Pages::identity(PAGE, end + 7), 0)
+        (Pages::identity(page, end + 7), 0)
     };
     let mut lens = vec![end; pages.rows.len()];
     lens[0] = if case.table { 23 } else { end };

@@ -15,7 +15,11 @@
 //! - the same variants with a [`CoopTile`] of form [`CoopForm::Flash`]: the same attention on
 //!   another schedule (wgsl/attn_prefill_flash.wgsl: K and V tiles of their own, two barriers
 //!   per key step, every load issued a phase ahead): the default on 16×16 matrices since it
-//!   was timed on an H100 (2026-12-06 #9; `FAK_ATTN_PREFILL=coop` for the staged kernel).
+//!   was timed on an H100 (2026-12-06 #9; `FAK_ATTN_PREFILL=coop` for the staged kernel);
+//!   with [`CoopTile::lean`] the same kernel's lean step (`LEAN`: one page-table read per fetched
+//!   key step, S's chains interleaved with P·V, the mask only on diagonal steps; the same bits),
+//!   opt-in as `FAK_ATTN_PREFILL=lean` until timed; with [`CoopTile::pair_k`] too, pairs of
+//!   subgroups sharing K's fragments (`PAIR_K`, `FAK_ATTN_PREFILL=lean-k`; the same bits).
 //!
 //! Both share the bindings and row addressing (wgsl/attn_prefill_rows.wgsl), so a binding is the
 //! same for every variant; only the rows per workgroup differ ([`AttnPrefill::rows_per_tile`]).
@@ -120,6 +124,18 @@ pub struct CoopTile {
     /// tile) rather than one chain after another; the same products in the same order per tile,
     /// so the same scores. Label suffix `i` (`64x64qi`); never the default: the sweep times it.
     pub interleave: bool,
+    /// The flash form's lean step (wgsl/attn_prefill_flash.wgsl, `LEAN`): one page-table read
+    /// per fetched key step where pages hold whole steps, S's MMA chains interleaved with P·V's,
+    /// the causal mask only on steps that reach a row's position; the same MMAs on the same
+    /// values, so the same bits as the flash tile. Label suffix `l` (`128x32fl`); opt-in
+    /// (`FAK_ATTN_PREFILL=lean`).
+    pub lean: bool,
+    /// With `lean`, subgroups in pairs sharing K's fragments (`PAIR_K`): each holds its mate's Q
+    /// fragments too (32 more registers a lane) and computes one key block's S for both row
+    /// blocks, so each K fragment is loaded once for two MMAs (half the K fragment loads a
+    /// step); the same products in the same order per S tile, so the same bits. Label suffix
+    /// `k` (`128x32flk`); opt-in (`FAK_ATTN_PREFILL=lean-k`).
+    pub pair_k: bool,
 }
 
 impl CoopTile {
@@ -140,6 +156,8 @@ impl CoopTile {
             slack: Self::SLACK,
             q_regs: false,
             interleave: false,
+            lean: false,
+            pair_k: false,
         }
     }
 
@@ -151,6 +169,16 @@ impl CoopTile {
     /// The same tile with its S chains interleaved (`interleave`) or not.
     pub fn with_interleave(self, interleave: bool) -> Self {
         CoopTile { interleave, ..self }
+    }
+
+    /// The same tile with the flash form's lean step (`lean`) or not.
+    pub fn with_lean(self, lean: bool) -> Self {
+        CoopTile { lean, ..self }
+    }
+
+    /// The same tile with K's fragments shared by pairs of subgroups (`pair_k`) or not.
+    pub fn with_pair_k(self, pair_k: bool) -> Self {
+        CoopTile { pair_k, ..self }
     }
 
     /// The same geometry run by the kernel of `form`.
@@ -187,7 +215,11 @@ impl CoopTile {
                 && self.dim_split == 1
                 && self.head_tiles <= COOP_DIM_TILES
                 && self.q_regs
-                && !self.interleave;
+                && !self.interleave
+                && (!self.pair_k || (self.lean && self.row_blocks.is_multiple_of(2)));
+        }
+        if self.lean || self.pair_k {
+            return false;
         }
         let blocks = self.keys / self.coop.size();
         self.keys.is_multiple_of(self.coop.size())
@@ -201,12 +233,20 @@ impl CoopTile {
     /// Every supported tile of `head_dim` in the order [`CoopTile::fitting`] prefers them: the
     /// most rows, then the longest key step, then Q in registers; a Q-in-registers tile's
     /// interleaved twin right after it (same memory, so `fitting` never picks it); then the
-    /// flash form's tiles, most rows first (never `fitting`'s pick).
+    /// flash form's tiles, most rows first (never `fitting`'s pick); then their lean twins, then
+    /// the lean twins with K shared by pairs, in the same order.
     pub fn candidates(coop: CoopShape, head_dim: u32) -> impl Iterator<Item = CoopTile> {
-        let flash = FLASH_ROW_BLOCKS
-            .into_iter()
-            .map(move |blocks| CoopTile::flash(coop, blocks, head_dim))
-            .filter(|tile| tile.supported());
+        let steps = [(false, false), (true, false), (true, true)];
+        let flash = steps.into_iter().flat_map(move |(lean, pair_k)| {
+            FLASH_ROW_BLOCKS
+                .into_iter()
+                .map(move |blocks| {
+                    CoopTile::flash(coop, blocks, head_dim)
+                        .with_lean(lean)
+                        .with_pair_k(pair_k)
+                })
+                .filter(|tile| tile.supported())
+        });
         Self::staged_candidates(coop, head_dim).chain(flash)
     }
 
@@ -232,10 +272,11 @@ impl CoopTile {
         Self::staged_candidates(coop, head_dim).find(|tile| tile.workgroup_bytes() <= limit)
     }
 
-    /// The first flash candidate whose workgroup memory fits `limit` bytes (the most rows).
+    /// The first flash candidate whose workgroup memory fits `limit` bytes (the most rows), not
+    /// lean.
     pub fn fitting_flash(coop: CoopShape, head_dim: u32, limit: u32) -> Option<CoopTile> {
         Self::candidates(coop, head_dim)
-            .filter(|tile| tile.form == CoopForm::Flash)
+            .filter(|tile| tile.form == CoopForm::Flash && !tile.lean)
             .find(|tile| tile.workgroup_bytes() <= limit)
     }
 
@@ -244,11 +285,14 @@ impl CoopTile {
     }
 
     /// Rows × keys, `q` when Q lives in registers (`64x64q`), then `i` when its S chains
-    /// interleave (`64x64qi`); the flash form's rows × keys then `f` (`128x32f`); the bench's and `FAK_ATTN_PREFILL`'s name for the tile (the slack
-    /// and dim split follow from the head).
+    /// interleave (`64x64qi`); the flash form's rows × keys then `f` (`128x32f`), then `l` for
+    /// its lean step (`128x32fl`), then `k` for K shared by pairs (`128x32flk`); the bench's and `FAK_ATTN_PREFILL`'s name for the tile (the
+    /// slack and dim split follow from the head).
     pub fn label(self) -> String {
         if self.form == CoopForm::Flash {
-            return format!("{}x{}f", self.rows(), self.keys);
+            let l = if self.lean { "l" } else { "" };
+            let k = if self.pair_k { "k" } else { "" };
+            return format!("{}x{}f{l}{k}", self.rows(), self.keys);
         }
         let q = if self.q_regs { "q" } else { "" };
         let i = if self.interleave { "i" } else { "" };
@@ -291,13 +335,18 @@ impl CoopTile {
 /// on the H200 once its workgroup variables were whole 16-byte units and every key of a 64-key
 /// step had its base, session 2026-12-05 #5); `flash`, the flash form's largest tile that fits
 /// ([`CoopTile::fitting_flash`]; the staged kernel's where none does: a head over 8 dim tiles);
-/// a [`CoopTile`] label (`64x32`, `64x64q`: rows × keys, `q` for Q in registers; `128x32f`,
-/// `64x32f`: the flash form's), that tile where it fits.
+/// `lean`, the same tile with the lean step ([`CoopTile::lean`], experiments/NOTES.md "flash2";
+/// opt-in until timed); `lean-k`, lean with K shared by pairs of subgroups
+/// ([`CoopTile::pair_k`]); a [`CoopTile`] label (`64x32`, `64x64q`: rows × keys, `q` for Q in
+/// registers; `128x32f`, `64x32f`: the flash form's; `128x32fl`: lean; `128x32flk`: lean-k),
+/// that tile where it fits.
 enum Override {
     Default,
     Tiles,
     Coop,
     Flash,
+    Lean,
+    LeanK,
     Tile(String),
 }
 
@@ -306,6 +355,8 @@ fn env_override() -> Override {
         Ok(v) if v == "coop" => Override::Coop,
         Ok(v) if v == "tiles" => Override::Tiles,
         Ok(v) if v == "flash" => Override::Flash,
+        Ok(v) if v == "lean" => Override::Lean,
+        Ok(v) if v == "lean-k" => Override::LeanK,
         Ok(v) if !v.is_empty() => Override::Tile(v),
         _ => Override::Default,
     }
@@ -563,6 +614,8 @@ impl AttnPrefill {
                     .with_const("KEY_STEP", tile.keys)
                     .with_const("HEAD_TILES", tile.head_tiles)
                     .with_const("SLACK", tile.slack)
+                    .with_const("LEAN", u32::from(tile.lean))
+                    .with_const("PAIR_K", u32::from(tile.pair_k))
                     .with(wgsl::MATMUL_COOP16)
                     .with(ATTN_PREFILL_FLASH),
             },
@@ -616,7 +669,8 @@ impl AttnPrefill {
         head_dim: u32,
         limit: u32,
     ) -> Result<Option<CoopTile>, GpuError> {
-        Ok(match env_override() {
+        let over = env_override();
+        Ok(match over {
             Override::Default | Override::Flash if coop == CoopShape::M16x16 => {
                 CoopTile::fitting_flash(coop, head_dim, limit)
                     .or_else(|| CoopTile::fitting(coop, head_dim, limit))
@@ -624,6 +678,12 @@ impl AttnPrefill {
             Override::Default | Override::Tiles => None,
             Override::Coop => CoopTile::fitting(coop, head_dim, limit),
             Override::Flash => CoopTile::fitting_flash(coop, head_dim, limit)
+                .or_else(|| CoopTile::fitting(coop, head_dim, limit)),
+            Override::Lean | Override::LeanK => CoopTile::fitting_flash(coop, head_dim, limit)
+                .map(|tile| {
+                    tile.with_lean(true)
+                        .with_pair_k(matches!(over, Override::LeanK))
+                })
                 .or_else(|| CoopTile::fitting(coop, head_dim, limit)),
             Override::Tile(label) => {
                 let mut tiles = CoopTile::candidates(coop, head_dim);
@@ -634,8 +694,8 @@ impl AttnPrefill {
                     shape_error(
                         Self::NAME,
                         format!(
-                            "FAK_ATTN_PREFILL={label:?} is neither tiles, coop, flash nor a tile \
-                             of head dim {head_dim} ({})",
+                            "FAK_ATTN_PREFILL={label:?} is neither tiles, coop, flash, lean, \
+                             lean-k nor a tile of head dim {head_dim} ({})",
                             labels.join(", ")
                         ),
                     )
@@ -991,7 +1051,7 @@ mod tests {
     fn flash_tiles_are_named_candidates_the_default_never_picks() {
         let coop = CoopShape::M16x16;
         let flash: Vec<CoopTile> = CoopTile::candidates(coop, 128)
-            .filter(|t| t.form == CoopForm::Flash)
+            .filter(|t| t.form == CoopForm::Flash && !t.lean)
             .collect();
         let labels: Vec<String> = flash.iter().map(|t| t.label()).collect();
         assert_eq!(labels, ["128x32f", "64x32f", "32x32f"]);
@@ -1007,6 +1067,47 @@ mod tests {
         }
         assert_eq!(flash[0].rows(), 128);
         assert_eq!(flash[0].invocations(), 256);
+    }
+
+    /// Each flash tile has a lean twin (same geometry and memory), named apart, after every plain
+    /// flash tile, never `fitting_flash`'s pick; only the flash form has a lean step.
+    #[test]
+    fn lean_tiles_are_named_twins_of_the_flash_tiles() {
+        let coop = CoopShape::M16x16;
+        let tiles: Vec<CoopTile> = CoopTile::candidates(coop, 128)
+            .filter(|t| t.form == CoopForm::Flash)
+            .collect();
+        let labels: Vec<String> = tiles.iter().map(|t| t.label()).collect();
+        let want = [
+            "128x32f",
+            "64x32f",
+            "32x32f",
+            "128x32fl",
+            "64x32fl",
+            "32x32fl",
+            "128x32flk",
+            "64x32flk",
+            "32x32flk",
+        ];
+        assert_eq!(labels, want);
+        for (i, plain) in tiles[..3].iter().enumerate() {
+            let (lean, pair) = (tiles[3 + i], tiles[6 + i]);
+            assert_eq!(plain.with_lean(true), lean);
+            assert_eq!(lean.with_pair_k(true), pair);
+            assert_eq!(plain.workgroup_bytes(), lean.workgroup_bytes());
+            assert_eq!(plain.workgroup_bytes(), pair.workgroup_bytes());
+        }
+        let picked = CoopTile::fitting_flash(coop, 128, 49152).unwrap();
+        assert!(!picked.lean && !picked.pair_k);
+        assert!(
+            !tiles[0].with_pair_k(true).supported(),
+            "K pairs need the lean step"
+        );
+        let staged = CoopTile::fitting(coop, 128, 49152).unwrap();
+        assert!(!staged.with_lean(true).supported());
+        assert!(!staged.with_pair_k(true).supported());
+        let wide = CoopTile::candidates(coop, 256).filter(|t| t.lean || t.pair_k);
+        assert_eq!(wide.count(), 0);
     }
 
     /// `FAK_ATTN_SPLIT` names a rule or is refused, naming the variable.
