@@ -69,11 +69,10 @@
 // accumulators as they are loaded (the same multiplication per element) instead of a pass over
 // state_sh behind its own barrier (4 barriers a chunk, not 5, where P·V' rides in the update's
 // pass). The same values: bit for bit the same results.
-// PREP_AHEAD (override, `…+lean+ahead+…`): 1 issues each of chunk_prepare's loads from `mixed` one
-// round early — a Gram stage's k̂, q̂ under the previous stage's MMAs (the first under the gates),
-// a T·R block's R under the previous block's MMAs (the first under the inverse) — so that no
-// round waits on an L2 round trip after its barrier, and drops T·R's third barrier a block (8
-// in all). SCAN_DEEP (override, `…+deep+…`): 1 loads chunk_scan's global fragments of DEEP_WS
+// PREP_AHEAD (override, `…+lean+ahead+…`): 1 issues chunk_prepare's loads from `mixed` early —
+// the first Gram stage's k̂, q̂ under the gates' loads, each T·R block's R under the previous
+// block's MMAs (the first under the inverse) — so that 9 rounds no longer start with an L2
+// round trip after their barrier, and drops T·R's third barrier a block (8 in all). SCAN_DEEP (override, `…+deep+…`): 1 loads chunk_scan's global fragments of DEEP_WS
 // k-steps of W·S / Q̃·S, and of DEEP_UPD chunk steps of the state update (K̃, P), before their
 // MMAs, into arrays of fragments: at dk = 128 fused, 2 + 2 dependent L2 round trips a chunk
 // instead of 8 + 4 where the driver issues each step's loads after the previous step's MMAs.
@@ -415,16 +414,15 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
     var kk1_small = CoopC();
     var qk0_small = CoopC();
     var qk1_small = CoopC();
+    // (Ahead loads the later stages in their turn: held under a stage's MMAs, their 16 registers
+    // would add to the kernel's peak — the Gram phase's 8 accumulators — and could cost an SM a
+    // resident workgroup.)
     for (var i0 = 0u; i0 < DK; i0 += KT) {
-        if PREP_AHEAD == 0u {
+        if PREP_AHEAD == 0u || i0 > 0u {
             keys = load_keys(ch, tid, i0);
         }
         stage_keys(ch, tid, i0, keys);
         workgroupBarrier();
-        // Ahead: the next stage's k̂ and q̂ in flight under this one's MMAs.
-        if PREP_AHEAD == 1u && i0 + KT < DK {
-            keys = load_keys(ch, tid, i0 + KT);
-        }
         for (var kk = 0u; kk < KT; kk += COOP) {
             let a_at = K_HI + ta * COOP * KS + kk;
             let b_at = K_HI + tb * COOP * KS + kk;
@@ -611,6 +609,11 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
     // (`&`, not `&&`: naga lowers a short circuit through a variable, which it takes for
     // non-uniform, and cooperative ops branch on this.)
     let pv_in_update = (SCAN_FUSED == 1u) & (rounds <= rounds_per_pass);
+    // Deep: W·S's k-steps a group, the largest of DEEP_WS = 4, 3, 2, 1 that divides dk / 16 (a
+    // constant trip count, so that the driver can keep the fragment arrays in registers).
+    let n_steps = DK / COOP;
+    let ws_steps = select(select(select(1u, 2u, n_steps % 2u == 0u), 3u, n_steps % 3u == 0u),
+                          DEEP_WS, n_steps % DEEP_WS == 0u);
     for (var c = 0u; c < n_chunks; c++) {
         let ch = chunk_of(c, h, s);
         if tid < CHUNK {
@@ -637,13 +640,12 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
         var acc_small = CoopC();
         // Deep: DEEP_WS k-steps' W (and Q̃) fragments loaded before their MMAs, which then run
         // in the same order as below (the same sums).
-        for (var g0 = 0u; g0 < DK * SCAN_DEEP; g0 += DEEP_WS * COOP) {
+        for (var g0 = 0u; g0 < DK * SCAN_DEEP; g0 += ws_steps * COOP) {
             var wa: array<CoopA, DEEP_WS>;
             var wa_lo: array<CoopA, DEEP_WS>;
             var qa: array<CoopA, DEEP_WS>;
             var qa_lo: array<CoopA, DEEP_WS>;
-            let steps = min(DEEP_WS, (DK - g0) / COOP);
-            for (var k = 0u; k < steps; k++) {
+            for (var k = 0u; k < ws_steps; k++) {
                 let a_at = cell(w_hi + g0 + k * COOP);
                 let a_lo = cell(w_hi + g0 + k * COOP + part);
                 wa[k] = coopLoadT<CoopA>(&halves[a_at], dk);
@@ -655,7 +657,7 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
                     qa_lo[k] = coopLoadT<CoopA>(&halves[qa_lo_at], dk);
                 }
             }
-            for (var k = 0u; k < steps; k++) {
+            for (var k = 0u; k < ws_steps; k++) {
                 let b_at = cell(g0 + k * COOP);
                 let b_lo = cell(s_lo + g0 + k * COOP);
                 let b_hi = coopLoad<CoopB>(&s16[b_at], ss);
