@@ -74,8 +74,9 @@
 // block's MMAs (the first under the inverse) — so that 9 rounds no longer start with an L2
 // round trip after their barrier, and drops T·R's third barrier a block (8 in all). SCAN_DEEP (override, `…+deep+…`): 1 loads chunk_scan's global fragments of DEEP_WS
 // k-steps of W·S / Q̃·S, and of DEEP_UPD chunk steps of the state update (K̃, P), before their
-// MMAs, into arrays of fragments: at dk = 128 fused, 2 + 2 dependent L2 round trips a chunk
-// instead of 8 + 4 where the driver issues each step's loads after the previous step's MMAs.
+// MMAs, into arrays of fragments, and where the update has one pass (dk ≤ 128, fused) its first
+// group before the V' pass: at dk = 128, 2 + 1 dependent L2 round trips a chunk instead of
+// 8 + 4 where the driver issues each step's loads after the previous step's MMAs.
 // Both: the same products in the same order, bit for bit the same results.
 // dispatch: as gated_delta_chunk.wgsl.
 // workgroup memory: prepare 45.5 KB (h16 28 KB, a_sh 17 KB); scan 4·(16·(dk + 4) + 256) +
@@ -533,6 +534,56 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
 
 // ---- chunk_scan
 
+// Whether P·V' rides in the state update's pass: fused with one pass in all (DK ≤ 128).
+// (`&`, not `&&`: naga lowers a short circuit through a variable, which it takes for
+// non-uniform, and cooperative ops branch on this.)
+fn pv_rides_update() -> bool {
+    let rounds = (DK / COOP + SCAN_SUBGROUPS - 1u) / SCAN_SUBGROUPS;
+    return (SCAN_FUSED == 1u) & (rounds <= 1u + SCAN_FUSED);
+}
+
+// SCAN_DEEP: the state update's A fragments of DEEP_UPD chunk steps — K̃ᵀ of the dk tiles at
+// i0 and (fused) i2, and P where it rides in the update — fragment k of part m at
+// m·DEEP_UPD + k. (One array, not a struct: arrays of cooperative matrices are what the
+// drivers' own shaders use.)
+const UF_K: u32 = 0u;
+const UF_K_LO: u32 = 1u;
+const UF_K2: u32 = 2u;
+const UF_K2_LO: u32 = 3u;
+const UF_P: u32 = 4u;
+const UF_P_LO: u32 = 5u;
+alias UpdateFrags = array<CoopA, 6u * DEEP_UPD>;
+
+// Those of chunk steps g0.. (K̃ from half k_hi, this subgroup's P rows from half p_hi).
+fn update_frags(k_hi: u32, p_hi: u32, i0: u32, i2: u32, g0: u32) -> UpdateFrags {
+    var f: UpdateFrags;
+    let dk = DK / CELL;
+    let chunk = CHUNK / CELL;
+    let part = CHUNK * DK;
+    let p_part = CHUNK * CHUNK;
+    for (var k = 0u; k < DEEP_UPD; k++) {
+        let s0 = g0 + k * COOP;
+        // K̃ᵀ as A: element (i, t) is K̃[t][i], column-major with stride dk.
+        let a_at = cell(k_hi + s0 * DK + i0);
+        let a_lo = cell(k_hi + s0 * DK + i0 + part);
+        f[UF_K * DEEP_UPD + k] = coopLoad<CoopA>(&halves[a_at], dk);
+        f[UF_K_LO * DEEP_UPD + k] = coopLoad<CoopA>(&halves[a_lo], dk);
+        if pv_rides_update() {
+            let p_at = cell(p_hi + s0);
+            let p_lo = cell(p_hi + s0 + p_part);
+            f[UF_P * DEEP_UPD + k] = coopLoadT<CoopA>(&halves[p_at], chunk);
+            f[UF_P_LO * DEEP_UPD + k] = coopLoadT<CoopA>(&halves[p_lo], chunk);
+        }
+        if SCAN_FUSED == 1u {
+            let a2_at = cell(k_hi + s0 * DK + i2);
+            let a2_lo = cell(k_hi + s0 * DK + i2 + part);
+            f[UF_K2 * DEEP_UPD + k] = coopLoad<CoopA>(&halves[a2_at], dk);
+            f[UF_K2_LO * DEEP_UPD + k] = coopLoad<CoopA>(&halves[a2_lo], dk);
+        }
+    }
+    return f;
+}
+
 // The chunk's outputs of this workgroup's value columns from vst (live rows, columns < dv).
 fn write_o(ch: Chunk, h: u32, rows_tile: u32, tid: u32) {
     for (var e = tid; e < CHUNK * ROWS; e += SCAN_WG) {
@@ -605,10 +656,10 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
     let tiles = DK / COOP;
     let rounds = (tiles + SCAN_SUBGROUPS - 1u) / SCAN_SUBGROUPS;
     let rounds_per_pass = 1u + SCAN_FUSED;
-    // Fused with one pass in all (DK ≤ 128), P V' rides in it.
-    // (`&`, not `&&`: naga lowers a short circuit through a variable, which it takes for
-    // non-uniform, and cooperative ops branch on this.)
-    let pv_in_update = (SCAN_FUSED == 1u) & (rounds <= rounds_per_pass);
+    let pv_in_update = pv_rides_update();
+    // Deep with one update pass: its first DEEP_UPD chunk steps' fragments are loaded before
+    // the V' pass (in flight across it and its barrier).
+    let hoist = (SCAN_DEEP == 1u) & pv_in_update;
     // Deep: W·S's k-steps a group, the largest of DEEP_WS = 4, 3, 2, 1 that divides dk / 16 (a
     // constant trip count, so that the driver can keep the fragment arrays in registers).
     let n_steps = DK / COOP;
@@ -691,6 +742,11 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
             }
         }
         coopStoreT(joined(ws, ws_small), &vst[v_at], vs);
+        var first: UpdateFrags;
+        if hoist {
+            first = update_frags(k_hi, p_hi, min(sg, tiles - 1u) * COOP,
+                                 min(sg + SCAN_SUBGROUPS, tiles - 1u) * COOP, 0u);
+        }
         workgroupBarrier();
         // V' = U − W S as hi/lo (zero past dv: U is, and so is S there), four columns an
         // iteration.
@@ -782,32 +838,13 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
                 upd2 = decay_last * upd2;
             }
             // Deep: DEEP_UPD chunk steps' K̃ (and P) fragments loaded before their MMAs, which
-            // then run in the same order as below.
+            // then run in the same order as below; the first group's hoisted where there is one
+            // pass. (Its load is skipped by a loop bound, not an `if`: naga 30 takes an `if` on a
+            // loop counter for non-uniform, and cooperative ops may not branch on it.)
             for (var g0 = 0u; g0 < CHUNK * SCAN_DEEP; g0 += DEEP_UPD * COOP) {
-                var ka: array<CoopA, DEEP_UPD>;
-                var ka_lo: array<CoopA, DEEP_UPD>;
-                var ka2: array<CoopA, DEEP_UPD>;
-                var ka2_lo: array<CoopA, DEEP_UPD>;
-                var pa: array<CoopA, DEEP_UPD>;
-                var pa_lo: array<CoopA, DEEP_UPD>;
-                for (var k = 0u; k < DEEP_UPD; k++) {
-                    let s0 = g0 + k * COOP;
-                    let a_at = cell(k_hi + s0 * DK + i0);
-                    let a_lo = cell(k_hi + s0 * DK + i0 + part);
-                    ka[k] = coopLoad<CoopA>(&halves[a_at], dk);
-                    ka_lo[k] = coopLoad<CoopA>(&halves[a_lo], dk);
-                    if pv_in_update {
-                        let p_at = cell(p_hi + s0);
-                        let p_lo = cell(p_hi + s0 + p_part);
-                        pa[k] = coopLoadT<CoopA>(&halves[p_at], chunk);
-                        pa_lo[k] = coopLoadT<CoopA>(&halves[p_lo], chunk);
-                    }
-                    if SCAN_FUSED == 1u {
-                        let a2_at = cell(k_hi + s0 * DK + i2);
-                        let a2_lo = cell(k_hi + s0 * DK + i2 + part);
-                        ka2[k] = coopLoad<CoopA>(&halves[a2_at], dk);
-                        ka2_lo[k] = coopLoad<CoopA>(&halves[a2_lo], dk);
-                    }
+                var f = first;
+                for (var n = u32(hoist & (g0 == 0u)); n < 1u; n++) {
+                    f = update_frags(k_hi, p_hi, i0, i2, g0);
                 }
                 for (var k = 0u; k < DEEP_UPD; k++) {
                     let s0 = g0 + k * COOP;
@@ -815,15 +852,21 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
                     let b_lo = cell(d_lo + s0 * DS);
                     let b_hi = coopLoadT<CoopB>(&d16[b_at], ds);
                     let b_lo_f = coopLoadT<CoopB>(&d16[b_lo], ds);
-                    upd = coopMultiplyAdd(ka[k], b_hi, upd);
-                    upd_small = mma_cross(ka[k], ka_lo[k], b_hi, b_lo_f, upd_small);
+                    let ka = f[UF_K * DEEP_UPD + k];
+                    upd = coopMultiplyAdd(ka, b_hi, upd);
+                    upd_small = mma_cross(ka, f[UF_K_LO * DEEP_UPD + k], b_hi, b_lo_f,
+                                          upd_small);
                     if pv_in_update {
-                        acc = coopMultiplyAdd(pa[k], b_hi, acc);
-                        acc_small = mma_cross(pa[k], pa_lo[k], b_hi, b_lo_f, acc_small);
+                        let pa = f[UF_P * DEEP_UPD + k];
+                        acc = coopMultiplyAdd(pa, b_hi, acc);
+                        acc_small = mma_cross(pa, f[UF_P_LO * DEEP_UPD + k], b_hi, b_lo_f,
+                                              acc_small);
                     }
                     if SCAN_FUSED == 1u {
-                        upd2 = coopMultiplyAdd(ka2[k], b_hi, upd2);
-                        upd2_small = mma_cross(ka2[k], ka2_lo[k], b_hi, b_lo_f, upd2_small);
+                        let ka2 = f[UF_K2 * DEEP_UPD + k];
+                        upd2 = coopMultiplyAdd(ka2, b_hi, upd2);
+                        upd2_small = mma_cross(ka2, f[UF_K2_LO * DEEP_UPD + k], b_hi, b_lo_f,
+                                               upd2_small);
                     }
                 }
             }

@@ -95,8 +95,9 @@ pub struct ChunkForm {
     /// barrier a block.
     pub ahead: bool,
     /// Coop kernel, `SCAN_DEEP` (`…+deep+…`): chunk_scan loads the global fragments of 4 k-steps
-    /// of W·S and Q̃·S, and of 2 chunk steps of the state update (K̃ and P), before their MMAs:
-    /// 4 dependent L2 round trips a chunk instead of 12 (dk = 128, fused).
+    /// of W·S and Q̃·S, and of 2 chunk steps of the state update (K̃ and P), before their MMAs,
+    /// the update's first two before the V' pass: 3 dependent L2 round trips a chunk instead of
+    /// 12 (dk = 128, fused).
     pub deep: bool,
     /// Both kernels, `INVERSE`: how chunk_prepare computes T = (I + A)⁻¹.
     pub inverse: Inverse,
