@@ -766,6 +766,14 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
     let lean = ChunkKernel::named("coop+quads+fused+lean+blocks").unwrap();
     assert_eq!(lean.form, ChunkForm::COOP[6]);
     assert!(lean.form.lean && !blocks.form.lean);
+    let ahead = ChunkKernel::named("coop+quads+fused+lean+ahead+blocks").unwrap();
+    assert_eq!(ahead.form, ChunkForm::COOP[7]);
+    assert!(ahead.form.ahead && !lean.form.ahead);
+    let deep = ChunkKernel::named("coop+quads+fused+lean+deep+blocks").unwrap();
+    assert_eq!(deep.form, ChunkForm::COOP[8]);
+    assert!(deep.form.deep && !deep.form.ahead && !ahead.form.deep);
+    let both = ChunkKernel::named("coop+quads+fused+lean+ahead+deep+blocks").unwrap();
+    assert_eq!(both.form, ChunkForm::COOP[9]);
     let blocks = ChunkKernel::named("f32+blocks").unwrap();
     assert_eq!((blocks.coop, blocks.form), (false, ChunkForm::F32[2]));
     let bad_names = [
@@ -780,6 +788,12 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
         "coop+lean",
         "coop+quads+lean+fused+blocks",
         "f32+lean+blocks",
+        "f32+ahead+blocks",
+        "coop+quads+fused+ahead+lean+blocks",
+        "coop+quads+fused+lean+blocks+ahead",
+        "coop+quads+fused+lean+deep+ahead+blocks",
+        "coop+deep",
+        "f32+deep+blocks",
     ];
     for bad in bad_names {
         let e = ChunkKernel::named(bad).unwrap_err().to_string();

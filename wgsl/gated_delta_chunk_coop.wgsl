@@ -69,6 +69,15 @@
 // accumulators as they are loaded (the same multiplication per element) instead of a pass over
 // state_sh behind its own barrier (4 barriers a chunk, not 5, where P·V' rides in the update's
 // pass). The same values: bit for bit the same results.
+// PREP_AHEAD (override, `…+lean+ahead+…`): 1 issues chunk_prepare's loads from `mixed` early —
+// the first Gram stage's k̂, q̂ under the gates' loads, each T·R block's R under the previous
+// block's MMAs (the first under the inverse) — so that 9 rounds no longer start with an L2
+// round trip after their barrier, and drops T·R's third barrier a block (8 in all). SCAN_DEEP (override, `…+deep+…`): 1 loads chunk_scan's global fragments of DEEP_WS
+// k-steps of W·S / Q̃·S, and of DEEP_UPD chunk steps of the state update (K̃, P), before their
+// MMAs, into arrays of fragments, and where the update has one pass (dk ≤ 128, fused) its first
+// group before the V' pass: at dk = 128, 2 + 1 dependent L2 round trips a chunk instead of
+// 8 + 4 where the driver issues each step's loads after the previous step's MMAs.
+// Both: the same products in the same order, bit for bit the same results.
 // dispatch: as gated_delta_chunk.wgsl.
 // workgroup memory: prepare 45.5 KB (h16 28 KB, a_sh 17 KB); scan 4·(16·(dk + 4) + 256) +
 //   2·(2·16·(dk + 8)) + 6 KB + 5 KB + 0.5 KB (30.2 KB at dk = 128, 45.2 KB at dk = 256): within
@@ -92,6 +101,14 @@
 override DK: u32 = 128u;
 override SCAN_FUSED: u32 = 0u;
 override SCAN_LEAN: u32 = 0u;
+override PREP_AHEAD: u32 = 0u;
+override SCAN_DEEP: u32 = 0u;
+
+// SCAN_DEEP: k-steps of W·S (and Q̃·S), and chunk steps of the state update, whose global
+// fragments a subgroup loads together before their MMAs (16 and 12 fragments: 64 and 48 f16
+// registers a lane at most).
+const DEEP_WS: u32 = 4u;
+const DEEP_UPD: u32 = 2u;
 
 // Subgroups of chunk_prepare and chunk_scan.
 const PREP_SUBGROUPS: u32 = 8u;
@@ -187,16 +204,23 @@ fn put_split4(at: u32, part: u32, x: vec4<f32>) {
 
 // ---- chunk_prepare
 
-// Stage dk columns i0..i0 + KT of the chunk's k̂ and q̂ as hi/lo tiles, and write K̃ and Q̃ of
-// those columns to the scratch.
-fn stage_keys(ch: Chunk, tid: u32, i0: u32) {
-    let gamma_last = gamma_sh[CHUNK - 1u];
-    let part = CHUNK * DK;
-    // Four columns an iteration (DK is a multiple of 16: a quad is inside the head or past it).
-    for (var e = tid; e < CHUNK * KT / 4u; e += 256u) {
+// k̂ and q̂ quads of one Gram stage an invocation holds (CHUNK rows × KT columns over 256).
+const KEY_QUADS: u32 = CHUNK * KT / 4u / 256u;
+
+// This invocation's quads of dk columns i0..i0 + KT of the chunk's k̂ and q̂ (zero past the
+// chunk's live rows or dk).
+struct KeyQuads {
+    k: array<vec4<f32>, KEY_QUADS>,
+    q: array<vec4<f32>, KEY_QUADS>,
+}
+
+fn load_keys(ch: Chunk, tid: u32, i0: u32) -> KeyQuads {
+    var keys: KeyQuads;
+    // Four columns a quad (DK is a multiple of 16: a quad is inside the head or past it).
+    for (var n = 0u; n < KEY_QUADS; n++) {
+        let e = tid + n * 256u;
         let t = e / (KT / 4u);
-        let ii = 4u * (e % (KT / 4u));
-        let i = i0 + ii;
+        let i = i0 + 4u * (e % (KT / 4u));
         var kv = vec4<f32>();
         var qv = vec4<f32>();
         if live(ch, t) && i < DK {
@@ -206,6 +230,24 @@ fn stage_keys(ch: Chunk, tid: u32, i0: u32) {
             kv = vec4<f32>(mixed[k_at], mixed[k_at + 1u], mixed[k_at + 2u], mixed[k_at + 3u]);
             qv = vec4<f32>(mixed[q_at], mixed[q_at + 1u], mixed[q_at + 2u], mixed[q_at + 3u]);
         }
+        keys.k[n] = kv;
+        keys.q[n] = qv;
+    }
+    return keys;
+}
+
+// Stage the quads of `keys` (load_keys at i0) as hi/lo tiles, and write K̃ and Q̃ of those
+// columns to the scratch.
+fn stage_keys(ch: Chunk, tid: u32, i0: u32, keys: KeyQuads) {
+    let gamma_last = gamma_sh[CHUNK - 1u];
+    let part = CHUNK * DK;
+    for (var n = 0u; n < KEY_QUADS; n++) {
+        let e = tid + n * 256u;
+        let t = e / (KT / 4u);
+        let ii = 4u * (e % (KT / 4u));
+        let i = i0 + ii;
+        let kv = keys.k[n];
+        let qv = keys.q[n];
         let k2 = hi_lo4(kv);
         let q2 = hi_lo4(qv);
         put_h16_4(K_HI + t * KS + ii, k2.hi);
@@ -221,31 +263,77 @@ fn stage_keys(ch: Chunk, tid: u32, i0: u32) {
     }
 }
 
-// The output tile (ta, tb) of T·R for the R block of columns col0.. (width valid ones) of
-// mixed, scaled by β (and e^γ when `decayed`), written to W (hi/lo, dk columns) or U (f32).
-fn solve_block(ch: Chunk, tid: u32, ta: u32, tb: u32, col0: u32, width: u32, decayed: bool,
-               out_col: u32) {
-    for (var e = tid; e < CHUNK * BW / 4u; e += 256u) {
+// One block of columns of R for T·R: BW columns of mixed from col0 (width valid ones), scaled
+// by β (and e^γ when `decayed`: then W's columns out_col.., else U's).
+struct RBlock {
+    col0: u32,
+    width: u32,
+    decayed: bool,
+    out_col: u32,
+}
+
+// Blocks of R a chunk_prepare workgroup goes through: ⌈dk / BW⌉ of W, then ⌈dv / BW⌉ of U.
+fn r_blocks() -> u32 {
+    return (DK + BW - 1u) / BW + (params.dv + BW - 1u) / BW;
+}
+
+fn r_block(ch: Chunk, h: u32, b: u32) -> RBlock {
+    let w_blocks = (DK + BW - 1u) / BW;
+    if b < w_blocks {
+        let c0 = b * BW;
+        return RBlock(ch.k_col + c0, min(BW, DK - c0), true, c0);
+    }
+    let c0 = (b - w_blocks) * BW;
+    return RBlock(v_col(h) + c0, min(BW, params.dv - c0), false, c0);
+}
+
+// R quads an invocation stages (CHUNK × BW / 4 over 256).
+const R_QUADS: u32 = CHUNK * BW / 4u / 256u;
+
+// This invocation's quads of R block `rb` (zero past the live rows and the block's width).
+fn load_r(ch: Chunk, tid: u32, rb: RBlock) -> array<vec4<f32>, R_QUADS> {
+    var r: array<vec4<f32>, R_QUADS>;
+    for (var n = 0u; n < R_QUADS; n++) {
+        let e = tid + n * 256u;
         let t = e / (BW / 4u);
         let ii = 4u * (e % (BW / 4u));
         var x = vec4<f32>();
         if live(ch, t) {
             var scale = beta_sh[t];
-            if decayed {
+            if rb.decayed {
                 scale *= exp(gamma_sh[t]);
             }
-            let at = (ch.row0 + t) * params.conv_dim + col0 + ii;
+            let at = (ch.row0 + t) * params.conv_dim + rb.col0 + ii;
             for (var k = 0u; k < 4u; k++) {
-                if ii + k < width {
+                if ii + k < rb.width {
                     x[k] = scale * mixed[at + k];
                 }
             }
         }
-        let r = hi_lo4(x);
-        put_h16_4(R_HI + t * BS + ii, r.hi);
-        put_h16_4(R_LO + t * BS + ii, r.lo);
+        r[n] = x;
+    }
+    return r;
+}
+
+// The output tile (ta, tb) of T·R for R block `rb`, whose quads (load_r) are `r`, written to W
+// (hi/lo, dk columns) or U (f32). PREP_AHEAD: returns the quads of block `next` (where `more`),
+// loaded right after the staging barrier, and leaves out the last barrier (chunk_prepare says
+// why that is safe); otherwise returns zeros.
+fn solve_block(ch: Chunk, tid: u32, ta: u32, tb: u32, rb: RBlock, r: array<vec4<f32>, R_QUADS>,
+               next: RBlock, more: bool) -> array<vec4<f32>, R_QUADS> {
+    for (var n = 0u; n < R_QUADS; n++) {
+        let e = tid + n * 256u;
+        let t = e / (BW / 4u);
+        let ii = 4u * (e % (BW / 4u));
+        let x = hi_lo4(r[n]);
+        put_h16_4(R_HI + t * BS + ii, x.hi);
+        put_h16_4(R_LO + t * BS + ii, x.lo);
     }
     workgroupBarrier();
+    var ahead: array<vec4<f32>, R_QUADS>;
+    if PREP_AHEAD == 1u && more {
+        ahead = load_r(ch, tid, next);
+    }
     let ts = TS / CELL;
     let bs = BS / CELL;
     var main = CoopC();
@@ -270,22 +358,25 @@ fn solve_block(ch: Chunk, tid: u32, ta: u32, tb: u32, col0: u32, width: u32, dec
         let ii = 4u * (e % (BW / 4u));
         let at = t * AP + ii;
         let x = vec4<f32>(a_sh[at], a_sh[at + 1u], a_sh[at + 2u], a_sh[at + 3u]);
-        let col = out_col + ii;
-        if decayed {
+        let col = rb.out_col + ii;
+        if rb.decayed {
             // W's blocks are whole quads (DK is a multiple of 16).
-            if ii < width {
+            if ii < rb.width {
                 put_split4(half_at(params.w_at, ch.block, CHUNK, DK, t, col), CHUNK * DK, x);
             }
         } else {
             let u_at = params.u_at + (ch.block * CHUNK + t) * params.dv + col;
             for (var k = 0u; k < 4u; k++) {
-                if ii + k < width {
+                if ii + k < rb.width {
                     scratch[u_at + k] = x[k];
                 }
             }
         }
     }
-    workgroupBarrier();
+    if PREP_AHEAD == 0u {
+        workgroupBarrier();
+    }
+    return ahead;
 }
 
 @compute @workgroup_size(256)
@@ -301,6 +392,11 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
     }
     let h = wg.y;
     let ch = chunk_of(wg.x, h, wg.z);
+    // Ahead: the first Gram stage's k̂ and q̂ in flight under the gates' loads and γ's sum.
+    var keys: KeyQuads;
+    if PREP_AHEAD == 1u {
+        keys = load_keys(ch, tid, 0u);
+    }
     load_gates(ch, h, tid);
     if tid < CHUNK {
         scratch[params.gamma_at + ch.block * CHUNK + tid] = gamma_sh[tid];
@@ -319,8 +415,14 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
     var kk1_small = CoopC();
     var qk0_small = CoopC();
     var qk1_small = CoopC();
+    // (Ahead loads the later stages in their turn: held under a stage's MMAs, their 16 registers
+    // would add to the kernel's peak — the Gram phase's 8 accumulators — and could cost an SM a
+    // resident workgroup.)
     for (var i0 = 0u; i0 < DK; i0 += KT) {
-        stage_keys(ch, tid, i0);
+        if PREP_AHEAD == 0u || i0 > 0u {
+            keys = load_keys(ch, tid, i0);
+        }
+        stage_keys(ch, tid, i0, keys);
         workgroupBarrier();
         for (var kk = 0u; kk < KT; kk += COOP) {
             let a_at = K_HI + ta * COOP * KS + kk;
@@ -389,6 +491,11 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
         a_sh[t * AP + s] = a;
     }
     workgroupBarrier();
+    // Ahead: R's first block in flight under the inverse's chain.
+    var r_next: array<vec4<f32>, R_QUADS>;
+    if PREP_AHEAD == 1u {
+        r_next = load_r(ch, tid, r_block(ch, h, 0u));
+    }
     invert_unit_lower(ch.n, tid);
 
     // T with its unit diagonal as hi/lo (a_sh then holds the T·R output tiles).
@@ -405,17 +512,77 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
     workgroupBarrier();
     // W = T diag(β e^γ) K and U = T diag(β) V, one 32-column block of R at a time; subgroup sg
     // computes the block's tile (sg / 2, sg mod 2).
-    let ra = sg / 2u;
-    let rb = sg % 2u;
-    for (var c0 = 0u; c0 < DK; c0 += BW) {
-        solve_block(ch, tid, ra, rb, ch.k_col + c0, min(BW, DK - c0), true, c0);
-    }
-    for (var c0 = 0u; c0 < params.dv; c0 += BW) {
-        solve_block(ch, tid, ra, rb, v_col(h) + c0, min(BW, params.dv - c0), false, c0);
+    // Ahead, block b + 1's quads are loaded under block b's MMAs (after its staging barrier,
+    // so h16's R tiles are free), and solve_block's last barrier goes: the next block's staging
+    // writes R tiles every subgroup finished reading before the barrier that published a_sh,
+    // and its a_sh stores come after the next staging barrier, which every invocation reaches
+    // only once done reading a_sh.
+    let oa = sg / 2u;
+    let ob = sg % 2u;
+    let blocks = r_blocks();
+    for (var b = 0u; b < blocks; b++) {
+        let block = r_block(ch, h, b);
+        var r = r_next;
+        if PREP_AHEAD == 0u {
+            r = load_r(ch, tid, block);
+        }
+        let more = b + 1u < blocks;
+        r_next = solve_block(ch, tid, oa, ob, block, r, r_block(ch, h, select(b, b + 1u, more)),
+                             more);
     }
 }
 
 // ---- chunk_scan
+
+// Whether P·V' rides in the state update's pass: fused with one pass in all (DK ≤ 128).
+// (`&`, not `&&`: naga lowers a short circuit through a variable, which it takes for
+// non-uniform, and cooperative ops branch on this.)
+fn pv_rides_update() -> bool {
+    let rounds = (DK / COOP + SCAN_SUBGROUPS - 1u) / SCAN_SUBGROUPS;
+    return (SCAN_FUSED == 1u) & (rounds <= 1u + SCAN_FUSED);
+}
+
+// SCAN_DEEP: the state update's A fragments of DEEP_UPD chunk steps — K̃ᵀ of the dk tiles at
+// i0 and (fused) i2, and P where it rides in the update — fragment k of part m at
+// m·DEEP_UPD + k. (One array, not a struct: arrays of cooperative matrices are what the
+// drivers' own shaders use.)
+const UF_K: u32 = 0u;
+const UF_K_LO: u32 = 1u;
+const UF_K2: u32 = 2u;
+const UF_K2_LO: u32 = 3u;
+const UF_P: u32 = 4u;
+const UF_P_LO: u32 = 5u;
+alias UpdateFrags = array<CoopA, 6u * DEEP_UPD>;
+
+// Those of chunk steps g0.. (K̃ from half k_hi, this subgroup's P rows from half p_hi).
+fn update_frags(k_hi: u32, p_hi: u32, i0: u32, i2: u32, g0: u32) -> UpdateFrags {
+    var f: UpdateFrags;
+    let dk = DK / CELL;
+    let chunk = CHUNK / CELL;
+    let part = CHUNK * DK;
+    let p_part = CHUNK * CHUNK;
+    for (var k = 0u; k < DEEP_UPD; k++) {
+        let s0 = g0 + k * COOP;
+        // K̃ᵀ as A: element (i, t) is K̃[t][i], column-major with stride dk.
+        let a_at = cell(k_hi + s0 * DK + i0);
+        let a_lo = cell(k_hi + s0 * DK + i0 + part);
+        f[UF_K * DEEP_UPD + k] = coopLoad<CoopA>(&halves[a_at], dk);
+        f[UF_K_LO * DEEP_UPD + k] = coopLoad<CoopA>(&halves[a_lo], dk);
+        if pv_rides_update() {
+            let p_at = cell(p_hi + s0);
+            let p_lo = cell(p_hi + s0 + p_part);
+            f[UF_P * DEEP_UPD + k] = coopLoadT<CoopA>(&halves[p_at], chunk);
+            f[UF_P_LO * DEEP_UPD + k] = coopLoadT<CoopA>(&halves[p_lo], chunk);
+        }
+        if SCAN_FUSED == 1u {
+            let a2_at = cell(k_hi + s0 * DK + i2);
+            let a2_lo = cell(k_hi + s0 * DK + i2 + part);
+            f[UF_K2 * DEEP_UPD + k] = coopLoad<CoopA>(&halves[a2_at], dk);
+            f[UF_K2_LO * DEEP_UPD + k] = coopLoad<CoopA>(&halves[a2_lo], dk);
+        }
+    }
+    return f;
+}
 
 // The chunk's outputs of this workgroup's value columns from vst (live rows, columns < dv).
 fn write_o(ch: Chunk, h: u32, rows_tile: u32, tid: u32) {
@@ -489,10 +656,15 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
     let tiles = DK / COOP;
     let rounds = (tiles + SCAN_SUBGROUPS - 1u) / SCAN_SUBGROUPS;
     let rounds_per_pass = 1u + SCAN_FUSED;
-    // Fused with one pass in all (DK ≤ 128), P V' rides in it.
-    // (`&`, not `&&`: naga lowers a short circuit through a variable, which it takes for
-    // non-uniform, and cooperative ops branch on this.)
-    let pv_in_update = (SCAN_FUSED == 1u) & (rounds <= rounds_per_pass);
+    let pv_in_update = pv_rides_update();
+    // Deep with one update pass: its first DEEP_UPD chunk steps' fragments are loaded before
+    // the V' pass (in flight across it and its barrier).
+    let hoist = (SCAN_DEEP == 1u) & pv_in_update;
+    // Deep: W·S's k-steps a group, the largest of DEEP_WS = 4, 3, 2, 1 that divides dk / 16 (a
+    // constant trip count, so that the driver can keep the fragment arrays in registers).
+    let n_steps = DK / COOP;
+    let ws_steps = select(select(select(1u, 2u, n_steps % 2u == 0u), 3u, n_steps % 3u == 0u),
+                          DEEP_WS, n_steps % DEEP_WS == 0u);
     for (var c = 0u; c < n_chunks; c++) {
         let ch = chunk_of(c, h, s);
         if tid < CHUNK {
@@ -517,7 +689,39 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
         var ws_small = CoopC();
         var acc = CoopC();
         var acc_small = CoopC();
-        for (var i0 = 0u; i0 < DK; i0 += COOP) {
+        // Deep: DEEP_WS k-steps' W (and Q̃) fragments loaded before their MMAs, which then run
+        // in the same order as below (the same sums).
+        for (var g0 = 0u; g0 < DK * SCAN_DEEP; g0 += ws_steps * COOP) {
+            var wa: array<CoopA, DEEP_WS>;
+            var wa_lo: array<CoopA, DEEP_WS>;
+            var qa: array<CoopA, DEEP_WS>;
+            var qa_lo: array<CoopA, DEEP_WS>;
+            for (var k = 0u; k < ws_steps; k++) {
+                let a_at = cell(w_hi + g0 + k * COOP);
+                let a_lo = cell(w_hi + g0 + k * COOP + part);
+                wa[k] = coopLoadT<CoopA>(&halves[a_at], dk);
+                wa_lo[k] = coopLoadT<CoopA>(&halves[a_lo], dk);
+                if SCAN_FUSED == 1u {
+                    let qa_at = cell(q_hi + g0 + k * COOP);
+                    let qa_lo_at = cell(q_hi + g0 + k * COOP + part);
+                    qa[k] = coopLoadT<CoopA>(&halves[qa_at], dk);
+                    qa_lo[k] = coopLoadT<CoopA>(&halves[qa_lo_at], dk);
+                }
+            }
+            for (var k = 0u; k < ws_steps; k++) {
+                let b_at = cell(g0 + k * COOP);
+                let b_lo = cell(s_lo + g0 + k * COOP);
+                let b_hi = coopLoad<CoopB>(&s16[b_at], ss);
+                let b_lo_f = coopLoad<CoopB>(&s16[b_lo], ss);
+                ws = coopMultiplyAdd(wa[k], b_hi, ws);
+                ws_small = mma_cross(wa[k], wa_lo[k], b_hi, b_lo_f, ws_small);
+                if SCAN_FUSED == 1u {
+                    acc = coopMultiplyAdd(qa[k], b_hi, acc);
+                    acc_small = mma_cross(qa[k], qa_lo[k], b_hi, b_lo_f, acc_small);
+                }
+            }
+        }
+        for (var i0 = 0u; i0 < DK * (1u - SCAN_DEEP); i0 += COOP) {
             let a_at = cell(w_hi + i0);
             let a_lo = cell(w_hi + i0 + part);
             let b_at = cell(i0);
@@ -538,6 +742,11 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
             }
         }
         coopStoreT(joined(ws, ws_small), &vst[v_at], vs);
+        var first: UpdateFrags;
+        if hoist {
+            first = update_frags(k_hi, p_hi, min(sg, tiles - 1u) * COOP,
+                                 min(sg + SCAN_SUBGROUPS, tiles - 1u) * COOP, 0u);
+        }
         workgroupBarrier();
         // V' = U − W S as hi/lo (zero past dv: U is, and so is S there), four columns an
         // iteration.
@@ -628,7 +837,40 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
                 upd = decay_last * upd;
                 upd2 = decay_last * upd2;
             }
-            for (var s0 = 0u; s0 < CHUNK; s0 += COOP) {
+            // Deep: DEEP_UPD chunk steps' K̃ (and P) fragments loaded before their MMAs, which
+            // then run in the same order as below; the first group's hoisted where there is one
+            // pass. (Its load is skipped by a loop bound, not an `if`: naga 30 takes an `if` on a
+            // loop counter for non-uniform, and cooperative ops may not branch on it.)
+            for (var g0 = 0u; g0 < CHUNK * SCAN_DEEP; g0 += DEEP_UPD * COOP) {
+                var f = first;
+                for (var n = u32(hoist & (g0 == 0u)); n < 1u; n++) {
+                    f = update_frags(k_hi, p_hi, i0, i2, g0);
+                }
+                for (var k = 0u; k < DEEP_UPD; k++) {
+                    let s0 = g0 + k * COOP;
+                    let b_at = cell(s0 * DS);
+                    let b_lo = cell(d_lo + s0 * DS);
+                    let b_hi = coopLoadT<CoopB>(&d16[b_at], ds);
+                    let b_lo_f = coopLoadT<CoopB>(&d16[b_lo], ds);
+                    let ka = f[UF_K * DEEP_UPD + k];
+                    upd = coopMultiplyAdd(ka, b_hi, upd);
+                    upd_small = mma_cross(ka, f[UF_K_LO * DEEP_UPD + k], b_hi, b_lo_f,
+                                          upd_small);
+                    if pv_in_update {
+                        let pa = f[UF_P * DEEP_UPD + k];
+                        acc = coopMultiplyAdd(pa, b_hi, acc);
+                        acc_small = mma_cross(pa, f[UF_P_LO * DEEP_UPD + k], b_hi, b_lo_f,
+                                              acc_small);
+                    }
+                    if SCAN_FUSED == 1u {
+                        let ka2 = f[UF_K2 * DEEP_UPD + k];
+                        upd2 = coopMultiplyAdd(ka2, b_hi, upd2);
+                        upd2_small = mma_cross(ka2, f[UF_K2_LO * DEEP_UPD + k], b_hi, b_lo_f,
+                                               upd2_small);
+                    }
+                }
+            }
+            for (var s0 = 0u; s0 < CHUNK * (1u - SCAN_DEEP); s0 += COOP) {
                 // K̃ᵀ as A: element (i, t) is K̃[t][i], column-major with stride dk.
                 let a_at = cell(k_hi + s0 * DK + i0);
                 let a_lo = cell(k_hi + s0 * DK + i0 + part);

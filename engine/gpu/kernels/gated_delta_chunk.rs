@@ -31,7 +31,10 @@
 //! 2048-token chunked delta rule from 96 to 82 ms (2026-12-06 #8, each alone 4–6 %), then
 //! `blocks` for `columns` to 75.5 and `lean` on top to 71.2 ms (81.3 → 71.2 in one run; 6.8 →
 //! 6.1 ms at 128 tokens: 2026-12-06 #10, experiments/h200/gdnscan.sh). The f32 kernel keeps its
-//! plain form unless one is named (its `columns` and `blocks` forms are untimed).
+//! plain form unless one is named (its `columns` and `blocks` forms are untimed). Opt-in until
+//! timed (experiments/h200/gdnchunk.sh): `coop+quads+fused+lean+ahead+blocks` (chunk_prepare's
+//! loads issued a phase ahead), `…+lean+deep+blocks` (chunk_scan's fragments loaded several
+//! k-steps ahead) and `…+lean+ahead+deep+blocks` (both): the same bits.
 
 use super::delta_state::{
     DeltaDims, DeltaState, Dispatch, Resource, bind_group, by_entry, check_batch, check_grid,
@@ -90,6 +93,16 @@ pub struct ChunkForm {
     /// Coop kernel, `SCAN_LEAN`: chunk_scan loads U before W·S and decays S on the state
     /// update's accumulators (no pass over S and, with `fused`, one barrier less a chunk).
     pub lean: bool,
+    /// Coop kernel, `PREP_AHEAD` (`…+lean+ahead+…`): chunk_prepare loads each staging round's
+    /// k̂, q̂ (Gram stages) and R (T·R blocks) from `mixed` one round ahead, under the previous
+    /// round's MMAs (the first ones under the gates and the inverse), and drops T·R's third
+    /// barrier a block.
+    pub ahead: bool,
+    /// Coop kernel, `SCAN_DEEP` (`…+deep+…`): chunk_scan loads the global fragments of 4 k-steps
+    /// of W·S and Q̃·S, and of 2 chunk steps of the state update (K̃ and P), before their MMAs,
+    /// the update's first two before the V' pass: 3 dependent L2 round trips a chunk instead of
+    /// 12 (dk = 128, fused).
+    pub deep: bool,
     /// Both kernels, `INVERSE`: how chunk_prepare computes T = (I + A)⁻¹.
     pub inverse: Inverse,
 }
@@ -133,8 +146,8 @@ impl Inverse {
 impl ChunkForm {
     /// The forms the tests run and `FAK_GDN_CHUNK` names on the coop kernel, the plain one
     /// first: each change alone, then quads, fused and columns, then those with the inverse by
-    /// blocks, then that with the lean scan (the default).
-    pub const COOP: [ChunkForm; 7] = [
+    /// blocks, then that with the lean scan (the default), then the default's opt-in twins.
+    pub const COOP: [ChunkForm; 10] = [
         ChunkForm::with(false, false, false, Inverse::Rows),
         ChunkForm::with(true, false, false, Inverse::Rows),
         ChunkForm::with(false, true, false, Inverse::Rows),
@@ -142,6 +155,13 @@ impl ChunkForm {
         ChunkForm::with(true, true, false, Inverse::Columns),
         ChunkForm::with(true, true, false, Inverse::Blocks),
         ChunkForm::with(true, true, true, Inverse::Blocks),
+        // Then that with chunk_prepare's loads ahead, chunk_scan's deep loads, and both
+        // (opt-in until timed: experiments/h200/gdnchunk.sh).
+        ChunkForm::with(true, true, true, Inverse::Blocks).ahead(),
+        ChunkForm::with(true, true, true, Inverse::Blocks).deep(),
+        ChunkForm::with(true, true, true, Inverse::Blocks)
+            .ahead()
+            .deep(),
     ];
     /// The f32 kernel's forms (it has no f16 cells and one scan).
     pub const F32: [ChunkForm; 3] = [
@@ -155,8 +175,23 @@ impl ChunkForm {
             quads,
             fused,
             lean,
+            ahead: false,
+            deep: false,
             inverse,
         }
+    }
+
+    /// The same with chunk_prepare's loads ahead.
+    const fn ahead(self) -> Self {
+        ChunkForm {
+            ahead: true,
+            ..self
+        }
+    }
+
+    /// The same with chunk_scan's deep loads.
+    const fn deep(self) -> Self {
+        ChunkForm { deep: true, ..self }
     }
 
     /// Its suffix in `FAK_GDN_CHUNK` (`+quads+fused+columns`, empty for the plain form).
@@ -165,6 +200,8 @@ impl ChunkForm {
             (self.quads, "+quads"),
             (self.fused, "+fused"),
             (self.lean, "+lean"),
+            (self.ahead, "+ahead"),
+            (self.deep, "+deep"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
@@ -462,6 +499,8 @@ impl GatedDeltaChunked {
         if coop {
             constants.push(("SCAN_FUSED", flag(form.fused)));
             constants.push(("SCAN_LEAN", flag(form.lean)));
+            constants.push(("PREP_AHEAD", flag(form.ahead)));
+            constants.push(("SCAN_DEEP", flag(form.deep)));
         }
         let label = ChunkKernel { coop, form }.label();
         let spec = |entry_point: &'static str| PipelineSpec {
