@@ -414,13 +414,15 @@ impl GdnDecode {
         self.split
     }
 
-    /// The registry's variants of the wide split (the default split's are
-    /// `KernelVariant::all_of::<GdnDecode>()`), at the shape and workgroup `source` uses.
+    /// The registry's variants of the wide split, listed as `gdn_decode_wide` (the default
+    /// split's are `KernelVariant::all_of::<GdnDecode>()`), at the shape and workgroup
+    /// `source` uses.
     pub fn wide_variants() -> Vec<KernelVariant> {
         let dims = DeltaDims::QWEN35_27B;
         let lanes = preferred_row_lanes(dims.dk);
         let mut all = KernelVariant::all_of::<GdnDecode>();
         for variant in &mut all {
+            variant.kernel = Split::ValueHead.entry_point();
             variant.source = Self::source_for(variant.paths, &dims, lanes, WG, Split::ValueHead);
         }
         all
