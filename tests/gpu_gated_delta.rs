@@ -376,8 +376,9 @@ fn fused_decode_matches_cpu_for_several_sequences_on_their_slots() {
 }
 
 /// The wide split of the fused decode (`FAK_GDN_DECODE=wide`: a workgroup per value head, the
-/// last of a key head's workgroups rolling its q/k conv rows) against the CPU layer and against
-/// the default split bit for bit, from the same random state: three steps of three sequences on
+/// last of a key head's workgroups rolling its q/k conv rows; with its first state rows loaded
+/// ahead and, `wide-late`, without) against the CPU layer and against the default split bit for
+/// bit, from the same random state: three steps of three sequences on
 /// slots out of order (slot 1 left alone), so a counter left non-zero by one dispatch shows as an
 /// unrolled conv state in the next; y, y's q8 blocks and every slot's state, on every variant, on
 /// the small shapes (two and three value heads a key head, both head orders, dv 12 and 32) and
@@ -402,28 +403,33 @@ fn the_wide_split_matches_cpu_and_the_key_head_splits_bits() {
                 layer.upload_state(ctx, &start);
                 layer
             };
-            let (key, wide) = (layer(Split::KeyHead), layer(Split::ValueHead));
-            let mut cpu = start.clone();
-            for step in 0..3 {
-                let what = format!("{paths} {d:?} wg {wg} wide step {step}");
-                let x = Projections::random(&d, 3, &mut rng);
-                let got = wide.step(ctx, &x, &slots, 1, Form::Fused);
-                let want = cpu_layer(&d, &weights, &mut cpu, &x, &[3, 0, 2], 1);
-                assert_close(&format!("{what}: y"), &got.y, &want.y, LAYER_TOL);
-                let state = wide.download_state(ctx);
-                assert_states(&what, &state, &cpu, LAYER_TOL);
-                let same = key.step(ctx, &x, &slots, 1, Form::Fused);
-                assert_close(
-                    &format!("{what}: y bits"),
-                    &got.y,
-                    &same.y,
-                    Tolerance::EXACT,
-                );
-                assert!(got.y_q8 == same.y_q8, "{what}: y's q8 blocks");
-                let key_state = key.download_state(ctx);
-                for slot in 0..4 {
-                    let (a, b) = (state.flat(slot), key_state.flat(slot));
-                    assert_close(&format!("{what}: slot {slot}"), &a, &b, Tolerance::EXACT);
+            let key = layer(Split::KeyHead);
+            for wide in [Split::WIDE, Split::ValueHead { ahead: false }] {
+                let wide = layer(wide);
+                let mut cpu = start.clone();
+                key.upload_state(ctx, &start);
+                for step in 0..3 {
+                    let what =
+                        format!("{paths} {d:?} wg {wg} {:?} step {step}", wide.fused.split());
+                    let x = Projections::random(&d, 3, &mut rng);
+                    let got = wide.step(ctx, &x, &slots, 1, Form::Fused);
+                    let want = cpu_layer(&d, &weights, &mut cpu, &x, &[3, 0, 2], 1);
+                    assert_close(&format!("{what}: y"), &got.y, &want.y, LAYER_TOL);
+                    let state = wide.download_state(ctx);
+                    assert_states(&what, &state, &cpu, LAYER_TOL);
+                    let same = key.step(ctx, &x, &slots, 1, Form::Fused);
+                    assert_close(
+                        &format!("{what}: y bits"),
+                        &got.y,
+                        &same.y,
+                        Tolerance::EXACT,
+                    );
+                    assert!(got.y_q8 == same.y_q8, "{what}: y's q8 blocks");
+                    let key_state = key.download_state(ctx);
+                    for slot in 0..4 {
+                        let (a, b) = (state.flat(slot), key_state.flat(slot));
+                        assert_close(&format!("{what}: slot {slot}"), &a, &b, Tolerance::EXACT);
+                    }
                 }
             }
         }
@@ -431,12 +437,15 @@ fn the_wide_split_matches_cpu_and_the_key_head_splits_bits() {
 }
 
 /// `FAK_GDN_DECODE` names the split: unset, empty or `key` the key-head one, `wide` the
-/// value-head one, anything else an error naming the variable.
+/// value-head one loading its state rows ahead, `wide-late` without, anything else an error
+/// naming the variable.
 #[test]
 fn the_decode_split_is_chosen_by_name() {
     assert_eq!(Split::named("").unwrap(), Split::KeyHead);
     assert_eq!(Split::named("key").unwrap(), Split::KeyHead);
-    assert_eq!(Split::named("wide").unwrap(), Split::ValueHead);
+    assert_eq!(Split::named("wide").unwrap(), Split::WIDE);
+    let late = Split::ValueHead { ahead: false };
+    assert_eq!(Split::named("wide-late").unwrap(), late);
     let message = Split::named("narrow").unwrap_err().to_string();
     assert!(message.contains("FAK_GDN_DECODE"), "{message}");
 }
@@ -503,7 +512,7 @@ fn prefill_dispatch_count_does_not_grow_with_the_token_count() {
         assert_eq!(fused.len(), 1);
         let heads = match layer.fused.split() {
             Split::KeyHead => d.nk,
-            Split::ValueHead => d.nv,
+            Split::ValueHead { .. } => d.nv,
         };
         assert_eq!(fused[0].workgroups, [heads, count, 1]);
     }

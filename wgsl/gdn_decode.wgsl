@@ -62,7 +62,8 @@
 // variants: SUBGROUP (row_sum(4)_subgroup: shuffles) | fallback (row_sum(4)_workgroup).
 // constants: DK, DV, GROUP, HEADS (module consts: they size workgroup arrays; DK a multiple of
 //           4·ROW_LANES, ≤ 4·ROW_LANES·MAX_VEC); overrides: WG (a multiple of ROW_LANES),
-//           ROW_LANES, K ∈ 2..=4.
+//           ROW_LANES, K ∈ 2..=4, AHEAD (the wide split's first pass of state rows loaded before
+//           step 1, `FAK_GDN_DECODE=wide`; not with `wide-late`).
 // requires: sequences.wgsl, view.wgsl, gdn_math.wgsl, q8_block.wgsl, row_sum_subgroup.wgsl + row_sum4_subgroup.wgsl
 //           or row_sum_workgroup.wgsl + row_sum4_workgroup.wgsl.
 
@@ -103,6 +104,8 @@ struct Params {
 override WG: u32 = 256u;
 override ROW_LANES: u32 = 8u;
 override K: u32 = 4u;
+// Whether the first pass's state rows are loaded before the conv (gdn_decode_wide only).
+override AHEAD: bool = false;
 // vec4s of a state row per lane.
 override VEC: u32 = DK / (4u * ROW_LANES);
 const MAX_VEC: u32 = 16u;
@@ -187,6 +190,13 @@ fn roll_channel(slot: u32, r: u32, c: u32, conv_dim: u32) {
     conv_state[base + (K - 2u) * conv_dim] = m[view_index(params.m, r, 0u, c)];
 }
 
+// Where vec4 `lane` of the workgroup's state row rc (of its HEADS·DV, from its head0-th head
+// of key head kh on) is in `state`.
+fn row_vec(kh: u32, head0: u32, slot: u32, rc: u32, lane: u32) -> u32 {
+    let h = value_head(kh, head0 + rc / DV);
+    return ((slot * params.nv + h) * DV + rc % DV) * (DK / 4u) + lane;
+}
+
 // Steps 1–5 for sequence s on the HEADS value heads of key head kh from its head0-th on; its q/k
 // conv rows rolled where `roll_qk`.
 fn decode_heads(kh: u32, head0: u32, s: u32, lanes: RowLanes, roll_qk: bool) {
@@ -195,6 +205,22 @@ fn decode_heads(kh: u32, head0: u32, s: u32, lanes: RowLanes, roll_qk: bool) {
     let position = lane_position(lanes);
     let key_dim = params.nk * DK;
     let conv_dim = 2u * key_dim + params.nv * DV;
+    let lane = position % ROW_LANES;
+    let group = position / ROW_LANES;
+    let groups = WG / ROW_LANES;
+    let dk4 = DK / 4u;
+
+    // 0. With AHEAD, the first pass's state rows are loaded now: they depend on nothing steps 1–2
+    // compute, so their latency overlaps the conv's (decayed in step 3, the same product).
+    var ahead: array<vec4<f32>, 4u * MAX_VEC>;
+    if AHEAD {
+        let at = row_vec(kh, head0, slot, min(4u * group, ROWS - 4u), lane);
+        for (var e = 0u; e < VEC; e++) {
+            for (var c = 0u; c < 4u; c++) {
+                ahead[4u * e + c] = state[at + c * dk4 + e * ROW_LANES];
+            }
+        }
+    }
 
     // 1. conv + SiLU of q and k of κ, then v of its value heads; the gates.
     for (var i = position; i < 2u * DK + ROWS; i += WG) {
@@ -216,9 +242,6 @@ fn decode_heads(kh: u32, head0: u32, s: u32, lanes: RowLanes, roll_qk: bool) {
     workgroupBarrier();
 
     // 2. q̂ and k̂ in every lane group: vec4 e of this lane is floats 4·(e·ROW_LANES + lane)….
-    let lane = position % ROW_LANES;
-    let group = position / ROW_LANES;
-    let groups = WG / ROW_LANES;
     var q: array<vec4<f32>, MAX_VEC>;
     var k: array<vec4<f32>, MAX_VEC>;
     var squares = vec4<f32>(0.0);
@@ -237,7 +260,6 @@ fn decode_heads(kh: u32, head0: u32, s: u32, lanes: RowLanes, roll_qk: bool) {
     }
 
     // 3. The delta rule, four rows per lane group and pass; st[4e + c] is vec4 e of row c.
-    let dk4 = DK / 4u;
     for (var first = 0u; first < ROWS; first += 4u * groups) {
         let row = first + 4u * group;
         let live = row < ROWS;
@@ -245,13 +267,16 @@ fn decode_heads(kh: u32, head0: u32, s: u32, lanes: RowLanes, roll_qk: bool) {
         // nothing.
         let rc = min(row, ROWS - 4u);
         let i = rc / DV;
-        let h = value_head(kh, head0 + i);
-        let at = ((slot * params.nv + h) * DV + rc % DV) * dk4 + lane;
+        let at = row_vec(kh, head0, slot, rc, lane);
         let decay = decays[i];
         var st: array<vec4<f32>, 4u * MAX_VEC>;
         for (var e = 0u; e < VEC; e++) {
             for (var c = 0u; c < 4u; c++) {
-                st[4u * e + c] = state[at + c * dk4 + e * ROW_LANES] * decay;
+                if AHEAD && first == 0u {
+                    st[4u * e + c] = ahead[4u * e + c] * decay;
+                } else {
+                    st[4u * e + c] = state[at + c * dk4 + e * ROW_LANES] * decay;
+                }
             }
         }
         var u = vec4<f32>(0.0);

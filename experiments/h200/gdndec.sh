@@ -6,8 +6,10 @@
 #          workgroups a layer and sequence on the 27B instead of 16, each walking 128 state rows
 #          (one pass) instead of 384 (three); each recomputes its key head's q/k conv outputs
 #          and the last of a key head's three workgroups to finish rolls those conv rows (an
-#          arrival counter). The same bits as the default (gpu_gated_delta holds them equal);
-#          the same dispatch count.
+#          arrival counter); its state rows are loaded before the conv (AHEAD). The same bits
+#          as the default (gpu_gated_delta holds them equal); the same dispatch count.
+#   wide-late — the same without AHEAD (state rows loaded after q̂/k̂, as the default does):
+#          one arm at the end if the budget allows, to split the gain.
 # In order of what the call must not lose:
 #   1. the tests on NVIDIA's 32-wide paths, FAK_GDN_DECODE=wide → tests.log: gpu_gated_delta's
 #      fused-decode tests (the wide split against the CPU and the default's bits; every fused
@@ -17,7 +19,8 @@
 #   2. `harness bench` decode at depths 128 and 2048 (`--n-out 32`) on the Qwen3.5-27B synth,
 #      default and wide interleaved ROUNDS (2) times → bench.log (tok/s and the gdn_decode row
 #      of the profiled step); then one 8-sequence arm each at depth 128 (`--sequences 8`: the
-#      aggregate tok/s and the gdn_decode row at B = 8). Per-op µs in bench-json.tgz.
+#      aggregate tok/s and the gdn_decode row at B = 8), then wide-late once at depths 128 and
+#      2048 if time is left. Per-op µs in bench-json.tgz.
 # A bench is skipped (logged SKIPPED) when it would pass BUDGET_S (190 s from the start).
 # A dry run elsewhere: PRESET=tiny (the synth preset).
 # SM clocks every 500 ms → clocks.csv. Prepare (release binaries; the gpu, model and serving
@@ -86,6 +89,7 @@ for round in $(seq "${ROUNDS:-2}"); do
 done
 bench 27b-seq8-default 25 8
 bench 27b-seq8-wide 25 8 FAK_GDN_DECODE=wide
+bench 27b-wide-late 35 1 FAK_GDN_DECODE=wide-late
 kill $CLOCKS
 grep -E "^==|^rc=|^depth [0-9]+(:| batched)|^  gdn_decode " "$OUT/bench.log" | cut -c1-180
 echo "== done at $((SECONDS - start)) s"

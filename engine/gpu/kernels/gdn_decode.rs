@@ -78,14 +78,23 @@ pub enum Split {
     /// A workgroup per (value head, sequence): nv workgroups a sequence (48 on the 27B), each
     /// computing its key head's q/k conv outputs, the last of them to finish rolling those conv
     /// rows (an arrival counter per key head and sequence). The same bits as [`Split::KeyHead`].
-    ValueHead,
+    /// With `ahead`, a workgroup loads its first pass of state rows before the conv (`AHEAD`:
+    /// one memory round trip fewer on its chain, the same bits).
+    ValueHead { ahead: bool },
 }
 
 impl Split {
-    pub const ALL: [Split; 2] = [Split::KeyHead, Split::ValueHead];
+    /// The wide split as `FAK_GDN_DECODE=wide` names it.
+    pub const WIDE: Split = Split::ValueHead { ahead: true };
+    pub const ALL: [Split; 3] = [
+        Split::KeyHead,
+        Split::WIDE,
+        Split::ValueHead { ahead: false },
+    ];
 
-    /// `FAK_GDN_DECODE`: `wide` [`Split::ValueHead`]; unset, empty or `key` [`Split::KeyHead`];
-    /// anything else an error naming the variable.
+    /// `FAK_GDN_DECODE`: `wide` [`Split::WIDE`], `wide-late` the value-head split without
+    /// `ahead`; unset, empty or `key` [`Split::KeyHead`]; anything else an error naming the
+    /// variable.
     pub fn from_env() -> Result<Split, GpuError> {
         Self::named(&std::env::var("FAK_GDN_DECODE").unwrap_or_default())
     }
@@ -93,10 +102,11 @@ impl Split {
     pub fn named(name: &str) -> Result<Split, GpuError> {
         match name.trim() {
             "" | "key" => Ok(Split::KeyHead),
-            "wide" => Ok(Split::ValueHead),
+            "wide" => Ok(Split::WIDE),
+            "wide-late" => Ok(Split::ValueHead { ahead: false }),
             other => Err(GpuError::Shape {
                 kernel: GdnDecode::NAME,
-                message: format!("FAK_GDN_DECODE={other:?}: `wide`, `key` or unset"),
+                message: format!("FAK_GDN_DECODE={other:?}: `wide`, `wide-late`, `key` or unset"),
             }),
         }
     }
@@ -105,21 +115,26 @@ impl Split {
     fn heads(self, dims: &DeltaDims) -> u32 {
         match self {
             Split::KeyHead => group(dims),
-            Split::ValueHead => 1,
+            Split::ValueHead { .. } => 1,
         }
     }
 
     fn entry_point(self) -> &'static str {
         match self {
             Split::KeyHead => "gdn_decode",
-            Split::ValueHead => "gdn_decode_wide",
+            Split::ValueHead { .. } => "gdn_decode_wide",
         }
+    }
+
+    /// Whether the first pass's state rows are loaded before the conv (`AHEAD`).
+    fn ahead(self) -> bool {
+        matches!(self, Split::ValueHead { ahead: true })
     }
 
     fn slots(self) -> &'static [Slot] {
         match self {
             Split::KeyHead => SLOTS,
-            Split::ValueHead => WIDE_SLOTS,
+            Split::ValueHead { .. } => WIDE_SLOTS,
         }
     }
 }
@@ -283,6 +298,7 @@ impl GdnDecode {
                     ("WG", f64::from(wg)),
                     ("ROW_LANES", f64::from(row_lanes)),
                     ("K", f64::from(dims.conv_kernel)),
+                    ("AHEAD", f64::from(u8::from(split.ahead()))),
                 ],
             }],
         }
@@ -422,8 +438,8 @@ impl GdnDecode {
         let lanes = preferred_row_lanes(dims.dk);
         let mut all = KernelVariant::all_of::<GdnDecode>();
         for variant in &mut all {
-            variant.kernel = Split::ValueHead.entry_point();
-            variant.source = Self::source_for(variant.paths, &dims, lanes, WG, Split::ValueHead);
+            variant.kernel = Split::WIDE.entry_point();
+            variant.source = Self::source_for(variant.paths, &dims, lanes, WG, Split::WIDE);
         }
         all
     }
@@ -515,7 +531,7 @@ impl GdnDecode {
         // Zeroed at creation; every dispatch leaves them zero.
         let arrivals = match self.split {
             Split::KeyHead => None,
-            Split::ValueHead => {
+            Split::ValueHead { .. } => {
                 let counters = u64::from(io.table.max_seqs()) * u64::from(d.nk);
                 Some(storage_buffer(ctx, "gdn_decode arrivals", 4 * counters)?)
             }
