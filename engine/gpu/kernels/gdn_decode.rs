@@ -249,13 +249,14 @@ fn group(dims: &DeltaDims) -> u32 {
 }
 
 /// Bytes of the kernel's workgroup memory in workgroups of `wg`: q and k, v and o of its heads,
-/// three values per head, the arrival drawn, the row sums' partials (one f32 a lane, and a vec4 a
-/// lane without subgroups).
+/// three values per head, the arrival drawn (the wide split), the row sums' partials (one f32 a
+/// lane, and a vec4 a lane without subgroups).
 fn workgroup_bytes(dims: &DeltaDims, split: Split, subgroup: bool, wg: u32) -> u64 {
     let heads = u64::from(split.heads(dims));
     let rows = heads * u64::from(dims.dv);
+    let arrived = u64::from(split != Split::KeyHead);
     let partials = if subgroup { 0 } else { 5 * u64::from(wg) };
-    4 * (2 * u64::from(dims.dk) + 2 * rows + 3 * heads + 1 + partials)
+    4 * (2 * u64::from(dims.dk) + 2 * rows + 3 * heads + arrived + partials)
 }
 
 impl GdnDecode {
