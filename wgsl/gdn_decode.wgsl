@@ -43,7 +43,9 @@
 // arrivals[s·nk + κ] (one invocation, after the barriers that follow its conv reads, whose values
 // it has long consumed); the one that draws GROUP − 1 knows the GROUP − 1 others have read, rolls
 // κ's 2·DK q/k channels and sets the counter back to 0 for the next dispatch. Which workgroup
-// rolls varies; what it writes does not (the rows move by one and m's row comes in).
+// rolls varies; what it writes does not (the rows move by one and m's row comes in). With AHEAD
+// (`wide`; `wide-late` without) a workgroup loads its first pass of state rows before step 1 (at
+// WG 256 all of its DV rows), so their latency overlaps the conv's; step 3 decays them as before.
 //
 // bindings: 0 m (array<f32>, read: the raw qkv projection through params.m, conv_dim values of
 //           row r) · 1 z (read: the gate projection through params.z, nv heads of dv) · 2 b
