@@ -54,8 +54,10 @@ for t in "gpu gpu_gated_delta::fused_decode gpu_gated_delta::the_wide gpu_gated_
     "serving batch_invariance::hybrid_logits_do_not_depend_on_the_batch"; do
     set -- $t
     [ -x "$BIN/$1" ] || { echo "== $1: not carried" >> "$OUT/tests.log"; continue; }
+    limit=30
+    [ "$1" = model ] && limit=45
     echo "== FAK_GDN_DECODE=wide $* (at $((SECONDS - start)) s)" >> "$OUT/tests.log"
-    FAK_GDN_DECODE=wide timeout 30 "$BIN/$1" --skip llama_cpp --skip mlx_lm "${@:2}" 2>&1 \
+    FAK_GDN_DECODE=wide timeout "$limit" "$BIN/$1" --skip llama_cpp --skip mlx_lm "${@:2}" 2>&1 \
         | grep -E "^test |test result|panicked at|differ|outside" | cut -c1-240 | head -30 \
         >> "$OUT/tests.log"
 done
