@@ -14,7 +14,7 @@ use fak::gpu::kernels::delta_state::HeadMapping;
 use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState, Dispatch};
 use fak::gpu::kernels::gated_delta::GatedDeltaDecode;
 use fak::gpu::kernels::gated_delta_chunk::{ChunkForm, ChunkKernel, GatedDeltaChunked, Inverse};
-use fak::gpu::kernels::gdn_decode::{GdnDecode, WORKGROUP_SIZES};
+use fak::gpu::kernels::gdn_decode::{GdnDecode, Split, WORKGROUP_SIZES};
 use fak::gpu::step::MidSave;
 use fak::gpu::{GpuContext, GpuError, Kernel, KernelPaths, storage_buffer};
 
@@ -375,6 +375,81 @@ fn fused_decode_matches_cpu_for_several_sequences_on_their_slots() {
     assert!(quantized > 0, "no shape had whole q8 blocks");
 }
 
+/// The wide split of the fused decode (`FAK_GDN_DECODE=wide`: a workgroup per value head, the
+/// last of a key head's workgroups rolling its q/k conv rows; with its first state rows loaded
+/// ahead and, `wide-late`, without) against the CPU layer and against the default split bit for
+/// bit, from the same random state: three steps of three sequences on
+/// slots out of order (slot 1 left alone), so a counter left non-zero by one dispatch shows as an
+/// unrolled conv state in the next; y, y's q8 blocks and every slot's state, on every variant, on
+/// the small shapes (two and three value heads a key head, both head orders, dv 12 and 32) and
+/// the family's 128 × 128 in one pass (256 invocations) and two (128).
+#[test]
+fn the_wide_split_matches_cpu_and_the_key_head_splits_bits() {
+    let ctx = gpu();
+    let mut rng = rng(0x6d7_000d);
+    let blocks = dims(2, 6, 16, 32, 4, HeadMapping::Grouped);
+    let shapes = small_shapes().into_iter().chain([blocks]).map(|d| (d, 256));
+    let cases: Vec<(DeltaDims, u32)> = shapes
+        .chain([(wide_shape(), 256), (wide_shape(), 128)])
+        .collect();
+    let slots = [3, 0, 2];
+    for paths in variants::<GdnDecode>(ctx) {
+        for &(d, wg) in &cases {
+            let weights = LayerWeights::random(&d, &mut rng);
+            let start = CpuState::random(&d, 4, &mut rng);
+            let layer = |split| {
+                let layer = GpuLayer::with_fused(ctx, paths, d, &weights, (3, 3, 4), (wg, split));
+                assert_eq!(layer.fused.split(), split);
+                layer.upload_state(ctx, &start);
+                layer
+            };
+            let key = layer(Split::KeyHead);
+            for wide in [Split::WIDE, Split::ValueHead { ahead: false }] {
+                let wide = layer(wide);
+                let mut cpu = start.clone();
+                key.upload_state(ctx, &start);
+                for step in 0..3 {
+                    let what =
+                        format!("{paths} {d:?} wg {wg} {:?} step {step}", wide.fused.split());
+                    let x = Projections::random(&d, 3, &mut rng);
+                    let got = wide.step(ctx, &x, &slots, 1, Form::Fused);
+                    let want = cpu_layer(&d, &weights, &mut cpu, &x, &[3, 0, 2], 1);
+                    assert_close(&format!("{what}: y"), &got.y, &want.y, LAYER_TOL);
+                    let state = wide.download_state(ctx);
+                    assert_states(&what, &state, &cpu, LAYER_TOL);
+                    let same = key.step(ctx, &x, &slots, 1, Form::Fused);
+                    assert_close(
+                        &format!("{what}: y bits"),
+                        &got.y,
+                        &same.y,
+                        Tolerance::EXACT,
+                    );
+                    assert!(got.y_q8 == same.y_q8, "{what}: y's q8 blocks");
+                    let key_state = key.download_state(ctx);
+                    for slot in 0..4 {
+                        let (a, b) = (state.flat(slot), key_state.flat(slot));
+                        assert_close(&format!("{what}: slot {slot}"), &a, &b, Tolerance::EXACT);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `FAK_GDN_DECODE` names the split: unset, empty or `key` the key-head one, `wide` the
+/// value-head one loading its state rows ahead, `wide-late` without, anything else an error
+/// naming the variable.
+#[test]
+fn the_decode_split_is_chosen_by_name() {
+    assert_eq!(Split::named("").unwrap(), Split::KeyHead);
+    assert_eq!(Split::named("key").unwrap(), Split::KeyHead);
+    assert_eq!(Split::named("wide").unwrap(), Split::WIDE);
+    let late = Split::ValueHead { ahead: false };
+    assert_eq!(Split::named("wide-late").unwrap(), late);
+    let message = Split::named("narrow").unwrap_err().to_string();
+    assert!(message.contains("FAK_GDN_DECODE"), "{message}");
+}
+
 fn entries(plans: &[Vec<Dispatch>]) -> Vec<&'static str> {
     plans.iter().flatten().map(|d| d.entry).collect()
 }
@@ -431,10 +506,15 @@ fn prefill_dispatch_count_does_not_grow_with_the_token_count() {
             ["conv_silu", "prep", "decode", "gated_norm"],
             "{count} sequences"
         );
-        // Or all four in one: a workgroup per (key head, sequence).
+        // Or all four in one: a workgroup per (key head, sequence), or per (value head,
+        // sequence) in the wide split.
         let fused = layer.fused.plan(&k.fused, batch).unwrap();
         assert_eq!(fused.len(), 1);
-        assert_eq!(fused[0].workgroups, [d.nk, count, 1]);
+        let heads = match layer.fused.split() {
+            Split::KeyHead => d.nk,
+            Split::ValueHead { .. } => d.nv,
+        };
+        assert_eq!(fused[0].workgroups, [heads, count, 1]);
     }
     // The fused decode takes one token per sequence, nothing longer.
     let batch = layer.table.write(ctx, 2, &[1]).unwrap();

@@ -12,7 +12,7 @@ use fak::gpu::kernels::gated_delta_chunk::{
     ChunkBinding, ChunkIo, ChunkScratch, GatedDeltaChunked,
 };
 use fak::gpu::kernels::gated_norm::{GatedNorm, NormBinding, NormIo};
-use fak::gpu::kernels::gdn_decode::{GdnDecode, GdnDecodeBinding, GdnDecodeIo};
+use fak::gpu::kernels::gdn_decode::{GdnDecode, GdnDecodeBinding, GdnDecodeIo, Split};
 use fak::gpu::kernels::quantize_q8::{CodesAndScales, Q8Vectors};
 use fak::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
 use fak::gpu::kernels::support::View;
@@ -455,7 +455,8 @@ impl GpuLayer {
         chunked: GatedDeltaChunked,
     ) -> GpuLayer {
         let wg = fak::gpu::kernels::gdn_decode::workgroup_from_env().expect("FAK_GDN_DECODE_WG");
-        Self::with_kernels(ctx, paths, dims, weights, limits, chunked, wg)
+        let split = Split::from_env().expect("FAK_GDN_DECODE");
+        Self::with_kernels(ctx, paths, dims, weights, limits, chunked, (wg, split))
     }
 
     /// [`GpuLayer::new`] with the fused decode in workgroups of `fused_wg` invocations.
@@ -467,8 +468,22 @@ impl GpuLayer {
         limits: (u32, u32, u32),
         fused_wg: u32,
     ) -> GpuLayer {
+        let split = Split::from_env().expect("FAK_GDN_DECODE");
+        Self::with_fused(ctx, paths, dims, weights, limits, (fused_wg, split))
+    }
+
+    /// [`GpuLayer::new`] with the fused decode in workgroups of `fused.0` invocations, split as
+    /// `fused.1` says.
+    pub fn with_fused(
+        ctx: &GpuContext,
+        paths: KernelPaths,
+        dims: DeltaDims,
+        weights: &LayerWeights,
+        limits: (u32, u32, u32),
+        fused: (u32, Split),
+    ) -> GpuLayer {
         let chunked = GatedDeltaChunked::new(ctx, paths, dims).expect("gated_delta_chunk");
-        Self::with_kernels(ctx, paths, dims, weights, limits, chunked, fused_wg)
+        Self::with_kernels(ctx, paths, dims, weights, limits, chunked, fused)
     }
 
     fn with_kernels(
@@ -478,7 +493,7 @@ impl GpuLayer {
         weights: &LayerWeights,
         limits: (u32, u32, u32),
         chunked: GatedDeltaChunked,
-        fused_wg: u32,
+        (fused_wg, split): (u32, Split),
     ) -> GpuLayer {
         let (max_tokens, max_seqs, slots) = limits;
         let d = dims;
@@ -504,7 +519,7 @@ impl GpuLayer {
         let decode = GatedDeltaDecode::new(ctx, paths, d).expect("gated_delta");
         let scratch = ChunkScratch::new(ctx, &chunked, max_tokens, max_seqs).expect("scratch");
         let norm = GatedNorm::new(ctx, paths, d).expect("gated_norm");
-        let fused = GdnDecode::with_workgroup(ctx, paths, d, fused_wg).expect("gdn_decode");
+        let fused = GdnDecode::with_split(ctx, paths, d, fused_wg, split).expect("gdn_decode");
         let b = &buffers;
         let proj = View::rows(&b.proj, proj_width(&d));
         let bindings = LayerBindings {

@@ -4,7 +4,8 @@
 //! four kernels (the chunked delta rule and mid-step snapshots need them); the model picks this
 //! one by the step's kind, never by what else is in the batch. Where the integer mat-vec reads
 //! `W_out`'s input, the kernel also writes y as its q8 blocks ([`GdnDecodeIo::y_q8`]), so that
-//! product needs no quantize dispatch.
+//! product needs no quantize dispatch. Two work splits ([`Split`]): a workgroup per key head (the
+//! default) or per value head (`FAK_GDN_DECODE=wide`), the same bits.
 
 use super::delta_state::{
     DeltaDims, DeltaState, Dispatch, Resource, TensorRef, bind_group, by_entry, check_batch,
@@ -12,7 +13,7 @@ use super::delta_state::{
 };
 use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::support::{self, View, ViewParams};
-use crate::gpu::buffers::uniform;
+use crate::gpu::buffers::{storage_buffer, uniform};
 use crate::gpu::context::GpuContext;
 use crate::gpu::error::GpuError;
 use crate::gpu::kernel::{
@@ -48,6 +49,95 @@ const SLOTS: &[Slot] = &[
     Slot::ReadWrite,
     Slot::ReadWrite,
 ];
+/// [`SLOTS`] and the wide split's arrival counters.
+const WIDE_SLOTS: &[Slot] = &[
+    Slot::Read,
+    Slot::Read,
+    Slot::Read,
+    Slot::Read,
+    Slot::Read,
+    Slot::Read,
+    Slot::Read,
+    Slot::Read,
+    Slot::Read,
+    Slot::ReadWrite,
+    Slot::ReadWrite,
+    Slot::ReadWrite,
+    Slot::Uniform,
+    Slot::ReadWrite,
+    Slot::ReadWrite,
+    Slot::ReadWrite,
+];
+
+/// How a decode step's workgroups share a layer (wgsl/gdn_decode.wgsl, "Work split").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Split {
+    /// A workgroup per (key head, sequence) doing the nv/nk value heads that read it: nk
+    /// workgroups a sequence (16 on the 27B), each owning its conv channels. The default.
+    KeyHead,
+    /// A workgroup per (value head, sequence): nv workgroups a sequence (48 on the 27B), each
+    /// computing its key head's q/k conv outputs, the last of them to finish rolling those conv
+    /// rows (an arrival counter per key head and sequence). The same bits as [`Split::KeyHead`].
+    /// With `ahead`, a workgroup loads its first pass of state rows before the conv (`AHEAD`:
+    /// one memory round trip fewer on its chain, the same bits).
+    ValueHead { ahead: bool },
+}
+
+impl Split {
+    /// The wide split as `FAK_GDN_DECODE=wide` names it.
+    pub const WIDE: Split = Split::ValueHead { ahead: true };
+    pub const ALL: [Split; 3] = [
+        Split::KeyHead,
+        Split::WIDE,
+        Split::ValueHead { ahead: false },
+    ];
+
+    /// `FAK_GDN_DECODE`: `wide` [`Split::WIDE`], `wide-late` the value-head split without
+    /// `ahead`; unset, empty or `key` [`Split::KeyHead`]; anything else an error naming the
+    /// variable.
+    pub fn from_env() -> Result<Split, GpuError> {
+        Self::named(&std::env::var("FAK_GDN_DECODE").unwrap_or_default())
+    }
+
+    pub fn named(name: &str) -> Result<Split, GpuError> {
+        match name.trim() {
+            "" | "key" => Ok(Split::KeyHead),
+            "wide" => Ok(Split::WIDE),
+            "wide-late" => Ok(Split::ValueHead { ahead: false }),
+            other => Err(GpuError::Shape {
+                kernel: GdnDecode::NAME,
+                message: format!("FAK_GDN_DECODE={other:?}: `wide`, `wide-late`, `key` or unset"),
+            }),
+        }
+    }
+
+    /// Value heads per workgroup (`HEADS`).
+    fn heads(self, dims: &DeltaDims) -> u32 {
+        match self {
+            Split::KeyHead => group(dims),
+            Split::ValueHead { .. } => 1,
+        }
+    }
+
+    fn entry_point(self) -> &'static str {
+        match self {
+            Split::KeyHead => "gdn_decode",
+            Split::ValueHead { .. } => "gdn_decode_wide",
+        }
+    }
+
+    /// Whether the first pass's state rows are loaded before the conv (`AHEAD`).
+    fn ahead(self) -> bool {
+        matches!(self, Split::ValueHead { ahead: true })
+    }
+
+    fn slots(self) -> &'static [Slot] {
+        match self {
+            Split::KeyHead => SLOTS,
+            Split::ValueHead { .. } => WIDE_SLOTS,
+        }
+    }
+}
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -67,6 +157,7 @@ struct Params {
 
 pub struct GdnDecode {
     variant: KernelPaths,
+    split: Split,
     row_lanes: u32,
     workgroup: u32,
     dims: DeltaDims,
@@ -104,6 +195,9 @@ pub struct GdnDecodeIo<'a> {
 
 pub struct GdnDecodeBinding {
     group: wgpu::BindGroup,
+    /// The wide split's arrival counters, `[max_seqs][nk]` u32, zero between dispatches (the
+    /// bind group holds them too).
+    _arrivals: Option<wgpu::Buffer>,
     quantized: bool,
     max_tokens: u32,
     max_seqs: u32,
@@ -119,7 +213,13 @@ impl Kernel for GdnDecode {
 
     fn source(variant: KernelPaths) -> KernelSource {
         let dims = DeltaDims::QWEN35_27B;
-        Self::source_for(variant, &dims, preferred_row_lanes(dims.dk), WG)
+        Self::source_for(
+            variant,
+            &dims,
+            preferred_row_lanes(dims.dk),
+            WG,
+            Split::KeyHead,
+        )
     }
 }
 
@@ -149,16 +249,24 @@ fn group(dims: &DeltaDims) -> u32 {
 }
 
 /// Bytes of the kernel's workgroup memory in workgroups of `wg`: q and k, v and o of its heads,
-/// three values per head, the row sums' partials (one f32 a lane, and a vec4 a lane without
-/// subgroups).
-fn workgroup_bytes(dims: &DeltaDims, subgroup: bool, wg: u32) -> u64 {
-    let rows = u64::from(group(dims) * dims.dv);
+/// three values per head, the arrival drawn (the wide split), the row sums' partials (one f32 a
+/// lane, and a vec4 a lane without subgroups).
+fn workgroup_bytes(dims: &DeltaDims, split: Split, subgroup: bool, wg: u32) -> u64 {
+    let heads = u64::from(split.heads(dims));
+    let rows = heads * u64::from(dims.dv);
+    let arrived = u64::from(split != Split::KeyHead);
     let partials = if subgroup { 0 } else { 5 * u64::from(wg) };
-    4 * (2 * u64::from(dims.dk) + 2 * rows + 3 * u64::from(group(dims)) + partials)
+    4 * (2 * u64::from(dims.dk) + 2 * rows + 3 * heads + arrived + partials)
 }
 
 impl GdnDecode {
-    fn source_for(variant: KernelPaths, dims: &DeltaDims, row_lanes: u32, wg: u32) -> KernelSource {
+    fn source_for(
+        variant: KernelPaths,
+        dims: &DeltaDims,
+        row_lanes: u32,
+        wg: u32,
+        split: Split,
+    ) -> KernelSource {
         let (row_sum, row_sum4) = if variant.subgroup {
             (wgsl::ROW_SUM_SUBGROUP, wgsl::ROW_SUM4_SUBGROUP)
         } else {
@@ -169,6 +277,7 @@ impl GdnDecode {
                 .with_const("DK", dims.dk)
                 .with_const("DV", dims.dv)
                 .with_const("GROUP", group(dims))
+                .with_const("HEADS", split.heads(dims))
                 .with(wgsl::SEQUENCES)
                 .with(support::VIEW)
                 .with(wgsl::GDN_MATH)
@@ -176,19 +285,21 @@ impl GdnDecode {
                 .with(row_sum4)
                 .with(shared::Q8_BLOCK)
                 .with(wgsl::GDN_DECODE),
-            slots: SLOTS,
+            slots: split.slots(),
             pipelines: vec![PipelineSpec {
                 label: format!(
-                    "gdn_decode dk={} dv={} group={} lanes={row_lanes} wg={wg}",
+                    "{} dk={} dv={} group={} lanes={row_lanes} wg={wg}",
+                    split.entry_point(),
                     dims.dk,
                     dims.dv,
                     group(dims)
                 ),
-                entry_point: "gdn_decode",
+                entry_point: split.entry_point(),
                 constants: vec![
                     ("WG", f64::from(wg)),
                     ("ROW_LANES", f64::from(row_lanes)),
                     ("K", f64::from(dims.conv_kernel)),
+                    ("AHEAD", f64::from(u8::from(split.ahead()))),
                 ],
             }],
         }
@@ -199,24 +310,26 @@ impl GdnDecode {
         u64::from(dims.dv).is_multiple_of(Q8_BLOCK)
     }
 
-    /// Whether the adapter's limits hold the kernel for `dims` (its 15 bindings, a workgroup of
-    /// 256, its workgroup memory); where not, a model keeps the four separate kernels.
-    pub fn fits(ctx: &GpuContext, dims: &DeltaDims) -> bool {
-        Self::check_limits(ctx, dims, false, WG).is_ok()
+    /// Whether the adapter's limits hold the kernel for `dims` in `split` (its 15 or 16
+    /// bindings, a workgroup of 256, its workgroup memory); where not, a model keeps the four
+    /// separate kernels.
+    pub fn fits(ctx: &GpuContext, dims: &DeltaDims, split: Split) -> bool {
+        Self::check_limits(ctx, dims, split, false, WG).is_ok()
     }
 
     fn check_limits(
         ctx: &GpuContext,
         dims: &DeltaDims,
+        split: Split,
         subgroup: bool,
         wg: u32,
     ) -> Result<(), GpuError> {
         let limits = ctx.device.limits();
-        let bytes = workgroup_bytes(dims, subgroup, wg);
+        let bytes = workgroup_bytes(dims, split, subgroup, wg);
         let checks = [
             (
                 "its storage bindings",
-                (SLOTS.len() - 1) as u64,
+                (split.slots().len() - 1) as u64,
                 limits.max_storage_buffers_per_shader_stage,
                 "max_storage_buffers_per_shader_stage",
             ),
@@ -247,20 +360,30 @@ impl GdnDecode {
     }
 
     /// Builds the kernel for `dims` (dk, dv and nv/nk are baked in) in workgroups of
-    /// [`workgroup_from_env`].
+    /// [`workgroup_from_env`], split as [`Split::from_env`] says.
     pub fn new(ctx: &GpuContext, paths: KernelPaths, dims: DeltaDims) -> Result<Self, GpuError> {
         Self::with_workgroup(ctx, paths, dims, workgroup_from_env()?)
     }
 
-    /// [`GdnDecode::new`] in workgroups of `wg` invocations (one of [`WORKGROUP_SIZES`]). As for
-    /// gated_delta, the subgroup variant needs lane groups that fit the adapter's smallest
-    /// subgroup and workgroups that hold whole subgroups; where the adapter rules that out, the
-    /// fallback is built.
+    /// [`GdnDecode::new`] in workgroups of `wg` invocations (one of [`WORKGROUP_SIZES`]).
     pub fn with_workgroup(
         ctx: &GpuContext,
         paths: KernelPaths,
         dims: DeltaDims,
         wg: u32,
+    ) -> Result<Self, GpuError> {
+        Self::with_split(ctx, paths, dims, wg, Split::from_env()?)
+    }
+
+    /// [`GdnDecode::with_workgroup`] split as `split` says. As for gated_delta, the subgroup
+    /// variant needs lane groups that fit the adapter's smallest subgroup and workgroups that
+    /// hold whole subgroups; where the adapter rules that out, the fallback is built.
+    pub fn with_split(
+        ctx: &GpuContext,
+        paths: KernelPaths,
+        dims: DeltaDims,
+        wg: u32,
+        split: Split,
     ) -> Result<Self, GpuError> {
         dims.validate()?;
         if !WORKGROUP_SIZES.contains(&wg) || wg < group(&dims) {
@@ -284,12 +407,13 @@ impl GdnDecode {
                 row_lanes = narrowest;
             }
         }
-        Self::check_limits(ctx, &dims, paths.subgroup, wg)?;
+        Self::check_limits(ctx, &dims, split, paths.subgroup, wg)?;
         let mut variant = KernelVariant::of::<Self>(paths);
-        variant.source = Self::source_for(paths, &dims, row_lanes, wg);
+        variant.source = Self::source_for(paths, &dims, row_lanes, wg, split);
         let built = build(ctx, &variant)?;
         Ok(GdnDecode {
             variant: paths,
+            split,
             row_lanes,
             workgroup: wg,
             dims,
@@ -301,6 +425,24 @@ impl GdnDecode {
 
     pub fn variant(&self) -> KernelPaths {
         self.variant
+    }
+
+    pub fn split(&self) -> Split {
+        self.split
+    }
+
+    /// The registry's variants of the wide split, listed as `gdn_decode_wide` (the default
+    /// split's are `KernelVariant::all_of::<GdnDecode>()`), at the shape and workgroup
+    /// `source` uses.
+    pub fn wide_variants() -> Vec<KernelVariant> {
+        let dims = DeltaDims::QWEN35_27B;
+        let lanes = preferred_row_lanes(dims.dk);
+        let mut all = KernelVariant::all_of::<GdnDecode>();
+        for variant in &mut all {
+            variant.kernel = Split::WIDE.entry_point();
+            variant.source = Self::source_for(variant.paths, &dims, lanes, WG, Split::WIDE);
+        }
+        all
     }
 
     /// Invocations that own a state row.
@@ -387,34 +529,42 @@ impl GdnDecode {
                 Resource::whole("yd placeholder", &self.placeholder),
             ),
         };
-        let group = bind_group(
-            ctx,
-            Self::NAME,
-            &self.layout,
-            &[
-                Resource::Checked(view("m (qkv projection)", &io.m, 1, d.conv_dim())?),
-                Resource::Checked(view("z (gate projection)", &io.z, d.nv, d.dv)?),
-                Resource::Checked(view("b (beta logits)", &io.b, 1, d.nv)?),
-                Resource::Checked(view("a (alpha)", &io.a, 1, d.nv)?),
-                conv_w,
-                ssm_a,
-                dt_bias,
-                norm_w,
-                Resource::whole("sequence table", &io.table.buffer),
-                Resource::whole("conv state", &io.state.conv),
-                Resource::whole("recurrent state", &io.state.recurrent),
-                Resource::Storage {
-                    name: "y (gated norm output)",
-                    buffer: io.y,
-                    bytes: f32_rows(io.max_tokens, d.value_dim()),
-                },
-                Resource::Uniform(&params),
-                yq,
-                yd,
-            ],
-        )?;
+        // Zeroed at creation; every dispatch leaves them zero.
+        let arrivals = match self.split {
+            Split::KeyHead => None,
+            Split::ValueHead { .. } => {
+                let counters = u64::from(io.table.max_seqs()) * u64::from(d.nk);
+                Some(storage_buffer(ctx, "gdn_decode arrivals", 4 * counters)?)
+            }
+        };
+        let mut resources = vec![
+            Resource::Checked(view("m (qkv projection)", &io.m, 1, d.conv_dim())?),
+            Resource::Checked(view("z (gate projection)", &io.z, d.nv, d.dv)?),
+            Resource::Checked(view("b (beta logits)", &io.b, 1, d.nv)?),
+            Resource::Checked(view("a (alpha)", &io.a, 1, d.nv)?),
+            conv_w,
+            ssm_a,
+            dt_bias,
+            norm_w,
+            Resource::whole("sequence table", &io.table.buffer),
+            Resource::whole("conv state", &io.state.conv),
+            Resource::whole("recurrent state", &io.state.recurrent),
+            Resource::Storage {
+                name: "y (gated norm output)",
+                buffer: io.y,
+                bytes: f32_rows(io.max_tokens, d.value_dim()),
+            },
+            Resource::Uniform(&params),
+            yq,
+            yd,
+        ];
+        if let Some(arrivals) = &arrivals {
+            resources.push(Resource::whole("arrival counters", arrivals));
+        }
+        let group = bind_group(ctx, Self::NAME, &self.layout, &resources)?;
         Ok(GdnDecodeBinding {
             group,
+            _arrivals: arrivals,
             quantized: io.y_q8.is_some(),
             max_tokens: io.max_tokens,
             max_seqs: io.table.max_seqs(),
@@ -422,8 +572,8 @@ impl GdnDecode {
         })
     }
 
-    /// One dispatch: a workgroup per (key head, sequence). Every sequence of `batch` must be
-    /// one token (a decode step).
+    /// One dispatch: a workgroup per (key head, sequence), or per (value head, sequence) in the
+    /// wide split. Every sequence of `batch` must be one token (a decode step).
     pub fn plan(
         &self,
         binding: &GdnDecodeBinding,
@@ -440,13 +590,10 @@ impl GdnDecode {
                 ),
             });
         }
-        let grid = [self.dims.nk, batch.count, 1];
-        Ok(vec![check_grid(
-            binding.max_grid,
-            Self::NAME,
-            "gdn_decode",
-            grid,
-        )?])
+        let heads = self.dims.nv / self.split.heads(&self.dims);
+        let grid = [heads, batch.count, 1];
+        let entry = self.split.entry_point();
+        Ok(vec![check_grid(binding.max_grid, Self::NAME, entry, grid)?])
     }
 
     /// Records the decode step of `batch` (the batch the sequence table was last written with).

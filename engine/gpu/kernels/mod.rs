@@ -42,6 +42,7 @@ pub fn registry() -> Vec<KernelVariant> {
     all.extend(KernelVariant::all_of::<gated_delta_chunk::GatedDeltaChunked>());
     all.extend(KernelVariant::all_of::<gated_norm::GatedNorm>());
     all.extend(KernelVariant::all_of::<gdn_decode::GdnDecode>());
+    all.extend(gdn_decode::GdnDecode::wide_variants());
     all.extend(KernelVariant::all_of::<rms_norm::RmsNorm>());
     all.extend(KernelVariant::all_of::<elementwise::Elementwise>());
     all.extend(KernelVariant::all_of::<argmax::Argmax>());

@@ -13,7 +13,7 @@ use crate::gpu::kernels::gated_delta_chunk::{
     ChunkBinding, ChunkIo, ChunkScratch, GatedDeltaChunked,
 };
 use crate::gpu::kernels::gated_norm::{GatedNorm, NormBinding, NormIo as GatedNormIo};
-use crate::gpu::kernels::gdn_decode::{GdnDecode, GdnDecodeBinding, GdnDecodeIo};
+use crate::gpu::kernels::gdn_decode::{GdnDecode, GdnDecodeBinding, GdnDecodeIo, Split};
 use crate::gpu::kernels::matmul::MatmulOutput;
 use crate::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
 use crate::gpu::profile::StepMarks;
@@ -32,8 +32,9 @@ pub struct DeltaNetKernels {
     recurrent: GatedDeltaDecode,
     chunked: GatedDeltaChunked,
     norm: GatedNorm,
-    /// The four kernels in one dispatch for decode steps; None where the adapter's limits do
-    /// not hold it or `FAK_DECODE_FUSION=0` (decode then runs the four).
+    /// The four kernels in one dispatch for decode steps, split as `FAK_GDN_DECODE` says; None
+    /// where the adapter's limits do not hold it or `FAK_DECODE_FUSION=0` (decode then runs the
+    /// four).
     fused: Option<GdnDecode>,
     /// None when every step is one token (the recurrent kernel serves them all).
     scratch: Option<ChunkScratch>,
@@ -48,7 +49,7 @@ impl DeltaNetKernels {
             conv: SsmConv::new(ctx, paths, dims)?,
             prep: DeltaPrep::new(ctx, paths, dims)?,
             recurrent: GatedDeltaDecode::new(ctx, paths, dims)?,
-            fused: (super::decode_fusion() && GdnDecode::fits(ctx, &dims))
+            fused: (super::decode_fusion() && GdnDecode::fits(ctx, &dims, Split::from_env()?))
                 .then(|| GdnDecode::new(ctx, paths, dims))
                 .transpose()?,
             scratch: (max_tokens > 1)
