@@ -38,7 +38,8 @@
 //! computes the same sums up to how a row is split between invocations;
 //! [`MatVecLayout::CANDIDATES`] are the ones experiments/matvec-bench times and
 //! tests/gpu_matvec.rs checks. A binding takes [`MatVecFusion::layout`], else the one
-//! `FAK_MATVEC_LAYOUT` names (`MatVecLayout::from_env`), else its input's:
+//! `FAK_MATVEC_LAYOUT` names (`MatVecLayout::from_env`; for a binding that accumulates into y,
+//! `FAK_MATVEC_RESIDUAL_LAYOUT` first, opt-in), else its input's:
 //! [`MatVecLayout::DEFAULT`] (f32) or [`MatVecLayout::INTEGER`] (q8). The wide form reads Q6_K
 //! blocks with word loads, or (opt-in) as aligned 16-byte pairs (`FAK_MATVEC_Q6=aligned`) or in
 //! fewer instructions with the −32 folded through x (`FAK_MATVEC_Q6=lean`) ([`Q6Loads`]): the
@@ -365,10 +366,25 @@ impl MatVecLayout {
     /// `FAK_MATVEC_LAYOUT` (`invocations/teams/unroll[/wide|/staged|/batched|/splitG]`, e.g.
     /// `256/4/1`): one layout for every binding that names none; None when unset or empty.
     pub fn from_env() -> Result<Option<MatVecLayout>, GpuError> {
-        match std::env::var("FAK_MATVEC_LAYOUT") {
+        Self::from_var("FAK_MATVEC_LAYOUT")
+    }
+
+    /// The layout environment variable `name` writes in [`MatVecLayout::parse`]'s syntax; None
+    /// when unset or empty.
+    pub fn from_var(name: &str) -> Result<Option<MatVecLayout>, GpuError> {
+        match std::env::var(name) {
             Ok(text) if !text.is_empty() => Self::parse(&text).map(Some),
             _ => Ok(None),
         }
+    }
+
+    /// `FAK_MATVEC_RESIDUAL_LAYOUT` (opt-in; [`MatVecLayout::parse`]'s syntax): the layout of
+    /// every binding that accumulates into its output and names none — a decode step's residual
+    /// adds (ffn_down, gdn_out, attn_output) — ahead of `FAK_MATVEC_LAYOUT`, so those products
+    /// alone can be timed in another layout (experiments/NOTES.md, "pqz": a producer that
+    /// quantizes the residual must own whole 32-row blocks, e.g. `256/8/1`).
+    pub fn residual_from_env() -> Result<Option<MatVecLayout>, GpuError> {
+        Self::from_var("FAK_MATVEC_RESIDUAL_LAYOUT")
     }
 
     /// `invocations/teams/unroll`, or with `/wide`, `/staged`, `/batched` or `/splitG` (the
@@ -673,6 +689,9 @@ pub struct MatVec {
     /// The layout of every binding that names none; None: [`MatVecLayout::DEFAULT`] for f32
     /// inputs, [`MatVecLayout::INTEGER`] for q8 ones.
     rows: Option<MatVecLayout>,
+    /// The layout of every accumulating binding that names none, ahead of `rows`
+    /// ([`MatVecLayout::residual_from_env`]); None: `rows`'s.
+    residual: Option<MatVecLayout>,
     /// Every binding's layout (named or not) in the wide form where that serves it
     /// (on unless `FAK_MATVEC_WIDE=0`: the wide form of every layout that has one).
     widen: bool,
@@ -1033,6 +1052,7 @@ impl MatVec {
         let widen = std::env::var("FAK_MATVEC_WIDE").as_deref() != Ok("0");
         let stage = Self::stages_batches();
         let mut kernel = Self::build_in(ctx, paths, MatVecLayout::from_env()?)?;
+        kernel.residual = MatVecLayout::residual_from_env()?;
         kernel.widen = widen;
         kernel.stage = stage;
         kernel.batch = Self::batches_vectors();
@@ -1107,6 +1127,7 @@ impl MatVec {
         Ok(MatVec {
             variant: variant.paths,
             rows,
+            residual: None,
             widen: false,
             q6: Q6Loads::Words,
             stage: false,
@@ -1398,7 +1419,11 @@ impl MatVec {
             true => MatVecLayout::INTEGER,
             false => MatVecLayout::DEFAULT,
         };
-        let rows_layout = fusion.layout.or(self.rows).unwrap_or(by_input).check()?;
+        let named = match io.accumulate {
+            true => self.residual.or(self.rows),
+            false => self.rows,
+        };
+        let rows_layout = fusion.layout.or(named).unwrap_or(by_input).check()?;
         let rows_layout = match self.widen {
             true => rows_layout.widened(),
             false => rows_layout,
