@@ -12,6 +12,7 @@ use crate::gpu::kernels::matmul::MatmulOutput;
 use crate::gpu::kernels::matvec::{
     InputNorm, MatVecBinding, MatVecFusion, MatVecShape, MixedInput, SecondWeight,
 };
+use crate::gpu::kernels::quantize_q8::Q8Vectors;
 use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::support::View;
 use crate::gpu::profile::StepMarks;
@@ -40,6 +41,11 @@ struct NormedLinears {
     /// parts as one mixed mat-vec over `quantized` — (the part it runs at and names, the part
     /// it computes too, the binding).
     merged: Option<(usize, usize, MatVecBinding)>,
+    /// With `FAK_DECODE_FUSE=pquant`, where the previous residual add writes this norm's q8
+    /// input ([`super::ResidualLinks::input`]): each q8 part's decode mat-vec over those blocks
+    /// with their summed norm (`MatVecFusion::q8_norm`), in part order (None: an f32 part, which
+    /// keeps its folded binding), so the step needs no quantize dispatch. Empty otherwise.
+    prefed: Vec<Option<MatVecBinding>>,
 }
 
 /// One weight of [`NormedLinears`]: its shape, bytes, and where its outputs go.
@@ -54,10 +60,10 @@ impl NormedLinears {
     /// mat-muls).
     fn bind(
         b: &Binder,
-        x: &wgpu::Buffer,
-        h: &wgpu::Buffer,
+        (x, h): (&wgpu::Buffer, &wgpu::Buffer),
         norm_weight: &TensorInfo,
         parts: &[NormedPart<'_>],
+        input: Option<&Q8Vectors>,
     ) -> Result<NormedLinears, ModelError> {
         let width = norm_weight.n_elements() as usize;
         let weight = b.vector(norm_weight)?;
@@ -115,13 +121,63 @@ impl NormedLinears {
             Some(q) if super::decode_fuse("merge") => Self::bind_merged(b, x, q, parts, &q8_parts)?,
             _ => None,
         };
+        let prefed = match (&quantized, input) {
+            (Some(_), Some(input)) => Self::bind_prefed(b, x, input, parts, &bound)?,
+            _ => Vec::new(),
+        };
         Ok(NormedLinears {
             norm,
             quantized,
             parts: bound,
             quantizing,
             merged,
+            prefed,
         })
+    }
+
+    /// `FAK_DECODE_FUSE=pquant`: each q8 part over the producer's blocks `input` with their
+    /// summed norm, f32 parts None (their folded bindings serve); empty where some part has no
+    /// folded binding or the vectors do not fit.
+    fn bind_prefed(
+        b: &Binder,
+        x: &wgpu::Buffer,
+        input: &Q8Vectors,
+        parts: &[NormedPart<'_>],
+        bound: &[(Linear, Option<MatVecBinding>)],
+    ) -> Result<Vec<Option<MatVecBinding>>, GpuError> {
+        if bound.iter().any(|(_, folded)| folded.is_none()) {
+            return Ok(Vec::new());
+        }
+        parts
+            .iter()
+            .map(|p| {
+                if !QuantizedInput::takes(p.shape.ty) {
+                    return Ok(Some(None));
+                }
+                let fusion = MatVecFusion {
+                    q8: Some(input),
+                    q8_norm: Some(b.eps),
+                    ..MatVecFusion::default()
+                };
+                b.fold(p.shape, p.weights, x, p.y, fusion)
+                    .map(|binding| binding.map(Some))
+            })
+            .collect::<Result<Option<Vec<_>>, GpuError>>()
+            .map(Option::unwrap_or_default)
+    }
+
+    /// The decode dispatches of a step of `n` vectors over the producer's blocks (part i's
+    /// prefed binding, or its folded one for an f32 part), where bound and every one holds `n`.
+    fn prefed(&self, n: u32) -> Option<Vec<&MatVecBinding>> {
+        if self.prefed.is_empty() {
+            return None;
+        }
+        self.prefed
+            .iter()
+            .zip(&self.parts)
+            .map(|(prefed, (_, folded))| prefed.as_ref().or(folded.as_ref()))
+            .map(|b| b.filter(|b| b.max_batch() >= n))
+            .collect()
     }
 
     /// `FAK_DECODE_FUSE=merge`: where exactly two parts are q8 products and the kernel can mix
@@ -262,6 +318,16 @@ impl NormedLinears {
         (norm_name, names): (&'static str, &[&'static str]),
     ) -> Result<(), GpuError> {
         if marks.kind == StepKind::Decode
+            && let Some(bindings) = self.prefed(n)
+        {
+            // The previous residual add wrote this norm's q8 input: no quantize dispatch.
+            for (binding, name) in bindings.into_iter().zip(names) {
+                let recorded = k.matvec.encode(pass, binding, n)?;
+                marks.op(pass, name, recorded);
+            }
+            return Ok(());
+        }
+        if marks.kind == StepKind::Decode
             && let Some(bindings) = self.quantizing(n)
         {
             for (i, binding) in bindings {
@@ -352,7 +418,7 @@ impl StackedProjections {
     pub fn bind<'b>(
         b: &Binder,
         (x, h): (&wgpu::Buffer, &wgpu::Buffer),
-        norm: &TensorInfo,
+        (norm, input): (&TensorInfo, Option<&Q8Vectors>),
         parts: &[Projection<'_, 'b>],
         name: impl Fn(std::ops::Range<usize>) -> &'static str,
     ) -> Result<(StackedProjections, Vec<Placed<'b>>), ModelError> {
@@ -396,7 +462,7 @@ impl StackedProjections {
                 y,
             });
         }
-        let linears = NormedLinears::bind(b, x, h, norm, &stacked)?;
+        let linears = NormedLinears::bind(b, (x, h), norm, &stacked, input)?;
         let names = runs.into_iter().map(name).collect();
         Ok((StackedProjections { linears, names }, placed))
     }
