@@ -889,7 +889,7 @@ fn spec(
         constants.push(("MIXED", 1.0));
         constants.push(("SECOND_TYPE", f64::from(second.id())));
         // Beside q8 vectors the second weight's blocks take binding 10 (see the WGSL header).
-        if matches!(input, Input::Q8(_)) {
+        if matches!(input, Input::Q8(_) | Input::Q8Norm(_)) {
             constants.push(("MIXED_Q8", 1.0));
         }
     }
@@ -1560,8 +1560,10 @@ impl MatVec {
         let second_type = fusion.second.map(|s| s.shape.ty);
         if let Some(second) = fusion.second {
             let wide = |t| MatVecLayout::wide_serves(t, input);
-            if !matches!(input, Input::QuantizedNorm(..) | Input::Q8(_))
-                || !rows_layout.wide
+            if !matches!(
+                input,
+                Input::QuantizedNorm(..) | Input::Q8(_) | Input::Q8Norm(_)
+            ) || !rows_layout.wide
                 || !wide(second.shape.ty)
                 || second.shape.cols != cols
                 || fusion.swiglu
@@ -1787,7 +1789,7 @@ impl MatVec {
                         let blocks = window.binding(sw.weights);
                         let y2 = y2.window.binding(sw.y.buffer);
                         match input {
-                            Input::Q8(_) => (xq, blocks, y2),
+                            Input::Q8(_) | Input::Q8Norm(_) => (xq, blocks, y2),
                             _ => (blocks, yq, y2),
                         }
                     }

@@ -42,10 +42,11 @@ struct NormedLinears {
     /// it computes too, the binding).
     merged: Option<(usize, usize, MatVecBinding)>,
     /// With `FAK_DECODE_FUSE=pquant`, where the previous residual add writes this norm's q8
-    /// input ([`super::ResidualLinks::input`]): each q8 part's decode mat-vec over those blocks
-    /// with their summed norm (`MatVecFusion::q8_norm`), in part order (None: an f32 part, which
-    /// keeps its folded binding), so the step needs no quantize dispatch. Empty otherwise.
-    prefed: Vec<Option<MatVecBinding>>,
+    /// input ([`super::ResidualLinks::input`]): the decode dispatches over those blocks with
+    /// their summed norm (`MatVecFusion::q8_norm`), in part order — (i, Some(b)): part i's
+    /// product (and with `merge`, mixed, the other q8 part's too); (i, None): f32 part i's
+    /// folded binding — so the step needs no quantize dispatch. Empty otherwise.
+    prefed: Vec<(usize, Option<MatVecBinding>)>,
 }
 
 /// One weight of [`NormedLinears`]: its shape, bytes, and where its outputs go.
@@ -118,7 +119,9 @@ impl NormedLinears {
         };
         let quantizing = Self::bind_quantizing(b, x, input_norm, parts, &q8_parts)?;
         let merged = match &quantized {
-            Some(q) if super::decode_fuse("merge") => Self::bind_merged(b, x, q, parts, &q8_parts)?,
+            Some(q) if super::decode_fuse("merge") => {
+                Self::bind_merged(b, x, q.fusion(false), parts, &q8_parts)?
+            }
             _ => None,
         };
         let prefed = match (&quantized, input) {
@@ -135,8 +138,9 @@ impl NormedLinears {
         })
     }
 
-    /// `FAK_DECODE_FUSE=pquant`: each q8 part over the producer's blocks `input` with their
-    /// summed norm, f32 parts None (their folded bindings serve); empty where some part has no
+    /// `FAK_DECODE_FUSE=pquant`: the q8 parts over the producer's blocks `input` with their
+    /// summed norm — the two as one mixed dispatch where `merge` is on and the kernel can mix
+    /// them — and f32 parts None (their folded bindings serve); empty where some part has no
     /// folded binding or the vectors do not fit.
     fn bind_prefed(
         b: &Binder,
@@ -144,50 +148,74 @@ impl NormedLinears {
         input: &Q8Vectors,
         parts: &[NormedPart<'_>],
         bound: &[(Linear, Option<MatVecBinding>)],
-    ) -> Result<Vec<Option<MatVecBinding>>, GpuError> {
+    ) -> Result<Vec<(usize, Option<MatVecBinding>)>, GpuError> {
         if bound.iter().any(|(_, folded)| folded.is_none()) {
             return Ok(Vec::new());
         }
-        parts
-            .iter()
-            .map(|p| {
-                if !QuantizedInput::takes(p.shape.ty) {
-                    return Ok(Some(None));
-                }
-                let fusion = MatVecFusion {
-                    q8: Some(input),
-                    q8_norm: Some(b.eps),
-                    ..MatVecFusion::default()
-                };
-                b.fold(p.shape, p.weights, x, p.y, fusion)
-                    .map(|binding| binding.map(Some))
-            })
-            .collect::<Result<Option<Vec<_>>, GpuError>>()
-            .map(Option::unwrap_or_default)
+        let fusion = MatVecFusion {
+            q8: Some(input),
+            q8_norm: Some(b.eps),
+            ..MatVecFusion::default()
+        };
+        let q8_parts: Vec<usize> = (0..parts.len())
+            .filter(|&i| QuantizedInput::takes(parts[i].shape.ty))
+            .collect();
+        let merged = match super::decode_fuse("merge") {
+            true => Self::bind_merged(b, x, fusion, parts, &q8_parts)?,
+            false => None,
+        };
+        let skip = merged.as_ref().map(|(_, other, _)| *other);
+        let mut merged = merged.map(|(lead, _, binding)| (lead, binding));
+        let mut out = Vec::with_capacity(parts.len());
+        for (i, p) in parts.iter().enumerate() {
+            if skip == Some(i) {
+                // Computed by the mixed dispatch listed at its lead part.
+                continue;
+            }
+            if !q8_parts.contains(&i) {
+                out.push((i, None));
+                continue;
+            }
+            if merged.as_ref().is_some_and(|(lead, _)| *lead == i) {
+                out.push((i, merged.take().map(|(_, binding)| binding)));
+                continue;
+            }
+            match b.fold(p.shape, p.weights, x, p.y, fusion)? {
+                Some(binding) => out.push((i, Some(binding))),
+                None => return Ok(Vec::new()),
+            }
+        }
+        Ok(out)
     }
 
-    /// The decode dispatches of a step of `n` vectors over the producer's blocks (part i's
-    /// prefed binding, or its folded one for an f32 part), where bound and every one holds `n`.
-    fn prefed(&self, n: u32) -> Option<Vec<&MatVecBinding>> {
+    /// The decode dispatches of a step of `n` vectors over the producer's blocks (with part i's
+    /// name for each: its prefed binding, or an f32 part's folded one), where bound and every
+    /// one holds `n`.
+    fn prefed(&self, n: u32) -> Option<Vec<(usize, &MatVecBinding)>> {
         if self.prefed.is_empty() {
             return None;
         }
         self.prefed
             .iter()
-            .zip(&self.parts)
-            .map(|(prefed, (_, folded))| prefed.as_ref().or(folded.as_ref()))
-            .map(|b| b.filter(|b| b.max_batch() >= n))
+            .map(|(i, binding)| {
+                binding
+                    .as_ref()
+                    .or(self.parts[*i].1.as_ref())
+                    .filter(|b| b.max_batch() >= n)
+                    .map(|b| (*i, b))
+            })
             .collect()
     }
 
     /// `FAK_DECODE_FUSE=merge`: where exactly two parts are q8 products and the kernel can mix
-    /// them, one mixed binding over the quantized vectors `q`, with a Q6_K part as the second
+    /// them, one mixed binding over the q8 input of `input` (the quantize dispatch's vectors,
+    /// or with `pquant` a producer's with their summed norm), with a Q6_K part as the second
     /// weight (its blocks take the word loads either way, where a Q4_K first weight keeps its
     /// 16-byte loads), run at the earlier part. None where it does not apply.
     fn bind_merged(
         b: &Binder,
         x: &wgpu::Buffer,
-        q: &QuantizedInput,
+        input: MatVecFusion<'_>,
         parts: &[NormedPart<'_>],
         q8_parts: &[usize],
     ) -> Result<Option<(usize, usize, MatVecBinding)>, GpuError> {
@@ -209,7 +237,7 @@ impl NormedLinears {
                 weights: s.weights,
                 y: Activations::contiguous(s.y, s.shape.rows),
             }),
-            ..q.fusion(false)
+            ..input
         };
         let binding = b.fold(f.shape, f.weights, x, f.y, fusion)?;
         Ok(binding.map(|binding| (i.min(j), i.max(j), binding)))
@@ -321,9 +349,9 @@ impl NormedLinears {
             && let Some(bindings) = self.prefed(n)
         {
             // The previous residual add wrote this norm's q8 input: no quantize dispatch.
-            for (binding, name) in bindings.into_iter().zip(names) {
+            for (i, binding) in bindings {
                 let recorded = k.matvec.encode(pass, binding, n)?;
-                marks.op(pass, name, recorded);
+                marks.op(pass, names[i], recorded);
             }
             return Ok(());
         }
