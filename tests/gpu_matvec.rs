@@ -866,6 +866,116 @@ fn a_residual_producer_quantizes_the_next_norms_input_for_its_consumer() {
     }
 }
 
+/// A mixed binding (`FAK_DECODE_FUSE=merge,pquant`) over a residual producer's vectors with
+/// their summed norm (`q8_norm`): each weight's outputs are the bits of its own binding over
+/// the same vectors (Q4_K beside Q6_K both ways, every int-dot variant, every batch), rows past
+/// the batch untouched.
+#[test]
+fn a_mixed_binding_over_summed_norm_blocks_computes_each_weight_as_its_own_binding_does() {
+    let ctx = gpu();
+    let (cols, batch) = (512u64, u64::from(MAX_BATCH));
+    let mut rng = rng(0x9a7e_d000);
+    let x = random_f32(&mut rng, batch * cols);
+    let xb = upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap();
+    let x_act = Activations::contiguous(&xb, cols);
+    // Block sums of squares as a producer would write them (any positive values serve).
+    let sums: Vec<f32> = random_f32(&mut rng, batch * cols / 32)
+        .iter()
+        .map(|v| 1.0 + v.abs())
+        .collect();
+    let layout = MatVecLayout::INTEGER.widened();
+    for paths in variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot) {
+        let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
+        let quantizer = quantizer(ctx, &kernel);
+        let vectors = Q8Vectors::with_sums(ctx, "summed", cols, MAX_BATCH).unwrap();
+        let at = 4 * vectors.sum_index();
+        fak::gpu::buffers::write(ctx, &vectors.scales, at, bytemuck::cast_slice(&sums)).unwrap();
+        let input = MatVecFusion {
+            q8: Some(&vectors),
+            q8_norm: Some(1e-6),
+            ..MatVecFusion::default()
+        };
+        for (types, rows) in [
+            ([GgmlType::Q4_K, GgmlType::Q6_K], [37u64, 21]),
+            ([GgmlType::Q6_K, GgmlType::Q4_K], [9, 70]),
+        ] {
+            let shapes = [0, 1].map(|i| MatVecShape {
+                ty: types[i],
+                rows: rows[i],
+                cols,
+            });
+            let w = [0, 1].map(|i| {
+                let bytes = random_weights(types[i], rows[i], cols, 0x9a7e_d100 + i as u64);
+                upload(ctx, "W", &[&bytes[..], &[0; 16]].concat()).unwrap()
+            });
+            for n in BATCHES {
+                let step = StepBuffer::new(ctx);
+                step.set(ctx, Step::new(0, n, 0));
+                let quantize = quantizer
+                    .bind(ctx, x_act, cols, None, &vectors, &step, MAX_BATCH)
+                    .unwrap();
+                let alone = [0, 1].map(|i| poisoned_f32(ctx, "y", batch * rows[i]));
+                let mixed = [0, 1].map(|i| poisoned_f32(ctx, "y", batch * rows[i]));
+                let io = |i: usize, y| MatVecIo {
+                    weights: &w[i],
+                    weights_offset: 0,
+                    x: x_act,
+                    y: Activations::contiguous(y, rows[i]),
+                    step: &step,
+                    accumulate: false,
+                    max_batch: MAX_BATCH,
+                };
+                let singles = [0, 1].map(|i| {
+                    kernel
+                        .bind_fused(ctx, shapes[i], &io(i, &alone[i]), input)
+                        .unwrap()
+                });
+                let both = MatVecFusion {
+                    second: Some(SecondWeight {
+                        shape: shapes[1],
+                        weights: &w[1],
+                        y: Activations::contiguous(&mixed[1], rows[1]),
+                    }),
+                    ..input
+                };
+                let binding = kernel
+                    .bind_fused(ctx, shapes[0], &io(0, &mixed[0]), both)
+                    .unwrap();
+                ctx.run_pass("mixed over summed-norm blocks", |pass| {
+                    quantizer.encode(pass, &quantize, n).unwrap();
+                    for single in &singles {
+                        kernel.encode(pass, single, n).unwrap();
+                    }
+                    kernel.encode(pass, &binding, n).unwrap();
+                })
+                .unwrap();
+                for i in 0..2 {
+                    let bits = |y: &wgpu::Buffer| {
+                        read_back_f32(ctx, y, 0..4 * batch * rows[i])
+                            .unwrap()
+                            .iter()
+                            .map(|v| v.to_bits())
+                            .collect::<Vec<_>>()
+                    };
+                    let (want, got) = (bits(&alone[i]), bits(&mixed[i]));
+                    let what = format!("{paths} {types:?} part {i} batch {n}");
+                    assert_eq!(got, want, "{what}: the mixed part differs from its binding");
+                    let written = u64::from(n) * rows[i];
+                    assert!(
+                        want[..written as usize]
+                            .iter()
+                            .all(|b| !f32::from_bits(*b).is_nan())
+                            && want[written as usize..]
+                                .iter()
+                                .all(|b| f32::from_bits(*b).is_nan()),
+                        "{what}: NaN inside the batch or writes past it"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// What [`residual_chain`] read back: the residual with and without the q8 output, the
 /// producer's codes, scales and block sums (every vector of the room), the consumer's outputs.
 struct ResidualRun {

@@ -611,8 +611,8 @@ fn int_dot_quantizes_each_input_once_per_step() {
     let pquant = fak::model::blocks::decode_fuse("pquant") && hp.n_embd.is_multiple_of(32);
     let mut inputs: Vec<Vec<&TensorInfo>> = Vec::new();
     for (i, l) in t.layers.iter().enumerate() {
-        let fed_by_down = i > 0 && t.layers[i - 1].mlp.down.row_len().is_multiple_of(32);
-        if !norm_fold && !(pquant && fed_by_down) {
+        let fed_by_down = pquant && i > 0 && t.layers[i - 1].mlp.down.row_len().is_multiple_of(32);
+        if !norm_fold && !fed_by_down {
             inputs.push(match &l.mixer {
                 Mixer::DeltaNet(m) => vec![m.qkv, m.gate, m.beta, m.alpha],
                 Mixer::Attention(m) => vec![m.wq, m.wk, m.wv],
