@@ -735,7 +735,7 @@ fn a_gate_up_pairing_quantizes_its_outputs_as_quantize_q8_does() {
 }
 
 /// The producer-side quantize (`FAK_DECODE_FUSE=pquant`, opt-in): an accumulating q8 product in
-/// a layout of 8 teams (narrow, wide, batched and staged forms, Q4_K and Q8_0 weights, every
+/// a layout of 8 teams (narrow, wide, batched, split and staged forms, Q4_K and Q8_0 weights, every
 /// int-dot variant, every batch) also writes the q8 blocks of u = y·w_next (y the residual after
 /// its add, w_next the next norm's weight) and each block's Σ y²; a product reading those blocks
 /// with their summed norm (`MatVecFusion::q8_norm`) takes RMSNorm(y)·w_next. Checked: y is the
@@ -758,6 +758,7 @@ fn a_residual_producer_quantizes_the_next_norms_input_for_its_consumer() {
         producing,
         producing.widened(),
         producing.batched_form(),
+        producing.split_by(2),
         producing.with_staged_x(),
     ];
     for ty in [GgmlType::Q4_K, GgmlType::Q8_0] {
