@@ -21,7 +21,10 @@
 //! [`MatVec::bind_fused`] takes a [`MatVecFusion`]: an RMSNorm of x folded into the product (the
 //! pre-norm of QKV and of the MLP: x is then the residual stream) and the gate/up pairing that
 //! writes `silu(gate)·up` (W holds the gate rows followed by the up rows). Each saves the
-//! dependent dispatches of the ops it folds in; the math is in wgsl/matvec.wgsl.
+//! dependent dispatches of the ops it folds in; the math is in wgsl/matvec.wgsl. Opt-in (the
+//! producer-side quantize, `FAK_DECODE_FUSE=pquant`): an accumulating product also writes the
+//! next norm's q8 input with its block sums ([`MatVecFusion::residual_output`]), and a q8 product
+//! reads such vectors with their summed norm ([`MatVecFusion::q8_norm`]).
 //!
 //! # The integer path
 //!
