@@ -8,7 +8,7 @@
 
 use fak::gpu::kernels::matvec::{
     InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, MixedInput, Q6Loads,
-    SecondWeight,
+    ResidualOutput, SecondWeight,
 };
 use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
 use fak::gpu::step::MAX_BATCH;
@@ -731,6 +731,354 @@ fn a_gate_up_pairing_quantizes_its_outputs_as_quantize_q8_does() {
                 );
             }
         }
+    }
+}
+
+/// The producer-side quantize (`FAK_DECODE_FUSE=pquant`, opt-in): an accumulating q8 product in
+/// a layout of 8 teams (narrow, wide, batched, split and staged forms, Q4_K and Q8_0 weights, every
+/// int-dot variant, every batch) also writes the q8 blocks of u = y·w_next (y the residual after
+/// its add, w_next the next norm's weight) and each block's Σ y²; a product reading those blocks
+/// with their summed norm (`MatVecFusion::q8_norm`) takes RMSNorm(y)·w_next. Checked: y is the
+/// bits of the same product without the output; the block sums against f64 on the CPU; the
+/// codes against the CPU's q8 rounding of u (`q8_blocks`: a code may differ by one where u / d
+/// lies within an ulp of a half), the scales within 2.5 ulp of WGSL's division; the consumer's
+/// outputs against the f64 product of its weights with s_b·x̂ (x̂ the producer's own blocks, s_b
+/// = 1 / sqrt(Σ y² / d + eps) in f64) within the mat-vec bound plus s_b's f32 rounding; every
+/// vector's bits the same at every batch (a sequence's result does not depend on the rest of the
+/// batch); nothing written past the step's batch.
+#[test]
+fn a_residual_producer_quantizes_the_next_norms_input_for_its_consumer() {
+    let ctx = gpu();
+    // Two producing workgroups (32 rows each); the consumer reads d = 64 columns.
+    let (d, cols, rows) = (64u64, 512u64, 48u64);
+    let eps = 1e-6f32;
+    let batch = u64::from(MAX_BATCH);
+    let producing = MatVecLayout::PRODUCING;
+    let forms = [
+        producing,
+        producing.widened(),
+        producing.batched_form(),
+        producing.split_by(2),
+        producing.with_staged_x(),
+    ];
+    for ty in [GgmlType::Q4_K, GgmlType::Q8_0] {
+        // Wide forms serve Q4_K's consumer only on whole 256-element rows: d = 256 there.
+        let d = if ty == GgmlType::Q4_K { 4 * d } else { d };
+        let mut rng = rng(0x9a7e_0000 + u64::from(ty.id()));
+        let w_p = random_weights(ty, d, cols, 0x9a7e_0001);
+        let w_c = random_weights(ty, rows, d, 0x9a7e_0002);
+        let (w_p_buf, w_c_buf) = (
+            weights_buffer_at(ctx, &w_p, 0),
+            weights_buffer_at(ctx, &w_c, 0),
+        );
+        let x = random_f32(&mut rng, batch * cols);
+        let y0 = random_f32(&mut rng, batch * d);
+        let next: Vec<f32> = random_f32(&mut rng, d).iter().map(|v| 0.5 + v).collect();
+        let next_norm = upload(ctx, "next norm", bytemuck::cast_slice(&next)).unwrap();
+        let x = upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap();
+        for form in forms {
+            for paths in variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot) {
+                let kernel = MatVec::with_layout(ctx, paths, form).unwrap();
+                let quantizer = quantizer(ctx, &kernel);
+                let what = format!("{ty} {form} {paths}");
+                let mut first_vector: Option<(Vec<u32>, Vec<u8>)> = None;
+                for n in BATCHES {
+                    let run = residual_chain(
+                        ctx,
+                        (&kernel, &quantizer),
+                        (&w_p_buf, &w_c_buf, ty),
+                        (d, cols, rows),
+                        (&x, &y0, &next_norm, eps),
+                        n,
+                    );
+                    let what = format!("{what} batch {n}");
+                    let nu = n as usize;
+                    let (du, ru) = (d as usize, rows as usize);
+                    assert_eq!(
+                        run.y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        run.y_plain.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        "{what}: the residual differs from the product without the q8 output"
+                    );
+                    let blocks = du / 32;
+                    let mut x_eff = vec![0f32; nu * du];
+                    for b in 0..nu {
+                        let yb = &run.y[b * du..(b + 1) * du];
+                        let squares: Vec<f64> = yb
+                            .chunks(32)
+                            .map(|c| c.iter().map(|&v| f64::from(v).powi(2)).sum())
+                            .collect();
+                        let sums = &run.sums[b * blocks..(b + 1) * blocks];
+                        for (k, (&got, &want)) in sums.iter().zip(&squares).enumerate() {
+                            assert!(
+                                (f64::from(got) - want).abs() <= 1e-5 * want,
+                                "{what}: vector {b} block {k}'s Σ y² {got}, want {want}"
+                            );
+                        }
+                        let u: Vec<f32> = yb.iter().zip(&next).map(|(&v, &w)| v * w).collect();
+                        let (codes, scales) = fak::reference::activations::q8_blocks(&u);
+                        let got_codes = &run.codes[b * du..(b + 1) * du];
+                        let got_scales = &run.scales[b * blocks..(b + 1) * blocks];
+                        for (i, (&got, &want)) in got_codes.iter().zip(&codes).enumerate() {
+                            assert!(
+                                (i32::from(got) - i32::from(want)).abs() <= 1,
+                                "{what}: vector {b} code {i} is {got}, want {want}"
+                            );
+                        }
+                        for (k, (&got, &want)) in got_scales.iter().zip(&scales).enumerate() {
+                            assert!(
+                                (got - want).abs() <= 3e-7 * want,
+                                "{what}: vector {b} scale {k} is {got}, want {want}"
+                            );
+                        }
+                        let total: f64 = squares.iter().sum();
+                        let s = 1.0 / (total / d as f64 + f64::from(eps)).sqrt();
+                        for (c, x) in x_eff[b * du..(b + 1) * du].iter_mut().enumerate() {
+                            let step = f64::from(got_scales[c / 32]);
+                            *x = (s * step * f64::from(got_codes[c])) as f32;
+                        }
+                    }
+                    let want = expected(ty, &w_c, (rows, d), &x_eff, None, n);
+                    // s_b in f32 from f32 block sums: a few ulp on every output.
+                    let bounds: Vec<f32> = want
+                        .scales
+                        .iter()
+                        .map(|&s| bound(d, s) + (1e-5 * s) as f32)
+                        .collect();
+                    let dots: Vec<f32> = want.dots.iter().map(|&v| v as f32).collect();
+                    assert_within(&what, &run.z[..nu * ru], &dots, &bounds);
+                    assert!(
+                        run.z[nu * ru..].iter().all(|v| v.is_nan())
+                            && run.sums[nu * blocks..].iter().all(|v| v.is_nan())
+                            && run.scales[nu * blocks..].iter().all(|v| v.is_nan()),
+                        "{what}: wrote past the step's batch"
+                    );
+                    // Vector 0's bits at every batch.
+                    let z0: Vec<u32> = run.z[..ru].iter().map(|v| v.to_bits()).collect();
+                    let q0: Vec<u8> = run.codes[..du].iter().map(|&c| c as u8).collect();
+                    match &first_vector {
+                        None => first_vector = Some((z0, q0)),
+                        Some(bits) => {
+                            assert_eq!(bits, &(z0, q0), "{what}: vector 0 depends on the batch")
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A mixed binding (`FAK_DECODE_FUSE=merge,pquant`) over a residual producer's vectors with
+/// their summed norm (`q8_norm`): each weight's outputs are the bits of its own binding over
+/// the same vectors (Q4_K beside Q6_K both ways, every int-dot variant, every batch), rows past
+/// the batch untouched.
+#[test]
+fn a_mixed_binding_over_summed_norm_blocks_computes_each_weight_as_its_own_binding_does() {
+    let ctx = gpu();
+    let (cols, batch) = (512u64, u64::from(MAX_BATCH));
+    let mut rng = rng(0x9a7e_d000);
+    let x = random_f32(&mut rng, batch * cols);
+    let xb = upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap();
+    let x_act = Activations::contiguous(&xb, cols);
+    // Block sums of squares as a producer would write them (any positive values serve).
+    let sums: Vec<f32> = random_f32(&mut rng, batch * cols / 32)
+        .iter()
+        .map(|v| 1.0 + v.abs())
+        .collect();
+    let layout = MatVecLayout::INTEGER.widened();
+    for paths in variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot) {
+        let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
+        let quantizer = quantizer(ctx, &kernel);
+        let vectors = Q8Vectors::with_sums(ctx, "summed", cols, MAX_BATCH).unwrap();
+        let at = 4 * vectors.sum_index();
+        fak::gpu::buffers::write(ctx, &vectors.scales, at, bytemuck::cast_slice(&sums)).unwrap();
+        let input = MatVecFusion {
+            q8: Some(&vectors),
+            q8_norm: Some(1e-6),
+            ..MatVecFusion::default()
+        };
+        for (types, rows) in [
+            ([GgmlType::Q4_K, GgmlType::Q6_K], [37u64, 21]),
+            ([GgmlType::Q6_K, GgmlType::Q4_K], [9, 70]),
+        ] {
+            let shapes = [0, 1].map(|i| MatVecShape {
+                ty: types[i],
+                rows: rows[i],
+                cols,
+            });
+            let w = [0, 1].map(|i| {
+                let bytes = random_weights(types[i], rows[i], cols, 0x9a7e_d100 + i as u64);
+                upload(ctx, "W", &[&bytes[..], &[0; 16]].concat()).unwrap()
+            });
+            for n in BATCHES {
+                let step = StepBuffer::new(ctx);
+                step.set(ctx, Step::new(0, n, 0));
+                let quantize = quantizer
+                    .bind(ctx, x_act, cols, None, &vectors, &step, MAX_BATCH)
+                    .unwrap();
+                let alone = [0, 1].map(|i| poisoned_f32(ctx, "y", batch * rows[i]));
+                let mixed = [0, 1].map(|i| poisoned_f32(ctx, "y", batch * rows[i]));
+                let io = |i: usize, y| MatVecIo {
+                    weights: &w[i],
+                    weights_offset: 0,
+                    x: x_act,
+                    y: Activations::contiguous(y, rows[i]),
+                    step: &step,
+                    accumulate: false,
+                    max_batch: MAX_BATCH,
+                };
+                let singles = [0, 1].map(|i| {
+                    kernel
+                        .bind_fused(ctx, shapes[i], &io(i, &alone[i]), input)
+                        .unwrap()
+                });
+                let both = MatVecFusion {
+                    second: Some(SecondWeight {
+                        shape: shapes[1],
+                        weights: &w[1],
+                        y: Activations::contiguous(&mixed[1], rows[1]),
+                    }),
+                    ..input
+                };
+                let binding = kernel
+                    .bind_fused(ctx, shapes[0], &io(0, &mixed[0]), both)
+                    .unwrap();
+                ctx.run_pass("mixed over summed-norm blocks", |pass| {
+                    quantizer.encode(pass, &quantize, n).unwrap();
+                    for single in &singles {
+                        kernel.encode(pass, single, n).unwrap();
+                    }
+                    kernel.encode(pass, &binding, n).unwrap();
+                })
+                .unwrap();
+                for i in 0..2 {
+                    let bits = |y: &wgpu::Buffer| {
+                        read_back_f32(ctx, y, 0..4 * batch * rows[i])
+                            .unwrap()
+                            .iter()
+                            .map(|v| v.to_bits())
+                            .collect::<Vec<_>>()
+                    };
+                    let (want, got) = (bits(&alone[i]), bits(&mixed[i]));
+                    let what = format!("{paths} {types:?} part {i} batch {n}");
+                    assert_eq!(got, want, "{what}: the mixed part differs from its binding");
+                    let written = u64::from(n) * rows[i];
+                    assert!(
+                        want[..written as usize]
+                            .iter()
+                            .all(|b| !f32::from_bits(*b).is_nan())
+                            && want[written as usize..]
+                                .iter()
+                                .all(|b| f32::from_bits(*b).is_nan()),
+                        "{what}: NaN inside the batch or writes past it"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// What [`residual_chain`] read back: the residual with and without the q8 output, the
+/// producer's codes, scales and block sums (every vector of the room), the consumer's outputs.
+struct ResidualRun {
+    y: Vec<f32>,
+    y_plain: Vec<f32>,
+    codes: Vec<i8>,
+    scales: Vec<f32>,
+    sums: Vec<f32>,
+    z: Vec<f32>,
+}
+
+/// One step of `n` vectors: x quantized, the producer y += W_p x̂ writing the blocks of
+/// y·next_norm, the consumer z = W_c (its summed norm of those blocks), and the same product
+/// without the q8 output into a copy of y0.
+fn residual_chain(
+    ctx: &GpuContext,
+    (kernel, quantizer): (&MatVec, &QuantizeQ8),
+    (w_p, w_c, ty): (&wgpu::Buffer, &wgpu::Buffer, GgmlType),
+    (d, cols, rows): (u64, u64, u64),
+    (x, y0, next_norm, eps): (&wgpu::Buffer, &[f32], &wgpu::Buffer, f32),
+    n: u32,
+) -> ResidualRun {
+    let batch = u64::from(MAX_BATCH);
+    let step = StepBuffer::new(ctx);
+    step.set(ctx, Step::new(0, n, 0));
+    let y = upload(ctx, "y", bytemuck::cast_slice(y0)).unwrap();
+    let y_plain = upload(ctx, "y plain", bytemuck::cast_slice(y0)).unwrap();
+    let z = poisoned_f32(ctx, "z", batch * rows);
+    let x_q8 = Q8Vectors::new(ctx, "x", cols, MAX_BATCH).unwrap();
+    let out = Q8Vectors::with_sums(ctx, "residual", d, MAX_BATCH).unwrap();
+    fak::gpu::buffers::write(ctx, &out.codes, 0, &vec![0x7f; out.codes.size() as usize]).unwrap();
+    let nan = vec![f32::NAN; out.scales.size() as usize / 4];
+    fak::gpu::buffers::write(ctx, &out.scales, 0, bytemuck::cast_slice(&nan)).unwrap();
+    let x_act = Activations::contiguous(x, cols);
+    let quantize = quantizer
+        .bind(ctx, x_act, cols, None, &x_q8, &step, MAX_BATCH)
+        .unwrap();
+    let shape = MatVecShape { ty, rows: d, cols };
+    let io = MatVecIo {
+        weights: w_p,
+        weights_offset: 0,
+        x: x_act,
+        y: Activations::contiguous(&y, d),
+        step: &step,
+        accumulate: true,
+        max_batch: MAX_BATCH,
+    };
+    let io_plain = MatVecIo {
+        y: Activations::contiguous(&y_plain, d),
+        ..io
+    };
+    let q8 = MatVecFusion {
+        q8: Some(&x_q8),
+        ..MatVecFusion::default()
+    };
+    let producer = MatVecFusion {
+        residual_output: Some(ResidualOutput {
+            vectors: &out,
+            next_norm,
+        }),
+        ..q8
+    };
+    let producing = kernel.bind_fused(ctx, shape, &io, producer).unwrap();
+    let plain = kernel.bind_fused(ctx, shape, &io_plain, q8).unwrap();
+    let consumer_io = MatVecIo {
+        weights: w_c,
+        weights_offset: 0,
+        x: Activations::contiguous(&y, d),
+        y: Activations::contiguous(&z, rows),
+        step: &step,
+        accumulate: false,
+        max_batch: MAX_BATCH,
+    };
+    let consumer = MatVecFusion {
+        q8: Some(&out),
+        q8_norm: Some(eps),
+        ..MatVecFusion::default()
+    };
+    let shape_c = MatVecShape { ty, rows, cols: d };
+    let consuming = kernel
+        .bind_fused(ctx, shape_c, &consumer_io, consumer)
+        .unwrap();
+    ctx.run_pass("residual producer", |pass| {
+        quantizer.encode(pass, &quantize, n).unwrap();
+        kernel.encode(pass, &producing, n).unwrap();
+        kernel.encode(pass, &consuming, n).unwrap();
+        kernel.encode(pass, &plain, n).unwrap();
+    })
+    .unwrap();
+    let scales = read_back_f32(ctx, &out.scales, 0..out.scale_bytes()).unwrap();
+    let (scales, sums) = scales.split_at(out.sum_index() as usize);
+    ResidualRun {
+        y: read_back_f32(ctx, &y, 0..4 * batch * d).unwrap(),
+        y_plain: read_back_f32(ctx, &y_plain, 0..4 * batch * d).unwrap(),
+        codes: read_back(ctx, &out.codes, 0..batch * d)
+            .unwrap()
+            .iter()
+            .map(|&c| c as i8)
+            .collect(),
+        scales: scales.to_vec(),
+        sums: sums.to_vec(),
+        z: read_back_f32(ctx, &z, 0..4 * batch * rows).unwrap(),
     }
 }
 

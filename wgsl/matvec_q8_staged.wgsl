@@ -86,6 +86,9 @@ fn matvec_q8_staged(@builtin(workgroup_id) wg: vec3<u32>,
         return;
     }
     let n = min(step.n_tokens, MAX_B);
+    if Q8_NORM {
+        norm_scales_of_sums(n, lanes);
+    }
     let starts = row_starts(at.team_first, paired);
     let last = p.units - 1u;
     var acc: array<vec4<f32>, 8>;

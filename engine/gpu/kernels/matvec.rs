@@ -21,7 +21,10 @@
 //! [`MatVec::bind_fused`] takes a [`MatVecFusion`]: an RMSNorm of x folded into the product (the
 //! pre-norm of QKV and of the MLP: x is then the residual stream) and the gate/up pairing that
 //! writes `silu(gate)·up` (W holds the gate rows followed by the up rows). Each saves the
-//! dependent dispatches of the ops it folds in; the math is in wgsl/matvec.wgsl.
+//! dependent dispatches of the ops it folds in; the math is in wgsl/matvec.wgsl. Opt-in (the
+//! producer-side quantize, `FAK_DECODE_FUSE=pquant`): an accumulating product also writes the
+//! next norm's q8 input with its block sums ([`MatVecFusion::residual_output`]), and a q8 product
+//! reads such vectors with their summed norm ([`MatVecFusion::q8_norm`]).
 //!
 //! # The integer path
 //!
@@ -38,7 +41,8 @@
 //! computes the same sums up to how a row is split between invocations;
 //! [`MatVecLayout::CANDIDATES`] are the ones experiments/matvec-bench times and
 //! tests/gpu_matvec.rs checks. A binding takes [`MatVecFusion::layout`], else the one
-//! `FAK_MATVEC_LAYOUT` names (`MatVecLayout::from_env`), else its input's:
+//! `FAK_MATVEC_LAYOUT` names (`MatVecLayout::from_env`; for a binding that accumulates into y,
+//! `FAK_MATVEC_RESIDUAL_LAYOUT` first, opt-in), else its input's:
 //! [`MatVecLayout::DEFAULT`] (f32) or [`MatVecLayout::INTEGER`] (q8). The wide form reads Q6_K
 //! blocks with word loads in fewer instructions, the −32 folded through x (the default), or
 //! (opt-in) as aligned 16-byte pairs (`FAK_MATVEC_Q6=aligned`) or plain word loads
@@ -134,6 +138,13 @@ impl MatVecLayout {
     pub const QUANTIZING_TEAMS: u32 = 16;
     /// The layout a gate/up pairing that quantizes its output takes unless told otherwise.
     pub const QUANTIZING: MatVecLayout = MatVecLayout::new(256, 16, 1);
+    /// Teams a layout needs for [`MatVecFusion::residual_output`]: 8 teams of 4 rows own one
+    /// q8 block of the residual.
+    pub const PRODUCING_TEAMS: u32 = 8;
+    /// The layout a residual producer ([`MatVecFusion::residual_output`]) takes unless
+    /// `FAK_MATVEC_RESIDUAL_LAYOUT` names one of [`MatVecLayout::PRODUCING_TEAMS`] teams:
+    /// [`MatVecLayout::INTEGER`]'s 256 invocations in 8 teams of 32 (experiments/NOTES.md, "pqz").
+    pub const PRODUCING: MatVecLayout = MatVecLayout::new(256, 8, 1);
 
     /// The layouts kept after the H200 (experiments/NOTES.md, decode-matvec): the f32 path's
     /// default, the integer path's, and the quantizing gate/up pairing's. experiments/matvec-bench
@@ -260,7 +271,7 @@ impl MatVecLayout {
         (stage, batch, split): (bool, bool, u32),
         workgroup_limit: u32,
     ) -> MatVecLayout {
-        let q8 = matches!(input, Input::Q8(_)) && second.is_none();
+        let q8 = matches!(input, Input::Q8(_) | Input::Q8Norm(_)) && second.is_none();
         let staged = (self.staged || (stage && self.wide && capacity > 1))
             && q8
             && self.stage_vectors(capacity, workgroup_limit) > 0;
@@ -367,10 +378,25 @@ impl MatVecLayout {
     /// `FAK_MATVEC_LAYOUT` (`invocations/teams/unroll[/wide|/staged|/batched|/splitG]`, e.g.
     /// `256/4/1`): one layout for every binding that names none; None when unset or empty.
     pub fn from_env() -> Result<Option<MatVecLayout>, GpuError> {
-        match std::env::var("FAK_MATVEC_LAYOUT") {
+        Self::from_var("FAK_MATVEC_LAYOUT")
+    }
+
+    /// The layout environment variable `name` writes in [`MatVecLayout::parse`]'s syntax; None
+    /// when unset or empty.
+    pub fn from_var(name: &str) -> Result<Option<MatVecLayout>, GpuError> {
+        match std::env::var(name) {
             Ok(text) if !text.is_empty() => Self::parse(&text).map(Some),
             _ => Ok(None),
         }
+    }
+
+    /// `FAK_MATVEC_RESIDUAL_LAYOUT` (opt-in; [`MatVecLayout::parse`]'s syntax): the layout of
+    /// every binding that accumulates into its output and names none — a decode step's residual
+    /// adds (ffn_down, gdn_out, attn_output) — ahead of `FAK_MATVEC_LAYOUT`, so those products
+    /// alone can be timed in another layout (experiments/NOTES.md, "pqz": a producer that
+    /// quantizes the residual must own whole 32-row blocks, e.g. `256/8/1`).
+    pub fn residual_from_env() -> Result<Option<MatVecLayout>, GpuError> {
+        Self::from_var("FAK_MATVEC_RESIDUAL_LAYOUT")
     }
 
     /// `invocations/teams/unroll`, or with `/wide`, `/staged`, `/batched` or `/splitG` (the
@@ -511,7 +537,13 @@ struct Params {
     part2: u32,
     /// The weight's ggml type id (read by mixed pipelines).
     ggml_type: u32,
+    /// The element index of vector 0's first block sum in yd (a residual producer) or xd (a
+    /// Q8_NORM product).
+    sum_index: u32,
 }
+/// `Params::quantize_out` (QUANTIZE_PAIRED, QUANTIZE_RESIDUAL of the WGSL).
+const QUANTIZE_PAIRED: u32 = 1;
+const QUANTIZE_RESIDUAL: u32 = 2;
 
 /// The index in [`BATCH_CAPACITIES`] of the smallest capacity that holds `n_tokens` vectors.
 fn capacity_index(n_tokens: u32) -> usize {
@@ -649,6 +681,28 @@ pub struct MatVecFusion<'a> {
     /// `quantize_input` or `q8`, the wide form for both types (Q4_K, Q6_K), the same `cols`, no
     /// pairing or quantized output, and each weight in one binding ([`MatVec::mixes`]).
     pub second: Option<SecondWeight<'a>>,
+    /// With `q8`: those vectors are a residual producer's blocks of x·w (`residual_output`,
+    /// [`Q8Vectors::with_sums`]), and the product takes RMSNorm(x)·w by scaling each vector's
+    /// totals by 1 / sqrt(Σ x² / cols + eps), Σ x² summed from the vectors' block sums, with this
+    /// eps (wgsl/matvec.wgsl, Q8_NORM). Not a quantize dispatch's bits: a relative-error bound.
+    pub q8_norm: Option<f32>,
+    /// Also write the accumulated outputs (the residual stream, `accumulate` on) as the q8 blocks
+    /// of y·`next_norm` and their block sums of squares (wgsl/matvec.wgsl, QUANTIZE_RESIDUAL):
+    /// the input of a `q8_norm` product after the next RMSNorm, which then needs no quantize
+    /// dispatch. Needs `accumulate`, `rows` a multiple of 32 in one range, a layout of
+    /// [`MatVecLayout::PRODUCING_TEAMS`] teams (the binding takes [`MatVecLayout::PRODUCING`]
+    /// where it names none and `FAK_MATVEC_RESIDUAL_LAYOUT` names none of that many), no pairing,
+    /// no second weight.
+    pub residual_output: Option<ResidualOutput<'a>>,
+}
+
+/// Where a residual producer writes the next norm's q8 input ([`MatVecFusion::residual_output`]).
+#[derive(Clone, Copy)]
+pub struct ResidualOutput<'a> {
+    /// Vectors of `rows` columns made by [`Q8Vectors::with_sums`].
+    pub vectors: &'a Q8Vectors,
+    /// The next RMSNorm's weight: `rows` f32 values.
+    pub next_norm: &'a wgpu::Buffer,
 }
 
 /// The input of a mixed binding ([`MatVec::mixes`]).
@@ -677,6 +731,9 @@ pub struct MatVec {
     /// The layout of every binding that names none; None: [`MatVecLayout::DEFAULT`] for f32
     /// inputs, [`MatVecLayout::INTEGER`] for q8 ones.
     rows: Option<MatVecLayout>,
+    /// The layout of every accumulating binding that names none, ahead of `rows`
+    /// ([`MatVecLayout::residual_from_env`]); None: `rows`'s.
+    residual: Option<MatVecLayout>,
     /// Every binding's layout (named or not) in the wide form where that serves it
     /// (on unless `FAK_MATVEC_WIDE=0`: the wide form of every layout that has one).
     widen: bool,
@@ -714,6 +771,9 @@ enum Input {
     Normed,
     /// x as q8 blocks; the index in `MatVec::Q8_TYPES`.
     Q8(usize),
+    /// x as a residual producer's q8 blocks of x·w, the norm's 1 / rms taken from their block
+    /// sums (Q8_NORM; [`MatVecFusion::q8_norm`]); the index in `MatVec::Q8_TYPES`.
+    Q8Norm(usize),
     /// x RMS-normed and quantized to q8 blocks inside each workgroup (QUANTIZE_X): the index
     /// in `MatVec::Q8_TYPES` and the row length.
     QuantizedNorm(usize, u32),
@@ -722,7 +782,10 @@ enum Input {
 impl Input {
     /// Whether the product multiplies q8 codes (the integer path's kernels).
     fn is_q8(self) -> bool {
-        matches!(self, Input::Q8(_) | Input::QuantizedNorm(..))
+        matches!(
+            self,
+            Input::Q8(_) | Input::Q8Norm(_) | Input::QuantizedNorm(..)
+        )
     }
 }
 
@@ -815,6 +878,9 @@ fn spec(
         Input::Q8(_) if rows.staged => ("matvec_q8_staged", "q8"),
         Input::Q8(_) if rows.wide => ("matvec_q8_wide", "q8"),
         Input::Q8(_) => ("matvec_q8", "q8"),
+        Input::Q8Norm(_) if rows.staged => ("matvec_q8_staged", "q8 summed norm"),
+        Input::Q8Norm(_) if rows.wide => ("matvec_q8_wide", "q8 summed norm"),
+        Input::Q8Norm(_) => ("matvec_q8", "q8 summed norm"),
         Input::QuantizedNorm(..) if rows.wide => ("matvec_q8_wide", "normed q8"),
         Input::QuantizedNorm(..) => ("matvec_q8", "normed q8"),
         Input::Normed => ("matvec", "normed f32"),
@@ -823,13 +889,14 @@ fn spec(
     // Only the int-dot module declares QUANTIZE_X and X_COLS.
     let mut constants = match input {
         Input::QuantizedNorm(_, cols) => vec![("QUANTIZE_X", 1.0), ("X_COLS", f64::from(cols))],
+        Input::Q8Norm(_) => vec![("Q8_NORM", 1.0)],
         _ => Vec::new(),
     };
     if let Some(second) = second {
         constants.push(("MIXED", 1.0));
         constants.push(("SECOND_TYPE", f64::from(second.id())));
         // Beside q8 vectors the second weight's blocks take binding 10 (see the WGSL header).
-        if matches!(input, Input::Q8(_)) {
+        if matches!(input, Input::Q8(_) | Input::Q8Norm(_)) {
             constants.push(("MIXED_Q8", 1.0));
         }
     }
@@ -978,8 +1045,20 @@ impl Kernel for MatVec {
             pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, staged[2], aligned, 1));
             // The batched form: both types, and the unrolled loop.
             let batched = MatVecLayout::BATCHED_CANDIDATES;
+            let words = (None, Q6Loads::Words);
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), batched[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), batched[2]));
+            // A residual producer's q8 blocks read with their summed norm (opt-in), batched
+            // and narrow.
+            pipelines.push(spec(
+                GgmlType::Q4_K,
+                Input::Q8Norm(1),
+                8,
+                batched[0],
+                words,
+                1,
+            ));
+            pipelines.push(spec(GgmlType::Q8_0, Input::Q8Norm(0), 2, rows, words, 1));
             // Q6_K's lean units (opt-in): batched, staged, and mixed with the norm quantized in
             // the workgroup.
             let lean = (None, Q6Loads::Lean);
@@ -1040,6 +1119,7 @@ impl MatVec {
         let widen = std::env::var("FAK_MATVEC_WIDE").as_deref() != Ok("0");
         let stage = Self::stages_batches();
         let mut kernel = Self::build_in(ctx, paths, MatVecLayout::from_env()?)?;
+        kernel.residual = MatVecLayout::residual_from_env()?;
         kernel.widen = widen;
         kernel.stage = stage;
         kernel.batch = Self::batches_vectors();
@@ -1116,6 +1196,7 @@ impl MatVec {
         Ok(MatVec {
             variant: variant.paths,
             rows,
+            residual: None,
             widen: false,
             q6: Q6Loads::Words,
             stage: false,
@@ -1374,13 +1455,24 @@ impl MatVec {
                     ty,
                 })
         };
+        if fusion.q8_norm.is_some() && fusion.q8.is_none() {
+            return Err(shape_error("a summed norm needs q8 vectors".into()));
+        }
         let input = match (fusion.norm, fusion.q8, fusion.quantize_input) {
             (None, None, false) => Input::F32,
             (Some(_), None, false) => Input::Normed,
             (None, Some(q8), false) => {
                 let index = q8_index()?;
                 q8.check(Self::NAME, cols, io.max_batch)?;
-                Input::Q8(index)
+                match fusion.q8_norm {
+                    Some(_) if !q8.sums => {
+                        return Err(shape_error(
+                            "a summed norm needs q8 vectors with block sums".into(),
+                        ));
+                    }
+                    Some(_) => Input::Q8Norm(index),
+                    None => Input::Q8(index),
+                }
             }
             (Some(_), None, true) => {
                 let index = q8_index()?;
@@ -1407,7 +1499,20 @@ impl MatVec {
             true => MatVecLayout::INTEGER,
             false => MatVecLayout::DEFAULT,
         };
-        let rows_layout = fusion.layout.or(self.rows).unwrap_or(by_input).check()?;
+        let named = match io.accumulate {
+            true => self.residual.or(self.rows),
+            false => self.rows,
+        };
+        // A residual producer takes the residual layout where it has the teams, else PRODUCING.
+        let named = match fusion.residual_output {
+            Some(_) => named.filter(|l| l.teams == MatVecLayout::PRODUCING_TEAMS),
+            None => named,
+        };
+        let by_input = match fusion.residual_output {
+            Some(_) => MatVecLayout::PRODUCING,
+            None => by_input,
+        };
+        let rows_layout = fusion.layout.or(named).unwrap_or(by_input).check()?;
         let rows_layout = match self.widen {
             true => rows_layout.widened(),
             false => rows_layout,
@@ -1429,6 +1534,34 @@ impl MatVec {
                 )));
             }
         }
+        if let Some(out) = fusion.residual_output {
+            let q8 = out.vectors;
+            if !io.accumulate
+                || fusion.swiglu
+                || fusion.second.is_some()
+                || fusion.quantize_output.is_some()
+                || rows_layout.teams != MatVecLayout::PRODUCING_TEAMS
+                || !rows.is_multiple_of(Q8_BLOCK)
+                || !q8.sums
+                || q8.cols != rows
+            {
+                return Err(shape_error(format!(
+                    "a residual's q8 output needs an accumulating product of whole 32-row \
+                     blocks ({rows} rows), no pairing, second weight or other quantized output, \
+                     a layout of {} teams (not {rows_layout}) and vectors of {rows} columns \
+                     with block sums",
+                    MatVecLayout::PRODUCING_TEAMS
+                )));
+            }
+            q8.check(Self::NAME, rows, io.max_batch)?;
+            if out.next_norm.size() < 4 * rows || 4 * rows > max_binding {
+                return Err(shape_error(format!(
+                    "the next norm's weight needs {} bytes in one binding; its buffer has {}",
+                    4 * rows,
+                    out.next_norm.size()
+                )));
+            }
+        }
         let max_batch = match input {
             Input::QuantizedNorm(..) => {
                 self.quantizing_capacity(ctx, rows_layout, cols, io.max_batch)?
@@ -1439,8 +1572,10 @@ impl MatVec {
         let second_type = fusion.second.map(|s| s.shape.ty);
         if let Some(second) = fusion.second {
             let wide = |t| MatVecLayout::wide_serves(t, input);
-            if !matches!(input, Input::QuantizedNorm(..) | Input::Q8(_))
-                || !rows_layout.wide
+            if !matches!(
+                input,
+                Input::QuantizedNorm(..) | Input::Q8(_) | Input::Q8Norm(_)
+            ) || !rows_layout.wide
                 || !wide(second.shape.ty)
                 || second.shape.cols != cols
                 || fusion.swiglu
@@ -1502,9 +1637,12 @@ impl MatVec {
         let units = cols.div_ceil(unit_elems);
         let max_per_dimension = ctx.device.limits().max_compute_workgroups_per_dimension;
         let ranges = split_rows("a matvec weight", w_rows, &[row_bytes], max_binding, align)?;
-        if (fusion.swiglu || mixed) && ranges.len() > 1 {
+        let producing = fusion.residual_output.is_some();
+        if (fusion.swiglu || mixed || producing) && ranges.len() > 1 {
             return Err(GpuError::TooLarge {
-                what: "a gate/up pairing's or a mixed binding's weights (bytes)".into(),
+                what: "a gate/up pairing's, a mixed binding's or a residual producer's weights \
+                       (bytes)"
+                    .into(),
                 size: w_rows * row_bytes,
                 limit: max_binding,
                 limit_name: "max_storage_buffer_binding_size",
@@ -1577,7 +1715,12 @@ impl MatVec {
                 let placeholder = self.placeholder.as_entire_binding();
                 // xq, xd: the whole q8 vectors of a q8 binding (vector b at b·cols/4, b·cols/32).
                 let batch = u64::from(io.max_batch);
+                // A Q8_NORM binding's xd holds the block sums behind the scales: all of it.
                 let (xq, xd) = match fusion.q8 {
+                    Some(q8) if fusion.q8_norm.is_some() => (
+                        Window::around(0, batch * cols, align).binding(&q8.codes),
+                        Window::around(0, q8.scale_bytes(), align).binding(&q8.scales),
+                    ),
                     Some(q8) => (
                         Window::around(0, batch * cols, align).binding(&q8.codes),
                         Window::around(0, 4 * batch * cols / Q8_BLOCK, align).binding(&q8.scales),
@@ -1594,12 +1737,23 @@ impl MatVec {
                 };
                 // yq, yd: the quantized output's whole vectors (vector b at b·rows/4, b·rows/32).
                 let out = self.placeholder_out.as_entire_binding();
-                let (yq, yd) = match fusion.quantize_output {
-                    Some(q8) => (
+                let (yq, yd) = match (fusion.quantize_output, fusion.residual_output) {
+                    (Some(q8), _) => (
                         Window::around(0, batch * rows, align).binding(&q8.codes),
                         Window::around(0, 4 * batch * rows / Q8_BLOCK, align).binding(&q8.scales),
                     ),
-                    None => (out.clone(), out),
+                    // The scales and the block sums behind them.
+                    (None, Some(r)) => (
+                        Window::around(0, batch * rows, align).binding(&r.vectors.codes),
+                        Window::around(0, r.vectors.scale_bytes(), align)
+                            .binding(&r.vectors.scales),
+                    ),
+                    (None, None) => (out.clone(), out),
+                };
+                let sum_index = match (fusion.residual_output, fusion.q8) {
+                    (Some(r), _) => r.vectors.sum_index(),
+                    (None, Some(q8)) if fusion.q8_norm.is_some() => q8.sum_index(),
+                    _ => 0,
                 };
                 // split_rows keeps each range inside one binding (< 2^31 bytes): these fit u32.
                 let params = Params {
@@ -1614,11 +1768,16 @@ impl MatVec {
                     y_stride: y.stride,
                     accumulate: u32::from(io.accumulate),
                     wide,
-                    eps: norm.map_or(0.0, |(n, _)| n.eps),
+                    eps: norm.map_or(fusion.q8_norm.unwrap_or(0.0), |(n, _)| n.eps),
                     pair_byte: pair_byte as u32,
-                    quantize_out: u32::from(fusion.quantize_output.is_some()),
+                    quantize_out: match (fusion.quantize_output, fusion.residual_output) {
+                        (Some(_), _) => QUANTIZE_PAIRED,
+                        (None, Some(_)) => QUANTIZE_RESIDUAL,
+                        (None, None) => 0,
+                    },
                     part2: len.div_ceil(outputs_per_workgroup) as u32,
                     ggml_type: ty.id(),
+                    sum_index: sum_index as u32,
                 };
                 // The second weight's params: its rows, bytes and outputs; x as the first's;
                 // its blocks read with word loads (no w16 view of binding 8).
@@ -1642,7 +1801,7 @@ impl MatVec {
                         let blocks = window.binding(sw.weights);
                         let y2 = y2.window.binding(sw.y.buffer);
                         match input {
-                            Input::Q8(_) => (xq, blocks, y2),
+                            Input::Q8(_) | Input::Q8Norm(_) => (xq, blocks, y2),
                             _ => (blocks, yq, y2),
                         }
                     }
@@ -1660,7 +1819,12 @@ impl MatVec {
                         step.clone(),
                         w_wide.map_or(placeholder.clone(), |w| w.binding(io.weights)),
                         x16,
-                        norm.map_or(placeholder, |(n, window)| window.binding(n.weight)),
+                        match fusion.residual_output {
+                            Some(r) => Window::around(0, 4 * rows, align).binding(r.next_norm),
+                            None => {
+                                norm.map_or(placeholder, |(n, window)| window.binding(n.weight))
+                            }
+                        },
                         xq,
                         xd,
                         yq,
@@ -1692,9 +1856,15 @@ impl MatVec {
             None => 4 * cols,
         };
         let y_bytes = 4 * rows * if io.accumulate { 2 } else { 1 };
-        let q8_out = fusion
-            .quantize_output
-            .map_or(0, |_| Q8Vectors::bytes_per_vector(rows));
+        // A residual producer also writes the block sums and reads the next norm's weight; a
+        // Q8_NORM product reads the block sums.
+        let q8_out = match (fusion.quantize_output, fusion.residual_output) {
+            (Some(_), _) => Q8Vectors::bytes_per_vector(rows),
+            (None, Some(_)) => Q8Vectors::bytes_per_vector(rows) + 4 * rows / Q8_BLOCK,
+            (None, None) => 0,
+        };
+        let next_norm = fusion.residual_output.map_or(0, |_| 4 * rows);
+        let x_bytes = x_bytes + fusion.q8_norm.map_or(0, |_| 4 * cols / Q8_BLOCK);
         let (norm_weight, norm_reread) = match fusion.norm {
             Some(n) if n.shared => (0, 4 * cols),
             Some(_) => (4 * cols, 0),
@@ -1714,7 +1884,7 @@ impl MatVec {
                 true => "matvec_q8",
                 false => Self::NAME,
             },
-            weight_bytes: w_rows * row_bytes + norm_weight + second_w,
+            weight_bytes: w_rows * row_bytes + norm_weight + second_w + next_norm,
             step_bytes: norm_reread,
             vector_bytes: x_bytes + y_bytes + q8_out + second_y,
             vector_flops: 2 * (w_rows + second_rows) * cols,

@@ -4,13 +4,14 @@ use super::linear::{FedMatVec, Linear, QuantizedInput};
 use super::norm::Norm;
 use super::pointwise::Pointwise;
 use super::scratch::Act;
-use super::{Binder, Kernels, stackable, upload_weights};
+use super::{Binder, Kernels, ResidualLinks, stackable, upload_weights};
 use crate::gpu::GpuError;
 use crate::gpu::kernels::elementwise::ElementwiseOp;
 use crate::gpu::kernels::matmul::MatmulOutput;
 use crate::gpu::kernels::matvec::{
     InputNorm, MatVecBinding, MatVecFusion, MatVecLayout, MatVecShape,
 };
+use crate::gpu::kernels::quantize_q8::Q8Vectors;
 use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::support::View;
 use crate::gpu::profile::StepMarks;
@@ -49,11 +50,16 @@ pub struct Mlp {
     /// blocks (`MatVecFusion::quantize_output`) and this decode mat-vec of W_down reads them, so
     /// the down product needs no quantize dispatch of its own.
     down_fed: Option<FedMatVec>,
+    /// With `FAK_DECODE_FUSE=pquant`, where the mixer's residual add writes this norm's q8
+    /// input ([`super::ResidualLinks::input`]): `folded` over those blocks with their summed
+    /// norm (`MatVecFusion::q8_norm`), so the step needs no quantize dispatch.
+    prefed: Option<MatVecBinding>,
 }
 
 impl Mlp {
-    /// Binds the MLP of tensors `t` over the shared activations.
-    pub fn bind(b: &Binder, t: &MlpTensors) -> Result<Mlp, ModelError> {
+    /// Binds the MLP of tensors `t` over the shared activations; `links`: its place in the
+    /// producer-side quantize (`FAK_DECODE_FUSE=pquant`).
+    pub fn bind(b: &Binder, t: &MlpTensors, links: ResidualLinks<'_>) -> Result<Mlp, ModelError> {
         let buffers = MlpBuffers {
             x: b.scratch.get(Act::X),
             h: b.scratch.get(Act::H),
@@ -130,7 +136,13 @@ impl Mlp {
         };
         // W_down, and its integer decode mat-vec reading the pairing's quantized SwiGLU where
         // both fold.
-        let (down, fed) = b.linear_fed(t.down, s.act, s.x, MatmulOutput::Accumulate, true)?;
+        let (down, fed) = b.linear_fed(
+            t.down,
+            (s.act, s.x),
+            MatmulOutput::Accumulate,
+            true,
+            links.next_norm,
+        )?;
         let quantizing = fed.as_ref().and_then(|fed| {
             let fusion = MatVecFusion {
                 quantize_output: Some(fed.vectors()),
@@ -155,6 +167,21 @@ impl Mlp {
             }
             _ => None,
         };
+        // The pairing over the mixer's blocks of this norm's input, as `folded` writes its output.
+        let prefed = match (&folded, &quantized, links.input) {
+            (Some(_), Some(_), Some(input)) => {
+                let fusion = MatVecFusion {
+                    swiglu: true,
+                    q8: Some(input),
+                    q8_norm: Some(b.eps),
+                    quantize_output: down_fed.as_ref().map(FedMatVec::vectors),
+                    layout: down_fed.as_ref().map(|_| MatVecLayout::QUANTIZING),
+                    ..MatVecFusion::default()
+                };
+                b.fold(paired, &w, s.x, s.act, fusion)?
+            }
+            _ => None,
+        };
         Ok(Mlp {
             norm: Norm::bind(b.k, b.ctx, io, d, 1, b.eps, &norm_weight, b.step, b.rows)?,
             gate_up,
@@ -164,7 +191,14 @@ impl Mlp {
             quantizing,
             down,
             down_fed,
+            prefed,
         })
+    }
+
+    /// The next norm's q8 input that W_down's decode product writes, where bound
+    /// (`FAK_DECODE_FUSE=pquant`).
+    pub fn residual(&self) -> Option<&Q8Vectors> {
+        self.down_fed.as_ref().and_then(FedMatVec::residual)
     }
 
     /// Records the block's ops: `ffn_gate_up` (norm, gate, up and SwiGLU folded) and
@@ -178,10 +212,14 @@ impl Mlp {
     ) -> Result<(), GpuError> {
         match &self.folded {
             Some(binding) if marks.kind == StepKind::Decode => {
-                let recorded = match self.quantizing.as_ref().filter(|q| q.max_batch() >= n) {
+                let prefed = self.prefed.as_ref().filter(|p| p.max_batch() >= n);
+                let quantizing = self.quantizing.as_ref().filter(|q| q.max_batch() >= n);
+                let recorded = match (prefed, quantizing) {
+                    // The mixer's residual add wrote this norm's q8 input.
+                    (Some(prefed), _) => k.matvec.encode(pass, prefed, n)?,
                     // The norm and its quantization inside the product.
-                    Some(quantizing) => k.matvec.encode(pass, quantizing, n)?,
-                    None => {
+                    (None, Some(quantizing)) => k.matvec.encode(pass, quantizing, n)?,
+                    (None, None) => {
                         let quantized = match &self.quantized {
                             Some(q) => Some(q.encode(k, pass, n)?),
                             None => None,

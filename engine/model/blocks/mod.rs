@@ -33,7 +33,7 @@ use crate::gpu::kernels::matmul::{Matmul, MatmulOutput};
 use crate::gpu::kernels::matvec::{
     InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecShape,
 };
-use crate::gpu::kernels::quantize_q8::QuantizeQ8;
+use crate::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
 use crate::gpu::kernels::rms_norm::RmsNorm;
 use crate::gpu::kernels::rope_kv::RopeKv;
 use crate::gpu::step::{StepBuffer, StepIo};
@@ -125,13 +125,33 @@ pub fn decode_merge() -> bool {
 ///   holding the new position norms, rotates and writes its k and v first: one dispatch fewer
 ///   per attention layer, no read of weights or cache added. Where the adapter cannot hold the
 ///   form, the rope_kv dispatch stays.
-/// - `all`: every fusion above.
+/// - `pquant` (not the default's bits: a relative-error bound, experiments/NOTES.md "pqz"): on
+///   the int-dot path, the producer-side quantize — each decode mat-vec that adds into the
+///   residual stream (gdn_out, attn_output, ffn_down; [`linear::FedMatVec`]) also writes, per
+///   32-row block it owns, the q8 codes of x·w_next (w_next the next RMSNorm's weight) and the
+///   block's Σ x², so the q8 products after that norm (the next mixer's projections, the gate/up
+///   pairing) read them and scale by 1 / rms from the summed blocks instead of a quantize
+///   dispatch: one dispatch fewer per norm but the first layer's (127 a token on the 27B, 71 on
+///   the 8B). Its producers run in a layout of 8 teams (`MatVecLayout::PRODUCING`, or
+///   `FAK_MATVEC_RESIDUAL_LAYOUT`'s where it has 8). Where a producer or a consumer cannot take
+///   it, the quantize dispatch stays. Not `all`'s: it changes bits.
+/// - `all`: every fusion above that keeps the default's bits (`merge`, `rope`).
 pub fn decode_fuse(part: &str) -> bool {
     decode_fusion()
         && std::env::var("FAK_DECODE_FUSE").is_ok_and(|list| {
             list.split(',')
-                .any(|p| p.trim() == part || p.trim() == "all")
+                .any(|p| p.trim() == part || (p.trim() == "all" && part != "pquant"))
         })
+}
+
+/// A block's links in the producer-side quantize (`FAK_DECODE_FUSE=pquant`, [`decode_fuse`]):
+/// the q8 blocks its normed input comes as (the previous residual producer's
+/// [`linear::FedMatVec::residual`]; None: its quantize dispatch), and the weight of the norm
+/// after its own residual add (None: the head's, or the form off).
+#[derive(Clone, Copy, Default)]
+pub struct ResidualLinks<'a> {
+    pub input: Option<&'a Q8Vectors>,
+    pub next_norm: Option<&'a TensorInfo>,
 }
 
 /// A weight tensor's bytes, exactly as the GGUF stores them, in a buffer of its own (labelled
@@ -224,17 +244,23 @@ impl<'a> Binder<'a> {
     }
 
     /// [`Binder::linear`], and where `fed` (its producer can write x as q8 blocks) and the
-    /// int-dot path takes them, the decode mat-vec reading those blocks ([`FedMatVec`]).
+    /// int-dot path takes them, the decode mat-vec reading those blocks ([`FedMatVec`]); with
+    /// `next_norm` (the norm after this residual add) and `FAK_DECODE_FUSE=pquant`, one that
+    /// also writes that norm's q8 input ([`FedMatVec::residual`]).
     pub fn linear_fed(
         &self,
         t: &TensorInfo,
-        x: &wgpu::Buffer,
-        y: &wgpu::Buffer,
+        (x, y): (&wgpu::Buffer, &wgpu::Buffer),
         output: MatmulOutput,
         fed: bool,
+        next_norm: Option<&TensorInfo>,
     ) -> Result<(Linear, Option<FedMatVec>), ModelError> {
         let w = upload_weight(self.ctx, self.gguf, t)?;
         let linear = Linear::bind(self.k, self.ctx, t, &w, x, y, self.step, self.rows, output)?;
+        let next_norm = match next_norm.filter(|_| decode_fuse("pquant")) {
+            Some(t) => Some(self.vector(t)?),
+            None => None,
+        };
         let fed = match fed {
             true => FedMatVec::bind(
                 self.k,
@@ -246,6 +272,7 @@ impl<'a> Binder<'a> {
                 self.step,
                 self.rows,
                 output,
+                next_norm.as_ref(),
             )?,
             false => None,
         };
