@@ -436,12 +436,12 @@ fn the_wide_split_matches_cpu_and_the_key_head_splits_bits() {
     }
 }
 
-/// `FAK_GDN_DECODE` names the split: unset, empty or `key` the key-head one, `wide` the
+/// `FAK_GDN_DECODE` names the split: `key` the key-head one, unset, empty or `wide` the
 /// value-head one loading its state rows ahead, `wide-late` without, anything else an error
 /// naming the variable.
 #[test]
 fn the_decode_split_is_chosen_by_name() {
-    assert_eq!(Split::named("").unwrap(), Split::KeyHead);
+    assert_eq!(Split::named("").unwrap(), Split::WIDE);
     assert_eq!(Split::named("key").unwrap(), Split::KeyHead);
     assert_eq!(Split::named("wide").unwrap(), Split::WIDE);
     let late = Split::ValueHead { ahead: false };

@@ -18,8 +18,10 @@
 //!   was timed on an H100 (2026-12-06 #9; `FAK_ATTN_PREFILL=coop` for the staged kernel);
 //!   with [`CoopTile::lean`] the same kernel's lean step (`LEAN`: one page-table read per fetched
 //!   key step, S's chains interleaved with P·V, the mask only on diagonal steps; the same bits),
-//!   opt-in as `FAK_ATTN_PREFILL=lean` until timed; with [`CoopTile::pair_k`] too, pairs of
-//!   subgroups sharing K's fragments (`PAIR_K`, `FAK_ATTN_PREFILL=lean-k`; the same bits).
+//!   the default since an H100 timed it (2026-12-06 #10: the Qwen3-8B's 2048-token prefill's
+//!   attention 17.07 → 15.03 ms a step; `FAK_ATTN_PREFILL=flash` without it); with
+//!   [`CoopTile::pair_k`] too, pairs of subgroups sharing K's fragments (`PAIR_K`,
+//!   `FAK_ATTN_PREFILL=lean-k`, opt-in: 16.41 ms there; the same bits).
 //!
 //! Both share the bindings and row addressing (wgsl/attn_prefill_rows.wgsl), so a binding is the
 //! same for every variant; only the rows per workgroup differ ([`AttnPrefill::rows_per_tile`]).
@@ -127,8 +129,8 @@ pub struct CoopTile {
     /// The flash form's lean step (wgsl/attn_prefill_flash.wgsl, `LEAN`): one page-table read
     /// per fetched key step where pages hold whole steps, S's MMA chains interleaved with P·V's,
     /// the causal mask only on steps that reach a row's position; the same MMAs on the same
-    /// values, so the same bits as the flash tile. Label suffix `l` (`128x32fl`); opt-in
-    /// (`FAK_ATTN_PREFILL=lean`).
+    /// values, so the same bits as the flash tile. Label suffix `l` (`128x32fl`); the default
+    /// on 16×16 matrices (`FAK_ATTN_PREFILL=flash` without it).
     pub lean: bool,
     /// With `lean`, subgroups in pairs sharing K's fragments (`PAIR_K`): each holds its mate's Q
     /// fragments too (32 more registers a lane) and computes one key block's S for both row
@@ -330,13 +332,14 @@ impl CoopTile {
 /// hardware). The flash form is the default since 2026-12-06 #9: on an H100 it passed every
 /// prefill test and took the Qwen3-8B's 2048-token prefill from 7537 to 7955 tok/s (attention
 /// 39.7 → 25.5 ms a step, 14.1 % → 9.5 %; neutral at 128 tokens), two rounds interleaved
-/// (experiments/NOTES.md, session 2026-12-06 #9). `tiles`, the f32-tile kernel; `coop`, the
+/// (experiments/NOTES.md, session 2026-12-06 #9); with its lean step since 2026-12-06 #10
+/// (attention 17.07 → 15.03 ms a step of the same prefill unsplit, the same bits). `tiles`, the f32-tile kernel; `coop`, the
 /// staged cooperative-matrix kernel (the default before: [`CoopTile::fitting`]'s tile; passed
 /// on the H200 once its workgroup variables were whole 16-byte units and every key of a 64-key
 /// step had its base, session 2026-12-05 #5); `flash`, the flash form's largest tile that fits
 /// ([`CoopTile::fitting_flash`]; the staged kernel's where none does: a head over 8 dim tiles);
-/// `lean`, the same tile with the lean step ([`CoopTile::lean`], experiments/NOTES.md "flash2";
-/// opt-in until timed); `lean-k`, lean with K shared by pairs of subgroups
+/// without its lean step; `lean`, the same tile with the lean step ([`CoopTile::lean`],
+/// experiments/NOTES.md "flash2": the default); `lean-k`, lean with K shared by pairs of subgroups
 /// ([`CoopTile::pair_k`]); a [`CoopTile`] label (`64x32`, `64x64q`: rows × keys, `q` for Q in
 /// registers; `128x32f`, `64x32f`: the flash form's; `128x32fl`: lean; `128x32flk`: lean-k),
 /// that tile where it fits.
@@ -670,21 +673,20 @@ impl AttnPrefill {
         limit: u32,
     ) -> Result<Option<CoopTile>, GpuError> {
         let over = env_override();
+        // The flash form's largest fitting tile, with the lean step (and K shared by pairs) or
+        // not; the staged kernel's tile where no flash tile fits.
+        let flash = |lean: bool, pair_k: bool| {
+            CoopTile::fitting_flash(coop, head_dim, limit)
+                .map(|tile| tile.with_lean(lean).with_pair_k(pair_k))
+                .or_else(|| CoopTile::fitting(coop, head_dim, limit))
+        };
         Ok(match over {
-            Override::Default | Override::Flash if coop == CoopShape::M16x16 => {
-                CoopTile::fitting_flash(coop, head_dim, limit)
-                    .or_else(|| CoopTile::fitting(coop, head_dim, limit))
-            }
+            Override::Default if coop == CoopShape::M16x16 => flash(true, false),
             Override::Default | Override::Tiles => None,
             Override::Coop => CoopTile::fitting(coop, head_dim, limit),
-            Override::Flash => CoopTile::fitting_flash(coop, head_dim, limit)
-                .or_else(|| CoopTile::fitting(coop, head_dim, limit)),
-            Override::Lean | Override::LeanK => CoopTile::fitting_flash(coop, head_dim, limit)
-                .map(|tile| {
-                    tile.with_lean(true)
-                        .with_pair_k(matches!(over, Override::LeanK))
-                })
-                .or_else(|| CoopTile::fitting(coop, head_dim, limit)),
+            Override::Flash => flash(false, false),
+            Override::Lean => flash(true, false),
+            Override::LeanK => flash(true, true),
             Override::Tile(label) => {
                 let mut tiles = CoopTile::candidates(coop, head_dim);
                 let named = tiles.find(|tile| tile.label() == label).ok_or_else(|| {

@@ -4,8 +4,8 @@
 //! four kernels (the chunked delta rule and mid-step snapshots need them); the model picks this
 //! one by the step's kind, never by what else is in the batch. Where the integer mat-vec reads
 //! `W_out`'s input, the kernel also writes y as its q8 blocks ([`GdnDecodeIo::y_q8`]), so that
-//! product needs no quantize dispatch. Two work splits ([`Split`]): a workgroup per key head (the
-//! default) or per value head (`FAK_GDN_DECODE=wide`), the same bits.
+//! product needs no quantize dispatch. Two work splits ([`Split`]): a workgroup per value head
+//! (the default since 2026-12-06 #10) or per key head (`FAK_GDN_DECODE=key`), the same bits.
 
 use super::delta_state::{
     DeltaDims, DeltaState, Dispatch, Resource, TensorRef, bind_group, by_entry, check_batch,
@@ -73,7 +73,8 @@ const WIDE_SLOTS: &[Slot] = &[
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Split {
     /// A workgroup per (key head, sequence) doing the nv/nk value heads that read it: nk
-    /// workgroups a sequence (16 on the 27B), each owning its conv channels. The default.
+    /// workgroups a sequence (16 on the 27B), each owning its conv channels
+    /// (`FAK_GDN_DECODE=key`; the default before 2026-12-06 #10).
     KeyHead,
     /// A workgroup per (value head, sequence): nv workgroups a sequence (48 on the 27B), each
     /// computing its key head's q/k conv outputs, the last of them to finish rolling those conv
@@ -84,7 +85,10 @@ pub enum Split {
 }
 
 impl Split {
-    /// The wide split as `FAK_GDN_DECODE=wide` names it.
+    /// The wide split as `FAK_GDN_DECODE=wide` names it: the default. On an H100 (2026-12-06
+    /// #10, experiments/NOTES.md) the Qwen3.5-27B's gdn_decode went from 1299 to 1071 µs a
+    /// token profiled and its decode from 88.2 to 90.2 tok/s (two rounds interleaved; 8
+    /// sequences neutral).
     pub const WIDE: Split = Split::ValueHead { ahead: true };
     pub const ALL: [Split; 3] = [
         Split::KeyHead,
@@ -92,8 +96,8 @@ impl Split {
         Split::ValueHead { ahead: false },
     ];
 
-    /// `FAK_GDN_DECODE`: `wide` [`Split::WIDE`], `wide-late` the value-head split without
-    /// `ahead`; unset, empty or `key` [`Split::KeyHead`]; anything else an error naming the
+    /// `FAK_GDN_DECODE`: unset, empty or `wide` [`Split::WIDE`], `wide-late` the value-head
+    /// split without `ahead`, `key` [`Split::KeyHead`]; anything else an error naming the
     /// variable.
     pub fn from_env() -> Result<Split, GpuError> {
         Self::named(&std::env::var("FAK_GDN_DECODE").unwrap_or_default())
@@ -101,8 +105,8 @@ impl Split {
 
     pub fn named(name: &str) -> Result<Split, GpuError> {
         match name.trim() {
-            "" | "key" => Ok(Split::KeyHead),
-            "wide" => Ok(Split::WIDE),
+            "key" => Ok(Split::KeyHead),
+            "" | "wide" => Ok(Split::WIDE),
             "wide-late" => Ok(Split::ValueHead { ahead: false }),
             other => Err(GpuError::Shape {
                 kernel: GdnDecode::NAME,
