@@ -192,11 +192,20 @@ impl NormedLinears {
     /// name for each: its prefed binding, or an f32 part's folded one), where bound and every
     /// one holds `n`.
     fn prefed(&self, n: u32) -> Option<Vec<(usize, &MatVecBinding)>> {
-        if self.prefed.is_empty() {
+        self.holding(&self.prefed, n)
+    }
+
+    /// Each listed part's binding (else the part's own), where `list` is not empty and every
+    /// one holds `n` vectors.
+    fn holding<'a>(
+        &'a self,
+        list: &'a [(usize, Option<MatVecBinding>)],
+        n: u32,
+    ) -> Option<Vec<(usize, &'a MatVecBinding)>> {
+        if list.is_empty() {
             return None;
         }
-        self.prefed
-            .iter()
+        list.iter()
             .map(|(i, binding)| {
                 binding
                     .as_ref()
@@ -318,19 +327,7 @@ impl NormedLinears {
     /// The decode dispatches of a step of `n` vectors with the norm quantized inside each q8
     /// product (with part i's name for each), where bound and every one holds `n` vectors.
     fn quantizing(&self, n: u32) -> Option<Vec<(usize, &MatVecBinding)>> {
-        if self.quantizing.is_empty() {
-            return None;
-        }
-        self.quantizing
-            .iter()
-            .map(|(i, binding)| {
-                binding
-                    .as_ref()
-                    .or(self.parts[*i].1.as_ref())
-                    .filter(|b| b.max_batch() >= n)
-                    .map(|b| (*i, b))
-            })
-            .collect()
+        self.holding(&self.quantizing, n)
     }
 
     /// Records the products for `n` tokens, part i as op `names[i]`: mat-vecs with the norm
