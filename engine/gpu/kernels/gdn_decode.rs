@@ -50,24 +50,15 @@ const SLOTS: &[Slot] = &[
     Slot::ReadWrite,
 ];
 /// [`SLOTS`] and the wide split's arrival counters.
-const WIDE_SLOTS: &[Slot] = &[
-    Slot::Read,
-    Slot::Read,
-    Slot::Read,
-    Slot::Read,
-    Slot::Read,
-    Slot::Read,
-    Slot::Read,
-    Slot::Read,
-    Slot::Read,
-    Slot::ReadWrite,
-    Slot::ReadWrite,
-    Slot::ReadWrite,
-    Slot::Uniform,
-    Slot::ReadWrite,
-    Slot::ReadWrite,
-    Slot::ReadWrite,
-];
+const WIDE_SLOTS: &[Slot] = &{
+    let mut slots = [Slot::ReadWrite; SLOTS.len() + 1];
+    let mut i = 0;
+    while i < SLOTS.len() {
+        slots[i] = SLOTS[i];
+        i += 1;
+    }
+    slots
+};
 
 /// How a decode step's workgroups share a layer (wgsl/gdn_decode.wgsl, "Work split").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
