@@ -205,7 +205,7 @@ fn the_batched_form_matches_on_its_types_batches_and_fusions() {
     check_form(&MatVecLayout::BATCHED_CANDIDATES, 0x3a7e_e000);
 }
 
-/// The batched form's split (opt-in, wgsl/matvec_q8_batched.wgsl's VECTOR_GROUPS: G vectors a
+/// The batched form's split (a GPU's default, wgsl/matvec_q8_batched.wgsl's VECTOR_GROUPS: G vectors a
 /// workgroup on B / G times the grid) on the wide form's cases, in each of its candidate layouts:
 /// a batch of 3 on 2 vectors a workgroup leaves the second workgroup one vector and a clamped
 /// slot, a batch of 2 on a capacity-8 grid leaves workgroups with none (they must write nothing:
@@ -524,7 +524,8 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
             if let Some(kernel) = &engine_rule {
                 // The engine's rule: its default layout batched (wide under
                 // FAK_MATVEC_BATCHED=0) for one vector, and for more staged where staging is on
-                // (FAK_MATVEC_STAGE=1), else split where FAK_MATVEC_SPLIT=G holds fewer.
+                // (FAK_MATVEC_STAGE=1), else split where the split G (FAK_MATVEC_SPLIT, else 2 on a
+                // GPU and none on a CPU adapter) holds fewer.
                 let (layouts, q6_aligned) = rule_layouts(ctx, kernel, &w, ty, (rows, cols));
                 let aligned = ty == GgmlType::Q6_K && kernel.q6_loads() == Q6Loads::Aligned;
                 assert_eq!(q6_aligned, aligned, "{ty} {paths}: aligned Q6_K loads");
@@ -532,7 +533,7 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
                     true => wide.batched_form(),
                     false => wide,
                 };
-                let split = MatVec::splits_vectors().unwrap();
+                let split = MatVec::splits_vectors(ctx.facts()).unwrap();
                 let more = |capacity: u32| match MatVec::stages_batches() {
                     true => wide.with_staged_x(),
                     false if one.batched && split > 0 && capacity > split => wide.split_by(split),

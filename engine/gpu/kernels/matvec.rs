@@ -68,11 +68,15 @@
 //! ffn_down: 30.2 → 25.0 µs (Q4_K), 62.3 → 46.0 (Q6_K): x's 16 scalar code loads a unit, 64
 //! bytes apart across a warp, cost more L1 wavefronts than W's loads ("mvbw").
 //! The batched form's split ([`MatVecLayout::split_by`], `…/splitG`, or `FAK_MATVEC_SPLIT=G` for
-//! every batched binding; by default G = 2, `FAK_MATVEC_SPLIT=0` for none): a step of more than G
+//! every batched binding; by default G = 2 on a GPU and none on a CPU adapter, `FAK_MATVEC_SPLIT=0`
+//! for none): a step of more than G
 //! vectors runs on B / G times the grid, each workgroup taking G of the vectors for its rows —
 //! the same bits (each vector's sums are the batched form's), lighter lanes and more of them, W
 //! read again from L2 (experiments/NOTES.md, "b8"). On an H100 the Qwen3.5-27B's step of 8
 //! sequences went from 36.5 to 31.6–32.2 ms with G = 2 (G = 4: 35.2; "Session 2026-12-06 #10").
+//! On a CPU adapter (lavapipe) the split only decodes W again for every G vectors, with no L2 to
+//! serve the repeat: the gpu_matvec suite took 1039 s there with G = 2 against 365 s without
+//! ("Session 2026-12-06 #11"), so [`MatVec::default_split`] gives CPU adapters none.
 
 use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::tensors::{bind_group, checked_row_bytes};
@@ -80,6 +84,7 @@ use crate::gpu::activations::Activations;
 use crate::gpu::buffers::{Grid, Window, split_rows, storage_buffer, uniform};
 use crate::gpu::context::GpuContext;
 use crate::gpu::error::GpuError;
+use crate::gpu::facts::AdapterFacts;
 use crate::gpu::kernel::{
     Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build, wgsl,
 };
@@ -1080,7 +1085,7 @@ impl Kernel for MatVec {
 }
 
 impl MatVec {
-    /// Vectors a workgroup of a batched pipeline takes where a step has more, unless
+    /// Vectors a workgroup of a batched pipeline takes on a GPU where a step has more, unless
     /// `FAK_MATVEC_SPLIT` says otherwise ([`MatVec::splits_vectors`]).
     pub const DEFAULT_SPLIT: u32 = 2;
     /// The weight types the kernel multiplies.
@@ -1123,7 +1128,7 @@ impl MatVec {
         kernel.widen = widen;
         kernel.stage = stage;
         kernel.batch = Self::batches_vectors();
-        kernel.split = Self::splits_vectors()?;
+        kernel.split = Self::splits_vectors(ctx.facts())?;
         Ok(kernel.with_q6_loads(Q6Loads::from_env()))
     }
 
@@ -1155,14 +1160,14 @@ impl MatVec {
         std::env::var("FAK_MATVEC_BATCHED").as_deref() != Ok("0")
     }
 
-    /// `FAK_MATVEC_SPLIT=G` (1, 2 or 4; unset or empty: [`MatVec::DEFAULT_SPLIT`]; 0: none):
+    /// `FAK_MATVEC_SPLIT=G` (1, 2 or 4; unset or empty: [`MatVec::default_split`]; 0: none):
     /// [`MatVec::new`]'s batched pipelines for more than G vectors take G of them a workgroup on
     /// a grid B / G times as large ([`MatVecLayout::split_by`]; the same bits). A layout naming
     /// a split keeps its own.
-    pub fn splits_vectors() -> Result<u32, GpuError> {
+    pub fn splits_vectors(facts: &AdapterFacts) -> Result<u32, GpuError> {
         let text = std::env::var("FAK_MATVEC_SPLIT").unwrap_or_default();
         match text.trim() {
-            "" => Ok(Self::DEFAULT_SPLIT),
+            "" => Ok(Self::default_split(facts)),
             "0" => Ok(0),
             g => g
                 .parse::<u32>()
@@ -1172,6 +1177,16 @@ impl MatVec {
                     kernel: Self::NAME,
                     message: format!("FAK_MATVEC_SPLIT={text:?} (expected 0, 1, 2 or 4)"),
                 }),
+        }
+    }
+
+    /// The split an adapter runs unless `FAK_MATVEC_SPLIT` names one: [`MatVec::DEFAULT_SPLIT`]
+    /// on a GPU, none on a CPU adapter (where the split's repeated decoding of W is pure cost:
+    /// module doc).
+    pub fn default_split(facts: &AdapterFacts) -> u32 {
+        match facts.device_type.as_str() {
+            "cpu" => 0,
+            _ => Self::DEFAULT_SPLIT,
         }
     }
 
