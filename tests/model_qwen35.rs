@@ -718,8 +718,8 @@ fn int_dot_wide_fold_matches_the_reference_on_whole_blocks() {
 /// pinned on lavapipe — the pins were recorded with the form off, so a suite run with it on
 /// fails on any changed bit. With the form on (and the norm fold off) the attention layer's
 /// projections are one mixed `matvec_q8` dispatch (no `attn_v` op) after the quantize dispatch;
-/// off, two. `FAK_DECODE_FUSE=rope` likewise keeps the pins, and its decode step has no
-/// `rope_kv` op (the attention kernel does its work).
+/// off, two. The rope fusion (the default; `FAK_DECODE_FUSE=-rope` turns it off) likewise keeps
+/// the pins, and its decode step has no `rope_kv` op (the attention kernel does its work).
 #[test]
 fn int_dot_merge_computes_the_defaults_bits() {
     let args = [

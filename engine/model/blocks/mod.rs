@@ -114,34 +114,44 @@ pub fn decode_merge() -> bool {
     decode_norm_fold() && std::env::var("FAK_DECODE_MERGE").as_deref() != Ok("0")
 }
 
-/// The opt-in decode fusions that `FAK_DECODE_FUSE` names (a comma list; none by default), each
-/// the same bits as the dispatches it replaces (experiments/NOTES.md, "decfuse"):
-/// - `merge`: on the int-dot path without the norm fold, two projection runs of one normed input
-///   whose types differ (a GDN layer's Q6_K qkv beside its Q4_K z, β, α; attention's Q6_K v
-///   beside q, k) as one mixed mat-vec over the quantize dispatch's q8 vectors
-///   (`MatVecFusion::second`), instead of two: one dispatch fewer per such layer, no read added.
-/// - `rope`: a decode step's `rope_kv` inside `attn_decode` (its rope form,
+/// The decode fusions on unless `FAK_DECODE_FUSE` removes them (`-rope`).
+const DEFAULT_DECODE_FUSIONS: &[&str] = &["rope"];
+
+/// The decode fusions: [`DEFAULT_DECODE_FUSIONS`] plus those `FAK_DECODE_FUSE` names (a comma
+/// list), less those it names with a `-` (`-rope`); `FAK_DECODE_FUSION=0` turns every one off.
+/// All but `pquant` compute the same bits as the dispatches they replace (experiments/NOTES.md,
+/// "decfuse", "ropekv"):
+/// - `merge` (opt-in: 3 % slower on the Qwen3.5-27B on an H100): on the int-dot path without the
+///   norm fold, two projection runs of one normed input whose types differ (a GDN layer's Q6_K
+///   qkv beside its Q4_K z, β, α; attention's Q6_K v beside q, k) as one mixed mat-vec over the
+///   quantize dispatch's q8 vectors (`MatVecFusion::second`), instead of two: one dispatch fewer
+///   per such layer, no read added.
+/// - `rope` (the default since 2026-12-06 #11: +0.7 % decode on the 27B, +0.6 % on the Qwen3-8B,
+///   on an H100, two rounds each): a decode step's `rope_kv` inside `attn_decode` (its rope form,
 ///   `AttnDecode::build_rope`): every split norms and rotates its own query heads, the split
 ///   holding the new position norms, rotates and writes its k and v first: one dispatch fewer
 ///   per attention layer, no read of weights or cache added. Where the adapter cannot hold the
 ///   form, the rope_kv dispatch stays.
-/// - `pquant` (not the default's bits: a relative-error bound, experiments/NOTES.md "pqz"): on
-///   the int-dot path, the producer-side quantize — each decode mat-vec that adds into the
-///   residual stream (gdn_out, attn_output, ffn_down; [`linear::FedMatVec`]) also writes, per
-///   32-row block it owns, the q8 codes of x·w_next (w_next the next RMSNorm's weight) and the
-///   block's Σ x², so the q8 products after that norm (the next mixer's projections, the gate/up
-///   pairing) read them and scale by 1 / rms from the summed blocks instead of a quantize
-///   dispatch: one dispatch fewer per norm but the first layer's (127 a token on the 27B, 71 on
-///   the 8B). Its producers run in a layout of 8 teams (`MatVecLayout::PRODUCING`, or
-///   `FAK_MATVEC_RESIDUAL_LAYOUT`'s where it has 8). Where a producer or a consumer cannot take
-///   it, the quantize dispatch stays. Not `all`'s: it changes bits.
+/// - `pquant` (opt-in; not the default's bits: a relative-error bound, experiments/NOTES.md
+///   "pqz"): on the int-dot path, the producer-side quantize — each decode mat-vec that adds
+///   into the residual stream (gdn_out, attn_output, ffn_down; [`linear::FedMatVec`]) also
+///   writes, per 32-row block it owns, the q8 codes of x·w_next (w_next the next RMSNorm's
+///   weight) and the block's Σ x², so the q8 products after that norm (the next mixer's
+///   projections, the gate/up pairing) read them and scale by 1 / rms from the summed blocks
+///   instead of a quantize dispatch: one dispatch fewer per norm but the first layer's (127 a
+///   token on the 27B, 71 on the 8B). Its producers run in a layout of 8 teams
+///   (`MatVecLayout::PRODUCING`, or `FAK_MATVEC_RESIDUAL_LAYOUT`'s where it has 8). Where a
+///   producer or a consumer cannot take it, the quantize dispatch stays. Not `all`'s: it
+///   changes bits.
 /// - `all`: every fusion above that keeps the default's bits (`merge`, `rope`).
 pub fn decode_fuse(part: &str) -> bool {
-    decode_fusion()
-        && std::env::var("FAK_DECODE_FUSE").is_ok_and(|list| {
-            list.split(',')
-                .any(|p| p.trim() == part || (p.trim() == "all" && part != "pquant"))
-        })
+    let list = std::env::var("FAK_DECODE_FUSE").unwrap_or_default();
+    let parts: Vec<&str> = list.split(',').map(str::trim).collect();
+    let named = parts
+        .iter()
+        .any(|&p| p == part || (p == "all" && part != "pquant"));
+    let removed = parts.iter().any(|p| p.strip_prefix('-') == Some(part));
+    decode_fusion() && !removed && (named || DEFAULT_DECODE_FUSIONS.contains(&part))
 }
 
 /// A block's links in the producer-side quantize (`FAK_DECODE_FUSE=pquant`, [`decode_fuse`]):
