@@ -317,7 +317,8 @@ fn stacked_runs(types: &[GgmlType]) -> usize {
 /// α weights of one type with attn_norm folded in (no norm dispatch), ssm_conv, delta_prep, the
 /// recurrent delta rule, the gated norm and W_out (the residual add folded in), then the MLP's
 /// two mat-vecs (ffn_norm + gate + up + SwiGLU, then down); per attention layer the runs of its
-/// q(+gate), k, v weights, rope_kv (head norms, RoPE, KV write), decode attention (two
+/// q(+gate), k, v weights, rope_kv (head norms, RoPE, KV write; by default inside the decode
+/// attention: the rope fusion), decode attention (two
 /// dispatches where it splits the keys), the sigmoid gate, W_o and the MLP; around them the
 /// embedding and the head (norm, product, two argmax passes). Q4_K_M's tiny file has both
 /// shapes of run: a Q6_K qkv (or v) beside Q4_K weights in some layers, one weight in others.
@@ -329,6 +330,7 @@ fn a_decode_step_records_the_fused_dispatches() {
     let t = hp.tensors(&gguf).unwrap();
     let mut e = engine(&path, 256, Forced::default());
     let attention = 1 + usize::from(AttnDecode::default_splits(e.max_context() as u32) > 1);
+    let roped = fak::model::blocks::decode_fuse("rope");
     let mut want = 1 + 4;
     let mut runs = Vec::new();
     for l in &t.layers {
@@ -342,8 +344,9 @@ fn a_decode_step_records_the_fused_dispatches() {
             Mixer::Attention(m) => {
                 let r = stacked_runs(&[m.wq.ty, m.wk.ty, m.wv.ty]);
                 runs.push(r);
-                // The projections, rope_kv, attention (gating o as it writes it), attn_output.
-                r + 1 + attention + 1
+                // The projections, rope_kv (inside the attention with the rope fusion, the
+                // default), attention (gating o as it writes it), attn_output.
+                r + usize::from(!roped) + attention + 1
             }
         };
         want += per_layer + 2;
