@@ -5,8 +5,8 @@
 //! that already holds earlier tokens, a one-token prefill, and a sequence on a shuffled
 //! page-table row read through a token table; f32 and f16 caches; the cooperative-matrix kernel
 //! (where the adapter has one: the engine's choice there) with every workgroup tile that fits, the
-//! flash form's included (plain, lean and lean-k), and with O rescaled on every growth of a row's
-//! max (staged, flash, lean and lean-k); the lean steps' bits against the flash tiles';
+//! flash form's included (plain, lean, lean-k and lean-a), and with O rescaled on every growth of a row's
+//! max (staged, flash, lean, lean-k and lean-a); the lean steps' bits against the flash tiles';
 //! keys split across workgroups and combined, at
 //! forced split counts. Cache slots past the step's last token hold NaN, so a causal leak fails
 //! the test; the split partials start as NaN too, so a combine reading one no split wrote fails.
@@ -60,8 +60,8 @@ const QWEN35_27B: AttnShape = AttnShape {
 
 /// Every variant the engine selects on this adapter (the cooperative-matrix kernel where it has
 /// one), and the cooperative-matrix kernel in every shape the adapter has, once per tile (row
-/// blocks × key step; the flash form's too, and the lean step's and lean-k's on the largest
-/// flash tile) that fits, and once more (staged, flash, lean and lean-k) with the slack 0 (a rescale of O whenever a row's max grows:
+/// blocks × key step; the flash form's too, and the lean step's, lean-k's and lean-a's on the largest
+/// flash tile) that fits, and once more (staged, flash, lean, lean-k and lean-a) with the slack 0 (a rescale of O whenever a row's max grows:
 /// the random inputs' maxima rarely outgrow the engine's slack after a row's first step).
 fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let mut out: Vec<AttnPrefill> = variants::<AttnPrefill>(ctx)
@@ -74,8 +74,8 @@ fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
         let flash = CoopTile::fitting_flash(coop, shape.head_dim, limit);
         for tile in CoopTile::candidates(coop, shape.head_dim) {
             // The lean steps on the largest flash tile only (every row count has its bits test).
-            let twin = tile.with_lean(false).with_pair_k(false);
-            let lean = tile.lean || tile.pair_k;
+            let twin = tile.with_lean(false).with_pair_k(false).with_ahead(false);
+            let lean = tile.lean || tile.pair_k || tile.ahead;
             if tile.workgroup_bytes() <= limit && (!lean || Some(twin) == flash) {
                 out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(tile)).unwrap());
             }
@@ -83,10 +83,20 @@ fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
         let tile = CoopTile::fitting(coop, shape.head_dim, limit).expect("a tile fits");
         let always = tile.with_slack(0);
         out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(always)).unwrap());
-        // The flash form's rescale path (heads of at most 8 dim tiles): plain, lean, lean-k.
+        // The flash form's rescale path (heads of at most 8 dim tiles): plain, lean, lean-k, lean-a.
         if let Some(flash) = flash {
-            for (lean, pair_k) in [(false, false), (true, false), (true, true)] {
-                let always = flash.with_slack(0).with_lean(lean).with_pair_k(pair_k);
+            let steps = [
+                (false, false, false),
+                (true, false, false),
+                (true, true, false),
+                (true, false, true),
+            ];
+            for (lean, pair_k, ahead) in steps {
+                let always = flash
+                    .with_slack(0)
+                    .with_lean(lean)
+                    .with_pair_k(pair_k)
+                    .with_ahead(ahead);
                 out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(always)).unwrap());
             }
         }
@@ -227,7 +237,7 @@ fn pages_holding_whole_key_steps_are_read_a_page_at_a_time() {
     }
 }
 
-/// The lean step (and lean-k: K shared by pairs of subgroups) runs the flash tile's MMAs on the
+/// The lean step (and lean-k: K shared by pairs of subgroups; lean-a: S a step ahead of its softmax) runs the flash tile's MMAs on the
 /// same values in the same order per tile: its outputs are the flash tile's bit for bit (and
 /// finite), on pages of 16 (key by key) and 64 (a page a step), unsplit and in 3 splits, every
 /// flash row count, and the largest at slack 0 too (each kernel built once: the device call's
@@ -249,7 +259,7 @@ fn the_lean_step_computes_the_flash_tiles_bits() {
             tiles.extend(tiles.first().map(|tile| tile.with_slack(0)));
             for tile in tiles {
                 let lean = tile.with_lean(true);
-                let mut kernels = [tile, lean, lean.with_pair_k(true)]
+                let mut kernels = [tile, lean, lean.with_pair_k(true), lean.with_ahead(true)]
                     .map(|tile| AttnPrefill::with_tile(ctx, paths, shape, Some(tile)).unwrap());
                 for (page, splits) in [(16u32, 1u32), (64, 3)] {
                     let case = Case {
@@ -268,6 +278,7 @@ fn the_lean_step_computes_the_flash_tiles_bits() {
                     assert!(outputs[0].iter().all(|x| x.is_finite()), "{what}");
                     assert_eq!(bits(&outputs[1]), bits(&outputs[0]), "lean, {what}");
                     assert_eq!(bits(&outputs[2]), bits(&outputs[0]), "lean-k, {what}");
+                    assert_eq!(bits(&outputs[3]), bits(&outputs[0]), "lean-a, {what}");
                 }
             }
         }

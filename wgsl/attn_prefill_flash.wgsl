@@ -48,15 +48,25 @@
 // holds its mate's Q fragments too (r0..r7) and computes one key block's S (its place in the
 // pair) for both row blocks, so each K fragment is loaded once for two MMAs (half the K
 // fragment loads a step); the same products in the same order per S tile, so the same bits.
+// AHEAD = 1 (with LEAN, not PAIR_K; experiments/NOTES.md "flash3"): S runs one step ahead of its
+// softmax, so that no barrier separates a step's MMAs from its softmax and the softmax's scalar
+// work issues beside the MMAs instead of after them. Per step t: the mark's barrier pair (U)
+// ends step t − 1 (its rescale done), then S(t) — computed by step t − 1's MMAs and held in
+// s0, s1 — is stored, K(t + 1) and V(t − 1) are put and P(t − 1) read; barrier A2; the MMAs
+// compute S(t + 1) = Q·K(t + 1)ᵀ and O += P(t − 1)·V(t − 1) with S(t)'s softmax (its first half
+// after dim tile 3, its second after K(t + 2) and V(t) are fetched) between them. Still three
+// barriers a step; the same MMAs on the same values in the same order per tile, and the same
+// rescales between the same P·V products, so the same bits as the lean step. Cost: S(t + 1)'s
+// two accumulators (16 registers a lane) live through the softmax and the barriers.
 //
 // bindings: see attn_prefill_rows.wgsl (one bind-group layout for every prefill kernel).
 // dispatch: (ceil(n_tokens·GROUP / BM), n_kv, S) workgroups of WG = ROW_BLOCKS·32, each over one
 //           key split of its tile (attn_prefill_rows.wgsl; combine after it when S > 1).
 // pipelines: module consts HEAD_DIM, GROUP and the override TOKEN_TABLE as attn_prefill.wgsl; the
 //            module consts ROW_BLOCKS, KEY_STEP, HEAD_TILES (≤ 8 dim tiles: head ≤ 128 on 16×16),
-//            SLACK, LEAN and PAIR_K (0 or 1) from the host (engine `attn_prefill::CoopTile`,
-//            form `Flash`, `lean`, `pair_k`), which also checks the workgroup memory of main
-//            below against the device.
+//            SLACK, LEAN, PAIR_K and AHEAD (0 or 1) from the host (engine
+//            `attn_prefill::CoopTile`, form `Flash`, `lean`, `pair_k`, `ahead`), which also
+//            checks the workgroup memory of main below against the device.
 // variants: after the shape file matmul_coop16.wgsl (Vulkan); `enable f16; enable
 //           wgpu_cooperative_matrix;` from the variant, which requires SUBGROUP and, on the
 //           host, subgroups exactly 32 wide.
@@ -97,6 +107,8 @@ const_assert HEAD_TILES <= 8u && HEAD_DIM <= HEAD_TILES * COOP;
 const_assert SPLIT_KEYS % BN == 0u;
 // Pairs of subgroups, one key block each, on top of the lean step.
 const_assert PAIR_K == 0u || (LEAN != 0u && SUBGROUPS % 2u == 0u && BN == 2u * COOP);
+// S one step ahead of its softmax, on the lean step with a subgroup's own K fragments.
+const_assert AHEAD == 0u || (LEAN != 0u && PAIR_K == 0u);
 
 var<workgroup> k_tile: array<vec4<f16>, BN * KV_STRIDE4>;
 var<workgroup> v_tile: array<vec4<f16>, BN * KV_STRIDE4>;
@@ -325,6 +337,124 @@ fn write_pair(
     }
 }
 
+// The lane's softmax row (each of its ROW_LANES lanes holds the same): the reference max m, the
+// weight sum l and the last step's α (1: the reference stayed).
+struct SoftRow {
+    m: f32,
+    l: f32,
+    alpha: f32,
+}
+
+// The softmax's first half: the lane's scores of keys k0 + part·LANE_KEYS.. (from its subgroup's
+// S slab at s_at) into `s`, masked past its row's position (my_pos; every key of an invalid row),
+// and the row moved to their max: α and m, and the rescale mark set to k0 + BN + 1 where a row
+// with weight moved its reference. Whether no key was masked (`plain`, for soften_weights).
+fn soften_scores(
+    row: ptr<function, SoftRow>,
+    s: ptr<function, array<vec4<f32>, LANE_QUADS>>,
+    s_at: u32,
+    k0: u32,
+    part: u32,
+    valid: bool,
+    my_pos: u32,
+) -> bool {
+    var s_max = NEG;
+    // Lean step: a step wholly at or before the row's position masks nothing (its scores
+    // are finite, never NEG, so its weights need no select either).
+    let plain = LEAN != 0u && valid && k0 + BN <= my_pos + 1u;
+    if plain {
+        for (var c = 0u; c < LANE_QUADS; c++) {
+            let v = s_slab[s_at + c];
+            (*s)[c] = v;
+            s_max = max(s_max, max(max(v.x, v.y), max(v.z, v.w)));
+        }
+    } else {
+        for (var c = 0u; c < LANE_QUADS; c++) {
+            let key = vec4<u32>(k0 + part * LANE_KEYS + 4u * c) + vec4<u32>(0u, 1u, 2u, 3u);
+            let masked = (key > vec4<u32>(my_pos)) | vec4<bool>(!valid);
+            let v = select(s_slab[s_at + c], vec4<f32>(NEG), masked);
+            (*s)[c] = v;
+            s_max = max(s_max, max(max(v.x, v.y), max(v.z, v.w)));
+        }
+    }
+    s_max = max(s_max, subgroupShuffleXor(s_max, 1u));
+    (*row).alpha = 1.0;
+    if s_max > (*row).m + SLACK_LOG2 {
+        // m = NEG: the row's first keys (α = 0 on l = 0 and zero o rows: no rescale).
+        (*row).alpha = exp2((*row).m - s_max);
+        (*row).m = s_max;
+        if (*row).l > 0.0 {
+            rescale_mark.x = k0 + BN + 1u;
+        }
+    }
+    return plain;
+}
+
+// The softmax's second half: the lane's weights 2^(s − m) (0 where masked) into its subgroup's
+// P slab at p_at (f16), and the row's weight sum l (of the rounded weights).
+fn soften_weights(
+    row: ptr<function, SoftRow>,
+    s: array<vec4<f32>, LANE_QUADS>,
+    plain: bool,
+    p_at: u32,
+) {
+    let m = (*row).m;
+    var part_sum = 0.0;
+    if plain {
+        for (var c = 0u; c < LANE_QUADS; c++) {
+            let p = vec4<f16>(exp2(s[c] - m));
+            p_slab[p_at + c] = p;
+            part_sum += dot(vec4<f32>(p), vec4<f32>(1.0));
+        }
+    } else {
+        for (var c = 0u; c < LANE_QUADS; c++) {
+            let p = vec4<f16>(select(exp2(s[c] - m), vec4<f32>(0.0), s[c] == vec4<f32>(NEG)));
+            p_slab[p_at + c] = p;
+            part_sum += dot(vec4<f32>(p), vec4<f32>(1.0));
+        }
+    }
+    part_sum += subgroupShuffleXor(part_sum, 1u);
+    (*row).l = (*row).l * (*row).alpha + part_sum;
+}
+
+// AHEAD's prologue: key block kb's S tile from the K tile, one chain in dim order (the step's
+// chains' products in their order).
+fn scores(
+    q0: CoopA,
+    q1: CoopA,
+    q2: CoopA,
+    q3: CoopA,
+    q4: CoopA,
+    q5: CoopA,
+    q6: CoopA,
+    q7: CoopA,
+    kb: u32,
+) -> CoopC {
+    var s = qk(CoopC(), q0, kb, 0u);
+    if HEAD_TILES > 1u {
+        s = qk(s, q1, kb, 1u);
+    }
+    if HEAD_TILES > 2u {
+        s = qk(s, q2, kb, 2u);
+    }
+    if HEAD_TILES > 3u {
+        s = qk(s, q3, kb, 3u);
+    }
+    if HEAD_TILES > 4u {
+        s = qk(s, q4, kb, 4u);
+    }
+    if HEAD_TILES > 5u {
+        s = qk(s, q5, kb, 5u);
+    }
+    if HEAD_TILES > 6u {
+        s = qk(s, q6, kb, 6u);
+    }
+    if HEAD_TILES > 7u {
+        s = qk(s, q7, kb, 7u);
+    }
+    return s;
+}
+
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wg: vec3<u32>,
@@ -454,10 +584,10 @@ fn main(
     if local == 0u {
         rescale_mark = vec4<u32>(0u);
     }
-    var m = NEG;
-    var l = 0.0;
-    // The last softmax's α of the lane's row (1: its reference stayed).
-    var alpha = 1.0;
+    var row = SoftRow(NEG, 0.0, 1.0);
+    // The lane's scores of a step in its subgroup's S slab, its weights in the P slab.
+    let s_at = (mi * COOP + r) * S_STRIDE4 + part * LANE_QUADS;
+    let p_at = (mi * COOP + r) * P_STRIDE4 + part * LANE_QUADS;
     var o0 = CoopC();
     var o1 = CoopC();
     var o2 = CoopC();
@@ -475,8 +605,18 @@ fn main(
     if split.begin + BN < split.end {
         k_rows = fetch_rows(false, split.begin + BN, split.end, page_row, g, local);
     }
+    // S of the step the MMAs compute (AHEAD: carried to the next step's start, where it is
+    // stored; so the prologue computes S(0) from K(0)).
+    var s0 = CoopC();
+    var s1 = CoopC();
+    if AHEAD != 0u {
+        workgroupBarrier();
+        s0 = scores(q0, q1, q2, q3, q4, q5, q6, q7, 0u);
+        s1 = scores(q0, q1, q2, q3, q4, q5, q6, q7, 1u);
+    }
     var k0 = split.begin;
-    // Lean step: the page of the next V fetch's keys (read a step ahead, with K's).
+    // Lean step: the page of the next V fetch's keys (read a step ahead, with K's; AHEAD reads it
+    // at the step's start).
     var page_v = 0u;
     if LEAN != 0u {
         page_v = step_page(split.begin + BN, split.end, page_row, g);
@@ -484,29 +624,31 @@ fn main(
     loop {
         // A: K(t), V(t − 1), P(t − 1) and the mark visible. The mark is the key step after the
         // one whose softmax moved some row's reference (+ 1: never 0, the cleared mark).
+        // (AHEAD: U, the end of step t − 1 — its softmax's P(t − 1) and mark visible, every read
+        // of its tiles and S slab done; A2 below publishes this step's tiles and S(t).)
         let rescale = workgroupUniformLoad(&rescale_mark).x == k0 + 1u;
         if rescale {
-            o0 = scaled(o0, mi, lane, alpha);
+            o0 = scaled(o0, mi, lane, row.alpha);
             if HEAD_TILES > 1u {
-                o1 = scaled(o1, mi, lane, alpha);
+                o1 = scaled(o1, mi, lane, row.alpha);
             }
             if HEAD_TILES > 2u {
-                o2 = scaled(o2, mi, lane, alpha);
+                o2 = scaled(o2, mi, lane, row.alpha);
             }
             if HEAD_TILES > 3u {
-                o3 = scaled(o3, mi, lane, alpha);
+                o3 = scaled(o3, mi, lane, row.alpha);
             }
             if HEAD_TILES > 4u {
-                o4 = scaled(o4, mi, lane, alpha);
+                o4 = scaled(o4, mi, lane, row.alpha);
             }
             if HEAD_TILES > 5u {
-                o5 = scaled(o5, mi, lane, alpha);
+                o5 = scaled(o5, mi, lane, row.alpha);
             }
             if HEAD_TILES > 6u {
-                o6 = scaled(o6, mi, lane, alpha);
+                o6 = scaled(o6, mi, lane, row.alpha);
             }
             if HEAD_TILES > 7u {
-                o7 = scaled(o7, mi, lane, alpha);
+                o7 = scaled(o7, mi, lane, row.alpha);
             }
             // Every stage load done before S(t)'s stores reuse the slab.
             workgroupBarrier();
@@ -518,8 +660,28 @@ fn main(
         }
         let p0 = p_block(mi, 0u);
         let p1 = p_block(mi, 1u);
-        // (The lean step runs P·V here only on the last step; else interleaved with S below.)
-        if LEAN == 0u || k0 >= split.end {
+        if AHEAD != 0u {
+            // S(t), computed by the last step's MMAs, into the S slab; K(t + 1) and V(t − 1) into
+            // their tiles (the last step's reads of S(t − 1), K(t) and V(t − 2) ended at the
+            // barrier above; P(t − 1) is read above, before A2, so this step's softmax may write
+            // P(t)). The page of V(t)'s keys, read now, its latency under the MMAs.
+            page_v = step_page(k0, split.end, page_row, g);
+            store_scores(s0, mi, 0u);
+            store_scores(s1, mi, 1u);
+            if k0 + BN < split.end {
+                put_rows(false, k_rows, local);
+            }
+            if k0 > split.begin {
+                put_rows(true, v_rows, local);
+            }
+            // A2: S(t), K(t + 1) and V(t − 1) visible.
+            workgroupBarrier();
+        }
+        // The lean step runs P·V here only where no S comes with it (past the split's last step;
+        // AHEAD: from its last step on, S(t + 1) being past the split), else interleaved with S
+        // below.
+        let last = k0 + AHEAD * BN >= split.end;
+        if LEAN == 0u || last {
             o0 = pv(o0, p0, p1, 0u);
             if HEAD_TILES > 1u {
                 o1 = pv(o1, p0, p1, 1u);
@@ -546,8 +708,10 @@ fn main(
         if k0 >= split.end {
             break;
         }
-        var s0 = CoopC();
-        var s1 = CoopC();
+        s0 = CoopC();
+        s1 = CoopC();
+        var s: array<vec4<f32>, LANE_QUADS>;
+        var plain = false;
         if LEAN != 0u && PAIR_K != 0u {
             // This subgroup's key block (its place in the pair) for both row blocks: s0 its own
             // row block's, s1 its mate's; each K fragment loaded once for both.
@@ -598,7 +762,7 @@ fn main(
                 s1 = qk_with(s1, r7, b7);
                 o7 = pv(o7, p0, p1, 7u);
             }
-        } else if LEAN != 0u {
+        } else if LEAN != 0u && !last {
             // Each dim tile's two S links, then that tile's P·V (no dependence between them).
             s0 = qk(s0, q0, 0u, 0u);
             s1 = qk(s1, q0, 1u, 0u);
@@ -617,6 +781,10 @@ fn main(
                 s0 = qk(s0, q3, 0u, 3u);
                 s1 = qk(s1, q3, 1u, 3u);
                 o3 = pv(o3, p0, p1, 3u);
+            }
+            if AHEAD != 0u {
+                // S(t)'s softmax begins among S(t + 1)'s MMAs (no dependence between them).
+                plain = soften_scores(&row, &s, s_at, k0, part, valid, my_pos);
             }
             if HEAD_TILES > 4u {
                 s0 = qk(s0, q4, 0u, 4u);
@@ -638,7 +806,7 @@ fn main(
                 s1 = qk(s1, q7, 1u, 7u);
                 o7 = pv(o7, p0, p1, 7u);
             }
-        } else {
+        } else if LEAN == 0u {
             s0 = qk(s0, q0, 0u, 0u);
             s1 = qk(s1, q0, 1u, 0u);
             if HEAD_TILES > 1u {
@@ -670,98 +838,67 @@ fn main(
                 s1 = qk(s1, q7, 1u, 7u);
             }
         }
-        if PAIR_K != 0u {
-            store_scores(s0, mi, mi % 2u);
-            store_scores(s1, mi ^ 1u, mi % 2u);
-        } else {
-            store_scores(s0, mi, 0u);
-            store_scores(s1, mi, 1u);
+        if AHEAD != 0u && last {
+            // The split's last step: no S ahead, its P·V ran alone above.
+            plain = soften_scores(&row, &s, s_at, k0, part, valid, my_pos);
         }
-
-        // B: every read of K(t) and V(t − 1) done, S(t) visible.
-        workgroupBarrier();
         let k_next = k0 + BN;
-        if k_next < split.end {
-            put_rows(false, k_rows, local);
-            if k_next + BN < split.end {
-                if LEAN != 0u {
-                    k_rows = fetch_step(false, k_next + BN, split.end, page_k, page_row, g, local);
-                } else {
-                    k_rows = fetch_rows(false, k_next + BN, split.end, page_row, g, local);
+        if AHEAD == 0u {
+            if PAIR_K != 0u {
+                store_scores(s0, mi, mi % 2u);
+                store_scores(s1, mi ^ 1u, mi % 2u);
+            } else {
+                store_scores(s0, mi, 0u);
+                store_scores(s1, mi, 1u);
+            }
+
+            // B: every read of K(t) and V(t − 1) done, S(t) visible.
+            workgroupBarrier();
+            if k_next < split.end {
+                put_rows(false, k_rows, local);
+                if k_next + BN < split.end {
+                    if LEAN != 0u {
+                        k_rows = fetch_step(false, k_next + BN, split.end, page_k, page_row, g, local);
+                    } else {
+                        k_rows = fetch_rows(false, k_next + BN, split.end, page_row, g, local);
+                    }
                 }
             }
-        }
-        put_rows(true, v_rows, local);
-        if k_next < split.end {
-            if LEAN != 0u {
-                v_rows = fetch_step(true, k_next, split.end, page_v, page_row, g, local);
-            } else {
-                v_rows = fetch_rows(true, k_next, split.end, page_row, g, local);
+            put_rows(true, v_rows, local);
+            if k_next < split.end {
+                if LEAN != 0u {
+                    v_rows = fetch_step(true, k_next, split.end, page_v, page_row, g, local);
+                } else {
+                    v_rows = fetch_rows(true, k_next, split.end, page_row, g, local);
+                }
             }
-        }
-        page_v = page_k;
-
-        // The lane's scores (keys k0 + part·LANE_KEYS..), masked past its row's position.
-        let s_at = (mi * COOP + r) * S_STRIDE4 + part * LANE_QUADS;
-        var s: array<vec4<f32>, LANE_QUADS>;
-        var s_max = NEG;
-        // Lean step: a step wholly at or before the row's position masks nothing (its scores
-        // are finite, never NEG, so its weights need no select either).
-        let plain = LEAN != 0u && valid && k0 + BN <= my_pos + 1u;
-        if plain {
-            for (var c = 0u; c < LANE_QUADS; c++) {
-                s[c] = s_slab[s_at + c];
-                s_max = max(s_max, max(max(s[c].x, s[c].y), max(s[c].z, s[c].w)));
-            }
+            page_v = page_k;
+            plain = soften_scores(&row, &s, s_at, k0, part, valid, my_pos);
         } else {
-            for (var c = 0u; c < LANE_QUADS; c++) {
-                let key = vec4<u32>(k0 + part * LANE_KEYS + 4u * c) + vec4<u32>(0u, 1u, 2u, 3u);
-                let masked = (key > vec4<u32>(my_pos)) | vec4<bool>(!valid);
-                s[c] = select(s_slab[s_at + c], vec4<f32>(NEG), masked);
-                s_max = max(s_max, max(max(s[c].x, s[c].y), max(s[c].z, s[c].w)));
+            // K(t + 2) and V(t) in flight through the softmax (stored at the next step's start;
+            // the prologue fetched V(0)).
+            if k_next + BN < split.end {
+                k_rows = fetch_step(false, k_next + BN, split.end, page_k, page_row, g, local);
+            }
+            if k0 > split.begin {
+                v_rows = fetch_step(true, k0, split.end, page_v, page_row, g, local);
             }
         }
-        s_max = max(s_max, subgroupShuffleXor(s_max, 1u));
-        alpha = 1.0;
-        if s_max > m + SLACK_LOG2 {
-            // m = NEG: the row's first keys (α = 0 on l = 0 and zero o rows: no rescale).
-            alpha = exp2(m - s_max);
-            m = s_max;
-            if l > 0.0 {
-                rescale_mark.x = k_next + 1u;
-            }
-        }
-        let p_at = (mi * COOP + r) * P_STRIDE4 + part * LANE_QUADS;
-        var part_sum = 0.0;
-        if plain {
-            for (var c = 0u; c < LANE_QUADS; c++) {
-                let p = vec4<f16>(exp2(s[c] - m));
-                p_slab[p_at + c] = p;
-                part_sum += dot(vec4<f32>(p), vec4<f32>(1.0));
-            }
-        } else {
-            for (var c = 0u; c < LANE_QUADS; c++) {
-                let p = vec4<f16>(select(exp2(s[c] - m), vec4<f32>(0.0), s[c] == vec4<f32>(NEG)));
-                p_slab[p_at + c] = p;
-                part_sum += dot(vec4<f32>(p), vec4<f32>(1.0));
-            }
-        }
-        part_sum += subgroupShuffleXor(part_sum, 1u);
-        l = l * alpha + part_sum;
+        soften_weights(&row, s, plain, p_at);
         k0 = k_next;
     }
 
     if part == 0u && valid {
-        store_stats(split, me, m, l);
+        store_stats(split, me, row.m, row.l);
     }
-    write_pair(o0, o1, mi, lane, split, me, 0u, l);
+    write_pair(o0, o1, mi, lane, split, me, 0u, row.l);
     if HEAD_TILES > 2u {
-        write_pair(o2, o3, mi, lane, split, me, 2u * COOP, l);
+        write_pair(o2, o3, mi, lane, split, me, 2u * COOP, row.l);
     }
     if HEAD_TILES > 4u {
-        write_pair(o4, o5, mi, lane, split, me, 4u * COOP, l);
+        write_pair(o4, o5, mi, lane, split, me, 4u * COOP, row.l);
     }
     if HEAD_TILES > 6u {
-        write_pair(o6, o7, mi, lane, split, me, 6u * COOP, l);
+        write_pair(o6, o7, mi, lane, split, me, 6u * COOP, row.l);
     }
 }
