@@ -84,11 +84,12 @@
 // 8 (16 fewer f32 registers a lane at the kernel's peak) and 24 tile products instead of 32. Each
 // needed tile adds the same products in the same order; the upper tiles of a_sh hold other
 // finite products, which P's mask zeroes as it did the upper ones: the same results.
-// SCAN_PAIRS (override, `…+lean+pairs+…`; not with SCAN_DEEP): W·S / Q̃·S two k-steps at a time,
-// their 8 global fragments loaded into named values before the MMAs (32 f16 registers a lane,
-// half of deep's 16 fragments, and no array of fragments): 4 dependent L2 round trips instead of
-// 8 at dk = 128 where the driver issues each step's loads after the previous step's MMAs. The
-// same products in the same order: bit for bit the same results.
+// SCAN_PAIRS (override, `…+lean+pairs+…`; not with SCAN_DEEP): W·S / Q̃·S two k-steps at a time
+// and the state update two chunk steps at a time, their global fragments (8 and 12) loaded into
+// named values before the MMAs — no array of fragments a driver might put in local memory, none
+// held across a barrier: 4 + 2 dependent L2 round trips a chunk instead of 8 + 4 at dk = 128
+// where the driver issues each step's loads after the previous step's MMAs. The same products
+// in the same order: bit for bit the same results.
 // dispatch: as gated_delta_chunk.wgsl.
 // workgroup memory: prepare 45.5 KB (h16 28 KB, a_sh 17 KB); scan 4·(16·(dk + 4) + 256) +
 //   2·(2·16·(dk + 8)) + 6 KB + 5 KB + 0.5 KB (30.2 KB at dk = 128, 45.2 KB at dk = 256): within
@@ -996,7 +997,75 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
                     }
                 }
             }
-            for (var s0 = 0u; s0 < CHUNK * (1u - SCAN_DEEP); s0 += COOP) {
+            // Pairs: two chunk steps' K̃ (and P) fragments loaded into named values before their
+            // MMAs, which then run in the same order as below.
+            for (var s0 = 0u; s0 < CHUNK * SCAN_PAIRS; s0 += 2u * COOP) {
+                let k0_at = cell(k_hi + s0 * DK + i0);
+                let k0_lo_at = cell(k_hi + s0 * DK + i0 + part);
+                let k1_at = cell(k_hi + (s0 + COOP) * DK + i0);
+                let k1_lo_at = cell(k_hi + (s0 + COOP) * DK + i0 + part);
+                let k0 = coopLoad<CoopA>(&halves[k0_at], dk);
+                let k0_lo = coopLoad<CoopA>(&halves[k0_lo_at], dk);
+                let k1 = coopLoad<CoopA>(&halves[k1_at], dk);
+                let k1_lo = coopLoad<CoopA>(&halves[k1_lo_at], dk);
+                var p0 = CoopA();
+                var p0_lo = CoopA();
+                var p1 = CoopA();
+                var p1_lo = CoopA();
+                if pv_in_update {
+                    let p0_at = cell(p_hi + s0);
+                    let p0_lo_at = cell(p_hi + s0 + p_part);
+                    let p1_at = cell(p_hi + s0 + COOP);
+                    let p1_lo_at = cell(p_hi + s0 + COOP + p_part);
+                    p0 = coopLoadT<CoopA>(&halves[p0_at], chunk);
+                    p0_lo = coopLoadT<CoopA>(&halves[p0_lo_at], chunk);
+                    p1 = coopLoadT<CoopA>(&halves[p1_at], chunk);
+                    p1_lo = coopLoadT<CoopA>(&halves[p1_lo_at], chunk);
+                }
+                var m0 = CoopA();
+                var m0_lo = CoopA();
+                var m1 = CoopA();
+                var m1_lo = CoopA();
+                if SCAN_FUSED == 1u {
+                    let m0_at = cell(k_hi + s0 * DK + i2);
+                    let m0_lo_at = cell(k_hi + s0 * DK + i2 + part);
+                    let m1_at = cell(k_hi + (s0 + COOP) * DK + i2);
+                    let m1_lo_at = cell(k_hi + (s0 + COOP) * DK + i2 + part);
+                    m0 = coopLoad<CoopA>(&halves[m0_at], dk);
+                    m0_lo = coopLoad<CoopA>(&halves[m0_lo_at], dk);
+                    m1 = coopLoad<CoopA>(&halves[m1_at], dk);
+                    m1_lo = coopLoad<CoopA>(&halves[m1_lo_at], dk);
+                }
+                let b0_at = cell(s0 * DS);
+                let b0_lo_at = cell(d_lo + s0 * DS);
+                let b1_at = cell((s0 + COOP) * DS);
+                let b1_lo_at = cell(d_lo + (s0 + COOP) * DS);
+                let b0 = coopLoadT<CoopB>(&d16[b0_at], ds);
+                let b0_lo = coopLoadT<CoopB>(&d16[b0_lo_at], ds);
+                upd = coopMultiplyAdd(k0, b0, upd);
+                upd_small = mma_cross(k0, k0_lo, b0, b0_lo, upd_small);
+                if pv_in_update {
+                    acc = coopMultiplyAdd(p0, b0, acc);
+                    acc_small = mma_cross(p0, p0_lo, b0, b0_lo, acc_small);
+                }
+                if SCAN_FUSED == 1u {
+                    upd2 = coopMultiplyAdd(m0, b0, upd2);
+                    upd2_small = mma_cross(m0, m0_lo, b0, b0_lo, upd2_small);
+                }
+                let b1 = coopLoadT<CoopB>(&d16[b1_at], ds);
+                let b1_lo = coopLoadT<CoopB>(&d16[b1_lo_at], ds);
+                upd = coopMultiplyAdd(k1, b1, upd);
+                upd_small = mma_cross(k1, k1_lo, b1, b1_lo, upd_small);
+                if pv_in_update {
+                    acc = coopMultiplyAdd(p1, b1, acc);
+                    acc_small = mma_cross(p1, p1_lo, b1, b1_lo, acc_small);
+                }
+                if SCAN_FUSED == 1u {
+                    upd2 = coopMultiplyAdd(m1, b1, upd2);
+                    upd2_small = mma_cross(m1, m1_lo, b1, b1_lo, upd2_small);
+                }
+            }
+            for (var s0 = 0u; s0 < CHUNK * (1u - SCAN_DEEP) * (1u - SCAN_PAIRS); s0 += COOP) {
                 // K̃ᵀ as A: element (i, t) is K̃[t][i], column-major with stride dk.
                 let a_at = cell(k_hi + s0 * DK + i0);
                 let a_lo = cell(k_hi + s0 * DK + i0 + part);

@@ -3,9 +3,11 @@
 # the forms of helper gdnchunk2 (2026-12-06 #11; experiments/NOTES.md "gdnchunk2"), opt-in on top
 # of the default coop+quads+fused+lean+blocks (named explicitly as BASE, so the call means the
 # same before and after main's default flip):
-#   pairs — chunk_scan's W·S / Q̃·S load their 8 global fragments of two k-steps into named values
-#           before the MMAs (no fragment arrays, half of deep's registers): 4 dependent L2 round
-#           trips in W·S instead of 8 if the driver issues them one step at a time;
+#   pairs — chunk_scan loads the global fragments of two k-steps of W·S / Q̃·S (8) and of two
+#           chunk steps of the state update (12) into named values before their MMAs (no
+#           fragment arrays, nothing held across a barrier, half of deep's W·S registers): 4 + 2
+#           dependent L2 round trips a chunk instead of 8 + 4 if the driver issues them one step
+#           at a time;
 #   lower — chunk_prepare's Gram phase computes the 10 tiles of K·Kᵀ and Q·Kᵀ on or below the
 #           diagonal (+ 4 spare) as 3 tile products a subgroup instead of 4: 6 accumulators
 #           instead of 8 at the kernel's register peak (two resident workgroups an SM, if that

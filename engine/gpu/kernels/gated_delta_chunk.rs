@@ -36,8 +36,8 @@
 //! loads issued a phase ahead), `…+lean+deep+blocks` (chunk_scan's fragments loaded several
 //! k-steps ahead) and `…+lean+ahead+deep+blocks` (both): the same bits; `ahead+deep` lost on
 //! an H100 (70.4 → 81.9 ms at 2048 tokens, 2026-12-06 #10). Opt-in until timed
-//! (experiments/h200/gdnchunk2.sh): `…+lean+pairs+blocks` (W·S's fragments two k-steps at a
-//! time in named values, no fragment arrays), `…+lean+lower+blocks` (chunk_prepare's Gram
+//! (experiments/h200/gdnchunk2.sh): `…+lean+pairs+blocks` (chunk_scan's fragments two steps
+//! at a time in named values, no fragment arrays), `…+lean+lower+blocks` (chunk_prepare's Gram
 //! phase on the tiles on or below the diagonal: 6 accumulators instead of 8) and
 //! `…+lean+pairs+lower+blocks` (both): the same results.
 
@@ -109,8 +109,9 @@ pub struct ChunkForm {
     /// 12 (dk = 128, fused).
     pub deep: bool,
     /// Coop kernel, `SCAN_PAIRS` (`…+pairs+…`, not with `deep`): chunk_scan loads the global
-    /// fragments of W·S and Q̃·S two k-steps at a time into named values (8 fragments, no
-    /// arrays) before their MMAs: 4 dependent L2 round trips in W·S instead of 8 (dk = 128).
+    /// fragments of W·S and Q̃·S two k-steps at a time, and the state update's two chunk steps
+    /// at a time, into named values (no arrays, none held across a barrier) before their MMAs:
+    /// 4 + 2 dependent L2 round trips a chunk instead of 8 + 4 (dk = 128, fused).
     pub pairs: bool,
     /// Coop kernel, `GRAM_LOWER` (`…+lower+…`): chunk_prepare's Gram phase computes the tiles
     /// of K·Kᵀ and Q·Kᵀ on or below the diagonal only, 3 tile products a subgroup instead of 4
@@ -175,7 +176,7 @@ impl ChunkForm {
         ChunkForm::with(true, true, true, Inverse::Blocks)
             .ahead()
             .deep(),
-        // And W·S's loads two k-steps at a time without fragment arrays (opt-in until timed:
+        // And the scan's loads two steps at a time without fragment arrays (opt-in until timed:
         // experiments/h200/gdnchunk2.sh).
         ChunkForm::with(true, true, true, Inverse::Blocks).pairs(),
         // And the Gram phase on its lower tiles, alone and with pairs (the same).
@@ -225,7 +226,7 @@ impl ChunkForm {
         }
     }
 
-    /// The same with W·S's loads two k-steps at a time.
+    /// The same with chunk_scan's loads two steps at a time.
     const fn pairs(self) -> Self {
         ChunkForm {
             pairs: true,
