@@ -854,6 +854,14 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
     assert!(deep.form.deep && !deep.form.ahead && !ahead.form.deep);
     let both = ChunkKernel::named("coop+quads+fused+lean+ahead+deep+blocks").unwrap();
     assert_eq!(both.form, ChunkForm::COOP[9]);
+    let pairs = ChunkKernel::named("coop+quads+fused+lean+pairs+blocks").unwrap();
+    assert_eq!(pairs.form, ChunkForm::COOP[10]);
+    assert!(pairs.form.pairs && !pairs.form.deep && !deep.form.pairs);
+    let lower = ChunkKernel::named("coop+quads+fused+lean+lower+blocks").unwrap();
+    assert_eq!(lower.form, ChunkForm::COOP[11]);
+    assert!(lower.form.lower && !lower.form.pairs && !pairs.form.lower);
+    let scan_and_gram = ChunkKernel::named("coop+quads+fused+lean+pairs+lower+blocks").unwrap();
+    assert_eq!(scan_and_gram.form, ChunkForm::COOP[12]);
     let blocks = ChunkKernel::named("f32+blocks").unwrap();
     assert_eq!((blocks.coop, blocks.form), (false, ChunkForm::F32[2]));
     let bad_names = [
@@ -874,6 +882,11 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
         "coop+quads+fused+lean+deep+ahead+blocks",
         "coop+deep",
         "f32+deep+blocks",
+        "f32+pairs+blocks",
+        "coop+quads+fused+lean+deep+pairs+blocks",
+        "coop+quads+fused+lean+blocks+pairs",
+        "coop+quads+fused+lean+lower+pairs+blocks",
+        "f32+lower+blocks",
     ];
     for bad in bad_names {
         let e = ChunkKernel::named(bad).unwrap_err().to_string();

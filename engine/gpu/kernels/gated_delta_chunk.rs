@@ -34,7 +34,12 @@
 //! plain form unless one is named (its `columns` and `blocks` forms are untimed). Opt-in until
 //! timed (experiments/h200/gdnchunk.sh): `coop+quads+fused+lean+ahead+blocks` (chunk_prepare's
 //! loads issued a phase ahead), `…+lean+deep+blocks` (chunk_scan's fragments loaded several
-//! k-steps ahead) and `…+lean+ahead+deep+blocks` (both): the same bits.
+//! k-steps ahead) and `…+lean+ahead+deep+blocks` (both): the same bits; `ahead+deep` lost on
+//! an H100 (70.4 → 81.9 ms at 2048 tokens, 2026-12-06 #10). Opt-in until timed
+//! (experiments/h200/gdnchunk2.sh): `…+lean+pairs+blocks` (chunk_scan's fragments two steps
+//! at a time in named values, no fragment arrays), `…+lean+lower+blocks` (chunk_prepare's Gram
+//! phase on the tiles on or below the diagonal: 6 accumulators instead of 8) and
+//! `…+lean+pairs+lower+blocks` (both): the same results.
 
 use super::delta_state::{
     DeltaDims, DeltaState, Dispatch, Resource, bind_group, by_entry, check_batch, check_grid,
@@ -103,6 +108,15 @@ pub struct ChunkForm {
     /// the update's first two before the V' pass: 3 dependent L2 round trips a chunk instead of
     /// 12 (dk = 128, fused).
     pub deep: bool,
+    /// Coop kernel, `SCAN_PAIRS` (`…+pairs+…`, not with `deep`): chunk_scan loads the global
+    /// fragments of W·S and Q̃·S two k-steps at a time, and the state update's two chunk steps
+    /// at a time, into named values (no arrays, none held across a barrier) before their MMAs:
+    /// 4 + 2 dependent L2 round trips a chunk instead of 8 + 4 (dk = 128, fused).
+    pub pairs: bool,
+    /// Coop kernel, `GRAM_LOWER` (`…+lower+…`): chunk_prepare's Gram phase computes the tiles
+    /// of K·Kᵀ and Q·Kᵀ on or below the diagonal only, 3 tile products a subgroup instead of 4
+    /// (6 accumulators instead of 8 at the kernel's register peak).
+    pub lower: bool,
     /// Both kernels, `INVERSE`: how chunk_prepare computes T = (I + A)⁻¹.
     pub inverse: Inverse,
 }
@@ -147,7 +161,7 @@ impl ChunkForm {
     /// The forms the tests run and `FAK_GDN_CHUNK` names on the coop kernel, the plain one
     /// first: each change alone, then quads, fused and columns, then those with the inverse by
     /// blocks, then that with the lean scan (the default), then the default's opt-in twins.
-    pub const COOP: [ChunkForm; 10] = [
+    pub const COOP: [ChunkForm; 13] = [
         ChunkForm::with(false, false, false, Inverse::Rows),
         ChunkForm::with(true, false, false, Inverse::Rows),
         ChunkForm::with(false, true, false, Inverse::Rows),
@@ -162,6 +176,14 @@ impl ChunkForm {
         ChunkForm::with(true, true, true, Inverse::Blocks)
             .ahead()
             .deep(),
+        // And the scan's loads two steps at a time without fragment arrays (opt-in until timed:
+        // experiments/h200/gdnchunk2.sh).
+        ChunkForm::with(true, true, true, Inverse::Blocks).pairs(),
+        // And the Gram phase on its lower tiles, alone and with pairs (the same).
+        ChunkForm::with(true, true, true, Inverse::Blocks).lower(),
+        ChunkForm::with(true, true, true, Inverse::Blocks)
+            .pairs()
+            .lower(),
     ];
     /// The f32 kernel's forms (it has no f16 cells and one scan).
     pub const F32: [ChunkForm; 3] = [
@@ -177,6 +199,8 @@ impl ChunkForm {
             lean,
             ahead: false,
             deep: false,
+            pairs: false,
+            lower: false,
             inverse,
         }
     }
@@ -194,6 +218,22 @@ impl ChunkForm {
         ChunkForm { deep: true, ..self }
     }
 
+    /// The same with the Gram phase on its lower tiles.
+    const fn lower(self) -> Self {
+        ChunkForm {
+            lower: true,
+            ..self
+        }
+    }
+
+    /// The same with chunk_scan's loads two steps at a time.
+    const fn pairs(self) -> Self {
+        ChunkForm {
+            pairs: true,
+            ..self
+        }
+    }
+
     /// Its suffix in `FAK_GDN_CHUNK` (`+quads+fused+columns`, empty for the plain form).
     pub fn suffix(self) -> String {
         let cells_and_scan: String = [
@@ -202,6 +242,8 @@ impl ChunkForm {
             (self.lean, "+lean"),
             (self.ahead, "+ahead"),
             (self.deep, "+deep"),
+            (self.pairs, "+pairs"),
+            (self.lower, "+lower"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
@@ -501,6 +543,8 @@ impl GatedDeltaChunked {
             constants.push(("SCAN_LEAN", flag(form.lean)));
             constants.push(("PREP_AHEAD", flag(form.ahead)));
             constants.push(("SCAN_DEEP", flag(form.deep)));
+            constants.push(("SCAN_PAIRS", flag(form.pairs)));
+            constants.push(("GRAM_LOWER", flag(form.lower)));
         }
         let label = ChunkKernel { coop, form }.label();
         let spec = |entry_point: &'static str| PipelineSpec {
