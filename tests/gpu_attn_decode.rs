@@ -273,9 +273,9 @@ fn the_oneshot_form_computes_the_two_pass_bits() {
     }
 }
 
-/// The rope form in one dispatch (`FAK_ATTN_DECODE=oneshot` with `FAK_DECODE_FUSE=rope`): rope_kv
-/// + decode_oneshot's bits and the cache rows (run_rope_case's checks), and the two-pass rope
-/// form's o bit for bit, for qwen3's and qwen35's inputs on every variant: one split, 8 splits
+/// The rope form in one dispatch (`FAK_ATTN_DECODE=oneshot` with `FAK_DECODE_FUSE=rope`): the bits
+/// of rope_kv and decode_oneshot and their cache rows (run_rope_case's checks), and the two-pass
+/// rope form's o bit for bit, for qwen3's and qwen35's inputs on every variant: one split, 8 splits
 /// with the new key in the last, four sequences on shuffled pages.
 #[test]
 fn the_oneshot_rope_form_computes_the_two_pass_bits() {

@@ -19,7 +19,8 @@
 #      interleaved ROUNDS (2) times → bench.log, decode.tsv (arm, round, model, depth, tok/s,
 #      µs/token, profiled attention µs, dispatches a step), bench-json.tgz.
 # A bench is skipped (logged SKIPPED) when it would pass BUDGET_S (190 s from the start).
-# A dry run elsewhere: PRESET8=tiny PRESET27=tiny DEPTHS8=40,300 (the synth presets).
+# A dry run elsewhere: PRESET8=tiny PRESET27=tiny DEPTHS8=40,300 (the synth presets) and
+# M8, M27 naming two files (the same preset would name one).
 # SM clocks every 500 ms → clocks.csv. Prepare (release binaries; the gpu and model groups; no
 # MATMUL_BENCH / MATVEC_BENCH needed):
 #   RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh gpu_attn_decode \
@@ -36,8 +37,8 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw --format=csv -l
 CLOCKS=$!
 PRESET8=${PRESET8:-qwen3-8b}
 PRESET27=${PRESET27:-qwen35-27b}
-M8=/dev/shm/$PRESET8-q4_k_m.gguf
-M27=/dev/shm/$PRESET27-q4_k_m.gguf
+M8=${M8:-/dev/shm/$PRESET8-q4_k_m.gguf}
+M27=${M27:-/dev/shm/$PRESET27-q4_k_m.gguf}
 DEPTHS8=${DEPTHS8:-128,2048,8192}
 synth() { # synth ARCH PRESET FILE: once per machine (another script of the call may have)
     [ -s "$3" ] && return 0
