@@ -68,7 +68,7 @@ done <<EOF
 - gpu gpu_attn_decode::
 $O gpu gpu_attention_step::
 $O model model_qwen35::a_decode_step model_qwen35::f32_logits_match_the_cpu_reference_on_the_subgroup model_qwen35::int_dot_logits --test-threads=1
-$O,$R model model_qwen3::f32_logits model_qwen3::q4_k_m_greedy --test-threads=1
+$O,$R model model_qwen3::f32_logits model_qwen3::int_dot_logits --test-threads=1
 EOF
 grep -E "^==|test result|FAILED|panicked" "$OUT/tests.log"
 wait $SYNTH8 || { tail -3 /tmp/synth8-attndec.log; kill $CLOCKS; exit 1; }
