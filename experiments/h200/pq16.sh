@@ -21,7 +21,8 @@
 #      ffn_gate_up, gdn_qkv…, attn_q…); then the Qwen3-8B the same ROUNDS8 (1) times; then
 #      merge,rope,pquant16 on the 27B once if the budget allows.
 # A bench is skipped (logged SKIPPED) when it would pass BUDGET_S (190 s from the start).
-# A dry run elsewhere: PRESET27=tiny PRESET8=tiny (the synth presets) — see NOTES "pq16".
+# A dry run elsewhere: PRESET27=tiny PRESET8=tiny (the synth presets), FAK_INT_DOT=1 where the
+# adapter's default path is f32 (lavapipe) — see NOTES "pq16".
 # SM clocks every 200 ms → clocks.csv. Prepare (release binaries; the gpu, model and serving
 # groups; no MATMUL_BENCH / MATVEC_BENCH needed):
 #   RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh gpu_matvec model_qwen35 \
@@ -40,6 +41,8 @@ PRESET27=${PRESET27:-qwen35-27b}
 PRESET8=${PRESET8:-qwen3-8b}
 M27=/dev/shm/$PRESET27-q4_k_m.gguf
 M8=/dev/shm/$PRESET8-q4_k_m.gguf
+# A dry run's one preset for both archs (tiny) needs two files.
+[ "$PRESET8" = "$PRESET27" ] && M8=/dev/shm/qwen3-$PRESET8-q4_k_m.gguf
 synth() { # synth ARCH PRESET FILE: once per machine (another script of the call may have)
     [ -s "$3" ] && return 0
     "$BIN/harness" synth --arch "$1" --preset "$2" --quant q4_k_m --seed 0 --fast-random \
