@@ -107,7 +107,9 @@ for d in b["depths"]:
 PY
     (cd /tmp/bench-json-attndec && tar czf "$OUT/bench-json.tgz" ./*.json)
 }
-ARMS="default:- oneshot:$O oneshot-rope:$O,$R"
+# Since 2026-12-06 #11 the rope fusion is the default: `oneshot` then runs with it, and the
+# oneshot-rope arm (ARMS="default:- oneshot:$O oneshot-rope:$O,$R", before) repeats it.
+ARMS=${ARMS:-"default:- oneshot:$O"}
 for round in $(seq "${ROUNDS:-2}"); do
     for arm in $ARMS; do
         vars=${arm#*:}
