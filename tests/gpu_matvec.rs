@@ -10,7 +10,7 @@ use fak::gpu::kernels::matvec::{
     InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, MixedInput, Q6Loads,
     ResidualOutput, SecondWeight,
 };
-use fak::gpu::kernels::quantize_q8::{Q8_BLOCK, Q8Vectors, QuantizeQ8, RESIDUAL_BLOCKS};
+use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
 use fak::gpu::step::MAX_BATCH;
 use fak::gpu::{
     Activations, GpuContext, GpuError, KernelPaths, Step, StepBuffer, read_back, read_back_f32,
@@ -749,33 +749,12 @@ fn a_gate_up_pairing_quantizes_its_outputs_as_quantize_q8_does() {
 /// batch); nothing written past the step's batch.
 #[test]
 fn a_residual_producer_quantizes_the_next_norms_input_for_its_consumer() {
-    check_residual_producer(Q8_BLOCK, &[GgmlType::Q4_K, GgmlType::Q8_0]);
-}
-
-/// The same in blocks of 16 rows (`FAK_DECODE_FUSE=pquant16`, opt-in): the producers in the
-/// integer path's default layout (4 teams: a workgroup owns one block), a scale and Σ y² per 16
-/// rows checked against the CPU's rounding of each 16 values, and consumers that take one x
-/// scale per 16 elements — Q4_K's halves, Q6_K's groups (wide, batched, split, staged) and
-/// Q8_0's narrow units.
-#[test]
-fn a_residual_producer_in_blocks_of_16_rows_feeds_its_consumer() {
-    check_residual_producer(16, &[GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0]);
-}
-
-/// a_residual_producer_quantizes_the_next_norms_input_for_its_consumer's checks for q8 blocks
-/// of `block` rows (one of `RESIDUAL_BLOCKS`), producers and consumers of each of `types`.
-fn check_residual_producer(block: u64, types: &[GgmlType]) {
     let ctx = gpu();
     // Two producing workgroups (32 rows each); the consumer reads d = 64 columns.
     let (d, cols, rows) = (64u64, 512u64, 48u64);
     let eps = 1e-6f32;
     let batch = u64::from(MAX_BATCH);
-    // The layout whose workgroup owns one block: PRODUCING (32), the integer path's (16).
-    let producing = match block {
-        Q8_BLOCK => MatVecLayout::PRODUCING,
-        _ => MatVecLayout::INTEGER,
-    };
-    assert_eq!(producing.teams, MatVecLayout::producing_teams(block));
+    let producing = MatVecLayout::PRODUCING;
     let forms = [
         producing,
         producing.widened(),
@@ -783,9 +762,9 @@ fn check_residual_producer(block: u64, types: &[GgmlType]) {
         producing.split_by(2),
         producing.with_staged_x(),
     ];
-    for &ty in types {
-        // Wide forms serve K-quant consumers only on whole 256-element rows: d = 256 there.
-        let d = if ty == GgmlType::Q8_0 { d } else { 4 * d };
+    for ty in [GgmlType::Q4_K, GgmlType::Q8_0] {
+        // Wide forms serve Q4_K's consumer only on whole 256-element rows: d = 256 there.
+        let d = if ty == GgmlType::Q4_K { 4 * d } else { d };
         let mut rng = rng(0x9a7e_0000 + u64::from(ty.id()));
         let w_p = random_weights(ty, d, cols, 0x9a7e_0001);
         let w_c = random_weights(ty, rows, d, 0x9a7e_0002);
@@ -802,7 +781,7 @@ fn check_residual_producer(block: u64, types: &[GgmlType]) {
             for paths in variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot) {
                 let kernel = MatVec::with_layout(ctx, paths, form).unwrap();
                 let quantizer = quantizer(ctx, &kernel);
-                let what = format!("{ty} {form} {paths} blocks of {block}");
+                let what = format!("{ty} {form} {paths}");
                 let mut first_vector: Option<(Vec<u32>, Vec<u8>)> = None;
                 for n in BATCHES {
                     let run = residual_chain(
@@ -811,7 +790,7 @@ fn check_residual_producer(block: u64, types: &[GgmlType]) {
                         (&w_p_buf, &w_c_buf, ty),
                         (d, cols, rows),
                         (&x, &y0, &next_norm, eps),
-                        (n, block),
+                        n,
                     );
                     let what = format!("{what} batch {n}");
                     let nu = n as usize;
@@ -821,13 +800,12 @@ fn check_residual_producer(block: u64, types: &[GgmlType]) {
                         run.y_plain.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                         "{what}: the residual differs from the product without the q8 output"
                     );
-                    let bu = block as usize;
-                    let blocks = du / bu;
+                    let blocks = du / 32;
                     let mut x_eff = vec![0f32; nu * du];
                     for b in 0..nu {
                         let yb = &run.y[b * du..(b + 1) * du];
                         let squares: Vec<f64> = yb
-                            .chunks(bu)
+                            .chunks(32)
                             .map(|c| c.iter().map(|&v| f64::from(v).powi(2)).sum())
                             .collect();
                         let sums = &run.sums[b * blocks..(b + 1) * blocks];
@@ -838,12 +816,7 @@ fn check_residual_producer(block: u64, types: &[GgmlType]) {
                             );
                         }
                         let u: Vec<f32> = yb.iter().zip(&next).map(|(&v, &w)| v * w).collect();
-                        // The CPU's q8 rounding, one block of `block` values at a time.
-                        let (codes, scales): (Vec<Vec<i8>>, Vec<Vec<f32>>) = u
-                            .chunks(bu)
-                            .map(fak::reference::activations::q8_blocks)
-                            .unzip();
-                        let (codes, scales) = (codes.concat(), scales.concat());
+                        let (codes, scales) = fak::reference::activations::q8_blocks(&u);
                         let got_codes = &run.codes[b * du..(b + 1) * du];
                         let got_scales = &run.scales[b * blocks..(b + 1) * blocks];
                         for (i, (&got, &want)) in got_codes.iter().zip(&codes).enumerate() {
@@ -861,7 +834,7 @@ fn check_residual_producer(block: u64, types: &[GgmlType]) {
                         let total: f64 = squares.iter().sum();
                         let s = 1.0 / (total / d as f64 + f64::from(eps)).sqrt();
                         for (c, x) in x_eff[b * du..(b + 1) * du].iter_mut().enumerate() {
-                            let step = f64::from(got_scales[c / bu]);
+                            let step = f64::from(got_scales[c / 32]);
                             *x = (s * step * f64::from(got_codes[c])) as f32;
                         }
                     }
@@ -897,8 +870,8 @@ fn check_residual_producer(block: u64, types: &[GgmlType]) {
 
 /// A mixed binding (`FAK_DECODE_FUSE=merge,pquant`) over a residual producer's vectors with
 /// their summed norm (`q8_norm`): each weight's outputs are the bits of its own binding over
-/// the same vectors (Q4_K beside Q6_K both ways, every int-dot variant, every batch, blocks of
-/// 32 and of 16 rows: `merge,pquant16`), rows past the batch untouched.
+/// the same vectors (Q4_K beside Q6_K both ways, every int-dot variant, every batch), rows past
+/// the batch untouched.
 #[test]
 fn a_mixed_binding_over_summed_norm_blocks_computes_each_weight_as_its_own_binding_does() {
     let ctx = gpu();
@@ -907,19 +880,16 @@ fn a_mixed_binding_over_summed_norm_blocks_computes_each_weight_as_its_own_bindi
     let x = random_f32(&mut rng, batch * cols);
     let xb = upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap();
     let x_act = Activations::contiguous(&xb, cols);
+    // Block sums of squares as a producer would write them (any positive values serve).
+    let sums: Vec<f32> = random_f32(&mut rng, batch * cols / 32)
+        .iter()
+        .map(|v| 1.0 + v.abs())
+        .collect();
     let layout = MatVecLayout::INTEGER.widened();
-    let variants = variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot);
-    for (paths, block) in variants.flat_map(|p| RESIDUAL_BLOCKS.map(|b| (p, b))) {
+    for paths in variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot) {
         let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
         let quantizer = quantizer(ctx, &kernel);
-        let vectors = Q8Vectors::with_sums(ctx, "summed", cols, MAX_BATCH, block).unwrap();
-        // The codes and scales are the quantize dispatch's (only their values matter: both
-        // bindings read the same); block sums of squares as a producer would write them (any
-        // positive values serve).
-        let sums: Vec<f32> = random_f32(&mut rng, batch * cols / block)
-            .iter()
-            .map(|v| 1.0 + v.abs())
-            .collect();
+        let vectors = Q8Vectors::with_sums(ctx, "summed", cols, MAX_BATCH).unwrap();
         let at = 4 * vectors.sum_index();
         fak::gpu::buffers::write(ctx, &vectors.scales, at, bytemuck::cast_slice(&sums)).unwrap();
         let input = MatVecFusion {
@@ -990,7 +960,7 @@ fn a_mixed_binding_over_summed_norm_blocks_computes_each_weight_as_its_own_bindi
                             .collect::<Vec<_>>()
                     };
                     let (want, got) = (bits(&alone[i]), bits(&mixed[i]));
-                    let what = format!("{paths} {types:?} part {i} batch {n} blocks of {block}");
+                    let what = format!("{paths} {types:?} part {i} batch {n}");
                     assert_eq!(got, want, "{what}: the mixed part differs from its binding");
                     let written = u64::from(n) * rows[i];
                     assert!(
@@ -1019,8 +989,8 @@ struct ResidualRun {
     z: Vec<f32>,
 }
 
-/// One step of `n` vectors: x quantized, the producer y += W_p x̂ writing the blocks of `block`
-/// rows of y·next_norm, the consumer z = W_c (its summed norm of those blocks), and the same product
+/// One step of `n` vectors: x quantized, the producer y += W_p x̂ writing the blocks of
+/// y·next_norm, the consumer z = W_c (its summed norm of those blocks), and the same product
 /// without the q8 output into a copy of y0.
 fn residual_chain(
     ctx: &GpuContext,
@@ -1028,7 +998,7 @@ fn residual_chain(
     (w_p, w_c, ty): (&wgpu::Buffer, &wgpu::Buffer, GgmlType),
     (d, cols, rows): (u64, u64, u64),
     (x, y0, next_norm, eps): (&wgpu::Buffer, &[f32], &wgpu::Buffer, f32),
-    (n, block): (u32, u64),
+    n: u32,
 ) -> ResidualRun {
     let batch = u64::from(MAX_BATCH);
     let step = StepBuffer::new(ctx);
@@ -1037,7 +1007,7 @@ fn residual_chain(
     let y_plain = upload(ctx, "y plain", bytemuck::cast_slice(y0)).unwrap();
     let z = poisoned_f32(ctx, "z", batch * rows);
     let x_q8 = Q8Vectors::new(ctx, "x", cols, MAX_BATCH).unwrap();
-    let out = Q8Vectors::with_sums(ctx, "residual", d, MAX_BATCH, block).unwrap();
+    let out = Q8Vectors::with_sums(ctx, "residual", d, MAX_BATCH).unwrap();
     fak::gpu::buffers::write(ctx, &out.codes, 0, &vec![0x7f; out.codes.size() as usize]).unwrap();
     let nan = vec![f32::NAN; out.scales.size() as usize / 4];
     fak::gpu::buffers::write(ctx, &out.scales, 0, bytemuck::cast_slice(&nan)).unwrap();

@@ -29,12 +29,6 @@
 //   and of s_b·u are the same in exact arithmetic (s_b factors out of the block's largest
 //   value), so the product is RMSNorm(x)·nw's up to f32 roundings, without a quantize dispatch —
 //   not quantize_q8's bits (it rounds (x·s_b)·nw), so checked against the CPU reference.
-//   In blocks of 16 (params.quantize_out = QUANTIZE_RESIDUAL_16; engine
-//   FAK_DECODE_FUSE=pquant16, opt-in; experiments/NOTES.md, "pq16"): the same with a code
-//   scale and Σ y² per 16 rows, so a workgroup of 4 teams (the integer path's default layout,
-//   16 rows) owns whole blocks; a consumer of such blocks is a Q8_NORM pipeline with X_BLOCK =
-//   16, which takes one x scale per 16 elements (matvec_q8*.wgsl: the groups of every unit lie
-//   inside 16-element blocks, and Q4_K's 32-element sub-block sums its two halves apart).
 // - MIXED (override; wide int-dot pipelines, matvec_q8.wgsl): two weights of the same input in
 //   one dispatch — workgroups below params.part2 compute the first (params), the others the
 //   second (params2: its rows, bytes, outputs and ggml type, Q4_K or Q6_K), so two projection
@@ -53,8 +47,8 @@
 //           · 8, 9: the q8 input of matvec_q8.wgsl (placeholders here; MIXED with QUANTIZE_X: 8
 //           the second weight's blocks)
 //           · 10 yq (array<u32>, read_write), 11 yd (array<f32>, read_write): the quantized output
-//           (placeholders unless quantize_out; QUANTIZE_RESIDUAL(_16): yd also holds the
-//           block sums from params.sum_index; MIXED: 11 the second weight's outputs, and without
+//           (placeholders unless quantize_out; QUANTIZE_RESIDUAL: yd also holds the block
+//           sums from params.sum_index; MIXED: 11 the second weight's outputs, and without
 //           QUANTIZE_X 10 its blocks) · 12 params2
 //           (uniform Params: the second weight's, MIXED; else a placeholder)
 // dispatch: one workgroup of WG invocations per 4·TEAMS consecutive rows (per 2·TEAMS output rows
@@ -143,8 +137,6 @@ const WIDE_W: u32 = 2u;
 // params.quantize_out: the paired outputs (1) or the accumulated residual's next-norm blocks.
 const QUANTIZE_PAIRED: u32 = 1u;
 const QUANTIZE_RESIDUAL: u32 = 2u;
-// The residual's blocks in 16 rows (a workgroup of 4 teams owns one).
-const QUANTIZE_RESIDUAL_16: u32 = 3u;
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -192,9 +184,6 @@ override SECOND_TYPE: u32 = 0u;
 // The q8 input is a producer's QUANTIZE_RESIDUAL blocks: scale the totals by each vector's
 // 1 / rms from the block sums (integer path only; see the header).
 override Q8_NORM: bool = false;
-// Elements per scale of the q8 input: 32, or 16 for a QUANTIZE_RESIDUAL_16 producer's blocks
-// (Q8_NORM pipelines only; see the header).
-override X_BLOCK: u32 = 32u;
 
 // The Params of the part this workgroup computes (params, or params2 for a MIXED dispatch's
 // second weight), and whether it is that second one. Set by enter_part before anything reads them.
@@ -808,7 +797,7 @@ fn store_team(acc: ptr<function, array<vec4<f32>, 8>>, first: u32, n: u32, paire
                     }
                 } else if row < p.rows {
                     let value = write_y(base + row, totals[slot]);
-                    if p.quantize_out >= QUANTIZE_RESIDUAL {
+                    if p.quantize_out == QUANTIZE_RESIDUAL {
                         block_values[32u * b + row % 32u] = value;
                     }
                 }
@@ -817,23 +806,15 @@ fn store_team(acc: ptr<function, array<vec4<f32>, 8>>, first: u32, n: u32, paire
     }
 }
 
-// Rows per block of the quantized output: 32, or 16 under QUANTIZE_RESIDUAL_16.
-fn out_block_rows() -> u32 {
-    return select(32u, 16u, p.quantize_out == QUANTIZE_RESIDUAL_16);
-}
-
-// quantize_out: vector b's block of the out_block_rows() outputs from `first` (a multiple of
-// that: the workgroup's rows) as q8 (b the workgroup's slot: the step's vector first_vector + b);
-// under QUANTIZE_RESIDUAL(_16) the block of u = y·nw (the next norm's weight, binding 7) and the
-// block's Σ y² behind the scales. A block of 16 rounds through q8_block with its other 16 values
-// zero: they change neither the largest magnitude nor the first 4 code words.
+// quantize_out: vector b's block of the 32 outputs from `first` (a multiple of 32) as q8 (b the
+// workgroup's slot: the step's vector first_vector + b); under QUANTIZE_RESIDUAL the block of
+// u = y·nw (the next norm's weight, binding 7) and the block's Σ y² behind the scales.
 fn quantize_block(b: u32, first: u32) {
-    let residual = p.quantize_out >= QUANTIZE_RESIDUAL;
-    let rows = out_block_rows();
+    let residual = p.quantize_out == QUANTIZE_RESIDUAL;
     var v: array<vec4<f32>, 8>;
     var squares = 0.0;
-    for (var j = 0u; j < rows / 4u; j++) {
-        let at = 32u * b + first % 32u + 4u * j;
+    for (var j = 0u; j < 8u; j++) {
+        let at = 32u * b + 4u * j;
         let value = vec4<f32>(block_values[at], block_values[at + 1u], block_values[at + 2u],
                               block_values[at + 3u]);
         v[j] = value;
@@ -845,10 +826,10 @@ fn quantize_block(b: u32, first: u32) {
     let q = q8_block(v);
     let out_vector = first_vector + b;
     let codes = out_vector * (p.rows / 4u) + first / 4u;
-    for (var j = 0u; j < rows / 4u; j++) {
+    for (var j = 0u; j < 8u; j++) {
         yq[codes + j] = q.codes[j];
     }
-    let block = out_vector * (p.rows / rows) + first / rows;
+    let block = out_vector * (p.rows / 32u) + first / 32u;
     yd[block] = q.d;
     if residual {
         yd[p.sum_index + block] = squares;
@@ -856,10 +837,10 @@ fn quantize_block(b: u32, first: u32) {
 }
 
 // Q8_NORM: s_b = 1 / sqrt(Σ_k sums_k / cols + eps) for every b < n into norm_scales, from the
-// block sums of squares the producer wrote behind the scales (xd from params.sum_index, one per
-// X_BLOCK elements; the step's vector first_vector + b). Uniform control flow: n is.
+// block sums of squares the producer wrote behind the scales (xd from params.sum_index; the
+// step's vector first_vector + b). Uniform control flow: n is.
 fn norm_scales_of_sums(n: u32, lanes: Lanes) {
-    let blocks = p.cols / X_BLOCK;
+    let blocks = p.cols / 32u;
     for (var b = 0u; b < MAX_B; b++) {
         if b < n {
             let base = p.sum_index + (first_vector + b) * blocks;

@@ -27,13 +27,8 @@
 // (wherever subgroups are formed from consecutive invocations of one width, as on NVIDIA and
 // lavapipe). Workgroup memory: MAX_B·X_COLS code bytes and MAX_B·X_COLS/8 scale bytes (the
 // engine's `MatVec` refuses capacities the adapter cannot hold).
-// X_BLOCK = 16 (override, matvec.wgsl; Q8_NORM pipelines over a QUANTIZE_RESIDUAL_16 producer's
-// blocks): x has a scale per 16 elements. Every unit's element groups (Q8_0's 8, Q4_K's two
-// runs of 16, Q5_K's 8s, Q6_K's 4s) lie inside one 16-element block each, so the narrow form
-// only indexes its scales by X_BLOCK (`x_scale_index`); the math above is unchanged.
 // bindings: matvec.wgsl's, plus 8 xq (array<u32>, read: the codes of `Q8Vectors`, vector b's at
-//           word b·cols/4) · 9 xd (array<f32>, read: the block scales, vector b's at
-//           b·cols/X_BLOCK).
+//           word b·cols/4) · 9 xd (array<f32>, read: the block scales, vector b's at b·cols/32).
 //           x, x16 and nw are placeholders (the norm, if any, was folded into quantize_q8) —
 //           except under QUANTIZE_X, which reads x, x16 and nw and not xq, xd.
 // dispatch, rows, pairing, accumulate, reduction: as matvec.wgsl (the same helpers).
@@ -106,11 +101,6 @@ fn quantize_input(n: u32, lanes: Lanes) {
     workgroupBarrier();
 }
 
-// The index in xd (x_scales) of the scale of vector b's element e: one per X_BLOCK elements.
-fn x_scale_index(b: u32, e: u32) -> u32 {
-    return b * (p.cols / X_BLOCK) + e / X_BLOCK;
-}
-
 // One input vector's share of a unit: code words a (and b: Q4_K's high group, Q5_K's groups 2, 3)
 // in the order the type's dot pairs them with weight words, the scale of each element group's x
 // block, and each group's Σ qx (as f32, exact).
@@ -138,6 +128,7 @@ fn xq4(base: u32, e: u32) -> vec4<u32> {
 // Unit u's share of input vector b.
 fn load_xq(b: u32, u: u32) -> Xq {
     let codes = b * (p.cols / 4u);
+    let blocks = b * (p.cols / 32u);
     let lane = u % UNIT_LANES;
     let first = (u / UNIT_LANES) * BLOCK_ELEMS;
     var v: Xq;
@@ -146,15 +137,15 @@ fn load_xq(b: u32, u: u32) -> Xq {
         case 8u: {
             let at = codes + (first + 8u * lane) / 4u;
             v.a = vec4<u32>(xq_word(at), xq_word(at + 1u), 0u, 0u);
-            v.d.x = xd_scale(x_scale_index(b, first + 8u * lane));
+            v.d.x = xd_scale(blocks + first / 32u);
         }
         // Q4_K lane l: 16 elements at e (sub-block 2c) and 16 at e + 32 (sub-block 2c + 1).
         case 12u: {
             let e = first + 64u * (lane / 2u) + 16u * (lane % 2u);
             v.a = xq4(codes, e);
             v.b = xq4(codes, e + 32u);
-            v.d = vec4<f32>(xd_scale(x_scale_index(b, e)), xd_scale(x_scale_index(b, e + 32u)),
-                            0.0, 0.0);
+            let k = blocks + e / 32u;
+            v.d = vec4<f32>(xd_scale(k), xd_scale(k + 1u), 0.0, 0.0);
             v.s = vec4<f32>(code_sum(v.a.x, v.a.y) + code_sum(v.a.z, v.a.w),
                             code_sum(v.b.x, v.b.y) + code_sum(v.b.z, v.b.w), 0.0, 0.0);
         }
@@ -168,7 +159,7 @@ fn load_xq(b: u32, u: u32) -> Xq {
                 let at = codes + (e + group[k]) / 4u;
                 w[2u * k] = xq_word(at);
                 w[2u * k + 1u] = xq_word(at + 1u);
-                v.d[k] = xd_scale(x_scale_index(b, e + group[k]));
+                v.d[k] = xd_scale(blocks + (e + group[k]) / 32u);
                 v.s[k] = code_sum(w[2u * k], w[2u * k + 1u]);
             }
             v.a = vec4<u32>(w[0], w[1], w[2], w[3]);
@@ -179,7 +170,7 @@ fn load_xq(b: u32, u: u32) -> Xq {
             let e = first + 128u * (lane / 8u) + 4u * (lane % 8u);
             for (var k = 0u; k < 4u; k++) {
                 v.a[k] = xq_word(codes + (e + 32u * k) / 4u);
-                v.d[k] = xd_scale(x_scale_index(b, e + 32u * k));
+                v.d[k] = xd_scale(blocks + (e + 32u * k) / 32u);
             }
         }
         default: {}

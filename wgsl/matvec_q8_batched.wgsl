@@ -69,12 +69,10 @@ fn batched_x(b: u32, u: u32) -> WideX {
     var v: WideX;
     v.words = array<vec4<u32>, 4>(batched_words(b, u, 0u), batched_words(b, u, 4u),
                                   batched_words(b, u, 8u), batched_words(b, u, 12u));
-    // The groups' scales, wide_x_scale_step() apart (1 but for Q6_K in blocks of 16).
     let k = wide_x_scale(b, u, 0u);
-    let stride = wide_x_scale_step();
-    v.d = vec4<f32>(xd[k], xd[k + stride], 0.0, 0.0);
-    if wide_x_groups() == 4u {
-        v.d = vec4<f32>(v.d.xy, xd[k + 2u * stride], xd[k + 3u * stride]);
+    v.d = vec4<f32>(xd[k], xd[k + 1u], 0.0, 0.0);
+    if wide_q6() {
+        v.d = vec4<f32>(v.d.xy, xd[k + 2u], xd[k + 3u]);
     }
     return with_code_sums(v);
 }

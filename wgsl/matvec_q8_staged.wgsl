@@ -35,8 +35,7 @@ override STAGE_B: u32 = 1u;
 // Units of one step: the TEAM·UNROLL units every team of the workgroup takes (slot s = unit
 // base + s), so a team's invocation lane reads slots lane and lane + TEAM.
 override STAGE_UNITS: u32 = TEAM * UNROLL;
-// 5 vec4 per (vector, unit): code words 0..15, then the group scales as bits (Q4_K: 2, zeros;
-// 4 where X_BLOCK = 16).
+// 5 vec4 per (vector, unit): code words 0..15, then the group scales as bits (Q4_K: 2, zeros).
 override STAGE_SLOTS: u32 = 5u * TEAM * UNROLL * STAGE_B;
 
 var<workgroup> x_stage: array<vec4<u32>, STAGE_SLOTS>;

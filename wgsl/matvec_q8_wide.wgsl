@@ -37,12 +37,6 @@
 //           same sums, bit for bit, x's codes in 16-byte loads (faster at every batch on an H100).
 //           Its split (VECTOR_GROUPS, opt-in) spreads a step's vectors over more workgroups,
 //           the same bits.
-//           X_BLOCK = 16 (matvec.wgsl; Q8_NORM over a 16-row producer's blocks): a scale per
-//           16 elements of x. Q6_K's groups are 16 elements already (only their scales' index
-//           changes); a Q4_K unit's two sub-blocks are four x blocks, so its integer sums are
-//           taken per 16-element half (the dot16s it computes anyway) and each half's Σ qx apart
-//           (`dot_q4_k_halves`). Every form (wide, batched, staged, mixed) reads x through
-//           wide_x_scale, so all take it.
 // requires: matvec.wgsl, matvec_q8.wgsl, matvec_q8_batched.wgsl (and what they require).
 
 // Read Q6_K blocks as aligned vec4 pairs where params.wide has W16_VIEW (see the header).
@@ -265,29 +259,23 @@ fn wide_x_code(b: u32, u: u32, w: u32) -> u32 {
     return b * (p.cols / 4u) + (first + 64u * lane) / 4u + w;
 }
 
-// Q6_K: groups k < 4 (group k's 16 elements, 32k on); Q4_K: k < wide_x_groups(), the x blocks
-// the unit's 64 elements span (X_BLOCK·k on).
+// Q6_K: groups k < 4; Q4_K: k < 2 (its groups are the two x blocks of the unit).
 fn wide_x_scale(b: u32, u: u32, k: u32) -> u32 {
     let lane = u % UNIT_LANES;
     let first = (u / UNIT_LANES) * BLOCK_ELEMS;
     if wide_q6() {
-        return x_scale_index(b, first + 128u * (lane / 2u) + 16u * (lane % 2u) + 32u * k);
+        return b * (p.cols / 32u) + (first + 128u * (lane / 2u) + 16u * (lane % 2u)) / 32u + k;
     }
-    return x_scale_index(b, first + 64u * lane + X_BLOCK * k);
+    return b * (p.cols / 32u) + (first + 64u * lane) / 32u + k;
 }
 
-// wide_x_scale(b, u, k + 1) − wide_x_scale(b, u, k): 1, or Q6_K's 2 in blocks of 16.
-fn wide_x_scale_step() -> u32 {
-    return select(1u, 32u / X_BLOCK, wide_q6());
-}
-
-// Groups with a scale of their own: 4 (Q6_K) or 64 / X_BLOCK (Q4_K: 2, or 4 in blocks of 16).
+// Groups with a scale of their own: 4 (Q6_K) or 2 (Q4_K).
 fn wide_x_groups() -> u32 {
-    return select(64u / X_BLOCK, 4u, wide_q6());
+    return select(2u, 4u, wide_q6());
 }
 
-// Q4_K: the Σ qx of each x block (sub-blocks 2c, 2c + 1: words 0..7 and 8..15; in blocks of
-// 16, each words[k]), exact; Q6_K under Q6_LEAN: −32·Σ qx of each group (words[k]).
+// Q4_K: the Σ qx of each x block (sub-blocks 2c, 2c + 1: words 0..7 and 8..15), exact; Q6_K
+// under Q6_LEAN: −32·Σ qx of each group (words[k]).
 fn with_code_sums(x: WideX) -> WideX {
     var v = x;
     if wide_q6() && Q6_LEAN {
@@ -296,13 +284,7 @@ fn with_code_sums(x: WideX) -> WideX {
         v.base = -32 * vec4<i32>(dot16(w[0], ones), dot16(w[1], ones), dot16(w[2], ones),
                                  dot16(w[3], ones));
     }
-    if !wide_q6() && X_BLOCK == 16u {
-        let w = v.words;
-        v.s = vec4<f32>(code_sum(w[0].x, w[0].y) + code_sum(w[0].z, w[0].w),
-                        code_sum(w[1].x, w[1].y) + code_sum(w[1].z, w[1].w),
-                        code_sum(w[2].x, w[2].y) + code_sum(w[2].z, w[2].w),
-                        code_sum(w[3].x, w[3].y) + code_sum(w[3].z, w[3].w));
-    } else if !wide_q6() {
+    if !wide_q6() {
         let w = v.words;
         v.s = vec4<f32>(code_sum(w[0].x, w[0].y) + code_sum(w[0].z, w[0].w)
                             + code_sum(w[1].x, w[1].y) + code_sum(w[1].z, w[1].w),
@@ -368,18 +350,8 @@ fn dot_wide(w: Wide, v: WideX) -> f32 {
     let lo = vec2<i32>(dot16(w.a & nib, v.words[0]), dot16(w.b & nib, v.words[1]));
     let hi = vec2<i32>(dot16((w.a >> vec4<u32>(4u)) & nib, v.words[2]),
                        dot16((w.b >> vec4<u32>(4u)) & nib, v.words[3]));
-    if X_BLOCK == 16u {
-        return dot_q4_k_halves(w, v, vec4<f32>(vec4<i32>(lo, hi)));
-    }
     let sums = vec2<f32>(f32(lo.x + lo.y), f32(hi.x + hi.y));
     return dot(v.d.xy, w.f.xy * sums + w.g.xy * v.s.xy);
-}
-
-// X_BLOCK = 16: a Q4_K unit's Σ w·x̂ from the Σ q·qx of its four 16-element halves (sub-block
-// 2c's two, then 2c + 1's), each half with its own x scale v.d[k] and Σ qx v.s[k], and its
-// sub-block's multiplier and offset (f.x, g.x for halves 0, 1; f.y, g.y for 2, 3).
-fn dot_q4_k_halves(w: Wide, v: WideX, sums: vec4<f32>) -> f32 {
-    return dot(v.d, w.f.xxyy * sums + w.g.xxyy * v.s);
 }
 
 // Unit u's products of the 4 rows `w` with one input vector.

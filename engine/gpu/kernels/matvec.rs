@@ -24,9 +24,7 @@
 //! dependent dispatches of the ops it folds in; the math is in wgsl/matvec.wgsl. Opt-in (the
 //! producer-side quantize, `FAK_DECODE_FUSE=pquant`): an accumulating product also writes the
 //! next norm's q8 input with its block sums ([`MatVecFusion::residual_output`]), and a q8 product
-//! reads such vectors with their summed norm ([`MatVecFusion::q8_norm`]) — in blocks of 32 rows,
-//! or (`pquant16`) of 16, so that a producer in the integer path's default layout owns whole
-//! blocks and the consumers take one x scale per 16 elements (`Q8Vectors::block`).
+//! reads such vectors with their summed norm ([`MatVecFusion::q8_norm`]).
 //!
 //! # The integer path
 //!
@@ -153,13 +151,6 @@ impl MatVecLayout {
     /// [`MatVecLayout::INTEGER`]'s 256 invocations in 8 teams of 32 (experiments/NOTES.md, "pqz").
     pub const PRODUCING: MatVecLayout = MatVecLayout::new(256, 8, 1);
 
-    /// Teams a residual producer's layout needs for q8 blocks of `block` rows (one block a
-    /// workgroup of teams of 4 rows): [`MatVecLayout::PRODUCING_TEAMS`] for 32, 4 for 16
-    /// (`FAK_DECODE_FUSE=pquant16`: [`MatVecLayout::INTEGER`]'s, experiments/NOTES.md "pq16").
-    pub const fn producing_teams(block: u64) -> u32 {
-        (block / ROWS_PER_TEAM) as u32
-    }
-
     /// The layouts kept after the H200 (experiments/NOTES.md, decode-matvec): the f32 path's
     /// default, the integer path's, and the quantizing gate/up pairing's. experiments/matvec-bench
     /// times them (`--layouts` any others) and tests/gpu_matvec.rs checks them.
@@ -285,7 +276,7 @@ impl MatVecLayout {
         (stage, batch, split): (bool, bool, u32),
         workgroup_limit: u32,
     ) -> MatVecLayout {
-        let q8 = matches!(input, Input::Q8(_) | Input::Q8Norm(..)) && second.is_none();
+        let q8 = matches!(input, Input::Q8(_) | Input::Q8Norm(_)) && second.is_none();
         let staged = (self.staged || (stage && self.wide && capacity > 1))
             && q8
             && self.stage_vectors(capacity, workgroup_limit) > 0;
@@ -555,10 +546,9 @@ struct Params {
     /// Q8_NORM product).
     sum_index: u32,
 }
-/// `Params::quantize_out` (QUANTIZE_PAIRED, QUANTIZE_RESIDUAL(_16) of the WGSL).
+/// `Params::quantize_out` (QUANTIZE_PAIRED, QUANTIZE_RESIDUAL of the WGSL).
 const QUANTIZE_PAIRED: u32 = 1;
 const QUANTIZE_RESIDUAL: u32 = 2;
-const QUANTIZE_RESIDUAL_16: u32 = 3;
 
 /// The index in [`BATCH_CAPACITIES`] of the smallest capacity that holds `n_tokens` vectors.
 fn capacity_index(n_tokens: u32) -> usize {
@@ -705,11 +695,9 @@ pub struct MatVecFusion<'a> {
     /// of y·`next_norm` and their block sums of squares (wgsl/matvec.wgsl, QUANTIZE_RESIDUAL):
     /// the input of a `q8_norm` product after the next RMSNorm, which then needs no quantize
     /// dispatch. Needs `accumulate`, `rows` a multiple of 32 in one range, a layout of
-    /// [`MatVecLayout::producing_teams`] teams for the vectors' blocks — 8 for blocks of 32 (the
-    /// binding takes [`MatVecLayout::PRODUCING`] where it names none and
-    /// `FAK_MATVEC_RESIDUAL_LAYOUT` names none of that many), 4 for blocks of 16 (the integer
-    /// path's own [`MatVecLayout::INTEGER`], QUANTIZE_RESIDUAL_16) — no pairing, no second
-    /// weight.
+    /// [`MatVecLayout::PRODUCING_TEAMS`] teams (the binding takes [`MatVecLayout::PRODUCING`]
+    /// where it names none and `FAK_MATVEC_RESIDUAL_LAYOUT` names none of that many), no pairing,
+    /// no second weight.
     pub residual_output: Option<ResidualOutput<'a>>,
 }
 
@@ -789,9 +777,8 @@ enum Input {
     /// x as q8 blocks; the index in `MatVec::Q8_TYPES`.
     Q8(usize),
     /// x as a residual producer's q8 blocks of x·w, the norm's 1 / rms taken from their block
-    /// sums (Q8_NORM; [`MatVecFusion::q8_norm`]); the index in `MatVec::Q8_TYPES` and the
-    /// vectors' elements per block (`Q8Vectors::block`: 32, or 16 — X_BLOCK).
-    Q8Norm(usize, u32),
+    /// sums (Q8_NORM; [`MatVecFusion::q8_norm`]); the index in `MatVec::Q8_TYPES`.
+    Q8Norm(usize),
     /// x RMS-normed and quantized to q8 blocks inside each workgroup (QUANTIZE_X): the index
     /// in `MatVec::Q8_TYPES` and the row length.
     QuantizedNorm(usize, u32),
@@ -802,7 +789,7 @@ impl Input {
     fn is_q8(self) -> bool {
         matches!(
             self,
-            Input::Q8(_) | Input::Q8Norm(..) | Input::QuantizedNorm(..)
+            Input::Q8(_) | Input::Q8Norm(_) | Input::QuantizedNorm(..)
         )
     }
 }
@@ -896,9 +883,9 @@ fn spec(
         Input::Q8(_) if rows.staged => ("matvec_q8_staged", "q8"),
         Input::Q8(_) if rows.wide => ("matvec_q8_wide", "q8"),
         Input::Q8(_) => ("matvec_q8", "q8"),
-        Input::Q8Norm(..) if rows.staged => ("matvec_q8_staged", "q8 summed norm"),
-        Input::Q8Norm(..) if rows.wide => ("matvec_q8_wide", "q8 summed norm"),
-        Input::Q8Norm(..) => ("matvec_q8", "q8 summed norm"),
+        Input::Q8Norm(_) if rows.staged => ("matvec_q8_staged", "q8 summed norm"),
+        Input::Q8Norm(_) if rows.wide => ("matvec_q8_wide", "q8 summed norm"),
+        Input::Q8Norm(_) => ("matvec_q8", "q8 summed norm"),
         Input::QuantizedNorm(..) if rows.wide => ("matvec_q8_wide", "normed q8"),
         Input::QuantizedNorm(..) => ("matvec_q8", "normed q8"),
         Input::Normed => ("matvec", "normed f32"),
@@ -907,16 +894,14 @@ fn spec(
     // Only the int-dot module declares QUANTIZE_X and X_COLS.
     let mut constants = match input {
         Input::QuantizedNorm(_, cols) => vec![("QUANTIZE_X", 1.0), ("X_COLS", f64::from(cols))],
-        // Blocks of 16 (pquant16) set X_BLOCK; blocks of 32 keep its default.
-        Input::Q8Norm(_, 32) => vec![("Q8_NORM", 1.0)],
-        Input::Q8Norm(_, block) => vec![("Q8_NORM", 1.0), ("X_BLOCK", f64::from(block))],
+        Input::Q8Norm(_) => vec![("Q8_NORM", 1.0)],
         _ => Vec::new(),
     };
     if let Some(second) = second {
         constants.push(("MIXED", 1.0));
         constants.push(("SECOND_TYPE", f64::from(second.id())));
         // Beside q8 vectors the second weight's blocks take binding 10 (see the WGSL header).
-        if matches!(input, Input::Q8(_) | Input::Q8Norm(..)) {
+        if matches!(input, Input::Q8(_) | Input::Q8Norm(_)) {
             constants.push(("MIXED_Q8", 1.0));
         }
     }
@@ -951,12 +936,8 @@ fn spec(
         (_, true) => " q6 lean",
         _ => "",
     };
-    let blocks = match input {
-        Input::Q8Norm(_, block) if block != 32 => format!(" in blocks of {block}"),
-        _ => String::new(),
-    };
     let mut spec = PipelineSpec {
-        label: format!("matvec {ty}{mixed} batch {capacity} x {what}{blocks} layout {rows}{q6}"),
+        label: format!("matvec {ty}{mixed} batch {capacity} x {what} layout {rows}{q6}"),
         entry_point,
         constants,
     };
@@ -1076,27 +1057,13 @@ impl Kernel for MatVec {
             // and narrow.
             pipelines.push(spec(
                 GgmlType::Q4_K,
-                Input::Q8Norm(1, 32),
+                Input::Q8Norm(1),
                 8,
                 batched[0],
                 words,
                 1,
             ));
-            pipelines.push(spec(
-                GgmlType::Q8_0,
-                Input::Q8Norm(0, 32),
-                2,
-                rows,
-                words,
-                1,
-            ));
-            // … and in blocks of 16 (pquant16): Q4_K's halves and Q6_K's lean units, batched.
-            for (ty, index, q6) in [
-                (GgmlType::Q4_K, 1, words),
-                (GgmlType::Q6_K, 3, (None, Q6Loads::Lean)),
-            ] {
-                pipelines.push(spec(ty, Input::Q8Norm(index, 16), 8, batched[0], q6, 1));
-            }
+            pipelines.push(spec(GgmlType::Q8_0, Input::Q8Norm(0), 2, rows, words, 1));
             // Q6_K's lean units (opt-in): batched, staged, and mixed with the norm quantized in
             // the workgroup.
             let lean = (None, Q6Loads::Lean);
@@ -1518,13 +1485,7 @@ impl MatVec {
                             "a summed norm needs q8 vectors with block sums".into(),
                         ));
                     }
-                    Some(_) => Input::Q8Norm(index, q8.block as u32),
-                    None if q8.block != Q8_BLOCK => {
-                        return Err(shape_error(format!(
-                            "q8 vectors in blocks of {} are read with their summed norm only",
-                            q8.block
-                        )));
-                    }
+                    Some(_) => Input::Q8Norm(index),
                     None => Input::Q8(index),
                 }
             }
@@ -1557,19 +1518,14 @@ impl MatVec {
             true => self.residual.or(self.rows),
             false => self.rows,
         };
-        // A residual producer takes the residual layout where it has the teams its blocks need
-        // (one block a workgroup), else PRODUCING (blocks of 32) or the integer path's own
-        // (blocks of 16: INTEGER's 4 teams).
-        let producing_teams = fusion
-            .residual_output
-            .map(|r| MatVecLayout::producing_teams(r.vectors.block));
-        let named = match producing_teams {
-            Some(teams) => named.filter(|l| l.teams == teams),
+        // A residual producer takes the residual layout where it has the teams, else PRODUCING.
+        let named = match fusion.residual_output {
+            Some(_) => named.filter(|l| l.teams == MatVecLayout::PRODUCING_TEAMS),
             None => named,
         };
         let by_input = match fusion.residual_output {
-            Some(r) if r.vectors.block == Q8_BLOCK => MatVecLayout::PRODUCING,
-            _ => by_input,
+            Some(_) => MatVecLayout::PRODUCING,
+            None => by_input,
         };
         let rows_layout = fusion.layout.or(named).unwrap_or(by_input).check()?;
         let rows_layout = match self.widen {
@@ -1595,12 +1551,11 @@ impl MatVec {
         }
         if let Some(out) = fusion.residual_output {
             let q8 = out.vectors;
-            let teams = MatVecLayout::producing_teams(q8.block);
             if !io.accumulate
                 || fusion.swiglu
                 || fusion.second.is_some()
                 || fusion.quantize_output.is_some()
-                || rows_layout.teams != teams
+                || rows_layout.teams != MatVecLayout::PRODUCING_TEAMS
                 || !rows.is_multiple_of(Q8_BLOCK)
                 || !q8.sums
                 || q8.cols != rows
@@ -1608,9 +1563,9 @@ impl MatVec {
                 return Err(shape_error(format!(
                     "a residual's q8 output needs an accumulating product of whole 32-row \
                      blocks ({rows} rows), no pairing, second weight or other quantized output, \
-                     a layout of {teams} teams for blocks of {} (not {rows_layout}) and vectors \
-                     of {rows} columns with block sums",
-                    q8.block
+                     a layout of {} teams (not {rows_layout}) and vectors of {rows} columns \
+                     with block sums",
+                    MatVecLayout::PRODUCING_TEAMS
                 )));
             }
             q8.check(Self::NAME, rows, io.max_batch)?;
@@ -1634,7 +1589,7 @@ impl MatVec {
             let wide = |t| MatVecLayout::wide_serves(t, input);
             if !matches!(
                 input,
-                Input::QuantizedNorm(..) | Input::Q8(_) | Input::Q8Norm(..)
+                Input::QuantizedNorm(..) | Input::Q8(_) | Input::Q8Norm(_)
             ) || !rows_layout.wide
                 || !wide(second.shape.ty)
                 || second.shape.cols != cols
@@ -1783,7 +1738,7 @@ impl MatVec {
                     ),
                     Some(q8) => (
                         Window::around(0, batch * cols, align).binding(&q8.codes),
-                        Window::around(0, 4 * batch * cols / q8.block, align).binding(&q8.scales),
+                        Window::around(0, 4 * batch * cols / Q8_BLOCK, align).binding(&q8.scales),
                     ),
                     None => (placeholder.clone(), placeholder.clone()),
                 };
@@ -1832,8 +1787,7 @@ impl MatVec {
                     pair_byte: pair_byte as u32,
                     quantize_out: match (fusion.quantize_output, fusion.residual_output) {
                         (Some(_), _) => QUANTIZE_PAIRED,
-                        (None, Some(r)) if r.vectors.block == Q8_BLOCK => QUANTIZE_RESIDUAL,
-                        (None, Some(_)) => QUANTIZE_RESIDUAL_16,
+                        (None, Some(_)) => QUANTIZE_RESIDUAL,
                         (None, None) => 0,
                     },
                     part2: len.div_ceil(outputs_per_workgroup) as u32,
@@ -1862,7 +1816,7 @@ impl MatVec {
                         let blocks = window.binding(sw.weights);
                         let y2 = y2.window.binding(sw.y.buffer);
                         match input {
-                            Input::Q8(_) | Input::Q8Norm(..) => (xq, blocks, y2),
+                            Input::Q8(_) | Input::Q8Norm(_) => (xq, blocks, y2),
                             _ => (blocks, yq, y2),
                         }
                     }
@@ -1913,7 +1867,7 @@ impl MatVec {
         let q6_aligned = ranges.iter().all(|(_, aligned)| *aligned);
         let ranges = ranges.into_iter().map(|(range, _)| range).collect();
         let x_bytes = match fusion.q8 {
-            Some(q8) => Q8Vectors::bytes_per_vector_in(cols, q8.block),
+            Some(_) => Q8Vectors::bytes_per_vector(cols),
             None => 4 * cols,
         };
         let y_bytes = 4 * rows * if io.accumulate { 2 } else { 1 };
@@ -1921,17 +1875,11 @@ impl MatVec {
         // Q8_NORM product reads the block sums.
         let q8_out = match (fusion.quantize_output, fusion.residual_output) {
             (Some(_), _) => Q8Vectors::bytes_per_vector(rows),
-            (None, Some(r)) => {
-                Q8Vectors::bytes_per_vector_in(rows, r.vectors.block) + 4 * rows / r.vectors.block
-            }
+            (None, Some(_)) => Q8Vectors::bytes_per_vector(rows) + 4 * rows / Q8_BLOCK,
             (None, None) => 0,
         };
         let next_norm = fusion.residual_output.map_or(0, |_| 4 * rows);
-        let x_bytes = x_bytes
-            + match (fusion.q8_norm, fusion.q8) {
-                (Some(_), Some(q8)) => 4 * cols / q8.block,
-                _ => 0,
-            };
+        let x_bytes = x_bytes + fusion.q8_norm.map_or(0, |_| 4 * cols / Q8_BLOCK);
         let (norm_weight, norm_reread) = match fusion.norm {
             Some(n) if n.shared => (0, 4 * cols),
             Some(_) => (4 * cols, 0),

@@ -25,11 +25,6 @@ use crate::gpu::step::StepBuffer;
 
 /// Elements per q8 block (one f32 scale each).
 pub const Q8_BLOCK: u64 = 32;
-/// Elements per block of the q8 vectors a residual producer may write
-/// ([`Q8Vectors::with_sums`]): [`Q8_BLOCK`] (`FAK_DECODE_FUSE=pquant`), or 16
-/// (`pquant16`: a workgroup of the integer path's default 4 teams of 4 rows owns whole blocks;
-/// experiments/NOTES.md, "pq16").
-pub const RESIDUAL_BLOCKS: [u64; 2] = [Q8_BLOCK, 16];
 /// Invocations per workgroup (`override WG`): one block each.
 const WG: u32 = 64;
 /// x, codes, scales, params, step, the norm weight.
@@ -59,9 +54,7 @@ pub type CodesAndScales = (Vec<i8>, Vec<f32>);
 /// its codes (4 per u32, i8 each) at word b·c/4 of `codes` and its block scales at b·c/32 of
 /// `scales` (wgsl/quantize_q8.wgsl). Vectors [`Q8Vectors::with_sums`] made also hold, behind
 /// the scales, one f32 per block: the sum of squares of the values a residual producer quantized
-/// (wgsl/matvec.wgsl, QUANTIZE_RESIDUAL), vector b's from [`Q8Vectors::sum_index`] + b·c/32 —
-/// and may be in blocks of 16 (`block`): a scale and a sum per 16 elements, vector b's scales
-/// at b·c/16.
+/// (wgsl/matvec.wgsl, QUANTIZE_RESIDUAL), vector b's from [`Q8Vectors::sum_index`] + b·c/32.
 pub struct Q8Vectors {
     pub codes: wgpu::Buffer,
     pub scales: wgpu::Buffer,
@@ -69,9 +62,6 @@ pub struct Q8Vectors {
     pub max_batch: u32,
     /// The scales buffer holds the block sums behind the scales.
     pub sums: bool,
-    /// Elements per block (per scale): [`Q8_BLOCK`], or 16 for vectors made by
-    /// [`Q8Vectors::with_sums`] in blocks of 16.
-    pub block: u64,
 }
 
 impl Q8Vectors {
@@ -82,26 +72,18 @@ impl Q8Vectors {
         cols: u64,
         max_batch: u32,
     ) -> Result<Q8Vectors, GpuError> {
-        Self::allocate(ctx, label, cols, max_batch, (false, Q8_BLOCK))
+        Self::allocate(ctx, label, cols, max_batch, false)
     }
 
-    /// [`Q8Vectors::new`] in blocks of `block` elements (one of [`RESIDUAL_BLOCKS`]) with room
-    /// for a block sum of squares behind the scales (the producer-side quantize's vectors:
-    /// wgsl/matvec.wgsl, QUANTIZE_RESIDUAL(_16) and Q8_NORM).
+    /// [`Q8Vectors::new`] with room for a block sum of squares behind the scales (the
+    /// producer-side quantize's vectors: wgsl/matvec.wgsl, QUANTIZE_RESIDUAL and Q8_NORM).
     pub fn with_sums(
         ctx: &GpuContext,
         label: &str,
         cols: u64,
         max_batch: u32,
-        block: u64,
     ) -> Result<Q8Vectors, GpuError> {
-        if !RESIDUAL_BLOCKS.contains(&block) {
-            return Err(shape_error(
-                QuantizeQ8::NAME,
-                format!("q8 blocks of {block} elements (expected one of {RESIDUAL_BLOCKS:?})"),
-            ));
-        }
-        Self::allocate(ctx, label, cols, max_batch, (true, block))
+        Self::allocate(ctx, label, cols, max_batch, true)
     }
 
     fn allocate(
@@ -109,7 +91,7 @@ impl Q8Vectors {
         label: &str,
         cols: u64,
         max_batch: u32,
-        (sums, block): (bool, u64),
+        sums: bool,
     ) -> Result<Q8Vectors, GpuError> {
         if cols == 0 || !cols.is_multiple_of(Q8_BLOCK) || max_batch == 0 {
             return Err(shape_error(
@@ -124,19 +106,18 @@ impl Q8Vectors {
             scales: storage_buffer(
                 ctx,
                 &format!("{label} q8 scales"),
-                4 * per_block * n / block,
+                4 * per_block * n / Q8_BLOCK,
             )?,
             cols,
             max_batch,
             sums,
-            block,
         })
     }
 
     /// The element index in `scales` of vector 0's first block sum (behind every vector's
     /// scales); the scales' length without sums.
     pub fn sum_index(&self) -> u64 {
-        u64::from(self.max_batch) * self.cols / self.block
+        u64::from(self.max_batch) * self.cols / Q8_BLOCK
     }
 
     /// The bytes of `scales` the kernels read or write: the scales, and the sums where held.
@@ -146,12 +127,7 @@ impl Q8Vectors {
 
     /// Bytes of one vector of `cols` columns: its codes and its blocks' scales.
     pub fn bytes_per_vector(cols: u64) -> u64 {
-        Self::bytes_per_vector_in(cols, Q8_BLOCK)
-    }
-
-    /// [`Q8Vectors::bytes_per_vector`] in blocks of `block` elements.
-    pub fn bytes_per_vector_in(cols: u64, block: u64) -> u64 {
-        cols + 4 * cols / block
+        cols + 4 * cols / Q8_BLOCK
     }
 
     /// Checks that `n` vectors of `cols` columns fit.
@@ -178,9 +154,9 @@ impl Q8Vectors {
         self.check(QuantizeQ8::NAME, cols, n)?;
         let n = u64::from(n);
         let codes = read_back(ctx, &self.codes, 0..n * cols)?;
-        let scales = read_back(ctx, &self.scales, 0..4 * n * cols / self.block)?;
+        let scales = read_back(ctx, &self.scales, 0..4 * n * cols / Q8_BLOCK)?;
         let scales: &[f32] = bytemuck::cast_slice(&scales);
-        let blocks = (cols / self.block) as usize;
+        let blocks = (cols / Q8_BLOCK) as usize;
         Ok((0..n as usize)
             .map(|b| {
                 let q = codes[b * cols as usize..(b + 1) * cols as usize]

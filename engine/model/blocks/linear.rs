@@ -123,9 +123,8 @@ impl FedMatVec {
     /// Room for up to `max_tokens` (capped at [`MAX_BATCH`]) q8 vectors of x and the mat-vec
     /// `y (+)= W x̂` of `shape` reading them; None off the int-dot path, where `shape.ty` takes no
     /// q8 inputs ([`QuantizedInput::takes`]) or x is not whole blocks. With `next_norm` (the
-    /// weight of the RMSNorm after this residual add, and the rows per q8 block it is written
-    /// in: 32, or 16 for `pquant16`) and an accumulating product of whole 32-row blocks, also
-    /// the producing binding ([`FedMatVec::residual`]).
+    /// weight of the RMSNorm after this residual add) and an accumulating product of whole
+    /// 32-row blocks, also the producing binding ([`FedMatVec::residual`]).
     #[allow(clippy::too_many_arguments)]
     pub fn bind(
         k: &Kernels,
@@ -137,7 +136,7 @@ impl FedMatVec {
         step: &StepBuffer,
         max_tokens: u32,
         output: MatmulOutput,
-        next_norm: Option<(&wgpu::Buffer, u64)>,
+        next_norm: Option<&wgpu::Buffer>,
     ) -> Result<Option<FedMatVec>, GpuError> {
         let cols = shape.cols;
         if k.quantize.is_none()
@@ -156,8 +155,8 @@ impl FedMatVec {
         };
         let matvec = k.matvec.bind_fused(ctx, shape, &io, fusion)?;
         let producing = match next_norm {
-            Some((next_norm, block)) if accumulate && shape.rows.is_multiple_of(Q8_BLOCK) => {
-                let residual = Q8Vectors::with_sums(ctx, "residual", shape.rows, max_batch, block)?;
+            Some(next_norm) if accumulate && shape.rows.is_multiple_of(Q8_BLOCK) => {
+                let residual = Q8Vectors::with_sums(ctx, "residual", shape.rows, max_batch)?;
                 let fusion = MatVecFusion {
                     residual_output: Some(ResidualOutput {
                         vectors: &residual,

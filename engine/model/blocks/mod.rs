@@ -33,7 +33,7 @@ use crate::gpu::kernels::matmul::{Matmul, MatmulOutput};
 use crate::gpu::kernels::matvec::{
     InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecShape,
 };
-use crate::gpu::kernels::quantize_q8::{Q8_BLOCK, Q8Vectors, QuantizeQ8};
+use crate::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
 use crate::gpu::kernels::rms_norm::RmsNorm;
 use crate::gpu::kernels::rope_kv::RopeKv;
 use crate::gpu::step::{StepBuffer, StepIo};
@@ -143,29 +143,15 @@ const DEFAULT_DECODE_FUSIONS: &[&str] = &["rope"];
 ///   (`MatVecLayout::PRODUCING`, or `FAK_MATVEC_RESIDUAL_LAYOUT`'s where it has 8). Where a
 ///   producer or a consumer cannot take it, the quantize dispatch stays. Not `all`'s: it
 ///   changes bits.
-/// - `pquant16` (opt-in, experiments/NOTES.md "pq16"; ahead of `pquant` where both are named):
-///   the same in blocks of 16 rows — a code scale and Σ x² per 16 rows — so a producer keeps the
-///   integer path's default layout (4 teams of 4 rows: a workgroup owns one block) and the
-///   consumers take one x scale per 16 elements (`Q8Vectors::with_sums`, X_BLOCK). Not `all`'s.
 /// - `all`: every fusion above that keeps the default's bits (`merge`, `rope`).
 pub fn decode_fuse(part: &str) -> bool {
     let list = std::env::var("FAK_DECODE_FUSE").unwrap_or_default();
     let parts: Vec<&str> = list.split(',').map(str::trim).collect();
     let named = parts
         .iter()
-        .any(|&p| p == part || (p == "all" && !part.starts_with("pquant")));
+        .any(|&p| p == part || (p == "all" && part != "pquant"));
     let removed = parts.iter().any(|p| p.strip_prefix('-') == Some(part));
     decode_fusion() && !removed && (named || DEFAULT_DECODE_FUSIONS.contains(&part))
-}
-
-/// The producer-side quantize's rows per q8 block ([`decode_fuse`]): 16 with `pquant16`, 32
-/// with `pquant`, None with neither.
-pub fn residual_block() -> Option<u64> {
-    match (decode_fuse("pquant16"), decode_fuse("pquant")) {
-        (true, _) => Some(16),
-        (false, true) => Some(Q8_BLOCK),
-        (false, false) => None,
-    }
 }
 
 /// A block's links in the producer-side quantize (`FAK_DECODE_FUSE=pquant`, [`decode_fuse`]):
@@ -269,9 +255,8 @@ impl<'a> Binder<'a> {
 
     /// [`Binder::linear`], and where `fed` (its producer can write x as q8 blocks) and the
     /// int-dot path takes them, the decode mat-vec reading those blocks ([`FedMatVec`]); with
-    /// `next_norm` (the norm after this residual add) and `FAK_DECODE_FUSE=pquant` (or
-    /// `pquant16`: [`residual_block`]), one that also writes that norm's q8 input
-    /// ([`FedMatVec::residual`]).
+    /// `next_norm` (the norm after this residual add) and `FAK_DECODE_FUSE=pquant`, one that
+    /// also writes that norm's q8 input ([`FedMatVec::residual`]).
     pub fn linear_fed(
         &self,
         t: &TensorInfo,
@@ -282,9 +267,9 @@ impl<'a> Binder<'a> {
     ) -> Result<(Linear, Option<FedMatVec>), ModelError> {
         let w = upload_weight(self.ctx, self.gguf, t)?;
         let linear = Linear::bind(self.k, self.ctx, t, &w, x, y, self.step, self.rows, output)?;
-        let next_norm = match (next_norm, residual_block()) {
-            (Some(t), Some(block)) => Some((self.vector(t)?, block)),
-            _ => None,
+        let next_norm = match next_norm.filter(|_| decode_fuse("pquant")) {
+            Some(t) => Some(self.vector(t)?),
+            None => None,
         };
         let fed = match fed {
             true => FedMatVec::bind(
@@ -297,7 +282,7 @@ impl<'a> Binder<'a> {
                 self.step,
                 self.rows,
                 output,
-                next_norm.as_ref().map(|(w, block)| (w, *block)),
+                next_norm.as_ref(),
             )?,
             false => None,
         };
