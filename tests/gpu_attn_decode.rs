@@ -273,6 +273,29 @@ fn the_oneshot_form_computes_the_two_pass_bits() {
     }
 }
 
+/// A rope case: the sequences `lens` (from a token table where there are several) split
+/// `n_split` ways, on one attention input's shape, rotation and norms.
+fn rope_case(
+    shape: AttnShape,
+    (lens, n_split): &(Vec<u32>, u32),
+    (n_rot, pairing): (u32, RopePairing),
+    (norms, factors, gated_q): (bool, bool, bool),
+) -> RopeCase {
+    RopeCase {
+        case: Case {
+            shape,
+            table: lens.len() > 1,
+            lens: lens.clone(),
+            n_split: *n_split,
+            gated_q,
+        },
+        n_rot,
+        pairing,
+        norms,
+        factors,
+    }
+}
+
 /// The rope form in one dispatch (`FAK_ATTN_DECODE=oneshot` with `FAK_DECODE_FUSE=rope`): the bits
 /// of rope_kv and decode_oneshot and their cache rows (run_rope_case's checks), and the two-pass
 /// rope form's o bit for bit, for qwen3's and qwen35's inputs on every variant: one split, 8 splits
@@ -287,20 +310,9 @@ fn the_oneshot_rope_form_computes_the_two_pass_bits() {
             two_pass.build_rope(ctx).unwrap();
             oneshot.build_rope(ctx).unwrap();
             let rope_kv = RopeKv::new(ctx, oneshot.variant()).unwrap();
-            for (j, (lens, n_split)) in cases.iter().enumerate() {
-                let rc = RopeCase {
-                    case: Case {
-                        shape,
-                        table: lens.len() > 1,
-                        lens: lens.clone(),
-                        n_split: *n_split,
-                        gated_q,
-                    },
-                    n_rot,
-                    pairing: RopePairing::Neox,
-                    norms: true,
-                    factors: false,
-                };
+            for (j, split) in cases.iter().enumerate() {
+                let rope = (n_rot, RopePairing::Neox);
+                let rc = rope_case(shape, split, rope, (true, false, gated_q));
                 let seed = 400 + 10 * i as u64 + j as u64;
                 let (what, got, want) =
                     attn_decode::run_rope_case(ctx, &oneshot, &rope_kv, &rc, seed);
@@ -355,20 +367,8 @@ fn the_rope_form_computes_rope_kv_and_the_defaults_bits() {
         for mut kernel in kernels_walking(ctx, shape, walks) {
             kernel.build_rope(ctx).unwrap();
             let rope_kv = RopeKv::new(ctx, kernel.variant()).unwrap();
-            for (j, (lens, n_split)) in cases.iter().enumerate() {
-                let rc = RopeCase {
-                    case: Case {
-                        shape,
-                        table: lens.len() > 1,
-                        lens: lens.clone(),
-                        n_split: *n_split,
-                        gated_q,
-                    },
-                    n_rot,
-                    pairing,
-                    norms,
-                    factors,
-                };
+            for (j, split) in cases.iter().enumerate() {
+                let rc = rope_case(shape, split, (n_rot, pairing), (norms, factors, gated_q));
                 let seed = 90 + 10 * i as u64 + j as u64;
                 let (what, got, want) =
                     attn_decode::run_rope_case(ctx, &kernel, &rope_kv, &rc, seed);
