@@ -69,10 +69,10 @@
 //! bytes apart across a warp, cost more L1 wavefronts than W's loads ("mvbw").
 //! The batched form's split ([`MatVecLayout::split_by`], `…/splitG`, or `FAK_MATVEC_SPLIT=G` for
 //! every batched binding; by default G = 2 on a GPU and none on a CPU adapter, `FAK_MATVEC_SPLIT=0`
-//! for none): a step of more than G
-//! vectors runs on B / G times the grid, each workgroup taking G of the vectors for its rows —
-//! the same bits (each vector's sums are the batched form's), lighter lanes and more of them, W
-//! read again from L2 (experiments/NOTES.md, "b8"). On an H100 the Qwen3.5-27B's step of 8
+//! for none): a step of more than G vectors runs on B / G times the grid, each workgroup taking
+//! G of the vectors for its rows — the same bits (each vector's sums are the batched form's),
+//! lighter lanes and more of them, W read again from L2 (experiments/NOTES.md, "b8"). On an
+//! H100 the Qwen3.5-27B's step of 8
 //! sequences went from 36.5 to 31.6–32.2 ms with G = 2 (G = 4: 35.2; "Session 2026-12-06 #10").
 //! On a CPU adapter (lavapipe) the split only decodes W again for every G vectors, with no L2 to
 //! serve the repeat: the gpu_matvec suite took 1039 s there with G = 2 against 365 s without
