@@ -344,11 +344,17 @@ fn weight_bytes(gguf: &Gguf) -> u64 {
 }
 
 /// KV-cache bytes one attention layer reads (k and v of every cached position), checked to be
-/// that many positions of `kv_width` at 2 or 4 bytes; returns (layers, bytes per layer).
-fn kv_reads(d: &Value, kv_width: u64) -> (u64, u64) {
+/// that many positions of `kv_width` at 2 or 4 bytes; returns (layers, bytes per layer). With
+/// the rope fusion (the default) the attention row also holds the q and k head norms' weights
+/// (f32, `head_dim` each), which rope_kv's row holds otherwise.
+fn kv_reads(d: &Value, kv_width: u64, head_dim: u64) -> (u64, u64) {
     let attention = op(d, "attention");
     let n_layer = u(attention, "count");
-    let kv_per_layer = u(attention, "weight_bytes") / n_layer;
+    let norms = match fak::model::blocks::decode_fuse("rope") {
+        true => 2 * 4 * head_dim,
+        false => 0,
+    };
+    let kv_per_layer = u(attention, "weight_bytes") / n_layer - norms;
     let positions = DEPTH + 1;
     let per_element = kv_per_layer / (2 * positions * kv_width);
     assert!(
@@ -371,27 +377,38 @@ fn bench_reports_a_consistent_per_op_profile_against_the_model_bytes() {
     // every layer.
     let gguf = Gguf::open(&path).unwrap();
     let kv_width = gguf.require_tensor("blk.0.attn_k.weight").unwrap().n_rows();
-    let (n_layer, kv_per_layer) = kv_reads(&d, kv_width);
+    let head_dim = gguf
+        .require_tensor("blk.0.attn_k_norm.weight")
+        .unwrap()
+        .row_len();
+    let (n_layer, kv_per_layer) = kv_reads(&d, kv_width, head_dim);
     assert_eq!(
         u(&d, "step_weight_bytes"),
         weight_bytes(&gguf) + n_layer * kv_per_layer
     );
-    assert_names(
-        &d,
-        // Q4_K_M: q, k, v stacked where v is Q4_K, q and k where it is Q6_K; the norms, RoPE,
-        // cache write and SwiGLU folded into the ops around them.
-        &[
-            "embed",
-            "attn_qkv",
-            "attn_qk",
-            "attn_v",
-            "rope_kv",
-            "attention",
-            "ffn_gate_up",
-            "ffn_down",
-            "output",
-            "argmax",
-        ],
+    // Q4_K_M: q, k, v stacked where v is Q4_K, q and k where it is Q6_K; the norms, RoPE,
+    // cache write and SwiGLU folded into the ops around them (rope_kv into the attention with
+    // the rope fusion, the default).
+    let mut names = vec![
+        "embed",
+        "attn_qkv",
+        "attn_qk",
+        "attn_v",
+        "attention",
+        "ffn_gate_up",
+        "ffn_down",
+        "output",
+        "argmax",
+    ];
+    let roped = fak::model::blocks::decode_fuse("rope");
+    if !roped {
+        names.push("rope_kv");
+    }
+    assert_names(&d, &names);
+    assert_eq!(
+        ops(&d).iter().any(|o| o["name"] == "rope_kv"),
+        !roped,
+        "rope_kv's row with the rope fusion {roped}"
     );
     assert_flops(&gguf, &d);
     // The prefill: mat-muls and prefill attention for both chunks, the short one too (a
@@ -441,7 +458,8 @@ fn bench_profiles_the_hybrid_model_with_its_recurrent_state() {
         "{:?}",
         hp.layer_kinds
     );
-    let (n_attn, kv_per_layer) = kv_reads(&d, (hp.n_head_kv * hp.head_dim) as u64);
+    let (n_attn, kv_per_layer) =
+        kv_reads(&d, (hp.n_head_kv * hp.head_dim) as u64, hp.head_dim as u64);
     assert_eq!(n_attn + n_gdn, hp.n_layer as u64);
     let conv_dim = (2 * hp.ssm_nk * hp.ssm_dk + hp.ssm_nv * hp.ssm_dv) as u64;
     let conv_state = 4 * (hp.conv_kernel as u64 - 1) * conv_dim;
