@@ -18,6 +18,19 @@ pub enum Slot {
     Uniform,
 }
 
+/// `slots` and one read-write slot past them (N = slots.len() + 1): the arrival counters a
+/// kernel's last-arriving workgroup reads and resets (gdn_decode's wide split, attn_decode's
+/// one-dispatch form).
+pub const fn with_counters<const N: usize>(slots: &[Slot]) -> [Slot; N] {
+    let mut with = [Slot::ReadWrite; N];
+    let mut i = 0;
+    while i < slots.len() {
+        with[i] = slots[i];
+        i += 1;
+    }
+    with
+}
+
 impl Slot {
     fn binding_type(self) -> wgpu::BindingType {
         let buffer = |ty| wgpu::BindingType::Buffer {

@@ -21,7 +21,7 @@ use crate::gpu::error::GpuError;
 use crate::gpu::kernel::{
     Kernel, KernelSource, KernelVariant, PipelineSpec, WgslFile, WgslModule, build, wgsl,
 };
-use crate::gpu::layout::Slot;
+use crate::gpu::layout::{Slot, with_counters};
 use crate::gpu::paths::{Axes, KernelPaths};
 use crate::gpu::profile::{OpBytes, Recorded};
 use crate::gpu::step::PageTable;
@@ -73,20 +73,10 @@ const ROPE_SLOTS: &[Slot] = &[
     Slot::Read,
     Slot::Uniform,
 ];
-/// `slots` and one read-write slot past them: the one-dispatch form's arrival counters.
-const fn with_arrivals<const N: usize>(slots: &[Slot]) -> [Slot; N] {
-    let mut with = [Slot::ReadWrite; N];
-    let mut i = 0;
-    while i < slots.len() {
-        with[i] = slots[i];
-        i += 1;
-    }
-    with
-}
 /// [`SLOTS`] and the arrival counters of `decode_oneshot` ([`AttnDecode::oneshot`]).
-const ONESHOT_SLOTS: &[Slot] = &with_arrivals::<{ SLOTS.len() + 1 }>(SLOTS);
+const ONESHOT_SLOTS: &[Slot] = &with_counters::<{ SLOTS.len() + 1 }>(SLOTS);
 /// [`ROPE_SLOTS`] and the arrival counters of `decode_rope_oneshot`.
-const ROPE_ONESHOT_SLOTS: &[Slot] = &with_arrivals::<{ ROPE_SLOTS.len() + 1 }>(ROPE_SLOTS);
+const ROPE_ONESHOT_SLOTS: &[Slot] = &with_counters::<{ ROPE_SLOTS.len() + 1 }>(ROPE_SLOTS);
 /// Teams of `row_lanes` lanes per workgroup, each walking its own keys (`TEAMS` of the WGSL).
 const TEAMS: u32 = 8;
 /// Lanes per key row on the SUBGROUP path: the adapter's smallest subgroup, at most 32 (a head of

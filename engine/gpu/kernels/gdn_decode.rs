@@ -19,7 +19,7 @@ use crate::gpu::error::GpuError;
 use crate::gpu::kernel::{
     Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build, wgsl as shared,
 };
-use crate::gpu::layout::Slot;
+use crate::gpu::layout::{Slot, with_counters};
 use crate::gpu::paths::{Axes, KernelPaths};
 use crate::gpu::profile::Recorded;
 use crate::gpu::step::{SeqBatch, SequenceTable};
@@ -50,15 +50,7 @@ const SLOTS: &[Slot] = &[
     Slot::ReadWrite,
 ];
 /// [`SLOTS`] and the wide split's arrival counters.
-const WIDE_SLOTS: &[Slot] = &{
-    let mut slots = [Slot::ReadWrite; SLOTS.len() + 1];
-    let mut i = 0;
-    while i < SLOTS.len() {
-        slots[i] = SLOTS[i];
-        i += 1;
-    }
-    slots
-};
+const WIDE_SLOTS: &[Slot] = &with_counters::<{ SLOTS.len() + 1 }>(SLOTS);
 
 /// How a decode step's workgroups share a layer (wgsl/gdn_decode.wgsl, "Work split").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
