@@ -9,7 +9,8 @@
 //! per-layer total; results and the command go in `experiments/matmul-tiles.md`.
 //! `--attn` times the prefill attention instead (src/attn.rs); `--sweep` checks, then times, every
 //! cooperative-matrix K loop (src/sweep.rs); `--forms` checks, then times, the engine's opt-in
-//! forms (the Q6_K raw path, the split rule) on the 8B and 27B products (src/forms.rs).
+//! forms (the Q6_K raw path, the split rule) on the 8B and 27B products (src/forms.rs);
+//! `--decode` times every variant at 1–16 tokens (a decode step's batch).
 
 mod attn;
 mod forms;
@@ -79,19 +80,16 @@ fn main() {
         by_type(&ctx);
         return;
     }
+    if std::env::args().any(|a| a == "--decode") {
+        decode_batches(&ctx);
+        return;
+    }
     let (shapes, token_counts): (&[_], &[u32]) = if quick {
         (&QUICK_SHAPES, &[5, 70])
     } else {
         (&SHAPES, &[128, 512, 2048])
     };
-    // Several runnable paths select the same variant (the integer-dot axis does not touch it).
-    let mut variants = Vec::new();
-    for paths in ctx.runnable_paths().into_iter().map(Matmul::select) {
-        if !variants.contains(&paths) {
-            variants.push(paths);
-        }
-    }
-    for paths in variants {
+    for paths in variants(&ctx) {
         for (split, split_name) in [(SplitK::DEFAULT, "split"), (SplitK::NEVER, "whole")] {
             let kernel = Matmul::new(&ctx, paths)
                 .expect("building the mat-mul")
@@ -119,24 +117,48 @@ fn main() {
     }
 }
 
-/// `--types`: the two biggest products (8B and 27B ffn_gate_up) at 2048 tokens, whole, in every
-/// variant, with F16, Q8_0 and Q4_K weights: how much of a tile's time is the weight decoding
-/// (F16 needs none, Q8_0 one scale per 32, Q4_K the 6-bit scales and nibbles).
-fn by_type(ctx: &GpuContext) {
-    let shapes = [SHAPES[2], SHAPES_27B[7]];
+/// The adapter's runnable mat-mul variants, each once (several runnable paths select the same
+/// variant: the integer-dot axis does not touch it).
+fn variants(ctx: &GpuContext) -> Vec<fak::gpu::KernelPaths> {
     let mut variants = Vec::new();
     for paths in ctx.runnable_paths().into_iter().map(Matmul::select) {
         if !variants.contains(&paths) {
             variants.push(paths);
         }
     }
-    for paths in variants {
+    variants
+}
+
+/// `--types`: the two biggest products (8B and 27B ffn_gate_up) at 2048 tokens, whole, in every
+/// variant, with F16, Q8_0 and Q4_K weights: how much of a tile's time is the weight decoding
+/// (F16 needs none, Q8_0 one scale per 32, Q4_K the 6-bit scales and nibbles).
+fn by_type(ctx: &GpuContext) {
+    let shapes = [SHAPES[2], SHAPES_27B[7]];
+    for paths in variants(ctx) {
         let kernel = Matmul::new(ctx, paths)
             .expect("building the mat-mul")
             .with_split(SplitK::NEVER);
         let label = format!("{}/whole", kernel.variant());
         for ty in [GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K] {
             time_shapes(ctx, &kernel, &label, ty, &shapes, 2048);
+        }
+    }
+}
+
+/// `--decode`: every variant, whole, on the 8B's and the 27B's products at the token counts of a
+/// decode step of 1 to 16 sequences, Q4_K and Q6_K: what a matrix-unit product of a few vectors
+/// costs against the batched mat-vec's figures (matvec-bench `--batches`) on the same weights.
+fn decode_batches(ctx: &GpuContext) {
+    for paths in variants(ctx) {
+        let kernel = Matmul::new(ctx, paths)
+            .expect("building the mat-mul")
+            .with_split(SplitK::NEVER);
+        let label = format!("{}/whole", kernel.variant());
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+            for n_tokens in [1, 2, 4, 8, 16] {
+                time_shapes(ctx, &kernel, &label, ty, &SHAPES, n_tokens);
+                time_shapes(ctx, &kernel, &label, ty, &SHAPES_27B, n_tokens);
+            }
         }
     }
 }
