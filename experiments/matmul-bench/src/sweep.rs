@@ -43,15 +43,22 @@ pub struct Candidate {
     pub kernel: Matmul,
 }
 
+/// A sweep's group of products: (type, shapes, token counts, whether the shapes are one 8B layer).
+type ShapeGroup = (
+    GgmlType,
+    &'static [(&'static str, u64, u64)],
+    &'static [u32],
+    bool,
+);
+
 pub fn run(ctx: &GpuContext, quick: bool) {
     println!("check\tvariant\ttiling\tverdict\tworst_of_tolerance\tcases\tfirst_failure");
     let candidates = candidates(ctx);
     let passed: Vec<&Candidate> = candidates.iter().filter(|c| check(ctx, c)).collect();
-    // (type, shapes, token counts, whether the shapes are one 8B layer)
-    let groups: Vec<(GgmlType, &[(&str, u64, u64)], &[u32], bool)> = if quick {
+    let groups: Vec<ShapeGroup> = if quick {
         vec![(GgmlType::Q4_K, &QUICK_SHAPES, &QUICK_TOKEN_COUNTS, false)]
     } else {
-        let mut groups: Vec<(GgmlType, &[(&str, u64, u64)], &[u32], bool)> = TYPES
+        let mut groups: Vec<ShapeGroup> = TYPES
             .iter()
             .map(|&ty| (ty, &SHAPES[..], &TOKEN_COUNTS[..], true))
             .collect();
