@@ -149,15 +149,26 @@ fn by_type(ctx: &GpuContext) {
 /// decode step of 1 to 16 sequences, Q4_K and Q6_K: what a matrix-unit product of a few vectors
 /// costs against the batched mat-vec's figures (matvec-bench `--batches`) on the same weights.
 fn decode_batches(ctx: &GpuContext) {
-    for paths in variants(ctx) {
-        let kernel = Matmul::new(ctx, paths)
-            .expect("building the mat-mul")
-            .with_split(SplitK::NEVER);
-        let label = format!("{}/whole", kernel.variant());
-        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
-            for n_tokens in [1, 2, 4, 8, 16] {
-                time_shapes(ctx, &kernel, &label, ty, &SHAPES, n_tokens);
-                time_shapes(ctx, &kernel, &label, ty, &SHAPES_27B, n_tokens);
+    let kernels: Vec<(Matmul, String)> = variants(ctx)
+        .into_iter()
+        .map(|paths| {
+            let kernel = Matmul::new(ctx, paths)
+                .expect("building the mat-mul")
+                .with_split(SplitK::NEVER);
+            let label = format!("{}/whole", kernel.variant());
+            (kernel, label)
+        })
+        .collect();
+    // Each weight is written once (the 27B's gate/up is 100 MB of random Q4_K) and timed by
+    // every kernel at every batch.
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+        for &(name, rows, cols) in SHAPES.iter().chain(&SHAPES_27B) {
+            let weight = Weight::random(ctx, ty, rows, cols);
+            for (kernel, label) in &kernels {
+                for n_tokens in [1, 2, 4, 8, 16] {
+                    let seconds = weight.seconds(ctx, kernel, n_tokens);
+                    print_row(label, ty, (name, rows, cols), n_tokens, seconds);
+                }
             }
         }
     }
@@ -173,19 +184,26 @@ fn time_shapes(
     n_tokens: u32,
 ) -> f64 {
     let mut total = 0.0;
-    for &(name, rows, cols) in shapes {
+    for &shape in shapes {
+        let (_, rows, cols) = shape;
         let seconds = time_one(ctx, kernel, ty, rows, cols, n_tokens);
         total += seconds;
-        let flops = 2.0 * (rows * cols) as f64 * f64::from(n_tokens);
-        let weight_bytes = (ty.row_bytes(cols).unwrap() * rows) as f64;
-        println!(
-            "{label}\t{ty}\t{name}\t{rows}\t{cols}\t{n_tokens}\t{:.1}\t{:.1}\t{:.1}",
-            seconds * 1e6,
-            flops / seconds / 1e9,
-            weight_bytes / seconds / 1e9
-        );
+        print_row(label, ty, shape, n_tokens, seconds);
     }
     total
+}
+
+/// One measurement's line: its product's GFLOP/s and weight GB/s from `seconds`.
+fn print_row(label: &str, ty: GgmlType, shape: (&str, u64, u64), n_tokens: u32, seconds: f64) {
+    let (name, rows, cols) = shape;
+    let flops = 2.0 * (rows * cols) as f64 * f64::from(n_tokens);
+    let weight_bytes = (ty.row_bytes(cols).unwrap() * rows) as f64;
+    println!(
+        "{label}\t{ty}\t{name}\t{rows}\t{cols}\t{n_tokens}\t{:.1}\t{:.1}\t{:.1}",
+        seconds * 1e6,
+        flops / seconds / 1e9,
+        weight_bytes / seconds / 1e9
+    );
 }
 
 /// Median seconds per product (its split-K reduction included) of `W[rows, cols] · X[n_tokens, cols]`.
