@@ -374,7 +374,7 @@ fn main() {
                             kernel.encode(pass, &bindings[0], batch).unwrap();
                         },
                     );
-                    if !(check <= 1.0) {
+                    if check.is_nan() || check > 1.0 {
                         println!(
                             "{}\t{}\t{}\t{}\t{layout}\t{name}\tFAILED\t\t\t\t{check:.3e}",
                             p.name, p.ty, p.rows, p.cols
@@ -928,10 +928,8 @@ impl<'a> Bench<'a> {
             norm: self.input_norm().filter(|_| !q8),
             swiglu: p.fusion == Fusion::GateUp,
             q8: q8.then_some(&self.q8),
-            layout: None,
             quantize_output: quantize_output.then_some(&self.y_q8),
-            quantize_input: false,
-            second: None,
+            ..MatVecFusion::default()
         };
         self.weights
             .iter()
