@@ -246,7 +246,8 @@ fn the_mlx_arm_runs_the_fast_random_4bit_export_of_both_architectures() {
 
 /// selftest passes on this adapter for every path it runs, says per kernel and variant what ran
 /// and how close it came (the Gated DeltaNet kernels of both head sizes, prefill and decode;
-/// decode and prefill attention at both models' head shapes; RMSNorm per token and per head in
+/// decode and prefill attention at both models' head shapes, the decode's rope form among them;
+/// RMSNorm per token and per head in
 /// place; rope_kv on prefill and batched decode; the embedding and dequantization of every type;
 /// SwiGLU, residual add and sigmoid gate; argmax of the last row and of every row),
 /// holds the tiny qwen3 and qwen35 models (f32 and Q4_K_M) to the CPU reference on every path,
@@ -297,6 +298,14 @@ fn selftest_checks_every_kernel_and_model_on_every_path_and_measures_bandwidth()
             assert!(m["worst_of_tolerance"].as_f64().unwrap() <= 1.0, "{k}");
         }
     }
+    // The engine's default decode attention (the rope form) is checked on every variant.
+    let rope_forms = kernels
+        .iter()
+        .filter(|k| {
+            k["kernel"] == "attn_decode" && k["case"].as_str().unwrap().starts_with("rope form")
+        })
+        .count();
+    assert!(rope_forms >= 2, "{rope_forms} rope-form cases");
     for f in result["fast_paths"].as_array().unwrap() {
         assert_ne!(f["verdict"], "failed", "{f}");
     }

@@ -35,7 +35,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
-use withheld::{Pieces, Release, Run, WITHHELD};
+use withheld::{Fallback, Pieces, Release, Run, WITHHELD};
 
 /// How long the server may take to load the model.
 /// The plain client the arm's TTFT is checked against (written next to the run's logs).
@@ -251,8 +251,10 @@ impl LlamaCpp {
     }
 
     /// Fills the ids of the tokens the stream withheld ([`read_stream`]): from the stream's
-    /// text, else from an untimed replay ([`withheld::recover`]); a request that fails because
-    /// the server has exited reports its death instead.
+    /// text, else from an untimed replay that agrees with the stream ([`withheld::recover`]);
+    /// where no replay agrees (llama.cpp's numerics vary run to run) they stay unnamed, since
+    /// nothing reads an envelope answer's ids. A request that fails because the server has
+    /// exited reports its death instead.
     fn recover_withheld(
         &mut self,
         prompt: &[u32],
@@ -265,7 +267,7 @@ impl LlamaCpp {
             self.pieces.as_deref(),
             runs,
             timed,
-            Some(|| replay_ids(port, prompt, n_out, false)),
+            Fallback::ReplayOrUnnamed(|| replay_ids(port, prompt, n_out, false)),
         )
         .map_err(|e| self.death_or(e))
     }
@@ -666,16 +668,19 @@ impl Arm for LlamaCpp {
             http::post_streaming(self.port, "/completion", &body, REQUEST_TIMEOUT)?;
         let (port, cache_prompt, prompt) = (self.port, self.cache_prompt, prompt.to_vec());
         let pieces = self.pieces.clone();
-        let replay = self.replay_withheld;
+        let replay_withheld = self.replay_withheld;
         self.answers.spawn(id, move || {
             // A withheld token's id comes from the stream's text, else (where a later prompt
             // holds this answer) from a replay sent the moment this stream ends (untimed; the
             // agent's next turn waits for it), as in the envelope.
             read_stream(&events, sent_ns, &mut || Ok(())).and_then(|(mut t, runs)| {
                 if !runs.is_empty() {
-                    let replay =
-                        replay.then_some(|| replay_ids(port, &prompt, n_out, cache_prompt));
-                    withheld::recover(pieces.as_deref(), &runs, &mut t, replay)?;
+                    let replay = || replay_ids(port, &prompt, n_out, cache_prompt);
+                    let fallback = match replay_withheld {
+                        true => Fallback::Replay(replay),
+                        false => Fallback::Unnamed,
+                    };
+                    withheld::recover(pieces.as_deref(), &runs, &mut t, fallback)?;
                 }
                 Ok(t)
             })

@@ -46,6 +46,15 @@ pub struct Timed {
 }
 
 impl Timed {
+    /// The answer's ids as a raw file records them: None where the engine sent none and the
+    /// arm did not recover it ([`UNNAMED`]).
+    pub fn named_ids(&self) -> Vec<Option<u32>> {
+        self.tokens
+            .iter()
+            .map(|&id| (id != UNNAMED).then_some(id))
+            .collect()
+    }
+
     /// A request streamed from an HTTP server (llama-server, `fak serve`): tokens as their
     /// chunks arrived, and the server's own `prompt_ms` splitting the wait for the first token
     /// into queue and prefill (docs/METHOD.md "Buckets"); `engine` is what the server reported.

@@ -32,6 +32,7 @@ use fak::gpu::kernels::matmul::{Matmul, MatmulOutput};
 use fak::gpu::kernels::matvec::MatVec;
 use fak::gpu::kernels::quantize_q8::QuantizeQ8;
 use fak::gpu::kernels::rms_norm::RmsNorm;
+use fak::gpu::kernels::rope::RopePairing;
 use fak::gpu::kernels::rope_kv::RopeKv;
 use fak::gpu::kernels::ssm_conv::SsmConv;
 use fak::gpu::{GpuContext, Kernel, KernelPaths};
@@ -269,6 +270,60 @@ pub fn attention_decode(ctx: &GpuContext) -> Vec<KernelCheck> {
                 },
             ));
         }
+        out.extend(attention_decode_rope(ctx, variant));
+    }
+    out
+}
+
+/// The decode attention's rope form (the engine's default decode: rope_kv's norms, rotation and
+/// cache write done inside the attention pass) on `variant`: qwen3's inputs (norms, NeoX, head
+/// 128) for one sequence over 3 splits, and qwen35's (norms, 64 of 256 dims rotated, q inside
+/// [q | gate]) for three sequences on shuffled pages from a token table; each bit for bit rope_kv
+/// + the two-pass decode and against the CPU's rope and attention (`attn_decode::run_rope_case`).
+fn attention_decode_rope(ctx: &GpuContext, variant: KernelPaths) -> Vec<KernelCheck> {
+    let cases = [
+        (128, 128, vec![37], 3, false),
+        (256, 64, vec![30, 9, 1], 4, true),
+    ];
+    let mut out = Vec::new();
+    for (seed, (head_dim, n_rot, lens, n_split, gated_q)) in cases.into_iter().enumerate() {
+        let what =
+            format!("rope form head {head_dim} rotating {n_rot} lens {lens:?} splits {n_split}");
+        let rc = attn_decode::RopeCase {
+            case: attn_decode::Case {
+                shape: AttnShape {
+                    n_head: 4,
+                    n_kv: 2,
+                    head_dim,
+                },
+                table: lens.len() > 1,
+                lens,
+                n_split,
+                gated_q,
+            },
+            n_rot,
+            pairing: RopePairing::Neox,
+            norms: true,
+            factors: false,
+        };
+        out.push(check_one(
+            "attn_decode",
+            variant,
+            what,
+            attn_decode::ROPE_TOL,
+            || {
+                let mut kernel = AttnDecode::new(ctx, variant, rc.case.shape)
+                    .unwrap_or_else(|e| panic!("building attn_decode: {e}"));
+                kernel
+                    .build_rope(ctx)
+                    .unwrap_or_else(|e| panic!("building attn_decode's rope form: {e}"));
+                let rope_kv =
+                    RopeKv::new(ctx, variant).unwrap_or_else(|e| panic!("building rope_kv: {e}"));
+                let seed = 0x5e1f_a770 + seed as u64;
+                let (_, got, want) = attn_decode::run_rope_case(ctx, &kernel, &rope_kv, &rc, seed);
+                (got, want)
+            },
+        ));
     }
     out
 }

@@ -287,8 +287,10 @@ pub struct RequestSample {
     pub wall_s: f64,
     /// Per output token: seconds since the request was sent, when the harness received it.
     pub token_times_s: Vec<f64>,
-    /// The output token ids, in order.
-    pub token_ids: Vec<u32>,
+    /// The output token ids, in order; null where the engine sent no id and the arm could not
+    /// recover it (llama-server's withheld tokens whose replays disagreed with the stream: the
+    /// arm's engine record says which and why).
+    pub token_ids: Vec<Option<u32>>,
     /// What the engine itself reported for this request (llama-server `timings`), verbatim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine_timings: Option<serde_json::Value>,

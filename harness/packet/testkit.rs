@@ -175,7 +175,7 @@ pub fn sample(
         wall_s: buckets.total() + 0.0001,
         buckets,
         token_times_s,
-        token_ids: (0..N_OUT as u32).map(|i| 1000 + i).collect(),
+        token_ids: (0..N_OUT as u32).map(|i| Some(1000 + i)).collect(),
         engine_timings: None,
     }
 }

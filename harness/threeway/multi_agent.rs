@@ -704,11 +704,7 @@ fn sample(
         ttft_s: token_times_s[0],
         wall_s: s(t.done_ns - t.sent_ns),
         token_times_s,
-        token_ids: t
-            .tokens
-            .iter()
-            .map(|&id| (id != crate::arms::UNNAMED).then_some(id))
-            .collect(),
+        token_ids: t.named_ids(),
         prefill_computed: done.computed_tokens,
         cached_tokens: done.cached_tokens,
         engine_report: Some(json!({"buckets": t.buckets, "engine": t.engine})),

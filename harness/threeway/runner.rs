@@ -251,7 +251,7 @@ fn sample(
         },
         wall_s: s(t.done_ns - t.sent_ns + recovery_ns),
         token_times_s: t.token_ns.iter().map(|&ns| s(ns - t.sent_ns)).collect(),
-        token_ids: t.tokens.clone(),
+        token_ids: t.named_ids(),
         engine_timings: (!t.engine.is_null()).then(|| t.engine.clone()),
     }
 }

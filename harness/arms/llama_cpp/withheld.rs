@@ -240,7 +240,8 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Puts the replay's ids at `positions`; every other position must already hold the replay's
-/// id (greedy is deterministic on one slot with the prompt cache off).
+/// id (greedy on one slot with the prompt cache off repeats itself where the engine's numerics
+/// do). Leaves `tokens` as it was when the replay disagrees.
 pub fn fill_from_replay(tokens: &mut [u32], positions: &[usize], replay: &[u32]) -> Result<()> {
     if replay.len() != tokens.len() {
         bail!(
@@ -249,27 +250,69 @@ pub fn fill_from_replay(tokens: &mut [u32], positions: &[usize], replay: &[u32])
             tokens.len()
         );
     }
-    for (i, (t, &r)) in tokens.iter_mut().zip(replay).enumerate() {
-        if positions.contains(&i) {
-            *t = r;
-        } else if *t != r {
-            bail!("llama.cpp: the replay differs from the stream at token {i}: {r} vs {t}");
-        }
+    let differs = (0..tokens.len()).find(|&i| !positions.contains(&i) && tokens[i] != replay[i]);
+    if let Some(i) = differs {
+        bail!(Disagreement {
+            at: i,
+            replay: replay[i],
+            stream: tokens[i],
+        });
+    }
+    for &i in positions {
+        tokens[i] = replay[i];
     }
     Ok(())
 }
 
+/// A replay's first id that is not the stream's.
+#[derive(Debug)]
+struct Disagreement {
+    at: usize,
+    replay: u32,
+    stream: u32,
+}
+
+impl std::fmt::Display for Disagreement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Disagreement { at, replay, stream } = self;
+        write!(
+            f,
+            "llama.cpp: the replay differs from the stream at token {at}: {replay} vs {stream}"
+        )
+    }
+}
+
+impl std::error::Error for Disagreement {}
+
+/// Replays tried before the ids are given up. llama.cpp's numerics on some models vary from
+/// run to run: on the H100 (2026-12-06 #12) llama.cpp 7e4c0a9's Vulkan backend answered the
+/// Qwen3.5-27B's same greedy request differently at token 0 or 1 on its replay, with both
+/// matrix paths, so a replay that disagrees may be followed by one that agrees.
+pub const REPLAYS: usize = 3;
+
+/// What [`recover`] does with the ids the stream's text cannot name.
+pub enum Fallback<F> {
+    /// Nothing needs them (scripted replies): they stay unnamed and no replay runs.
+    Unnamed,
+    /// A later prompt holds the answer: a replay that agrees with the stream names them (up
+    /// to [`REPLAYS`] tries), or the request fails.
+    Replay(F),
+    /// The ids are recorded but nothing reads them (the envelope): a replay that agrees with
+    /// the stream names them; where none of [`REPLAYS`] does, they stay unnamed and the record
+    /// keeps each replay's disagreement.
+    ReplayOrUnnamed(F),
+}
+
 /// Fills every withheld position of `timed`: from the releasing chunk's text where `pieces`
-/// (the model's vocabulary, if it could be read) names the run, from `replay` (the whole
-/// answer's ids from an untimed replay, called only if some run is left) for the rest; with no
-/// replay (nothing needs the ids) the rest stay [`WITHHELD`], listed as `unnamed`. The engine
-/// record's `withheld_ids` says which positions came from where and why the text could not
-/// serve the others.
+/// (the model's vocabulary, if it could be read) names the run, and the rest as `fallback`
+/// says ([`Fallback`]; its replay gives the whole answer's ids from an untimed request and
+/// runs only if some run is left). The engine record's `withheld_ids` says which positions
+/// came from where, why the text could not serve the others, and which stayed unnamed.
 pub fn recover(
     pieces: Option<&Pieces>,
     runs: &[Run],
     timed: &mut Timed,
-    replay: Option<impl FnOnce() -> Result<Vec<u32>>>,
+    fallback: Fallback<impl FnMut() -> Result<Vec<u32>>>,
 ) -> Result<()> {
     let (mut from_text, mut from_replay, mut unusable) = (Vec::new(), Vec::new(), Vec::new());
     for run in runs {
@@ -302,32 +345,66 @@ pub fn recover(
                 ids (from_text ones included) at every other position; each token's timestamp \
                 is the chunk that released its text (the stream's end when none did)",
     });
-    match replay {
-        _ if from_replay.is_empty() => {}
-        Some(replay) => {
-            let start = super::super::process::now_ns();
-            replay()
-                .and_then(|replay| fill_from_replay(&mut timed.tokens, &from_replay, &replay))
-                .with_context(|| {
-                    format!(
-                        "llama.cpp: withheld ids at {from_replay:?} need a replay (the stream's \
-                         text named {from_text:?}; {})",
-                        unusable[0]["why"].as_str().unwrap_or_default()
-                    )
-                })?;
-            record["replay_s"] = json!((super::super::process::now_ns() - start) as f64 * 1e-9);
+    let (mut replay, required) = match fallback {
+        _ if from_replay.is_empty() => (None, false),
+        Fallback::Unnamed => (None, false),
+        Fallback::Replay(replay) => (Some(replay), true),
+        Fallback::ReplayOrUnnamed(replay) => (Some(replay), false),
+    };
+    let mut unnamed = from_replay.clone();
+    if let Some(replay) = replay.as_mut() {
+        let start = super::super::process::now_ns();
+        let context = || {
+            format!(
+                "llama.cpp: withheld ids at {from_replay:?} need a replay (the stream's text named \
+                 {from_text:?}; {})",
+                unusable[0]["why"].as_str().unwrap_or_default()
+            )
+        };
+        let mut disagreements = Vec::new();
+        while disagreements.len() < REPLAYS {
+            let ids = replay().with_context(context)?;
+            match fill_from_replay(&mut timed.tokens, &from_replay, &ids) {
+                Ok(()) => {
+                    unnamed.clear();
+                    break;
+                }
+                Err(e) => match e.downcast::<Disagreement>() {
+                    Ok(d) => disagreements.push(d),
+                    Err(e) => return Err(e.context(context())),
+                },
+            }
         }
-        None => {
-            // Nothing needs these ids (scripted replies): they stay WITHHELD, listed as
-            // unnamed, and no replay runs.
-            record["unnamed"] = json!(from_replay);
-            record["from_replay"] = json!([]);
-            record["how"] = json!(format!(
-                "{} Not replayed here (no later prompt holds this answer): the unnamed \
-                 positions keep no id.",
-                record["how"].as_str().unwrap_or_default()
-            ));
+        if !unnamed.is_empty() && required {
+            let last = disagreements.pop().expect("a replay ran");
+            return Err(anyhow::Error::new(last)
+                .context(format!("{REPLAYS} replays, none agreeing with the stream"))
+                .context(context()));
         }
+        record["replay_s"] = json!((super::super::process::now_ns() - start) as f64 * 1e-9);
+        if !disagreements.is_empty() {
+            record["replays_disagreeing"] = json!(
+                disagreements
+                    .iter()
+                    .map(|d| json!({"at": d.at, "replay": d.replay, "stream": d.stream}))
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+    if !unnamed.is_empty() {
+        record["unnamed"] = json!(unnamed);
+        record["from_replay"] = json!([]);
+        let why = match replay {
+            None => "Not replayed here (no later prompt holds this answer)",
+            Some(_) => {
+                "None of the replays agreed with the stream at the positions it named (the \
+                 engine's numerics vary from run to run here: replays_disagreeing)"
+            }
+        };
+        record["how"] = json!(format!(
+            "{} {why}: the unnamed positions keep no id.",
+            record["how"].as_str().unwrap_or_default()
+        ));
     }
     timed.engine["withheld_ids"] = record;
     Ok(())
@@ -456,7 +533,7 @@ mod tests {
             Some(qwen2()),
             &runs[..1],
             &mut t,
-            Some(|| panic!("no replay")),
+            Fallback::Replay(|| panic!("no replay")),
         )
         .unwrap();
         assert_eq!(t.tokens, [a, c3, a9, a]);
@@ -469,7 +546,7 @@ mod tests {
             Some(qwen2()),
             &runs,
             &mut t,
-            Some(|| Ok(vec![a, c3, a9, a, e4])),
+            Fallback::Replay(|| Ok(vec![a, c3, a9, a, e4])),
         )
         .unwrap();
         assert_eq!(t.tokens, [a, c3, a9, a, e4]);
@@ -487,7 +564,7 @@ mod tests {
             Some(qwen2()),
             &runs,
             &mut t,
-            Some(|| Ok(vec![a, e4, a9, a, e4])),
+            Fallback::Replay(|| Ok(vec![a, e4, a9, a, e4])),
         );
         let err = format!("{:#}", err.unwrap_err());
         assert!(err.contains("at token 1"), "{err}");
@@ -498,7 +575,7 @@ mod tests {
             Some(qwen2()),
             &runs,
             &mut t,
-            Some(|| Ok(vec![b8, c3, a9, a, e4])),
+            Fallback::Replay(|| Ok(vec![b8, c3, a9, a, e4])),
         );
         assert!(format!("{:#}", err.unwrap_err()).contains("at token 0"));
 
@@ -509,17 +586,96 @@ mod tests {
             Some(qwen2()),
             &ambiguous,
             &mut t,
-            Some(|| Ok(vec![e4, b8, x80])),
+            Fallback::Replay(|| Ok(vec![e4, b8, x80])),
         )
         .unwrap();
         assert_eq!(t.tokens, [e4, b8, x80]);
         assert_eq!(t.engine["withheld_ids"]["from_replay"], json!([0, 1]));
         let mut t = timed(vec![a, w, a9, a]);
-        recover(None, &runs[..1], &mut t, Some(|| Ok(vec![a, c3, a9, a]))).unwrap();
+        recover(
+            None,
+            &runs[..1],
+            &mut t,
+            Fallback::Replay(|| Ok(vec![a, c3, a9, a])),
+        )
+        .unwrap();
         assert_eq!(t.engine["withheld_ids"]["from_replay"], json!([1]));
 
+        // A replay that disagrees is tried again: the second agrees and names the ids, the
+        // record keeps the first's disagreement.
+        let mut replays = [vec![a, c3, a9, b8, e4], vec![a, c3, a9, a, e4]].into_iter();
+        let mut t = timed(vec![a, w, a9, a, w]);
+        recover(
+            Some(qwen2()),
+            &runs,
+            &mut t,
+            Fallback::Replay(|| Ok(replays.next().unwrap())),
+        )
+        .unwrap();
+        assert_eq!(t.tokens, [a, c3, a9, a, e4]);
+        let record = &t.engine["withheld_ids"];
+        assert_eq!(record["from_replay"], json!([4]));
+        assert_eq!(
+            record["replays_disagreeing"],
+            json!([{"at": 3, "replay": b8, "stream": a}])
+        );
+        assert!(record.get("unnamed").is_none(), "{record}");
+
+        // None of REPLAYS agrees: where the ids are only recorded they stay unnamed (the
+        // request stands, the record says why); where a later prompt needs them it fails.
+        let (mut calls, mut t) = (0, timed(vec![a, w, a9, a, w]));
+        let disagreeing = || {
+            calls += 1;
+            Ok(vec![b8, c3, a9, a, e4])
+        };
+        recover(
+            Some(qwen2()),
+            &runs,
+            &mut t,
+            Fallback::ReplayOrUnnamed(disagreeing),
+        )
+        .unwrap();
+        assert_eq!(calls, REPLAYS);
+        assert_eq!(t.tokens, [a, c3, a9, a, w]);
+        let record = &t.engine["withheld_ids"];
+        assert_eq!(record["unnamed"], json!([4]));
+        assert_eq!(record["from_replay"], json!([]));
+        assert_eq!(
+            record["replays_disagreeing"].as_array().unwrap().len(),
+            REPLAYS
+        );
+        assert!(
+            record["how"]
+                .as_str()
+                .unwrap()
+                .contains("vary from run to run")
+        );
+        let err = recover(
+            Some(qwen2()),
+            &runs,
+            &mut timed(vec![a, w, a9, a, w]),
+            Fallback::Replay(|| Ok(vec![b8, c3, a9, a, e4])),
+        );
+        let err = format!("{:#}", err.unwrap_err());
+        assert!(err.contains("3 replays, none agreeing"), "{err}");
+        assert!(err.contains("at token 0"), "{err}");
+        // A replay of the wrong length is not a disagreement: it fails at once, either way.
+        let (mut calls, mut t) = (0, timed(vec![a, w, a9, a, w]));
+        let short = || {
+            calls += 1;
+            Ok(vec![a])
+        };
+        let err = recover(
+            Some(qwen2()),
+            &runs,
+            &mut t,
+            Fallback::ReplayOrUnnamed(short),
+        );
+        assert!(format!("{:#}", err.unwrap_err()).contains("the replay gave 1 tokens"));
+        assert_eq!(calls, 1);
+
         // No replay wanted: the text names what it can, the answer's last token stays unnamed.
-        let no_replay = None::<fn() -> Result<Vec<u32>>>;
+        let no_replay = Fallback::<fn() -> Result<Vec<u32>>>::Unnamed;
         let mut t = timed(vec![a, w, a9, a, w]);
         recover(Some(qwen2()), &runs, &mut t, no_replay).unwrap();
         assert_eq!(t.tokens, [a, c3, a9, a, w]);
