@@ -16,7 +16,8 @@
 # NO_OUTPUT_PARSING: 7e4c0a9's Content-only parser faulted on the malformed UTF-8 of random
 # weights). No selftest here (--no-selftest; call A's packets carry it, same harness); the
 # models are written as in call A (kept from it on the same machine). Expected wall: ~30 s
-# setup, ~455 s for 1-6, 7 if the rest ran short of its estimates.
+# setup, ~455 s for 1-6, 7 if the rest ran short of its estimates. ONLY=<text> runs only the
+# packets whose name holds it (ONLY=qwen35: 4-6, ~300 s).
 #
 # Carry (prepare-acceptance.sh): target/h200/{gl, bin.txz, commit, built-at} and target/h200-vk/
 # (the second part of the server archive, its sha256 and part count); the first part is in
@@ -64,6 +65,7 @@ for p in "$M8 128 20 1 coopmat2 50 110" "$M8 128 20 0 khr 45 100" "$M8 $LONG 10 
     "$M8 $LONG 10 0 coopmat2 45 100"; do
     set -- $p
     name=$1-n$2-vulkan-$5
+    [[ $name == *"${ONLY:-}"* ]] || continue # ONLY=qwen35: the packets whose name holds it
     begin "threeway $name" "$6" "$7" || continue
     threeway_packet "$name" "$MODELS/$1.gguf" --arms fak-native,llama.cpp \
         --llama-server "$VK/llama-server-vulkan-$5" --prompts "$3" --n-ctx "$2" --n-out 64 \
