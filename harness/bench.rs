@@ -329,7 +329,7 @@ pub fn run(args: Args) -> Result<()> {
             report.batched = Some(batched_decode(
                 &mut engine,
                 &prompts,
-                args,
+                &args,
                 bandwidth.gb_per_s,
             )?);
         }

@@ -952,6 +952,8 @@ impl<'a> Bench<'a> {
             quantize_output: quantize_output.then_some(&self.y_q8),
             quantize_input: false,
             second: None,
+            q8_norm: None,
+            residual_output: None,
         };
         self.weights
             .iter()
