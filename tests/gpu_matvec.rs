@@ -265,7 +265,11 @@ fn code_sums_give_the_default_outputs_bit_for_bit() {
         .collect();
     for (k, &sum) in sums.iter().enumerate() {
         let want: i32 = codes[32 * k..][..32].iter().map(|&q| i32::from(q)).sum();
-        assert_eq!(sum.to_bits(), (want as f32).to_bits(), "block {k}'s code sum");
+        assert_eq!(
+            sum.to_bits(),
+            (want as f32).to_bits(),
+            "block {k}'s code sum"
+        );
     }
     check_form_of(&layouts, 0x3a7e_c600, true);
     for (i, &layout) in layouts.iter().enumerate() {

@@ -179,13 +179,25 @@ fn check_batched(report: &Value, d: &Value, gb_per_s: f64) {
             })
             .collect()
     };
-    assert_eq!(shape(b), shape(d), "the batched step's ops against one sequence's");
+    assert_eq!(
+        shape(b),
+        shape(d),
+        "the batched step's ops against one sequence's"
+    );
     // Products read their weights once for the batch: a product row's weight bytes are the
     // one-sequence step's (other rows' weight bytes include per-sequence state and cache).
     for o in ops(d).iter().filter(|o| u(o, "flops") > 0) {
         let batched = op(b, o["name"].as_str().expect("name"));
-        assert_eq!(u(batched, "weight_bytes"), u(o, "weight_bytes"), "{o} vs {batched}");
-        assert_eq!(u(batched, "flops"), SEQUENCES * u(o, "flops"), "{o} vs {batched}");
+        assert_eq!(
+            u(batched, "weight_bytes"),
+            u(o, "weight_bytes"),
+            "{o} vs {batched}"
+        );
+        assert_eq!(
+            u(batched, "flops"),
+            SEQUENCES * u(o, "flops"),
+            "{o} vs {batched}"
+        );
     }
 }
 

@@ -308,7 +308,8 @@ pub fn check_tensor(
         Path::Q8InWorkgroup(_) => panic!("quantizing in the workgroup: fused cases only"),
         Path::Q8(quantizer) => {
             let [plain, strided] = [false, true].map(|s| {
-                let (q8, x_hat, d) = quantize(ctx, (quantizer, kernel), x_of(s), cols, None, MAX_BATCH);
+                let (q8, x_hat, d) =
+                    quantize(ctx, (quantizer, kernel), x_of(s), cols, None, MAX_BATCH);
                 let what = format!("{cols} columns strided {s} ({})", quantizer.variant());
                 out.push(quantization_outputs(what, &x, &x_hat, &d, 0.0));
                 (q8, x_hat, d)
@@ -521,7 +522,8 @@ pub fn check_fused(
     let quantized = match path {
         Path::F32 => None,
         Path::Q8(quantizer) | Path::Q8InWorkgroup(quantizer) => {
-            let (q8, x_hat, d) = quantize(ctx, (quantizer, kernel), x_act, cols, input_norm, MAX_BATCH);
+            let (q8, x_hat, d) =
+                quantize(ctx, (quantizer, kernel), x_act, cols, input_norm, MAX_BATCH);
             let what = format!("{cols} columns norm {norm} ({})", quantizer.variant());
             out.push(quantization_outputs(what, &h, &x_hat, &d, norm_rel));
             Some((q8, x_hat, d))

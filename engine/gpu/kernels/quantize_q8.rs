@@ -390,7 +390,11 @@ impl QuantizeQ8 {
         pass.dispatch_workgroups(binding.workgroups, n_tokens, 1);
         let cols = binding.cols;
         let norm = if binding.norm { 4 * cols } else { 0 };
-        let code_sums = if binding.code_sums { 4 * cols / Q8_BLOCK } else { 0 };
+        let code_sums = if binding.code_sums {
+            4 * cols / Q8_BLOCK
+        } else {
+            0
+        };
         let moved =
             u64::from(n_tokens) * (4 * cols + Q8Vectors::bytes_per_vector(cols) + code_sums);
         Ok(Recorded::new(Self::NAME, 1, OpBytes::new(norm, moved)))

@@ -1,6 +1,6 @@
 //! The SwiGLU MLP half of a decoder block ([`Mlp`]).
 
-use super::linear::{Feeder, FedMatVec, Linear, QuantizedInput};
+use super::linear::{FedMatVec, Feeder, Linear, QuantizedInput};
 use super::norm::Norm;
 use super::pointwise::Pointwise;
 use super::scratch::Act;

@@ -39,7 +39,7 @@ use crate::gpu::kernels::rope_kv::RopeKv;
 use crate::gpu::step::{StepBuffer, StepIo};
 use crate::gpu::{GpuContext, GpuError, upload};
 use crate::quant::GgmlType;
-use linear::{Feeder, FedMatVec, Linear, QuantizedInput, shape_of};
+use linear::{FedMatVec, Feeder, Linear, QuantizedInput, shape_of};
 use pointwise::Pointwise;
 use scratch::Scratch;
 
