@@ -208,6 +208,50 @@ struct BatchedDecodeReport {
     /// sequences · steps / time: every sequence's tokens together.
     aggregate_tokens_per_s: f64,
     ms_per_step: f64,
+    /// Then `--profile-steps` batched steps of all the sequences (the first after their
+    /// timed steps, each sequence put back after it) profiled op by op, as the one-sequence
+    /// step is: its dispatches and ops, their bytes, the ops' median GPU times (None without
+    /// timestamps) and the median host time from submit to completion.
+    dispatches_per_step: usize,
+    ops_per_step: usize,
+    step_weight_bytes: u64,
+    step_activation_bytes: u64,
+    gpu_us: Option<f64>,
+    step_wall_us: f64,
+    ops: Vec<OpRow>,
+}
+
+/// Profiled decode steps of one shape summarized: each op's median GPU time as rows, and the
+/// step's totals.
+struct ProfiledStep {
+    dispatches: usize,
+    op_count: usize,
+    weight_bytes: u64,
+    activation_bytes: u64,
+    kv_len: u32,
+    gpu_us: Option<f64>,
+    wall_us: f64,
+    ops: Vec<OpRow>,
+}
+
+impl ProfiledStep {
+    fn of(profiles: &[StepProfile], gb_per_s: f64) -> ProfiledStep {
+        let first = &profiles[0];
+        let op_ns =
+            (0..first.ops.len()).map(|i| median(profiles.iter().filter_map(|p| p.op_ns[i])));
+        let ops = op_rows(first.ops.iter().zip(op_ns), gb_per_s);
+        ProfiledStep {
+            dispatches: first.ops.iter().map(|o| o.dispatches).sum(),
+            op_count: first.ops.len(),
+            weight_bytes: first.ops.iter().map(|o| o.weight_bytes).sum(),
+            activation_bytes: first.ops.iter().map(|o| o.activation_bytes).sum(),
+            kv_len: first.kv_len,
+            gpu_us: total_us(&ops),
+            wall_us: median(profiles.iter().map(|p| p.wall.as_secs_f64() * 1e6))
+                .expect("at least one profiled step"),
+            ops,
+        }
+    }
 }
 
 /// A request served from the prefix cache, timed on the host: TTFT and where it went.
@@ -282,7 +326,12 @@ pub fn run(args: Args) -> Result<()> {
         let mut report = measure_depth(&mut engine, &args, &prompt, bandwidth.gb_per_s)?;
         if args.sequences > 1 {
             let prompts: Vec<Vec<u32>> = (0..args.sequences).map(|_| random_ids(depth)).collect();
-            report.batched = Some(batched_decode(&mut engine, &prompts, args.n_out)?);
+            report.batched = Some(batched_decode(
+                &mut engine,
+                &prompts,
+                &args,
+                bandwidth.gb_per_s,
+            )?);
         }
         depths.push(report);
     }
@@ -358,12 +407,8 @@ fn measure_depth(
         .map(|_| engine.profile_step(started.seq))
         .collect::<Result<Vec<StepProfile>, _>>();
     engine.finish(started.seq)?;
-    let profiles = profiles?;
-    let first = &profiles[0];
-    let op_ns = (0..first.ops.len()).map(|i| median(profiles.iter().filter_map(|p| p.op_ns[i])));
-    let ops = op_rows(first.ops.iter().zip(op_ns), gb_per_s);
-    let gpu_us = total_us(&ops);
-    let step_weight_bytes = first.ops.iter().map(|o| o.weight_bytes).sum::<u64>();
+    let step = ProfiledStep::of(&profiles?, gb_per_s);
+    let step_weight_bytes = step.weight_bytes;
     let roofline_us = step_weight_bytes as f64 / gb_per_s / 1e3;
     let decode_us = 1e6 / decode_rate;
     Ok(DepthReport {
@@ -378,32 +423,36 @@ fn measure_depth(
         batched: None,
         encode_us_per_token: stats.decode_encode.as_secs_f64() * 1e6 / steps,
         submits_per_token: stats.decode_submits as f64 / steps,
-        dispatches_per_step: first.ops.iter().map(|o| o.dispatches).sum(),
-        ops_per_step: first.ops.len(),
-        profiled_kv_len: first.kv_len,
+        dispatches_per_step: step.dispatches,
+        ops_per_step: step.op_count,
+        profiled_kv_len: step.kv_len,
         step_weight_bytes,
-        step_activation_bytes: first.ops.iter().map(|o| o.activation_bytes).sum(),
+        step_activation_bytes: step.activation_bytes,
         roofline_us,
-        gpu_us,
-        step_wall_us: median(profiles.iter().map(|p| p.wall.as_secs_f64() * 1e6))
-            .expect("at least one profiled step"),
+        gpu_us: step.gpu_us,
+        step_wall_us: step.wall_us,
         decode_us_per_token: decode_us,
         decode_roofline_fraction: roofline_us / decode_us,
-        ops,
+        ops: step.ops,
     })
 }
 
 /// Starts one sequence per prompt, times `n_out - 1` decode steps serving them all (each
-/// sequence's first token came from its prefill), then finishes them.
+/// sequence's first token came from its prefill), profiles `--profile-steps` more batched
+/// steps op by op (each sequence put back after each), then finishes them.
 fn batched_decode(
     engine: &mut Engine,
     prompts: &[Vec<u32>],
-    n_out: usize,
+    args: &Args,
+    gb_per_s: f64,
 ) -> Result<BatchedDecodeReport> {
+    let n_out = args.n_out;
     let mut seqs = Vec::with_capacity(prompts.len());
     let mut run = || -> Result<BatchedDecodeReport> {
         for prompt in prompts {
-            seqs.push(engine.start(prompt, n_out, false)?.seq);
+            // One token more than the timed steps produce: room for the profiled steps' one
+            // position (each is put back).
+            seqs.push(engine.start(prompt, n_out + 1, false)?.seq);
         }
         let steps = n_out - 1;
         let started = std::time::Instant::now();
@@ -411,11 +460,22 @@ fn batched_decode(
             engine.step(&seqs)?;
         }
         let seconds = started.elapsed().as_secs_f64();
+        let profiles = (0..args.profile_steps)
+            .map(|_| engine.profile_batch_step(&seqs))
+            .collect::<Result<Vec<StepProfile>, _>>()?;
+        let step = ProfiledStep::of(&profiles, gb_per_s);
         Ok(BatchedDecodeReport {
             sequences: seqs.len(),
             steps,
             aggregate_tokens_per_s: (seqs.len() * steps) as f64 / seconds,
             ms_per_step: seconds * 1e3 / steps as f64,
+            dispatches_per_step: step.dispatches,
+            ops_per_step: step.op_count,
+            step_weight_bytes: step.weight_bytes,
+            step_activation_bytes: step.activation_bytes,
+            gpu_us: step.gpu_us,
+            step_wall_us: step.wall_us,
+            ops: step.ops,
         })
     };
     let report = run();
@@ -563,9 +623,18 @@ fn print_tables(r: &Report) {
         if let Some(b) = &d.batched {
             println!(
                 "depth {} batched decode: {} sequences, {:.1} tok/s aggregate ({:.2} ms per step \
-                 of {} steps)",
-                d.depth, b.sequences, b.aggregate_tokens_per_s, b.ms_per_step, b.steps
+                 of {} steps) · profiled step: {} dispatches, {} ops, GPU {} µs, wall {:.0} µs",
+                d.depth,
+                b.sequences,
+                b.aggregate_tokens_per_s,
+                b.ms_per_step,
+                b.steps,
+                b.dispatches_per_step,
+                b.ops_per_step,
+                us(b.gpu_us),
+                b.step_wall_us,
             );
+            print_ops(&b.ops);
         }
         let p = &d.prefill;
         let largest = p.chunks.iter().map(|c| c.tokens).max().unwrap_or(0);

@@ -1,7 +1,8 @@
 //! `harness bench` on a tiny qwen3 and a tiny qwen35 on whatever adapter is present: the
 //! report's structure and its internal consistency (bytes and FLOPs against the model file and
 //! its recurrent state, sums, dispatches against the timed run's, rates against times), for the
-//! decode step and the prefill profiles; and profiling leaving the profiled sequence as it was.
+//! decode step (one sequence, and a batched step of several) and the prefill profiles; and
+//! profiling leaving the profiled sequences as they were.
 //! Speed numbers themselves are never asserted.
 
 use fak::gguf::Gguf;
@@ -142,13 +143,16 @@ fn bench(path: &PathBuf) -> (Value, Value) {
     );
     assert_eq!(resumed, chunk_dispatches, "the same steps' dispatches");
     check_cache_hit(&d["cache_hit"]);
-    check_batched(&d["batched"]);
+    check_batched(&report, &d, gb_per_s);
     (report, d)
 }
 
 /// `--sequences` decoding together: every sequence, every step after the first token, and the
-/// aggregate rate what the step time says.
-fn check_batched(b: &Value) {
+/// aggregate rate what the step time says; then its profiled step: its rows against its own
+/// sums, and the one-sequence step's ops, in order, one dispatch each as there (every op of a
+/// decode step serves the whole batch in one dispatch), reading the same weight bytes.
+fn check_batched(report: &Value, d: &Value, gb_per_s: f64) {
+    let b = &d["batched"];
     assert_eq!(u(b, "sequences"), SEQUENCES, "{b}");
     assert_eq!(u(b, "steps"), N_OUT - 1, "{b}");
     assert!(f(b, "ms_per_step") > 0.0, "{b}");
@@ -157,6 +161,44 @@ fn check_batched(b: &Value) {
         f(b, "aggregate_tokens_per_s"),
         SEQUENCES as f64 * 1e3 / f(b, "ms_per_step"),
     );
+    let rows = ops(b);
+    let sum = |key: &str| rows.iter().map(|o| u(o, key)).sum::<u64>();
+    assert_eq!(sum("dispatches"), u(b, "dispatches_per_step"));
+    assert_eq!(sum("count"), u(b, "ops_per_step"));
+    assert_eq!(sum("weight_bytes"), u(b, "step_weight_bytes"));
+    assert_eq!(sum("activation_bytes"), u(b, "step_activation_bytes"));
+    assert!(f(b, "step_wall_us") > 0.0, "{b}");
+    check_rows(report, b, gb_per_s);
+    let shape = |step: &Value| -> Vec<(String, String, u64, u64)> {
+        ops(step)
+            .iter()
+            .map(|o| {
+                let name = o["name"].as_str().expect("name").to_string();
+                let kernel = o["kernel"].as_str().expect("kernel").to_string();
+                (name, kernel, u(o, "count"), u(o, "dispatches"))
+            })
+            .collect()
+    };
+    assert_eq!(
+        shape(b),
+        shape(d),
+        "the batched step's ops against one sequence's"
+    );
+    // Products read their weights once for the batch: a product row's weight bytes are the
+    // one-sequence step's (other rows' weight bytes include per-sequence state and cache).
+    for o in ops(d).iter().filter(|o| u(o, "flops") > 0) {
+        let batched = op(b, o["name"].as_str().expect("name"));
+        assert_eq!(
+            u(batched, "weight_bytes"),
+            u(o, "weight_bytes"),
+            "{o} vs {batched}"
+        );
+        assert_eq!(
+            u(batched, "flops"),
+            SEQUENCES * u(o, "flops"),
+            "{o} vs {batched}"
+        );
+    }
 }
 
 /// The prompt + suffix served as a prefix-cache hit: every token reused or computed, at least
@@ -524,16 +566,18 @@ fn bench_profiles_the_hybrid_model_with_its_recurrent_state() {
 }
 
 /// Profiling leaves the sequence as it was: on the hybrid model, whose recurrent state every
-/// step advances, the decode step after two profiled decode steps and a profiled prefill (on
-/// a sequence of its own) gives the logits and tokens of the same step without them, bit for
-/// bit (the same kernels on the same inputs and state).
+/// step advances, the decode step after two profiled decode steps, two profiled batched steps
+/// beside another sequence and a profiled prefill (on a sequence of its own) gives the logits
+/// and tokens of the same step without them, bit for bit (the same kernels on the same inputs
+/// and state).
 #[test]
 fn profiling_leaves_the_sequence_as_it_was() {
     let path = tiny("qwen35");
     let mut options = EngineOptions::from_env().unwrap();
     options.max_context = Some(64);
     options.prefill_chunk = PREFILL_CHUNK as u32;
-    options.max_seqs = 2; // a free sequence for the profiled prefill
+    // A free sequence for the profiled prefill, and one batched with the decoded sequence.
+    options.max_seqs = 3;
     let mut engine = Engine::load(&path, &options).unwrap();
     let n_vocab = engine.n_vocab();
     let prompt = random_ids(3, DEPTH as usize, n_vocab);
@@ -544,6 +588,14 @@ fn profiling_leaves_the_sequence_as_it_was() {
             for _ in 0..2 {
                 engine.profile_step(seq).unwrap();
             }
+            // Batched beside another sequence, twice: both put back each time.
+            let companion = engine.start(&other, 2, false).unwrap().seq;
+            for _ in 0..2 {
+                let batch = engine.profile_batch_step(&[companion, seq]).unwrap();
+                assert_eq!(batch.tokens, 2);
+                assert_eq!(batch.kv_len, 2 * (DEPTH as u32 + 1));
+            }
+            engine.finish(companion).unwrap();
             assert_eq!(engine.profile_prefill(&other, 0).unwrap().1.len(), 2);
             // From inside the prompt: only the steps from there, attending to all before.
             let (_, rest) = engine

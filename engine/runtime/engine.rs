@@ -192,9 +192,10 @@ pub struct Engine {
 /// One forward step timed op by op (`Engine::profile_step`, `Engine::profile_prefill`).
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct StepProfile {
-    /// Tokens the step ran: 1 for a decode step, a chunk's length for a prefill step.
+    /// Tokens the step ran: 1 for a decode step, a chunk's length for a prefill step, the
+    /// sequences of a batched decode step ([`Engine::profile_batch_step`]).
     pub tokens: u32,
-    /// Positions the step attended over.
+    /// Positions the step attended over (summed over a batched step's sequences).
     pub kv_len: u32,
     /// Every op the model recorded, in order.
     pub ops: Vec<OpRecord>,
@@ -744,13 +745,32 @@ impl Engine {
         self.io.set_ids(&self.ctx, ids);
         let tokens = ids.len() as u32;
         let kv_len = self.seq(seq)?.pos as u32 + tokens;
+        self.profiled(tokens, kv_len, kind, |engine, marks| {
+            engine.begin_marked_step(seq, tokens, false, None, marks)
+        })
+    }
+
+    /// Records a step through `record` (which notes its ops in the marks it is given) with a
+    /// timestamp after every op where the device has them, submits it and waits for it:
+    /// [`Engine::run_profiled`]'s one-sequence steps and [`Engine::profile_batch_step`]'s
+    /// batched decode step.
+    fn profiled(
+        &mut self,
+        tokens: u32,
+        kv_len: u32,
+        kind: StepKind,
+        record: impl FnOnce(
+            &mut Engine,
+            &mut StepMarks,
+        ) -> Result<(wgpu::CommandEncoder, Step), RuntimeError>,
+    ) -> Result<StepProfile, RuntimeError> {
         let profiler = self.profiler.take();
         let mut marks = match &profiler {
             Some(p) => StepMarks::timed(&p.queries, kv_len, kind),
             None => StepMarks::counting(kv_len, kind),
         };
         let (encode_before, submits_before) = (self.encode_time, self.submits);
-        let result = self.begin_marked_step(seq, tokens, false, None, &mut marks);
+        let result = record(self, &mut marks);
         let marks_written = marks.marks();
         let ops = std::mem::take(&mut marks.ops);
         drop(marks);

@@ -15,7 +15,7 @@
 //! hybrid model's recurrent state has a slot per row: a sequence's slot is zeroed, or restored
 //! from its cached prefix's snapshot, when it takes the row.
 
-use super::{Engine, PrefillPhases, RuntimeError, timed};
+use super::{Engine, PrefillPhases, RuntimeError, StepProfile, timed};
 use crate::cache::{NodeId, Snapshot};
 use crate::gpu::Step;
 use crate::gpu::kernels::gated_delta_chunk::CHUNK;
@@ -616,11 +616,37 @@ impl Engine {
         self.batch_step(seqs, true)
     }
 
-    fn batch_step(
-        &mut self,
-        seqs: &[SeqId],
-        logits: bool,
-    ) -> Result<(Vec<u32>, Vec<Vec<f32>>), RuntimeError> {
+    /// Runs one decode step serving `seqs` as [`Engine::step`] does, with a timestamp after
+    /// every op where the device can write them inside a pass, and waits for it: a step of
+    /// several sequences timed op by op, as [`Engine::profile_step`] times a step of one. Every
+    /// sequence is left as it was (positions and recurrent states put back), so repeated calls
+    /// measure the same step and decoding on is unchanged.
+    pub fn profile_batch_step(&mut self, seqs: &[SeqId]) -> Result<StepProfile, RuntimeError> {
+        let (step, kv_len) = self.set_batch_inputs(seqs)?;
+        let mut checkpoints = Vec::with_capacity(seqs.len());
+        for &seq in seqs {
+            checkpoints.push(self.checkpoint(seq)?);
+        }
+        let n = step.n_tokens;
+        let profile = self.profiled(n, kv_len, StepKind::Decode, |engine, marks| {
+            let started = Instant::now();
+            let mut encoder = engine.encoder("profiled batched decode step");
+            engine.model.encode_batch(&mut encoder, n, marks)?;
+            engine.encode_time += started.elapsed();
+            engine.last_dispatches = marks.dispatches();
+            engine.steps += 1;
+            Ok((encoder, step))
+        });
+        for (&seq, checkpoint) in seqs.iter().zip(checkpoints) {
+            self.rewind(seq, checkpoint)?;
+        }
+        profile
+    }
+
+    /// Checks a batched decode step's sequences and writes its inputs: each sequence's last
+    /// token, position and page row, the step uniforms. Returns the step and the positions it
+    /// attends over, summed.
+    fn set_batch_inputs(&mut self, seqs: &[SeqId]) -> Result<(Step, u32), RuntimeError> {
         let n = seqs.len();
         if n == 0 || n > self.seqs.len() {
             return Err(RuntimeError::Request(format!(
@@ -651,7 +677,17 @@ impl Engine {
         self.io.step.set(&self.ctx, step);
         self.io.tail_step.set(&self.ctx, step);
         let kv_len: usize = slots.iter().map(|t| t.pos as usize + 1).sum();
-        let mut marks = StepMarks::counting(kv_len as u32, StepKind::Decode);
+        Ok((step, kv_len as u32))
+    }
+
+    fn batch_step(
+        &mut self,
+        seqs: &[SeqId],
+        logits: bool,
+    ) -> Result<(Vec<u32>, Vec<Vec<f32>>), RuntimeError> {
+        let n = seqs.len();
+        let (_, kv_len) = self.set_batch_inputs(seqs)?;
+        let mut marks = StepMarks::counting(kv_len, StepKind::Decode);
         let started = Instant::now();
         let mut encoder = self.encoder("batched decode step");
         self.model

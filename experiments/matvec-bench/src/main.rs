@@ -51,7 +51,9 @@
 //! FAK_MATVEC_Q6=aligned), checked as every binding is, as path `q8+q6aligned` (its `q8` line
 //! beside it is the default loads'); `--q6 lean` in the lean form (`Q6Loads::Lean`,
 //! FAK_MATVEC_Q6=lean: the −32 folded through x, cheaper funnels) as path `q8+q6lean`; `--q6
-//! aligned,lean` both.
+//! aligned,lean` both. `--sumq` also times each batched (or split) layout with Q4_K's block code
+//! sums read from the vectors (`MatVec::with_code_sums`, FAK_MATVEC_SUMQ=1: the quantize writes
+//! them behind the scales) as path `q8+sumq`, checked as every binding is.
 
 use fak::gpu::kernels::matvec::{
     InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, Q6Loads,
@@ -261,6 +263,7 @@ fn main() {
         })
         .map(|(_, path, q6)| (path, q6))
         .collect();
+    let sumq = args.iter().any(|a| a == "--sumq");
     let all: &[Product] = if quick { &QUICK_PRODUCTS } else { &PRODUCTS };
     let products: Vec<Product> = match option("--products") {
         Some(names) => all
@@ -295,7 +298,7 @@ fn main() {
     let max_batch = batches.iter().copied().max().unwrap_or(1);
     let benches: Vec<Bench> = products
         .iter()
-        .map(|p| Bench::new(&ctx, p, &step, copies, max_batch, reps))
+        .map(|p| Bench::new(&ctx, p, &step, copies, (max_batch, sumq), reps))
         .collect();
     for &input in &input_paths {
         let paths = KernelPaths {
@@ -334,6 +337,10 @@ fn main() {
                             MatVec::with_layout(&ctx, paths, layout).expect("building matvec");
                         forms.push((path, kernel.with_q6_loads(q6)));
                     }
+                }
+                if sumq && layout.batched && input == InputPath::Q8 {
+                    let kernel = MatVec::with_layout(&ctx, paths, layout).expect("building matvec");
+                    forms.push(("q8+sumq", kernel.with_code_sums(true)));
                 }
                 (layout, forms)
             })
@@ -541,6 +548,7 @@ fn summarize(
             "q8",
             "q8+q6aligned",
             "q8+q6lean",
+            "q8+sumq",
             "q8+quantize",
             "f32+q8out",
             "q8+q8out",
@@ -613,7 +621,14 @@ fn bandwidth_summary(products: &[Product], results: &[(usize, &'static str, MatV
         }),
     ];
     for (set, weight) in sets {
-        for path in ["f32", "q8", "q8+q6aligned", "q8+q6lean", "q8+q8out"] {
+        for path in [
+            "f32",
+            "q8",
+            "q8+q6aligned",
+            "q8+q6lean",
+            "q8+sumq",
+            "q8+q8out",
+        ] {
             let (mut total_bytes, mut total_seconds) = (0.0, 0.0);
             for (index, p) in products.iter().enumerate() {
                 let best = results
@@ -724,7 +739,7 @@ impl<'a> Bench<'a> {
         product: &'a Product,
         step: &'a StepBuffer,
         max_copies: u64,
-        batch: u32,
+        (batch, sumq): (u32, bool),
         reps: usize,
     ) -> Bench<'a> {
         let p = product;
@@ -773,7 +788,12 @@ impl<'a> Bench<'a> {
             x: upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap(),
             y: storage_buffer(ctx, "y", 4 * p.rows * u64::from(batch)).unwrap(),
             norm: upload(ctx, "norm", bytemuck::cast_slice(&norm)).unwrap(),
-            q8: Q8Vectors::new(ctx, "x q8", p.cols, batch).unwrap(),
+            // With `--sumq` the quantize writes the blocks' code sums (the q8+sumq kernels read
+            // them; the others do not look).
+            q8: match sumq {
+                true => Q8Vectors::with_code_sums(ctx, "x q8", p.cols, batch).unwrap(),
+                false => Q8Vectors::new(ctx, "x q8", p.cols, batch).unwrap(),
+            },
             y_q8: Q8Vectors::new(ctx, "y q8", p.rows.next_multiple_of(32), batch).unwrap(),
             step,
             batch,
