@@ -25,7 +25,9 @@
 # STEPS=packets,llama-bench (~460 s) then STEPS=bench,depth (~380 s bare, ~200 s warm).
 #
 # Carry (experiments/h200/prepare-acceptance.sh stages it): target/h200/{gl, bin.txz (harness
-# alone), llama-src.txz, commit, built-at}; the Vulkan server's parts travel with calls B0 and B.
+# alone), commit, built-at}, llama.cpp's source with call A0 right before (accept-vk-part.sh, into
+# /tmp/accept-src; a carried target/h200/llama-src.txz serves too); the Vulkan server's parts
+# travel with calls B0 and B.
 # Files back ($OUT): steps.log, summary.md, clocks.csv, gpu.csv, llama-build.log, synth.log,
 # acceptance.tgz (the run folders → experiments/benchmark/runs/by-machine/nvidia-h200/, the bench
 # JSONs and logs, the llama-bench JSONL, the selftest, the call's logs).

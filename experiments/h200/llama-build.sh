@@ -1,5 +1,5 @@
 # Sourced: starts the llama-server CUDA build (sm_90 only, nice'd) from the carried
-# target/h200/llama-src.t[gx]z in the background, its log in $OUT/llama-build.log; the caller waits
+# target/h200/llama-src.t[gx]z (or call A0's /tmp/accept-src/llama-src.txz) in the background, its log in $OUT/llama-build.log; the caller waits
 # on $! before any timed work. LS is the server it makes. LLAMA_JOBS: build jobs (16);
 # LLAMA_TARGETS: more targets beside llama-server (e.g. llama-batched-bench, llama-bench).
 # A call that finds every target built (a warm machine) builds nothing. For a dry run elsewhere
@@ -14,8 +14,9 @@ LS=$LLAMA_DIR/llama.cpp/build/bin/llama-server
     [ $built = 1 ] && exit 0
     pin=()
     [ -n "${LLAMA_TASKSET:-}" ] && pin=(taskset -c "$LLAMA_TASKSET")
-    src=target/h200/llama-src.txz # xz (prepare-acceptance.sh: 1.6 MB less to carry), else gzip
-    [ -f "$src" ] || src=target/h200/llama-src.tgz
+    # xz (prepare-acceptance.sh: 1.6 MB less to carry), else gzip; call A0 leaves it in /tmp.
+    src=$(ls target/h200/llama-src.txz /tmp/accept-src/llama-src.txz target/h200/llama-src.tgz \
+        2> /dev/null | head -1)
     mkdir -p "$LLAMA_DIR" && { [ -d "$LLAMA_DIR/llama.cpp" ] || tar xf "$src" -C "$LLAMA_DIR"; } &&
     cd "$LLAMA_DIR/llama.cpp" &&
     cmake -B build -G "${LLAMA_GENERATOR:-Ninja}" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \

@@ -5,7 +5,10 @@
 # download) and stages one folder per call under DEST (default CHECKOUT/target, CHECKOUT default
 # /work/main: the checkout the run tool sends), each holding the scripts and what the call carries:
 #
-#   acc-a/   call A (acceptance.sh): target/h200/{gl, bin.txz, llama-src.txz, commit, built-at}
+#   acc-a0/  call A0 (accept-vk-part.sh, ~2 s): llama.cpp's source (target/h200/llama-src.txz),
+#            left in /tmp/accept-src for call A (the tree grew past what one call A carries)
+#   acc-a/   call A (acceptance.sh, right after A0 on the same warm machine):
+#            target/h200/{gl, bin.txz, commit, built-at}
 #   acc-b0/  call B0 (accept-vk-part.sh, ~2 s): the first part of the Vulkan server archive
 #            (target/h200-vk/*.part0), left in /tmp/accept-vk-parts for call B
 #   acc-b/   call B (acceptance-vulkan.sh, right after B0 on the same warm machine):
@@ -47,7 +50,9 @@ stage() { # folder files-under-target/h200...
 # llama.cpp's source as xz for call A (llama-build.sh takes either): 1.6 MB more room.
 [ target/h200/llama-src.txz -nt target/h200/llama-src.tgz ] ||
     zcat target/h200/llama-src.tgz | xz -9 -T2 > target/h200/llama-src.txz
-stage acc-a gl bin.txz llama-src.txz commit built-at
+stage acc-a0 llama-src.txz
+rm -rf "$DEST/acc-a0/$V"
+stage acc-a gl bin.txz commit built-at
 rm -rf "$DEST/acc-a/$V"
 stage acc-b gl bin.txz commit built-at
 stage acc-b0
@@ -72,7 +77,7 @@ echo 2 > "$DEST/acc-b/$V/PARTS"
 cat "$DEST/acc-b0/$V/$VK.part0" "$DEST/acc-b/$V/$VK.part1" | cmp -s - "$V/$VK" ||
     { echo "the parts do not join to $VK" >&2; exit 1; }
 
-for n in acc-a acc-b acc-b0; do
+for n in acc-a0 acc-a acc-b acc-b0; do
     carry=$(du -sb "$DEST/$n" | cut -f1)
     total=$((carry + tree_bytes))
     printf '%s: %5.1f MiB carried + %5.1f MiB tree (%s) = %5.2f MiB of %d\n' "$DEST/$n" \
