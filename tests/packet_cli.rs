@@ -93,3 +93,28 @@ fn validate_exits_1_on_a_packet_that_breaks_the_schema() {
         "{answer}"
     );
 }
+
+/// The packets committed under experiments/benchmark/runs are judged as they recorded: a change
+/// to the validator that refuses an honest older packet (2026-12-06: the own-rounding reference's
+/// prose was compared, not its rules) fails here.
+#[test]
+fn every_committed_packet_validates() {
+    let runs =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../experiments/benchmark/runs/by-machine");
+    let mut packets: Vec<PathBuf> = std::fs::read_dir(&runs)
+        .expect("reading experiments/benchmark/runs/by-machine")
+        .flat_map(|machine| std::fs::read_dir(machine.unwrap().path()).unwrap())
+        .map(|run| run.unwrap().path().join("packet.json"))
+        .filter(|packet| packet.is_file())
+        .collect();
+    packets.sort();
+    assert!(
+        !packets.is_empty(),
+        "no committed packet under {}",
+        runs.display()
+    );
+    for packet in &packets {
+        let (code, answer) = validate(packet);
+        assert_eq!(code, 0, "{}: {}", packet.display(), answer["errors"]);
+    }
+}
