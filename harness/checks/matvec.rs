@@ -177,7 +177,10 @@ pub fn poisoned_q8(ctx: &GpuContext, cols: u64, n: u32) -> Q8Vectors {
 /// [`poisoned_q8`], with room for the blocks' code sums where `code_sums` (poisoned too: an
 /// unwritten one reads NaN).
 pub fn poisoned_q8_with(ctx: &GpuContext, cols: u64, n: u32, code_sums: bool) -> Q8Vectors {
-    let q8 = Q8Vectors::with_code_sums(ctx, "matvec test", cols, n, code_sums).unwrap();
+    let q8 = match code_sums {
+        true => Q8Vectors::with_code_sums(ctx, "matvec test", cols, n).unwrap(),
+        false => Q8Vectors::new(ctx, "matvec test", cols, n).unwrap(),
+    };
     write(ctx, &q8.codes, 0, &vec![0x7f; q8.codes.size() as usize]).unwrap();
     write(
         ctx,

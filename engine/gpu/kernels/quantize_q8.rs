@@ -81,17 +81,15 @@ impl Q8Vectors {
         Self::allocate(ctx, label, cols, max_batch, false, false)
     }
 
-    /// [`Q8Vectors::new`], with room for each block's code sum behind the scales where
-    /// `code_sums`, which [`QuantizeQ8`] writes into them (the batched mat-vec's
-    /// `FAK_MATVEC_SUMQ=1`).
+    /// [`Q8Vectors::new`] with room for each block's code sum behind the scales, which
+    /// [`QuantizeQ8`] writes into them (the batched mat-vec's `FAK_MATVEC_SUMQ=1`).
     pub fn with_code_sums(
         ctx: &GpuContext,
         label: &str,
         cols: u64,
         max_batch: u32,
-        code_sums: bool,
     ) -> Result<Q8Vectors, GpuError> {
-        Self::allocate(ctx, label, cols, max_batch, false, code_sums)
+        Self::allocate(ctx, label, cols, max_batch, false, true)
     }
 
     /// [`Q8Vectors::new`] with room for a block sum of squares behind the scales (the

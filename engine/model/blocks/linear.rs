@@ -54,8 +54,10 @@ impl QuantizedInput {
         let max_batch = max_tokens.min(MAX_BATCH);
         // Under FAK_MATVEC_SUMQ=1 the quantize writes each block's code sum for the batched
         // mat-vecs that read these vectors.
-        let code_sums = k.matvec.code_sums();
-        let vectors = Q8Vectors::with_code_sums(ctx, "decode input", cols, max_batch, code_sums)?;
+        let vectors = match k.matvec.code_sums() {
+            true => Q8Vectors::with_code_sums(ctx, "decode input", cols, max_batch)?,
+            false => Q8Vectors::new(ctx, "decode input", cols, max_batch)?,
+        };
         let x = Activations::contiguous(x, cols);
         let binding = quantize.bind(ctx, x, cols, norm, &vectors, step, max_batch)?;
         Ok(Some(QuantizedInput { vectors, binding }))
@@ -160,8 +162,10 @@ impl FedMatVec {
             return Ok(None);
         }
         let max_batch = max_tokens.min(MAX_BATCH);
-        let code_sums = feeder == Feeder::Pairing && k.matvec.code_sums();
-        let vectors = Q8Vectors::with_code_sums(ctx, "fed input", cols, max_batch, code_sums)?;
+        let vectors = match feeder == Feeder::Pairing && k.matvec.code_sums() {
+            true => Q8Vectors::with_code_sums(ctx, "fed input", cols, max_batch)?,
+            false => Q8Vectors::new(ctx, "fed input", cols, max_batch)?,
+        };
         let accumulate = output == MatmulOutput::Accumulate;
         let io = MatVecIo::contiguous(shape, w, x, y, step, accumulate, max_tokens);
         let fusion = MatVecFusion {

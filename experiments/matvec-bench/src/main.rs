@@ -790,7 +790,10 @@ impl<'a> Bench<'a> {
             norm: upload(ctx, "norm", bytemuck::cast_slice(&norm)).unwrap(),
             // With `--sumq` the quantize writes the blocks' code sums (the q8+sumq kernels read
             // them; the others do not look).
-            q8: Q8Vectors::with_code_sums(ctx, "x q8", p.cols, batch, sumq).unwrap(),
+            q8: match sumq {
+                true => Q8Vectors::with_code_sums(ctx, "x q8", p.cols, batch).unwrap(),
+                false => Q8Vectors::new(ctx, "x q8", p.cols, batch).unwrap(),
+            },
             y_q8: Q8Vectors::new(ctx, "y q8", p.rows.next_multiple_of(32), batch).unwrap(),
             step,
             batch,
