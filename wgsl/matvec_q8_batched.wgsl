@@ -39,8 +39,8 @@
 //           vectors' accumulators and x: fewer warps an SM, or spills); G vectors a lane trade
 //           W's loads and decode, repeated from L2, for more and lighter warps.
 //           CODE_SUMS (override, declared in matvec.wgsl; engine FAK_MATVEC_SUMQ=1, opt-in):
-//           Q4_K's Σ qx of each x block read from where the vectors' producer wrote it
-//           (quantize_q8.wgsl, or a gate/up pairing's quantized output, under CODE_SUMS;
+//           Q4_K's Σ qx of each x block
+//           read from where the vectors' producer wrote it (quantize_q8.wgsl under CODE_SUMS;
 //           p.x_code_sums ≠ 0), or else taken as one integer sum per block and converted once:
 //           per vector and unit, 2 loads (or 16 dot4I8Packed and 2 conversions) instead of
 //           16 dot4I8Packed, 8 conversions and 6 f32 adds. Every form of the sum is exact
