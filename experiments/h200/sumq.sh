@@ -70,7 +70,7 @@ echo "== tests done at $((SECONDS - start)) s"
 
 LAYOUTS=256/4/1/batched,256/16/1/batched,256/4/1/split2,256/16/1/split2
 if [ -x "$BIN/matvec-bench" ]; then
-    timeout 60 "$BIN/matvec-bench" --paths q8 --plain --reps 3 --batches 1,4,8 --sumq \
+    timeout 45 "$BIN/matvec-bench" --paths q8 --plain --reps 3 --batches 1,4,8 --sumq \
         --products "${PRODUCTS:-27b_ffn_gate_up,27b_ffn_down}" --layouts "$LAYOUTS" ${QUICK:+--quick} \
         > "$OUT/matvec-sumq.tsv" 2>&1
     echo "== matvec-bench --sumq --batches 1,4,8: exit $? at $((SECONDS - start)) s"
