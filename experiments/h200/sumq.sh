@@ -22,8 +22,7 @@
 #      FAK_MATVEC_SUMQ=1 interleaved, two rounds where they end inside the budget, each with the
 #      batched step's op profile (`batched.ops`: the per-op µs of a step of 8) → sumq.log,
 #      bench-json.tgz.
-# Knobs: ROUNDS (2), BUDGET_S (190: no bench starts past BUDGET_S − 25 s), BENCH_TIMEOUT (40 s a
-# bench), PRESET (qwen35-27b;
+# Knobs: ROUNDS (2), BUDGET_S (190: no bench starts past BUDGET_S − 25 s), PRESET (qwen35-27b;
 # a dry run elsewhere: PRESET=tiny, with FAK_TMP, FAK_LOADER, FAK_VK_ICD as setup.sh says, and
 # QUICK=1 PRODUCTS=small_gate_up,small_down for matvec-bench's small products).
 # SM clocks every 200 ms → clocks.csv. Prepare (main's build after the merge, release binaries;
@@ -95,7 +94,7 @@ bench() { # bench LABEL [env...]: one 8-sequence `harness bench` at depth 128, p
         return
     fi
     echo "== $label: sequences 8 $* (at $((SECONDS - start)) s)" >> "$OUT/sumq.log"
-    env "$@" timeout "${BENCH_TIMEOUT:-40}" "$BIN/harness" bench --model "$M27" --depths 128 --n-out 32 \
+    env "$@" timeout 40 "$BIN/harness" bench --model "$M27" --depths 128 --n-out 32 \
         --sequences 8 --profile-steps 1 --suffix 0 --probe-mib 256 \
         --json-out "/tmp/bench-json-sumq/$label.json" > /tmp/bench-sumq.log 2>&1
     echo "rc=$?" >> "$OUT/sumq.log"
