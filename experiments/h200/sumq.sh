@@ -23,8 +23,7 @@
 #      batched step's op profile (`batched.ops`: the per-op µs of a step of 8) → sumq.log,
 #      bench-json.tgz.
 # Knobs: ROUNDS (2), BUDGET_S (190: no bench starts past BUDGET_S − 25 s), PRESET (qwen35-27b;
-# a dry run elsewhere: PRESET=tiny, with FAK_TMP, FAK_LOADER, FAK_VK_ICD as setup.sh says, and
-# QUICK=1 PRODUCTS=small_gate_up,small_down for matvec-bench's small products).
+# a dry run elsewhere: PRESET=tiny, with FAK_TMP, FAK_LOADER, FAK_VK_ICD as setup.sh says).
 # SM clocks every 200 ms → clocks.csv. Prepare (main's build after the merge, release binaries;
 # the tests need the gpu and model groups, the bench matvec-bench):
 #   MATVEC_BENCH=1 RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh gpu_matvec \
@@ -70,7 +69,7 @@ echo "== tests done at $((SECONDS - start)) s"
 LAYOUTS=256/4/1/batched,256/16/1/batched,256/4/1/split2,256/16/1/split2
 if [ -x "$BIN/matvec-bench" ]; then
     timeout 45 "$BIN/matvec-bench" --paths q8 --plain --reps 3 --batches 1,4,8 --sumq \
-        --products "${PRODUCTS:-27b_ffn_gate_up,27b_ffn_down}" --layouts "$LAYOUTS" ${QUICK:+--quick} \
+        --products 27b_ffn_gate_up,27b_ffn_down --layouts "$LAYOUTS" \
         > "$OUT/matvec-sumq.tsv" 2>&1
     echo "== matvec-bench --sumq --batches 1,4,8: exit $? at $((SECONDS - start)) s"
     # Per product, layout and batch: the q8 µs → the q8+sumq µs (the rows' columns: product,
