@@ -20,7 +20,7 @@ use fak::quant::GgmlType;
 use fak_tests::compare::Output;
 use fak_tests::matvec::{
     BATCHES, FUSIONS, Path, ROWS, WEIGHTS_OFFSET, bound, check_fused, check_tensor, col_counts,
-    expected, poisoned_q8, poisoned_q8_with, random_f32, random_weights, weights_buffer_at,
+    expected, poisoned_q8, random_f32, random_weights, weights_buffer_at,
 };
 use fak_tests::{assert_within, gpu, poisoned_f32, rng, variants};
 
@@ -216,114 +216,15 @@ fn the_split_form_matches_on_its_types_batches_and_fusions() {
     check_form(&MatVecLayout::SPLIT_CANDIDATES, 0x3a7e_f000);
 }
 
-/// FAK_MATVEC_SUMQ's form (wgsl/matvec_q8_batched.wgsl, CODE_SUMS: Q4_K's Σ qx of each x block
-/// read from the vectors, where quantize_q8 wrote it behind the scales, else one integer sum a
-/// block): quantize_q8's code sums are its codes' sums; the batched form's and two splits'
-/// cases against the CPU (check_form: Q4_K at both weight loads, Q6_K, Q5_K narrowed, batches
-/// 1, 2, 3, 8, accumulate, strided x, the MLP fusion; y and the vectors, code sums included,
-/// NaN-poisoned), then bit for bit the default form's outputs in the same layout, on Q4_K and
-/// Q6_K at batches 1, 3 and 8, with the code sums held and without (the integer sums).
-#[test]
-fn code_sums_give_the_default_outputs_bit_for_bit() {
-    let ctx = gpu();
-    let paths = variants::<MatVec>(ctx)
-        .into_iter()
-        .find(|p| p.int_dot)
-        .expect("an int-dot variant");
-    let layouts = [
-        MatVecLayout::BATCHED_CANDIDATES[0],
-        MatVecLayout::SPLIT_CANDIDATES[1],
-        MatVecLayout::SPLIT_CANDIDATES[2],
-    ];
-    let quantizer = quantizer(ctx, &MatVec::with_layout(ctx, paths, layouts[0]).unwrap());
-    let (rows, batch) = (37, u64::from(MAX_BATCH));
-    let mut rng = rng(0x3a7e_c500);
-    // The producer: each block's code sum behind the scales, exact.
-    let cols = 1280;
-    let x = random_f32(&mut rng, batch * cols);
-    let xb = upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap();
-    let q8 = poisoned_q8_with(ctx, cols, MAX_BATCH, true);
-    let step = StepBuffer::new(ctx);
-    step.set(ctx, Step::new(0, MAX_BATCH, 0));
-    let x_act = Activations::contiguous(&xb, cols);
-    let quantize = quantizer
-        .bind(ctx, x_act, cols, None, &q8, &step, MAX_BATCH)
-        .unwrap();
-    ctx.run_pass("quantize with code sums", |pass| {
-        quantizer.encode(pass, &quantize, MAX_BATCH).unwrap();
-    })
-    .unwrap();
-    let blocks = (batch * cols / 32) as usize;
-    let at = 4 * q8.code_sum_index();
-    let sums = read_back(ctx, &q8.scales, at..at + 4 * blocks as u64).unwrap();
-    let sums: Vec<f32> = bytemuck::pod_collect_to_vec(&sums);
-    let codes: Vec<i8> = q8
-        .read_back(ctx, cols, MAX_BATCH)
-        .unwrap()
-        .into_iter()
-        .flat_map(|(codes, _)| codes)
-        .collect();
-    for (k, &sum) in sums.iter().enumerate() {
-        let want: i32 = codes[32 * k..][..32].iter().map(|&q| i32::from(q)).sum();
-        assert_eq!(
-            sum.to_bits(),
-            (want as f32).to_bits(),
-            "block {k}'s code sum"
-        );
-    }
-    check_form_of(&layouts, 0x3a7e_c600, true);
-    for (i, &layout) in layouts.iter().enumerate() {
-        let default = MatVec::with_layout(ctx, paths, layout).unwrap();
-        let form = MatVec::with_layout(ctx, paths, layout)
-            .unwrap()
-            .with_code_sums(true);
-        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
-            let cols = col_counts(ty)[2];
-            let mut bytes = random_weights(ty, rows, cols, 11 + i as u64);
-            bytes.extend_from_slice(&[0; 16]);
-            let w = weights_buffer_at(ctx, &bytes, 0);
-            let x = random_f32(&mut rng, batch * cols);
-            for n in [1, 3, 8] {
-                let x = &x[..n as usize * cols as usize];
-                let shape = (rows, cols);
-                let bits = |kernel: &MatVec, held: bool| {
-                    product_bits(ctx, kernel, &quantizer, &w, ty, shape, x, (n, held))
-                };
-                let want = bits(&default, false);
-                assert!(
-                    want.iter().all(|&b| f32::from_bits(b).is_finite()),
-                    "{ty} {layout}: the default's outputs are not all finite"
-                );
-                for held in [true, false] {
-                    assert_eq!(
-                        bits(&form, held),
-                        want,
-                        "{ty} {layout} {paths}, batch {n}, code sums held {held}: outputs differ \
-                         from the default form's bits"
-                    );
-                }
-            }
-        }
-    }
-}
-
 /// The cases of the tests above for one form's candidate layouts.
 fn check_form(layouts: &[MatVecLayout], seed: u64) {
-    check_form_of(layouts, seed, false);
-}
-
-/// [`check_form`]'s cases, the kernels taking block code sums where `code_sums` (and the
-/// vectors holding them).
-fn check_form_of(layouts: &[MatVecLayout], seed: u64, code_sums: bool) {
     let ctx = gpu();
     let mut seed = seed;
     let rows = 37;
     for (i, &layout) in layouts.iter().enumerate() {
         let int_dot = variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot);
         for paths in int_dot.take(if i == 0 { usize::MAX } else { 1 }) {
-            let kernel = MatVec::with_layout(ctx, paths, layout)
-                .unwrap()
-                .with_code_sums(code_sums);
+            let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
             let quantizer = quantizer(ctx, &kernel);
             let mut cases = vec![
                 (GgmlType::Q4_K, WEIGHTS_OFFSET),
@@ -616,8 +517,7 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
             let alone: Vec<Vec<u32>> = (0..batch as usize)
                 .map(|v| {
                     let x = &x[v * cols as usize..][..cols as usize];
-                    let shape = (rows, cols);
-                    let y = product_bits(ctx, &reference, &quantizer, &w, ty, shape, x, (1, false));
+                    let y = product_bits(ctx, &reference, &quantizer, &w, ty, (rows, cols), x, 1);
                     y[..rows as usize].to_vec()
                 })
                 .collect();
@@ -659,8 +559,7 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
                         .flat_map(|&v| x[v * cols as usize..][..cols as usize].to_vec())
                         .collect();
                     let n = order.len() as u32;
-                    let held = (n, kernel.code_sums());
-                    let y = product_bits(ctx, kernel, &quantizer, &w, ty, (rows, cols), &xs, held);
+                    let y = product_bits(ctx, kernel, &quantizer, &w, ty, (rows, cols), &xs, n);
                     for (slot, &v) in order.iter().enumerate() {
                         assert_eq!(
                             y[slot * rows as usize..][..rows as usize],
@@ -700,8 +599,7 @@ fn rule_layouts(
 }
 
 /// The output bits (vector-major, `n·rows` words) of `kernel` on the integer path for the first
-/// `n` vectors of `x` (`n·cols` values), y poisoned first; the q8 vectors hold code sums where
-/// `held`.
+/// `n` vectors of `x` (`n·cols` values), y poisoned first.
 #[allow(clippy::too_many_arguments)]
 fn product_bits(
     ctx: &GpuContext,
@@ -711,13 +609,13 @@ fn product_bits(
     ty: GgmlType,
     (rows, cols): (u64, u64),
     x: &[f32],
-    (n, held): (u32, bool),
+    n: u32,
 ) -> Vec<u32> {
     let step = StepBuffer::new(ctx);
     step.set(ctx, Step::new(0, n, 0));
     let x = upload(ctx, "x", bytemuck::cast_slice(x)).unwrap();
     let y = poisoned_f32(ctx, "y", u64::from(n) * rows);
-    let x_q8 = poisoned_q8_with(ctx, cols, n, held);
+    let x_q8 = Q8Vectors::new(ctx, "x", cols, n).unwrap();
     let io = MatVecIo::contiguous(MatVecShape { ty, rows, cols }, w, &x, &y, &step, false, n);
     let quantize = quantizer
         .bind(ctx, io.x, cols, None, &x_q8, &step, n)
@@ -769,26 +667,20 @@ fn a_gate_up_pairing_quantizes_its_outputs_as_quantize_q8_does() {
         .filter(|l| l.teams == MatVecLayout::QUANTIZING_TEAMS);
     for layout in quantizing {
         // A wide layout on f32 inputs is the narrow one, checked already.
-        // The batched forms also with block code sums (FAK_MATVEC_SUMQ=1): read from x's
-        // vectors, written behind the output's scales.
-        let forms = variants::<MatVec>(ctx)
+        let paths = variants::<MatVec>(ctx)
             .into_iter()
-            .filter(|p| p.int_dot || !layout.wide)
-            .flat_map(|p| [(p, false), (p, true)])
-            .filter(|&(p, sums)| !sums || (p.int_dot && layout.batched));
-        for (paths, code_sums) in forms {
-            let kernel = MatVec::with_layout(ctx, paths, layout)
-                .unwrap()
-                .with_code_sums(code_sums);
+            .filter(|p| p.int_dot || !layout.wide);
+        for paths in paths {
+            let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
             let quantizer = quantizer(ctx, &kernel);
-            let x_q8 = poisoned_q8_with(ctx, cols, MAX_BATCH, code_sums);
+            let x_q8 = Q8Vectors::new(ctx, "x", cols, MAX_BATCH).unwrap();
             for n in BATCHES {
                 let step = StepBuffer::new(ctx);
                 step.set(ctx, Step::new(0, n, 0));
                 let y = poisoned_f32(ctx, "y", batch * rows);
                 let (out, again) = (
-                    poisoned_q8_with(ctx, rows, MAX_BATCH, code_sums),
-                    poisoned_q8_with(ctx, rows, MAX_BATCH, code_sums),
+                    poisoned_q8(ctx, rows, MAX_BATCH),
+                    poisoned_q8(ctx, rows, MAX_BATCH),
                 );
                 let quantize_x = quantizer
                     .bind(ctx, x, cols, None, &x_q8, &step, MAX_BATCH)
@@ -821,28 +713,12 @@ fn a_gate_up_pairing_quantizes_its_outputs_as_quantize_q8_does() {
                     quantizer.encode(pass, &requantize, n).unwrap();
                 })
                 .unwrap();
-                let what = format!("{layout} {paths} code sums {code_sums} batch {n}");
+                let what = format!("{layout} {paths} batch {n}");
                 assert_eq!(
                     out.read_back(ctx, rows, n).unwrap(),
                     again.read_back(ctx, rows, n).unwrap(),
                     "{what}: the quantized output differs from quantize_q8 of y"
                 );
-                if code_sums {
-                    // quantize_q8's code sums of y (checked against the codes in
-                    // code_sums_give_the_default_outputs_bit_for_bit), NaN past the batch.
-                    let sums = |q8: &Q8Vectors| {
-                        let at = 4 * q8.code_sum_index();
-                        let bytes = read_back(ctx, &q8.scales, at..at + 4 * batch * rows / 32);
-                        bytemuck::pod_collect_to_vec::<u8, u32>(&bytes.unwrap())
-                    };
-                    let (got, want) = (sums(&out), sums(&again));
-                    let written = (u64::from(n) * rows / 32) as usize;
-                    assert_eq!(got[..written], want[..written], "{what}: code sums");
-                    assert!(
-                        got[written..].iter().all(|&b| f32::from_bits(b).is_nan()),
-                        "{what}: wrote code sums past the step's batch"
-                    );
-                }
                 let n = u64::from(n);
                 let codes = read_back(ctx, &out.codes, n * rows..batch * rows).unwrap();
                 let scales =

@@ -17,9 +17,7 @@
 //   the next product's integer-path input, so it needs no quantize dispatch): vector b's codes at
 //   yq[b·rows/4 ..], its scales at yd[b·rows/32 ..]. A workgroup then owns whole blocks (2·TEAMS
 //   a multiple of 32 outputs: TEAMS = 16), gathers its outputs in workgroup memory and one
-//   invocation per vector rounds its block, the same way quantize_q8.wgsl would round y. Under
-//   CODE_SUMS with params.y_code_sums ≠ 0 each block's code sum too, at yd[y_code_sums + …], as
-//   quantize_q8.wgsl's CODE_SUMS writes it.
+//   invocation per vector rounds its block, the same way quantize_q8.wgsl would round y.
 // - The producer-side quantize (engine FAK_DECODE_FUSE=pquant, opt-in; experiments/NOTES.md,
 //   "pqz"): params.quantize_out = QUANTIZE_RESIDUAL on an accumulating product (y is the
 //   residual stream x) whose workgroups own whole 32-row blocks (TEAMS = 8): after the add, one
@@ -132,12 +130,6 @@ struct Params {
     // QUANTIZE_RESIDUAL (in yd) and Q8_NORM (in xd): the element index of vector 0's first
     // block sum of squares, behind the scales (see the header).
     sum_index: u32,
-    // CODE_SUMS (matvec_q8_batched.wgsl): the element index in xd of vector 0's first block code
-    // sum, written by the q8 input's producer; 0: the input carries none.
-    x_code_sums: u32,
-    // CODE_SUMS with quantize_out: the element index in yd of vector 0's first block code sum,
-    // written behind the scales; 0: none written.
-    y_code_sums: u32,
 }
 
 const WIDE_X: u32 = 1u;
@@ -177,10 +169,6 @@ override ROW_SLOTS: u32 = 1u + (1u - HAS_TEAMS) * (WG * MAX_B - 1u);
 // The teams' reduction tree: half of each team parks its partials per step (one slot without).
 override TEAM_SLOTS: u32 = 1u + HAS_TEAMS * (WG / 2u * MAX_B - 1u);
 override GGML_TYPE: u32;
-// Block code sums (engine FAK_MATVEC_SUMQ=1, opt-in): the batched q8 pipelines read Q4_K's from
-// the input vectors where held (matvec_q8_batched.wgsl), a quantized output writes them behind
-// its scales where params.y_code_sums says (quantize_block).
-override CODE_SUMS: bool = false;
 // Units per block, elements per block (4 for F32/F16/BF16: one unit) and bytes per block.
 override UNIT_LANES: u32 = 1u;
 override BLOCK_ELEMS: u32;
@@ -845,9 +833,6 @@ fn quantize_block(b: u32, first: u32) {
     yd[block] = q.d;
     if residual {
         yd[p.sum_index + block] = squares;
-    }
-    if CODE_SUMS && p.y_code_sums != 0u {
-        yd[p.y_code_sums + block] = q8_code_sum(q.codes);
     }
 }
 

@@ -38,15 +38,6 @@
 //           where 1 to 4 costs 1.6–2.1× — the shape of a register cliff (a lane carries 8
 //           vectors' accumulators and x: fewer warps an SM, or spills); G vectors a lane trade
 //           W's loads and decode, repeated from L2, for more and lighter warps.
-//           CODE_SUMS (override, declared in matvec.wgsl; engine FAK_MATVEC_SUMQ=1, opt-in):
-//           Q4_K's Σ qx of each x block
-//           read from where the vectors' producer wrote it (quantize_q8.wgsl under CODE_SUMS;
-//           p.x_code_sums ≠ 0), or else taken as one integer sum per block and converted once:
-//           per vector and unit, 2 loads (or 16 dot4I8Packed and 2 conversions) instead of
-//           16 dot4I8Packed, 8 conversions and 6 f32 adds. Every form of the sum is exact
-//           (|Σ| ≤ 32·127), so the same f32 value: the default's outputs bit for bit. Why
-//           (experiments/NOTES.md, "sumq (2026-12-06 #12)"): the form issues at a fixed low rate,
-//           so its time follows its instructions per vector, of which the sum was a quarter.
 // requires: matvec.wgsl, matvec_q8.wgsl, matvec_q8_wide.wgsl (and what they require).
 
 // matvec_q8_wide's vector loop in this form (see the header).
@@ -83,25 +74,7 @@ fn batched_x(b: u32, u: u32) -> WideX {
     if wide_q6() {
         v.d = vec4<f32>(v.d.xy, xd[k + 2u], xd[k + 3u]);
     }
-    if CODE_SUMS && !wide_q6() {
-        return with_block_sums(v, k);
-    }
     return with_code_sums(v);
-}
-
-// CODE_SUMS: with_code_sums's Q4_K sums of x blocks k, k + 1 (the unit's, words 0..7 and 8..15):
-// as the producer wrote them behind the scales, or one integer sum a block, converted once.
-fn with_block_sums(x: WideX, k: u32) -> WideX {
-    var v = x;
-    if p.x_code_sums != 0u {
-        v.s = vec4<f32>(xd[p.x_code_sums + k], xd[p.x_code_sums + k + 1u], 0.0, 0.0);
-        return v;
-    }
-    let ones = vec4<u32>(ONES);
-    let w = v.words;
-    v.s = vec4<f32>(f32(dot16(w[0], ones) + dot16(w[1], ones)),
-                    f32(dot16(w[2], ones) + dot16(w[3], ones)), 0.0, 0.0);
-    return v;
 }
 
 // Unit u's products of the 4 rows `w` with the workgroup's vector min(b, n − 1) (the step's

@@ -7,11 +7,7 @@
 // of matvec.wgsl, gdn_decode.wgsl and attn_decode.wgsl) rounds a block through q8_block, so they
 // agree bit for bit: a kernel that writes its output as q8 blocks gives the next mat-vec the codes
 // quantize_q8 would have given it from the same f32 values.
-// A block's code sum Σ_i q_i (|Σ| ≤ 32·127: exact in f32) is what the integer mat-vec's
-// K-quant minimum term multiplies; a writer that stores it (quantize_q8.wgsl under CODE_SUMS)
-// spares every mat-vec lane reading the block its own dot products with ones.
 // provides: q8_scale(amax) -> f32 · q8_pack(v, d) -> u32 · struct Q8Block · q8_block(v) -> Q8Block
-//           · q8_code_sum(codes) -> f32
 
 fn q8_scale(amax: f32) -> f32 {
     return amax / 127.0;
@@ -47,16 +43,4 @@ fn q8_block(v: array<vec4<f32>, 8>) -> Q8Block {
         block.codes[j] = q8_pack(v[j], block.d);
     }
     return block;
-}
-
-// Σ of a block's 32 codes (each byte sign-extended), as f32: exact, so it equals any other exact
-// sum of the same codes — the mat-vec's own Σ qx of the block (matvec_q8_wide.wgsl) bit for bit.
-fn q8_code_sum(codes: array<u32, 8>) -> f32 {
-    var sum = 0;
-    for (var j = 0u; j < 8u; j++) {
-        let word = bitcast<i32>(codes[j]);
-        sum += extractBits(word, 0u, 8u) + extractBits(word, 8u, 8u) + extractBits(word, 16u, 8u)
-            + extractBits(word, 24u, 8u);
-    }
-    return f32(sum);
 }

@@ -5,16 +5,12 @@
 // so v_i ≈ d·q_i with |v_i − d·q_i| ≤ d/2 (round: ties to even; q8_block.wgsl). v is x, or under NORM the RMSNorm
 // of x: v = (x·s)·nw with s = 1 / sqrt(Σ_c x_c² / cols + eps), rounded in the CPU reference's
 // order. This is llama.cpp's q8_1 activation rounding (CUDA quantize_q8_1: d in
-// f32, q = round(v / d)); matvec_q8.wgsl multiplies the codes with integer dot products. By
-// default no block sum is stored: the K-quant minimum terms need sums of codes over half blocks (a
-// mat-vec lane covers 16 or 8 elements of a block), which matvec_q8 takes with one
-// dot4I8Packed(q, 0x01010101) per word, once per vector and unit for all 4 of its rows; the
-// batched form's Q4_K units cover whole blocks, and under CODE_SUMS read this dispatch's sums.
+// f32, q = round(v / d)); matvec_q8.wgsl multiplies the codes with integer dot products. No block
+// sum is stored: the K-quant minimum terms need sums of codes over half blocks (a mat-vec lane
+// covers 16 or 8 elements of a block), which matvec_q8 takes with one dot4I8Packed(q, 0x01010101)
+// per word, once per vector and unit for all 4 of its rows.
 // Layout (engine `Q8Vectors`): vector b's codes at codes[b·cols/4 ..], word 8k + j holding
-// q_{32k+4j+i} in byte i (two's complement); its scales at scales[b·cols/32 + k] (f32); under
-// CODE_SUMS also each block's code sum Σ_i q_i (f32, exact) at
-// scales[params.code_sum_index + b·cols/32 + k], behind the scales (vectors made by
-// `Q8Vectors::with_code_sums`).
+// q_{32k+4j+i} in byte i (two's complement); its scales at scales[b·cols/32 + k] (f32).
 //
 // Why its own dispatch, with the norm folded in here: the integer mat-vec needs x as codes before
 // its main loop. Quantizing inside every mat-vec workgroup (as the f32 mat-vec folds the norm)
@@ -29,11 +25,7 @@
 //           read: the norm weight of NORM pipelines, else a placeholder)
 // dispatch: (ceil(cols / 32 / WG), MAX_B) workgroups of WG; an invocation quantizes one block of
 //           vector b = workgroup_id.y; workgroups of b ≥ step.n_tokens return at once.
-// pipelines: NORM ∈ {false, true} × CODE_SUMS ∈ {false, true} (and WG).
-// variants: CODE_SUMS (override; engine FAK_MATVEC_SUMQ=1, opt-in): also writes each block's code
-//           sum (q8_block.wgsl's q8_code_sum), which the batched mat-vec under its CODE_SUMS
-//           reads instead of taking Q4_K's Σ qx itself in every lane that reads the block
-//           (experiments/NOTES.md, "sumq (2026-12-06 #12)").
+// pipelines: NORM ∈ {false, true} (and WG).
 // variants: subgroup (reduce_subgroup.wgsl) | fallback (reduce_workgroup.wgsl): the NORM sum of
 //           squares only.
 // requires: reduce_*.wgsl (struct Lanes, workgroup_sum), step.wgsl, q8_block.wgsl.
@@ -45,8 +37,6 @@ struct Params {
     x_stride: u32,
     // NORM: the eps of the norm.
     eps: f32,
-    // CODE_SUMS: the index in scales of vector 0's first block code sum.
-    code_sum_index: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -58,7 +48,6 @@ struct Params {
 
 override WG: u32 = 64u;
 override NORM: bool = false;
-override CODE_SUMS: bool = false;
 
 // 1 / rms of vector `base` (every invocation of the workgroup calls it: uniform control flow).
 fn inverse_rms(base: u32, lanes: Lanes) -> f32 {
@@ -105,7 +94,4 @@ fn quantize_q8(@builtin(workgroup_id) wg: vec3<u32>, lanes: Lanes) {
         codes[out + j] = q.codes[j];
     }
     scales[b * blocks + block] = q.d;
-    if CODE_SUMS {
-        scales[params.code_sum_index + b * blocks + block] = q8_code_sum(q.codes);
-    }
 }

@@ -171,16 +171,7 @@ pub enum Path<'a> {
 /// Room for `n` q8 vectors of `cols` columns, poisoned: an unwritten scale reads NaN, an
 /// unwritten code 0x7f.
 pub fn poisoned_q8(ctx: &GpuContext, cols: u64, n: u32) -> Q8Vectors {
-    poisoned_q8_with(ctx, cols, n, false)
-}
-
-/// [`poisoned_q8`], with room for the blocks' code sums where `code_sums` (poisoned too: an
-/// unwritten one reads NaN).
-pub fn poisoned_q8_with(ctx: &GpuContext, cols: u64, n: u32, code_sums: bool) -> Q8Vectors {
-    let q8 = match code_sums {
-        true => Q8Vectors::with_code_sums(ctx, "matvec test", cols, n).unwrap(),
-        false => Q8Vectors::new(ctx, "matvec test", cols, n).unwrap(),
-    };
+    let q8 = Q8Vectors::new(ctx, "matvec test", cols, n).unwrap();
     write(ctx, &q8.codes, 0, &vec![0x7f; q8.codes.size() as usize]).unwrap();
     write(
         ctx,
@@ -193,17 +184,16 @@ pub fn poisoned_q8_with(ctx: &GpuContext, cols: u64, n: u32, code_sums: bool) ->
 }
 
 /// `n` vectors of `x` (RMS-normed by `norm` first) quantized on the GPU, and what came out: per
-/// vector, x̂ = q·d and each element's step d. The vectors hold code sums where `kernel` reads
-/// them ([`MatVec::code_sums`]).
+/// vector, x̂ = q·d and each element's step d.
 fn quantize(
     ctx: &GpuContext,
-    (quantizer, kernel): (&QuantizeQ8, &MatVec),
+    quantizer: &QuantizeQ8,
     x: Activations<'_>,
     cols: u64,
     norm: Option<InputNorm<'_>>,
     n: u32,
 ) -> (Q8Vectors, Vec<f32>, Vec<f32>) {
-    let q8 = poisoned_q8_with(ctx, cols, n, kernel.code_sums());
+    let q8 = poisoned_q8(ctx, cols, n);
     let step = step_of(ctx, n);
     let binding = quantizer.bind(ctx, x, cols, norm, &q8, &step, n).unwrap();
     ctx.run_pass("quantize_q8", |pass| {
@@ -308,8 +298,7 @@ pub fn check_tensor(
         Path::Q8InWorkgroup(_) => panic!("quantizing in the workgroup: fused cases only"),
         Path::Q8(quantizer) => {
             let [plain, strided] = [false, true].map(|s| {
-                let (q8, x_hat, d) =
-                    quantize(ctx, (quantizer, kernel), x_of(s), cols, None, MAX_BATCH);
+                let (q8, x_hat, d) = quantize(ctx, quantizer, x_of(s), cols, None, MAX_BATCH);
                 let what = format!("{cols} columns strided {s} ({})", quantizer.variant());
                 out.push(quantization_outputs(what, &x, &x_hat, &d, 0.0));
                 (q8, x_hat, d)
@@ -522,8 +511,7 @@ pub fn check_fused(
     let quantized = match path {
         Path::F32 => None,
         Path::Q8(quantizer) | Path::Q8InWorkgroup(quantizer) => {
-            let (q8, x_hat, d) =
-                quantize(ctx, (quantizer, kernel), x_act, cols, input_norm, MAX_BATCH);
+            let (q8, x_hat, d) = quantize(ctx, quantizer, x_act, cols, input_norm, MAX_BATCH);
             let what = format!("{cols} columns norm {norm} ({})", quantizer.variant());
             out.push(quantization_outputs(what, &h, &x_hat, &d, norm_rel));
             Some((q8, x_hat, d))

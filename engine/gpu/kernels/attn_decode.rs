@@ -987,7 +987,7 @@ impl AttnDecode {
                     ));
                 }
                 let cols = u64::from(n_head * hd);
-                q8.check_written(Self::NAME, cols, max_seqs)?;
+                q8.check(Self::NAME, cols, max_seqs)?;
                 let elements = u64::from(max_seqs) * cols;
                 [
                     words(ctx, Self::NAME, "o's q8 codes", &q8.codes, elements / 4)?,

@@ -472,7 +472,7 @@ impl GdnDecode {
                 });
             }
             // A decode step's rows are its sequences, one token each.
-            q8.check_written(Self::NAME, u64::from(d.value_dim()), io.table.max_seqs())?;
+            q8.check(Self::NAME, u64::from(d.value_dim()), io.table.max_seqs())?;
         }
         let params = Params {
             nk: d.nk,

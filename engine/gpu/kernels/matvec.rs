@@ -545,11 +545,6 @@ struct Params {
     /// The element index of vector 0's first block sum in yd (a residual producer) or xd (a
     /// Q8_NORM product).
     sum_index: u32,
-    /// CODE_SUMS: the element index in xd of vector 0's first block code sum (0: none held).
-    x_code_sums: u32,
-    /// CODE_SUMS with a quantized output: the element index in yd of vector 0's first block
-    /// code sum, written behind the scales (0: none written).
-    y_code_sums: u32,
 }
 /// `Params::quantize_out` (QUANTIZE_PAIRED, QUANTIZE_RESIDUAL of the WGSL).
 const QUANTIZE_PAIRED: u32 = 1;
@@ -758,10 +753,6 @@ pub struct MatVec {
     /// Vectors a workgroup of a batched pipeline takes where a step has more (0: all; see
     /// [`MatVec::splits_vectors`]).
     split: u32,
-    /// Batched q8 pipelines take Q4_K's block code sums from the vectors where they hold them
-    /// (else as integer sums), and quantized outputs write them where the vectors hold them:
-    /// [`MatVec::reads_code_sums`].
-    code_sums: bool,
     layout: wgpu::BindGroupLayout,
     /// Bound as `w16`/`x16` where the data is not 16-byte aligned (the kernel then reads w, x).
     placeholder: wgpu::Buffer,
@@ -967,14 +958,6 @@ fn spec(
     spec
 }
 
-/// A pipeline's spec with block code sums (CODE_SUMS of wgsl/matvec.wgsl): a batched q8
-/// pipeline reads Q4_K's from its vectors, a quantized output writes them.
-fn summing_codes(mut spec: PipelineSpec) -> PipelineSpec {
-    spec.label += " code sums";
-    spec.constants.push(("CODE_SUMS", 1.0));
-    spec
-}
-
 /// The pipelines of one type and input, one per batch capacity (a staged layout staging one
 /// vector per fill: what translates everywhere).
 fn specs(ty: GgmlType, input: Input, rows: MatVecLayout) -> Vec<PipelineSpec> {
@@ -1092,18 +1075,6 @@ impl Kernel for MatVec {
             let split = MatVecLayout::SPLIT_CANDIDATES;
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), split[2]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), split[3]));
-            // Block code sums (opt-in): read from the vectors batched and split, Q4_K (the
-            // form's) and Q6_K (unchanged by it), beside a summed norm, and written by the
-            // quantizing gate/up's layout.
-            for (ty, input, rows) in [
-                (GgmlType::Q4_K, Input::Q8(1), batched[0]),
-                (GgmlType::Q4_K, Input::Q8(1), split[1]),
-                (GgmlType::Q6_K, Input::Q8(3), batched[0]),
-                (GgmlType::Q4_K, Input::Q8Norm(1), batched[0]),
-                (GgmlType::Q4_K, Input::Q8(1), split[2]),
-            ] {
-                pipelines.push(summing_codes(spec(ty, input, 8, rows, lean, 1)));
-            }
         }
         KernelSource {
             module,
@@ -1158,29 +1129,7 @@ impl MatVec {
         kernel.stage = stage;
         kernel.batch = Self::batches_vectors();
         kernel.split = Self::splits_vectors(ctx.facts())?;
-        kernel.code_sums = Self::reads_code_sums();
         Ok(kernel.with_q6_loads(Q6Loads::from_env()))
-    }
-
-    /// `FAK_MATVEC_SUMQ=1` (opt-in until a device has timed it): the batched pipelines of q8
-    /// inputs take Q4_K's Σ qx of each x block from the vectors, where their producer wrote it
-    /// ([`Q8Vectors::with_code_sums`]: the engine's quantize dispatches then write it), else as
-    /// one integer sum a block — the same f32 values, so the same bits
-    /// (wgsl/matvec_q8_batched.wgsl, CODE_SUMS).
-    pub fn reads_code_sums() -> bool {
-        std::env::var("FAK_MATVEC_SUMQ").as_deref() == Ok("1")
-    }
-
-    /// Whether the batched q8 pipelines take block code sums ([`MatVec::with_code_sums`]).
-    pub fn code_sums(&self) -> bool {
-        self.code_sums
-    }
-
-    /// This kernel with its batched q8 pipelines taking block code sums as
-    /// [`MatVec::reads_code_sums`] says (`on`), before any binding.
-    pub fn with_code_sums(mut self, on: bool) -> Self {
-        self.code_sums = on;
-        self
     }
 
     /// This kernel with its wide pipelines (staged ones too) loading Q6_K blocks as `q6` says
@@ -1268,7 +1217,6 @@ impl MatVec {
             stage: false,
             batch: false,
             split: 0,
-            code_sums: false,
             layout: built.layout,
             placeholder: storage_buffer(ctx, "matvec wide placeholder", 16)?,
             placeholder_out: storage_buffer(ctx, "matvec output placeholder", 16)?,
@@ -1310,20 +1258,14 @@ impl MatVec {
             variant.source.pipelines = missing
                 .iter()
                 .map(|&(ty, input, c, rows, second)| {
-                    let spec = spec(
+                    spec(
                         ty,
                         input,
                         c,
                         rows,
                         (second, self.q6),
                         rows.stage_vectors(c, workgroup_limit),
-                    );
-                    // Every pipeline: the batched ones read code sums, a quantized output
-                    // writes them (the key need not say: the kernel's pipelines all have it).
-                    match self.code_sums {
-                        true => summing_codes(spec),
-                        false => spec,
-                    }
+                    )
                 })
                 .collect();
             built.extend(missing.into_iter().zip(build(ctx, &variant)?.pipelines));
@@ -1599,11 +1541,7 @@ impl MatVec {
                     MatVecLayout::QUANTIZING_TEAMS
                 )));
             }
-            // A kernel taking code sums writes them too (every pipeline has CODE_SUMS).
-            match self.code_sums {
-                true => q8.check(Self::NAME, rows, io.max_batch)?,
-                false => q8.check_written(Self::NAME, rows, io.max_batch)?,
-            }
+            q8.check(Self::NAME, rows, io.max_batch)?;
             if q8.cols != rows {
                 return Err(shape_error(format!(
                     "a quantized output of {rows} columns into q8 vectors of {}",
@@ -1630,7 +1568,7 @@ impl MatVec {
                     MatVecLayout::PRODUCING_TEAMS
                 )));
             }
-            q8.check_written(Self::NAME, rows, io.max_batch)?;
+            q8.check(Self::NAME, rows, io.max_batch)?;
             if out.next_norm.size() < 4 * rows || 4 * rows > max_binding {
                 return Err(shape_error(format!(
                     "the next norm's weight needs {} bytes in one binding; its buffer has {}",
@@ -1792,11 +1730,9 @@ impl MatVec {
                 let placeholder = self.placeholder.as_entire_binding();
                 // xq, xd: the whole q8 vectors of a q8 binding (vector b at b·cols/4, b·cols/32).
                 let batch = u64::from(io.max_batch);
-                // A Q8_NORM binding's xd holds the block sums behind the scales, vectors with
-                // code sums those: all of it.
+                // A Q8_NORM binding's xd holds the block sums behind the scales: all of it.
                 let (xq, xd) = match fusion.q8 {
-                    // Code sums too lie behind the scales: all of them.
-                    Some(q8) if fusion.q8_norm.is_some() || q8.code_sums => (
+                    Some(q8) if fusion.q8_norm.is_some() => (
                         Window::around(0, batch * cols, align).binding(&q8.codes),
                         Window::around(0, q8.scale_bytes(), align).binding(&q8.scales),
                     ),
@@ -1817,11 +1753,6 @@ impl MatVec {
                 // yq, yd: the quantized output's whole vectors (vector b at b·rows/4, b·rows/32).
                 let out = self.placeholder_out.as_entire_binding();
                 let (yq, yd) = match (fusion.quantize_output, fusion.residual_output) {
-                    // The code sums behind the scales: all of them.
-                    (Some(q8), _) if q8.code_sums => (
-                        Window::around(0, batch * rows, align).binding(&q8.codes),
-                        Window::around(0, q8.scale_bytes(), align).binding(&q8.scales),
-                    ),
                     (Some(q8), _) => (
                         Window::around(0, batch * rows, align).binding(&q8.codes),
                         Window::around(0, 4 * batch * rows / Q8_BLOCK, align).binding(&q8.scales),
@@ -1862,14 +1793,6 @@ impl MatVec {
                     part2: len.div_ceil(outputs_per_workgroup) as u32,
                     ggml_type: ty.id(),
                     sum_index: sum_index as u32,
-                    x_code_sums: match fusion.q8 {
-                        Some(q8) if q8.code_sums => q8.code_sum_index() as u32,
-                        _ => 0,
-                    },
-                    y_code_sums: match fusion.quantize_output {
-                        Some(q8) if q8.code_sums => q8.code_sum_index() as u32,
-                        _ => 0,
-                    },
                 };
                 // The second weight's params: its rows, bytes and outputs; x as the first's;
                 // its blocks read with word loads (no w16 view of binding 8).

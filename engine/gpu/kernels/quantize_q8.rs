@@ -45,7 +45,6 @@ struct Params {
     x_index: u32,
     x_stride: u32,
     eps: f32,
-    code_sum_index: u32,
 }
 
 /// One vector's codes and block scales, as read back.
@@ -56,9 +55,6 @@ pub type CodesAndScales = (Vec<i8>, Vec<f32>);
 /// `scales` (wgsl/quantize_q8.wgsl). Vectors [`Q8Vectors::with_sums`] made also hold, behind
 /// the scales, one f32 per block: the sum of squares of the values a residual producer quantized
 /// (wgsl/matvec.wgsl, QUANTIZE_RESIDUAL), vector b's from [`Q8Vectors::sum_index`] + b·c/32.
-/// Vectors [`Q8Vectors::with_code_sums`] made hold, behind those, each block's code sum (f32,
-/// exact), which their producer writes (wgsl/quantize_q8.wgsl, CODE_SUMS) and the batched
-/// mat-vec reads under `FAK_MATVEC_SUMQ=1`, vector b's from [`Q8Vectors::code_sum_index`] + b·c/32.
 pub struct Q8Vectors {
     pub codes: wgpu::Buffer,
     pub scales: wgpu::Buffer,
@@ -66,8 +62,6 @@ pub struct Q8Vectors {
     pub max_batch: u32,
     /// The scales buffer holds the block sums behind the scales.
     pub sums: bool,
-    /// The scales buffer holds the blocks' code sums behind the scales (and the sums).
-    pub code_sums: bool,
 }
 
 impl Q8Vectors {
@@ -78,18 +72,7 @@ impl Q8Vectors {
         cols: u64,
         max_batch: u32,
     ) -> Result<Q8Vectors, GpuError> {
-        Self::allocate(ctx, label, cols, max_batch, false, false)
-    }
-
-    /// [`Q8Vectors::new`] with room for each block's code sum behind the scales, which
-    /// [`QuantizeQ8`] writes into them (the batched mat-vec's `FAK_MATVEC_SUMQ=1`).
-    pub fn with_code_sums(
-        ctx: &GpuContext,
-        label: &str,
-        cols: u64,
-        max_batch: u32,
-    ) -> Result<Q8Vectors, GpuError> {
-        Self::allocate(ctx, label, cols, max_batch, false, true)
+        Self::allocate(ctx, label, cols, max_batch, false)
     }
 
     /// [`Q8Vectors::new`] with room for a block sum of squares behind the scales (the
@@ -100,7 +83,7 @@ impl Q8Vectors {
         cols: u64,
         max_batch: u32,
     ) -> Result<Q8Vectors, GpuError> {
-        Self::allocate(ctx, label, cols, max_batch, true, false)
+        Self::allocate(ctx, label, cols, max_batch, true)
     }
 
     fn allocate(
@@ -109,7 +92,6 @@ impl Q8Vectors {
         cols: u64,
         max_batch: u32,
         sums: bool,
-        code_sums: bool,
     ) -> Result<Q8Vectors, GpuError> {
         if cols == 0 || !cols.is_multiple_of(Q8_BLOCK) || max_batch == 0 {
             return Err(shape_error(
@@ -118,7 +100,7 @@ impl Q8Vectors {
             ));
         }
         let n = u64::from(max_batch) * cols;
-        let per_block = 1 + u64::from(sums) + u64::from(code_sums);
+        let per_block = if sums { 2 } else { 1 };
         Ok(Q8Vectors {
             codes: storage_buffer(ctx, &format!("{label} q8 codes"), n)?,
             scales: storage_buffer(
@@ -129,7 +111,6 @@ impl Q8Vectors {
             cols,
             max_batch,
             sums,
-            code_sums,
         })
     }
 
@@ -139,16 +120,9 @@ impl Q8Vectors {
         u64::from(self.max_batch) * self.cols / Q8_BLOCK
     }
 
-    /// The element index in `scales` of vector 0's first block code sum (behind the scales and
-    /// the sums of squares where held).
-    pub fn code_sum_index(&self) -> u64 {
-        self.sum_index() * (1 + u64::from(self.sums))
-    }
-
-    /// The bytes of `scales` the kernels read or write: the scales, and the sums and code sums
-    /// where held.
+    /// The bytes of `scales` the kernels read or write: the scales, and the sums where held.
     pub fn scale_bytes(&self) -> u64 {
-        4 * self.sum_index() * (1 + u64::from(self.sums) + u64::from(self.code_sums))
+        4 * self.sum_index() * if self.sums { 2 } else { 1 }
     }
 
     /// Bytes of one vector of `cols` columns: its codes and its blocks' scales.
@@ -168,23 +142,6 @@ impl Q8Vectors {
             ));
         }
         Ok(())
-    }
-
-    /// [`Q8Vectors::check`] for a kernel that writes codes and scales but no code sums:
-    /// refuses vectors that hold code sums (their readers would take stale ones).
-    pub(crate) fn check_written(
-        &self,
-        kernel: &'static str,
-        cols: u64,
-        n: u32,
-    ) -> Result<(), GpuError> {
-        if self.code_sums {
-            return Err(shape_error(
-                kernel,
-                "q8 vectors with code sums: only quantize_q8 and the mat-vec write them",
-            ));
-        }
-        self.check(kernel, cols, n)
     }
 
     /// The first `n` vectors of `cols` columns as (codes, scales) per vector, for tests.
@@ -216,7 +173,7 @@ impl Q8Vectors {
 pub struct QuantizeQ8 {
     variant: KernelPaths,
     layout: wgpu::BindGroupLayout,
-    /// Indexed by NORM + 2·CODE_SUMS.
+    /// Indexed by NORM.
     pipelines: Vec<wgpu::ComputePipeline>,
     placeholder: wgpu::Buffer,
 }
@@ -225,8 +182,6 @@ pub struct QuantizeQ8 {
 pub struct QuantizeQ8Binding {
     group: wgpu::BindGroup,
     norm: bool,
-    /// The vectors hold code sums: the CODE_SUMS pipeline writes them.
-    code_sums: bool,
     max_batch: u32,
     workgroups: u32,
     /// Values per vector.
@@ -246,15 +201,11 @@ impl Kernel for QuantizeQ8 {
             .with(wgsl::STEP)
             .with(wgsl::Q8_BLOCK)
             .with(wgsl::QUANTIZE_Q8);
-        let pipelines = [(false, false), (true, false), (false, true), (true, true)]
-            .map(|(norm, code_sums)| PipelineSpec {
-                label: format!("quantize_q8 norm {norm} code sums {code_sums}"),
+        let pipelines = [false, true]
+            .map(|norm| PipelineSpec {
+                label: format!("quantize_q8 norm {norm}"),
                 entry_point: "quantize_q8",
-                constants: vec![
-                    ("WG", f64::from(WG)),
-                    ("NORM", f64::from(u8::from(norm))),
-                    ("CODE_SUMS", f64::from(u8::from(code_sums))),
-                ],
+                constants: vec![("WG", f64::from(WG)), ("NORM", f64::from(u8::from(norm)))],
             })
             .to_vec();
         KernelSource {
@@ -325,7 +276,6 @@ impl QuantizeQ8 {
                 x_index: x.index,
                 x_stride: x.stride,
                 eps: norm.map_or(0.0, |n| n.eps),
-                code_sum_index: out.code_sum_index() as u32,
             },
         );
         let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -337,7 +287,6 @@ impl QuantizeQ8 {
                     1,
                     words(ctx, Self::NAME, "the codes", &out.codes, elements / 4)?,
                 ),
-                // With code sums, the whole of the scales: they lie behind them.
                 entry(
                     2,
                     words(
@@ -345,10 +294,7 @@ impl QuantizeQ8 {
                         Self::NAME,
                         "the scales",
                         &out.scales,
-                        match out.code_sums {
-                            true => out.scale_bytes() / 4,
-                            false => elements / Q8_BLOCK,
-                        },
+                        elements / Q8_BLOCK,
                     )?,
                 ),
                 entry(3, params.as_entire_binding()),
@@ -359,7 +305,6 @@ impl QuantizeQ8 {
         Ok(QuantizeQ8Binding {
             group,
             norm: norm.is_some(),
-            code_sums: out.code_sums,
             max_batch,
             workgroups: (cols / Q8_BLOCK).div_ceil(u64::from(WG)) as u32,
             cols,
@@ -384,19 +329,12 @@ impl QuantizeQ8 {
                 ),
             ));
         }
-        let pipeline = usize::from(binding.norm) + 2 * usize::from(binding.code_sums);
-        pass.set_pipeline(&self.pipelines[pipeline]);
+        pass.set_pipeline(&self.pipelines[usize::from(binding.norm)]);
         pass.set_bind_group(0, &binding.group, &[]);
         pass.dispatch_workgroups(binding.workgroups, n_tokens, 1);
         let cols = binding.cols;
         let norm = if binding.norm { 4 * cols } else { 0 };
-        let code_sums = if binding.code_sums {
-            4 * cols / Q8_BLOCK
-        } else {
-            0
-        };
-        let moved =
-            u64::from(n_tokens) * (4 * cols + Q8Vectors::bytes_per_vector(cols) + code_sums);
+        let moved = u64::from(n_tokens) * (4 * cols + Q8Vectors::bytes_per_vector(cols));
         Ok(Recorded::new(Self::NAME, 1, OpBytes::new(norm, moved)))
     }
 }

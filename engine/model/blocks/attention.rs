@@ -2,7 +2,7 @@
 //! ([`AttentionKernels`]), one layer's norm, rotation, cache write and attention ([`Attention`]),
 //! and the attention half of a decoder block with its options ([`AttentionBlock`]).
 
-use super::linear::{FedMatVec, Feeder, Linear};
+use super::linear::{FedMatVec, Linear};
 use super::pointwise::Pointwise;
 use super::projections::{Projection, StackedProjections};
 use super::scratch::Act;
@@ -390,7 +390,7 @@ impl AttentionBlock {
             t.wo,
             (s.get(Act::O), s.get(Act::X)),
             MatmulOutput::Accumulate,
-            fold.then_some(Feeder::Decode),
+            fold,
             links.next_norm,
         )?;
         let attention = Attention::bind(

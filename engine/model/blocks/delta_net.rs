@@ -1,7 +1,7 @@
 //! The Gated DeltaNet half of a hybrid decoder block ([`DeltaNetBlock`], model-spec.md
 //! §5.4–5.5) and the kernels its layers share ([`DeltaNetKernels`]).
 
-use super::linear::{FedMatVec, Feeder, Linear};
+use super::linear::{FedMatVec, Linear};
 use super::projections::{Projection, StackedProjections};
 use super::scratch::Act;
 use super::{Binder, Kernels, ResidualLinks};
@@ -195,7 +195,7 @@ impl DeltaNetBlock {
             t.out,
             (s.get(Act::GdnY), s.get(Act::X)),
             MatmulOutput::Accumulate,
-            fold.then_some(Feeder::Decode),
+            fold,
             links.next_norm,
         )?;
         let fused = d

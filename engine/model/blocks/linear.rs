@@ -52,12 +52,7 @@ impl QuantizedInput {
             return Ok(None);
         }
         let max_batch = max_tokens.min(MAX_BATCH);
-        // Under FAK_MATVEC_SUMQ=1 the quantize writes each block's code sum for the batched
-        // mat-vecs that read these vectors.
-        let vectors = match k.matvec.code_sums() {
-            true => Q8Vectors::with_code_sums(ctx, "decode input", cols, max_batch)?,
-            false => Q8Vectors::new(ctx, "decode input", cols, max_batch)?,
-        };
+        let vectors = Q8Vectors::new(ctx, "decode input", cols, max_batch)?;
         let x = Activations::contiguous(x, cols);
         let binding = quantize.bind(ctx, x, cols, norm, &vectors, step, max_batch)?;
         Ok(Some(QuantizedInput { vectors, binding }))
@@ -103,16 +98,6 @@ impl QuantizedInput {
     }
 }
 
-/// What writes a [`FedMatVec`]'s q8 input.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Feeder {
-    /// A decode kernel (`gdn_decode`'s y, `attn_decode`'s o): codes and scales.
-    Decode,
-    /// The gate/up pairing's quantized SwiGLU: also each block's code sum where the mat-vecs
-    /// take them ([`MatVec::reads_code_sums`]).
-    Pairing,
-}
-
 /// A decode mat-vec on the integer path whose input the kernel that produces it also writes as
 /// q8 blocks (the gate/up pairing's SwiGLU, `gdn_decode`'s y, `attn_decode`'s o), so the
 /// product needs no quantize dispatch: the vectors that kernel writes and the mat-vec reading
@@ -139,15 +124,14 @@ impl FedMatVec {
     /// `y (+)= W x̂` of `shape` reading them; None off the int-dot path, where `shape.ty` takes no
     /// q8 inputs ([`QuantizedInput::takes`]) or x is not whole blocks. With `next_norm` (the
     /// weight of the RMSNorm after this residual add) and an accumulating product of whole
-    /// 32-row blocks, also the producing binding ([`FedMatVec::residual`]). `feeder` says what
-    /// writes x's blocks: the pairing's hold code sums where the mat-vecs take them.
+    /// 32-row blocks, also the producing binding ([`FedMatVec::residual`]).
     #[allow(clippy::too_many_arguments)]
     pub fn bind(
         k: &Kernels,
         ctx: &GpuContext,
         shape: MatVecShape,
         w: &wgpu::Buffer,
-        (x, feeder): (&wgpu::Buffer, Feeder),
+        x: &wgpu::Buffer,
         y: &wgpu::Buffer,
         step: &StepBuffer,
         max_tokens: u32,
@@ -162,10 +146,7 @@ impl FedMatVec {
             return Ok(None);
         }
         let max_batch = max_tokens.min(MAX_BATCH);
-        let vectors = match feeder == Feeder::Pairing && k.matvec.code_sums() {
-            true => Q8Vectors::with_code_sums(ctx, "fed input", cols, max_batch)?,
-            false => Q8Vectors::new(ctx, "fed input", cols, max_batch)?,
-        };
+        let vectors = Q8Vectors::new(ctx, "fed input", cols, max_batch)?;
         let accumulate = output == MatmulOutput::Accumulate;
         let io = MatVecIo::contiguous(shape, w, x, y, step, accumulate, max_tokens);
         let fusion = MatVecFusion {

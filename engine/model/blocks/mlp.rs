@@ -1,6 +1,6 @@
 //! The SwiGLU MLP half of a decoder block ([`Mlp`]).
 
-use super::linear::{FedMatVec, Feeder, Linear, QuantizedInput};
+use super::linear::{FedMatVec, Linear, QuantizedInput};
 use super::norm::Norm;
 use super::pointwise::Pointwise;
 use super::scratch::Act;
@@ -140,7 +140,7 @@ impl Mlp {
             t.down,
             (s.act, s.x),
             MatmulOutput::Accumulate,
-            Some(Feeder::Pairing),
+            true,
             links.next_norm,
         )?;
         let quantizing = fed.as_ref().and_then(|fed| {

@@ -39,7 +39,7 @@ use crate::gpu::kernels::rope_kv::RopeKv;
 use crate::gpu::step::{StepBuffer, StepIo};
 use crate::gpu::{GpuContext, GpuError, upload};
 use crate::quant::GgmlType;
-use linear::{FedMatVec, Feeder, Linear, QuantizedInput, shape_of};
+use linear::{FedMatVec, Linear, QuantizedInput, shape_of};
 use pointwise::Pointwise;
 use scratch::Scratch;
 
@@ -253,7 +253,7 @@ impl<'a> Binder<'a> {
         Ok(linear)
     }
 
-    /// [`Binder::linear`], and where `fed` (its producer, which can write x as q8 blocks) and the
+    /// [`Binder::linear`], and where `fed` (its producer can write x as q8 blocks) and the
     /// int-dot path takes them, the decode mat-vec reading those blocks ([`FedMatVec`]); with
     /// `next_norm` (the norm after this residual add) and `FAK_DECODE_FUSE=pquant`, one that
     /// also writes that norm's q8 input ([`FedMatVec::residual`]).
@@ -262,7 +262,7 @@ impl<'a> Binder<'a> {
         t: &TensorInfo,
         (x, y): (&wgpu::Buffer, &wgpu::Buffer),
         output: MatmulOutput,
-        fed: Option<Feeder>,
+        fed: bool,
         next_norm: Option<&TensorInfo>,
     ) -> Result<(Linear, Option<FedMatVec>), ModelError> {
         let w = upload_weight(self.ctx, self.gguf, t)?;
@@ -272,19 +272,19 @@ impl<'a> Binder<'a> {
             None => None,
         };
         let fed = match fed {
-            Some(feeder) => FedMatVec::bind(
+            true => FedMatVec::bind(
                 self.k,
                 self.ctx,
                 shape_of(t),
                 &w,
-                (x, feeder),
+                x,
                 y,
                 self.step,
                 self.rows,
                 output,
                 next_norm.as_ref(),
             )?,
-            None => None,
+            false => None,
         };
         Ok((linear, fed))
     }

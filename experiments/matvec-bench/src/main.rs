@@ -51,9 +51,7 @@
 //! FAK_MATVEC_Q6=aligned), checked as every binding is, as path `q8+q6aligned` (its `q8` line
 //! beside it is the default loads'); `--q6 lean` in the lean form (`Q6Loads::Lean`,
 //! FAK_MATVEC_Q6=lean: the −32 folded through x, cheaper funnels) as path `q8+q6lean`; `--q6
-//! aligned,lean` both. `--sumq` also times each batched (or split) layout with Q4_K's block code
-//! sums read from the vectors (`MatVec::with_code_sums`, FAK_MATVEC_SUMQ=1: the quantize writes
-//! them behind the scales) as path `q8+sumq`, checked as every binding is.
+//! aligned,lean` both.
 
 use fak::gpu::kernels::matvec::{
     InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, Q6Loads,
@@ -263,7 +261,6 @@ fn main() {
         })
         .map(|(_, path, q6)| (path, q6))
         .collect();
-    let sumq = args.iter().any(|a| a == "--sumq");
     let all: &[Product] = if quick { &QUICK_PRODUCTS } else { &PRODUCTS };
     let products: Vec<Product> = match option("--products") {
         Some(names) => all
@@ -298,7 +295,7 @@ fn main() {
     let max_batch = batches.iter().copied().max().unwrap_or(1);
     let benches: Vec<Bench> = products
         .iter()
-        .map(|p| Bench::new(&ctx, p, &step, copies, (max_batch, sumq), reps))
+        .map(|p| Bench::new(&ctx, p, &step, copies, max_batch, reps))
         .collect();
     for &input in &input_paths {
         let paths = KernelPaths {
@@ -337,10 +334,6 @@ fn main() {
                             MatVec::with_layout(&ctx, paths, layout).expect("building matvec");
                         forms.push((path, kernel.with_q6_loads(q6)));
                     }
-                }
-                if sumq && layout.batched && input == InputPath::Q8 {
-                    let kernel = MatVec::with_layout(&ctx, paths, layout).expect("building matvec");
-                    forms.push(("q8+sumq", kernel.with_code_sums(true)));
                 }
                 (layout, forms)
             })
@@ -548,7 +541,6 @@ fn summarize(
             "q8",
             "q8+q6aligned",
             "q8+q6lean",
-            "q8+sumq",
             "q8+quantize",
             "f32+q8out",
             "q8+q8out",
@@ -621,14 +613,7 @@ fn bandwidth_summary(products: &[Product], results: &[(usize, &'static str, MatV
         }),
     ];
     for (set, weight) in sets {
-        for path in [
-            "f32",
-            "q8",
-            "q8+q6aligned",
-            "q8+q6lean",
-            "q8+sumq",
-            "q8+q8out",
-        ] {
+        for path in ["f32", "q8", "q8+q6aligned", "q8+q6lean", "q8+q8out"] {
             let (mut total_bytes, mut total_seconds) = (0.0, 0.0);
             for (index, p) in products.iter().enumerate() {
                 let best = results
@@ -739,7 +724,7 @@ impl<'a> Bench<'a> {
         product: &'a Product,
         step: &'a StepBuffer,
         max_copies: u64,
-        (batch, sumq): (u32, bool),
+        batch: u32,
         reps: usize,
     ) -> Bench<'a> {
         let p = product;
@@ -788,12 +773,7 @@ impl<'a> Bench<'a> {
             x: upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap(),
             y: storage_buffer(ctx, "y", 4 * p.rows * u64::from(batch)).unwrap(),
             norm: upload(ctx, "norm", bytemuck::cast_slice(&norm)).unwrap(),
-            // With `--sumq` the quantize writes the blocks' code sums (the q8+sumq kernels read
-            // them; the others do not look).
-            q8: match sumq {
-                true => Q8Vectors::with_code_sums(ctx, "x q8", p.cols, batch).unwrap(),
-                false => Q8Vectors::new(ctx, "x q8", p.cols, batch).unwrap(),
-            },
+            q8: Q8Vectors::new(ctx, "x q8", p.cols, batch).unwrap(),
             y_q8: Q8Vectors::new(ctx, "y q8", p.rows.next_multiple_of(32), batch).unwrap(),
             step,
             batch,
