@@ -954,3 +954,57 @@ fn the_coop_kernel_declares_the_workgroup_memory_the_host_counts() {
         );
     }
 }
+
+/// Every chunked form reads only what its dispatches wrote: with the scratch (W, U, P, γ, the
+/// coop kernel's f16 halves, the spread form's T) filled with NaN before each step, a ragged
+/// batch of three sequences (45, 130 and 20 rows on shuffled slots), then one sequence of 70,
+/// match the CPU layer — o, y and the states — within the layer's tolerance. dv = 12 leaves the
+/// coop kernel's U blocks part-wide and dk = 16 a subgroup without a state tile.
+#[test]
+fn every_chunked_form_on_a_poisoned_scratch_matches_the_cpu_layer() {
+    let ctx = gpu();
+    let test = "every_chunked_form_on_a_poisoned_scratch_matches_the_cpu_layer";
+    let mut rng = rng(0x6d7_000e);
+    let vd = |d: &DeltaDims| d.value_dim() as usize;
+    for d in [small_shapes()[0], small_shapes()[2]] {
+        let weights = LayerWeights::random(&d, &mut rng);
+        let x = Projections::random(&d, 256, &mut rng);
+        let alone = Projections::random(&d, 70, &mut rng);
+        let seqs = [(2u32, 0u32, 45u32), (0, 64, 130), (1, 224, 20)];
+        let start = CpuState::random(&d, 4, &mut rng);
+        for chunk in chunk_variants(ctx, test) {
+            let layer = layer_with(ctx, chunk, d, &weights, (256, 3, 4));
+            layer.upload_state(ctx, &start);
+            let mut cpu = start.clone();
+            layer.poison_chunk_scratch(ctx);
+            let got = layer.step_ragged(ctx, &x, &seqs, Form::Chunked, None);
+            for (i, &(slot, row, len)) in seqs.iter().enumerate() {
+                let what = format!("{chunk} {d:?}: sequence {i} ({len} rows from row {row})");
+                let rows = row as usize..(row + len) as usize;
+                let part = x.rows(&d, rows.clone());
+                let want = cpu_layer(
+                    &d,
+                    &weights,
+                    &mut cpu,
+                    &part,
+                    &[slot as usize],
+                    len as usize,
+                );
+                let span = rows.start * vd(&d)..rows.end * vd(&d);
+                assert_close(
+                    &format!("{what}: o"),
+                    &got.o[span.clone()],
+                    &want.o,
+                    LAYER_TOL,
+                );
+                assert_close(&format!("{what}: y"), &got.y[span], &want.y, LAYER_TOL);
+            }
+            layer.poison_chunk_scratch(ctx);
+            let got = layer.step(ctx, &alone, &[3], 70, Form::Chunked);
+            let want = cpu_layer(&d, &weights, &mut cpu, &alone, &[3], 70);
+            assert_layer(&format!("{chunk} {d:?}: 70 rows alone"), &got, &want);
+            let what = format!("{chunk} {d:?}: after both steps");
+            assert_states(&what, &layer.download_state(ctx), &cpu, LAYER_TOL);
+        }
+    }
+}

@@ -396,6 +396,8 @@ pub struct GpuLayer {
     pub fused: GdnDecode,
     pub bindings: LayerBindings,
     buffers: LayerBuffers,
+    /// What chunk_prepare hands to chunk_scan (and chunk_solve), bound in `bindings.chunked`.
+    chunk_scratch: ChunkScratch,
     max_tokens: u32,
 }
 
@@ -622,7 +624,17 @@ impl GpuLayer {
             fused,
             bindings,
             buffers,
+            chunk_scratch: scratch,
             max_tokens,
+        }
+    }
+
+    /// Fills the chunked delta rule's scratch (both buffers) with NaN: a region a kernel reads
+    /// before anything wrote it then shows in its outputs.
+    pub fn poison_chunk_scratch(&self, ctx: &GpuContext) {
+        let s = &self.chunk_scratch;
+        for buffer in std::iter::once(&s.buffer).chain(&s.halves) {
+            poison(ctx, buffer);
         }
     }
 
