@@ -956,9 +956,9 @@ fn the_coop_kernel_declares_the_workgroup_memory_the_host_counts() {
 }
 
 /// Every chunked form reads only what its dispatches wrote: with the scratch (W, U, P, γ, the
-/// coop kernel's f16 halves, the spread form's T) filled with NaN before each step, a ragged
-/// batch of three sequences (45, 130 and 20 rows on shuffled slots), then one sequence of 70,
-/// match the CPU layer — o, y and the states — within the layer's tolerance. dv = 12 leaves the
+/// coop kernel's f16 halves) filled with NaN before each step, a ragged batch of three
+/// sequences (45, 130 and 20 rows on shuffled slots), then one sequence of 70, match the CPU
+/// layer — o, y and the states — within the layer's tolerance. dv = 12 leaves the
 /// coop kernel's U blocks part-wide and dk = 16 a subgroup without a state tile.
 #[test]
 fn every_chunked_form_on_a_poisoned_scratch_matches_the_cpu_layer() {

@@ -1,7 +1,8 @@
 # Sourced: starts the llama-server CUDA build (sm_90 only, nice'd) from the carried
-# target/h200/llama-src.t[gx]z (or call A0's /tmp/accept-src/llama-src.txz) in the background, its log in $OUT/llama-build.log; the caller waits
-# on $! before any timed work. LS is the server it makes. LLAMA_JOBS: build jobs (16);
-# LLAMA_TARGETS: more targets beside llama-server (e.g. llama-batched-bench, llama-bench).
+# target/h200/llama-src.t[gx]z (or call A0's /tmp/accept-src/llama-src.txz) in the background,
+# its log in $OUT/llama-build.log; the caller waits on $! before any timed work. LS is the server
+# it makes. LLAMA_JOBS: build jobs (16); LLAMA_TARGETS: more targets beside llama-server (e.g.
+# llama-batched-bench, llama-bench).
 # A call that finds every target built (a warm machine) builds nothing. For a dry run elsewhere
 # (accept-lib.sh): LLAMA_DIR (/tmp/llama), LLAMA_GPU_FLAGS (the CUDA flags; -DGGML_CUDA=OFF
 # builds the CPU backend alone), LLAMA_GENERATOR (Ninja; "Unix Makefiles" where there is no

@@ -396,7 +396,7 @@ pub struct GpuLayer {
     pub fused: GdnDecode,
     pub bindings: LayerBindings,
     buffers: LayerBuffers,
-    /// What chunk_prepare hands to chunk_scan (and chunk_solve), bound in `bindings.chunked`.
+    /// What chunk_prepare hands to chunk_scan, bound in `bindings.chunked`.
     chunk_scratch: ChunkScratch,
     max_tokens: u32,
 }
