@@ -68,10 +68,12 @@ step() {
 }
 
 # User + system seconds of this script's finished (waited-for) children and their descendants:
-# cutime + cstime of the top shell ($$ even inside a subshell), fields 16-17 of /proc/<pid>/stat.
+# cutime + cstime of the top shell ($$ even inside a subshell), fields 16-17 of /proc/<pid>/stat;
+# `children_cpu_seconds PID`: of shell PID's (a step's subshell: its ${BASHPID}, read outside
+# any command substitution, which is a subshell of its own).
 children_cpu_seconds() {
     local stat fields
-    stat=$(<"/proc/$$/stat")
+    stat=$(<"/proc/${1:-$$}/stat")
     read -r -a fields <<<"${stat##*) }" # drop "pid (comm) "; fields[0] is field 3
     echo $(((fields[13] + fields[14]) / $(getconf CLK_TCK)))
 }

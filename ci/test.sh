@@ -120,9 +120,11 @@ build_tests() {
 # disk is shared and has been seen with far less free, and a run failed on ENOSPC (2026-12-04).
 # Every file makes what it needs itself; the one folder two files share (threeway and
 # multi_agent's model cache, 0.3 GB) is kept so it is made once. Keeps going past a failing file
-# and names every one that failed; logs each file's seconds.
+# and names every one that failed; logs each file's seconds, wall and CPU (a file whose CPU is
+# well under twice its wall leaves a core idle).
 run_tests() {
-    local tmp="${CARGO_TARGET_DIR:-target}/tmp" failed=() name names file files start these
+    local tmp="${CARGO_TARGET_DIR:-target}/tmp" failed=() name names file files start these cpu
+    local shell=${BASHPID}
     cargo test --locked --workspace --exclude fak-tests --no-fail-fast || failed+=("engine and harness unit and doc tests")
     cargo test --locked -p fak-tests --lib || failed+=("fak-tests --lib")
     for name in $(integration_tests); do
@@ -134,6 +136,7 @@ run_tests() {
         files=$(sed -e 's/::.*//' -e t -e 's/.*/-/' <<<"${names}" | sort -u)
         for file in ${files}; do
             start=${SECONDS}
+            cpu=$(children_cpu_seconds "${shell}")
             if [[ ${file} == - ]]; then
                 cargo test --locked -p fak-tests --test "${name}" || failed+=("${name}")
             else
@@ -142,7 +145,7 @@ run_tests() {
                 cargo test --locked -p fak-tests --test "${name}" -- --exact "${these[@]}" || failed+=("${name} ${file}")
             fi
             [[ -d ${tmp} ]] && find "${tmp}" -mindepth 1 -maxdepth 1 ! -name threeway-cache -exec rm -rf {} +
-            log "${name} ${file} done in $((SECONDS - start)) s; $(free_disk) free"
+            log "${name} ${file} done in $((SECONDS - start)) s, cpu $(($(children_cpu_seconds "${shell}") - cpu)) s; $(free_disk) free"
         done
     done
     [[ ${#failed[@]} -eq 0 ]] || die "failing tests: ${failed[*]}"
