@@ -39,6 +39,7 @@ fn engine_caching(arch: &str, prefill_chunk: u32, cache_mem: u64) -> Engine {
 
 fn options(prefill_chunk: u32, cache_mem: u64) -> EngineOptions {
     let mut o = EngineOptions::from_env().expect("engine options");
+    o.context.shared = true;
     o.cache_mem = cache_mem;
     o.max_context = Some(256);
     o.prefill_chunk = prefill_chunk;

@@ -45,6 +45,7 @@ fn load(
 
 fn options(cache_mem: u64, max_seqs: usize, forced: Forced) -> EngineOptions {
     let mut o = EngineOptions::from_env().expect("engine options");
+    o.context.shared = true;
     o.max_context = Some(256);
     o.prefill_chunk = 64;
     o.poison = true;

@@ -17,6 +17,7 @@ fn engine(arch: &str, max_seqs: usize) -> Engine {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("scheduler");
     let path = tiny_cut(&dir, arch, "q8_0", 5);
     let mut o = EngineOptions::from_env().expect("engine options");
+    o.context.shared = true;
     o.max_context = Some(256);
     o.prefill_chunk = 256;
     o.page_size = 16;

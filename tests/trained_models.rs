@@ -537,6 +537,7 @@ fn fak_holds_parity_with_its_own_rounding_and_not_with_ggmls() {
         let path = ours(arch, "Q4_K_M");
         let g = Gguf::open(&path).unwrap();
         let mut options = EngineOptions::from_env().unwrap();
+        options.context.shared = true;
         options.max_context = Some(256);
         options.poison = true;
         let mut engine = Engine::load(&path, &options).unwrap();

@@ -3,9 +3,10 @@
 
 use super::error::GpuError;
 use super::facts::AdapterFacts;
+use super::kernel::PipelineCache;
 use super::layout::{LayoutCache, Slot};
 use super::paths::{CoopShape, Forced, KernelPaths};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Optional features requested whenever the adapter has them (wgpu-notes.md §0).
 const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
@@ -38,6 +39,12 @@ pub struct ContextOptions {
     /// `FAK_INT_DOT` unset): where [`int_dot_pays`] says the adapter runs it faster;
     /// `Some(true)` / `Some(false)` (`FAK_INT_DOT=1` / `=0`): on / off everywhere.
     pub int_dot: Option<bool>,
+    /// Open the adapter's device once per process and share it, with its layouts and every
+    /// pipeline built on it, among the contexts opened with `shared` on the same adapter and
+    /// features (a context owns its device otherwise). For the test binaries, which load an
+    /// engine per path and step shape: a software driver (lavapipe) spends up to a second of the
+    /// calling thread on each pipeline, and every load built the same ones again.
+    pub shared: bool,
 }
 
 impl ContextOptions {
@@ -61,6 +68,7 @@ impl ContextOptions {
                 Ok("0") => Some(false),
                 _ => None,
             },
+            shared: false,
         })
     }
 }
@@ -85,8 +93,22 @@ pub struct GpuContext {
     /// The fastest paths the device supports, before forcing.
     best: KernelPaths,
     forced: Forced,
-    layouts: LayoutCache,
+    layouts: Arc<LayoutCache>,
+    /// The pipelines built so far, where the device is shared (`ContextOptions::shared`).
+    pipelines: Option<Arc<PipelineCache>>,
 }
+
+/// A device opened with [`ContextOptions::shared`], for the next context asking for the same.
+struct SharedDevice {
+    adapter: wgpu::AdapterInfo,
+    features: wgpu::Features,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    layouts: Arc<LayoutCache>,
+    pipelines: Arc<PipelineCache>,
+}
+
+static SHARED_DEVICES: Mutex<Vec<SharedDevice>> = Mutex::new(Vec::new());
 
 /// The backends fak uses: `WGPU_BACKEND`'s, else the primary ones (Vulkan, Metal, DX12). GL is
 /// left out unless asked for, since it has none of the compute features kernels use.
@@ -240,13 +262,44 @@ impl GpuContext {
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         };
-        let (device, queue) =
+        let request = || {
             pollster::block_on(adapter.request_device(&descriptor)).map_err(|source| {
                 GpuError::RequestDevice {
                     adapter: facts.name.clone(),
                     source,
                 }
-            })?;
+            })
+        };
+        let (device, queue, layouts, pipelines) = match options.shared {
+            true => {
+                let mut shared = SHARED_DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+                let info = adapter.get_info();
+                let found = shared
+                    .iter()
+                    .position(|d| d.adapter == info && d.features == features);
+                let d = match found {
+                    Some(i) => &shared[i],
+                    None => {
+                        let (device, queue) = request()?;
+                        shared.push(SharedDevice {
+                            adapter: info,
+                            features,
+                            device,
+                            queue,
+                            layouts: Arc::default(),
+                            pipelines: Arc::default(),
+                        });
+                        &shared[shared.len() - 1]
+                    }
+                };
+                let (device, queue) = (d.device.clone(), d.queue.clone());
+                (device, queue, d.layouts.clone(), Some(d.pipelines.clone()))
+            }
+            false => {
+                let (device, queue) = request()?;
+                (device, queue, Arc::default(), None)
+            }
+        };
         let best = KernelPaths {
             subgroup: features.contains(wgpu::Features::SUBGROUP),
             f16: features.contains(wgpu::Features::SHADER_F16),
@@ -261,7 +314,8 @@ impl GpuContext {
             facts,
             best,
             forced: options.forced,
-            layouts: LayoutCache::default(),
+            layouts,
+            pipelines,
         })
     }
 
@@ -325,6 +379,12 @@ impl GpuContext {
     /// The shared bind-group and pipeline layouts for a binding signature.
     pub fn layouts(&self, slots: &[Slot]) -> (wgpu::BindGroupLayout, wgpu::PipelineLayout) {
         self.layouts.get(&self.device, slots)
+    }
+
+    /// The pipelines built on this device so far where it is shared ([`ContextOptions::shared`]:
+    /// [`crate::gpu::kernel::build`] takes from them).
+    pub(crate) fn pipeline_cache(&self) -> Option<&PipelineCache> {
+        self.pipelines.as_deref()
     }
 
     /// Records one compute pass with `record`, submits it and waits for it to finish.

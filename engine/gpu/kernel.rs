@@ -7,6 +7,8 @@ use super::error::GpuError;
 use super::facts::feature_names;
 use super::layout::Slot;
 use super::paths::{Axes, KernelPaths};
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 /// One file of `wgsl/`, embedded in the binary.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -255,7 +257,9 @@ impl KernelVariant {
     }
 }
 
-/// Builds the pipelines of `variant` on the device, against the shared layout of its slots.
+/// Builds the pipelines of `variant` on the device, against the shared layout of its slots; on
+/// a shared device (`ContextOptions::shared`) a pipeline built before from the same module text,
+/// slots, entry point and constants is taken from its [`PipelineCache`] instead.
 ///
 /// The module is created with `create_shader_module_trusted(.., ShaderRuntimeChecks::unchecked())`
 /// and the pipelines with `zero_initialize_workgroup_memory: false`: no bounds clamps, loop
@@ -271,8 +275,23 @@ pub fn build(ctx: &GpuContext, variant: &KernelVariant) -> Result<BuiltKernel, G
         });
     }
     let (layout, pipeline_layout) = ctx.layouts(variant.source.slots);
-    let label = format!("{} ({})", variant.kernel, variant.paths);
     let text = variant.source.module.text();
+    let cache = ctx.pipeline_cache();
+    let mut pipelines = match cache {
+        Some(cache) => cache.get(&text, &variant.source),
+        None => vec![None; variant.source.pipelines.len()],
+    };
+    let unbuilt: Vec<&PipelineSpec> = (variant.source.pipelines.iter())
+        .zip(&pipelines)
+        .filter_map(|(spec, cached)| cached.is_none().then_some(spec))
+        .collect();
+    if unbuilt.is_empty() {
+        return Ok(BuiltKernel {
+            layout,
+            pipelines: pipelines.into_iter().flatten().collect(),
+        });
+    }
+    let label = format!("{} ({})", variant.kernel, variant.paths);
     let internal = ctx.device.push_error_scope(wgpu::ErrorFilter::Internal);
     let validation = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
     // SAFETY: kernels guard every index themselves; the GPU tests and the portability test check
@@ -281,30 +300,29 @@ pub fn build(ctx: &GpuContext, variant: &KernelVariant) -> Result<BuiltKernel, G
         ctx.device.create_shader_module_trusted(
             wgpu::ShaderModuleDescriptor {
                 label: Some(&label),
-                source: wgpu::ShaderSource::Wgsl(text.into()),
+                source: wgpu::ShaderSource::Wgsl(text.as_str().into()),
             },
             wgpu::ShaderRuntimeChecks::unchecked(),
         )
     };
-    let pipelines = variant
-        .source
-        .pipelines
-        .iter()
-        .map(|spec| {
-            ctx.device
-                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some(&spec.label),
-                    layout: Some(&pipeline_layout),
-                    module: &module,
-                    entry_point: Some(spec.entry_point),
-                    compilation_options: wgpu::PipelineCompilationOptions {
-                        constants: &spec.constants,
-                        zero_initialize_workgroup_memory: false,
-                    },
-                    cache: None,
-                })
-        })
-        .collect();
+    let mut built = unbuilt.into_iter().map(|spec| {
+        ctx.device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(&spec.label),
+                layout: Some(&pipeline_layout),
+                module: &module,
+                entry_point: Some(spec.entry_point),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants: &spec.constants,
+                    zero_initialize_workgroup_memory: false,
+                },
+                cache: None,
+            })
+    });
+    for slot in pipelines.iter_mut().filter(|p| p.is_none()) {
+        *slot = built.next();
+    }
+    let pipelines: Vec<wgpu::ComputePipeline> = pipelines.into_iter().flatten().collect();
     let errors = [validation, internal]
         .map(|scope| pollster::block_on(scope.pop()))
         .into_iter()
@@ -312,6 +330,9 @@ pub fn build(ctx: &GpuContext, variant: &KernelVariant) -> Result<BuiltKernel, G
         .map(|e| e.to_string())
         .collect::<Vec<_>>();
     if errors.is_empty() {
+        if let Some(cache) = cache {
+            cache.insert(text, &variant.source, &pipelines);
+        }
         Ok(BuiltKernel { layout, pipelines })
     } else {
         Err(GpuError::Shader {
@@ -319,5 +340,46 @@ pub fn build(ctx: &GpuContext, variant: &KernelVariant) -> Result<BuiltKernel, G
             paths: variant.paths,
             message: errors.join("; "),
         })
+    }
+}
+
+/// The pipelines built on a shared device (`ContextOptions::shared`), by module text and binding
+/// signature, then by entry point and constants: what a pipeline compiles from, so one found
+/// here is the pipeline a new build would make. A second engine loaded on the device takes its
+/// pipelines from here. Only shared devices keep them: a test binary that builds each form once
+/// (tests/gpu_matvec.rs: hundreds of distinct mat-vec pipelines) would only hold gigabytes of a
+/// software driver's compiled code (lavapipe) for no reuse.
+#[derive(Default)]
+pub struct PipelineCache {
+    modules: Mutex<HashMap<ModuleKey, HashMap<SpecKey, wgpu::ComputePipeline>>>,
+}
+
+/// A module's text and binding signature.
+type ModuleKey = (String, &'static [Slot]);
+
+/// A pipeline's entry point and constants (their values' bits: f64 is not `Eq`).
+type SpecKey = (&'static str, Vec<(&'static str, u64)>);
+
+fn spec_key(spec: &PipelineSpec) -> SpecKey {
+    let constants = spec.constants.iter().map(|&(name, v)| (name, v.to_bits()));
+    (spec.entry_point, constants.collect())
+}
+
+impl PipelineCache {
+    /// Per pipeline of `source` (module text `text`), the one built before, if any.
+    fn get(&self, text: &str, source: &KernelSource) -> Vec<Option<wgpu::ComputePipeline>> {
+        let modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
+        let built = modules.get(&(text.to_owned(), source.slots));
+        let cached = |spec| built.and_then(|b| b.get(&spec_key(spec)).cloned());
+        source.pipelines.iter().map(cached).collect()
+    }
+
+    /// Keeps `pipelines`, built for `source`'s specs in order.
+    fn insert(&self, text: String, source: &KernelSource, pipelines: &[wgpu::ComputePipeline]) {
+        let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
+        let built = modules.entry((text, source.slots)).or_default();
+        for (spec, pipeline) in source.pipelines.iter().zip(pipelines) {
+            built.insert(spec_key(spec), pipeline.clone());
+        }
     }
 }

@@ -34,6 +34,9 @@ pub fn tiny_cut(dir: &Path, arch: &str, quant: &str, seed: u64) -> PathBuf {
 /// `forced` fast paths off.
 pub fn options(prefill_chunk: u32, forced: Forced) -> EngineOptions {
     let mut o = EngineOptions::from_env().expect("engine options");
+    // One device for every engine of the test binary: each load took its pipelines from the
+    // ones built before instead of building them again (ContextOptions::shared).
+    o.context.shared = true;
     o.prefill_chunk = prefill_chunk;
     o.max_context = Some(256);
     o.poison = true;
