@@ -116,8 +116,11 @@ pub fn check(
         Ok(o) => o,
         Err(e) => return vec![check("load", None, None, false, Some(e.to_string()))],
     };
+    // Every model on every path loads on one device, each taking the pipelines an earlier load
+    // built (a software driver spends up to a second on each).
     engine_options.context = ContextOptions {
         forced,
+        shared: true,
         ..options.clone()
     };
     engine_options.max_context = Some(ids.len() + GREEDY_TOKENS + 8);
