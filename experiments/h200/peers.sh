@@ -13,9 +13,14 @@
 #      server's own prompt_ms) is the server's overhead over its engine;
 #   4. issue 20 §1: llama-ttft.sh on the models made here (the llama.cpp arm's TTFT against a
 #      plain client, envelope flags vs llama.cpp's defaults, both shapes).
+# AGENTS (default "3"): the multi-agent runs of step 3, one per count in the list, each under
+#   its own 240 s cap (issue 21 names 3 and 8: `AGENTS="3 8" TTFT=0` fits one call without
+#   step 4); TTFT=0 skips step 4.
 # Prepare: HARNESS_ONLY=1 RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh
-# carry ["target/h200/bin.txz", "target/h200/gl", "target/h200/llama-src.tgz",
-#        "target/h200/built-at", "target/h200/commit"]
+# carry ["target/h200/bin.txz", "target/h200/gl", "target/h200/built-at", "target/h200/commit"]
+# and llama.cpp's source: since the tree passed ~48 MB it no longer fits beside them — make
+# acceptance call A0 first (prepare-acceptance.sh's target/acc-a0: it leaves the source in
+# /tmp/accept-src, where llama-build.sh finds it) and this call right after it.
 # Files back: steps.log, llama-build.log, synth.log, batched.log, bench-27b-seq8.json,
 # multi-agent.tgz, ttft-runs.tgz, gpu.csv.
 set -uo pipefail
@@ -50,17 +55,20 @@ done
 log "llama-batched-bench: exit $?"
 grep -E "^\|" /tmp/batched-bench.log | tee -a "$OUT/batched.log"
 
-RUN=/tmp/multi-agent-27b
-timeout 240 "$BIN/harness" threeway --scenario multi-agent --model "$Q27" --arms fak-serve,llama.cpp \
-    --agents 3 --preamble 2048 --suffix 128 --turns 2 --n-out 32 --llama-server "$LS" \
-    --flash-attn on --no-selftest --model-origin "harness synth --fast-random, seed 0 (random)" \
-    --out "$RUN" > /tmp/multi-agent.log 2>&1
-log "multi-agent 3 agents: exit $?"
-"$BIN/harness" validate "$RUN/packet.json" >> /tmp/multi-agent.log 2>&1
-"$BIN/harness" report "$RUN/packet.json" >> /tmp/multi-agent.log 2>&1
-cp /tmp/multi-agent.log "$RUN/" 2>/dev/null
-tar czf "$OUT/multi-agent.tgz" -C /tmp multi-agent-27b
-grep -iE "ttft|turn|queue|error" /tmp/multi-agent.log | cut -c1-200 | head -30
+for agents in ${AGENTS:-3}; do
+    RUN=/tmp/multi-agent-27b-$agents
+    timeout 240 "$BIN/harness" threeway --scenario multi-agent --model "$Q27" \
+        --arms fak-serve,llama.cpp --agents "$agents" --preamble 2048 --suffix 128 --turns 2 \
+        --n-out 32 --llama-server "$LS" --flash-attn on --no-selftest \
+        --model-origin "harness synth --fast-random, seed 0 (random)" \
+        --out "$RUN" > /tmp/multi-agent.log 2>&1
+    log "multi-agent $agents agents: exit $?"
+    "$BIN/harness" validate "$RUN/packet.json" >> /tmp/multi-agent.log 2>&1
+    "$BIN/harness" report "$RUN/packet.json" >> /tmp/multi-agent.log 2>&1
+    cp /tmp/multi-agent.log "$RUN/" 2>/dev/null
+    grep -iE "ttft|turn|queue|error" /tmp/multi-agent.log | cut -c1-200 | head -30
+done
+(cd /tmp && tar czf "$OUT/multi-agent.tgz" multi-agent-27b-*)
 
-bash experiments/h200/llama-ttft.sh
+[ "${TTFT:-1}" = 0 ] || bash experiments/h200/llama-ttft.sh
 log "done"
