@@ -121,25 +121,17 @@ struct DepthReport {
     /// Host time recording + finishing one decode step's commands, and submits per token.
     encode_us_per_token: f64,
     submits_per_token: f64,
-    dispatches_per_step: usize,
-    /// Ops recorded per step (each a dependent stage of the step).
-    ops_per_step: usize,
+    /// The `--profile-steps` decode steps after the prompt, op by op.
+    #[serde(flatten)]
+    step: ProfiledStep,
     /// The profiled steps' cache length (depth + 1: the first decode step after the prompt).
     profiled_kv_len: u32,
-    /// Roofline bytes of one step: weights (one embedding row) + KV cache at the profiled depth.
-    step_weight_bytes: u64,
-    step_activation_bytes: u64,
     /// step_weight_bytes at the probe's bandwidth.
     roofline_us: f64,
-    /// Σ of the ops' median GPU times (None without timestamps).
-    gpu_us: Option<f64>,
-    /// Median host time of a profiled step from submit to completion.
-    step_wall_us: f64,
     /// 1 / decode rate, in µs.
     decode_us_per_token: f64,
     /// roofline_us / decode_us_per_token.
     decode_roofline_fraction: f64,
-    ops: Vec<OpRow>,
 }
 
 /// One profiled prefill of the prompt: every chunk a step timed op by op (one run, not a
@@ -210,26 +202,33 @@ struct BatchedDecodeReport {
     ms_per_step: f64,
     /// Then `--profile-steps` batched steps of all the sequences (the first after their
     /// timed steps, each sequence put back after it) profiled op by op, as the one-sequence
-    /// step is: its dispatches and ops, their bytes, the ops' median GPU times (None without
-    /// timestamps) and the median host time from submit to completion.
-    dispatches_per_step: usize,
-    ops_per_step: usize,
-    step_weight_bytes: u64,
-    step_activation_bytes: u64,
-    gpu_us: Option<f64>,
-    step_wall_us: f64,
-    ops: Vec<OpRow>,
+    /// step is.
+    #[serde(flatten)]
+    step: ProfiledStep,
 }
 
 /// Profiled decode steps of one shape summarized: each op's median GPU time as rows, and the
-/// step's totals.
+/// step's totals (written into the report that holds it under the names below).
+#[derive(Serialize)]
 struct ProfiledStep {
+    #[serde(rename = "dispatches_per_step")]
     dispatches: usize,
+    /// Ops recorded per step (each a dependent stage of the step).
+    #[serde(rename = "ops_per_step")]
     op_count: usize,
+    /// Roofline bytes of one step: weights (one embedding row a sequence) + KV cache at the
+    /// profiled depth.
+    #[serde(rename = "step_weight_bytes")]
     weight_bytes: u64,
+    #[serde(rename = "step_activation_bytes")]
     activation_bytes: u64,
+    /// Positions the step attends over (the depth report writes it as `profiled_kv_len`).
+    #[serde(skip)]
     kv_len: u32,
+    /// Σ of the ops' median GPU times (None without timestamps).
     gpu_us: Option<f64>,
+    /// Median host time of a profiled step from submit to completion.
+    #[serde(rename = "step_wall_us")]
     wall_us: f64,
     ops: Vec<OpRow>,
 }
@@ -408,8 +407,7 @@ fn measure_depth(
         .collect::<Result<Vec<StepProfile>, _>>();
     engine.finish(started.seq)?;
     let step = ProfiledStep::of(&profiles?, gb_per_s);
-    let step_weight_bytes = step.weight_bytes;
-    let roofline_us = step_weight_bytes as f64 / gb_per_s / 1e3;
+    let roofline_us = step.weight_bytes as f64 / gb_per_s / 1e3;
     let decode_us = 1e6 / decode_rate;
     Ok(DepthReport {
         depth: prompt.len(),
@@ -423,17 +421,11 @@ fn measure_depth(
         batched: None,
         encode_us_per_token: stats.decode_encode.as_secs_f64() * 1e6 / steps,
         submits_per_token: stats.decode_submits as f64 / steps,
-        dispatches_per_step: step.dispatches,
-        ops_per_step: step.op_count,
         profiled_kv_len: step.kv_len,
-        step_weight_bytes,
-        step_activation_bytes: step.activation_bytes,
+        step,
         roofline_us,
-        gpu_us: step.gpu_us,
-        step_wall_us: step.wall_us,
         decode_us_per_token: decode_us,
         decode_roofline_fraction: roofline_us / decode_us,
-        ops: step.ops,
     })
 }
 
@@ -463,19 +455,12 @@ fn batched_decode(
         let profiles = (0..args.profile_steps)
             .map(|_| engine.profile_batch_step(&seqs))
             .collect::<Result<Vec<StepProfile>, _>>()?;
-        let step = ProfiledStep::of(&profiles, gb_per_s);
         Ok(BatchedDecodeReport {
             sequences: seqs.len(),
             steps,
             aggregate_tokens_per_s: (seqs.len() * steps) as f64 / seconds,
             ms_per_step: seconds * 1e3 / steps as f64,
-            dispatches_per_step: step.dispatches,
-            ops_per_step: step.op_count,
-            step_weight_bytes: step.weight_bytes,
-            step_activation_bytes: step.activation_bytes,
-            gpu_us: step.gpu_us,
-            step_wall_us: step.wall_us,
-            ops: step.ops,
+            step: ProfiledStep::of(&profiles, gb_per_s),
         })
     };
     let report = run();
@@ -611,15 +596,15 @@ fn print_tables(r: &Report) {
             d.decode_us_per_token,
             100.0 * d.decode_roofline_fraction,
             d.roofline_us,
-            d.dispatches_per_step,
-            d.ops_per_step,
+            d.step.dispatches,
+            d.step.op_count,
             d.submits_per_token,
             d.encode_us_per_token,
             d.profiled_kv_len,
-            us(d.gpu_us),
-            d.step_wall_us,
+            us(d.step.gpu_us),
+            d.step.wall_us,
         );
-        print_ops(&d.ops);
+        print_ops(&d.step.ops);
         if let Some(b) = &d.batched {
             println!(
                 "depth {} batched decode: {} sequences, {:.1} tok/s aggregate ({:.2} ms per step \
@@ -629,12 +614,12 @@ fn print_tables(r: &Report) {
                 b.aggregate_tokens_per_s,
                 b.ms_per_step,
                 b.steps,
-                b.dispatches_per_step,
-                b.ops_per_step,
-                us(b.gpu_us),
-                b.step_wall_us,
+                b.step.dispatches,
+                b.step.op_count,
+                us(b.step.gpu_us),
+                b.step.wall_us,
             );
-            print_ops(&b.ops);
+            print_ops(&b.step.ops);
         }
         let p = &d.prefill;
         let largest = p.chunks.iter().map(|c| c.tokens).max().unwrap_or(0);
