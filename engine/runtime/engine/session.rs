@@ -629,12 +629,7 @@ impl Engine {
         }
         let n = step.n_tokens;
         let profile = self.profiled(n, kv_len, StepKind::Decode, |engine, marks| {
-            let started = Instant::now();
-            let mut encoder = engine.encoder("profiled batched decode step");
-            engine.model.encode_batch(&mut encoder, n, marks)?;
-            engine.encode_time += started.elapsed();
-            engine.last_dispatches = marks.dispatches();
-            engine.steps += 1;
+            let encoder = engine.record_batch_step("profiled batched decode step", n, marks)?;
             Ok((encoder, step))
         });
         for (&seq, checkpoint) in seqs.iter().zip(checkpoints) {
@@ -680,6 +675,24 @@ impl Engine {
         Ok((step, kv_len as u32))
     }
 
+    /// Records a batched decode step of `n` sequences (their inputs written) into a new encoder,
+    /// its ops noted in `marks`, and counts it: the step [`Engine::step`] and
+    /// [`Engine::profile_batch_step`] submit.
+    fn record_batch_step(
+        &mut self,
+        label: &str,
+        n: u32,
+        marks: &mut StepMarks,
+    ) -> Result<wgpu::CommandEncoder, RuntimeError> {
+        let started = Instant::now();
+        let mut encoder = self.encoder(label);
+        self.model.encode_batch(&mut encoder, n, marks)?;
+        self.encode_time += started.elapsed();
+        self.last_dispatches = marks.dispatches();
+        self.steps += 1;
+        Ok(encoder)
+    }
+
     fn batch_step(
         &mut self,
         seqs: &[SeqId],
@@ -688,13 +701,7 @@ impl Engine {
         let n = seqs.len();
         let (_, kv_len) = self.set_batch_inputs(seqs)?;
         let mut marks = StepMarks::counting(kv_len, StepKind::Decode);
-        let started = Instant::now();
-        let mut encoder = self.encoder("batched decode step");
-        self.model
-            .encode_batch(&mut encoder, n as u32, &mut marks)?;
-        self.encode_time += started.elapsed();
-        self.last_dispatches = marks.dispatches();
-        self.steps += 1;
+        let mut encoder = self.record_batch_step("batched decode step", n as u32, &mut marks)?;
         let bytes = 4 * n as u64;
         self.batch_slot
             .record_copy(&mut encoder, &self.io.ids, 0, bytes);
