@@ -74,6 +74,7 @@ pub fn run(args: Args) -> Result<()> {
         "teacher_forced_rounding": engine.teacher_forced_rounding(),
         "load_s": engine.load_time.as_secs_f64(),
         "max_context": engine.max_context(),
+        "prefill_step_tokens": engine.max_step_tokens(),
         "max_seqs": engine.options().max_seqs,
         "serving": serving,
         "page_size": config.page_size,

@@ -6,6 +6,7 @@
 
 use fak::gguf::Gguf;
 use fak::gpu::Forced;
+use fak::model::DevicePlan;
 use fak::reference::{Activations, DenseReference, Reference};
 use fak::runtime::{Engine, EngineOptions, RuntimeError, SamplingParams};
 use fak_tests::harness::{harness, synth_model};
@@ -353,6 +354,28 @@ fn load_error(path: &Path, options: &EngineOptions) -> String {
     }
 }
 
+/// A step of 2048 tokens whose activations do not fit the memory is halved until they do.
+fn assert_step_halved_to_fit(path: &Path, o: &EngineOptions) {
+    let gguf = Gguf::open(path).unwrap();
+    let need = |chunk: u32, kv_bytes: u64| {
+        let mut plan = DevicePlan::of(&gguf, Some(4096), chunk).unwrap();
+        plan.size_kv_pool(o.page_size, 1, 0, kv_bytes);
+        plan.total_bytes()
+    };
+    // Whichever KV element the adapter's paths keep (f16 or f32).
+    let limit = need(1024, 2).max(need(1024, 4));
+    assert!(need(2048, 2).min(need(2048, 4)) > limit);
+    let mut fitted = o.clone();
+    fitted.max_context = Some(4096);
+    fitted.prefill_chunk = 2048;
+    fitted.memory_limit = Some(limit);
+    let e = Engine::load(path, &fitted).expect("halved to fit");
+    assert_eq!(e.max_step_tokens(), 1024);
+    fitted.memory_limit = None;
+    let e = Engine::load(path, &fitted).expect("loads");
+    assert_eq!(e.max_step_tokens(), 2048);
+}
+
 /// Bytes of `path` with the first occurrence of `from` replaced by `to` (same length).
 fn patched(path: &Path, name: &str, from: &[u8], to: &[u8]) -> PathBuf {
     let mut bytes = std::fs::read(path).unwrap();
@@ -403,6 +426,7 @@ fn bad_models_and_requests_get_clear_errors() {
     small.memory_limit = Some(1 << 20);
     let e = load_error(&path, &small);
     assert!(e.contains("needs") && e.contains("GiB"), "{e}");
+    assert_step_halved_to_fit(&path, &o);
 
     let mut e = engine(&path, 256, Forced::default());
     let greedy = SamplingParams::greedy();

@@ -18,6 +18,9 @@ pub struct DevicePlan {
     pub max_tokens: u32,
     /// Rows of logits one step can keep (the quality path's chunk), within one binding.
     pub logit_rows: u32,
+    /// The largest per-token activation of a step of `max_tokens` tokens, in bytes: the widest
+    /// binding the step's scratch needs.
+    pub widest_activation_bytes: u64,
     /// Token slots per KV page.
     pub page_size: u32,
     /// Physical pages of the KV pool all sequences and cached prefixes share, and the padding
@@ -67,6 +70,9 @@ impl DevicePlan {
             max_context,
             max_tokens,
             logit_rows,
+            widest_activation_bytes: 4
+                * u64::from(max_tokens)
+                * b.scratch.widest_per_token() as u64,
             page_size: 1,
             kv_pages: 0,
             max_seqs: 1,
@@ -141,13 +147,14 @@ impl DevicePlan {
         let gib = |b: u64| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64);
         format!(
             "weights {}, KV pool of {} pages of {} tokens and state for {} sequences {}, \
-             activations {}",
+             activations {} for steps of {} tokens",
             gib(self.weight_bytes),
             self.kv_pages,
             self.page_size,
             self.max_seqs,
             gib(self.cache_bytes),
-            gib(self.scratch_bytes + self.coop_scratch_bytes)
+            gib(self.scratch_bytes + self.coop_scratch_bytes),
+            self.max_tokens
         )
     }
 }

@@ -37,9 +37,10 @@ pub struct EngineOptions {
     /// KV-cache length; default min(the model's training context, 4096).
     pub max_context: Option<usize>,
     /// Most prompt tokens one prefill step processes (longer prompts take several steps).
-    /// Default 512: the prefill mat-mul's 128 × 128 cooperative-matrix tiles fill an H200 from
-    /// about 512 tokens (its best rate there, experiments/NOTES.md session #4), and each chunk's
-    /// activations stay small beside the weights.
+    /// Default 2048: against 512, a 2048-token prompt prefills 10 % faster on the Qwen3-8B shape
+    /// and 13 % on the Qwen3.5-27B (H100, experiments/NOTES.md 2026-12-06 #14: the narrow
+    /// products' grids fill the GPU, each layer's weights are read a quarter as often). The
+    /// engine halves it, down to 512, where the activations would not fit the adapter.
     pub prefill_chunk: u32,
     /// Decode steps kept in flight ahead of the token being read back.
     pub lookahead: usize,
@@ -70,7 +71,7 @@ impl EngineOptions {
     pub fn from_env() -> Result<Self, RuntimeError> {
         Ok(EngineOptions {
             max_context: None,
-            prefill_chunk: 512,
+            prefill_chunk: 2048,
             lookahead: 2,
             memory_limit: None,
             poison: std::env::var("FAK_POISON").is_ok_and(|v| v == "1"),
@@ -214,18 +215,11 @@ impl Engine {
         let gguf = Gguf::open(path)?;
         let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf)?);
         // The plan checks the model's metadata and tensors: a bad file fails before any GPU work.
-        let mut plan = DevicePlan::of(&gguf, options.max_context, options.prefill_chunk)?;
-        plan.poison = options.poison;
+        let plan = DevicePlan::of(&gguf, options.max_context, options.prefill_chunk)?;
         check_pool_options(options, &plan)?;
         let ctx = GpuContext::new(&options.context)?;
-        let kv_elem_bytes = KvDtype::of(ctx.paths()).bytes();
-        plan.size_kv_pool(
-            options.page_size,
-            options.max_seqs as u32,
-            options.cache_mem,
-            kv_elem_bytes,
-        );
         let available = options.memory_limit.or(ctx.facts().memory_bytes);
+        let plan = fitted_plan(&gguf, options, &ctx, plan, available)?;
         if let Some(available) = available
             && plan.total_bytes() > available
         {
@@ -300,6 +294,12 @@ impl Engine {
     }
 
     /// Rows of the model's output head: token ids must be below it.
+    /// Most tokens one step processes: the options' prefill chunk within the context, halved
+    /// where its activations would not fit the adapter.
+    pub fn max_step_tokens(&self) -> usize {
+        self.io.max_tokens as usize
+    }
+
     pub fn n_vocab(&self) -> usize {
         self.model.n_vocab()
     }
@@ -809,6 +809,39 @@ impl Engine {
 
     pub fn options(&self) -> &EngineOptions {
         &self.options
+    }
+}
+
+/// Steps of fewer tokens than this are never chosen to make a model fit: below it a prefill
+/// slows for little memory (the default step was 512 until 2026-12-06).
+const LEAST_FITTED_STEP: u32 = 512;
+
+/// `plan` with its KV pool sized for `options` on `ctx`, its step (the prefill chunk) halved,
+/// down to [`LEAST_FITTED_STEP`], while the plan needs more than `available` bytes or its widest
+/// activation more than one binding: the default step of 2048 tokens is the fastest prefill
+/// (experiments/NOTES.md, 2026-12-06 #14), not a requirement.
+fn fitted_plan(
+    gguf: &Gguf,
+    options: &EngineOptions,
+    ctx: &GpuContext,
+    mut plan: DevicePlan,
+    available: Option<u64>,
+) -> Result<DevicePlan, RuntimeError> {
+    let max_binding = ctx.max_binding_size();
+    loop {
+        plan.poison = options.poison;
+        plan.size_kv_pool(
+            options.page_size,
+            options.max_seqs as u32,
+            options.cache_mem,
+            KvDtype::of(ctx.paths()).bytes(),
+        );
+        let fits = available.is_none_or(|a| plan.total_bytes() <= a)
+            && plan.widest_activation_bytes <= max_binding;
+        if fits || plan.max_tokens / 2 < LEAST_FITTED_STEP {
+            return Ok(plan);
+        }
+        plan = DevicePlan::of(gguf, options.max_context, plan.max_tokens / 2)?;
     }
 }
 

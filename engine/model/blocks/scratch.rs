@@ -94,6 +94,16 @@ impl ScratchTable {
         self.width_of(Rows::Token)
     }
 
+    /// f32 values per token of the widest per-token activation.
+    pub fn widest_per_token(&self) -> usize {
+        self.rows
+            .iter()
+            .filter(|r| r.rows == Rows::Token)
+            .map(|r| r.width)
+            .max()
+            .unwrap_or(0)
+    }
+
     fn width_of(&self, rows: Rows) -> usize {
         self.rows
             .iter()
