@@ -966,6 +966,7 @@ fn every_chunked_form_on_a_poisoned_scratch_matches_the_cpu_layer() {
     let test = "every_chunked_form_on_a_poisoned_scratch_matches_the_cpu_layer";
     let mut rng = rng(0x6d7_000e);
     let vd = |d: &DeltaDims| d.value_dim() as usize;
+    let mut failed = Vec::new();
     for d in [small_shapes()[0], small_shapes()[2]] {
         let weights = LayerWeights::random(&d, &mut rng);
         let x = Projections::random(&d, 256, &mut rng);
@@ -973,38 +974,48 @@ fn every_chunked_form_on_a_poisoned_scratch_matches_the_cpu_layer() {
         let seqs = [(2u32, 0u32, 45u32), (0, 64, 130), (1, 224, 20)];
         let start = CpuState::random(&d, 4, &mut rng);
         for chunk in chunk_variants(ctx, test) {
-            let layer = layer_with(ctx, chunk, d, &weights, (256, 3, 4));
-            layer.upload_state(ctx, &start);
-            let mut cpu = start.clone();
-            layer.poison_chunk_scratch(ctx);
-            let got = layer.step_ragged(ctx, &x, &seqs, Form::Chunked, None);
-            for (i, &(slot, row, len)) in seqs.iter().enumerate() {
-                let what = format!("{chunk} {d:?}: sequence {i} ({len} rows from row {row})");
-                let rows = row as usize..(row + len) as usize;
-                let part = x.rows(&d, rows.clone());
-                let want = cpu_layer(
-                    &d,
-                    &weights,
-                    &mut cpu,
-                    &part,
-                    &[slot as usize],
-                    len as usize,
-                );
-                let span = rows.start * vd(&d)..rows.end * vd(&d);
-                assert_close(
-                    &format!("{what}: o"),
-                    &got.o[span.clone()],
-                    &want.o,
-                    LAYER_TOL,
-                );
-                assert_close(&format!("{what}: y"), &got.y[span], &want.y, LAYER_TOL);
+            // Every form is checked before the test fails, so one run names all that fail.
+            let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let layer = layer_with(ctx, chunk, d, &weights, (256, 3, 4));
+                layer.upload_state(ctx, &start);
+                let mut cpu = start.clone();
+                layer.poison_chunk_scratch(ctx);
+                let got = layer.step_ragged(ctx, &x, &seqs, Form::Chunked, None);
+                for (i, &(slot, row, len)) in seqs.iter().enumerate() {
+                    let what = format!("{chunk} {d:?}: sequence {i} ({len} rows from row {row})");
+                    let rows = row as usize..(row + len) as usize;
+                    let part = x.rows(&d, rows.clone());
+                    let want = cpu_layer(
+                        &d,
+                        &weights,
+                        &mut cpu,
+                        &part,
+                        &[slot as usize],
+                        len as usize,
+                    );
+                    let span = rows.start * vd(&d)..rows.end * vd(&d);
+                    assert_close(
+                        &format!("{what}: o"),
+                        &got.o[span.clone()],
+                        &want.o,
+                        LAYER_TOL,
+                    );
+                    assert_close(&format!("{what}: y"), &got.y[span], &want.y, LAYER_TOL);
+                }
+                layer.poison_chunk_scratch(ctx);
+                let got = layer.step(ctx, &alone, &[3], 70, Form::Chunked);
+                let want = cpu_layer(&d, &weights, &mut cpu, &alone, &[3], 70);
+                assert_layer(&format!("{chunk} {d:?}: 70 rows alone"), &got, &want);
+                let what = format!("{chunk} {d:?}: after both steps");
+                assert_states(&what, &layer.download_state(ctx), &cpu, LAYER_TOL);
+            }));
+            if checked.is_err() {
+                failed.push(format!("{chunk} {d:?}"));
             }
-            layer.poison_chunk_scratch(ctx);
-            let got = layer.step(ctx, &alone, &[3], 70, Form::Chunked);
-            let want = cpu_layer(&d, &weights, &mut cpu, &alone, &[3], 70);
-            assert_layer(&format!("{chunk} {d:?}: 70 rows alone"), &got, &want);
-            let what = format!("{chunk} {d:?}: after both steps");
-            assert_states(&what, &layer.download_state(ctx), &cpu, LAYER_TOL);
         }
     }
+    assert!(
+        failed.is_empty(),
+        "forms that failed (messages above): {failed:?}"
+    );
 }
