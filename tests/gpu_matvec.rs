@@ -1142,6 +1142,22 @@ fn layouts_the_kernel_was_not_written_for_are_refused() {
     {
         assert_eq!(MatVecLayout::parse(&layout.to_string()).unwrap(), layout);
     }
+    // FAK_MATVEC_SHORT_LAYOUT's rule: rows of at most 8192 columns, at least min_rows of them
+    // (the 27B's GDN q/k/v and head take it, its ffn_down and attn_v do not).
+    let short = ShortRows {
+        layout: MatVecLayout::QUANTIZING,
+        min_rows: ShortRows::MIN_ROWS,
+    };
+    for (rows, cols, takes) in [
+        (10240, 5120, true),
+        (248_320, 5120, true),
+        (5120, 6144, true),
+        (5120, 17408, false),
+        (1024, 5120, false),
+    ] {
+        let expected = takes.then_some(MatVecLayout::QUANTIZING);
+        assert_eq!(short.layout_of(rows, cols), expected, "{rows} x {cols}");
+    }
 }
 
 #[test]
