@@ -41,8 +41,8 @@ start=$SECONDS
 BUDGET_S=${BUDGET_S:-192}
 M27=/dev/shm/${PRESET:-qwen35-27b}-q4_k_m.gguf
 arch=qwen35
-( [ -s "$M27" ] || "$BIN/harness" synth --arch $arch --preset "${PRESET:-qwen35-27b}" \
-    --quant q4_k_m --seed 0 --fast-random --out "$M27.part" && mv "$M27.part" "$M27" ) \
+( [ -s "$M27" ] || { "$BIN/harness" synth --arch $arch --preset "${PRESET:-qwen35-27b}" \
+    --quant q4_k_m --seed 0 --fast-random --out "$M27.part" && mv "$M27.part" "$M27"; } ) \
     > /tmp/synth-mvb8.log 2>&1 &
 SYNTH=$!
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw --format=csv -lms 200 \
@@ -98,8 +98,12 @@ choice=$(awk -F'\t' -v fallback="$FALLBACK" '
         split("2 0 4", q6g, " ")
         best = ""; bestq6 = ""
         for (i = 1; i <= 3; i++) {
-            t = 0; ok = 1
-            for (n in prod) if (n ~ /Q6_K/) { if (!((n, q6s[i]) in eight)) ok = 0; t += eight[n, q6s[i]] }
+            t = 0; ok = 0
+            for (n in prod) if (n ~ /Q6_K/) {
+                if (!((n, q6s[i]) in eight)) { ok = -1; break }
+                ok = 1; t += eight[n, q6s[i]]
+            }
+            ok = ok > 0
             printf "q6 %s: B=8 %.1f us a step%s\n", q6s[i], t, ok ? "" : " (incomplete)" > "/dev/stderr"
             if (ok && (best == "" || t < best)) { best = t; bestq6 = q6g[i] }
         }
@@ -110,12 +114,13 @@ choice=$(awk -F'\t' -v fallback="$FALLBACK" '
         for (n in prod) if (n !~ /ffn_down/) { d1 += one[n, base]; d8 += eight[n, base] }
         bests = ""; bestl = ""; bestm = ""
         for (i = 1; i <= 3; i++) for (m = 4096; m <= 8192; m += 4096) {
-            t1 = 0; t8 = 0; ok = 1
+            t1 = 0; t8 = 0; ok = 0
             for (n in prod) if (n !~ /ffn_down/) {
                 l = prod[n] >= m ? ls[i] : base
-                if (!((n, l) in eight)) ok = 0
-                t1 += one[n, l]; t8 += eight[n, l]
+                if (!((n, l) in eight) || !((n, base) in eight)) { ok = -1; break }
+                ok = 1; t1 += one[n, l]; t8 += eight[n, l]
             }
+            ok = ok > 0
             printf "short %s min %d: B=1 %.1f (default %.1f), B=8 %.1f (default %.1f) us a step%s\n", \
                 ls[i], m, t1, d1, t8, d8, ok ? "" : " (incomplete)" > "/dev/stderr"
             if (ok && t1 <= 1.01 * d1 && (bests == "" || t8 < bests)) {
