@@ -26,9 +26,9 @@
 #      knobs alone where time is left → bench.log (ms a step, tok/s, the batched step's op rows),
 #      bench-json.tgz. ARMS (space-separated abbench arms) replaces the arms.
 # SM clocks → clocks.csv. Prepare (main's build after the merge, release binaries):
-#   MATVEC_BENCH=1 RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh gpu_matvec \
-#       batch_invariance
-# (batch_invariance optional: the serving group's ~8 MB), staged as target/<dir>, run
+#   MATVEC_BENCH=1 RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh gpu_matvec
+# (add batch_invariance for the serving test: the serving group's ~8 MB and ~15 s of the call,
+# which may then leave the second round's `new` no room), staged as target/<dir>, run
 # `cd target/<dir> && bash experiments/h200/mvb8.sh` or `multi.sh mvb8:200`, carry
 # ["target/<dir>"]. Files back: tests.log, matvec-batches.tsv, choice.log, bench.log,
 # bench-json.tgz, clocks-matvec.csv (the bench's), clocks.csv (the model's), gpu.csv.
@@ -59,9 +59,9 @@ tests() { # tests LABEL TIMEOUT BINARY FILTER... under the knobs in $KNOBS
         >> "$OUT/tests.log"
 }
 KNOBS="FAK_MATVEC_SPLIT_Q6=0 FAK_MATVEC_SHORT_LAYOUT=256/16/1 FAK_MATVEC_SHORT_MIN_ROWS=1"
-tests "q6 unsplit, short 256/16/1" 40 gpu gpu_matvec::a_rows_bits gpu_matvec::layouts_the_kernel
+tests "q6 unsplit, short 256/16/1" 30 gpu gpu_matvec::a_rows_bits gpu_matvec::layouts_the_kernel
 KNOBS="FAK_MATVEC_SPLIT_Q6=4 FAK_MATVEC_SHORT_LAYOUT=128/8/1 FAK_MATVEC_SHORT_MIN_ROWS=1"
-tests "serving, q6 split 4, short 128/8/1" 40 serving batch_invariance::q4_k_m
+tests "serving, q6 split 4, short 128/8/1" 30 serving batch_invariance::q4_k_m
 grep -E "^==|test result|FAILED|panicked" "$OUT/tests.log"
 echo "== tests done at $((SECONDS - start)) s"
 
@@ -143,11 +143,11 @@ wait $SYNTH || { tail -3 /tmp/synth-mvb8.log; exit 1; }
 echo "== synth done at $((SECONDS - start)) s"
 NEW="new=FAK_MATVEC_SPLIT_Q6=$Q6;FAK_MATVEC_SHORT_LAYOUT=$SHORT;FAK_MATVEC_SHORT_MIN_ROWS=$MIN"
 read -r -a arms <<< "${ARMS:-default $NEW}"
-SEQS=8 ROUNDS=2 EST_S=${EST_S:-28} BUDGET_S=$((BUDGET_S - (SECONDS - start))) \
+SEQS=8 ROUNDS=2 EST_S=${EST_S:-26} BUDGET_S=$((BUDGET_S - (SECONDS - start))) \
     ROWS="  (gdn_qkv|gdn_zba|gdn_out|ffn_gate_up|ffn_down|attn_qk|attn_v|attn_output|gdn_qkvzba|attn_qkv|output) " \
     bash experiments/h200/abbench.sh 27b 128 32 "${arms[@]}"
 if [ -z "${ARMS:-}" ]; then
-    SEQS=8 ROUNDS=1 EST_S=${EST_S:-28} BUDGET_S=$((BUDGET_S - (SECONDS - start))) \
+    SEQS=8 ROUNDS=1 EST_S=${EST_S:-26} BUDGET_S=$((BUDGET_S - (SECONDS - start))) \
         bash experiments/h200/abbench.sh 27b 128 32 "q6=FAK_MATVEC_SPLIT_Q6=$Q6" \
         "short=FAK_MATVEC_SHORT_LAYOUT=$SHORT;FAK_MATVEC_SHORT_MIN_ROWS=$MIN" > /dev/null
 fi
