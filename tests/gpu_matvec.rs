@@ -8,7 +8,7 @@
 
 use fak::gpu::kernels::matvec::{
     InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, MixedInput, Q6Loads,
-    ResidualOutput, SecondWeight,
+    ResidualOutput, SecondWeight, ShortRows,
 };
 use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
 use fak::gpu::step::MAX_BATCH;
@@ -467,7 +467,8 @@ fn check_q6_form(q6: Q6Loads, layouts: [MatVecLayout; 3], seed: u64) {
 /// in each staged, each batched and each split candidate (and, in the default layout, the
 /// engine's own choice: the batched form at every batch unless FAK_MATVEC_BATCHED=0, the staged
 /// for several vectors with FAK_MATVEC_STAGE=1, the split for more than G with
-/// FAK_MATVEC_SPLIT=G), are the wide twin's batch-1 bits for that vector — any form may replace
+/// FAK_MATVEC_SPLIT=G, Q6_K's by FAK_MATVEC_SPLIT_Q6 where set; FAK_MATVEC_SHORT_LAYOUT's
+/// layout where its rule takes the 37 rows, against that layout's wide twin), are the wide twin's batch-1 bits for that vector — any form may replace
 /// the wide one at any batch. Each form's default layout on both types, its other
 /// candidates on one each (alternating); one int-dot variant (lavapipe builds each pipeline in
 /// seconds; the wide twins only their batch-1 pipeline). W has room for its last 16-byte word,
@@ -514,18 +515,34 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
             let w = weights_buffer_at(ctx, &bytes, 0);
             let x = random_f32(&mut rng, batch * cols);
             // Each vector's outputs alone (batch 1 of the wide twin): the bits to keep.
-            let alone: Vec<Vec<u32>> = (0..batch as usize)
-                .map(|v| {
-                    let x = &x[v * cols as usize..][..cols as usize];
-                    let y = product_bits(ctx, &reference, &quantizer, &w, ty, (rows, cols), x, 1);
-                    y[..rows as usize].to_vec()
-                })
-                .collect();
+            let alone_in = |reference: &MatVec| -> Vec<Vec<u32>> {
+                (0..batch as usize)
+                    .map(|v| {
+                        let x = &x[v * cols as usize..][..cols as usize];
+                        let y =
+                            product_bits(ctx, reference, &quantizer, &w, ty, (rows, cols), x, 1);
+                        y[..rows as usize].to_vec()
+                    })
+                    .collect()
+            };
+            let alone = alone_in(&reference);
+            // The engine's layout: the form's, or FAK_MATVEC_SHORT_LAYOUT's where its rule takes
+            // these rows (then its own wide twin's batch-1 bits are the ones to keep).
+            let short = ShortRows::from_env().unwrap();
+            let rule_wide = short
+                .and_then(|s| s.layout_of(rows, cols))
+                .map_or(wide, MatVecLayout::widened);
+            let rule_alone = match (&engine_rule, rule_wide == wide) {
+                (Some(_), false) => alone_in(&MatVec::with_layout(ctx, paths, rule_wide).unwrap()),
+                _ => alone.clone(),
+            };
             if let Some(kernel) = &engine_rule {
+                let wide = rule_wide;
                 // The engine's rule: its default layout batched (wide under
                 // FAK_MATVEC_BATCHED=0) for one vector, and for more staged where staging is on
                 // (FAK_MATVEC_STAGE=1), else split where the split G (FAK_MATVEC_SPLIT, else 2 on a
-                // GPU and none on a CPU adapter) holds fewer.
+                // GPU and none on a CPU adapter; for Q6_K FAK_MATVEC_SPLIT_Q6 where set) holds
+                // fewer.
                 let (layouts, q6_aligned) = rule_layouts(ctx, kernel, &w, ty, (rows, cols));
                 let aligned = ty == GgmlType::Q6_K && kernel.q6_loads() == Q6Loads::Aligned;
                 assert_eq!(q6_aligned, aligned, "{ty} {paths}: aligned Q6_K loads");
@@ -533,7 +550,7 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
                     true => wide.batched_form(),
                     false => wide,
                 };
-                let split = MatVec::splits_vectors(ctx.facts()).unwrap();
+                let split = MatVec::splits_vectors_of(ty, ctx.facts()).unwrap();
                 let more = |capacity: u32| match MatVec::stages_batches() {
                     true => wide.with_staged_x(),
                     false if one.batched && split > 0 && capacity > split => wide.split_by(split),
@@ -541,8 +558,9 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
                 };
                 assert_eq!(layouts, [one, more(2), more(4), more(8)], "{ty} {paths}");
             }
-            let kernels = kernels.iter().chain(engine_rule.as_ref());
-            for (k, kernel) in kernels.enumerate() {
+            let kernels = kernels.iter().map(|k| (k, &alone));
+            let kernels = kernels.chain(engine_rule.as_ref().map(|k| (k, &rule_alone)));
+            for (k, (kernel, alone)) in kernels.enumerate() {
                 // Batches of 1 (each vector), 3 (vectors 5, 2, 7), 5 (a split of 2 vectors a
                 // workgroup leaves one workgroup none) and 8 (all, reversed).
                 let orders: Vec<Vec<usize>> = (0..batch as usize)
@@ -1123,6 +1141,22 @@ fn layouts_the_kernel_was_not_written_for_are_refused() {
         .chain(MatVecLayout::SPLIT_CANDIDATES)
     {
         assert_eq!(MatVecLayout::parse(&layout.to_string()).unwrap(), layout);
+    }
+    // FAK_MATVEC_SHORT_LAYOUT's rule: rows of at most 8192 columns, at least min_rows of them
+    // (the 27B's GDN q/k/v and head take it, its ffn_down and attn_v do not).
+    let short = ShortRows {
+        layout: MatVecLayout::QUANTIZING,
+        min_rows: ShortRows::MIN_ROWS,
+    };
+    for (rows, cols, takes) in [
+        (10240, 5120, true),
+        (248_320, 5120, true),
+        (5120, 6144, true),
+        (5120, 17408, false),
+        (1024, 5120, false),
+    ] {
+        let expected = takes.then_some(MatVecLayout::QUANTIZING);
+        assert_eq!(short.layout_of(rows, cols), expected, "{rows} x {cols}");
     }
 }
 

@@ -77,6 +77,14 @@
 //! On a CPU adapter (lavapipe) the split only decodes W again for every G vectors, with no L2 to
 //! serve the repeat: the gpu_matvec suite took 1039 s there with G = 2 against 365 s without
 //! ("Session 2026-12-06 #11"), so [`MatVec::default_split`] gives CPU adapters none.
+//! `FAK_MATVEC_SPLIT_Q6=G` (opt-in; 0, 1, 2 or 4) gives Q6_K bindings a split of their own
+//! ([`MatVec::splits_vectors_of`]): a Q6_K unit's W side (loads, funnels, the 6-bit assembly)
+//! costs ~3× a Q4_K unit's and the split repeats it B / G times, so at 8 sequences the split's
+//! occupancy may not pay for Q6_K as it does for Q4_K (experiments/NOTES.md, "mvb8"). The same
+//! bits at every split. `FAK_MATVEC_SHORT_LAYOUT=L` (opt-in, [`ShortRows`]) gives the q8
+//! bindings of short rows (≤ 8192 columns, ≥ `FAK_MATVEC_SHORT_MIN_ROWS` rows) that name no
+//! layout the layout L, e.g. 256/16/1: other bits than [`MatVecLayout::INTEGER`]'s for those
+//! products, at every batch alike.
 
 use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::tensors::{bind_group, checked_row_bytes};
@@ -448,6 +456,53 @@ impl MatVecLayout {
     }
 }
 
+/// A layout for the integer products of short rows (opt-in, `FAK_MATVEC_SHORT_LAYOUT`): q8
+/// bindings of at most [`ShortRows::MAX_COLS`] columns and at least `min_rows` rows that name no
+/// layout. Why (experiments/NOTES.md, "mvb8"): [`MatVecLayout::INTEGER`]'s teams of 64 lanes
+/// give a row of 5120 columns (80 wide units) 1.25 units a lane, so a lane's reduction and
+/// bookkeeping weigh as much as its products; 16 teams of 16 lanes give it 5, and on an H100
+/// the 27B's gate/up (5120 columns) runs 1.6× faster in 256/16/1 than in 256/4/1 at 8 vectors
+/// (split 2), 5 % faster at one. A layout is a property of the binding's shape, never of the
+/// batch, so every sequence's bits stay independent of what shares its step (issue 21).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ShortRows {
+    /// The layout such a binding takes (before widening).
+    pub layout: MatVecLayout,
+    /// Bindings of fewer rows keep theirs: a 16-team layout gives them too few workgroups.
+    pub min_rows: u64,
+}
+
+impl ShortRows {
+    /// The longest rows the rule takes: the 8B's and 27B's attention and GDN projections, the
+    /// head and gate/up (4096–6144 columns); not ffn_down (12288, 17408).
+    pub const MAX_COLS: u64 = 8192;
+    /// `min_rows` unless `FAK_MATVEC_SHORT_MIN_ROWS` says otherwise.
+    pub const MIN_ROWS: u64 = 4096;
+
+    /// `FAK_MATVEC_SHORT_LAYOUT` ([`MatVecLayout::parse`]'s syntax) with
+    /// `FAK_MATVEC_SHORT_MIN_ROWS` (default [`ShortRows::MIN_ROWS`]); None when the layout is
+    /// unset or empty.
+    pub fn from_env() -> Result<Option<ShortRows>, GpuError> {
+        let Some(layout) = MatVecLayout::from_var("FAK_MATVEC_SHORT_LAYOUT")? else {
+            return Ok(None);
+        };
+        let text = std::env::var("FAK_MATVEC_SHORT_MIN_ROWS").unwrap_or_default();
+        let min_rows = match text.trim() {
+            "" => Self::MIN_ROWS,
+            n => n.parse().map_err(|_| GpuError::Shape {
+                kernel: MatVec::NAME,
+                message: format!("FAK_MATVEC_SHORT_MIN_ROWS={text:?} (expected a row count)"),
+            })?,
+        };
+        Ok(Some(ShortRows { layout, min_rows }))
+    }
+
+    /// The layout of a binding of `rows` × `cols` under this rule, None where it does not apply.
+    pub fn layout_of(self, rows: u64, cols: u64) -> Option<MatVecLayout> {
+        (cols <= Self::MAX_COLS && rows >= self.min_rows).then_some(self.layout)
+    }
+}
+
 impl std::fmt::Display for MatVecLayout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}/{}", self.invocations, self.teams, self.unroll)?;
@@ -739,6 +794,9 @@ pub struct MatVec {
     /// The layout of every accumulating binding that names none, ahead of `rows`
     /// ([`MatVecLayout::residual_from_env`]); None: `rows`'s.
     residual: Option<MatVecLayout>,
+    /// The layout of every q8 binding of short rows that names none ([`ShortRows::from_env`]);
+    /// None: the layouts above.
+    short: Option<ShortRows>,
     /// Every binding's layout (named or not) in the wide form where that serves it
     /// (on unless `FAK_MATVEC_WIDE=0`: the wide form of every layout that has one).
     widen: bool,
@@ -753,6 +811,9 @@ pub struct MatVec {
     /// Vectors a workgroup of a batched pipeline takes where a step has more (0: all; see
     /// [`MatVec::splits_vectors`]).
     split: u32,
+    /// `split` for Q6_K bindings where `FAK_MATVEC_SPLIT_Q6` names one
+    /// ([`MatVec::splits_vectors_of`]).
+    split_q6: Option<u32>,
     layout: wgpu::BindGroupLayout,
     /// Bound as `w16`/`x16` where the data is not 16-byte aligned (the kernel then reads w, x).
     placeholder: wgpu::Buffer,
@@ -1125,10 +1186,12 @@ impl MatVec {
         let stage = Self::stages_batches();
         let mut kernel = Self::build_in(ctx, paths, MatVecLayout::from_env()?)?;
         kernel.residual = MatVecLayout::residual_from_env()?;
+        kernel.short = ShortRows::from_env()?;
         kernel.widen = widen;
         kernel.stage = stage;
         kernel.batch = Self::batches_vectors();
         kernel.split = Self::splits_vectors(ctx.facts())?;
+        kernel.split_q6 = Self::q6_split_from_env()?;
         Ok(kernel.with_q6_loads(Q6Loads::from_env()))
     }
 
@@ -1180,6 +1243,43 @@ impl MatVec {
         }
     }
 
+    /// The split [`MatVec::new`]'s batched pipelines of weight type `ty` take:
+    /// `FAK_MATVEC_SPLIT_Q6=G` (0, 1, 2 or 4; opt-in) for Q6_K where set, else
+    /// [`MatVec::splits_vectors`]'s. Every split gives a vector the same bits, so a rule by type
+    /// keeps a sequence's output independent of the batch.
+    pub fn splits_vectors_of(ty: GgmlType, facts: &AdapterFacts) -> Result<u32, GpuError> {
+        match (ty, Self::q6_split_from_env()?) {
+            (GgmlType::Q6_K, Some(split)) => Ok(split),
+            _ => Self::splits_vectors(facts),
+        }
+    }
+
+    /// `FAK_MATVEC_SPLIT_Q6`: None when unset or empty.
+    fn q6_split_from_env() -> Result<Option<u32>, GpuError> {
+        let text = std::env::var("FAK_MATVEC_SPLIT_Q6").unwrap_or_default();
+        match text.trim() {
+            "" => Ok(None),
+            g => g
+                .parse::<u32>()
+                .ok()
+                .filter(|g| *g == 0 || MatVecLayout::SPLITS.contains(g))
+                .map(Some)
+                .ok_or_else(|| GpuError::Shape {
+                    kernel: Self::NAME,
+                    message: format!("FAK_MATVEC_SPLIT_Q6={text:?} (expected 0, 1, 2 or 4)"),
+                }),
+        }
+    }
+
+    /// The split this kernel's batched pipelines of weight type `ty` take (see
+    /// [`MatVec::splits_vectors_of`]).
+    fn split_of(&self, ty: GgmlType) -> u32 {
+        match (ty, self.split_q6) {
+            (GgmlType::Q6_K, Some(split)) => split,
+            _ => self.split,
+        }
+    }
+
     /// The split an adapter runs unless `FAK_MATVEC_SPLIT` names one: [`MatVec::DEFAULT_SPLIT`]
     /// on a GPU, none on a CPU adapter (where the split's repeated decoding of W is pure cost:
     /// module doc).
@@ -1212,11 +1312,13 @@ impl MatVec {
             variant: variant.paths,
             rows,
             residual: None,
+            short: None,
             widen: false,
             q6: Q6Loads::Words,
             stage: false,
             batch: false,
             split: 0,
+            split_q6: None,
             layout: built.layout,
             placeholder: storage_buffer(ctx, "matvec wide placeholder", 16)?,
             placeholder_out: storage_buffer(ctx, "matvec output placeholder", 16)?,
@@ -1242,7 +1344,7 @@ impl MatVec {
             .into_iter()
             .filter(|&c| c <= max_batch.next_power_of_two())
             .map(|c| {
-                let forms = (self.stage, self.batch, self.split);
+                let forms = (self.stage, self.batch, self.split_of(ty));
                 let rows = rows.at_capacity(c, (input, second), forms, workgroup_limit);
                 (ty, input, c, rows, second)
             })
@@ -1527,7 +1629,19 @@ impl MatVec {
             Some(_) => MatVecLayout::PRODUCING,
             None => by_input,
         };
-        let rows_layout = fusion.layout.or(named).unwrap_or(by_input).check()?;
+        // Short rows (opt-in): q8 vectors from global memory, one weight, no residual producer.
+        let short = match (input, fusion.second, fusion.residual_output) {
+            (Input::Q8(_) | Input::Q8Norm(_), None, None) => {
+                self.short.and_then(|s| s.layout_of(rows, cols))
+            }
+            _ => None,
+        };
+        let rows_layout = fusion
+            .layout
+            .or(named)
+            .or(short)
+            .unwrap_or(by_input)
+            .check()?;
         let rows_layout = match self.widen {
             true => rows_layout.widened(),
             false => rows_layout,

@@ -107,8 +107,11 @@ const fn product(
 
 /// Qwen3-8B (hidden 4096, 32 q heads and 8 kv heads of 128, FFN 12288, vocab 151936), Q4_K_M:
 /// 18 layers stack q, k and v (all Q4_K), 18 stack q and k and keep a Q6_K v; ffn_down is Q6_K
-/// in 18 layers; the output head is Q6_K. Then Qwen3.5-27B's MLP (hidden 5120, FFN 17408).
-const PRODUCTS: [Product; 11] = [
+/// in 18 layers; the output head is Q6_K. Then Qwen3.5-27B's MLP (hidden 5120, FFN 17408), and
+/// its products of short rows (5120 or 6144 columns): a Gated DeltaNet layer's q/k/v (Q6_K in
+/// half the layers), q/k/v with z/b/a (Q4_K, the other half), z/b/a alone and its output
+/// projection, and the output head (vocabulary 248320).
+const PRODUCTS: [Product; 16] = [
     product("attn_qkv", GgmlType::Q4_K, 6144, 4096, Fusion::Normed, 18),
     product("attn_qk", GgmlType::Q4_K, 5120, 4096, Fusion::Normed, 18),
     product("attn_v", GgmlType::Q6_K, 1024, 4096, Fusion::Normed, 18),
@@ -169,6 +172,32 @@ const PRODUCTS: [Product; 11] = [
         Fusion::Accumulate,
         0,
     ),
+    product(
+        "27b_gdn_qkv",
+        GgmlType::Q6_K,
+        10240,
+        5120,
+        Fusion::Normed,
+        0,
+    ),
+    product(
+        "27b_gdn_qkvzba",
+        GgmlType::Q4_K,
+        16480,
+        5120,
+        Fusion::Normed,
+        0,
+    ),
+    product("27b_gdn_zba", GgmlType::Q4_K, 6240, 5120, Fusion::Normed, 0),
+    product(
+        "27b_gdn_out",
+        GgmlType::Q4_K,
+        5120,
+        6144,
+        Fusion::Accumulate,
+        0,
+    ),
+    product("27b_output", GgmlType::Q6_K, 248320, 5120, Fusion::Plain, 0),
 ];
 const QUICK_PRODUCTS: [Product; 4] = [
     product("small_normed", GgmlType::Q4_K, 40, 512, Fusion::Normed, 1),
@@ -609,7 +638,7 @@ fn bandwidth_summary(products: &[Product], results: &[(usize, &'static str, MatV
     let sets: [(&str, fn(&Product) -> f64); 2] = [
         ("8B step", |p| f64::from(p.per_step)),
         ("27B MLP", |p| {
-            f64::from(u8::from(p.name.starts_with("27b")))
+            f64::from(u8::from(p.name.starts_with("27b_ffn")))
         }),
     ];
     for (set, weight) in sets {
