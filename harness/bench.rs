@@ -166,6 +166,9 @@ struct ProbeRow {
     delta_us: f64,
     /// dispatches_per_token − the default's.
     delta_dispatches: i64,
+    /// Host time recording a token's step (the last round's): where it nears median_us, the
+    /// host, not the GPU, sets the rate and delta_us says nothing about the GPU.
+    encode_us_per_token: f64,
     /// Whether the probe computes the default's bits (`DecodeProbe::keeps_bits`), and whether
     /// every round decoded the default's tokens.
     keeps_bits: bool,
@@ -491,6 +494,7 @@ fn probe_decode(
         .collect();
     let mut times = vec![Vec::new(); arms.len()];
     let mut dispatches = vec![0; arms.len()];
+    let mut encode = vec![0.0; arms.len()];
     let mut same = vec![true; arms.len()];
     let mut expected: Option<Vec<u32>> = None;
     for _ in 0..args.probe_rounds {
@@ -510,6 +514,7 @@ fn probe_decode(
                 .context("the decode produced fewer than two tokens")?;
             times[i].push(1e6 / rate);
             dispatches[i] = stats.decode_step_dispatches;
+            encode[i] = stats.decode_encode.as_secs_f64() * 1e6 / stats.decode_steps.max(1) as f64;
             let expected = expected.get_or_insert_with(|| stats.tokens.clone());
             same[i] &= stats.tokens == *expected;
             if !same[i] && (i == 0 || arm.keeps_bits()) {
@@ -534,6 +539,7 @@ fn probe_decode(
             median_us: medians[i],
             delta_us: medians[i] - medians[0],
             delta_dispatches: dispatches[i] as i64 - dispatches[0] as i64,
+            encode_us_per_token: encode[i],
             keeps_bits: i == 0 || arm.keeps_bits(),
             same_tokens: same[i],
         })
@@ -790,18 +796,19 @@ fn print_probes(depth: usize, rows: &[ProbeRow]) {
     }
     println!("depth {depth} decode probes (unprofiled µs a token, rounds interleaved):");
     println!(
-        "  {:<40} {:>6} {:>6} {:>10} {:>9} {:>5} {:>5}  rounds",
-        "probe", "disp", "Δdisp", "µs/token", "Δµs", "bits", "same"
+        "  {:<40} {:>6} {:>6} {:>10} {:>9} {:>8} {:>5} {:>5}  rounds",
+        "probe", "disp", "Δdisp", "µs/token", "Δµs", "encode", "bits", "same"
     );
     for r in rows {
         let rounds: Vec<String> = r.us_per_token.iter().map(|us| format!("{us:.1}")).collect();
         println!(
-            "  {:<40} {:>6} {:>6} {:>10.1} {:>9.1} {:>5} {:>5}  {}",
+            "  {:<40} {:>6} {:>6} {:>10.1} {:>9.1} {:>8.1} {:>5} {:>5}  {}",
             r.probe,
             r.dispatches_per_token,
             r.delta_dispatches,
             r.median_us,
             r.delta_us,
+            r.encode_us_per_token,
             r.keeps_bits,
             r.same_tokens,
             rounds.join(" "),

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# One device call (an H100 or H200, ~150 s wall at the defaults, ≤ 200 s through
+# `multi.sh ingap:200`; no llama.cpp): where the Qwen3.5-27B's one-sequence decode token goes,
+# UNPROFILED (experiments/NOTES.md, "ingap"; issue 18). A profile's per-op timestamps inflate the
+# token (14.7 ms profiled against 11.0 timed) and nobody knows the unprofiled split, nor why the
+# gate/up product costs ~70 µs a layer in the profile against 43.6 isolated (matvec-bench).
+# `harness bench --probe` (FAK_DECODE_PROBE, `fak::gpu::profile::DecodeProbe`: a measurement,
+# not a form) decodes the depth's tokens under probes — an op class recorded twice in every
+# layer (`ffn_gate_up*2`) or left out (`ffn_norm*0`) — interleaved with the default over
+# PROBE_ROUNDS rounds on one loaded model; Δµs a token is that op's unprofiled cost in its
+# place. A probe that keeps the default's bits (repeats of ops that only overwrite their
+# outputs) must decode the default's tokens, or the bench fails before it reports.
+# In order of what the call must not lose:
+#   1. the probe's tests on NVIDIA → tests.log: model_qwen35's probe test (bits, dispatch counts,
+#      the prompt step unprobed; integer path) and harness_bench's `--probe` report test;
+#   2. the sweep on the 27B synth at depth 128 (PROBES below, 64 tokens out, PROBE_ROUNDS 2)
+#      → probe.log (the probe table and the default's profile rows), probe-json.tgz;
+#   3. if BUDGET_S allows, the same sweep again with the probes in reverse order (an order
+#      effect shows as a different Δ for the same probe) → probe.log, probe-json.tgz.
+# SM clocks every 100 ms → clocks.csv (issue 18: clocks logged). Prepare (here, release build):
+#   RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh model_qwen35 harness_bench
+# staged as target/<dir>; run `bash experiments/h200/multi.sh ingap:200` with carry
+# ["target/<dir>"]. Files back: tests.log, probe.log, probe-json.tgz, clocks.csv, gpu.csv.
+# A dry run elsewhere: PRESET=tiny DEPTH=20 NOUT=4 (with FAK_TMP, FAK_LOADER, FAK_VK_ICD, OUT).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source experiments/h200/setup.sh
+start=$SECONDS
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
+    --format=csv -lms 100 > "$OUT/clocks.csv" 2>&1 &
+CLOCKS=$!
+preset=${PRESET:-qwen35-27b}
+model=/dev/shm/$preset-q4_k_m.gguf
+( [ -s "$model" ] || "$BIN/harness" synth --arch qwen35 --preset "$preset" --quant q4_k_m \
+    --seed 0 --fast-random --out "$model" ) > /tmp/synth.log 2>&1 &
+SYNTH=$!
+
+# 1. Tests (the group binaries; prepare.sh carries bin/model and bin/harness_cli).
+for t in "model model_qwen35::a_decode_probe" "harness_cli harness_bench::bench_probes"; do
+    set -- $t
+    [ -x "$BIN/$1" ] || { echo "== $1: not carried" >> "$OUT/tests.log"; continue; }
+    echo "== $* (at $((SECONDS - start)) s)" >> "$OUT/tests.log"
+    timeout 60 "$BIN/$1" "${@:2}" 2>&1 \
+        | grep -E "^test |test result|panicked at|assertion|left|right|decode ops" \
+        | head -30 >> "$OUT/tests.log"
+done
+grep -E "^==|test result|FAILED|panicked" "$OUT/tests.log"
+wait $SYNTH || { tail -3 /tmp/synth.log; exit 1; }
+
+# 2. The sweep. Op names as the 27B's decode step notes them (27B: GDN layers' gdn_qkvzba, or
+# gdn_qkv + gdn_zba where qkv is Q6_K; attention layers' attn_qk + attn_v or attn_qkv; a name
+# the model lacks matches nothing). Single ops twice and left out, gate/up three times (is a
+# copy's cost linear?), then two complements: the weight products alone (every other decode op
+# left out) and everything but the products.
+PRODUCTS="gdn_qkvzba gdn_qkv gdn_zba gdn_out ffn_gate_up ffn_down attn_qkv attn_qk attn_v attn_output output"
+OTHERS="attn_norm ffn_norm gdn_decode attention output_norm argmax"
+join() { local n=$1; shift; local s=; for o in "$@"; do s=$s${s:+,}$o*$n; done; echo "$s"; }
+PROBES=(
+    "ffn_gate_up*2" "ffn_gate_up*3" "ffn_gate_up*0"
+    "ffn_norm*2" "ffn_norm*0" "attn_norm*2" "attn_norm*0"
+    "ffn_down*2" "ffn_down*0"
+    "gdn_qkvzba*2" "gdn_qkv*2" "gdn_zba*2" "gdn_out*2" "gdn_decode*2" "gdn_decode*0"
+    "attention*2" "attn_qk*2,attn_v*2,attn_qkv*2" "attn_output*2" "output*2"
+    "ffn_norm*0,ffn_gate_up*2"
+    "$(join 0 $OTHERS)"
+    "$(join 0 $PRODUCTS)"
+)
+sweep() { # sweep LABEL PROBE...: one `harness bench` with the probes, at DEPTH
+    local label=$1
+    shift
+    local args=()
+    for p in "$@"; do args+=(--probe "$p"); done
+    echo "== $label (at $((SECONDS - start)) s)" >> "$OUT/probe.log"
+    timeout "${SWEEP_S:-110}" "$BIN/harness" bench --model "$model" --depths "${DEPTH:-128}" \
+        --n-out "${NOUT:-64}" --profile-steps 3 --suffix 0 --probe-mib 256 \
+        --probe-rounds "${PROBE_ROUNDS:-2}" "${args[@]}" \
+        --json-out "/tmp/probe-json/$label.json" > /tmp/probe.log 2>&1
+    echo "rc=$?" >> "$OUT/probe.log"
+    grep -vE "^depth [0-9]+ (prefill|\+)|^  .* (matmul|attn_prefill|gated_delta_chunk|ssm_conv)" \
+        /tmp/probe.log | cut -c1-200 >> "$OUT/probe.log"
+    (cd /tmp/probe-json && tar czf "$OUT/probe-json.tgz" ./*.json)
+}
+mkdir -p /tmp/probe-json
+sweep forward "${PROBES[@]}"
+reversed=()
+for ((i = ${#PROBES[@]} - 1; i >= 0; i--)); do reversed+=("${PROBES[$i]}"); done
+if [ $((SECONDS - start + ${EST_S:-70})) -le "${BUDGET_S:-190}" ]; then
+    sweep reversed "${reversed[@]}"
+else
+    echo "== reversed SKIPPED (at $((SECONDS - start)) s)" >> "$OUT/probe.log"
+fi
+kill $CLOCKS 2>/dev/null
+grep -E "^==|^rc=|^depth [0-9]+( decode probes)?:|^  [a-z_*,0-9]+ +[0-9]+ +-?[0-9]+ " "$OUT/probe.log" \
+    | cut -c1-160
