@@ -13,14 +13,17 @@
 # In order of what the call must not lose:
 #   1. the probe's tests on NVIDIA → tests.log: model_qwen35's probe test (bits, dispatch counts,
 #      the prompt step unprobed; integer path) and harness_bench's `--probe` report test;
-#   2. the sweep on the 27B synth at depth 128 (PROBES below, 64 tokens out, PROBE_ROUNDS 2)
+#   2. matvec-bench (if carried) on the 27B's gate/up and ffn_down: alone, with the q8 output,
+#      and behind their quantize dispatch (the isolated producer + boundary) → matvec.tsv;
+#   3. the sweep on the 27B synth at depth 128 (PROBES below, 64 tokens out, PROBE_ROUNDS 2)
 #      → probe.log (the probe table and the default's profile rows), probe-json.tgz;
-#   3. if BUDGET_S allows, the same sweep again with the probes in reverse order (an order
+#   4. if BUDGET_S allows, the same sweep again with the probes in reverse order (an order
 #      effect shows as a different Δ for the same probe) → probe.log, probe-json.tgz.
 # SM clocks every 100 ms → clocks.csv (issue 18: clocks logged). Prepare (here, release build):
-#   RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh model_qwen35 harness_bench
+#   MATVEC_BENCH=1 RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh \
+#       model_qwen35 harness_bench
 # staged as target/<dir>; run `bash experiments/h200/multi.sh ingap:200` with carry
-# ["target/<dir>"]. Files back: tests.log, probe.log, probe-json.tgz, clocks.csv, gpu.csv.
+# ["target/<dir>"]. Files back: tests.log, probe.log, matvec.tsv, probe-json.tgz, clocks.csv, gpu.csv.
 # A dry run elsewhere: PRESET=tiny DEPTH=20 NOUT=4 (with FAK_TMP, FAK_LOADER, FAK_VK_ICD, OUT).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -47,11 +50,26 @@ done
 grep -E "^==|test result|FAILED|panicked" "$OUT/tests.log"
 wait $SYNTH || { tail -3 /tmp/synth.log; exit 1; }
 
-# 2. The sweep. Op names as the 27B's decode step notes them (27B: GDN layers' gdn_qkvzba, or
+# 2. The isolated side of the same question (matvec-bench, when carried: MATVEC_BENCH=1):
+# the 27B's gate/up and ffn_down alone (q8), gate/up writing its q8 output (q8+q8out, the
+# engine's), and each behind its quantize dispatch (q8+quantize: the producer and its boundary
+# before every copy), each checked against the CPU before it is timed.
+if [ -x "$BIN/matvec-bench" ]; then
+    echo "== matvec-bench (at $((SECONDS - start)) s)" >> "$OUT/probe.log"
+    timeout "${MVB_S:-45}" "$BIN/matvec-bench" --paths q8 --reps 5 --batches 1 \
+        --products 27b_ffn_gate_up,27b_ffn_down --layouts 256/16/1/batched,256/4/1/batched \
+        ${MVB_ARGS:-} > "$OUT/matvec.tsv" 2>&1
+    echo "rc=$?" >> "$OUT/probe.log"
+    grep -vE "^#" "$OUT/matvec.tsv" | cut -f1-9,11 >> "$OUT/probe.log"
+else
+    echo "== matvec-bench: not carried" >> "$OUT/probe.log"
+fi
+
+# 3. The sweep. Op names as the 27B's decode step notes them (27B: GDN layers' gdn_qkvzba, or
 # gdn_qkv + gdn_zba where qkv is Q6_K; attention layers' attn_qk + attn_v or attn_qkv; a name
 # the model lacks matches nothing). Single ops twice and left out, gate/up three times (is a
 # copy's cost linear?), then two complements: the weight products alone (every other decode op
-# left out) and everything but the products.
+# left out), everything but the products, and every product twice.
 PRODUCTS="gdn_qkvzba gdn_qkv gdn_zba gdn_out ffn_gate_up ffn_down attn_qkv attn_qk attn_v attn_output output"
 OTHERS="attn_norm ffn_norm gdn_decode attention output_norm argmax"
 join() { local n=$1; shift; local s=; for o in "$@"; do s=$s${s:+,}$o*$n; done; echo "$s"; }
@@ -64,6 +82,7 @@ PROBES=(
     "ffn_norm*0,ffn_gate_up*2"
     "$(join 0 $OTHERS)"
     "$(join 0 $PRODUCTS)"
+    "$(join 2 $PRODUCTS)"
 )
 sweep() { # sweep LABEL PROBE...: one `harness bench` with the probes, at DEPTH
     local label=$1
