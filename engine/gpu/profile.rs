@@ -389,3 +389,49 @@ impl Profiler {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::DecodeProbe;
+
+    #[test]
+    fn a_probe_parses_its_counts_and_says_which_keep_the_defaults_bits() {
+        let p = DecodeProbe::parse(" ffn_gate_up*2, ffn_norm*0 ,").unwrap();
+        assert_eq!((p.times("ffn_gate_up"), p.times("ffn_norm")), (2, 0));
+        assert_eq!(p.times("ffn_down"), 1, "an op not named is recorded once");
+        assert_eq!(p.to_string(), "ffn_gate_up*2,ffn_norm*0");
+        assert!(!p.keeps_bits(), "a quantize left out");
+        assert!(DecodeProbe::parse("").unwrap().is_empty());
+        assert_eq!(DecodeProbe::default().to_string(), "default");
+        let keeping = "ffn_gate_up*3,attn_norm*2,gdn_qkvzba*2,attn_qk*2,attention*2,output*2";
+        assert!(DecodeProbe::parse(keeping).unwrap().keeps_bits());
+        for changing in [
+            "ffn_down*2",
+            "gdn_out*2",
+            "attn_output*2",
+            "gdn_decode*2",
+            "output_norm*2",
+        ] {
+            assert!(
+                !DecodeProbe::parse(changing).unwrap().keeps_bits(),
+                "{changing}"
+            );
+        }
+        for bad in [
+            "ffn_gate_up",
+            "*2",
+            "ffn_gate_up*x",
+            "ffn_gate_up*9",
+            "a*-1",
+        ] {
+            assert!(DecodeProbe::parse(bad).is_err(), "{bad}");
+        }
+        // The last count of a name holds.
+        assert_eq!(
+            DecodeProbe::parse("output*2,output*3")
+                .unwrap()
+                .times("output"),
+            3
+        );
+    }
+}
