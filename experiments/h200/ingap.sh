@@ -19,10 +19,10 @@
 #      step unprobed; integer path), harness_bench's `--probe` report test, and model_qwen35's
 #      integer-path tests with and without FAK_MATVEC_OWN_OUT=1 (their printed fingerprints
 #      must match: "own-out: the default's fingerprints");
-#   2. the sweep on the 27B synth at depth 128 (PROBES below, 64 tokens out, PROBE_ROUNDS 2)
+#   2. the sweep on the 27B synth at depth 128 (PROBES below, 48 tokens out, PROBE_ROUNDS 2)
 #      → probe.log (the probe table and the default's profile rows), probe-json.tgz;
-#   3. `harness bench` default vs FAK_MATVEC_OWN_OUT=1 at depth 128, AB_ROUNDS (2) interleaved
-#      (abbench.sh) → bench.log (with the gdn_qkv/gdn_zba/attn_qk/attn_v rows), bench-json.tgz;
+#   3. `harness bench` default vs FAK_MATVEC_OWN_OUT=1 at depth 128, 64 tokens, AB_ROUNDS (2)
+#      interleaved, as many as BUDGET_S holds (abbench.sh) → bench.log (with the gdn_qkv/gdn_zba/attn_qk/attn_v rows), bench-json.tgz;
 #   4. if carried (MATVEC_BENCH=1) and BUDGET_S allows, matvec-bench on the 27B's gate/up and
 #      ffn_down: alone, with the q8 output, and behind their quantize dispatch → matvec.tsv;
 #   5. if BUDGET_S allows, the sweep again with the probes in reverse order (an order effect
@@ -62,8 +62,10 @@ done
 pins() { # pins LABEL [env...]: model_qwen35's integer-path tests, their printed fingerprints
     local label=$1
     shift
-    echo "== model_qwen35::int_dot $label $* (at $((SECONDS - start)) s)" >> "$OUT/tests.log"
-    env "$@" timeout 60 "$BIN/model" model_qwen35::int_dot --nocapture --test-threads=1 \
+    echo "== model_qwen35::int_dot_{logits,merge} $label $* (at $((SECONDS - start)) s)" \
+        >> "$OUT/tests.log"
+    env "$@" timeout 60 "$BIN/model" model_qwen35::int_dot_logits model_qwen35::int_dot_merge \
+        --nocapture --test-threads=1 \
         > "/tmp/pins-$label.log" 2>&1
     grep -E "^test |test result|panicked at" "/tmp/pins-$label.log" >> "$OUT/tests.log"
     grep -E '^ +\("[^"]+", "[0-9a-f]{16}"\),$' "/tmp/pins-$label.log" > "/tmp/pins-$label.txt"
@@ -111,7 +113,7 @@ sweep() { # sweep LABEL PROBE...: one `harness bench` with the probes, at DEPTH
     for p in "$@"; do args+=(--probe "$p"); done
     echo "== $label (at $((SECONDS - start)) s)" >> "$OUT/probe.log"
     timeout "${SWEEP_S:-110}" "$BIN/harness" bench --model "$model" --depths "${DEPTH:-128}" \
-        --n-out "${NOUT:-64}" --profile-steps 3 --suffix 0 --probe-mib 256 \
+        --n-out "${SWEEP_NOUT:-${NOUT:-48}}" --profile-steps 3 --suffix 0 --probe-mib 256 \
         --probe-rounds "${PROBE_ROUNDS:-2}" "${args[@]}" \
         --json-out "/tmp/probe-json/$label.json" > /tmp/probe.log 2>&1
     echo "rc=$?" >> "$OUT/probe.log"
@@ -125,8 +127,10 @@ kill $CLOCKS 2>/dev/null
 
 # 3. The one form: FAK_MATVEC_OWN_OUT=1 against the default, `harness bench` at depth 128,
 # interleaved (abbench.sh: its own clocks into clocks.csv; bench.log, bench-json.tgz).
-ab_rounds=${AB_ROUNDS:-2}
-if [ $((SECONDS - start + 2 * ab_rounds * ${AB_EST_S:-22})) -le "${BUDGET_S:-190}" ]; then
+# As many rounds (≤ AB_ROUNDS, 2) as the budget holds at AB_EST_S (22 s) a bench.
+ab_rounds=$(((${BUDGET_S:-190} - (SECONDS - start)) / (2 * ${AB_EST_S:-22})))
+[ "$ab_rounds" -le "${AB_ROUNDS:-2}" ] || ab_rounds=${AB_ROUNDS:-2}
+if [ "$ab_rounds" -ge 1 ]; then
     ROUNDS=$ab_rounds EST_S=${AB_EST_S:-22} BUDGET_S=$((${BUDGET_S:-190} - (SECONDS - start))) \
         ROWS="  (gdn_qkv|gdn_zba|gdn_qkvzba|attn_qk|attn_v|attn_qkv) " PRESET=$preset \
         bash experiments/h200/abbench.sh 27b "${DEPTH:-128}" "${NOUT:-64}" default \
