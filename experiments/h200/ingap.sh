@@ -22,7 +22,8 @@
 #   2. the sweep on the 27B synth at depth 128 (PROBES below, 48 tokens out, PROBE_ROUNDS 2)
 #      → probe.log (the probe table and the default's profile rows), probe-json.tgz;
 #   3. `harness bench` default vs FAK_MATVEC_OWN_OUT=1 at depth 128, 64 tokens, AB_ROUNDS (2)
-#      interleaved, as many as BUDGET_S holds (abbench.sh) → bench.log (with the gdn_qkv/gdn_zba/attn_qk/attn_v rows), bench-json.tgz;
+#      interleaved, as many as BUDGET_S holds (abbench.sh) → bench.log (with the gdn_qkv,
+#      gdn_zba, attn_qk, attn_v rows), bench-json.tgz;
 #   4. if carried (MATVEC_BENCH=1) and BUDGET_S allows, matvec-bench on the 27B's gate/up and
 #      ffn_down: alone, with the q8 output, and behind their quantize dispatch → matvec.tsv;
 #   5. if BUDGET_S allows, the sweep again with the probes in reverse order (an order effect
