@@ -796,22 +796,28 @@ fn print_probes(depth: usize, rows: &[ProbeRow]) {
     }
     println!("depth {depth} decode probes (unprofiled µs a token, rounds interleaved):");
     println!(
-        "  {:<40} {:>6} {:>6} {:>10} {:>9} {:>8} {:>5} {:>5}  rounds",
-        "probe", "disp", "Δdisp", "µs/token", "Δµs", "encode", "bits", "same"
+        "  {:>6} {:>6} {:>10} {:>9} {:>8} {:>8} {:>5} {:>5}  {:<24} probe",
+        "disp", "Δdisp", "µs/token", "Δµs", "Δµs/Δd", "encode", "bits", "same", "rounds"
     );
     for r in rows {
         let rounds: Vec<String> = r.us_per_token.iter().map(|us| format!("{us:.1}")).collect();
+        // What one added (or removed) dispatch cost, where the probe changed the count.
+        let per_dispatch = match r.delta_dispatches {
+            0 => "-".to_string(),
+            d => format!("{:.2}", r.delta_us / d as f64),
+        };
         println!(
-            "  {:<40} {:>6} {:>6} {:>10.1} {:>9.1} {:>8.1} {:>5} {:>5}  {}",
-            r.probe,
+            "  {:>6} {:>6} {:>10.1} {:>9.1} {:>8} {:>8.1} {:>5} {:>5}  {:<24} {}",
             r.dispatches_per_token,
             r.delta_dispatches,
             r.median_us,
             r.delta_us,
+            per_dispatch,
             r.encode_us_per_token,
             r.keeps_bits,
             r.same_tokens,
             rounds.join(" "),
+            r.probe,
         );
     }
 }

@@ -163,6 +163,6 @@ if [ $((SECONDS - start + ${EST_S:-70})) -le "${BUDGET_S:-190}" ]; then
 else
     echo "== reversed SKIPPED (at $((SECONDS - start)) s)" >> "$OUT/probe.log"
 fi
-grep -E "^==|^rc=|^depth [0-9]+( decode probes)?:|^  [a-z_*,0-9]+ +[0-9]+ +-?[0-9]+ " "$OUT/probe.log" \
-    | cut -c1-160
+grep -E "^==|^rc=|^depth [0-9]+( decode probes|:)|^ +[0-9]+ +-?[0-9]+ +[0-9.]+ " "$OUT/probe.log" \
+    | cut -c1-200
 grep -E "^==|^depth [0-9]+:" "$OUT/bench.log" 2>/dev/null | cut -c1-160
