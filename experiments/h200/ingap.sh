@@ -119,7 +119,7 @@ sweep() { # sweep LABEL PROBE...: one `harness bench` with the probes, at DEPTH
         --json-out "/tmp/probe-json/$label.json" > /tmp/probe.log 2>&1
     echo "rc=$?" >> "$OUT/probe.log"
     grep -vE "^depth [0-9]+ (prefill|\+)|^  .* (matmul|attn_prefill|gated_delta_chunk|ssm_conv)" \
-        /tmp/probe.log | cut -c1-200 >> "$OUT/probe.log"
+        /tmp/probe.log | cut -c1-300 >> "$OUT/probe.log"
     (cd /tmp/probe-json && tar czf "$OUT/probe-json.tgz" ./*.json)
 }
 mkdir -p /tmp/probe-json
@@ -164,5 +164,5 @@ else
     echo "== reversed SKIPPED (at $((SECONDS - start)) s)" >> "$OUT/probe.log"
 fi
 grep -E "^==|^rc=|^depth [0-9]+( decode probes|:)|^ +[0-9]+ +-?[0-9]+ +[0-9.]+ " "$OUT/probe.log" \
-    | cut -c1-200
+    | cut -c1-300
 grep -E "^==|^depth [0-9]+:" "$OUT/bench.log" 2>/dev/null | cut -c1-160
