@@ -139,6 +139,9 @@ if [ "$ab_rounds" -ge 1 ]; then
 else
     echo "== own-out A/B SKIPPED (at $((SECONDS - start)) s)" >> "$OUT/bench.log"
 fi
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
+    --format=csv,noheader -lms 100 >> "$OUT/clocks.csv" 2>&1 &
+CLOCKS=$!
 
 # 4. The isolated side of the same question (matvec-bench, when carried: MATVEC_BENCH=1):
 # the 27B's gate/up and ffn_down alone (q8), gate/up writing its q8 output (q8+q8out, the
@@ -166,3 +169,4 @@ fi
 grep -E "^==|^rc=|^depth [0-9]+( decode probes|:)|^ +[0-9]+ +-?[0-9]+ +[0-9.]+ " "$OUT/probe.log" \
     | cut -c1-300
 grep -E "^==|^depth [0-9]+:" "$OUT/bench.log" 2>/dev/null | cut -c1-160
+kill $CLOCKS 2>/dev/null
