@@ -124,7 +124,7 @@ sweep() { # sweep LABEL PROBE...: one `harness bench` with the probes, at DEPTH
 }
 mkdir -p /tmp/probe-json
 sweep forward "${PROBES[@]}"
-kill $CLOCKS 2>/dev/null
+kill $CLOCKS 2>/dev/null || true
 
 # 3. The one form: FAK_MATVEC_OWN_OUT=1 against the default, `harness bench` at depth 128,
 # interleaved (abbench.sh: its own clocks into clocks.csv; bench.log, bench-json.tgz).
@@ -169,4 +169,4 @@ fi
 grep -E "^==|^rc=|^depth [0-9]+( decode probes|:)|^ +[0-9]+ +-?[0-9]+ +[0-9.]+ " "$OUT/probe.log" \
     | cut -c1-300
 grep -E "^==|^depth [0-9]+:" "$OUT/bench.log" 2>/dev/null | cut -c1-160
-kill $CLOCKS 2>/dev/null
+kill $CLOCKS 2>/dev/null || true
