@@ -28,10 +28,19 @@
 //!
 //! Without timestamps inside passes (Apple GPUs) there is no per-op time: the report says so and
 //! gives whole-step host times instead.
+//!
+//! With `--probe` (a measurement, not a form: `fak::gpu::profile::DecodeProbe`), each depth's
+//! decode also runs unprofiled under each probe — an op class recorded twice (`ffn_gate_up*2`)
+//! or left out (`ffn_norm*0`) in every layer — interleaved with the default over
+//! `--probe-rounds` rounds on the same loaded model; the difference in µs a token is what that
+//! op costs in its place, without the timestamps that inflate a profile. A probe that keeps the
+//! default's bits (`DecodeProbe::keeps_bits`: repeated ops that only overwrite their outputs)
+//! must decode the default's tokens, and the default the same tokens in every round, or the
+//! bench fails before it reports.
 
 use anyhow::{Context, Result, bail};
 use fak::gpu::kernels::read_probe::{ReadBandwidth, ReadProbe};
-use fak::gpu::profile::OpRecord;
+use fak::gpu::profile::{DecodeProbe, OpRecord};
 use fak::runtime::{Engine, EngineOptions, GenerationStats, SamplingParams, StepProfile};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -78,6 +87,13 @@ pub struct Args {
     /// Seed of the prompt token ids.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// A decode probe timed beside the default at each depth, unprofiled (`op*count,…`; the
+    /// flag once per probe: `--probe ffn_gate_up*2 --probe ffn_norm*0`).
+    #[arg(long = "probe")]
+    pub probes: Vec<String>,
+    /// Rounds of the probes, each the default then every probe in order.
+    #[arg(long, default_value_t = 2, value_parser = crate::flag_values::count(1))]
+    pub probe_rounds: usize,
     /// Print the report as JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -132,6 +148,31 @@ struct DepthReport {
     decode_us_per_token: f64,
     /// roofline_us / decode_us_per_token.
     decode_roofline_fraction: f64,
+    /// `--probe`'s arms, the default first (empty without `--probe`).
+    probes: Vec<ProbeRow>,
+}
+
+/// One arm of `--probe`: the depth's decode, unprofiled, under one probe, in every round.
+#[derive(Serialize)]
+struct ProbeRow {
+    /// `default`, or the probe (`ffn_gate_up*2`).
+    probe: String,
+    dispatches_per_token: usize,
+    /// µs a decoded token in each round.
+    us_per_token: Vec<f64>,
+    /// Their median (the upper one of an even count).
+    median_us: f64,
+    /// median_us − the default's median_us: what the probe added (or, below 0, removed).
+    delta_us: f64,
+    /// dispatches_per_token − the default's.
+    delta_dispatches: i64,
+    /// Host time recording a token's step (the last round's): where it nears median_us, the
+    /// host, not the GPU, sets the rate and delta_us says nothing about the GPU.
+    encode_us_per_token: f64,
+    /// Whether the probe computes the default's bits (`DecodeProbe::keeps_bits`), and whether
+    /// every round decoded the default's tokens.
+    keeps_bits: bool,
+    same_tokens: bool,
 }
 
 /// One profiled prefill of the prompt: every chunk a step timed op by op (one run, not a
@@ -292,6 +333,11 @@ pub fn run(args: Args) -> Result<()> {
     if args.n_out < 2 || args.profile_steps == 0 {
         bail!("--n-out must be at least 2 and --profile-steps at least 1");
     }
+    let probes = args
+        .probes
+        .iter()
+        .map(|spec| DecodeProbe::parse(spec).map_err(|e| anyhow::anyhow!("--probe {e}")))
+        .collect::<Result<Vec<_>>>()?;
     let deepest = *args.depths.iter().max().expect("non-empty");
     let mut options = EngineOptions::from_env()?;
     // Room for the decode after the prompt, and for the cache hit's one token after the suffix.
@@ -323,6 +369,10 @@ pub fn run(args: Args) -> Result<()> {
     for &depth in &args.depths {
         let prompt = random_ids(depth + args.suffix);
         let mut report = measure_depth(&mut engine, &args, &prompt, bandwidth.gb_per_s)?;
+        if !probes.is_empty() {
+            let prompt = &prompt[..depth];
+            report.probes = probe_decode(&mut engine, &probes, prompt, &args)?;
+        }
         if args.sequences > 1 {
             let prompts: Vec<Vec<u32>> = (0..args.sequences).map(|_| random_ids(depth)).collect();
             report.batched = Some(batched_decode(
@@ -426,7 +476,74 @@ fn measure_depth(
         roofline_us,
         decode_us_per_token: decode_us,
         decode_roofline_fraction: roofline_us / decode_us,
+        probes: Vec::new(),
     })
+}
+
+/// `--probe`: the default and each probe decode `n_out` tokens after `prompt`, unprofiled, in
+/// `--probe-rounds` interleaved rounds; fails where a probe that keeps the default's bits (or
+/// the default in a later round) decodes other tokens than the default's first round.
+fn probe_decode(
+    engine: &mut Engine,
+    probes: &[DecodeProbe],
+    prompt: &[u32],
+    args: &Args,
+) -> Result<Vec<ProbeRow>> {
+    let arms: Vec<DecodeProbe> = std::iter::once(DecodeProbe::default())
+        .chain(probes.iter().cloned())
+        .collect();
+    let mut times = vec![Vec::new(); arms.len()];
+    let mut dispatches = vec![0; arms.len()];
+    let mut encode = vec![0.0; arms.len()];
+    let mut same = vec![true; arms.len()];
+    let mut expected: Option<Vec<u32>> = None;
+    for _ in 0..args.probe_rounds {
+        for (i, arm) in arms.iter().enumerate() {
+            engine.set_decode_probe(arm.clone());
+            let stats = engine.generate(
+                prompt,
+                args.n_out,
+                &SamplingParams::greedy(),
+                true,
+                &mut |_| {},
+            );
+            engine.set_decode_probe(DecodeProbe::default());
+            let stats = stats.with_context(|| format!("the decode under probe {arm}"))?;
+            let rate = stats
+                .decode_tokens_per_second()
+                .context("the decode produced fewer than two tokens")?;
+            times[i].push(1e6 / rate);
+            dispatches[i] = stats.decode_step_dispatches;
+            encode[i] = stats.decode_encode.as_secs_f64() * 1e6 / stats.decode_steps.max(1) as f64;
+            let expected = expected.get_or_insert_with(|| stats.tokens.clone());
+            same[i] &= stats.tokens == *expected;
+            if !same[i] && (i == 0 || arm.keeps_bits()) {
+                bail!(
+                    "probe {arm} keeps the default's bits but decoded other tokens than the \
+                     default's first round"
+                );
+            }
+        }
+    }
+    let medians: Vec<f64> = times
+        .iter()
+        .map(|t| median(t.iter().copied()).expect("at least one round"))
+        .collect();
+    Ok(arms
+        .iter()
+        .enumerate()
+        .map(|(i, arm)| ProbeRow {
+            probe: arm.to_string(),
+            dispatches_per_token: dispatches[i],
+            us_per_token: times[i].clone(),
+            median_us: medians[i],
+            delta_us: medians[i] - medians[0],
+            delta_dispatches: dispatches[i] as i64 - dispatches[0] as i64,
+            encode_us_per_token: encode[i],
+            keeps_bits: i == 0 || arm.keeps_bits(),
+            same_tokens: same[i],
+        })
+        .collect())
 }
 
 /// Starts one sequence per prompt, times `n_out - 1` decode steps serving them all (each
@@ -605,6 +722,7 @@ fn print_tables(r: &Report) {
             d.step.wall_us,
         );
         print_ops(&d.step.ops);
+        print_probes(d.depth, &d.probes);
         if let Some(b) = &d.batched {
             println!(
                 "depth {} batched decode: {} sequences, {:.1} tok/s aggregate ({:.2} ms per step \
@@ -668,6 +786,39 @@ fn print_tables(r: &Report) {
                 h.wait_us,
             );
         }
+    }
+}
+
+/// `--probe`'s arms as a table (nothing without them).
+fn print_probes(depth: usize, rows: &[ProbeRow]) {
+    if rows.is_empty() {
+        return;
+    }
+    println!("depth {depth} decode probes (unprofiled µs a token, rounds interleaved):");
+    println!(
+        "  {:>6} {:>6} {:>10} {:>9} {:>8} {:>8} {:>5} {:>5}  {:<24} probe",
+        "disp", "Δdisp", "µs/token", "Δµs", "Δµs/Δd", "encode", "bits", "same", "rounds"
+    );
+    for r in rows {
+        let rounds: Vec<String> = r.us_per_token.iter().map(|us| format!("{us:.1}")).collect();
+        // What one added (or removed) dispatch cost, where the probe changed the count.
+        let per_dispatch = match r.delta_dispatches {
+            0 => "-".to_string(),
+            d => format!("{:.2}", r.delta_us / d as f64),
+        };
+        println!(
+            "  {:>6} {:>6} {:>10.1} {:>9.1} {:>8} {:>8.1} {:>5} {:>5}  {:<24} {}",
+            r.dispatches_per_token,
+            r.delta_dispatches,
+            r.median_us,
+            r.delta_us,
+            per_dispatch,
+            r.encode_us_per_token,
+            r.keeps_bits,
+            r.same_tokens,
+            rounds.join(" "),
+            r.probe,
+        );
     }
 }
 

@@ -615,3 +615,74 @@ fn profiling_leaves_the_sequence_as_it_was() {
     assert!(plain.1[0].iter().all(|x| x.is_finite()));
     assert!(plain == profiled, "profiling changed the decode after it");
 }
+
+/// `harness bench --probe`: the default and each probe decode unprofiled in every round, the
+/// default's row first; a probe's dispatches differ from the default's by what it adds or
+/// leaves out (the profiled step's own row for that op), the deltas are against the default's
+/// median, and a probe that keeps the default's bits decoded the default's tokens (the bench
+/// fails otherwise, before it reports).
+#[test]
+fn bench_probes_time_op_classes_beside_the_default() {
+    let path = tiny("qwen35");
+    let rounds = 2;
+    let out = harness()
+        .args(["bench", "--model"])
+        .arg(&path)
+        .args(["--depths", "12", "--n-out", "3", "--suffix", "0"])
+        .args(["--profile-steps", "1", "--probe-mib", "8", "--json"])
+        .args([
+            "--probe",
+            "attention*2",
+            "--probe",
+            "gdn_decode*0,ffn_gate_up*2",
+        ])
+        .args(["--probe-rounds", &rounds.to_string()])
+        .output()
+        .expect("running harness bench");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("bench --json output");
+    let d = &report["depths"][0];
+    let probes = d["probes"].as_array().expect("probes");
+    let names: Vec<&str> = probes
+        .iter()
+        .map(|p| p["probe"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["default", "attention*2", "gdn_decode*0,ffn_gate_up*2"]
+    );
+    let default_median = f(&probes[0], "median_us");
+    for p in probes {
+        let rounds_us = p["us_per_token"].as_array().expect("rounds");
+        assert_eq!(rounds_us.len(), rounds, "{p}");
+        assert!(rounds_us.iter().all(|v| v.as_f64().unwrap() > 0.0), "{p}");
+        assert_rel("Δµs", f(p, "delta_us"), f(p, "median_us") - default_median);
+        let delta = p["delta_dispatches"].as_i64().unwrap();
+        assert_eq!(
+            delta,
+            u(p, "dispatches_per_token") as i64 - u(&probes[0], "dispatches_per_token") as i64
+        );
+    }
+    assert_eq!(
+        u(&probes[0], "dispatches_per_token"),
+        u(d, "dispatches_per_step")
+    );
+    assert!(probes[0]["same_tokens"].as_bool().unwrap());
+    // attention*2: its row's dispatches once more, the default's tokens.
+    let attention = u(op(d, "attention"), "dispatches") as i64;
+    assert_eq!(probes[1]["delta_dispatches"].as_i64(), Some(attention));
+    assert_eq!(probes[1]["keeps_bits"].as_bool(), Some(true));
+    assert_eq!(probes[1]["same_tokens"].as_bool(), Some(true));
+    // gdn_decode left out: no longer the default's computation.
+    assert_eq!(probes[2]["keeps_bits"].as_bool(), Some(false));
+    let gdn = u(op(d, "gdn_decode"), "dispatches") as i64;
+    let delta = probes[2]["delta_dispatches"].as_i64().unwrap();
+    assert!(
+        delta > -gdn,
+        "{delta} against the gdn_decode row's {gdn}: gate/up added"
+    );
+}

@@ -10,6 +10,7 @@ use fak::gpu::KernelPaths;
 use fak::gpu::kernels::attn_decode::{AttnDecode, oneshot_from_env};
 use fak::gpu::kernels::matmul::Matmul;
 use fak::gpu::kernels::matvec::MatVec;
+use fak::gpu::profile::DecodeProbe;
 use fak::gpu::{ContextOptions, Forced};
 use fak::model::DevicePlan;
 use fak::model::qwen35::Hparams;
@@ -816,6 +817,94 @@ fn the_selftests_int_dot_check_passes_on_the_selftests_model() {
         for c in &checks {
             eprintln!("{c:?}");
             assert!(c.pass, "{c:?}");
+        }
+    }
+}
+
+/// `FAK_DECODE_PROBE` (`DecodeProbe`, `harness bench --probe`: a measurement, not a form): a
+/// decode step under a probe records each named op's dispatches that many times. On the
+/// `trained` file at Q4_K_M (GDN and attention layers, Q4_K and Q6_K products), integer path:
+/// a probe that only repeats ops that overwrite their outputs (every norm's quantize, the
+/// gate/up pairing, the projections, the attention, the head) gives the default's logits bit
+/// for bit and exactly `count` times each probed op's dispatches; a probe that leaves an op out
+/// or repeats one that adds into x gives other logits (so it took effect), all finite; and the
+/// prompt step is never probed (its logits row stays the default's bits under any probe).
+#[test]
+fn a_decode_probe_repeats_or_leaves_out_its_ops_and_keeps_bits_where_it_says() {
+    let args = [
+        "--arch", "qwen35", "--preset", "trained", "--quant", "q4_k_m", "--seed", "3",
+    ];
+    let path = synth_model(&scratch(), "normfold-trained-q4_k_m-3.gguf", &args);
+    let ids = random_ids(5, 6, hparams(&path).n_vocab);
+    let mut o = options(Steps::Decode.prefill_chunk(), Forced::default());
+    o.context.int_dot = Some(true);
+    let mut e = Engine::load(&path, &o).unwrap();
+    let bits = |rows: &[Vec<f32>]| -> Vec<Vec<u32>> {
+        rows.iter()
+            .map(|r| r.iter().map(|v| v.to_bits()).collect())
+            .collect()
+    };
+    let run = |e: &mut Engine, spec: &str| {
+        let probe = DecodeProbe::parse(spec).unwrap();
+        e.set_decode_probe(probe.clone());
+        let logits = e.forced_logits(&ids, 1).unwrap();
+        let seq = e.start(&ids, 2, false).unwrap().seq;
+        let ops = e.profile_step(seq).unwrap().ops;
+        e.finish(seq).unwrap();
+        e.set_decode_probe(DecodeProbe::default());
+        (probe, logits, ops)
+    };
+    let (_, want, default_ops) = run(&mut e, "");
+    assert!(want.iter().flatten().all(|v| v.is_finite()));
+    let names: Vec<&str> = default_ops.iter().map(|op| op.name).collect();
+    eprintln!("decode ops: {names:?}");
+    // Every op that overwrites its outputs, twice and three times; then ops that change what
+    // the step computes (left out, or adding into x twice, or the state advanced twice).
+    let keeping = [
+        "ffn_norm*2,attn_norm*2",
+        "ffn_gate_up*2",
+        "ffn_gate_up*3,ffn_norm*3,attn_norm*2,attention*2,output*2,argmax*2",
+        "gdn_qkv*2,gdn_zba*2,gdn_qkvzba*2,attn_qk*2,attn_qkv*2,attn_v*2",
+    ];
+    let changing = [
+        "ffn_gate_up*0",
+        "ffn_norm*0,attn_norm*0",
+        "ffn_down*2",
+        "gdn_decode*2",
+        "gdn_out*0,attn_output*0",
+    ];
+    for spec in keeping.iter().chain(&changing) {
+        let (probe, got, ops) = run(&mut e, spec);
+        assert_eq!(probe.keeps_bits(), keeping.contains(spec), "{spec}");
+        assert_eq!(ops.len(), default_ops.len(), "{spec}: the same ops noted");
+        for (op, base) in ops.iter().zip(&default_ops) {
+            assert_eq!(op.name, base.name, "{spec}");
+            // The dispatches an op's probe count multiplies: its own, and (ffn_gate_up and
+            // the first projection of a run) its norm's quantize dispatch noted with it.
+            let own = probe.times(op.name) as usize;
+            let quantize = match (op.name, op.kernel) {
+                ("ffn_gate_up", _) => Some("ffn_norm"),
+                (n, "matvec_q8") if base.dispatches > 1 && n != "output" => Some("attn_norm"),
+                _ => None,
+            };
+            let want_dispatches = match quantize {
+                Some(norm) => own * (base.dispatches - 1) + probe.times(norm) as usize,
+                None => own * base.dispatches,
+            };
+            assert_eq!(
+                op.dispatches, want_dispatches,
+                "{spec}: {op:?} against {base:?}"
+            );
+        }
+        assert_eq!(bits(&got[..1]), bits(&want[..1]), "{spec}: the prompt step");
+        assert!(
+            got.iter().flatten().all(|v| v.is_finite()),
+            "{spec}: finite"
+        );
+        if probe.keeps_bits() {
+            assert_eq!(bits(&got), bits(&want), "{spec}: the default's bits");
+        } else {
+            assert_ne!(bits(&got), bits(&want), "{spec}: the probe took effect");
         }
     }
 }

@@ -108,6 +108,97 @@ impl Recorded {
     }
 }
 
+/// A measurement knob, not a form: how many times a decode step records each named op's
+/// dispatches (`FAK_DECODE_PROBE`, or `harness bench --probe`): `ffn_gate_up*2` records the
+/// gate/up product twice back to back in every layer, `ffn_norm*0` leaves the quantize dispatch
+/// before it out. The difference in the unprofiled decode rate is what that op costs in its
+/// place in the model, without the timestamps that inflate a profile (experiments/NOTES.md,
+/// "ingap"). Repeating an op that only reads the step's state and overwrites its own outputs
+/// (a norm's quantize, a projection that does not add into the residual, the head) leaves the
+/// step's bits unchanged; any other count changes what the model computes (timing only).
+///
+/// Keys are the op names a decode step notes (`ffn_gate_up`, `gdn_out`, `attention`), and a
+/// norm's name (`ffn_norm`, `attn_norm`, `output_norm`) for its quantize dispatch, which the
+/// profile notes with the product after it. Prompt steps are never probed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DecodeProbe {
+    counts: Vec<(String, u32)>,
+}
+
+impl DecodeProbe {
+    /// `name*count` pairs, comma-separated (`ffn_gate_up*2,ffn_norm*0`); empty is no probe.
+    pub fn parse(spec: &str) -> Result<DecodeProbe, String> {
+        let mut counts = Vec::new();
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let parsed = part
+                .split_once('*')
+                .and_then(|(name, n)| Some((name.trim(), n.trim().parse::<u32>().ok()?)))
+                .filter(|(name, n)| !name.is_empty() && *n <= 8);
+            match parsed {
+                Some((name, n)) => counts.push((name.to_string(), n)),
+                None => return Err(format!("`{part}`: expected op*count, count 0 to 8")),
+            }
+        }
+        Ok(DecodeProbe { counts })
+    }
+
+    /// `FAK_DECODE_PROBE`'s probe (none when unset).
+    pub fn from_env() -> Result<DecodeProbe, String> {
+        Self::parse(&std::env::var("FAK_DECODE_PROBE").unwrap_or_default())
+    }
+
+    /// How many times a decode step records op `name` (1 unless named).
+    pub fn times(&self, name: &str) -> u32 {
+        self.counts
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map_or(1, |&(_, n)| n)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+
+    /// Whether a step under this probe computes the default's bits: every op it names is left
+    /// out nowhere, and each repeated one only reads the step's state and overwrites its own
+    /// outputs (a norm's quantize dispatch, a projection that does not add into the residual,
+    /// the attention, the head's product and argmax) — not `ffn_down`, `gdn_out`,
+    /// `attn_output` (they add into x), `gdn_decode` (it advances the recurrent state), nor a
+    /// norm in place.
+    pub fn keeps_bits(&self) -> bool {
+        const OVERWRITING: [&str; 6] = [
+            "ffn_norm",
+            "attn_norm",
+            "ffn_gate_up",
+            "attention",
+            "output",
+            "argmax",
+        ];
+        let projection = |n: &str| {
+            (n.starts_with("gdn_") && n != "gdn_out" && n != "gdn_decode")
+                || (n.starts_with("attn_") && n != "attn_output")
+        };
+        self.counts
+            .iter()
+            .all(|(n, c)| *c >= 1 && (OVERWRITING.contains(&n.as_str()) || projection(n)))
+    }
+}
+
+impl std::fmt::Display for DecodeProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts: Vec<String> = self
+            .counts
+            .iter()
+            .map(|(n, c)| format!("{n}*{c}"))
+            .collect();
+        match parts.is_empty() {
+            true => f.write_str("default"),
+            false => f.write_str(&parts.join(",")),
+        }
+    }
+}
+
 /// The ops of one step, and the timestamps between them when profiling.
 pub struct StepMarks<'q> {
     queries: Option<&'q wgpu::QuerySet>,
@@ -119,6 +210,8 @@ pub struct StepMarks<'q> {
     /// The role of the step's tokens, which picks every kernel the step records.
     pub kind: StepKind,
     pub ops: Vec<OpRecord>,
+    /// How many times a decode step records each op ([`DecodeProbe`]; none by default).
+    probe: DecodeProbe,
 }
 
 impl<'q> StepMarks<'q> {
@@ -131,7 +224,42 @@ impl<'q> StepMarks<'q> {
             kv_len,
             kind,
             ops: Vec::new(),
+            probe: DecodeProbe::default(),
         }
+    }
+
+    /// These marks with `probe`'s counts applied to a decode step's ops.
+    pub fn probing(self, probe: &DecodeProbe) -> Self {
+        StepMarks {
+            probe: probe.clone(),
+            ..self
+        }
+    }
+
+    /// Records op `name`'s dispatches through `encode` as many times as the probe says (once
+    /// without one, and always in a prompt step), and returns what they recorded together.
+    pub fn probed(
+        &self,
+        name: &str,
+        pass: &mut wgpu::ComputePass,
+        mut encode: impl FnMut(&mut wgpu::ComputePass) -> Result<Recorded, GpuError>,
+    ) -> Result<Recorded, GpuError> {
+        let times = match self.kind {
+            StepKind::Decode => self.probe.times(name),
+            StepKind::Prompt => 1,
+        };
+        if times == 1 {
+            return encode(pass);
+        }
+        let mut all = Recorded::new("probe_skipped", 0, OpBytes::default());
+        for i in 0..times {
+            let r = encode(pass)?;
+            all = match i {
+                0 => r,
+                _ => Recorded::new(r.kernel, all.dispatches + r.dispatches, all.bytes + r.bytes),
+            };
+        }
+        Ok(all)
     }
 
     /// Records a timestamp after every op into `queries` (made by [`Profiler`]).
@@ -259,5 +387,51 @@ impl Profiler {
                 _ => None,
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DecodeProbe;
+
+    #[test]
+    fn a_probe_parses_its_counts_and_says_which_keep_the_defaults_bits() {
+        let p = DecodeProbe::parse(" ffn_gate_up*2, ffn_norm*0 ,").unwrap();
+        assert_eq!((p.times("ffn_gate_up"), p.times("ffn_norm")), (2, 0));
+        assert_eq!(p.times("ffn_down"), 1, "an op not named is recorded once");
+        assert_eq!(p.to_string(), "ffn_gate_up*2,ffn_norm*0");
+        assert!(!p.keeps_bits(), "a quantize left out");
+        assert!(DecodeProbe::parse("").unwrap().is_empty());
+        assert_eq!(DecodeProbe::default().to_string(), "default");
+        let keeping = "ffn_gate_up*3,attn_norm*2,gdn_qkvzba*2,attn_qk*2,attention*2,output*2";
+        assert!(DecodeProbe::parse(keeping).unwrap().keeps_bits());
+        for changing in [
+            "ffn_down*2",
+            "gdn_out*2",
+            "attn_output*2",
+            "gdn_decode*2",
+            "output_norm*2",
+        ] {
+            assert!(
+                !DecodeProbe::parse(changing).unwrap().keeps_bits(),
+                "{changing}"
+            );
+        }
+        for bad in [
+            "ffn_gate_up",
+            "*2",
+            "ffn_gate_up*x",
+            "ffn_gate_up*9",
+            "a*-1",
+        ] {
+            assert!(DecodeProbe::parse(bad).is_err(), "{bad}");
+        }
+        // The last count of a name holds.
+        assert_eq!(
+            DecodeProbe::parse("output*2,output*3")
+                .unwrap()
+                .times("output"),
+            3
+        );
     }
 }

@@ -21,7 +21,7 @@ use super::sampling::{Sampler, SamplingParams};
 use crate::cache::{CacheConfig, CacheStats, PrefixCache};
 use crate::gguf::Gguf;
 use crate::gpu::kernels::kv_cache::KvDtype;
-use crate::gpu::profile::{OpRecord, Profiler, StepMarks};
+use crate::gpu::profile::{DecodeProbe, OpRecord, Profiler, StepMarks};
 use crate::gpu::step::{HISTORY_LEN, MAX_BATCH, MidSave, StepIo, StepKind, TokenSlot};
 use crate::gpu::{ContextOptions, GpuContext, Step};
 use crate::model::{DeviceModel, DevicePlan};
@@ -63,6 +63,9 @@ pub struct EngineOptions {
     /// known yet, still resumes close to the branch (the second agent sharing a preamble).
     pub snapshot_every: usize,
     pub context: ContextOptions,
+    /// How many times a decode step records each named op (`FAK_DECODE_PROBE`; a measurement,
+    /// not a form: [`DecodeProbe`]). Empty by default.
+    pub decode_probe: DecodeProbe,
 }
 
 impl EngineOptions {
@@ -80,6 +83,8 @@ impl EngineOptions {
             page_size: DevicePlan::PAGE_SIZE,
             snapshot_every: 1024,
             context: ContextOptions::from_env()?,
+            decode_probe: DecodeProbe::from_env()
+                .map_err(|e| RuntimeError::Request(format!("FAK_DECODE_PROBE: {e}")))?,
         })
     }
 }
@@ -365,7 +370,7 @@ impl Engine {
         save: Option<MidSave>,
     ) -> Result<(wgpu::CommandEncoder, Step), RuntimeError> {
         let kv_len = (self.seq(seq)?.pos + n as usize) as u32;
-        let mut marks = StepMarks::counting(kv_len, kind);
+        let mut marks = StepMarks::counting(kv_len, kind).probing(&self.options.decode_probe);
         self.begin_marked_step(seq, n, all_logits, save, &mut marks)
     }
 
@@ -768,7 +773,8 @@ impl Engine {
         let mut marks = match &profiler {
             Some(p) => StepMarks::timed(&p.queries, kv_len, kind),
             None => StepMarks::counting(kv_len, kind),
-        };
+        }
+        .probing(&self.options.decode_probe);
         let (encode_before, submits_before) = (self.encode_time, self.submits);
         let result = record(self, &mut marks);
         let marks_written = marks.marks();
@@ -805,6 +811,12 @@ impl Engine {
     /// host).
     pub fn times_ops(&self) -> bool {
         self.profiler.is_some()
+    }
+
+    /// Sets how many times later decode steps record each named op (`harness bench --probe`
+    /// times several probes on one loaded model).
+    pub fn set_decode_probe(&mut self, probe: DecodeProbe) {
+        self.options.decode_probe = probe;
     }
 
     pub fn options(&self) -> &EngineOptions {

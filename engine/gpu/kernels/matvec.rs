@@ -1223,6 +1223,17 @@ impl MatVec {
         std::env::var("FAK_MATVEC_BATCHED").as_deref() != Ok("0")
     }
 
+    /// Whether a binding without a quantized output binds `yq`/`yd` to a 16-byte buffer of its
+    /// own instead of the kernel's shared placeholder (`FAK_MATVEC_OWN_OUT=1`, opt-in; the same
+    /// bits: nothing writes it). The shared one is a read-write binding of every such dispatch,
+    /// so wgpu puts a barrier between any two of them, even where the second does not read what
+    /// the first wrote — a GDN layer's qkv run and its z, β, α run, an attention layer's q, k
+    /// run and its v run: with a buffer of its own each, the second may start while the first's
+    /// last workgroups drain (experiments/NOTES.md, "ingap").
+    pub fn owns_placeholder_out() -> bool {
+        std::env::var("FAK_MATVEC_OWN_OUT").as_deref() == Ok("1")
+    }
+
     /// `FAK_MATVEC_SPLIT=G` (1, 2 or 4; unset or empty: [`MatVec::default_split`]; 0: none):
     /// [`MatVec::new`]'s batched pipelines for more than G vectors take G of them a workgroup on
     /// a grid B / G times as large ([`MatVecLayout::split_by`]; the same bits). A layout naming
@@ -1811,6 +1822,12 @@ impl MatVec {
             true => (rows * row_bytes, rows_layout.rows_per_workgroup() / 2),
             false => (0, rows_layout.rows_per_workgroup()),
         };
+        let own_out = match (fusion.quantize_output, fusion.residual_output) {
+            (None, None) if Self::owns_placeholder_out() => {
+                Some(storage_buffer(ctx, "matvec output placeholder (own)", 16)?)
+            }
+            _ => None,
+        };
         let ranges = ranges
             .into_iter()
             .map(|range| {
@@ -1865,7 +1882,10 @@ impl MatVec {
                     _ => x_wide.map_or(placeholder.clone(), |x| x.binding(io.x.buffer)),
                 };
                 // yq, yd: the quantized output's whole vectors (vector b at b·rows/4, b·rows/32).
-                let out = self.placeholder_out.as_entire_binding();
+                let out = own_out
+                    .as_ref()
+                    .unwrap_or(&self.placeholder_out)
+                    .as_entire_binding();
                 let (yq, yd) = match (fusion.quantize_output, fusion.residual_output) {
                     (Some(q8), _) => (
                         Window::around(0, batch * rows, align).binding(&q8.codes),

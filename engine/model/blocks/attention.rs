@@ -296,11 +296,15 @@ impl Attention {
     ) -> Result<(), GpuError> {
         let decode = marks.kind == StepKind::Decode;
         if !(decode && self.decode.is_rope()) {
-            let prepared = k.rope_kv.encode(pass, &self.prepare, n)?;
+            let prepared =
+                marks.probed("rope_kv", pass, |p| k.rope_kv.encode(p, &self.prepare, n))?;
             marks.op(pass, "rope_kv", prepared);
         }
+        let kv_len = marks.kv_len;
         let attended = if decode {
-            attn.decode.encode(pass, &self.decode, n, marks.kv_len)?
+            marks.probed("attention", pass, |p| {
+                attn.decode.encode(p, &self.decode, n, kv_len)
+            })?
         } else {
             // A prompt step is one sequence: its last token sees marks.kv_len keys.
             attn.prefill.encode(pass, &self.prefill, n, marks.kv_len)?
@@ -463,7 +467,7 @@ impl AttentionBlock {
             && marks.kind == StepKind::Decode
         {
             // o read as the q8 blocks the decode attention wrote.
-            let recorded = wo.encode(k, pass, n)?;
+            let recorded = marks.probed("attn_output", pass, |p| wo.encode(k, p, n))?;
             marks.op(pass, "attn_output", recorded);
             return Ok(());
         }

@@ -259,11 +259,11 @@ impl DeltaNetBlock {
         if let (Some(kernel), Some(fused)) = (&d.fused, &self.fused)
             && marks.kind == StepKind::Decode
         {
-            let decoded = kernel.encode(pass, fused, batch)?;
+            let decoded = marks.probed("gdn_decode", pass, |p| kernel.encode(p, fused, batch))?;
             marks.op(pass, "gdn_decode", decoded);
             if let Some(out) = &self.out_fed {
                 // y read as the q8 blocks gdn_decode wrote.
-                let recorded = out.encode(k, pass, n)?;
+                let recorded = marks.probed("gdn_out", pass, |p| out.encode(k, p, n))?;
                 marks.op(pass, "gdn_out", recorded);
                 return Ok(());
             }

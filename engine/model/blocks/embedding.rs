@@ -288,7 +288,7 @@ impl OutputHead {
         } else {
             self.lm_head.record(k, &mut pass, tail, marks, "output")?;
         }
-        let recorded = k.argmax.encode(&mut pass, argmax, tail)?;
+        let recorded = marks.probed("argmax", &mut pass, |p| k.argmax.encode(p, argmax, tail))?;
         marks.op(&mut pass, "argmax", recorded);
         Ok(())
     }

@@ -318,7 +318,8 @@ impl Linear {
         marks: &mut StepMarks,
         name: &'static str,
     ) -> Result<(), GpuError> {
-        let recorded = self.encode(k, pass, n, marks.kind)?;
+        let kind = marks.kind;
+        let recorded = marks.probed(name, pass, |p| self.encode(k, p, n, kind))?;
         marks.op(pass, name, recorded);
         Ok(())
     }

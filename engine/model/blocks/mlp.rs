@@ -214,24 +214,28 @@ impl Mlp {
             Some(binding) if marks.kind == StepKind::Decode => {
                 let prefed = self.prefed.as_ref().filter(|p| p.max_batch() >= n);
                 let quantizing = self.quantizing.as_ref().filter(|q| q.max_batch() >= n);
+                let product =
+                    |binding| move |pass: &mut wgpu::ComputePass| k.matvec.encode(pass, binding, n);
                 let recorded = match (prefed, quantizing) {
                     // The mixer's residual add wrote this norm's q8 input.
-                    (Some(prefed), _) => k.matvec.encode(pass, prefed, n)?,
+                    (Some(prefed), _) => marks.probed("ffn_gate_up", pass, product(prefed))?,
                     // The norm and its quantization inside the product.
-                    (None, Some(quantizing)) => k.matvec.encode(pass, quantizing, n)?,
+                    (None, Some(quantizing)) => {
+                        marks.probed("ffn_gate_up", pass, product(quantizing))?
+                    }
                     (None, None) => {
                         let quantized = match &self.quantized {
-                            Some(q) => Some(q.encode(k, pass, n)?),
+                            Some(q) => Some(marks.probed("ffn_norm", pass, |p| q.encode(k, p, n))?),
                             None => None,
                         };
-                        let product = k.matvec.encode(pass, binding, n)?;
+                        let product = marks.probed("ffn_gate_up", pass, product(binding))?;
                         quantized.map_or(product, |q| product.after(q))
                     }
                 };
                 marks.op(pass, "ffn_gate_up", recorded);
                 if let Some(down) = &self.down_fed {
                     // act read as the q8 codes and scales the pairing wrote.
-                    let recorded = down.encode(k, pass, n)?;
+                    let recorded = marks.probed("ffn_down", pass, |p| down.encode(k, p, n))?;
                     marks.op(pass, "ffn_down", recorded);
                     return Ok(());
                 }

@@ -43,7 +43,7 @@ impl Norm {
         marks: &mut StepMarks,
         name: &'static str,
     ) -> Result<(), GpuError> {
-        let recorded = k.rms_norm.encode(pass, &self.binding, n)?;
+        let recorded = marks.probed(name, pass, |p| k.rms_norm.encode(p, &self.binding, n))?;
         marks.op(pass, name, recorded);
         Ok(())
     }

@@ -347,7 +347,7 @@ impl NormedLinears {
         {
             // The previous residual add wrote this norm's q8 input: no quantize dispatch.
             for (i, binding) in bindings {
-                let recorded = k.matvec.encode(pass, binding, n)?;
+                let recorded = marks.probed(names[i], pass, |p| k.matvec.encode(p, binding, n))?;
                 marks.op(pass, names[i], recorded);
             }
             return Ok(());
@@ -356,7 +356,7 @@ impl NormedLinears {
             && let Some(bindings) = self.quantizing(n)
         {
             for (i, binding) in bindings {
-                let recorded = k.matvec.encode(pass, binding, n)?;
+                let recorded = marks.probed(names[i], pass, |p| k.matvec.encode(p, binding, n))?;
                 marks.op(pass, names[i], recorded);
             }
             return Ok(());
@@ -369,7 +369,7 @@ impl NormedLinears {
             Some(bindings) => {
                 // The quantization (the norm folded in) is noted with the first part.
                 let mut quantized = match &self.quantized {
-                    Some(q) => Some(q.encode(k, pass, n)?),
+                    Some(q) => Some(marks.probed(norm_name, pass, |p| q.encode(k, p, n))?),
                     None => None,
                 };
                 // FAK_DECODE_FUSE=merge: the mixed binding at its lead part, none at the other.
@@ -380,7 +380,7 @@ impl NormedLinears {
                         Some((lead, _, mixed)) if *lead == i => mixed,
                         _ => binding,
                     };
-                    let product = k.matvec.encode(pass, binding, n)?;
+                    let product = marks.probed(name, pass, |p| k.matvec.encode(p, binding, n))?;
                     let recorded = quantized.take().map_or(product, |q| product.after(q));
                     marks.op(pass, name, recorded);
                 }

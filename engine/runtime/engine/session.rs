@@ -700,7 +700,8 @@ impl Engine {
     ) -> Result<(Vec<u32>, Vec<Vec<f32>>), RuntimeError> {
         let n = seqs.len();
         let (_, kv_len) = self.set_batch_inputs(seqs)?;
-        let mut marks = StepMarks::counting(kv_len, StepKind::Decode);
+        let mut marks =
+            StepMarks::counting(kv_len, StepKind::Decode).probing(&self.options.decode_probe);
         let mut encoder = self.record_batch_step("batched decode step", n as u32, &mut marks)?;
         let bytes = 4 * n as u64;
         self.batch_slot
