@@ -41,7 +41,9 @@
 use anyhow::{Context, Result, bail};
 use fak::gpu::kernels::read_probe::{ReadBandwidth, ReadProbe};
 use fak::gpu::profile::{DecodeProbe, OpRecord};
-use fak::runtime::{Engine, EngineOptions, GenerationStats, SamplingParams, StepProfile};
+use fak::runtime::{
+    Engine, EngineOptions, GenerationStats, RuntimeError, SamplingParams, StepProfile,
+};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -418,13 +420,7 @@ fn measure_depth(
     gb_per_s: f64,
 ) -> Result<DepthReport> {
     let (prompt, suffix) = request.split_at(request.len() - args.suffix);
-    let stats = engine.generate(
-        prompt,
-        args.n_out,
-        &SamplingParams::greedy(),
-        true,
-        &mut |_| {},
-    )?;
+    let stats = greedy_decode(engine, prompt, args.n_out)?;
     let decode_rate = stats
         .decode_tokens_per_second()
         .context("the decode produced fewer than two tokens")?;
@@ -500,13 +496,7 @@ fn probe_decode(
     for _ in 0..args.probe_rounds {
         for (i, arm) in arms.iter().enumerate() {
             engine.set_decode_probe(arm.clone());
-            let stats = engine.generate(
-                prompt,
-                args.n_out,
-                &SamplingParams::greedy(),
-                true,
-                &mut |_| {},
-            );
+            let stats = greedy_decode(engine, prompt, args.n_out);
             engine.set_decode_probe(DecodeProbe::default());
             let stats = stats.with_context(|| format!("the decode under probe {arm}"))?;
             let rate = stats
@@ -861,4 +851,13 @@ fn print_ops(rows: &[OpRow]) {
             opt(o.roofline_fraction, 100.0, 1),
         );
     }
+}
+
+/// `n_out` greedy tokens after `prompt` (end of sequence ignored), as every bench arm decodes.
+fn greedy_decode(
+    engine: &mut Engine,
+    prompt: &[u32],
+    n_out: usize,
+) -> Result<GenerationStats, RuntimeError> {
+    engine.generate(prompt, n_out, &SamplingParams::greedy(), true, &mut |_| {})
 }

@@ -56,10 +56,22 @@ fn tiny(arch: &str) -> PathBuf {
     tiny_cut(&scratch(), arch, "q4_k_m", 5)
 }
 
+/// What `command` (a `harness bench … --json`) printed, after it succeeded.
+fn json_report(mut command: std::process::Command) -> Value {
+    let out = command.output().expect("running harness bench");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("bench --json output")
+}
+
 /// `harness bench --json` at one depth, checked for what holds whatever the model: the probe,
 /// the step's sums, rates against times. Returns the report and its one depth.
 fn bench(path: &PathBuf) -> (Value, Value) {
-    let out = harness()
+    let mut command = harness();
+    command
         .args(["bench", "--model"])
         .arg(path)
         .args([
@@ -77,15 +89,8 @@ fn bench(path: &PathBuf) -> (Value, Value) {
             &PAGE.to_string(),
         ])
         .args(["--profile-steps", "2", "--probe-mib", "8", "--json"])
-        .args(["--sequences", &SEQUENCES.to_string()])
-        .output()
-        .expect("running harness bench");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("bench --json output");
+        .args(["--sequences", &SEQUENCES.to_string()]);
+    let report = json_report(command);
 
     let bandwidth = &report["bandwidth"];
     assert_eq!(u(bandwidth, "bytes"), 8 << 20);
@@ -625,7 +630,8 @@ fn profiling_leaves_the_sequence_as_it_was() {
 fn bench_probes_time_op_classes_beside_the_default() {
     let path = tiny("qwen35");
     let rounds = 2;
-    let out = harness()
+    let mut command = harness();
+    command
         .args(["bench", "--model"])
         .arg(&path)
         .args(["--depths", "12", "--n-out", "3", "--suffix", "0"])
@@ -636,15 +642,8 @@ fn bench_probes_time_op_classes_beside_the_default() {
             "--probe",
             "gdn_decode*0,ffn_gate_up*2",
         ])
-        .args(["--probe-rounds", &rounds.to_string()])
-        .output()
-        .expect("running harness bench");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("bench --json output");
+        .args(["--probe-rounds", &rounds.to_string()]);
+    let report = json_report(command);
     let d = &report["depths"][0];
     let probes = d["probes"].as_array().expect("probes");
     let names: Vec<&str> = probes
