@@ -22,7 +22,7 @@ M27=/dev/shm/${PRESET:-qwen35-27b}-q4_k_m.gguf
     --quant q4_k_m --seed 0 --fast-random --out "$M27.part" && mv "$M27.part" "$M27"; } ) \
     > /tmp/synth-shortab.log 2>&1 &
 SYNTH=$!
-FAK_MATVEC_SHORT_LAYOUT=64/4/1 FAK_MATVEC_SHORT_MIN_ROWS=1 timeout 40 "$BIN/gpu" \
+FAK_MATVEC_SHORT_LAYOUT=64/4/1 FAK_MATVEC_SHORT_MIN_ROWS=1 timeout 60 "$BIN/gpu" \
     gpu_matvec::a_rows_bits gpu_matvec::layouts_the_kernel 2>&1 \
     | grep -E "^test |test result|panicked at" | cut -c1-300 > "$OUT/tests.log"
 cat "$OUT/tests.log"
