@@ -468,8 +468,8 @@ fn check_q6_form(q6: Q6Loads, layouts: [MatVecLayout; 3], seed: u64) {
 /// engine's own choice: the batched form at every batch unless FAK_MATVEC_BATCHED=0, the staged
 /// for several vectors with FAK_MATVEC_STAGE=1, the split for more than G with
 /// FAK_MATVEC_SPLIT=G, Q6_K's by FAK_MATVEC_SPLIT_Q6 where set; FAK_MATVEC_SHORT_LAYOUT's
-/// layout where its rule takes the 37 rows, against that layout's wide twin), are the wide twin's batch-1 bits for that vector — any form may replace
-/// the wide one at any batch. Each form's default layout on both types, its other
+/// layout where its rule takes the 37 rows, against that layout's wide twin), are the wide
+/// twin's batch-1 bits for that vector — any form may replace the wide one at any batch. Each form's default layout on both types, its other
 /// candidates on one each (alternating); one int-dot variant (lavapipe builds each pipeline in
 /// seconds; the wide twins only their batch-1 pipeline). W has room for its last 16-byte word,
 /// so under FAK_MATVEC_Q6=aligned the engine's kernel reads Q6_K with the aligned loads

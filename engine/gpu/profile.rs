@@ -251,15 +251,12 @@ impl<'q> StepMarks<'q> {
         if times == 1 {
             return encode(pass);
         }
-        let mut all = Recorded::new("probe_skipped", 0, OpBytes::default());
-        for i in 0..times {
+        let mut all: Option<Recorded> = None;
+        for _ in 0..times {
             let r = encode(pass)?;
-            all = match i {
-                0 => r,
-                _ => Recorded::new(r.kernel, all.dispatches + r.dispatches, all.bytes + r.bytes),
-            };
+            all = Some(all.map_or(r, |before| r.after(before)));
         }
-        Ok(all)
+        Ok(all.unwrap_or(Recorded::new("probe_skipped", 0, OpBytes::default())))
     }
 
     /// Records a timestamp after every op into `queries` (made by [`Profiler`]).
