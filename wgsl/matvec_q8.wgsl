@@ -66,6 +66,11 @@ fn xd_scale(k: u32) -> f32 {
     return xd[k];
 }
 
+// strided_squares.wgsl's element (QUANTIZE_X's norm).
+fn squares_value(c: u32) -> f32 {
+    return x[c];
+}
+
 // QUANTIZE_X: x̂ of the n vectors into x_codes, x_scales — quantize_q8.wgsl's NORM pipeline,
 // one workgroup doing every block (the same sums in the same order, the same q8_block). Ends
 // with a barrier; uniform control flow.
@@ -76,10 +81,7 @@ fn quantize_input(n: u32, lanes: Lanes) {
             let base = p.x_index + b * p.x_stride;
             var squares = 0.0;
             if lanes.index < QUANTIZE_LANES {
-                for (var c = lanes.index; c < p.cols; c += QUANTIZE_LANES) {
-                    let v = x[base + c];
-                    squares += v * v;
-                }
+                squares = strided_squares(base + lanes.index, base + p.cols, QUANTIZE_LANES);
             }
             let total = workgroup_sum(squares, lanes);
             let s = 1.0 / sqrt(total / f32(p.cols) + p.eps);

@@ -28,7 +28,8 @@
 // pipelines: NORM ∈ {false, true} (and WG).
 // variants: subgroup (reduce_subgroup.wgsl) | fallback (reduce_workgroup.wgsl): the NORM sum of
 //           squares only.
-// requires: reduce_*.wgsl (struct Lanes, workgroup_sum), step.wgsl, q8_block.wgsl.
+// requires: reduce_*.wgsl (struct Lanes, workgroup_sum), step.wgsl, q8_block.wgsl,
+//           strided_squares.wgsl.
 
 struct Params {
     cols: u32,
@@ -49,13 +50,14 @@ struct Params {
 override WG: u32 = 64u;
 override NORM: bool = false;
 
+// strided_squares.wgsl's element.
+fn squares_value(c: u32) -> f32 {
+    return x[c];
+}
+
 // 1 / rms of vector `base` (every invocation of the workgroup calls it: uniform control flow).
 fn inverse_rms(base: u32, lanes: Lanes) -> f32 {
-    var squares = 0.0;
-    for (var c = lanes.index; c < params.cols; c += WG) {
-        let v = x[base + c];
-        squares += v * v;
-    }
+    let squares = strided_squares(base + lanes.index, base + params.cols, WG);
     let total = workgroup_sum(squares, lanes);
     return 1.0 / sqrt(total / f32(params.cols) + params.eps);
 }

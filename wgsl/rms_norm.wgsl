@@ -14,7 +14,7 @@
 //           busy) × IN_PLACE (y is both read and written: x cannot be bound beside it, wgpu
 //           forbids a read-only and a read-write binding of one buffer in a dispatch).
 // variants: subgroup (reduce_subgroup.wgsl) | fallback (reduce_workgroup.wgsl).
-// requires: reduce_*.wgsl, grid.wgsl, view.wgsl, step.wgsl.
+// requires: reduce_*.wgsl, grid.wgsl, view.wgsl, step.wgsl, strided_squares.wgsl.
 
 struct Params {
     src: View,
@@ -41,6 +41,11 @@ fn load_src(index: u32) -> f32 {
     return x[index];
 }
 
+// strided_squares.wgsl's element.
+fn squares_value(c: u32) -> f32 {
+    return load_src(c);
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) count: vec3<u32>,
         lanes: Lanes) {
@@ -53,11 +58,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) count: ve
     let h = row % params.rows_per_token;
     let src = view_index(params.src, t, h, 0u);
     let dst = view_index(params.dst, t, h, 0u);
-    var squares = 0.0;
-    for (var i = lanes.index; i < params.n; i += WG) {
-        let v = load_src(src + i);
-        squares += v * v;
-    }
+    let squares = strided_squares(src + lanes.index, src + params.n, WG);
     let total = workgroup_sum(squares, lanes);
     let scale = 1.0 / sqrt(total / f32(params.n) + params.eps);
     for (var i = lanes.index; i < params.n; i += WG) {

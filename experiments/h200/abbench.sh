@@ -5,7 +5,8 @@
 # SHAPE 27b or 8b (Q4_K_M --fast-random, seed 0: the files every call script writes); DEPTHS as
 # `bench --depths`; ARM `label` (the defaults) or `label=VAR=value[;VAR=value…]`. Each round runs
 # every arm once, in order, ROUNDS (2) times; a `--flag=value` in an arm's list is passed to
-# `harness bench` instead of the environment (`c2048=--prefill-chunk=2048`); a bench that would pass BUDGET_S from the start (by
+# `harness bench` instead of the environment (`c2048=--prefill-chunk=2048`), and `HARNESS=name`
+# runs $BIN/name instead of $BIN/harness (`base=HARNESS=harness-base`: prepare.sh's BASE_HARNESS); a bench that would pass BUDGET_S from the start (by
 # EST_S a bench, 30) is skipped and logged SKIPPED. SEQS=N adds `--sequences N`; ROWS is the
 # extended regex of profile rows to keep (default: none). Appends to $OUT/bench.log (each arm's
 # `depth` lines and rows), keeps every run's JSON in $OUT/bench-json.tgz; SM clocks every 500 ms
@@ -38,15 +39,17 @@ for round in $(seq "${ROUNDS:-2}"); do
         label=${arm%%=*}
         vars=() flags=()
         [ "$label" = "$arm" ] || IFS=';' read -r -a vars <<< "${arm#*=}"
+        exe=$BIN/harness
         for v in "${vars[@]+"${vars[@]}"}"; do [[ $v == --* ]] && flags+=("$v"); done
-        for i in "${!vars[@]}"; do [[ ${vars[$i]} == --* ]] && unset 'vars[i]'; done
+        for v in "${vars[@]+"${vars[@]}"}"; do [[ $v == HARNESS=* ]] && exe=$BIN/${v#HARNESS=}; done
+        for i in "${!vars[@]}"; do [[ ${vars[$i]} == --* || ${vars[$i]} == HARNESS=* ]] && unset 'vars[i]'; done
         name=$shape-$label-$round
         if [ $((SECONDS - start + ${EST_S:-30})) -gt "${BUDGET_S:-600}" ]; then
             echo "== $name ${vars[*]+${vars[*]}} SKIPPED (at $((SECONDS - start)) s)" | tee -a "$OUT/bench.log"
             continue
         fi
         echo "== $name ${vars[*]+${vars[*]}} ${flags[*]+${flags[*]}} (at $((SECONDS - start)) s)" >> "$OUT/bench.log"
-        env "${vars[@]}" timeout 90 "$BIN/harness" bench --model "$model" --depths "$depths" \
+        env "${vars[@]}" timeout 90 "$exe" bench --model "$model" --depths "$depths" \
             --n-out "$nout" --profile-steps 1 --suffix 0 --probe-mib 256 "${seqs[@]}" "${flags[@]+"${flags[@]}"}" \
             --json-out "/tmp/bench-json/$name.json" > /tmp/bench.log 2>&1
         echo "rc=$?" >> "$OUT/bench.log"

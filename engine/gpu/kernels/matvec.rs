@@ -81,10 +81,10 @@
 //! ([`MatVec::splits_vectors_of`]): a Q6_K unit's W side (loads, funnels, the 6-bit assembly)
 //! costs ~3× a Q4_K unit's and the split repeats it B / G times, so at 8 sequences the split's
 //! occupancy may not pay for Q6_K as it does for Q4_K (experiments/NOTES.md, "mvb8"). The same
-//! bits at every split. `FAK_MATVEC_SHORT_LAYOUT=L` (opt-in, [`ShortRows`]) gives the q8
-//! bindings of short rows (≤ 8192 columns, ≥ `FAK_MATVEC_SHORT_MIN_ROWS` rows) that name no
-//! layout the layout L, e.g. 256/16/1: other bits than [`MatVecLayout::INTEGER`]'s for those
-//! products, at every batch alike.
+//! bits at every split. [`ShortRows`] gives the q8 bindings of short rows (≤ 8192 columns,
+//! ≥ `FAK_MATVEC_SHORT_MIN_ROWS` rows, default 4096) that name no layout 64/4/1, or the layout
+//! `FAK_MATVEC_SHORT_LAYOUT` names (`off`: none): other bits than [`MatVecLayout::INTEGER`]'s
+//! for those products, at every batch alike.
 
 use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::tensors::{bind_group, checked_row_bytes};
@@ -456,7 +456,8 @@ impl MatVecLayout {
     }
 }
 
-/// A layout for the integer products of short rows (opt-in, `FAK_MATVEC_SHORT_LAYOUT`): q8
+/// A layout for the integer products of short rows (on by default; `FAK_MATVEC_SHORT_LAYOUT`
+/// names another or `off`): q8
 /// bindings of at most [`ShortRows::MAX_COLS`] columns and at least `min_rows` rows that name no
 /// layout. Why (experiments/NOTES.md, "mvb8"): [`MatVecLayout::INTEGER`]'s teams of 64 lanes
 /// give a row of 5120 columns (80 wide units) 1.25 units a lane, so a lane's reduction and
@@ -479,12 +480,22 @@ impl ShortRows {
     /// `min_rows` unless `FAK_MATVEC_SHORT_MIN_ROWS` says otherwise.
     pub const MIN_ROWS: u64 = 4096;
 
-    /// `FAK_MATVEC_SHORT_LAYOUT` ([`MatVecLayout::parse`]'s syntax) with
-    /// `FAK_MATVEC_SHORT_MIN_ROWS` (default [`ShortRows::MIN_ROWS`]); None when the layout is
-    /// unset or empty.
+    /// The layout the rule gives where `FAK_MATVEC_SHORT_LAYOUT` names none: 64 invocations in
+    /// 4 teams of 16 lanes (16 rows a workgroup), each lane 5 wide units of a 5120-column row
+    /// against [`MatVecLayout::INTEGER`]'s 1.25. On an H200 (2026-12-06 #15,
+    /// shortab) it took the 27B's 8-sequence aggregate from 258–259 to 282–283 tok/s (+9 %) at
+    /// 0.1–0.2 % of the one-sequence step.
+    pub const DEFAULT_LAYOUT: MatVecLayout = MatVecLayout::new(64, 4, 1);
+
+    /// `FAK_MATVEC_SHORT_LAYOUT` ([`MatVecLayout::parse`]'s syntax; unset or empty:
+    /// [`ShortRows::DEFAULT_LAYOUT`]; `off`: no rule, every binding keeps the layouts above) with
+    /// `FAK_MATVEC_SHORT_MIN_ROWS` (default [`ShortRows::MIN_ROWS`]).
     pub fn from_env() -> Result<Option<ShortRows>, GpuError> {
-        let Some(layout) = MatVecLayout::from_var("FAK_MATVEC_SHORT_LAYOUT")? else {
-            return Ok(None);
+        let text = std::env::var("FAK_MATVEC_SHORT_LAYOUT").unwrap_or_default();
+        let layout = match text.trim() {
+            "off" => return Ok(None),
+            "" => Self::DEFAULT_LAYOUT,
+            named => MatVecLayout::parse(named)?,
         };
         let text = std::env::var("FAK_MATVEC_SHORT_MIN_ROWS").unwrap_or_default();
         let min_rows = match text.trim() {
@@ -1065,7 +1076,7 @@ impl Kernel for MatVec {
             MatVecLayout::QUANTIZING,
         ));
         if variant.int_dot {
-            module = module.with(wgsl::MATVEC_Q8);
+            module = module.with(wgsl::STRIDED_SQUARES).with(wgsl::MATVEC_Q8);
             pipelines.extend(
                 Self::Q8_TYPES
                     .into_iter()

@@ -200,6 +200,7 @@ impl Kernel for QuantizeQ8 {
             .with(wgsl::reduction(variant))
             .with(wgsl::STEP)
             .with(wgsl::Q8_BLOCK)
+            .with(wgsl::STRIDED_SQUARES)
             .with(wgsl::QUANTIZE_Q8);
         let pipelines = [false, true]
             .map(|norm| PipelineSpec {

@@ -91,6 +91,7 @@ impl Kernel for RmsNorm {
             .with(wgsl::GRID)
             .with(wgsl::STEP)
             .with(support::VIEW)
+            .with(wgsl::STRIDED_SQUARES)
             .with(RMS_NORM);
         let pipelines = WORKGROUPS
             .iter()
