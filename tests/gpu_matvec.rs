@@ -1142,8 +1142,8 @@ fn layouts_the_kernel_was_not_written_for_are_refused() {
     {
         assert_eq!(MatVecLayout::parse(&layout.to_string()).unwrap(), layout);
     }
-    // FAK_MATVEC_SHORT_LAYOUT's rule: rows of at most 8192 columns, at least min_rows of them
-    // (the 27B's GDN q/k/v and head take it, its ffn_down and attn_v do not).
+    // The short-row rule: rows of 4097–8192 columns, at least min_rows of them (the 27B's GDN
+    // q/k/v and head take it, its ffn_down and attn_v do not, nor the 8B's 4096-column rows).
     let short = ShortRows {
         layout: MatVecLayout::QUANTIZING,
         min_rows: ShortRows::MIN_ROWS,
@@ -1153,6 +1153,7 @@ fn layouts_the_kernel_was_not_written_for_are_refused() {
         (248_320, 5120, true),
         (5120, 6144, true),
         (5120, 17408, false),
+        (24576, 4096, false),
         (1024, 5120, false),
     ] {
         let expected = takes.then_some(MatVecLayout::QUANTIZING);

@@ -69,6 +69,12 @@ fn every_arm_runs_the_matched_envelope() {
         .output()
         .unwrap();
     assert!(run.status.success(), "{}", stderr_of(&run));
+    // The engine's FAK_* environment (this run sets FAK_CACHE) is part of what the packet names.
+    let flags = raw(&out, "fak-native")["engine"]["flags"].to_string();
+    assert!(
+        flags.contains("fak_env") && flags.contains("FAK_CACHE"),
+        "{flags}"
+    );
     for arm in ["fak-native", "llama.cpp", "mlx"] {
         let r = raw(&out, arm);
         assert_eq!(r["status"]["state"], "ran", "{arm}: {}", r["status"]);

@@ -52,6 +52,14 @@ impl FakNative {
     }
 }
 
+/// Every FAK_* variable set for the run (layouts, forms, probes, as the engine's children inherit
+/// them): a packet names the engine it measured, not only the adapter switches.
+pub(crate) fn fak_env() -> std::collections::BTreeMap<String, String> {
+    std::env::vars()
+        .filter(|(k, _)| k.starts_with("FAK_"))
+        .collect()
+}
+
 impl JsonlChild for FakNative {
     fn name(&self) -> &'static str {
         self.label
@@ -69,6 +77,7 @@ impl JsonlChild for FakNative {
             "FAK_FORCE": env("FAK_FORCE"),
             "FAK_COOP_MATRIX": env("FAK_COOP_MATRIX"),
             "FAK_INT_DOT": env("FAK_INT_DOT"),
+            "fak_env": fak_env(),
         })
     }
 

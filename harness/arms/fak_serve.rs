@@ -207,6 +207,7 @@ impl Arm for FakServe {
         json!({
             "args": self.args(), "stream": true, "endpoint": "/v1/completions",
             "cache_mem": self.cache_mem, "max_seqs": self.max_seqs, "page_size": self.page_size,
+            "fak_env": super::fak_native::fak_env(),
         })
     }
 

@@ -81,7 +81,7 @@
 //! ([`MatVec::splits_vectors_of`]): a Q6_K unit's W side (loads, funnels, the 6-bit assembly)
 //! costs ~3× a Q4_K unit's and the split repeats it B / G times, so at 8 sequences the split's
 //! occupancy may not pay for Q6_K as it does for Q4_K (experiments/NOTES.md, "mvb8"). The same
-//! bits at every split. [`ShortRows`] gives the q8 bindings of short rows (≤ 8192 columns,
+//! bits at every split. [`ShortRows`] gives the q8 bindings of short rows (4097–8192 columns,
 //! ≥ `FAK_MATVEC_SHORT_MIN_ROWS` rows, default 4096) that name no layout 64/4/1, or the layout
 //! `FAK_MATVEC_SHORT_LAYOUT` names (`off`: none): other bits than [`MatVecLayout::INTEGER`]'s
 //! for those products, at every batch alike.
@@ -151,6 +151,8 @@ impl MatVecLayout {
     pub const QUANTIZING_TEAMS: u32 = 16;
     /// The layout a gate/up pairing that quantizes its output takes unless told otherwise.
     pub const QUANTIZING: MatVecLayout = MatVecLayout::new(256, 16, 1);
+    /// The short-row rule's ([`ShortRows::DEFAULT_LAYOUT`]): 4 teams of 16 on 16 rows.
+    pub const SHORT: MatVecLayout = MatVecLayout::new(64, 4, 1);
     /// Teams a layout needs for [`MatVecFusion::residual_output`]: 8 teams of 4 rows own one
     /// q8 block of the residual.
     pub const PRODUCING_TEAMS: u32 = 8;
@@ -187,10 +189,11 @@ impl MatVecLayout {
     ];
 
     /// The batched form's layouts that tests/gpu_matvec.rs checks and experiments/matvec-bench
-    /// times (issue 21's batched decode): the wide candidates' twins and 16 teams of 16 with
-    /// two units in flight.
-    pub const BATCHED_CANDIDATES: [MatVecLayout; 5] = [
+    /// times (issue 21's batched decode): the wide candidates' twins, the short-row rule's
+    /// layout and 16 teams of 16 with two units in flight.
+    pub const BATCHED_CANDIDATES: [MatVecLayout; 6] = [
         Self::INTEGER.batched_form(),
+        Self::SHORT.batched_form(),
         Self::new(128, 8, 1).batched_form(),
         Self::new(128, 4, 2).batched_form(),
         Self::QUANTIZING.batched_form(),
@@ -199,10 +202,12 @@ impl MatVecLayout {
 
     /// The batched form's split layouts (opt-in) that tests/gpu_matvec.rs checks and
     /// experiments/matvec-bench times: the engine's projection and quantizing gate/up layouts
-    /// with 4 vectors a workgroup, 256/4/1 with 2, and the two-units layout with 2.
-    pub const SPLIT_CANDIDATES: [MatVecLayout; 4] = [
+    /// with 4 vectors a workgroup, 256/4/1 and the short-row rule's layout with 2 (the
+    /// engine's split on a GPU), and the two-units layout with 2.
+    pub const SPLIT_CANDIDATES: [MatVecLayout; 5] = [
         Self::INTEGER.split_by(4),
         Self::INTEGER.split_by(2),
+        Self::SHORT.split_by(2),
         Self::QUANTIZING.split_by(4),
         Self::new(256, 16, 2).split_by(2),
     ];
@@ -458,7 +463,8 @@ impl MatVecLayout {
 
 /// A layout for the integer products of short rows (on by default; `FAK_MATVEC_SHORT_LAYOUT`
 /// names another or `off`): q8
-/// bindings of at most [`ShortRows::MAX_COLS`] columns and at least `min_rows` rows that name no
+/// bindings of more than [`ShortRows::NARROW_COLS`] and at most [`ShortRows::MAX_COLS`] columns
+/// and at least `min_rows` rows that name no
 /// layout. Why (experiments/NOTES.md, "mvb8"): [`MatVecLayout::INTEGER`]'s teams of 64 lanes
 /// give a row of 5120 columns (80 wide units) 1.25 units a lane, so a lane's reduction and
 /// bookkeeping weigh as much as its products; 16 teams of 16 lanes give it 5, and on an H100
@@ -477,6 +483,11 @@ impl ShortRows {
     /// The longest rows the rule takes: the 8B's and 27B's attention and GDN projections, the
     /// head and gate/up (4096–6144 columns); not ffn_down (12288, 17408).
     pub const MAX_COLS: u64 = 8192;
+    /// Rows this short or shorter keep their layout: the Qwen3-8B's 4096-column products lost
+    /// 3.3 % of its one-sequence decode in 64/4/1 on an H100 (233.5 against 241.4 tok/s, for
+    /// +3–6 % at 8 sequences), where the 27B's 5120 and 6144 lost 0.1–0.8 % for +9–11 %
+    /// (experiments/NOTES.md, session 2026-12-06 #15, calls 1 and 2).
+    pub const NARROW_COLS: u64 = 4096;
     /// `min_rows` unless `FAK_MATVEC_SHORT_MIN_ROWS` says otherwise.
     pub const MIN_ROWS: u64 = 4096;
 
@@ -485,7 +496,7 @@ impl ShortRows {
     /// against [`MatVecLayout::INTEGER`]'s 1.25. On an H200 (2026-12-06 #15,
     /// shortab) it took the 27B's 8-sequence aggregate from 258–259 to 282–283 tok/s (+9 %) at
     /// 0.1–0.2 % of the one-sequence step.
-    pub const DEFAULT_LAYOUT: MatVecLayout = MatVecLayout::new(64, 4, 1);
+    pub const DEFAULT_LAYOUT: MatVecLayout = MatVecLayout::SHORT;
 
     /// `FAK_MATVEC_SHORT_LAYOUT` ([`MatVecLayout::parse`]'s syntax; unset or empty:
     /// [`ShortRows::DEFAULT_LAYOUT`]; `off`: no rule, every binding keeps the layouts above) with
@@ -510,7 +521,8 @@ impl ShortRows {
 
     /// The layout of a binding of `rows` × `cols` under this rule, None where it does not apply.
     pub fn layout_of(self, rows: u64, cols: u64) -> Option<MatVecLayout> {
-        (cols <= Self::MAX_COLS && rows >= self.min_rows).then_some(self.layout)
+        (cols > Self::NARROW_COLS && cols <= Self::MAX_COLS && rows >= self.min_rows)
+            .then_some(self.layout)
     }
 }
 
