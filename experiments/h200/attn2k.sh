@@ -74,7 +74,7 @@ fi
 grep -E "^==|test result|FAILED|panicked" "$OUT/tests.log"
 echo "[${SECONDS} s] tests done"
 
-wait $SYNTH8 || { tail -3 /tmp/synth8.log; kill $CLOCKS; exit 1; }
+wait $SYNTH8 || { tail -3 /tmp/synth8.log; kill $CLOCKS 2> /dev/null; exit 1; }
 echo "[${SECONDS} s] synth done"
 
 mkdir -p /tmp/bench-json
@@ -119,9 +119,10 @@ done
 bench rows64 1 "" 64x32fl "${DEPTHS%%,*}"
 bench rows32 1 "" 32x32fl "${DEPTHS%%,*}"
 # A third round where the budget leaves one (the skip check stops a half round).
+EXTRA=$((${ROUNDS:-2} + 1))
 if [ $((SECONDS + 45)) -le "$BUDGET_S" ]; then
-    bench default 3 ""
-    bench long 3 long
+    bench default "$EXTRA" ""
+    bench long "$EXTRA" long
 fi
 cat "$OUT/attn.tsv"
 # Per depth and arm, the attention's mean ms over the rounds and long's change.
@@ -136,5 +137,5 @@ for depth in sorted({d for d, _ in ms}, key=int):
         ma, mb = sum(a) / len(a), sum(b) / len(b)
         print(f"depth {depth}: attention default {ma:.2f} ms, long {mb:.2f} ms ({mb / ma - 1:+.1%})")
 EOF
-kill $CLOCKS
+kill $CLOCKS 2> /dev/null
 echo "[${SECONDS} s] done"
