@@ -8,11 +8,14 @@
 //! flash form's included (plain, lean, lean-k and lean-a), and with O rescaled on every growth of a row's
 //! max (staged, flash, lean, lean-k and lean-a); the lean steps' bits against the flash tiles';
 //! keys split across workgroups and combined, at
-//! forced split counts. Cache slots past the step's last token hold NaN, so a causal leak fails
+//! forced split counts; the row tiles taken longest first (the same bits as in order); the lean
+//! step's tiles of 128, 64 and 32 rows unsplit (the same bits). Cache slots past the step's last token hold NaN, so a causal leak fails
 //! the test; the split partials start as NaN too, so a combine reading one no split wrote fails.
 
 use fak::gpu::kernels::attn_decode::AttnShape;
-use fak::gpu::kernels::attn_prefill::{AttnPrefill, CoopForm, CoopTile, PrefillIo, SplitKeys};
+use fak::gpu::kernels::attn_prefill::{
+    AttnPrefill, CoopForm, CoopTile, PrefillIo, SplitKeys, TileOrder,
+};
 use fak::gpu::step::PageTable;
 
 use fak::gpu::kernels::support::{Positions, View};
@@ -279,6 +282,114 @@ fn the_lean_step_computes_the_flash_tiles_bits() {
                     assert_eq!(bits(&outputs[1]), bits(&outputs[0]), "lean, {what}");
                     assert_eq!(bits(&outputs[2]), bits(&outputs[0]), "lean-k, {what}");
                     assert_eq!(bits(&outputs[3]), bits(&outputs[0]), "lean-a, {what}");
+                }
+            }
+        }
+    }
+}
+
+/// The engine's kernel of every variant this adapter runs (lavapipe: the f32-tile kernel), and
+/// on cooperative matrices the staged kernel's tile and every flash row count's lean step (the
+/// 8B's default, 128 rows, and its 64- and 32-row twins), each in the default tile order.
+fn ordered_kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
+    let mut out: Vec<AttnPrefill> = variants::<AttnPrefill>(ctx)
+        .into_iter()
+        .map(|paths| AttnPrefill::new(ctx, paths, shape).unwrap())
+        .collect();
+    let limit = ctx.device.limits().max_compute_workgroup_storage_size;
+    for paths in coop_paths(ctx) {
+        let coop = paths.coop_matrix.expect("a coop path");
+        let staged = CoopTile::fitting(coop, shape.head_dim, limit);
+        let lean = CoopTile::candidates(coop, shape.head_dim)
+            .filter(|tile| tile.lean && !tile.pair_k && !tile.ahead)
+            .filter(|tile| tile.workgroup_bytes() <= limit);
+        for tile in staged.into_iter().chain(lean) {
+            out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(tile)).unwrap());
+        }
+    }
+    out.into_iter()
+        .map(|kernel| kernel.with_order(TileOrder::Rows))
+        .collect()
+}
+
+/// Which row tile a workgroup takes ([`TileOrder`]) changes when the tile runs, not what it
+/// computes: longest first, every kernel's outputs match the reference and are the default
+/// order's bit for bit (and finite), on steps of several row tiles — a fresh 70-token prompt on
+/// pages of 64 (the engine's), 37 tokens after 100 through the token table on pages of 16 —
+/// unsplit and in 3 splits (the combine finds a row's tile by its rows, whichever workgroup
+/// computed it).
+#[test]
+fn the_tile_order_changes_no_bits() {
+    let ctx = gpu();
+    let bits = |o: &[f32]| o.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    for (i, shape) in shapes().into_iter().enumerate() {
+        for mut kernel in ordered_kernels(ctx, shape) {
+            for splits in [1u32, 3] {
+                kernel = kernel.with_split(SplitKeys::Fixed(splits));
+                let cases = [(0u32, 70u32, false, 64u32), (100, 37, true, 16)];
+                for (start, n_tokens, table, page) in cases {
+                    let case = Case {
+                        shape,
+                        start,
+                        n_tokens,
+                        table,
+                    };
+                    let seed = u64::from(start + splits) + i as u64;
+                    kernel = kernel.with_order(TileOrder::Rows);
+                    let rows = attn_prefill::run_case_in_pages(ctx, &kernel, &case, seed, page);
+                    kernel = kernel.with_order(TileOrder::LongFirst);
+                    let long = attn_prefill::run_case_in_pages(ctx, &kernel, &case, seed, page);
+                    long.assert();
+                    let what = &long.what;
+                    assert!(long.got.iter().all(|x| x.is_finite()), "{what}");
+                    assert_eq!(bits(&long.got), bits(&rows.got), "longest first, {what}");
+                }
+            }
+        }
+    }
+}
+
+/// A row's arithmetic in the flash form's lean step does not depend on how many rows its tile
+/// holds: its 16-row block sits at the same place in any tile (tiles start at multiples of 32
+/// rows), its key steps are the same 32-key runs from key 0, and the steps a taller tile runs
+/// past the row's position weigh nothing exactly (P = 0, α = 1). So unsplit, the 128-, 64- and
+/// 32-row tiles give the same bits — what a rule taking short steps on shorter tiles would need
+/// to keep a row's bits independent of the step it shares (issue 21). Only where the adapter has
+/// 16×16 cooperative matrices (none on lavapipe). Splits cut each tile's own keys, so split
+/// tiles of different heights sum in different runs: not compared.
+#[test]
+fn the_lean_row_counts_compute_the_same_bits() {
+    let ctx = gpu();
+    let limit = ctx.device.limits().max_compute_workgroup_storage_size;
+    let bits = |o: &[f32]| o.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    for (i, shape) in shapes().into_iter().enumerate() {
+        for paths in coop_paths(ctx) {
+            let coop = paths.coop_matrix.expect("a coop path");
+            let kernels: Vec<AttnPrefill> = CoopTile::candidates(coop, shape.head_dim)
+                .filter(|tile| tile.lean && !tile.pair_k && !tile.ahead)
+                .filter(|tile| tile.workgroup_bytes() <= limit)
+                .map(|tile| {
+                    AttnPrefill::with_tile(ctx, paths, shape, Some(tile))
+                        .unwrap()
+                        .with_split(SplitKeys::NEVER)
+                })
+                .collect();
+            let cases = [(0u32, 70u32, false, 64u32), (100, 37, true, 16)];
+            for (start, n_tokens, table, page) in cases {
+                let case = Case {
+                    shape,
+                    start,
+                    n_tokens,
+                    table,
+                };
+                let seed = u64::from(start) + i as u64;
+                let outputs: Vec<_> = kernels
+                    .iter()
+                    .map(|kernel| attn_prefill::run_case_in_pages(ctx, kernel, &case, seed, page))
+                    .collect();
+                for out in &outputs {
+                    out.assert();
+                    assert_eq!(bits(&out.got), bits(&outputs[0].got), "{}", out.what);
                 }
             }
         }

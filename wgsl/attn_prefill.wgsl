@@ -76,8 +76,9 @@ fn main(
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) local: u32,
 ) {
-    let row0 = wg.x * BM;
-    let g = wg.y;
+    let tile = tile_and_head(wg, groups);
+    let row0 = tile.x * BM;
+    let g = tile.y;
     let n_rows = step_tokens() * GROUP;
     if row0 >= n_rows {
         return;

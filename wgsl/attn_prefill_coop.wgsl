@@ -362,8 +362,9 @@ fn main(
     @builtin(subgroup_id) subgroup: u32,
     @builtin(subgroup_invocation_id) lane: u32,
 ) {
-    let row0 = wg.x * BM;
-    let g = wg.y;
+    let tile = tile_and_head(wg, groups);
+    let row0 = tile.x * BM;
+    let g = tile.y;
     if row0 >= step_tokens() * GROUP {
         return;
     }

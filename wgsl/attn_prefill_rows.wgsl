@@ -6,12 +6,13 @@
 // for query head h = g·GROUP + r, so the tile's key and value rows serve all GROUP heads of its
 // tokens (GQA read sharing) and its causal limit is its last token's position.
 // Key splits (flash-decoding for prefill): a kernel's dispatch has z = S splits (S from the host,
-// read back as num_workgroups.z, so no uniform changes between steps). Workgroup (x, g, s) walks
-// split s of its tile's keys 0..limit, cut into whole runs of SPLIT_KEYS (key_split): a tile with
-// keys for one split only writes o itself; otherwise each split that holds keys writes every row's
-// partial (Σ 2^(s_j − m) v_j, m, l) over its keys — a row none of whose keys fall in the split
-// writes (0, NEG, 0) — and splits without keys return at once. The combine entry point merges
-// them (attn_combine.wgsl).
+// read back as num_workgroups.z, so no uniform changes between steps). Workgroup (x, y, s) walks
+// split s of the keys 0..limit of its row tile and kv head (tile_and_head: tile x of kv head y
+// in the default order), cut into whole runs of SPLIT_KEYS (key_split): a tile with keys for one
+// split only writes o itself; otherwise each split that holds keys writes every row's partial
+// (Σ 2^(s_j − m) v_j, m, l) over its keys — a row none of whose keys fall in the split writes
+// (0, NEG, 0) — and splits without keys return at once. The combine entry point merges them
+// (attn_combine.wgsl).
 // bindings: 0 q (read) · 1 k_cache (read) · 2 v_cache (read) · 3 page_table (read)
 //           · 4 token_slots (read) · 5 o (read_write) · 6 params (uniform) · 7 step (uniform)
 //           · 8 partials (read_write: n_tokens·n_head·S partials of HEAD_DIM + 2 floats)
@@ -20,7 +21,7 @@
 // requires: consts HEAD_DIM (a multiple of 4), GROUP and the kernel's BM; kv_f32|kv_f16.wgsl,
 //           kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl, attn_combine.wgsl.
 // provides: the bindings, override TOKEN_TABLE; NEG, LOG2_E, SPLIT_KEYS; step_tokens,
-//           row_token_head, query_element, cache_element, cache_quad, tile_key_limit, KeySplit,
+//           tile_and_head, row_token_head, query_element, cache_element, cache_quad, tile_key_limit, KeySplit,
 //           key_split, store_output, store_stats, store_o (x itself: a prompt step applies an
 //           output gate as an op of its own); the entry point combine.
 
@@ -32,7 +33,8 @@ struct Params {
     // Tokens the q/o bindings hold (the binding's max_tokens): a Step asking for more reads no
     // further.
     max_tokens: u32,
-    pad0: u32,
+    // The order in which a dispatch's workgroups take their row tiles (tile_and_head).
+    order: u32,
     pad1: u32,
 }
 
@@ -83,6 +85,24 @@ fn query_element(rho: u32, g: u32, d: u32, qscale: f32) -> f32 {
         return 0.0;
     }
     return q[view_index(params.q, th.x, th.y, d)] * qscale;
+}
+
+// The row tile (x) and kv head (y) workgroup wg of a dispatch of groups.x row tiles × groups.y kv
+// heads (× key splits) computes. Order 0: tile wg.x of kv head wg.y. Order 1, longest first: the
+// workgroups, in the order the GPU starts them (x fastest, then y), take the row tiles from the
+// last down, all kv heads of a tile together. A causal step's last tile has the most keys (one
+// sequence: each tile a key step more than the one before), and a step of more workgroups than
+// the GPU holds at once (the 8B's 2048 tokens: 512 of them, one an SM) runs its workgroups as SMs
+// free up: in order 0 the longest start last and the step waits on their tail (166 key steps of
+// wave for 126 of work a multiprocessor), longest first lets the short ones fill in behind (127).
+// The same tiles, rows, splits and keys either way, so the same bits (experiments/NOTES.md
+// "attn2k").
+fn tile_and_head(wg: vec3<u32>, groups: vec3<u32>) -> vec2<u32> {
+    if params.order == 0u {
+        return wg.xy;
+    }
+    let i = wg.y * groups.x + wg.x;
+    return vec2<u32>(groups.x - 1u - i / groups.y, i % groups.y);
 }
 
 // Keys the tile of rows row0..row0 + rows (row0 < n_rows) attends to: 0..=its last token's

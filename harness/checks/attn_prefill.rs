@@ -136,7 +136,7 @@ pub fn run_case_in_pages(
     Output {
         part: "",
         what: format!(
-            "{} ({:?}) {:?} tokens {}..{} table {} splits {splits} ({:?})",
+            "{} ({:?}) {:?} tokens {}..{} table {} splits {splits} ({:?}) {:?} pages of {page}",
             kernel.variant(),
             kernel.tile(),
             case.shape,
@@ -144,6 +144,7 @@ pub fn run_case_in_pages(
             end,
             case.table,
             kernel.split(),
+            kernel.order(),
         ),
         got,
         want,

@@ -32,6 +32,10 @@
 //! tokens against many cached keys: a prefix-cache hit) runs each tile's keys in several
 //! workgroups, and a combining pass merges their partials (wgsl/attn_combine.wgsl, shared with
 //! the decode attention). [`SplitKeys`] picks the count per step on the host.
+//!
+//! Tile order: which row tile each workgroup of a step takes ([`TileOrder`]: by default tile x
+//! of kv head y; `FAK_ATTN_ORDER=long`, the longest first) changes when a tile runs, never what
+//! it computes: the same bits in either order.
 
 use super::attn_decode::{ATTN_COMBINE, AttnShape, MAX_SPLITS, attention_bytes};
 use super::kv_cache::{KvCache, KvDtype, check_dtype};
@@ -503,6 +507,63 @@ impl SplitKeys {
     }
 }
 
+/// In which order a step's workgroups take its row tiles ([`AttnPrefill::with_order`]; the
+/// kernels' `tile_and_head`, wgsl/attn_prefill_rows.wgsl). Either order runs the same tiles over
+/// the same keys and splits, so a row's bits do not depend on it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum TileOrder {
+    /// Workgroup (x, y) takes row tile x of kv head y: a causal step's shortest tiles start
+    /// first, kv head by kv head.
+    Rows,
+    /// The workgroups, in the order the GPU starts them (x fastest, then y), take the row tiles
+    /// from the last (of one sequence: the most keys) down, all kv heads of a tile together; so
+    /// where a step has more workgroups than the GPU runs at once, the short tiles fill in
+    /// behind the long ones instead of the long ones starting last. Counted for the Qwen3-8B's
+    /// 2048-token step on an H100 (experiments/NOTES.md "attn2k": 64 row tiles of 128 rows × 8
+    /// kv heads = 512 workgroups, one an SM, tile i running i + 1 key steps of 32): a wave of
+    /// 166 key steps a multiprocessor in [`TileOrder::Rows`], 127 longest first, for 126 of work.
+    LongFirst,
+}
+
+impl TileOrder {
+    /// The engine's order where `FAK_ATTN_ORDER` is unset.
+    pub const DEFAULT: TileOrder = TileOrder::Rows;
+    /// The variable that overrides [`TileOrder::DEFAULT`] in [`AttnPrefill::new`].
+    pub const VAR: &'static str = "FAK_ATTN_ORDER";
+
+    /// The order `FAK_ATTN_ORDER` asks for ([`TileOrder::named`]; unset: `default`).
+    pub fn requested(default: TileOrder) -> Result<Self, GpuError> {
+        match std::env::var(Self::VAR) {
+            Err(std::env::VarError::NotPresent) => Ok(default),
+            Ok(v) if v.is_empty() => Ok(default),
+            Ok(v) => Self::named(&v),
+            Err(e) => Self::named(&format!("{e}")),
+        }
+    }
+
+    /// The order a value of `FAK_ATTN_ORDER` names: empty, the default; `rows`; `long` (the
+    /// longest tiles first). Anything else is an error naming the variable.
+    pub fn named(value: &str) -> Result<Self, GpuError> {
+        match value {
+            "" => Ok(Self::DEFAULT),
+            "rows" => Ok(TileOrder::Rows),
+            "long" => Ok(TileOrder::LongFirst),
+            _ => Err(shape_error(
+                AttnPrefill::NAME,
+                format!("{}={value:?} is neither empty, rows nor long", Self::VAR),
+            )),
+        }
+    }
+
+    /// `Params::order` (wgsl/attn_prefill_rows.wgsl's `tile_and_head`).
+    fn code(self) -> u32 {
+        match self {
+            TileOrder::Rows => 0,
+            TileOrder::LongFirst => 1,
+        }
+    }
+}
+
 /// `Params` of wgsl/attn_prefill.wgsl.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -512,7 +573,9 @@ struct Params {
     o: support::ViewParams,
     scale: f32,
     max_tokens: u32,
-    pad: [u32; 2],
+    /// [`TileOrder::code`].
+    order: u32,
+    pad: u32,
 }
 
 /// What a prefill binding reads and writes.
@@ -542,6 +605,7 @@ pub struct AttnPrefill {
     shape: AttnShape,
     tile: Option<CoopTile>,
     split: SplitKeys,
+    order: TileOrder,
     layout: wgpu::BindGroupLayout,
     /// main, then combine, each with Step positions then with the token table.
     pipelines: Vec<wgpu::ComputePipeline>,
@@ -741,7 +805,9 @@ impl AttnPrefill {
     /// Builds the variant `paths` selects ([`AttnPrefill::select`]) for `shape`; on cooperative
     /// matrices the tile `FAK_ATTN_PREFILL` leaves chosen ([`AttnPrefill::chosen_tile`]: by
     /// default on 16×16 matrices the tile with the most rows whose workgroup memory the device
-    /// has), or the f32-tile kernel where none is.
+    /// has), or the f32-tile kernel where none is; split by `FAK_ATTN_SPLIT`'s rule
+    /// ([`SplitKeys::requested`]) and its tiles in `FAK_ATTN_ORDER`'s order
+    /// ([`TileOrder::requested`]).
     pub fn new(ctx: &GpuContext, paths: KernelPaths, shape: AttnShape) -> Result<Self, GpuError> {
         let variant = Self::select(paths);
         let limit = ctx.device.limits().max_compute_workgroup_storage_size;
@@ -754,6 +820,7 @@ impl AttnPrefill {
             _ => SplitKeys::DEFAULT,
         };
         let split = SplitKeys::requested(default)?;
+        let order = TileOrder::requested(TileOrder::DEFAULT)?;
         let kernel = match tile {
             Some(tile) => Self::with_tile(ctx, variant, shape, Some(tile)),
             None => {
@@ -765,7 +832,7 @@ impl AttnPrefill {
                 Self::with_tile(ctx, scalar, shape, None)
             }
         };
-        Ok(kernel?.with_split(split))
+        Ok(kernel?.with_split(split).with_order(order))
     }
 
     /// Builds `variant` (one of [`AttnPrefill::variants`]) with the cooperative-matrix workgroup
@@ -804,6 +871,7 @@ impl AttnPrefill {
             shape,
             tile,
             split: SplitKeys::DEFAULT,
+            order: TileOrder::DEFAULT,
             layout: built.layout,
             pipelines: built.pipelines,
             placeholder: support::placeholder(ctx),
@@ -819,6 +887,17 @@ impl AttnPrefill {
 
     pub fn split(&self) -> SplitKeys {
         self.split
+    }
+
+    /// The same kernel taking its row tiles in another order (set before [`AttnPrefill::bind`]:
+    /// a binding's parameters carry it).
+    pub fn with_order(mut self, order: TileOrder) -> Self {
+        self.order = order;
+        self
+    }
+
+    pub fn order(&self) -> TileOrder {
+        self.order
     }
 
     /// Bytes of one row's partial for one split: HEAD_DIM sums, m and l.
@@ -946,7 +1025,8 @@ impl AttnPrefill {
                 o: o.params(),
                 scale: shape.scale(),
                 max_tokens,
-                pad: [0; 2],
+                order: self.order.code(),
+                pad: 0,
             },
         );
         let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -1017,7 +1097,7 @@ impl AttnPrefill {
 
 #[cfg(test)]
 mod tests {
-    use super::{CoopForm, CoopShape, CoopTile, SplitKeys};
+    use super::{CoopForm, CoopShape, CoopTile, SplitKeys, TileOrder};
 
     /// The flash form's rule leaves a grid of a wave unsplit (the 8B's 512-token chunks: 16 row
     /// tiles × 8 kv heads, up to 2048 keys), as measured, and splits a short step over a long
@@ -1153,6 +1233,21 @@ mod tests {
         assert!(!staged.with_ahead(true).supported());
         let wide = CoopTile::candidates(coop, 256).filter(|t| t.lean || t.pair_k || t.ahead);
         assert_eq!(wide.count(), 0);
+    }
+
+    /// `FAK_ATTN_ORDER` names an order or is refused, naming the variable; each order has its
+    /// own code in the kernels' parameters (0: the default, tile x of kv head y).
+    #[test]
+    fn the_tile_order_is_chosen_by_name() {
+        assert_eq!(TileOrder::named("").unwrap(), TileOrder::DEFAULT);
+        assert_eq!(TileOrder::named("rows").unwrap(), TileOrder::Rows);
+        assert_eq!(TileOrder::named("long").unwrap(), TileOrder::LongFirst);
+        assert_eq!(TileOrder::Rows.code(), 0);
+        assert_eq!(TileOrder::LongFirst.code(), 1);
+        for bad in ["longest", "1", "Long", "rows:long"] {
+            let err = TileOrder::named(bad).unwrap_err().to_string();
+            assert!(err.contains(TileOrder::VAR), "{bad}: {err}");
+        }
     }
 
     /// `FAK_ATTN_SPLIT` names a rule or is refused, naming the variable.
