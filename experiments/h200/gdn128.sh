@@ -8,7 +8,11 @@
 #            chunk steps in halves, the state update one dk tile a subgroup: 24 + 18 MMAs a warp
 #            a chunk instead of 48 + 36, 23 warps an SM instead of 11.6, the same 4 barriers.
 #            A new sum order (each half joined, the halves added): held to the f64 reference and
-#            the CPU layer, not to the default's bits.
+#            the CPU layer, not to the default's bits;
+#   unfused — the same with Q̃·S after V''s barrier instead of in W·S's loop (2 accumulators at
+#            the W·S phase instead of 4: the hedge, should registers hold an SM to two of the
+#            256-invocation workgroups — 264 of the grid's 384 resident, a second round for the
+#            rest); the same sums as splitk, so its bits.
 # In order of what the call must not lose:
 #   1. the tests on NVIDIA's coop paths → tests.log: gpu_gated_delta (every chunked test on every
 #      form of both kernels against the f64 reference, splitk among them;
@@ -18,8 +22,8 @@
 #      dk = 256 refusal of splitk), then model_qwen35's prefill tests with FAK_GDN_CHUNK=$SPLIT
 #      (every step shape, a prefill split over steps, prefill then decode, the memory plan).
 #   2. `harness bench --depths 64,128,2048 --n-out 8 --profile-steps 1` on the Qwen3.5-27B synth
-#      (Q4_K_M; the 2048-token prompt is one prefill step): BASE and SPLIT interleaved ROUNDS (2)
-#      times, a third round while BUDGET_S (190 s) allows → bench.log (each run's prefill lines
+#      (Q4_K_M; the 2048-token prompt is one prefill step): BASE, SPLIT and UNFUSED interleaved
+#      ROUNDS (2) times while BUDGET_S (190 s) allows → bench.log (each run's prefill lines
 #      and its gated_delta row; per-op µs of every depth in bench-json.tgz) and summary.tsv (arm,
 #      depth, the op's ms, its share, its dispatches, µs a layer, and the split: c = t128 − t64
 #      the scan a chunk, P = t64 − c the prepare wave; at 2048 (one step of 32 chunks a layer)
@@ -45,6 +49,7 @@ Q27=/dev/shm/$PRESET-q4_k_m.gguf
 SYNTH=$!
 BASE=coop+quads+fused+lean+blocks
 SPLIT=coop+quads+fused+lean+splitk+blocks
+UNFUSED=coop+quads+lean+splitk+blocks
 
 # The group binaries (prepare.sh carries bin/gpu and bin/model), so that a filter picks tests.
 PREFILL_TESTS="model_qwen35::f32_logits_match_the_cpu_reference_on_the_subgroup
@@ -81,9 +86,10 @@ bench() { # bench LABEL [env...]: one 27B `harness bench`, unless the budget is 
         | cut -c1-200 >> "$OUT/bench.log"
     (cd /tmp/bench-json && tar czf "$OUT/bench-json.tgz" ./*.json)
 }
-for round in $(seq "${ROUNDS:-3}"); do
+for round in $(seq "${ROUNDS:-2}"); do
     bench "27b-base-$round" FAK_GDN_CHUNK=$BASE
     bench "27b-splitk-$round" FAK_GDN_CHUNK=$SPLIT
+    bench "27b-unfused-$round" FAK_GDN_CHUNK=$UNFUSED
 done
 kill $CLOCKS
 
