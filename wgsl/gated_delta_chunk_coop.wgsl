@@ -1151,50 +1151,19 @@ const SPLIT_V_QUADS: u32 = CHUNK * ROWS / 4u / SPLIT_WG;
 // Half h's f32 tile of W·S, then of O: chunk rows × (ROWS + 4) at h·CHUNK·VS.
 var<workgroup> vst2: array<f32, 2560>; // 2 × CHUNK × VS
 
-// An operand's hi and lo' fragments, and a product's main and cross-term accumulators.
-struct SplitA {
-    hi: CoopA,
-    lo: CoopA,
-}
-
-struct SplitB {
-    hi: CoopB,
-    lo: CoopB,
-}
-
-struct Sums {
-    main: CoopC,
-    small: CoopC,
-}
-
-// Rows of the f16 scratch as A (row-major there, column-major as loaded): hi at half `at`, lo'
-// `part` halves further, `stride` halves a row.
-fn scratch_rows(at: u32, part: u32, stride: u32) -> SplitA {
-    let hi_at = cell(at);
-    let lo_at = cell(at + part);
-    let st = stride / CELL;
-    return SplitA(coopLoadT<CoopA>(&halves[hi_at], st), coopLoadT<CoopA>(&halves[lo_at], st));
-}
-
-// S's fragments of dk step `step` as B (its last step where `step` is past it: then times 0,
-// so that half 1's extra step of an odd count adds exact zeros to finite products).
-fn state_frags(step: u32) -> SplitB {
+// dk step `step`'s fragment of S as B, its hi part (part 0) or lo' (part ROWS·S16_STRIDE): the
+// last step's where `step` is past it, then times 0, so that half 1's extra step of an odd
+// count adds exact zeros to finite products. (Fragments pass one at a time: no struct or array
+// of cooperative matrices, which no driver's own shaders are known to use.)
+fn state_frag(step: u32, part: u32) -> CoopB {
     let steps = DK / COOP;
-    let i0 = min(step, steps - 1u) * COOP;
-    let hi_at = cell(i0);
-    let lo_at = cell(ROWS * S16_STRIDE + i0);
+    let at = cell(part + min(step, steps - 1u) * COOP);
     let ss = S16_STRIDE / CELL;
-    var b = SplitB(coopLoad<CoopB>(&s16[hi_at], ss), coopLoad<CoopB>(&s16[lo_at], ss));
+    var b = coopLoad<CoopB>(&s16[at], ss);
     if steps % 2u == 1u {
-        let keep = select(f16(0.0), f16(1.0), step < steps);
-        b = SplitB(keep * b.hi, keep * b.lo);
+        b = select(f16(0.0), f16(1.0), step < steps) * b;
     }
     return b;
-}
-
-// x + A·B on the split parts (main, then the cross terms: chunk_scan's order).
-fn mma_split(a: SplitA, b: SplitB, x: Sums) -> Sums {
-    return Sums(coopMultiplyAdd(a.hi, b.hi, x.main), mma_cross(a.hi, a.lo, b.hi, b.lo, x.small));
 }
 
 // The sum of the two halves' values at vst2 offset `at` (half 0's) and its three neighbours.
@@ -1221,10 +1190,13 @@ fn chunk_scan_split(@builtin(workgroup_id) wg: vec3<u32>,
     let n_chunks = (seqs.seq[s].len + seqs.lead + CHUNK - 1u) / CHUNK;
     let save = save_after(s);
     let dk = DK / CELL;
+    let chunk = CHUNK / CELL;
     let ds = DS / CELL;
     let vs = VS;
+    let s_lo = ROWS * S16_STRIDE;
     let d_lo = CHUNK * DS;
     let part = CHUNK * DK;
+    let p_part = CHUNK * CHUNK;
     // This subgroup's chunk rows, its half of the reductions and its tile of vst2.
     let half = sg / SCAN_SUBGROUPS;
     let row0 = (sg % SCAN_SUBGROUPS) * COOP;
@@ -1254,18 +1226,31 @@ fn chunk_scan_split(@builtin(workgroup_id) wg: vec3<u32>,
         }
 
         // W·S (and, fused, Q̃·S from the same S fragments) over this half's dk steps.
-        var ws = Sums();
-        var o = Sums();
+        var ws = CoopC();
+        var ws_small = CoopC();
+        var acc = CoopC();
+        var acc_small = CoopC();
         for (var k = 0u; k < half_steps; k++) {
             let step = k_first + k;
             let i0 = min(step, DK / COOP - 1u) * COOP;
-            let b = state_frags(step);
-            ws = mma_split(scratch_rows(w_hi + i0, part, DK), b, ws);
+            let w_at = cell(w_hi + i0);
+            let w_lo_at = cell(w_hi + i0 + part);
+            let wa = coopLoadT<CoopA>(&halves[w_at], dk);
+            let wa_lo = coopLoadT<CoopA>(&halves[w_lo_at], dk);
+            let b_hi = state_frag(step, 0u);
+            let b_lo = state_frag(step, s_lo);
+            ws = coopMultiplyAdd(wa, b_hi, ws);
+            ws_small = mma_cross(wa, wa_lo, b_hi, b_lo, ws_small);
             if SCAN_FUSED == 1u {
-                o = mma_split(scratch_rows(q_hi + i0, part, DK), b, o);
+                let q_at = cell(q_hi + i0);
+                let q_lo_at = cell(q_hi + i0 + part);
+                let qa = coopLoadT<CoopA>(&halves[q_at], dk);
+                acc = coopMultiplyAdd(qa, b_hi, acc);
+                acc_small = mma_cross(qa, coopLoadT<CoopA>(&halves[q_lo_at], dk), b_hi, b_lo,
+                                      acc_small);
             }
         }
-        coopStoreT(joined(ws.main, ws.small), &vst2[v_at], vs);
+        coopStoreT(joined(ws, ws_small), &vst2[v_at], vs);
         workgroupBarrier();
         // V' = U − (W·S₀ + W·S₁) as hi/lo (zero past dv: U is, and so is S there).
         for (var q = 0u; q < SPLIT_V_QUADS; q++) {
@@ -1281,7 +1266,13 @@ fn chunk_scan_split(@builtin(workgroup_id) wg: vec3<u32>,
         for (var k = 0u; k < half_steps * (1u - SCAN_FUSED); k++) {
             let step = k_first + k;
             let i0 = min(step, DK / COOP - 1u) * COOP;
-            o = mma_split(scratch_rows(q_hi + i0, part, DK), state_frags(step), o);
+            let q_at = cell(q_hi + i0);
+            let q_lo_at = cell(q_hi + i0 + part);
+            let qa = coopLoadT<CoopA>(&halves[q_at], dk);
+            let b_hi = state_frag(step, 0u);
+            acc = coopMultiplyAdd(qa, b_hi, acc);
+            acc_small = mma_cross(qa, coopLoadT<CoopA>(&halves[q_lo_at], dk), b_hi,
+                                  state_frag(step, s_lo), acc_small);
         }
         // S ← e^{γ_C} S + K̃ᵀ V' over this subgroup's dk tiles (a subgroup past the last tile
         // computes the last one again and stores it into the junk tile), in chunk_scan's order.
@@ -1292,29 +1283,36 @@ fn chunk_scan_split(@builtin(workgroup_id) wg: vec3<u32>,
             let mine = it < tiles;
             let s_at = select(ROWS * STATE_STRIDE, i0, mine);
             let s_stride = select(COOP, STATE_STRIDE, mine);
-            var upd = Sums(decay_last * coopLoad<CoopC>(&state_sh[s_at], s_stride), CoopC());
+            var upd = decay_last * coopLoad<CoopC>(&state_sh[s_at], s_stride);
+            var upd_small = CoopC();
             for (var s0 = 0u; s0 < CHUNK; s0 += COOP) {
                 // K̃ᵀ as A: element (i, t) is K̃[t][i], column-major with stride dk.
                 let a_at = cell(k_hi + s0 * DK + i0);
                 let a_lo = cell(k_hi + s0 * DK + i0 + part);
-                let a = SplitA(coopLoad<CoopA>(&halves[a_at], dk),
-                               coopLoad<CoopA>(&halves[a_lo], dk));
                 let b_at = cell(s0 * DS);
                 let b_lo = cell(d_lo + s0 * DS);
-                let b = SplitB(coopLoadT<CoopB>(&d16[b_at], ds), coopLoadT<CoopB>(&d16[b_lo], ds));
-                upd = mma_split(a, b, upd);
+                let a_hi = coopLoad<CoopA>(&halves[a_at], dk);
+                let b_hi = coopLoadT<CoopB>(&d16[b_at], ds);
+                upd = coopMultiplyAdd(a_hi, b_hi, upd);
+                upd_small = mma_cross(a_hi, coopLoad<CoopA>(&halves[a_lo], dk), b_hi,
+                                      coopLoadT<CoopB>(&d16[b_lo], ds), upd_small);
             }
-            coopStore(joined(upd.main, upd.small), &state_sh[s_at], s_stride);
+            coopStore(joined(upd, upd_small), &state_sh[s_at], s_stride);
         }
         // O = Q̃·S + P·V' for this half: P·V' over its chunk steps into the same accumulators.
         for (var k = 0u; k < CHUNK / (2u * COOP); k++) {
             let s0 = p_first + k * COOP;
+            let a_at = cell(p_hi + s0);
+            let a_lo = cell(p_hi + s0 + p_part);
             let b_at = cell(s0 * DS);
             let b_lo = cell(d_lo + s0 * DS);
-            let b = SplitB(coopLoadT<CoopB>(&d16[b_at], ds), coopLoadT<CoopB>(&d16[b_lo], ds));
-            o = mma_split(scratch_rows(p_hi + s0, CHUNK * CHUNK, CHUNK), b, o);
+            let a_hi = coopLoadT<CoopA>(&halves[a_at], chunk);
+            let b_hi = coopLoadT<CoopB>(&d16[b_at], ds);
+            acc = coopMultiplyAdd(a_hi, b_hi, acc);
+            acc_small = mma_cross(a_hi, coopLoadT<CoopA>(&halves[a_lo], chunk), b_hi,
+                                  coopLoadT<CoopB>(&d16[b_lo], ds), acc_small);
         }
-        coopStoreT(joined(o.main, o.small), &vst2[v_at], vs);
+        coopStoreT(joined(acc, acc_small), &vst2[v_at], vs);
         workgroupBarrier();
         // o = O₀ + O₁, four values an iteration.
         for (var e = tid; e < CHUNK * ROWS / 4u; e += SPLIT_WG) {
