@@ -771,15 +771,28 @@ fn kernels_build_for_the_largest_supported_head_within_the_workgroup_memory_limi
         GdnDecode::new(ctx, paths, d).expect("fused decode, dk = 256");
     }
     let test = "kernels_build_for_the_largest_supported_head_within_the_workgroup_memory_limit";
+    let limit = ctx.device.limits().max_compute_workgroup_storage_size;
     for chunk in chunk_variants(ctx, test) {
-        let kernel = GatedDeltaChunked::with_form(ctx, chunk.paths, d, chunk.form)
-            .expect("chunked, dk = 256");
-        assert_eq!(kernel.on_matrix_units(), chunk.paths.coop_matrix.is_some());
+        let built = GatedDeltaChunked::with_form(ctx, chunk.paths, d, chunk.form);
+        // A coop form whose workgroup memory exceeds the limit there (the split scan's two vst
+        // tiles at dk = 256 on 48 KiB) is refused by name, not built.
+        let coop = chunk.paths.coop_matrix.is_some();
+        if coop && GatedDeltaChunked::coop_workgroup_bytes(d.dk, chunk.form) > limit {
+            assert!(
+                matches!(built, Err(GpuError::TooLarge { .. })),
+                "{chunk}: must be refused"
+            );
+            continue;
+        }
+        let kernel = built.expect("chunked, dk = 256");
+        assert_eq!(kernel.on_matrix_units(), coop);
     }
 }
 
 /// Every form of a chunked kernel computes the same values in the same order: its outputs and
-/// final states equal the kernel's default form's bit for bit — whole chunks, a partial one,
+/// final states equal the kernel's default form's bit for bit — but the split scan's forms,
+/// whose new sum order the f64-reference tests hold instead (`ChunkForm::same_bits`), and which
+/// equal the first of them bit for bit — whole chunks, a partial one,
 /// two sequences, dk 16 (a coop subgroup with no state tile of its own), dv 12 and dk 128 (two
 /// rounds of the coop state update, which the fused scan takes in one pass). The f32 kernel's
 /// forms run everywhere; the coop kernel's where the adapter has 16×16 matrices (elsewhere the
@@ -812,14 +825,24 @@ fn every_form_computes_its_kernels_default_bits() {
             let (want_o, want_state) = run(default);
             let finite = want_o.iter().chain(&want_state).all(|x| x.is_finite());
             assert!(finite, "{default} {d:?}: not finite");
+            // The split scan's forms against the first of them (its run, kept).
+            let mut split_first: Option<(ChunkVariant, Vec<f32>, Vec<f32>)> = None;
             for &chunk in forms {
                 let (o, state) = run(chunk);
-                let what = format!("{chunk} against {default}, {d:?}");
-                assert_close(&format!("{what}: o"), &o, &want_o, Tolerance::EXACT);
+                let (reference, want_o, want_state) = match (chunk.form.same_bits(), &split_first) {
+                    (true, _) => (default, &want_o, &want_state),
+                    (false, Some((first, o, state))) => (*first, o, state),
+                    (false, None) => {
+                        split_first = Some((chunk, o, state));
+                        continue;
+                    }
+                };
+                let what = format!("{chunk} against {reference}, {d:?}");
+                assert_close(&format!("{what}: o"), &o, want_o, Tolerance::EXACT);
                 assert_close(
                     &format!("{what}: state"),
                     &state,
-                    &want_state,
+                    want_state,
                     Tolerance::EXACT,
                 );
             }
@@ -872,6 +895,14 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
     assert!(lower.form.lower && !lower.form.pairs && !pairs.form.lower);
     let scan_and_gram = ChunkKernel::named("coop+quads+fused+lean+pairs+lower+blocks").unwrap();
     assert_eq!(scan_and_gram.form, ChunkForm::COOP[12]);
+    let split = ChunkKernel::named("coop+quads+fused+lean+splitk+blocks").unwrap();
+    assert_eq!(split.form, ChunkForm::COOP[13]);
+    assert!(split.form.split_k && !split.form.same_bits() && !lean.form.split_k);
+    assert_eq!(split.form.scan_entry(), "chunk_scan_split");
+    let split_after_v = ChunkKernel::named("coop+quads+lean+splitk+blocks").unwrap();
+    assert_eq!(split_after_v.form, ChunkForm::COOP[14]);
+    assert!(split_after_v.form.split_k && !split_after_v.form.fused);
+    assert!(ChunkForm::COOP[..13].iter().all(|f| f.same_bits()));
     let blocks = ChunkKernel::named("f32+blocks").unwrap();
     assert_eq!((blocks.coop, blocks.form), (false, ChunkForm::F32[2]));
     let bad_names = [
@@ -897,6 +928,11 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
         "coop+quads+fused+lean+blocks+pairs",
         "coop+quads+fused+lean+lower+pairs+blocks",
         "f32+lower+blocks",
+        "f32+splitk+blocks",
+        "coop+splitk",
+        "coop+quads+fused+splitk+blocks",
+        "coop+quads+fused+lean+blocks+splitk",
+        "coop+quads+fused+lean+splitk+lower+blocks",
     ];
     for bad in bad_names {
         let e = ChunkKernel::named(bad).unwrap_err().to_string();
@@ -917,10 +953,10 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
     let limit = ctx.device.limits().max_compute_workgroup_storage_size;
     if coop16 {
         for d in small_shapes().into_iter().chain([wide_shape()]) {
-            assert!(
-                GatedDeltaChunked::coop_workgroup_bytes(d.dk) <= limit,
-                "{d:?}"
-            );
+            for form in ChunkForm::COOP {
+                let bytes = GatedDeltaChunked::coop_workgroup_bytes(d.dk, form);
+                assert!(bytes <= limit, "{d:?} {form:?}");
+            }
         }
     }
 }
@@ -943,7 +979,7 @@ fn the_coop_kernel_declares_the_workgroup_memory_the_host_counts() {
         for &(name, value) in &source.pipelines[0].constants {
             constants.insert(name.to_owned(), value);
         }
-        let bytes = ["chunk_prepare", "chunk_scan"].map(|entry| {
+        let bytes = ["chunk_prepare", form.scan_entry()].map(|entry| {
             let stage = Some((naga::ShaderStage::Compute, entry));
             let (pipeline, _) = naga::back::pipeline_constants::process_overrides(
                 &module, &info, stage, &constants,
@@ -959,7 +995,7 @@ fn the_coop_kernel_declares_the_workgroup_memory_the_host_counts() {
         let larger = bytes[0].max(bytes[1]);
         assert_eq!(
             larger,
-            GatedDeltaChunked::coop_workgroup_bytes(d.dk),
+            GatedDeltaChunked::coop_workgroup_bytes(d.dk, form),
             "{d:?} {form:?} {bytes:?}"
         );
     }

@@ -90,7 +90,10 @@
 // held across a barrier: 4 + 2 dependent L2 round trips a chunk instead of 8 + 4 at dk = 128
 // where the driver issues each step's loads after the previous step's MMAs. The same products
 // in the same order: bit for bit the same results.
-// dispatch: as gated_delta_chunk.wgsl.
+// chunk_scan_split (`…+lean+splitk+…`, at the end of this file): chunk_scan's work on 8
+// subgroups, each pair splitting W·S's, Q̃·S's and P·V''s reductions in halves — a new sum
+// order, held to the f64 reference rather than to chunk_scan's bits.
+// dispatch: as gated_delta_chunk.wgsl (chunk_scan_split on chunk_scan's grid).
 // workgroup memory: prepare 45.5 KB (h16 28 KB, a_sh 17 KB); scan 4·(16·(dk + 4) + 256) +
 //   2·(2·16·(dk + 8)) + 6 KB + 5 KB + 0.5 KB (30.2 KB at dk = 128, 45.2 KB at dk = 256): within
 //   NVIDIA's 48 KiB, not Metal's 32 KiB (the 8×8 Metal shape is not offered: gated_delta_chunk.rs).
@@ -662,15 +665,21 @@ fn update_frags(k_hi: u32, p_hi: u32, i0: u32, i2: u32, g0: u32) -> UpdateFrags 
     return f;
 }
 
+// Output x of chunk row t, state row (value column) jr of this workgroup's tile, if the row is
+// live and the column < dv.
+fn put_o(ch: Chunk, h: u32, rows_tile: u32, t: u32, jr: u32, x: f32) {
+    let j = rows_tile * ROWS + jr;
+    if live(ch, t) && j < params.dv {
+        o[(ch.row0 + t) * params.nv * params.dv + h * params.dv + j] = x;
+    }
+}
+
 // The chunk's outputs of this workgroup's value columns from vst (live rows, columns < dv).
 fn write_o(ch: Chunk, h: u32, rows_tile: u32, tid: u32) {
     for (var e = tid; e < CHUNK * ROWS; e += SCAN_WG) {
         let t = e / ROWS;
         let jr = e % ROWS;
-        let j = rows_tile * ROWS + jr;
-        if live(ch, t) && j < params.dv {
-            o[(ch.row0 + t) * params.nv * params.dv + h * params.dv + j] = vst[t * VS + jr];
-        }
+        put_o(ch, h, rows_tile, t, jr, vst[t * VS + jr]);
     }
 }
 
@@ -692,9 +701,9 @@ fn u_quad(ch: Chunk, rows_tile: u32, e: u32) -> vec4<f32> {
     return u;
 }
 
-// s16 (hi/lo) from the f32 state in state_sh.
-fn split_state(tid: u32) {
-    for (var e = tid; e < ROWS * DK / 4u; e += SCAN_WG) {
+// s16 (hi/lo) from the f32 state in state_sh, on `threads` invocations.
+fn split_state(tid: u32, threads: u32) {
+    for (var e = tid; e < ROWS * DK / 4u; e += threads) {
         let r = e / (DK / 4u);
         let i = 4u * (e % (DK / 4u));
         let at = r * STATE_STRIDE + i;
@@ -714,7 +723,7 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
     let at = state_at(seqs.seq[s].slot, h);
     load_state(at, wg.x, tid);
     workgroupBarrier();
-    split_state(tid);
+    split_state(tid, SCAN_WG);
     workgroupBarrier();
     // chunks(s), inline (as in chunk_prepare): the loop below holds cooperative ops.
     let n_chunks = (seqs.seq[s].len + seqs.lead + CHUNK - 1u) / CHUNK;
@@ -1106,11 +1115,221 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
         if pv_in_update {
             write_o(ch, h, wg.x, tid);
         }
-        split_state(tid);
+        split_state(tid, SCAN_WG);
         if c == save {
             store_state(state_at(seqs.save_slot, h), wg.x, tid);
         }
         workgroupBarrier();
     }
     store_state(at, wg.x, tid);
+}
+
+// ---- chunk_scan_split (`FAK_GDN_CHUNK=…+lean+splitk+…`)
+//
+// chunk_scan's work on twice the subgroups: 256 invocations = 8 subgroups for the same ROWS = 16
+// state rows of one head. Subgroup g owns chunk rows 16(g mod 4).. as in chunk_scan, and half
+// g / 4 of each reduction over them: W·S and Q̃·S over its half of the dk k-steps (⌈dk/32⌉
+// each; an odd count's extra step on half 1 multiplies S by 0), P·V' over its half of the
+// chunk's 4 steps; the state update's dk tiles one a subgroup (g, g + 8, …). So a subgroup's
+// MMAs a chunk are 24 + 18 instead of chunk_scan's 48 + 36, on twice the warps an SM, with
+// chunk_scan's lean form's 4 barriers (U loaded at the chunk's start, S decayed on the
+// update's accumulators). SCAN_FUSED: 1 computes Q̃·S in W·S's loop (4 accumulators there),
+// 0 after V''s barrier beside the update (2 there: fewer registers at the peak, for the three
+// 256-invocation workgroups an SM the grid needs); the same sums either way.
+// Each half's W·S and O is joined (main + 2^-11·small) to its own f32 tile of vst2, and the two
+// added where they are read: V' = U − (W·S₀ + W·S₁), o = O₀ + O₁. A different sum order from
+// chunk_scan's (one joined sum over all k): held to the f64 reference, not to chunk_scan's bits
+// (engine/reference/coop_delta.rs emulates it). The state update's sums are chunk_scan's.
+// workgroup memory: chunk_scan's with vst2 (2 × CHUNK × VS floats) for vst: 35.1 KB at dk = 128
+// (over 48 KiB at dk = 256: the host refuses it there).
+// dispatch: as chunk_scan (dv/16, nv, sequences).
+
+const SPLIT_WG: u32 = 256u;
+const SPLIT_SUBGROUPS: u32 = 8u;
+// V' quads an invocation computes (CHUNK × ROWS / 4 over SPLIT_WG).
+const SPLIT_V_QUADS: u32 = CHUNK * ROWS / 4u / SPLIT_WG;
+// Half h's f32 tile of W·S, then of O: chunk rows × (ROWS + 4) at h·CHUNK·VS.
+var<workgroup> vst2: array<f32, 2560>; // 2 × CHUNK × VS
+
+// dk step `step`'s fragment of S as B, its hi part (part 0) or lo' (part ROWS·S16_STRIDE): the
+// last step's where `step` is past it, then times 0, so that half 1's extra step of an odd
+// count adds exact zeros to finite products. (Fragments pass one at a time: no struct or array
+// of cooperative matrices, which no driver's own shaders are known to use.)
+fn state_frag(step: u32, part: u32) -> CoopB {
+    let steps = DK / COOP;
+    let at = cell(part + min(step, steps - 1u) * COOP);
+    let ss = S16_STRIDE / CELL;
+    var b = coopLoad<CoopB>(&s16[at], ss);
+    if steps % 2u == 1u {
+        b = select(f16(0.0), f16(1.0), step < steps) * b;
+    }
+    return b;
+}
+
+// The sum of the two halves' values at vst2 offset `at` (half 0's) and its three neighbours.
+fn halves_sum4(at: u32) -> vec4<f32> {
+    let b = at + CHUNK * VS;
+    return vec4<f32>(vst2[at], vst2[at + 1u], vst2[at + 2u], vst2[at + 3u])
+        + vec4<f32>(vst2[b], vst2[b + 1u], vst2[b + 2u], vst2[b + 3u]);
+}
+
+@compute @workgroup_size(SPLIT_WG)
+fn chunk_scan_split(@builtin(workgroup_id) wg: vec3<u32>,
+                    @builtin(local_invocation_index) tid: u32,
+                    @builtin(subgroup_id) sg: u32) {
+    let h = wg.y;
+    let s = wg.z;
+    let at = state_at(seqs.seq[s].slot, h);
+    if tid < SCAN_WG {
+        load_state(at, wg.x, tid);
+    }
+    workgroupBarrier();
+    split_state(tid, SPLIT_WG);
+    workgroupBarrier();
+    // chunks(s), inline (as in chunk_scan): the loop below holds cooperative ops.
+    let n_chunks = (seqs.seq[s].len + seqs.lead + CHUNK - 1u) / CHUNK;
+    let save = save_after(s);
+    let dk = DK / CELL;
+    let chunk = CHUNK / CELL;
+    let ds = DS / CELL;
+    let vs = VS;
+    let s_lo = ROWS * S16_STRIDE;
+    let d_lo = CHUNK * DS;
+    let part = CHUNK * DK;
+    let p_part = CHUNK * CHUNK;
+    // This subgroup's chunk rows, its half of the reductions and its tile of vst2.
+    let half = sg / SCAN_SUBGROUPS;
+    let row0 = (sg % SCAN_SUBGROUPS) * COOP;
+    let v_at = half * CHUNK * VS + row0 * VS;
+    // W·S's and Q̃·S's dk steps of this half: half_steps from k_first (the same count on both
+    // halves, so that no cooperative op depends on the subgroup).
+    let half_steps = (DK / COOP + 1u) / 2u;
+    let k_first = half * half_steps;
+    // P·V''s chunk steps of this half.
+    let p_first = half * (CHUNK / 2u);
+    // The state update's dk tiles: those of round r are sg + 8r.
+    let tiles = DK / COOP;
+    let rounds = (tiles + SPLIT_SUBGROUPS - 1u) / SPLIT_SUBGROUPS;
+    for (var c = 0u; c < n_chunks; c++) {
+        let ch = chunk_of(c, h, s);
+        if tid < CHUNK {
+            gamma_sh[tid] = scratch[params.gamma_at + ch.block * CHUNK + tid];
+        }
+        let w_hi = half_at(params.w_at, ch.block, CHUNK, DK, row0, 0u);
+        let q_hi = half_at(params.q_at, ch.block, CHUNK, DK, row0, 0u);
+        let p_hi = half_at(params.p_at, ch.block, CHUNK, CHUNK, row0, 0u);
+        let k_hi = half_at(params.k_at, ch.block, CHUNK, DK, 0u, 0u);
+        // This invocation's U quads now, in flight under W·S.
+        var u: array<vec4<f32>, SPLIT_V_QUADS>;
+        for (var q = 0u; q < SPLIT_V_QUADS; q++) {
+            u[q] = u_quad(ch, wg.x, tid + q * SPLIT_WG);
+        }
+
+        // W·S (and, fused, Q̃·S from the same S fragments) over this half's dk steps.
+        var ws = CoopC();
+        var ws_small = CoopC();
+        var acc = CoopC();
+        var acc_small = CoopC();
+        for (var k = 0u; k < half_steps; k++) {
+            let step = k_first + k;
+            let i0 = min(step, DK / COOP - 1u) * COOP;
+            let w_at = cell(w_hi + i0);
+            let w_lo_at = cell(w_hi + i0 + part);
+            let wa = coopLoadT<CoopA>(&halves[w_at], dk);
+            let wa_lo = coopLoadT<CoopA>(&halves[w_lo_at], dk);
+            let b_hi = state_frag(step, 0u);
+            let b_lo = state_frag(step, s_lo);
+            ws = coopMultiplyAdd(wa, b_hi, ws);
+            ws_small = mma_cross(wa, wa_lo, b_hi, b_lo, ws_small);
+            if SCAN_FUSED == 1u {
+                let q_at = cell(q_hi + i0);
+                let q_lo_at = cell(q_hi + i0 + part);
+                let qa = coopLoadT<CoopA>(&halves[q_at], dk);
+                acc = coopMultiplyAdd(qa, b_hi, acc);
+                acc_small = mma_cross(qa, coopLoadT<CoopA>(&halves[q_lo_at], dk), b_hi, b_lo,
+                                      acc_small);
+            }
+        }
+        coopStoreT(joined(ws, ws_small), &vst2[v_at], vs);
+        workgroupBarrier();
+        // V' = U − (W·S₀ + W·S₁) as hi/lo (zero past dv: U is, and so is S there).
+        for (var q = 0u; q < SPLIT_V_QUADS; q++) {
+            let e = tid + q * SPLIT_WG;
+            let t = e / (ROWS / 4u);
+            let jr = 4u * (e % (ROWS / 4u));
+            let v = hi_lo4(u[q] - halves_sum4(t * VS + jr));
+            put_d16_4(t * DS + jr, v.hi);
+            put_d16_4(d_lo + t * DS + jr, v.lo);
+        }
+        workgroupBarrier();
+        // Not fused: Q̃·S now (s16 still holds the chunk's S), in the fused loop's order.
+        for (var k = 0u; k < half_steps * (1u - SCAN_FUSED); k++) {
+            let step = k_first + k;
+            let i0 = min(step, DK / COOP - 1u) * COOP;
+            let q_at = cell(q_hi + i0);
+            let q_lo_at = cell(q_hi + i0 + part);
+            let qa = coopLoadT<CoopA>(&halves[q_at], dk);
+            let b_hi = state_frag(step, 0u);
+            acc = coopMultiplyAdd(qa, b_hi, acc);
+            acc_small = mma_cross(qa, coopLoadT<CoopA>(&halves[q_lo_at], dk), b_hi,
+                                  state_frag(step, s_lo), acc_small);
+        }
+        // S ← e^{γ_C} S + K̃ᵀ V' over this subgroup's dk tiles (a subgroup past the last tile
+        // computes the last one again and stores it into the junk tile), in chunk_scan's order.
+        let decay_last = exp(gamma_sh[CHUNK - 1u]);
+        for (var r = 0u; r < rounds; r++) {
+            let it = sg + r * SPLIT_SUBGROUPS;
+            let i0 = min(it, tiles - 1u) * COOP;
+            let mine = it < tiles;
+            let s_at = select(ROWS * STATE_STRIDE, i0, mine);
+            let s_stride = select(COOP, STATE_STRIDE, mine);
+            var upd = decay_last * coopLoad<CoopC>(&state_sh[s_at], s_stride);
+            var upd_small = CoopC();
+            for (var s0 = 0u; s0 < CHUNK; s0 += COOP) {
+                // K̃ᵀ as A: element (i, t) is K̃[t][i], column-major with stride dk.
+                let a_at = cell(k_hi + s0 * DK + i0);
+                let a_lo = cell(k_hi + s0 * DK + i0 + part);
+                let b_at = cell(s0 * DS);
+                let b_lo = cell(d_lo + s0 * DS);
+                let a_hi = coopLoad<CoopA>(&halves[a_at], dk);
+                let b_hi = coopLoadT<CoopB>(&d16[b_at], ds);
+                upd = coopMultiplyAdd(a_hi, b_hi, upd);
+                upd_small = mma_cross(a_hi, coopLoad<CoopA>(&halves[a_lo], dk), b_hi,
+                                      coopLoadT<CoopB>(&d16[b_lo], ds), upd_small);
+            }
+            coopStore(joined(upd, upd_small), &state_sh[s_at], s_stride);
+        }
+        // O = Q̃·S + P·V' for this half: P·V' over its chunk steps into the same accumulators.
+        for (var k = 0u; k < CHUNK / (2u * COOP); k++) {
+            let s0 = p_first + k * COOP;
+            let a_at = cell(p_hi + s0);
+            let a_lo = cell(p_hi + s0 + p_part);
+            let b_at = cell(s0 * DS);
+            let b_lo = cell(d_lo + s0 * DS);
+            let a_hi = coopLoadT<CoopA>(&halves[a_at], chunk);
+            let b_hi = coopLoadT<CoopB>(&d16[b_at], ds);
+            acc = coopMultiplyAdd(a_hi, b_hi, acc);
+            acc_small = mma_cross(a_hi, coopLoadT<CoopA>(&halves[a_lo], chunk), b_hi,
+                                  coopLoadT<CoopB>(&d16[b_lo], ds), acc_small);
+        }
+        coopStoreT(joined(acc, acc_small), &vst2[v_at], vs);
+        workgroupBarrier();
+        // o = O₀ + O₁, four values an iteration.
+        for (var e = tid; e < CHUNK * ROWS / 4u; e += SPLIT_WG) {
+            let t = e / (ROWS / 4u);
+            let jr = 4u * (e % (ROWS / 4u));
+            let x = halves_sum4(t * VS + jr);
+            for (var k = 0u; k < 4u; k++) {
+                put_o(ch, h, wg.x, t, jr + k, x[k]);
+            }
+        }
+        split_state(tid, SPLIT_WG);
+        if c == save && tid < SCAN_WG {
+            store_state(state_at(seqs.save_slot, h), wg.x, tid);
+        }
+        workgroupBarrier();
+    }
+    if tid < SCAN_WG {
+        store_state(at, wg.x, tid);
+    }
 }

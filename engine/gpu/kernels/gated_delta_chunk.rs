@@ -39,7 +39,10 @@
 //! (experiments/h200/gdnchunk2.sh): `…+lean+pairs+blocks` (chunk_scan's fragments two steps
 //! at a time in named values, no fragment arrays), `…+lean+lower+blocks` (chunk_prepare's Gram
 //! phase on the tiles on or below the diagonal: 6 accumulators instead of 8) and
-//! `…+lean+pairs+lower+blocks` (both): the same results.
+//! `…+lean+pairs+lower+blocks` (both): the same results. Opt-in until timed
+//! (experiments/h200/gdn128.sh): `…+lean+splitk+blocks`, chunk_scan on 8 subgroups with W·S's,
+//! Q̃·S's and P·V''s reductions split in halves (`chunk_scan_split`: a new sum order, not the
+//! plain form's bits).
 
 use super::delta_state::{
     DeltaDims, DeltaState, Dispatch, Resource, bind_group, by_entry, check_batch, check_grid,
@@ -86,7 +89,9 @@ const COOP_SHAPE: CoopShape = CoopShape::M16x16;
 /// How the chunked kernels lay out and schedule their work: ways to compute the same values in
 /// the same order, so every form's results equal the default's bit for bit
 /// (tests/gpu_gated_delta.rs checks it: the f32 kernel's on every adapter, the coop kernel's on
-/// the device). They differ in the instructions the driver gets, which only a device can time.
+/// the device) — but `split_k`, which adds its reductions' halves in another order and is held
+/// to the f64 reference instead ([`ChunkForm::same_bits`]). They differ in the instructions the
+/// driver gets, which only a device can time.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct ChunkForm {
     /// Coop kernel: the f16 scratch and tiles as vec4<f16> cells (gated_delta_chunk_quads.wgsl:
@@ -117,6 +122,13 @@ pub struct ChunkForm {
     /// of K·Kᵀ and Q·Kᵀ on or below the diagonal only, 3 tile products a subgroup instead of 4
     /// (6 accumulators instead of 8 at the kernel's register peak).
     pub lower: bool,
+    /// Coop kernel (`…+splitk+…`): the scan by `chunk_scan_split`, 8 subgroups a workgroup,
+    /// each pair splitting W·S's and Q̃·S's dk reduction and P·V''s chunk steps in halves and
+    /// the state update one dk tile a subgroup — half the MMA chain a warp, twice the warps;
+    /// `fused` there computes Q̃·S in W·S's loop, else after V'. A new sum order (each half
+    /// joined, then the halves added): the forms whose results are held to the f64 reference
+    /// rather than to the plain form's bits ([`Self::same_bits`]).
+    pub split_k: bool,
     /// Both kernels, `INVERSE`: how chunk_prepare computes T = (I + A)⁻¹.
     pub inverse: Inverse,
 }
@@ -161,7 +173,7 @@ impl ChunkForm {
     /// The forms the tests run and `FAK_GDN_CHUNK` names on the coop kernel, the plain one
     /// first: each change alone, then quads, fused and columns, then those with the inverse by
     /// blocks, then that with the lean scan (the default), then the default's opt-in twins.
-    pub const COOP: [ChunkForm; 13] = [
+    pub const COOP: [ChunkForm; 15] = [
         ChunkForm::with(false, false, false, Inverse::Rows),
         ChunkForm::with(true, false, false, Inverse::Rows),
         ChunkForm::with(false, true, false, Inverse::Rows),
@@ -184,6 +196,11 @@ impl ChunkForm {
         ChunkForm::with(true, true, true, Inverse::Blocks)
             .pairs()
             .lower(),
+        // And the scan on 8 subgroups with its reductions split in halves (opt-in until timed:
+        // experiments/h200/gdn128.sh; not the default's bits), Q̃·S in W·S's loop (fused) or
+        // after V' (fewer registers at the peak): the same sums, so each other's bits.
+        ChunkForm::with(true, true, true, Inverse::Blocks).split_k(),
+        ChunkForm::with(true, false, true, Inverse::Blocks).split_k(),
     ];
     /// The f32 kernel's forms (it has no f16 cells and one scan).
     pub const F32: [ChunkForm; 3] = [
@@ -201,6 +218,7 @@ impl ChunkForm {
             deep: false,
             pairs: false,
             lower: false,
+            split_k: false,
             inverse,
         }
     }
@@ -234,6 +252,28 @@ impl ChunkForm {
         }
     }
 
+    /// The same with the scan's reductions split over 8 subgroups.
+    const fn split_k(self) -> Self {
+        ChunkForm {
+            split_k: true,
+            ..self
+        }
+    }
+
+    /// Whether it computes the plain form's values in the same order (bit for bit): all but
+    /// `split_k`, which sums its halves in another order.
+    pub fn same_bits(self) -> bool {
+        !self.split_k
+    }
+
+    /// The scan's entry point: `chunk_scan`, or `chunk_scan_split` for `split_k`.
+    pub fn scan_entry(self) -> &'static str {
+        match self.split_k {
+            true => "chunk_scan_split",
+            false => "chunk_scan",
+        }
+    }
+
     /// Its suffix in `FAK_GDN_CHUNK` (`+quads+fused+columns`, empty for the plain form).
     pub fn suffix(self) -> String {
         let cells_and_scan: String = [
@@ -244,6 +284,7 @@ impl ChunkForm {
             (self.deep, "+deep"),
             (self.pairs, "+pairs"),
             (self.lower, "+lower"),
+            (self.split_k, "+splitk"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
@@ -576,13 +617,14 @@ impl GatedDeltaChunked {
         KernelSource {
             module,
             slots,
-            pipelines: vec![spec("chunk_prepare"), spec("chunk_scan")],
+            pipelines: vec![spec("chunk_prepare"), spec(form.scan_entry())],
         }
     }
 
     /// Workgroup memory of the cooperative-matrix kernel's larger entry point at key head size
-    /// `dk` (the sizes of wgsl/gated_delta_chunk_coop.wgsl's workgroup arrays).
-    pub fn coop_workgroup_bytes(dk: u32) -> u32 {
+    /// `dk` in `form` (the sizes of wgsl/gated_delta_chunk_coop.wgsl's workgroup arrays; the
+    /// split scan's vst2 holds two of vst's tiles).
+    pub fn coop_workgroup_bytes(dk: u32, form: ChunkForm) -> u32 {
         let chunk = CHUNK;
         // γ and β, in both entry points.
         let shared = 4 * 2 * chunk;
@@ -590,7 +632,7 @@ impl GatedDeltaChunked {
         let scan = 4 * (SCAN_ROWS * (dk + 4) + 16 * 16)
             + 2 * (2 * SCAN_ROWS * (dk + 8))
             + 2 * (2 * chunk * (SCAN_ROWS + 8))
-            + 4 * chunk * (SCAN_ROWS + 4);
+            + 4 * chunk * (SCAN_ROWS + 4) * if form.split_k { 2 } else { 1 };
         shared + prepare.max(scan)
     }
 
@@ -605,9 +647,9 @@ impl GatedDeltaChunked {
     /// the f32 kernel otherwise. An unknown `FAK_GDN_CHUNK` is an error.
     pub fn new(ctx: &GpuContext, paths: KernelPaths, dims: DeltaDims) -> Result<Self, GpuError> {
         dims.validate()?;
-        let fits = Self::coop_workgroup_bytes(dims.dk)
-            <= ctx.device.limits().max_compute_workgroup_storage_size;
         let requested = ChunkKernel::requested()?;
+        let fits = Self::coop_workgroup_bytes(dims.dk, requested.form)
+            <= ctx.device.limits().max_compute_workgroup_storage_size;
         let (selected, form) = match Self::coop_paths(paths) {
             Some(coop) if requested.coop && fits => (coop, requested.form),
             // The default's form was timed on the coop kernel alone: the f32 kernel it falls
@@ -643,7 +685,7 @@ impl GatedDeltaChunked {
             });
         }
         let limit = ctx.device.limits().max_compute_workgroup_storage_size;
-        let bytes = Self::coop_workgroup_bytes(dims.dk);
+        let bytes = Self::coop_workgroup_bytes(dims.dk, form);
         if variant.coop_matrix.is_some() && bytes > limit {
             return Err(GpuError::TooLarge {
                 what: format!("{} ({variant}) at dk = {}", Self::NAME, dims.dk),
@@ -819,7 +861,7 @@ impl GatedDeltaChunked {
             check_grid(
                 binding.max_grid,
                 Self::NAME,
-                "chunk_scan",
+                self.form.scan_entry(),
                 [self.dims.dv.div_ceil(SCAN_ROWS), nv, count],
             )?,
         ])
