@@ -274,8 +274,15 @@ fn dense_logits_past_a_key_run_do_not_depend_on_the_step() {
     let before = e.cache_stats();
     let warm = logits_of(&mut e, &prompt, &[], 0);
     let hit = e.cache_stats().tokens_reused - before.tokens_reused;
-    assert!(hit >= 496, "the prompt reused {hit} cached tokens, expected at least 496");
-    assert_same_bits("qwen3: a 600-token prompt after a cached prefix", &warm, &whole);
+    assert!(
+        hit >= 496,
+        "the prompt reused {hit} cached tokens, expected at least 496"
+    );
+    assert_same_bits(
+        "qwen3: a 600-token prompt after a cached prefix",
+        &warm,
+        &whole,
+    );
 }
 
 /// Dense: a 40-token prompt prefilled in parts of 16 (16 + 16 + 8), 24 and 39 tokens (its last
