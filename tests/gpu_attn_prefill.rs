@@ -217,9 +217,9 @@ fn keys_split_across_workgroups_combine_to_the_reference() {
 }
 
 /// The f32-tile kernel sums each row's keys in runs of 512 from key 0, folded in key order
-/// (wgsl/attn_prefill.wgsl `RUN_KEYS`, issue 21): unsplit, and split into its runs (any forced
-/// count above 1: one run a split) or more splits than runs, the same bits, and each against the
-/// reference: a fresh 600-token prompt (its last tiles over two runs, its first in one) and 40
+/// (wgsl/attn_prefill.wgsl `RUN_KEYS`, issue 21): unsplit, and split into its runs (the host
+/// turns any forced count above 1, 2 or 64, into the longest tile's runs: one run a split), the
+/// same bits, and each against the reference: a fresh 600-token prompt (its last tiles over two runs, its first in one) and 40
 /// tokens after 1100 through the token table (three runs, the last short). The cooperative-matrix
 /// kernels split evenly still (experiments/NOTES.md "detsplit"), so only the f32 kernel.
 #[test]
