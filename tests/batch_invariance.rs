@@ -250,6 +250,41 @@ fn logits_do_not_depend_on_a_prefix_cache_hit() {
     }
 }
 
+/// Past the prefill attention's key runs (512 keys from key 0, wgsl/attn_prefill_rows.wgsl): a
+/// 600-token prompt as one step, in steps of 512 + 88, and after a cached prefix of 512 tokens
+/// (its last 88 tokens a step of their own over 600 keys) gives the same bits. A step of few row
+/// tiles over many keys splits them over several workgroups and a long one does not, so this
+/// holds only because a row's keys are summed in the same runs, folded in key order, split or not
+/// (experiments/NOTES.md "detsplit"; issue 21).
+#[test]
+fn dense_logits_past_a_key_run_do_not_depend_on_the_step() {
+    let long = |prefill_chunk, cache_mem| {
+        let mut o = options(prefill_chunk, cache_mem);
+        o.max_context = Some(1024);
+        load("qwen3", &o)
+    };
+    let shared = random_ids(11, 512);
+    let with_suffix = |seed| [shared.as_slice(), &random_ids(seed, 88)].concat();
+    let (first, prompt) = (with_suffix(12), with_suffix(13));
+    let whole = logits_of(&mut long(1024, 0), &prompt, &[], 0);
+    let parts = logits_of(&mut long(512, 0), &prompt, &[], 0);
+    assert_same_bits("qwen3: a 600-token prompt in steps of 512", &parts, &whole);
+    let mut e = long(1024, 64 << 20);
+    logits_of(&mut e, &first, &[], 0);
+    let before = e.cache_stats();
+    let warm = logits_of(&mut e, &prompt, &[], 0);
+    let hit = e.cache_stats().tokens_reused - before.tokens_reused;
+    assert!(
+        hit >= 496,
+        "the prompt reused {hit} cached tokens, expected at least 496"
+    );
+    assert_same_bits(
+        "qwen3: a 600-token prompt after a cached prefix",
+        &warm,
+        &whole,
+    );
+}
+
 /// Dense: a 40-token prompt prefilled in parts of 16 (16 + 16 + 8), 24 and 39 tokens (its last
 /// token a part of its own), another sequence decoding a step between every two parts, gives
 /// `start`'s first token and logits bit for bit, and so does every decode step after.

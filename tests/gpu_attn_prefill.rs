@@ -179,6 +179,8 @@ fn a_sequence_on_a_shuffled_page_row_reads_its_positions_from_the_token_table() 
 
 /// Split counts forced on the kernel: 1 (each tile writes o itself), 2 and 3, and 64 — more than
 /// any case's runs of SPLIT_KEYS = 64 keys (at most 6), so most splits hold no keys and return.
+/// (The f32-tile kernel splits only by its key runs of 512, more than these cases hold: it runs
+/// them unsplit; `key_runs_give_the_same_bits_split_or_not` splits it.)
 const FORCED_SPLITS: [u32; 4] = [1, 2, 3, 64];
 
 /// (start, n_tokens, table): a fresh prompt whose last row tiles span two runs of keys; a
@@ -208,6 +210,46 @@ fn keys_split_across_workgroups_combine_to_the_reference() {
                         table,
                     };
                     run_case(ctx, &kernel, &case, u64::from(start + splits) + i as u64);
+                }
+            }
+        }
+    }
+}
+
+/// The f32-tile kernel sums each row's keys in runs of 512 from key 0, folded in key order
+/// (wgsl/attn_prefill.wgsl `RUN_KEYS`, issue 21): unsplit, and split into its runs (the host
+/// turns any forced count above 1, 2 or 64, into the longest tile's runs: one run a split), the
+/// same bits, and each against the reference: a fresh 600-token prompt (its last tiles over two runs, its first in one) and 40
+/// tokens after 1100 through the token table (three runs, the last short). The cooperative-matrix
+/// kernels split evenly still (experiments/NOTES.md "detsplit"), so only the f32 kernel.
+#[test]
+fn key_runs_give_the_same_bits_split_or_not() {
+    let ctx = gpu();
+    let bits = |o: &[f32]| o.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    for (i, shape) in shapes().into_iter().enumerate().take(3) {
+        for mut kernel in kernels(ctx, shape)
+            .into_iter()
+            .filter(|k| k.tile().is_none())
+        {
+            for (start, n_tokens, table) in [(0u32, 600u32, false), (1100, 40, true)] {
+                let case = Case {
+                    shape,
+                    start,
+                    n_tokens,
+                    table,
+                };
+                let seed = u64::from(start) + i as u64;
+                let mut want: Option<Vec<u32>> = None;
+                for splits in [1u32, 2, 64] {
+                    kernel = kernel.with_split(SplitKeys::Fixed(splits));
+                    let out = attn_prefill::run_case_in_pages(ctx, &kernel, &case, seed, 16);
+                    out.assert();
+                    let what = format!("{} in {splits} splits", out.what);
+                    assert!(out.got.iter().all(|x| x.is_finite()), "{what}");
+                    match &want {
+                        None => want = Some(bits(&out.got)),
+                        Some(w) => assert_eq!(&bits(&out.got), w, "{what}: not the unsplit bits"),
+                    }
                 }
             }
         }

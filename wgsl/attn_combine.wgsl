@@ -17,8 +17,17 @@
 //           NEG; `fn store_o(b, h, i, x: f32)`: stores what o holds where the attention of row
 //           (b, h) gives x at dim i (attn_decode: gated, and kept for its q8 blocks; the prefill
 //           kernels: x).
+// Key runs (the prefill's f32-tile kernel, issue 21): where a row's keys are summed in runs fixed
+// by key position, each run's (m_r, l_r, acc_r) from its own start, the row is their left fold in
+// key order, one run at a time:
+//   m' = max(m, m_r),  l' = l·2^(m − m') + l_r·2^(m_r − m'),  acc' likewise;  o = acc / l
+// with the products fused as fold_into writes them, so a workgroup that folds its runs in
+// registers (the unsplit tile) and fold_splits (its runs split over workgroups) give the same
+// bits. Folding a run into the empty state (NEG, 0, 0) gives the run exactly, and a run with no
+// key of the row (m_r = NEG, l_r = 0, acc_r = 0) changes nothing, so a row's bits depend on its
+// keys' runs alone, not on how many runs its tile or split holds.
 // provides: MAX_SPLITS, partial_base, combine_splits (call it from workgroup-uniform control
-//           flow: it has barriers).
+//           flow: it has barriers); RunFold, fold_weights, fold_into, fold_splits (no barriers).
 
 // The most splits a row may have (one weight each in workgroup memory; the host refuses more).
 const MAX_SPLITS: u32 = 64u;
@@ -93,5 +102,44 @@ fn combine_splits(b: u32, h: u32, n_head: u32, n_split: u32, n: u32, position: u
         for (var c = 0u; c < 4u; c++) {
             store_o(b, h, 4u * e + c, sum[c]);
         }
+    }
+}
+
+// The weights of a fold of a run of max m_b into a state of max m_a: the new max and the factors
+// 2^(m_a − m') and 2^(m_b − m') of each side.
+struct RunFold {
+    m: f32,
+    a: f32,
+    b: f32,
+}
+
+fn fold_weights(m_a: f32, m_b: f32) -> RunFold {
+    let m = max(m_a, m_b);
+    return RunFold(m, exp2(m_a - m), exp2(m_b - m));
+}
+
+// x·w.a + y·w.b, the fold of a state's sum x with a run's sum y (one fused multiply-add, so no
+// compiler contracts it differently in another kernel).
+fn fold_into(w: RunFold, x: f32, y: f32) -> f32 {
+    return fma(x, w.a, y * w.b);
+}
+
+// Writes o of row (b, h) from the first n splits (of n_split) of its partials, each split one key
+// run, folded in key order (the runs' rule above): one invocation per dim, each folding the n runs
+// itself (a few max and exp2 per run against the run's HEAD_DIM · keys of work).
+fn fold_splits(b: u32, h: u32, n_head: u32, n_split: u32, n: u32, position: u32) {
+    let row = b * n_head + h;
+    for (var d = position; d < HEAD_DIM; d += COMBINE_WG) {
+        var m = NEG;
+        var l = 0.0;
+        var acc = 0.0;
+        for (var s = 0u; s < n; s++) {
+            let at = partial_base(row, n_split, s);
+            let w = fold_weights(m, partials[at + HEAD_DIM]);
+            m = w.m;
+            l = fold_into(w, l, partials[at + HEAD_DIM + 1u]);
+            acc = fold_into(w, acc, partials[at + d]);
+        }
+        store_o(b, h, d, acc / l);
     }
 }

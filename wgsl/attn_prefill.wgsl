@@ -42,6 +42,11 @@ const KV_STRIDE: u32 = 33u;
 const P_STRIDE: u32 = 33u;
 // Splits hold whole key tiles, so keys past a split's end are past the causal limit too.
 const_assert SPLIT_KEYS % BN == 0u;
+// Each row's keys are summed in runs of RUN_KEYS from key 0, folded in key order, split or not
+// (attn_prefill_rows.wgsl, attn_combine.wgsl: issue 21). 512: a fold (a max, two exp2 and
+// 2 + HEAD_DIM/4 multiply-adds an invocation) per 16 key tiles of ~HEAD_DIM·BN/2 each.
+const RUN_KEYS: u32 = 512u;
+const_assert RUN_KEYS % SPLIT_KEYS == 0u;
 
 var<workgroup> q_tile: array<f32, 1056>;   // BM × Q_STRIDE
 var<workgroup> kv_tile: array<f32, 1056>;  // BN × KV_STRIDE
@@ -98,14 +103,31 @@ fn main(
     let page_row = token_page_row(row0 / GROUP);
     let qscale = params.scale * LOG2_E;
 
+    // The current run's state (m, l, acc) and the fold of the runs before it (run_m, run_l,
+    // run_acc): a run starts from (NEG, 0, 0) and is folded in at its end.
     var m = NEG;
     var l = 0.0;
     var acc: array<f32, MAX_ACC>;
+    var run_m = NEG;
+    var run_l = 0.0;
+    var run_acc: array<f32, MAX_ACC>;
     for (var a = 0u; a < MAX_ACC; a++) {
         acc[a] = 0.0;
+        run_acc[a] = 0.0;
     }
 
     for (var k0 = split.begin; k0 < split.end; k0 += BN) {
+        if k0 % RUN_KEYS == 0u && k0 != split.begin {
+            let w = fold_weights(run_m, m);
+            run_m = w.m;
+            run_l = fold_into(w, run_l, l);
+            for (var a = 0u; a < MAX_ACC; a++) {
+                run_acc[a] = fold_into(w, run_acc[a], acc[a]);
+                acc[a] = 0.0;
+            }
+            m = NEG;
+            l = 0.0;
+        }
         let n_keys = min(BN, split.end - k0);
         if local < n_keys {
             key_base[local] = kv_base(params.kv, page_row, k0 + local, g);
@@ -188,15 +210,19 @@ fn main(
     if !valid {
         return;
     }
+    // The last run folded in (a split of one run: the run itself, exactly).
+    let w = fold_weights(run_m, m);
+    let folded_l = fold_into(w, run_l, l);
     for (var c0 = 0u; c0 < HEAD_DIM; c0 += DC) {
-        for (var w = 0u; w < DC / 4u; w++) {
-            let d = c0 + quarter + 4u * w;
+        for (var u = 0u; u < DC / 4u; u++) {
+            let d = c0 + quarter + 4u * u;
             if d < HEAD_DIM {
-                store_output(split, me, d, acc[c0 / 4u + w], l);
+                let a = c0 / 4u + u;
+                store_output(split, me, d, fold_into(w, run_acc[a], acc[a]), folded_l);
             }
         }
     }
     if quarter == 0u {
-        store_stats(split, me, m, l);
+        store_stats(split, me, w.m, folded_l);
     }
 }

@@ -86,6 +86,9 @@ const_assert HEAD_TILES % DIM_SPLIT == 0u && KEY_BLOCKS % DIM_SPLIT == 0u;
 const_assert DIM_TILES <= 8u && KEY_TILES <= 4u && HEAD_DIM <= HEAD_TILES * COOP;
 // Splits hold whole key steps, so keys past a split's end are past the causal limit too.
 const_assert SPLIT_KEYS % BN == 0u;
+// Splits cut the keys evenly, not in key runs (attn_prefill_rows.wgsl; issue 21's runs are
+// the f32-tile kernel's so far).
+const RUN_KEYS: u32 = 0u;
 // Q in registers: the subgroup holds its row block's HEAD_TILES fragments (named q0..q7), which
 // needs one subgroup a row block and Q staged through kv_tile.
 const_assert Q_REGS == 0u || (DIM_SPLIT == 1u && BM <= BN);

@@ -105,6 +105,9 @@ const_assert BN == 2u * COOP && COOP == 16u && ROW_LANES == 2u;
 const_assert HEAD_TILES <= 8u && HEAD_DIM <= HEAD_TILES * COOP;
 // Splits hold whole key steps, so keys past a split's end are past the causal limit too.
 const_assert SPLIT_KEYS % BN == 0u;
+// Splits cut the keys evenly, not in key runs (attn_prefill_rows.wgsl; issue 21's runs are
+// the f32-tile kernel's so far).
+const RUN_KEYS: u32 = 0u;
 // Pairs of subgroups, one key block each, on top of the lean step.
 const_assert PAIR_K == 0u || (LEAN != 0u && SUBGROUPS % 2u == 0u && BN == 2u * COOP);
 // S one step ahead of its softmax, on the lean step with a subgroup's own K fragments.

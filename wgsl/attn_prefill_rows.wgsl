@@ -18,7 +18,12 @@
 //           · 8 partials (read_write: n_tokens·n_head·S partials of HEAD_DIM + 2 floats)
 // entry point combine: (ceil(n_tokens / S), n_head, S) workgroups of COMBINE_WG; workgroup
 //   (x, h, z) merges row (token x·S + z, head h) when its tile has keys for several splits.
-// requires: consts HEAD_DIM (a multiple of 4), GROUP and the kernel's BM; kv_f32|kv_f16.wgsl,
+// Key runs: a kernel whose RUN_KEYS is not 0 sums each row's keys in runs of RUN_KEYS from key 0,
+// each from its own online-softmax start, folded in key order (attn_combine.wgsl), split or not:
+// a row's bits then do not depend on the step's size, its tiles or its splits (issue 21). With
+// RUN_KEYS = 0 splits cut each tile's keys evenly and the combine weighs them at once: a row split
+// otherwise sums otherwise.
+// requires: consts HEAD_DIM (a multiple of 4), GROUP, the kernel's BM and RUN_KEYS; kv_f32|kv_f16.wgsl,
 //           kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl, attn_combine.wgsl.
 // provides: the bindings, override TOKEN_TABLE; NEG, LOG2_E, SPLIT_KEYS; step_tokens,
 //           tile_and_head, row_token_head, query_element, cache_element, cache_quad, tile_key_limit, KeySplit,
@@ -133,7 +138,9 @@ fn cache_quad(values: bool, base: u32, i: u32) -> vec4<KvScalar> {
 
 // Split `index` of `n` of a tile's keys 0..key_limit: begin..end (empty for index ≥ count), and
 // `count` ≤ n, the splits that hold keys (each ⌈steps / n⌉ runs of SPLIT_KEYS; split 0 always
-// holds key 0).
+// holds key 0). A kernel of key runs (RUN_KEYS > 0) splits whole runs instead, ⌈runs / n⌉ each:
+// one run a split when n covers the tile's runs (the host's rule for it), which is what lets the
+// combine fold them as the unsplit tile does (attn_combine.wgsl).
 struct KeySplit {
     begin: u32,
     end: u32,
@@ -143,8 +150,15 @@ struct KeySplit {
 }
 
 fn key_split(key_limit: u32, index: u32, n: u32) -> KeySplit {
-    let steps = (key_limit + SPLIT_KEYS - 1u) / SPLIT_KEYS;
-    let per = (steps + n - 1u) / n * SPLIT_KEYS;
+    var per: u32;
+    if RUN_KEYS == 0u {
+        let steps = (key_limit + SPLIT_KEYS - 1u) / SPLIT_KEYS;
+        per = (steps + n - 1u) / n * SPLIT_KEYS;
+    } else {
+        let run = max(RUN_KEYS, 1u);
+        let runs = (key_limit + run - 1u) / run;
+        per = (runs + n - 1u) / n * run;
+    }
     let begin = min(index * per, key_limit);
     return KeySplit(begin, min(begin + per, key_limit), index, (key_limit + per - 1u) / per, n);
 }
@@ -191,5 +205,9 @@ fn combine(
     if count == 1u {
         return;
     }
-    combine_splits(t, h, params.kv.n_kv * GROUP, groups.z, count, local);
+    if RUN_KEYS == 0u {
+        combine_splits(t, h, params.kv.n_kv * GROUP, groups.z, count, local);
+    } else {
+        fold_splits(t, h, params.kv.n_kv * GROUP, groups.z, count, local);
+    }
 }

@@ -54,6 +54,9 @@ use crate::gpu::profile::Recorded;
 use crate::gpu::step::PageTable;
 use crate::gpu::step::StepBuffer;
 
+/// Keys a run of the f32-tile kernel (wgsl/attn_prefill.wgsl's `RUN_KEYS`): each row's keys are
+/// summed in runs from key 0, folded in key order, however the step splits them.
+pub const RUN_KEYS: u32 = 512;
 const ATTN_PREFILL_ROWS: WgslFile = step_wgsl!("attn_prefill_rows.wgsl");
 const ATTN_PREFILL: WgslFile = step_wgsl!("attn_prefill.wgsl");
 const ATTN_PREFILL_COOP: WgslFile = step_wgsl!("attn_prefill_coop.wgsl");
@@ -910,7 +913,7 @@ impl AttnPrefill {
     pub fn scratch_bytes(&self, max_tokens: u32, max_keys: u32) -> u64 {
         (1..=max_tokens)
             .map(|n| {
-                let splits = self.split.splits(self.workgroups(n), max_keys);
+                let splits = self.rule_splits(n, max_keys);
                 if splits == 1 {
                     return 0;
                 }
@@ -927,8 +930,25 @@ impl AttnPrefill {
         let n = n_tokens.min(binding.max_tokens);
         let rows = u64::from(n) * u64::from(self.shape.n_head);
         let fit = binding.scratch_partials / rows.max(1);
-        let splits = self.split.splits(self.workgroups(n), keys);
+        let splits = self.rule_splits(n, keys);
+        if self.tile.is_none() && u64::from(splits) > fit {
+            // Fewer splits than runs would sum a row otherwise: all in one workgroup instead.
+            return 1;
+        }
         u64::from(splits).min(fit).max(1) as u32
+    }
+
+    /// The rule's splits of a step of `n` tokens over `keys` keys. The f32-tile kernel sums each
+    /// row in key runs of [`RUN_KEYS`] (wgsl/attn_prefill.wgsl) and splits only by whole runs,
+    /// one a split, so a split step computes the bits of an unsplit one (issue 21): where the
+    /// rule splits, it splits into the longest tile's runs (at most [`MAX_SPLITS`], else not).
+    fn rule_splits(&self, n: u32, keys: u32) -> u32 {
+        let splits = self.split.splits(self.workgroups(n), keys);
+        if self.tile.is_some() || splits == 1 {
+            return splits;
+        }
+        let runs = keys.div_ceil(RUN_KEYS);
+        if runs <= MAX_SPLITS { runs.max(1) } else { 1 }
     }
 
     pub fn variant(&self) -> KernelPaths {
@@ -1097,7 +1117,17 @@ impl AttnPrefill {
 
 #[cfg(test)]
 mod tests {
-    use super::{CoopForm, CoopShape, CoopTile, SplitKeys, TileOrder};
+    use super::{ATTN_PREFILL, CoopForm, CoopShape, CoopTile, RUN_KEYS, SplitKeys, TileOrder};
+
+    /// The host splits the f32-tile kernel by the runs the kernel sums in.
+    #[test]
+    fn the_host_key_run_matches_the_wgsl() {
+        let line = format!("const RUN_KEYS: u32 = {RUN_KEYS}u;");
+        assert!(
+            ATTN_PREFILL.text.contains(&line),
+            "wgsl/attn_prefill.wgsl lacks {line}"
+        );
+    }
 
     /// The flash form's rule leaves a grid of a wave unsplit (the 8B's 512-token chunks: 16 row
     /// tiles × 8 kv heads, up to 2048 keys), as measured, and splits a short step over a long
