@@ -61,16 +61,21 @@ const QWEN35_27B: AttnShape = AttnShape {
     head_dim: 256,
 };
 
+/// The engine's kernel of every variant this adapter runs.
+fn engine_kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
+    variants::<AttnPrefill>(ctx)
+        .into_iter()
+        .map(|paths| AttnPrefill::new(ctx, paths, shape).unwrap())
+        .collect()
+}
+
 /// Every variant the engine selects on this adapter (the cooperative-matrix kernel where it has
 /// one), and the cooperative-matrix kernel in every shape the adapter has, once per tile (row
 /// blocks × key step; the flash form's too, and the lean step's, lean-k's and lean-a's on the largest
 /// flash tile) that fits, and once more (staged, flash, lean, lean-k and lean-a) with the slack 0 (a rescale of O whenever a row's max grows:
 /// the random inputs' maxima rarely outgrow the engine's slack after a row's first step).
 fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
-    let mut out: Vec<AttnPrefill> = variants::<AttnPrefill>(ctx)
-        .into_iter()
-        .map(|paths| AttnPrefill::new(ctx, paths, shape).unwrap())
-        .collect();
+    let mut out = engine_kernels(ctx, shape);
     let limit = ctx.device.limits().max_compute_workgroup_storage_size;
     for paths in coop_paths(ctx) {
         let coop = paths.coop_matrix.expect("a coop path");
@@ -334,10 +339,7 @@ fn the_lean_step_computes_the_flash_tiles_bits() {
 /// on cooperative matrices the staged kernel's tile and every flash row count's lean step (the
 /// 8B's default, 128 rows, and its 64- and 32-row twins), each in the default tile order.
 fn ordered_kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
-    let mut out: Vec<AttnPrefill> = variants::<AttnPrefill>(ctx)
-        .into_iter()
-        .map(|paths| AttnPrefill::new(ctx, paths, shape).unwrap())
-        .collect();
+    let mut out = engine_kernels(ctx, shape);
     let limit = ctx.device.limits().max_compute_workgroup_storage_size;
     for paths in coop_paths(ctx) {
         let coop = paths.coop_matrix.expect("a coop path");

@@ -399,6 +399,21 @@ fn env_override() -> Override {
     }
 }
 
+/// The choice environment variable `var` names through `named` (unset or empty: `default`; a
+/// value that is not Unicode goes to `named` as its error text, which refuses it by name).
+fn requested<T>(
+    var: &str,
+    default: T,
+    named: impl Fn(&str) -> Result<T, GpuError>,
+) -> Result<T, GpuError> {
+    match std::env::var(var) {
+        Err(std::env::VarError::NotPresent) => Ok(default),
+        Ok(v) if v.is_empty() => Ok(default),
+        Ok(v) => named(&v),
+        Err(e) => named(&format!("{e}")),
+    }
+}
+
 /// How many workgroups share each row tile's keys in a step ([`AttnPrefill::with_split`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum SplitKeys {
@@ -446,12 +461,7 @@ impl SplitKeys {
 
     /// The rule `FAK_ATTN_SPLIT` asks for ([`SplitKeys::named`]; unset: `default`, the form's).
     pub fn requested(default: SplitKeys) -> Result<Self, GpuError> {
-        match std::env::var(Self::VAR) {
-            Err(std::env::VarError::NotPresent) => Ok(default),
-            Ok(v) if v.is_empty() => Ok(default),
-            Ok(v) => Self::named(&v),
-            Err(e) => Self::named(&format!("{e}")),
-        }
+        requested(Self::VAR, default, Self::named)
     }
 
     /// The rule a value of `FAK_ATTN_SPLIT` names: empty, the default; `never`; `N` (that many
@@ -536,12 +546,7 @@ impl TileOrder {
 
     /// The order `FAK_ATTN_ORDER` asks for ([`TileOrder::named`]; unset: `default`).
     pub fn requested(default: TileOrder) -> Result<Self, GpuError> {
-        match std::env::var(Self::VAR) {
-            Err(std::env::VarError::NotPresent) => Ok(default),
-            Ok(v) if v.is_empty() => Ok(default),
-            Ok(v) => Self::named(&v),
-            Err(e) => Self::named(&format!("{e}")),
-        }
+        requested(Self::VAR, default, Self::named)
     }
 
     /// The order a value of `FAK_ATTN_ORDER` names: empty, the default; `rows`; `long` (the
