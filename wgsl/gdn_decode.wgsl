@@ -138,7 +138,8 @@ fn value_head(kh: u32, i: u32) -> u32 {
 }
 
 // Channel c's conv window for one token: its K−1 state rows then m's row r (taps), and its K
-// weights — every load of the channel, none waiting on another.
+// weights — every load of the channel, none waiting on another. 4: the most taps the host lets
+// a model have (ssm_conv.rs, SUPPORTED_CONV_KERNELS).
 struct ConvWindow {
     taps: array<f32, 4>,
     weights: array<f32, 4>,
