@@ -150,15 +150,9 @@ struct KeySplit {
 }
 
 fn key_split(key_limit: u32, index: u32, n: u32) -> KeySplit {
-    var per: u32;
-    if RUN_KEYS == 0u {
-        let steps = (key_limit + SPLIT_KEYS - 1u) / SPLIT_KEYS;
-        per = (steps + n - 1u) / n * SPLIT_KEYS;
-    } else {
-        let run = max(RUN_KEYS, 1u);
-        let runs = (key_limit + run - 1u) / run;
-        per = (runs + n - 1u) / n * run;
-    }
+    // The unit a split holds whole: a key run, or a split step where the kernel has no runs.
+    let unit = select(RUN_KEYS, SPLIT_KEYS, RUN_KEYS == 0u);
+    let per = ((key_limit + unit - 1u) / unit + n - 1u) / n * unit;
     let begin = min(index * per, key_limit);
     return KeySplit(begin, min(begin + per, key_limit), index, (key_limit + per - 1u) / per, n);
 }
