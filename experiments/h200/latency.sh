@@ -17,7 +17,8 @@
 # Prepare: BASE_HARNESS=<main's harness before latency> MATVEC_BENCH=0
 #   RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh gpu_gated_delta \
 #   gpu_attn_decode gpu_argmax gpu_rms_norm model_qwen35 model_qwen3
-# Knobs: BUDGET_S (27B benches, 120), BUDGET_S8 (8B, 60), ROUNDS (2).
+# Knobs: BUDGET_S (27B benches, 120), BUDGET_S8 (8B, 60), ROUNDS (2), SEQS (8; empty: one
+# sequence only), EST_S (35) and EST_S8 (20): a bench's expected seconds for the budget check.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh
@@ -31,7 +32,7 @@ source experiments/h200/setup.sh
 } | grep -E "^test |test result|panicked at" | cut -c1-300 > "$OUT/tests.log"
 cat "$OUT/tests.log"
 arms=(base=HARNESS=harness-base new)
-SEQS=8 EST_S=35 BUDGET_S=${BUDGET_S:-120} bash experiments/h200/abbench.sh 27b 128 32 "${arms[@]}"
+SEQS=${SEQS-8} EST_S=${EST_S:-35} BUDGET_S=${BUDGET_S:-120} bash experiments/h200/abbench.sh 27b 128 32 "${arms[@]}"
 mv "$OUT/bench-json.tgz" "$OUT/bench-json-27b.tgz"
-SEQS=8 EST_S=20 BUDGET_S=${BUDGET_S8:-60} bash experiments/h200/abbench.sh 8b 128 32 "${arms[@]}"
+SEQS=${SEQS-8} EST_S=${EST_S8:-20} BUDGET_S=${BUDGET_S8:-60} bash experiments/h200/abbench.sh 8b 128 32 "${arms[@]}"
 mv "$OUT/bench-json.tgz" "$OUT/bench-json-8b.tgz"
