@@ -14,7 +14,7 @@
 
 use fak::gpu::kernels::attn_decode::AttnShape;
 use fak::gpu::kernels::attn_prefill::{
-    AttnPrefill, CoopForm, CoopTile, PrefillIo, SplitKeys, TileOrder,
+    AttnPrefill, CoopForm, CoopTile, PrefillIo, RUN_KEYS, SplitKeys, TileOrder,
 };
 use fak::gpu::step::PageTable;
 
@@ -578,6 +578,8 @@ fn the_host_coop_tile_geometry_matches_the_wgsl() {
                 let bytes = workgroup_bytes(&module, Some((&info, "main")));
                 assert_eq!(bytes, tile.workgroup_bytes(), "{tile:?}");
                 assert_eq!(u32_const(&module, "BM"), tile.rows(), "{tile:?}");
+                let run_keys = if tile.runs { RUN_KEYS } else { 0 };
+                assert_eq!(u32_const(&module, "RUN_KEYS"), run_keys, "{tile:?}");
                 assert_eq!(odd_sized_workgroup_vars(&module), [], "{tile:?}");
             }
         }
