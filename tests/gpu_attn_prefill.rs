@@ -14,7 +14,7 @@
 
 use fak::gpu::kernels::attn_decode::AttnShape;
 use fak::gpu::kernels::attn_prefill::{
-    AttnPrefill, CoopForm, CoopTile, PrefillIo, SplitKeys, TileOrder,
+    AttnPrefill, CoopForm, CoopTile, PrefillIo, RUN_KEYS, SplitKeys, TileOrder,
 };
 use fak::gpu::step::PageTable;
 
@@ -221,21 +221,52 @@ fn keys_split_across_workgroups_combine_to_the_reference() {
     }
 }
 
-/// The f32-tile kernel sums each row's keys in runs of 512 from key 0, folded in key order
-/// (wgsl/attn_prefill.wgsl `RUN_KEYS`, issue 21): unsplit, and split into its runs (the host
-/// turns any forced count above 1, 2 or 64, into the longest tile's runs: one run a split), the
-/// same bits, and each against the reference: a fresh 600-token prompt (its last tiles over two runs, its first in one) and 40
-/// tokens after 1100 through the token table (three runs, the last short). The cooperative-matrix
-/// kernels split evenly still (experiments/NOTES.md "detsplit"), so only the f32 kernel.
+/// Every kernel summing in key runs: the engine's where it does (the f32-tile kernel always; a
+/// cooperative-matrix tile under `FAK_ATTN_RUNS=on`), and on cooperative matrices, with
+/// [`CoopTile::runs`], the staged kernel's tile and every flash form on its largest tile (plain,
+/// lean, lean-k, lean-a), and the staged tile and the lean step at the slack 0 (a rescale on every
+/// growth of a row's max, so rescales inside a run and at its start are covered).
+fn run_kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
+    let mut out: Vec<AttnPrefill> = engine_kernels(ctx, shape)
+        .into_iter()
+        .filter(AttnPrefill::sums_in_runs)
+        .collect();
+    let limit = ctx.device.limits().max_compute_workgroup_storage_size;
+    for paths in coop_paths(ctx) {
+        let coop = paths.coop_matrix.expect("a coop path");
+        let staged = CoopTile::fitting(coop, shape.head_dim, limit).expect("a tile fits");
+        let mut tiles = vec![staged, staged.with_slack(0)];
+        if let Some(flash) = CoopTile::fitting_flash(coop, shape.head_dim, limit) {
+            let lean = flash.with_lean(true);
+            tiles.extend([
+                flash,
+                lean,
+                lean.with_pair_k(true),
+                lean.with_ahead(true),
+                lean.with_slack(0),
+            ]);
+        }
+        for tile in tiles {
+            let tile = tile.with_runs(true);
+            out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(tile)).unwrap());
+        }
+    }
+    out
+}
+
+/// Each row's keys summed in runs of 512 from key 0, folded in key order (wgsl/attn_prefill.wgsl
+/// `RUN_KEYS`; the cooperative-matrix kernels' with [`CoopTile::runs`]; issue 21): unsplit, and
+/// split into its runs (the host turns any forced count above 1, 2 or 64, into the longest
+/// tile's runs: one run a split), the same bits, and each against the reference: a fresh
+/// 600-token prompt (its last tiles over two runs, its first in one) and 40 tokens after 1100
+/// through the token table (three runs, the last short). Every kernel of [`run_kernels`]: on
+/// lavapipe the f32-tile kernel (no cooperative matrices there: their cases run on the device).
 #[test]
 fn key_runs_give_the_same_bits_split_or_not() {
     let ctx = gpu();
     let bits = |o: &[f32]| o.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
     for (i, shape) in shapes().into_iter().enumerate().take(3) {
-        for mut kernel in kernels(ctx, shape)
-            .into_iter()
-            .filter(|k| k.tile().is_none())
-        {
+        for mut kernel in run_kernels(ctx, shape) {
             for (start, n_tokens, table) in [(0u32, 600u32, false), (1100, 40, true)] {
                 let case = Case {
                     shape,
@@ -256,6 +287,43 @@ fn key_runs_give_the_same_bits_split_or_not() {
                         Some(w) => assert_eq!(&bits(&out.got), w, "{what}: not the unsplit bits"),
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Where a tile's keys fit one run, a cooperative-matrix kernel computes the same bits with key
+/// runs as without ([`CoopTile::runs`]: no fold, the old store), unsplit: a fresh 70-token prompt
+/// on pages of 64 and 37 tokens after 100 through the token table on pages of 16, every tile of
+/// [`run_kernels`] against its twin without runs. Only where the adapter has cooperative matrices
+/// (none on lavapipe: then nothing runs).
+#[test]
+fn key_runs_keep_the_bits_of_keys_within_one_run() {
+    let ctx = gpu();
+    let bits = |o: &[f32]| o.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    for (i, shape) in shapes().into_iter().enumerate() {
+        for kernel in run_kernels(ctx, shape) {
+            let Some(tile) = kernel.tile() else {
+                continue;
+            };
+            let runs = kernel.with_split(SplitKeys::NEVER);
+            let even =
+                AttnPrefill::with_tile(ctx, runs.variant(), shape, Some(tile.with_runs(false)))
+                    .unwrap()
+                    .with_split(SplitKeys::NEVER);
+            let cases = [(0u32, 70u32, false, 64u32), (100, 37, true, 16)];
+            for (start, n_tokens, table, page) in cases {
+                let case = Case {
+                    shape,
+                    start,
+                    n_tokens,
+                    table,
+                };
+                let seed = u64::from(start) + i as u64;
+                let got = attn_prefill::run_case_in_pages(ctx, &runs, &case, seed, page);
+                let want = attn_prefill::run_case_in_pages(ctx, &even, &case, seed, page);
+                got.assert();
+                assert_eq!(bits(&got.got), bits(&want.got), "{}", got.what);
             }
         }
     }
@@ -494,13 +562,15 @@ fn unsupported_shapes_and_mismatched_caches_are_refused() {
 
 /// The host picks a cooperative-matrix tile by [`CoopTile::workgroup_bytes`] and grids by its
 /// rows: both must be what the kernel's WGSL declares (its workgroup arrays, through naga's
-/// layouter, each a whole number of 16 bytes; its `BM`), for every shape and tile, on adapters that cannot run it too; and every
-/// tile's module must validate (the translation test builds only the first tile).
+/// layouter, each a whole number of 16 bytes; its `BM`), for every shape and tile, with key runs
+/// and without, on adapters that cannot run it too; and every tile's module must validate (the
+/// translation test builds only the first tile).
 #[test]
 fn the_host_coop_tile_geometry_matches_the_wgsl() {
     for (coop, paths) in all_coop_paths() {
         for shape in shapes().into_iter().chain([QWEN3_8B, QWEN35_27B]) {
-            for tile in CoopTile::candidates(coop, shape.head_dim) {
+            let tiles = CoopTile::candidates(coop, shape.head_dim);
+            for tile in tiles.flat_map(|tile| [tile, tile.with_runs(true)]) {
                 let source = AttnPrefill::source_for(paths, shape, Some(tile)).unwrap();
                 // Each tile's module validates.
                 let (module, info) = parse_valid(&source.module.text());
@@ -508,6 +578,8 @@ fn the_host_coop_tile_geometry_matches_the_wgsl() {
                 let bytes = workgroup_bytes(&module, Some((&info, "main")));
                 assert_eq!(bytes, tile.workgroup_bytes(), "{tile:?}");
                 assert_eq!(u32_const(&module, "BM"), tile.rows(), "{tile:?}");
+                let run_keys = if tile.runs { RUN_KEYS } else { 0 };
+                assert_eq!(u32_const(&module, "RUN_KEYS"), run_keys, "{tile:?}");
                 assert_eq!(odd_sized_workgroup_vars(&module), [], "{tile:?}");
             }
         }

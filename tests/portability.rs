@@ -23,7 +23,7 @@ fn all_variants() -> Vec<KernelVariant> {
 }
 
 /// The cooperative-matrix prefill attention with every workgroup tile the tests and the engine
-/// build (each row-block count × key step, the rescale-always slack) on the example shape and the models'
+/// build (each row-block count × key step, the rescale-always slack, key runs) on the example shape and the models'
 /// heads (Qwen3-8B: 32 q heads of 128 on 8 kv heads; Qwen3.5-27B: 24 of 256 on 4, two subgroups
 /// a row block).
 fn coop_attention_tiles() -> Vec<KernelVariant> {
@@ -47,8 +47,12 @@ fn coop_attention_tiles() -> Vec<KernelVariant> {
         };
         for shape in shapes {
             for tile in CoopTile::candidates(coop, shape.head_dim) {
-                for slack in [CoopTile::SLACK, 0] {
-                    let tile = tile.with_slack(slack);
+                for (slack, runs) in [
+                    (CoopTile::SLACK, false),
+                    (0, false),
+                    (CoopTile::SLACK, true),
+                ] {
+                    let tile = tile.with_slack(slack).with_runs(runs);
                     out.push(KernelVariant {
                         kernel: AttnPrefill::NAME,
                         paths: variant.paths,

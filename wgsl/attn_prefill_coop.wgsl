@@ -32,6 +32,12 @@
 //      step's K rows are fetched into registers; on a marked step every O tile goes through
 //      o_stage and back scaled by its rows' α; then O += P·V (KEY_BLOCKS × DIM_TILES MMAs).
 // Four barriers per step: A's, B's, D's and the one after the MMAs before the next K store.
+// RUN_KEYS ≠ 0 (key runs, issue 21; attn_prefill_rows.wgsl): at each key step starting on a
+// multiple of RUN_KEYS past the split's first, every O tile goes through o_stage once (as a
+// rescale's round trip, without the load back) and its lanes fold their rows into the finished
+// runs' sum in memory; then O = 0, m = NEG, l = 0: the run starts as a split starting there would.
+// The lazy max restarts with it, so a run's rescales depend on its keys alone. The final store
+// folds the last run (a tile whose keys fit one run stores as before).
 // Q_REGS = 1 (one subgroup a row block, BM ≤ BN): Q is staged once through kv_tile and kept in
 // each subgroup's HEAD_TILES fragments (q0..q7), so no Q tile takes workgroup memory (room for
 // 64 × 64 tiles at head 128). S_INTERLEAVE = 1 (with Q_REGS): step B runs the key blocks' MMA
@@ -48,7 +54,8 @@
 //           key split of its tile (attn_prefill_rows.wgsl; combine after it when S > 1).
 // pipelines: module consts HEAD_DIM, GROUP and the override TOKEN_TABLE as attn_prefill.wgsl;
 //            the module consts ROW_BLOCKS, KEY_STEP, HEAD_TILES (dim tiles covering the head, a
-//            multiple of DIM_SPLIT), DIM_SPLIT, SLACK, Q_REGS and S_INTERLEAVE from the host
+//            multiple of DIM_SPLIT), DIM_SPLIT, SLACK, Q_REGS, S_INTERLEAVE and RUN_KEYS (0 or
+//            512) from the host
 //            (engine `attn_prefill::CoopTile`),
 //            which also checks the workgroup memory of main below against the device.
 // variants: the shape file before it: matmul_coop16.wgsl (Vulkan) | matmul_coop8.wgsl (Metal);
@@ -56,7 +63,7 @@
 //           SUBGROUP (subgroup_id, shuffles) and, on the host, subgroups exactly 32 wide.
 // requires: kv_f32|kv_f16.wgsl, kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl,
 //           attn_combine.wgsl, attn_prefill_rows.wgsl, a shape file; the consts ROW_BLOCKS,
-//           KEY_STEP, HEAD_TILES, DIM_SPLIT, SLACK, Q_REGS, S_INTERLEAVE.
+//           KEY_STEP, HEAD_TILES, DIM_SPLIT, SLACK, Q_REGS, S_INTERLEAVE, RUN_KEYS.
 
 const SUBGROUP_WIDTH: u32 = 32u;
 const SUBGROUPS: u32 = ROW_BLOCKS * DIM_SPLIT;
@@ -86,9 +93,8 @@ const_assert HEAD_TILES % DIM_SPLIT == 0u && KEY_BLOCKS % DIM_SPLIT == 0u;
 const_assert DIM_TILES <= 8u && KEY_TILES <= 4u && HEAD_DIM <= HEAD_TILES * COOP;
 // Splits hold whole key steps, so keys past a split's end are past the causal limit too.
 const_assert SPLIT_KEYS % BN == 0u;
-// Splits cut the keys evenly, not in key runs (attn_prefill_rows.wgsl; issue 21's runs are
-// the f32-tile kernel's so far).
-const RUN_KEYS: u32 = 0u;
+// Runs hold whole key steps (RUN_KEYS 0: splits cut the keys evenly).
+const_assert RUN_KEYS % SPLIT_KEYS == 0u;
 // Q in registers: the subgroup holds its row block's HEAD_TILES fragments (named q0..q7), which
 // needs one subgroup a row block and Q staged through kv_tile.
 const_assert Q_REGS == 0u || (DIM_SPLIT == 1u && BM <= BN);
@@ -338,10 +344,29 @@ fn scaled(o: CoopC, slot: u32, lane: u32, alpha: f32) -> CoopC {
     return coopLoadT<CoopC>(&o_stage[slot], stride);
 }
 
+// The lane's row's fold of its runs (attn_prefill_rows.wgsl, key runs): the weights w of the
+// run that ends into the runs before it; `kept`, whether any of those is in memory (else the fold
+// starts from the empty state).
+struct RunsDone {
+    w: RunFold,
+    kept: bool,
+}
+
 // Stores O tile o (dims d0..d0 + COOP of the subgroup's rows; the lane's row is th, its weight
-// sum l) through the subgroup's slot: o / l, or the split's partial. Workgroup-uniform, as
-// `scaled`.
-fn write_tile(o: CoopC, slot: u32, lane: u32, split: KeySplit, th: vec2<u32>, d0: u32, l: f32) {
+// sum l) through the subgroup's slot: with `last`, the row's output (o / l, or the split's
+// partial; folded with the runs before as `runs` says); else (a run's end) folded into the runs
+// before in memory. Workgroup-uniform, as `scaled`.
+fn write_tile(
+    o: CoopC,
+    slot: u32,
+    lane: u32,
+    split: KeySplit,
+    th: vec2<u32>,
+    d0: u32,
+    l: f32,
+    runs: RunsDone,
+    last: bool,
+) {
     let stride = COOP;
     workgroupBarrier();
     coopStoreT(o, &o_stage[slot], stride);
@@ -351,7 +376,12 @@ fn write_tile(o: CoopC, slot: u32, lane: u32, split: KeySplit, th: vec2<u32>, d0
     if th.x != 0xffffffffu {
         for (var c = 0u; c < LANE_COLS; c++) {
             if d + c < HEAD_DIM {
-                store_output(split, th, d + c, o_stage[at + c], l);
+                let y = o_stage[at + c];
+                if last {
+                    store_folded(split, th, d + c, runs.w, runs.kept, y, l);
+                } else {
+                    fold_run(split, th, d + c, runs.w, !runs.kept, y);
+                }
             }
         }
     }
@@ -454,13 +484,59 @@ fn main(
     var o5 = CoopC();
     var o6 = CoopC();
     var o7 = CoopC();
+    let d0 = dt0 * COOP;
+    // Key runs: the fold of the lane's row's finished runs (max, weight sum; their O in memory)
+    // and whether one has ended (workgroup-uniform: from the keys alone).
+    var run_m = NEG;
+    var run_l = 0.0;
+    var folded = false;
 
     set_key_bases(split.begin, min(BN, split.end - split.begin), page_row, g, local);
     workgroupBarrier();
     var k_next = fetch_kv(false, min(BN, split.end - split.begin), local);
     for (var k0 = split.begin; k0 < split.end; k0 += BN) {
         let n_keys = min(BN, split.end - k0);
-        // A. (The previous step's last barrier: every subgroup is done with its V.)
+        if starts_run(k0, split) {
+            // The run that ends folded into the runs before it; the next starts from nothing.
+            let runs = RunsDone(fold_weights(run_m, m), folded);
+            write_tile(o0, slot, lane, split, me, d0, l, runs, false);
+            if DIM_TILES > 1u {
+                write_tile(o1, slot, lane, split, me, d0 + COOP, l, runs, false);
+            }
+            if DIM_TILES > 2u {
+                write_tile(o2, slot, lane, split, me, d0 + 2u * COOP, l, runs, false);
+            }
+            if DIM_TILES > 3u {
+                write_tile(o3, slot, lane, split, me, d0 + 3u * COOP, l, runs, false);
+            }
+            if DIM_TILES > 4u {
+                write_tile(o4, slot, lane, split, me, d0 + 4u * COOP, l, runs, false);
+            }
+            if DIM_TILES > 5u {
+                write_tile(o5, slot, lane, split, me, d0 + 5u * COOP, l, runs, false);
+            }
+            if DIM_TILES > 6u {
+                write_tile(o6, slot, lane, split, me, d0 + 6u * COOP, l, runs, false);
+            }
+            if DIM_TILES > 7u {
+                write_tile(o7, slot, lane, split, me, d0 + 7u * COOP, l, runs, false);
+            }
+            o0 = CoopC();
+            o1 = CoopC();
+            o2 = CoopC();
+            o3 = CoopC();
+            o4 = CoopC();
+            o5 = CoopC();
+            o6 = CoopC();
+            o7 = CoopC();
+            run_m = runs.w.m;
+            run_l = fold_into(runs.w, run_l, l);
+            folded = true;
+            m = NEG;
+            l = 0.0;
+        }
+        // A. (The previous step's last barrier, or the fold's: every subgroup is done with its V
+        // and its stage.)
         put_kv(k_next, local);
         workgroupBarrier();
 
@@ -577,30 +653,34 @@ fn main(
         workgroupBarrier();
     }
 
+    // The last run folded into the runs before it as it is stored (none ended: m and l as they
+    // are, the old store).
+    let runs = RunsDone(fold_weights(run_m, m), folded);
+    let out_m = select(m, runs.w.m, folded);
+    let out_l = select(l, fold_into(runs.w, run_l, l), folded);
     if part == 0u && ni == 0u && valid {
-        store_stats(split, me, m, l);
+        store_stats(split, me, out_m, out_l);
     }
-    let d0 = dt0 * COOP;
-    write_tile(o0, slot, lane, split, me, d0, l);
+    write_tile(o0, slot, lane, split, me, d0, out_l, runs, true);
     if DIM_TILES > 1u {
-        write_tile(o1, slot, lane, split, me, d0 + COOP, l);
+        write_tile(o1, slot, lane, split, me, d0 + COOP, out_l, runs, true);
     }
     if DIM_TILES > 2u {
-        write_tile(o2, slot, lane, split, me, d0 + 2u * COOP, l);
+        write_tile(o2, slot, lane, split, me, d0 + 2u * COOP, out_l, runs, true);
     }
     if DIM_TILES > 3u {
-        write_tile(o3, slot, lane, split, me, d0 + 3u * COOP, l);
+        write_tile(o3, slot, lane, split, me, d0 + 3u * COOP, out_l, runs, true);
     }
     if DIM_TILES > 4u {
-        write_tile(o4, slot, lane, split, me, d0 + 4u * COOP, l);
+        write_tile(o4, slot, lane, split, me, d0 + 4u * COOP, out_l, runs, true);
     }
     if DIM_TILES > 5u {
-        write_tile(o5, slot, lane, split, me, d0 + 5u * COOP, l);
+        write_tile(o5, slot, lane, split, me, d0 + 5u * COOP, out_l, runs, true);
     }
     if DIM_TILES > 6u {
-        write_tile(o6, slot, lane, split, me, d0 + 6u * COOP, l);
+        write_tile(o6, slot, lane, split, me, d0 + 6u * COOP, out_l, runs, true);
     }
     if DIM_TILES > 7u {
-        write_tile(o7, slot, lane, split, me, d0 + 7u * COOP, l);
+        write_tile(o7, slot, lane, split, me, d0 + 7u * COOP, out_l, runs, true);
     }
 }

@@ -58,13 +58,21 @@
 // barriers a step; the same MMAs on the same values in the same order per tile, and the same
 // rescales between the same P·V products, so the same bits as the lean step. Cost: S(t + 1)'s
 // two accumulators (16 registers a lane) live through the softmax and the barriers.
+// RUN_KEYS ≠ 0 (key runs, issue 21; attn_prefill_rows.wgsl): the softmax of a key step starting
+// on a multiple of RUN_KEYS past the split's first starts from nothing (m = NEG, l = 0; the run
+// that ended keeps its m and l in registers), and since P·V runs a step behind, the next step's
+// start folds O — then the ended run's whole sum — through the S slab into the finished runs' sum
+// in memory (one stage round trip, without the load back) and sets O = 0 before P·V adds the new
+// run's first step: each run computed as a split starting there would. The final store folds the
+// last run (a tile whose keys fit one run stores as before). Every kernel form (plain, lean,
+// lean-k, lean-a) does the same at the same place in its step.
 //
 // bindings: see attn_prefill_rows.wgsl (one bind-group layout for every prefill kernel).
 // dispatch: (ceil(n_tokens·GROUP / BM), n_kv, S) workgroups of WG = ROW_BLOCKS·32, each over one
 //           key split of its tile (attn_prefill_rows.wgsl; combine after it when S > 1).
 // pipelines: module consts HEAD_DIM, GROUP and the override TOKEN_TABLE as attn_prefill.wgsl; the
 //            module consts ROW_BLOCKS, KEY_STEP, HEAD_TILES (≤ 8 dim tiles: head ≤ 128 on 16×16),
-//            SLACK, LEAN, PAIR_K and AHEAD (0 or 1) from the host (engine
+//            SLACK, LEAN, PAIR_K and AHEAD (0 or 1), RUN_KEYS (0 or 512) from the host (engine
 //            `attn_prefill::CoopTile`, form `Flash`, `lean`, `pair_k`, `ahead`), which also
 //            checks the workgroup memory of main below against the device.
 // variants: after the shape file matmul_coop16.wgsl (Vulkan); `enable f16; enable
@@ -105,9 +113,8 @@ const_assert BN == 2u * COOP && COOP == 16u && ROW_LANES == 2u;
 const_assert HEAD_TILES <= 8u && HEAD_DIM <= HEAD_TILES * COOP;
 // Splits hold whole key steps, so keys past a split's end are past the causal limit too.
 const_assert SPLIT_KEYS % BN == 0u;
-// Splits cut the keys evenly, not in key runs (attn_prefill_rows.wgsl; issue 21's runs are
-// the f32-tile kernel's so far).
-const RUN_KEYS: u32 = 0u;
+// Runs hold whole key steps (RUN_KEYS 0: splits cut the keys evenly).
+const_assert RUN_KEYS % SPLIT_KEYS == 0u;
 // Pairs of subgroups, one key block each, on top of the lean step.
 const_assert PAIR_K == 0u || (LEAN != 0u && SUBGROUPS % 2u == 0u && BN == 2u * COOP);
 // S one step ahead of its softmax, on the lean step with a subgroup's own K fragments.
@@ -307,9 +314,18 @@ fn scaled(o: CoopC, mi: u32, lane: u32, alpha: f32) -> CoopC {
     return coopLoadT<CoopC>(&s_slab[at], stride);
 }
 
+// The lane's row's fold of its runs (attn_prefill_rows.wgsl, key runs): the weights w of the
+// run that ends into the runs before it; `kept`, whether any of those is in memory (else the fold
+// starts from the empty state).
+struct RunsDone {
+    w: RunFold,
+    kept: bool,
+}
+
 // Stores O tiles oa and ob (dims d0..d0 + 2·COOP of row block mi; the lane's row is th, its
-// weight sum l) through the S slab, side by side: o / l, or the split's partial. Workgroup-uniform,
-// as `scaled`.
+// weight sum l) through the S slab, side by side: with `last`, the row's output (o / l, or the
+// split's partial; folded with the runs before as `runs` says); else (a run's end) folded into
+// the runs before in memory. Workgroup-uniform, as `scaled`.
 fn write_pair(
     oa: CoopC,
     ob: CoopC,
@@ -319,6 +335,8 @@ fn write_pair(
     th: vec2<u32>,
     d0: u32,
     l: f32,
+    runs: RunsDone,
+    last: bool,
 ) {
     let at = mi * COOP * S_STRIDE4;
     let at_b = at + COOP / 4u;
@@ -333,7 +351,12 @@ fn write_pair(
             let d = d0 + t * COOP + (lane % ROW_LANES) * LANE_COLS;
             for (var c = 0u; c < LANE_COLS; c++) {
                 if d + c < HEAD_DIM {
-                    store_output(split, th, d + c, s_slab[cell + c / 4u][c % 4u], l);
+                    let y = s_slab[cell + c / 4u][c % 4u];
+                    if last {
+                        store_folded(split, th, d + c, runs.w, runs.kept, y, l);
+                    } else {
+                        fold_run(split, th, d + c, runs.w, !runs.kept, y);
+                    }
                 }
             }
         }
@@ -625,7 +648,41 @@ fn main(
     if LEAN != 0u {
         page_v = step_page(split.begin + BN, split.end, page_row, g);
     }
+    // Key runs: the fold of the lane's row's finished runs (max, weight sum; their O in memory),
+    // the run that ended last (its m and l: its O is complete a step later), and whether one has
+    // been folded (workgroup-uniform: from the keys alone).
+    var run_m = NEG;
+    var run_l = 0.0;
+    var ended = SoftRow(NEG, 0.0, 1.0);
+    var folded = false;
     loop {
+        if k0 > split.begin + BN && starts_run(k0 - BN, split) {
+            // O holds the run that ended a step ago, whole (this step's P·V is the new run's
+            // first): folded into the runs before it; the mark's load below is the barrier
+            // after the stage's last read.
+            let runs = RunsDone(fold_weights(run_m, ended.m), folded);
+            write_pair(o0, o1, mi, lane, split, me, 0u, ended.l, runs, false);
+            if HEAD_TILES > 2u {
+                write_pair(o2, o3, mi, lane, split, me, 2u * COOP, ended.l, runs, false);
+            }
+            if HEAD_TILES > 4u {
+                write_pair(o4, o5, mi, lane, split, me, 4u * COOP, ended.l, runs, false);
+            }
+            if HEAD_TILES > 6u {
+                write_pair(o6, o7, mi, lane, split, me, 6u * COOP, ended.l, runs, false);
+            }
+            o0 = CoopC();
+            o1 = CoopC();
+            o2 = CoopC();
+            o3 = CoopC();
+            o4 = CoopC();
+            o5 = CoopC();
+            o6 = CoopC();
+            o7 = CoopC();
+            run_m = runs.w.m;
+            run_l = fold_into(runs.w, run_l, ended.l);
+            folded = true;
+        }
         // A: K(t), V(t − 1), P(t − 1) and the mark visible. The mark is the key step after the
         // one whose softmax moved some row's reference (+ 1: never 0, the cleared mark).
         // (AHEAD: U, the end of step t − 1 — its softmax's P(t − 1) and mark visible, every read
@@ -656,6 +713,11 @@ fn main(
             }
             // Every stage load done before S(t)'s stores reuse the slab.
             workgroupBarrier();
+        }
+        if starts_run(k0, split) {
+            // This step's softmax starts a run (the rescale above was the run before's last).
+            ended = row;
+            row = SoftRow(NEG, 0.0, 1.0);
         }
         // Lean step: the page of K(t + 2)'s keys, its read in flight through the MMAs.
         var page_k = 0u;
@@ -892,17 +954,22 @@ fn main(
         k0 = k_next;
     }
 
+    // The last run folded into the runs before it as it is stored (none ended: m and l as they
+    // are, the old store).
+    let runs = RunsDone(fold_weights(run_m, row.m), folded);
+    let out_m = select(row.m, runs.w.m, folded);
+    let out_l = select(row.l, fold_into(runs.w, run_l, row.l), folded);
     if part == 0u && valid {
-        store_stats(split, me, row.m, row.l);
+        store_stats(split, me, out_m, out_l);
     }
-    write_pair(o0, o1, mi, lane, split, me, 0u, row.l);
+    write_pair(o0, o1, mi, lane, split, me, 0u, out_l, runs, true);
     if HEAD_TILES > 2u {
-        write_pair(o2, o3, mi, lane, split, me, 2u * COOP, row.l);
+        write_pair(o2, o3, mi, lane, split, me, 2u * COOP, out_l, runs, true);
     }
     if HEAD_TILES > 4u {
-        write_pair(o4, o5, mi, lane, split, me, 4u * COOP, row.l);
+        write_pair(o4, o5, mi, lane, split, me, 4u * COOP, out_l, runs, true);
     }
     if HEAD_TILES > 6u {
-        write_pair(o6, o7, mi, lane, split, me, 6u * COOP, row.l);
+        write_pair(o6, o7, mi, lane, split, me, 6u * COOP, out_l, runs, true);
     }
 }

@@ -22,13 +22,19 @@
 // each from its own online-softmax start, folded in key order (attn_combine.wgsl), split or not:
 // a row's bits then do not depend on the step's size, its tiles or its splits (issue 21). With
 // RUN_KEYS = 0 splits cut each tile's keys evenly and the combine weighs them at once: a row split
-// otherwise sums otherwise.
+// otherwise sums otherwise. A kernel that cannot keep a second accumulator set (the
+// cooperative-matrix kernels: O lives in their matrices) folds through memory: at a run's end
+// its lanes fold their rows' O into the finished runs' sum kept where the row's result goes
+// (fold_run: o where the tile has one split with keys, else the split's partial; only the lane
+// that stores a (row, dim) reads it back), and the last run is folded as it is stored
+// (store_folded; where no run ended before it, the old store: a row of ≤ RUN_KEYS keys keeps its
+// bits).
 // requires: consts HEAD_DIM (a multiple of 4), GROUP, the kernel's BM and RUN_KEYS; kv_f32|kv_f16.wgsl,
 //           kv_paged.wgsl, step.wgsl, view.wgsl, positions.wgsl, attn_combine.wgsl.
 // provides: the bindings, override TOKEN_TABLE; NEG, LOG2_E, SPLIT_KEYS; step_tokens,
 //           tile_and_head, row_token_head, query_element, cache_element, cache_quad, tile_key_limit, KeySplit,
-//           key_split, store_output, store_stats, store_o (x itself: a prompt step applies an
-//           output gate as an op of its own); the entry point combine.
+//           key_split, store_output, store_stats, starts_run, fold_run, store_folded, store_o (x itself: a
+//           prompt step applies an output gate as an op of its own); the entry point combine.
 
 struct Params {
     kv: KvGeometry,
@@ -180,6 +186,58 @@ fn store_stats(split: KeySplit, th: vec2<u32>, m: f32, l: f32) {
         partials[at] = m;
         partials[at + 1u] = l;
     }
+}
+
+// Key runs: whether the split's key step from k0 starts a run other than its first (the run
+// before it ends there).
+fn starts_run(k0: u32, split: KeySplit) -> bool {
+    return RUN_KEYS != 0u && k0 > split.begin && k0 < split.end && k0 % max(RUN_KEYS, 1u) == 0u;
+}
+
+// Where element d of row th's finished runs' sum is kept: o where the tile has one split with
+// keys, else the split's partial (which its last store overwrites in place).
+fn run_at(split: KeySplit, th: vec2<u32>, d: u32) -> u32 {
+    if split.count == 1u {
+        return view_index(params.o, th.x, th.y, d);
+    }
+    let row = th.x * params.kv.n_kv * GROUP + th.y;
+    return partial_base(row, split.n, split.index) + d;
+}
+
+fn load_run(split: KeySplit, th: vec2<u32>, d: u32) -> f32 {
+    if split.count == 1u {
+        return o[run_at(split, th, d)];
+    }
+    return partials[run_at(split, th, d)];
+}
+
+// Key runs: element d (y) of row th's run that just ended folded, with the weights w of its row's
+// fold, into the runs before it (none yet where `first`: the fold of the empty state, the run
+// itself), kept in memory for the next fold.
+fn fold_run(split: KeySplit, th: vec2<u32>, d: u32, w: RunFold, first: bool, y: f32) {
+    if split.index >= split.count {
+        return;
+    }
+    var x = 0.0;
+    if !first {
+        x = load_run(split, th, d);
+    }
+    let at = run_at(split, th, d);
+    if split.count == 1u {
+        o[at] = fold_into(w, x, y);
+    } else {
+        partials[at] = fold_into(w, x, y);
+    }
+}
+
+// store_output of element d (y) of row th's last run: folded (weights w) into the runs before it
+// where any ended (`folded`), l the folded sum; else y itself, as a kernel without runs stores it.
+fn store_folded(split: KeySplit, th: vec2<u32>, d: u32, w: RunFold, folded: bool, y: f32, l: f32) {
+    var x = y;
+    if folded && split.index < split.count {
+        x = fold_into(w, load_run(split, th, d), y);
+    }
+    store_output(split, th, d, x, l);
 }
 
 @compute @workgroup_size(COMBINE_WG)

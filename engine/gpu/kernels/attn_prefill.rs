@@ -33,6 +33,11 @@
 //! workgroups, and a combining pass merges their partials (wgsl/attn_combine.wgsl, shared with
 //! the decode attention). [`SplitKeys`] picks the count per step on the host.
 //!
+//! Key runs: the f32-tile kernel sums each row's keys in runs of [`RUN_KEYS`] from key 0, folded
+//! in key order, so a row's bits do not depend on the step (issue 21); the cooperative-matrix
+//! kernels do where their tile has [`CoopTile::runs`] (`FAK_ATTN_RUNS=on`, [`KeyRuns`]: opt-in
+//! until timed), else they split each tile's keys evenly.
+//!
 //! Tile order: which row tile each workgroup of a step takes ([`TileOrder`]: by default tile x
 //! of kv head y; `FAK_ATTN_ORDER=long`, the longest first) changes when a tile runs, never what
 //! it computes: the same bits in either order.
@@ -54,8 +59,9 @@ use crate::gpu::profile::Recorded;
 use crate::gpu::step::PageTable;
 use crate::gpu::step::StepBuffer;
 
-/// Keys a run of the f32-tile kernel (wgsl/attn_prefill.wgsl's `RUN_KEYS`): each row's keys are
-/// summed in runs from key 0, folded in key order, however the step splits them.
+/// Keys a run (wgsl/attn_prefill.wgsl's `RUN_KEYS`; the cooperative-matrix kernels' where a
+/// tile has [`CoopTile::runs`]): each row's keys are summed in runs from key 0, folded in key
+/// order, however the step splits them.
 pub const RUN_KEYS: u32 = 512;
 const ATTN_PREFILL_ROWS: WgslFile = step_wgsl!("attn_prefill_rows.wgsl");
 const ATTN_PREFILL: WgslFile = step_wgsl!("attn_prefill.wgsl");
@@ -153,6 +159,13 @@ pub struct CoopTile {
     /// order, so the same bits. Label suffix `a` (`128x32fla`); opt-in
     /// (`FAK_ATTN_PREFILL=lean-a`).
     pub ahead: bool,
+    /// Each row's keys summed in runs of [`RUN_KEYS`] from key 0, each from its own
+    /// online-softmax start, folded in key order through the output's memory (the kernels'
+    /// `RUN_KEYS`; wgsl/attn_prefill_rows.wgsl): a row's bits then do not depend on the step's
+    /// size, tiles or splits (issue 21), and splits hold whole runs. Without it splits cut each
+    /// tile's keys evenly. Not in the label: any tile either way ([`KeyRuns`],
+    /// `FAK_ATTN_RUNS`); where a tile's keys fit one run, the same bits either way.
+    pub runs: bool,
 }
 
 impl CoopTile {
@@ -176,6 +189,7 @@ impl CoopTile {
             lean: false,
             pair_k: false,
             ahead: false,
+            runs: false,
         }
     }
 
@@ -202,6 +216,16 @@ impl CoopTile {
     /// The same tile with S one step ahead of its softmax (`ahead`) or not.
     pub fn with_ahead(self, ahead: bool) -> Self {
         CoopTile { ahead, ..self }
+    }
+
+    /// The same tile summing each row in key runs (`runs`) or not.
+    pub fn with_runs(self, runs: bool) -> Self {
+        CoopTile { runs, ..self }
+    }
+
+    /// The kernels' `RUN_KEYS`: [`RUN_KEYS`] with `runs`, else 0 (even splits).
+    fn run_keys(self) -> u32 {
+        if self.runs { RUN_KEYS } else { 0 }
     }
 
     /// The same geometry run by the kernel of `form`.
@@ -572,6 +596,44 @@ impl TileOrder {
     }
 }
 
+/// Whether the cooperative-matrix kernels sum each row in key runs ([`CoopTile::runs`];
+/// the f32-tile kernel always does).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum KeyRuns {
+    /// Splits cut each tile's keys evenly and the combine weighs them at once: a row's bits
+    /// depend on the step once its keys pass a split's (issue 21, experiments/NOTES.md "attn2k").
+    Off,
+    /// Runs of [`RUN_KEYS`] from key 0, folded in key order, split or not (experiments/NOTES.md
+    /// "detcoop").
+    On,
+}
+
+impl KeyRuns {
+    /// The engine's choice where `FAK_ATTN_RUNS` is unset.
+    pub const DEFAULT: KeyRuns = KeyRuns::Off;
+    /// The variable that overrides [`KeyRuns::DEFAULT`] in [`AttnPrefill::new`].
+    pub const VAR: &'static str = "FAK_ATTN_RUNS";
+
+    /// The choice `FAK_ATTN_RUNS` asks for ([`KeyRuns::named`]; unset: `default`).
+    pub fn requested(default: KeyRuns) -> Result<Self, GpuError> {
+        requested(Self::VAR, default, Self::named)
+    }
+
+    /// The choice a value of `FAK_ATTN_RUNS` names: empty, the default; `on`; `off`. Anything
+    /// else is an error naming the variable.
+    pub fn named(value: &str) -> Result<Self, GpuError> {
+        match value {
+            "" => Ok(Self::DEFAULT),
+            "on" => Ok(KeyRuns::On),
+            "off" => Ok(KeyRuns::Off),
+            _ => Err(shape_error(
+                AttnPrefill::NAME,
+                format!("{}={value:?} is neither empty, on nor off", Self::VAR),
+            )),
+        }
+    }
+}
+
 /// `Params` of wgsl/attn_prefill.wgsl.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -712,6 +774,7 @@ impl AttnPrefill {
             (Some(coop), Some(tile)) if tile.coop == coop => match tile.form {
                 CoopForm::Staged => Self::staged_module(module, tile),
                 CoopForm::Flash => module
+                    .with_const("RUN_KEYS", tile.run_keys())
                     .with_const("ROW_BLOCKS", tile.row_blocks)
                     .with_const("KEY_STEP", tile.keys)
                     .with_const("HEAD_TILES", tile.head_tiles)
@@ -750,6 +813,7 @@ impl AttnPrefill {
     /// `module` completed with the staged kernel (wgsl/attn_prefill_coop.wgsl) for `tile`.
     fn staged_module(module: WgslModule, tile: CoopTile) -> WgslModule {
         module
+            .with_const("RUN_KEYS", tile.run_keys())
             .with_const("ROW_BLOCKS", tile.row_blocks)
             .with_const("KEY_STEP", tile.keys)
             .with_const("HEAD_TILES", tile.head_tiles)
@@ -814,15 +878,18 @@ impl AttnPrefill {
     /// matrices the tile `FAK_ATTN_PREFILL` leaves chosen ([`AttnPrefill::chosen_tile`]: by
     /// default on 16×16 matrices the tile with the most rows whose workgroup memory the device
     /// has), or the f32-tile kernel where none is; split by `FAK_ATTN_SPLIT`'s rule
-    /// ([`SplitKeys::requested`]) and its tiles in `FAK_ATTN_ORDER`'s order
-    /// ([`TileOrder::requested`]).
+    /// ([`SplitKeys::requested`]), its tiles in `FAK_ATTN_ORDER`'s order
+    /// ([`TileOrder::requested`]), a cooperative-matrix tile summing in key runs where
+    /// `FAK_ATTN_RUNS` asks ([`KeyRuns::requested`]).
     pub fn new(ctx: &GpuContext, paths: KernelPaths, shape: AttnShape) -> Result<Self, GpuError> {
         let variant = Self::select(paths);
         let limit = ctx.device.limits().max_compute_workgroup_storage_size;
+        let runs = KeyRuns::requested(KeyRuns::DEFAULT)? == KeyRuns::On;
         let tile = match variant.coop_matrix {
             Some(coop) => Self::chosen_tile(coop, shape.head_dim, limit)?,
             None => None,
-        };
+        }
+        .map(|tile| tile.with_runs(runs));
         let default = match tile {
             Some(tile) if tile.form == CoopForm::Flash => SplitKeys::FLASH_DEFAULT,
             _ => SplitKeys::DEFAULT,
@@ -936,24 +1003,30 @@ impl AttnPrefill {
         let rows = u64::from(n) * u64::from(self.shape.n_head);
         let fit = binding.scratch_partials / rows.max(1);
         let splits = self.rule_splits(n, keys);
-        if self.tile.is_none() && u64::from(splits) > fit {
+        if self.sums_in_runs() && u64::from(splits) > fit {
             // Fewer splits than runs would sum a row otherwise: all in one workgroup instead.
             return 1;
         }
         u64::from(splits).min(fit).max(1) as u32
     }
 
-    /// The rule's splits of a step of `n` tokens over `keys` keys. The f32-tile kernel sums each
-    /// row in key runs of [`RUN_KEYS`] (wgsl/attn_prefill.wgsl) and splits only by whole runs,
-    /// one a split, so a split step computes the bits of an unsplit one (issue 21): where the
-    /// rule splits, it splits into the longest tile's runs (at most [`MAX_SPLITS`], else not).
+    /// The rule's splits of a step of `n` tokens over `keys` keys. A kernel summing each row in
+    /// key runs of [`RUN_KEYS`] ([`AttnPrefill::sums_in_runs`]) splits only by whole runs, one a
+    /// split, so a split step computes the bits of an unsplit one (issue 21): where the rule
+    /// splits, it splits into the longest tile's runs (at most [`MAX_SPLITS`], else not).
     fn rule_splits(&self, n: u32, keys: u32) -> u32 {
         let splits = self.split.splits(self.workgroups(n), keys);
-        if self.tile.is_some() || splits == 1 {
+        if !self.sums_in_runs() || splits == 1 {
             return splits;
         }
         let runs = keys.div_ceil(RUN_KEYS);
         if runs <= MAX_SPLITS { runs.max(1) } else { 1 }
+    }
+
+    /// Whether the kernel sums each row in key runs: the f32-tile kernel always, a
+    /// cooperative-matrix tile with [`CoopTile::runs`].
+    pub fn sums_in_runs(&self) -> bool {
+        self.tile.is_none_or(|tile| tile.runs)
     }
 
     pub fn variant(&self) -> KernelPaths {
@@ -1122,7 +1195,9 @@ impl AttnPrefill {
 
 #[cfg(test)]
 mod tests {
-    use super::{ATTN_PREFILL, CoopForm, CoopShape, CoopTile, RUN_KEYS, SplitKeys, TileOrder};
+    use super::{
+        ATTN_PREFILL, CoopForm, CoopShape, CoopTile, KeyRuns, RUN_KEYS, SplitKeys, TileOrder,
+    };
 
     /// The host splits the f32-tile kernel by the runs the kernel sums in.
     #[test]
@@ -1282,6 +1357,25 @@ mod tests {
         for bad in ["longest", "1", "Long", "rows:long"] {
             let err = TileOrder::named(bad).unwrap_err().to_string();
             assert!(err.contains(TileOrder::VAR), "{bad}: {err}");
+        }
+    }
+
+    /// `FAK_ATTN_RUNS` names a choice or is refused, naming the variable; a tile's runs set its
+    /// kernels' `RUN_KEYS` (0: even splits) and nothing of its geometry or name.
+    #[test]
+    fn key_runs_are_chosen_by_name() {
+        assert_eq!(KeyRuns::named("").unwrap(), KeyRuns::DEFAULT);
+        assert_eq!(KeyRuns::named("on").unwrap(), KeyRuns::On);
+        assert_eq!(KeyRuns::named("off").unwrap(), KeyRuns::Off);
+        for bad in ["1", "On", "yes", "on:512"] {
+            let err = KeyRuns::named(bad).unwrap_err().to_string();
+            assert!(err.contains(KeyRuns::VAR), "{bad}: {err}");
+        }
+        for tile in CoopTile::candidates(CoopShape::M16x16, 128) {
+            let runs = tile.with_runs(true);
+            assert_eq!((tile.run_keys(), runs.run_keys()), (0, RUN_KEYS));
+            assert_eq!(runs.label(), tile.label());
+            assert_eq!(runs.workgroup_bytes(), tile.workgroup_bytes());
         }
     }
 
