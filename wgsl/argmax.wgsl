@@ -36,9 +36,6 @@ struct Params {
 override WG: u32 = 256u;
 override PER_INVOCATION: u32 = 16u;
 override ALL_ROWS: bool = false;
-// Logits a lane has in flight before it compares any (chunks): PER_INVOCATION's default, so a
-// lane's whole share at once.
-const LOADS_BATCH: u32 = 16u;
 
 const NONE: vec2<u32> = vec2<u32>(0u, 0xffffffffu);
 
@@ -84,25 +81,11 @@ fn chunks(@builtin(workgroup_id) wg: vec3<u32>, lanes: Lanes) {
     let base = view_index(params.logits, row_of(slot), 0u, 0u);
     let start = wg.x * WG * PER_INVOCATION;
     let end = min(start + WG * PER_INVOCATION, params.vocab);
-    // A lane's logits i = start + lane, + WG, … go LOADS_BATCH at a time: first the loads, then
-    // the comparisons in index order. Compared as each arrives, a lane waited an L2 round trip
-    // per logit (a GPU issues in order; strided_squares.wgsl measured the same on the norms).
     var best = NONE;
-    for (var first = start + lanes.index; first < end; first += LOADS_BATCH * WG) {
-        var v: array<f32, LOADS_BATCH>;
-        for (var n = 0u; n < LOADS_BATCH; n++) {
-            if first + n * WG < end {
-                v[n] = logits[base + first + n * WG];
-            }
-        }
-        for (var n = 0u; n < LOADS_BATCH; n++) {
-            let i = first + n * WG;
-            if i < end {
-                let c = candidate(v[n], i);
-                if better(c, best) {
-                    best = c;
-                }
-            }
+    for (var i = start + lanes.index; i < end; i += WG) {
+        let c = candidate(logits[base + i], i);
+        if better(c, best) {
+            best = c;
         }
     }
     best = workgroup_best(best, lanes);

@@ -29,8 +29,7 @@
 //           same bindings; decode_rope_oneshot as attn_decode's decode_oneshot (its own combine,
 //           the arrival counters at binding 18).
 // requires: attn_decode.wgsl (and what it requires but attn_decode_read.wgsl), reduce_*.wgsl
-//           (Lanes, workgroup_sum), row_lanes_*.wgsl, rope_angle.wgsl, strided_squares.wgsl;
-//           const ROPE_LANES.
+//           (Lanes, workgroup_sum), row_lanes_*.wgsl, rope_angle.wgsl; const ROPE_LANES.
 
 struct RopeParams {
     k: View,
@@ -63,14 +62,6 @@ fn raw_head(is_q: bool, src: u32, i: u32) -> f32 {
     return k_in[src + i];
 }
 
-// Which head strided_squares reads: q's (true) or k_in's.
-var<private> squares_of_q: bool;
-
-// strided_squares.wgsl's element: element c of q or k_in, as squares_of_q says.
-fn squares_value(c: u32) -> f32 {
-    return raw_head(squares_of_q, c, 0u);
-}
-
 // Element i of that head normed (rope_kv.wgsl's head_value: (x·scale)·w).
 fn normed_head(is_q: bool, src: u32, i: u32, scale: f32) -> f32 {
     var x = raw_head(is_q, src, i) * scale;
@@ -89,12 +80,13 @@ fn normed_head(is_q: bool, src: u32, i: u32, scale: f32) -> f32 {
 fn prepare_head(is_q: bool, src: u32, pos: u32, lanes: Lanes) {
     var scale = 1.0;
     if rope.has_norm != 0u {
-        // rope_kv's invocations and order (strided_squares: its loads in flight together, the
-        // adds in the plain loop's order); the others add zeros.
+        // rope_kv's invocations and order; the others add zeros.
         var squares = 0.0;
         if lanes.index < ROPE_LANES {
-            squares_of_q = is_q;
-            squares = strided_squares(src + lanes.index, src + HEAD_DIM, ROPE_LANES);
+            for (var i = lanes.index; i < HEAD_DIM; i += ROPE_LANES) {
+                let x = raw_head(is_q, src, i);
+                squares += x * x;
+            }
         }
         let total = workgroup_sum(squares, lanes);
         scale = rms_scale(total, params.kv.head_dim, rope.eps);

@@ -10,8 +10,7 @@
 // lane paid an L2 round trip per value or per few values; on an H200 each decode norm cost
 // ~9 µs in place (the decode probe, experiments/NOTES.md, session 2026-12-06 #15), ~1.2 ms of
 // the 27B's 10 ms token. Here a lane issues SQUARES_BATCH independent loads, then adds them in
-// the same order: the same sums, a sixteenth of the round trips. The same holds for the short
-// sums of a head's norm in the decode attention's rope form (attn_decode_rope.wgsl).
+// the same order: the same sums, a sixteenth of the round trips.
 // requires: the including module's `fn squares_value(c: u32) -> f32` (element c of the row's
 //           binding; c already includes the row's base).
 
@@ -30,18 +29,9 @@ fn strided_squares(first: u32, end: u32, stride: u32) -> f32 {
         }
         c += SQUARES_BATCH * stride;
     }
-    // The last fewer than SQUARES_BATCH values (all of them where a lane has fewer: a 256-wide
-    // head on attn_decode_rope's 64 lanes is 4 a lane) also in flight together, each guarded.
-    var tail: array<f32, SQUARES_BATCH>;
-    for (var i = 0u; i < SQUARES_BATCH; i++) {
-        if c + i * stride < end {
-            tail[i] = squares_value(c + i * stride);
-        }
-    }
-    for (var i = 0u; i < SQUARES_BATCH; i++) {
-        if c + i * stride < end {
-            squares += tail[i] * tail[i];
-        }
+    for (; c < end; c += stride) {
+        let v = squares_value(c);
+        squares += v * v;
     }
     return squares;
 }

@@ -601,7 +601,6 @@ impl AttnDecode {
                 .with(wgsl::reduction(variant))
                 .with(lanes_of)
                 .with(ROPE_ANGLE)
-                .with(wgsl::STRIDED_SQUARES)
                 .with(ATTN_DECODE_ROPE),
         };
         let (name, decode, slots) = match (rope, oneshot) {
