@@ -111,9 +111,6 @@ override AHEAD: bool = false;
 // vec4s of a state row per lane.
 override VEC: u32 = DK / (4u * ROW_LANES);
 const MAX_VEC: u32 = 16u;
-// Conv channels a lane loads before it sums any (step 1): 640 channels on the 27B's 256 lanes
-// are 3 a lane, all in flight at once.
-const CONV_BATCH: u32 = 4u;
 // The workgroup's state rows: HEADS heads of DV.
 const ROWS: u32 = HEADS * DV;
 
@@ -137,52 +134,23 @@ fn value_head(kh: u32, i: u32) -> u32 {
     return (kh + (i / div) * params.nk) * div + i % div;
 }
 
-// Channel c's conv window for one token: its K−1 state rows then m's row r (taps), and its K
-// weights — every load of the channel, none waiting on another. 4: the most taps the host lets
-// a model have (ssm_conv.rs, SUPPORTED_CONV_KERNELS).
-struct ConvWindow {
-    taps: array<f32, 4>,
-    weights: array<f32, 4>,
-}
-
-fn conv_window(slot: u32, r: u32, c: u32, conv_dim: u32) -> ConvWindow {
+// silu of channel c's conv over its K−1 state rows and m (ssm_conv.wgsl's sum, in the same order,
+// for a sequence of one token), rolling those rows where `roll`.
+fn conv_window(slot: u32, r: u32, c: u32, conv_dim: u32, roll: bool) -> f32 {
     let base = slot * (K - 1u) * conv_dim + c;
-    var w: ConvWindow;
-    for (var j = 0u; j + 1u < K; j++) {
-        w.taps[j] = conv_state[base + j * conv_dim];
-    }
-    w.taps[K - 1u] = m[view_index(params.m, r, 0u, c)];
-    for (var j = 0u; j < K; j++) {
-        w.weights[j] = conv_w[c * K + j];
-    }
-    return w;
-}
-
-// silu of the window's conv: ssm_conv.wgsl's sum, in the same order, for a sequence of one token.
-fn conv_output(w: ConvWindow) -> f32 {
     var acc = 0.0;
     for (var j = 0u; j + 1u < K; j++) {
-        acc = fma(w.weights[j], w.taps[j], acc);
+        let x = conv_state[base + j * conv_dim];
+        acc = fma(conv_w[c * K + j], x, acc);
+        if roll && j > 0u {
+            conv_state[base + (j - 1u) * conv_dim] = x;
+        }
     }
-    return silu(fma(w.weights[K - 1u], w.taps[K - 1u], acc));
-}
-
-// Channel c's conv rows move on by one row, the window's newest tap coming in.
-fn conv_roll(slot: u32, c: u32, conv_dim: u32, w: ConvWindow) {
-    let base = slot * (K - 1u) * conv_dim + c;
-    for (var j = 1u; j < K; j++) {
-        conv_state[base + (j - 1u) * conv_dim] = w.taps[j];
+    let newest = m[view_index(params.m, r, 0u, c)];
+    if roll {
+        conv_state[base + (K - 2u) * conv_dim] = newest;
     }
-}
-
-// Conv channel i of the workgroup (its first 2·DK are q and k of key head kh, then v of its
-// value heads from its head0-th on) as a channel of the conv row.
-fn conv_channel(kh: u32, head0: u32, i: u32, key_dim: u32) -> u32 {
-    if i < 2u * DK {
-        return (i / DK) * key_dim + kh * DK + i % DK;
-    }
-    let e = i - 2u * DK;
-    return 2u * key_dim + value_head(kh, head0 + e / DV) * DV + e % DV;
+    return silu(fma(conv_w[c * K + K - 1u], newest, acc));
 }
 
 @compute @workgroup_size(WG)
@@ -207,13 +175,21 @@ fn gdn_decode_wide(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
         let key_dim = params.nk * DK;
         let conv_dim = 2u * key_dim + params.nv * DV;
         for (var i = position; i < 2u * DK; i += WG) {
-            let c = conv_channel(kh, 0u, i, key_dim);
-            conv_roll(slot, c, conv_dim, conv_window(slot, r, c, conv_dim));
+            roll_channel(slot, r, (i / DK) * key_dim + kh * DK + i % DK, conv_dim);
         }
         if position == 0u {
             atomicStore(&arrivals[counter], 0u);
         }
     }
+}
+
+// Channel c's conv rows move on by one row, m's row r coming in (what conv_window's roll writes).
+fn roll_channel(slot: u32, r: u32, c: u32, conv_dim: u32) {
+    let base = slot * (K - 1u) * conv_dim + c;
+    for (var j = 1u; j + 1u < K; j++) {
+        conv_state[base + (j - 1u) * conv_dim] = conv_state[base + j * conv_dim];
+    }
+    conv_state[base + (K - 2u) * conv_dim] = m[view_index(params.m, r, 0u, c)];
 }
 
 // Where vec4 `lane` of the workgroup's state row rc (of its HEADS·DV, from its head0-th head
@@ -248,34 +224,15 @@ fn decode_heads(kh: u32, head0: u32, s: u32, lanes: RowLanes, roll_qk: bool) {
         }
     }
 
-    // 1. conv + SiLU of q and k of κ, then v of its value heads; the gates. A lane's channels
-    // i = position, position + WG, … go CONV_BATCH at a time: first every window's loads, then
-    // the sums and rolls (the same fmas in the same order). Interleaved, the next channel's loads
-    // could not pass a roll's stores (the compiler cannot tell their rows apart) and a GPU issues
-    // in order: a DRAM round trip per channel or per tap, on every lane's critical path.
-    let channels = 2u * DK + ROWS;
-    for (var first = position; first < channels; first += CONV_BATCH * WG) {
-        var windows: array<ConvWindow, CONV_BATCH>;
-        for (var n = 0u; n < CONV_BATCH; n++) {
-            let i = first + n * WG;
-            if i < channels {
-                windows[n] = conv_window(slot, r, conv_channel(kh, head0, i, key_dim), conv_dim);
-            }
-        }
-        for (var n = 0u; n < CONV_BATCH; n++) {
-            let i = first + n * WG;
-            if i >= channels {
-                break;
-            }
-            let out = conv_output(windows[n]);
-            if i < 2u * DK {
-                qk[i] = out;
-            } else {
-                values[i - 2u * DK] = out;
-            }
-            if roll_qk || i >= 2u * DK {
-                conv_roll(slot, conv_channel(kh, head0, i, key_dim), conv_dim, windows[n]);
-            }
+    // 1. conv + SiLU of q and k of κ, then v of its value heads; the gates.
+    for (var i = position; i < 2u * DK + ROWS; i += WG) {
+        if i < 2u * DK {
+            let c = (i / DK) * key_dim + kh * DK + i % DK;
+            qk[i] = conv_window(slot, r, c, conv_dim, roll_qk);
+        } else {
+            let e = i - 2u * DK;
+            let c = 2u * key_dim + value_head(kh, head0 + e / DV) * DV + e % DV;
+            values[e] = conv_window(slot, r, c, conv_dim, true);
         }
     }
     if position < HEADS {
