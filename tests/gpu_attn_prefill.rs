@@ -405,7 +405,7 @@ fn the_lean_step_computes_the_flash_tiles_bits() {
 
 /// The engine's kernel of every variant this adapter runs (lavapipe: the f32-tile kernel), and
 /// on cooperative matrices the staged kernel's tile and every flash row count's lean step (the
-/// 8B's default, 128 rows, and its 64- and 32-row twins), each in the default tile order.
+/// 8B's default, 128 rows, and its 64- and 32-row twins), each in the `Rows` tile order.
 fn ordered_kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let mut out = engine_kernels(ctx, shape);
     let limit = ctx.device.limits().max_compute_workgroup_storage_size;
@@ -426,7 +426,7 @@ fn ordered_kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
 
 /// Which row tile a workgroup takes ([`TileOrder`]) changes when the tile runs, not what it
 /// computes: longest first, every kernel's outputs match the reference and are the default
-/// order's bit for bit (and finite), on steps of several row tiles — a fresh 70-token prompt on
+/// `Rows` order's bit for bit (and finite), on steps of several row tiles — a fresh 70-token prompt on
 /// pages of 64 (the engine's), 37 tokens after 100 through the token table on pages of 16 —
 /// unsplit and in 3 splits (the combine finds a row's tile by its rows, whichever workgroup
 /// computed it).
