@@ -13,7 +13,9 @@
 use fak::gpu::kernels::delta_state::HeadMapping;
 use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState, Dispatch};
 use fak::gpu::kernels::gated_delta::GatedDeltaDecode;
-use fak::gpu::kernels::gated_delta_chunk::{ChunkForm, ChunkKernel, GatedDeltaChunked, Inverse};
+use fak::gpu::kernels::gated_delta_chunk::{
+    ChunkEntry, ChunkForm, ChunkKernel, GatedDeltaChunked, Inverse, entries_named,
+};
 use fak::gpu::kernels::gdn_decode::{GdnDecode, Split, WORKGROUP_SIZES};
 use fak::gpu::step::MidSave;
 use fak::gpu::{GpuContext, GpuError, Kernel, KernelPaths, storage_buffer};
@@ -1001,6 +1003,22 @@ fn the_default_falls_back_to_the_unsplit_scan_where_the_split_one_does_not_fit()
     assert_eq!(
         chosen(ChunkKernel::F32, coop, 128, nvidia),
         (f32, ChunkForm::default())
+    );
+}
+
+/// `FAK_GDN_PROFILE` says how a profile notes the chunked kernel: unset or empty as one op,
+/// `entries` as its two dispatches apart, anything else an error naming the variable.
+#[test]
+fn the_chunked_profile_split_is_chosen_by_name() {
+    assert!(!entries_named("").unwrap());
+    assert!(entries_named("entries").unwrap());
+    for bad in ["Entries", "entries,", "1", "prepare"] {
+        let e = entries_named(bad).unwrap_err().to_string();
+        assert!(e.contains("FAK_GDN_PROFILE"), "{bad}: {e}");
+    }
+    assert_eq!(
+        [ChunkEntry::Prepare as usize, ChunkEntry::Scan as usize],
+        [0, 1]
     );
 }
 

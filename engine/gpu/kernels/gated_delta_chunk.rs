@@ -59,7 +59,7 @@ use crate::gpu::kernel::wgsl::MATMUL_COOP16;
 use crate::gpu::kernel::{Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build};
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, CoopShape, KernelPaths};
-use crate::gpu::profile::Recorded;
+use crate::gpu::profile::{OpBytes, Recorded};
 use crate::gpu::step::{SeqBatch, SequenceTable};
 
 /// Tokens per chunk (the WGSL's `C`).
@@ -913,5 +913,58 @@ impl GatedDeltaChunked {
         record(pass, &binding.group, &plan, &self.pipelines);
         let bytes = self.dims.delta_bytes(batch);
         Ok(Recorded::new(Self::NAME, plan.len(), bytes))
+    }
+
+    /// [`Self::encode`]'s dispatches one at a time, so that a profile can time them apart
+    /// (`FAK_GDN_PROFILE=entries`): [`ChunkEntry::Prepare`] then [`ChunkEntry::Scan`], each
+    /// recorded once per step in that order; the state bytes are the scan's.
+    pub fn encode_entry(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        binding: &ChunkBinding,
+        batch: SeqBatch,
+        entry: ChunkEntry,
+    ) -> Result<Recorded, GpuError> {
+        let plan = self.plan(binding, batch)?;
+        let at = entry as usize;
+        record(pass, &binding.group, &plan[at..=at], &self.pipelines);
+        let bytes = match entry {
+            ChunkEntry::Prepare => OpBytes::default(),
+            ChunkEntry::Scan => self.dims.delta_bytes(batch),
+        };
+        Ok(Recorded::new(Self::NAME, 1, bytes))
+    }
+}
+
+/// The chunked delta rule's two dispatches, in [`GatedDeltaChunked::plan`]'s order.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ChunkEntry {
+    /// chunk_prepare: every chunk's W, U, P, γ (and Q̃, K̃) at once.
+    Prepare = 0,
+    /// chunk_scan or chunk_scan_split: the state carried across the chunks.
+    Scan = 1,
+}
+
+/// How a profiled prompt step notes the chunked delta rule (`FAK_GDN_PROFILE`; a measurement
+/// knob, not a form — the same dispatches in the same order, so the same bits): unset or empty,
+/// as one op `gated_delta`; `entries`, chunk_prepare as op `gated_delta_prepare` and the scan as
+/// `gated_delta`, each timed alone. Anything else is an error.
+pub fn entries_profiled() -> Result<bool, GpuError> {
+    match std::env::var("FAK_GDN_PROFILE") {
+        Err(std::env::VarError::NotPresent) => Ok(false),
+        Ok(value) => entries_named(&value),
+        Err(e) => entries_named(&e.to_string()),
+    }
+}
+
+/// What `FAK_GDN_PROFILE=value` asks for ([`entries_profiled`]).
+pub fn entries_named(value: &str) -> Result<bool, GpuError> {
+    match value {
+        "" => Ok(false),
+        "entries" => Ok(true),
+        other => Err(GpuError::Shape {
+            kernel: GatedDeltaChunked::NAME,
+            message: format!("FAK_GDN_PROFILE={other:?} is neither empty nor `entries`"),
+        }),
     }
 }
