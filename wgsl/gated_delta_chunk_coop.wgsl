@@ -93,7 +93,11 @@
 // in the same order: bit for bit the same results.
 // chunk_scan_split (`…+lean+splitk+…`, at the end of this file): chunk_scan's work on 8
 // subgroups, each pair splitting W·S's, Q̃·S's and P·V''s reductions in halves — a new sum
-// order, held to the f64 reference rather than to chunk_scan's bits.
+// order, held to the f64 reference rather than to chunk_scan's bits. The default's scan since
+// 2026-12-07 (`coop+quads+fused+lean+splitk+blocks`: 61.2 → 57.6 ms at the 27B's 2048-token
+// step on an H100); chunk_scan where its workgroup memory does not fit (dk = 256 on 48 KiB).
+// The two scans share their setup, chunk head and end, V' quads and fragment loads (the
+// helpers before chunk_scan).
 // dispatch: as gated_delta_chunk.wgsl (chunk_scan_split on chunk_scan's grid).
 // workgroup memory: prepare 45.5 KB (h16 28 KB, a_sh 17 KB); scan 4·(16·(dk + 4) + 256) +
 //   2·(2·16·(dk + 8)) + 6 KB + 5 KB + 0.5 KB (30.2 KB at dk = 128, 45.2 KB at dk = 256): within
