@@ -39,7 +39,7 @@ pub struct DeltaNetKernels {
     fused: Option<GdnDecode>,
     /// None when every step is one token (the recurrent kernel serves them all).
     scratch: Option<ChunkScratch>,
-    /// Whether a timed prompt step notes the chunked kernel's two dispatches as two ops
+    /// Whether a prompt step notes the chunked kernel's two dispatches as two ops
     /// (`FAK_GDN_PROFILE=entries`, [`entries_profiled`]).
     entries_profiled: bool,
 }
