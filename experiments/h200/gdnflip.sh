@@ -25,7 +25,7 @@
 #      split measured, not inferred from t128 − t64 (summary.tsv's prepare_ms, scan_us_a_chunk).
 # A bench is skipped (logged SKIPPED) when it would pass BUDGET_S (110 s from the start).
 # A dry run elsewhere: PRESET=tiny DEPTHS=64,128 LAYERS=<the preset's GDN layers> MODEL_LIMIT_S=120
-# (lavapipe needs ~70 s for the plan test; on an H100 the four take ~3 s).
+# (the four model tests take ~36 s on lavapipe, ~3 s on an H100).
 # SM clocks every 500 ms → clocks.csv. Prepare (release binaries; the gpu and model groups):
 #   RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh gpu_gated_delta model_qwen35
 # staged as target/<dir>/{experiments/h200/*.sh, target/h200/{bin.txz,gl,built-at,commit}}, run
