@@ -13,7 +13,9 @@
 use fak::gpu::kernels::delta_state::HeadMapping;
 use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState, Dispatch};
 use fak::gpu::kernels::gated_delta::GatedDeltaDecode;
-use fak::gpu::kernels::gated_delta_chunk::{ChunkForm, ChunkKernel, GatedDeltaChunked, Inverse};
+use fak::gpu::kernels::gated_delta_chunk::{
+    ChunkEntry, ChunkForm, ChunkKernel, GatedDeltaChunked, Inverse, entries_named,
+};
 use fak::gpu::kernels::gdn_decode::{GdnDecode, Split, WORKGROUP_SIZES};
 use fak::gpu::step::MidSave;
 use fak::gpu::{GpuContext, GpuError, Kernel, KernelPaths, storage_buffer};
@@ -851,15 +853,23 @@ fn every_form_computes_its_kernels_default_bits() {
 }
 
 /// `FAK_GDN_CHUNK` names the chunked kernel: `f32` the f32 one, unset or empty the
-/// cooperative-matrix one (where the adapter has it) with every form on, `coop` its plain form,
-/// anything else an error naming the variable. And where the adapter
+/// cooperative-matrix one (where the adapter has it) in the default form (the split scan's,
+/// `coop+quads+fused+lean+splitk+blocks`), the former default by its name, `coop` the plain
+/// form, anything else an error naming the variable. And where the adapter
 /// has 16×16 cooperative matrices the coop kernel is among the tested ones and fits at every
 /// test shape; where it has not, the test says it skipped.
 #[test]
 fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_has_it() {
     assert_eq!(ChunkKernel::named("").unwrap(), ChunkKernel::DEFAULT);
-    let all = ChunkKernel::named("coop+quads+fused+lean+blocks").unwrap();
+    let all = ChunkKernel::named("coop+quads+fused+lean+splitk+blocks").unwrap();
     assert_eq!(all, ChunkKernel::DEFAULT);
+    let unsplit = ChunkKernel::named("coop+quads+fused+lean+blocks").unwrap();
+    assert_eq!(unsplit, ChunkKernel::DEFAULT_UNSPLIT);
+    let split_of_unsplit = ChunkForm {
+        split_k: true,
+        ..unsplit.form
+    };
+    assert_eq!(ChunkKernel::DEFAULT.form, split_of_unsplit);
     assert_ne!(
         ChunkKernel::named("coop+quads+fused+columns").unwrap(),
         ChunkKernel::DEFAULT
@@ -959,6 +969,57 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
             }
         }
     }
+}
+
+/// Where the default's split scan does not fit the workgroup memory (its two result tiles at
+/// dk = 256 on NVIDIA's 48 KiB) the engine builds the coop kernel in the former default's form
+/// (`coop+quads+fused+lean+blocks`) with no error; where neither fits, the f32 kernel in its
+/// plain form; a named coop form that does not fit (the split scan's twin), the f32 kernel in
+/// that form's inverse, as before; an adapter without 16×16 matrices, the f32 kernel. Host side:
+/// [`GatedDeltaChunked::chosen`] on the coop paths and the limits, no device.
+#[test]
+fn the_default_falls_back_to_the_unsplit_scan_where_the_split_one_does_not_fit() {
+    let (_, coop) = all_coop_paths()
+        .find(|(shape, _)| *shape == fak::gpu::CoopShape::M16x16)
+        .unwrap();
+    let f32 = KernelPaths::FALLBACK;
+    let nvidia = 48 * 1024;
+    let (split, unsplit) = (ChunkKernel::DEFAULT, ChunkKernel::DEFAULT_UNSPLIT);
+    let twin = ChunkKernel::named("coop+quads+lean+splitk+blocks").unwrap();
+    let bytes = |dk, kernel: ChunkKernel| GatedDeltaChunked::coop_workgroup_bytes(dk, kernel.form);
+    assert!(bytes(128, split) <= nvidia && bytes(256, split) > nvidia);
+    assert!(bytes(256, twin) > nvidia && bytes(256, unsplit) <= nvidia);
+    let chosen = GatedDeltaChunked::chosen;
+    assert_eq!(chosen(split, coop, 128, nvidia), (coop, split.form));
+    assert_eq!(chosen(split, coop, 256, nvidia), (coop, unsplit.form));
+    assert_eq!(chosen(unsplit, coop, 256, nvidia), (coop, unsplit.form));
+    assert_eq!(chosen(twin, coop, 128, nvidia), (coop, twin.form));
+    assert_eq!(chosen(twin, coop, 256, nvidia), (f32, twin.form));
+    assert_eq!(
+        chosen(split, coop, 256, 32 * 1024),
+        (f32, ChunkForm::default())
+    );
+    assert_eq!(chosen(split, f32, 128, nvidia), (f32, ChunkForm::default()));
+    assert_eq!(
+        chosen(ChunkKernel::F32, coop, 128, nvidia),
+        (f32, ChunkForm::default())
+    );
+}
+
+/// `FAK_GDN_PROFILE` says how a profile notes the chunked kernel: unset or empty as one op,
+/// `entries` as its two dispatches apart, anything else an error naming the variable.
+#[test]
+fn the_chunked_profile_split_is_chosen_by_name() {
+    assert!(!entries_named("").unwrap());
+    assert!(entries_named("entries").unwrap());
+    for bad in ["Entries", "entries,", "1", "prepare"] {
+        let e = entries_named(bad).unwrap_err().to_string();
+        assert!(e.contains("FAK_GDN_PROFILE"), "{bad}: {e}");
+    }
+    assert_eq!(
+        [ChunkEntry::Prepare as usize, ChunkEntry::Scan as usize],
+        [0, 1]
+    );
 }
 
 /// The host refuses the cooperative-matrix kernel by [`GatedDeltaChunked::coop_workgroup_bytes`]:

@@ -72,7 +72,8 @@
 // PREP_AHEAD (override, `…+lean+ahead+…`): 1 issues chunk_prepare's loads from `mixed` early —
 // the first Gram stage's k̂, q̂ under the gates' loads, each T·R block's R under the previous
 // block's MMAs (the first under the inverse) — so that 9 rounds no longer start with an L2
-// round trip after their barrier, and drops T·R's third barrier a block (8 in all). SCAN_DEEP (override, `…+deep+…`): 1 loads chunk_scan's global fragments of DEEP_WS
+// round trip after their barrier, and drops T·R's third barrier a block (8 in all).
+// SCAN_DEEP (override, `…+deep+…`): 1 loads chunk_scan's global fragments of DEEP_WS
 // k-steps of W·S / Q̃·S, and of DEEP_UPD chunk steps of the state update (K̃, P), before their
 // MMAs, into arrays of fragments, and where the update has one pass (dk ≤ 128, fused) its first
 // group before the V' pass: at dk = 128, 2 + 1 dependent L2 round trips a chunk instead of
@@ -92,7 +93,11 @@
 // in the same order: bit for bit the same results.
 // chunk_scan_split (`…+lean+splitk+…`, at the end of this file): chunk_scan's work on 8
 // subgroups, each pair splitting W·S's, Q̃·S's and P·V''s reductions in halves — a new sum
-// order, held to the f64 reference rather than to chunk_scan's bits.
+// order, held to the f64 reference rather than to chunk_scan's bits. The default's scan since
+// 2026-12-07 (`coop+quads+fused+lean+splitk+blocks`: 61.2 → 57.6 ms at the 27B's 2048-token
+// step on an H100); chunk_scan where its workgroup memory does not fit (dk = 256 on 48 KiB).
+// The two scans share their setup, chunk head and end, V' quads and fragment loads (the
+// helpers before chunk_scan).
 // dispatch: as gated_delta_chunk.wgsl (chunk_scan_split on chunk_scan's grid).
 // workgroup memory: prepare 45.5 KB (h16 28 KB, a_sh 17 KB); scan 4·(16·(dk + 4) + 256) +
 //   2·(2·16·(dk + 8)) + 6 KB + 5 KB + 0.5 KB (30.2 KB at dk = 128, 45.2 KB at dk = 256): within
@@ -169,6 +174,11 @@ const DS: u32 = ROWS + 8u;
 const VS: u32 = ROWS + 4u;
 var<workgroup> s16: array<HalfCell, S16_CELLS>;
 const D16_CELLS: u32 = 2u * CHUNK * DS / CELL;
+// Halves from a hi part to its lo part: s16, d16, and the scratch's [C][dk] and [C][C] regions.
+override S_LO: u32 = ROWS * S16_STRIDE;
+const D_LO: u32 = CHUNK * DS;
+override DK_LO: u32 = CHUNK * DK;
+const P_LO: u32 = CHUNK * CHUNK;
 var<workgroup> d16: array<HalfCell, D16_CELLS>;
 var<workgroup> vst: array<f32, 1280>; // CHUNK × VS
 
@@ -640,24 +650,22 @@ fn update_frags(k_hi: u32, p_hi: u32, i0: u32, i2: u32, g0: u32) -> UpdateFrags 
     var f: UpdateFrags;
     let dk = DK / CELL;
     let chunk = CHUNK / CELL;
-    let part = CHUNK * DK;
-    let p_part = CHUNK * CHUNK;
     for (var k = 0u; k < DEEP_UPD; k++) {
         let s0 = g0 + k * COOP;
         // K̃ᵀ as A: element (i, t) is K̃[t][i], column-major with stride dk.
         let a_at = cell(k_hi + s0 * DK + i0);
-        let a_lo = cell(k_hi + s0 * DK + i0 + part);
+        let a_lo = cell(k_hi + s0 * DK + i0 + DK_LO);
         f[UF_K * DEEP_UPD + k] = coopLoad<CoopA>(&halves[a_at], dk);
         f[UF_K_LO * DEEP_UPD + k] = coopLoad<CoopA>(&halves[a_lo], dk);
         if pv_rides_update() {
             let p_at = cell(p_hi + s0);
-            let p_lo = cell(p_hi + s0 + p_part);
+            let p_lo = cell(p_hi + s0 + P_LO);
             f[UF_P * DEEP_UPD + k] = coopLoadT<CoopA>(&halves[p_at], chunk);
             f[UF_P_LO * DEEP_UPD + k] = coopLoadT<CoopA>(&halves[p_lo], chunk);
         }
         if SCAN_FUSED == 1u {
             let a2_at = cell(k_hi + s0 * DK + i2);
-            let a2_lo = cell(k_hi + s0 * DK + i2 + part);
+            let a2_lo = cell(k_hi + s0 * DK + i2 + DK_LO);
             f[UF_K2 * DEEP_UPD + k] = coopLoad<CoopA>(&halves[a2_at], dk);
             f[UF_K2_LO * DEEP_UPD + k] = coopLoad<CoopA>(&halves[a2_lo], dk);
         }
@@ -686,14 +694,24 @@ fn write_o(ch: Chunk, h: u32, rows_tile: u32, tid: u32) {
 // V' quads a chunk_scan invocation computes (CHUNK × ROWS / 4 over SCAN_WG invocations).
 const V_QUADS: u32 = CHUNK * ROWS / 4u / SCAN_WG;
 
+// Quad e of a chunk's CHUNK × ROWS values (V', U, o): chunk row t, state rows (value columns)
+// jr..jr + 3 of this workgroup's tile.
+struct Quad {
+    t: u32,
+    jr: u32,
+}
+
+fn quad(e: u32) -> Quad {
+    return Quad(e / (ROWS / 4u), 4u * (e % (ROWS / 4u)));
+}
+
 // U's four values of V' quad e (columns ≥ dv are zero).
 fn u_quad(ch: Chunk, rows_tile: u32, e: u32) -> vec4<f32> {
-    let t = e / (ROWS / 4u);
-    let jr = 4u * (e % (ROWS / 4u));
-    let u_at = params.u_at + (ch.block * CHUNK + t) * params.dv;
+    let q = quad(e);
+    let u_at = params.u_at + (ch.block * CHUNK + q.t) * params.dv;
     var u = vec4<f32>();
     for (var k = 0u; k < 4u; k++) {
-        let j = rows_tile * ROWS + jr + k;
+        let j = rows_tile * ROWS + q.jr + k;
         if j < params.dv {
             u[k] = scratch[u_at + j];
         }
@@ -714,6 +732,99 @@ fn split_state(tid: u32, threads: u32) {
     }
 }
 
+// V' quad q = x as hi/lo f16 into d16 (the lo parts D_LO further).
+fn put_v4(q: Quad, x: vec4<f32>) {
+    let v = hi_lo4(x);
+    put_d16_4(q.t * DS + q.jr, v.hi);
+    put_d16_4(D_LO + q.t * DS + q.jr, v.lo);
+}
+
+// vst's four values of quad q.
+fn vst4(q: Quad) -> vec4<f32> {
+    let at = q.t * VS + q.jr;
+    return vec4<f32>(vst[at], vst[at + 1u], vst[at + 2u], vst[at + 3u]);
+}
+
+// The scan's start (both scan entry points): this workgroup's state rows (tile `rows_tile` of
+// the head's state at `at`) into state_sh on the first SCAN_WG invocations (load_state's
+// stride), then S as hi/lo into s16 on all `threads`.
+fn begin_scan(at: u32, rows_tile: u32, tid: u32, threads: u32) {
+    if tid < SCAN_WG {
+        load_state(at, rows_tile, tid);
+    }
+    workgroupBarrier();
+    split_state(tid, threads);
+    workgroupBarrier();
+}
+
+// A chunk's operands in the scan: its rows, and the half offsets (hi parts; lo parts DK_LO or
+// P_LO further) of this subgroup's rows of W, Q̃ and P, and of K̃ (all its rows).
+struct ScanChunk {
+    ch: Chunk,
+    w_hi: u32,
+    q_hi: u32,
+    p_hi: u32,
+    k_hi: u32,
+}
+
+// Chunk c of head h, sequence s for the subgroup of chunk rows row0..; the chunk's γ into
+// gamma_sh (read after the chunk's first barrier).
+fn scan_chunk(c: u32, h: u32, s: u32, row0: u32, tid: u32) -> ScanChunk {
+    let ch = chunk_of(c, h, s);
+    if tid < CHUNK {
+        gamma_sh[tid] = scratch[params.gamma_at + ch.block * CHUNK + tid];
+    }
+    return ScanChunk(ch, half_at(params.w_at, ch.block, CHUNK, DK, row0, 0u),
+                     half_at(params.q_at, ch.block, CHUNK, DK, row0, 0u),
+                     half_at(params.p_at, ch.block, CHUNK, CHUNK, row0, 0u),
+                     half_at(params.k_at, ch.block, CHUNK, DK, 0u, 0u));
+}
+
+// A chunk's end (after its o): S re-split into s16 on `threads` invocations, the snapshot after
+// chunk `save` (head h, tile `rows_tile`), then the barrier before the next chunk.
+fn end_chunk(c: u32, save: u32, h: u32, rows_tile: u32, tid: u32, threads: u32) {
+    split_state(tid, threads);
+    if c == save && tid < SCAN_WG {
+        store_state(state_at(seqs.save_slot, h), rows_tile, tid);
+    }
+    workgroupBarrier();
+}
+
+// The scan's fragments, each by the half offset of its hi or lo part (the first half: a
+// multiple of CELL). A: W's or Q̃'s 16 chunk rows × 16 dk columns (rows of DK halves); K̃ᵀ's 16
+// dk × 16 chunk rows (element (i, t) is K̃[t][i], column-major with stride dk); P's 16 × 16
+// (rows of CHUNK halves). B: S's 16 dk × 16 state rows from s16, V''s 16 chunk rows × 16 state
+// rows from d16.
+fn dk_rows_frag(at: u32) -> CoopA {
+    let a = cell(at);
+    let stride = DK / CELL;
+    return coopLoadT<CoopA>(&halves[a], stride);
+}
+
+fn key_frag(at: u32) -> CoopA {
+    let a = cell(at);
+    let stride = DK / CELL;
+    return coopLoad<CoopA>(&halves[a], stride);
+}
+
+fn p_frag(at: u32) -> CoopA {
+    let a = cell(at);
+    let stride = CHUNK / CELL;
+    return coopLoadT<CoopA>(&halves[a], stride);
+}
+
+fn s_frag(at: u32) -> CoopB {
+    let a = cell(at);
+    let stride = S16_STRIDE / CELL;
+    return coopLoad<CoopB>(&s16[a], stride);
+}
+
+fn v_frag(at: u32) -> CoopB {
+    let a = cell(at);
+    let stride = DS / CELL;
+    return coopLoadT<CoopB>(&d16[a], stride);
+}
+
 @compute @workgroup_size(SCAN_WG)
 fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
               @builtin(local_invocation_index) tid: u32,
@@ -721,10 +832,7 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
     let h = wg.y;
     let s = wg.z;
     let at = state_at(seqs.seq[s].slot, h);
-    load_state(at, wg.x, tid);
-    workgroupBarrier();
-    split_state(tid, SCAN_WG);
-    workgroupBarrier();
+    begin_scan(at, wg.x, tid, SCAN_WG);
     // chunks(s), inline (as in chunk_prepare): the loop below holds cooperative ops.
     let n_chunks = (seqs.seq[s].len + seqs.lead + CHUNK - 1u) / CHUNK;
     let save = save_after(s);
@@ -733,8 +841,6 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
     let ss = S16_STRIDE / CELL;
     let ds = DS / CELL;
     let vs = VS;
-    let s_lo = ROWS * S16_STRIDE;
-    let d_lo = CHUNK * DS;
     // This subgroup's chunk rows (16sg..) and its tile of vst.
     let row0 = sg * COOP;
     let v_at = row0 * VS;
@@ -755,21 +861,12 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
     // Pairs: W·S's k-steps taken two at a time (the whole pairs of dk / 16).
     let ws_paired = SCAN_PAIRS * (DK / (2u * COOP)) * 2u * COOP;
     for (var c = 0u; c < n_chunks; c++) {
-        let ch = chunk_of(c, h, s);
-        if tid < CHUNK {
-            gamma_sh[tid] = scratch[params.gamma_at + ch.block * CHUNK + tid];
-        }
-        let w_hi = half_at(params.w_at, ch.block, CHUNK, DK, row0, 0u);
-        let q_hi = half_at(params.q_at, ch.block, CHUNK, DK, row0, 0u);
-        let p_hi = half_at(params.p_at, ch.block, CHUNK, CHUNK, row0, 0u);
-        let k_hi = half_at(params.k_at, ch.block, CHUNK, DK, 0u, 0u);
-        let part = CHUNK * DK;
-        let p_part = CHUNK * CHUNK;
+        let sc = scan_chunk(c, h, s, row0, tid);
         // Lean: this invocation's U quads now, in flight under W·S.
         var u_early: array<vec4<f32>, V_QUADS>;
         if SCAN_LEAN == 1u {
             for (var k = 0u; k < V_QUADS; k++) {
-                u_early[k] = u_quad(ch, wg.x, tid + k * SCAN_WG);
+                u_early[k] = u_quad(sc.ch, wg.x, tid + k * SCAN_WG);
             }
         }
 
@@ -786,20 +883,20 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
             var qa: array<CoopA, DEEP_WS>;
             var qa_lo: array<CoopA, DEEP_WS>;
             for (var k = 0u; k < ws_steps; k++) {
-                let a_at = cell(w_hi + g0 + k * COOP);
-                let a_lo = cell(w_hi + g0 + k * COOP + part);
+                let a_at = cell(sc.w_hi + g0 + k * COOP);
+                let a_lo = cell(sc.w_hi + g0 + k * COOP + DK_LO);
                 wa[k] = coopLoadT<CoopA>(&halves[a_at], dk);
                 wa_lo[k] = coopLoadT<CoopA>(&halves[a_lo], dk);
                 if SCAN_FUSED == 1u {
-                    let qa_at = cell(q_hi + g0 + k * COOP);
-                    let qa_lo_at = cell(q_hi + g0 + k * COOP + part);
+                    let qa_at = cell(sc.q_hi + g0 + k * COOP);
+                    let qa_lo_at = cell(sc.q_hi + g0 + k * COOP + DK_LO);
                     qa[k] = coopLoadT<CoopA>(&halves[qa_at], dk);
                     qa_lo[k] = coopLoadT<CoopA>(&halves[qa_lo_at], dk);
                 }
             }
             for (var k = 0u; k < ws_steps; k++) {
                 let b_at = cell(g0 + k * COOP);
-                let b_lo = cell(s_lo + g0 + k * COOP);
+                let b_lo = cell(S_LO + g0 + k * COOP);
                 let b_hi = coopLoad<CoopB>(&s16[b_at], ss);
                 let b_lo_f = coopLoad<CoopB>(&s16[b_lo], ss);
                 ws = coopMultiplyAdd(wa[k], b_hi, ws);
@@ -814,10 +911,10 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
         // (no array a driver might put in local memory), which then run in the same order as
         // below; the odd last k-step, if any, in the loop below.
         for (var i0 = 0u; i0 < ws_paired; i0 += 2u * COOP) {
-            let w0_at = cell(w_hi + i0);
-            let w0_lo_at = cell(w_hi + i0 + part);
-            let w1_at = cell(w_hi + i0 + COOP);
-            let w1_lo_at = cell(w_hi + i0 + COOP + part);
+            let w0_at = cell(sc.w_hi + i0);
+            let w0_lo_at = cell(sc.w_hi + i0 + DK_LO);
+            let w1_at = cell(sc.w_hi + i0 + COOP);
+            let w1_lo_at = cell(sc.w_hi + i0 + COOP + DK_LO);
             let w0 = coopLoadT<CoopA>(&halves[w0_at], dk);
             let w0_lo = coopLoadT<CoopA>(&halves[w0_lo_at], dk);
             let w1 = coopLoadT<CoopA>(&halves[w1_at], dk);
@@ -827,19 +924,19 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
             var q1 = CoopA();
             var q1_lo = CoopA();
             if SCAN_FUSED == 1u {
-                let q0_at = cell(q_hi + i0);
-                let q0_lo_at = cell(q_hi + i0 + part);
-                let q1_at = cell(q_hi + i0 + COOP);
-                let q1_lo_at = cell(q_hi + i0 + COOP + part);
+                let q0_at = cell(sc.q_hi + i0);
+                let q0_lo_at = cell(sc.q_hi + i0 + DK_LO);
+                let q1_at = cell(sc.q_hi + i0 + COOP);
+                let q1_lo_at = cell(sc.q_hi + i0 + COOP + DK_LO);
                 q0 = coopLoadT<CoopA>(&halves[q0_at], dk);
                 q0_lo = coopLoadT<CoopA>(&halves[q0_lo_at], dk);
                 q1 = coopLoadT<CoopA>(&halves[q1_at], dk);
                 q1_lo = coopLoadT<CoopA>(&halves[q1_lo_at], dk);
             }
             let b0_at = cell(i0);
-            let b0_lo_at = cell(s_lo + i0);
+            let b0_lo_at = cell(S_LO + i0);
             let b1_at = cell(i0 + COOP);
-            let b1_lo_at = cell(s_lo + i0 + COOP);
+            let b1_lo_at = cell(S_LO + i0 + COOP);
             let b0 = coopLoad<CoopB>(&s16[b0_at], ss);
             let b0_lo = coopLoad<CoopB>(&s16[b0_lo_at], ss);
             ws = coopMultiplyAdd(w0, b0, ws);
@@ -858,29 +955,22 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
             }
         }
         for (var i0 = ws_paired; i0 < DK * (1u - SCAN_DEEP); i0 += COOP) {
-            let a_at = cell(w_hi + i0);
-            let a_lo = cell(w_hi + i0 + part);
-            let b_at = cell(i0);
-            let b_lo = cell(s_lo + i0);
-            let a_hi = coopLoadT<CoopA>(&halves[a_at], dk);
-            let b_hi = coopLoad<CoopB>(&s16[b_at], ss);
-            let b_lo_f = coopLoad<CoopB>(&s16[b_lo], ss);
+            let a_hi = dk_rows_frag(sc.w_hi + i0);
+            let b_hi = s_frag(i0);
+            let b_lo = s_frag(S_LO + i0);
             ws = coopMultiplyAdd(a_hi, b_hi, ws);
-            ws_small = mma_cross(a_hi, coopLoadT<CoopA>(&halves[a_lo], dk), b_hi, b_lo_f,
-                                 ws_small);
+            ws_small = mma_cross(a_hi, dk_rows_frag(sc.w_hi + i0 + DK_LO), b_hi, b_lo, ws_small);
             if SCAN_FUSED == 1u {
-                let qa_at = cell(q_hi + i0);
-                let qa_lo = cell(q_hi + i0 + part);
-                let qa_hi = coopLoadT<CoopA>(&halves[qa_at], dk);
+                let qa_hi = dk_rows_frag(sc.q_hi + i0);
                 acc = coopMultiplyAdd(qa_hi, b_hi, acc);
-                acc_small = mma_cross(qa_hi, coopLoadT<CoopA>(&halves[qa_lo], dk), b_hi, b_lo_f,
+                acc_small = mma_cross(qa_hi, dk_rows_frag(sc.q_hi + i0 + DK_LO), b_hi, b_lo,
                                       acc_small);
             }
         }
         coopStoreT(joined(ws, ws_small), &vst[v_at], vs);
         var first: UpdateFrags;
         if hoist {
-            first = update_frags(k_hi, p_hi, min(sg, tiles - 1u) * COOP,
+            first = update_frags(sc.k_hi, sc.p_hi, min(sg, tiles - 1u) * COOP,
                                  min(sg + SCAN_SUBGROUPS, tiles - 1u) * COOP, 0u);
         }
         workgroupBarrier();
@@ -888,47 +978,34 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
         // iteration.
         for (var q = 0u; q < V_QUADS; q++) {
             let e = tid + q * SCAN_WG;
-            let t = e / (ROWS / 4u);
-            let jr = 4u * (e % (ROWS / 4u));
             var u: vec4<f32>;
             if SCAN_LEAN == 1u {
                 u = u_early[q];
             } else {
-                u = u_quad(ch, wg.x, e);
+                u = u_quad(sc.ch, wg.x, e);
             }
-            let at_v = t * VS + jr;
-            let x = u - vec4<f32>(vst[at_v], vst[at_v + 1u], vst[at_v + 2u], vst[at_v + 3u]);
-            let v = hi_lo4(x);
-            put_d16_4(t * DS + jr, v.hi);
-            put_d16_4(d_lo + t * DS + jr, v.lo);
+            let v = quad(e);
+            put_v4(v, u - vst4(v));
         }
         workgroupBarrier();
         // O = Q̃ S + P V' for this subgroup's rows, into vst (fused: Q̃ S is done; P V' in the
         // state update's pass where it has one, which loads the same V' fragments).
         if SCAN_FUSED == 0u {
             for (var i0 = 0u; i0 < DK; i0 += COOP) {
-                let a_at = cell(q_hi + i0);
-                let a_lo = cell(q_hi + i0 + part);
-                let b_at = cell(i0);
-                let b_lo = cell(s_lo + i0);
-                let a_hi = coopLoadT<CoopA>(&halves[a_at], dk);
-                let b_hi = coopLoad<CoopB>(&s16[b_at], ss);
+                let a_hi = dk_rows_frag(sc.q_hi + i0);
+                let b_hi = s_frag(i0);
                 acc = coopMultiplyAdd(a_hi, b_hi, acc);
-                acc_small = mma_cross(a_hi, coopLoadT<CoopA>(&halves[a_lo], dk), b_hi,
-                                      coopLoad<CoopB>(&s16[b_lo], ss), acc_small);
+                acc_small = mma_cross(a_hi, dk_rows_frag(sc.q_hi + i0 + DK_LO), b_hi,
+                                      s_frag(S_LO + i0), acc_small);
             }
         }
         if !pv_in_update {
             for (var s0 = 0u; s0 < CHUNK; s0 += COOP) {
-                let a_at = cell(p_hi + s0);
-                let a_lo = cell(p_hi + s0 + p_part);
-                let b_at = cell(s0 * DS);
-                let b_lo = cell(d_lo + s0 * DS);
-                let a_hi = coopLoadT<CoopA>(&halves[a_at], chunk);
-                let b_hi = coopLoadT<CoopB>(&d16[b_at], ds);
+                let a_hi = p_frag(sc.p_hi + s0);
+                let b_hi = v_frag(s0 * DS);
                 acc = coopMultiplyAdd(a_hi, b_hi, acc);
-                acc_small = mma_cross(a_hi, coopLoadT<CoopA>(&halves[a_lo], chunk), b_hi,
-                                      coopLoadT<CoopB>(&d16[b_lo], ds), acc_small);
+                acc_small = mma_cross(a_hi, p_frag(sc.p_hi + s0 + P_LO), b_hi,
+                                      v_frag(D_LO + s0 * DS), acc_small);
             }
             coopStoreT(joined(acc, acc_small), &vst[v_at], vs);
         }
@@ -945,7 +1022,7 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
             workgroupBarrier();
         }
         if !pv_in_update {
-            write_o(ch, h, wg.x, tid);
+            write_o(sc.ch, h, wg.x, tid);
         }
         // S += K̃ᵀ V' over dk tiles sg, sg + 4, …; a subgroup past the last tile computes the last
         // one again and stores it into the junk tile. Fused, a pass takes rounds r and r + 1
@@ -980,12 +1057,12 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
             for (var g0 = 0u; g0 < CHUNK * SCAN_DEEP; g0 += DEEP_UPD * COOP) {
                 var f = first;
                 for (var n = u32(hoist & (g0 == 0u)); n < 1u; n++) {
-                    f = update_frags(k_hi, p_hi, i0, i2, g0);
+                    f = update_frags(sc.k_hi, sc.p_hi, i0, i2, g0);
                 }
                 for (var k = 0u; k < DEEP_UPD; k++) {
                     let s0 = g0 + k * COOP;
                     let b_at = cell(s0 * DS);
-                    let b_lo = cell(d_lo + s0 * DS);
+                    let b_lo = cell(D_LO + s0 * DS);
                     let b_hi = coopLoadT<CoopB>(&d16[b_at], ds);
                     let b_lo_f = coopLoadT<CoopB>(&d16[b_lo], ds);
                     let ka = f[UF_K * DEEP_UPD + k];
@@ -1009,10 +1086,10 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
             // Pairs: two chunk steps' K̃ (and P) fragments loaded into named values before their
             // MMAs, which then run in the same order as below.
             for (var s0 = 0u; s0 < CHUNK * SCAN_PAIRS; s0 += 2u * COOP) {
-                let k0_at = cell(k_hi + s0 * DK + i0);
-                let k0_lo_at = cell(k_hi + s0 * DK + i0 + part);
-                let k1_at = cell(k_hi + (s0 + COOP) * DK + i0);
-                let k1_lo_at = cell(k_hi + (s0 + COOP) * DK + i0 + part);
+                let k0_at = cell(sc.k_hi + s0 * DK + i0);
+                let k0_lo_at = cell(sc.k_hi + s0 * DK + i0 + DK_LO);
+                let k1_at = cell(sc.k_hi + (s0 + COOP) * DK + i0);
+                let k1_lo_at = cell(sc.k_hi + (s0 + COOP) * DK + i0 + DK_LO);
                 let k0 = coopLoad<CoopA>(&halves[k0_at], dk);
                 let k0_lo = coopLoad<CoopA>(&halves[k0_lo_at], dk);
                 let k1 = coopLoad<CoopA>(&halves[k1_at], dk);
@@ -1022,10 +1099,10 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
                 var p1 = CoopA();
                 var p1_lo = CoopA();
                 if pv_in_update {
-                    let p0_at = cell(p_hi + s0);
-                    let p0_lo_at = cell(p_hi + s0 + p_part);
-                    let p1_at = cell(p_hi + s0 + COOP);
-                    let p1_lo_at = cell(p_hi + s0 + COOP + p_part);
+                    let p0_at = cell(sc.p_hi + s0);
+                    let p0_lo_at = cell(sc.p_hi + s0 + P_LO);
+                    let p1_at = cell(sc.p_hi + s0 + COOP);
+                    let p1_lo_at = cell(sc.p_hi + s0 + COOP + P_LO);
                     p0 = coopLoadT<CoopA>(&halves[p0_at], chunk);
                     p0_lo = coopLoadT<CoopA>(&halves[p0_lo_at], chunk);
                     p1 = coopLoadT<CoopA>(&halves[p1_at], chunk);
@@ -1036,19 +1113,19 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
                 var m1 = CoopA();
                 var m1_lo = CoopA();
                 if SCAN_FUSED == 1u {
-                    let m0_at = cell(k_hi + s0 * DK + i2);
-                    let m0_lo_at = cell(k_hi + s0 * DK + i2 + part);
-                    let m1_at = cell(k_hi + (s0 + COOP) * DK + i2);
-                    let m1_lo_at = cell(k_hi + (s0 + COOP) * DK + i2 + part);
+                    let m0_at = cell(sc.k_hi + s0 * DK + i2);
+                    let m0_lo_at = cell(sc.k_hi + s0 * DK + i2 + DK_LO);
+                    let m1_at = cell(sc.k_hi + (s0 + COOP) * DK + i2);
+                    let m1_lo_at = cell(sc.k_hi + (s0 + COOP) * DK + i2 + DK_LO);
                     m0 = coopLoad<CoopA>(&halves[m0_at], dk);
                     m0_lo = coopLoad<CoopA>(&halves[m0_lo_at], dk);
                     m1 = coopLoad<CoopA>(&halves[m1_at], dk);
                     m1_lo = coopLoad<CoopA>(&halves[m1_lo_at], dk);
                 }
                 let b0_at = cell(s0 * DS);
-                let b0_lo_at = cell(d_lo + s0 * DS);
+                let b0_lo_at = cell(D_LO + s0 * DS);
                 let b1_at = cell((s0 + COOP) * DS);
-                let b1_lo_at = cell(d_lo + (s0 + COOP) * DS);
+                let b1_lo_at = cell(D_LO + (s0 + COOP) * DS);
                 let b0 = coopLoadT<CoopB>(&d16[b0_at], ds);
                 let b0_lo = coopLoadT<CoopB>(&d16[b0_lo_at], ds);
                 upd = coopMultiplyAdd(k0, b0, upd);
@@ -1075,32 +1152,23 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
                 }
             }
             for (var s0 = 0u; s0 < CHUNK * (1u - SCAN_DEEP) * (1u - SCAN_PAIRS); s0 += COOP) {
-                // K̃ᵀ as A: element (i, t) is K̃[t][i], column-major with stride dk.
-                let a_at = cell(k_hi + s0 * DK + i0);
-                let a_lo = cell(k_hi + s0 * DK + i0 + part);
-                let b_at = cell(s0 * DS);
-                let b_lo = cell(d_lo + s0 * DS);
-                let a_hi = coopLoad<CoopA>(&halves[a_at], dk);
-                let b_hi = coopLoadT<CoopB>(&d16[b_at], ds);
-                let b_lo_f = coopLoadT<CoopB>(&d16[b_lo], ds);
+                let a_hi = key_frag(sc.k_hi + s0 * DK + i0);
+                let b_hi = v_frag(s0 * DS);
+                let b_lo = v_frag(D_LO + s0 * DS);
                 upd = coopMultiplyAdd(a_hi, b_hi, upd);
-                upd_small = mma_cross(a_hi, coopLoad<CoopA>(&halves[a_lo], dk), b_hi, b_lo_f,
+                upd_small = mma_cross(a_hi, key_frag(sc.k_hi + s0 * DK + i0 + DK_LO), b_hi, b_lo,
                                       upd_small);
                 if pv_in_update {
-                    let p_at = cell(p_hi + s0);
-                    let p_lo = cell(p_hi + s0 + p_part);
-                    let pa_hi = coopLoadT<CoopA>(&halves[p_at], chunk);
+                    let pa_hi = p_frag(sc.p_hi + s0);
                     acc = coopMultiplyAdd(pa_hi, b_hi, acc);
-                    acc_small = mma_cross(pa_hi, coopLoadT<CoopA>(&halves[p_lo], chunk), b_hi,
-                                          b_lo_f, acc_small);
+                    acc_small = mma_cross(pa_hi, p_frag(sc.p_hi + s0 + P_LO), b_hi, b_lo,
+                                          acc_small);
                 }
                 if SCAN_FUSED == 1u {
-                    let a2_at = cell(k_hi + s0 * DK + i2);
-                    let a2_lo = cell(k_hi + s0 * DK + i2 + part);
-                    let a2_hi = coopLoad<CoopA>(&halves[a2_at], dk);
+                    let a2_hi = key_frag(sc.k_hi + s0 * DK + i2);
                     upd2 = coopMultiplyAdd(a2_hi, b_hi, upd2);
-                    upd2_small = mma_cross(a2_hi, coopLoad<CoopA>(&halves[a2_lo], dk), b_hi,
-                                           b_lo_f, upd2_small);
+                    upd2_small = mma_cross(a2_hi, key_frag(sc.k_hi + s0 * DK + i2 + DK_LO), b_hi,
+                                           b_lo, upd2_small);
                 }
             }
             coopStore(joined(upd, upd_small), &state_sh[s_at], s_stride);
@@ -1113,13 +1181,9 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
         }
         workgroupBarrier();
         if pv_in_update {
-            write_o(ch, h, wg.x, tid);
+            write_o(sc.ch, h, wg.x, tid);
         }
-        split_state(tid, SCAN_WG);
-        if c == save {
-            store_state(state_at(seqs.save_slot, h), wg.x, tid);
-        }
-        workgroupBarrier();
+        end_chunk(c, save, h, wg.x, tid, SCAN_WG);
     }
     store_state(at, wg.x, tid);
 }
@@ -1151,23 +1215,22 @@ const SPLIT_V_QUADS: u32 = CHUNK * ROWS / 4u / SPLIT_WG;
 // Half h's f32 tile of W·S, then of O: chunk rows × (ROWS + 4) at h·CHUNK·VS.
 var<workgroup> vst2: array<f32, 2560>; // 2 × CHUNK × VS
 
-// dk step `step`'s fragment of S as B, its hi part (part 0) or lo' (part ROWS·S16_STRIDE): the
-// last step's where `step` is past it, then times 0, so that half 1's extra step of an odd
-// count adds exact zeros to finite products. (Fragments pass one at a time: no struct or array
-// of cooperative matrices, which no driver's own shaders are known to use.)
+// dk step `step`'s fragment of S as B, its hi part (part 0) or lo' (part S_LO): the last step's
+// where `step` is past it, then times 0, so that half 1's extra step of an odd count adds exact
+// zeros to finite products. (Fragments pass one at a time: no struct or array of cooperative
+// matrices, which no driver's own shaders are known to use.)
 fn state_frag(step: u32, part: u32) -> CoopB {
     let steps = DK / COOP;
-    let at = cell(part + min(step, steps - 1u) * COOP);
-    let ss = S16_STRIDE / CELL;
-    var b = coopLoad<CoopB>(&s16[at], ss);
+    var b = s_frag(part + min(step, steps - 1u) * COOP);
     if steps % 2u == 1u {
         b = select(f16(0.0), f16(1.0), step < steps) * b;
     }
     return b;
 }
 
-// The sum of the two halves' values at vst2 offset `at` (half 0's) and its three neighbours.
-fn halves_sum4(at: u32) -> vec4<f32> {
+// The sum of the two halves' values of quad q in vst2.
+fn halves_sum4(q: Quad) -> vec4<f32> {
+    let at = q.t * VS + q.jr;
     let b = at + CHUNK * VS;
     return vec4<f32>(vst2[at], vst2[at + 1u], vst2[at + 2u], vst2[at + 3u])
         + vec4<f32>(vst2[b], vst2[b + 1u], vst2[b + 2u], vst2[b + 3u]);
@@ -1180,23 +1243,11 @@ fn chunk_scan_split(@builtin(workgroup_id) wg: vec3<u32>,
     let h = wg.y;
     let s = wg.z;
     let at = state_at(seqs.seq[s].slot, h);
-    if tid < SCAN_WG {
-        load_state(at, wg.x, tid);
-    }
-    workgroupBarrier();
-    split_state(tid, SPLIT_WG);
-    workgroupBarrier();
+    begin_scan(at, wg.x, tid, SPLIT_WG);
     // chunks(s), inline (as in chunk_scan): the loop below holds cooperative ops.
     let n_chunks = (seqs.seq[s].len + seqs.lead + CHUNK - 1u) / CHUNK;
     let save = save_after(s);
-    let dk = DK / CELL;
-    let chunk = CHUNK / CELL;
-    let ds = DS / CELL;
     let vs = VS;
-    let s_lo = ROWS * S16_STRIDE;
-    let d_lo = CHUNK * DS;
-    let part = CHUNK * DK;
-    let p_part = CHUNK * CHUNK;
     // This subgroup's chunk rows, its half of the reductions and its tile of vst2.
     let half = sg / SCAN_SUBGROUPS;
     let row0 = (sg % SCAN_SUBGROUPS) * COOP;
@@ -1211,18 +1262,11 @@ fn chunk_scan_split(@builtin(workgroup_id) wg: vec3<u32>,
     let tiles = DK / COOP;
     let rounds = (tiles + SPLIT_SUBGROUPS - 1u) / SPLIT_SUBGROUPS;
     for (var c = 0u; c < n_chunks; c++) {
-        let ch = chunk_of(c, h, s);
-        if tid < CHUNK {
-            gamma_sh[tid] = scratch[params.gamma_at + ch.block * CHUNK + tid];
-        }
-        let w_hi = half_at(params.w_at, ch.block, CHUNK, DK, row0, 0u);
-        let q_hi = half_at(params.q_at, ch.block, CHUNK, DK, row0, 0u);
-        let p_hi = half_at(params.p_at, ch.block, CHUNK, CHUNK, row0, 0u);
-        let k_hi = half_at(params.k_at, ch.block, CHUNK, DK, 0u, 0u);
+        let sc = scan_chunk(c, h, s, row0, tid);
         // This invocation's U quads now, in flight under W·S.
         var u: array<vec4<f32>, SPLIT_V_QUADS>;
         for (var q = 0u; q < SPLIT_V_QUADS; q++) {
-            u[q] = u_quad(ch, wg.x, tid + q * SPLIT_WG);
+            u[q] = u_quad(sc.ch, wg.x, tid + q * SPLIT_WG);
         }
 
         // W·S (and, fused, Q̃·S from the same S fragments) over this half's dk steps.
@@ -1232,21 +1276,17 @@ fn chunk_scan_split(@builtin(workgroup_id) wg: vec3<u32>,
         var acc_small = CoopC();
         for (var k = 0u; k < half_steps; k++) {
             let step = k_first + k;
-            let i0 = min(step, DK / COOP - 1u) * COOP;
-            let w_at = cell(w_hi + i0);
-            let w_lo_at = cell(w_hi + i0 + part);
-            let wa = coopLoadT<CoopA>(&halves[w_at], dk);
-            let wa_lo = coopLoadT<CoopA>(&halves[w_lo_at], dk);
+            let i0 = min(step, tiles - 1u) * COOP;
+            let wa = dk_rows_frag(sc.w_hi + i0);
+            let wa_lo = dk_rows_frag(sc.w_hi + i0 + DK_LO);
             let b_hi = state_frag(step, 0u);
-            let b_lo = state_frag(step, s_lo);
+            let b_lo = state_frag(step, S_LO);
             ws = coopMultiplyAdd(wa, b_hi, ws);
             ws_small = mma_cross(wa, wa_lo, b_hi, b_lo, ws_small);
             if SCAN_FUSED == 1u {
-                let q_at = cell(q_hi + i0);
-                let q_lo_at = cell(q_hi + i0 + part);
-                let qa = coopLoadT<CoopA>(&halves[q_at], dk);
+                let qa = dk_rows_frag(sc.q_hi + i0);
                 acc = coopMultiplyAdd(qa, b_hi, acc);
-                acc_small = mma_cross(qa, coopLoadT<CoopA>(&halves[q_lo_at], dk), b_hi, b_lo,
+                acc_small = mma_cross(qa, dk_rows_frag(sc.q_hi + i0 + DK_LO), b_hi, b_lo,
                                       acc_small);
             }
         }
@@ -1254,25 +1294,19 @@ fn chunk_scan_split(@builtin(workgroup_id) wg: vec3<u32>,
         workgroupBarrier();
         // V' = U − (W·S₀ + W·S₁) as hi/lo (zero past dv: U is, and so is S there).
         for (var q = 0u; q < SPLIT_V_QUADS; q++) {
-            let e = tid + q * SPLIT_WG;
-            let t = e / (ROWS / 4u);
-            let jr = 4u * (e % (ROWS / 4u));
-            let v = hi_lo4(u[q] - halves_sum4(t * VS + jr));
-            put_d16_4(t * DS + jr, v.hi);
-            put_d16_4(d_lo + t * DS + jr, v.lo);
+            let v = quad(tid + q * SPLIT_WG);
+            put_v4(v, u[q] - halves_sum4(v));
         }
         workgroupBarrier();
         // Not fused: Q̃·S now (s16 still holds the chunk's S), in the fused loop's order.
         for (var k = 0u; k < half_steps * (1u - SCAN_FUSED); k++) {
             let step = k_first + k;
-            let i0 = min(step, DK / COOP - 1u) * COOP;
-            let q_at = cell(q_hi + i0);
-            let q_lo_at = cell(q_hi + i0 + part);
-            let qa = coopLoadT<CoopA>(&halves[q_at], dk);
+            let i0 = min(step, tiles - 1u) * COOP;
+            let qa = dk_rows_frag(sc.q_hi + i0);
             let b_hi = state_frag(step, 0u);
             acc = coopMultiplyAdd(qa, b_hi, acc);
-            acc_small = mma_cross(qa, coopLoadT<CoopA>(&halves[q_lo_at], dk), b_hi,
-                                  state_frag(step, s_lo), acc_small);
+            acc_small = mma_cross(qa, dk_rows_frag(sc.q_hi + i0 + DK_LO), b_hi,
+                                  state_frag(step, S_LO), acc_small);
         }
         // S ← e^{γ_C} S + K̃ᵀ V' over this subgroup's dk tiles (a subgroup past the last tile
         // computes the last one again and stores it into the junk tile), in chunk_scan's order.
@@ -1286,48 +1320,34 @@ fn chunk_scan_split(@builtin(workgroup_id) wg: vec3<u32>,
             var upd = decay_last * coopLoad<CoopC>(&state_sh[s_at], s_stride);
             var upd_small = CoopC();
             for (var s0 = 0u; s0 < CHUNK; s0 += COOP) {
-                // K̃ᵀ as A: element (i, t) is K̃[t][i], column-major with stride dk.
-                let a_at = cell(k_hi + s0 * DK + i0);
-                let a_lo = cell(k_hi + s0 * DK + i0 + part);
-                let b_at = cell(s0 * DS);
-                let b_lo = cell(d_lo + s0 * DS);
-                let a_hi = coopLoad<CoopA>(&halves[a_at], dk);
-                let b_hi = coopLoadT<CoopB>(&d16[b_at], ds);
+                let a_hi = key_frag(sc.k_hi + s0 * DK + i0);
+                let b_hi = v_frag(s0 * DS);
                 upd = coopMultiplyAdd(a_hi, b_hi, upd);
-                upd_small = mma_cross(a_hi, coopLoad<CoopA>(&halves[a_lo], dk), b_hi,
-                                      coopLoadT<CoopB>(&d16[b_lo], ds), upd_small);
+                upd_small = mma_cross(a_hi, key_frag(sc.k_hi + s0 * DK + i0 + DK_LO), b_hi,
+                                      v_frag(D_LO + s0 * DS), upd_small);
             }
             coopStore(joined(upd, upd_small), &state_sh[s_at], s_stride);
         }
         // O = Q̃·S + P·V' for this half: P·V' over its chunk steps into the same accumulators.
         for (var k = 0u; k < CHUNK / (2u * COOP); k++) {
             let s0 = p_first + k * COOP;
-            let a_at = cell(p_hi + s0);
-            let a_lo = cell(p_hi + s0 + p_part);
-            let b_at = cell(s0 * DS);
-            let b_lo = cell(d_lo + s0 * DS);
-            let a_hi = coopLoadT<CoopA>(&halves[a_at], chunk);
-            let b_hi = coopLoadT<CoopB>(&d16[b_at], ds);
+            let a_hi = p_frag(sc.p_hi + s0);
+            let b_hi = v_frag(s0 * DS);
             acc = coopMultiplyAdd(a_hi, b_hi, acc);
-            acc_small = mma_cross(a_hi, coopLoadT<CoopA>(&halves[a_lo], chunk), b_hi,
-                                  coopLoadT<CoopB>(&d16[b_lo], ds), acc_small);
+            acc_small = mma_cross(a_hi, p_frag(sc.p_hi + s0 + P_LO), b_hi,
+                                  v_frag(D_LO + s0 * DS), acc_small);
         }
         coopStoreT(joined(acc, acc_small), &vst2[v_at], vs);
         workgroupBarrier();
         // o = O₀ + O₁, four values an iteration.
         for (var e = tid; e < CHUNK * ROWS / 4u; e += SPLIT_WG) {
-            let t = e / (ROWS / 4u);
-            let jr = 4u * (e % (ROWS / 4u));
-            let x = halves_sum4(t * VS + jr);
+            let q = quad(e);
+            let x = halves_sum4(q);
             for (var k = 0u; k < 4u; k++) {
-                put_o(ch, h, wg.x, t, jr + k, x[k]);
+                put_o(sc.ch, h, wg.x, q.t, q.jr + k, x[k]);
             }
         }
-        split_state(tid, SPLIT_WG);
-        if c == save && tid < SCAN_WG {
-            store_state(state_at(seqs.save_slot, h), wg.x, tid);
-        }
-        workgroupBarrier();
+        end_chunk(c, save, h, wg.x, tid, SPLIT_WG);
     }
     if tid < SCAN_WG {
         store_state(at, wg.x, tid);

@@ -26,23 +26,27 @@
 //! `f32+columns`, `f32+blocks`): vec4<f16> cells, a fused scan, a lean scan (U early, S decayed
 //! on the update's accumulators), the inverse by columns or by block rows ([`Inverse`]). Each
 //! computes the same values in the same order as the plain form (bit for bit).
-//! `quads`, `fused`, `lean` and `blocks` together are the coop kernel's default
-//! ([`ChunkKernel::DEFAULT`]): on an H100 `quads`, `fused` and `columns` cut the 27B's
-//! 2048-token chunked delta rule from 96 to 82 ms (2026-12-06 #8, each alone 4–6 %), then
-//! `blocks` for `columns` to 75.5 and `lean` on top to 71.2 ms (81.3 → 71.2 in one run; 6.8 →
-//! 6.1 ms at 128 tokens: 2026-12-06 #10, experiments/h200/gdnscan.sh). The f32 kernel keeps its
-//! plain form unless one is named (its `columns` and `blocks` forms are untimed). Opt-in until
-//! timed (experiments/h200/gdnchunk.sh): `coop+quads+fused+lean+ahead+blocks` (chunk_prepare's
+//! `quads`, `fused`, `lean` and `blocks` together were the coop kernel's default until
+//! 2026-12-07 (`coop+quads+fused+lean+blocks`, [`ChunkKernel::DEFAULT_UNSPLIT`], still the
+//! engine's form where the split scan does not fit): on an H100 `quads`, `fused` and `columns`
+//! cut the 27B's 2048-token chunked delta rule from 96 to 82 ms (2026-12-06 #8, each alone
+//! 4–6 %), then `blocks` for `columns` to 75.5 and `lean` on top to 71.2 ms (81.3 → 71.2 in one
+//! run; 6.8 → 6.1 ms at 128 tokens: 2026-12-06 #10, experiments/h200/gdnscan.sh). The f32
+//! kernel keeps its plain form unless one is named (its `columns` and `blocks` forms are
+//! untimed). Opt-in until timed
+//! (experiments/h200/gdnchunk.sh): `coop+quads+fused+lean+ahead+blocks` (chunk_prepare's
 //! loads issued a phase ahead), `…+lean+deep+blocks` (chunk_scan's fragments loaded several
 //! k-steps ahead) and `…+lean+ahead+deep+blocks` (both): the same bits; `ahead+deep` lost on
 //! an H100 (70.4 → 81.9 ms at 2048 tokens, 2026-12-06 #10). Opt-in until timed
 //! (experiments/h200/gdnchunk2.sh): `…+lean+pairs+blocks` (chunk_scan's fragments two steps
 //! at a time in named values, no fragment arrays), `…+lean+lower+blocks` (chunk_prepare's Gram
 //! phase on the tiles on or below the diagonal: 6 accumulators instead of 8) and
-//! `…+lean+pairs+lower+blocks` (both): the same results. Opt-in until timed
-//! (experiments/h200/gdn128.sh): `…+lean+splitk+blocks`, chunk_scan on 8 subgroups with W·S's,
-//! Q̃·S's and P·V''s reductions split in halves (`chunk_scan_split`: a new sum order, not the
-//! plain form's bits).
+//! `…+lean+pairs+lower+blocks` (both): the same results. The default since 2026-12-07
+//! ([`ChunkKernel::DEFAULT`], `coop+quads+fused+lean+splitk+blocks`): the scan by
+//! `chunk_scan_split` on 8 subgroups with W·S's, Q̃·S's and P·V''s reductions split in halves (a
+//! new sum order, held to the f64 reference, not the plain form's bits) — on an H100 61.2 →
+//! 57.6 ms at the 27B's 2048-token step (experiments/h200/gdn128.sh, session #16 call 1);
+//! `coop+quads+lean+splitk+blocks`, Q̃·S after V', is its twin (58.1 ms).
 
 use super::delta_state::{
     DeltaDims, DeltaState, Dispatch, Resource, bind_group, by_entry, check_batch, check_grid,
@@ -55,7 +59,7 @@ use crate::gpu::kernel::wgsl::MATMUL_COOP16;
 use crate::gpu::kernel::{Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build};
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, CoopShape, KernelPaths};
-use crate::gpu::profile::Recorded;
+use crate::gpu::profile::{OpBytes, Recorded};
 use crate::gpu::step::{SeqBatch, SequenceTable};
 
 /// Tokens per chunk (the WGSL's `C`).
@@ -318,9 +322,21 @@ impl ChunkKernel {
         coop: true,
         form: ChunkForm::with(false, false, false, Inverse::Rows),
     };
-    /// The engine's default (unset or empty): the coop kernel with quads, fused, the lean scan
-    /// and the inverse by block rows (`coop+quads+fused+lean+blocks`).
+    /// The engine's default (unset or empty): the coop kernel with quads, fused, the lean scan,
+    /// the scan's reductions split over 8 subgroups and the inverse by block rows
+    /// (`coop+quads+fused+lean+splitk+blocks`). On an H100 (27B synth, 2026-12-07 #16 call 1,
+    /// two interleaved rounds) it cut the chunked delta rule at a 2048-token step from 61.2 to
+    /// 57.6 ms against [`Self::DEFAULT_UNSPLIT`] (6.0 → 5.82 ms at 128 tokens, 4.95 → 4.77 at
+    /// 64; its twin with Q̃·S after V' 58.1 at 2048). Where its scan's workgroup memory does not
+    /// fit (dk = 256 on 48 KiB) the engine runs [`Self::DEFAULT_UNSPLIT`]
+    /// ([`GatedDeltaChunked::chosen`]).
     pub const DEFAULT: ChunkKernel = ChunkKernel {
+        coop: true,
+        form: ChunkForm::with(true, true, true, Inverse::Blocks).split_k(),
+    };
+    /// The default before the split scan, by name `coop+quads+fused+lean+blocks` (chunk_scan on
+    /// 4 subgroups, the plain form's bits): the engine's form where the default's does not fit.
+    pub const DEFAULT_UNSPLIT: ChunkKernel = ChunkKernel {
         coop: true,
         form: ChunkForm::with(true, true, true, Inverse::Blocks),
     };
@@ -642,22 +658,42 @@ impl GatedDeltaChunked {
         (fastest.coop_matrix == Some(COOP_SHAPE) && fastest.subgroup).then_some(fastest)
     }
 
-    /// Builds the cooperative-matrix kernel where `paths` allow it, its workgroup memory fits the
-    /// device and `FAK_GDN_CHUNK` does not ask for the f32 one ([`ChunkKernel::requested`]);
-    /// the f32 kernel otherwise. An unknown `FAK_GDN_CHUNK` is an error.
+    /// Builds the kernel and form [`Self::chosen`] picks for `FAK_GDN_CHUNK`
+    /// ([`ChunkKernel::requested`]) on `paths` and the device's workgroup memory. An unknown
+    /// `FAK_GDN_CHUNK` is an error.
     pub fn new(ctx: &GpuContext, paths: KernelPaths, dims: DeltaDims) -> Result<Self, GpuError> {
         dims.validate()?;
-        let requested = ChunkKernel::requested()?;
-        let fits = Self::coop_workgroup_bytes(dims.dk, requested.form)
-            <= ctx.device.limits().max_compute_workgroup_storage_size;
-        let (selected, form) = match Self::coop_paths(paths) {
-            Some(coop) if requested.coop && fits => (coop, requested.form),
-            // The default's form was timed on the coop kernel alone: the f32 kernel it falls
-            // back to runs its plain form.
-            _ if requested == ChunkKernel::DEFAULT => (Self::select(paths), ChunkForm::default()),
-            _ => (Self::select(paths), requested.form),
-        };
+        let limit = ctx.device.limits().max_compute_workgroup_storage_size;
+        let (selected, form) = Self::chosen(ChunkKernel::requested()?, paths, dims.dk, limit);
         Self::with_form(ctx, selected, dims, form)
+    }
+
+    /// The variant and form [`Self::new`] builds for `requested` where `paths` are allowed, at
+    /// key head size `dk`, with `limit` bytes of workgroup memory: the cooperative-matrix kernel
+    /// where `paths` have it, `requested` asks for it and its workgroup memory fits — for the
+    /// default, in its form or else [`ChunkKernel::DEFAULT_UNSPLIT`]'s (the split scan's two
+    /// result tiles do not fit 48 KiB at dk = 256); the f32 kernel otherwise, in the requested
+    /// form (its inverse), the default's in the plain form (the default was timed on the coop
+    /// kernel alone).
+    pub fn chosen(
+        requested: ChunkKernel,
+        paths: KernelPaths,
+        dk: u32,
+        limit: u32,
+    ) -> (KernelPaths, ChunkForm) {
+        let is_default = requested == ChunkKernel::DEFAULT;
+        let forms = match is_default {
+            true => vec![requested.form, ChunkKernel::DEFAULT_UNSPLIT.form],
+            false => vec![requested.form],
+        };
+        let fitting = forms
+            .into_iter()
+            .find(|&form| Self::coop_workgroup_bytes(dk, form) <= limit);
+        match (Self::coop_paths(paths), fitting) {
+            (Some(coop), Some(form)) if requested.coop => (coop, form),
+            _ if is_default => (Self::select(paths), ChunkForm::default()),
+            _ => (Self::select(paths), requested.form),
+        }
     }
 
     /// Builds `variant`, one of [`Kernel::variants`], whatever `FAK_GDN_CHUNK` says (the tests
@@ -877,5 +913,58 @@ impl GatedDeltaChunked {
         record(pass, &binding.group, &plan, &self.pipelines);
         let bytes = self.dims.delta_bytes(batch);
         Ok(Recorded::new(Self::NAME, plan.len(), bytes))
+    }
+
+    /// [`Self::encode`]'s dispatches one at a time, so that a profile can time them apart
+    /// (`FAK_GDN_PROFILE=entries`): [`ChunkEntry::Prepare`] then [`ChunkEntry::Scan`], each
+    /// recorded once per step in that order; the state bytes are the scan's.
+    pub fn encode_entry(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        binding: &ChunkBinding,
+        batch: SeqBatch,
+        entry: ChunkEntry,
+    ) -> Result<Recorded, GpuError> {
+        let plan = self.plan(binding, batch)?;
+        let at = entry as usize;
+        record(pass, &binding.group, &plan[at..=at], &self.pipelines);
+        let bytes = match entry {
+            ChunkEntry::Prepare => OpBytes::default(),
+            ChunkEntry::Scan => self.dims.delta_bytes(batch),
+        };
+        Ok(Recorded::new(Self::NAME, 1, bytes))
+    }
+}
+
+/// The chunked delta rule's two dispatches, in [`GatedDeltaChunked::plan`]'s order.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ChunkEntry {
+    /// chunk_prepare: every chunk's W, U, P, γ (and Q̃, K̃) at once.
+    Prepare = 0,
+    /// chunk_scan or chunk_scan_split: the state carried across the chunks.
+    Scan = 1,
+}
+
+/// How a profiled prompt step notes the chunked delta rule (`FAK_GDN_PROFILE`; a measurement
+/// knob, not a form — the same dispatches in the same order, so the same bits): unset or empty,
+/// as one op `gated_delta`; `entries`, chunk_prepare as op `gated_delta_prepare` and the scan as
+/// `gated_delta`, each timed alone. Anything else is an error.
+pub fn entries_profiled() -> Result<bool, GpuError> {
+    match std::env::var("FAK_GDN_PROFILE") {
+        Err(std::env::VarError::NotPresent) => Ok(false),
+        Ok(value) => entries_named(&value),
+        Err(e) => entries_named(&e.to_string()),
+    }
+}
+
+/// What `FAK_GDN_PROFILE=value` asks for ([`entries_profiled`]).
+pub fn entries_named(value: &str) -> Result<bool, GpuError> {
+    match value {
+        "" => Ok(false),
+        "entries" => Ok(true),
+        other => Err(GpuError::Shape {
+            kernel: GatedDeltaChunked::NAME,
+            message: format!("FAK_GDN_PROFILE={other:?} is neither empty nor `entries`"),
+        }),
     }
 }

@@ -10,7 +10,7 @@ use crate::gpu::kernels::delta_prep::{DeltaPrep, PrepBinding, PrepIo};
 use crate::gpu::kernels::delta_state::{DeltaDims, DeltaState, TensorRef};
 use crate::gpu::kernels::gated_delta::{DecodeBinding, DecodeIo as RecurrentIo, GatedDeltaDecode};
 use crate::gpu::kernels::gated_delta_chunk::{
-    ChunkBinding, ChunkIo, ChunkScratch, GatedDeltaChunked,
+    ChunkBinding, ChunkEntry, ChunkIo, ChunkScratch, GatedDeltaChunked, entries_profiled,
 };
 use crate::gpu::kernels::gated_norm::{GatedNorm, NormBinding, NormIo as GatedNormIo};
 use crate::gpu::kernels::gdn_decode::{GdnDecode, GdnDecodeBinding, GdnDecodeIo, Split};
@@ -39,6 +39,9 @@ pub struct DeltaNetKernels {
     fused: Option<GdnDecode>,
     /// None when every step is one token (the recurrent kernel serves them all).
     scratch: Option<ChunkScratch>,
+    /// Whether a prompt step notes the chunked kernel's two dispatches as two ops
+    /// (`FAK_GDN_PROFILE=entries`, [`entries_profiled`]).
+    entries_profiled: bool,
 }
 
 impl DeltaNetKernels {
@@ -58,6 +61,7 @@ impl DeltaNetKernels {
                 .transpose()?,
             chunked,
             norm: GatedNorm::new(ctx, paths, dims)?,
+            entries_profiled: entries_profiled()?,
         })
     }
 
@@ -274,6 +278,14 @@ impl DeltaNetBlock {
         let prep = d.prep.encode(pass, &self.prep, n)?;
         marks.op(pass, "delta_prep", prep);
         let delta = match &self.chunked {
+            Some(chunked) if marks.kind == StepKind::Prompt && d.entries_profiled => {
+                let prepare = d
+                    .chunked
+                    .encode_entry(pass, chunked, batch, ChunkEntry::Prepare)?;
+                marks.op(pass, "gated_delta_prepare", prepare);
+                d.chunked
+                    .encode_entry(pass, chunked, batch, ChunkEntry::Scan)?
+            }
             Some(chunked) if marks.kind == StepKind::Prompt => {
                 d.chunked.encode(pass, chunked, batch)?
             }
