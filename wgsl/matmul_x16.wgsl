@@ -143,6 +143,54 @@ fn to_f16(@builtin(global_invocation_id) id: vec3<u32>) {
     x16[t * params.x16_stride + id.x] = vec4<f16>(x_quad(t, 4u * id.x));
 }
 
+// The prefill norm fold (engine `FAK_PREFILL_FOLD=norm`): x16[t] = f16(RMSNorm(X[t]) · norm_w)
+// in one dispatch, for a product whose X is a norm's output (the norm's dispatch and its f32
+// write and reread are gone). The f32 values are rms_norm.wgsl's for the same WG (the host picks
+// its rule, `rms_norm::workgroup_size`): lane l sums the squares of X[t, l + j·NORM_WG] with
+// strided_squares, workgroup_sum adds the lanes, scale = 1 / sqrt(total / cols + eps), and each
+// value is (x · scale) · w; then rounded to f16 as `to_f16` rounds the norm's output. So the
+// product's bits are the unfolded ones (tests/gpu_matmul.rs pins it on the device).
+// bindings: 7 norm_w (read, f32 [cols]); eps in Params. dispatch: (1, n_tokens, 1) workgroups of
+// NORM_WG, one per token row. requires (besides the above): reduce_*.wgsl, strided_squares.wgsl.
+@group(0) @binding(7) var<storage, read> norm_w: array<f32>;
+
+// The fold's workgroup size: rms_norm's WG for the row (its lane sums and their order). The
+// reduction's partials array is sized by the product's WG (128 or 256: room for any NORM_WG here).
+override NORM_WG: u32 = 256u;
+
+// strided_squares.wgsl's element.
+fn squares_value(c: u32) -> f32 {
+    return x[c];
+}
+
+// norm_w[k] · (x[at] · scale), zero from cols on.
+fn normed(at: u32, k: u32, scale: f32) -> f32 {
+    if k >= params.cols {
+        return 0.0;
+    }
+    return x[at] * scale * norm_w[k];
+}
+
+@compute @workgroup_size(NORM_WG)
+fn to_f16_norm(@builtin(workgroup_id) wg: vec3<u32>, lanes: Lanes) {
+    let t = wg.y;
+    // Uniform per workgroup, so the reduction below stays in uniform control flow.
+    if t >= step.n_tokens {
+        return;
+    }
+    let row = t * params.cols;
+    let squares = strided_squares(row + lanes.index, row + params.cols, NORM_WG);
+    let total = workgroup_sum(squares, lanes);
+    let scale = 1.0 / sqrt(total / f32(params.cols) + params.eps);
+    for (var i = lanes.index; i < params.x16_stride; i += NORM_WG) {
+        let k = 4u * i;
+        let at = row + k;
+        let v = vec4<f32>(normed(at, k, scale), normed(at + 1u, k + 1u, scale),
+                          normed(at + 2u, k + 2u, scale), normed(at + 3u, k + 3u, scale));
+        x16[t * params.x16_stride + i] = vec4<f16>(v);
+    }
+}
+
 // vec4 i of the X tile of the K step at k0 (token t0 + i / ROW_VECS, k0 + 4 · (i % ROW_VECS)).
 fn x_vec(i: u32, t0: u32, k0: u32) -> vec4<f16> {
     let t = min(t0 + i / ROW_VECS, step.n_tokens - 1u);

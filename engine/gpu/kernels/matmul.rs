@@ -44,6 +44,7 @@ use crate::gpu::kernel::{
     Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build, wgsl,
 };
 use crate::gpu::kernels::dequant::Dequant;
+use crate::gpu::kernels::rms_norm;
 use crate::gpu::kernels::type_constants;
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, CoopShape, KernelPaths};
@@ -61,7 +62,7 @@ const SLOTS: &[Slot] = &[
     Slot::Uniform,
     Slot::ReadWrite,
 ];
-/// The x16 kernel's: those, then x16 (X rounded to f16).
+/// The x16 kernel's: those, then x16 (X rounded to f16) and the prefill norm fold's weight.
 const SLOTS_X16: &[Slot] = &[
     Slot::Read,
     Slot::Read,
@@ -70,6 +71,7 @@ const SLOTS_X16: &[Slot] = &[
     Slot::Uniform,
     Slot::ReadWrite,
     Slot::ReadWrite,
+    Slot::Read,
 ];
 
 /// When a product's K is split ([`Matmul::with_split`]).
@@ -250,6 +252,8 @@ struct Params {
     accumulate: u32,
     x16_stride: u32,
     k_slices: u32,
+    /// The norm fold's eps (0 where the binding does not fold one).
+    eps: f32,
 }
 
 /// What a mat-mul does with Y.
@@ -281,6 +285,15 @@ pub struct MatmulBuffers<'a> {
     pub x: &'a wgpu::Buffer,
     pub y: &'a wgpu::Buffer,
     pub step: &'a StepBuffer,
+}
+
+/// An RMSNorm folded into the x16 kernel's conversion of X ([`Matmul::bind_normed`]): X is the
+/// norm's input, and the product multiplies `RMSNorm(X) · weight` (f32 `[cols]`), the bits of
+/// rms_norm's output rounded to f16 as `to_f16` rounds it.
+#[derive(Clone, Copy)]
+pub struct MatmulNorm<'a> {
+    pub weight: &'a wgpu::Buffer,
+    pub eps: f32,
 }
 
 /// The block of Y one workgroup computes: `tokens` × `rows`.
@@ -630,6 +643,11 @@ pub struct Matmul {
     reduce: wgpu::ComputePipeline,
     /// The x16 kernel's `to_f16`.
     to_f16: Option<wgpu::ComputePipeline>,
+    /// The x16 kernel's `to_f16_norm`, one per rms_norm workgroup size (`rms_norm::WORKGROUPS`);
+    /// empty for the other kernels.
+    to_f16_norm: Vec<wgpu::ComputePipeline>,
+    /// Binding 7 of the x16 bindings that fold no norm.
+    no_norm: wgpu::Buffer,
     /// The scratch of partial sums, grown by `bind` to what a binding's split steps need.
     partials: Scratch,
     /// The x16 kernel's scratch for X in f16, shared by its bindings (one product runs at a
@@ -671,6 +689,8 @@ pub struct MatmulBinding {
     x16_stride: u32,
     /// Bytes of partial sums its bind groups' scratch holds.
     partials_bytes: u64,
+    /// The folded norm's `to_f16_norm` pipeline (an index into `Matmul::to_f16_norm`), if any.
+    norm: Option<usize>,
 }
 
 impl MatmulBinding {
@@ -727,7 +747,7 @@ impl Matmul {
 
     /// The module and pipelines of `variant`, its cooperative-matrix kernel `kernel` (the
     /// fallback ignores it): the product per type, `reduce_partials`, and the x16 kernel's
-    /// `to_f16` last.
+    /// `to_f16` and `to_f16_norm` (per rms_norm workgroup size) last.
     pub fn source_for(variant: KernelPaths, kernel: CoopKernel) -> KernelSource {
         let mut module = WgslModule::new(variant);
         if variant.coop_matrix.is_some() {
@@ -745,6 +765,14 @@ impl Matmul {
             .with(wgsl::DEQUANT_TYPE)
             .with(wgsl::STEP);
         let x16 = matches!(kernel, CoopKernel::X16(_)) && variant.coop_matrix.is_some();
+        // The norm fold's row reduction (x16 requires subgroups).
+        let module = if x16 {
+            module
+                .with(wgsl::reduction(variant))
+                .with(wgsl::STRIDED_SQUARES)
+        } else {
+            module
+        };
         let module = match variant.coop_matrix {
             None => module
                 .with(wgsl::MATMUL_WORDS)
@@ -795,6 +823,15 @@ impl Matmul {
                 entry_point: "to_f16",
                 constants: type_constants(GgmlType::F32),
             });
+            for wg in rms_norm::WORKGROUPS {
+                let mut constants = type_constants(GgmlType::F32);
+                constants.push(("NORM_WG", f64::from(wg)));
+                pipelines.push(PipelineSpec {
+                    label: format!("matmul to_f16_norm NORM_WG={wg}"),
+                    entry_point: "to_f16_norm",
+                    constants,
+                });
+            }
         }
         KernelSource {
             module,
@@ -855,6 +892,12 @@ impl Matmul {
         };
         let x16 = variant.source.slots.len() == SLOTS_X16.len();
         let mut built = build(ctx, &variant)?;
+        let to_f16_norm = match x16 {
+            true => built
+                .pipelines
+                .split_off(built.pipelines.len() - rms_norm::WORKGROUPS.len()),
+            false => Vec::new(),
+        };
         let to_f16 = x16.then(|| built.pipelines.pop().expect("source() ends with to_f16"));
         let reduce = built
             .pipelines
@@ -867,6 +910,8 @@ impl Matmul {
             pipelines: built.pipelines,
             reduce,
             to_f16,
+            to_f16_norm,
+            no_norm: storage_buffer(ctx, "matmul no norm", 16)?,
             partials: Scratch::new("matmul partials"),
             x16: Scratch::new("matmul x16"),
             split: SplitK::DEFAULT,
@@ -931,6 +976,57 @@ impl Matmul {
         shape: MatmulShape,
         buffers: MatmulBuffers<'_>,
         max_binding: u64,
+    ) -> Result<MatmulBinding, GpuError> {
+        self.bind_ranges(ctx, shape, buffers, max_binding, None)
+    }
+
+    /// Whether this kernel folds a norm into its conversion of X ([`Matmul::bind_normed`]): the
+    /// x16 kernel only (the others read X in f32 per tile and keep the norm's dispatch).
+    pub fn folds_norm(&self) -> bool {
+        !self.to_f16_norm.is_empty()
+    }
+
+    /// [`Matmul::bind`] with `norm` folded in: X (`buffers.x`) is the norm's input, and each
+    /// encode converts `RMSNorm(X) · norm.weight` to f16 in one dispatch (`to_f16_norm`) where
+    /// the unfolded product needs rms_norm's and `to_f16`'s — the same bits. Refused by kernels
+    /// that do not fold ([`Matmul::folds_norm`]).
+    pub fn bind_normed(
+        &self,
+        ctx: &GpuContext,
+        shape: MatmulShape,
+        buffers: MatmulBuffers<'_>,
+        norm: MatmulNorm<'_>,
+    ) -> Result<MatmulBinding, GpuError> {
+        let refusal = if !self.folds_norm() {
+            Some(format!(
+                "the {} kernel does not fold a norm (the x16 kernel does)",
+                self.variant
+            ))
+        } else if norm.weight.size() < 4 * shape.cols {
+            Some(format!(
+                "a norm weight of {} bytes for rows of {} values",
+                norm.weight.size(),
+                shape.cols
+            ))
+        } else {
+            None
+        };
+        if let Some(message) = refusal {
+            return Err(GpuError::Shape {
+                kernel: Self::NAME,
+                message,
+            });
+        }
+        self.bind_ranges(ctx, shape, buffers, ctx.max_binding_size(), Some(norm))
+    }
+
+    fn bind_ranges(
+        &self,
+        ctx: &GpuContext,
+        shape: MatmulShape,
+        buffers: MatmulBuffers<'_>,
+        max_binding: u64,
+        norm: Option<MatmulNorm<'_>>,
     ) -> Result<MatmulBinding, GpuError> {
         let MatmulShape {
             ty,
@@ -1058,6 +1154,7 @@ impl Matmul {
                     accumulate: u32::from(output == MatmulOutput::Accumulate),
                     x16_stride: (x16_cols / 4) as u32,
                     k_slices,
+                    eps: norm.map_or(0.0, |n| n.eps),
                 };
                 let params = uniform(ctx, "matmul params", &params);
                 let mut entries = vec![
@@ -1070,6 +1167,8 @@ impl Matmul {
                 ];
                 if let Some(x16) = &x16 {
                     entries.push(entry(6, x16.as_entire_binding()));
+                    let norm_weight = norm.map_or(&self.no_norm, |n| n.weight);
+                    entries.push(entry(7, norm_weight.as_entire_binding()));
                 }
                 let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
                     label: Some("matmul"),
@@ -1088,6 +1187,8 @@ impl Matmul {
             ranges,
             x16_stride: (x16_cols / 4) as u32,
             partials_bytes,
+            // cols fits a u32 (Params holds it).
+            norm: norm.map(|_| rms_norm::workgroup_index(cols as u32)),
         })
     }
 
@@ -1175,9 +1276,22 @@ impl Matmul {
             if let Some(to_f16) = &self.to_f16 {
                 // Every range reads the same X: its first converts it.
                 if dispatches == 0 {
-                    pass.set_pipeline(to_f16);
                     pass.set_bind_group(0, group, &[]);
-                    pass.dispatch_workgroups(binding.x16_stride.div_ceil(TO_F16_WG), n_tokens, 1);
+                    match binding.norm {
+                        // One workgroup per token row: the norm's sum needs the whole row.
+                        Some(wg) => {
+                            pass.set_pipeline(&self.to_f16_norm[wg]);
+                            pass.dispatch_workgroups(1, n_tokens, 1);
+                        }
+                        None => {
+                            pass.set_pipeline(to_f16);
+                            pass.dispatch_workgroups(
+                                binding.x16_stride.div_ceil(TO_F16_WG),
+                                n_tokens,
+                                1,
+                            );
+                        }
+                    }
                     dispatches += 1;
                 }
             }

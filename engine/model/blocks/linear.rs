@@ -214,6 +214,10 @@ pub struct Linear {
     /// inputs).
     quantized: Option<QuantizedInput>,
     matmul: MatmulBinding,
+    /// With the prefill norm fold (`FAK_PREFILL_FOLD=norm`, [`super::Binder::fold_prefill_norm`]):
+    /// the mat-mul over the norm's input with the norm folded in, which prompt steps take
+    /// instead of `matmul` (the caller then records no norm).
+    normed: Option<MatmulBinding>,
 }
 
 impl Linear {
@@ -286,7 +290,19 @@ impl Linear {
             matvec,
             quantized,
             matmul,
+            normed: None,
         })
+    }
+
+    /// Makes prompt steps take `normed` (the mat-mul with the input's norm folded in).
+    pub fn fold_norm(&mut self, normed: MatmulBinding) {
+        self.normed = Some(normed);
+    }
+
+    /// Whether a step of `kind` takes the product with the norm folded in (its input's norm is
+    /// then not to be recorded).
+    pub fn folds_norm(&self, kind: StepKind) -> bool {
+        kind == StepKind::Prompt && self.normed.is_some()
     }
 
     /// Records the product for `n` tokens of a step of `kind` (the mat-mul for prompt tokens,
@@ -299,7 +315,8 @@ impl Linear {
         kind: StepKind,
     ) -> Result<Recorded, GpuError> {
         if kind == StepKind::Prompt {
-            return k.matmul.encode(pass, &self.matmul, n);
+            let matmul = self.normed.as_ref().unwrap_or(&self.matmul);
+            return k.matmul.encode(pass, matmul, n);
         }
         let quantized = match &self.quantized {
             Some(q) => Some(q.encode(k, pass, n)?),

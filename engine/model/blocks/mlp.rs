@@ -89,7 +89,7 @@ impl Mlp {
             rows: 2 * n_ff as u64,
             cols: d as u64,
         };
-        let gate_up = Linear::bind_shape(
+        let mut gate_up = Linear::bind_shape(
             b.k,
             b.ctx,
             stacked,
@@ -111,6 +111,15 @@ impl Mlp {
             out: View::rows(s.act, n_ff as u32),
         };
         let norm_weight = b.vector(t.norm)?;
+        // The prompt product norms x itself (FAK_PREFILL_FOLD=norm).
+        b.fold_prefill_norm(
+            &mut gate_up,
+            stacked,
+            &w,
+            (s.x, s.gate_up),
+            &norm_weight,
+            MatmulOutput::Store,
+        )?;
         // One reader: the quantization, or the paired mat-vec.
         let input_norm = InputNorm {
             weight: &norm_weight,
@@ -241,7 +250,10 @@ impl Mlp {
                 }
             }
             _ => {
-                self.norm.record(k, pass, n, marks, "ffn_norm")?;
+                // With the prefill norm fold the product norms x itself; h is not written.
+                if !self.gate_up.folds_norm(marks.kind) {
+                    self.norm.record(k, pass, n, marks, "ffn_norm")?;
+                }
                 self.gate_up.record(k, pass, n, marks, "ffn_gate_up")?;
                 self.swiglu.record(k, pass, n, marks, "swiglu")?;
             }

@@ -29,7 +29,9 @@ use crate::gguf::{Gguf, TensorInfo};
 use crate::gpu::kernels::argmax::Argmax;
 use crate::gpu::kernels::elementwise::{Elementwise, ElementwiseOp};
 use crate::gpu::kernels::embed::Embed;
-use crate::gpu::kernels::matmul::{Matmul, MatmulOutput};
+use crate::gpu::kernels::matmul::{
+    Matmul, MatmulBuffers, MatmulNorm, MatmulOutput, MatmulShape,
+};
 use crate::gpu::kernels::matvec::{
     InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecShape,
 };
@@ -73,6 +75,19 @@ impl Kernels {
             argmax: Argmax::new(ctx, paths)?,
         })
     }
+}
+
+/// Whether the prefill fold `part` is on: `FAK_PREFILL_FOLD` names it (comma-separated). Off by
+/// default (a form to time; issue 19's 128-token step). Parts:
+/// - `norm`: the RMSNorm before a mixer's projections and before the MLP's gate/up folded into
+///   the x16 mat-mul's conversion of X to f16 (`Matmul::bind_normed`): one dispatch instead of
+///   the norm's and `to_f16`'s, the same bits. Kernels without the x16 conversion (the fallback,
+///   the staged coop kernel) keep the norm's dispatch.
+pub fn prefill_fold(part: &str) -> bool {
+    std::env::var("FAK_PREFILL_FOLD")
+        .unwrap_or_default()
+        .split(',')
+        .any(|p| p.trim() == part)
 }
 
 /// Whether decode steps take the decode fusions: a GDN layer's conv → prep → delta rule → gated
@@ -251,6 +266,47 @@ impl<'a> Binder<'a> {
         let w = upload_weight(self.ctx, self.gguf, t)?;
         let linear = Linear::bind(self.k, self.ctx, t, &w, x, y, self.step, self.rows, output)?;
         Ok(linear)
+    }
+
+    /// With `FAK_PREFILL_FOLD=norm` ([`prefill_fold`]) on a mat-mul kernel that folds norms:
+    /// `linear`'s prompt steps multiply `RMSNorm(x) · norm` (eps the model's) of its part of
+    /// shape `shape` (weight `w`, output `y`) reading the norm's input `x`, so its caller records
+    /// no norm dispatch ([`Linear::folds_norm`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn fold_prefill_norm(
+        &self,
+        linear: &mut Linear,
+        shape: MatVecShape,
+        w: &wgpu::Buffer,
+        (x, y): (&wgpu::Buffer, &wgpu::Buffer),
+        norm: &wgpu::Buffer,
+        output: MatmulOutput,
+    ) -> Result<(), GpuError> {
+        if !prefill_fold("norm") || !self.k.matmul.folds_norm() {
+            return Ok(());
+        }
+        let binding = self.k.matmul.bind_normed(
+            self.ctx,
+            MatmulShape {
+                ty: shape.ty,
+                rows: shape.rows,
+                cols: shape.cols,
+                max_tokens: self.rows,
+                output,
+            },
+            MatmulBuffers {
+                weights: w,
+                x,
+                y,
+                step: self.step,
+            },
+            MatmulNorm {
+                weight: norm,
+                eps: self.eps,
+            },
+        )?;
+        linear.fold_norm(binding);
+        Ok(())
     }
 
     /// [`Binder::linear`], and where `fed` (its producer can write x as q8 blocks) and the

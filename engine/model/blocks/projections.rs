@@ -86,7 +86,7 @@ impl NormedLinears {
         let bound = parts
             .iter()
             .map(|p| {
-                let linear = Linear::bind_shape(
+                let mut linear = Linear::bind_shape(
                     b.k,
                     b.ctx,
                     p.shape,
@@ -95,6 +95,15 @@ impl NormedLinears {
                     p.y,
                     b.step,
                     b.rows,
+                    MatmulOutput::Store,
+                )?;
+                // Each part's prompt product norms x itself (FAK_PREFILL_FOLD=norm).
+                b.fold_prefill_norm(
+                    &mut linear,
+                    p.shape,
+                    p.weights,
+                    (x, p.y),
+                    &weight,
                     MatmulOutput::Store,
                 )?;
                 let fusion = match &quantized {
@@ -386,7 +395,10 @@ impl NormedLinears {
                 }
             }
             None => {
-                self.norm.record(k, pass, n, marks, norm_name)?;
+                // With the prefill norm fold every part norms x itself; h is not written.
+                if !self.parts.iter().all(|(l, _)| l.folds_norm(marks.kind)) {
+                    self.norm.record(k, pass, n, marks, norm_name)?;
+                }
                 for ((linear, _), name) in self.parts.iter().zip(names) {
                     linear.record(k, pass, n, marks, name)?;
                 }
