@@ -287,9 +287,22 @@ pub struct MatmulBuffers<'a> {
     pub step: &'a StepBuffer,
 }
 
-/// An RMSNorm folded into the x16 kernel's conversion of X ([`Matmul::bind_normed`]): X is the
-/// norm's input, and the product multiplies `RMSNorm(X) · weight` (f32 `[cols]`), the bits of
-/// rms_norm's output rounded to f16 as `to_f16` rounds it.
+/// What the x16 kernel's conversion of X to f16 applies first ([`Matmul::bind_folded`]): the
+/// op that produced the product's input, folded in so that its dispatch is gone.
+#[derive(Clone, Copy)]
+pub enum MatmulInput<'a> {
+    /// X itself (`to_f16`).
+    Plain,
+    /// X is an RMSNorm's input: the product multiplies RMSNorm(X) (`to_f16_norm`).
+    Normed(MatmulNorm<'a>),
+    /// X is `[n, 2·cols]` rows of gate then up values: the product multiplies
+    /// silu(gate) · up (`to_f16_swiglu`), elementwise.wgsl's swiglu.
+    SwiGlu,
+}
+
+/// An RMSNorm folded into the x16 kernel's conversion of X: the product multiplies
+/// `RMSNorm(X) · weight` (f32 `[cols]`), the bits of rms_norm's output rounded to f16 as
+/// `to_f16` rounds it.
 #[derive(Clone, Copy)]
 pub struct MatmulNorm<'a> {
     pub weight: &'a wgpu::Buffer,
@@ -646,6 +659,8 @@ pub struct Matmul {
     /// The x16 kernel's `to_f16_norm`, one per rms_norm workgroup size (`rms_norm::WORKGROUPS`);
     /// empty for the other kernels.
     to_f16_norm: Vec<wgpu::ComputePipeline>,
+    /// The x16 kernel's `to_f16_swiglu`.
+    to_f16_swiglu: Option<wgpu::ComputePipeline>,
     /// Binding 7 of the x16 bindings that fold no norm.
     no_norm: wgpu::Buffer,
     /// The scratch of partial sums, grown by `bind` to what a binding's split steps need.
@@ -689,8 +704,18 @@ pub struct MatmulBinding {
     x16_stride: u32,
     /// Bytes of partial sums its bind groups' scratch holds.
     partials_bytes: u64,
-    /// The folded norm's `to_f16_norm` pipeline (an index into `Matmul::to_f16_norm`), if any.
-    norm: Option<usize>,
+    /// How X is converted to f16 (x16 kernel only).
+    conversion: Conversion,
+}
+
+/// The x16 kernel's conversion dispatch of a binding.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Conversion {
+    Plain,
+    /// `to_f16_norm`, the pipeline for the row's rms_norm workgroup size (an index into
+    /// `Matmul::to_f16_norm`).
+    Normed(usize),
+    SwiGlu,
 }
 
 impl MatmulBinding {
@@ -747,7 +772,7 @@ impl Matmul {
 
     /// The module and pipelines of `variant`, its cooperative-matrix kernel `kernel` (the
     /// fallback ignores it): the product per type, `reduce_partials`, and the x16 kernel's
-    /// `to_f16` and `to_f16_norm` (per rms_norm workgroup size) last.
+    /// `to_f16`, `to_f16_swiglu` and `to_f16_norm` (per rms_norm workgroup size) last.
     pub fn source_for(variant: KernelPaths, kernel: CoopKernel) -> KernelSource {
         let mut module = WgslModule::new(variant);
         if variant.coop_matrix.is_some() {
@@ -821,6 +846,11 @@ impl Matmul {
             pipelines.push(PipelineSpec {
                 label: "matmul to_f16".into(),
                 entry_point: "to_f16",
+                constants: type_constants(GgmlType::F32),
+            });
+            pipelines.push(PipelineSpec {
+                label: "matmul to_f16_swiglu".into(),
+                entry_point: "to_f16_swiglu",
                 constants: type_constants(GgmlType::F32),
             });
             for wg in rms_norm::WORKGROUPS {
@@ -898,7 +928,8 @@ impl Matmul {
                 .split_off(built.pipelines.len() - rms_norm::WORKGROUPS.len()),
             false => Vec::new(),
         };
-        let to_f16 = x16.then(|| built.pipelines.pop().expect("source() ends with to_f16"));
+        let to_f16_swiglu = x16.then(|| built.pipelines.pop().expect("then to_f16_swiglu"));
+        let to_f16 = x16.then(|| built.pipelines.pop().expect("then to_f16"));
         let reduce = built
             .pipelines
             .pop()
@@ -911,6 +942,7 @@ impl Matmul {
             reduce,
             to_f16,
             to_f16_norm,
+            to_f16_swiglu,
             no_norm: storage_buffer(ctx, "matmul no norm", 16)?,
             partials: Scratch::new("matmul partials"),
             x16: Scratch::new("matmul x16"),
@@ -977,39 +1009,38 @@ impl Matmul {
         buffers: MatmulBuffers<'_>,
         max_binding: u64,
     ) -> Result<MatmulBinding, GpuError> {
-        self.bind_ranges(ctx, shape, buffers, max_binding, None)
+        self.bind_ranges(ctx, shape, buffers, max_binding, MatmulInput::Plain)
     }
 
-    /// Whether this kernel folds a norm into its conversion of X ([`Matmul::bind_normed`]): the
-    /// x16 kernel only (the others read X in f32 per tile and keep the norm's dispatch).
-    pub fn folds_norm(&self) -> bool {
-        !self.to_f16_norm.is_empty()
+    /// Whether this kernel folds an input's producer into its conversion of X
+    /// ([`Matmul::bind_folded`]): the x16 kernel only (the others read X in f32 per tile and
+    /// keep the producer's dispatch).
+    pub fn folds(&self) -> bool {
+        self.to_f16_swiglu.is_some()
     }
 
-    /// [`Matmul::bind`] with `norm` folded in: X (`buffers.x`) is the norm's input, and each
-    /// encode converts `RMSNorm(X) · norm.weight` to f16 in one dispatch (`to_f16_norm`) where
-    /// the unfolded product needs rms_norm's and `to_f16`'s — the same bits. Refused by kernels
-    /// that do not fold ([`Matmul::folds_norm`]).
-    pub fn bind_normed(
+    /// [`Matmul::bind`] with `input`'s op folded in: X (`buffers.x`) is that op's input, and each
+    /// encode converts the op's output to f16 in one dispatch where the unfolded product needs
+    /// the op's and `to_f16`'s — the same bits. Refused by kernels that do not fold
+    /// ([`Matmul::folds`]).
+    pub fn bind_folded(
         &self,
         ctx: &GpuContext,
         shape: MatmulShape,
         buffers: MatmulBuffers<'_>,
-        norm: MatmulNorm<'_>,
+        input: MatmulInput<'_>,
     ) -> Result<MatmulBinding, GpuError> {
-        let refusal = if !self.folds_norm() {
-            Some(format!(
-                "the {} kernel does not fold a norm (the x16 kernel does)",
+        let refusal = match input {
+            _ if !self.folds() => Some(format!(
+                "the {} kernel folds no op into its input (the x16 kernel does)",
                 self.variant
-            ))
-        } else if norm.weight.size() < 4 * shape.cols {
-            Some(format!(
+            )),
+            MatmulInput::Normed(norm) if norm.weight.size() < 4 * shape.cols => Some(format!(
                 "a norm weight of {} bytes for rows of {} values",
                 norm.weight.size(),
                 shape.cols
-            ))
-        } else {
-            None
+            )),
+            _ => None,
         };
         if let Some(message) = refusal {
             return Err(GpuError::Shape {
@@ -1017,7 +1048,7 @@ impl Matmul {
                 message,
             });
         }
-        self.bind_ranges(ctx, shape, buffers, ctx.max_binding_size(), Some(norm))
+        self.bind_ranges(ctx, shape, buffers, ctx.max_binding_size(), input)
     }
 
     fn bind_ranges(
@@ -1026,8 +1057,17 @@ impl Matmul {
         shape: MatmulShape,
         buffers: MatmulBuffers<'_>,
         max_binding: u64,
-        norm: Option<MatmulNorm<'_>>,
+        input: MatmulInput<'_>,
     ) -> Result<MatmulBinding, GpuError> {
+        let norm = match input {
+            MatmulInput::Normed(norm) => Some(norm),
+            _ => None,
+        };
+        // A SwiGLU's X holds gate and up: two values per input column.
+        let x_cols = match input {
+            MatmulInput::SwiGlu => 2 * shape.cols,
+            _ => shape.cols,
+        };
         let MatmulShape {
             ty,
             rows,
@@ -1058,7 +1098,7 @@ impl Matmul {
         })?;
         let tokens = u64::from(max_tokens);
         let device_binding = ctx.max_binding_size();
-        let x_bytes = check_activation(device_binding, "X", tokens, cols)?;
+        let x_bytes = check_activation(device_binding, "X", tokens, x_cols)?;
         let y_bytes = check_activation(device_binding, "Y", tokens, rows)?;
         for (name, buffer, need) in [
             // The last row range's window is padded to whole words.
@@ -1187,8 +1227,14 @@ impl Matmul {
             ranges,
             x16_stride: (x16_cols / 4) as u32,
             partials_bytes,
-            // cols fits a u32 (Params holds it).
-            norm: norm.map(|_| rms_norm::workgroup_index(cols as u32)),
+            conversion: match input {
+                MatmulInput::Plain => Conversion::Plain,
+                // cols fits a u32 (Params holds it).
+                MatmulInput::Normed(_) => {
+                    Conversion::Normed(rms_norm::workgroup_index(cols as u32))
+                }
+                MatmulInput::SwiGlu => Conversion::SwiGlu,
+            },
         })
     }
 
@@ -1249,6 +1295,24 @@ impl Matmul {
             .collect()
     }
 
+    /// Records the x16 kernel's conversion of X to f16 for `binding` (its bind group set), with
+    /// the op it folds.
+    fn record_conversion(&self, pass: &mut wgpu::ComputePass, binding: &MatmulBinding, n: u32) {
+        let elementwise = match binding.conversion {
+            Conversion::Normed(wg) => {
+                // One workgroup per token row: the norm's sum needs the whole row.
+                pass.set_pipeline(&self.to_f16_norm[wg]);
+                pass.dispatch_workgroups(1, n, 1);
+                return;
+            }
+            Conversion::SwiGlu => &self.to_f16_swiglu,
+            Conversion::Plain => &self.to_f16,
+        };
+        let pipeline = elementwise.as_ref().expect("bound only on the x16 kernel");
+        pass.set_pipeline(pipeline);
+        pass.dispatch_workgroups(binding.x16_stride.div_ceil(TO_F16_WG), n, 1);
+    }
+
     /// Records the dispatches of `binding` for `n_tokens` tokens (which the step uniform must
     /// hold when the pass runs) into `pass`; returns what it recorded: the weight read once, x
     /// read, y written (read too when accumulating), and the product's FLOPs.
@@ -1273,27 +1337,11 @@ impl Matmul {
             .expect("bind() accepts only TYPES");
         let mut dispatches = 0;
         for ((group, _, _), grid) in binding.ranges.iter().zip(self.grids(binding, n_tokens)) {
-            if let Some(to_f16) = &self.to_f16 {
-                // Every range reads the same X: its first converts it.
-                if dispatches == 0 {
-                    pass.set_bind_group(0, group, &[]);
-                    match binding.norm {
-                        // One workgroup per token row: the norm's sum needs the whole row.
-                        Some(wg) => {
-                            pass.set_pipeline(&self.to_f16_norm[wg]);
-                            pass.dispatch_workgroups(1, n_tokens, 1);
-                        }
-                        None => {
-                            pass.set_pipeline(to_f16);
-                            pass.dispatch_workgroups(
-                                binding.x16_stride.div_ceil(TO_F16_WG),
-                                n_tokens,
-                                1,
-                            );
-                        }
-                    }
-                    dispatches += 1;
-                }
+            // Every range reads the same X: its first converts it (the x16 kernel).
+            if dispatches == 0 && self.to_f16.is_some() {
+                pass.set_bind_group(0, group, &[]);
+                self.record_conversion(pass, binding, n_tokens);
+                dispatches += 1;
             }
             pass.set_pipeline(&self.pipelines[index]);
             pass.set_bind_group(0, group, &[]);

@@ -29,9 +29,7 @@ use crate::gguf::{Gguf, TensorInfo};
 use crate::gpu::kernels::argmax::Argmax;
 use crate::gpu::kernels::elementwise::{Elementwise, ElementwiseOp};
 use crate::gpu::kernels::embed::Embed;
-use crate::gpu::kernels::matmul::{
-    Matmul, MatmulBuffers, MatmulNorm, MatmulOutput, MatmulShape,
-};
+use crate::gpu::kernels::matmul::{Matmul, MatmulBuffers, MatmulInput, MatmulOutput, MatmulShape};
 use crate::gpu::kernels::matvec::{
     InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecShape,
 };
@@ -80,9 +78,12 @@ impl Kernels {
 /// Whether the prefill fold `part` is on: `FAK_PREFILL_FOLD` names it (comma-separated). Off by
 /// default (a form to time; issue 19's 128-token step). Parts:
 /// - `norm`: the RMSNorm before a mixer's projections and before the MLP's gate/up folded into
-///   the x16 mat-mul's conversion of X to f16 (`Matmul::bind_normed`): one dispatch instead of
-///   the norm's and `to_f16`'s, the same bits. Kernels without the x16 conversion (the fallback,
-///   the staged coop kernel) keep the norm's dispatch.
+///   the x16 mat-mul's conversion of X to f16 (`MatmulInput::Normed`): one dispatch instead of
+///   the norm's and `to_f16`'s, the same bits;
+/// - `swiglu`: the MLP's SwiGLU folded into W_down's conversion (`MatmulInput::SwiGlu`): one
+///   dispatch instead of the elementwise op's and `to_f16`'s, the same bits.
+/// Kernels without the x16 conversion (the fallback, the staged coop kernel) keep the ops'
+/// dispatches.
 pub fn prefill_fold(part: &str) -> bool {
     std::env::var("FAK_PREFILL_FOLD")
         .unwrap_or_default()
@@ -268,44 +269,40 @@ impl<'a> Binder<'a> {
         Ok(linear)
     }
 
-    /// With `FAK_PREFILL_FOLD=norm` ([`prefill_fold`]) on a mat-mul kernel that folds norms:
-    /// `linear`'s prompt steps multiply `RMSNorm(x) · norm` (eps the model's) of its part of
-    /// shape `shape` (weight `w`, output `y`) reading the norm's input `x`, so its caller records
-    /// no norm dispatch ([`Linear::folds_norm`]).
-    #[allow(clippy::too_many_arguments)]
-    pub fn fold_prefill_norm(
+    /// Where `FAK_PREFILL_FOLD` names `input`'s part ([`prefill_fold`]) and the mat-mul kernel
+    /// folds ([`Matmul::folds`]): `linear`'s prompt steps read `x` (the folded op's input: the
+    /// norm's, or the gate|up rows of a SwiGLU) and apply the op as they convert it, so its
+    /// caller records no such op ([`Linear::folds`]).
+    pub fn fold_prefill(
         &self,
         linear: &mut Linear,
-        shape: MatVecShape,
-        w: &wgpu::Buffer,
-        (x, y): (&wgpu::Buffer, &wgpu::Buffer),
-        norm: &wgpu::Buffer,
-        output: MatmulOutput,
+        x: &wgpu::Buffer,
+        input: MatmulInput<'_>,
     ) -> Result<(), GpuError> {
-        if !prefill_fold("norm") || !self.k.matmul.folds_norm() {
+        let part = match input {
+            MatmulInput::Plain => return Ok(()),
+            MatmulInput::Normed(_) => "norm",
+            MatmulInput::SwiGlu => "swiglu",
+        };
+        if !prefill_fold(part) || !self.k.matmul.folds() {
             return Ok(());
         }
-        let binding = self.k.matmul.bind_normed(
-            self.ctx,
-            MatmulShape {
-                ty: shape.ty,
-                rows: shape.rows,
-                cols: shape.cols,
-                max_tokens: self.rows,
-                output,
-            },
-            MatmulBuffers {
-                weights: w,
-                x,
-                y,
-                step: self.step,
-            },
-            MatmulNorm {
-                weight: norm,
-                eps: self.eps,
-            },
-        )?;
-        linear.fold_norm(binding);
+        let p = &linear.product;
+        let shape = MatmulShape {
+            ty: p.shape.ty,
+            rows: p.shape.rows,
+            cols: p.shape.cols,
+            max_tokens: self.rows,
+            output: p.output,
+        };
+        let buffers = MatmulBuffers {
+            weights: &p.w,
+            x,
+            y: &p.y,
+            step: self.step,
+        };
+        let binding = self.k.matmul.bind_folded(self.ctx, shape, buffers, input)?;
+        linear.fold(binding);
         Ok(())
     }
 

@@ -8,7 +8,7 @@ use super::{Binder, Kernels, stackable, upload_weights};
 use crate::gguf::TensorInfo;
 use crate::gpu::Activations;
 use crate::gpu::GpuError;
-use crate::gpu::kernels::matmul::MatmulOutput;
+use crate::gpu::kernels::matmul::{MatmulInput, MatmulNorm, MatmulOutput};
 use crate::gpu::kernels::matvec::{
     InputNorm, MatVecBinding, MatVecFusion, MatVecShape, MixedInput, SecondWeight,
 };
@@ -98,14 +98,11 @@ impl NormedLinears {
                     MatmulOutput::Store,
                 )?;
                 // Each part's prompt product norms x itself (FAK_PREFILL_FOLD=norm).
-                b.fold_prefill_norm(
-                    &mut linear,
-                    p.shape,
-                    p.weights,
-                    (x, p.y),
-                    &weight,
-                    MatmulOutput::Store,
-                )?;
+                let folded_norm = MatmulInput::Normed(MatmulNorm {
+                    weight: &weight,
+                    eps: b.eps,
+                });
+                b.fold_prefill(&mut linear, x, folded_norm)?;
                 let fusion = match &quantized {
                     Some(q) if QuantizedInput::takes(p.shape.ty) => q.fusion(false),
                     _ => MatVecFusion {
@@ -396,7 +393,7 @@ impl NormedLinears {
             }
             None => {
                 // With the prefill norm fold every part norms x itself; h is not written.
-                if !self.parts.iter().all(|(l, _)| l.folds_norm(marks.kind)) {
+                if !self.parts.iter().all(|(l, _)| l.folds(marks.kind)) {
                     self.norm.record(k, pass, n, marks, norm_name)?;
                 }
                 for ((linear, _), name) in self.parts.iter().zip(names) {
