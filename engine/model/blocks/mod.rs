@@ -82,6 +82,7 @@ impl Kernels {
 ///   the norm's and `to_f16`'s, the same bits;
 /// - `swiglu`: the MLP's SwiGLU folded into W_down's conversion (`MatmulInput::SwiGlu`): one
 ///   dispatch instead of the elementwise op's and `to_f16`'s, the same bits.
+///
 /// Kernels without the x16 conversion (the fallback, the staged coop kernel) keep the ops'
 /// dispatches.
 pub fn prefill_fold(part: &str) -> bool {
