@@ -23,8 +23,9 @@
 # (the gpu and model group binaries and the harness), then `multi.sh pf128:200`.
 # A dry run elsewhere: PRESET8=tiny PRESET27=tiny DEPTHS=40,300 (the synth presets, the bench
 # depths), with setup.sh's FAK_TMP / FAK_LOADER=system / FAK_VK_ICD.
-# Expected wall: tests ~40 s (the model suites' prefill tests ~10 s each), an 8B bench ~10 s,
-# a 27B bench ~20 s after its synth (~40 s, beside the tests): 8B 4 benches, 27B 2–4.
+# Expected wall: tests ~20 s, an 8B bench ~10 s, a 27B bench ~20 s after its synth (beside the
+# tests and the 8B): 8B 4 benches, 27B 4, the norm arm: ~160 s. Dry run on lavapipe (tiny
+# presets, DEPTHS=40,300, ROUNDS=1, BUDGET_S=600): 98 s, every step ran (NOTES "pf128").
 # Files back: tests.log, bench.log, pf.tsv, bench-json.tgz, clocks.csv.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -89,7 +90,7 @@ bench() { # bench SHAPE MODEL ARM ROUND FOLD EST_S: one `harness bench` with FAK
         > /tmp/bench.log 2>&1
     echo "rc=$?" >> "$OUT/bench.log"
     grep -E "^depth [0-9]+ prefill:|^  (ffn_norm|attn_norm|swiglu|ffn_gate_up|ffn_down) |panicked|rror" \
-        /tmp/bench.log | cut -c1-200 >> "$OUT/bench.log"
+        /tmp/bench.log | grep -v " matvec " | cut -c1-200 >> "$OUT/bench.log"
     python3 - "$json" "$shape" "$arm" "$round" >> "$OUT/pf.tsv" <<'EOF' || true
 import json, sys
 path, shape, arm, rnd = sys.argv[1:]
