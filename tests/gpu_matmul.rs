@@ -8,17 +8,25 @@
 //! and the workgroup memory each declares;
 //! bad shapes.
 
+use fak::gpu::kernels::elementwise::{Elementwise, ElementwiseOp, ElementwiseShape};
 use fak::gpu::kernels::matmul::{
-    CoopKernel, Matmul, MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape, SplitGrid, SplitK,
-    Tile,
+    CoopKernel, Matmul, MatmulBinding, MatmulBuffers, MatmulInput, MatmulNorm, MatmulOutput,
+    MatmulShape, SplitGrid, SplitK, Tile,
 };
-use fak::gpu::{GpuError, KernelPaths, KernelVariant, StepBuffer, storage_buffer, upload};
+use fak::gpu::kernels::rms_norm::{NormIo, RmsNorm, RmsNormShape};
+use fak::gpu::kernels::support::View;
+use fak::gpu::{
+    GpuContext, GpuError, KernelPaths, KernelVariant, Step, StepBuffer, read_back_f32,
+    storage_buffer, upload, write,
+};
 use fak::quant::GgmlType;
+use fak_tests::inputs::upload_f32;
 use fak_tests::matmul::{MAX_TOKENS, Problem, Product};
 use fak_tests::wgsl_module::{
     all_coop_paths, odd_sized_workgroup_vars, parse, parse_valid, u32_const, workgroup_bytes,
 };
 use fak_tests::{gpu, rng, variants};
+use rand::Rng;
 
 const TOKEN_COUNTS: [u32; 6] = [1, 5, 17, 64, 70, 150];
 
@@ -70,6 +78,202 @@ fn every_type_and_variant_matches_the_cpu_on_ragged_shapes_and_token_counts() {
 }
 
 /// The value of the module's u32 const `name` (naga evaluates const expressions at parse time).
+/// The prefill folds (`FAK_PREFILL_FOLD=norm,swiglu`): on every kernel that folds
+/// (`Matmul::folds`: the x16 kernel, on the device), `bind_folded` over the folded op's input
+/// gives the bits of that op (the engine's rms_norm or elementwise swiglu, into h) and then the
+/// product over h — Store and Accumulate, K whole and in slices, rows of 256 values (rms_norm's
+/// 64-lane workgroups) and of 1024 (256 lanes), 5 and 150 tokens; Y poisoned with NaN before
+/// each run, the unfolded result finite. A kernel that does not fold (lavapipe's) refuses it.
+#[test]
+fn each_prefill_fold_computes_the_bits_of_the_op_then_the_product() {
+    let ctx = gpu();
+    let mut rng = rng(0x3a7_0009);
+    for paths in variants::<Matmul>(ctx) {
+        let ops = (
+            RmsNorm::new(ctx, paths).unwrap(),
+            Elementwise::new(ctx, paths).unwrap(),
+        );
+        for split in [SplitK::NEVER, SHORT_SLICES] {
+            let kernel = Matmul::new(ctx, paths).unwrap().with_split(split);
+            let cases = [
+                (GgmlType::Q4_K, 256),
+                (GgmlType::Q6_K, 1024),
+                (GgmlType::Q4_K, 1024),
+            ];
+            for (ty, cols) in cases {
+                let problem = Problem::random(ty, 140, cols, &mut rng);
+                // The norm's weight; the SwiGLU's [gate | up] rows.
+                let weight: Vec<f32> = (0..cols).map(|_| rng.random_range(0.5f32..1.5)).collect();
+                let gate_up: Vec<f32> = (0..2 * problem.x.len())
+                    .map(|_| rng.random_range(-4f32..4.0))
+                    .collect();
+                for output in [MatmulOutput::Store, MatmulOutput::Accumulate] {
+                    for fold in [Fold::Norm(&weight), Fold::SwiGlu(&gate_up)] {
+                        let what = format!(
+                            "{} {ty} 140x{cols} {output:?} ({}, {split:?})",
+                            fold.name(),
+                            kernel.variant()
+                        );
+                        fold_case(ctx, (&kernel, &ops), &problem, fold, output, &what);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The op a case folds, and its operand: the norm's weight, or the SwiGLU's [gate | up] rows
+/// (which replace the problem's X).
+#[derive(Clone, Copy)]
+enum Fold<'a> {
+    Norm(&'a [f32]),
+    SwiGlu(&'a [f32]),
+}
+
+impl Fold<'_> {
+    fn name(self) -> &'static str {
+        match self {
+            Fold::Norm(_) => "norm",
+            Fold::SwiGlu(_) => "swiglu",
+        }
+    }
+}
+
+/// One case of [`each_prefill_fold_computes_the_bits_of_the_op_then_the_product`].
+fn fold_case(
+    ctx: &GpuContext,
+    (kernel, (norm, elementwise)): (&Matmul, &(RmsNorm, Elementwise)),
+    problem: &Problem,
+    fold: Fold<'_>,
+    output: MatmulOutput,
+    what: &str,
+) {
+    const EPS: f32 = 1e-6;
+    let (rows, cols) = (problem.rows, problem.cols);
+    let w = upload(ctx, "w", &problem.w_bytes).unwrap();
+    let x = upload_f32(
+        ctx,
+        "x",
+        match fold {
+            Fold::Norm(_) => &problem.x,
+            Fold::SwiGlu(gate_up) => gate_up,
+        },
+    );
+    let norm_w = upload_f32(
+        ctx,
+        "norm w",
+        match fold {
+            Fold::Norm(weight) => weight,
+            Fold::SwiGlu(_) => &[0.0],
+        },
+    );
+    let h = storage_buffer(ctx, "h", 4 * problem.x.len() as u64).unwrap();
+    let y = storage_buffer(ctx, "y", 4 * problem.y0.len() as u64).unwrap();
+    let step = StepBuffer::new(ctx);
+    let shape = problem.shape(output);
+    let buffers = |x| MatmulBuffers {
+        weights: &w,
+        x,
+        y: &y,
+        step: &step,
+    };
+    let input = match fold {
+        Fold::Norm(_) => MatmulInput::Normed(MatmulNorm {
+            weight: &norm_w,
+            eps: EPS,
+        }),
+        Fold::SwiGlu(_) => MatmulInput::SwiGlu,
+    };
+    let folded = kernel.bind_folded(ctx, shape, buffers(&x), input);
+    if !kernel.folds() {
+        assert!(
+            folded.is_err(),
+            "{what}: a kernel that does not fold bound a fold"
+        );
+        return;
+    }
+    let folded = folded.unwrap();
+    let plain = kernel.bind(ctx, shape, buffers(&h)).unwrap();
+    let width = cols as u32;
+    // The unfolded op, into h.
+    let (normed, swiglu) = match fold {
+        Fold::Norm(_) => {
+            let norm_shape = RmsNormShape {
+                n: width,
+                rows_per_token: 1,
+                eps: EPS,
+                max_tokens: MAX_TOKENS,
+            };
+            let io = NormIo::Out {
+                x: View::rows(&x, width),
+                y: View::rows(&h, width),
+            };
+            (
+                Some(
+                    norm.bind(ctx, norm_shape, io, Some(&norm_w), &step)
+                        .unwrap(),
+                ),
+                None,
+            )
+        }
+        Fold::SwiGlu(_) => {
+            let half = |offset| View::rows(&x, width).strided(2 * width, 0).at(offset);
+            let op = ElementwiseOp::SwiGlu {
+                gate: half(0),
+                up: half(width),
+                out: View::rows(&h, width),
+            };
+            let op_shape = ElementwiseShape {
+                heads: 1,
+                width,
+                max_tokens: MAX_TOKENS,
+            };
+            (
+                None,
+                Some(elementwise.bind(ctx, op_shape, op, &step).unwrap()),
+            )
+        }
+    };
+    for n_tokens in [5u32, 150] {
+        let run = |record: &dyn Fn(&mut wgpu::ComputePass)| -> Vec<f32> {
+            let initial = match output {
+                MatmulOutput::Store => vec![f32::NAN; problem.y0.len()],
+                MatmulOutput::Accumulate => problem.y0.clone(),
+            };
+            write(ctx, &y, 0, bytemuck::cast_slice(&initial)).unwrap();
+            step.set(ctx, Step::new(0, n_tokens, 0));
+            ctx.run_pass("prefill fold", record).unwrap();
+            read_back_f32(ctx, &y, 0..4 * u64::from(n_tokens) * rows as u64).unwrap()
+        };
+        let want = run(&|pass| {
+            if let Some(b) = &normed {
+                norm.encode(pass, b, n_tokens).unwrap();
+            }
+            if let Some(b) = &swiglu {
+                elementwise.encode(pass, b, n_tokens).unwrap();
+            }
+            kernel.encode(pass, &plain, n_tokens).unwrap();
+        });
+        let got = run(&|pass| {
+            kernel.encode(pass, &folded, n_tokens).unwrap();
+        });
+        let what = format!("{what}, {n_tokens} tokens");
+        assert!(
+            want.iter().all(|v| v.is_finite()),
+            "{what}: unfolded not finite"
+        );
+        let differ = got
+            .iter()
+            .zip(&want)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(
+            differ, 0,
+            "{what}: {differ} outputs differ from the unfolded bits"
+        );
+    }
+}
+
 /// F16 (rows ending inside a quad), a block type and two super-block types.
 const TILING_TYPES: [GgmlType; 4] = [
     GgmlType::F16,
@@ -123,8 +327,9 @@ fn each_coop_tiling_declares_the_workgroup_memory_the_host_counts() {
             if !tiling.supports(coop) {
                 continue;
             }
-            let (module, _) = parse_valid(&Matmul::source_for(paths, tiling).module.text());
-            let bytes = workgroup_bytes(&module, None);
+            let (module, info) = parse_valid(&Matmul::source_for(paths, tiling).module.text());
+            // The product's (the x16 module's to_f16_norm has a reduction's partials of its own).
+            let bytes = workgroup_bytes(&module, Some((&info, "main")));
             assert_eq!(bytes, tiling.workgroup_bytes(coop), "{coop:?} {tiling}");
             assert!(bytes <= 48 << 10, "{coop:?} {tiling}: {bytes} bytes");
             assert_eq!(odd_sized_workgroup_vars(&module), [], "{coop:?} {tiling}");

@@ -44,6 +44,8 @@ struct Params {
     x16_stride: u32,
     // Slices K is summed in (matmul_split.wgsl), fixed by the weight's shape: 1 is all of K.
     k_slices: u32,
+    // The RMSNorm eps of matmul_x16.wgsl's `to_f16_norm` (unread elsewhere).
+    eps: f32,
 }
 
 @group(0) @binding(1) var<storage, read> x: array<f32>;

@@ -6,13 +6,15 @@
 //           5 partials), with 0 w declared here as array<vec4<u32>> (16-byte loads of Q4_K
 //           blocks; src_word reads single words of it for the other types), and 6 x16
 //           (array<vec4<f16>>, read_write: X rounded to f16, [n_tokens, 4 · x16_stride], the
-//           row padded with zeros to a multiple of 64).
-// dispatch: `to_f16` first: (ceil(x16_stride / CW), n_tokens, 1) workgroups of CW; then `main`:
+//           row padded with zeros to a multiple of 64), 7 norm_w (`to_f16_norm` only).
+// dispatch: `to_f16` first: (ceil(x16_stride / CW), n_tokens, 1) workgroups of CW (or, folding
+//           the op that produced X, `to_f16_swiglu` on that grid or `to_f16_norm` on (1, n_tokens,
+//           1): below); then `main`:
 //           (ceil(n_tokens / TILE_T), ceil(rows / TILE_R), Z) per row range of W: Z = 1, each
 //           workgroup summing K's slices in order into a second set of accumulators, or Z = the
 //           slice count (matmul_split.wgsl, and `reduce_partials` after it).
-// pipelines: `main` one per ggml type (the type overrides of matmul_load.wgsl), `to_f16` and
-//            `reduce_partials` once.
+// pipelines: `main` one per ggml type (the type overrides of matmul_load.wgsl), `to_f16`,
+//            `to_f16_swiglu` and `reduce_partials` once, `to_f16_norm` per NORM_WG.
 // specialisation (consts the host puts before the files: engine `matmul::X16Tiling`): SG_T (the
 //   workgroup's subgroup grid is SG_T × 2: 4 → 128 × 128 tiles of 256 invocations, 2 → 64 × 128
 //   of 128), TILE_K (the K step: 32 or 64), STAGES (pairs of tiles in workgroup memory: 2,
@@ -69,8 +71,9 @@
 //
 // naga 30 workaround: coopLoad/coopStore pointers and strides are bound to `let`s first
 // (wgpu-notes.md §7).
-// requires: the specialisation consts, bytes.wgsl, blocks.wgsl, dequant_type.wgsl, step.wgsl, a
-//           shape file, then matmul_load.wgsl, matmul_split.wgsl, matmul_coop_out.wgsl.
+// requires: the specialisation consts, bytes.wgsl, blocks.wgsl, dequant_type.wgsl, step.wgsl,
+//           reduce_subgroup.wgsl, strided_squares.wgsl (`to_f16_norm`), a shape file, then
+//           matmul_load.wgsl, matmul_split.wgsl, matmul_coop_out.wgsl.
 
 @group(0) @binding(0) var<storage, read> w: array<vec4<u32>>;
 @group(0) @binding(6) var<storage, read_write> x16: array<vec4<f16>>;
@@ -141,6 +144,81 @@ fn to_f16(@builtin(global_invocation_id) id: vec3<u32>) {
         return;
     }
     x16[t * params.x16_stride + id.x] = vec4<f16>(x_quad(t, 4u * id.x));
+}
+
+// The prefill SwiGLU fold (engine `FAK_PREFILL_FOLD=swiglu`): X is [n_tokens, 2 · cols] rows of
+// gate then up values (the gate/up product's output) and x16[t, k] = f16(silu(g) · u), with
+// elementwise.wgsl's swiglu expression `g / (1 + e^−g) · u` in f32, then rounded as `to_f16`
+// rounds that op's output: the unfolded bits (tests/gpu_matmul.rs pins it on the device).
+// dispatch: as `to_f16`.
+fn swiglu_value(t: u32, k: u32) -> f32 {
+    if k >= params.cols {
+        return 0.0;
+    }
+    let at = 2u * t * params.cols + k;
+    let gate = x[at];
+    let up = x[at + params.cols];
+    return gate / (1.0 + exp(-gate)) * up;
+}
+
+@compute @workgroup_size(CW)
+fn to_f16_swiglu(@builtin(global_invocation_id) id: vec3<u32>) {
+    let t = id.y;
+    if id.x >= params.x16_stride || t >= step.n_tokens {
+        return;
+    }
+    let k = 4u * id.x;
+    let v = vec4<f32>(swiglu_value(t, k), swiglu_value(t, k + 1u), swiglu_value(t, k + 2u),
+                      swiglu_value(t, k + 3u));
+    x16[t * params.x16_stride + id.x] = vec4<f16>(v);
+}
+
+// The prefill norm fold (engine `FAK_PREFILL_FOLD=norm`): x16[t] = f16(RMSNorm(X[t]) · norm_w)
+// in one dispatch, for a product whose X is a norm's output (the norm's dispatch and its f32
+// write and reread are gone). The f32 values are rms_norm.wgsl's for the same WG (the host picks
+// its rule, `rms_norm::workgroup_size`): lane l sums the squares of X[t, l + j·NORM_WG] with
+// strided_squares, workgroup_sum adds the lanes, scale = 1 / sqrt(total / cols + eps), and each
+// value is (x · scale) · w; then rounded to f16 as `to_f16` rounds the norm's output. So the
+// product's bits are the unfolded ones (tests/gpu_matmul.rs pins it on the device).
+// bindings: 7 norm_w (read, f32 [cols]); eps in Params. dispatch: (1, n_tokens, 1) workgroups of
+// NORM_WG, one per token row. requires (besides the above): reduce_*.wgsl, strided_squares.wgsl.
+@group(0) @binding(7) var<storage, read> norm_w: array<f32>;
+
+// The fold's workgroup size: rms_norm's WG for the row (its lane sums and their order). The
+// reduction's partials array is sized by the product's WG (128 or 256: room for any NORM_WG here).
+override NORM_WG: u32 = 256u;
+
+// strided_squares.wgsl's element.
+fn squares_value(c: u32) -> f32 {
+    return x[c];
+}
+
+// norm_w[k] · (x[at] · scale), zero from cols on.
+fn normed(at: u32, k: u32, scale: f32) -> f32 {
+    if k >= params.cols {
+        return 0.0;
+    }
+    return x[at] * scale * norm_w[k];
+}
+
+@compute @workgroup_size(NORM_WG)
+fn to_f16_norm(@builtin(workgroup_id) wg: vec3<u32>, lanes: Lanes) {
+    let t = wg.y;
+    // Uniform per workgroup, so the reduction below stays in uniform control flow.
+    if t >= step.n_tokens {
+        return;
+    }
+    let row = t * params.cols;
+    let squares = strided_squares(row + lanes.index, row + params.cols, NORM_WG);
+    let total = workgroup_sum(squares, lanes);
+    let scale = 1.0 / sqrt(total / f32(params.cols) + params.eps);
+    for (var i = lanes.index; i < params.x16_stride; i += NORM_WG) {
+        let k = 4u * i;
+        let at = row + k;
+        let v = vec4<f32>(normed(at, k, scale), normed(at + 1u, k + 1u, scale),
+                          normed(at + 2u, k + 2u, scale), normed(at + 3u, k + 3u, scale));
+        x16[t * params.x16_stride + i] = vec4<f16>(v);
+    }
 }
 
 // vec4 i of the X tile of the K step at k0 (token t0 + i / ROW_VECS, k0 + 4 · (i % ROW_VECS)).

@@ -20,18 +20,19 @@ struct Lanes {
     @builtin(num_subgroups) subgroups: u32,
 }
 
-// One slot per subgroup; WG bounds the subgroup count for any subgroup size.
-var<workgroup> reduce_partials: array<f32, WG>;
+// One slot per subgroup; WG bounds the subgroup count for any subgroup size. (Not named
+// reduce_partials: the mat-mul module that folds a norm has an entry point of that name.)
+var<workgroup> subgroup_sums: array<f32, WG>;
 
 fn workgroup_sum(v: f32, lanes: Lanes) -> f32 {
     let partial = subgroupAdd(v);
     if lanes.lane == 0u {
-        reduce_partials[lanes.subgroup] = partial;
+        subgroup_sums[lanes.subgroup] = partial;
     }
     workgroupBarrier();
     var total = 0.0;
     for (var i = lanes.lane; i < lanes.subgroups; i += lanes.width) {
-        total += reduce_partials[i];
+        total += subgroup_sums[i];
     }
     total = subgroupAdd(total);
     // The partials may be overwritten by the next call only after everyone has read them.

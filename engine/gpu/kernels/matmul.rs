@@ -44,6 +44,7 @@ use crate::gpu::kernel::{
     Kernel, KernelSource, KernelVariant, PipelineSpec, WgslModule, build, wgsl,
 };
 use crate::gpu::kernels::dequant::Dequant;
+use crate::gpu::kernels::rms_norm;
 use crate::gpu::kernels::type_constants;
 use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, CoopShape, KernelPaths};
@@ -61,7 +62,7 @@ const SLOTS: &[Slot] = &[
     Slot::Uniform,
     Slot::ReadWrite,
 ];
-/// The x16 kernel's: those, then x16 (X rounded to f16).
+/// The x16 kernel's: those, then x16 (X rounded to f16) and the prefill norm fold's weight.
 const SLOTS_X16: &[Slot] = &[
     Slot::Read,
     Slot::Read,
@@ -70,6 +71,7 @@ const SLOTS_X16: &[Slot] = &[
     Slot::Uniform,
     Slot::ReadWrite,
     Slot::ReadWrite,
+    Slot::Read,
 ];
 
 /// When a product's K is split ([`Matmul::with_split`]).
@@ -250,6 +252,8 @@ struct Params {
     accumulate: u32,
     x16_stride: u32,
     k_slices: u32,
+    /// The norm fold's eps (0 where the binding does not fold one).
+    eps: f32,
 }
 
 /// What a mat-mul does with Y.
@@ -281,6 +285,28 @@ pub struct MatmulBuffers<'a> {
     pub x: &'a wgpu::Buffer,
     pub y: &'a wgpu::Buffer,
     pub step: &'a StepBuffer,
+}
+
+/// What the x16 kernel's conversion of X to f16 applies first ([`Matmul::bind_folded`]): the
+/// op that produced the product's input, folded in so that its dispatch is gone.
+#[derive(Clone, Copy)]
+pub enum MatmulInput<'a> {
+    /// X itself (`to_f16`).
+    Plain,
+    /// X is an RMSNorm's input: the product multiplies RMSNorm(X) (`to_f16_norm`).
+    Normed(MatmulNorm<'a>),
+    /// X is `[n, 2·cols]` rows of gate then up values: the product multiplies
+    /// silu(gate) · up (`to_f16_swiglu`), elementwise.wgsl's swiglu.
+    SwiGlu,
+}
+
+/// An RMSNorm folded into the x16 kernel's conversion of X: the product multiplies
+/// `RMSNorm(X) · weight` (f32 `[cols]`), the bits of rms_norm's output rounded to f16 as
+/// `to_f16` rounds it.
+#[derive(Clone, Copy)]
+pub struct MatmulNorm<'a> {
+    pub weight: &'a wgpu::Buffer,
+    pub eps: f32,
 }
 
 /// The block of Y one workgroup computes: `tokens` × `rows`.
@@ -630,6 +656,13 @@ pub struct Matmul {
     reduce: wgpu::ComputePipeline,
     /// The x16 kernel's `to_f16`.
     to_f16: Option<wgpu::ComputePipeline>,
+    /// The x16 kernel's `to_f16_norm`, one per rms_norm workgroup size (`rms_norm::WORKGROUPS`);
+    /// empty for the other kernels.
+    to_f16_norm: Vec<wgpu::ComputePipeline>,
+    /// The x16 kernel's `to_f16_swiglu`.
+    to_f16_swiglu: Option<wgpu::ComputePipeline>,
+    /// Binding 7 of the x16 bindings that fold no norm.
+    no_norm: wgpu::Buffer,
     /// The scratch of partial sums, grown by `bind` to what a binding's split steps need.
     partials: Scratch,
     /// The x16 kernel's scratch for X in f16, shared by its bindings (one product runs at a
@@ -671,6 +704,18 @@ pub struct MatmulBinding {
     x16_stride: u32,
     /// Bytes of partial sums its bind groups' scratch holds.
     partials_bytes: u64,
+    /// How X is converted to f16 (x16 kernel only).
+    conversion: Conversion,
+}
+
+/// The x16 kernel's conversion dispatch of a binding.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Conversion {
+    Plain,
+    /// `to_f16_norm`, the pipeline for the row's rms_norm workgroup size (an index into
+    /// `Matmul::to_f16_norm`).
+    Normed(usize),
+    SwiGlu,
 }
 
 impl MatmulBinding {
@@ -727,7 +772,7 @@ impl Matmul {
 
     /// The module and pipelines of `variant`, its cooperative-matrix kernel `kernel` (the
     /// fallback ignores it): the product per type, `reduce_partials`, and the x16 kernel's
-    /// `to_f16` last.
+    /// `to_f16`, `to_f16_swiglu` and `to_f16_norm` (per rms_norm workgroup size) last.
     pub fn source_for(variant: KernelPaths, kernel: CoopKernel) -> KernelSource {
         let mut module = WgslModule::new(variant);
         if variant.coop_matrix.is_some() {
@@ -745,6 +790,14 @@ impl Matmul {
             .with(wgsl::DEQUANT_TYPE)
             .with(wgsl::STEP);
         let x16 = matches!(kernel, CoopKernel::X16(_)) && variant.coop_matrix.is_some();
+        // The norm fold's row reduction (x16 requires subgroups).
+        let module = if x16 {
+            module
+                .with(wgsl::reduction(variant))
+                .with(wgsl::STRIDED_SQUARES)
+        } else {
+            module
+        };
         let module = match variant.coop_matrix {
             None => module
                 .with(wgsl::MATMUL_WORDS)
@@ -795,6 +848,20 @@ impl Matmul {
                 entry_point: "to_f16",
                 constants: type_constants(GgmlType::F32),
             });
+            pipelines.push(PipelineSpec {
+                label: "matmul to_f16_swiglu".into(),
+                entry_point: "to_f16_swiglu",
+                constants: type_constants(GgmlType::F32),
+            });
+            for wg in rms_norm::WORKGROUPS {
+                let mut constants = type_constants(GgmlType::F32);
+                constants.push(("NORM_WG", f64::from(wg)));
+                pipelines.push(PipelineSpec {
+                    label: format!("matmul to_f16_norm NORM_WG={wg}"),
+                    entry_point: "to_f16_norm",
+                    constants,
+                });
+            }
         }
         KernelSource {
             module,
@@ -855,7 +922,14 @@ impl Matmul {
         };
         let x16 = variant.source.slots.len() == SLOTS_X16.len();
         let mut built = build(ctx, &variant)?;
-        let to_f16 = x16.then(|| built.pipelines.pop().expect("source() ends with to_f16"));
+        let to_f16_norm = match x16 {
+            true => built
+                .pipelines
+                .split_off(built.pipelines.len() - rms_norm::WORKGROUPS.len()),
+            false => Vec::new(),
+        };
+        let to_f16_swiglu = x16.then(|| built.pipelines.pop().expect("then to_f16_swiglu"));
+        let to_f16 = x16.then(|| built.pipelines.pop().expect("then to_f16"));
         let reduce = built
             .pipelines
             .pop()
@@ -867,6 +941,9 @@ impl Matmul {
             pipelines: built.pipelines,
             reduce,
             to_f16,
+            to_f16_norm,
+            to_f16_swiglu,
+            no_norm: storage_buffer(ctx, "matmul no norm", 16)?,
             partials: Scratch::new("matmul partials"),
             x16: Scratch::new("matmul x16"),
             split: SplitK::DEFAULT,
@@ -932,6 +1009,65 @@ impl Matmul {
         buffers: MatmulBuffers<'_>,
         max_binding: u64,
     ) -> Result<MatmulBinding, GpuError> {
+        self.bind_ranges(ctx, shape, buffers, max_binding, MatmulInput::Plain)
+    }
+
+    /// Whether this kernel folds an input's producer into its conversion of X
+    /// ([`Matmul::bind_folded`]): the x16 kernel only (the others read X in f32 per tile and
+    /// keep the producer's dispatch).
+    pub fn folds(&self) -> bool {
+        self.to_f16_swiglu.is_some()
+    }
+
+    /// [`Matmul::bind`] with `input`'s op folded in: X (`buffers.x`) is that op's input, and each
+    /// encode converts the op's output to f16 in one dispatch where the unfolded product needs
+    /// the op's and `to_f16`'s — the same bits. Refused by kernels that do not fold
+    /// ([`Matmul::folds`]).
+    pub fn bind_folded(
+        &self,
+        ctx: &GpuContext,
+        shape: MatmulShape,
+        buffers: MatmulBuffers<'_>,
+        input: MatmulInput<'_>,
+    ) -> Result<MatmulBinding, GpuError> {
+        let refusal = match input {
+            _ if !self.folds() => Some(format!(
+                "the {} kernel folds no op into its input (the x16 kernel does)",
+                self.variant
+            )),
+            MatmulInput::Normed(norm) if norm.weight.size() < 4 * shape.cols => Some(format!(
+                "a norm weight of {} bytes for rows of {} values",
+                norm.weight.size(),
+                shape.cols
+            )),
+            _ => None,
+        };
+        if let Some(message) = refusal {
+            return Err(GpuError::Shape {
+                kernel: Self::NAME,
+                message,
+            });
+        }
+        self.bind_ranges(ctx, shape, buffers, ctx.max_binding_size(), input)
+    }
+
+    fn bind_ranges(
+        &self,
+        ctx: &GpuContext,
+        shape: MatmulShape,
+        buffers: MatmulBuffers<'_>,
+        max_binding: u64,
+        input: MatmulInput<'_>,
+    ) -> Result<MatmulBinding, GpuError> {
+        let norm = match input {
+            MatmulInput::Normed(norm) => Some(norm),
+            _ => None,
+        };
+        // A SwiGLU's X holds gate and up: two values per input column.
+        let x_cols = match input {
+            MatmulInput::SwiGlu => 2 * shape.cols,
+            _ => shape.cols,
+        };
         let MatmulShape {
             ty,
             rows,
@@ -962,7 +1098,7 @@ impl Matmul {
         })?;
         let tokens = u64::from(max_tokens);
         let device_binding = ctx.max_binding_size();
-        let x_bytes = check_activation(device_binding, "X", tokens, cols)?;
+        let x_bytes = check_activation(device_binding, "X", tokens, x_cols)?;
         let y_bytes = check_activation(device_binding, "Y", tokens, rows)?;
         for (name, buffer, need) in [
             // The last row range's window is padded to whole words.
@@ -1058,6 +1194,7 @@ impl Matmul {
                     accumulate: u32::from(output == MatmulOutput::Accumulate),
                     x16_stride: (x16_cols / 4) as u32,
                     k_slices,
+                    eps: norm.map_or(0.0, |n| n.eps),
                 };
                 let params = uniform(ctx, "matmul params", &params);
                 let mut entries = vec![
@@ -1070,6 +1207,8 @@ impl Matmul {
                 ];
                 if let Some(x16) = &x16 {
                     entries.push(entry(6, x16.as_entire_binding()));
+                    let norm_weight = norm.map_or(&self.no_norm, |n| n.weight);
+                    entries.push(entry(7, norm_weight.as_entire_binding()));
                 }
                 let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
                     label: Some("matmul"),
@@ -1088,6 +1227,14 @@ impl Matmul {
             ranges,
             x16_stride: (x16_cols / 4) as u32,
             partials_bytes,
+            conversion: match input {
+                MatmulInput::Plain => Conversion::Plain,
+                // cols fits a u32 (Params holds it).
+                MatmulInput::Normed(_) => {
+                    Conversion::Normed(rms_norm::workgroup_index(cols as u32))
+                }
+                MatmulInput::SwiGlu => Conversion::SwiGlu,
+            },
         })
     }
 
@@ -1148,6 +1295,24 @@ impl Matmul {
             .collect()
     }
 
+    /// Records the x16 kernel's conversion of X to f16 for `binding` (its bind group set), with
+    /// the op it folds.
+    fn record_conversion(&self, pass: &mut wgpu::ComputePass, binding: &MatmulBinding, n: u32) {
+        let elementwise = match binding.conversion {
+            Conversion::Normed(wg) => {
+                // One workgroup per token row: the norm's sum needs the whole row.
+                pass.set_pipeline(&self.to_f16_norm[wg]);
+                pass.dispatch_workgroups(1, n, 1);
+                return;
+            }
+            Conversion::SwiGlu => &self.to_f16_swiglu,
+            Conversion::Plain => &self.to_f16,
+        };
+        let pipeline = elementwise.as_ref().expect("bound only on the x16 kernel");
+        pass.set_pipeline(pipeline);
+        pass.dispatch_workgroups(binding.x16_stride.div_ceil(TO_F16_WG), n, 1);
+    }
+
     /// Records the dispatches of `binding` for `n_tokens` tokens (which the step uniform must
     /// hold when the pass runs) into `pass`; returns what it recorded: the weight read once, x
     /// read, y written (read too when accumulating), and the product's FLOPs.
@@ -1172,14 +1337,11 @@ impl Matmul {
             .expect("bind() accepts only TYPES");
         let mut dispatches = 0;
         for ((group, _, _), grid) in binding.ranges.iter().zip(self.grids(binding, n_tokens)) {
-            if let Some(to_f16) = &self.to_f16 {
-                // Every range reads the same X: its first converts it.
-                if dispatches == 0 {
-                    pass.set_pipeline(to_f16);
-                    pass.set_bind_group(0, group, &[]);
-                    pass.dispatch_workgroups(binding.x16_stride.div_ceil(TO_F16_WG), n_tokens, 1);
-                    dispatches += 1;
-                }
+            // Every range reads the same X: its first converts it (the x16 kernel).
+            if dispatches == 0 && self.to_f16.is_some() {
+                pass.set_bind_group(0, group, &[]);
+                self.record_conversion(pass, binding, n_tokens);
+                dispatches += 1;
             }
             pass.set_pipeline(&self.pipelines[index]);
             pass.set_bind_group(0, group, &[]);

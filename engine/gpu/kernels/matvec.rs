@@ -325,7 +325,7 @@ impl MatVecLayout {
             1 => (wg * capacity, 1),
             _ => (1, wg / 2 * capacity),
         };
-        // norm_scales, pair_totals, block_values; reduce_partials or reduce_scratch.
+        // norm_scales, pair_totals, block_values; subgroup_sums or reduce_scratch.
         let fixed = 4 * (8 + 32 + 256) + 4 * wg;
         let stage = 80 * (wg / teams) * unroll * u64::from(staged);
         16 * (row_slots + team_slots) + fixed + stage

@@ -23,8 +23,15 @@ const SLOTS: &[Slot] = &[
     Slot::Uniform,
 ];
 /// Workgroup sizes; the small one serves rows of at most `SMALL_ROW` values.
-const WORKGROUPS: [u32; 2] = [64, 256];
+pub const WORKGROUPS: [u32; 2] = [64, 256];
 const SMALL_ROW: u32 = 512;
+
+/// The index in [`WORKGROUPS`] of the workgroup size a row of `n` values is normed with. Its
+/// lanes' sums and their order follow from it, so a kernel that must reproduce this norm's bits
+/// (the mat-mul's prefill norm fold) takes the same size.
+pub fn workgroup_index(n: u32) -> usize {
+    usize::from(n > SMALL_ROW)
+}
 
 /// `Params` of wgsl/rms_norm.wgsl.
 #[repr(C)]
@@ -201,7 +208,7 @@ impl RmsNorm {
             u64::from(max_tokens) * u64::from(rows_per_token),
             self.max_per_dimension,
         )?;
-        let wg_index = usize::from(n > SMALL_ROW);
+        let wg_index = workgroup_index(n);
         Ok(RmsNormBinding {
             group,
             pipeline: 2 * wg_index + usize::from(in_place),

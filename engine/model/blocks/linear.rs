@@ -214,6 +214,20 @@ pub struct Linear {
     /// inputs).
     quantized: Option<QuantizedInput>,
     matmul: MatmulBinding,
+    /// With a prefill fold (`FAK_PREFILL_FOLD`, [`super::Binder::fold_prefill`]): the mat-mul
+    /// over the folded op's input (the norm's, the SwiGLU's), which prompt steps take instead
+    /// of `matmul` (the caller then records no such op).
+    folded: Option<MatmulBinding>,
+    /// What a fold binds again: the weight, Y, the shape and what the product does with Y.
+    pub(super) product: LinearProduct,
+}
+
+/// The parts of a [`Linear`]'s product that do not depend on its input.
+pub(super) struct LinearProduct {
+    pub w: wgpu::Buffer,
+    pub y: wgpu::Buffer,
+    pub shape: MatVecShape,
+    pub output: MatmulOutput,
 }
 
 impl Linear {
@@ -286,7 +300,25 @@ impl Linear {
             matvec,
             quantized,
             matmul,
+            folded: None,
+            product: LinearProduct {
+                w: w.clone(),
+                y: y.clone(),
+                shape,
+                output,
+            },
         })
+    }
+
+    /// Makes prompt steps take `folded` (the mat-mul with its input's producer folded in).
+    pub fn fold(&mut self, folded: MatmulBinding) {
+        self.folded = Some(folded);
+    }
+
+    /// Whether a step of `kind` takes the product with its input's producer (a norm, a SwiGLU)
+    /// folded in: that op is then not to be recorded.
+    pub fn folds(&self, kind: StepKind) -> bool {
+        kind == StepKind::Prompt && self.folded.is_some()
     }
 
     /// Records the product for `n` tokens of a step of `kind` (the mat-mul for prompt tokens,
@@ -299,7 +331,8 @@ impl Linear {
         kind: StepKind,
     ) -> Result<Recorded, GpuError> {
         if kind == StepKind::Prompt {
-            return k.matmul.encode(pass, &self.matmul, n);
+            let matmul = self.folded.as_ref().unwrap_or(&self.matmul);
+            return k.matmul.encode(pass, matmul, n);
         }
         let quantized = match &self.quantized {
             Some(q) => Some(q.encode(k, pass, n)?),

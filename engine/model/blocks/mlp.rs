@@ -7,7 +7,7 @@ use super::scratch::Act;
 use super::{Binder, Kernels, ResidualLinks, stackable, upload_weights};
 use crate::gpu::GpuError;
 use crate::gpu::kernels::elementwise::ElementwiseOp;
-use crate::gpu::kernels::matmul::MatmulOutput;
+use crate::gpu::kernels::matmul::{MatmulInput, MatmulNorm, MatmulOutput};
 use crate::gpu::kernels::matvec::{
     InputNorm, MatVecBinding, MatVecFusion, MatVecLayout, MatVecShape,
 };
@@ -89,7 +89,7 @@ impl Mlp {
             rows: 2 * n_ff as u64,
             cols: d as u64,
         };
-        let gate_up = Linear::bind_shape(
+        let mut gate_up = Linear::bind_shape(
             b.k,
             b.ctx,
             stacked,
@@ -111,6 +111,12 @@ impl Mlp {
             out: View::rows(s.act, n_ff as u32),
         };
         let norm_weight = b.vector(t.norm)?;
+        // The prompt product norms x itself (FAK_PREFILL_FOLD=norm).
+        let folded_norm = MatmulInput::Normed(MatmulNorm {
+            weight: &norm_weight,
+            eps: b.eps,
+        });
+        b.fold_prefill(&mut gate_up, s.x, folded_norm)?;
         // One reader: the quantization, or the paired mat-vec.
         let input_norm = InputNorm {
             weight: &norm_weight,
@@ -136,13 +142,16 @@ impl Mlp {
         };
         // W_down, and its integer decode mat-vec reading the pairing's quantized SwiGLU where
         // both fold.
-        let (down, fed) = b.linear_fed(
+        let (mut down, fed) = b.linear_fed(
             t.down,
             (s.act, s.x),
             MatmulOutput::Accumulate,
             true,
             links.next_norm,
         )?;
+        // The prompt product reads the gate|up rows and takes their SwiGLU itself
+        // (FAK_PREFILL_FOLD=swiglu).
+        b.fold_prefill(&mut down, s.gate_up, MatmulInput::SwiGlu)?;
         let quantizing = fed.as_ref().and_then(|fed| {
             let fusion = MatVecFusion {
                 quantize_output: Some(fed.vectors()),
@@ -241,9 +250,15 @@ impl Mlp {
                 }
             }
             _ => {
-                self.norm.record(k, pass, n, marks, "ffn_norm")?;
+                // With the prefill norm fold the product norms x itself; h is not written.
+                if !self.gate_up.folds(marks.kind) {
+                    self.norm.record(k, pass, n, marks, "ffn_norm")?;
+                }
                 self.gate_up.record(k, pass, n, marks, "ffn_gate_up")?;
-                self.swiglu.record(k, pass, n, marks, "swiglu")?;
+                // With the prefill SwiGLU fold, W_down's product takes it; act is not written.
+                if !self.down.folds(marks.kind) {
+                    self.swiglu.record(k, pass, n, marks, "swiglu")?;
+                }
             }
         }
         self.down.record(k, pass, n, marks, "ffn_down")

@@ -29,7 +29,7 @@ use crate::gguf::{Gguf, TensorInfo};
 use crate::gpu::kernels::argmax::Argmax;
 use crate::gpu::kernels::elementwise::{Elementwise, ElementwiseOp};
 use crate::gpu::kernels::embed::Embed;
-use crate::gpu::kernels::matmul::{Matmul, MatmulOutput};
+use crate::gpu::kernels::matmul::{Matmul, MatmulBuffers, MatmulInput, MatmulOutput, MatmulShape};
 use crate::gpu::kernels::matvec::{
     InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecShape,
 };
@@ -73,6 +73,23 @@ impl Kernels {
             argmax: Argmax::new(ctx, paths)?,
         })
     }
+}
+
+/// Whether the prefill fold `part` is on: `FAK_PREFILL_FOLD` names it (comma-separated). Off by
+/// default (a form to time; issue 19's 128-token step). Parts:
+/// - `norm`: the RMSNorm before a mixer's projections and before the MLP's gate/up folded into
+///   the x16 mat-mul's conversion of X to f16 (`MatmulInput::Normed`): one dispatch instead of
+///   the norm's and `to_f16`'s, the same bits;
+/// - `swiglu`: the MLP's SwiGLU folded into W_down's conversion (`MatmulInput::SwiGlu`): one
+///   dispatch instead of the elementwise op's and `to_f16`'s, the same bits.
+///
+/// Kernels without the x16 conversion (the fallback, the staged coop kernel) keep the ops'
+/// dispatches.
+pub fn prefill_fold(part: &str) -> bool {
+    std::env::var("FAK_PREFILL_FOLD")
+        .unwrap_or_default()
+        .split(',')
+        .any(|p| p.trim() == part)
 }
 
 /// Whether decode steps take the decode fusions: a GDN layer's conv → prep → delta rule → gated
@@ -251,6 +268,43 @@ impl<'a> Binder<'a> {
         let w = upload_weight(self.ctx, self.gguf, t)?;
         let linear = Linear::bind(self.k, self.ctx, t, &w, x, y, self.step, self.rows, output)?;
         Ok(linear)
+    }
+
+    /// Where `FAK_PREFILL_FOLD` names `input`'s part ([`prefill_fold`]) and the mat-mul kernel
+    /// folds ([`Matmul::folds`]): `linear`'s prompt steps read `x` (the folded op's input: the
+    /// norm's, or the gate|up rows of a SwiGLU) and apply the op as they convert it, so its
+    /// caller records no such op ([`Linear::folds`]).
+    pub fn fold_prefill(
+        &self,
+        linear: &mut Linear,
+        x: &wgpu::Buffer,
+        input: MatmulInput<'_>,
+    ) -> Result<(), GpuError> {
+        let part = match input {
+            MatmulInput::Plain => return Ok(()),
+            MatmulInput::Normed(_) => "norm",
+            MatmulInput::SwiGlu => "swiglu",
+        };
+        if !prefill_fold(part) || !self.k.matmul.folds() {
+            return Ok(());
+        }
+        let p = &linear.product;
+        let shape = MatmulShape {
+            ty: p.shape.ty,
+            rows: p.shape.rows,
+            cols: p.shape.cols,
+            max_tokens: self.rows,
+            output: p.output,
+        };
+        let buffers = MatmulBuffers {
+            weights: &p.w,
+            x,
+            y: &p.y,
+            step: self.step,
+        };
+        let binding = self.k.matmul.bind_folded(self.ctx, shape, buffers, input)?;
+        linear.fold(binding);
+        Ok(())
     }
 
     /// [`Binder::linear`], and where `fed` (its producer can write x as q8 blocks) and the

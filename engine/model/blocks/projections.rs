@@ -8,7 +8,7 @@ use super::{Binder, Kernels, stackable, upload_weights};
 use crate::gguf::TensorInfo;
 use crate::gpu::Activations;
 use crate::gpu::GpuError;
-use crate::gpu::kernels::matmul::MatmulOutput;
+use crate::gpu::kernels::matmul::{MatmulInput, MatmulNorm, MatmulOutput};
 use crate::gpu::kernels::matvec::{
     InputNorm, MatVecBinding, MatVecFusion, MatVecShape, MixedInput, SecondWeight,
 };
@@ -86,7 +86,7 @@ impl NormedLinears {
         let bound = parts
             .iter()
             .map(|p| {
-                let linear = Linear::bind_shape(
+                let mut linear = Linear::bind_shape(
                     b.k,
                     b.ctx,
                     p.shape,
@@ -97,6 +97,12 @@ impl NormedLinears {
                     b.rows,
                     MatmulOutput::Store,
                 )?;
+                // Each part's prompt product norms x itself (FAK_PREFILL_FOLD=norm).
+                let folded_norm = MatmulInput::Normed(MatmulNorm {
+                    weight: &weight,
+                    eps: b.eps,
+                });
+                b.fold_prefill(&mut linear, x, folded_norm)?;
                 let fusion = match &quantized {
                     Some(q) if QuantizedInput::takes(p.shape.ty) => q.fusion(false),
                     _ => MatVecFusion {
@@ -386,7 +392,10 @@ impl NormedLinears {
                 }
             }
             None => {
-                self.norm.record(k, pass, n, marks, norm_name)?;
+                // With the prefill norm fold every part norms x itself; h is not written.
+                if !self.parts.iter().all(|(l, _)| l.folds(marks.kind)) {
+                    self.norm.record(k, pass, n, marks, norm_name)?;
+                }
                 for ((linear, _), name) in self.parts.iter().zip(names) {
                     linear.record(k, pass, n, marks, name)?;
                 }
