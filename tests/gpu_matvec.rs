@@ -1493,6 +1493,12 @@ fn each_norm_form_rounds_the_normed_row_as_the_cpu_does() {
                 }
                 let (two, one) = (&got[0][b].0, &got[1][b].0);
                 let apart = two.iter().zip(one).filter(|(a, b)| a != b).count();
+                let (d2, d1) = (&got[0][b].1, &got[1][b].1);
+                let scales_apart = d2
+                    .iter()
+                    .zip(d1)
+                    .filter(|(a, b)| a.to_bits() != b.to_bits())
+                    .count();
                 assert!(
                     two.iter()
                         .zip(one)
@@ -1500,7 +1506,9 @@ fn each_norm_form_rounds_the_normed_row_as_the_cpu_does() {
                     "({paths}) cols {cols} vector {b}: the forms' codes more than one apart"
                 );
                 eprintln!(
-                    "({paths}) cols {cols} vector {b}: {apart} of {cols} codes differ by one between the forms"
+                    "({paths}) cols {cols} vector {b}: {apart} of {cols} codes differ by one \
+                     between the forms, {scales_apart} of {} scales in their bits",
+                    cols / 32
                 );
             }
         }
