@@ -42,6 +42,17 @@ fn kernels(ctx: &GpuContext, int_dot: bool) -> Vec<MatVec> {
         .collect()
 }
 
+/// The integer types a test takes on int-dot variant `k` of `count`: every one on the last (the
+/// subgroup reduction where the device has it), Q4_K and Q6_K (the wide form's) on the others:
+/// the reduction after the units is the same for every type, and each type costs pipeline
+/// builds of seconds on lavapipe.
+fn integer_types(k: usize, count: usize) -> &'static [GgmlType] {
+    match k + 1 == count {
+        true => &MatVec::Q8_TYPES,
+        false => &[GgmlType::Q4_K, GgmlType::Q6_K],
+    }
+}
+
 /// The quantizer of an int-dot mat-vec variant's subgroup choice.
 fn quantizer(ctx: &GpuContext, kernel: &MatVec) -> QuantizeQ8 {
     QuantizeQ8::new(ctx, kernel.variant()).unwrap()
@@ -97,8 +108,7 @@ fn every_type_batch_and_ragged_shape_matches_a_dequantized_f64_product() {
     }
 }
 
-/// The integer path on every int-dot variant: each of its types (on the last variant; Q4_K and
-/// Q6_K, the wide form's, on every one: the reduction is the same for every type), batch,
+/// The integer path on every int-dot variant: each of its types (`integer_types`), batch,
 /// accumulate, strided x, ragged rows; Q4_K on both weight alignments. Rows: one, a ragged
 /// workgroup, more than a power of two (the f32 test's 1000 rows add nothing the integer loop
 /// does differently).
@@ -107,14 +117,10 @@ fn the_integer_path_matches_the_product_of_its_quantized_input_on_every_type_and
     let ctx = gpu();
     let mut seed = 0x3a7e_6000;
     let kernels = kernels(ctx, true);
-    let last = kernels.len() - 1;
+    let count = kernels.len();
     for (k, kernel) in kernels.into_iter().enumerate() {
         let quantizer = quantizer(ctx, &kernel);
-        let types: &[GgmlType] = match k == last {
-            true => &MatVec::Q8_TYPES,
-            false => &[GgmlType::Q4_K, GgmlType::Q6_K],
-        };
-        for &ty in types {
+        for &ty in integer_types(k, count) {
             for rows in [1, 7, 257] {
                 for cols in col_counts(ty) {
                     seed += 1;
@@ -1422,14 +1428,17 @@ fn a_folded_norm_and_a_gate_up_pairing_match_the_unfused_math_on_every_x_layout(
 }
 
 /// The integer path's fusions: the norm folded into the quantization (QKV), with the gate/up
-/// pairing and strided x (the MLP), the pairing alone; every int-dot variant and type.
+/// pairing and strided x (the MLP), the pairing alone; every int-dot variant and its types
+/// (`integer_types`).
 #[test]
 fn the_integer_path_folds_the_norm_into_the_quantization_and_pairs_gate_and_up() {
     let ctx = gpu();
     let mut seed = 0x3a7e_7000;
-    for kernel in kernels(ctx, true) {
+    let kernels = kernels(ctx, true);
+    let count = kernels.len();
+    for (k, kernel) in kernels.into_iter().enumerate() {
         let quantizer = quantizer(ctx, &kernel);
-        for ty in MatVec::Q8_TYPES {
+        for &ty in integer_types(k, count) {
             for fusion in FUSIONS {
                 seed += 1;
                 let rows = if fusion.1 { 5 } else { 7 };
