@@ -23,6 +23,8 @@ use fak_tests::matvec::{
     expected, poisoned_q8, random_f32, random_weights, weights_buffer_at,
 };
 use fak_tests::{assert_within, gpu, poisoned_f32, rng, variants};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 
 fn assert_all(outputs: Vec<Output>) {
     for o in &outputs {
@@ -40,17 +42,42 @@ fn kernels(ctx: &GpuContext, int_dot: bool) -> Vec<MatVec> {
         .collect()
 }
 
+/// The integer types a test takes on int-dot variant `k` of `count`: every one on the last (the
+/// subgroup reduction where the device has it), Q4_K and Q6_K (the wide form's) on the others:
+/// the reduction after the units is the same for every type, and each type costs pipeline
+/// builds of seconds on lavapipe.
+fn integer_types(k: usize, count: usize) -> &'static [GgmlType] {
+    match k + 1 == count {
+        true => &MatVec::Q8_TYPES,
+        false => &[GgmlType::Q4_K, GgmlType::Q6_K],
+    }
+}
+
 /// The quantizer of an int-dot mat-vec variant's subgroup choice.
 fn quantizer(ctx: &GpuContext, kernel: &MatVec) -> QuantizeQ8 {
     QuantizeQ8::new(ctx, kernel.variant()).unwrap()
 }
 
+/// The f32 path: every type on the last variant (the subgroup reduction where the device has
+/// it), on the others a type of each unit load (unquantized, 32-element blocks, the K-quants'
+/// two unit sizes): the reduction after the units is the same for every type, and each type
+/// costs four pipeline builds, seconds on lavapipe.
 #[test]
 fn every_type_batch_and_ragged_shape_matches_a_dequantized_f64_product() {
     let ctx = gpu();
     let kernels = kernels(ctx, false);
     let mut seed = 0x3a7e_0000;
     for ty in MatVec::TYPES {
+        let some_types = [
+            GgmlType::F16,
+            GgmlType::Q5_1,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+        ];
+        let kernels = match some_types.contains(&ty) {
+            true => &kernels[..],
+            false => &kernels[kernels.len() - 1..],
+        };
         for rows in ROWS {
             for cols in col_counts(ty) {
                 seed += 1;
@@ -61,7 +88,7 @@ fn every_type_batch_and_ragged_shape_matches_a_dequantized_f64_product() {
                     GgmlType::Q4_K => &[WEIGHTS_OFFSET, WEIGHTS_OFFSET + 4],
                     _ => &[WEIGHTS_OFFSET],
                 };
-                for kernel in &kernels {
+                for kernel in kernels {
                     for &offset in offsets {
                         assert_all(check_tensor(
                             ctx,
@@ -81,16 +108,19 @@ fn every_type_batch_and_ragged_shape_matches_a_dequantized_f64_product() {
     }
 }
 
-/// The integer path on every int-dot variant: each of its types, batch, accumulate, strided x,
-/// ragged rows; Q4_K on both weight alignments. Rows: one, a ragged workgroup, more than a
-/// power of two (the f32 test's 1000 rows add nothing the integer loop does differently).
+/// The integer path on every int-dot variant: each of its types (`integer_types`), batch,
+/// accumulate, strided x, ragged rows; Q4_K on both weight alignments. Rows: one, a ragged
+/// workgroup, more than a power of two (the f32 test's 1000 rows add nothing the integer loop
+/// does differently).
 #[test]
 fn the_integer_path_matches_the_product_of_its_quantized_input_on_every_type_and_batch() {
     let ctx = gpu();
     let mut seed = 0x3a7e_6000;
-    for kernel in kernels(ctx, true) {
+    let kernels = kernels(ctx, true);
+    let count = kernels.len();
+    for (k, kernel) in kernels.into_iter().enumerate() {
         let quantizer = quantizer(ctx, &kernel);
-        for ty in MatVec::Q8_TYPES {
+        for &ty in integer_types(k, count) {
             for rows in [1, 7, 257] {
                 for cols in col_counts(ty) {
                     seed += 1;
@@ -216,16 +246,38 @@ fn the_split_form_matches_on_its_types_batches_and_fusions() {
     check_form(&MatVecLayout::SPLIT_CANDIDATES, 0x3a7e_f000);
 }
 
-/// The cases of the tests above for one form's candidate layouts.
+/// The cases of the tests above for one form's candidate layouts; on the first int-dot variant
+/// also issue 21's determinism ([`assert_bits_kept`]: every vector's outputs at every batch are
+/// the wide twin's batch-1 bits) with the pipelines those cases built: each form's first layout
+/// on Q4_K and Q6_K, its others on one of them (alternating).
 fn check_form(layouts: &[MatVecLayout], seed: u64) {
     let ctx = gpu();
     let mut seed = seed;
     let rows = 37;
     for (i, &layout) in layouts.iter().enumerate() {
         let int_dot = variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot);
-        for paths in int_dot.take(if i == 0 { usize::MAX } else { 1 }) {
+        for (v, paths) in int_dot
+            .take(if i == 0 { usize::MAX } else { 1 })
+            .enumerate()
+        {
             let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
             let quantizer = quantizer(ctx, &kernel);
+            if v == 0 {
+                let types = match i {
+                    0 => vec![GgmlType::Q4_K, GgmlType::Q6_K],
+                    _ => vec![[GgmlType::Q4_K, GgmlType::Q6_K][i % 2]],
+                };
+                for ty in types {
+                    seed += 1;
+                    let case = BitsCase::new(ctx, ty, seed);
+                    let alone = match layout.staged || layout.batched {
+                        true => case.alone(ctx, &wide_twin(ctx, paths, layout), &quantizer),
+                        false => case.alone(ctx, &kernel, &quantizer),
+                    };
+                    let what = format!("{ty} {layout} {paths}");
+                    case.assert_bits_kept(ctx, &kernel, &quantizer, &alone, &what);
+                }
+            }
             let mut cases = vec![
                 (GgmlType::Q4_K, WEIGHTS_OFFSET),
                 (GgmlType::Q6_K, WEIGHTS_OFFSET),
@@ -461,135 +513,150 @@ fn check_q6_form(q6: Q6Loads, layouts: [MatVecLayout; 3], seed: u64) {
     }
 }
 
-/// Issue 21's determinism at the kernel: a sequence's outputs must not depend on what else is in
-/// the batch. On Q4_K and Q6_K (37 rows, columns of several ragged team passes), every vector's
-/// outputs at batches 8, 5 and 3 (in another order, among other vectors), and alone at batch 1,
-/// in each staged, each batched and each split candidate (and, in the default layout, the
-/// engine's own choice: the batched form at every batch unless FAK_MATVEC_BATCHED=0, the staged
-/// for several vectors with FAK_MATVEC_STAGE=1, the split for more than G with
-/// FAK_MATVEC_SPLIT=G, Q6_K's by FAK_MATVEC_SPLIT_Q6 where set; FAK_MATVEC_SHORT_LAYOUT's
-/// layout where its rule takes the 37 rows, against that layout's wide twin), are the wide
-/// twin's batch-1 bits for that vector — any form may replace the wide one at any batch. Each form's default layout on both types, its other
-/// candidates on one each (alternating); one int-dot variant (lavapipe builds each pipeline in
-/// seconds; the wide twins only their batch-1 pipeline). W has room for its last 16-byte word,
-/// so under FAK_MATVEC_Q6=aligned the engine's kernel reads Q6_K with the aligned loads
-/// (asserted), wide and staged or batched, against the word loads' bits.
+/// Issue 21's determinism at the kernel under the engine's rule: a sequence's outputs must not
+/// depend on what else is in the batch. `MatVec::new`'s kernel on one int-dot variant runs the
+/// rule's layouts at batches 1, 2, 4 and 8 — its default layout batched at every batch unless
+/// FAK_MATVEC_BATCHED=0, staged for several vectors with FAK_MATVEC_STAGE=1, else split where
+/// the split G (FAK_MATVEC_SPLIT, else 2 on a GPU and none on a CPU adapter; for Q6_K
+/// FAK_MATVEC_SPLIT_Q6 where set) holds fewer; FAK_MATVEC_SHORT_LAYOUT's layout where its rule
+/// takes the 37 rows — and every vector's outputs at every batch are that layout's wide twin's
+/// batch-1 bits ([`BitsCase::assert_bits_kept`]), on Q4_K and Q6_K. W has room for its last
+/// 16-byte word, so under FAK_MATVEC_Q6=aligned the kernel reads Q6_K with the aligned loads
+/// (asserted), against the word loads' bits. Each candidate form's bits against its wide twin:
+/// the form tests (`check_form`), with the pipelines their cases build.
 #[test]
 fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
     let ctx = gpu();
-    let (rows, batch) = (37, u64::from(MAX_BATCH));
-    let mut rng = rng(0x3a7e_c000);
     let paths = variants::<MatVec>(ctx)
         .into_iter()
         .find(|p| p.int_dot)
         .expect("an int-dot variant");
-    let forms = [
-        MatVecLayout::STAGED_CANDIDATES.to_vec(),
-        MatVecLayout::BATCHED_CANDIDATES.to_vec(),
-        MatVecLayout::SPLIT_CANDIDATES.to_vec(),
-    ];
-    let candidates = forms
-        .iter()
-        .enumerate()
-        .flat_map(|(f, layouts)| layouts.iter().enumerate().map(move |(i, &l)| (f, i, l)));
-    for (f, i, form) in candidates {
-        let wide = MatVecLayout {
-            staged: false,
-            batched: false,
-            split: 0,
-            ..form
+    let kernel = MatVec::new(ctx, paths).unwrap();
+    let quantizer = quantizer(ctx, &kernel);
+    let short = ShortRows::from_env().unwrap();
+    for (k, ty) in [GgmlType::Q4_K, GgmlType::Q6_K].into_iter().enumerate() {
+        let case = BitsCase::new(ctx, ty, 0x3a7e_c000 + k as u64);
+        // The engine's layout: the integer path's, or FAK_MATVEC_SHORT_LAYOUT's where its rule
+        // takes these rows.
+        let wide = short
+            .and_then(|s| s.layout_of(BITS_ROWS, case.cols))
+            .unwrap_or(MatVecLayout::INTEGER)
+            .widened();
+        let (layouts, q6_aligned) = rule_layouts(ctx, &kernel, &case.w, ty, (BITS_ROWS, case.cols));
+        let aligned = ty == GgmlType::Q6_K && kernel.q6_loads() == Q6Loads::Aligned;
+        assert_eq!(q6_aligned, aligned, "{ty} {paths}: aligned Q6_K loads");
+        let one = match MatVec::batches_vectors() {
+            true => wide.batched_form(),
+            false => wide,
         };
-        let reference = MatVec::with_layout(ctx, paths, wide).unwrap();
-        let kernels = [MatVec::with_layout(ctx, paths, form).unwrap()];
-        // The engine's rule once, beside the first form's default layout.
-        let engine_rule = (f == 0 && i == 0).then(|| MatVec::new(ctx, paths).unwrap());
-        let types = match i {
-            0 => vec![GgmlType::Q4_K, GgmlType::Q6_K],
-            _ => vec![[GgmlType::Q4_K, GgmlType::Q6_K][i % 2]],
+        let split = MatVec::splits_vectors_of(ty, ctx.facts()).unwrap();
+        let more = |capacity: u32| match MatVec::stages_batches() {
+            true => wide.with_staged_x(),
+            false if one.batched && split > 0 && capacity > split => wide.split_by(split),
+            false => one,
         };
-        let quantizer = quantizer(ctx, &reference);
-        for ty in types {
-            let cols = col_counts(ty)[2];
-            let mut bytes = random_weights(ty, rows, cols, 7);
-            bytes.extend_from_slice(&[0; 16]);
-            let w = weights_buffer_at(ctx, &bytes, 0);
-            let x = random_f32(&mut rng, batch * cols);
-            // Each vector's outputs alone (batch 1 of the wide twin): the bits to keep.
-            let alone_in = |reference: &MatVec| -> Vec<Vec<u32>> {
-                (0..batch as usize)
-                    .map(|v| {
-                        let x = &x[v * cols as usize..][..cols as usize];
-                        let y =
-                            product_bits(ctx, reference, &quantizer, &w, ty, (rows, cols), x, 1);
-                        y[..rows as usize].to_vec()
-                    })
-                    .collect()
-            };
-            let alone = alone_in(&reference);
-            // The engine's layout: the form's, or FAK_MATVEC_SHORT_LAYOUT's where its rule takes
-            // these rows (then its own wide twin's batch-1 bits are the ones to keep).
-            let short = ShortRows::from_env().unwrap();
-            let rule_wide = short
-                .and_then(|s| s.layout_of(rows, cols))
-                .map_or(wide, MatVecLayout::widened);
-            let rule_alone = match (&engine_rule, rule_wide == wide) {
-                (Some(_), false) => alone_in(&MatVec::with_layout(ctx, paths, rule_wide).unwrap()),
-                _ => alone.clone(),
-            };
-            if let Some(kernel) = &engine_rule {
-                let wide = rule_wide;
-                // The engine's rule: its default layout batched (wide under
-                // FAK_MATVEC_BATCHED=0) for one vector, and for more staged where staging is on
-                // (FAK_MATVEC_STAGE=1), else split where the split G (FAK_MATVEC_SPLIT, else 2 on a
-                // GPU and none on a CPU adapter; for Q6_K FAK_MATVEC_SPLIT_Q6 where set) holds
-                // fewer.
-                let (layouts, q6_aligned) = rule_layouts(ctx, kernel, &w, ty, (rows, cols));
-                let aligned = ty == GgmlType::Q6_K && kernel.q6_loads() == Q6Loads::Aligned;
-                assert_eq!(q6_aligned, aligned, "{ty} {paths}: aligned Q6_K loads");
-                let one = match MatVec::batches_vectors() {
-                    true => wide.batched_form(),
-                    false => wide,
-                };
-                let split = MatVec::splits_vectors_of(ty, ctx.facts()).unwrap();
-                let more = |capacity: u32| match MatVec::stages_batches() {
-                    true => wide.with_staged_x(),
-                    false if one.batched && split > 0 && capacity > split => wide.split_by(split),
-                    false => one,
-                };
-                assert_eq!(layouts, [one, more(2), more(4), more(8)], "{ty} {paths}");
-            }
-            let kernels = kernels.iter().map(|k| (k, &alone));
-            let kernels = kernels.chain(engine_rule.as_ref().map(|k| (k, &rule_alone)));
-            for (k, (kernel, alone)) in kernels.enumerate() {
-                // Batches of 1 (each vector), 3 (vectors 5, 2, 7), 5 (a split of 2 vectors a
-                // workgroup leaves one workgroup none) and 8 (all, reversed).
-                let orders: Vec<Vec<usize>> = (0..batch as usize)
-                    .map(|v| vec![v])
-                    .chain([
-                        vec![5, 2, 7],
-                        vec![6, 1, 4, 0, 3],
-                        (0..batch as usize).rev().collect(),
-                    ])
-                    .collect();
-                for order in orders {
-                    let xs: Vec<f32> = order
-                        .iter()
-                        .flat_map(|&v| x[v * cols as usize..][..cols as usize].to_vec())
-                        .collect();
-                    let n = order.len() as u32;
-                    let y = product_bits(ctx, kernel, &quantizer, &w, ty, (rows, cols), &xs, n);
-                    for (slot, &v) in order.iter().enumerate() {
-                        assert_eq!(
-                            y[slot * rows as usize..][..rows as usize],
-                            alone[v][..],
-                            "{ty} {form} {paths} kernel {k} (1: the engine's rule): vector {v} at \
-                             slot {slot} of a batch of {n} differs from its wide batch-1 bits"
-                        );
-                    }
-                }
+        assert_eq!(layouts, [one, more(2), more(4), more(8)], "{ty} {paths}");
+        let alone = case.alone(ctx, &wide_twin(ctx, paths, wide), &quantizer);
+        let what = format!("{ty} {paths}: the engine's rule");
+        case.assert_bits_kept(ctx, &kernel, &quantizer, &alone, &what);
+    }
+}
+
+/// Rows of the bits checks' weights: the last workgroup's teams past the end.
+const BITS_ROWS: u64 = 37;
+
+/// A weight and its vectors for the bits checks: Q4_K or Q6_K, [`BITS_ROWS`] rows of columns
+/// that take several ragged team passes, with room behind W for its last 16-byte word (the
+/// aligned Q6_K loads'); [`MAX_BATCH`] vectors.
+struct BitsCase {
+    ty: GgmlType,
+    cols: u64,
+    w: wgpu::Buffer,
+    x: Vec<f32>,
+}
+
+impl BitsCase {
+    fn new(ctx: &GpuContext, ty: GgmlType, seed: u64) -> Self {
+        let cols = col_counts(ty)[2];
+        let mut bytes = random_weights(ty, BITS_ROWS, cols, seed);
+        bytes.extend_from_slice(&[0; 16]);
+        let w = weights_buffer_at(ctx, &bytes, 0);
+        let x = random_f32(&mut rng(seed), u64::from(MAX_BATCH) * cols);
+        BitsCase { ty, cols, w, x }
+    }
+
+    /// The output bits of `kernel` for the vectors `order` (by index) in one step,
+    /// vector-major.
+    fn bits(
+        &self,
+        ctx: &GpuContext,
+        kernel: &MatVec,
+        quantizer: &QuantizeQ8,
+        order: &[usize],
+    ) -> Vec<u32> {
+        let cols = self.cols as usize;
+        let xs: Vec<f32> = (order.iter())
+            .flat_map(|&v| self.x[v * cols..][..cols].to_vec())
+            .collect();
+        let n = order.len() as u32;
+        let shape = (BITS_ROWS, self.cols);
+        product_bits(ctx, kernel, quantizer, &self.w, self.ty, shape, &xs, n)
+    }
+
+    /// Each vector's outputs alone (batch 1 of `reference`, a wide kernel): the bits to keep.
+    fn alone(&self, ctx: &GpuContext, reference: &MatVec, quantizer: &QuantizeQ8) -> Vec<Vec<u32>> {
+        (0..MAX_BATCH as usize)
+            .map(|v| self.bits(ctx, reference, quantizer, &[v]))
+            .collect()
+    }
+
+    /// Every vector's outputs in `kernel` at batches of 1 (each vector), 3 (vectors 5, 2, 7), 5
+    /// (a split of 2 vectors a workgroup leaves one workgroup none) and 8 (all, reversed) are
+    /// its bits in `alone`: any form may replace the wide one at any batch.
+    fn assert_bits_kept(
+        &self,
+        ctx: &GpuContext,
+        kernel: &MatVec,
+        quantizer: &QuantizeQ8,
+        alone: &[Vec<u32>],
+        what: &str,
+    ) {
+        let (batch, rows) = (MAX_BATCH as usize, BITS_ROWS as usize);
+        let orders = (0..batch).map(|v| vec![v]).chain([
+            vec![5, 2, 7],
+            vec![6, 1, 4, 0, 3],
+            (0..batch).rev().collect(),
+        ]);
+        for order in orders {
+            let y = self.bits(ctx, kernel, quantizer, &order);
+            for (slot, &v) in order.iter().enumerate() {
+                assert_eq!(
+                    y[slot * rows..][..rows],
+                    alone[v][..],
+                    "{what}: vector {v} at slot {slot} of a batch of {} differs from its wide \
+                     batch-1 bits",
+                    order.len()
+                );
             }
         }
     }
+}
+
+/// `form`'s wide twin on `paths` (its layout neither staged, batched nor split), one per test
+/// binary: the form tests and the engine's rule take their bits from it, and each of its
+/// pipelines costs seconds on lavapipe.
+fn wide_twin(ctx: &GpuContext, paths: KernelPaths, form: MatVecLayout) -> Arc<MatVec> {
+    type Twins = Mutex<HashMap<(KernelPaths, MatVecLayout), Arc<MatVec>>>;
+    static TWINS: LazyLock<Twins> = LazyLock::new(Twins::default);
+    let twin = MatVecLayout {
+        staged: false,
+        batched: false,
+        split: 0,
+        ..form
+    };
+    let mut twins = TWINS.lock().unwrap_or_else(|e| e.into_inner());
+    let built = || Arc::new(MatVec::with_layout(ctx, paths, twin).unwrap());
+    twins.entry((paths, twin)).or_insert_with(built).clone()
 }
 
 /// The layouts `kernel` runs a q8 binding of W in at batches 1, 2, 4 and 8, and whether it reads
@@ -656,7 +723,7 @@ fn product_bits(
 
 /// A gate/up pairing that also writes its outputs as q8 blocks (the integer ffn_down's input,
 /// which then needs no quantize dispatch), in every candidate layout of 16 teams, on every
-/// variant, from f32 and from q8 inputs, for every batch: its codes and scales are what
+/// variant (those of two units in flight on one), from f32 and from q8 inputs, for every batch: its codes and scales are what
 /// quantize_q8 makes of the f32 outputs it wrote, bit for bit; vectors past the step's batch keep
 /// their poison. (The f32 outputs themselves are held to the oracle by the layout test above.)
 #[test]
@@ -684,11 +751,13 @@ fn a_gate_up_pairing_quantizes_its_outputs_as_quantize_q8_does() {
         .chain(MatVecLayout::SPLIT_CANDIDATES)
         .filter(|l| l.teams == MatVecLayout::QUANTIZING_TEAMS);
     for layout in quantizing {
-        // A wide layout on f32 inputs is the narrow one, checked already.
+        // A wide layout on f32 inputs is the narrow one, checked already; a layout of two units
+        // in flight writes through the one-unit layouts' epilogue (each reduction checked
+        // there): on the first variant it serves.
         let paths = variants::<MatVec>(ctx)
             .into_iter()
             .filter(|p| p.int_dot || !layout.wide);
-        for paths in paths {
+        for paths in paths.take(if layout.unroll > 1 { 1 } else { usize::MAX }) {
             let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
             let quantizer = quantizer(ctx, &kernel);
             let x_q8 = Q8Vectors::new(ctx, "x", cols, MAX_BATCH).unwrap();
@@ -754,8 +823,10 @@ fn a_gate_up_pairing_quantizes_its_outputs_as_quantize_q8_does() {
 }
 
 /// The producer-side quantize (`FAK_DECODE_FUSE=pquant`, opt-in): an accumulating q8 product in
-/// a layout of 8 teams (narrow, wide, batched, split and staged forms, Q4_K and Q8_0 weights, every
-/// int-dot variant, every batch) also writes the q8 blocks of u = y·w_next (y the residual after
+/// a layout of 8 teams (Q4_K in the narrow, wide, batched, split and staged forms; Q8_0, which
+/// the wide forms do not serve, narrow; every batch; the narrow and the batched form, the
+/// engine's, on every int-dot variant, the others on the first: their epilogue is the narrow
+/// form's, its reductions checked there) also writes the q8 blocks of u = y·w_next (y the residual after
 /// its add, w_next the next norm's weight) and each block's Σ y²; a product reading those blocks
 /// with their summed norm (`MatVecFusion::q8_norm`) takes RMSNorm(y)·w_next. Checked: y is the
 /// bits of the same product without the output; the block sums against f64 on the CPU; the
@@ -795,8 +866,15 @@ fn a_residual_producer_quantizes_the_next_norms_input_for_its_consumer() {
         let next: Vec<f32> = random_f32(&mut rng, d).iter().map(|v| 0.5 + v).collect();
         let next_norm = upload(ctx, "next norm", bytemuck::cast_slice(&next)).unwrap();
         let x = upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap();
-        for form in forms {
-            for paths in variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot) {
+        // A wide form would run Q8_0 narrow: the narrow form's pipelines again.
+        let forms = match ty {
+            GgmlType::Q4_K => &forms[..],
+            _ => &forms[..1],
+        };
+        for &form in forms {
+            let every_variant = !form.wide || form == producing.batched_form();
+            let int_dot = variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot);
+            for paths in int_dot.take(if every_variant { usize::MAX } else { 1 }) {
                 let kernel = MatVec::with_layout(ctx, paths, form).unwrap();
                 let quantizer = quantizer(ctx, &kernel);
                 let what = format!("{ty} {form} {paths}");
@@ -1321,36 +1399,46 @@ fn a_folded_norm_and_a_gate_up_pairing_match_the_unfused_math_on_every_x_layout(
     // One type per way load_xs pairs x with codes (the only code the fusions touch besides the
     // prologue and the epilogue, which no type changes), and each unquantized type (its own
     // unit loads): each NORM type costs four pipeline builds, seconds each on lavapipe.
-    for kernel in kernels(ctx, false) {
-        for ty in [
-            GgmlType::F32,
-            GgmlType::F16,
-            GgmlType::BF16,
-            GgmlType::Q8_0,
-            GgmlType::Q5_1,
-            GgmlType::Q4_K,
-            GgmlType::Q5_K,
-            GgmlType::Q6_K,
-        ] {
+    // Every type on the last variant (subgroup reduction where the device has it); on the
+    // others one unquantized and one block type: the fusions' epilogue is the same for all.
+    let kernels = kernels(ctx, false);
+    for (k, kernel) in kernels.iter().enumerate() {
+        let types: &[GgmlType] = match k + 1 == kernels.len() {
+            true => &[
+                GgmlType::F32,
+                GgmlType::F16,
+                GgmlType::BF16,
+                GgmlType::Q8_0,
+                GgmlType::Q5_1,
+                GgmlType::Q4_K,
+                GgmlType::Q5_K,
+                GgmlType::Q6_K,
+            ],
+            false => &[GgmlType::F16, GgmlType::Q4_K],
+        };
+        for &ty in types {
             for fusion in FUSIONS {
                 seed += 1;
                 // 7 rows: a ragged last workgroup of 4; 5 paired outputs: of 2.
                 let rows = if fusion.1 { 5 } else { 7 };
-                assert_all(check_fused(ctx, &kernel, Path::F32, ty, rows, fusion, seed));
+                assert_all(check_fused(ctx, kernel, Path::F32, ty, rows, fusion, seed));
             }
         }
     }
 }
 
 /// The integer path's fusions: the norm folded into the quantization (QKV), with the gate/up
-/// pairing and strided x (the MLP), the pairing alone; every int-dot variant and type.
+/// pairing and strided x (the MLP), the pairing alone; every int-dot variant and its types
+/// (`integer_types`).
 #[test]
 fn the_integer_path_folds_the_norm_into_the_quantization_and_pairs_gate_and_up() {
     let ctx = gpu();
     let mut seed = 0x3a7e_7000;
-    for kernel in kernels(ctx, true) {
+    let kernels = kernels(ctx, true);
+    let count = kernels.len();
+    for (k, kernel) in kernels.into_iter().enumerate() {
         let quantizer = quantizer(ctx, &kernel);
-        for ty in MatVec::Q8_TYPES {
+        for &ty in integer_types(k, count) {
             for fusion in FUSIONS {
                 seed += 1;
                 let rows = if fusion.1 { 5 } else { 7 };
@@ -1563,7 +1651,7 @@ fn the_one_pass_norm_in_the_workgroup_is_the_one_pass_dispatchs_product_bit_for_
 /// the decode merge of a Q6_K projection run with a Q4_K one) writes each weight's outputs bit
 /// for bit as that weight's own binding does, and both within the f32 bound of W·x̂ (x̂ what
 /// quantize_q8 makes of the normed x): both orders of the types, ragged row counts, every batch,
-/// both reductions; outputs poisoned, rows past the batch left alone. Both inputs: the norm
+/// both reductions (the default, aligned and lean Q6_K loads); outputs poisoned, rows past the batch left alone. Both inputs: the norm
 /// quantized in the workgroup, and the quantize dispatch's q8 vectors (`FAK_DECODE_FUSE=merge`:
 /// the second weight's blocks in binding 10), each against the single bindings of the fold.
 #[test]
@@ -1593,13 +1681,15 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
         ..MatVecFusion::default()
     };
     let layout = MatVecLayout::INTEGER.widened();
-    // Every int-dot variant with the default Q6_K loads; the first also with aligned ones and
-    // in the lean form.
+    // The first int-dot variant with the aligned Q6_K loads and in the lean form, the others
+    // with the default loads (the first too where it is the only one): every reduction and
+    // every Q6_K form, each pipeline seconds on lavapipe.
     let int_dot: Vec<KernelPaths> = variants::<MatVec>(ctx)
         .into_iter()
         .filter(|p| p.int_dot)
         .collect();
-    let forms = int_dot
+    let words = &int_dot[int_dot.len().min(2) - 1..];
+    let forms = words
         .iter()
         .map(|&paths| (paths, Q6Loads::Words))
         .chain(int_dot.first().map(|&paths| (paths, Q6Loads::Aligned)))
