@@ -59,7 +59,9 @@ tool() {
 }
 
 dump() {
-    local checkout=$1 out=$2 patched=$3
+    local checkout=$1 out patched=
+    out=$(realpath -m "$2")
+    [[ -z $3 ]] || patched=$(realpath "$3")
     [[ -d ${checkout}/engine ]] || die "${checkout} is not a fak checkout"
     mkdir -p "${checkout}/engine/examples"
     cp "${here}/spvdump.rs" "${checkout}/engine/examples/spvdump.rs"
@@ -75,9 +77,9 @@ dump() {
         [[ -n ${patched} ]] || die "${out} is not ${checkout}'s engine: give each checkout its own CARGO_TARGET_DIR"
 }
 
-# `normal IN.spv DIR NAME [PASSES…]`: DIR/normal/NAME.txt, the normalized disassembly (declarations sorted,
-# local ids renamed in order: renumber.py), and DIR/flow/NAME.txt, its functions as data flow
-# (dataflow.py: blind to the order of independent instructions).
+# `normal IN.spv DIR NAME PASSES…`: DIR/normal/NAME.txt, the normalized disassembly (declarations
+# sorted, local ids renamed in order: renumber.py), and DIR/flow/NAME.txt, its functions as data
+# flow (dataflow.py: blind to the order of independent instructions); fails where spirv-opt does.
 normal() {
     local spv=$1 dir=$2 name=$3 tmp
     shift 3
