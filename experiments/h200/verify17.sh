@@ -14,6 +14,10 @@
 #   3. the opt-in knobs' bits: pf128's folds (gpu_matmul's fold test, the model prefill tests
 #      under FAK_PREFILL_FOLD=norm,swiglu) and dec8b's one-pass norm (gpu_matvec's norm tests, the
 #      int-dot model tests under FAK_NORM_Q8=onepass, then with FAK_DECODE_NORM_FOLD=1).
+# Since spvequiv (NOTES "spvequiv (2026-12-07 #17)") steps 1 and 2 are the same programs as
+# 5f3b821's, which passed on an H100 (#16 call 1): what they check anew is that the driver builds
+# every pipeline a default model load creates (the x16 mat-mul's to_f16_norm / to_f16_swiglu
+# among them, compiled at every load though only FAK_PREFILL_FOLD runs them) and the runs-on path.
 # Each step appends to tests.log with its start time; a step that would pass BUDGET_S (110 s) is
 # logged SKIPPED. Prepare (here): release `cargo test --no-run --test gpu --test model --test
 # serving`, the three group binaries packed as target/h200/bin.txz (bin/{gpu,model,serving}),
