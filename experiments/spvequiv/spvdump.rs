@@ -174,7 +174,9 @@ fn pipeline_name(config: &Config, spec: &PipelineSpec) -> String {
 }
 
 /// SPIR-V of one pipeline: the module validated with every capability, its overrides applied
-/// (naga's `process_overrides`, as wgpu does), written for its entry point alone.
+/// (naga's `process_overrides`, as wgpu does), written for its entry point alone, with the writer
+/// options of tests/portability.rs's `to_spirv` (this file is copied into a checkout as an engine
+/// example, so it cannot call the test crate's).
 fn to_spirv(module: &naga::Module, spec: &PipelineSpec) -> Result<Vec<u32>, String> {
     let info = Validator::new(ValidationFlags::all(), Capabilities::all())
         .validate(module)
