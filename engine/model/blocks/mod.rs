@@ -75,19 +75,23 @@ impl Kernels {
     }
 }
 
-/// Whether the prefill fold `part` is on: `FAK_PREFILL_FOLD` names it (comma-separated). Off by
-/// default (a form to time; issue 19's 128-token step). Parts:
+/// Whether the prefill fold `part` is on: both parts by default; `FAK_PREFILL_FOLD` set names
+/// the parts that are on (comma-separated; `none`, or any name that is no part, turns both off,
+/// to time the unfolded form on one binary). Parts:
 /// - `norm`: the RMSNorm before a mixer's projections and before the MLP's gate/up folded into
 ///   the x16 mat-mul's conversion of X to f16 (`MatmulInput::Normed`): one dispatch instead of
 ///   the norm's and `to_f16`'s, the same bits;
 /// - `swiglu`: the MLP's SwiGLU folded into W_down's conversion (`MatmulInput::SwiGlu`): one
 ///   dispatch instead of the elementwise op's and `to_f16`'s, the same bits.
 ///
-/// Kernels without the x16 conversion (the fallback, the staged coop kernel) keep the ops'
-/// dispatches.
+/// The default since 2026-12-07 #18 (H100, experiments/NOTES.md "pf128"): prefill +6.1 % at 128
+/// tokens and +2.8 % at 2048 on the Qwen3-8B, +2.3 % and +1.6 % on the Qwen3.5-27B, 108 and 192
+/// fewer dispatches a step. Kernels without the x16 conversion (the fallback, the staged coop
+/// kernel) keep the ops' dispatches.
 pub fn prefill_fold(part: &str) -> bool {
     std::env::var("FAK_PREFILL_FOLD")
-        .unwrap_or_default()
+        .as_deref()
+        .unwrap_or("norm,swiglu")
         .split(',')
         .any(|p| p.trim() == part)
 }
