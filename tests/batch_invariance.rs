@@ -463,10 +463,12 @@ fn converse(e: &mut Engine, prompt: &[u32]) -> Vec<u32> {
 /// A conversation's second turn resumes where its first left the cache: after the answer's
 /// tokens, off the delta rule's chunk grid (a 100-token prompt and 5 decoded tokens leave the
 /// hybrid model's state at 104). Prefilled together with another request's prompt, the turn's
-/// step still keeps its state at the cache's next boundary (128: 24 rows into its portion, off
-/// the portion's own chunk grid, where a step of several sequences cannot snapshot mid-way, so
-/// its portion ends there; a fak-serve multi-agent run on the H200 failed here, 2026-12-05), and
-/// each request gets the logits it gets alone on an engine with the same history, bit for bit.
+/// step still keeps its state at the cache's next boundary (128: 24 rows into its portion; a
+/// fak-serve multi-agent run on the H200 failed here, 2026-12-05), and each request gets the
+/// logits it gets alone on an engine with the same history, bit for bit — also where the
+/// turn's rows sit in other places of their chunks' tiles than alone unless its chunks are
+/// those of the absolute grid (an H100's cooperative-matrix delta rule differed by up to 2e-3,
+/// 2026-12-07 #18), and prefilled alone in parts.
 fn a_next_turn_resumes_off_the_chunk_grid_together_with_another_prompt(arch: &str) {
     let first_turn = random_ids(30, 100);
     let other = random_ids(31, 70);
@@ -509,6 +511,14 @@ fn a_next_turn_resumes_off_the_chunk_grid_together_with_another_prompt(arch: &st
     for (i, (got, want)) in rows.iter().zip(&alone).enumerate() {
         assert_same_bits(&format!("{arch}: request {i} of 2"), got, want);
     }
+    // Alone again, in parts of 64 tokens: a hybrid model's first part ends on the absolute
+    // chunk grid (24 tokens, to position 128), where a cut 64 tokens on would split a chunk.
+    let mut e = engine_caching(arch, 256, 16 << 20);
+    converse(&mut e, &first_turn);
+    let (rows, parts) = logits_in_parts(&mut e, &second_turn(&answer), 64, &other);
+    let want_parts = if arch == "qwen35" { 2 } else { 1 };
+    assert_eq!(parts, want_parts, "{arch}: the parts of the resumed turn");
+    assert_same_bits(&format!("{arch}: the turn in parts"), &rows, &alone[0]);
 }
 
 #[test]

@@ -14,10 +14,10 @@ use fak::gpu::kernels::delta_state::HeadMapping;
 use fak::gpu::kernels::delta_state::{DeltaDims, DeltaState, Dispatch};
 use fak::gpu::kernels::gated_delta::GatedDeltaDecode;
 use fak::gpu::kernels::gated_delta_chunk::{
-    ChunkEntry, ChunkForm, ChunkKernel, GatedDeltaChunked, Inverse, entries_named,
+    CHUNK, ChunkEntry, ChunkForm, ChunkKernel, GatedDeltaChunked, Inverse, entries_named,
 };
 use fak::gpu::kernels::gdn_decode::{GdnDecode, Split, WORKGROUP_SIZES};
-use fak::gpu::step::MidSave;
+use fak::gpu::step::{MidSave, SeqRows};
 use fak::gpu::{GpuContext, GpuError, Kernel, KernelPaths, storage_buffer};
 
 use fak_tests::gdn::{
@@ -588,8 +588,9 @@ fn a_restored_snapshot_resumes_exactly_like_the_uninterrupted_sequence() {
 /// point) is the state the rows before it leave (conv and recurrent, against those rows run as
 /// a step of their own), and the step's outputs and final state are those of the same step
 /// without it: at the first row, inside a chunk, on a chunk boundary, and at the last row but
-/// one, for a conv kernel of 4 and 3. (The lead rows move the chunk boundaries, so sums run in
-/// another order: y, past the gated RMSNorm, is held to the layer tolerance.)
+/// one, for a conv kernel of 4 and 3. (The step starts off the chunk grid so that the snapshot
+/// is on it: its lead rows move the chunk boundaries, so sums run in another order: y, past the
+/// gated RMSNorm, is held to the layer tolerance.)
 #[test]
 fn a_mid_step_snapshot_is_the_state_the_rows_before_it_leave() {
     let ctx = gpu();
@@ -619,7 +620,9 @@ fn a_mid_step_snapshot_is_the_state_the_rows_before_it_leave() {
             );
             let layer = layer_with(ctx, chunk, d, &weights, (150, 1, 3));
             let save = MidSave { rows, slot: 2 };
-            let got = layer.prefill_saving(ctx, &prompt, 0, 150, save);
+            // From the position that puts the snapshot on the chunk grid (as the engine's are).
+            let pos = (CHUNK - rows % CHUNK) % CHUNK;
+            let got = layer.prefill_at(ctx, &prompt, 0, 150, pos, Some(save));
             let state = layer.download_state(ctx);
             let head_state = head.download_state(ctx);
             assert_close(
@@ -639,12 +642,30 @@ fn a_mid_step_snapshot_is_the_state_the_rows_before_it_leave() {
     }
 }
 
+/// A prompt step of three sequences (45, 130 and 20 rows on shuffled slots, padding between
+/// them): the first and the last from positions off the chunk grid (lead rows), the second
+/// (whose snapshot after 64 rows the ragged test takes) from one on it.
+fn ragged_batch() -> [SeqRows; 3] {
+    let seq = |slot, row, len, pos| SeqRows {
+        slot,
+        row,
+        len,
+        pos,
+    };
+    [
+        seq(2, 0, 45, 19),
+        seq(0, 64, 130, 128),
+        seq(1, 224, 20, 200),
+    ]
+}
+
 /// Several sequences of different lengths at rows of their own in one step, as a prompt step of
 /// several prompts runs them (`SequenceTable::write_ragged`: not multiples of the 64-row chunk,
-/// padding rows between them, slots out of order): each sequence's outputs and final state are
-/// those of its rows run as a step alone, bit for bit (the same kernels sum the same values in
-/// the same order), in both forms; and the chunked form's snapshot of the second sequence after
-/// 64 of its rows is the state its first 64 rows leave.
+/// padding rows between them, slots out of order, two of them from positions off the chunk
+/// grid): each sequence's outputs and final state are those of its rows run as a step alone
+/// from the same position, bit for bit (the same kernels sum the same values in the same order,
+/// their rows at the same places in the same chunks), in both forms; and the chunked form's
+/// snapshot of the second sequence after 64 of its rows is the state its first 64 rows leave.
 #[test]
 fn sequences_of_any_lengths_in_one_step_each_compute_as_alone() {
     let ctx = gpu();
@@ -652,7 +673,7 @@ fn sequences_of_any_lengths_in_one_step_each_compute_as_alone() {
     let d = small_shapes()[2];
     let weights = LayerWeights::random(&d, &mut rng);
     let x = Projections::random(&d, 256, &mut rng);
-    let seqs = [(2u32, 0u32, 45u32), (0, 64, 130), (1, 224, 20)];
+    let seqs = ragged_batch();
     let start = CpuState::random(&d, 4, &mut rng);
     let vd = d.value_dim() as usize;
     let chunks = chunk_variants(
@@ -673,11 +694,24 @@ fn sequences_of_any_lengths_in_one_step_each_compute_as_alone() {
         let save = (form == Form::Chunked).then_some((1, MidSave { rows: 64, slot: 3 }));
         let got = together.step_ragged(ctx, &x, &seqs, form, save);
         let state = together.download_state(ctx);
-        for (i, &(slot, row, len)) in seqs.iter().enumerate() {
+        for (
+            i,
+            &SeqRows {
+                slot,
+                row,
+                len,
+                pos,
+            },
+        ) in seqs.iter().enumerate()
+        {
             let what = format!("{form:?} {chunk}: sequence {i} ({len} rows from row {row})");
             let rows = row as usize..(row + len) as usize;
             let alone = layer();
-            let want = alone.step(ctx, &x.rows(&d, rows.clone()), &[slot], len, form);
+            let own = x.rows(&d, rows.clone());
+            let want = match form {
+                Form::Chunked => alone.prefill_at(ctx, &own, slot, len, pos, None),
+                _ => alone.step(ctx, &own, &[slot], len, form),
+            };
             let got_y = &got.y[rows.start * vd..rows.end * vd];
             assert_close(&format!("{what}: y"), got_y, &want.y, Tolerance::EXACT);
             let want_state = alone.download_state(ctx).flat(slot as usize);
@@ -1075,7 +1109,7 @@ fn every_chunked_form_on_a_poisoned_scratch_matches_the_cpu_layer() {
         let weights = LayerWeights::random(&d, &mut rng);
         let x = Projections::random(&d, 256, &mut rng);
         let alone = Projections::random(&d, 70, &mut rng);
-        let seqs = [(2u32, 0u32, 45u32), (0, 64, 130), (1, 224, 20)];
+        let seqs = ragged_batch();
         let start = CpuState::random(&d, 4, &mut rng);
         for chunk in chunk_variants(ctx, test) {
             // Every form is checked before the test fails, so one run names all that fail.
@@ -1089,7 +1123,7 @@ fn every_chunked_form_on_a_poisoned_scratch_matches_the_cpu_layer() {
                 let mut cpu = start.clone();
                 layer.poison_chunk_scratch(ctx);
                 let got = layer.step_ragged(ctx, &x, &seqs, Form::Chunked, None);
-                for (i, &(slot, row, len)) in seqs.iter().enumerate() {
+                for (i, &SeqRows { slot, row, len, .. }) in seqs.iter().enumerate() {
                     let what = format!("{chunk} {d:?}: sequence {i} ({len} rows from row {row})");
                     let rows = row as usize..(row + len) as usize;
                     let part = x.rows(&d, rows.clone());

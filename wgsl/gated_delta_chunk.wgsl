@@ -3,8 +3,9 @@
 // Math (model-spec.md §5.6), per sequence s (slot σ, its rows as sequences.wgsl says), value head h reading key head
 // κ(h) = (h / group_div) mod nk, over chunks of C rows t of the sequence (the last chunk padded
 // with q = k = v = 0, β = g = 0, which changes neither outputs nor state; so is the first when
-// the table asks for `lead` zero rows before row 0, which puts a chunk boundary where a
-// mid-step snapshot is taken: sequences.wgsl), S the state at the chunk's start (dk×dv, stored
+// the table asks for `lead` zero rows before row 0, which puts the chunks on the absolute chunk
+// grid of positions, where every mid-step snapshot lies: sequences.wgsl), S the state at the
+// chunk's start (dk×dv, stored
 // as dv rows of dk floats as gated_delta.wgsl keeps it):
 //   γ_t = Σ_{r≤t} g_r;  Γ_ts = e^{γ_t − γ_s} for s ≤ t, else 0 (masked before exp: no overflow)
 //   A_ts = β_t (k_t·k_s) Γ_ts for s < t;  T = (I + A)⁻¹ (unit lower triangular)
@@ -30,7 +31,7 @@
 //           [blocks][C][dv] at u_at, P [blocks][C][C] at p_at, γ [blocks][C] at gamma_at; block =
 //           (chunk0_s + c)·nv + h)
 // dispatch: chunk_prepare (n_chunks, nv, count) × 256, n_chunks those of the longest sequence,
-//           counted with room for C − 1 lead rows when count = 1 (chunks past a sequence's
+//           counted with room for C − 1 lead rows (chunks past a sequence's
 //           return at once); chunk_scan
 //           (ceil(dv / 16), nv, count) × 128.
 // workgroup memory: prepare 25.8 KB; scan 4·(16·(dk + 1) + 64·16 + 2·64·17 + 64) bytes (21.3 KB
@@ -60,8 +61,8 @@ var<workgroup> delta_sh: array<f32, 1024>; // C × ROWS: V' of the chunk
 @compute @workgroup_size(256)
 fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
                  @builtin(local_invocation_index) tid: u32) {
-    // The host leaves room for lead rows in every one-sequence step, and counts the longest
-    // sequence's chunks in a batch (gated_delta_chunk.rs).
+    // The host counts the longest sequence's chunks with room for its lead rows
+    // (gated_delta_chunk.rs).
     if wg.x >= chunks(wg.z) {
         return;
     }

@@ -431,11 +431,11 @@ fn solve_block(ch: Chunk, tid: u32, ta: u32, tb: u32, rb: RBlock, r: array<vec4<
 fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
                  @builtin(local_invocation_index) tid: u32,
                  @builtin(subgroup_id) sg: u32) {
-    // The host leaves room for lead rows in every one-sequence step, and counts the longest
-    // sequence's chunks in a batch (gated_delta_chunk.rs).
+    // The host counts the longest sequence's chunks with room for its lead rows
+    // (gated_delta_chunk.rs).
     // chunks(wg.z), inline: naga takes a function's result for non-uniform when it depends on an
     // argument, and no cooperative op may follow a non-uniform return.
-    if wg.x >= (seqs.seq[wg.z].len + seqs.lead + CHUNK - 1u) / CHUNK {
+    if wg.x >= (seqs.seq[wg.z].len + seqs.seq[wg.z].lead + CHUNK - 1u) / CHUNK {
         return;
     }
     let h = wg.y;
@@ -834,7 +834,7 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
     let at = state_at(seqs.seq[s].slot, h);
     begin_scan(at, wg.x, tid, SCAN_WG);
     // chunks(s), inline (as in chunk_prepare): the loop below holds cooperative ops.
-    let n_chunks = (seqs.seq[s].len + seqs.lead + CHUNK - 1u) / CHUNK;
+    let n_chunks = (seqs.seq[s].len + seqs.seq[s].lead + CHUNK - 1u) / CHUNK;
     let save = save_after(s);
     let dk = DK / CELL;
     let chunk = CHUNK / CELL;
@@ -1245,7 +1245,7 @@ fn chunk_scan_split(@builtin(workgroup_id) wg: vec3<u32>,
     let at = state_at(seqs.seq[s].slot, h);
     begin_scan(at, wg.x, tid, SPLIT_WG);
     // chunks(s), inline (as in chunk_scan): the loop below holds cooperative ops.
-    let n_chunks = (seqs.seq[s].len + seqs.lead + CHUNK - 1u) / CHUNK;
+    let n_chunks = (seqs.seq[s].len + seqs.seq[s].lead + CHUNK - 1u) / CHUNK;
     let save = save_after(s);
     let vs = VS;
     // This subgroup's chunk rows, its half of the reductions and its tile of vst2.

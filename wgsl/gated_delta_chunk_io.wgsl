@@ -67,12 +67,12 @@ struct Chunk {
 
 // Chunks of sequence s (its lead rows included).
 fn chunks(s: u32) -> u32 {
-    return (seqs.seq[s].len + seqs.lead + CHUNK - 1u) / CHUNK;
+    return (seqs.seq[s].len + seqs.seq[s].lead + CHUNK - 1u) / CHUNK;
 }
 
 fn chunk_of(c: u32, h: u32, s: u32) -> Chunk {
     let e = seqs.seq[s];
-    let lead = seqs.lead;
+    let lead = e.lead;
     let kh = (h / params.group_div) % params.nk;
     return Chunk(e.start + c * CHUNK - lead, select(0u, lead, c == 0u),
                  min(CHUNK, e.len + lead - c * CHUNK), (e.chunk0 + c) * params.nv + h, kh * DK,
@@ -242,7 +242,7 @@ fn state_at(slot: u32, h: u32) -> u32 {
 // its last chunk).
 fn save_after(s: u32) -> u32 {
     let saves = seqs.save_rows > 0u && s == seqs.save_seq;
-    return select(chunks(s), (seqs.lead + seqs.save_rows) / CHUNK - 1u, saves);
+    return select(chunks(s), (seqs.seq[s].lead + seqs.save_rows) / CHUNK - 1u, saves);
 }
 
 // This workgroup's ROWS state rows (of value columns rows_tile·ROWS + r) from the slot at `at`

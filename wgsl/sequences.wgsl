@@ -13,19 +13,24 @@
 // A prefill may also take a snapshot of one sequence's state partway through the step, where
 // the prefix cache keeps one (a branch point inside the step): the state of sequence `save_seq`
 // after its first `save_rows` rows (0: none) is written to slot `save_slot` too. With one
-// sequence (count = 1) the chunked delta rule puts `lead` zero rows before row 0 so that one of
-// its chunk boundaries falls there (lead + save_rows is a multiple of the chunk; zero rows change
-// neither outputs nor state); with several, lead = 0 and save_rows is a multiple of the chunk.
+// prompt step the chunked delta rule puts `seq[s].lead` zero rows before sequence s's row 0:
+// its first position modulo the chunk, so that its chunks are those of the absolute chunk grid
+// (positions 64c ..< 64c + 64) whatever step, batch or row it runs in. Zero rows change neither
+// outputs nor state, and a chunk's rows then sit at the same places in its tiles in every step,
+// which keeps the cooperative-matrix kernels' sums in one order (issue 21: a request's bits do
+// not depend on the batch). lead + save_rows is a multiple of the chunk (the snapshot is on the
+// grid).
 struct SeqEntry {
     slot: u32,
     start: u32,
     len: u32,
     chunk0: u32,
+    lead: u32,
 }
 
 struct Sequences {
     count: u32,
-    lead: u32,
+    pad3: u32,
     save_rows: u32,
     save_slot: u32,
     save_seq: u32,

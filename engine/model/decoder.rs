@@ -17,7 +17,7 @@ use crate::gpu::kernels::gated_delta_chunk::{CHUNK, ChunkKernel, ChunkScratch};
 use crate::gpu::kernels::quantize_q8::Q8Vectors;
 use crate::gpu::kernels::rope::RopeTable;
 use crate::gpu::profile::StepMarks;
-use crate::gpu::step::{SeqBatch, StepIo};
+use crate::gpu::step::{MAX_BATCH, SeqBatch, StepIo};
 use crate::gpu::{GpuContext, GpuError};
 
 /// What an architecture's spec file reads from a GGUF: everything the plan and the GPU model
@@ -102,7 +102,9 @@ impl Blueprint<'_> {
 
     fn chunk_bytes(&self, max_tokens: u32, kernel: ChunkKernel) -> Result<u64, ModelError> {
         Ok(match self.delta {
-            Some(dims) if max_tokens > 1 => ChunkScratch::bytes(&dims, max_tokens, 1, kernel)?,
+            Some(dims) if max_tokens > 1 => {
+                ChunkScratch::bytes(&dims, max_tokens, MAX_BATCH, kernel)?
+            }
             _ => 0,
         })
     }

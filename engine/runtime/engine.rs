@@ -394,7 +394,7 @@ impl Engine {
             })
             .collect();
         self.io.set_tokens(&self.ctx, &slots);
-        self.io.seqs.write_prefill(&self.ctx, n, row, save)?;
+        self.io.seqs.write_prefill(&self.ctx, n, row, pos, save)?;
         let step = Step::new(pos, n, self.steps % HISTORY_LEN);
         self.io.step.set(&self.ctx, step);
         let tail = if all_logits { n } else { 1 };

@@ -16,7 +16,7 @@ use fak::gpu::kernels::gdn_decode::{GdnDecode, GdnDecodeBinding, GdnDecodeIo, Sp
 use fak::gpu::kernels::quantize_q8::{CodesAndScales, Q8Vectors};
 use fak::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
 use fak::gpu::kernels::support::View;
-use fak::gpu::step::{MidSave, SeqBatch, SequenceTable};
+use fak::gpu::step::{MidSave, SeqBatch, SeqRows, SequenceTable};
 use fak::gpu::{GpuContext, GpuError, read_back_f32, upload, write};
 
 use fak::quant::GgmlType;
@@ -661,33 +661,35 @@ impl GpuLayer {
         self.run(ctx, x, form, |table| table.write(ctx, len, slots))
     }
 
-    /// Several sequences at rows of their own in one step: `(slot, first row, tokens)` each
-    /// ([`SequenceTable::write_ragged`]; `x` holds every row, padding between them included),
+    /// Several sequences at rows of their own in one step ([`SequenceTable::write_ragged`]: slot,
+    /// first row, tokens, first position; `x` holds every row, padding between them included),
     /// with sequence `save.0`'s state after `save.1.rows` of its tokens also written to
     /// `save.1.slot`. The outputs are read over all the step's rows.
     pub fn step_ragged(
         &self,
         ctx: &GpuContext,
         x: &Projections,
-        seqs: &[(u32, u32, u32)],
+        seqs: &[SeqRows],
         form: Form,
         save: Option<(usize, MidSave)>,
     ) -> GpuOutputs {
         self.run(ctx, x, form, |table| table.write_ragged(ctx, seqs, save))
     }
 
-    /// A chunked prefill of `len` tokens on `slot` that also writes the state after `save.rows`
-    /// of them to `save.slot` (a mid-step snapshot).
-    pub fn prefill_saving(
+    /// A chunked prefill of `len` tokens on `slot` from position `pos` (its chunks on the
+    /// absolute grid: lead rows where `pos` is off it), with the state after `save.rows` of them
+    /// also written to `save.slot` (a mid-step snapshot, at a position on the grid).
+    pub fn prefill_at(
         &self,
         ctx: &GpuContext,
         x: &Projections,
         slot: u32,
         len: u32,
-        save: MidSave,
+        pos: u32,
+        save: Option<MidSave>,
     ) -> GpuOutputs {
         self.run(ctx, x, Form::Chunked, |table| {
-            table.write_prefill(ctx, len, slot, Some(save))
+            table.write_prefill(ctx, len, slot, pos, save)
         })
     }
 

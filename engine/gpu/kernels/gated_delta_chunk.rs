@@ -475,10 +475,10 @@ impl ChunkScratch {
         self.buffer.size() + self.halves.as_ref().map_or(0, wgpu::Buffer::size)
     }
 
-    /// count·⌈len/C⌉ ≤ (count·len + (C−1)·count) / C.
+    /// Sequences whose rows do not share a chunk of rows take at most ⌈max_tokens/C⌉ chunks,
+    /// and each one's lead rows (wgsl/sequences.wgsl) at most one more.
     fn chunks(max_tokens: u32, max_seqs: u32) -> Result<u32, GpuError> {
-        let chunks = (u64::from(max_tokens) + u64::from(CHUNK - 1) * u64::from(max_seqs))
-            .div_ceil(u64::from(CHUNK));
+        let chunks = u64::from(max_tokens).div_ceil(u64::from(CHUNK)) + u64::from(max_seqs);
         u32::try_from(chunks).map_err(|_| GpuError::Shape {
             kernel: GatedDeltaChunked::NAME,
             message: format!("{chunks} chunks of scratch do not fit in u32"),
@@ -861,17 +861,15 @@ impl GatedDeltaChunked {
     }
 
     /// The two dispatches of a prefill, whatever its length: chunk_prepare over (chunks, value
-    /// heads, sequences), then chunk_scan over (state-row blocks, value heads, sequences). A
-    /// one-sequence step gets room for the lead rows of a mid-step snapshot
-    /// ([`super::delta_state::MidSave`]): its chunks are counted over len + CHUNK − 1 rows, and
-    /// the workgroups of a chunk past the table's last return at once. Several sequences of
-    /// any lengths ([`SequenceTable::write_ragged`]) take the longest one's chunks in the grid,
-    /// and their chunks in all must fit the scratch.
+    /// heads, sequences), then chunk_scan over (state-row blocks, value heads, sequences). The
+    /// grid counts the longest sequence's chunks with room for its lead rows (a prompt's chunks
+    /// are those of the absolute grid: wgsl/sequences.wgsl), over len + CHUNK − 1 rows; the
+    /// workgroups of a chunk past a sequence's last return at once. Several sequences of any
+    /// lengths ([`SequenceTable::write_ragged`]) must fit the scratch with their chunks in all.
     pub fn plan(&self, binding: &ChunkBinding, batch: SeqBatch) -> Result<Vec<Dispatch>, GpuError> {
         check_batch(Self::NAME, batch, binding.max_tokens, binding.max_seqs)?;
         // The grid counts the longest sequence's chunks; the scratch holds every sequence's.
-        let lead_room = if batch.count == 1 { CHUNK - 1 } else { 0 };
-        let chunks = (batch.len + lead_room).div_ceil(CHUNK);
+        let chunks = (batch.len + CHUNK - 1).div_ceil(CHUNK);
         let blocks = if batch.count == 1 {
             chunks
         } else {

@@ -38,7 +38,7 @@ mod pages;
 mod sequences;
 
 pub use pages::PageTable;
-pub use sequences::{MidSave, SeqBatch, SequenceTable};
+pub use sequences::{MidSave, SeqBatch, SeqRows, SequenceTable};
 
 use super::buffers::storage_buffer;
 use super::context::GpuContext;

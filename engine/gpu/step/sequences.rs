@@ -6,7 +6,9 @@
 //! ([`SequenceTable::write`]: decode is `len = 1` with one entry per sequence in flight; a
 //! prefill one prompt, `count = 1`), or several prompts' rows with padding between
 //! ([`SequenceTable::write_ragged`]). Its own table, not the shared `Step` uniform, because a
-//! batch needs a slot and rows per sequence.
+//! batch needs a slot and rows per sequence. A prompt's chunks for the chunked delta rule are
+//! those of the absolute chunk grid of positions (each entry's `lead`: its first position
+//! modulo the chunk), so a sequence's bits do not depend on the step it runs in.
 
 use crate::gpu::buffers::storage_buffer;
 use crate::gpu::context::GpuContext;
@@ -26,7 +28,7 @@ pub struct SeqBatch {
 }
 
 impl SeqBatch {
-    /// `count` sequences of `len` tokens, one after another.
+    /// `count` sequences of `len` tokens, one after another, from position 0.
     pub fn uniform(count: u32, len: u32) -> SeqBatch {
         SeqBatch {
             count,
@@ -53,8 +55,32 @@ pub struct MidSave {
     pub slot: u32,
 }
 
+/// One sequence of a prompt step of several ([`SequenceTable::write_ragged`]): its state slot,
+/// its first row in the step, its tokens, and the position of its first token (whose remainder
+/// modulo the chunk is its lead: wgsl/sequences.wgsl).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeqRows {
+    pub slot: u32,
+    pub row: u32,
+    pub len: u32,
+    pub pos: u32,
+}
+
+impl SeqRows {
+    /// Zero rows the chunked delta rule runs before the sequence's first, so that its chunks
+    /// are those of the absolute grid.
+    fn lead(&self) -> u32 {
+        self.pos % CHUNK
+    }
+
+    /// Chunks of the delta rule it takes, its lead rows included.
+    fn chunks(&self) -> u32 {
+        (self.lead() + self.len).div_ceil(CHUNK)
+    }
+}
+
 /// The GPU buffer `struct Sequences` of wgsl/sequences.wgsl lives in: a 32-byte header
-/// (count, len, the mid-step snapshot's lead, rows and slot) and one state slot per sequence.
+/// (count, the mid-step snapshot's rows, slot and sequence) and an entry per sequence.
 pub struct SequenceTable {
     pub buffer: wgpu::Buffer,
     max_seqs: u32,
@@ -96,8 +122,13 @@ impl SequenceTable {
     pub fn write(&self, ctx: &GpuContext, len: u32, slots: &[u32]) -> Result<SeqBatch, GpuError> {
         self.check(len, slots)?;
         let count = slots.len() as u32;
-        let entries: Vec<(u32, u32, u32)> = (0..count)
-            .map(|s| (slots[s as usize], s * len, len))
+        let entries: Vec<SeqRows> = (0..count)
+            .map(|s| SeqRows {
+                slot: slots[s as usize],
+                row: s * len,
+                len,
+                pos: 0,
+            })
             .collect();
         self.put(ctx, [0; HEADER_WORDS - 1], &entries);
         Ok(SeqBatch::uniform(count, len))
@@ -129,47 +160,39 @@ impl SequenceTable {
         Ok(())
     }
 
-    /// Queues a batch of sequences of any lengths at any rows: `(slot, first row, tokens)` per
-    /// sequence, in row order, not overlapping, each of at least one token (distinct slots).
-    /// With `save` = (i, save), the state of sequence i after `save.rows` of its tokens (a
-    /// multiple of the delta rule's chunk, inside them) is also written to slot `save.slot`.
+    /// Queues a batch of sequences of any lengths at any rows ([`SeqRows`]), in row order, not
+    /// overlapping, each of at least one token (distinct slots). With `save` = (i, save), the
+    /// state of sequence i after `save.rows` of its tokens (inside them, at a position on the
+    /// delta rule's chunk grid) is also written to slot `save.slot`.
     pub fn write_ragged(
         &self,
         ctx: &GpuContext,
-        seqs: &[(u32, u32, u32)],
+        seqs: &[SeqRows],
         save: Option<(usize, MidSave)>,
     ) -> Result<SeqBatch, GpuError> {
-        let slots: Vec<u32> = seqs.iter().map(|&(slot, _, _)| slot).collect();
-        let lens = seqs.iter().map(|&(_, _, len)| len);
-        let len = lens.clone().max().unwrap_or(0);
+        let slots: Vec<u32> = seqs.iter().map(|s| s.slot).collect();
+        let len = seqs.iter().map(|s| s.len).max().unwrap_or(0);
         self.check(len.max(1), &slots)?;
         let mut end = 0;
-        for (i, &(_, start, len)) in seqs.iter().enumerate() {
-            if len == 0 || start < end {
+        for (i, s) in seqs.iter().enumerate() {
+            if s.len == 0 || s.row < end {
                 return Err(table_error(format!(
-                    "sequence {i} of {len} tokens from row {start}: sequences need a token and \
-                     rows of their own, in order (the one before ends at row {end})"
+                    "sequence {i} of {} tokens from row {}: sequences need a token and rows of \
+                     their own, in order (the one before ends at row {end})",
+                    s.len, s.row
                 )));
             }
-            end = start + len;
+            end = s.row + s.len;
         }
         let mut header = [0; HEADER_WORDS - 1];
         if let Some((i, save)) = save {
-            let Some(&(slot, _, len)) = seqs.get(i) else {
+            let Some(s) = seqs.get(i) else {
                 return Err(table_error(format!(
                     "a snapshot of sequence {i} of {}",
                     seqs.len()
                 )));
             };
-            let inside = save.rows > 0 && save.rows < len && save.rows % CHUNK == 0;
-            if !inside || save.slot >= self.n_slots || slots.contains(&save.slot) {
-                return Err(table_error(format!(
-                    "a snapshot after {} of the {len} rows of sequence {i} (slot {slot}) into \
-                     slot {}: it must fall inside the sequence on the chunk grid, into a slot \
-                     no sequence of the batch uses",
-                    save.rows, save.slot
-                )));
-            }
+            self.check_save(s, save, &slots)?;
             header = [0, save.rows, save.slot, i as u32, 0, 0, 0];
         }
         self.put(ctx, header, seqs);
@@ -177,63 +200,68 @@ impl SequenceTable {
             count: seqs.len() as u32,
             len,
             rows: end,
-            chunks: lens.clone().map(|l| l.div_ceil(CHUNK)).sum(),
-            tokens: lens.sum(),
+            chunks: seqs.iter().map(SeqRows::chunks).sum(),
+            tokens: seqs.iter().map(|s| s.len).sum(),
         })
     }
 
-    /// [`SequenceTable::write`] for one sequence of `len` tokens on `slot`, with the state after
-    /// `save.rows` of them also written to `save.slot` (a slot no sequence uses: the host's
-    /// spare). The chunked prefill then runs `lead` zero rows first so that a chunk boundary
-    /// falls on `save.rows`; its plan leaves room for that in every one-sequence step.
+    /// [`SequenceTable::write`] for one prompt step of `len` tokens on `slot` from position
+    /// `pos` (its chunks on the absolute grid), with the state after `save.rows` of them also
+    /// written to `save.slot` (a slot no sequence uses: the host's spare; a position on the
+    /// chunk grid). The chunked prefill's plan leaves room for the lead rows in every step.
     pub fn write_prefill(
         &self,
         ctx: &GpuContext,
         len: u32,
         slot: u32,
+        pos: u32,
         save: Option<MidSave>,
     ) -> Result<SeqBatch, GpuError> {
-        let Some(save) = save else {
-            return self.write(ctx, len, &[slot]);
+        self.check(len, &[slot])?;
+        let seq = SeqRows {
+            slot,
+            row: 0,
+            len,
+            pos,
         };
-        if save.rows == 0 || save.rows >= len {
-            return Err(table_error(format!(
-                "a snapshot after {} of a step's {len} rows: it must fall inside the step",
-                save.rows
-            )));
+        let mut header = [0; HEADER_WORDS - 1];
+        if let Some(save) = save {
+            self.check_save(&seq, save, &[slot])?;
+            header = [0, save.rows, save.slot, 0, 0, 0, 0];
         }
-        if save.slot >= self.n_slots || save.slot == slot {
-            return Err(table_error(format!(
-                "a snapshot into slot {} for a sequence on slot {slot}: need another of the {} \
-                 slots",
-                save.slot, self.n_slots
-            )));
-        }
-        if slot >= self.n_slots {
-            return Err(table_error(format!(
-                "sequence 0 uses slot {slot}, past the {} slots",
-                self.n_slots
-            )));
-        }
-        let lead = (CHUNK - save.rows % CHUNK) % CHUNK;
-        self.put(
-            ctx,
-            [lead, save.rows, save.slot, 0, 0, 0, 0],
-            &[(slot, 0, len)],
-        );
-        Ok(SeqBatch::uniform(1, len))
+        self.put(ctx, header, &[seq]);
+        Ok(SeqBatch {
+            chunks: seq.chunks(),
+            ..SeqBatch::uniform(1, len)
+        })
     }
 
-    /// Writes the header (count, then `header`: lead, save_rows, save_slot, save_seq, padding)
-    /// and an entry per
-    /// sequence (slot, start, len, then its first chunk block: the chunks before it).
-    fn put(&self, ctx: &GpuContext, header: [u32; HEADER_WORDS - 1], seqs: &[(u32, u32, u32)]) {
+    /// Checks a mid-step snapshot of `seq`: inside its rows, on the chunk grid of positions,
+    /// into a slot no sequence of the batch uses.
+    fn check_save(&self, seq: &SeqRows, save: MidSave, slots: &[u32]) -> Result<(), GpuError> {
+        let inside = save.rows > 0 && save.rows < seq.len;
+        let on_grid = (seq.lead() + save.rows) % CHUNK == 0;
+        if !inside || !on_grid || save.slot >= self.n_slots || slots.contains(&save.slot) {
+            return Err(table_error(format!(
+                "a snapshot after {} of the {} rows of the sequence on slot {} from position {} \
+                 into slot {}: it must fall inside the sequence at a position on the {CHUNK}-row \
+                 chunk grid, into a slot of the {} that no sequence of the batch uses",
+                save.rows, seq.len, seq.slot, seq.pos, save.slot, self.n_slots
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes the header (count, then `header`: padding, save_rows, save_slot, save_seq,
+    /// padding) and an entry per sequence (slot, start, len, its first chunk block: the chunks
+    /// before it, its lead).
+    fn put(&self, ctx: &GpuContext, header: [u32; HEADER_WORDS - 1], seqs: &[SeqRows]) {
         let mut words = vec![seqs.len() as u32];
         words.extend_from_slice(&header);
         let mut chunk0 = 0;
-        for &(slot, start, len) in seqs {
-            words.extend_from_slice(&[slot, start, len, chunk0]);
-            chunk0 += len.div_ceil(CHUNK);
+        for s in seqs {
+            words.extend_from_slice(&[s.slot, s.row, s.len, chunk0, s.lead()]);
+            chunk0 += s.chunks();
         }
         ctx.queue
             .write_buffer(&self.buffer, 0, bytemuck::cast_slice(&words));
@@ -242,7 +270,7 @@ impl SequenceTable {
 
 /// Words of `struct Sequences` before its entries, and of each entry.
 const HEADER_WORDS: usize = 8;
-const ENTRY_WORDS: usize = 4;
+const ENTRY_WORDS: usize = 5;
 
 fn table_error(message: String) -> GpuError {
     GpuError::Shape {

@@ -18,7 +18,7 @@ use crate::gpu::kernels::matmul::MatmulOutput;
 use crate::gpu::kernels::quantize_q8::Q8Vectors;
 use crate::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
 use crate::gpu::profile::StepMarks;
-use crate::gpu::step::{SeqBatch, StepKind};
+use crate::gpu::step::{MAX_BATCH, SeqBatch, StepKind};
 use crate::gpu::{GpuContext, GpuError, fill_f32};
 use crate::model::ModelError;
 use crate::model::tensors::DeltaNetTensors;
@@ -57,7 +57,7 @@ impl DeltaNetKernels {
                 .then(|| GdnDecode::new(ctx, paths, dims))
                 .transpose()?,
             scratch: (max_tokens > 1)
-                .then(|| ChunkScratch::new(ctx, &chunked, max_tokens, 1))
+                .then(|| ChunkScratch::new(ctx, &chunked, max_tokens, MAX_BATCH))
                 .transpose()?,
             chunked,
             norm: GatedNorm::new(ctx, paths, dims)?,

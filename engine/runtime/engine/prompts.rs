@@ -12,17 +12,19 @@
 //!
 //! On a hybrid model the causal conv and the chunked delta rule run each sequence over its own
 //! rows and state slot (`SequenceTable::write_ragged`); each sequence's rows start on a multiple
-//! of the delta rule's 64-token chunk as well, its portion is whole chunks unless it ends the
-//! prompt (its chunks then sit on its own absolute-position grid, as in its own steps); the
-//! snapshots of its state the prefix cache wants are taken as in its own steps (one per step
-//! as the step passes it, into the spare slot; the others where a portion ends).
+//! of the delta rule's 64-token chunk as well, its chunks are those of the absolute grid of
+//! positions (lead rows where it resumes off that grid: a finished conversation's cached end),
+//! and a portion cut short of its prompt's end ends on that grid, as in its own steps; the
+//! snapshots of its state the prefix cache wants (all on the grid) are taken as in its own
+//! steps (one per step as the step passes it, into the spare slot; the others where a portion
+//! ends).
 
 use super::session::{SeqId, Started};
 use super::{Engine, RuntimeError, timed};
 use crate::gpu::Step;
 use crate::gpu::kernels::gated_delta_chunk::CHUNK;
 use crate::gpu::profile::StepMarks;
-use crate::gpu::step::{HISTORY_LEN, MAX_BATCH, MidSave, StepKind, TokenSlot};
+use crate::gpu::step::{HISTORY_LEN, MAX_BATCH, MidSave, SeqRows, StepKind, TokenSlot};
 use std::time::{Duration, Instant};
 
 /// One sequence's share of a step of several prompts.
@@ -104,7 +106,7 @@ impl Engine {
     /// The next step's portions: from the front of `seqs`, each sequence's prompt tokens left
     /// as far as `room` and the prefill chunk (after alignment) hold, stopping after one cut
     /// short of its prompt's end for want of space. On a hybrid model a portion cut for space
-    /// is whole delta-rule chunks (none: it is left out); where snapshots of its recurrent
+    /// ends on the absolute chunk grid (none: it is left out); where snapshots of its recurrent
     /// state are due inside it, the step takes the first of one portion as it passes (as a
     /// sequence's own step does) and a portion ends at the next one due (at the first, when
     /// another portion of the step takes one).
@@ -134,21 +136,21 @@ impl Engine {
             let mut len = match (fits, hybrid) {
                 (true, _) => left,
                 (false, false) => space,
-                // The first portion takes a chunk at least, as `prefill_part` would.
-                (false, true) if portions.is_empty() => (space / grain * grain).max(grain),
-                (false, true) => space / grain * grain,
+                // The first portion reaches the next grid point at least, as `prefill_part` does.
+                (false, true) if portions.is_empty() => grid_cut(s.pos, space, grain)
+                    .max(grain - s.pos % grain)
+                    .min(left),
+                (false, true) => grid_cut(s.pos, space, grain),
             };
             // Snapshots due inside the portion: the step takes the first (when no other
-            // portion took the spare slot and it lies on the portion's own chunk grid), and the
-            // next due ends the portion. A boundary off that grid (the portion resumes where a
-            // finished conversation left the cache: its decoded tokens end anywhere) ends the
-            // portion instead, whose end state is then the snapshot: a step of several
-            // sequences has no lead rows to move its grid, as a one-sequence step has.
+            // portion took the spare slot; every due one is on the chunk grid, where the
+            // portion's chunks end), and the next due ends the portion. One the spare slot
+            // cannot take ends the portion, whose end state is then the snapshot.
             let spare_free = portions.iter().all(|p| p.mid.is_none());
             let mut due = s.snapshot_at.iter().copied().filter(|&b| b > s.pos);
             let mut mid = None;
             if let Some(b) = due.next().filter(|&b| b < s.pos + len) {
-                match spare_free && (b - s.pos) % CHUNK as usize == 0 {
+                match spare_free && b % CHUNK as usize == 0 {
                     true => {
                         mid = Some(b);
                         if let Some(next) = due.next() {
@@ -218,9 +220,14 @@ impl Engine {
         let k = last_rows.len() as u32;
         self.io.set_ids(&self.ctx, &ids);
         self.io.set_tokens(&self.ctx, &slots);
-        let table: Vec<(u32, u32, u32)> = portions
+        let table: Vec<SeqRows> = portions
             .iter()
-            .map(|p| (p.seq.row(), p.row as u32, p.len as u32))
+            .map(|p| SeqRows {
+                slot: p.seq.row(),
+                row: p.row as u32,
+                len: p.len as u32,
+                pos: p.pos as u32,
+            })
             .collect();
         let spare = self.io.spare_slot();
         let save = portions.iter().enumerate().find_map(|(i, p)| {
@@ -315,4 +322,11 @@ impl Engine {
         }
         Ok(out)
     }
+}
+
+/// Tokens from position `pos` to the last multiple of `grain` within `pos + space` (0 if there
+/// is none): a hybrid model's portion cut short of its prompt's end ends on the absolute chunk
+/// grid, so its chunks are the ones every other cut of the prompt computes.
+fn grid_cut(pos: usize, space: usize, grain: usize) -> usize {
+    ((pos + space) / grain * grain).saturating_sub(pos)
 }

@@ -112,6 +112,19 @@ impl Engine {
         }
     }
 
+    /// Where a prefill step from `pos` of at most `most` tokens ends short of its prompt's end:
+    /// for a hybrid model on the absolute chunk grid where it reaches one, so that a prompt
+    /// resumed off the grid (a finished conversation's cached end) is cut where every other cut
+    /// of it is, whatever the budget (see [`Engine::state_grid`]).
+    fn step_end(&self, pos: usize, most: usize) -> usize {
+        let chunk = CHUNK as usize;
+        let on_grid = (pos + most) / chunk * chunk;
+        match self.model.state_bytes() > 0 && on_grid > pos {
+            true => on_grid,
+            false => pos + most,
+        }
+    }
+
     /// The fewest tokens a prefill step takes short of the prompt's end: one delta-rule chunk
     /// for a hybrid model (fewer only where a whole prefill chunk is smaller), so that a part's
     /// budget never cuts a step off the chunk grid; one token otherwise.
@@ -293,7 +306,7 @@ impl Engine {
     ) -> Result<(usize, usize), RuntimeError> {
         let s = self.seq(seq)?;
         let (pos, prompt_len) = (s.pos, s.prompt_len);
-        let limit = prompt_len.min(pos + most);
+        let limit = prompt_len.min(self.step_end(pos, most));
         let stops = &s.snapshot_at;
         let mut due = stops.iter().copied().filter(|&b| b > pos && b <= limit);
         let (mid, end) = match due.next() {
