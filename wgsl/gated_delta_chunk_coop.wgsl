@@ -85,6 +85,13 @@
 // 8 (16 fewer f32 registers a lane at the kernel's peak) and 24 tile products instead of 32. Each
 // needed tile adds the same products in the same order; the upper tiles of a_sh hold other
 // finite products, which P's mask zeroes as it did the upper ones: the same results.
+// PREP_KEY_HEADS (gated_delta_chunk_io.wgsl's override, `…+splitk+keyheads+…`): chunk_prepare one
+// workgroup per (chunk, key head): the Gram tiles once, joined and held as values (4 CoopC a
+// subgroup), then finish_head for each value head that reads the key head — its γ, β, Q̃ and K̃
+// (put_decayed_keys: k̂, q̂ read again), P, A, T, T·R. U_DIRECT (override, `…+ustore+…`): where dv
+// is a whole number of 32-column blocks, T·R's U blocks are stored from the accumulators straight
+// to the f32 scratch (put_u_tile: one barrier a block, no pass through a_sh). Both: the same
+// values in the same order, bit for bit the same results.
 // SCAN_PAIRS (override, `…+lean+pairs+…`; not with SCAN_DEEP): W·S / Q̃·S two k-steps at a time
 // and the state update two chunk steps at a time, their global fragments (8 and 12) loaded into
 // named values before the MMAs — no array of fragments a driver might put in local memory, none
@@ -98,7 +105,8 @@
 // step on an H100); chunk_scan where its workgroup memory does not fit (dk = 256 on 48 KiB).
 // The two scans share their setup, chunk head and end, V' quads and fragment loads (the
 // helpers before chunk_scan).
-// dispatch: as gated_delta_chunk.wgsl (chunk_scan_split on chunk_scan's grid).
+// dispatch: as gated_delta_chunk.wgsl (chunk_scan_split on chunk_scan's grid; chunk_prepare's y
+//   over nk with PREP_KEY_HEADS).
 // workgroup memory: prepare 45.5 KB (h16 28 KB, a_sh 17 KB); scan 4·(16·(dk + 4) + 256) +
 //   2·(2·16·(dk + 8)) + 6 KB + 5 KB + 0.5 KB (30.2 KB at dk = 128, 45.2 KB at dk = 256): within
 //   NVIDIA's 48 KiB, not Metal's 32 KiB (the 8×8 Metal shape is not offered: gated_delta_chunk.rs).
