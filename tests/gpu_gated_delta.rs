@@ -40,6 +40,13 @@ fn small_shapes() -> Vec<DeltaDims> {
     ]
 }
 
+/// One value head per key head (nv / nk = 1, where chunk_prepare's key-head form has one value
+/// head to finish) and a value head of whole 32-column blocks (where the coop kernel's `ustore`
+/// form stores U from its accumulators), small.
+fn one_value_head_per_key_head() -> DeltaDims {
+    dims(2, 2, 16, 32, 4, HeadMapping::Tiled)
+}
+
 /// The family's head size, kept to few heads (lavapipe is slow).
 fn wide_shape() -> DeltaDims {
     dims(2, 4, 128, 128, 4, HeadMapping::Tiled)
@@ -944,8 +951,38 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
     assert_eq!(split_after_v.form, ChunkForm::COOP[14]);
     assert!(split_after_v.form.split_k && !split_after_v.form.fused);
     assert!(ChunkForm::COOP[..13].iter().all(|f| f.same_bits()));
+    // The default with the Gram phase once per key head, U from the accumulators, and both.
+    let key_heads = ChunkKernel::named("coop+quads+fused+lean+splitk+keyheads+blocks").unwrap();
+    let u_direct = ChunkKernel::named("coop+quads+fused+lean+splitk+ustore+blocks").unwrap();
+    let both = ChunkKernel::named("coop+quads+fused+lean+splitk+keyheads+ustore+blocks").unwrap();
+    assert_eq!(
+        [key_heads.form, u_direct.form, both.form],
+        [
+            ChunkForm::COOP[15],
+            ChunkForm::COOP[16],
+            ChunkForm::COOP[17]
+        ]
+    );
+    let default_with = |key_heads, u_direct| ChunkForm {
+        key_heads,
+        u_direct,
+        ..ChunkKernel::DEFAULT.form
+    };
+    assert_eq!(key_heads.form, default_with(true, false));
+    assert_eq!(u_direct.form, default_with(false, true));
+    assert_eq!(both.form, default_with(true, true));
+    assert_eq!(default_with(false, false), ChunkKernel::DEFAULT.form);
     let blocks = ChunkKernel::named("f32+blocks").unwrap();
     assert_eq!((blocks.coop, blocks.form), (false, ChunkForm::F32[2]));
+    let f32_key_heads = ChunkKernel::named("f32+keyheads+blocks").unwrap();
+    assert_eq!(
+        f32_key_heads.form,
+        ChunkForm {
+            key_heads: true,
+            ..blocks.form
+        }
+    );
+    assert_eq!(f32_key_heads.form, ChunkForm::F32[3]);
     let bad_names = [
         "Coop",
         "coop+fused+quads",
@@ -974,6 +1011,13 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
         "coop+quads+fused+splitk+blocks",
         "coop+quads+fused+lean+blocks+splitk",
         "coop+quads+fused+lean+splitk+lower+blocks",
+        "coop+quads+fused+lean+splitk+ustore+keyheads+blocks",
+        "coop+quads+fused+lean+splitk+blocks+keyheads",
+        "coop+quads+fused+lean+keyheads+blocks",
+        "coop+keyheads",
+        "f32+keyheads",
+        "f32+ustore+blocks",
+        "f32+keyheads+ustore+blocks",
     ];
     for bad in bad_names {
         let e = ChunkKernel::named(bad).unwrap_err().to_string();
@@ -1097,7 +1141,8 @@ fn the_coop_kernel_declares_the_workgroup_memory_the_host_counts() {
 /// coop kernel's f16 halves) filled with NaN before each step, a ragged batch of three
 /// sequences (45, 130 and 20 rows on shuffled slots), then one sequence of 70, match the CPU
 /// layer — o, y and the states — within the layer's tolerance. dv = 12 leaves the
-/// coop kernel's U blocks part-wide and dk = 16 a subgroup without a state tile.
+/// coop kernel's U blocks part-wide and dk = 16 a subgroup without a state tile; nv = nk with
+/// dv = 32 gives the key-head forms one value head a workgroup and `ustore` a whole U block.
 #[test]
 fn every_chunked_form_on_a_poisoned_scratch_matches_the_cpu_layer() {
     let ctx = gpu();
@@ -1105,7 +1150,11 @@ fn every_chunked_form_on_a_poisoned_scratch_matches_the_cpu_layer() {
     let mut rng = rng(0x6d7_000e);
     let vd = |d: &DeltaDims| d.value_dim() as usize;
     let mut failed = Vec::new();
-    for d in [small_shapes()[0], small_shapes()[2]] {
+    for d in [
+        small_shapes()[0],
+        small_shapes()[2],
+        one_value_head_per_key_head(),
+    ] {
         let weights = LayerWeights::random(&d, &mut rng);
         let x = Projections::random(&d, 256, &mut rng);
         let alone = Projections::random(&d, 70, &mut rng);

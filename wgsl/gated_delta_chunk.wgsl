@@ -17,7 +17,10 @@
 //   and heads at once. One workgroup of 256 per (chunk, head, sequence): Gram matrices of K and
 //   Q against K from 64×16 tiles in workgroup memory (4×4 outputs per invocation), A in
 //   workgroup memory, T by forward substitution in place (row t needs only rows < t), then W and
-//   U as T·R over column tiles of R. Writes W, U, P, γ to the scratch buffer.
+//   U as T·R over column tiles of R. Writes W, U, P, γ to the scratch buffer. With PREP_KEY_HEADS
+//   (gated_delta_chunk_io.wgsl) one workgroup per (chunk, key head, sequence) instead, which
+//   computes the Gram matrices once and the rest for each value head that reads the key head, in
+//   turn (the same values in the same order: bit for bit the same scratch).
 // - chunk_scan: the part that is sequential over chunks, parallel over heads and state rows:
 //   state columns evolve independently given W, K, γ (V'_{:,j} = U_{:,j} − W S_{:,j}), so one
 //   workgroup of 128 owns ROWS = 16 state rows of one head in workgroup memory and walks the
@@ -30,14 +33,13 @@
 //           6 params) and 3 scratch (array<f32>, read_write: W [blocks][C][dk] at w_at, U
 //           [blocks][C][dv] at u_at, P [blocks][C][C] at p_at, γ [blocks][C] at gamma_at; block =
 //           (chunk0_s + c)·nv + h)
-// dispatch: chunk_prepare (n_chunks, nv, count) × 256, n_chunks those of the longest sequence,
-//           counted with room for C − 1 lead rows (chunks past a sequence's
-//           return at once); chunk_scan
-//           (ceil(dv / 16), nv, count) × 128.
+// dispatch: chunk_prepare (n_chunks, nv, count) × 256 (nk for nv with PREP_KEY_HEADS), n_chunks
+//           those of the longest sequence, counted with room for C − 1 lead rows (chunks past a
+//           sequence's return at once); chunk_scan (ceil(dv / 16), nv, count) × 128.
 // workgroup memory: prepare 25.8 KB; scan 4·(16·(dk + 1) + 64·16 + 2·64·17 + 64) bytes (21.3 KB
 //           at dk = 128, 29.5 KB at dk = 256): within the 32 KB of Metal and lavapipe.
 // variants: the fallback (gated_delta_chunk_coop.wgsl is the cooperative-matrix one).
-// overrides: DK (multiple of 16).
+// overrides: DK (multiple of 16); gated_delta_chunk_io.wgsl's INVERSE and PREP_KEY_HEADS.
 // requires: sequences.wgsl, gated_delta_chunk_io.wgsl (C is its CHUNK).
 
 @group(0) @binding(3) var<storage, read_write> scratch: array<f32>;
@@ -66,11 +68,10 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
     if wg.x >= chunks(wg.z) {
         return;
     }
-    let h = wg.y;
-    let ch = chunk_of(wg.x, h, wg.z);
-    load_gates(ch, h, tid);
-    if tid < CHUNK {
-        scratch[params.gamma_at + ch.block * CHUNK + tid] = gamma_sh[tid];
+    // The key head's columns are those of every value head this workgroup finishes.
+    let keys = chunk_of(wg.x, prep_head(wg.y, 0u), wg.z);
+    if PREP_KEY_HEADS == 0u {
+        start_head(keys, wg.y, tid);
     }
 
     // Gram matrices: this invocation owns rows t = ty + 16a and columns s = tx + 16b (a, b < 4).
@@ -84,10 +85,10 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
             let ii = e % TI;
             var kv = 0.0;
             var qv = 0.0;
-            if live(ch, t) {
-                let at = (ch.row0 + t) * params.conv_dim + i0 + ii;
-                kv = mixed[at + ch.k_col];
-                qv = mixed[at + ch.q_col];
+            if live(keys, t) {
+                let at = (keys.row0 + t) * params.conv_dim + i0 + ii;
+                kv = mixed[at + keys.k_col];
+                qv = mixed[at + keys.q_col];
             }
             tile_x[t * TP + ii] = kv;
             tile_y[t * TP + ii] = qv;
@@ -110,7 +111,30 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
         workgroupBarrier();
     }
 
+    for (var m = 0u; m < prep_heads(); m++) {
+        let h = prep_head(wg.y, m);
+        let ch = chunk_of(wg.x, h, wg.z);
+        if PREP_KEY_HEADS == 1u {
+            start_head(ch, h, tid);
+        }
+        finish_head(ch, h, tid, kk, qk);
+    }
+}
+
+// γ and β of value head h's chunk into workgroup memory, and γ to the scratch.
+fn start_head(ch: Chunk, h: u32, tid: u32) {
+    load_gates(ch, h, tid);
+    if tid < CHUNK {
+        scratch[params.gamma_at + ch.block * CHUNK + tid] = gamma_sh[tid];
+    }
+}
+
+// What chunk_prepare computes for value head h from the Gram matrices (this invocation's kk and
+// qk, chunk_prepare's layout) once its γ and β are loaded: A, T, P, W and U.
+fn finish_head(ch: Chunk, h: u32, tid: u32, kk: array<f32, 16>, qk: array<f32, 16>) {
     // A (strictly lower) into workgroup memory, P (lower with the diagonal) to the scratch.
+    let ty = tid / 16u;
+    let tx = tid % 16u;
     for (var a = 0u; a < 4u; a++) {
         let t = ty + 16u * a;
         for (var b = 0u; b < 4u; b++) {

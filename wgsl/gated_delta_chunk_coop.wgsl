@@ -85,6 +85,13 @@
 // 8 (16 fewer f32 registers a lane at the kernel's peak) and 24 tile products instead of 32. Each
 // needed tile adds the same products in the same order; the upper tiles of a_sh hold other
 // finite products, which P's mask zeroes as it did the upper ones: the same results.
+// PREP_KEY_HEADS (gated_delta_chunk_io.wgsl's override, `…+splitk+keyheads+…`): chunk_prepare one
+// workgroup per (chunk, key head): the Gram tiles once, joined and held as values (4 CoopC a
+// subgroup), then finish_head for each value head that reads the key head — its γ, β, Q̃ and K̃
+// (put_decayed_keys: k̂, q̂ read again), P, A, T, T·R. U_DIRECT (override, `…+ustore+…`): where dv
+// is a whole number of 32-column blocks, T·R's U blocks are stored from the accumulators straight
+// to the f32 scratch (put_u_tile: one barrier a block, no pass through a_sh). Both: the same
+// values in the same order, bit for bit the same results.
 // SCAN_PAIRS (override, `…+lean+pairs+…`; not with SCAN_DEEP): W·S / Q̃·S two k-steps at a time
 // and the state update two chunk steps at a time, their global fragments (8 and 12) loaded into
 // named values before the MMAs — no array of fragments a driver might put in local memory, none
@@ -98,7 +105,8 @@
 // step on an H100); chunk_scan where its workgroup memory does not fit (dk = 256 on 48 KiB).
 // The two scans share their setup, chunk head and end, V' quads and fragment loads (the
 // helpers before chunk_scan).
-// dispatch: as gated_delta_chunk.wgsl (chunk_scan_split on chunk_scan's grid).
+// dispatch: as gated_delta_chunk.wgsl (chunk_scan_split on chunk_scan's grid; chunk_prepare's y
+//   over nk with PREP_KEY_HEADS).
 // workgroup memory: prepare 45.5 KB (h16 28 KB, a_sh 17 KB); scan 4·(16·(dk + 4) + 256) +
 //   2·(2·16·(dk + 8)) + 6 KB + 5 KB + 0.5 KB (30.2 KB at dk = 128, 45.2 KB at dk = 256): within
 //   NVIDIA's 48 KiB, not Metal's 32 KiB (the 8×8 Metal shape is not offered: gated_delta_chunk.rs).
@@ -125,6 +133,7 @@ override PREP_AHEAD: u32 = 0u;
 override SCAN_DEEP: u32 = 0u;
 override SCAN_PAIRS: u32 = 0u;
 override GRAM_LOWER: u32 = 0u;
+override U_DIRECT: u32 = 0u;
 
 // SCAN_DEEP: k-steps of W·S (and Q̃·S), and chunk steps of the state update, whose global
 // fragments a subgroup loads together before their MMAs (16 and 12 fragments: 64 and 48 f16
@@ -285,15 +294,14 @@ fn load_keys(ch: Chunk, tid: u32, i0: u32) -> KeyQuads {
 }
 
 // Stage the quads of `keys` (load_keys at i0) as hi/lo tiles, and write K̃ and Q̃ of those
-// columns to the scratch.
+// columns to the scratch (with PREP_KEY_HEADS the value heads' γ is not loaded yet: each value
+// head writes its own, put_decayed_keys).
 fn stage_keys(ch: Chunk, tid: u32, i0: u32, keys: KeyQuads) {
     let gamma_last = gamma_sh[CHUNK - 1u];
-    let part = CHUNK * DK;
     for (var n = 0u; n < KEY_QUADS; n++) {
         let e = tid + n * 256u;
         let t = e / (KT / 4u);
         let ii = 4u * (e % (KT / 4u));
-        let i = i0 + ii;
         let kv = keys.k[n];
         let qv = keys.q[n];
         let k2 = hi_lo4(kv);
@@ -302,11 +310,36 @@ fn stage_keys(ch: Chunk, tid: u32, i0: u32, keys: KeyQuads) {
         put_h16_4(K_LO + t * KS + ii, k2.lo);
         put_h16_4(Q_HI + t * KS + ii, q2.hi);
         put_h16_4(Q_LO + t * KS + ii, q2.lo);
-        if i < DK {
-            let decay_k = exp(gamma_last - gamma_sh[t]);
-            let decay_q = exp(gamma_sh[t]);
-            put_split4(half_at(params.k_at, ch.block, CHUNK, DK, t, i), part, decay_k * kv);
-            put_split4(half_at(params.q_at, ch.block, CHUNK, DK, t, i), part, decay_q * qv);
+        if PREP_KEY_HEADS == 0u && i0 + ii < DK {
+            put_scaled_keys(ch, t, i0 + ii, kv, qv, gamma_last);
+        }
+    }
+}
+
+// K̃ = e^{γ_C − γ_t} k̂_t and Q̃ = e^{γ_t} q̂_t of chunk row t, columns i..i + 3 (i < dk),
+// hi/lo to the scratch; gamma_last is γ_C.
+fn put_scaled_keys(ch: Chunk, t: u32, i: u32, kv: vec4<f32>, qv: vec4<f32>, gamma_last: f32) {
+    let part = CHUNK * DK;
+    let decay_k = exp(gamma_last - gamma_sh[t]);
+    let decay_q = exp(gamma_sh[t]);
+    put_split4(half_at(params.k_at, ch.block, CHUNK, DK, t, i), part, decay_k * kv);
+    put_split4(half_at(params.q_at, ch.block, CHUNK, DK, t, i), part, decay_q * qv);
+}
+
+// PREP_KEY_HEADS: K̃ and Q̃ of the value head whose γ is loaded (ch its chunk) to the scratch —
+// what stage_keys writes in the other form, from k̂ and q̂ loaded again (the Gram phase read them
+// a moment before: L2) with no barrier.
+fn put_decayed_keys(ch: Chunk, tid: u32) {
+    let gamma_last = gamma_sh[CHUNK - 1u];
+    for (var i0 = 0u; i0 < DK; i0 += KT) {
+        let keys = load_keys(ch, tid, i0);
+        for (var n = 0u; n < KEY_QUADS; n++) {
+            let e = tid + n * 256u;
+            let t = e / (KT / 4u);
+            let ii = 4u * (e % (KT / 4u));
+            if i0 + ii < DK {
+                put_scaled_keys(ch, t, i0 + ii, keys.k[n], keys.q[n], gamma_last);
+            }
         }
     }
 }
@@ -322,25 +355,29 @@ struct RBlock {
 
 // Blocks of R a chunk_prepare workgroup goes through: ⌈dk / BW⌉ of W, then ⌈dv / BW⌉ of U.
 fn r_blocks() -> u32 {
-    return (DK + BW - 1u) / BW + (params.dv + BW - 1u) / BW;
+    return w_blocks() + (params.dv + BW - 1u) / BW;
+}
+
+fn w_blocks() -> u32 {
+    return (DK + BW - 1u) / BW;
 }
 
 fn r_block(ch: Chunk, h: u32, b: u32) -> RBlock {
-    let w_blocks = (DK + BW - 1u) / BW;
-    if b < w_blocks {
+    if b < w_blocks() {
         let c0 = b * BW;
         return RBlock(ch.k_col + c0, min(BW, DK - c0), true, c0);
     }
-    let c0 = (b - w_blocks) * BW;
+    let c0 = (b - w_blocks()) * BW;
     return RBlock(v_col(h) + c0, min(BW, params.dv - c0), false, c0);
 }
 
 // R quads an invocation stages (CHUNK × BW / 4 over 256).
 const R_QUADS: u32 = CHUNK * BW / 4u / 256u;
+alias RQuads = array<vec4<f32>, R_QUADS>;
 
 // This invocation's quads of R block `rb` (zero past the live rows and the block's width).
-fn load_r(ch: Chunk, tid: u32, rb: RBlock) -> array<vec4<f32>, R_QUADS> {
-    var r: array<vec4<f32>, R_QUADS>;
+fn load_r(ch: Chunk, tid: u32, rb: RBlock) -> RQuads {
+    var r: RQuads;
     for (var n = 0u; n < R_QUADS; n++) {
         let e = tid + n * 256u;
         let t = e / (BW / 4u);
@@ -363,12 +400,14 @@ fn load_r(ch: Chunk, tid: u32, rb: RBlock) -> array<vec4<f32>, R_QUADS> {
     return r;
 }
 
-// The output tile (ta, tb) of T·R for R block `rb`, whose quads (load_r) are `r`, written to W
-// (hi/lo, dk columns) or U (f32). PREP_AHEAD: returns the quads of block `next` (where `more`),
-// loaded right after the staging barrier, and leaves out the last barrier (chunk_prepare says
-// why that is safe); otherwise returns zeros.
-fn solve_block(ch: Chunk, tid: u32, ta: u32, tb: u32, rb: RBlock, r: array<vec4<f32>, R_QUADS>,
-               next: RBlock, more: bool) -> array<vec4<f32>, R_QUADS> {
+// Stages block b of R (of r_blocks()) as hi/lo tiles: its quads loaded here, or with
+// PREP_AHEAD those given, `ahead`; returns PREP_AHEAD's quads of block b + 1 (where there is one),
+// loaded right after the staging barrier under the block's MMAs, else zeros.
+fn stage_block(ch: Chunk, h: u32, tid: u32, b: u32, ahead: RQuads) -> RQuads {
+    var r = ahead;
+    if PREP_AHEAD == 0u {
+        r = load_r(ch, tid, r_block(ch, h, b));
+    }
     for (var n = 0u; n < R_QUADS; n++) {
         let e = tid + n * 256u;
         let t = e / (BW / 4u);
@@ -378,10 +417,15 @@ fn solve_block(ch: Chunk, tid: u32, ta: u32, tb: u32, rb: RBlock, r: array<vec4<
         put_h16_4(R_LO + t * BS + ii, x.lo);
     }
     workgroupBarrier();
-    var ahead: array<vec4<f32>, R_QUADS>;
-    if PREP_AHEAD == 1u && more {
-        ahead = load_r(ch, tid, next);
+    var next: RQuads;
+    if PREP_AHEAD == 1u && b + 1u < r_blocks() {
+        next = load_r(ch, tid, r_block(ch, h, b + 1u));
     }
+    return next;
+}
+
+// The output tile (ta, tb) of T·R for the staged block of R.
+fn t_times_r(ta: u32, tb: u32) -> CoopC {
     let ts = TS / CELL;
     let bs = BS / CELL;
     var main = CoopC();
@@ -397,9 +441,16 @@ fn solve_block(ch: Chunk, tid: u32, ta: u32, tb: u32, rb: RBlock, r: array<vec4<
         small = mma_cross(a_hi, coopLoadT<CoopA>(&h16[t_lo], ts), b_hi,
                           coopLoadT<CoopB>(&h16[r_lo], bs), small);
     }
+    return joined(main, small);
+}
+
+// Block rb's output tiles, this subgroup's (ta, tb) being `tile`, through a_sh to W (hi/lo, dk
+// columns) or U (f32). PREP_AHEAD leaves out the last barrier (finish_head says why that is
+// safe).
+fn put_block(ch: Chunk, tid: u32, ta: u32, tb: u32, rb: RBlock, tile: CoopC) {
     let out_at = ta * COOP * AP + tb * COOP;
     let ap = AP;
-    coopStoreT(joined(main, small), &a_sh[out_at], ap);
+    coopStoreT(tile, &a_sh[out_at], ap);
     workgroupBarrier();
     for (var e = tid; e < CHUNK * BW / 4u; e += 256u) {
         let t = e / (BW / 4u);
@@ -424,7 +475,17 @@ fn solve_block(ch: Chunk, tid: u32, ta: u32, tb: u32, rb: RBlock, r: array<vec4<
     if PREP_AHEAD == 0u {
         workgroupBarrier();
     }
-    return ahead;
+}
+
+// U_DIRECT: U's block rb, this subgroup's tile (ta, tb) being `tile`, from the accumulator straight to
+// the scratch (row stride dv, a whole number of blocks: every column of a block is U's, and the
+// tile's first float and stride stay multiples of 16 bytes), then the barrier after which the
+// next block's R may be staged. The same floats as put_block's: bit for bit the same U.
+fn put_u_tile(ch: Chunk, ta: u32, tb: u32, rb: RBlock, tile: CoopC) {
+    let at = params.u_at + (ch.block * CHUNK + ta * COOP) * params.dv + rb.out_col + tb * COOP;
+    let dv = params.dv;
+    coopStoreT(tile, &scratch[at], dv);
+    workgroupBarrier();
 }
 
 @compute @workgroup_size(256)
@@ -438,16 +499,16 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
     if wg.x >= (seqs.seq[wg.z].len + seqs.seq[wg.z].lead + CHUNK - 1u) / CHUNK {
         return;
     }
+    // PREP_KEY_HEADS: ch is the first value head's chunk, whose key columns are every one's.
     let h = wg.y;
-    let ch = chunk_of(wg.x, h, wg.z);
+    let ch = chunk_of(wg.x, prep_head(h, 0u), wg.z);
     // Ahead: the first Gram stage's k̂ and q̂ in flight under the gates' loads and γ's sum.
     var keys: KeyQuads;
     if PREP_AHEAD == 1u {
         keys = load_keys(ch, tid, 0u);
     }
-    load_gates(ch, h, tid);
-    if tid < CHUNK {
-        scratch[params.gamma_at + ch.block * CHUNK + tid] = gamma_sh[tid];
+    if PREP_KEY_HEADS == 0u {
+        start_head(ch, h, tid);
     }
 
     // Gram tiles of this subgroup: row tile ta, column tiles tb and tb + 1 (lower: tile (ta, tb)
@@ -539,20 +600,67 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
         workgroupBarrier();
     }
 
-    // P = (Q Kᵀ) ⊙ Γ (lower, with the diagonal) through a_sh to the scratch, hi/lo.
-    let ap = AP;
+    // The Gram tiles (each product's accumulators joined) and where they go in a_sh.
     let g0 = ta * COOP * AP + tb * COOP;
-    // Lower: slot 2 (kk1) is Q·Kᵀ on subgroups 0–3, stored here there and to junk elsewhere.
+    // Lower: slot 2 (kk1) is Q·Kᵀ on subgroups 0–3, stored to its tile there and to junk
+    // elsewhere.
     if lower {
         qk1 = kk1;
         qk1_small = kk1_small;
     }
     let junk = gram_at(gram_tile(GRAM_JUNK, sg));
     let own = gram_at(x_tile);
-    let p1 = select(g0 + COOP, select(junk, own, sg < 4u), lower);
-    let a1 = select(g0 + COOP, select(own, junk, sg < 4u), lower);
-    coopStoreT(joined(qk0, qk0_small), &a_sh[g0], ap);
-    coopStoreT(joined(qk1, qk1_small), &a_sh[p1], ap);
+    let tiles = GramTiles(g0, select(g0 + COOP, select(junk, own, sg < 4u), lower),
+                          select(g0 + COOP, select(own, junk, sg < 4u), lower));
+    let p0 = joined(qk0, qk0_small);
+    let p1 = joined(qk1, qk1_small);
+    let a0 = joined(kk0, kk0_small);
+    let a1 = joined(kk1, kk1_small);
+    // (Not one loop for both forms: the value-head form's program stays what it was.)
+    if PREP_KEY_HEADS == 0u {
+        finish_head(ch, h, tid, sg, tiles, p0, p1, a0, a1);
+    } else {
+        for (var m = 0u; m < prep_heads(); m++) {
+            let head = prep_head(h, m);
+            let chunk = chunk_of(wg.x, head, wg.z);
+            start_head(chunk, head, tid);
+            put_decayed_keys(chunk, tid);
+            finish_head(chunk, head, tid, sg, tiles, p0, p1, a0, a1);
+        }
+    }
+}
+
+// γ and β of value head h's chunk ch into workgroup memory, and γ to the scratch.
+fn start_head(ch: Chunk, h: u32, tid: u32) {
+    load_gates(ch, h, tid);
+    if tid < CHUNK {
+        scratch[params.gamma_at + ch.block * CHUNK + tid] = gamma_sh[tid];
+    }
+}
+
+// Where this subgroup's Gram tiles go in a_sh: both products' first at g0, Q·Kᵀ's second at p1,
+// K·Kᵀ's at a1.
+struct GramTiles {
+    g0: u32,
+    p1: u32,
+    a1: u32,
+}
+
+// What chunk_prepare computes for value head h (chunk ch, its γ and β loaded) from this
+// subgroup's Gram tiles — Q·Kᵀ's p0, p1 and K·Kᵀ's a0, a1, placed as `tiles` says: P, A, T, then
+// W and U. With PREP_KEY_HEADS it runs once for each value head of the key head, in turn: every
+// workgroup variable it writes (a_sh, h16's T and R, γ and β before it) is written after a barrier
+// that follows the previous head's last reads, and the Gram tiles are values, not memory.
+fn finish_head(ch: Chunk, h: u32, tid: u32, sg: u32, tiles: GramTiles, p0: CoopC, p1: CoopC,
+               a0: CoopC, a1: CoopC) {
+    // P = (Q Kᵀ) ⊙ Γ (lower, with the diagonal) through a_sh to the scratch, hi/lo. (The
+    // offsets bound to `let`s: naga 30's SPIR-V writer fails on a struct member there.)
+    let ap = AP;
+    let g0 = tiles.g0;
+    let p1_at = tiles.p1;
+    let a1_at = tiles.a1;
+    coopStoreT(p0, &a_sh[g0], ap);
+    coopStoreT(p1, &a_sh[p1_at], ap);
     workgroupBarrier();
     for (var e = tid; e < CHUNK * CHUNK / 4u; e += 256u) {
         let t = e / (CHUNK / 4u);
@@ -569,8 +677,8 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
     }
     workgroupBarrier();
     // A (strictly lower) in a_sh, then T in place.
-    coopStoreT(joined(kk0, kk0_small), &a_sh[g0], ap);
-    coopStoreT(joined(kk1, kk1_small), &a_sh[a1], ap);
+    coopStoreT(a0, &a_sh[g0], ap);
+    coopStoreT(a1, &a_sh[a1_at], ap);
     workgroupBarrier();
     for (var e = tid; e < CHUNK * CHUNK; e += 256u) {
         let t = e / CHUNK;
@@ -583,7 +691,7 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
     }
     workgroupBarrier();
     // Ahead: R's first block in flight under the inverse's chain.
-    var r_next: array<vec4<f32>, R_QUADS>;
+    var r_next: RQuads;
     if PREP_AHEAD == 1u {
         r_next = load_r(ch, tid, r_block(ch, h, 0u));
     }
@@ -604,22 +712,30 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
     // W = T diag(β e^γ) K and U = T diag(β) V, one 32-column block of R at a time; subgroup sg
     // computes the block's tile (sg / 2, sg mod 2).
     // Ahead, block b + 1's quads are loaded under block b's MMAs (after its staging barrier,
-    // so h16's R tiles are free), and solve_block's last barrier goes: the next block's staging
+    // so h16's R tiles are free), and put_block's last barrier goes: the next block's staging
     // writes R tiles every subgroup finished reading before the barrier that published a_sh,
     // and its a_sh stores come after the next staging barrier, which every invocation reaches
     // only once done reading a_sh.
+    // U_DIRECT where dv is a whole number of blocks: U's blocks by put_u_tile (one barrier and
+    // a_sh's pass less a block). Its loops are apart from W's because a cooperative store may
+    // branch on uniform values only, which naga does not take a loop's counter for.
     let oa = sg / 2u;
     let ob = sg % 2u;
     let blocks = r_blocks();
-    for (var b = 0u; b < blocks; b++) {
-        let block = r_block(ch, h, b);
-        var r = r_next;
-        if PREP_AHEAD == 0u {
-            r = load_r(ch, tid, block);
+    if (U_DIRECT == 1u) & (params.dv % BW == 0u) {
+        for (var b = 0u; b < w_blocks(); b++) {
+            r_next = stage_block(ch, h, tid, b, r_next);
+            put_block(ch, tid, oa, ob, r_block(ch, h, b), t_times_r(oa, ob));
         }
-        let more = b + 1u < blocks;
-        r_next = solve_block(ch, tid, oa, ob, block, r, r_block(ch, h, select(b, b + 1u, more)),
-                             more);
+        for (var b = w_blocks(); b < blocks; b++) {
+            r_next = stage_block(ch, h, tid, b, r_next);
+            put_u_tile(ch, oa, ob, r_block(ch, h, b), t_times_r(oa, ob));
+        }
+    } else {
+        for (var b = 0u; b < blocks; b++) {
+            r_next = stage_block(ch, h, tid, b, r_next);
+            put_block(ch, tid, oa, ob, r_block(ch, h, b), t_times_r(oa, ob));
+        }
     }
 }
 

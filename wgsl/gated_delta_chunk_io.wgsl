@@ -79,6 +79,27 @@ fn chunk_of(c: u32, h: u32, s: u32) -> Chunk {
                  (params.nk + kh) * DK);
 }
 
+// How chunk_prepare's workgroups map to heads (override; `FAK_GDN_CHUNK=…+keyheads+…`): 0, one
+// per value head (grid y = nv); 1, one per key head (grid y = nk), which computes the chunk's Gram
+// matrices K·Kᵀ and Q·Kᵀ once — they read the key head alone; β and γ, the value head's, enter
+// after — and then finishes A, T, W, U, P for each of the nv / nk value heads that read it, in
+// turn.
+override PREP_KEY_HEADS: u32 = 0u;
+
+// Value heads a chunk_prepare workgroup finishes.
+fn prep_heads() -> u32 {
+    return select(1u, params.nv / params.nk, PREP_KEY_HEADS == 1u);
+}
+
+// The m-th value head of chunk_prepare workgroup row y (its grid's y): y itself, or with
+// PREP_KEY_HEADS the m-th of those that read key head y — κ(h) = (h / group_div) mod nk = y for
+// h = ((m / group_div)·nk + y)·group_div + m mod group_div, m < nv / nk (tiled heads, group_div 1:
+// y, y + nk, …; grouped, group_div = nv / nk: y·group_div + m).
+fn prep_head(y: u32, m: u32) -> u32 {
+    let d = params.group_div;
+    return select(y, ((m / d) * params.nk + y) * d + m % d, PREP_KEY_HEADS == 1u);
+}
+
 // Whether chunk row t is a row of the sequence (not padding).
 fn live(ch: Chunk, t: u32) -> bool {
     return ch.first <= t && t < ch.n;

@@ -46,7 +46,12 @@
 //! `chunk_scan_split` on 8 subgroups with W·S's, Q̃·S's and P·V''s reductions split in halves (a
 //! new sum order, held to the f64 reference, not the plain form's bits) — on an H100 61.2 →
 //! 57.6 ms at the 27B's 2048-token step (experiments/h200/gdn128.sh, session #16 call 1);
-//! `coop+quads+lean+splitk+blocks`, Q̃·S after V', is its twin (58.1 ms).
+//! `coop+quads+lean+splitk+blocks`, Q̃·S after V', is its twin (58.1 ms). Opt-in until timed
+//! (experiments/h200/gdnkh.sh): the default with chunk_prepare's Gram phase once per key head
+//! (`…+splitk+keyheads+blocks`: a workgroup per chunk and key head finishing its nv / nk value
+//! heads), with T·R's U blocks stored from the accumulators (`…+splitk+ustore+blocks`), and
+//! both (`…+splitk+keyheads+ustore+blocks`): the default's bits. The f32 kernel's
+//! `f32+keyheads+blocks` is its Gram phase once per key head (the plain form's bits).
 
 use super::delta_state::{
     DeltaDims, DeltaState, Dispatch, Resource, bind_group, by_entry, check_batch, check_grid,
@@ -133,6 +138,18 @@ pub struct ChunkForm {
     /// joined, then the halves added): the forms whose results are held to the f64 reference
     /// rather than to the plain form's bits ([`Self::same_bits`]).
     pub split_k: bool,
+    /// Both kernels, `PREP_KEY_HEADS` (`…+keyheads+…`): chunk_prepare one workgroup per (chunk,
+    /// key head) instead of per value head, computing the Gram matrices K·Kᵀ and Q·Kᵀ (which
+    /// read the key head alone) once and finishing A, T, W, U, P for each of the nv / nk value
+    /// heads that read it in turn — the Gram phase's MMAs, barriers and loads once instead of
+    /// nv / nk times (3 on the 27B). The same values in the same order: the bits of the form
+    /// without it.
+    pub key_heads: bool,
+    /// Coop kernel, `U_DIRECT` (`…+ustore+…`): T·R's U blocks stored from the accumulators
+    /// straight to the f32 scratch (row stride dv) where dv is a whole number of 32-column
+    /// blocks, not through workgroup memory — a barrier and a copy pass less a block (4 of the
+    /// 27B's 8). The same floats: the bits of the form without it.
+    pub u_direct: bool,
     /// Both kernels, `INVERSE`: how chunk_prepare computes T = (I + A)⁻¹.
     pub inverse: Inverse,
 }
@@ -177,7 +194,7 @@ impl ChunkForm {
     /// The forms the tests run and `FAK_GDN_CHUNK` names on the coop kernel, the plain one
     /// first: each change alone, then quads, fused and columns, then those with the inverse by
     /// blocks, then that with the lean scan (the default), then the default's opt-in twins.
-    pub const COOP: [ChunkForm; 15] = [
+    pub const COOP: [ChunkForm; 18] = [
         ChunkForm::with(false, false, false, Inverse::Rows),
         ChunkForm::with(true, false, false, Inverse::Rows),
         ChunkForm::with(false, true, false, Inverse::Rows),
@@ -205,12 +222,27 @@ impl ChunkForm {
         // after V' (fewer registers at the peak): the same sums, so each other's bits.
         ChunkForm::with(true, true, true, Inverse::Blocks).split_k(),
         ChunkForm::with(true, false, true, Inverse::Blocks).split_k(),
+        // And the default with chunk_prepare's Gram phase once per key head, with U stored
+        // from the accumulators, and both (opt-in until timed: experiments/h200/gdnkh.sh): the
+        // default's bits.
+        ChunkForm::with(true, true, true, Inverse::Blocks)
+            .split_k()
+            .key_heads(),
+        ChunkForm::with(true, true, true, Inverse::Blocks)
+            .split_k()
+            .u_direct(),
+        ChunkForm::with(true, true, true, Inverse::Blocks)
+            .split_k()
+            .key_heads()
+            .u_direct(),
     ];
-    /// The f32 kernel's forms (it has no f16 cells and one scan).
-    pub const F32: [ChunkForm; 3] = [
+    /// The f32 kernel's forms (it has no f16 cells and one scan): the inverses, and the Gram
+    /// phase once per key head with the inverse by blocks.
+    pub const F32: [ChunkForm; 4] = [
         ChunkForm::with(false, false, false, Inverse::Rows),
         ChunkForm::with(false, false, false, Inverse::Columns),
         ChunkForm::with(false, false, false, Inverse::Blocks),
+        ChunkForm::with(false, false, false, Inverse::Blocks).key_heads(),
     ];
 
     const fn with(quads: bool, fused: bool, lean: bool, inverse: Inverse) -> Self {
@@ -223,6 +255,8 @@ impl ChunkForm {
             pairs: false,
             lower: false,
             split_k: false,
+            key_heads: false,
+            u_direct: false,
             inverse,
         }
     }
@@ -264,8 +298,25 @@ impl ChunkForm {
         }
     }
 
+    /// The same with chunk_prepare's Gram phase once per key head.
+    const fn key_heads(self) -> Self {
+        ChunkForm {
+            key_heads: true,
+            ..self
+        }
+    }
+
+    /// The same with T·R's U blocks stored from the accumulators.
+    const fn u_direct(self) -> Self {
+        ChunkForm {
+            u_direct: true,
+            ..self
+        }
+    }
+
     /// Whether it computes the plain form's values in the same order (bit for bit): all but
-    /// `split_k`, which sums its halves in another order.
+    /// `split_k`, which sums its halves in another order (its forms compute the first split
+    /// form's values in the same order: `key_heads` and `u_direct` change neither).
     pub fn same_bits(self) -> bool {
         !self.split_k
     }
@@ -289,6 +340,8 @@ impl ChunkForm {
             (self.pairs, "+pairs"),
             (self.lower, "+lower"),
             (self.split_k, "+splitk"),
+            (self.key_heads, "+keyheads"),
+            (self.u_direct, "+ustore"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
@@ -586,7 +639,7 @@ impl GatedDeltaChunked {
         Self::source_with(variant, dims, ChunkForm::default())
     }
 
-    /// The same in `form` (the f32 kernel takes its inverse alone).
+    /// The same in `form` (the f32 kernel takes its inverse and `key_heads` alone).
     pub fn source_with(variant: KernelPaths, dims: &DeltaDims, form: ChunkForm) -> KernelSource {
         let coop = variant.coop_matrix.is_some();
         let form = Self::form_of(variant, form);
@@ -594,6 +647,7 @@ impl GatedDeltaChunked {
         let mut constants = vec![
             ("DK", f64::from(dims.dk)),
             ("INVERSE", f64::from(form.inverse.code())),
+            ("PREP_KEY_HEADS", flag(form.key_heads)),
         ];
         if coop {
             constants.push(("SCAN_FUSED", flag(form.fused)));
@@ -602,6 +656,7 @@ impl GatedDeltaChunked {
             constants.push(("SCAN_DEEP", flag(form.deep)));
             constants.push(("SCAN_PAIRS", flag(form.pairs)));
             constants.push(("GRAM_LOWER", flag(form.lower)));
+            constants.push(("U_DIRECT", flag(form.u_direct)));
         }
         let label = ChunkKernel { coop, form }.label();
         let spec = |entry_point: &'static str| PipelineSpec {
@@ -673,7 +728,7 @@ impl GatedDeltaChunked {
     /// where `paths` have it, `requested` asks for it and its workgroup memory fits — for the
     /// default, in its form or else [`ChunkKernel::DEFAULT_UNSPLIT`]'s (the split scan's two
     /// result tiles do not fit 48 KiB at dk = 256); the f32 kernel otherwise, in the requested
-    /// form (its inverse), the default's in the plain form (the default was timed on the coop
+    /// form (its inverse and `key_heads`), the default's in the plain form (the default was timed on the coop
     /// kernel alone).
     pub fn chosen(
         requested: ChunkKernel,
@@ -706,7 +761,7 @@ impl GatedDeltaChunked {
         Self::with_form(ctx, variant, dims, ChunkForm::default())
     }
 
-    /// The same in `form` (of which the f32 kernel takes the inverse alone).
+    /// The same in `form` (of which the f32 kernel takes the inverse and `key_heads` alone).
     pub fn with_form(
         ctx: &GpuContext,
         variant: KernelPaths,
@@ -755,12 +810,14 @@ impl GatedDeltaChunked {
         self.form
     }
 
-    /// What of `form` `variant` has: all of it on cooperative matrices, the inverse alone on f32.
+    /// What of `form` `variant` has: all of it on cooperative matrices, the inverse and
+    /// `key_heads` alone on f32.
     fn form_of(variant: KernelPaths, form: ChunkForm) -> ChunkForm {
         match variant.coop_matrix {
             Some(_) => form,
             None => ChunkForm {
                 inverse: form.inverse,
+                key_heads: form.key_heads,
                 ..ChunkForm::default()
             },
         }
@@ -861,11 +918,12 @@ impl GatedDeltaChunked {
     }
 
     /// The two dispatches of a prefill, whatever its length: chunk_prepare over (chunks, value
-    /// heads, sequences), then chunk_scan over (state-row blocks, value heads, sequences). The
-    /// grid counts the longest sequence's chunks with room for its lead rows (a prompt's chunks
-    /// are those of the absolute grid: wgsl/sequences.wgsl), over len + CHUNK − 1 rows; the
-    /// workgroups of a chunk past a sequence's last return at once. Several sequences of any
-    /// lengths ([`SequenceTable::write_ragged`]) must fit the scratch with their chunks in all.
+    /// heads — key heads for `key_heads` —, sequences), then chunk_scan over (state-row blocks,
+    /// value heads, sequences). The grid counts the longest sequence's chunks with room for its
+    /// lead rows (a prompt's chunks are those of the absolute grid: wgsl/sequences.wgsl), over
+    /// len + CHUNK − 1 rows; the workgroups of a chunk past a sequence's last return at once.
+    /// Several sequences of any lengths ([`SequenceTable::write_ragged`]) must fit the scratch
+    /// with their chunks in all.
     pub fn plan(&self, binding: &ChunkBinding, batch: SeqBatch) -> Result<Vec<Dispatch>, GpuError> {
         check_batch(Self::NAME, batch, binding.max_tokens, binding.max_seqs)?;
         // The grid counts the longest sequence's chunks; the scratch holds every sequence's.
@@ -885,12 +943,17 @@ impl GatedDeltaChunked {
             });
         }
         let (nv, count) = (self.dims.nv, batch.count);
+        // chunk_prepare's workgroups: one per value head, or with `key_heads` per key head.
+        let prep_heads = match self.form.key_heads {
+            true => self.dims.nk,
+            false => nv,
+        };
         Ok(vec![
             check_grid(
                 binding.max_grid,
                 Self::NAME,
                 "chunk_prepare",
-                [chunks, nv, count],
+                [chunks, prep_heads, count],
             )?,
             check_grid(
                 binding.max_grid,
