@@ -10,10 +10,10 @@
 # cut short of its prompt's end ends on that grid. In order:
 #   1. tests on NVIDIA's coop paths → tests.log: serving's batch_invariance with the defaults
 #      (the key-run test left out: it needs FAK_ATTN_RUNS=on) — the next-turn tests must pass
-#      now, in parts too; gpu_gated_delta (the ragged and poisoned-scratch tests run sequences
-#      from positions off the grid on every form; the mid-step snapshots from the position that
-#      puts them on it), gpu_conv (the table's entries grew by the lead), model_qwen35's prefill
-#      tests;
+#      now, in parts too; gpu_conv (the table's entries grew by the lead), model_qwen35's tests
+#      (gpu_gated_delta — the ragged and poisoned-scratch tests run sequences from positions off
+#      the grid on every form, the mid-step snapshots from the position that puts them on it —
+#      is gdnkh.sh's first step: run as `multi.sh gridlead:90 gdnkh:150`);
 #   2. `harness bench --depths 128,2048 --n-out 8` on the Qwen3.5-27B synth: the prefill's
 #      tok/s beside call 3's (2583 at 2048, 1661 at 128: prompts from position 0 have no lead,
 #      so the same work).
@@ -37,7 +37,7 @@ check() { # check LIMIT BINARY [FILTERS...]: one test run, its verdict lines int
         | grep -v " \.\.\. ok$" | cut -c1-300 | head -40 >> "$OUT/tests.log"
 }
 check 60 serving batch_invariance:: --skip dense_logits_past_a_key_run_do_not_depend_on_the_step
-check 40 gpu gpu_gated_delta:: gpu_conv::
+check 30 gpu gpu_conv::   # gpu_gated_delta: gdnkh.sh runs it right after (multi.sh gridlead:90 gdnkh:150)
 check 40 model model_qwen35::
 grep -E "^==|test result|FAILED|panicked|differs" "$OUT/tests.log"
 echo "[${SECONDS} s] tests done"
