@@ -891,20 +891,22 @@ fn every_form_computes_its_kernels_default_bits() {
 }
 
 /// `FAK_GDN_CHUNK` names the chunked kernel: `f32` the f32 one, unset or empty the
-/// cooperative-matrix one (where the adapter has it) in the default form (the split scan's,
-/// `coop+quads+fused+lean+splitk+blocks`), the former default by its name, `coop` the plain
+/// cooperative-matrix one (where the adapter has it) in the default form (the split scan's with
+/// U stored from the accumulators, `coop+quads+fused+lean+splitk+ustore+blocks`), the former
+/// default by its name, `coop` the plain
 /// form, anything else an error naming the variable. And where the adapter
 /// has 16×16 cooperative matrices the coop kernel is among the tested ones and fits at every
 /// test shape; where it has not, the test says it skipped.
 #[test]
 fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_has_it() {
     assert_eq!(ChunkKernel::named("").unwrap(), ChunkKernel::DEFAULT);
-    let all = ChunkKernel::named("coop+quads+fused+lean+splitk+blocks").unwrap();
+    let all = ChunkKernel::named("coop+quads+fused+lean+splitk+ustore+blocks").unwrap();
     assert_eq!(all, ChunkKernel::DEFAULT);
     let unsplit = ChunkKernel::named("coop+quads+fused+lean+blocks").unwrap();
     assert_eq!(unsplit, ChunkKernel::DEFAULT_UNSPLIT);
     let split_of_unsplit = ChunkForm {
         split_k: true,
+        u_direct: true,
         ..unsplit.form
     };
     assert_eq!(ChunkKernel::DEFAULT.form, split_of_unsplit);
@@ -971,7 +973,7 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
     assert_eq!(key_heads.form, default_with(true, false));
     assert_eq!(u_direct.form, default_with(false, true));
     assert_eq!(both.form, default_with(true, true));
-    assert_eq!(default_with(false, false), ChunkKernel::DEFAULT.form);
+    assert_eq!(default_with(false, true), ChunkKernel::DEFAULT.form);
     let blocks = ChunkKernel::named("f32+blocks").unwrap();
     assert_eq!((blocks.coop, blocks.form), (false, ChunkForm::F32[2]));
     let f32_key_heads = ChunkKernel::named("f32+keyheads+blocks").unwrap();

@@ -42,15 +42,18 @@
 //! at a time in named values, no fragment arrays), `…+lean+lower+blocks` (chunk_prepare's Gram
 //! phase on the tiles on or below the diagonal: 6 accumulators instead of 8) and
 //! `…+lean+pairs+lower+blocks` (both): the same results. The default since 2026-12-07
-//! ([`ChunkKernel::DEFAULT`], `coop+quads+fused+lean+splitk+blocks`): the scan by
+//! ([`ChunkKernel::DEFAULT`], `coop+quads+fused+lean+splitk+ustore+blocks` since #18): the scan by
 //! `chunk_scan_split` on 8 subgroups with W·S's, Q̃·S's and P·V''s reductions split in halves (a
 //! new sum order, held to the f64 reference, not the plain form's bits) — on an H100 61.2 →
 //! 57.6 ms at the 27B's 2048-token step (experiments/h200/gdn128.sh, session #16 call 1);
-//! `coop+quads+lean+splitk+blocks`, Q̃·S after V', is its twin (58.1 ms). Opt-in until timed
-//! (experiments/h200/gdnkh.sh): the default with chunk_prepare's Gram phase once per key head
+//! `coop+quads+lean+splitk+blocks`, Q̃·S after V', is its twin (58.1 ms). Timed on an H100
+//! (experiments/h200/gdnkh.sh, 2026-12-07 #18; op ms at 2048 / 128 tokens): the split scan with
+//! T·R's U blocks stored from the accumulators (`…+splitk+ustore+blocks`, now the default) 56.9
+//! / 5.75 against 58.1 / 5.88; with chunk_prepare's Gram phase once per key head
 //! (`…+splitk+keyheads+blocks`: a workgroup per chunk and key head finishing its nv / nk value
-//! heads), with T·R's U blocks stored from the accumulators (`…+splitk+ustore+blocks`), and
-//! both (`…+splitk+keyheads+ustore+blocks`): the default's bits. The f32 kernel's
+//! heads) 58.0 / 9.38, and both (`…+splitk+keyheads+ustore+blocks`) 56.5 / 9.00: the key-head
+//! forms lose at 128 tokens (a third of the workgroups, each three heads long) and stay opt-in.
+//! All keep the split scan's bits. The f32 kernel's
 //! `f32+keyheads+blocks` is its Gram phase once per key head (the plain form's bits).
 
 use super::delta_state::{
@@ -376,16 +379,20 @@ impl ChunkKernel {
         form: ChunkForm::with(false, false, false, Inverse::Rows),
     };
     /// The engine's default (unset or empty): the coop kernel with quads, fused, the lean scan,
-    /// the scan's reductions split over 8 subgroups and the inverse by block rows
-    /// (`coop+quads+fused+lean+splitk+blocks`). On an H100 (27B synth, 2026-12-07 #16 call 1,
-    /// two interleaved rounds) it cut the chunked delta rule at a 2048-token step from 61.2 to
-    /// 57.6 ms against [`Self::DEFAULT_UNSPLIT`] (6.0 → 5.82 ms at 128 tokens, 4.95 → 4.77 at
-    /// 64; its twin with Q̃·S after V' 58.1 at 2048). Where its scan's workgroup memory does not
-    /// fit (dk = 256 on 48 KiB) the engine runs [`Self::DEFAULT_UNSPLIT`]
-    /// ([`GatedDeltaChunked::chosen`]).
+    /// the scan's reductions split over 8 subgroups, T·R's U blocks stored from the
+    /// accumulators and the inverse by block rows (`coop+quads+fused+lean+splitk+ustore+blocks`).
+    /// On an H100 (27B synth, 2026-12-07 #16 call 1, two interleaved rounds) the split scan cut
+    /// the chunked delta rule at a 2048-token step from 61.2 to 57.6 ms against
+    /// [`Self::DEFAULT_UNSPLIT`] (6.0 → 5.82 ms at 128 tokens, 4.95 → 4.77 at 64; its twin with
+    /// Q̃·S after V' 58.1 at 2048); U's direct store then 58.1–58.2 → 56.9 ms at 2048 and
+    /// 5.88 → 5.75 at 128, the same bits (#18, experiments/h200/gdnkh.sh). Where its scan's
+    /// workgroup memory does not fit (dk = 256 on 48 KiB) the engine runs
+    /// [`Self::DEFAULT_UNSPLIT`] ([`GatedDeltaChunked::chosen`]).
     pub const DEFAULT: ChunkKernel = ChunkKernel {
         coop: true,
-        form: ChunkForm::with(true, true, true, Inverse::Blocks).split_k(),
+        form: ChunkForm::with(true, true, true, Inverse::Blocks)
+            .split_k()
+            .u_direct(),
     };
     /// The default before the split scan, by name `coop+quads+fused+lean+blocks` (chunk_scan on
     /// 4 subgroups, the plain form's bits): the engine's form where the default's does not fit.

@@ -240,7 +240,7 @@ impl SequenceTable {
     /// into a slot no sequence of the batch uses.
     fn check_save(&self, seq: &SeqRows, save: MidSave, slots: &[u32]) -> Result<(), GpuError> {
         let inside = save.rows > 0 && save.rows < seq.len;
-        let on_grid = (seq.lead() + save.rows) % CHUNK == 0;
+        let on_grid = (seq.lead() + save.rows).is_multiple_of(CHUNK);
         if !inside || !on_grid || save.slot >= self.n_slots || slots.contains(&save.slot) {
             return Err(table_error(format!(
                 "a snapshot after {} of the {} rows of the sequence on slot {} from position {} \

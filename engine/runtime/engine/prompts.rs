@@ -150,7 +150,7 @@ impl Engine {
             let mut due = s.snapshot_at.iter().copied().filter(|&b| b > s.pos);
             let mut mid = None;
             if let Some(b) = due.next().filter(|&b| b < s.pos + len) {
-                match spare_free && b % CHUNK as usize == 0 {
+                match spare_free && b.is_multiple_of(CHUNK as usize) {
                     true => {
                         mid = Some(b);
                         if let Some(next) = due.next() {
