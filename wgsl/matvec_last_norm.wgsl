@@ -22,10 +22,10 @@
 // every invocation's stores) → invocation 0's atomicAdd; the last one: its atomicAdd reads the
 // value every earlier add wrote (read-modify-writes on one counter form a release sequence) →
 // workgroupUniformLoad → storageBarrier (device-scope acquire) → the loads of y. So every
-// producer's rows happen-before the norm's loads, through a non-coherent L1 too. HLSL gets
-// DeviceMemoryBarrierWithGroupSync (device-wide); MSL's threadgroup barrier orders within a
-// threadgroup only, so on Metal the form is not backed by the spec (the engine builds it only
-// for Vulkan).
+// producer's rows happen-before the norm's loads, through a non-coherent L1 too. Elsewhere it
+// is not backed: MSL's threadgroup_barrier(mem_device) orders within a threadgroup only, and
+// HLSL's DeviceMemoryBarrierWithGroupSync does not make another group's writes visible through
+// a UAV naga declares without `globallycoherent`; so the engine builds the form on Vulkan only.
 // bindings: matvec.wgsl's (7 nw: the next norm's weight, rows values; 10 yq, 11 yd: the
 //           vectors the norm writes), plus 13 arrivals (array<atomic<u32>>, read_write: one
 //           counter, zero between dispatches).

@@ -1619,14 +1619,15 @@ impl MatVec {
     /// Whether a decode product of `shape` (accumulating into the residual stream) can take a
     /// last-arriving norm ([`MatVecFusion::last_norm`]) on this adapter: an int-dot variant, a
     /// type of [`MatVec::Q8_TYPES`], `rows` whole q8 blocks the one-pass form holds, in one
-    /// binding, and not Metal (whose threadgroup barrier does not order device memory across
-    /// threadgroups: wgsl/matvec_last_norm.wgsl).
+    /// binding, on Vulkan: the one backend where what naga emits orders the producers' rows
+    /// before the last workgroup's loads (wgsl/matvec_last_norm.wgsl says why not Metal or
+    /// D3D12).
     pub fn takes_last_norm(&self, ctx: &GpuContext, shape: MatVecShape) -> bool {
         self.variant.int_dot
             && Self::Q8_TYPES.contains(&shape.ty)
             && shape.rows.is_multiple_of(Q8_BLOCK)
             && shape.rows <= NormQ8::ONEPASS_MAX_COLS
-            && ctx.facts().backend != "metal"
+            && ctx.facts().backend == "vulkan"
     }
 
     /// Refuses a last-arriving norm ([`MatVecFusion::last_norm`]) where the binding is not one

@@ -177,8 +177,8 @@ const DEFAULT_DECODE_FUSIONS: &[&str] = &["rope"];
 ///   new x into the vectors the products after that norm read: at one vector a step then
 ///   records no quantize dispatch there (one fewer per norm but the first layer's and the
 ///   head's: 71 a token on the Qwen3-8B); a step of several vectors keeps the dispatch, whose
-///   one-pass blocks are the same bits. Vulkan and DX12 only (wgsl/matvec_last_norm.wgsl says
-///   why); where a producer cannot take it, the dispatch stays. Not `all`'s.
+///   one-pass blocks are the same bits. Vulkan only (wgsl/matvec_last_norm.wgsl says why);
+///   where a producer cannot take it, the dispatch stays. Not `all`'s.
 /// - `all`: every fusion above that keeps the default's bits (`merge`, `rope`).
 pub fn decode_fuse(part: &str) -> bool {
     let list = std::env::var("FAK_DECODE_FUSE").unwrap_or_default();
