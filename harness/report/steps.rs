@@ -80,7 +80,8 @@ pub struct StepsSummary {
     pub requests: Vec<RequestSteps>,
     pub prefill_steps: usize,
     pub decode_steps: usize,
-    /// Prefill steps that ran one sequence's prompt while others were prefilling.
+    /// Prefill steps that ran one request's prompt while other admitted requests' prompts
+    /// were not done (they had to wait for a later step).
     pub lone_prefill_steps: usize,
 }
 
@@ -88,7 +89,7 @@ pub struct StepsSummary {
 /// itself: a step number out of order, a request admitted or started twice or never submitted.
 pub fn summarize(lines: &[TraceLine]) -> Result<StepsSummary> {
     let mut requests: BTreeMap<u64, RequestSteps> = BTreeMap::new();
-    let mut steps: Vec<(u64, u64, &StepRecord, usize)> = Vec::new();
+    let mut steps: Vec<(u64, &StepRecord)> = Vec::new();
     for line in lines {
         match line {
             TraceLine::Submit {
@@ -127,29 +128,31 @@ pub fn summarize(lines: &[TraceLine]) -> Result<StepsSummary> {
                     bail!("request {request} is started twice");
                 }
             }
-            TraceLine::Step {
-                step,
-                tick,
-                counts,
-                record,
-            } => {
+            TraceLine::Step { step, record, .. } => {
                 if steps.last().is_some_and(|&(last, ..)| *step <= last) {
                     bail!(
                         "step {step} follows step {}",
                         steps.last().map_or(0, |s| s.0)
                     );
                 }
-                steps.push((*step, *tick, record, counts.prefilling));
+                steps.push((*step, record));
             }
         }
     }
     let mut summary = StepsSummary::default();
-    for &(_, _, record, prefilling) in &steps {
+    for &(_, record) in &steps {
         match record.kind {
             StepRole::Prefill => {
                 summary.prefill_steps += 1;
-                if record.portions.len() == 1 && prefilling > 1 {
-                    summary.lone_prefill_steps += 1;
+                if let [one] = record.portions.as_slice() {
+                    let prefilling = |r: &&RequestSteps| {
+                        Some(r.request) != one.request
+                            && r.admit_ns.is_some_and(|a| a <= record.start_ns)
+                            && r.started_ns.is_none_or(|s| s > record.end_ns)
+                    };
+                    if requests.values().any(|r| prefilling(&r)) {
+                        summary.lone_prefill_steps += 1;
+                    }
                 }
             }
             StepRole::Decode => summary.decode_steps += 1,
@@ -157,7 +160,7 @@ pub fn summarize(lines: &[TraceLine]) -> Result<StepsSummary> {
     }
     for r in requests.values_mut() {
         let end = r.started_ns.unwrap_or(u64::MAX);
-        for &(step, _, record, _) in &steps {
+        for &(step, record) in &steps {
             let mine = record
                 .portions
                 .iter()
@@ -265,8 +268,8 @@ pub fn render(s: &StepsSummary, names: &BTreeMap<u64, String>) -> String {
     let total = |f: fn(&Cuts) -> usize| s.requests.iter().map(|r| f(&r.cuts)).sum::<usize>();
     let _ = writeln!(
         out,
-        "\n{} requests; {} prefill steps ({} of one prompt while others were prefilling), {} \
-         decode steps; {several} requests' prompts took more than one step; portions cut at a \
+        "\n{} requests; {} prefill steps ({} of one prompt while other admitted prompts were not \
+         done), {} decode steps; {several} requests' prompts took more than one step; portions cut at a \
          snapshot: {}, by the budget or the step's rows: {}.",
         s.requests.len(),
         s.prefill_steps,
@@ -276,4 +279,116 @@ pub fn render(s: &StepsSummary, names: &BTreeMap<u64, String>) -> String {
         total(|c| c.room),
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fak::runtime::trace::{PortionRecord, TickCounts};
+
+    fn portion(request: u64, pos: usize, len: usize, snapshots: &[usize]) -> PortionRecord {
+        PortionRecord {
+            seq: request as u32,
+            request: Some(request),
+            pos,
+            len,
+            snapshots: snapshots.to_vec(),
+        }
+    }
+
+    fn step(
+        step: u64,
+        kind: StepRole,
+        (start, end): (u64, u64),
+        portions: Vec<PortionRecord>,
+    ) -> TraceLine {
+        TraceLine::Step {
+            step,
+            tick: step,
+            counts: TickCounts::default(),
+            record: StepRecord {
+                kind,
+                start_ns: start,
+                end_ns: end,
+                waited: true,
+                portions,
+            },
+        }
+    }
+
+    /// Two requests of 100 prompt tokens, 60 cached: the first runs 40 alone; the second is cut
+    /// at its snapshot (80) in a step it shares, waits behind a decode step, then runs its last
+    /// 20 alone while nothing else prefills.
+    #[test]
+    fn a_request_cut_at_a_snapshot_takes_two_steps_and_waits_behind_the_decode_between() {
+        use StepRole::{Decode, Prefill};
+        let submit = |request, t_ns| TraceLine::Submit {
+            request,
+            t_ns,
+            prompt_tokens: 100,
+        };
+        let admit = |request, t_ns| TraceLine::Admit {
+            request,
+            t_ns,
+            seq: request as u32,
+            cached_tokens: 60,
+        };
+        let lines = vec![
+            submit(0, 0),
+            submit(1, 5),
+            admit(0, 10),
+            admit(1, 10),
+            step(
+                1,
+                Prefill,
+                (20, 100),
+                vec![portion(0, 60, 40, &[64]), portion(1, 60, 20, &[80])],
+            ),
+            TraceLine::Started {
+                request: 0,
+                t_ns: 101,
+            },
+            step(2, Decode, (110, 130), vec![portion(0, 100, 1, &[])]),
+            step(3, Prefill, (140, 170), vec![portion(1, 80, 20, &[])]),
+            TraceLine::Started {
+                request: 1,
+                t_ns: 171,
+            },
+        ];
+        let s = summarize(&lines).unwrap();
+        assert_eq!(
+            (s.prefill_steps, s.decode_steps, s.lone_prefill_steps),
+            (2, 1, 0)
+        );
+        let (a, b) = (&s.requests[0], &s.requests[1]);
+        assert_eq!(
+            (a.computed(), a.own_steps.len(), a.cuts),
+            (40, 1, Cuts::default())
+        );
+        assert_eq!(b.own_steps, [(1, 20), (3, 20)]);
+        assert_eq!(
+            b.cuts,
+            Cuts {
+                snapshot: 1,
+                room: 0
+            }
+        );
+        assert_eq!(
+            (b.behind_prefill, b.behind_decode, b.own_ns),
+            ((0, 0), (1, 20), 110)
+        );
+        assert_eq!(b.ttft_ns(), Some(166));
+        let md = render(&s, &BTreeMap::from([(1, "agent 2 turn 1".to_owned())]));
+        assert!(
+            md.contains("| 1 | agent 2 turn 1 | 100 | 60 | 40 |"),
+            "{md}"
+        );
+        // A trace that contradicts itself is refused: a request started twice.
+        let mut twice = lines.clone();
+        twice.push(TraceLine::Started {
+            request: 1,
+            t_ns: 200,
+        });
+        assert!(summarize(&twice).is_err());
+    }
 }
