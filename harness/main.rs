@@ -51,6 +51,9 @@ enum Command {
     Report(report::Args),
     /// What moved between two packets (p50s outside each other's bootstrap intervals).
     Compare(report::compare::Args),
+    /// A step trace (`fak serve --trace-steps`) per request: its prefill steps, why its
+    /// prompt was cut, the steps it waited behind.
+    Steps(report::steps::Args),
     /// Run the matched envelope on fak-native, llama.cpp and MLX and write a comparison packet.
     Threeway(Box<threeway::Args>),
     /// Check every kernel path this adapter runs against the CPU reference; measure bandwidth.
@@ -84,6 +87,7 @@ fn main() {
         Command::Validate(args) => std::process::exit(validate::run(&args)),
         Command::Report(args) => report::run(&args),
         Command::Compare(args) => report::compare::run(&args),
+        Command::Steps(args) => report::steps::run(&args),
         Command::Threeway(args) => threeway::run(*args),
         Command::Selftest(args) => selftest::run(args),
         Command::ServeArm(args) => serve_arm::run(args),

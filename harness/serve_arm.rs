@@ -35,6 +35,10 @@ pub struct Args {
     /// Token slots per KV page (the prefix cache shares whole pages); default the engine's.
     #[arg(long)]
     pub page_size: Option<u32>,
+    /// Write the scheduler's step trace to this file (`submit` requests; as `fak serve
+    /// --trace-steps`: one JSON line per forward step, `fak::runtime::trace`).
+    #[arg(long)]
+    pub trace_steps: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -56,6 +60,11 @@ enum Request {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    let started = std::time::Instant::now();
+    let trace = match &args.trace_steps {
+        Some(path) => Some(fak_cli::serve::StepTraceFile::create(path, started)?),
+        None => None,
+    };
     let mut stdout = std::io::stdout().lock();
     let (mut engine, serving) = match load(&args) {
         Ok(loaded) => loaded,
@@ -82,11 +91,15 @@ pub fn run(args: Args) -> Result<()> {
     });
     writeln!(stdout, "{}", json!({"ready": true, "facts": facts}))?;
     stdout.flush()?;
+    // Every request that fits is admitted at once, as before the scheduler was shared.
+    let mut scheduler = Scheduler::new(usize::MAX);
+    if let Some(trace) = trace {
+        trace.start(&mut scheduler, &mut engine);
+    }
     Server {
         engine: &mut engine,
         out: stdout,
-        // Every request that fits is admitted at once, as before the scheduler was shared.
-        scheduler: Scheduler::new(usize::MAX),
+        scheduler,
         answers: channel(),
     }
     .serve(read_lines())
@@ -155,6 +168,7 @@ impl Client for Submitted {
                 cached_tokens,
                 in_flight,
                 phases,
+                ..
             } => {
                 self.cached_tokens = cached_tokens;
                 self.in_flight_at_start = in_flight;

@@ -96,6 +96,36 @@ fn computed(packet: &Value, name: &str, later: bool) -> u64 {
         .sum()
 }
 
+/// The fak-serve arm's step trace, kept beside its raw file, reads per request: each turn (named
+/// by the trace id its answer carried) computed in the trace's prefill steps exactly the prompt
+/// tokens the server counted as computed, and started; the summary names every turn.
+fn assert_step_trace_counts_each_turn(out: &Path, name: &str) {
+    use fak_harness::report::steps::{request_names, summarize};
+    let text = std::fs::read_to_string(out.join(format!("multi-agent-{name}-steps.jsonl")))
+        .unwrap_or_else(|e| panic!("{name}: the step trace: {e}"));
+    let summary = summarize(&fak::runtime::trace::parse_trace(&text).unwrap()).unwrap();
+    let raw = out.join(format!("multi-agent-{name}-raw.json"));
+    let names = request_names(&raw).unwrap();
+    // The warm-up and every turn.
+    assert_eq!(names.len(), 1 + 2 * 2, "{name}: {names:?}");
+    let raw: Value = serde_json::from_slice(&std::fs::read(&raw).unwrap()).unwrap();
+    for t in raw["turns"].as_array().unwrap() {
+        let id = t["engine_report"]["engine"]["usage"]["timings"]["request"]
+            .as_u64()
+            .unwrap();
+        let r = summary
+            .requests
+            .iter()
+            .find(|r| r.request == id)
+            .unwrap_or_else(|| panic!("{name}: request {id} is not in the trace"));
+        assert_eq!(r.computed() as u64, t["prefill_computed"].as_u64().unwrap());
+        assert_eq!(r.prompt_tokens as u64, t["prompt_tokens"].as_u64().unwrap());
+        assert!(r.started_ns.is_some(), "{name}: request {id} never started");
+    }
+    let md = std::fs::read_to_string(out.join(format!("multi-agent-{name}-steps.md"))).unwrap();
+    assert!(md.contains("agent 2 turn 2"), "{name}: {md}");
+}
+
 /// The most sequences one of fak's (cache-on) batched decode steps served.
 fn largest_step(out: &Path) -> Option<u64> {
     let raw: Value = serde_json::from_slice(
@@ -416,6 +446,9 @@ fn the_fak_server_arm_serves_the_agents_over_http_with_think_time() {
     }
     assert!(turns(&p, "fak-serve-nocache").iter().all(|t| t.4 == 0));
     assert!(computed(&p, "fak-serve-cache", true) < computed(&p, "fak-serve-nocache", true));
+    for name in ["fak-serve-cache", "fak-serve-nocache"] {
+        assert_step_trace_counts_each_turn(&out, name);
+    }
     let report = validate_and_report(&out);
     assert!(report.contains("think time"), "{report}");
 }

@@ -2,18 +2,27 @@
 //! tick by tick: a long prompt is prefilled a budget's part per tick, each part followed by a
 //! decode step of the request already decoding, and both answers are the ones each request gets
 //! alone; requests arriving together are prefilled in one step, each answer its own alone; a client that goes away mid-prefill frees its sequence (row and pages) for the next
-//! request. Caches and activations NaN-poisoned at load.
+//! request; the step trace lists every step once and each request's prompt in its portions.
+//! Caches and activations NaN-poisoned at load.
 
 use fak::runtime::scheduler::{Client, Event, Request, Scheduler};
+use fak::runtime::trace::{StepRole, TraceLine, parse_trace};
 use fak::runtime::{Engine, EngineOptions, SamplingParams};
 use fak_tests::model::{CUT_VOCAB, tiny_cut};
 use fak_tests::rng;
 use rand::Rng;
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 fn engine(arch: &str, max_seqs: usize) -> Engine {
+    engine_caching(arch, max_seqs, 0)
+}
+
+/// [`engine`] with `cache_mem` bytes of prefix cache.
+fn engine_caching(arch: &str, max_seqs: usize, cache_mem: u64) -> Engine {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("scheduler");
     let path = tiny_cut(&dir, arch, "q8_0", 5);
     let mut o = EngineOptions::from_env().expect("engine options");
@@ -22,6 +31,7 @@ fn engine(arch: &str, max_seqs: usize) -> Engine {
     o.prefill_chunk = 256;
     o.page_size = 16;
     o.max_seqs = max_seqs;
+    o.cache_mem = cache_mem;
     o.poison = true;
     Engine::load(&path, &o).unwrap_or_else(|e| panic!("loading tiny {arch}: {e}"))
 }
@@ -277,4 +287,156 @@ fn dense_requests_arriving_together_prefill_in_one_step() {
 #[test]
 fn hybrid_requests_arriving_together_prefill_in_one_step() {
     requests_arriving_together_prefill_in_one_step("qwen35");
+}
+
+/// Where a test's step trace goes: bytes shared with the test.
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Shared {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Four agents on the hybrid model with the prefix cache on, two turns each (a 128-token
+/// preamble, 40 tokens of their own, a reply of 6), a budget of 128 prompt tokens a tick, the
+/// step trace on: the trace parses, lists every forward step the engine ran exactly once (its
+/// step counter), and for each request its prefill portions run its prompt from where the cache
+/// left it to its end without gap or overlap, one prompt step per portion line; each request
+/// starts once and then decodes in `max_new − 1` decode steps; a tick's counts never exceed the
+/// sequences. The per-request summary (`harness steps`) agrees.
+#[test]
+fn the_step_trace_lists_each_step_once_and_each_prompt_whole() {
+    let mut e = engine_caching("qwen35", 4, 64 << 20);
+    let preamble = random_ids(10, 128);
+    let (n_out, agents) = (6, 4);
+    let out = Shared::default();
+    let mut s = Scheduler::new(128);
+    s.trace_steps(&mut e, Box::new(out.clone()), std::time::Instant::now());
+    let log = Log::default();
+    let before = e.forward_steps();
+    let mut prompts: Vec<Vec<u32>> = (0..agents)
+        .map(|a| [preamble.clone(), random_ids(20 + a as u64, 40)].concat())
+        .collect();
+    let mut submitted = 0;
+    for turn in 0..2 {
+        for p in &mut prompts {
+            if turn > 0 {
+                p.extend(random_ids(30 + submitted as u64, n_out + 40));
+            }
+            let id = s.submit(
+                Request::greedy(p.clone(), n_out),
+                listener(submitted, &log).0,
+            );
+            assert_eq!(id, submitted as u64, "ids follow arrival");
+            submitted += 1;
+        }
+        run_until_idle(&mut s, &mut e);
+    }
+    let steps_run = (e.forward_steps() - before) as u64;
+    let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+    let lines = parse_trace(&text).unwrap();
+    let mut prompt_len = BTreeMap::new();
+    // Request → where its prompt has been prefilled to, and its decode steps.
+    let mut reached: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut decoded: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut started = BTreeMap::new();
+    let mut steps = Vec::new();
+    for line in &lines {
+        match line {
+            TraceLine::Submit {
+                request,
+                prompt_tokens,
+                ..
+            } => {
+                prompt_len.insert(*request, *prompt_tokens);
+            }
+            TraceLine::Admit {
+                request,
+                cached_tokens,
+                ..
+            } => {
+                assert!(
+                    reached.insert(*request, *cached_tokens).is_none(),
+                    "admitted twice"
+                );
+            }
+            TraceLine::Started { request, .. } => {
+                assert_eq!(
+                    reached[request], prompt_len[request],
+                    "started before its prompt's end"
+                );
+                assert!(started.insert(*request, ()).is_none(), "started twice");
+            }
+            TraceLine::Step {
+                step,
+                counts,
+                record,
+                ..
+            } => {
+                steps.push(*step);
+                assert!(counts.prefilling + counts.decoding <= 4, "{counts:?}");
+                assert!(record.start_ns <= record.end_ns);
+                for p in &record.portions {
+                    let request = p.request.expect("every portion names its request");
+                    match record.kind {
+                        StepRole::Prefill => {
+                            let at = reached
+                                .get_mut(&request)
+                                .expect("admitted before its steps");
+                            assert_eq!(
+                                p.pos, *at,
+                                "request {request}'s portions follow each other"
+                            );
+                            *at += p.len;
+                        }
+                        StepRole::Decode => *decoded.entry(request).or_default() += 1,
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(
+        steps,
+        (1..=steps_run).collect::<Vec<_>>(),
+        "every step once, in order"
+    );
+    assert_eq!(prompt_len.len(), 2 * agents);
+    for (request, len) in &prompt_len {
+        assert_eq!(
+            reached[request], *len,
+            "request {request}: its portions end its prompt"
+        );
+        assert_eq!(
+            decoded.get(request),
+            Some(&(n_out - 1)),
+            "request {request}'s decode steps"
+        );
+    }
+    assert_eq!(started.len(), 2 * agents);
+    let summary = fak_harness::report::steps::summarize(&lines).unwrap();
+    let cached: usize = summary.requests.iter().map(|r| r.cached_tokens).sum();
+    assert!(cached > 0, "later turns and agents reuse the preamble");
+    for r in &summary.requests {
+        assert_eq!(
+            r.computed() + r.cached_tokens,
+            r.prompt_tokens,
+            "request {}",
+            r.request
+        );
+        assert!(r.ttft_ns().is_some());
+    }
+    for id in 0..2 * agents {
+        assert_eq!(
+            heard(&log, id).last(),
+            Some(&Heard::Finished),
+            "client {id}"
+        );
+    }
 }

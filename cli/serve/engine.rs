@@ -8,10 +8,12 @@ use anyhow::{Context, Result};
 use fak::runtime::scheduler::{Client, Event, Request, Scheduler};
 use fak::runtime::{Engine, EngineOptions};
 use fak::tokenizer::Tokenizer;
-use std::path::PathBuf;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 use std::thread::JoinHandle;
+use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// A request for the engine thread and where its events go.
@@ -32,6 +34,27 @@ impl Client for Sink {
     }
 }
 
+/// Where the scheduler's step trace goes (`--trace-steps`), opened before the model loads so a
+/// bad path fails at once; timestamps count from `epoch` (the server's start).
+pub struct StepTraceFile {
+    file: std::fs::File,
+    epoch: Instant,
+}
+
+impl StepTraceFile {
+    pub fn create(path: &Path, epoch: Instant) -> Result<StepTraceFile> {
+        let file = std::fs::File::create(path)
+            .with_context(|| format!("creating the step trace {}", path.display()))?;
+        Ok(StepTraceFile { file, epoch })
+    }
+
+    /// Turns the trace on for `scheduler`'s steps on `engine`.
+    pub fn start<C: Client>(self, scheduler: &mut Scheduler<C>, engine: &mut Engine) {
+        let out = Box::new(BufWriter::new(self.file));
+        scheduler.trace_steps(engine, out, self.epoch);
+    }
+}
+
 /// What the HTTP side knows of the loaded model.
 pub struct Loaded {
     pub tokenizer: Arc<Tokenizer>,
@@ -49,11 +72,13 @@ pub struct EngineThread {
 }
 
 impl EngineThread {
-    /// Loads `model` on a new thread and returns once it is ready (or failed to load).
+    /// Loads `model` on a new thread and returns once it is ready (or failed to load). The
+    /// scheduler prefills `prefill_budget` prompt tokens a tick, and writes its step trace where
+    /// one is given.
     pub fn spawn(
         model: PathBuf,
         options: EngineOptions,
-        prefill_budget: usize,
+        (prefill_budget, trace): (usize, Option<StepTraceFile>),
         metrics: Arc<Metrics>,
     ) -> Result<(EngineThread, Loaded)> {
         let (commands, requests) = channel();
@@ -82,7 +107,11 @@ impl EngineThread {
                 };
                 metrics.kv_pages_total.set(loaded.kv_pages as i64);
                 if ready.send(Ok(loaded)).is_ok() {
-                    serve(&mut engine, requests, prefill_budget, &metrics);
+                    let mut scheduler = Scheduler::new(prefill_budget);
+                    if let Some(trace) = trace {
+                        trace.start(&mut scheduler, &mut engine);
+                    }
+                    serve(&mut engine, scheduler, requests, &metrics);
                 }
             })
             .context("starting the engine thread")?;
@@ -104,22 +133,25 @@ impl EngineThread {
 /// request's) ends the thread: the requests in flight see their channels close.
 fn serve(
     engine: &mut Engine,
+    mut scheduler: Scheduler<Sink>,
     requests: Receiver<Submission>,
-    prefill_budget: usize,
     metrics: &Metrics,
 ) {
-    let mut scheduler = Scheduler::new(prefill_budget);
     let mut open = true;
     while open || !scheduler.is_idle() {
         if open && scheduler.is_idle() {
             match requests.recv() {
-                Ok(s) => scheduler.submit(s.request, Sink(s.events)),
+                Ok(s) => {
+                    scheduler.submit(s.request, Sink(s.events));
+                }
                 Err(_) => break,
             }
         }
         loop {
             match requests.try_recv() {
-                Ok(s) => scheduler.submit(s.request, Sink(s.events)),
+                Ok(s) => {
+                    scheduler.submit(s.request, Sink(s.events));
+                }
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
                     open = false;

@@ -185,6 +185,8 @@ pub struct Generation {
     received: Instant,
     pub prompt_tokens: usize,
     pub cached_tokens: usize,
+    /// The engine's id of the request (what the step trace names it by).
+    pub request: u64,
     /// Received → its prefill began (waiting for a sequence), and the prefill up to its first
     /// token (the server's clock).
     pub queue: Duration,
@@ -228,10 +230,14 @@ impl Generation {
             .send(Submission { request, events })
             .map_err(|_| engine_stopped())?;
         let mut admitted = received;
-        let cached_tokens = loop {
+        let (request, cached_tokens) = loop {
             match rx.recv().await {
                 Some(Event::Admitted) => admitted = Instant::now(),
-                Some(Event::Started { cached_tokens, .. }) => break cached_tokens,
+                Some(Event::Started {
+                    request,
+                    cached_tokens,
+                    ..
+                }) => break (request, cached_tokens),
                 Some(Event::Failed(e)) => return Err(refused(e)),
                 Some(other) => {
                     return Err(ApiError::server(format!(
@@ -252,6 +258,7 @@ impl Generation {
             received,
             prompt_tokens,
             cached_tokens,
+            request,
             queue: admitted - received,
             prefill: admitted.elapsed(),
             stops: StopStrings::new(stops),
@@ -259,11 +266,12 @@ impl Generation {
     }
 
     /// `queue_ms` and `prompt_ms` (as llama-server names its prefill time) for the `timings`
-    /// the final usage carries.
+    /// the final usage carries, and the request's id in the step trace (`request`).
     pub fn timings(&self) -> serde_json::Value {
         serde_json::json!({
             "queue_ms": self.queue.as_secs_f64() * 1e3,
             "prompt_ms": self.prefill.as_secs_f64() * 1e3,
+            "request": self.request,
         })
     }
 

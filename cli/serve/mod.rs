@@ -6,6 +6,7 @@
 
 mod api;
 mod engine;
+pub use engine::StepTraceFile;
 mod error;
 mod generate;
 mod handlers;
@@ -63,9 +64,16 @@ pub struct Args {
     /// Largest request body accepted (bytes, or with a K, M or G suffix).
     #[arg(long, default_value = "4M", value_parser = parse_bytes)]
     pub max_body: u64,
+    /// Write the scheduler's step trace to this file: one JSON line per forward step (its kind,
+    /// host start and end in ns since the server started, each sequence's request, positions
+    /// and snapshots, the tick's queue counts) and per request submitted, admitted and started
+    /// (`fak::runtime::trace`). Host timestamps only: cheap enough for a benchmark.
+    #[arg(long)]
+    pub trace_steps: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> Result<()> {
+    let started = std::time::Instant::now();
     let mut options = EngineOptions::from_env()?;
     options.max_context = args.max_context;
     options.cache_mem = args.cache_mem;
@@ -79,10 +87,14 @@ pub fn run(args: Args) -> Result<()> {
             .map_or("model".into(), |s| s.to_string_lossy().into_owned())
     });
     let metrics = Arc::new(Metrics::new());
+    let trace = match &args.trace_steps {
+        Some(path) => Some(engine::StepTraceFile::create(path, started)?),
+        None => None,
+    };
     let (engine, loaded) = EngineThread::spawn(
         args.model.clone(),
         options,
-        args.prefill_budget,
+        (args.prefill_budget, trace),
         metrics.clone(),
     )?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -18,6 +18,7 @@ use super::RuntimeError;
 use super::io::Staging;
 use super::rounding::TeacherForcedRounding;
 use super::sampling::{Sampler, SamplingParams};
+use super::trace::{PortionRecord, StepLog, StepRecord, StepRole};
 use crate::cache::{CacheConfig, CacheStats, PrefixCache};
 use crate::gguf::Gguf;
 use crate::gpu::kernels::kv_cache::KvDtype;
@@ -192,6 +193,9 @@ pub struct Engine {
     submits: usize,
     /// Timestamps inside passes, where the device has them (`profile_step`, `profile_prefill`).
     profiler: Option<Profiler>,
+    /// The steps of the sequence API since the scheduler last took them, while a step trace is
+    /// on ([`Engine::log_steps`]).
+    step_log: Option<StepLog>,
     pub load_time: Duration,
 }
 
@@ -286,6 +290,7 @@ impl Engine {
             encode_time: Duration::ZERO,
             submits: 0,
             profiler,
+            step_log: None,
             load_time: start.elapsed(),
         })
     }
@@ -317,6 +322,57 @@ impl Engine {
     /// Forward steps (prefill chunks and decode steps) submitted since load.
     pub fn forward_steps(&self) -> u32 {
         self.steps
+    }
+
+    /// Notes every step of the sequence API from now on (prefill parts, steps of several
+    /// prompts, batched decode steps; see [`super::trace`]), timestamps from `epoch`.
+    pub fn log_steps(&mut self, epoch: Instant) {
+        self.step_log = Some(StepLog::new(epoch));
+    }
+
+    /// The steps noted since the last call (none while no trace is on).
+    pub fn take_logged_steps(&mut self) -> Vec<StepRecord> {
+        self.step_log
+            .as_mut()
+            .map(|log| std::mem::take(&mut log.steps))
+            .unwrap_or_default()
+    }
+
+    /// Notes a step that began at `started` and ends now (`waited`: after the wait for its
+    /// result), when a trace is on; `portions` is only called then.
+    fn log_step(
+        &mut self,
+        kind: StepRole,
+        started: Instant,
+        waited: bool,
+        portions: impl FnOnce(&Self) -> Vec<PortionRecord>,
+    ) {
+        if self.step_log.is_none() {
+            return;
+        }
+        let portions = portions(self);
+        let Some(log) = self.step_log.as_mut() else {
+            return;
+        };
+        let record = StepRecord {
+            kind,
+            start_ns: log.ns(started),
+            end_ns: log.ns(Instant::now()),
+            waited,
+            portions,
+        };
+        log.steps.push(record);
+    }
+
+    /// Moves the last noted step's end to now: the host just waited for its result.
+    fn log_waited(&mut self) {
+        if let Some(log) = self.step_log.as_mut() {
+            let now = log.ns(Instant::now());
+            if let Some(last) = log.steps.last_mut() {
+                last.end_ns = now;
+                last.waited = true;
+            }
+        }
     }
 
     /// Checks a request before any GPU work.

@@ -6,6 +6,7 @@ pub mod io;
 pub mod rounding;
 pub mod sampling;
 pub mod scheduler;
+pub mod trace;
 
 pub use engine::{
     Engine, EngineOptions, GenerationStats, PrefillPhases, SeqId, SnapshotStats, Started,

@@ -21,9 +21,12 @@
 
 use super::engine::{PrefillPhases, SeqId, Started, StopReason};
 use super::sampling::{Sampler, SamplingParams, TokenLogprobs, logprobs};
+use super::trace::{TickCounts, TraceLine};
 use super::{Engine, RuntimeError};
 use crate::cache::{CacheError, common_prefix};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
+use std::time::Instant;
 
 /// One generation request.
 #[derive(Clone, Debug)]
@@ -64,6 +67,8 @@ pub enum Event {
     Admitted,
     /// Prefilled; its first token follows.
     Started {
+        /// The scheduler's id of the request (its order of arrival; the step trace names it).
+        request: u64,
         /// Prompt tokens whose KV came from the prefix cache.
         cached_tokens: usize,
         /// Other sequences in flight (decoding or prefilling) when it started.
@@ -94,18 +99,21 @@ pub trait Client {
 }
 
 struct Waiting<C> {
+    id: u64,
     request: Request,
     client: C,
 }
 
 /// A request whose sequence holds a row and pages, its prompt not all prefilled yet.
 struct Prefilling<C> {
+    id: u64,
     seq: SeqId,
     request: Request,
     client: C,
 }
 
 struct Running<C> {
+    id: u64,
     seq: SeqId,
     request: Request,
     sampler: Option<Sampler>,
@@ -134,6 +142,71 @@ pub struct Scheduler<C> {
     running: Vec<Running<C>>,
     /// Prompt tokens prefilled per tick (at least one step of the oldest prefilling sequence).
     prefill_budget: usize,
+    /// Requests submitted so far (the next one's id).
+    submitted: u64,
+    trace: Option<StepTrace>,
+}
+
+/// Where the step trace goes ([`super::trace`]), and what it knows between ticks.
+struct StepTrace {
+    out: Box<dyn Write + Send>,
+    epoch: Instant,
+    ticks: u64,
+    /// The tick's counts, after admission.
+    counts: TickCounts,
+    steps: u64,
+    /// The request holding each sequence (by row), from its admission.
+    holders: HashMap<u32, u64>,
+    /// Lines not written yet (written once per tick).
+    pending: Vec<TraceLine>,
+}
+
+impl StepTrace {
+    fn ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    fn note(&mut self, line: impl FnOnce(u64) -> TraceLine) {
+        let now = self.ns();
+        self.pending.push(line(now));
+    }
+
+    fn begin_tick(&mut self, counts: TickCounts) {
+        self.ticks += 1;
+        self.counts = counts;
+    }
+
+    /// The steps the engine ran since the last call, as lines (each portion given its
+    /// request): called before any other line is noted after them, so lines stay in time order.
+    fn collect(&mut self, engine: &mut Engine) {
+        for mut record in engine.take_logged_steps() {
+            for p in &mut record.portions {
+                p.request = self.holders.get(&p.seq).copied();
+            }
+            self.steps += 1;
+            self.pending.push(TraceLine::Step {
+                step: self.steps,
+                tick: self.ticks,
+                counts: self.counts,
+                record,
+            });
+        }
+    }
+
+    /// The tick's last steps after its other lines, written and flushed.
+    fn end_tick(&mut self, engine: &mut Engine) -> std::io::Result<()> {
+        self.collect(engine);
+        let mut text = Vec::new();
+        for line in self.pending.drain(..) {
+            serde_json::to_writer(&mut text, &line)?;
+            text.push(b'\n');
+        }
+        if !text.is_empty() {
+            self.out.write_all(&text)?;
+            self.out.flush()?;
+        }
+        Ok(())
+    }
 }
 
 impl<C: Client> Scheduler<C> {
@@ -144,12 +217,47 @@ impl<C: Client> Scheduler<C> {
             prefilling: VecDeque::new(),
             running: Vec::new(),
             prefill_budget,
+            submitted: 0,
+            trace: None,
         }
     }
 
-    /// Queues a request; it is admitted (and checked) at a later tick.
-    pub fn submit(&mut self, request: Request, client: C) {
-        self.queue.push_back(Waiting { request, client });
+    /// Writes the step trace ([`super::trace`]) to `out` from now on, one JSON line per forward
+    /// step (and per request submitted, admitted, started), flushed at the end of every tick;
+    /// timestamps from `epoch`. A write that fails ends the trace (with one line on stderr), not
+    /// the serving.
+    pub fn trace_steps(&mut self, engine: &mut Engine, out: Box<dyn Write + Send>, epoch: Instant) {
+        engine.log_steps(epoch);
+        self.trace = Some(StepTrace {
+            out,
+            epoch,
+            ticks: 0,
+            counts: TickCounts::default(),
+            steps: 0,
+            holders: HashMap::new(),
+            pending: Vec::new(),
+        });
+    }
+
+    /// Queues a request; it is admitted (and checked) at a later tick. Returns its id (the order
+    /// of arrival, from 0), which its `Started` event and the step trace carry.
+    pub fn submit(&mut self, request: Request, client: C) -> u64 {
+        let id = self.submitted;
+        self.submitted += 1;
+        let prompt_tokens = request.prompt.len();
+        if let Some(trace) = &mut self.trace {
+            trace.note(|t_ns| TraceLine::Submit {
+                request: id,
+                t_ns,
+                prompt_tokens,
+            });
+        }
+        self.queue.push_back(Waiting {
+            id,
+            request,
+            client,
+        });
+        id
     }
 
     pub fn is_idle(&self) -> bool {
@@ -172,9 +280,22 @@ impl<C: Client> Scheduler<C> {
     pub fn tick(&mut self, engine: &mut Engine) -> Result<(), RuntimeError> {
         self.drop_gone(engine)?;
         self.admit(engine)?;
+        if let Some(trace) = &mut self.trace {
+            trace.begin_tick(TickCounts {
+                waiting: self.queue.len(),
+                prefilling: self.prefilling.len(),
+                decoding: self.running.len(),
+            });
+        }
         self.prefill(engine)?;
         if !self.running.is_empty() {
             self.decode_step(engine)?;
+        }
+        if let Some(trace) = &mut self.trace
+            && let Err(e) = trace.end_tick(engine)
+        {
+            eprintln!("the step trace stops: writing it failed: {e}");
+            self.trace = None;
         }
         Ok(())
     }
@@ -216,11 +337,15 @@ impl<C: Client> Scheduler<C> {
             let request = &w.request;
             match engine.begin(&request.prompt, request.max_new, request.needs_logits()) {
                 Ok(seq) => match w.client.send(Event::Admitted) {
-                    true => self.prefilling.push_back(Prefilling {
-                        seq,
-                        request: w.request,
-                        client: w.client,
-                    }),
+                    true => {
+                        self.trace_admit(engine, w.id, seq)?;
+                        self.prefilling.push_back(Prefilling {
+                            id: w.id,
+                            seq,
+                            request: w.request,
+                            client: w.client,
+                        })
+                    }
                     false => engine.finish(seq)?,
                 },
                 Err(RuntimeError::Cache(CacheError::OutOfPages { .. })) if self.running() > 0 => {
@@ -232,6 +357,21 @@ impl<C: Client> Scheduler<C> {
                     w.client.send(Event::Failed(e));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The trace's note of request `id` taking sequence `seq`.
+    fn trace_admit(&mut self, engine: &Engine, id: u64, seq: SeqId) -> Result<(), RuntimeError> {
+        if let Some(trace) = &mut self.trace {
+            let cached_tokens = engine.cached_tokens(seq)?;
+            trace.holders.insert(seq.row(), id);
+            trace.note(|t_ns| TraceLine::Admit {
+                request: id,
+                t_ns,
+                seq: seq.row(),
+                cached_tokens,
+            });
         }
         Ok(())
     }
@@ -328,13 +468,22 @@ impl<C: Client> Scheduler<C> {
         let sampler = (!p.request.sampling.is_greedy())
             .then(|| Sampler::for_prompt(p.request.sampling.clone(), &p.request.prompt));
         let mut r = Running {
+            id: p.id,
             seq: started.seq,
             request: p.request,
             sampler,
             produced: 0,
             client: p.client,
         };
+        if let Some(trace) = &mut self.trace {
+            trace.collect(engine);
+            trace.note(|t_ns| TraceLine::Started {
+                request: r.id,
+                t_ns,
+            });
+        }
         let live = r.client.send(Event::Started {
+            request: r.id,
             cached_tokens: started.cached_tokens,
             in_flight: self.running(),
             phases: started.phases,

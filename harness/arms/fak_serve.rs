@@ -32,6 +32,8 @@ pub struct FakServe {
     /// Sequences one batched decode step serves.
     pub max_seqs: usize,
     pub page_size: Option<u32>,
+    /// Where the server writes its step trace (`--trace-steps`), if anywhere.
+    pub trace_steps: Option<PathBuf>,
     process: Option<EngineProcess>,
     port: u16,
     /// Answers of submitted requests, from their stream threads.
@@ -55,6 +57,7 @@ impl FakServe {
             cache_mem: 0,
             max_seqs: 1,
             page_size: None,
+            trace_steps: None,
             process: None,
             port: 0,
             answers: http::Answers::new(),
@@ -79,6 +82,9 @@ impl FakServe {
         }
         if let Some(page) = self.page_size {
             args.extend(["--page-size".into(), page.to_string()]);
+        }
+        if let Some(trace) = &self.trace_steps {
+            args.extend(["--trace-steps".into(), trace.display().to_string()]);
         }
         args
     }

@@ -6,6 +6,7 @@
 
 pub mod compare;
 mod scenario;
+pub mod steps;
 pub mod svg;
 
 use crate::inspect;

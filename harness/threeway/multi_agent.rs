@@ -373,6 +373,7 @@ fn make_arm(
             arm.cache_mem = if s.cache { s.cache_mem } else { 0 };
             arm.max_seqs = agents;
             arm.page_size = s.args.page_size;
+            arm.trace_steps = Some(step_trace_log(s.scratch, label));
             let how = match s.cache {
                 true => format!(
                     "fak serve --cache-mem {}: the engine's radix prefix cache, shared by every \
@@ -562,7 +563,43 @@ fn run_arm(
         rec.fault(super::runner::fault_record(None, &text))?;
     }
     rec.finish()?;
+    if engine == "fak-serve" {
+        keep_step_trace(writer, &step_trace_log(s.scratch, label), label)?;
+    }
     result.map(|()| facts)
+}
+
+/// Where the fak-serve arm's server writes its step trace while it runs.
+fn step_trace_log(scratch: &Path, label: &str) -> std::path::PathBuf {
+    scratch.join(format!("{label}-steps.jsonl"))
+}
+
+/// The arm's step trace beside its raw file (`multi-agent-<arm>-steps.jsonl`), with its
+/// summary per request, each named by agent and turn (`multi-agent-<arm>-steps.md`, as
+/// `harness steps` prints it); both listed in the manifest. A trace that cannot be read is
+/// said on stderr and left in the logs: it is a diagnosis, not a measurement.
+fn keep_step_trace(writer: &mut PacketWriter, log: &Path, label: &str) -> Result<()> {
+    use fak_harness::report::steps;
+    let Ok(text) = std::fs::read_to_string(log) else {
+        eprintln!("threeway: {label}: no step trace at {}", log.display());
+        return Ok(());
+    };
+    let name = format!("{MULTI_AGENT}-{label}-steps");
+    writer.write_file(&format!("{name}.jsonl"), text.as_bytes())?;
+    let raw = writer
+        .dir()
+        .join(fak_harness::packet::scenario::scenario_raw_file_name(label));
+    let summary = fak::runtime::trace::parse_trace(&text)
+        .map_err(anyhow::Error::msg)
+        .and_then(|lines| steps::summarize(&lines))
+        .and_then(|s| Ok(steps::render(&s, &steps::request_names(&raw)?)));
+    match summary {
+        Ok(md) => {
+            writer.write_file(&format!("{name}.md"), md.as_bytes())?;
+        }
+        Err(e) => eprintln!("threeway: {label}: the step trace does not read: {e:#}"),
+    }
+    Ok(())
 }
 
 /// One agent's conversation.

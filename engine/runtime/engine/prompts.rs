@@ -25,6 +25,7 @@ use crate::gpu::Step;
 use crate::gpu::kernels::gated_delta_chunk::CHUNK;
 use crate::gpu::profile::StepMarks;
 use crate::gpu::step::{HISTORY_LEN, MAX_BATCH, MidSave, SeqRows, StepKind, TokenSlot};
+use crate::runtime::trace::{PortionRecord, StepRole};
 use std::time::{Duration, Instant};
 
 /// One sequence's share of a step of several prompts.
@@ -178,6 +179,20 @@ impl Engine {
         Ok(portions)
     }
 
+    /// How the step trace shows `p` (before the step moves its sequence on): its snapshots are
+    /// the mid-step one and its end where a snapshot is due there, as `run_prompts` takes them.
+    fn portion_record(&self, p: &Portion) -> PortionRecord {
+        let end = p.pos + p.len;
+        let stop = self.seq(p.seq).is_ok_and(|s| s.snapshot_at.contains(&end));
+        PortionRecord {
+            seq: p.seq.row(),
+            request: None,
+            pos: p.pos,
+            len: p.len,
+            snapshots: p.mid.into_iter().chain(stop.then_some(end)).collect(),
+        }
+    }
+
     /// Runs `portions` (two or more, of distinct sequences) as one prompt step; returns each
     /// one's first token where its prompt is done.
     fn run_prompts(&mut self, portions: &[Portion]) -> Result<Vec<Option<Started>>, RuntimeError> {
@@ -283,6 +298,9 @@ impl Engine {
             false => Vec::new(),
         };
         let known = Instant::now();
+        self.log_step(StepRole::Prefill, started_at, true, |engine| {
+            portions.iter().map(|p| engine.portion_record(p)).collect()
+        });
         let vocab = self.io.n_vocab as usize;
         let mut out = Vec::with_capacity(portions.len());
         for (i, p) in portions.iter().enumerate() {

@@ -21,6 +21,7 @@ use crate::gpu::Step;
 use crate::gpu::kernels::gated_delta_chunk::CHUNK;
 use crate::gpu::profile::StepMarks;
 use crate::gpu::step::{HISTORY_LEN, MidSave, StepKind, TokenSlot};
+use crate::runtime::trace::{PortionRecord, StepRole};
 use std::time::Instant;
 
 /// A sequence in flight: its page-table row.
@@ -28,7 +29,8 @@ use std::time::Instant;
 pub struct SeqId(u32);
 
 impl SeqId {
-    pub(super) fn row(self) -> u32 {
+    /// Its page-table row (and recurrent-state slot), reused by later sequences.
+    pub fn row(self) -> u32 {
         self.0
     }
 }
@@ -304,6 +306,7 @@ impl Engine {
         logits: bool,
         phases: &mut PrefillPhases,
     ) -> Result<(usize, usize), RuntimeError> {
+        let started = Instant::now();
         let s = self.seq(seq)?;
         let (pos, prompt_len) = (s.pos, s.prompt_len);
         let limit = prompt_len.min(self.step_end(pos, most));
@@ -330,6 +333,16 @@ impl Engine {
         timed(&mut phases.snapshots, || {
             self.take_step_snapshots(seq, mid, stop_at_end.then_some(end))
         })?;
+        let snapshots = mid.into_iter().chain(stop_at_end.then_some(end)).collect();
+        let portion = PortionRecord {
+            seq: seq.row(),
+            request: None,
+            pos,
+            len: end - pos,
+            snapshots,
+        };
+        // Not waited for here: a prompt's last step is, in `first_token`.
+        self.log_step(StepRole::Prefill, started, false, |_| vec![portion]);
         Ok((pos, end))
     }
 
@@ -567,6 +580,7 @@ impl Engine {
     fn first_token(&mut self, seq: SeqId) -> Result<Started, RuntimeError> {
         let prefilled = Instant::now();
         let first = self.wait_token(0)?;
+        self.log_waited();
         let logits = match self.seq(seq)?.logits {
             true => Some(self.read_logits(1)?),
             false => None,
@@ -711,6 +725,7 @@ impl Engine {
         seqs: &[SeqId],
         logits: bool,
     ) -> Result<(Vec<u32>, Vec<Vec<f32>>), RuntimeError> {
+        let started_at = Instant::now();
         let n = seqs.len();
         let (_, kv_len) = self.set_batch_inputs(seqs)?;
         let mut marks =
@@ -742,6 +757,17 @@ impl Engine {
                 .collect(),
             false => Vec::new(),
         };
+        self.log_step(StepRole::Decode, started_at, true, |engine| {
+            seqs.iter()
+                .map(|&id| PortionRecord {
+                    seq: id.row(),
+                    request: None,
+                    pos: engine.seq(id).map_or(0, |s| s.pos),
+                    len: 1,
+                    snapshots: Vec::new(),
+                })
+                .collect()
+        });
         for (&id, &token) in seqs.iter().zip(&out) {
             let s = self.seq_mut(id)?;
             s.pos += 1;
