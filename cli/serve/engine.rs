@@ -78,7 +78,8 @@ impl EngineThread {
     pub fn spawn(
         model: PathBuf,
         options: EngineOptions,
-        (prefill_budget, trace): (usize, Option<StepTraceFile>),
+        prefill_budget: usize,
+        trace: Option<StepTraceFile>,
         metrics: Arc<Metrics>,
     ) -> Result<(EngineThread, Loaded)> {
         let (commands, requests) = channel();

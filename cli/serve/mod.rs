@@ -94,7 +94,8 @@ pub fn run(args: Args) -> Result<()> {
     let (engine, loaded) = EngineThread::spawn(
         args.model.clone(),
         options,
-        (args.prefill_budget, trace),
+        args.prefill_budget,
+        trace,
         metrics.clone(),
     )?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

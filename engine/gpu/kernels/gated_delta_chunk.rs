@@ -935,17 +935,12 @@ impl GatedDeltaChunked {
         check_batch(Self::NAME, batch, binding.max_tokens, binding.max_seqs)?;
         // The grid counts the longest sequence's chunks; the scratch holds every sequence's.
         let chunks = (batch.len + CHUNK - 1).div_ceil(CHUNK);
-        let blocks = if batch.count == 1 {
-            chunks
-        } else {
-            batch.chunks
-        };
-        if blocks > binding.chunks {
+        if batch.chunks > binding.chunks {
             return Err(GpuError::Shape {
                 kernel: Self::NAME,
                 message: format!(
-                    "{} sequences of {blocks} chunks in all exceed the scratch's {} chunks",
-                    batch.count, binding.chunks
+                    "{} sequences of {} chunks in all exceed the scratch's {} chunks",
+                    batch.count, batch.chunks, binding.chunks
                 ),
             });
         }

@@ -46,7 +46,8 @@ impl QuantizedInput {
         ctx: &GpuContext,
         x: &wgpu::Buffer,
         cols: u64,
-        (norm, fed): (Option<InputNorm<'_>>, Option<&Q8Vectors>),
+        norm: Option<InputNorm<'_>>,
+        fed: Option<&Q8Vectors>,
         types: &[GgmlType],
         step: &StepBuffer,
         max_tokens: u32,
@@ -162,7 +163,8 @@ impl FedMatVec {
         step: &StepBuffer,
         max_tokens: u32,
         output: MatmulOutput,
-        (next_norm, last_norm): (Option<&wgpu::Buffer>, Option<(&wgpu::Buffer, f32)>),
+        next_norm: Option<&wgpu::Buffer>,
+        last_norm: Option<(&wgpu::Buffer, f32)>,
     ) -> Result<Option<FedMatVec>, GpuError> {
         let cols = shape.cols;
         if k.quantize.is_none()
@@ -317,8 +319,7 @@ impl Linear {
         output: MatmulOutput,
     ) -> Result<Linear, GpuError> {
         let MatVecShape { ty, rows, cols } = shape;
-        let quantized =
-            QuantizedInput::bind(k, ctx, x, cols, (None, None), &[ty], step, max_tokens)?;
+        let quantized = QuantizedInput::bind(k, ctx, x, cols, None, None, &[ty], step, max_tokens)?;
         let matvec = k.matvec.bind_fused(
             ctx,
             shape,

@@ -124,8 +124,7 @@ impl Mlp {
             shared: false,
         };
         // The mixer's last-arriving norm writes these vectors at one vector.
-        let quantized =
-            b.quantized(s.x, d as u64, (Some(input_norm), links.input), &[t.gate.ty])?;
+        let quantized = b.quantized(s.x, d as u64, Some(input_norm), links.input, &[t.gate.ty])?;
         let fusion = match &quantized {
             Some(q) => q.fusion(true),
             None => MatVecFusion {

@@ -366,7 +366,8 @@ impl<'a> Binder<'a> {
                 self.step,
                 self.rows,
                 output,
-                (residual, last_norm),
+                residual,
+                last_norm,
             )?,
             false => None,
         };
@@ -381,12 +382,12 @@ impl<'a> Binder<'a> {
         &self,
         x: &wgpu::Buffer,
         cols: u64,
-        (norm, fed): (Option<InputNorm<'_>>, Option<&Q8Vectors>),
+        norm: Option<InputNorm<'_>>,
+        fed: Option<&Q8Vectors>,
         types: &[GgmlType],
     ) -> Result<Option<QuantizedInput>, GpuError> {
-        let fed = fed.filter(|v| !v.sums);
         let (k, step) = (self.k, self.step);
-        QuantizedInput::bind(k, self.ctx, x, cols, (norm, fed), types, step, self.rows)
+        QuantizedInput::bind(k, self.ctx, x, cols, norm, fed, types, step, self.rows)
     }
 
     /// The decode mat-vec of `shape` with the norm `norm` of the residual stream `x` and its

@@ -80,7 +80,7 @@ impl NormedLinears {
         };
         let types: Vec<GgmlType> = parts.iter().map(|p| p.shape.ty).collect();
         // The previous residual add's last-arriving norm writes these vectors at one vector.
-        let quantized = b.quantized(x, width as u64, (Some(input_norm), input), &types)?;
+        let quantized = b.quantized(x, width as u64, Some(input_norm), input, &types)?;
         // The norm's weight is one tensor: the first dispatch that folds it in (the
         // quantization, else the first f32 product) reads it, the later ones share it.
         let mut norm_read = quantized.is_some();

@@ -19,7 +19,7 @@
 //! steps (one per step as the step passes it, into the spare slot; the others where a portion
 //! ends).
 
-use super::session::{SeqId, Started};
+use super::session::{SeqId, Started, grid_cut};
 use super::{Engine, RuntimeError, timed};
 use crate::gpu::Step;
 use crate::gpu::kernels::gated_delta_chunk::CHUNK;
@@ -340,11 +340,4 @@ impl Engine {
         }
         Ok(out)
     }
-}
-
-/// Tokens from position `pos` to the last multiple of `grain` within `pos + space` (0 if there
-/// is none): a hybrid model's portion cut short of its prompt's end ends on the absolute chunk
-/// grid, so its chunks are the ones every other cut of the prompt computes.
-fn grid_cut(pos: usize, space: usize, grain: usize) -> usize {
-    ((pos + space) / grain * grain).saturating_sub(pos)
 }

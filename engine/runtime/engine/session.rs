@@ -119,11 +119,9 @@ impl Engine {
     /// resumed off the grid (a finished conversation's cached end) is cut where every other cut
     /// of it is, whatever the budget (see [`Engine::state_grid`]).
     fn step_end(&self, pos: usize, most: usize) -> usize {
-        let chunk = CHUNK as usize;
-        let on_grid = (pos + most) / chunk * chunk;
-        match self.model.state_bytes() > 0 && on_grid > pos {
-            true => on_grid,
-            false => pos + most,
+        match grid_cut(pos, most, CHUNK as usize) {
+            cut if cut > 0 && self.model.state_bytes() > 0 => pos + cut,
+            _ => pos + most,
         }
     }
 
@@ -333,16 +331,16 @@ impl Engine {
         timed(&mut phases.snapshots, || {
             self.take_step_snapshots(seq, mid, stop_at_end.then_some(end))
         })?;
-        let snapshots = mid.into_iter().chain(stop_at_end.then_some(end)).collect();
-        let portion = PortionRecord {
-            seq: seq.row(),
-            request: None,
-            pos,
-            len: end - pos,
-            snapshots,
-        };
         // Not waited for here: a prompt's last step is, in `first_token`.
-        self.log_step(StepRole::Prefill, started, false, |_| vec![portion]);
+        self.log_step(StepRole::Prefill, started, false, |_| {
+            vec![PortionRecord {
+                seq: seq.row(),
+                request: None,
+                pos,
+                len: end - pos,
+                snapshots: mid.into_iter().chain(stop_at_end.then_some(end)).collect(),
+            }]
+        });
         Ok((pos, end))
     }
 
@@ -834,4 +832,11 @@ fn lcm(a: usize, b: usize) -> usize {
         a
     };
     a / gcd(a, b) * b
+}
+
+/// Tokens from position `pos` to the last multiple of `grain` within `pos + space` (0 if there
+/// is none): a hybrid model's prompt step or portion cut short of its prompt's end ends on the
+/// absolute chunk grid, so its chunks are the ones every other cut of the prompt computes.
+pub(super) fn grid_cut(pos: usize, space: usize, grain: usize) -> usize {
+    ((pos + space) / grain * grain).saturating_sub(pos)
 }
