@@ -530,3 +530,80 @@ fn dense_next_turn_resumes_together_with_another_prompt() {
 fn hybrid_next_turn_resumes_off_the_chunk_grid_together_with_another_prompt() {
     a_next_turn_resumes_off_the_chunk_grid_together_with_another_prompt("qwen35");
 }
+
+/// Three conversations' second turns (first turns of 100, 90 and 110 tokens, 41 more after each
+/// answer: each resumes off the chunk grid, at 104, 94 and 114) prefilled together: each has a
+/// snapshot due at 128 inside its portion, and each portion takes its own in passing (a spare
+/// state slot per prompt of the step), so one step runs all three whole (with one spare a step,
+/// the second and third were cut at 128 and took a second step). Each turn's logits, and those of
+/// a third prompt per conversation that branches at 128 (resuming from that snapshot), are the
+/// bits they are where each turn ran alone.
+#[test]
+fn hybrid_next_turns_together_each_take_their_snapshot_in_passing() {
+    let arch = "qwen35";
+    let firsts = [random_ids(40, 100), random_ids(41, 90), random_ids(42, 110)];
+    let second = |i: usize, answer: &[u32]| {
+        [&firsts[i], answer, &random_ids(43 + i as u64, 41)[..]].concat()
+    };
+    let branch = |turn: &[u32], i: usize| [&turn[..128], &random_ids(46 + i as u64, 30)].concat();
+    // Alone: each conversation's turns one after another on one engine.
+    let mut e = engine_caching(arch, 256, 16 << 20);
+    let mut answers = Vec::new();
+    let mut alone = Vec::new();
+    for (i, first) in firsts.iter().enumerate() {
+        let answer = converse(&mut e, first);
+        let turn = second(i, &answer);
+        alone.push((
+            logits_of(&mut e, &turn, &[], 0),
+            branch_logits(&mut e, &branch(&turn, i)),
+        ));
+        answers.push(answer);
+    }
+    // Together: the first turns, then the second turns in one step.
+    let mut e = engine_caching(arch, 256, 16 << 20);
+    for (first, answer) in firsts.iter().zip(&answers) {
+        assert_eq!(&converse(&mut e, first), answer, "the first turns");
+    }
+    let turns: Vec<Vec<u32>> = (0..3).map(|i| second(i, &answers[i])).collect();
+    let seqs: Vec<SeqId> = turns
+        .iter()
+        .map(|t| e.begin(t, N_OUT, true).unwrap())
+        .collect();
+    let left: Vec<usize> = seqs.iter().map(|&s| e.prompt_left(s).unwrap()).collect();
+    assert_eq!(left, [42, 42, 42], "each turn resumes after its answer");
+    let before = e.forward_steps();
+    let parts = e.prefill_together(&seqs, usize::MAX).unwrap();
+    assert_eq!(e.forward_steps() - before, 1, "the turns' prompt steps");
+    let ran: Vec<usize> = parts.iter().map(|p| p.tokens).collect();
+    assert_eq!(ran, [42, 42, 42], "tokens each turn ran");
+    let mut rows: Vec<Vec<Vec<f32>>> = parts
+        .into_iter()
+        .map(|p| vec![p.started.expect("prompt done").logits.expect("logits")])
+        .collect();
+    decode_rest(&mut e, &seqs, &mut rows);
+    for s in seqs {
+        e.finish(s).unwrap();
+    }
+    for (i, (got, (want, (want_reused, want_branch)))) in rows.iter().zip(&alone).enumerate() {
+        assert_same_bits(&format!("turn {i} of 3 together"), got, want);
+        let (reused, branched) = branch_logits(&mut e, &branch(&turns[i], i));
+        assert_eq!(
+            (reused, *want_reused),
+            (128, 128),
+            "conversation {i}: a branch at 128 resumes from the snapshot there"
+        );
+        assert_same_bits(
+            &format!("conversation {i}: the branch from the snapshot the step took"),
+            &branched,
+            want_branch,
+        );
+    }
+}
+
+/// Tokens `prompt` reused from the prefix cache, and its logits ([`logits_of`] alone).
+fn branch_logits(e: &mut Engine, prompt: &[u32]) -> (usize, Vec<Vec<f32>>) {
+    let before = e.cache_stats().tokens_reused;
+    let logits = logits_of(e, prompt, &[], 0);
+    let reused = e.cache_stats().tokens_reused - before;
+    (reused as usize, logits)
+}

@@ -17,7 +17,7 @@ use fak::gpu::kernels::gated_delta_chunk::{
     CHUNK, ChunkEntry, ChunkForm, ChunkKernel, GatedDeltaChunked, Inverse, entries_named,
 };
 use fak::gpu::kernels::gdn_decode::{GdnDecode, Split, WORKGROUP_SIZES};
-use fak::gpu::step::{MidSave, SeqRows};
+use fak::gpu::step::{MidSave, SeqRows, SequenceTable};
 use fak::gpu::{GpuContext, GpuError, Kernel, KernelPaths, storage_buffer};
 
 use fak_tests::gdn::{
@@ -649,21 +649,37 @@ fn a_mid_step_snapshot_is_the_state_the_rows_before_it_leave() {
     }
 }
 
-/// A prompt step of three sequences (45, 130 and 20 rows on shuffled slots, padding between
+/// A prompt step of three sequences (60, 130 and 20 rows on shuffled slots, padding between
 /// them): the first and the last from positions off the chunk grid (lead rows), the second
-/// (whose snapshot after 64 rows the ragged test takes) from one on it.
+/// from one on it; each crosses a grid point (after 45, 64 and 16 of its rows: where
+/// [`with_snapshots`] takes its snapshot).
 fn ragged_batch() -> [SeqRows; 3] {
     let seq = |slot, row, len, pos| SeqRows {
         slot,
         row,
         len,
         pos,
+        save: None,
     };
     [
-        seq(2, 0, 45, 19),
+        seq(2, 0, 60, 19),
         seq(0, 64, 130, 128),
-        seq(1, 224, 20, 200),
+        seq(1, 224, 20, 240),
     ]
+}
+
+/// `seqs` with each sequence's state at its first chunk-grid point inside it snapshot in
+/// passing, sequence i's into slot `first_slot + i` (as a step of several prompts gives each
+/// its own spare slot).
+fn with_snapshots(seqs: &[SeqRows], first_slot: u32) -> Vec<SeqRows> {
+    let saving = |(i, s): (usize, &SeqRows)| SeqRows {
+        save: Some(MidSave {
+            rows: CHUNK - s.pos % CHUNK,
+            slot: first_slot + i as u32,
+        }),
+        ..*s
+    };
+    seqs.iter().enumerate().map(saving).collect()
 }
 
 /// Several sequences of different lengths at rows of their own in one step, as a prompt step of
@@ -671,8 +687,10 @@ fn ragged_batch() -> [SeqRows; 3] {
 /// padding rows between them, slots out of order, two of them from positions off the chunk
 /// grid): each sequence's outputs and final state are those of its rows run as a step alone
 /// from the same position, bit for bit (the same kernels sum the same values in the same order,
-/// their rows at the same places in the same chunks), in both forms; and the chunked form's
-/// snapshot of the second sequence after 64 of its rows is the state its first 64 rows leave.
+/// their rows at the same places in the same chunks), in both forms; and in the chunked form,
+/// where every sequence also takes a snapshot in passing (each into a spare slot of its own),
+/// each snapshot is the state its rows before it leave when they run alone from the same
+/// position, bit for bit.
 #[test]
 fn sequences_of_any_lengths_in_one_step_each_compute_as_alone() {
     let ctx = gpu();
@@ -680,8 +698,8 @@ fn sequences_of_any_lengths_in_one_step_each_compute_as_alone() {
     let d = small_shapes()[2];
     let weights = LayerWeights::random(&d, &mut rng);
     let x = Projections::random(&d, 256, &mut rng);
-    let seqs = ragged_batch();
-    let start = CpuState::random(&d, 4, &mut rng);
+    // Slots 0..3 the sequences', 3..6 their snapshots' (random: each must be overwritten).
+    let start = CpuState::random(&d, 6, &mut rng);
     let vd = d.value_dim() as usize;
     let chunks = chunk_variants(
         ctx,
@@ -693,13 +711,17 @@ fn sequences_of_any_lengths_in_one_step_each_compute_as_alone() {
         .chain([(Form::Recurrent, ChunkVariant::F32)]);
     for (form, chunk) in forms {
         let layer = || {
-            let layer = layer_with(ctx, chunk, d, &weights, (256, 3, 4));
+            let layer = layer_with(ctx, chunk, d, &weights, (256, 3, 6));
             layer.upload_state(ctx, &start);
             layer
         };
+        // The recurrent form takes no snapshots (the engine's prompt steps run the chunked).
+        let seqs = match form {
+            Form::Chunked => with_snapshots(&ragged_batch(), 3),
+            _ => ragged_batch().to_vec(),
+        };
         let together = layer();
-        let save = (form == Form::Chunked).then_some((1, MidSave { rows: 64, slot: 3 }));
-        let got = together.step_ragged(ctx, &x, &seqs, form, save);
+        let got = together.step_ragged(ctx, &x, &seqs, form);
         let state = together.download_state(ctx);
         for (
             i,
@@ -708,6 +730,7 @@ fn sequences_of_any_lengths_in_one_step_each_compute_as_alone() {
                 row,
                 len,
                 pos,
+                save,
             },
         ) in seqs.iter().enumerate()
         {
@@ -722,22 +745,45 @@ fn sequences_of_any_lengths_in_one_step_each_compute_as_alone() {
             let got_y = &got.y[rows.start * vd..rows.end * vd];
             assert_close(&format!("{what}: y"), got_y, &want.y, Tolerance::EXACT);
             let want_state = alone.download_state(ctx).flat(slot as usize);
-            let what = format!("{what}: state");
             assert_close(
-                &what,
+                &format!("{what}: state"),
                 &state.flat(slot as usize),
                 &want_state,
                 Tolerance::EXACT,
             );
-        }
-        if save.is_some() {
-            let head = layer();
-            head.step(ctx, &x.rows(&d, 64..128), &[0], 64, form);
-            let want = head.download_state(ctx).flat(0);
-            let what = "the second sequence's state after 64 rows";
-            assert_close(what, &state.flat(3), &want, Tolerance::EXACT);
+            if let Some(MidSave { rows, slot: spare }) = save {
+                let head = layer();
+                let own = x.rows(&d, row as usize..(row + rows) as usize);
+                head.prefill_at(ctx, &own, slot, rows, pos, None);
+                let want = head.download_state(ctx).flat(slot as usize);
+                let what = format!("{what}: its snapshot after {rows} rows in slot {spare}");
+                assert_close(&what, &state.flat(spare as usize), &want, Tolerance::EXACT);
+            }
         }
     }
+}
+
+/// The table takes a snapshot per sequence only where the kernels can write it without a race
+/// or a state the step never computes: each into a slot of its own (not a sequence's of the
+/// batch, not another snapshot's, within the slots), inside its sequence on the chunk grid.
+#[test]
+fn a_table_refuses_snapshots_that_would_race_or_leave_the_grid() {
+    let ctx = gpu();
+    let table = SequenceTable::new(ctx, 3, 6).expect("table");
+    let save = |rows, slot| Some(MidSave { rows, slot });
+    let seqs = with_snapshots(&ragged_batch(), 3);
+    assert!(table.write_ragged(ctx, &seqs).is_ok(), "{seqs:?}");
+    let refused = |what: &str, i: usize, s: Option<MidSave>| {
+        let mut bad = seqs.clone();
+        bad[i].save = s;
+        let e = table.write_ragged(ctx, &bad).expect_err(what).to_string();
+        assert!(e.contains("no other snapshot uses"), "{what}: {e}");
+    };
+    refused("two snapshots into one slot", 2, save(16, 4));
+    refused("a snapshot into a sequence's slot", 1, save(64, 0));
+    refused("a snapshot past the slots", 1, save(64, 6));
+    refused("a snapshot off the chunk grid", 0, save(40, 3));
+    refused("a snapshot after none of its rows", 0, save(0, 3));
 }
 
 /// Records one encoder's copies and waits for them.
@@ -1173,7 +1219,7 @@ fn every_chunked_form_on_a_poisoned_scratch_matches_the_cpu_layer() {
                 layer.upload_state(ctx, &start);
                 let mut cpu = start.clone();
                 layer.poison_chunk_scratch(ctx);
-                let got = layer.step_ragged(ctx, &x, &seqs, Form::Chunked, None);
+                let got = layer.step_ragged(ctx, &x, &seqs, Form::Chunked);
                 for (i, &SeqRows { slot, row, len, .. }) in seqs.iter().enumerate() {
                     let what = format!("{chunk} {d:?}: sequence {i} ({len} rows from row {row})");
                     let rows = row as usize..(row + len) as usize;

@@ -26,7 +26,7 @@
 //   workgroup of 128 owns ROWS = 16 state rows of one head in workgroup memory and walks the
 //   chunks: V' and Q S over dk tiles (8 outputs per invocation), O from P V', then the state
 //   update; it writes O and, at the end, the state (and, after the chunk that ends at the
-//   table's save_rows, that state into the snapshot slot).
+//   sequence's save_rows, that state into its snapshot slot).
 // The dispatch count is fixed; only the chunk_prepare grid grows with the token count.
 //
 // bindings: those of gated_delta_chunk_io.wgsl (0 mixed, 1 gates, 2 seqs, 4 state, 5 o,
@@ -288,7 +288,7 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
             workgroupBarrier();
         }
         if c == save {
-            store_state(state_at(seqs.save_slot, h), wg.x, tid);
+            store_state(snapshot_at(s, h), wg.x, tid);
         }
     }
     store_state(at, wg.x, tid);

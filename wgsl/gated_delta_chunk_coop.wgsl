@@ -896,12 +896,13 @@ fn scan_chunk(c: u32, h: u32, s: u32, row0: u32, tid: u32) -> ScanChunk {
                      half_at(params.k_at, ch.block, CHUNK, DK, 0u, 0u));
 }
 
-// A chunk's end (after its o): S re-split into s16 on `threads` invocations, the snapshot after
-// chunk `save` (head h, tile `rows_tile`), then the barrier before the next chunk.
-fn end_chunk(c: u32, save: u32, h: u32, rows_tile: u32, tid: u32, threads: u32) {
+// A chunk's end (after its o): S re-split into s16 on `threads` invocations, sequence s's
+// snapshot after chunk `save` (head h, tile `rows_tile`), then the barrier before the next
+// chunk.
+fn end_chunk(c: u32, save: u32, s: u32, h: u32, rows_tile: u32, tid: u32, threads: u32) {
     split_state(tid, threads);
     if c == save && tid < SCAN_WG {
-        store_state(state_at(seqs.save_slot, h), rows_tile, tid);
+        store_state(snapshot_at(s, h), rows_tile, tid);
     }
     workgroupBarrier();
 }
@@ -1299,7 +1300,7 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
         if pv_in_update {
             write_o(sc.ch, h, wg.x, tid);
         }
-        end_chunk(c, save, h, wg.x, tid, SCAN_WG);
+        end_chunk(c, save, s, h, wg.x, tid, SCAN_WG);
     }
     store_state(at, wg.x, tid);
 }
@@ -1463,7 +1464,7 @@ fn chunk_scan_split(@builtin(workgroup_id) wg: vec3<u32>,
                 put_o(sc.ch, h, wg.x, q.t, q.jr + k, x[k]);
             }
         }
-        end_chunk(c, save, h, wg.x, tid, SPLIT_WG);
+        end_chunk(c, save, s, h, wg.x, tid, SPLIT_WG);
     }
     if tid < SCAN_WG {
         store_state(at, wg.x, tid);

@@ -259,11 +259,16 @@ fn state_at(slot: u32, h: u32) -> u32 {
     return (slot * params.nv + h) * params.dv * DK;
 }
 
-// The chunk of sequence s after which its state is also the mid-step snapshot's (none: past
+// The chunk of sequence s after which its state is also its mid-step snapshot's (none: past
 // its last chunk).
 fn save_after(s: u32) -> u32 {
-    let saves = seqs.save_rows > 0u && s == seqs.save_seq;
-    return select(chunks(s), (seqs.seq[s].lead + seqs.save_rows) / CHUNK - 1u, saves);
+    let e = seqs.seq[s];
+    return select(chunks(s), (e.lead + e.save_rows) / CHUNK - 1u, saves_midway(e));
+}
+
+// First float of value head h's state in sequence s's snapshot slot.
+fn snapshot_at(s: u32, h: u32) -> u32 {
+    return state_at(seqs.seq[s].save_slot, h);
 }
 
 // This workgroup's ROWS state rows (of value columns rows_tile·ROWS + r) from the slot at `at`

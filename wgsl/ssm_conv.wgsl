@@ -7,8 +7,9 @@
 //   x(τ) = m[r_s + τ][c] for τ ≥ 0, else state[σ][K − 1 + τ][c]  (the K−1 raw rows before the
 //          sequence, oldest first; zeros at a sequence start, where the host zeroed the slot)
 // and afterwards state[σ][i][c] = x(len − K + 1 + i) for i < K−1: the last K−1 raw rows.
-// With a mid-step snapshot (sequences.wgsl: save_rows > 0, prefill only), for s = save_seq also
-//   state[save_slot][i][c] = x(save_rows − K + 1 + i): the conv state after save_rows rows.
+// Where sequence s takes a mid-step snapshot (sequences.wgsl: seq[s].save_rows > 0, prefill
+// only), also state[seq[s].save_slot][i][c] = x(save_rows − K + 1 + i): the conv state after
+// save_rows rows.
 //
 // m is read through a view (view.wgsl): row r is at params.m.offset + r·params.m.token_stride, so
 // the projection may sit in a wider row (qwen35 stacks the qkv, z, β and α projections).
@@ -93,11 +94,12 @@ fn conv_silu(@builtin(global_invocation_id) id: vec3<u32>) {
     }
     if id.y == 0u {
         // The mid-step snapshot first: it may read the old state, which the next loop replaces.
-        if seqs.save_rows > 0u && s == seqs.save_seq {
-            let save_base = seqs.save_slot * (K - 1u) * params.conv_dim + c;
+        let e = seqs.seq[s];
+        if saves_midway(e) {
+            let save_base = e.save_slot * (K - 1u) * params.conv_dim + c;
             for (var i = 0u; i + 1u < K; i++) {
                 state[save_base + i * params.conv_dim] =
-                    raw(row0, i32(seqs.save_rows) - i32(K) + 1 + i32(i), c, state_base);
+                    raw(row0, i32(e.save_rows) - i32(K) + 1 + i32(i), c, state_base);
             }
         }
         for (var i = 0u; i + 1u < K; i++) {

@@ -5,7 +5,7 @@ use super::decoder::Decoder;
 use super::{Arch, DeviceModel, ModelError, bounds};
 use crate::gguf::Gguf;
 use crate::gpu::GpuContext;
-use crate::gpu::step::StepIo;
+use crate::gpu::step::{StepIo, state_slots};
 
 /// What a model needs on the device, known before anything is allocated: the engine refuses a
 /// model that cannot fit with a message that says how much it needed.
@@ -31,7 +31,8 @@ pub struct DevicePlan {
     /// K and V elements of one token over every attention layer, and their size in bytes.
     pub kv_elems_per_token: u64,
     pub kv_elem_bytes: u64,
-    /// Recurrent (DeltaNet + conv) state of one sequence (0 for dense models).
+    /// Recurrent (DeltaNet + conv) state of one slot (0 for dense models); a model keeps
+    /// [`state_slots`] of them (a sequence's, and the spares mid-step snapshots go to).
     pub state_bytes: u64,
     pub weight_bytes: u64,
     pub cache_bytes: u64,
@@ -94,7 +95,8 @@ impl DevicePlan {
 
     /// Sizes the KV pool: pages of `page_size` tokens (of `kv_elem_bytes`-byte elements) for
     /// `max_seqs` sequences of up to `max_context` tokens each, plus `cache_mem` bytes of cached
-    /// prefixes, and the padding page; and the recurrent state of `max_seqs` sequences.
+    /// prefixes, and the padding page; and the recurrent state of `max_seqs` sequences and of
+    /// the spare slots their steps' snapshots go to ([`state_slots`]).
     pub fn size_kv_pool(
         &mut self,
         page_size: u32,
@@ -112,7 +114,12 @@ impl DevicePlan {
         // which no adapter has, so the memory check refuses it instead of a wrapped small one.
         self.cache_bytes = u64::from(self.kv_pages)
             .saturating_mul(self.kv_page_bytes())
-            .saturating_add(u64::from(self.max_seqs).saturating_mul(self.state_bytes));
+            .saturating_add(self.all_state_bytes());
+    }
+
+    /// The recurrent state of every slot (0 for dense models).
+    pub fn all_state_bytes(&self) -> u64 {
+        u64::from(state_slots(self.max_seqs)).saturating_mul(self.state_bytes)
     }
 
     /// The last page of the pool, which no sequence or cached prefix holds: the padding tokens
@@ -145,8 +152,17 @@ impl DevicePlan {
 
     pub fn describe(&self) -> String {
         let gib = |b: u64| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64);
+        let state = match self.state_bytes {
+            0 => String::new(),
+            _ => format!(
+                " (of which recurrent state {}: {} slots, one per sequence and a spare per \
+                 prompt of a step)",
+                gib(self.all_state_bytes()),
+                state_slots(self.max_seqs)
+            ),
+        };
         format!(
-            "weights {}, KV pool of {} pages of {} tokens and state for {} sequences {}, \
+            "weights {}, KV pool of {} pages of {} tokens and state for {} sequences {}{state}, \
              activations {} for steps of {} tokens",
             gib(self.weight_bytes),
             self.kv_pages,

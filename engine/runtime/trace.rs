@@ -36,7 +36,7 @@ pub struct PortionRecord {
     pub pos: usize,
     pub len: usize,
     /// Positions whose recurrent state the step kept for the prefix cache (hybrid models): one
-    /// inside the portion (the spare slot's) and its end, each where due.
+    /// inside the portion (its spare slot's) and its end, each where due.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub snapshots: Vec<usize>,
 }

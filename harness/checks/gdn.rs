@@ -662,18 +662,16 @@ impl GpuLayer {
     }
 
     /// Several sequences at rows of their own in one step ([`SequenceTable::write_ragged`]: slot,
-    /// first row, tokens, first position; `x` holds every row, padding between them included),
-    /// with sequence `save.0`'s state after `save.1.rows` of its tokens also written to
-    /// `save.1.slot`. The outputs are read over all the step's rows.
+    /// first row, tokens, first position, and the mid-step snapshot each takes, if any; `x` holds
+    /// every row, padding between them included). The outputs are read over all the step's rows.
     pub fn step_ragged(
         &self,
         ctx: &GpuContext,
         x: &Projections,
         seqs: &[SeqRows],
         form: Form,
-        save: Option<(usize, MidSave)>,
     ) -> GpuOutputs {
-        self.run(ctx, x, form, |table| table.write_ragged(ctx, seqs, save))
+        self.run(ctx, x, form, |table| table.write_ragged(ctx, seqs))
     }
 
     /// A chunked prefill of `len` tokens on `slot` from position `pos` (its chunks on the

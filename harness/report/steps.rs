@@ -35,8 +35,9 @@ pub fn run(args: &Args) -> Result<()> {
 /// Why a portion of a prompt ended before the prompt did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Cuts {
-    /// At a recurrent-state snapshot due there (the step's spare slot was taken, or the next
-    /// snapshot due ends a portion that took one).
+    /// At a recurrent-state snapshot due there (the next snapshot due ends a portion that took
+    /// one in passing; before each prompt of a step had a spare slot of its own, also where
+    /// another portion of the step had taken the one spare).
     pub snapshot: usize,
     /// Elsewhere: the tick's prompt budget or the step's rows ran out.
     pub room: usize,

@@ -30,9 +30,11 @@
 //!   their K and V land there.
 //! - `seqs`: the sequences of a step for models with recurrent state (`SequenceTable`): one
 //!   prompt of `n` tokens, one token of each sequence of a batched decode, or several prompts'
-//!   rows, each reading and writing the state slot of its page-table row. Written every step, like `tokens`. One more
-//!   slot than rows: the spare ([`StepIo::spare_slot`]) a prefill step writes the state of a
-//!   branch point inside it to, for the prefix cache to copy out.
+//!   rows, each reading and writing the state slot of its page-table row. Written every step,
+//!   like `tokens`. After the rows' slots, a spare per prompt a step can hold
+//!   ([`state_slots`], [`StepIo::spare_slot`]): a prefill step writes the state of a branch
+//!   point inside each of its prompts to that prompt's spare, for the prefix cache to copy out,
+//!   so no prompt of the step is cut at its snapshot for want of one.
 
 mod pages;
 mod sequences;
@@ -47,6 +49,13 @@ use super::error::GpuError;
 /// Most tokens a decode step carries (the rows of a batched decode, the input vectors one
 /// mat-vec dispatch multiplies); prompt steps run their products as mat-muls at any size.
 pub const MAX_BATCH: u32 = 8;
+
+/// State slots a model with recurrent state keeps for `max_seqs` sequences: one per sequence
+/// (its page-table row), and a spare per prompt one step can hold (at most `MAX_BATCH`, one per
+/// sequence), where that prompt's mid-step snapshot goes ([`StepIo::spare_slot`]).
+pub fn state_slots(max_seqs: u32) -> u32 {
+    max_seqs.saturating_add(max_seqs.min(MAX_BATCH))
+}
 
 /// The role of a step's tokens. Every kernel choice of a step follows it, never the number of
 /// tokens, so a token's result does not depend on how its prompt was cut into steps or on what
@@ -141,9 +150,11 @@ pub struct StepIo {
 }
 
 impl StepIo {
-    /// The state slot no sequence uses: where a mid-step snapshot is written.
-    pub fn spare_slot(&self) -> u32 {
-        self.seqs.n_slots() - 1
+    /// The state slot no sequence uses where the mid-step snapshot of a step's `i`-th prompt is
+    /// written (past the slots for `i` ≥ the spares: the table refuses it).
+    pub fn spare_slot(&self, i: usize) -> u32 {
+        let i = u32::try_from(i).unwrap_or(u32::MAX);
+        self.seqs.max_seqs().saturating_add(i)
     }
 
     /// The page-table row of padding tokens. A step of several sequences' prompt tokens starts
@@ -186,8 +197,8 @@ impl StepIo {
                 u64::from(max_tokens) * std::mem::size_of::<TokenSlot>() as u64,
             )?,
             pages: PageTable::from_rows(ctx, pages_per_row, &page_rows_and_pad)?,
-            // One slot per page-table row, and the spare a mid-step snapshot goes to.
-            seqs: SequenceTable::new(ctx, page_rows, page_rows + 1)?,
+            // One slot per page-table row, and the spares mid-step snapshots go to.
+            seqs: SequenceTable::new(ctx, page_rows, state_slots(page_rows))?,
             max_tokens,
             logit_rows,
             n_vocab,

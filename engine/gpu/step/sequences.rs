@@ -1,6 +1,6 @@
 //! The sequences of a step for models with recurrent state: [`SequenceTable`] (the
 //! `struct Sequences` of wgsl/sequences.wgsl the Gated DeltaNet kernels read), the batch it
-//! describes ([`SeqBatch`]) and the mid-step snapshot ([`MidSave`]).
+//! describes ([`SeqBatch`]) and the mid-step snapshots ([`MidSave`], one per sequence at most).
 //!
 //! `count` sequences, each on its own state slot and rows: equal lengths one after another
 //! ([`SequenceTable::write`]: decode is `len = 1` with one entry per sequence in flight; a
@@ -45,10 +45,11 @@ impl SeqBatch {
     }
 }
 
-/// A snapshot taken partway through a prefill step (wgsl/sequences.wgsl): the state after the
-/// step's (or, in a step of several prompts, one sequence's) first `rows` rows is also written
-/// to slot `slot`, so the prefix cache gets the state at a branch point inside the step without
-/// the step stopping there (which would cost another pass over every weight).
+/// A snapshot taken partway through a prefill step (wgsl/sequences.wgsl): the state after a
+/// sequence's first `rows` rows of the step is also written to slot `slot`, so the prefix cache
+/// gets the state at a branch point inside the step without the step stopping there (which
+/// would cost another pass over every weight). Every sequence of a step may take one, each into
+/// a slot of its own.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct MidSave {
     pub rows: u32,
@@ -56,14 +57,16 @@ pub struct MidSave {
 }
 
 /// One sequence of a prompt step of several ([`SequenceTable::write_ragged`]): its state slot,
-/// its first row in the step, its tokens, and the position of its first token (whose remainder
-/// modulo the chunk is its lead: wgsl/sequences.wgsl).
+/// its first row in the step, its tokens, the position of its first token (whose remainder
+/// modulo the chunk is its lead: wgsl/sequences.wgsl), and the snapshot it takes partway
+/// through, if any.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SeqRows {
     pub slot: u32,
     pub row: u32,
     pub len: u32,
     pub pos: u32,
+    pub save: Option<MidSave>,
 }
 
 impl SeqRows {
@@ -79,8 +82,8 @@ impl SeqRows {
     }
 }
 
-/// The GPU buffer `struct Sequences` of wgsl/sequences.wgsl lives in: a 32-byte header
-/// (count, the mid-step snapshot's rows, slot and sequence) and an entry per sequence.
+/// The GPU buffer `struct Sequences` of wgsl/sequences.wgsl lives in: a 16-byte header (the
+/// count) and an entry per sequence (its mid-step snapshot's rows and slot among its fields).
 pub struct SequenceTable {
     pub buffer: wgpu::Buffer,
     max_seqs: u32,
@@ -128,9 +131,10 @@ impl SequenceTable {
                 row: s * len,
                 len,
                 pos: 0,
+                save: None,
             })
             .collect();
-        self.put(ctx, [0; HEADER_WORDS - 1], &entries);
+        self.put(ctx, &entries);
         Ok(SeqBatch::uniform(count, len))
     }
 
@@ -161,15 +165,11 @@ impl SequenceTable {
     }
 
     /// Queues a batch of sequences of any lengths at any rows ([`SeqRows`]), in row order, not
-    /// overlapping, each of at least one token (distinct slots). With `save` = (i, save), the
-    /// state of sequence i after `save.rows` of its tokens (inside them, at a position on the
-    /// delta rule's chunk grid) is also written to slot `save.slot`.
-    pub fn write_ragged(
-        &self,
-        ctx: &GpuContext,
-        seqs: &[SeqRows],
-        save: Option<(usize, MidSave)>,
-    ) -> Result<SeqBatch, GpuError> {
+    /// overlapping, each of at least one token (distinct slots). Where a sequence has a `save`,
+    /// its state after `save.rows` of its tokens (inside them, at a position on the delta
+    /// rule's chunk grid) is also written to slot `save.slot` (one no other sequence of the
+    /// batch uses, nor another's save).
+    pub fn write_ragged(&self, ctx: &GpuContext, seqs: &[SeqRows]) -> Result<SeqBatch, GpuError> {
         let slots: Vec<u32> = seqs.iter().map(|s| s.slot).collect();
         let len = seqs.iter().map(|s| s.len).max().unwrap_or(0);
         self.check(len.max(1), &slots)?;
@@ -184,18 +184,8 @@ impl SequenceTable {
             }
             end = s.row + s.len;
         }
-        let mut header = [0; HEADER_WORDS - 1];
-        if let Some((i, save)) = save {
-            let Some(s) = seqs.get(i) else {
-                return Err(table_error(format!(
-                    "a snapshot of sequence {i} of {}",
-                    seqs.len()
-                )));
-            };
-            self.check_save(s, save, &slots)?;
-            header = [0, save.rows, save.slot, i as u32, 0, 0, 0];
-        }
-        self.put(ctx, header, seqs);
+        self.check_saves(seqs, &slots)?;
+        self.put(ctx, seqs);
         Ok(SeqBatch {
             count: seqs.len() as u32,
             len,
@@ -223,44 +213,60 @@ impl SequenceTable {
             row: 0,
             len,
             pos,
+            save,
         };
-        let mut header = [0; HEADER_WORDS - 1];
-        if let Some(save) = save {
-            self.check_save(&seq, save, &[slot])?;
-            header = [0, save.rows, save.slot, 0, 0, 0, 0];
-        }
-        self.put(ctx, header, &[seq]);
+        self.check_saves(&[seq], &[slot])?;
+        self.put(ctx, &[seq]);
         Ok(SeqBatch {
             chunks: seq.chunks(),
             ..SeqBatch::uniform(1, len)
         })
     }
 
-    /// Checks a mid-step snapshot of `seq`: inside its rows, on the chunk grid of positions,
-    /// into a slot no sequence of the batch uses.
-    fn check_save(&self, seq: &SeqRows, save: MidSave, slots: &[u32]) -> Result<(), GpuError> {
-        let inside = save.rows > 0 && save.rows < seq.len;
-        let on_grid = (seq.lead() + save.rows).is_multiple_of(CHUNK);
-        if !inside || !on_grid || save.slot >= self.n_slots || slots.contains(&save.slot) {
-            return Err(table_error(format!(
-                "a snapshot after {} of the {} rows of the sequence on slot {} from position {} \
-                 into slot {}: it must fall inside the sequence at a position on the {CHUNK}-row \
-                 chunk grid, into a slot of the {} that no sequence of the batch uses",
-                save.rows, seq.len, seq.slot, seq.pos, save.slot, self.n_slots
-            )));
+    /// Checks the batch's mid-step snapshots: each inside its sequence's rows, on the chunk
+    /// grid of positions, into a slot of its own that no sequence of the batch uses (two
+    /// writers of one slot would race).
+    fn check_saves(&self, seqs: &[SeqRows], slots: &[u32]) -> Result<(), GpuError> {
+        let saves: Vec<(&SeqRows, MidSave)> =
+            seqs.iter().filter_map(|s| Some((s, s.save?))).collect();
+        for (i, &(seq, save)) in saves.iter().enumerate() {
+            let inside = save.rows > 0 && save.rows < seq.len;
+            let on_grid = (seq.lead() + save.rows).is_multiple_of(CHUNK);
+            let shared = slots.contains(&save.slot)
+                || saves[..i].iter().any(|(_, other)| other.slot == save.slot);
+            if !inside || !on_grid || save.slot >= self.n_slots || shared {
+                return Err(table_error(format!(
+                    "a snapshot after {} of the {} rows of the sequence on slot {} from position \
+                     {} into slot {}: it must fall inside the sequence at a position on the \
+                     {CHUNK}-row chunk grid, into a slot of the {} that no sequence of the batch \
+                     and no other snapshot uses",
+                    save.rows, seq.len, seq.slot, seq.pos, save.slot, self.n_slots
+                )));
+            }
         }
         Ok(())
     }
 
-    /// Writes the header (count, then `header`: padding, save_rows, save_slot, save_seq,
-    /// padding) and an entry per sequence (slot, start, len, its first chunk block: the chunks
-    /// before it, its lead).
-    fn put(&self, ctx: &GpuContext, header: [u32; HEADER_WORDS - 1], seqs: &[SeqRows]) {
-        let mut words = vec![seqs.len() as u32];
-        words.extend_from_slice(&header);
+    /// Writes the header (count, padding) and an entry per sequence (slot, start, len, its
+    /// first chunk block: the chunks before it, its lead, its snapshot's rows (0: none) and
+    /// slot, padding).
+    fn put(&self, ctx: &GpuContext, seqs: &[SeqRows]) {
+        let mut words = vec![0u32; HEADER_WORDS];
+        words[0] = seqs.len() as u32;
         let mut chunk0 = 0;
         for s in seqs {
-            words.extend_from_slice(&[s.slot, s.row, s.len, chunk0, s.lead()]);
+            let save = s.save.unwrap_or(MidSave { rows: 0, slot: 0 });
+            let entry: [u32; ENTRY_WORDS] = [
+                s.slot,
+                s.row,
+                s.len,
+                chunk0,
+                s.lead(),
+                save.rows,
+                save.slot,
+                0,
+            ];
+            words.extend_from_slice(&entry);
             chunk0 += s.chunks();
         }
         ctx.queue
@@ -269,8 +275,8 @@ impl SequenceTable {
 }
 
 /// Words of `struct Sequences` before its entries, and of each entry.
-const HEADER_WORDS: usize = 8;
-const ENTRY_WORDS: usize = 5;
+const HEADER_WORDS: usize = 4;
+const ENTRY_WORDS: usize = 8;
 
 fn table_error(message: String) -> GpuError {
     GpuError::Shape {

@@ -16,8 +16,9 @@
 //! positions (lead rows where it resumes off that grid: a finished conversation's cached end),
 //! and a portion cut short of its prompt's end ends on that grid, as in its own steps; the
 //! snapshots of its state the prefix cache wants (all on the grid) are taken as in its own
-//! steps (one per step as the step passes it, into the spare slot; the others where a portion
-//! ends).
+//! steps: the first due inside a portion as the step passes it, into a spare slot of the
+//! portion's own (`StepIo::spare_slot`: every portion of a step has one, so none is cut at its
+//! snapshot for want of it), a second where the portion ends.
 
 use super::session::{SeqId, Started, grid_cut};
 use super::{Engine, RuntimeError, timed};
@@ -37,8 +38,8 @@ struct Portion {
     /// Its first token's position, and how many tokens it runs.
     pos: usize,
     len: usize,
-    /// A position inside it where the step also snapshots its recurrent state (at most one
-    /// portion of a step: the state goes to the spare slot).
+    /// A position inside it where the step also snapshots its recurrent state (into the spare
+    /// slot of the portion's place in the step).
     mid: Option<usize>,
 }
 
@@ -108,9 +109,9 @@ impl Engine {
     /// as far as `room` and the prefill chunk (after alignment) hold, stopping after one cut
     /// short of its prompt's end for want of space. On a hybrid model a portion cut for space
     /// ends on the absolute chunk grid (none: it is left out); where snapshots of its recurrent
-    /// state are due inside it, the step takes the first of one portion as it passes (as a
-    /// sequence's own step does) and a portion ends at the next one due (at the first, when
-    /// another portion of the step takes one).
+    /// state are due inside it, the step takes the first as it passes (each portion into a
+    /// spare slot of its own, as a sequence's own step does) and the portion ends at the next
+    /// one due.
     fn pack(&self, seqs: &[SeqId], room: usize) -> Result<Vec<Portion>, RuntimeError> {
         let align = self.model.prompt_alignment().max(1) as usize;
         let max_rows = self.io.max_tokens as usize;
@@ -143,15 +144,14 @@ impl Engine {
                     .min(left),
                 (false, true) => grid_cut(s.pos, space, grain),
             };
-            // Snapshots due inside the portion: the step takes the first (when no other
-            // portion took the spare slot; every due one is on the chunk grid, where the
-            // portion's chunks end), and the next due ends the portion. One the spare slot
-            // cannot take ends the portion, whose end state is then the snapshot.
-            let spare_free = portions.iter().all(|p| p.mid.is_none());
+            // Snapshots due inside the portion: the step takes the first into the portion's
+            // spare (every due one is on the chunk grid, where the portion's chunks end), and
+            // the next due ends the portion, whose end state is then that snapshot (one spare
+            // a portion, as a sequence's own step has). One off the grid ends the portion too.
             let mut due = s.snapshot_at.iter().copied().filter(|&b| b > s.pos);
             let mut mid = None;
             if let Some(b) = due.next().filter(|&b| b < s.pos + len) {
-                match spare_free && b.is_multiple_of(CHUNK as usize) {
+                match b.is_multiple_of(CHUNK as usize) {
                     true => {
                         mid = Some(b);
                         if let Some(next) = due.next() {
@@ -237,19 +237,19 @@ impl Engine {
         self.io.set_tokens(&self.ctx, &slots);
         let table: Vec<SeqRows> = portions
             .iter()
-            .map(|p| SeqRows {
+            .enumerate()
+            .map(|(i, p)| SeqRows {
                 slot: p.seq.row(),
                 row: p.row as u32,
                 len: p.len as u32,
                 pos: p.pos as u32,
+                save: p.mid.map(|b| MidSave {
+                    rows: (b - p.pos) as u32,
+                    slot: self.io.spare_slot(i),
+                }),
             })
             .collect();
-        let spare = self.io.spare_slot();
-        let save = portions.iter().enumerate().find_map(|(i, p)| {
-            let rows = (p.mid? - p.pos) as u32;
-            Some((i, MidSave { rows, slot: spare }))
-        });
-        let batch = self.io.seqs.write_ragged(&self.ctx, &table, save)?;
+        let batch = self.io.seqs.write_ragged(&self.ctx, &table)?;
         let kv_len = portions.iter().map(|p| p.pos + p.len).max().unwrap_or(0) as u32;
         let step = Step {
             n_tokens: n as u32,
@@ -312,9 +312,10 @@ impl Engine {
                 s.phases.steps += steps;
                 (s.pos == s.prompt_len, s.snapshot_at.contains(&end))
             };
+            let mid = p.mid.map(|b| (b, self.io.spare_slot(i)));
             let mut took = Duration::ZERO;
             timed(&mut took, || {
-                self.take_step_snapshots(p.seq, p.mid, stop.then_some(end))
+                self.take_step_snapshots(p.seq, mid, stop.then_some(end))
             })?;
             self.seq_mut(p.seq)?.phases.snapshots += took;
             if !done {

@@ -257,7 +257,7 @@ impl Engine {
     /// returns whether it is. Steps are whole prefill chunks cut to what the budget has left
     /// ([`Engine::part_step`]); the last one's argmax goes to readback slot 0, with its logits
     /// when `logits`. Where a snapshot is due (hybrid models) a step ends there, or, for the first
-    /// due inside a step, the step writes that state to the spare slot as it passes (one pass
+    /// due inside a step, the step writes that state to a spare slot as it passes (one pass
     /// over the weights instead of two: a cached prompt resuming at a periodic snapshot before its
     /// branch point computes both in one step); the snapshots wait in the sequence. When the
     /// prompt is done, its whole pages and the snapshots go to the prefix cache.
@@ -316,9 +316,11 @@ impl Engine {
         };
         let stop_at_end = stops.contains(&end);
         let ids = s.tokens[pos..end].to_vec();
+        // A step of one prompt: the first spare.
+        let spare = self.io.spare_slot(0);
         let save = mid.map(|b| MidSave {
             rows: (b - pos) as u32,
-            slot: self.io.spare_slot(),
+            slot: spare,
         });
         let last = end == prompt_len;
         timed(&mut phases.steps, || {
@@ -329,7 +331,7 @@ impl Engine {
             Ok::<_, RuntimeError>(())
         })?;
         timed(&mut phases.snapshots, || {
-            self.take_step_snapshots(seq, mid, stop_at_end.then_some(end))
+            self.take_step_snapshots(seq, mid.map(|b| (b, spare)), stop_at_end.then_some(end))
         })?;
         // Not waited for here: a prompt's last step is, in `first_token`.
         self.log_step(StepRole::Prefill, started, false, |_| {
@@ -345,16 +347,17 @@ impl Engine {
     }
 
     /// Keeps in `seq` the recurrent states a prompt step of it left for the prefix cache: the
-    /// mid-step one in the spare slot (at `mid`) and its own state at `end`, each where due.
+    /// mid-step one (`mid`: its position and the spare slot it went to) and its own state at
+    /// `end`, each where due.
     pub(super) fn take_step_snapshots(
         &mut self,
         seq: SeqId,
-        mid: Option<usize>,
+        mid: Option<(usize, u32)>,
         end: Option<usize>,
     ) -> Result<(), RuntimeError> {
         let mut taken = Vec::new();
-        if let Some(b) = mid {
-            taken.push((b, self.save_slot_state(self.io.spare_slot())?));
+        if let Some((b, spare)) = mid {
+            taken.push((b, self.save_slot_state(spare)?));
         }
         if let Some(e) = end {
             taken.push((e, self.save_slot_state(seq.row())?));
