@@ -10,8 +10,8 @@
 #      needs FAK_ATTN_RUNS=on) — its new test prefills three conversations' next turns in one
 #      step, each snapshot in passing, and checks their bits and their branches' against alone;
 #      gpu_gated_delta's ragged test (three sequences, each snapshot in passing into its own
-#      slot, on every form, against alone bit for bit), the mid-step snapshot and poisoned-scratch
-#      tests; gpu_conv; model_qwen35 (its pins must not move);
+#      slot, on every form, against alone bit for bit), the mid-step snapshot, poisoned-scratch
+#      and table tests; gpu_conv; model_qwen35 (its pins must not move);
 #   2. the 27B synth (in the background from the start), then the multi-agent fak-serve arm as
 #      Call 2's 8 agents (2048-token preamble + 128 own, 2 turns, 32 out), then `harness steps`
 #      on the cache arm's trace: each later turn's prefill steps and cuts (prediction: no cut at
@@ -45,7 +45,7 @@ check() { # check LIMIT BINARY [FILTERS...]: one test run, its verdict lines int
 }
 check 80 serving batch_invariance:: --skip dense_logits_past_a_key_run_do_not_depend_on_the_step
 check 50 gpu gpu_gated_delta::sequences_of_any gpu_gated_delta::a_mid_step \
-    gpu_gated_delta::every_chunked_form_on_a_poisoned gpu_conv::
+    gpu_gated_delta::every_chunked_form_on_a_poisoned gpu_gated_delta::a_table_refuses gpu_conv::
 check 40 model model_qwen35::
 grep -E "^==|test result|FAILED|panicked|differs" "$OUT/tests.log"
 echo "[${SECONDS} s] tests done"
