@@ -66,32 +66,6 @@ impl ChunkVariant {
     };
 }
 
-impl ChunkVariant {
-    /// Whether the engine builds it at `d` on this adapter (`with_form` refuses it otherwise):
-    /// a coop form whose workgroup memory fits; the prepare under the scan (`overlap`) on
-    /// Vulkan where its one entry point's memory — both roles' — fits; any other f32 form.
-    fn builds_at(self, ctx: &GpuContext, d: &DeltaDims) -> bool {
-        let limit = ctx.device.limits().max_compute_workgroup_storage_size;
-        match (self.paths.coop_matrix, self.form.overlap) {
-            (Some(_), _) => GatedDeltaChunked::coop_workgroup_bytes(d.dk, self.form) <= limit,
-            (None, true) => {
-                ctx.facts().backend == "vulkan"
-                    && GatedDeltaChunked::f32_workgroup_bytes(d.dk, self.form) <= limit
-            }
-            (None, false) => true,
-        }
-    }
-
-    /// The same, saying on stderr that `test` skipped it where it is not built.
-    fn runs_at(self, ctx: &GpuContext, d: &DeltaDims, test: &str) -> bool {
-        let builds = self.builds_at(ctx, d);
-        if !builds {
-            eprintln!("{test}: {self} at {d:?} SKIPPED (not built on this adapter)");
-        }
-        builds
-    }
-}
-
 impl std::fmt::Display for ChunkVariant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}{}", self.paths, self.form.suffix())
@@ -269,13 +243,6 @@ fn chunked_prefill_equals_the_step_by_step_recurrence() {
         }
         let d = wide_shape();
         let weights = LayerWeights::random(&d, &mut rng);
-        if !chunk.runs_at(
-            ctx,
-            &d,
-            "chunked_prefill_equals_the_step_by_step_recurrence",
-        ) {
-            continue;
-        }
         let layer = layer_with(ctx, chunk, d, &weights, (66, 1, 2));
         for len in [2, 65] {
             let what = format!("{chunk} {d:?} T={len}");
@@ -524,18 +491,7 @@ fn prefill_dispatch_count_does_not_grow_with_the_token_count() {
             layer.norm.plan(&k.norm, len).unwrap(),
         ];
         // The scan's entry is the form's: the split scan is the default on cooperative-matrix
-        // adapters (2026-12-07 #18: this test asserted `chunk_scan` and failed on an H100); with
-        // `FAK_GDN_CHUNK=f32+overlap+blocks` one dispatch holds both, a workgroup per scan
-        // tile and one per chunk and head.
-        let chunks = (len + 63).div_ceil(64);
-        if layer.chunked.form().overlap {
-            let want = ["conv_silu", "prep", "chunk_overlap", "gated_norm"];
-            assert_eq!(entries(&plans), want, "T={len}");
-            let tiles = d.dv.div_ceil(16);
-            assert_eq!(plans[2][0].workgroups, [tiles + chunks, d.nv, 1]);
-            scan_grids.push([tiles, d.nv, 1]);
-            continue;
-        }
+        // adapters (2026-12-07 #18: this test asserted `chunk_scan` and failed on an H100).
         let scan = layer.chunked.form().scan_entry();
         assert_eq!(
             entries(&plans),
@@ -544,7 +500,7 @@ fn prefill_dispatch_count_does_not_grow_with_the_token_count() {
         );
         // The chunk work is one batched grid over all chunks, not a dispatch per chunk or token.
         // (With room for the lead rows a mid-step snapshot may ask for.)
-        assert_eq!(plans[2][0].workgroups, [chunks, d.nv, 1]);
+        assert_eq!(plans[2][0].workgroups, [(len + 63).div_ceil(64), d.nv, 1]);
         scan_grids.push(plans[2][1].workgroups);
     }
     assert!(
@@ -830,87 +786,6 @@ fn a_table_refuses_snapshots_that_would_race_or_leave_the_grid() {
     refused("a snapshot after none of its rows", 0, save(0, 3));
 }
 
-/// The prepare under the scan in one dispatch (`f32+overlap+blocks`: items handed out by a
-/// ticket, run by helpers or by the scan workgroups that need them, published by flags) computes
-/// the two-dispatch form's bits (`f32+blocks`): a ragged batch of three sequences (two off the
-/// chunk grid: lead rows) with a mid-step snapshot, then one sequence of 70 on the same counters,
-/// then two sequences recorded three times in one pass (the counters back at zero for each
-/// dispatch, as the layers of a prefill use them), on every small shape — the scratch and the
-/// outputs NaN before each step, every output finite. Where it is not built (off Vulkan) the test
-/// says it skipped.
-#[test]
-fn the_prepare_under_the_scan_computes_the_two_dispatch_bits() {
-    let ctx = gpu();
-    let test = "the_prepare_under_the_scan_computes_the_two_dispatch_bits";
-    let mut rng = rng(0x6d7_000f);
-    let paths = KernelPaths::FALLBACK;
-    let two = ChunkVariant {
-        paths,
-        form: ChunkForm::F32[2],
-    };
-    let one = ChunkVariant {
-        paths,
-        form: ChunkForm::F32[4],
-    };
-    assert!(one.form.overlap && !two.form.overlap && one.form.inverse == two.form.inverse);
-    let shapes = small_shapes()
-        .into_iter()
-        .chain([one_value_head_per_key_head()]);
-    for d in shapes {
-        if !one.runs_at(ctx, &d, test) {
-            continue;
-        }
-        let weights = LayerWeights::random(&d, &mut rng);
-        let x = Projections::random(&d, 256, &mut rng);
-        let alone = Projections::random(&d, 70, &mut rng);
-        let (mixed, gates) = random_prepared(&d, 2 * 120, &mut rng);
-        let start = CpuState::random(&d, 4, &mut rng);
-        let mut seqs = ragged_batch();
-        seqs[1].save = Some(MidSave { rows: 64, slot: 3 });
-        let run = |chunk: ChunkVariant| {
-            let layer = layer_with(ctx, chunk, d, &weights, (256, 3, 4));
-            layer.upload_state(ctx, &start);
-            layer.poison_chunk_scratch(ctx);
-            let ragged = layer.step_ragged(ctx, &x, &seqs, Form::Chunked);
-            // The sequences' rows (those between them are padding no kernel writes).
-            let seq_rows = |v: &[f32]| -> Vec<f32> {
-                let vd = d.value_dim() as usize;
-                let rows = ragged_batch().map(|r| r.row as usize..(r.row + r.len) as usize);
-                rows.iter()
-                    .flat_map(|r| v[r.start * vd..r.end * vd].to_vec())
-                    .collect()
-            };
-            let after_ragged = layer.download_state(ctx);
-            layer.poison_chunk_scratch(ctx);
-            let single = layer.step(ctx, &alone, &[3], 70, Form::Chunked);
-            layer.poison_chunk_scratch(ctx);
-            let thrice =
-                layer.delta_repeated(ctx, (&mixed, &gates), &[2, 0], 120, Form::Chunked, 3);
-            let states = [after_ragged, layer.download_state(ctx)];
-            let states: Vec<f32> = states
-                .iter()
-                .flat_map(|s| (0..4).flat_map(|slot| s.flat(slot)))
-                .collect();
-            let (ragged_o, ragged_y) = (seq_rows(&ragged.o), seq_rows(&ragged.y));
-            [ragged_o, ragged_y, single.o, single.y, thrice, states]
-        };
-        let (got, want) = (run(one), run(two));
-        let names = [
-            "ragged o",
-            "ragged y",
-            "70 alone o",
-            "70 alone y",
-            "3 in a pass o",
-            "states",
-        ];
-        for ((name, got), want) in names.iter().zip(&got).zip(&want) {
-            let what = format!("{one} against {two}, {d:?}: {name}");
-            assert!(want.iter().all(|v| v.is_finite()), "{what}: not finite");
-            assert_close(&what, got, want, Tolerance::EXACT);
-        }
-    }
-}
-
 /// Records one encoder's copies and waits for them.
 fn record(ctx: &GpuContext, f: impl FnOnce(&mut wgpu::CommandEncoder) -> Result<(), GpuError>) {
     let mut encoder = ctx.device.create_command_encoder(&Default::default());
@@ -982,13 +857,13 @@ fn kernels_build_for_the_largest_supported_head_within_the_workgroup_memory_limi
         GdnDecode::new(ctx, paths, d).expect("fused decode, dk = 256");
     }
     let test = "kernels_build_for_the_largest_supported_head_within_the_workgroup_memory_limit";
+    let limit = ctx.device.limits().max_compute_workgroup_storage_size;
     for chunk in chunk_variants(ctx, test) {
         let built = GatedDeltaChunked::with_form(ctx, chunk.paths, d, chunk.form);
         // A coop form whose workgroup memory exceeds the limit there (the split scan's two vst
-        // tiles at dk = 256 on 48 KiB), or the prepare under the scan where both roles' do not
-        // fit (46.4 KB at dk = 256 on lavapipe's 32 KiB), is refused by name, not built.
+        // tiles at dk = 256 on 48 KiB) is refused by name, not built.
         let coop = chunk.paths.coop_matrix.is_some();
-        if !chunk.builds_at(ctx, &d) {
+        if coop && GatedDeltaChunked::coop_workgroup_bytes(d.dk, chunk.form) > limit {
             assert!(
                 matches!(built, Err(GpuError::TooLarge { .. })),
                 "{chunk}: must be refused"
@@ -1039,9 +914,6 @@ fn every_form_computes_its_kernels_default_bits() {
             // The split scan's forms against the first of them (its run, kept).
             let mut split_first: Option<(ChunkVariant, Vec<f32>, Vec<f32>)> = None;
             for &chunk in forms {
-                if !chunk.runs_at(ctx, &d, test) {
-                    continue;
-                }
                 let (o, state) = run(chunk);
                 let (reference, want_o, want_state) = match (chunk.form.same_bits(), &split_first) {
                     (true, _) => (default, &want_o, &want_state),
@@ -1159,14 +1031,6 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
         }
     );
     assert_eq!(f32_key_heads.form, ChunkForm::F32[3]);
-    // The prepare under the scan in one dispatch: the f32 kernel's, one entry point.
-    let overlap = ChunkKernel::named("f32+overlap+blocks").unwrap();
-    assert_eq!((overlap.coop, overlap.form), (false, ChunkForm::F32[4]));
-    assert!(overlap.form.overlap && overlap.form.same_bits() && !blocks.form.overlap);
-    let source =
-        GatedDeltaChunked::source_with(KernelPaths::FALLBACK, &small_shapes()[0], overlap.form);
-    let entries: Vec<&str> = source.pipelines.iter().map(|p| p.entry_point).collect();
-    assert_eq!(entries, ["chunk_overlap"]);
     let bad_names = [
         "Coop",
         "coop+fused+quads",
@@ -1202,11 +1066,6 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
         "f32+keyheads",
         "f32+ustore+blocks",
         "f32+keyheads+ustore+blocks",
-        "f32+overlap",
-        "f32+blocks+overlap",
-        "f32+keyheads+overlap+blocks",
-        "coop+overlap",
-        "coop+quads+fused+lean+splitk+ustore+overlap+blocks",
     ];
     for bad in bad_names {
         let e = ChunkKernel::named(bad).unwrap_err().to_string();
@@ -1321,42 +1180,6 @@ fn the_coop_kernel_declares_the_workgroup_memory_the_host_counts() {
         assert_eq!(
             larger,
             GatedDeltaChunked::coop_workgroup_bytes(d.dk, form),
-            "{d:?} {form:?} {bytes:?}"
-        );
-    }
-}
-
-/// The host refuses the prepare under the scan by [`GatedDeltaChunked::f32_workgroup_bytes`]: it
-/// must be what the f32 kernel's WGSL declares for the larger of its entry points — for
-/// `overlap` its one entry point, which holds both roles' arrays — at every test shape and
-/// dk = 256, in every f32 form (naga's layouter, the DK override applied).
-#[test]
-fn the_f32_kernel_declares_the_workgroup_memory_the_host_counts() {
-    let shapes = small_shapes()
-        .into_iter()
-        .chain([wide_shape(), dims(1, 2, 256, 256, 4, HeadMapping::Tiled)]);
-    for (d, form) in shapes.flat_map(|d| ChunkForm::F32.map(|form| (d, form))) {
-        let source = GatedDeltaChunked::source_with(KernelPaths::FALLBACK, &d, form);
-        let (module, info) = parse_valid(&source.module.text());
-        let bytes: Vec<u32> = source
-            .pipelines
-            .iter()
-            .map(|spec| {
-                let mut constants = naga::back::PipelineConstants::default();
-                for &(name, value) in &spec.constants {
-                    constants.insert(name.to_owned(), value);
-                }
-                let stage = Some((naga::ShaderStage::Compute, spec.entry_point));
-                let (pipeline, _) = naga::back::pipeline_constants::process_overrides(
-                    &module, &info, stage, &constants,
-                )
-                .unwrap();
-                workgroup_bytes(&pipeline, None)
-            })
-            .collect();
-        assert_eq!(
-            bytes.iter().copied().max().unwrap(),
-            GatedDeltaChunked::f32_workgroup_bytes(d.dk, form),
             "{d:?} {form:?} {bytes:?}"
         );
     }

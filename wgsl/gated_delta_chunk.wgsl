@@ -27,10 +27,7 @@
 //   chunks: V' and Q S over dk tiles (8 outputs per invocation), O from P V', then the state
 //   update; it writes O and, at the end, the state (and, after the chunk that ends at the
 //   sequence's save_rows, that state into its snapshot slot).
-// The dispatch count is fixed; only the chunk_prepare grid grows with the token count. Their
-// bodies are functions (`prepare_chunk`, `scan_step`) so that gated_delta_chunk_overlap.wgsl's
-// chunk_overlap runs the same code in one dispatch (`FAK_GDN_CHUNK=f32+overlap+blocks`);
-// scan_step's work is on the first SCAN_WG invocations, any more only pass its barriers.
+// The dispatch count is fixed; only the chunk_prepare grid grows with the token count.
 //
 // bindings: those of gated_delta_chunk_io.wgsl (0 mixed, 1 gates, 2 seqs, 4 state, 5 o,
 //           6 params) and 3 scratch (array<f32>, read_write: W [blocks][C][dk] at w_at, U
@@ -66,13 +63,6 @@ var<workgroup> delta_sh: array<f32, 1024>; // C × ROWS: V' of the chunk
 @compute @workgroup_size(256)
 fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
                  @builtin(local_invocation_index) tid: u32) {
-    prepare_chunk(wg, tid);
-}
-
-// chunk_prepare's work for its workgroup `wg` (chunk, head row, sequence), on 256 invocations:
-// also a prepare item of chunk_overlap (gated_delta_chunk_overlap.wgsl), which runs it for the
-// item's (chunk, head, sequence).
-fn prepare_chunk(wg: vec3<u32>, tid: u32) {
     // The host counts the longest sequence's chunks with room for its lead rows
     // (gated_delta_chunk.rs).
     if wg.x >= chunks(wg.z) {
@@ -210,101 +200,96 @@ fn solve_tile(ch: Chunk, t: u32, sub: u32, at: u32, width: u32, col0: u32) {
 @compute @workgroup_size(SCAN_WG)
 fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
               @builtin(local_invocation_index) tid: u32) {
-    let at = state_at(seqs.seq[wg.z].slot, wg.y);
-    load_state(at, wg.x, tid);
-    for (var c = 0u; c < chunks(wg.z); c++) {
-        scan_step(c, wg.x, wg.y, wg.z, tid);
-    }
-    store_state(at, wg.x, tid);
-}
-
-// chunk_scan's work on chunk c for the state rows of tile `rows_tile` of head h of sequence s
-// (state_sh holds them at the chunk's start, the chunk's scratch is written): its outputs, the
-// state at its end, and after the snapshot's chunk the snapshot. The work is on the first SCAN_WG
-// invocations; more (chunk_overlap's 256) only pass its barriers.
-fn scan_step(c: u32, rows_tile: u32, h: u32, s: u32, tid: u32) {
-    let on = tid < SCAN_WG;
+    let h = wg.y;
+    let s = wg.z;
     let sp = STATE_STRIDE;
+    let at = state_at(seqs.seq[s].slot, h);
+    load_state(at, wg.x, tid);
     // This invocation's state row, and its output rows t = tq + 8m (m < 8).
     let jr = tid % ROWS;
     let tq = tid / ROWS;
-    let j = rows_tile * ROWS + jr;
-    let ch = chunk_of(c, h, s);
-    if tid < CHUNK {
-        gamma_sh[tid] = scratch[params.gamma_at + ch.block * CHUNK + tid];
-    }
-    // V' = U − W S and Q S over dk tiles.
-    var ws: array<f32, 8>;
-    var qs: array<f32, 8>;
-    for (var i0 = 0u; i0 < DK; i0 += TI) {
-        for (var e = tid; on && e < CHUNK * TI; e += SCAN_WG) {
-            let t = e / TI;
-            let ii = e % TI;
-            tile_x[t * TP + ii] = scratch[params.w_at + (ch.block * CHUNK + t) * DK + i0 + ii];
-            var qv = 0.0;
-            if live(ch, t) {
-                qv = mixed[(ch.row0 + t) * params.conv_dim + ch.q_col + i0 + ii];
+    let j = wg.x * ROWS + jr;
+    let n_chunks = chunks(s);
+    let save = save_after(s);
+    for (var c = 0u; c < n_chunks; c++) {
+        let ch = chunk_of(c, h, s);
+        if tid < CHUNK {
+            gamma_sh[tid] = scratch[params.gamma_at + ch.block * CHUNK + tid];
+        }
+        // V' = U − W S and Q S over dk tiles.
+        var ws: array<f32, 8>;
+        var qs: array<f32, 8>;
+        for (var i0 = 0u; i0 < DK; i0 += TI) {
+            for (var e = tid; e < CHUNK * TI; e += SCAN_WG) {
+                let t = e / TI;
+                let ii = e % TI;
+                tile_x[t * TP + ii] = scratch[params.w_at + (ch.block * CHUNK + t) * DK + i0 + ii];
+                var qv = 0.0;
+                if live(ch, t) {
+                    qv = mixed[(ch.row0 + t) * params.conv_dim + ch.q_col + i0 + ii];
+                }
+                tile_y[t * TP + ii] = qv;
             }
-            tile_y[t * TP + ii] = qv;
+            workgroupBarrier();
+            for (var ii = 0u; ii < TI; ii++) {
+                let sv = state_sh[jr * sp + i0 + ii];
+                for (var m = 0u; m < 8u; m++) {
+                    let t = tq + 8u * m;
+                    ws[m] = fma(tile_x[t * TP + ii], sv, ws[m]);
+                    qs[m] = fma(tile_y[t * TP + ii], sv, qs[m]);
+                }
+            }
+            workgroupBarrier();
+        }
+        for (var m = 0u; m < 8u; m++) {
+            let t = tq + 8u * m;
+            var u = 0.0;
+            if j < params.dv {
+                u = scratch[params.u_at + (ch.block * CHUNK + t) * params.dv + j];
+            }
+            delta_sh[t * ROWS + jr] = u - ws[m];
         }
         workgroupBarrier();
-        for (var ii = 0u; on && ii < TI; ii++) {
-            let sv = state_sh[jr * sp + i0 + ii];
-            for (var m = 0u; m < 8u; m++) {
-                let t = tq + 8u * m;
-                ws[m] = fma(tile_x[t * TP + ii], sv, ws[m]);
-                qs[m] = fma(tile_y[t * TP + ii], sv, qs[m]);
+        // O = e^γ Q S + P V'.
+        for (var m = 0u; m < 8u; m++) {
+            let t = tq + 8u * m;
+            if live(ch, t) && j < params.dv {
+                var acc = exp(gamma_sh[t]) * qs[m];
+                let p_row = params.p_at + (ch.block * CHUNK + t) * CHUNK;
+                for (var r = 0u; r <= t; r++) {
+                    acc = fma(scratch[p_row + r], delta_sh[r * ROWS + jr], acc);
+                }
+                o[(ch.row0 + t) * params.nv * params.dv + h * params.dv + j] = acc;
             }
         }
-        workgroupBarrier();
-    }
-    for (var m = 0u; on && m < 8u; m++) {
-        let t = tq + 8u * m;
-        var u = 0.0;
-        if j < params.dv {
-            u = scratch[params.u_at + (ch.block * CHUNK + t) * params.dv + j];
-        }
-        delta_sh[t * ROWS + jr] = u - ws[m];
-    }
-    workgroupBarrier();
-    // O = e^γ Q S + P V'.
-    for (var m = 0u; on && m < 8u; m++) {
-        let t = tq + 8u * m;
-        if live(ch, t) && j < params.dv {
-            var acc = exp(gamma_sh[t]) * qs[m];
-            let p_row = params.p_at + (ch.block * CHUNK + t) * CHUNK;
-            for (var r = 0u; r <= t; r++) {
-                acc = fma(scratch[p_row + r], delta_sh[r * ROWS + jr], acc);
+        // S ← e^{γ_C} S + (diag(e^{γ_C − γ}) K)ᵀ V', over dk tiles.
+        let gamma_last = gamma_sh[CHUNK - 1u];
+        let decay_last = exp(gamma_last);
+        for (var i0 = 0u; i0 < DK; i0 += TI) {
+            for (var e = tid; e < CHUNK * TI; e += SCAN_WG) {
+                let t = e / TI;
+                let ii = e % TI;
+                var kv = 0.0;
+                if live(ch, t) {
+                    kv = exp(gamma_last - gamma_sh[t])
+                        * mixed[(ch.row0 + t) * params.conv_dim + ch.k_col + i0 + ii];
+                }
+                tile_x[t * TP + ii] = kv;
             }
-            o[(ch.row0 + t) * params.nv * params.dv + h * params.dv + j] = acc;
-        }
-    }
-    // S ← e^{γ_C} S + (diag(e^{γ_C − γ}) K)ᵀ V', over dk tiles.
-    let gamma_last = gamma_sh[CHUNK - 1u];
-    let decay_last = exp(gamma_last);
-    for (var i0 = 0u; i0 < DK; i0 += TI) {
-        for (var e = tid; on && e < CHUNK * TI; e += SCAN_WG) {
-            let t = e / TI;
-            let ii = e % TI;
-            var kv = 0.0;
-            if live(ch, t) {
-                kv = exp(gamma_last - gamma_sh[t])
-                    * mixed[(ch.row0 + t) * params.conv_dim + ch.k_col + i0 + ii];
+            workgroupBarrier();
+            for (var ii = tq; ii < TI; ii += SCAN_WG / ROWS) {
+                var acc = 0.0;
+                for (var t = 0u; t < CHUNK; t++) {
+                    acc = fma(tile_x[t * TP + ii], delta_sh[t * ROWS + jr], acc);
+                }
+                let at = jr * sp + i0 + ii;
+                state_sh[at] = fma(decay_last, state_sh[at], acc);
             }
-            tile_x[t * TP + ii] = kv;
+            workgroupBarrier();
         }
-        workgroupBarrier();
-        for (var ii = tq; on && ii < TI; ii += SCAN_WG / ROWS) {
-            var acc = 0.0;
-            for (var t = 0u; t < CHUNK; t++) {
-                acc = fma(tile_x[t * TP + ii], delta_sh[t * ROWS + jr], acc);
-            }
-            let at = jr * sp + i0 + ii;
-            state_sh[at] = fma(decay_last, state_sh[at], acc);
+        if c == save {
+            store_state(snapshot_at(s, h), wg.x, tid);
         }
-        workgroupBarrier();
     }
-    if on && c == save_after(s) {
-        store_state(snapshot_at(s, h), rows_tile, tid);
-    }
+    store_state(at, wg.x, tid);
 }

@@ -83,21 +83,12 @@ impl Blueprint<'_> {
 
     /// Bytes of the activations of steps of up to `max_tokens` tokens that keep `logit_rows`
     /// rows of logits: the table's, the logits (`StepIo::logits`) and the chunked delta rule's
-    /// f32 scratch (hybrid models, steps of more than one token; with `FAK_GDN_CHUNK`'s
-    /// `overlap`, its counters): what [`Decoder::load`] and `StepIo` allocate on every adapter.
+    /// f32 scratch (hybrid models, steps of more than one token): what [`Decoder::load`] and
+    /// `StepIo` allocate on every adapter.
     pub fn scratch_bytes(&self, max_tokens: u32, logit_rows: u32) -> Result<u64, ModelError> {
         let logits = 4 * u64::from(logit_rows) * self.n_vocab as u64;
-        let f32_part = Self::f32_part(ChunkKernel::requested()?);
-        let chunked = self.chunk_bytes(max_tokens, f32_part)?;
+        let chunked = self.chunk_bytes(max_tokens, ChunkKernel::F32)?;
         Ok(self.scratch.bytes(max_tokens, logit_rows) + logits + chunked)
-    }
-
-    /// What of `kernel`'s scratch every adapter allocates: its f32 kernel's (in its form).
-    fn f32_part(kernel: ChunkKernel) -> ChunkKernel {
-        ChunkKernel {
-            coop: false,
-            ..kernel
-        }
     }
 
     /// The chunked delta rule's f16 scratch, allocated besides [`Decoder::scratch_bytes`] only
@@ -106,7 +97,7 @@ impl Blueprint<'_> {
     pub fn coop_scratch_bytes(&self, max_tokens: u32) -> Result<u64, ModelError> {
         let requested = ChunkKernel::requested()?;
         Ok(self.chunk_bytes(max_tokens, requested)?
-            - self.chunk_bytes(max_tokens, Self::f32_part(requested))?)
+            - self.chunk_bytes(max_tokens, ChunkKernel::F32)?)
     }
 
     fn chunk_bytes(&self, max_tokens: u32, kernel: ChunkKernel) -> Result<u64, ModelError> {

@@ -795,31 +795,14 @@ impl GpuLayer {
         len: u32,
         form: Form,
     ) -> Vec<f32> {
-        self.delta_repeated(ctx, (mixed, gates), slots, len, form, 1)
-    }
-
-    /// [`Self::delta_only`] recorded `times` in one compute pass, each step from the state the
-    /// one before left (as the layers of a prefill share the chunked kernel's scratch and
-    /// counters within a pass): the last one's `o`.
-    pub fn delta_repeated(
-        &self,
-        ctx: &GpuContext,
-        (mixed, gates): (&[f32], &[f32]),
-        slots: &[u32],
-        len: u32,
-        form: Form,
-        times: usize,
-    ) -> Vec<f32> {
         let bufs = &self.buffers;
         poison(ctx, &bufs.o);
         write(ctx, &bufs.mixed, 0, bytemuck::cast_slice(mixed)).expect("mixed");
         write(ctx, &bufs.gates, 0, bytemuck::cast_slice(gates)).expect("gates");
         let batch = self.table.write(ctx, len, slots).expect("sequence table");
         ctx.run_pass("delta rule", |pass| {
-            for _ in 0..times {
-                self.encode_delta(pass, batch, form)
-                    .expect("encode delta rule");
-            }
+            self.encode_delta(pass, batch, form)
+                .expect("encode delta rule");
         })
         .expect("delta rule");
         read(

@@ -59,8 +59,6 @@ pub mod wgsl {
     /// What the chunked delta rule's two kernels share (bindings, chunk grid, gates, inverse).
     pub const GATED_DELTA_CHUNK_IO: WgslFile = file!("gated_delta_chunk_io.wgsl");
     pub const GATED_DELTA_CHUNK: WgslFile = file!("gated_delta_chunk.wgsl");
-    /// Its prepare under its scan in one dispatch (`FAK_GDN_CHUNK=f32+overlap+blocks`).
-    pub const GATED_DELTA_CHUNK_OVERLAP: WgslFile = file!("gated_delta_chunk_overlap.wgsl");
     /// The chunked delta rule with its products on cooperative matrices.
     pub const GATED_DELTA_CHUNK_COOP: WgslFile = file!("gated_delta_chunk_coop.wgsl");
     /// Its f16 cells: one half each (the default) or four (`FAK_GDN_CHUNK=coop+quads`).

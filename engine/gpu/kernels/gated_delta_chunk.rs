@@ -54,11 +54,7 @@
 //! heads) 58.0 / 9.38, and both (`…+splitk+keyheads+ustore+blocks`) 56.5 / 9.00: the key-head
 //! forms lose at 128 tokens (a third of the workgroups, each three heads long) and stay opt-in.
 //! All keep the split scan's bits. The f32 kernel's
-//! `f32+keyheads+blocks` is its Gram phase once per key head (the plain form's bits), and
-//! `f32+overlap+blocks` its prepare under its scan in one dispatch, `chunk_overlap`
-//! (wgsl/gated_delta_chunk_overlap.wgsl: the scan's workgroups start at once, the chunks'
-//! items prepared in chunk order by helpers or by the scan workgroups that need them; the
-//! plain form's bits; Vulkan only; opt-in until timed, experiments/h200/gdnover.sh).
+//! `f32+keyheads+blocks` is its Gram phase once per key head (the plain form's bits).
 
 use super::delta_state::{
     DeltaDims, DeltaState, Dispatch, Resource, bind_group, by_entry, check_batch, check_grid,
@@ -87,17 +83,6 @@ const SLOTS: &[Slot] = &[
     Slot::ReadWrite,
     Slot::ReadWrite,
     Slot::Uniform,
-];
-/// The same and the counters of the prepare under the scan (`overlap`).
-const OVERLAP_SLOTS: &[Slot] = &[
-    Slot::Read,
-    Slot::Read,
-    Slot::Read,
-    Slot::ReadWrite,
-    Slot::ReadWrite,
-    Slot::ReadWrite,
-    Slot::Uniform,
-    Slot::ReadWrite,
 ];
 /// The same and the f16 scratch (`halves`) of the cooperative-matrix kernel.
 const COOP_SLOTS: &[Slot] = &[
@@ -168,14 +153,6 @@ pub struct ChunkForm {
     /// blocks, not through workgroup memory — a barrier and a copy pass less a block (4 of the
     /// 27B's 8). The same floats: the bits of the form without it.
     pub u_direct: bool,
-    /// f32 kernel (`…+overlap+…`, wgsl/gated_delta_chunk_overlap.wgsl): chunk_prepare under
-    /// chunk_scan in one dispatch, `chunk_overlap` — the scan's workgroups start at once and
-    /// each chunk's items are prepared, in chunk order, by helper workgroups or by a scan
-    /// workgroup that needs one not yet handed out, published by a flag the scan waits on. The
-    /// same code on the same values: the bits of the form without it. Vulkan only (what naga
-    /// emits there orders the handoff) and where both roles' workgroup memory fits
-    /// ([`GatedDeltaChunked::f32_workgroup_bytes`]).
-    pub overlap: bool,
     /// Both kernels, `INVERSE`: how chunk_prepare computes T = (I + A)⁻¹.
     pub inverse: Inverse,
 }
@@ -262,15 +239,13 @@ impl ChunkForm {
             .key_heads()
             .u_direct(),
     ];
-    /// The f32 kernel's forms (it has no f16 cells and one scan): the inverses, the Gram
-    /// phase once per key head with the inverse by blocks, and the prepare under the scan with
-    /// the inverse by blocks (opt-in until timed: experiments/h200/gdnover.sh).
-    pub const F32: [ChunkForm; 5] = [
+    /// The f32 kernel's forms (it has no f16 cells and one scan): the inverses, and the Gram
+    /// phase once per key head with the inverse by blocks.
+    pub const F32: [ChunkForm; 4] = [
         ChunkForm::with(false, false, false, Inverse::Rows),
         ChunkForm::with(false, false, false, Inverse::Columns),
         ChunkForm::with(false, false, false, Inverse::Blocks),
         ChunkForm::with(false, false, false, Inverse::Blocks).key_heads(),
-        ChunkForm::with(false, false, false, Inverse::Blocks).overlap(),
     ];
 
     const fn with(quads: bool, fused: bool, lean: bool, inverse: Inverse) -> Self {
@@ -285,7 +260,6 @@ impl ChunkForm {
             split_k: false,
             key_heads: false,
             u_direct: false,
-            overlap: false,
             inverse,
         }
     }
@@ -343,14 +317,6 @@ impl ChunkForm {
         }
     }
 
-    /// The same with the prepare under the scan in one dispatch.
-    const fn overlap(self) -> Self {
-        ChunkForm {
-            overlap: true,
-            ..self
-        }
-    }
-
     /// Whether it computes the plain form's values in the same order (bit for bit): all but
     /// `split_k`, which sums its halves in another order (its forms compute the first split
     /// form's values in the same order: `key_heads` and `u_direct` change neither).
@@ -379,7 +345,6 @@ impl ChunkForm {
             (self.split_k, "+splitk"),
             (self.key_heads, "+keyheads"),
             (self.u_direct, "+ustore"),
-            (self.overlap, "+overlap"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
@@ -497,8 +462,6 @@ struct Params {
 pub struct ChunkScratch {
     pub buffer: wgpu::Buffer,
     pub halves: Option<wgpu::Buffer>,
-    /// `overlap`'s counters (wgsl/gated_delta_chunk_overlap.wgsl), zero between dispatches.
-    overlap: Option<wgpu::Buffer>,
     dims: DeltaDims,
     /// Chunks (over all sequences of a batch) it holds.
     chunks: u32,
@@ -542,32 +505,12 @@ impl ChunkScratch {
             )?),
             false => None,
         };
-        let overlap = match kernel.form.overlap {
-            true => Some(storage_buffer(
-                ctx,
-                "gated_delta_chunk overlap counters",
-                Self::overlap_bytes(&dims, max_tokens, max_seqs),
-            )?),
-            false => None,
-        };
         Ok(ChunkScratch {
             buffer: storage_buffer(ctx, "gated_delta_chunk scratch", bytes)?,
             halves,
-            overlap,
             dims,
             chunks,
         })
-    }
-
-    /// `overlap`'s counters: 4, then a flag per item of the largest grid (the longest
-    /// sequence's chunks, with room for its lead, for every sequence and value head).
-    fn overlap_bytes(dims: &DeltaDims, max_tokens: u32, max_seqs: u32) -> u64 {
-        4 * (4 + Self::max_items(dims, max_tokens, max_seqs))
-    }
-
-    fn max_items(dims: &DeltaDims, max_tokens: u32, max_seqs: u32) -> u64 {
-        let grid_chunks = (u64::from(max_tokens) + u64::from(CHUNK) - 1).div_ceil(u64::from(CHUNK));
-        grid_chunks * u64::from(dims.nv) * u64::from(max_seqs)
     }
 
     /// Bytes [`ChunkScratch::new`] allocates for these arguments (the memory plan counts them);
@@ -584,21 +527,12 @@ impl ChunkScratch {
             ChunkKernel { coop: false, .. } => 0,
             ChunkKernel { coop: true, .. } => 2 * Self::half_regions(dims, chunks).end,
         };
-        let overlap = match kernel.form.overlap {
-            true => Self::overlap_bytes(dims, max_tokens, max_seqs),
-            false => 0,
-        };
-        Ok(4 * Self::regions(dims, chunks).end + halves + overlap)
+        Ok(4 * Self::regions(dims, chunks).end + halves)
     }
 
     /// Bytes of its buffers.
     pub fn allocated_bytes(&self) -> u64 {
-        [&self.halves, &self.overlap]
-            .into_iter()
-            .flatten()
-            .map(wgpu::Buffer::size)
-            .sum::<u64>()
-            + self.buffer.size()
+        self.buffer.size() + self.halves.as_ref().map_or(0, wgpu::Buffer::size)
     }
 
     /// Sequences whose rows do not share a chunk of rows take at most ⌈max_tokens/C⌉ chunks,
@@ -670,8 +604,6 @@ pub struct ChunkBinding {
     max_tokens: u32,
     max_seqs: u32,
     chunks: u32,
-    /// Items `overlap`'s counters have flags for (0 without it).
-    max_items: u64,
     max_grid: u32,
 }
 
@@ -753,39 +685,17 @@ impl GatedDeltaChunked {
                     .with(wgsl::GATED_DELTA_CHUNK_COOP),
                 COOP_SLOTS,
             ),
-            None => {
-                let module = module
+            None => (
+                module
                     .with(wgsl::GATED_DELTA_CHUNK_IO)
-                    .with(wgsl::GATED_DELTA_CHUNK);
-                match form.overlap {
-                    true => (module.with(wgsl::GATED_DELTA_CHUNK_OVERLAP), OVERLAP_SLOTS),
-                    false => (module, SLOTS),
-                }
-            }
-        };
-        let pipelines = match form.overlap {
-            true => vec![spec("chunk_overlap")],
-            false => vec![spec("chunk_prepare"), spec(form.scan_entry())],
+                    .with(wgsl::GATED_DELTA_CHUNK),
+                SLOTS,
+            ),
         };
         KernelSource {
             module,
             slots,
-            pipelines,
-        }
-    }
-
-    /// Workgroup memory of the f32 kernel's larger entry point at key head size `dk` in `form`
-    /// (the sizes of wgsl/gated_delta_chunk.wgsl's workgroup arrays); with `overlap` its one
-    /// entry point's, which holds both roles' arrays (WGSL has no unions) and the broadcast u32.
-    pub fn f32_workgroup_bytes(dk: u32, form: ChunkForm) -> u32 {
-        let chunk = CHUNK;
-        let tiles = 4 * 2 * chunk * 17;
-        let gamma = 4 * chunk;
-        let prepare = tiles + 4 * chunk * 65 + 2 * gamma;
-        let scan_own = 4 * chunk * SCAN_ROWS + 4 * SCAN_ROWS * (dk + 1);
-        match form.overlap {
-            true => prepare + scan_own + 4,
-            false => prepare.max(tiles + scan_own + gamma),
+            pipelines: vec![spec("chunk_prepare"), spec(form.scan_entry())],
         }
     }
 
@@ -811,23 +721,12 @@ impl GatedDeltaChunked {
     }
 
     /// Builds the kernel and form [`Self::chosen`] picks for `FAK_GDN_CHUNK`
-    /// ([`ChunkKernel::requested`]) on `paths` and the device's workgroup memory (`overlap`
-    /// where [`Self::check_overlap`] allows it, else the same form in two dispatches). An
-    /// unknown `FAK_GDN_CHUNK` is an error.
+    /// ([`ChunkKernel::requested`]) on `paths` and the device's workgroup memory. An unknown
+    /// `FAK_GDN_CHUNK` is an error.
     pub fn new(ctx: &GpuContext, paths: KernelPaths, dims: DeltaDims) -> Result<Self, GpuError> {
         dims.validate()?;
         let limit = ctx.device.limits().max_compute_workgroup_storage_size;
         let (selected, form) = Self::chosen(ChunkKernel::requested()?, paths, dims.dk, limit);
-        // `overlap` where it is not built (off Vulkan, or both roles' memory over the limit):
-        // the same form in two dispatches, as a coop form that does not fit runs on f32.
-        let form = match form.overlap && Self::check_overlap(ctx, selected, dims.dk, form).is_err()
-        {
-            true => ChunkForm {
-                overlap: false,
-                ..form
-            },
-            false => form,
-        };
         Self::with_form(ctx, selected, dims, form)
     }
 
@@ -893,9 +792,6 @@ impl GatedDeltaChunked {
                 limit_name: "max_compute_workgroup_storage_size",
             });
         }
-        if form.overlap {
-            Self::check_overlap(ctx, variant, dims.dk, form)?;
-        }
         let form = Self::form_of(variant, form);
         let variant = KernelVariant {
             kernel: Self::NAME,
@@ -921,52 +817,17 @@ impl GatedDeltaChunked {
         self.form
     }
 
-    /// What of `form` `variant` has: all of it on cooperative matrices, the inverse,
-    /// `key_heads` and `overlap` alone on f32.
+    /// What of `form` `variant` has: all of it on cooperative matrices, the inverse and
+    /// `key_heads` alone on f32.
     fn form_of(variant: KernelPaths, form: ChunkForm) -> ChunkForm {
         match variant.coop_matrix {
             Some(_) => form,
             None => ChunkForm {
                 inverse: form.inverse,
                 key_heads: form.key_heads,
-                overlap: form.overlap,
                 ..ChunkForm::default()
             },
         }
-    }
-
-    /// Refuses `overlap` where it is not built: on the coop kernel, off the Vulkan backend (the
-    /// handoff's ordering is what naga emits there: wgsl/gated_delta_chunk_overlap.wgsl), and
-    /// where its one entry point's workgroup memory exceeds the device's.
-    fn check_overlap(
-        ctx: &GpuContext,
-        variant: KernelPaths,
-        dk: u32,
-        form: ChunkForm,
-    ) -> Result<(), GpuError> {
-        let refuse = |why: &str| GpuError::Shape {
-            kernel: Self::NAME,
-            message: format!("`overlap` ({variant}, dk = {dk}) {why}"),
-        };
-        let backend = &ctx.facts().backend;
-        match (variant.coop_matrix, backend == "vulkan") {
-            (Some(_), _) => return Err(refuse("is built for the f32 kernel only")),
-            (None, false) => {
-                return Err(refuse(&format!("runs on Vulkan only, not {backend}")));
-            }
-            (None, true) => {}
-        }
-        let limit = ctx.device.limits().max_compute_workgroup_storage_size;
-        let bytes = Self::f32_workgroup_bytes(dk, form);
-        if bytes > limit {
-            return Err(GpuError::TooLarge {
-                what: format!("{} (overlap) at dk = {dk}", Self::NAME),
-                size: u64::from(bytes),
-                limit: u64::from(limit),
-                limit_name: "max_compute_workgroup_storage_size",
-            });
-        }
-        Ok(())
     }
 
     /// Whether the built kernel is the cooperative-matrix one, which binds the f16 scratch.
@@ -1053,26 +914,12 @@ impl GatedDeltaChunked {
                 bytes: 2 * halves.end,
             });
         }
-        let max_items = match (self.form.overlap, &io.scratch.overlap) {
-            (false, _) => 0,
-            (true, Some(buffer)) => {
-                resources.push(Resource::whole("overlap counters", buffer));
-                buffer.size() / 4 - 4
-            }
-            (true, None) => {
-                return Err(GpuError::Shape {
-                    kernel: Self::NAME,
-                    message: "the scratch was made without `overlap`'s counters".into(),
-                });
-            }
-        };
         let group = bind_group(ctx, Self::NAME, &self.layout, &resources)?;
         Ok(ChunkBinding {
             group,
             max_tokens: io.max_tokens,
             max_seqs: io.table.max_seqs(),
             chunks: io.scratch.chunks,
-            max_items,
             max_grid: ctx.device.limits().max_compute_workgroups_per_dimension,
         })
     }
@@ -1098,27 +945,6 @@ impl GatedDeltaChunked {
             });
         }
         let (nv, count) = (self.dims.nv, batch.count);
-        let tiles = self.dims.dv.div_ceil(SCAN_ROWS);
-        if self.form.overlap {
-            // One workgroup a scan tile and one an item (wgsl/gated_delta_chunk_overlap.wgsl).
-            let items = u64::from(chunks) * u64::from(nv) * u64::from(count);
-            if items > binding.max_items {
-                return Err(GpuError::Shape {
-                    kernel: Self::NAME,
-                    message: format!(
-                        "{items} prepare items exceed the {} flags of the overlap counters",
-                        binding.max_items
-                    ),
-                });
-            }
-            let grid = [tiles + chunks, nv, count];
-            return Ok(vec![check_grid(
-                binding.max_grid,
-                Self::NAME,
-                "chunk_overlap",
-                grid,
-            )?]);
-        }
         // chunk_prepare's workgroups: one per value head, or with `key_heads` per key head.
         let prep_heads = match self.form.key_heads {
             true => self.dims.nk,
@@ -1135,7 +961,7 @@ impl GatedDeltaChunked {
                 binding.max_grid,
                 Self::NAME,
                 self.form.scan_entry(),
-                [tiles, nv, count],
+                [self.dims.dv.div_ceil(SCAN_ROWS), nv, count],
             )?,
         ])
     }
@@ -1154,8 +980,7 @@ impl GatedDeltaChunked {
 
     /// [`Self::encode`]'s dispatches one at a time, so that a profile can time them apart
     /// (`FAK_GDN_PROFILE=entries`): [`ChunkEntry::Prepare`] then [`ChunkEntry::Scan`], each
-    /// recorded once per step in that order; the state bytes are the scan's. With `overlap`
-    /// (one dispatch, both roles) the prepare records nothing and the scan the one dispatch.
+    /// recorded once per step in that order; the state bytes are the scan's.
     pub fn encode_entry(
         &self,
         pass: &mut wgpu::ComputePass,
@@ -1165,17 +990,12 @@ impl GatedDeltaChunked {
     ) -> Result<Recorded, GpuError> {
         let plan = self.plan(binding, batch)?;
         let at = entry as usize;
-        let plan = match (plan.len(), entry) {
-            (1, ChunkEntry::Prepare) => &plan[..0],
-            (1, ChunkEntry::Scan) => &plan[..],
-            _ => &plan[at..=at],
-        };
-        record(pass, &binding.group, plan, &self.pipelines);
+        record(pass, &binding.group, &plan[at..=at], &self.pipelines);
         let bytes = match entry {
             ChunkEntry::Prepare => OpBytes::default(),
             ChunkEntry::Scan => self.dims.delta_bytes(batch),
         };
-        Ok(Recorded::new(Self::NAME, plan.len(), bytes))
+        Ok(Recorded::new(Self::NAME, 1, bytes))
     }
 }
 
