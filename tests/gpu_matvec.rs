@@ -7,8 +7,8 @@
 //! code is shared with `harness selftest` (harness/checks/matvec.rs).
 
 use fak::gpu::kernels::matvec::{
-    InputNorm, LastNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, MixedInput,
-    Q6Loads, ResidualOutput, SecondWeight, ShortRows,
+    InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, MixedInput, Q6Loads,
+    ResidualOutput, SecondWeight, ShortRows,
 };
 use fak::gpu::kernels::quantize_q8::{NormQ8, Q8Vectors, QuantizeQ8};
 use fak::gpu::step::MAX_BATCH;
@@ -1488,190 +1488,6 @@ fn the_norm_quantized_in_the_workgroup_is_the_quantize_dispatchs_product_bit_for
 /// most one apart. Rows of 2 blocks (most lanes idle), 4096 and 5120 (the 8B's and 27B's: one
 /// block a lane), and the one-pass form's longest (4 blocks a lane); one block all zero (d = 0);
 /// vectors of one batch normed each with its own sum. Both reductions.
-/// Every code of `q8` −128 (no rounding makes it) and every scale NaN.
-fn poison_q8(ctx: &GpuContext, q8: &Q8Vectors) {
-    let codes = vec![0x80; q8.codes.size() as usize];
-    fak::gpu::buffers::write(ctx, &q8.codes, 0, &codes).unwrap();
-    let nan = vec![f32::NAN; q8.scales.size() as usize / 4];
-    fak::gpu::buffers::write(ctx, &q8.scales, 0, bytemuck::cast_slice(&nan)).unwrap();
-}
-
-/// The last-arriving norm (`MatVecFusion::last_norm`, `FAK_DECODE_FUSE=lastnorm`): a residual
-/// producer over q8 x whose last workgroup to finish writes the next norm's q8 input. Its y is
-/// bit for bit the plain product's; its blocks are bit for bit the one-pass quantize dispatch's
-/// over that y and within the CPU's f64 norm of it. Two steps on one binding, the vectors
-/// poisoned before each (a counter left above zero would skip the second step's norm), the
-/// counter read back zero after each; wide (Q4_K, Q6_K) and narrow (Q8_0) products of 32, 16
-/// and 6 workgroups on every int-dot variant; bindings it cannot end are refused.
-#[test]
-fn the_last_arriving_workgroup_norms_the_residual_as_the_one_pass_dispatch_does() {
-    let ctx = gpu();
-    let (cols, eps) = (512u64, 1e-6f32);
-    let cases = [
-        (GgmlType::Q4_K, 512u64),
-        (GgmlType::Q6_K, 256),
-        (GgmlType::Q8_0, 96),
-    ];
-    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-    for paths in variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot) {
-        let kernel = MatVec::new(ctx, paths).unwrap();
-        let quantizer = quantizer(ctx, &kernel);
-        let onepass = QuantizeQ8::with_form(ctx, paths, NormQ8::OnePass).unwrap();
-        for (case, &(ty, d)) in cases.iter().enumerate() {
-            let mut rng = rng(0x1a57_0000 + case as u64);
-            let w = weights_buffer_at(ctx, &random_weights(ty, d, cols, 0x1a57_0100), 0);
-            let x = upload(ctx, "x", bytemuck::cast_slice(&random_f32(&mut rng, cols))).unwrap();
-            let y0 = random_f32(&mut rng, d);
-            let nw: Vec<f32> = random_f32(&mut rng, d)
-                .iter()
-                .map(|v| 1.0 + v / 2.0)
-                .collect();
-            let nwb = upload(ctx, "next norm", bytemuck::cast_slice(&nw)).unwrap();
-            let step = StepBuffer::new(ctx);
-            step.set(ctx, Step::new(0, 1, 0));
-            let y = upload(ctx, "y", bytemuck::cast_slice(&y0)).unwrap();
-            let y_plain = upload(ctx, "y plain", bytemuck::cast_slice(&y0)).unwrap();
-            let x_q8 = Q8Vectors::new(ctx, "x", cols, 1).unwrap();
-            let x_act = Activations::contiguous(&x, cols);
-            let quantize = quantizer
-                .bind(ctx, x_act, cols, None, &x_q8, &step, 1)
-                .unwrap();
-            let (out, want) = (
-                Q8Vectors::new(ctx, "last-arriving norm", d, 1).unwrap(),
-                Q8Vectors::new(ctx, "one-pass dispatch", d, 1).unwrap(),
-            );
-            let shape = MatVecShape { ty, rows: d, cols };
-            let io = MatVecIo {
-                weights: &w,
-                weights_offset: 0,
-                x: x_act,
-                y: Activations::contiguous(&y, d),
-                step: &step,
-                accumulate: true,
-                max_batch: 1,
-            };
-            let q8 = MatVecFusion {
-                q8: Some(&x_q8),
-                ..MatVecFusion::default()
-            };
-            let last = MatVecFusion {
-                last_norm: Some(LastNorm {
-                    vectors: &out,
-                    next_norm: &nwb,
-                    eps,
-                }),
-                ..q8
-            };
-            let what = format!("{ty} rows {d} ({paths})");
-            for refused in [
-                kernel.bind_fused(ctx, shape, &MatVecIo { max_batch: 2, ..io }, last),
-                kernel.bind_fused(
-                    ctx,
-                    shape,
-                    &MatVecIo {
-                        accumulate: false,
-                        ..io
-                    },
-                    last,
-                ),
-                kernel.bind_fused(
-                    ctx,
-                    shape,
-                    &io,
-                    MatVecFusion {
-                        layout: Some(MatVecLayout::SHORT),
-                        ..last
-                    },
-                ),
-            ] {
-                assert!(
-                    refused.is_err(),
-                    "{what}: a binding it cannot end was taken"
-                );
-            }
-            let producing = kernel.bind_fused(ctx, shape, &io, last).unwrap();
-            let io_plain = MatVecIo {
-                y: Activations::contiguous(&y_plain, d),
-                ..io
-            };
-            let plain = kernel.bind_fused(ctx, shape, &io_plain, q8).unwrap();
-            let norm = InputNorm {
-                weight: &nwb,
-                eps,
-                shared: false,
-            };
-            let y_act = Activations::contiguous(&y_plain, d);
-            let dispatch = onepass
-                .bind(ctx, y_act, d, Some(norm), &want, &step, 1)
-                .unwrap();
-            for round in 0..2 {
-                let what = format!("{what} step {round}");
-                poison_q8(ctx, &out);
-                poison_q8(ctx, &want);
-                ctx.run_pass("last-arriving norm", |pass| {
-                    quantizer.encode(pass, &quantize, 1).unwrap();
-                    kernel.encode(pass, &producing, 1).unwrap();
-                    kernel.encode(pass, &plain, 1).unwrap();
-                    onepass.encode(pass, &dispatch, 1).unwrap();
-                })
-                .unwrap();
-                let got_y = read_back_f32(ctx, &y, 0..4 * d).unwrap();
-                let plain_y = read_back_f32(ctx, &y_plain, 0..4 * d).unwrap();
-                assert_eq!(
-                    bits(&got_y),
-                    bits(&plain_y),
-                    "{what}: y is not the plain product's"
-                );
-                let (codes, scales) = out.read_back(ctx, d, 1).unwrap().remove(0);
-                let (want_codes, want_scales) = want.read_back(ctx, d, 1).unwrap().remove(0);
-                assert_eq!(codes, want_codes, "{what}: codes");
-                assert_eq!(bits(&scales), bits(&want_scales), "{what}: scales");
-                assert_norm_blocks(&what, (&got_y, &nw, eps), &codes, &scales);
-                let counter = producing
-                    .arrivals()
-                    .expect("a last-arriving norm's counter");
-                let arrivals = read_back(ctx, counter, 0..4).unwrap();
-                assert_eq!(arrivals, [0; 4], "{what}: the counter is not back at zero");
-            }
-        }
-    }
-}
-
-/// Blocks of RMSNorm(row)·nw as q8 (codes, scales) held to the CPU's f64 norm: each scale
-/// within the norm's f32 rounding of max |v| / 127, each code within half a step of v (a NaN
-/// scale fails).
-fn assert_norm_blocks(
-    what: &str,
-    (row, nw, eps): (&[f32], &[f32], f32),
-    codes: &[i8],
-    scales: &[f32],
-) {
-    let squares: f64 = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
-    let s = 1.0 / (squares / row.len() as f64 + f64::from(eps)).sqrt();
-    let v: Vec<f64> = row
-        .iter()
-        .zip(nw)
-        .map(|(&x, &w)| f64::from(x) * s * f64::from(w))
-        .collect();
-    for (k, block) in v.chunks(32).enumerate() {
-        let amax = block.iter().fold(0f64, |m, v| m.max(v.abs()));
-        let d = f64::from(scales[k]);
-        // The norm's f32 rounding (x·s, ·w, the sum of squares), as the fused checks bound it.
-        let d_ok = (d - amax / 127.0).abs() <= (1e-5 + 2f64.powi(-21)) * amax / 127.0;
-        assert!(d_ok, "{what}: block {k} scale {d} for max |v| {amax}");
-        for (i, &want) in block.iter().enumerate() {
-            let q = codes[32 * k + i];
-            let err = (f64::from(q) * d - want).abs();
-            let ok = q >= -127 && err <= d * (0.5 + 2f64.powi(-16)) + 1e-5 * want.abs();
-            assert!(
-                ok,
-                "{what}: element {} code {q} step {d} for {want}",
-                32 * k + i
-            );
-        }
-    }
-}
-
 #[test]
 fn each_norm_form_rounds_the_normed_row_as_the_cpu_does() {
     let ctx = gpu();
@@ -1707,7 +1523,16 @@ fn each_norm_form_rounds_the_normed_row_as_the_cpu_does() {
                 .iter()
                 .map(|quantizer| {
                     let out = Q8Vectors::new(ctx, "normed", cols, n).unwrap();
-                    poison_q8(ctx, &out);
+                    fak::gpu::buffers::write(
+                        ctx,
+                        &out.codes,
+                        0,
+                        &vec![0x80; out.codes.size() as usize],
+                    )
+                    .unwrap();
+                    let nan = vec![f32::NAN; out.scales.size() as usize / 4];
+                    fak::gpu::buffers::write(ctx, &out.scales, 0, bytemuck::cast_slice(&nan))
+                        .unwrap();
                     let x = Activations::contiguous(&xb, cols);
                     let binding = quantizer
                         .bind(ctx, x, cols, Some(norm), &out, &step, n)
@@ -1721,12 +1546,38 @@ fn each_norm_form_rounds_the_normed_row_as_the_cpu_does() {
                 .collect();
             for b in 0..n as usize {
                 let row = &x[b * cols as usize..(b + 1) * cols as usize];
+                let squares: f64 = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+                let s = 1.0 / (squares / cols as f64 + f64::from(eps)).sqrt();
+                let v: Vec<f64> = row
+                    .iter()
+                    .zip(&nw)
+                    .map(|(&x, &w)| f64::from(x) * s * f64::from(w))
+                    .collect();
                 for (form, (codes, scales)) in [NormQ8::TwoPass, NormQ8::OnePass]
                     .iter()
                     .zip(got.iter().map(|g| &g[b]))
                 {
                     let what = format!("{form:?} ({paths}) cols {cols} vector {b}");
-                    assert_norm_blocks(&what, (row, &nw, eps), codes, scales);
+                    for (k, block) in v.chunks(32).enumerate() {
+                        let amax = block.iter().fold(0f64, |m, v| m.max(v.abs()));
+                        let d = f64::from(scales[k]);
+                        // The norm's f32 rounding (x·s, ·w, the sum of squares), as the fused
+                        // checks bound it; a NaN scale fails.
+                        let d_ok =
+                            (d - amax / 127.0).abs() <= (1e-5 + 2f64.powi(-21)) * amax / 127.0;
+                        assert!(d_ok, "{what}: block {k} scale {d} for max |v| {amax}");
+                        for (i, &want) in block.iter().enumerate() {
+                            let q = codes[32 * k + i];
+                            let err = (f64::from(q) * d - want).abs();
+                            let ok =
+                                q >= -127 && err <= d * (0.5 + 2f64.powi(-16)) + 1e-5 * want.abs();
+                            assert!(
+                                ok,
+                                "{what}: element {} code {q} step {d} for {want}",
+                                32 * k + i
+                            );
+                        }
+                    }
                 }
                 let (two, one) = (&got[0][b].0, &got[1][b].0);
                 let apart = two.iter().zip(one).filter(|(a, b)| a != b).count();

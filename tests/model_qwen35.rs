@@ -615,12 +615,9 @@ fn int_dot_quantizes_each_input_once_per_step() {
     // gate/up pairing writes it quantized, which it does where ffn_down takes q8 and its blocks
     // tile n_ff); then the head's normed input. The mixer's output is the decode kernel's.
     let norm_fold = fak::model::blocks::decode_norm_fold();
-    // FAK_DECODE_FUSE=pquant (or lastnorm: their last-arriving workgroup): each residual add
-    // whose product is fed (W_out, W_o, W_down on whole blocks of a d of whole blocks) also
-    // writes the next norm's q8 input.
-    let producing =
-        fak::model::blocks::decode_fuse("pquant") || fak::model::blocks::decode_fuse("lastnorm");
-    let pquant = producing && hp.n_embd.is_multiple_of(32);
+    // FAK_DECODE_FUSE=pquant: each residual add whose product is fed (W_out, W_o, W_down on
+    // whole blocks of a d of whole blocks) also writes the next norm's q8 input.
+    let pquant = fak::model::blocks::decode_fuse("pquant") && hp.n_embd.is_multiple_of(32);
     let mut inputs: Vec<Vec<&TensorInfo>> = Vec::new();
     for (i, l) in t.layers.iter().enumerate() {
         let fed_by_down = pquant && i > 0 && t.layers[i - 1].mlp.down.row_len().is_multiple_of(32);
@@ -763,9 +760,7 @@ fn int_dot_merge_computes_the_defaults_bits() {
     // q8 blocks of its normed input (no quantize dispatch; merged as over the quantize's).
     let layers = hparams(&path).tensors(&gguf).unwrap().layers;
     let first_is_attention = matches!(layers[0].mixer, Mixer::Attention(_));
-    let producing =
-        fak::model::blocks::decode_fuse("pquant") || fak::model::blocks::decode_fuse("lastnorm");
-    let fed = producing && !first_is_attention;
+    let fed = fak::model::blocks::decode_fuse("pquant") && !first_is_attention;
     let merged =
         fak::model::blocks::decode_fuse("merge") && !fak::model::blocks::decode_norm_fold();
     eprintln!("merge {merged}, fed {fed}: {} ops", ops.len());

@@ -64,8 +64,7 @@
 //           blocks from bindings 8 and 9 and shares this file's weight loads and epilogue).
 // requires: bytes.wgsl, blocks.wgsl, byte_floats.wgsl, grid.wgsl, step.wgsl, q8_block.wgsl,
 //           reduce_{subgroup,workgroup}.wgsl (struct Lanes, workgroup_sum), reduce_rows_*.wgsl
-//           (sum_rows), `fn after_outputs(n: u32, lanes: Lanes)` (matvec_after_outputs.wgsl's
-//           empty one, or matvec_last_norm.wgsl's epilogue).
+//           (sum_rows).
 //
 // Layout, and why (the strategy of llama.cpp's Metal kernel_mul_mv_q4_K_f32, made independent of
 // the subgroup size; experiments/matvec-design.md has the numbers):
@@ -750,8 +749,6 @@ fn finish(acc: ptr<function, array<vec4<f32>, 8>>, at: Place, n: u32, lanes: Lan
             quantize_block(lanes.index, at.first);
         }
     }
-    // The module's epilogue after the outputs (matvec_last_norm.wgsl's, else an empty one).
-    after_outputs(n, lanes);
 }
 
 // Sums each team's partials into its invocation 0 by halving: at each step the upper half of the

@@ -51,9 +51,6 @@ var<workgroup> x_codes: array<u32, X_WORDS>;
 var<workgroup> x_scales: array<f32, X_BLOCKS>;
 // QUANTIZE_X: x̂ in norm_q8.wgsl's one-pass form (the workgroup has NORM_Q8_LANES invocations).
 override NORM_ONEPASS: bool = false;
-// The last-arriving workgroup norms y into the next product's q8 input (matvec_last_norm.wgsl;
-// only its module sets it).
-override LAST_NORM: bool = false;
 // quantize_q8.wgsl's workgroup size (engine `quantize_q8::WG`): the lanes its norm sums over.
 const QUANTIZE_LANES: u32 = 64u;
 
@@ -78,13 +75,8 @@ fn squares_value(c: u32) -> f32 {
     return x[c];
 }
 
-// norm_q8.wgsl's elements and stores (NORM_ONEPASS): x̂ into x_codes, x_scales; under
-// LAST_NORM (matvec_last_norm.wgsl) the product's outputs y normed into yq, yd, the layout of
-// `Q8Vectors` of `rows` columns.
+// norm_q8.wgsl's elements and stores (NORM_ONEPASS): x̂ into x_codes, x_scales.
 fn norm_q8_x4(at: u32) -> vec4<f32> {
-    if LAST_NORM {
-        return vec4<f32>(y[at], y[at + 1u], y[at + 2u], y[at + 3u]);
-    }
     return x4(at);
 }
 
@@ -93,13 +85,6 @@ fn norm_q8_w4(e: u32) -> vec4<f32> {
 }
 
 fn norm_q8_codes(b: u32, k: u32, words: array<u32, 8>) {
-    if LAST_NORM {
-        let out = b * (p.rows / 4u) + 8u * k;
-        for (var j = 0u; j < 8u; j++) {
-            yq[out + j] = words[j];
-        }
-        return;
-    }
     let out = b * (p.cols / 4u) + 8u * k;
     for (var j = 0u; j < 8u; j++) {
         x_codes[out + j] = words[j];
@@ -107,10 +92,6 @@ fn norm_q8_codes(b: u32, k: u32, words: array<u32, 8>) {
 }
 
 fn norm_q8_scale(b: u32, k: u32, d: f32) {
-    if LAST_NORM {
-        yd[b * (p.rows / 32u) + k] = d;
-        return;
-    }
     x_scales[b * (p.cols / 32u) + k] = d;
 }
 

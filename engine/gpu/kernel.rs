@@ -56,11 +56,6 @@ pub mod wgsl {
     /// The wide form's loop over input vectors in the batched form (appended after
     /// MATVEC_Q8_WIDE, whose loop calls it under BATCHED).
     pub const MATVEC_Q8_BATCHED: WgslFile = wgsl_file!("matvec_q8_batched.wgsl");
-    /// The mat-vec's epilogue hook, empty (appended to every mat-vec module but the next one's).
-    pub const MATVEC_AFTER_OUTPUTS: WgslFile = wgsl_file!("matvec_after_outputs.wgsl");
-    /// The residual producer whose last-arriving workgroup writes the next norm's q8 input
-    /// (appended instead of MATVEC_AFTER_OUTPUTS, int-dot variants only).
-    pub const MATVEC_LAST_NORM: WgslFile = wgsl_file!("matvec_last_norm.wgsl");
     /// The rounding of one 32-element block to 8-bit codes (QUANTIZE_Q8, and the outputs that
     /// MATVEC, GDN_DECODE and ATTN_DECODE write as q8 blocks).
     pub const Q8_BLOCK: WgslFile = wgsl_file!("q8_block.wgsl");

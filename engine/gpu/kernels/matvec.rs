@@ -24,10 +24,7 @@
 //! dependent dispatches of the ops it folds in; the math is in wgsl/matvec.wgsl. Opt-in (the
 //! producer-side quantize, `FAK_DECODE_FUSE=pquant`): an accumulating product also writes the
 //! next norm's q8 input with its block sums ([`MatVecFusion::residual_output`]), and a q8 product
-//! reads such vectors with their summed norm ([`MatVecFusion::q8_norm`]). Opt-in (the
-//! last-arriving norm, `FAK_DECODE_FUSE=lastnorm`): an accumulating q8 product of one vector
-//! whose last workgroup to finish writes the next norm's q8 input in the one-pass form
-//! ([`MatVecFusion::last_norm`], wgsl/matvec_last_norm.wgsl).
+//! reads such vectors with their summed norm ([`MatVecFusion::q8_norm`]).
 //!
 //! # The integer path
 //!
@@ -595,8 +592,6 @@ const SLOTS: &[Slot] = &[
     Slot::ReadWrite,
     Slot::Uniform,
 ];
-/// [`SLOTS`] and the last-arriving norm's counter (`arrivals`, wgsl/matvec_last_norm.wgsl).
-const LAST_NORM_SLOTS: [Slot; 14] = crate::gpu::layout::with_counters(SLOTS);
 /// `Params::wide` bits (WIDE_X, WIDE_W of the WGSL).
 const WIDE_X: u32 = 1;
 const WIDE_W: u32 = 2;
@@ -782,26 +777,6 @@ pub struct MatVecFusion<'a> {
     /// where it names none and `FAK_MATVEC_RESIDUAL_LAYOUT` names none of that many), no pairing,
     /// no second weight.
     pub residual_output: Option<ResidualOutput<'a>>,
-    /// With `q8` and `accumulate` (y is the residual stream): the workgroup that finishes last
-    /// also writes RMSNorm(y)·w as q8 blocks in the one-pass form ([`NormQ8::OnePass`]: the
-    /// bits of a one-pass quantize dispatch over y), so the products after that norm need no
-    /// quantize dispatch (wgsl/matvec_last_norm.wgsl). Needs an int-dot variant, a binding of
-    /// one vector (`MatVecIo::max_batch` 1), `rows` whole q8 blocks of at most
-    /// [`NormQ8::ONEPASS_MAX_COLS`] in one range, a layout of [`NormQ8::ONEPASS_LANES`] invocations that
-    /// is neither staged nor batched, and no pairing, second weight, quantized output or
-    /// summed norm ([`MatVec::takes_last_norm`] decides from the shape).
-    pub last_norm: Option<LastNorm<'a>>,
-}
-
-/// Where a residual producer's last-arriving workgroup writes the next norm's q8 input
-/// ([`MatVecFusion::last_norm`]).
-#[derive(Clone, Copy)]
-pub struct LastNorm<'a> {
-    /// Vectors of `rows` columns (`Q8Vectors::new`; only vector 0 is written).
-    pub vectors: &'a Q8Vectors,
-    /// The next RMSNorm's weight (`rows` f32 values) and eps.
-    pub next_norm: &'a wgpu::Buffer,
-    pub eps: f32,
 }
 
 /// Where a residual producer writes the next norm's q8 input ([`MatVecFusion::residual_output`]).
@@ -895,10 +870,6 @@ enum Input {
     /// in `MatVec::Q8_TYPES`, the row length, and whether in the one-pass form
     /// ([`NormQ8::OnePass`], NORM_ONEPASS).
     QuantizedNorm(usize, u32, bool),
-    /// x as q8 blocks (as `Q8`), the product accumulating into the residual stream, whose
-    /// last-arriving workgroup writes the next norm's q8 input (LAST_NORM, the module of
-    /// [`MatVecLastNorm`]); the index in `MatVec::Q8_TYPES`.
-    Q8LastNorm(usize),
 }
 
 impl Input {
@@ -906,7 +877,7 @@ impl Input {
     fn is_q8(self) -> bool {
         matches!(
             self,
-            Input::Q8(_) | Input::Q8Norm(_) | Input::QuantizedNorm(..) | Input::Q8LastNorm(_)
+            Input::Q8(_) | Input::Q8Norm(_) | Input::QuantizedNorm(..)
         )
     }
 }
@@ -939,8 +910,6 @@ pub struct MatVecBinding {
     q6_aligned: bool,
     /// What one encode moves: W (and a folded norm's weight) once, and per input vector.
     work: MatVecWork,
-    /// A last-arriving norm's counter ([`MatVecFusion::last_norm`]), zero between dispatches.
-    arrivals: Option<wgpu::Buffer>,
 }
 
 impl MatVecBinding {
@@ -955,12 +924,6 @@ impl MatVecBinding {
     /// buffer has room for it grown to whole 16-byte words (else it takes the word loads).
     pub fn q6_aligned(&self) -> bool {
         self.q6_aligned
-    }
-
-    /// A last-arriving norm's counter (None for other bindings): zero after every dispatch,
-    /// which the tests read back.
-    pub fn arrivals(&self) -> Option<&wgpu::Buffer> {
-        self.arrivals.as_ref()
     }
 }
 
@@ -1011,8 +974,6 @@ fn spec(
         Input::Q8Norm(_) if rows.staged => ("matvec_q8_staged", "q8 summed norm"),
         Input::Q8Norm(_) if rows.wide => ("matvec_q8_wide", "q8 summed norm"),
         Input::Q8Norm(_) => ("matvec_q8", "q8 summed norm"),
-        Input::Q8LastNorm(_) if rows.wide => ("matvec_q8_wide", "q8 last-arriving norm"),
-        Input::Q8LastNorm(_) => ("matvec_q8", "q8 last-arriving norm"),
         Input::QuantizedNorm(..) if rows.wide => ("matvec_q8_wide", "normed q8"),
         Input::QuantizedNorm(..) => ("matvec_q8", "normed q8"),
         Input::Normed => ("matvec", "normed f32"),
@@ -1026,7 +987,6 @@ fn spec(
             ("NORM_ONEPASS", f64::from(u8::from(onepass))),
         ],
         Input::Q8Norm(_) => vec![("Q8_NORM", 1.0)],
-        Input::Q8LastNorm(_) => vec![("LAST_NORM", 1.0)],
         _ => Vec::new(),
     };
     if let Some(second) = second {
@@ -1215,50 +1175,10 @@ impl Kernel for MatVec {
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), split[3]));
         }
         KernelSource {
-            module: module.with(wgsl::MATVEC_AFTER_OUTPUTS),
+            module,
             slots: SLOTS,
             pipelines,
         }
-    }
-}
-
-/// The module of the last-arriving norm's pipelines ([`MatVecFusion::last_norm`]): the mat-vec's
-/// int-dot module with wgsl/matvec_last_norm.wgsl as its epilogue and the counter's slot; a
-/// kernel of its own so that the default pipelines keep their module and bind-group layout.
-/// Variants without the integer path have no such pipelines (their module is the mat-vec's).
-pub struct MatVecLastNorm;
-
-impl Kernel for MatVecLastNorm {
-    const NAME: &'static str = "matvec_last_norm";
-    const AXES: Axes = MatVec::AXES;
-
-    fn source(variant: KernelPaths) -> KernelSource {
-        let mut source = MatVec::source(variant);
-        if !variant.int_dot {
-            source.pipelines = Vec::new();
-            return source;
-        }
-        let hook = source.module.files.iter_mut();
-        for file in hook.filter(|f| **f == wgsl::MATVEC_AFTER_OUTPUTS) {
-            *file = wgsl::MATVEC_LAST_NORM;
-        }
-        // For translation: the example pipelines, wide (Q4_K, Q6_K) and narrow (Q8_0).
-        let wide = MatVecLayout::INTEGER.widened();
-        let words = (None, Q6Loads::Words);
-        source.pipelines = vec![
-            spec(GgmlType::Q4_K, Input::Q8LastNorm(1), 1, wide, words, 1),
-            spec(GgmlType::Q6_K, Input::Q8LastNorm(3), 1, wide, words, 1),
-            spec(
-                GgmlType::Q8_0,
-                Input::Q8LastNorm(0),
-                1,
-                MatVecLayout::INTEGER,
-                words,
-                1,
-            ),
-        ];
-        source.slots = &LAST_NORM_SLOTS;
-        source
     }
 }
 
@@ -1498,10 +1418,7 @@ impl MatVec {
             .copied()
             .collect();
         if !missing.is_empty() {
-            let mut variant = match input {
-                Input::Q8LastNorm(_) => KernelVariant::of::<MatVecLastNorm>(self.variant),
-                _ => KernelVariant::of::<Self>(self.variant),
-            };
+            let mut variant = KernelVariant::of::<Self>(self.variant);
             variant.source.pipelines = missing
                 .iter()
                 .map(|&(ty, input, c, rows, second)| {
@@ -1614,72 +1531,6 @@ impl MatVec {
                 ),
             }),
         }
-    }
-
-    /// Whether a decode product of `shape` (accumulating into the residual stream) can take a
-    /// last-arriving norm ([`MatVecFusion::last_norm`]) on this adapter: an int-dot variant, a
-    /// type of [`MatVec::Q8_TYPES`], `rows` whole q8 blocks the one-pass form holds, in one
-    /// binding, on Vulkan: the one backend where what naga emits orders the producers' rows
-    /// before the last workgroup's loads (wgsl/matvec_last_norm.wgsl says why not Metal or
-    /// D3D12).
-    pub fn takes_last_norm(&self, ctx: &GpuContext, shape: MatVecShape) -> bool {
-        self.variant.int_dot
-            && Self::Q8_TYPES.contains(&shape.ty)
-            && shape.rows.is_multiple_of(Q8_BLOCK)
-            && shape.rows <= NormQ8::ONEPASS_MAX_COLS
-            && ctx.facts().backend == "vulkan"
-    }
-
-    /// Refuses a last-arriving norm ([`MatVecFusion::last_norm`]) where the binding is not one
-    /// it can end: see the field's conditions.
-    fn check_last_norm(
-        shape: MatVecShape,
-        io: &MatVecIo<'_>,
-        fusion: &MatVecFusion<'_>,
-        layout: MatVecLayout,
-        last: LastNorm<'_>,
-        max_binding: u64,
-    ) -> Result<(), GpuError> {
-        let rows = shape.rows;
-        let alone = !fusion.swiglu
-            && fusion.second.is_none()
-            && fusion.quantize_output.is_none()
-            && fusion.residual_output.is_none();
-        let lanes =
-            layout.invocations == NormQ8::ONEPASS_LANES && !layout.staged && !layout.batched;
-        if !io.accumulate
-            || io.max_batch != 1
-            || !alone
-            || !lanes
-            || !rows.is_multiple_of(Q8_BLOCK)
-            || rows > NormQ8::ONEPASS_MAX_COLS
-            || last.vectors.sums
-            || last.vectors.cols != rows
-        {
-            return Err(GpuError::Shape {
-                kernel: Self::NAME,
-                message: format!(
-                    "a last-arriving norm needs an accumulating product of one vector, {rows} \
-                     rows of whole q8 blocks (at most {}), no pairing, second weight or other \
-                     quantized output, a layout of {} invocations neither staged nor batched \
-                     (not {layout}) and plain q8 vectors of {rows} columns",
-                    NormQ8::ONEPASS_MAX_COLS,
-                    NormQ8::ONEPASS_LANES
-                ),
-            });
-        }
-        last.vectors.check(Self::NAME, rows, 1)?;
-        if last.next_norm.size() < 4 * rows || 4 * rows > max_binding {
-            return Err(GpuError::Shape {
-                kernel: Self::NAME,
-                message: format!(
-                    "the next norm's weight needs {} bytes in one binding; its buffer has {}",
-                    4 * rows,
-                    last.next_norm.size()
-                ),
-            });
-        }
-        Ok(())
     }
 
     /// Whether a [`MatVecFusion::quantize_input`] binding of `cols` columns holds at least one
@@ -1829,17 +1680,6 @@ impl MatVec {
                 ));
             }
         };
-        // A last-arriving norm runs after a product over q8 vectors (no summed norm).
-        let input = match (input, fusion.last_norm) {
-            (Input::Q8(index), Some(_)) => Input::Q8LastNorm(index),
-            (_, Some(_)) => {
-                return Err(shape_error(
-                    "a last-arriving norm follows a product over q8 vectors (no summed norm)"
-                        .into(),
-                ));
-            }
-            (input, None) => input,
-        };
         let by_input = match input.is_q8() {
             true => MatVecLayout::INTEGER,
             false => MatVecLayout::DEFAULT,
@@ -1851,11 +1691,6 @@ impl MatVec {
         // A residual producer takes the residual layout where it has the teams, else PRODUCING.
         let named = match fusion.residual_output {
             Some(_) => named.filter(|l| l.teams == MatVecLayout::PRODUCING_TEAMS),
-            None => named,
-        };
-        // A last-arriving norm takes a named layout only where it has the one-pass lanes.
-        let named = match fusion.last_norm {
-            Some(_) => named.filter(|l| l.invocations == NormQ8::ONEPASS_LANES),
             None => named,
         };
         let by_input = match fusion.residual_output {
@@ -1923,9 +1758,6 @@ impl MatVec {
                     out.next_norm.size()
                 )));
             }
-        }
-        if let Some(last) = fusion.last_norm {
-            Self::check_last_norm(shape, io, &fusion, rows_layout, last, max_binding)?;
         }
         let max_batch = match input {
             Input::QuantizedNorm(..) => {
@@ -2002,7 +1834,7 @@ impl MatVec {
         let units = cols.div_ceil(unit_elems);
         let max_per_dimension = ctx.device.limits().max_compute_workgroups_per_dimension;
         let ranges = split_rows("a matvec weight", w_rows, &[row_bytes], max_binding, align)?;
-        let producing = fusion.residual_output.is_some() || fusion.last_norm.is_some();
+        let producing = fusion.residual_output.is_some();
         if (fusion.swiglu || mixed || producing) && ranges.len() > 1 {
             return Err(GpuError::TooLarge {
                 what: "a gate/up pairing's, a mixed binding's or a residual producer's weights \
@@ -2048,18 +1880,11 @@ impl MatVec {
             false => (0, rows_layout.rows_per_workgroup()),
         };
         let own_out = match (fusion.quantize_output, fusion.residual_output) {
-            (None, None) if Self::owns_placeholder_out() && fusion.last_norm.is_none() => {
+            (None, None) if Self::owns_placeholder_out() => {
                 Some(storage_buffer(ctx, "matvec output placeholder (own)", 16)?)
             }
             _ => None,
         };
-        // The last-arriving norm's counter (zeroed at creation, zero after every dispatch) and
-        // the layout with its slot.
-        let arrivals = match fusion.last_norm {
-            Some(_) => Some(storage_buffer(ctx, "matvec last-norm arrivals", 16)?),
-            None => None,
-        };
-        let last_norm_layout = arrivals.as_ref().map(|_| ctx.layouts(&LAST_NORM_SLOTS).0);
         let ranges = ranges
             .into_iter()
             .map(|range| {
@@ -2118,28 +1943,18 @@ impl MatVec {
                     .as_ref()
                     .unwrap_or(&self.placeholder_out)
                     .as_entire_binding();
-                let outputs = (
-                    fusion.last_norm,
-                    fusion.quantize_output,
-                    fusion.residual_output,
-                );
-                let (yq, yd) = match outputs {
-                    // The last-arriving norm's vector (one: max_batch is 1).
-                    (Some(last), ..) => (
-                        Window::around(0, rows, align).binding(&last.vectors.codes),
-                        Window::around(0, 4 * rows / Q8_BLOCK, align).binding(&last.vectors.scales),
-                    ),
-                    (None, Some(q8), _) => (
+                let (yq, yd) = match (fusion.quantize_output, fusion.residual_output) {
+                    (Some(q8), _) => (
                         Window::around(0, batch * rows, align).binding(&q8.codes),
                         Window::around(0, 4 * batch * rows / Q8_BLOCK, align).binding(&q8.scales),
                     ),
                     // The scales and the block sums behind them.
-                    (None, None, Some(r)) => (
+                    (None, Some(r)) => (
                         Window::around(0, batch * rows, align).binding(&r.vectors.codes),
                         Window::around(0, r.vectors.scale_bytes(), align)
                             .binding(&r.vectors.scales),
                     ),
-                    (None, None, None) => (out.clone(), out),
+                    (None, None) => (out.clone(), out),
                 };
                 let sum_index = match (fusion.residual_output, fusion.q8) {
                     (Some(r), _) => r.vectors.sum_index(),
@@ -2159,10 +1974,7 @@ impl MatVec {
                     y_stride: y.stride,
                     accumulate: u32::from(io.accumulate),
                     wide,
-                    eps: match fusion.last_norm {
-                        Some(last) => last.eps,
-                        None => norm.map_or(fusion.q8_norm.unwrap_or(0.0), |(n, _)| n.eps),
-                    },
+                    eps: norm.map_or(fusion.q8_norm.unwrap_or(0.0), |(n, _)| n.eps),
                     pair_byte: pair_byte as u32,
                     quantize_out: match (fusion.quantize_output, fusion.residual_output) {
                         (Some(_), _) => QUANTIZE_PAIRED,
@@ -2201,36 +2013,34 @@ impl MatVec {
                     }
                     None => (xq, yq, yd),
                 };
-                let (layout, counter) = match &arrivals {
-                    Some(counter) => (last_norm_layout.as_ref(), Some(counter)),
-                    None => (None, None),
-                };
-                let mut entries = vec![
-                    w.binding(io.weights),
-                    x.window.binding(io.x.buffer),
-                    y.window.binding(io.y.buffer),
-                    params.as_entire_binding(),
-                    step.clone(),
-                    w_wide.map_or(placeholder.clone(), |w| w.binding(io.weights)),
-                    x16,
-                    match (fusion.residual_output, fusion.last_norm) {
-                        (Some(r), _) => Window::around(0, 4 * rows, align).binding(r.next_norm),
-                        (None, Some(l)) => Window::around(0, 4 * rows, align).binding(l.next_norm),
-                        (None, None) => {
-                            norm.map_or(placeholder, |(n, window)| window.binding(n.weight))
-                        }
-                    },
-                    xq,
-                    xd,
-                    yq,
-                    yd,
-                    params2
-                        .as_ref()
-                        .unwrap_or(&self.placeholder_params)
-                        .as_entire_binding(),
-                ];
-                entries.extend(counter.map(|c| c.as_entire_binding()));
-                let group = bind_group(ctx, "matvec", layout.unwrap_or(&self.layout), entries);
+                let group = bind_group(
+                    ctx,
+                    "matvec",
+                    &self.layout,
+                    vec![
+                        w.binding(io.weights),
+                        x.window.binding(io.x.buffer),
+                        y.window.binding(io.y.buffer),
+                        params.as_entire_binding(),
+                        step.clone(),
+                        w_wide.map_or(placeholder.clone(), |w| w.binding(io.weights)),
+                        x16,
+                        match fusion.residual_output {
+                            Some(r) => Window::around(0, 4 * rows, align).binding(r.next_norm),
+                            None => {
+                                norm.map_or(placeholder, |(n, window)| window.binding(n.weight))
+                            }
+                        },
+                        xq,
+                        xd,
+                        yq,
+                        yd,
+                        params2
+                            .as_ref()
+                            .unwrap_or(&self.placeholder_params)
+                            .as_entire_binding(),
+                    ],
+                );
                 let workgroups = len.div_ceil(outputs_per_workgroup);
                 let workgroups = workgroups
                     + second.map_or(0, |(sw, ..)| sw.shape.rows.div_ceil(outputs_per_workgroup));
@@ -2259,15 +2069,7 @@ impl MatVec {
             (None, Some(_)) => Q8Vectors::bytes_per_vector(rows) + 4 * rows / Q8_BLOCK,
             (None, None) => 0,
         };
-        let next_norm = match (fusion.residual_output, fusion.last_norm) {
-            (None, None) => 0,
-            _ => 4 * rows,
-        };
-        // The last-arriving norm reads y once more and writes its q8 vector.
-        let q8_out = q8_out
-            + fusion
-                .last_norm
-                .map_or(0, |_| 4 * rows + Q8Vectors::bytes_per_vector(rows));
+        let next_norm = fusion.residual_output.map_or(0, |_| 4 * rows);
         let x_bytes = x_bytes + fusion.q8_norm.map_or(0, |_| 4 * cols / Q8_BLOCK);
         let (norm_weight, norm_reread) = match fusion.norm {
             Some(n) if n.shared => (0, 4 * cols),
@@ -2300,7 +2102,6 @@ impl MatVec {
             ranges,
             q6_aligned,
             work,
-            arrivals,
         })
     }
 

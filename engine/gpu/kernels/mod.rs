@@ -50,9 +50,6 @@ pub fn registry() -> Vec<KernelVariant> {
     all.extend(KernelVariant::all_of::<attn_decode::AttnDecode>());
     all.extend(KernelVariant::all_of::<attn_decode::AttnDecodeRope>());
     all.extend(KernelVariant::all_of::<attn_decode::AttnDecodeOneshot>());
-    // The last-arriving norm's module has pipelines on the integer path only.
-    let last_norm = KernelVariant::all_of::<matvec::MatVecLastNorm>();
-    all.extend(last_norm.into_iter().filter(|v| v.paths.int_dot));
     all.extend(KernelVariant::all_of::<attn_decode::AttnDecodeRopeOneshot>());
     all.extend(KernelVariant::all_of::<attn_prefill::AttnPrefill>());
     all.extend(KernelVariant::all_of::<read_probe::ReadProbe>());

@@ -96,7 +96,6 @@ pub type CodesAndScales = (Vec<i8>, Vec<f32>);
 /// `scales` (wgsl/quantize_q8.wgsl). Vectors [`Q8Vectors::with_sums`] made also hold, behind
 /// the scales, one f32 per block: the sum of squares of the values a residual producer quantized
 /// (wgsl/matvec.wgsl, QUANTIZE_RESIDUAL), vector b's from [`Q8Vectors::sum_index`] + b·c/32.
-#[derive(Clone)]
 pub struct Q8Vectors {
     pub codes: wgpu::Buffer,
     pub scales: wgpu::Buffer,

@@ -5,7 +5,7 @@ use super::Kernels;
 use crate::gguf::TensorInfo;
 use crate::gpu::kernels::matmul::{MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape};
 use crate::gpu::kernels::matvec::{
-    InputNorm, LastNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecShape, ResidualOutput,
+    InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecShape, ResidualOutput,
 };
 use crate::gpu::kernels::quantize_q8::{Q8_BLOCK, Q8Vectors, QuantizeQ8Binding};
 use crate::gpu::profile::{Recorded, StepMarks};
@@ -28,18 +28,12 @@ pub fn shape_of(t: &TensorInfo) -> MatVecShape {
 pub struct QuantizedInput {
     vectors: Q8Vectors,
     binding: QuantizeQ8Binding,
-    /// The vectors are a residual producer's, whose last-arriving workgroup writes them for a
-    /// step of one vector (`FAK_DECODE_FUSE=lastnorm`, [`FedMatVec::residual`]): such a step
-    /// records no quantize dispatch.
-    fed: bool,
 }
 
 impl QuantizedInput {
     /// The quantization of up to `max_tokens` (capped at [`MAX_BATCH`]) rows of `cols` of `x`
     /// for mat-vecs of weight types `types`; None unless the int-dot path is on, `cols` is whole
-    /// q8 blocks and some type takes q8 inputs ([`QuantizedInput::takes`] says which). Into
-    /// `fed` where given and it holds them (a last-arriving norm's vectors, which then stand
-    /// for this dispatch at one vector), else into vectors of its own.
+    /// q8 blocks and some type takes q8 inputs ([`QuantizedInput::takes`] says which).
     #[allow(clippy::too_many_arguments)]
     pub fn bind(
         k: &Kernels,
@@ -47,7 +41,6 @@ impl QuantizedInput {
         x: &wgpu::Buffer,
         cols: u64,
         norm: Option<InputNorm<'_>>,
-        fed: Option<&Q8Vectors>,
         types: &[GgmlType],
         step: &StepBuffer,
         max_tokens: u32,
@@ -59,24 +52,10 @@ impl QuantizedInput {
             return Ok(None);
         }
         let max_batch = max_tokens.min(MAX_BATCH);
-        let fed = fed.filter(|v| !v.sums && v.cols == cols && v.max_batch >= max_batch);
-        let vectors = match fed {
-            Some(vectors) => vectors.clone(),
-            None => Q8Vectors::new(ctx, "decode input", cols, max_batch)?,
-        };
+        let vectors = Q8Vectors::new(ctx, "decode input", cols, max_batch)?;
         let x = Activations::contiguous(x, cols);
         let binding = quantize.bind(ctx, x, cols, norm, &vectors, step, max_batch)?;
-        Ok(Some(QuantizedInput {
-            vectors,
-            binding,
-            fed: fed.is_some(),
-        }))
-    }
-
-    /// Whether a decode step of `n` vectors finds these vectors written by the previous
-    /// residual add's last-arriving workgroup (then it records no quantize dispatch).
-    pub fn fed_at(&self, n: u32) -> bool {
-        self.fed && n == 1
+        Ok(Some(QuantizedInput { vectors, binding }))
     }
 
     /// Whether mat-vecs of weight type `ty` read quantized inputs on the int-dot path (the
@@ -131,16 +110,10 @@ pub struct FedMatVec {
     /// product (a residual add) also writing the next norm's q8 input, which a later product
     /// reads with its summed norm instead of a quantize dispatch (`MatVecFusion::residual_output`).
     producing: Option<Producing>,
-    /// The last-arriving norm (`FAK_DECODE_FUSE=lastnorm`, [`super::decode_fuse`]): the same
-    /// product for a step of one vector whose last workgroup also writes the next norm's q8
-    /// input (`MatVecFusion::last_norm`), and those vectors, which the next norm's quantize
-    /// dispatch fills at other batch sizes with the same (one-pass) bits.
-    last_normed: Option<Producing>,
 }
 
-/// A residual producer's binding and the vectors it writes, the next norm's q8 input: pquant's
-/// q8 blocks of x·w_next and their block sums of squares (`Q8Vectors::with_sums`), or the
-/// last-arriving norm's blocks of RMSNorm(x)·w_next.
+/// A residual producer's binding and the vectors it writes: the q8 blocks of x·w_next and their
+/// block sums of squares (`Q8Vectors::with_sums`), the next norm's weight w_next.
 struct Producing {
     matvec: MatVecBinding,
     vectors: Q8Vectors,
@@ -164,7 +137,6 @@ impl FedMatVec {
         max_tokens: u32,
         output: MatmulOutput,
         next_norm: Option<&wgpu::Buffer>,
-        last_norm: Option<(&wgpu::Buffer, f32)>,
     ) -> Result<Option<FedMatVec>, GpuError> {
         let cols = shape.cols;
         if k.quantize.is_none()
@@ -199,32 +171,10 @@ impl FedMatVec {
             }
             _ => None,
         };
-        let last_normed = match last_norm {
-            Some((weight, eps))
-                if accumulate && producing.is_none() && k.matvec.takes_last_norm(ctx, shape) =>
-            {
-                let normed = Q8Vectors::new(ctx, "last-arriving norm", shape.rows, max_batch)?;
-                let io = MatVecIo { max_batch: 1, ..io };
-                let fusion = MatVecFusion {
-                    last_norm: Some(LastNorm {
-                        vectors: &normed,
-                        next_norm: weight,
-                        eps,
-                    }),
-                    ..fusion
-                };
-                Some(Producing {
-                    matvec: k.matvec.bind_fused(ctx, shape, &io, fusion)?,
-                    vectors: normed,
-                })
-            }
-            _ => None,
-        };
         Ok(Some(FedMatVec {
             vectors,
             matvec,
             producing,
-            last_normed,
         }))
     }
 
@@ -233,16 +183,11 @@ impl FedMatVec {
         &self.vectors
     }
 
-    /// Where bound, the q8 blocks of the next norm's input that the decode product writes:
-    /// pquant's (x·w_next and the block sums of squares, every step: a later product's
-    /// `MatVecFusion::q8` with `q8_norm`), or the last-arriving norm's (`Q8Vectors::sums`
-    /// false: quantize_q8's one-pass blocks of RMSNorm(x)·w_next at one vector, which the next
-    /// norm's quantize dispatch writes into at other batch sizes).
+    /// Where bound, the q8 blocks of the next norm's input that every decode step's product
+    /// writes (x·w_next and the block sums of squares): a later product's `MatVecFusion::q8`
+    /// with `q8_norm`.
     pub fn residual(&self) -> Option<&Q8Vectors> {
-        self.producing
-            .as_ref()
-            .or(self.last_normed.as_ref())
-            .map(|p| &p.vectors)
+        self.producing.as_ref().map(|p| &p.vectors)
     }
 
     /// Records the product of `n` vectors (written earlier in the pass); where bound, the
@@ -253,10 +198,9 @@ impl FedMatVec {
         pass: &mut wgpu::ComputePass,
         n: u32,
     ) -> Result<Recorded, GpuError> {
-        match (&self.producing, &self.last_normed) {
-            (Some(p), _) => k.matvec.encode(pass, &p.matvec, n),
-            (None, Some(last)) if n == 1 => k.matvec.encode(pass, &last.matvec, n),
-            _ => k.matvec.encode(pass, &self.matvec, n),
+        match &self.producing {
+            Some(p) => k.matvec.encode(pass, &p.matvec, n),
+            None => k.matvec.encode(pass, &self.matvec, n),
         }
     }
 }
@@ -319,7 +263,7 @@ impl Linear {
         output: MatmulOutput,
     ) -> Result<Linear, GpuError> {
         let MatVecShape { ty, rows, cols } = shape;
-        let quantized = QuantizedInput::bind(k, ctx, x, cols, None, None, &[ty], step, max_tokens)?;
+        let quantized = QuantizedInput::bind(k, ctx, x, cols, None, &[ty], step, max_tokens)?;
         let matvec = k.matvec.bind_fused(
             ctx,
             shape,

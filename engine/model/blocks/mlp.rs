@@ -123,8 +123,7 @@ impl Mlp {
             eps: b.eps,
             shared: false,
         };
-        // The mixer's last-arriving norm writes these vectors at one vector.
-        let quantized = b.quantized(s.x, d as u64, Some(input_norm), links.input, &[t.gate.ty])?;
+        let quantized = b.quantized(s.x, d as u64, Some(input_norm), &[t.gate.ty])?;
         let fusion = match &quantized {
             Some(q) => q.fusion(true),
             None => MatVecFusion {
@@ -179,7 +178,7 @@ impl Mlp {
         };
         // The pairing over the mixer's blocks of this norm's input, as `folded` writes its output.
         let prefed = match (&folded, &quantized, links.input) {
-            (Some(_), Some(_), Some(input)) if input.sums => {
+            (Some(_), Some(_), Some(input)) => {
                 let fusion = MatVecFusion {
                     swiglu: true,
                     q8: Some(input),
@@ -234,12 +233,9 @@ impl Mlp {
                         marks.probed("ffn_gate_up", pass, product(quantizing))?
                     }
                     (None, None) => {
-                        // None either where the mixer's last workgroup wrote them.
                         let quantized = match &self.quantized {
-                            Some(q) if !q.fed_at(n) => {
-                                Some(marks.probed("ffn_norm", pass, |p| q.encode(k, p, n))?)
-                            }
-                            _ => None,
+                            Some(q) => Some(marks.probed("ffn_norm", pass, |p| q.encode(k, p, n))?),
+                            None => None,
                         };
                         let product = marks.probed("ffn_gate_up", pass, product(binding))?;
                         quantized.map_or(product, |q| product.after(q))

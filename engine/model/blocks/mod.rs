@@ -33,7 +33,7 @@ use crate::gpu::kernels::matmul::{Matmul, MatmulBuffers, MatmulInput, MatmulOutp
 use crate::gpu::kernels::matvec::{
     InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecShape,
 };
-use crate::gpu::kernels::quantize_q8::{NormQ8, Q8Vectors, QuantizeQ8};
+use crate::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
 use crate::gpu::kernels::rms_norm::RmsNorm;
 use crate::gpu::kernels::rope_kv::RopeKv;
 use crate::gpu::step::{StepBuffer, StepIo};
@@ -57,22 +57,13 @@ pub struct Kernels {
 }
 
 impl Kernels {
-    /// The kernels for `ctx`'s paths; with `FAK_DECODE_FUSE=lastnorm` every norm's q8 input in
-    /// the one-pass form (the form the last-arriving norm writes), so a row's blocks do not
-    /// depend on which of the two wrote them.
     pub fn new(ctx: &GpuContext) -> Result<Kernels, GpuError> {
+        check_decode_fuse()?;
         let paths = ctx.paths();
-        let (matvec, quantize) = match decode_fuse("lastnorm") {
-            true => (
-                MatVec::new(ctx, paths)?.with_norm_q8(NormQ8::OnePass),
-                QuantizeQ8::with_form(ctx, paths, NormQ8::OnePass),
-            ),
-            false => (MatVec::new(ctx, paths)?, QuantizeQ8::new(ctx, paths)),
-        };
         Ok(Kernels {
-            matvec,
+            matvec: MatVec::new(ctx, paths)?,
             quantize: match paths.int_dot {
-                true => Some(quantize?),
+                true => Some(QuantizeQ8::new(ctx, paths)?),
                 false => None,
             },
             matmul: Matmul::new(ctx, paths)?,
@@ -174,32 +165,49 @@ const DEFAULT_DECODE_FUSIONS: &[&str] = &["rope"];
 ///   (`MatVecLayout::PRODUCING`, or `FAK_MATVEC_RESIDUAL_LAYOUT`'s where it has 8). Where a
 ///   producer or a consumer cannot take it, the quantize dispatch stays. Not `all`'s: it
 ///   changes bits.
-/// - `lastnorm` (opt-in; experiments/NOTES.md "decdisp"; the bits of `FAK_NORM_Q8=onepass`,
-///   which it implies): on the int-dot path, each decode mat-vec that adds into the residual
-///   stream (gdn_out, attn_output, ffn_down; [`linear::FedMatVec`]) ends, in the workgroup
-///   that finishes last (an atomic counter), with the next RMSNorm's one-pass quantize of the
-///   new x into the vectors the products after that norm read: at one vector a step then
-///   records no quantize dispatch there (one fewer per norm but the first layer's and the
-///   head's: 71 a token on the Qwen3-8B); a step of several vectors keeps the dispatch, whose
-///   one-pass blocks are the same bits. Vulkan only (wgsl/matvec_last_norm.wgsl says why);
-///   where a producer cannot take it, the dispatch stays. Not `all`'s.
 /// - `all`: every fusion above that keeps the default's bits (`merge`, `rope`).
 pub fn decode_fuse(part: &str) -> bool {
     let list = std::env::var("FAK_DECODE_FUSE").unwrap_or_default();
     let parts: Vec<&str> = list.split(',').map(str::trim).collect();
-    let changes_bits = ["pquant", "lastnorm"].contains(&part);
     let named = parts
         .iter()
-        .any(|&p| p == part || (p == "all" && !changes_bits));
+        .any(|&p| p == part || (p == "all" && part != "pquant"));
     let removed = parts.iter().any(|p| p.strip_prefix('-') == Some(part));
     decode_fusion() && !removed && (named || DEFAULT_DECODE_FUSIONS.contains(&part))
 }
 
-/// A block's links in the producer-side quantize (`FAK_DECODE_FUSE=pquant` or `lastnorm`,
-/// [`decode_fuse`]): the q8 blocks its normed input comes as (the previous residual producer's
-/// [`linear::FedMatVec::residual`]: pquant's with block sums, or the last-arriving norm's
-/// without; None: its quantize dispatch), and the weight of the norm after its own residual
-/// add (None: the head's, or the forms off).
+/// The names `FAK_DECODE_FUSE` takes, each also with a leading `-` ([`decode_fuse`]).
+const DECODE_FUSE_NAMES: &[&str] = &["merge", "rope", "pquant", "all"];
+
+/// Refuses a `FAK_DECODE_FUSE` naming what is no decode fusion (a typo, or a removed one such
+/// as `lastnorm`: experiments/NOTES.md "unlastnorm"), which [`decode_fuse`] would otherwise
+/// ignore, so that a run labelled with it measures the default.
+pub fn check_decode_fuse() -> Result<(), GpuError> {
+    let list = std::env::var("FAK_DECODE_FUSE").unwrap_or_default();
+    match unknown_decode_fusion(&list) {
+        Some(name) => Err(GpuError::Shape {
+            kernel: "decode",
+            message: format!(
+                "FAK_DECODE_FUSE={list}: {name:?} is no decode fusion; expected a comma list of \
+                 {} (each may take a leading -)",
+                DECODE_FUSE_NAMES.join(", ")
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The first name of the comma list `list` that is none of [`DECODE_FUSE_NAMES`] (less a
+/// leading `-`); empty names are none.
+fn unknown_decode_fusion(list: &str) -> Option<&str> {
+    let mut parts = list.split(',').map(str::trim).filter(|p| !p.is_empty());
+    parts.find(|p| !DECODE_FUSE_NAMES.contains(&p.trim_start_matches('-')))
+}
+
+/// A block's links in the producer-side quantize (`FAK_DECODE_FUSE=pquant`, [`decode_fuse`]):
+/// the q8 blocks its normed input comes as (the previous residual producer's
+/// [`linear::FedMatVec::residual`]; None: its quantize dispatch), and the weight of the norm
+/// after its own residual add (None: the head's, or the form off).
 #[derive(Clone, Copy, Default)]
 pub struct ResidualLinks<'a> {
     pub input: Option<&'a Q8Vectors>,
@@ -334,8 +342,8 @@ impl<'a> Binder<'a> {
 
     /// [`Binder::linear`], and where `fed` (its producer can write x as q8 blocks) and the
     /// int-dot path takes them, the decode mat-vec reading those blocks ([`FedMatVec`]); with
-    /// `next_norm` (the norm after this residual add) and `FAK_DECODE_FUSE=pquant` or
-    /// `lastnorm`, one that also writes that norm's q8 input ([`FedMatVec::residual`]).
+    /// `next_norm` (the norm after this residual add) and `FAK_DECODE_FUSE=pquant`, one that
+    /// also writes that norm's q8 input ([`FedMatVec::residual`]).
     pub fn linear_fed(
         &self,
         t: &TensorInfo,
@@ -346,14 +354,9 @@ impl<'a> Binder<'a> {
     ) -> Result<(Linear, Option<FedMatVec>), ModelError> {
         let w = upload_weight(self.ctx, self.gguf, t)?;
         let linear = Linear::bind(self.k, self.ctx, t, &w, x, y, self.step, self.rows, output)?;
-        let pquant = decode_fuse("pquant");
-        let next_norm = match next_norm.filter(|_| pquant || decode_fuse("lastnorm")) {
+        let next_norm = match next_norm.filter(|_| decode_fuse("pquant")) {
             Some(t) => Some(self.vector(t)?),
             None => None,
-        };
-        let (residual, last_norm) = match pquant {
-            true => (next_norm.as_ref(), None),
-            false => (None, next_norm.as_ref().map(|w| (w, self.eps))),
         };
         let fed = match fed {
             true => FedMatVec::bind(
@@ -366,8 +369,7 @@ impl<'a> Binder<'a> {
                 self.step,
                 self.rows,
                 output,
-                residual,
-                last_norm,
+                next_norm.as_ref(),
             )?,
             false => None,
         };
@@ -375,19 +377,15 @@ impl<'a> Binder<'a> {
     }
 
     /// `x` (RMS-normed by `norm`) quantized for integer mat-vecs of weight types `types`, where
-    /// the int-dot path takes them ([`QuantizedInput::bind`]); into `fed` where that is a
-    /// last-arriving norm's vectors (`FAK_DECODE_FUSE=lastnorm`: no block sums), which then
-    /// stand for the dispatch at one vector.
+    /// the int-dot path takes them ([`QuantizedInput::bind`]).
     pub fn quantized(
         &self,
         x: &wgpu::Buffer,
         cols: u64,
         norm: Option<InputNorm<'_>>,
-        fed: Option<&Q8Vectors>,
         types: &[GgmlType],
     ) -> Result<Option<QuantizedInput>, GpuError> {
-        let (k, step) = (self.k, self.step);
-        QuantizedInput::bind(k, self.ctx, x, cols, norm, fed, types, step, self.rows)
+        QuantizedInput::bind(self.k, self.ctx, x, cols, norm, types, self.step, self.rows)
     }
 
     /// The decode mat-vec of `shape` with the norm `norm` of the residual stream `x` and its
@@ -452,5 +450,28 @@ impl<'a> Binder<'a> {
     ) -> Result<Pointwise, ModelError> {
         let op = Pointwise::bind(self.k, self.ctx, heads, width, op, self.step, self.rows)?;
         Ok(op)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unknown_decode_fusion;
+
+    #[test]
+    fn decode_fuse_refuses_names_that_are_no_fusion_and_takes_the_others() {
+        for known in [
+            "",
+            "merge",
+            "rope,-rope",
+            " pquant , merge ",
+            "all,-merge",
+            "merge,",
+        ] {
+            assert_eq!(unknown_decode_fusion(known), None, "{known:?}");
+        }
+        // lastnorm was removed (experiments/NOTES.md "unlastnorm"): refused like a typo.
+        assert_eq!(unknown_decode_fusion("lastnorm"), Some("lastnorm"));
+        assert_eq!(unknown_decode_fusion("merge,-lastnorm"), Some("-lastnorm"));
+        assert_eq!(unknown_decode_fusion("rope,mrege"), Some("mrege"));
     }
 }

@@ -79,8 +79,7 @@ impl NormedLinears {
             shared: false,
         };
         let types: Vec<GgmlType> = parts.iter().map(|p| p.shape.ty).collect();
-        // The previous residual add's last-arriving norm writes these vectors at one vector.
-        let quantized = b.quantized(x, width as u64, Some(input_norm), input, &types)?;
+        let quantized = b.quantized(x, width as u64, Some(input_norm), &types)?;
         // The norm's weight is one tensor: the first dispatch that folds it in (the
         // quantization, else the first f32 product) reads it, the later ones share it.
         let mut norm_read = quantized.is_some();
@@ -132,7 +131,7 @@ impl NormedLinears {
             _ => None,
         };
         let prefed = match (&quantized, input) {
-            (Some(_), Some(input)) if input.sums => Self::bind_prefed(b, x, input, parts, &bound)?,
+            (Some(_), Some(input)) => Self::bind_prefed(b, x, input, parts, &bound)?,
             _ => Vec::new(),
         };
         Ok(NormedLinears {
@@ -375,12 +374,9 @@ impl NormedLinears {
         match folded {
             Some(bindings) => {
                 // The quantization (the norm folded in) is noted with the first part.
-                // None either where the previous residual add's last workgroup wrote them.
                 let mut quantized = match &self.quantized {
-                    Some(q) if !q.fed_at(n) => {
-                        Some(marks.probed(norm_name, pass, |p| q.encode(k, p, n))?)
-                    }
-                    _ => None,
+                    Some(q) => Some(marks.probed(norm_name, pass, |p| q.encode(k, p, n))?),
+                    None => None,
                 };
                 // FAK_DECODE_FUSE=merge: the mixed binding at its lead part, none at the other.
                 let merged = self.merged.as_ref().filter(|(.., m)| m.max_batch() >= n);
