@@ -11,6 +11,7 @@
 //! engine's default kernel paths for the adapter, since those are what a server runs; caches and
 //! activations NaN-poisoned at load.
 
+use fak::runtime::engine::PromptPart;
 use fak::runtime::{Engine, EngineOptions, SeqId, Started};
 use fak_tests::model::{CUT_VOCAB, tiny_cut};
 use fak_tests::rng;
@@ -416,11 +417,7 @@ fn prompts_prefilled_together(arch: &str) {
     assert_eq!(e.forward_steps() - before, 1, "{arch}: the prompts' steps");
     let ran: Vec<usize> = parts.iter().map(|p| p.tokens).collect();
     assert_eq!(ran, [45, 90, 22], "{arch}: tokens each prompt ran");
-    let mut rows: Vec<Vec<Vec<f32>>> = parts
-        .into_iter()
-        .map(|p| vec![p.started.expect("prompt done").logits.expect("logits")])
-        .collect();
-    decode_rest(&mut e, &seqs, &mut rows);
+    let rows = logits_through_decode(&mut e, &seqs, parts);
     for (i, (got, want)) in rows.iter().zip(&alone).enumerate() {
         let what = format!("{arch}: prompt {i} of 3 prefilled together");
         assert_same_bits(&what, got, want);
@@ -435,6 +432,21 @@ fn dense_prompts_prefilled_together_give_each_its_own_logits() {
 #[test]
 fn hybrid_prompts_prefilled_together_give_each_its_own_logits() {
     prompts_prefilled_together("qwen35");
+}
+
+/// Each prompt's logits through its decode: those its prompt step gave (every prompt of `parts`
+/// done), then [`decode_rest`]'s.
+fn logits_through_decode(
+    e: &mut Engine,
+    seqs: &[SeqId],
+    parts: Vec<PromptPart>,
+) -> Vec<Vec<Vec<f32>>> {
+    let mut rows: Vec<Vec<Vec<f32>>> = parts
+        .into_iter()
+        .map(|p| vec![p.started.expect("prompt done").logits.expect("logits")])
+        .collect();
+    decode_rest(e, seqs, &mut rows);
+    rows
 }
 
 /// Decodes `seqs` together for the rest of their `N_OUT` tokens, each step's logits appended to
@@ -576,11 +588,7 @@ fn hybrid_next_turns_together_each_take_their_snapshot_in_passing() {
     assert_eq!(e.forward_steps() - before, 1, "the turns' prompt steps");
     let ran: Vec<usize> = parts.iter().map(|p| p.tokens).collect();
     assert_eq!(ran, [42, 42, 42], "tokens each turn ran");
-    let mut rows: Vec<Vec<Vec<f32>>> = parts
-        .into_iter()
-        .map(|p| vec![p.started.expect("prompt done").logits.expect("logits")])
-        .collect();
-    decode_rest(&mut e, &seqs, &mut rows);
+    let rows = logits_through_decode(&mut e, &seqs, parts);
     for s in seqs {
         e.finish(s).unwrap();
     }
