@@ -1,7 +1,9 @@
 //! The continuous-batching scheduler (`fak::runtime::scheduler`) on the tiny synthetic models,
 //! tick by tick: a long prompt is prefilled a budget's part per tick, each part followed by a
 //! decode step of the request already decoding, and both answers are the ones each request gets
-//! alone; requests arriving together are prefilled in one step, each answer its own alone; a client that goes away mid-prefill frees its sequence (row and pages) for the next
+//! alone; requests arriving together are prefilled in one step, each answer its own alone; a
+//! prompt the budget would cut runs whole where it ends within half a budget past it; a client
+//! that goes away mid-prefill frees its sequence (row and pages) for the next
 //! request; the step trace lists every step once and each request's prompt in its portions.
 //! Caches and activations NaN-poisoned at load.
 
@@ -176,15 +178,17 @@ fn long_prompt_interleaves_with_decode(arch: &str, budget: usize, parts: usize) 
     }
 }
 
+/// Dense: five parts of 32, then the last 40 in one (they end within half a budget past it).
 #[test]
 fn a_long_dense_prompt_interleaves_with_decode_steps() {
-    long_prompt_interleaves_with_decode("qwen3", 32, 7);
+    long_prompt_interleaves_with_decode("qwen3", 32, 6);
 }
 
-/// Hybrid: parts of whole 64-token delta-rule chunks (a budget of 100 cuts as 64 does).
+/// Hybrid: parts of whole 64-token delta-rule chunks (a budget of 100 cuts as 64 does), then
+/// the last 136 in one (within half a budget past it).
 #[test]
 fn a_long_hybrid_prompt_interleaves_with_decode_steps() {
-    long_prompt_interleaves_with_decode("qwen35", 100, 4);
+    long_prompt_interleaves_with_decode("qwen35", 100, 2);
 }
 
 /// One sequence (so the next request waits for its row): a client that goes away after the
@@ -287,6 +291,66 @@ fn dense_requests_arriving_together_prefill_in_one_step() {
 #[test]
 fn hybrid_requests_arriving_together_prefill_in_one_step() {
     requests_arriving_together_prefill_in_one_step("qwen35");
+}
+
+/// Four requests arriving together under a budget of `budget` tokens a tick: with prompts of
+/// `whole` tokens (their sum within half a budget past it) the first tick's one prompt step
+/// runs all four and each has started by its end; with `cut` (the last prompt ending more than
+/// half a budget past it) the last waits for the next tick. Every answer is its own alone.
+fn a_prompt_ending_soon_past_the_budget_runs_whole(
+    arch: &str,
+    budget: usize,
+    whole: [usize; 4],
+    cut: [usize; 4],
+) {
+    let mut e = engine(arch, 4);
+    for (lens, last_started) in [(whole, true), (cut, false)] {
+        let requests: Vec<Request> = (0..4)
+            .map(|id| Request::greedy(random_ids(40 + id as u64, lens[id]), 4))
+            .collect();
+        let log = Log::default();
+        let mut s = Scheduler::new(budget);
+        for (id, r) in requests.iter().enumerate() {
+            s.submit(r.clone(), listener(id, &log).0);
+        }
+        let before = e.forward_steps();
+        s.tick(&mut e).unwrap();
+        if last_started {
+            assert_eq!(
+                e.forward_steps() - before,
+                2,
+                "{arch}: prompts of {lens:?}, the first tick's steps (one prompt step, one decode)"
+            );
+        }
+        for id in 0..4 {
+            let started = heard(&log, id).contains(&Heard::Started);
+            assert_eq!(
+                started,
+                id < 3 || last_started,
+                "{arch}: prompts of {lens:?} under a budget of {budget}: request {id} started \
+                 in the first tick"
+            );
+        }
+        run_until_idle(&mut s, &mut e);
+        for (id, r) in requests.iter().enumerate() {
+            assert_eq!(
+                tokens(&log, id),
+                alone(&mut e, r),
+                "{arch}: {lens:?}, request {id}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_dense_prompt_ending_soon_past_the_budget_runs_whole() {
+    a_prompt_ending_soon_past_the_budget_runs_whole("qwen3", 64, [20; 4], [20, 20, 20, 60]);
+}
+
+/// Hybrid: the four prompts' rows aligned to the delta rule's 64-token chunks in one step.
+#[test]
+fn a_hybrid_prompt_ending_soon_past_the_budget_runs_whole() {
+    a_prompt_ending_soon_past_the_budget_runs_whole("qwen35", 128, [40; 4], [40, 40, 40, 120]);
 }
 
 /// Where a test's step trace goes: bytes shared with the test.

@@ -58,7 +58,8 @@ pub struct Args {
     /// Prompt tokens prefilled between two decode steps (at least one prefill step; a hybrid
     /// model's in whole 64-token chunks), several requests' prompts together in one step: a long
     /// prompt is prefilled a part per step, so the sequences already decoding wait about this
-    /// many tokens' prefill between two tokens.
+    /// many tokens' prefill between two tokens (up to half as many more where that ends the
+    /// prompt the budget would cut).
     #[arg(long, default_value_t = 512, value_parser = tokens(1))]
     pub prefill_budget: usize,
     /// Largest request body accepted (bytes, or with a K, M or G suffix).

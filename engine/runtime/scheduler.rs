@@ -10,8 +10,9 @@
 //! yet), spends a budget of prompt tokens on the prefilling sequences in arrival order (several
 //! prompts prefilled together in one step, the weights read once for all of them; a long prompt
 //! a part at a time: it takes several ticks), and runs one decode step over the sequences whose
-//! prefill is done. So the sequences already decoding
-//! wait about one budget's prefill between two tokens, however long a new prompt is. A request
+//! prefill is done. So the sequences already decoding wait about one budget's prefill between
+//! two tokens, however long a new prompt is (at most half a budget more: a prompt that would be
+//! cut but ends within half a budget past it runs whole, [`Scheduler::step_room`]). A request
 //! whose KV pages do not fit while others hold pages waits at the head of the queue until they
 //! finish; alone, it fails.
 //!
@@ -398,16 +399,17 @@ impl<C: Client> Scheduler<C> {
     }
 
     /// Spends the tick's prompt budget on the prefilling sequences, oldest first, in steps that
-    /// each prefill as many of their prompts together as the budget left and one prefill chunk
-    /// hold ([`Engine::prefill_together`]): the oldest gets at least one step's worth, the next
-    /// ones what the budget has left; a prompt cut by the prefill chunk (not the budget) goes on
-    /// in the next step. A sequence whose prompt is done hears `Started` and its first token,
-    /// and decodes from the next step on.
+    /// each prefill as many of their prompts together as the budget left ([`Self::step_room`])
+    /// and one prefill chunk hold ([`Engine::prefill_together`]): the oldest gets at least one
+    /// step's worth, the next ones what the budget has left; a prompt cut by the prefill chunk
+    /// (not the budget) goes on in the next step. A sequence whose prompt is done hears
+    /// `Started` and its first token, and decodes from the next step on.
     fn prefill(&mut self, engine: &mut Engine) -> Result<(), RuntimeError> {
         let mut budget = self.prefill_budget;
         while !self.prefilling.is_empty() && budget > 0 {
             let seqs: Vec<SeqId> = self.prefilling.iter().map(|p| p.seq).collect();
-            let parts = match engine.prefill_together(&seqs, budget) {
+            let room = self.step_room(engine, budget)?;
+            let parts = match engine.prefill_together(&seqs, room) {
                 Ok(parts) => parts,
                 Err(e) => {
                     self.fail_closed(engine, e);
@@ -439,6 +441,24 @@ impl<C: Client> Scheduler<C> {
             }
         }
         Ok(())
+    }
+
+    /// The prompt tokens the next step may run with `budget` left of the tick's: the budget,
+    /// or past it the prompts up to and including the one it would cut, where that one ends
+    /// within half a tick's budget past it. Cut, the prompt's rest would wait a decode step and
+    /// the next tick for a step that holds it anyway (a later turn of 160 tokens behind three
+    /// others of a 512-token budget: its TTFT doubled); run whole, it makes the sequences
+    /// decoding wait at most half a budget longer. Prompts in the order the step takes them.
+    fn step_room(&self, engine: &Engine, budget: usize) -> Result<usize, RuntimeError> {
+        let mut whole = 0;
+        for p in &self.prefilling {
+            whole += engine.prompt_left(p.seq)?;
+            if whole > budget {
+                let ends_soon = whole - budget <= self.prefill_budget / 2;
+                return Ok(if ends_soon { whole } else { budget });
+            }
+        }
+        Ok(budget)
     }
 
     /// After a failed prefill step (the engine closed its sequences): tells their clients.

@@ -136,12 +136,17 @@ impl Engine {
     }
 
     /// The most tokens the next prefill step takes with `room` tokens of its part's budget
-    /// left: a whole prefill chunk cut to the room, never below [`Engine::prompt_grain`].
-    fn part_step(&self, room: usize) -> usize {
+    /// left and `left` tokens of its prompt: a whole prefill chunk cut to the room, never below
+    /// [`Engine::prompt_grain`]; the prompt's rest where the room and one chunk hold it (its
+    /// end need not be on the delta rule's grid: it is not a cut).
+    fn part_step(&self, room: usize, left: usize) -> usize {
         let most = room
             .max(self.prompt_grain())
             .min(self.io.max_tokens as usize);
-        self.prompt_step(most as u32)
+        match left <= most {
+            true => left,
+            false => self.prompt_step(most as u32),
+        }
     }
 
     pub(super) fn seq(&self, id: SeqId) -> Result<&Sequence, RuntimeError> {
@@ -277,7 +282,8 @@ impl Engine {
             if ran > 0 && room < self.prompt_grain() {
                 break false;
             }
-            let (pos, end) = self.prefill_step(seq, self.part_step(room), logits, &mut phases)?;
+            let most = self.part_step(room, self.prompt_left(seq)?);
+            let (pos, end) = self.prefill_step(seq, most, logits, &mut phases)?;
             ran += end - pos;
             if end == prompt_len {
                 break true;
@@ -307,7 +313,10 @@ impl Engine {
         let started = Instant::now();
         let s = self.seq(seq)?;
         let (pos, prompt_len) = (s.pos, s.prompt_len);
-        let limit = prompt_len.min(self.step_end(pos, most));
+        let limit = match prompt_len.saturating_sub(pos) <= most {
+            true => prompt_len,
+            false => self.step_end(pos, most),
+        };
         let stops = &s.snapshot_at;
         let mut due = stops.iter().copied().filter(|&b| b > pos && b <= limit);
         let (mid, end) = match due.next() {
