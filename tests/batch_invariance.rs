@@ -481,7 +481,7 @@ fn converse(e: &mut Engine, prompt: &[u32]) -> Vec<u32> {
 /// logits it gets alone on an engine with the same history, bit for bit — also where the
 /// turn's rows sit in other places of their chunks' tiles than alone unless its chunks are
 /// those of the absolute grid (an H100's cooperative-matrix delta rule differed by up to 2e-3,
-/// 2026-12-07 #18), and prefilled alone in parts.
+/// 2026-12-07 #18), and a longer turn prefilled alone in parts.
 fn a_next_turn_resumes_off_the_chunk_grid_together_with_another_prompt(arch: &str) {
     let first_turn = random_ids(30, 100);
     let other = random_ids(31, 70);
@@ -524,14 +524,23 @@ fn a_next_turn_resumes_off_the_chunk_grid_together_with_another_prompt(arch: &st
     for (i, (got, want)) in rows.iter().zip(&alone).enumerate() {
         assert_same_bits(&format!("{arch}: request {i} of 2"), got, want);
     }
-    // Alone again, in parts of 64 tokens: a hybrid model's first part ends on the absolute
-    // chunk grid (24 tokens, to position 128), where a cut 64 tokens on would split a chunk.
+    // Alone again, a longer turn (106 tokens left) in parts of 64: a hybrid model's first part
+    // ends on the absolute chunk grid (24 tokens, to position 128), where a cut 64 tokens on
+    // would split a chunk, and its last (18 tokens, which the room holds) ends the prompt off
+    // the grid; the logits are the turn's in one part. (The 42 tokens of the turn above are one
+    // part: the room holds them.)
+    let long_turn = [&first_turn, &answer[..], &random_ids(33, 105)[..]].concat();
+    let in_one = {
+        let mut e = engine_caching(arch, 256, 16 << 20);
+        converse(&mut e, &first_turn);
+        logits_of(&mut e, &long_turn, &[], 0)
+    };
     let mut e = engine_caching(arch, 256, 16 << 20);
     converse(&mut e, &first_turn);
-    let (rows, parts) = logits_in_parts(&mut e, &second_turn(&answer), 64, &other);
-    let want_parts = if arch == "qwen35" { 2 } else { 1 };
+    let (rows, parts) = logits_in_parts(&mut e, &long_turn, 64, &other);
+    let want_parts = if arch == "qwen35" { 3 } else { 2 };
     assert_eq!(parts, want_parts, "{arch}: the parts of the resumed turn");
-    assert_same_bits(&format!("{arch}: the turn in parts"), &rows, &alone[0]);
+    assert_same_bits(&format!("{arch}: the turn in parts"), &rows, &in_one);
 }
 
 #[test]
