@@ -67,8 +67,9 @@ for agents in ${AGENTS:-3}; do
     "$BIN/harness" report "$RUN/packet.json" >> /tmp/multi-agent.log 2>&1
     cp /tmp/multi-agent.log "$RUN/" 2>/dev/null
     grep -iE "ttft|turn|queue|error" /tmp/multi-agent.log | cut -c1-200 | head -30
+    # After each run: a call cut at its limit still brings back the runs it finished.
+    (cd /tmp && tar czf "$OUT/multi-agent.tgz" multi-agent-27b-*)
 done
-(cd /tmp && tar czf "$OUT/multi-agent.tgz" multi-agent-27b-*)
 
 [ "${TTFT:-1}" = 0 ] || bash experiments/h200/llama-ttft.sh
 log "done"
