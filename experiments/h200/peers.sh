@@ -2,7 +2,7 @@
 # One device call (nvidia-h200, ~8–9 min wall): the llama.cpp peer measurements of issues 20 and
 # 21 on the Qwen3.5-27B hybrid (and 8B) shapes (Q4_K_M --fast-random, seed 0), with llama.cpp's
 # CUDA build made here (llama-server and llama-batched-bench, sm_90, ~3 min, nice'd):
-#   1. while llama.cpp builds: `harness bench --sequences 8` on the 27B at depth 128: fak's
+#   1. after llama.cpp builds (the machine quiet): `harness bench --sequences 8` on the 27B at depth 128: fak's
 #      single-sequence decode and 8 sequences decoding together (aggregate tok/s; issue 21's
 #      "aggregate decode at 8 ≥ llama.cpp's");
 #   2. llama-batched-bench on the same file (-npp 128 -ntg 64 -npl 1,4,8, flash attention on):
@@ -38,16 +38,17 @@ Q27=$MODELS/qwen35-27b.gguf
     --fast-random --out "$Q27"; } > "$OUT/synth.log" 2>&1
 log "27B synth: exit $?"
 
+wait $LLAMA_BUILD
+BB=/tmp/llama/llama.cpp/build/bin/llama-batched-bench
+[ -x "$LS" ] && [ -x "$BB" ] || { log "llama.cpp NOT built"; tail -5 "$OUT/llama-build.log"; exit 1; }
+log "llama.cpp built"
+# On the quiet machine, as llama-batched-bench: until 2026-12-07 #20 this ran beside the
+# compiler (that call: 268.8 tok/s against #19's 278.8, on a GPU-bound step).
 timeout 150 "$BIN/harness" bench --model "$Q27" --depths 128 --n-out 64 --sequences 8 \
     --profile-steps 1 --suffix 0 --probe-mib 256 --json-out "$OUT/bench-27b-seq8.json" \
     > /tmp/bench-seq8.log 2>&1
 log "fak bench --sequences 8: exit $?"
 grep -E "^depth 128(:| batched)" /tmp/bench-seq8.log | cut -c1-200 | tee "$OUT/batched.log"
-
-wait $LLAMA_BUILD
-BB=/tmp/llama/llama.cpp/build/bin/llama-batched-bench
-[ -x "$LS" ] && [ -x "$BB" ] || { log "llama.cpp NOT built"; tail -5 "$OUT/llama-build.log"; exit 1; }
-log "llama.cpp built"
 for fa in "-fa on" "-fa 1"; do
     timeout 150 "$BB" -m "$Q27" -ngl 99 $fa -c 16384 -b 2048 -ub 512 -npp 128 -ntg 64 -npl 1,4,8 \
         > /tmp/batched-bench.log 2>&1 && break
