@@ -14,8 +14,9 @@
 #   4. issue 20 §1: llama-ttft.sh on the models made here (the llama.cpp arm's TTFT against a
 #      plain client, envelope flags vs llama.cpp's defaults, both shapes).
 # AGENTS (default "3"): the multi-agent runs of step 3, one per count in the list, each under
-#   its own 240 s cap (issue 21 names 3 and 8: `AGENTS="3 8" TTFT=0` fits one call without
-#   step 4); TTFT=0 skips step 4.
+#   its own 240 s cap (issue 21 names 3 and 8: `AGENTS="8 3" TTFT=0` took 549 s in #20's call
+#   with step 1 beside the build; with it after the build, ~610 s: past one call's 600, so
+#   `AGENTS=8` in one call and the 3-agent run in the next); TTFT=0 skips step 4.
 # Prepare: HARNESS_ONLY=1 RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh
 # carry ["target/h200/bin.txz", "target/h200/gl", "target/h200/built-at", "target/h200/commit"]
 # and llama.cpp's source: since the tree passed ~48 MB it no longer fits beside them — make
