@@ -554,7 +554,8 @@ impl Engine {
 
     /// Prefills part of a sequence [`Engine::begin`] opened: whole prompt steps from where it
     /// stands until about `budget` tokens ran (at least one step; a hybrid model's in whole
-    /// 64-token delta-rule chunks, so a part is the budget rounded down to them, at least one).
+    /// 64-token delta-rule chunks, so a part is the budget rounded down to them, at least one,
+    /// unless it holds the prompt's rest: then the part ends the prompt).
     /// When the prompt's last step ran, its prefix goes to the cache and the greedy first token
     /// (from logits computed here) comes back: `Some(Started)`, and the sequence decodes with
     /// [`Engine::step`]. A prompt's logits are the same bits however it is cut into parts. On an
