@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 2026-12-07 #21, the call after `AGENTS=8 TTFT=0 peers.sh` on the same warm machine
 # (llama.cpp's server and batched-bench already built in /tmp/llama, the 27B synth in
-# /dev/shm/ttft): ≤ 590 s.
+# /dev/shm/ttft): ≤ DEADLINE + 5 s.
 #   1. issue 21's steps on the Qwen3-8B shape: `SHAPE=8b AGENTS="8 3" TTFT=0 peers.sh` (fak's
 #      bench --sequences 8 and llama-batched-bench on the quiet machine, then the multi-agent
 #      runs at 8 and 3 agents);
@@ -18,7 +18,8 @@ cd "$(dirname "$0")/../.."
 SHAPE=8b AGENTS=${AGENTS:-8 3} TTFT=0 bash experiments/h200/peers.sh
 # abbench.sh's model path for the 27B: the same synth (seed 0, --fast-random, Q4_K_M).
 [ -s /dev/shm/ttft/qwen35-27b.gguf ] && ln -sf /dev/shm/ttft/qwen35-27b.gguf /dev/shm/qwen35-27b-q4_k_m.gguf
-left=$((585 - (SECONDS - T0)))
+# DEADLINE (585 s): where the split arms stop (the session's device minutes may be fewer).
+left=$((${DEADLINE:-585} - (SECONDS - T0)))
 [ "$left" -gt 60 ] || { echo "no time left for the split arms ($left s)"; exit 0; }
 SEQS=8 ROUNDS=2 EST_S=40 BUDGET_S=$left ROWS='ffn_down|output |gdn_qkv ' \
     bash experiments/h200/abbench.sh 27b 128 32 default q6s4=FAK_MATVEC_SPLIT_Q6=4 q6s1=FAK_MATVEC_SPLIT_Q6=1
