@@ -7,7 +7,7 @@
 
 use fak::gguf::{Gguf, TensorInfo, Value};
 use fak::gpu::KernelPaths;
-use fak::gpu::kernels::attn_decode::{AttnDecode, oneshot_from_env};
+use fak::gpu::kernels::attn_decode::AttnDecode;
 use fak::gpu::kernels::matmul::Matmul;
 use fak::gpu::kernels::matvec::MatVec;
 use fak::gpu::profile::DecodeProbe;
@@ -333,9 +333,9 @@ fn a_decode_step_records_the_fused_dispatches() {
     let hp = hparams(&path);
     let t = hp.tensors(&gguf).unwrap();
     let mut e = engine(&path, 256, Forced::default());
-    // The split pass and the combine (one dispatch with FAK_ATTN_DECODE=oneshot).
+    // The split pass and the combine.
     let splits = AttnDecode::default_splits(e.max_context() as u32) > 1;
-    let attention = 1 + usize::from(splits && !oneshot_from_env());
+    let attention = 1 + usize::from(splits);
     let roped = fak::model::blocks::decode_fuse("rope");
     let mut want = 1 + 4;
     let mut runs = Vec::new();
