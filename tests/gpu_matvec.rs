@@ -217,15 +217,6 @@ fn the_wide_form_matches_on_its_types_batches_and_fusions() {
     check_form(&MatVecLayout::WIDE_CANDIDATES, 0x3a7e_a000);
 }
 
-/// The staged form (wgsl/matvec_q8_staged.wgsl: the wide form with the batch's x copied into
-/// workgroup memory once per step) on the wide form's cases, in each of its candidate layouts:
-/// on lavapipe's workgroup memory some stage all 8 vectors in one fill, 256/4/1 two per fill
-/// (a batch of 3 then fills twice, the second half empty).
-#[test]
-fn the_staged_form_matches_on_its_types_batches_and_fusions() {
-    check_form(&MatVecLayout::STAGED_CANDIDATES, 0x3a7e_b000);
-}
-
 /// The batched form (wgsl/matvec_q8_batched.wgsl: the wide form's loop over vectors with x in
 /// 16-byte loads and no branch per vector; a vector past the step's batch re-reads the last one)
 /// on the wide form's cases, in each of its candidate layouts: batches of 3 leave a capacity-4
@@ -270,7 +261,7 @@ fn check_form(layouts: &[MatVecLayout], seed: u64) {
                 for ty in types {
                     seed += 1;
                     let case = BitsCase::new(ctx, ty, seed);
-                    let alone = match layout.staged || layout.batched {
+                    let alone = match layout.batched {
                         true => case.alone(ctx, &wide_twin(ctx, paths, layout), &quantizer),
                         false => case.alone(ctx, &kernel, &quantizer),
                     };
@@ -358,15 +349,13 @@ fn assert_near_q8_oracle(
 /// passes of a team), 37 rows, W at byte 32 and 36 of its buffer with room behind it for the
 /// last 16-byte word (asserted: the binding takes the aligned loads); and in a buffer without
 /// that room, where the binding falls back to the word loads. The first wide layout on every
-/// int-dot variant, the unrolled one (second unit clamped) on the first, and the staged form's
-/// unrolled layout on the first (it reads W through the wide form's loads, so it takes the
-/// aligned ones too). (A mixed binding with aligned loads:
+/// int-dot variant and the unrolled one (second unit clamped) on the first. (A mixed binding with
+/// aligned loads:
 /// `a_mixed_binding_computes_each_weight_as_its_own_binding_does`.)
 #[test]
 fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
     let wide = MatVecLayout::WIDE_CANDIDATES;
-    let staged = MatVecLayout::STAGED_CANDIDATES;
-    check_q6_form(Q6Loads::Aligned, [wide[0], wide[2], staged[2]], 0x3a7e_d000);
+    check_q6_form(Q6Loads::Aligned, &[wide[0], wide[2]], 0x3a7e_d000);
 }
 
 /// The lean Q6_K units (`Q6Loads::Lean`, FAK_MATVEC_Q6=lean: each group's integer sum starts
@@ -374,27 +363,26 @@ fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
 /// bytes) compute the default's integer sums, so their outputs are the word loads' bit for bit
 /// and within the f32 bound of the CPU's W·x̂, at every batch, on the cases of the aligned test
 /// above (blocks at both 4-byte alignments: rows of 1050 and 3780 bytes, W at byte 32 and 36):
-/// in the engine's default layout (batched) on every int-dot variant, the unrolled wide layout
-/// and the staged form's on the first (each reads x through its own loader, which takes the
-/// groups' sums). (A mixed binding in the lean form:
+/// in the engine's default layout (batched) on every int-dot variant and the unrolled wide
+/// layout on the first (each reads x through its own loader, which takes the groups' sums). (A
+/// mixed binding in the lean form:
 /// `a_mixed_binding_computes_each_weight_as_its_own_binding_does`.)
 #[test]
 fn lean_q6_k_gives_the_word_loads_outputs_bit_for_bit() {
     let layouts = [
         MatVecLayout::BATCHED_CANDIDATES[0],
         MatVecLayout::WIDE_CANDIDATES[2],
-        MatVecLayout::STAGED_CANDIDATES[2],
     ];
-    check_q6_form(Q6Loads::Lean, layouts, 0x3a7e_d400);
+    check_q6_form(Q6Loads::Lean, &layouts, 0x3a7e_d400);
 }
 
 /// The cases of the two tests above for one Q6_K form in each of `layouts` (the first on every
 /// int-dot variant, the others on the first), against the default form in the same layout.
-fn check_q6_form(q6: Q6Loads, layouts: [MatVecLayout; 3], seed: u64) {
+fn check_q6_form(q6: Q6Loads, layouts: &[MatVecLayout], seed: u64) {
     let ctx = gpu();
     let (rows, batch) = (37, u64::from(MAX_BATCH));
     let mut seed = seed;
-    for (i, layout) in layouts.into_iter().enumerate() {
+    for (i, &layout) in layouts.iter().enumerate() {
         let int_dot = variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot);
         for paths in int_dot.take(if i == 0 { usize::MAX } else { 1 }) {
             let words = MatVec::with_layout(ctx, paths, layout).unwrap();
@@ -516,7 +504,7 @@ fn check_q6_form(q6: Q6Loads, layouts: [MatVecLayout; 3], seed: u64) {
 /// Issue 21's determinism at the kernel under the engine's rule: a sequence's outputs must not
 /// depend on what else is in the batch. `MatVec::new`'s kernel on one int-dot variant runs the
 /// rule's layouts at batches 1, 2, 4 and 8 — its default layout batched at every batch unless
-/// FAK_MATVEC_BATCHED=0, staged for several vectors with FAK_MATVEC_STAGE=1, else split where
+/// FAK_MATVEC_BATCHED=0, else split where
 /// the split G (FAK_MATVEC_SPLIT, else 2 on a GPU and none on a CPU adapter; for Q6_K
 /// FAK_MATVEC_SPLIT_Q6 where set) holds fewer; FAK_MATVEC_SHORT_LAYOUT's layout where its rule
 /// takes the 37 rows — and every vector's outputs at every batch are that layout's wide twin's
@@ -550,9 +538,8 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
             false => wide,
         };
         let split = MatVec::splits_vectors_of(ty, ctx.facts()).unwrap();
-        let more = |capacity: u32| match MatVec::stages_batches() {
-            true => wide.with_staged_x(),
-            false if one.batched && split > 0 && capacity > split => wide.split_by(split),
+        let more = |capacity: u32| match one.batched && split > 0 && capacity > split {
+            true => wide.split_by(split),
             false => one,
         };
         assert_eq!(layouts, [one, more(2), more(4), more(8)], "{ty} {paths}");
@@ -642,14 +629,13 @@ impl BitsCase {
     }
 }
 
-/// `form`'s wide twin on `paths` (its layout neither staged, batched nor split), one per test
+/// `form`'s wide twin on `paths` (its layout neither batched nor split), one per test
 /// binary: the form tests and the engine's rule take their bits from it, and each of its
 /// pipelines costs seconds on lavapipe.
 fn wide_twin(ctx: &GpuContext, paths: KernelPaths, form: MatVecLayout) -> Arc<MatVec> {
     type Twins = Mutex<HashMap<(KernelPaths, MatVecLayout), Arc<MatVec>>>;
     static TWINS: LazyLock<Twins> = LazyLock::new(Twins::default);
     let twin = MatVecLayout {
-        staged: false,
         batched: false,
         split: 0,
         ..form
@@ -746,7 +732,6 @@ fn a_gate_up_pairing_quantizes_its_outputs_as_quantize_q8_does() {
     let quantizing = MatVecLayout::CANDIDATES
         .into_iter()
         .chain(MatVecLayout::WIDE_CANDIDATES)
-        .chain(MatVecLayout::STAGED_CANDIDATES)
         .chain(MatVecLayout::BATCHED_CANDIDATES)
         .chain(MatVecLayout::SPLIT_CANDIDATES)
         .filter(|l| l.teams == MatVecLayout::QUANTIZING_TEAMS);
@@ -823,7 +808,7 @@ fn a_gate_up_pairing_quantizes_its_outputs_as_quantize_q8_does() {
 }
 
 /// The producer-side quantize (`FAK_DECODE_FUSE=pquant`, opt-in): an accumulating q8 product in
-/// a layout of 8 teams (Q4_K in the narrow, wide, batched, split and staged forms; Q8_0, which
+/// a layout of 8 teams (Q4_K in the narrow, wide, batched and split forms; Q8_0, which
 /// the wide forms do not serve, narrow; every batch; the narrow and the batched form, the
 /// engine's, on every int-dot variant, the others on the first: their epilogue is the narrow
 /// form's, its reductions checked there) also writes the q8 blocks of u = y·w_next (y the residual after
@@ -849,7 +834,6 @@ fn a_residual_producer_quantizes_the_next_norms_input_for_its_consumer() {
         producing.widened(),
         producing.batched_form(),
         producing.split_by(2),
-        producing.with_staged_x(),
     ];
     for ty in [GgmlType::Q4_K, GgmlType::Q8_0] {
         // Wide forms serve Q4_K's consumer only on whole 256-element rows: d = 256 there.
@@ -1192,18 +1176,15 @@ fn layouts_the_kernel_was_not_written_for_are_refused() {
         "64/1/1/narrow",
         "wide",
         "64/1/wide",
-        "staged",
-        "64/1/staged",
-        "64/1/1/wide/staged",
+        // The staged form, measured slower and removed.
+        "64/1/1/staged",
         "batched",
         "64/1/batched",
-        "64/1/1/staged/batched",
         "split4",
         "64/1/split4",
         "64/1/1/split3",
         "64/1/1/split8",
         "64/1/1/split0",
-        "64/1/1/staged/split4",
         "64/1/1/split4/batched",
     ] {
         assert!(
@@ -1214,7 +1195,6 @@ fn layouts_the_kernel_was_not_written_for_are_refused() {
     for layout in MatVecLayout::CANDIDATES
         .into_iter()
         .chain(MatVecLayout::WIDE_CANDIDATES)
-        .chain(MatVecLayout::STAGED_CANDIDATES)
         .chain(MatVecLayout::BATCHED_CANDIDATES)
         .chain(MatVecLayout::SPLIT_CANDIDATES)
     {

@@ -245,8 +245,8 @@ struct WideX {
 
 // Where vector b's share of wide unit u lies: the index of its code word w < 16 (words 4k..4k + 3
 // are WideX.words[k]) and of group k's block scale, in xq, xd (or, under QUANTIZE_X, x_codes,
-// x_scales: read through xq_word, xd_scale). The loads below and matvec_q8_staged.wgsl's staging
-// (global xq, xd only) both read x through these two.
+// x_scales: read through xq_word, xd_scale). The loads below and matvec_q8_batched.wgsl's read
+// x through these two.
 fn wide_x_code(b: u32, u: u32, w: u32) -> u32 {
     let lane = u % UNIT_LANES;
     let first = (u / UNIT_LANES) * BLOCK_ELEMS;

@@ -51,8 +51,6 @@ pub mod wgsl {
     pub const MATVEC_Q8: WgslFile = wgsl_file!("matvec_q8.wgsl");
     /// The integer mat-vec's wide form (64-element units of Q4_K/Q6_K; appended after MATVEC_Q8).
     pub const MATVEC_Q8_WIDE: WgslFile = wgsl_file!("matvec_q8_wide.wgsl");
-    /// The wide form with the batch's x staged in workgroup memory (appended after MATVEC_Q8_WIDE).
-    pub const MATVEC_Q8_STAGED: WgslFile = wgsl_file!("matvec_q8_staged.wgsl");
     /// The wide form's loop over input vectors in the batched form (appended after
     /// MATVEC_Q8_WIDE, whose loop calls it under BATCHED).
     pub const MATVEC_Q8_BATCHED: WgslFile = wgsl_file!("matvec_q8_batched.wgsl");

@@ -53,12 +53,10 @@
 //!
 //! The layout is chosen by (type, rows, cols) alone, never by B, and so is every row's order of
 //! summation: a sequence's outputs do not depend on what else is in the batch (issue 21). What
-//! changes with B is only where a wide layout reads x: for one vector from global memory
-//! (wgsl/matvec_q8_wide.wgsl), for several from workgroup memory, where the workgroup staged
-//! the batch's x once per step (wgsl/matvec_q8_staged.wgsl, [`MatVecLayout::at_capacity`]) —
-//! the same sums, bit for bit, without every invocation loading every vector's x
-//! (experiments/NOTES.md, "batch8"). The staged form reads W through the wide form's loads, so
-//! it takes either [`Q6Loads`]. By default a q8 binding's wide layout runs in the batched form
+//! changes with B is only how a wide layout reads x ([`MatVecLayout::at_capacity`]). (A staged
+//! form, the batch's x copied into workgroup memory once per step, was slower in the model on an
+//! H100 and removed: experiments/NOTES.md, "batch8" and "prune".) By default a q8 binding's wide
+//! layout runs in the batched form
 //! at every batch, one vector included (wgsl/matvec_q8_batched.wgsl; `FAK_MATVEC_BATCHED=0` for
 //! the plain wide loop): the wide form's loop over vectors with each vector's codes read 16
 //! bytes at a time (the codes bound again as x16) and no branch per vector — the same sums, bit
@@ -124,10 +122,6 @@ pub struct MatVecLayout {
     /// Q6_K weights; a binding of another input or type takes the same layout in the narrow
     /// form ([`MatVecLayout::narrowed`]).
     pub wide: bool,
-    /// The wide form with the batch's x staged in workgroup memory once per step
-    /// (wgsl/matvec_q8_staged.wgsl; implies `wide`): the same sums, bit for bit, read from
-    /// another place. Runs wide where the adapter's workgroup memory has no room for it.
-    pub staged: bool,
     /// The wide form with its loop over input vectors in the batched form
     /// (wgsl/matvec_q8_batched.wgsl, override BATCHED; implies `wide`): each vector's codes read
     /// 16 bytes at a time, the vectors of a unit one branch-free block — the same sums, bit for
@@ -176,18 +170,6 @@ impl MatVecLayout {
         Self::QUANTIZING.widened(),
     ];
 
-    /// The staged form's layouts that tests/gpu_matvec.rs checks and experiments/matvec-bench
-    /// times (issue 21's batched decode): the wide candidates' twins, and 8 teams of 32 and
-    /// 16 teams of 16 with two units in flight (more rows per fill of x).
-    pub const STAGED_CANDIDATES: [MatVecLayout; 6] = [
-        Self::INTEGER.with_staged_x(),
-        Self::new(128, 8, 1).with_staged_x(),
-        Self::new(128, 4, 2).with_staged_x(),
-        Self::QUANTIZING.with_staged_x(),
-        Self::new(256, 8, 1).with_staged_x(),
-        Self::new(256, 16, 2).with_staged_x(),
-    ];
-
     /// The batched form's layouts that tests/gpu_matvec.rs checks and experiments/matvec-bench
     /// times (issue 21's batched decode): the wide candidates' twins, the short-row rule's
     /// layout and 16 teams of 16 with two units in flight.
@@ -221,7 +203,6 @@ impl MatVecLayout {
             teams,
             unroll,
             wide: false,
-            staged: false,
             batched: false,
             split: 0,
         }
@@ -230,15 +211,6 @@ impl MatVecLayout {
     /// This layout in the wide form.
     pub const fn widened(self) -> MatVecLayout {
         MatVecLayout { wide: true, ..self }
-    }
-
-    /// This layout in the staged form (the wide form, x staged in workgroup memory).
-    pub const fn with_staged_x(self) -> MatVecLayout {
-        MatVecLayout {
-            wide: true,
-            staged: true,
-            ..self
-        }
     }
 
     /// This layout in the batched form (the wide form's vector loop with 16-byte x loads).
@@ -271,29 +243,22 @@ impl MatVecLayout {
         }
     }
 
-    /// The layout pipelines of batch capacity `capacity` run: this one, or where `stage` (or
-    /// `batch`) and a wide layout for several vectors, its staged (batched) twin — which gives
-    /// every row the same bits (only how x is read differs), so the choice by batch size cannot
-    /// make a sequence's output depend on the batch. Then either form staged only where
-    /// [`MatVecLayout::stage_vectors`] fits one vector per fill into `workgroup_limit` bytes,
-    /// and only for q8 vectors read from global memory: the staged and batched forms read xq,
-    /// xd, so never where `input` is quantized in the workgroup (QUANTIZE_X); nor for a mixed
-    /// binding (a `second` type: neither entry point has a second weight). Staging wins where
-    /// both are asked for.
+    /// The layout pipelines of batch capacity `capacity` run: this one, or where `batch` and a
+    /// wide layout, its batched twin — which gives every row the same bits (only how x is read
+    /// differs), so the choice cannot make a sequence's output depend on the batch; only for q8
+    /// vectors read from global memory: the batched form reads xq, xd, so never where `input`
+    /// is quantized in the workgroup (QUANTIZE_X); nor for a mixed binding (a `second` type: its
+    /// entry point has no second weight).
     /// A batched layout splits where it names a split, else by `split` (FAK_MATVEC_SPLIT; 0:
     /// none), and only for capacities above it (a capacity it holds runs unsplit: the same bits).
     fn at_capacity(
         self,
         capacity: u32,
         (input, second): (Input, Option<GgmlType>),
-        (stage, batch, split): (bool, bool, u32),
-        workgroup_limit: u32,
+        (batch, split): (bool, u32),
     ) -> MatVecLayout {
         let q8 = matches!(input, Input::Q8(_) | Input::Q8Norm(_)) && second.is_none();
-        let staged = (self.staged || (stage && self.wide && capacity > 1))
-            && q8
-            && self.stage_vectors(capacity, workgroup_limit) > 0;
-        let batched = (self.batched || (batch && self.wide)) && q8 && !staged;
+        let batched = (self.batched || (batch && self.wide)) && q8;
         let split = match self.split {
             0 => split,
             named => named,
@@ -303,42 +268,10 @@ impl MatVecLayout {
             false => 0,
         };
         MatVecLayout {
-            staged,
             batched,
             split,
             ..self
         }
-    }
-
-    /// The workgroup memory of this layout's integer pipelines for `capacity` vectors staging
-    /// `staged` per fill, in bytes: every `var<workgroup>` of the module that the entry point
-    /// may use (wgsl/matvec.wgsl, reduce_*.wgsl and matvec_q8_staged.wgsl; counted whether the
-    /// variant reduces by subgroups or not).
-    fn workgroup_bytes(self, capacity: u32, staged: u32) -> u64 {
-        let (wg, teams, unroll) = (
-            u64::from(self.invocations),
-            u64::from(self.teams),
-            u64::from(self.unroll),
-        );
-        let capacity = u64::from(capacity);
-        let (row_slots, team_slots) = match teams {
-            1 => (wg * capacity, 1),
-            _ => (1, wg / 2 * capacity),
-        };
-        // norm_scales, pair_totals, block_values; subgroup_sums or reduce_scratch.
-        let fixed = 4 * (8 + 32 + 256) + 4 * wg;
-        let stage = 80 * (wg / teams) * unroll * u64::from(staged);
-        16 * (row_slots + team_slots) + fixed + stage
-    }
-
-    /// Vectors the staged form stages per fill for `capacity` vectors: the most (a power of two,
-    /// at most `capacity`) that fit `workgroup_limit` bytes; 0 when not even one does.
-    pub fn stage_vectors(self, capacity: u32, workgroup_limit: u32) -> u32 {
-        (0..=capacity.ilog2())
-            .rev()
-            .map(|shift| 1 << shift)
-            .find(|&staged| self.workgroup_bytes(capacity, staged) <= u64::from(workgroup_limit))
-            .unwrap_or(0)
     }
 
     /// Whether the wide form serves weights of `ty` multiplied by inputs `input`.
@@ -352,7 +285,6 @@ impl MatVecLayout {
         let wide = self.wide && Self::wide_serves(ty, input);
         MatVecLayout {
             wide,
-            staged: self.staged && wide,
             batched: self.batched && wide,
             split: if self.batched && wide { self.split } else { 0 },
             ..self
@@ -393,7 +325,7 @@ impl MatVecLayout {
         }
     }
 
-    /// `FAK_MATVEC_LAYOUT` (`invocations/teams/unroll[/wide|/staged|/batched|/splitG]`, e.g.
+    /// `FAK_MATVEC_LAYOUT` (`invocations/teams/unroll[/wide|/batched|/splitG]`, e.g.
     /// `256/4/1`): one layout for every binding that names none; None when unset or empty.
     pub fn from_env() -> Result<Option<MatVecLayout>, GpuError> {
         Self::from_var("FAK_MATVEC_LAYOUT")
@@ -417,7 +349,7 @@ impl MatVecLayout {
         Self::from_var("FAK_MATVEC_RESIDUAL_LAYOUT")
     }
 
-    /// `invocations/teams/unroll`, or with `/wide`, `/staged`, `/batched` or `/splitG` (the
+    /// `invocations/teams/unroll`, or with `/wide`, `/batched` or `/splitG` (the
     /// batched form split G vectors to a workgroup) for those forms, as
     /// [`Display`](std::fmt::Display) writes it.
     pub fn parse(text: &str) -> Result<MatVecLayout, GpuError> {
@@ -431,8 +363,6 @@ impl MatVecLayout {
                 (numbers, MatVecLayout::batched_form)
             } else if let Some(numbers) = text.strip_suffix("/wide") {
                 (numbers, MatVecLayout::widened)
-            } else if let Some(numbers) = text.strip_suffix("/staged") {
-                (numbers, MatVecLayout::with_staged_x)
             } else if let Some(numbers) = text.strip_suffix("/batched") {
                 (numbers, MatVecLayout::batched_form)
             } else {
@@ -453,7 +383,7 @@ impl MatVecLayout {
                 kernel: MatVec::NAME,
                 message: format!(
                     "FAK_MATVEC_LAYOUT={text:?} (expected \
-                     invocations/teams/unroll[/wide|/staged|/batched|/split1|/split2|/split4], \
+                     invocations/teams/unroll[/wide|/batched|/split1|/split2|/split4], \
                      e.g. 128/4/2, 256/4/1/wide or 256/4/1/split4)"
                 ),
             }),
@@ -529,12 +459,11 @@ impl ShortRows {
 impl std::fmt::Display for MatVecLayout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}/{}", self.invocations, self.teams, self.unroll)?;
-        match (self.staged, self.batched, self.wide) {
-            (true, ..) => write!(f, "/staged"),
-            (false, true, _) if self.split > 0 => write!(f, "/split{}", self.split),
-            (false, true, _) => write!(f, "/batched"),
-            (false, false, true) => write!(f, "/wide"),
-            (false, false, false) => Ok(()),
+        match (self.batched, self.wide) {
+            (true, _) if self.split > 0 => write!(f, "/split{}", self.split),
+            (true, _) => write!(f, "/batched"),
+            (false, true) => write!(f, "/wide"),
+            (false, false) => Ok(()),
         }
     }
 }
@@ -825,9 +754,6 @@ pub struct MatVec {
     widen: bool,
     /// How the wide form's pipelines load Q6_K blocks.
     q6: Q6Loads,
-    /// A wide layout's pipelines for several vectors run its staged twin (same bits; see
-    /// [`MatVec::stages_batches`]). See [`MatVecLayout::at_capacity`].
-    stage: bool,
     /// A wide layout's pipelines for several vectors run its batched twin (same bits; see
     /// [`MatVec::batches_vectors`]).
     batch: bool,
@@ -900,7 +826,7 @@ fn quantizing_workgroup_bytes(layout: MatVecLayout, capacity: u32, cols: u64) ->
 /// one its `max_batch` needs), a bind group and grid per row range.
 pub struct MatVecBinding {
     pipelines: Vec<wgpu::ComputePipeline>,
-    /// The layout of each of `pipelines` (a wide layout's staged twin for several vectors).
+    /// The layout of each of `pipelines` (a wide layout's batched twin where it runs one).
     layouts: Vec<MatVecLayout>,
     max_batch: u32,
     /// Per row range its bind group and, per pipeline, its grid (a split pipeline's is a
@@ -955,23 +881,19 @@ impl MatVecBinding {
 }
 
 /// The pipeline of one type, input (f32, normed f32 or q8), batch capacity and layout (MIXED: a
-/// second weight's workgroups after the first's); a wide one (staged or not) loads Q6_K blocks as
-/// `q6` says; a staged layout stages `staged` vectors per fill.
+/// second weight's workgroups after the first's); a wide one loads Q6_K blocks as `q6` says.
 fn spec(
     ty: GgmlType,
     input: Input,
     capacity: u32,
     rows: MatVecLayout,
     (second, q6): (Option<GgmlType>, Q6Loads),
-    staged: u32,
 ) -> PipelineSpec {
     let (_, lanes, block_elems, block_bytes) = unit_geometry(ty, rows.wide);
     let norm = input == Input::Normed;
     let (entry_point, what) = match input {
-        Input::Q8(_) if rows.staged => ("matvec_q8_staged", "q8"),
         Input::Q8(_) if rows.wide => ("matvec_q8_wide", "q8"),
         Input::Q8(_) => ("matvec_q8", "q8"),
-        Input::Q8Norm(_) if rows.staged => ("matvec_q8_staged", "q8 summed norm"),
         Input::Q8Norm(_) if rows.wide => ("matvec_q8_wide", "q8 summed norm"),
         Input::Q8Norm(_) => ("matvec_q8", "q8 summed norm"),
         Input::QuantizedNorm(..) if rows.wide => ("matvec_q8_wide", "normed q8"),
@@ -998,7 +920,6 @@ fn spec(
         }
     }
     // Only the wide module declares Q6_ALIGNED; the default pipelines are today's, unchanged.
-    // The staged form (wide too) reads W through the wide module's loads, so it takes it as well.
     let aligned = rows.wide && input.is_q8() && q6 == Q6Loads::Aligned;
     if aligned {
         constants.push(("Q6_ALIGNED", 1.0));
@@ -1033,10 +954,6 @@ fn spec(
         entry_point,
         constants,
     };
-    if rows.staged {
-        spec.label += &format!(" staging {staged}");
-        spec.constants.push(("STAGE_B", f64::from(staged)));
-    }
     // Only the int-dot module declares BATCHED (matvec_q8_batched.wgsl); at_capacity gives it
     // q8 inputs alone.
     if rows.batched {
@@ -1050,12 +967,11 @@ fn spec(
     spec
 }
 
-/// The pipelines of one type and input, one per batch capacity (a staged layout staging one
-/// vector per fill: what translates everywhere).
+/// The pipelines of one type and input, one per batch capacity.
 fn specs(ty: GgmlType, input: Input, rows: MatVecLayout) -> Vec<PipelineSpec> {
     BATCH_CAPACITIES
         .into_iter()
-        .map(|capacity| spec(ty, input, capacity, rows, (None, Q6Loads::Words), 1))
+        .map(|capacity| spec(ty, input, capacity, rows, (None, Q6Loads::Words)))
         .collect()
 }
 
@@ -1126,26 +1042,12 @@ impl Kernel for MatVec {
             pipelines.extend(specs(GgmlType::Q4_K, onepass, MatVecLayout::QUANTIZING));
             pipelines.extend(specs(GgmlType::Q6_K, normed(3), wide[0]));
             let mixed_words = (Some(GgmlType::Q6_K), Q6Loads::Words);
-            pipelines.push(spec(GgmlType::Q4_K, normed(1), 1, wide[0], mixed_words, 1));
+            pipelines.push(spec(GgmlType::Q4_K, normed(1), 1, wide[0], mixed_words));
             // Q6_K's aligned loads (opt-in), plain and mixed.
             let aligned = (None, Q6Loads::Aligned);
-            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 1, wide[0], aligned, 1));
+            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 1, wide[0], aligned));
             let mixed_aligned = (Some(GgmlType::Q4_K), Q6Loads::Aligned);
-            pipelines.push(spec(
-                GgmlType::Q6_K,
-                normed(3),
-                1,
-                wide[0],
-                mixed_aligned,
-                1,
-            ));
-            // The staged form: both types, and the unrolled loop; Q6_K's also with the aligned
-            // loads.
-            module = module.with(wgsl::MATVEC_Q8_STAGED);
-            let staged = MatVecLayout::STAGED_CANDIDATES;
-            pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), staged[0]));
-            pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), staged[2]));
-            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, staged[2], aligned, 1));
+            pipelines.push(spec(GgmlType::Q6_K, normed(3), 1, wide[0], mixed_aligned));
             // The batched form: both types, and the unrolled loop.
             let batched = MatVecLayout::BATCHED_CANDIDATES;
             let words = (None, Q6Loads::Words);
@@ -1153,22 +1055,14 @@ impl Kernel for MatVec {
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), batched[2]));
             // A residual producer's q8 blocks read with their summed norm (opt-in), batched
             // and narrow.
-            pipelines.push(spec(
-                GgmlType::Q4_K,
-                Input::Q8Norm(1),
-                8,
-                batched[0],
-                words,
-                1,
-            ));
-            pipelines.push(spec(GgmlType::Q8_0, Input::Q8Norm(0), 2, rows, words, 1));
-            // Q6_K's lean units (opt-in): batched, staged, and mixed with the norm quantized in
-            // the workgroup.
+            pipelines.push(spec(GgmlType::Q4_K, Input::Q8Norm(1), 8, batched[0], words));
+            pipelines.push(spec(GgmlType::Q8_0, Input::Q8Norm(0), 2, rows, words));
+            // Q6_K's lean units (opt-in): batched, and mixed with the norm quantized in the
+            // workgroup.
             let lean = (None, Q6Loads::Lean);
-            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, batched[0], lean, 1));
-            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, staged[2], lean, 1));
+            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, batched[0], lean));
             let mixed_lean = (Some(GgmlType::Q4_K), Q6Loads::Lean);
-            pipelines.push(spec(GgmlType::Q6_K, normed(3), 1, wide[0], mixed_lean, 1));
+            pipelines.push(spec(GgmlType::Q6_K, normed(3), 1, wide[0], mixed_lean));
             // Its split (opt-in): the quantizing gate/up's and the unrolled loop's.
             let split = MatVecLayout::SPLIT_CANDIDATES;
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), split[2]));
@@ -1216,16 +1110,12 @@ impl MatVec {
     /// Every binding's layout is taken in the wide form where it serves the binding (q8 inputs,
     /// Q4_K/Q6_K weights): on an H200 the Qwen3.5-27B decodes 14.47 → 12.12 ms/token with it
     /// (experiments/NOTES.md, session 2026-12-05 #4). `FAK_MATVEC_WIDE=0` keeps the narrow form.
-    /// Pipelines for several vectors run a wide layout staged where
-    /// [`MatVec::stages_batches`] says so.
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
         let widen = std::env::var("FAK_MATVEC_WIDE").as_deref() != Ok("0");
-        let stage = Self::stages_batches();
         let mut kernel = Self::build_in(ctx, paths, MatVecLayout::from_env()?)?;
         kernel.residual = MatVecLayout::residual_from_env()?;
         kernel.short = ShortRows::from_env()?;
         kernel.widen = widen;
-        kernel.stage = stage;
         kernel.batch = Self::batches_vectors();
         kernel.split = Self::splits_vectors(ctx.facts())?;
         kernel.split_q6 = Self::q6_split_from_env()?;
@@ -1233,7 +1123,7 @@ impl MatVec {
         Ok(kernel.with_q6_loads(Q6Loads::from_env()))
     }
 
-    /// This kernel with its wide pipelines (staged ones too) loading Q6_K blocks as `q6` says
+    /// This kernel with its wide pipelines (batched ones too) loading Q6_K blocks as `q6` says
     /// (before any binding: the pipelines are built by the bindings).
     pub fn with_q6_loads(mut self, q6: Q6Loads) -> Self {
         self.q6 = q6;
@@ -1245,18 +1135,10 @@ impl MatVec {
         self.q6
     }
 
-    /// Whether [`MatVec::new`]'s pipelines for several vectors run a wide layout staged (same
-    /// bits, x read once per workgroup: [`MatVecLayout::at_capacity`]): opt-in with
-    /// `FAK_MATVEC_STAGE=1` until a device has timed it (experiments/h200/batch8.sh); lavapipe
-    /// checks its bits, not its speed.
-    pub fn stages_batches() -> bool {
-        std::env::var("FAK_MATVEC_STAGE").as_deref() == Ok("1")
-    }
-
     /// Whether [`MatVec::new`]'s pipelines run a wide layout of a q8 binding in the batched form
     /// at every batch (same bits; x in 16-byte loads, no branch per vector:
     /// wgsl/matvec_q8_batched.wgsl): the default, `FAK_MATVEC_BATCHED=0` for the plain wide
-    /// loop (module doc, "By batch size"). `FAK_MATVEC_STAGE=1` wins for several vectors.
+    /// loop (module doc, "By batch size").
     pub fn batches_vectors() -> bool {
         std::env::var("FAK_MATVEC_BATCHED").as_deref() != Ok("0")
     }
@@ -1364,7 +1246,6 @@ impl MatVec {
             short: None,
             widen: false,
             q6: Q6Loads::Words,
-            stage: false,
             batch: false,
             split: 0,
             split_q6: None,
@@ -1401,13 +1282,12 @@ impl MatVec {
         (ty, input, rows, second): (GgmlType, Input, MatVecLayout, Option<GgmlType>),
         max_batch: u32,
     ) -> Result<Vec<(wgpu::ComputePipeline, MatVecLayout)>, GpuError> {
-        let workgroup_limit = ctx.device.limits().max_compute_workgroup_storage_size;
         let keys: Vec<PipelineKey> = BATCH_CAPACITIES
             .into_iter()
             .filter(|&c| c <= max_batch.next_power_of_two())
             .map(|c| {
-                let forms = (self.stage, self.batch, self.split_of(ty));
-                let rows = rows.at_capacity(c, (input, second), forms, workgroup_limit);
+                let forms = (self.batch, self.split_of(ty));
+                let rows = rows.at_capacity(c, (input, second), forms);
                 (ty, input, c, rows, second)
             })
             .collect();
@@ -1421,16 +1301,7 @@ impl MatVec {
             let mut variant = KernelVariant::of::<Self>(self.variant);
             variant.source.pipelines = missing
                 .iter()
-                .map(|&(ty, input, c, rows, second)| {
-                    spec(
-                        ty,
-                        input,
-                        c,
-                        rows,
-                        (second, self.q6),
-                        rows.stage_vectors(c, workgroup_limit),
-                    )
-                })
+                .map(|&(ty, input, c, rows, second)| spec(ty, input, c, rows, (second, self.q6)))
                 .collect();
             built.extend(missing.into_iter().zip(build(ctx, &variant)?.pipelines));
         }
