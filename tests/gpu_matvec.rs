@@ -10,7 +10,7 @@ use fak::gpu::kernels::matvec::{
     InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, MixedInput, Q6Loads,
     ResidualOutput, SecondWeight, ShortRows,
 };
-use fak::gpu::kernels::quantize_q8::{NormQ8, Q8Vectors, QuantizeQ8};
+use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
 use fak::gpu::step::MAX_BATCH;
 use fak::gpu::{
     Activations, GpuContext, GpuError, KernelPaths, Step, StepBuffer, read_back, read_back_f32,
@@ -1461,21 +1461,19 @@ fn the_norm_quantized_in_the_workgroup_is_the_quantize_dispatchs_product_bit_for
     }
 }
 
-/// The norm's q8 blocks in each form (`NormQ8`: the two-pass default and the one-pass form of
-/// wgsl/norm_q8.wgsl) against the CPU's RMSNorm(x)·nw in f64: each block's scale within the
-/// norm's f32 rounding of max |v| / 127, each code's value within half a step of v, no NaN
-/// (codes poisoned to −128, which no block writes, scales to NaN); and the two forms' codes at
-/// most one apart. Rows of 2 blocks (most lanes idle), 4096 and 5120 (the 8B's and 27B's: one
-/// block a lane), and the one-pass form's longest (4 blocks a lane); one block all zero (d = 0);
-/// vectors of one batch normed each with its own sum. Both reductions.
+/// The norm's q8 blocks (quantize_q8's NORM pipeline) against the CPU's RMSNorm(x)·nw in f64:
+/// each block's scale within the norm's f32 rounding of max |v| / 127, each code's value within
+/// half a step of v, no NaN (codes poisoned to −128, which no block writes, scales to NaN). Rows
+/// of 2 blocks (most lanes idle), 4096 and 5120 (the 8B's and 27B's) and 32768 (16
+/// workgroups a vector); one block all zero (d = 0); vectors of one batch normed each with its own sum. Both
+/// reductions.
 #[test]
-fn each_norm_form_rounds_the_normed_row_as_the_cpu_does() {
+fn the_normed_quantize_rounds_the_normed_row_as_the_cpu_does() {
     let ctx = gpu();
     let eps = 1e-6f32;
-    let cases = [(64, 1), (4096, 3), (5120, 2), (NormQ8::ONEPASS_MAX_COLS, 1)];
+    let cases = [(64, 1), (4096, 3), (5120, 2), (32768, 1)];
     for paths in variants::<QuantizeQ8>(ctx) {
-        let forms = [NormQ8::TwoPass, NormQ8::OnePass]
-            .map(|form| QuantizeQ8::with_form(ctx, paths, form).unwrap());
+        let quantizer = QuantizeQ8::new(ctx, paths).unwrap();
         for (case, &(cols, n)) in cases.iter().enumerate() {
             let mut rng = rng(0x3a7e_d000 + case as u64);
             let mut x: Vec<f32> = (0..n)
@@ -1499,31 +1497,20 @@ fn each_norm_form_rounds_the_normed_row_as_the_cpu_does() {
             };
             let step = StepBuffer::new(ctx);
             step.set(ctx, Step::new(0, n, 0));
-            let got: Vec<_> = forms
-                .iter()
-                .map(|quantizer| {
-                    let out = Q8Vectors::new(ctx, "normed", cols, n).unwrap();
-                    fak::gpu::buffers::write(
-                        ctx,
-                        &out.codes,
-                        0,
-                        &vec![0x80; out.codes.size() as usize],
-                    )
-                    .unwrap();
-                    let nan = vec![f32::NAN; out.scales.size() as usize / 4];
-                    fak::gpu::buffers::write(ctx, &out.scales, 0, bytemuck::cast_slice(&nan))
-                        .unwrap();
-                    let x = Activations::contiguous(&xb, cols);
-                    let binding = quantizer
-                        .bind(ctx, x, cols, Some(norm), &out, &step, n)
-                        .unwrap();
-                    ctx.run_pass("quantize_q8", |pass| {
-                        quantizer.encode(pass, &binding, n).unwrap();
-                    })
-                    .unwrap();
-                    out.read_back(ctx, cols, n).unwrap()
-                })
-                .collect();
+            let out = Q8Vectors::new(ctx, "normed", cols, n).unwrap();
+            fak::gpu::buffers::write(ctx, &out.codes, 0, &vec![0x80; out.codes.size() as usize])
+                .unwrap();
+            let nan = vec![f32::NAN; out.scales.size() as usize / 4];
+            fak::gpu::buffers::write(ctx, &out.scales, 0, bytemuck::cast_slice(&nan)).unwrap();
+            let input = Activations::contiguous(&xb, cols);
+            let binding = quantizer
+                .bind(ctx, input, cols, Some(norm), &out, &step, n)
+                .unwrap();
+            ctx.run_pass("quantize_q8", |pass| {
+                quantizer.encode(pass, &binding, n).unwrap();
+            })
+            .unwrap();
+            let got = out.read_back(ctx, cols, n).unwrap();
             for b in 0..n as usize {
                 let row = &x[b * cols as usize..(b + 1) * cols as usize];
                 let squares: f64 = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
@@ -1533,96 +1520,27 @@ fn each_norm_form_rounds_the_normed_row_as_the_cpu_does() {
                     .zip(&nw)
                     .map(|(&x, &w)| f64::from(x) * s * f64::from(w))
                     .collect();
-                for (form, (codes, scales)) in [NormQ8::TwoPass, NormQ8::OnePass]
-                    .iter()
-                    .zip(got.iter().map(|g| &g[b]))
-                {
-                    let what = format!("{form:?} ({paths}) cols {cols} vector {b}");
-                    for (k, block) in v.chunks(32).enumerate() {
-                        let amax = block.iter().fold(0f64, |m, v| m.max(v.abs()));
-                        let d = f64::from(scales[k]);
-                        // The norm's f32 rounding (x·s, ·w, the sum of squares), as the fused
-                        // checks bound it; a NaN scale fails.
-                        let d_ok =
-                            (d - amax / 127.0).abs() <= (1e-5 + 2f64.powi(-21)) * amax / 127.0;
-                        assert!(d_ok, "{what}: block {k} scale {d} for max |v| {amax}");
-                        for (i, &want) in block.iter().enumerate() {
-                            let q = codes[32 * k + i];
-                            let err = (f64::from(q) * d - want).abs();
-                            let ok =
-                                q >= -127 && err <= d * (0.5 + 2f64.powi(-16)) + 1e-5 * want.abs();
-                            assert!(
-                                ok,
-                                "{what}: element {} code {q} step {d} for {want}",
-                                32 * k + i
-                            );
-                        }
+                let (codes, scales) = &got[b];
+                let what = format!("({paths}) cols {cols} vector {b}");
+                for (k, block) in v.chunks(32).enumerate() {
+                    let amax = block.iter().fold(0f64, |m, v| m.max(v.abs()));
+                    let d = f64::from(scales[k]);
+                    // The norm's f32 rounding (x·s, ·w, the sum of squares), as the fused
+                    // checks bound it; a NaN scale fails.
+                    let d_ok = (d - amax / 127.0).abs() <= (1e-5 + 2f64.powi(-21)) * amax / 127.0;
+                    assert!(d_ok, "{what}: block {k} scale {d} for max |v| {amax}");
+                    for (i, &want) in block.iter().enumerate() {
+                        let q = codes[32 * k + i];
+                        let err = (f64::from(q) * d - want).abs();
+                        let ok = q >= -127 && err <= d * (0.5 + 2f64.powi(-16)) + 1e-5 * want.abs();
+                        assert!(
+                            ok,
+                            "{what}: element {} code {q} step {d} for {want}",
+                            32 * k + i
+                        );
                     }
                 }
-                let (two, one) = (&got[0][b].0, &got[1][b].0);
-                let apart = two.iter().zip(one).filter(|(a, b)| a != b).count();
-                let (d2, d1) = (&got[0][b].1, &got[1][b].1);
-                let scales_apart = d2
-                    .iter()
-                    .zip(d1)
-                    .filter(|(a, b)| a.to_bits() != b.to_bits())
-                    .count();
-                assert!(
-                    two.iter()
-                        .zip(one)
-                        .all(|(&a, &b)| (i16::from(a) - i16::from(b)).abs() <= 1),
-                    "({paths}) cols {cols} vector {b}: the forms' codes more than one apart"
-                );
-                eprintln!(
-                    "({paths}) cols {cols} vector {b}: {apart} of {cols} codes differ by one \
-                     between the forms, {scales_apart} of {} scales in their bits",
-                    cols / 32
-                );
             }
-        }
-    }
-}
-
-/// The one-pass form quantized in the workgroup (`MatVecFusion::quantize_input` on a kernel
-/// `with_norm_q8(NormQ8::OnePass)`) is, bit for bit, the product of the one-pass quantize
-/// dispatch's vectors and within the f32 bound of W·x̂ (x̂ that dispatch's, held to the CPU's
-/// normed x), as the two-pass fold is of the two-pass dispatch's: both of the model's uses,
-/// every batch, both reductions, narrow (Q4_K) and wide (Q4_K, Q6_K); outputs poisoned. A
-/// layout of other than 256 invocations is refused in the one-pass form (its sum's order is
-/// 256 lanes'), so the model keeps the dispatch there.
-#[test]
-fn the_one_pass_norm_in_the_workgroup_is_the_one_pass_dispatchs_product_bit_for_bit() {
-    let ctx = gpu();
-    let mut seed = 0x3a7e_e000;
-    for paths in variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot) {
-        for layout in [MatVecLayout::INTEGER, MatVecLayout::INTEGER.widened()] {
-            let kernel = MatVec::with_layout(ctx, paths, layout)
-                .unwrap()
-                .with_norm_q8(NormQ8::OnePass);
-            let quantizer = QuantizeQ8::with_form(ctx, kernel.variant(), NormQ8::OnePass).unwrap();
-            let types: &[GgmlType] = match layout.wide {
-                false => &[GgmlType::Q4_K],
-                true => &[GgmlType::Q4_K, GgmlType::Q6_K],
-            };
-            for &ty in types {
-                for fusion in FUSIONS.into_iter().filter(|&(norm, ..)| norm) {
-                    seed += 1;
-                    let rows = if fusion.1 { 5 } else { 7 };
-                    let path = Path::Q8InWorkgroup(&quantizer);
-                    assert_all(check_fused(ctx, &kernel, path, ty, rows, fusion, seed));
-                }
-            }
-        }
-        for (form, fits) in [(NormQ8::TwoPass, true), (NormQ8::OnePass, false)] {
-            let short = MatVec::with_layout(ctx, paths, MatVecLayout::SHORT)
-                .unwrap()
-                .with_norm_q8(form);
-            assert_eq!(
-                short.quantizes_input(ctx, 768, None),
-                fits,
-                "{form:?} in {}",
-                MatVecLayout::SHORT
-            );
         }
     }
 }

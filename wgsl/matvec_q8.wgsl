@@ -25,9 +25,7 @@
 // other invocations add zeros, which changes no partial), and the blocks round through
 // q8_block, so x̂ is quantize_q8's bits and the product the one after a quantize dispatch
 // (wherever subgroups are formed from consecutive invocations of one width, as on NVIDIA and
-// lavapipe). NORM_ONEPASS (with QUANTIZE_X; engine `NormQ8::OnePass`): x̂ through norm_q8.wgsl's
-// one-pass form instead, on workgroups of exactly NORM_Q8_LANES — the bits of quantize_q8's
-// ONEPASS pipeline, not of its two-pass one. Workgroup memory: MAX_B·X_COLS code bytes and MAX_B·X_COLS/8 scale bytes (the
+// lavapipe). Workgroup memory: MAX_B·X_COLS code bytes and MAX_B·X_COLS/8 scale bytes (the
 // engine's `MatVec` refuses capacities the adapter cannot hold).
 // bindings: matvec.wgsl's, plus 8 xq (array<u32>, read: the codes of `Q8Vectors`, vector b's at
 //           word b·cols/4) · 9 xd (array<f32>, read: the block scales, vector b's at b·cols/32).
@@ -35,8 +33,8 @@
 //           except under QUANTIZE_X, which reads x, x16 and nw and not xq, xd.
 // dispatch, rows, pairing, accumulate, reduction: as matvec.wgsl (the same helpers).
 // pipelines: one per (ggml type ∈ {Q8_0, Q4_K, Q5_K, Q6_K}, MAX_B), entry point matvec_q8, NORM off;
-//           QUANTIZE_X ones also per X_COLS (= params.cols) and NORM_ONEPASS.
-// requires: matvec.wgsl (and what it requires), strided_squares.wgsl, norm_q8.wgsl.
+//           QUANTIZE_X ones also per X_COLS (= params.cols).
+// requires: matvec.wgsl (and what it requires), strided_squares.wgsl.
 
 
 // x is the residual stream: quantize its RMSNorm inside each workgroup (see the header).
@@ -49,8 +47,6 @@ override X_WORDS: u32 = MAX_B * X_COLS / 4u + 1u;
 override X_BLOCKS: u32 = MAX_B * X_COLS / 32u + 1u;
 var<workgroup> x_codes: array<u32, X_WORDS>;
 var<workgroup> x_scales: array<f32, X_BLOCKS>;
-// QUANTIZE_X: x̂ in norm_q8.wgsl's one-pass form (the workgroup has NORM_Q8_LANES invocations).
-override NORM_ONEPASS: bool = false;
 // quantize_q8.wgsl's workgroup size (engine `quantize_q8::WG`): the lanes its norm sums over.
 const QUANTIZE_LANES: u32 = 64u;
 
@@ -75,35 +71,13 @@ fn squares_value(c: u32) -> f32 {
     return x[c];
 }
 
-// norm_q8.wgsl's elements and stores (NORM_ONEPASS): x̂ into x_codes, x_scales.
-fn norm_q8_x4(at: u32) -> vec4<f32> {
-    return x4(at);
-}
-
-fn norm_q8_w4(e: u32) -> vec4<f32> {
-    return nw[e / 4u];
-}
-
-fn norm_q8_codes(b: u32, k: u32, words: array<u32, 8>) {
-    let out = b * (p.cols / 4u) + 8u * k;
-    for (var j = 0u; j < 8u; j++) {
-        x_codes[out + j] = words[j];
-    }
-}
-
-fn norm_q8_scale(b: u32, k: u32, d: f32) {
-    x_scales[b * (p.cols / 32u) + k] = d;
-}
-
 // QUANTIZE_X: x̂ of the n vectors into x_codes, x_scales — quantize_q8.wgsl's NORM pipeline,
 // one workgroup doing every block (the same sums in the same order, the same q8_block). Ends
 // with a barrier; uniform control flow.
 fn quantize_input(n: u32, lanes: Lanes) {
     let blocks = p.cols / 32u;
     for (var b = 0u; b < MAX_B; b++) {
-        if NORM_ONEPASS && b < n {
-            norm_q8_row(b, p.x_index + b * p.x_stride, p.cols, p.eps, lanes);
-        } else if b < n {
+        if b < n {
             let base = p.x_index + b * p.x_stride;
             var squares = 0.0;
             if lanes.index < QUANTIZE_LANES {

@@ -60,8 +60,6 @@ pub mod wgsl {
     /// One lane's strided share of a row's sum of squares, its loads batched (the norms:
     /// QUANTIZE_Q8, MATVEC_Q8's folded quantize, rms_norm).
     pub const STRIDED_SQUARES: WgslFile = wgsl_file!("strided_squares.wgsl");
-    /// A norm's q8 blocks in one pass over x (QUANTIZE_Q8's and MATVEC_Q8's one-pass form).
-    pub const NORM_Q8: WgslFile = wgsl_file!("norm_q8.wgsl");
     /// f32 vectors (optionally RMS-normed) to the 8-bit blocks MATVEC_Q8 reads.
     pub const QUANTIZE_Q8: WgslFile = wgsl_file!("quantize_q8.wgsl");
     pub const EMBED: WgslFile = wgsl_file!("embed.wgsl");

@@ -46,12 +46,6 @@ pub fn assert_pinned(got: &[(String, String)], pinned: &[(&str, &str)]) {
         eprintln!("pins not compared with FAK_DECODE_FUSE=pquant; this engine computes:\n{table}");
         return;
     }
-    // So does the one-pass norm (FAK_NORM_Q8=onepass: other f32 roundings of the same blocks).
-    let onepass = fak::gpu::kernels::quantize_q8::NormQ8::from_env();
-    if onepass.is_ok_and(|form| form == fak::gpu::kernels::quantize_q8::NormQ8::OnePass) {
-        eprintln!("pins not compared with FAK_NORM_Q8=onepass; this engine computes:\n{table}");
-        return;
-    }
     let adapter = &crate::gpu().facts().name;
     if !adapter.starts_with(PINNED_ON) {
         eprintln!(

@@ -84,7 +84,7 @@
 //! `FAK_MATVEC_SHORT_LAYOUT` names (`off`: none): other bits than [`MatVecLayout::INTEGER`]'s
 //! for those products, at every batch alike.
 
-use super::quantize_q8::{NormQ8, Q8_BLOCK, Q8Vectors};
+use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::tensors::{bind_group, checked_row_bytes};
 use crate::gpu::activations::Activations;
 use crate::gpu::buffers::{Grid, Window, split_rows, storage_buffer, uniform};
@@ -772,9 +772,6 @@ pub struct MatVec {
     placeholder_params: wgpu::Buffer,
     /// The pipelines built so far.
     pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
-    /// The form of the norm a binding quantizes in its workgroups (QUANTIZE_X): that of the
-    /// quantize dispatch beside it, so a row gets the same blocks from either.
-    norm_q8: NormQ8,
 }
 
 /// What a pipeline is specialised for: type, input, batch capacity, layout, the second weight's
@@ -793,9 +790,8 @@ enum Input {
     /// sums (Q8_NORM; [`MatVecFusion::q8_norm`]); the index in `MatVec::Q8_TYPES`.
     Q8Norm(usize),
     /// x RMS-normed and quantized to q8 blocks inside each workgroup (QUANTIZE_X): the index
-    /// in `MatVec::Q8_TYPES`, the row length, and whether in the one-pass form
-    /// ([`NormQ8::OnePass`], NORM_ONEPASS).
-    QuantizedNorm(usize, u32, bool),
+    /// in `MatVec::Q8_TYPES` and the row length.
+    QuantizedNorm(usize, u32),
 }
 
 impl Input {
@@ -903,11 +899,7 @@ fn spec(
     };
     // Only the int-dot module declares QUANTIZE_X and X_COLS.
     let mut constants = match input {
-        Input::QuantizedNorm(_, cols, onepass) => vec![
-            ("QUANTIZE_X", 1.0),
-            ("X_COLS", f64::from(cols)),
-            ("NORM_ONEPASS", f64::from(u8::from(onepass))),
-        ],
+        Input::QuantizedNorm(_, cols) => vec![("QUANTIZE_X", 1.0), ("X_COLS", f64::from(cols))],
         Input::Q8Norm(_) => vec![("Q8_NORM", 1.0)],
         _ => Vec::new(),
     };
@@ -1012,10 +1004,7 @@ impl Kernel for MatVec {
             MatVecLayout::QUANTIZING,
         ));
         if variant.int_dot {
-            module = module
-                .with(wgsl::STRIDED_SQUARES)
-                .with(wgsl::NORM_Q8)
-                .with(wgsl::MATVEC_Q8);
+            module = module.with(wgsl::STRIDED_SQUARES).with(wgsl::MATVEC_Q8);
             pipelines.extend(
                 Self::Q8_TYPES
                     .into_iter()
@@ -1035,11 +1024,8 @@ impl Kernel for MatVec {
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), wide[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), wide[2]));
             // The norm quantized in the workgroup, narrow and wide.
-            let normed = |index| Input::QuantizedNorm(index, 256, false);
+            let normed = |index| Input::QuantizedNorm(index, 256);
             pipelines.extend(specs(GgmlType::Q4_K, normed(1), MatVecLayout::QUANTIZING));
-            // … and in the one-pass form (`NormQ8::OnePass`).
-            let onepass = Input::QuantizedNorm(1, 256, true);
-            pipelines.extend(specs(GgmlType::Q4_K, onepass, MatVecLayout::QUANTIZING));
             pipelines.extend(specs(GgmlType::Q6_K, normed(3), wide[0]));
             let mixed_words = (Some(GgmlType::Q6_K), Q6Loads::Words);
             pipelines.push(spec(GgmlType::Q4_K, normed(1), 1, wide[0], mixed_words));
@@ -1119,7 +1105,6 @@ impl MatVec {
         kernel.batch = Self::batches_vectors();
         kernel.split = Self::splits_vectors(ctx.facts())?;
         kernel.split_q6 = Self::q6_split_from_env()?;
-        kernel.norm_q8 = NormQ8::from_env()?;
         Ok(kernel.with_q6_loads(Q6Loads::from_env()))
     }
 
@@ -1258,20 +1243,7 @@ impl MatVec {
                 &<Params as bytemuck::Zeroable>::zeroed(),
             ),
             pipelines: Mutex::new(HashMap::new()),
-            norm_q8: NormQ8::DEFAULT,
         })
-    }
-
-    /// This kernel quantizing norms in its workgroups in `form` (before any binding); give the
-    /// quantize dispatch beside it the same ([`super::quantize_q8::QuantizeQ8::with_form`]).
-    pub fn with_norm_q8(mut self, form: NormQ8) -> Self {
-        self.norm_q8 = form;
-        self
-    }
-
-    /// The form of the norm its bindings quantize in the workgroup.
-    pub fn norm_q8(&self) -> NormQ8 {
-        self.norm_q8
     }
 
     /// The pipelines of `ty`, `input` and `rows` for steps of up to `max_batch` vectors, by
@@ -1370,8 +1342,7 @@ impl MatVec {
     /// The most vectors (≤ `max_batch`) a [`MatVecFusion::quantize_input`] binding of `rows` and
     /// `cols` columns takes: the largest batch capacity whose x̂ fits the adapter's workgroup
     /// memory beside the kernel's other arrays. Refuses a layout under 64 invocations (the norm
-    /// sums over quantize_q8's 64 lanes), in the one-pass form ([`NormQ8::OnePass`]) one of other
-    /// than its 256 (its sum's order is that of 256 lanes), or a row too long for even one vector.
+    /// sums over quantize_q8's 64 lanes) or a row too long for even one vector.
     fn quantizing_capacity(
         &self,
         ctx: &GpuContext,
@@ -1385,20 +1356,15 @@ impl MatVec {
             .into_iter()
             .filter(|&c| c <= max_batch.next_power_of_two())
             .rfind(fits);
-        let lanes_fit = match self.norm_q8.applies(cols) {
-            true => rows.invocations == NormQ8::ONEPASS_LANES,
-            false => rows.invocations >= 64,
-        };
         match capacity {
-            Some(c) if lanes_fit => Ok(c.min(max_batch)),
+            Some(c) if rows.invocations >= 64 => Ok(c.min(max_batch)),
             _ => Err(GpuError::Shape {
                 kernel: Self::NAME,
                 message: format!(
                     "a norm quantized in the workgroup: rows of {cols} in layout {rows} need {} \
                      bytes of workgroup memory for one vector (the adapter has {limit}) and at \
-                     least 64 invocations (exactly {} in the one-pass form)",
+                     least 64 invocations",
                     quantizing_workgroup_bytes(rows, 1, cols),
-                    NormQ8::ONEPASS_LANES
                 ),
             }),
         }
@@ -1538,7 +1504,7 @@ impl MatVec {
                          columns"
                     )));
                 }
-                Input::QuantizedNorm(index, cols as u32, self.norm_q8.applies(cols))
+                Input::QuantizedNorm(index, cols as u32)
             }
             (Some(_), Some(_), _) => {
                 return Err(shape_error(
