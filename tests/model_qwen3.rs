@@ -567,17 +567,14 @@ fn int_dot_decode_quantizes_only_the_inputs_no_kernel_writes_as_blocks() {
     eprintln!("dispatches per step: f32 {f32_path}, int-dot {int_path}, {layers} layers");
     assert!(layers > 0);
     let norm_fold = fak::model::blocks::decode_norm_fold();
-    // FAK_DECODE_FUSE=pquant: W_o and W_down also write the next norm's q8 input, so only the
-    // first layer's attn_norm keeps its quantize dispatch (none with the norm fold).
-    let pquant = fak::model::blocks::decode_fuse("pquant");
-    let quantized = match (norm_fold, pquant) {
-        (true, _) => 0,
-        (false, true) => 1,
-        (false, false) => 2 * layers,
+    // Each layer's two norms quantize in a dispatch of their own (none with the norm fold).
+    let quantized = match norm_fold {
+        true => 0,
+        false => 2 * layers,
     };
     assert_eq!(int_path, f32_path + quantized + 1);
     let mut fed = vec!["attn_output", "ffn_down"];
-    if norm_fold || pquant {
+    if norm_fold {
         fed.extend(["attn_qkv", "ffn_gate_up"]);
     }
     for name in fed {

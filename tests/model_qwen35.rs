@@ -615,19 +615,15 @@ fn int_dot_quantizes_each_input_once_per_step() {
     // gate/up pairing writes it quantized, which it does where ffn_down takes q8 and its blocks
     // tile n_ff); then the head's normed input. The mixer's output is the decode kernel's.
     let norm_fold = fak::model::blocks::decode_norm_fold();
-    // FAK_DECODE_FUSE=pquant: each residual add whose product is fed (W_out, W_o, W_down on
-    // whole blocks of a d of whole blocks) also writes the next norm's q8 input.
-    let pquant = fak::model::blocks::decode_fuse("pquant") && hp.n_embd.is_multiple_of(32);
     let mut inputs: Vec<Vec<&TensorInfo>> = Vec::new();
-    for (i, l) in t.layers.iter().enumerate() {
-        let fed_by_down = pquant && i > 0 && t.layers[i - 1].mlp.down.row_len().is_multiple_of(32);
-        if !norm_fold && !fed_by_down {
+    for l in &t.layers {
+        if !norm_fold {
             inputs.push(match &l.mixer {
                 Mixer::DeltaNet(m) => vec![m.qkv, m.gate, m.beta, m.alpha],
                 Mixer::Attention(m) => vec![m.wq, m.wk, m.wv],
             });
         }
-        if !norm_fold && !pquant {
+        if !norm_fold {
             inputs.push(vec![l.mlp.gate, l.mlp.up]);
         }
         if !l.mlp.down.row_len().is_multiple_of(32) {
@@ -756,26 +752,16 @@ fn int_dot_merge_computes_the_defaults_bits() {
     let seq = e.start(&ids, 2, false).unwrap().seq;
     let ops = e.profile_step(seq).unwrap().ops;
     let named = |name: &str| ops.iter().filter(|op| op.name == name).count();
-    // FAK_DECODE_FUSE=pquant: an attention layer after the first reads the previous W_down's
-    // q8 blocks of its normed input (no quantize dispatch; merged as over the quantize's).
-    let layers = hparams(&path).tensors(&gguf).unwrap().layers;
-    let first_is_attention = matches!(layers[0].mixer, Mixer::Attention(_));
-    let fed = fak::model::blocks::decode_fuse("pquant") && !first_is_attention;
     let merged =
         fak::model::blocks::decode_fuse("merge") && !fak::model::blocks::decode_norm_fold();
-    eprintln!("merge {merged}, fed {fed}: {} ops", ops.len());
+    eprintln!("merge {merged}: {} ops", ops.len());
     assert_eq!(named("attn_v"), usize::from(!merged), "{ops:?}");
     let roped = fak::model::blocks::decode_fuse("rope");
     assert_eq!(named("rope_kv"), usize::from(!roped), "{ops:?}");
     let qk: Vec<_> = ops.iter().filter(|op| op.name == "attn_qk").collect();
     assert_eq!(qk.len(), 1, "{ops:?}");
     // The quantize dispatch is noted with the first product.
-    let want = 1 + usize::from(!fed);
-    assert_eq!(
-        (qk[0].kernel, qk[0].dispatches),
-        ("matvec_q8", want),
-        "{qk:?}"
-    );
+    assert_eq!((qk[0].kernel, qk[0].dispatches), ("matvec_q8", 2), "{qk:?}");
 }
 
 /// The memory plan's activations are what loading allocates, for decode-only, mat-vec and

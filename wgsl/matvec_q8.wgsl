@@ -257,9 +257,6 @@ fn matvec_q8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) coun
     if QUANTIZE_X {
         quantize_input(n, lanes);
     }
-    if Q8_NORM {
-        norm_scales_of_sums(n, lanes);
-    }
     let starts = row_starts(at.team_first, paired);
     var acc: array<vec4<f32>, 8>;
     for (var u = at.lane; u < p.units; u += TEAM * UNROLL) {

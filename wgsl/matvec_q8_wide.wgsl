@@ -388,9 +388,6 @@ fn matvec_q8_wide(@builtin(workgroup_id) wg: vec3<u32>,
     if QUANTIZE_X {
         quantize_input(n, lanes);
     }
-    if Q8_NORM {
-        norm_scales_of_sums(n, lanes);
-    }
     let starts = row_starts(at.team_first, paired);
     var acc: array<vec4<f32>, 8>;
     // MIXED: one copy of the loop per part, so that each sees its part's type as a constant.

@@ -21,10 +21,9 @@
 //! [`MatVec::bind_fused`] takes a [`MatVecFusion`]: an RMSNorm of x folded into the product (the
 //! pre-norm of QKV and of the MLP: x is then the residual stream) and the gate/up pairing that
 //! writes `silu(gate)·up` (W holds the gate rows followed by the up rows). Each saves the
-//! dependent dispatches of the ops it folds in; the math is in wgsl/matvec.wgsl. Opt-in (the
-//! producer-side quantize, `FAK_DECODE_FUSE=pquant`): an accumulating product also writes the
-//! next norm's q8 input with its block sums ([`MatVecFusion::residual_output`]), and a q8 product
-//! reads such vectors with their summed norm ([`MatVecFusion::q8_norm`]).
+//! dependent dispatches of the ops it folds in; the math is in wgsl/matvec.wgsl. (The
+//! producer-side quantize, `FAK_DECODE_FUSE=pquant`, lost on an H100 and was removed:
+//! experiments/NOTES.md, "pqz" and "prune".)
 //!
 //! # The integer path
 //!
@@ -147,13 +146,6 @@ impl MatVecLayout {
     pub const QUANTIZING: MatVecLayout = MatVecLayout::new(256, 16, 1);
     /// The short-row rule's ([`ShortRows::DEFAULT_LAYOUT`]): 4 teams of 16 on 16 rows.
     pub const SHORT: MatVecLayout = MatVecLayout::new(64, 4, 1);
-    /// Teams a layout needs for [`MatVecFusion::residual_output`]: 8 teams of 4 rows own one
-    /// q8 block of the residual.
-    pub const PRODUCING_TEAMS: u32 = 8;
-    /// The layout a residual producer ([`MatVecFusion::residual_output`]) takes unless
-    /// `FAK_MATVEC_RESIDUAL_LAYOUT` names one of [`MatVecLayout::PRODUCING_TEAMS`] teams:
-    /// [`MatVecLayout::INTEGER`]'s 256 invocations in 8 teams of 32 (experiments/NOTES.md, "pqz").
-    pub const PRODUCING: MatVecLayout = MatVecLayout::new(256, 8, 1);
 
     /// The layouts kept after the H200 (experiments/NOTES.md, decode-matvec): the f32 path's
     /// default, the integer path's, and the quantizing gate/up pairing's. experiments/matvec-bench
@@ -257,7 +249,7 @@ impl MatVecLayout {
         (input, second): (Input, Option<GgmlType>),
         (batch, split): (bool, u32),
     ) -> MatVecLayout {
-        let q8 = matches!(input, Input::Q8(_) | Input::Q8Norm(_)) && second.is_none();
+        let q8 = matches!(input, Input::Q8(_)) && second.is_none();
         let batched = (self.batched || (batch && self.wide)) && q8;
         let split = match self.split {
             0 => split,
@@ -343,8 +335,7 @@ impl MatVecLayout {
     /// `FAK_MATVEC_RESIDUAL_LAYOUT` (opt-in; [`MatVecLayout::parse`]'s syntax): the layout of
     /// every binding that accumulates into its output and names none — a decode step's residual
     /// adds (ffn_down, gdn_out, attn_output) — ahead of `FAK_MATVEC_LAYOUT`, so those products
-    /// alone can be timed in another layout (experiments/NOTES.md, "pqz": a producer that
-    /// quantizes the residual must own whole 32-row blocks, e.g. `256/8/1`).
+    /// alone can be timed in another layout (experiments/NOTES.md, "pqz").
     pub fn residual_from_env() -> Result<Option<MatVecLayout>, GpuError> {
         Self::from_var("FAK_MATVEC_RESIDUAL_LAYOUT")
     }
@@ -549,13 +540,7 @@ struct Params {
     part2: u32,
     /// The weight's ggml type id (read by mixed pipelines).
     ggml_type: u32,
-    /// The element index of vector 0's first block sum in yd (a residual producer) or xd (a
-    /// Q8_NORM product).
-    sum_index: u32,
 }
-/// `Params::quantize_out` (QUANTIZE_PAIRED, QUANTIZE_RESIDUAL of the WGSL).
-const QUANTIZE_PAIRED: u32 = 1;
-const QUANTIZE_RESIDUAL: u32 = 2;
 
 /// The index in [`BATCH_CAPACITIES`] of the smallest capacity that holds `n_tokens` vectors.
 fn capacity_index(n_tokens: u32) -> usize {
@@ -693,28 +678,6 @@ pub struct MatVecFusion<'a> {
     /// `quantize_input` or `q8`, the wide form for both types (Q4_K, Q6_K), the same `cols`, no
     /// pairing or quantized output, and each weight in one binding ([`MatVec::mixes`]).
     pub second: Option<SecondWeight<'a>>,
-    /// With `q8`: those vectors are a residual producer's blocks of x·w (`residual_output`,
-    /// [`Q8Vectors::with_sums`]), and the product takes RMSNorm(x)·w by scaling each vector's
-    /// totals by 1 / sqrt(Σ x² / cols + eps), Σ x² summed from the vectors' block sums, with this
-    /// eps (wgsl/matvec.wgsl, Q8_NORM). Not a quantize dispatch's bits: a relative-error bound.
-    pub q8_norm: Option<f32>,
-    /// Also write the accumulated outputs (the residual stream, `accumulate` on) as the q8 blocks
-    /// of y·`next_norm` and their block sums of squares (wgsl/matvec.wgsl, QUANTIZE_RESIDUAL):
-    /// the input of a `q8_norm` product after the next RMSNorm, which then needs no quantize
-    /// dispatch. Needs `accumulate`, `rows` a multiple of 32 in one range, a layout of
-    /// [`MatVecLayout::PRODUCING_TEAMS`] teams (the binding takes [`MatVecLayout::PRODUCING`]
-    /// where it names none and `FAK_MATVEC_RESIDUAL_LAYOUT` names none of that many), no pairing,
-    /// no second weight.
-    pub residual_output: Option<ResidualOutput<'a>>,
-}
-
-/// Where a residual producer writes the next norm's q8 input ([`MatVecFusion::residual_output`]).
-#[derive(Clone, Copy)]
-pub struct ResidualOutput<'a> {
-    /// Vectors of `rows` columns made by [`Q8Vectors::with_sums`].
-    pub vectors: &'a Q8Vectors,
-    /// The next RMSNorm's weight: `rows` f32 values.
-    pub next_norm: &'a wgpu::Buffer,
 }
 
 /// The input of a mixed binding ([`MatVec::mixes`]).
@@ -786,9 +749,6 @@ enum Input {
     Normed,
     /// x as q8 blocks; the index in `MatVec::Q8_TYPES`.
     Q8(usize),
-    /// x as a residual producer's q8 blocks of x·w, the norm's 1 / rms taken from their block
-    /// sums (Q8_NORM; [`MatVecFusion::q8_norm`]); the index in `MatVec::Q8_TYPES`.
-    Q8Norm(usize),
     /// x RMS-normed and quantized to q8 blocks inside each workgroup (QUANTIZE_X): the index
     /// in `MatVec::Q8_TYPES` and the row length.
     QuantizedNorm(usize, u32),
@@ -797,10 +757,7 @@ enum Input {
 impl Input {
     /// Whether the product multiplies q8 codes (the integer path's kernels).
     fn is_q8(self) -> bool {
-        matches!(
-            self,
-            Input::Q8(_) | Input::Q8Norm(_) | Input::QuantizedNorm(..)
-        )
+        matches!(self, Input::Q8(_) | Input::QuantizedNorm(..))
     }
 }
 
@@ -890,8 +847,6 @@ fn spec(
     let (entry_point, what) = match input {
         Input::Q8(_) if rows.wide => ("matvec_q8_wide", "q8"),
         Input::Q8(_) => ("matvec_q8", "q8"),
-        Input::Q8Norm(_) if rows.wide => ("matvec_q8_wide", "q8 summed norm"),
-        Input::Q8Norm(_) => ("matvec_q8", "q8 summed norm"),
         Input::QuantizedNorm(..) if rows.wide => ("matvec_q8_wide", "normed q8"),
         Input::QuantizedNorm(..) => ("matvec_q8", "normed q8"),
         Input::Normed => ("matvec", "normed f32"),
@@ -900,14 +855,13 @@ fn spec(
     // Only the int-dot module declares QUANTIZE_X and X_COLS.
     let mut constants = match input {
         Input::QuantizedNorm(_, cols) => vec![("QUANTIZE_X", 1.0), ("X_COLS", f64::from(cols))],
-        Input::Q8Norm(_) => vec![("Q8_NORM", 1.0)],
         _ => Vec::new(),
     };
     if let Some(second) = second {
         constants.push(("MIXED", 1.0));
         constants.push(("SECOND_TYPE", f64::from(second.id())));
         // Beside q8 vectors the second weight's blocks take binding 10 (see the WGSL header).
-        if matches!(input, Input::Q8(_) | Input::Q8Norm(_)) {
+        if matches!(input, Input::Q8(_)) {
             constants.push(("MIXED_Q8", 1.0));
         }
     }
@@ -1036,13 +990,8 @@ impl Kernel for MatVec {
             pipelines.push(spec(GgmlType::Q6_K, normed(3), 1, wide[0], mixed_aligned));
             // The batched form: both types, and the unrolled loop.
             let batched = MatVecLayout::BATCHED_CANDIDATES;
-            let words = (None, Q6Loads::Words);
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), batched[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), batched[2]));
-            // A residual producer's q8 blocks read with their summed norm (opt-in), batched
-            // and narrow.
-            pipelines.push(spec(GgmlType::Q4_K, Input::Q8Norm(1), 8, batched[0], words));
-            pipelines.push(spec(GgmlType::Q8_0, Input::Q8Norm(0), 2, rows, words));
             // Q6_K's lean units (opt-in): batched, and mixed with the norm quantized in the
             // workgroup.
             let lean = (None, Q6Loads::Lean);
@@ -1477,24 +1426,13 @@ impl MatVec {
                     ty,
                 })
         };
-        if fusion.q8_norm.is_some() && fusion.q8.is_none() {
-            return Err(shape_error("a summed norm needs q8 vectors".into()));
-        }
         let input = match (fusion.norm, fusion.q8, fusion.quantize_input) {
             (None, None, false) => Input::F32,
             (Some(_), None, false) => Input::Normed,
             (None, Some(q8), false) => {
                 let index = q8_index()?;
                 q8.check(Self::NAME, cols, io.max_batch)?;
-                match fusion.q8_norm {
-                    Some(_) if !q8.sums => {
-                        return Err(shape_error(
-                            "a summed norm needs q8 vectors with block sums".into(),
-                        ));
-                    }
-                    Some(_) => Input::Q8Norm(index),
-                    None => Input::Q8(index),
-                }
+                Input::Q8(index)
             }
             (Some(_), None, true) => {
                 let index = q8_index()?;
@@ -1525,20 +1463,9 @@ impl MatVec {
             true => self.residual.or(self.rows),
             false => self.rows,
         };
-        // A residual producer takes the residual layout where it has the teams, else PRODUCING.
-        let named = match fusion.residual_output {
-            Some(_) => named.filter(|l| l.teams == MatVecLayout::PRODUCING_TEAMS),
-            None => named,
-        };
-        let by_input = match fusion.residual_output {
-            Some(_) => MatVecLayout::PRODUCING,
-            None => by_input,
-        };
-        // Short rows (opt-in): q8 vectors from global memory, one weight, no residual producer.
-        let short = match (input, fusion.second, fusion.residual_output) {
-            (Input::Q8(_) | Input::Q8Norm(_), None, None) => {
-                self.short.and_then(|s| s.layout_of(rows, cols))
-            }
+        // Short rows: q8 vectors from global memory, one weight.
+        let short = match (input, fusion.second) {
+            (Input::Q8(_), None) => self.short.and_then(|s| s.layout_of(rows, cols)),
             _ => None,
         };
         let rows_layout = fusion
@@ -1568,34 +1495,6 @@ impl MatVec {
                 )));
             }
         }
-        if let Some(out) = fusion.residual_output {
-            let q8 = out.vectors;
-            if !io.accumulate
-                || fusion.swiglu
-                || fusion.second.is_some()
-                || fusion.quantize_output.is_some()
-                || rows_layout.teams != MatVecLayout::PRODUCING_TEAMS
-                || !rows.is_multiple_of(Q8_BLOCK)
-                || !q8.sums
-                || q8.cols != rows
-            {
-                return Err(shape_error(format!(
-                    "a residual's q8 output needs an accumulating product of whole 32-row \
-                     blocks ({rows} rows), no pairing, second weight or other quantized output, \
-                     a layout of {} teams (not {rows_layout}) and vectors of {rows} columns \
-                     with block sums",
-                    MatVecLayout::PRODUCING_TEAMS
-                )));
-            }
-            q8.check(Self::NAME, rows, io.max_batch)?;
-            if out.next_norm.size() < 4 * rows || 4 * rows > max_binding {
-                return Err(shape_error(format!(
-                    "the next norm's weight needs {} bytes in one binding; its buffer has {}",
-                    4 * rows,
-                    out.next_norm.size()
-                )));
-            }
-        }
         let max_batch = match input {
             Input::QuantizedNorm(..) => {
                 self.quantizing_capacity(ctx, rows_layout, cols, io.max_batch)?
@@ -1606,10 +1505,8 @@ impl MatVec {
         let second_type = fusion.second.map(|s| s.shape.ty);
         if let Some(second) = fusion.second {
             let wide = |t| MatVecLayout::wide_serves(t, input);
-            if !matches!(
-                input,
-                Input::QuantizedNorm(..) | Input::Q8(_) | Input::Q8Norm(_)
-            ) || !rows_layout.wide
+            if !matches!(input, Input::QuantizedNorm(..) | Input::Q8(_))
+                || !rows_layout.wide
                 || !wide(second.shape.ty)
                 || second.shape.cols != cols
                 || fusion.swiglu
@@ -1671,12 +1568,9 @@ impl MatVec {
         let units = cols.div_ceil(unit_elems);
         let max_per_dimension = ctx.device.limits().max_compute_workgroups_per_dimension;
         let ranges = split_rows("a matvec weight", w_rows, &[row_bytes], max_binding, align)?;
-        let producing = fusion.residual_output.is_some();
-        if (fusion.swiglu || mixed || producing) && ranges.len() > 1 {
+        if (fusion.swiglu || mixed) && ranges.len() > 1 {
             return Err(GpuError::TooLarge {
-                what: "a gate/up pairing's, a mixed binding's or a residual producer's weights \
-                       (bytes)"
-                    .into(),
+                what: "a gate/up pairing's or a mixed binding's weights (bytes)".into(),
                 size: w_rows * row_bytes,
                 limit: max_binding,
                 limit_name: "max_storage_buffer_binding_size",
@@ -1716,8 +1610,8 @@ impl MatVec {
             true => (rows * row_bytes, rows_layout.rows_per_workgroup() / 2),
             false => (0, rows_layout.rows_per_workgroup()),
         };
-        let own_out = match (fusion.quantize_output, fusion.residual_output) {
-            (None, None) if Self::owns_placeholder_out() => {
+        let own_out = match fusion.quantize_output {
+            None if Self::owns_placeholder_out() => {
                 Some(storage_buffer(ctx, "matvec output placeholder (own)", 16)?)
             }
             _ => None,
@@ -1755,12 +1649,7 @@ impl MatVec {
                 let placeholder = self.placeholder.as_entire_binding();
                 // xq, xd: the whole q8 vectors of a q8 binding (vector b at b·cols/4, b·cols/32).
                 let batch = u64::from(io.max_batch);
-                // A Q8_NORM binding's xd holds the block sums behind the scales: all of it.
                 let (xq, xd) = match fusion.q8 {
-                    Some(q8) if fusion.q8_norm.is_some() => (
-                        Window::around(0, batch * cols, align).binding(&q8.codes),
-                        Window::around(0, q8.scale_bytes(), align).binding(&q8.scales),
-                    ),
                     Some(q8) => (
                         Window::around(0, batch * cols, align).binding(&q8.codes),
                         Window::around(0, 4 * batch * cols / Q8_BLOCK, align).binding(&q8.scales),
@@ -1780,23 +1669,12 @@ impl MatVec {
                     .as_ref()
                     .unwrap_or(&self.placeholder_out)
                     .as_entire_binding();
-                let (yq, yd) = match (fusion.quantize_output, fusion.residual_output) {
-                    (Some(q8), _) => (
+                let (yq, yd) = match fusion.quantize_output {
+                    Some(q8) => (
                         Window::around(0, batch * rows, align).binding(&q8.codes),
                         Window::around(0, 4 * batch * rows / Q8_BLOCK, align).binding(&q8.scales),
                     ),
-                    // The scales and the block sums behind them.
-                    (None, Some(r)) => (
-                        Window::around(0, batch * rows, align).binding(&r.vectors.codes),
-                        Window::around(0, r.vectors.scale_bytes(), align)
-                            .binding(&r.vectors.scales),
-                    ),
-                    (None, None) => (out.clone(), out),
-                };
-                let sum_index = match (fusion.residual_output, fusion.q8) {
-                    (Some(r), _) => r.vectors.sum_index(),
-                    (None, Some(q8)) if fusion.q8_norm.is_some() => q8.sum_index(),
-                    _ => 0,
+                    None => (out.clone(), out),
                 };
                 // split_rows keeps each range inside one binding (< 2^31 bytes): these fit u32.
                 let params = Params {
@@ -1811,16 +1689,11 @@ impl MatVec {
                     y_stride: y.stride,
                     accumulate: u32::from(io.accumulate),
                     wide,
-                    eps: norm.map_or(fusion.q8_norm.unwrap_or(0.0), |(n, _)| n.eps),
+                    eps: norm.map_or(0.0, |(n, _)| n.eps),
                     pair_byte: pair_byte as u32,
-                    quantize_out: match (fusion.quantize_output, fusion.residual_output) {
-                        (Some(_), _) => QUANTIZE_PAIRED,
-                        (None, Some(_)) => QUANTIZE_RESIDUAL,
-                        (None, None) => 0,
-                    },
+                    quantize_out: u32::from(fusion.quantize_output.is_some()),
                     part2: len.div_ceil(outputs_per_workgroup) as u32,
                     ggml_type: ty.id(),
-                    sum_index: sum_index as u32,
                 };
                 // The second weight's params: its rows, bytes and outputs; x as the first's;
                 // its blocks read with word loads (no w16 view of binding 8).
@@ -1844,7 +1717,7 @@ impl MatVec {
                         let blocks = window.binding(sw.weights);
                         let y2 = y2.window.binding(sw.y.buffer);
                         match input {
-                            Input::Q8(_) | Input::Q8Norm(_) => (xq, blocks, y2),
+                            Input::Q8(_) => (xq, blocks, y2),
                             _ => (blocks, yq, y2),
                         }
                     }
@@ -1862,12 +1735,7 @@ impl MatVec {
                         step.clone(),
                         w_wide.map_or(placeholder.clone(), |w| w.binding(io.weights)),
                         x16,
-                        match fusion.residual_output {
-                            Some(r) => Window::around(0, 4 * rows, align).binding(r.next_norm),
-                            None => {
-                                norm.map_or(placeholder, |(n, window)| window.binding(n.weight))
-                            }
-                        },
+                        norm.map_or(placeholder, |(n, window)| window.binding(n.weight)),
                         xq,
                         xd,
                         yq,
@@ -1899,15 +1767,9 @@ impl MatVec {
             None => 4 * cols,
         };
         let y_bytes = 4 * rows * if io.accumulate { 2 } else { 1 };
-        // A residual producer also writes the block sums and reads the next norm's weight; a
-        // Q8_NORM product reads the block sums.
-        let q8_out = match (fusion.quantize_output, fusion.residual_output) {
-            (Some(_), _) => Q8Vectors::bytes_per_vector(rows),
-            (None, Some(_)) => Q8Vectors::bytes_per_vector(rows) + 4 * rows / Q8_BLOCK,
-            (None, None) => 0,
-        };
-        let next_norm = fusion.residual_output.map_or(0, |_| 4 * rows);
-        let x_bytes = x_bytes + fusion.q8_norm.map_or(0, |_| 4 * cols / Q8_BLOCK);
+        let q8_out = fusion
+            .quantize_output
+            .map_or(0, |_| Q8Vectors::bytes_per_vector(rows));
         let (norm_weight, norm_reread) = match fusion.norm {
             Some(n) if n.shared => (0, 4 * cols),
             Some(_) => (4 * cols, 0),
@@ -1927,7 +1789,7 @@ impl MatVec {
                 true => "matvec_q8",
                 false => Self::NAME,
             },
-            weight_bytes: w_rows * row_bytes + norm_weight + second_w + next_norm,
+            weight_bytes: w_rows * row_bytes + norm_weight + second_w,
             step_bytes: norm_reread,
             vector_bytes: x_bytes + y_bytes + q8_out + second_y,
             vector_flops: 2 * (w_rows + second_rows) * cols,

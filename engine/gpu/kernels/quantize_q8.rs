@@ -53,16 +53,12 @@ pub type CodesAndScales = (Vec<i8>, Vec<f32>);
 
 /// Up to `max_batch` vectors of up to `cols` elements as 8-bit blocks: vector b of c columns has
 /// its codes (4 per u32, i8 each) at word b·c/4 of `codes` and its block scales at b·c/32 of
-/// `scales` (wgsl/quantize_q8.wgsl). Vectors [`Q8Vectors::with_sums`] made also hold, behind
-/// the scales, one f32 per block: the sum of squares of the values a residual producer quantized
-/// (wgsl/matvec.wgsl, QUANTIZE_RESIDUAL), vector b's from [`Q8Vectors::sum_index`] + b·c/32.
+/// `scales` (wgsl/quantize_q8.wgsl).
 pub struct Q8Vectors {
     pub codes: wgpu::Buffer,
     pub scales: wgpu::Buffer,
     pub cols: u64,
     pub max_batch: u32,
-    /// The scales buffer holds the block sums behind the scales.
-    pub sums: bool,
 }
 
 impl Q8Vectors {
@@ -73,27 +69,6 @@ impl Q8Vectors {
         cols: u64,
         max_batch: u32,
     ) -> Result<Q8Vectors, GpuError> {
-        Self::allocate(ctx, label, cols, max_batch, false)
-    }
-
-    /// [`Q8Vectors::new`] with room for a block sum of squares behind the scales (the
-    /// producer-side quantize's vectors: wgsl/matvec.wgsl, QUANTIZE_RESIDUAL and Q8_NORM).
-    pub fn with_sums(
-        ctx: &GpuContext,
-        label: &str,
-        cols: u64,
-        max_batch: u32,
-    ) -> Result<Q8Vectors, GpuError> {
-        Self::allocate(ctx, label, cols, max_batch, true)
-    }
-
-    fn allocate(
-        ctx: &GpuContext,
-        label: &str,
-        cols: u64,
-        max_batch: u32,
-        sums: bool,
-    ) -> Result<Q8Vectors, GpuError> {
         if cols == 0 || !cols.is_multiple_of(Q8_BLOCK) || max_batch == 0 {
             return Err(shape_error(
                 QuantizeQ8::NAME,
@@ -101,29 +76,12 @@ impl Q8Vectors {
             ));
         }
         let n = u64::from(max_batch) * cols;
-        let per_block = if sums { 2 } else { 1 };
         Ok(Q8Vectors {
             codes: storage_buffer(ctx, &format!("{label} q8 codes"), n)?,
-            scales: storage_buffer(
-                ctx,
-                &format!("{label} q8 scales"),
-                4 * per_block * n / Q8_BLOCK,
-            )?,
+            scales: storage_buffer(ctx, &format!("{label} q8 scales"), 4 * n / Q8_BLOCK)?,
             cols,
             max_batch,
-            sums,
         })
-    }
-
-    /// The element index in `scales` of vector 0's first block sum (behind every vector's
-    /// scales); the scales' length without sums.
-    pub fn sum_index(&self) -> u64 {
-        u64::from(self.max_batch) * self.cols / Q8_BLOCK
-    }
-
-    /// The bytes of `scales` the kernels read or write: the scales, and the sums where held.
-    pub fn scale_bytes(&self) -> u64 {
-        4 * self.sum_index() * if self.sums { 2 } else { 1 }
     }
 
     /// Bytes of one vector of `cols` columns: its codes and its blocks' scales.

@@ -12,7 +12,6 @@ use crate::gpu::kernels::matmul::{MatmulInput, MatmulNorm, MatmulOutput};
 use crate::gpu::kernels::matvec::{
     InputNorm, MatVecBinding, MatVecFusion, MatVecShape, MixedInput, SecondWeight,
 };
-use crate::gpu::kernels::quantize_q8::Q8Vectors;
 use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::support::View;
 use crate::gpu::profile::StepMarks;
@@ -41,12 +40,6 @@ struct NormedLinears {
     /// parts as one mixed mat-vec over `quantized` — (the part it runs at and names, the part
     /// it computes too, the binding).
     merged: Option<(usize, usize, MatVecBinding)>,
-    /// With `FAK_DECODE_FUSE=pquant`, where the previous residual add writes this norm's q8
-    /// input ([`super::ResidualLinks::input`]): the decode dispatches over those blocks with
-    /// their summed norm (`MatVecFusion::q8_norm`), in part order — (i, Some(b)): part i's
-    /// product (and with `merge`, mixed, the other q8 part's too); (i, None): f32 part i's
-    /// folded binding — so the step needs no quantize dispatch. Empty otherwise.
-    prefed: Vec<(usize, Option<MatVecBinding>)>,
 }
 
 /// One weight of [`NormedLinears`]: its shape, bytes, and where its outputs go.
@@ -64,7 +57,6 @@ impl NormedLinears {
         (x, h): (&wgpu::Buffer, &wgpu::Buffer),
         norm_weight: &TensorInfo,
         parts: &[NormedPart<'_>],
-        input: Option<&Q8Vectors>,
     ) -> Result<NormedLinears, ModelError> {
         let width = norm_weight.n_elements() as usize;
         let weight = b.vector(norm_weight)?;
@@ -130,75 +122,13 @@ impl NormedLinears {
             }
             _ => None,
         };
-        let prefed = match (&quantized, input) {
-            (Some(_), Some(input)) => Self::bind_prefed(b, x, input, parts, &bound)?,
-            _ => Vec::new(),
-        };
         Ok(NormedLinears {
             norm,
             quantized,
             parts: bound,
             quantizing,
             merged,
-            prefed,
         })
-    }
-
-    /// `FAK_DECODE_FUSE=pquant`: the q8 parts over the producer's blocks `input` with their
-    /// summed norm — the two as one mixed dispatch where `merge` is on and the kernel can mix
-    /// them — and f32 parts None (their folded bindings serve); empty where some part has no
-    /// folded binding or the vectors do not fit.
-    fn bind_prefed(
-        b: &Binder,
-        x: &wgpu::Buffer,
-        input: &Q8Vectors,
-        parts: &[NormedPart<'_>],
-        bound: &[(Linear, Option<MatVecBinding>)],
-    ) -> Result<Vec<(usize, Option<MatVecBinding>)>, GpuError> {
-        if bound.iter().any(|(_, folded)| folded.is_none()) {
-            return Ok(Vec::new());
-        }
-        let fusion = MatVecFusion {
-            q8: Some(input),
-            q8_norm: Some(b.eps),
-            ..MatVecFusion::default()
-        };
-        let q8_parts: Vec<usize> = (0..parts.len())
-            .filter(|&i| QuantizedInput::takes(parts[i].shape.ty))
-            .collect();
-        let merged = match super::decode_fuse("merge") {
-            true => Self::bind_merged(b, x, fusion, parts, &q8_parts)?,
-            false => None,
-        };
-        let skip = merged.as_ref().map(|(_, other, _)| *other);
-        let mut merged = merged.map(|(lead, _, binding)| (lead, binding));
-        let mut out = Vec::with_capacity(parts.len());
-        for (i, p) in parts.iter().enumerate() {
-            if skip == Some(i) {
-                // Computed by the mixed dispatch listed at its lead part.
-                continue;
-            }
-            if !q8_parts.contains(&i) {
-                out.push((i, None));
-                continue;
-            }
-            if merged.as_ref().is_some_and(|(lead, _)| *lead == i) {
-                out.push((i, merged.take().map(|(_, binding)| binding)));
-                continue;
-            }
-            match b.fold(p.shape, p.weights, x, p.y, fusion)? {
-                Some(binding) => out.push((i, Some(binding))),
-                None => return Ok(Vec::new()),
-            }
-        }
-        Ok(out)
-    }
-
-    /// The decode dispatches of a step of `n` vectors over the producer's blocks (with part i's
-    /// name for each: its prefed binding, or an f32 part's folded one), where bound and every
-    /// one holds `n`.
-    fn prefed(&self, n: u32) -> Option<Vec<(usize, &MatVecBinding)>> {
-        self.holding(&self.prefed, n)
     }
 
     /// Each listed part's binding (else the part's own), where `list` is not empty and every
@@ -223,8 +153,8 @@ impl NormedLinears {
     }
 
     /// `FAK_DECODE_FUSE=merge`: where exactly two parts are q8 products and the kernel can mix
-    /// them, one mixed binding over the q8 input of `input` (the quantize dispatch's vectors,
-    /// or with `pquant` a producer's with their summed norm), with a Q6_K part as the second
+    /// them, one mixed binding over the q8 input of `input` (the quantize dispatch's vectors),
+    /// with a Q6_K part as the second
     /// weight (its blocks take the word loads either way, where a Q4_K first weight keeps its
     /// 16-byte loads), run at the earlier part. None where it does not apply.
     fn bind_merged(
@@ -349,16 +279,6 @@ impl NormedLinears {
         (norm_name, names): (&'static str, &[&'static str]),
     ) -> Result<(), GpuError> {
         if marks.kind == StepKind::Decode
-            && let Some(bindings) = self.prefed(n)
-        {
-            // The previous residual add wrote this norm's q8 input: no quantize dispatch.
-            for (i, binding) in bindings {
-                let recorded = marks.probed(names[i], pass, |p| k.matvec.encode(p, binding, n))?;
-                marks.op(pass, names[i], recorded);
-            }
-            return Ok(());
-        }
-        if marks.kind == StepKind::Decode
             && let Some(bindings) = self.quantizing(n)
         {
             for (i, binding) in bindings {
@@ -452,7 +372,7 @@ impl StackedProjections {
     pub fn bind<'b>(
         b: &Binder,
         (x, h): (&wgpu::Buffer, &wgpu::Buffer),
-        (norm, input): (&TensorInfo, Option<&Q8Vectors>),
+        norm: &TensorInfo,
         parts: &[Projection<'_, 'b>],
         name: impl Fn(std::ops::Range<usize>) -> &'static str,
     ) -> Result<(StackedProjections, Vec<Placed<'b>>), ModelError> {
@@ -496,7 +416,7 @@ impl StackedProjections {
                 y,
             });
         }
-        let linears = NormedLinears::bind(b, (x, h), norm, &stacked, input)?;
+        let linears = NormedLinears::bind(b, (x, h), norm, &stacked)?;
         let names = runs.into_iter().map(name).collect();
         Ok((StackedProjections { linears, names }, placed))
     }
