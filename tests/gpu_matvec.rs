@@ -7,8 +7,8 @@
 //! code is shared with `harness selftest` (harness/checks/matvec.rs).
 
 use fak::gpu::kernels::matvec::{
-    InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, MixedInput, Q6Loads,
-    SecondWeight, ShortRows,
+    InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, Q6Loads, SecondWeight,
+    ShortRows,
 };
 use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
 use fak::gpu::step::MAX_BATCH;
@@ -1073,38 +1073,6 @@ fn the_integer_path_folds_the_norm_into_the_quantization_and_pairs_gate_and_up()
     }
 }
 
-/// The norm quantized inside each workgroup (`MatVecFusion::quantize_input`: the decode fold
-/// of the quantize dispatch before the projections and gate/up): the model's two uses (QKV; the
-/// MLP's pairing with strided x), every batch, both reductions, narrow and wide, against W·x̂
-/// and bit for bit against the product of quantize_q8's vectors (rows past the batch poisoned).
-/// The subgroup variant takes every integer type; the workgroup-tree one a type per form (each
-/// type costs four pipeline builds, seconds each on lavapipe).
-#[test]
-fn the_norm_quantized_in_the_workgroup_is_the_quantize_dispatchs_product_bit_for_bit() {
-    let ctx = gpu();
-    let mut seed = 0x3a7e_b000;
-    for paths in variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot) {
-        for layout in [MatVecLayout::INTEGER, MatVecLayout::INTEGER.widened()] {
-            let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
-            let quantizer = quantizer(ctx, &kernel);
-            let types: &[GgmlType] = match (paths.subgroup, layout.wide) {
-                (true, false) => &MatVec::Q8_TYPES,
-                (true, true) => &[GgmlType::Q4_K, GgmlType::Q6_K],
-                (false, false) => &[GgmlType::Q4_K],
-                (false, true) => &[GgmlType::Q6_K],
-            };
-            for &ty in types {
-                for fusion in FUSIONS.into_iter().filter(|&(norm, ..)| norm) {
-                    seed += 1;
-                    let rows = if fusion.1 { 5 } else { 7 };
-                    let path = Path::Q8InWorkgroup(&quantizer);
-                    assert_all(check_fused(ctx, &kernel, path, ty, rows, fusion, seed));
-                }
-            }
-        }
-    }
-}
-
 /// The norm's q8 blocks (quantize_q8's NORM pipeline) against the CPU's RMSNorm(x)·nw in f64:
 /// each block's scale within the norm's f32 rounding of max |v| / 127, each code's value within
 /// half a step of v, no NaN (codes poisoned to −128, which no block writes, scales to NaN). Rows
@@ -1193,9 +1161,9 @@ fn the_normed_quantize_rounds_the_normed_row_as_the_cpu_does() {
 /// the decode merge of a Q6_K projection run with a Q4_K one) writes each weight's outputs bit
 /// for bit as that weight's own binding does, and both within the f32 bound of W·x̂ (x̂ what
 /// quantize_q8 makes of the normed x): both orders of the types, ragged row counts, every batch,
-/// both reductions (the default, aligned and lean Q6_K loads); outputs poisoned, rows past the batch left alone. Both inputs: the norm
-/// quantized in the workgroup, and the quantize dispatch's q8 vectors (`FAK_DECODE_FUSE=merge`:
-/// the second weight's blocks in binding 10), each against the single bindings of the fold.
+/// both reductions (the default, aligned and lean Q6_K loads); outputs poisoned, rows past the
+/// batch left alone. The input is the quantize dispatch's q8 vectors (`FAK_DECODE_FUSE=merge`:
+/// the second weight's blocks in binding 10), against each weight's single binding over them.
 #[test]
 fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
     let ctx = gpu();
@@ -1216,11 +1184,6 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
         weight: &nwb,
         eps: 1e-6,
         shared: false,
-    };
-    let fold = MatVecFusion {
-        norm: Some(norm),
-        quantize_input: true,
-        ..MatVecFusion::default()
     };
     let layout = MatVecLayout::INTEGER.widened();
     // The first int-dot variant with the aligned Q6_K loads and in the lean form, the others
@@ -1253,9 +1216,7 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                 rows: rows[i],
                 cols,
             });
-            for input in [MixedInput::QuantizedNorm, MixedInput::Q8] {
-                assert!(kernel.mixes(ctx, (shapes[0], shapes[1]), None, input));
-            }
+            assert!(kernel.mixes(ctx, (shapes[0], shapes[1]), None));
             let bytes = [0, 1].map(|i| {
                 random_weights(
                     types[i],
@@ -1269,10 +1230,17 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
             for n in BATCHES {
                 let step = StepBuffer::new(ctx);
                 step.set(ctx, Step::new(0, n, 0));
-                // Each weight alone, then both mixed, then both mixed over the q8 vectors.
+                // x quantized, then each weight alone over its vectors, then both mixed.
                 let alone = [0, 1].map(|i| poisoned_f32(ctx, "y", batch * rows[i]));
                 let mixed = [0, 1].map(|i| poisoned_f32(ctx, "y", batch * rows[i]));
-                let mixed_q8 = [0, 1].map(|i| poisoned_f32(ctx, "y", batch * rows[i]));
+                let q8 = poisoned_q8(ctx, cols, MAX_BATCH);
+                let quantize = quantizer
+                    .bind(ctx, x_act, cols, Some(norm), &q8, &step, MAX_BATCH)
+                    .unwrap();
+                let over_q8 = MatVecFusion {
+                    q8: Some(&q8),
+                    ..MatVecFusion::default()
+                };
                 let io = |i: usize, y| MatVecIo {
                     weights: &w[i],
                     weights_offset: 0,
@@ -1284,7 +1252,7 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                 };
                 let singles = [0, 1].map(|i| {
                     kernel
-                        .bind_fused(ctx, shapes[i], &io(i, &alone[i]), fold)
+                        .bind_fused(ctx, shapes[i], &io(i, &alone[i]), over_q8)
                         .unwrap()
                 });
                 let both = MatVecFusion {
@@ -1293,7 +1261,7 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                         weights: &w[1],
                         y: Activations::contiguous(&mixed[1], rows[1]),
                     }),
-                    ..fold
+                    ..over_q8
                 };
                 let binding = kernel
                     .bind_fused(ctx, shapes[0], &io(0, &mixed[0]), both)
@@ -1301,160 +1269,39 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                 // The first weight's binding; the second's blocks keep the word loads.
                 let aligned = q6 == Q6Loads::Aligned && types[0] == GgmlType::Q6_K;
                 assert_eq!(binding.q6_aligned(), aligned, "{paths} {q6:?} {types:?}");
-                let q8 = poisoned_q8(ctx, cols, MAX_BATCH);
-                let quantize = quantizer
-                    .bind(ctx, x_act, cols, Some(norm), &q8, &step, MAX_BATCH)
-                    .unwrap();
-                let over_q8 = MatVecFusion {
-                    q8: Some(&q8),
-                    second: Some(SecondWeight {
-                        shape: shapes[1],
-                        weights: &w[1],
-                        y: Activations::contiguous(&mixed_q8[1], rows[1]),
-                    }),
-                    ..MatVecFusion::default()
-                };
-                let binding_q8 = kernel
-                    .bind_fused(ctx, shapes[0], &io(0, &mixed_q8[0]), over_q8)
-                    .unwrap();
                 ctx.run_pass("mixed", |pass| {
+                    quantizer.encode(pass, &quantize, n).unwrap();
                     for single in &singles {
                         kernel.encode(pass, single, n).unwrap();
                     }
                     kernel.encode(pass, &binding, n).unwrap();
-                    quantizer.encode(pass, &quantize, n).unwrap();
-                    kernel.encode(pass, &binding_q8, n).unwrap();
                 })
                 .unwrap();
                 let x_hat = x_hat_of(ctx, &q8, cols, n);
-                for (input, outputs) in [("normed", &mixed), ("q8", &mixed_q8)] {
-                    for i in 0..2 {
-                        let what = format!(
-                            "{paths} {q6:?} {types:?} {input} part {i} ({}) batch {n}",
-                            types[i]
-                        );
-                        let bytes_of = |y: &wgpu::Buffer| {
-                            read_back_f32(ctx, y, 0..4 * batch * rows[i]).unwrap()
-                        };
-                        let (got, own) = (bytes_of(&outputs[i]), bytes_of(&alone[i]));
-                        let split = (u64::from(n) * rows[i]) as usize;
-                        assert!(
-                            got[..split]
-                                .iter()
-                                .zip(&own[..split])
-                                .all(|(a, b)| a.to_bits() == b.to_bits()),
-                            "{what}: the mixed binding's outputs are not its own binding's"
-                        );
-                        assert!(
-                            got[split..].iter().all(|v| v.is_nan()),
-                            "{what}: wrote past the batch"
-                        );
-                        let weights = (types[i], &bytes[i][..], rows[i]);
-                        assert_near_q8_oracle(&what, &got[..split], weights, &x_hat);
-                    }
+                for i in 0..2 {
+                    let what =
+                        format!("{paths} {q6:?} {types:?} part {i} ({}) batch {n}", types[i]);
+                    let bytes_of =
+                        |y: &wgpu::Buffer| read_back_f32(ctx, y, 0..4 * batch * rows[i]).unwrap();
+                    let (got, own) = (bytes_of(&mixed[i]), bytes_of(&alone[i]));
+                    let split = (u64::from(n) * rows[i]) as usize;
+                    assert!(
+                        got[..split]
+                            .iter()
+                            .zip(&own[..split])
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{what}: the mixed binding's outputs are not its own binding's"
+                    );
+                    assert!(
+                        got[split..].iter().all(|v| v.is_nan()),
+                        "{what}: wrote past the batch"
+                    );
+                    let weights = (types[i], &bytes[i][..], rows[i]);
+                    assert_near_q8_oracle(&what, &got[..split], weights, &x_hat);
                 }
             }
         }
     }
-}
-
-/// A binding that quantizes its input in the workgroup holds only the vectors the adapter's
-/// workgroup memory has room for (and refuses more at encode), needs the norm, whole q8 blocks,
-/// an int-dot variant and layouts of 64 invocations or more.
-#[test]
-fn quantizing_in_the_workgroup_holds_what_workgroup_memory_holds() {
-    let ctx = gpu();
-    let paths = KernelPaths {
-        int_dot: true,
-        ..KernelPaths::FALLBACK
-    };
-    let kernel = MatVec::with_layout(ctx, paths, MatVecLayout::INTEGER).unwrap();
-    let limit = u64::from(ctx.device.limits().max_compute_workgroup_storage_size);
-    // Rows long enough that 8 vectors of codes (a byte each, and a scale per 32) overflow the
-    // limit, one of them not: the binding takes fewer than 8.
-    let cols = (limit / 4).next_multiple_of(256);
-    let step = StepBuffer::new(ctx);
-    let w = upload(ctx, "W", &vec![0u8; (cols / 256 * 144 * 4) as usize]).unwrap();
-    let x = poisoned_f32(ctx, "x", u64::from(MAX_BATCH) * cols);
-    let y = poisoned_f32(ctx, "y", u64::from(MAX_BATCH) * 4);
-    let nw = poisoned_f32(ctx, "norm weight", cols);
-    let shape = MatVecShape {
-        ty: GgmlType::Q4_K,
-        rows: 4,
-        cols,
-    };
-    let io = MatVecIo {
-        weights: &w,
-        weights_offset: 0,
-        x: Activations::contiguous(&x, cols),
-        y: Activations::contiguous(&y, 4),
-        step: &step,
-        accumulate: false,
-        max_batch: MAX_BATCH,
-    };
-    let norm = InputNorm {
-        weight: &nw,
-        eps: 1e-6,
-        shared: false,
-    };
-    let fold = MatVecFusion {
-        norm: Some(norm),
-        quantize_input: true,
-        ..MatVecFusion::default()
-    };
-    let binding = kernel.bind_fused(ctx, shape, &io, fold).unwrap();
-    let held = binding.max_batch();
-    assert!(
-        (1..MAX_BATCH).contains(&held),
-        "{held} vectors of {cols} under {limit} bytes"
-    );
-    assert!(kernel.quantizes_input(ctx, cols, None));
-    let refused = ctx
-        .run_pass("too many vectors", |pass| {
-            assert!(kernel.encode(pass, &binding, held + 1).is_err());
-        })
-        .is_ok();
-    assert!(refused);
-    // Rows no single vector fits: refused, and said so beforehand.
-    let huge = 2 * limit.next_multiple_of(256);
-    assert!(!kernel.quantizes_input(ctx, huge, None));
-    let shape_error = |r: Result<_, GpuError>| matches!(r, Err(GpuError::Shape { .. }));
-    let small = MatVecIo { max_batch: 1, ..io };
-    let tiny = MatVecShape { cols: 256, ..shape };
-    let small_io = MatVecIo {
-        x: Activations::contiguous(&x, 256),
-        ..small
-    };
-    assert!(kernel.bind_fused(ctx, tiny, &small_io, fold).is_ok());
-    // Without the norm; with q8 vectors beside it; a type the integer path lacks; an f32-only
-    // variant;
-    // a layout of 32 invocations.
-    let no_norm = MatVecFusion { norm: None, ..fold };
-    assert!(shape_error(
-        kernel.bind_fused(ctx, tiny, &small_io, no_norm)
-    ));
-    let q8 = Q8Vectors::new(ctx, "x", 256, 1).unwrap();
-    let both = MatVecFusion {
-        q8: Some(&q8),
-        ..fold
-    };
-    assert!(shape_error(kernel.bind_fused(ctx, tiny, &small_io, both)));
-    let ragged = MatVecShape {
-        ty: GgmlType::F32,
-        cols: 260,
-        ..shape
-    };
-    let f32_w = upload(ctx, "W", &vec![0u8; 4 * 4 * 260]).unwrap();
-    let ragged_io = MatVecIo {
-        weights: &f32_w,
-        x: Activations::contiguous(&x, 260),
-        ..small
-    };
-    assert!(kernel.bind_fused(ctx, ragged, &ragged_io, fold).is_err());
-    let f32_only = MatVec::new(ctx, KernelPaths::FALLBACK).unwrap();
-    assert!(shape_error(f32_only.bind_fused(ctx, tiny, &small_io, fold)));
-    let narrow = MatVec::with_layout(ctx, paths, MatVecLayout::new(32, 1, 1)).unwrap();
-    assert!(shape_error(narrow.bind_fused(ctx, tiny, &small_io, fold)));
 }
 
 #[test]

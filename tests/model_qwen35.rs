@@ -598,11 +598,9 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
 /// The integer path quantizes each mat-vec input once per step, however many projections read
 /// it (a GDN layer's four projections of h, attention's three), and not at all where the kernel
 /// producing it writes it as q8 blocks too (the gate/up pairing's SwiGLU, gdn_decode's y,
-/// attn_decode's o) or where the mat-vecs norm and quantize it themselves (the norm fold: the
-/// mixer's projections and gate/up, with `FAK_DECODE_NORM_FOLD=1`): with every weight Q8_0, a
-/// decode step records the f32 path's dispatches plus one per distinct input left to a quantize
-/// dispatch, W_out and W_o each one dispatch reading q8 blocks, the normed products each one
-/// `matvec_q8` dispatch, and the logits still match the reference rounding its inputs alike.
+/// attn_decode's o): with every weight Q8_0, a decode step records the f32 path's dispatches
+/// plus one per distinct input left to a quantize dispatch, W_out and W_o each one dispatch
+/// reading q8 blocks, and the logits still match the reference rounding its inputs alike.
 #[test]
 fn int_dot_quantizes_each_input_once_per_step() {
     let path = tiny("q8_0", 2);
@@ -614,18 +612,13 @@ fn int_dot_quantizes_each_input_once_per_step() {
     // Per layer: h (the mixer's projections), the MLP's normed input, the SwiGLU (unless the
     // gate/up pairing writes it quantized, which it does where ffn_down takes q8 and its blocks
     // tile n_ff); then the head's normed input. The mixer's output is the decode kernel's.
-    let norm_fold = fak::model::blocks::decode_norm_fold();
     let mut inputs: Vec<Vec<&TensorInfo>> = Vec::new();
     for l in &t.layers {
-        if !norm_fold {
-            inputs.push(match &l.mixer {
-                Mixer::DeltaNet(m) => vec![m.qkv, m.gate, m.beta, m.alpha],
-                Mixer::Attention(m) => vec![m.wq, m.wk, m.wv],
-            });
-        }
-        if !norm_fold {
-            inputs.push(vec![l.mlp.gate, l.mlp.up]);
-        }
+        inputs.push(match &l.mixer {
+            Mixer::DeltaNet(m) => vec![m.qkv, m.gate, m.beta, m.alpha],
+            Mixer::Attention(m) => vec![m.wq, m.wk, m.wv],
+        });
+        inputs.push(vec![l.mlp.gate, l.mlp.up]);
         if !l.mlp.down.row_len().is_multiple_of(32) {
             inputs.push(vec![l.mlp.down]);
         }
@@ -658,19 +651,6 @@ fn int_dot_quantizes_each_input_once_per_step() {
             assert_eq!((op.kernel, op.dispatches), ("matvec_q8", 1), "{name}");
         }
     }
-    if norm_fold {
-        // The normed products (attn_qkv…, gdn_qkv…, ffn_gate_up): one dispatch each with the
-        // quantization inside (the head's input keeps its quantize dispatch: counted above).
-        let normed = ["attn_q", "gdn_qkv", "ffn_gate_up"];
-        let products: Vec<_> = ops
-            .iter()
-            .filter(|op| normed.iter().any(|p| op.name.starts_with(p)))
-            .collect();
-        assert_eq!(products.len(), 2 * t.layers.len(), "{products:?}");
-        for op in products {
-            assert_eq!((op.kernel, op.dispatches), ("matvec_q8", 1), "{}", op.name);
-        }
-    }
     let want = Qwen35Reference::with_activations(&gguf, Activations::Q8Blocks)
         .unwrap()
         .forward_all(&ids)
@@ -679,49 +659,11 @@ fn int_dot_quantizes_each_input_once_per_step() {
     eprintln!("min cosine {cosine} against the q8-input reference");
 }
 
-/// The wide form's norm fold in a model (the suites' tiny preset, d = 64, has no whole
-/// 256-element blocks, so its K-quants fall back to Q8_0/Q5_0 and its fold runs narrow): the
-/// `trained` shape (d = 256) at Q4_K_M, decoded on the integer path, against the reference
-/// rounding its inputs alike; with the fold each layer's projections are one `matvec_q8`
-/// dispatch. (This file has no Q6_K run beside a Q4_K one: the merge is the kernel test's.)
-#[test]
-fn int_dot_wide_fold_matches_the_reference_on_whole_blocks() {
-    let args = [
-        "--arch", "qwen35", "--preset", "trained", "--quant", "q4_k_m", "--seed", "3",
-    ];
-    let path = synth_model(&scratch(), "normfold-trained-q4_k_m-3.gguf", &args);
-    let gguf = Gguf::open(&path).unwrap();
-    let ids = random_ids(5, 8, hparams(&path).n_vocab);
-    let mut o = options(Steps::Decode.prefill_chunk(), Forced::default());
-    o.context.int_dot = Some(true);
-    let mut e = Engine::load(&path, &o).unwrap();
-    let logits = Steps::Decode.logits(&mut e, &ids);
-    let want = Qwen35Reference::with_activations(&gguf, Activations::Q8Blocks)
-        .unwrap()
-        .forward_all(&ids)
-        .unwrap();
-    let cosine = assert_rows_close("int-dot, trained q4_k_m", &logits, &want, 0.999);
-    eprintln!("min cosine {cosine} against the q8-input reference");
-    if fak::model::blocks::decode_norm_fold() {
-        let seq = e.start(&ids, 2, false).unwrap().seq;
-        let ops = e.profile_step(seq).unwrap().ops;
-        let layers = hparams(&path).tensors(&gguf).unwrap().layers.len();
-        let products: Vec<_> = ops
-            .iter()
-            .filter(|op| op.name.starts_with("attn_q") || op.name.starts_with("gdn_qkv"))
-            .collect();
-        assert_eq!(products.len(), layers, "{products:?}");
-        for op in products {
-            assert_eq!((op.kernel, op.dispatches), ("matvec_q8", 1), "{}", op.name);
-        }
-    }
-}
-
 /// `FAK_DECODE_FUSE=merge` computes the default's bits: the `trained` shape at Q4_K_M (its
 /// attention layer's v is Q6_K beside the Q4_K q, k: two projection runs of one normed input), on
 /// the integer path, every path of `assert_int_dot_logits`, against the q8-input reference and
 /// pinned on lavapipe — the pins were recorded with the form off, so a suite run with it on
-/// fails on any changed bit. With the form on (and the norm fold off) the attention layer's
+/// fails on any changed bit. With the form on the attention layer's
 /// projections are one mixed `matvec_q8` dispatch (no `attn_v` op) after the quantize dispatch;
 /// off, two. The rope fusion (the default; `FAK_DECODE_FUSE=-rope` turns it off) likewise keeps
 /// the pins, and its decode step has no `rope_kv` op (the attention kernel does its work).
@@ -752,8 +694,7 @@ fn int_dot_merge_computes_the_defaults_bits() {
     let seq = e.start(&ids, 2, false).unwrap().seq;
     let ops = e.profile_step(seq).unwrap().ops;
     let named = |name: &str| ops.iter().filter(|op| op.name == name).count();
-    let merged =
-        fak::model::blocks::decode_fuse("merge") && !fak::model::blocks::decode_norm_fold();
+    let merged = fak::model::blocks::decode_fuse("merge");
     eprintln!("merge {merged}: {} ops", ops.len());
     assert_eq!(named("attn_v"), usize::from(!merged), "{ops:?}");
     let roped = fak::model::blocks::decode_fuse("rope");

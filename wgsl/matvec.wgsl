@@ -21,22 +21,21 @@
 // - MIXED (override; wide int-dot pipelines, matvec_q8.wgsl): two weights of the same input in
 //   one dispatch — workgroups below params.part2 compute the first (params), the others the
 //   second (params2: its rows, bytes, outputs and ggml type, Q4_K or Q6_K), so two projection
-//   runs whose types differ cost one dispatch. The second weight's blocks are read from binding
-//   8 under QUANTIZE_X (which reads no q8 vectors), else (MIXED_Q8: a q8 input read from
-//   bindings 8, 9; engine FAK_DECODE_FUSE=merge) from binding 10, and its outputs written to
-//   binding 11 (a MIXED pipeline writes no quantized output, so no storage binding is added);
+//   runs whose types differ cost one dispatch (engine FAK_DECODE_FUSE=merge). The input is q8
+//   vectors (bindings 8, 9); the second weight's blocks are read from binding 10 and its
+//   outputs written to binding 11 (a MIXED pipeline writes no quantized output, so no storage
+//   binding is added);
 //   each workgroup's arithmetic is its weight's own binding's, so the outputs are the same bits.
 // bindings: 0 w (array<u32>, read: the GGUF blocks) · 1 x (array<f32>, read) · 2 y (array<f32>,
 //           read_write) · 3 params (uniform Params) · 4 step (uniform Step, step.wgsl)
 //           · 5 w16 (array<vec4<u32>>, read) · 6 x16 (array<vec4<f32>>, read): the same bytes as
 //           w and x, read 16 at a time where params.wide says they are 16-byte aligned (else a
 //           placeholder the kernel does not read) · 7 nw (array<vec4<f32>>, read: the norm
-//           weight of NORM and QUANTIZE_X pipelines, cols a multiple of 4; else a placeholder)
-//           · 8, 9: the q8 input of matvec_q8.wgsl (placeholders here; MIXED with QUANTIZE_X: 8
-//           the second weight's blocks)
+//           weight of NORM pipelines, cols a multiple of 4; else a placeholder)
+//           · 8, 9: the q8 input of matvec_q8.wgsl (placeholders here)
 //           · 10 yq (array<u32>, read_write), 11 yd (array<f32>, read_write): the quantized output
-//           (placeholders unless quantize_out; MIXED: 11 the second weight's outputs, and
-//           without QUANTIZE_X 10 its blocks) · 12 params2
+//           (placeholders unless quantize_out; MIXED: 10 the second weight's blocks, 11 its
+//           outputs) · 12 params2
 //           (uniform Params: the second weight's, MIXED; else a placeholder)
 // dispatch: one workgroup of WG invocations per 4·TEAMS consecutive rows (per 2·TEAMS output rows
 //           when paired: their gate and up rows), on the 2-D grid of ceil(rows / (4·TEAMS))
@@ -158,8 +157,6 @@ override BLOCK_BYTES: u32;
 override NORM: bool = false;
 // Two weights of one input in one dispatch (see the header): wide int-dot pipelines only.
 override MIXED: bool = false;
-// MIXED over q8 vectors read from bindings 8, 9 (not QUANTIZE_X): the second weight in binding 10.
-override MIXED_Q8: bool = false;
 // MIXED: the second weight's ggml type id (the first's is GGML_TYPE).
 override SECOND_TYPE: u32 = 0u;
 
@@ -176,12 +173,8 @@ const ROWS: u32 = 4u;
 
 fn src_word(index: u32) -> u32 {
     if MIXED && second_part {
-        // The second weight's blocks: binding 10 beside a q8 input (a MIXED pipeline writes
-        // no quantized output), else binding 8 (QUANTIZE_X pipelines read no q8 vectors).
-        if MIXED_Q8 {
-            return yq[index];
-        }
-        return xq[index];
+        // The second weight's blocks: binding 10 (a MIXED pipeline writes no quantized output).
+        return yq[index];
     }
     return w[index];
 }

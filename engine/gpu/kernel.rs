@@ -58,7 +58,7 @@ pub mod wgsl {
     /// MATVEC, GDN_DECODE and ATTN_DECODE write as q8 blocks).
     pub const Q8_BLOCK: WgslFile = wgsl_file!("q8_block.wgsl");
     /// One lane's strided share of a row's sum of squares, its loads batched (the norms:
-    /// QUANTIZE_Q8, MATVEC_Q8's folded quantize, rms_norm).
+    /// QUANTIZE_Q8, rms_norm, the x16 mat-mul's folded norm).
     pub const STRIDED_SQUARES: WgslFile = wgsl_file!("strided_squares.wgsl");
     /// f32 vectors (optionally RMS-normed) to the 8-bit blocks MATVEC_Q8 reads.
     pub const QUANTIZE_Q8: WgslFile = wgsl_file!("quantize_q8.wgsl");

@@ -238,8 +238,7 @@ impl MatVecLayout {
     /// The layout pipelines of batch capacity `capacity` run: this one, or where `batch` and a
     /// wide layout, its batched twin — which gives every row the same bits (only how x is read
     /// differs), so the choice cannot make a sequence's output depend on the batch; only for q8
-    /// vectors read from global memory: the batched form reads xq, xd, so never where `input`
-    /// is quantized in the workgroup (QUANTIZE_X); nor for a mixed binding (a `second` type: its
+    /// vectors (the batched form reads xq, xd), and not for a mixed binding (a `second` type: its
     /// entry point has no second weight).
     /// A batched layout splits where it names a split, else by `split` (FAK_MATVEC_SPLIT; 0:
     /// none), and only for capacities above it (a capacity it holds runs unsplit: the same bits).
@@ -659,14 +658,6 @@ pub struct MatVecFusion<'a> {
     pub q8: Option<&'a Q8Vectors>,
     /// The layout of this binding's pipelines; None: the kernel's.
     pub layout: Option<MatVecLayout>,
-    /// With `norm` on the integer path: each workgroup quantizes RMSNorm(x) to 8-bit blocks in
-    /// its own memory and multiplies those (wgsl/matvec_q8.wgsl, QUANTIZE_X): the product of a
-    /// `QuantizeQ8` dispatch with the norm and a `q8` binding after it, bit for bit, in one
-    /// dispatch. Needs an int-dot variant, a type of [`MatVec::Q8_TYPES`], `cols` whole q8
-    /// blocks, `q8` None, a layout of at least 64 invocations, and workgroup memory for the
-    /// vectors: the binding holds at most [`MatVecBinding::max_batch`] of them, fewer than
-    /// `MatVecIo::max_batch` where the adapter's workgroup memory is short.
-    pub quantize_input: bool,
     /// Also write the paired outputs (`swiglu`) as 8-bit blocks here, the vectors of `rows`
     /// columns: the next product's integer-path input, rounded as `QuantizeQ8` would round y.
     /// Needs `rows` a multiple of 32 and a layout of [`MatVecLayout::QUANTIZING_TEAMS`] teams
@@ -674,19 +665,10 @@ pub struct MatVecFusion<'a> {
     pub quantize_output: Option<&'a Q8Vectors>,
     /// A second weight of the same input in the same dispatch, its workgroups after the first
     /// weight's (wgsl/matvec.wgsl, MIXED): two projections of one normed input whose types
-    /// differ (a Q6_K run beside a Q4_K one) in one dispatch instead of two. Needs
-    /// `quantize_input` or `q8`, the wide form for both types (Q4_K, Q6_K), the same `cols`, no
-    /// pairing or quantized output, and each weight in one binding ([`MatVec::mixes`]).
+    /// differ (a Q6_K run beside a Q4_K one) in one dispatch instead of two. Needs `q8`, the
+    /// wide form for both types (Q4_K, Q6_K), the same `cols`, no pairing or quantized output,
+    /// and each weight in one binding ([`MatVec::mixes`]).
     pub second: Option<SecondWeight<'a>>,
-}
-
-/// The input of a mixed binding ([`MatVec::mixes`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MixedInput {
-    /// q8 vectors a quantize dispatch wrote ([`MatVecFusion::q8`]).
-    Q8,
-    /// The norm quantized in each workgroup ([`MatVecFusion::quantize_input`]).
-    QuantizedNorm,
 }
 
 /// The second weight of a mixed binding ([`MatVecFusion::second`]): `shape.rows` rows from byte
@@ -749,30 +731,13 @@ enum Input {
     Normed,
     /// x as q8 blocks; the index in `MatVec::Q8_TYPES`.
     Q8(usize),
-    /// x RMS-normed and quantized to q8 blocks inside each workgroup (QUANTIZE_X): the index
-    /// in `MatVec::Q8_TYPES` and the row length.
-    QuantizedNorm(usize, u32),
 }
 
 impl Input {
     /// Whether the product multiplies q8 codes (the integer path's kernels).
     fn is_q8(self) -> bool {
-        matches!(self, Input::Q8(_) | Input::QuantizedNorm(..))
+        matches!(self, Input::Q8(_))
     }
-}
-
-/// The workgroup memory a QUANTIZE_X pipeline of `layout` for `capacity` vectors of `cols`
-/// declares (the arrays of wgsl/matvec.wgsl, matvec_q8.wgsl and the reductions, as sized there).
-fn quantizing_workgroup_bytes(layout: MatVecLayout, capacity: u32, cols: u64) -> u64 {
-    let (wg, c) = (u64::from(layout.invocations), u64::from(capacity));
-    let (row_slots, team_slots) = match layout.teams > 1 {
-        true => (1, wg / 2 * c),
-        false => (wg * c, 1),
-    };
-    let x_hat = 4 * (c * cols / 4 + 1) + 4 * (c * cols / Q8_BLOCK + 1);
-    // norm_scales, pair_totals, block_values; the reduction's partials.
-    let fixed = 4 * (8 + 32 + 256) + 4 * wg;
-    x_hat + 16 * (row_slots + team_slots) + fixed
 }
 
 /// One weight tensor bound for [`MatVec::encode`]: its pipelines (by batch capacity, up to the
@@ -792,8 +757,7 @@ pub struct MatVecBinding {
 }
 
 impl MatVecBinding {
-    /// The most input vectors one encode takes (`MatVecIo::max_batch`, or fewer for a
-    /// [`MatVecFusion::quantize_input`] binding on an adapter short of workgroup memory).
+    /// The most input vectors one encode takes (`MatVecIo::max_batch`).
     pub fn max_batch(&self) -> u32 {
         self.max_batch
     }
@@ -847,23 +811,13 @@ fn spec(
     let (entry_point, what) = match input {
         Input::Q8(_) if rows.wide => ("matvec_q8_wide", "q8"),
         Input::Q8(_) => ("matvec_q8", "q8"),
-        Input::QuantizedNorm(..) if rows.wide => ("matvec_q8_wide", "normed q8"),
-        Input::QuantizedNorm(..) => ("matvec_q8", "normed q8"),
         Input::Normed => ("matvec", "normed f32"),
         Input::F32 => ("matvec", "f32"),
     };
-    // Only the int-dot module declares QUANTIZE_X and X_COLS.
-    let mut constants = match input {
-        Input::QuantizedNorm(_, cols) => vec![("QUANTIZE_X", 1.0), ("X_COLS", f64::from(cols))],
-        _ => Vec::new(),
-    };
+    let mut constants = Vec::new();
     if let Some(second) = second {
         constants.push(("MIXED", 1.0));
         constants.push(("SECOND_TYPE", f64::from(second.id())));
-        // Beside q8 vectors the second weight's blocks take binding 10 (see the WGSL header).
-        if matches!(input, Input::Q8(_)) {
-            constants.push(("MIXED_Q8", 1.0));
-        }
     }
     // Only the wide module declares Q6_ALIGNED; the default pipelines are today's, unchanged.
     let aligned = rows.wide && input.is_q8() && q6 == Q6Loads::Aligned;
@@ -958,7 +912,7 @@ impl Kernel for MatVec {
             MatVecLayout::QUANTIZING,
         ));
         if variant.int_dot {
-            module = module.with(wgsl::STRIDED_SQUARES).with(wgsl::MATVEC_Q8);
+            module = module.with(wgsl::MATVEC_Q8);
             pipelines.extend(
                 Self::Q8_TYPES
                     .into_iter()
@@ -977,27 +931,29 @@ impl Kernel for MatVec {
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), wide[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), wide[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), wide[2]));
-            // The norm quantized in the workgroup, narrow and wide.
-            let normed = |index| Input::QuantizedNorm(index, 256);
-            pipelines.extend(specs(GgmlType::Q4_K, normed(1), MatVecLayout::QUANTIZING));
-            pipelines.extend(specs(GgmlType::Q6_K, normed(3), wide[0]));
+            // Mixed bindings (`FAK_DECODE_FUSE=merge`): Q4_K then Q6_K, and the reverse below.
             let mixed_words = (Some(GgmlType::Q6_K), Q6Loads::Words);
-            pipelines.push(spec(GgmlType::Q4_K, normed(1), 1, wide[0], mixed_words));
+            pipelines.push(spec(GgmlType::Q4_K, Input::Q8(1), 1, wide[0], mixed_words));
             // Q6_K's aligned loads (opt-in), plain and mixed.
             let aligned = (None, Q6Loads::Aligned);
             pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 1, wide[0], aligned));
             let mixed_aligned = (Some(GgmlType::Q4_K), Q6Loads::Aligned);
-            pipelines.push(spec(GgmlType::Q6_K, normed(3), 1, wide[0], mixed_aligned));
+            pipelines.push(spec(
+                GgmlType::Q6_K,
+                Input::Q8(3),
+                1,
+                wide[0],
+                mixed_aligned,
+            ));
             // The batched form: both types, and the unrolled loop.
             let batched = MatVecLayout::BATCHED_CANDIDATES;
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), batched[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), batched[2]));
-            // Q6_K's lean units (opt-in): batched, and mixed with the norm quantized in the
-            // workgroup.
+            // Q6_K's lean units (opt-in): batched, and mixed.
             let lean = (None, Q6Loads::Lean);
             pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, batched[0], lean));
             let mixed_lean = (Some(GgmlType::Q4_K), Q6Loads::Lean);
-            pipelines.push(spec(GgmlType::Q6_K, normed(3), 1, wide[0], mixed_lean));
+            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 1, wide[0], mixed_lean));
             // Its split (opt-in): the quantizing gate/up's and the unrolled loop's.
             let split = MatVecLayout::SPLIT_CANDIDATES;
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), split[2]));
@@ -1288,61 +1244,15 @@ impl MatVec {
             .is_ok_and(|ranges| ranges.len() == 1)
     }
 
-    /// The most vectors (≤ `max_batch`) a [`MatVecFusion::quantize_input`] binding of `rows` and
-    /// `cols` columns takes: the largest batch capacity whose x̂ fits the adapter's workgroup
-    /// memory beside the kernel's other arrays. Refuses a layout under 64 invocations (the norm
-    /// sums over quantize_q8's 64 lanes) or a row too long for even one vector.
-    fn quantizing_capacity(
-        &self,
-        ctx: &GpuContext,
-        rows: MatVecLayout,
-        cols: u64,
-        max_batch: u32,
-    ) -> Result<u32, GpuError> {
-        let limit = u64::from(ctx.device.limits().max_compute_workgroup_storage_size);
-        let fits = |c: &u32| quantizing_workgroup_bytes(rows, *c, cols) <= limit;
-        let capacity = BATCH_CAPACITIES
-            .into_iter()
-            .filter(|&c| c <= max_batch.next_power_of_two())
-            .rfind(fits);
-        match capacity {
-            Some(c) if rows.invocations >= 64 => Ok(c.min(max_batch)),
-            _ => Err(GpuError::Shape {
-                kernel: Self::NAME,
-                message: format!(
-                    "a norm quantized in the workgroup: rows of {cols} in layout {rows} need {} \
-                     bytes of workgroup memory for one vector (the adapter has {limit}) and at \
-                     least 64 invocations",
-                    quantizing_workgroup_bytes(rows, 1, cols),
-                ),
-            }),
-        }
-    }
-
-    /// Whether a [`MatVecFusion::quantize_input`] binding of `cols` columns holds at least one
-    /// vector on this adapter in the layout such a binding would take ([`MatVec::bind_fused`]).
-    pub fn quantizes_input(
-        &self,
-        ctx: &GpuContext,
-        cols: u64,
-        layout: Option<MatVecLayout>,
-    ) -> bool {
-        let rows = layout.or(self.rows).unwrap_or(MatVecLayout::INTEGER);
-        self.variant.int_dot
-            && cols.is_multiple_of(Q8_BLOCK)
-            && self.quantizing_capacity(ctx, rows, cols, 1).is_ok()
-    }
-
     /// Whether weights of `first` and `second` (each from byte 0 of its own buffer) can be one
-    /// mixed binding ([`MatVecFusion::second`]) in `layout` (None: the kernel's) over `input`:
-    /// the wide form serves both types, the rows are alike, each weight fits one binding, and
-    /// for [`MixedInput::QuantizedNorm`] the adapter holds a vector.
+    /// mixed binding ([`MatVecFusion::second`]) in `layout` (None: the kernel's) over q8
+    /// vectors: the int-dot path, the wide form serves both types, the rows are alike and each
+    /// weight fits one binding.
     pub fn mixes(
         &self,
         ctx: &GpuContext,
         (first, second): (MatVecShape, MatVecShape),
         layout: Option<MatVecLayout>,
-        input: MixedInput,
     ) -> bool {
         let rows = layout.or(self.rows).unwrap_or(MatVecLayout::INTEGER);
         let wide = rows.wide || self.widen;
@@ -1353,11 +1263,7 @@ impl MatVec {
                     .row_bytes(s.cols)
                     .is_some_and(|b| b * s.rows <= ctx.max_binding_size())
         };
-        let input_fits = match input {
-            MixedInput::Q8 => self.variant.int_dot,
-            MixedInput::QuantizedNorm => self.quantizes_input(ctx, first.cols, layout),
-        };
-        wide && first.cols == second.cols && fits(first) && fits(second) && input_fits
+        self.variant.int_dot && wide && first.cols == second.cols && fits(first) && fits(second)
     }
 
     /// [`MatVec::bind_fused`] with bindings of at most `max_binding` bytes.
@@ -1426,32 +1332,17 @@ impl MatVec {
                     ty,
                 })
         };
-        let input = match (fusion.norm, fusion.q8, fusion.quantize_input) {
-            (None, None, false) => Input::F32,
-            (Some(_), None, false) => Input::Normed,
-            (None, Some(q8), false) => {
+        let input = match (fusion.norm, fusion.q8) {
+            (None, None) => Input::F32,
+            (Some(_), None) => Input::Normed,
+            (None, Some(q8)) => {
                 let index = q8_index()?;
                 q8.check(Self::NAME, cols, io.max_batch)?;
                 Input::Q8(index)
             }
-            (Some(_), None, true) => {
-                let index = q8_index()?;
-                if !cols.is_multiple_of(Q8_BLOCK) {
-                    return Err(shape_error(format!(
-                        "a norm quantized in the workgroup needs whole q8 blocks, not {cols} \
-                         columns"
-                    )));
-                }
-                Input::QuantizedNorm(index, cols as u32)
-            }
-            (Some(_), Some(_), _) => {
+            (Some(_), Some(_)) => {
                 return Err(shape_error(
                     "a norm is folded into the quantization of q8 inputs, not the product".into(),
-                ));
-            }
-            (_, _, true) => {
-                return Err(shape_error(
-                    "quantizing the input in the workgroup needs its norm and no q8 vectors".into(),
                 ));
             }
         };
@@ -1495,17 +1386,12 @@ impl MatVec {
                 )));
             }
         }
-        let max_batch = match input {
-            Input::QuantizedNorm(..) => {
-                self.quantizing_capacity(ctx, rows_layout, cols, io.max_batch)?
-            }
-            _ => io.max_batch,
-        };
+        let max_batch = io.max_batch;
         let mixed = fusion.second.is_some();
         let second_type = fusion.second.map(|s| s.shape.ty);
         if let Some(second) = fusion.second {
             let wide = |t| MatVecLayout::wide_serves(t, input);
-            if !matches!(input, Input::QuantizedNorm(..) | Input::Q8(_))
+            if !matches!(input, Input::Q8(_))
                 || !rows_layout.wide
                 || !wide(second.shape.ty)
                 || second.shape.cols != cols
@@ -1513,9 +1399,9 @@ impl MatVec {
                 || fusion.quantize_output.is_some()
             {
                 return Err(shape_error(format!(
-                    "a second weight ({} × {} {}) needs q8 vectors or the input quantized in the \
-                     workgroup, the wide form for both types (Q4_K, Q6_K), {cols} columns, no \
-                     pairing and no quantized output (layout {rows_layout}, {ty})",
+                    "a second weight ({} × {} {}) needs q8 vectors, the wide form for both types \
+                     (Q4_K, Q6_K), {cols} columns, no pairing and no quantized output (layout \
+                     {rows_layout}, {ty})",
                     second.shape.rows, second.shape.cols, second.shape.ty
                 )));
             }
@@ -1576,8 +1462,8 @@ impl MatVec {
                 limit_name: "max_storage_buffer_binding_size",
             });
         }
-        // A mixed binding's second weight: its row bytes, window (binding 8, or 10 beside q8
-        // vectors) and outputs (binding 11).
+        // A mixed binding's second weight: its row bytes, window (binding 10) and outputs
+        // (binding 11).
         let second = match fusion.second {
             None => None,
             Some(sw) => {
@@ -1696,7 +1582,7 @@ impl MatVec {
                     ggml_type: ty.id(),
                 };
                 // The second weight's params: its rows, bytes and outputs; x as the first's;
-                // its blocks read with word loads (no w16 view of binding 8).
+                // its blocks read with word loads (no w16 view of binding 10).
                 let params2 = second.map(|(sw, bytes, window, y2)| {
                     let second = Params {
                         rows: sw.shape.rows as u32,
@@ -1712,16 +1598,12 @@ impl MatVec {
                     uniform(ctx, "matvec params2", &second)
                 });
                 let params = uniform(ctx, "matvec params", &params);
-                let (xq, yq, yd) = match second {
+                // A mixed binding's second weight: its blocks as yq, its outputs as yd.
+                let (yq, yd) = match second {
                     Some((sw, _, window, y2)) => {
-                        let blocks = window.binding(sw.weights);
-                        let y2 = y2.window.binding(sw.y.buffer);
-                        match input {
-                            Input::Q8(_) => (xq, blocks, y2),
-                            _ => (blocks, yq, y2),
-                        }
+                        (window.binding(sw.weights), y2.window.binding(sw.y.buffer))
                     }
-                    None => (xq, yq, yd),
+                    None => (yq, yd),
                 };
                 let group = bind_group(
                     ctx,

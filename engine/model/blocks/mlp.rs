@@ -41,9 +41,6 @@ pub struct Mlp {
     folded: Option<MatVecBinding>,
     /// On the int-dot path: RMSNorm(x) quantized for `folded`.
     quantized: Option<QuantizedInput>,
-    /// On the int-dot path with the norm fold ([`super::decode_norm_fold`]): `folded` norming
-    /// and quantizing x inside each workgroup, so the step needs no quantize dispatch.
-    quantizing: Option<MatVecBinding>,
     down: Linear,
     /// On the int-dot path, where W_down takes q8 inputs: `folded` also writes its SwiGLU as q8
     /// blocks (`MatVecFusion::quantize_output`) and this decode mat-vec of W_down reads them, so
@@ -152,25 +149,12 @@ impl Mlp {
             Some(folded) => (Some(folded), fed),
             None => (b.fold(paired, &w, s.x, s.act, fusion)?, None),
         };
-        // The same product (and quantized output) with the norm quantized in the workgroup.
-        let quantizing = match (&folded, &quantized) {
-            (Some(_), Some(_)) => {
-                let fusion = MatVecFusion {
-                    quantize_output: down_fed.as_ref().map(FedMatVec::vectors),
-                    layout: down_fed.as_ref().map(|_| MatVecLayout::QUANTIZING),
-                    ..fusion
-                };
-                b.fold_quantized(paired, &w, s.x, s.act, input_norm, fusion)?
-            }
-            _ => None,
-        };
         Ok(Mlp {
             norm: Norm::bind(b.k, b.ctx, io, d, 1, b.eps, &norm_weight, b.step, b.rows)?,
             gate_up,
             swiglu: b.pointwise(1, n_ff, swiglu)?,
             folded,
             quantized,
-            quantizing,
             down,
             down_fed,
         })
@@ -187,21 +171,13 @@ impl Mlp {
     ) -> Result<(), GpuError> {
         match &self.folded {
             Some(binding) if marks.kind == StepKind::Decode => {
-                let quantizing = self.quantizing.as_ref().filter(|q| q.max_batch() >= n);
-                let product =
-                    |binding| move |pass: &mut wgpu::ComputePass| k.matvec.encode(pass, binding, n);
-                let recorded = match quantizing {
-                    // The norm and its quantization inside the product.
-                    Some(quantizing) => marks.probed("ffn_gate_up", pass, product(quantizing))?,
-                    None => {
-                        let quantized = match &self.quantized {
-                            Some(q) => Some(marks.probed("ffn_norm", pass, |p| q.encode(k, p, n))?),
-                            None => None,
-                        };
-                        let product = marks.probed("ffn_gate_up", pass, product(binding))?;
-                        quantized.map_or(product, |q| product.after(q))
-                    }
+                let quantized = match &self.quantized {
+                    Some(q) => Some(marks.probed("ffn_norm", pass, |p| q.encode(k, p, n))?),
+                    None => None,
                 };
+                let product =
+                    marks.probed("ffn_gate_up", pass, |p| k.matvec.encode(p, binding, n))?;
+                let recorded = quantized.map_or(product, |q| product.after(q));
                 marks.op(pass, "ffn_gate_up", recorded);
                 if let Some(down) = &self.down_fed {
                     // act read as the q8 codes and scales the pairing wrote.

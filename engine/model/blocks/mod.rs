@@ -114,28 +114,6 @@ pub fn decode_q8_fold() -> bool {
     decode_fusion() && std::env::var("FAK_DECODE_Q8_FOLD").as_deref() != Ok("0")
 }
 
-/// Whether, on the int-dot path, the decode mat-vecs after an RMSNorm (the mixer's projections,
-/// the MLP's gate/up) norm and quantize the residual stream inside each workgroup instead of
-/// reading a quantize dispatch's blocks (`MatVecFusion::quantize_input`): one dispatch fewer per
-/// norm. Off unless `FAK_DECODE_NORM_FOLD=1` (and `FAK_DECODE_FUSION` is not 0): on an H100 it
-/// lost (2026-12-05 #7, experiments/NOTES.md: 27B 77.2 → 69.0 tok/s, 8B 213.6 → 207.2, with
-/// 518 → 358 and 348 → 258 dispatches per token) — every workgroup of a wide product reads and
-/// norms the whole f32 row (27B gate/up: ~8 700 workgroups × 40 KB of x and norm weight) where
-/// the quantize dispatch's blocks are a quarter of x's bytes, and that costs more than the
-/// dispatches saved. The products are the same bits either way, so a step whose batch the
-/// workgroup memory cannot hold takes the quantize dispatch without changing any row.
-pub fn decode_norm_fold() -> bool {
-    decode_fusion() && std::env::var("FAK_DECODE_NORM_FOLD").as_deref() == Ok("1")
-}
-
-/// Whether, with the norm fold, two projection runs of one normed input whose types differ (a
-/// Q6_K run beside a Q4_K one: a GDN layer's qkv beside z, β, α; attention's v beside q, k) are
-/// one mixed decode dispatch (`MatVecFusion::second`) instead of two. On with the norm fold
-/// unless `FAK_DECODE_MERGE=0` (to measure it alone). The same bits either way.
-pub fn decode_merge() -> bool {
-    decode_norm_fold() && std::env::var("FAK_DECODE_MERGE").as_deref() != Ok("0")
-}
-
 /// The decode fusions on unless `FAK_DECODE_FUSE` removes them (`-rope`).
 const DEFAULT_DECODE_FUSIONS: &[&str] = &["rope"];
 
@@ -143,8 +121,8 @@ const DEFAULT_DECODE_FUSIONS: &[&str] = &["rope"];
 /// list), less those it names with a `-` (`-rope`); `FAK_DECODE_FUSION=0` turns every one off.
 /// Each computes the same bits as the dispatches it replaces (experiments/NOTES.md, "decfuse",
 /// "ropekv"):
-/// - `merge` (opt-in: 3 % slower on the Qwen3.5-27B on an H100): on the int-dot path without the
-///   norm fold, two projection runs of one normed input whose types differ (a GDN layer's Q6_K
+/// - `merge` (opt-in: 3 % slower on the Qwen3.5-27B on an H100): on the int-dot path, two
+///   projection runs of one normed input whose types differ (a GDN layer's Q6_K
 ///   qkv beside its Q4_K z, β, α; attention's Q6_K v beside q, k) as one mixed mat-vec over the
 ///   quantize dispatch's q8 vectors (`MatVecFusion::second`), instead of two: one dispatch fewer
 ///   per such layer, no read added.
@@ -355,38 +333,6 @@ impl<'a> Binder<'a> {
         types: &[GgmlType],
     ) -> Result<Option<QuantizedInput>, GpuError> {
         QuantizedInput::bind(self.k, self.ctx, x, cols, norm, types, self.step, self.rows)
-    }
-
-    /// The decode mat-vec of `shape` with the norm `norm` of the residual stream `x` and its
-    /// quantization folded in (`MatVecFusion::quantize_input`, with `fusion`'s other parts),
-    /// where the int-dot path takes `shape.ty`, [`decode_norm_fold`] is on and the adapter holds
-    /// one vector; else None.
-    pub fn fold_quantized(
-        &self,
-        shape: MatVecShape,
-        w: &wgpu::Buffer,
-        x: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        norm: InputNorm<'_>,
-        fusion: MatVecFusion<'_>,
-    ) -> Result<Option<MatVecBinding>, GpuError> {
-        if self.k.quantize.is_none()
-            || !decode_norm_fold()
-            || !QuantizedInput::takes(shape.ty)
-            || !self
-                .k
-                .matvec
-                .quantizes_input(self.ctx, shape.cols, fusion.layout)
-        {
-            return Ok(None);
-        }
-        let fusion = MatVecFusion {
-            norm: Some(norm),
-            q8: None,
-            quantize_input: true,
-            ..fusion
-        };
-        self.fold(shape, w, x, y, fusion)
     }
 
     /// A decode mat-vec with `fusion` folded in, reading the residual stream `x`; None where

@@ -10,7 +10,7 @@ use crate::gpu::Activations;
 use crate::gpu::GpuError;
 use crate::gpu::kernels::matmul::{MatmulInput, MatmulNorm, MatmulOutput};
 use crate::gpu::kernels::matvec::{
-    InputNorm, MatVecBinding, MatVecFusion, MatVecShape, MixedInput, SecondWeight,
+    InputNorm, MatVecBinding, MatVecFusion, MatVecShape, SecondWeight,
 };
 use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::support::View;
@@ -30,12 +30,6 @@ struct NormedLinears {
     /// Each part's product over h, and (decode) over x with the norm folded in; the latter is
     /// None when the norm cannot fold (rows not a multiple of 4).
     parts: Vec<(Linear, Option<MatVecBinding>)>,
-    /// On the int-dot path with the norm fold ([`super::decode_norm_fold`]): the decode
-    /// dispatches that norm and quantize x themselves, in part order — (i, Some(b)): part i's
-    /// product (and, mixed, the next q8 part's too: [`super::decode_merge`]); (i, None): f32
-    /// part i's folded binding — so the step needs no quantize dispatch. Empty unless every q8
-    /// part has one.
-    quantizing: Vec<(usize, Option<MatVecBinding>)>,
     /// With `FAK_DECODE_FUSE=merge` ([`super::decode_fuse`]) on the int-dot path: the two q8
     /// parts as one mixed mat-vec over `quantized` — (the part it runs at and names, the part
     /// it computes too, the binding).
@@ -115,7 +109,6 @@ impl NormedLinears {
                 .collect(),
             None => Vec::new(),
         };
-        let quantizing = Self::bind_quantizing(b, x, input_norm, parts, &q8_parts)?;
         let merged = match &quantized {
             Some(q) if super::decode_fuse("merge") => {
                 Self::bind_merged(b, x, q.fusion(false), parts, &q8_parts)?
@@ -126,30 +119,8 @@ impl NormedLinears {
             norm,
             quantized,
             parts: bound,
-            quantizing,
             merged,
         })
-    }
-
-    /// Each listed part's binding (else the part's own), where `list` is not empty and every
-    /// one holds `n` vectors.
-    fn holding<'a>(
-        &'a self,
-        list: &'a [(usize, Option<MatVecBinding>)],
-        n: u32,
-    ) -> Option<Vec<(usize, &'a MatVecBinding)>> {
-        if list.is_empty() {
-            return None;
-        }
-        list.iter()
-            .map(|(i, binding)| {
-                binding
-                    .as_ref()
-                    .or(self.parts[*i].1.as_ref())
-                    .filter(|b| b.max_batch() >= n)
-                    .map(|b| (*i, b))
-            })
-            .collect()
     }
 
     /// `FAK_DECODE_FUSE=merge`: where exactly two parts are q8 products and the kernel can mix
@@ -173,7 +144,7 @@ impl NormedLinears {
         };
         let (f, s) = (&parts[first], &parts[second]);
         let shapes = (f.shape, s.shape);
-        if !b.k.matvec.mixes(b.ctx, shapes, None, MixedInput::Q8) {
+        if !b.k.matvec.mixes(b.ctx, shapes, None) {
             return Ok(None);
         }
         let fusion = MatVecFusion {
@@ -188,88 +159,9 @@ impl NormedLinears {
         Ok(binding.map(|binding| (i.min(j), i.max(j), binding)))
     }
 
-    /// The decode dispatches with the norm quantized inside each q8 product (see
-    /// `NormedLinears::quantizing`): the q8 parts `q8_parts` one each, or the first two as one
-    /// mixed dispatch where [`super::decode_merge`] is on and the kernel can; f32 parts keep
-    /// their folded bindings. Empty where the fold is off or some q8 part cannot take it.
-    fn bind_quantizing(
-        b: &Binder,
-        x: &wgpu::Buffer,
-        input_norm: InputNorm<'_>,
-        parts: &[NormedPart<'_>],
-        q8_parts: &[usize],
-    ) -> Result<Vec<(usize, Option<MatVecBinding>)>, GpuError> {
-        if q8_parts.is_empty() {
-            return Ok(Vec::new());
-        }
-        // The first dispatch reads the norm's weight; the others share it.
-        let mut norm_read = false;
-        let mut norm = || InputNorm {
-            shared: std::mem::replace(&mut norm_read, true),
-            ..input_norm
-        };
-        let merged = match q8_parts {
-            [i, j] if super::decode_merge() => {
-                let (first, second) = (&parts[*i], &parts[*j]);
-                let shapes = (first.shape, second.shape);
-                let input = MixedInput::QuantizedNorm;
-                let mixes = b.k.matvec.mixes(b.ctx, shapes, None, input);
-                match mixes {
-                    true => {
-                        let fusion = MatVecFusion {
-                            second: Some(SecondWeight {
-                                shape: second.shape,
-                                weights: second.weights,
-                                y: Activations::contiguous(second.y, second.shape.rows),
-                            }),
-                            ..MatVecFusion::default()
-                        };
-                        let (w, y) = (first.weights, first.y);
-                        b.fold_quantized(first.shape, w, x, y, norm(), fusion)?
-                            .map(|binding| (*i, *j, binding))
-                    }
-                    false => None,
-                }
-            }
-            _ => None,
-        };
-        let (mut merged, skip) = match merged {
-            Some((i, j, binding)) => (Some((i, binding)), Some(j)),
-            None => (None, None),
-        };
-        let mut out = Vec::with_capacity(parts.len());
-        for (i, p) in parts.iter().enumerate() {
-            if skip == Some(i) {
-                // Computed by the mixed dispatch listed at its first part.
-                continue;
-            }
-            if !q8_parts.contains(&i) {
-                out.push((i, None));
-                continue;
-            }
-            if merged.as_ref().is_some_and(|(first, _)| *first == i) {
-                out.push((i, merged.take().map(|(_, binding)| binding)));
-                continue;
-            }
-            let fusion = MatVecFusion::default();
-            match b.fold_quantized(p.shape, p.weights, x, p.y, norm(), fusion)? {
-                Some(binding) => out.push((i, Some(binding))),
-                None => return Ok(Vec::new()),
-            }
-        }
-        Ok(out)
-    }
-
-    /// The decode dispatches of a step of `n` vectors with the norm quantized inside each q8
-    /// product (with part i's name for each), where bound and every one holds `n` vectors.
-    fn quantizing(&self, n: u32) -> Option<Vec<(usize, &MatVecBinding)>> {
-        self.holding(&self.quantizing, n)
-    }
-
     /// Records the products for `n` tokens, part i as op `names[i]`: mat-vecs with the norm
-    /// folded in when every part has one and the step decodes (the norm also quantized inside
-    /// them where bound and the batch fits), else the norm
-    /// (`norm_name`) and then each product.
+    /// folded in (on the int-dot path, into the quantize dispatch before them) when every part
+    /// has one and the step decodes, else the norm (`norm_name`) and then each product.
     fn record(
         &self,
         k: &Kernels,
@@ -278,15 +170,6 @@ impl NormedLinears {
         marks: &mut StepMarks,
         (norm_name, names): (&'static str, &[&'static str]),
     ) -> Result<(), GpuError> {
-        if marks.kind == StepKind::Decode
-            && let Some(bindings) = self.quantizing(n)
-        {
-            for (i, binding) in bindings {
-                let recorded = marks.probed(names[i], pass, |p| k.matvec.encode(p, binding, n))?;
-                marks.op(pass, names[i], recorded);
-            }
-            return Ok(());
-        }
         let folded: Option<Vec<&MatVecBinding>> = match marks.kind {
             StepKind::Decode => self.parts.iter().map(|(_, f)| f.as_ref()).collect(),
             StepKind::Prompt => None,
