@@ -173,8 +173,7 @@ fn alone_and_batched_on(e: &mut Engine, what: &str, prompt: &[u32]) -> Vec<Vec<f
 /// Q4_K_M files (Q4_K and Q6_K weights: the types of the integer path's wide mat-vec): batched
 /// decode on both architectures. With the integer path (FAK_INT_DOT=1 on lavapipe, the default
 /// on the H200) every step runs the wide mat-vec's batched form (wgsl/matvec_q8_batched.wgsl; the
-/// plain wide loop under FAK_MATVEC_BATCHED=0), or for several sequences its staged twin
-/// (FAK_MATVEC_STAGE=1, wgsl/matvec_q8_staged.wgsl), which must give the same bits.
+/// plain wide loop under FAK_MATVEC_BATCHED=0), which must give the same bits.
 #[test]
 fn q4_k_m_logits_do_not_depend_on_the_batch() {
     for arch in ["qwen3", "qwen35"] {

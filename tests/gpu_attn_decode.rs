@@ -190,89 +190,6 @@ fn the_walk_ahead_computes_the_default_bits() {
     }
 }
 
-/// Every variant in the default walk, in the two-pass form and in one dispatch (`with_oneshot`),
-/// pairwise.
-fn two_pass_and_oneshot(ctx: &GpuContext, shape: AttnShape) -> Vec<(AttnDecode, AttnDecode)> {
-    variants::<AttnDecode>(ctx)
-        .into_iter()
-        .map(|paths| {
-            (
-                AttnDecode::with_walk(ctx, paths, shape, KeyWalk::Ahead).unwrap(),
-                AttnDecode::with_oneshot(ctx, paths, shape, KeyWalk::Ahead).unwrap(),
-            )
-        })
-        .collect()
-}
-
-/// Counts the outputs whose bits differ.
-fn differing(a: &[f32], b: &[f32]) -> usize {
-    a.iter()
-        .zip(b)
-        .filter(|(x, y)| x.to_bits() != y.to_bits())
-        .count()
-}
-
-/// `FAK_ATTN_DECODE=oneshot`: the split pass combines in its own dispatch (the last split of each
-/// sequence and kv head to arrive), bit for bit the two-pass form (o, and o's q8 blocks through
-/// run_case's check) and the reference, on every variant: the 8B's group of 4 at 128 dims and a
-/// group of 6 at 256 with the gate; one split (o written directly), 3 to 64 splits (32 used at
-/// 1000 keys), a cap of 3 splits, batches of 3 and 8 sequences on shuffled pages of different
-/// lengths (some one split, some many). Each case runs 2 steps on one binding with o poisoned
-/// between (a counter not reset skips the second step's combine) and the counters read back 0.
-#[test]
-fn the_oneshot_form_computes_the_two_pass_bits() {
-    let ctx = gpu();
-    let cases: [(Vec<u32>, u32); 7] = [
-        (vec![1], 1),
-        (vec![37], 3),
-        (vec![141], 4),
-        (vec![1000], 64),
-        (vec![300], 16),
-        (vec![5, 70, 130], 4),
-        (vec![1, 33, 64, 97, 150, 7, 260, 40], 8),
-    ];
-    for (shape, gated_q) in [(shape(8, 2, 128), false), (shape(6, 1, 256), true)] {
-        for (two_pass, oneshot) in two_pass_and_oneshot(ctx, shape) {
-            for (i, (lens, n_split)) in cases.iter().enumerate() {
-                let case = Case {
-                    shape,
-                    table: lens.len() > 1,
-                    lens: lens.clone(),
-                    n_split: *n_split,
-                    gated_q,
-                };
-                let seed = 300 + i as u64;
-                let (what, got, want) = attn_decode::run_case_steps(ctx, &oneshot, &case, seed, 2);
-                assert_close(&what, &got, &want, TOL);
-                let (_, bits, _) = attn_decode::run_case(ctx, &two_pass, &case, seed);
-                let differ = differing(&got, &bits);
-                assert_eq!(
-                    differ, 0,
-                    "{what}: {differ} outputs differ from the two-pass form's"
-                );
-                if i == 4 {
-                    // A cap of 3 splits on the 16 the binding allows.
-                    let cap = |kernel: &AttnDecode| {
-                        let (paths, walk) = (kernel.variant(), KeyWalk::Ahead);
-                        let built = match kernel.oneshot() {
-                            true => AttnDecode::with_oneshot(ctx, paths, shape, walk),
-                            false => AttnDecode::with_walk(ctx, paths, shape, walk),
-                        };
-                        built.unwrap().with_max_splits(3)
-                    };
-                    let (capped_two, capped_one) = (cap(&two_pass), cap(&oneshot));
-                    let (what, got, want) =
-                        attn_decode::run_case_steps(ctx, &capped_one, &case, seed, 2);
-                    assert_close(&what, &got, &want, TOL);
-                    let (_, bits, _) = attn_decode::run_case(ctx, &capped_two, &case, seed);
-                    let differ = differing(&got, &bits);
-                    assert_eq!(differ, 0, "{what} capped at 3: {differ} outputs differ");
-                }
-            }
-        }
-    }
-}
-
 /// A rope case: the sequences `lens` (from a token table where there are several) split
 /// `n_split` ways, on one attention input's shape, rotation and norms.
 fn rope_case(
@@ -293,38 +210,6 @@ fn rope_case(
         pairing,
         norms,
         factors,
-    }
-}
-
-/// The rope form in one dispatch (`FAK_ATTN_DECODE=oneshot` with `FAK_DECODE_FUSE=rope`): the bits
-/// of rope_kv and decode_oneshot and their cache rows (run_rope_case's checks), and the two-pass
-/// rope form's o bit for bit, for qwen3's and qwen35's inputs on every variant: one split, 8 splits
-/// with the new key in the last, four sequences on shuffled pages.
-#[test]
-fn the_oneshot_rope_form_computes_the_two_pass_bits() {
-    let ctx = gpu();
-    let inputs = [(shape(8, 2, 128), 128, false), (shape(6, 1, 256), 64, true)];
-    let cases = [(vec![1], 1), (vec![100], 8), (vec![30, 9, 17, 1], 4)];
-    for (i, (shape, n_rot, gated_q)) in inputs.into_iter().enumerate() {
-        for (mut two_pass, mut oneshot) in two_pass_and_oneshot(ctx, shape) {
-            two_pass.build_rope(ctx).unwrap();
-            oneshot.build_rope(ctx).unwrap();
-            let rope_kv = RopeKv::new(ctx, oneshot.variant()).unwrap();
-            for (j, split) in cases.iter().enumerate() {
-                let rope = (n_rot, RopePairing::Neox);
-                let rc = rope_case(shape, split, rope, (true, false, gated_q));
-                let seed = 400 + 10 * i as u64 + j as u64;
-                let (what, got, want) =
-                    attn_decode::run_rope_case(ctx, &oneshot, &rope_kv, &rc, seed);
-                assert_close(&what, &got, &want, ROPE_TOL);
-                let (_, bits, _) = attn_decode::run_rope_case(ctx, &two_pass, &rope_kv, &rc, seed);
-                let differ = differing(&got, &bits);
-                assert_eq!(
-                    differ, 0,
-                    "{what}: {differ} outputs differ from the two-pass form's"
-                );
-            }
-        }
     }
 }
 

@@ -983,22 +983,14 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
     assert!(deep.form.deep && !deep.form.ahead && !ahead.form.deep);
     let both = ChunkKernel::named("coop+quads+fused+lean+ahead+deep+blocks").unwrap();
     assert_eq!(both.form, ChunkForm::COOP[9]);
-    let pairs = ChunkKernel::named("coop+quads+fused+lean+pairs+blocks").unwrap();
-    assert_eq!(pairs.form, ChunkForm::COOP[10]);
-    assert!(pairs.form.pairs && !pairs.form.deep && !deep.form.pairs);
-    let lower = ChunkKernel::named("coop+quads+fused+lean+lower+blocks").unwrap();
-    assert_eq!(lower.form, ChunkForm::COOP[11]);
-    assert!(lower.form.lower && !lower.form.pairs && !pairs.form.lower);
-    let scan_and_gram = ChunkKernel::named("coop+quads+fused+lean+pairs+lower+blocks").unwrap();
-    assert_eq!(scan_and_gram.form, ChunkForm::COOP[12]);
     let split = ChunkKernel::named("coop+quads+fused+lean+splitk+blocks").unwrap();
-    assert_eq!(split.form, ChunkForm::COOP[13]);
+    assert_eq!(split.form, ChunkForm::COOP[10]);
     assert!(split.form.split_k && !split.form.same_bits() && !lean.form.split_k);
     assert_eq!(split.form.scan_entry(), "chunk_scan_split");
     let split_after_v = ChunkKernel::named("coop+quads+lean+splitk+blocks").unwrap();
-    assert_eq!(split_after_v.form, ChunkForm::COOP[14]);
+    assert_eq!(split_after_v.form, ChunkForm::COOP[11]);
     assert!(split_after_v.form.split_k && !split_after_v.form.fused);
-    assert!(ChunkForm::COOP[..13].iter().all(|f| f.same_bits()));
+    assert!(ChunkForm::COOP[..10].iter().all(|f| f.same_bits()));
     // The default with the Gram phase once per key head, U from the accumulators, and both.
     let key_heads = ChunkKernel::named("coop+quads+fused+lean+splitk+keyheads+blocks").unwrap();
     let u_direct = ChunkKernel::named("coop+quads+fused+lean+splitk+ustore+blocks").unwrap();
@@ -1006,9 +998,9 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
     assert_eq!(
         [key_heads.form, u_direct.form, both.form],
         [
-            ChunkForm::COOP[15],
-            ChunkForm::COOP[16],
-            ChunkForm::COOP[17]
+            ChunkForm::COOP[12],
+            ChunkForm::COOP[13],
+            ChunkForm::COOP[14]
         ]
     );
     let default_with = |key_heads, u_direct| ChunkForm {
@@ -1049,16 +1041,14 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
         "coop+quads+fused+lean+deep+ahead+blocks",
         "coop+deep",
         "f32+deep+blocks",
-        "f32+pairs+blocks",
-        "coop+quads+fused+lean+deep+pairs+blocks",
-        "coop+quads+fused+lean+blocks+pairs",
-        "coop+quads+fused+lean+lower+pairs+blocks",
-        "f32+lower+blocks",
+        // gdnchunk2's forms, measured neutral and removed.
+        "coop+quads+fused+lean+pairs+blocks",
+        "coop+quads+fused+lean+lower+blocks",
+        "coop+quads+fused+lean+pairs+lower+blocks",
         "f32+splitk+blocks",
         "coop+splitk",
         "coop+quads+fused+splitk+blocks",
         "coop+quads+fused+lean+blocks+splitk",
-        "coop+quads+fused+lean+splitk+lower+blocks",
         "coop+quads+fused+lean+splitk+ustore+keyheads+blocks",
         "coop+quads+fused+lean+splitk+blocks+keyheads",
         "coop+quads+fused+lean+keyheads+blocks",

@@ -7,10 +7,10 @@
 //! code is shared with `harness selftest` (harness/checks/matvec.rs).
 
 use fak::gpu::kernels::matvec::{
-    InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, MixedInput, Q6Loads,
-    ResidualOutput, SecondWeight, ShortRows,
+    InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, Q6Loads, SecondWeight,
+    ShortRows,
 };
-use fak::gpu::kernels::quantize_q8::{NormQ8, Q8Vectors, QuantizeQ8};
+use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
 use fak::gpu::step::MAX_BATCH;
 use fak::gpu::{
     Activations, GpuContext, GpuError, KernelPaths, Step, StepBuffer, read_back, read_back_f32,
@@ -217,15 +217,6 @@ fn the_wide_form_matches_on_its_types_batches_and_fusions() {
     check_form(&MatVecLayout::WIDE_CANDIDATES, 0x3a7e_a000);
 }
 
-/// The staged form (wgsl/matvec_q8_staged.wgsl: the wide form with the batch's x copied into
-/// workgroup memory once per step) on the wide form's cases, in each of its candidate layouts:
-/// on lavapipe's workgroup memory some stage all 8 vectors in one fill, 256/4/1 two per fill
-/// (a batch of 3 then fills twice, the second half empty).
-#[test]
-fn the_staged_form_matches_on_its_types_batches_and_fusions() {
-    check_form(&MatVecLayout::STAGED_CANDIDATES, 0x3a7e_b000);
-}
-
 /// The batched form (wgsl/matvec_q8_batched.wgsl: the wide form's loop over vectors with x in
 /// 16-byte loads and no branch per vector; a vector past the step's batch re-reads the last one)
 /// on the wide form's cases, in each of its candidate layouts: batches of 3 leave a capacity-4
@@ -270,7 +261,7 @@ fn check_form(layouts: &[MatVecLayout], seed: u64) {
                 for ty in types {
                     seed += 1;
                     let case = BitsCase::new(ctx, ty, seed);
-                    let alone = match layout.staged || layout.batched {
+                    let alone = match layout.batched {
                         true => case.alone(ctx, &wide_twin(ctx, paths, layout), &quantizer),
                         false => case.alone(ctx, &kernel, &quantizer),
                     };
@@ -358,15 +349,13 @@ fn assert_near_q8_oracle(
 /// passes of a team), 37 rows, W at byte 32 and 36 of its buffer with room behind it for the
 /// last 16-byte word (asserted: the binding takes the aligned loads); and in a buffer without
 /// that room, where the binding falls back to the word loads. The first wide layout on every
-/// int-dot variant, the unrolled one (second unit clamped) on the first, and the staged form's
-/// unrolled layout on the first (it reads W through the wide form's loads, so it takes the
-/// aligned ones too). (A mixed binding with aligned loads:
+/// int-dot variant and the unrolled one (second unit clamped) on the first. (A mixed binding with
+/// aligned loads:
 /// `a_mixed_binding_computes_each_weight_as_its_own_binding_does`.)
 #[test]
 fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
     let wide = MatVecLayout::WIDE_CANDIDATES;
-    let staged = MatVecLayout::STAGED_CANDIDATES;
-    check_q6_form(Q6Loads::Aligned, [wide[0], wide[2], staged[2]], 0x3a7e_d000);
+    check_q6_form(Q6Loads::Aligned, &[wide[0], wide[2]], 0x3a7e_d000);
 }
 
 /// The lean Q6_K units (`Q6Loads::Lean`, FAK_MATVEC_Q6=lean: each group's integer sum starts
@@ -374,27 +363,26 @@ fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
 /// bytes) compute the default's integer sums, so their outputs are the word loads' bit for bit
 /// and within the f32 bound of the CPU's W·x̂, at every batch, on the cases of the aligned test
 /// above (blocks at both 4-byte alignments: rows of 1050 and 3780 bytes, W at byte 32 and 36):
-/// in the engine's default layout (batched) on every int-dot variant, the unrolled wide layout
-/// and the staged form's on the first (each reads x through its own loader, which takes the
-/// groups' sums). (A mixed binding in the lean form:
+/// in the engine's default layout (batched) on every int-dot variant and the unrolled wide
+/// layout on the first (each reads x through its own loader, which takes the groups' sums). (A
+/// mixed binding in the lean form:
 /// `a_mixed_binding_computes_each_weight_as_its_own_binding_does`.)
 #[test]
 fn lean_q6_k_gives_the_word_loads_outputs_bit_for_bit() {
     let layouts = [
         MatVecLayout::BATCHED_CANDIDATES[0],
         MatVecLayout::WIDE_CANDIDATES[2],
-        MatVecLayout::STAGED_CANDIDATES[2],
     ];
-    check_q6_form(Q6Loads::Lean, layouts, 0x3a7e_d400);
+    check_q6_form(Q6Loads::Lean, &layouts, 0x3a7e_d400);
 }
 
 /// The cases of the two tests above for one Q6_K form in each of `layouts` (the first on every
 /// int-dot variant, the others on the first), against the default form in the same layout.
-fn check_q6_form(q6: Q6Loads, layouts: [MatVecLayout; 3], seed: u64) {
+fn check_q6_form(q6: Q6Loads, layouts: &[MatVecLayout], seed: u64) {
     let ctx = gpu();
     let (rows, batch) = (37, u64::from(MAX_BATCH));
     let mut seed = seed;
-    for (i, layout) in layouts.into_iter().enumerate() {
+    for (i, &layout) in layouts.iter().enumerate() {
         let int_dot = variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot);
         for paths in int_dot.take(if i == 0 { usize::MAX } else { 1 }) {
             let words = MatVec::with_layout(ctx, paths, layout).unwrap();
@@ -516,7 +504,7 @@ fn check_q6_form(q6: Q6Loads, layouts: [MatVecLayout; 3], seed: u64) {
 /// Issue 21's determinism at the kernel under the engine's rule: a sequence's outputs must not
 /// depend on what else is in the batch. `MatVec::new`'s kernel on one int-dot variant runs the
 /// rule's layouts at batches 1, 2, 4 and 8 — its default layout batched at every batch unless
-/// FAK_MATVEC_BATCHED=0, staged for several vectors with FAK_MATVEC_STAGE=1, else split where
+/// FAK_MATVEC_BATCHED=0, else split where
 /// the split G (FAK_MATVEC_SPLIT, else 2 on a GPU and none on a CPU adapter; for Q6_K
 /// FAK_MATVEC_SPLIT_Q6 where set) holds fewer; FAK_MATVEC_SHORT_LAYOUT's layout where its rule
 /// takes the 37 rows — and every vector's outputs at every batch are that layout's wide twin's
@@ -550,9 +538,8 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
             false => wide,
         };
         let split = MatVec::splits_vectors_of(ty, ctx.facts()).unwrap();
-        let more = |capacity: u32| match MatVec::stages_batches() {
-            true => wide.with_staged_x(),
-            false if one.batched && split > 0 && capacity > split => wide.split_by(split),
+        let more = |capacity: u32| match one.batched && split > 0 && capacity > split {
+            true => wide.split_by(split),
             false => one,
         };
         assert_eq!(layouts, [one, more(2), more(4), more(8)], "{ty} {paths}");
@@ -642,14 +629,13 @@ impl BitsCase {
     }
 }
 
-/// `form`'s wide twin on `paths` (its layout neither staged, batched nor split), one per test
+/// `form`'s wide twin on `paths` (its layout neither batched nor split), one per test
 /// binary: the form tests and the engine's rule take their bits from it, and each of its
 /// pipelines costs seconds on lavapipe.
 fn wide_twin(ctx: &GpuContext, paths: KernelPaths, form: MatVecLayout) -> Arc<MatVec> {
     type Twins = Mutex<HashMap<(KernelPaths, MatVecLayout), Arc<MatVec>>>;
     static TWINS: LazyLock<Twins> = LazyLock::new(Twins::default);
     let twin = MatVecLayout {
-        staged: false,
         batched: false,
         split: 0,
         ..form
@@ -746,7 +732,6 @@ fn a_gate_up_pairing_quantizes_its_outputs_as_quantize_q8_does() {
     let quantizing = MatVecLayout::CANDIDATES
         .into_iter()
         .chain(MatVecLayout::WIDE_CANDIDATES)
-        .chain(MatVecLayout::STAGED_CANDIDATES)
         .chain(MatVecLayout::BATCHED_CANDIDATES)
         .chain(MatVecLayout::SPLIT_CANDIDATES)
         .filter(|l| l.teams == MatVecLayout::QUANTIZING_TEAMS);
@@ -822,363 +807,6 @@ fn a_gate_up_pairing_quantizes_its_outputs_as_quantize_q8_does() {
     }
 }
 
-/// The producer-side quantize (`FAK_DECODE_FUSE=pquant`, opt-in): an accumulating q8 product in
-/// a layout of 8 teams (Q4_K in the narrow, wide, batched, split and staged forms; Q8_0, which
-/// the wide forms do not serve, narrow; every batch; the narrow and the batched form, the
-/// engine's, on every int-dot variant, the others on the first: their epilogue is the narrow
-/// form's, its reductions checked there) also writes the q8 blocks of u = y·w_next (y the residual after
-/// its add, w_next the next norm's weight) and each block's Σ y²; a product reading those blocks
-/// with their summed norm (`MatVecFusion::q8_norm`) takes RMSNorm(y)·w_next. Checked: y is the
-/// bits of the same product without the output; the block sums against f64 on the CPU; the
-/// codes against the CPU's q8 rounding of u (`q8_blocks`: a code may differ by one where u / d
-/// lies within an ulp of a half), the scales within 2.5 ulp of WGSL's division; the consumer's
-/// outputs against the f64 product of its weights with s_b·x̂ (x̂ the producer's own blocks, s_b
-/// = 1 / sqrt(Σ y² / d + eps) in f64) within the mat-vec bound plus s_b's f32 rounding; every
-/// vector's bits the same at every batch (a sequence's result does not depend on the rest of the
-/// batch); nothing written past the step's batch.
-#[test]
-fn a_residual_producer_quantizes_the_next_norms_input_for_its_consumer() {
-    let ctx = gpu();
-    // Two producing workgroups (32 rows each); the consumer reads d = 64 columns.
-    let (d, cols, rows) = (64u64, 512u64, 48u64);
-    let eps = 1e-6f32;
-    let batch = u64::from(MAX_BATCH);
-    let producing = MatVecLayout::PRODUCING;
-    let forms = [
-        producing,
-        producing.widened(),
-        producing.batched_form(),
-        producing.split_by(2),
-        producing.with_staged_x(),
-    ];
-    for ty in [GgmlType::Q4_K, GgmlType::Q8_0] {
-        // Wide forms serve Q4_K's consumer only on whole 256-element rows: d = 256 there.
-        let d = if ty == GgmlType::Q4_K { 4 * d } else { d };
-        let mut rng = rng(0x9a7e_0000 + u64::from(ty.id()));
-        let w_p = random_weights(ty, d, cols, 0x9a7e_0001);
-        let w_c = random_weights(ty, rows, d, 0x9a7e_0002);
-        let (w_p_buf, w_c_buf) = (
-            weights_buffer_at(ctx, &w_p, 0),
-            weights_buffer_at(ctx, &w_c, 0),
-        );
-        let x = random_f32(&mut rng, batch * cols);
-        let y0 = random_f32(&mut rng, batch * d);
-        let next: Vec<f32> = random_f32(&mut rng, d).iter().map(|v| 0.5 + v).collect();
-        let next_norm = upload(ctx, "next norm", bytemuck::cast_slice(&next)).unwrap();
-        let x = upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap();
-        // A wide form would run Q8_0 narrow: the narrow form's pipelines again.
-        let forms = match ty {
-            GgmlType::Q4_K => &forms[..],
-            _ => &forms[..1],
-        };
-        for &form in forms {
-            let every_variant = !form.wide || form == producing.batched_form();
-            let int_dot = variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot);
-            for paths in int_dot.take(if every_variant { usize::MAX } else { 1 }) {
-                let kernel = MatVec::with_layout(ctx, paths, form).unwrap();
-                let quantizer = quantizer(ctx, &kernel);
-                let what = format!("{ty} {form} {paths}");
-                let mut first_vector: Option<(Vec<u32>, Vec<u8>)> = None;
-                for n in BATCHES {
-                    let run = residual_chain(
-                        ctx,
-                        (&kernel, &quantizer),
-                        (&w_p_buf, &w_c_buf, ty),
-                        (d, cols, rows),
-                        (&x, &y0, &next_norm, eps),
-                        n,
-                    );
-                    let what = format!("{what} batch {n}");
-                    let nu = n as usize;
-                    let (du, ru) = (d as usize, rows as usize);
-                    assert_eq!(
-                        run.y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                        run.y_plain.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                        "{what}: the residual differs from the product without the q8 output"
-                    );
-                    let blocks = du / 32;
-                    let mut x_eff = vec![0f32; nu * du];
-                    for b in 0..nu {
-                        let yb = &run.y[b * du..(b + 1) * du];
-                        let squares: Vec<f64> = yb
-                            .chunks(32)
-                            .map(|c| c.iter().map(|&v| f64::from(v).powi(2)).sum())
-                            .collect();
-                        let sums = &run.sums[b * blocks..(b + 1) * blocks];
-                        for (k, (&got, &want)) in sums.iter().zip(&squares).enumerate() {
-                            assert!(
-                                (f64::from(got) - want).abs() <= 1e-5 * want,
-                                "{what}: vector {b} block {k}'s Σ y² {got}, want {want}"
-                            );
-                        }
-                        let u: Vec<f32> = yb.iter().zip(&next).map(|(&v, &w)| v * w).collect();
-                        let (codes, scales) = fak::reference::activations::q8_blocks(&u);
-                        let got_codes = &run.codes[b * du..(b + 1) * du];
-                        let got_scales = &run.scales[b * blocks..(b + 1) * blocks];
-                        for (i, (&got, &want)) in got_codes.iter().zip(&codes).enumerate() {
-                            assert!(
-                                (i32::from(got) - i32::from(want)).abs() <= 1,
-                                "{what}: vector {b} code {i} is {got}, want {want}"
-                            );
-                        }
-                        for (k, (&got, &want)) in got_scales.iter().zip(&scales).enumerate() {
-                            assert!(
-                                (got - want).abs() <= 3e-7 * want,
-                                "{what}: vector {b} scale {k} is {got}, want {want}"
-                            );
-                        }
-                        let total: f64 = squares.iter().sum();
-                        let s = 1.0 / (total / d as f64 + f64::from(eps)).sqrt();
-                        for (c, x) in x_eff[b * du..(b + 1) * du].iter_mut().enumerate() {
-                            let step = f64::from(got_scales[c / 32]);
-                            *x = (s * step * f64::from(got_codes[c])) as f32;
-                        }
-                    }
-                    let want = expected(ty, &w_c, (rows, d), &x_eff, None, n);
-                    // s_b in f32 from f32 block sums: a few ulp on every output.
-                    let bounds: Vec<f32> = want
-                        .scales
-                        .iter()
-                        .map(|&s| bound(d, s) + (1e-5 * s) as f32)
-                        .collect();
-                    let dots: Vec<f32> = want.dots.iter().map(|&v| v as f32).collect();
-                    assert_within(&what, &run.z[..nu * ru], &dots, &bounds);
-                    assert!(
-                        run.z[nu * ru..].iter().all(|v| v.is_nan())
-                            && run.sums[nu * blocks..].iter().all(|v| v.is_nan())
-                            && run.scales[nu * blocks..].iter().all(|v| v.is_nan()),
-                        "{what}: wrote past the step's batch"
-                    );
-                    // Vector 0's bits at every batch.
-                    let z0: Vec<u32> = run.z[..ru].iter().map(|v| v.to_bits()).collect();
-                    let q0: Vec<u8> = run.codes[..du].iter().map(|&c| c as u8).collect();
-                    match &first_vector {
-                        None => first_vector = Some((z0, q0)),
-                        Some(bits) => {
-                            assert_eq!(bits, &(z0, q0), "{what}: vector 0 depends on the batch")
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// A mixed binding (`FAK_DECODE_FUSE=merge,pquant`) over a residual producer's vectors with
-/// their summed norm (`q8_norm`): each weight's outputs are the bits of its own binding over
-/// the same vectors (Q4_K beside Q6_K both ways, every int-dot variant, every batch), rows past
-/// the batch untouched.
-#[test]
-fn a_mixed_binding_over_summed_norm_blocks_computes_each_weight_as_its_own_binding_does() {
-    let ctx = gpu();
-    let (cols, batch) = (512u64, u64::from(MAX_BATCH));
-    let mut rng = rng(0x9a7e_d000);
-    let x = random_f32(&mut rng, batch * cols);
-    let xb = upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap();
-    let x_act = Activations::contiguous(&xb, cols);
-    // Block sums of squares as a producer would write them (any positive values serve).
-    let sums: Vec<f32> = random_f32(&mut rng, batch * cols / 32)
-        .iter()
-        .map(|v| 1.0 + v.abs())
-        .collect();
-    let layout = MatVecLayout::INTEGER.widened();
-    for paths in variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot) {
-        let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
-        let quantizer = quantizer(ctx, &kernel);
-        let vectors = Q8Vectors::with_sums(ctx, "summed", cols, MAX_BATCH).unwrap();
-        let at = 4 * vectors.sum_index();
-        fak::gpu::buffers::write(ctx, &vectors.scales, at, bytemuck::cast_slice(&sums)).unwrap();
-        let input = MatVecFusion {
-            q8: Some(&vectors),
-            q8_norm: Some(1e-6),
-            ..MatVecFusion::default()
-        };
-        for (types, rows) in [
-            ([GgmlType::Q4_K, GgmlType::Q6_K], [37u64, 21]),
-            ([GgmlType::Q6_K, GgmlType::Q4_K], [9, 70]),
-        ] {
-            let shapes = [0, 1].map(|i| MatVecShape {
-                ty: types[i],
-                rows: rows[i],
-                cols,
-            });
-            let w = [0, 1].map(|i| {
-                let bytes = random_weights(types[i], rows[i], cols, 0x9a7e_d100 + i as u64);
-                upload(ctx, "W", &[&bytes[..], &[0; 16]].concat()).unwrap()
-            });
-            for n in BATCHES {
-                let step = StepBuffer::new(ctx);
-                step.set(ctx, Step::new(0, n, 0));
-                let quantize = quantizer
-                    .bind(ctx, x_act, cols, None, &vectors, &step, MAX_BATCH)
-                    .unwrap();
-                let alone = [0, 1].map(|i| poisoned_f32(ctx, "y", batch * rows[i]));
-                let mixed = [0, 1].map(|i| poisoned_f32(ctx, "y", batch * rows[i]));
-                let io = |i: usize, y| MatVecIo {
-                    weights: &w[i],
-                    weights_offset: 0,
-                    x: x_act,
-                    y: Activations::contiguous(y, rows[i]),
-                    step: &step,
-                    accumulate: false,
-                    max_batch: MAX_BATCH,
-                };
-                let singles = [0, 1].map(|i| {
-                    kernel
-                        .bind_fused(ctx, shapes[i], &io(i, &alone[i]), input)
-                        .unwrap()
-                });
-                let both = MatVecFusion {
-                    second: Some(SecondWeight {
-                        shape: shapes[1],
-                        weights: &w[1],
-                        y: Activations::contiguous(&mixed[1], rows[1]),
-                    }),
-                    ..input
-                };
-                let binding = kernel
-                    .bind_fused(ctx, shapes[0], &io(0, &mixed[0]), both)
-                    .unwrap();
-                ctx.run_pass("mixed over summed-norm blocks", |pass| {
-                    quantizer.encode(pass, &quantize, n).unwrap();
-                    for single in &singles {
-                        kernel.encode(pass, single, n).unwrap();
-                    }
-                    kernel.encode(pass, &binding, n).unwrap();
-                })
-                .unwrap();
-                for i in 0..2 {
-                    let bits = |y: &wgpu::Buffer| {
-                        read_back_f32(ctx, y, 0..4 * batch * rows[i])
-                            .unwrap()
-                            .iter()
-                            .map(|v| v.to_bits())
-                            .collect::<Vec<_>>()
-                    };
-                    let (want, got) = (bits(&alone[i]), bits(&mixed[i]));
-                    let what = format!("{paths} {types:?} part {i} batch {n}");
-                    assert_eq!(got, want, "{what}: the mixed part differs from its binding");
-                    let written = u64::from(n) * rows[i];
-                    assert!(
-                        want[..written as usize]
-                            .iter()
-                            .all(|b| !f32::from_bits(*b).is_nan())
-                            && want[written as usize..]
-                                .iter()
-                                .all(|b| f32::from_bits(*b).is_nan()),
-                        "{what}: NaN inside the batch or writes past it"
-                    );
-                }
-            }
-        }
-    }
-}
-
-/// What [`residual_chain`] read back: the residual with and without the q8 output, the
-/// producer's codes, scales and block sums (every vector of the room), the consumer's outputs.
-struct ResidualRun {
-    y: Vec<f32>,
-    y_plain: Vec<f32>,
-    codes: Vec<i8>,
-    scales: Vec<f32>,
-    sums: Vec<f32>,
-    z: Vec<f32>,
-}
-
-/// One step of `n` vectors: x quantized, the producer y += W_p x̂ writing the blocks of
-/// y·next_norm, the consumer z = W_c (its summed norm of those blocks), and the same product
-/// without the q8 output into a copy of y0.
-fn residual_chain(
-    ctx: &GpuContext,
-    (kernel, quantizer): (&MatVec, &QuantizeQ8),
-    (w_p, w_c, ty): (&wgpu::Buffer, &wgpu::Buffer, GgmlType),
-    (d, cols, rows): (u64, u64, u64),
-    (x, y0, next_norm, eps): (&wgpu::Buffer, &[f32], &wgpu::Buffer, f32),
-    n: u32,
-) -> ResidualRun {
-    let batch = u64::from(MAX_BATCH);
-    let step = StepBuffer::new(ctx);
-    step.set(ctx, Step::new(0, n, 0));
-    let y = upload(ctx, "y", bytemuck::cast_slice(y0)).unwrap();
-    let y_plain = upload(ctx, "y plain", bytemuck::cast_slice(y0)).unwrap();
-    let z = poisoned_f32(ctx, "z", batch * rows);
-    let x_q8 = Q8Vectors::new(ctx, "x", cols, MAX_BATCH).unwrap();
-    let out = Q8Vectors::with_sums(ctx, "residual", d, MAX_BATCH).unwrap();
-    fak::gpu::buffers::write(ctx, &out.codes, 0, &vec![0x7f; out.codes.size() as usize]).unwrap();
-    let nan = vec![f32::NAN; out.scales.size() as usize / 4];
-    fak::gpu::buffers::write(ctx, &out.scales, 0, bytemuck::cast_slice(&nan)).unwrap();
-    let x_act = Activations::contiguous(x, cols);
-    let quantize = quantizer
-        .bind(ctx, x_act, cols, None, &x_q8, &step, MAX_BATCH)
-        .unwrap();
-    let shape = MatVecShape { ty, rows: d, cols };
-    let io = MatVecIo {
-        weights: w_p,
-        weights_offset: 0,
-        x: x_act,
-        y: Activations::contiguous(&y, d),
-        step: &step,
-        accumulate: true,
-        max_batch: MAX_BATCH,
-    };
-    let io_plain = MatVecIo {
-        y: Activations::contiguous(&y_plain, d),
-        ..io
-    };
-    let q8 = MatVecFusion {
-        q8: Some(&x_q8),
-        ..MatVecFusion::default()
-    };
-    let producer = MatVecFusion {
-        residual_output: Some(ResidualOutput {
-            vectors: &out,
-            next_norm,
-        }),
-        ..q8
-    };
-    let producing = kernel.bind_fused(ctx, shape, &io, producer).unwrap();
-    let plain = kernel.bind_fused(ctx, shape, &io_plain, q8).unwrap();
-    let consumer_io = MatVecIo {
-        weights: w_c,
-        weights_offset: 0,
-        x: Activations::contiguous(&y, d),
-        y: Activations::contiguous(&z, rows),
-        step: &step,
-        accumulate: false,
-        max_batch: MAX_BATCH,
-    };
-    let consumer = MatVecFusion {
-        q8: Some(&out),
-        q8_norm: Some(eps),
-        ..MatVecFusion::default()
-    };
-    let shape_c = MatVecShape { ty, rows, cols: d };
-    let consuming = kernel
-        .bind_fused(ctx, shape_c, &consumer_io, consumer)
-        .unwrap();
-    ctx.run_pass("residual producer", |pass| {
-        quantizer.encode(pass, &quantize, n).unwrap();
-        kernel.encode(pass, &producing, n).unwrap();
-        kernel.encode(pass, &consuming, n).unwrap();
-        kernel.encode(pass, &plain, n).unwrap();
-    })
-    .unwrap();
-    let scales = read_back_f32(ctx, &out.scales, 0..out.scale_bytes()).unwrap();
-    let (scales, sums) = scales.split_at(out.sum_index() as usize);
-    ResidualRun {
-        y: read_back_f32(ctx, &y, 0..4 * batch * d).unwrap(),
-        y_plain: read_back_f32(ctx, &y_plain, 0..4 * batch * d).unwrap(),
-        codes: read_back(ctx, &out.codes, 0..batch * d)
-            .unwrap()
-            .iter()
-            .map(|&c| c as i8)
-            .collect(),
-        scales: scales.to_vec(),
-        sums: sums.to_vec(),
-        z: read_back_f32(ctx, &z, 0..4 * batch * rows).unwrap(),
-    }
-}
-
 #[test]
 fn layouts_the_kernel_was_not_written_for_are_refused() {
     for bad in [
@@ -1192,18 +820,15 @@ fn layouts_the_kernel_was_not_written_for_are_refused() {
         "64/1/1/narrow",
         "wide",
         "64/1/wide",
-        "staged",
-        "64/1/staged",
-        "64/1/1/wide/staged",
+        // The staged form, measured slower and removed.
+        "64/1/1/staged",
         "batched",
         "64/1/batched",
-        "64/1/1/staged/batched",
         "split4",
         "64/1/split4",
         "64/1/1/split3",
         "64/1/1/split8",
         "64/1/1/split0",
-        "64/1/1/staged/split4",
         "64/1/1/split4/batched",
     ] {
         assert!(
@@ -1214,7 +839,6 @@ fn layouts_the_kernel_was_not_written_for_are_refused() {
     for layout in MatVecLayout::CANDIDATES
         .into_iter()
         .chain(MatVecLayout::WIDE_CANDIDATES)
-        .chain(MatVecLayout::STAGED_CANDIDATES)
         .chain(MatVecLayout::BATCHED_CANDIDATES)
         .chain(MatVecLayout::SPLIT_CANDIDATES)
     {
@@ -1449,53 +1073,19 @@ fn the_integer_path_folds_the_norm_into_the_quantization_and_pairs_gate_and_up()
     }
 }
 
-/// The norm quantized inside each workgroup (`MatVecFusion::quantize_input`: the decode fold
-/// of the quantize dispatch before the projections and gate/up): the model's two uses (QKV; the
-/// MLP's pairing with strided x), every batch, both reductions, narrow and wide, against W·x̂
-/// and bit for bit against the product of quantize_q8's vectors (rows past the batch poisoned).
-/// The subgroup variant takes every integer type; the workgroup-tree one a type per form (each
-/// type costs four pipeline builds, seconds each on lavapipe).
+/// The norm's q8 blocks (quantize_q8's NORM pipeline) against the CPU's RMSNorm(x)·nw in f64:
+/// each block's scale within the norm's f32 rounding of max |v| / 127, each code's value within
+/// half a step of v, no NaN (codes poisoned to −128, which no block writes, scales to NaN). Rows
+/// of 2 blocks (most lanes idle), 4096 and 5120 (the 8B's and 27B's) and 32768 (16
+/// workgroups a vector); one block all zero (d = 0); vectors of one batch normed each with its own sum. Both
+/// reductions.
 #[test]
-fn the_norm_quantized_in_the_workgroup_is_the_quantize_dispatchs_product_bit_for_bit() {
-    let ctx = gpu();
-    let mut seed = 0x3a7e_b000;
-    for paths in variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot) {
-        for layout in [MatVecLayout::INTEGER, MatVecLayout::INTEGER.widened()] {
-            let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
-            let quantizer = quantizer(ctx, &kernel);
-            let types: &[GgmlType] = match (paths.subgroup, layout.wide) {
-                (true, false) => &MatVec::Q8_TYPES,
-                (true, true) => &[GgmlType::Q4_K, GgmlType::Q6_K],
-                (false, false) => &[GgmlType::Q4_K],
-                (false, true) => &[GgmlType::Q6_K],
-            };
-            for &ty in types {
-                for fusion in FUSIONS.into_iter().filter(|&(norm, ..)| norm) {
-                    seed += 1;
-                    let rows = if fusion.1 { 5 } else { 7 };
-                    let path = Path::Q8InWorkgroup(&quantizer);
-                    assert_all(check_fused(ctx, &kernel, path, ty, rows, fusion, seed));
-                }
-            }
-        }
-    }
-}
-
-/// The norm's q8 blocks in each form (`NormQ8`: the two-pass default and the one-pass form of
-/// wgsl/norm_q8.wgsl) against the CPU's RMSNorm(x)·nw in f64: each block's scale within the
-/// norm's f32 rounding of max |v| / 127, each code's value within half a step of v, no NaN
-/// (codes poisoned to −128, which no block writes, scales to NaN); and the two forms' codes at
-/// most one apart. Rows of 2 blocks (most lanes idle), 4096 and 5120 (the 8B's and 27B's: one
-/// block a lane), and the one-pass form's longest (4 blocks a lane); one block all zero (d = 0);
-/// vectors of one batch normed each with its own sum. Both reductions.
-#[test]
-fn each_norm_form_rounds_the_normed_row_as_the_cpu_does() {
+fn the_normed_quantize_rounds_the_normed_row_as_the_cpu_does() {
     let ctx = gpu();
     let eps = 1e-6f32;
-    let cases = [(64, 1), (4096, 3), (5120, 2), (NormQ8::ONEPASS_MAX_COLS, 1)];
+    let cases = [(64, 1), (4096, 3), (5120, 2), (32768, 1)];
     for paths in variants::<QuantizeQ8>(ctx) {
-        let forms = [NormQ8::TwoPass, NormQ8::OnePass]
-            .map(|form| QuantizeQ8::with_form(ctx, paths, form).unwrap());
+        let quantizer = QuantizeQ8::new(ctx, paths).unwrap();
         for (case, &(cols, n)) in cases.iter().enumerate() {
             let mut rng = rng(0x3a7e_d000 + case as u64);
             let mut x: Vec<f32> = (0..n)
@@ -1519,31 +1109,20 @@ fn each_norm_form_rounds_the_normed_row_as_the_cpu_does() {
             };
             let step = StepBuffer::new(ctx);
             step.set(ctx, Step::new(0, n, 0));
-            let got: Vec<_> = forms
-                .iter()
-                .map(|quantizer| {
-                    let out = Q8Vectors::new(ctx, "normed", cols, n).unwrap();
-                    fak::gpu::buffers::write(
-                        ctx,
-                        &out.codes,
-                        0,
-                        &vec![0x80; out.codes.size() as usize],
-                    )
-                    .unwrap();
-                    let nan = vec![f32::NAN; out.scales.size() as usize / 4];
-                    fak::gpu::buffers::write(ctx, &out.scales, 0, bytemuck::cast_slice(&nan))
-                        .unwrap();
-                    let x = Activations::contiguous(&xb, cols);
-                    let binding = quantizer
-                        .bind(ctx, x, cols, Some(norm), &out, &step, n)
-                        .unwrap();
-                    ctx.run_pass("quantize_q8", |pass| {
-                        quantizer.encode(pass, &binding, n).unwrap();
-                    })
-                    .unwrap();
-                    out.read_back(ctx, cols, n).unwrap()
-                })
-                .collect();
+            let out = Q8Vectors::new(ctx, "normed", cols, n).unwrap();
+            fak::gpu::buffers::write(ctx, &out.codes, 0, &vec![0x80; out.codes.size() as usize])
+                .unwrap();
+            let nan = vec![f32::NAN; out.scales.size() as usize / 4];
+            fak::gpu::buffers::write(ctx, &out.scales, 0, bytemuck::cast_slice(&nan)).unwrap();
+            let input = Activations::contiguous(&xb, cols);
+            let binding = quantizer
+                .bind(ctx, input, cols, Some(norm), &out, &step, n)
+                .unwrap();
+            ctx.run_pass("quantize_q8", |pass| {
+                quantizer.encode(pass, &binding, n).unwrap();
+            })
+            .unwrap();
+            let got = out.read_back(ctx, cols, n).unwrap();
             for b in 0..n as usize {
                 let row = &x[b * cols as usize..(b + 1) * cols as usize];
                 let squares: f64 = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
@@ -1553,96 +1132,27 @@ fn each_norm_form_rounds_the_normed_row_as_the_cpu_does() {
                     .zip(&nw)
                     .map(|(&x, &w)| f64::from(x) * s * f64::from(w))
                     .collect();
-                for (form, (codes, scales)) in [NormQ8::TwoPass, NormQ8::OnePass]
-                    .iter()
-                    .zip(got.iter().map(|g| &g[b]))
-                {
-                    let what = format!("{form:?} ({paths}) cols {cols} vector {b}");
-                    for (k, block) in v.chunks(32).enumerate() {
-                        let amax = block.iter().fold(0f64, |m, v| m.max(v.abs()));
-                        let d = f64::from(scales[k]);
-                        // The norm's f32 rounding (x·s, ·w, the sum of squares), as the fused
-                        // checks bound it; a NaN scale fails.
-                        let d_ok =
-                            (d - amax / 127.0).abs() <= (1e-5 + 2f64.powi(-21)) * amax / 127.0;
-                        assert!(d_ok, "{what}: block {k} scale {d} for max |v| {amax}");
-                        for (i, &want) in block.iter().enumerate() {
-                            let q = codes[32 * k + i];
-                            let err = (f64::from(q) * d - want).abs();
-                            let ok =
-                                q >= -127 && err <= d * (0.5 + 2f64.powi(-16)) + 1e-5 * want.abs();
-                            assert!(
-                                ok,
-                                "{what}: element {} code {q} step {d} for {want}",
-                                32 * k + i
-                            );
-                        }
+                let (codes, scales) = &got[b];
+                let what = format!("({paths}) cols {cols} vector {b}");
+                for (k, block) in v.chunks(32).enumerate() {
+                    let amax = block.iter().fold(0f64, |m, v| m.max(v.abs()));
+                    let d = f64::from(scales[k]);
+                    // The norm's f32 rounding (x·s, ·w, the sum of squares), as the fused
+                    // checks bound it; a NaN scale fails.
+                    let d_ok = (d - amax / 127.0).abs() <= (1e-5 + 2f64.powi(-21)) * amax / 127.0;
+                    assert!(d_ok, "{what}: block {k} scale {d} for max |v| {amax}");
+                    for (i, &want) in block.iter().enumerate() {
+                        let q = codes[32 * k + i];
+                        let err = (f64::from(q) * d - want).abs();
+                        let ok = q >= -127 && err <= d * (0.5 + 2f64.powi(-16)) + 1e-5 * want.abs();
+                        assert!(
+                            ok,
+                            "{what}: element {} code {q} step {d} for {want}",
+                            32 * k + i
+                        );
                     }
                 }
-                let (two, one) = (&got[0][b].0, &got[1][b].0);
-                let apart = two.iter().zip(one).filter(|(a, b)| a != b).count();
-                let (d2, d1) = (&got[0][b].1, &got[1][b].1);
-                let scales_apart = d2
-                    .iter()
-                    .zip(d1)
-                    .filter(|(a, b)| a.to_bits() != b.to_bits())
-                    .count();
-                assert!(
-                    two.iter()
-                        .zip(one)
-                        .all(|(&a, &b)| (i16::from(a) - i16::from(b)).abs() <= 1),
-                    "({paths}) cols {cols} vector {b}: the forms' codes more than one apart"
-                );
-                eprintln!(
-                    "({paths}) cols {cols} vector {b}: {apart} of {cols} codes differ by one \
-                     between the forms, {scales_apart} of {} scales in their bits",
-                    cols / 32
-                );
             }
-        }
-    }
-}
-
-/// The one-pass form quantized in the workgroup (`MatVecFusion::quantize_input` on a kernel
-/// `with_norm_q8(NormQ8::OnePass)`) is, bit for bit, the product of the one-pass quantize
-/// dispatch's vectors and within the f32 bound of W·x̂ (x̂ that dispatch's, held to the CPU's
-/// normed x), as the two-pass fold is of the two-pass dispatch's: both of the model's uses,
-/// every batch, both reductions, narrow (Q4_K) and wide (Q4_K, Q6_K); outputs poisoned. A
-/// layout of other than 256 invocations is refused in the one-pass form (its sum's order is
-/// 256 lanes'), so the model keeps the dispatch there.
-#[test]
-fn the_one_pass_norm_in_the_workgroup_is_the_one_pass_dispatchs_product_bit_for_bit() {
-    let ctx = gpu();
-    let mut seed = 0x3a7e_e000;
-    for paths in variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot) {
-        for layout in [MatVecLayout::INTEGER, MatVecLayout::INTEGER.widened()] {
-            let kernel = MatVec::with_layout(ctx, paths, layout)
-                .unwrap()
-                .with_norm_q8(NormQ8::OnePass);
-            let quantizer = QuantizeQ8::with_form(ctx, kernel.variant(), NormQ8::OnePass).unwrap();
-            let types: &[GgmlType] = match layout.wide {
-                false => &[GgmlType::Q4_K],
-                true => &[GgmlType::Q4_K, GgmlType::Q6_K],
-            };
-            for &ty in types {
-                for fusion in FUSIONS.into_iter().filter(|&(norm, ..)| norm) {
-                    seed += 1;
-                    let rows = if fusion.1 { 5 } else { 7 };
-                    let path = Path::Q8InWorkgroup(&quantizer);
-                    assert_all(check_fused(ctx, &kernel, path, ty, rows, fusion, seed));
-                }
-            }
-        }
-        for (form, fits) in [(NormQ8::TwoPass, true), (NormQ8::OnePass, false)] {
-            let short = MatVec::with_layout(ctx, paths, MatVecLayout::SHORT)
-                .unwrap()
-                .with_norm_q8(form);
-            assert_eq!(
-                short.quantizes_input(ctx, 768, None),
-                fits,
-                "{form:?} in {}",
-                MatVecLayout::SHORT
-            );
         }
     }
 }
@@ -1651,9 +1161,9 @@ fn the_one_pass_norm_in_the_workgroup_is_the_one_pass_dispatchs_product_bit_for_
 /// the decode merge of a Q6_K projection run with a Q4_K one) writes each weight's outputs bit
 /// for bit as that weight's own binding does, and both within the f32 bound of W·x̂ (x̂ what
 /// quantize_q8 makes of the normed x): both orders of the types, ragged row counts, every batch,
-/// both reductions (the default, aligned and lean Q6_K loads); outputs poisoned, rows past the batch left alone. Both inputs: the norm
-/// quantized in the workgroup, and the quantize dispatch's q8 vectors (`FAK_DECODE_FUSE=merge`:
-/// the second weight's blocks in binding 10), each against the single bindings of the fold.
+/// both reductions (the default, aligned and lean Q6_K loads); outputs poisoned, rows past the
+/// batch left alone. The input is the quantize dispatch's q8 vectors (`FAK_DECODE_FUSE=merge`:
+/// the second weight's blocks in binding 10), against each weight's single binding over them.
 #[test]
 fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
     let ctx = gpu();
@@ -1674,11 +1184,6 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
         weight: &nwb,
         eps: 1e-6,
         shared: false,
-    };
-    let fold = MatVecFusion {
-        norm: Some(norm),
-        quantize_input: true,
-        ..MatVecFusion::default()
     };
     let layout = MatVecLayout::INTEGER.widened();
     // The first int-dot variant with the aligned Q6_K loads and in the lean form, the others
@@ -1711,9 +1216,7 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                 rows: rows[i],
                 cols,
             });
-            for input in [MixedInput::QuantizedNorm, MixedInput::Q8] {
-                assert!(kernel.mixes(ctx, (shapes[0], shapes[1]), None, input));
-            }
+            assert!(kernel.mixes(ctx, (shapes[0], shapes[1]), None));
             let bytes = [0, 1].map(|i| {
                 random_weights(
                     types[i],
@@ -1727,10 +1230,17 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
             for n in BATCHES {
                 let step = StepBuffer::new(ctx);
                 step.set(ctx, Step::new(0, n, 0));
-                // Each weight alone, then both mixed, then both mixed over the q8 vectors.
+                // x quantized, then each weight alone over its vectors, then both mixed.
                 let alone = [0, 1].map(|i| poisoned_f32(ctx, "y", batch * rows[i]));
                 let mixed = [0, 1].map(|i| poisoned_f32(ctx, "y", batch * rows[i]));
-                let mixed_q8 = [0, 1].map(|i| poisoned_f32(ctx, "y", batch * rows[i]));
+                let q8 = poisoned_q8(ctx, cols, MAX_BATCH);
+                let quantize = quantizer
+                    .bind(ctx, x_act, cols, Some(norm), &q8, &step, MAX_BATCH)
+                    .unwrap();
+                let over_q8 = MatVecFusion {
+                    q8: Some(&q8),
+                    ..MatVecFusion::default()
+                };
                 let io = |i: usize, y| MatVecIo {
                     weights: &w[i],
                     weights_offset: 0,
@@ -1742,7 +1252,7 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                 };
                 let singles = [0, 1].map(|i| {
                     kernel
-                        .bind_fused(ctx, shapes[i], &io(i, &alone[i]), fold)
+                        .bind_fused(ctx, shapes[i], &io(i, &alone[i]), over_q8)
                         .unwrap()
                 });
                 let both = MatVecFusion {
@@ -1751,7 +1261,7 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                         weights: &w[1],
                         y: Activations::contiguous(&mixed[1], rows[1]),
                     }),
-                    ..fold
+                    ..over_q8
                 };
                 let binding = kernel
                     .bind_fused(ctx, shapes[0], &io(0, &mixed[0]), both)
@@ -1759,160 +1269,39 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                 // The first weight's binding; the second's blocks keep the word loads.
                 let aligned = q6 == Q6Loads::Aligned && types[0] == GgmlType::Q6_K;
                 assert_eq!(binding.q6_aligned(), aligned, "{paths} {q6:?} {types:?}");
-                let q8 = poisoned_q8(ctx, cols, MAX_BATCH);
-                let quantize = quantizer
-                    .bind(ctx, x_act, cols, Some(norm), &q8, &step, MAX_BATCH)
-                    .unwrap();
-                let over_q8 = MatVecFusion {
-                    q8: Some(&q8),
-                    second: Some(SecondWeight {
-                        shape: shapes[1],
-                        weights: &w[1],
-                        y: Activations::contiguous(&mixed_q8[1], rows[1]),
-                    }),
-                    ..MatVecFusion::default()
-                };
-                let binding_q8 = kernel
-                    .bind_fused(ctx, shapes[0], &io(0, &mixed_q8[0]), over_q8)
-                    .unwrap();
                 ctx.run_pass("mixed", |pass| {
+                    quantizer.encode(pass, &quantize, n).unwrap();
                     for single in &singles {
                         kernel.encode(pass, single, n).unwrap();
                     }
                     kernel.encode(pass, &binding, n).unwrap();
-                    quantizer.encode(pass, &quantize, n).unwrap();
-                    kernel.encode(pass, &binding_q8, n).unwrap();
                 })
                 .unwrap();
                 let x_hat = x_hat_of(ctx, &q8, cols, n);
-                for (input, outputs) in [("normed", &mixed), ("q8", &mixed_q8)] {
-                    for i in 0..2 {
-                        let what = format!(
-                            "{paths} {q6:?} {types:?} {input} part {i} ({}) batch {n}",
-                            types[i]
-                        );
-                        let bytes_of = |y: &wgpu::Buffer| {
-                            read_back_f32(ctx, y, 0..4 * batch * rows[i]).unwrap()
-                        };
-                        let (got, own) = (bytes_of(&outputs[i]), bytes_of(&alone[i]));
-                        let split = (u64::from(n) * rows[i]) as usize;
-                        assert!(
-                            got[..split]
-                                .iter()
-                                .zip(&own[..split])
-                                .all(|(a, b)| a.to_bits() == b.to_bits()),
-                            "{what}: the mixed binding's outputs are not its own binding's"
-                        );
-                        assert!(
-                            got[split..].iter().all(|v| v.is_nan()),
-                            "{what}: wrote past the batch"
-                        );
-                        let weights = (types[i], &bytes[i][..], rows[i]);
-                        assert_near_q8_oracle(&what, &got[..split], weights, &x_hat);
-                    }
+                for i in 0..2 {
+                    let what =
+                        format!("{paths} {q6:?} {types:?} part {i} ({}) batch {n}", types[i]);
+                    let bytes_of =
+                        |y: &wgpu::Buffer| read_back_f32(ctx, y, 0..4 * batch * rows[i]).unwrap();
+                    let (got, own) = (bytes_of(&mixed[i]), bytes_of(&alone[i]));
+                    let split = (u64::from(n) * rows[i]) as usize;
+                    assert!(
+                        got[..split]
+                            .iter()
+                            .zip(&own[..split])
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{what}: the mixed binding's outputs are not its own binding's"
+                    );
+                    assert!(
+                        got[split..].iter().all(|v| v.is_nan()),
+                        "{what}: wrote past the batch"
+                    );
+                    let weights = (types[i], &bytes[i][..], rows[i]);
+                    assert_near_q8_oracle(&what, &got[..split], weights, &x_hat);
                 }
             }
         }
     }
-}
-
-/// A binding that quantizes its input in the workgroup holds only the vectors the adapter's
-/// workgroup memory has room for (and refuses more at encode), needs the norm, whole q8 blocks,
-/// an int-dot variant and layouts of 64 invocations or more.
-#[test]
-fn quantizing_in_the_workgroup_holds_what_workgroup_memory_holds() {
-    let ctx = gpu();
-    let paths = KernelPaths {
-        int_dot: true,
-        ..KernelPaths::FALLBACK
-    };
-    let kernel = MatVec::with_layout(ctx, paths, MatVecLayout::INTEGER).unwrap();
-    let limit = u64::from(ctx.device.limits().max_compute_workgroup_storage_size);
-    // Rows long enough that 8 vectors of codes (a byte each, and a scale per 32) overflow the
-    // limit, one of them not: the binding takes fewer than 8.
-    let cols = (limit / 4).next_multiple_of(256);
-    let step = StepBuffer::new(ctx);
-    let w = upload(ctx, "W", &vec![0u8; (cols / 256 * 144 * 4) as usize]).unwrap();
-    let x = poisoned_f32(ctx, "x", u64::from(MAX_BATCH) * cols);
-    let y = poisoned_f32(ctx, "y", u64::from(MAX_BATCH) * 4);
-    let nw = poisoned_f32(ctx, "norm weight", cols);
-    let shape = MatVecShape {
-        ty: GgmlType::Q4_K,
-        rows: 4,
-        cols,
-    };
-    let io = MatVecIo {
-        weights: &w,
-        weights_offset: 0,
-        x: Activations::contiguous(&x, cols),
-        y: Activations::contiguous(&y, 4),
-        step: &step,
-        accumulate: false,
-        max_batch: MAX_BATCH,
-    };
-    let norm = InputNorm {
-        weight: &nw,
-        eps: 1e-6,
-        shared: false,
-    };
-    let fold = MatVecFusion {
-        norm: Some(norm),
-        quantize_input: true,
-        ..MatVecFusion::default()
-    };
-    let binding = kernel.bind_fused(ctx, shape, &io, fold).unwrap();
-    let held = binding.max_batch();
-    assert!(
-        (1..MAX_BATCH).contains(&held),
-        "{held} vectors of {cols} under {limit} bytes"
-    );
-    assert!(kernel.quantizes_input(ctx, cols, None));
-    let refused = ctx
-        .run_pass("too many vectors", |pass| {
-            assert!(kernel.encode(pass, &binding, held + 1).is_err());
-        })
-        .is_ok();
-    assert!(refused);
-    // Rows no single vector fits: refused, and said so beforehand.
-    let huge = 2 * limit.next_multiple_of(256);
-    assert!(!kernel.quantizes_input(ctx, huge, None));
-    let shape_error = |r: Result<_, GpuError>| matches!(r, Err(GpuError::Shape { .. }));
-    let small = MatVecIo { max_batch: 1, ..io };
-    let tiny = MatVecShape { cols: 256, ..shape };
-    let small_io = MatVecIo {
-        x: Activations::contiguous(&x, 256),
-        ..small
-    };
-    assert!(kernel.bind_fused(ctx, tiny, &small_io, fold).is_ok());
-    // Without the norm; with q8 vectors beside it; a type the integer path lacks; an f32-only
-    // variant;
-    // a layout of 32 invocations.
-    let no_norm = MatVecFusion { norm: None, ..fold };
-    assert!(shape_error(
-        kernel.bind_fused(ctx, tiny, &small_io, no_norm)
-    ));
-    let q8 = Q8Vectors::new(ctx, "x", 256, 1).unwrap();
-    let both = MatVecFusion {
-        q8: Some(&q8),
-        ..fold
-    };
-    assert!(shape_error(kernel.bind_fused(ctx, tiny, &small_io, both)));
-    let ragged = MatVecShape {
-        ty: GgmlType::F32,
-        cols: 260,
-        ..shape
-    };
-    let f32_w = upload(ctx, "W", &vec![0u8; 4 * 4 * 260]).unwrap();
-    let ragged_io = MatVecIo {
-        weights: &f32_w,
-        x: Activations::contiguous(&x, 260),
-        ..small
-    };
-    assert!(kernel.bind_fused(ctx, ragged, &ragged_io, fold).is_err());
-    let f32_only = MatVec::new(ctx, KernelPaths::FALLBACK).unwrap();
-    assert!(shape_error(f32_only.bind_fused(ctx, tiny, &small_io, fold)));
-    let narrow = MatVec::with_layout(ctx, paths, MatVecLayout::new(32, 1, 1)).unwrap();
-    assert!(shape_error(narrow.bind_fused(ctx, tiny, &small_io, fold)));
 }
 
 #[test]

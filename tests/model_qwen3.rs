@@ -541,12 +541,10 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
 }
 
 /// The integer path quantizes only the inputs no kernel writes as q8 blocks: per layer
-/// RMSNorm(x) before q, k, v and before gate/up (unless the products norm and quantize it
-/// themselves: the norm fold, off unless `FAK_DECODE_NORM_FOLD=1`), then before the head;
-/// attn_output reads the q8 blocks the decode attention wrote and ffn_down those of the gate/up
-/// pairing, one `matvec_q8` dispatch each. With every weight Q8_0, a decode step is the f32
-/// path's dispatches plus 1 (plus 2 per layer without the norm fold), and the logits match the
-/// reference rounding its inputs alike.
+/// RMSNorm(x) before q, k, v and before gate/up, then before the head; attn_output reads the q8
+/// blocks the decode attention wrote and ffn_down those of the gate/up pairing, one `matvec_q8`
+/// dispatch each. With every weight Q8_0, a decode step is the f32 path's dispatches plus 1 plus
+/// 2 per layer, and the logits match the reference rounding its inputs alike.
 #[test]
 fn int_dot_decode_quantizes_only_the_inputs_no_kernel_writes_as_blocks() {
     let path = tiny("q8_0", 2);
@@ -566,28 +564,13 @@ fn int_dot_decode_quantizes_only_the_inputs_no_kernel_writes_as_blocks() {
     let layers = ops.iter().filter(|op| op.name == "attention").count();
     eprintln!("dispatches per step: f32 {f32_path}, int-dot {int_path}, {layers} layers");
     assert!(layers > 0);
-    let norm_fold = fak::model::blocks::decode_norm_fold();
-    // FAK_DECODE_FUSE=pquant: W_o and W_down also write the next norm's q8 input, so only the
-    // first layer's attn_norm keeps its quantize dispatch (none with the norm fold).
-    let pquant = fak::model::blocks::decode_fuse("pquant");
-    let quantized = match (norm_fold, pquant) {
-        (true, _) => 0,
-        (false, true) => 1,
-        (false, false) => 2 * layers,
-    };
-    assert_eq!(int_path, f32_path + quantized + 1);
-    let mut fed = vec!["attn_output", "ffn_down"];
-    if norm_fold || pquant {
-        fed.extend(["attn_qkv", "ffn_gate_up"]);
-    }
-    for name in fed {
+    // Each layer's two norms quantize in a dispatch of their own.
+    assert_eq!(int_path, f32_path + 2 * layers + 1);
+    for name in ["attn_output", "ffn_down"] {
         let fed: Vec<_> = ops.iter().filter(|op| op.name == name).collect();
         assert_eq!(fed.len(), layers, "{name}");
-        for (i, op) in fed.into_iter().enumerate() {
-            // The first layer's projections read its quantize dispatch (noted with them).
-            let first = i == 0 && name == "attn_qkv" && !norm_fold;
-            let want = 1 + usize::from(first);
-            assert_eq!((op.kernel, op.dispatches), ("matvec_q8", want), "{name}");
+        for op in fed {
+            assert_eq!((op.kernel, op.dispatches), ("matvec_q8", 1), "{name}");
         }
     }
     let gguf = Gguf::open(&path).unwrap();

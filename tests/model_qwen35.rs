@@ -7,7 +7,7 @@
 
 use fak::gguf::{Gguf, TensorInfo, Value};
 use fak::gpu::KernelPaths;
-use fak::gpu::kernels::attn_decode::{AttnDecode, oneshot_from_env};
+use fak::gpu::kernels::attn_decode::AttnDecode;
 use fak::gpu::kernels::matmul::Matmul;
 use fak::gpu::kernels::matvec::MatVec;
 use fak::gpu::profile::DecodeProbe;
@@ -333,9 +333,9 @@ fn a_decode_step_records_the_fused_dispatches() {
     let hp = hparams(&path);
     let t = hp.tensors(&gguf).unwrap();
     let mut e = engine(&path, 256, Forced::default());
-    // The split pass and the combine (one dispatch with FAK_ATTN_DECODE=oneshot).
+    // The split pass and the combine.
     let splits = AttnDecode::default_splits(e.max_context() as u32) > 1;
-    let attention = 1 + usize::from(splits && !oneshot_from_env());
+    let attention = 1 + usize::from(splits);
     let roped = fak::model::blocks::decode_fuse("rope");
     let mut want = 1 + 4;
     let mut runs = Vec::new();
@@ -598,11 +598,9 @@ fn int_dot_logits_match_a_reference_that_rounds_its_inputs_alike() {
 /// The integer path quantizes each mat-vec input once per step, however many projections read
 /// it (a GDN layer's four projections of h, attention's three), and not at all where the kernel
 /// producing it writes it as q8 blocks too (the gate/up pairing's SwiGLU, gdn_decode's y,
-/// attn_decode's o) or where the mat-vecs norm and quantize it themselves (the norm fold: the
-/// mixer's projections and gate/up, with `FAK_DECODE_NORM_FOLD=1`): with every weight Q8_0, a
-/// decode step records the f32 path's dispatches plus one per distinct input left to a quantize
-/// dispatch, W_out and W_o each one dispatch reading q8 blocks, the normed products each one
-/// `matvec_q8` dispatch, and the logits still match the reference rounding its inputs alike.
+/// attn_decode's o): with every weight Q8_0, a decode step records the f32 path's dispatches
+/// plus one per distinct input left to a quantize dispatch, W_out and W_o each one dispatch
+/// reading q8 blocks, and the logits still match the reference rounding its inputs alike.
 #[test]
 fn int_dot_quantizes_each_input_once_per_step() {
     let path = tiny("q8_0", 2);
@@ -614,22 +612,13 @@ fn int_dot_quantizes_each_input_once_per_step() {
     // Per layer: h (the mixer's projections), the MLP's normed input, the SwiGLU (unless the
     // gate/up pairing writes it quantized, which it does where ffn_down takes q8 and its blocks
     // tile n_ff); then the head's normed input. The mixer's output is the decode kernel's.
-    let norm_fold = fak::model::blocks::decode_norm_fold();
-    // FAK_DECODE_FUSE=pquant: each residual add whose product is fed (W_out, W_o, W_down on
-    // whole blocks of a d of whole blocks) also writes the next norm's q8 input.
-    let pquant = fak::model::blocks::decode_fuse("pquant") && hp.n_embd.is_multiple_of(32);
     let mut inputs: Vec<Vec<&TensorInfo>> = Vec::new();
-    for (i, l) in t.layers.iter().enumerate() {
-        let fed_by_down = pquant && i > 0 && t.layers[i - 1].mlp.down.row_len().is_multiple_of(32);
-        if !norm_fold && !fed_by_down {
-            inputs.push(match &l.mixer {
-                Mixer::DeltaNet(m) => vec![m.qkv, m.gate, m.beta, m.alpha],
-                Mixer::Attention(m) => vec![m.wq, m.wk, m.wv],
-            });
-        }
-        if !norm_fold && !pquant {
-            inputs.push(vec![l.mlp.gate, l.mlp.up]);
-        }
+    for l in &t.layers {
+        inputs.push(match &l.mixer {
+            Mixer::DeltaNet(m) => vec![m.qkv, m.gate, m.beta, m.alpha],
+            Mixer::Attention(m) => vec![m.wq, m.wk, m.wv],
+        });
+        inputs.push(vec![l.mlp.gate, l.mlp.up]);
         if !l.mlp.down.row_len().is_multiple_of(32) {
             inputs.push(vec![l.mlp.down]);
         }
@@ -662,19 +651,6 @@ fn int_dot_quantizes_each_input_once_per_step() {
             assert_eq!((op.kernel, op.dispatches), ("matvec_q8", 1), "{name}");
         }
     }
-    if norm_fold {
-        // The normed products (attn_qkv…, gdn_qkv…, ffn_gate_up): one dispatch each with the
-        // quantization inside (the head's input keeps its quantize dispatch: counted above).
-        let normed = ["attn_q", "gdn_qkv", "ffn_gate_up"];
-        let products: Vec<_> = ops
-            .iter()
-            .filter(|op| normed.iter().any(|p| op.name.starts_with(p)))
-            .collect();
-        assert_eq!(products.len(), 2 * t.layers.len(), "{products:?}");
-        for op in products {
-            assert_eq!((op.kernel, op.dispatches), ("matvec_q8", 1), "{}", op.name);
-        }
-    }
     let want = Qwen35Reference::with_activations(&gguf, Activations::Q8Blocks)
         .unwrap()
         .forward_all(&ids)
@@ -683,49 +659,11 @@ fn int_dot_quantizes_each_input_once_per_step() {
     eprintln!("min cosine {cosine} against the q8-input reference");
 }
 
-/// The wide form's norm fold in a model (the suites' tiny preset, d = 64, has no whole
-/// 256-element blocks, so its K-quants fall back to Q8_0/Q5_0 and its fold runs narrow): the
-/// `trained` shape (d = 256) at Q4_K_M, decoded on the integer path, against the reference
-/// rounding its inputs alike; with the fold each layer's projections are one `matvec_q8`
-/// dispatch. (This file has no Q6_K run beside a Q4_K one: the merge is the kernel test's.)
-#[test]
-fn int_dot_wide_fold_matches_the_reference_on_whole_blocks() {
-    let args = [
-        "--arch", "qwen35", "--preset", "trained", "--quant", "q4_k_m", "--seed", "3",
-    ];
-    let path = synth_model(&scratch(), "normfold-trained-q4_k_m-3.gguf", &args);
-    let gguf = Gguf::open(&path).unwrap();
-    let ids = random_ids(5, 8, hparams(&path).n_vocab);
-    let mut o = options(Steps::Decode.prefill_chunk(), Forced::default());
-    o.context.int_dot = Some(true);
-    let mut e = Engine::load(&path, &o).unwrap();
-    let logits = Steps::Decode.logits(&mut e, &ids);
-    let want = Qwen35Reference::with_activations(&gguf, Activations::Q8Blocks)
-        .unwrap()
-        .forward_all(&ids)
-        .unwrap();
-    let cosine = assert_rows_close("int-dot, trained q4_k_m", &logits, &want, 0.999);
-    eprintln!("min cosine {cosine} against the q8-input reference");
-    if fak::model::blocks::decode_norm_fold() {
-        let seq = e.start(&ids, 2, false).unwrap().seq;
-        let ops = e.profile_step(seq).unwrap().ops;
-        let layers = hparams(&path).tensors(&gguf).unwrap().layers.len();
-        let products: Vec<_> = ops
-            .iter()
-            .filter(|op| op.name.starts_with("attn_q") || op.name.starts_with("gdn_qkv"))
-            .collect();
-        assert_eq!(products.len(), layers, "{products:?}");
-        for op in products {
-            assert_eq!((op.kernel, op.dispatches), ("matvec_q8", 1), "{}", op.name);
-        }
-    }
-}
-
 /// `FAK_DECODE_FUSE=merge` computes the default's bits: the `trained` shape at Q4_K_M (its
 /// attention layer's v is Q6_K beside the Q4_K q, k: two projection runs of one normed input), on
 /// the integer path, every path of `assert_int_dot_logits`, against the q8-input reference and
 /// pinned on lavapipe — the pins were recorded with the form off, so a suite run with it on
-/// fails on any changed bit. With the form on (and the norm fold off) the attention layer's
+/// fails on any changed bit. With the form on the attention layer's
 /// projections are one mixed `matvec_q8` dispatch (no `attn_v` op) after the quantize dispatch;
 /// off, two. The rope fusion (the default; `FAK_DECODE_FUSE=-rope` turns it off) likewise keeps
 /// the pins, and its decode step has no `rope_kv` op (the attention kernel does its work).
@@ -756,26 +694,15 @@ fn int_dot_merge_computes_the_defaults_bits() {
     let seq = e.start(&ids, 2, false).unwrap().seq;
     let ops = e.profile_step(seq).unwrap().ops;
     let named = |name: &str| ops.iter().filter(|op| op.name == name).count();
-    // FAK_DECODE_FUSE=pquant: an attention layer after the first reads the previous W_down's
-    // q8 blocks of its normed input (no quantize dispatch; merged as over the quantize's).
-    let layers = hparams(&path).tensors(&gguf).unwrap().layers;
-    let first_is_attention = matches!(layers[0].mixer, Mixer::Attention(_));
-    let fed = fak::model::blocks::decode_fuse("pquant") && !first_is_attention;
-    let merged =
-        fak::model::blocks::decode_fuse("merge") && !fak::model::blocks::decode_norm_fold();
-    eprintln!("merge {merged}, fed {fed}: {} ops", ops.len());
+    let merged = fak::model::blocks::decode_fuse("merge");
+    eprintln!("merge {merged}: {} ops", ops.len());
     assert_eq!(named("attn_v"), usize::from(!merged), "{ops:?}");
     let roped = fak::model::blocks::decode_fuse("rope");
     assert_eq!(named("rope_kv"), usize::from(!roped), "{ops:?}");
     let qk: Vec<_> = ops.iter().filter(|op| op.name == "attn_qk").collect();
     assert_eq!(qk.len(), 1, "{ops:?}");
     // The quantize dispatch is noted with the first product.
-    let want = 1 + usize::from(!fed);
-    assert_eq!(
-        (qk[0].kernel, qk[0].dispatches),
-        ("matvec_q8", want),
-        "{qk:?}"
-    );
+    assert_eq!((qk[0].kernel, qk[0].dispatches), ("matvec_q8", 2), "{qk:?}");
 }
 
 /// The memory plan's activations are what loading allocates, for decode-only, mat-vec and

@@ -48,7 +48,6 @@
 // (lanes per key row, a power of two: ≤ the adapter's smallest subgroup on the SUBGROUP path),
 // KEYS (keys per team and step: 1 or 4, the walk's form), AHEAD (1: with KEYS = 4, the next
 // tile loaded before the current one is scored; 0 otherwise).
-// ARRIVALS: the binding of the arrival counters (past the module's other bindings).
 // Override: TOKEN_TABLE. The caches are bound as vec4 rows (kv_base / 4), declared by
 // attn_decode_read.wgsl (read) or, in the form that writes the step's k and v itself,
 // attn_decode_rope.wgsl (read_write; its entry point decode_rope, its bindings 12–17).
@@ -57,9 +56,7 @@
 //           · 7 params (uniform) · 8 step (uniform) · 9 gate (read: n_head heads of HEAD_DIM
 //           per query row through params.gate; a placeholder when params.gated = 0)
 //           · 10 yq (array<u32>, read_write) · 11 yd (array<f32>, read_write): o's q8 codes and
-//           scales (placeholders unless params.quantize_out) · ARRIVALS arrivals
-//           (array<atomic<u32>>, read_write, decode_oneshot / decode_rope_oneshot only:
-//           [max_seqs][n_kv], all zero between dispatches)
+//           scales (placeholders unless params.quantize_out)
 // entry points / dispatch:
 //   decode  — (cut_splits, n_kv, n_tokens) workgroups of WG. A sequence with one split writes o;
 //             otherwise split s writes its partial of row (b, h) at partial_base (attn_combine.wgsl):
@@ -67,27 +64,6 @@
 //   combine — (n_head, n_tokens) workgroups of WG: for a sequence of several splits,
 //             o = Σ_s e^(m_s − M) acc_s / Σ_s e^(m_s − M) l_s (attn_combine.wgsl's
 //             combine_splits); nothing for one split.
-//   decode_oneshot — decode's workgroups and work, then the combine inside the same dispatch
-//             (FAK_ATTN_DECODE=oneshot): after writing its partials, a split of a sequence of
-//             several splits adds one to arrivals[b·n_kv + g]; the one that draws count − 1 (the
-//             last of the sequence's splits of kv head g to arrive) runs combine_splits for the
-//             GROUP heads of g (with their q8 blocks) and stores 0 back for the next dispatch.
-//             Which workgroup combines varies from run to run; what it computes does not: the
-//             same partials read back, the same combine_splits in the same order, so o and its
-//             q8 blocks are the two-pass form's bits. Ordering (the "last block" pattern): every
-//             invocation's partial stores → storageBarrier() → invocation 0's atomicAdd; in the
-//             last workgroup atomicAdd → workgroupUniformLoad → storageBarrier() → the combine's
-//             loads. naga writes storageBarrier() as OpControlBarrier(Workgroup, Device,
-//             AcquireRelease | UniformMemory) and atomicAdd as a Device-scope relaxed
-//             OpAtomicIAdd, so under the Vulkan memory model the first barrier is a device-scope
-//             release fence before the add, the second a device-scope acquire fence after the
-//             last add (read-modify-writes continue the release sequence of every earlier add):
-//             each writer's fence synchronizes-with the combiner's, its partials happen-before
-//             the combine's loads (NVIDIA: a GPU-scope fence, L1 invalidated on the acquire).
-//             WGSL itself only promises workgroup-scope barriers and relaxed atomics; the form
-//             relies on the device-scope semantics naga emits (SPIR-V; HLSL writes
-//             DeviceMemoryBarrierWithGroupSync). MSL's threadgroup_barrier(mem_device) orders
-//             within a threadgroup only, so on Metal the form is not backed by the spec.
 // variants: SUBGROUP (row_sum(4)_subgroup: shuffles) | fallback (row_sum(4)_workgroup: workgroup
 //           memory, hence every loop around a row sum is workgroup-uniform) × f32 | f16 cache
 //           (KvScalar).
@@ -127,9 +103,6 @@ struct Params {
 @group(0) @binding(9) var<storage, read> gate: array<f32>;
 @group(0) @binding(10) var<storage, read_write> yq: array<u32>;
 @group(0) @binding(11) var<storage, read_write> yd: array<f32>;
-// decode_oneshot only: one arrival counter per (sequence, kv head), [max_seqs][n_kv], 0 between
-// dispatches. ARRIVALS is the module's first binding past its others (12, or 18 in the rope form).
-@group(0) @binding(ARRIVALS) var<storage, read_write> arrivals: array<atomic<u32>>;
 
 override TOKEN_TABLE: bool = false;
 
@@ -154,8 +127,6 @@ var<workgroup> team_l: array<f32, TEAMS * GROUP>;
 var<workgroup> team_acc: array<vec4<f32>, WG * LANE_VECS>;
 // quantize_out: the head's o as written, for its q8 blocks.
 var<workgroup> head_out: array<f32, HEAD_DIM>;
-// decode_oneshot: the count this workgroup drew from its arrival counter.
-var<workgroup> arrived: u32;
 
 // A lane's vec4s of the GROUP query heads (pre-scaled into log2 units) or of their output
 // accumulators: [GROUP][LANE_VECS].
@@ -497,12 +468,13 @@ fn attend(sp: Split, q_lane: ptr<function, HeadLanes>, lanes: RowLanes) {
     }
 }
 
-// decode's work for workgroup wg: loads the GROUP query heads and walks the split (nothing where
-// the split is not live). Returns the split, for decode_oneshot's arrival.
-fn decode_split(wg: vec3<u32>, lanes: RowLanes) -> Split {
+// Workgroup wg loads its GROUP query heads and walks its split (nothing where the split is not
+// live).
+@compute @workgroup_size(WG)
+fn decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
     let sp = split_of(wg);
     if !sp.live {
-        return sp;
+        return;
     }
     let lane = lane_position(lanes) % ROW_LANES;
     // This lane's vec4s of the GROUP query heads, pre-scaled into log2 units.
@@ -520,56 +492,6 @@ fn decode_split(wg: vec3<u32>, lanes: RowLanes) -> Split {
         }
     }
     attend(sp, &q_lane, lanes);
-    return sp;
-}
-
-@compute @workgroup_size(WG)
-fn decode(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
-    decode_split(wg, lanes);
-}
-
-@compute @workgroup_size(WG)
-fn decode_oneshot(@builtin(workgroup_id) wg: vec3<u32>, lanes: RowLanes) {
-    combine_if_last(decode_split(wg, lanes), lanes);
-}
-
-// decode_oneshot: after a live split of a sequence of several splits has written its partials,
-// the last of the sequence's splits of kv head g to arrive combines the GROUP heads of g, as the
-// combine entry does for each (b, h), and sets the counter back to 0 for the next dispatch.
-// Memory model ("last block" pattern; see the header): the workgroup's partial stores, then
-// storageBarrier (SPIR-V: OpControlBarrier, Workgroup execution, Device memory scope,
-// AcquireRelease | UniformMemory: a release fence at device scope after every invocation's stores),
-// then one relaxed device-scope atomicAdd; the workgroup that draws count − 1 read-modify-wrote the
-// value every other workgroup's add wrote (the adds form one release sequence), shares it through
-// workgroupUniformLoad, and runs storageBarrier again (the acquire fence) before reading any
-// partial: each other workgroup's fence synchronizes with it, so all their stores are visible.
-fn combine_if_last(sp: Split, lanes: RowLanes) {
-    if !sp.live || sp.count == 1u {
-        return;
-    }
-    let position = lane_position(lanes);
-    storageBarrier();
-    let counter = sp.b * (params.n_head / GROUP) + sp.g;
-    if position == 0u {
-        arrived = atomicAdd(&arrivals[counter], 1u);
-    }
-    if workgroupUniformLoad(&arrived) + 1u != sp.count {
-        return;
-    }
-    storageBarrier();
-    for (var r = 0u; r < GROUP; r++) {
-        let h = sp.g * GROUP + r;
-        combine_splits(sp.b, h, params.n_head, params.n_split, sp.count, position);
-        if params.quantize_out != 0u {
-            workgroupBarrier();
-            quantize_head(sp.b, h, position);
-        }
-        // The next head overwrites the combine's workgroup arrays and head_out.
-        workgroupBarrier();
-    }
-    if position == 0u {
-        atomicStore(&arrivals[counter], 0u);
-    }
 }
 
 @compute @workgroup_size(WG)

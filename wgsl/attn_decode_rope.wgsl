@@ -26,8 +26,7 @@
 //           (read) · 15 k_norm (read; both placeholders without norms) · 16 table (read: the
 //           RopeTable) · 17 rope (uniform: RopeParams).
 // dispatch: as attn_decode's decode; the combine entry point is attn_decode.wgsl's, over the
-//           same bindings; decode_rope_oneshot as attn_decode's decode_oneshot (its own combine,
-//           the arrival counters at binding 18).
+//           same bindings.
 // requires: attn_decode.wgsl (and what it requires but attn_decode_read.wgsl), reduce_*.wgsl
 //           (Lanes, workgroup_sum), row_lanes_*.wgsl, rope_angle.wgsl; const ROPE_LANES.
 
@@ -130,12 +129,12 @@ fn write_new_key(sp: Split, pos: u32, lanes: Lanes) {
     workgroupBarrier();
 }
 
-// decode_rope's work for workgroup wg (rope_kv's part, then the walk); returns the split, for
-// decode_rope_oneshot's arrival.
-fn rope_split(wg: vec3<u32>, lanes: Lanes) -> Split {
+// Workgroup wg does rope_kv's part, then the walk (nothing where the split is not live).
+@compute @workgroup_size(WG)
+fn decode_rope(@builtin(workgroup_id) wg: vec3<u32>, lanes: Lanes) {
     let sp = split_of(wg);
     if !sp.live {
-        return sp;
+        return;
     }
     let pos = token_pos(sp.b);
     if sp.s + 1u == sp.count {
@@ -161,17 +160,4 @@ fn rope_split(wg: vec3<u32>, lanes: Lanes) -> Split {
         workgroupBarrier();
     }
     attend(sp, &q_lane, rows);
-    return sp;
-}
-
-@compute @workgroup_size(WG)
-fn decode_rope(@builtin(workgroup_id) wg: vec3<u32>, lanes: Lanes) {
-    rope_split(wg, lanes);
-}
-
-// The rope form in one dispatch (FAK_ATTN_DECODE=oneshot with FAK_DECODE_FUSE=rope): the last
-// split of each (sequence, kv head) combines, as decode_oneshot.
-@compute @workgroup_size(WG)
-fn decode_rope_oneshot(@builtin(workgroup_id) wg: vec3<u32>, lanes: Lanes) {
-    combine_if_last(rope_split(wg, lanes), row_lanes(lanes));
 }

@@ -48,16 +48,6 @@
 // holds its mate's Q fragments too (r0..r7) and computes one key block's S (its place in the
 // pair) for both row blocks, so each K fragment is loaded once for two MMAs (half the K
 // fragment loads a step); the same products in the same order per S tile, so the same bits.
-// AHEAD = 1 (with LEAN, not PAIR_K; experiments/NOTES.md "flash3"): S runs one step ahead of its
-// softmax, so that no barrier separates a step's MMAs from its softmax and the softmax's scalar
-// work issues beside the MMAs instead of after them. Per step t: the mark's barrier pair (U)
-// ends step t − 1 (its rescale done), then S(t) — computed by step t − 1's MMAs and held in
-// s0, s1 — is stored, K(t + 1) and V(t − 1) are put and P(t − 1) read; barrier A2; the MMAs
-// compute S(t + 1) = Q·K(t + 1)ᵀ and O += P(t − 1)·V(t − 1) with S(t)'s softmax (its first half
-// after dim tile 3, its second after K(t + 2) and V(t) are fetched) between them. Still three
-// barriers a step; the same MMAs on the same values in the same order per tile, and the same
-// rescales between the same P·V products, so the same bits as the lean step. Cost: S(t + 1)'s
-// two accumulators (16 registers a lane) live through the softmax and the barriers.
 // RUN_KEYS ≠ 0 (key runs, issue 21; attn_prefill_rows.wgsl): the softmax of a key step starting
 // on a multiple of RUN_KEYS past the split's first starts from nothing (m = NEG, l = 0; the run
 // that ended keeps its m and l in registers), and since P·V runs a step behind, the next step's
@@ -65,15 +55,15 @@
 // in memory (one stage round trip, without the load back) and sets O = 0 before P·V adds the new
 // run's first step: each run computed as a split starting there would. The final store folds the
 // last run (a tile whose keys fit one run stores as before). Every kernel form (plain, lean,
-// lean-k, lean-a) does the same at the same place in its step.
+// lean-k) does the same at the same place in its step.
 //
 // bindings: see attn_prefill_rows.wgsl (one bind-group layout for every prefill kernel).
 // dispatch: (ceil(n_tokens·GROUP / BM), n_kv, S) workgroups of WG = ROW_BLOCKS·32, each over one
 //           key split of its tile (attn_prefill_rows.wgsl; combine after it when S > 1).
 // pipelines: module consts HEAD_DIM, GROUP and the override TOKEN_TABLE as attn_prefill.wgsl; the
 //            module consts ROW_BLOCKS, KEY_STEP, HEAD_TILES (≤ 8 dim tiles: head ≤ 128 on 16×16),
-//            SLACK, LEAN, PAIR_K and AHEAD (0 or 1), RUN_KEYS (0 or 512) from the host (engine
-//            `attn_prefill::CoopTile`, form `Flash`, `lean`, `pair_k`, `ahead`), which also
+//            SLACK, LEAN and PAIR_K (0 or 1), RUN_KEYS (0 or 512) from the host (engine
+//            `attn_prefill::CoopTile`, form `Flash`, `lean`, `pair_k`), which also
 //            checks the workgroup memory of main below against the device.
 // variants: after the shape file matmul_coop16.wgsl (Vulkan); `enable f16; enable
 //           wgpu_cooperative_matrix;` from the variant, which requires SUBGROUP and, on the
@@ -117,8 +107,6 @@ const_assert SPLIT_KEYS % BN == 0u;
 const_assert RUN_KEYS % SPLIT_KEYS == 0u;
 // Pairs of subgroups, one key block each, on top of the lean step.
 const_assert PAIR_K == 0u || (LEAN != 0u && SUBGROUPS % 2u == 0u && BN == 2u * COOP);
-// S one step ahead of its softmax, on the lean step with a subgroup's own K fragments.
-const_assert AHEAD == 0u || (LEAN != 0u && PAIR_K == 0u);
 
 var<workgroup> k_tile: array<vec4<f16>, BN * KV_STRIDE4>;
 var<workgroup> v_tile: array<vec4<f16>, BN * KV_STRIDE4>;
@@ -443,44 +431,6 @@ fn soften_weights(
     (*row).l = (*row).l * (*row).alpha + part_sum;
 }
 
-// AHEAD's prologue: key block kb's S tile from the K tile, one chain in dim order (the step's
-// chains' products in their order).
-fn scores(
-    q0: CoopA,
-    q1: CoopA,
-    q2: CoopA,
-    q3: CoopA,
-    q4: CoopA,
-    q5: CoopA,
-    q6: CoopA,
-    q7: CoopA,
-    kb: u32,
-) -> CoopC {
-    var s = qk(CoopC(), q0, kb, 0u);
-    if HEAD_TILES > 1u {
-        s = qk(s, q1, kb, 1u);
-    }
-    if HEAD_TILES > 2u {
-        s = qk(s, q2, kb, 2u);
-    }
-    if HEAD_TILES > 3u {
-        s = qk(s, q3, kb, 3u);
-    }
-    if HEAD_TILES > 4u {
-        s = qk(s, q4, kb, 4u);
-    }
-    if HEAD_TILES > 5u {
-        s = qk(s, q5, kb, 5u);
-    }
-    if HEAD_TILES > 6u {
-        s = qk(s, q6, kb, 6u);
-    }
-    if HEAD_TILES > 7u {
-        s = qk(s, q7, kb, 7u);
-    }
-    return s;
-}
-
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wg: vec3<u32>,
@@ -632,18 +582,11 @@ fn main(
     if split.begin + BN < split.end {
         k_rows = fetch_rows(false, split.begin + BN, split.end, page_row, g, local);
     }
-    // S of the step the MMAs compute (AHEAD: carried to the next step's start, where it is
-    // stored; so the prologue computes S(0) from K(0)).
+    // S of the step the MMAs compute.
     var s0 = CoopC();
     var s1 = CoopC();
-    if AHEAD != 0u {
-        workgroupBarrier();
-        s0 = scores(q0, q1, q2, q3, q4, q5, q6, q7, 0u);
-        s1 = scores(q0, q1, q2, q3, q4, q5, q6, q7, 1u);
-    }
     var k0 = split.begin;
-    // Lean step: the page of the next V fetch's keys (read a step ahead, with K's; AHEAD reads it
-    // at the step's start).
+    // Lean step: the page of the next V fetch's keys (read a step ahead, with K's).
     var page_v = 0u;
     if LEAN != 0u {
         page_v = step_page(split.begin + BN, split.end, page_row, g);
@@ -685,8 +628,6 @@ fn main(
         }
         // A: K(t), V(t − 1), P(t − 1) and the mark visible. The mark is the key step after the
         // one whose softmax moved some row's reference (+ 1: never 0, the cleared mark).
-        // (AHEAD: U, the end of step t − 1 — its softmax's P(t − 1) and mark visible, every read
-        // of its tiles and S slab done; A2 below publishes this step's tiles and S(t).)
         let rescale = workgroupUniformLoad(&rescale_mark).x == k0 + 1u;
         if rescale {
             o0 = scaled(o0, mi, lane, row.alpha);
@@ -726,27 +667,9 @@ fn main(
         }
         let p0 = p_block(mi, 0u);
         let p1 = p_block(mi, 1u);
-        if AHEAD != 0u {
-            // S(t), computed by the last step's MMAs, into the S slab; K(t + 1) and V(t − 1) into
-            // their tiles (the last step's reads of S(t − 1), K(t) and V(t − 2) ended at the
-            // barrier above; P(t − 1) is read above, before A2, so this step's softmax may write
-            // P(t)). The page of V(t)'s keys, read now, its latency under the MMAs.
-            page_v = step_page(k0, split.end, page_row, g);
-            store_scores(s0, mi, 0u);
-            store_scores(s1, mi, 1u);
-            if k0 + BN < split.end {
-                put_rows(false, k_rows, local);
-            }
-            if k0 > split.begin {
-                put_rows(true, v_rows, local);
-            }
-            // A2: S(t), K(t + 1) and V(t − 1) visible.
-            workgroupBarrier();
-        }
-        // The lean step runs P·V here only where no S comes with it (past the split's last step;
-        // AHEAD: from its last step on, S(t + 1) being past the split), else interleaved with S
-        // below.
-        let last = k0 + AHEAD * BN >= split.end;
+        // The lean step runs P·V here only where no S comes with it (past the split's last
+        // step), else interleaved with S below.
+        let last = k0 >= split.end;
         if LEAN == 0u || last {
             o0 = pv(o0, p0, p1, 0u);
             if HEAD_TILES > 1u {
@@ -777,7 +700,6 @@ fn main(
         s0 = CoopC();
         s1 = CoopC();
         var s: array<vec4<f32>, LANE_QUADS>;
-        var plain = false;
         if LEAN != 0u && PAIR_K != 0u {
             // This subgroup's key block (its place in the pair) for both row blocks: s0 its own
             // row block's, s1 its mate's; each K fragment loaded once for both.
@@ -828,7 +750,7 @@ fn main(
                 s1 = qk_with(s1, r7, b7);
                 o7 = pv(o7, p0, p1, 7u);
             }
-        } else if LEAN != 0u && !last {
+        } else if LEAN != 0u {
             // Each dim tile's two S links, then that tile's P·V (no dependence between them).
             s0 = qk(s0, q0, 0u, 0u);
             s1 = qk(s1, q0, 1u, 0u);
@@ -847,10 +769,6 @@ fn main(
                 s0 = qk(s0, q3, 0u, 3u);
                 s1 = qk(s1, q3, 1u, 3u);
                 o3 = pv(o3, p0, p1, 3u);
-            }
-            if AHEAD != 0u {
-                // S(t)'s softmax begins among S(t + 1)'s MMAs (no dependence between them).
-                plain = soften_scores(&row, &s, s_at, k0, part, valid, my_pos);
             }
             if HEAD_TILES > 4u {
                 s0 = qk(s0, q4, 0u, 4u);
@@ -904,52 +822,37 @@ fn main(
                 s1 = qk(s1, q7, 1u, 7u);
             }
         }
-        if AHEAD != 0u && last {
-            // The split's last step: no S ahead, its P·V ran alone above.
-            plain = soften_scores(&row, &s, s_at, k0, part, valid, my_pos);
-        }
         let k_next = k0 + BN;
-        if AHEAD == 0u {
-            if PAIR_K != 0u {
-                store_scores(s0, mi, mi % 2u);
-                store_scores(s1, mi ^ 1u, mi % 2u);
-            } else {
-                store_scores(s0, mi, 0u);
-                store_scores(s1, mi, 1u);
-            }
-
-            // B: every read of K(t) and V(t − 1) done, S(t) visible.
-            workgroupBarrier();
-            if k_next < split.end {
-                put_rows(false, k_rows, local);
-                if k_next + BN < split.end {
-                    if LEAN != 0u {
-                        k_rows = fetch_step(false, k_next + BN, split.end, page_k, page_row, g, local);
-                    } else {
-                        k_rows = fetch_rows(false, k_next + BN, split.end, page_row, g, local);
-                    }
-                }
-            }
-            put_rows(true, v_rows, local);
-            if k_next < split.end {
-                if LEAN != 0u {
-                    v_rows = fetch_step(true, k_next, split.end, page_v, page_row, g, local);
-                } else {
-                    v_rows = fetch_rows(true, k_next, split.end, page_row, g, local);
-                }
-            }
-            page_v = page_k;
-            plain = soften_scores(&row, &s, s_at, k0, part, valid, my_pos);
+        if PAIR_K != 0u {
+            store_scores(s0, mi, mi % 2u);
+            store_scores(s1, mi ^ 1u, mi % 2u);
         } else {
-            // K(t + 2) and V(t) in flight through the softmax (stored at the next step's start;
-            // the prologue fetched V(0)).
+            store_scores(s0, mi, 0u);
+            store_scores(s1, mi, 1u);
+        }
+
+        // B: every read of K(t) and V(t − 1) done, S(t) visible.
+        workgroupBarrier();
+        if k_next < split.end {
+            put_rows(false, k_rows, local);
             if k_next + BN < split.end {
-                k_rows = fetch_step(false, k_next + BN, split.end, page_k, page_row, g, local);
-            }
-            if k0 > split.begin {
-                v_rows = fetch_step(true, k0, split.end, page_v, page_row, g, local);
+                if LEAN != 0u {
+                    k_rows = fetch_step(false, k_next + BN, split.end, page_k, page_row, g, local);
+                } else {
+                    k_rows = fetch_rows(false, k_next + BN, split.end, page_row, g, local);
+                }
             }
         }
+        put_rows(true, v_rows, local);
+        if k_next < split.end {
+            if LEAN != 0u {
+                v_rows = fetch_step(true, k_next, split.end, page_v, page_row, g, local);
+            } else {
+                v_rows = fetch_rows(true, k_next, split.end, page_row, g, local);
+            }
+        }
+        page_v = page_k;
+        let plain = soften_scores(&row, &s, s_at, k0, part, valid, my_pos);
         soften_weights(&row, s, plain, p_at);
         k0 = k_next;
     }

@@ -79,12 +79,6 @@
 // group before the V' pass: at dk = 128, 2 + 1 dependent L2 round trips a chunk instead of
 // 8 + 4 where the driver issues each step's loads after the previous step's MMAs.
 // Both: the same products in the same order, bit for bit the same results.
-// GRAM_LOWER (override, `…+lower+…`): chunk_prepare's Gram phase computes only the 10 tiles of
-// K·Kᵀ and Q·Kᵀ on or below the diagonal (A is strictly lower, P lower with its diagonal) and 4
-// spare ones, 3 products a subgroup (GRAM_PAIR, GRAM_X) instead of 4: 6 accumulators instead of
-// 8 (16 fewer f32 registers a lane at the kernel's peak) and 24 tile products instead of 32. Each
-// needed tile adds the same products in the same order; the upper tiles of a_sh hold other
-// finite products, which P's mask zeroes as it did the upper ones: the same results.
 // PREP_KEY_HEADS (gated_delta_chunk_io.wgsl's override, `…+splitk+keyheads+…`): chunk_prepare one
 // workgroup per (chunk, key head): the Gram tiles once, joined and held as values (4 CoopC a
 // subgroup), then finish_head for each value head that reads the key head — its γ, β, Q̃ and K̃
@@ -92,12 +86,6 @@
 // is a whole number of 32-column blocks, T·R's U blocks are stored from the accumulators straight
 // to the f32 scratch (put_u_tile: one barrier a block, no pass through a_sh). Both: the same
 // values in the same order, bit for bit the same results.
-// SCAN_PAIRS (override, `…+lean+pairs+…`; not with SCAN_DEEP): W·S / Q̃·S two k-steps at a time
-// and the state update two chunk steps at a time, their global fragments (8 and 12) loaded into
-// named values before the MMAs — no array of fragments a driver might put in local memory, none
-// held across a barrier: 4 + 2 dependent L2 round trips a chunk instead of 8 + 4 at dk = 128
-// where the driver issues each step's loads after the previous step's MMAs. The same products
-// in the same order: bit for bit the same results.
 // chunk_scan_split (`…+lean+splitk+…`, at the end of this file): chunk_scan's work on 8
 // subgroups, each pair splitting W·S's, Q̃·S's and P·V''s reductions in halves — a new sum
 // order, held to the f64 reference rather than to chunk_scan's bits. The default's scan since
@@ -131,8 +119,6 @@ override SCAN_FUSED: u32 = 0u;
 override SCAN_LEAN: u32 = 0u;
 override PREP_AHEAD: u32 = 0u;
 override SCAN_DEEP: u32 = 0u;
-override SCAN_PAIRS: u32 = 0u;
-override GRAM_LOWER: u32 = 0u;
 override U_DIRECT: u32 = 0u;
 
 // SCAN_DEEP: k-steps of W·S (and Q̃·S), and chunk steps of the state update, whose global
@@ -239,27 +225,6 @@ fn put_split4(at: u32, part: u32, x: vec4<f32>) {
 }
 
 // ---- chunk_prepare
-
-// GRAM_LOWER's tiles, a 4-bit tile code (row tile · 4 + column tile) for each subgroup g at bits
-// 4g..4g + 3: slots 0 and 1 (K·Kᵀ and Q·Kᵀ) cover 8 of the 10 tiles on or below the diagonal;
-// slot 2 (X·Kᵀ, X = Q for subgroups 0–3, K for 4–7) the other two of each product, (3, 2) and
-// (3, 3), and on subgroups 2, 3, 6, 7 an upper tile nobody needs (no cooperative op may branch
-// by subgroup). Slot 2 stores to its own tile in the phase of its product (P for Q, A for K) and
-// to GRAM_JUNK's upper tile in the other, so that each phase writes every tile of a_sh once:
-// the upper ones hold finite products, which P's mask multiplies by zero as before.
-const GRAM_PAIR: u32 = 0xDCA98540u;
-const GRAM_X: u32 = 0x63FE21FEu;
-const GRAM_JUNK: u32 = 0x63B721B7u;
-
-// Subgroup g's tile code in `table`.
-fn gram_tile(table: u32, g: u32) -> u32 {
-    return (table >> (4u * g)) & 15u;
-}
-
-// a_sh's offset of the 16 × 16 tile with code `code`.
-fn gram_at(code: u32) -> u32 {
-    return (code / 4u) * COOP * AP + (code % 4u) * COOP;
-}
 
 // k̂ and q̂ quads of one Gram stage an invocation holds (CHUNK rows × KT columns over 256).
 const KEY_QUADS: u32 = CHUNK * KT / 4u / 256u;
@@ -511,15 +476,9 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
         start_head(ch, h, tid);
     }
 
-    // Gram tiles of this subgroup: row tile ta, column tiles tb and tb + 1 (lower: tile (ta, tb)
-    // for K·Kᵀ and Q·Kᵀ, and slot 2's X·Kᵀ at (xa, xb) in kk1).
-    let lower = GRAM_LOWER == 1u;
-    let pair = gram_tile(GRAM_PAIR, sg);
-    let x_tile = gram_tile(GRAM_X, sg);
-    let ta = select(sg / 2u, pair / 4u, lower);
-    let tb = select((sg % 2u) * 2u, pair % 4u, lower);
-    let x_at = select(K_HI, Q_HI, sg < 4u) + (x_tile / 4u) * COOP * KS;
-    let xb_at = K_HI + (x_tile % 4u) * COOP * KS;
+    // Gram tiles of this subgroup: row tile ta, column tiles tb and tb + 1.
+    let ta = sg / 2u;
+    let tb = (sg % 2u) * 2u;
     let ks = KS / CELL;
     // Each product's main and cross-term accumulators.
     var kk0 = CoopC();
@@ -539,36 +498,7 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
         }
         stage_keys(ch, tid, i0, keys);
         workgroupBarrier();
-        for (var kk = 0u; kk < KT * GRAM_LOWER; kk += COOP) {
-            let a_at = K_HI + ta * COOP * KS + kk;
-            let ka_hi_at = cell(a_at);
-            let ka_lo_at = cell(a_at + K_LO);
-            let qa_hi_at = cell(a_at + Q_HI);
-            let qa_lo_at = cell(a_at + Q_LO);
-            let b_hi_at = cell(K_HI + tb * COOP * KS + kk);
-            let b_lo_at = cell(K_HI + tb * COOP * KS + kk + K_LO);
-            let xa_hi_at = cell(x_at + kk);
-            let xa_lo_at = cell(x_at + kk + K_LO);
-            let xb_hi_at = cell(xb_at + kk);
-            let xb_lo_at = cell(xb_at + kk + K_LO);
-            let ka_hi = coopLoadT<CoopA>(&h16[ka_hi_at], ks);
-            let ka_lo = coopLoadT<CoopA>(&h16[ka_lo_at], ks);
-            let qa_hi = coopLoadT<CoopA>(&h16[qa_hi_at], ks);
-            let qa_lo = coopLoadT<CoopA>(&h16[qa_lo_at], ks);
-            let b_hi = coopLoad<CoopB>(&h16[b_hi_at], ks);
-            let b_lo = coopLoad<CoopB>(&h16[b_lo_at], ks);
-            kk0 = coopMultiplyAdd(ka_hi, b_hi, kk0);
-            qk0 = coopMultiplyAdd(qa_hi, b_hi, qk0);
-            kk0_small = mma_cross(ka_hi, ka_lo, b_hi, b_lo, kk0_small);
-            qk0_small = mma_cross(qa_hi, qa_lo, b_hi, b_lo, qk0_small);
-            let xa_hi = coopLoadT<CoopA>(&h16[xa_hi_at], ks);
-            let xa_lo = coopLoadT<CoopA>(&h16[xa_lo_at], ks);
-            let xb_hi = coopLoad<CoopB>(&h16[xb_hi_at], ks);
-            let xb_lo = coopLoad<CoopB>(&h16[xb_lo_at], ks);
-            kk1 = coopMultiplyAdd(xa_hi, xb_hi, kk1);
-            kk1_small = mma_cross(xa_hi, xa_lo, xb_hi, xb_lo, kk1_small);
-        }
-        for (var kk = 0u; kk < KT * (1u - GRAM_LOWER); kk += COOP) {
+        for (var kk = 0u; kk < KT; kk += COOP) {
             let a_at = K_HI + ta * COOP * KS + kk;
             let b_at = K_HI + tb * COOP * KS + kk;
             let ka_hi_at = cell(a_at);
@@ -600,32 +530,22 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
         workgroupBarrier();
     }
 
-    // The Gram tiles (each product's accumulators joined) and where they go in a_sh.
+    // The Gram tiles (each product's accumulators joined) and where the first goes in a_sh.
     let g0 = ta * COOP * AP + tb * COOP;
-    // Lower: slot 2 (kk1) is Q·Kᵀ on subgroups 0–3, stored to its tile there and to junk
-    // elsewhere.
-    if lower {
-        qk1 = kk1;
-        qk1_small = kk1_small;
-    }
-    let junk = gram_at(gram_tile(GRAM_JUNK, sg));
-    let own = gram_at(x_tile);
-    let tiles = GramTiles(g0, select(g0 + COOP, select(junk, own, sg < 4u), lower),
-                          select(g0 + COOP, select(own, junk, sg < 4u), lower));
     let p0 = joined(qk0, qk0_small);
     let p1 = joined(qk1, qk1_small);
     let a0 = joined(kk0, kk0_small);
     let a1 = joined(kk1, kk1_small);
     // (Not one loop for both forms: the value-head form's program stays what it was.)
     if PREP_KEY_HEADS == 0u {
-        finish_head(ch, h, tid, sg, tiles, p0, p1, a0, a1);
+        finish_head(ch, h, tid, sg, g0, p0, p1, a0, a1);
     } else {
         for (var m = 0u; m < prep_heads(); m++) {
             let head = prep_head(h, m);
             let chunk = chunk_of(wg.x, head, wg.z);
             start_head(chunk, head, tid);
             put_decayed_keys(chunk, tid);
-            finish_head(chunk, head, tid, sg, tiles, p0, p1, a0, a1);
+            finish_head(chunk, head, tid, sg, g0, p0, p1, a0, a1);
         }
     }
 }
@@ -638,29 +558,20 @@ fn start_head(ch: Chunk, h: u32, tid: u32) {
     }
 }
 
-// Where this subgroup's Gram tiles go in a_sh: both products' first at g0, Q·Kᵀ's second at p1,
-// K·Kᵀ's at a1.
-struct GramTiles {
-    g0: u32,
-    p1: u32,
-    a1: u32,
-}
-
 // What chunk_prepare computes for value head h (chunk ch, its γ and β loaded) from this
-// subgroup's Gram tiles — Q·Kᵀ's p0, p1 and K·Kᵀ's a0, a1, placed as `tiles` says: P, A, T, then
+// subgroup's Gram tiles — Q·Kᵀ's p0, p1 and K·Kᵀ's a0, a1, the first of each at a_sh's g0, the
+// second the next tile along the row: P, A, T, then
 // W and U. With PREP_KEY_HEADS it runs once for each value head of the key head, in turn: every
 // workgroup variable it writes (a_sh, h16's T and R, γ and β before it) is written after a barrier
 // that follows the previous head's last reads, and the Gram tiles are values, not memory.
-fn finish_head(ch: Chunk, h: u32, tid: u32, sg: u32, tiles: GramTiles, p0: CoopC, p1: CoopC,
+fn finish_head(ch: Chunk, h: u32, tid: u32, sg: u32, g0: u32, p0: CoopC, p1: CoopC,
                a0: CoopC, a1: CoopC) {
     // P = (Q Kᵀ) ⊙ Γ (lower, with the diagonal) through a_sh to the scratch, hi/lo. (The
-    // offsets bound to `let`s: naga 30's SPIR-V writer fails on a struct member there.)
+    // offsets bound to `let`s first, as for every cooperative op here.)
     let ap = AP;
-    let g0 = tiles.g0;
-    let p1_at = tiles.p1;
-    let a1_at = tiles.a1;
+    let g1 = g0 + COOP;
     coopStoreT(p0, &a_sh[g0], ap);
-    coopStoreT(p1, &a_sh[p1_at], ap);
+    coopStoreT(p1, &a_sh[g1], ap);
     workgroupBarrier();
     for (var e = tid; e < CHUNK * CHUNK / 4u; e += 256u) {
         let t = e / (CHUNK / 4u);
@@ -678,7 +589,7 @@ fn finish_head(ch: Chunk, h: u32, tid: u32, sg: u32, tiles: GramTiles, p0: CoopC
     workgroupBarrier();
     // A (strictly lower) in a_sh, then T in place.
     coopStoreT(a0, &a_sh[g0], ap);
-    coopStoreT(a1, &a_sh[a1_at], ap);
+    coopStoreT(a1, &a_sh[g1], ap);
     workgroupBarrier();
     for (var e = tid; e < CHUNK * CHUNK; e += 256u) {
         let t = e / CHUNK;
@@ -975,8 +886,6 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
     let n_steps = DK / COOP;
     let ws_steps = select(select(select(1u, 2u, n_steps % 2u == 0u), 3u, n_steps % 3u == 0u),
                           DEEP_WS, n_steps % DEEP_WS == 0u);
-    // Pairs: W·S's k-steps taken two at a time (the whole pairs of dk / 16).
-    let ws_paired = SCAN_PAIRS * (DK / (2u * COOP)) * 2u * COOP;
     for (var c = 0u; c < n_chunks; c++) {
         let sc = scan_chunk(c, h, s, row0, tid);
         // Lean: this invocation's U quads now, in flight under W·S.
@@ -1024,54 +933,7 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
                 }
             }
         }
-        // Pairs: two k-steps' W (and Q̃) fragments loaded into named values before their MMAs
-        // (no array a driver might put in local memory), which then run in the same order as
-        // below; the odd last k-step, if any, in the loop below.
-        for (var i0 = 0u; i0 < ws_paired; i0 += 2u * COOP) {
-            let w0_at = cell(sc.w_hi + i0);
-            let w0_lo_at = cell(sc.w_hi + i0 + DK_LO);
-            let w1_at = cell(sc.w_hi + i0 + COOP);
-            let w1_lo_at = cell(sc.w_hi + i0 + COOP + DK_LO);
-            let w0 = coopLoadT<CoopA>(&halves[w0_at], dk);
-            let w0_lo = coopLoadT<CoopA>(&halves[w0_lo_at], dk);
-            let w1 = coopLoadT<CoopA>(&halves[w1_at], dk);
-            let w1_lo = coopLoadT<CoopA>(&halves[w1_lo_at], dk);
-            var q0 = CoopA();
-            var q0_lo = CoopA();
-            var q1 = CoopA();
-            var q1_lo = CoopA();
-            if SCAN_FUSED == 1u {
-                let q0_at = cell(sc.q_hi + i0);
-                let q0_lo_at = cell(sc.q_hi + i0 + DK_LO);
-                let q1_at = cell(sc.q_hi + i0 + COOP);
-                let q1_lo_at = cell(sc.q_hi + i0 + COOP + DK_LO);
-                q0 = coopLoadT<CoopA>(&halves[q0_at], dk);
-                q0_lo = coopLoadT<CoopA>(&halves[q0_lo_at], dk);
-                q1 = coopLoadT<CoopA>(&halves[q1_at], dk);
-                q1_lo = coopLoadT<CoopA>(&halves[q1_lo_at], dk);
-            }
-            let b0_at = cell(i0);
-            let b0_lo_at = cell(S_LO + i0);
-            let b1_at = cell(i0 + COOP);
-            let b1_lo_at = cell(S_LO + i0 + COOP);
-            let b0 = coopLoad<CoopB>(&s16[b0_at], ss);
-            let b0_lo = coopLoad<CoopB>(&s16[b0_lo_at], ss);
-            ws = coopMultiplyAdd(w0, b0, ws);
-            ws_small = mma_cross(w0, w0_lo, b0, b0_lo, ws_small);
-            if SCAN_FUSED == 1u {
-                acc = coopMultiplyAdd(q0, b0, acc);
-                acc_small = mma_cross(q0, q0_lo, b0, b0_lo, acc_small);
-            }
-            let b1 = coopLoad<CoopB>(&s16[b1_at], ss);
-            let b1_lo = coopLoad<CoopB>(&s16[b1_lo_at], ss);
-            ws = coopMultiplyAdd(w1, b1, ws);
-            ws_small = mma_cross(w1, w1_lo, b1, b1_lo, ws_small);
-            if SCAN_FUSED == 1u {
-                acc = coopMultiplyAdd(q1, b1, acc);
-                acc_small = mma_cross(q1, q1_lo, b1, b1_lo, acc_small);
-            }
-        }
-        for (var i0 = ws_paired; i0 < DK * (1u - SCAN_DEEP); i0 += COOP) {
+        for (var i0 = 0u; i0 < DK * (1u - SCAN_DEEP); i0 += COOP) {
             let a_hi = dk_rows_frag(sc.w_hi + i0);
             let b_hi = s_frag(i0);
             let b_lo = s_frag(S_LO + i0);
@@ -1200,75 +1062,7 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
                     }
                 }
             }
-            // Pairs: two chunk steps' K̃ (and P) fragments loaded into named values before their
-            // MMAs, which then run in the same order as below.
-            for (var s0 = 0u; s0 < CHUNK * SCAN_PAIRS; s0 += 2u * COOP) {
-                let k0_at = cell(sc.k_hi + s0 * DK + i0);
-                let k0_lo_at = cell(sc.k_hi + s0 * DK + i0 + DK_LO);
-                let k1_at = cell(sc.k_hi + (s0 + COOP) * DK + i0);
-                let k1_lo_at = cell(sc.k_hi + (s0 + COOP) * DK + i0 + DK_LO);
-                let k0 = coopLoad<CoopA>(&halves[k0_at], dk);
-                let k0_lo = coopLoad<CoopA>(&halves[k0_lo_at], dk);
-                let k1 = coopLoad<CoopA>(&halves[k1_at], dk);
-                let k1_lo = coopLoad<CoopA>(&halves[k1_lo_at], dk);
-                var p0 = CoopA();
-                var p0_lo = CoopA();
-                var p1 = CoopA();
-                var p1_lo = CoopA();
-                if pv_in_update {
-                    let p0_at = cell(sc.p_hi + s0);
-                    let p0_lo_at = cell(sc.p_hi + s0 + P_LO);
-                    let p1_at = cell(sc.p_hi + s0 + COOP);
-                    let p1_lo_at = cell(sc.p_hi + s0 + COOP + P_LO);
-                    p0 = coopLoadT<CoopA>(&halves[p0_at], chunk);
-                    p0_lo = coopLoadT<CoopA>(&halves[p0_lo_at], chunk);
-                    p1 = coopLoadT<CoopA>(&halves[p1_at], chunk);
-                    p1_lo = coopLoadT<CoopA>(&halves[p1_lo_at], chunk);
-                }
-                var m0 = CoopA();
-                var m0_lo = CoopA();
-                var m1 = CoopA();
-                var m1_lo = CoopA();
-                if SCAN_FUSED == 1u {
-                    let m0_at = cell(sc.k_hi + s0 * DK + i2);
-                    let m0_lo_at = cell(sc.k_hi + s0 * DK + i2 + DK_LO);
-                    let m1_at = cell(sc.k_hi + (s0 + COOP) * DK + i2);
-                    let m1_lo_at = cell(sc.k_hi + (s0 + COOP) * DK + i2 + DK_LO);
-                    m0 = coopLoad<CoopA>(&halves[m0_at], dk);
-                    m0_lo = coopLoad<CoopA>(&halves[m0_lo_at], dk);
-                    m1 = coopLoad<CoopA>(&halves[m1_at], dk);
-                    m1_lo = coopLoad<CoopA>(&halves[m1_lo_at], dk);
-                }
-                let b0_at = cell(s0 * DS);
-                let b0_lo_at = cell(D_LO + s0 * DS);
-                let b1_at = cell((s0 + COOP) * DS);
-                let b1_lo_at = cell(D_LO + (s0 + COOP) * DS);
-                let b0 = coopLoadT<CoopB>(&d16[b0_at], ds);
-                let b0_lo = coopLoadT<CoopB>(&d16[b0_lo_at], ds);
-                upd = coopMultiplyAdd(k0, b0, upd);
-                upd_small = mma_cross(k0, k0_lo, b0, b0_lo, upd_small);
-                if pv_in_update {
-                    acc = coopMultiplyAdd(p0, b0, acc);
-                    acc_small = mma_cross(p0, p0_lo, b0, b0_lo, acc_small);
-                }
-                if SCAN_FUSED == 1u {
-                    upd2 = coopMultiplyAdd(m0, b0, upd2);
-                    upd2_small = mma_cross(m0, m0_lo, b0, b0_lo, upd2_small);
-                }
-                let b1 = coopLoadT<CoopB>(&d16[b1_at], ds);
-                let b1_lo = coopLoadT<CoopB>(&d16[b1_lo_at], ds);
-                upd = coopMultiplyAdd(k1, b1, upd);
-                upd_small = mma_cross(k1, k1_lo, b1, b1_lo, upd_small);
-                if pv_in_update {
-                    acc = coopMultiplyAdd(p1, b1, acc);
-                    acc_small = mma_cross(p1, p1_lo, b1, b1_lo, acc_small);
-                }
-                if SCAN_FUSED == 1u {
-                    upd2 = coopMultiplyAdd(m1, b1, upd2);
-                    upd2_small = mma_cross(m1, m1_lo, b1, b1_lo, upd2_small);
-                }
-            }
-            for (var s0 = 0u; s0 < CHUNK * (1u - SCAN_DEEP) * (1u - SCAN_PAIRS); s0 += COOP) {
+            for (var s0 = 0u; s0 < CHUNK * (1u - SCAN_DEEP); s0 += COOP) {
                 let a_hi = key_frag(sc.k_hi + s0 * DK + i0);
                 let b_hi = v_frag(s0 * DS);
                 let b_lo = v_frag(D_LO + s0 * DS);

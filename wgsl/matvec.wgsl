@@ -18,38 +18,24 @@
 //   yq[b·rows/4 ..], its scales at yd[b·rows/32 ..]. A workgroup then owns whole blocks (2·TEAMS
 //   a multiple of 32 outputs: TEAMS = 16), gathers its outputs in workgroup memory and one
 //   invocation per vector rounds its block, the same way quantize_q8.wgsl would round y.
-// - The producer-side quantize (engine FAK_DECODE_FUSE=pquant, opt-in; experiments/NOTES.md,
-//   "pqz"): params.quantize_out = QUANTIZE_RESIDUAL on an accumulating product (y is the
-//   residual stream x) whose workgroups own whole 32-row blocks (TEAMS = 8): after the add, one
-//   invocation per vector takes its block of the new y, writes the q8 block of u = y·nw (nw, binding
-//   7, the *next* RMSNorm's weight) into yq, yd as quantize_out does, and the block's Σ y² into
-//   yd[params.sum_index + the block's scale index]. A later q8 product over those blocks
-//   (Q8_NORM, override) sums its vector's cols / 32 partials from xd[params.sum_index ..] to
-//   s_b = 1 / sqrt(Σ / cols + eps) and scales its totals by s_b, as NORM does: the codes of u
-//   and of s_b·u are the same in exact arithmetic (s_b factors out of the block's largest
-//   value), so the product is RMSNorm(x)·nw's up to f32 roundings, without a quantize dispatch —
-//   not quantize_q8's bits (it rounds (x·s_b)·nw), so checked against the CPU reference.
 // - MIXED (override; wide int-dot pipelines, matvec_q8.wgsl): two weights of the same input in
 //   one dispatch — workgroups below params.part2 compute the first (params), the others the
 //   second (params2: its rows, bytes, outputs and ggml type, Q4_K or Q6_K), so two projection
-//   runs whose types differ cost one dispatch. The second weight's blocks are read from binding
-//   8 under QUANTIZE_X (which reads no q8 vectors), else (MIXED_Q8: a q8 input read from
-//   bindings 8, 9; engine FAK_DECODE_FUSE=merge) from binding 10, and its outputs written to
-//   binding 11 (a MIXED pipeline writes no quantized output, so no storage binding is added);
+//   runs whose types differ cost one dispatch (engine FAK_DECODE_FUSE=merge). The input is q8
+//   vectors (bindings 8, 9); the second weight's blocks are read from binding 10 and its
+//   outputs written to binding 11 (a MIXED pipeline writes no quantized output, so no storage
+//   binding is added);
 //   each workgroup's arithmetic is its weight's own binding's, so the outputs are the same bits.
 // bindings: 0 w (array<u32>, read: the GGUF blocks) · 1 x (array<f32>, read) · 2 y (array<f32>,
 //           read_write) · 3 params (uniform Params) · 4 step (uniform Step, step.wgsl)
 //           · 5 w16 (array<vec4<u32>>, read) · 6 x16 (array<vec4<f32>>, read): the same bytes as
 //           w and x, read 16 at a time where params.wide says they are 16-byte aligned (else a
 //           placeholder the kernel does not read) · 7 nw (array<vec4<f32>>, read: the norm
-//           weight of NORM and QUANTIZE_X pipelines, cols a multiple of 4; under
-//           QUANTIZE_RESIDUAL the next norm's, rows of them; else a placeholder)
-//           · 8, 9: the q8 input of matvec_q8.wgsl (placeholders here; MIXED with QUANTIZE_X: 8
-//           the second weight's blocks)
+//           weight of NORM pipelines, cols a multiple of 4; else a placeholder)
+//           · 8, 9: the q8 input of matvec_q8.wgsl (placeholders here)
 //           · 10 yq (array<u32>, read_write), 11 yd (array<f32>, read_write): the quantized output
-//           (placeholders unless quantize_out; QUANTIZE_RESIDUAL: yd also holds the block
-//           sums from params.sum_index; MIXED: 11 the second weight's outputs, and without
-//           QUANTIZE_X 10 its blocks) · 12 params2
+//           (placeholders unless quantize_out; MIXED: 10 the second weight's blocks, 11 its
+//           outputs) · 12 params2
 //           (uniform Params: the second weight's, MIXED; else a placeholder)
 // dispatch: one workgroup of WG invocations per 4·TEAMS consecutive rows (per 2·TEAMS output rows
 //           when paired: their gate and up rows), on the 2-D grid of ceil(rows / (4·TEAMS))
@@ -127,16 +113,10 @@ struct Params {
     part2: u32,
     // MIXED: this part's ggml type id (the wide form's Q4_K or Q6_K).
     ggml_type: u32,
-    // QUANTIZE_RESIDUAL (in yd) and Q8_NORM (in xd): the element index of vector 0's first
-    // block sum of squares, behind the scales (see the header).
-    sum_index: u32,
 }
 
 const WIDE_X: u32 = 1u;
 const WIDE_W: u32 = 2u;
-// params.quantize_out: the paired outputs (1) or the accumulated residual's next-norm blocks.
-const QUANTIZE_PAIRED: u32 = 1u;
-const QUANTIZE_RESIDUAL: u32 = 2u;
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -177,13 +157,8 @@ override BLOCK_BYTES: u32;
 override NORM: bool = false;
 // Two weights of one input in one dispatch (see the header): wide int-dot pipelines only.
 override MIXED: bool = false;
-// MIXED over q8 vectors read from bindings 8, 9 (not QUANTIZE_X): the second weight in binding 10.
-override MIXED_Q8: bool = false;
 // MIXED: the second weight's ggml type id (the first's is GGML_TYPE).
 override SECOND_TYPE: u32 = 0u;
-// The q8 input is a producer's QUANTIZE_RESIDUAL blocks: scale the totals by each vector's
-// 1 / rms from the block sums (integer path only; see the header).
-override Q8_NORM: bool = false;
 
 // The Params of the part this workgroup computes (params, or params2 for a MIXED dispatch's
 // second weight), and whether it is that second one. Set by enter_part before anything reads them.
@@ -198,12 +173,8 @@ const ROWS: u32 = 4u;
 
 fn src_word(index: u32) -> u32 {
     if MIXED && second_part {
-        // The second weight's blocks: binding 10 beside a q8 input (a MIXED pipeline writes
-        // no quantized output), else binding 8 (QUANTIZE_X pipelines read no q8 vectors).
-        if MIXED_Q8 {
-            return yq[index];
-        }
-        return xq[index];
+        // The second weight's blocks: binding 10 (a MIXED pipeline writes no quantized output).
+        return yq[index];
     }
     return w[index];
 }
@@ -221,23 +192,21 @@ fn enter_part(wg: vec3<u32>, count: vec3<u32>) -> u32 {
 }
 
 // y[at] = v, or y[at] += v when accumulating (a MIXED dispatch's second weight writes binding
-// 11); returns the value y[at] now holds.
-fn write_y(at: u32, v: f32) -> f32 {
+// 11).
+fn write_y(at: u32, v: f32) {
     if MIXED && second_part {
         if p.accumulate != 0u {
             yd[at] += v;
         } else {
             yd[at] = v;
         }
-        return v;
+        return;
     }
     if p.accumulate != 0u {
-        let sum = y[at] + v;
-        y[at] = sum;
-        return sum;
+        y[at] += v;
+        return;
     }
     y[at] = v;
-    return v;
 }
 
 // The word at a 4-aligned byte offset (fields of 20-, 24-, 144- and 176-byte blocks, F32 rows).
@@ -720,7 +689,7 @@ fn store_output(total: f32, first: u32, n: u32, lanes: Lanes, paired: bool) {
     }
     let row = first + slot;
     if b < n && row < p.rows {
-        _ = write_y(p.y_index + b * p.y_stride + row, total);
+        write_y(p.y_index + b * p.y_stride + row, total);
     }
 }
 
@@ -733,7 +702,7 @@ fn finish(acc: ptr<function, array<vec4<f32>, 8>>, at: Place, n: u32, lanes: Lan
     if TEAMS == 1u {
         var total = sum_rows(acc, lanes);
         let b = lanes.index / ROWS;
-        if (NORM || Q8_NORM) && b < n {
+        if NORM && b < n {
             total *= norm_scales[b];
         }
         store_output(total, at.first, n, lanes, paired);
@@ -781,7 +750,7 @@ fn store_team(acc: ptr<function, array<vec4<f32>, 8>>, first: u32, n: u32, paire
     for (var b = 0u; b < MAX_B; b++) {
         if b < n {
             var totals = (*acc)[b];
-            if NORM || Q8_NORM {
+            if NORM {
                 totals *= norm_scales[b];
             }
             let base = p.y_index + b * p.y_stride;
@@ -796,10 +765,7 @@ fn store_team(acc: ptr<function, array<vec4<f32>, 8>>, first: u32, n: u32, paire
                         }
                     }
                 } else if row < p.rows {
-                    let value = write_y(base + row, totals[slot]);
-                    if p.quantize_out == QUANTIZE_RESIDUAL {
-                        block_values[32u * b + row % 32u] = value;
-                    }
+                    write_y(base + row, totals[slot]);
                 }
             }
         }
@@ -807,21 +773,13 @@ fn store_team(acc: ptr<function, array<vec4<f32>, 8>>, first: u32, n: u32, paire
 }
 
 // quantize_out: vector b's block of the 32 outputs from `first` (a multiple of 32) as q8 (b the
-// workgroup's slot: the step's vector first_vector + b); under QUANTIZE_RESIDUAL the block of
-// u = y·nw (the next norm's weight, binding 7) and the block's Σ y² behind the scales.
+// workgroup's slot: the step's vector first_vector + b).
 fn quantize_block(b: u32, first: u32) {
-    let residual = p.quantize_out == QUANTIZE_RESIDUAL;
     var v: array<vec4<f32>, 8>;
-    var squares = 0.0;
     for (var j = 0u; j < 8u; j++) {
         let at = 32u * b + 4u * j;
-        let value = vec4<f32>(block_values[at], block_values[at + 1u], block_values[at + 2u],
-                              block_values[at + 3u]);
-        v[j] = value;
-        if residual {
-            squares += dot(value, value);
-            v[j] = value * nw[first / 4u + j];
-        }
+        v[j] = vec4<f32>(block_values[at], block_values[at + 1u], block_values[at + 2u],
+                         block_values[at + 3u]);
     }
     let q = q8_block(v);
     let out_vector = first_vector + b;
@@ -831,29 +789,6 @@ fn quantize_block(b: u32, first: u32) {
     }
     let block = out_vector * (p.rows / 32u) + first / 32u;
     yd[block] = q.d;
-    if residual {
-        yd[p.sum_index + block] = squares;
-    }
-}
-
-// Q8_NORM: s_b = 1 / sqrt(Σ_k sums_k / cols + eps) for every b < n into norm_scales, from the
-// block sums of squares the producer wrote behind the scales (xd from params.sum_index; the
-// step's vector first_vector + b). Uniform control flow: n is.
-fn norm_scales_of_sums(n: u32, lanes: Lanes) {
-    let blocks = p.cols / 32u;
-    for (var b = 0u; b < MAX_B; b++) {
-        if b < n {
-            let base = p.sum_index + (first_vector + b) * blocks;
-            var partial = 0.0;
-            for (var k = lanes.index; k < blocks; k += WG) {
-                partial += xd[base + k];
-            }
-            let total = workgroup_sum(partial, lanes);
-            if lanes.index == 0u {
-                norm_scales[b] = 1.0 / sqrt(total / f32(p.cols) + p.eps);
-            }
-        }
-    }
 }
 
 // Adds unit u's products of the 4 rows `w` with every input vector b < n to acc[b].

@@ -15,119 +15,13 @@
 // Integer sums are exact in f32 (|Σ| ≤ 32·127·127 < 2^24), so the result differs from the f32
 // oracle of W·x̂ only by f32 roundings of the scale products and the accumulation, the same
 // bound as the f32 path (tests/common/matvec.rs); its distance from W·x is the q8 rounding of x.
-// QUANTIZE_X (override): no quantize dispatch before the product — x is the residual stream and
-// each workgroup first writes x̂ = quantize_q8(RMSNorm(x)·nw) of its n vectors into workgroup
-// memory (quantize_input), then multiplies those codes. The norm needs the whole row, which the
-// previous mat-vec writes from all its workgroups, so only a later dispatch can take it; doing
-// it per workgroup costs a read of x and nw from L2 (2 × 4·cols bytes) and cols / 32 blocks of
-// rounding per workgroup, against a dispatch and its tail. The sum of squares runs in
-// quantize_q8.wgsl's order (QUANTIZE_LANES invocations striding the row, then workgroup_sum: the
-// other invocations add zeros, which changes no partial), and the blocks round through
-// q8_block, so x̂ is quantize_q8's bits and the product the one after a quantize dispatch
-// (wherever subgroups are formed from consecutive invocations of one width, as on NVIDIA and
-// lavapipe). NORM_ONEPASS (with QUANTIZE_X; engine `NormQ8::OnePass`): x̂ through norm_q8.wgsl's
-// one-pass form instead, on workgroups of exactly NORM_Q8_LANES — the bits of quantize_q8's
-// ONEPASS pipeline, not of its two-pass one. Workgroup memory: MAX_B·X_COLS code bytes and MAX_B·X_COLS/8 scale bytes (the
-// engine's `MatVec` refuses capacities the adapter cannot hold).
 // bindings: matvec.wgsl's, plus 8 xq (array<u32>, read: the codes of `Q8Vectors`, vector b's at
 //           word b·cols/4) · 9 xd (array<f32>, read: the block scales, vector b's at b·cols/32).
-//           x, x16 and nw are placeholders (the norm, if any, was folded into quantize_q8) —
-//           except under QUANTIZE_X, which reads x, x16 and nw and not xq, xd.
+//           x, x16 and nw are placeholders (the norm, if any, was folded into quantize_q8).
 // dispatch, rows, pairing, accumulate, reduction: as matvec.wgsl (the same helpers).
-// pipelines: one per (ggml type ∈ {Q8_0, Q4_K, Q5_K, Q6_K}, MAX_B), entry point matvec_q8, NORM off;
-//           QUANTIZE_X ones also per X_COLS (= params.cols) and NORM_ONEPASS.
-// requires: matvec.wgsl (and what it requires), strided_squares.wgsl, norm_q8.wgsl.
+// pipelines: one per (ggml type ∈ {Q8_0, Q4_K, Q5_K, Q6_K}, MAX_B), entry point matvec_q8, NORM off.
+// requires: matvec.wgsl (and what it requires).
 
-
-// x is the residual stream: quantize its RMSNorm inside each workgroup (see the header).
-override QUANTIZE_X: bool = false;
-// QUANTIZE_X: the row length (params.cols), so the workgroup's q8 input has a fixed size.
-override X_COLS: u32 = 0u;
-// The workgroup's x̂: code words and block scales of MAX_B vectors, laid out as xq and xd (one
-// slot when unused; named overrides, as naga 30 wants for sizes: reduce_rows_*.wgsl).
-override X_WORDS: u32 = MAX_B * X_COLS / 4u + 1u;
-override X_BLOCKS: u32 = MAX_B * X_COLS / 32u + 1u;
-var<workgroup> x_codes: array<u32, X_WORDS>;
-var<workgroup> x_scales: array<f32, X_BLOCKS>;
-// QUANTIZE_X: x̂ in norm_q8.wgsl's one-pass form (the workgroup has NORM_Q8_LANES invocations).
-override NORM_ONEPASS: bool = false;
-// quantize_q8.wgsl's workgroup size (engine `quantize_q8::WG`): the lanes its norm sums over.
-const QUANTIZE_LANES: u32 = 64u;
-
-// Code word i of the q8 input (vector b's words from b·cols/4).
-fn xq_word(i: u32) -> u32 {
-    if QUANTIZE_X {
-        return x_codes[i];
-    }
-    return xq[i];
-}
-
-// Block scale k of the q8 input (vector b's from b·cols/32).
-fn xd_scale(k: u32) -> f32 {
-    if QUANTIZE_X {
-        return x_scales[k];
-    }
-    return xd[k];
-}
-
-// strided_squares.wgsl's element (QUANTIZE_X's norm).
-fn squares_value(c: u32) -> f32 {
-    return x[c];
-}
-
-// norm_q8.wgsl's elements and stores (NORM_ONEPASS): x̂ into x_codes, x_scales.
-fn norm_q8_x4(at: u32) -> vec4<f32> {
-    return x4(at);
-}
-
-fn norm_q8_w4(e: u32) -> vec4<f32> {
-    return nw[e / 4u];
-}
-
-fn norm_q8_codes(b: u32, k: u32, words: array<u32, 8>) {
-    let out = b * (p.cols / 4u) + 8u * k;
-    for (var j = 0u; j < 8u; j++) {
-        x_codes[out + j] = words[j];
-    }
-}
-
-fn norm_q8_scale(b: u32, k: u32, d: f32) {
-    x_scales[b * (p.cols / 32u) + k] = d;
-}
-
-// QUANTIZE_X: x̂ of the n vectors into x_codes, x_scales — quantize_q8.wgsl's NORM pipeline,
-// one workgroup doing every block (the same sums in the same order, the same q8_block). Ends
-// with a barrier; uniform control flow.
-fn quantize_input(n: u32, lanes: Lanes) {
-    let blocks = p.cols / 32u;
-    for (var b = 0u; b < MAX_B; b++) {
-        if NORM_ONEPASS && b < n {
-            norm_q8_row(b, p.x_index + b * p.x_stride, p.cols, p.eps, lanes);
-        } else if b < n {
-            let base = p.x_index + b * p.x_stride;
-            var squares = 0.0;
-            if lanes.index < QUANTIZE_LANES {
-                squares = strided_squares(base + lanes.index, base + p.cols, QUANTIZE_LANES);
-            }
-            let total = workgroup_sum(squares, lanes);
-            let s = 1.0 / sqrt(total / f32(p.cols) + p.eps);
-            for (var k = lanes.index; k < blocks; k += WG) {
-                var v: array<vec4<f32>, 8>;
-                for (var j = 0u; j < 8u; j++) {
-                    let e = 32u * k + 4u * j;
-                    v[j] = (x4(base + e) * s) * nw[e / 4u];
-                }
-                let q = q8_block(v);
-                let out = b * (p.cols / 4u) + 8u * k;
-                for (var j = 0u; j < 8u; j++) {
-                    x_codes[out + j] = q.codes[j];
-                }
-                x_scales[b * blocks + k] = q.d;
-            }
-        }
-    }
-    workgroupBarrier();
-}
 
 // One input vector's share of a unit: code words a (and b: Q4_K's high group, Q5_K's groups 2, 3)
 // in the order the type's dot pairs them with weight words, the scale of each element group's x
@@ -150,7 +44,7 @@ fn code_sum(a: u32, b: u32) -> f32 {
 // word `base`.
 fn xq4(base: u32, e: u32) -> vec4<u32> {
     let at = base + e / 4u;
-    return vec4<u32>(xq_word(at), xq_word(at + 1u), xq_word(at + 2u), xq_word(at + 3u));
+    return vec4<u32>(xq[at], xq[at + 1u], xq[at + 2u], xq[at + 3u]);
 }
 
 // Unit u's share of input vector b.
@@ -164,8 +58,8 @@ fn load_xq(b: u32, u: u32) -> Xq {
         // Q8_0 lane p: elements 8p..8p+7 of one block.
         case 8u: {
             let at = codes + (first + 8u * lane) / 4u;
-            v.a = vec4<u32>(xq_word(at), xq_word(at + 1u), 0u, 0u);
-            v.d.x = xd_scale(blocks + first / 32u);
+            v.a = vec4<u32>(xq[at], xq[at + 1u], 0u, 0u);
+            v.d.x = xd[blocks + first / 32u];
         }
         // Q4_K lane l: 16 elements at e (sub-block 2c) and 16 at e + 32 (sub-block 2c + 1).
         case 12u: {
@@ -173,7 +67,7 @@ fn load_xq(b: u32, u: u32) -> Xq {
             v.a = xq4(codes, e);
             v.b = xq4(codes, e + 32u);
             let k = blocks + e / 32u;
-            v.d = vec4<f32>(xd_scale(k), xd_scale(k + 1u), 0.0, 0.0);
+            v.d = vec4<f32>(xd[k], xd[k + 1u], 0.0, 0.0);
             v.s = vec4<f32>(code_sum(v.a.x, v.a.y) + code_sum(v.a.z, v.a.w),
                             code_sum(v.b.x, v.b.y) + code_sum(v.b.z, v.b.w), 0.0, 0.0);
         }
@@ -185,9 +79,9 @@ fn load_xq(b: u32, u: u32) -> Xq {
             var w: array<u32, 8>;
             for (var k = 0u; k < 4u; k++) {
                 let at = codes + (e + group[k]) / 4u;
-                w[2u * k] = xq_word(at);
-                w[2u * k + 1u] = xq_word(at + 1u);
-                v.d[k] = xd_scale(blocks + (e + group[k]) / 32u);
+                w[2u * k] = xq[at];
+                w[2u * k + 1u] = xq[at + 1u];
+                v.d[k] = xd[blocks + (e + group[k]) / 32u];
                 v.s[k] = code_sum(w[2u * k], w[2u * k + 1u]);
             }
             v.a = vec4<u32>(w[0], w[1], w[2], w[3]);
@@ -197,8 +91,8 @@ fn load_xq(b: u32, u: u32) -> Xq {
         case 14u: {
             let e = first + 128u * (lane / 8u) + 4u * (lane % 8u);
             for (var k = 0u; k < 4u; k++) {
-                v.a[k] = xq_word(codes + (e + 32u * k) / 4u);
-                v.d[k] = xd_scale(blocks + (e + 32u * k) / 32u);
+                v.a[k] = xq[codes + (e + 32u * k) / 4u];
+                v.d[k] = xd[blocks + (e + 32u * k) / 32u];
             }
         }
         default: {}
@@ -280,12 +174,6 @@ fn matvec_q8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) coun
         return;
     }
     let n = min(step.n_tokens, MAX_B);
-    if QUANTIZE_X {
-        quantize_input(n, lanes);
-    }
-    if Q8_NORM {
-        norm_scales_of_sums(n, lanes);
-    }
     let starts = row_starts(at.team_first, paired);
     var acc: array<vec4<f32>, 8>;
     for (var u = at.lane; u < p.units; u += TEAM * UNROLL) {

@@ -13,8 +13,7 @@
 // 16-byte runs of five words each (blocks of 210 bytes start on 2-byte boundaries), so each
 // invocation has twice (Q4_K) or four times (Q6_K) the weight bytes in flight per load step
 // with fewer load instructions per byte.
-// bindings: matvec_q8.wgsl's (xq, xd: the q8 input; x, x16, nw placeholders — or under QUANTIZE_X
-//           x, x16, nw read and x̂ built in workgroup memory, as there).
+// bindings: matvec_q8.wgsl's (xq, xd: the q8 input; x, x16, nw placeholders).
 // dispatch, rows, teams, pairing, accumulate, quantized output, reduction: matvec.wgsl's, with
 //           params.units = 4 wide units per super-block (UNIT_LANES = 4).
 // pipelines: one per (ggml type ∈ {Q4_K, Q6_K}, MAX_B) and layout, entry point matvec_q8_wide.
@@ -244,9 +243,8 @@ struct WideX {
 }
 
 // Where vector b's share of wide unit u lies: the index of its code word w < 16 (words 4k..4k + 3
-// are WideX.words[k]) and of group k's block scale, in xq, xd (or, under QUANTIZE_X, x_codes,
-// x_scales: read through xq_word, xd_scale). The loads below and matvec_q8_staged.wgsl's staging
-// (global xq, xd only) both read x through these two.
+// are WideX.words[k]) and of group k's block scale, in xq, xd. The loads below and
+// matvec_q8_batched.wgsl's read x through these two.
 fn wide_x_code(b: u32, u: u32, w: u32) -> u32 {
     let lane = u % UNIT_LANES;
     let first = (u / UNIT_LANES) * BLOCK_ELEMS;
@@ -299,10 +297,10 @@ fn load_wide_x(b: u32, u: u32) -> WideX {
     var v: WideX;
     for (var k = 0u; k < 4u; k++) {
         let at = wide_x_code(b, u, 4u * k);
-        v.words[k] = vec4<u32>(xq_word(at), xq_word(at + 1u), xq_word(at + 2u), xq_word(at + 3u));
+        v.words[k] = vec4<u32>(xq[at], xq[at + 1u], xq[at + 2u], xq[at + 3u]);
     }
     for (var k = 0u; k < wide_x_groups(); k++) {
-        v.d[k] = xd_scale(wide_x_scale(b, u, k));
+        v.d[k] = xd[wide_x_scale(b, u, k)];
     }
     return with_code_sums(v);
 }
@@ -385,12 +383,6 @@ fn matvec_q8_wide(@builtin(workgroup_id) wg: vec3<u32>,
         return;
     }
     let n = share.y;
-    if QUANTIZE_X {
-        quantize_input(n, lanes);
-    }
-    if Q8_NORM {
-        norm_scales_of_sums(n, lanes);
-    }
     let starts = row_starts(at.team_first, paired);
     var acc: array<vec4<f32>, 8>;
     // MIXED: one copy of the loop per part, so that each sees its part's type as a constant.

@@ -9,9 +9,6 @@
 // sum is stored: the K-quant minimum terms need sums of codes over half blocks (a mat-vec lane
 // covers 16 or 8 elements of a block), which matvec_q8 takes with one dot4I8Packed(q, 0x01010101)
 // per word, once per vector and unit for all 4 of its rows.
-// ONEPASS (with NORM): norm_q8.wgsl's one-pass form instead — one workgroup of NORM_Q8_LANES
-// per vector, each block of x·nw rounded while the row's sum is taken, the scale times 1 / rms
-// after it (the same blocks in exact arithmetic, other f32 roundings; engine `NormQ8`).
 // Layout (engine `Q8Vectors`): vector b's codes at codes[b·cols/4 ..], word 8k + j holding
 // q_{32k+4j+i} in byte i (two's complement); its scales at scales[b·cols/32 + k] (f32).
 //
@@ -27,13 +24,12 @@
 //           read_write) · 3 params (uniform Params) · 4 step (uniform Step) · 5 nw (array<f32>,
 //           read: the norm weight of NORM pipelines, else a placeholder)
 // dispatch: (ceil(cols / 32 / WG), MAX_B) workgroups of WG; an invocation quantizes one block of
-//           vector b = workgroup_id.y; workgroups of b ≥ step.n_tokens return at once. ONEPASS:
-//           (1, MAX_B) workgroups of WG = NORM_Q8_LANES.
-// pipelines: NORM ∈ {false, true} (and WG); NORM with ONEPASS.
+//           vector b = workgroup_id.y; workgroups of b ≥ step.n_tokens return at once.
+// pipelines: NORM ∈ {false, true}.
 // variants: subgroup (reduce_subgroup.wgsl) | fallback (reduce_workgroup.wgsl): the NORM sum of
 //           squares only.
 // requires: reduce_*.wgsl (struct Lanes, workgroup_sum), step.wgsl, q8_block.wgsl,
-//           strided_squares.wgsl, norm_q8.wgsl.
+//           strided_squares.wgsl.
 
 struct Params {
     cols: u32,
@@ -53,31 +49,10 @@ struct Params {
 
 override WG: u32 = 64u;
 override NORM: bool = false;
-override ONEPASS: bool = false;
 
 // strided_squares.wgsl's element.
 fn squares_value(c: u32) -> f32 {
     return x[c];
-}
-
-// norm_q8.wgsl's elements and stores (ONEPASS).
-fn norm_q8_x4(at: u32) -> vec4<f32> {
-    return vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
-}
-
-fn norm_q8_w4(e: u32) -> vec4<f32> {
-    return vec4<f32>(nw[e], nw[e + 1u], nw[e + 2u], nw[e + 3u]);
-}
-
-fn norm_q8_codes(b: u32, k: u32, words: array<u32, 8>) {
-    let out = b * (params.cols / 4u) + 8u * k;
-    for (var j = 0u; j < 8u; j++) {
-        codes[out + j] = words[j];
-    }
-}
-
-fn norm_q8_scale(b: u32, k: u32, d: f32) {
-    scales[b * (params.cols / 32u) + k] = d;
 }
 
 // 1 / rms of vector `base` (every invocation of the workgroup calls it: uniform control flow).
@@ -95,10 +70,6 @@ fn quantize_q8(@builtin(workgroup_id) wg: vec3<u32>, lanes: Lanes) {
         return;
     }
     let base = params.x_index + b * params.x_stride;
-    if NORM && ONEPASS {
-        norm_q8_row(b, base, params.cols, params.eps, lanes);
-        return;
-    }
     var s = 1.0;
     if NORM {
         s = inverse_rms(base, lanes);

@@ -51,8 +51,6 @@ pub mod wgsl {
     pub const MATVEC_Q8: WgslFile = wgsl_file!("matvec_q8.wgsl");
     /// The integer mat-vec's wide form (64-element units of Q4_K/Q6_K; appended after MATVEC_Q8).
     pub const MATVEC_Q8_WIDE: WgslFile = wgsl_file!("matvec_q8_wide.wgsl");
-    /// The wide form with the batch's x staged in workgroup memory (appended after MATVEC_Q8_WIDE).
-    pub const MATVEC_Q8_STAGED: WgslFile = wgsl_file!("matvec_q8_staged.wgsl");
     /// The wide form's loop over input vectors in the batched form (appended after
     /// MATVEC_Q8_WIDE, whose loop calls it under BATCHED).
     pub const MATVEC_Q8_BATCHED: WgslFile = wgsl_file!("matvec_q8_batched.wgsl");
@@ -60,10 +58,8 @@ pub mod wgsl {
     /// MATVEC, GDN_DECODE and ATTN_DECODE write as q8 blocks).
     pub const Q8_BLOCK: WgslFile = wgsl_file!("q8_block.wgsl");
     /// One lane's strided share of a row's sum of squares, its loads batched (the norms:
-    /// QUANTIZE_Q8, MATVEC_Q8's folded quantize, rms_norm).
+    /// QUANTIZE_Q8, rms_norm, the x16 mat-mul's folded norm).
     pub const STRIDED_SQUARES: WgslFile = wgsl_file!("strided_squares.wgsl");
-    /// A norm's q8 blocks in one pass over x (QUANTIZE_Q8's and MATVEC_Q8's one-pass form).
-    pub const NORM_Q8: WgslFile = wgsl_file!("norm_q8.wgsl");
     /// f32 vectors (optionally RMS-normed) to the 8-bit blocks MATVEC_Q8 reads.
     pub const QUANTIZE_Q8: WgslFile = wgsl_file!("quantize_q8.wgsl");
     pub const EMBED: WgslFile = wgsl_file!("embed.wgsl");

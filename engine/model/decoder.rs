@@ -8,13 +8,12 @@ use super::blocks::delta_net::{DeltaNetBlock, DeltaNetKernels};
 use super::blocks::embedding::{Ends, HeadRows};
 use super::blocks::mlp::Mlp;
 use super::blocks::scratch::{Scratch, ScratchTable};
-use super::blocks::{Binder, Kernels, ResidualLinks};
+use super::blocks::{Binder, Kernels};
 use super::tensors::{Mixer, Tensors};
 use super::{DeviceModel, DevicePlan, ModelError, vector};
 use crate::gguf::Gguf;
 use crate::gpu::kernels::delta_state::{DeltaDims, DeltaState};
 use crate::gpu::kernels::gated_delta_chunk::{CHUNK, ChunkKernel, ChunkScratch};
-use crate::gpu::kernels::quantize_q8::Q8Vectors;
 use crate::gpu::kernels::rope::RopeTable;
 use crate::gpu::profile::StepMarks;
 use crate::gpu::step::{MAX_BATCH, SeqBatch, StepIo};
@@ -149,16 +148,6 @@ enum MixerBlock {
     DeltaNet(Box<DeltaNetBlock>),
 }
 
-impl MixerBlock {
-    /// The next norm's q8 input the block's residual add writes, where bound.
-    fn residual(&self) -> Option<&Q8Vectors> {
-        match self {
-            MixerBlock::Attention(m) => m.residual(),
-            MixerBlock::DeltaNet(m) => m.residual(),
-        }
-    }
-}
-
 impl Decoder {
     /// Binds `b`'s model (read from `gguf`) for `plan` on the step buffers `io`.
     pub fn load(
@@ -195,31 +184,21 @@ impl Decoder {
             poison: plan.poison,
         };
         let ends = Ends::bind(&binder, &b.tensors)?;
-        // Each residual add may write the next norm's q8 input (FAK_DECODE_FUSE=pquant): the
-        // mixer's for its layer's MLP, the MLP's for the next layer's mixer.
         let mut layers: Vec<DecoderLayer> = Vec::with_capacity(b.tensors.layers.len());
-        for (i, l) in b.tensors.layers.iter().enumerate() {
-            let links = ResidualLinks {
-                input: layers.last().and_then(|p: &DecoderLayer| p.mlp.residual()),
-                next_norm: Some(l.mlp.norm),
-            };
+        for l in &b.tensors.layers {
             let mixer = match &l.mixer {
                 Mixer::Attention(t) => {
                     let shared = (&attention, &dims, &rope);
-                    let block = AttentionBlock::bind(&binder, shared, l.attn_norm, t, links)?;
+                    let block = AttentionBlock::bind(&binder, shared, l.attn_norm, t)?;
                     MixerBlock::Attention(Box::new(block))
                 }
                 Mixer::DeltaNet(t) => {
                     let d = delta.as_ref().ok_or_else(|| no_delta_dims(gguf))?;
-                    let block = DeltaNetBlock::bind(&binder, d, l.attn_norm, t, links)?;
+                    let block = DeltaNetBlock::bind(&binder, d, l.attn_norm, t)?;
                     MixerBlock::DeltaNet(Box::new(block))
                 }
             };
-            let links = ResidualLinks {
-                input: mixer.residual(),
-                next_norm: b.tensors.layers.get(i + 1).map(|next| next.attn_norm),
-            };
-            let mlp = Mlp::bind(&binder, &l.mlp, links)?;
+            let mlp = Mlp::bind(&binder, &l.mlp)?;
             layers.push(DecoderLayer { mixer, mlp });
         }
         let chunked = delta.as_ref().map_or(0, DeltaNetKernels::scratch_bytes);

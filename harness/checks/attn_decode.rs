@@ -17,7 +17,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use fak::gpu::kernels::support::{Positions, View};
-use fak::gpu::{GpuContext, Step, read_back, read_back_f32, storage_buffer};
+use fak::gpu::{GpuContext, Step, read_back_f32, storage_buffer};
 
 /// Tokens per KV page.
 pub const PAGE: u32 = 16;
@@ -78,19 +78,6 @@ pub fn run_case(
     case: &Case,
     seed: u64,
 ) -> (String, Vec<f32>, Vec<f32>) {
-    run_case_steps(ctx, kernel, case, seed, 1)
-}
-
-/// [`run_case`] run `steps` times on one binding, o poisoned again before each (the last run's
-/// o is returned); in the one-dispatch form every arrival counter must read 0 after each run
-/// (else it panics): a counter left behind would skip the next step's combine.
-pub fn run_case_steps(
-    ctx: &GpuContext,
-    kernel: &AttnDecode,
-    case: &Case,
-    seed: u64,
-    steps: u32,
-) -> (String, Vec<f32>, Vec<f32>) {
     let mut rng = rng(seed);
     let AttnShape {
         n_head,
@@ -142,30 +129,10 @@ pub fn run_case_steps(
     };
     let binding = kernel.bind(ctx, io).unwrap();
     let keys = case.lens.iter().sum();
-    for step in 0..steps {
-        if step > 0 {
-            let nan = f32::NAN.to_bits().to_le_bytes();
-            let fill: Vec<u8> = nan
-                .iter()
-                .copied()
-                .cycle()
-                .take(o_buf.size() as usize)
-                .collect();
-            fak::gpu::buffers::write(ctx, &o_buf, 0, &fill).expect("poisoning");
-        }
-        ctx.run_pass("attn_decode", |pass| {
-            kernel.encode(pass, &binding, n_seqs, keys).unwrap();
-        })
-        .unwrap();
-        if let Some(arrivals) = binding.arrivals() {
-            let left = read_back(ctx, arrivals, 0..arrivals.size()).unwrap();
-            assert!(
-                left.iter().all(|&byte| byte == 0),
-                "{:?}: arrival counters left non-zero after step {step}",
-                case.lens
-            );
-        }
-    }
+    ctx.run_pass("attn_decode", |pass| {
+        kernel.encode(pass, &binding, n_seqs, keys).unwrap();
+    })
+    .unwrap();
     let got = read_back_f32(ctx, &o_buf, 0..u64::from(4 * n_seqs * n_head * hd)).unwrap();
     let what = format!(
         "{} {:?} lens {:?} splits {} table {} gated q {}",

@@ -162,10 +162,6 @@ pub enum Path<'a> {
     F32,
     /// x quantized by this kernel, integer dot products (wgsl/matvec_q8.wgsl).
     Q8(&'a QuantizeQ8),
-    /// x normed and quantized inside each mat-vec workgroup (`MatVecFusion::quantize_input`),
-    /// held to the oracle of what this kernel quantizes and, bit for bit, to the product of its
-    /// vectors (`Q8`): fused cases with a norm only.
-    Q8InWorkgroup(&'a QuantizeQ8),
 }
 
 /// Room for `n` q8 vectors of `cols` columns, poisoned: an unwritten scale reads NaN, an
@@ -295,7 +291,6 @@ pub fn check_tensor(
     // The integer path: each x layout quantized, and the oracles over x̂.
     let quantized = match path {
         Path::F32 => None,
-        Path::Q8InWorkgroup(_) => panic!("quantizing in the workgroup: fused cases only"),
         Path::Q8(quantizer) => {
             let [plain, strided] = [false, true].map(|s| {
                 let (q8, x_hat, d) = quantize(ctx, quantizer, x_of(s), cols, None, MAX_BATCH);
@@ -507,10 +502,9 @@ pub fn check_fused(
     // The norm's own rounding (x·s, ·w, the f32 sum of squares), relative to each value, as
     // checks/rms_norm.rs bounds the RMSNorm kernel.
     let norm_rel = if norm { 1e-5 } else { 0.0 };
-    let in_workgroup = matches!(path, Path::Q8InWorkgroup(_));
     let quantized = match path {
         Path::F32 => None,
-        Path::Q8(quantizer) | Path::Q8InWorkgroup(quantizer) => {
+        Path::Q8(quantizer) => {
             let (q8, x_hat, d) = quantize(ctx, quantizer, x_act, cols, input_norm, MAX_BATCH);
             let what = format!("{cols} columns norm {norm} ({})", quantizer.variant());
             out.push(quantization_outputs(what, &h, &x_hat, &d, norm_rel));
@@ -526,20 +520,11 @@ pub fn check_fused(
         .iter()
         .map(|_| poisoned_f32(ctx, "y", batch * rows))
         .collect();
-    let vectors_fusion = MatVecFusion {
+    let fusion = MatVecFusion {
         norm: input_norm.filter(|_| quantized.is_none()),
         swiglu,
         q8: quantized.as_ref().map(|(q8, ..)| q8),
         ..MatVecFusion::default()
-    };
-    let fusion = match in_workgroup {
-        true => MatVecFusion {
-            norm: input_norm,
-            q8: None,
-            quantize_input: true,
-            ..vectors_fusion
-        },
-        false => vectors_fusion,
     };
     let bind = |step, y, fusion| {
         let io = MatVecIo {
@@ -560,43 +545,12 @@ pub fn check_fused(
         .zip(&ys)
         .map(|(step, y)| bind(step, y, fusion))
         .collect();
-    // In the workgroup: the same product from the quantizer's vectors too, for the bits.
-    let twins: Vec<_> = match in_workgroup {
-        true => BATCHES
-            .iter()
-            .map(|_| poisoned_f32(ctx, "y", batch * rows))
-            .collect(),
-        false => Vec::new(),
-    };
-    let twin_bindings: Vec<_> = steps
-        .iter()
-        .zip(&twins)
-        .map(|(step, y)| bind(step, y, vectors_fusion))
-        .collect();
     ctx.run_pass("matvec fused", |pass| {
         for (binding, &n) in bindings.iter().zip(&BATCHES) {
             kernel.encode(pass, binding, n).unwrap();
         }
-        for (binding, &n) in twin_bindings.iter().zip(&BATCHES) {
-            kernel.encode(pass, binding, n).unwrap();
-        }
     })
     .unwrap();
-    // Bit for bit (a bound of 0) against the product of the quantizer's vectors.
-    for (y, (twin, &n)) in ys.iter().zip(twins.iter().zip(&BATCHES)) {
-        let got = read_back_f32(ctx, y, 0..4 * batch * rows).unwrap();
-        let want = read_back_f32(ctx, twin, 0..4 * batch * rows).unwrap();
-        let mut same = Output::each(format!(
-            "{ty} {rows}x{cols} swiglu {swiglu} strided x {strided_x} batch {n} ({}): quantized \
-             in the workgroup against the product of quantize_q8's vectors",
-            kernel.variant()
-        ));
-        let split = (u64::from(n) * rows) as usize;
-        for (&g, &t) in got[..split].iter().zip(&want[..split]) {
-            same.push(g, f64::from(t), 0.0);
-        }
-        out.push(same);
-    }
     let what = |n| {
         format!(
             "{ty} {rows}x{cols} norm {norm} swiglu {swiglu} strided x {strided_x} batch {n} ({})",

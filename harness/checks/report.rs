@@ -134,14 +134,6 @@ pub fn matvecs(ctx: &GpuContext) -> Vec<KernelCheck> {
                     matvec::check_fused(ctx, &kernel, path, ty, 5, matvec::FUSIONS[1], seed)
                 }));
             }
-            // The same with the norm quantized in each workgroup (the decode norm fold).
-            if let (Some(quantizer), GgmlType::Q4_K) = (&quantizer, ty) {
-                let what = format!("{ty} 5 paired outputs, norm quantized in the workgroup");
-                let path = Path::Q8InWorkgroup(quantizer);
-                out.extend(matvec_check(variant, what, || {
-                    matvec::check_fused(ctx, &kernel, path, ty, 5, matvec::FUSIONS[1], seed)
-                }));
-            }
         }
     }
     out

@@ -40,18 +40,6 @@ pub fn assert_pinned(got: &[(String, String)], pinned: &[(&str, &str)]) {
         .iter()
         .map(|(what, hash)| format!("    (\"{what}\", \"{hash}\"),\n"))
         .collect();
-    // The producer-side quantize (FAK_DECODE_FUSE=pquant) rounds the normed inputs another
-    // way by design: the pins are the default's bits, so they are printed, not compared.
-    if fak::model::blocks::decode_fuse("pquant") {
-        eprintln!("pins not compared with FAK_DECODE_FUSE=pquant; this engine computes:\n{table}");
-        return;
-    }
-    // So does the one-pass norm (FAK_NORM_Q8=onepass: other f32 roundings of the same blocks).
-    let onepass = fak::gpu::kernels::quantize_q8::NormQ8::from_env();
-    if onepass.is_ok_and(|form| form == fak::gpu::kernels::quantize_q8::NormQ8::OnePass) {
-        eprintln!("pins not compared with FAK_NORM_Q8=onepass; this engine computes:\n{table}");
-        return;
-    }
     let adapter = &crate::gpu().facts().name;
     if !adapter.starts_with(PINNED_ON) {
         eprintln!(

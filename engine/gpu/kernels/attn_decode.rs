@@ -15,13 +15,13 @@ use super::rope_kv::{self, HeadNorms};
 use super::support::{
     self, Positions, View, entry, positions_binding, shape_error, step_wgsl, view_binding, words,
 };
-use crate::gpu::buffers::{storage_buffer, uniform};
+use crate::gpu::buffers::uniform;
 use crate::gpu::context::GpuContext;
 use crate::gpu::error::GpuError;
 use crate::gpu::kernel::{
     Kernel, KernelSource, KernelVariant, PipelineSpec, WgslFile, WgslModule, build, wgsl,
 };
-use crate::gpu::layout::{Slot, with_counters};
+use crate::gpu::layout::Slot;
 use crate::gpu::paths::{Axes, KernelPaths};
 use crate::gpu::profile::{OpBytes, Recorded};
 use crate::gpu::step::PageTable;
@@ -73,10 +73,6 @@ const ROPE_SLOTS: &[Slot] = &[
     Slot::Read,
     Slot::Uniform,
 ];
-/// [`SLOTS`] and the arrival counters of `decode_oneshot` ([`AttnDecode::oneshot`]).
-const ONESHOT_SLOTS: &[Slot] = &with_counters::<{ SLOTS.len() + 1 }>(SLOTS);
-/// [`ROPE_SLOTS`] and the arrival counters of `decode_rope_oneshot`.
-const ROPE_ONESHOT_SLOTS: &[Slot] = &with_counters::<{ ROPE_SLOTS.len() + 1 }>(ROPE_SLOTS);
 /// Teams of `row_lanes` lanes per workgroup, each walking its own keys (`TEAMS` of the WGSL).
 const TEAMS: u32 = 8;
 /// Lanes per key row on the SUBGROUP path: the adapter's smallest subgroup, at most 32 (a head of
@@ -167,12 +163,6 @@ impl KeyWalk {
     pub fn split_keys(self, keys: u32) -> u32 {
         keys.div_ceil(self.step()).max(1) * self.step()
     }
-}
-
-/// Whether `FAK_ATTN_DECODE=oneshot` asks for the decode attention in one dispatch a layer
-/// ([`AttnDecode::with_oneshot`]; the key walk is then the default's, [`KeyWalk::Ahead`]).
-pub fn oneshot_from_env() -> bool {
-    std::env::var("FAK_ATTN_DECODE").as_deref() == Ok("oneshot")
 }
 
 /// The most workgroups a sequence's decode pass runs where `FAK_ATTN_DECODE_SPLITS` does not
@@ -300,12 +290,10 @@ impl LaneLayout {
     /// Bytes of workgroup memory the module declares (a bound for either entry point): the
     /// per-team maxima and sums, one head's accumulators of every team (the combine's partial
     /// sums reuse them), the fallback row sums' scratch (one float and one vec4 per invocation),
-    /// one head's o (for its q8 blocks), the arrival drawn (decode_oneshot) and the combine's two
-    /// floats per split.
+    /// one head's o (for its q8 blocks) and the combine's two floats per split.
     fn workgroup_bytes(&self, shape: AttnShape) -> u64 {
         let wg = self.workgroup_size();
-        let floats =
-            2 * TEAMS * shape.group() + 4 * wg * self.lane_vecs + 5 * wg + shape.head_dim + 1;
+        let floats = 2 * TEAMS * shape.group() + 4 * wg * self.lane_vecs + 5 * wg + shape.head_dim;
         u64::from(floats) * 4 + combine_bytes(shape.head_dim, wg)
     }
 
@@ -407,29 +395,18 @@ pub struct DecodeIo<'a> {
     pub max_seqs: u32,
 }
 
-/// Which module of the kernel: the rope form's (rope_kv's work inside) or not, in two dispatches
-/// (split, combine) or one (the last split of each sequence and kv head combines).
-#[derive(Clone, Copy, Debug, Default)]
-struct Form {
-    rope: bool,
-    oneshot: bool,
-}
-
 /// The decode-attention kernel, specialised for one [`AttnShape`].
 pub struct AttnDecode {
     variant: KernelPaths,
     shape: AttnShape,
     walk: KeyWalk,
-    /// Whether the kernel runs in one dispatch a step ([`AttnDecode::with_oneshot`]).
-    oneshot: bool,
     /// The fewest keys a split holds (whole steps; one step unless
     /// [`AttnDecode::with_split_keys`] asks for more).
     split_keys: u32,
     /// The most splits a sequence is cut into, below a binding's `n_split` (None: no cap).
     max_splits: Option<u32>,
     layout: wgpu::BindGroupLayout,
-    /// decode and combine (decode_oneshot alone where `oneshot`), each with Step positions then
-    /// with the token table.
+    /// decode and combine, each with Step positions then with the token table.
     pipelines: Vec<wgpu::ComputePipeline>,
     /// Lanes per key row (`ROW_LANES`).
     row_lanes: u32,
@@ -445,7 +422,7 @@ pub struct AttnDecode {
 }
 
 /// The rope form's bind-group layout and pipelines (decode_rope, then combine, each with Step
-/// positions then with the token table; decode_rope_oneshot alone in the one-dispatch form).
+/// positions then with the token table).
 struct RopeForm {
     layout: wgpu::BindGroupLayout,
     pipelines: Vec<wgpu::ComputePipeline>,
@@ -460,47 +437,15 @@ impl Kernel for AttnDecodeRope {
     const AXES: Axes = AttnDecode::AXES;
 
     fn source(variant: KernelPaths) -> KernelSource {
-        example_source(variant, true, false)
+        let lanes = row_lanes(variant, MAX_ROW_LANES, MAX_ROW_LANES).expect("32-lane subgroups");
+        AttnDecode::source_with(variant, AttnShape::EXAMPLE, lanes, KeyWalk::Tiles, true)
+            .expect("the example shape fits")
     }
-}
-
-/// The marker of the one-dispatch form for the kernel registry: decode_oneshot's module.
-pub struct AttnDecodeOneshot;
-
-impl Kernel for AttnDecodeOneshot {
-    const NAME: &'static str = "attn_decode_oneshot";
-    const AXES: Axes = AttnDecode::AXES;
-
-    fn source(variant: KernelPaths) -> KernelSource {
-        example_source(variant, false, true)
-    }
-}
-
-/// The marker of the rope form in one dispatch: decode_rope_oneshot's module.
-pub struct AttnDecodeRopeOneshot;
-
-impl Kernel for AttnDecodeRopeOneshot {
-    const NAME: &'static str = "attn_decode_rope_oneshot";
-    const AXES: Axes = AttnDecode::AXES;
-
-    fn source(variant: KernelPaths) -> KernelSource {
-        example_source(variant, true, true)
-    }
-}
-
-/// The registry's module of `variant` in the form (rope, oneshot), for the example shape.
-fn example_source(variant: KernelPaths, rope: bool, oneshot: bool) -> KernelSource {
-    let lanes = row_lanes(variant, MAX_ROW_LANES, MAX_ROW_LANES).expect("32-lane subgroups");
-    let form = Form { rope, oneshot };
-    AttnDecode::source_with(variant, AttnShape::EXAMPLE, lanes, KeyWalk::Tiles, form)
-        .expect("the example shape fits")
 }
 
 /// A layer's queries and cache bound for [`AttnDecode::encode`].
 pub struct DecodeBinding {
     group: wgpu::BindGroup,
-    /// The one-dispatch form's arrival counters, `[max_seqs][n_kv]` u32, zero between dispatches.
-    arrivals: Option<wgpu::Buffer>,
     table: bool,
     /// Whether the binding is the rope form's (its pipelines; rope_kv's bytes too).
     rope: Option<RopeBytes>,
@@ -516,12 +461,6 @@ impl DecodeBinding {
     /// Whether the binding is the rope form's: its decode step also does rope_kv's work.
     pub fn is_rope(&self) -> bool {
         self.rope.is_some()
-    }
-
-    /// The one-dispatch form's arrival counters (None in the two-pass form): all zero after each
-    /// step, which the tests read back.
-    pub fn arrivals(&self) -> Option<&wgpu::Buffer> {
-        self.arrivals.as_ref()
     }
 }
 
@@ -557,21 +496,18 @@ impl AttnDecode {
         row_lanes: u32,
         walk: KeyWalk,
     ) -> Result<KernelSource, GpuError> {
-        Self::source_with(variant, shape, row_lanes, walk, Form::default())
+        Self::source_with(variant, shape, row_lanes, walk, false)
     }
 
-    /// [`AttnDecode::source_for`], or with `form.rope` the rope form's module
-    /// (wgsl/attn_decode_rope.wgsl: its decode_rope entry point and combine) and slots; with
-    /// `form.oneshot` the one-dispatch entry point (decode_oneshot, decode_rope_oneshot) alone,
-    /// the arrival counters past the other slots.
+    /// [`AttnDecode::source_for`], or with `rope` the rope form's module
+    /// (wgsl/attn_decode_rope.wgsl: its decode_rope entry point and combine) and slots.
     fn source_with(
         variant: KernelPaths,
         shape: AttnShape,
         row_lanes: u32,
         walk: KeyWalk,
-        form: Form,
+        rope: bool,
     ) -> Result<KernelSource, GpuError> {
-        let Form { rope, oneshot } = form;
         LaneLayout::new(shape, row_lanes)?;
         let (row_sum, row_sum4, lanes_of) = if variant.subgroup {
             (ROW_SUM_SUBGROUP, ROW_SUM4_SUBGROUP, ROW_LANES_SUBGROUP)
@@ -603,33 +539,22 @@ impl AttnDecode {
                 .with(ROPE_ANGLE)
                 .with(ATTN_DECODE_ROPE),
         };
-        let (name, decode, slots) = match (rope, oneshot) {
-            (false, false) => ("attn_decode", "decode", SLOTS),
-            (true, false) => ("attn_decode_rope", "decode_rope", ROPE_SLOTS),
-            (false, true) => ("attn_decode_oneshot", "decode_oneshot", ONESHOT_SLOTS),
-            (true, true) => (
-                "attn_decode_rope_oneshot",
-                "decode_rope_oneshot",
-                ROPE_ONESHOT_SLOTS,
-            ),
+        let (name, decode, slots) = match rope {
+            false => ("attn_decode", "decode", SLOTS),
+            true => ("attn_decode_rope", "decode_rope", ROPE_SLOTS),
         };
-        // The counters' binding follows the two-pass form's last (declared in either module).
-        let arrivals = if rope { ROPE_SLOTS.len() } else { SLOTS.len() };
-        module = module.with_const("ARRIVALS", arrivals as u32);
         let label = |what: &str| format!("{name} {what} {shape:?} row_lanes={row_lanes} {walk:?}");
         let spec = |what: &str, entry_point, table: bool| PipelineSpec {
             label: label(what),
             entry_point,
             constants: vec![("TOKEN_TABLE", f64::from(table))],
         };
-        let mut pipelines = vec![
+        let pipelines = vec![
             spec("decode", decode, false),
             spec("decode token_table", decode, true),
+            spec("combine", "combine", false),
+            spec("combine token_table", "combine", true),
         ];
-        if !oneshot {
-            pipelines.push(spec("combine", "combine", false));
-            pipelines.push(spec("combine token_table", "combine", true));
-        }
         Ok(KernelSource {
             module,
             slots,
@@ -642,8 +567,7 @@ impl AttnDecode {
     /// [`split_keys_from_env`] asks for and at most the count [`max_splits_from_env`] caps
     /// ([`default_max_splits`] of the shape where it is unset).
     pub fn new(ctx: &GpuContext, paths: KernelPaths, shape: AttnShape) -> Result<Self, GpuError> {
-        let mut kernel =
-            Self::with_form(ctx, paths, shape, KeyWalk::from_env(), oneshot_from_env())?;
+        let mut kernel = Self::with_walk(ctx, paths, shape, KeyWalk::from_env())?;
         if let Some(keys) = split_keys_from_env() {
             kernel = kernel.with_split_keys(keys);
         }
@@ -703,30 +627,6 @@ impl AttnDecode {
         shape: AttnShape,
         walk: KeyWalk,
     ) -> Result<Self, GpuError> {
-        Self::with_form(ctx, paths, shape, walk, false)
-    }
-
-    /// [`AttnDecode::with_walk`] in one dispatch a step (`FAK_ATTN_DECODE=oneshot`): the split
-    /// pass's workgroups, the last split of each (sequence, kv head) to finish combining its
-    /// GROUP heads in the same dispatch (wgsl/attn_decode.wgsl, decode_oneshot): the two-pass
-    /// form's bits, without the combine dispatch. [`AttnDecode::build_rope`] then builds the rope
-    /// form in one dispatch too.
-    pub fn with_oneshot(
-        ctx: &GpuContext,
-        paths: KernelPaths,
-        shape: AttnShape,
-        walk: KeyWalk,
-    ) -> Result<Self, GpuError> {
-        Self::with_form(ctx, paths, shape, walk, true)
-    }
-
-    fn with_form(
-        ctx: &GpuContext,
-        paths: KernelPaths,
-        shape: AttnShape,
-        walk: KeyWalk,
-        oneshot: bool,
-    ) -> Result<Self, GpuError> {
         let mut variant = Self::AXES.select(paths);
         let facts = ctx.facts();
         let mut fell_back = false;
@@ -746,27 +646,18 @@ impl AttnDecode {
                 limit_name: "max_compute_workgroup_storage_size",
             });
         }
-        let form = Form {
-            rope: false,
-            oneshot,
-        };
         let built = build(
             ctx,
             &KernelVariant {
-                kernel: if oneshot {
-                    AttnDecodeOneshot::NAME
-                } else {
-                    Self::NAME
-                },
+                kernel: Self::NAME,
                 paths: variant,
-                source: Self::source_with(variant, shape, lanes, walk, form)?,
+                source: Self::source_with(variant, shape, lanes, walk, false)?,
             },
         )?;
         Ok(AttnDecode {
             variant,
             shape,
             walk,
-            oneshot,
             split_keys: walk.step(),
             max_splits: None,
             layout: built.layout,
@@ -803,12 +694,7 @@ impl AttnDecode {
                 )),
             ));
         }
-        let slots = if self.oneshot {
-            ROPE_ONESHOT_SLOTS
-        } else {
-            ROPE_SLOTS
-        };
-        let storage = slots
+        let storage = ROPE_SLOTS
             .iter()
             .filter(|slot| !matches!(slot, Slot::Uniform))
             .count() as u64;
@@ -836,20 +722,12 @@ impl AttnDecode {
                 });
             }
         }
-        let form = Form {
-            rope: true,
-            oneshot: self.oneshot,
-        };
         let built = build(
             ctx,
             &KernelVariant {
-                kernel: if self.oneshot {
-                    AttnDecodeRopeOneshot::NAME
-                } else {
-                    AttnDecodeRope::NAME
-                },
+                kernel: AttnDecodeRope::NAME,
                 paths: self.variant,
-                source: Self::source_with(self.variant, self.shape, lanes, self.walk, form)?,
+                source: Self::source_with(self.variant, self.shape, lanes, self.walk, true)?,
             },
         )?;
         self.rope = Some(RopeForm {
@@ -866,11 +744,6 @@ impl AttnDecode {
 
     pub fn variant(&self) -> KernelPaths {
         self.variant
-    }
-
-    /// Whether the kernel runs in one dispatch a step ([`AttnDecode::with_oneshot`]).
-    pub fn oneshot(&self) -> bool {
-        self.oneshot
     }
 
     /// The form of the key loop this kernel was built with.
@@ -1080,14 +953,6 @@ impl AttnDecode {
             entry(10, yq),
             entry(11, yd),
         ];
-        let arrivals = match self.oneshot {
-            true => {
-                let counters = u64::from(max_seqs) * u64::from(shape.n_kv);
-                let buffer = storage_buffer(ctx, "attn_decode arrivals", 4 * counters)?;
-                Some(buffer)
-            }
-            false => None,
-        };
         let (group_layout, rope_bytes) = match (rope, &rope_params) {
             (Some(r), Some(params)) => {
                 let form = self.rope.as_ref().ok_or_else(|| {
@@ -1103,9 +968,6 @@ impl AttnDecode {
             }
             _ => (&self.layout, None),
         };
-        if let Some(buffer) = &arrivals {
-            entries.push(entry(entries.len() as u32, buffer.as_entire_binding()));
-        }
         let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(if rope.is_some() {
                 "attn_decode_rope"
@@ -1117,7 +979,6 @@ impl AttnDecode {
         });
         Ok(DecodeBinding {
             group,
-            arrivals,
             rope: rope_bytes,
             table: positions.is_table(),
             gated: gate.is_some(),
@@ -1191,8 +1052,7 @@ impl AttnDecode {
     }
 
     /// Records the dispatches for a step of `n_seqs` sequences (at most the binding's
-    /// `max_seqs`): the split pass (one dispatch in all in the one-dispatch form, which combines
-    /// inside it), and the combining pass when the binding has several splits
+    /// `max_seqs`): the split pass, and the combining pass when the binding has several splits
     /// (it does nothing for a sequence the split pass gave a single split; with longer splits
     /// asked for, it is not recorded where `keys` rules out a second split). `keys` is the
     /// positions the sequences attend over, summed: the cache bytes recorded.
@@ -1219,8 +1079,7 @@ impl AttnDecode {
         pass.set_bind_group(0, &binding.group, &[]);
         pass.set_pipeline(&pipelines[usize::from(binding.table)]);
         pass.dispatch_workgroups(self.cut_splits(binding.n_split), self.shape.n_kv, n);
-        let split =
-            !self.oneshot && self.cut_splits(binding.n_split) > 1 && !self.single_splits(keys);
+        let split = self.cut_splits(binding.n_split) > 1 && !self.single_splits(keys);
         if split {
             pass.set_pipeline(&pipelines[2 + usize::from(binding.table)]);
             pass.dispatch_workgroups(self.shape.n_head, n, 1);

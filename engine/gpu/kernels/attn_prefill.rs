@@ -21,9 +21,8 @@
 //!   the default since an H100 timed it (2026-12-06 #10: the Qwen3-8B's 2048-token prefill's
 //!   attention 17.07 → 15.03 ms a step; `FAK_ATTN_PREFILL=flash` without it); with
 //!   [`CoopTile::pair_k`] too, pairs of subgroups sharing K's fragments (`PAIR_K`,
-//!   `FAK_ATTN_PREFILL=lean-k`, opt-in: 16.41 ms there; the same bits); with
-//!   [`CoopTile::ahead`] instead, S one step ahead of its softmax (`AHEAD`,
-//!   `FAK_ATTN_PREFILL=lean-a`, opt-in: the softmax's scalar work beside the MMAs; the same bits).
+//!   `FAK_ATTN_PREFILL=lean-k`, opt-in: 16.41 ms there; the same bits). (`lean-a`, S one step
+//!   ahead of its softmax, lost 20 % on an H100 and was removed: experiments/NOTES.md "prune".)
 //!
 //! Both share the bindings and row addressing (wgsl/attn_prefill_rows.wgsl), so a binding is the
 //! same for every variant; only the rows per workgroup differ ([`AttnPrefill::rows_per_tile`]).
@@ -153,12 +152,6 @@ pub struct CoopTile {
     /// step); the same products in the same order per S tile, so the same bits. Label suffix
     /// `k` (`128x32flk`); opt-in (`FAK_ATTN_PREFILL=lean-k`).
     pub pair_k: bool,
-    /// With `lean` (not `pair_k`), S one step ahead of its softmax (`AHEAD`): a step's MMAs
-    /// compute the next step's S while the lanes soften this step's, with no barrier between
-    /// them (16 more registers a lane: the next S's accumulators); the same products in the same
-    /// order, so the same bits. Label suffix `a` (`128x32fla`); opt-in
-    /// (`FAK_ATTN_PREFILL=lean-a`).
-    pub ahead: bool,
     /// Each row's keys summed in runs of [`RUN_KEYS`] from key 0, each from its own
     /// online-softmax start, folded in key order through the output's memory (the kernels'
     /// `RUN_KEYS`; wgsl/attn_prefill_rows.wgsl): a row's bits then do not depend on the step's
@@ -188,7 +181,6 @@ impl CoopTile {
             interleave: false,
             lean: false,
             pair_k: false,
-            ahead: false,
             runs: false,
         }
     }
@@ -211,11 +203,6 @@ impl CoopTile {
     /// The same tile with K's fragments shared by pairs of subgroups (`pair_k`) or not.
     pub fn with_pair_k(self, pair_k: bool) -> Self {
         CoopTile { pair_k, ..self }
-    }
-
-    /// The same tile with S one step ahead of its softmax (`ahead`) or not.
-    pub fn with_ahead(self, ahead: bool) -> Self {
-        CoopTile { ahead, ..self }
     }
 
     /// The same tile summing each row in key runs (`runs`) or not.
@@ -263,10 +250,9 @@ impl CoopTile {
                 && self.head_tiles <= COOP_DIM_TILES
                 && self.q_regs
                 && !self.interleave
-                && (!self.pair_k || (self.lean && self.row_blocks.is_multiple_of(2)))
-                && (!self.ahead || (self.lean && !self.pair_k));
+                && (!self.pair_k || (self.lean && self.row_blocks.is_multiple_of(2)));
         }
-        if self.lean || self.pair_k || self.ahead {
+        if self.lean || self.pair_k {
             return false;
         }
         let blocks = self.keys / self.coop.size();
@@ -282,22 +268,16 @@ impl CoopTile {
     /// most rows, then the longest key step, then Q in registers; a Q-in-registers tile's
     /// interleaved twin right after it (same memory, so `fitting` never picks it); then the
     /// flash form's tiles, most rows first (never `fitting`'s pick); then their lean twins, then
-    /// the lean twins with K shared by pairs, then those with S a step ahead, in the same order.
+    /// the lean twins with K shared by pairs, in the same order.
     pub fn candidates(coop: CoopShape, head_dim: u32) -> impl Iterator<Item = CoopTile> {
-        let steps = [
-            (false, false, false),
-            (true, false, false),
-            (true, true, false),
-            (true, false, true),
-        ];
-        let flash = steps.into_iter().flat_map(move |(lean, pair_k, ahead)| {
+        let steps = [(false, false), (true, false), (true, true)];
+        let flash = steps.into_iter().flat_map(move |(lean, pair_k)| {
             FLASH_ROW_BLOCKS
                 .into_iter()
                 .map(move |blocks| {
                     CoopTile::flash(coop, blocks, head_dim)
                         .with_lean(lean)
                         .with_pair_k(pair_k)
-                        .with_ahead(ahead)
                 })
                 .filter(|tile| tile.supported())
         });
@@ -340,15 +320,13 @@ impl CoopTile {
 
     /// Rows × keys, `q` when Q lives in registers (`64x64q`), then `i` when its S chains
     /// interleave (`64x64qi`); the flash form's rows × keys then `f` (`128x32f`), then `l` for
-    /// its lean step (`128x32fl`), then `k` for K shared by pairs (`128x32flk`) or `a` for S a
-    /// step ahead (`128x32fla`); the bench's and `FAK_ATTN_PREFILL`'s name for the tile (the
-    /// slack and dim split follow from the head).
+    /// its lean step (`128x32fl`), then `k` for K shared by pairs (`128x32flk`); the bench's and
+    /// `FAK_ATTN_PREFILL`'s name for the tile (the slack and dim split follow from the head).
     pub fn label(self) -> String {
         if self.form == CoopForm::Flash {
             let l = if self.lean { "l" } else { "" };
             let k = if self.pair_k { "k" } else { "" };
-            let a = if self.ahead { "a" } else { "" };
-            return format!("{}x{}f{l}{k}{a}", self.rows(), self.keys);
+            return format!("{}x{}f{l}{k}", self.rows(), self.keys);
         }
         let q = if self.q_regs { "q" } else { "" };
         let i = if self.interleave { "i" } else { "" };
@@ -394,10 +372,8 @@ impl CoopTile {
 /// ([`CoopTile::fitting_flash`]; the staged kernel's where none does: a head over 8 dim tiles);
 /// without its lean step; `lean`, the same tile with the lean step ([`CoopTile::lean`],
 /// experiments/NOTES.md "flash2": the default); `lean-k`, lean with K shared by pairs of subgroups
-/// ([`CoopTile::pair_k`]); `lean-a`, lean with S a step ahead of its softmax
-/// ([`CoopTile::ahead`], experiments/NOTES.md "flash3"); a [`CoopTile`] label (`64x32`, `64x64q`: rows × keys, `q` for Q in
-/// registers; `128x32f`, `64x32f`: the flash form's; `128x32fl`: lean; `128x32flk`: lean-k;
-/// `128x32fla`: lean-a),
+/// ([`CoopTile::pair_k`]); a [`CoopTile`] label (`64x32`, `64x64q`: rows × keys, `q` for Q in
+/// registers; `128x32f`, `64x32f`: the flash form's; `128x32fl`: lean; `128x32flk`: lean-k),
 /// that tile where it fits.
 enum Override {
     Default,
@@ -406,7 +382,6 @@ enum Override {
     Flash,
     Lean,
     LeanK,
-    LeanAhead,
     Tile(String),
 }
 
@@ -417,7 +392,6 @@ fn env_override() -> Override {
         Ok(v) if v == "flash" => Override::Flash,
         Ok(v) if v == "lean" => Override::Lean,
         Ok(v) if v == "lean-k" => Override::LeanK,
-        Ok(v) if v == "lean-a" => Override::LeanAhead,
         Ok(v) if !v.is_empty() => Override::Tile(v),
         _ => Override::Default,
     }
@@ -784,7 +758,6 @@ impl AttnPrefill {
                     .with_const("SLACK", tile.slack)
                     .with_const("LEAN", u32::from(tile.lean))
                     .with_const("PAIR_K", u32::from(tile.pair_k))
-                    .with_const("AHEAD", u32::from(tile.ahead))
                     .with(wgsl::MATMUL_COOP16)
                     .with(ATTN_PREFILL_FLASH),
             },
@@ -840,21 +813,20 @@ impl AttnPrefill {
         limit: u32,
     ) -> Result<Option<CoopTile>, GpuError> {
         let over = env_override();
-        // The flash form's largest fitting tile, with the lean step (and K shared by pairs, or S a
-        // step ahead) or not; the staged kernel's tile where no flash tile fits.
-        let flash = |lean: bool, pair_k: bool, ahead: bool| {
+        // The flash form's largest fitting tile, with the lean step (and K shared by pairs) or
+        // not; the staged kernel's tile where no flash tile fits.
+        let flash = |lean: bool, pair_k: bool| {
             CoopTile::fitting_flash(coop, head_dim, limit)
-                .map(|tile| tile.with_lean(lean).with_pair_k(pair_k).with_ahead(ahead))
+                .map(|tile| tile.with_lean(lean).with_pair_k(pair_k))
                 .or_else(|| CoopTile::fitting(coop, head_dim, limit))
         };
         Ok(match over {
-            Override::Default if coop == CoopShape::M16x16 => flash(true, false, false),
+            Override::Default if coop == CoopShape::M16x16 => flash(true, false),
             Override::Default | Override::Tiles => None,
             Override::Coop => CoopTile::fitting(coop, head_dim, limit),
-            Override::Flash => flash(false, false, false),
-            Override::Lean => flash(true, false, false),
-            Override::LeanK => flash(true, true, false),
-            Override::LeanAhead => flash(true, false, true),
+            Override::Flash => flash(false, false),
+            Override::Lean => flash(true, false),
+            Override::LeanK => flash(true, true),
             Override::Tile(label) => {
                 let mut tiles = CoopTile::candidates(coop, head_dim);
                 let named = tiles.find(|tile| tile.label() == label).ok_or_else(|| {
@@ -865,7 +837,7 @@ impl AttnPrefill {
                         Self::NAME,
                         format!(
                             "FAK_ATTN_PREFILL={label:?} is neither tiles, coop, flash, lean, \
-                             lean-k, lean-a nor a tile of head dim {head_dim} ({})",
+                             lean-k nor a tile of head dim {head_dim} ({})",
                             labels.join(", ")
                         ),
                     )
@@ -1312,39 +1284,25 @@ mod tests {
             "128x32flk",
             "64x32flk",
             "32x32flk",
-            "128x32fla",
-            "64x32fla",
-            "32x32fla",
         ];
         assert_eq!(labels, want);
         for (i, plain) in tiles[..3].iter().enumerate() {
-            let (lean, pair, ahead) = (tiles[3 + i], tiles[6 + i], tiles[9 + i]);
+            let (lean, pair) = (tiles[3 + i], tiles[6 + i]);
             assert_eq!(plain.with_lean(true), lean);
             assert_eq!(lean.with_pair_k(true), pair);
-            assert_eq!(lean.with_ahead(true), ahead);
             assert_eq!(plain.workgroup_bytes(), lean.workgroup_bytes());
             assert_eq!(plain.workgroup_bytes(), pair.workgroup_bytes());
-            assert_eq!(plain.workgroup_bytes(), ahead.workgroup_bytes());
         }
         let picked = CoopTile::fitting_flash(coop, 128, 49152).unwrap();
-        assert!(!picked.lean && !picked.pair_k && !picked.ahead);
+        assert!(!picked.lean && !picked.pair_k);
         assert!(
             !tiles[0].with_pair_k(true).supported(),
             "K pairs need the lean step"
         );
-        assert!(
-            !tiles[0].with_ahead(true).supported(),
-            "S ahead needs the lean step"
-        );
-        assert!(
-            !tiles[6].with_ahead(true).supported(),
-            "S ahead is not for K pairs"
-        );
         let staged = CoopTile::fitting(coop, 128, 49152).unwrap();
         assert!(!staged.with_lean(true).supported());
         assert!(!staged.with_pair_k(true).supported());
-        assert!(!staged.with_ahead(true).supported());
-        let wide = CoopTile::candidates(coop, 256).filter(|t| t.lean || t.pair_k || t.ahead);
+        let wide = CoopTile::candidates(coop, 256).filter(|t| t.lean || t.pair_k);
         assert_eq!(wide.count(), 0);
     }
 

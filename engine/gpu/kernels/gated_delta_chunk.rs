@@ -37,11 +37,9 @@
 //! (experiments/h200/gdnchunk.sh): `coop+quads+fused+lean+ahead+blocks` (chunk_prepare's
 //! loads issued a phase ahead), `…+lean+deep+blocks` (chunk_scan's fragments loaded several
 //! k-steps ahead) and `…+lean+ahead+deep+blocks` (both): the same bits; `ahead+deep` lost on
-//! an H100 (70.4 → 81.9 ms at 2048 tokens, 2026-12-06 #10). Opt-in until timed
-//! (experiments/h200/gdnchunk2.sh): `…+lean+pairs+blocks` (chunk_scan's fragments two steps
-//! at a time in named values, no fragment arrays), `…+lean+lower+blocks` (chunk_prepare's Gram
-//! phase on the tiles on or below the diagonal: 6 accumulators instead of 8) and
-//! `…+lean+pairs+lower+blocks` (both): the same results. The default since 2026-12-07
+//! an H100 (70.4 → 81.9 ms at 2048 tokens, 2026-12-06 #10). (gdnchunk2's `…+lean+pairs+blocks`,
+//! `…+lean+lower+blocks` and both were neutral on an H100 and removed: experiments/NOTES.md
+//! "prune".) The default since 2026-12-07
 //! ([`ChunkKernel::DEFAULT`], `coop+quads+fused+lean+splitk+ustore+blocks` since #18): the scan by
 //! `chunk_scan_split` on 8 subgroups with W·S's, Q̃·S's and P·V''s reductions split in halves (a
 //! new sum order, held to the f64 reference, not the plain form's bits) — on an H100 61.2 →
@@ -125,15 +123,6 @@ pub struct ChunkForm {
     /// the update's first two before the V' pass: 3 dependent L2 round trips a chunk instead of
     /// 12 (dk = 128, fused).
     pub deep: bool,
-    /// Coop kernel, `SCAN_PAIRS` (`…+pairs+…`, not with `deep`): chunk_scan loads the global
-    /// fragments of W·S and Q̃·S two k-steps at a time, and the state update's two chunk steps
-    /// at a time, into named values (no arrays, none held across a barrier) before their MMAs:
-    /// 4 + 2 dependent L2 round trips a chunk instead of 8 + 4 (dk = 128, fused).
-    pub pairs: bool,
-    /// Coop kernel, `GRAM_LOWER` (`…+lower+…`): chunk_prepare's Gram phase computes the tiles
-    /// of K·Kᵀ and Q·Kᵀ on or below the diagonal only, 3 tile products a subgroup instead of 4
-    /// (6 accumulators instead of 8 at the kernel's register peak).
-    pub lower: bool,
     /// Coop kernel (`…+splitk+…`): the scan by `chunk_scan_split`, 8 subgroups a workgroup,
     /// each pair splitting W·S's and Q̃·S's dk reduction and P·V''s chunk steps in halves and
     /// the state update one dk tile a subgroup — half the MMA chain a warp, twice the warps;
@@ -197,7 +186,7 @@ impl ChunkForm {
     /// The forms the tests run and `FAK_GDN_CHUNK` names on the coop kernel, the plain one
     /// first: each change alone, then quads, fused and columns, then those with the inverse by
     /// blocks, then that with the lean scan (the default), then the default's opt-in twins.
-    pub const COOP: [ChunkForm; 18] = [
+    pub const COOP: [ChunkForm; 15] = [
         ChunkForm::with(false, false, false, Inverse::Rows),
         ChunkForm::with(true, false, false, Inverse::Rows),
         ChunkForm::with(false, true, false, Inverse::Rows),
@@ -212,14 +201,6 @@ impl ChunkForm {
         ChunkForm::with(true, true, true, Inverse::Blocks)
             .ahead()
             .deep(),
-        // And the scan's loads two steps at a time without fragment arrays (opt-in until timed:
-        // experiments/h200/gdnchunk2.sh).
-        ChunkForm::with(true, true, true, Inverse::Blocks).pairs(),
-        // And the Gram phase on its lower tiles, alone and with pairs (the same).
-        ChunkForm::with(true, true, true, Inverse::Blocks).lower(),
-        ChunkForm::with(true, true, true, Inverse::Blocks)
-            .pairs()
-            .lower(),
         // And the scan on 8 subgroups with its reductions split in halves (opt-in until timed:
         // experiments/h200/gdn128.sh; not the default's bits), Q̃·S in W·S's loop (fused) or
         // after V' (fewer registers at the peak): the same sums, so each other's bits.
@@ -255,8 +236,6 @@ impl ChunkForm {
             lean,
             ahead: false,
             deep: false,
-            pairs: false,
-            lower: false,
             split_k: false,
             key_heads: false,
             u_direct: false,
@@ -275,22 +254,6 @@ impl ChunkForm {
     /// The same with chunk_scan's deep loads.
     const fn deep(self) -> Self {
         ChunkForm { deep: true, ..self }
-    }
-
-    /// The same with the Gram phase on its lower tiles.
-    const fn lower(self) -> Self {
-        ChunkForm {
-            lower: true,
-            ..self
-        }
-    }
-
-    /// The same with chunk_scan's loads two steps at a time.
-    const fn pairs(self) -> Self {
-        ChunkForm {
-            pairs: true,
-            ..self
-        }
     }
 
     /// The same with the scan's reductions split over 8 subgroups.
@@ -340,8 +303,6 @@ impl ChunkForm {
             (self.lean, "+lean"),
             (self.ahead, "+ahead"),
             (self.deep, "+deep"),
-            (self.pairs, "+pairs"),
-            (self.lower, "+lower"),
             (self.split_k, "+splitk"),
             (self.key_heads, "+keyheads"),
             (self.u_direct, "+ustore"),
@@ -661,8 +622,6 @@ impl GatedDeltaChunked {
             constants.push(("SCAN_LEAN", flag(form.lean)));
             constants.push(("PREP_AHEAD", flag(form.ahead)));
             constants.push(("SCAN_DEEP", flag(form.deep)));
-            constants.push(("SCAN_PAIRS", flag(form.pairs)));
-            constants.push(("GRAM_LOWER", flag(form.lower)));
             constants.push(("U_DIRECT", flag(form.u_direct)));
         }
         let label = ChunkKernel { coop, form }.label();

@@ -21,10 +21,9 @@
 //! [`MatVec::bind_fused`] takes a [`MatVecFusion`]: an RMSNorm of x folded into the product (the
 //! pre-norm of QKV and of the MLP: x is then the residual stream) and the gate/up pairing that
 //! writes `silu(gate)·up` (W holds the gate rows followed by the up rows). Each saves the
-//! dependent dispatches of the ops it folds in; the math is in wgsl/matvec.wgsl. Opt-in (the
-//! producer-side quantize, `FAK_DECODE_FUSE=pquant`): an accumulating product also writes the
-//! next norm's q8 input with its block sums ([`MatVecFusion::residual_output`]), and a q8 product
-//! reads such vectors with their summed norm ([`MatVecFusion::q8_norm`]).
+//! dependent dispatches of the ops it folds in; the math is in wgsl/matvec.wgsl. (The
+//! producer-side quantize, `FAK_DECODE_FUSE=pquant`, lost on an H100 and was removed:
+//! experiments/NOTES.md, "pqz" and "prune".)
 //!
 //! # The integer path
 //!
@@ -53,12 +52,10 @@
 //!
 //! The layout is chosen by (type, rows, cols) alone, never by B, and so is every row's order of
 //! summation: a sequence's outputs do not depend on what else is in the batch (issue 21). What
-//! changes with B is only where a wide layout reads x: for one vector from global memory
-//! (wgsl/matvec_q8_wide.wgsl), for several from workgroup memory, where the workgroup staged
-//! the batch's x once per step (wgsl/matvec_q8_staged.wgsl, [`MatVecLayout::at_capacity`]) —
-//! the same sums, bit for bit, without every invocation loading every vector's x
-//! (experiments/NOTES.md, "batch8"). The staged form reads W through the wide form's loads, so
-//! it takes either [`Q6Loads`]. By default a q8 binding's wide layout runs in the batched form
+//! changes with B is only how a wide layout reads x ([`MatVecLayout::at_capacity`]). (A staged
+//! form, the batch's x copied into workgroup memory once per step, was slower in the model on an
+//! H100 and removed: experiments/NOTES.md, "batch8" and "prune".) By default a q8 binding's wide
+//! layout runs in the batched form
 //! at every batch, one vector included (wgsl/matvec_q8_batched.wgsl; `FAK_MATVEC_BATCHED=0` for
 //! the plain wide loop): the wide form's loop over vectors with each vector's codes read 16
 //! bytes at a time (the codes bound again as x16) and no branch per vector — the same sums, bit
@@ -86,7 +83,7 @@
 //! `FAK_MATVEC_SHORT_LAYOUT` names (`off`: none): other bits than [`MatVecLayout::INTEGER`]'s
 //! for those products, at every batch alike.
 
-use super::quantize_q8::{NormQ8, Q8_BLOCK, Q8Vectors};
+use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::tensors::{bind_group, checked_row_bytes};
 use crate::gpu::activations::Activations;
 use crate::gpu::buffers::{Grid, Window, split_rows, storage_buffer, uniform};
@@ -124,10 +121,6 @@ pub struct MatVecLayout {
     /// Q6_K weights; a binding of another input or type takes the same layout in the narrow
     /// form ([`MatVecLayout::narrowed`]).
     pub wide: bool,
-    /// The wide form with the batch's x staged in workgroup memory once per step
-    /// (wgsl/matvec_q8_staged.wgsl; implies `wide`): the same sums, bit for bit, read from
-    /// another place. Runs wide where the adapter's workgroup memory has no room for it.
-    pub staged: bool,
     /// The wide form with its loop over input vectors in the batched form
     /// (wgsl/matvec_q8_batched.wgsl, override BATCHED; implies `wide`): each vector's codes read
     /// 16 bytes at a time, the vectors of a unit one branch-free block — the same sums, bit for
@@ -153,13 +146,6 @@ impl MatVecLayout {
     pub const QUANTIZING: MatVecLayout = MatVecLayout::new(256, 16, 1);
     /// The short-row rule's ([`ShortRows::DEFAULT_LAYOUT`]): 4 teams of 16 on 16 rows.
     pub const SHORT: MatVecLayout = MatVecLayout::new(64, 4, 1);
-    /// Teams a layout needs for [`MatVecFusion::residual_output`]: 8 teams of 4 rows own one
-    /// q8 block of the residual.
-    pub const PRODUCING_TEAMS: u32 = 8;
-    /// The layout a residual producer ([`MatVecFusion::residual_output`]) takes unless
-    /// `FAK_MATVEC_RESIDUAL_LAYOUT` names one of [`MatVecLayout::PRODUCING_TEAMS`] teams:
-    /// [`MatVecLayout::INTEGER`]'s 256 invocations in 8 teams of 32 (experiments/NOTES.md, "pqz").
-    pub const PRODUCING: MatVecLayout = MatVecLayout::new(256, 8, 1);
 
     /// The layouts kept after the H200 (experiments/NOTES.md, decode-matvec): the f32 path's
     /// default, the integer path's, and the quantizing gate/up pairing's. experiments/matvec-bench
@@ -174,18 +160,6 @@ impl MatVecLayout {
         Self::new(128, 8, 1).widened(),
         Self::new(128, 4, 2).widened(),
         Self::QUANTIZING.widened(),
-    ];
-
-    /// The staged form's layouts that tests/gpu_matvec.rs checks and experiments/matvec-bench
-    /// times (issue 21's batched decode): the wide candidates' twins, and 8 teams of 32 and
-    /// 16 teams of 16 with two units in flight (more rows per fill of x).
-    pub const STAGED_CANDIDATES: [MatVecLayout; 6] = [
-        Self::INTEGER.with_staged_x(),
-        Self::new(128, 8, 1).with_staged_x(),
-        Self::new(128, 4, 2).with_staged_x(),
-        Self::QUANTIZING.with_staged_x(),
-        Self::new(256, 8, 1).with_staged_x(),
-        Self::new(256, 16, 2).with_staged_x(),
     ];
 
     /// The batched form's layouts that tests/gpu_matvec.rs checks and experiments/matvec-bench
@@ -221,7 +195,6 @@ impl MatVecLayout {
             teams,
             unroll,
             wide: false,
-            staged: false,
             batched: false,
             split: 0,
         }
@@ -230,15 +203,6 @@ impl MatVecLayout {
     /// This layout in the wide form.
     pub const fn widened(self) -> MatVecLayout {
         MatVecLayout { wide: true, ..self }
-    }
-
-    /// This layout in the staged form (the wide form, x staged in workgroup memory).
-    pub const fn with_staged_x(self) -> MatVecLayout {
-        MatVecLayout {
-            wide: true,
-            staged: true,
-            ..self
-        }
     }
 
     /// This layout in the batched form (the wide form's vector loop with 16-byte x loads).
@@ -271,29 +235,21 @@ impl MatVecLayout {
         }
     }
 
-    /// The layout pipelines of batch capacity `capacity` run: this one, or where `stage` (or
-    /// `batch`) and a wide layout for several vectors, its staged (batched) twin — which gives
-    /// every row the same bits (only how x is read differs), so the choice by batch size cannot
-    /// make a sequence's output depend on the batch. Then either form staged only where
-    /// [`MatVecLayout::stage_vectors`] fits one vector per fill into `workgroup_limit` bytes,
-    /// and only for q8 vectors read from global memory: the staged and batched forms read xq,
-    /// xd, so never where `input` is quantized in the workgroup (QUANTIZE_X); nor for a mixed
-    /// binding (a `second` type: neither entry point has a second weight). Staging wins where
-    /// both are asked for.
+    /// The layout pipelines of batch capacity `capacity` run: this one, or where `batch` and a
+    /// wide layout, its batched twin — which gives every row the same bits (only how x is read
+    /// differs), so the choice cannot make a sequence's output depend on the batch; only for q8
+    /// vectors (the batched form reads xq, xd), and not for a mixed binding (a `second` type: its
+    /// entry point has no second weight).
     /// A batched layout splits where it names a split, else by `split` (FAK_MATVEC_SPLIT; 0:
     /// none), and only for capacities above it (a capacity it holds runs unsplit: the same bits).
     fn at_capacity(
         self,
         capacity: u32,
         (input, second): (Input, Option<GgmlType>),
-        (stage, batch, split): (bool, bool, u32),
-        workgroup_limit: u32,
+        (batch, split): (bool, u32),
     ) -> MatVecLayout {
-        let q8 = matches!(input, Input::Q8(_) | Input::Q8Norm(_)) && second.is_none();
-        let staged = (self.staged || (stage && self.wide && capacity > 1))
-            && q8
-            && self.stage_vectors(capacity, workgroup_limit) > 0;
-        let batched = (self.batched || (batch && self.wide)) && q8 && !staged;
+        let q8 = matches!(input, Input::Q8(_)) && second.is_none();
+        let batched = (self.batched || (batch && self.wide)) && q8;
         let split = match self.split {
             0 => split,
             named => named,
@@ -303,42 +259,10 @@ impl MatVecLayout {
             false => 0,
         };
         MatVecLayout {
-            staged,
             batched,
             split,
             ..self
         }
-    }
-
-    /// The workgroup memory of this layout's integer pipelines for `capacity` vectors staging
-    /// `staged` per fill, in bytes: every `var<workgroup>` of the module that the entry point
-    /// may use (wgsl/matvec.wgsl, reduce_*.wgsl and matvec_q8_staged.wgsl; counted whether the
-    /// variant reduces by subgroups or not).
-    fn workgroup_bytes(self, capacity: u32, staged: u32) -> u64 {
-        let (wg, teams, unroll) = (
-            u64::from(self.invocations),
-            u64::from(self.teams),
-            u64::from(self.unroll),
-        );
-        let capacity = u64::from(capacity);
-        let (row_slots, team_slots) = match teams {
-            1 => (wg * capacity, 1),
-            _ => (1, wg / 2 * capacity),
-        };
-        // norm_scales, pair_totals, block_values; subgroup_sums or reduce_scratch.
-        let fixed = 4 * (8 + 32 + 256) + 4 * wg;
-        let stage = 80 * (wg / teams) * unroll * u64::from(staged);
-        16 * (row_slots + team_slots) + fixed + stage
-    }
-
-    /// Vectors the staged form stages per fill for `capacity` vectors: the most (a power of two,
-    /// at most `capacity`) that fit `workgroup_limit` bytes; 0 when not even one does.
-    pub fn stage_vectors(self, capacity: u32, workgroup_limit: u32) -> u32 {
-        (0..=capacity.ilog2())
-            .rev()
-            .map(|shift| 1 << shift)
-            .find(|&staged| self.workgroup_bytes(capacity, staged) <= u64::from(workgroup_limit))
-            .unwrap_or(0)
     }
 
     /// Whether the wide form serves weights of `ty` multiplied by inputs `input`.
@@ -352,7 +276,6 @@ impl MatVecLayout {
         let wide = self.wide && Self::wide_serves(ty, input);
         MatVecLayout {
             wide,
-            staged: self.staged && wide,
             batched: self.batched && wide,
             split: if self.batched && wide { self.split } else { 0 },
             ..self
@@ -393,7 +316,7 @@ impl MatVecLayout {
         }
     }
 
-    /// `FAK_MATVEC_LAYOUT` (`invocations/teams/unroll[/wide|/staged|/batched|/splitG]`, e.g.
+    /// `FAK_MATVEC_LAYOUT` (`invocations/teams/unroll[/wide|/batched|/splitG]`, e.g.
     /// `256/4/1`): one layout for every binding that names none; None when unset or empty.
     pub fn from_env() -> Result<Option<MatVecLayout>, GpuError> {
         Self::from_var("FAK_MATVEC_LAYOUT")
@@ -411,13 +334,12 @@ impl MatVecLayout {
     /// `FAK_MATVEC_RESIDUAL_LAYOUT` (opt-in; [`MatVecLayout::parse`]'s syntax): the layout of
     /// every binding that accumulates into its output and names none — a decode step's residual
     /// adds (ffn_down, gdn_out, attn_output) — ahead of `FAK_MATVEC_LAYOUT`, so those products
-    /// alone can be timed in another layout (experiments/NOTES.md, "pqz": a producer that
-    /// quantizes the residual must own whole 32-row blocks, e.g. `256/8/1`).
+    /// alone can be timed in another layout (experiments/NOTES.md, "pqz").
     pub fn residual_from_env() -> Result<Option<MatVecLayout>, GpuError> {
         Self::from_var("FAK_MATVEC_RESIDUAL_LAYOUT")
     }
 
-    /// `invocations/teams/unroll`, or with `/wide`, `/staged`, `/batched` or `/splitG` (the
+    /// `invocations/teams/unroll`, or with `/wide`, `/batched` or `/splitG` (the
     /// batched form split G vectors to a workgroup) for those forms, as
     /// [`Display`](std::fmt::Display) writes it.
     pub fn parse(text: &str) -> Result<MatVecLayout, GpuError> {
@@ -431,8 +353,6 @@ impl MatVecLayout {
                 (numbers, MatVecLayout::batched_form)
             } else if let Some(numbers) = text.strip_suffix("/wide") {
                 (numbers, MatVecLayout::widened)
-            } else if let Some(numbers) = text.strip_suffix("/staged") {
-                (numbers, MatVecLayout::with_staged_x)
             } else if let Some(numbers) = text.strip_suffix("/batched") {
                 (numbers, MatVecLayout::batched_form)
             } else {
@@ -453,7 +373,7 @@ impl MatVecLayout {
                 kernel: MatVec::NAME,
                 message: format!(
                     "FAK_MATVEC_LAYOUT={text:?} (expected \
-                     invocations/teams/unroll[/wide|/staged|/batched|/split1|/split2|/split4], \
+                     invocations/teams/unroll[/wide|/batched|/split1|/split2|/split4], \
                      e.g. 128/4/2, 256/4/1/wide or 256/4/1/split4)"
                 ),
             }),
@@ -529,12 +449,11 @@ impl ShortRows {
 impl std::fmt::Display for MatVecLayout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}/{}", self.invocations, self.teams, self.unroll)?;
-        match (self.staged, self.batched, self.wide) {
-            (true, ..) => write!(f, "/staged"),
-            (false, true, _) if self.split > 0 => write!(f, "/split{}", self.split),
-            (false, true, _) => write!(f, "/batched"),
-            (false, false, true) => write!(f, "/wide"),
-            (false, false, false) => Ok(()),
+        match (self.batched, self.wide) {
+            (true, _) if self.split > 0 => write!(f, "/split{}", self.split),
+            (true, _) => write!(f, "/batched"),
+            (false, true) => write!(f, "/wide"),
+            (false, false) => Ok(()),
         }
     }
 }
@@ -620,13 +539,7 @@ struct Params {
     part2: u32,
     /// The weight's ggml type id (read by mixed pipelines).
     ggml_type: u32,
-    /// The element index of vector 0's first block sum in yd (a residual producer) or xd (a
-    /// Q8_NORM product).
-    sum_index: u32,
 }
-/// `Params::quantize_out` (QUANTIZE_PAIRED, QUANTIZE_RESIDUAL of the WGSL).
-const QUANTIZE_PAIRED: u32 = 1;
-const QUANTIZE_RESIDUAL: u32 = 2;
 
 /// The index in [`BATCH_CAPACITIES`] of the smallest capacity that holds `n_tokens` vectors.
 fn capacity_index(n_tokens: u32) -> usize {
@@ -745,14 +658,6 @@ pub struct MatVecFusion<'a> {
     pub q8: Option<&'a Q8Vectors>,
     /// The layout of this binding's pipelines; None: the kernel's.
     pub layout: Option<MatVecLayout>,
-    /// With `norm` on the integer path: each workgroup quantizes RMSNorm(x) to 8-bit blocks in
-    /// its own memory and multiplies those (wgsl/matvec_q8.wgsl, QUANTIZE_X): the product of a
-    /// `QuantizeQ8` dispatch with the norm and a `q8` binding after it, bit for bit, in one
-    /// dispatch. Needs an int-dot variant, a type of [`MatVec::Q8_TYPES`], `cols` whole q8
-    /// blocks, `q8` None, a layout of at least 64 invocations, and workgroup memory for the
-    /// vectors: the binding holds at most [`MatVecBinding::max_batch`] of them, fewer than
-    /// `MatVecIo::max_batch` where the adapter's workgroup memory is short.
-    pub quantize_input: bool,
     /// Also write the paired outputs (`swiglu`) as 8-bit blocks here, the vectors of `rows`
     /// columns: the next product's integer-path input, rounded as `QuantizeQ8` would round y.
     /// Needs `rows` a multiple of 32 and a layout of [`MatVecLayout::QUANTIZING_TEAMS`] teams
@@ -760,41 +665,10 @@ pub struct MatVecFusion<'a> {
     pub quantize_output: Option<&'a Q8Vectors>,
     /// A second weight of the same input in the same dispatch, its workgroups after the first
     /// weight's (wgsl/matvec.wgsl, MIXED): two projections of one normed input whose types
-    /// differ (a Q6_K run beside a Q4_K one) in one dispatch instead of two. Needs
-    /// `quantize_input` or `q8`, the wide form for both types (Q4_K, Q6_K), the same `cols`, no
-    /// pairing or quantized output, and each weight in one binding ([`MatVec::mixes`]).
+    /// differ (a Q6_K run beside a Q4_K one) in one dispatch instead of two. Needs `q8`, the
+    /// wide form for both types (Q4_K, Q6_K), the same `cols`, no pairing or quantized output,
+    /// and each weight in one binding ([`MatVec::mixes`]).
     pub second: Option<SecondWeight<'a>>,
-    /// With `q8`: those vectors are a residual producer's blocks of x·w (`residual_output`,
-    /// [`Q8Vectors::with_sums`]), and the product takes RMSNorm(x)·w by scaling each vector's
-    /// totals by 1 / sqrt(Σ x² / cols + eps), Σ x² summed from the vectors' block sums, with this
-    /// eps (wgsl/matvec.wgsl, Q8_NORM). Not a quantize dispatch's bits: a relative-error bound.
-    pub q8_norm: Option<f32>,
-    /// Also write the accumulated outputs (the residual stream, `accumulate` on) as the q8 blocks
-    /// of y·`next_norm` and their block sums of squares (wgsl/matvec.wgsl, QUANTIZE_RESIDUAL):
-    /// the input of a `q8_norm` product after the next RMSNorm, which then needs no quantize
-    /// dispatch. Needs `accumulate`, `rows` a multiple of 32 in one range, a layout of
-    /// [`MatVecLayout::PRODUCING_TEAMS`] teams (the binding takes [`MatVecLayout::PRODUCING`]
-    /// where it names none and `FAK_MATVEC_RESIDUAL_LAYOUT` names none of that many), no pairing,
-    /// no second weight.
-    pub residual_output: Option<ResidualOutput<'a>>,
-}
-
-/// Where a residual producer writes the next norm's q8 input ([`MatVecFusion::residual_output`]).
-#[derive(Clone, Copy)]
-pub struct ResidualOutput<'a> {
-    /// Vectors of `rows` columns made by [`Q8Vectors::with_sums`].
-    pub vectors: &'a Q8Vectors,
-    /// The next RMSNorm's weight: `rows` f32 values.
-    pub next_norm: &'a wgpu::Buffer,
-}
-
-/// The input of a mixed binding ([`MatVec::mixes`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MixedInput {
-    /// q8 vectors a quantize dispatch wrote ([`MatVecFusion::q8`]).
-    Q8,
-    /// The norm quantized in each workgroup ([`MatVecFusion::quantize_input`]).
-    QuantizedNorm,
 }
 
 /// The second weight of a mixed binding ([`MatVecFusion::second`]): `shape.rows` rows from byte
@@ -825,9 +699,6 @@ pub struct MatVec {
     widen: bool,
     /// How the wide form's pipelines load Q6_K blocks.
     q6: Q6Loads,
-    /// A wide layout's pipelines for several vectors run its staged twin (same bits; see
-    /// [`MatVec::stages_batches`]). See [`MatVecLayout::at_capacity`].
-    stage: bool,
     /// A wide layout's pipelines for several vectors run its batched twin (same bits; see
     /// [`MatVec::batches_vectors`]).
     batch: bool,
@@ -846,9 +717,6 @@ pub struct MatVec {
     placeholder_params: wgpu::Buffer,
     /// The pipelines built so far.
     pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
-    /// The form of the norm a binding quantizes in its workgroups (QUANTIZE_X): that of the
-    /// quantize dispatch beside it, so a row gets the same blocks from either.
-    norm_q8: NormQ8,
 }
 
 /// What a pipeline is specialised for: type, input, batch capacity, layout, the second weight's
@@ -863,44 +731,20 @@ enum Input {
     Normed,
     /// x as q8 blocks; the index in `MatVec::Q8_TYPES`.
     Q8(usize),
-    /// x as a residual producer's q8 blocks of x·w, the norm's 1 / rms taken from their block
-    /// sums (Q8_NORM; [`MatVecFusion::q8_norm`]); the index in `MatVec::Q8_TYPES`.
-    Q8Norm(usize),
-    /// x RMS-normed and quantized to q8 blocks inside each workgroup (QUANTIZE_X): the index
-    /// in `MatVec::Q8_TYPES`, the row length, and whether in the one-pass form
-    /// ([`NormQ8::OnePass`], NORM_ONEPASS).
-    QuantizedNorm(usize, u32, bool),
 }
 
 impl Input {
     /// Whether the product multiplies q8 codes (the integer path's kernels).
     fn is_q8(self) -> bool {
-        matches!(
-            self,
-            Input::Q8(_) | Input::Q8Norm(_) | Input::QuantizedNorm(..)
-        )
+        matches!(self, Input::Q8(_))
     }
-}
-
-/// The workgroup memory a QUANTIZE_X pipeline of `layout` for `capacity` vectors of `cols`
-/// declares (the arrays of wgsl/matvec.wgsl, matvec_q8.wgsl and the reductions, as sized there).
-fn quantizing_workgroup_bytes(layout: MatVecLayout, capacity: u32, cols: u64) -> u64 {
-    let (wg, c) = (u64::from(layout.invocations), u64::from(capacity));
-    let (row_slots, team_slots) = match layout.teams > 1 {
-        true => (1, wg / 2 * c),
-        false => (wg * c, 1),
-    };
-    let x_hat = 4 * (c * cols / 4 + 1) + 4 * (c * cols / Q8_BLOCK + 1);
-    // norm_scales, pair_totals, block_values; the reduction's partials.
-    let fixed = 4 * (8 + 32 + 256) + 4 * wg;
-    x_hat + 16 * (row_slots + team_slots) + fixed
 }
 
 /// One weight tensor bound for [`MatVec::encode`]: its pipelines (by batch capacity, up to the
 /// one its `max_batch` needs), a bind group and grid per row range.
 pub struct MatVecBinding {
     pipelines: Vec<wgpu::ComputePipeline>,
-    /// The layout of each of `pipelines` (a wide layout's staged twin for several vectors).
+    /// The layout of each of `pipelines` (a wide layout's batched twin where it runs one).
     layouts: Vec<MatVecLayout>,
     max_batch: u32,
     /// Per row range its bind group and, per pipeline, its grid (a split pipeline's is a
@@ -913,8 +757,7 @@ pub struct MatVecBinding {
 }
 
 impl MatVecBinding {
-    /// The most input vectors one encode takes (`MatVecIo::max_batch`, or fewer for a
-    /// [`MatVecFusion::quantize_input`] binding on an adapter short of workgroup memory).
+    /// The most input vectors one encode takes (`MatVecIo::max_batch`).
     pub fn max_batch(&self) -> u32 {
         self.max_batch
     }
@@ -955,50 +798,28 @@ impl MatVecBinding {
 }
 
 /// The pipeline of one type, input (f32, normed f32 or q8), batch capacity and layout (MIXED: a
-/// second weight's workgroups after the first's); a wide one (staged or not) loads Q6_K blocks as
-/// `q6` says; a staged layout stages `staged` vectors per fill.
+/// second weight's workgroups after the first's); a wide one loads Q6_K blocks as `q6` says.
 fn spec(
     ty: GgmlType,
     input: Input,
     capacity: u32,
     rows: MatVecLayout,
     (second, q6): (Option<GgmlType>, Q6Loads),
-    staged: u32,
 ) -> PipelineSpec {
     let (_, lanes, block_elems, block_bytes) = unit_geometry(ty, rows.wide);
     let norm = input == Input::Normed;
     let (entry_point, what) = match input {
-        Input::Q8(_) if rows.staged => ("matvec_q8_staged", "q8"),
         Input::Q8(_) if rows.wide => ("matvec_q8_wide", "q8"),
         Input::Q8(_) => ("matvec_q8", "q8"),
-        Input::Q8Norm(_) if rows.staged => ("matvec_q8_staged", "q8 summed norm"),
-        Input::Q8Norm(_) if rows.wide => ("matvec_q8_wide", "q8 summed norm"),
-        Input::Q8Norm(_) => ("matvec_q8", "q8 summed norm"),
-        Input::QuantizedNorm(..) if rows.wide => ("matvec_q8_wide", "normed q8"),
-        Input::QuantizedNorm(..) => ("matvec_q8", "normed q8"),
         Input::Normed => ("matvec", "normed f32"),
         Input::F32 => ("matvec", "f32"),
     };
-    // Only the int-dot module declares QUANTIZE_X and X_COLS.
-    let mut constants = match input {
-        Input::QuantizedNorm(_, cols, onepass) => vec![
-            ("QUANTIZE_X", 1.0),
-            ("X_COLS", f64::from(cols)),
-            ("NORM_ONEPASS", f64::from(u8::from(onepass))),
-        ],
-        Input::Q8Norm(_) => vec![("Q8_NORM", 1.0)],
-        _ => Vec::new(),
-    };
+    let mut constants = Vec::new();
     if let Some(second) = second {
         constants.push(("MIXED", 1.0));
         constants.push(("SECOND_TYPE", f64::from(second.id())));
-        // Beside q8 vectors the second weight's blocks take binding 10 (see the WGSL header).
-        if matches!(input, Input::Q8(_) | Input::Q8Norm(_)) {
-            constants.push(("MIXED_Q8", 1.0));
-        }
     }
     // Only the wide module declares Q6_ALIGNED; the default pipelines are today's, unchanged.
-    // The staged form (wide too) reads W through the wide module's loads, so it takes it as well.
     let aligned = rows.wide && input.is_q8() && q6 == Q6Loads::Aligned;
     if aligned {
         constants.push(("Q6_ALIGNED", 1.0));
@@ -1033,10 +854,6 @@ fn spec(
         entry_point,
         constants,
     };
-    if rows.staged {
-        spec.label += &format!(" staging {staged}");
-        spec.constants.push(("STAGE_B", f64::from(staged)));
-    }
     // Only the int-dot module declares BATCHED (matvec_q8_batched.wgsl); at_capacity gives it
     // q8 inputs alone.
     if rows.batched {
@@ -1050,12 +867,11 @@ fn spec(
     spec
 }
 
-/// The pipelines of one type and input, one per batch capacity (a staged layout staging one
-/// vector per fill: what translates everywhere).
+/// The pipelines of one type and input, one per batch capacity.
 fn specs(ty: GgmlType, input: Input, rows: MatVecLayout) -> Vec<PipelineSpec> {
     BATCH_CAPACITIES
         .into_iter()
-        .map(|capacity| spec(ty, input, capacity, rows, (None, Q6Loads::Words), 1))
+        .map(|capacity| spec(ty, input, capacity, rows, (None, Q6Loads::Words)))
         .collect()
 }
 
@@ -1096,10 +912,7 @@ impl Kernel for MatVec {
             MatVecLayout::QUANTIZING,
         ));
         if variant.int_dot {
-            module = module
-                .with(wgsl::STRIDED_SQUARES)
-                .with(wgsl::NORM_Q8)
-                .with(wgsl::MATVEC_Q8);
+            module = module.with(wgsl::MATVEC_Q8);
             pipelines.extend(
                 Self::Q8_TYPES
                     .into_iter()
@@ -1118,57 +931,29 @@ impl Kernel for MatVec {
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), wide[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), wide[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), wide[2]));
-            // The norm quantized in the workgroup, narrow and wide.
-            let normed = |index| Input::QuantizedNorm(index, 256, false);
-            pipelines.extend(specs(GgmlType::Q4_K, normed(1), MatVecLayout::QUANTIZING));
-            // … and in the one-pass form (`NormQ8::OnePass`).
-            let onepass = Input::QuantizedNorm(1, 256, true);
-            pipelines.extend(specs(GgmlType::Q4_K, onepass, MatVecLayout::QUANTIZING));
-            pipelines.extend(specs(GgmlType::Q6_K, normed(3), wide[0]));
+            // Mixed bindings (`FAK_DECODE_FUSE=merge`): Q4_K then Q6_K, and the reverse below.
             let mixed_words = (Some(GgmlType::Q6_K), Q6Loads::Words);
-            pipelines.push(spec(GgmlType::Q4_K, normed(1), 1, wide[0], mixed_words, 1));
+            pipelines.push(spec(GgmlType::Q4_K, Input::Q8(1), 1, wide[0], mixed_words));
             // Q6_K's aligned loads (opt-in), plain and mixed.
             let aligned = (None, Q6Loads::Aligned);
-            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 1, wide[0], aligned, 1));
+            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 1, wide[0], aligned));
             let mixed_aligned = (Some(GgmlType::Q4_K), Q6Loads::Aligned);
             pipelines.push(spec(
                 GgmlType::Q6_K,
-                normed(3),
+                Input::Q8(3),
                 1,
                 wide[0],
                 mixed_aligned,
-                1,
             ));
-            // The staged form: both types, and the unrolled loop; Q6_K's also with the aligned
-            // loads.
-            module = module.with(wgsl::MATVEC_Q8_STAGED);
-            let staged = MatVecLayout::STAGED_CANDIDATES;
-            pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), staged[0]));
-            pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), staged[2]));
-            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, staged[2], aligned, 1));
             // The batched form: both types, and the unrolled loop.
             let batched = MatVecLayout::BATCHED_CANDIDATES;
-            let words = (None, Q6Loads::Words);
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), batched[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), batched[2]));
-            // A residual producer's q8 blocks read with their summed norm (opt-in), batched
-            // and narrow.
-            pipelines.push(spec(
-                GgmlType::Q4_K,
-                Input::Q8Norm(1),
-                8,
-                batched[0],
-                words,
-                1,
-            ));
-            pipelines.push(spec(GgmlType::Q8_0, Input::Q8Norm(0), 2, rows, words, 1));
-            // Q6_K's lean units (opt-in): batched, staged, and mixed with the norm quantized in
-            // the workgroup.
+            // Q6_K's lean units (opt-in): batched, and mixed.
             let lean = (None, Q6Loads::Lean);
-            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, batched[0], lean, 1));
-            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, staged[2], lean, 1));
+            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, batched[0], lean));
             let mixed_lean = (Some(GgmlType::Q4_K), Q6Loads::Lean);
-            pipelines.push(spec(GgmlType::Q6_K, normed(3), 1, wide[0], mixed_lean, 1));
+            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 1, wide[0], mixed_lean));
             // Its split (opt-in): the quantizing gate/up's and the unrolled loop's.
             let split = MatVecLayout::SPLIT_CANDIDATES;
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), split[2]));
@@ -1216,24 +1001,19 @@ impl MatVec {
     /// Every binding's layout is taken in the wide form where it serves the binding (q8 inputs,
     /// Q4_K/Q6_K weights): on an H200 the Qwen3.5-27B decodes 14.47 → 12.12 ms/token with it
     /// (experiments/NOTES.md, session 2026-12-05 #4). `FAK_MATVEC_WIDE=0` keeps the narrow form.
-    /// Pipelines for several vectors run a wide layout staged where
-    /// [`MatVec::stages_batches`] says so.
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
         let widen = std::env::var("FAK_MATVEC_WIDE").as_deref() != Ok("0");
-        let stage = Self::stages_batches();
         let mut kernel = Self::build_in(ctx, paths, MatVecLayout::from_env()?)?;
         kernel.residual = MatVecLayout::residual_from_env()?;
         kernel.short = ShortRows::from_env()?;
         kernel.widen = widen;
-        kernel.stage = stage;
         kernel.batch = Self::batches_vectors();
         kernel.split = Self::splits_vectors(ctx.facts())?;
         kernel.split_q6 = Self::q6_split_from_env()?;
-        kernel.norm_q8 = NormQ8::from_env()?;
         Ok(kernel.with_q6_loads(Q6Loads::from_env()))
     }
 
-    /// This kernel with its wide pipelines (staged ones too) loading Q6_K blocks as `q6` says
+    /// This kernel with its wide pipelines (batched ones too) loading Q6_K blocks as `q6` says
     /// (before any binding: the pipelines are built by the bindings).
     pub fn with_q6_loads(mut self, q6: Q6Loads) -> Self {
         self.q6 = q6;
@@ -1245,18 +1025,10 @@ impl MatVec {
         self.q6
     }
 
-    /// Whether [`MatVec::new`]'s pipelines for several vectors run a wide layout staged (same
-    /// bits, x read once per workgroup: [`MatVecLayout::at_capacity`]): opt-in with
-    /// `FAK_MATVEC_STAGE=1` until a device has timed it (experiments/h200/batch8.sh); lavapipe
-    /// checks its bits, not its speed.
-    pub fn stages_batches() -> bool {
-        std::env::var("FAK_MATVEC_STAGE").as_deref() == Ok("1")
-    }
-
     /// Whether [`MatVec::new`]'s pipelines run a wide layout of a q8 binding in the batched form
     /// at every batch (same bits; x in 16-byte loads, no branch per vector:
     /// wgsl/matvec_q8_batched.wgsl): the default, `FAK_MATVEC_BATCHED=0` for the plain wide
-    /// loop (module doc, "By batch size"). `FAK_MATVEC_STAGE=1` wins for several vectors.
+    /// loop (module doc, "By batch size").
     pub fn batches_vectors() -> bool {
         std::env::var("FAK_MATVEC_BATCHED").as_deref() != Ok("0")
     }
@@ -1364,7 +1136,6 @@ impl MatVec {
             short: None,
             widen: false,
             q6: Q6Loads::Words,
-            stage: false,
             batch: false,
             split: 0,
             split_q6: None,
@@ -1377,20 +1148,7 @@ impl MatVec {
                 &<Params as bytemuck::Zeroable>::zeroed(),
             ),
             pipelines: Mutex::new(HashMap::new()),
-            norm_q8: NormQ8::DEFAULT,
         })
-    }
-
-    /// This kernel quantizing norms in its workgroups in `form` (before any binding); give the
-    /// quantize dispatch beside it the same ([`super::quantize_q8::QuantizeQ8::with_form`]).
-    pub fn with_norm_q8(mut self, form: NormQ8) -> Self {
-        self.norm_q8 = form;
-        self
-    }
-
-    /// The form of the norm its bindings quantize in the workgroup.
-    pub fn norm_q8(&self) -> NormQ8 {
-        self.norm_q8
     }
 
     /// The pipelines of `ty`, `input` and `rows` for steps of up to `max_batch` vectors, by
@@ -1401,13 +1159,12 @@ impl MatVec {
         (ty, input, rows, second): (GgmlType, Input, MatVecLayout, Option<GgmlType>),
         max_batch: u32,
     ) -> Result<Vec<(wgpu::ComputePipeline, MatVecLayout)>, GpuError> {
-        let workgroup_limit = ctx.device.limits().max_compute_workgroup_storage_size;
         let keys: Vec<PipelineKey> = BATCH_CAPACITIES
             .into_iter()
             .filter(|&c| c <= max_batch.next_power_of_two())
             .map(|c| {
-                let forms = (self.stage, self.batch, self.split_of(ty));
-                let rows = rows.at_capacity(c, (input, second), forms, workgroup_limit);
+                let forms = (self.batch, self.split_of(ty));
+                let rows = rows.at_capacity(c, (input, second), forms);
                 (ty, input, c, rows, second)
             })
             .collect();
@@ -1421,16 +1178,7 @@ impl MatVec {
             let mut variant = KernelVariant::of::<Self>(self.variant);
             variant.source.pipelines = missing
                 .iter()
-                .map(|&(ty, input, c, rows, second)| {
-                    spec(
-                        ty,
-                        input,
-                        c,
-                        rows,
-                        (second, self.q6),
-                        rows.stage_vectors(c, workgroup_limit),
-                    )
-                })
+                .map(|&(ty, input, c, rows, second)| spec(ty, input, c, rows, (second, self.q6)))
                 .collect();
             built.extend(missing.into_iter().zip(build(ctx, &variant)?.pipelines));
         }
@@ -1496,67 +1244,15 @@ impl MatVec {
             .is_ok_and(|ranges| ranges.len() == 1)
     }
 
-    /// The most vectors (≤ `max_batch`) a [`MatVecFusion::quantize_input`] binding of `rows` and
-    /// `cols` columns takes: the largest batch capacity whose x̂ fits the adapter's workgroup
-    /// memory beside the kernel's other arrays. Refuses a layout under 64 invocations (the norm
-    /// sums over quantize_q8's 64 lanes), in the one-pass form ([`NormQ8::OnePass`]) one of other
-    /// than its 256 (its sum's order is that of 256 lanes), or a row too long for even one vector.
-    fn quantizing_capacity(
-        &self,
-        ctx: &GpuContext,
-        rows: MatVecLayout,
-        cols: u64,
-        max_batch: u32,
-    ) -> Result<u32, GpuError> {
-        let limit = u64::from(ctx.device.limits().max_compute_workgroup_storage_size);
-        let fits = |c: &u32| quantizing_workgroup_bytes(rows, *c, cols) <= limit;
-        let capacity = BATCH_CAPACITIES
-            .into_iter()
-            .filter(|&c| c <= max_batch.next_power_of_two())
-            .rfind(fits);
-        let lanes_fit = match self.norm_q8.applies(cols) {
-            true => rows.invocations == NormQ8::ONEPASS_LANES,
-            false => rows.invocations >= 64,
-        };
-        match capacity {
-            Some(c) if lanes_fit => Ok(c.min(max_batch)),
-            _ => Err(GpuError::Shape {
-                kernel: Self::NAME,
-                message: format!(
-                    "a norm quantized in the workgroup: rows of {cols} in layout {rows} need {} \
-                     bytes of workgroup memory for one vector (the adapter has {limit}) and at \
-                     least 64 invocations (exactly {} in the one-pass form)",
-                    quantizing_workgroup_bytes(rows, 1, cols),
-                    NormQ8::ONEPASS_LANES
-                ),
-            }),
-        }
-    }
-
-    /// Whether a [`MatVecFusion::quantize_input`] binding of `cols` columns holds at least one
-    /// vector on this adapter in the layout such a binding would take ([`MatVec::bind_fused`]).
-    pub fn quantizes_input(
-        &self,
-        ctx: &GpuContext,
-        cols: u64,
-        layout: Option<MatVecLayout>,
-    ) -> bool {
-        let rows = layout.or(self.rows).unwrap_or(MatVecLayout::INTEGER);
-        self.variant.int_dot
-            && cols.is_multiple_of(Q8_BLOCK)
-            && self.quantizing_capacity(ctx, rows, cols, 1).is_ok()
-    }
-
     /// Whether weights of `first` and `second` (each from byte 0 of its own buffer) can be one
-    /// mixed binding ([`MatVecFusion::second`]) in `layout` (None: the kernel's) over `input`:
-    /// the wide form serves both types, the rows are alike, each weight fits one binding, and
-    /// for [`MixedInput::QuantizedNorm`] the adapter holds a vector.
+    /// mixed binding ([`MatVecFusion::second`]) in `layout` (None: the kernel's) over q8
+    /// vectors: the int-dot path, the wide form serves both types, the rows are alike and each
+    /// weight fits one binding.
     pub fn mixes(
         &self,
         ctx: &GpuContext,
         (first, second): (MatVecShape, MatVecShape),
         layout: Option<MatVecLayout>,
-        input: MixedInput,
     ) -> bool {
         let rows = layout.or(self.rows).unwrap_or(MatVecLayout::INTEGER);
         let wide = rows.wide || self.widen;
@@ -1567,11 +1263,7 @@ impl MatVec {
                     .row_bytes(s.cols)
                     .is_some_and(|b| b * s.rows <= ctx.max_binding_size())
         };
-        let input_fits = match input {
-            MixedInput::Q8 => self.variant.int_dot,
-            MixedInput::QuantizedNorm => self.quantizes_input(ctx, first.cols, layout),
-        };
-        wide && first.cols == second.cols && fits(first) && fits(second) && input_fits
+        self.variant.int_dot && wide && first.cols == second.cols && fits(first) && fits(second)
     }
 
     /// [`MatVec::bind_fused`] with bindings of at most `max_binding` bytes.
@@ -1640,43 +1332,17 @@ impl MatVec {
                     ty,
                 })
         };
-        if fusion.q8_norm.is_some() && fusion.q8.is_none() {
-            return Err(shape_error("a summed norm needs q8 vectors".into()));
-        }
-        let input = match (fusion.norm, fusion.q8, fusion.quantize_input) {
-            (None, None, false) => Input::F32,
-            (Some(_), None, false) => Input::Normed,
-            (None, Some(q8), false) => {
+        let input = match (fusion.norm, fusion.q8) {
+            (None, None) => Input::F32,
+            (Some(_), None) => Input::Normed,
+            (None, Some(q8)) => {
                 let index = q8_index()?;
                 q8.check(Self::NAME, cols, io.max_batch)?;
-                match fusion.q8_norm {
-                    Some(_) if !q8.sums => {
-                        return Err(shape_error(
-                            "a summed norm needs q8 vectors with block sums".into(),
-                        ));
-                    }
-                    Some(_) => Input::Q8Norm(index),
-                    None => Input::Q8(index),
-                }
+                Input::Q8(index)
             }
-            (Some(_), None, true) => {
-                let index = q8_index()?;
-                if !cols.is_multiple_of(Q8_BLOCK) {
-                    return Err(shape_error(format!(
-                        "a norm quantized in the workgroup needs whole q8 blocks, not {cols} \
-                         columns"
-                    )));
-                }
-                Input::QuantizedNorm(index, cols as u32, self.norm_q8.applies(cols))
-            }
-            (Some(_), Some(_), _) => {
+            (Some(_), Some(_)) => {
                 return Err(shape_error(
                     "a norm is folded into the quantization of q8 inputs, not the product".into(),
-                ));
-            }
-            (_, _, true) => {
-                return Err(shape_error(
-                    "quantizing the input in the workgroup needs its norm and no q8 vectors".into(),
                 ));
             }
         };
@@ -1688,20 +1354,9 @@ impl MatVec {
             true => self.residual.or(self.rows),
             false => self.rows,
         };
-        // A residual producer takes the residual layout where it has the teams, else PRODUCING.
-        let named = match fusion.residual_output {
-            Some(_) => named.filter(|l| l.teams == MatVecLayout::PRODUCING_TEAMS),
-            None => named,
-        };
-        let by_input = match fusion.residual_output {
-            Some(_) => MatVecLayout::PRODUCING,
-            None => by_input,
-        };
-        // Short rows (opt-in): q8 vectors from global memory, one weight, no residual producer.
-        let short = match (input, fusion.second, fusion.residual_output) {
-            (Input::Q8(_) | Input::Q8Norm(_), None, None) => {
-                self.short.and_then(|s| s.layout_of(rows, cols))
-            }
+        // Short rows: q8 vectors from global memory, one weight.
+        let short = match (input, fusion.second) {
+            (Input::Q8(_), None) => self.short.and_then(|s| s.layout_of(rows, cols)),
             _ => None,
         };
         let rows_layout = fusion
@@ -1731,57 +1386,22 @@ impl MatVec {
                 )));
             }
         }
-        if let Some(out) = fusion.residual_output {
-            let q8 = out.vectors;
-            if !io.accumulate
-                || fusion.swiglu
-                || fusion.second.is_some()
-                || fusion.quantize_output.is_some()
-                || rows_layout.teams != MatVecLayout::PRODUCING_TEAMS
-                || !rows.is_multiple_of(Q8_BLOCK)
-                || !q8.sums
-                || q8.cols != rows
-            {
-                return Err(shape_error(format!(
-                    "a residual's q8 output needs an accumulating product of whole 32-row \
-                     blocks ({rows} rows), no pairing, second weight or other quantized output, \
-                     a layout of {} teams (not {rows_layout}) and vectors of {rows} columns \
-                     with block sums",
-                    MatVecLayout::PRODUCING_TEAMS
-                )));
-            }
-            q8.check(Self::NAME, rows, io.max_batch)?;
-            if out.next_norm.size() < 4 * rows || 4 * rows > max_binding {
-                return Err(shape_error(format!(
-                    "the next norm's weight needs {} bytes in one binding; its buffer has {}",
-                    4 * rows,
-                    out.next_norm.size()
-                )));
-            }
-        }
-        let max_batch = match input {
-            Input::QuantizedNorm(..) => {
-                self.quantizing_capacity(ctx, rows_layout, cols, io.max_batch)?
-            }
-            _ => io.max_batch,
-        };
+        let max_batch = io.max_batch;
         let mixed = fusion.second.is_some();
         let second_type = fusion.second.map(|s| s.shape.ty);
         if let Some(second) = fusion.second {
             let wide = |t| MatVecLayout::wide_serves(t, input);
-            if !matches!(
-                input,
-                Input::QuantizedNorm(..) | Input::Q8(_) | Input::Q8Norm(_)
-            ) || !rows_layout.wide
+            if !matches!(input, Input::Q8(_))
+                || !rows_layout.wide
                 || !wide(second.shape.ty)
                 || second.shape.cols != cols
                 || fusion.swiglu
                 || fusion.quantize_output.is_some()
             {
                 return Err(shape_error(format!(
-                    "a second weight ({} × {} {}) needs q8 vectors or the input quantized in the \
-                     workgroup, the wide form for both types (Q4_K, Q6_K), {cols} columns, no \
-                     pairing and no quantized output (layout {rows_layout}, {ty})",
+                    "a second weight ({} × {} {}) needs q8 vectors, the wide form for both types \
+                     (Q4_K, Q6_K), {cols} columns, no pairing and no quantized output (layout \
+                     {rows_layout}, {ty})",
                     second.shape.rows, second.shape.cols, second.shape.ty
                 )));
             }
@@ -1834,19 +1454,16 @@ impl MatVec {
         let units = cols.div_ceil(unit_elems);
         let max_per_dimension = ctx.device.limits().max_compute_workgroups_per_dimension;
         let ranges = split_rows("a matvec weight", w_rows, &[row_bytes], max_binding, align)?;
-        let producing = fusion.residual_output.is_some();
-        if (fusion.swiglu || mixed || producing) && ranges.len() > 1 {
+        if (fusion.swiglu || mixed) && ranges.len() > 1 {
             return Err(GpuError::TooLarge {
-                what: "a gate/up pairing's, a mixed binding's or a residual producer's weights \
-                       (bytes)"
-                    .into(),
+                what: "a gate/up pairing's or a mixed binding's weights (bytes)".into(),
                 size: w_rows * row_bytes,
                 limit: max_binding,
                 limit_name: "max_storage_buffer_binding_size",
             });
         }
-        // A mixed binding's second weight: its row bytes, window (binding 8, or 10 beside q8
-        // vectors) and outputs (binding 11).
+        // A mixed binding's second weight: its row bytes, window (binding 10) and outputs
+        // (binding 11).
         let second = match fusion.second {
             None => None,
             Some(sw) => {
@@ -1879,8 +1496,8 @@ impl MatVec {
             true => (rows * row_bytes, rows_layout.rows_per_workgroup() / 2),
             false => (0, rows_layout.rows_per_workgroup()),
         };
-        let own_out = match (fusion.quantize_output, fusion.residual_output) {
-            (None, None) if Self::owns_placeholder_out() => {
+        let own_out = match fusion.quantize_output {
+            None if Self::owns_placeholder_out() => {
                 Some(storage_buffer(ctx, "matvec output placeholder (own)", 16)?)
             }
             _ => None,
@@ -1918,12 +1535,7 @@ impl MatVec {
                 let placeholder = self.placeholder.as_entire_binding();
                 // xq, xd: the whole q8 vectors of a q8 binding (vector b at b·cols/4, b·cols/32).
                 let batch = u64::from(io.max_batch);
-                // A Q8_NORM binding's xd holds the block sums behind the scales: all of it.
                 let (xq, xd) = match fusion.q8 {
-                    Some(q8) if fusion.q8_norm.is_some() => (
-                        Window::around(0, batch * cols, align).binding(&q8.codes),
-                        Window::around(0, q8.scale_bytes(), align).binding(&q8.scales),
-                    ),
                     Some(q8) => (
                         Window::around(0, batch * cols, align).binding(&q8.codes),
                         Window::around(0, 4 * batch * cols / Q8_BLOCK, align).binding(&q8.scales),
@@ -1943,23 +1555,12 @@ impl MatVec {
                     .as_ref()
                     .unwrap_or(&self.placeholder_out)
                     .as_entire_binding();
-                let (yq, yd) = match (fusion.quantize_output, fusion.residual_output) {
-                    (Some(q8), _) => (
+                let (yq, yd) = match fusion.quantize_output {
+                    Some(q8) => (
                         Window::around(0, batch * rows, align).binding(&q8.codes),
                         Window::around(0, 4 * batch * rows / Q8_BLOCK, align).binding(&q8.scales),
                     ),
-                    // The scales and the block sums behind them.
-                    (None, Some(r)) => (
-                        Window::around(0, batch * rows, align).binding(&r.vectors.codes),
-                        Window::around(0, r.vectors.scale_bytes(), align)
-                            .binding(&r.vectors.scales),
-                    ),
-                    (None, None) => (out.clone(), out),
-                };
-                let sum_index = match (fusion.residual_output, fusion.q8) {
-                    (Some(r), _) => r.vectors.sum_index(),
-                    (None, Some(q8)) if fusion.q8_norm.is_some() => q8.sum_index(),
-                    _ => 0,
+                    None => (out.clone(), out),
                 };
                 // split_rows keeps each range inside one binding (< 2^31 bytes): these fit u32.
                 let params = Params {
@@ -1974,19 +1575,14 @@ impl MatVec {
                     y_stride: y.stride,
                     accumulate: u32::from(io.accumulate),
                     wide,
-                    eps: norm.map_or(fusion.q8_norm.unwrap_or(0.0), |(n, _)| n.eps),
+                    eps: norm.map_or(0.0, |(n, _)| n.eps),
                     pair_byte: pair_byte as u32,
-                    quantize_out: match (fusion.quantize_output, fusion.residual_output) {
-                        (Some(_), _) => QUANTIZE_PAIRED,
-                        (None, Some(_)) => QUANTIZE_RESIDUAL,
-                        (None, None) => 0,
-                    },
+                    quantize_out: u32::from(fusion.quantize_output.is_some()),
                     part2: len.div_ceil(outputs_per_workgroup) as u32,
                     ggml_type: ty.id(),
-                    sum_index: sum_index as u32,
                 };
                 // The second weight's params: its rows, bytes and outputs; x as the first's;
-                // its blocks read with word loads (no w16 view of binding 8).
+                // its blocks read with word loads (no w16 view of binding 10).
                 let params2 = second.map(|(sw, bytes, window, y2)| {
                     let second = Params {
                         rows: sw.shape.rows as u32,
@@ -2002,16 +1598,12 @@ impl MatVec {
                     uniform(ctx, "matvec params2", &second)
                 });
                 let params = uniform(ctx, "matvec params", &params);
-                let (xq, yq, yd) = match second {
+                // A mixed binding's second weight: its blocks as yq, its outputs as yd.
+                let (yq, yd) = match second {
                     Some((sw, _, window, y2)) => {
-                        let blocks = window.binding(sw.weights);
-                        let y2 = y2.window.binding(sw.y.buffer);
-                        match input {
-                            Input::Q8(_) | Input::Q8Norm(_) => (xq, blocks, y2),
-                            _ => (blocks, yq, y2),
-                        }
+                        (window.binding(sw.weights), y2.window.binding(sw.y.buffer))
                     }
-                    None => (xq, yq, yd),
+                    None => (yq, yd),
                 };
                 let group = bind_group(
                     ctx,
@@ -2025,12 +1617,7 @@ impl MatVec {
                         step.clone(),
                         w_wide.map_or(placeholder.clone(), |w| w.binding(io.weights)),
                         x16,
-                        match fusion.residual_output {
-                            Some(r) => Window::around(0, 4 * rows, align).binding(r.next_norm),
-                            None => {
-                                norm.map_or(placeholder, |(n, window)| window.binding(n.weight))
-                            }
-                        },
+                        norm.map_or(placeholder, |(n, window)| window.binding(n.weight)),
                         xq,
                         xd,
                         yq,
@@ -2062,15 +1649,9 @@ impl MatVec {
             None => 4 * cols,
         };
         let y_bytes = 4 * rows * if io.accumulate { 2 } else { 1 };
-        // A residual producer also writes the block sums and reads the next norm's weight; a
-        // Q8_NORM product reads the block sums.
-        let q8_out = match (fusion.quantize_output, fusion.residual_output) {
-            (Some(_), _) => Q8Vectors::bytes_per_vector(rows),
-            (None, Some(_)) => Q8Vectors::bytes_per_vector(rows) + 4 * rows / Q8_BLOCK,
-            (None, None) => 0,
-        };
-        let next_norm = fusion.residual_output.map_or(0, |_| 4 * rows);
-        let x_bytes = x_bytes + fusion.q8_norm.map_or(0, |_| 4 * cols / Q8_BLOCK);
+        let q8_out = fusion
+            .quantize_output
+            .map_or(0, |_| Q8Vectors::bytes_per_vector(rows));
         let (norm_weight, norm_reread) = match fusion.norm {
             Some(n) if n.shared => (0, 4 * cols),
             Some(_) => (4 * cols, 0),
@@ -2090,7 +1671,7 @@ impl MatVec {
                 true => "matvec_q8",
                 false => Self::NAME,
             },
-            weight_bytes: w_rows * row_bytes + norm_weight + second_w + next_norm,
+            weight_bytes: w_rows * row_bytes + norm_weight + second_w,
             step_bytes: norm_reread,
             vector_bytes: x_bytes + y_bytes + q8_out + second_y,
             vector_flops: 2 * (w_rows + second_rows) * cols,

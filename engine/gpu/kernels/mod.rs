@@ -49,8 +49,6 @@ pub fn registry() -> Vec<KernelVariant> {
     all.extend(KernelVariant::all_of::<rope_kv::RopeKv>());
     all.extend(KernelVariant::all_of::<attn_decode::AttnDecode>());
     all.extend(KernelVariant::all_of::<attn_decode::AttnDecodeRope>());
-    all.extend(KernelVariant::all_of::<attn_decode::AttnDecodeOneshot>());
-    all.extend(KernelVariant::all_of::<attn_decode::AttnDecodeRopeOneshot>());
     all.extend(KernelVariant::all_of::<attn_prefill::AttnPrefill>());
     all.extend(KernelVariant::all_of::<read_probe::ReadProbe>());
     all

@@ -28,46 +28,6 @@ pub const Q8_BLOCK: u64 = 32;
 /// Invocations per workgroup (`override WG`): one block each.
 const WG: u32 = 64;
 
-/// How a norm's q8 input is computed (the quantize dispatch's NORM pipeline and the mat-vec's
-/// folded quantize alike, so that either gives a row the same blocks).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub enum NormQ8 {
-    /// The row's sum of squares first, then each block of (x·s)·nw (wgsl/quantize_q8.wgsl).
-    TwoPass,
-    /// Each block of x·nw rounded while the row's sum is taken, its scale times s after
-    /// (wgsl/norm_q8.wgsl): one batch of loads instead of five on a decode norm's chain. The
-    /// same blocks in exact arithmetic, other f32 roundings (a code may move by one where a
-    /// value sits within a rounding of a half step): not the two-pass form's bits.
-    OnePass,
-}
-
-impl NormQ8 {
-    pub const DEFAULT: NormQ8 = NormQ8::TwoPass;
-    /// The one-pass form's workgroup (NORM_Q8_LANES of wgsl/norm_q8.wgsl): every kernel running
-    /// it has exactly this many invocations, so they sum in one order.
-    pub const ONEPASS_LANES: u32 = 256;
-    /// The longest row the one-pass form takes (NORM_Q8_BLOCKS blocks a lane).
-    pub const ONEPASS_MAX_COLS: u64 = 4 * 256 * Q8_BLOCK;
-
-    /// `FAK_NORM_Q8`: `twopass` (or unset, empty) | `onepass`; anything else is refused,
-    /// naming the variable.
-    pub fn from_env() -> Result<NormQ8, GpuError> {
-        match std::env::var("FAK_NORM_Q8").as_deref() {
-            Err(_) | Ok("") | Ok("twopass") => Ok(NormQ8::TwoPass),
-            Ok("onepass") => Ok(NormQ8::OnePass),
-            Ok(other) => Err(shape_error(
-                "quantize_q8",
-                format!("FAK_NORM_Q8={other}: expected twopass or onepass"),
-            )),
-        }
-    }
-
-    /// Whether a norm of rows of `cols` takes this form (the one-pass form holds
-    /// [`NormQ8::ONEPASS_MAX_COLS`]; longer rows keep the two-pass form everywhere).
-    pub fn applies(self, cols: u64) -> bool {
-        self == NormQ8::OnePass && cols <= Self::ONEPASS_MAX_COLS
-    }
-}
 /// x, codes, scales, params, step, the norm weight.
 const SLOTS: &[Slot] = &[
     Slot::Read,
@@ -93,16 +53,12 @@ pub type CodesAndScales = (Vec<i8>, Vec<f32>);
 
 /// Up to `max_batch` vectors of up to `cols` elements as 8-bit blocks: vector b of c columns has
 /// its codes (4 per u32, i8 each) at word b·c/4 of `codes` and its block scales at b·c/32 of
-/// `scales` (wgsl/quantize_q8.wgsl). Vectors [`Q8Vectors::with_sums`] made also hold, behind
-/// the scales, one f32 per block: the sum of squares of the values a residual producer quantized
-/// (wgsl/matvec.wgsl, QUANTIZE_RESIDUAL), vector b's from [`Q8Vectors::sum_index`] + b·c/32.
+/// `scales` (wgsl/quantize_q8.wgsl).
 pub struct Q8Vectors {
     pub codes: wgpu::Buffer,
     pub scales: wgpu::Buffer,
     pub cols: u64,
     pub max_batch: u32,
-    /// The scales buffer holds the block sums behind the scales.
-    pub sums: bool,
 }
 
 impl Q8Vectors {
@@ -113,27 +69,6 @@ impl Q8Vectors {
         cols: u64,
         max_batch: u32,
     ) -> Result<Q8Vectors, GpuError> {
-        Self::allocate(ctx, label, cols, max_batch, false)
-    }
-
-    /// [`Q8Vectors::new`] with room for a block sum of squares behind the scales (the
-    /// producer-side quantize's vectors: wgsl/matvec.wgsl, QUANTIZE_RESIDUAL and Q8_NORM).
-    pub fn with_sums(
-        ctx: &GpuContext,
-        label: &str,
-        cols: u64,
-        max_batch: u32,
-    ) -> Result<Q8Vectors, GpuError> {
-        Self::allocate(ctx, label, cols, max_batch, true)
-    }
-
-    fn allocate(
-        ctx: &GpuContext,
-        label: &str,
-        cols: u64,
-        max_batch: u32,
-        sums: bool,
-    ) -> Result<Q8Vectors, GpuError> {
         if cols == 0 || !cols.is_multiple_of(Q8_BLOCK) || max_batch == 0 {
             return Err(shape_error(
                 QuantizeQ8::NAME,
@@ -141,29 +76,12 @@ impl Q8Vectors {
             ));
         }
         let n = u64::from(max_batch) * cols;
-        let per_block = if sums { 2 } else { 1 };
         Ok(Q8Vectors {
             codes: storage_buffer(ctx, &format!("{label} q8 codes"), n)?,
-            scales: storage_buffer(
-                ctx,
-                &format!("{label} q8 scales"),
-                4 * per_block * n / Q8_BLOCK,
-            )?,
+            scales: storage_buffer(ctx, &format!("{label} q8 scales"), 4 * n / Q8_BLOCK)?,
             cols,
             max_batch,
-            sums,
         })
-    }
-
-    /// The element index in `scales` of vector 0's first block sum (behind every vector's
-    /// scales); the scales' length without sums.
-    pub fn sum_index(&self) -> u64 {
-        u64::from(self.max_batch) * self.cols / Q8_BLOCK
-    }
-
-    /// The bytes of `scales` the kernels read or write: the scales, and the sums where held.
-    pub fn scale_bytes(&self) -> u64 {
-        4 * self.sum_index() * if self.sums { 2 } else { 1 }
     }
 
     /// Bytes of one vector of `cols` columns: its codes and its blocks' scales.
@@ -214,19 +132,15 @@ impl Q8Vectors {
 pub struct QuantizeQ8 {
     variant: KernelPaths,
     layout: wgpu::BindGroupLayout,
-    /// No norm, the two-pass norm, the one-pass norm.
+    /// No norm, the norm.
     pipelines: Vec<wgpu::ComputePipeline>,
     placeholder: wgpu::Buffer,
-    /// The form of the NORM pipeline its bindings take.
-    form: NormQ8,
 }
 
 /// One producer bound for [`QuantizeQ8::encode`].
 pub struct QuantizeQ8Binding {
     group: wgpu::BindGroup,
     norm: bool,
-    /// The norm in the one-pass form (`NormQ8::OnePass`).
-    onepass: bool,
     max_batch: u32,
     workgroups: u32,
     /// Values per vector.
@@ -246,21 +160,13 @@ impl Kernel for QuantizeQ8 {
             .with(wgsl::STEP)
             .with(wgsl::Q8_BLOCK)
             .with(wgsl::STRIDED_SQUARES)
-            .with(wgsl::NORM_Q8)
             .with(wgsl::QUANTIZE_Q8);
-        // Pipelines: no norm, the two-pass norm, the one-pass norm (`pipeline_index`).
-        let pipelines = [(false, false), (true, false), (true, true)]
-            .map(|(norm, onepass)| {
-                let wg = if onepass { NormQ8::ONEPASS_LANES } else { WG };
-                PipelineSpec {
-                    label: format!("quantize_q8 norm {norm} onepass {onepass}"),
-                    entry_point: "quantize_q8",
-                    constants: vec![
-                        ("WG", f64::from(wg)),
-                        ("NORM", f64::from(u8::from(norm))),
-                        ("ONEPASS", f64::from(u8::from(onepass))),
-                    ],
-                }
+        // Pipelines: no norm, the norm (indexed by `norm`).
+        let pipelines = [false, true]
+            .map(|norm| PipelineSpec {
+                label: format!("quantize_q8 norm {norm}"),
+                entry_point: "quantize_q8",
+                constants: vec![("WG", f64::from(WG)), ("NORM", f64::from(u8::from(norm)))],
             })
             .to_vec();
         KernelSource {
@@ -272,14 +178,8 @@ impl Kernel for QuantizeQ8 {
 }
 
 impl QuantizeQ8 {
-    /// Builds the variant of `paths` (the subgroup reduction of the norm where allowed), its
-    /// norm in the form `FAK_NORM_Q8` names ([`NormQ8::from_env`]).
+    /// Builds the variant of `paths` (the subgroup reduction of the norm where allowed).
     pub fn new(ctx: &GpuContext, paths: KernelPaths) -> Result<Self, GpuError> {
-        Self::with_form(ctx, paths, NormQ8::from_env()?)
-    }
-
-    /// [`QuantizeQ8::new`] with the norm in `form`.
-    pub fn with_form(ctx: &GpuContext, paths: KernelPaths, form: NormQ8) -> Result<Self, GpuError> {
         let variant = KernelVariant::of::<Self>(Self::AXES.select(paths));
         let built = build(ctx, &variant)?;
         Ok(QuantizeQ8 {
@@ -287,13 +187,7 @@ impl QuantizeQ8 {
             layout: built.layout,
             pipelines: built.pipelines,
             placeholder: super::support::placeholder(ctx),
-            form,
         })
-    }
-
-    /// The form of the norm its bindings take.
-    pub fn form(&self) -> NormQ8 {
-        self.form
     }
 
     pub fn variant(&self) -> KernelPaths {
@@ -369,18 +263,11 @@ impl QuantizeQ8 {
                 entry(5, nw),
             ],
         });
-        // The one-pass norm: one workgroup a vector does the whole row.
-        let onepass = norm.is_some() && self.form.applies(cols);
-        let workgroups = match onepass {
-            true => 1,
-            false => (cols / Q8_BLOCK).div_ceil(u64::from(WG)) as u32,
-        };
         Ok(QuantizeQ8Binding {
             group,
             norm: norm.is_some(),
-            onepass,
             max_batch,
-            workgroups,
+            workgroups: (cols / Q8_BLOCK).div_ceil(u64::from(WG)) as u32,
             cols,
         })
     }
@@ -403,8 +290,7 @@ impl QuantizeQ8 {
                 ),
             ));
         }
-        let pipeline = usize::from(binding.norm) + usize::from(binding.onepass);
-        pass.set_pipeline(&self.pipelines[pipeline]);
+        pass.set_pipeline(&self.pipelines[usize::from(binding.norm)]);
         pass.set_bind_group(0, &binding.group, &[]);
         pass.dispatch_workgroups(binding.workgroups, n_tokens, 1);
         let cols = binding.cols;

@@ -6,7 +6,7 @@ use super::linear::{FedMatVec, Linear};
 use super::pointwise::Pointwise;
 use super::projections::{Projection, StackedProjections};
 use super::scratch::Act;
-use super::{Binder, Kernels, ResidualLinks};
+use super::{Binder, Kernels};
 use crate::gguf::TensorInfo;
 use crate::gpu::kernels::attn_decode::{
     AttnDecode, AttnShape, DecodeBinding, DecodeIo, DecodeRopeIo,
@@ -334,14 +334,12 @@ pub struct AttentionBlock {
 
 impl AttentionBlock {
     /// Binds the layer's attention (tensors `t`, its input norm `attn_norm`) over the shared
-    /// activations, on the shared pool's page-table rows (`io.tokens`, `io.pages`); `links`: its
-    /// place in the producer-side quantize (`FAK_DECODE_FUSE=pquant`).
+    /// activations, on the shared pool's page-table rows (`io.tokens`, `io.pages`).
     pub fn bind(
         b: &Binder,
         (kernels, dims, rope): (&AttentionKernels, &AttentionDims, &RopeTable),
         attn_norm: &TensorInfo,
         t: &AttentionTensors,
-        links: ResidualLinks<'_>,
     ) -> Result<AttentionBlock, ModelError> {
         let s = b.scratch;
         let (n_head, n_kv, hd) = (dims.n_head as u32, dims.n_kv as u32, dims.head_dim as u32);
@@ -355,8 +353,7 @@ impl AttentionBlock {
                 y: s.get(act),
             });
         let x_h = (s.get(Act::X), s.get(Act::H));
-        let norm = (attn_norm, links.input);
-        let (qkv, outputs) = StackedProjections::bind(b, x_h, norm, &parts, qkv_op_name)?;
+        let (qkv, outputs) = StackedProjections::bind(b, x_h, attn_norm, &parts, qkv_op_name)?;
         // With an output gate, head h's q is values [2h·hd, (2h+1)·hd) of W_q's output, its
         // gate the next hd.
         let q_stride = if t.output_gate { 2 * hd } else { hd };
@@ -395,7 +392,6 @@ impl AttentionBlock {
             (s.get(Act::O), s.get(Act::X)),
             MatmulOutput::Accumulate,
             fold,
-            links.next_norm,
         )?;
         let attention = Attention::bind(
             b.k,
@@ -434,12 +430,6 @@ impl AttentionBlock {
             wo,
             wo_fed,
         })
-    }
-
-    /// The next norm's q8 input that W_o's decode product writes, where bound
-    /// (`FAK_DECODE_FUSE=pquant`).
-    pub fn residual(&self) -> Option<&Q8Vectors> {
-        self.wo_fed.as_ref().and_then(FedMatVec::residual)
     }
 
     /// Records the block for `n` tokens of a step of `marks.kind`.

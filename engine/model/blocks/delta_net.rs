@@ -4,7 +4,7 @@
 use super::linear::{FedMatVec, Linear};
 use super::projections::{Projection, StackedProjections};
 use super::scratch::Act;
-use super::{Binder, Kernels, ResidualLinks};
+use super::{Binder, Kernels};
 use crate::gguf::TensorInfo;
 use crate::gpu::kernels::delta_prep::{DeltaPrep, PrepBinding, PrepIo};
 use crate::gpu::kernels::delta_state::{DeltaDims, DeltaState, TensorRef};
@@ -15,7 +15,6 @@ use crate::gpu::kernels::gated_delta_chunk::{
 use crate::gpu::kernels::gated_norm::{GatedNorm, NormBinding, NormIo as GatedNormIo};
 use crate::gpu::kernels::gdn_decode::{GdnDecode, GdnDecodeBinding, GdnDecodeIo, Split};
 use crate::gpu::kernels::matmul::MatmulOutput;
-use crate::gpu::kernels::quantize_q8::Q8Vectors;
 use crate::gpu::kernels::ssm_conv::{ConvBinding, ConvIo, SsmConv};
 use crate::gpu::profile::StepMarks;
 use crate::gpu::step::{MAX_BATCH, SeqBatch, StepKind};
@@ -102,7 +101,6 @@ impl DeltaNetBlock {
         d: &DeltaNetKernels,
         attn_norm: &TensorInfo,
         t: &DeltaNetTensors,
-        links: ResidualLinks<'_>,
     ) -> Result<DeltaNetBlock, ModelError> {
         let (ctx, rows, s, table) = (b.ctx, b.rows, b.scratch, &b.io.seqs);
         let parts = [
@@ -117,7 +115,7 @@ impl DeltaNetBlock {
         });
         let x_h = (s.get(Act::X), s.get(Act::H));
         let (projections, placed) =
-            StackedProjections::bind(b, x_h, (attn_norm, links.input), &parts, gdn_op_name)?;
+            StackedProjections::bind(b, x_h, attn_norm, &parts, gdn_op_name)?;
         let [m, z, beta, alpha] = [placed[0], placed[1], placed[2], placed[3]];
         let state = DeltaState::new(ctx, d.dims, table.n_slots())?;
         if b.poison {
@@ -200,7 +198,6 @@ impl DeltaNetBlock {
             (s.get(Act::GdnY), s.get(Act::X)),
             MatmulOutput::Accumulate,
             fold,
-            links.next_norm,
         )?;
         let fused = d
             .fused
@@ -238,12 +235,6 @@ impl DeltaNetBlock {
             out_fed,
             state,
         })
-    }
-
-    /// The next norm's q8 input that W_out's decode product writes, where bound
-    /// (`FAK_DECODE_FUSE=pquant`).
-    pub fn residual(&self) -> Option<&Q8Vectors> {
-        self.out_fed.as_ref().and_then(FedMatVec::residual)
     }
 
     /// Records the layer for `batch`: one sequence of `batch.len` tokens, one token of each of

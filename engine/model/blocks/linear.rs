@@ -5,7 +5,7 @@ use super::Kernels;
 use crate::gguf::TensorInfo;
 use crate::gpu::kernels::matmul::{MatmulBinding, MatmulBuffers, MatmulOutput, MatmulShape};
 use crate::gpu::kernels::matvec::{
-    InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecShape, ResidualOutput,
+    InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecShape,
 };
 use crate::gpu::kernels::quantize_q8::{Q8_BLOCK, Q8Vectors, QuantizeQ8Binding};
 use crate::gpu::profile::{Recorded, StepMarks};
@@ -106,25 +106,12 @@ impl QuantizedInput {
 pub struct FedMatVec {
     vectors: Q8Vectors,
     matvec: MatVecBinding,
-    /// The producer-side quantize (`FAK_DECODE_FUSE=pquant`, [`super::decode_fuse`]): the same
-    /// product (a residual add) also writing the next norm's q8 input, which a later product
-    /// reads with its summed norm instead of a quantize dispatch (`MatVecFusion::residual_output`).
-    producing: Option<Producing>,
-}
-
-/// A residual producer's binding and the vectors it writes: the q8 blocks of x·w_next and their
-/// block sums of squares (`Q8Vectors::with_sums`), the next norm's weight w_next.
-struct Producing {
-    matvec: MatVecBinding,
-    vectors: Q8Vectors,
 }
 
 impl FedMatVec {
     /// Room for up to `max_tokens` (capped at [`MAX_BATCH`]) q8 vectors of x and the mat-vec
     /// `y (+)= W x̂` of `shape` reading them; None off the int-dot path, where `shape.ty` takes no
-    /// q8 inputs ([`QuantizedInput::takes`]) or x is not whole blocks. With `next_norm` (the
-    /// weight of the RMSNorm after this residual add) and an accumulating product of whole
-    /// 32-row blocks, also the producing binding ([`FedMatVec::residual`]).
+    /// q8 inputs ([`QuantizedInput::takes`]) or x is not whole blocks.
     #[allow(clippy::too_many_arguments)]
     pub fn bind(
         k: &Kernels,
@@ -136,7 +123,6 @@ impl FedMatVec {
         step: &StepBuffer,
         max_tokens: u32,
         output: MatmulOutput,
-        next_norm: Option<&wgpu::Buffer>,
     ) -> Result<Option<FedMatVec>, GpuError> {
         let cols = shape.cols;
         if k.quantize.is_none()
@@ -154,28 +140,7 @@ impl FedMatVec {
             ..MatVecFusion::default()
         };
         let matvec = k.matvec.bind_fused(ctx, shape, &io, fusion)?;
-        let producing = match next_norm {
-            Some(next_norm) if accumulate && shape.rows.is_multiple_of(Q8_BLOCK) => {
-                let residual = Q8Vectors::with_sums(ctx, "residual", shape.rows, max_batch)?;
-                let fusion = MatVecFusion {
-                    residual_output: Some(ResidualOutput {
-                        vectors: &residual,
-                        next_norm,
-                    }),
-                    ..fusion
-                };
-                Some(Producing {
-                    matvec: k.matvec.bind_fused(ctx, shape, &io, fusion)?,
-                    vectors: residual,
-                })
-            }
-            _ => None,
-        };
-        Ok(Some(FedMatVec {
-            vectors,
-            matvec,
-            producing,
-        }))
+        Ok(Some(FedMatVec { vectors, matvec }))
     }
 
     /// The vectors the producer writes.
@@ -183,25 +148,14 @@ impl FedMatVec {
         &self.vectors
     }
 
-    /// Where bound, the q8 blocks of the next norm's input that every decode step's product
-    /// writes (x·w_next and the block sums of squares): a later product's `MatVecFusion::q8`
-    /// with `q8_norm`.
-    pub fn residual(&self) -> Option<&Q8Vectors> {
-        self.producing.as_ref().map(|p| &p.vectors)
-    }
-
-    /// Records the product of `n` vectors (written earlier in the pass); where bound, the
-    /// producing one, so that the next norm's blocks are there for every decode step.
+    /// Records the product of `n` vectors (written earlier in the pass).
     pub fn encode(
         &self,
         k: &Kernels,
         pass: &mut wgpu::ComputePass,
         n: u32,
     ) -> Result<Recorded, GpuError> {
-        match &self.producing {
-            Some(p) => k.matvec.encode(pass, &p.matvec, n),
-            None => k.matvec.encode(pass, &self.matvec, n),
-        }
+        k.matvec.encode(pass, &self.matvec, n)
     }
 }
 

@@ -4,14 +4,13 @@ use super::linear::{FedMatVec, Linear, QuantizedInput};
 use super::norm::Norm;
 use super::pointwise::Pointwise;
 use super::scratch::Act;
-use super::{Binder, Kernels, ResidualLinks, stackable, upload_weights};
+use super::{Binder, Kernels, stackable, upload_weights};
 use crate::gpu::GpuError;
 use crate::gpu::kernels::elementwise::ElementwiseOp;
 use crate::gpu::kernels::matmul::{MatmulInput, MatmulNorm, MatmulOutput};
 use crate::gpu::kernels::matvec::{
     InputNorm, MatVecBinding, MatVecFusion, MatVecLayout, MatVecShape,
 };
-use crate::gpu::kernels::quantize_q8::Q8Vectors;
 use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::support::View;
 use crate::gpu::profile::StepMarks;
@@ -42,24 +41,16 @@ pub struct Mlp {
     folded: Option<MatVecBinding>,
     /// On the int-dot path: RMSNorm(x) quantized for `folded`.
     quantized: Option<QuantizedInput>,
-    /// On the int-dot path with the norm fold ([`super::decode_norm_fold`]): `folded` norming
-    /// and quantizing x inside each workgroup, so the step needs no quantize dispatch.
-    quantizing: Option<MatVecBinding>,
     down: Linear,
     /// On the int-dot path, where W_down takes q8 inputs: `folded` also writes its SwiGLU as q8
     /// blocks (`MatVecFusion::quantize_output`) and this decode mat-vec of W_down reads them, so
     /// the down product needs no quantize dispatch of its own.
     down_fed: Option<FedMatVec>,
-    /// With `FAK_DECODE_FUSE=pquant`, where the mixer's residual add writes this norm's q8
-    /// input ([`super::ResidualLinks::input`]): `folded` over those blocks with their summed
-    /// norm (`MatVecFusion::q8_norm`), so the step needs no quantize dispatch.
-    prefed: Option<MatVecBinding>,
 }
 
 impl Mlp {
-    /// Binds the MLP of tensors `t` over the shared activations; `links`: its place in the
-    /// producer-side quantize (`FAK_DECODE_FUSE=pquant`).
-    pub fn bind(b: &Binder, t: &MlpTensors, links: ResidualLinks<'_>) -> Result<Mlp, ModelError> {
+    /// Binds the MLP of tensors `t` over the shared activations.
+    pub fn bind(b: &Binder, t: &MlpTensors) -> Result<Mlp, ModelError> {
         let buffers = MlpBuffers {
             x: b.scratch.get(Act::X),
             h: b.scratch.get(Act::H),
@@ -142,13 +133,7 @@ impl Mlp {
         };
         // W_down, and its integer decode mat-vec reading the pairing's quantized SwiGLU where
         // both fold.
-        let (mut down, fed) = b.linear_fed(
-            t.down,
-            (s.act, s.x),
-            MatmulOutput::Accumulate,
-            true,
-            links.next_norm,
-        )?;
+        let (mut down, fed) = b.linear_fed(t.down, (s.act, s.x), MatmulOutput::Accumulate, true)?;
         // The prompt product reads the gate|up rows and takes their SwiGLU itself
         // (FAK_PREFILL_FOLD=swiglu).
         b.fold_prefill(&mut down, s.gate_up, MatmulInput::SwiGlu)?;
@@ -164,50 +149,15 @@ impl Mlp {
             Some(folded) => (Some(folded), fed),
             None => (b.fold(paired, &w, s.x, s.act, fusion)?, None),
         };
-        // The same product (and quantized output) with the norm quantized in the workgroup.
-        let quantizing = match (&folded, &quantized) {
-            (Some(_), Some(_)) => {
-                let fusion = MatVecFusion {
-                    quantize_output: down_fed.as_ref().map(FedMatVec::vectors),
-                    layout: down_fed.as_ref().map(|_| MatVecLayout::QUANTIZING),
-                    ..fusion
-                };
-                b.fold_quantized(paired, &w, s.x, s.act, input_norm, fusion)?
-            }
-            _ => None,
-        };
-        // The pairing over the mixer's blocks of this norm's input, as `folded` writes its output.
-        let prefed = match (&folded, &quantized, links.input) {
-            (Some(_), Some(_), Some(input)) => {
-                let fusion = MatVecFusion {
-                    swiglu: true,
-                    q8: Some(input),
-                    q8_norm: Some(b.eps),
-                    quantize_output: down_fed.as_ref().map(FedMatVec::vectors),
-                    layout: down_fed.as_ref().map(|_| MatVecLayout::QUANTIZING),
-                    ..MatVecFusion::default()
-                };
-                b.fold(paired, &w, s.x, s.act, fusion)?
-            }
-            _ => None,
-        };
         Ok(Mlp {
             norm: Norm::bind(b.k, b.ctx, io, d, 1, b.eps, &norm_weight, b.step, b.rows)?,
             gate_up,
             swiglu: b.pointwise(1, n_ff, swiglu)?,
             folded,
             quantized,
-            quantizing,
             down,
             down_fed,
-            prefed,
         })
-    }
-
-    /// The next norm's q8 input that W_down's decode product writes, where bound
-    /// (`FAK_DECODE_FUSE=pquant`).
-    pub fn residual(&self) -> Option<&Q8Vectors> {
-        self.down_fed.as_ref().and_then(FedMatVec::residual)
     }
 
     /// Records the block's ops: `ffn_gate_up` (norm, gate, up and SwiGLU folded) and
@@ -221,26 +171,13 @@ impl Mlp {
     ) -> Result<(), GpuError> {
         match &self.folded {
             Some(binding) if marks.kind == StepKind::Decode => {
-                let prefed = self.prefed.as_ref().filter(|p| p.max_batch() >= n);
-                let quantizing = self.quantizing.as_ref().filter(|q| q.max_batch() >= n);
-                let product =
-                    |binding| move |pass: &mut wgpu::ComputePass| k.matvec.encode(pass, binding, n);
-                let recorded = match (prefed, quantizing) {
-                    // The mixer's residual add wrote this norm's q8 input.
-                    (Some(prefed), _) => marks.probed("ffn_gate_up", pass, product(prefed))?,
-                    // The norm and its quantization inside the product.
-                    (None, Some(quantizing)) => {
-                        marks.probed("ffn_gate_up", pass, product(quantizing))?
-                    }
-                    (None, None) => {
-                        let quantized = match &self.quantized {
-                            Some(q) => Some(marks.probed("ffn_norm", pass, |p| q.encode(k, p, n))?),
-                            None => None,
-                        };
-                        let product = marks.probed("ffn_gate_up", pass, product(binding))?;
-                        quantized.map_or(product, |q| product.after(q))
-                    }
+                let quantized = match &self.quantized {
+                    Some(q) => Some(marks.probed("ffn_norm", pass, |p| q.encode(k, p, n))?),
+                    None => None,
                 };
+                let product =
+                    marks.probed("ffn_gate_up", pass, |p| k.matvec.encode(p, binding, n))?;
+                let recorded = quantized.map_or(product, |q| product.after(q));
                 marks.op(pass, "ffn_gate_up", recorded);
                 if let Some(down) = &self.down_fed {
                     // act read as the q8 codes and scales the pairing wrote.

@@ -33,7 +33,7 @@ use crate::gpu::kernels::matmul::{Matmul, MatmulBuffers, MatmulInput, MatmulOutp
 use crate::gpu::kernels::matvec::{
     InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecShape,
 };
-use crate::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
+use crate::gpu::kernels::quantize_q8::QuantizeQ8;
 use crate::gpu::kernels::rms_norm::RmsNorm;
 use crate::gpu::kernels::rope_kv::RopeKv;
 use crate::gpu::step::{StepBuffer, StepIo};
@@ -114,37 +114,15 @@ pub fn decode_q8_fold() -> bool {
     decode_fusion() && std::env::var("FAK_DECODE_Q8_FOLD").as_deref() != Ok("0")
 }
 
-/// Whether, on the int-dot path, the decode mat-vecs after an RMSNorm (the mixer's projections,
-/// the MLP's gate/up) norm and quantize the residual stream inside each workgroup instead of
-/// reading a quantize dispatch's blocks (`MatVecFusion::quantize_input`): one dispatch fewer per
-/// norm. Off unless `FAK_DECODE_NORM_FOLD=1` (and `FAK_DECODE_FUSION` is not 0): on an H100 it
-/// lost (2026-12-05 #7, experiments/NOTES.md: 27B 77.2 → 69.0 tok/s, 8B 213.6 → 207.2, with
-/// 518 → 358 and 348 → 258 dispatches per token) — every workgroup of a wide product reads and
-/// norms the whole f32 row (27B gate/up: ~8 700 workgroups × 40 KB of x and norm weight) where
-/// the quantize dispatch's blocks are a quarter of x's bytes, and that costs more than the
-/// dispatches saved. The products are the same bits either way, so a step whose batch the
-/// workgroup memory cannot hold takes the quantize dispatch without changing any row.
-pub fn decode_norm_fold() -> bool {
-    decode_fusion() && std::env::var("FAK_DECODE_NORM_FOLD").as_deref() == Ok("1")
-}
-
-/// Whether, with the norm fold, two projection runs of one normed input whose types differ (a
-/// Q6_K run beside a Q4_K one: a GDN layer's qkv beside z, β, α; attention's v beside q, k) are
-/// one mixed decode dispatch (`MatVecFusion::second`) instead of two. On with the norm fold
-/// unless `FAK_DECODE_MERGE=0` (to measure it alone). The same bits either way.
-pub fn decode_merge() -> bool {
-    decode_norm_fold() && std::env::var("FAK_DECODE_MERGE").as_deref() != Ok("0")
-}
-
 /// The decode fusions on unless `FAK_DECODE_FUSE` removes them (`-rope`).
 const DEFAULT_DECODE_FUSIONS: &[&str] = &["rope"];
 
 /// The decode fusions: [`DEFAULT_DECODE_FUSIONS`] plus those `FAK_DECODE_FUSE` names (a comma
 /// list), less those it names with a `-` (`-rope`); `FAK_DECODE_FUSION=0` turns every one off.
-/// All but `pquant` compute the same bits as the dispatches they replace (experiments/NOTES.md,
-/// "decfuse", "ropekv"):
-/// - `merge` (opt-in: 3 % slower on the Qwen3.5-27B on an H100): on the int-dot path without the
-///   norm fold, two projection runs of one normed input whose types differ (a GDN layer's Q6_K
+/// Each computes the same bits as the dispatches it replaces (experiments/NOTES.md, "decfuse",
+/// "ropekv"):
+/// - `merge` (opt-in: 3 % slower on the Qwen3.5-27B on an H100): on the int-dot path, two
+///   projection runs of one normed input whose types differ (a GDN layer's Q6_K
 ///   qkv beside its Q4_K z, β, α; attention's Q6_K v beside q, k) as one mixed mat-vec over the
 ///   quantize dispatch's q8 vectors (`MatVecFusion::second`), instead of two: one dispatch fewer
 ///   per such layer, no read added.
@@ -154,34 +132,21 @@ const DEFAULT_DECODE_FUSIONS: &[&str] = &["rope"];
 ///   holding the new position norms, rotates and writes its k and v first: one dispatch fewer
 ///   per attention layer, no read of weights or cache added. Where the adapter cannot hold the
 ///   form, the rope_kv dispatch stays.
-/// - `pquant` (opt-in; not the default's bits: a relative-error bound, experiments/NOTES.md
-///   "pqz"): on the int-dot path, the producer-side quantize — each decode mat-vec that adds
-///   into the residual stream (gdn_out, attn_output, ffn_down; [`linear::FedMatVec`]) also
-///   writes, per 32-row block it owns, the q8 codes of x·w_next (w_next the next RMSNorm's
-///   weight) and the block's Σ x², so the q8 products after that norm (the next mixer's
-///   projections, the gate/up pairing) read them and scale by 1 / rms from the summed blocks
-///   instead of a quantize dispatch: one dispatch fewer per norm but the first layer's (127 a
-///   token on the 27B, 71 on the 8B). Its producers run in a layout of 8 teams
-///   (`MatVecLayout::PRODUCING`, or `FAK_MATVEC_RESIDUAL_LAYOUT`'s where it has 8). Where a
-///   producer or a consumer cannot take it, the quantize dispatch stays. Not `all`'s: it
-///   changes bits.
-/// - `all`: every fusion above that keeps the default's bits (`merge`, `rope`).
+/// - `all`: every fusion above (`merge`, `rope`).
 pub fn decode_fuse(part: &str) -> bool {
     let list = std::env::var("FAK_DECODE_FUSE").unwrap_or_default();
     let parts: Vec<&str> = list.split(',').map(str::trim).collect();
-    let named = parts
-        .iter()
-        .any(|&p| p == part || (p == "all" && part != "pquant"));
+    let named = parts.iter().any(|&p| p == part || p == "all");
     let removed = parts.iter().any(|p| p.strip_prefix('-') == Some(part));
     decode_fusion() && !removed && (named || DEFAULT_DECODE_FUSIONS.contains(&part))
 }
 
 /// The names `FAK_DECODE_FUSE` takes, each also with a leading `-` ([`decode_fuse`]).
-const DECODE_FUSE_NAMES: &[&str] = &["merge", "rope", "pquant", "all"];
+const DECODE_FUSE_NAMES: &[&str] = &["merge", "rope", "all"];
 
 /// Refuses a `FAK_DECODE_FUSE` naming what is no decode fusion (a typo, or a removed one such
-/// as `lastnorm`: experiments/NOTES.md "unlastnorm"), which [`decode_fuse`] would otherwise
-/// ignore, so that a run labelled with it measures the default.
+/// as `lastnorm` or `pquant`: experiments/NOTES.md "unlastnorm", "prune"), which
+/// [`decode_fuse`] would otherwise ignore, so that a run labelled with it measures the default.
 pub fn check_decode_fuse() -> Result<(), GpuError> {
     let list = std::env::var("FAK_DECODE_FUSE").unwrap_or_default();
     match unknown_decode_fusion(&list) {
@@ -202,16 +167,6 @@ pub fn check_decode_fuse() -> Result<(), GpuError> {
 fn unknown_decode_fusion(list: &str) -> Option<&str> {
     let mut parts = list.split(',').map(str::trim).filter(|p| !p.is_empty());
     parts.find(|p| !DECODE_FUSE_NAMES.contains(&p.trim_start_matches('-')))
-}
-
-/// A block's links in the producer-side quantize (`FAK_DECODE_FUSE=pquant`, [`decode_fuse`]):
-/// the q8 blocks its normed input comes as (the previous residual producer's
-/// [`linear::FedMatVec::residual`]; None: its quantize dispatch), and the weight of the norm
-/// after its own residual add (None: the head's, or the form off).
-#[derive(Clone, Copy, Default)]
-pub struct ResidualLinks<'a> {
-    pub input: Option<&'a Q8Vectors>,
-    pub next_norm: Option<&'a TensorInfo>,
 }
 
 /// A weight tensor's bytes, exactly as the GGUF stores them, in a buffer of its own (labelled
@@ -341,23 +296,16 @@ impl<'a> Binder<'a> {
     }
 
     /// [`Binder::linear`], and where `fed` (its producer can write x as q8 blocks) and the
-    /// int-dot path takes them, the decode mat-vec reading those blocks ([`FedMatVec`]); with
-    /// `next_norm` (the norm after this residual add) and `FAK_DECODE_FUSE=pquant`, one that
-    /// also writes that norm's q8 input ([`FedMatVec::residual`]).
+    /// int-dot path takes them, the decode mat-vec reading those blocks ([`FedMatVec`]).
     pub fn linear_fed(
         &self,
         t: &TensorInfo,
         (x, y): (&wgpu::Buffer, &wgpu::Buffer),
         output: MatmulOutput,
         fed: bool,
-        next_norm: Option<&TensorInfo>,
     ) -> Result<(Linear, Option<FedMatVec>), ModelError> {
         let w = upload_weight(self.ctx, self.gguf, t)?;
         let linear = Linear::bind(self.k, self.ctx, t, &w, x, y, self.step, self.rows, output)?;
-        let next_norm = match next_norm.filter(|_| decode_fuse("pquant")) {
-            Some(t) => Some(self.vector(t)?),
-            None => None,
-        };
         let fed = match fed {
             true => FedMatVec::bind(
                 self.k,
@@ -369,7 +317,6 @@ impl<'a> Binder<'a> {
                 self.step,
                 self.rows,
                 output,
-                next_norm.as_ref(),
             )?,
             false => None,
         };
@@ -386,38 +333,6 @@ impl<'a> Binder<'a> {
         types: &[GgmlType],
     ) -> Result<Option<QuantizedInput>, GpuError> {
         QuantizedInput::bind(self.k, self.ctx, x, cols, norm, types, self.step, self.rows)
-    }
-
-    /// The decode mat-vec of `shape` with the norm `norm` of the residual stream `x` and its
-    /// quantization folded in (`MatVecFusion::quantize_input`, with `fusion`'s other parts),
-    /// where the int-dot path takes `shape.ty`, [`decode_norm_fold`] is on and the adapter holds
-    /// one vector; else None.
-    pub fn fold_quantized(
-        &self,
-        shape: MatVecShape,
-        w: &wgpu::Buffer,
-        x: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        norm: InputNorm<'_>,
-        fusion: MatVecFusion<'_>,
-    ) -> Result<Option<MatVecBinding>, GpuError> {
-        if self.k.quantize.is_none()
-            || !decode_norm_fold()
-            || !QuantizedInput::takes(shape.ty)
-            || !self
-                .k
-                .matvec
-                .quantizes_input(self.ctx, shape.cols, fusion.layout)
-        {
-            return Ok(None);
-        }
-        let fusion = MatVecFusion {
-            norm: Some(norm),
-            q8: None,
-            quantize_input: true,
-            ..fusion
-        };
-        self.fold(shape, w, x, y, fusion)
     }
 
     /// A decode mat-vec with `fusion` folded in, reading the residual stream `x`; None where
@@ -463,7 +378,7 @@ mod tests {
             "",
             "merge",
             "rope,-rope",
-            " pquant , merge ",
+            " rope , merge ",
             "all,-merge",
             "merge,",
         ] {
@@ -472,6 +387,8 @@ mod tests {
         // lastnorm was removed (experiments/NOTES.md "unlastnorm"): refused like a typo.
         assert_eq!(unknown_decode_fusion("lastnorm"), Some("lastnorm"));
         assert_eq!(unknown_decode_fusion("merge,-lastnorm"), Some("-lastnorm"));
+        // So was pquant (experiments/NOTES.md "prune").
+        assert_eq!(unknown_decode_fusion("pquant,merge"), Some("pquant"));
         assert_eq!(unknown_decode_fusion("rope,mrege"), Some("mrege"));
     }
 }

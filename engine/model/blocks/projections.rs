@@ -10,9 +10,8 @@ use crate::gpu::Activations;
 use crate::gpu::GpuError;
 use crate::gpu::kernels::matmul::{MatmulInput, MatmulNorm, MatmulOutput};
 use crate::gpu::kernels::matvec::{
-    InputNorm, MatVecBinding, MatVecFusion, MatVecShape, MixedInput, SecondWeight,
+    InputNorm, MatVecBinding, MatVecFusion, MatVecShape, SecondWeight,
 };
-use crate::gpu::kernels::quantize_q8::Q8Vectors;
 use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::support::View;
 use crate::gpu::profile::StepMarks;
@@ -31,22 +30,10 @@ struct NormedLinears {
     /// Each part's product over h, and (decode) over x with the norm folded in; the latter is
     /// None when the norm cannot fold (rows not a multiple of 4).
     parts: Vec<(Linear, Option<MatVecBinding>)>,
-    /// On the int-dot path with the norm fold ([`super::decode_norm_fold`]): the decode
-    /// dispatches that norm and quantize x themselves, in part order — (i, Some(b)): part i's
-    /// product (and, mixed, the next q8 part's too: [`super::decode_merge`]); (i, None): f32
-    /// part i's folded binding — so the step needs no quantize dispatch. Empty unless every q8
-    /// part has one.
-    quantizing: Vec<(usize, Option<MatVecBinding>)>,
     /// With `FAK_DECODE_FUSE=merge` ([`super::decode_fuse`]) on the int-dot path: the two q8
     /// parts as one mixed mat-vec over `quantized` — (the part it runs at and names, the part
     /// it computes too, the binding).
     merged: Option<(usize, usize, MatVecBinding)>,
-    /// With `FAK_DECODE_FUSE=pquant`, where the previous residual add writes this norm's q8
-    /// input ([`super::ResidualLinks::input`]): the decode dispatches over those blocks with
-    /// their summed norm (`MatVecFusion::q8_norm`), in part order — (i, Some(b)): part i's
-    /// product (and with `merge`, mixed, the other q8 part's too); (i, None): f32 part i's
-    /// folded binding — so the step needs no quantize dispatch. Empty otherwise.
-    prefed: Vec<(usize, Option<MatVecBinding>)>,
 }
 
 /// One weight of [`NormedLinears`]: its shape, bytes, and where its outputs go.
@@ -64,7 +51,6 @@ impl NormedLinears {
         (x, h): (&wgpu::Buffer, &wgpu::Buffer),
         norm_weight: &TensorInfo,
         parts: &[NormedPart<'_>],
-        input: Option<&Q8Vectors>,
     ) -> Result<NormedLinears, ModelError> {
         let width = norm_weight.n_elements() as usize;
         let weight = b.vector(norm_weight)?;
@@ -123,108 +109,23 @@ impl NormedLinears {
                 .collect(),
             None => Vec::new(),
         };
-        let quantizing = Self::bind_quantizing(b, x, input_norm, parts, &q8_parts)?;
         let merged = match &quantized {
             Some(q) if super::decode_fuse("merge") => {
                 Self::bind_merged(b, x, q.fusion(false), parts, &q8_parts)?
             }
             _ => None,
         };
-        let prefed = match (&quantized, input) {
-            (Some(_), Some(input)) => Self::bind_prefed(b, x, input, parts, &bound)?,
-            _ => Vec::new(),
-        };
         Ok(NormedLinears {
             norm,
             quantized,
             parts: bound,
-            quantizing,
             merged,
-            prefed,
         })
     }
 
-    /// `FAK_DECODE_FUSE=pquant`: the q8 parts over the producer's blocks `input` with their
-    /// summed norm — the two as one mixed dispatch where `merge` is on and the kernel can mix
-    /// them — and f32 parts None (their folded bindings serve); empty where some part has no
-    /// folded binding or the vectors do not fit.
-    fn bind_prefed(
-        b: &Binder,
-        x: &wgpu::Buffer,
-        input: &Q8Vectors,
-        parts: &[NormedPart<'_>],
-        bound: &[(Linear, Option<MatVecBinding>)],
-    ) -> Result<Vec<(usize, Option<MatVecBinding>)>, GpuError> {
-        if bound.iter().any(|(_, folded)| folded.is_none()) {
-            return Ok(Vec::new());
-        }
-        let fusion = MatVecFusion {
-            q8: Some(input),
-            q8_norm: Some(b.eps),
-            ..MatVecFusion::default()
-        };
-        let q8_parts: Vec<usize> = (0..parts.len())
-            .filter(|&i| QuantizedInput::takes(parts[i].shape.ty))
-            .collect();
-        let merged = match super::decode_fuse("merge") {
-            true => Self::bind_merged(b, x, fusion, parts, &q8_parts)?,
-            false => None,
-        };
-        let skip = merged.as_ref().map(|(_, other, _)| *other);
-        let mut merged = merged.map(|(lead, _, binding)| (lead, binding));
-        let mut out = Vec::with_capacity(parts.len());
-        for (i, p) in parts.iter().enumerate() {
-            if skip == Some(i) {
-                // Computed by the mixed dispatch listed at its lead part.
-                continue;
-            }
-            if !q8_parts.contains(&i) {
-                out.push((i, None));
-                continue;
-            }
-            if merged.as_ref().is_some_and(|(lead, _)| *lead == i) {
-                out.push((i, merged.take().map(|(_, binding)| binding)));
-                continue;
-            }
-            match b.fold(p.shape, p.weights, x, p.y, fusion)? {
-                Some(binding) => out.push((i, Some(binding))),
-                None => return Ok(Vec::new()),
-            }
-        }
-        Ok(out)
-    }
-
-    /// The decode dispatches of a step of `n` vectors over the producer's blocks (with part i's
-    /// name for each: its prefed binding, or an f32 part's folded one), where bound and every
-    /// one holds `n`.
-    fn prefed(&self, n: u32) -> Option<Vec<(usize, &MatVecBinding)>> {
-        self.holding(&self.prefed, n)
-    }
-
-    /// Each listed part's binding (else the part's own), where `list` is not empty and every
-    /// one holds `n` vectors.
-    fn holding<'a>(
-        &'a self,
-        list: &'a [(usize, Option<MatVecBinding>)],
-        n: u32,
-    ) -> Option<Vec<(usize, &'a MatVecBinding)>> {
-        if list.is_empty() {
-            return None;
-        }
-        list.iter()
-            .map(|(i, binding)| {
-                binding
-                    .as_ref()
-                    .or(self.parts[*i].1.as_ref())
-                    .filter(|b| b.max_batch() >= n)
-                    .map(|b| (*i, b))
-            })
-            .collect()
-    }
-
     /// `FAK_DECODE_FUSE=merge`: where exactly two parts are q8 products and the kernel can mix
-    /// them, one mixed binding over the q8 input of `input` (the quantize dispatch's vectors,
-    /// or with `pquant` a producer's with their summed norm), with a Q6_K part as the second
+    /// them, one mixed binding over the q8 input of `input` (the quantize dispatch's vectors),
+    /// with a Q6_K part as the second
     /// weight (its blocks take the word loads either way, where a Q4_K first weight keeps its
     /// 16-byte loads), run at the earlier part. None where it does not apply.
     fn bind_merged(
@@ -243,7 +144,7 @@ impl NormedLinears {
         };
         let (f, s) = (&parts[first], &parts[second]);
         let shapes = (f.shape, s.shape);
-        if !b.k.matvec.mixes(b.ctx, shapes, None, MixedInput::Q8) {
+        if !b.k.matvec.mixes(b.ctx, shapes, None) {
             return Ok(None);
         }
         let fusion = MatVecFusion {
@@ -258,88 +159,9 @@ impl NormedLinears {
         Ok(binding.map(|binding| (i.min(j), i.max(j), binding)))
     }
 
-    /// The decode dispatches with the norm quantized inside each q8 product (see
-    /// `NormedLinears::quantizing`): the q8 parts `q8_parts` one each, or the first two as one
-    /// mixed dispatch where [`super::decode_merge`] is on and the kernel can; f32 parts keep
-    /// their folded bindings. Empty where the fold is off or some q8 part cannot take it.
-    fn bind_quantizing(
-        b: &Binder,
-        x: &wgpu::Buffer,
-        input_norm: InputNorm<'_>,
-        parts: &[NormedPart<'_>],
-        q8_parts: &[usize],
-    ) -> Result<Vec<(usize, Option<MatVecBinding>)>, GpuError> {
-        if q8_parts.is_empty() {
-            return Ok(Vec::new());
-        }
-        // The first dispatch reads the norm's weight; the others share it.
-        let mut norm_read = false;
-        let mut norm = || InputNorm {
-            shared: std::mem::replace(&mut norm_read, true),
-            ..input_norm
-        };
-        let merged = match q8_parts {
-            [i, j] if super::decode_merge() => {
-                let (first, second) = (&parts[*i], &parts[*j]);
-                let shapes = (first.shape, second.shape);
-                let input = MixedInput::QuantizedNorm;
-                let mixes = b.k.matvec.mixes(b.ctx, shapes, None, input);
-                match mixes {
-                    true => {
-                        let fusion = MatVecFusion {
-                            second: Some(SecondWeight {
-                                shape: second.shape,
-                                weights: second.weights,
-                                y: Activations::contiguous(second.y, second.shape.rows),
-                            }),
-                            ..MatVecFusion::default()
-                        };
-                        let (w, y) = (first.weights, first.y);
-                        b.fold_quantized(first.shape, w, x, y, norm(), fusion)?
-                            .map(|binding| (*i, *j, binding))
-                    }
-                    false => None,
-                }
-            }
-            _ => None,
-        };
-        let (mut merged, skip) = match merged {
-            Some((i, j, binding)) => (Some((i, binding)), Some(j)),
-            None => (None, None),
-        };
-        let mut out = Vec::with_capacity(parts.len());
-        for (i, p) in parts.iter().enumerate() {
-            if skip == Some(i) {
-                // Computed by the mixed dispatch listed at its first part.
-                continue;
-            }
-            if !q8_parts.contains(&i) {
-                out.push((i, None));
-                continue;
-            }
-            if merged.as_ref().is_some_and(|(first, _)| *first == i) {
-                out.push((i, merged.take().map(|(_, binding)| binding)));
-                continue;
-            }
-            let fusion = MatVecFusion::default();
-            match b.fold_quantized(p.shape, p.weights, x, p.y, norm(), fusion)? {
-                Some(binding) => out.push((i, Some(binding))),
-                None => return Ok(Vec::new()),
-            }
-        }
-        Ok(out)
-    }
-
-    /// The decode dispatches of a step of `n` vectors with the norm quantized inside each q8
-    /// product (with part i's name for each), where bound and every one holds `n` vectors.
-    fn quantizing(&self, n: u32) -> Option<Vec<(usize, &MatVecBinding)>> {
-        self.holding(&self.quantizing, n)
-    }
-
     /// Records the products for `n` tokens, part i as op `names[i]`: mat-vecs with the norm
-    /// folded in when every part has one and the step decodes (the norm also quantized inside
-    /// them where bound and the batch fits), else the norm
-    /// (`norm_name`) and then each product.
+    /// folded in (on the int-dot path, into the quantize dispatch before them) when every part
+    /// has one and the step decodes, else the norm (`norm_name`) and then each product.
     fn record(
         &self,
         k: &Kernels,
@@ -348,25 +170,6 @@ impl NormedLinears {
         marks: &mut StepMarks,
         (norm_name, names): (&'static str, &[&'static str]),
     ) -> Result<(), GpuError> {
-        if marks.kind == StepKind::Decode
-            && let Some(bindings) = self.prefed(n)
-        {
-            // The previous residual add wrote this norm's q8 input: no quantize dispatch.
-            for (i, binding) in bindings {
-                let recorded = marks.probed(names[i], pass, |p| k.matvec.encode(p, binding, n))?;
-                marks.op(pass, names[i], recorded);
-            }
-            return Ok(());
-        }
-        if marks.kind == StepKind::Decode
-            && let Some(bindings) = self.quantizing(n)
-        {
-            for (i, binding) in bindings {
-                let recorded = marks.probed(names[i], pass, |p| k.matvec.encode(p, binding, n))?;
-                marks.op(pass, names[i], recorded);
-            }
-            return Ok(());
-        }
         let folded: Option<Vec<&MatVecBinding>> = match marks.kind {
             StepKind::Decode => self.parts.iter().map(|(_, f)| f.as_ref()).collect(),
             StepKind::Prompt => None,
@@ -452,7 +255,7 @@ impl StackedProjections {
     pub fn bind<'b>(
         b: &Binder,
         (x, h): (&wgpu::Buffer, &wgpu::Buffer),
-        (norm, input): (&TensorInfo, Option<&Q8Vectors>),
+        norm: &TensorInfo,
         parts: &[Projection<'_, 'b>],
         name: impl Fn(std::ops::Range<usize>) -> &'static str,
     ) -> Result<(StackedProjections, Vec<Placed<'b>>), ModelError> {
@@ -496,7 +299,7 @@ impl StackedProjections {
                 y,
             });
         }
-        let linears = NormedLinears::bind(b, (x, h), norm, &stacked, input)?;
+        let linears = NormedLinears::bind(b, (x, h), norm, &stacked)?;
         let names = runs.into_iter().map(name).collect();
         Ok((StackedProjections { linears, names }, placed))
     }
