@@ -7,8 +7,7 @@
 //! code is shared with `harness selftest` (harness/checks/matvec.rs).
 
 use fak::gpu::kernels::matvec::{
-    InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, Q6Loads, SecondWeight,
-    ShortRows,
+    InputNorm, MatVec, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, SecondWeight, ShortRows,
 };
 use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8};
 use fak::gpu::step::MAX_BATCH;
@@ -340,167 +339,6 @@ fn assert_near_q8_oracle(
     assert_within(what, got, &want, &bounds);
 }
 
-/// The wide form's aligned Q6_K loads (`Q6Loads::Aligned`, FAK_MATVEC_Q6=aligned: vec4 pairs of
-/// w16 shifted into place) read the bytes the word loads read: at every batch their outputs are
-/// within the f32 bound of the CPU's W·x̂ and, bit for bit, the default loads' (outputs
-/// NaN-poisoned, rows past the batch left NaN); the kernel also passes check_tensor (accumulate,
-/// strided x: there the weights' buffer has no room, so it runs the word loads). Rows of 5 and 18
-/// blocks (1050 and 3780 bytes: blocks at every even skew mod 16; the long rows take several
-/// passes of a team), 37 rows, W at byte 32 and 36 of its buffer with room behind it for the
-/// last 16-byte word (asserted: the binding takes the aligned loads); and in a buffer without
-/// that room, where the binding falls back to the word loads. The first wide layout on every
-/// int-dot variant and the unrolled one (second unit clamped) on the first. (A mixed binding with
-/// aligned loads:
-/// `a_mixed_binding_computes_each_weight_as_its_own_binding_does`.)
-#[test]
-fn aligned_q6_k_loads_give_the_word_loads_outputs_bit_for_bit() {
-    let wide = MatVecLayout::WIDE_CANDIDATES;
-    check_q6_form(Q6Loads::Aligned, &[wide[0], wide[2]], 0x3a7e_d000);
-}
-
-/// The lean Q6_K units (`Q6Loads::Lean`, FAK_MATVEC_Q6=lean: each group's integer sum starts
-/// at −32·Σ qx, the codes multiplied unbiased; cheaper funnels and scale loads of the same
-/// bytes) compute the default's integer sums, so their outputs are the word loads' bit for bit
-/// and within the f32 bound of the CPU's W·x̂, at every batch, on the cases of the aligned test
-/// above (blocks at both 4-byte alignments: rows of 1050 and 3780 bytes, W at byte 32 and 36):
-/// in the engine's default layout (batched) on every int-dot variant and the unrolled wide
-/// layout on the first (each reads x through its own loader, which takes the groups' sums). (A
-/// mixed binding in the lean form:
-/// `a_mixed_binding_computes_each_weight_as_its_own_binding_does`.)
-#[test]
-fn lean_q6_k_gives_the_word_loads_outputs_bit_for_bit() {
-    let layouts = [
-        MatVecLayout::BATCHED_CANDIDATES[0],
-        MatVecLayout::WIDE_CANDIDATES[2],
-    ];
-    check_q6_form(Q6Loads::Lean, &layouts, 0x3a7e_d400);
-}
-
-/// The cases of the two tests above for one Q6_K form in each of `layouts` (the first on every
-/// int-dot variant, the others on the first), against the default form in the same layout.
-fn check_q6_form(q6: Q6Loads, layouts: &[MatVecLayout], seed: u64) {
-    let ctx = gpu();
-    let (rows, batch) = (37, u64::from(MAX_BATCH));
-    let mut seed = seed;
-    for (i, &layout) in layouts.iter().enumerate() {
-        let int_dot = variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot);
-        for paths in int_dot.take(if i == 0 { usize::MAX } else { 1 }) {
-            let words = MatVec::with_layout(ctx, paths, layout).unwrap();
-            let form = MatVec::with_layout(ctx, paths, layout)
-                .unwrap()
-                .with_q6_loads(q6);
-            let quantizer = quantizer(ctx, &words);
-            let cases = [
-                (1280, WEIGHTS_OFFSET, true),
-                (4608, WEIGHTS_OFFSET + 4, true),
-                (1280, WEIGHTS_OFFSET, false),
-            ];
-            for (cols, offset, room) in cases {
-                seed += 1;
-                let ty = GgmlType::Q6_K;
-                let mut bytes = random_weights(ty, rows, cols, seed);
-                if !room {
-                    assert_all(check_tensor(
-                        ctx,
-                        &form,
-                        Path::Q8(&quantizer),
-                        ty,
-                        (rows, cols),
-                        &bytes,
-                        offset,
-                        ctx.max_binding_size(),
-                        seed,
-                    ));
-                }
-                // 37 rows of 1050 or 3780 bytes end 8 or 4 bytes into a 16-byte word (from a
-                // 16-byte aligned offset): without room the grown window is refused.
-                let tensor_bytes = bytes.len();
-                if room {
-                    bytes.extend_from_slice(&[0; 16]);
-                }
-                let w = weights_buffer_at(ctx, &bytes, offset);
-                let x = random_f32(&mut rng(seed), batch * cols);
-                let xb = upload(ctx, "x", bytemuck::cast_slice(&x)).unwrap();
-                let x_act = Activations::contiguous(&xb, cols);
-                for n in BATCHES {
-                    let step = StepBuffer::new(ctx);
-                    step.set(ctx, Step::new(0, n, 0));
-                    let q8 = poisoned_q8(ctx, cols, MAX_BATCH);
-                    let quantize = quantizer
-                        .bind(ctx, x_act, cols, None, &q8, &step, MAX_BATCH)
-                        .unwrap();
-                    let shape = MatVecShape { ty, rows, cols };
-                    let fusion = MatVecFusion {
-                        q8: Some(&q8),
-                        ..MatVecFusion::default()
-                    };
-                    let ys = [0, 1].map(|_| poisoned_f32(ctx, "y", batch * rows));
-                    let bindings = [&words, &form];
-                    let bound: Vec<_> = bindings
-                        .iter()
-                        .zip(&ys)
-                        .map(|(kernel, y)| {
-                            let io = MatVecIo {
-                                weights: &w,
-                                weights_offset: offset,
-                                x: x_act,
-                                y: Activations::contiguous(y, rows),
-                                step: &step,
-                                accumulate: false,
-                                max_batch: MAX_BATCH,
-                            };
-                            kernel.bind_fused(ctx, shape, &io, fusion).unwrap()
-                        })
-                        .collect();
-                    assert!(!bound[0].q6_aligned());
-                    assert_eq!(
-                        bound[1].q6_aligned(),
-                        room && q6 == Q6Loads::Aligned,
-                        "{paths} {layout} {q6:?} cols {cols}: aligned loads with room {room} ({} \
-                         bytes at {offset})",
-                        tensor_bytes
-                    );
-                    ctx.run_pass("q6 loads", |pass| {
-                        quantizer.encode(pass, &quantize, n).unwrap();
-                        for (kernel, binding) in bindings.iter().zip(&bound) {
-                            kernel.encode(pass, binding, n).unwrap();
-                        }
-                    })
-                    .unwrap();
-                    let [want, got] =
-                        [0, 1].map(|k| read_back_f32(ctx, &ys[k], 0..4 * batch * rows).unwrap());
-                    let what = format!(
-                        "{paths} {layout} {q6:?} Q6_K {rows}×{cols} at {offset}, batch {n}"
-                    );
-                    let split = (u64::from(n) * rows) as usize;
-                    assert!(
-                        want[..split].iter().all(|v| v.is_finite()),
-                        "{what}: the word loads' outputs are not all finite"
-                    );
-                    let weights = (ty, &bytes[..tensor_bytes], rows);
-                    assert_near_q8_oracle(
-                        &what,
-                        &got[..split],
-                        weights,
-                        &x_hat_of(ctx, &q8, cols, n),
-                    );
-                    let differ = (0..split)
-                        .filter(|&o| got[o].to_bits() != want[o].to_bits())
-                        .count();
-                    assert_eq!(
-                        differ, 0,
-                        "{what}: outputs differ from the word loads' bits"
-                    );
-                    assert!(
-                        got[split..].iter().all(|v| v.is_nan()),
-                        "{what}: wrote past the batch"
-                    );
-                }
-            }
-        }
-    }
-}
-
 /// Issue 21's determinism at the kernel under the engine's rule: a sequence's outputs must not
 /// depend on what else is in the batch. `MatVec::new`'s kernel on one int-dot variant runs the
 /// rule's layouts at batches 1, 2, 4 and 8 — its default layout batched at every batch unless
@@ -508,9 +346,8 @@ fn check_q6_form(q6: Q6Loads, layouts: &[MatVecLayout], seed: u64) {
 /// the split G (FAK_MATVEC_SPLIT, else 2 on a GPU and none on a CPU adapter; for Q6_K
 /// FAK_MATVEC_SPLIT_Q6 where set) holds fewer; FAK_MATVEC_SHORT_LAYOUT's layout where its rule
 /// takes the 37 rows — and every vector's outputs at every batch are that layout's wide twin's
-/// batch-1 bits ([`BitsCase::assert_bits_kept`]), on Q4_K and Q6_K. W has room for its last
-/// 16-byte word, so under FAK_MATVEC_Q6=aligned the kernel reads Q6_K with the aligned loads
-/// (asserted), against the word loads' bits. Each candidate form's bits against its wide twin:
+/// batch-1 bits ([`BitsCase::assert_bits_kept`]), on Q4_K and Q6_K. Each candidate form's bits
+/// against its wide twin:
 /// the form tests (`check_form`), with the pipelines their cases build.
 #[test]
 fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
@@ -530,9 +367,7 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
             .and_then(|s| s.layout_of(BITS_ROWS, case.cols))
             .unwrap_or(MatVecLayout::INTEGER)
             .widened();
-        let (layouts, q6_aligned) = rule_layouts(ctx, &kernel, &case.w, ty, (BITS_ROWS, case.cols));
-        let aligned = ty == GgmlType::Q6_K && kernel.q6_loads() == Q6Loads::Aligned;
-        assert_eq!(q6_aligned, aligned, "{ty} {paths}: aligned Q6_K loads");
+        let layouts = rule_layouts(ctx, &kernel, &case.w, ty, (BITS_ROWS, case.cols));
         let one = match MatVec::batches_vectors() {
             true => wide.batched_form(),
             false => wide,
@@ -553,8 +388,7 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
 const BITS_ROWS: u64 = 37;
 
 /// A weight and its vectors for the bits checks: Q4_K or Q6_K, [`BITS_ROWS`] rows of columns
-/// that take several ragged team passes, with room behind W for its last 16-byte word (the
-/// aligned Q6_K loads'); [`MAX_BATCH`] vectors.
+/// that take several ragged team passes, with 16 bytes of room behind W; [`MAX_BATCH`] vectors.
 struct BitsCase {
     ty: GgmlType,
     cols: u64,
@@ -645,15 +479,14 @@ fn wide_twin(ctx: &GpuContext, paths: KernelPaths, form: MatVecLayout) -> Arc<Ma
     twins.entry((paths, twin)).or_insert_with(built).clone()
 }
 
-/// The layouts `kernel` runs a q8 binding of W in at batches 1, 2, 4 and 8, and whether it reads
-/// Q6_K with the aligned loads.
+/// The layouts `kernel` runs a q8 binding of W in at batches 1, 2, 4 and 8.
 fn rule_layouts(
     ctx: &GpuContext,
     kernel: &MatVec,
     w: &wgpu::Buffer,
     ty: GgmlType,
     (rows, cols): (u64, u64),
-) -> (Vec<MatVecLayout>, bool) {
+) -> Vec<MatVecLayout> {
     let (step, batch) = (StepBuffer::new(ctx), MAX_BATCH);
     let x = poisoned_f32(ctx, "x", u64::from(batch) * cols);
     let y = poisoned_f32(ctx, "y", u64::from(batch) * rows);
@@ -665,8 +498,7 @@ fn rule_layouts(
         ..MatVecFusion::default()
     };
     let binding = kernel.bind_fused(ctx, shape, &io, fusion).unwrap();
-    let layouts = [1, 2, 4, 8].map(|n| binding.layout(n)).to_vec();
-    (layouts, binding.q6_aligned())
+    [1, 2, 4, 8].map(|n| binding.layout(n)).to_vec()
 }
 
 /// The output bits (vector-major, `n·rows` words) of `kernel` on the integer path for the first
@@ -1161,7 +993,7 @@ fn the_normed_quantize_rounds_the_normed_row_as_the_cpu_does() {
 /// the decode merge of a Q6_K projection run with a Q4_K one) writes each weight's outputs bit
 /// for bit as that weight's own binding does, and both within the f32 bound of W·x̂ (x̂ what
 /// quantize_q8 makes of the normed x): both orders of the types, ragged row counts, every batch,
-/// both reductions (the default, aligned and lean Q6_K loads); outputs poisoned, rows past the
+/// both reductions; outputs poisoned, rows past the
 /// batch left alone. The input is the quantize dispatch's q8 vectors (`FAK_DECODE_FUSE=merge`:
 /// the second weight's blocks in binding 10), against each weight's single binding over them.
 #[test]
@@ -1186,23 +1018,10 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
         shared: false,
     };
     let layout = MatVecLayout::INTEGER.widened();
-    // The first int-dot variant with the aligned Q6_K loads and in the lean form, the others
-    // with the default loads (the first too where it is the only one): every reduction and
-    // every Q6_K form, each pipeline seconds on lavapipe.
-    let int_dot: Vec<KernelPaths> = variants::<MatVec>(ctx)
-        .into_iter()
-        .filter(|p| p.int_dot)
-        .collect();
-    let words = &int_dot[int_dot.len().min(2) - 1..];
-    let forms = words
-        .iter()
-        .map(|&paths| (paths, Q6Loads::Words))
-        .chain(int_dot.first().map(|&paths| (paths, Q6Loads::Aligned)))
-        .chain(int_dot.first().map(|&paths| (paths, Q6Loads::Lean)));
-    for (paths, q6) in forms {
-        let kernel = MatVec::with_layout(ctx, paths, layout)
-            .unwrap()
-            .with_q6_loads(q6);
+    // Every int-dot variant: every reduction (each pipeline seconds on lavapipe).
+    let int_dot = variants::<MatVec>(ctx).into_iter().filter(|p| p.int_dot);
+    for paths in int_dot {
+        let kernel = MatVec::with_layout(ctx, paths, layout).unwrap();
         let quantizer = quantizer(ctx, &kernel);
         for (k, (types, rows)) in [
             ([GgmlType::Q4_K, GgmlType::Q6_K], [37u64, 21]),
@@ -1225,7 +1044,7 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                     0x3a7e_c100 + k as u64 * 2 + i as u64,
                 )
             });
-            // Room behind each weight for its last 16-byte word (the aligned Q6_K loads').
+            // Whole words behind each weight (37 Q6_K rows of 630 bytes are not).
             let w = [0, 1].map(|i| upload(ctx, "W", &[&bytes[i][..], &[0; 16]].concat()).unwrap());
             for n in BATCHES {
                 let step = StepBuffer::new(ctx);
@@ -1266,9 +1085,6 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                 let binding = kernel
                     .bind_fused(ctx, shapes[0], &io(0, &mixed[0]), both)
                     .unwrap();
-                // The first weight's binding; the second's blocks keep the word loads.
-                let aligned = q6 == Q6Loads::Aligned && types[0] == GgmlType::Q6_K;
-                assert_eq!(binding.q6_aligned(), aligned, "{paths} {q6:?} {types:?}");
                 ctx.run_pass("mixed", |pass| {
                     quantizer.encode(pass, &quantize, n).unwrap();
                     for single in &singles {
@@ -1279,8 +1095,7 @@ fn a_mixed_binding_computes_each_weight_as_its_own_binding_does() {
                 .unwrap();
                 let x_hat = x_hat_of(ctx, &q8, cols, n);
                 for i in 0..2 {
-                    let what =
-                        format!("{paths} {q6:?} {types:?} part {i} ({}) batch {n}", types[i]);
+                    let what = format!("{paths} {types:?} part {i} ({}) batch {n}", types[i]);
                     let bytes_of =
                         |y: &wgpu::Buffer| read_back_f32(ctx, y, 0..4 * batch * rows[i]).unwrap();
                     let (got, own) = (bytes_of(&mixed[i]), bytes_of(&alone[i]));

@@ -100,8 +100,7 @@ struct Params {
     // 1: y += W x; 0: y = W x.
     accumulate: u32,
     // Bit 0 (WIDE_X): every x row starts on a 16-byte boundary of x16; bit 1 (WIDE_W): every row
-    // of W and w_byte do, in w16 (Q4_K); bit 2 (W16_VIEW, matvec_q8_wide.wgsl): w16 views w from
-    // its first byte, rows at any alignment (Q6_K under Q6_ALIGNED).
+    // of W and w_byte do, in w16 (Q4_K).
     wide: u32,
     // NORM: the eps of s_b.
     eps: f32,

@@ -17,34 +17,22 @@
 // dispatch, rows, teams, pairing, accumulate, quantized output, reduction: matvec.wgsl's, with
 //           params.units = 4 wide units per super-block (UNIT_LANES = 4).
 // pipelines: one per (ggml type ∈ {Q4_K, Q6_K}, MAX_B) and layout, entry point matvec_q8_wide.
-// variants: Q6_ALIGNED (override; engine `Q6Loads::Aligned`, FAK_MATVEC_Q6=aligned, opt-in): a
-//           Q6_K lane reads its runs as 16-byte-aligned vec4 pairs of w16 and shifts them into
-//           place (`wide_q6_k_aligned`) instead of five word loads per run — the same bytes, so
-//           the same sums in the same order: bit for bit the default's outputs.
-//           Q6_LEAN (override; engine `Q6Loads::Lean`, FAK_MATVEC_Q6=lean, opt-in): a Q6_K unit
-//           in fewer instructions, the same bytes and integer sums (so the default's outputs bit
-//           for bit): Q6_K's −32 folded through x, Σ (q − 32)·qx = Σ q·qx − 32·Σ qx per 16-element
-//           group, Σ qx taken once per vector and unit for the 4 rows (`with_code_sums`) and each
-//           row's dot4I8Packed chain starting at −32·Σ qx, so the codes are multiplied unbiased
-//           (`dot_q6_folded`: no add and xor per code word and row, each group's qh bits placed
-//           by one shift and mask); each run's half-word funnel as a shift and a multiply-add
-//           per word (`run16_lean`: the block's shift is 0 or 16 bits); the four scales from three
-//           words funnelled the same way, without run16_at's neighbour `load_u32_at` branches
-//           (`wide_q6_k_lean`).
-//           BATCHED (override, declared in matvec_q8_batched.wgsl; engine `MatVecLayout::batched`,
+// Q6_K units (wide_q6_k): the −32 of Q6_K's codes folded through x, Σ (q − 32)·qx = Σ q·qx −
+//           32·Σ qx per 16-element group, Σ qx taken once per vector and unit for the 4 rows
+//           (`with_code_sums`) and each row's dot4I8Packed chain starting at −32·Σ qx, so the codes
+//           are multiplied unbiased (`dot_q6_folded`: no add and xor per code word and row, each
+//           group's qh bits placed by one shift and mask); each run's half-word funnel a shift
+//           and a multiply-add per word (`run16`: the block's shift is 0 or 16 bits); the four
+//           scales from three words funnelled the same way. (Two other loads of the same bytes
+//           lost to this one on an H100 and were removed in 2026-12-07 #21: five word loads and
+//           a funnel select per run, −2 to −3 % in the model; 16-byte-aligned vec4 pairs shifted
+//           into place, −1 to −2 %: experiments/NOTES.md, "q6bw" and "Session 2026-12-06 #8".)
+// variants: BATCHED (override, declared in matvec_q8_batched.wgsl; engine `MatVecLayout::batched`,
 //           the default for q8 inputs): the loop over input vectors in that file's form — the
 //           same sums, bit for bit, x's codes in 16-byte loads (faster at every batch on an H100).
-//           Its split (VECTOR_GROUPS, opt-in) spreads a step's vectors over more workgroups,
-//           the same bits.
+//           Its split (VECTOR_GROUPS; the engine's default on GPUs) spreads a step's vectors
+//           over more workgroups, the same bits.
 // requires: matvec.wgsl, matvec_q8.wgsl, matvec_q8_batched.wgsl (and what they require).
-
-// Read Q6_K blocks as aligned vec4 pairs where params.wide has W16_VIEW (see the header).
-override Q6_ALIGNED: bool = false;
-// Q6_K units in the lean form (see the header).
-override Q6_LEAN: bool = false;
-// params.wide bit: w16 views the w binding from its first byte (16-byte aligned, grown to whole
-// 16-byte words), whatever the alignment of the rows: set for Q6_K under Q6_ALIGNED only.
-const W16_VIEW: u32 = 4u;
 
 // One row's wide unit as loaded: code words a, b (Q4_K: the 32 qs bytes; Q6_K: the low and
 // high ql runs) and c (Q6_K: qh), and per element group the multiplier f of Σ q·qx and g of
@@ -55,18 +43,6 @@ struct Wide {
     c: vec4<u32>,
     f: vec4<f32>,
     g: vec4<f32>,
-}
-
-// 16 bytes at a 2-aligned byte offset: five word loads and a funnel shift (no branch: the
-// lanes of one dispatch alternate between aligned and unaligned blocks). The fifth word lies
-// inside the block for every run a Q6_K unit reads (the last ends 34 bytes before its block's end).
-fn run16_at(byte: u32) -> vec4<u32> {
-    let at = byte >> 2u;
-    let lo = vec4<u32>(src_word(at), src_word(at + 1u), src_word(at + 2u), src_word(at + 3u));
-    let hi = vec4<u32>(lo.yzw, src_word(at + 4u));
-    let shift = (byte & 3u) * 8u;
-    let carried = select(hi << vec4<u32>(32u - shift), vec4<u32>(0u), shift == 0u);
-    return (lo >> vec4<u32>(shift)) | carried;
 }
 
 // Q4_K wide lane c: the header and qs bytes 32c..32c+31 (low nibbles: sub-block 2c, high:
@@ -96,60 +72,35 @@ fn wide_q4_k(block: u32, lane: u32) -> Wide {
     return Wide(a, b, vec4<u32>(0u), vec4<f32>(f, 0.0, 0.0), vec4<f32>(g, 0.0, 0.0));
 }
 
-// Q6_K wide lane l = 2·ip + h: ql bytes 64ip + 16h .. +15 (a) and 32 on (b), qh bytes
-// 128 + 32ip + 16h .. +15 (c); the i8 scales of groups k < 4 (elements +32k) are bytes
-// 192 + 8ip + h + 2k, times d.
-fn wide_q6_k(block: u32, lane: u32) -> Wide {
-    if Q6_ALIGNED && (p.wide & W16_VIEW) != 0u {
-        return wide_q6_k_aligned(block, lane);
-    }
-    if Q6_LEAN {
-        return wide_q6_k_lean(block, lane);
-    }
-    let ip = lane / 2u;
-    let h = lane % 2u;
-    let ql = block + 64u * ip + 16u * h;
-    let a = run16_at(ql);
-    let b = run16_at(ql + 32u);
-    let c = run16_at(block + 128u + 32u * ip + 16u * h);
-    let at = block + 192u + 8u * ip + h;
-    let d = load_f16_at(block + 208u);
-    return q6_wide(a, b, c, load_u32_at(at), load_u32_at(at + 4u), d);
-}
-
-// A Q6_K wide unit from its runs, the words s0, s1 whose bytes 0 and 2 are its four i8 scales,
-// and d.
-fn q6_wide(a: vec4<u32>, b: vec4<u32>, c: vec4<u32>, s0: u32, s1: u32, d: f32) -> Wide {
-    let scales = (s0 & 0xffu) | ((s0 >> 8u) & 0xff00u) | ((s1 & 0xffu) << 16u)
-        | ((s1 << 8u) & 0xff000000u);
-    return Wide(a, b, c, d * byte_floats(scales ^ 0x80808080u, 128.0), vec4<f32>(0.0));
-}
-
-// Q6_LEAN: the two words from byte 4·at + shift / 8 (shift 0 or 16: a 2-aligned offset) — lo
-// shifted down plus hi·2^16 (or hi·0), the carried half-word: the halves do not overlap, so the
-// sum is run16_at's or. A shift and a multiply-add per word, no select.
+// A Q6_K unit's two words from byte 4·at + shift / 8 (shift 0 or 16: blocks of 210 bytes start
+// on 2-byte boundaries) — lo shifted down plus hi·2^16 (or hi·0), the carried half-word: the
+// halves do not overlap, so the sum is their or. A shift and a multiply-add per word, no select.
 fn funnel16(lo: vec4<u32>, hi: vec4<u32>, shift: u32) -> vec4<u32> {
     return (lo >> vec4<u32>(shift)) + hi * vec4<u32>(shift << 12u);
 }
 
-// Q6_LEAN: run16_at's 16 bytes from word `at` on, shifted by the block's `shift`.
-fn run16_lean(at: u32, shift: u32) -> vec4<u32> {
+// 16 bytes from word `at` on, shifted by the block's `shift`: five word loads and a funnel (the
+// fifth word lies inside the block for every run a Q6_K unit reads: the last ends 34 bytes
+// before its block's end).
+fn run16(at: u32, shift: u32) -> vec4<u32> {
     let lo = vec4<u32>(src_word(at), src_word(at + 1u), src_word(at + 2u), src_word(at + 3u));
     return funnel16(lo, vec4<u32>(lo.yzw, src_word(at + 4u)), shift);
 }
 
-// Q6_LEAN: wide_q6_k's unit from the same bytes. The lane's scales (bytes 192 + 8ip + h + 2k)
-// are bytes h and h + 2 of the two words at 192 + 8ip, read as three words and funnelled (the
-// third lies inside the block, or for an aligned block with ip = 1 is the word d is read from),
-// packed in the order k = 0, 2, 1, 3 and swizzled back after the same per-group products.
-fn wide_q6_k_lean(block: u32, lane: u32) -> Wide {
+// Q6_K wide lane l = 2·ip + h: ql bytes 64ip + 16h .. +15 (a) and 32 on (b), qh bytes
+// 128 + 32ip + 16h .. +15 (c). The lane's i8 scales of groups k < 4 (elements +32k, bytes
+// 192 + 8ip + h + 2k) are bytes h and h + 2 of the two words at 192 + 8ip, read as three words
+// and funnelled (the third lies inside the block, or for an aligned block with ip = 1 is the
+// word d is read from), packed in the order k = 0, 2, 1, 3 and swizzled back after the same
+// per-group products; times d.
+fn wide_q6_k(block: u32, lane: u32) -> Wide {
     let ip = lane / 2u;
     let h = lane % 2u;
     let shift = (block & 2u) * 8u;
     let ql = (block + 64u * ip + 16u * h) >> 2u;
-    let a = run16_lean(ql, shift);
-    let b = run16_lean(ql + 8u, shift);
-    let c = run16_lean((block + 128u + 32u * ip + 16u * h) >> 2u, shift);
+    let a = run16(ql, shift);
+    let b = run16(ql + 8u, shift);
+    let c = run16((block + 128u + 32u * ip + 16u * h) >> 2u, shift);
     let at = (block + 192u + 8u * ip) >> 2u;
     let words = funnel16(vec4<u32>(src_word(at), src_word(at + 1u), 0u, 0u),
                          vec4<u32>(src_word(at + 1u), src_word(at + 2u), 0u, 0u), shift);
@@ -158,44 +109,6 @@ fn wide_q6_k_lean(block: u32, lane: u32) -> Wide {
     let d = load_f16_at(block + 208u);
     let f = d * byte_floats(scales ^ 0x80808080u, 128.0);
     return Wide(a, b, c, f.xzyw, vec4<f32>(0.0));
-}
-
-// The 16 bytes from byte `skew` (even, < 16) of the 32 bytes lo, hi: whole words chosen by
-// selects, then a half-word funnel (no dynamic indexing, no branch).
-fn skewed16(lo: vec4<u32>, hi: vec4<u32>, skew: u32) -> vec4<u32> {
-    let odd = (skew & 4u) != 0u;
-    let far = (skew & 8u) != 0u;
-    let w1 = vec4<u32>(lo.yzw, hi.x);
-    let w2 = vec4<u32>(lo.zw, hi.xy);
-    let w3 = vec4<u32>(lo.w, hi.xyz);
-    let first = select(select(lo, w1, odd), select(w2, w3, odd), far);
-    let next = select(select(w1, w2, odd), select(w3, hi, odd), far);
-    let shifted = (first >> vec4<u32>(16u)) | (next << vec4<u32>(16u));
-    return select(first, shifted, (skew & 2u) != 0u);
-}
-
-// Q6_ALIGNED: wide_q6_k's lane from 8 aligned vec4 loads of w16. Every field a lane reads lies a
-// multiple of 16 bytes from the block's start (ql runs at 64ip + 16h and + 32, qh at
-// 128 + 32ip + 16h, the scales at 192, d at 208), so one skew (the block's start mod 16) places
-// them all; each vec4 loaded holds a byte of the block, so it lies inside the binding (grown to
-// whole 16-byte words). The scale words are wide_q6_k's shifted by whole bytes (bytes 0 and 2
-// are the same), d the same half-word.
-fn wide_q6_k_aligned(block: u32, lane: u32) -> Wide {
-    let ip = lane / 2u;
-    let h = lane % 2u;
-    let skew = block & 15u;
-    let first = block >> 4u;
-    let ql = first + 4u * ip + h;
-    let a = skewed16(w16[ql], w16[ql + 1u], skew);
-    let b = skewed16(w16[ql + 2u], w16[ql + 3u], skew);
-    let qh = first + 8u + 2u * ip + h;
-    let c = skewed16(w16[qh], w16[qh + 1u], skew);
-    let tail = w16[first + 13u];
-    let scales = skewed16(w16[first + 12u], tail, skew);
-    let s0 = select(scales.x, scales.z, ip == 1u) >> (8u * h);
-    let s1 = select(scales.y, scales.w, ip == 1u) >> (8u * h);
-    let d = unpack2x16float(tail[skew >> 2u])[(skew >> 1u) & 1u];
-    return q6_wide(a, b, c, s0, s1, d);
 }
 
 // Whether this part's weight is Q6_K (else Q4_K): the pipeline's type, or under MIXED the part's
@@ -233,8 +146,8 @@ fn load_wide_rows(starts: vec4<u32>, u: u32) -> array<Wide, 4> {
 
 // One input vector's share of a wide unit: the code words paired with each group (Q4_K: x, y
 // the 32 elements of sub-blocks 2c, 2c + 1, eight words each in lo/hi; Q6_K: group k's 16
-// elements in words[k]), each group's x block scale d, (Q4_K) its Σ qx, and (Q6_K under
-// Q6_LEAN) −32·Σ qx of each group, where its integer sum starts.
+// elements in words[k]), each group's x block scale d, (Q4_K) its Σ qx, and (Q6_K) −32·Σ qx of
+// each group, where its integer sum starts.
 struct WideX {
     words: array<vec4<u32>, 4>,
     d: vec4<f32>,
@@ -272,11 +185,11 @@ fn wide_x_groups() -> u32 {
     return select(2u, 4u, wide_q6());
 }
 
-// Q4_K: the Σ qx of each x block (sub-blocks 2c, 2c + 1: words 0..7 and 8..15), exact; Q6_K
-// under Q6_LEAN: −32·Σ qx of each group (words[k]).
+// Q4_K: the Σ qx of each x block (sub-blocks 2c, 2c + 1: words 0..7 and 8..15), exact; Q6_K:
+// −32·Σ qx of each group (words[k]).
 fn with_code_sums(x: WideX) -> WideX {
     var v = x;
-    if wide_q6() && Q6_LEAN {
+    if wide_q6() {
         let ones = vec4<u32>(ONES);
         let w = v.words;
         v.base = -32 * vec4<i32>(dot16(w[0], ones), dot16(w[1], ones), dot16(w[2], ones),
@@ -305,10 +218,11 @@ fn load_wide_x(b: u32, u: u32) -> WideX {
     return with_code_sums(v);
 }
 
-// Q6_LEAN: dot_wide's Q6_K sums with the codes as they are, q = low nibble | two qh bits << 4
-// (0..63, non-negative i8), each group's qh bits moved into bits 4-5 by one shift of c and a
-// mask; each group's dot4I8Packed chain starts at v.base = −32·Σ qx. The same integers as the
-// default's Σ (q − 32)·qx, so the same f32 sums and the same result bit for bit.
+// dot_wide's Q6_K sums with the codes as they are, q = low nibble | two qh bits << 4 (0..63,
+// non-negative i8; group k's: elements +0 ← low a, qh bits 0-1; +32 ← low b, bits 2-3; +64 ←
+// high a, bits 4-5; +96 ← high b, bits 6-7), each group's qh bits moved into bits 4-5 by one
+// shift of c and a mask; each group's dot4I8Packed chain starts at v.base = −32·Σ qx: the
+// exact integer Σ (q − 32)·qx.
 fn dot_q6_folded(w: Wide, v: WideX) -> f32 {
     let nib = vec4<u32>(0x0f0f0f0fu);
     let top = vec4<u32>(0x30303030u);
@@ -323,26 +237,8 @@ fn dot_q6_folded(w: Wide, v: WideX) -> f32 {
 
 // Σ over the wide unit of w·x̂ for one row and one input vector.
 fn dot_wide(w: Wide, v: WideX) -> f32 {
-    if wide_q6() && Q6_LEAN {
-        return dot_q6_folded(w, v);
-    }
     if wide_q6() {
-        // Group k's 6-bit codes: a nibble of a or b and 2 bits of c: elements +0 ← low a, qh bits
-        // 0-1; +32 ← low b, bits 2-3; +64 ← high a, bits 4-5; +96 ← high b, bits 6-7. Each byte
-        // centred to q − 32 as in matvec_q8.wgsl.
-        let m = vec4<u32>(0x03030303u);
-        let nib = vec4<u32>(0x0f0f0f0fu);
-        let g0 = (w.a & nib) | ((w.c & m) << vec4<u32>(4u));
-        let g1 = (w.b & nib) | (((w.c >> vec4<u32>(2u)) & m) << vec4<u32>(4u));
-        let g2 = ((w.a >> vec4<u32>(4u)) & nib) | (((w.c >> vec4<u32>(4u)) & m) << vec4<u32>(4u));
-        let g3 = ((w.b >> vec4<u32>(4u)) & nib) | (((w.c >> vec4<u32>(6u)) & m) << vec4<u32>(4u));
-        let bias = vec4<u32>(0x60606060u);
-        let flip = vec4<u32>(0x80808080u);
-        let sums = vec4<f32>(vec4<i32>(dot16((g0 + bias) ^ flip, v.words[0]),
-                                       dot16((g1 + bias) ^ flip, v.words[1]),
-                                       dot16((g2 + bias) ^ flip, v.words[2]),
-                                       dot16((g3 + bias) ^ flip, v.words[3])));
-        return dot(w.f * v.d, sums);
+        return dot_q6_folded(w, v);
     }
     let nib = vec4<u32>(0x0f0f0f0fu);
     let lo = vec2<i32>(dot16(w.a & nib, v.words[0]), dot16(w.b & nib, v.words[1]));

@@ -43,10 +43,9 @@
 //! `FAK_MATVEC_LAYOUT` names (`MatVecLayout::from_env`; for a binding that accumulates into y,
 //! `FAK_MATVEC_RESIDUAL_LAYOUT` first, opt-in), else its input's:
 //! [`MatVecLayout::DEFAULT`] (f32) or [`MatVecLayout::INTEGER`] (q8). The wide form reads Q6_K
-//! blocks with word loads in fewer instructions, the −32 folded through x (the default), or
-//! (opt-in) as aligned 16-byte pairs (`FAK_MATVEC_Q6=aligned`) or plain word loads
-//! (`FAK_MATVEC_Q6=words`) ([`Q6Loads`]): the same bytes and integer sums, the same outputs bit
-//! for bit.
+//! blocks with word loads and a funnel per 16-byte run, the −32 of the codes folded through x
+//! (wgsl/matvec_q8_wide.wgsl's header; two other loads of the same bytes lost on an H100 and
+//! were removed: experiments/NOTES.md, "Session 2026-12-07 #21").
 //!
 //! # By batch size
 //!
@@ -457,42 +456,6 @@ impl std::fmt::Display for MatVecLayout {
         }
     }
 }
-/// How the wide form loads and multiplies a Q6_K block (wgsl/matvec_q8_wide.wgsl): blocks of 210
-/// bytes start on 2-byte boundaries, so today's loads are five words and a funnel shift per
-/// 16-byte run. Every form reads the same bytes and computes the same integer sums, and from
-/// them the same f32 operations in the same order (bit for bit).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
-pub enum Q6Loads {
-    /// Word loads at the block's alignment (`FAK_MATVEC_Q6=words`; the default before
-    /// 2026-12-06 #10).
-    Words,
-    /// 16-byte-aligned vec4 pairs of the w16 view, shifted into place (`Q6_ALIGNED`): 8 vec4
-    /// loads per row and unit instead of ~20 word loads (issue 18: Q6_K as fast as Q4_K per
-    /// byte). Opt-in (`FAK_MATVEC_Q6=aligned`): 1–2 % slower in the model on an H100
-    /// (experiments/NOTES.md, session 2026-12-06 #8).
-    Aligned,
-    /// Word loads in fewer instructions per unit (`Q6_LEAN`): the −32 of Q6_K's codes folded
-    /// through x (each group's integer sum starts at −32·Σ qx, taken once per vector and unit
-    /// for the 4 rows; the codes multiplied unbiased: no add and xor per code word and row),
-    /// each run's half-word funnel a shift and a multiply-add per word, the scales from three
-    /// funnelled words (issue 18: Q6_K as fast as Q4_K). The default: on an H100 the 27B's
-    /// one-vector Q6_K output product 211.5 → 190.5 µs, the Qwen3-8B decodes 2.6 % and the
-    /// Qwen3.5-27B 1.9 % faster (experiments/NOTES.md, "Session 2026-12-06 #10").
-    #[default]
-    Lean,
-}
-
-impl Q6Loads {
-    /// `FAK_MATVEC_Q6`: `aligned`, `words`, else (unset, `lean`, anything else) the default.
-    pub fn from_env() -> Q6Loads {
-        match std::env::var("FAK_MATVEC_Q6").as_deref() {
-            Ok("aligned") => Q6Loads::Aligned,
-            Ok("words") => Q6Loads::Words,
-            _ => Q6Loads::default(),
-        }
-    }
-}
-
 /// w, x, y, params, step, w and x again as 16-byte words (`w16`, `x16`), the norm weight (`nw`),
 /// the q8 codes and scales of the integer path (`xq`, `xd`), the quantized output's codes and
 /// scales (`yq`, `yd`), the second weight's params of a mixed binding (`params2`).
@@ -514,8 +477,6 @@ const SLOTS: &[Slot] = &[
 /// `Params::wide` bits (WIDE_X, WIDE_W of the WGSL).
 const WIDE_X: u32 = 1;
 const WIDE_W: u32 = 2;
-/// `Params::wide` bit W16_VIEW (wgsl/matvec_q8_wide.wgsl): w16 views w from its first byte.
-const W16_VIEW: u32 = 4;
 
 /// `Params` of wgsl/matvec.wgsl.
 #[repr(C)]
@@ -697,8 +658,6 @@ pub struct MatVec {
     /// Every binding's layout (named or not) in the wide form where that serves it
     /// (on unless `FAK_MATVEC_WIDE=0`: the wide form of every layout that has one).
     widen: bool,
-    /// How the wide form's pipelines load Q6_K blocks.
-    q6: Q6Loads,
     /// A wide layout's pipelines for several vectors run its batched twin (same bits; see
     /// [`MatVec::batches_vectors`]).
     batch: bool,
@@ -750,8 +709,6 @@ pub struct MatVecBinding {
     /// Per row range its bind group and, per pipeline, its grid (a split pipeline's is a
     /// multiple of the row workgroups: [`MatVecLayout::vector_groups`]).
     ranges: Vec<(wgpu::BindGroup, Vec<Grid>)>,
-    /// Every range reads its Q6_K blocks with the aligned loads ([`Q6Loads::Aligned`]).
-    q6_aligned: bool,
     /// What one encode moves: W (and a folded norm's weight) once, and per input vector.
     work: MatVecWork,
 }
@@ -760,13 +717,6 @@ impl MatVecBinding {
     /// The most input vectors one encode takes (`MatVecIo::max_batch`).
     pub fn max_batch(&self) -> u32 {
         self.max_batch
-    }
-
-    /// Whether the product reads its Q6_K blocks with the aligned loads: a wide Q6_K binding of
-    /// a kernel with [`Q6Loads::Aligned`] whose weight window starts on 16 bytes and whose
-    /// buffer has room for it grown to whole 16-byte words (else it takes the word loads).
-    pub fn q6_aligned(&self) -> bool {
-        self.q6_aligned
     }
 }
 
@@ -798,13 +748,13 @@ impl MatVecBinding {
 }
 
 /// The pipeline of one type, input (f32, normed f32 or q8), batch capacity and layout (MIXED: a
-/// second weight's workgroups after the first's); a wide one loads Q6_K blocks as `q6` says.
+/// second weight's workgroups after the first's).
 fn spec(
     ty: GgmlType,
     input: Input,
     capacity: u32,
     rows: MatVecLayout,
-    (second, q6): (Option<GgmlType>, Q6Loads),
+    second: Option<GgmlType>,
 ) -> PipelineSpec {
     let (_, lanes, block_elems, block_bytes) = unit_geometry(ty, rows.wide);
     let norm = input == Input::Normed;
@@ -818,16 +768,6 @@ fn spec(
     if let Some(second) = second {
         constants.push(("MIXED", 1.0));
         constants.push(("SECOND_TYPE", f64::from(second.id())));
-    }
-    // Only the wide module declares Q6_ALIGNED; the default pipelines are today's, unchanged.
-    let aligned = rows.wide && input.is_q8() && q6 == Q6Loads::Aligned;
-    if aligned {
-        constants.push(("Q6_ALIGNED", 1.0));
-    }
-    // Likewise Q6_LEAN (every wide pipeline's x loader takes the groups' sums under it).
-    let lean = rows.wide && input.is_q8() && q6 == Q6Loads::Lean;
-    if lean {
-        constants.push(("Q6_LEAN", 1.0));
     }
     constants.extend([
         ("WG", f64::from(rows.invocations)),
@@ -844,13 +784,8 @@ fn spec(
         Some(second) => format!(" mixed with {second}"),
         None => String::new(),
     };
-    let q6 = match (aligned, lean) {
-        (true, _) => " q6 aligned",
-        (_, true) => " q6 lean",
-        _ => "",
-    };
     let mut spec = PipelineSpec {
-        label: format!("matvec {ty}{mixed} batch {capacity} x {what} layout {rows}{q6}"),
+        label: format!("matvec {ty}{mixed} batch {capacity} x {what} layout {rows}"),
         entry_point,
         constants,
     };
@@ -871,7 +806,7 @@ fn spec(
 fn specs(ty: GgmlType, input: Input, rows: MatVecLayout) -> Vec<PipelineSpec> {
     BATCH_CAPACITIES
         .into_iter()
-        .map(|capacity| spec(ty, input, capacity, rows, (None, Q6Loads::Words)))
+        .map(|capacity| spec(ty, input, capacity, rows, None))
         .collect()
 }
 
@@ -932,29 +867,17 @@ impl Kernel for MatVec {
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), wide[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), wide[2]));
             // Mixed bindings (`FAK_DECODE_FUSE=merge`): Q4_K then Q6_K, and the reverse below.
-            let mixed_words = (Some(GgmlType::Q6_K), Q6Loads::Words);
-            pipelines.push(spec(GgmlType::Q4_K, Input::Q8(1), 1, wide[0], mixed_words));
-            // Q6_K's aligned loads (opt-in), plain and mixed.
-            let aligned = (None, Q6Loads::Aligned);
-            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 1, wide[0], aligned));
-            let mixed_aligned = (Some(GgmlType::Q4_K), Q6Loads::Aligned);
-            pipelines.push(spec(
-                GgmlType::Q6_K,
-                Input::Q8(3),
-                1,
-                wide[0],
-                mixed_aligned,
-            ));
+            let q6_second = Some(GgmlType::Q6_K);
+            pipelines.push(spec(GgmlType::Q4_K, Input::Q8(1), 1, wide[0], q6_second));
+            let q4_second = Some(GgmlType::Q4_K);
+            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 1, wide[0], q4_second));
             // The batched form: both types, and the unrolled loop.
             let batched = MatVecLayout::BATCHED_CANDIDATES;
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), batched[0]));
+            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, batched[0], None));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), batched[2]));
-            // Q6_K's lean units (opt-in): batched, and mixed.
-            let lean = (None, Q6Loads::Lean);
-            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, batched[0], lean));
-            let mixed_lean = (Some(GgmlType::Q4_K), Q6Loads::Lean);
-            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 1, wide[0], mixed_lean));
-            // Its split (opt-in): the quantizing gate/up's and the unrolled loop's.
+            // Its split (G = 2 on GPUs by default): the quantizing gate/up's and the unrolled
+            // loop's.
             let split = MatVecLayout::SPLIT_CANDIDATES;
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), split[2]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), split[3]));
@@ -1010,19 +933,7 @@ impl MatVec {
         kernel.batch = Self::batches_vectors();
         kernel.split = Self::splits_vectors(ctx.facts())?;
         kernel.split_q6 = Self::q6_split_from_env()?;
-        Ok(kernel.with_q6_loads(Q6Loads::from_env()))
-    }
-
-    /// This kernel with its wide pipelines (batched ones too) loading Q6_K blocks as `q6` says
-    /// (before any binding: the pipelines are built by the bindings).
-    pub fn with_q6_loads(mut self, q6: Q6Loads) -> Self {
-        self.q6 = q6;
-        self
-    }
-
-    /// How the wide pipelines load Q6_K blocks.
-    pub fn q6_loads(&self) -> Q6Loads {
-        self.q6
+        Ok(kernel)
     }
 
     /// Whether [`MatVec::new`]'s pipelines run a wide layout of a q8 binding in the batched form
@@ -1135,7 +1046,6 @@ impl MatVec {
             residual: None,
             short: None,
             widen: false,
-            q6: Q6Loads::Words,
             batch: false,
             split: 0,
             split_q6: None,
@@ -1178,7 +1088,7 @@ impl MatVec {
             let mut variant = KernelVariant::of::<Self>(self.variant);
             variant.source.pipelines = missing
                 .iter()
-                .map(|&(ty, input, c, rows, second)| spec(ty, input, c, rows, (second, self.q6)))
+                .map(|&(ty, input, c, rows, second)| spec(ty, input, c, rows, second))
                 .collect();
             built.extend(missing.into_iter().zip(build(ctx, &variant)?.pipelines));
         }
@@ -1515,23 +1425,16 @@ impl MatVec {
                     pair_byte + len * row_bytes,
                     align,
                 );
-                // w16: Q4_K reads it when every block starts on 16 bytes; the wide form's Q6_K
-                // under aligned loads as a view of w from its (16-byte aligned) first byte.
-                let w_view = ty == GgmlType::Q6_K
-                    && rows_layout.wide
-                    && self.q6 == Q6Loads::Aligned
-                    && w.offset.is_multiple_of(16);
+                // w16: Q4_K reads it when every block starts on 16 bytes.
                 let w_aligned = ty == GgmlType::Q4_K
                     && w.offset.is_multiple_of(16)
                     && w.skip.is_multiple_of(16)
                     && row_bytes.is_multiple_of(16);
-                let w_wide = (w_view || w_aligned)
+                let w_wide = w_aligned
                     .then(|| wide_window(w, io.weights, max_binding))
                     .flatten();
-                let w_bit = if w_view { W16_VIEW } else { WIDE_W };
-                let q6_aligned = w_view && w_wide.is_some();
                 let wide =
-                    u32::from(x_wide.is_some()) * WIDE_X + u32::from(w_wide.is_some()) * w_bit;
+                    u32::from(x_wide.is_some()) * WIDE_X + u32::from(w_wide.is_some()) * WIDE_W;
                 let placeholder = self.placeholder.as_entire_binding();
                 // xq, xd: the whole q8 vectors of a q8 binding (vector b at b·cols/4, b·cols/32).
                 let batch = u64::from(io.max_batch);
@@ -1639,11 +1542,9 @@ impl MatVec {
                         Grid::for_workgroups(workgroups * u64::from(groups), max_per_dimension)
                     })
                     .collect::<Result<Vec<_>, GpuError>>()?;
-                Ok(((group, grids), q6_aligned))
+                Ok((group, grids))
             })
             .collect::<Result<Vec<_>, GpuError>>()?;
-        let q6_aligned = ranges.iter().all(|(_, aligned)| *aligned);
-        let ranges = ranges.into_iter().map(|(range, _)| range).collect();
         let x_bytes = match fusion.q8 {
             Some(_) => Q8Vectors::bytes_per_vector(cols),
             None => 4 * cols,
@@ -1681,7 +1582,6 @@ impl MatVec {
             layouts,
             max_batch,
             ranges,
-            q6_aligned,
             work,
         })
     }

@@ -31,7 +31,7 @@
 //! share of that bound; a binding that fails (or gives NaN) is printed as FAILED and not timed.
 //!
 //!   matvec-bench [--quick] [--layouts 64/1/1,128/4/2] [--paths f32,q8] [--batches 1,2,4,8]
-//!                [--products 27b_ffn_gate_up,output] [--q6 aligned,lean]
+//!                [--products 27b_ffn_gate_up,output]
 //!
 //! `--batches B,…` (each 1 to 8; `--batch B` is one) multiplies B input vectors per dispatch, as a
 //! batched decode step of B sequences does (the B vectors are copies of one x, each output
@@ -39,22 +39,15 @@
 //! GB/s stays weight bytes over time. With several batches a last table sets each layout's
 //! q8 time at every batch against its time at the first (issue 21: a step of 8 sequences should
 //! cost little more than a step of 1), and the best layout per batch. `MatVecLayout::
-//! STAGED_CANDIDATES` (the wide form with the batch's x staged in workgroup memory) and
-//! `BATCHED_CANDIDATES` (its vector loop with x in 16-byte loads) are timed at every batch, 1
-//! included, though the engine runs them only for several vectors; `SPLIT_CANDIDATES` (the
-//! batched form with G vectors a workgroup on B / G times the grid, `…/splitG`; opt-in) run
-//! unsplit at B ≤ G, so their figures there are the batched twin's.
+//! BATCHED_CANDIDATES` (the wide form's vector loop with x in 16-byte loads) are timed at every
+//! batch; `SPLIT_CANDIDATES` (the batched form with G vectors a workgroup on B / G times the
+//! grid, `…/splitG`) run unsplit at B ≤ G, so their figures there are the batched twin's.
 //! `--products` keeps the named products (all of a name: ffn_down is two); `--plain` times the
 //! q8 path alone (no `q8+quantize`, no `q8+q8out`); `--reps N` takes the median of N passes
-//! instead of REPS (a short device call). `--q6 aligned` also times each wide (or staged)
-//! layout's Q6_K products with the aligned Q6_K loads (`Q6Loads::Aligned`,
-//! FAK_MATVEC_Q6=aligned), checked as every binding is, as path `q8+q6aligned` (its `q8` line
-//! beside it is the default loads'); `--q6 lean` in the lean form (`Q6Loads::Lean`,
-//! FAK_MATVEC_Q6=lean: the −32 folded through x, cheaper funnels) as path `q8+q6lean`; `--q6
-//! aligned,lean` both.
+//! instead of REPS (a short device call).
 
 use fak::gpu::kernels::matvec::{
-    InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape, Q6Loads,
+    InputNorm, MatVec, MatVecBinding, MatVecFusion, MatVecIo, MatVecLayout, MatVecShape,
 };
 use fak::gpu::kernels::quantize_q8::{Q8Vectors, QuantizeQ8, QuantizeQ8Binding};
 use fak::gpu::kernels::read_probe::ReadProbe;
@@ -245,7 +238,6 @@ fn main() {
         None => MatVecLayout::CANDIDATES
             .into_iter()
             .chain(MatVecLayout::WIDE_CANDIDATES)
-            .chain(MatVecLayout::STAGED_CANDIDATES)
             .chain(MatVecLayout::BATCHED_CANDIDATES)
             .chain(MatVecLayout::SPLIT_CANDIDATES)
             .collect(),
@@ -281,15 +273,6 @@ fn main() {
     println!(
         "product\ttype\trows\tcols\tlayout\tpath\tus_per_dispatch\tweight_gbps\tpct_probe\tcopies\tcheck"
     );
-    // The Q6_K forms `--q6` names, each timed as a path of its own beside the default.
-    let q6_forms: Vec<(&str, Q6Loads)> = [("aligned", "q8+q6aligned", Q6Loads::Aligned)]
-        .into_iter()
-        .chain([("lean", "q8+q6lean", Q6Loads::Lean)])
-        .filter(|(flag, ..)| {
-            option("--q6").is_some_and(|names| names.split(',').any(|n| n.trim() == *flag))
-        })
-        .map(|(_, path, q6)| (path, q6))
-        .collect();
     let all: &[Product] = if quick { &QUICK_PRODUCTS } else { &PRODUCTS };
     let products: Vec<Product> = match option("--products") {
         Some(names) => all
@@ -346,54 +329,23 @@ fn main() {
             .map(|(bench, q)| bench.reference(&ctx, quantizer.as_ref().zip(q.as_ref())))
             .collect();
         // One kernel per layout: its pipelines are shared by the products of one type and by
-        // every batch. With `--q6 …`, a wide (or staged) layout has a kernel per Q6_K form named
-        // (aligned loads, lean units). A wide layout on f32 inputs is the narrow one: timed once.
-        let kernels: Vec<(MatVecLayout, Vec<(&str, MatVec)>)> = layouts
+        // every batch. A wide layout on f32 inputs is the narrow one: timed once.
+        let name = if input == InputPath::Q8 { "q8" } else { "f32" };
+        let kernels: Vec<(MatVecLayout, MatVec)> = layouts
             .iter()
             .filter(|l| input == InputPath::Q8 || !l.wide)
             .map(|&layout| {
-                let base = if input == InputPath::Q8 { "q8" } else { "f32" };
-                let mut forms = vec![(
-                    base,
-                    MatVec::with_layout(&ctx, paths, layout).expect("building matvec"),
-                )];
-                if layout.wide && input == InputPath::Q8 {
-                    for &(path, q6) in &q6_forms {
-                        let kernel =
-                            MatVec::with_layout(&ctx, paths, layout).expect("building matvec");
-                        forms.push((path, kernel.with_q6_loads(q6)));
-                    }
-                }
-                (layout, forms)
+                let kernel = MatVec::with_layout(&ctx, paths, layout).expect("building matvec");
+                (layout, kernel)
             })
             .collect();
         for &batch in &batches {
             println!("# input vectors per dispatch: {batch}");
             step.set(&ctx, Step::new(0, batch, 0));
-            for (layout, forms) in &kernels {
+            for (layout, kernel) in &kernels {
                 let layout = *layout;
-                for ((index, (p, bench)), (name, kernel)) in products
-                    .iter()
-                    .zip(&benches)
-                    .enumerate()
-                    .flat_map(|product| forms.iter().map(move |form| (product, form)))
-                {
-                    let (name, kernel) = (*name, kernel);
-                    // The Q6_K forms differ from the default only on Q6_K: timed alone (the fused
-                    // timings below are the default form's).
-                    let aligned_form = kernel.q6_loads() == Q6Loads::Aligned;
-                    if kernel.q6_loads() != Q6Loads::Words && p.ty != GgmlType::Q6_K {
-                        continue;
-                    }
+                for (index, (p, bench)) in products.iter().zip(&benches).enumerate() {
                     let bindings = bench.bind(&ctx, kernel, false);
-                    if aligned_form && !bindings.iter().all(MatVecBinding::q6_aligned) {
-                        // Its buffer has no room for the last 16-byte word: the word loads ran.
-                        println!(
-                            "{}\t{}\t{}\t{}\t{layout}\t{name}\tnot aligned (word loads)",
-                            p.name, p.ty, p.rows, p.cols
-                        );
-                        continue;
-                    }
                     let check = bench.check(
                         &ctx,
                         &references[index],
@@ -417,7 +369,6 @@ fn main() {
                         }),
                     )];
                     if !plain
-                        && !aligned_form
                         && p.fusion == Fusion::GateUp
                         && p.rows.is_multiple_of(32)
                         && layout.teams == MatVecLayout::QUANTIZING_TEAMS
@@ -453,9 +404,7 @@ fn main() {
                             );
                         }
                     }
-                    let timed_alone = plain || aligned_form;
-                    if let (false, Some(q), Some(qb)) = (timed_alone, &quantizer, &quantize[index])
-                    {
+                    if let (false, Some(q), Some(qb)) = (plain, &quantizer, &quantize[index]) {
                         timed.push((
                             "q8+quantize",
                             bench.time(&ctx, |pass, copy| {
@@ -565,15 +514,7 @@ fn summarize(
     let mut step_best = std::collections::BTreeMap::<&str, f64>::new();
     let mut step_default = std::collections::BTreeMap::<&str, f64>::new();
     for (index, p) in products.iter().enumerate() {
-        for path in [
-            "f32",
-            "q8",
-            "q8+q6aligned",
-            "q8+q6lean",
-            "q8+quantize",
-            "f32+q8out",
-            "q8+q8out",
-        ] {
+        for path in ["f32", "q8", "q8+quantize", "f32+q8out", "q8+q8out"] {
             let mine: Vec<_> = results
                 .iter()
                 .filter(|r| r.0 == index && r.1 == path)
@@ -635,14 +576,16 @@ fn bandwidth_summary(products: &[Product], results: &[(usize, &'static str, MatV
         let rows = p.rows * if p.fusion == Fusion::GateUp { 2 } else { 1 };
         (p.ty.row_bytes(p.cols).unwrap() * rows) as f64
     };
-    let sets: [(&str, fn(&Product) -> f64); 2] = [
+    // A set's weight of each product in the byte-weighted sum.
+    type Weight = fn(&Product) -> f64;
+    let sets: [(&str, Weight); 2] = [
         ("8B step", |p| f64::from(p.per_step)),
         ("27B MLP", |p| {
             f64::from(u8::from(p.name.starts_with("27b_ffn")))
         }),
     ];
     for (set, weight) in sets {
-        for path in ["f32", "q8", "q8+q6aligned", "q8+q6lean", "q8+q8out"] {
+        for path in ["f32", "q8", "q8+q8out"] {
             let (mut total_bytes, mut total_seconds) = (0.0, 0.0);
             for (index, p) in products.iter().enumerate() {
                 let best = results
@@ -766,8 +709,8 @@ impl<'a> Bench<'a> {
         let mut bytes = vec![0u8; weight_bytes as usize];
         fill_random_rows(p.ty, p.cols as usize, w_rows as usize, 0.02, 7, &mut bytes).unwrap();
         let copies = PASS_BYTES.div_ceil(weight_bytes).clamp(2, max_copies) as usize;
-        // Buffers of whole 16-byte words, as the decode products' tensors are (the aligned Q6_K
-        // loads need the room: `MatVecBinding::q6_aligned`); the quick shapes' are not.
+        // Buffers of whole 16-byte words, as the decode products' tensors are; the quick shapes'
+        // are not.
         let buffer_bytes = weight_bytes.next_multiple_of(16);
         let mut padded = bytes.clone();
         padded.resize(buffer_bytes as usize, 0);
