@@ -5,8 +5,8 @@
 //! that already holds earlier tokens, a one-token prefill, and a sequence on a shuffled
 //! page-table row read through a token table; f32 and f16 caches; the cooperative-matrix kernel
 //! (where the adapter has one: the engine's choice there) with every workgroup tile that fits, the
-//! flash form's included (plain, lean and lean-k), and with O rescaled on every growth of a row's
-//! max (staged, flash, lean and lean-k); the lean steps' bits against the flash tiles';
+//! flash form's included (plain and lean), and with O rescaled on every growth of a row's
+//! max (staged, flash and lean); the lean step's bits against the flash tiles';
 //! keys split across workgroups and combined, at
 //! forced split counts; the row tiles taken longest first (the same bits as in order); the lean
 //! step's tiles of 128, 64 and 32 rows unsplit (the same bits). Cache slots past the step's last token hold NaN, so a causal leak fails
@@ -71,8 +71,8 @@ fn engine_kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
 
 /// Every variant the engine selects on this adapter (the cooperative-matrix kernel where it has
 /// one), and the cooperative-matrix kernel in every shape the adapter has, once per tile (row
-/// blocks × key step; the flash form's too, and the lean step's and lean-k's on the largest
-/// flash tile) that fits, and once more (staged, flash, lean and lean-k) with the slack 0 (a rescale of O whenever a row's max grows:
+/// blocks × key step; the flash form's too, and the lean step's on the largest
+/// flash tile) that fits, and once more (staged, flash and lean) with the slack 0 (a rescale of O whenever a row's max grows:
 /// the random inputs' maxima rarely outgrow the engine's slack after a row's first step).
 fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let mut out = engine_kernels(ctx, shape);
@@ -81,20 +81,19 @@ fn kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
         let coop = paths.coop_matrix.expect("a coop path");
         let flash = CoopTile::fitting_flash(coop, shape.head_dim, limit);
         for tile in CoopTile::candidates(coop, shape.head_dim) {
-            // The lean steps on the largest flash tile only (every row count has its bits test).
-            let twin = tile.with_lean(false).with_pair_k(false);
-            let lean = tile.lean || tile.pair_k;
-            if tile.workgroup_bytes() <= limit && (!lean || Some(twin) == flash) {
+            // The lean step on the largest flash tile only (every row count has its bits test).
+            let twin = tile.with_lean(false);
+            if tile.workgroup_bytes() <= limit && (!tile.lean || Some(twin) == flash) {
                 out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(tile)).unwrap());
             }
         }
         let tile = CoopTile::fitting(coop, shape.head_dim, limit).expect("a tile fits");
         let always = tile.with_slack(0);
         out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(always)).unwrap());
-        // The flash form's rescale path (heads of at most 8 dim tiles): plain, lean, lean-k.
+        // The flash form's rescale path (heads of at most 8 dim tiles): plain, lean.
         if let Some(flash) = flash {
-            for (lean, pair_k) in [(false, false), (true, false), (true, true)] {
-                let always = flash.with_slack(0).with_lean(lean).with_pair_k(pair_k);
+            for lean in [false, true] {
+                let always = flash.with_slack(0).with_lean(lean);
                 out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(always)).unwrap());
             }
         }
@@ -214,7 +213,7 @@ fn keys_split_across_workgroups_combine_to_the_reference() {
 /// Every kernel summing in key runs: the engine's where it does (the f32-tile kernel always; a
 /// cooperative-matrix tile under `FAK_ATTN_RUNS=on`), and on cooperative matrices, with
 /// [`CoopTile::runs`], the staged kernel's tile and every flash form on its largest tile (plain,
-/// lean, lean-k), and the staged tile and the lean step at the slack 0 (a rescale on every
+/// lean), and the staged tile and the lean step at the slack 0 (a rescale on every
 /// growth of a row's max, so rescales inside a run and at its start are covered).
 fn run_kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
     let mut out: Vec<AttnPrefill> = engine_kernels(ctx, shape)
@@ -228,7 +227,7 @@ fn run_kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
         let mut tiles = vec![staged, staged.with_slack(0)];
         if let Some(flash) = CoopTile::fitting_flash(coop, shape.head_dim, limit) {
             let lean = flash.with_lean(true);
-            tiles.extend([flash, lean, lean.with_pair_k(true), lean.with_slack(0)]);
+            tiles.extend([flash, lean, lean.with_slack(0)]);
         }
         for tile in tiles {
             let tile = tile.with_runs(true);
@@ -339,7 +338,7 @@ fn pages_holding_whole_key_steps_are_read_a_page_at_a_time() {
     }
 }
 
-/// The lean step (and lean-k: K shared by pairs of subgroups) runs the flash tile's MMAs on the
+/// The lean step runs the flash tile's MMAs on the
 /// same values in the same order per tile: its outputs are the flash tile's bit for bit (and
 /// finite), on pages of 16 (key by key) and 64 (a page a step), unsplit and in 3 splits, every
 /// flash row count, and the largest at slack 0 too (each kernel built once: the device call's
@@ -361,7 +360,7 @@ fn the_lean_step_computes_the_flash_tiles_bits() {
             tiles.extend(tiles.first().map(|tile| tile.with_slack(0)));
             for tile in tiles {
                 let lean = tile.with_lean(true);
-                let mut kernels = [tile, lean, lean.with_pair_k(true)]
+                let mut kernels = [tile, lean]
                     .map(|tile| AttnPrefill::with_tile(ctx, paths, shape, Some(tile)).unwrap());
                 for (page, splits) in [(16u32, 1u32), (64, 3)] {
                     let case = Case {
@@ -379,7 +378,6 @@ fn the_lean_step_computes_the_flash_tiles_bits() {
                     assert!(!outputs[0].is_empty(), "{what}");
                     assert!(outputs[0].iter().all(|x| x.is_finite()), "{what}");
                     assert_eq!(bits(&outputs[1]), bits(&outputs[0]), "lean, {what}");
-                    assert_eq!(bits(&outputs[2]), bits(&outputs[0]), "lean-k, {what}");
                 }
             }
         }
@@ -396,7 +394,7 @@ fn ordered_kernels(ctx: &GpuContext, shape: AttnShape) -> Vec<AttnPrefill> {
         let coop = paths.coop_matrix.expect("a coop path");
         let staged = CoopTile::fitting(coop, shape.head_dim, limit);
         let lean = CoopTile::candidates(coop, shape.head_dim)
-            .filter(|tile| tile.lean && !tile.pair_k)
+            .filter(|tile| tile.lean)
             .filter(|tile| tile.workgroup_bytes() <= limit);
         for tile in staged.into_iter().chain(lean) {
             out.push(AttnPrefill::with_tile(ctx, paths, shape, Some(tile)).unwrap());
@@ -461,7 +459,7 @@ fn the_lean_row_counts_compute_the_same_bits() {
         for paths in coop_paths(ctx) {
             let coop = paths.coop_matrix.expect("a coop path");
             let kernels: Vec<AttnPrefill> = CoopTile::candidates(coop, shape.head_dim)
-                .filter(|tile| tile.lean && !tile.pair_k)
+                .filter(|tile| tile.lean)
                 .filter(|tile| tile.workgroup_bytes() <= limit)
                 .map(|tile| {
                     AttnPrefill::with_tile(ctx, paths, shape, Some(tile))

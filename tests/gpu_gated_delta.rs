@@ -975,33 +975,21 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
     let lean = ChunkKernel::named("coop+quads+fused+lean+blocks").unwrap();
     assert_eq!(lean.form, ChunkForm::COOP[6]);
     assert!(lean.form.lean && !blocks.form.lean);
-    let ahead = ChunkKernel::named("coop+quads+fused+lean+ahead+blocks").unwrap();
-    assert_eq!(ahead.form, ChunkForm::COOP[7]);
-    assert!(ahead.form.ahead && !lean.form.ahead);
-    let deep = ChunkKernel::named("coop+quads+fused+lean+deep+blocks").unwrap();
-    assert_eq!(deep.form, ChunkForm::COOP[8]);
-    assert!(deep.form.deep && !deep.form.ahead && !ahead.form.deep);
-    let both = ChunkKernel::named("coop+quads+fused+lean+ahead+deep+blocks").unwrap();
-    assert_eq!(both.form, ChunkForm::COOP[9]);
     let split = ChunkKernel::named("coop+quads+fused+lean+splitk+blocks").unwrap();
-    assert_eq!(split.form, ChunkForm::COOP[10]);
+    assert_eq!(split.form, ChunkForm::COOP[7]);
     assert!(split.form.split_k && !split.form.same_bits() && !lean.form.split_k);
     assert_eq!(split.form.scan_entry(), "chunk_scan_split");
     let split_after_v = ChunkKernel::named("coop+quads+lean+splitk+blocks").unwrap();
-    assert_eq!(split_after_v.form, ChunkForm::COOP[11]);
+    assert_eq!(split_after_v.form, ChunkForm::COOP[8]);
     assert!(split_after_v.form.split_k && !split_after_v.form.fused);
-    assert!(ChunkForm::COOP[..10].iter().all(|f| f.same_bits()));
+    assert!(ChunkForm::COOP[..7].iter().all(|f| f.same_bits()));
     // The default with the Gram phase once per key head, U from the accumulators, and both.
     let key_heads = ChunkKernel::named("coop+quads+fused+lean+splitk+keyheads+blocks").unwrap();
     let u_direct = ChunkKernel::named("coop+quads+fused+lean+splitk+ustore+blocks").unwrap();
     let both = ChunkKernel::named("coop+quads+fused+lean+splitk+keyheads+ustore+blocks").unwrap();
     assert_eq!(
         [key_heads.form, u_direct.form, both.form],
-        [
-            ChunkForm::COOP[12],
-            ChunkForm::COOP[13],
-            ChunkForm::COOP[14]
-        ]
+        [ChunkForm::COOP[9], ChunkForm::COOP[10], ChunkForm::COOP[11]]
     );
     let default_with = |key_heads, u_direct| ChunkForm {
         key_heads,
@@ -1035,12 +1023,11 @@ fn the_chunk_kernel_is_chosen_by_name_and_the_coop_one_tested_where_the_adapter_
         "coop+lean",
         "coop+quads+lean+fused+blocks",
         "f32+lean+blocks",
+        // gdnchunk's forms, measured losing or neutral and removed.
+        "coop+quads+fused+lean+ahead+blocks",
+        "coop+quads+fused+lean+deep+blocks",
+        "coop+quads+fused+lean+ahead+deep+blocks",
         "f32+ahead+blocks",
-        "coop+quads+fused+ahead+lean+blocks",
-        "coop+quads+fused+lean+blocks+ahead",
-        "coop+quads+fused+lean+deep+ahead+blocks",
-        "coop+deep",
-        "f32+deep+blocks",
         // gdnchunk2's forms, measured neutral and removed.
         "coop+quads+fused+lean+pairs+blocks",
         "coop+quads+fused+lean+lower+blocks",

@@ -69,16 +69,9 @@
 // accumulators as they are loaded (the same multiplication per element) instead of a pass over
 // state_sh behind its own barrier (4 barriers a chunk, not 5, where P·V' rides in the update's
 // pass). The same values: bit for bit the same results.
-// PREP_AHEAD (override, `…+lean+ahead+…`): 1 issues chunk_prepare's loads from `mixed` early —
-// the first Gram stage's k̂, q̂ under the gates' loads, each T·R block's R under the previous
-// block's MMAs (the first under the inverse) — so that 9 rounds no longer start with an L2
-// round trip after their barrier, and drops T·R's third barrier a block (8 in all).
-// SCAN_DEEP (override, `…+deep+…`): 1 loads chunk_scan's global fragments of DEEP_WS
-// k-steps of W·S / Q̃·S, and of DEEP_UPD chunk steps of the state update (K̃, P), before their
-// MMAs, into arrays of fragments, and where the update has one pass (dk ≤ 128, fused) its first
-// group before the V' pass: at dk = 128, 2 + 1 dependent L2 round trips a chunk instead of
-// 8 + 4 where the driver issues each step's loads after the previous step's MMAs.
-// Both: the same products in the same order, bit for bit the same results.
+// (gdnchunk's PREP_AHEAD, chunk_prepare's loads a round ahead, and SCAN_DEEP, chunk_scan's
+// fragments loaded several steps before their MMAs, lost or were neutral on an H100 and were
+// removed: experiments/NOTES.md "Second prune".)
 // PREP_KEY_HEADS (gated_delta_chunk_io.wgsl's override, `…+splitk+keyheads+…`): chunk_prepare one
 // workgroup per (chunk, key head): the Gram tiles once, joined and held as values (4 CoopC a
 // subgroup), then finish_head for each value head that reads the key head — its γ, β, Q̃ and K̃
@@ -117,15 +110,7 @@
 override DK: u32 = 128u;
 override SCAN_FUSED: u32 = 0u;
 override SCAN_LEAN: u32 = 0u;
-override PREP_AHEAD: u32 = 0u;
-override SCAN_DEEP: u32 = 0u;
 override U_DIRECT: u32 = 0u;
-
-// SCAN_DEEP: k-steps of W·S (and Q̃·S), and chunk steps of the state update, whose global
-// fragments a subgroup loads together before their MMAs (16 and 12 fragments: 64 and 48 f16
-// registers a lane at most).
-const DEEP_WS: u32 = 4u;
-const DEEP_UPD: u32 = 2u;
 
 // Subgroups of chunk_prepare and chunk_scan.
 const PREP_SUBGROUPS: u32 = 8u;
@@ -365,14 +350,9 @@ fn load_r(ch: Chunk, tid: u32, rb: RBlock) -> RQuads {
     return r;
 }
 
-// Stages block b of R (of r_blocks()) as hi/lo tiles: its quads loaded here, or with
-// PREP_AHEAD those given, `ahead`; returns PREP_AHEAD's quads of block b + 1 (where there is one),
-// loaded right after the staging barrier under the block's MMAs, else zeros.
-fn stage_block(ch: Chunk, h: u32, tid: u32, b: u32, ahead: RQuads) -> RQuads {
-    var r = ahead;
-    if PREP_AHEAD == 0u {
-        r = load_r(ch, tid, r_block(ch, h, b));
-    }
+// Stages block b of R (of r_blocks()) as hi/lo tiles.
+fn stage_block(ch: Chunk, h: u32, tid: u32, b: u32) {
+    let r = load_r(ch, tid, r_block(ch, h, b));
     for (var n = 0u; n < R_QUADS; n++) {
         let e = tid + n * 256u;
         let t = e / (BW / 4u);
@@ -382,11 +362,6 @@ fn stage_block(ch: Chunk, h: u32, tid: u32, b: u32, ahead: RQuads) -> RQuads {
         put_h16_4(R_LO + t * BS + ii, x.lo);
     }
     workgroupBarrier();
-    var next: RQuads;
-    if PREP_AHEAD == 1u && b + 1u < r_blocks() {
-        next = load_r(ch, tid, r_block(ch, h, b + 1u));
-    }
-    return next;
 }
 
 // The output tile (ta, tb) of T·R for the staged block of R.
@@ -410,8 +385,7 @@ fn t_times_r(ta: u32, tb: u32) -> CoopC {
 }
 
 // Block rb's output tiles, this subgroup's (ta, tb) being `tile`, through a_sh to W (hi/lo, dk
-// columns) or U (f32). PREP_AHEAD leaves out the last barrier (finish_head says why that is
-// safe).
+// columns) or U (f32).
 fn put_block(ch: Chunk, tid: u32, ta: u32, tb: u32, rb: RBlock, tile: CoopC) {
     let out_at = ta * COOP * AP + tb * COOP;
     let ap = AP;
@@ -437,9 +411,7 @@ fn put_block(ch: Chunk, tid: u32, ta: u32, tb: u32, rb: RBlock, tile: CoopC) {
             }
         }
     }
-    if PREP_AHEAD == 0u {
-        workgroupBarrier();
-    }
+    workgroupBarrier();
 }
 
 // U_DIRECT: U's block rb, this subgroup's tile (ta, tb) being `tile`, from the accumulator straight to
@@ -467,11 +439,6 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
     // PREP_KEY_HEADS: ch is the first value head's chunk, whose key columns are every one's.
     let h = wg.y;
     let ch = chunk_of(wg.x, prep_head(h, 0u), wg.z);
-    // Ahead: the first Gram stage's k̂ and q̂ in flight under the gates' loads and γ's sum.
-    var keys: KeyQuads;
-    if PREP_AHEAD == 1u {
-        keys = load_keys(ch, tid, 0u);
-    }
     if PREP_KEY_HEADS == 0u {
         start_head(ch, h, tid);
     }
@@ -489,13 +456,8 @@ fn chunk_prepare(@builtin(workgroup_id) wg: vec3<u32>,
     var kk1_small = CoopC();
     var qk0_small = CoopC();
     var qk1_small = CoopC();
-    // (Ahead loads the later stages in their turn: held under a stage's MMAs, their 16 registers
-    // would add to the kernel's peak — the Gram phase's 8 accumulators — and could cost an SM a
-    // resident workgroup.)
     for (var i0 = 0u; i0 < DK; i0 += KT) {
-        if PREP_AHEAD == 0u || i0 > 0u {
-            keys = load_keys(ch, tid, i0);
-        }
+        let keys = load_keys(ch, tid, i0);
         stage_keys(ch, tid, i0, keys);
         workgroupBarrier();
         for (var kk = 0u; kk < KT; kk += COOP) {
@@ -601,11 +563,6 @@ fn finish_head(ch: Chunk, h: u32, tid: u32, sg: u32, g0: u32, p0: CoopC, p1: Coo
         a_sh[t * AP + s] = a;
     }
     workgroupBarrier();
-    // Ahead: R's first block in flight under the inverse's chain.
-    var r_next: RQuads;
-    if PREP_AHEAD == 1u {
-        r_next = load_r(ch, tid, r_block(ch, h, 0u));
-    }
     invert_unit_lower(ch.n, tid);
 
     // T with its unit diagonal as hi/lo (a_sh then holds the T·R output tiles).
@@ -622,11 +579,6 @@ fn finish_head(ch: Chunk, h: u32, tid: u32, sg: u32, g0: u32, p0: CoopC, p1: Coo
     workgroupBarrier();
     // W = T diag(β e^γ) K and U = T diag(β) V, one 32-column block of R at a time; subgroup sg
     // computes the block's tile (sg / 2, sg mod 2).
-    // Ahead, block b + 1's quads are loaded under block b's MMAs (after its staging barrier,
-    // so h16's R tiles are free), and put_block's last barrier goes: the next block's staging
-    // writes R tiles every subgroup finished reading before the barrier that published a_sh,
-    // and its a_sh stores come after the next staging barrier, which every invocation reaches
-    // only once done reading a_sh.
     // U_DIRECT where dv is a whole number of blocks: U's blocks by put_u_tile (one barrier and
     // a_sh's pass less a block). Its loops are apart from W's because a cooperative store may
     // branch on uniform values only, which naga does not take a loop's counter for.
@@ -635,16 +587,16 @@ fn finish_head(ch: Chunk, h: u32, tid: u32, sg: u32, g0: u32, p0: CoopC, p1: Coo
     let blocks = r_blocks();
     if (U_DIRECT == 1u) & (params.dv % BW == 0u) {
         for (var b = 0u; b < w_blocks(); b++) {
-            r_next = stage_block(ch, h, tid, b, r_next);
+            stage_block(ch, h, tid, b);
             put_block(ch, tid, oa, ob, r_block(ch, h, b), t_times_r(oa, ob));
         }
         for (var b = w_blocks(); b < blocks; b++) {
-            r_next = stage_block(ch, h, tid, b, r_next);
+            stage_block(ch, h, tid, b);
             put_u_tile(ch, oa, ob, r_block(ch, h, b), t_times_r(oa, ob));
         }
     } else {
         for (var b = 0u; b < blocks; b++) {
-            r_next = stage_block(ch, h, tid, b, r_next);
+            stage_block(ch, h, tid, b);
             put_block(ch, tid, oa, ob, r_block(ch, h, b), t_times_r(oa, ob));
         }
     }
@@ -658,46 +610,6 @@ fn finish_head(ch: Chunk, h: u32, tid: u32, sg: u32, g0: u32, p0: CoopC, p1: Coo
 fn pv_rides_update() -> bool {
     let rounds = (DK / COOP + SCAN_SUBGROUPS - 1u) / SCAN_SUBGROUPS;
     return (SCAN_FUSED == 1u) & (rounds <= 1u + SCAN_FUSED);
-}
-
-// SCAN_DEEP: the state update's A fragments of DEEP_UPD chunk steps — K̃ᵀ of the dk tiles at
-// i0 and (fused) i2, and P where it rides in the update — fragment k of part m at
-// m·DEEP_UPD + k. (One array, not a struct: arrays of cooperative matrices are what the
-// drivers' own shaders use.)
-const UF_K: u32 = 0u;
-const UF_K_LO: u32 = 1u;
-const UF_K2: u32 = 2u;
-const UF_K2_LO: u32 = 3u;
-const UF_P: u32 = 4u;
-const UF_P_LO: u32 = 5u;
-alias UpdateFrags = array<CoopA, 6u * DEEP_UPD>;
-
-// Those of chunk steps g0.. (K̃ from half k_hi, this subgroup's P rows from half p_hi).
-fn update_frags(k_hi: u32, p_hi: u32, i0: u32, i2: u32, g0: u32) -> UpdateFrags {
-    var f: UpdateFrags;
-    let dk = DK / CELL;
-    let chunk = CHUNK / CELL;
-    for (var k = 0u; k < DEEP_UPD; k++) {
-        let s0 = g0 + k * COOP;
-        // K̃ᵀ as A: element (i, t) is K̃[t][i], column-major with stride dk.
-        let a_at = cell(k_hi + s0 * DK + i0);
-        let a_lo = cell(k_hi + s0 * DK + i0 + DK_LO);
-        f[UF_K * DEEP_UPD + k] = coopLoad<CoopA>(&halves[a_at], dk);
-        f[UF_K_LO * DEEP_UPD + k] = coopLoad<CoopA>(&halves[a_lo], dk);
-        if pv_rides_update() {
-            let p_at = cell(p_hi + s0);
-            let p_lo = cell(p_hi + s0 + P_LO);
-            f[UF_P * DEEP_UPD + k] = coopLoadT<CoopA>(&halves[p_at], chunk);
-            f[UF_P_LO * DEEP_UPD + k] = coopLoadT<CoopA>(&halves[p_lo], chunk);
-        }
-        if SCAN_FUSED == 1u {
-            let a2_at = cell(k_hi + s0 * DK + i2);
-            let a2_lo = cell(k_hi + s0 * DK + i2 + DK_LO);
-            f[UF_K2 * DEEP_UPD + k] = coopLoad<CoopA>(&halves[a2_at], dk);
-            f[UF_K2_LO * DEEP_UPD + k] = coopLoad<CoopA>(&halves[a2_lo], dk);
-        }
-    }
-    return f;
 }
 
 // Output x of chunk row t, state row (value column) jr of this workgroup's tile, if the row is
@@ -878,14 +790,6 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
     let rounds = (tiles + SCAN_SUBGROUPS - 1u) / SCAN_SUBGROUPS;
     let rounds_per_pass = 1u + SCAN_FUSED;
     let pv_in_update = pv_rides_update();
-    // Deep with one update pass: its first DEEP_UPD chunk steps' fragments are loaded before
-    // the V' pass (in flight across it and its barrier).
-    let hoist = (SCAN_DEEP == 1u) & pv_in_update;
-    // Deep: W·S's k-steps a group, the largest of DEEP_WS = 4, 3, 2, 1 that divides dk / 16 (a
-    // constant trip count, so that the driver can keep the fragment arrays in registers).
-    let n_steps = DK / COOP;
-    let ws_steps = select(select(select(1u, 2u, n_steps % 2u == 0u), 3u, n_steps % 3u == 0u),
-                          DEEP_WS, n_steps % DEEP_WS == 0u);
     for (var c = 0u; c < n_chunks; c++) {
         let sc = scan_chunk(c, h, s, row0, tid);
         // Lean: this invocation's U quads now, in flight under W·S.
@@ -901,39 +805,7 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
         var ws_small = CoopC();
         var acc = CoopC();
         var acc_small = CoopC();
-        // Deep: DEEP_WS k-steps' W (and Q̃) fragments loaded before their MMAs, which then run
-        // in the same order as below (the same sums).
-        for (var g0 = 0u; g0 < DK * SCAN_DEEP; g0 += ws_steps * COOP) {
-            var wa: array<CoopA, DEEP_WS>;
-            var wa_lo: array<CoopA, DEEP_WS>;
-            var qa: array<CoopA, DEEP_WS>;
-            var qa_lo: array<CoopA, DEEP_WS>;
-            for (var k = 0u; k < ws_steps; k++) {
-                let a_at = cell(sc.w_hi + g0 + k * COOP);
-                let a_lo = cell(sc.w_hi + g0 + k * COOP + DK_LO);
-                wa[k] = coopLoadT<CoopA>(&halves[a_at], dk);
-                wa_lo[k] = coopLoadT<CoopA>(&halves[a_lo], dk);
-                if SCAN_FUSED == 1u {
-                    let qa_at = cell(sc.q_hi + g0 + k * COOP);
-                    let qa_lo_at = cell(sc.q_hi + g0 + k * COOP + DK_LO);
-                    qa[k] = coopLoadT<CoopA>(&halves[qa_at], dk);
-                    qa_lo[k] = coopLoadT<CoopA>(&halves[qa_lo_at], dk);
-                }
-            }
-            for (var k = 0u; k < ws_steps; k++) {
-                let b_at = cell(g0 + k * COOP);
-                let b_lo = cell(S_LO + g0 + k * COOP);
-                let b_hi = coopLoad<CoopB>(&s16[b_at], ss);
-                let b_lo_f = coopLoad<CoopB>(&s16[b_lo], ss);
-                ws = coopMultiplyAdd(wa[k], b_hi, ws);
-                ws_small = mma_cross(wa[k], wa_lo[k], b_hi, b_lo_f, ws_small);
-                if SCAN_FUSED == 1u {
-                    acc = coopMultiplyAdd(qa[k], b_hi, acc);
-                    acc_small = mma_cross(qa[k], qa_lo[k], b_hi, b_lo_f, acc_small);
-                }
-            }
-        }
-        for (var i0 = 0u; i0 < DK * (1u - SCAN_DEEP); i0 += COOP) {
+        for (var i0 = 0u; i0 < DK; i0 += COOP) {
             let a_hi = dk_rows_frag(sc.w_hi + i0);
             let b_hi = s_frag(i0);
             let b_lo = s_frag(S_LO + i0);
@@ -947,11 +819,6 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
             }
         }
         coopStoreT(joined(ws, ws_small), &vst[v_at], vs);
-        var first: UpdateFrags;
-        if hoist {
-            first = update_frags(sc.k_hi, sc.p_hi, min(sg, tiles - 1u) * COOP,
-                                 min(sg + SCAN_SUBGROUPS, tiles - 1u) * COOP, 0u);
-        }
         workgroupBarrier();
         // V' = U − W S as hi/lo (zero past dv: U is, and so is S there), four columns an
         // iteration.
@@ -1029,40 +896,7 @@ fn chunk_scan(@builtin(workgroup_id) wg: vec3<u32>,
                 upd = decay_last * upd;
                 upd2 = decay_last * upd2;
             }
-            // Deep: DEEP_UPD chunk steps' K̃ (and P) fragments loaded before their MMAs, which
-            // then run in the same order as below; the first group's hoisted where there is one
-            // pass. (Its load is skipped by a loop bound, not an `if`: naga 30 takes an `if` on a
-            // loop counter for non-uniform, and cooperative ops may not branch on it.)
-            for (var g0 = 0u; g0 < CHUNK * SCAN_DEEP; g0 += DEEP_UPD * COOP) {
-                var f = first;
-                for (var n = u32(hoist & (g0 == 0u)); n < 1u; n++) {
-                    f = update_frags(sc.k_hi, sc.p_hi, i0, i2, g0);
-                }
-                for (var k = 0u; k < DEEP_UPD; k++) {
-                    let s0 = g0 + k * COOP;
-                    let b_at = cell(s0 * DS);
-                    let b_lo = cell(D_LO + s0 * DS);
-                    let b_hi = coopLoadT<CoopB>(&d16[b_at], ds);
-                    let b_lo_f = coopLoadT<CoopB>(&d16[b_lo], ds);
-                    let ka = f[UF_K * DEEP_UPD + k];
-                    upd = coopMultiplyAdd(ka, b_hi, upd);
-                    upd_small = mma_cross(ka, f[UF_K_LO * DEEP_UPD + k], b_hi, b_lo_f,
-                                          upd_small);
-                    if pv_in_update {
-                        let pa = f[UF_P * DEEP_UPD + k];
-                        acc = coopMultiplyAdd(pa, b_hi, acc);
-                        acc_small = mma_cross(pa, f[UF_P_LO * DEEP_UPD + k], b_hi, b_lo_f,
-                                              acc_small);
-                    }
-                    if SCAN_FUSED == 1u {
-                        let ka2 = f[UF_K2 * DEEP_UPD + k];
-                        upd2 = coopMultiplyAdd(ka2, b_hi, upd2);
-                        upd2_small = mma_cross(ka2, f[UF_K2_LO * DEEP_UPD + k], b_hi, b_lo_f,
-                                               upd2_small);
-                    }
-                }
-            }
-            for (var s0 = 0u; s0 < CHUNK * (1u - SCAN_DEEP); s0 += COOP) {
+            for (var s0 = 0u; s0 < CHUNK; s0 += COOP) {
                 let a_hi = key_frag(sc.k_hi + s0 * DK + i0);
                 let b_hi = v_frag(s0 * DS);
                 let b_lo = v_frag(D_LO + s0 * DS);

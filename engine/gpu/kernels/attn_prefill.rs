@@ -19,10 +19,9 @@
 //!   with [`CoopTile::lean`] the same kernel's lean step (`LEAN`: one page-table read per fetched
 //!   key step, S's chains interleaved with P·V, the mask only on diagonal steps; the same bits),
 //!   the default since an H100 timed it (2026-12-06 #10: the Qwen3-8B's 2048-token prefill's
-//!   attention 17.07 → 15.03 ms a step; `FAK_ATTN_PREFILL=flash` without it); with
-//!   [`CoopTile::pair_k`] too, pairs of subgroups sharing K's fragments (`PAIR_K`,
-//!   `FAK_ATTN_PREFILL=lean-k`, opt-in: 16.41 ms there; the same bits). (`lean-a`, S one step
-//!   ahead of its softmax, lost 20 % on an H100 and was removed: experiments/NOTES.md "prune".)
+//!   attention 17.07 → 15.03 ms a step; `FAK_ATTN_PREFILL=flash` without it). (`lean-a`, S one
+//!   step ahead of its softmax, lost 20 % on an H100, and `lean-k`, pairs of subgroups sharing
+//!   K's fragments, 9 % (16.41 ms there): both removed, experiments/NOTES.md "prune".)
 //!
 //! Both share the bindings and row addressing (wgsl/attn_prefill_rows.wgsl), so a binding is the
 //! same for every variant; only the rows per workgroup differ ([`AttnPrefill::rows_per_tile`]).
@@ -146,12 +145,6 @@ pub struct CoopTile {
     /// values, so the same bits as the flash tile. Label suffix `l` (`128x32fl`); the default
     /// on 16×16 matrices (`FAK_ATTN_PREFILL=flash` without it).
     pub lean: bool,
-    /// With `lean`, subgroups in pairs sharing K's fragments (`PAIR_K`): each holds its mate's Q
-    /// fragments too (32 more registers a lane) and computes one key block's S for both row
-    /// blocks, so each K fragment is loaded once for two MMAs (half the K fragment loads a
-    /// step); the same products in the same order per S tile, so the same bits. Label suffix
-    /// `k` (`128x32flk`); opt-in (`FAK_ATTN_PREFILL=lean-k`).
-    pub pair_k: bool,
     /// Each row's keys summed in runs of [`RUN_KEYS`] from key 0, each from its own
     /// online-softmax start, folded in key order through the output's memory (the kernels'
     /// `RUN_KEYS`; wgsl/attn_prefill_rows.wgsl): a row's bits then do not depend on the step's
@@ -180,7 +173,6 @@ impl CoopTile {
             q_regs: false,
             interleave: false,
             lean: false,
-            pair_k: false,
             runs: false,
         }
     }
@@ -198,11 +190,6 @@ impl CoopTile {
     /// The same tile with the flash form's lean step (`lean`) or not.
     pub fn with_lean(self, lean: bool) -> Self {
         CoopTile { lean, ..self }
-    }
-
-    /// The same tile with K's fragments shared by pairs of subgroups (`pair_k`) or not.
-    pub fn with_pair_k(self, pair_k: bool) -> Self {
-        CoopTile { pair_k, ..self }
     }
 
     /// The same tile summing each row in key runs (`runs`) or not.
@@ -249,10 +236,9 @@ impl CoopTile {
                 && self.dim_split == 1
                 && self.head_tiles <= COOP_DIM_TILES
                 && self.q_regs
-                && !self.interleave
-                && (!self.pair_k || (self.lean && self.row_blocks.is_multiple_of(2)));
+                && !self.interleave;
         }
-        if self.lean || self.pair_k {
+        if self.lean {
             return false;
         }
         let blocks = self.keys / self.coop.size();
@@ -267,18 +253,13 @@ impl CoopTile {
     /// Every supported tile of `head_dim` in the order [`CoopTile::fitting`] prefers them: the
     /// most rows, then the longest key step, then Q in registers; a Q-in-registers tile's
     /// interleaved twin right after it (same memory, so `fitting` never picks it); then the
-    /// flash form's tiles, most rows first (never `fitting`'s pick); then their lean twins, then
-    /// the lean twins with K shared by pairs, in the same order.
+    /// flash form's tiles, most rows first (never `fitting`'s pick); then their lean twins, in
+    /// the same order.
     pub fn candidates(coop: CoopShape, head_dim: u32) -> impl Iterator<Item = CoopTile> {
-        let steps = [(false, false), (true, false), (true, true)];
-        let flash = steps.into_iter().flat_map(move |(lean, pair_k)| {
+        let flash = [false, true].into_iter().flat_map(move |lean| {
             FLASH_ROW_BLOCKS
                 .into_iter()
-                .map(move |blocks| {
-                    CoopTile::flash(coop, blocks, head_dim)
-                        .with_lean(lean)
-                        .with_pair_k(pair_k)
-                })
+                .map(move |blocks| CoopTile::flash(coop, blocks, head_dim).with_lean(lean))
                 .filter(|tile| tile.supported())
         });
         Self::staged_candidates(coop, head_dim).chain(flash)
@@ -320,13 +301,12 @@ impl CoopTile {
 
     /// Rows × keys, `q` when Q lives in registers (`64x64q`), then `i` when its S chains
     /// interleave (`64x64qi`); the flash form's rows × keys then `f` (`128x32f`), then `l` for
-    /// its lean step (`128x32fl`), then `k` for K shared by pairs (`128x32flk`); the bench's and
-    /// `FAK_ATTN_PREFILL`'s name for the tile (the slack and dim split follow from the head).
+    /// its lean step (`128x32fl`); the bench's and `FAK_ATTN_PREFILL`'s name for the tile (the
+    /// slack and dim split follow from the head).
     pub fn label(self) -> String {
         if self.form == CoopForm::Flash {
             let l = if self.lean { "l" } else { "" };
-            let k = if self.pair_k { "k" } else { "" };
-            return format!("{}x{}f{l}{k}", self.rows(), self.keys);
+            return format!("{}x{}f{l}", self.rows(), self.keys);
         }
         let q = if self.q_regs { "q" } else { "" };
         let i = if self.interleave { "i" } else { "" };
@@ -371,17 +351,15 @@ impl CoopTile {
 /// step had its base, session 2026-12-05 #5); `flash`, the flash form's largest tile that fits
 /// ([`CoopTile::fitting_flash`]; the staged kernel's where none does: a head over 8 dim tiles);
 /// without its lean step; `lean`, the same tile with the lean step ([`CoopTile::lean`],
-/// experiments/NOTES.md "flash2": the default); `lean-k`, lean with K shared by pairs of subgroups
-/// ([`CoopTile::pair_k`]); a [`CoopTile`] label (`64x32`, `64x64q`: rows × keys, `q` for Q in
-/// registers; `128x32f`, `64x32f`: the flash form's; `128x32fl`: lean; `128x32flk`: lean-k),
-/// that tile where it fits.
+/// experiments/NOTES.md "flash2": the default); a [`CoopTile`] label (`64x32`, `64x64q`: rows ×
+/// keys, `q` for Q in registers; `128x32f`, `64x32f`: the flash form's; `128x32fl`: lean), that
+/// tile where it fits. Any other value (the removed `lean-k`, `lean-a` among them) is refused.
 enum Override {
     Default,
     Tiles,
     Coop,
     Flash,
     Lean,
-    LeanK,
     Tile(String),
 }
 
@@ -391,7 +369,6 @@ fn env_override() -> Override {
         Ok(v) if v == "tiles" => Override::Tiles,
         Ok(v) if v == "flash" => Override::Flash,
         Ok(v) if v == "lean" => Override::Lean,
-        Ok(v) if v == "lean-k" => Override::LeanK,
         Ok(v) if !v.is_empty() => Override::Tile(v),
         _ => Override::Default,
     }
@@ -757,7 +734,6 @@ impl AttnPrefill {
                     .with_const("HEAD_TILES", tile.head_tiles)
                     .with_const("SLACK", tile.slack)
                     .with_const("LEAN", u32::from(tile.lean))
-                    .with_const("PAIR_K", u32::from(tile.pair_k))
                     .with(wgsl::MATMUL_COOP16)
                     .with(ATTN_PREFILL_FLASH),
             },
@@ -813,20 +789,19 @@ impl AttnPrefill {
         limit: u32,
     ) -> Result<Option<CoopTile>, GpuError> {
         let over = env_override();
-        // The flash form's largest fitting tile, with the lean step (and K shared by pairs) or
-        // not; the staged kernel's tile where no flash tile fits.
-        let flash = |lean: bool, pair_k: bool| {
+        // The flash form's largest fitting tile, with the lean step or not; the staged kernel's
+        // tile where no flash tile fits.
+        let flash = |lean: bool| {
             CoopTile::fitting_flash(coop, head_dim, limit)
-                .map(|tile| tile.with_lean(lean).with_pair_k(pair_k))
+                .map(|tile| tile.with_lean(lean))
                 .or_else(|| CoopTile::fitting(coop, head_dim, limit))
         };
         Ok(match over {
-            Override::Default if coop == CoopShape::M16x16 => flash(true, false),
+            Override::Default if coop == CoopShape::M16x16 => flash(true),
             Override::Default | Override::Tiles => None,
             Override::Coop => CoopTile::fitting(coop, head_dim, limit),
-            Override::Flash => flash(false, false),
-            Override::Lean => flash(true, false),
-            Override::LeanK => flash(true, true),
+            Override::Flash => flash(false),
+            Override::Lean => flash(true),
             Override::Tile(label) => {
                 let mut tiles = CoopTile::candidates(coop, head_dim);
                 let named = tiles.find(|tile| tile.label() == label).ok_or_else(|| {
@@ -836,8 +811,8 @@ impl AttnPrefill {
                     shape_error(
                         Self::NAME,
                         format!(
-                            "FAK_ATTN_PREFILL={label:?} is neither tiles, coop, flash, lean, \
-                             lean-k nor a tile of head dim {head_dim} ({})",
+                            "FAK_ATTN_PREFILL={label:?} is neither tiles, coop, flash, lean \
+                             nor a tile of head dim {head_dim} ({})",
                             labels.join(", ")
                         ),
                     )
@@ -1275,34 +1250,19 @@ mod tests {
             .collect();
         let labels: Vec<String> = tiles.iter().map(|t| t.label()).collect();
         let want = [
-            "128x32f",
-            "64x32f",
-            "32x32f",
-            "128x32fl",
-            "64x32fl",
-            "32x32fl",
-            "128x32flk",
-            "64x32flk",
-            "32x32flk",
+            "128x32f", "64x32f", "32x32f", "128x32fl", "64x32fl", "32x32fl",
         ];
         assert_eq!(labels, want);
         for (i, plain) in tiles[..3].iter().enumerate() {
-            let (lean, pair) = (tiles[3 + i], tiles[6 + i]);
+            let lean = tiles[3 + i];
             assert_eq!(plain.with_lean(true), lean);
-            assert_eq!(lean.with_pair_k(true), pair);
             assert_eq!(plain.workgroup_bytes(), lean.workgroup_bytes());
-            assert_eq!(plain.workgroup_bytes(), pair.workgroup_bytes());
         }
         let picked = CoopTile::fitting_flash(coop, 128, 49152).unwrap();
-        assert!(!picked.lean && !picked.pair_k);
-        assert!(
-            !tiles[0].with_pair_k(true).supported(),
-            "K pairs need the lean step"
-        );
+        assert!(!picked.lean);
         let staged = CoopTile::fitting(coop, 128, 49152).unwrap();
         assert!(!staged.with_lean(true).supported());
-        assert!(!staged.with_pair_k(true).supported());
-        let wide = CoopTile::candidates(coop, 256).filter(|t| t.lean || t.pair_k);
+        let wide = CoopTile::candidates(coop, 256).filter(|t| t.lean);
         assert_eq!(wide.count(), 0);
     }
 

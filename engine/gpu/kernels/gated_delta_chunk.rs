@@ -33,13 +33,12 @@
 //! 4–6 %), then `blocks` for `columns` to 75.5 and `lean` on top to 71.2 ms (81.3 → 71.2 in one
 //! run; 6.8 → 6.1 ms at 128 tokens: 2026-12-06 #10, experiments/h200/gdnscan.sh). The f32
 //! kernel keeps its plain form unless one is named (its `columns` and `blocks` forms are
-//! untimed). Opt-in until timed
-//! (experiments/h200/gdnchunk.sh): `coop+quads+fused+lean+ahead+blocks` (chunk_prepare's
-//! loads issued a phase ahead), `…+lean+deep+blocks` (chunk_scan's fragments loaded several
-//! k-steps ahead) and `…+lean+ahead+deep+blocks` (both): the same bits; `ahead+deep` lost on
-//! an H100 (70.4 → 81.9 ms at 2048 tokens, 2026-12-06 #10). (gdnchunk2's `…+lean+pairs+blocks`,
-//! `…+lean+lower+blocks` and both were neutral on an H100 and removed: experiments/NOTES.md
-//! "prune".) The default since 2026-12-07
+//! untimed). (gdnchunk's `…+lean+ahead+blocks` (chunk_prepare's loads issued a phase ahead),
+//! `…+lean+deep+blocks` (chunk_scan's fragments loaded several k-steps ahead) and both lost or
+//! were neutral on an H100 (`ahead+deep` 70.4 → 81.9 ms at 2048 tokens, #10; `deep` 70.8 →
+//! 83.1, `ahead` 70.1, #11), and gdnchunk2's `…+lean+pairs+blocks`, `…+lean+lower+blocks` and
+//! both were neutral: all removed, experiments/NOTES.md "prune" and "Second prune".) The
+//! default since 2026-12-07
 //! ([`ChunkKernel::DEFAULT`], `coop+quads+fused+lean+splitk+ustore+blocks` since #18): the scan by
 //! `chunk_scan_split` on 8 subgroups with W·S's, Q̃·S's and P·V''s reductions split in halves (a
 //! new sum order, held to the f64 reference, not the plain form's bits) — on an H100 61.2 →
@@ -113,16 +112,6 @@ pub struct ChunkForm {
     /// Coop kernel, `SCAN_LEAN`: chunk_scan loads U before W·S and decays S on the state
     /// update's accumulators (no pass over S and, with `fused`, one barrier less a chunk).
     pub lean: bool,
-    /// Coop kernel, `PREP_AHEAD` (`…+lean+ahead+…`): chunk_prepare loads each staging round's
-    /// k̂, q̂ (Gram stages) and R (T·R blocks) from `mixed` one round ahead, under the previous
-    /// round's MMAs (the first ones under the gates and the inverse), and drops T·R's third
-    /// barrier a block.
-    pub ahead: bool,
-    /// Coop kernel, `SCAN_DEEP` (`…+deep+…`): chunk_scan loads the global fragments of 4 k-steps
-    /// of W·S and Q̃·S, and of 2 chunk steps of the state update (K̃ and P), before their MMAs,
-    /// the update's first two before the V' pass: 3 dependent L2 round trips a chunk instead of
-    /// 12 (dk = 128, fused).
-    pub deep: bool,
     /// Coop kernel (`…+splitk+…`): the scan by `chunk_scan_split`, 8 subgroups a workgroup,
     /// each pair splitting W·S's and Q̃·S's dk reduction and P·V''s chunk steps in halves and
     /// the state update one dk tile a subgroup — half the MMA chain a warp, twice the warps;
@@ -186,7 +175,7 @@ impl ChunkForm {
     /// The forms the tests run and `FAK_GDN_CHUNK` names on the coop kernel, the plain one
     /// first: each change alone, then quads, fused and columns, then those with the inverse by
     /// blocks, then that with the lean scan (the default), then the default's opt-in twins.
-    pub const COOP: [ChunkForm; 15] = [
+    pub const COOP: [ChunkForm; 12] = [
         ChunkForm::with(false, false, false, Inverse::Rows),
         ChunkForm::with(true, false, false, Inverse::Rows),
         ChunkForm::with(false, true, false, Inverse::Rows),
@@ -194,13 +183,6 @@ impl ChunkForm {
         ChunkForm::with(true, true, false, Inverse::Columns),
         ChunkForm::with(true, true, false, Inverse::Blocks),
         ChunkForm::with(true, true, true, Inverse::Blocks),
-        // Then that with chunk_prepare's loads ahead, chunk_scan's deep loads, and both
-        // (opt-in until timed: experiments/h200/gdnchunk.sh).
-        ChunkForm::with(true, true, true, Inverse::Blocks).ahead(),
-        ChunkForm::with(true, true, true, Inverse::Blocks).deep(),
-        ChunkForm::with(true, true, true, Inverse::Blocks)
-            .ahead()
-            .deep(),
         // And the scan on 8 subgroups with its reductions split in halves (opt-in until timed:
         // experiments/h200/gdn128.sh; not the default's bits), Q̃·S in W·S's loop (fused) or
         // after V' (fewer registers at the peak): the same sums, so each other's bits.
@@ -234,26 +216,11 @@ impl ChunkForm {
             quads,
             fused,
             lean,
-            ahead: false,
-            deep: false,
             split_k: false,
             key_heads: false,
             u_direct: false,
             inverse,
         }
-    }
-
-    /// The same with chunk_prepare's loads ahead.
-    const fn ahead(self) -> Self {
-        ChunkForm {
-            ahead: true,
-            ..self
-        }
-    }
-
-    /// The same with chunk_scan's deep loads.
-    const fn deep(self) -> Self {
-        ChunkForm { deep: true, ..self }
     }
 
     /// The same with the scan's reductions split over 8 subgroups.
@@ -301,8 +268,6 @@ impl ChunkForm {
             (self.quads, "+quads"),
             (self.fused, "+fused"),
             (self.lean, "+lean"),
-            (self.ahead, "+ahead"),
-            (self.deep, "+deep"),
             (self.split_k, "+splitk"),
             (self.key_heads, "+keyheads"),
             (self.u_direct, "+ustore"),
@@ -620,8 +585,6 @@ impl GatedDeltaChunked {
         if coop {
             constants.push(("SCAN_FUSED", flag(form.fused)));
             constants.push(("SCAN_LEAN", flag(form.lean)));
-            constants.push(("PREP_AHEAD", flag(form.ahead)));
-            constants.push(("SCAN_DEEP", flag(form.deep)));
             constants.push(("U_DIRECT", flag(form.u_direct)));
         }
         let label = ChunkKernel { coop, form }.label();
