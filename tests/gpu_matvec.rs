@@ -342,9 +342,9 @@ fn assert_near_q8_oracle(
 /// Issue 21's determinism at the kernel under the engine's rule: a sequence's outputs must not
 /// depend on what else is in the batch. `MatVec::new`'s kernel on one int-dot variant runs the
 /// rule's layouts at batches 1, 2, 4 and 8 — its default layout batched at every batch unless
-/// FAK_MATVEC_BATCHED=0, else split where
-/// the split G (FAK_MATVEC_SPLIT, else 2 on a GPU and none on a CPU adapter; for Q6_K
-/// FAK_MATVEC_SPLIT_Q6 where set) holds fewer; FAK_MATVEC_SHORT_LAYOUT's layout where its rule
+/// FAK_MATVEC_BATCHED=0, else split where the split G (`MatVec::splits_vectors_of`: by type,
+/// FAK_MATVEC_SPLIT and FAK_MATVEC_SPLIT_Q6; none on a CPU adapter unless named) holds fewer;
+/// FAK_MATVEC_SHORT_LAYOUT's layout where its rule
 /// takes the 37 rows — and every vector's outputs at every batch are that layout's wide twin's
 /// batch-1 bits ([`BitsCase::assert_bits_kept`]), on Q4_K and Q6_K. Each candidate form's bits
 /// against its wide twin:
@@ -637,6 +637,36 @@ fn a_gate_up_pairing_quantizes_its_outputs_as_quantize_q8_does() {
             }
         }
     }
+}
+
+/// The split rule by type (`MatVec::splits_vectors_of`) where neither FAK_MATVEC_SPLIT nor
+/// FAK_MATVEC_SPLIT_Q6 is set: on a GPU Q6_K weights take `DEFAULT_SPLIT_Q6` (4) vectors a
+/// workgroup and the others `DEFAULT_SPLIT` (2); on a CPU adapter (lavapipe) none splits. (With
+/// either variable set the rule follows it: nothing to assert about the defaults then.)
+#[test]
+fn q6_k_weights_split_four_vectors_a_workgroup_on_a_gpu_and_none_on_a_cpu() {
+    let named = ["FAK_MATVEC_SPLIT", "FAK_MATVEC_SPLIT_Q6"]
+        .iter()
+        .any(|v| std::env::var(v).is_ok_and(|t| !t.trim().is_empty()));
+    if named {
+        return;
+    }
+    let mut facts = gpu().facts().clone();
+    for (device_type, q6, other) in [
+        ("discrete", MatVec::DEFAULT_SPLIT_Q6, MatVec::DEFAULT_SPLIT),
+        (
+            "integrated",
+            MatVec::DEFAULT_SPLIT_Q6,
+            MatVec::DEFAULT_SPLIT,
+        ),
+        ("cpu", 0, 0),
+    ] {
+        facts.device_type = device_type.to_string();
+        let split = |ty| MatVec::splits_vectors_of(ty, &facts).unwrap();
+        assert_eq!(split(GgmlType::Q6_K), q6, "{device_type} Q6_K");
+        assert_eq!(split(GgmlType::Q4_K), other, "{device_type} Q4_K");
+    }
+    assert_eq!((MatVec::DEFAULT_SPLIT_Q6, MatVec::DEFAULT_SPLIT), (4, 2));
 }
 
 #[test]

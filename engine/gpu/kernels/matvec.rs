@@ -73,11 +73,14 @@
 //! On a CPU adapter (lavapipe) the split only decodes W again for every G vectors, with no L2 to
 //! serve the repeat: the gpu_matvec suite took 1039 s there with G = 2 against 365 s without
 //! ("Session 2026-12-06 #11"), so [`MatVec::default_split`] gives CPU adapters none.
-//! `FAK_MATVEC_SPLIT_Q6=G` (opt-in; 0, 1, 2 or 4) gives Q6_K bindings a split of their own
-//! ([`MatVec::splits_vectors_of`]): a Q6_K unit's W side (loads, funnels, the 6-bit assembly)
-//! costs ~3× a Q4_K unit's and the split repeats it B / G times, so at 8 sequences the split's
-//! occupancy may not pay for Q6_K as it does for Q4_K (experiments/NOTES.md, "mvb8"). The same
-//! bits at every split. [`ShortRows`] gives the q8 bindings of short rows (4097–8192 columns,
+//! Q6_K bindings take a split of their own ([`MatVec::splits_vectors_of`]): G = 4 on a GPU
+//! ([`MatVec::DEFAULT_SPLIT_Q6`]) where `FAK_MATVEC_SPLIT` names none, or what
+//! `FAK_MATVEC_SPLIT_Q6=G` (0, 1, 2 or 4) names. A Q6_K unit's W side (loads, funnels, the
+//! 6-bit assembly) costs ~3× a Q4_K unit's and the split repeats it B / G times, so the
+//! occupancy of G = 2 does not pay for Q6_K as it does for Q4_K: on an H100 the Qwen3.5-27B's
+//! step of 8 sequences took 27.0–28.9 ms with G = 4 for Q6_K against 27.8–29.3 with G = 2 (three
+//! pairs interleaved, +1.5 to +4.4 % aggregate; G = 1: −11 %), the Qwen3-8B's the same within
+//! its noise (experiments/NOTES.md, "Session 2026-12-07 #21"). The same bits at every split. [`ShortRows`] gives the q8 bindings of short rows (4097–8192 columns,
 //! ≥ `FAK_MATVEC_SHORT_MIN_ROWS` rows, default 4096) that name no layout 64/4/1, or the layout
 //! `FAK_MATVEC_SHORT_LAYOUT` names (`off`: none): other bits than [`MatVecLayout::INTEGER`]'s
 //! for those products, at every batch alike.
@@ -664,8 +667,7 @@ pub struct MatVec {
     /// Vectors a workgroup of a batched pipeline takes where a step has more (0: all; see
     /// [`MatVec::splits_vectors`]).
     split: u32,
-    /// `split` for Q6_K bindings where `FAK_MATVEC_SPLIT_Q6` names one
-    /// ([`MatVec::splits_vectors_of`]).
+    /// `split` for Q6_K bindings where it differs ([`MatVec::splits_vectors_of`]).
     split_q6: Option<u32>,
     layout: wgpu::BindGroupLayout,
     /// Bound as `w16`/`x16` where the data is not 16-byte aligned (the kernel then reads w, x).
@@ -894,6 +896,8 @@ impl MatVec {
     /// Vectors a workgroup of a batched pipeline takes on a GPU where a step has more, unless
     /// `FAK_MATVEC_SPLIT` says otherwise ([`MatVec::splits_vectors`]).
     pub const DEFAULT_SPLIT: u32 = 2;
+    /// [`MatVec::DEFAULT_SPLIT`] for Q6_K weights (module doc).
+    pub const DEFAULT_SPLIT_Q6: u32 = 4;
     /// The weight types the kernel multiplies.
     pub const TYPES: [GgmlType; 11] = [
         GgmlType::F32,
@@ -932,7 +936,7 @@ impl MatVec {
         kernel.widen = widen;
         kernel.batch = Self::batches_vectors();
         kernel.split = Self::splits_vectors(ctx.facts())?;
-        kernel.split_q6 = Self::q6_split_from_env()?;
+        kernel.split_q6 = Some(Self::splits_vectors_of(GgmlType::Q6_K, ctx.facts())?);
         Ok(kernel)
     }
 
@@ -975,13 +979,21 @@ impl MatVec {
         }
     }
 
-    /// The split [`MatVec::new`]'s batched pipelines of weight type `ty` take:
-    /// `FAK_MATVEC_SPLIT_Q6=G` (0, 1, 2 or 4; opt-in) for Q6_K where set, else
-    /// [`MatVec::splits_vectors`]'s. Every split gives a vector the same bits, so a rule by type
-    /// keeps a sequence's output independent of the batch.
+    /// The split [`MatVec::new`]'s batched pipelines of weight type `ty` take: for Q6_K
+    /// `FAK_MATVEC_SPLIT_Q6=G` (0, 1, 2 or 4) where set, else [`MatVec::DEFAULT_SPLIT_Q6`] where
+    /// the adapter splits by default and `FAK_MATVEC_SPLIT` names no split; else (and for every
+    /// other type) [`MatVec::splits_vectors`]'s. Every split gives a vector the same bits, so a
+    /// rule by type keeps a sequence's output independent of the batch.
     pub fn splits_vectors_of(ty: GgmlType, facts: &AdapterFacts) -> Result<u32, GpuError> {
+        let named = !std::env::var("FAK_MATVEC_SPLIT")
+            .unwrap_or_default()
+            .trim()
+            .is_empty();
         match (ty, Self::q6_split_from_env()?) {
             (GgmlType::Q6_K, Some(split)) => Ok(split),
+            (GgmlType::Q6_K, None) if !named && Self::default_split(facts) > 0 => {
+                Ok(Self::DEFAULT_SPLIT_Q6)
+            }
             _ => Self::splits_vectors(facts),
         }
     }
