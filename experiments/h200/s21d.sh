@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Session 2026-12-07 #21: one device call (≤ DEADLINE, 590 s) for what the session owes, when
-# failed starts left too few device minutes for peers.sh and s21c.sh apart:
+# Session 2026-12-07 #21: one device call (≤ DEADLINE, 590 s) for what the session owed, when
+# failed starts left too few device minutes for separate calls. A call returns about eight files
+# at most: steps.log, synth.log, tests.log and multi-agent.tgz did not come back from its run
+# (pack results into fewer files when reusing it):
 #   0 s   llama.cpp's CUDA build starts (llama-server, llama-batched-bench; llama-build.sh, nice'd);
 #         the 27B and 8B synth files (Q4_K_M --fast-random, seed 0) into /dev/shm/ttft;
 #         while it builds, the prune's suites on NVIDIA (untimed: lavapipe cannot run the
