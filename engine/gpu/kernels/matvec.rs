@@ -964,19 +964,7 @@ impl MatVec {
     /// a grid B / G times as large ([`MatVecLayout::split_by`]; the same bits). A layout naming
     /// a split keeps its own.
     pub fn splits_vectors(facts: &AdapterFacts) -> Result<u32, GpuError> {
-        let text = std::env::var("FAK_MATVEC_SPLIT").unwrap_or_default();
-        match text.trim() {
-            "" => Ok(Self::default_split(facts)),
-            "0" => Ok(0),
-            g => g
-                .parse::<u32>()
-                .ok()
-                .filter(|g| MatVecLayout::SPLITS.contains(g))
-                .ok_or_else(|| GpuError::Shape {
-                    kernel: Self::NAME,
-                    message: format!("FAK_MATVEC_SPLIT={text:?} (expected 0, 1, 2 or 4)"),
-                }),
-        }
+        Ok(Self::split_from_env("FAK_MATVEC_SPLIT")?.unwrap_or(Self::default_split(facts)))
     }
 
     /// The split [`MatVec::new`]'s batched pipelines of weight type `ty` take: for Q6_K
@@ -985,22 +973,19 @@ impl MatVec {
     /// other type) [`MatVec::splits_vectors`]'s. Every split gives a vector the same bits, so a
     /// rule by type keeps a sequence's output independent of the batch.
     pub fn splits_vectors_of(ty: GgmlType, facts: &AdapterFacts) -> Result<u32, GpuError> {
-        let named = !std::env::var("FAK_MATVEC_SPLIT")
-            .unwrap_or_default()
-            .trim()
-            .is_empty();
-        match (ty, Self::q6_split_from_env()?) {
-            (GgmlType::Q6_K, Some(split)) => Ok(split),
-            (GgmlType::Q6_K, None) if !named && Self::default_split(facts) > 0 => {
+        let named = Self::split_from_env("FAK_MATVEC_SPLIT")?;
+        match (ty, Self::split_from_env("FAK_MATVEC_SPLIT_Q6")?, named) {
+            (GgmlType::Q6_K, Some(split), _) => Ok(split),
+            (GgmlType::Q6_K, None, None) if Self::default_split(facts) > 0 => {
                 Ok(Self::DEFAULT_SPLIT_Q6)
             }
-            _ => Self::splits_vectors(facts),
+            (_, _, named) => Ok(named.unwrap_or(Self::default_split(facts))),
         }
     }
 
-    /// `FAK_MATVEC_SPLIT_Q6`: None when unset or empty.
-    fn q6_split_from_env() -> Result<Option<u32>, GpuError> {
-        let text = std::env::var("FAK_MATVEC_SPLIT_Q6").unwrap_or_default();
+    /// The split the variable `name` names (0, 1, 2 or 4); None when unset or empty.
+    fn split_from_env(name: &str) -> Result<Option<u32>, GpuError> {
+        let text = std::env::var(name).unwrap_or_default();
         match text.trim() {
             "" => Ok(None),
             g => g
@@ -1010,7 +995,7 @@ impl MatVec {
                 .map(Some)
                 .ok_or_else(|| GpuError::Shape {
                     kernel: Self::NAME,
-                    message: format!("FAK_MATVEC_SPLIT_Q6={text:?} (expected 0, 1, 2 or 4)"),
+                    message: format!("{name}={text:?} (expected 0, 1, 2 or 4)"),
                 }),
         }
     }
