@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
+use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -60,7 +61,7 @@ enum Request {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let trace = match &args.trace_steps {
         Some(path) => Some(fak_cli::serve::StepTraceFile::create(path, started)?),
         None => None,
@@ -124,13 +125,27 @@ fn load(args: &Args) -> Result<(Engine, String)> {
     Ok((Engine::load(&args.model, &options)?, serving))
 }
 
+/// A line of stdin and when it was read.
+struct Line {
+    text: String,
+    /// CLOCK_MONOTONIC, as the client's timestamps (`now_ns`).
+    recv_ns: u64,
+    /// The same moment for the step trace (its submit time).
+    arrived: Instant,
+}
+
 /// Stdin's lines on a thread of their own, each with the time it was read.
-fn read_lines() -> Receiver<(String, u64)> {
+fn read_lines() -> Receiver<Line> {
     let (send, recv) = channel();
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {
             let Ok(line) = line else { break };
-            if send.send((line, now_ns())).is_err() {
+            let read = Line {
+                text: line,
+                recv_ns: now_ns(),
+                arrived: Instant::now(),
+            };
+            if send.send(read).is_err() {
                 break;
             }
         }
@@ -209,19 +224,19 @@ struct Server<'e, W: Write> {
 }
 
 impl<W: Write> Server<'_, W> {
-    fn serve(&mut self, lines: Receiver<(String, u64)>) -> Result<()> {
+    fn serve(&mut self, lines: Receiver<Line>) -> Result<()> {
         let mut open = true;
         while open || !self.scheduler.is_idle() {
             // Block for a request only when nothing is in flight.
             if open && self.scheduler.is_idle() {
                 match lines.recv() {
-                    Ok((line, at)) => self.accept(&line, at)?,
+                    Ok(line) => self.accept(line)?,
                     Err(_) => open = false,
                 }
             }
             loop {
                 match lines.try_recv() {
-                    Ok((line, at)) => self.accept(&line, at)?,
+                    Ok(line) => self.accept(line)?,
                     Err(TryRecvError::Empty) => break,
                     Err(TryRecvError::Disconnected) => {
                         open = false;
@@ -245,8 +260,13 @@ impl<W: Write> Server<'_, W> {
     }
 
     /// A request line: `submit` queues; the others run now, when nothing is in flight.
-    fn accept(&mut self, line: &str, recv_ns: u64) -> Result<()> {
-        let answer = match serde_json::from_str::<Request>(line).context("parsing the request") {
+    fn accept(&mut self, line: Line) -> Result<()> {
+        let Line {
+            text,
+            recv_ns,
+            arrived,
+        } = line;
+        let answer = match serde_json::from_str::<Request>(&text).context("parsing the request") {
             Ok(Request::Submit { id, prompt, n_out }) => {
                 let client = Submitted {
                     id,
@@ -262,7 +282,7 @@ impl<W: Write> Server<'_, W> {
                     out: self.answers.0.clone(),
                 };
                 self.scheduler
-                    .submit(scheduler::Request::greedy(prompt, n_out), client);
+                    .submit(scheduler::Request::greedy(prompt, n_out), client, arrived);
                 return Ok(());
             }
             Ok(_) if !self.scheduler.is_idle() => Err(anyhow::anyhow!(

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 fn engine(arch: &str, max_seqs: usize) -> Engine {
     engine_caching(arch, max_seqs, 0)
@@ -142,7 +143,7 @@ fn long_prompt_interleaves_with_decode(arch: &str, budget: usize, parts: usize) 
     let (short_alone, long_alone) = (alone(&mut e, &short), alone(&mut e, &long));
     let log = Log::default();
     let mut s = Scheduler::new(budget);
-    s.submit(short, listener(0, &log).0);
+    s.submit(short, listener(0, &log).0, Instant::now());
     for _ in 0..3 {
         s.tick(&mut e).unwrap();
     }
@@ -152,7 +153,7 @@ fn long_prompt_interleaves_with_decode(arch: &str, budget: usize, parts: usize) 
         4,
         "{arch}: the short request decodes"
     );
-    s.submit(long, listener(1, &log).0);
+    s.submit(long, listener(1, &log).0, Instant::now());
     run_until_idle(&mut s, &mut e);
     let at = |event: Heard| {
         let log = log.borrow();
@@ -204,14 +205,14 @@ fn a_client_gone_mid_prefill_frees_its_sequence() {
     let log = Log::default();
     let mut s = Scheduler::new(32);
     let (client, gone) = listener(0, &log);
-    s.submit(long, client);
+    s.submit(long, client, Instant::now());
     s.tick(&mut e).unwrap();
     assert_eq!(heard(&log, 0), [Heard::Admitted]);
     assert!(
         e.kv_pages_in_use() > idle_pages,
         "the long prompt holds pages"
     );
-    s.submit(next, listener(1, &log).0);
+    s.submit(next, listener(1, &log).0, Instant::now());
     s.tick(&mut e).unwrap();
     assert_eq!(
         (s.running(), s.waiting()),
@@ -244,7 +245,7 @@ fn requests_arriving_together_prefill_in_one_step(arch: &str) {
     let log = Log::default();
     let mut s = Scheduler::new(512);
     for (id, r) in requests.iter().enumerate() {
-        s.submit(r.clone(), listener(id, &log).0);
+        s.submit(r.clone(), listener(id, &log).0, Instant::now());
     }
     let before = e.forward_steps();
     s.tick(&mut e).unwrap();
@@ -270,7 +271,7 @@ fn requests_arriving_together_prefill_in_one_step(arch: &str) {
     let cut = Log::default();
     let mut s = Scheduler::new(64);
     for (id, r) in requests.iter().enumerate() {
-        s.submit(r.clone(), listener(id, &cut).0);
+        s.submit(r.clone(), listener(id, &cut).0, Instant::now());
     }
     run_until_idle(&mut s, &mut e);
     for (id, r) in requests.iter().enumerate() {
@@ -311,7 +312,7 @@ fn a_prompt_ending_soon_past_the_budget_runs_whole(
         let log = Log::default();
         let mut s = Scheduler::new(budget);
         for (id, r) in requests.iter().enumerate() {
-            s.submit(r.clone(), listener(id, &log).0);
+            s.submit(r.clone(), listener(id, &log).0, Instant::now());
         }
         let before = e.forward_steps();
         s.tick(&mut e).unwrap();
@@ -374,7 +375,8 @@ impl std::io::Write for Shared {
 /// step counter), and for each request its prefill portions run its prompt from where the cache
 /// left it to its end without gap or overlap, one prompt step per portion line; each request
 /// starts once and then decodes in `max_new − 1` decode steps; a tick's counts never exceed the
-/// sequences. The per-request summary (`harness steps`) agrees.
+/// sequences; each submit line carries the arrival its caller gave. The per-request summary
+/// (`harness steps`) agrees.
 #[test]
 fn the_step_trace_lists_each_step_once_and_each_prompt_whole() {
     let mut e = engine_caching("qwen35", 4, 64 << 20);
@@ -382,7 +384,10 @@ fn the_step_trace_lists_each_step_once_and_each_prompt_whole() {
     let (n_out, agents) = (6, 4);
     let out = Shared::default();
     let mut s = Scheduler::new(128);
-    s.trace_steps(&mut e, Box::new(out.clone()), std::time::Instant::now());
+    let epoch = Instant::now();
+    s.trace_steps(&mut e, Box::new(out.clone()), epoch);
+    // Request → when it arrived, as the trace should give it.
+    let mut arrival_ns = BTreeMap::new();
     let log = Log::default();
     let before = e.forward_steps();
     let mut prompts: Vec<Vec<u32>> = (0..agents)
@@ -394,11 +399,14 @@ fn the_step_trace_lists_each_step_once_and_each_prompt_whole() {
             if turn > 0 {
                 p.extend(random_ids(30 + submitted as u64, n_out + 40));
             }
+            let arrived = Instant::now();
             let id = s.submit(
                 Request::greedy(p.clone(), n_out),
                 listener(submitted, &log).0,
+                arrived,
             );
             assert_eq!(id, submitted as u64, "ids follow arrival");
+            arrival_ns.insert(id, (arrived - epoch).as_nanos() as u64);
             submitted += 1;
         }
         run_until_idle(&mut s, &mut e);
@@ -417,8 +425,12 @@ fn the_step_trace_lists_each_step_once_and_each_prompt_whole() {
             TraceLine::Submit {
                 request,
                 prompt_tokens,
-                ..
+                t_ns,
             } => {
+                assert_eq!(
+                    *t_ns, arrival_ns[request],
+                    "a submit is stamped at its arrival"
+                );
                 prompt_len.insert(*request, *prompt_tokens);
             }
             TraceLine::Admit {

@@ -20,6 +20,8 @@ use tokio::sync::mpsc::UnboundedSender;
 pub struct Submission {
     pub request: Request,
     pub events: UnboundedSender<Event>,
+    /// When the HTTP handler had the request (the step trace's submit time).
+    pub arrived: Instant,
 }
 
 struct Sink(UnboundedSender<Event>);
@@ -143,7 +145,7 @@ fn serve(
         if open && scheduler.is_idle() {
             match requests.recv() {
                 Ok(s) => {
-                    scheduler.submit(s.request, Sink(s.events));
+                    scheduler.submit(s.request, Sink(s.events), s.arrived);
                 }
                 Err(_) => break,
             }
@@ -151,7 +153,7 @@ fn serve(
         loop {
             match requests.try_recv() {
                 Ok(s) => {
-                    scheduler.submit(s.request, Sink(s.events));
+                    scheduler.submit(s.request, Sink(s.events), s.arrived);
                 }
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {

@@ -227,7 +227,11 @@ impl Generation {
         let prompt_tokens = request.prompt.len();
         let (events, mut rx) = unbounded_channel();
         app.commands
-            .send(Submission { request, events })
+            .send(Submission {
+                request,
+                events,
+                arrived: received,
+            })
             .map_err(|_| engine_stopped())?;
         let mut admitted = received;
         let (request, cached_tokens) = loop {

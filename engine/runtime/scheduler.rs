@@ -164,7 +164,11 @@ struct StepTrace {
 
 impl StepTrace {
     fn ns(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
+        self.ns_at(Instant::now())
+    }
+
+    fn ns_at(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_nanos() as u64
     }
 
     fn note(&mut self, line: impl FnOnce(u64) -> TraceLine) {
@@ -178,7 +182,7 @@ impl StepTrace {
     }
 
     /// The steps the engine ran since the last call, as lines (each portion given its
-    /// request): called before any other line is noted after them, so lines stay in time order.
+    /// request): called before any other line is noted after them, so lines stay in time order (but for a submit line, stamped with its arrival).
     fn collect(&mut self, engine: &mut Engine) {
         for mut record in engine.take_logged_steps() {
             for p in &mut record.portions {
@@ -240,14 +244,19 @@ impl<C: Client> Scheduler<C> {
         });
     }
 
-    /// Queues a request; it is admitted (and checked) at a later tick. Returns its id (the order
-    /// of arrival, from 0), which its `Started` event and the step trace carry.
-    pub fn submit(&mut self, request: Request, client: C) -> u64 {
+    /// Queues a request that reached the server at `arrived`; it is admitted (and checked) at a
+    /// later tick. Returns its id (the order of arrival, from 0), which its `Started` event and
+    /// the step trace carry. The trace's submit time is `arrived`, not now: a server takes
+    /// requests from its channel only between ticks, so a request that came during a step
+    /// waited for that step before it got here, and that wait is part of its time to first
+    /// token.
+    pub fn submit(&mut self, request: Request, client: C, arrived: Instant) -> u64 {
         let id = self.submitted;
         self.submitted += 1;
         let prompt_tokens = request.prompt.len();
         if let Some(trace) = &mut self.trace {
-            trace.note(|t_ns| TraceLine::Submit {
+            let t_ns = trace.ns_at(arrived);
+            trace.pending.push(TraceLine::Submit {
                 request: id,
                 t_ns,
                 prompt_tokens,

@@ -94,7 +94,9 @@ pub struct TickCounts {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum TraceLine {
-    /// A request reached the scheduler.
+    /// A request reached the server at `t_ns` (its caller's receive time: the HTTP body read,
+    /// the JSON line read). The line is written at the tick that took it from the server's
+    /// channel, so it may follow steps that ended after `t_ns`: the step in flight when it came.
     Submit {
         request: u64,
         t_ns: u64,

@@ -239,7 +239,7 @@ pub fn render(s: &StepsSummary, names: &BTreeMap<u64, String>) -> String {
          steps (ms) | own steps ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in &s.requests {
-        let queued = r.admit_ns.map(|a| ms(a - r.submit_ns));
+        let queued = r.admit_ns.map(|a| ms(a.saturating_sub(r.submit_ns)));
         let steps: Vec<String> = r
             .own_steps
             .iter()
