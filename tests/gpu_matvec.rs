@@ -372,7 +372,7 @@ fn a_rows_bits_do_not_depend_on_the_batch_or_the_form() {
             true => wide.batched_form(),
             false => wide,
         };
-        let split = MatVec::splits_vectors_of(ty, ctx.facts()).unwrap();
+        let split = MatVec::splits_vectors_of(ty, BITS_ROWS, ctx.facts()).unwrap();
         let more = |capacity: u32| match one.batched && split > 0 && capacity > split {
             true => wide.split_by(split),
             false => one,
@@ -639,12 +639,13 @@ fn a_gate_up_pairing_quantizes_its_outputs_as_quantize_q8_does() {
     }
 }
 
-/// The split rule by type (`MatVec::splits_vectors_of`) where neither FAK_MATVEC_SPLIT nor
-/// FAK_MATVEC_SPLIT_Q6 is set: on a GPU Q6_K weights take `DEFAULT_SPLIT_Q6` (4) vectors a
-/// workgroup and the others `DEFAULT_SPLIT` (2); on a CPU adapter (lavapipe) none splits. (With
-/// either variable set the rule follows it: nothing to assert about the defaults then.)
+/// The split rule by type and rows (`MatVec::splits_vectors_of`) where neither FAK_MATVEC_SPLIT
+/// nor FAK_MATVEC_SPLIT_Q6 is set: on a GPU Q6_K weights of `SPLIT_Q6_MIN_ROWS` rows or more take
+/// `DEFAULT_SPLIT_Q6` (4) vectors a workgroup, shorter ones and other types `DEFAULT_SPLIT` (2);
+/// on a CPU adapter (lavapipe) none splits. (With either variable set the rule follows it:
+/// nothing to assert about the defaults then.)
 #[test]
-fn q6_k_weights_split_four_vectors_a_workgroup_on_a_gpu_and_none_on_a_cpu() {
+fn tall_q6_k_weights_split_four_vectors_a_workgroup_on_a_gpu_and_none_on_a_cpu() {
     let named = ["FAK_MATVEC_SPLIT", "FAK_MATVEC_SPLIT_Q6"]
         .iter()
         .any(|v| std::env::var(v).is_ok_and(|t| !t.trim().is_empty()));
@@ -662,11 +663,24 @@ fn q6_k_weights_split_four_vectors_a_workgroup_on_a_gpu_and_none_on_a_cpu() {
         ("cpu", 0, 0),
     ] {
         facts.device_type = device_type.to_string();
-        let split = |ty| MatVec::splits_vectors_of(ty, &facts).unwrap();
-        assert_eq!(split(GgmlType::Q6_K), q6, "{device_type} Q6_K");
-        assert_eq!(split(GgmlType::Q4_K), other, "{device_type} Q4_K");
+        let split = |ty, rows| MatVec::splits_vectors_of(ty, rows, &facts).unwrap();
+        let tall = MatVec::SPLIT_Q6_MIN_ROWS;
+        assert_eq!(split(GgmlType::Q6_K, tall), q6, "{device_type} Q6_K");
+        assert_eq!(split(GgmlType::Q6_K, 248320), q6, "{device_type} Q6_K head");
+        assert_eq!(
+            split(GgmlType::Q6_K, tall - 1),
+            other,
+            "{device_type} short Q6_K"
+        );
+        assert_eq!(split(GgmlType::Q4_K, tall), other, "{device_type} Q4_K");
+        assert_eq!(
+            split(GgmlType::Q4_K, 1024),
+            other,
+            "{device_type} short Q4_K"
+        );
     }
     assert_eq!((MatVec::DEFAULT_SPLIT_Q6, MatVec::DEFAULT_SPLIT), (4, 2));
+    assert_eq!(MatVec::SPLIT_Q6_MIN_ROWS, 4096);
 }
 
 #[test]

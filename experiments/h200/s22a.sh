@@ -1,31 +1,35 @@
 #!/usr/bin/env bash
-# Session 2026-12-07 #22, call 1 (≤ DEADLINE, default 420 s): what #21 left for the device.
-#   0 s   the 8B synth (Q4_K_M --fast-random, seed 0) into /dev/shm/ttft, in the background;
-#         the second prune's cooperative-matrix WGSL on NVIDIA (lean-k's pairs gone from
-#         attn_prefill_flash.wgsl, ahead/deep from gated_delta_chunk_coop.wgsl; lavapipe cannot
-#         run those kernels): gpu_attn_prefill, gpu_gated_delta → tests.log;
+# Session 2026-12-07 #22 (no machine was lent that session: run it in the next), one call
+# (≤ DEADLINE, default 560 s): what #21 and #22 left for the device.
+#   0 s   the 8B synth (Q4_K_M --fast-random, seed 0) into /dev/shm (abbench.sh's file), in the
+#         background; the second prune's cooperative-matrix WGSL on NVIDIA (lean-k's pairs gone
+#         from attn_prefill_flash.wgsl, ahead/deep from gated_delta_chunk_coop.wgsl; lavapipe
+#         cannot run those kernels): gpu_attn_prefill, gpu_gated_delta; and #22's Q6_K split by
+#         rows (G = 2 under 4096 rows; the engine's layouts at capacity 8 on NVIDIA's default
+#         split, which lavapipe cannot take): gpu_matvec's rule and bits tests → tests.log;
 #   then  matvec-bench on the 8B's decode products, q8 path alone, batches 1 and 8, the engine's
 #         layouts against the 16-team ones with every split (issue 21: the 8B's 8-sequence step is
 #         0.76× llama-batched-bench; its rows are 4096 columns, outside the short-row rule) →
 #         matvec-bench.tsv;
+#   then  the Q6_K split by rows against G = 4 for every Q6_K product (#21's default), the 8B at
+#         8 sequences, interleaved twice (abbench.sh: default, q6all4=FAK_MATVEC_SPLIT_Q6=4) →
+#         bench.log, bench-json.tgz, clocks.csv;
 #   then  the 8B's later-turn prefill, profiled (issue 21's 8-agent later turns: 4 × 160 new
 #         tokens over ~2176 cached took 92 ms): harness bench at depth 2176 with a 160- and a
 #         640-token suffix (one sequence: the products at the step's 640 rows) → bench-suffix.tgz.
 # Prepare: MATVEC_BENCH=1 RELEASE_TARGET_DIR=/work/targets/rel experiments/h200/prepare.sh
 # gpu_attn_prefill gpu_gated_delta gpu_matvec; carry target/h200/{bin.txz, gl, built-at, commit}.
-# Returns ≤ 8 files: steps.log, tests.log, matvec-bench.tsv, matvec-bench.err, bench-suffix.tgz,
-# gpu.csv.
+# Returns ≤ 8 files: steps.log, tests.log, matvec-bench.tsv, bench.log, bench-json.tgz,
+# clocks.csv, bench-suffix.tgz (with matvec-bench.err, the synth logs and gpu.csv).
 set -uo pipefail
 T0=$SECONDS
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh
-DEADLINE=${DEADLINE:-420}
+DEADLINE=${DEADLINE:-560}
 log() { echo "[$((SECONDS - T0)) s] $*" | tee -a "$OUT/steps.log"; }
 left() { echo $((DEADLINE - (SECONDS - T0))); }
-MODELS=/dev/shm/ttft
-MODEL=$MODELS/qwen3-8b.gguf
-mkdir -p "$MODELS"
-if [ ! -f "$MODEL" ]; then
+MODEL=/dev/shm/qwen3-8b-q4_k_m.gguf
+if [ ! -s "$MODEL" ]; then
     "$BIN/harness" synth --arch qwen3 --preset qwen3-8b --quant q4_k_m --seed 0 --fast-random \
         --out "$MODEL" > /tmp/synth.log 2>&1 &
 fi
@@ -41,6 +45,7 @@ tests() { # tests LABEL TIMEOUT BINARY FILTERS...: libtest ORs whole test paths
 }
 tests "gpu_attn_prefill" 100 gpu gpu_attn_prefill::
 tests "gpu_gated_delta" 50 gpu gpu_gated_delta::
+tests "gpu_matvec rule and bits" 80 gpu gpu_matvec::tall_q6 gpu_matvec::a_rows_bits
 log "tests done"
 grep -E "^==|test result|FAILED|panicked" "$OUT/tests.log"
 
@@ -54,6 +59,14 @@ grep "^#" "$OUT/matvec-bench.tsv" | cut -c1-220 | tail -40
 
 wait $SYNTH
 log "synth: exit $? ($(ls -la $MODEL 2>&1 | cut -c1-120))"
+if [ "$(left)" -gt 200 ]; then
+    SEQS=8 ROUNDS=2 BUDGET_S=$(($(left) - 130)) bash experiments/h200/abbench.sh 8b 128 32 default \
+        q6all4=FAK_MATVEC_SPLIT_Q6=4
+    log "abbench q6 rows: exit $?"
+    grep -E "^(==|depth 128)" "$OUT/bench.log" | cut -c1-160
+else
+    log "abbench q6 rows: SKIPPED ($(left) s left)"
+fi
 mkdir -p /tmp/suffix
 for suffix in 160 640; do
     cap=$(($(left) - 5))

@@ -80,7 +80,11 @@
 //! occupancy of G = 2 does not pay for Q6_K as it does for Q4_K: on an H100 the Qwen3.5-27B's
 //! step of 8 sequences took 27.0–28.9 ms with G = 4 for Q6_K against 27.8–29.3 with G = 2 (three
 //! pairs interleaved, +1.5 to +4.4 % aggregate; G = 1: −11 %), the Qwen3-8B's the same within
-//! its noise (experiments/NOTES.md, "Session 2026-12-07 #21"). The same bits at every split. [`ShortRows`] gives the q8 bindings of short rows (4097–8192 columns,
+//! its noise (experiments/NOTES.md, "Session 2026-12-07 #21"). Q6_K bindings of fewer than
+//! [`MatVec::SPLIT_Q6_MIN_ROWS`] rows keep G = 2: the same runs profiled attn_v (1024 rows, whose
+//! grid G = 4 halves to under one workgroup an SM at 8 vectors) at 178 µs a step with G = 2
+//! against 226 with G = 4 on the 27B, 374 against 456 on the 8B ("Session 2026-12-07 #22").
+//! The same bits at every split. [`ShortRows`] gives the q8 bindings of short rows (4097–8192 columns,
 //! ≥ `FAK_MATVEC_SHORT_MIN_ROWS` rows, default 4096) that name no layout 64/4/1, or the layout
 //! `FAK_MATVEC_SHORT_LAYOUT` names (`off`: none): other bits than [`MatVecLayout::INTEGER`]'s
 //! for those products, at every batch alike.
@@ -667,8 +671,9 @@ pub struct MatVec {
     /// Vectors a workgroup of a batched pipeline takes where a step has more (0: all; see
     /// [`MatVec::splits_vectors`]).
     split: u32,
-    /// `split` for Q6_K bindings where it differs ([`MatVec::splits_vectors_of`]).
-    split_q6: Option<u32>,
+    /// `split` for Q6_K bindings where it differs ([`MatVec::splits_vectors_of`]): for bindings
+    /// of fewer rows than [`MatVec::SPLIT_Q6_MIN_ROWS`], then for the others.
+    split_q6: Option<(u32, u32)>,
     layout: wgpu::BindGroupLayout,
     /// Bound as `w16`/`x16` where the data is not 16-byte aligned (the kernel then reads w, x).
     placeholder: wgpu::Buffer,
@@ -896,8 +901,13 @@ impl MatVec {
     /// Vectors a workgroup of a batched pipeline takes on a GPU where a step has more, unless
     /// `FAK_MATVEC_SPLIT` says otherwise ([`MatVec::splits_vectors`]).
     pub const DEFAULT_SPLIT: u32 = 2;
-    /// [`MatVec::DEFAULT_SPLIT`] for Q6_K weights (module doc).
+    /// [`MatVec::DEFAULT_SPLIT`] for Q6_K weights of at least [`MatVec::SPLIT_Q6_MIN_ROWS`]
+    /// rows (module doc).
     pub const DEFAULT_SPLIT_Q6: u32 = 4;
+    /// Q6_K bindings of fewer rows keep [`MatVec::DEFAULT_SPLIT`]: at capacity 8 the split by 4
+    /// gives a 1024-row binding (attn_v of both Qwen shapes: 64 row workgroups of 16) 128
+    /// workgroups, under one per SM of an H100, where the split by 2 gives 256 (module doc).
+    pub const SPLIT_Q6_MIN_ROWS: u64 = 4096;
     /// The weight types the kernel multiplies.
     pub const TYPES: [GgmlType; 11] = [
         GgmlType::F32,
@@ -936,7 +946,8 @@ impl MatVec {
         kernel.widen = widen;
         kernel.batch = Self::batches_vectors();
         kernel.split = Self::splits_vectors(ctx.facts())?;
-        kernel.split_q6 = Some(Self::splits_vectors_of(GgmlType::Q6_K, ctx.facts())?);
+        let q6 = |rows| Self::splits_vectors_of(GgmlType::Q6_K, rows, ctx.facts());
+        kernel.split_q6 = Some((q6(0)?, q6(Self::SPLIT_Q6_MIN_ROWS)?));
         Ok(kernel)
     }
 
@@ -967,16 +978,23 @@ impl MatVec {
         Ok(Self::split_from_env("FAK_MATVEC_SPLIT")?.unwrap_or(Self::default_split(facts)))
     }
 
-    /// The split [`MatVec::new`]'s batched pipelines of weight type `ty` take: for Q6_K
-    /// `FAK_MATVEC_SPLIT_Q6=G` (0, 1, 2 or 4) where set, else [`MatVec::DEFAULT_SPLIT_Q6`] where
-    /// the adapter splits by default and `FAK_MATVEC_SPLIT` names no split; else (and for every
-    /// other type) [`MatVec::splits_vectors`]'s. Every split gives a vector the same bits, so a
-    /// rule by type keeps a sequence's output independent of the batch.
-    pub fn splits_vectors_of(ty: GgmlType, facts: &AdapterFacts) -> Result<u32, GpuError> {
+    /// The split [`MatVec::new`]'s batched pipelines of weight type `ty` and `rows` output rows
+    /// take: for Q6_K `FAK_MATVEC_SPLIT_Q6=G` (0, 1, 2 or 4) where set, else
+    /// [`MatVec::DEFAULT_SPLIT_Q6`] where the binding has at least
+    /// [`MatVec::SPLIT_Q6_MIN_ROWS`] rows, the adapter splits by default and `FAK_MATVEC_SPLIT`
+    /// names no split; else (and for every other type) [`MatVec::splits_vectors`]'s. Every
+    /// split gives a vector the same bits, so a rule by type and shape keeps a sequence's output
+    /// independent of the batch.
+    pub fn splits_vectors_of(
+        ty: GgmlType,
+        rows: u64,
+        facts: &AdapterFacts,
+    ) -> Result<u32, GpuError> {
         let named = Self::split_from_env("FAK_MATVEC_SPLIT")?;
+        let tall = rows >= Self::SPLIT_Q6_MIN_ROWS;
         match (ty, Self::split_from_env("FAK_MATVEC_SPLIT_Q6")?, named) {
             (GgmlType::Q6_K, Some(split), _) => Ok(split),
-            (GgmlType::Q6_K, None, None) if Self::default_split(facts) > 0 => {
+            (GgmlType::Q6_K, None, None) if tall && Self::default_split(facts) > 0 => {
                 Ok(Self::DEFAULT_SPLIT_Q6)
             }
             (_, _, named) => Ok(named.unwrap_or(Self::default_split(facts))),
@@ -1000,11 +1018,12 @@ impl MatVec {
         }
     }
 
-    /// The split this kernel's batched pipelines of weight type `ty` take (see
-    /// [`MatVec::splits_vectors_of`]).
-    fn split_of(&self, ty: GgmlType) -> u32 {
+    /// The split this kernel's batched pipelines of weight type `ty` and `rows` output rows take
+    /// (see [`MatVec::splits_vectors_of`]).
+    fn split_of(&self, ty: GgmlType, rows: u64) -> u32 {
         match (ty, self.split_q6) {
-            (GgmlType::Q6_K, Some(split)) => split,
+            (GgmlType::Q6_K, Some((short, _))) if rows < Self::SPLIT_Q6_MIN_ROWS => short,
+            (GgmlType::Q6_K, Some((_, tall))) => tall,
             _ => self.split,
         }
     }
@@ -1059,18 +1078,19 @@ impl MatVec {
     }
 
     /// The pipelines of `ty`, `input` and `rows` for steps of up to `max_batch` vectors, by
-    /// capacity; those not built yet are built here.
+    /// capacity, the batched ones split by `split` ([`MatVecLayout::at_capacity`]); those not
+    /// built yet are built here.
     fn pipelines_for(
         &self,
         ctx: &GpuContext,
         (ty, input, rows, second): (GgmlType, Input, MatVecLayout, Option<GgmlType>),
-        max_batch: u32,
+        (max_batch, split): (u32, u32),
     ) -> Result<Vec<(wgpu::ComputePipeline, MatVecLayout)>, GpuError> {
         let keys: Vec<PipelineKey> = BATCH_CAPACITIES
             .into_iter()
             .filter(|&c| c <= max_batch.next_power_of_two())
             .map(|c| {
-                let forms = (self.batch, self.split_of(ty));
+                let forms = (self.batch, split);
                 let rows = rows.at_capacity(c, (input, second), forms);
                 (ty, input, c, rows, second)
             })
@@ -1314,7 +1334,11 @@ impl MatVec {
             }
         }
         let (pipelines, layouts): (_, Vec<MatVecLayout>) = self
-            .pipelines_for(ctx, (ty, input, rows_layout, second_type), max_batch)?
+            .pipelines_for(
+                ctx,
+                (ty, input, rows_layout, second_type),
+                (max_batch, self.split_of(ty, rows)),
+            )?
             .into_iter()
             .unzip();
         // A batched pipeline reads the q8 codes as x16 (wgsl/matvec_q8_batched.wgsl).
