@@ -234,15 +234,19 @@ struct OpRow {
 
 /// `sequences` sequences of `depth` random prompt tokens each, started one after another, then
 /// `steps` batched decode steps serving all of them, timed on the host from the first step's
-/// submit to the last step's tokens read back (each step waits for its tokens: the scheduler's
-/// loop, not `harness run`'s steps in flight).
+/// submit to the last step's tokens read back, each step waiting for its tokens (the scheduler's
+/// loop); then `steps` more with two steps in flight (`Engine::submit_decode`: each step
+/// recorded while the one before it runs, as `harness run` decodes one sequence).
 #[derive(Serialize)]
 struct BatchedDecodeReport {
     sequences: usize,
     steps: usize,
-    /// sequences · steps / time: every sequence's tokens together.
+    /// sequences · steps / time: every sequence's tokens together (each step waited for).
     aggregate_tokens_per_s: f64,
     ms_per_step: f64,
+    /// The same with two steps in flight.
+    aggregate_in_flight_tokens_per_s: f64,
+    ms_per_step_in_flight: f64,
     /// Then `--profile-steps` batched steps of all the sequences (the first after their
     /// timed steps, each sequence put back after it) profiled op by op, as the one-sequence
     /// step is.
@@ -537,7 +541,7 @@ fn probe_decode(
 }
 
 /// Starts one sequence per prompt, times `n_out - 1` decode steps serving them all (each
-/// sequence's first token came from its prefill), profiles `--profile-steps` more batched
+/// sequence's first token came from its prefill; two steps in flight), profiles `--profile-steps` more batched
 /// steps op by op (each sequence put back after each), then finishes them.
 fn batched_decode(
     engine: &mut Engine,
@@ -549,9 +553,9 @@ fn batched_decode(
     let mut seqs = Vec::with_capacity(prompts.len());
     let mut run = || -> Result<BatchedDecodeReport> {
         for prompt in prompts {
-            // One token more than the timed steps produce: room for the profiled steps' one
-            // position (each is put back).
-            seqs.push(engine.start(prompt, n_out + 1, false)?.seq);
+            // Room for both timed runs' tokens and the profiled steps' one position (each is
+            // put back).
+            seqs.push(engine.start(prompt, 2 * n_out, false)?.seq);
         }
         let steps = n_out - 1;
         let started = std::time::Instant::now();
@@ -559,6 +563,15 @@ fn batched_decode(
             engine.step(&seqs)?;
         }
         let seconds = started.elapsed().as_secs_f64();
+        let started = std::time::Instant::now();
+        engine.submit_decode(&seqs)?;
+        for step in 1..=steps {
+            if step < steps {
+                engine.submit_decode(&seqs)?;
+            }
+            engine.take_decode()?;
+        }
+        let in_flight = started.elapsed().as_secs_f64();
         let profiles = (0..args.profile_steps)
             .map(|_| engine.profile_batch_step(&seqs))
             .collect::<Result<Vec<StepProfile>, _>>()?;
@@ -567,6 +580,8 @@ fn batched_decode(
             steps,
             aggregate_tokens_per_s: (seqs.len() * steps) as f64 / seconds,
             ms_per_step: seconds * 1e3 / steps as f64,
+            aggregate_in_flight_tokens_per_s: (seqs.len() * steps) as f64 / in_flight,
+            ms_per_step_in_flight: in_flight * 1e3 / steps as f64,
             step: ProfiledStep::of(&profiles, gb_per_s),
         })
     };
@@ -716,12 +731,15 @@ fn print_tables(r: &Report) {
         if let Some(b) = &d.batched {
             println!(
                 "depth {} batched decode: {} sequences, {:.1} tok/s aggregate ({:.2} ms per step \
-                 of {} steps) · profiled step: {} dispatches, {} ops, GPU {} µs, wall {:.0} µs",
+                 of {} steps), {:.1} with two steps in flight ({:.2} ms) · profiled step: {} \
+                 dispatches, {} ops, GPU {} µs, wall {:.0} µs",
                 d.depth,
                 b.sequences,
                 b.aggregate_tokens_per_s,
                 b.ms_per_step,
                 b.steps,
+                b.aggregate_in_flight_tokens_per_s,
+                b.ms_per_step_in_flight,
                 b.step.dispatches,
                 b.step.op_count,
                 us(b.step.gpu_us),

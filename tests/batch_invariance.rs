@@ -624,3 +624,115 @@ fn branch_logits(e: &mut Engine, prompt: &[u32]) -> (usize, Vec<Vec<f32>>) {
     let reused = e.cache_stats().tokens_reused - before;
     (reused as usize, logits)
 }
+
+/// The greedy tokens of `prompts` decoded together for `N_OUT` tokens each: one step at a time
+/// (`Engine::step`), or with two steps in flight (`Engine::submit_decode`: each fed the one
+/// before's tokens where its argmax left them on the GPU).
+fn decoded_together(e: &mut Engine, prompts: &[Vec<u32>], in_flight: bool) -> Vec<Vec<u32>> {
+    let started: Vec<Started> = (prompts.iter())
+        .map(|p| e.start(p, N_OUT, false).unwrap())
+        .collect();
+    let seqs: Vec<SeqId> = started.iter().map(|s| s.seq).collect();
+    let mut out: Vec<Vec<u32>> = started.iter().map(|s| vec![s.first]).collect();
+    let mut keep = |tokens: Vec<u32>| out.iter_mut().zip(tokens).for_each(|(o, t)| o.push(t));
+    let steps = N_OUT - 1;
+    match in_flight {
+        false => (0..steps).for_each(|_| keep(e.step(&seqs).unwrap())),
+        true => {
+            e.submit_decode(&seqs).unwrap();
+            for step in 1..=steps {
+                if step < steps {
+                    e.submit_decode(&seqs).unwrap();
+                }
+                keep(e.take_decode().unwrap());
+            }
+        }
+    }
+    for seq in seqs {
+        e.finish(seq).unwrap();
+    }
+    out
+}
+
+/// Decode steps in flight give every sequence the tokens that steps one at a time give, and
+/// what would disturb a step in flight is refused until it is taken: another step (of other
+/// sequences, a third, or one that waits), a sequence opened or finished, a token replaced.
+/// A sequence stopped at a token taken while a later step is in flight finishes after that
+/// step; it then leaves the stop token's K, V (and recurrent state) in the prefix cache, and its
+/// next turn, resumed from there, decodes what it decodes on an engine with no cache.
+fn decode_steps_in_flight_give_the_tokens_of_steps_one_at_a_time(arch: &str) {
+    let prompts: Vec<Vec<u32>> = (0..3)
+        .map(|i| random_ids(50 + i, 100 + 7 * i as usize))
+        .collect();
+    let one_at_a_time = decoded_together(&mut engine(arch, 256), &prompts, false);
+    let mut e = engine(arch, 256);
+    assert_eq!(
+        decoded_together(&mut e, &prompts, true),
+        one_at_a_time,
+        "{arch}: tokens with two steps in flight"
+    );
+
+    // A cache that holds nothing of these prompts yet.
+    let mut e = engine_caching(arch, 256, 16 << 20);
+    let first = e.start(&prompts[0], N_OUT, false).unwrap();
+    let second = e.start(&prompts[1], N_OUT, false).unwrap();
+    let (seqs, swapped) = ([first.seq, second.seq], [second.seq, first.seq]);
+    assert!(
+        e.take_decode().is_err(),
+        "{arch}: a take with none in flight"
+    );
+    e.submit_decode(&seqs).unwrap();
+    let refused: [(&str, bool); 6] = [
+        (
+            "a step of the sequences swapped",
+            e.submit_decode(&swapped).is_err(),
+        ),
+        ("a step that waits", e.step(&seqs).is_err()),
+        ("a sequence finished", e.finish(first.seq).is_err()),
+        (
+            "a sequence started",
+            e.start(&prompts[2], N_OUT, false).is_err(),
+        ),
+        ("a token replaced", e.set_last_token(first.seq, 1).is_err()),
+        ("a step with logits", e.step_with_logits(&seqs).is_err()),
+    ];
+    for (what, was_refused) in refused {
+        assert!(was_refused, "{arch}: {what} while a step is in flight");
+    }
+    e.submit_decode(&seqs).unwrap();
+    assert!(e.submit_decode(&seqs).is_err(), "{arch}: a third step");
+    // The first sequence stops at the token of the first step; the second step's is dropped.
+    let stop = e.take_decode().unwrap()[0];
+    e.take_decode().unwrap();
+    e.finish(first.seq).unwrap();
+    e.finish(second.seq).unwrap();
+    let next_turn = [&prompts[0], &[first.first, stop][..], &random_ids(60, 9)].concat();
+    let resumed = e.start(&next_turn, N_OUT, false).unwrap();
+    assert_eq!(
+        resumed.cached_tokens,
+        prompts[0].len() + 2,
+        "{arch}: the next turn resumes after the stop token"
+    );
+    e.finish(resumed.seq).unwrap();
+    let cold = decoded_together(
+        &mut engine(arch, 256),
+        std::slice::from_ref(&next_turn),
+        false,
+    );
+    assert_eq!(
+        decoded_together(&mut e, std::slice::from_ref(&next_turn), true),
+        cold,
+        "{arch}: the next turn after a stop with a step in flight"
+    );
+}
+
+#[test]
+fn dense_decode_steps_in_flight_give_the_tokens_of_steps_one_at_a_time() {
+    decode_steps_in_flight_give_the_tokens_of_steps_one_at_a_time("qwen3");
+}
+
+#[test]
+fn hybrid_decode_steps_in_flight_give_the_tokens_of_steps_one_at_a_time() {
+    decode_steps_in_flight_give_the_tokens_of_steps_one_at_a_time("qwen35");
+}
+

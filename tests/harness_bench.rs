@@ -166,6 +166,12 @@ fn check_batched(report: &Value, d: &Value, gb_per_s: f64) {
         f(b, "aggregate_tokens_per_s"),
         SEQUENCES as f64 * 1e3 / f(b, "ms_per_step"),
     );
+    assert!(f(b, "ms_per_step_in_flight") > 0.0, "{b}");
+    assert_rel(
+        "aggregate tok/s in flight",
+        f(b, "aggregate_in_flight_tokens_per_s"),
+        SEQUENCES as f64 * 1e3 / f(b, "ms_per_step_in_flight"),
+    );
     let rows = ops(b);
     let sum = |key: &str| rows.iter().map(|o| u(o, key)).sum::<u64>();
     assert_eq!(sum("dispatches"), u(b, "dispatches_per_step"));

@@ -11,6 +11,7 @@ mod session;
 mod snapshots;
 
 pub use prompts::PromptPart;
+use session::StepInFlight;
 pub use session::{SeqId, Started};
 pub use snapshots::SnapshotStats;
 
@@ -29,6 +30,7 @@ use crate::model::{DeviceModel, DevicePlan};
 use crate::tokenizer::Tokenizer;
 use session::Sequence;
 use snapshots::SnapshotPool;
+use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -177,8 +179,12 @@ pub struct Engine {
     /// Token readback slots, one per step in flight.
     token_slots: Vec<Staging>,
     logits_slot: Staging,
-    /// The batched decode step's tokens (one per sequence).
-    batch_slot: Staging,
+    /// The batched decode steps' tokens (one per sequence): two, so that a step can be
+    /// submitted while the one before it is still read back ([`Engine::submit_decode`]); prompt
+    /// steps use the first.
+    batch_slots: [Staging; 2],
+    /// Batched decode steps submitted and not yet read back, oldest first (at most two).
+    in_flight: VecDeque<StepInFlight>,
     /// Which prompts' KV pages are kept, and the page pool.
     cache: PrefixCache<wgpu::Buffer>,
     /// Buffers for recurrent-state snapshots (hybrid models), reused.
@@ -267,7 +273,8 @@ impl Engine {
             "logits readback",
             u64::from(plan.logit_rows) * plan.n_vocab as u64 * 4,
         );
-        let batch_slot = Staging::new(&ctx, "batch readback", u64::from(plan.max_seqs) * 4);
+        let batch_slots =
+            [0, 1].map(|_| Staging::new(&ctx, "batch readback", u64::from(plan.max_seqs) * 4));
         ctx.device
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(crate::gpu::GpuError::from)?;
@@ -281,7 +288,8 @@ impl Engine {
             options: options.clone(),
             token_slots,
             logits_slot,
-            batch_slot,
+            batch_slots,
+            in_flight: VecDeque::new(),
             cache,
             snapshots,
             seqs: (0..plan.max_seqs).map(|_| None).collect(),
@@ -412,6 +420,7 @@ impl Engine {
         kind: StepKind,
         all_logits: bool,
     ) -> Result<(wgpu::CommandEncoder, Step), RuntimeError> {
+        self.settled()?;
         self.begin_saving_step(seq, n, kind, all_logits, None)
     }
 

@@ -196,6 +196,7 @@ impl Engine {
     /// Runs `portions` (two or more, of distinct sequences) as one prompt step; returns each
     /// one's first token where its prompt is done.
     fn run_prompts(&mut self, portions: &[Portion]) -> Result<Vec<Option<Started>>, RuntimeError> {
+        self.settled()?;
         let started_at = Instant::now();
         let n = portions.last().map_or(0, Portion::end_row);
         let pad_row = self.io.pad_row();
@@ -276,8 +277,7 @@ impl Engine {
         self.last_dispatches = marks.dispatches();
         self.steps += 1;
         let id_bytes = 4 * u64::from(k);
-        self.batch_slot
-            .record_copy(&mut encoder, &self.io.ids, 0, id_bytes);
+        self.batch_slots[0].record_copy(&mut encoder, &self.io.ids, 0, id_bytes);
         let logit_bytes = self.logits_bytes(k);
         if wants_logits {
             self.logits_slot
@@ -288,11 +288,11 @@ impl Engine {
         if wants_logits {
             self.logits_slot.submitted(index.clone(), logit_bytes);
         }
-        self.batch_slot.submitted(index, id_bytes);
+        self.batch_slots[0].submitted(index, id_bytes);
         let submitted = Instant::now();
         let steps = submitted - started_at;
         let firsts: Vec<u32> =
-            bytemuck::pod_collect_to_vec(&self.batch_slot.wait(&self.ctx, id_bytes)?);
+            bytemuck::pod_collect_to_vec(&self.batch_slots[0].wait(&self.ctx, id_bytes)?);
         let logits = match wants_logits {
             true => self.read_logits(k)?,
             false => Vec::new(),
