@@ -37,8 +37,8 @@ model=/dev/shm/qwen35-27b-q4_k_m.gguf
 log "27B synth: exit $?"
 FAK_DECODE_FUSE=merge timeout 60 "$BIN/harness" bench --model "$model" --depths 128 --n-out 4 \
     > "$OUT/merge-refused.log" 2>&1
-log "FAK_DECODE_FUSE=merge: exit $? ($(grep -m1 -o 'FAK_DECODE_FUSE=merge[^"]*' \
-    "$OUT/merge-refused.log" | cut -c1-200))"
+log "FAK_DECODE_FUSE=merge: exit $? ($(grep -m1 'is no decode fusion' "$OUT/merge-refused.log" \
+    | cut -c1-240))"
 
 left=$((DEADLINE - (SECONDS - T0) - 10))
 log "bench with ${left} s left"
