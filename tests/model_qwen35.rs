@@ -199,12 +199,6 @@ const PINNED_INT_DOT: &[(&str, &str)] = &[
     ("-/-, int-dot, steps of 1", "56015afbc5725ee1"),
     ("sg/f16, int-dot, steps of 1", "92138d098a68115c"),
 ];
-/// `int_dot_merge_computes_the_defaults_bits`'s logits, recorded with FAK_DECODE_FUSE unset.
-const PINNED_MERGE: &[(&str, &str)] = &[
-    ("sg/-, int-dot, steps of 1", "c66193b88ffee9eb"),
-    ("-/-, int-dot, steps of 1", "4414d895b55cb850"),
-    ("sg/f16, int-dot, steps of 1", "bd2f6ad871d41c39"),
-];
 const PINNED_Q4_K_M: &[(&str, &str)] = &[("q4_k_m, one step", "e7a3d327b0c47983")];
 
 /// Greedy generation on the GPU (argmax on the GPU feeding the next step, tokens read back
@@ -657,52 +651,6 @@ fn int_dot_quantizes_each_input_once_per_step() {
         .unwrap();
     let cosine = assert_rows_close("int-dot, q8_0", &logits, &want, 0.999);
     eprintln!("min cosine {cosine} against the q8-input reference");
-}
-
-/// `FAK_DECODE_FUSE=merge` computes the default's bits: the `trained` shape at Q4_K_M (its
-/// attention layer's v is Q6_K beside the Q4_K q, k: two projection runs of one normed input), on
-/// the integer path, every path of `assert_int_dot_logits`, against the q8-input reference and
-/// pinned on lavapipe — the pins were recorded with the form off, so a suite run with it on
-/// fails on any changed bit. With the form on the attention layer's
-/// projections are one mixed `matvec_q8` dispatch (no `attn_v` op) after the quantize dispatch;
-/// off, two. The rope fusion (the default; `FAK_DECODE_FUSE=-rope` turns it off) likewise keeps
-/// the pins, and its decode step has no `rope_kv` op (the attention kernel does its work).
-#[test]
-fn int_dot_merge_computes_the_defaults_bits() {
-    let args = [
-        "--arch", "qwen35", "--preset", "trained", "--quant", "q4_k_m", "--seed", "3",
-    ];
-    let path = synth_model(&scratch(), "normfold-trained-q4_k_m-3.gguf", &args);
-    let gguf = Gguf::open(&path).unwrap();
-    let ids = random_ids(5, 8, hparams(&path).n_vocab);
-    let want = Qwen35Reference::with_activations(&gguf, Activations::Q8Blocks)
-        .unwrap()
-        .forward_all(&ids)
-        .unwrap();
-    let want_f32 = reference_logits(&path, &ids);
-    // The tolerances of int_dot_logits_match_a_reference_that_rounds_its_inputs_alike.
-    let cases = [
-        (false, true, 0.9995),
-        (true, true, 0.9995),
-        (false, false, 0.999),
-    ];
-    let fingerprints = assert_int_dot_logits(&path, &ids, &want, &want_f32, cases);
-    assert_pinned(&fingerprints, PINNED_MERGE);
-    let mut o = options(Steps::Decode.prefill_chunk(), Forced::default());
-    o.context.int_dot = Some(true);
-    let mut e = Engine::load(&path, &o).unwrap();
-    let seq = e.start(&ids, 2, false).unwrap().seq;
-    let ops = e.profile_step(seq).unwrap().ops;
-    let named = |name: &str| ops.iter().filter(|op| op.name == name).count();
-    let merged = fak::model::blocks::decode_fuse("merge");
-    eprintln!("merge {merged}: {} ops", ops.len());
-    assert_eq!(named("attn_v"), usize::from(!merged), "{ops:?}");
-    let roped = fak::model::blocks::decode_fuse("rope");
-    assert_eq!(named("rope_kv"), usize::from(!roped), "{ops:?}");
-    let qk: Vec<_> = ops.iter().filter(|op| op.name == "attn_qk").collect();
-    assert_eq!(qk.len(), 1, "{ops:?}");
-    // The quantize dispatch is noted with the first product.
-    assert_eq!((qk[0].kernel, qk[0].dispatches), ("matvec_q8", 2), "{qk:?}");
 }
 
 /// The memory plan's activations are what loading allocates, for decode-only, mat-vec and

@@ -18,14 +18,6 @@
 //   yq[b·rows/4 ..], its scales at yd[b·rows/32 ..]. A workgroup then owns whole blocks (2·TEAMS
 //   a multiple of 32 outputs: TEAMS = 16), gathers its outputs in workgroup memory and one
 //   invocation per vector rounds its block, the same way quantize_q8.wgsl would round y.
-// - MIXED (override; wide int-dot pipelines, matvec_q8.wgsl): two weights of the same input in
-//   one dispatch — workgroups below params.part2 compute the first (params), the others the
-//   second (params2: its rows, bytes, outputs and ggml type, Q4_K or Q6_K), so two projection
-//   runs whose types differ cost one dispatch (engine FAK_DECODE_FUSE=merge). The input is q8
-//   vectors (bindings 8, 9); the second weight's blocks are read from binding 10 and its
-//   outputs written to binding 11 (a MIXED pipeline writes no quantized output, so no storage
-//   binding is added);
-//   each workgroup's arithmetic is its weight's own binding's, so the outputs are the same bits.
 // bindings: 0 w (array<u32>, read: the GGUF blocks) · 1 x (array<f32>, read) · 2 y (array<f32>,
 //           read_write) · 3 params (uniform Params) · 4 step (uniform Step, step.wgsl)
 //           · 5 w16 (array<vec4<u32>>, read) · 6 x16 (array<vec4<f32>>, read): the same bytes as
@@ -34,9 +26,7 @@
 //           weight of NORM pipelines, cols a multiple of 4; else a placeholder)
 //           · 8, 9: the q8 input of matvec_q8.wgsl (placeholders here)
 //           · 10 yq (array<u32>, read_write), 11 yd (array<f32>, read_write): the quantized output
-//           (placeholders unless quantize_out; MIXED: 10 the second weight's blocks, 11 its
-//           outputs) · 12 params2
-//           (uniform Params: the second weight's, MIXED; else a placeholder)
+//           (placeholders unless quantize_out)
 // dispatch: one workgroup of WG invocations per 4·TEAMS consecutive rows (per 2·TEAMS output rows
 //           when paired: their gate and up rows), on the 2-D grid of ceil(rows / (4·TEAMS))
 //           (ceil(rows / (2·TEAMS))) workgroups (engine `gpu::Grid`). Weights larger than one binding are split into
@@ -108,10 +98,9 @@ struct Params {
     pair_byte: u32,
     // 1: also write the (paired) outputs as q8 blocks into yq, yd (see the header).
     quantize_out: u32,
-    // MIXED: the first workgroup of the second weight (whose Params are params2).
-    part2: u32,
-    // MIXED: this part's ggml type id (the wide form's Q4_K or Q6_K).
-    ggml_type: u32,
+    // Params is 64 bytes, a multiple of 16 (the engine's `Params`).
+    pad0: u32,
+    pad1: u32,
 }
 
 const WIDE_X: u32 = 1u;
@@ -129,7 +118,6 @@ const WIDE_W: u32 = 2u;
 @group(0) @binding(9) var<storage, read> xd: array<f32>;
 @group(0) @binding(10) var<storage, read_write> yq: array<u32>;
 @group(0) @binding(11) var<storage, read_write> yd: array<f32>;
-@group(0) @binding(12) var<uniform> params2: Params;
 
 override WG: u32 = 64u;
 // Input vectors this pipeline can take (1, 2, 4 or 8): its accumulators are unrolled for them.
@@ -154,15 +142,10 @@ override BLOCK_ELEMS: u32;
 override BLOCK_BYTES: u32;
 // x is the residual stream: multiply by RMSNorm(x)·nw (see the header).
 override NORM: bool = false;
-// Two weights of one input in one dispatch (see the header): wide int-dot pipelines only.
-override MIXED: bool = false;
-// MIXED: the second weight's ggml type id (the first's is GGML_TYPE).
-override SECOND_TYPE: u32 = 0u;
 
-// The Params of the part this workgroup computes (params, or params2 for a MIXED dispatch's
-// second weight), and whether it is that second one. Set by enter_part before anything reads them.
+// The workgroup's copy of params: the batched form's split moves its y_index to the workgroup's
+// vectors (matvec_q8_batched.wgsl). Set by enter before anything reads it.
 var<private> p: Params;
-var<private> second_part: bool;
 // The step's index of the workgroup's first input vector: 0, except in the batched form's split
 // (matvec_q8_batched.wgsl, VECTOR_GROUPS > 1), where each workgroup takes MAX_B of the step's
 // vectors; its acc[b] is vector first_vector + b (quantize_block's output index).
@@ -171,36 +154,17 @@ var<private> first_vector: u32;
 const ROWS: u32 = 4u;
 
 fn src_word(index: u32) -> u32 {
-    if MIXED && second_part {
-        // The second weight's blocks: binding 10 (a MIXED pipeline writes no quantized output).
-        return yq[index];
-    }
     return w[index];
 }
 
-// Selects the workgroup's part (p, second_part); returns its workgroup index inside that part.
-fn enter_part(wg: vec3<u32>, count: vec3<u32>) -> u32 {
-    let flat = flat_workgroup(wg, count);
-    second_part = MIXED && flat >= params.part2;
-    if second_part {
-        p = params2;
-        return flat - params.part2;
-    }
+// Sets p; returns the workgroup's flat index.
+fn enter(wg: vec3<u32>, count: vec3<u32>) -> u32 {
     p = params;
-    return flat;
+    return flat_workgroup(wg, count);
 }
 
-// y[at] = v, or y[at] += v when accumulating (a MIXED dispatch's second weight writes binding
-// 11).
+// y[at] = v, or y[at] += v when accumulating.
 fn write_y(at: u32, v: f32) {
-    if MIXED && second_part {
-        if p.accumulate != 0u {
-            yd[at] += v;
-        } else {
-            yd[at] = v;
-        }
-        return;
-    }
     if p.accumulate != 0u {
         y[at] += v;
         return;
@@ -630,8 +594,8 @@ struct Place {
     lane: u32,
 }
 
-fn place_of(part_wg: u32, lanes: Lanes, paired: bool) -> Place {
-    let first = part_wg * TEAMS * outputs_per_team(paired);
+fn place_of(flat: u32, lanes: Lanes, paired: bool) -> Place {
+    let first = flat * TEAMS * outputs_per_team(paired);
     let team = lanes.index / TEAM;
     return Place(first, first + team * outputs_per_team(paired), team, lanes.index % TEAM);
 }
@@ -804,9 +768,9 @@ fn add_products(acc: ptr<function, array<vec4<f32>, 8>>, w: array<Unit, 4>, u: u
 @compute @workgroup_size(WG)
 fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) count: vec3<u32>,
           lanes: Lanes) {
-    let part_wg = enter_part(wg, count);
+    let flat = enter(wg, count);
     let paired = p.pair_byte != 0u;
-    let at = place_of(part_wg, lanes, paired);
+    let at = place_of(flat, lanes, paired);
     if at.first >= p.rows {
         return;
     }

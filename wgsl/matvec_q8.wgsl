@@ -167,9 +167,9 @@ fn add_products_q8(acc: ptr<function, array<vec4<f32>, 8>>, w: array<Unit, 4>, u
 @compute @workgroup_size(WG)
 fn matvec_q8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) count: vec3<u32>,
              lanes: Lanes) {
-    let part_wg = enter_part(wg, count);
+    let flat = enter(wg, count);
     let paired = p.pair_byte != 0u;
-    let at = place_of(part_wg, lanes, paired);
+    let at = place_of(flat, lanes, paired);
     if at.first >= p.rows {
         return;
     }

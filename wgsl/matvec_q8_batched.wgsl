@@ -25,7 +25,7 @@
 // dispatch, rows, teams, pairing, accumulate, quantized output, reduction: matvec_q8_wide.wgsl's.
 // pipelines: the wide form's, with BATCHED on (engine `MatVecLayout::batched`, written
 //           `…/batched`; the engine's default at every batch, FAK_MATVEC_BATCHED=0 off): only for q8
-//           vectors read from global memory (no MIXED).
+//           vectors read from global memory.
 // variants: the split (VECTOR_GROUPS > 1; engine `MatVecLayout::split`, written `…/splitG`, or
 //           FAK_MATVEC_SPLIT=G, opt-in): a step of up to VECTOR_GROUPS·MAX_B vectors on
 //           VECTOR_GROUPS times the grid, each workgroup taking the MAX_B (= G) vectors from

@@ -111,28 +111,15 @@ fn wide_q6_k(block: u32, lane: u32) -> Wide {
     return Wide(a, b, c, f.xzyw, vec4<f32>(0.0));
 }
 
-// Whether this part's weight is Q6_K (else Q4_K): the pipeline's type, or under MIXED the part's
-// (GGML_TYPE or SECOND_TYPE: constants, so where the entry point branches on second_part the
-// compiler can fold each copy of the loop to one type).
+// Whether the weight is Q6_K (else Q4_K).
 fn wide_q6() -> bool {
-    if MIXED {
-        return select(GGML_TYPE, SECOND_TYPE, second_part) == 14u;
-    }
     return GGML_TYPE == 14u;
-}
-
-// Bytes per block of this part's weight.
-fn wide_block_bytes() -> u32 {
-    if MIXED {
-        return select(144u, 210u, wide_q6());
-    }
-    return BLOCK_BYTES;
 }
 
 // Wide unit u of the row starting at byte `row`.
 fn load_wide(row: u32, u: u32) -> Wide {
     let lane = u % UNIT_LANES;
-    let block = row + (u / UNIT_LANES) * wide_block_bytes();
+    let block = row + (u / UNIT_LANES) * BLOCK_BYTES;
     if wide_q6() {
         return wide_q6_k(block, lane);
     }
@@ -272,7 +259,7 @@ fn matvec_q8_wide(@builtin(workgroup_id) wg: vec3<u32>,
                   @builtin(num_workgroups) count: vec3<u32>, lanes: Lanes) {
     // The batched form's split (matvec_q8_batched.wgsl) takes a share of the step's vectors;
     // unsplit, every workgroup takes them all (n = min(n_tokens, MAX_B)).
-    let share = split_vectors(enter_part(wg, count), step.n_tokens);
+    let share = split_vectors(enter(wg, count), step.n_tokens);
     let paired = p.pair_byte != 0u;
     let at = place_of(share.x, lanes, paired);
     if at.first >= p.rows || (VECTOR_GROUPS > 1u && share.y == 0u) {
@@ -281,12 +268,7 @@ fn matvec_q8_wide(@builtin(workgroup_id) wg: vec3<u32>,
     let n = share.y;
     let starts = row_starts(at.team_first, paired);
     var acc: array<vec4<f32>, 8>;
-    // MIXED: one copy of the loop per part, so that each sees its part's type as a constant.
-    if MIXED && second_part {
-        wide_loop(&acc, starts, at.lane, n);
-    } else {
-        wide_loop(&acc, starts, at.lane, n);
-    }
+    wide_loop(&acc, starts, at.lane, n);
     finish(&acc, at, n, lanes, paired);
 }
 

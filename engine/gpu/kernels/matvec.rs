@@ -22,8 +22,9 @@
 //! pre-norm of QKV and of the MLP: x is then the residual stream) and the gate/up pairing that
 //! writes `silu(gate)·up` (W holds the gate rows followed by the up rows). Each saves the
 //! dependent dispatches of the ops it folds in; the math is in wgsl/matvec.wgsl. (The
-//! producer-side quantize, `FAK_DECODE_FUSE=pquant`, lost on an H100 and was removed:
-//! experiments/NOTES.md, "pqz" and "prune".)
+//! producer-side quantize, `FAK_DECODE_FUSE=pquant`, and a second weight of the same input in
+//! the same dispatch, `FAK_DECODE_FUSE=merge`, lost on an H100 and were removed:
+//! experiments/NOTES.md, "pqz", "prune" and "Third prune".)
 //!
 //! # The integer path
 //!
@@ -244,18 +245,11 @@ impl MatVecLayout {
     /// The layout pipelines of batch capacity `capacity` run: this one, or where `batch` and a
     /// wide layout, its batched twin — which gives every row the same bits (only how x is read
     /// differs), so the choice cannot make a sequence's output depend on the batch; only for q8
-    /// vectors (the batched form reads xq, xd), and not for a mixed binding (a `second` type: its
-    /// entry point has no second weight).
+    /// vectors (the batched form reads xq, xd).
     /// A batched layout splits where it names a split, else by `split` (FAK_MATVEC_SPLIT; 0:
     /// none), and only for capacities above it (a capacity it holds runs unsplit: the same bits).
-    fn at_capacity(
-        self,
-        capacity: u32,
-        (input, second): (Input, Option<GgmlType>),
-        (batch, split): (bool, u32),
-    ) -> MatVecLayout {
-        let q8 = matches!(input, Input::Q8(_)) && second.is_none();
-        let batched = (self.batched || (batch && self.wide)) && q8;
+    fn at_capacity(self, capacity: u32, input: Input, (batch, split): (bool, u32)) -> MatVecLayout {
+        let batched = (self.batched || (batch && self.wide)) && input.is_q8();
         let split = match self.split {
             0 => split,
             named => named,
@@ -465,7 +459,7 @@ impl std::fmt::Display for MatVecLayout {
 }
 /// w, x, y, params, step, w and x again as 16-byte words (`w16`, `x16`), the norm weight (`nw`),
 /// the q8 codes and scales of the integer path (`xq`, `xd`), the quantized output's codes and
-/// scales (`yq`, `yd`), the second weight's params of a mixed binding (`params2`).
+/// scales (`yq`, `yd`).
 const SLOTS: &[Slot] = &[
     Slot::Read,
     Slot::Read,
@@ -479,7 +473,6 @@ const SLOTS: &[Slot] = &[
     Slot::Read,
     Slot::ReadWrite,
     Slot::ReadWrite,
-    Slot::Uniform,
 ];
 /// `Params::wide` bits (WIDE_X, WIDE_W of the WGSL).
 const WIDE_X: u32 = 1;
@@ -503,10 +496,8 @@ struct Params {
     eps: f32,
     pair_byte: u32,
     quantize_out: u32,
-    /// A mixed binding's first workgroup of the second weight.
-    part2: u32,
-    /// The weight's ggml type id (read by mixed pipelines).
-    ggml_type: u32,
+    /// To 64 bytes, a multiple of 16.
+    pad: [u32; 2],
 }
 
 /// The index in [`BATCH_CAPACITIES`] of the smallest capacity that holds `n_tokens` vectors.
@@ -631,21 +622,6 @@ pub struct MatVecFusion<'a> {
     /// Needs `rows` a multiple of 32 and a layout of [`MatVecLayout::QUANTIZING_TEAMS`] teams
     /// (a workgroup's outputs are then one block).
     pub quantize_output: Option<&'a Q8Vectors>,
-    /// A second weight of the same input in the same dispatch, its workgroups after the first
-    /// weight's (wgsl/matvec.wgsl, MIXED): two projections of one normed input whose types
-    /// differ (a Q6_K run beside a Q4_K one) in one dispatch instead of two. Needs `q8`, the
-    /// wide form for both types (Q4_K, Q6_K), the same `cols`, no pairing or quantized output,
-    /// and each weight in one binding ([`MatVec::mixes`]).
-    pub second: Option<SecondWeight<'a>>,
-}
-
-/// The second weight of a mixed binding ([`MatVecFusion::second`]): `shape.rows` rows from byte
-/// 0 of `weights`, its outputs `[B, shape.rows]` in `y` (accumulated as the first's are).
-#[derive(Clone, Copy)]
-pub struct SecondWeight<'a> {
-    pub shape: MatVecShape,
-    pub weights: &'a wgpu::Buffer,
-    pub y: Activations<'a>,
 }
 
 /// The mat-vec kernel: one pipeline per (type, batch capacity, input: f32, normed or q8, layout),
@@ -679,15 +655,12 @@ pub struct MatVec {
     placeholder: wgpu::Buffer,
     /// Bound as `yq`/`yd` where the output is not quantized.
     placeholder_out: wgpu::Buffer,
-    /// Bound as `params2` where the binding multiplies one weight.
-    placeholder_params: wgpu::Buffer,
     /// The pipelines built so far.
     pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
 }
 
-/// What a pipeline is specialised for: type, input, batch capacity, layout, the second weight's
-/// type of a mixed binding.
-type PipelineKey = (GgmlType, Input, u32, MatVecLayout, Option<GgmlType>);
+/// What a pipeline is specialised for: type, input, batch capacity, layout.
+type PipelineKey = (GgmlType, Input, u32, MatVecLayout);
 
 /// Which pipeline family a binding runs.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -754,15 +727,8 @@ impl MatVecBinding {
     }
 }
 
-/// The pipeline of one type, input (f32, normed f32 or q8), batch capacity and layout (MIXED: a
-/// second weight's workgroups after the first's).
-fn spec(
-    ty: GgmlType,
-    input: Input,
-    capacity: u32,
-    rows: MatVecLayout,
-    second: Option<GgmlType>,
-) -> PipelineSpec {
+/// The pipeline of one type, input (f32, normed f32 or q8), batch capacity and layout.
+fn spec(ty: GgmlType, input: Input, capacity: u32, rows: MatVecLayout) -> PipelineSpec {
     let (_, lanes, block_elems, block_bytes) = unit_geometry(ty, rows.wide);
     let norm = input == Input::Normed;
     let (entry_point, what) = match input {
@@ -771,12 +737,7 @@ fn spec(
         Input::Normed => ("matvec", "normed f32"),
         Input::F32 => ("matvec", "f32"),
     };
-    let mut constants = Vec::new();
-    if let Some(second) = second {
-        constants.push(("MIXED", 1.0));
-        constants.push(("SECOND_TYPE", f64::from(second.id())));
-    }
-    constants.extend([
+    let constants = vec![
         ("WG", f64::from(rows.invocations)),
         ("TEAMS", f64::from(rows.teams)),
         ("UNROLL", f64::from(rows.unroll)),
@@ -786,13 +747,9 @@ fn spec(
         ("UNIT_LANES", lanes as f64),
         ("BLOCK_ELEMS", block_elems as f64),
         ("BLOCK_BYTES", block_bytes as f64),
-    ]);
-    let mixed = match second {
-        Some(second) => format!(" mixed with {second}"),
-        None => String::new(),
-    };
+    ];
     let mut spec = PipelineSpec {
-        label: format!("matvec {ty}{mixed} batch {capacity} x {what} layout {rows}"),
+        label: format!("matvec {ty} batch {capacity} x {what} layout {rows}"),
         entry_point,
         constants,
     };
@@ -813,7 +770,7 @@ fn spec(
 fn specs(ty: GgmlType, input: Input, rows: MatVecLayout) -> Vec<PipelineSpec> {
     BATCH_CAPACITIES
         .into_iter()
-        .map(|capacity| spec(ty, input, capacity, rows, None))
+        .map(|capacity| spec(ty, input, capacity, rows))
         .collect()
 }
 
@@ -873,15 +830,10 @@ impl Kernel for MatVec {
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), wide[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), wide[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), wide[2]));
-            // Mixed bindings (`FAK_DECODE_FUSE=merge`): Q4_K then Q6_K, and the reverse below.
-            let q6_second = Some(GgmlType::Q6_K);
-            pipelines.push(spec(GgmlType::Q4_K, Input::Q8(1), 1, wide[0], q6_second));
-            let q4_second = Some(GgmlType::Q4_K);
-            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 1, wide[0], q4_second));
             // The batched form: both types, and the unrolled loop.
             let batched = MatVecLayout::BATCHED_CANDIDATES;
             pipelines.extend(specs(GgmlType::Q4_K, Input::Q8(1), batched[0]));
-            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, batched[0], None));
+            pipelines.push(spec(GgmlType::Q6_K, Input::Q8(3), 8, batched[0]));
             pipelines.extend(specs(GgmlType::Q6_K, Input::Q8(3), batched[2]));
             // Its split (G = 2 on GPUs by default): the quantizing gate/up's and the unrolled
             // loop's.
@@ -1068,11 +1020,6 @@ impl MatVec {
             layout: built.layout,
             placeholder: storage_buffer(ctx, "matvec wide placeholder", 16)?,
             placeholder_out: storage_buffer(ctx, "matvec output placeholder", 16)?,
-            placeholder_params: uniform(
-                ctx,
-                "matvec params2 placeholder",
-                &<Params as bytemuck::Zeroable>::zeroed(),
-            ),
             pipelines: Mutex::new(HashMap::new()),
         })
     }
@@ -1083,7 +1030,7 @@ impl MatVec {
     fn pipelines_for(
         &self,
         ctx: &GpuContext,
-        (ty, input, rows, second): (GgmlType, Input, MatVecLayout, Option<GgmlType>),
+        (ty, input, rows): (GgmlType, Input, MatVecLayout),
         (max_batch, split): (u32, u32),
     ) -> Result<Vec<(wgpu::ComputePipeline, MatVecLayout)>, GpuError> {
         let keys: Vec<PipelineKey> = BATCH_CAPACITIES
@@ -1091,8 +1038,8 @@ impl MatVec {
             .filter(|&c| c <= max_batch.next_power_of_two())
             .map(|c| {
                 let forms = (self.batch, split);
-                let rows = rows.at_capacity(c, (input, second), forms);
-                (ty, input, c, rows, second)
+                let rows = rows.at_capacity(c, input, forms);
+                (ty, input, c, rows)
             })
             .collect();
         let mut built = self.pipelines.lock().expect("no panic while holding it");
@@ -1105,7 +1052,7 @@ impl MatVec {
             let mut variant = KernelVariant::of::<Self>(self.variant);
             variant.source.pipelines = missing
                 .iter()
-                .map(|&(ty, input, c, rows, second)| spec(ty, input, c, rows, second))
+                .map(|&(ty, input, c, rows)| spec(ty, input, c, rows))
                 .collect();
             built.extend(missing.into_iter().zip(build(ctx, &variant)?.pipelines));
         }
@@ -1169,28 +1116,6 @@ impl MatVec {
         let align = ctx.binding_alignment();
         split_rows("", 2 * shape.rows, &[row_bytes], max_binding, align)
             .is_ok_and(|ranges| ranges.len() == 1)
-    }
-
-    /// Whether weights of `first` and `second` (each from byte 0 of its own buffer) can be one
-    /// mixed binding ([`MatVecFusion::second`]) in `layout` (None: the kernel's) over q8
-    /// vectors: the int-dot path, the wide form serves both types, the rows are alike and each
-    /// weight fits one binding.
-    pub fn mixes(
-        &self,
-        ctx: &GpuContext,
-        (first, second): (MatVecShape, MatVecShape),
-        layout: Option<MatVecLayout>,
-    ) -> bool {
-        let rows = layout.or(self.rows).unwrap_or(MatVecLayout::INTEGER);
-        let wide = rows.wide || self.widen;
-        let served = Input::Q8(0);
-        let fits = |s: MatVecShape| {
-            MatVecLayout::wide_serves(s.ty, served)
-                && s.ty
-                    .row_bytes(s.cols)
-                    .is_some_and(|b| b * s.rows <= ctx.max_binding_size())
-        };
-        self.variant.int_dot && wide && first.cols == second.cols && fits(first) && fits(second)
     }
 
     /// [`MatVec::bind_fused`] with bindings of at most `max_binding` bytes.
@@ -1281,9 +1206,9 @@ impl MatVec {
             true => self.residual.or(self.rows),
             false => self.rows,
         };
-        // Short rows: q8 vectors from global memory, one weight.
-        let short = match (input, fusion.second) {
-            (Input::Q8(_), None) => self.short.and_then(|s| s.layout_of(rows, cols)),
+        // Short rows: q8 vectors from global memory.
+        let short = match input {
+            Input::Q8(_) => self.short.and_then(|s| s.layout_of(rows, cols)),
             _ => None,
         };
         let rows_layout = fusion
@@ -1314,29 +1239,10 @@ impl MatVec {
             }
         }
         let max_batch = io.max_batch;
-        let mixed = fusion.second.is_some();
-        let second_type = fusion.second.map(|s| s.shape.ty);
-        if let Some(second) = fusion.second {
-            let wide = |t| MatVecLayout::wide_serves(t, input);
-            if !matches!(input, Input::Q8(_))
-                || !rows_layout.wide
-                || !wide(second.shape.ty)
-                || second.shape.cols != cols
-                || fusion.swiglu
-                || fusion.quantize_output.is_some()
-            {
-                return Err(shape_error(format!(
-                    "a second weight ({} × {} {}) needs q8 vectors, the wide form for both types \
-                     (Q4_K, Q6_K), {cols} columns, no pairing and no quantized output (layout \
-                     {rows_layout}, {ty})",
-                    second.shape.rows, second.shape.cols, second.shape.ty
-                )));
-            }
-        }
         let (pipelines, layouts): (_, Vec<MatVecLayout>) = self
             .pipelines_for(
                 ctx,
-                (ty, input, rows_layout, second_type),
+                (ty, input, rows_layout),
                 (max_batch, self.split_of(ty, rows)),
             )?
             .into_iter()
@@ -1385,43 +1291,14 @@ impl MatVec {
         let units = cols.div_ceil(unit_elems);
         let max_per_dimension = ctx.device.limits().max_compute_workgroups_per_dimension;
         let ranges = split_rows("a matvec weight", w_rows, &[row_bytes], max_binding, align)?;
-        if (fusion.swiglu || mixed) && ranges.len() > 1 {
+        if fusion.swiglu && ranges.len() > 1 {
             return Err(GpuError::TooLarge {
-                what: "a gate/up pairing's or a mixed binding's weights (bytes)".into(),
+                what: "a gate/up pairing's weights (bytes)".into(),
                 size: w_rows * row_bytes,
                 limit: max_binding,
                 limit_name: "max_storage_buffer_binding_size",
             });
         }
-        // A mixed binding's second weight: its row bytes, window (binding 10) and outputs
-        // (binding 11).
-        let second = match fusion.second {
-            None => None,
-            Some(sw) => {
-                let bytes = checked_row_bytes(
-                    Self::NAME,
-                    "the second W",
-                    sw.shape.ty,
-                    sw.shape.rows,
-                    cols,
-                    sw.weights,
-                    0,
-                )?;
-                let size = sw.shape.rows * bytes;
-                if size > max_binding {
-                    return Err(GpuError::TooLarge {
-                        what: "a mixed binding's second weight (bytes)".into(),
-                        size,
-                        limit: max_binding,
-                        limit_name: "max_storage_buffer_binding_size",
-                    });
-                }
-                let batch = u64::from(io.max_batch);
-                let y =
-                    sw.y.bind(Self::NAME, "y2", batch, sw.shape.rows, max_binding, align)?;
-                Some((sw, bytes, Window::around(0, size, align), y))
-            }
-        };
         // A pairing's single range holds the gate and the up rows; it writes `rows` outputs.
         let (pair_byte, outputs_per_workgroup) = match fusion.swiglu {
             true => (rows * row_bytes, rows_layout.rows_per_workgroup() / 2),
@@ -1502,33 +1379,9 @@ impl MatVec {
                     eps: norm.map_or(0.0, |(n, _)| n.eps),
                     pair_byte: pair_byte as u32,
                     quantize_out: u32::from(fusion.quantize_output.is_some()),
-                    part2: len.div_ceil(outputs_per_workgroup) as u32,
-                    ggml_type: ty.id(),
+                    pad: [0; 2],
                 };
-                // The second weight's params: its rows, bytes and outputs; x as the first's;
-                // its blocks read with word loads (no w16 view of binding 10).
-                let params2 = second.map(|(sw, bytes, window, y2)| {
-                    let second = Params {
-                        rows: sw.shape.rows as u32,
-                        row_bytes: bytes as u32,
-                        w_byte: window.skip as u32,
-                        y_index: y2.index,
-                        y_stride: y2.stride,
-                        wide: wide & WIDE_X,
-                        part2: 0,
-                        ggml_type: sw.shape.ty.id(),
-                        ..params
-                    };
-                    uniform(ctx, "matvec params2", &second)
-                });
                 let params = uniform(ctx, "matvec params", &params);
-                // A mixed binding's second weight: its blocks as yq, its outputs as yd.
-                let (yq, yd) = match second {
-                    Some((sw, _, window, y2)) => {
-                        (window.binding(sw.weights), y2.window.binding(sw.y.buffer))
-                    }
-                    None => (yq, yd),
-                };
                 let group = bind_group(
                     ctx,
                     "matvec",
@@ -1546,15 +1399,9 @@ impl MatVec {
                         xd,
                         yq,
                         yd,
-                        params2
-                            .as_ref()
-                            .unwrap_or(&self.placeholder_params)
-                            .as_entire_binding(),
                     ],
                 );
                 let workgroups = len.div_ceil(outputs_per_workgroup);
-                let workgroups = workgroups
-                    + second.map_or(0, |(sw, ..)| sw.shape.rows.div_ceil(outputs_per_workgroup));
                 let grids = layouts
                     .iter()
                     .zip(BATCH_CAPACITIES)
@@ -1579,24 +1426,15 @@ impl MatVec {
             Some(_) => (4 * cols, 0),
             None => (0, 0),
         };
-        // The second weight: its bytes once, its outputs per vector.
-        let (second_w, second_y, second_rows) = second.map_or((0, 0, 0), |(sw, bytes, ..)| {
-            let rows = sw.shape.rows;
-            (
-                rows * bytes,
-                4 * rows * if io.accumulate { 2 } else { 1 },
-                rows,
-            )
-        });
         let work = MatVecWork {
             kernel: match input.is_q8() {
                 true => "matvec_q8",
                 false => Self::NAME,
             },
-            weight_bytes: w_rows * row_bytes + norm_weight + second_w,
+            weight_bytes: w_rows * row_bytes + norm_weight,
             step_bytes: norm_reread,
-            vector_bytes: x_bytes + y_bytes + q8_out + second_y,
-            vector_flops: 2 * (w_rows + second_rows) * cols,
+            vector_bytes: x_bytes + y_bytes + q8_out,
+            vector_flops: 2 * w_rows * cols,
         };
         Ok(MatVecBinding {
             pipelines,

@@ -121,43 +121,60 @@ const DEFAULT_DECODE_FUSIONS: &[&str] = &["rope"];
 /// list), less those it names with a `-` (`-rope`); `FAK_DECODE_FUSION=0` turns every one off.
 /// Each computes the same bits as the dispatches it replaces (experiments/NOTES.md, "decfuse",
 /// "ropekv"):
-/// - `merge` (opt-in: 3 % slower on the Qwen3.5-27B on an H100): on the int-dot path, two
-///   projection runs of one normed input whose types differ (a GDN layer's Q6_K
-///   qkv beside its Q4_K z, β, α; attention's Q6_K v beside q, k) as one mixed mat-vec over the
-///   quantize dispatch's q8 vectors (`MatVecFusion::second`), instead of two: one dispatch fewer
-///   per such layer, no read added.
 /// - `rope` (the default since 2026-12-06 #11: +0.7 % decode on the 27B, +0.6 % on the Qwen3-8B,
 ///   on an H100, two rounds each): a decode step's `rope_kv` inside `attn_decode` (its rope form,
 ///   `AttnDecode::build_rope`): every split norms and rotates its own query heads, the split
 ///   holding the new position norms, rotates and writes its k and v first: one dispatch fewer
 ///   per attention layer, no read of weights or cache added. Where the adapter cannot hold the
 ///   form, the rope_kv dispatch stays.
-/// - `all`: every fusion above (`merge`, `rope`).
+/// - `all`: every fusion above (`rope` alone since the opt-in ones were removed; `-all` turns
+///   every one off).
+///
+/// The opt-in fusions `lastnorm`, `pquant` and `merge` lost on an H100 and were removed
+/// (experiments/NOTES.md, "unlastnorm", "prune", "Third prune"): [`check_decode_fuse`] refuses
+/// their names.
 pub fn decode_fuse(part: &str) -> bool {
     let list = std::env::var("FAK_DECODE_FUSE").unwrap_or_default();
+    decode_fusion() && list_fuses(&list, part)
+}
+
+/// Whether the `FAK_DECODE_FUSE` comma list `list` leaves fusion `part` on ([`decode_fuse`]).
+fn list_fuses(list: &str, part: &str) -> bool {
     let parts: Vec<&str> = list.split(',').map(str::trim).collect();
     let named = parts.iter().any(|&p| p == part || p == "all");
-    let removed = parts.iter().any(|p| p.strip_prefix('-') == Some(part));
-    decode_fusion() && !removed && (named || DEFAULT_DECODE_FUSIONS.contains(&part))
+    let removed = parts
+        .iter()
+        .any(|p| matches!(p.strip_prefix('-'), Some(q) if q == part || q == "all"));
+    !removed && (named || DEFAULT_DECODE_FUSIONS.contains(&part))
 }
 
 /// The names `FAK_DECODE_FUSE` takes, each also with a leading `-` ([`decode_fuse`]).
-const DECODE_FUSE_NAMES: &[&str] = &["merge", "rope", "all"];
+const DECODE_FUSE_NAMES: &[&str] = &["rope", "all"];
 
-/// Refuses a `FAK_DECODE_FUSE` naming what is no decode fusion (a typo, or a removed one such
-/// as `lastnorm` or `pquant`: experiments/NOTES.md "unlastnorm", "prune"), which
+/// Fusions `FAK_DECODE_FUSE` once took, measured as losing on an H100 and removed (README).
+const REMOVED_DECODE_FUSIONS: &[&str] = &["lastnorm", "pquant", "merge"];
+
+/// Refuses a `FAK_DECODE_FUSE` naming what is no decode fusion (a typo, or a removed one:
+/// `lastnorm`, `pquant`, `merge`; experiments/NOTES.md "unlastnorm", "prune", "Third prune"), which
 /// [`decode_fuse`] would otherwise ignore, so that a run labelled with it measures the default.
 pub fn check_decode_fuse() -> Result<(), GpuError> {
     let list = std::env::var("FAK_DECODE_FUSE").unwrap_or_default();
     match unknown_decode_fusion(&list) {
-        Some(name) => Err(GpuError::Shape {
-            kernel: "decode",
-            message: format!(
-                "FAK_DECODE_FUSE={list}: {name:?} is no decode fusion; expected a comma list of \
-                 {} (each may take a leading -)",
-                DECODE_FUSE_NAMES.join(", ")
-            ),
-        }),
+        Some(name) => {
+            let removed = REMOVED_DECODE_FUSIONS.contains(&name.trim_start_matches('-'));
+            let why = match removed {
+                true => " (it lost on an H100 and was removed: README)",
+                false => "",
+            };
+            Err(GpuError::Shape {
+                kernel: "decode",
+                message: format!(
+                    "FAK_DECODE_FUSE={list}: {name:?} is no decode fusion{why}; expected a comma \
+                     list of {} (each may take a leading -)",
+                    DECODE_FUSE_NAMES.join(", ")
+                ),
+            })
+        }
         None => Ok(()),
     }
 }
@@ -370,25 +387,40 @@ impl<'a> Binder<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::unknown_decode_fusion;
+    use super::{list_fuses, unknown_decode_fusion};
 
     #[test]
     fn decode_fuse_refuses_names_that_are_no_fusion_and_takes_the_others() {
         for known in [
             "",
-            "merge",
+            "rope",
             "rope,-rope",
-            " rope , merge ",
-            "all,-merge",
-            "merge,",
+            " rope , all ",
+            "all,-rope",
+            "-all",
+            "rope,",
         ] {
             assert_eq!(unknown_decode_fusion(known), None, "{known:?}");
         }
         // lastnorm was removed (experiments/NOTES.md "unlastnorm"): refused like a typo.
         assert_eq!(unknown_decode_fusion("lastnorm"), Some("lastnorm"));
-        assert_eq!(unknown_decode_fusion("merge,-lastnorm"), Some("-lastnorm"));
-        // So was pquant (experiments/NOTES.md "prune").
-        assert_eq!(unknown_decode_fusion("pquant,merge"), Some("pquant"));
+        assert_eq!(unknown_decode_fusion("rope,-lastnorm"), Some("-lastnorm"));
+        // So were pquant (experiments/NOTES.md "prune") and merge ("Third prune").
+        assert_eq!(unknown_decode_fusion("pquant,rope"), Some("pquant"));
+        assert_eq!(unknown_decode_fusion("merge"), Some("merge"));
+        assert_eq!(unknown_decode_fusion("rope,-merge"), Some("-merge"));
+        assert_eq!(unknown_decode_fusion("all,merge"), Some("merge"));
         assert_eq!(unknown_decode_fusion("rope,mrege"), Some("mrege"));
+    }
+
+    /// `rope` is on by default, named or under `all`; `-rope` and `-all` turn it off.
+    #[test]
+    fn decode_fuse_lists_turn_rope_on_and_off() {
+        for on in ["", "rope", "all", " all "] {
+            assert!(list_fuses(on, "rope"), "{on:?}");
+        }
+        for off in ["-rope", "-all", "all,-rope", "rope,-all", " -all "] {
+            assert!(!list_fuses(off, "rope"), "{off:?}");
+        }
     }
 }

@@ -6,12 +6,9 @@ use super::linear::{Linear, QuantizedInput};
 use super::norm::Norm;
 use super::{Binder, Kernels, stackable, upload_weights};
 use crate::gguf::TensorInfo;
-use crate::gpu::Activations;
 use crate::gpu::GpuError;
 use crate::gpu::kernels::matmul::{MatmulInput, MatmulNorm, MatmulOutput};
-use crate::gpu::kernels::matvec::{
-    InputNorm, MatVecBinding, MatVecFusion, MatVecShape, SecondWeight,
-};
+use crate::gpu::kernels::matvec::{InputNorm, MatVecBinding, MatVecFusion, MatVecShape};
 use crate::gpu::kernels::rms_norm::NormIo;
 use crate::gpu::kernels::support::View;
 use crate::gpu::profile::StepMarks;
@@ -30,10 +27,6 @@ struct NormedLinears {
     /// Each part's product over h, and (decode) over x with the norm folded in; the latter is
     /// None when the norm cannot fold (rows not a multiple of 4).
     parts: Vec<(Linear, Option<MatVecBinding>)>,
-    /// With `FAK_DECODE_FUSE=merge` ([`super::decode_fuse`]) on the int-dot path: the two q8
-    /// parts as one mixed mat-vec over `quantized` — (the part it runs at and names, the part
-    /// it computes too, the binding).
-    merged: Option<(usize, usize, MatVecBinding)>,
 }
 
 /// One weight of [`NormedLinears`]: its shape, bytes, and where its outputs go.
@@ -103,60 +96,11 @@ impl NormedLinears {
                 Ok((linear, folded))
             })
             .collect::<Result<Vec<_>, GpuError>>()?;
-        let q8_parts: Vec<usize> = match &quantized {
-            Some(_) => (0..parts.len())
-                .filter(|&i| QuantizedInput::takes(parts[i].shape.ty))
-                .collect(),
-            None => Vec::new(),
-        };
-        let merged = match &quantized {
-            Some(q) if super::decode_fuse("merge") => {
-                Self::bind_merged(b, x, q.fusion(false), parts, &q8_parts)?
-            }
-            _ => None,
-        };
         Ok(NormedLinears {
             norm,
             quantized,
             parts: bound,
-            merged,
         })
-    }
-
-    /// `FAK_DECODE_FUSE=merge`: where exactly two parts are q8 products and the kernel can mix
-    /// them, one mixed binding over the q8 input of `input` (the quantize dispatch's vectors),
-    /// with a Q6_K part as the second
-    /// weight (its blocks take the word loads either way, where a Q4_K first weight keeps its
-    /// 16-byte loads), run at the earlier part. None where it does not apply.
-    fn bind_merged(
-        b: &Binder,
-        x: &wgpu::Buffer,
-        input: MatVecFusion<'_>,
-        parts: &[NormedPart<'_>],
-        q8_parts: &[usize],
-    ) -> Result<Option<(usize, usize, MatVecBinding)>, GpuError> {
-        let &[i, j] = q8_parts else {
-            return Ok(None);
-        };
-        let (first, second) = match parts[i].shape.ty {
-            GgmlType::Q6_K => (j, i),
-            _ => (i, j),
-        };
-        let (f, s) = (&parts[first], &parts[second]);
-        let shapes = (f.shape, s.shape);
-        if !b.k.matvec.mixes(b.ctx, shapes, None) {
-            return Ok(None);
-        }
-        let fusion = MatVecFusion {
-            second: Some(SecondWeight {
-                shape: s.shape,
-                weights: s.weights,
-                y: Activations::contiguous(s.y, s.shape.rows),
-            }),
-            ..input
-        };
-        let binding = b.fold(f.shape, f.weights, x, f.y, fusion)?;
-        Ok(binding.map(|binding| (i.min(j), i.max(j), binding)))
     }
 
     /// Records the products for `n` tokens, part i as op `names[i]`: mat-vecs with the norm
@@ -181,14 +125,7 @@ impl NormedLinears {
                     Some(q) => Some(marks.probed(norm_name, pass, |p| q.encode(k, p, n))?),
                     None => None,
                 };
-                // FAK_DECODE_FUSE=merge: the mixed binding at its lead part, none at the other.
-                let merged = self.merged.as_ref().filter(|(.., m)| m.max_batch() >= n);
-                for (i, (binding, name)) in bindings.into_iter().zip(names).enumerate() {
-                    let binding = match merged {
-                        Some((_, other, _)) if *other == i => continue,
-                        Some((lead, _, mixed)) if *lead == i => mixed,
-                        _ => binding,
-                    };
+                for (binding, name) in bindings.into_iter().zip(names) {
                     let product = marks.probed(name, pass, |p| k.matvec.encode(p, binding, n))?;
                     let recorded = quantized.take().map_or(product, |q| product.after(q));
                     marks.op(pass, name, recorded);
