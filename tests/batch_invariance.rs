@@ -735,4 +735,3 @@ fn dense_decode_steps_in_flight_give_the_tokens_of_steps_one_at_a_time() {
 fn hybrid_decode_steps_in_flight_give_the_tokens_of_steps_one_at_a_time() {
     decode_steps_in_flight_give_the_tokens_of_steps_one_at_a_time("qwen35");
 }
-

@@ -141,11 +141,24 @@ pub struct Scheduler<C> {
     prefilling: VecDeque<Prefilling<C>>,
     /// Decoding.
     running: Vec<Running<C>>,
+    /// The decode step left in flight at the end of a tick, when one is.
+    in_flight: Option<InFlight>,
     /// Prompt tokens prefilled per tick (at least one step of the oldest prefilling sequence).
     prefill_budget: usize,
     /// Requests submitted so far (the next one's id).
     submitted: u64,
     trace: Option<StepTrace>,
+}
+
+/// A decode step submitted and not yet taken ([`Engine::submit_decode`]): while only decode
+/// steps of the same greedy sequences follow each other, each is recorded while the one before
+/// it runs on the GPU, and its tokens are taken right after the next is submitted.
+struct InFlight {
+    /// Its sequences, in order.
+    seqs: Vec<SeqId>,
+    /// Those of them whose requests ended at a token taken after it was submitted: its token
+    /// for them is dropped, and they finish once it is taken.
+    ended: Vec<SeqId>,
 }
 
 /// Where the step trace goes ([`super::trace`]), and what it knows between ticks.
@@ -221,6 +234,7 @@ impl<C: Client> Scheduler<C> {
             queue: VecDeque::new(),
             prefilling: VecDeque::new(),
             running: Vec::new(),
+            in_flight: None,
             prefill_budget,
             submitted: 0,
             trace: None,
@@ -271,7 +285,10 @@ impl<C: Client> Scheduler<C> {
     }
 
     pub fn is_idle(&self) -> bool {
-        self.queue.is_empty() && self.running.is_empty() && self.prefilling.is_empty()
+        self.queue.is_empty()
+            && self.running.is_empty()
+            && self.prefilling.is_empty()
+            && self.in_flight.is_none()
     }
 
     /// Requests waiting for a sequence.
@@ -288,6 +305,9 @@ impl<C: Client> Scheduler<C> {
     /// decode step. An error is the engine's own failure (a request's failure goes to its
     /// client).
     pub fn tick(&mut self, engine: &mut Engine) -> Result<(), RuntimeError> {
+        if self.in_flight.is_some() && self.must_settle(engine) {
+            self.settle(engine)?;
+        }
         self.drop_gone(engine)?;
         self.admit(engine)?;
         if let Some(trace) = &mut self.trace {
@@ -298,8 +318,9 @@ impl<C: Client> Scheduler<C> {
             });
         }
         self.prefill(engine)?;
-        if !self.running.is_empty() {
-            self.decode_step(engine)?;
+        match self.running.is_empty() {
+            false => self.decode_step(engine)?,
+            true => self.settle(engine)?,
         }
         if let Some(trace) = &mut self.trace
             && let Err(e) = trace.end_tick(engine)
@@ -308,6 +329,25 @@ impl<C: Client> Scheduler<C> {
             self.trace = None;
         }
         Ok(())
+    }
+
+    /// Whether this tick does what a decode step in flight must be taken before: a client to
+    /// drop, a request to admit, a prompt to prefill (each writes the inputs or the sequences
+    /// that step reads).
+    fn must_settle(&self, engine: &Engine) -> bool {
+        !self.prefilling.is_empty()
+            || (!self.queue.is_empty() && self.running() < engine.options().max_seqs)
+            || self.running.iter().any(|r| r.client.gone())
+    }
+
+    /// Takes the decode step in flight, if any: its tokens go to their requests, and the
+    /// sequences whose requests ended (at this step or, for those it computed past their end,
+    /// before it) finish.
+    fn settle(&mut self, engine: &mut Engine) -> Result<(), RuntimeError> {
+        match self.in_flight.take() {
+            Some(step) => self.take_decoded(engine, step, None),
+            None => Ok(()),
+        }
     }
 
     /// Forgets the waiting requests whose clients went away and ends their sequences in
@@ -522,50 +562,130 @@ impl<C: Client> Scheduler<C> {
             return engine.finish(r.seq);
         }
         let logits = started.logits.as_deref();
-        if emit(engine, &mut r, started.first, logits, 1)? {
-            self.running.push(r);
+        match emit(&mut r, engine, started.first, logits, 1)? {
+            true => self.running.push(r),
+            false => engine.finish(r.seq)?,
         }
         Ok(())
     }
 
-    /// One batched decode step over every decoding sequence.
+    /// One batched decode step over every decoding sequence. Greedy sequences' steps are left
+    /// in flight: with the step before still in flight for the same sequences (none ended, each
+    /// with room for a token past it), this one is fed that step's tokens on the GPU and
+    /// submitted before that step's tokens are taken, so the host records a step while the GPU
+    /// runs the one before ([`Engine::submit_decode`]); the same kernels, the same bits. A
+    /// request that needs its logits (sampling, log-probabilities) steps one at a time.
     fn decode_step(&mut self, engine: &mut Engine) -> Result<(), RuntimeError> {
         let seqs: Vec<SeqId> = self.running.iter().map(|r| r.seq).collect();
         let with_logits = self.running.iter().any(|r| r.request.needs_logits());
-        let stepped = match with_logits {
-            true => engine.step_with_logits(&seqs),
-            false => engine.step(&seqs).map(|tokens| (tokens, Vec::new())),
-        };
-        let (tokens, rows) = match stepped {
-            Ok(out) => out,
-            Err(e) => {
-                let why = format!("decode step of {} sequences: {e}", seqs.len());
-                for mut r in std::mem::take(&mut self.running) {
-                    engine.finish(r.seq)?;
-                    r.client
-                        .send(Event::Failed(RuntimeError::StepFailed(why.clone())));
+        if let Some(step) = self.in_flight.take() {
+            let room = (self.running.iter()).all(|r| r.produced + 1 < r.request.max_new);
+            if !with_logits && room && step.ended.is_empty() && step.seqs == seqs {
+                if let Err(e) = engine.submit_decode(&seqs) {
+                    return self.fail_decoding(engine, e, (1, step.ended));
                 }
+                return self.take_decoded(engine, step, Some(seqs));
+            }
+            self.take_decoded(engine, step, None)?;
+            if self.running.is_empty() {
                 return Ok(());
             }
+            return self.decode_step(engine);
+        }
+        if !with_logits {
+            return match engine.submit_decode(&seqs) {
+                Ok(()) => {
+                    let ended = Vec::new();
+                    self.in_flight = Some(InFlight { seqs, ended });
+                    Ok(())
+                }
+                Err(e) => self.fail_decoding(engine, e, (0, Vec::new())),
+            };
+        }
+        let (tokens, rows) = match engine.step_with_logits(&seqs) {
+            Ok(out) => out,
+            Err(e) => return self.fail_decoding(engine, e, (0, Vec::new())),
         };
         let batch = seqs.len();
-        let running = std::mem::take(&mut self.running);
-        for (i, mut r) in running.into_iter().enumerate() {
-            let logits = rows.get(i).map(Vec::as_slice);
-            if emit(engine, &mut r, tokens[i], logits, batch)? {
-                self.running.push(r);
+        for (i, mut r) in std::mem::take(&mut self.running).into_iter().enumerate() {
+            match emit(&mut r, engine, tokens[i], Some(&rows[i]), batch)? {
+                true => self.running.push(r),
+                false => engine.finish(r.seq)?,
             }
+        }
+        Ok(())
+    }
+
+    /// Takes decode step `step` (the oldest in flight) and sends each decoding request its
+    /// token. With `next` (the sequences of a step submitted after it, still in flight), the
+    /// requests that end here keep their sequences open until that step is taken; else they
+    /// finish now, with those `step` computed past their end.
+    fn take_decoded(
+        &mut self,
+        engine: &mut Engine,
+        step: InFlight,
+        next: Option<Vec<SeqId>>,
+    ) -> Result<(), RuntimeError> {
+        let tokens = match engine.take_decode() {
+            Ok(tokens) => tokens,
+            Err(e) => {
+                let left = usize::from(next.is_some());
+                return self.fail_decoding(engine, e, (left, step.ended));
+            }
+        };
+        let batch = step.seqs.len();
+        let mut ended = Vec::new();
+        for mut r in std::mem::take(&mut self.running) {
+            let at = step.seqs.iter().position(|&s| s == r.seq);
+            let token = tokens[at.expect("a decoding sequence is in its step")];
+            match emit(&mut r, engine, token, None, batch)? {
+                true => self.running.push(r),
+                false => ended.push(r.seq),
+            }
+        }
+        match next {
+            Some(seqs) => self.in_flight = Some(InFlight { seqs, ended }),
+            None => {
+                for seq in step.ended.into_iter().chain(ended) {
+                    engine.finish(seq)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After a decode step failed: takes the `left` steps still in flight (their results
+    /// discarded), finishes the sequences of requests that had `ended`, then fails every
+    /// decoding request and finishes its sequence.
+    fn fail_decoding(
+        &mut self,
+        engine: &mut Engine,
+        e: RuntimeError,
+        (left, ended): (usize, Vec<SeqId>),
+    ) -> Result<(), RuntimeError> {
+        for _ in 0..left {
+            let _ = engine.take_decode();
+        }
+        for seq in ended {
+            engine.finish(seq)?;
+        }
+        let why = format!("decode step of {} sequences: {e}", self.running.len());
+        for mut r in std::mem::take(&mut self.running) {
+            engine.finish(r.seq)?;
+            r.client
+                .send(Event::Failed(RuntimeError::StepFailed(why.clone())));
         }
         Ok(())
     }
 }
 
 /// Chooses the token a step produced for `r` (the GPU's argmax, or its sampler's choice from
-/// `logits`, which the engine is then told), sends it, and ends the sequence when it stops or
-/// nobody listens. Returns whether it goes on.
+/// `logits`, which the engine is then told) and sends it, with `Finished` when it ends the
+/// request. Returns whether the request goes on: false when it ended or nobody listens (the
+/// caller then finishes its sequence).
 fn emit<C: Client>(
-    engine: &mut Engine,
     r: &mut Running<C>,
+    engine: &mut Engine,
     argmax: u32,
     logits: Option<&[f32]>,
     batch: usize,
@@ -595,7 +715,6 @@ fn emit<C: Client>(
     match (live, stop) {
         (true, None) => Ok(true),
         (live, stop) => {
-            engine.finish(r.seq)?;
             if let (true, Some(reason)) = (live, stop) {
                 r.client.send(Event::Finished(reason));
             }
