@@ -541,8 +541,9 @@ fn probe_decode(
 }
 
 /// Starts one sequence per prompt, times `n_out - 1` decode steps serving them all (each
-/// sequence's first token came from its prefill; two steps in flight), profiles `--profile-steps` more batched
-/// steps op by op (each sequence put back after each), then finishes them.
+/// sequence's first token came from its prefill), each waited for, then as many with two steps
+/// in flight; profiles `--profile-steps` more batched steps op by op (each sequence put back
+/// after each), then finishes them.
 fn batched_decode(
     engine: &mut Engine,
     prompts: &[Vec<u32>],

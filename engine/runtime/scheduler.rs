@@ -195,7 +195,8 @@ impl StepTrace {
     }
 
     /// The steps the engine ran since the last call, as lines (each portion given its
-    /// request): called before any other line is noted after them, so lines stay in time order (but for a submit line, stamped with its arrival).
+    /// request): called before any other line is noted after them, so lines stay in time order
+    /// (but for a submit line, stamped with its arrival).
     fn collect(&mut self, engine: &mut Engine) {
         for mut record in engine.take_logged_steps() {
             for p in &mut record.portions {

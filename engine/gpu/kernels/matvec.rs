@@ -85,10 +85,10 @@
 //! [`MatVec::SPLIT_Q6_MIN_ROWS`] rows keep G = 2: the same runs profiled attn_v (1024 rows, whose
 //! grid G = 4 halves to under one workgroup an SM at 8 vectors) at 178 µs a step with G = 2
 //! against 226 with G = 4 on the 27B, 374 against 456 on the 8B ("Session 2026-12-07 #22").
-//! The same bits at every split. [`ShortRows`] gives the q8 bindings of short rows (4097–8192 columns,
-//! ≥ `FAK_MATVEC_SHORT_MIN_ROWS` rows, default 4096) that name no layout 64/4/1, or the layout
-//! `FAK_MATVEC_SHORT_LAYOUT` names (`off`: none): other bits than [`MatVecLayout::INTEGER`]'s
-//! for those products, at every batch alike.
+//! The same bits at every split. [`ShortRows`] gives the q8 bindings of short rows (4097–8192
+//! columns, ≥ `FAK_MATVEC_SHORT_MIN_ROWS` rows, default 4096) that name no layout 64/4/1, or
+//! the layout `FAK_MATVEC_SHORT_LAYOUT` names (`off`: none): other bits than
+//! [`MatVecLayout::INTEGER`]'s for those products, at every batch alike.
 
 use super::quantize_q8::{Q8_BLOCK, Q8Vectors};
 use super::tensors::{bind_group, checked_row_bytes};
