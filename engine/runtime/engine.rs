@@ -495,6 +495,19 @@ impl Engine {
             let offset = u64::from(step.out_index) * 4;
             self.token_slots[slot].record_copy(&mut encoder, &self.io.history, offset, 4);
         }
+        let index = self.submit_commands(encoder, logit_rows);
+        if let Some(slot) = token_slot {
+            self.token_slots[slot].submitted(index, 4);
+        }
+    }
+
+    /// Finishes a step's `encoder`, with its first `logit_rows` rows of logits copied into the
+    /// logits slot, and submits it.
+    fn submit_commands(
+        &mut self,
+        mut encoder: wgpu::CommandEncoder,
+        logit_rows: u32,
+    ) -> wgpu::SubmissionIndex {
         let logit_bytes = self.logits_bytes(logit_rows);
         if logit_rows > 0 {
             self.logits_slot
@@ -505,12 +518,10 @@ impl Engine {
         self.encode_time += started.elapsed();
         let index = self.ctx.queue.submit([commands]);
         self.submits += 1;
-        if let Some(slot) = token_slot {
-            self.token_slots[slot].submitted(index.clone(), 4);
-        }
         if logit_rows > 0 {
-            self.logits_slot.submitted(index, logit_bytes);
+            self.logits_slot.submitted(index.clone(), logit_bytes);
         }
+        index
     }
 
     fn wait_token(&mut self, slot: usize) -> Result<u32, RuntimeError> {

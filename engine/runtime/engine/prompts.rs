@@ -278,16 +278,7 @@ impl Engine {
         self.steps += 1;
         let id_bytes = 4 * u64::from(k);
         self.batch_slots[0].record_copy(&mut encoder, &self.io.ids, 0, id_bytes);
-        let logit_bytes = self.logits_bytes(k);
-        if wants_logits {
-            self.logits_slot
-                .record_copy(&mut encoder, &self.io.logits, 0, logit_bytes);
-        }
-        let index = self.ctx.queue.submit([encoder.finish()]);
-        self.submits += 1;
-        if wants_logits {
-            self.logits_slot.submitted(index.clone(), logit_bytes);
-        }
+        let index = self.submit_commands(encoder, if wants_logits { k } else { 0 });
         self.batch_slots[0].submitted(index, id_bytes);
         let submitted = Instant::now();
         let steps = submitted - started_at;

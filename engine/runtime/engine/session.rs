@@ -702,19 +702,8 @@ impl Engine {
         let slot = self.in_flight.back().map_or(0, |last| 1 - last.slot);
         let bytes = 4 * n as u64;
         self.batch_slots[slot].record_copy(&mut encoder, &self.io.ids, 0, bytes);
-        let logit_bytes = self.logits_bytes(n as u32);
-        if logits {
-            self.logits_slot
-                .record_copy(&mut encoder, &self.io.logits, 0, logit_bytes);
-        }
-        let finishing = Instant::now();
-        let commands = encoder.finish();
-        self.encode_time += finishing.elapsed();
-        let index = self.ctx.queue.submit([commands]);
-        self.submits += 1;
-        if logits {
-            self.logits_slot.submitted(index.clone(), logit_bytes);
-        }
+        let logit_rows = if logits { n as u32 } else { 0 };
+        let index = self.submit_commands(encoder, logit_rows);
         self.batch_slots[slot].submitted(index, bytes);
         let mut portions = Vec::with_capacity(n);
         for &id in seqs {
