@@ -346,8 +346,13 @@ pub fn run(args: Args) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let deepest = *args.depths.iter().max().expect("non-empty");
     let mut options = EngineOptions::from_env()?;
-    // Room for the decode after the prompt, and for the cache hit's one token after the suffix.
-    options.max_context = Some(deepest + (args.n_out + 1).max(args.suffix + 1));
+    // Room for the decode after the prompt (the batched decode's two timed runs, one after the
+    // other), and for the cache hit's one token after the suffix.
+    let decode = match args.sequences {
+        1 => args.n_out + 1,
+        _ => 2 * args.n_out,
+    };
+    options.max_context = Some(deepest + decode.max(args.suffix + 1));
     if let Some(chunk) = args.prefill_chunk {
         options.prefill_chunk = chunk;
     }

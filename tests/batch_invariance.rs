@@ -659,7 +659,9 @@ fn decoded_together(e: &mut Engine, prompts: &[Vec<u32>], in_flight: bool) -> Ve
 /// sequences, a third, or one that waits), a sequence opened or finished, a token replaced.
 /// A sequence stopped at a token taken while a later step is in flight finishes after that
 /// step; it then leaves the stop token's K, V (and recurrent state) in the prefix cache, and its
-/// next turn, resumed from there, decodes what it decodes on an engine with no cache.
+/// next turn resumes after the stop token — the bits of an engine that ran that later step one
+/// step at a time (a cold prefill of the same text may differ in the last bits: the stop
+/// token's K and V come from a decode step, README).
 fn decode_steps_in_flight_give_the_tokens_of_steps_one_at_a_time(arch: &str) {
     let prompts: Vec<Vec<u32>> = (0..3)
         .map(|i| random_ids(50 + i, 100 + 7 * i as usize))
@@ -671,59 +673,76 @@ fn decode_steps_in_flight_give_the_tokens_of_steps_one_at_a_time(arch: &str) {
         one_at_a_time,
         "{arch}: tokens with two steps in flight"
     );
+    let next_turn = |in_flight| stopped_then_resumed(arch, &prompts, in_flight);
+    let (cached, answer) = next_turn(true);
+    assert_eq!(
+        cached,
+        prompts[0].len() + 2,
+        "{arch}: the next turn resumes after the stop token"
+    );
+    assert_eq!(
+        (cached, answer),
+        next_turn(false),
+        "{arch}: the next turn after a stop with a step in flight"
+    );
+}
 
-    // A cache that holds nothing of these prompts yet.
+/// Two sequences (`prompts[0]`, `prompts[1]`) on an empty prefix cache run two decode steps
+/// together — in flight (checking what is refused meanwhile), or one at a time — and the first
+/// stops at the first step's token (the second step's is dropped); both finish. Then its next
+/// turn (its prompt, its two tokens, nine more) runs: the tokens it took from the cache and its
+/// greedy answer, decoded as the two steps were.
+fn stopped_then_resumed(arch: &str, prompts: &[Vec<u32>], in_flight: bool) -> (usize, Vec<u32>) {
     let mut e = engine_caching(arch, 256, 16 << 20);
     let first = e.start(&prompts[0], N_OUT, false).unwrap();
     let second = e.start(&prompts[1], N_OUT, false).unwrap();
-    let (seqs, swapped) = ([first.seq, second.seq], [second.seq, first.seq]);
-    assert!(
-        e.take_decode().is_err(),
-        "{arch}: a take with none in flight"
-    );
-    e.submit_decode(&seqs).unwrap();
+    let seqs = [first.seq, second.seq];
+    let stop = match in_flight {
+        false => {
+            let stop = e.step(&seqs).unwrap()[0];
+            e.step(&seqs).unwrap();
+            stop
+        }
+        true => {
+            assert!(
+                e.take_decode().is_err(),
+                "{arch}: a take with none in flight"
+            );
+            e.submit_decode(&seqs).unwrap();
+            assert_refused_in_flight(arch, &mut e, &seqs, &prompts[2]);
+            e.submit_decode(&seqs).unwrap();
+            assert!(e.submit_decode(&seqs).is_err(), "{arch}: a third step");
+            let stop = e.take_decode().unwrap()[0];
+            e.take_decode().unwrap();
+            stop
+        }
+    };
+    e.finish(first.seq).unwrap();
+    e.finish(second.seq).unwrap();
+    let next_turn = [&prompts[0], &[first.first, stop][..], &random_ids(60, 9)].concat();
+    let resumed = e.start(&next_turn, N_OUT, false).unwrap();
+    e.finish(resumed.seq).unwrap();
+    let answer = decoded_together(&mut e, std::slice::from_ref(&next_turn), in_flight).remove(0);
+    (resumed.cached_tokens, answer)
+}
+
+/// With a decode step of `seqs` in flight, what would disturb it is refused.
+fn assert_refused_in_flight(arch: &str, e: &mut Engine, seqs: &[SeqId; 2], other: &[u32]) {
+    let swapped = [seqs[1], seqs[0]];
     let refused: [(&str, bool); 6] = [
         (
             "a step of the sequences swapped",
             e.submit_decode(&swapped).is_err(),
         ),
-        ("a step that waits", e.step(&seqs).is_err()),
-        ("a sequence finished", e.finish(first.seq).is_err()),
-        (
-            "a sequence started",
-            e.start(&prompts[2], N_OUT, false).is_err(),
-        ),
-        ("a token replaced", e.set_last_token(first.seq, 1).is_err()),
-        ("a step with logits", e.step_with_logits(&seqs).is_err()),
+        ("a step that waits", e.step(seqs).is_err()),
+        ("a sequence finished", e.finish(seqs[0]).is_err()),
+        ("a sequence started", e.start(other, N_OUT, false).is_err()),
+        ("a token replaced", e.set_last_token(seqs[0], 1).is_err()),
+        ("a step with logits", e.step_with_logits(seqs).is_err()),
     ];
     for (what, was_refused) in refused {
         assert!(was_refused, "{arch}: {what} while a step is in flight");
     }
-    e.submit_decode(&seqs).unwrap();
-    assert!(e.submit_decode(&seqs).is_err(), "{arch}: a third step");
-    // The first sequence stops at the token of the first step; the second step's is dropped.
-    let stop = e.take_decode().unwrap()[0];
-    e.take_decode().unwrap();
-    e.finish(first.seq).unwrap();
-    e.finish(second.seq).unwrap();
-    let next_turn = [&prompts[0], &[first.first, stop][..], &random_ids(60, 9)].concat();
-    let resumed = e.start(&next_turn, N_OUT, false).unwrap();
-    assert_eq!(
-        resumed.cached_tokens,
-        prompts[0].len() + 2,
-        "{arch}: the next turn resumes after the stop token"
-    );
-    e.finish(resumed.seq).unwrap();
-    let cold = decoded_together(
-        &mut engine(arch, 256),
-        std::slice::from_ref(&next_turn),
-        false,
-    );
-    assert_eq!(
-        decoded_together(&mut e, std::slice::from_ref(&next_turn), true),
-        cold,
-        "{arch}: the next turn after a stop with a step in flight"
-    );
 }
 
 #[test]
