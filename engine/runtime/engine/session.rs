@@ -676,12 +676,9 @@ impl Engine {
     }
 
     /// [`Engine::submit_decode`], also copying the step's logits to the logits readback slot
-    /// when `logits` (then nothing may be in flight: one slot holds them).
+    /// when `logits` (its caller then has nothing in flight: one slot holds them).
     fn submit_batch(&mut self, seqs: &[SeqId], logits: bool) -> Result<(), RuntimeError> {
         let started = Instant::now();
-        if logits {
-            self.settled()?;
-        }
         let chained = match self.in_flight.back() {
             None => false,
             Some(last) if self.in_flight.len() == 1 && last.seqs == seqs => true,
@@ -749,6 +746,7 @@ impl Engine {
         &mut self,
         seqs: &[SeqId],
     ) -> Result<(Vec<u32>, Vec<Vec<f32>>), RuntimeError> {
+        self.settled()?;
         self.submit_batch(seqs, true)?;
         let tokens = self.take_decode()?;
         let rows = self
