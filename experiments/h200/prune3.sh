@@ -18,14 +18,6 @@ source experiments/h200/setup.sh
 DEADLINE=${DEADLINE:-300}
 log() { echo "[$((SECONDS - T0)) s] $*" | tee -a "$OUT/steps.log"; }
 
-tests() { # tests LABEL TIMEOUT BINARY FILTERS...: libtest ORs whole test paths
-    local label=$1 limit=$2 binary=$3
-    shift 3
-    echo "== $label (at $((SECONDS - T0)) s)" >> "$OUT/tests.log"
-    timeout "$limit" "$BIN/$binary" "$@" 2>&1 \
-        | grep -E "^test |test result|panicked at|differ|pinned|SKIPPED" | cut -c1-300 \
-        | head -40 >> "$OUT/tests.log"
-}
 tests "gpu_matvec" 100 gpu gpu_matvec::
 tests "model int-dot" 90 model model_qwen35::int_dot model_qwen3::int_dot \
     model_qwen35::a_decode_step_records

@@ -38,14 +38,6 @@ for shape in 27b 8b; do
     log "${PRESET[$shape]} synth: exit $?"
 done
 
-tests() { # tests LABEL TIMEOUT BINARY FILTERS...: libtest ORs whole test paths
-    local label=$1 limit=$2 binary=$3
-    shift 3
-    echo "== $label (at $((SECONDS - T0)) s)" >> "$OUT/tests.log"
-    timeout "$limit" "$BIN/$binary" "$@" 2>&1 \
-        | grep -E "^test |test result|panicked at|differ|pinned|SKIPPED" | cut -c1-300 \
-        | head -40 >> "$OUT/tests.log"
-}
 tests "gpu_attn_prefill" 100 gpu gpu_attn_prefill::
 tests "gpu_gated_delta" 50 gpu gpu_gated_delta::
 tests "gpu_matvec" 100 gpu gpu_matvec::

@@ -29,3 +29,13 @@ mkdir -p "$OUT"
 BUILT_AT=$(cat target/h200/built-at 2>/dev/null || echo /work/wt/speed)
 [ -e "$BUILT_AT" ] || { mkdir -p "$(dirname "$BUILT_AT")" && ln -s "$PWD" "$BUILT_AT"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv > "$OUT/gpu.csv" 2>&1
+# The call scripts' test runner (T0: the script's start, set before sourcing this), appending
+# each suite's verdict lines to $OUT/tests.log:
+tests() { # tests LABEL TIMEOUT BINARY FILTERS...: libtest ORs whole test paths
+    local label=$1 limit=$2 binary=$3
+    shift 3
+    echo "== $label (at $((SECONDS - T0)) s)" >> "$OUT/tests.log"
+    timeout "$limit" "$BIN/$binary" "$@" 2>&1 \
+        | grep -E "^test |test result|panicked at|differ|pinned|SKIPPED" | cut -c1-300 \
+        | head -40 >> "$OUT/tests.log"
+}
