@@ -692,6 +692,7 @@ fn layouts_the_kernel_was_not_written_for_are_refused() {
     let short = ShortRows {
         layout: MatVecLayout::QUANTIZING,
         min_rows: ShortRows::MIN_ROWS,
+        min_cols: ShortRows::MIN_COLS,
     };
     for (rows, cols, takes) in [
         (10240, 5120, true),
@@ -704,6 +705,16 @@ fn layouts_the_kernel_was_not_written_for_are_refused() {
         let expected = takes.then_some(MatVecLayout::QUANTIZING);
         assert_eq!(short.layout_of(rows, cols), expected, "{rows} x {cols}");
     }
+    // FAK_MATVEC_SHORT_MIN_COLS=4096 takes the 8B's rows too, and no shorter ones.
+    let to_4096 = ShortRows {
+        min_cols: 4096,
+        ..short
+    };
+    assert_eq!(
+        to_4096.layout_of(24576, 4096),
+        Some(MatVecLayout::QUANTIZING)
+    );
+    assert_eq!(to_4096.layout_of(24576, 4095), None);
 }
 
 #[test]

@@ -85,8 +85,9 @@
 //! [`MatVec::SPLIT_Q6_MIN_ROWS`] rows keep G = 2: the same runs profiled attn_v (1024 rows, whose
 //! grid G = 4 halves to under one workgroup an SM at 8 vectors) at 178 µs a step with G = 2
 //! against 226 with G = 4 on the 27B, 374 against 456 on the 8B ("Session 2026-12-07 #22").
-//! The same bits at every split. [`ShortRows`] gives the q8 bindings of short rows (4097–8192
-//! columns, ≥ `FAK_MATVEC_SHORT_MIN_ROWS` rows, default 4096) that name no layout 64/4/1, or
+//! The same bits at every split. [`ShortRows`] gives the q8 bindings of short rows
+//! (`FAK_MATVEC_SHORT_MIN_COLS`, default 4097, to 8192 columns; ≥ `FAK_MATVEC_SHORT_MIN_ROWS`
+//! rows, default 4096) that name no layout 64/4/1, or
 //! the layout `FAK_MATVEC_SHORT_LAYOUT` names (`off`: none): other bits than
 //! [`MatVecLayout::INTEGER`]'s for those products, at every batch alike.
 
@@ -383,8 +384,8 @@ impl MatVecLayout {
 
 /// A layout for the integer products of short rows (on by default; `FAK_MATVEC_SHORT_LAYOUT`
 /// names another or `off`): q8
-/// bindings of more than [`ShortRows::NARROW_COLS`] and at most [`ShortRows::MAX_COLS`] columns
-/// and at least `min_rows` rows that name no
+/// bindings of at least `min_cols` (by default more than [`ShortRows::NARROW_COLS`]) and at most
+/// [`ShortRows::MAX_COLS`] columns and at least `min_rows` rows that name no
 /// layout. Why (experiments/NOTES.md, "mvb8"): [`MatVecLayout::INTEGER`]'s teams of 64 lanes
 /// give a row of 5120 columns (80 wide units) 1.25 units a lane, so a lane's reduction and
 /// bookkeeping weigh as much as its products; 16 teams of 16 lanes give it 5, and on an H100
@@ -397,6 +398,8 @@ pub struct ShortRows {
     pub layout: MatVecLayout,
     /// Bindings of fewer rows keep theirs: a 16-team layout gives them too few workgroups.
     pub min_rows: u64,
+    /// Bindings of shorter rows keep theirs.
+    pub min_cols: u64,
 }
 
 impl ShortRows {
@@ -410,6 +413,9 @@ impl ShortRows {
     pub const NARROW_COLS: u64 = 4096;
     /// `min_rows` unless `FAK_MATVEC_SHORT_MIN_ROWS` says otherwise.
     pub const MIN_ROWS: u64 = 4096;
+    /// `min_cols` unless `FAK_MATVEC_SHORT_MIN_COLS` says otherwise: rows longer than
+    /// [`ShortRows::NARROW_COLS`].
+    pub const MIN_COLS: u64 = Self::NARROW_COLS + 1;
 
     /// The layout the rule gives where `FAK_MATVEC_SHORT_LAYOUT` names none: 64 invocations in
     /// 4 teams of 16 lanes (16 rows a workgroup), each lane 5 wide units of a 5120-column row
@@ -420,7 +426,8 @@ impl ShortRows {
 
     /// `FAK_MATVEC_SHORT_LAYOUT` ([`MatVecLayout::parse`]'s syntax; unset or empty:
     /// [`ShortRows::DEFAULT_LAYOUT`]; `off`: no rule, every binding keeps the layouts above) with
-    /// `FAK_MATVEC_SHORT_MIN_ROWS` (default [`ShortRows::MIN_ROWS`]).
+    /// `FAK_MATVEC_SHORT_MIN_ROWS` (default [`ShortRows::MIN_ROWS`]) and
+    /// `FAK_MATVEC_SHORT_MIN_COLS` (default [`ShortRows::MIN_COLS`]).
     pub fn from_env() -> Result<Option<ShortRows>, GpuError> {
         let text = std::env::var("FAK_MATVEC_SHORT_LAYOUT").unwrap_or_default();
         let layout = match text.trim() {
@@ -428,20 +435,28 @@ impl ShortRows {
             "" => Self::DEFAULT_LAYOUT,
             named => MatVecLayout::parse(named)?,
         };
-        let text = std::env::var("FAK_MATVEC_SHORT_MIN_ROWS").unwrap_or_default();
-        let min_rows = match text.trim() {
-            "" => Self::MIN_ROWS,
+        Ok(Some(ShortRows {
+            layout,
+            min_rows: Self::count_from_env("FAK_MATVEC_SHORT_MIN_ROWS", Self::MIN_ROWS)?,
+            min_cols: Self::count_from_env("FAK_MATVEC_SHORT_MIN_COLS", Self::MIN_COLS)?,
+        }))
+    }
+
+    /// The count the variable `name` gives, `default` when unset or empty.
+    fn count_from_env(name: &str, default: u64) -> Result<u64, GpuError> {
+        let text = std::env::var(name).unwrap_or_default();
+        match text.trim() {
+            "" => Ok(default),
             n => n.parse().map_err(|_| GpuError::Shape {
                 kernel: MatVec::NAME,
-                message: format!("FAK_MATVEC_SHORT_MIN_ROWS={text:?} (expected a row count)"),
-            })?,
-        };
-        Ok(Some(ShortRows { layout, min_rows }))
+                message: format!("{name}={text:?} (expected a count)"),
+            }),
+        }
     }
 
     /// The layout of a binding of `rows` × `cols` under this rule, None where it does not apply.
     pub fn layout_of(self, rows: u64, cols: u64) -> Option<MatVecLayout> {
-        (cols > Self::NARROW_COLS && cols <= Self::MAX_COLS && rows >= self.min_rows)
+        (cols >= self.min_cols && cols <= Self::MAX_COLS && rows >= self.min_rows)
             .then_some(self.layout)
     }
 }
