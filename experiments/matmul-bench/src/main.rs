@@ -68,7 +68,7 @@ fn main() {
         return;
     }
     if std::env::args().any(|a| a == "--sweep") {
-        sweep::run(&ctx, quick);
+        sweep::run(&ctx, quick, token_counts_arg());
         return;
     }
     if std::env::args().any(|a| a == "--forms") {
@@ -119,6 +119,23 @@ fn main() {
 
 /// The adapter's runnable mat-mul variants, each once (several runnable paths select the same
 /// variant: the integer-dot axis does not touch it).
+/// `--tokens 160,640`: the token counts `--sweep` times instead of its own; None without it.
+fn token_counts_arg() -> Option<Vec<u32>> {
+    let args: Vec<String> = std::env::args().collect();
+    let list = args.iter().position(|a| a == "--tokens").map(|i| {
+        args.get(i + 1)
+            .expect("--tokens needs a list: --tokens 160,640")
+    })?;
+    let counts = list
+        .split(',')
+        .map(|n| match n.trim().parse::<u32>() {
+            Ok(n) if n > 0 => n,
+            _ => panic!("--tokens {list}: {n:?} is not a token count"),
+        })
+        .collect();
+    Some(counts)
+}
+
 fn variants(ctx: &GpuContext) -> Vec<fak::gpu::KernelPaths> {
     let mut variants = Vec::new();
     for paths in ctx.runnable_paths().into_iter().map(Matmul::select) {

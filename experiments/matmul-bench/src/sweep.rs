@@ -8,8 +8,9 @@
 //! (attn_qkv, attn_output, ffn_gate_up, ffn_down) with Q4_K and Q6_K weights at 128 and 2048
 //! tokens, with a per-layer line (tok/s from the mat-muls alone over 36 layers), and (round 0
 //! only) the Qwen3.5-27B FFN products with Q4_K at 128 and 2048 tokens; K split by the engine's
-//! rule. One TSV line per measurement. `--quick`: small shapes, one round, for a smoke run on
-//! lavapipe (the f32 kernel only there).
+//! rule. One TSV line per measurement. `--tokens 160,640` times those token counts instead (every
+//! group: a later turn's prefill steps are 160–800 tokens, issue 21). `--quick`: small shapes,
+//! one round, for a smoke run on lavapipe (the f32 kernel only there).
 
 use crate::{LAYERS, SHAPES, SHAPES_27B, Weight};
 use fak::gpu::kernels::matmul::{CoopKernel, Matmul, MatmulOutput};
@@ -47,24 +48,37 @@ pub struct Candidate {
 type ShapeGroup = (
     GgmlType,
     &'static [(&'static str, u64, u64)],
-    &'static [u32],
+    Vec<u32>,
     bool,
 );
 
-pub fn run(ctx: &GpuContext, quick: bool) {
+/// `tokens`: the token counts every group is timed at instead of its own.
+pub fn run(ctx: &GpuContext, quick: bool, tokens: Option<Vec<u32>>) {
     println!("check\tvariant\ttiling\tverdict\tworst_of_tolerance\tcases\tfirst_failure");
     let candidates = candidates(ctx);
     let passed: Vec<&Candidate> = candidates.iter().filter(|c| check(ctx, c)).collect();
     let groups: Vec<ShapeGroup> = if quick {
-        vec![(GgmlType::Q4_K, &QUICK_SHAPES, &QUICK_TOKEN_COUNTS, false)]
+        vec![(
+            GgmlType::Q4_K,
+            &QUICK_SHAPES,
+            QUICK_TOKEN_COUNTS.to_vec(),
+            false,
+        )]
     } else {
         let mut groups: Vec<ShapeGroup> = TYPES
             .iter()
-            .map(|&ty| (ty, &SHAPES[..], &TOKEN_COUNTS[..], true))
+            .map(|&ty| (ty, &SHAPES[..], TOKEN_COUNTS.to_vec(), true))
             .collect();
         let ffn_27b = &SHAPES_27B[SHAPES_27B.len() - 2..];
-        groups.push((GgmlType::Q4_K, ffn_27b, &TOKEN_COUNTS_27B, false));
+        groups.push((GgmlType::Q4_K, ffn_27b, TOKEN_COUNTS_27B.to_vec(), false));
         groups
+    };
+    let groups: Vec<ShapeGroup> = match tokens {
+        Some(counts) => groups
+            .into_iter()
+            .map(|(ty, shapes, _, layer)| (ty, shapes, counts.clone(), layer))
+            .collect(),
+        None => groups,
     };
     let weights: Vec<Vec<Weight>> = groups
         .iter()
@@ -78,7 +92,8 @@ pub fn run(ctx: &GpuContext, quick: bool) {
     println!("round\tvariant\ttiling\ttype\tshape\trows\tcols\ttokens\tus_per_dispatch\ttflops");
     let rounds = if quick { 1 } else { ROUNDS };
     for round in 0..rounds {
-        for (&(ty, shapes, token_counts, layer), weights) in groups.iter().zip(&weights) {
+        for ((ty, shapes, token_counts, layer), weights) in groups.iter().zip(&weights) {
+            let (ty, shapes, layer) = (*ty, *shapes, *layer);
             // The 27B group once: the rounds are for the 8B layer's old-versus-new spread.
             if round > 0 && !layer {
                 continue;
