@@ -626,3 +626,96 @@ fn snapshot_buffers_are_reused_within_the_budget() {
     );
     e.finish(hit.seq).unwrap();
 }
+
+/// Runs `prompt` to its first token and finishes it: the cache keeps the prompt (its last page a
+/// tail) and, on a hybrid model, the state after its last token.
+fn cache_conversation(e: &mut Engine, prompt: &[u32]) {
+    let started = e.start(prompt, 1, false).unwrap();
+    e.finish(started.seq).unwrap();
+}
+
+/// The tokens `prompt` reused and its first-token logits, started alone on `e`.
+fn resumed(e: &mut Engine, prompt: &[u32]) -> (usize, Vec<f32>) {
+    let started = e.start(prompt, 1, true).unwrap();
+    e.finish(started.seq).unwrap();
+    (started.cached_tokens, started.logits.unwrap())
+}
+
+/// A conversation's next turn resumes where the conversation stopped, also where the tree holds
+/// the tokens past that point: a stop (a 100-token prompt and 2 answer tokens, 102) and a longer
+/// conversation on the same prompt (5 answer tokens: its tail page also holds the stop's last 6
+/// tokens), cached before the stop or after it, or one a page longer (20 answer tokens: its
+/// whole page at 96 holds them). The next turn (the stop and 7 tokens) resumes at 102 — a hybrid
+/// model from the state the stop left (on 2026-12-07 #22 it resumed at 64, its last state on the
+/// chunk grid: the tree dropped a state whose tokens a longer tail or a child's first page held,
+/// and the state of a tail that a longer one replaced) — with the first-token logits, bit for
+/// bit, of an engine whose cache holds the stop alone. A prompt running on through the longer
+/// conversation's whole page (14 of its answer tokens and 7 new) resumes at 102 too on a hybrid
+/// model, the last state on its path (a dense model reuses all 114 tokens it shares with it).
+fn a_next_turn_resumes_where_its_conversation_stopped(arch: &str) {
+    let path = tiny_of(arch);
+    let hybrid = arch == "qwen35";
+    let prompt = random_ids(1, 100);
+    let answer = random_ids(2, 20);
+    let stop = cat(&prompt, &answer[..2]);
+    let next_turn = cat(&stop, &random_ids(3, 7));
+    let run_on = [&prompt, &answer[..14], &random_ids(4, 7)].concat();
+    // What it shares with the conversation a page longer.
+    let shared = prompt.len() + 14;
+    let engine = || load(&path, 1 << 22, 1, Forced::default()).unwrap();
+    let mut only_stop = engine();
+    cache_conversation(&mut only_stop, &stop);
+    let want = resumed(&mut only_stop, &next_turn);
+    assert_eq!(want.0, stop.len(), "{arch}: the stop alone in the cache");
+    let longer = |n: usize| cat(&prompt, &answer[..n]);
+    // Each history, and whether the prompt running on through its longer conversation's page
+    // is asked too.
+    let histories = [
+        (
+            "a longer conversation, then the stop",
+            [longer(5), stop.clone()],
+            false,
+        ),
+        (
+            "the stop, then a longer conversation",
+            [stop.clone(), longer(5)],
+            false,
+        ),
+        (
+            "a conversation a page longer, then the stop",
+            [longer(20), stop.clone()],
+            true,
+        ),
+    ];
+    for (what, history, runs_on) in histories {
+        let mut e = engine();
+        for conversation in &history {
+            cache_conversation(&mut e, conversation);
+        }
+        let (cached, logits) = resumed(&mut e, &next_turn);
+        assert_eq!(
+            cached,
+            stop.len(),
+            "{arch}, {what}: the next turn resumes at the stop"
+        );
+        assert_eq!(logits, want.1, "{arch}, {what}: first-token logits");
+        if runs_on {
+            let through = if hybrid { stop.len() } else { shared };
+            let (cached, _) = resumed(&mut e, &run_on);
+            assert_eq!(
+                cached, through,
+                "{arch}, {what}: a prompt running on past the stop"
+            );
+        }
+    }
+}
+
+#[test]
+fn dense_next_turn_resumes_where_its_conversation_stopped() {
+    a_next_turn_resumes_where_its_conversation_stopped("qwen3");
+}
+
+#[test]
+fn hybrid_next_turn_resumes_where_its_conversation_stopped() {
+    a_next_turn_resumes_where_its_conversation_stopped("qwen35");
+}

@@ -1,5 +1,6 @@
 //! The prefix cache: KV pages shared between sequences through a radix tree over token ids,
-//! recurrent-state snapshots at its node boundaries for hybrid models, and the page pool.
+//! recurrent-state snapshots for hybrid models (at its node boundaries, and part-way into the
+//! page after one where a sequence ended), and the page pool.
 //!
 //! This module is pure bookkeeping (no GPU): which physical page holds which tokens, who reads
 //! them, what to evict. The runtime writes the page table and copies state to match.

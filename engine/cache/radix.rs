@@ -12,8 +12,15 @@
 //!   tokens, the last page of a sequence that ended there), never shared in place. A lookup whose
 //!   prompt runs on into a tail, or part-way into a child's first page, reuses those tokens by
 //!   copy-on-write: the engine copies the page into one the new sequence owns
-//!   ([`PrefixMatch::partial`]), so a later turn computes only what is new. A tail may carry the
-//!   snapshot after its last token, which is where a hybrid model resumes on a tail.
+//!   ([`PrefixMatch::partial`]), so a later turn computes only what is new.
+//! - A node may also keep *tail states*: the snapshot after 1..page tokens past its end (where a
+//!   sequence of a hybrid model ended), which is where a hybrid model resumes inside a page. A
+//!   tail state is kept apart from the page holding its tokens' K and V — its own tail, or a
+//!   longer tail or a child's first page that holds the same tokens — because the page serves
+//!   every shorter run of its tokens and the state only its own: a sequence that stops inside
+//!   tokens the tree already holds (the same prompt answered again, shorter) still leaves the
+//!   state its next turn resumes from, and a longer tail or a child replacing a tail keeps its
+//!   state. A tail state goes with the last cached page holding its tokens.
 //! - `refs` counts the sequences in flight whose prefix runs through the node (a lock counts on
 //!   the node and every ancestor). Only unreferenced leaves are evicted, least recently used
 //!   first, so a page a sequence reads is never handed to another.
@@ -21,8 +28,8 @@
 //!   Inserting and attaching may exceed it while sequences hold what they inserted; releasing
 //!   evicts back under it. A budget of 0 turns the cache off: lookups reuse nothing and inserts
 //!   keep nothing.
-//! - Snapshot states the tree lets go (evicted with their node or tail, or refused by
-//!   [`PrefixCache::attach_snapshot`]) wait in [`PrefixCache::take_released`] for the owner to
+//! - Snapshot states the tree lets go (evicted with their node or the page holding a tail
+//!   state's tokens, or refused by [`PrefixCache::attach_snapshot`]) wait in [`PrefixCache::take_released`] for the owner to
 //!   reuse or drop: a state is a large device buffer that the next snapshot can be written to.
 
 use super::CacheError;
@@ -30,7 +37,7 @@ use super::pages::PageAllocator;
 use std::collections::HashMap;
 
 /// A node of the tree (stable while the node lives, also across splits: a split node keeps its
-/// end, its children and its snapshot; a new node takes its head).
+/// end, its children, tails and snapshots; a new node takes its head).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct NodeId(usize);
 
@@ -88,14 +95,15 @@ pub struct PrefixMatch {
     /// The whole pages holding them, in order (shared in place).
     pub pages: Vec<u32>,
     /// The tokens past the whole pages that a cached page holds (a tail, or the start of a
-    /// child's first page): the sequence copies that page into a page of its own, which it then
-    /// fills on. The source page is the tree's until the sequence's own allocation evicts it;
-    /// no GPU work runs in between, so its contents are intact for the copy (and when the
-    /// evicted page comes back as the copy's destination, they are already in place).
+    /// child's first page; for a hybrid model, those of a tail state): the sequence copies that
+    /// page into a page of its own, which it then fills on. The source page is the tree's until
+    /// the sequence's own allocation evicts it; no GPU work runs in between, so its contents are
+    /// intact for the copy (and when the evicted page comes back as the copy's destination, they
+    /// are already in place).
     pub partial: Option<PartialPage>,
-    /// Page-aligned prompt tokens the tree holds (≥ `tokens`). Larger only when resuming needs a
-    /// snapshot and none sits at the end of the match: a branch point, where a snapshot taken
-    /// while prefilling lets the next prompt resume.
+    /// Page-aligned prompt tokens the tree holds (≥ the whole pages of `tokens`). Larger only
+    /// when resuming needs a snapshot and none sits at the end of the match: a branch point,
+    /// where a snapshot taken while prefilling lets the next prompt resume.
     pub matched: usize,
 }
 
@@ -125,19 +133,28 @@ struct Node<S> {
     pages: Vec<u32>,
     children: HashMap<Box<[u32]>, NodeId>,
     /// Partly filled pages after the node's end, none a prefix of another.
-    tails: Vec<Tail<S>>,
+    tails: Vec<Tail>,
     refs: u32,
     last_use: u64,
+    /// The state after the node's last token.
     snapshot: Option<Snapshot<S>>,
+    /// States after 1..page tokens past the node's end, each run of tokens held by one of its
+    /// tails or its child's first page; no two of the same tokens.
+    tail_states: Vec<TailState<S>>,
 }
 
 /// 1..page tokens after a node whose K and V fill the first slots of `page`; only ever copied,
 /// so evictable whenever the budget or the pool asks (least recently used first).
-struct Tail<S> {
+struct Tail {
     tokens: Vec<u32>,
     page: u32,
     last_use: u64,
-    snapshot: Option<Snapshot<S>>,
+}
+
+/// The recurrent state after `tokens` (1..page of them) past a node's end.
+struct TailState<S> {
+    tokens: Vec<u32>,
+    snapshot: Snapshot<S>,
 }
 
 /// What eviction may take: an unreferenced leaf node without tails, or any tail.
@@ -158,6 +175,7 @@ impl<S> Node<S> {
             refs: 0,
             last_use,
             snapshot: None,
+            tail_states: Vec::new(),
         }
     }
 }
@@ -248,20 +266,16 @@ impl<S> PrefixCache<S> {
     }
 
     /// The snapshot a sequence resumes from after `m`, a match of `prompt` (the state after its
-    /// `m.tokens` tokens): its tail's, when it ends in one, else its node's.
+    /// `m.tokens` tokens): its node's tail state, when it ends inside a page, else its node's.
     pub fn resume_state(&self, m: &PrefixMatch, prompt: &[u32]) -> Option<&S> {
+        let node = self.get(m.node)?;
         let snapshot = match m.partial {
-            Some(p) if p.tail => {
+            Some(p) => {
                 let tokens = &prompt[m.tokens - p.tokens..m.tokens];
-                let node = self.get(m.node)?;
-                node.tails
-                    .iter()
-                    .find(|t| t.tokens == tokens)?
-                    .snapshot
-                    .as_ref()
+                let state = node.tail_states.iter().find(|s| s.tokens == tokens);
+                state.map(|s| &s.snapshot)
             }
-            Some(_) => None,
-            None => self.get(m.node)?.snapshot.as_ref(),
+            None => node.snapshot.as_ref(),
         };
         snapshot.map(|s| &s.state)
     }
@@ -269,21 +283,30 @@ impl<S> PrefixCache<S> {
     /// The longest cached prefix of `tokens` that a sequence may reuse, locked: whole pages, then
     /// the first tokens of a cached page to copy ([`PrefixMatch::partial`]), at most `limit`
     /// tokens (a request keeps at least its last prompt token to compute, so its first output
-    /// comes from logits of its own), ending at a snapshot when `need_snapshot` (a partial page
-    /// then only as a whole tail that has one).
+    /// comes from logits of its own), ending at a snapshot when `need_snapshot` (a node's, or a
+    /// tail state's: the deepest on the prompt's path).
     pub fn lookup(&mut self, tokens: &[u32], limit: usize, need_snapshot: bool) -> PrefixMatch {
         let page = self.config.page_size;
         self.clock += 1;
         self.stats.lookups += 1;
         self.stats.tokens_looked_up += tokens.len() as u64;
-        let cap = match self.enabled() {
-            true => limit.min(tokens.len()) / page * page,
+        let limit = match self.enabled() {
+            true => limit.min(tokens.len()),
             false => 0,
         };
+        let cap = limit / page * page;
         let (mut node, mut at) = (ROOT, 0);
         let mut usable = (ROOT, 0);
+        // A hybrid model's deepest tail state on the path: its node, the node's end, the page.
+        let mut in_page = None;
         let mut matched = 0;
-        while at < cap {
+        loop {
+            if need_snapshot && let Some(p) = self.state_page(node, &tokens[at..limit]) {
+                in_page = Some((node, at, p));
+            }
+            if at == cap {
+                break;
+            }
             let Some(child) = self.child(node, &tokens[at..at + page]) else {
                 break;
             };
@@ -303,14 +326,16 @@ impl<S> PrefixCache<S> {
                 usable = (child, at);
             }
         }
-        // A hybrid model resumes on a tail only from the deepest node walked, where tails hang.
-        let base = if need_snapshot { (node, at) } else { usable };
-        let limit = limit.min(tokens.len());
-        let partial = match self.enabled() && base.1 < limit {
-            true => self.partial_page(base.0, &tokens[base.1..limit], need_snapshot),
-            false => None,
+        // A tail state lies past its node's end: deeper than a snapshot at or above that node,
+        // short of any below it.
+        let (node, whole, partial) = match in_page {
+            Some((node, at, p)) if at >= usable.1 => (node, at, Some(p)),
+            _ if need_snapshot || usable.1 == limit => (usable.0, usable.1, None),
+            _ => {
+                let partial = self.partial_page(usable.0, &tokens[usable.1..limit]);
+                (usable.0, usable.1, partial)
+            }
         };
-        let (node, whole) = if partial.is_some() { base } else { usable };
         let reused = whole + partial.map_or(0, |p| p.tokens);
         self.lock(node);
         if reused > 0 {
@@ -327,22 +352,13 @@ impl<S> PrefixCache<S> {
     }
 
     /// The cached page after `node` sharing the most leading tokens with `rest` (at least one):
-    /// one of its tails, or (unless `need_snapshot`) the first page of one of its children. With
-    /// `need_snapshot`, only a tail all of whose tokens match and that has a snapshot.
-    fn partial_page(
-        &mut self,
-        node: NodeId,
-        rest: &[u32],
-        need_snapshot: bool,
-    ) -> Option<PartialPage> {
+    /// one of its tails, or the first page of one of its children.
+    fn partial_page(&mut self, node: NodeId, rest: &[u32]) -> Option<PartialPage> {
         let page = self.config.page_size;
         let n = self.node(node);
-        let tails = n.tails.iter().enumerate().filter_map(|(i, t)| {
-            let k = common_prefix(&t.tokens, rest);
-            let whole = k == t.tokens.len() && t.snapshot.is_some();
-            (!need_snapshot || whole).then_some((k, Some(i), t.page))
-        });
-        let children = n.children.values().filter(|_| !need_snapshot).map(|&c| {
+        let tails = (n.tails.iter().enumerate())
+            .map(|(i, t)| (common_prefix(&t.tokens, rest), Some(i), t.page));
+        let children = n.children.values().map(|&c| {
             (
                 common_prefix(&self.node(c).tokens[..page], rest),
                 None,
@@ -356,14 +372,50 @@ impl<S> PrefixCache<S> {
             return None;
         }
         if let Some(i) = tail {
-            let clock = self.clock;
-            self.node_mut(node).tails[i].last_use = clock;
+            self.touch_tail(node, i);
         }
         Some(PartialPage {
             page: src,
             tokens,
             tail: tail.is_some(),
         })
+    }
+
+    /// The longest tail state of `node` that `rest` starts with, as the page to copy its
+    /// tokens from (a hybrid model resumes there, restoring the state).
+    fn state_page(&mut self, node: NodeId, rest: &[u32]) -> Option<PartialPage> {
+        let states = self.node(node).tail_states.iter();
+        let ours = states.filter(|s| rest.starts_with(&s.tokens));
+        let tokens = ours.map(|s| s.tokens.len()).max()?;
+        let (page, tail) = self
+            .page_holding(node, &rest[..tokens])
+            .expect("a tail state goes with the last page holding its tokens");
+        if let Some(i) = tail {
+            self.touch_tail(node, i);
+        }
+        Some(PartialPage {
+            page,
+            tokens,
+            tail: tail.is_some(),
+        })
+    }
+
+    /// The cached page holding `tokens` (fewer than a page) right after `node`'s end: one of its
+    /// tails (and which), else the lowest first page of a child that starts with them.
+    fn page_holding(&self, node: NodeId, tokens: &[u32]) -> Option<(u32, Option<usize>)> {
+        let n = self.node(node);
+        if let Some(i) = n.tails.iter().position(|t| t.tokens.starts_with(tokens)) {
+            return Some((n.tails[i].page, Some(i)));
+        }
+        let children = n.children.iter();
+        let firsts = children.filter(|(key, _)| key.starts_with(tokens));
+        let page = firsts.map(|(_, &c)| self.node(c).pages[0]).min()?;
+        Some((page, None))
+    }
+
+    fn touch_tail(&mut self, node: NodeId, i: usize) {
+        let clock = self.clock;
+        self.node_mut(node).tails[i].last_use = clock;
     }
 
     /// A match of nothing, for a sequence that computes its whole prompt (the quality path):
@@ -447,39 +499,37 @@ impl<S> PrefixCache<S> {
     /// of it already holds them; a tail they extend goes (its page back to the pool). Returns
     /// whether the tree took `page`.
     fn add_tail(&mut self, node: NodeId, tokens: &[u32], page: u32) -> bool {
-        let n = self.node(node);
-        let held = n.tails.iter().any(|t| t.tokens.starts_with(tokens))
-            || n.children
-                .keys()
-                .any(|first_page| first_page.starts_with(tokens));
-        if held {
+        if self.page_holding(node, tokens).is_some() {
             return false;
-        }
-        while let Some(i) = self
-            .node(node)
-            .tails
-            .iter()
-            .position(|t| tokens.starts_with(&t.tokens))
-        {
-            self.evict_tail(node, i);
         }
         let last_use = self.clock;
         self.node_mut(node).tails.push(Tail {
             tokens: tokens.to_vec(),
             page,
             last_use,
-            snapshot: None,
         });
         self.cached_bytes += self.config.page_bytes;
         self.stats.tokens_inserted += tokens.len() as u64;
+        self.evict_tails_held_by(node, tokens);
         true
     }
 
+    /// Evicts the tails of `node` shorter than `tokens` that `tokens` starts with: a page the
+    /// tree just took after `node` holds `tokens`, so theirs too (their tail states stay, held by
+    /// it; hence after it is in place).
+    fn evict_tails_held_by(&mut self, node: NodeId, tokens: &[u32]) {
+        let held = |t: &Tail| t.tokens.len() < tokens.len() && tokens.starts_with(&t.tokens);
+        while let Some(i) = self.node(node).tails.iter().position(held) {
+            self.evict_tail(node, i);
+        }
+    }
+
     /// Keeps `snapshot` as the state after `prefix` (whole pages, held by the tree: the caller
-    /// holds a lock on it or below; or whole pages and one of their node's tails). Makes room by
-    /// evicting other leaves; returns false, keeping nothing, when it would not fit the budget,
-    /// the boundary already has one, or the tail is not one the tree keeps. A refused state goes
-    /// to [`PrefixCache::take_released`] (on an error it is dropped).
+    /// holds a lock on it or below; or whole pages and fewer than a page of tokens that a cached
+    /// page after them holds: their node's tail state). Makes room by evicting other leaves;
+    /// returns false, keeping nothing, when it would not fit the budget, `prefix` already has
+    /// one, or no cached page holds its last tokens. A refused state goes to
+    /// [`PrefixCache::take_released`] (on an error it is dropped).
     pub fn attach_snapshot(
         &mut self,
         prefix: &[u32],
@@ -504,36 +554,40 @@ impl<S> PrefixCache<S> {
         let whole = prefix.len() / page * page;
         let node = self.boundary(&prefix[..whole])?;
         let tail = &prefix[whole..];
-        let find_tail = |c: &Self| c.node(node).tails.iter().position(|t| t.tokens == tail);
-        // A tail the tree did not keep as its own (a longer tail or a child holds its tokens)
-        // has no place for a snapshot.
-        let taken = match tail.is_empty() {
-            true => self.node(node).snapshot.is_some(),
-            false => find_tail(self).is_none_or(|i| self.node(node).tails[i].snapshot.is_some()),
+        // A state inside a page is of use only beside a cached page holding its tokens' K and V
+        // (whichever: its own tail, a longer one, a child's first page).
+        let placeable = |c: &Self| match tail.is_empty() {
+            true => c.node(node).snapshot.is_none(),
+            false => {
+                let states = &c.node(node).tail_states;
+                !states.iter().any(|s| s.tokens == tail) && c.page_holding(node, tail).is_some()
+            }
         };
-        if taken {
+        if !placeable(self) {
             return Ok(Some(snapshot));
         }
         let (budget, snapshot_bytes) = (self.config.budget, snapshot.bytes);
         self.lock(node);
-        // The tail itself may go to make room (it is evictable whatever the locks).
+        // The page holding a tail state's tokens may go to make room (a tail is evictable
+        // whatever the locks).
         self.evict_while(|c| c.cached_bytes + snapshot_bytes > budget);
         let fits = self.cached_bytes + snapshot_bytes <= budget;
-        let slot = match tail.is_empty() {
-            true => Some(&mut self.node_mut(node).snapshot),
-            false => find_tail(self).map(|i| &mut self.node_mut(node).tails[i].snapshot),
-        };
-        let refused = match slot {
-            Some(slot) if fits => {
-                *slot = Some(snapshot);
+        let refused = match fits && placeable(self) {
+            true => {
+                let n = self.node_mut(node);
+                match tail.is_empty() {
+                    true => n.snapshot = Some(snapshot),
+                    false => n.tail_states.push(TailState {
+                        tokens: tail.to_vec(),
+                        snapshot,
+                    }),
+                }
+                self.cached_bytes += snapshot_bytes;
+                self.stats.snapshots_kept += 1;
                 None
             }
-            _ => Some(snapshot),
+            false => Some(snapshot),
         };
-        if refused.is_none() {
-            self.cached_bytes += snapshot_bytes;
-            self.stats.snapshots_kept += 1;
-        }
         self.unlock(node)?;
         Ok(refused)
     }
@@ -636,17 +690,10 @@ impl<S> PrefixCache<S> {
     /// Adds a node of whole pages under `parent`; tails of `parent` its first page holds go.
     fn add_leaf(&mut self, parent: NodeId, tokens: Vec<u32>, pages: Vec<u32>) -> NodeId {
         let key: Box<[u32]> = tokens[..self.config.page_size].into();
-        while let Some(i) = self
-            .node(parent)
-            .tails
-            .iter()
-            .position(|t| key.starts_with(&t.tokens))
-        {
-            self.evict_tail(parent, i);
-        }
         self.cached_bytes += pages.len() as u64 * self.config.page_bytes;
         let id = self.alloc_node(Node::new(Some(parent), tokens, pages, self.clock));
-        self.node_mut(parent).children.insert(key, id);
+        self.node_mut(parent).children.insert(key.clone(), id);
+        self.evict_tails_held_by(parent, &key);
         id
     }
 
@@ -723,11 +770,7 @@ impl<S> PrefixCache<S> {
         self.cached_bytes -= self.config.page_bytes;
         self.stats.evictions += 1;
         self.stats.tokens_evicted += tail.tokens.len() as u64;
-        if let Some(s) = tail.snapshot {
-            self.cached_bytes -= s.bytes;
-            self.stats.snapshots_evicted += 1;
-            self.released.push(s.state);
-        }
+        self.drop_unheld_states(id);
     }
 
     fn evict(&mut self, id: NodeId) {
@@ -742,11 +785,30 @@ impl<S> PrefixCache<S> {
         self.cached_bytes -= node.pages.len() as u64 * self.config.page_bytes;
         self.stats.evictions += 1;
         self.stats.tokens_evicted += node.tokens.len() as u64;
-        if let Some(s) = node.snapshot {
-            self.cached_bytes -= s.bytes;
-            self.stats.snapshots_evicted += 1;
-            self.released.push(s.state);
+        let states = node.tail_states.into_iter().map(|s| s.snapshot);
+        for s in node.snapshot.into_iter().chain(states) {
+            self.let_go(s);
         }
+        self.drop_unheld_states(parent);
+    }
+
+    /// Lets go of `node`'s tail states whose tokens no cached page holds any more.
+    fn drop_unheld_states(&mut self, node: NodeId) {
+        let states = std::mem::take(&mut self.node_mut(node).tail_states);
+        let (held, gone): (Vec<_>, Vec<_>) = states
+            .into_iter()
+            .partition(|s| self.page_holding(node, &s.tokens).is_some());
+        self.node_mut(node).tail_states = held;
+        for s in gone {
+            self.let_go(s.snapshot);
+        }
+    }
+
+    /// Takes an evicted snapshot's bytes off the tree's and hands its state to the owner.
+    fn let_go(&mut self, s: Snapshot<S>) {
+        self.cached_bytes -= s.bytes;
+        self.stats.snapshots_evicted += 1;
+        self.released.push(s.state);
     }
 
     /// The pages from the root to the end of `id`.

@@ -42,9 +42,10 @@ fn finish(c: &mut PrefixCache<u32>, m: PrefixMatch, ins: Inserted) {
     check_invariants(c);
 }
 
-/// The bookkeeping agrees with itself: bytes recomputed from the nodes and tails, every tree
-/// page in use and owned once, parent/child links both ways, refs of a node ≥ those of each
-/// child, tails shorter than a page and none a prefix of another.
+/// The bookkeeping agrees with itself: bytes recomputed from the nodes, tails and snapshots,
+/// every tree page in use and owned once, parent/child links both ways, refs of a node ≥ those of
+/// each child, tails shorter than a page and none a prefix of another, each tail state's tokens
+/// held by a cached page and no two of the same tokens.
 fn check_invariants<S>(c: &PrefixCache<S>) {
     let mut bytes = 0;
     let mut pages = Vec::new();
@@ -53,8 +54,18 @@ fn check_invariants<S>(c: &PrefixCache<S>) {
         bytes += n.snapshot.as_ref().map_or(0, |s| s.bytes);
         assert_eq!(n.tokens.len(), n.pages.len() * c.config.page_size);
         pages.extend_from_slice(&n.pages);
+        for (i, s) in n.tail_states.iter().enumerate() {
+            bytes += s.snapshot.bytes;
+            assert!((1..c.config.page_size).contains(&s.tokens.len()));
+            assert!(
+                c.page_holding(id, &s.tokens).is_some(),
+                "a tail state no page holds"
+            );
+            let twice = n.tail_states[..i].iter().any(|t| t.tokens == s.tokens);
+            assert!(!twice, "two tail states of the same tokens");
+        }
         for (i, t) in n.tails.iter().enumerate() {
-            bytes += c.config.page_bytes + t.snapshot.as_ref().map_or(0, |s| s.bytes);
+            bytes += c.config.page_bytes;
             pages.push(t.page);
             assert!((1..c.config.page_size).contains(&t.tokens.len()));
             for (j, u) in n.tails.iter().enumerate() {
@@ -215,6 +226,98 @@ fn a_partly_filled_last_page_is_kept_as_a_tail_and_reused_by_copy() {
     );
     assert!(got.contains(&4));
     assert_eq!(c.cached_tokens(), 12);
+    check_invariants(&c);
+}
+
+/// A hybrid sequence ending after `tokens`: it reuses what it can, inserts all its tokens (the
+/// last page a tail) and attaches its state after them, named by how many tokens it took in.
+/// Returns the tokens it reused.
+fn end_with_state(c: &mut PrefixCache<u32>, tokens: &[u32]) -> usize {
+    let m = c.lookup(tokens, tokens.len() - 1, true);
+    let own = c
+        .alloc_pages(tokens.len().div_ceil(PAGE) - m.pages.len())
+        .unwrap();
+    let ins = c.insert(tokens, &cat(&m.pages, &own)).unwrap();
+    let state = tokens.len() as u32;
+    let kept = c.attach_snapshot(tokens, Snapshot { state, bytes: 10 });
+    assert_eq!(kept, Ok(true), "the state after {state} tokens");
+    let reused = m.tokens;
+    finish(c, m, ins);
+    reused
+}
+
+/// Where a hybrid model resumes `prompt`: the tokens it reuses, the state it restores, the page
+/// it copies.
+fn resume(c: &mut PrefixCache<u32>, prompt: &[u32]) -> (usize, Option<u32>, Option<PartialPage>) {
+    let m = c.lookup(prompt, prompt.len() - 1, true);
+    let state = c.resume_state(&m, prompt).copied();
+    c.release(m.node).unwrap();
+    (m.tokens, state, m.partial)
+}
+
+/// A hybrid model's state after a sequence that stopped part-way into a page is kept beside
+/// whichever cached page holds those tokens, so its next turn resumes there: a longer run of the
+/// same tokens ended before it (its tail holds them) or after it (its tail replaces the
+/// stop's), or ran on into whole pages (a child's first page holds them). A prompt running on
+/// through that child resumes at the stop, the deepest state on its path; the state goes with
+/// the last page holding its tokens. (On 2026-12-07 #22 the tree dropped such a state: the
+/// next turn resumed at an earlier snapshot.)
+#[test]
+fn a_state_inside_a_page_stays_beside_the_page_that_holds_its_tokens() {
+    let long = run(0, 11);
+    let stop = long[..9].to_vec();
+    let next_turn = cat(&stop, &[99, 99]);
+    for (what, history) in [
+        ("longer first", [&long, &stop]),
+        ("stop first", [&stop, &long]),
+    ] {
+        let mut c = cache(16, 16);
+        for tokens in history {
+            end_with_state(&mut c, tokens);
+        }
+        let (tokens, state, _) = resume(&mut c, &next_turn);
+        assert_eq!(
+            (tokens, state),
+            (9, Some(9)),
+            "{what}: the stop's next turn"
+        );
+        let (tokens, state, _) = resume(&mut c, &cat(&long, &[99]));
+        assert_eq!((tokens, state), (11, Some(11)), "{what}: the longer one's");
+        assert_eq!(c.stats().snapshots_kept, 2, "{what}");
+        check_invariants(&c);
+    }
+
+    // A run of 14 (3 whole pages and a tail), then the stop, held by the whole page at 8.
+    let mut c = cache(16, 16);
+    let longer = run(0, 14);
+    end_with_state(&mut c, &longer);
+    assert_eq!(
+        end_with_state(&mut c, &stop),
+        0,
+        "no state at or under 9 yet"
+    );
+    let (tokens, state, partial) = resume(&mut c, &next_turn);
+    assert_eq!((tokens, state), (9, Some(9)));
+    let child_page = PartialPage {
+        page: 2,
+        tokens: 1,
+        tail: false,
+    };
+    assert_eq!(
+        partial,
+        Some(child_page),
+        "copied from the child's first page"
+    );
+    let through = cat(&longer[..12], &[99, 99]);
+    assert_eq!(
+        resume(&mut c, &through).0,
+        9,
+        "the deepest state on the path"
+    );
+    // The pool asks for the child's two pages (its tail's, then its own): both states go.
+    c.alloc_pages(c.free_pages() + 2).unwrap();
+    assert_eq!(c.take_released(), vec![14, 9]);
+    assert_eq!(resume(&mut c, &next_turn), (0, None, None));
     check_invariants(&c);
 }
 
@@ -596,5 +699,62 @@ fn random_workload_never_hands_out_a_page_of_other_tokens() {
         c.stats().hits > 100 && c.stats().evictions > 10,
         "{:?}",
         c.stats()
+    );
+}
+
+/// Random hybrid sequences over a small alphabet (many stop part-way into pages others hold)
+/// one after another under a tight budget, each leaving its state at its end and, at times, at
+/// its last page boundary. Every resume restores the state taken after exactly the tokens it
+/// reuses, from pages that hold them, and the bookkeeping stays consistent.
+#[test]
+fn random_hybrid_workload_resumes_only_on_the_state_of_its_own_tokens() {
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let n_pages = 40u32;
+    let mut c = cache(n_pages, 16);
+    // What each page holds (the tokens from position 0 through its last slot), and what each
+    // state took in (a state names its index).
+    let mut content: Vec<Option<Vec<u32>>> = vec![None; n_pages as usize];
+    let mut took: Vec<Vec<u32>> = Vec::new();
+    let mut resumed_in_page = 0;
+    for step in 0..3000 {
+        let len = rng.random_range(2..24);
+        let tokens: Vec<u32> = (0..len).map(|_| rng.random_range(0..2)).collect();
+        let m = c.lookup(&tokens, len - 1, true);
+        match c.resume_state(&m, &tokens) {
+            Some(&state) => assert_eq!(took[state as usize], tokens[..m.tokens], "step {step}"),
+            None => assert_eq!(m.tokens, 0, "step {step}: resumed without a state"),
+        }
+        let held = m.pages.iter().copied().chain(m.partial.map(|p| p.page));
+        for (i, p) in held.enumerate() {
+            let end = ((i + 1) * PAGE).min(m.tokens);
+            let page = content[p as usize].as_deref().unwrap_or_default();
+            assert_eq!(
+                page.get(..end),
+                Some(&tokens[..end]),
+                "step {step}: page {p}"
+            );
+        }
+        resumed_in_page += usize::from(m.partial.is_some());
+        let own = c.alloc_pages(len.div_ceil(PAGE) - m.pages.len()).unwrap();
+        for (i, &p) in own.iter().enumerate() {
+            let end = ((m.pages.len() + i + 1) * PAGE).min(len);
+            content[p as usize] = Some(tokens[..end].to_vec());
+        }
+        let ins = c.insert(&tokens, &cat(&m.pages, &own)).unwrap();
+        let boundary = len / PAGE * PAGE;
+        let mid = (boundary > m.tokens && rng.random_bool(0.5)).then_some(boundary);
+        for at in mid.into_iter().chain([len]) {
+            let state = took.len() as u32;
+            took.push(tokens[..at].to_vec());
+            c.attach_snapshot(&tokens[..at], Snapshot { state, bytes: 60 })
+                .unwrap();
+        }
+        c.take_released();
+        finish(&mut c, m, ins);
+    }
+    let s = c.stats();
+    assert!(
+        s.hits > 200 && s.snapshots_evicted > 1000 && resumed_in_page > 100,
+        "{s:?}, {resumed_in_page} resumed inside a page"
     );
 }

@@ -196,8 +196,9 @@ impl Engine {
             false => self.cache.cold(),
         };
         // The row's state slot: restored from the prefix's snapshot, or zeroed. Recorded before
-        // the allocation below, which may evict the tail a hybrid match resumes on, snapshot
-        // and all (the recorded copy keeps the snapshot's buffer alive until it has run).
+        // the allocation below, which may evict the page a hybrid match resumes inside, and the
+        // tail state with it (the recorded copy keeps the snapshot's buffer alive until it has
+        // run).
         let mut encoder = self.encoder("sequence state");
         match self.cache.resume_state(&found, prompt) {
             Some(state) if hybrid && found.tokens > 0 => {
