@@ -8,7 +8,7 @@
 #      c4096 (FAK_MATVEC_SHORT_MIN_COLS=4096: those products in 64/4/1, split 2, the head's 4);
 #      c4096s4 (the same in 64/4/1/split4); head (the head alone in 64/4/1/split4: the rule
 #      from 100000 rows);
-#   2. the 27B at 8 sequences (2 rounds): default (its short rows in 64/4/1, split 2) against
+#   2. (WITH_27B=0: skipped) the 27B at 8 sequences (2 rounds): default (its short rows in 64/4/1, split 2) against
 #      s4 (FAK_MATVEC_SHORT_LAYOUT=64/4/1/split4).
 #   3. with the time left: matmul-bench --sweep --tokens 160,320,640 (every x16 tiling checked
 #      against the CPU, then timed on the 8B layer's products: a later turn's prefill steps,
@@ -34,10 +34,12 @@ ROWS='ffn_gate_up|ffn_down|attn_qkv|attn_output|^ *output' SEQS=8 ROUNDS=2 \
     "head=FAK_MATVEC_SHORT_MIN_COLS=4096;FAK_MATVEC_SHORT_MIN_ROWS=100000;FAK_MATVEC_SHORT_LAYOUT=64/4/1/split4"
 log "abbench 8b: exit $?"
 grep -E "^(==|depth 128)" "$OUT/bench.log" | cut -c1-200
-SEQS=8 ROUNDS=2 BUDGET_S=$(($(left) - 100)) bash experiments/h200/abbench.sh 27b 128 32 default \
-    s4=FAK_MATVEC_SHORT_LAYOUT=64/4/1/split4
-log "abbench 27b: exit $?"
-grep -E "^(==|depth 128)" "$OUT/bench.log" | tail -12 | cut -c1-200
+if [ "${WITH_27B:-1}" = 1 ]; then
+    SEQS=8 ROUNDS=2 BUDGET_S=$(($(left) - 100)) bash experiments/h200/abbench.sh 27b 128 32 \
+        default s4=FAK_MATVEC_SHORT_LAYOUT=64/4/1/split4
+    log "abbench 27b: exit $?"
+    grep -E "^(==|depth 128)" "$OUT/bench.log" | tail -12 | cut -c1-200
+fi
 cap=$(($(left) - 5))
 if [ "$cap" -gt 45 ]; then
     timeout "$cap" "$BIN/matmul-bench" --sweep --tokens 160,320,640 > "$OUT/matmul-sweep.tsv" \
