@@ -29,8 +29,9 @@
 //!   evicts back under it. A budget of 0 turns the cache off: lookups reuse nothing and inserts
 //!   keep nothing.
 //! - Snapshot states the tree lets go (evicted with their node or the page holding a tail
-//!   state's tokens, or refused by [`PrefixCache::attach_snapshot`]) wait in [`PrefixCache::take_released`] for the owner to
-//!   reuse or drop: a state is a large device buffer that the next snapshot can be written to.
+//!   state's tokens, or refused by [`PrefixCache::attach_snapshot`]) wait in
+//!   [`PrefixCache::take_released`] for the owner to reuse or drop: a state is a large device
+//!   buffer that the next snapshot can be written to.
 
 use super::CacheError;
 use super::pages::PageAllocator;
