@@ -5,8 +5,7 @@
 # 8204 µs in the engine's layouts against 5779 with the 4096-column products (attn_qkv, attn_qk,
 # attn_output, gate/up, the head) in 64/4/1/split4 — and one vector at 2606 against 2672 µs.
 #   1. the 8B at 8 sequences (abbench.sh, 2 rounds interleaved): default;
-#      c4096 (FAK_MATVEC_SHORT_MIN_COLS=4096: those products in 64/4/1, split 2, the head's 4);
-#      c4096s4 (the same in 64/4/1/split4); head (the head alone in 64/4/1/split4: the rule
+#      c4096s4 (FAK_MATVEC_SHORT_MIN_COLS=4096: those products in 64/4/1/split4); head (the head alone in 64/4/1/split4: the rule
 #      from 100000 rows);
 #   2. (WITH_27B=0: skipped) the 27B at 8 sequences (2 rounds): default (its short rows in 64/4/1, split 2) against
 #      s4 (FAK_MATVEC_SHORT_LAYOUT=64/4/1/split4).
@@ -14,7 +13,7 @@
 #      against the CPU, then timed on the 8B layer's products: a later turn's prefill steps,
 #      issue 21's 8-agent later turn; #22's profile put them at 52–92 TFLOP/s at 160 tokens)
 #      → matmul-sweep.tsv.
-# Each bench line gives the one-sequence decode and both 8-sequence aggregates.
+# RESERVE (150): seconds the 8B A/B leaves for the rest. Each bench line gives the one-sequence decode and both 8-sequence aggregates.
 # Prepare: HARNESS_ONLY=1 MATMUL_BENCH=1 RELEASE_TARGET_DIR=/work/targets/rel
 # experiments/h200/prepare.sh;
 # carry target/h200/{bin.txz, gl, built-at, commit}.
@@ -28,8 +27,7 @@ DEADLINE=${DEADLINE:-500}
 log() { echo "[$((SECONDS - T0)) s] $*" | tee -a "$OUT/steps.log"; }
 left() { echo $((DEADLINE - (SECONDS - T0))); }
 ROWS='ffn_gate_up|ffn_down|attn_qkv|attn_output|^ *output' SEQS=8 ROUNDS=2 \
-    BUDGET_S=$(($(left) - 150)) bash experiments/h200/abbench.sh 8b 128 32 default \
-    c4096=FAK_MATVEC_SHORT_MIN_COLS=4096 \
+    BUDGET_S=$(($(left) - ${RESERVE:-150})) bash experiments/h200/abbench.sh 8b 128 32 default \
     "c4096s4=FAK_MATVEC_SHORT_MIN_COLS=4096;FAK_MATVEC_SHORT_LAYOUT=64/4/1/split4" \
     "head=FAK_MATVEC_SHORT_MIN_COLS=4096;FAK_MATVEC_SHORT_MIN_ROWS=100000;FAK_MATVEC_SHORT_LAYOUT=64/4/1/split4"
 log "abbench 8b: exit $?"
