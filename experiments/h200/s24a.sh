@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The next session's first call (written in #23, whose device minutes went to failed starts;
+# ≤ DEADLINE, default 560 s): what #23 built and could not measure, most needed first.
+#   0 s   the 8B synth into /dev/shm in the background; pcache.sh: the prefix cache's tail
+#         states on NVIDIA (serving's prefix_cache file, batch_invariance's next-turn and
+#         in-flight tests; ≤ 115 s) → tests.log;
+#   then  the 8B at 8 sequences, 2 rounds interleaved (abbench.sh; one-sequence decode and both
+#         aggregates on every line): default; c4096s4 (FAK_MATVEC_SHORT_MIN_COLS=4096 with
+#         FAK_MATVEC_SHORT_LAYOUT=64/4/1/split4: the 8B's 4096-column products and head in 16-lane
+#         teams, 4 vectors a workgroup — s23a's warm matvec-bench put a step's products at 8204
+#         → 5779 µs at 8 vectors, 2606 → 2672 at one); c4096 (the same, the default splits);
+#         w128s4 (128/4/1/split4: teams of one 32-lane warp, 2 units a lane at 4096 columns, a
+#         layout between the two, never timed) → bench.log, bench-json.tgz, clocks.csv;
+#   then  matvec-bench, warm, --reps 9, batches 1 and 8, on the 8B's products: the engine's
+#         layout, 64/4/1 and 128/4/1 at splits 2 and 4 → matvec-bench.tsv;
+#   then  matmul-bench --sweep --tokens 160,640 (every x16 tiling checked against the CPU, then
+#         timed: a later turn's prefill steps, issue 21's 8-agent later turn) → matmul-sweep.tsv;
+#   then  the 27B at 8 sequences, 2 rounds: default against s4
+#         (FAK_MATVEC_SHORT_LAYOUT=64/4/1/split4, its short rows 4 vectors a workgroup).
+# Prepare: MATVEC_BENCH=1 MATMUL_BENCH=1 RELEASE_TARGET_DIR=/work/targets/rel
+# experiments/h200/prepare.sh prefix_cache batch_invariance; carry target/h200/{bin.txz, gl,
+# built-at, commit}.
+# Returns: tests.log, steps.log, bench.log, bench-json.tgz, clocks.csv, matvec-bench.tsv,
+# matmul-sweep.tsv, misc.tgz (the .err files, synth logs, gpu.csv).
+set -uo pipefail
+T0=$SECONDS
+cd "$(dirname "$0")/../.."
+source experiments/h200/setup.sh
+DEADLINE=${DEADLINE:-560}
+log() { echo "[$((SECONDS - T0)) s] $*" | tee -a "$OUT/steps.log"; }
+left() { echo $((DEADLINE - (SECONDS - T0))); }
+MODEL=/dev/shm/qwen3-8b-q4_k_m.gguf
+if [ ! -s "$MODEL" ]; then
+    "$BIN/harness" synth --arch qwen3 --preset qwen3-8b --quant q4_k_m --seed 0 --fast-random \
+        --out "$MODEL" > "$OUT/synth-8b.log" 2>&1 &
+fi
+SYNTH=$!
+timeout 115 bash experiments/h200/pcache.sh
+log "pcache tests: exit $?"
+wait $SYNTH
+
+SHORT=FAK_MATVEC_SHORT_MIN_COLS=4096
+SEQS=8 ROUNDS=2 BUDGET_S=150 bash experiments/h200/abbench.sh 8b 128 32 default \
+    "c4096s4=$SHORT;FAK_MATVEC_SHORT_LAYOUT=64/4/1/split4" c4096=$SHORT \
+    "w128s4=$SHORT;FAK_MATVEC_SHORT_LAYOUT=128/4/1/split4"
+log "abbench 8b: exit $?"
+
+LAYOUTS=256/4/1/split2,256/4/1/split4,64/4/1/split2,64/4/1/split4,128/4/1/split2,128/4/1/split4
+mvb() { # mvb REPS CAP: matvec-bench over the 8B's decode products
+    timeout "$2" "$BIN/matvec-bench" --products \
+        attn_qkv,attn_qk,attn_v,attn_output,ffn_gate_up,ffn_down,output --paths q8 --plain \
+        --batches 1,8 --reps "$1" --layouts "$LAYOUTS"
+}
+mvb 1 30 > /dev/null 2> "$OUT/matvec-bench-warmup.err"
+mvb 9 60 > "$OUT/matvec-bench.tsv" 2> "$OUT/matvec-bench.err"
+log "matvec-bench: exit $?"
+
+cap=$(($(left) - 130))
+[ "$cap" -le 100 ] || cap=100
+if [ "$cap" -gt 40 ]; then
+    timeout "$cap" "$BIN/matmul-bench" --sweep --tokens 160,640 > "$OUT/matmul-sweep.tsv" \
+        2> "$OUT/matmul-sweep.err"
+    log "matmul-bench sweep: exit $?"
+else
+    log "matmul-bench sweep: SKIPPED ($(left) s left)"
+fi
+if [ "$(left)" -gt 100 ]; then
+    SEQS=8 ROUNDS=2 BUDGET_S=$(($(left) - 50)) bash experiments/h200/abbench.sh 27b 128 32 \
+        default s4=FAK_MATVEC_SHORT_LAYOUT=64/4/1/split4
+    log "abbench 27b: exit $?"
+else
+    log "abbench 27b: SKIPPED ($(left) s left)"
+fi
+(cd "$OUT" && tar czf misc.tgz ./*.err gpu.csv synth-*.log 2>/dev/null
+    rm -f ./*.err gpu.csv synth-*.log)
+grep -E "^==|test result|FAILED|panicked" "$OUT/tests.log"
+grep -E "^(==|depth 128)" "$OUT/bench.log" | cut -c1-200
+grep "^# byte-weighted\|^# per token" "$OUT/matvec-bench.tsv"
+grep -E "^check|layer" "$OUT/matmul-sweep.tsv" 2>/dev/null | cut -c1-150
+log "done"
