@@ -15,13 +15,17 @@
 #         layout, 64/4/1 and 128/4/1 at splits 2 and 4 → matvec-bench.tsv;
 #   then  matmul-bench --sweep --tokens 160,640 (every x16 tiling checked against the CPU, then
 #         timed: a later turn's prefill steps, issue 21's 8-agent later turn) → matmul-sweep.tsv;
+#   then  the 8B's later-turn prefill (bench --depths 2176 --suffix 160: a prefix-cache hit's
+#         160-token step) with the engine's 128-token x16 tile against the 64-token one
+#         (FAK_MATMUL_TILING=x16-64x128-k64-1st: at 160 tokens 3 tiles 83 % full against 2 at
+#         62.5 %), interleaved twice → bench-suffix.tgz;
 #   then  the 27B at 8 sequences, 2 rounds: default against s4
 #         (FAK_MATVEC_SHORT_LAYOUT=64/4/1/split4, its short rows 4 vectors a workgroup).
 # Prepare: MATVEC_BENCH=1 MATMUL_BENCH=1 RELEASE_TARGET_DIR=/work/targets/rel
 # experiments/h200/prepare.sh prefix_cache batch_invariance; carry target/h200/{bin.txz, gl,
 # built-at, commit}.
-# Returns: tests.log, steps.log, bench.log, bench-json.tgz, clocks.csv, matvec-bench.tsv,
-# matmul-sweep.tsv, misc.tgz (the .err files, synth logs, gpu.csv).
+# Returns: tests.log, steps.log, bench.log, bench-json.tgz, matvec-bench.tsv, matmul-sweep.tsv,
+# bench-suffix.tgz, misc.tgz (the .err files, synth logs, gpu.csv, clocks.csv).
 set -uo pipefail
 T0=$SECONDS
 cd "$(dirname "$0")/../.."
@@ -64,6 +68,19 @@ if [ "$cap" -gt 40 ]; then
 else
     log "matmul-bench sweep: SKIPPED ($(left) s left)"
 fi
+mkdir -p /tmp/suffix
+for arm in default t64 default t64; do # the 64-token x16 tile at a later turn's 160 tokens
+    [ "$(left)" -gt 150 ] || { log "suffix $arm: SKIPPED ($(left) s left)"; continue; }
+    tiling=""
+    [ $arm = default ] || tiling=x16-64x128-k64-1st
+    n=$(ls /tmp/suffix | wc -l)
+    FAK_MATMUL_TILING=$tiling timeout 60 "$BIN/harness" bench --model "$MODEL" --depths 2176 \
+        --n-out 4 --profile-steps 1 --suffix 160 --probe-mib 256 \
+        --json-out /tmp/suffix/$n-$arm.json > /tmp/suffix/$n-$arm.log 2>&1
+    log "bench depth 2176 suffix 160 $arm: exit $? · $(grep -m1 -iE 'suffix' /tmp/suffix/$n-$arm.log \
+        | cut -c1-160)"
+done
+tar czf "$OUT/bench-suffix.tgz" -C /tmp suffix
 if [ "$(left)" -gt 100 ]; then
     SEQS=8 ROUNDS=2 BUDGET_S=$(($(left) - 50)) bash experiments/h200/abbench.sh 27b 128 32 \
         default s4=FAK_MATVEC_SHORT_LAYOUT=64/4/1/split4
@@ -71,8 +88,8 @@ if [ "$(left)" -gt 100 ]; then
 else
     log "abbench 27b: SKIPPED ($(left) s left)"
 fi
-(cd "$OUT" && tar czf misc.tgz ./*.err gpu.csv synth-*.log 2>/dev/null
-    rm -f ./*.err gpu.csv synth-*.log)
+(cd "$OUT" && tar czf misc.tgz ./*.err gpu.csv clocks.csv synth-*.log 2>/dev/null
+    rm -f ./*.err gpu.csv clocks.csv synth-*.log)
 grep -E "^==|test result|FAILED|panicked" "$OUT/tests.log"
 grep -E "^(==|depth 128)" "$OUT/bench.log" | cut -c1-200
 grep "^# byte-weighted\|^# per token" "$OUT/matvec-bench.tsv"
