@@ -23,14 +23,7 @@ T0=$SECONDS
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh
 DEADLINE=${DEADLINE:-540}
-log() { echo "[$((SECONDS - T0)) s] $*" | tee -a "$OUT/steps.log"; }
-left() { echo $((DEADLINE - (SECONDS - T0))); }
-MODEL=/dev/shm/qwen3-8b-q4_k_m.gguf
-if [ ! -s "$MODEL" ]; then
-    "$BIN/harness" synth --arch qwen3 --preset qwen3-8b --quant q4_k_m --seed 0 --fast-random \
-        --out "$MODEL" > "$OUT/synth-8b.log" 2>&1 &
-fi
-SYNTH=$!
+synth_8b
 
 tests "decode steps in flight" 90 serving batch_invariance::dense_decode_steps \
     batch_invariance::hybrid_decode_steps

@@ -24,8 +24,6 @@ T0=$SECONDS
 cd "$(dirname "$0")/../.."
 source experiments/h200/setup.sh
 DEADLINE=${DEADLINE:-500}
-log() { echo "[$((SECONDS - T0)) s] $*" | tee -a "$OUT/steps.log"; }
-left() { echo $((DEADLINE - (SECONDS - T0))); }
 ROWS='ffn_gate_up|ffn_down|attn_qkv|attn_output|^ *output' SEQS=8 ROUNDS=2 \
     BUDGET_S=$(($(left) - ${RESERVE:-150})) bash experiments/h200/abbench.sh 8b 128 32 default \
     "c4096s4=FAK_MATVEC_SHORT_MIN_COLS=4096;FAK_MATVEC_SHORT_LAYOUT=64/4/1/split4" \

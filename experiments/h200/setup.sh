@@ -39,3 +39,15 @@ tests() { # tests LABEL TIMEOUT BINARY FILTERS...: libtest ORs whole test paths
         | grep -E "^test |test result|panicked at|differ|pinned|SKIPPED" | cut -c1-300 \
         | head -40 >> "$OUT/tests.log"
 }
+# Their step log and clock (T0 as above; DEADLINE: the call's seconds, read when asked):
+log() { echo "[$((SECONDS - T0)) s] $*" | tee -a "$OUT/steps.log"; }
+left() { echo $((${DEADLINE:-600} - (SECONDS - T0))); }
+# The 8B synth (Q4_K_M --fast-random, seed 0: abbench.sh's file) into MODEL in the background
+# unless a warm machine kept it; SYNTH its pid (empty when none ran) for `wait`.
+synth_8b() {
+    MODEL=/dev/shm/qwen3-8b-q4_k_m.gguf SYNTH=""
+    [ -s "$MODEL" ] && return
+    "$BIN/harness" synth --arch qwen3 --preset qwen3-8b --quant q4_k_m --seed 0 --fast-random \
+        --out "$MODEL" > "$OUT/synth-8b.log" 2>&1 &
+    SYNTH=$!
+}
