@@ -687,13 +687,16 @@ fn decode_steps_in_flight_give_the_tokens_of_steps_one_at_a_time(arch: &str) {
     );
 }
 
-/// Two sequences (`prompts[0]`, `prompts[1]`) on an empty prefix cache run two decode steps
-/// together — in flight (checking what is refused meanwhile), or one at a time — and the first
-/// stops at the first step's token (the second step's is dropped); both finish. Then its next
-/// turn (its prompt, its two tokens, nine more) runs: the tokens it took from the cache and its
-/// greedy answer, decoded as the two steps were.
+/// Two sequences (`prompts[0]`, `prompts[1]`) run two decode steps together — in flight
+/// (checking what is refused meanwhile), or one at a time — and the first stops at the first
+/// step's token (the second step's is dropped); both finish. The prefix cache already holds
+/// the first prompt's whole greedy answer, so the stop lies inside a path the tree holds (a
+/// hybrid model's state there is kept all the same: the radix tree's tail states). Then its
+/// next turn (its prompt, its two tokens, nine more) runs: the tokens it took from the cache
+/// and its greedy answer, decoded as the two steps were.
 fn stopped_then_resumed(arch: &str, prompts: &[Vec<u32>], in_flight: bool) -> (usize, Vec<u32>) {
     let mut e = engine_caching(arch, 256, 16 << 20);
+    decoded_together(&mut e, &prompts[..1], in_flight);
     let first = e.start(&prompts[0], N_OUT, false).unwrap();
     let second = e.start(&prompts[1], N_OUT, false).unwrap();
     let seqs = [first.seq, second.seq];
