@@ -302,8 +302,8 @@ impl<S> PrefixCache<S> {
         let mut in_page = None;
         let mut matched = 0;
         loop {
-            if need_snapshot && let Some(p) = self.state_page(node, &tokens[at..limit]) {
-                in_page = Some((node, at, p));
+            if need_snapshot && let Some(found) = self.state_page(node, &tokens[at..limit]) {
+                in_page = Some((node, at, found));
             }
             if at == cap {
                 break;
@@ -330,7 +330,12 @@ impl<S> PrefixCache<S> {
         // A tail state lies past its node's end: deeper than a snapshot at or above that node,
         // short of any below it.
         let (node, whole, partial) = match in_page {
-            Some((node, at, p)) if at >= usable.1 => (node, at, Some(p)),
+            Some((node, at, (p, tail))) if at >= usable.1 => {
+                if let Some(i) = tail {
+                    self.touch_tail(node, i);
+                }
+                (node, at, Some(p))
+            }
             _ if need_snapshot || usable.1 == limit => (usable.0, usable.1, None),
             _ => {
                 let partial = self.partial_page(usable.0, &tokens[usable.1..limit]);
@@ -383,22 +388,21 @@ impl<S> PrefixCache<S> {
     }
 
     /// The longest tail state of `node` that `rest` starts with, as the page to copy its
-    /// tokens from (a hybrid model resumes there, restoring the state).
-    fn state_page(&mut self, node: NodeId, rest: &[u32]) -> Option<PartialPage> {
+    /// tokens from (a hybrid model resumes there, restoring the state) and, when that page is a
+    /// tail, which one (touched only if the lookup resumes there).
+    fn state_page(&self, node: NodeId, rest: &[u32]) -> Option<(PartialPage, Option<usize>)> {
         let states = self.node(node).tail_states.iter();
         let ours = states.filter(|s| rest.starts_with(&s.tokens));
         let tokens = ours.map(|s| s.tokens.len()).max()?;
         let (page, tail) = self
             .page_holding(node, &rest[..tokens])
             .expect("a tail state goes with the last page holding its tokens");
-        if let Some(i) = tail {
-            self.touch_tail(node, i);
-        }
-        Some(PartialPage {
+        let found = PartialPage {
             page,
             tokens,
             tail: tail.is_some(),
-        })
+        };
+        Some((found, tail))
     }
 
     /// The cached page holding `tokens` (fewer than a page) right after `node`'s end: one of its

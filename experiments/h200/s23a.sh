@@ -44,16 +44,12 @@ fi
 LAYOUTS=256/4/1/split2,256/4/1/split4,256/4/1/batched,64/4/1/split2,64/4/1/split4
 LAYOUTS=$LAYOUTS,64/4/1/batched,128/8/1/split2,128/8/1/split4,128/8/1/batched
 LAYOUTS=$LAYOUTS,256/16/1/split2,256/16/1/split4
-mvb() { # mvb REPS CAP: matvec-bench over the 8B's decode products
-    timeout "$2" "$BIN/matvec-bench" --products \
-        attn_qkv,attn_qk,attn_v,attn_output,ffn_gate_up,ffn_down,output --paths q8 --plain \
-        --batches 1,8 --reps "$1" --layouts "$LAYOUTS"
-}
 cap=$(($(left) - 60))
 if [ "$cap" -gt 60 ]; then
-    mvb 1 40 > /dev/null 2> "$OUT/matvec-bench-warmup.err"
+    matvec_bench_8b 1 40 "$LAYOUTS" > /dev/null 2> "$OUT/matvec-bench-warmup.err"
     log "matvec-bench warm-up: exit $?"
-    mvb 9 $(($(left) - 60)) > "$OUT/matvec-bench.tsv" 2> "$OUT/matvec-bench.err"
+    matvec_bench_8b 9 $(($(left) - 60)) "$LAYOUTS" > "$OUT/matvec-bench.tsv" \
+        2> "$OUT/matvec-bench.err"
     log "matvec-bench: exit $?"
     grep "^#" "$OUT/matvec-bench.tsv" | cut -c1-220 | tail -30
 else

@@ -43,13 +43,8 @@ SEQS=8 ROUNDS=2 BUDGET_S=150 bash experiments/h200/abbench.sh 8b 128 32 default 
 log "abbench 8b: exit $?"
 
 LAYOUTS=256/4/1/split2,256/4/1/split4,64/4/1/split2,64/4/1/split4,128/4/1/split2,128/4/1/split4
-mvb() { # mvb REPS CAP: matvec-bench over the 8B's decode products
-    timeout "$2" "$BIN/matvec-bench" --products \
-        attn_qkv,attn_qk,attn_v,attn_output,ffn_gate_up,ffn_down,output --paths q8 --plain \
-        --batches 1,8 --reps "$1" --layouts "$LAYOUTS"
-}
-mvb 1 30 > /dev/null 2> "$OUT/matvec-bench-warmup.err"
-mvb 9 60 > "$OUT/matvec-bench.tsv" 2> "$OUT/matvec-bench.err"
+matvec_bench_8b 1 30 "$LAYOUTS" > /dev/null 2> "$OUT/matvec-bench-warmup.err"
+matvec_bench_8b 9 60 "$LAYOUTS" > "$OUT/matvec-bench.tsv" 2> "$OUT/matvec-bench.err"
 log "matvec-bench: exit $?"
 
 cap=$(($(left) - 130))

@@ -51,3 +51,10 @@ synth_8b() {
         --out "$MODEL" > "$OUT/synth-8b.log" 2>&1 &
     SYNTH=$!
 }
+# matvec-bench on the 8B's decode products, the q8 path, batches 1 and 8 (issue 21's 8-sequence
+# step): matvec_bench_8b REPS CAP LAYOUTS.
+matvec_bench_8b() {
+    timeout "$2" "$BIN/matvec-bench" --products \
+        attn_qkv,attn_qk,attn_v,attn_output,ffn_gate_up,ffn_down,output --paths q8 --plain \
+        --batches 1,8 --reps "$1" --layouts "$3"
+}
