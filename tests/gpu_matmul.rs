@@ -545,6 +545,68 @@ fn the_q6k_raw_path_computes_the_dequant_paths_bits() {
     }
 }
 
+/// Every sliced x16 tiling computes the engine kernel's bits: its tile of tokens and rows, its
+/// stages and its Q6_K loads change which workgroup computes an output and when its operands
+/// arrive, never the f16 values, the MMAs or their order along K (the weight's slices, one
+/// 16-deep product after another) — so a rule may pick a tiling by the step's token count (a
+/// later turn's 160 tokens in 64-token tiles, issue 21) without a row's bits following the
+/// step. Each against the engine's kernel on Q4_K and Q6_K, K whole and in short slices, 5, 70
+/// and 150 tokens (150: two 128-token tiles, the last ragged, or three of 64), Store and
+/// Accumulate; each also against the CPU. Only where the adapter
+/// has 16×16 cooperative matrices (lavapipe: SKIPPED on stderr).
+#[test]
+fn every_sliced_x16_tiling_computes_the_engine_kernels_bits() {
+    let ctx = gpu();
+    let mut rng = rng(0x3a7_000a);
+    let coop: Vec<_> = variants::<Matmul>(ctx)
+        .into_iter()
+        .filter(|p| p.coop_matrix.is_some())
+        .collect();
+    if coop.is_empty() {
+        eprintln!("the x16 tilings' bits SKIPPED (the adapter has no cooperative matrices)");
+    }
+    for paths in coop {
+        let shape = paths.coop_matrix.unwrap();
+        let others = CoopKernel::SWEEP.into_iter().filter(|k| {
+            k.supports(shape)
+                && matches!(k, CoopKernel::X16(t) if t.sliced)
+                && *k != CoopKernel::for_shape(shape)
+        });
+        for other in others {
+            for split in [SplitK::NEVER, SHORT_SLICES] {
+                let engine = Matmul::new(ctx, paths).unwrap().with_split(split);
+                let kernel = Matmul::with_tiling(ctx, paths, other)
+                    .unwrap()
+                    .with_split(split);
+                for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+                    for (rows, cols) in shapes(ty) {
+                        let problem = Problem::random(ty, rows, cols, &mut rng);
+                        for output in [MatmulOutput::Store, MatmulOutput::Accumulate] {
+                            let product =
+                                Product::new(ctx, &kernel, &problem, output, u64::MAX).unwrap();
+                            let control =
+                                Product::new(ctx, &engine, &problem, output, u64::MAX).unwrap();
+                            for n_tokens in [5, 70, 150] {
+                                let what = format!("{ty} {rows}x{cols} ({paths}, {other})");
+                                let got = product.run(ctx, &kernel, n_tokens, &what);
+                                let want = control.run(ctx, &engine, n_tokens, &what);
+                                let bits =
+                                    |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
+                                assert!(
+                                    bits(&got.got) == bits(&want.got),
+                                    "{what}, {output:?}, {n_tokens} tokens: the outputs differ \
+                                     from the engine kernel's"
+                                );
+                                got.assert();
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// A small binding cap so that tiny weights split the way one larger than 128 MiB (lavapipe) or
 /// 2 GiB (Vulkan) does; rows of 210 B (Q6_K) and 154 B (F16) put the later ranges at offsets that
 /// are not word-aligned inside their windows.

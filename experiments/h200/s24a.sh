@@ -17,8 +17,10 @@
 #         timed: a later turn's prefill steps, issue 21's 8-agent later turn) → matmul-sweep.tsv;
 #   then  the 8B's later-turn prefill (bench --depths 2176 --suffix 160: a prefix-cache hit's
 #         160-token step) with the engine's 128-token x16 tile against the 64-token one
-#         (FAK_MATMUL_TILING=x16-64x128-k64-1st: at 160 tokens 3 tiles 83 % full against 2 at
-#         62.5 %), interleaved twice → bench-suffix.tgz;
+#         (FAK_MATMUL_TILING=x16-64x128-k64-1st-rawq6: at 160 tokens 3 tiles 83 % full against
+#         2 at 62.5 %; its Q6_K on the raw-word path as the engine's, added to the sweep in #24 —
+#         without it the arm's Q6_K products would decode as they load, 2.5× slower at 128 tokens
+#         in 2026-12-05's sweep), interleaved twice → bench-suffix.tgz;
 #   then  the 27B at 8 sequences, 2 rounds: default against s4
 #         (FAK_MATVEC_SHORT_LAYOUT=64/4/1/split4, its short rows 4 vectors a workgroup).
 # Prepare: MATVEC_BENCH=1 MATMUL_BENCH=1 RELEASE_TARGET_DIR=/work/targets/rel
@@ -60,7 +62,7 @@ mkdir -p /tmp/suffix
 for arm in default t64 default t64; do # the 64-token x16 tile at a later turn's 160 tokens
     [ "$(left)" -gt 150 ] || { log "suffix $arm: SKIPPED ($(left) s left)"; continue; }
     tiling=""
-    [ $arm = default ] || tiling=x16-64x128-k64-1st
+    [ $arm = default ] || tiling=x16-64x128-k64-1st-rawq6
     n=$(ls /tmp/suffix | wc -l)
     FAK_MATMUL_TILING=$tiling timeout 60 "$BIN/harness" bench --model "$MODEL" --depths 2176 \
         --n-out 4 --profile-steps 1 --suffix 160 --probe-mib 256 \

@@ -529,8 +529,12 @@ impl CoopKernel {
     /// half as many tokens; Q6_K, decoded as it loads, 2.5×). The Q6_K raw-word path (`-rawq6`)
     /// ran on the H200 in 2026-12-05's sweep: Q6_K products 1.6–1.7× faster than the default's
     /// dequant4 (experiments/NOTES.md, "q6mm"); its pair tasks (`-rawq6p`) have not run on
-    /// hardware yet.
-    pub const SWEEP: [CoopKernel; 10] = [
+    /// hardware yet. The 64 × 128 tile's raw twin (2026-12-08 #24) is there for a later turn's
+    /// 160-token prefill steps (three 64-token tiles 83 % full against two of 128 at 62.5 %),
+    /// with its Q6_K loaded as the engine kernel's are; every sliced x16 tiling computes the
+    /// engine kernel's bits (tests/gpu_matmul.rs), so a rule by token count would keep a row's
+    /// bits.
+    pub const SWEEP: [CoopKernel; 11] = [
         Self::STAGED,
         CoopKernel::X16(X16Tiling::new(4, 64, 1, false)),
         CoopKernel::X16(X16Tiling::new(4, 64, 1, true)),
@@ -541,6 +545,7 @@ impl CoopKernel {
         CoopKernel::X16(X16Tiling::new(4, 32, 1, false)),
         CoopKernel::X16(X16Tiling::new(2, 32, 2, false)),
         CoopKernel::X16(X16Tiling::new(2, 64, 1, false)),
+        CoopKernel::X16(X16Tiling::new(2, 64, 1, true)),
     ];
 
     /// The rule per adapter: the kernel [`Matmul::new`] builds for `shape`. 16×16 (Vulkan:
