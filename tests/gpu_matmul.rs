@@ -482,6 +482,43 @@ fn every_split_grid_rule_computes_the_engine_rules_bits() {
     }
 }
 
+/// The cooperative-matrix variants the adapter runs; none (lavapipe) prints `what` SKIPPED.
+fn coop_variants(ctx: &GpuContext, what: &str) -> Vec<KernelPaths> {
+    let coop: Vec<_> = variants::<Matmul>(ctx)
+        .into_iter()
+        .filter(|p| p.coop_matrix.is_some())
+        .collect();
+    if coop.is_empty() {
+        eprintln!("{what} SKIPPED (the adapter has no cooperative matrices)");
+    }
+    coop
+}
+
+/// `kernel` computes `control`'s bits on `problem` at each token count, Store and Accumulate,
+/// and matches the CPU.
+fn assert_same_bits(
+    ctx: &GpuContext,
+    (kernel, control): (&Matmul, &Matmul),
+    problem: &Problem,
+    token_counts: &[u32],
+    what: &str,
+) {
+    let bits = |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
+    for output in [MatmulOutput::Store, MatmulOutput::Accumulate] {
+        let product = Product::new(ctx, kernel, problem, output, u64::MAX).unwrap();
+        let reference = Product::new(ctx, control, problem, output, u64::MAX).unwrap();
+        for &n_tokens in token_counts {
+            let got = product.run(ctx, kernel, n_tokens, what);
+            let want = reference.run(ctx, control, n_tokens, what);
+            assert!(
+                bits(&got.got) == bits(&want.got),
+                "{what}, {output:?}, {n_tokens} tokens: the outputs differ from the control's"
+            );
+            got.assert();
+        }
+    }
+}
+
 /// The Q6_K raw-word path (`-rawq6`: 12 words fetched a K step ahead, decoded after the MMAs;
 /// `-rawq6p`: the same in pairs of tasks sharing their high-bit words) computes its twin's bits (decoded through dequant4 as it loads): the same (d · scale) ·
 /// (q − 32) per element rounded to f16, the same MMAs in the same order — so the engine may take
@@ -492,14 +529,7 @@ fn every_split_grid_rule_computes_the_engine_rules_bits() {
 fn the_q6k_raw_path_computes_the_dequant_paths_bits() {
     let ctx = gpu();
     let mut rng = rng(0x3a7_0009);
-    let coop: Vec<_> = variants::<Matmul>(ctx)
-        .into_iter()
-        .filter(|p| p.coop_matrix.is_some())
-        .collect();
-    if coop.is_empty() {
-        eprintln!("the Q6_K raw path SKIPPED (the adapter has no cooperative matrices)");
-    }
-    for paths in coop {
+    for paths in coop_variants(ctx, "the Q6_K raw path") {
         let shape = paths.coop_matrix.unwrap();
         let raw = CoopKernel::SWEEP
             .into_iter()
@@ -520,25 +550,9 @@ fn the_q6k_raw_path_computes_the_dequant_paths_bits() {
                 let (raw_kernel, twin_kernel) = (kernel(raw), kernel(twin));
                 for (rows, cols) in shapes(GgmlType::Q6_K) {
                     let problem = Problem::random(GgmlType::Q6_K, rows, cols, &mut rng);
-                    for output in [MatmulOutput::Store, MatmulOutput::Accumulate] {
-                        let product =
-                            Product::new(ctx, &raw_kernel, &problem, output, u64::MAX).unwrap();
-                        let control =
-                            Product::new(ctx, &twin_kernel, &problem, output, u64::MAX).unwrap();
-                        for n_tokens in [5, 150] {
-                            let what = format!("Q6_K {rows}x{cols} ({paths}, {label})");
-                            let got = product.run(ctx, &raw_kernel, n_tokens, &what);
-                            let want = control.run(ctx, &twin_kernel, n_tokens, &what);
-                            let bits =
-                                |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
-                            assert!(
-                                bits(&got.got) == bits(&want.got),
-                                "{what}, {output:?}, {n_tokens} tokens: the raw path's outputs \
-                                 differ from its twin's"
-                            );
-                            got.assert();
-                        }
-                    }
+                    let what = format!("Q6_K {rows}x{cols} ({paths}, {label} against its twin)");
+                    let kernels = (&raw_kernel, &twin_kernel);
+                    assert_same_bits(ctx, kernels, &problem, &[5, 150], &what);
                 }
             }
         }
@@ -558,14 +572,7 @@ fn the_q6k_raw_path_computes_the_dequant_paths_bits() {
 fn every_sliced_x16_tiling_computes_the_engine_kernels_bits() {
     let ctx = gpu();
     let mut rng = rng(0x3a7_000a);
-    let coop: Vec<_> = variants::<Matmul>(ctx)
-        .into_iter()
-        .filter(|p| p.coop_matrix.is_some())
-        .collect();
-    if coop.is_empty() {
-        eprintln!("the x16 tilings' bits SKIPPED (the adapter has no cooperative matrices)");
-    }
-    for paths in coop {
+    for paths in coop_variants(ctx, "the x16 tilings' bits") {
         let shape = paths.coop_matrix.unwrap();
         let others = CoopKernel::SWEEP.into_iter().filter(|k| {
             k.supports(shape)
@@ -581,25 +588,9 @@ fn every_sliced_x16_tiling_computes_the_engine_kernels_bits() {
                 for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
                     for (rows, cols) in shapes(ty) {
                         let problem = Problem::random(ty, rows, cols, &mut rng);
-                        for output in [MatmulOutput::Store, MatmulOutput::Accumulate] {
-                            let product =
-                                Product::new(ctx, &kernel, &problem, output, u64::MAX).unwrap();
-                            let control =
-                                Product::new(ctx, &engine, &problem, output, u64::MAX).unwrap();
-                            for n_tokens in [5, 70, 150] {
-                                let what = format!("{ty} {rows}x{cols} ({paths}, {other})");
-                                let got = product.run(ctx, &kernel, n_tokens, &what);
-                                let want = control.run(ctx, &engine, n_tokens, &what);
-                                let bits =
-                                    |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
-                                assert!(
-                                    bits(&got.got) == bits(&want.got),
-                                    "{what}, {output:?}, {n_tokens} tokens: the outputs differ \
-                                     from the engine kernel's"
-                                );
-                                got.assert();
-                            }
-                        }
+                        let what =
+                            format!("{ty} {rows}x{cols} ({paths}, {other} against the engine's)");
+                        assert_same_bits(ctx, (&kernel, &engine), &problem, &[5, 70, 150], &what);
                     }
                 }
             }
