@@ -4,15 +4,15 @@
 //!
 //! `generate` and `logits` run one request start to end. `submit` requests (the multi-agent
 //! scenario) may be in flight together: stdin is read on its own thread, so requests that
-//! arrive while others decode join between decode steps (the prefix cache, then a prefill of
-//! what it did not hold, whole: the scheduler's prompt budget is unbounded here), and one batched
-//! step ([`Engine::step`]) serves every sequence in flight, up to `--max-seqs`; the rest wait in
-//! arrival order. Dense and hybrid models alike: a hybrid model's engine keeps a recurrent-state
-//! slot per sequence.
+//! arrive while others decode join between decode steps, or between the prefill steps of the
+//! tick they arrive in (the prefix cache, then a prefill of what it did not hold, whole: the
+//! scheduler's prompt budget is unbounded here), and one batched step ([`Engine::step`])
+//! serves every sequence in flight, up to `--max-seqs`; the rest wait in arrival order. Dense
+//! and hybrid models alike: a hybrid model's engine keeps a recurrent-state slot per sequence.
 
 use crate::arms::process::now_ns;
 use anyhow::{Context, Result, bail};
-use fak::runtime::scheduler::{self, Client, Event, Scheduler};
+use fak::runtime::scheduler::{self, Arrival, Client, Event, Scheduler};
 use fak::runtime::{Engine, EngineOptions, PrefillPhases, SamplingParams};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -223,50 +223,24 @@ struct Server<'e, W: Write> {
     answers: (Sender<Answered>, Receiver<Answered>),
 }
 
-impl<W: Write> Server<'_, W> {
-    fn serve(&mut self, lines: Receiver<Line>) -> Result<()> {
-        let mut open = true;
-        while open || !self.scheduler.is_idle() {
-            // Block for a request only when nothing is in flight.
-            if open && self.scheduler.is_idle() {
-                match lines.recv() {
-                    Ok(line) => self.accept(line)?,
-                    Err(_) => open = false,
-                }
-            }
-            loop {
-                match lines.try_recv() {
-                    Ok(line) => self.accept(line)?,
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => {
-                        open = false;
-                        break;
-                    }
-                }
-            }
-            self.scheduler.tick(self.engine)?;
-            while let Ok((done, result)) = self.answers.1.try_recv() {
-                let answer = self.answer(done, result);
-                self.say(&answer)?;
-            }
-        }
-        Ok(())
-    }
+/// A line of stdin read: a `submit` request for the scheduler, or a line the server answers
+/// itself (a request that runs alone, or why the line is no request) with when it came. One
+/// at a time, moved once: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+enum Read {
+    Submit(Arrival<Submitted>),
+    Alone(Result<Request>, u64),
+}
 
-    fn say(&mut self, msg: &Value) -> Result<()> {
-        writeln!(self.out, "{msg}")?;
-        self.out.flush()?;
-        Ok(())
-    }
-
-    /// A request line: `submit` queues; the others run now, when nothing is in flight.
-    fn accept(&mut self, line: Line) -> Result<()> {
+impl Read {
+    /// `line`, a `submit` request's answer to go to `answers`.
+    fn new(line: Line, answers: &Sender<Answered>) -> Read {
         let Line {
             text,
             recv_ns,
             arrived,
         } = line;
-        let answer = match serde_json::from_str::<Request>(&text).context("parsing the request") {
+        match serde_json::from_str::<Request>(&text).context("parsing the request") {
             Ok(Request::Submit { id, prompt, n_out }) => {
                 let client = Submitted {
                     id,
@@ -279,12 +253,100 @@ impl<W: Write> Server<'_, W> {
                     tokens: Vec::with_capacity(n_out),
                     token_ns: Vec::with_capacity(n_out),
                     phases: PrefillPhases::default(),
-                    out: self.answers.0.clone(),
+                    out: answers.clone(),
                 };
-                self.scheduler
-                    .submit(scheduler::Request::greedy(prompt, n_out), client, arrived);
+                Read::Submit(Arrival {
+                    request: scheduler::Request::greedy(prompt, n_out),
+                    client,
+                    arrived,
+                })
+            }
+            other => Read::Alone(other, recv_ns),
+        }
+    }
+}
+
+/// The lines a tick takes between its prefill steps: `submit` lines, up to the first other one,
+/// which is held for the tick's end (it runs alone), the lines behind it waiting with it.
+struct MidTick<'a> {
+    lines: &'a Receiver<Line>,
+    answers: &'a Sender<Answered>,
+    held: Option<Read>,
+}
+
+impl MidTick<'_> {
+    /// The next `submit` request read, if one is there now and no line is held. A closed stdin
+    /// is left for the loop between ticks to see.
+    fn next(&mut self) -> Option<Arrival<Submitted>> {
+        if self.held.is_some() {
+            return None;
+        }
+        match Read::new(self.lines.try_recv().ok()?, self.answers) {
+            Read::Submit(a) => Some(a),
+            alone => {
+                self.held = Some(alone);
+                None
+            }
+        }
+    }
+}
+
+impl<W: Write> Server<'_, W> {
+    fn serve(&mut self, lines: Receiver<Line>) -> Result<()> {
+        let mut open = true;
+        while open || !self.scheduler.is_idle() {
+            // Block for a request only when nothing is in flight.
+            if open && self.scheduler.is_idle() {
+                match lines.recv() {
+                    Ok(line) => self.accept(Read::new(line, &self.answers.0))?,
+                    Err(_) => open = false,
+                }
+            }
+            loop {
+                match lines.try_recv() {
+                    Ok(line) => self.accept(Read::new(line, &self.answers.0))?,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        open = false;
+                        break;
+                    }
+                }
+            }
+            let mut mid_tick = MidTick {
+                lines: &lines,
+                answers: &self.answers.0,
+                held: None,
+            };
+            self.scheduler
+                .tick_with(self.engine, &mut || mid_tick.next())?;
+            let held = mid_tick.held;
+            while let Ok((done, result)) = self.answers.1.try_recv() {
+                let answer = self.answer(done, result);
+                self.say(&answer)?;
+            }
+            if let Some(read) = held {
+                self.accept(read)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn say(&mut self, msg: &Value) -> Result<()> {
+        writeln!(self.out, "{msg}")?;
+        self.out.flush()?;
+        Ok(())
+    }
+
+    /// A request line: `submit` queues; the others run now, when nothing is in flight.
+    fn accept(&mut self, read: Read) -> Result<()> {
+        let (request, recv_ns) = match read {
+            Read::Submit(a) => {
+                self.scheduler.submit(a.request, a.client, a.arrived);
                 return Ok(());
             }
+            Read::Alone(request, recv_ns) => (request, recv_ns),
+        };
+        let answer = match request {
             Ok(_) if !self.scheduler.is_idle() => Err(anyhow::anyhow!(
                 "generate and logits run alone: {} submitted requests are in flight",
                 self.scheduler.running() + self.scheduler.waiting()
@@ -357,4 +419,50 @@ fn phases_ns(p: &PrefillPhases) -> Value {
         "open": ns(p.open), "steps": ns(p.steps), "snapshots": ns(p.snapshots),
         "insert": ns(p.insert), "wait": ns(p.wait),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(text: &str) -> Line {
+        Line {
+            text: text.into(),
+            recv_ns: now_ns(),
+            arrived: Instant::now(),
+        }
+    }
+
+    /// Between prefill steps a tick takes `submit` lines, and stops at the first other line (a
+    /// `generate` here): it is held for after the tick, and the `submit` behind it stays on the
+    /// channel, so lines are still answered in their order.
+    #[test]
+    fn a_tick_takes_submit_lines_up_to_the_first_other_line() {
+        let (send, lines) = channel();
+        let (answers, _) = channel();
+        for text in [
+            r#"{"op": "submit", "id": 7, "prompt": [1, 2, 3], "n_out": 4}"#,
+            r#"{"op": "generate", "prompt": [1, 2], "n_out": 2}"#,
+            r#"{"op": "submit", "id": 8, "prompt": [4], "n_out": 1}"#,
+        ] {
+            send.send(line(text)).unwrap();
+        }
+        let mut mid_tick = MidTick {
+            lines: &lines,
+            answers: &answers,
+            held: None,
+        };
+        let first = mid_tick.next().expect("the first submit line");
+        assert_eq!((first.client.id, first.request.prompt), (7, vec![1, 2, 3]));
+        assert!(mid_tick.next().is_none(), "the generate line is held");
+        assert!(mid_tick.next().is_none(), "the lines behind it wait");
+        assert!(matches!(
+            mid_tick.held,
+            Some(Read::Alone(Ok(Request::Generate { .. }), _))
+        ));
+        let behind = lines
+            .try_recv()
+            .expect("the second submit line, still on the channel");
+        assert!(behind.text.contains(r#""id": 8"#));
+    }
 }

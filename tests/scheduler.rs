@@ -4,17 +4,19 @@
 //! alone; requests arriving together are prefilled in one step, each answer its own alone; a
 //! prompt the budget would cut runs whole where it ends within half a budget past it; a client
 //! that goes away mid-prefill frees its sequence (row and pages) for the next
-//! request; the step trace lists every step once and each request's prompt in its portions.
+//! request; requests arriving during a tick's prefill step are prefilled in that tick with the
+//! budget it has left, within the budget; the step trace lists every step once and each
+//! request's prompt in its portions.
 //! Caches and activations NaN-poisoned at load.
 
-use fak::runtime::scheduler::{Client, Event, Request, Scheduler};
+use fak::runtime::scheduler::{Arrival, Client, Event, Request, Scheduler};
 use fak::runtime::trace::{StepRole, TraceLine, parse_trace};
 use fak::runtime::{Engine, EngineOptions, SamplingParams};
 use fak_tests::model::{CUT_VOCAB, tiny_cut};
 use fak_tests::rng;
 use rand::Rng;
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
@@ -354,6 +356,137 @@ fn a_dense_prompt_ending_soon_past_the_budget_runs_whole() {
 #[test]
 fn a_hybrid_prompt_ending_soon_past_the_budget_runs_whole() {
     a_prompt_ending_soon_past_the_budget_runs_whole("qwen35", 128, [40; 4], [40, 40, 40, 120]);
+}
+
+/// A request decoding (A, 40 tokens), then B (a prompt of `b_len`) submitted before a tick,
+/// and during that tick's first prefill step (B's) two more arrive (the arrivals source gives
+/// them at its first call): C, a prompt of `c_len` that fits the budget B left, and L, 200
+/// tokens. C is prefilled in that tick — it starts before A's next token, where taken only
+/// after the tick it would start a tick later, after A's token — and L takes its ticks with A
+/// getting a token in each. From the step trace: no tick runs more prompt tokens than the
+/// budget's rule allows (the budget, and at most half a budget past it,
+/// `Scheduler::step_room`), and every tick that runs L's prompt also runs a decode step. Every
+/// answer is its request's alone.
+fn arrivals_during_a_prefill_step_join_its_tick(
+    arch: &str,
+    budget: usize,
+    b_len: usize,
+    c_len: usize,
+) {
+    let mut e = engine(arch, 4);
+    let a = Request::greedy(random_ids(1, 12), 40);
+    let b = Request::greedy(random_ids(4, b_len), 6);
+    let c = Request::greedy(random_ids(5, c_len), 6);
+    let long = Request::greedy(random_ids(2, 200), 5);
+    let requests = [a, b, c, long];
+    let answers: Vec<Vec<u32>> = requests.iter().map(|r| alone(&mut e, r)).collect();
+    let log = Log::default();
+    let out = Shared::default();
+    let mut s = Scheduler::new(budget);
+    s.trace_steps(&mut e, Box::new(out.clone()), Instant::now());
+    let before = e.forward_steps();
+    s.submit(requests[0].clone(), listener(0, &log).0, Instant::now());
+    for _ in 0..3 {
+        s.tick(&mut e).unwrap();
+    }
+    s.submit(requests[1].clone(), listener(1, &log).0, Instant::now());
+    let mut arriving: VecDeque<Arrival<Listener>> = [2, 3]
+        .into_iter()
+        .map(|id| Arrival {
+            request: requests[id].clone(),
+            client: listener(id, &log).0,
+            arrived: Instant::now(),
+        })
+        .collect();
+    s.tick_with(&mut e, &mut || arriving.pop_front()).unwrap();
+    // What the tick did not take, a server submits before the next.
+    for a in arriving {
+        s.submit(a.request, a.client, a.arrived);
+    }
+    run_until_idle(&mut s, &mut e);
+    let at = |id: usize, event: Heard| {
+        let log = log.borrow();
+        log.iter()
+            .position(|h| *h == (id, event.clone()))
+            .unwrap_or_else(|| panic!("{arch}: request {id} never heard {event:?}"))
+    };
+    let tokens_of_a = |from: usize, to: usize| {
+        log.borrow()[from..to]
+            .iter()
+            .filter(|(c, h)| *c == 0 && matches!(h, Heard::Token(_)))
+            .count()
+    };
+    assert_eq!(
+        tokens_of_a(at(1, Heard::Started), at(2, Heard::Started)),
+        0,
+        "{arch}: C, arriving during B's prefill step, starts in B's tick (before A's next token)"
+    );
+    let long_ticks = tokens_of_a(at(3, Heard::Admitted), at(3, Heard::Started));
+    assert!(
+        long_ticks >= 200 / (budget + budget / 2),
+        "{arch}: A's tokens while L's 200 tokens prefilled under a budget of {budget}: \
+         {long_ticks}"
+    );
+    let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+    let mut prompt_tokens: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut long_ticks = Vec::new();
+    let mut decode_ticks = Vec::new();
+    let mut steps = Vec::new();
+    for line in parse_trace(&text).unwrap() {
+        if let TraceLine::Step {
+            step, tick, record, ..
+        } = line
+        {
+            steps.push(step);
+            match record.kind {
+                StepRole::Prefill => {
+                    *prompt_tokens.entry(tick).or_default() += record.tokens();
+                    if record.portions.iter().any(|p| p.request == Some(3)) {
+                        long_ticks.push(tick);
+                    }
+                }
+                StepRole::Decode => decode_ticks.push(tick),
+            }
+        }
+    }
+    let steps_run = (e.forward_steps() - before) as u64;
+    assert_eq!(
+        steps,
+        (1..=steps_run).collect::<Vec<_>>(),
+        "{arch}: every step once"
+    );
+    for (tick, tokens) in &prompt_tokens {
+        assert!(
+            *tokens <= budget + budget / 2,
+            "{arch}: tick {tick} ran {tokens} prompt tokens under a budget of {budget}"
+        );
+    }
+    assert!(long_ticks.len() > 1, "{arch}: L's prompt takes ticks");
+    for tick in &long_ticks {
+        assert!(
+            decode_ticks.contains(tick),
+            "{arch}: tick {tick} runs L's prompt and a decode step"
+        );
+    }
+    for (id, want) in answers.iter().enumerate() {
+        assert_eq!(&tokens(&log, id), want, "{arch}: request {id}");
+        assert_eq!(heard(&log, id).last(), Some(&Heard::Finished));
+    }
+}
+
+/// Dense: B's 40 tokens leave 24 of a 64-token budget, C's 20 and L's first 4 run in the
+/// tick's second step (a whole budget again for them would run 104 prompt tokens in the tick).
+#[test]
+fn dense_arrivals_during_a_prefill_step_join_its_tick() {
+    arrivals_during_a_prefill_step_join_its_tick("qwen3", 64, 40, 20);
+}
+
+/// Hybrid: B's 192 tokens leave 64 of a 256-token budget (one 64-token delta-rule chunk), C's
+/// 40 run in the tick's second step, L's first chunk in its third (a whole budget again for
+/// them would run 424 prompt tokens in the tick).
+#[test]
+fn hybrid_arrivals_during_a_prefill_step_join_its_tick() {
+    arrivals_during_a_prefill_step_join_its_tick("qwen35", 256, 192, 40);
 }
 
 /// Where a test's step trace goes: bytes shared with the test.

@@ -5,7 +5,7 @@
 
 use super::metrics::Metrics;
 use anyhow::{Context, Result};
-use fak::runtime::scheduler::{Client, Event, Request, Scheduler};
+use fak::runtime::scheduler::{Arrival, Client, Event, Request, Scheduler};
 use fak::runtime::{Engine, EngineOptions};
 use fak::tokenizer::Tokenizer;
 use std::io::BufWriter;
@@ -133,7 +133,8 @@ impl EngineThread {
 }
 
 /// Runs requests until every sender is gone and nothing is in flight. An engine failure (not a
-/// request's) ends the thread: the requests in flight see their channels close.
+/// request's) ends the thread: the requests in flight see their channels close. Requests that
+/// arrive during a tick's prefill steps join that tick ([`Scheduler::tick_with`]).
 fn serve(
     engine: &mut Engine,
     mut scheduler: Scheduler<Sink>,
@@ -145,24 +146,17 @@ fn serve(
         if open && scheduler.is_idle() {
             match requests.recv() {
                 Ok(s) => {
-                    scheduler.submit(s.request, Sink(s.events), s.arrived);
+                    let a = arrival(s);
+                    scheduler.submit(a.request, a.client, a.arrived);
                 }
                 Err(_) => break,
             }
         }
-        loop {
-            match requests.try_recv() {
-                Ok(s) => {
-                    scheduler.submit(s.request, Sink(s.events), s.arrived);
-                }
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => {
-                    open = false;
-                    break;
-                }
-            }
+        while let Some(a) = next_arrival(&requests, &mut open) {
+            scheduler.submit(a.request, a.client, a.arrived);
         }
-        if let Err(e) = scheduler.tick(engine) {
+        let mut arrivals = || next_arrival(&requests, &mut open);
+        if let Err(e) = scheduler.tick_with(engine, &mut arrivals) {
             eprintln!("fak serve: the engine failed, no more requests are served: {e}");
             metrics.engine_failed.set(1);
             return;
@@ -170,5 +164,26 @@ fn serve(
         metrics.waiting.set(scheduler.waiting() as i64);
         metrics.running.set(scheduler.running() as i64);
         metrics.kv_pages_in_use.set(engine.kv_pages_in_use() as i64);
+    }
+}
+
+/// The next request on the channel, if one is there now; `open` turns false once every sender
+/// is gone.
+fn next_arrival(requests: &Receiver<Submission>, open: &mut bool) -> Option<Arrival<Sink>> {
+    match requests.try_recv() {
+        Ok(s) => Some(arrival(s)),
+        Err(TryRecvError::Empty) => None,
+        Err(TryRecvError::Disconnected) => {
+            *open = false;
+            None
+        }
+    }
+}
+
+fn arrival(s: Submission) -> Arrival<Sink> {
+    Arrival {
+        request: s.request,
+        client: Sink(s.events),
+        arrived: s.arrived,
     }
 }

@@ -16,6 +16,13 @@
 //! whose KV pages do not fit while others hold pages waits at the head of the queue until they
 //! finish; alone, it fails.
 //!
+//! A server's requests reach the scheduler between ticks ([`Scheduler::submit`]) and, through
+//! [`Scheduler::tick_with`], between a tick's prefill steps: while the tick has budget left
+//! after a step, the requests that arrived during it are submitted, admitted where a sequence is
+//! free, and prefilled with the budget left, in this tick rather than after its decode step
+//! (the same budget, so the same bound on the decoding sequences' wait). A tick that prefills
+//! has taken the decode step in flight first, so nothing a step reads changes under it.
+//!
 //! Tokens are the GPU's greedy argmax unless a request samples, applies penalties or wants
 //! log-probabilities: then the step reads its logits back and the request's [`Sampler`] chooses
 //! (the engine is told the choice, which the next step feeds).
@@ -28,6 +35,14 @@ use crate::cache::{CacheError, common_prefix};
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::time::Instant;
+
+/// A request that reached the server at `arrived`, and where its events go: what
+/// [`Scheduler::submit`] takes, from a source [`Scheduler::tick_with`] asks between steps.
+pub struct Arrival<C> {
+    pub request: Request,
+    pub client: C,
+    pub arrived: Instant,
+}
 
 /// One generation request.
 #[derive(Clone, Debug)]
@@ -262,9 +277,9 @@ impl<C: Client> Scheduler<C> {
     /// Queues a request that reached the server at `arrived`; it is admitted (and checked) at a
     /// later tick. Returns its id (the order of arrival, from 0), which its `Started` event and
     /// the step trace carry. The trace's submit time is `arrived`, not now: a server takes
-    /// requests from its channel only between ticks, so a request that came during a step
-    /// waited for that step before it got here, and that wait is part of its time to first
-    /// token.
+    /// requests from its channel only between ticks and between a tick's prefill steps
+    /// ([`Self::tick_with`]), so a request that came during a step waited for that step before
+    /// it got here, and that wait is part of its time to first token.
     pub fn submit(&mut self, request: Request, client: C, arrived: Instant) -> u64 {
         let id = self.submitted;
         self.submitted += 1;
@@ -306,19 +321,28 @@ impl<C: Client> Scheduler<C> {
     /// decode step. An error is the engine's own failure (a request's failure goes to its
     /// client).
     pub fn tick(&mut self, engine: &mut Engine) -> Result<(), RuntimeError> {
+        self.tick_with(engine, &mut || None)
+    }
+
+    /// [`Self::tick`], taking the requests that reach the server during its prefill steps
+    /// from `arrivals` (each call the next one, None when none is there now): asked after each
+    /// prefill step that leaves budget, what it gives is submitted, admitted where a sequence
+    /// is free, and prefilled with the budget left before the tick's decode step.
+    pub fn tick_with(
+        &mut self,
+        engine: &mut Engine,
+        arrivals: &mut impl FnMut() -> Option<Arrival<C>>,
+    ) -> Result<(), RuntimeError> {
         if self.in_flight.is_some() && self.must_settle(engine) {
             self.settle(engine)?;
         }
         self.drop_gone(engine)?;
         self.admit(engine)?;
+        let counts = self.counts();
         if let Some(trace) = &mut self.trace {
-            trace.begin_tick(TickCounts {
-                waiting: self.queue.len(),
-                prefilling: self.prefilling.len(),
-                decoding: self.running.len(),
-            });
+            trace.begin_tick(counts);
         }
-        self.prefill(engine)?;
+        self.prefill(engine, arrivals)?;
         match self.running.is_empty() {
             false => self.decode_step(engine)?,
             true => self.settle(engine)?,
@@ -332,9 +356,19 @@ impl<C: Client> Scheduler<C> {
         Ok(())
     }
 
+    /// The requests and sequences as the trace counts them.
+    fn counts(&self) -> TickCounts {
+        TickCounts {
+            waiting: self.queue.len(),
+            prefilling: self.prefilling.len(),
+            decoding: self.running.len(),
+        }
+    }
+
     /// Whether this tick does what a decode step in flight must be taken before: a client to
     /// drop, a request to admit, a prompt to prefill (each writes the inputs or the sequences
-    /// that step reads).
+    /// that step reads). So a tick that prefills has none in flight from its first prefill
+    /// step on, and may admit between its steps ([`Self::take_arrivals`]).
     fn must_settle(&self, engine: &Engine) -> bool {
         !self.prefilling.is_empty()
             || (!self.queue.is_empty() && self.running() < engine.options().max_seqs)
@@ -453,8 +487,14 @@ impl<C: Client> Scheduler<C> {
     /// and one prefill chunk hold ([`Engine::prefill_together`]): the oldest gets at least one
     /// step's worth, the next ones what the budget has left; a prompt cut by the prefill chunk
     /// (not the budget) goes on in the next step. A sequence whose prompt is done hears
-    /// `Started` and its first token, and decodes from the next step on.
-    fn prefill(&mut self, engine: &mut Engine) -> Result<(), RuntimeError> {
+    /// `Started` and its first token, and decodes from the next step on. After a step, while a
+    /// step's grain of budget is left, the requests that arrived meanwhile join
+    /// ([`Self::take_arrivals`]) and the budget left goes on them too.
+    fn prefill(
+        &mut self,
+        engine: &mut Engine,
+        arrivals: &mut impl FnMut() -> Option<Arrival<C>>,
+    ) -> Result<(), RuntimeError> {
         let mut budget = self.prefill_budget;
         while !self.prefilling.is_empty() && budget > 0 {
             let seqs: Vec<SeqId> = self.prefilling.iter().map(|p| p.seq).collect();
@@ -489,6 +529,43 @@ impl<C: Client> Scheduler<C> {
                 // The rest of the prompt goes on next tick.
                 break;
             }
+            if budget >= engine.prompt_grain() {
+                self.take_arrivals(engine, arrivals)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Between two prefill steps of a tick: submits the requests `arrivals` has now, and if any
+    /// came, ends gone clients' sequences and admits what fits, as a tick begins. No decode
+    /// step is in flight (the tick took it before its first prefill step, [`Self::must_settle`]),
+    /// so opening and ending sequences here changes nothing a step on the GPU reads.
+    fn take_arrivals(
+        &mut self,
+        engine: &mut Engine,
+        arrivals: &mut impl FnMut() -> Option<Arrival<C>>,
+    ) -> Result<(), RuntimeError> {
+        debug_assert!(
+            self.in_flight.is_none(),
+            "a tick that prefills takes the decode step in flight first"
+        );
+        let came: Vec<Arrival<C>> = std::iter::from_fn(arrivals).collect();
+        if came.is_empty() {
+            return Ok(());
+        }
+        if let Some(trace) = &mut self.trace {
+            // The steps so far come before the new requests' lines.
+            trace.collect(engine);
+        }
+        for a in came {
+            self.submit(a.request, a.client, a.arrived);
+        }
+        self.drop_gone(engine)?;
+        self.admit(engine)?;
+        let counts = self.counts();
+        if let Some(trace) = &mut self.trace {
+            // The tick's later steps run these counts.
+            trace.counts = counts;
         }
         Ok(())
     }

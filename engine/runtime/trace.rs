@@ -79,7 +79,8 @@ impl StepLog {
     }
 }
 
-/// The requests and sequences in a tick, counted after admission (before its steps).
+/// The requests and sequences in a tick, counted after admission (before its steps; again
+/// after requests admitted between its prefill steps, for the steps after them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TickCounts {
     /// Requests waiting for a sequence.
@@ -95,8 +96,9 @@ pub struct TickCounts {
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum TraceLine {
     /// A request reached the server at `t_ns` (its caller's receive time: the HTTP body read,
-    /// the JSON line read). The line is written at the tick that took it from the server's
-    /// channel, so it may follow steps that ended after `t_ns`: the step in flight when it came.
+    /// the JSON line read). The line is written where the scheduler took it from the server's
+    /// channel (between ticks, or between a tick's prefill steps), so it may follow steps that
+    /// ended after `t_ns`: the step in flight when it came.
     Submit {
         request: u64,
         t_ns: u64,
