@@ -4,6 +4,9 @@
 #   0 s   the 8B synth into /dev/shm in the background; pcache.sh: the prefix cache's tail
 #         states on NVIDIA (serving's prefix_cache file, batch_invariance's next-turn and
 #         in-flight tests; ≤ 115 s) → tests.log;
+#   then  (#24) gpu_matmul's bits tests on NVIDIA (≤ 60 s: every sliced x16 tiling against the
+#         engine's kernel, the raw Q6_K path against its twin — the condition for a rule that
+#         picks a tile by token count) → tests.log;
 #   then  the 8B at 8 sequences, 2 rounds interleaved (abbench.sh; one-sequence decode and both
 #         aggregates on every line): default; c4096s4 (FAK_MATVEC_SHORT_MIN_COLS=4096 with
 #         FAK_MATVEC_SHORT_LAYOUT=64/4/1/split4: the 8B's 4096-column products and head in 16-lane
@@ -19,13 +22,14 @@
 #         160-token step) with the engine's 128-token x16 tile against the 64-token one
 #         (FAK_MATMUL_TILING=x16-64x128-k64-1st-rawq6: at 160 tokens 3 tiles 83 % full against
 #         2 at 62.5 %; its Q6_K on the raw-word path as the engine's, added to the sweep in #24 —
-#         without it the arm's Q6_K products would decode as they load, 2.5× slower at 128 tokens
-#         in 2026-12-05's sweep), interleaved twice → bench-suffix.tgz;
+#         without it the arm's Q6_K products would decode as they load: 4.2× the engine's raw 128-token kernel
+#         at 128 tokens in 2026-12-05's sweep), interleaved twice → bench-suffix.tgz;
 #   then  the 27B at 8 sequences, 2 rounds: default against s4
 #         (FAK_MATVEC_SHORT_LAYOUT=64/4/1/split4, its short rows 4 vectors a workgroup).
 # Prepare: MATVEC_BENCH=1 MATMUL_BENCH=1 RELEASE_TARGET_DIR=/work/targets/rel
-# experiments/h200/prepare.sh prefix_cache batch_invariance; carry target/h200/{bin.txz, gl,
-# built-at, commit}.
+# experiments/h200/prepare.sh prefix_cache batch_invariance gpu_matmul; carry target/h200/{bin.txz,
+# gl, built-at, commit} (check `carry-room.sh size` with the fixtures out: the gpu group binary
+# rides too).
 # Returns: tests.log, steps.log, bench.log, bench-json.tgz, matvec-bench.tsv, matmul-sweep.tsv,
 # bench-suffix.tgz, misc.tgz (the .err files, synth logs, gpu.csv, clocks.csv).
 set -uo pipefail
@@ -36,6 +40,10 @@ DEADLINE=${DEADLINE:-560}
 synth_8b
 timeout 115 bash experiments/h200/pcache.sh
 log "pcache tests: exit $?"
+tests "gpu_matmul: the x16 tilings' and the raw path's bits (#24)" 60 gpu \
+    gpu_matmul::every_sliced_x16_tiling_computes_the_engine_kernels_bits \
+    gpu_matmul::the_q6k_raw_path_computes_the_dequant_paths_bits
+log "gpu_matmul bits tests: done"
 wait $SYNTH
 
 SHORT=FAK_MATVEC_SHORT_MIN_COLS=4096
