@@ -22,8 +22,9 @@
 #         160-token step) with the engine's 128-token x16 tile against the 64-token one
 #         (FAK_MATMUL_TILING=x16-64x128-k64-1st-rawq6: at 160 tokens 3 tiles 83 % full against
 #         2 at 62.5 %; its Q6_K on the raw-word path as the engine's, added to the sweep in #24 —
-#         without it the arm's Q6_K products would decode as they load: 4.2× the engine's raw 128-token kernel
-#         at 128 tokens in 2026-12-05's sweep), interleaved twice → bench-suffix.tgz;
+#         without it the arm's Q6_K products would decode as they load: 4.2× the engine's raw
+#         128-token kernel at 128 tokens in 2026-12-05's sweep), interleaved twice →
+#         bench-suffix.tgz;
 #   then  the 27B at 8 sequences, 2 rounds: default against s4
 #         (FAK_MATVEC_SHORT_LAYOUT=64/4/1/split4, its short rows 4 vectors a workgroup).
 # Prepare: MATVEC_BENCH=1 MATMUL_BENCH=1 RELEASE_TARGET_DIR=/work/targets/rel
