@@ -566,8 +566,8 @@ fn the_q6k_raw_path_computes_the_dequant_paths_bits() {
 /// later turn's 160 tokens in 64-token tiles, issue 21) without a row's bits following the
 /// step. Each against the engine's kernel on Q4_K and Q6_K, K whole and in short slices, 5, 70
 /// and 150 tokens (150: two 128-token tiles, the last ragged, or three of 64), Store and
-/// Accumulate; each also against the CPU. Only where the adapter
-/// has 16×16 cooperative matrices (lavapipe: SKIPPED on stderr).
+/// Accumulate; each also against the CPU. Only where the adapter has 16×16 cooperative
+/// matrices (lavapipe: SKIPPED on stderr).
 #[test]
 fn every_sliced_x16_tiling_computes_the_engine_kernels_bits() {
     let ctx = gpu();
@@ -579,18 +579,20 @@ fn every_sliced_x16_tiling_computes_the_engine_kernels_bits() {
                 && matches!(k, CoopKernel::X16(t) if t.sliced)
                 && *k != CoopKernel::for_shape(shape)
         });
+        // The engine's kernel built once per split (a build compiles a pipeline per type).
+        let engines = [SplitK::NEVER, SHORT_SLICES]
+            .map(|split| (split, Matmul::new(ctx, paths).unwrap().with_split(split)));
         for other in others {
-            for split in [SplitK::NEVER, SHORT_SLICES] {
-                let engine = Matmul::new(ctx, paths).unwrap().with_split(split);
+            for (split, engine) in &engines {
                 let kernel = Matmul::with_tiling(ctx, paths, other)
                     .unwrap()
-                    .with_split(split);
+                    .with_split(*split);
                 for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
                     for (rows, cols) in shapes(ty) {
                         let problem = Problem::random(ty, rows, cols, &mut rng);
                         let what =
                             format!("{ty} {rows}x{cols} ({paths}, {other} against the engine's)");
-                        assert_same_bits(ctx, (&kernel, &engine), &problem, &[5, 70, 150], &what);
+                        assert_same_bits(ctx, (&kernel, engine), &problem, &[5, 70, 150], &what);
                     }
                 }
             }
